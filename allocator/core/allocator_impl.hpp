@@ -1,0 +1,155 @@
+// Private data structures of CachingAllocator (see Note [Caching allocator] in caching_allocator.cpp).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "memcomm/allocator/caching_allocator.hpp"
+#include "node_pool.hpp"
+#include "ptr_map.hpp"
+
+namespace memcomm::alloc {
+
+struct Segment;
+struct Pool;
+
+// A contiguous piece of a segment. The blocks of a segment tile it in address order (prev/next).
+struct Block {
+  std::uintptr_t addr = 0;        // first byte
+  std::size_t size = 0;           // bytes (multiple of min_block; of granularity when unmapped)
+  std::size_t requested = 0;      // bytes the user asked for (allocated blocks)
+  Block* prev = nullptr;          // neighbour below in the same segment
+  Block* next = nullptr;          // neighbour above in the same segment
+  Segment* segment = nullptr;     // owner
+  std::uint64_t last_used = 0;    // allocator tick of its last free (age for GC and page release)
+  std::vector<StreamId>* uses = nullptr;  // streams from record_stream (other than its own), rarely set
+  int pending_events = 0;         // events still to complete before a freed block is reusable
+  bool allocated = false;         // handed to the user
+  bool mapped = true;             // backed by the source (false only inside expandable segments)
+  bool busy = false;              // taken out of the free sets while a source call works on it
+  bool counted_split = false;     // counted in inactive_split when it entered the free set
+  bool planned = false;           // served from the plan's arena (planned mode)
+  std::uint32_t plan_epoch = 0;   // planned mode: iteration the block was allocated in (0 = none)
+  std::uint32_t plan_index = 0;   // planned mode: position in that iteration's sequence
+};
+
+struct BlockBySize {
+  bool operator()(const Block* a, const Block* b) const {
+    return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+  }
+};
+using FreeSet = std::set<Block*, BlockBySize, NodePoolAllocator<Block*>>;
+
+// A whole segment from allocate(), or an expandable virtual range whose pages are mapped on demand.
+struct Segment {
+  std::uintptr_t base = 0;        // first byte
+  std::size_t size = 0;           // bytes (virtual range size when expandable)
+  std::size_t mapped_bytes = 0;   // bytes backed now (== size for whole segments)
+  Pool* pool = nullptr;           // owner
+  Block* head = nullptr;          // lowest block
+  bool expandable = false;        // reserve/map segment
+  bool arena = false;             // planned mode's arena (blocks live outside the block list)
+};
+
+// Free blocks of one stream and size class (small <= small_size, large above).
+struct Pool {
+  Pool(StreamId stream, bool small, NodePool* nodes)
+      : stream(stream), small(small), free(BlockBySize{}, NodePoolAllocator<Block*>(nodes)) {}
+  StreamId stream;                        // blocks here are used on this stream
+  bool small;                             // small or large pool
+  FreeSet free;                           // mapped free blocks, best fit = lower_bound(size)
+  Segment* expandable = nullptr;          // the pool's one growing virtual range, if any
+  std::vector<Segment*> segments;         // whole segments of this pool
+};
+
+// A freed block waiting for events recorded on the streams that used it.
+struct PendingFree {
+  Block* block;                           // the block (allocated == false, still not reusable)
+  std::vector<EventHandle> events;        // recorded at free time, one per other stream
+};
+
+struct PlanImpl;  // planner.cpp
+
+struct CachingAllocator::Impl {
+  Impl(std::shared_ptr<MemorySource> src, AllocatorConfig cfg, std::shared_ptr<StreamModel> streams);
+  ~Impl();
+
+  // --- configuration and collaborators ---
+  std::shared_ptr<MemorySource> source;
+  AllocatorConfig config;
+  std::shared_ptr<StreamModel> streams;
+  std::size_t page = 0;                  // source granularity
+  std::size_t cap = 0;                   // reserved bytes at most (0 = none)
+  bool expandable = false;               // use reserve/map
+  int device = -1;                       // for events
+
+  // --- state, all under mu ---
+  mutable std::mutex mu;
+  NodePool nodes;                        // set nodes for every FreeSet
+  std::vector<std::unique_ptr<Pool>> pools;
+  std::vector<std::unique_ptr<Segment>> segments;
+  PtrMap<Block*> live;                   // allocated blocks by address
+  std::vector<Block*> block_free_list;   // recycled Block objects
+  std::vector<PendingFree> pending;      // frees waiting for events
+  std::vector<EventHandle> event_pool;   // recorded-and-completed events to reuse
+  DeviceStats stats;
+  std::uint64_t tick = 0;                // operations so far (ages)
+  std::int64_t allocated_high_water = 0; // largest allocated bytes ever (never reset; page budget)
+  std::unique_ptr<PlanImpl> plan;        // planned mode state
+  std::vector<Observer*> observers;
+  std::atomic<bool> has_observers{false};
+
+  // --- helpers (caching_allocator.cpp) ---
+  std::size_t round_size(std::size_t bytes) const;
+  Pool* pool_for(StreamId stream, bool small);
+  Block* new_block();
+  void delete_block(Block* b);
+  void free_insert(Block* b);
+  void free_erase(Block* b);
+  Block* find_free(Pool* pool, std::size_t size);
+  Block* take(Block* b, std::size_t size, std::size_t requested);
+  void free_block(Block* b);
+  Block* merge_free(Block* b);
+  void process_events_locked();
+  void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream);
+  void count_backed(std::int64_t delta);
+
+  // --- growth and release (growth.cpp); called without mu held, they lock it themselves ---
+  Block* grow(Pool* pool, std::size_t size, std::size_t requested);
+  Block* grow_expandable(Pool* pool, std::size_t size, std::size_t requested);
+  Block* grow_whole(Pool* pool, std::size_t size, std::size_t requested);
+  // Gives back free memory until at most `target` bytes stay reserved (0 = everything free), oldest
+  // first, skipping blocks younger than min_age ticks. Returns bytes given back.
+  std::size_t release_free(std::size_t target, std::uint64_t min_age, bool count_gc);
+  Segment* ensure_expandable(Pool* pool);
+  void release_everything();
+  // Page release in three steps so no source call runs under mu: pick (locked) marks pieces busy,
+  // run (unlocked) calls the source, finish (locked) folds the result in.
+  struct Releases {
+    std::vector<Block*> pieces;     // page-aligned pieces of free expandable blocks to unmap
+    std::vector<Segment*> whole;    // free whole segments to deallocate
+    std::size_t bytes = 0;          // total bytes they give back
+  };
+  void pick_releases(std::size_t want, std::uint64_t min_age, Releases& out);
+  void run_releases(Releases& r);
+  void finish_releases(Releases& r, bool count_gc);
+  void unpick_releases(Releases& r);
+  void restore_window(std::vector<Block*>& window);
+  std::size_t largest_free_locked() const;
+
+  // --- planned mode (planner.cpp); called with mu held ---
+  void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream);
+  void plan_record_alloc(Block* b);
+  void plan_record_free(Block* b);
+  bool plan_free(Block* b);
+  // Ends an iteration (step_marker): plans from it if needed and maps the arena. Locks mu itself.
+  void plan_step();
+};
+
+}  // namespace memcomm::alloc

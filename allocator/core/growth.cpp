@@ -1,0 +1,579 @@
+// Growing and shrinking what the allocator holds: the slow path of CachingAllocator.
+//
+// Note [Expandable segments]
+// Each pool reserves one virtual range and maps pages into it on demand. Its blocks tile the range;
+// a block is either mapped (its pages, including pages it shares with neighbours, are backed) or
+// unmapped (page-aligned, free, backed by nothing). Free mapped blocks are in the pool's free set;
+// unmapped ones are found by walking the segment, which happens only on this slow path.
+// When best fit finds nothing, a window for the request is chosen among runs of adjacent free blocks,
+// starting at the start or ending at the end of one of the run's blocks, so that it needs the fewest
+// new bytes mapped, then the fewest map calls, then the smallest run. Its unmapped pieces are mapped
+// (one call per contiguous piece), the window becomes one block and is split as usual. Placing a
+// request across a hole that earlier release left is what lets freed pages come back without
+// fragmentation: the virtual range is the only thing that fragments, and it is plentiful.
+//
+// Note [Lazy page release]
+// Mapped bytes are allowed up to budget = high-water allocated bytes x (1 + release_slack) +
+// release_floor. Growth that would cross it first unmaps free pages elsewhere, oldest first and only as
+// many as needed, taking them from the top of each free block's interior pages. Thus memory sits near
+// live bytes at every peak (what eager release buys) while steady-state iterations, which stay under
+// their own high water, make no source calls at all (what eager release loses). At a segment's end a
+// little more than needed is mapped (map_ahead x reserved, within the budget) so growth takes few calls.
+//
+// Note [Garbage collection]
+// The cap (config.capacity or the source's) bounds reserved bytes; growth that would cross it gives
+// back free pages/segments first. With gc_threshold set, growth that would take reserved bytes above
+// gc_threshold x cap first gives back free memory unused for gc_min_age operations. If growth still
+// fails, grow() waits for pending events, gives back everything free and retries once.
+
+#include <algorithm>
+#include <string>
+
+#include "allocator_impl.hpp"
+
+namespace memcomm::alloc {
+
+std::string format_oom(std::size_t size, std::size_t requested, const MemorySource& src, std::size_t cap,
+                       std::uint64_t reserved, std::uint64_t allocated, std::uint64_t largest_free);
+
+namespace {
+
+std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
+std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
+
+bool is_free(const Block* b) { return !b->allocated && !b->busy && b->pending_events == 0 && !b->planned; }
+
+}  // namespace
+
+std::size_t CachingAllocator::Impl::largest_free_locked() const {
+  std::size_t best = 0;
+  for (auto& p : pools)
+    if (!p->free.empty()) best = std::max(best, (*p->free.rbegin())->size);
+  return best;
+}
+
+Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t requested) {
+  if (config.gc_threshold > 0 && cap > 0) {
+    const auto limit = std::size_t(config.gc_threshold * double(cap));
+    std::size_t reserved;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      reserved = std::size_t(stats.reserved_bytes.current);
+    }
+    if (reserved + size > limit) release_free(limit > size ? limit - size : 0, config.gc_min_age, true);
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Block* b = expandable ? grow_expandable(pool, size, requested) : grow_whole(pool, size, requested);
+    if (b) return b;
+    if (attempt == 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!pending.empty()) {
+          for (PendingFree& p : pending)
+            for (EventHandle e : p.events) streams->synchronize_event(e);
+          stats.num_sync_all_streams++;
+          process_events_locked();
+        }
+        stats.num_alloc_retries++;
+      }
+      release_free(0, 0, false);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  stats.num_ooms++;
+  emit(EventKind::oom, 0, size, requested, pool->stream);
+  const auto reserved = std::uint64_t(stats.reserved_bytes.current);
+  const auto allocated = std::uint64_t(stats.allocated_bytes.current);
+  const std::uint64_t largest = largest_free_locked();
+  throw OutOfMemory(format_oom(size, requested, *source, cap, reserved, allocated, largest), requested, reserved,
+                    allocated, largest, reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0);
+}
+
+Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (pool->expandable) return pool->expandable;
+  }
+  std::size_t vsize = config.virtual_size;
+  if (vsize == 0) vsize = cap ? 2 * cap : std::size_t(1) << 40;
+  vsize = page_up(vsize, page);
+  void* base = source->reserve(vsize);
+  std::lock_guard<std::mutex> lock(mu);
+  if (pool->expandable) {  // another thread won the race
+    source->release(base, vsize);
+    return pool->expandable;
+  }
+  auto seg = std::make_unique<Segment>();
+  seg->base = reinterpret_cast<std::uintptr_t>(base);
+  seg->size = vsize;
+  seg->pool = pool;
+  seg->expandable = true;
+  Block* b = new_block();
+  b->addr = seg->base;
+  b->size = vsize;
+  b->segment = seg.get();
+  b->mapped = false;
+  seg->head = b;
+  pool->expandable = seg.get();
+  segments.push_back(std::move(seg));
+  stats.segment.increase(1);
+  emit(EventKind::segment_alloc, reinterpret_cast<std::uintptr_t>(base), vsize, 0, pool->stream);
+  return pool->expandable;
+}
+
+namespace {
+
+// A candidate placement inside a run of free blocks.
+struct Window {
+  std::uintptr_t start = 0;       // first byte of the request
+  std::size_t need = 0;           // bytes to map
+  std::size_t pieces = 0;         // map calls
+  std::size_t run = 0;            // run size (best fit among runs)
+  Block* first = nullptr;         // first block overlapping the window
+  bool valid = false;
+  bool better_than(const Window& o) const {
+    if (!o.valid) return true;
+    if (need != o.need) return need < o.need;
+    if (pieces != o.pieces) return pieces < o.pieces;
+    if (run != o.run) return run < o.run;
+    return start < o.start;
+  }
+};
+
+}  // namespace
+
+Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std::size_t requested) {
+  Segment* seg = ensure_expandable(pool);
+  std::vector<Block*> window;       // blocks making up the window, address order
+  std::vector<Block*> to_map;       // unmapped blocks among them
+  Releases rel;
+  std::uintptr_t start = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (Block* b = find_free(pool, size)) {
+      free_erase(b);
+      return take(b, size, requested);
+    }
+    // Choose the window (Note [Expandable segments]).
+    Window best;
+    for (Block* b = seg->head; b;) {
+      if (!is_free(b)) {
+        b = b->next;
+        continue;
+      }
+      Block* run_first = b;
+      std::size_t run = 0;
+      Block* run_last = b;
+      for (Block* x = b; x && is_free(x); x = x->next) {
+        run += x->size;
+        run_last = x;
+      }
+      const std::uintptr_t run_start = run_first->addr, run_end = run_last->addr + run_last->size;
+      if (run >= size) {
+        auto evaluate = [&](std::uintptr_t w) {
+          Window c;
+          c.start = w;
+          c.run = run;
+          c.valid = true;
+          for (Block* x = run_first; x != run_last->next; x = x->next) {
+            const std::uintptr_t lo = std::max(x->addr, w), hi = std::min(x->addr + x->size, w + size);
+            if (lo >= hi) continue;
+            if (!c.first) c.first = x;
+            if (!x->mapped) {
+              c.need += page_up(hi, page) - page_down(lo, page);
+              c.pieces++;
+            }
+          }
+          if (c.better_than(best)) best = c;
+        };
+        for (Block* x = run_first; x != run_last->next; x = x->next) {
+          if (x->addr + size <= run_end) evaluate(x->addr);
+          const std::uintptr_t end = x->addr + x->size;
+          if (end >= run_start + size) evaluate(end - size);
+        }
+      }
+      b = run_last->next;
+    }
+    if (!best.valid) return nullptr;  // the virtual range is exhausted
+    start = best.start;
+    const std::uintptr_t end = start + size;
+    // Collect the window, cutting unmapped blocks at page boundaries so only needed pages get mapped.
+    for (Block* x = best.first; x && x->addr < end; x = x->next) {
+      if (!x->mapped) {
+        const std::uintptr_t lo = page_down(std::max(x->addr, start), page);
+        if (lo > x->addr) {  // keep [x->addr, lo) unmapped outside the window
+          Block* r = new_block();
+          r->addr = lo;
+          r->size = x->addr + x->size - lo;
+          r->segment = seg;
+          r->mapped = false;
+          r->prev = x;
+          r->next = x->next;
+          if (x->next) x->next->prev = r;
+          x->next = r;
+          x->size = lo - x->addr;
+          continue;  // r is visited next
+        }
+        std::uintptr_t hi = page_up(std::min(x->addr + x->size, end), page);
+        if (hi < x->addr + x->size && x->next == nullptr) {
+          // Map ahead at the segment's end, within the page budget.
+          const double budget_d = double(std::max<std::int64_t>(allocated_high_water,
+                                                                 stats.allocated_bytes.current + std::int64_t(size))) *
+                                      (1.0 + config.release_slack) +
+                                  double(config.release_floor);
+          const double room = budget_d - double(stats.reserved_bytes.current) - double(best.need);
+          std::size_t ahead = page_up(std::size_t(config.map_ahead * double(stats.reserved_bytes.current)), page);
+          if (room < double(ahead)) ahead = room > 0 ? page_down(std::size_t(room), page) : 0;
+          hi = std::min(hi + ahead, x->addr + x->size);
+        }
+        if (hi < x->addr + x->size) {
+          Block* r = new_block();
+          r->addr = hi;
+          r->size = x->addr + x->size - hi;
+          r->segment = seg;
+          r->mapped = false;
+          r->prev = x;
+          r->next = x->next;
+          if (x->next) x->next->prev = r;
+          x->next = r;
+          x->size = hi - x->addr;
+        }
+        to_map.push_back(x);
+      } else {
+        free_erase(x);
+      }
+      x->busy = true;
+      window.push_back(x);
+    }
+    std::size_t need = 0;
+    for (Block* x : to_map) need += x->size;
+    // Keep reserved bytes within the page budget and the cap (Note [Lazy page release]).
+    const std::int64_t hw = std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
+    const auto budget = std::size_t(double(hw) * (1.0 + config.release_slack)) + config.release_floor;
+    const auto reserved = std::size_t(stats.reserved_bytes.current);
+    std::size_t limit = budget;
+    if (cap) limit = std::min(limit, cap);
+    if (reserved + need > limit) pick_releases(reserved + need - limit, 0, rel);
+    if (cap && reserved + need - rel.bytes > cap) {
+      // Cannot fit even after giving back what is free: undo and let grow() retry or fail.
+      unpick_releases(rel);
+      restore_window(window);
+      return nullptr;
+    }
+  }
+  // Source calls without the lock.
+  run_releases(rel);
+  std::size_t mapped_ok = 0;
+  bool failed = false;
+  for (Block* x : to_map) {
+    bool ok = false;
+    try {
+      ok = source->map(reinterpret_cast<void*>(x->addr), x->size);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      finish_releases(rel, false);
+      for (std::size_t i = 0; i < mapped_ok; ++i) {
+        Block* y = to_map[i];
+        y->mapped = true;
+        seg->mapped_bytes += y->size;
+        count_backed(std::int64_t(y->size));
+        stats.num_device_map++;
+      }
+      restore_window(window);
+      throw;
+    }
+    if (!ok) {
+      failed = true;
+      break;
+    }
+    ++mapped_ok;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  finish_releases(rel, false);
+  for (std::size_t i = 0; i < mapped_ok; ++i) {
+    Block* x = to_map[i];
+    x->mapped = true;
+    seg->mapped_bytes += x->size;
+    count_backed(std::int64_t(x->size));
+    stats.num_device_map++;
+    emit(EventKind::segment_map, x->addr, x->size, 0, pool->stream);
+  }
+  if (failed) {
+    restore_window(window);
+    return nullptr;
+  }
+  // Fold the window into one mapped block and carve the request from it.
+  Block* m = window.front();
+  for (std::size_t i = 1; i < window.size(); ++i) {
+    Block* n = window[i];
+    m->size += n->size;
+    m->next = n->next;
+    if (n->next) n->next->prev = m;
+    delete_block(n);
+  }
+  m->busy = false;
+  m->mapped = true;
+  if (start > m->addr) {
+    Block* r = new_block();
+    r->addr = start;
+    r->size = m->addr + m->size - start;
+    r->segment = seg;
+    r->mapped = true;
+    r->prev = m;
+    r->next = m->next;
+    if (m->next) m->next->prev = r;
+    m->next = r;
+    m->size = start - m->addr;
+    r->busy = true;  // keeps the prefix from merging back into it
+    free_insert(merge_free(m));
+    r->busy = false;
+    m = r;
+  }
+  return take(m, size, requested);
+}
+
+Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::size_t requested) {
+  std::size_t seg_size;
+  Releases rel;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (Block* b = find_free(pool, size)) {
+      free_erase(b);
+      return take(b, size, requested);
+    }
+    if (pool->small) seg_size = config.small_segment;
+    else if (size < (10u << 20)) seg_size = config.medium_segment;
+    else seg_size = page_up(size, config.large_round);
+    seg_size = page_up(std::max(seg_size, size), page);
+    const auto reserved = std::size_t(stats.reserved_bytes.current);
+    if (cap && reserved + seg_size > cap) {
+      pick_releases(reserved + seg_size - cap, 0, rel);
+      if (reserved + seg_size - rel.bytes > cap) {
+        for (Segment* s : rel.whole) s->head->busy = false;
+        return nullptr;
+      }
+    }
+  }
+  run_releases(rel);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    finish_releases(rel, false);
+  }
+  void* p = source->allocate(seg_size);
+  if (!p) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  auto seg = std::make_unique<Segment>();
+  seg->base = reinterpret_cast<std::uintptr_t>(p);
+  seg->size = seg_size;
+  seg->mapped_bytes = seg_size;
+  seg->pool = pool;
+  Block* b = new_block();
+  b->addr = seg->base;
+  b->size = seg_size;
+  b->segment = seg.get();
+  b->last_used = tick;
+  seg->head = b;
+  pool->segments.push_back(seg.get());
+  segments.push_back(std::move(seg));
+  stats.segment.increase(1);
+  if (seg_size >= config.max_split_size) stats.oversize_segments.increase(1);
+  count_backed(std::int64_t(seg_size));
+  stats.num_device_alloc++;
+  emit(EventKind::segment_alloc, b->addr, seg_size, 0, pool->stream);
+  return take(b, size, requested);
+}
+
+// Picks free memory worth at least `want` bytes (or all of it when want == 0), oldest first.
+void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_age, Releases& out) {
+  struct Cand {
+    Block* block;           // free block (whole segment or expandable piece source)
+    std::uint64_t last_used;
+  };
+  std::vector<Cand> cands;
+  for (auto& seg : segments) {
+    if (seg->arena) continue;
+    if (seg->expandable) {
+      for (Block* b = seg->head; b; b = b->next)
+        if (b->mapped && is_free(b) && tick - b->last_used >= min_age &&
+            page_down(b->addr + b->size, page) > page_up(b->addr, page))
+          cands.push_back({b, b->last_used});
+    } else if (!seg->head->next && is_free(seg->head) && tick - seg->head->last_used >= min_age) {
+      cands.push_back({seg->head, seg->head->last_used});
+    }
+  }
+  std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    return a.last_used != b.last_used ? a.last_used < b.last_used : a.block->addr < b.block->addr;
+  });
+  for (const Cand& c : cands) {
+    if (want != 0 && out.bytes >= want) break;
+    Block* b = c.block;
+    Segment* seg = b->segment;
+    if (!seg->expandable) {
+      free_erase(b);
+      b->busy = true;
+      out.whole.push_back(seg);
+      out.bytes += seg->size;
+      continue;
+    }
+    // Interior pages only; take from the top, and only as many as still wanted.
+    const std::uintptr_t lo_full = page_up(b->addr, page), hi = page_down(b->addr + b->size, page);
+    std::uintptr_t lo = lo_full;
+    if (want != 0 && hi - lo > want - out.bytes) lo = hi - page_up(want - out.bytes, page);
+    free_erase(b);
+    Block* piece = b;
+    if (lo > b->addr) {  // keep [addr, lo) mapped and free
+      Block* r = new_block();
+      r->addr = lo;
+      r->size = b->addr + b->size - lo;
+      r->segment = seg;
+      r->mapped = true;
+      r->last_used = b->last_used;
+      r->prev = b;
+      r->next = b->next;
+      if (b->next) b->next->prev = r;
+      b->next = r;
+      b->size = lo - b->addr;
+      free_insert(b);
+      piece = r;
+    }
+    if (piece->addr + piece->size > hi) {  // keep [hi, end) mapped and free
+      Block* r = new_block();
+      r->addr = hi;
+      r->size = piece->addr + piece->size - hi;
+      r->segment = seg;
+      r->mapped = true;
+      r->last_used = piece->last_used;
+      r->prev = piece;
+      r->next = piece->next;
+      if (piece->next) piece->next->prev = r;
+      piece->next = r;
+      piece->size = hi - piece->addr;
+      free_insert(r);
+    }
+    piece->busy = true;
+    out.pieces.push_back(piece);
+    out.bytes += piece->size;
+  }
+}
+
+void CachingAllocator::Impl::unpick_releases(Releases& r) {
+  for (Block* b : r.pieces) {
+    b->busy = false;
+    free_insert(merge_free(b));
+  }
+  for (Segment* s : r.whole) {
+    s->head->busy = false;
+    free_insert(s->head);
+  }
+  r = Releases{};
+}
+
+// Puts the blocks of an abandoned window back: un-busied, merged with free neighbours of the same
+// mapped state, mapped ones into their free set.
+void CachingAllocator::Impl::restore_window(std::vector<Block*>& window) {
+  if (window.empty()) return;
+  Segment* seg = window.front()->segment;
+  const std::uintptr_t end = window.back()->addr + window.back()->size;
+  Block* x = window.front()->prev ? window.front()->prev : seg->head;
+  for (Block* w : window) w->busy = false;
+  window.clear();
+  while (x && x->addr < end) {
+    if (is_free(x)) {
+      if (x->mapped && x->segment->pool->free.count(x)) free_erase(x);
+      x = merge_free(x);
+      if (x->mapped) free_insert(x);
+    }
+    x = x->next;
+  }
+}
+
+void CachingAllocator::Impl::run_releases(Releases& r) {
+  for (Block* b : r.pieces) source->unmap(reinterpret_cast<void*>(b->addr), b->size);
+  for (Segment* s : r.whole) source->deallocate(reinterpret_cast<void*>(s->base), s->size);
+}
+
+void CachingAllocator::Impl::finish_releases(Releases& r, bool count_gc) {
+  for (Block* b : r.pieces) {
+    Segment* seg = b->segment;
+    b->busy = false;
+    b->mapped = false;
+    seg->mapped_bytes -= b->size;
+    count_backed(-std::int64_t(b->size));
+    stats.num_device_unmap++;
+    if (count_gc) stats.num_gc_releases++;
+    emit(EventKind::segment_unmap, b->addr, b->size, 0, seg->pool->stream);
+    merge_free(b);
+  }
+  for (Segment* s : r.whole) {
+    Pool* pool = s->pool;
+    pool->segments.erase(std::find(pool->segments.begin(), pool->segments.end(), s));
+    delete_block(s->head);
+    stats.segment.decrease(1);
+    if (s->size >= config.max_split_size) stats.oversize_segments.decrease(1);
+    count_backed(-std::int64_t(s->size));
+    stats.num_device_free++;
+    if (count_gc) stats.num_gc_releases++;
+    emit(EventKind::segment_free, s->base, s->size, 0, pool->stream);
+    segments.erase(std::find_if(segments.begin(), segments.end(), [s](auto& p) { return p.get() == s; }));
+  }
+  r = Releases{};
+}
+
+std::size_t CachingAllocator::Impl::release_free(std::size_t target, std::uint64_t min_age, bool count_gc) {
+  Releases rel;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto reserved = std::size_t(stats.reserved_bytes.current);
+    if (target != 0 && reserved <= target) return 0;
+    pick_releases(target == 0 ? 0 : reserved - target, min_age, rel);
+  }
+  const std::size_t bytes = rel.bytes;
+  run_releases(rel);
+  std::lock_guard<std::mutex> lock(mu);
+  finish_releases(rel, count_gc);
+  return bytes;
+}
+
+// Destruction: every mapped page and every segment goes back, live blocks included.
+void CachingAllocator::Impl::release_everything() {
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& seg : segments) {
+    if (seg->arena) {
+      if (seg->mapped_bytes) source->unmap(reinterpret_cast<void*>(seg->base), seg->mapped_bytes);
+      source->release(reinterpret_cast<void*>(seg->base), seg->size);
+    } else if (seg->expandable) {
+      // Unmap mapped page runs (the union of mapped blocks' pages), then release the range.
+      std::uintptr_t run_lo = 0, run_hi = 0;
+      for (Block* b = seg->head; b; b = b->next) {
+        if (!b->mapped) continue;
+        const std::uintptr_t lo = page_down(b->addr, page), hi = page_up(b->addr + b->size, page);
+        if (run_hi != 0 && lo <= run_hi) {
+          run_hi = std::max(run_hi, hi);
+          continue;
+        }
+        if (run_hi != 0) source->unmap(reinterpret_cast<void*>(run_lo), run_hi - run_lo);
+        run_lo = lo;
+        run_hi = hi;
+      }
+      if (run_hi != 0) source->unmap(reinterpret_cast<void*>(run_lo), run_hi - run_lo);
+      source->release(reinterpret_cast<void*>(seg->base), seg->size);
+    } else {
+      source->deallocate(reinterpret_cast<void*>(seg->base), seg->size);
+    }
+    for (Block* b = seg->head; b;) {
+      Block* n = b->next;
+      delete b->uses;
+      delete b;
+      b = n;
+    }
+    seg->head = nullptr;
+  }
+  segments.clear();
+  live.for_each([](std::uintptr_t, Block* b) {
+    if (b->planned) delete b;
+  });
+  live.clear();
+  for (auto& p : pools) p->free.clear();
+}
+
+}  // namespace memcomm::alloc

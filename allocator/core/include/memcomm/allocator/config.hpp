@@ -1,0 +1,49 @@
+// Policy knobs of the caching allocator. Defaults are what memcomm runs with.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+namespace memcomm::alloc {
+
+struct AllocatorConfig {
+  // --- rounding and pools (Note [Pools and size classes]) ---
+  std::size_t min_block = 512;             // every size is rounded up to a multiple of this (>= 64, power of 2)
+  std::size_t small_size = 1u << 20;       // requests <= this go to the small pool
+  std::size_t small_segment = 2u << 20;    // whole-segment sources: small pool segment size
+  std::size_t medium_segment = 20u << 20;  // whole-segment sources: segment for requests < 10 MiB
+  std::size_t large_round = 2u << 20;      // whole-segment sources: larger segments round up to this
+  // A free block is split only when the remainder is at least this (small pool: min_block).
+  // Bounds internal waste per block to below this figure.
+  std::size_t min_large_split = 1u << 20;
+  // Blocks at or above this are never split, and oversize requests take a cached block only if it
+  // wastes less than max_oversize_waste (PyTorch's max_split_size_mb rule). Default: no oversize class.
+  std::size_t max_split_size = std::numeric_limits<std::size_t>::max();
+  std::size_t max_oversize_waste = 20u << 20;
+
+  // --- expandable segments (Note [Expandable segments]) ---
+  bool expandable_segments = true;         // use reserve/map when the source can; off = whole segments
+  std::size_t virtual_size = 0;            // bytes reserved per expandable segment; 0 = 2 x capacity (or 1 TiB)
+  // Lazy page release (Note [Lazy page release]): mapped bytes are held to
+  //   budget = peak allocated bytes x (1 + release_slack) + release_floor;
+  // free pages are given back only when mapping more would cross the budget, oldest first.
+  double release_slack = 0.02;
+  std::size_t release_floor = 8u << 20;
+  // When mapping, map at least this fraction of the mapped bytes (rounded to pages) so growth takes few calls.
+  double map_ahead = 0.02;
+
+  // --- memory cap and garbage collection (Note [Garbage collection]) ---
+  std::size_t capacity = 0;                // bytes reserved at most; 0 = the source's capacity (or none)
+  // When reserved bytes exceed gc_threshold x capacity, free blocks unused for gc_min_age allocations
+  // are given back, oldest first, until below the threshold. 0 disables GC.
+  double gc_threshold = 0.0;
+  std::uint64_t gc_min_age = 1000;         // age in allocator operations
+
+  // --- planned mode (Note [Planned mode]) ---
+  bool planned = false;                    // learn iterations and serve them from a plan (needs a source that maps)
+  bool detect_repetition = true;           // also find iterations without step_marker() calls
+  std::size_t min_plan_allocs = 4;         // shorter iterations are not planned
+};
+
+}  // namespace memcomm::alloc

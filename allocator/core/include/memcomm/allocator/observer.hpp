@@ -1,0 +1,45 @@
+// Observers: every allocator event, for profilers and tests (see Note [Observers] in caching_allocator.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "memcomm/allocator/stream.hpp"
+
+namespace memcomm::alloc {
+
+// The same names as PyTorch's memory snapshot trace entries.
+enum class EventKind : std::uint8_t {
+  alloc = 0,            // a block was handed to the user
+  free_requested = 1,   // the user freed a block (it may wait for stream events before reuse)
+  free_completed = 2,   // the block is back in the free sets
+  segment_alloc = 3,    // a whole segment came from the source (allocate) or a virtual range was reserved
+  segment_free = 4,     // a whole segment went back to the source, or a virtual range was released
+  segment_map = 5,      // pages were mapped into an expandable segment
+  segment_unmap = 6,    // pages were unmapped from an expandable segment
+  oom = 7,              // an allocation failed; size = requested bytes, address = 0
+};
+
+const char* to_string(EventKind kind);
+
+// One event; packed to 48 bytes so a profiler can copy it into a ring buffer as is.
+struct AllocEvent {
+  std::uint64_t time_ns;     // steady_clock (monotonic) nanoseconds
+  std::uint64_t address;     // block, segment or mapped range start (0 for oom)
+  std::uint64_t size;        // block size after rounding, segment size, or mapped range size
+  std::uint64_t requested;   // bytes the user asked for (0 for segment events)
+  StreamId stream;           // stream the block or segment belongs to
+  std::int32_t device;       // source's device (-1 = host)
+  EventKind kind;            // what happened
+  std::uint8_t reserved[3];  // zero; room for flags in a later protocol version
+};
+static_assert(sizeof(AllocEvent) == 48, "AllocEvent is part of the trace protocol; keep it 48 bytes");
+
+// Receives events. Called synchronously, possibly from any allocating thread and possibly while the
+// allocator's lock is held: on_event must be fast, must not throw, and must not call the allocator.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_event(const AllocEvent& event) noexcept = 0;
+};
+
+}  // namespace memcomm::alloc

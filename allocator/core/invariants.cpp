@@ -1,0 +1,154 @@
+// snapshot() and check_invariants(): the allocator's state laid out for tests and tools.
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "allocator_impl.hpp"
+#include "planner.hpp"
+
+namespace memcomm::alloc {
+
+std::vector<SegmentInfo> CachingAllocator::snapshot() const {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  std::vector<SegmentInfo> out;
+  for (auto& seg : m.segments) {
+    SegmentInfo s;
+    s.base = seg->base;
+    s.size = seg->size;
+    s.mapped_bytes = seg->mapped_bytes;
+    s.stream = seg->pool->stream;
+    s.expandable = seg->expandable;
+    s.small_pool = seg->pool->small;
+    s.planned = seg->arena;
+    for (Block* b = seg->head; b; b = b->next)
+      s.blocks.push_back({b->addr, b->size, b->requested, b->allocated, b->pending_events > 0, b->mapped});
+    out.push_back(std::move(s));
+  }
+  if (m.plan && m.plan->arena) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const SegmentInfo& s) { return s.planned; });
+    m.live.for_each([&](std::uintptr_t, Block* b) {
+      if (b->planned) it->blocks.push_back({b->addr, b->size, b->requested, true, false, true});
+    });
+    for (const PendingFree& p : m.pending)
+      if (p.block->planned) it->blocks.push_back({p.block->addr, p.block->size, 0, false, true, true});
+    std::sort(it->blocks.begin(), it->blocks.end(),
+              [](const BlockInfo& a, const BlockInfo& b) { return a.address < b.address; });
+  }
+  return out;
+}
+
+void CachingAllocator::check_invariants() const {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto fail = [](const std::string& what) { throw std::logic_error("allocator invariant broken: " + what); };
+  const std::size_t page = m.page;
+  std::int64_t allocated = 0, requested = 0, active = 0, reserved = 0, n_alloc = 0, n_split = 0, split_bytes = 0;
+  std::size_t free_in_sets = 0, live_blocks = 0;
+  std::map<std::uintptr_t, std::uintptr_t> ranges;  // every segment, to check they do not overlap
+  for (auto& seg : m.segments) {
+    if (!ranges.emplace(seg->base, seg->base + seg->size).second) fail("two segments share a base");
+    reserved += std::int64_t(seg->mapped_bytes);
+    if (seg->arena) continue;  // planned blocks are checked below
+    if (!seg->head || seg->head->addr != seg->base) fail("segment's first block is not at its base");
+    std::uintptr_t expect = seg->base;
+    std::size_t mapped_pages_bytes = 0;
+    std::uintptr_t last_page_end = 0;
+    for (Block* b = seg->head; b; b = b->next) {
+      if (b->addr != expect) fail("blocks do not tile their segment (gap or overlap)");
+      if (b->size == 0 || b->size % m.config.min_block) fail("block size is not a positive multiple of min_block");
+      if (b->segment != seg.get()) fail("block points at the wrong segment");
+      if (b->next && b->next->prev != b) fail("broken block links");
+      if (b->busy) fail("a busy block outside a source call");
+      expect = b->addr + b->size;
+      const bool in_set = seg->pool->free.count(b) != 0;
+      if (!b->mapped) {
+        if (!seg->expandable) fail("unmapped block in a whole segment");
+        if (b->allocated || b->pending_events) fail("unmapped block in use");
+        if (b->addr % page || b->size % page) fail("unmapped block not page-aligned");
+        if (in_set) fail("unmapped block in a free set");
+        if (b->next && !b->next->mapped) fail("two adjacent unmapped blocks not merged");
+        continue;
+      }
+      // Pages this mapped block touches, counted once where neighbours share them.
+      std::uintptr_t lo = b->addr / page * page, hi = (b->addr + b->size + page - 1) / page * page;
+      if (lo < last_page_end) lo = last_page_end;
+      if (hi > lo) mapped_pages_bytes += hi - lo;
+      last_page_end = std::max(last_page_end, hi);
+      if (b->allocated) {
+        Block* const* found = m.live.find(b->addr);
+        if (!found || *found != b) fail("allocated block missing from the live table");
+        if (b->requested > b->size) fail("requested bytes exceed block size");
+        allocated += std::int64_t(b->size);
+        requested += std::int64_t(b->requested);
+        active += std::int64_t(b->size);
+        ++n_alloc;
+        ++live_blocks;
+        if (in_set) fail("allocated block in a free set");
+      } else if (b->pending_events) {
+        active += std::int64_t(b->size);
+        if (in_set) fail("pending block in a free set");
+      } else {
+        if (!in_set) fail("free mapped block missing from its free set");
+        ++free_in_sets;
+        if (b->next && b->next->mapped && !b->next->allocated && !b->next->pending_events)
+          fail("two adjacent free blocks not merged");
+        if (b->counted_split) {
+          ++n_split;
+          split_bytes += std::int64_t(b->size);
+        }
+      }
+    }
+    if (expect != seg->base + seg->size) fail("blocks do not cover their segment");
+    if (seg->expandable && mapped_pages_bytes != seg->mapped_bytes)
+      fail("mapped pages of blocks (" + std::to_string(mapped_pages_bytes) + ") differ from the segment's mapped bytes (" +
+           std::to_string(seg->mapped_bytes) + ")");
+    if (!seg->expandable && seg->mapped_bytes != seg->size) fail("whole segment not fully backed");
+  }
+  std::uintptr_t prev_end = 0;
+  for (auto& [lo, hi] : ranges) {
+    if (lo < prev_end) fail("segments overlap");
+    prev_end = hi;
+  }
+  if (m.plan) {
+    std::uintptr_t last = 0;
+    std::map<std::uintptr_t, Block*> planned;
+    m.live.for_each([&](std::uintptr_t, Block* b) {
+      if (b->planned) planned.emplace(b->addr, b);
+    });
+    for (const PendingFree& p : m.pending)
+      if (p.block->planned) planned.emplace(p.block->addr, p.block);
+    for (auto& [addr, b] : planned) {
+      if (addr < last) fail("planned blocks overlap");
+      if (addr + b->size > m.plan->arena->base + m.plan->arena->mapped_bytes) fail("planned block outside the mapped arena");
+      last = addr + b->size;
+      active += std::int64_t(b->size);
+      if (b->allocated) {
+        allocated += std::int64_t(b->size);
+        requested += std::int64_t(b->requested);
+        ++n_alloc;
+        ++live_blocks;
+      }
+    }
+    if (planned.size() != m.plan->live.size()) fail("planned arena ranges disagree with planned blocks");
+  }
+  std::size_t set_total = 0;
+  for (auto& p : m.pools) set_total += p->free.size();
+  if (set_total != free_in_sets) fail("free sets hold blocks that are not free blocks of any segment");
+  if (live_blocks != m.live.size())
+    fail("live table holds " + std::to_string(m.live.size()) + " blocks but " + std::to_string(live_blocks) + " are allocated");
+  const DeviceStats& s = m.stats;
+  if (s.allocated_bytes.current != allocated) fail("allocated_bytes disagrees with the blocks");
+  if (s.requested_bytes.current != requested) fail("requested_bytes disagrees with the blocks");
+  if (s.active_bytes.current != active) fail("active_bytes disagrees with the blocks");
+  if (s.allocation.current != n_alloc) fail("allocation count disagrees with the blocks");
+  if (s.reserved_bytes.current != reserved) fail("reserved_bytes disagrees with the segments");
+  if (s.inactive_split.current != n_split || s.inactive_split_bytes.current != split_bytes)
+    fail("inactive_split disagrees with the free blocks");
+  const SourceCounters c = m.source->counters();
+  if (std::int64_t(c.backed_bytes) != reserved) fail("the source backs a different number of bytes than reserved");
+}
+
+}  // namespace memcomm::alloc

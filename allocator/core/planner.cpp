@@ -1,0 +1,215 @@
+// Note [Planned mode]
+// ~~~~~~~~~~~~~~~~~~~
+// Training iterations repeat their allocation sequence. Between two step_marker() calls the allocator
+// records every allocation (rounded size, stream, and the positions of its alloc and free in the
+// iteration's event order). At the marker, if the iteration did not follow the current plan, a new plan
+// is packed from the recording: allocations freed within the iteration get arena offsets such that two
+// allocations alive at the same time never overlap (greedy best fit by decreasing size, the classic
+// heuristic for this NP-hard "dynamic storage allocation" problem; it lands within a few % of peak live on
+// training graphs); the others outlive the iteration and stay on the caching path. The arena is one
+// expandable range mapped once, after lazy release (Note [Lazy page release]) has given back the cached
+// pages the plan makes redundant.
+// Next iterations are served from the arena while the i-th allocation has the planned size and stream and
+// its arena range is not in use (a block freed late, or pending stream events, makes it busy). At the first
+// mismatch the rest of the iteration goes to the caching path -- the plan never fails an allocation -- and
+// the next marker plans again from what actually happened. Plans only use the past (online).
+
+#include <algorithm>
+
+#include "allocator_impl.hpp"
+#include "planner.hpp"
+
+namespace memcomm::alloc {
+
+std::size_t pack_lifetimes(const std::vector<RecordedAlloc>& rec, std::size_t page, std::vector<PlanItem>& out) {
+  out.assign(rec.size(), PlanItem{0, 0, 0, false});
+  if (rec.empty()) return 0;
+  const StreamId stream = rec.front().stream;  // one stream: cross-stream reuse would need events
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < rec.size(); ++i) {
+    out[i].size = rec[i].size;
+    out[i].stream = rec[i].stream;
+    if (rec[i].died != kNever && rec[i].stream == stream) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return rec[a].size != rec[b].size ? rec[a].size > rec[b].size : rec[a].born < rec[b].born;
+  });
+  struct Placed {
+    std::uint64_t born, died;
+    std::size_t lo, hi;
+  };
+  std::vector<Placed> placed;
+  std::vector<std::pair<std::size_t, std::size_t>> busy;
+  std::size_t arena = 0;
+  for (std::size_t i : order) {
+    const RecordedAlloc& r = rec[i];
+    busy.clear();
+    for (const Placed& p : placed)
+      if (p.born < r.died && r.born < p.died) busy.emplace_back(p.lo, p.hi);
+    std::sort(busy.begin(), busy.end());
+    // Best fit among the gaps between ranges in use at the same time; else the lowest free top.
+    std::size_t best = std::size_t(-1), best_gap = std::size_t(-1), cursor = 0;
+    for (auto& [lo, hi] : busy) {
+      if (lo > cursor && lo - cursor >= r.size && lo - cursor < best_gap) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    if (best == std::size_t(-1)) best = cursor;
+    out[i].offset = best;
+    out[i].in_arena = true;
+    placed.push_back({r.born, r.died, best, best + r.size});
+    arena = std::max(arena, best + r.size);
+  }
+  return (arena + page - 1) / page * page;
+}
+
+void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t requested, StreamId stream) {
+  PlanImpl& p = *plan;
+  if (!p.active || p.deviated) return nullptr;
+  auto deviate = [&]() -> void* {
+    p.deviated = true;
+    stats.num_plan_deviations++;
+    return nullptr;
+  };
+  if (p.pos >= p.items.size()) return deviate();
+  const PlanItem& it = p.items[p.pos];
+  if (it.size != size || it.stream != stream) return deviate();
+  if (!it.in_arena) {
+    ++p.pos;
+    return nullptr;
+  }
+  auto next = p.live.lower_bound(it.offset);
+  if (next != p.live.end() && next->first < it.offset + size) return deviate();
+  if (next != p.live.begin() && std::prev(next)->second > it.offset) return deviate();
+  ++p.pos;
+  p.live.emplace(it.offset, it.offset + size);
+  Block* b = new_block();
+  b->addr = p.arena->base + it.offset;
+  b->size = size;
+  b->requested = requested;
+  b->segment = p.arena;
+  b->planned = true;
+  b->allocated = true;
+  live.insert(b->addr, b);
+  p.arena_blocks++;
+  stats.allocation.increase(1);
+  stats.active.increase(1);
+  stats.allocated_bytes.increase(std::int64_t(size));
+  stats.active_bytes.increase(std::int64_t(size));
+  stats.requested_bytes.increase(std::int64_t(requested));
+  stats.num_planned_allocs++;
+  if (stats.allocated_bytes.current > allocated_high_water) allocated_high_water = stats.allocated_bytes.current;
+  emit(EventKind::alloc, b->addr, size, requested, stream);
+  plan_record_alloc(b);
+  return reinterpret_cast<void*>(b->addr);
+}
+
+void CachingAllocator::Impl::plan_record_alloc(Block* b) {
+  PlanImpl& p = *plan;
+  constexpr std::size_t kMaxRecorded = 1u << 20;  // without markers, stop recording rather than grow forever
+  if (p.rec.size() >= kMaxRecorded) return;
+  p.rec.push_back({b->size, b->segment->pool->stream, p.clock++, kNever});
+  b->plan_epoch = p.epoch;
+  b->plan_index = std::uint32_t(p.rec.size() - 1);
+}
+
+void CachingAllocator::Impl::plan_record_free(Block* b) {
+  PlanImpl& p = *plan;
+  if (b->plan_epoch == p.epoch && b->plan_index < p.rec.size()) p.rec[b->plan_index].died = p.clock++;
+}
+
+// A planned block whose events have completed: its arena range is free again.
+bool CachingAllocator::Impl::plan_free(Block* b) {
+  PlanImpl& p = *plan;
+  p.live.erase(b->addr - p.arena->base);
+  p.arena_blocks--;
+  stats.active.decrease(1);
+  stats.active_bytes.decrease(std::int64_t(b->size));
+  emit(EventKind::free_completed, b->addr, b->size, 0, b->segment->pool->stream);
+  delete_block(b);
+  return true;
+}
+
+void CachingAllocator::Impl::plan_step() {
+  std::size_t want = 0;  // arena bytes the new plan needs mapped
+  Segment* arena = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    PlanImpl& p = *plan;
+    const bool followed = p.active && !p.deviated && p.pos == p.items.size();
+    if (!followed && p.rec.size() >= config.min_plan_allocs) {
+      p.pending_arena = pack_lifetimes(p.rec, page, p.pending_items);
+      if (p.pending_arena == 0) p.pending_items.clear();
+    }
+    p.rec.clear();
+    p.clock = 0;
+    p.pos = 0;
+    p.deviated = false;
+    p.epoch++;
+    if (p.pending_items.empty()) return;
+    if (p.arena && p.arena->mapped_bytes >= p.pending_arena) {
+      p.items.swap(p.pending_items);
+      p.pending_items.clear();
+      p.arena_size = p.pending_arena;
+      p.active = true;
+      return;
+    }
+    want = p.pending_arena;
+    arena = p.arena;
+  }
+  // Reserve the arena once, then map what it lacks, after giving back pages the plan makes redundant.
+  if (!arena) {
+    std::size_t vsize = config.virtual_size;
+    if (vsize == 0) vsize = cap ? 2 * cap : std::size_t(1) << 40;
+    vsize = (vsize + page - 1) / page * page;
+    void* base = source->reserve(vsize);
+    std::lock_guard<std::mutex> lock(mu);
+    auto seg = std::make_unique<Segment>();
+    seg->base = reinterpret_cast<std::uintptr_t>(base);
+    seg->size = vsize;
+    seg->pool = pool_for(0, false);
+    seg->expandable = true;
+    seg->arena = true;
+    arena = plan->arena = seg.get();
+    segments.push_back(std::move(seg));
+    stats.segment.increase(1);
+    emit(EventKind::segment_alloc, arena->base, vsize, 0, 0);
+  }
+  std::size_t grow_by;
+  Releases rel;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    grow_by = want - arena->mapped_bytes;
+    const auto budget =
+        std::size_t(double(allocated_high_water) * (1.0 + config.release_slack)) + config.release_floor;
+    const auto reserved = std::size_t(stats.reserved_bytes.current);
+    std::size_t limit = cap ? std::min(cap, budget) : budget;
+    if (reserved + grow_by > limit) pick_releases(reserved + grow_by - limit, 0, rel);
+    if (cap && reserved + grow_by - rel.bytes > cap) {  // the plan does not fit: keep caching
+      unpick_releases(rel);
+      plan->pending_items.clear();
+      return;
+    }
+  }
+  run_releases(rel);
+  const bool ok = source->map(reinterpret_cast<void*>(arena->base + arena->mapped_bytes), grow_by);
+  std::lock_guard<std::mutex> lock(mu);
+  finish_releases(rel, false);
+  PlanImpl& p = *plan;
+  if (!ok) {
+    p.pending_items.clear();
+    return;
+  }
+  emit(EventKind::segment_map, arena->base + arena->mapped_bytes, grow_by, 0, 0);
+  arena->mapped_bytes += grow_by;
+  count_backed(std::int64_t(grow_by));
+  stats.num_device_map++;
+  p.items.swap(p.pending_items);
+  p.pending_items.clear();
+  p.arena_size = p.pending_arena;
+  p.active = true;
+}
+
+}  // namespace memcomm::alloc

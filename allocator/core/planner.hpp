@@ -1,0 +1,60 @@
+// Planned mode's private state (Note [Planned mode] in planner.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "memcomm/allocator/stats.hpp"
+#include "memcomm/allocator/stream.hpp"
+
+namespace memcomm::alloc {
+
+struct Segment;
+
+// One allocation of a recorded iteration.
+struct RecordedAlloc {
+  std::size_t size;        // rounded bytes
+  StreamId stream;         // stream it was made on
+  std::uint64_t born;      // position in the iteration's event sequence
+  std::uint64_t died;      // position of its free; kNever if it outlived the iteration
+};
+
+// What the plan says about the i-th allocation of an iteration.
+struct PlanItem {
+  std::size_t size;        // rounded bytes expected
+  StreamId stream;         // stream expected
+  std::size_t offset;      // offset in the arena
+  bool in_arena;           // false: it outlives the iteration, so the caching path serves it
+};
+
+inline constexpr std::uint64_t kNever = ~std::uint64_t(0);
+
+// Lifetime-aware packing: offsets such that allocations alive at the same time never overlap, by
+// greedy best fit in decreasing size. Returns the arena size. Items with died == kNever get no offset.
+std::size_t pack_lifetimes(const std::vector<RecordedAlloc>& rec, std::size_t page, std::vector<PlanItem>& out);
+
+struct PlanImpl {
+  // --- the iteration being recorded ---
+  std::vector<RecordedAlloc> rec;        // allocations so far, in order
+  std::uint64_t clock = 0;               // events so far in this iteration
+  std::uint32_t epoch = 1;               // iteration number (blocks remember theirs)
+  // --- the plan being followed ---
+  std::vector<PlanItem> items;           // expected sequence
+  std::size_t pos = 0;                   // next expected allocation
+  bool active = false;                   // a plan exists and its arena is mapped
+  bool deviated = false;                 // this iteration left the plan; caching path until the next marker
+  std::size_t arena_size = 0;            // bytes the plan needs
+  std::size_t pending_arena = 0;         // arena size of a plan waiting for its pages
+  std::vector<PlanItem> pending_items;   // that plan
+  Segment* arena = nullptr;              // the arena's expandable range (mapped prefix)
+  std::map<std::size_t, std::size_t> live;  // arena offsets in use: offset -> end
+  std::uint64_t arena_blocks = 0;        // planned blocks alive
+
+  void summarize(MemorySummary& s) const {
+    (void)s;  // arena free space is not part of the caching free sets
+  }
+};
+
+}  // namespace memcomm::alloc

@@ -1,0 +1,60 @@
+// Driving a policy with a device's request sequence, and the figures a replay reports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcomm/replay/policy.hpp"
+#include "memcomm/replay/requests.hpp"
+
+namespace memcomm::replay {
+
+// The pseudo-policy whose figures are what PyTorch itself recorded in the trace (segment events).
+inline constexpr const char* kRecordedPolicy = "recorded";
+
+struct ReplayResult {
+  std::string file;
+  int device = 0;
+  std::string policy;
+  std::uint64_t peak_live = 0;         // largest live requested bytes (the trace's, same for every policy)
+  std::uint64_t peak_reserved = 0;     // the policy's largest reserved bytes
+  std::uint64_t peak_allocated = 0;    // the policy's largest allocated (rounded) bytes
+  std::uint64_t ooms = 0;              // requests refused under the capacity
+  std::uint64_t source_allocs = 0;     // segment allocations + page maps
+  std::uint64_t source_frees = 0;      // segment frees + page unmaps
+  std::uint64_t events = 0;            // trace events of the device
+  std::uint64_t requests = 0;          // requests fed to the policy
+  double seconds = 0;                  // time spent in the policy's replay
+  bool starts_empty = false;           // PyTorch's cache was empty when the trace began
+
+  double reserved_over_live() const { return peak_live ? double(peak_reserved) / double(peak_live) : 0.0; }
+  // F = 1 - peak allocated / peak reserved (allocated = peak_live for `recorded`, which lacks rounding).
+  double fragmentation() const { return peak_reserved ? 1.0 - double(peak_allocated) / double(peak_reserved) : 0.0; }
+};
+
+struct ReplayOptions {
+  bool check = false;                   // verify no overlap and policy invariants while replaying (slow)
+  std::uint64_t check_every = 4096;     // requests between full invariant checks when check is on
+};
+
+// Replays one device's requests through `policy`. Throws std::logic_error when `check` finds a
+// broken invariant (overlapping blocks, a policy's own invariants).
+ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev, Policy& policy,
+                           const ReplayOptions& options = {});
+
+// The `recorded` row: PyTorch's own figures from the trace.
+ReplayResult recorded_result(const TraceRequests& trace, const DeviceRequests& dev);
+
+// Replays every device of `trace` under each named policy ("recorded" included), in that order.
+std::vector<ReplayResult> replay_all(const TraceRequests& trace, const std::vector<std::string>& policies,
+                                     std::uint64_t capacity, const ReplayOptions& options = {});
+
+// Human-readable table and the JSON list (schema in docs of memcomm-replay --help).
+std::string format_table(const std::vector<ReplayResult>& results);
+std::string format_json(const std::vector<ReplayResult>& results);
+
+// "8GiB", "512MiB", "1.5GB", "4096" -> bytes. Throws std::invalid_argument on anything else.
+std::uint64_t parse_size(const std::string& text);
+
+}  // namespace memcomm::replay

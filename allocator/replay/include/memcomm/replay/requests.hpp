@@ -1,0 +1,85 @@
+// The request sequence a replay feeds to an allocator policy, rebuilt from a trace file.
+//
+// Note [Rebuilding requests]: a PyTorch snapshot's trace is a ring buffer, so it often starts in the
+// middle of a run. Per device we therefore:
+//  * turn `alloc` into an allocation and `free_completed` into its free (free_requested only marks
+//    the user's free; the block is reusable once free_completed happens);
+//  * treat a free of an address the trace never allocated as a block that predates the trace: it is
+//    allocated (with the freed event's size) before the first traced request;
+//  * treat an end-state block that is still active, at an address no alloc/free event of the trace
+//    touches, as predating the trace too: allocated up front and never freed;
+//  * skip `oom` (a failed request; PyTorch gave nothing), `snapshot` markers, unknown actions and the
+//    segment_* events, which describe PyTorch's own decisions and only feed the `recorded` figures.
+// Pre-trace blocks are allocated in address order, which is the order a fresh caching allocator
+// would most likely have handed them out.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcomm/snapshot/snapshot.hpp"
+
+namespace memcomm::replay {
+
+struct Request {
+  enum class Op : std::uint8_t {
+    alloc,  // allocate `size` bytes on `stream`; `block` names it for the free
+    free,   // free block `block`
+    step,   // an iteration boundary (step marker) from a trace that records them
+  };
+  std::uint64_t size = 0;   // requested bytes (alloc only)
+  std::int64_t stream = 0;  // stream of the allocation
+  std::uint32_t block = 0;  // dense block id, 0..DeviceRequests::block_count-1
+  Op op = Op::alloc;
+};
+
+// What PyTorch itself did on this device, from segment events and the end state.
+struct RecordedReserved {
+  bool known = false;                  // end-state segments or segment events exist for the device
+  std::uint64_t at_start = 0;          // reserved bytes before the first event (end minus net segment changes)
+  std::uint64_t peak = 0;              // largest reserved bytes during the trace
+  std::uint64_t at_end = 0;            // end-state segment bytes
+  std::uint64_t source_allocs = 0;     // segment_alloc + segment_map events
+  std::uint64_t source_frees = 0;      // segment_free + segment_unmap events
+  bool expandable = false;             // the device used expandable segments
+  bool starts_empty() const { return known && at_start == 0; }
+};
+
+struct DeviceRequests {
+  int device = 0;
+  std::vector<Request> requests;         // pre-trace allocations first, then the trace in order
+  std::uint32_t block_count = 0;         // distinct blocks (ids are 0..block_count-1)
+  std::uint64_t preexisting_blocks = 0;  // blocks that predate the trace (Note [Rebuilding requests])
+  std::uint64_t preexisting_bytes = 0;   // their requested bytes
+  std::uint64_t peak_live = 0;           // largest sum of live requested bytes, pre-trace blocks included
+  std::uint64_t trace_events = 0;        // events of this device in the file (all actions)
+  std::uint64_t trace_ooms = 0;          // `oom` events in the file
+  std::uint64_t anomalies = 0;           // events that contradict each other (alloc over a live address...)
+  RecordedReserved recorded;
+};
+
+struct TraceRequests {
+  std::string file;
+  std::string format;                    // "pytorch-snapshot" (later: "mct")
+  snapshot::AllocatorSettings settings;  // as recorded (defaults when absent)
+  std::vector<DeviceRequests> devices;   // devices with at least one event or end-state segment
+  double load_seconds = 0;               // reading + decoding the file
+};
+
+// Rebuilds every device's request sequence from a decoded snapshot.
+TraceRequests build_requests(const snapshot::Snapshot& snap);
+
+struct LoadProgress {
+  // Called while a large file is decoded: (bytes done, bytes total).
+  void (*callback)(std::uint64_t done, std::uint64_t total, void* user) = nullptr;
+  void* user = nullptr;
+};
+
+// Reads a trace file of any supported format, recognised by its first bytes:
+//  * PyTorch memory snapshot pickle (starts with the PROTO opcode 0x80);
+//  * memcomm's own .mct trace: see Note [Trace formats] in requests.cpp for the seam.
+// Throws snapshot::ReadError (file + byte offset) on bad or unsupported input.
+TraceRequests load_trace(const std::string& path, const LoadProgress& progress = {});
+
+}  // namespace memcomm::replay

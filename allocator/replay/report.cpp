@@ -1,0 +1,102 @@
+// Output of memcomm-replay: the table, the JSON list, and size parsing for --capacity.
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "memcomm/replay/replayer.hpp"
+
+namespace memcomm::replay {
+namespace {
+
+std::string mib(std::uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / double(1u << 20)); }
+
+std::string basename(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+std::string format_table(const std::vector<ReplayResult>& results) {
+  std::size_t file_w = 4, policy_w = 6;
+  for (const auto& r : results) {
+    file_w = std::max(file_w, basename(r.file).size());
+    policy_w = std::max(policy_w, r.policy.size());
+  }
+  std::string out = fmt::format("{:<{}}  {:>3}  {:<{}}  {:>11}  {:>11}  {:>8}  {:>6}  {:>5}  {:>8}  {:>8}  {:>7}  {:>8}  {:>7}\n",
+                                "file", file_w, "dev", "policy", policy_w, "live MiB", "reserv MiB", "res/live", "F", "OOMs",
+                                "src alloc", "src free", "events", "seconds", "Mev/s");
+  for (const auto& r : results) {
+    const bool recorded = r.policy == kRecordedPolicy;
+    out += fmt::format("{:<{}}  {:>3}  {:<{}}  {:>11}  {:>11}  {:>8.3f}  {:>6.3f}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}\n",
+                       basename(r.file), file_w, r.device, r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w,
+                       mib(r.peak_live), mib(r.peak_reserved), r.reserved_over_live(), r.fragmentation(), r.ooms,
+                       r.source_allocs, r.source_frees, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
+                       recorded || r.seconds <= 0 ? "-" : fmt::format("{:.2f}", double(r.events) / r.seconds / 1e6));
+  }
+  out += "live = peak live requested bytes (pre-trace blocks included); F = 1 - peak allocated / peak reserved;\n"
+         "src alloc = segment allocations + page maps; recorded = what PyTorch did in the trace (* = its cache was empty at the start).\n";
+  return out;
+}
+
+std::string format_json(const std::vector<ReplayResult>& results) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& r : results) {
+    list.push_back({
+        {"file", r.file},
+        {"device", r.device},
+        {"policy", r.policy},
+        {"peak_live", r.peak_live},
+        {"peak_reserved", r.peak_reserved},
+        {"peak_allocated", r.peak_allocated},
+        {"reserved_over_live", r.reserved_over_live()},
+        {"fragmentation", r.fragmentation()},
+        {"ooms", r.ooms},
+        {"source_allocs", r.source_allocs},
+        {"source_frees", r.source_frees},
+        {"events", r.events},
+        {"requests", r.requests},
+        {"seconds", r.seconds},
+        {"starts_empty", r.starts_empty},
+    });
+  }
+  return list.dump(2) + "\n";
+}
+
+std::uint64_t parse_size(const std::string& text) {
+  std::size_t k = 0;
+  while (k < text.size() && (std::isdigit(static_cast<unsigned char>(text[k])) || text[k] == '.')) ++k;
+  if (k == 0) throw std::invalid_argument("size '" + text + "' does not start with a number");
+  double number = 0;
+  try {
+    std::size_t used = 0;
+    number = std::stod(text.substr(0, k), &used);
+    if (used != k) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw std::invalid_argument("size '" + text + "' has a malformed number");
+  }
+  std::string unit = text.substr(k);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mult = 0;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kib") mult = 1024.0;
+  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") mult = 1e3;
+  else if (unit == "mb") mult = 1e6;
+  else if (unit == "gb") mult = 1e9;
+  else if (unit == "tb") mult = 1e12;
+  else throw std::invalid_argument("size '" + text + "' has an unknown unit (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  double bytes = number * mult;
+  if (!(bytes >= 1) || bytes > 1.8e19) throw std::invalid_argument("size '" + text + "' is out of range");
+  if (unit.empty() || unit == "b") {
+    if (std::floor(number) != number) throw std::invalid_argument("size '" + text + "': bytes must be a whole number");
+  }
+  return static_cast<std::uint64_t>(bytes);
+}
+
+}  // namespace memcomm::replay

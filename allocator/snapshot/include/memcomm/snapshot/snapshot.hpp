@@ -1,0 +1,155 @@
+// The PyTorch memory snapshot model (what torch.cuda.memory._dump_snapshot() writes), decoded from
+// a data-only pickle (see pickle.hpp). Used by memcomm-replay and by the viewer; it depends on
+// nothing of the allocator.
+//
+// Note [Snapshot shape]: the pickle is a dict with
+//   segments:        end-state segments, each with its blocks (address, size, requested_size, state)
+//   device_traces:   one list of events per device: alloc, free_requested, free_completed,
+//                    segment_alloc, segment_free, segment_map, segment_unmap, snapshot, oom
+//                    (addr, size = requested unrounded size, stream, time_us (absent in old files),
+//                    frames (absent on some events))
+//   allocator_settings (absent in old files).
+// Extra keys (compile_context, user_metadata, device_free, external_annotations...) are ignored, and
+// actions this reader does not know are kept as Action::other so a newer file still loads.
+//
+// Note [Interned frames]: events share stack traces heavily. Strings, frames and whole stacks are
+// interned, so an event carries one 32-bit stack id and the viewer can show any frame cheaply.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "memcomm/snapshot/error.hpp"
+
+namespace memcomm::snapshot {
+
+enum class Action : std::uint8_t {
+  alloc,
+  free_requested,
+  free_completed,
+  segment_alloc,
+  segment_free,
+  segment_map,
+  segment_unmap,
+  snapshot,  // a marker: _snapshot() was taken here
+  oom,       // a failed allocation; may have no addr
+  other,     // an action this reader does not know (newer PyTorch)
+};
+const char* action_name(Action a) noexcept;
+
+inline constexpr std::uint32_t kNoStack = ~std::uint32_t{0};
+inline constexpr std::int64_t kNoTime = INT64_MIN;
+
+struct Event {
+  std::uint64_t addr = 0;         // device address; 0 with has_addr() false for an `oom` without addr
+  std::uint64_t size = 0;         // requested (unrounded) bytes for alloc/free; segment bytes for segment_*
+  std::int64_t stream = 0;        // the cudaStream_t value as PyTorch printed it
+  std::int64_t time_us = kNoTime; // kNoTime in files without time_us
+  std::uint32_t stack = kNoStack; // interned stack (Snapshot::stack), kNoStack when the event has no frames
+  Action action = Action::other;
+  std::uint8_t flags = 0;         // kHasAddr
+  std::uint16_t other_name = 0;   // for Action::other: index into Snapshot::other_actions
+
+  static constexpr std::uint8_t kHasAddr = 1;
+  bool has_addr() const noexcept { return flags & kHasAddr; }
+  bool has_time() const noexcept { return time_us != kNoTime; }
+};
+static_assert(sizeof(Event) == 40, "Event is kept small: a trace holds tens of thousands");
+
+enum class BlockState : std::uint8_t { active_allocated, active_pending_free, inactive, other };
+
+struct Block {
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;            // rounded bytes the block spans
+  std::uint64_t requested_size = 0;  // what the user asked for (0 when inactive in some files)
+  std::uint32_t stack = kNoStack;
+  BlockState state = BlockState::other;
+  bool is_active() const noexcept {
+    return state == BlockState::active_allocated || state == BlockState::active_pending_free;
+  }
+};
+
+struct Segment {
+  int device = 0;
+  std::uint64_t address = 0;
+  std::uint64_t total_size = 0;     // bytes reserved (mapped, for expandable segments)
+  std::uint64_t allocated_size = 0;
+  std::uint64_t active_size = 0;
+  std::uint64_t requested_size = 0;
+  std::int64_t stream = 0;
+  bool is_small = false;            // segment_type == "small"
+  bool is_expandable = false;
+  std::pair<std::int64_t, std::int64_t> pool_id{0, 0};  // (0, 0) is the default pool, others are graph pools
+  std::uint32_t stack = kNoStack;
+  std::vector<Block> blocks;
+};
+
+struct AllocatorSettings {
+  bool present = false;             // false for files that predate allocator_settings
+  std::string alloc_conf;           // PYTORCH_CUDA_ALLOC_CONF as recorded
+  std::int64_t max_split_size = -1; // -1: unlimited (PyTorch's default)
+  double garbage_collection_threshold = 0.0;
+  bool expandable_segments = false;
+  // roundup_power2_divisions: (interval start in MiB, divisions); all zero by default.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> roundup_power2_divisions;
+};
+
+struct Frame {
+  std::uint32_t name = 0;      // string ids (Snapshot::str)
+  std::uint32_t filename = 0;
+  std::int32_t line = 0;
+};
+
+class Snapshot {
+ public:
+  std::string source;  // file name, for messages
+  std::vector<Segment> segments;
+  std::vector<std::vector<Event>> device_traces;  // index = device
+  AllocatorSettings settings;
+  std::vector<std::string> other_actions;          // names behind Action::other
+
+  std::size_t event_count() const;
+  std::string_view str(std::uint32_t id) const { return strings_[id]; }
+  // The frames of an interned stack, innermost first (as PyTorch stores them).
+  std::pair<const std::uint32_t*, std::size_t> stack(std::uint32_t id) const;
+  const Frame& frame(std::uint32_t id) const { return frames_[id]; }
+  std::size_t stack_count() const { return stacks_.size(); }
+  // "file.py:123 name" of the innermost frame that points at user code: the first frame with a
+  // line number (C++ unwinder frames have line 0), else the innermost one; "" for kNoStack.
+  std::string top_frame(std::uint32_t stack) const;
+  std::string_view action_label(const Event& e) const;
+
+  // Interning, used while building (and by tests that build snapshots by hand).
+  std::uint32_t intern_string(std::string_view s);
+  std::uint32_t intern_frame(const Frame& f);
+  std::uint32_t intern_stack(const std::vector<std::uint32_t>& frame_ids);
+
+ private:
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, std::uint32_t> string_ids_;
+  std::vector<Frame> frames_;
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> frame_buckets_;  // hash -> frame ids
+  std::vector<std::uint32_t> stack_frames_;                                     // all stacks, back to back
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> stacks_;                 // (offset, count)
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> stack_buckets_;  // hash -> stack ids
+};
+
+struct ParseOptions {
+  bool keep_frames = true;  // false skips frame interning (faster; replay does not need frames)
+  void (*progress)(std::uint64_t done, std::uint64_t total, void* user) = nullptr;
+  void* progress_user = nullptr;
+};
+
+// Decodes a snapshot from pickle bytes. Throws ReadError naming `source` (and a byte offset for
+// pickle-level problems) on bad input.
+Snapshot parse_snapshot(const void* data, std::size_t size, const std::string& source, const ParseOptions& opts = {});
+// Reads and decodes a file.
+Snapshot load_snapshot(const std::string& path, const ParseOptions& opts = {});
+// Reads a whole file (ReadError when it cannot).
+std::vector<std::uint8_t> read_file_bytes(const std::string& path);
+
+}  // namespace memcomm::snapshot

@@ -1,0 +1,381 @@
+// Builds the Snapshot model from a decoded pickle document. See Note [Snapshot shape] and
+// Note [Interned frames] in snapshot.hpp.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "memcomm/snapshot/pickle.hpp"
+#include "memcomm/snapshot/snapshot.hpp"
+
+namespace memcomm::snapshot {
+namespace {
+
+using pickle::Container;
+using pickle::Document;
+using pickle::Kind;
+using pickle::Value;
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+
+Action parse_action(std::string_view a) {
+  switch (a.size()) {
+    case 3: if (a == "oom") return Action::oom; break;
+    case 5: if (a == "alloc") return Action::alloc; break;
+    case 8: if (a == "snapshot") return Action::snapshot; break;
+    case 11: if (a == "segment_map") return Action::segment_map; break;
+    case 12: if (a == "segment_free") return Action::segment_free; break;
+    case 13:
+      if (a == "segment_alloc") return Action::segment_alloc;
+      if (a == "segment_unmap") return Action::segment_unmap;
+      break;
+    case 14: if (a == "free_completed") return Action::free_completed; break;
+    case 15: if (a == "free_requested") return Action::free_requested; break;
+    default: break;
+  }
+  return Action::other;
+}
+
+BlockState parse_state(std::string_view s) {
+  if (s == "active_allocated") return BlockState::active_allocated;
+  if (s == "active_pending_free") return BlockState::active_pending_free;
+  if (s == "inactive") return BlockState::inactive;
+  return BlockState::other;
+}
+
+// Addresses and sizes are non-negative 64-bit values; a negative one means a corrupt file.
+std::uint64_t as_u64(const Document& doc, const Value& v, std::string_view what) {
+  std::int64_t i = doc.as_int(v, what);
+  if (i < 0) throw ReadError(doc.source(), kNoOffset, fmt::format("{}: negative value {}", what, i));
+  return static_cast<std::uint64_t>(i);
+}
+
+class Builder {
+ public:
+  Builder(const Document& doc, Snapshot& snap, const ParseOptions& opts)
+      : doc_(doc), snap_(snap), opts_(opts),
+        frame_of_container_(opts.keep_frames ? doc.container_count() : 0, kUnset),
+        stack_of_container_(opts.keep_frames ? doc.container_count() : 0, kUnset) {}
+
+  void build() {
+    const Value& root = doc_.root();
+    if (root.kind != Kind::dict) {
+      throw ReadError(doc_.source(), kNoOffset,
+                      fmt::format("not a PyTorch memory snapshot: the pickle holds a {}, not a dict", pickle::kind_name(root.kind)));
+    }
+    const Value* segs = doc_.find(root, "segments");
+    const Value* traces = doc_.find(root, "device_traces");
+    if (!segs && !traces) {
+      throw ReadError(doc_.source(), kNoOffset, "not a PyTorch memory snapshot: neither 'segments' nor 'device_traces' is present");
+    }
+    if (segs) {
+      const Container& list = doc_.as_sequence(*segs, "segments");
+      snap_.segments.reserve(list.items.size());
+      for (std::size_t k = 0; k < list.items.size(); ++k) snap_.segments.push_back(segment(list.items[k], k));
+    }
+    if (traces) {
+      const Container& devs = doc_.as_sequence(*traces, "device_traces");
+      snap_.device_traces.resize(devs.items.size());
+      for (std::size_t d = 0; d < devs.items.size(); ++d) {
+        const Value& dv = devs.items[d];
+        if (dv.is_none()) continue;
+        const Container& evs = doc_.as_sequence(dv, fmt::format("device_traces[{}]", d));
+        auto& out = snap_.device_traces[d];
+        out.reserve(evs.items.size());
+        for (std::size_t k = 0; k < evs.items.size(); ++k) out.push_back(event(evs.items[k], d, k));
+      }
+    }
+    if (const Value* s = doc_.find(root, "allocator_settings"); s && s->kind == Kind::dict) settings(*s);
+  }
+
+ private:
+  static constexpr std::uint32_t kUnset = ~std::uint32_t{0} - 1;
+
+  Event event(const Value& v, std::size_t dev, std::size_t idx) {
+    if (v.kind != Kind::dict) throw_at(dev, idx, fmt::format("event is a {}, not a dict", pickle::kind_name(v.kind)));
+    Event e;
+    bool have_action = false;
+    const auto& items = doc_.container(v).items;
+    for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
+      const Value& key = items[k];
+      const Value& val = items[k + 1];
+      if (key.kind != Kind::string) continue;
+      std::string_view name = doc_.text(key);
+      if (name == "action") {
+        std::string_view a = doc_.as_string(val, where(dev, idx, "action"));
+        e.action = parse_action(a);
+        if (e.action == Action::other) e.other_name = other_action(a);
+        have_action = true;
+      } else if (name == "addr") {
+        if (!val.is_none()) {
+          e.addr = as_u64(doc_, val, where(dev, idx, "addr"));
+          e.flags |= Event::kHasAddr;
+        }
+      } else if (name == "size") {
+        e.size = as_u64(doc_, val, where(dev, idx, "size"));
+      } else if (name == "stream") {
+        if (!val.is_none()) e.stream = doc_.as_int(val, where(dev, idx, "stream"));
+      } else if (name == "time_us") {
+        if (!val.is_none()) e.time_us = doc_.as_int(val, where(dev, idx, "time_us"));
+      } else if (name == "frames") {
+        if (opts_.keep_frames) e.stack = stack(val);
+      }
+    }
+    if (!have_action) throw_at(dev, idx, "event has no 'action'");
+    return e;
+  }
+
+  Segment segment(const Value& v, std::size_t idx) {
+    const std::string what = fmt::format("segments[{}]", idx);
+    if (v.kind != Kind::dict) throw ReadError(doc_.source(), kNoOffset, what + ": not a dict");
+    Segment s;
+    auto get = [&](std::string_view key) { return doc_.find(v, key); };
+    auto req = [&](std::string_view key) -> const Value& {
+      const Value* p = get(key);
+      if (!p) throw ReadError(doc_.source(), kNoOffset, fmt::format("{}: missing '{}'", what, key));
+      return *p;
+    };
+    s.address = as_u64(doc_, req("address"), what + ".address");
+    s.total_size = as_u64(doc_, req("total_size"), what + ".total_size");
+    if (const Value* p = get("device")) s.device = static_cast<int>(doc_.as_int(*p, what + ".device"));
+    if (const Value* p = get("allocated_size")) s.allocated_size = as_u64(doc_, *p, what + ".allocated_size");
+    if (const Value* p = get("active_size")) s.active_size = as_u64(doc_, *p, what + ".active_size");
+    if (const Value* p = get("requested_size")) s.requested_size = as_u64(doc_, *p, what + ".requested_size");
+    if (const Value* p = get("stream"); p && !p->is_none()) s.stream = doc_.as_int(*p, what + ".stream");
+    if (const Value* p = get("segment_type"); p && p->kind == Kind::string) s.is_small = doc_.text(*p) == "small";
+    if (const Value* p = get("is_expandable"); p && !p->is_none()) s.is_expandable = doc_.as_bool(*p, what + ".is_expandable");
+    if (const Value* p = get("segment_pool_id"); p && (p->kind == Kind::tuple || p->kind == Kind::list)) {
+      const auto& t = doc_.container(*p).items;
+      if (t.size() == 2 && t[0].kind == Kind::integer && t[1].kind == Kind::integer) s.pool_id = {t[0].i, t[1].i};
+    }
+    if (const Value* p = get("frames"); p && opts_.keep_frames) s.stack = stack(*p);
+    if (const Value* p = get("blocks")) {
+      const Container& blocks = doc_.as_sequence(*p, what + ".blocks");
+      s.blocks.reserve(blocks.items.size());
+      std::uint64_t next_addr = s.address;  // old files leave block addresses implicit
+      for (std::size_t b = 0; b < blocks.items.size(); ++b) {
+        const Value& bv = blocks.items[b];
+        const std::string bwhat = fmt::format("{}.blocks[{}]", what, b);
+        if (bv.kind != Kind::dict) throw ReadError(doc_.source(), kNoOffset, bwhat + ": not a dict");
+        Block blk;
+        const Value* size = doc_.find(bv, "size");
+        if (!size) throw ReadError(doc_.source(), kNoOffset, bwhat + ": missing 'size'");
+        blk.size = as_u64(doc_, *size, bwhat + ".size");
+        const Value* addr = doc_.find(bv, "address");
+        blk.address = addr ? as_u64(doc_, *addr, bwhat + ".address") : next_addr;
+        next_addr = blk.address + blk.size;
+        if (const Value* r = doc_.find(bv, "requested_size")) blk.requested_size = as_u64(doc_, *r, bwhat + ".requested_size");
+        if (const Value* st = doc_.find(bv, "state"); st && st->kind == Kind::string) blk.state = parse_state(doc_.text(*st));
+        if (const Value* f = doc_.find(bv, "frames"); f && opts_.keep_frames) blk.stack = stack(*f);
+        s.blocks.push_back(blk);
+      }
+    }
+    return s;
+  }
+
+  void settings(const Value& v) {
+    AllocatorSettings& out = snap_.settings;
+    out.present = true;
+    if (const Value* p = doc_.find(v, "PYTORCH_CUDA_ALLOC_CONF"); p && p->kind == Kind::string) out.alloc_conf = std::string(doc_.text(*p));
+    if (const Value* p = doc_.find(v, "max_split_size"); p && p->kind == Kind::integer) out.max_split_size = p->i;
+    if (const Value* p = doc_.find(v, "garbage_collection_threshold"); p && (p->kind == Kind::floating || p->kind == Kind::integer))
+      out.garbage_collection_threshold = doc_.as_number(*p, "allocator_settings.garbage_collection_threshold");
+    if (const Value* p = doc_.find(v, "expandable_segments"); p && (p->kind == Kind::boolean || p->kind == Kind::integer))
+      out.expandable_segments = p->i != 0;
+    if (const Value* p = doc_.find(v, "roundup_power2_divisions"); p && p->kind == Kind::dict) {
+      const auto& items = doc_.container(*p).items;
+      for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
+        if (items[k].kind != Kind::string || items[k + 1].kind != Kind::integer) continue;
+        std::string key(doc_.text(items[k]));
+        char* end = nullptr;
+        unsigned long long mib = std::strtoull(key.c_str(), &end, 10);
+        if (end == key.c_str() || items[k + 1].i < 0) continue;
+        out.roundup_power2_divisions.emplace_back(mib, static_cast<std::uint64_t>(items[k + 1].i));
+      }
+    }
+  }
+
+  // Interns the stack behind a frames list; the same pickle list object maps to the same stack.
+  std::uint32_t stack(const Value& v) {
+    if (v.kind != Kind::list && v.kind != Kind::tuple) return kNoStack;
+    if (stack_of_container_[v.ref] != kUnset) return stack_of_container_[v.ref];
+    const auto& items = doc_.container(v).items;
+    scratch_.clear();
+    for (const Value& f : items) {
+      std::uint32_t id = frame(f);
+      if (id != kNoStack) scratch_.push_back(id);
+    }
+    std::uint32_t id = scratch_.empty() ? kNoStack : snap_.intern_stack(scratch_);
+    stack_of_container_[v.ref] = id;
+    return id;
+  }
+
+  std::uint32_t frame(const Value& v) {
+    if (v.kind != Kind::dict) return kNoStack;
+    if (frame_of_container_[v.ref] != kUnset) return frame_of_container_[v.ref];
+    Frame f;
+    const auto& items = doc_.container(v).items;
+    for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
+      if (items[k].kind != Kind::string) continue;
+      std::string_view key = doc_.text(items[k]);
+      const Value& val = items[k + 1];
+      if (key == "name" && val.kind == Kind::string) f.name = snap_.intern_string(doc_.text(val));
+      else if (key == "filename" && val.kind == Kind::string) f.filename = snap_.intern_string(doc_.text(val));
+      else if (key == "line" && val.kind == Kind::integer) f.line = static_cast<std::int32_t>(val.i);
+    }
+    std::uint32_t id = snap_.intern_frame(f);
+    frame_of_container_[v.ref] = id;
+    return id;
+  }
+
+  std::uint16_t other_action(std::string_view a) {
+    for (std::size_t k = 0; k < snap_.other_actions.size(); ++k) {
+      if (snap_.other_actions[k] == a) return static_cast<std::uint16_t>(k);
+    }
+    if (snap_.other_actions.size() >= std::numeric_limits<std::uint16_t>::max()) {
+      throw ReadError(doc_.source(), kNoOffset, "too many distinct unknown event actions");
+    }
+    snap_.other_actions.emplace_back(a);
+    return static_cast<std::uint16_t>(snap_.other_actions.size() - 1);
+  }
+
+  std::string where(std::size_t dev, std::size_t idx, std::string_view field) const {
+    return fmt::format("device_traces[{}][{}].{}", dev, idx, field);
+  }
+  [[noreturn]] void throw_at(std::size_t dev, std::size_t idx, const std::string& what) const {
+    throw ReadError(doc_.source(), kNoOffset, fmt::format("device_traces[{}][{}]: {}", dev, idx, what));
+  }
+
+  const Document& doc_;
+  Snapshot& snap_;
+  const ParseOptions& opts_;
+  std::vector<std::uint32_t> frame_of_container_;
+  std::vector<std::uint32_t> stack_of_container_;
+  std::vector<std::uint32_t> scratch_;
+};
+
+}  // namespace
+
+const char* action_name(Action a) noexcept {
+  switch (a) {
+    case Action::alloc: return "alloc";
+    case Action::free_requested: return "free_requested";
+    case Action::free_completed: return "free_completed";
+    case Action::segment_alloc: return "segment_alloc";
+    case Action::segment_free: return "segment_free";
+    case Action::segment_map: return "segment_map";
+    case Action::segment_unmap: return "segment_unmap";
+    case Action::snapshot: return "snapshot";
+    case Action::oom: return "oom";
+    case Action::other: return "other";
+  }
+  return "?";
+}
+
+std::size_t Snapshot::event_count() const {
+  std::size_t n = 0;
+  for (const auto& d : device_traces) n += d.size();
+  return n;
+}
+
+std::pair<const std::uint32_t*, std::size_t> Snapshot::stack(std::uint32_t id) const {
+  if (id >= stacks_.size()) return {nullptr, 0};
+  return {stack_frames_.data() + stacks_[id].first, stacks_[id].second};
+}
+
+std::string Snapshot::top_frame(std::uint32_t id) const {
+  auto [frames, n] = stack(id);
+  if (n == 0) return "";
+  const Frame* pick = &frames_[frames[0]];
+  for (std::size_t k = 0; k < n; ++k) {
+    if (frames_[frames[k]].line > 0) {
+      pick = &frames_[frames[k]];
+      break;
+    }
+  }
+  return fmt::format("{}:{} {}", str(pick->filename), pick->line, str(pick->name));
+}
+
+std::string_view Snapshot::action_label(const Event& e) const {
+  if (e.action == Action::other && e.other_name < other_actions.size()) return other_actions[e.other_name];
+  return action_name(e.action);
+}
+
+std::uint32_t Snapshot::intern_string(std::string_view s) {
+  if (strings_.empty()) {  // id 0 is always "" so a default Frame reads as empty
+    strings_.emplace_back();
+    string_ids_.emplace(std::string(), 0);
+  }
+  auto it = string_ids_.find(std::string(s));
+  if (it != string_ids_.end()) return it->second;
+  auto id = static_cast<std::uint32_t>(strings_.size());
+  strings_.emplace_back(s);
+  string_ids_.emplace(std::string(s), id);
+  return id;
+}
+
+std::uint32_t Snapshot::intern_frame(const Frame& f) {
+  if (strings_.empty()) intern_string("");
+  std::uint64_t h = mix(mix(mix(0, f.name), f.filename), static_cast<std::uint32_t>(f.line));
+  auto& bucket = frame_buckets_[h];
+  for (std::uint32_t id : bucket) {
+    const Frame& g = frames_[id];
+    if (g.name == f.name && g.filename == f.filename && g.line == f.line) return id;
+  }
+  auto id = static_cast<std::uint32_t>(frames_.size());
+  frames_.push_back(f);
+  bucket.push_back(id);
+  return id;
+}
+
+std::uint32_t Snapshot::intern_stack(const std::vector<std::uint32_t>& ids) {
+  std::uint64_t h = ids.size();
+  for (std::uint32_t id : ids) h = mix(h, id);
+  auto& bucket = stack_buckets_[h];
+  for (std::uint32_t sid : bucket) {
+    const auto& [off, n] = stacks_[sid];
+    if (n == ids.size() && std::equal(ids.begin(), ids.end(), stack_frames_.begin() + off)) return sid;
+  }
+  auto sid = static_cast<std::uint32_t>(stacks_.size());
+  stacks_.emplace_back(static_cast<std::uint32_t>(stack_frames_.size()), static_cast<std::uint32_t>(ids.size()));
+  stack_frames_.insert(stack_frames_.end(), ids.begin(), ids.end());
+  bucket.push_back(sid);
+  return sid;
+}
+
+Snapshot parse_snapshot(const void* data, std::size_t size, const std::string& source, const ParseOptions& opts) {
+  pickle::LoadOptions lo;
+  lo.progress = opts.progress;
+  lo.progress_user = opts.progress_user;
+  pickle::Document doc = pickle::load(data, size, source, lo);
+  Snapshot snap;
+  snap.source = source;
+  Builder(doc, snap, opts).build();
+  return snap;
+}
+
+std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw ReadError(path, kNoOffset, fmt::format("cannot open: {}", std::strerror(errno)));
+  std::vector<std::uint8_t> bytes;
+  std::uint8_t buf[1 << 16];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
+  const bool bad = std::ferror(f) != 0;
+  std::fclose(f);
+  if (bad) throw ReadError(path, bytes.size(), "read error");
+  return bytes;
+}
+
+Snapshot load_snapshot(const std::string& path, const ParseOptions& opts) {
+  std::vector<std::uint8_t> bytes = read_file_bytes(path);
+  return parse_snapshot(bytes.data(), bytes.size(), path, opts);
+}
+
+}  // namespace memcomm::snapshot

@@ -1,0 +1,51 @@
+# Warnings, sanitizers and fuzzing flags shared by every memcomm target.
+
+# memcomm_warnings(<target>): -Wall -Wextra for our own code (and -Werror in CI).
+function(memcomm_warnings target)
+  set(flags -Wall -Wextra -Wno-unused-parameter)
+  if(MEMCOMM_WERROR)
+    list(APPEND flags -Werror)
+  endif()
+  target_compile_options(${target} PRIVATE
+    "$<$<COMPILE_LANGUAGE:CXX>:${flags}>"
+    "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>")
+endfunction()
+
+if(MEMCOMM_SANITIZE)
+  add_compile_options(-fsanitize=${MEMCOMM_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${MEMCOMM_SANITIZE})
+endif()
+
+if(MEMCOMM_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "MEMCOMM_FUZZ=ON needs clang: configure with -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang")
+  endif()
+  # Every library gets coverage instrumentation; only fuzz executables link the libFuzzer main.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# ccache speeds up the idempotent rebuilds that scripts/test.sh and scripts/demo.sh do.
+find_program(MEMCOMM_CCACHE ccache)
+if(MEMCOMM_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CMAKE_C_COMPILER_LAUNCHER ${MEMCOMM_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${MEMCOMM_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${MEMCOMM_CCACHE})
+endif()
+
+# memcomm_export_library(<target> <export-name> <include-dir>): installable library memcomm::<export-name>.
+function(memcomm_export_library target export_name include_dir)
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
+  add_library(memcomm::${export_name} ALIAS ${target})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${include_dir}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  install(DIRECTORY ${include_dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  set_property(GLOBAL APPEND PROPERTY MEMCOMM_EXPORTED_TARGETS ${target})
+endfunction()
+
+# memcomm_tool(<target> sources...): a command-line tool that lands in build/bin and gets installed.
+function(memcomm_tool target)
+  add_executable(${target} ${ARGN})
+  memcomm_warnings(${target})
+  set_property(GLOBAL APPEND PROPERTY MEMCOMM_TOOLS ${target})
+endfunction()

@@ -1,0 +1,266 @@
+// Recorder: per-thread lock-free rings drained by one collector thread into sinks.
+//
+// Algorithm summary
+// - Each recording thread gets an SpscRing on its first event (slow path: one allocation, a lock,
+//   a ThreadName metadata record). A thread-local cache makes later records a generation compare
+//   plus a ring push: no lock, no allocation, no system call (Note [Ring protocol]).
+// - A full ring drops the event and counts it; the collector emits a DropEvent per thread whose
+//   count grew, so drops are in the trace and in stats().
+// - The collector wakes every drain_interval_ms, drains every ring, sends strings then events to
+//   each sink, runs the registered samplers (e.g. allocator statistics), flushes sinks every
+//   flush_interval_ms and recalibrates the clock about once a second.
+// - start()/stop() may be called any number of times. While stopped, record() is one relaxed
+//   load and a branch. stop() drains everything recorded before it and flushes the sinks.
+//
+// Usage (trainer):
+//   auto& rec = prof::Recorder::global();
+//   rec.set_identity({rank, world, local_rank, device});
+//   rec.add_sink(std::make_shared<prof::FileSink>(prof::rank_trace_path("run.mct", rank), wopt));
+//   rec.start();
+//   { prof::PhaseScope step(prof::Phase::Step, step_no); ... }
+//   prof::record(prof::make_mem_block(prof::EventKind::Alloc, prof::now_ns(), ptr, size));
+//   rec.stop();
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "memcomm/profiler/clock.hpp"
+#include "memcomm/profiler/event.hpp"
+#include "memcomm/profiler/sink.hpp"
+#include "memcomm/profiler/spsc_ring.hpp"
+#include "memcomm/profiler/string_table.hpp"
+
+namespace memcomm::prof {
+
+struct RecorderOptions {
+  size_t ring_events = 1 << 16;   // per-thread ring capacity in events (x24 bytes)
+  int drain_interval_ms = 5;      // collector period
+  int flush_interval_ms = 250;    // sinks flushed at least this often (bounds loss on a crash)
+};
+
+// Who is recording: written as MetaEvents at every start() and used to name rank files.
+struct Identity {
+  int rank = -1;            // -1: not distributed
+  int world_size = 1;
+  int local_rank = -1;
+  int device = -1;          // -1: CPU
+  int64_t clock_offset_ns = 0;  // Note [Merging ranks]: 0 on one host, or a rendezvous estimate
+};
+
+struct RecorderStats {
+  uint64_t recorded = 0;    // events delivered to sinks since construction
+  uint64_t dropped = 0;     // events lost to full rings since construction
+  uint64_t threads = 0;     // rings ever created
+  uint64_t batches = 0;     // collector drains that delivered something
+};
+
+// A name interned once: the id goes in events, the text to hooks (e.g. NVTX).
+struct Name {
+  StringId id = kNoString;
+  const char* text = "";
+};
+
+// Range hooks: how the CUPTI/NVTX part mirrors phases as NVTX ranges without core depending on
+// NVTX. Called on the recording thread, inside PhaseScope / record_range_*; keep them cheap.
+struct RangeHook {
+  void (*on_begin)(void* ctx, Phase phase, const char* name, uint64_t id) = nullptr;
+  void (*on_end)(void* ctx, Phase phase) = nullptr;
+  void* ctx = nullptr;
+};
+
+namespace detail {
+struct ThreadSlot;
+// Per-thread cache of "my ring in recorder generation G". Plain data so access is a TLS load.
+struct TlsCache {
+  uint64_t generation;
+  SpscRing* ring;
+  uint16_t thread_index;
+};
+inline thread_local TlsCache tls_cache __attribute__((tls_model("initial-exec"))) = {0, nullptr, 0};
+inline constexpr int kMaxRangeHooks = 8;
+}  // namespace detail
+
+class Recorder {
+ public:
+  explicit Recorder(const RecorderOptions& options = {});
+  ~Recorder();  // stops, closes sinks
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // The process-wide recorder (never destroyed, so threads may record during static destruction).
+  static Recorder& global();
+
+  // --- hot path ---
+  bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
+  void record(const Event& e) noexcept {
+    if (!enabled()) return;
+    detail::TlsCache& c = detail::tls_cache;
+    if (__builtin_expect(c.generation != generation_, 0)) attach_thread();
+    c.ring->push(e);
+  }
+  template <class View>
+  void record(const View& v) noexcept {
+    record(Event::from(v));
+  }
+  // Index of the calling thread (for RangeEvent::thread and host spans); registers it if needed.
+  uint16_t thread_index() noexcept {
+    detail::TlsCache& c = detail::tls_cache;
+    if (c.generation != generation_) attach_thread();
+    return c.thread_index;
+  }
+
+  // --- control ---
+  void start();
+  void stop();
+  void add_sink(std::shared_ptr<Sink> sink);     // any time; it first receives all strings
+  void remove_sink(const std::shared_ptr<Sink>& sink);  // flushes and closes it
+  void set_identity(const Identity& id);
+  const Identity& identity() const { return identity_; }
+  const RecorderOptions& options() const { return opt_; }
+  RecorderStats stats() const;
+  // Drains now (synchronously, from the calling thread; tests and shutdown paths).
+  void drain_now();
+
+  // Names and strings (slow path: lock + hash lookup; cache the result).
+  StringId intern(std::string_view s) { return strings_.intern(s); }
+  Name name(std::string_view s) {
+    const StringId id = strings_.intern(s);
+    return {id, strings_.text(id)};
+  }
+  const StringTable& strings() const { return strings_; }
+  void set_thread_name(std::string_view name);   // names the calling thread in the trace
+
+  // Rare events from any thread (metadata, comm info): locked queue, never dropped.
+  void record_rare(const Event& e);
+
+  // Samplers run on the collector thread every period (e.g. allocator statistics -> MemSample).
+  int add_sampler(std::function<void(Recorder&)> fn, std::chrono::milliseconds period);
+  void remove_sampler(int id);
+
+  // Range hooks (NVTX bridge). Returns a slot, -1 when all kMaxRangeHooks are taken.
+  int add_range_hook(const RangeHook& hook);
+  void remove_range_hook(int slot);
+  void call_begin_hooks(Phase p, const char* name, uint64_t id) noexcept {
+    if (hook_count_.load(std::memory_order_acquire) == 0) return;
+    for (auto& h : hooks_)
+      if (auto* fn = h.on_begin.load(std::memory_order_acquire)) fn(h.ctx.load(std::memory_order_relaxed), p, name, id);
+  }
+  void call_end_hooks(Phase p) noexcept {
+    if (hook_count_.load(std::memory_order_acquire) == 0) return;
+    for (auto& h : hooks_)
+      if (auto* fn = h.on_end.load(std::memory_order_acquire)) fn(h.ctx.load(std::memory_order_relaxed), p);
+  }
+
+ private:
+  void attach_thread() noexcept;
+  void collector_loop();
+  void drain_locked(bool final_flush);
+  void emit_identity(int64_t ts);
+
+  struct HookSlot {
+    std::atomic<void (*)(void*, Phase, const char*, uint64_t)> on_begin{nullptr};
+    std::atomic<void (*)(void*, Phase)> on_end{nullptr};
+    std::atomic<void*> ctx{nullptr};
+  };
+  struct SinkEntry {
+    std::shared_ptr<Sink> sink;
+    StringId strings_sent = 0;
+  };
+  struct Sampler {
+    int id;
+    std::function<void(Recorder&)> fn;
+    std::chrono::milliseconds period;
+    std::chrono::steady_clock::time_point next;
+  };
+
+  RecorderOptions opt_;
+  const uint64_t generation_;
+  std::atomic<bool> enabled_{false};
+  Identity identity_;
+  StringTable strings_;
+
+  std::mutex threads_mu_;  // guards threads_ (registration and draining)
+  std::vector<std::shared_ptr<detail::ThreadSlot>> threads_;
+  uint64_t threads_created_ = 0;
+
+  std::mutex drain_mu_;    // one drain at a time (collector or drain_now)
+  std::vector<Event> batch_;
+  std::vector<StringDef> new_strings_;
+  std::vector<SinkEntry> sinks_;
+  std::mutex sinks_mu_;
+  std::vector<Event> rare_;
+  std::mutex rare_mu_;
+  std::vector<Sampler> samplers_;
+  std::mutex samplers_mu_;
+  int next_sampler_id_ = 1;
+  std::chrono::steady_clock::time_point next_flush_, next_recalibrate_;
+
+  std::atomic<uint64_t> recorded_{0}, dropped_{0}, batches_{0};
+
+  HookSlot hooks_[detail::kMaxRangeHooks];
+  std::atomic<int> hook_count_{0};
+
+  std::mutex control_mu_;  // start/stop
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
+  bool collector_stop_ = false;
+  std::thread collector_;
+};
+
+// --- free-function API on the global recorder ---
+inline bool recording() noexcept { return Recorder::global().enabled(); }
+inline void record(const Event& e) noexcept { Recorder::global().record(e); }
+template <class View>
+inline void record(const View& v) noexcept {
+  Recorder::global().record(Event::from(v));
+}
+
+// Begin/end a range by hand (NVTX push/pop semantics: LIFO per thread).
+inline void range_begin(Recorder& r, Phase p, Name name, uint64_t id = 0) noexcept {
+  if (!r.enabled()) return;
+  r.record(make_range(EventKind::RangeBegin, now_ns(), p, name.id, id, r.thread_index()));
+  r.call_begin_hooks(p, name.id ? name.text : phase_name(p), id);
+}
+inline void range_end(Recorder& r, Phase p, Name name = {}, uint64_t id = 0) noexcept {
+  if (!r.enabled()) return;
+  r.record(make_range(EventKind::RangeEnd, now_ns(), p, name.id, id, r.thread_index()));
+  r.call_end_hooks(p);
+}
+
+// RAII phase scope: a RangeBegin/RangeEnd pair, mirrored to the range hooks (NVTX). If the
+// recorder is stopped at construction the scope records nothing, even if it starts meanwhile.
+class PhaseScope {
+ public:
+  explicit PhaseScope(Phase p, uint64_t id = 0, Name name = {}, Recorder& r = Recorder::global()) noexcept
+      : r_(r), phase_(p), name_(name), id_(id), active_(r.enabled()) {
+    if (active_) range_begin(r_, phase_, name_, id_);
+  }
+  ~PhaseScope() {
+    if (active_) range_end(r_, phase_, name_, id_);
+  }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  Recorder& r_;
+  Phase phase_;
+  Name name_;
+  uint64_t id_;
+  bool active_;
+};
+
+inline void record_counter(Recorder& r, Name name, double value) noexcept {
+  if (r.enabled()) r.record(make_counter(now_ns(), name.id, value));
+}
+
+}  // namespace memcomm::prof

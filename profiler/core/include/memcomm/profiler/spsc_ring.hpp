@@ -1,0 +1,77 @@
+// A single-producer / single-consumer ring of events: the per-thread buffer of the recorder.
+//
+// Note [Ring protocol]
+// The producer (the recording thread) owns `head`; the consumer (the collector) owns `tail`.
+// Both only grow; slot = index & mask. The producer keeps a stale copy of `tail` and re-reads the
+// real one only when the ring looks full, so a push is one compare, one 24-byte store and one
+// release store in the common case. A full ring never waits: the event is dropped and `dropped`
+// (written by the producer only) counts it; the collector turns count increases into DropEvents.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "memcomm/profiler/event.hpp"
+
+namespace memcomm::prof {
+
+class SpscRing {
+ public:
+  // `capacity` is rounded up to a power of two (at least 2).
+  explicit SpscRing(size_t capacity) {
+    size_t cap = 2;
+    while (cap < capacity) cap <<= 1;
+    mask_ = cap - 1;
+    slots_.reset(new Event[cap]);
+  }
+
+  size_t capacity() const { return mask_ + 1; }
+
+  // Producer side. Never blocks, never allocates. False (and counted) when full.
+  bool push(const Event& e) noexcept {
+    const uint64_t h = head_.load(std::memory_order_relaxed);
+    if (h - cached_tail_ > mask_) {
+      cached_tail_ = tail_.load(std::memory_order_acquire);
+      if (h - cached_tail_ > mask_) {
+        dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        return false;
+      }
+    }
+    slots_[h & mask_] = e;
+    head_.store(h + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Consumer side: copies out everything published so far (at most max), returns the count.
+  template <class Out>
+  size_t drain(Out&& out, size_t max = ~size_t(0)) {
+    const uint64_t t = tail_.load(std::memory_order_relaxed);
+    uint64_t h = head_.load(std::memory_order_acquire);
+    if (h - t > max) h = t + max;
+    for (uint64_t i = t; i < h; ++i) out(slots_[i & mask_]);
+    tail_.store(h, std::memory_order_release);
+    return size_t(h - t);
+  }
+  // Consumer side: discards everything published so far.
+  void discard() { tail_.store(head_.load(std::memory_order_acquire), std::memory_order_release); }
+
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  size_t size() const {
+    return size_t(head_.load(std::memory_order_acquire) - tail_.load(std::memory_order_acquire));
+  }
+
+ private:
+  // Producer-owned line.
+  alignas(64) std::atomic<uint64_t> head_{0};
+  uint64_t cached_tail_ = 0;
+  std::atomic<uint64_t> dropped_{0};
+  // Consumer-owned line.
+  alignas(64) std::atomic<uint64_t> tail_{0};
+  // Shared, read-only after construction.
+  alignas(64) uint64_t mask_ = 0;
+  std::unique_ptr<Event[]> slots_;
+};
+
+}  // namespace memcomm::prof

@@ -1,0 +1,325 @@
+// Recorder: see the algorithm summary in recorder.hpp.
+//
+// Note [Strings before events]
+// A producer interns a name before it records an event that uses the id. The collector drains the
+// rings FIRST and exports new strings AFTER, so every id in a drained batch is already in the
+// export (the ring's release/acquire orders the intern before the drain). Each sink then gets the
+// strings before the events of the same batch.
+#include "memcomm/profiler/recorder.hpp"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace memcomm::prof {
+
+namespace detail {
+struct ThreadSlot {
+  explicit ThreadSlot(size_t cap) : ring(cap) {}
+  SpscRing ring;
+  uint16_t index = 0;
+  std::atomic<bool> exited{false};
+  uint64_t drops_reported = 0;  // collector-owned
+};
+}  // namespace detail
+
+namespace {
+std::atomic<uint64_t> g_generation{1};
+
+// Owns the calling thread's slots (one per recorder generation it has recorded into) and marks
+// them exited when the thread ends, so the collector can free them once drained.
+struct ThreadSlots {
+  std::vector<std::pair<uint64_t, std::shared_ptr<detail::ThreadSlot>>> slots;
+  ~ThreadSlots() {
+    for (auto& s : slots) s.second->exited.store(true, std::memory_order_release);
+  }
+};
+thread_local ThreadSlots tl_slots;
+
+std::string current_thread_name() {
+  char buf[64] = {};
+  if (pthread_getname_np(pthread_self(), buf, sizeof buf) != 0) return {};
+  return buf;
+}
+}  // namespace
+
+Recorder::Recorder(const RecorderOptions& options)
+    : opt_(options), generation_(g_generation.fetch_add(1)) {
+  clock_init();
+}
+
+Recorder::~Recorder() {
+  stop();
+  std::lock_guard<std::mutex> lock(sinks_mu_);
+  for (auto& s : sinks_) {
+    try {
+      s.sink->close();
+    } catch (...) {
+    }
+  }
+  sinks_.clear();
+}
+
+Recorder& Recorder::global() {
+  static Recorder* r = new Recorder();  // Note: leaked on purpose (see header)
+  return *r;
+}
+
+void Recorder::attach_thread() noexcept {
+  detail::TlsCache& c = detail::tls_cache;
+  for (auto& [gen, slot] : tl_slots.slots) {
+    if (gen == generation_) {
+      c = {generation_, &slot->ring, slot->index};
+      return;
+    }
+  }
+  // First event of this thread in this recorder: the one allocation a thread ever makes here.
+  auto slot = std::make_shared<detail::ThreadSlot>(opt_.ring_events);
+  const std::string tname = current_thread_name();
+  {
+    std::lock_guard<std::mutex> lock(threads_mu_);
+    slot->index = uint16_t(threads_created_++);
+    threads_.push_back(slot);
+  }
+  tl_slots.slots.emplace_back(generation_, slot);
+  c = {generation_, &slot->ring, slot->index};
+  const int64_t ts = now_ns();
+  record_rare(Event::from(make_meta(ts, MetaKey::ThreadName, int64_t(gettid()),
+                                    intern(tname.empty() ? "thread" : tname), slot->index)));
+}
+
+void Recorder::set_thread_name(std::string_view name) {
+  const uint16_t idx = thread_index();
+  record_rare(Event::from(make_meta(now_ns(), MetaKey::ThreadName, int64_t(gettid()), intern(name), idx)));
+}
+
+void Recorder::record_rare(const Event& e) {
+  std::lock_guard<std::mutex> lock(rare_mu_);
+  rare_.push_back(e);
+}
+
+void Recorder::set_identity(const Identity& id) {
+  identity_ = id;
+  if (enabled()) emit_identity(now_ns());
+}
+
+void Recorder::emit_identity(int64_t ts) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  char exe[512] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  std::string pname = n > 0 ? std::string(exe, size_t(n)) : std::string("unknown");
+  if (auto slash = pname.rfind('/'); slash != std::string::npos) pname = pname.substr(slash + 1);
+  const Event metas[] = {
+      Event::from(make_meta(ts, MetaKey::Rank, identity_.rank)),
+      Event::from(make_meta(ts, MetaKey::WorldSize, identity_.world_size)),
+      Event::from(make_meta(ts, MetaKey::LocalRank, identity_.local_rank)),
+      Event::from(make_meta(ts, MetaKey::Device, identity_.device)),
+      Event::from(make_meta(ts, MetaKey::Host, 0, intern(host))),
+      Event::from(make_meta(ts, MetaKey::ProcessName, 0, intern(pname))),
+      Event::from(make_meta(ts, MetaKey::Pid, int64_t(::getpid()))),
+      Event::from(make_meta(ts, MetaKey::ClockOffset, identity_.clock_offset_ns)),
+      Event::from(make_meta(ts, MetaKey::StartTime, realtime_ns())),
+  };
+  std::lock_guard<std::mutex> lock(rare_mu_);
+  rare_.insert(rare_.end(), std::begin(metas), std::end(metas));
+}
+
+void Recorder::start() {
+  std::lock_guard<std::mutex> lock(control_mu_);
+  if (enabled()) return;
+  {
+    // Anything a racing thread pushed after the last stop() is stale: discard it.
+    std::lock_guard<std::mutex> tl(threads_mu_);
+    for (auto& t : threads_) t->ring.discard();
+  }
+  emit_identity(now_ns());
+  if (!collector_.joinable()) {
+    {
+      std::lock_guard<std::mutex> wl(wake_mu_);
+      collector_stop_ = false;
+    }
+    next_flush_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.flush_interval_ms);
+    next_recalibrate_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    collector_ = std::thread([this] { collector_loop(); });
+  }
+  enabled_.store(true, std::memory_order_release);
+}
+
+void Recorder::stop() {
+  std::lock_guard<std::mutex> lock(control_mu_);
+  enabled_.store(false, std::memory_order_release);
+  if (collector_.joinable()) {
+    {
+      std::lock_guard<std::mutex> wl(wake_mu_);
+      collector_stop_ = true;
+    }
+    wake_.notify_all();
+    collector_.join();
+  }
+  std::lock_guard<std::mutex> dl(drain_mu_);
+  drain_locked(true);
+}
+
+void Recorder::drain_now() {
+  std::lock_guard<std::mutex> dl(drain_mu_);
+  drain_locked(false);
+}
+
+void Recorder::collector_loop() {
+  pthread_setname_np(pthread_self(), "memcomm-collect");
+  std::unique_lock<std::mutex> wl(wake_mu_);
+  while (!collector_stop_) {
+    wake_.wait_for(wl, std::chrono::milliseconds(opt_.drain_interval_ms));
+    if (collector_stop_) break;
+    wl.unlock();
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> sl(samplers_mu_);
+      for (auto& s : samplers_) {
+        if (now >= s.next) {
+          s.next = now + s.period;
+          try {
+            s.fn(*this);
+          } catch (...) {
+            // A failing sampler must not end collection; it will run again next period.
+          }
+        }
+      }
+    }
+    if (now >= next_recalibrate_) {
+      clock_recalibrate();
+      next_recalibrate_ = now + std::chrono::seconds(1);
+    }
+    const bool flush = now >= next_flush_;
+    if (flush) next_flush_ = now + std::chrono::milliseconds(opt_.flush_interval_ms);
+    {
+      std::lock_guard<std::mutex> dl(drain_mu_);
+      drain_locked(flush);
+    }
+    wl.lock();
+  }
+}
+
+void Recorder::drain_locked(bool flush) {
+  batch_.clear();
+  {
+    std::lock_guard<std::mutex> rl(rare_mu_);
+    batch_.insert(batch_.end(), rare_.begin(), rare_.end());
+    rare_.clear();
+  }
+  const int64_t ts = now_ns();
+  {
+    std::lock_guard<std::mutex> tl(threads_mu_);
+    for (auto& t : threads_) {
+      t->ring.drain([this](const Event& e) { batch_.push_back(e); });
+      const uint64_t d = t->ring.dropped();
+      if (d != t->drops_reported) {
+        DropEvent de{};
+        de.ts = ts;
+        de.kind = EventKind::Drops;
+        de.thread = t->index;
+        de.count = d - t->drops_reported;
+        batch_.push_back(Event::from(de));
+        dropped_.fetch_add(de.count, std::memory_order_relaxed);
+        t->drops_reported = d;
+      }
+    }
+    // Free rings of threads that ended, once nothing is left in them.
+    threads_.erase(std::remove_if(threads_.begin(), threads_.end(),
+                                  [](const std::shared_ptr<detail::ThreadSlot>& t) {
+                                    return t->exited.load(std::memory_order_acquire) && t->ring.size() == 0;
+                                  }),
+                   threads_.end());
+  }
+  std::lock_guard<std::mutex> sl(sinks_mu_);
+  for (SinkEntry& s : sinks_) {  // Note [Strings before events]
+    new_strings_.clear();
+    s.strings_sent = strings_.export_since(s.strings_sent, new_strings_);
+    if (batch_.empty() && new_strings_.empty()) {
+      if (flush) s.sink->flush();
+      continue;
+    }
+    Batch b{new_strings_.data(), new_strings_.size(), batch_.data(), batch_.size()};
+    try {
+      s.sink->consume(b);
+      if (flush) s.sink->flush();
+    } catch (...) {
+      // Sinks report their own errors (FileSink::error); never let one stop collection.
+    }
+  }
+  if (!batch_.empty()) {
+    recorded_.fetch_add(batch_.size(), std::memory_order_relaxed);
+    batches_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Recorder::add_sink(std::shared_ptr<Sink> sink) {
+  std::lock_guard<std::mutex> sl(sinks_mu_);
+  sinks_.push_back({std::move(sink), 0});
+}
+
+void Recorder::remove_sink(const std::shared_ptr<Sink>& sink) {
+  {
+    std::lock_guard<std::mutex> dl(drain_mu_);
+    drain_locked(true);
+  }
+  std::lock_guard<std::mutex> sl(sinks_mu_);
+  for (auto it = sinks_.begin(); it != sinks_.end(); ++it) {
+    if (it->sink == sink) {
+      it->sink->close();
+      sinks_.erase(it);
+      return;
+    }
+  }
+}
+
+RecorderStats Recorder::stats() const {
+  RecorderStats s;
+  s.recorded = recorded_.load();
+  s.dropped = dropped_.load();
+  s.batches = batches_.load();
+  auto* self = const_cast<Recorder*>(this);
+  std::lock_guard<std::mutex> tl(self->threads_mu_);
+  s.threads = threads_created_;
+  return s;
+}
+
+int Recorder::add_sampler(std::function<void(Recorder&)> fn, std::chrono::milliseconds period) {
+  std::lock_guard<std::mutex> sl(samplers_mu_);
+  const int id = next_sampler_id_++;
+  samplers_.push_back({id, std::move(fn), period, std::chrono::steady_clock::now()});
+  return id;
+}
+
+void Recorder::remove_sampler(int id) {
+  std::lock_guard<std::mutex> sl(samplers_mu_);
+  samplers_.erase(std::remove_if(samplers_.begin(), samplers_.end(), [id](const Sampler& s) { return s.id == id; }),
+                  samplers_.end());
+}
+
+int Recorder::add_range_hook(const RangeHook& hook) {
+  for (int i = 0; i < detail::kMaxRangeHooks; ++i) {
+    HookSlot& s = hooks_[i];
+    if (s.on_begin.load() == nullptr && s.on_end.load() == nullptr) {
+      s.ctx.store(hook.ctx);
+      s.on_end.store(hook.on_end);
+      s.on_begin.store(hook.on_begin);
+      hook_count_.fetch_add(1);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void Recorder::remove_range_hook(int slot) {
+  if (slot < 0 || slot >= detail::kMaxRangeHooks) return;
+  HookSlot& s = hooks_[slot];
+  const bool had_begin = s.on_begin.exchange(nullptr) != nullptr;
+  const bool had_end = s.on_end.exchange(nullptr) != nullptr;
+  if (had_begin || had_end) hook_count_.fetch_sub(1);
+}
+
+}  // namespace memcomm::prof

@@ -1,0 +1,101 @@
+// memcomm-trace: inspect, export, merge and analyse memcomm traces (.mct).
+// Every subcommand accepts per-rank files (NAME.rank0.mct ...) and merged files, in any mix.
+// Exit codes: 0 success, 1 a trace could not be read or written, 2 usage error.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "memcomm/profiler/analysis.hpp"
+#include "memcomm/profiler/chrome_export.hpp"
+#include "memcomm/profiler/merge.hpp"
+#include "memcomm/profiler/trace_set.hpp"
+#include "trace_info.hpp"
+
+using namespace memcomm::prof;
+
+namespace {
+
+void warn_recovery(const TraceSet& set) {
+  for (const FileLoadInfo& f : set.files)
+    if (f.recovery.truncated)
+      fmt::print(stderr, "memcomm-trace: warning: {}: {}\n", f.path, f.recovery.detail);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"memcomm-trace: inspect, export, merge and analyse memcomm traces (.mct).\n"
+               "FILE... may be per-rank files (NAME.rank0.mct, NAME.rank1.mct, ...) or merged files.\n"
+               "A file cut short by a crash is read up to its last complete chunk, with a warning."};
+  app.require_subcommand(1);
+
+  std::vector<std::string> files;
+  bool json = false;
+  auto* info = app.add_subcommand("info", "Per file: event counts per kind, duration, ranks, drops, recovered chunks");
+  info->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
+  info->add_flag("--json", json, "print JSON instead of text");
+
+  std::string chrome_out;
+  auto* exp = app.add_subcommand("export", "Export to Chrome/Perfetto JSON (load it in ui.perfetto.dev)");
+  exp->add_option("--chrome", chrome_out, "output JSON file")->required();
+  exp->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
+
+  std::string merge_out;
+  bool no_offsets = false;
+  auto* merge = app.add_subcommand("merge", "Merge ranks onto one timeline (applying each rank's recorded clock offset) "
+                                            "into one .mct file");
+  merge->add_option("OUT", merge_out, "merged output file")->required();
+  merge->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
+  merge->add_flag("--no-offsets", no_offsets, "do not apply the ranks' clock offsets");
+
+  size_t max_rows = 40;
+  auto* report = app.add_subcommand("report", "Temporal breakdown, overlap, exposed communication, collective "
+                                              "bandwidth and skew, step table, memory peaks");
+  report->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
+  report->add_flag("--json", json, "print the full analysis as JSON");
+  report->add_option("--rows", max_rows, "rows per table in text mode")->check(CLI::PositiveNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*info) return tool::print_info(files, json) ? 0 : 1;
+    if (*exp) {
+      const TraceSet set = TraceSet::load(files);
+      warn_recovery(set);
+      const ChromeExportStats st = export_chrome(set, chrome_out);
+      fmt::print("wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n", chrome_out, set.ranks.size(),
+                 st.slices, st.counters, st.flows, st.instants);
+      return 0;
+    }
+    if (*merge) {
+      LoadOptions lo;
+      lo.apply_clock_offsets = !no_offsets;
+      const TraceSet set = TraceSet::load(files, lo);
+      warn_recovery(set);
+      for (const RankTrace& r : set.ranks)
+        if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
+      const MergeStats st = write_merged(set, merge_out);
+      fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", merge_out, st.ranks, st.events, st.chunks, st.bytes);
+      return 0;
+    }
+    if (*report) {
+      const TraceSet set = TraceSet::load(files);
+      warn_recovery(set);
+      const Analysis a = analyze(set);
+      if (json) fmt::print("{}\n", analysis_to_json(a));
+      else fmt::print("{}", analysis_to_text(a, max_rows));
+      return 0;
+    }
+  } catch (const TraceError& e) {
+    fmt::print(stderr, "memcomm-trace: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "memcomm-trace: error: {}\n", e.what());
+    return 1;
+  }
+  return 2;
+}

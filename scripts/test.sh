@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up what is missing, builds everything, and runs the whole test suite:
+#   1. the Release build (build/): every ctest test, GUI tests under a virtual X server;
+#   2. an ASan+UBSan build of the unit tests (build-asan/, no LibTorch);
+#   3. a short libFuzzer run of every fuzz target (build-fuzz/, clang).
+# Exits non-zero on any failure. MEMCOMM_FUZZ_SECONDS (default 10) sets each fuzz run's length;
+# MEMCOMM_SKIP_SANITIZERS=1 / MEMCOMM_SKIP_FUZZ=1 skip stages 2 / 3 for a quick local loop.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/cuda/bin"
+start=$(date +%s)
+stage() { echo; echo "=== $* ($(( $(date +%s) - start )) s)"; }
+
+stage "setup"
+scripts/setup.sh
+
+stage "build (Release, -Werror)"
+scripts/build.sh
+
+stage "tests"
+# xvfb-run gives the gui-labelled tests a display (Mesa llvmpipe, GL 4.5 core).
+xvfb-run -a -s "-screen 0 1920x1080x24" \
+  ctest --test-dir build --output-on-failure --timeout 600 -j2
+
+if [ "${MEMCOMM_SKIP_SANITIZERS:-0}" != 1 ]; then
+  stage "ASan+UBSan unit tests"
+  MEMCOMM_BUILD_DIR=build-asan scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DMEMCOMM_SANITIZE=address,undefined -DMEMCOMM_WITH_TORCH=OFF -DMEMCOMM_WITH_VIEWER=OFF \
+    -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure --timeout 600 -j2 -L unit
+fi
+
+if [ "${MEMCOMM_SKIP_FUZZ:-0}" != 1 ]; then
+  stage "fuzz"
+  MEMCOMM_BUILD_DIR=build-fuzz scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMEMCOMM_FUZZ=ON -DMEMCOMM_WITH_TESTS=ON \
+    -DMEMCOMM_WITH_TORCH=OFF -DMEMCOMM_WITH_VIEWER=OFF -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF
+  scripts/fuzz.sh build-fuzz "${MEMCOMM_FUZZ_SECONDS:-10}"
+fi
+
+stage "all passed"

@@ -1,0 +1,144 @@
+// Analysis on hand-built traces with known breakdown, overlap, busbw, skew and memory peaks.
+#include <cstdio>
+
+#include "memcomm/profiler/analysis.hpp"
+#include "memcomm_test.hpp"
+#include "synthetic_run.hpp"
+#include "trace_fixtures.hpp"
+
+using namespace memcomm::prof;
+using memcomm::prof::test::kMs;
+
+namespace {
+TraceSet load_synthetic() {
+  const auto paths = test::write_synthetic_run(test::temp_path("analysis"));
+  TraceSet set = TraceSet::load(paths);
+  for (const auto& p : paths) std::remove(p.c_str());
+  return set;
+}
+}  // namespace
+
+TEST_CASE("interval arithmetic", "[profiler][analysis]") {
+  std::vector<Interval> a = {{5, 10}, {0, 3}, {2, 4}, {12, 12}};
+  merge_intervals(a);
+  REQUIRE(a.size() == 2);
+  CHECK(a[0].begin == 0);
+  CHECK(a[0].end == 4);
+  CHECK(union_length(a) == 9);
+  std::vector<Interval> b = {{3, 6}, {9, 20}};
+  CHECK(intersection_length(a, b) == 1 + 1 + 1);
+  const auto d = subtract(a, b);
+  CHECK(union_length(d) == 3 + 3);
+  CHECK(clip(a, 1, 6).size() == 2);
+  CHECK(union_length(clip(a, 1, 6)) == 3 + 1);
+}
+
+TEST_CASE("CPU run: breakdown, overlap, exposed communication and step table", "[profiler][analysis]") {
+  const TraceSet set = load_synthetic();
+  const Analysis a = analyze(set);
+  REQUIRE(a.ranks.size() == 2);
+  const RankSummary& r0 = a.ranks[0];
+  CHECK_FALSE(r0.gpu_mode);
+  // Window = step [0, 10 ms]; compute = [0.5, 9]; comm = [5, 9.5].
+  const Breakdown& b0 = r0.breakdown;
+  CHECK(b0.window_ns == 10 * kMs);
+  CHECK(b0.compute_ns == 8 * kMs + kMs / 2);
+  CHECK(b0.comm_total_ns == 4 * kMs + kMs / 2);
+  CHECK(b0.overlap_ns == 4 * kMs);
+  CHECK(b0.comm_ns == kMs / 2);
+  CHECK(b0.exposed_comm_ns == kMs / 2);
+  CHECK(b0.idle_ns == kMs);
+  CHECK(b0.compute_ns + b0.comm_ns + b0.memcpy_ns + b0.idle_ns == b0.window_ns);
+  CHECK(b0.overlap_pct == Approx(100.0 * 4.0 / 4.5));
+  const Breakdown& b1 = a.ranks[1].breakdown;
+  CHECK(b1.comm_total_ns == 3 * kMs + kMs / 2);
+  CHECK(b1.overlap_pct == Approx(100.0 * 3.0 / 3.5));
+  CHECK(a.mean_overlap_pct == Approx((100.0 * 4.0 / 4.5 + 100.0 * 3.0 / 3.5) / 2));
+
+  REQUIRE(a.steps.size() == 2);
+  const StepRow& s0 = a.steps[0];
+  CHECK(s0.rank == 0);
+  CHECK(s0.end - s0.begin == 10 * kMs);
+  CHECK(s0.data_wait_ns == kMs / 2);
+  CHECK(s0.breakdown.exposed_comm_ns == kMs / 2);
+  CHECK(s0.peak_allocated == 3000);
+  CHECK(s0.peak_reserved == 4096);
+  CHECK(a.steps[1].peak_allocated == 0);
+}
+
+TEST_CASE("collectives are matched across ranks with nccl-tests bandwidth, skew and straggler", "[profiler][analysis]") {
+  const TraceSet set = load_synthetic();
+  // Clock offset applied: rank 1's events land on rank 0's timeline.
+  CHECK(set.ranks[1].clock_offset_ns == 1000);
+  const Analysis a = analyze(set);
+  REQUIRE(a.collectives.size() == 1);
+  const CollectiveStats& c = a.collectives[0];
+  CHECK(c.ranks_seen == 2);
+  CHECK(c.nranks == 2);
+  CHECK(c.op == CollOp::AllReduce);
+  CHECK(c.bytes == 100'000'000);
+  CHECK(c.skew_ns == kMs);
+  CHECK(c.straggler_rank == 1);
+  CHECK(c.time_ns == 3 * kMs + kMs / 2);  // last start (6 ms) to last end (9.5 ms)
+  const double algbw = 100e6 / 3.5e6;       // GB/s
+  CHECK(c.algbw_gbps == Approx(algbw));
+  CHECK(c.busbw_gbps == Approx(algbw * 2.0 * (2 - 1) / 2));
+  CHECK(a.max_skew_ns == kMs);
+}
+
+TEST_CASE("busbw factors follow nccl-tests", "[profiler][analysis]") {
+  CHECK(busbw_factor(CollOp::AllReduce, 8) == Approx(2.0 * 7 / 8));
+  CHECK(busbw_factor(CollOp::AllGather, 4) == Approx(3.0 / 4));
+  CHECK(busbw_factor(CollOp::ReduceScatter, 4) == Approx(3.0 / 4));
+  CHECK(busbw_factor(CollOp::Broadcast, 4) == Approx(1.0));
+  CHECK(busbw_factor(CollOp::AllReduce, 1) == Approx(0.0));
+}
+
+TEST_CASE("memory peaks and fragmentation over time", "[profiler][analysis]") {
+  const TraceSet set = load_synthetic();
+  const Analysis a = analyze(set);
+  CHECK(a.ranks[0].peak_allocated == 3000);
+  CHECK(a.ranks[0].peak_reserved == 4096);
+  const auto& mem = a.memory[0];
+  REQUIRE_FALSE(mem.empty());
+  CHECK(mem.back().allocated == 2000);
+  CHECK(mem.back().active == 2000);
+  CHECK(mem.back().fragmentation == Approx(double(4096 - 2000) / 4096));
+  // With sampled largest-free, fragmentation = 1 - largest_free / (reserved - allocated).
+  RankTrace r;
+  r.events = {Event::from(make_mem_sample(1, MemMetric::Allocated, 600)),
+              Event::from(make_mem_sample(1, MemMetric::Reserved, 1000)),
+              Event::from(make_mem_sample(1, MemMetric::LargestFree, 100))};
+  const auto pts = memory_series(r);
+  REQUIRE(pts.size() == 1);
+  CHECK(pts[0].fragmentation == Approx(1.0 - 100.0 / 400.0));
+}
+
+TEST_CASE("GPU run: kernels are compute, NCCL kernels communication, memcpy counted apart", "[profiler][analysis]") {
+  RankTrace r;
+  r.rank = 0;
+  r.world_size = 1;
+  auto k = [](int64_t b, int64_t e, uint8_t sub) { return Event::from(make_compute(EventKind::Kernel, b, e, 0, 0, 0, 0, sub)); };
+  r.events = {k(0, 100, 0), Event::from(make_compute(EventKind::Memcpy, 100, 150, 1, 64, 0, 0, 1)), k(150, 300, 0),
+              k(200, 400, 1), k(500, 600, 0)};
+  const auto ranges = pair_ranges(r);
+  const auto spans = spans_of(r, ranges, collectives_of(r));
+  CHECK(spans.gpu_mode);
+  const Breakdown b = breakdown_over(spans, 0, 600);
+  CHECK(b.compute_ns == 100 + 150 + 100);
+  CHECK(b.comm_total_ns == 200);
+  CHECK(b.overlap_ns == 100);
+  CHECK(b.comm_ns == 100);
+  CHECK(b.memcpy_ns == 50);
+  CHECK(b.idle_ns == 100);
+  CHECK(b.overlap_pct == Approx(50.0));
+}
+
+TEST_CASE("report renders text and JSON", "[profiler][analysis]") {
+  const Analysis a = analyze(load_synthetic());
+  const std::string text = analysis_to_text(a);
+  CHECK(text.find("all_reduce") != std::string::npos);
+  CHECK(text.find("overlap") != std::string::npos);
+  const std::string json = analysis_to_json(a);
+  CHECK(json.find("\"busbw_gbps\"") != std::string::npos);
+}

@@ -1,0 +1,154 @@
+// Chrome export parsed back, and the memcomm-trace tool end to end (info, export, merge, report).
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "memcomm/profiler/chrome_export.hpp"
+#include "memcomm/profiler/trace_set.hpp"
+#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm_test.hpp"
+#include "synthetic_run.hpp"
+#include "trace_fixtures.hpp"
+
+using namespace memcomm::prof;
+
+namespace {
+nlohmann::json parse_file(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
+// Runs a command, returns its exit code; stdout+stderr go to `out`.
+int run(const std::string& cmd, std::string& out) {
+  const std::string log = test::temp_path("cmd") + ".log";
+  const int st = std::system((cmd + " > " + log + " 2>&1").c_str());
+  std::ifstream f(log);
+  out.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  std::remove(log.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+std::string tool() { return memcomm::test::bin_dir() + "/memcomm-trace"; }
+
+// The synthetic run plus a GPU-ish rank 2 with a launch -> kernel correlation.
+std::vector<std::string> write_fixture(const std::string& base) {
+  auto paths = test::write_synthetic_run(base);
+  WriterOptions o;
+  o.rank = 2;
+  o.world_size = 3;
+  const std::string p = base + ".rank2.mct";
+  TraceWriter w(p, o);
+  std::vector<Event> ev = {Event::from(make_meta(0, MetaKey::Rank, 2)),
+                           Event::from(make_host_span(EventKind::Launch, 1000, 3000, 0, 1, 77)),
+                           Event::from(make_compute(EventKind::Kernel, 5000, 9000, 7, 2, 77, 0, 0)),
+                           Event::from(make_compute(EventKind::Memcpy, 9000, 9500, 7, encode_bytes32(4096), 0, 0, 1))};
+  w.write_chunk({{1, "cudaLaunchKernel"}, {2, "gemm \"fast\" <float>"}}, ev);
+  paths.push_back(p);
+  return paths;
+}
+}  // namespace
+
+TEST_CASE("chrome export parses back with the required fields, tracks and flows", "[profiler][export]") {
+  const std::string base = test::temp_path("chrome");
+  const auto paths = write_fixture(base);
+  const TraceSet set = TraceSet::load(paths);
+  const std::string out = base + ".json";
+  const ChromeExportStats st = export_chrome(set, out);
+  const nlohmann::json j = parse_file(out);
+  REQUIRE(j.contains("traceEvents"));
+  const auto& evs = j["traceEvents"];
+  std::map<std::string, int> by_ph;
+  std::map<int64_t, std::string> process_names;
+  std::map<uint64_t, std::vector<std::string>> flows;
+  bool memory_counter = false, kernel = false, collective = false, phase = false;
+  for (const auto& e : evs) {
+    REQUIRE(e.contains("ph"));
+    REQUIRE(e.contains("pid"));
+    const std::string ph = e["ph"];
+    by_ph[ph]++;
+    if (ph == "M" && e["name"] == "process_name") process_names[e["pid"]] = e["args"]["name"];
+    if (ph == "X") {
+      REQUIRE(e.contains("ts"));
+      REQUIRE(e.contains("dur"));
+      REQUIRE(e.contains("tid"));
+      REQUIRE(e.contains("name"));
+      CHECK(e["dur"].get<double>() >= 0);
+      kernel |= e["cat"] == "kernel" && e["name"] == "gemm \"fast\" <float>";
+      collective |= e["cat"] == "collective" && e["name"] == "all_reduce" && e["args"]["bytes"] == 100000000;
+      phase |= e["cat"] == "phase" && e["name"] == "backward" && e["dur"].get<double>() == Approx(5000.0);
+    }
+    if (ph == "C" && e["name"] == "memory") {
+      REQUIRE(e["args"].contains("allocated"));
+      REQUIRE(e["args"].contains("reserved"));
+      memory_counter = true;
+    }
+    if (ph == "s" || ph == "f") flows[e["id"]].push_back(ph);
+  }
+  CHECK(process_names.size() == 3);
+  CHECK(process_names[0] == "rank 0 (node-a)");
+  CHECK(kernel);
+  CHECK(collective);
+  CHECK(phase);
+  CHECK(memory_counter);
+  // One launch flow and one cross-rank collective flow, each a start/finish pair.
+  CHECK(flows.size() == 2);
+  for (auto& [id, phs] : flows) CHECK(phs == std::vector<std::string>{"s", "f"});
+  CHECK(st.flows == 2);
+  for (const auto& p : paths) std::remove(p.c_str());
+  std::remove(out.c_str());
+}
+
+TEST_CASE("memcomm-trace info, export, merge and report work on per-rank and merged files", "[profiler][tool]") {
+  const std::string base = test::temp_path("tool");
+  const auto paths = write_fixture(base);
+  const std::string files = paths[0] + " " + paths[1] + " " + paths[2];
+  std::string out;
+
+  REQUIRE(run(tool() + " info " + files, out) == 0);
+  CHECK(out.find("coll_end") != std::string::npos);
+  CHECK(out.find("complete file") != std::string::npos);
+
+  const std::string merged = base + ".merged.mct";
+  REQUIRE(run(tool() + " merge " + merged + " " + files, out) == 0);
+  CHECK(out.find("rank 1: clock offset 1000 ns applied") != std::string::npos);
+  const TraceSet m = TraceSet::load({merged});
+  REQUIRE(m.ranks.size() == 3);
+  const TraceSet direct = TraceSet::load(paths);
+  for (size_t i = 0; i < 3; ++i) {
+    REQUIRE(m.ranks[i].events.size() == direct.ranks[i].events.size());
+    for (size_t k = 0; k < m.ranks[i].events.size(); ++k) REQUIRE(m.ranks[i].events[k].ts == direct.ranks[i].events[k].ts);
+  }
+  CHECK(m.ranks[2].name(m.ranks[2].events[2].as<ComputeEvent>().arg) == "gemm \"fast\" <float>");
+
+  REQUIRE(run(tool() + " report --json " + merged, out) == 0);
+  const auto rep = nlohmann::json::parse(out);
+  REQUIRE(rep["collectives"].size() == 1);
+  CHECK(rep["collectives"][0]["straggler_rank"] == 1);
+  CHECK(rep["collectives"][0]["busbw_gbps"].get<double>() == Approx(100e6 / 3.5e6));
+  REQUIRE(run(tool() + " report " + files, out) == 0);
+  CHECK(out.find("Temporal breakdown") != std::string::npos);
+
+  const std::string json = base + ".json";
+  REQUIRE(run(tool() + " export --chrome " + json + " " + files, out) == 0);
+  CHECK(parse_file(json)["traceEvents"].size() > 10);
+
+  // Truncated input: warning, still works. Corrupt input: exit 1 with the reason. Bad usage: 2.
+  {
+    std::ifstream f(paths[0], std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::ofstream(paths[0], std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size() - 10));
+  }
+  REQUIRE(run(tool() + " info " + paths[0], out) == 0);
+  CHECK(out.find("trailing bytes ignored") != std::string::npos);
+  {
+    std::ofstream(paths[1], std::ios::binary | std::ios::trunc) << "garbage";
+  }
+  CHECK(run(tool() + " report " + paths[1], out) == 1);
+  CHECK(out.find("not a memcomm trace") != std::string::npos);
+  CHECK(run(tool() + " export " + files, out) == 2);
+  CHECK(run(tool() + " frobnicate", out) == 2);
+  for (const auto& p : paths) std::remove(p.c_str());
+  std::remove(merged.c_str());
+  std::remove(json.c_str());
+}

@@ -1,0 +1,224 @@
+// Recorder: exact counts under multithreaded stress, counted drops, start/stop, sinks, hooks.
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "memcomm/profiler/recorder.hpp"
+#include "memcomm/profiler/trace_set.hpp"
+#include "memcomm_test.hpp"
+#include "trace_fixtures.hpp"
+
+using namespace memcomm::prof;
+
+namespace {
+// Per-thread sequences: counter name = the thread's label id, value = sequence number.
+struct Tally {
+  std::map<StringId, std::vector<double>> seqs;
+  uint64_t drops = 0;
+  std::map<uint16_t, uint64_t> drops_by_thread;
+};
+Tally tally(const std::vector<Event>& events) {
+  Tally t;
+  for (const Event& e : events) {
+    if (e.kind == EventKind::Counter) t.seqs[e.as<CounterEvent>().name].push_back(e.as<CounterEvent>().value);
+    if (e.kind == EventKind::Drops) {
+      t.drops += e.as<DropEvent>().count;
+      t.drops_by_thread[e.as<DropEvent>().thread] += e.as<DropEvent>().count;
+    }
+  }
+  return t;
+}
+}  // namespace
+
+TEST_CASE("multithreaded recording delivers every event exactly once, in per-thread order", "[profiler][recorder]") {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 100000;
+  RecorderOptions opt;
+  opt.ring_events = kPerThread;  // big enough that nothing may drop
+  Recorder rec(opt);
+  auto sink = std::make_shared<MemorySink>();
+  rec.add_sink(sink);
+  rec.start();
+  std::vector<StringId> labels;
+  for (int t = 0; t < kThreads; ++t) labels.push_back(rec.intern("thread" + std::to_string(t)));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) rec.record(make_counter(now_ns(), labels[size_t(t)], i));
+    });
+  for (auto& th : threads) th.join();
+  rec.stop();
+
+  Tally t = tally(sink->events());
+  CHECK(t.drops == 0);
+  CHECK(rec.stats().dropped == 0);
+  REQUIRE(t.seqs.size() == size_t(kThreads));
+  for (auto& [label, seq] : t.seqs) {
+    REQUIRE(seq.size() == size_t(kPerThread));
+    for (int i = 0; i < kPerThread; ++i) REQUIRE(seq[size_t(i)] == i);
+  }
+  const auto strings = sink->strings();
+  for (int i = 0; i < kThreads; ++i) CHECK(strings[labels[size_t(i)]] == "thread" + std::to_string(i));
+}
+
+TEST_CASE("small rings drop, and every drop is counted in the trace and the stats", "[profiler][recorder]") {
+  constexpr int kThreads = 3;
+  constexpr int kPerThread = 200000;
+  RecorderOptions opt;
+  opt.ring_events = 256;
+  opt.drain_interval_ms = 1;
+  Recorder rec(opt);
+  auto sink = std::make_shared<MemorySink>();
+  rec.add_sink(sink);
+  rec.start();
+  const StringId label = rec.intern("x");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) rec.record(make_counter(0, label, i));
+    });
+  for (auto& th : threads) th.join();
+  rec.stop();
+  Tally t = tally(sink->events());
+  const uint64_t kept = t.seqs.count(label) ? t.seqs.at(label).size() : 0;
+  CHECK(kept + t.drops == uint64_t(kThreads) * kPerThread);  // exact: kept + dropped = recorded
+  CHECK(t.drops == rec.stats().dropped);
+  CHECK(t.drops > 0);
+}
+
+TEST_CASE("a full ring with no draining keeps exactly its capacity", "[profiler][recorder]") {
+  RecorderOptions opt;
+  opt.ring_events = 64;
+  opt.drain_interval_ms = 60'000;  // the collector will not drain during the test
+  Recorder rec(opt);
+  auto sink = std::make_shared<MemorySink>();
+  rec.add_sink(sink);
+  rec.start();
+  const uint16_t me = rec.thread_index();
+  for (int i = 0; i < 1000; ++i) rec.record(make_counter(i, 1, i));
+  rec.stop();
+  Tally t = tally(sink->events());
+  CHECK(t.seqs[1].size() == 64);
+  CHECK(t.drops_by_thread[me] == 1000 - 64);
+  CHECK(rec.stats().dropped == 1000 - 64);
+}
+
+TEST_CASE("start and stop any number of times; nothing is recorded while stopped", "[profiler][recorder]") {
+  Recorder rec;
+  auto sink = std::make_shared<MemorySink>();
+  rec.add_sink(sink);
+  for (int round = 0; round < 5; ++round) {
+    rec.record(make_counter(0, 1, -1));  // stopped: ignored
+    rec.start();
+    for (int i = 0; i < 10; ++i) rec.record(make_counter(0, 1, round));
+    rec.stop();
+  }
+  Tally t = tally(sink->events());
+  REQUIRE(t.seqs[1].size() == 50);
+  for (double v : t.seqs[1]) CHECK(v >= 0);
+  // Identity metadata is written at every start.
+  size_t rank_metas = 0;
+  for (const Event& e : sink->events())
+    if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Rank) ++rank_metas;
+  CHECK(rank_metas == 5);
+}
+
+TEST_CASE("phase scopes record nested ranges and call the range hooks", "[profiler][recorder]") {
+  Recorder rec;
+  auto sink = std::make_shared<MemorySink>();
+  rec.add_sink(sink);
+  struct Log {
+    std::vector<std::string> calls;
+  } log;
+  RangeHook hook;
+  hook.ctx = &log;
+  hook.on_begin = [](void* ctx, Phase p, const char* name, uint64_t id) {
+    static_cast<Log*>(ctx)->calls.push_back(std::string("+") + name + ":" + std::to_string(id));
+  };
+  hook.on_end = [](void* ctx, Phase p) { static_cast<Log*>(ctx)->calls.push_back(std::string("-") + phase_name(p)); };
+  const int slot = rec.add_range_hook(hook);
+  REQUIRE(slot >= 0);
+  rec.start();
+  {
+    PhaseScope step(Phase::Step, 7, {}, rec);
+    { PhaseScope fwd(Phase::Forward, 0, rec.name("fwd_custom"), rec); }
+  }
+  rec.remove_range_hook(slot);
+  { PhaseScope quiet(Phase::Eval, 0, {}, rec); }
+  rec.stop();
+  CHECK(log.calls == std::vector<std::string>{"+step:7", "+fwd_custom:0", "-forward", "-step"});
+  std::vector<std::pair<EventKind, Phase>> ranges;
+  for (const Event& e : sink->events())
+    if (family_of(e.kind) == EventFamily::Range) ranges.emplace_back(e.kind, e.as<RangeEvent>().phase);
+  CHECK(ranges == std::vector<std::pair<EventKind, Phase>>{{EventKind::RangeBegin, Phase::Step},
+                                                           {EventKind::RangeBegin, Phase::Forward},
+                                                           {EventKind::RangeEnd, Phase::Forward},
+                                                           {EventKind::RangeEnd, Phase::Step},
+                                                           {EventKind::RangeBegin, Phase::Eval},
+                                                           {EventKind::RangeEnd, Phase::Eval}});
+}
+
+TEST_CASE("a file sink writes a trace the reader loads with names, identity and samplers", "[profiler][recorder]") {
+  const std::string path = test::temp_path("filesink");
+  {
+    Recorder rec;
+    Identity id;
+    id.rank = 1;
+    id.world_size = 2;
+    rec.set_identity(id);
+    WriterOptions wo;
+    wo.rank = 1;
+    wo.world_size = 2;
+    auto sink = std::make_shared<FileSink>(path, wo, 100);
+    rec.add_sink(sink);
+    std::atomic<int> samples{0};
+    rec.add_sampler([&](Recorder& r) {
+      r.record(make_mem_sample(now_ns(), MemMetric::Allocated, 1000 + uint64_t(samples++)));
+    }, std::chrono::milliseconds(1));
+    rec.start();
+    const Name loss = rec.name(kCounterLoss);
+    for (int i = 0; i < 1000; ++i) record_counter(rec, loss, 1.0 / (i + 1));
+    while (samples.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    rec.stop();
+    CHECK(sink->error().empty());
+    CHECK(sink->events_lost() == 0);
+  }
+  const TraceSet set = TraceSet::load({path});
+  REQUIRE(set.ranks.size() == 1);
+  const RankTrace& r = set.ranks[0];
+  CHECK(r.rank == 1);
+  CHECK(r.world_size == 2);
+  CHECK_FALSE(r.host.empty());
+  CHECK(r.drops == 0);
+  size_t losses = 0, samples = 0;
+  for (const Event& e : r.events) {
+    if (e.kind == EventKind::Counter && r.name(e.as<CounterEvent>().name) == "loss") ++losses;
+    if (e.kind == EventKind::MemSample) ++samples;
+  }
+  CHECK(losses == 1000);
+  CHECK(samples >= 3);
+  CHECK(set.files[0].recovery.chunks > 1);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("rank trace paths follow NAME.rankN.mct", "[profiler][recorder]") {
+  CHECK(rank_trace_path("run.mct", 3) == "run.rank3.mct");
+  CHECK(rank_trace_path("out/run", 0) == "out/run.rank0.mct");
+}
+
+TEST_CASE("the clock is CLOCK_MONOTONIC to within a few microseconds", "[profiler][recorder]") {
+  clock_init();
+  for (int i = 0; i < 100; ++i) {
+    const int64_t a = monotonic_ns();
+    const int64_t t = now_ns();
+    const int64_t b = monotonic_ns();
+    REQUIRE(t >= a - 20'000);
+    REQUIRE(t <= b + 20'000);
+  }
+  int64_t prev = now_ns();
+  for (int i = 0; i < 100000; ++i) {
+    const int64_t t = now_ns();
+    REQUIRE(t >= prev);
+    prev = t;
+  }
+}

@@ -1,0 +1,293 @@
+// .mct format: round trip of every event kind, crash recovery, and clear errors on bad files.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "memcomm/profiler/trace_reader.hpp"
+#include "memcomm/profiler/trace_set.hpp"
+#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm_test.hpp"
+#include "trace_fixtures.hpp"
+
+using namespace memcomm::prof;
+using memcomm::prof::test::temp_path;
+
+namespace {
+std::vector<char> slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+void spit(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+std::vector<Event> read_all(const std::string& path, RecoveryInfo* info = nullptr) {
+  TraceReader r(path);
+  std::vector<Event> out;
+  ChunkView c;
+  while (r.next(c)) out.insert(out.end(), c.begin(), c.end());
+  if (info) *info = r.recovery();
+  return out;
+}
+std::string error_of(const std::string& path) {
+  try {
+    read_all(path);
+  } catch (const TraceError& e) {
+    return e.what();
+  }
+  return "";
+}
+// Writes `chunks` chunks of `per_chunk` counter events numbered 0.. in `value`.
+void write_numbered(const std::string& path, int chunks, int per_chunk, Codec codec = Codec::Lz4) {
+  WriterOptions o;
+  o.rank = 0;
+  o.codec = codec;
+  TraceWriter w(path, o);
+  int n = 0;
+  for (int c = 0; c < chunks; ++c) {
+    std::vector<Event> ev;
+    for (int i = 0; i < per_chunk; ++i, ++n) ev.push_back(Event::from(make_counter(n, 1, n)));
+    std::vector<StringDef> s;
+    if (c == 0) s.push_back({1, "seq"});
+    w.write_chunk(s, ev);
+  }
+}
+}  // namespace
+
+TEST_CASE("every event kind survives a write/read round trip bit for bit", "[profiler][format]") {
+  for (Codec codec : {Codec::Lz4, Codec::Zstd, Codec::None}) {
+    const auto events = test::one_of_every_kind();
+    const auto strings = test::fixture_strings();
+    const std::string path = temp_path("roundtrip");
+    {
+      WriterOptions o;
+      o.rank = 3;
+      o.world_size = 8;
+      o.codec = codec;
+      TraceWriter w(path, o);
+      w.write_chunk(strings, events);
+    }
+    TraceReader r(path);
+    CHECK(r.header().rank == 3);
+    CHECK(r.header().world_size == 8);
+    ChunkView c;
+    REQUIRE(r.next(c));
+    REQUIRE(c.count == events.size());
+    CHECK(c.rank == 3);
+    CHECK(std::memcmp(c.events, events.data(), events.size() * sizeof(Event)) == 0);
+    CHECK_FALSE(r.next(c));
+    CHECK(r.string(1) == "volta_sgemm_128x64_nn");
+    CHECK(r.string(3) == "loss");
+    CHECK_FALSE(r.recovery().truncated);
+
+    // Typed views read back the values the fixtures put in.
+    std::set<EventKind> kinds;
+    for (const Event& e : events) kinds.insert(e.kind);
+    CHECK(kinds.size() == events.size());  // the fixture really has one of each kind
+    const auto alloc = events[0].as<MemBlockEvent>();
+    CHECK(alloc.addr() == 0x7f12'3456'7800ull + 1);
+    CHECK(alloc.size() == (5ull << 32) + 512);
+    CHECK(alloc.category == uint8_t(MemCategory::Gradient));
+    for (const Event& e : events) {
+      INFO(kind_name(e.kind));
+      CHECK(is_known_kind(e.kind));
+      if (e.kind == EventKind::CollEnd) {
+        const auto ce = e.as<CollectiveEvent>();
+        CHECK(ce.bytes() == (3ull << 32) + 77);
+        CHECK(ce.seq == 41);
+        CHECK(ce.bucket == 7);
+        CHECK(ce.algo() == CollAlgo::Ring);
+        CHECK(ce.proto() == CollProto::LL128);
+      } else if (e.kind == EventKind::Memcpy) {
+        CHECK(decode_bytes32(e.as<ComputeEvent>().arg) == (1u << 20));
+        CHECK(e.as<ComputeEvent>().dur_ns == 700);
+      } else if (e.kind == EventKind::Launch) {
+        CHECK(e.as<ComputeEvent>().thread() == 300);
+      } else if (e.kind == EventKind::Counter) {
+        CHECK(e.as<CounterEvent>().value == 0.125);
+      } else if (e.kind == EventKind::CommInfo) {
+        CHECK(e.as<CommInfoEvent>().hash == 0xABCDEF0123456789ull);
+      }
+    }
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("byte counts above 2 GiB keep KiB precision in 32 bits", "[profiler][format]") {
+  CHECK(decode_bytes32(encode_bytes32(12345)) == 12345);
+  CHECK(decode_bytes32(encode_bytes32(5ull << 30)) == (5ull << 30));
+  CHECK(saturate_duration(-5) == 0);
+  CHECK(saturate_duration(int64_t(1) << 40) == kMaxDuration);
+}
+
+TEST_CASE("a writer killed with SIGKILL leaves its complete chunks readable", "[profiler][format]") {
+  const std::string path = temp_path("killed");
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    TraceWriter w(path, WriterOptions{});
+    std::vector<Event> ev(5000);
+    for (uint64_t n = 0;; ++n) {
+      for (size_t i = 0; i < ev.size(); ++i) ev[i] = Event::from(make_counter(int64_t(n * ev.size() + i), 0, double(i)));
+      w.write_chunk(nullptr, 0, ev.data(), ev.size());
+      const char one = 1;
+      if (n < 20 && ::write(pipefd[1], &one, 1) != 1) _exit(3);
+    }
+  }
+  ::close(pipefd[1]);
+  char buf[20];
+  size_t got = 0;
+  while (got < sizeof buf) {
+    const ssize_t r = ::read(pipefd[0], buf, sizeof buf - got);
+    REQUIRE(r > 0);
+    got += size_t(r);
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(pipefd[0]);
+  REQUIRE(WIFSIGNALED(status));
+
+  RecoveryInfo info;
+  const auto events = read_all(path, &info);
+  CHECK(info.chunks >= 20);
+  CHECK(events.size() == info.chunks * 5000);
+  for (size_t i = 0; i < events.size(); ++i) REQUIRE(events[i].ts == int64_t(i));  // nothing garbled
+
+  // Cut the file inside its last chunk: exactly the complete chunks come back, and it is reported.
+  auto bytes = slurp(path);
+  bytes.resize(bytes.size() - 100);
+  spit(path, bytes);
+  const auto cut = read_all(path, &info);
+  CHECK(info.truncated);
+  CHECK(info.truncated_bytes > 0);
+  CHECK(info.detail.find("incomplete") != std::string::npos);
+  CHECK(cut.size() == events.size() - 5000);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("corrupt checksums and lengths give clear errors naming the chunk and offset", "[profiler][format]") {
+  const std::string path = temp_path("corrupt");
+  write_numbered(path, 3, 1000);
+  const auto good = slurp(path);
+  // Locate chunk 1.
+  ChunkHeader h0;
+  std::memcpy(&h0, good.data() + sizeof(FileHeader), sizeof h0);
+  const size_t chunk1 = sizeof(FileHeader) + sizeof(ChunkHeader) + h0.stored_size;
+
+  SECTION("a flipped payload byte") {
+    auto bad = good;
+    bad[chunk1 + sizeof(ChunkHeader) + 5] ^= 0x40;
+    spit(path, bad);
+    const std::string err = error_of(path);
+    CHECK(err.find("chunk 1") != std::string::npos);
+    CHECK(err.find("checksum mismatch") != std::string::npos);
+    CHECK(err.find("byte offset " + std::to_string(chunk1)) != std::string::npos);
+  }
+  SECTION("a corrupted stored checksum") {
+    auto bad = good;
+    bad[chunk1 + offsetof(ChunkHeader, checksum)] ^= 1;
+    spit(path, bad);
+    CHECK(error_of(path).find("checksum mismatch") != std::string::npos);
+  }
+  SECTION("an inconsistent raw length") {
+    auto bad = good;
+    uint32_t raw = 12345;
+    std::memcpy(&bad[chunk1 + offsetof(ChunkHeader, raw_size)], &raw, 4);
+    spit(path, bad);
+    const std::string err = error_of(path);
+    CHECK(err.find("inconsistent lengths") != std::string::npos);
+    CHECK(err.find("chunk 1") != std::string::npos);
+  }
+  SECTION("a huge raw length") {
+    auto bad = good;
+    uint32_t raw = 0xFFFFFFF0u;
+    std::memcpy(&bad[chunk1 + offsetof(ChunkHeader, raw_size)], &raw, 4);
+    spit(path, bad);
+    CHECK(error_of(path).find("exceeds the limit") != std::string::npos);
+  }
+  SECTION("a stored length past the end of the file, mid-file") {
+    auto bad = good;
+    uint32_t stored = 0x7FFFFFF0u;
+    std::memcpy(&bad[chunk1 + offsetof(ChunkHeader, stored_size)], &stored, 4);
+    spit(path, bad);
+    CHECK(error_of(path).find("inconsistent lengths") != std::string::npos);
+  }
+  SECTION("a shortened stored length") {
+    auto bad = good;
+    uint32_t stored = 8;
+    std::memcpy(&bad[chunk1 + offsetof(ChunkHeader, stored_size)], &stored, 4);
+    spit(path, bad);
+    CHECK(error_of(path).find("checksum mismatch") != std::string::npos);
+  }
+  SECTION("garbage where a chunk should start") {
+    auto bad = good;
+    std::memset(&bad[chunk1], 0x5A, 4);
+    spit(path, bad);
+    CHECK(error_of(path).find("bad chunk magic") != std::string::npos);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("version mismatches and foreign files are refused clearly", "[profiler][format]") {
+  const std::string path = temp_path("version");
+  write_numbered(path, 1, 10);
+  auto bytes = slurp(path);
+  SECTION("format version") {
+    uint16_t v = 99;
+    std::memcpy(&bytes[offsetof(FileHeader, format_version)], &v, 2);
+    spit(path, bytes);
+    const std::string err = error_of(path);
+    CHECK(err.find("unsupported trace format version 99") != std::string::npos);
+    CHECK(err.find(path) != std::string::npos);
+  }
+  SECTION("event model version") {
+    uint16_t v = 7;
+    std::memcpy(&bytes[offsetof(FileHeader, event_version)], &v, 2);
+    spit(path, bytes);
+    CHECK(error_of(path).find("unsupported event model version 7") != std::string::npos);
+  }
+  SECTION("not a trace") {
+    spit(path, std::vector<char>{'h', 'e', 'l', 'l', 'o'});
+    CHECK(error_of(path).find("not a memcomm trace") != std::string::npos);
+  }
+  SECTION("a missing file") {
+    std::remove(path.c_str());
+    CHECK(error_of(path).find("cannot open trace file") != std::string::npos);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("TraceSet merges ranks onto one timeline using their clock offsets", "[profiler][format]") {
+  const std::string p0 = temp_path("set0"), p1 = temp_path("set1");
+  for (int rank : {0, 1}) {
+    WriterOptions o;
+    o.rank = uint32_t(rank);
+    o.world_size = 2;
+    TraceWriter w(rank == 0 ? p0 : p1, o);
+    std::vector<Event> ev = {Event::from(make_meta(0, MetaKey::ClockOffset, rank == 0 ? 0 : 1000)),
+                             Event::from(make_counter(5000, 1, 1.0)), Event::from(make_counter(4000, 1, 2.0))};
+    w.write_chunk({{1, "x"}}, ev);
+  }
+  const TraceSet set = TraceSet::load({p1, p0});
+  REQUIRE(set.ranks.size() == 2);
+  CHECK(set.ranks[0].rank == 0);
+  CHECK(set.ranks[1].rank == 1);
+  CHECK(set.ranks[1].clock_offset_ns == 1000);
+  // Sorted, and shifted for rank 1 only.
+  CHECK(set.ranks[0].events[1].ts == 4000);
+  CHECK(set.ranks[1].events[1].ts == 5000);
+  CHECK(set.ranks[1].events[2].ts == 6000);
+  CHECK(set.ranks[1].name(1) == "x");
+  CHECK_THROWS_WITH(TraceSet::load({p0, p0}), Catch::Contains("rank 0 appears in both"));
+  std::remove(p0.c_str());
+  std::remove(p1.c_str());
+}

@@ -1,0 +1,134 @@
+// memcomm-replay as a user runs it: good input gives a table and JSON; bad input exits 2 with a
+// message that names the file (and the byte offset for pickle damage).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "hand_snapshot.hpp"
+#include "memcomm_test.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("memcomm-replay-cli-" + std::to_string(::getpid()))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  fs::path file(const std::string& name, const std::vector<std::uint8_t>& bytes) const {
+    fs::path p = path_ / name;
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    return p;
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+Run run(const TempDir& dir, const std::string& args) {
+  const fs::path out = dir.path() / "stdout.txt", err = dir.path() / "stderr.txt";
+  std::string cmd = memcomm::test::bin_dir() + "/memcomm-replay " + args + " >" + out.string() + " 2>" + err.string();
+  int status = std::system(cmd.c_str());
+  Run r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("cli: a good snapshot gives the table and the JSON list", "[cli]") {
+  TempDir dir;
+  auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  auto json = dir.path() / "out.json";
+  Run r = run(dir, snap.string() + " --policy recorded,pytorch,pytorch-expandable --capacity 1GiB --check --json " + json.string());
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("pytorch-expandable") != std::string::npos);
+  auto list = nlohmann::json::parse(slurp(json));
+  REQUIRE(list.is_array());
+  REQUIRE(list.size() == 2 * 3);  // 2 devices x 3 policies
+  for (const auto& o : list) {
+    for (const char* key : {"file", "device", "policy", "peak_live", "peak_reserved", "ooms", "source_allocs", "events", "seconds"}) {
+      CHECK(o.contains(key));
+    }
+  }
+  CHECK(list[0]["policy"] == "recorded");
+  CHECK(list[0]["peak_live"] == 6000);
+}
+
+TEST_CASE("cli: truncated, corrupt and hostile pickles exit 2 naming file and byte offset", "[cli][bad]") {
+  TempDir dir;
+  auto good = memcomm::test::build_snapshot();
+
+  std::vector<std::uint8_t> cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(good.size() / 2));
+  auto truncated = dir.file("truncated.pickle", cut);
+  Run r = run(dir, truncated.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("truncated.pickle") != std::string::npos);
+  CHECK(r.err.find("byte offset") != std::string::npos);
+  CHECK(r.err.find("truncated input") != std::string::npos);
+
+  auto corrupt_bytes = good;
+  corrupt_bytes[2] = 0xfe;  // the opcode after PROTO
+  auto corrupt = dir.file("corrupt.pickle", corrupt_bytes);
+  r = run(dir, corrupt.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("corrupt.pickle: byte offset 2: invalid opcode byte 0xfe") != std::string::npos);
+
+  memcomm::test::PickleBuilder hostile;
+  hostile.proto(2).op('c').text("os\nsystem\n").str("echo pwned").op(0x85).op('R').stop();
+  auto evil = dir.file("evil.pickle", hostile.bytes());
+  r = run(dir, evil.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("evil.pickle: byte offset 2: GLOBAL opcode refused") != std::string::npos);
+
+  memcomm::test::PickleBuilder not_a_snapshot;
+  not_a_snapshot.proto(4).empty_list().stop();
+  auto wrong = dir.file("list.pickle", not_a_snapshot.bytes());
+  r = run(dir, wrong.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("not a PyTorch memory snapshot") != std::string::npos);
+
+  auto text = dir.file("notes.txt", {'h', 'i', '\n'});
+  r = run(dir, text.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("unknown trace format") != std::string::npos);
+}
+
+TEST_CASE("cli: usage errors exit 2", "[cli][bad]") {
+  TempDir dir;
+  auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  CHECK(run(dir, "").code == 2);                                                   // no FILE
+  CHECK(run(dir, (dir.path() / "missing.pickle").string()).code == 2);            // cannot open
+  CHECK(run(dir, snap.string() + " --capacity 12XB").code == 2);                  // bad size
+  CHECK(run(dir, snap.string() + " --capacity -5").code == 2);
+  Run r = run(dir, snap.string() + " --policy pytorch,bogus");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("unknown policy 'bogus'") != std::string::npos);
+  CHECK(run(dir, "--help").code == 0);
+}

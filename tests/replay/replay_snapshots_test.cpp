@@ -1,0 +1,187 @@
+// Every shared real PyTorch snapshot: loaded, rebuilt, replayed through every policy with invariants
+// checked, peak live checked against an independent computation and against SOURCES.md, and the
+// PyTorch simulation checked against what PyTorch recorded on traces that start from an empty cache.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "memcomm/replay/replayer.hpp"
+#include "memcomm/snapshot/snapshot.hpp"
+#include "memcomm_test.hpp"
+
+namespace fs = std::filesystem;
+namespace snap = memcomm::snapshot;
+namespace rp = memcomm::replay;
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+std::vector<std::string> shared_snapshots() {
+  std::vector<std::string> files;
+  fs::path dir = memcomm::test::shared_snapshots_dir();
+  if (!fs::is_directory(dir)) return files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".pickle") files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Peak live requested bytes computed straight from the events, the way SOURCES.md describes it:
+// alloc +size, free_completed -size, plus the bytes live at trace start (blocks freed but never
+// allocated in the trace, and end-state active blocks at addresses the trace never names).
+std::uint64_t independent_peak_live(const snap::Snapshot& s, int device) {
+  const auto& events = s.device_traces.at(static_cast<std::size_t>(device));
+  std::map<std::uint64_t, std::uint64_t> live;
+  std::set<std::uint64_t> named;
+  std::uint64_t at_start = 0;
+  for (const auto& e : events) {
+    if (!e.has_addr()) continue;
+    if (e.action == snap::Action::alloc) {
+      live[e.addr] = e.size;
+      named.insert(e.addr);
+    } else if (e.action == snap::Action::free_completed) {
+      if (!live.erase(e.addr)) at_start += e.size;
+      named.insert(e.addr);
+    } else if (e.action == snap::Action::free_requested) {
+      named.insert(e.addr);
+    }
+  }
+  for (const auto& seg : s.segments) {
+    if (seg.device != device) continue;
+    for (const auto& b : seg.blocks) {
+      if (b.is_active() && !named.count(b.address)) at_start += b.requested_size ? b.requested_size : b.size;
+    }
+  }
+  live.clear();
+  std::uint64_t cur = at_start, peak = at_start;
+  for (const auto& e : events) {
+    if (!e.has_addr()) continue;
+    if (e.action == snap::Action::alloc) {
+      live[e.addr] = e.size;
+      cur += e.size;
+      peak = std::max(peak, cur);
+    } else if (e.action == snap::Action::free_completed) {
+      auto it = live.find(e.addr);
+      cur -= it != live.end() ? it->second : e.size;
+      if (it != live.end()) live.erase(it);
+    }
+  }
+  return peak;
+}
+
+struct SourcesRow {
+  std::uint64_t events = 0;
+  double peak_live_mib = 0, start_reserved_mib = 0, peak_reserved_mib = 0;
+};
+
+// The table in SOURCES.md, keyed by (file, device).
+std::map<std::pair<std::string, int>, SourcesRow> sources_table() {
+  std::map<std::pair<std::string, int>, SourcesRow> rows;
+  std::ifstream in(memcomm::test::shared_snapshots_dir() + "/SOURCES.md");
+  std::string line;
+  auto number = [](std::string s) {
+    s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+    return std::stod(s);
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("| ", 0) != 0 || line.find(".pickle") == std::string::npos) continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line.substr(1));
+    std::string cell;
+    while (std::getline(ss, cell, '|')) {
+      auto b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+      cells.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+    }
+    if (cells.size() < 7) continue;
+    SourcesRow r;
+    r.events = static_cast<std::uint64_t>(number(cells[3]));
+    r.peak_live_mib = number(cells[4]);
+    r.start_reserved_mib = number(cells[5]);
+    r.peak_reserved_mib = number(cells[6]);
+    rows[{cells[0], std::stoi(cells[1])}] = r;
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("replay: every shared snapshot loads, rebuilds and replays with invariants checked", "[replay][snapshots]") {
+  auto files = shared_snapshots();
+  if (files.empty()) MEMCOMM_SKIP_TEST("no shared snapshots in " + memcomm::test::shared_snapshots_dir());
+  auto table = sources_table();
+  CHECK(table.size() >= files.size());
+  for (const auto& file : files) {
+    INFO(file);
+    snap::Snapshot s = snap::load_snapshot(file);
+    const std::string name = fs::path(file).filename().string();
+    // Frames are kept: some traced alloc points at a source line.
+    bool some_frame = false;
+    for (const auto& dev : s.device_traces) {
+      for (const auto& e : dev) some_frame |= e.action == snap::Action::alloc && !s.top_frame(e.stack).empty();
+    }
+    CHECK(some_frame);
+
+    rp::TraceRequests trace = rp::build_requests(s);
+    REQUIRE_FALSE(trace.devices.empty());
+    for (const auto& dev : trace.devices) {
+      INFO("device " << dev.device);
+      CHECK(dev.peak_live == independent_peak_live(s, dev.device));
+      CHECK(dev.anomalies == 0);
+      auto row = table.find({name, dev.device});
+      if (row != table.end()) {
+        CHECK(dev.trace_events == row->second.events);
+        CHECK(std::abs(double(dev.peak_live) / kMiB - row->second.peak_live_mib) <= 1.0);
+        CHECK(std::abs(double(dev.recorded.at_start) / kMiB - row->second.start_reserved_mib) <= 1.0);
+        CHECK(std::abs(double(dev.recorded.peak) / kMiB - row->second.peak_reserved_mib) <= 1.0);
+      }
+      for (const auto& policy : rp::policy_names()) {
+        INFO("policy " << policy);
+        rp::PolicyOptions po;
+        po.settings = trace.settings;
+        auto p = rp::make_policy(policy, po);
+        rp::ReplayOptions ro;
+        ro.check = true;
+        ro.check_every = 2000;
+        rp::ReplayResult r = rp::replay_device(trace, dev, *p, ro);  // throws on overlap / broken invariant
+        CHECK(r.ooms == 0);
+        CHECK(r.peak_allocated >= r.peak_live);
+        CHECK(r.peak_reserved >= r.peak_allocated);
+        CHECK(r.events == dev.trace_events);
+        if (r.peak_live > 0) CHECK(r.source_allocs > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("replay: the pytorch simulation matches PyTorch's recorded reserved bytes on traces that start empty", "[replay][snapshots][pytorch]") {
+  auto files = shared_snapshots();
+  if (files.empty()) MEMCOMM_SKIP_TEST("no shared snapshots in " + memcomm::test::shared_snapshots_dir());
+  int compared = 0;
+  for (const auto& file : files) {
+    rp::TraceRequests trace = rp::load_trace(file);
+    for (const auto& dev : trace.devices) {
+      if (!dev.recorded.starts_empty()) continue;
+      // Compare against the simulation of the mode PyTorch ran in.
+      const char* policy = dev.recorded.expandable ? "pytorch-expandable" : "pytorch";
+      rp::PolicyOptions po;
+      po.settings = trace.settings;
+      auto p = rp::make_policy(policy, po);
+      rp::ReplayResult r = rp::replay_device(trace, dev, *p);
+      const double deviation = double(r.peak_reserved) / double(dev.recorded.peak) - 1.0;
+      std::printf("%-45s dev %d  %-18s simulated %9.1f MiB  recorded %9.1f MiB  deviation %+.2f%%\n",
+                  fs::path(file).filename().c_str(), dev.device, policy, r.peak_reserved / kMiB, dev.recorded.peak / kMiB,
+                  deviation * 100);
+      INFO(file << " device " << dev.device << " deviation " << deviation * 100 << "%");
+      CHECK(std::abs(deviation) <= 0.05);
+      ++compared;
+    }
+  }
+  CHECK(compared >= 1);
+}

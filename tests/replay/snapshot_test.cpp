@@ -1,0 +1,101 @@
+// The snapshot model and request rebuilding on a hand-built snapshot that has every awkward
+// feature: pre-trace blocks, an oom without addr, markers, unknown actions, missing time_us,
+// expandable segment_map/unmap, an empty middle device, extra fields and shared frames.
+#include "memcomm/replay/requests.hpp"
+#include "memcomm/snapshot/snapshot.hpp"
+#include "memcomm_test.hpp"
+#include "hand_snapshot.hpp"
+
+using memcomm::test::PickleBuilder;
+namespace snap = memcomm::snapshot;
+using memcomm::replay::Request;
+
+using memcomm::test::build_snapshot;
+using memcomm::test::MiB;
+
+TEST_CASE("snapshot: model fields from a hand-built snapshot", "[snapshot]") {
+  auto bytes = build_snapshot();
+  snap::Snapshot s = snap::parse_snapshot(bytes.data(), bytes.size(), "hand.pickle");
+  REQUIRE(s.device_traces.size() == 3);
+  CHECK(s.event_count() == 12);
+  REQUIRE(s.segments.size() == 2);
+  const auto& seg0 = s.segments[0];
+  CHECK(seg0.device == 0);
+  CHECK(seg0.is_small);
+  CHECK_FALSE(seg0.is_expandable);
+  REQUIRE(seg0.blocks.size() == 2);
+  CHECK(seg0.blocks[0].is_active());
+  CHECK(seg0.blocks[1].address == 16 * MiB + 1024);  // implicit address continues from the previous block
+  CHECK(seg0.blocks[1].state == snap::BlockState::inactive);
+  CHECK(s.segments[1].is_expandable);
+
+  const auto& d0 = s.device_traces[0];
+  CHECK(d0[0].action == snap::Action::free_completed);
+  CHECK(d0[1].time_us == 11);
+  CHECK(d0[2].action == snap::Action::snapshot);
+  CHECK(d0[5].action == snap::Action::other);
+  CHECK(s.action_label(d0[5]) == "future_action");
+  CHECK(s.device_traces[1].empty());
+  const auto& d2 = s.device_traces[2];
+  CHECK_FALSE(d2[0].has_time());
+  CHECK(d2[2].action == snap::Action::oom);
+  CHECK_FALSE(d2[2].has_addr());
+  CHECK(d2[2].size == 1024 * MiB);
+
+  // Frames: the two alloc events and the free_requested share one interned stack.
+  REQUIRE(d0[1].stack != snap::kNoStack);
+  CHECK(d0[3].stack == d0[1].stack);
+  CHECK(d2[1].stack == d0[1].stack);
+  CHECK(s.stack_count() == 1);
+  auto [frames, n] = s.stack(d0[1].stack);
+  REQUIRE(n == 2);
+  CHECK(s.str(s.frame(frames[0]).filename) == "??");
+  CHECK(s.top_frame(d0[1].stack) == "model.py:42 forward");  // skips the unwinder frame
+  CHECK(s.top_frame(snap::kNoStack).empty());
+
+  CHECK(s.settings.present);
+  CHECK(s.settings.expandable_segments);
+  CHECK(s.settings.max_split_size == -1);
+  CHECK(s.settings.alloc_conf == "expandable_segments:True");
+  CHECK(s.settings.roundup_power2_divisions.size() == 2);
+
+  // Without frames the model still loads, with no stacks.
+  snap::ParseOptions no_frames;
+  no_frames.keep_frames = false;
+  snap::Snapshot s2 = snap::parse_snapshot(bytes.data(), bytes.size(), "hand.pickle", no_frames);
+  CHECK(s2.stack_count() == 0);
+  CHECK(s2.device_traces[0][1].stack == snap::kNoStack);
+}
+
+TEST_CASE("snapshot: request rebuilding handles pre-trace blocks, oom, markers and several devices", "[snapshot][requests]") {
+  auto bytes = build_snapshot();
+  auto trace = memcomm::replay::build_requests(snap::parse_snapshot(bytes.data(), bytes.size(), "hand.pickle"));
+  REQUIRE(trace.devices.size() == 2);  // device 1 has neither events nor segments
+  const auto& d0 = trace.devices[0];
+  CHECK(d0.device == 0);
+  CHECK(d0.preexisting_blocks == 2);  // the freed-but-never-allocated one and the end-state active one
+  CHECK(d0.preexisting_bytes == 3000 + 1000);
+  CHECK(d0.peak_live == 1000 + 5000);  // the 3000-byte block is freed before the 5000-byte alloc
+  CHECK(d0.trace_events == 6);
+  CHECK(d0.anomalies == 0);
+  REQUIRE(d0.requests.size() == 2 + 3);
+  CHECK(d0.requests[0].op == Request::Op::alloc);
+  CHECK(d0.requests[0].size == 3000);  // pre-trace blocks in address order: 5 MiB, then 16 MiB
+  CHECK(d0.requests[1].size == 1000);
+  CHECK(d0.recorded.known);
+  CHECK(d0.recorded.at_start == 2 * MiB);
+  CHECK(d0.recorded.peak == 2 * MiB);
+  CHECK_FALSE(d0.recorded.starts_empty());
+
+  const auto& d2 = trace.devices[1];
+  CHECK(d2.device == 2);
+  CHECK(d2.preexisting_blocks == 0);
+  CHECK(d2.peak_live == 30 * MiB);
+  CHECK(d2.trace_ooms == 1);
+  CHECK(d2.recorded.starts_empty());
+  CHECK(d2.recorded.expandable);
+  CHECK(d2.recorded.peak == 40 * MiB);
+  CHECK(d2.recorded.source_allocs == 2);
+  CHECK(d2.recorded.source_frees == 1);
+  CHECK(trace.settings.expandable_segments);
+}

@@ -1,0 +1,147 @@
+// TimelineBuilder: rows, collective matching (straggler, skew, busbw), derived memory curves,
+// merging, and the analysis numbers on a hand-built trace with known answers.
+#include "memcomm_test.hpp"
+
+#include <memcomm/view/analysis.hpp>
+#include <memcomm/view/builder.hpp>
+#include <memcomm/view/synthetic.hpp>
+
+using namespace memcomm::view;
+
+TEST_CASE("nested phases go to rows by depth and stay sorted", "[unit][viewer]") {
+  TimelineBuilder b;
+  b.phase(0, "step", 0, 100);
+  b.phase(0, "forward", 10, 40);
+  b.phase(0, "backward", 40, 90);
+  b.nvtx(0, "inner", 12, 20);
+  b.kernel(0, 7, "gemm", 0, 10);
+  b.kernel(0, 7, "gemm", 5, 15);  // overlaps: spills into a second row
+  Timeline tl = b.finish("test");
+  REQUIRE(tl.ranks.size() == 1);
+  const auto& lanes = tl.ranks[0].lanes;
+  REQUIRE(lanes.size() == 3);
+  CHECK(lanes[0].kind == LaneKind::Phase);
+  REQUIRE(lanes[0].rows.size() == 2);
+  CHECK(lanes[0].rows[0].size() == 1);
+  CHECK(lanes[0].rows[1].size() == 2);
+  CHECK(lanes[2].kind == LaneKind::Kernel);
+  CHECK(lanes[2].rows.size() == 2);
+  CHECK(tl.begin == 0);
+  CHECK(tl.end == 100);
+  CHECK(tl.event_count == 6);
+}
+
+TEST_CASE("collectives match across ranks with straggler, skew and busbw", "[unit][viewer]") {
+  TimelineBuilder b;
+  // all_reduce of 1 GB on 4 ranks; rank 2 arrives last; each takes 1 s on its rank.
+  const TimeNs starts[4] = {1000, 1200, 5000, 1100};
+  for (std::uint32_t r = 0; r < 4; ++r) b.collective(r, "all_reduce", 1'000'000'000, 0, 42, starts[r], starts[r] + 1'000'000'000, 4);
+  Timeline tl = b.finish("test");
+  REQUIRE(tl.ranks.size() == 4);
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    const Collective& c = tl.ranks[r].collectives.at(0);
+    CHECK(c.straggler == (r == 2));
+    CHECK(c.skew == 4000);
+    CHECK(c.group_size == 4);
+    CHECK(c.algbw == Approx(1.0));
+    CHECK(c.busbw == Approx(1.5));  // 2(n-1)/n = 1.5
+    CHECK(c.next_rank == (r < 3 ? static_cast<int>(r + 1) : -1));
+  }
+  CHECK(busbw_factor("all_gather", 4) == Approx(0.75));
+  CHECK(busbw_factor("broadcast", 4) == Approx(1.0));
+  const Summary s = summarize(tl);
+  CHECK(s.stragglers[2] == 1);
+  CHECK(s.max_skew == 4000);
+}
+
+TEST_CASE("step table: comm, exposed comm and overlap on a known trace", "[unit][viewer]") {
+  TimelineBuilder b;
+  b.phase(0, "step", 0, 100);
+  b.phase(0, "data_wait", 0, 10);
+  b.kernel(0, 7, "gemm", 10, 50);
+  b.collective(0, "all_reduce", 100, 0, 0, 40, 80);  // 40 ns comm, 10 overlapped by the kernel
+  b.counter(0, "allocated", 0, 100);
+  b.counter(0, "allocated", 60, 700);
+  b.counter(0, "allocated", 90, 300);
+  b.phase(0, "step", 100, 200);
+  Timeline tl = b.finish("test");
+  const auto rows = step_table(tl);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].comm == 40);
+  CHECK(rows[0].exposed_comm == 30);
+  CHECK(rows[0].overlap_pct == Approx(25.0));
+  CHECK(rows[0].data_wait == 10);
+  CHECK(rows[0].peak_allocated == 700);
+  CHECK(rows[1].comm == 0);
+  CHECK(rows[1].index == 1);
+
+  const RangeStats rs = range_stats(tl, 45, 60);
+  CHECK(rs.collectives == 1);
+  CHECK(rs.busy[static_cast<int>(LaneKind::Kernel)] == 5);
+  CHECK(rs.busy[static_cast<int>(LaneKind::Collective)] == 15);
+  CHECK(rs.mem_valid);
+  CHECK(rs.mem_max == 700);
+}
+
+TEST_CASE("CPU runs: host phases are the compute that hides communication", "[unit][viewer]") {
+  TimelineBuilder b;
+  b.phase(0, "step", 0, 100);
+  b.phase(0, "backward", 20, 60);
+  b.collective(0, "all_reduce", 100, 0, 0, 50, 70);
+  Timeline tl = b.finish("cpu");
+  const auto rows = step_table(tl);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].comm == 20);
+  CHECK(rows[0].exposed_comm == 10);
+}
+
+TEST_CASE("memory curves are derived from allocator events when not sampled", "[unit][viewer]") {
+  TimelineBuilder b;
+  b.alloc_event(0, {0, 0x1000, 1000, 0, AllocOp::SegmentAlloc});
+  b.alloc_event(0, {10, 0x1000, 100, 0, AllocOp::Alloc});
+  b.alloc_event(0, {20, 0x1100, 200, 0, AllocOp::Alloc});
+  b.alloc_event(0, {30, 0x1000, 100, 0, AllocOp::FreeRequested});
+  b.alloc_event(0, {40, 0x1000, 100, 0, AllocOp::FreeCompleted});
+  b.alloc_event(0, {50, 0, 1 << 30, 0, AllocOp::Oom});
+  Timeline tl = b.finish("alloc");
+  const RankData& rd = tl.ranks.at(0);
+  const CounterSeries* allocated = rd.counter("allocated");
+  const CounterSeries* active = rd.counter("active");
+  const CounterSeries* reserved = rd.counter("reserved");
+  REQUIRE((allocated && active && reserved && rd.counter("largest_free")));
+  double v = 0;
+  CHECK((allocated->value_at(25, v) && v == 300));
+  CHECK((allocated->value_at(35, v) && v == 200));
+  CHECK((active->value_at(35, v) && v == 300));  // pending free still active
+  CHECK((active->value_at(45, v) && v == 200));
+  CHECK((reserved->value_at(45, v) && v == 1000));
+  REQUIRE(rd.ooms.size() == 1);
+  CHECK(rd.ooms[0] == 50);
+}
+
+TEST_CASE("merging timelines remaps strings and re-matches collectives", "[unit][viewer]") {
+  TimelineBuilder a, b;
+  a.kernel(0, 1, "only_in_a", 0, 10);
+  a.collective(0, "all_reduce", 8, 0, 1, 0, 100, 2);
+  b.kernel(1, 1, "only_in_b", 5, 20);
+  b.collective(1, "all_reduce", 8, 0, 1, 50, 100, 2);
+  Timeline tl = a.finish("a");
+  tl.merge(b.finish("b"));
+  REQUIRE(tl.ranks.size() == 2);
+  CHECK(tl.strings.get(tl.ranks[1].lanes[0].rows[0][0].name) == "only_in_b");
+  CHECK(tl.ranks[1].collectives[0].straggler);
+  CHECK_FALSE(tl.ranks[0].collectives[0].straggler);
+  CHECK(tl.sources.size() == 2);
+  CHECK(tl.event_count == 4);
+}
+
+TEST_CASE("a synthetic run meets the viewer's memory budget per event", "[unit][viewer]") {
+  SyntheticOptions o;
+  o.events = 300'000;
+  const Timeline tl = make_synthetic(o);
+  CHECK(tl.event_count >= 250'000);
+  const double per_event = static_cast<double>(tl.memory_bytes()) / static_cast<double>(tl.event_count);
+  INFO("bytes/event " << per_event);
+  CHECK(per_event <= 40);
+  CHECK(step_table(tl).size() > 0);
+}

@@ -1,0 +1,104 @@
+// Note [Counter LOD]: per-pixel min/max from the levels against a brute-force pass.
+#include "memcomm_test.hpp"
+
+#include <memcomm/view/counter_lod.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+using memcomm::view::CounterSeries;
+using memcomm::view::PixelMinMax;
+
+namespace {
+
+CounterSeries random_series(std::size_t n, unsigned seed) {
+  CounterSeries s("allocated", "B");
+  std::mt19937 rng(seed);
+  std::int64_t t = 1000;
+  double v = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    t += 1 + static_cast<std::int64_t>(rng() % 50);
+    v = std::max(0.0, v + static_cast<double>(static_cast<int>(rng() % 2001) - 1000));
+    if (rng() % 5000 == 0) v += 1e6;  // rare spikes that plain decimation would lose
+    s.add(t, v);
+  }
+  s.build_levels();
+  return s;
+}
+
+// Envelope of the step function over [a, b): samples inside plus the value in force at a.
+bool brute(const CounterSeries& s, std::int64_t a, std::int64_t b, double& mn, double& mx) {
+  bool any = false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const bool in = s.time(i) >= a && s.time(i) < b;
+    const bool carry = s.time(i) < a && (i + 1 == s.size() || s.time(i + 1) >= a);
+    if (!in && !carry) continue;
+    mn = any ? std::min(mn, s.value(i)) : s.value(i);
+    mx = any ? std::max(mx, s.value(i)) : s.value(i);
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace
+
+TEST_CASE("counter LOD levels keep every extreme at any zoom", "[unit][viewer]") {
+  const CounterSeries s = random_series(200'000, 7);
+  REQUIRE(s.level_count() >= 5);
+  const std::int64_t first = s.time(0), last = s.time(s.size() - 1);
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::int64_t a = first + static_cast<std::int64_t>(rng() % static_cast<unsigned>(last - first));
+    const std::int64_t w = 1 + static_cast<std::int64_t>(rng() % static_cast<unsigned>(last - first));
+    const std::int64_t b = a + w;
+    const int pixels = 50 + static_cast<int>(rng() % 1500);
+    std::vector<PixelMinMax> cols;
+    s.query(a, b, pixels, cols);
+    REQUIRE(cols.size() == static_cast<std::size_t>(pixels));
+    double bmn = 0, bmx = 0;
+    REQUIRE(brute(s, a, b, bmn, bmx));
+    double qmn = INFINITY, qmx = -INFINITY;
+    for (const auto& c : cols)
+      if (c.valid) qmn = std::min(qmn, c.min), qmx = std::max(qmx, c.max);
+    INFO("range " << a << ".." << b << " pixels " << pixels);
+    CHECK(qmn == bmn);
+    CHECK(qmx == bmx);
+    // Each column holds at least its own envelope (levels may widen, never narrow, a column).
+    const double ns_per_px = static_cast<double>(w) / pixels;
+    for (int c = 0; c < pixels; c += 37) {
+      const auto ca = a + static_cast<std::int64_t>(std::ceil(c * ns_per_px));
+      const auto cb = a + static_cast<std::int64_t>(std::ceil((c + 1) * ns_per_px));
+      double mn = 0, mx = 0;
+      if (cb <= ca || !brute(s, ca, cb, mn, mx)) continue;
+      CHECK(cols[static_cast<std::size_t>(c)].min <= mn);
+      CHECK(cols[static_cast<std::size_t>(c)].max >= mx);
+    }
+  }
+}
+
+TEST_CASE("counter query at full resolution is exact per column and carries values", "[unit][viewer]") {
+  CounterSeries s("reserved", "B");
+  // Steps: 10 at t=100, 30 at 200, 20 at 205, 5 at 400.
+  s.add(100, 10);
+  s.add(200, 30);
+  s.add(205, 20);
+  s.add(400, 5);
+  s.build_levels();
+  std::vector<PixelMinMax> cols;
+  s.query(0, 500, 5, cols);  // 100 ns per column
+  CHECK_FALSE(cols[0].valid);                              // before the first sample
+  CHECK((cols[1].valid && cols[1].min == 10 && cols[1].max == 10));
+  CHECK((cols[2].min == 10 && cols[2].max == 30));         // 30 and 20 inside, 10 carried in
+  CHECK((cols[3].min == 20 && cols[3].max == 20));         // no sample: the value in force
+  CHECK((cols[4].min == 5 && cols[4].max == 20));
+  double v = 0;
+  CHECK(s.value_at(300, v));
+  CHECK(v == 20);
+  CHECK_FALSE(s.value_at(50, v));
+  double mn = 0, mx = 0;
+  CHECK(s.range_min_max(150, 210, mn, mx));
+  CHECK(mn == 10);
+  CHECK(mx == 30);
+  CHECK(s.global_max() == 30);
+}

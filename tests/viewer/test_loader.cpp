@@ -1,0 +1,138 @@
+// Loading: detection by content, clear errors that name the file, memcomm traces through the
+// profiler's reader and PyTorch snapshots through memcomm_snapshot (when built in).
+#include "memcomm_test.hpp"
+
+#include <memcomm/view/loader.hpp>
+
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+#include <memcomm/profiler/trace_writer.hpp>
+#endif
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+using namespace memcomm::view;
+namespace fs = std::filesystem;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_tests";
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f << bytes;
+}
+}  // namespace
+
+TEST_CASE("garbage, empty and missing files give messages that name the file", "[unit][viewer]") {
+  const std::string garbage = temp_path("garbage.bin");
+  write_bytes(garbage, "GARBAGE, not a trace at all");
+  Timeline tl;
+  std::string error;
+  CHECK_FALSE(load_file(garbage, tl, error));
+  CHECK(error.find(garbage) != std::string::npos);
+  CHECK(error.find("not a memcomm trace") != std::string::npos);
+  CHECK(error.find("47 41 52 42") != std::string::npos);  // the first bytes, in hex
+
+  const std::string empty = temp_path("empty.mct");
+  write_bytes(empty, "");
+  CHECK_FALSE(load_file(empty, tl, error));
+  CHECK(error.find("empty file") != std::string::npos);
+
+  CHECK_FALSE(load_file(temp_path("does-not-exist.mct"), tl, error));
+  CHECK(error.find("cannot open") != std::string::npos);
+}
+
+TEST_CASE("inputs are recognised by content", "[unit][viewer]") {
+  const std::string pickle = temp_path("fake.pickle");
+  write_bytes(pickle, std::string("\x80\x04\x95", 3));
+  std::string error;
+  CHECK(detect_input(pickle, error) == InputKind::TorchSnapshot);
+  const std::string mct = temp_path("fake.mct");
+  write_bytes(mct, std::string("MEMCTRC\x1A", 8) + std::string(100, '\0'));
+  CHECK(detect_input(mct, error) == InputKind::MemcommTrace);
+  // A truncated pickle is refused with the reader's message, not a crash.
+  Timeline tl;
+  CHECK_FALSE(load_file(pickle, tl, error));
+  CHECK(error.find(pickle) != std::string::npos);
+  // So is a trace whose header is garbage after the magic.
+  CHECK_FALSE(load_file(mct, tl, error));
+  CHECK(error.find(mct) != std::string::npos);
+}
+
+TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
+  const std::string garbage = temp_path("garbage2.bin");
+  write_bytes(garbage, "definitely not a trace");
+  BackgroundLoad load({garbage});
+  Timeline tl = load.take();
+  CHECK(load.done());
+  CHECK(load.progress() == Approx(1.0));
+  REQUIRE(load.errors().size() == 1);
+  CHECK(load.errors()[0].find(garbage) != std::string::npos);
+  CHECK(tl.empty());
+}
+
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+TEST_CASE("a memcomm trace loads into lanes, collectives and memory curves", "[unit][viewer]") {
+  namespace prof = memcomm::prof;
+  const std::string path = temp_path("two_ranks.mct");
+  {
+    prof::WriterOptions wo;
+    wo.merged = true;
+    prof::TraceWriter w(path, wo);
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+      std::vector<prof::StringDef> strings = {{1, "gemm_kernel"}};
+      std::vector<prof::Event> ev;
+      ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeBegin, 0, prof::Phase::Step, 0, 3, 0)));
+      ev.push_back(prof::Event::from(prof::make_compute(prof::EventKind::Kernel, 100, 600, 7, 1)));
+      ev.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollStart, 500 + rank * 100, prof::CollOp::AllReduce,
+                                                           prof::DType::F32, 1 << 20, 0, 9)));
+      ev.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollEnd, 900, prof::CollOp::AllReduce,
+                                                           prof::DType::F32, 1 << 20, 0, 9)));
+      ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::SegmentAlloc, 50, 0x100000, 1 << 20)));
+      ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::Alloc, 60, 0x100000, 4096)));
+      ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, 1000, prof::Phase::Step, 0, 3, 0)));
+      w.write_chunk(strings, ev, rank);
+    }
+    w.close();
+  }
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  INFO(error);
+  REQUIRE(tl.ranks.size() == 2);
+  CHECK(tl.event_count == 14);
+  const RankData& r1 = tl.ranks[1];
+  REQUIRE(r1.collectives.size() == 1);
+  CHECK(r1.collectives[0].straggler);  // rank 1 started at 600, rank 0 at 500
+  CHECK(r1.collectives[0].bytes == (1u << 20));
+  bool kernel = false, step = false;
+  for (const auto& lane : r1.lanes) {
+    if (lane.kind == LaneKind::Kernel && tl.strings.get(lane.rows.at(0).at(0).name) == "gemm_kernel") kernel = true;
+    if (lane.kind == LaneKind::Phase && tl.strings.get(lane.rows.at(0).at(0).name) == "step") step = lane.rows[0][0].payload == 3;
+  }
+  CHECK(kernel);
+  CHECK(step);
+  double v = 0;
+  REQUIRE(r1.counter("allocated"));
+  CHECK((r1.counter("allocated")->value_at(70, v) && v == 4096));
+}
+#endif
+
+#if defined(MEMCOMM_VIEW_HAVE_SNAPSHOT)
+TEST_CASE("a shared PyTorch snapshot loads with allocator events and memory curves", "[unit][viewer]") {
+  const std::string path = memcomm::test::shared_snapshots_dir() + "/eor_nn__snapshot.pickle";
+  if (!fs::exists(path)) MEMCOMM_SKIP_TEST("shared snapshot not found: " + path);
+  Timeline tl;
+  std::string error;
+  INFO(error);
+  REQUIRE(load_file(path, tl, error));
+  REQUIRE_FALSE(tl.ranks.empty());
+  CHECK(tl.ranks[0].alloc_events.size() > 100);
+  REQUIRE(tl.ranks[0].counter("reserved"));
+  CHECK(tl.ranks[0].counter("reserved")->global_max() > 0);
+}
+#endif

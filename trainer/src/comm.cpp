@@ -1,0 +1,208 @@
+#include "comm.hpp"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <time.h>
+
+#include <cstdio>
+#include <sstream>
+
+namespace memcomm::train {
+
+int64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+struct Communicator::Pending {
+  c10::intrusive_ptr<c10d::Work> work;  // null when world == 1
+  CollectiveRecord record;
+  // Set by the engine's completion callback, so overlap is measured from when the data really
+  // arrived rather than from when the trainer got round to waiting.
+  // Shared with the callback, which may outlive this record when a run is failing.
+  std::shared_ptr<std::atomic<int64_t>> completed_ns = std::make_shared<std::atomic<int64_t>>(0);
+
+  void watch_completion() {
+    if (!work) return;
+    try {
+      work->getFuture()->addCallback([done = completed_ns](c10::ivalue::Future&) { *done = monotonic_ns(); });
+    } catch (const std::exception&) {
+      // Engines without futures: completion is taken at wait time.
+    }
+  }
+};
+
+namespace {
+
+constexpr auto kBeat = std::chrono::milliseconds(500);
+
+std::string hb_key(int r) { return "memcomm/heartbeat/" + std::to_string(r); }
+
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(env.master_port);
+  o.isServer = server;
+  o.numWorkers = server ? std::optional<size_t>(env.world) : std::nullopt;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+}
+
+}  // namespace
+
+Communicator::Communicator(const DistEnv& env, const std::string& backend, double timeout_s)
+    : env_(env), backend_name_(env.world == 1 ? "none (1 rank)" : backend), timeout_s_(timeout_s) {
+  if (env.world == 1) return;
+  if (backend != "gloo")
+    throw CommError("backend '" + backend + "' is not available in this build; use --backend gloo");
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  try {
+    auto store = connect_store(env, env.rank == 0, timeout);
+    store_ = store;
+    auto opts = c10d::ProcessGroupGloo::Options::create();
+    opts->timeout = timeout;
+    // Bind to the interface that reaches the store host, so two-host runs cross the real link.
+    opts->devices.push_back(env.master_addr == "127.0.0.1" || env.master_addr == "localhost"
+                                ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                : c10d::ProcessGroupGloo::createDefaultDevice());
+    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world, opts);
+  } catch (const std::exception& e) {
+    throw CommError("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (rank " +
+                    std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + e.what());
+  }
+  // Note [Naming the lost rank]: a private store client, so beats never queue behind collectives.
+  heartbeat_ = std::thread([this, env] {
+    c10::intrusive_ptr<c10d::TCPStore> hb;
+    try {
+      hb = connect_store(env, false, std::chrono::seconds(5));
+    } catch (const std::exception&) {
+      return;
+    }
+    for (int64_t beat = 1; !stop_heartbeat_; ++beat) {
+      try {
+        const auto s = std::to_string(beat);
+        hb->set(hb_key(env.rank), std::vector<uint8_t>(s.begin(), s.end()));
+      } catch (const std::exception&) {
+        return;  // the store is gone; the next collective reports it
+      }
+      for (int i = 0; i < 10 && !stop_heartbeat_; ++i) std::this_thread::sleep_for(kBeat / 10);
+    }
+  });
+}
+
+Communicator::~Communicator() {
+  stop_heartbeat_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+std::string Communicator::missing_ranks() {
+  c10::intrusive_ptr<c10d::TCPStore> probe;
+  auto read_all = [&](std::vector<std::string>& out) {
+    for (int r = 0; r < env_.world; ++r) {
+      const auto key = hb_key(r);
+      if (!probe->check({key})) { out[static_cast<size_t>(r)] = ""; continue; }
+      auto v = probe->get(key);
+      out[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
+    }
+  };
+  try {
+    probe = connect_store(env_, false, std::chrono::seconds(3));
+    std::vector<std::string> a(static_cast<size_t>(env_.world)), b(a.size());
+    read_all(a);
+    std::this_thread::sleep_for(kBeat * 3);
+    read_all(b);
+    std::vector<int> lost;
+    for (int r = 0; r < env_.world; ++r)
+      if (r != env_.rank && a[static_cast<size_t>(r)] == b[static_cast<size_t>(r)]) lost.push_back(r);
+    if (lost.empty()) return "no rank looks dead; the collective was just slower than --timeout";
+    std::ostringstream s;
+    s << (lost.size() == 1 ? "lost rank " : "lost ranks ");
+    for (size_t i = 0; i < lost.size(); ++i) s << (i ? ", " : "") << lost[i];
+    s << " (heartbeat stopped)";
+    return s.str();
+  } catch (const std::exception&) {
+    return "lost rank 0 (the rendezvous store on " + env_.master_addr + " no longer answers)";
+  }
+}
+
+void Communicator::fail(const std::string& what) {
+  const std::string who = missing_ranks();
+  throw CommError("rank " + std::to_string(env_.rank) + ": " + what + ": " + who);
+}
+
+std::shared_ptr<Communicator::Pending> Communicator::allreduce_async(at::Tensor& t, int bucket) {
+  auto p = std::make_shared<Pending>();
+  p->record = {"allreduce", static_cast<int64_t>(t.numel() * t.element_size()), bucket, seq_++, monotonic_ns(), 0};
+  ++allreduce_calls_;
+  if (!pg_) {
+    p->record.end_ns = p->record.start_ns;
+    return p;
+  }
+  std::vector<at::Tensor> ts{t};
+  try {
+    p->work = pg_->allreduce(ts);
+    p->watch_completion();
+  } catch (const std::exception& e) {
+    fail(std::string("all-reduce failed: ") + e.what());
+  }
+  return p;
+}
+
+CollectiveRecord Communicator::wait(const std::shared_ptr<Pending>& p) {
+  if (p->work) {
+    try {
+      p->work->wait(std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+      fail(p->record.op + " #" + std::to_string(p->record.seq) + " did not complete within " +
+           std::to_string(static_cast<int>(timeout_s_)) + " s or lost a peer (" + msg + ")");
+    }
+  }
+  if (p->work) {
+    const int64_t done = p->completed_ns->load();
+    p->record.end_ns = done > 0 ? done : monotonic_ns();
+  }
+  if (on_collective) on_collective(p->record);
+  std::lock_guard<std::mutex> lk(records_mu_);
+  records_.push_back(p->record);
+  return p->record;
+}
+
+void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  if (!pg_) return;
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  for (auto& t : tensors) {
+    std::vector<at::Tensor> one{t};
+    auto p = std::make_shared<Pending>();
+    p->record = {"broadcast", static_cast<int64_t>(t.numel() * t.element_size()), -1, seq_++, monotonic_ns(), 0};
+    try {
+      p->work = pg_->broadcast(one, o);
+    } catch (const std::exception& e) {
+      fail(std::string("broadcast failed: ") + e.what());
+    }
+    wait(p);
+  }
+}
+
+void Communicator::barrier() {
+  if (!pg_) return;
+  auto p = std::make_shared<Pending>();
+  p->record = {"barrier", 0, -1, seq_++, monotonic_ns(), 0};
+  try {
+    p->work = pg_->barrier();
+  } catch (const std::exception& e) {
+    fail(std::string("barrier failed: ") + e.what());
+  }
+  wait(p);
+}
+
+std::vector<CollectiveRecord> Communicator::take_records() {
+  std::lock_guard<std::mutex> lk(records_mu_);
+  return std::exchange(records_, {});
+}
+
+}  // namespace memcomm::train

@@ -1,0 +1,87 @@
+// The one small communicator the trainer talks to: c10d's TCPStore for rendezvous and c10d's
+// ProcessGroupGloo / ProcessGroupNCCL as the engines (no home-made collectives).
+//
+// Note [Naming the lost rank]: Gloo reports a dead peer as a connection error or a timeout, without
+// saying which rank it was. Every rank therefore bumps a heartbeat key in the store from a side
+// thread; when a collective fails, we read the heartbeats twice, one beat interval apart, and name
+// the ranks whose counter stood still. When the store itself is gone, rank 0 (its host) is the one lost.
+#pragma once
+
+#include "comm_error.hpp"
+#include "launch.hpp"
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace c10d {
+class Backend;
+class Store;
+class Work;
+}  // namespace c10d
+
+namespace memcomm::train {
+
+// A collective as the profiler and the summary see it.
+struct CollectiveRecord {
+  std::string op;        // allreduce | broadcast | barrier
+  int64_t bytes = 0;     // payload per rank
+  int bucket = -1;       // gradient bucket, -1 for others
+  int64_t seq = 0;       // per-communicator sequence number, equal across ranks for the same call
+  int64_t start_ns = 0;  // CLOCK_MONOTONIC when issued
+  int64_t end_ns = 0;    // CLOCK_MONOTONIC when it completed
+};
+
+class Communicator {
+ public:
+  // Rendezvous (rank 0 hosts the TCPStore) and process-group creation. world == 1 needs neither.
+  Communicator(const DistEnv& env, const std::string& backend, double timeout_s);
+  ~Communicator();
+
+  int rank() const { return env_.rank; }
+  int world() const { return env_.world; }
+  const std::string& backend() const { return backend_name_; }
+
+  // In-place sum all-reduce; returns a handle to wait on. Completion time is recorded.
+  struct Pending;
+  std::shared_ptr<Pending> allreduce_async(at::Tensor& t, int bucket);
+  // Waits for a pending collective and returns its record; throws CommError naming the missing
+  // ranks on failure or timeout (Note [Naming the lost rank]).
+  CollectiveRecord wait(const std::shared_ptr<Pending>& p);
+  void allreduce(at::Tensor& t, int bucket = -1) { wait(allreduce_async(t, bucket)); }
+  void broadcast(std::vector<at::Tensor>& tensors, int root);
+  void barrier();
+
+  int64_t allreduce_calls() const { return allreduce_calls_; }
+  // Completed collectives since the last call (drained by the trainer for the profiler/summary).
+  std::vector<CollectiveRecord> take_records();
+  // Called for every completed collective, from whichever thread completed it.
+  std::function<void(const CollectiveRecord&)> on_collective;
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+  std::string missing_ranks();
+
+  DistEnv env_;
+  std::string backend_name_;
+  double timeout_s_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
+  int64_t seq_ = 0;
+  int64_t allreduce_calls_ = 0;
+  std::mutex records_mu_;
+  std::vector<CollectiveRecord> records_;
+  std::thread heartbeat_;
+  std::atomic<bool> stop_heartbeat_{false};
+};
+
+int64_t monotonic_ns();
+
+}  // namespace memcomm::train

@@ -1,0 +1,165 @@
+#include "grad_sync.hpp"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <stdexcept>
+
+namespace memcomm::train {
+
+struct GradSync::Bucket {
+  std::vector<size_t> params;     // parameter indices in this bucket
+  std::vector<int64_t> offsets;   // element offset of each parameter in `flat`
+  torch::Tensor flat;             // the gradients, contiguous
+  torch::Tensor wire;             // compressed copy on the wire (bf16/fp16), undefined without compression
+  size_t pending = 0;             // gradients not yet ready in this iteration
+  std::shared_ptr<Communicator::Pending> inflight;  // the running all-reduce
+  int index = 0;                  // position in bucket order, as the trace names it
+};
+
+GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, double bucket_mb, bool overlap,
+                   const std::string& compression)
+    : params_(std::move(params)), comm_(comm), cap_bytes_(static_cast<int64_t>(bucket_mb * (1 << 20))),
+      overlap_(overlap), compression_(compression), bucket_of_(params_.size()) {
+  for (const auto& p : params_)
+    if (p.scalar_type() != params_.front().scalar_type())
+      throw std::invalid_argument("GradSync: all parameters must share one dtype");
+  std::vector<size_t> reverse;
+  for (size_t i = params_.size(); i-- > 0;) reverse.push_back(i);
+  build(reverse);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          on_grad_ready(i);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+GradSync::~GradSync() = default;
+
+void GradSync::build(const std::vector<size_t>& order) {
+  // Keep current gradient values: a rebuild may happen while gradients hold data.
+  std::vector<torch::Tensor> saved;
+  for (auto& p : params_) saved.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  buckets_.clear();
+  int64_t cap = 1 << 20;  // Note [Gradient buckets]: the first bucket is small so communication starts early
+  auto b = std::make_unique<Bucket>();
+  int64_t bytes = 0;
+  auto close = [&] {
+    if (b->params.empty()) return;
+    buckets_.push_back(std::move(b));
+    b = std::make_unique<Bucket>();
+    bytes = 0;
+    cap = cap_bytes_;
+  };
+  for (size_t i : order) {
+    const int64_t pb = params_[i].numel() * params_[i].element_size();
+    if (!b->params.empty() && bytes + pb > cap) close();
+    b->params.push_back(i);
+    bytes += pb;
+  }
+  close();
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    auto& bk = *buckets_[bi];
+    bk.index = static_cast<int>(bi);
+    int64_t n = 0;
+    for (size_t i : bk.params) {
+      bk.offsets.push_back(n);
+      n += params_[i].numel();
+      bucket_of_[i] = bi;
+    }
+    bk.flat = torch::zeros({n}, params_.front().options().requires_grad(false));
+    if (compression_ == "bf16") bk.wire = torch::empty({n}, bk.flat.options().dtype(torch::kBFloat16));
+    if (compression_ == "fp16") bk.wire = torch::empty({n}, bk.flat.options().dtype(torch::kHalf));
+    for (size_t k = 0; k < bk.params.size(); ++k) {
+      auto& p = params_[bk.params[k]];
+      auto view = bk.flat.narrow(0, bk.offsets[k], p.numel()).view(p.sizes());
+      if (saved[bk.params[k]].defined()) view.copy_(saved[bk.params[k]]);
+      p.mutable_grad() = view;
+    }
+  }
+}
+
+void GradSync::prepare(bool sync) {
+  sync_ = sync;
+  for (auto& b : buckets_) b->pending = b->params.size();
+}
+
+void GradSync::on_grad_ready(size_t param) {
+  if (!rebuilt_ && sync_) ready_order_.push_back(param);
+  auto& b = *buckets_[bucket_of_[param]];
+  if (b.pending == 0) return;  // a parameter used twice in one graph: counted once
+  if (--b.pending == 0 && sync_ && overlap_ && comm_.world() > 1) launch(b);
+}
+
+void GradSync::launch(Bucket& b) {
+  const double scale = 1.0 / comm_.world();  // Note [Averaging before the wire]
+  torch::NoGradGuard no_grad;
+  if (b.wire.defined()) {
+    b.wire.copy_(b.flat.mul(scale));
+    b.inflight = comm_.allreduce_async(b.wire, b.index);
+    stats_.bytes += b.wire.numel() * b.wire.element_size();
+  } else {
+    if (comm_.world() > 1) b.flat.mul_(scale);
+    b.inflight = comm_.allreduce_async(b.flat, b.index);
+    stats_.bytes += b.flat.numel() * b.flat.element_size();
+  }
+  ++stats_.allreduce_calls;
+}
+
+void GradSync::finish() {
+  if (!sync_ || comm_.world() == 1) return;  // one rank: the gradients already are the mean
+  torch::NoGradGuard no_grad;
+  // Buckets whose parameters got no gradient this iteration (unused parameters) and, without
+  // overlap, every bucket, are launched now.
+  for (auto& b : buckets_)
+    if (!b->inflight) launch(*b);
+  const int64_t t0 = monotonic_ns();
+  for (auto& b : buckets_) {
+    const CollectiveRecord r = comm_.wait(b->inflight);
+    stats_.comm_ns += r.end_ns - r.start_ns;
+    if (b->wire.defined()) b->flat.copy_(b->wire);
+    b->inflight.reset();
+  }
+  stats_.exposed_ns += monotonic_ns() - t0;
+}
+
+void GradSync::zero_grad() {
+  if (!rebuilt_ && ready_order_.size() == params_.size()) {
+    // Parameters that never produced a gradient keep their reverse position at the end.
+    std::vector<bool> seen(params_.size(), false);
+    for (size_t i : ready_order_) seen[i] = true;
+    std::vector<size_t> order = ready_order_;
+    for (size_t i = params_.size(); i-- > 0;) if (!seen[i]) order.push_back(i);
+    build(order);
+    rebuilt_ = true;
+  } else if (!rebuilt_ && !ready_order_.empty()) {
+    rebuilt_ = true;  // some parameters never got gradients; keep the reverse order
+  }
+  for (auto& b : buckets_) b->flat.zero_();
+}
+
+std::vector<std::vector<size_t>> GradSync::layout() const {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& b : buckets_) out.push_back(b->params);
+  return out;
+}
+
+void average_parameters(std::vector<torch::Tensor>& params, Communicator& comm) {
+  if (comm.world() == 1) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat_parts;
+  for (auto& p : params) flat_parts.push_back(p.detach().reshape({-1}));
+  auto flat = torch::cat(flat_parts).div_(comm.world());
+  comm.allreduce(flat);
+  int64_t off = 0;
+  for (auto& p : params) {
+    p.detach().copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
+}
+
+}  // namespace memcomm::train

@@ -1,0 +1,188 @@
+#include "launch.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace memcomm::train {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1 << 24) {
+    std::fprintf(stderr, "memcomm-train: environment variable %s='%s' is not a valid number\n", name, v);
+    std::exit(2);
+  }
+  return static_cast<int>(x);
+}
+
+// First host of a Slurm host list such as "gpu[03-05,07],cpu1" -> "gpu03".
+std::string first_slurm_host(const std::string& list) {
+  const auto bracket = list.find('[');
+  const auto comma = list.find(',');
+  if (bracket == std::string::npos || (comma != std::string::npos && comma < bracket))
+    return list.substr(0, comma);
+  std::string prefix = list.substr(0, bracket);
+  std::string first;
+  for (size_t i = bracket + 1; i < list.size() && std::isdigit(static_cast<unsigned char>(list[i])); ++i)
+    first += list[i];
+  return prefix + first;
+}
+
+// An ephemeral loopback port that is free right now (the rank-0 TCPStore binds it moments later).
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = 29500;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+volatile sig_atomic_t g_forward_signal = 0;
+void remember_signal(int sig) { g_forward_signal = sig; }
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int s = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(s) + " (" + strsignal(s) + ")";
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+}  // namespace
+
+bool launched_externally() { return env("RANK") || env("SLURM_PROCID"); }
+
+DistEnv detect_dist_env() {
+  DistEnv e;
+  if (env("RANK")) {
+    e.rank = env_int("RANK", 0);
+    e.world = env_int("WORLD_SIZE", 1);
+    e.local_rank = env_int("LOCAL_RANK", e.rank);
+    e.local_world = env_int("LOCAL_WORLD_SIZE", e.world);
+    e.launcher = env("MEMCOMM_SPAWNED") ? "memcomm" : "torchrun";
+  } else if (env("SLURM_PROCID")) {
+    e.rank = env_int("SLURM_PROCID", 0);
+    e.world = env_int("SLURM_NTASKS", 1);
+    e.local_rank = env_int("SLURM_LOCALID", 0);
+    e.local_world = env_int("SLURM_NTASKS_PER_NODE", e.world / std::max(1, env_int("SLURM_NNODES", 1)));
+    e.launcher = "slurm";
+    if (!env("MASTER_ADDR") && env("SLURM_STEP_NODELIST")) e.master_addr = first_slurm_host(env("SLURM_STEP_NODELIST"));
+  }
+  if (env("MASTER_ADDR")) e.master_addr = env("MASTER_ADDR");
+  e.master_port = env_int("MASTER_PORT", e.master_port);
+  if (e.world < 1 || e.rank >= e.world || e.local_rank >= std::max(e.local_world, 1)) {
+    std::fprintf(stderr, "memcomm-train: inconsistent launch environment: rank %d, world size %d, local rank %d of %d\n",
+                 e.rank, e.world, e.local_rank, e.local_world);
+    std::exit(2);
+  }
+  return e;
+}
+
+int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
+  const int port = free_loopback_port();
+  std::vector<pid_t> pids(nproc, -1);
+  for (int r = 0; r < nproc; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      std::perror("memcomm-train: fork");
+      for (int k = 0; k < r; ++k) ::kill(pids[k], SIGKILL);
+      return 1;
+    }
+    if (pid == 0) {
+      // A rank never outlives its launcher (Note [No orphans]).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("MEMCOMM_SPAWNED", "1", 1);
+      std::vector<char*> args(argv, argv + argc);
+      args.push_back(nullptr);
+      ::execv("/proc/self/exe", args.data());
+      std::perror("memcomm-train: exec");
+      ::_exit(127);
+    }
+    pids[r] = pid;
+  }
+
+  struct sigaction sa{};
+  sa.sa_handler = remember_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+
+  // Note [No orphans]: the launcher reaps every rank. After the first failure the survivors get
+  // grace_s (the collective timeout plus a margin) to report the lost rank themselves; then they die.
+  int job_code = 0, alive = nproc;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  while (alive > 0) {
+    if (g_forward_signal) {
+      for (pid_t p : pids) if (p > 0) ::kill(p, g_forward_signal);
+      g_forward_signal = 0;
+    }
+    int status = 0;
+    const pid_t done = ::waitpid(-1, &status, WNOHANG);
+    if (done > 0) {
+      for (int r = 0; r < nproc; ++r) {
+        if (pids[r] != done) continue;
+        pids[r] = -1;
+        --alive;
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok) {
+          std::fprintf(stderr, "memcomm-train: rank %d %s\n", r, describe_status(status).c_str());
+          if (job_code == 0) {
+            job_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+            deadline = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+          }
+        }
+      }
+      continue;
+    }
+    if (done < 0 && errno != EINTR) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < nproc; ++r) {
+        if (pids[r] <= 0) continue;
+        std::fprintf(stderr, "memcomm-train: rank %d did not exit after the failure; killing it\n", r);
+        ::kill(pids[r], SIGKILL);
+      }
+      deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return job_code;
+}
+
+}  // namespace memcomm::train

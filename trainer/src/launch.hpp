@@ -1,0 +1,32 @@
+// Where this process sits in the job: standalone, spawned by `memcomm-train --nproc N`, under
+// `torchrun --no-python`, or under Slurm. Free of LibTorch.
+#pragma once
+
+#include <string>
+
+namespace memcomm::train {
+
+struct DistEnv {
+  int rank = 0;              // global rank
+  int world = 1;             // number of ranks
+  int local_rank = 0;        // rank among the processes of this host
+  int local_world = 1;       // processes on this host
+  std::string master_addr = "127.0.0.1";  // host of the TCPStore (rank 0)
+  int master_port = 29500;   // port of the TCPStore
+  std::string launcher = "standalone";    // standalone | memcomm | torchrun | slurm
+};
+
+// Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, and our own
+// spawner) or SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. Inconsistent values are a clear error (exit 2).
+DistEnv detect_dist_env();
+
+// True when the environment already names this process's rank (so --nproc must not spawn).
+bool launched_externally();
+
+// Spawns `nproc` copies of this executable as local ranks 0..nproc-1 with a fresh loopback port,
+// forwards SIGINT/SIGTERM, and supervises them: when one fails, the others get `grace_s` seconds to
+// notice and exit by themselves before they are killed, so no process is left behind. Returns the
+// exit code for the whole job (0 only if every rank succeeded).
+int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s);
+
+}  // namespace memcomm::train

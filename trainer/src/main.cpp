@@ -1,0 +1,24 @@
+// memcomm-train: see trainer.cpp for the loop and README.md for the launch story.
+#include "comm_error.hpp"
+#include "launch.hpp"
+#include "options.hpp"
+#include "trainer.hpp"
+
+#include <cstdio>
+#include <exception>
+
+int main(int argc, char** argv) {
+  using namespace memcomm::train;
+  const TrainOptions o = parse_train_options(argc, argv);
+  if (o.nproc > 1 && !launched_externally()) return spawn_local_ranks(argc, argv, o.nproc, o.timeout_s + 15);
+  const DistEnv env = detect_dist_env();
+  try {
+    return run_training(o, env);
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "memcomm-train: %s\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memcomm-train: rank %d: %s\n", env.rank, e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,30 @@
+// The models memcomm-train offers: mlp, cnn (Fashion-MNIST) and a decoder-only transformer LM.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+namespace memcomm::train {
+
+struct TrainOptions;
+
+// A model maps a batch's inputs to logits; loss() applies the matching cross-entropy.
+class ModelImpl : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(const torch::Tensor& inputs) = 0;
+  // Mean cross-entropy over the batch (and, for the LM, over positions).
+  torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& targets) const;
+  // Correct predictions in the batch (per position for the LM).
+  int64_t correct(const torch::Tensor& logits, const torch::Tensor& targets) const;
+  // Predictions the batch holds (batch size, or batch x positions for the LM).
+  int64_t predictions(const torch::Tensor& targets) const { return targets.numel(); }
+};
+
+std::shared_ptr<ModelImpl> make_model(const TrainOptions& o, int64_t num_classes);
+
+// Parameters and their bytes, for the start-of-run banner.
+int64_t parameter_count(torch::nn::Module& m);
+
+}  // namespace memcomm::train

@@ -1,0 +1,139 @@
+#include "options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace memcomm::train {
+
+namespace {
+
+// CLI11 reports parse errors itself; we keep its message but use exit code 2 for every usage error.
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "memcomm-train: %s\nRun 'memcomm-train --help' for the flags.\n", msg.c_str());
+  std::exit(2);
+}
+
+void check_options(const TrainOptions& o) {
+  if (o.nproc < 1) usage_error("--nproc must be at least 1");
+  if (o.batch_size < 1) usage_error("--batch-size must be at least 1");
+  if (o.accum < 1) usage_error("--accum must be at least 1");
+  if (o.steps < 1) usage_error("--steps must be at least 1");
+  if (o.workers < 0) usage_error("--workers must be 0 or more");
+  if (o.prefetch < 1) usage_error("--prefetch must be at least 1");
+  if (o.lr <= 0) usage_error("--lr must be positive");
+  if (o.bucket_mb <= 0) usage_error("--bucket-mb must be positive");
+  if (o.timeout_s <= 0) usage_error("--timeout must be positive");
+  if (o.sync_every < 0) usage_error("--sync-every must be 0 (synchronous) or more");
+  if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
+  if (o.model == "transformer" && (o.width % o.heads) != 0)
+    usage_error("--width must be a multiple of --heads for the transformer");
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) usage_error("--checkpoint-every needs --checkpoint-dir");
+  if (o.resume && o.checkpoint_dir.empty()) usage_error("--resume needs --checkpoint-dir");
+  const auto ds = resolved_dataset(o);
+  if (o.model == "transformer" && ds != "tokens") usage_error("the transformer trains on --dataset tokens");
+  if (o.model != "transformer" && ds == "tokens") usage_error("--dataset tokens needs --model transformer");
+}
+
+}  // namespace
+
+std::string resolved_dataset(const TrainOptions& o) {
+  if (o.dataset != "auto") return o.dataset;
+  return o.model == "transformer" ? "tokens" : "fashion-mnist";
+}
+
+TrainOptions parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  CLI::App app{
+      "memcomm-train: data-parallel training on LibTorch with real collectives (Gloo on CPU, NCCL on GPUs).\n"
+      "Runs by itself (--nproc N spawns N local ranks), under 'torchrun --no-python', or under Slurm (srun)."};
+  app.get_formatter()->column_width(34);
+
+  auto* g = app.add_option_group("Launch");
+  g->add_option("--nproc", o.nproc, "Local ranks to spawn (ignored under torchrun/Slurm, which set the ranks)")
+      ->capture_default_str();
+  g->add_option("--backend", o.backend, "Collective backend: auto (NCCL when each rank has its own GPU, else Gloo)")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
+  g->add_option("--device", o.device, "auto (a GPU when there is one, else CPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  g->add_option("--timeout", o.timeout_s, "Seconds a collective may take before the run ends, naming the missing ranks")
+      ->capture_default_str();
+  g->add_option("--threads", o.threads, "Intra-op threads per rank (0: cores divided among local ranks)")
+      ->capture_default_str();
+
+  g = app.add_option_group("Data");
+  g->add_option("--dataset", o.dataset, "fashion-mnist, tabular (synthetic) or tokens (synthetic LM stream); auto picks by model")
+      ->check(CLI::IsMember({"auto", "fashion-mnist", "tabular", "tokens"}))->capture_default_str();
+  g->add_option("--data-dir", o.data_dir, "Folder with the Fashion-MNIST IDX .gz files")->capture_default_str();
+  g->add_option("--workers", o.workers, "Loader worker threads per rank (0 loads on the training thread)")
+      ->capture_default_str();
+  g->add_option("--prefetch", o.prefetch, "Batches each rank's loader prepares ahead")->capture_default_str();
+  g->add_option("--tail", o.tail, "Uneven shards: pad (repeat samples) or drop the remainder")
+      ->check(CLI::IsMember({"pad", "drop"}))->capture_default_str();
+  g->add_option("--synthetic-size", o.synthetic_size, "Samples in the synthetic datasets")->capture_default_str();
+
+  g = app.add_option_group("Model");
+  g->add_option("--model", o.model, "mlp, cnn or transformer (decoder-only LM)")
+      ->check(CLI::IsMember({"mlp", "cnn", "transformer"}))->capture_default_str();
+  g->add_option("--hidden", o.hidden, "MLP hidden width")->capture_default_str()->check(CLI::PositiveNumber);
+  g->add_option("--layers", o.layers, "Transformer layers")->capture_default_str()->check(CLI::PositiveNumber);
+  g->add_option("--width", o.width, "Transformer model width")->capture_default_str()->check(CLI::PositiveNumber);
+  g->add_option("--heads", o.heads, "Transformer attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  g->add_option("--seq-len", o.seq_len, "Transformer sequence length")->capture_default_str()->check(CLI::PositiveNumber);
+  g->add_option("--vocab", o.vocab, "Token vocabulary size")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+
+  g = app.add_option_group("Optimisation");
+  g->add_option("--batch-size", o.batch_size, "Micro-batch per rank")->capture_default_str();
+  g->add_option("--accum", o.accum, "Micro-batches per optimizer step; gradients are all-reduced on the last only")
+      ->capture_default_str();
+  g->add_option("--steps", o.steps, "Optimizer steps to run")->capture_default_str();
+  g->add_option("--optimizer", o.optimizer, "sgd (with momentum), adam or adamw; each rank keeps its own state")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
+  g->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  g->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  g->add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str();
+  g->add_option("--schedule", o.schedule, "Learning-rate schedule: none, step (x0.1 at 50% and 75%) or cosine")
+      ->check(CLI::IsMember({"none", "step", "cosine"}))->capture_default_str();
+  g->add_option("--sync-every", o.sync_every,
+                "Local SGD: ranks step independently and average parameters every K steps (0: synchronous)")
+      ->capture_default_str();
+  g->add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB)")
+      ->capture_default_str();
+  g->add_flag("!--no-overlap", o.overlap, "All-reduce after backward instead of from autograd hooks during it");
+  g->add_option("--grad-compression", o.grad_compression, "Gradients on the wire: none, bf16 or fp16")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
+  g->add_option("--amp", o.amp, "Mixed precision on GPU: none or bf16")
+      ->check(CLI::IsMember({"none", "bf16"}))->capture_default_str();
+  g->add_option("--seed", o.seed, "Seed for initialisation, sampling and synthetic data")->capture_default_str();
+
+  g = app.add_option_group("Observation");
+  g->add_option("--log-interval", o.log_interval, "Log every N optimizer steps")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  g->add_option("--eval-batches", o.eval_batches, "Evaluation batches on the test split (0: all)")
+      ->capture_default_str();
+  g->add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
+
+  g = app.add_option_group("Checkpoints");
+  g->add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");
+  g->add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every S steps (atomic: temp, fsync, rename)")
+      ->capture_default_str();
+  g->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --checkpoint-dir");
+
+  app.add_flag("--print-checksums", o.print_checksums, "Print a parameter checksum after every step (for tests)")
+      ->group("");  // hidden: a test hook, not a user feature
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::CallForAllHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::ParseError& e) {
+    usage_error(e.what());
+  }
+  check_options(o);
+  return o;
+}
+
+}  // namespace memcomm::train

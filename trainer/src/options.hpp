@@ -1,0 +1,71 @@
+// memcomm-train's options: parsed from the command line with no LibTorch in the way, so this
+// translation unit (and --help) stays cheap. The meaning of each flag is documented in --help.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memcomm::train {
+
+struct TrainOptions {
+  // --- launch ---
+  int nproc = 1;                   // local ranks to spawn (--nproc); 1 runs in this process
+  std::string backend = "auto";    // auto | gloo | nccl
+  std::string device = "auto";     // auto | cpu | cuda
+  double timeout_s = 300;          // a collective slower than this ends the run, naming missing ranks
+  int threads = 0;                 // intra-op threads per rank; 0 = cores / local ranks
+
+  // --- data ---
+  std::string dataset = "auto";    // fashion-mnist | tabular | tokens; auto picks one for the model
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int workers = 2;                 // loader worker threads per rank
+  int prefetch = 4;                // batches queued ahead per rank
+  std::string tail = "pad";        // pad | drop: how uneven shards are balanced
+  int64_t synthetic_size = 60000;  // samples in the synthetic sets
+
+  // --- model ---
+  std::string model = "cnn";       // mlp | cnn | transformer
+  int layers = 2, width = 128, heads = 4, seq_len = 64, vocab = 256;  // transformer shape
+  int hidden = 256;                // mlp hidden width
+
+  // --- optimisation ---
+  int64_t batch_size = 64;         // per-rank micro-batch
+  int accum = 1;                   // micro-batches per optimizer step
+  int64_t steps = 300;             // optimizer steps
+  std::string optimizer = "sgd";   // sgd | adam | adamw
+  double lr = 0.05, momentum = 0.9, weight_decay = 0.0;
+  std::string schedule = "none";   // none | step | cosine
+  int sync_every = 0;              // >0: local SGD, average parameters every K steps
+  double bucket_mb = 25;           // gradient bucket size after the first 1 MiB bucket
+  bool overlap = true;             // launch bucket all-reduces from autograd hooks
+  std::string grad_compression = "none";  // none | bf16 | fp16
+  std::string amp = "none";        // none | bf16 (GPU)
+  uint64_t seed = 0;
+
+  // --- observation ---
+  int64_t log_interval = 50;
+  int64_t eval_batches = 0;        // 0 = the whole test split
+  std::string summary_json;        // --summary-json FILE
+  std::string trace;               // --trace FILE (per-rank files NAME.rankR.mct)
+  std::string live;                // --live HOST:PORT
+  std::string allocator = "memcomm";  // memcomm | torch
+
+  // --- checkpoints ---
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+
+  // Test hook: print a parameter checksum after every step (consistency tests read it).
+  bool print_checksums = false;
+  // Test hook: report the number of gradient all-reduce calls in the summary (always counted).
+};
+
+// Parses argv. On --help prints usage and exits 0; on bad flags prints a clear message and exits 2.
+TrainOptions parse_train_options(int argc, char** argv);
+
+// The dataset actually used when --dataset is auto.
+std::string resolved_dataset(const TrainOptions& o);
+
+}  // namespace memcomm::train

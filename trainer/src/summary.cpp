@@ -1,0 +1,66 @@
+#include "summary.hpp"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+namespace memcomm::train {
+
+namespace {
+
+std::string bytes_str(int64_t b) {
+  if (b < 0) return "n/a";
+  if (b >= (int64_t(1) << 30)) return fmt::format("{:.2f} GiB", b / double(1 << 30));
+  return fmt::format("{:.1f} MiB", b / double(1 << 20));
+}
+
+}  // namespace
+
+void print_summary(const RunSummary& s) {
+  fmt::print("\n== memcomm-train summary ==\n");
+  fmt::print("  model {} on {} | {} rank(s), backend {}, device {}\n", s.model, s.dataset, s.world, s.backend, s.device);
+  fmt::print("  batch {} per rank x accum {} x {} ranks = {} global | {} steps in {:.2f} s\n", s.micro_batch, s.accum,
+             s.world, s.global_batch, s.steps, s.wall_s);
+  fmt::print("  throughput {:.1f} samples/s | step {:.2f} ms mean, {:.2f} p50, {:.2f} p95\n", s.samples_per_s,
+             s.step_ms_mean, s.step_ms_p50, s.step_ms_p95);
+  fmt::print("  loss {:.4f} -> {:.4f} | eval loss {:.4f}, accuracy {:.2f}% on {} samples\n", s.first_loss,
+             s.final_loss, s.eval_loss, 100 * s.eval_accuracy, s.eval_samples);
+  fmt::print("  communication {:.1f} ms, exposed {:.1f} ms, overlap {:.1f}% | {} all-reduces in {} buckets, {}\n",
+             s.comm_ms, s.exposed_comm_ms, s.overlap_pct, s.allreduce_calls, s.buckets, bytes_str(s.bytes_on_wire));
+  if (s.param_syncs > 0) fmt::print("  local SGD: {} parameter averages\n", s.param_syncs);
+  fmt::print("  data wait {:.1f} ms | backward {:.1f} ms\n", s.data_wait_ms, s.backward_ms);
+  fmt::print("  allocator {}: peak allocated {}, peak reserved {}, fragmentation {}\n", s.allocator,
+             bytes_str(s.peak_allocated), bytes_str(s.peak_reserved),
+             s.fragmentation < 0 ? std::string("n/a") : fmt::format("{:.3f}", s.fragmentation));
+  if (s.trace_events > 0 || s.trace_drops > 0)
+    fmt::print("  trace: {} events, {} dropped\n", s.trace_events, s.trace_drops);
+  std::fflush(stdout);
+}
+
+void write_summary_json(const RunSummary& s, const std::string& path) {
+  nlohmann::json j = {
+      {"model", s.model}, {"dataset", s.dataset}, {"backend", s.backend}, {"device", s.device}, {"mode", s.mode},
+      {"world", s.world}, {"accum", s.accum}, {"micro_batch", s.micro_batch}, {"global_batch", s.global_batch},
+      {"steps", s.steps}, {"wall_s", s.wall_s}, {"samples_per_s", s.samples_per_s},
+      {"step_ms", {{"mean", s.step_ms_mean}, {"p50", s.step_ms_p50}, {"p95", s.step_ms_p95}}},
+      {"data_wait_ms", s.data_wait_ms}, {"comm_ms", s.comm_ms}, {"exposed_comm_ms", s.exposed_comm_ms},
+      {"backward_ms", s.backward_ms}, {"overlap_pct", s.overlap_pct}, {"allreduce_calls", s.allreduce_calls},
+      {"param_syncs", s.param_syncs}, {"buckets", s.buckets}, {"bytes_on_wire", s.bytes_on_wire},
+      {"first_loss", s.first_loss}, {"final_loss", s.final_loss}, {"eval_loss", s.eval_loss},
+      {"eval_accuracy", s.eval_accuracy}, {"eval_samples", s.eval_samples}, {"allocator", s.allocator},
+      {"peak_allocated", s.peak_allocated}, {"peak_reserved", s.peak_reserved}, {"fragmentation", s.fragmentation},
+      {"trace_events", s.trace_events}, {"trace_drops", s.trace_drops}};
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("cannot write --summary-json file " + path);
+    f << j.dump(2) << "\n";
+    if (!f) throw std::runtime_error("writing --summary-json file " + path + " failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+}
+
+}  // namespace memcomm::train

@@ -1,0 +1,41 @@
+// The end-of-run summary: printed by rank 0 and written as --summary-json. Free of LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace memcomm::train {
+
+struct RunSummary {
+  std::string model, dataset, backend, device, mode;
+  int world = 1;
+  int accum = 1;
+  int64_t micro_batch = 0;       // per rank
+  int64_t global_batch = 0;      // micro_batch * accum * world
+  int64_t steps = 0;             // optimizer steps run in this process (after a resume: since it)
+  double wall_s = 0;             // training loop wall time
+  double samples_per_s = 0;      // global samples per second
+  double step_ms_mean = 0, step_ms_p50 = 0, step_ms_p95 = 0;
+  double data_wait_ms = 0;       // total time blocked on the loader
+  double comm_ms = 0;            // gradient all-reduce time (launch to completion), summed over buckets
+  double exposed_comm_ms = 0;    // time waiting for gradients after backward
+  double backward_ms = 0;        // total backward time
+  double overlap_pct = 0;        // 100 * (1 - exposed / comm)
+  int64_t allreduce_calls = 0;   // gradient all-reduces (buckets) issued
+  int64_t param_syncs = 0;       // local-SGD parameter averages
+  int buckets = 0;
+  int64_t bytes_on_wire = 0;
+  double first_loss = 0, final_loss = 0;
+  double eval_loss = 0, eval_accuracy = 0;
+  int64_t eval_samples = 0;
+  std::string allocator = "torch";
+  int64_t peak_allocated = -1, peak_reserved = -1;  // -1: not known for this allocator
+  double fragmentation = -1;
+  int64_t trace_events = 0, trace_drops = 0;
+};
+
+void print_summary(const RunSummary& s);
+// Writes JSON atomically; throws std::runtime_error naming the file on failure.
+void write_summary_json(const RunSummary& s, const std::string& path);
+
+}  // namespace memcomm::train

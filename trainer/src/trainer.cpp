@@ -1,0 +1,277 @@
+// One rank's training loop.
+//
+// Per optimizer step: K = --accum micro-batches. Each runs forward and backward with the loss scaled
+// by 1/K; gradients accumulate in the bucket views (Note [Gradient buckets]) and only the last
+// micro-batch synchronises them (no_sync semantics). With --sync-every K (local SGD) each rank steps
+// on its own gradients and parameters are averaged every K steps instead.
+//
+// Note [Micro-batch position]: the data stream is addressed by a global micro-batch counter m:
+// epoch = m / batches_per_epoch, batch = m % batches_per_epoch. Step s starts at m = s*K, which is
+// all a resume needs to continue exactly where an uninterrupted run would be.
+#include "trainer.hpp"
+
+#include "checkpoint.hpp"
+#include "comm.hpp"
+#include "data.hpp"
+#include "grad_sync.hpp"
+#include "models.hpp"
+#include "summary.hpp"
+
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <thread>
+
+namespace memcomm::train {
+
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<torch::Tensor> params) {
+  if (o.optimizer == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  if (o.optimizer == "adam")
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+}
+
+double lr_at(const TrainOptions& o, int64_t step) {
+  const double frac = static_cast<double>(step) / static_cast<double>(o.steps);
+  if (o.schedule == "step") return o.lr * (frac >= 0.75 ? 0.01 : frac >= 0.5 ? 0.1 : 1.0);
+  if (o.schedule == "cosine") return o.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
+  return o.lr;
+}
+
+void set_lr(torch::optim::Optimizer& opt, double lr) {
+  for (auto& g : opt.param_groups()) g.options().set_lr(lr);
+}
+
+// FNV-1a over the raw bytes of every parameter: equal on all ranks iff they are bitwise identical.
+uint64_t parameter_checksum(const std::vector<torch::Tensor>& params) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const auto& p : params) {
+    auto c = p.detach().to(torch::kCPU).contiguous();
+    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+    for (int64_t i = 0; i < c.numel() * c.element_size(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+struct Eval {
+  double loss = 0, accuracy = 0;
+  int64_t samples = 0;
+};
+
+// Evaluation under no_grad on the test split, sharded over ranks and summed with one all-reduce.
+Eval evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Communicator& comm,
+              const torch::Device& dev) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  auto test = make_dataset(o, "test");
+  DistributedSampler sampler(test->size(), env.rank, env.world, false, o.seed, false);
+  BatchLoader loader(test, sampler.indices(), o.batch_size, o.workers, o.prefetch, dev.is_cuda());
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  Batch b;
+  for (int64_t i = 0; loader.next(b); ++i) {
+    if (o.eval_batches > 0 && i >= o.eval_batches) break;
+    auto x = b.inputs.to(dev, true), y = b.targets.to(dev, true);
+    auto logits = model.forward(x);
+    loss_sum += model.loss(logits, y).item<double>() * static_cast<double>(model.predictions(y));
+    correct += model.correct(logits, y);
+    count += model.predictions(y);
+  }
+  auto totals = torch::tensor({loss_sum, static_cast<double>(correct), static_cast<double>(count)}, torch::kFloat64);
+  comm.allreduce(totals);
+  model.train();
+  Eval e;
+  e.samples = static_cast<int64_t>(totals[2].item<double>());
+  if (e.samples > 0) {
+    e.loss = totals[0].item<double>() / static_cast<double>(e.samples);
+    e.accuracy = totals[1].item<double>() / static_cast<double>(e.samples);
+  }
+  return e;
+}
+
+}  // namespace
+
+int run_training(const TrainOptions& o, const DistEnv& env) {
+  const bool leader = env.rank == 0;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(o.threads > 0 ? o.threads : std::max(1, hw / std::max(1, env.local_world)));
+
+  // Device discovery with CPU fallback.
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (o.device == "cuda" && gpus == 0) throw std::runtime_error("--device cuda: no GPU is visible to this process");
+  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
+  const torch::Device dev = use_cuda ? torch::Device(torch::kCUDA, env.local_rank % gpus) : torch::Device(torch::kCPU);
+  std::string backend = o.backend;
+  if (backend == "auto") backend = (use_cuda && env.local_world <= gpus) ? "nccl" : "gloo";
+  if (o.amp != "none" && !use_cuda) throw std::runtime_error("--amp bf16 needs a GPU; this run is on the CPU");
+  if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
+
+  Communicator comm(env, backend, o.timeout_s);
+  auto train_set = make_dataset(o, "train");
+  torch::manual_seed(o.seed);
+  auto model = make_model(o, train_set->num_classes());
+  model->to(dev);
+  auto params = model->parameters();
+  {
+    // Parameters and buffers start equal everywhere: rank 0's copy wins.
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> state;
+    for (auto& p : params) state.push_back(p.detach());
+    for (auto& b : model->buffers()) state.push_back(b);
+    comm.broadcast(state, 0);
+  }
+  auto opt = make_optimizer(o, params);
+  const bool local_sgd = o.sync_every > 0;
+  std::unique_ptr<GradSync> sync;
+  if (!local_sgd) sync = std::make_unique<GradSync>(params, comm, o.bucket_mb, o.overlap, o.grad_compression);
+
+  int64_t start_step = 0;
+  if (o.resume) {
+    start_step = load_checkpoint(o.checkpoint_dir, env.rank, *model, *opt);
+    if (start_step < 0) throw std::runtime_error("--resume: no checkpoint for rank " + std::to_string(env.rank) +
+                                                 " in " + o.checkpoint_dir);
+    if (leader) fmt::print("resumed from step {} ({})\n", start_step, o.checkpoint_dir);
+  }
+
+  DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == "pad");
+  const int64_t per_epoch = sampler.per_rank() / o.batch_size;
+  if (per_epoch < 1) throw std::runtime_error("--batch-size is larger than this rank's shard");
+  if (leader) {
+    fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n", o.model,
+               parameter_count(*model), train_set->describe(), env.world, env.launcher, comm.backend(), dev.str());
+    fmt::print("  per rank: {} samples/epoch, {} batches of {}; tail {} {} sample(s)\n", sampler.per_rank(),
+               per_epoch, o.batch_size, sampler.tail_adjust() >= 0 ? "padded with" : "dropped",
+               std::abs(sampler.tail_adjust()));
+    std::fflush(stdout);
+  }
+
+  RunSummary s;
+  s.model = o.model;
+  s.dataset = resolved_dataset(o);
+  s.backend = comm.backend();
+  s.device = dev.str();
+  s.mode = local_sgd ? "local-sgd" : "ddp";
+  s.world = env.world;
+  s.accum = o.accum;
+  s.micro_batch = o.batch_size;
+  s.global_batch = o.batch_size * o.accum * env.world;
+  s.buckets = sync ? sync->num_buckets() : 0;
+
+  const bool tty = leader && ::isatty(STDOUT_FILENO);
+  std::vector<double> step_ms;
+  double interval_loss = 0;
+  int64_t interval_steps = 0, data_wait_ns = 0, backward_ns = 0;
+  std::unique_ptr<BatchLoader> loader;
+  int64_t loader_epoch = -1;
+  int64_t m = start_step * o.accum;  // Note [Micro-batch position]
+  const int64_t t_start = monotonic_ns();
+  if (sync) sync->zero_grad();
+
+  for (int64_t step = start_step; step < o.steps; ++step) {
+    const int64_t t_step = monotonic_ns();
+    set_lr(*opt, lr_at(o, step));
+    if (!sync) opt->zero_grad();
+    double step_loss = 0;
+    for (int k = 0; k < o.accum; ++k, ++m) {
+      const int64_t epoch = m / per_epoch, batch = m % per_epoch;
+      if (!loader || loader_epoch != epoch) {
+        sampler.set_epoch(epoch);
+        auto idx = sampler.indices();
+        idx.erase(idx.begin(), idx.begin() + batch * o.batch_size);  // resume mid-epoch
+        loader.reset();
+        loader = std::make_unique<BatchLoader>(train_set, std::move(idx), o.batch_size, o.workers, o.prefetch,
+                                               dev.is_cuda());
+        loader_epoch = epoch;
+      }
+      Batch b;
+      int64_t waited = 0;
+      if (!loader->next(b, &waited)) throw std::logic_error("loader ran dry inside an epoch");
+      data_wait_ns += waited;
+      auto x = b.inputs.to(dev, true), y = b.targets.to(dev, true);
+      const bool last = k == o.accum - 1;
+      if (sync) sync->prepare(last);
+      auto loss = model->loss(model->forward(x), y);
+      const int64_t t_bwd = monotonic_ns();
+      (loss / o.accum).backward();
+      backward_ns += monotonic_ns() - t_bwd;
+      step_loss += loss.item<double>() / o.accum;
+    }
+    if (sync) sync->finish();
+    opt->step();
+    if (sync) sync->zero_grad();
+    if (local_sgd && (step + 1) % o.sync_every == 0) {
+      average_parameters(params, comm);
+      ++s.param_syncs;
+    }
+    step_ms.push_back(static_cast<double>(monotonic_ns() - t_step) / 1e6);
+    if (step == start_step) s.first_loss = step_loss;
+    s.final_loss = step_loss;
+    interval_loss += step_loss;
+    ++interval_steps;
+    if (o.print_checksums) fmt::print("checksum step {} rank {} {:016x}\n", step + 1, env.rank, parameter_checksum(params));
+    if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0)
+      save_checkpoint(o.checkpoint_dir, env.rank, step + 1, *model, *opt);
+    const bool log_now = (step + 1) % o.log_interval == 0 || step + 1 == o.steps;
+    if (leader && (log_now || tty)) {
+      const double el = static_cast<double>(monotonic_ns() - t_start) / 1e9;
+      const double sps = static_cast<double>((step + 1 - start_step) * s.global_batch) / std::max(el, 1e-9);
+      const std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s", m / per_epoch, step + 1,
+                                           o.steps, interval_loss / interval_steps, sps);
+      if (log_now) {
+        fmt::print("{}{}\n", tty ? "\r\033[K" : "", line);
+        interval_loss = 0;
+        interval_steps = 0;
+      } else {
+        const int width = 30, done = static_cast<int>(width * (step + 1) / o.steps);
+        fmt::print("\r\033[K[{}{}] {}", std::string(static_cast<size_t>(done), '#'),
+                   std::string(static_cast<size_t>(width - done), '.'), line);
+      }
+      std::fflush(stdout);
+    }
+  }
+  loader.reset();
+  s.wall_s = static_cast<double>(monotonic_ns() - t_start) / 1e9;
+  s.steps = o.steps - start_step;
+
+  const Eval e = evaluate(*model, o, env, comm, dev);
+  s.eval_loss = e.loss;
+  s.eval_accuracy = e.accuracy;
+  s.eval_samples = e.samples;
+  s.samples_per_s = static_cast<double>(s.steps * s.global_batch) / std::max(s.wall_s, 1e-9);
+  if (!step_ms.empty()) {
+    s.step_ms_mean = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / static_cast<double>(step_ms.size());
+    s.step_ms_p50 = percentile(step_ms, 0.5);
+    s.step_ms_p95 = percentile(step_ms, 0.95);
+  }
+  s.data_wait_ms = static_cast<double>(data_wait_ns) / 1e6;
+  s.backward_ms = static_cast<double>(backward_ns) / 1e6;
+  if (sync) {
+    const auto& st = sync->stats();
+    s.allreduce_calls = st.allreduce_calls;
+    s.comm_ms = static_cast<double>(st.comm_ns) / 1e6;
+    s.exposed_comm_ms = static_cast<double>(st.exposed_ns) / 1e6;
+    s.bytes_on_wire = st.bytes;
+    s.overlap_pct = st.comm_ns > 0 ? 100.0 * std::max(0.0, 1.0 - double(st.exposed_ns) / double(st.comm_ns)) : 0;
+  }
+  comm.barrier();  // every rank finished before rank 0 reports and the store goes away
+  if (leader) {
+    print_summary(s);
+    if (!o.summary_json.empty()) write_summary_json(s, o.summary_json);
+  }
+  return 0;
+}
+
+}  // namespace memcomm::train

@@ -1,0 +1,93 @@
+// Allocator state at the cursor: each segment a bar of its blocks (allocated / pending free /
+// free), like memory_viz's Allocator State History, with a scrub bar. The state comes from
+// AllocatorTimeline::seek (Note [Incremental allocator state]), never from a walk of all events.
+#include <memcomm/view/app/palette.hpp>
+
+#include "views.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace memcomm::view {
+
+void draw_allocator(AppState& st, ImVec2 size) {
+  ImGui::BeginChild("allocator", size, true, ImGuiWindowFlags_NoMove);
+  if (st.tl.ranks.empty() || st.alloc.empty()) {
+    ImGui::TextUnformatted("Allocator state: no data");
+    ImGui::EndChild();
+    return;
+  }
+  const auto slot = static_cast<std::size_t>(st.memory_rank);
+  const RankData& rd = st.tl.ranks[slot];
+  if (rd.alloc_events.empty()) {
+    ImGui::Text("Allocator state: rank %u has no allocator events", rd.rank);
+    ImGui::EndChild();
+    return;
+  }
+  if (st.alloc_follow_cursor && st.cursor_valid) st.alloc_time = st.cursor;
+  const TimeNs lo = rd.alloc_events.front().t, hi = rd.alloc_events.back().t;
+  ImGui::Checkbox("follow cursor", &st.alloc_follow_cursor);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(std::max(100.0f, ImGui::GetContentRegionAvail().x));
+  long long t = std::clamp<long long>(st.alloc_time, lo, hi);
+  const std::string label = format_time(t - st.tl.begin);
+  if (ImGui::SliderScalar("##scrub", ImGuiDataType_S64, &t, &lo, &hi, label.c_str())) {
+    st.alloc_time = t;
+    st.alloc_follow_cursor = false;
+  }
+  AllocatorTimeline& at = *st.alloc[slot];
+  const AllocatorState& s = at.seek(st.alloc_time);
+  ImGui::Text("rank %u  event %zu/%zu  segments %zu  blocks %zu  allocated %s  pending free %s  reserved %s  largest free %s  (seek cost %zu events)",
+              rd.rank, at.position(), rd.alloc_events.size(), s.segments.size(), s.block_count,
+              format_bytes(static_cast<double>(s.allocated)).c_str(), format_bytes(static_cast<double>(s.pending_free)).c_str(),
+              format_bytes(static_cast<double>(s.reserved)).c_str(), format_bytes(static_cast<double>(s.largest_free())).c_str(),
+              at.last_seek_cost());
+  std::uint64_t biggest = 1;
+  for (const auto& seg : s.segments) biggest = std::max(biggest, seg.size);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float width = ImGui::GetContentRegionAvail().x, row_h = 14;
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  ImGuiListClipper clipper;
+  clipper.Begin(static_cast<int>(s.segments.size()), row_h);
+  while (clipper.Step()) {
+    for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
+      const SegmentRec& seg = s.segments[static_cast<std::size_t>(i)];
+      const ImVec2 p = ImGui::GetCursorScreenPos();
+      const float w = std::max(2.0f, width * static_cast<float>(static_cast<double>(seg.size) / static_cast<double>(biggest)));
+      const double px_per_byte = w / static_cast<double>(seg.size);
+      dl->AddRectFilled(p, ImVec2(p.x + w, p.y + row_h - 2), palette::kSegmentFree.imgui());
+      // Blocks narrower than a pixel accumulate into the pixel they fall in.
+      float last_x = -1;
+      for (const auto& b : seg.blocks) {
+        const float x0 = p.x + static_cast<float>((b.addr - seg.addr) * px_per_byte);
+        const float x1 = std::max(x0 + 1, p.x + static_cast<float>((b.addr + b.size - seg.addr) * px_per_byte));
+        if (x1 <= last_x) continue;
+        last_x = x1;
+        const auto c = b.state == BlockState::Allocated ? palette::kBlockAllocated : palette::kBlockPending;
+        dl->AddRectFilled(ImVec2(x0, p.y), ImVec2(x1, p.y + row_h - 2), c.imgui());
+      }
+      if (ImGui::IsWindowHovered() && mouse.y >= p.y && mouse.y < p.y + row_h && mouse.x >= p.x && mouse.x < p.x + w) {
+        const auto addr = seg.addr + static_cast<std::uint64_t>((mouse.x - p.x) / px_per_byte);
+        std::string tip = fmt::format("segment 0x{:x}  {}  stream {}  {} blocks  largest free {}", seg.addr,
+                                      format_bytes(static_cast<double>(seg.size)), seg.stream, seg.blocks.size(),
+                                      format_bytes(static_cast<double>(seg.largest_free())));
+        auto it = std::upper_bound(seg.blocks.begin(), seg.blocks.end(), addr,
+                                   [](std::uint64_t a, const BlockRec& b) { return a < b.addr; });
+        if (it != seg.blocks.begin() && addr < std::prev(it)->addr + std::prev(it)->size) {
+          const auto& b = *std::prev(it);
+          tip += fmt::format("\nblock 0x{:x}  {}  {}", b.addr, format_bytes(static_cast<double>(b.size)),
+                             b.state == BlockState::Allocated ? "allocated" : "pending free");
+        } else {
+          tip += "\nfree";
+        }
+        ImGui::SetTooltip("%s", tip.c_str());
+        st.note_tooltip(tip);
+      }
+      ImGui::Dummy(ImVec2(width, row_h));
+    }
+  }
+  ImGui::EndChild();
+}
+
+}  // namespace memcomm::view

@@ -1,0 +1,376 @@
+// App: window, frame loop, idle handling, background loading, input scripts and headless modes.
+#include <memcomm/view/app/app.hpp>
+#include <memcomm/view/synthetic.hpp>
+
+#include "views.hpp"
+
+#define GLFW_INCLUDE_NONE
+#include <GLFW/glfw3.h>
+#include <GL/gl.h>
+#include <backends/imgui_impl_glfw.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
+#include <stb/stb_image_write.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace memcomm::view {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void drop_callback(GLFWwindow* w, int count, const char** paths) {
+  auto* app = static_cast<App*>(glfwGetWindowUserPointer(w));
+  if (app == nullptr) return;
+  for (int i = 0; i < count; ++i) app->pending_drops_.emplace_back(paths[i]);
+}
+
+App::App(AppOptions opt) : opt_(std::move(opt)) {
+  if (!opt_.panes.empty()) {
+    Panes p{false, false, false, false, false};
+    std::stringstream ss(opt_.panes);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      if (name == "timeline") p.timeline = true;
+      else if (name == "memory") p.memory = true;
+      else if (name == "allocator") p.allocator = true;
+      else if (name == "steps") p.steps = true;
+      else if (name == "summary") p.summary = true;
+    }
+    st_.panes = p;
+  }
+}
+
+App::~App() {
+  load_.reset();
+  if (imgui_ready_) {
+    ImGui_ImplOpenGL3_Shutdown();
+    ImGui_ImplGlfw_Shutdown();
+    ImGui::DestroyContext();
+  }
+  if (window_) {
+    glfwDestroyWindow(window_);
+    glfwTerminate();
+  }
+}
+
+bool App::open_window(std::string& error) {
+  glfwSetErrorCallback([](int, const char*) {});  // failures are reported below, once
+  if (!glfwInit()) {
+    error = "cannot open a window: no display (set DISPLAY, or run headless modes under xvfb-run -a)";
+    return false;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  glfwWindowHint(GLFW_VISIBLE, opt_.hidden ? GLFW_FALSE : GLFW_TRUE);
+  window_ = glfwCreateWindow(opt_.width, opt_.height, "memcomm-view", nullptr, nullptr);
+  if (window_ == nullptr) {
+    glfwTerminate();
+    error = "cannot open a window: no OpenGL 3.3 core context on this display";
+    return false;
+  }
+  glfwMakeContextCurrent(window_);
+  glfwSwapInterval(opt_.hidden ? 0 : 1);
+  glfwSetWindowUserPointer(window_, this);
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGui::GetIO().IniFilename = nullptr;
+  ImGui::StyleColorsDark();
+  ImGui::GetStyle().WindowRounding = 0;
+  ImGui_ImplGlfw_InitForOpenGL(window_, true);
+  ImGui_ImplOpenGL3_Init("#version 330 core");
+  glfwSetDropCallback(window_, drop_callback);  // ImGui's backend does not use the drop callback
+  imgui_ready_ = true;
+  return true;
+}
+
+void App::start_load(std::vector<std::string> paths) {
+  if (paths.empty()) return;
+  if (load_) {  // one load at a time: queue behind it
+    for (auto& p : paths) pending_drops_.push_back(std::move(p));
+    return;
+  }
+  st_.load_progress = 0;
+  load_ = std::make_unique<BackgroundLoad>(std::move(paths));
+}
+
+void App::poll_load() {
+  if (!pending_drops_.empty() && !load_) {
+    std::vector<std::string> p;
+    p.swap(pending_drops_);
+    start_load(std::move(p));
+  }
+  if (!load_) return;
+  if (!load_->done()) {
+    st_.load_progress = load_->progress();
+    st_.loading_file = load_->current_file();
+    return;
+  }
+  for (const auto& e : load_->errors()) st_.message(e);
+  Timeline t = load_->take();
+  if (!t.sources.empty() || !t.empty()) st_.set_timeline(std::move(t), true);
+  load_.reset();
+  st_.load_progress = -1;
+  redraw_frames_ = 3;
+}
+
+void App::apply_script() {
+  if (script_.empty()) return;
+  ImGuiIO& io = ImGui::GetIO();
+  // The backend resets the mouse each frame from the (unfocused, hidden) window: re-inject.
+  io.MousePos = ImVec2(mouse_x_, mouse_y_);
+  io.MouseDown[0] = mouse_down_[0];
+  io.MouseDown[1] = mouse_down_[1];
+  if (script_hold_ > 0) {
+    if (--script_hold_ == 0 && held_key_ >= 0) {
+      io.KeysDown[held_key_] = false;
+      held_key_ = -1;
+    }
+    return;
+  }
+  while (script_pos_ < script_.size()) {
+    const ScriptCommand& c = script_[script_pos_++];
+    switch (c.op) {
+      case ScriptCommand::Op::Move:
+        mouse_x_ = c.x, mouse_y_ = c.y;
+        io.MousePos = ImVec2(c.x, c.y);
+        return;
+      case ScriptCommand::Op::Down:
+      case ScriptCommand::Op::Up:
+        mouse_down_[c.button] = c.op == ScriptCommand::Op::Down;
+        io.MouseDown[c.button] = mouse_down_[c.button];
+        return;
+      case ScriptCommand::Op::Wheel:
+        if (c.has_pos) {
+          mouse_x_ = c.x, mouse_y_ = c.y;
+          io.MousePos = ImVec2(c.x, c.y);
+        }
+        io.MouseWheel += c.wheel;
+        return;
+      case ScriptCommand::Op::Key:
+        held_key_ = c.key;
+        io.KeysDown[c.key] = true;
+        script_hold_ = std::max(1, c.frames);
+        return;
+      case ScriptCommand::Op::Frames:
+        if (c.frames <= 0) continue;
+        script_hold_ = c.frames - 1;
+        return;
+      case ScriptCommand::Op::WaitEvents:
+        if (wait_deadline_ == 0) wait_deadline_ = now_s() + c.timeout_s;
+        if ((st_.tl.event_count >= c.events && !load_) || now_s() > wait_deadline_) {
+          if (st_.tl.event_count < c.events)
+            st_.message("script line " + std::to_string(c.line) + ": timed out waiting for " + std::to_string(c.events) +
+                        " events (have " + std::to_string(st_.tl.event_count) + ")");
+          wait_deadline_ = 0;
+          continue;
+        }
+        --script_pos_;  // retry next frame
+        return;
+      case ScriptCommand::Op::Screenshot: {
+        std::string error;
+        // Taken from the previous frame's draw data, which is what is on screen.
+        if (frames_ > 0 && !write_png(c.path, error)) st_.message(error);
+        continue;
+      }
+    }
+  }
+}
+
+bool App::idle() const {
+  return redraw_frames_ <= 0 && !load_ && script_.empty() && st_.live_status.empty();
+}
+
+void App::frame() {
+  const double t0 = now_s();
+  poll_load();
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplGlfw_NewFrame();
+  apply_script();
+  const double b0 = now_s();
+  ImGui::NewFrame();
+  build_ui();
+  ImGui::Render();
+  st_.build_ms = (now_s() - b0) * 1e3;
+  int w = 0, h = 0;
+  glfwGetFramebufferSize(window_, &w, &h);
+  glViewport(0, 0, w, h);
+  glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  glfwSwapBuffers(window_);
+  st_.frame_ms = (now_s() - t0) * 1e3;
+  ++frames_;
+  if (redraw_frames_ > 0) --redraw_frames_;
+  // Held navigation keys animate: keep drawing while they are down.
+  for (int k : {'W', 'A', 'S', 'D'})
+    if (ImGui::GetIO().KeysDown[k]) redraw_frames_ = std::max(redraw_frames_, 2);
+}
+
+bool App::read_pixels(std::vector<std::uint8_t>& rgba, int& w, int& h) {
+  ImDrawData* dd = ImGui::GetDrawData();
+  if (window_ == nullptr || dd == nullptr) return false;
+  // Re-render the last frame into the back buffer and read it (the front buffer of a hidden
+  // window is not readable everywhere).
+  glfwGetFramebufferSize(window_, &w, &h);
+  glViewport(0, 0, w, h);
+  glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(dd);
+  glFinish();
+  std::vector<std::uint8_t> bottom_up(static_cast<std::size_t>(w) * h * 4);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadBuffer(GL_BACK);
+  glReadPixels(0, 0, w, h, GL_RGBA, GL_UNSIGNED_BYTE, bottom_up.data());
+  rgba.resize(bottom_up.size());
+  const std::size_t row = static_cast<std::size_t>(w) * 4;
+  for (int y = 0; y < h; ++y)
+    std::copy_n(&bottom_up[static_cast<std::size_t>(h - 1 - y) * row], row, &rgba[static_cast<std::size_t>(y) * row]);
+  return glGetError() == GL_NO_ERROR;
+}
+
+bool App::write_png(const std::string& path, std::string& error) {
+  std::vector<std::uint8_t> px;
+  int w = 0, h = 0;
+  if (!read_pixels(px, w, h)) {
+    error = path + ": could not read the frame back (glReadPixels failed)";
+    return false;
+  }
+  if (!stbi_write_png(path.c_str(), w, h, 4, px.data(), w * 4)) {
+    error = path + ": cannot write PNG";
+    return false;
+  }
+  return true;
+}
+
+void App::build_ui() {
+  st_.cursor_valid = false;
+  st_.tooltip.clear();
+  ImGuiIO& io = ImGui::GetIO();
+  ImGui::SetNextWindowPos(ImVec2(0, 0));
+  ImGui::SetNextWindowSize(io.DisplaySize);
+  const ImGuiWindowFlags main_flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_MenuBar |
+                                     ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoSavedSettings |
+                                     ImGuiWindowFlags_NoScrollWithMouse;
+  ImGui::Begin("memcomm-view", nullptr, main_flags);
+  if (ImGui::BeginMenuBar()) {
+    if (ImGui::BeginMenu("File")) {
+      if (ImGui::MenuItem("Open...")) open_popup_ = true;
+      if (ImGui::MenuItem("Quit")) glfwSetWindowShouldClose(window_, 1);
+      ImGui::EndMenu();
+    }
+    if (ImGui::BeginMenu("View")) {
+      ImGui::MenuItem("Timeline", nullptr, &st_.panes.timeline);
+      ImGui::MenuItem("Memory over time", nullptr, &st_.panes.memory);
+      ImGui::MenuItem("Allocator state", nullptr, &st_.panes.allocator);
+      ImGui::MenuItem("Step table", nullptr, &st_.panes.steps);
+      ImGui::MenuItem("Summary", nullptr, &st_.panes.summary);
+      if (ImGui::MenuItem("Reset zoom")) st_.zoom_to(st_.tl.begin, st_.tl.end);
+      ImGui::EndMenu();
+    }
+    if (ImGui::BeginMenu("Help")) {
+      ImGui::TextUnformatted("wheel: zoom at the mouse   drag: pan   W/S: zoom   A/D: pan\n"
+                             "right-drag or shift+drag: select a range (stats in Summary)\n"
+                             "click a rank header: collapse   double-click a span: zoom to it\n"
+                             "click a step row: zoom to the step   drop files on the window to open them");
+      ImGui::EndMenu();
+    }
+    ImGui::EndMenuBar();
+  }
+  if (open_popup_) {
+    ImGui::OpenPopup("Open file");
+    open_popup_ = false;
+  }
+  if (ImGui::BeginPopupModal("Open file", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("Path of a memcomm trace (.mct) or a PyTorch memory snapshot pickle:");
+    ImGui::SetNextItemWidth(500);
+    const bool enter = ImGui::InputText("##path", open_path_, sizeof open_path_, ImGuiInputTextFlags_EnterReturnsTrue);
+    if (ImGui::Button("Open") || enter) {
+      start_load({open_path_});
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+  // Toolbar: search and reset.
+  ImGui::SetNextItemWidth(220);
+  ImGui::InputTextWithHint("##search", "search names", st_.search, sizeof st_.search);
+  st_.apply_search();
+  ImGui::SameLine();
+  if (!st_.search_applied.empty()) {
+    ImGui::Text("%llu matches", static_cast<unsigned long long>(st_.search_hits));
+    ImGui::SameLine();
+  }
+  if (ImGui::Button("Reset zoom")) st_.zoom_to(st_.tl.begin, st_.tl.end);
+  if (st_.load_progress >= 0) {
+    ImGui::SameLine();
+    ImGui::ProgressBar(static_cast<float>(st_.load_progress), ImVec2(300, 0), "loading");
+  }
+  if (!st_.messages.empty()) {
+    ImGui::SameLine();
+    if (ImGui::SmallButton("dismiss")) st_.messages.clear();
+    for (std::size_t i = st_.messages.size() > 3 ? st_.messages.size() - 3 : 0; i < st_.messages.size(); ++i)
+      ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", st_.messages[i].c_str());
+  }
+  handle_time_keys(st_, io.DisplaySize.x - st_.label_width);
+
+  const float status_h = ImGui::GetFrameHeightWithSpacing();
+  const float avail = ImGui::GetContentRegionAvail().y - status_h;
+  const float width = ImGui::GetContentRegionAvail().x;
+  const float mem_h = st_.panes.memory ? 190 : 0, alloc_h = st_.panes.allocator ? 170 : 0;
+  const float bottom_h = (st_.panes.steps || st_.panes.summary) ? 190 : 0;
+  const float spacing = ImGui::GetStyle().ItemSpacing.y;
+  float timeline_h = avail - mem_h - alloc_h - bottom_h - 3 * spacing;
+  if (!st_.panes.timeline) timeline_h = 0;
+  if (st_.panes.timeline) draw_timeline(st_, ImVec2(width, std::max(120.0f, timeline_h)));
+  if (st_.panes.memory) draw_memory(st_, ImVec2(width, mem_h));
+  if (st_.panes.allocator) draw_allocator(st_, ImVec2(width, alloc_h));
+  if (st_.panes.steps) {
+    draw_steps(st_, ImVec2(st_.panes.summary ? width * 0.6f : width, bottom_h));
+    if (st_.panes.summary) ImGui::SameLine();
+  }
+  if (st_.panes.summary) draw_summary(st_, ImVec2(st_.panes.steps ? 0 : width, bottom_h));
+  draw_status(st_, frames_);
+  ImGui::End();
+}
+
+std::string App::report_json() const {
+  nlohmann::json j;
+  j["frames"] = frames_;
+  j["events"] = st_.tl.event_count;
+  j["sources"] = st_.tl.sources;
+  j["messages"] = st_.messages;
+  j["tooltip"] = st_.tooltips_seen.empty() ? std::string() : st_.tooltips_seen.back();
+  j["tooltips"] = st_.tooltips_seen;
+  j["view"] = {{"t0", st_.view_t0}, {"t1", st_.view_t1}, {"begin", st_.tl.begin}, {"end", st_.tl.end}};
+  std::uint64_t drops = 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& rd : st_.tl.ranks) {
+    std::uint64_t spans = 0;
+    for (const auto& l : rd.lanes) spans += l.span_count();
+    drops += rd.dropped;
+    ranks.push_back({{"rank", rd.rank}, {"spans", spans}, {"collectives", rd.collectives.size()},
+                     {"alloc_events", rd.alloc_events.size()}, {"dropped", rd.dropped}, {"connected", rd.connected}});
+  }
+  j["ranks"] = ranks;
+  j["drops"] = drops;
+  j["steps"] = st_.steps.size();
+  if (st_.has_selection)
+    j["selection"] = {{"t0", st_.selection.t0}, {"t1", st_.selection.t1}, {"spans", st_.selection.spans},
+                      {"collectives", st_.selection.collectives}};
+  j["live"] = st_.live_status;
+  return j.dump(2);
+}
+
+}  // namespace memcomm::view

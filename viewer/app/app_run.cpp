@@ -1,0 +1,210 @@
+// App::run: what the command line asks for (interactive, --screenshot, --script, --bench,
+// --exit-after-events), including the idle policy: no redraw while nothing changes.
+#include <memcomm/view/app/app.hpp>
+#include <memcomm/view/synthetic.hpp>
+
+#include "views.hpp"
+
+#define GLFW_INCLUDE_NONE
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+namespace memcomm::view {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), std::ceil(p * static_cast<double>(v.size())) - 1));
+  return v[i];
+}
+std::size_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * 4096;
+}
+}  // namespace
+
+int App::run() {
+  const bool headless = !opt_.screenshot.empty() || opt_.bench || !opt_.script.empty() || opt_.exit_after_events > 0;
+  if (headless) opt_.hidden = true;
+  std::vector<ScriptCommand> script;
+  if (!opt_.script.empty()) {
+    std::string error;
+    if (!load_script(opt_.script, script, error)) {
+      std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
+      return 2;
+    }
+  }
+  std::string error;
+  if (!open_window(error)) {
+    std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
+    return 1;
+  }
+  const std::size_t rss0 = rss_bytes();
+  if (opt_.synthetic > 0) {
+    const double t0 = now_s();
+    SyntheticOptions so;
+    so.events = opt_.synthetic;
+    so.ranks = opt_.synthetic_ranks;
+    st_.set_timeline(make_synthetic(so), true);
+    synth_s_ = now_s() - t0;
+  }
+  start_load(opt_.files);
+  if (!opt_.listen.empty()) {
+    // Note [Live seam]: the profiler's live-stream receiver is not in profiler/core yet. When it
+    // lands, a receiver thread feeds decoded events per rank into a TimelineBuilder and
+    // AppState::set_timeline(merge) publishes them; RankData::connected marks ranks that left.
+    st_.live_status = "live: not available";
+    st_.message("--listen " + opt_.listen + ": this build has no live-stream receiver (profiler/core has none yet); showing files only");
+  }
+  if (opt_.bench) return run_bench();
+  set_script(std::move(script));
+
+  const double start = now_s();
+  std::uint64_t frames_after_load = 0;
+  int rc = 0;
+  while (!glfwWindowShouldClose(window_)) {
+    if (headless || !idle()) {
+      glfwPollEvents();
+    } else {
+      glfwWaitEvents();  // nothing changes: sleep until input
+      redraw_frames_ = 3;
+    }
+    if (!headless && !idle() && (load_ || !st_.live_status.empty()) && redraw_frames_ <= 0)
+      glfwWaitEventsTimeout(0.05);  // loading/live: progress at 20 Hz, no busy loop
+    frame();
+    if (!load_ && pending_drops_.empty()) ++frames_after_load;
+    if (!headless) continue;
+    const bool loaded = !load_ && pending_drops_.empty();
+    if (opt_.exit_after_events > 0) {
+      if (loaded && st_.tl.event_count >= opt_.exit_after_events && script_done()) break;
+      if (now_s() - start > opt_.exit_timeout_s) {
+        st_.message(fmt::format("timed out after {:.0f} s with {} of {} events", opt_.exit_timeout_s, st_.tl.event_count,
+                                opt_.exit_after_events));
+        rc = 1;
+        break;
+      }
+      continue;
+    }
+    if (!loaded || !script_done()) continue;
+    if (frames_after_load >= static_cast<std::uint64_t>(std::max(1, opt_.frames))) break;
+  }
+  if (!opt_.screenshot.empty()) {
+    std::string err;
+    if (!write_png(opt_.screenshot, err)) {
+      std::fprintf(stderr, "memcomm-view: %s\n", err.c_str());
+      rc = 1;
+    }
+  }
+  if (!opt_.report_json.empty()) {
+    std::ofstream f(opt_.report_json);
+    f << report_json() << "\n";
+    if (!f) {
+      std::fprintf(stderr, "memcomm-view: %s: cannot write the report\n", opt_.report_json.c_str());
+      rc = 1;
+    }
+  }
+  (void)rss0;
+  return rc;
+}
+
+int App::run_bench() {
+  const double t_load0 = now_s();
+  if (st_.tl.empty() && !load_) {
+    SyntheticOptions so;
+    so.events = 1'000'000;
+    st_.set_timeline(make_synthetic(so), true);
+  }
+  while (load_) {
+    glfwPollEvents();
+    frame();
+  }
+  // Load = ingest + index (builder, LOD levels, allocator checkpoints, step table) of the data.
+  const double load_s = synth_s_ > 0 ? synth_s_ : now_s() - t_load0;
+  for (int i = 0; i < 10; ++i) {  // warm-up: font atlas, first layouts
+    glfwPollEvents();
+    frame();
+  }
+  // Scripted sweep: zoom in x1000 around the middle, pan, zoom out, then pan at 1/20 of the run,
+  // with the mouse over the timeline so hover/tooltips are exercised.
+  std::vector<double> build, total;
+  std::vector<double> marks;
+  const TimeNs b = st_.tl.begin, e = st_.tl.end, span = std::max<TimeNs>(e - b, 1);
+  const int n = std::max(40, opt_.bench_frames), q = n / 4;
+  mouse_x_ = static_cast<float>(opt_.width) * 0.55f;
+  mouse_y_ = 200;
+  ScriptCommand hold;  // keeps apply_script injecting the mouse during the sweep
+  hold.op = ScriptCommand::Op::Frames;
+  hold.frames = n + 1;
+  script_.push_back(hold);
+  script_pos_ = 0;
+  st_.zoom_to(b, e);
+  for (int i = 0; i < n; ++i) {
+    const TimeNs mid = b + span / 2;
+    if (i < q) {
+      st_.zoom_at(mid, std::pow(1e-3, 1.0 / q));
+    } else if (i < 2 * q) {
+      st_.pan((st_.view_t1 - st_.view_t0) / 10);
+    } else if (i < 3 * q) {
+      st_.zoom_at(st_.view_t0 + (st_.view_t1 - st_.view_t0) / 2, std::pow(1e3, 1.0 / q));
+    } else {
+      const TimeNs w = span / 20;
+      const TimeNs t0 = b + static_cast<TimeNs>(static_cast<double>(span - w) * (i - 3 * q) / std::max(1, n - 3 * q));
+      st_.zoom_to(t0, t0 + w);
+    }
+    glfwPollEvents();
+    frame();
+    build.push_back(st_.build_ms);
+    total.push_back(st_.frame_ms);
+    marks.push_back(static_cast<double>(st_.drawn_marks));
+  }
+  std::size_t model = st_.tl.memory_bytes();
+  for (const auto& a : st_.alloc) model += a->memory_bytes();
+  const double events = static_cast<double>(st_.tl.event_count);
+  double mean_marks = 0;
+  for (double m : marks) mean_marks += m;
+  mean_marks /= static_cast<double>(marks.size());
+  nlohmann::json j;
+  j["events"] = st_.tl.event_count;
+  j["size"] = fmt::format("{}x{}", opt_.width, opt_.height);
+  j["frames"] = n;
+  j["build_ms"] = {{"p50", percentile(build, 0.5)}, {"p95", percentile(build, 0.95)}, {"max", percentile(build, 1.0)}};
+  j["frame_ms_with_gl"] = {{"p50", percentile(total, 0.5)}, {"p95", percentile(total, 0.95)}, {"max", percentile(total, 1.0)}};
+  j["marks_per_frame"] = mean_marks;
+  j["model_bytes"] = model;
+  j["bytes_per_event"] = events > 0 ? static_cast<double>(model) / events : 0;
+  j["rss_bytes"] = rss_bytes();
+  j["load_s"] = load_s;
+  j["load_events_per_s"] = load_s > 0 ? events / load_s : 0;
+  std::printf("memcomm-view bench: %.0f events at %dx%d, %d frames (zoom x1000 in, pan, zoom out, pan)\n", events,
+              opt_.width, opt_.height, n);
+  std::printf("  frame build (CPU, NewFrame..Render): p50 %.3f ms  p95 %.3f ms  max %.3f ms\n", percentile(build, 0.5),
+              percentile(build, 0.95), percentile(build, 1.0));
+  std::printf("  frame incl. GL draw (llvmpipe):      p50 %.3f ms  p95 %.3f ms  max %.3f ms\n", percentile(total, 0.5),
+              percentile(total, 0.95), percentile(total, 1.0));
+  std::printf("  marks drawn per frame (mean): %.0f\n", mean_marks);
+  std::printf("  model memory: %.1f MB = %.1f B/event (process RSS %.1f MB)\n", static_cast<double>(model) / 1e6,
+              events > 0 ? static_cast<double>(model) / events : 0, static_cast<double>(rss_bytes()) / 1e6);
+  std::printf("  load (ingest + index): %.3f s = %.1f M events/s\n", load_s, load_s > 0 ? events / load_s / 1e6 : 0);
+  if (!opt_.report_json.empty()) {
+    std::ofstream f(opt_.report_json);
+    f << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace memcomm::view

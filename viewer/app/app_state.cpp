@@ -1,0 +1,107 @@
+#include <memcomm/view/app/app_state.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace memcomm::view {
+
+void AppState::message(const std::string& m) {
+  std::fprintf(stderr, "memcomm-view: %s\n", m.c_str());
+  messages.push_back(m);
+}
+
+void AppState::set_timeline(Timeline&& t, bool merge) {
+  const bool was_empty = tl.empty();
+  if (merge) tl.merge(std::move(t));
+  else tl = std::move(t);
+  // Ranks may have moved inside tl.ranks: rebuild what points into them.
+  alloc.clear();
+  for (const auto& rd : tl.ranks) alloc.push_back(std::make_unique<AllocatorTimeline>(&rd.alloc_events));
+  name_phase.resize(tl.strings.size());
+  for (std::uint32_t i = 0; i < tl.strings.size(); ++i) name_phase[i] = phase_kind_from_name(tl.strings.get(i));
+  steps = step_table(tl);
+  summary = summarize(tl);
+  collapsed.assign(tl.ranks.size(), false);
+  memory_rank = std::clamp(memory_rank, 0, std::max(0, static_cast<int>(tl.ranks.size()) - 1));
+  if (was_empty || !merge) {
+    zoom_to(tl.begin, tl.end);
+    alloc_time = tl.end;
+  }
+  search_applied.clear();
+  apply_search();
+  has_selection = false;
+}
+
+void AppState::zoom_to(TimeNs t0, TimeNs t1) {
+  if (t1 < t0) std::swap(t0, t1);
+  const TimeNs min_width = 1000;  // 1 us across the screen is as far as zoom goes
+  if (t1 - t0 < min_width) {
+    const TimeNs mid = t0 + (t1 - t0) / 2;
+    t0 = mid - min_width / 2;
+    t1 = t0 + min_width;
+  }
+  // Never zoom out past 4x the data (keeps the arithmetic far from overflow).
+  const TimeNs span = std::max<TimeNs>(tl.end - tl.begin, min_width);
+  if (t1 - t0 > 4 * span) {
+    const TimeNs mid = tl.begin + span / 2;
+    t0 = mid - 2 * span;
+    t1 = mid + 2 * span;
+  }
+  view_t0 = t0;
+  view_t1 = t1;
+}
+
+void AppState::zoom_at(TimeNs at, double factor) {
+  const double w = static_cast<double>(view_t1 - view_t0);
+  const double f = (at - view_t0) / std::max(w, 1.0);
+  const double nw = w * factor;
+  const auto t0 = at - static_cast<TimeNs>(std::llround(nw * f));
+  zoom_to(t0, t0 + static_cast<TimeNs>(std::llround(nw)));
+}
+
+void AppState::pan(TimeNs dt) { zoom_to(view_t0 + dt, view_t1 + dt); }
+
+void AppState::apply_search() {
+  if (search_applied == search) return;
+  search_applied = search;
+  search_match.assign(tl.strings.size(), false);
+  search_hits = 0;
+  if (search_applied.empty()) return;
+  bool any = false;
+  for (std::uint32_t i = 0; i < tl.strings.size(); ++i)
+    if (tl.strings.get(i).find(search_applied) != std::string::npos) search_match[i] = any = true;
+  if (!any) return;
+  // Counted once per change of the search text, never per frame.
+  for (const auto& rd : tl.ranks)
+    for (const auto& lane : rd.lanes)
+      for (const auto& row : lane.rows)
+        for (const auto& s : row) search_hits += search_match[s.name];
+}
+
+void AppState::note_tooltip(const std::string& text) {
+  tooltip = text;
+  if (tooltips_seen.size() < 256 && (tooltips_seen.empty() || tooltips_seen.back() != text)) tooltips_seen.push_back(text);
+}
+
+std::string format_time(TimeNs ns) {
+  char buf[64];
+  const double a = std::fabs(static_cast<double>(ns));
+  if (a < 1e3) std::snprintf(buf, sizeof buf, "%lld ns", static_cast<long long>(ns));
+  else if (a < 1e6) std::snprintf(buf, sizeof buf, "%.3f us", ns / 1e3);
+  else if (a < 1e9) std::snprintf(buf, sizeof buf, "%.3f ms", ns / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3f s", ns / 1e9);
+  return buf;
+}
+
+std::string format_bytes(double b) {
+  char buf[64];
+  const double a = std::fabs(b);
+  if (a < 1024) std::snprintf(buf, sizeof buf, "%.0f B", b);
+  else if (a < 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  else if (a < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+}  // namespace memcomm::view

@@ -1,0 +1,93 @@
+// memcomm-view's application: one GLFW window, Dear ImGui 1.86 with its GLFW + OpenGL3 backends,
+// and the panes (timeline, memory over time, allocator state, step table, summary, status line).
+// Headless modes (hidden window): --screenshot, --bench, --script, --exit-after-events.
+#pragma once
+
+#include <memcomm/view/app/app_state.hpp>
+#include <memcomm/view/app/input_script.hpp>
+#include <memcomm/view/loader.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct GLFWwindow;
+
+namespace memcomm::view {
+
+struct AppOptions {
+  std::vector<std::string> files;   // traces and snapshots to open (merged)
+  std::string listen;               // HOST:PORT for live streams ("" = off)
+  int width = 1600, height = 900;   // window size (--size)
+  bool hidden = false;              // hidden window (set by the headless modes)
+  std::string screenshot;           // PNG written after `frames` frames, then exit
+  int frames = 3;                   // frames to render before the screenshot
+  bool bench = false;               // frame-build timing over a scripted zoom/pan sweep
+  int bench_frames = 400;
+  std::string script;               // input script (input_script.hpp)
+  std::uint64_t exit_after_events = 0;  // exit once this many events arrived (0: off)
+  double exit_timeout_s = 30;
+  std::string report_json;          // what was received/shown, written at exit
+  std::uint64_t synthetic = 0;      // generate a synthetic run of about N events
+  std::uint32_t synthetic_ranks = 2;
+  std::string panes;                // comma list of panes to show ("" = all)
+};
+
+class App {
+ public:
+  explicit App(AppOptions opt);
+  ~App();
+  App(const App&) = delete;
+  App& operator=(const App&) = delete;
+
+  // Everything the command line asks for; returns the process exit code.
+  int run();
+
+  // Building blocks (used by run() and by in-process tests).
+  bool open_window(std::string& error);  // false when there is no display / GL 3.3 core
+  void frame();                          // input (script), UI build, render
+  bool read_pixels(std::vector<std::uint8_t>& rgba_top_down, int& w, int& h);
+  bool write_png(const std::string& path, std::string& error);
+  std::string report_json() const;
+  void start_load(std::vector<std::string> paths);
+  bool loading() const { return load_ != nullptr; }
+  void set_script(std::vector<ScriptCommand> script) { script_ = std::move(script); script_pos_ = 0; }
+  bool script_done() const { return script_pos_ >= script_.size() && script_hold_ == 0; }
+
+  AppState& state() { return st_; }
+  const AppOptions& options() const { return opt_; }
+  std::uint64_t frames_rendered() const { return frames_; }
+
+ private:
+  void build_ui();
+  void poll_load();
+  void apply_script();
+  bool idle() const;
+  int run_bench();
+
+  AppOptions opt_;
+  AppState st_;
+  GLFWwindow* window_ = nullptr;
+  bool imgui_ready_ = false;
+  std::unique_ptr<BackgroundLoad> load_;
+  std::vector<ScriptCommand> script_;
+  std::size_t script_pos_ = 0;
+  int script_hold_ = 0;                 // frames left in the current command
+  int held_key_ = -1;
+  bool mouse_down_[2] = {false, false};
+  float mouse_x_ = -1, mouse_y_ = -1;
+  float drag_to_x_ = 0, drag_to_y_ = 0, drag_step_x_ = 0, drag_step_y_ = 0;
+  int drag_release_button_ = -1;
+  double wait_deadline_ = 0;
+  bool script_active_ = false;
+  std::uint64_t frames_ = 0;
+  double synth_s_ = 0;                  // time to generate + index --synthetic data
+  std::vector<std::string> pending_drops_;
+  int redraw_frames_ = 3;               // frames still to draw after the last input (ImGui settles)
+  bool open_popup_ = false;
+  char open_path_[512] = {};
+  friend void drop_callback(GLFWwindow*, int, const char**);
+};
+
+}  // namespace memcomm::view

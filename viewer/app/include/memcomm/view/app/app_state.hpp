@@ -1,0 +1,92 @@
+// What the views share: the model, the visible time range, cursor, selection, hover, messages.
+// The views (timeline_view.cpp, memory_view.cpp, ...) read and update it; App owns it.
+#pragma once
+
+#include <memcomm/view/allocator_state.hpp>
+#include <memcomm/view/analysis.hpp>
+#include <memcomm/view/timeline.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace memcomm::view {
+
+struct Panes {
+  bool timeline = true, memory = true, allocator = true, steps = true, summary = true;
+};
+
+struct AppState {
+  Timeline tl;                                  // everything loaded
+  std::vector<std::unique_ptr<AllocatorTimeline>> alloc;  // per rank slot (Note [Incremental allocator state])
+  std::vector<StepRow> steps;                   // step table, recomputed on load
+  Summary summary;                              // recomputed on load
+  std::vector<PhaseKind> name_phase;            // phase kind per string id (no string compares per frame)
+
+  // Time axis shared by the timeline and memory panes.
+  TimeNs view_t0 = 0, view_t1 = 1;
+  float label_width = 130;                      // px left of the time axis in both panes
+  bool cursor_valid = false;
+  TimeNs cursor = 0;                            // time under the mouse in a time pane
+  bool alloc_follow_cursor = true;              // the allocator pane tracks the cursor
+  TimeNs alloc_time = 0;                        // allocator pane time (scrub bar)
+  int memory_rank = 0;                          // rank slot the memory/allocator panes show
+
+  // Range selection (right-drag, or shift + left-drag).
+  bool selecting = false, has_selection = false;
+  TimeNs sel_t0 = 0, sel_t1 = 0;
+  RangeStats selection;
+
+  // Search.
+  char search[128] = {};
+  std::string search_applied;
+  std::vector<bool> search_match;               // per string id
+  std::uint64_t search_hits = 0;
+
+  std::vector<bool> collapsed;                  // per rank slot
+  Panes panes;
+
+  // Hover results of the last frame (for --report-json and tests).
+  std::string tooltip;                          // text of the tooltip shown this frame ("" none)
+  std::vector<std::string> tooltips_seen;       // distinct tooltips in order (capped)
+  std::uint64_t drawn_marks = 0;                // spans + merged marks drawn last frame
+
+  // Geometry of the last frame in window pixels, so scripts and tests can aim at things.
+  struct RowLayout {
+    int slot;    // rank slot
+    int lane;    // lane index in RankData::lanes, -1 for the rank header
+    int row;     // row (depth) in the lane
+    float y;     // top of the row
+    float h;     // height
+  };
+  std::vector<RowLayout> layout;                // timeline rows on screen
+  float time_x0 = 0, time_x1 = 0;               // time axis of the timeline and memory panes
+  float mem_y0 = 0, mem_y1 = 0;                 // memory plot area
+  double mem_ymax = 0;                          // value at mem_y0
+  float step_row0_y = -1;                       // centre of the first step-table row drawn
+
+  // Messages shown in the UI (and printed to stderr when added).
+  std::vector<std::string> messages;
+  void message(const std::string& m);
+
+  // Loading / live.
+  double load_progress = -1;                    // < 0: not loading
+  std::string loading_file;
+  std::string live_status;                      // live mode line for the status bar
+  double frame_ms = 0, build_ms = 0;            // last frame: total and UI build (CPU)
+
+  // Replaces (or, with merge, extends) the data and rebuilds what depends on it.
+  void set_timeline(Timeline&& t, bool merge);
+  void zoom_to(TimeNs t0, TimeNs t1);           // clamps and keeps a minimum width
+  void zoom_at(TimeNs at, double factor);       // factor < 1 zooms in around `at`
+  void pan(TimeNs dt);
+  void apply_search();
+  void note_tooltip(const std::string& text);
+};
+
+// "12.345 ms", "830 ns", "1.2 s".
+std::string format_time(TimeNs ns);
+std::string format_bytes(double bytes);
+
+}  // namespace memcomm::view

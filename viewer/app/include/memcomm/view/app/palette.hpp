@@ -1,0 +1,63 @@
+// The viewer's colours, in one place so that screenshot tests can look for them.
+#pragma once
+
+#include <memcomm/view/timeline.hpp>
+
+#include <cstdint>
+
+namespace memcomm::view::palette {
+
+struct Rgb {
+  std::uint8_t r, g, b;
+  constexpr std::uint32_t imgui() const {  // IM_COL32 layout (ABGR), opaque
+    return 0xFF000000u | (std::uint32_t(b) << 16) | (std::uint32_t(g) << 8) | r;
+  }
+};
+
+inline constexpr Rgb kKernel{70, 130, 220};
+inline constexpr Rgb kMemcpy{230, 200, 40};
+inline constexpr Rgb kMemset{240, 140, 30};
+inline constexpr Rgb kCollective{160, 90, 220};
+inline constexpr Rgb kStraggler{235, 50, 50};
+inline constexpr Rgb kNvtx{60, 180, 170};
+inline constexpr Rgb kMerged{128, 128, 128};  // darkening factor applies to the lane colour instead
+inline constexpr Rgb kPhase[] = {
+    {90, 90, 110},   // step
+    {110, 110, 130}, // micro-step
+    {80, 170, 90},   // forward
+    {200, 110, 60},  // backward
+    {190, 170, 60},  // optimizer
+    {200, 70, 120},  // data-wait
+    {100, 150, 200}, // eval
+    {140, 140, 140}, // other
+};
+// Memory pane.
+inline constexpr Rgb kAllocated{60, 160, 90};
+inline constexpr Rgb kReserved{50, 70, 110};
+inline constexpr Rgb kActive{230, 230, 90};
+inline constexpr Rgb kLargestFree{120, 200, 240};
+inline constexpr Rgb kOom{255, 40, 40};
+// Allocator state pane.
+inline constexpr Rgb kBlockAllocated{60, 160, 90};
+inline constexpr Rgb kBlockPending{230, 150, 40};
+inline constexpr Rgb kSegmentFree{70, 70, 80};
+inline constexpr Rgb kSelection{255, 255, 255};
+
+inline Rgb lane_colour(LaneKind kind, PhaseKind phase = PhaseKind::Other) {
+  switch (kind) {
+    case LaneKind::Phase: return kPhase[static_cast<int>(phase)];
+    case LaneKind::Kernel: return kKernel;
+    case LaneKind::Memcpy: return kMemcpy;
+    case LaneKind::Memset: return kMemset;
+    case LaneKind::Collective: return kCollective;
+    case LaneKind::Nvtx: return kNvtx;
+  }
+  return kMerged;
+}
+
+// Merged marks (Note [Span merging]) use the lane colour at 60%.
+inline constexpr Rgb darken(Rgb c) {
+  return {std::uint8_t(c.r * 6 / 10), std::uint8_t(c.g * 6 / 10), std::uint8_t(c.b * 6 / 10)};
+}
+
+}  // namespace memcomm::view::palette

@@ -1,0 +1,162 @@
+#include <memcomm/view/analysis.hpp>
+
+#include <algorithm>
+
+namespace memcomm::view {
+
+namespace {
+
+using Intervals = std::vector<std::pair<TimeNs, TimeNs>>;
+
+// Appends the parts of `row` inside [t0, t1), clipped.
+void clip_row(const std::vector<Span>& row, TimeNs t0, TimeNs t1, Intervals& out) {
+  auto it = std::lower_bound(row.begin(), row.end(), t0, [](const Span& s, TimeNs t) { return s.end <= t; });
+  for (; it != row.end() && it->start < t1; ++it) out.emplace_back(std::max(it->start, t0), std::min(it->end, t1));
+}
+
+// Sorts and merges into disjoint intervals.
+Intervals unite(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+TimeNs length(const Intervals& v) {
+  TimeNs n = 0;
+  for (const auto& iv : v) n += iv.second - iv.first;
+  return n;
+}
+
+// |a ∩ b| for disjoint sorted interval lists.
+TimeNs overlap(const Intervals& a, const Intervals& b) {
+  TimeNs n = 0;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) n += hi - lo;
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::vector<StepRow> step_table(const Timeline& tl) {
+  std::vector<StepRow> rows;
+  for (const auto& rd : tl.ranks) {
+    const Lane* phases = nullptr;
+    bool has_kernels = false;
+    for (const auto& lane : rd.lanes) {
+      if (lane.kind == LaneKind::Phase) phases = &lane;
+      if (lane.kind == LaneKind::Kernel) has_kernels = true;
+    }
+    if (phases == nullptr) continue;
+    std::vector<Span> steps;
+    for (const auto& row : phases->rows)
+      for (const auto& s : row)
+        if (phase_kind_from_name(tl.strings.get(s.name)) == PhaseKind::Step) steps.push_back(s);
+    std::sort(steps.begin(), steps.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+    const CounterSeries* allocated = rd.counter("allocated");
+    std::uint32_t index = 0;
+    for (const auto& st : steps) {
+      StepRow r;
+      r.rank = rd.rank;
+      r.index = index++;
+      r.start = st.start;
+      r.end = st.end;
+      Intervals comm, compute, wait;
+      for (const auto& lane : rd.lanes) {
+        for (const auto& row : lane.rows) {
+          if (lane.kind == LaneKind::Collective) clip_row(row, st.start, st.end, comm);
+          else if (lane.kind == LaneKind::Kernel) clip_row(row, st.start, st.end, compute);
+          else if (lane.kind == LaneKind::Phase) {
+            Intervals tmp;
+            clip_row(row, st.start, st.end, tmp);
+            auto it = std::lower_bound(row.begin(), row.end(), st.start, [](const Span& s, TimeNs t) { return s.end <= t; });
+            for (const auto& iv : tmp) {
+              const PhaseKind k = phase_kind_from_name(tl.strings.get(it->name));
+              ++it;
+              if (k == PhaseKind::DataWait) wait.push_back(iv);
+              // On CPU runs the host phases are the compute (issue 4: "kernels" are host phases there).
+              if (!has_kernels && (k == PhaseKind::Forward || k == PhaseKind::Backward || k == PhaseKind::Optimizer))
+                compute.push_back(iv);
+            }
+          }
+        }
+      }
+      const Intervals c = unite(std::move(comm)), k = unite(std::move(compute));
+      r.comm = length(c);
+      r.exposed_comm = r.comm - overlap(c, k);
+      r.overlap_pct = r.comm > 0 ? 100.0 * static_cast<double>(r.comm - r.exposed_comm) / static_cast<double>(r.comm) : 0;
+      r.data_wait = length(unite(std::move(wait)));
+      double mn = 0, mx = 0;
+      if (allocated && allocated->range_min_max(st.start, st.end, mn, mx)) r.peak_allocated = mx;
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+RangeStats range_stats(const Timeline& tl, TimeNs t0, TimeNs t1) {
+  RangeStats rs;
+  rs.t0 = std::min(t0, t1);
+  rs.t1 = std::max(t0, t1);
+  for (const auto& rd : tl.ranks) {
+    for (const auto& lane : rd.lanes) {
+      Intervals iv;
+      for (const auto& row : lane.rows) clip_row(row, rs.t0, rs.t1, iv);
+      rs.spans += iv.size();
+      if (lane.kind == LaneKind::Collective) {
+        for (const auto& row : lane.rows) {
+          auto it = std::lower_bound(row.begin(), row.end(), rs.t0, [](const Span& s, TimeNs t) { return s.end <= t; });
+          for (; it != row.end() && it->start < rs.t1; ++it) {
+            ++rs.collectives;
+            rs.collective_bytes += rd.collectives[it->payload].bytes;
+          }
+        }
+      }
+      rs.busy[static_cast<int>(lane.kind)] += length(unite(std::move(iv)));
+    }
+    if (const CounterSeries* a = rd.counter("allocated")) {
+      double mn = 0, mx = 0;
+      if (a->range_min_max(rs.t0, rs.t1, mn, mx)) {
+        rs.mem_min = rs.mem_valid ? std::min(rs.mem_min, mn) : mn;
+        rs.mem_max = rs.mem_valid ? std::max(rs.mem_max, mx) : mx;
+        rs.mem_valid = true;
+      }
+    }
+  }
+  return rs;
+}
+
+Summary summarize(const Timeline& tl) {
+  Summary s;
+  s.duration = tl.end - tl.begin;
+  double bw_sum = 0;
+  std::uint64_t bw_n = 0;
+  for (const auto& rd : tl.ranks) {
+    for (const auto& lane : rd.lanes) s.spans += lane.span_count();
+    s.collectives += rd.collectives.size();
+    s.alloc_events += rd.alloc_events.size();
+    s.dropped += rd.dropped;
+    s.ooms += rd.ooms.size();
+    for (const auto& c : rd.counters) s.samples += c.size();
+    if (const auto* a = rd.counter("allocated")) s.peak_allocated = std::max(s.peak_allocated, a->global_max());
+    if (const auto* r = rd.counter("reserved")) s.peak_reserved = std::max(s.peak_reserved, r->global_max());
+    for (const auto& c : rd.collectives) {
+      bw_sum += c.busbw;
+      ++bw_n;
+      s.max_skew = std::max(s.max_skew, c.skew);
+      if (c.straggler && rd.rank < 64) ++s.stragglers[rd.rank];
+    }
+  }
+  s.mean_busbw = bw_n ? bw_sum / static_cast<double>(bw_n) : 0;
+  return s;
+}
+
+}  // namespace memcomm::view

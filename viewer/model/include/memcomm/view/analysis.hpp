@@ -1,0 +1,50 @@
+// Numbers the step table, the summary pane and range selection show. Computed from the model;
+// when the profiler's analysis library lands these should be cross-checked against it.
+#pragma once
+
+#include <memcomm/view/timeline.hpp>
+
+#include <vector>
+
+namespace memcomm::view {
+
+struct StepRow {
+  std::uint32_t rank = 0;
+  std::uint32_t index = 0;        // step number on that rank (order of "step" phases)
+  TimeNs start = 0, end = 0;      // ns
+  TimeNs comm = 0;                // union of collective time inside the step, ns
+  TimeNs exposed_comm = 0;        // communication not overlapped by compute, ns
+  double overlap_pct = 0;         // (comm - exposed) / comm * 100
+  TimeNs data_wait = 0;           // data-wait phases inside the step, ns
+  double peak_allocated = 0;      // bytes, from the "allocated" counter
+};
+
+// One row per "step" phase per rank. Compute = kernel lanes, or, on CPU runs with no kernels,
+// the forward/backward/optimizer phases.
+std::vector<StepRow> step_table(const Timeline& tl);
+
+struct RangeStats {
+  TimeNs t0 = 0, t1 = 0;
+  std::uint64_t spans = 0;            // spans intersecting the range, all lanes
+  std::uint64_t collectives = 0;      // collectives intersecting the range
+  std::uint64_t collective_bytes = 0;
+  TimeNs busy[6] = {0, 0, 0, 0, 0, 0};  // per LaneKind, union per lane, summed over lanes, ns
+  double mem_min = 0, mem_max = 0;    // "allocated" over the range, all ranks
+  bool mem_valid = false;
+};
+
+// Stats for a selected range. O(spans in range) - run on selection change, not per frame.
+RangeStats range_stats(const Timeline& tl, TimeNs t0, TimeNs t1);
+
+struct Summary {
+  std::uint64_t spans = 0, collectives = 0, samples = 0, alloc_events = 0, dropped = 0;
+  TimeNs duration = 0;
+  double peak_allocated = 0, peak_reserved = 0;  // bytes, max over ranks
+  double mean_busbw = 0;                         // GB/s over matched collectives
+  TimeNs max_skew = 0;                           // ns over matched collectives
+  std::uint64_t stragglers[64] = {};             // times each rank (< 64) was last to arrive
+  std::uint64_t ooms = 0;
+};
+Summary summarize(const Timeline& tl);
+
+}  // namespace memcomm::view

@@ -1,0 +1,61 @@
+// Loads files into a Timeline on a background thread, with progress and errors that name the file
+// and what was wrong. Detects the input by content: memcomm traces (.mct, through the profiler's
+// reader) and PyTorch memory snapshot pickles (through memcomm_snapshot), when those libraries are
+// part of the build; anything else is refused with a message.
+#pragma once
+
+#include <memcomm/view/timeline.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace memcomm::view {
+
+enum class InputKind { MemcommTrace, TorchSnapshot, Unknown };
+InputKind detect_input(const std::string& path, std::string& error);
+
+// Which readers this build has (the seams that other parts fill).
+bool have_trace_reader();
+bool have_snapshot_reader();
+
+// Loads one file synchronously; on failure returns false and sets `error` (never throws).
+bool load_file(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress = nullptr);
+
+// One background load of a set of files. The GUI polls done() each frame and takes the result.
+class BackgroundLoad {
+ public:
+  explicit BackgroundLoad(std::vector<std::string> paths);
+  ~BackgroundLoad();
+  BackgroundLoad(const BackgroundLoad&) = delete;
+  BackgroundLoad& operator=(const BackgroundLoad&) = delete;
+
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  double progress() const;                 // 0..1 over all files
+  std::string current_file() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+  // After done(): the merged result and one message per failed file.
+  Timeline take();
+  std::vector<std::string> errors() const;
+  double seconds() const { return seconds_; }
+
+ private:
+  void run();
+  std::vector<std::string> paths_;
+  Timeline result_;
+  std::vector<std::string> errors_;
+  mutable std::mutex mu_;
+  std::atomic<double> file_progress_{0};
+  std::atomic<std::size_t> file_index_{0};
+  std::string current_;
+  std::atomic<bool> done_{false};
+  double seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace memcomm::view

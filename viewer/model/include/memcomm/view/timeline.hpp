@@ -1,0 +1,107 @@
+// The viewer's data model: everything loaded from traces and snapshots, merged onto one timeline,
+// in the packed, sorted form the views query each frame. No UI here (Tracy's "server" side).
+//
+// Note [Viewer memory budget]: the target is <= 40 B per event with 10 M events loaded. Spans are
+// 24 B (start, end, name id, payload); counter samples 16 B; allocator events 32 B. Containers are
+// shrunk to fit after a load, and the acceleration structures (counter LOD levels, allocator
+// checkpoints) add a bounded fraction on top (see counter_lod.hpp and allocator_state.hpp).
+#pragma once
+
+#include <memcomm/view/allocator_state.hpp>
+#include <memcomm/view/counter_lod.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace memcomm::view {
+
+using TimeNs = std::int64_t;
+
+// One range on a lane: a phase, a kernel/memcpy/memset, an NVTX range or a collective.
+struct Span {
+  TimeNs start;           // ns on the merged timeline
+  TimeNs end;             // ns, >= start
+  std::uint32_t name;     // id in Timeline::strings
+  std::uint32_t payload;  // collective lanes: index into RankData::collectives; phases: step number
+};
+static_assert(sizeof(Span) == 24, "Span is the per-event unit of the memory budget; keep it packed");
+
+// What a lane shows; decides its colour and its tooltip.
+enum class LaneKind : std::uint8_t { Phase, Kernel, Memcpy, Memset, Collective, Nvtx };
+
+// Phase names the trainer uses; lanes colour phase spans by these.
+enum class PhaseKind : std::uint8_t { Step, MicroStep, Forward, Backward, Optimizer, DataWait, Eval, Other };
+PhaseKind phase_kind_from_name(std::string_view name);
+const char* lane_kind_name(LaneKind kind);
+
+// A horizontal track. Spans that nest (phases, NVTX) are split into rows by depth so that each row
+// holds non-overlapping spans sorted by start, hence also by end: the binary searches in
+// span_query.hpp rely on that.
+struct Lane {
+  std::string name;                   // "phases", "stream 7", "collectives"
+  LaneKind kind = LaneKind::Kernel;   // what the spans are
+  std::uint32_t stream = 0;           // CUDA stream (kernel/memcpy/memset lanes)
+  std::vector<std::vector<Span>> rows;  // rows[depth], each sorted and non-overlapping
+  std::size_t span_count() const;
+};
+
+// A collective on one rank, with what matching across ranks found.
+struct Collective {
+  std::uint64_t bytes = 0;            // message size on this rank
+  std::uint32_t op = 0;               // string id: "all_reduce", ...
+  std::uint32_t comm = 0;             // communicator id
+  std::uint64_t seq = 0;              // per-communicator sequence number (matching key with comm)
+  TimeNs start = 0, end = 0;          // ns
+  std::uint32_t group_size = 1;       // ranks that took part (matched instances, else world size)
+  std::int32_t next_rank = -1;        // slot in Timeline::ranks of the matched instance on the next rank (-1: none)
+  std::uint32_t next_index = 0;       // its index in that rank's collectives
+  bool straggler = false;             // this rank arrived last in its matched group
+  TimeNs skew = 0;                    // last arrival minus first arrival across the group, ns
+  double algbw = 0, busbw = 0;        // GB/s, nccl-tests definitions
+};
+
+// Everything about one rank.
+struct RankData {
+  std::uint32_t rank = 0;             // rank id in the run
+  std::string host;                   // where it ran (metadata; may be empty)
+  std::vector<Lane> lanes;            // phases first, then streams, then collectives
+  std::vector<Collective> collectives;  // sorted by start; spans of the collective lane point here
+  std::vector<CounterSeries> counters;  // "allocated", "reserved", "active", "largest_free", user counters
+  std::vector<AllocEvent> alloc_events;  // sorted by time; drives the allocator state view
+  std::vector<TimeNs> ooms;           // OOM times, sorted
+  std::uint64_t dropped = 0;          // events the recorder dropped (reported in the status line)
+  bool connected = false;             // live mode: the stream is still up (a closed rank stays, marked)
+  const CounterSeries* counter(std::string_view name) const;
+};
+
+// Interned strings (kernel names, phase names, collective ops).
+class StringTable {
+ public:
+  std::uint32_t intern(std::string_view s);
+  const std::string& get(std::uint32_t id) const { return strings_[id]; }
+  std::size_t size() const { return strings_.size(); }
+
+ private:
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
+};
+
+// The whole loaded data set.
+struct Timeline {
+  StringTable strings;
+  std::vector<RankData> ranks;        // sorted by rank id
+  TimeNs begin = 0, end = 0;          // bounds over everything loaded
+  std::uint64_t event_count = 0;      // events ingested (spans + samples + allocator events)
+  std::vector<std::string> sources;   // files (or "live", "synthetic") this came from
+
+  // Moves the ranks of `other` in (string ids remapped), then re-matches collectives.
+  void merge(Timeline&& other);
+  // Bytes held by the model (capacity, not size), for the B/event budget.
+  std::size_t memory_bytes() const;
+  bool empty() const { return ranks.empty(); }
+};
+
+}  // namespace memcomm::view

@@ -1,0 +1,134 @@
+#include <memcomm/view/loader.hpp>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+// Note [Reader seams]: the trace reader lives in profiler/core and the snapshot reader in
+// allocator/snapshot, written alongside the viewer. Each is compiled in when its target exists
+// (viewer/model/CMakeLists.txt defines MEMCOMM_VIEW_HAVE_*), and ingests through TimelineBuilder.
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+#include "ingest_trace.hpp"
+#endif
+#if defined(MEMCOMM_VIEW_HAVE_SNAPSHOT)
+#include "ingest_snapshot.hpp"
+#endif
+
+namespace memcomm::view {
+
+bool have_trace_reader() {
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool have_snapshot_reader() {
+#if defined(MEMCOMM_VIEW_HAVE_SNAPSHOT)
+  return true;
+#else
+  return false;
+#endif
+}
+
+InputKind detect_input(const std::string& path, std::string& error) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    error = fmt::format("{}: cannot open: {}", path, std::strerror(errno));
+    return InputKind::Unknown;
+  }
+  unsigned char head[8] = {};
+  const std::size_t n = std::fread(head, 1, sizeof head, f);
+  std::fclose(f);
+  if (n == 0) {
+    error = fmt::format("{}: empty file", path);
+    return InputKind::Unknown;
+  }
+  // Pickle protocol 2+ starts with PROTO (0x80) and the protocol number; torch.save'd snapshots
+  // (pickle.dump of a dict) use protocol 2..5.
+  if (n >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5) return InputKind::TorchSnapshot;
+  // memcomm traces begin with "MEMCTRC\x1A" (prof::kFileMagic in trace_format.hpp).
+  if (n >= 7 && std::memcmp(head, "MEMCTRC", 7) == 0) return InputKind::MemcommTrace;
+  error = fmt::format("{}: not a memcomm trace (.mct) or a PyTorch memory snapshot pickle (first bytes {:02x} {:02x} {:02x} {:02x})",
+                      path, head[0], n > 1 ? head[1] : 0, n > 2 ? head[2] : 0, n > 3 ? head[3] : 0);
+  return InputKind::Unknown;
+}
+
+bool load_file(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress) {
+  try {
+    switch (detect_input(path, error)) {
+      case InputKind::Unknown:
+        return false;
+      case InputKind::MemcommTrace:
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+        return ingest_trace(path, out, error, progress);
+#else
+        error = fmt::format("{}: a memcomm trace, but this memcomm-view was built without the profiler's trace reader", path);
+        return false;
+#endif
+      case InputKind::TorchSnapshot:
+#if defined(MEMCOMM_VIEW_HAVE_SNAPSHOT)
+        return ingest_snapshot(path, out, error, progress);
+#else
+        error = fmt::format("{}: a pickle, but this memcomm-view was built without the snapshot reader (memcomm_snapshot)", path);
+        return false;
+#endif
+    }
+  } catch (const std::exception& e) {  // readers report by exception; the viewer keeps running
+    error = fmt::format("{}: {}", path, e.what());
+  }
+  return false;
+}
+
+BackgroundLoad::BackgroundLoad(std::vector<std::string> paths) : paths_(std::move(paths)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+BackgroundLoad::~BackgroundLoad() {
+  if (thread_.joinable()) thread_.join();
+}
+
+double BackgroundLoad::progress() const {
+  if (paths_.empty()) return 1.0;
+  return (static_cast<double>(file_index_.load()) + file_progress_.load()) / static_cast<double>(paths_.size());
+}
+
+void BackgroundLoad::run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < paths_.size(); ++i) {
+    file_index_ = i;
+    file_progress_ = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current_ = paths_[i];
+    }
+    Timeline one;
+    std::string error;
+    if (load_file(paths_[i], one, error, &file_progress_)) {
+      result_.merge(std::move(one));
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      errors_.push_back(error);
+    }
+  }
+  file_index_ = paths_.size();
+  file_progress_ = 0;
+  seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  done_.store(true, std::memory_order_release);
+}
+
+Timeline BackgroundLoad::take() {
+  if (thread_.joinable()) thread_.join();
+  return std::move(result_);
+}
+
+std::vector<std::string> BackgroundLoad::errors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return errors_;
+}
+
+}  // namespace memcomm::view

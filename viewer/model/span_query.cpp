@@ -1,0 +1,61 @@
+#include <memcomm/view/span_query.hpp>
+
+#include <algorithm>
+
+namespace memcomm::view {
+
+void query_spans(const std::vector<Span>& row, TimeNs t0, TimeNs t1, TimeNs min_ns, std::vector<DrawSpan>& out) {
+  if (row.empty() || t1 <= t0) return;
+  min_ns = std::max<TimeNs>(min_ns, 1);
+  const auto by_end = [](const Span& s, TimeNs t) { return s.end < t; };
+  const auto n = row.size();
+  std::size_t i = static_cast<std::size_t>(std::lower_bound(row.begin(), row.end(), t0, by_end) - row.begin());
+  while (i < n && row[i].start < t1) {
+    const Span& s = row[i];
+    if (s.end - s.start >= min_ns) {
+      out.push_back({s.start, s.end, static_cast<std::uint32_t>(i), 1});
+      ++i;
+      continue;
+    }
+    // Note [Span merging] in span_query.hpp.
+    std::size_t j = i;
+    TimeNs mark_end = s.end;
+    for (;;) {
+      const auto k = static_cast<std::size_t>(
+          std::lower_bound(row.begin() + static_cast<std::ptrdiff_t>(j + 1), row.end(), mark_end + min_ns, by_end) -
+          row.begin());
+      if (k > j + 1) {  // spans j+1..k-1 end within min_ns of the mark: they join it
+        j = k - 1;
+        mark_end = std::max(mark_end, row[j].end);
+        continue;
+      }
+      if (k < n && row[k].end - row[k].start < min_ns && row[k].start - mark_end < min_ns) {
+        j = k;  // a narrow neighbour close by joins too; its end is >= mark_end + min_ns
+        mark_end = row[k].end;
+        continue;
+      }
+      break;
+    }
+    out.push_back({s.start, std::max(mark_end, s.start + min_ns), static_cast<std::uint32_t>(i),
+                   static_cast<std::uint32_t>(j - i + 1)});
+    i = j + 1;
+  }
+}
+
+std::int64_t span_at(const std::vector<Span>& row, TimeNs t, TimeNs slop) {
+  const auto by_end = [](const Span& s, TimeNs v) { return s.end < v; };
+  auto it = std::lower_bound(row.begin(), row.end(), t - slop, by_end);
+  std::int64_t best = -1;
+  TimeNs best_d = slop + 1;
+  for (; it != row.end() && it->start <= t + slop; ++it) {
+    const TimeNs d = t < it->start ? it->start - t : (t > it->end ? t - it->end : 0);
+    if (d < best_d) {
+      best_d = d;
+      best = it - row.begin();
+    }
+    if (d == 0) break;
+  }
+  return best;
+}
+
+}  // namespace memcomm::view

@@ -1,0 +1,94 @@
+#include <memcomm/view/builder.hpp>
+#include <memcomm/view/timeline.hpp>
+
+#include <algorithm>
+#include <cctype>
+
+namespace memcomm::view {
+
+PhaseKind phase_kind_from_name(std::string_view name) {
+  std::string n(name);
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::replace(n.begin(), n.end(), '-', '_');
+  if (n == "step") return PhaseKind::Step;
+  if (n == "micro_step" || n == "microstep") return PhaseKind::MicroStep;
+  if (n == "forward" || n == "fwd") return PhaseKind::Forward;
+  if (n == "backward" || n == "bwd") return PhaseKind::Backward;
+  if (n == "optimizer" || n == "optim") return PhaseKind::Optimizer;
+  if (n == "data_wait" || n == "datawait" || n == "data") return PhaseKind::DataWait;
+  if (n == "eval") return PhaseKind::Eval;
+  return PhaseKind::Other;
+}
+
+const char* lane_kind_name(LaneKind kind) {
+  switch (kind) {
+    case LaneKind::Phase: return "phase";
+    case LaneKind::Kernel: return "kernel";
+    case LaneKind::Memcpy: return "memcpy";
+    case LaneKind::Memset: return "memset";
+    case LaneKind::Collective: return "collective";
+    case LaneKind::Nvtx: return "nvtx";
+  }
+  return "?";
+}
+
+std::size_t Lane::span_count() const {
+  std::size_t n = 0;
+  for (const auto& r : rows) n += r.size();
+  return n;
+}
+
+const CounterSeries* RankData::counter(std::string_view name) const {
+  for (const auto& c : counters)
+    if (c.name() == name) return &c;
+  return nullptr;
+}
+
+std::uint32_t StringTable::intern(std::string_view s) {
+  auto it = ids_.find(std::string(s));
+  if (it != ids_.end()) return it->second;
+  const auto id = static_cast<std::uint32_t>(strings_.size());
+  strings_.emplace_back(s);
+  ids_.emplace(strings_.back(), id);
+  return id;
+}
+
+void Timeline::merge(Timeline&& other) {
+  if (other.empty() && other.sources.empty()) return;
+  std::vector<std::uint32_t> remap(other.strings.size());
+  for (std::uint32_t i = 0; i < other.strings.size(); ++i) remap[i] = strings.intern(other.strings.get(i));
+  for (auto& rd : other.ranks) {
+    for (auto& lane : rd.lanes)
+      for (auto& row : lane.rows)
+        for (auto& s : row) s.name = remap[s.name];
+    for (auto& c : rd.collectives) c.op = remap[c.op];
+    // A rank id seen twice (e.g. the same file opened twice) is kept apart by renumbering.
+    while (std::any_of(ranks.begin(), ranks.end(), [&](const RankData& r) { return r.rank == rd.rank; })) rd.rank += 1;
+    ranks.push_back(std::move(rd));
+  }
+  std::sort(ranks.begin(), ranks.end(), [](const RankData& a, const RankData& b) { return a.rank < b.rank; });
+  if (event_count == 0 && begin == 0 && end == 0) {
+    begin = other.begin;
+    end = other.end;
+  } else if (other.event_count > 0) {
+    begin = std::min(begin, other.begin);
+    end = std::max(end, other.end);
+  }
+  event_count += other.event_count;
+  for (auto& s : other.sources) sources.push_back(std::move(s));
+  match_collectives(*this);
+}
+
+std::size_t Timeline::memory_bytes() const {
+  std::size_t b = sizeof(*this) + strings.size() * 64;
+  for (const auto& rd : ranks) {
+    b += sizeof(rd) + rd.collectives.capacity() * sizeof(Collective) + rd.alloc_events.capacity() * sizeof(AllocEvent) +
+         rd.ooms.capacity() * sizeof(TimeNs);
+    for (const auto& lane : rd.lanes)
+      for (const auto& row : lane.rows) b += row.capacity() * sizeof(Span) + sizeof(row);
+    for (const auto& c : rd.counters) b += c.memory_bytes();
+  }
+  return b;
+}
+
+}  // namespace memcomm::view
