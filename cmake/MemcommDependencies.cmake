@@ -62,7 +62,15 @@ if(MEMCOMM_WITH_TORCH)
     endif()
     list(APPEND CMAKE_PREFIX_PATH ${_torch_prefix})
   endif()
+  # Note [Torch rewrites CUDA flags]: Torch's CMake config appends -gencode flags for every
+  # architecture it was built for (including ones nvcc 13 rejects) to CMAKE_CUDA_FLAGS. Our CUDA
+  # code follows CMAKE_CUDA_ARCHITECTURES instead, so keep our flags as they were.
+  set(_cuda_flags_before_torch "${CMAKE_CUDA_FLAGS}")
+  if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+  endif()
   find_package(Torch REQUIRED)
+  set(CMAKE_CUDA_FLAGS "${_cuda_flags_before_torch}")
   # Torch's imported target carries its flags (ABI define, include dirs); keep them out of our warnings.
   add_library(memcomm_torch INTERFACE)
   target_link_libraries(memcomm_torch INTERFACE ${TORCH_LIBRARIES})

@@ -35,6 +35,7 @@ struct Block {
   bool busy = false;              // taken out of the free sets while a source call works on it
   bool counted_split = false;     // counted in inactive_split when it entered the free set
   bool planned = false;           // served from the plan's arena (planned mode)
+  bool in_recent = false;         // parked unmerged in its pool's recent-free cache (Note [Recent frees])
   std::uint32_t plan_epoch = 0;   // planned mode: iteration the block was allocated in (0 = none)
   std::uint32_t plan_index = 0;   // planned mode: position in that iteration's sequence
 };
@@ -64,6 +65,9 @@ struct Pool {
   StreamId stream;                        // blocks here are used on this stream
   bool small;                             // small or large pool
   FreeSet free;                           // mapped free blocks, best fit = lower_bound(size)
+  static constexpr std::size_t kRecent = 8;
+  Block* recent[kRecent] = {};            // freed blocks parked unmerged, oldest first (Note [Recent frees])
+  std::size_t n_recent = 0;               // entries of recent in use
   Segment* expandable = nullptr;          // the pool's one growing virtual range, if any
   std::vector<Segment*> segments;         // whole segments of this pool
 };
@@ -115,6 +119,10 @@ struct CachingAllocator::Impl {
   Block* find_free(Pool* pool, std::size_t size);
   Block* take(Block* b, std::size_t size, std::size_t requested);
   void free_block(Block* b);
+  void count_split(Block* b);
+  void uncount_split(Block* b);
+  Block* take_recent(Pool* pool, std::size_t size);
+  void flush_recent();
   Block* merge_free(Block* b);
   void process_events_locked();
   void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream);
@@ -150,6 +158,7 @@ struct CachingAllocator::Impl {
   bool plan_free(Block* b);
   // Ends an iteration (step_marker): plans from it if needed and maps the arena. Locks mu itself.
   void plan_step();
+  void plan_release_arena();
 };
 
 }  // namespace memcomm::alloc

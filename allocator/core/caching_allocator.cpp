@@ -156,23 +156,64 @@ void CachingAllocator::Impl::delete_block(Block* b) {
   block_free_list.push_back(b);
 }
 
-void CachingAllocator::Impl::free_insert(Block* b) {
-  assert(b->mapped && !b->allocated && !b->busy && b->pending_events == 0);
+void CachingAllocator::Impl::count_split(Block* b) {
   b->counted_split = b->prev != nullptr || b->next != nullptr;
   if (b->counted_split) {
     stats.inactive_split.increase(1);
     stats.inactive_split_bytes.increase(std::int64_t(b->size));
   }
-  b->segment->pool->free.insert(b);
 }
 
-void CachingAllocator::Impl::free_erase(Block* b) {
+void CachingAllocator::Impl::uncount_split(Block* b) {
   if (b->counted_split) {
     stats.inactive_split.decrease(1);
     stats.inactive_split_bytes.decrease(std::int64_t(b->size));
     b->counted_split = false;
   }
+}
+
+void CachingAllocator::Impl::free_insert(Block* b) {
+  assert(b->mapped && !b->allocated && !b->busy && b->pending_events == 0 && !b->in_recent);
+  count_split(b);
+  b->segment->pool->free.insert(b);
+}
+
+void CachingAllocator::Impl::free_erase(Block* b) {
+  uncount_split(b);
   b->segment->pool->free.erase(b);
+}
+
+// Note [Recent frees]
+// A freed block is first parked, unmerged, in a small per-pool LIFO. An allocation that fits one of them
+// without splitting takes it back at once: the alloc/free pair of a training loop then touches neither
+// the free set nor the block links. When the LIFO is full its oldest entry is merged and filed as usual,
+// and every slow path (growth, release, empty_cache) files all of them first, so parked blocks never
+// cost memory: they are only ever a shortcut in front of the free set.
+Block* CachingAllocator::Impl::take_recent(Pool* pool, std::size_t size) {
+  const std::size_t min_split = pool->small ? config.min_block : config.min_large_split;
+  for (std::size_t i = pool->n_recent; i-- > 0;) {
+    Block* b = pool->recent[i];
+    if (b->size >= size && b->size - size < min_split) {
+      for (std::size_t j = i + 1; j < pool->n_recent; ++j) pool->recent[j - 1] = pool->recent[j];
+      --pool->n_recent;
+      b->in_recent = false;
+      uncount_split(b);
+      return b;
+    }
+  }
+  return nullptr;
+}
+
+void CachingAllocator::Impl::flush_recent() {
+  for (auto& pool : pools) {
+    for (std::size_t i = 0; i < pool->n_recent; ++i) {
+      Block* b = pool->recent[i];
+      b->in_recent = false;
+      uncount_split(b);
+      free_insert(merge_free(b));
+    }
+    pool->n_recent = 0;
+  }
 }
 
 void CachingAllocator::Impl::count_backed(std::int64_t delta) {
@@ -246,7 +287,7 @@ Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requ
 // which is in no free set.
 Block* CachingAllocator::Impl::merge_free(Block* b) {
   auto mergeable = [&](Block* n) {
-    return n && !n->allocated && !n->busy && n->pending_events == 0 && n->mapped == b->mapped;
+    return n && !n->allocated && !n->busy && n->pending_events == 0 && !n->in_recent && n->mapped == b->mapped;
   };
   if (mergeable(b->prev)) {
     Block* p = b->prev;
@@ -283,8 +324,18 @@ void CachingAllocator::Impl::free_block(Block* b) {
   b->last_used = tick;
   delete b->uses;
   b->uses = nullptr;
-  b = merge_free(b);
-  free_insert(b);
+  Pool* pool = b->segment->pool;
+  if (pool->n_recent == Pool::kRecent) {  // file the oldest parked block
+    Block* old = pool->recent[0];
+    for (std::size_t j = 1; j < Pool::kRecent; ++j) pool->recent[j - 1] = pool->recent[j];
+    --pool->n_recent;
+    old->in_recent = false;
+    uncount_split(old);
+    free_insert(merge_free(old));
+  }
+  b->in_recent = true;
+  count_split(b);
+  pool->recent[pool->n_recent++] = b;
   emit(EventKind::free_completed, addr, size, 0, stream);
 }
 
@@ -335,6 +386,11 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
       if (void* p = m.plan_allocate(size, bytes, stream)) return p;
     }
     pool = m.pool_for(stream, small);
+    if (Block* b = m.take_recent(pool, size)) {
+      b = m.take(b, size, bytes);
+      if (m.plan) m.plan_record_alloc(b);
+      return reinterpret_cast<void*>(b->addr);
+    }
     if (Block* b = m.find_free(pool, size)) {
       m.free_erase(b);
       b = m.take(b, size, bytes);
@@ -429,7 +485,8 @@ void CachingAllocator::empty_cache() {
       m.process_events_locked();
     }
   }
-  m.release_free(0, 0, false);
+  m.release_free(0, 0, false);  // files parked blocks first
+  if (m.plan) m.plan_release_arena();
 }
 
 void CachingAllocator::process_events() {

@@ -41,7 +41,9 @@ namespace {
 std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
 std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
 
-bool is_free(const Block* b) { return !b->allocated && !b->busy && b->pending_events == 0 && !b->planned; }
+bool is_free(const Block* b) {
+  return !b->allocated && !b->busy && b->pending_events == 0 && !b->planned && !b->in_recent;
+}
 
 }  // namespace
 
@@ -150,6 +152,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
   std::uintptr_t start = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
+    flush_recent();
     if (Block* b = find_free(pool, size)) {
       free_erase(b);
       return take(b, size, requested);
@@ -222,7 +225,12 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
                                       (1.0 + config.release_slack) +
                                   double(config.release_floor);
           const double room = budget_d - double(stats.reserved_bytes.current) - double(best.need);
+          // At least what a PyTorch segment for this request would hold, so small requests do not map
+          // a page each (Note [Lazy page release]).
+          const std::size_t chunk = pool->small ? config.small_segment : size < (10u << 20) ? config.medium_segment : 0;
+          const std::size_t mapped_now = (hi - x->addr) + (best.need - std::min(best.need, hi - x->addr));
           std::size_t ahead = page_up(std::size_t(config.map_ahead * double(stats.reserved_bytes.current)), page);
+          if (chunk > mapped_now) ahead = std::max(ahead, page_up(chunk - mapped_now, page));
           if (room < double(ahead)) ahead = room > 0 ? page_down(std::size_t(room), page) : 0;
           hi = std::min(hi + ahead, x->addr + x->size);
         }
@@ -337,6 +345,7 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
   Releases rel;
   {
     std::lock_guard<std::mutex> lock(mu);
+    flush_recent();
     if (Block* b = find_free(pool, size)) {
       free_erase(b);
       return take(b, size, requested);
@@ -349,7 +358,7 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
     if (cap && reserved + seg_size > cap) {
       pick_releases(reserved + seg_size - cap, 0, rel);
       if (reserved + seg_size - rel.bytes > cap) {
-        for (Segment* s : rel.whole) s->head->busy = false;
+        unpick_releases(rel);
         return nullptr;
       }
     }
@@ -390,17 +399,16 @@ void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_a
     std::uint64_t last_used;
   };
   std::vector<Cand> cands;
-  for (auto& seg : segments) {
-    if (seg->arena) continue;
-    if (seg->expandable) {
-      for (Block* b = seg->head; b; b = b->next)
-        if (b->mapped && is_free(b) && tick - b->last_used >= min_age &&
-            page_down(b->addr + b->size, page) > page_up(b->addr, page))
-          cands.push_back({b, b->last_used});
-    } else if (!seg->head->next && is_free(seg->head) && tick - seg->head->last_used >= min_age) {
-      cands.push_back({seg->head, seg->head->last_used});
+  // Free mapped blocks are exactly the members of the free sets, so only they are looked at.
+  for (auto& pool : pools)
+    for (Block* b : pool->free) {
+      if (tick - b->last_used < min_age) continue;
+      if (b->segment->expandable) {
+        if (page_down(b->addr + b->size, page) > page_up(b->addr, page)) cands.push_back({b, b->last_used});
+      } else if (!b->prev && !b->next) {
+        cands.push_back({b, b->last_used});
+      }
     }
-  }
   std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
     return a.last_used != b.last_used ? a.last_used < b.last_used : a.block->addr < b.block->addr;
   });
@@ -523,6 +531,7 @@ std::size_t CachingAllocator::Impl::release_free(std::size_t target, std::uint64
   Releases rel;
   {
     std::lock_guard<std::mutex> lock(mu);
+    flush_recent();
     const auto reserved = std::size_t(stats.reserved_bytes.current);
     if (target != 0 && reserved <= target) return 0;
     pick_releases(target == 0 ? 0 : reserved - target, min_age, rel);

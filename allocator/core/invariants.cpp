@@ -46,7 +46,7 @@ void CachingAllocator::check_invariants() const {
   auto fail = [](const std::string& what) { throw std::logic_error("allocator invariant broken: " + what); };
   const std::size_t page = m.page;
   std::int64_t allocated = 0, requested = 0, active = 0, reserved = 0, n_alloc = 0, n_split = 0, split_bytes = 0;
-  std::size_t free_in_sets = 0, live_blocks = 0;
+  std::size_t free_in_sets = 0, live_blocks = 0, parked = 0;
   std::map<std::uintptr_t, std::uintptr_t> ranges;  // every segment, to check they do not overlap
   for (auto& seg : m.segments) {
     if (!ranges.emplace(seg->base, seg->base + seg->size).second) fail("two segments share a base");
@@ -90,10 +90,20 @@ void CachingAllocator::check_invariants() const {
       } else if (b->pending_events) {
         active += std::int64_t(b->size);
         if (in_set) fail("pending block in a free set");
+      } else if (b->in_recent) {
+        if (in_set) fail("parked block also in a free set");
+        Pool* pool = seg->pool;
+        if (std::find(pool->recent, pool->recent + pool->n_recent, b) == pool->recent + pool->n_recent)
+          fail("parked block missing from its pool's recent list");
+        ++parked;
+        if (b->counted_split) {
+          ++n_split;
+          split_bytes += std::int64_t(b->size);
+        }
       } else {
         if (!in_set) fail("free mapped block missing from its free set");
         ++free_in_sets;
-        if (b->next && b->next->mapped && !b->next->allocated && !b->next->pending_events)
+        if (b->next && b->next->mapped && !b->next->allocated && !b->next->pending_events && !b->next->in_recent)
           fail("two adjacent free blocks not merged");
         if (b->counted_split) {
           ++n_split;
@@ -134,8 +144,12 @@ void CachingAllocator::check_invariants() const {
     }
     if (planned.size() != m.plan->live.size()) fail("planned arena ranges disagree with planned blocks");
   }
-  std::size_t set_total = 0;
-  for (auto& p : m.pools) set_total += p->free.size();
+  std::size_t set_total = 0, recent_total = 0;
+  for (auto& p : m.pools) {
+    set_total += p->free.size();
+    recent_total += p->n_recent;
+  }
+  if (recent_total != parked) fail("recent lists hold blocks that are not parked free blocks");
   if (set_total != free_in_sets) fail("free sets hold blocks that are not free blocks of any segment");
   if (live_blocks != m.live.size())
     fail("live table holds " + std::to_string(m.live.size()) + " blocks but " + std::to_string(live_blocks) + " are allocated");

@@ -110,7 +110,8 @@ void CachingAllocator::Impl::plan_record_alloc(Block* b) {
   PlanImpl& p = *plan;
   constexpr std::size_t kMaxRecorded = 1u << 20;  // without markers, stop recording rather than grow forever
   if (p.rec.size() >= kMaxRecorded) return;
-  p.rec.push_back({b->size, b->segment->pool->stream, p.clock++, kNever});
+  // The rounded request, not the block: a caching-path block may carry an unsplit remainder.
+  p.rec.push_back({round_size(b->requested), b->segment->pool->stream, p.clock++, kNever});
   b->plan_epoch = p.epoch;
   b->plan_index = std::uint32_t(p.rec.size() - 1);
 }
@@ -181,6 +182,7 @@ void CachingAllocator::Impl::plan_step() {
   Releases rel;
   {
     std::lock_guard<std::mutex> lock(mu);
+    flush_recent();
     grow_by = want - arena->mapped_bytes;
     const auto budget =
         std::size_t(double(allocated_high_water) * (1.0 + config.release_slack)) + config.release_floor;
@@ -210,6 +212,35 @@ void CachingAllocator::Impl::plan_step() {
   p.pending_items.clear();
   p.arena_size = p.pending_arena;
   p.active = true;
+}
+
+}  // namespace memcomm::alloc
+
+namespace memcomm::alloc {
+
+// empty_cache(): the arena's pages go back when no planned block lives in it; the plan is kept and
+// its arena is mapped again at the next step_marker().
+void CachingAllocator::Impl::plan_release_arena() {
+  std::uintptr_t base;
+  std::size_t bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    PlanImpl& p = *plan;
+    if (!p.arena || p.arena->mapped_bytes == 0 || !p.live.empty()) return;
+    base = p.arena->base;
+    bytes = p.arena->mapped_bytes;
+    if (p.active && p.pending_items.empty()) {
+      p.pending_items = p.items;
+      p.pending_arena = p.arena_size;
+    }
+    p.active = false;
+    p.arena->mapped_bytes = 0;  // nothing can be planned into it meanwhile: the plan is inactive
+  }
+  source->unmap(reinterpret_cast<void*>(base), bytes);
+  std::lock_guard<std::mutex> lock(mu);
+  count_backed(-std::int64_t(bytes));
+  stats.num_device_unmap++;
+  emit(EventKind::segment_unmap, base, bytes, 0, 0);
 }
 
 }  // namespace memcomm::alloc

@@ -126,6 +126,9 @@ int main(int argc, char** argv) {
     } catch (const std::logic_error& e) {
       std::cerr << "memcomm-replay: " << file << ": internal check failed: " << e.what() << "\n";
       return 1;
+    } catch (const std::exception& e) {  // a policy's own failure (e.g. its memory source)
+      std::cerr << "memcomm-replay: " << file << ": internal error: " << e.what() << "\n";
+      return 1;
     }
   }
 

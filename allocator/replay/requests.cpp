@@ -188,9 +188,11 @@ TraceRequests build_requests(const snapshot::Snapshot& snap) {
 
 // Note [Trace formats]: load_trace() recognises a file by its first bytes and hands it to the
 // matching reader. PyTorch pickles start with PROTO (0x80). memcomm's own traces (.mct, written by
-// profiler/core) will get a reader that fills TraceRequests from allocator events: alloc ->
-// Request::alloc, free_completed -> Request::free, step markers -> Request::step, segment events ->
-// RecordedReserved. Until the profiler's reader library exists, such files are refused clearly.
+// profiler/core; file magic "MEMCTRC\x1A", memcomm::prof::kFileMagic) get a reader that fills
+// TraceRequests from the allocator's MemBlockEvents per device: Alloc -> Request::alloc,
+// FreeCompleted -> Request::free, step markers -> Request::step, SegmentAlloc/Free/Map/Unmap ->
+// RecordedReserved, Oom -> trace_ooms. That reader is the one missing piece: it links
+// memcomm::profiler (prof::TraceReader) and plugs in below, where such files are now refused clearly.
 TraceRequests load_trace(const std::string& path, const LoadProgress& progress) {
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::uint8_t> bytes = snapshot::read_file_bytes(path);
@@ -203,8 +205,9 @@ TraceRequests load_trace(const std::string& path, const LoadProgress& progress) 
     opts.progress_user = progress.user;
     snapshot::Snapshot snap = snapshot::parse_snapshot(bytes.data(), bytes.size(), path, opts);
     out = build_requests(snap);
-  } else if (bytes.size() >= 3 && std::memcmp(bytes.data(), "MCT", 3) == 0) {
-    throw snapshot::ReadError(path, 0, "memcomm .mct traces are not readable by memcomm-replay yet (see Note [Trace formats])");
+  } else if (bytes.size() >= 8 && std::memcmp(bytes.data(), "MEMCTRC\x1A", 8) == 0) {
+    throw snapshot::ReadError(path, 0, "this is a memcomm .mct trace; memcomm-replay cannot read those yet "
+                                       "(Note [Trace formats] in allocator/replay/requests.cpp)");
   } else {
     throw snapshot::ReadError(path, 0, fmt::format("unknown trace format (first byte 0x{:02x}): expected a PyTorch memory "
                                                    "snapshot pickle (first byte 0x80)", bytes[0]));

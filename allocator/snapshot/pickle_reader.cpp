@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -60,15 +61,17 @@ class Reader {
   void run();
 
  private:
-  [[noreturn]] void fail(const std::string& what) const { throw ReadError(doc_.source_, op_pos_, what); }
-  [[noreturn]] void fail_op(const std::string& what) const {
+  // Error paths are cold and out of line so the opcode loop stays small.
+  [[noreturn, gnu::cold, gnu::noinline]] void fail(const std::string& what) const { throw ReadError(doc_.source_, op_pos_, what); }
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_op(const std::string& what) const {
     fail(fmt::format("{} opcode: {}", opcode_name(op_), what));
   }
 
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::uint64_t n) const {
+    fail_op(fmt::format("truncated input: needs {} more bytes, only {} left", n, size_ - pos_));
+  }
   const std::uint8_t* need(std::uint64_t n) {
-    if (n > size_ - pos_) {
-      fail_op(fmt::format("truncated input: needs {} more bytes, only {} left", n, size_ - pos_));
-    }
+    if (__builtin_expect(n > size_ - pos_, 0)) fail_truncated(n);
     const std::uint8_t* at = p_ + pos_;
     pos_ += static_cast<std::size_t>(n);
     return at;
@@ -90,17 +93,17 @@ class Reader {
   }
 
   void push(const Value& v) {
-    if (stack_.size() >= opts_.max_stack_depth) fail_op("stack grows past the reader's limit");
+    if (__builtin_expect(stack_.size() >= opts_.max_stack_depth, 0)) fail_op("stack grows past the reader's limit");
     stack_.push_back(v);
   }
   Value pop() {
-    if (stack_.size() <= floor()) fail_op("stack underflow (nothing to pop above the current mark)");
+    if (__builtin_expect(stack_.size() <= floor(), 0)) fail_op("stack underflow (nothing to pop above the current mark)");
     Value v = stack_.back();
     stack_.pop_back();
     return v;
   }
   Value& top() {
-    if (stack_.size() <= floor()) fail_op("stack underflow (empty stack above the current mark)");
+    if (__builtin_expect(stack_.size() <= floor(), 0)) fail_op("stack underflow (empty stack above the current mark)");
     return stack_.back();
   }
   std::size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
@@ -149,19 +152,29 @@ class Reader {
   Value text_int(std::string_view line, bool is_long);
   Value text_float(std::string_view line);
 
+  // Note [Sparse memo]: real pickles number memo slots 0, 1, 2... and every slot costs at least one
+  // input byte, so slot k never exceeds the bytes read so far. Such slots live in a vector (memory
+  // bounded by 17x the input); any other index (a hostile LONG_BINPUT 4000000000) goes in a map.
   void memo_put(std::uint64_t index, const Value& v) {
     if (index >= opts_.max_memo_index) fail_op(fmt::format("memo index {} exceeds the reader's limit", index));
-    if (index >= memo_.size()) {
-      memo_.resize(static_cast<std::size_t>(index) + 1);
-      memo_set_.resize(static_cast<std::size_t>(index) + 1, 0);
+    if (index <= pos_) {
+      if (index >= memo_.size()) {
+        memo_.resize(static_cast<std::size_t>(index) + 1);
+        memo_set_.resize(static_cast<std::size_t>(index) + 1, 0);
+      }
+      if (!memo_set_[index]) ++memo_count_;
+      memo_[index] = v;
+      memo_set_[index] = 1;
+      return;
     }
-    if (!memo_set_[index]) ++memo_count_;
-    memo_[index] = v;
-    memo_set_[index] = 1;
+    if (sparse_memo_.emplace(index, v).second) ++memo_count_;
+    else sparse_memo_[index] = v;
   }
   Value memo_get(std::uint64_t index) {
-    if (index >= memo_.size() || !memo_set_[index]) fail_op(fmt::format("memo index {} was never stored", index));
-    return memo_[index];
+    if (__builtin_expect(index < memo_.size() && memo_set_[index], 1)) return memo_[index];
+    auto it = sparse_memo_.find(index);
+    if (it == sparse_memo_.end()) fail_op(fmt::format("memo index {} was never stored", index));
+    return it->second;
   }
 
   const std::uint8_t* p_;
@@ -175,6 +188,7 @@ class Reader {
   std::vector<std::size_t> marks_;
   std::vector<Value> memo_;
   std::vector<std::uint8_t> memo_set_;
+  std::unordered_map<std::uint64_t, Value> sparse_memo_;  // see Note [Sparse memo]
   std::uint64_t memo_count_ = 0;
 };
 

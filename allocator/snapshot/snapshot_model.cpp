@@ -49,19 +49,34 @@ BlockState parse_state(std::string_view s) {
   return BlockState::other;
 }
 
+// Checked conversions whose error text (`what()`, a callable) is only built when the check fails:
+// formatting a field path for each of a million fields would dominate the load time.
+template <class What>
+std::int64_t get_int(const Document& doc, const Value& v, What&& what) {
+  if (v.kind == Kind::integer || v.kind == Kind::boolean) return v.i;
+  return doc.as_int(v, what());  // throws with the message
+}
 // Addresses and sizes are non-negative 64-bit values; a negative one means a corrupt file.
-std::uint64_t as_u64(const Document& doc, const Value& v, std::string_view what) {
-  std::int64_t i = doc.as_int(v, what);
-  if (i < 0) throw ReadError(doc.source(), kNoOffset, fmt::format("{}: negative value {}", what, i));
+template <class What>
+std::uint64_t get_u64(const Document& doc, const Value& v, What&& what) {
+  std::int64_t i = get_int(doc, v, what);
+  if (i < 0) throw ReadError(doc.source(), kNoOffset, fmt::format("{}: negative value {}", what(), i));
   return static_cast<std::uint64_t>(i);
+}
+template <class What>
+std::string_view get_str(const Document& doc, const Value& v, What&& what) {
+  if (v.kind == Kind::string) return doc.text(v);
+  return doc.as_string(v, what());  // throws with the message
 }
 
 class Builder {
  public:
-  Builder(const Document& doc, Snapshot& snap, const ParseOptions& opts)
+  // `input_bytes` bounds the model's size; see Note [Expansion budget].
+  Builder(const Document& doc, Snapshot& snap, const ParseOptions& opts, std::uint64_t input_bytes)
       : doc_(doc), snap_(snap), opts_(opts),
         frame_of_container_(opts.keep_frames ? doc.container_count() : 0, kUnset),
-        stack_of_container_(opts.keep_frames ? doc.container_count() : 0, kUnset) {}
+        stack_of_container_(opts.keep_frames ? doc.container_count() : 0, kUnset),
+        budget_(input_bytes + 4096) {}
 
   void build() {
     const Value& root = doc_.root();
@@ -77,6 +92,7 @@ class Builder {
     if (segs) {
       const Container& list = doc_.as_sequence(*segs, "segments");
       snap_.segments.reserve(list.items.size());
+      spend(list.items.size(), "segments");
       for (std::size_t k = 0; k < list.items.size(); ++k) snap_.segments.push_back(segment(list.items[k], k));
     }
     if (traces) {
@@ -87,6 +103,7 @@ class Builder {
         if (dv.is_none()) continue;
         const Container& evs = doc_.as_sequence(dv, fmt::format("device_traces[{}]", d));
         auto& out = snap_.device_traces[d];
+        spend(evs.items.size(), "device_traces");
         out.reserve(evs.items.size());
         for (std::size_t k = 0; k < evs.items.size(); ++k) out.push_back(event(evs.items[k], d, k));
       }
@@ -96,6 +113,19 @@ class Builder {
 
  private:
   static constexpr std::uint32_t kUnset = ~std::uint32_t{0} - 1;
+
+  // Note [Expansion budget]: the memo lets a small hostile pickle reference one list of 100,000
+  // events from 100,000 devices (or one block list from every segment); copying that out would need
+  // 10^10 model entries. Each event, block and segment of a genuine file takes many input bytes, so
+  // the model may hold at most about one entry per input byte; beyond that the file is refused.
+  void spend(std::size_t n, const char* what) {
+    if (n > budget_) {
+      throw ReadError(doc_.source(), kNoOffset,
+                      fmt::format("{}: the file references more entries than it could hold (shared references "
+                                  "expanding beyond {} entries); refusing it", what, budget_));
+    }
+    budget_ -= n;
+  }
 
   Event event(const Value& v, std::size_t dev, std::size_t idx) {
     if (v.kind != Kind::dict) throw_at(dev, idx, fmt::format("event is a {}, not a dict", pickle::kind_name(v.kind)));
@@ -108,21 +138,21 @@ class Builder {
       if (key.kind != Kind::string) continue;
       std::string_view name = doc_.text(key);
       if (name == "action") {
-        std::string_view a = doc_.as_string(val, where(dev, idx, "action"));
+        std::string_view a = get_str(doc_, val, [&] { return where(dev, idx, "action"); });
         e.action = parse_action(a);
         if (e.action == Action::other) e.other_name = other_action(a);
         have_action = true;
       } else if (name == "addr") {
         if (!val.is_none()) {
-          e.addr = as_u64(doc_, val, where(dev, idx, "addr"));
+          e.addr = get_u64(doc_, val, [&] { return where(dev, idx, "addr"); });
           e.flags |= Event::kHasAddr;
         }
       } else if (name == "size") {
-        e.size = as_u64(doc_, val, where(dev, idx, "size"));
+        e.size = get_u64(doc_, val, [&] { return where(dev, idx, "size"); });
       } else if (name == "stream") {
-        if (!val.is_none()) e.stream = doc_.as_int(val, where(dev, idx, "stream"));
+        if (!val.is_none()) e.stream = get_int(doc_, val, [&] { return where(dev, idx, "stream"); });
       } else if (name == "time_us") {
-        if (!val.is_none()) e.time_us = doc_.as_int(val, where(dev, idx, "time_us"));
+        if (!val.is_none()) e.time_us = get_int(doc_, val, [&] { return where(dev, idx, "time_us"); });
       } else if (name == "frames") {
         if (opts_.keep_frames) e.stack = stack(val);
       }
@@ -132,45 +162,48 @@ class Builder {
   }
 
   Segment segment(const Value& v, std::size_t idx) {
-    const std::string what = fmt::format("segments[{}]", idx);
-    if (v.kind != Kind::dict) throw ReadError(doc_.source(), kNoOffset, what + ": not a dict");
+    auto what = [idx] { return fmt::format("segments[{}]", idx); };
+    auto field = [&](const char* f) { return [&what, f] { return what() + "." + f; }; };
+    if (v.kind != Kind::dict) throw ReadError(doc_.source(), kNoOffset, what() + ": not a dict");
     Segment s;
     auto get = [&](std::string_view key) { return doc_.find(v, key); };
     auto req = [&](std::string_view key) -> const Value& {
       const Value* p = get(key);
-      if (!p) throw ReadError(doc_.source(), kNoOffset, fmt::format("{}: missing '{}'", what, key));
+      if (!p) throw ReadError(doc_.source(), kNoOffset, fmt::format("{}: missing '{}'", what(), key));
       return *p;
     };
-    s.address = as_u64(doc_, req("address"), what + ".address");
-    s.total_size = as_u64(doc_, req("total_size"), what + ".total_size");
-    if (const Value* p = get("device")) s.device = static_cast<int>(doc_.as_int(*p, what + ".device"));
-    if (const Value* p = get("allocated_size")) s.allocated_size = as_u64(doc_, *p, what + ".allocated_size");
-    if (const Value* p = get("active_size")) s.active_size = as_u64(doc_, *p, what + ".active_size");
-    if (const Value* p = get("requested_size")) s.requested_size = as_u64(doc_, *p, what + ".requested_size");
-    if (const Value* p = get("stream"); p && !p->is_none()) s.stream = doc_.as_int(*p, what + ".stream");
+    s.address = get_u64(doc_, req("address"), field("address"));
+    s.total_size = get_u64(doc_, req("total_size"), field("total_size"));
+    if (const Value* p = get("device")) s.device = static_cast<int>(get_int(doc_, *p, field("device")));
+    if (const Value* p = get("allocated_size")) s.allocated_size = get_u64(doc_, *p, field("allocated_size"));
+    if (const Value* p = get("active_size")) s.active_size = get_u64(doc_, *p, field("active_size"));
+    if (const Value* p = get("requested_size")) s.requested_size = get_u64(doc_, *p, field("requested_size"));
+    if (const Value* p = get("stream"); p && !p->is_none()) s.stream = get_int(doc_, *p, field("stream"));
     if (const Value* p = get("segment_type"); p && p->kind == Kind::string) s.is_small = doc_.text(*p) == "small";
-    if (const Value* p = get("is_expandable"); p && !p->is_none()) s.is_expandable = doc_.as_bool(*p, what + ".is_expandable");
+    if (const Value* p = get("is_expandable"); p && !p->is_none()) s.is_expandable = doc_.as_bool(*p, field("is_expandable")());
     if (const Value* p = get("segment_pool_id"); p && (p->kind == Kind::tuple || p->kind == Kind::list)) {
       const auto& t = doc_.container(*p).items;
       if (t.size() == 2 && t[0].kind == Kind::integer && t[1].kind == Kind::integer) s.pool_id = {t[0].i, t[1].i};
     }
     if (const Value* p = get("frames"); p && opts_.keep_frames) s.stack = stack(*p);
     if (const Value* p = get("blocks")) {
-      const Container& blocks = doc_.as_sequence(*p, what + ".blocks");
+      const Container& blocks = p->kind == Kind::list ? doc_.container(*p) : doc_.as_sequence(*p, field("blocks")());
+      spend(blocks.items.size(), "segment blocks");
       s.blocks.reserve(blocks.items.size());
       std::uint64_t next_addr = s.address;  // old files leave block addresses implicit
       for (std::size_t b = 0; b < blocks.items.size(); ++b) {
         const Value& bv = blocks.items[b];
-        const std::string bwhat = fmt::format("{}.blocks[{}]", what, b);
-        if (bv.kind != Kind::dict) throw ReadError(doc_.source(), kNoOffset, bwhat + ": not a dict");
+        auto bwhat = [&what, b] { return fmt::format("{}.blocks[{}]", what(), b); };
+        auto bfield = [&](const char* f) { return [&bwhat, f] { return bwhat() + "." + f; }; };
+        if (bv.kind != Kind::dict) throw ReadError(doc_.source(), kNoOffset, bwhat() + ": not a dict");
         Block blk;
         const Value* size = doc_.find(bv, "size");
-        if (!size) throw ReadError(doc_.source(), kNoOffset, bwhat + ": missing 'size'");
-        blk.size = as_u64(doc_, *size, bwhat + ".size");
+        if (!size) throw ReadError(doc_.source(), kNoOffset, bwhat() + ": missing 'size'");
+        blk.size = get_u64(doc_, *size, bfield("size"));
         const Value* addr = doc_.find(bv, "address");
-        blk.address = addr ? as_u64(doc_, *addr, bwhat + ".address") : next_addr;
+        blk.address = addr ? get_u64(doc_, *addr, bfield("address")) : next_addr;
         next_addr = blk.address + blk.size;
-        if (const Value* r = doc_.find(bv, "requested_size")) blk.requested_size = as_u64(doc_, *r, bwhat + ".requested_size");
+        if (const Value* r = doc_.find(bv, "requested_size")) blk.requested_size = get_u64(doc_, *r, bfield("requested_size"));
         if (const Value* st = doc_.find(bv, "state"); st && st->kind == Kind::string) blk.state = parse_state(doc_.text(*st));
         if (const Value* f = doc_.find(bv, "frames"); f && opts_.keep_frames) blk.stack = stack(*f);
         s.blocks.push_back(blk);
@@ -258,6 +291,7 @@ class Builder {
   std::vector<std::uint32_t> frame_of_container_;
   std::vector<std::uint32_t> stack_of_container_;
   std::vector<std::uint32_t> scratch_;
+  std::uint64_t budget_;  // model entries still allowed (Note [Expansion budget])
 };
 
 }  // namespace
@@ -356,7 +390,7 @@ Snapshot parse_snapshot(const void* data, std::size_t size, const std::string& s
   pickle::Document doc = pickle::load(data, size, source, lo);
   Snapshot snap;
   snap.source = source;
-  Builder(doc, snap, opts).build();
+  Builder(doc, snap, opts, size).build();
   return snap;
 }
 

@@ -11,11 +11,16 @@
 
 #include "memcomm/profiler/recorder.hpp"
 #include "memcomm/profiler/trace_reader.hpp"
+#include "memcomm/profiler/trace_set.hpp"
 #include "memcomm/profiler/trace_writer.hpp"
+#include "training_like.hpp"
 
 using namespace memcomm::prof;
+using memcomm::prof::bench::training_like;
 
 namespace {
+
+Codec codec_of(int64_t arg) { return arg == 0 ? Codec::Lz4 : arg == 100 ? Codec::None : Codec::Zstd; }
 
 // Counts and forgets: isolates the recorder from sink costs.
 class NullSink : public Sink {
@@ -26,49 +31,6 @@ class NullSink : public Sink {
 
 std::string temp_file(const char* stem) {
   return std::string("/tmp/memcomm_bench_") + stem + "_" + std::to_string(::getpid()) + ".mct";
-}
-
-// A training-like event stream: per "step" phases, allocations/frees, kernels, a collective,
-// memory samples and a loss counter, with realistic timestamps and addresses.
-std::vector<Event> training_like(size_t n) {
-  std::vector<Event> v;
-  v.reserve(n);
-  std::mt19937_64 rng(42);
-  int64_t t = 1'000'000'000;
-  uint32_t corr = 1, seq = 0;
-  uint64_t step = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> live;
-  while (v.size() < n) {
-    v.push_back(Event::from(make_range(EventKind::RangeBegin, t, Phase::Step, 0, step, 0)));
-    for (int phase = 0; phase < 3 && v.size() < n; ++phase) {
-      const Phase p = phase == 0 ? Phase::Forward : phase == 1 ? Phase::Backward : Phase::Optimizer;
-      v.push_back(Event::from(make_range(EventKind::RangeBegin, t += 500, p, 0, 0, 0)));
-      for (int i = 0; i < 60 && v.size() < n; ++i) {
-        t += 200 + int64_t(rng() % 3000);
-        if (rng() % 2 || live.empty()) {
-          const uint64_t addr = 0x7f00'0000'0000ull + (rng() % (1u << 30)) * 512, size = 512 * (1 + rng() % 8192);
-          live.emplace_back(addr, size);
-          v.push_back(Event::from(make_mem_block(EventKind::Alloc, t, addr, size, 0, 0)));
-        } else {
-          const auto [addr, size] = live.back();
-          live.pop_back();
-          v.push_back(Event::from(make_mem_block(EventKind::FreeRequested, t, addr, size, 0, 0)));
-        }
-        v.push_back(Event::from(make_compute(EventKind::Kernel, t + 3000, t + 3000 + int64_t(rng() % 50000), 7,
-                                             uint32_t(1 + rng() % 40), corr++, 0)));
-      }
-      v.push_back(Event::from(make_range(EventKind::RangeEnd, t += 500, p, 0, 0, 0)));
-      if (p == Phase::Backward) {
-        v.push_back(Event::from(make_collective(EventKind::CollStart, t, CollOp::AllReduce, DType::F32, 25u << 20, 0, seq)));
-        v.push_back(Event::from(make_collective(EventKind::CollEnd, t + 900000, CollOp::AllReduce, DType::F32, 25u << 20, 0, seq++)));
-      }
-    }
-    v.push_back(Event::from(make_mem_sample(t, MemMetric::Allocated, 1ull << 33)));
-    v.push_back(Event::from(make_counter(t, 41, 2.5 / double(step + 1))));
-    v.push_back(Event::from(make_range(EventKind::RangeEnd, t += 100, Phase::Step, 0, step++, 0)));
-  }
-  v.resize(n);
-  return v;
 }
 
 void BM_ClockGettime(benchmark::State& st) {
@@ -149,7 +111,7 @@ void BM_WriteFile(benchmark::State& st) {
   uint64_t bytes = 0, n = 0;
   for (auto _ : st) {
     WriterOptions o;
-    o.codec = level == 0 ? Codec::Lz4 : Codec::Zstd;
+    o.codec = codec_of(level);
     o.zstd_level = level;
     TraceWriter w(path, o);
     for (size_t i = 0; i < events.size(); i += 1 << 16) w.write_chunk(nullptr, 0, events.data() + i, 1 << 16);
@@ -162,7 +124,7 @@ void BM_WriteFile(benchmark::State& st) {
   st.counters["raw_B_per_event"] = double(sizeof(Event));
   std::remove(path.c_str());
 }
-BENCHMARK(BM_WriteFile)->Arg(0)->Arg(1)->Arg(-5)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_WriteFile)->Arg(0)->Arg(1)->Arg(100)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // End to end: one thread records pre-timed events as fast as it can into a FileSink.
 void BM_RecorderToFile(benchmark::State& st) {
@@ -175,7 +137,7 @@ void BM_RecorderToFile(benchmark::State& st) {
     ro.drain_interval_ms = 1;
     Recorder rec(ro);
     WriterOptions wo;
-    wo.codec = st.range(0) == 0 ? Codec::Lz4 : Codec::Zstd;
+    wo.codec = codec_of(st.range(0));
     wo.zstd_level = int(st.range(0));
     auto sink = std::make_shared<FileSink>(path, wo);
     rec.add_sink(sink);
@@ -192,7 +154,7 @@ void BM_RecorderToFile(benchmark::State& st) {
   st.counters["disk_B_per_event"] = delivered ? double(bytes) / double(delivered) : 0.0;
   std::remove(path.c_str());
 }
-BENCHMARK(BM_RecorderToFile)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RecorderToFile)->Arg(0)->Arg(100)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Reader: iterate every event of a training-like file, touching each.
 void BM_ReadFile(benchmark::State& st) {
@@ -200,7 +162,7 @@ void BM_ReadFile(benchmark::State& st) {
   const std::string path = temp_file("read");
   {
     WriterOptions o;
-    o.codec = st.range(0) == 0 ? Codec::Lz4 : Codec::Zstd;
+    o.codec = codec_of(st.range(0));
     o.zstd_level = int(st.range(0));
     TraceWriter w(path, o);
     for (size_t i = 0; i < events.size(); i += 1 << 16) w.write_chunk(nullptr, 0, events.data() + i, 1 << 16);
@@ -220,7 +182,21 @@ void BM_ReadFile(benchmark::State& st) {
   st.SetItemsProcessed(int64_t(st.iterations() * n));
   std::remove(path.c_str());
 }
-BENCHMARK(BM_ReadFile)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadFile)->Arg(0)->Arg(1)->Arg(100)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Full load as the tools and the viewer do it: read, group by rank, sort, apply offsets.
+void BM_LoadTraceSet(benchmark::State& st) {
+  const auto events = training_like(1 << 22);
+  const std::string path = temp_file("load");
+  {
+    TraceWriter w(path, WriterOptions{});
+    for (size_t i = 0; i < events.size(); i += 1 << 16) w.write_chunk(nullptr, 0, events.data() + i, 1 << 16);
+  }
+  for (auto _ : st) benchmark::DoNotOptimize(TraceSet::load({path}).event_count());
+  st.SetItemsProcessed(int64_t(st.iterations() * events.size()));
+  std::remove(path.c_str());
+}
+BENCHMARK(BM_LoadTraceSet)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -222,3 +222,35 @@ TEST_CASE("the clock is CLOCK_MONOTONIC to within a few microseconds", "[profile
     prev = t;
   }
 }
+
+TEST_CASE("a file sink with several compression threads writes chunks in order", "[profiler][recorder]") {
+  for (int threads : {0, 1, 3}) {
+    const std::string path = test::temp_path("parallel");
+    {
+      WriterOptions wo;
+      wo.rank = 5;
+      FileSink sink(path, wo, 1000, threads, 4);
+      const std::string name = "seq";
+      const StringDef def{1, name};
+      std::vector<Event> ev(777);
+      int64_t n = 0;
+      for (int b = 0; b < 130; ++b) {
+        for (auto& e : ev) e = Event::from(make_counter(n, 1, double(n))), ++n;
+        Batch batch{b == 0 ? &def : nullptr, b == 0 ? 1u : 0u, ev.data(), ev.size()};
+        sink.consume(batch);
+        if (b % 7 == 0) sink.flush();
+      }
+      sink.close();
+      CHECK(sink.error().empty());
+      CHECK(sink.events_written() == 130u * 777u);
+    }
+    const TraceSet set = TraceSet::load({path}, LoadOptions{true, false});
+    REQUIRE(set.ranks.size() == 1);
+    CHECK(set.ranks[0].rank == 5);
+    CHECK(set.ranks[0].name(1) == "seq");
+    const auto& evs = set.ranks[0].events;
+    REQUIRE(evs.size() == 130u * 777u);
+    for (size_t i = 0; i < evs.size(); ++i) REQUIRE(evs[i].ts == int64_t(i));
+    std::remove(path.c_str());
+  }
+}

@@ -114,6 +114,11 @@ TEST_CASE("cli: truncated, corrupt and hostile pickles exit 2 naming file and by
   CHECK(r.code == 2);
   CHECK(r.err.find("not a PyTorch memory snapshot") != std::string::npos);
 
+  auto mct = dir.file("run.mct", {'M', 'E', 'M', 'C', 'T', 'R', 'C', 0x1A, 0, 0});
+  r = run(dir, mct.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("memcomm .mct trace") != std::string::npos);
+
   auto text = dir.file("notes.txt", {'h', 'i', '\n'});
   r = run(dir, text.string());
   CHECK(r.code == 2);

@@ -299,3 +299,10 @@ TEST_CASE("pickle: truncation at every offset of a small snapshot-like pickle is
     }
   }
 }
+
+TEST_CASE("pickle: a huge memo index costs no memory (sparse memo)", "[pickle][hostile]") {
+  PickleBuilder b;
+  b.proto(4).integer(7).op('r').le(4000000000u, 4).op('0').op('j').le(4000000000u, 4).stop();
+  auto d = load(b);
+  CHECK(d.as_int(d.root(), "") == 7);
+}

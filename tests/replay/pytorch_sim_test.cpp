@@ -108,3 +108,25 @@ TEST_CASE("pytorch sim: expandable segments unmap free pages when the cap is hit
   CHECK(*d == *a);
   p->check_invariants();
 }
+
+TEST_CASE("pytorch sim: max_split_size oversize rules", "[pytorch]") {
+  rp::PyTorchSimConfig cfg;
+  cfg.max_split_size = 40 * MiB;
+  auto p = rp::make_pytorch_sim(cfg);
+  auto big = p->allocate(50 * MiB, 0);
+  p->free(*big);
+  auto small = p->allocate(10 * MiB, 0);  // below max_split: may not take the 50 MiB oversize block
+  CHECK(*small != *big);
+  CHECK(p->stats().source_allocs == 2);
+  auto a = p->allocate(45 * MiB, 0);  // oversize: takes the cached 50 MiB block (waste < 20 MiB), unsplit
+  CHECK(*a == *big);
+  CHECK(p->stats().allocated == 10 * MiB + 50 * MiB);  // 10 MiB got its own 10 MiB segment
+  p->free(*a);
+  auto b = p->allocate(41 * MiB, 0);  // 50 < 41 + 20 MiB of waste: taken too
+  CHECK(*b == *big);
+  p->free(*b);
+  auto c = p->allocate(28 * MiB, 0);  // below max_split: new segment even though 50 MiB is cached
+  CHECK(*c != *big);
+  CHECK(p->stats().source_allocs == 3);
+  p->check_invariants();
+}

@@ -112,7 +112,7 @@ std::map<std::pair<std::string, int>, SourcesRow> sources_table() {
 
 }  // namespace
 
-TEST_CASE("replay: every shared snapshot loads, rebuilds and replays with invariants checked", "[replay][snapshots]") {
+TEST_CASE("replay: every shared snapshot loads and rebuilds; peak live agrees with an independent count", "[replay][snapshots]") {
   auto files = shared_snapshots();
   if (files.empty()) MEMCOMM_SKIP_TEST("no shared snapshots in " + memcomm::test::shared_snapshots_dir());
   auto table = sources_table();
@@ -141,23 +141,59 @@ TEST_CASE("replay: every shared snapshot loads, rebuilds and replays with invari
         CHECK(std::abs(double(dev.recorded.at_start) / kMiB - row->second.start_reserved_mib) <= 1.0);
         CHECK(std::abs(double(dev.recorded.peak) / kMiB - row->second.peak_reserved_mib) <= 1.0);
       }
-      for (const auto& policy : rp::policy_names()) {
-        INFO("policy " << policy);
-        rp::PolicyOptions po;
-        po.settings = trace.settings;
-        auto p = rp::make_policy(policy, po);
-        rp::ReplayOptions ro;
-        ro.check = true;
-        ro.check_every = 2000;
-        rp::ReplayResult r = rp::replay_device(trace, dev, *p, ro);  // throws on overlap / broken invariant
-        CHECK(r.ooms == 0);
-        CHECK(r.peak_allocated >= r.peak_live);
-        CHECK(r.peak_reserved >= r.peak_allocated);
-        CHECK(r.events == dev.trace_events);
-        if (r.peak_live > 0) CHECK(r.source_allocs > 0);
-      }
     }
   }
+}
+
+namespace {
+
+// Replays every shared snapshot through `policy` with overlap and invariant checks on.
+void replay_all_shared(const std::string& policy) {
+  auto files = shared_snapshots();
+  if (files.empty()) MEMCOMM_SKIP_TEST("no shared snapshots in " + memcomm::test::shared_snapshots_dir());
+  for (const auto& file : files) {
+    rp::TraceRequests trace = rp::load_trace(file);
+    for (const auto& dev : trace.devices) {
+      INFO(file << " device " << dev.device << " policy " << policy);
+      rp::PolicyOptions po;
+      po.settings = trace.settings;
+      auto p = rp::make_policy(policy, po);
+      rp::ReplayOptions ro;
+      ro.check = true;
+      ro.check_every = 2000;
+      rp::ReplayResult r = rp::replay_device(trace, dev, *p, ro);  // throws on overlap / broken invariant
+      CHECK(r.ooms == 0);
+      CHECK(r.peak_allocated >= r.peak_live);
+      CHECK(r.peak_reserved >= r.peak_allocated);
+      CHECK(r.events == dev.trace_events);
+      if (r.peak_live > 0) CHECK(r.source_allocs > 0);
+    }
+  }
+}
+
+bool have_policy(const std::string& name) {
+  auto names = rp::policy_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+}  // namespace
+
+TEST_CASE("replay: shared snapshots through the pytorch policy, invariants checked", "[replay][snapshots]") {
+  replay_all_shared("pytorch");
+}
+
+TEST_CASE("replay: shared snapshots through the pytorch-expandable policy, invariants checked", "[replay][snapshots]") {
+  replay_all_shared("pytorch-expandable");
+}
+
+TEST_CASE("replay: shared snapshots through the memcomm engine, invariants checked", "[replay][snapshots][engine]") {
+  if (!have_policy("memcomm")) MEMCOMM_SKIP_TEST("memcomm engine not in this build");
+  replay_all_shared("memcomm");
+}
+
+TEST_CASE("replay: shared snapshots through memcomm-planned, invariants checked", "[replay][snapshots][engine]") {
+  if (!have_policy("memcomm-planned")) MEMCOMM_SKIP_TEST("memcomm engine not in this build");
+  replay_all_shared("memcomm-planned");
 }
 
 TEST_CASE("replay: the pytorch simulation matches PyTorch's recorded reserved bytes on traces that start empty", "[replay][snapshots][pytorch]") {

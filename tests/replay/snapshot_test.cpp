@@ -99,3 +99,39 @@ TEST_CASE("snapshot: request rebuilding handles pre-trace blocks, oom, markers a
   CHECK(d2.recorded.source_frees == 1);
   CHECK(trace.settings.expandable_segments);
 }
+
+TEST_CASE("snapshot: every truncation of the hand-built snapshot fails with ReadError", "[snapshot][bad]") {
+  auto bytes = build_snapshot();
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    INFO("prefix of " << n << " bytes");
+    CHECK_THROWS_AS(snap::parse_snapshot(bytes.data(), n, "cut.pickle"), snap::ReadError);
+  }
+}
+
+TEST_CASE("snapshot: well-formed pickles of the wrong shape are refused with the field named", "[snapshot][bad]") {
+  PickleBuilder b;  // {'device_traces': [[{'action': 5}]]}
+  b.proto(4).empty_dict().str("device_traces").empty_list().empty_list().empty_dict().kv("action", 5).op('s').op('a').op('a').op('s').stop();
+  try {
+    snap::parse_snapshot(b.data(), b.size(), "shape.pickle");
+    FAIL("accepted an int action");
+  } catch (const snap::ReadError& e) {
+    CHECK(std::string(e.what()).find("device_traces[0][0].action: expected str, got int") != std::string::npos);
+  }
+  PickleBuilder neg;  // a negative size
+  neg.proto(4).empty_dict().str("device_traces").empty_list().empty_list().empty_dict().mark().kv("action", "alloc").kv("size", -5)
+      .setitems().op('a').op('a').op('s').stop();
+  CHECK_THROWS_WITH(snap::parse_snapshot(neg.data(), neg.size(), "neg.pickle"), Catch::Contains("negative value -5"));
+}
+
+TEST_CASE("snapshot: shared references that would expand a tiny file into a huge model are refused", "[snapshot][hostile]") {
+  PickleBuilder b;  // 1000 devices sharing one list of 1000 references to one event: 10^6 events from ~4 KB
+  b.proto(4).empty_dict().str("device_traces").empty_list().mark();
+  b.empty_list().memoize().mark();
+  b.empty_dict().mark().kv("action", "alloc").kv("addr", 4096).kv("size", 512).setitems().memoize();
+  for (int k = 0; k < 999; ++k) b.binget(1);
+  b.appends();
+  for (int k = 0; k < 999; ++k) b.binget(0);
+  b.appends().op('s').stop();
+  CHECK(b.size() < 8192);
+  CHECK_THROWS_WITH(snap::parse_snapshot(b.data(), b.size(), "bomb.pickle"), Catch::Contains("more entries than it could hold"));
+}

@@ -31,5 +31,5 @@ TEST_CASE("CUPTI activity capture without a GPU fails with an error, not a crash
 TEST_CASE("NVTX ranges are harmless without a tool attached") {
   nvtxRangePushA("memcomm-test");
   const int depth = nvtxRangePop();
-  CHECK(depth >= -1);  // -1 (or 0) when no tool is injected: the calls do nothing
+  CHECK(depth < 1);  // negative (no tool tracks ranges) or 0: the calls do nothing
 }

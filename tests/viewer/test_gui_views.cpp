@@ -120,8 +120,15 @@ TEST_CASE("a shared PyTorch snapshot opens and renders", "[gui][viewer]") {
   auto app = make_app(1200, 700, "");
   app->start_load({path});
   for (int i = 0; i < 2000 && app->loading(); ++i) app->frame();
-  frames(*app, 3);
   AppState& st = app->state();
+  REQUIRE_FALSE(st.tl.empty());
+  // Show the allocator state at the peak of allocated memory.
+  const CounterSeries* allocated = st.tl.ranks[0].counter("allocated");
+  REQUIRE(allocated);
+  for (std::size_t i = 0; i < allocated->size(); ++i)
+    if (allocated->value(i) == allocated->global_max()) st.alloc_time = allocated->time(i);
+  st.alloc_follow_cursor = false;
+  frames(*app, 3);
   INFO(nlohmann::json(st.messages).dump());
   CHECK(st.messages.empty());
   REQUIRE_FALSE(st.tl.empty());

@@ -63,3 +63,16 @@ TEST_CASE("span_at finds the span under a time", "[unit][viewer]") {
   CHECK(span_at(row, 1075, 0) == -1);
   CHECK(span_at(row, 1055, 10) == 10);
 }
+
+TEST_CASE("a merged mark stops at the end of the view", "[unit][viewer]") {
+  // Dense spans with small gaps merge into one mark; zoomed in on a small part of a long row, the
+  // mark must not walk the rest of the row.
+  const auto row = regular_row(2'000'000, 15, 20);
+  std::vector<DrawSpan> out;
+  query_spans(row, 1000, 3000, 100, out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].first == 50);           // [1000, 1015): [980, 995) ends before the view
+  CHECK(out[0].end >= 3000);
+  CHECK(out[0].end < 3000 + 200);      // ... and the mark ends right after the view
+  CHECK(out[0].count < 200);
+}

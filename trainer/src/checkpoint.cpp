@@ -1,5 +1,7 @@
 #include "checkpoint.hpp"
 
+#include "errors.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -27,10 +29,10 @@ void fsync_path(const std::string& p, bool directory) {
 void ensure_writable_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("checkpoint folder " + dir + " cannot be created: " + ec.message());
+  if (ec) throw UsageError("checkpoint folder " + dir + " cannot be created: " + ec.message());
   const std::string probe = dir + "/.memcomm-write-test";
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("checkpoint folder " + dir + " is not writable");
+  if (fd < 0) throw UsageError("checkpoint folder " + dir + " is not writable");
   ::close(fd);
   ::unlink(probe.c_str());
 }

@@ -59,14 +59,13 @@ Communicator::Communicator(const DistEnv& env, const std::string& backend, doubl
     throw CommError("backend '" + backend + "' is not available in this build; use --backend gloo");
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
-    auto store = connect_store(env, env.rank == 0, timeout);
+    auto store = connect_store(env, env.rank == 0 && !env.agent_hosts_store, timeout);
     store_ = store;
     auto opts = c10d::ProcessGroupGloo::Options::create();
     opts->timeout = timeout;
     // Bind to the interface that reaches the store host, so two-host runs cross the real link.
-    opts->devices.push_back(env.master_addr == "127.0.0.1" || env.master_addr == "localhost"
-                                ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                : c10d::ProcessGroupGloo::createDefaultDevice());
+    opts->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(env.master_addr, env.master_port)));
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world, opts);
   } catch (const std::exception& e) {
     throw CommError("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (rank " +

@@ -7,7 +7,7 @@
 // the ranks whose counter stood still. When the store itself is gone, rank 0 (its host) is the one lost.
 #pragma once
 
-#include "comm_error.hpp"
+#include "errors.hpp"
 #include "launch.hpp"
 
 #include <torch/torch.h>

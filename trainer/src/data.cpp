@@ -1,5 +1,6 @@
 #include "data.hpp"
 
+#include "errors.hpp"
 #include "idx_file.hpp"
 #include "options.hpp"
 
@@ -19,7 +20,7 @@ class FashionMnist final : public Dataset {
     const auto img = dir + "/" + prefix + "-images-idx3-ubyte.gz";
     const auto lab = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
     if (!std::filesystem::exists(img) || !std::filesystem::exists(lab))
-      throw std::runtime_error("Fashion-MNIST not found in " + dir +
+      throw UsageError("Fashion-MNIST not found in " + dir +
                                " (expected " + prefix + "-images-idx3-ubyte.gz and " + prefix +
                                "-labels-idx1-ubyte.gz). Install it with 'apt-get install dataset-fashion-mnist' "
                                "or point --data-dir at a folder holding the IDX files.");

@@ -1,6 +1,7 @@
 #include "launch.hpp"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -81,6 +82,27 @@ std::string describe_status(int status) {
 
 }  // namespace
 
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    char buf[INET_ADDRSTRLEN];
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)))
+      out = buf;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
+}
+
 bool launched_externally() { return env("RANK") || env("SLURM_PROCID"); }
 
 DistEnv detect_dist_env() {
@@ -91,6 +113,7 @@ DistEnv detect_dist_env() {
     e.local_rank = env_int("LOCAL_RANK", e.rank);
     e.local_world = env_int("LOCAL_WORLD_SIZE", e.world);
     e.launcher = env("MEMCOMM_SPAWNED") ? "memcomm" : "torchrun";
+    e.agent_hosts_store = env("TORCHELASTIC_USE_AGENT_STORE") && std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
   } else if (env("SLURM_PROCID")) {
     e.rank = env_int("SLURM_PROCID", 0);
     e.world = env_int("SLURM_NTASKS", 1);

@@ -14,11 +14,19 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";  // host of the TCPStore (rank 0)
   int master_port = 29500;   // port of the TCPStore
   std::string launcher = "standalone";    // standalone | memcomm | torchrun | slurm
+  // torchrun's agent already hosts the store at MASTER_ADDR:MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True); then rank 0 joins it as a client instead of serving one.
+  bool agent_hosts_store = false;
 };
 
 // Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, and our own
 // spawner) or SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. Inconsistent values are a clear error (exit 2).
 DistEnv detect_dist_env();
+
+// The local IP address this host uses to reach `host` (a UDP connect picks the route; nothing is
+// sent). Collective transports bind to it, so multi-host runs use the link that reaches rank 0.
+// Falls back to "127.0.0.1" when `host` cannot be resolved.
+std::string local_address_towards(const std::string& host, int port);
 
 // True when the environment already names this process's rank (so --nproc must not spawn).
 bool launched_externally();

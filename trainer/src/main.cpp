@@ -1,5 +1,5 @@
 // memcomm-train: see trainer.cpp for the loop and README.md for the launch story.
-#include "comm_error.hpp"
+#include "errors.hpp"
 #include "launch.hpp"
 #include "options.hpp"
 #include "trainer.hpp"
@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   } catch (const CommError& e) {
     std::fprintf(stderr, "memcomm-train: %s\n", e.what());
     return 3;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "memcomm-train: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memcomm-train: rank %d: %s\n", env.rank, e.what());
     return 1;

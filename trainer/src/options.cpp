@@ -49,6 +49,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
       "memcomm-train: data-parallel training on LibTorch with real collectives (Gloo on CPU, NCCL on GPUs).\n"
       "Runs by itself (--nproc N spawns N local ranks), under 'torchrun --no-python', or under Slurm (srun)."};
   app.get_formatter()->column_width(34);
+  // A flag given twice takes its last value, so scripts can append overrides to a base command.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
   auto* g = app.add_option_group("Launch");
   g->add_option("--nproc", o.nproc, "Local ranks to spawn (ignored under torchrun/Slurm, which set the ranks)")
@@ -122,6 +124,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
 
   app.add_flag("--print-checksums", o.print_checksums, "Print a parameter checksum after every step (for tests)")
       ->group("");  // hidden: a test hook, not a user feature
+  app.add_option("--dump-params", o.dump_params, "Write the final parameters as raw float32 (for tests)")->group("");
 
   try {
     app.parse(argc, argv);

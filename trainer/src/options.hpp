@@ -59,7 +59,8 @@ struct TrainOptions {
 
   // Test hook: print a parameter checksum after every step (consistency tests read it).
   bool print_checksums = false;
-  // Test hook: report the number of gradient all-reduce calls in the summary (always counted).
+  // Test hook: write the final parameters as raw float32, in parameter order, to this file.
+  std::string dump_params;
 };
 
 // Parses argv. On --help prints usage and exits 0; on bad flags prints a clear message and exits 2.

@@ -13,6 +13,7 @@
 #include "checkpoint.hpp"
 #include "comm.hpp"
 #include "data.hpp"
+#include "errors.hpp"
 #include "grad_sync.hpp"
 #include "models.hpp"
 #include "summary.hpp"
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <thread>
 
@@ -111,12 +113,12 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
 
   // Device discovery with CPU fallback.
   const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (o.device == "cuda" && gpus == 0) throw std::runtime_error("--device cuda: no GPU is visible to this process");
+  if (o.device == "cuda" && gpus == 0) throw UsageError("--device cuda: no GPU is visible to this process");
   const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
   const torch::Device dev = use_cuda ? torch::Device(torch::kCUDA, env.local_rank % gpus) : torch::Device(torch::kCPU);
   std::string backend = o.backend;
   if (backend == "auto") backend = (use_cuda && env.local_world <= gpus) ? "nccl" : "gloo";
-  if (o.amp != "none" && !use_cuda) throw std::runtime_error("--amp bf16 needs a GPU; this run is on the CPU");
+  if (o.amp != "none" && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
   if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
 
   Communicator comm(env, backend, o.timeout_s);
@@ -141,14 +143,14 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   int64_t start_step = 0;
   if (o.resume) {
     start_step = load_checkpoint(o.checkpoint_dir, env.rank, *model, *opt);
-    if (start_step < 0) throw std::runtime_error("--resume: no checkpoint for rank " + std::to_string(env.rank) +
+    if (start_step < 0) throw UsageError("--resume: no checkpoint for rank " + std::to_string(env.rank) +
                                                  " in " + o.checkpoint_dir);
     if (leader) fmt::print("resumed from step {} ({})\n", start_step, o.checkpoint_dir);
   }
 
   DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == "pad");
   const int64_t per_epoch = sampler.per_rank() / o.batch_size;
-  if (per_epoch < 1) throw std::runtime_error("--batch-size is larger than this rank's shard");
+  if (per_epoch < 1) throw UsageError("--batch-size is larger than this rank's shard");
   if (leader) {
     fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n", o.model,
                parameter_count(*model), train_set->describe(), env.world, env.launcher, comm.backend(), dev.str());
@@ -265,6 +267,14 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     s.exposed_comm_ms = static_cast<double>(st.exposed_ns) / 1e6;
     s.bytes_on_wire = st.bytes;
     s.overlap_pct = st.comm_ns > 0 ? 100.0 * std::max(0.0, 1.0 - double(st.exposed_ns) / double(st.comm_ns)) : 0;
+  }
+  if (!o.dump_params.empty() && leader) {
+    std::ofstream f(o.dump_params, std::ios::binary);
+    for (const auto& p : params) {
+      auto c = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+      f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * 4));
+    }
+    if (!f) throw std::runtime_error("cannot write --dump-params file " + o.dump_params);
   }
   comm.barrier();  // every rank finished before rank 0 reports and the store goes away
   if (leader) {

@@ -12,10 +12,13 @@
 #include <imgui.h>
 #include <stb/stb_image_write.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -25,6 +28,13 @@ namespace memcomm::view {
 namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// CPU time of this thread: the frame-build target is CPU time, which preemption by llvmpipe's
+// render threads and other processes on a shared machine does not inflate.
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 }  // namespace
 
@@ -57,16 +67,28 @@ App::~App() {
     ImGui_ImplGlfw_Shutdown();
     ImGui::DestroyContext();
   }
-  if (window_) {
-    glfwDestroyWindow(window_);
-    glfwTerminate();
-  }
+  if (window_) glfwDestroyWindow(window_);
 }
 
+namespace {
+// GLFW is initialised once per process and terminated at exit: tests open several Apps one after
+// another, and re-initialising GLFW's X11 platform after glfwTerminate fails on Xvfb.
+std::string g_glfw_error;  // last GLFW error, for the message when opening a window fails
+
+bool init_glfw_once() {
+  static const bool ok = [] {
+    glfwSetErrorCallback([](int, const char* what) { g_glfw_error = what ? what : ""; });
+    if (!glfwInit()) return false;
+    std::atexit(glfwTerminate);
+    return true;
+  }();
+  return ok;
+}
+}  // namespace
+
 bool App::open_window(std::string& error) {
-  glfwSetErrorCallback([](int, const char*) {});  // failures are reported below, once
-  if (!glfwInit()) {
-    error = "cannot open a window: no display (set DISPLAY, or run headless modes under xvfb-run -a)";
+  if (!init_glfw_once()) {
+    error = "cannot open a window: no display (set DISPLAY, or run headless modes under xvfb-run -a): " + g_glfw_error;
     return false;
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
@@ -75,8 +97,7 @@ bool App::open_window(std::string& error) {
   glfwWindowHint(GLFW_VISIBLE, opt_.hidden ? GLFW_FALSE : GLFW_TRUE);
   window_ = glfwCreateWindow(opt_.width, opt_.height, "memcomm-view", nullptr, nullptr);
   if (window_ == nullptr) {
-    glfwTerminate();
-    error = "cannot open a window: no OpenGL 3.3 core context on this display";
+    error = "cannot open a window: no OpenGL 3.3 core context on this display: " + g_glfw_error;
     return false;
   }
   glfwMakeContextCurrent(window_);
@@ -124,6 +145,51 @@ void App::poll_load() {
   redraw_frames_ = 3;
 }
 
+bool App::start_live(std::string& error) {
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  live_ = std::make_unique<LiveSession>();
+  if (!live_->start(opt_.listen, error)) {
+    live_.reset();
+    return false;
+  }
+  live_receiving_ = true;
+  st_.live_status = "live " + opt_.listen;
+  return true;
+#else
+  error = "--listen " + opt_.listen + ": this build has no live-stream receiver (built without profiler/core)";
+  return false;
+#endif
+}
+
+void App::poll_live() {
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  if (!live_) return;
+  std::vector<std::string> msgs;
+  const bool rebuild = live_->poll(msgs, now_s());
+  for (const auto& m : msgs) st_.message(m);
+  if (rebuild) {
+    // Follow the run while the whole of it is in view; keep the user's zoom otherwise.
+    const bool following = st_.tl.empty() || (st_.view_t0 <= st_.tl.begin && st_.view_t1 >= st_.tl.end);
+    const TimeNs t0 = st_.view_t0, t1 = st_.view_t1;
+    const auto collapsed = st_.collapsed;
+    st_.set_timeline(live_->build(), false);
+    if (!following) st_.zoom_to(t0, t1);
+    if (collapsed.size() <= st_.collapsed.size()) std::copy(collapsed.begin(), collapsed.end(), st_.collapsed.begin());
+    redraw_frames_ = std::max(redraw_frames_, 2);
+  }
+  const LiveStats ls = live_->stats();
+  st_.live_status = fmt::format("live :{} connections {} active {} received {} queue drops {} errors {}", ls.port,
+                                ls.connections, ls.active, ls.events, ls.dropped, ls.errors);
+#endif
+}
+
+std::uint64_t App::events_seen() const {
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  if (live_) return live_->events_received();
+#endif
+  return st_.tl.event_count;
+}
+
 void App::apply_script() {
   if (script_.empty()) return;
   ImGuiIO& io = ImGui::GetIO();
@@ -168,7 +234,7 @@ void App::apply_script() {
         return;
       case ScriptCommand::Op::WaitEvents:
         if (wait_deadline_ == 0) wait_deadline_ = now_s() + c.timeout_s;
-        if ((st_.tl.event_count >= c.events && !load_) || now_s() > wait_deadline_) {
+        if ((events_seen() >= c.events && !load_) || now_s() > wait_deadline_) {
           if (st_.tl.event_count < c.events)
             st_.message("script line " + std::to_string(c.line) + ": timed out waiting for " + std::to_string(c.events) +
                         " events (have " + std::to_string(st_.tl.event_count) + ")");
@@ -188,26 +254,29 @@ void App::apply_script() {
 }
 
 bool App::idle() const {
-  return redraw_frames_ <= 0 && !load_ && script_.empty() && st_.live_status.empty();
+  return redraw_frames_ <= 0 && !load_ && script_.empty() && !live_receiving_;
 }
 
 void App::frame() {
   const double t0 = now_s();
   poll_load();
+  poll_live();
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
   apply_script();
-  const double b0 = now_s();
+  const double b0 = now_s(), c0 = thread_cpu_s();
   ImGui::NewFrame();
   build_ui();
   ImGui::Render();
   st_.build_ms = (now_s() - b0) * 1e3;
+  st_.build_cpu_ms = (thread_cpu_s() - c0) * 1e3;
   int w = 0, h = 0;
   glfwGetFramebufferSize(window_, &w, &h);
   glViewport(0, 0, w, h);
   glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
   glClear(GL_COLOR_BUFFER_BIT);
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  if (opt_.bench) glFinish();  // keep the software rasterizer's work out of the next frame's build timing
   glfwSwapBuffers(window_);
   st_.frame_ms = (now_s() - t0) * 1e3;
   ++frames_;
@@ -370,6 +439,13 @@ std::string App::report_json() const {
     j["selection"] = {{"t0", st_.selection.t0}, {"t1", st_.selection.t1}, {"spans", st_.selection.spans},
                       {"collectives", st_.selection.collectives}};
   j["live"] = st_.live_status;
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  if (live_) {
+    const LiveStats ls = live_->stats();
+    j["live_stats"] = {{"port", ls.port}, {"connections", ls.connections}, {"active", ls.active},
+                       {"received", live_->events_received()}, {"queue_dropped", ls.dropped}, {"errors", ls.errors}};
+  }
+#endif
   return j.dump(2);
 }
 

@@ -114,8 +114,8 @@ void draw_status(const AppState& st, std::uint64_t frames) {
   }
   std::string line = fmt::format("events {}  ranks {}", st.tl.event_count, st.tl.ranks.size());
   if (!st.live_status.empty()) line += fmt::format(" (connected {})  {}", connected, st.live_status);
-  line += fmt::format("  drops {}  marks {}  view {}  frame {:.2f} ms (build {:.2f} ms)  #{}", drops, st.drawn_marks,
-                      format_time(st.view_t1 - st.view_t0), st.frame_ms, st.build_ms, frames);
+  line += fmt::format("  drops {}  marks {}  view {}  frame {:.2f} ms (build {:.2f} ms CPU)  #{}", drops, st.drawn_marks,
+                      format_time(st.view_t1 - st.view_t0), st.frame_ms, st.build_cpu_ms, frames);
   if (st.load_progress >= 0) line += fmt::format("  loading {:.0f}% {}", st.load_progress * 100, st.loading_file);
   ImGui::TextUnformatted(line.c_str());
 }

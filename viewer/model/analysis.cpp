@@ -32,18 +32,6 @@ TimeNs length(const Intervals& v) {
   return n;
 }
 
-// |a ∩ b| for disjoint sorted interval lists.
-TimeNs overlap(const Intervals& a, const Intervals& b) {
-  TimeNs n = 0;
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) n += hi - lo;
-    (a[i].second < b[j].second) ? ++i : ++j;
-  }
-  return n;
-}
-
 }  // namespace
 
 std::vector<StepRow> step_table(const Timeline& tl) {
@@ -69,29 +57,43 @@ std::vector<StepRow> step_table(const Timeline& tl) {
       r.index = index++;
       r.start = st.start;
       r.end = st.end;
-      Intervals comm, compute, wait;
+      // Only compute that overlaps communication matters: look it up inside each communication
+      // interval (binary searches), so a step costs O(collectives x log spans), not O(kernels).
+      Intervals comm, wait;
+      std::vector<const std::vector<Span>*> compute_rows;
+      std::vector<std::pair<const std::vector<Span>*, bool>> phase_rows;
       for (const auto& lane : rd.lanes) {
         for (const auto& row : lane.rows) {
           if (lane.kind == LaneKind::Collective) clip_row(row, st.start, st.end, comm);
-          else if (lane.kind == LaneKind::Kernel) clip_row(row, st.start, st.end, compute);
+          else if (lane.kind == LaneKind::Kernel) compute_rows.push_back(&row);
           else if (lane.kind == LaneKind::Phase) {
-            Intervals tmp;
-            clip_row(row, st.start, st.end, tmp);
             auto it = std::lower_bound(row.begin(), row.end(), st.start, [](const Span& s, TimeNs t) { return s.end <= t; });
-            for (const auto& iv : tmp) {
+            for (; it != row.end() && it->start < st.end; ++it) {
               const PhaseKind k = phase_kind_from_name(tl.strings.get(it->name));
-              ++it;
-              if (k == PhaseKind::DataWait) wait.push_back(iv);
-              // On CPU runs the host phases are the compute (issue 4: "kernels" are host phases there).
-              if (!has_kernels && (k == PhaseKind::Forward || k == PhaseKind::Backward || k == PhaseKind::Optimizer))
-                compute.push_back(iv);
+              if (k == PhaseKind::DataWait) wait.emplace_back(std::max(it->start, st.start), std::min(it->end, st.end));
             }
+            // On CPU runs the host phases are the compute (issue 4: "kernels" are host phases there).
+            if (!has_kernels) phase_rows.emplace_back(&row, true);
           }
         }
       }
-      const Intervals c = unite(std::move(comm)), k = unite(std::move(compute));
+      const Intervals c = unite(std::move(comm));
+      Intervals covered;
+      for (const auto& iv : c) {
+        for (const auto* row : compute_rows) clip_row(*row, iv.first, iv.second, covered);
+        for (const auto& pr : phase_rows) {
+          Intervals tmp;
+          clip_row(*pr.first, iv.first, iv.second, tmp);
+          auto it = std::lower_bound(pr.first->begin(), pr.first->end(), iv.first, [](const Span& s, TimeNs t) { return s.end <= t; });
+          for (const auto& part : tmp) {
+            const PhaseKind k = phase_kind_from_name(tl.strings.get(it->name));
+            ++it;
+            if (k == PhaseKind::Forward || k == PhaseKind::Backward || k == PhaseKind::Optimizer) covered.push_back(part);
+          }
+        }
+      }
       r.comm = length(c);
-      r.exposed_comm = r.comm - overlap(c, k);
+      r.exposed_comm = r.comm - length(unite(std::move(covered)));  // parts lie inside disjoint comm intervals
       r.overlap_pct = r.comm > 0 ? 100.0 * static_cast<double>(r.comm - r.exposed_comm) / static_cast<double>(r.comm) : 0;
       r.data_wait = length(unite(std::move(wait)));
       double mn = 0, mx = 0;

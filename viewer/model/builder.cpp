@@ -26,10 +26,18 @@ std::vector<std::vector<Span>> nest_rows(std::vector<Span>& spans) {
   return rows;
 }
 
-// Rows for spans that should not overlap (one stream): overlaps spill into extra rows.
+// Rows for spans that should not overlap (one stream): overlaps spill into extra rows. The common
+// case (recorded in order, no overlap) moves the vector as the one row, with no sort and no copy.
 std::vector<std::vector<Span>> pack_rows(std::vector<Span>& spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  const auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
+  if (!std::is_sorted(spans.begin(), spans.end(), by_start)) std::stable_sort(spans.begin(), spans.end(), by_start);
+  bool overlaps = false;
+  for (std::size_t i = 1; i < spans.size() && !overlaps; ++i) overlaps = spans[i].start < spans[i - 1].end;
   std::vector<std::vector<Span>> rows;
+  if (!overlaps) {
+    rows.push_back(std::move(spans));
+    return rows;
+  }
   for (const Span& s : spans) {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const std::vector<Span>& r) { return r.back().end <= s.start; });
     if (it == rows.end()) {
@@ -41,8 +49,14 @@ std::vector<std::vector<Span>> pack_rows(std::vector<Span>& spans) {
   return rows;
 }
 
+// Shrinking copies the vector: only worth it when more than 1/8 of it is slack.
+template <class V>
+void shrink_if_slack(V& v) {
+  if (v.capacity() - v.size() > v.size() / 8) v.shrink_to_fit();
+}
+
 void shrink(std::vector<std::vector<Span>>& rows) {
-  for (auto& r : rows) r.shrink_to_fit();
+  for (auto& r : rows) shrink_if_slack(r);
   rows.shrink_to_fit();
 }
 
@@ -133,8 +147,19 @@ void TimelineBuilder::span(std::uint32_t r, LaneKind kind, std::uint32_t stream,
 }
 void TimelineBuilder::dropped(std::uint32_t r, std::uint64_t n) { rank(r).dropped += n; }
 void TimelineBuilder::host(std::uint32_t r, std::string_view h) { rank(r).host = std::string(h); }
-void TimelineBuilder::reserve(std::size_t spans) {
-  (void)spans;  // per-lane vectors grow geometrically and are shrunk in finish()
+void TimelineBuilder::reserve(std::uint32_t r, LaneKind kind, std::uint32_t stream, std::size_t n) {
+  RankParts& p = rank(r);
+  if (kind == LaneKind::Phase) p.phases.reserve(p.phases.size() + n);
+  else if (kind == LaneKind::Nvtx) p.nvtx.reserve(p.nvtx.size() + n);
+  else if (kind == LaneKind::Collective) p.collectives.reserve(p.collectives.size() + n);
+  else {
+    auto& v = p.streams[{static_cast<std::uint8_t>(kind), stream}];
+    v.reserve(v.size() + n);
+  }
+}
+void TimelineBuilder::reserve_alloc(std::uint32_t r, std::size_t n) {
+  auto& v = rank(r).alloc;
+  v.reserve(v.size() + n);
 }
 
 Timeline TimelineBuilder::finish(std::string source) {
@@ -182,14 +207,16 @@ Timeline TimelineBuilder::finish(std::string source) {
       shrink(lane.rows);
       rd.lanes.push_back(std::move(lane));
       rd.collectives = std::move(cs);
-      rd.collectives.shrink_to_fit();
+      shrink_if_slack(rd.collectives);
     }
     for (const auto& lane : rd.lanes)
       for (const auto& row : lane.rows)
         if (!row.empty()) bound(row.front().start, row.back().end);
-    std::stable_sort(parts.alloc.begin(), parts.alloc.end(), [](const AllocEvent& a, const AllocEvent& b) { return a.t < b.t; });
+    const auto by_time = [](const AllocEvent& a, const AllocEvent& b) { return a.t < b.t; };
+    if (!std::is_sorted(parts.alloc.begin(), parts.alloc.end(), by_time))
+      std::stable_sort(parts.alloc.begin(), parts.alloc.end(), by_time);
     rd.alloc_events = std::move(parts.alloc);
-    rd.alloc_events.shrink_to_fit();
+    shrink_if_slack(rd.alloc_events);
     if (!rd.alloc_events.empty()) bound(rd.alloc_events.front().t, rd.alloc_events.back().t);
     const bool has_memory_samples = parts.counters.count("allocated") || parts.counters.count("reserved");
     for (auto& [name, series] : parts.counters) {

@@ -4,6 +4,24 @@
 
 namespace memcomm::view {
 
+namespace {
+// First index >= from whose span ends at or after t. Galloping from `from`: the answer is usually a
+// few spans away, so this touches O(log distance) cache lines instead of O(log n) across the row.
+std::size_t first_ending_at_or_after(const std::vector<Span>& row, std::size_t from, TimeNs t) {
+  const std::size_t n = row.size();
+  std::size_t lo = from, step = 1;
+  while (from + step < n && row[from + step].end < t) {
+    lo = from + step;
+    step *= 2;
+  }
+  const std::size_t hi = std::min(n, from + step + 1);
+  return static_cast<std::size_t>(std::lower_bound(row.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                   row.begin() + static_cast<std::ptrdiff_t>(hi), t,
+                                                   [](const Span& s, TimeNs v) { return s.end < v; }) -
+                                  row.begin());
+}
+}  // namespace
+
 void query_spans(const std::vector<Span>& row, TimeNs t0, TimeNs t1, TimeNs min_ns, std::vector<DrawSpan>& out) {
   if (row.empty() || t1 <= t0) return;
   min_ns = std::max<TimeNs>(min_ns, 1);
@@ -20,10 +38,8 @@ void query_spans(const std::vector<Span>& row, TimeNs t0, TimeNs t1, TimeNs min_
     // Note [Span merging] in span_query.hpp.
     std::size_t j = i;
     TimeNs mark_end = s.end;
-    for (;;) {
-      const auto k = static_cast<std::size_t>(
-          std::lower_bound(row.begin() + static_cast<std::ptrdiff_t>(j + 1), row.end(), mark_end + min_ns, by_end) -
-          row.begin());
+    while (mark_end < t1) {  // past the view, the mark is clipped anyway: stop extending
+      const std::size_t k = first_ending_at_or_after(row, j + 1, mark_end + min_ns);
       if (k > j + 1) {  // spans j+1..k-1 end within min_ns of the mark: they join it
         j = k - 1;
         mark_end = std::max(mark_end, row[j].end);

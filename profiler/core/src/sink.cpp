@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "memcomm/profiler/chunk_codec.hpp"
+
 namespace memcomm::prof {
 
 void MemorySink::consume(const Batch& b) {
@@ -30,9 +32,15 @@ void MemorySink::clear() {
   events_.clear();
 }
 
-FileSink::FileSink(const std::string& path, const WriterOptions& options, size_t chunk_events)
-    : writer_(path, options), chunk_events_(chunk_events ? chunk_events : 1) {
+FileSink::FileSink(const std::string& path, const WriterOptions& options, size_t chunk_events, int compress_threads,
+                   size_t max_pending)
+    : writer_(path, options), chunk_events_(chunk_events ? chunk_events : 1), max_pending_(max_pending ? max_pending : 1) {
   pending_.reserve(chunk_events_);
+  if (compress_threads <= 0) {
+    inline_enc_ = std::make_unique<ChunkEncoder>(options.codec, options.zstd_level);
+  } else {
+    for (int i = 0; i < compress_threads; ++i) workers_.emplace_back([this] { worker(); });
+  }
 }
 
 FileSink::~FileSink() {
@@ -43,8 +51,10 @@ FileSink::~FileSink() {
 }
 
 void FileSink::consume(const Batch& b) {
-  for (size_t i = 0; i < b.n_strings; ++i) pending_text_.emplace_back(b.strings[i].text);
-  for (size_t i = 0; i < b.n_strings; ++i) pending_strings_.push_back({b.strings[i].id, {}});
+  for (size_t i = 0; i < b.n_strings; ++i) {
+    pending_text_.emplace_back(b.strings[i].text);
+    pending_strings_.push_back({b.strings[i].id, {}});
+  }
   size_t done = 0;
   while (done < b.n_events) {
     const size_t take = std::min(b.n_events - done, chunk_events_ - pending_.size());
@@ -54,31 +64,98 @@ void FileSink::consume(const Batch& b) {
   }
 }
 
+// Runs with mu_ held by the caller only for bookkeeping; encoding and the write happen unlocked,
+// writes in sequence order (a chunk waits in encoded_ until its predecessors are written).
+void FileSink::encode_and_write(Job& job, ChunkEncoder& enc, std::vector<char>& bytes) {
+  bytes.clear();
+  std::string err;
+  try {
+    for (size_t i = 0; i < job.strings.size(); ++i) job.strings[i].text = job.text[i];
+    enc.encode(job.strings.data(), job.strings.size(), job.events.data(), job.events.size(), writer_.options().rank,
+               bytes);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!err.empty() && error_.empty()) error_ = err;
+  encoded_[job.seq] = {err.empty() ? std::move(bytes) : std::vector<char>(), uint64_t(job.events.size())};
+  // Whoever finds the next chunk ready writes it (and any that follow); one writer at a time,
+  // because only the thread that owns next_write_ advances it.
+  while (!encoded_.empty() && encoded_.begin()->first == next_write_) {
+    auto node = encoded_.extract(encoded_.begin());
+    ++next_write_;
+    const bool ok = error_.empty() && !node.mapped().first.empty();
+    if (!ok) {
+      lost_ += node.mapped().second;
+    } else {
+      try {
+        writer_.write_encoded(node.mapped().first.data(), node.mapped().first.size(), node.mapped().second);
+      } catch (const std::exception& e) {
+        error_ = e.what();
+        lost_ += node.mapped().second;
+      }
+    }
+    --in_flight_;
+  }
+  bytes.clear();
+  cv_written_.notify_all();
+  cv_space_.notify_all();
+}
+
+void FileSink::worker() {
+  ChunkEncoder enc(writer_.options().codec, writer_.options().zstd_level);
+  std::vector<char> bytes;
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_jobs_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping and nothing left
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    encode_and_write(job, enc, bytes);
+  }
+}
+
 void FileSink::write_pending() {
   if (pending_.empty() && pending_strings_.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_ || !error_.empty()) {
-    lost_ += pending_.size();
-  } else {
-    for (size_t i = 0; i < pending_strings_.size(); ++i) pending_strings_[i].text = pending_text_[i];
-    try {
-      writer_.write_chunk(pending_strings_, pending_);
-    } catch (const std::exception& e) {
-      error_ = e.what();
-      lost_ += pending_.size();
+  Job job;
+  job.strings.swap(pending_strings_);
+  job.text.swap(pending_text_);
+  job.events.swap(pending_);
+  pending_.reserve(chunk_events_);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (closed_ || !error_.empty()) {
+      lost_ += job.events.size();
+      return;
+    }
+    cv_space_.wait(lock, [&] { return in_flight_ < max_pending_; });
+    job.seq = next_seq_++;
+    ++in_flight_;
+    if (!inline_enc_) {
+      jobs_.push_back(std::move(job));
+      cv_jobs_.notify_one();
+      return;
     }
   }
-  pending_.clear();
-  pending_strings_.clear();
-  pending_text_.clear();
+  encode_and_write(job, *inline_enc_, inline_bytes_);
 }
 
 void FileSink::flush() { write_pending(); }
 
 void FileSink::close() {
   write_pending();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (closed_) return;
+    stopping_ = true;
+  }
+  cv_jobs_.notify_all();
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return;
   closed_ = true;
   try {
     writer_.close();

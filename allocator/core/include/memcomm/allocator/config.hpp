@@ -28,9 +28,10 @@ struct AllocatorConfig {
   // Lazy page release (Note [Lazy page release]): mapped bytes are held to
   //   budget = peak allocated bytes x (1 + release_slack) + release_floor;
   // free pages are given back only when mapping more would cross the budget, oldest first.
-  double release_slack = 0.02;
-  std::size_t release_floor = 8u << 20;
-  // When mapping, map at least this fraction of the mapped bytes (rounded to pages) so growth takes few calls.
+  double release_slack = 0.03;
+  std::size_t release_floor = 4u << 20;
+  // When mapping at a segment's end, map this fraction of the reserved bytes more (and at least a PyTorch
+  // segment's worth for small and medium requests), within the budget, so growth takes few calls.
   double map_ahead = 0.02;
 
   // --- memory cap and garbage collection (Note [Garbage collection]) ---

@@ -99,7 +99,7 @@ struct LoadOptions {
   void (*progress)(std::uint64_t done, std::uint64_t total, void* user) = nullptr;
   void* progress_user = nullptr;
   // Hard limits that keep hostile input from exhausting memory.
-  std::uint64_t max_memo_index = 1u << 26;
+  std::uint64_t max_memo_index = std::uint64_t{1} << 32;  // memo indices are at most 32-bit in pickles
   std::uint64_t max_stack_depth = 1u << 24;
 };
 

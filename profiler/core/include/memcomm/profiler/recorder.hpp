@@ -102,15 +102,13 @@ class Recorder {
 
   // --- hot path ---
   bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
-  void record(const Event& e) noexcept {
+  // Records any 24-byte view (Event, MemBlockEvent, CollectiveEvent...).
+  template <class View>
+  void record(const View& v) noexcept {
     if (!enabled()) return;
     detail::TlsCache& c = detail::tls_cache;
     if (__builtin_expect(c.generation != generation_, 0)) attach_thread();
-    c.ring->push(e);
-  }
-  template <class View>
-  void record(const View& v) noexcept {
-    record(Event::from(v));
+    c.ring->push(v);
   }
   // Index of the calling thread (for RangeEvent::thread and host spans); registers it if needed.
   uint16_t thread_index() noexcept {
@@ -219,10 +217,9 @@ class Recorder {
 
 // --- free-function API on the global recorder ---
 inline bool recording() noexcept { return Recorder::global().enabled(); }
-inline void record(const Event& e) noexcept { Recorder::global().record(e); }
 template <class View>
 inline void record(const View& v) noexcept {
-  Recorder::global().record(Event::from(v));
+  Recorder::global().record(v);
 }
 
 // Begin/end a range by hand (NVTX push/pop semantics: LIFO per thread).

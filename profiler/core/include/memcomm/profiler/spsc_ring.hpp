@@ -11,7 +11,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "memcomm/profiler/event.hpp"
 
@@ -30,7 +32,10 @@ class SpscRing {
   size_t capacity() const { return mask_ + 1; }
 
   // Producer side. Never blocks, never allocates. False (and counted) when full.
-  bool push(const Event& e) noexcept {
+  // Takes any 24-byte record view; it is copied as three 8-byte words (Note [Word copies]).
+  template <class View>
+  bool push(const View& e) noexcept {
+    static_assert(sizeof(View) == sizeof(Event) && std::is_trivially_copyable_v<View>);
     const uint64_t h = head_.load(std::memory_order_relaxed);
     if (h - cached_tail_ > mask_) {
       cached_tail_ = tail_.load(std::memory_order_acquire);
@@ -39,7 +44,17 @@ class SpscRing {
         return false;
       }
     }
-    slots_[h & mask_] = e;
+    // Note [Word copies]: a record built field by field on the stack and then moved with 16-byte
+    // loads stalls on store forwarding (~10 cycles); three 8-byte moves forward cleanly.
+    const auto* src = reinterpret_cast<const unsigned char*>(&e);
+    auto* dst = reinterpret_cast<unsigned char*>(&slots_[h & mask_]);
+    uint64_t w0, w1, w2;
+    std::memcpy(&w0, src, 8);
+    std::memcpy(&w1, src + 8, 8);
+    std::memcpy(&w2, src + 16, 8);
+    std::memcpy(dst, &w0, 8);
+    std::memcpy(dst + 8, &w1, 8);
+    std::memcpy(dst + 16, &w2, 8);
     head_.store(h + 1, std::memory_order_release);
     return true;
   }

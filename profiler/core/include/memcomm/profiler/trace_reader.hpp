@@ -82,8 +82,7 @@ class TraceReader {
   FileHeader header_{};
   RecoveryInfo info_;
   std::vector<std::string> strings_;
-  std::vector<uint64_t> buf_;  // decompressed payload, 8-byte aligned
-  void* dctx_ = nullptr;       // ZSTD_DCtx*
+  std::unique_ptr<class ChunkDecoder> dec_;
 };
 
 }  // namespace memcomm::prof

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,10 +48,13 @@ class TraceWriter {
                    uint32_t rank = kUnknownRank) {
     write_chunk(strings.data(), strings.size(), events.data(), events.size(), rank);
   }
+  // Appends chunk bytes made by a ChunkEncoder elsewhere (parallel compression), in one write.
+  void write_encoded(const char* data, size_t n, uint64_t n_events);
   void sync();   // fdatasync: complete chunks survive power loss too
   void close();  // idempotent
 
   const std::string& path() const { return path_; }
+  const WriterOptions& options() const { return opt_; }
   uint64_t bytes_written() const { return bytes_; }
   uint64_t events_written() const { return events_; }
   uint64_t chunks_written() const { return chunks_; }
@@ -62,8 +66,7 @@ class TraceWriter {
   std::string path_;
   WriterOptions opt_;
   int fd_ = -1;
-  void* cctx_ = nullptr;           // ZSTD_CCtx*
-  std::vector<char> raw_;          // reused: uncompressed payload
+  std::unique_ptr<class ChunkEncoder> enc_;
   std::vector<char> out_;          // reused: header + stored payload
   uint64_t bytes_ = 0, events_ = 0, chunks_ = 0;
 };

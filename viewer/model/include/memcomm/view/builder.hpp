@@ -34,7 +34,9 @@ class TimelineBuilder {
             std::uint32_t payload = 0);
   void dropped(std::uint32_t rank, std::uint64_t n);
   void host(std::uint32_t rank, std::string_view host);
-  void reserve(std::size_t spans);
+  // Exact sizes from a counting pass spare the copies of geometric growth (Note [Viewer memory budget]).
+  void reserve(std::uint32_t rank, LaneKind kind, std::uint32_t stream, std::size_t n);
+  void reserve_alloc(std::uint32_t rank, std::size_t n);
 
   std::uint64_t event_count() const { return events_; }
   // Sorts, splits rows, matches collectives, builds LOD levels and shrinks containers.

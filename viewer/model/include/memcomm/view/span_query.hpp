@@ -4,8 +4,8 @@
 // The first visible span is a binary search on end. A span at least `min_ns` wide (3 px) is drawn
 // as itself. A narrower one opens a merged mark, which swallows, by binary search, every following
 // span that ends within `min_ns` of the mark's end, and any narrow span that starts within
-// `min_ns` of it. Each extension advances the mark by at least min_ns every two steps, so a query
-// costs O(visible pixels x log n), never O(visible spans).
+// `min_ns` of it. Each extension advances the mark by at least min_ns every two steps, and a mark
+// stops growing at the view's end, so a query costs O(visible pixels x log n), never O(spans).
 #pragma once
 
 #include <memcomm/view/timeline.hpp>

@@ -6,6 +6,9 @@
 #include <memcomm/view/app/app_state.hpp>
 #include <memcomm/view/app/input_script.hpp>
 #include <memcomm/view/loader.hpp>
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+#include <memcomm/view/live.hpp>
+#endif
 
 #include <cstdint>
 #include <memory>
@@ -62,6 +65,9 @@ class App {
  private:
   void build_ui();
   void poll_load();
+  void poll_live();
+  bool start_live(std::string& error);
+  std::uint64_t events_seen() const;  // received live, else loaded
   void apply_script();
   bool idle() const;
   int run_bench();
@@ -77,12 +83,13 @@ class App {
   int held_key_ = -1;
   bool mouse_down_[2] = {false, false};
   float mouse_x_ = -1, mouse_y_ = -1;
-  float drag_to_x_ = 0, drag_to_y_ = 0, drag_step_x_ = 0, drag_step_y_ = 0;
-  int drag_release_button_ = -1;
   double wait_deadline_ = 0;
-  bool script_active_ = false;
   std::uint64_t frames_ = 0;
   double synth_s_ = 0;                  // time to generate + index --synthetic data
+  bool live_receiving_ = false;         // --listen is up: redraw at 20 Hz for arrivals
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  std::unique_ptr<LiveSession> live_;   // Note [Live rebuild] in live.hpp
+#endif
   std::vector<std::string> pending_drops_;
   int redraw_frames_ = 3;               // frames still to draw after the last input (ImGui settles)
   bool open_popup_ = false;

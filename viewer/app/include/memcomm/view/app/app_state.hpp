@@ -74,7 +74,8 @@ struct AppState {
   double load_progress = -1;                    // < 0: not loading
   std::string loading_file;
   std::string live_status;                      // live mode line for the status bar
-  double frame_ms = 0, build_ms = 0;            // last frame: total and UI build (CPU)
+  double frame_ms = 0, build_ms = 0;            // last frame: total and UI build (wall clock)
+  double build_cpu_ms = 0;                      // last frame: UI build, CPU time of the UI thread
 
   // Replaces (or, with merge, extends) the data and rebuilds what depends on it.
   void set_timeline(Timeline&& t, bool merge);

@@ -1,0 +1,102 @@
+// The live stream protocol: a rank (StreamSink) connects out to a listening viewer
+// (StreamReceiver) and sends its events as they are recorded.
+//
+// Note [Live protocol]
+//   rank -> viewer  StreamHello (128 bytes): magic, protocol and event-model versions, who I am
+//   viewer -> rank  StreamHelloAck (128 bytes): accepted, or refused with a message (version
+//                   mismatch: both sides print who speaks which version, the rank stops retrying)
+//   rank -> viewer  frames, each exactly a .mct chunk (ChunkHeader + payload, lz4, checksummed;
+//                   Note [mct layout]) with raw size <= the viewer's max_frame_bytes. The first
+//                   frame after every (re)connect redefines all strings, so a viewer that
+//                   restarts gets a consistent table.
+// Anything else on the socket (bad magic, oversize or corrupt frame) makes the viewer drop that
+// connection with a message; the viewer itself keeps running. A rank whose queue overflows (slow or
+// absent viewer) drops events and reports them in-band as DropEvents with thread = kStreamDropThread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcomm/profiler/chunk_codec.hpp"
+
+namespace memcomm::prof {
+
+inline constexpr char kStreamMagic[8] = {'M', 'C', 'L', 'I', 'V', 'E', '\0', '\x01'};
+inline constexpr uint16_t kStreamProtocolVersion = 1;
+inline constexpr uint16_t kDefaultLivePort = 7433;
+inline constexpr uint32_t kDefaultMaxFrameBytes = 4u << 20;
+inline constexpr uint16_t kStreamDropThread = 0xFFFF;  // DropEvent::thread for live-queue drops
+
+enum class HelloStatus : uint16_t { Accepted = 0, VersionMismatch = 1, Refused = 2 };
+
+#pragma pack(push, 1)
+struct StreamHello {
+  char magic[8];               // kStreamMagic
+  uint16_t protocol_version;   // kStreamProtocolVersion
+  uint16_t event_version;      // kEventModelVersion
+  uint32_t rank;               // kUnknownRank when not distributed
+  uint32_t world_size;
+  uint32_t pid;
+  uint32_t max_frame_bytes;    // the largest frame this sender produces (raw bytes)
+  char host[64];               // NUL-terminated host name
+  uint8_t reserved[36];        // zero
+};
+struct StreamHelloAck {
+  char magic[8];               // kStreamMagic
+  uint16_t protocol_version;   // the viewer's version
+  uint16_t event_version;
+  HelloStatus status;
+  uint16_t reserved;
+  uint32_t max_frame_bytes;    // the viewer's frame limit
+  char message[108];           // NUL-terminated; why it refused
+};
+#pragma pack(pop)
+static_assert(sizeof(StreamHello) == 128);
+static_assert(sizeof(StreamHelloAck) == 128);
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = kDefaultLivePort;
+};
+// "HOST:PORT", "[v6]:PORT", ":PORT", "PORT" or "HOST". A missing host is 127.0.0.1 (loopback
+// unless asked otherwise). Throws TraceError with a clear message on a bad port.
+Endpoint parse_endpoint(const std::string& text);
+bool is_loopback_host(const std::string& host);
+
+// Incremental decoder of the viewer side of a connection: feed it whatever recv() returned.
+// Exposed (and fuzzed) separately from the sockets.
+class StreamDecoder {
+ public:
+  struct Output {
+    virtual ~Output() = default;
+    // Return false to refuse (the decoder then fails with `why`).
+    virtual bool on_hello(const StreamHello& hello, std::string& why) = 0;
+    virtual void on_frame(const std::vector<StringDef>& new_strings, const Event* events, size_t n) = 0;
+  };
+  explicit StreamDecoder(uint32_t max_frame_bytes = kDefaultMaxFrameBytes) : max_frame_(max_frame_bytes) {}
+
+  // False on a protocol error (error() says what and at which stream offset); later calls also
+  // return false. The connection must then be closed.
+  bool feed(const void* data, size_t n, Output& out);
+  const std::string& error() const { return error_; }
+  bool hello_done() const { return hello_done_; }
+  uint64_t frames() const { return frames_; }
+  uint64_t events() const { return events_; }
+  const std::vector<std::string>& strings() const { return strings_; }
+
+ private:
+  bool fail(const std::string& why);
+  uint32_t max_frame_;
+  std::vector<unsigned char> buf_;
+  size_t consumed_ = 0;          // bytes of buf_ already processed
+  uint64_t offset_ = 0;          // stream offset of buf_[0]
+  bool hello_done_ = false;
+  std::string error_;
+  std::vector<std::string> strings_;
+  std::vector<StringDef> new_defs_;
+  ChunkDecoder dec_;
+  uint64_t frames_ = 0, events_ = 0;
+};
+
+}  // namespace memcomm::prof

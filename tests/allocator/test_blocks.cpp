@@ -1,0 +1,186 @@
+// Splitting, merging, best fit, rounding and misuse, on both kinds of segments.
+#include <cstring>
+
+#include "allocator_test_util.hpp"
+
+using namespace memcomm::alloc;
+using namespace memcomm::alloc::test;
+
+namespace {
+AllocatorConfig whole_segments() {
+  AllocatorConfig c;
+  c.expandable_segments = false;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("sizes are rounded to min_block and blocks are aligned", "[allocator][blocks]") {
+  CachingAllocator a(simulated());
+  void* p = a.allocate(1);
+  CHECK(a.block_size(p) == 512);
+  CHECK(a.requested_size(p) == 1);
+  void* q = a.allocate(513);
+  CHECK(a.block_size(q) == 1024);
+  CHECK(addr(p) % 512 == 0);
+  CHECK(addr(q) % 512 == 0);
+  CHECK(a.allocate(0) == nullptr);
+  a.deallocate(nullptr);  // ignored, as free(NULL)
+  a.deallocate(p);
+  a.deallocate(q);
+  a.check_invariants();
+}
+
+TEST_CASE("a segment is split for the request and the rest stays free", "[allocator][blocks][split]") {
+  CachingAllocator a(simulated(), whole_segments());
+  void* p = a.allocate(100 * KiB);  // small pool: one 2 MiB segment
+  auto snap = a.snapshot();
+  REQUIRE(snap.size() == 1);
+  CHECK(snap[0].size == 2 * MiB);
+  REQUIRE(snap[0].blocks.size() == 2);
+  CHECK(snap[0].blocks[0].allocated);
+  CHECK(snap[0].blocks[0].size == 100 * KiB);
+  CHECK_FALSE(snap[0].blocks[1].allocated);
+  CHECK(snap[0].blocks[1].size == 2 * MiB - 100 * KiB);
+  // The next small request is carved from the remainder, right after the first block.
+  void* q = a.allocate(200 * KiB);
+  CHECK(addr(q) == addr(p) + 100 * KiB);
+  CHECK(a.stats().segment.current == 1);
+  CHECK(a.stats().num_device_alloc == 1);
+  a.check_invariants();
+  a.deallocate(p);
+  a.deallocate(q);
+  a.check_invariants();
+}
+
+TEST_CASE("large remainders below min_large_split are not split off", "[allocator][blocks][split]") {
+  CachingAllocator a(simulated(), whole_segments());
+  // 19.5 MiB from a 20 MiB segment leaves 0.5 MiB < 1 MiB: the block keeps it (bounded waste).
+  void* p = a.allocate(19 * MiB + 512 * KiB);
+  CHECK(a.block_size(p) == 20 * MiB);
+  CHECK(a.memory_summary().internal_waste == 512 * KiB);
+  a.deallocate(p);
+}
+
+TEST_CASE("freed neighbours merge back into one block", "[allocator][blocks][merge]") {
+  for (bool expandable : {false, true}) {
+    AllocatorConfig c;
+    c.expandable_segments = expandable;
+    CachingAllocator a(simulated(), c);
+    void* x = a.allocate(64 * KiB);
+    void* y = a.allocate(64 * KiB);
+    void* z = a.allocate(64 * KiB);
+    REQUIRE(addr(y) == addr(x) + 64 * KiB);
+    REQUIRE(addr(z) == addr(y) + 64 * KiB);
+    a.deallocate(x);
+    a.deallocate(z);
+    CHECK(a.stats().inactive_split.current >= 1);
+    a.check_invariants();
+    a.deallocate(y);  // merges with both sides
+    a.check_invariants();
+    auto snap = a.snapshot();
+    std::size_t free_mapped = 0;
+    for (auto& s : snap)
+      for (auto& b : s.blocks) free_mapped += !b.allocated && b.mapped;
+    CHECK(free_mapped == 1);
+    // The merged block serves a request of all three together, at the same place.
+    void* w = a.allocate(192 * KiB);
+    CHECK(addr(w) == addr(x));
+    a.deallocate(w);
+  }
+}
+
+TEST_CASE("best fit picks the smallest free block that fits", "[allocator][blocks]") {
+  CachingAllocator a(simulated(), whole_segments());
+  void* big = a.allocate(512 * KiB);
+  void* sep1 = a.allocate(4 * KiB);
+  void* mid = a.allocate(128 * KiB);
+  void* sep2 = a.allocate(4 * KiB);
+  a.deallocate(big);
+  a.deallocate(mid);
+  void* p = a.allocate(100 * KiB);
+  CHECK(addr(p) == addr(mid));
+  a.deallocate(p);
+  a.deallocate(sep1);
+  a.deallocate(sep2);
+  a.check_invariants();
+}
+
+TEST_CASE("small and large requests use separate pools", "[allocator][blocks]") {
+  CachingAllocator a(simulated());
+  void* s = a.allocate(4 * KiB);
+  void* l = a.allocate(4 * MiB);
+  auto snap = a.snapshot();
+  REQUIRE(snap.size() == 2);
+  CHECK(snap[0].small_pool != snap[1].small_pool);
+  a.deallocate(s);
+  a.deallocate(l);
+}
+
+TEST_CASE("oversize blocks are not split for small requests", "[allocator][blocks][oversize]") {
+  AllocatorConfig c = whole_segments();
+  c.max_split_size = 32 * MiB;
+  c.max_oversize_waste = 4 * MiB;
+  CachingAllocator a(simulated(), c);
+  void* big = a.allocate(64 * MiB);
+  CHECK(a.stats().oversize_allocations.current == 1);
+  a.deallocate(big);
+  void* medium = a.allocate(16 * MiB);  // must not cut the cached 64 MiB block
+  CHECK(addr(medium) != addr(big));
+  void* big2 = a.allocate(62 * MiB);    // wastes 2 MiB < 4 MiB: reuses it
+  CHECK(addr(big2) == addr(big));
+  a.deallocate(big2);
+  void* big3 = a.allocate(40 * MiB);    // would waste 24 MiB: a new segment instead
+  CHECK(addr(big3) != addr(big));
+  a.deallocate(big3);
+  a.deallocate(medium);
+  a.check_invariants();
+}
+
+TEST_CASE("double free and foreign pointers get a clear error", "[allocator][blocks][errors]") {
+  CachingAllocator a(simulated());
+  void* p = a.allocate(1000);
+  a.deallocate(p);
+  try {
+    a.deallocate(p);
+    FAIL("double free was accepted");
+  } catch (const AllocatorError& e) {
+    CHECK(std::string(e.what()).find("not a live block") != std::string::npos);
+  }
+  int local = 0;
+  CHECK_THROWS_AS(a.deallocate(&local), AllocatorError);
+  void* q = a.allocate(4096);
+  CHECK_THROWS_AS(a.deallocate(static_cast<char*>(q) + 512), AllocatorError);  // interior pointer
+  CHECK_THROWS_AS(a.record_stream(&local, 3), AllocatorError);
+  CHECK_THROWS_AS(a.block_size(&local), AllocatorError);
+  a.deallocate(q);
+  a.check_invariants();
+}
+
+TEST_CASE("bad configuration is refused", "[allocator][config]") {
+  AllocatorConfig c;
+  c.min_block = 48;
+  CHECK_THROWS_AS(CachingAllocator(simulated(), c), AllocatorError);
+  CHECK_THROWS_AS(CachingAllocator(nullptr), AllocatorError);
+}
+
+TEST_CASE("expandable segments grow in place and map in runs", "[allocator][expandable]") {
+  auto src = simulated();
+  CachingAllocator a(src);
+  void* p = a.allocate(10 * MiB);
+  void* q = a.allocate(30 * MiB);
+  // One virtual range per pool: the second block follows the first in the same segment.
+  auto snap = a.snapshot();
+  REQUIRE(snap.size() == 1);
+  CHECK(snap[0].expandable);
+  CHECK(addr(q) >= addr(p) + 10 * MiB);
+  CHECK(src->is_backed(p, 10 * MiB));
+  CHECK(src->is_backed(q, 30 * MiB));
+  CHECK(a.stats().num_device_alloc == 0);
+  CHECK(a.stats().num_device_map <= 2);
+  a.deallocate(p);
+  a.deallocate(q);
+  a.empty_cache();
+  CHECK(a.stats().reserved_bytes.current == 0);
+  CHECK(src->counters().backed_bytes == 0);
+  a.check_invariants();
+}

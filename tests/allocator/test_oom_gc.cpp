@@ -1,0 +1,123 @@
+// Capacity, OOM with retry, garbage collection and empty_cache.
+#include "allocator_test_util.hpp"
+
+using namespace memcomm::alloc;
+using namespace memcomm::alloc::test;
+
+TEST_CASE("running past the capacity throws OutOfMemory with the figures", "[allocator][oom]") {
+  for (bool expandable : {true, false}) {
+    AllocatorConfig c;
+    c.expandable_segments = expandable;
+    Recorder rec;
+    CachingAllocator a(simulated(64 * MiB), c);
+    a.add_observer(&rec);
+    void* p = a.allocate(40 * MiB);
+    try {
+      a.allocate(30 * MiB);
+      FAIL("allocation past the capacity succeeded");
+    } catch (const OutOfMemory& e) {
+      const std::string what = e.what();
+      CHECK(what.find("out of memory") != std::string::npos);
+      CHECK(what.find("requested 31457280 bytes") != std::string::npos);
+      CHECK(what.find("reserved") != std::string::npos);
+      CHECK(what.find("allocated 40.00 MiB") != std::string::npos);
+      CHECK(what.find("largest free block") != std::string::npos);
+      CHECK(what.find("fragmentation") != std::string::npos);
+      CHECK(e.requested == 30 * MiB);
+      CHECK(e.allocated == 40 * MiB);
+      CHECK(e.reserved <= 64 * MiB);
+    }
+    const DeviceStats s = a.stats();
+    CHECK(s.num_ooms == 1);
+    CHECK(s.num_alloc_retries == 1);
+    CHECK(rec.count(EventKind::oom) == 1);
+    CHECK(s.reserved_bytes.peak <= std::int64_t(64 * MiB));
+    a.check_invariants();
+    // Nothing is lost: after freeing, the same request fits.
+    a.deallocate(p);
+    void* q = a.allocate(30 * MiB);
+    a.deallocate(q);
+    a.check_invariants();
+    a.remove_observer(&rec);
+  }
+}
+
+TEST_CASE("an allocation that needs the cache freed succeeds after one retry", "[allocator][oom]") {
+  // A block freed while another stream still uses it cannot be given back at once; the retry waits for
+  // the stream's events, frees the block and tries again.
+  auto streams = std::make_shared<ManualStreams>();
+  CachingAllocator a(simulated(64 * MiB), {}, streams);
+  void* p = a.allocate(48 * MiB, 1);
+  a.record_stream(p, 2);
+  a.deallocate(p);
+  void* q = a.allocate(60 * MiB, 3);  // another stream's pool: needs p's pages back
+  const DeviceStats s = a.stats();
+  CHECK(s.num_alloc_retries == 1);
+  CHECK(s.num_sync_all_streams == 1);
+  CHECK(s.num_ooms == 0);
+  CHECK(s.num_device_unmap >= 1);
+  a.deallocate(q);
+  a.check_invariants();
+}
+
+TEST_CASE("empty_cache gives back every free segment and page", "[allocator][empty_cache]") {
+  for (bool expandable : {true, false}) {
+    AllocatorConfig c;
+    c.expandable_segments = expandable;
+    auto src = simulated();
+    CachingAllocator a(src, c);
+    std::vector<void*> ps;
+    for (int i = 0; i < 20; ++i) ps.push_back(a.allocate(std::size_t(i + 1) * 700 * KiB));
+    void* keep = ps[7];
+    for (void* p : ps)
+      if (p != keep) a.deallocate(p);
+    a.empty_cache();
+    const DeviceStats s = a.stats();
+    CHECK(s.reserved_bytes.current > 0);  // the kept block's memory stays
+    CHECK(s.reserved_bytes.current <= std::int64_t(expandable ? 8 * MiB : 20 * MiB));
+    a.check_invariants();
+    a.deallocate(keep);
+    a.empty_cache();
+    CHECK(a.stats().reserved_bytes.current == 0);
+    CHECK(src->counters().backed_bytes == 0);
+    a.check_invariants();
+  }
+}
+
+TEST_CASE("garbage collection gives back old free blocks under the cap", "[allocator][gc]") {
+  for (bool expandable : {true, false}) {
+    AllocatorConfig c;
+    c.expandable_segments = expandable;
+    c.capacity = 256 * MiB;
+    c.gc_threshold = 0.5;
+    c.gc_min_age = 10;
+    CachingAllocator a(simulated(), c);
+    // Many distinct sizes, each freed at once: without GC the cache would keep growing.
+    for (int round = 0; round < 40; ++round) {
+      void* p = a.allocate(std::size_t(round % 20 + 1) * 5 * MiB + 12345);
+      a.deallocate(p);
+      for (int k = 0; k < 12; ++k) a.deallocate(a.allocate(512));  // ages the cache
+    }
+    const DeviceStats s = a.stats();
+    CHECK(s.reserved_bytes.current <= std::int64_t(128 * MiB + 101 * MiB));
+    CHECK(s.num_gc_releases > 0);
+    CHECK(s.num_ooms == 0);
+    a.check_invariants();
+  }
+}
+
+TEST_CASE("lazy release keeps reserved bytes near the high-water mark", "[allocator][release]") {
+  CachingAllocator a(simulated());
+  // Alternate two phases that need different shapes: free space of one phase cannot serve the other
+  // without giving pages back.
+  std::vector<void*> ps;
+  for (int it = 0; it < 5; ++it) {
+    for (int i = 0; i < 16; ++i) ps.push_back(a.allocate(std::size_t(it % 2 ? 24 : 20) * MiB + 4096));
+    for (void* p : ps) a.deallocate(p);
+    ps.clear();
+  }
+  const DeviceStats s = a.stats();
+  const double ratio = double(s.reserved_bytes.peak) / double(s.allocated_bytes.peak);
+  CHECK(ratio <= 1.0 + a.config().release_slack + double(a.config().release_floor + 4 * MiB) / double(s.allocated_bytes.peak));
+  a.check_invariants();
+}

@@ -1,0 +1,158 @@
+// Memory sources: one shared test body for every source that works without a GPU, plus the host
+// source's real memory behaviour and the factory's errors.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "allocator_test_util.hpp"
+#ifdef MEMCOMM_TEST_HAVE_CUDA
+#include "memcomm/allocator/cuda_sources.hpp"
+#endif
+
+using namespace memcomm::alloc;
+using namespace memcomm::alloc::test;
+
+namespace {
+
+// The same workload on any source: blocks of many sizes, written to when the source is host memory,
+// freed in random order, with invariants checked along the way.
+void exercise(const std::string& name, bool expandable) {
+  SourceOptions o;
+  auto src = make_source(name, o);
+  AllocatorConfig c;
+  c.expandable_segments = expandable;
+  CachingAllocator a(src, c);
+  std::mt19937_64 rng(42);
+  std::vector<std::pair<void*, std::size_t>> live;
+  for (int i = 0; i < 3000; ++i) {
+    if (live.empty() || rng() % 3 != 0) {
+      const std::size_t size = rng() % 4 == 0 ? 1 + rng() % (24 * MiB) : 1 + rng() % (64 * KiB);
+      void* p = a.allocate(size);
+      REQUIRE(p != nullptr);
+      REQUIRE(addr(p) % 64 == 0);
+      if (src->host_accessible()) {
+        std::memset(p, int(i & 0xff), std::min<std::size_t>(size, 4096));
+        static_cast<char*>(p)[size - 1] = 1;
+      }
+      live.emplace_back(p, size);
+    } else {
+      const std::size_t k = rng() % live.size();
+      if (src->host_accessible()) CHECK(static_cast<char*>(live[k].first)[live[k].second - 1] == 1);
+      a.deallocate(live[k].first);
+      live.erase(live.begin() + std::ptrdiff_t(k));
+    }
+    if (i % 500 == 0) a.check_invariants();
+  }
+  for (auto& [p, s] : live) a.deallocate(p);
+  a.check_invariants();
+  a.empty_cache();
+  CHECK(a.stats().reserved_bytes.current == 0);
+  CHECK(src->counters().backed_bytes == 0);
+}
+
+}  // namespace
+
+TEST_CASE("every source that needs no GPU runs the same workload", "[allocator][sources]") {
+  const std::string name = GENERATE(as<std::string>{}, "host", "simulated");
+  const bool expandable = GENERATE(true, false);
+  INFO("source " << name << ", expandable " << expandable);
+  exercise(name, expandable);
+}
+
+TEST_CASE("host source segments grow in place and give pages back to the kernel", "[allocator][sources][host]") {
+  auto src = std::make_shared<HostSource>();
+  CHECK(src->can_map());
+  CHECK(src->granularity() == 2 * MiB);
+  char* base = static_cast<char*>(src->reserve(64 * MiB));
+  REQUIRE(src->map(base, 8 * MiB));
+  std::memset(base, 0x5a, 8 * MiB);
+  // Growing in place: the next pages, same addresses, old content intact.
+  REQUIRE(src->map(base + 8 * MiB, 8 * MiB));
+  std::memset(base + 8 * MiB, 0x33, 8 * MiB);
+  CHECK(base[0] == 0x5a);
+  CHECK(src->counters().backed_bytes == 16 * MiB);
+  // Giving back the first 8 MiB: mincore sees no resident page there any more.
+  src->unmap(base, 8 * MiB);
+  CHECK(src->counters().backed_bytes == 8 * MiB);
+  std::vector<unsigned char> resident(8 * MiB / std::size_t(sysconf(_SC_PAGESIZE)));
+  REQUIRE(mincore(base + 8 * MiB, 8 * MiB, resident.data()) == 0);
+  CHECK(resident[0] != 0);
+  // Mapping again gives zeroed pages (the old ones were punched out of the file).
+  REQUIRE(src->map(base, 2 * MiB));
+  CHECK(base[100] == 0);
+  src->unmap(base, 2 * MiB);
+  src->unmap(base + 8 * MiB, 8 * MiB);
+  src->release(base, 64 * MiB);
+  const SourceCounters c = src->counters();
+  CHECK(c.maps == 3);
+  CHECK(c.unmaps == 3);
+  CHECK(c.backed_bytes == 0);
+  CHECK(c.peak_backed_bytes == 16 * MiB);
+}
+
+TEST_CASE("host source honours its capacity", "[allocator][sources][host]") {
+  SourceOptions o;
+  o.capacity = 8 * MiB;
+  HostSource src(o);
+  void* p = src.allocate(8 * MiB);
+  REQUIRE(p != nullptr);
+  CHECK(src.allocate(2 * MiB) == nullptr);
+  CHECK(src.counters().failed == 1);
+  src.deallocate(p, 8 * MiB);
+  CHECK(src.counters().backed_bytes == 0);
+}
+
+TEST_CASE("an allocator on host memory gives LibTorch-grade alignment", "[allocator][sources][host]") {
+  CachingAllocator a(make_source("host"));
+  for (std::size_t size : {1u, 63u, 64u, 65u, 1000u, 4096u, 100000u, 3000000u}) {
+    void* p = a.allocate(size);
+    CHECK(addr(p) % 64 == 0);
+    std::memset(p, 1, size);
+    a.deallocate(p);
+  }
+}
+
+TEST_CASE("the simulated source checks its callers and counts calls", "[allocator][sources][simulated]") {
+  SourceOptions o;
+  o.capacity = 16 * MiB;
+  SimulatedSource s(o);
+  char* r = static_cast<char*>(s.reserve(32 * MiB));
+  REQUIRE(s.map(r, 4 * MiB));
+  CHECK_THROWS_AS(s.map(r + 2 * MiB, 2 * MiB), SourceError);      // already mapped
+  CHECK_THROWS_AS(s.map(r + 1, 2 * MiB), SourceError);            // not page-aligned
+  CHECK_THROWS_AS(s.unmap(r + 4 * MiB, 2 * MiB), SourceError);    // not mapped
+  CHECK_THROWS_AS(s.release(r, 32 * MiB), SourceError);           // pages still mapped
+  CHECK_FALSE(s.map(r + 4 * MiB, 14 * MiB));                       // past the capacity
+  s.unmap(r + 2 * MiB, 2 * MiB);                                   // part of a mapped run
+  CHECK(s.is_backed(r, 2 * MiB));
+  CHECK_FALSE(s.is_backed(r + 2 * MiB, 2 * MiB));
+  s.unmap(r, 2 * MiB);
+  s.release(r, 32 * MiB);
+  const SourceCounters c = s.counters();
+  CHECK(c.maps == 1);
+  CHECK(c.unmaps == 2);
+  CHECK(c.failed == 1);
+  CHECK(c.backed_bytes == 0);
+}
+
+TEST_CASE("make_source names what it does not know", "[allocator][sources]") {
+  try {
+    make_source("gpu-magic");
+    FAIL("unknown source accepted");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    CHECK(what.find("gpu-magic") != std::string::npos);
+    CHECK(what.find("simulated") != std::string::npos);
+  }
+#ifdef MEMCOMM_TEST_HAVE_CUDA
+  // Built with CUDA: without a GPU (cudaErrorInsufficientDriver) both CUDA sources fail cleanly.
+  if (cuda_device_count() == 0) {
+    CHECK_THROWS_AS(make_source("cuda"), SourceError);
+    CHECK_THROWS_AS(make_source("cuda-vmm"), SourceError);
+  }
+#else
+  CHECK_THROWS_AS(make_source("cuda"), SourceError);
+#endif
+}

@@ -1,0 +1,95 @@
+// Statistics and observers.
+#include "allocator_test_util.hpp"
+
+using namespace memcomm::alloc;
+using namespace memcomm::alloc::test;
+
+TEST_CASE("statistics follow PyTorch's DeviceStats meanings", "[allocator][stats]") {
+  CachingAllocator a(simulated());
+  void* p = a.allocate(1000);     // 1024 after rounding
+  void* q = a.allocate(3 * MiB);  // large pool
+  DeviceStats s = a.stats();
+  CHECK(s.allocation.current == 2);
+  CHECK(s.allocated_bytes.current == std::int64_t(1024 + 3 * MiB));
+  CHECK(s.requested_bytes.current == std::int64_t(1000 + 3 * MiB));
+  CHECK(s.active_bytes.current == s.allocated_bytes.current);
+  CHECK(s.reserved_bytes.current >= s.allocated_bytes.current);
+  CHECK(s.segment.current == 2);  // one expandable segment per pool
+  a.deallocate(p);
+  s = a.stats();
+  CHECK(s.allocation.current == 1);
+  CHECK(s.allocation.peak == 2);
+  CHECK(s.allocation.allocated == 2);
+  CHECK(s.allocation.freed == 1);
+  CHECK(s.allocated_bytes.peak == std::int64_t(1024 + 3 * MiB));
+  CHECK(s.requested_bytes.freed == 1000);
+  a.reset_peak_stats();
+  s = a.stats();
+  CHECK(s.allocated_bytes.peak == std::int64_t(3 * MiB));
+  CHECK(s.allocation.peak == 1);
+  CHECK(s.allocation.allocated == 2);  // totals survive a peak reset
+  a.deallocate(q);
+  const MemorySummary m = a.memory_summary();
+  CHECK(m.internal_waste == 0);
+  CHECK(m.free_bytes == std::uint64_t(a.stats().reserved_bytes.current));
+  CHECK(m.largest_free_block <= m.free_bytes);
+  CHECK(m.external_fragmentation() >= 0.0);
+  CHECK(m.external_fragmentation() < 1.0);
+  CHECK(s.fragmentation() >= 0.0);
+}
+
+TEST_CASE("fragmentation figures", "[allocator][stats]") {
+  DeviceStats s;
+  s.allocated_bytes.increase(90);
+  s.reserved_bytes.increase(100);
+  CHECK(s.fragmentation() == Approx(0.1));
+  MemorySummary m;
+  m.free_bytes = 100;
+  m.largest_free_block = 25;
+  CHECK(m.external_fragmentation() == Approx(0.75));
+  CHECK(MemorySummary{}.external_fragmentation() == 0.0);
+  CHECK(DeviceStats{}.fragmentation() == 0.0);
+}
+
+TEST_CASE("observers see every event, in agreement with the stats", "[allocator][observers]") {
+  auto streams = std::make_shared<ManualStreams>();
+  AllocatorConfig c;
+  c.capacity = 256 * MiB;
+  CachingAllocator a(simulated(), c, streams);
+  Recorder rec;
+  a.add_observer(&rec);
+  std::vector<void*> ps;
+  for (int i = 0; i < 50; ++i) ps.push_back(a.allocate(std::size_t(i % 7 + 1) * 700 * KiB + 3));
+  a.record_stream(ps[3], 9);
+  for (void* p : ps) a.deallocate(p);
+  CHECK_THROWS_AS(a.allocate(300 * MiB), OutOfMemory);
+  streams->complete_all();
+  a.empty_cache();
+  const DeviceStats s = a.stats();
+  CHECK(rec.count(EventKind::alloc) == std::size_t(s.allocation.allocated));
+  CHECK(rec.count(EventKind::free_requested) == std::size_t(s.allocation.freed));
+  CHECK(rec.count(EventKind::free_completed) == 50);
+  CHECK(rec.count(EventKind::segment_map) == std::size_t(s.num_device_map));
+  CHECK(rec.count(EventKind::segment_unmap) == std::size_t(s.num_device_unmap));
+  CHECK(rec.count(EventKind::segment_alloc) == std::size_t(s.segment.allocated));
+  CHECK(rec.count(EventKind::oom) == 1);
+  // Timestamps are monotonic, and events carry the request.
+  for (std::size_t i = 1; i < rec.events.size(); ++i) CHECK(rec.events[i].time_ns >= rec.events[i - 1].time_ns);
+  const AllocEvent& first = rec.events[0];
+  CHECK(first.kind == EventKind::segment_alloc);
+  bool found = false;
+  for (const AllocEvent& e : rec.events)
+    if (e.kind == EventKind::alloc) {
+      CHECK(e.requested == 700 * KiB + 3);
+      CHECK(e.size == 700 * KiB + 512);
+      CHECK(e.device == 0);
+      found = true;
+      break;
+    }
+  CHECK(found);
+  a.remove_observer(&rec);
+  const std::size_t n = rec.events.size();
+  a.deallocate(a.allocate(100));
+  CHECK(rec.events.size() == n);
+  CHECK(std::string(to_string(EventKind::segment_unmap)) == "segment_unmap");
+}

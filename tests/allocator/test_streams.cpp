@@ -1,0 +1,77 @@
+// Stream-ordered reuse: record_stream, pooled events, per-stream pools.
+#include "allocator_test_util.hpp"
+
+using namespace memcomm::alloc;
+using namespace memcomm::alloc::test;
+
+TEST_CASE("a block used on another stream is reused only after that stream's work completes",
+          "[allocator][streams]") {
+  auto streams = std::make_shared<ManualStreams>();
+  CachingAllocator a(simulated(), {}, streams);
+  const StreamId s1 = 1, s2 = 2;
+  void* p = a.allocate(256 * KiB, s1);
+  a.record_stream(p, s2);
+  a.record_stream(p, s2);  // twice is once
+  a.record_stream(p, s1);  // its own stream adds nothing
+  a.deallocate(p);
+  CHECK(streams->records() == 1);
+  CHECK(a.stats().active.current == 1);  // freed but still active: waiting for s2
+  CHECK(a.stats().allocation.current == 0);
+  CHECK(a.memory_summary().pending_free_bytes == 256 * KiB);
+  a.check_invariants();
+
+  void* q = a.allocate(256 * KiB, s1);
+  CHECK(addr(q) != addr(p));  // s2 may still be reading p
+  a.deallocate(q);
+
+  streams->complete(s2);
+  a.process_events();
+  CHECK(a.stats().active.current == 0);
+  void* r = a.allocate(256 * KiB, s1);
+  CHECK((addr(r) == addr(p) || addr(r) == addr(q)));
+  a.deallocate(r);
+  a.check_invariants();
+}
+
+TEST_CASE("events come from a pool", "[allocator][streams]") {
+  auto streams = std::make_shared<ManualStreams>();
+  {
+    CachingAllocator a(simulated(), {}, streams);
+    for (int i = 0; i < 100; ++i) {
+      void* p = a.allocate(4 * KiB, 1);
+      a.record_stream(p, 7);
+      a.deallocate(p);
+      streams->complete(7);
+      a.process_events();
+    }
+    CHECK(streams->records() == 100);
+    CHECK(streams->live_events() == 1);  // one event, recorded 100 times
+  }
+  CHECK(streams->live_events() == 0);  // destroyed with the allocator
+}
+
+TEST_CASE("blocks are not shared between streams' pools", "[allocator][streams]") {
+  CachingAllocator a(simulated());
+  void* p = a.allocate(64 * KiB, 1);
+  a.deallocate(p);
+  void* q = a.allocate(64 * KiB, 2);
+  CHECK(addr(q) != addr(p));
+  void* r = a.allocate(64 * KiB, 1);
+  CHECK(addr(r) == addr(p));
+  a.deallocate(q);
+  a.deallocate(r);
+  CHECK(a.snapshot().size() == 2);
+}
+
+TEST_CASE("empty_cache waits for pending events", "[allocator][streams][empty_cache]") {
+  auto streams = std::make_shared<ManualStreams>();
+  CachingAllocator a(simulated(), {}, streams);
+  void* p = a.allocate(8 * MiB, 1);
+  a.record_stream(p, 2);
+  a.deallocate(p);
+  a.empty_cache();
+  CHECK(a.stats().num_sync_all_streams == 1);
+  CHECK(a.stats().active.current == 0);
+  CHECK(a.stats().reserved_bytes.current == 0);
+  a.check_invariants();
+}

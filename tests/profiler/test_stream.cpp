@@ -1,0 +1,353 @@
+// Live stream: round trip, slow/absent viewer (counted drops, unblocked producer), garbage and
+// oversize frames, version mismatch on both sides, reconnect, byte-by-byte decoding.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "memcomm/profiler/recorder.hpp"
+#include "memcomm/profiler/stream_receiver.hpp"
+#include "memcomm/profiler/stream_sink.hpp"
+#include "memcomm_test.hpp"
+
+using namespace memcomm::prof;
+using namespace std::chrono_literals;
+
+namespace {
+
+ReceiverOptions quiet_receiver() {
+  ReceiverOptions o;
+  o.endpoint = {"127.0.0.1", 0};
+  o.quiet = true;
+  return o;
+}
+StreamOptions sink_options(uint16_t port) {
+  StreamOptions o;
+  o.endpoint = {"127.0.0.1", port};
+  o.rank = 3;
+  o.world_size = 4;
+  o.quiet = true;
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 100;
+  return o;
+}
+
+// Polls until pred(messages) holds or ~20 s pass (a bound for hung tests, not a timing check).
+template <class Pred>
+std::vector<LiveMessage> poll_until(StreamReceiver& rx, std::vector<LiveMessage>& all, Pred pred) {
+  for (int i = 0; i < 2000 && !pred(all); ++i) {
+    rx.poll(all);
+    std::this_thread::sleep_for(10ms);
+  }
+  return all;
+}
+size_t count_events(const std::vector<LiveMessage>& m, EventKind kind) {
+  size_t n = 0;
+  for (auto& x : m)
+    for (auto& e : x.events) n += e.kind == kind;
+  return n;
+}
+bool has_type(const std::vector<LiveMessage>& m, LiveMessage::Type t) {
+  for (auto& x : m)
+    if (x.type == t) return true;
+  return false;
+}
+
+int raw_connect(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+StreamHello good_hello() {
+  StreamHello h{};
+  std::memcpy(h.magic, kStreamMagic, sizeof h.magic);
+  h.protocol_version = kStreamProtocolVersion;
+  h.event_version = kEventModelVersion;
+  h.rank = 0;
+  std::strcpy(h.host, "test");
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("endpoints default to loopback and reject bad ports", "[profiler][stream]") {
+  CHECK(parse_endpoint("").host == "127.0.0.1");
+  CHECK(parse_endpoint(":9000").port == 9000);
+  CHECK(parse_endpoint("9000").host == "127.0.0.1");
+  CHECK(parse_endpoint("viewer.example:7000").host == "viewer.example");
+  CHECK(parse_endpoint("[::1]:7000").host == "::1");
+  CHECK_THROWS_WITH(parse_endpoint("host:99999"), Catch::Contains("bad port"));
+  CHECK_THROWS_WITH(parse_endpoint("host:abc"), Catch::Contains("bad port"));
+  CHECK(is_loopback_host("127.0.0.1"));
+  CHECK(is_loopback_host("localhost"));
+  CHECK_FALSE(is_loopback_host("10.0.0.2"));
+}
+
+TEST_CASE("events recorded on a rank arrive at the receiver with names and identity", "[profiler][stream]") {
+  StreamReceiver rx(quiet_receiver());
+  rx.start();
+  Recorder rec;
+  auto sink = std::make_shared<StreamSink>(sink_options(rx.port()));
+  rec.add_sink(sink);
+  rec.start();
+  const Name loss = rec.name("loss");
+  for (int i = 0; i < 20000; ++i) record_counter(rec, loss, i);
+  rec.stop();
+  sink->close(5000);
+  std::vector<LiveMessage> all;
+  poll_until(rx, all, [](auto& m) { return count_events(m, EventKind::Counter) >= 20000; });
+  CHECK(count_events(all, EventKind::Counter) == 20000);
+  REQUIRE(has_type(all, LiveMessage::Type::Connected));
+  CHECK(all.front().rank == 3);
+  CHECK(all.front().world_size == 4);
+  bool named = false;
+  for (auto& m : all)
+    for (auto& [id, text] : m.strings) named |= id == loss.id && text == "loss";
+  CHECK(named);
+  CHECK(sink->stats().dropped_events == 0);
+  CHECK(sink->stats().sent_events >= 20000);
+}
+
+TEST_CASE("a viewer that never reads causes counted drops, not a blocked producer", "[profiler][stream]") {
+  // A fake viewer: accepts, answers the handshake, then never reads again.
+  StreamReceiver dummy(quiet_receiver());  // only to find a free port quickly
+  dummy.start();
+  const uint16_t port = dummy.port();
+  dummy.stop();
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(lfd, 4) == 0);
+  int rcv = 4096;
+  std::thread fake([&] {
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    StreamHello h;
+    ::recv(fd, &h, sizeof h, MSG_WAITALL);
+    StreamHelloAck ack{};
+    std::memcpy(ack.magic, kStreamMagic, sizeof ack.magic);
+    ack.protocol_version = kStreamProtocolVersion;
+    ack.event_version = kEventModelVersion;
+    ack.max_frame_bytes = 1 << 20;
+    ::send(fd, &ack, sizeof ack, 0);
+    std::this_thread::sleep_for(3s);  // never reads
+    ::close(fd);
+  });
+  RecorderOptions ro;
+  ro.ring_events = 1 << 21;
+  Recorder rec(ro);
+  StreamOptions so = sink_options(port);
+  so.max_queued_events = 10000;
+  so.send_timeout_ms = 200;
+  auto sink = std::make_shared<StreamSink>(so);
+  rec.add_sink(sink);
+  rec.start();
+  constexpr int kEvents = 1'000'000;
+  for (int i = 0; i < kEvents; ++i) rec.record(make_counter(i, 0, i));
+  rec.stop();
+  const StreamStats st = sink->stats();
+  CHECK(st.dropped_events > 0);
+  CHECK(st.sent_events + st.dropped_events <= rec.stats().recorded);
+  CHECK(rec.stats().dropped == 0);  // the collector never waited on the stream
+  sink->close(0);
+  fake.join();
+  ::close(lfd);
+}
+
+TEST_CASE("with no viewer at all, recording continues and drops are counted", "[profiler][stream]") {
+  StreamReceiver dummy(quiet_receiver());
+  dummy.start();
+  const uint16_t port = dummy.port();
+  dummy.stop();  // nobody listens there now
+  Recorder rec;
+  StreamOptions so = sink_options(port);
+  so.max_queued_events = 1000;
+  auto sink = std::make_shared<StreamSink>(so);
+  rec.add_sink(sink);
+  rec.start();
+  for (int i = 0; i < 5000; ++i) rec.record(make_counter(i, 0, i));
+  rec.stop();
+  const StreamStats st = sink->stats();
+  CHECK_FALSE(st.connected);
+  CHECK(st.dropped_events >= 4000);
+  CHECK(st.last_error.find("cannot connect") != std::string::npos);
+  CHECK(rec.stats().dropped == 0);
+}
+
+TEST_CASE("garbage and oversize frames drop that connection; the receiver keeps serving", "[profiler][stream]") {
+  StreamReceiver rx(quiet_receiver());
+  rx.start();
+  std::vector<LiveMessage> all;
+  {
+    const int fd = raw_connect(rx.port());
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    ::send(fd, junk, sizeof junk, 0);
+    poll_until(rx, all, [](auto& m) { return has_type(m, LiveMessage::Type::Error); });
+    ::close(fd);
+  }
+  REQUIRE(has_type(all, LiveMessage::Type::Error));
+  CHECK(all.back().text.find("not a memcomm live stream") != std::string::npos);
+  all.clear();
+  {
+    const int fd = raw_connect(rx.port());
+    const StreamHello h = good_hello();
+    ::send(fd, &h, sizeof h, 0);
+    ChunkHeader big{};
+    big.magic = kChunkMagic;
+    big.raw_size = 1u << 30;
+    big.stored_size = 1u << 30;
+    big.event_count = (1u << 30) / 24;
+    ::send(fd, &big, sizeof big, 0);
+    poll_until(rx, all, [](auto& m) { return has_type(m, LiveMessage::Type::Error); });
+    ::close(fd);
+  }
+  bool oversize = false;
+  for (auto& m : all) oversize |= m.type == LiveMessage::Type::Error && m.text.find("exceeds the limit") != std::string::npos;
+  CHECK(oversize);
+  CHECK(rx.stats().errors == 2);
+  // Still serving real ranks.
+  all.clear();
+  Recorder rec;
+  auto sink = std::make_shared<StreamSink>(sink_options(rx.port()));
+  rec.add_sink(sink);
+  rec.start();
+  for (int i = 0; i < 100; ++i) rec.record(make_counter(i, 0, i));
+  rec.stop();
+  sink->close(5000);
+  poll_until(rx, all, [](auto& m) { return count_events(m, EventKind::Counter) >= 100; });
+  CHECK(count_events(all, EventKind::Counter) == 100);
+}
+
+TEST_CASE("a version mismatch gives a clear message on both sides", "[profiler][stream]") {
+  StreamReceiver rx(quiet_receiver());
+  rx.start();
+  // Rank side speaking a future version: the receiver refuses and says why.
+  const int fd = raw_connect(rx.port());
+  StreamHello h = good_hello();
+  h.protocol_version = 99;
+  ::send(fd, &h, sizeof h, 0);
+  StreamHelloAck ack{};
+  REQUIRE(::recv(fd, &ack, sizeof ack, MSG_WAITALL) == sizeof ack);
+  CHECK(ack.status == HelloStatus::VersionMismatch);
+  CHECK(std::string(ack.message).find("version mismatch") != std::string::npos);
+  ::close(fd);
+  std::vector<LiveMessage> all;
+  poll_until(rx, all, [](auto& m) { return has_type(m, LiveMessage::Type::Error); });
+  REQUIRE(has_type(all, LiveMessage::Type::Error));
+  CHECK(all.back().text.find("speaks live protocol v99") != std::string::npos);
+  rx.stop();
+
+  // Viewer side refusing: the sink records the reason and stops retrying.
+  StreamReceiver dummy(quiet_receiver());
+  dummy.start();
+  const uint16_t port = dummy.port();
+  dummy.stop();
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(lfd, 4) == 0);
+  std::thread fake([&] {
+    const int c = ::accept(lfd, nullptr, nullptr);
+    StreamHello in;
+    ::recv(c, &in, sizeof in, MSG_WAITALL);
+    StreamHelloAck no{};
+    std::memcpy(no.magic, kStreamMagic, sizeof no.magic);
+    no.protocol_version = 2;
+    no.event_version = kEventModelVersion;
+    no.status = HelloStatus::VersionMismatch;
+    std::strcpy(no.message, "version mismatch: viewer speaks protocol v2");
+    ::send(c, &no, sizeof no, 0);
+    ::close(c);
+  });
+  StreamSink sink(sink_options(port));
+  for (int i = 0; i < 500 && !sink.stats().version_mismatch; ++i) std::this_thread::sleep_for(10ms);
+  const StreamStats st = sink.stats();
+  CHECK(st.version_mismatch);
+  CHECK(st.last_error.find("protocol v2") != std::string::npos);
+  CHECK(st.last_error.find("this rank: protocol v1") != std::string::npos);
+  sink.close(0);
+  fake.join();
+  ::close(lfd);
+}
+
+TEST_CASE("a rank reconnects to a restarted viewer and resends its string table", "[profiler][stream]") {
+  auto rx = std::make_unique<StreamReceiver>(quiet_receiver());
+  rx->start();
+  const uint16_t port = rx->port();
+  Recorder rec;
+  auto sink = std::make_shared<StreamSink>(sink_options(port));
+  rec.add_sink(sink);
+  rec.start();
+  const Name n = rec.name("before");
+  record_counter(rec, n, 1);
+  std::vector<LiveMessage> all;
+  poll_until(*rx, all, [](auto& m) { return count_events(m, EventKind::Counter) >= 1; });
+  REQUIRE(count_events(all, EventKind::Counter) == 1);
+  // The viewer restarts on the same port.
+  rx.reset();
+  ReceiverOptions ro = quiet_receiver();
+  ro.endpoint.port = port;
+  rx = std::make_unique<StreamReceiver>(ro);
+  rx->start();
+  all.clear();
+  // Keep recording until the sink has noticed the restart and reconnected.
+  for (int i = 0; i < 1000 && count_events(all, EventKind::Counter) == 0; ++i) {
+    record_counter(rec, n, 2);
+    std::this_thread::sleep_for(10ms);
+    rx->poll(all);
+  }
+  rec.stop();
+  sink->close(2000);
+  CHECK(count_events(all, EventKind::Counter) >= 1);
+  bool named = false;
+  for (auto& m : all)
+    for (auto& [id, text] : m.strings) named |= id == n.id && text == "before";
+  CHECK(named);
+  CHECK(sink->stats().connects >= 2);
+}
+
+TEST_CASE("the decoder gives the same result fed byte by byte", "[profiler][stream]") {
+  std::vector<char> stream(sizeof(StreamHello));
+  const StreamHello h = good_hello();
+  std::memcpy(stream.data(), &h, sizeof h);
+  ChunkEncoder enc(Codec::Lz4);
+  std::vector<Event> ev;
+  for (int i = 0; i < 1000; ++i) ev.push_back(Event::from(make_counter(i, 1, i)));
+  const StringDef defs[] = {{1, "x"}};
+  enc.encode(defs, 1, ev.data(), ev.size(), 0, stream);
+  enc.encode(nullptr, 0, ev.data(), 10, 0, stream);
+  struct Count : StreamDecoder::Output {
+    size_t events = 0, hellos = 0;
+    bool on_hello(const StreamHello&, std::string&) override { return ++hellos, true; }
+    void on_frame(const std::vector<StringDef>&, const Event*, size_t n) override { events += n; }
+  } c;
+  StreamDecoder d;
+  for (char b : stream) REQUIRE(d.feed(&b, 1, c));
+  CHECK(c.hellos == 1);
+  CHECK(c.events == 1010);
+  CHECK(d.strings()[1] == "x");
+  // Corrupt one payload byte of the second frame: a clear error, then nothing more accepted.
+  stream[stream.size() - 3] ^= 0x10;
+  StreamDecoder d2;
+  Count c2;
+  CHECK_FALSE(d2.feed(stream.data(), stream.size(), c2));
+  CHECK(d2.error().find("frame 1") != std::string::npos);
+  CHECK(d2.error().find("checksum mismatch") != std::string::npos);
+}

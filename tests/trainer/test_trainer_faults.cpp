@@ -1,0 +1,142 @@
+// Bad input and faults: clear errors, exit codes, no orphans.
+#include "trainer_runner.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+using namespace memcomm::test;
+
+TEST_CASE("bad flags exit with code 2 and name the flag") {
+  struct Case {
+    std::string args, expect;
+  };
+  for (const auto& c : {Case{"--steps 0", "--steps"}, Case{"--model resnet", "--model"}, Case{"--accum 0", "--accum"},
+                        Case{"--no-such-flag", "no-such-flag"}, Case{"--batch-size x", "--batch-size"},
+                        Case{"--sync-every 2 --accum 2", "--sync-every"}}) {
+    const auto r = run_command(train_bin() + " " + c.args);
+    INFO(c.args << "\n" << r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(c.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("--help describes the launch modes and exits 0") {
+  const auto r = run_command(train_bin() + " --help");
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("torchrun") != std::string::npos);
+  CHECK(r.output.find("--accum") != std::string::npos);
+}
+
+TEST_CASE("a missing dataset says how to install it") {
+  const auto r = run_command(train_bin() + " --data-dir /nonexistent/fmnist --steps 1");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("apt-get install dataset-fashion-mnist") != std::string::npos);
+}
+
+TEST_CASE("an unwritable checkpoint folder is an error before training starts") {
+  const auto r = run_command(quick_train("--steps 50 --checkpoint-dir /proc/memcomm-ckpt --checkpoint-every 1"));
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("/proc/memcomm-ckpt") != std::string::npos);
+  CHECK(r.output.find("step 1/") == std::string::npos);
+}
+
+TEST_CASE("a corrupt checkpoint gives a clear error") {
+  const auto d = scratch_dir("corrupt-ckpt");
+  { std::ofstream(d + "/ckpt.rank0.pt") << "this is not a checkpoint"; }
+  const auto r = run_command(quick_train("--steps 5 --resume --checkpoint-dir " + d));
+  INFO(r.output);
+  CHECK(r.code != 0);
+  CHECK(r.output.find("corrupt") != std::string::npos);
+  CHECK(r.output.find("ckpt.rank0.pt") != std::string::npos);
+}
+
+TEST_CASE("resume continues exactly like a run that never stopped") {
+  const auto full = scratch_dir("resume-full"), part = scratch_dir("resume-part");
+  const auto a = run_command(quick_train("--nproc 2 --steps 8 --optimizer adam --lr 0.01 --dump-params " + full + "/p.bin"));
+  INFO(a.output);
+  REQUIRE(a.code == 0);
+  const auto b = run_command(quick_train("--nproc 2 --steps 3 --optimizer adam --lr 0.01 --checkpoint-every 3 "
+                                         "--checkpoint-dir " + part));
+  INFO(b.output);
+  REQUIRE(b.code == 0);
+  const auto c = run_command(quick_train("--nproc 2 --steps 8 --optimizer adam --lr 0.01 --resume --checkpoint-dir " +
+                                         part + " --dump-params " + part + "/p.bin"));
+  INFO(c.output);
+  REQUIRE(c.code == 0);
+  CHECK(c.output.find("resumed from step 3") != std::string::npos);
+  CHECK(read_floats(full + "/p.bin") == read_floats(part + "/p.bin"));  // bitwise
+}
+
+namespace {
+
+// Processes whose parent is `parent`, oldest (lowest pid) first, read from /proc/<pid>/stat.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> kids;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), {});
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid;
+    if (rest >> state >> ppid && ppid == parent && state != 'Z') kids.push_back(std::stoi(name));
+  }
+  std::sort(kids.begin(), kids.end());
+  return kids;
+}
+
+bool alive(pid_t p) { return ::kill(p, 0) == 0; }
+
+}  // namespace
+
+TEST_CASE("kill -9 of one rank ends the others within the timeout, naming the lost rank, with no orphans") {
+  const auto d = scratch_dir("kill-rank");
+  const std::string log = d + "/out.log";
+  const pid_t launcher = ::fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {
+    const std::string cmd = quick_train("--nproc 3 --steps 100000 --timeout 20 --log-interval 1") + " > " + log + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+    ::_exit(127);
+  }
+  // Wait until training is under way, then kill rank 1 (the second rank forked).
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream f(log);
+    std::string text((std::istreambuf_iterator<char>(f)), {});
+    ranks = children_of(launcher);
+    if (text.find("step 3/") != std::string::npos && ranks.size() == 3) break;
+  }
+  REQUIRE(ranks.size() == 3);
+  REQUIRE(::kill(ranks[1], SIGKILL) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while ((done = ::waitpid(launcher, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (done == 0) {
+    ::kill(launcher, SIGKILL);
+    ::waitpid(launcher, &status, 0);
+    FAIL("the launcher did not exit within 60 s of the kill");
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ifstream f(log);
+  const std::string out((std::istreambuf_iterator<char>(f)), {});
+  INFO(out);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(waited < 20 + 15 + 5);
+  CHECK(out.find("rank 1 was killed by signal 9") != std::string::npos);  // the launcher's view
+  CHECK(out.find("lost rank 1") != std::string::npos);                    // a surviving rank's view
+  for (pid_t p : ranks) CHECK_FALSE(alive(p));
+}

@@ -1,0 +1,142 @@
+#include <memcomm/view/live.hpp>
+
+#include <memcomm/profiler/stream_receiver.hpp>
+
+#include "ingest_trace.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace memcomm::view {
+
+struct LiveSession::RankStream {
+  std::uint32_t rank = 0;
+  std::string host;
+  bool connected = false;
+  std::unordered_map<prof::StringId, std::string> strings;  // this connection's string table
+  std::vector<prof::Event> events;                          // in arrival order
+};
+
+struct LiveSession::Impl {
+  std::unique_ptr<prof::StreamReceiver> receiver;
+  std::map<std::uint32_t, RankStream> ranks;       // by rank (a reconnecting rank continues)
+  std::map<int, std::uint32_t> connection_rank;    // connection id -> rank
+};
+
+LiveSession::LiveSession() : impl_(std::make_unique<Impl>()) {}
+LiveSession::~LiveSession() = default;
+
+bool LiveSession::start(const std::string& endpoint, std::string& error) {
+  try {
+    prof::ReceiverOptions o;
+    o.endpoint = prof::parse_endpoint(endpoint);
+    o.quiet = true;  // messages go to the UI (and stderr) through poll()
+    impl_->receiver = std::make_unique<prof::StreamReceiver>(o);
+    impl_->receiver->start();
+    return true;
+  } catch (const std::exception& e) {
+    error = e.what();
+    impl_->receiver.reset();
+    return false;
+  }
+}
+
+bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
+  if (!impl_->receiver) return false;
+  std::vector<prof::LiveMessage> in;
+  impl_->receiver->poll(in);
+  for (auto& m : in) {
+    switch (m.type) {
+      case prof::LiveMessage::Type::Connected: {
+        const std::uint32_t rank = m.rank == prof::kUnknownRank ? 0 : m.rank;
+        impl_->connection_rank[m.connection] = rank;
+        RankStream& rs = impl_->ranks[rank];
+        rs.rank = rank;
+        rs.host = m.host;
+        rs.connected = true;
+        rs.strings.clear();  // a new connection starts a new string table
+        messages.push_back(fmt::format("live: rank {} connected from {} (pid {})", rank, m.host, m.pid));
+        dirty_ = true;
+        break;
+      }
+      case prof::LiveMessage::Type::Data: {
+        auto it = impl_->connection_rank.find(m.connection);
+        const std::uint32_t rank = it != impl_->connection_rank.end() ? it->second : (m.rank == prof::kUnknownRank ? 0 : m.rank);
+        RankStream& rs = impl_->ranks[rank];
+        rs.rank = rank;
+        for (auto& [id, text] : m.strings) rs.strings[id] = std::move(text);
+        rs.events.insert(rs.events.end(), m.events.begin(), m.events.end());
+        events_ += m.events.size();
+        dirty_ = dirty_ || !m.events.empty();
+        break;
+      }
+      case prof::LiveMessage::Type::Disconnected: {
+        auto it = impl_->connection_rank.find(m.connection);
+        if (it != impl_->connection_rank.end()) {
+          impl_->ranks[it->second].connected = false;
+          messages.push_back(fmt::format("live: rank {} disconnected: {}", it->second, m.text));
+        }
+        dirty_ = true;
+        break;
+      }
+      case prof::LiveMessage::Type::Error:
+        messages.push_back("live: " + m.text);
+        break;
+    }
+  }
+  if (dirty_ && now_s - last_build_s_ >= min_rebuild_s_) {
+    last_build_s_ = now_s;
+    dirty_ = false;
+    return true;
+  }
+  return false;
+}
+
+Timeline LiveSession::build() {
+  TimelineBuilder b;
+  TraceIngest ingest(b);
+  for (auto& [rank, rs] : impl_->ranks) {
+    const auto strings = [&rs](prof::StringId id) -> std::string_view {
+      auto it = rs.strings.find(id);
+      return it != rs.strings.end() ? std::string_view(it->second) : std::string_view();
+    };
+    ingest.add(rs.events.data(), rs.events.size(), rank, strings, true);
+    if (!rs.host.empty()) b.host(rank, rs.host);
+  }
+  Timeline tl = b.finish("live");
+  for (auto& rd : tl.ranks) {
+    auto it = impl_->ranks.find(rd.rank);
+    rd.connected = it != impl_->ranks.end() && it->second.connected;
+  }
+  // Ranks that connected but sent nothing yet still get a lane group.
+  for (auto& [rank, rs] : impl_->ranks) {
+    bool present = false;
+    for (const auto& rd : tl.ranks) present = present || rd.rank == rank;
+    if (!present) {
+      RankData rd;
+      rd.rank = rank;
+      rd.host = rs.host;
+      rd.connected = rs.connected;
+      tl.ranks.push_back(std::move(rd));
+    }
+  }
+  std::sort(tl.ranks.begin(), tl.ranks.end(), [](const RankData& a, const RankData& b) { return a.rank < b.rank; });
+  return tl;
+}
+
+LiveStats LiveSession::stats() const {
+  LiveStats s;
+  if (!impl_->receiver) return s;
+  const auto r = impl_->receiver->stats();
+  s.connections = r.connections;
+  s.active = r.active;
+  s.events = r.events;
+  s.dropped = r.dropped;
+  s.errors = r.errors;
+  s.port = impl_->receiver->port();
+  return s;
+}
+
+}  // namespace memcomm::view
