@@ -125,7 +125,10 @@ struct CachingAllocator::Impl {
   void flush_recent();
   Block* merge_free(Block* b);
   void process_events_locked();
-  void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream);
+  void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream) {
+    if (has_observers.load(std::memory_order_relaxed)) emit_slow(kind, addr, size, requested, stream);
+  }
+  void emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream);
   void count_backed(std::int64_t delta);
 
   // --- growth and release (growth.cpp); called without mu held, they lock it themselves ---

@@ -184,16 +184,15 @@ void CachingAllocator::Impl::free_erase(Block* b) {
 }
 
 // Note [Recent frees]
-// A freed block is first parked, unmerged, in a small per-pool LIFO. An allocation that fits one of them
-// without splitting takes it back at once: the alloc/free pair of a training loop then touches neither
+// A freed block is first parked, unmerged, in a small per-pool LIFO. An allocation of exactly its size
+// takes it back at once: the alloc/free pair of a training loop then touches neither
 // the free set nor the block links. When the LIFO is full its oldest entry is merged and filed as usual,
-// and every slow path (growth, release, empty_cache) files all of them first, so parked blocks never
-// cost memory: they are only ever a shortcut in front of the free set.
+// and any allocation that misses them, and every slow path (growth, release, empty_cache), files all of
+// them first, so best fit always sees the merged state: parked blocks are only a shortcut in front of it.
 Block* CachingAllocator::Impl::take_recent(Pool* pool, std::size_t size) {
-  const std::size_t min_split = pool->small ? config.min_block : config.min_large_split;
   for (std::size_t i = pool->n_recent; i-- > 0;) {
     Block* b = pool->recent[i];
-    if (b->size >= size && b->size - size < min_split) {
+    if (b->size == size) {  // exact fits only: a parked block never adds internal waste
       for (std::size_t j = i + 1; j < pool->n_recent; ++j) pool->recent[j - 1] = pool->recent[j];
       --pool->n_recent;
       b->in_recent = false;
@@ -221,9 +220,8 @@ void CachingAllocator::Impl::count_backed(std::int64_t delta) {
   else stats.reserved_bytes.decrease(-delta);
 }
 
-void CachingAllocator::Impl::emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
-                                  StreamId stream) {
-  if (!has_observers.load(std::memory_order_relaxed)) return;
+void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
+                                       StreamId stream) {
   AllocEvent e{};
   e.time_ns = now_ns();
   e.address = addr;
@@ -325,6 +323,7 @@ void CachingAllocator::Impl::free_block(Block* b) {
   delete b->uses;
   b->uses = nullptr;
   Pool* pool = b->segment->pool;
+  b->in_recent = true;  // first, so filing the oldest parked block cannot merge b away
   if (pool->n_recent == Pool::kRecent) {  // file the oldest parked block
     Block* old = pool->recent[0];
     for (std::size_t j = 1; j < Pool::kRecent; ++j) pool->recent[j - 1] = pool->recent[j];
@@ -333,7 +332,6 @@ void CachingAllocator::Impl::free_block(Block* b) {
     uncount_split(old);
     free_insert(merge_free(old));
   }
-  b->in_recent = true;
   count_split(b);
   pool->recent[pool->n_recent++] = b;
   emit(EventKind::free_completed, addr, size, 0, stream);
@@ -391,6 +389,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
       if (m.plan) m.plan_record_alloc(b);
       return reinterpret_cast<void*>(b->addr);
     }
+    if (pool->n_recent) m.flush_recent();  // best fit sees the merged state
     if (Block* b = m.find_free(pool, size)) {
       m.free_erase(b);
       b = m.take(b, size, bytes);
@@ -492,6 +491,7 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::process_events() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->process_events_locked();
+  impl_->flush_recent();
 }
 
 void CachingAllocator::step_marker() {

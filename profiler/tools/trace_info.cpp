@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -50,7 +51,8 @@ bool print_info(const std::vector<std::string>& files, bool json) {
                           {"drops", drops},
                           {"truncated", rec.truncated},
                           {"truncated_bytes", rec.truncated_bytes},
-                          {"strings", r.strings().size() ? r.strings().size() - 1 : 0}};
+                          {"strings", std::count_if(r.strings().begin(), r.strings().end(),
+                                                    [](const std::string& x) { return !x.empty(); })}};
       nlohmann::json ranks = nlohmann::json::array();
       for (auto& [rank, n] : per_rank)
         ranks.push_back({{"rank", rank == kUnknownRank ? -1 : int64_t(rank)}, {"events", n}, {"host", hosts[rank]}});
@@ -66,7 +68,7 @@ bool print_info(const std::vector<std::string>& files, bool json) {
       fmt::print("{}\n", path);
       fmt::print("  format v{}, {}; {} chunks, {} events, {} bytes ({:.2f} B/event on disk), {} strings\n",
                  r.header().format_version, r.merged() ? "merged" : "per-rank", rec.chunks, rec.events, rec.file_bytes,
-                 j["bytes_per_event"].get<double>(), j["strings"].get<size_t>());
+                 j["bytes_per_event"].get<double>(), j["strings"].get<int64_t>());
       fmt::print("  duration {:.6f} s", dur_s);
       if (r.header().world_size) fmt::print(", world size {}", r.header().world_size);
       fmt::print("\n  ranks:");

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "memcomm/profiler/analysis.hpp"
+#include "memcomm/profiler/event_sort.hpp"
 #include "memcomm_test.hpp"
 #include "synthetic_run.hpp"
 #include "trace_fixtures.hpp"
@@ -141,4 +142,29 @@ TEST_CASE("report renders text and JSON", "[profiler][analysis]") {
   CHECK(text.find("overlap") != std::string::npos);
   const std::string json = analysis_to_json(a);
   CHECK(json.find("\"busbw_gbps\"") != std::string::npos);
+}
+
+TEST_CASE("time sorting is stable for nearly sorted and for shuffled input", "[profiler][analysis]") {
+  std::vector<Event> v;
+  for (int i = 0; i < 5000; ++i) v.push_back(Event::from(make_counter((i % 7 == 0) ? i - 5 : i, 0, i)));
+  v.push_back(Event::from(make_counter(100, 0, -1)));  // same ts as an earlier event: must stay after it
+  sort_by_time(v);
+  for (size_t i = 1; i < v.size(); ++i) REQUIRE(v[i - 1].ts <= v[i].ts);
+  size_t pos_first = 0, pos_dup = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].ts == 100 && v[i].as<CounterEvent>().value == 100) pos_first = i;
+    if (v[i].as<CounterEvent>().value == -1) pos_dup = i;
+  }
+  CHECK(pos_first < pos_dup);
+  // Far out of order: falls back to a stable sort.
+  std::vector<Event> w;
+  for (int i = 0; i < 20000; ++i) w.push_back(Event::from(make_counter((i * 7919) % 20000, 0, i)));
+  sort_by_time(w);
+  for (size_t i = 1; i < w.size(); ++i) REQUIRE(w[i - 1].ts <= w[i].ts);
+  // Runs merged.
+  std::vector<Event> r;
+  for (int run = 0; run < 5; ++run)
+    for (int i = 0; i < 100; ++i) r.push_back(Event::from(make_counter(i * 5 + run, 0, run)));
+  merge_sorted_runs(r, {0, 100, 200, 300, 400, 500});
+  for (size_t i = 1; i < r.size(); ++i) REQUIRE(r[i - 1].ts <= r[i].ts);
 }

@@ -211,11 +211,15 @@ TEST_CASE("replay: the pytorch simulation matches PyTorch's recorded reserved by
       auto p = rp::make_policy(policy, po);
       rp::ReplayResult r = rp::replay_device(trace, dev, *p);
       const double deviation = double(r.peak_reserved) / double(dev.recorded.peak) - 1.0;
-      std::printf("%-45s dev %d  %-18s simulated %9.1f MiB  recorded %9.1f MiB  deviation %+.2f%%\n",
+      const double calls_dev = double(r.source_allocs) / double(std::max<std::uint64_t>(dev.recorded.source_allocs, 1)) - 1.0;
+      std::printf("%-45s dev %d  %-18s simulated %9.1f MiB  recorded %9.1f MiB  deviation %+.2f%%   "
+                  "source calls %llu vs %llu\n",
                   fs::path(file).filename().c_str(), dev.device, policy, r.peak_reserved / kMiB, dev.recorded.peak / kMiB,
-                  deviation * 100);
-      INFO(file << " device " << dev.device << " deviation " << deviation * 100 << "%");
+                  deviation * 100, static_cast<unsigned long long>(r.source_allocs),
+                  static_cast<unsigned long long>(dev.recorded.source_allocs));
+      INFO(file << " device " << dev.device << " deviation " << deviation * 100 << "%, calls " << calls_dev * 100 << "%");
       CHECK(std::abs(deviation) <= 0.05);
+      CHECK(std::abs(calls_dev) <= 0.05);  // segment_alloc + segment_map events PyTorch made
       ++compared;
     }
   }

@@ -135,3 +135,21 @@ TEST_CASE("snapshot: shared references that would expand a tiny file into a huge
   CHECK(b.size() < 8192);
   CHECK_THROWS_WITH(snap::parse_snapshot(b.data(), b.size(), "bomb.pickle"), Catch::Contains("more entries than it could hold"));
 }
+
+TEST_CASE("snapshot: a block freed twice counts as an anomaly, not as a second pre-trace block", "[snapshot][requests]") {
+  PickleBuilder b;
+  bool first = true;
+  b.proto(4).empty_dict().mark().str("device_traces").empty_list().mark().empty_list().mark();
+  memcomm::test::event(b, {"alloc", 8 * MiB, 4096, 1, false}, first);
+  memcomm::test::event(b, {"free_completed", 8 * MiB, 4096, 2, false}, first);
+  memcomm::test::event(b, {"free_completed", 8 * MiB, 4096, 3, false}, first);
+  memcomm::test::event(b, {"free_requested", 9 * MiB, 100, 4, false}, first);  // a pre-trace block...
+  memcomm::test::event(b, {"free_completed", 9 * MiB, 100, 5, false}, first);  // ...freed normally
+  b.appends().appends().setitems().stop();
+  auto trace = memcomm::replay::build_requests(snap::parse_snapshot(b.data(), b.size(), "double.pickle"));
+  REQUIRE(trace.devices.size() == 1);
+  CHECK(trace.devices[0].anomalies == 1);
+  CHECK(trace.devices[0].preexisting_blocks == 1);
+  CHECK(trace.devices[0].preexisting_bytes == 100);
+  CHECK(trace.devices[0].peak_live == 4096 + 100);
+}

@@ -1,7 +1,6 @@
 // LibTorch works here: autograd forward/backward with numbers checked by hand.
-#include "memcomm_test.hpp"
+#include "catch_with_torch.hpp"  // first: Note [Two CHECKs]
 
-#include <torch/torch.h>
 
 TEST_CASE("autograd gives the analytic gradient of a small expression") {
   // f(w) = sum((w * x)^2)  =>  df/dw = 2 * w * x^2

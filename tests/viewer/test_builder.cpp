@@ -145,3 +145,24 @@ TEST_CASE("a synthetic run meets the viewer's memory budget per event", "[unit][
   CHECK(per_event <= 40);
   CHECK(step_table(tl).size() > 0);
 }
+
+TEST_CASE("blocks labelled with a category get per-category curves", "[unit][viewer]") {
+  TimelineBuilder b;
+  AllocEvent param{10, 0x1000, 400, 0, AllocOp::Alloc};
+  param.category = 1;  // parameter
+  AllocEvent act{20, 0x2000, 100, 0, AllocOp::Alloc};
+  act.category = 4;  // activation
+  b.alloc_event(0, {0, 0x1000, 0x10000, 0, AllocOp::SegmentAlloc});
+  b.alloc_event(0, param);
+  b.alloc_event(0, act);
+  b.alloc_event(0, {30, 0x2000, 100, 0, AllocOp::FreeCompleted});  // the free carries no category
+  const Timeline tl = b.finish("cats");
+  const CounterSeries* p = tl.ranks[0].counter("cat:parameter");
+  const CounterSeries* a = tl.ranks[0].counter("cat:activation");
+  REQUIRE((p && a));
+  double v = 0;
+  CHECK((p->value_at(35, v) && v == 400));
+  CHECK((a->value_at(25, v) && v == 100));
+  CHECK((a->value_at(35, v) && v == 0));
+  CHECK(tl.ranks[0].counter("cat:gradient") == nullptr);
+}

@@ -19,6 +19,7 @@
 #include "summary.hpp"
 
 #include <fmt/core.h>
+#include <memcomm/allocator/torch_allocator.hpp>
 #include <unistd.h>
 
 #include <algorithm>
@@ -108,6 +109,8 @@ Eval evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Commu
 
 int run_training(const TrainOptions& o, const DistEnv& env) {
   const bool leader = env.rank == 0;
+  // Before the first tensor, so that every CPU tensor of the run lives in it.
+  alloc::CachingAllocator* cpu_alloc = o.allocator == "memcomm" ? &alloc::install_torch_cpu_allocator() : nullptr;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(o.threads > 0 ? o.threads : std::max(1, hw / std::max(1, env.local_world)));
 
@@ -230,8 +233,9 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     if (leader && (log_now || tty)) {
       const double el = static_cast<double>(monotonic_ns() - t_start) / 1e9;
       const double sps = static_cast<double>((step + 1 - start_step) * s.global_batch) / std::max(el, 1e-9);
-      const std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s", m / per_epoch, step + 1,
-                                           o.steps, interval_loss / interval_steps, sps);
+      std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s", m / per_epoch, step + 1,
+                                     o.steps, interval_loss / interval_steps, sps);
+      if (cpu_alloc) line += fmt::format(" peak {:.1f} MiB", double(cpu_alloc->stats().reserved_bytes.peak) / (1 << 20));
       if (log_now) {
         fmt::print("{}{}\n", tty ? "\r\033[K" : "", line);
         interval_loss = 0;
@@ -275,6 +279,13 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
       f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * 4));
     }
     if (!f) throw std::runtime_error("cannot write --dump-params file " + o.dump_params);
+  }
+  if (cpu_alloc) {
+    const auto st = cpu_alloc->stats();
+    s.allocator = "memcomm";
+    s.peak_allocated = st.allocated_bytes.peak;
+    s.peak_reserved = st.reserved_bytes.peak;
+    s.fragmentation = st.fragmentation();
   }
   comm.barrier();  // every rank finished before rank 0 reports and the store goes away
   if (leader) {

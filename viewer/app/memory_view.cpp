@@ -83,6 +83,18 @@ void draw_memory(AppState& st, ImVec2 size) {
   line(reserved, palette::kReserved, 1);
   line(active, palette::kActive, 1);
   line(largest, palette::kLargestFree, 1);
+  // Categories (parameters, gradients, optimizer state, activations...) where the trace labels blocks.
+  std::vector<std::pair<const char*, palette::Rgb>> legend = {
+      {"allocated", palette::kAllocated}, {"active", palette::kActive}, {"reserved", palette::kReserved},
+      {"largest free", palette::kLargestFree}};
+  for (const auto& c : rd.counters) {
+    if (c.name().rfind("cat:", 0) != 0) continue;
+    for (int k = 0; k < kMemCategoryCount; ++k)
+      if (c.name().compare(4, std::string::npos, kMemCategoryNames[k]) == 0) {
+        line(&c, palette::kCategory[k], 1);
+        legend.emplace_back(kMemCategoryNames[k], palette::kCategory[k]);
+      }
+  }
   // OOM markers: binary search for the visible ones.
   auto it = std::lower_bound(rd.ooms.begin(), rd.ooms.end(), view.t0);
   for (; it != rd.ooms.end() && *it < view.t1; ++it) {
@@ -96,11 +108,10 @@ void draw_memory(AppState& st, ImVec2 size) {
   dl->AddText(ImVec2(wpos.x + 6, bottom - 16), IM_COL32(180, 180, 180, 255), "0 B");
   // Legend.
   float lx = left + 6;
-  for (auto [name, rgb] : {std::pair{"allocated", palette::kAllocated}, {"active", palette::kActive},
-                           {"reserved", palette::kReserved}, {"largest free", palette::kLargestFree}}) {
+  for (const auto& [name, rgb] : legend) {
     dl->AddRectFilled(ImVec2(lx, top + 4), ImVec2(lx + 10, top + 14), rgb.imgui());
     dl->AddText(ImVec2(lx + 13, top + 1), IM_COL32(220, 220, 220, 255), name);
-    lx += 110;
+    lx += 13 + ImGui::CalcTextSize(name).x + 14;
   }
   const ImVec2 m = ImGui::GetIO().MousePos;
   if (hovered && m.x >= left && m.x < right && m.y >= top && m.y < bottom) {
@@ -109,6 +120,8 @@ void draw_memory(AppState& st, ImVec2 size) {
     double v;
     for (const auto* c : {allocated, active, reserved, largest})
       if (c && c->value_at(t, v)) tip += fmt::format("\n{}: {}", c->name(), format_bytes(v));
+    for (const auto& c : rd.counters)
+      if (c.name().rfind("cat:", 0) == 0 && c.value_at(t, v)) tip += fmt::format("\n  {}: {}", c.name().substr(4), format_bytes(v));
     if (frag && frag->value_at(t, v)) tip += fmt::format("\nfragmentation: {:.1f}%", v * 100);
     ImGui::SetTooltip("%s", tip.c_str());
     st.note_tooltip(tip);

@@ -88,6 +88,40 @@ void derive_memory_counters(RankData& rd) {
   }
 }
 
+// Per-category allocated bytes ("cat:parameter", ...) when the trace labels blocks.
+void derive_category_counters(RankData& rd) {
+  // Frees find their block's category by address (they may not carry it).
+  bool labelled = false;
+  for (const auto& e : rd.alloc_events) labelled = labelled || (e.op == AllocOp::Alloc && e.category != 0);
+  if (!labelled) return;
+  std::unordered_map<std::uint64_t, std::pair<std::uint8_t, std::uint64_t>> live;  // addr -> (category, size)
+  double bytes[kMemCategoryCount] = {};
+  std::vector<CounterSeries> cats;
+  for (int c = 0; c < kMemCategoryCount; ++c) cats.emplace_back(std::string("cat:") + kMemCategoryNames[c], "B");
+  for (const auto& e : rd.alloc_events) {
+    int changed = -1;
+    if (e.op == AllocOp::Alloc) {
+      const std::uint8_t c = e.category < kMemCategoryCount ? e.category : 0;
+      live[e.addr] = {c, e.size};
+      bytes[c] += static_cast<double>(e.size);
+      changed = c;
+    } else if (e.op == AllocOp::FreeRequested || e.op == AllocOp::FreeCompleted) {
+      auto it = live.find(e.addr);
+      if (it == live.end()) continue;
+      changed = it->second.first;
+      bytes[changed] -= static_cast<double>(it->second.second);
+      live.erase(it);
+    }
+    if (changed >= 0) cats[static_cast<std::size_t>(changed)].add(e.t, bytes[changed]);
+  }
+  for (auto& c : cats) {
+    if (c.size() == 0) continue;
+    c.build_levels();
+    c.shrink_to_fit();
+    rd.counters.push_back(std::move(c));
+  }
+}
+
 }  // namespace
 
 void TimelineBuilder::phase(std::uint32_t r, std::string_view name, TimeNs start, TimeNs end) {
@@ -235,6 +269,7 @@ Timeline TimelineBuilder::finish(std::string source) {
       series.shrink_to_fit();
       rd.counters.push_back(std::move(series));
     }
+    if (!rd.alloc_events.empty()) derive_category_counters(rd);
     if (!has_memory_samples && !rd.alloc_events.empty()) derive_memory_counters(rd);
     else
       for (const auto& e : rd.alloc_events)

@@ -100,7 +100,7 @@ void TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t ran
     case EventKind::SegmentMap:
     case EventKind::SegmentUnmap: {
       const auto m = e.as<prof::MemBlockEvent>();
-      b_.alloc_event(rank, {m.ts + off, m.addr(), m.size(), m.stream, alloc_op(e.kind)});
+      b_.alloc_event(rank, {m.ts + off, m.addr(), m.size(), m.stream, alloc_op(e.kind), m.category});
       return;
     }
     case EventKind::Oom: {

@@ -146,7 +146,9 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
     has_free_completed |= e.kind == EventKind::FreeCompleted;
   }
   std::vector<MemoryPoint> out;
-  int64_t alloc = 0, reserved = 0, active = 0;  // derived from block events (signed: traces may start mid-run)
+  // Derived from block events; signed (a trace may start mid-run) and wide (corrupt sizes).
+  __int128 alloc = 0, reserved = 0, active = 0;
+  auto to_u64 = [](__int128 v) { return v <= 0 ? uint64_t(0) : v > __int128(UINT64_MAX) ? UINT64_MAX : uint64_t(v); };
   MemoryPoint p{};
   int64_t frag_ppm = -1;
   for (const Event& e : r.events) {
@@ -163,7 +165,7 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
       }
     } else {
       const auto b = e.as<MemBlockEvent>();
-      const int64_t sz = int64_t(b.size());
+      const __int128 sz = b.size();
       switch (e.kind) {
         case EventKind::Alloc: alloc += sz; active += sz; break;
         case EventKind::FreeRequested: alloc -= sz; if (!has_free_completed) active -= sz; break;
@@ -172,9 +174,9 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
         case EventKind::SegmentFree: case EventKind::SegmentUnmap: reserved -= sz; break;
         default: break;
       }
-      if (!sampled[size_t(MemMetric::Allocated)]) p.allocated = uint64_t(std::max<int64_t>(alloc, 0));
-      if (!sampled[size_t(MemMetric::Reserved)]) p.reserved = uint64_t(std::max<int64_t>(reserved, 0));
-      if (!sampled[size_t(MemMetric::Active)]) p.active = uint64_t(std::max<int64_t>(active, 0));
+      if (!sampled[size_t(MemMetric::Allocated)]) p.allocated = to_u64(alloc);
+      if (!sampled[size_t(MemMetric::Reserved)]) p.reserved = to_u64(reserved);
+      if (!sampled[size_t(MemMetric::Active)]) p.active = to_u64(active);
     }
     p.ts = e.ts;
     if (frag_ppm >= 0) {
@@ -221,7 +223,7 @@ Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
   std::map<uint64_t, int> comm_size;  // comm_key -> size
 
   double overlap_sum = 0;
-  int64_t exposed_sum = 0;
+  __int128 exposed_sum = 0;
   for (const RankTrace& r : set.ranks) {
     const auto ranges = pair_ranges(r);
     const auto rc = collectives_of(r);
@@ -262,7 +264,7 @@ Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
     for (const Event& e : r.events) rs.ooms += e.kind == EventKind::Oom;
 
     // Step table.
-    int64_t step_total = 0;
+    __int128 step_total = 0;
     size_t mem_i = 0;
     MemoryPoint carry{};
     for (const RangeSpan* s : steps) {
@@ -288,7 +290,7 @@ Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
       a.steps.push_back(row);
     }
     rs.steps = steps.size();
-    rs.mean_step_ns = steps.empty() ? 0 : step_total / int64_t(steps.size());
+    rs.mean_step_ns = steps.empty() ? 0 : int64_t(step_total / __int128(steps.size()));
 
     for (const Event& e : r.events)
       if (e.kind == EventKind::CommInfo) {
@@ -363,7 +365,7 @@ Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
   });
   if (!a.ranks.empty()) {
     a.mean_overlap_pct = overlap_sum / double(a.ranks.size());
-    a.mean_exposed_comm_ns = exposed_sum / int64_t(a.ranks.size());
+    a.mean_exposed_comm_ns = int64_t(exposed_sum / __int128(a.ranks.size()));
   }
   a.mean_busbw_gbps = bw_bytes > 0 ? bw_weighted / bw_bytes : 0.0;
   return a;

@@ -88,6 +88,18 @@ void TraceReader::open_header() {
   info_.bytes_used = pos_;
 }
 
+uint64_t TraceReader::estimate_events() const {
+  uint64_t n = 0;
+  for (size_t p = pos_; p + sizeof(ChunkHeader) <= size_;) {
+    ChunkHeader h;
+    std::memcpy(&h, data_ + p, sizeof h);
+    if (!ChunkDecoder::check_header(h, kMaxChunkRawBytes).empty() || h.stored_size > size_ - p - sizeof h) break;
+    n += h.event_count;
+    p += sizeof h + h.stored_size;
+  }
+  return n;
+}
+
 bool TraceReader::next(ChunkView& out) {
   if (pos_ >= size_) return false;
   const uint64_t at = pos_;

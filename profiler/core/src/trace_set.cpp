@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "memcomm/profiler/event_sort.hpp"
+
 namespace memcomm::prof {
 
 StringId RankTrace::find_string(std::string_view s) const {
@@ -39,6 +41,8 @@ void TraceSet::add_from_reader(TraceReader& reader, const LoadOptions& opt) {
   FileLoadInfo fi;
   fi.path = reader.name();
   fi.merged = reader.merged();
+  // Single-rank files (the common case): reserve once instead of growing by copies.
+  const uint64_t expected = reader.merged() ? 0 : reader.estimate_events();
   ChunkView c;
   while (reader.next(c)) {
     auto it = index.find(c.rank);
@@ -52,6 +56,8 @@ void TraceSet::add_from_reader(TraceReader& reader, const LoadOptions& opt) {
       t.world_size = reader.header().world_size;
       // Merged files are already on one timeline: mark with a sentinel the offset pass skips.
       t.clock_offset_ns = reader.merged() ? INT64_MIN : 0;
+      // A hint only: capped at one event per file byte so a lying header cannot force a huge allocation.
+      if (expected) t.events.reserve(size_t(std::min<uint64_t>(expected, reader.recovery().file_bytes)));
       ranks.push_back(std::move(t));
       it = index.emplace(c.rank, ranks.size() - 1).first;
     }
@@ -85,16 +91,13 @@ void TraceSet::finish(const LoadOptions& opt) {
         r.drops += e.as<DropEvent>().count;
       }
     }
-    if (already_merged || !opt.apply_clock_offsets) {
-      r.clock_offset_ns = 0;
-    } else {
-      r.clock_offset_ns = offset;
-      if (offset != 0)
-        for (Event& e : r.events) e.ts += offset;
-    }
-    if (opt.sort && !std::is_sorted(r.events.begin(), r.events.end(),
-                                    [](const Event& a, const Event& b) { return a.ts < b.ts; }))
-      std::stable_sort(r.events.begin(), r.events.end(), [](const Event& a, const Event& b) { return a.ts < b.ts; });
+    if (already_merged || !opt.apply_clock_offsets) offset = 0;
+    offset = std::clamp<int64_t>(offset, -kMaxAbsTimestamp, kMaxAbsTimestamp);
+    r.clock_offset_ns = offset;
+    // Note [Timestamp range]: real timestamps are far inside +-kMaxAbsTimestamp; clamping what only
+    // corrupt data produces keeps every later sum and difference inside int64.
+    for (Event& e : r.events) e.ts = std::clamp<int64_t>(e.ts, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset;
+    if (opt.sort) sort_by_time(r.events);  // Note [Nearly sorted]
   }
   std::stable_sort(ranks.begin(), ranks.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
 }

@@ -86,7 +86,8 @@ class CachingAllocator {
 
   // Gives back to the source every free segment and every free page it can (waiting for pending events).
   void empty_cache();
-  // Moves freed blocks whose stream events have completed into the free sets (also done on allocation).
+  // Moves freed blocks whose stream events have completed into the free sets (also done on allocation),
+  // and files the blocks parked by recent frees there, merged with their neighbours (Note [Recent frees]).
   void process_events();
   // Marks an iteration boundary for planned mode (no effect otherwise).
   void step_marker();

@@ -193,6 +193,8 @@ class Recorder {
 
   std::mutex drain_mu_;    // one drain at a time (collector or drain_now)
   std::vector<Event> batch_;
+  std::vector<size_t> run_bounds_;  // per-thread runs inside batch_, merged before delivery
+  std::vector<Event> drop_events_;
   std::vector<StringDef> new_strings_;
   std::vector<SinkEntry> sinks_;
   std::mutex sinks_mu_;

@@ -57,6 +57,10 @@ class TraceReader {
   // Next complete chunk; false at the end of the data (including a truncated tail).
   bool next(ChunkView& out);
 
+  // Sum of event_count over the chunk headers from the current position, walking headers only
+  // (no checksums, no decompression): a capacity hint for loaders. Stops at the first bad header.
+  uint64_t estimate_events() const;
+
   const FileHeader& header() const { return header_; }
   bool merged() const { return (header_.flags & kFileMerged) != 0; }
   const std::string& name() const { return name_; }

@@ -14,6 +14,11 @@
 
 namespace memcomm::prof {
 
+// Loaded timestamps are clamped to +-kMaxAbsTimestamp (about 36 years) before the clock offset
+// (itself clamped alike) is added: only corrupt data lies outside, and the bound keeps analysis
+// arithmetic free of overflow.
+inline constexpr int64_t kMaxAbsTimestamp = int64_t(1) << 60;
+
 struct RankTrace {
   uint32_t rank = kUnknownRank;
   uint32_t world_size = 0;

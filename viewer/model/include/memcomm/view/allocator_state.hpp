@@ -29,8 +29,14 @@ struct AllocEvent {
   std::uint64_t size;     // bytes
   std::uint32_t stream;   // stream the block/segment belongs to
   AllocOp op;             // what happened
-  std::uint8_t pad[3] = {0, 0, 0};
+  std::uint8_t category = 0;  // MemCategory of the block when the producer knows it (0: unknown)
+  std::uint8_t pad[2] = {0, 0};
 };
+
+// Block categories, numbered as prof::MemCategory (profiler/core event.hpp) and snapshots agree.
+inline constexpr const char* kMemCategoryNames[] = {"unknown",    "parameter", "gradient", "optimizer_state",
+                                                    "activation", "temporary", "comm_buffer", "input"};
+inline constexpr int kMemCategoryCount = 8;
 static_assert(sizeof(AllocEvent) == 32, "AllocEvent is part of the viewer memory budget");
 
 enum class BlockState : std::uint8_t { Allocated, PendingFree };

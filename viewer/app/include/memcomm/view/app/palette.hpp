@@ -37,6 +37,9 @@ inline constexpr Rgb kReserved{50, 70, 110};
 inline constexpr Rgb kActive{230, 230, 90};
 inline constexpr Rgb kLargestFree{120, 200, 240};
 inline constexpr Rgb kOom{255, 40, 40};
+// Per-category allocated curves, indexed as kMemCategoryNames (allocator_state.hpp).
+inline constexpr Rgb kCategory[] = {{150, 150, 150}, {240, 120, 200}, {250, 160, 60}, {180, 120, 250},
+                                    {90, 220, 200},  {200, 200, 200}, {255, 90, 90},  {120, 180, 255}};
 // Allocator state pane.
 inline constexpr Rgb kBlockAllocated{60, 160, 90};
 inline constexpr Rgb kBlockPending{230, 150, 40};

@@ -1,0 +1,75 @@
+// Reading .mct traces: the allocator's MemBlockEvents become requests exactly as a PyTorch
+// snapshot's events do (request_builder.hpp), and Step ranges become step markers, which is what
+// planned policies learn iterations from.
+#include "mct_trace.hpp"
+
+#include <chrono>
+#include <map>
+
+#include "memcomm/profiler/event.hpp"
+#include "memcomm/profiler/trace_reader.hpp"
+#include "request_builder.hpp"
+
+namespace memcomm::replay {
+
+TraceRequests read_mct_trace(const std::string& path) {
+  TraceRequests out;
+  out.file = path;
+  out.format = "mct";
+  std::map<int, RequestBuilder> devices;  // key: rank * 256 + device
+  auto device = [&](int key) -> RequestBuilder& {
+    auto it = devices.find(key);
+    if (it == devices.end()) it = devices.emplace(key, RequestBuilder(key)).first;
+    return it->second;
+  };
+  try {
+    prof::TraceReader reader(path);
+    prof::ChunkView chunk;
+    while (reader.next(chunk)) {
+      const int rank = chunk.rank == prof::kUnknownRank ? 0 : static_cast<int>(chunk.rank);
+      for (const prof::Event& e : chunk) {
+        switch (e.kind) {
+          case prof::EventKind::Alloc:
+          case prof::EventKind::FreeRequested:
+          case prof::EventKind::FreeCompleted:
+          case prof::EventKind::SegmentAlloc:
+          case prof::EventKind::SegmentFree:
+          case prof::EventKind::SegmentMap:
+          case prof::EventKind::SegmentUnmap: {
+            const auto m = e.as<prof::MemBlockEvent>();
+            RequestBuilder& b = device(rank * 256 + m.device);
+            switch (e.kind) {
+              case prof::EventKind::Alloc: b.alloc(m.addr(), m.size(), m.stream); break;
+              case prof::EventKind::FreeRequested: b.free_requested(m.addr()); break;
+              case prof::EventKind::FreeCompleted: b.free_completed(m.addr(), m.size(), m.stream); break;
+              case prof::EventKind::SegmentAlloc: b.segment_grow(m.size(), false); break;
+              case prof::EventKind::SegmentMap: b.segment_grow(m.size(), true); break;
+              case prof::EventKind::SegmentFree: b.segment_shrink(m.size(), false); break;
+              default: b.segment_shrink(m.size(), true); break;
+            }
+            break;
+          }
+          case prof::EventKind::Oom:
+            device(rank * 256 + e.as<prof::OomEvent>().device).oom();
+            break;
+          case prof::EventKind::RangeBegin:
+            if (e.as<prof::RangeEvent>().phase == prof::Phase::Step) {
+              // A step of this rank: an iteration boundary for each of its devices.
+              for (auto& [key, b] : devices) {
+                if (key / 256 == rank) b.step();
+              }
+            }
+            break;
+          default:
+            break;  // communication, compute, counters, metadata: not the allocator's
+        }
+      }
+    }
+  } catch (const prof::TraceError& e) {
+    throw snapshot::ReadError(path, snapshot::kNoOffset, e.what());
+  }
+  for (auto& [key, b] : devices) out.devices.push_back(b.finish());
+  return out;
+}
+
+}  // namespace memcomm::replay

@@ -1,0 +1,16 @@
+// memcomm's own .mct traces (profiler/core) as request sequences. Private to memcomm_replay; built
+// when the profiler library is part of the build (Note [Trace formats] in requests.cpp).
+#pragma once
+
+#include <string>
+
+#include "memcomm/replay/requests.hpp"
+
+namespace memcomm::replay {
+
+// Devices are keyed rank * 256 + device index (device 255 = host memory), so a merged multi-rank
+// file keeps each rank's devices apart; a single-rank file gets plain device indices.
+// Throws snapshot::ReadError on a bad file. A tail cut off by a killed writer is not an error.
+TraceRequests read_mct_trace(const std::string& path);
+
+}  // namespace memcomm::replay

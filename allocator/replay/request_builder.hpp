@@ -1,0 +1,58 @@
+// Builds one device's request sequence event by event (Note [Rebuilding requests] in requests.hpp).
+// Private to memcomm_replay: the PyTorch snapshot reader and the .mct reader both feed it.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "memcomm/replay/requests.hpp"
+
+namespace memcomm::replay {
+
+class RequestBuilder {
+ public:
+  explicit RequestBuilder(int device);
+
+  // The trace, in order. Every call counts as one trace event.
+  void alloc(std::uint64_t addr, std::uint64_t size, std::int64_t stream);
+  void free_completed(std::uint64_t addr, std::uint64_t size, std::int64_t stream);
+  void free_requested(std::uint64_t addr);
+  void segment_grow(std::uint64_t bytes, bool mapped);    // segment_alloc / segment_map
+  void segment_shrink(std::uint64_t bytes, bool mapped);  // segment_free / segment_unmap
+  void oom();
+  void step();
+  void other();    // markers and unknown actions: counted, nothing else
+  void anomaly();  // an event that cannot be used (e.g. an alloc without addr): counted as both
+
+  // End state (snapshots only), after the trace: a block live at the end. If no alloc/free event
+  // named its address it predates the trace; if one did, it must still be live.
+  void end_block(std::uint64_t addr, std::uint64_t requested, std::int64_t stream);
+  void end_reserved(std::uint64_t bytes, bool expandable);
+
+  // Pre-trace blocks first (address order), then the trace; peaks and recorded figures.
+  DeviceRequests finish();
+
+ private:
+  struct Preexisting {
+    std::uint64_t addr;
+    std::uint64_t size;
+    std::int64_t stream;
+    std::uint32_t block;
+  };
+  std::uint32_t new_block(std::uint64_t size);
+
+  DeviceRequests out_;
+  std::unordered_map<std::uint64_t, std::uint32_t> live_;  // addr -> block id
+  std::unordered_set<std::uint64_t> touched_;              // addresses any alloc/free event names
+  std::unordered_set<std::uint64_t> ended_;                // addresses freed (free_completed)
+  std::vector<Preexisting> pre_;
+  std::vector<Request> traced_;
+  std::vector<std::uint64_t> block_size_;                  // requested bytes per block id
+  std::vector<std::int64_t> reserved_steps_;               // signed segment changes, in trace order
+  std::uint64_t end_reserved_ = 0;
+  bool has_end_state_ = false;
+};
+
+}  // namespace memcomm::replay

@@ -1,0 +1,112 @@
+// Live mode: memcomm-view --listen receives two ranks streamed through the profiler's StreamSink
+// (what memcomm-train --live uses), survives garbage on the socket, and reports every event with
+// no drops.
+#include "gui_fixture.hpp"
+
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+#include <memcomm/profiler/stream_sink.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+using namespace gui_test;
+namespace prof = memcomm::prof;
+
+namespace {
+
+// Sends garbage to the viewer once it listens (retrying the connect until it does).
+void send_garbage(std::uint16_t port) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      const std::string junk(300, 'G');
+      (void)!write(fd, junk.data(), junk.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      close(fd);
+      return;
+    }
+    close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+std::vector<prof::Event> rank_events(std::uint32_t rank, int kernels) {
+  std::vector<prof::Event> ev;
+  ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeBegin, 0, prof::Phase::Step, 0, 0, 0)));
+  for (int k = 0; k < kernels; ++k)
+    ev.push_back(prof::Event::from(prof::make_compute(prof::EventKind::Kernel, k * 1000, k * 1000 + 800, 7, 1)));
+  ev.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollStart, 10'000 + rank * 500, prof::CollOp::AllReduce,
+                                                       prof::DType::F32, 1 << 20, 0, 0)));
+  ev.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollEnd, 20'000, prof::CollOp::AllReduce,
+                                                       prof::DType::F32, 1 << 20, 0, 0)));
+  ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, kernels * 1000, prof::Phase::Step, 0, 0, 0)));
+  return ev;
+}
+
+}  // namespace
+
+TEST_CASE("live: two ranks stream into memcomm-view, garbage is refused, nothing is dropped", "[gui][viewer]") {
+  if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
+  const auto port = static_cast<std::uint16_t>(20000 + getpid() % 20000);
+  const int kernels = 2000;
+  const std::size_t per_rank = static_cast<std::size_t>(kernels) + 4, total = 2 * per_rank;
+  const std::string report = out_dir() + "/live_report.json";
+  int rc = -1;
+  std::string out;
+  std::thread viewer([&] {
+    rc = run_viewer("--listen 127.0.0.1:" + std::to_string(port) + " --exit-after-events " + std::to_string(total) +
+                        " --timeout 30 --report-json " + report,
+                    &out);
+  });
+  send_garbage(port);
+  for (std::uint32_t rank = 0; rank < 2; ++rank) {
+    prof::StreamOptions so;
+    so.endpoint = prof::parse_endpoint("127.0.0.1:" + std::to_string(port));
+    so.rank = rank;
+    so.world_size = 2;
+    so.quiet = true;
+    prof::StreamSink sink(so);
+    const std::vector<prof::StringDef> strings = {{1, "gemm_live"}};
+    const auto ev = rank_events(rank, kernels);
+    prof::Batch b;
+    b.strings = strings.data();
+    b.n_strings = strings.size();
+    b.events = ev.data();
+    b.n_events = ev.size();
+    sink.consume(b);
+    sink.close(5000);
+    CHECK(sink.stats().dropped_events == 0);
+    CHECK(sink.stats().sent_events == per_rank);
+  }
+  viewer.join();
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::ifstream f(report);
+  const auto j = nlohmann::json::parse(f);
+  INFO(j.dump(2));
+  CHECK(j["live_stats"]["received"].get<std::size_t>() == total);
+  CHECK(j["live_stats"]["queue_dropped"].get<std::size_t>() == 0);
+  CHECK(j["live_stats"]["errors"].get<std::size_t>() >= 1);  // the garbage connection
+  CHECK(j["drops"].get<std::size_t>() == 0);
+  REQUIRE(j["ranks"].size() == 2);
+  for (const auto& r : j["ranks"]) {
+    CHECK(r["spans"].get<std::size_t>() == static_cast<std::size_t>(kernels) + 2);  // kernels, the step, the collective
+    CHECK(r["collectives"].get<std::size_t>() == 1);
+  }
+  bool garbage_reported = false;
+  for (const auto& m : j["messages"]) garbage_reported = garbage_reported || m.get<std::string>().find("live:") == 0;
+  CHECK(garbage_reported);
+}
+#endif
