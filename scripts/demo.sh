@@ -9,5 +9,5 @@ scripts/setup.sh
 scripts/build.sh
 mkdir -p out
 build/bin/memcomm-train --nproc 2 --model cnn --dataset fashion-mnist --accum 2 --batch-size 32 \
-  --steps 300 --log-interval 25 --summary-json out/demo-summary.json "$@"
+  --steps 300 --log-interval 25 --trace out/demo.mct --summary-json out/demo-summary.json "$@"
 echo "demo: summary written to out/demo-summary.json"

@@ -63,7 +63,7 @@ struct Pool {
   Pool(StreamId stream, bool small, NodePool* nodes)
       : stream(stream), small(small), free(BlockBySize{}, NodePoolAllocator<Block*>(nodes)) {}
   StreamId stream;                        // blocks here are used on this stream
-  bool small;                             // small or large pool
+  bool small;                             // small pool (requests <= small_size) or large
   FreeSet free;                           // mapped free blocks, best fit = lower_bound(size)
   static constexpr std::size_t kRecent = 8;
   Block* recent[kRecent] = {};            // freed blocks parked unmerged, oldest first (Note [Recent frees])
@@ -79,6 +79,14 @@ struct PendingFree {
 };
 
 struct PlanImpl;  // planner.cpp
+
+inline std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
+inline std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
+
+// Free for the slow path: not handed out, not waiting for events, not parked, not in a source call.
+inline bool is_free(const Block* b) {
+  return !b->allocated && !b->busy && b->pending_events == 0 && !b->planned && !b->in_recent;
+}
 
 struct CachingAllocator::Impl {
   Impl(std::shared_ptr<MemorySource> src, AllocatorConfig cfg, std::shared_ptr<StreamModel> streams);
@@ -139,6 +147,12 @@ struct CachingAllocator::Impl {
   // first, skipping blocks younger than min_age ticks. Returns bytes given back.
   std::size_t release_free(std::size_t target, std::uint64_t min_age, bool count_gc);
   Segment* ensure_expandable(Pool* pool);
+  // Virtual bytes per expandable segment when config.virtual_size is 0: twice the cap, else 1 TiB of
+  // device address space, or 64 GiB of host address space (sanitizers and ulimit -v allow no more).
+  std::size_t default_virtual_size() const {
+    if (cap) return 2 * cap;
+    return source->host_accessible() ? std::size_t(64) << 30 : std::size_t(1) << 40;
+  }
   void release_everything();
   // Page release in three steps so no source call runs under mu: pick (locked) marks pieces busy,
   // run (unlocked) calls the source, finish (locked) folds the result in.

@@ -14,8 +14,8 @@
 //   a separate segment, and a request that fits nowhere is placed where the fewest new pages are
 //   needed, possibly spanning free mapped and unmapped blocks (Note [Expandable segments], growth.cpp).
 // - Pages are given back lazily (Note [Lazy page release], growth.cpp): mapped bytes may exceed the
-//   peak allocated bytes by release_slack; only when mapping more would cross that budget are free pages
-//   given back, oldest first. Releasing eagerly would hold reserved memory at ~1.03 x live but costs
+//   peak allocated bytes by release_slack (3%) plus release_floor (4 MiB); only when mapping more would
+//   cross that budget are free pages given back, oldest first. Releasing eagerly would hold reserved memory at ~1.03 x live but costs
 //   10-10,000 x the driver calls; releasing never gives PyTorch's 1.5 x. Mapping is done in runs (one
 //   source call per contiguous run, with a little map-ahead at the segment's end) so growth is cheap.
 // - Sources without map (cuda) get PyTorch's whole segments: 2 MiB for the small pool, 20 MiB for
@@ -33,9 +33,13 @@
 //   are served from the arena while their sequence matches, and fall back to the caching path at the
 //   first mismatch or conflict, never failing.
 //
-// Locking: one mutex guards all state. The fast path (best fit in a free set, split, table insert) is a
+// - Recent frees (Note [Recent frees]): a freed block is parked unmerged in a tiny per-pool LIFO, so
+//   the alloc/free pair of a loop that frees and reallocates one size skips the free set entirely.
+//
+// Locking: one mutex guards all state. The fast path (parked block or best fit, split, table insert) is a
 // few hundred instructions under it. Source calls are made without the lock: the blocks they concern are
 // marked busy (out of every free set) first, and the result is folded in under the lock afterwards.
+// (Stream events are queried under the lock, as PyTorch does; the destructor holds it throughout.)
 //
 // Note [Observers]
 // Every state change a profiler needs is reported to observers as one AllocEvent, from the thread that

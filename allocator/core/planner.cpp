@@ -163,7 +163,7 @@ void CachingAllocator::Impl::plan_step() {
   // Reserve the arena once, then map what it lacks, after giving back pages the plan makes redundant.
   if (!arena) {
     std::size_t vsize = config.virtual_size;
-    if (vsize == 0) vsize = cap ? 2 * cap : std::size_t(1) << 40;
+    if (vsize == 0) vsize = default_virtual_size();
     vsize = (vsize + page - 1) / page * page;
     void* base = source->reserve(vsize);
     std::lock_guard<std::mutex> lock(mu);

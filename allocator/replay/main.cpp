@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
       "reserved/live, fragmentation F = 1 - peak allocated / peak reserved, OOMs under --capacity, source calls\n"
       "(segment allocations + page maps), events and replay seconds.\n"
       "Reads PyTorch memory snapshot pickles (torch.cuda.memory._dump_snapshot) with a data-only reader that\n"
-      "never runs code. Bad input exits with code 2 and names the file and byte offset.",
+      "never runs code, and memcomm's own .mct traces (their Step ranges become step markers for planned\n"
+      "policies). Bad input exits with code 2 and names the file and byte offset.",
       "memcomm-replay"};
   std::vector<std::string> files;
   std::string policy_list = default_policies;
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   std::string json_out;
   bool check = false;
   bool quiet = false;
-  app.add_option("FILE", files, "trace files (PyTorch memory snapshot pickles)")->required();
+  app.add_option("FILE", files, "trace files: PyTorch memory snapshot pickles or memcomm .mct traces")->required();
   app.add_option("--policy", policy_list,
                  "comma-separated policies to replay, in table order:\n" + policy_help())
       ->default_str(default_policies);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <string>
 
 #include "memcomm/profiler/event.hpp"
 #include "memcomm/profiler/trace_reader.hpp"
@@ -66,7 +67,9 @@ TraceRequests read_mct_trace(const std::string& path) {
       }
     }
   } catch (const prof::TraceError& e) {
-    throw snapshot::ReadError(path, snapshot::kNoOffset, e.what());
+    std::string what = e.what();  // already names the file (and byte offset); do not repeat it
+    if (what.rfind(path + ": ", 0) == 0) what.erase(0, path.size() + 2);
+    throw snapshot::ReadError(path, snapshot::kNoOffset, what);
   }
   for (auto& [key, b] : devices) out.devices.push_back(b.finish());
   return out;

@@ -133,7 +133,8 @@ void Communicator::fail(const std::string& what) {
 
 std::shared_ptr<Communicator::Pending> Communicator::allreduce_async(at::Tensor& t, int bucket) {
   auto p = std::make_shared<Pending>();
-  p->record = {"allreduce", static_cast<int64_t>(t.numel() * t.element_size()), bucket, seq_++, monotonic_ns(), 0};
+  p->record = {"allreduce", static_cast<int64_t>(t.numel() * t.element_size()), bucket, seq_++, monotonic_ns(), 0,
+               static_cast<int>(t.element_size())};
   ++allreduce_calls_;
   if (!pg_) {
     p->record.end_ns = p->record.start_ns;
@@ -177,7 +178,8 @@ void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   for (auto& t : tensors) {
     std::vector<at::Tensor> one{t};
     auto p = std::make_shared<Pending>();
-    p->record = {"broadcast", static_cast<int64_t>(t.numel() * t.element_size()), -1, seq_++, monotonic_ns(), 0};
+    p->record = {"broadcast", static_cast<int64_t>(t.numel() * t.element_size()), -1, seq_++, monotonic_ns(), 0,
+                 static_cast<int>(t.element_size())};
     try {
       p->work = pg_->broadcast(one, o);
     } catch (const std::exception& e) {
@@ -190,7 +192,7 @@ void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
 void Communicator::barrier() {
   if (!pg_) return;
   auto p = std::make_shared<Pending>();
-  p->record = {"barrier", 0, -1, seq_++, monotonic_ns(), 0};
+  p->record = {"barrier", 0, -1, seq_++, monotonic_ns(), 0, 1};
   try {
     p->work = pg_->barrier();
   } catch (const std::exception& e) {

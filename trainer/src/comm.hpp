@@ -7,6 +7,7 @@
 // the ranks whose counter stood still. When the store itself is gone, rank 0 (its host) is the one lost.
 #pragma once
 
+#include "comm_record.hpp"
 #include "errors.hpp"
 #include "launch.hpp"
 
@@ -28,16 +29,6 @@ class Work;
 }  // namespace c10d
 
 namespace memcomm::train {
-
-// A collective as the profiler and the summary see it.
-struct CollectiveRecord {
-  std::string op;        // allreduce | broadcast | barrier
-  int64_t bytes = 0;     // payload per rank
-  int bucket = -1;       // gradient bucket, -1 for others
-  int64_t seq = 0;       // per-communicator sequence number, equal across ranks for the same call
-  int64_t start_ns = 0;  // CLOCK_MONOTONIC when issued
-  int64_t end_ns = 0;    // CLOCK_MONOTONIC when it completed
-};
 
 class Communicator {
  public:

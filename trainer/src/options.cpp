@@ -115,6 +115,9 @@ TrainOptions parse_train_options(int argc, char** argv) {
   g->add_option("--eval-batches", o.eval_batches, "Evaluation batches on the test split (0: all)")
       ->capture_default_str();
   g->add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
+  g->add_option("--trace", o.trace,
+                "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)");
+  g->add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen)");
   g->add_option("--allocator", o.allocator,
                 "CPU tensor allocator: memcomm (caching allocator with stats) or torch (LibTorch's own)")
       ->check(CLI::IsMember({"memcomm", "torch"}))->capture_default_str();

@@ -16,10 +16,13 @@
 #include "errors.hpp"
 #include "grad_sync.hpp"
 #include "models.hpp"
+#include "profiling.hpp"
 #include "summary.hpp"
 
 #include <fmt/core.h>
 #include <memcomm/allocator/torch_allocator.hpp>
+#include <memcomm/profiler/recorder.hpp>
+#include <memcomm/profiler/sink.hpp>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,7 +127,9 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   if (o.amp != "none" && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
   if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
 
+  RunProfiler profiler(o, env, cpu_alloc);
   Communicator comm(env, backend, o.timeout_s);
+  comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
   auto train_set = make_dataset(o, "train");
   torch::manual_seed(o.seed);
   auto model = make_model(o, train_set->num_classes());
@@ -186,11 +191,13 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   if (sync) sync->zero_grad();
 
   for (int64_t step = start_step; step < o.steps; ++step) {
+    prof::PhaseScope step_scope(prof::Phase::Step, static_cast<uint64_t>(step + 1));
     const int64_t t_step = monotonic_ns();
     set_lr(*opt, lr_at(o, step));
     if (!sync) opt->zero_grad();
     double step_loss = 0;
     for (int k = 0; k < o.accum; ++k, ++m) {
+      prof::PhaseScope micro_scope(prof::Phase::MicroStep, static_cast<uint64_t>(m));
       const int64_t epoch = m / per_epoch, batch = m % per_epoch;
       if (!loader || loader_epoch != epoch) {
         sampler.set_epoch(epoch);
@@ -203,36 +210,58 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
       }
       Batch b;
       int64_t waited = 0;
-      if (!loader->next(b, &waited)) throw std::logic_error("loader ran dry inside an epoch");
+      {
+        prof::PhaseScope wait_scope(prof::Phase::DataWait);
+        if (!loader->next(b, &waited)) throw std::logic_error("loader ran dry inside an epoch");
+      }
       data_wait_ns += waited;
       auto x = b.inputs.to(dev, true), y = b.targets.to(dev, true);
       const bool last = k == o.accum - 1;
       if (sync) sync->prepare(last);
-      auto loss = model->loss(model->forward(x), y);
+      torch::Tensor loss;
+      {
+        prof::PhaseScope fwd_scope(prof::Phase::Forward);
+        loss = model->loss(model->forward(x), y);
+      }
       const int64_t t_bwd = monotonic_ns();
-      (loss / o.accum).backward();
+      {
+        prof::PhaseScope bwd_scope(prof::Phase::Backward);
+        (loss / o.accum).backward();
+      }
       backward_ns += monotonic_ns() - t_bwd;
       step_loss += loss.item<double>() / o.accum;
     }
-    if (sync) sync->finish();
-    opt->step();
-    if (sync) sync->zero_grad();
+    if (sync) {
+      prof::PhaseScope comm_scope(prof::Phase::Comm);
+      sync->finish();
+    }
+    {
+      prof::PhaseScope opt_scope(prof::Phase::Optimizer);
+      opt->step();
+      if (sync) sync->zero_grad();
+    }
     if (local_sgd && (step + 1) % o.sync_every == 0) {
+      prof::PhaseScope comm_scope(prof::Phase::Comm);
       average_parameters(params, comm);
       ++s.param_syncs;
     }
+    profiler.counter(prof::kCounterLoss, step_loss);
+    profiler.counter(prof::kCounterLearningRate, lr_at(o, step));
     step_ms.push_back(static_cast<double>(monotonic_ns() - t_step) / 1e6);
     if (step == start_step) s.first_loss = step_loss;
     s.final_loss = step_loss;
     interval_loss += step_loss;
     ++interval_steps;
     if (o.print_checksums) fmt::print("checksum step {} rank {} {:016x}\n", step + 1, env.rank, parameter_checksum(params));
-    if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0)
+    if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
+      prof::PhaseScope ckpt_scope(prof::Phase::Checkpoint);
       save_checkpoint(o.checkpoint_dir, env.rank, step + 1, *model, *opt);
+    }
     const bool log_now = (step + 1) % o.log_interval == 0 || step + 1 == o.steps;
     if (leader && (log_now || tty)) {
       const double el = static_cast<double>(monotonic_ns() - t_start) / 1e9;
       const double sps = static_cast<double>((step + 1 - start_step) * s.global_batch) / std::max(el, 1e-9);
+      profiler.counter(prof::kCounterSamplesPerSec, sps);
       std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s", m / per_epoch, step + 1,
                                      o.steps, interval_loss / interval_steps, sps);
       if (cpu_alloc) line += fmt::format(" peak {:.1f} MiB", double(cpu_alloc->stats().reserved_bytes.peak) / (1 << 20));
@@ -252,7 +281,11 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   s.wall_s = static_cast<double>(monotonic_ns() - t_start) / 1e9;
   s.steps = o.steps - start_step;
 
-  const Eval e = evaluate(*model, o, env, comm, dev);
+  Eval e;
+  {
+    prof::PhaseScope eval_scope(prof::Phase::Eval);
+    e = evaluate(*model, o, env, comm, dev);
+  }
   s.eval_loss = e.loss;
   s.eval_accuracy = e.accuracy;
   s.eval_samples = e.samples;
@@ -288,8 +321,16 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     s.fragmentation = st.fragmentation();
   }
   comm.barrier();  // every rank finished before rank 0 reports and the store goes away
+  const auto [events, drops] = profiler.finish();
+  s.trace_events = events;
+  s.trace_drops = drops;
   if (leader) {
     print_summary(s);
+    if (!o.trace.empty())
+      fmt::print("trace: one file per rank, {} ...; open them with: memcomm-view {}\n",
+                 prof::rank_trace_path(o.trace, 0),
+                 env.world > 1 ? prof::rank_trace_path(o.trace, 0).replace(prof::rank_trace_path(o.trace, 0).rfind("0.mct"), 1, "*")
+                               : prof::rank_trace_path(o.trace, 0));
     if (!o.summary_json.empty()) write_summary_json(s, o.summary_json);
   }
   return 0;

@@ -24,7 +24,8 @@ struct AllocatorConfig {
 
   // --- expandable segments (Note [Expandable segments]) ---
   bool expandable_segments = true;         // use reserve/map when the source can; off = whole segments
-  std::size_t virtual_size = 0;            // bytes reserved per expandable segment; 0 = 2 x capacity (or 1 TiB)
+  std::size_t virtual_size = 0;            // bytes reserved per expandable segment; 0 = 2 x capacity, else
+                                           // 1 TiB (device sources) or 64 GiB (host memory)
   // Lazy page release (Note [Lazy page release]): mapped bytes are held to
   //   budget = peak allocated bytes x (1 + release_slack) + release_floor;
   // free pages are given back only when mapping more would cross the budget, oldest first.

@@ -16,7 +16,8 @@ using EventHandle = std::uint64_t;
 
 // What the allocator needs from a stream system to reuse memory safely across streams: events that
 // are recorded on a stream and later queried. The allocator pools events (create_event is called
-// only when its pool is empty) and never calls these with its lock held.
+// only when its pool is empty). It calls these with its lock held, as PyTorch does with cudaEventQuery:
+// they must be quick and must not call back into the allocator.
 class StreamModel {
  public:
   virtual ~StreamModel() = default;

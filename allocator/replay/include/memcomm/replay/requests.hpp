@@ -61,7 +61,7 @@ struct DeviceRequests {
 
 struct TraceRequests {
   std::string file;
-  std::string format;                    // "pytorch-snapshot" (later: "mct")
+  std::string format;                    // "pytorch-snapshot" or "mct"
   snapshot::AllocatorSettings settings;  // as recorded (defaults when absent)
   std::vector<DeviceRequests> devices;   // devices with at least one event or end-state segment
   double load_seconds = 0;               // reading + decoding the file
@@ -78,7 +78,8 @@ struct LoadProgress {
 
 // Reads a trace file of any supported format, recognised by its first bytes:
 //  * PyTorch memory snapshot pickle (starts with the PROTO opcode 0x80);
-//  * memcomm's own .mct trace: see Note [Trace formats] in requests.cpp for the seam.
+//  * memcomm's own .mct trace (magic "MEMCTRC\x1A"), when the build has the profiler library; device
+//    ids are then rank * 256 + device. See Note [Trace formats] in requests.cpp.
 // Throws snapshot::ReadError (file + byte offset) on bad or unsupported input.
 TraceRequests load_trace(const std::string& path, const LoadProgress& progress = {});
 

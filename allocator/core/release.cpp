@@ -1,0 +1,203 @@
+// Giving memory back: page release for expandable segments, whole segments otherwise, in three steps
+// so no source call runs under the lock (Note [Lazy page release], Note [Garbage collection]).
+
+#include <algorithm>
+
+#include "allocator_impl.hpp"
+
+namespace memcomm::alloc {
+
+// Picks free memory worth at least `want` bytes (or all of it when want == 0), oldest first.
+void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_age, Releases& out) {
+  struct Cand {
+    Block* block;           // free block (whole segment or expandable piece source)
+    std::uint64_t last_used;
+  };
+  std::vector<Cand> cands;
+  // Free mapped blocks are exactly the members of the free sets, so only they are looked at.
+  for (auto& pool : pools)
+    for (Block* b : pool->free) {
+      if (tick - b->last_used < min_age) continue;
+      if (b->segment->expandable) {
+        if (page_down(b->addr + b->size, page) > page_up(b->addr, page)) cands.push_back({b, b->last_used});
+      } else if (!b->prev && !b->next) {
+        cands.push_back({b, b->last_used});
+      }
+    }
+  std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    return a.last_used != b.last_used ? a.last_used < b.last_used : a.block->addr < b.block->addr;
+  });
+  for (const Cand& c : cands) {
+    if (want != 0 && out.bytes >= want) break;
+    Block* b = c.block;
+    Segment* seg = b->segment;
+    if (!seg->expandable) {
+      free_erase(b);
+      b->busy = true;
+      out.whole.push_back(seg);
+      out.bytes += seg->size;
+      continue;
+    }
+    // Interior pages only; take from the top, and only as many as still wanted.
+    const std::uintptr_t lo_full = page_up(b->addr, page), hi = page_down(b->addr + b->size, page);
+    std::uintptr_t lo = lo_full;
+    if (want != 0 && hi - lo > want - out.bytes) lo = hi - page_up(want - out.bytes, page);
+    free_erase(b);
+    Block* piece = b;
+    if (lo > b->addr) {  // keep [addr, lo) mapped and free
+      Block* r = new_block();
+      r->addr = lo;
+      r->size = b->addr + b->size - lo;
+      r->segment = seg;
+      r->mapped = true;
+      r->last_used = b->last_used;
+      r->prev = b;
+      r->next = b->next;
+      if (b->next) b->next->prev = r;
+      b->next = r;
+      b->size = lo - b->addr;
+      free_insert(b);
+      piece = r;
+    }
+    if (piece->addr + piece->size > hi) {  // keep [hi, end) mapped and free
+      Block* r = new_block();
+      r->addr = hi;
+      r->size = piece->addr + piece->size - hi;
+      r->segment = seg;
+      r->mapped = true;
+      r->last_used = piece->last_used;
+      r->prev = piece;
+      r->next = piece->next;
+      if (piece->next) piece->next->prev = r;
+      piece->next = r;
+      piece->size = hi - piece->addr;
+      free_insert(r);
+    }
+    piece->busy = true;
+    out.pieces.push_back(piece);
+    out.bytes += piece->size;
+  }
+}
+
+void CachingAllocator::Impl::unpick_releases(Releases& r) {
+  for (Block* b : r.pieces) {
+    b->busy = false;
+    free_insert(merge_free(b));
+  }
+  for (Segment* s : r.whole) {
+    s->head->busy = false;
+    free_insert(s->head);
+  }
+  r = Releases{};
+}
+
+// Puts the blocks of an abandoned window back: un-busied, merged with free neighbours of the same
+// mapped state, mapped ones into their free set.
+void CachingAllocator::Impl::restore_window(std::vector<Block*>& window) {
+  if (window.empty()) return;
+  Segment* seg = window.front()->segment;
+  const std::uintptr_t end = window.back()->addr + window.back()->size;
+  Block* x = window.front()->prev ? window.front()->prev : seg->head;
+  for (Block* w : window) w->busy = false;
+  window.clear();
+  while (x && x->addr < end) {
+    if (is_free(x)) {
+      if (x->mapped && x->segment->pool->free.count(x)) free_erase(x);
+      x = merge_free(x);
+      if (x->mapped) free_insert(x);
+    }
+    x = x->next;
+  }
+}
+
+void CachingAllocator::Impl::run_releases(Releases& r) {
+  for (Block* b : r.pieces) source->unmap(reinterpret_cast<void*>(b->addr), b->size);
+  for (Segment* s : r.whole) source->deallocate(reinterpret_cast<void*>(s->base), s->size);
+}
+
+void CachingAllocator::Impl::finish_releases(Releases& r, bool count_gc) {
+  for (Block* b : r.pieces) {
+    Segment* seg = b->segment;
+    b->busy = false;
+    b->mapped = false;
+    seg->mapped_bytes -= b->size;
+    count_backed(-std::int64_t(b->size));
+    stats.num_device_unmap++;
+    if (count_gc) stats.num_gc_releases++;
+    emit(EventKind::segment_unmap, b->addr, b->size, 0, seg->pool->stream);
+    merge_free(b);
+  }
+  for (Segment* s : r.whole) {
+    Pool* pool = s->pool;
+    pool->segments.erase(std::find(pool->segments.begin(), pool->segments.end(), s));
+    delete_block(s->head);
+    stats.segment.decrease(1);
+    if (s->size >= config.max_split_size) stats.oversize_segments.decrease(1);
+    count_backed(-std::int64_t(s->size));
+    stats.num_device_free++;
+    if (count_gc) stats.num_gc_releases++;
+    emit(EventKind::segment_free, s->base, s->size, 0, pool->stream);
+    segments.erase(std::find_if(segments.begin(), segments.end(), [s](auto& p) { return p.get() == s; }));
+  }
+  r = Releases{};
+}
+
+std::size_t CachingAllocator::Impl::release_free(std::size_t target, std::uint64_t min_age, bool count_gc) {
+  Releases rel;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    flush_recent();
+    const auto reserved = std::size_t(stats.reserved_bytes.current);
+    if (target != 0 && reserved <= target) return 0;
+    pick_releases(target == 0 ? 0 : reserved - target, min_age, rel);
+  }
+  const std::size_t bytes = rel.bytes;
+  run_releases(rel);
+  std::lock_guard<std::mutex> lock(mu);
+  finish_releases(rel, count_gc);
+  return bytes;
+}
+
+// Destruction: every mapped page and every segment goes back, live blocks included.
+void CachingAllocator::Impl::release_everything() {
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& seg : segments) {
+    if (seg->arena) {
+      if (seg->mapped_bytes) source->unmap(reinterpret_cast<void*>(seg->base), seg->mapped_bytes);
+      source->release(reinterpret_cast<void*>(seg->base), seg->size);
+    } else if (seg->expandable) {
+      // Unmap mapped page runs (the union of mapped blocks' pages), then release the range.
+      std::uintptr_t run_lo = 0, run_hi = 0;
+      for (Block* b = seg->head; b; b = b->next) {
+        if (!b->mapped) continue;
+        const std::uintptr_t lo = page_down(b->addr, page), hi = page_up(b->addr + b->size, page);
+        if (run_hi != 0 && lo <= run_hi) {
+          run_hi = std::max(run_hi, hi);
+          continue;
+        }
+        if (run_hi != 0) source->unmap(reinterpret_cast<void*>(run_lo), run_hi - run_lo);
+        run_lo = lo;
+        run_hi = hi;
+      }
+      if (run_hi != 0) source->unmap(reinterpret_cast<void*>(run_lo), run_hi - run_lo);
+      source->release(reinterpret_cast<void*>(seg->base), seg->size);
+    } else {
+      source->deallocate(reinterpret_cast<void*>(seg->base), seg->size);
+    }
+    for (Block* b = seg->head; b;) {
+      Block* n = b->next;
+      delete b->uses;
+      delete b;
+      b = n;
+    }
+    seg->head = nullptr;
+  }
+  segments.clear();
+  live.for_each([](std::uintptr_t, Block* b) {
+    if (b->planned) delete b;
+  });
+  live.clear();
+  for (auto& p : pools) p->free.clear();
+}
+
+}  // namespace memcomm::alloc

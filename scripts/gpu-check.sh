@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# GPU check, for a machine with a GPU and python3 with torch (run by the device tool):
+#   scripts/gpu-check.sh OUTDIR
+# Configures against that python's torch with nvcc for sm_90, builds with all cores, runs the
+# gpu-labelled tests and the GPU benchmarks, writes OUTDIR/report.md plus logs, and prints a short
+# table last. Debian -dev packages come from .deps/root when the machine lacks them (scripts/gpu-deps.sh).
+# Budget: under 8 minutes on one H200.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-bench/results/gpu-$(date +%Y%m%d-%H%M)}
+mkdir -p "$OUT"
+start=$(date +%s)
+PY=$(command -v python3)
+export PATH="$PATH:/usr/local/cuda/bin"
+prefix=()
+if [ -d .deps/root/usr ]; then
+  export CMAKE_PREFIX_PATH="$PWD/.deps/root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export CPATH="$PWD/.deps/root/usr/include${CPATH:+:$CPATH}"
+  export LIBRARY_PATH="$PWD/.deps/root/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$PWD/.deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG_PATH="$PWD/.deps/root/usr/lib/x86_64-linux-gnu/pkgconfig:$PWD/.deps/root/usr/share/pkgconfig"
+fi
+{
+  echo "# memcomm GPU check"
+  echo
+  echo "- date: $(date -u +%FT%TZ)"
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo none)"
+  echo "- torch: $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>&1)"
+  echo "- nvcc: $(nvcc --version | tail -1)"
+} > "$OUT/report.md"
+
+status=()
+step() {  # step NAME COMMAND...: runs, logs to OUT/NAME.log, records pass/fail
+  local name=$1; shift
+  local t0=$(date +%s)
+  if "$@" > "$OUT/$name.log" 2>&1; then r=pass; else r=FAIL; fi
+  status+=("$name|$r|$(( $(date +%s) - t0 ))")
+}
+
+step configure cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMCOMM_PYTHON="$PY" \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DMEMCOMM_WITH_CUDA=ON -DMEMCOMM_WITH_VIEWER=OFF
+step build cmake --build build-gpu -j"$(nproc)"
+step gpu-tests ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 240
+for b in build-gpu/bin/bench_*gpu*; do
+  [ -x "$b" ] && step "$(basename "$b")" "$b"
+done
+
+{
+  echo
+  echo "| step | result | seconds |"
+  echo "|---|---|---|"
+  for s in "${status[@]}"; do IFS='|' read -r n r t <<< "$s"; echo "| $n | $r | $t |"; done
+  echo
+  echo "Total: $(( $(date +%s) - start )) s. Logs beside this file."
+  echo
+  echo '```'
+  tail -n 30 "$OUT/gpu-tests.log" 2>/dev/null
+  echo '```'
+} >> "$OUT/report.md"
+tail -n 45 "$OUT/report.md"
+for s in "${status[@]}"; do [[ $s == *"|FAIL|"* ]] && exit 1; done
+exit 0

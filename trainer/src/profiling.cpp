@@ -1,0 +1,184 @@
+#include "profiling.hpp"
+
+#include <memcomm/allocator/caching_allocator.hpp>
+#include <memcomm/profiler/recorder.hpp>
+#include <memcomm/profiler/sink.hpp>
+#include <memcomm/profiler/stream_sink.hpp>
+#ifdef MEMCOMM_HAVE_NVTX
+#include <memcomm/profiler/nvtx_bridge.hpp>
+#endif
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace memcomm::train {
+
+namespace {
+
+prof::EventKind to_trace_kind(alloc::EventKind k) {
+  switch (k) {
+    case alloc::EventKind::alloc: return prof::EventKind::Alloc;
+    case alloc::EventKind::free_requested: return prof::EventKind::FreeRequested;
+    case alloc::EventKind::free_completed: return prof::EventKind::FreeCompleted;
+    case alloc::EventKind::segment_alloc: return prof::EventKind::SegmentAlloc;
+    case alloc::EventKind::segment_free: return prof::EventKind::SegmentFree;
+    case alloc::EventKind::segment_map: return prof::EventKind::SegmentMap;
+    case alloc::EventKind::segment_unmap: return prof::EventKind::SegmentUnmap;
+    case alloc::EventKind::oom: return prof::EventKind::Oom;
+  }
+  return prof::EventKind::Invalid;
+}
+
+prof::CollOp to_trace_op(const std::string& op) {
+  if (op == "allreduce") return prof::CollOp::AllReduce;
+  if (op == "broadcast") return prof::CollOp::Broadcast;
+  if (op == "barrier") return prof::CollOp::Barrier;
+  return prof::CollOp::Unknown;
+}
+
+prof::DType to_trace_dtype(int bytes) {
+  switch (bytes) {
+    case 8: return prof::DType::F64;
+    case 4: return prof::DType::F32;
+    case 2: return prof::DType::BF16;
+    case 1: return prof::DType::U8;
+    default: return prof::DType::Unknown;
+  }
+}
+
+// Copies each allocator event into the recorder's ring: lock-free, no allocation (the allocator
+// may call it with its lock held).
+class AllocatorTap final : public alloc::Observer {
+ public:
+  void on_event(const alloc::AllocEvent& e) noexcept override {
+    const uint8_t dev = e.device < 0 ? prof::kHostDevice : static_cast<uint8_t>(e.device);
+    const auto ts = static_cast<int64_t>(e.time_ns);
+    if (e.kind == alloc::EventKind::oom) {
+      prof::OomEvent o{};
+      o.ts = ts;
+      o.kind = prof::EventKind::Oom;
+      o.device = dev;
+      o.requested = e.size;
+      prof::record(o);
+      return;
+    }
+    prof::record(prof::make_mem_block(to_trace_kind(e.kind), ts, e.address, e.size, dev,
+                                      static_cast<uint8_t>(e.stream)));
+  }
+};
+
+}  // namespace
+
+struct RunProfiler::Impl {
+  prof::Recorder& rec = prof::Recorder::global();
+  alloc::CachingAllocator* allocator = nullptr;
+  AllocatorTap tap;
+  std::shared_ptr<prof::FileSink> file;
+  std::shared_ptr<prof::StreamSink> live;
+  int sampler = -1;
+  std::mutex names_mu;
+  std::map<std::string, prof::Name> names;
+  bool finished = false;
+  std::pair<int64_t, int64_t> totals{0, 0};
+};
+
+RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::CachingAllocator* allocator) {
+  if (o.trace.empty() && o.live.empty()) return;
+  impl_ = std::make_unique<Impl>();
+  auto& rec = impl_->rec;
+  prof::Identity id;
+  id.rank = env.rank;
+  id.world_size = env.world;
+  id.local_rank = env.local_rank;
+  rec.set_identity(id);
+  if (!o.trace.empty()) {
+    prof::WriterOptions w;
+    w.rank = static_cast<uint32_t>(env.rank);
+    w.world_size = static_cast<uint32_t>(env.world);
+    impl_->file = std::make_shared<prof::FileSink>(prof::rank_trace_path(o.trace, env.rank), w);
+    rec.add_sink(impl_->file);
+  }
+  if (!o.live.empty()) {
+    prof::StreamOptions s;
+    s.endpoint = prof::parse_endpoint(o.live);
+    s.rank = static_cast<uint32_t>(env.rank);
+    s.world_size = static_cast<uint32_t>(env.world);
+    impl_->live = std::make_shared<prof::StreamSink>(s);
+    rec.add_sink(impl_->live);
+  }
+#ifdef MEMCOMM_HAVE_NVTX
+  prof::install_nvtx_bridge(rec);
+#endif
+  if (allocator) {
+    impl_->allocator = allocator;
+    allocator->add_observer(&impl_->tap);
+    impl_->sampler = rec.add_sampler(
+        [allocator](prof::Recorder& r) {
+          const auto st = allocator->stats();
+          const auto sum = allocator->memory_summary();
+          const int64_t t = prof::now_ns();
+          const uint8_t dev = prof::kHostDevice;
+          r.record(prof::make_mem_sample(t, prof::MemMetric::Allocated, uint64_t(st.allocated_bytes.current), dev));
+          r.record(prof::make_mem_sample(t, prof::MemMetric::Reserved, uint64_t(st.reserved_bytes.current), dev));
+          r.record(prof::make_mem_sample(t, prof::MemMetric::Active, uint64_t(st.active_bytes.current), dev));
+          r.record(prof::make_mem_sample(t, prof::MemMetric::InactiveSplit,
+                                         uint64_t(st.inactive_split_bytes.current), dev));
+          r.record(prof::make_mem_sample(t, prof::MemMetric::LargestFree, sum.largest_free_block, dev));
+          r.record(prof::make_mem_sample(t, prof::MemMetric::Fragmentation,
+                                         uint64_t(sum.external_fragmentation() * 1e6), dev));
+        },
+        std::chrono::milliseconds(50));
+  }
+  rec.start();
+}
+
+RunProfiler::~RunProfiler() { finish(); }
+
+void RunProfiler::collective(const CollectiveRecord& r) {
+  if (!impl_) return;
+  const auto op = to_trace_op(r.op);
+  const auto dt = to_trace_dtype(r.dtype_bytes);
+  const uint16_t bucket = r.bucket < 0 ? prof::kNoBucket : static_cast<uint16_t>(r.bucket);
+  const auto seq = static_cast<uint32_t>(r.seq);
+  prof::record(prof::make_collective(prof::EventKind::CollEnqueue, r.start_ns, op, dt, uint64_t(r.bytes), 0, seq, bucket));
+  prof::record(prof::make_collective(prof::EventKind::CollEnd, r.end_ns, op, dt, uint64_t(r.bytes), 0, seq, bucket));
+}
+
+void RunProfiler::counter(const char* name, double value) {
+  if (!impl_) return;
+  prof::Name n;
+  {
+    std::lock_guard<std::mutex> lk(impl_->names_mu);
+    auto it = impl_->names.find(name);
+    if (it == impl_->names.end()) it = impl_->names.emplace(name, impl_->rec.name(name)).first;
+    n = it->second;
+  }
+  prof::record_counter(impl_->rec, n, value);
+}
+
+std::pair<int64_t, int64_t> RunProfiler::finish() {
+  if (!impl_ || impl_->finished) return impl_ ? impl_->totals : std::pair<int64_t, int64_t>{0, 0};
+  auto& rec = impl_->rec;
+  if (impl_->allocator) {
+    rec.remove_sampler(impl_->sampler);
+    impl_->allocator->remove_observer(&impl_->tap);
+  }
+  rec.stop();
+#ifdef MEMCOMM_HAVE_NVTX
+  prof::uninstall_nvtx_bridge(rec);
+#endif
+  const auto st = rec.stats();
+  if (impl_->file) {
+    rec.remove_sink(impl_->file);
+    if (!impl_->file->error().empty())
+      std::fprintf(stderr, "memcomm-train: trace %s: %s\n", impl_->file->path().c_str(), impl_->file->error().c_str());
+  }
+  if (impl_->live) rec.remove_sink(impl_->live);
+  impl_->totals = {int64_t(st.recorded), int64_t(st.dropped)};
+  impl_->finished = true;
+  return impl_->totals;
+}
+
+}  // namespace memcomm::train

@@ -1,0 +1,107 @@
+// The main window: menu bar, toolbar (search, reset), messages, and the panes laid out top to
+// bottom (ImGui 1.86 has no docking: panes are child windows that View toggles), then the status line.
+#include <memcomm/view/app/app.hpp>
+
+#include "views.hpp"
+
+#define GLFW_INCLUDE_NONE
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+
+#include <algorithm>
+
+namespace memcomm::view {
+
+void App::build_ui() {
+  st_.cursor_valid = false;
+  st_.tooltip.clear();
+  ImGuiIO& io = ImGui::GetIO();
+  ImGui::SetNextWindowPos(ImVec2(0, 0));
+  ImGui::SetNextWindowSize(io.DisplaySize);
+  const ImGuiWindowFlags main_flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_MenuBar |
+                                     ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoSavedSettings |
+                                     ImGuiWindowFlags_NoScrollWithMouse;
+  ImGui::Begin("memcomm-view", nullptr, main_flags);
+  if (ImGui::BeginMenuBar()) {
+    if (ImGui::BeginMenu("File")) {
+      if (ImGui::MenuItem("Open...")) open_popup_ = true;
+      if (ImGui::MenuItem("Quit")) glfwSetWindowShouldClose(window_, 1);
+      ImGui::EndMenu();
+    }
+    if (ImGui::BeginMenu("View")) {
+      ImGui::MenuItem("Timeline", nullptr, &st_.panes.timeline);
+      ImGui::MenuItem("Memory over time", nullptr, &st_.panes.memory);
+      ImGui::MenuItem("Allocator state", nullptr, &st_.panes.allocator);
+      ImGui::MenuItem("Step table", nullptr, &st_.panes.steps);
+      ImGui::MenuItem("Summary", nullptr, &st_.panes.summary);
+      if (ImGui::MenuItem("Reset zoom")) st_.zoom_to(st_.tl.begin, st_.tl.end);
+      ImGui::EndMenu();
+    }
+    if (ImGui::BeginMenu("Help")) {
+      ImGui::TextUnformatted("wheel: zoom at the mouse   drag: pan   W/S: zoom   A/D: pan\n"
+                             "right-drag or shift+drag: select a range (stats in Summary)\n"
+                             "click a rank header: collapse   double-click a span: zoom to it\n"
+                             "click a step row: zoom to the step   drop files on the window to open them");
+      ImGui::EndMenu();
+    }
+    ImGui::EndMenuBar();
+  }
+  if (open_popup_) {
+    ImGui::OpenPopup("Open file");
+    open_popup_ = false;
+  }
+  if (ImGui::BeginPopupModal("Open file", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("Path of a memcomm trace (.mct) or a PyTorch memory snapshot pickle:");
+    ImGui::SetNextItemWidth(500);
+    const bool enter = ImGui::InputText("##path", open_path_, sizeof open_path_, ImGuiInputTextFlags_EnterReturnsTrue);
+    if (ImGui::Button("Open") || enter) {
+      start_load({open_path_});
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+  // Toolbar: search and reset.
+  ImGui::SetNextItemWidth(220);
+  ImGui::InputTextWithHint("##search", "search names", st_.search, sizeof st_.search);
+  st_.apply_search();
+  ImGui::SameLine();
+  if (!st_.search_applied.empty()) {
+    ImGui::Text("%llu matches", static_cast<unsigned long long>(st_.search_hits));
+    ImGui::SameLine();
+  }
+  if (ImGui::Button("Reset zoom")) st_.zoom_to(st_.tl.begin, st_.tl.end);
+  if (st_.load_progress >= 0) {
+    ImGui::SameLine();
+    ImGui::ProgressBar(static_cast<float>(st_.load_progress), ImVec2(300, 0), "loading");
+  }
+  if (!st_.messages.empty()) {
+    ImGui::SameLine();
+    if (ImGui::SmallButton("dismiss")) st_.messages.clear();
+    for (std::size_t i = st_.messages.size() > 3 ? st_.messages.size() - 3 : 0; i < st_.messages.size(); ++i)
+      ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", st_.messages[i].c_str());
+  }
+  handle_time_keys(st_, io.DisplaySize.x - st_.label_width);
+
+  const float status_h = ImGui::GetFrameHeightWithSpacing();
+  const float avail = ImGui::GetContentRegionAvail().y - status_h;
+  const float width = ImGui::GetContentRegionAvail().x;
+  const float mem_h = st_.panes.memory ? 190 : 0, alloc_h = st_.panes.allocator ? 170 : 0;
+  const float bottom_h = (st_.panes.steps || st_.panes.summary) ? 190 : 0;
+  const float spacing = ImGui::GetStyle().ItemSpacing.y;
+  float timeline_h = avail - mem_h - alloc_h - bottom_h - 3 * spacing;
+  if (!st_.panes.timeline) timeline_h = 0;
+  if (st_.panes.timeline) draw_timeline(st_, ImVec2(width, std::max(120.0f, timeline_h)));
+  if (st_.panes.memory) draw_memory(st_, ImVec2(width, mem_h));
+  if (st_.panes.allocator) draw_allocator(st_, ImVec2(width, alloc_h));
+  if (st_.panes.steps) {
+    draw_steps(st_, ImVec2(st_.panes.summary ? width * 0.6f : width, bottom_h));
+    if (st_.panes.summary) ImGui::SameLine();
+  }
+  if (st_.panes.summary) draw_summary(st_, ImVec2(st_.panes.steps ? 0 : width, bottom_h));
+  draw_status(st_, frames_);
+  ImGui::End();
+}
+
+}  // namespace memcomm::view
