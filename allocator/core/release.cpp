@@ -161,6 +161,17 @@ std::size_t CachingAllocator::Impl::release_free(std::size_t target, std::uint64
 // Destruction: every mapped page and every segment goes back, live blocks included.
 void CachingAllocator::Impl::release_everything() {
   std::lock_guard<std::mutex> lock(mu);
+  // Planned blocks live outside the segments' block lists: delete them first, while every block is valid.
+  std::vector<Block*> planned;
+  live.for_each([&](std::uintptr_t, Block* b) {
+    if (b->planned) planned.push_back(b);
+  });
+  for (PendingFree& p : pending)
+    if (p.block->planned) planned.push_back(p.block);
+  for (Block* b : planned) {
+    delete b->uses;
+    delete b;
+  }
   for (auto& seg : segments) {
     if (seg->arena) {
       if (seg->mapped_bytes) source->unmap(reinterpret_cast<void*>(seg->base), seg->mapped_bytes);
@@ -193,9 +204,6 @@ void CachingAllocator::Impl::release_everything() {
     seg->head = nullptr;
   }
   segments.clear();
-  live.for_each([](std::uintptr_t, Block* b) {
-    if (b->planned) delete b;
-  });
   live.clear();
   for (auto& p : pools) p->free.clear();
 }

@@ -1,6 +1,9 @@
 #include "comm.hpp"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <time.h>
@@ -55,18 +58,27 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server
 Communicator::Communicator(const DistEnv& env, const std::string& backend, double timeout_s)
     : env_(env), backend_name_(env.world == 1 ? "none (1 rank)" : backend), timeout_s_(timeout_s) {
   if (env.world == 1) return;
-  if (backend != "gloo")
-    throw CommError("backend '" + backend + "' is not available in this build; use --backend gloo");
+#ifndef USE_C10D_NCCL
+  if (backend == "nccl") throw UsageError("--backend nccl: this LibTorch build has no NCCL support; use gloo");
+#endif
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
     auto store = connect_store(env, env.rank == 0 && !env.agent_hosts_store, timeout);
     store_ = store;
-    auto opts = c10d::ProcessGroupGloo::Options::create();
-    opts->timeout = timeout;
-    // Bind to the interface that reaches the store host, so two-host runs cross the real link.
-    opts->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(env.master_addr, env.master_port)));
-    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world, opts);
+    if (backend == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create();
+      opts->timeout = timeout;
+      // Bind to the interface that reaches the store host, so two-host runs cross the real link.
+      opts->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(env.master_addr, env.master_port)));
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world, opts);
+    } else {
+#ifdef USE_C10D_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, env.rank, env.world, opts);
+#endif
+    }
   } catch (const std::exception& e) {
     throw CommError("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (rank " +
                     std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + e.what());
@@ -129,6 +141,17 @@ std::string Communicator::missing_ranks() {
 void Communicator::fail(const std::string& what) {
   const std::string who = missing_ranks();
   throw CommError("rank " + std::to_string(env_.rank) + ": " + what + ": " + who);
+}
+
+void Communicator::allreduce(at::Tensor& t, int bucket) {
+  // NCCL reduces device memory only: small host tensors (evaluation totals) take a round trip.
+  if (backend_name_ == "nccl" && !t.is_cuda() && device_.is_cuda()) {
+    auto on_device = t.to(device_);
+    wait(allreduce_async(on_device, bucket));
+    t.copy_(on_device);
+    return;
+  }
+  wait(allreduce_async(t, bucket));
 }
 
 std::shared_ptr<Communicator::Pending> Communicator::allreduce_async(at::Tensor& t, int bucket) {

@@ -46,7 +46,10 @@ class Communicator {
   // Waits for a pending collective and returns its record; throws CommError naming the missing
   // ranks on failure or timeout (Note [Naming the lost rank]).
   CollectiveRecord wait(const std::shared_ptr<Pending>& p);
-  void allreduce(at::Tensor& t, int bucket = -1) { wait(allreduce_async(t, bucket)); }
+  // Blocking sum all-reduce; host tensors are staged through the device under NCCL.
+  void allreduce(at::Tensor& t, int bucket = -1);
+  // The device collectives run on (CPU for Gloo runs).
+  void set_device(const at::Device& d) { device_ = d; }
   void broadcast(std::vector<at::Tensor>& tensors, int root);
   void barrier();
 
@@ -63,6 +66,7 @@ class Communicator {
   DistEnv env_;
   std::string backend_name_;
   double timeout_s_;
+  at::Device device_{at::kCPU};
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> pg_;
   int64_t seq_ = 0;

@@ -19,6 +19,13 @@
 #include "profiling.hpp"
 #include "summary.hpp"
 
+#include <ATen/autocast_mode.h>
+#if __has_include(<c10/cuda/CUDAStream.h>)
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#define MEMCOMM_TRAINER_CUDA 1
+#endif
 #include <fmt/core.h>
 #include <memcomm/allocator/torch_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>
@@ -65,6 +72,48 @@ uint64_t parameter_checksum(const std::vector<torch::Tensor>& params) {
   }
   return h;
 }
+
+// Note [Copies on a side stream]: batches arrive in pinned host memory (the loader pins them) and
+// are copied to the GPU on a dedicated stream, so the copy engine works while the compute stream
+// is busy; the compute stream waits on an event, and the tensors are recorded on it so the caching
+// allocator does not reuse their memory early.
+class DeviceFeeder {
+ public:
+  explicit DeviceFeeder(const torch::Device& dev) : dev_(dev) {
+#ifdef MEMCOMM_TRAINER_CUDA
+    if (dev.is_cuda()) copy_stream_ = c10::cuda::getStreamFromPool(false, dev.index());
+#endif
+  }
+  void to_device(const Batch& b, torch::Tensor& x, torch::Tensor& y) {
+    if (!dev_.is_cuda()) {
+      x = b.inputs;
+      y = b.targets;
+      return;
+    }
+#ifdef MEMCOMM_TRAINER_CUDA
+    auto compute = c10::cuda::getCurrentCUDAStream(dev_.index());
+    {
+      c10::cuda::CUDAStreamGuard guard(*copy_stream_);
+      x = b.inputs.to(dev_, /*non_blocking=*/true);
+      y = b.targets.to(dev_, /*non_blocking=*/true);
+    }
+    at::cuda::CUDAEvent copied;
+    copied.record(*copy_stream_);
+    copied.block(compute);
+    x.record_stream(compute);
+    y.record_stream(compute);
+#else
+    x = b.inputs.to(dev_, true);
+    y = b.targets.to(dev_, true);
+#endif
+  }
+
+ private:
+  torch::Device dev_;
+#ifdef MEMCOMM_TRAINER_CUDA
+  std::optional<c10::cuda::CUDAStream> copy_stream_;
+#endif
+};
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -123,13 +172,16 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
   const torch::Device dev = use_cuda ? torch::Device(torch::kCUDA, env.local_rank % gpus) : torch::Device(torch::kCPU);
   std::string backend = o.backend;
+  // NCCL needs one GPU per rank; ranks that share a GPU (or run on the CPU) use Gloo.
   if (backend == "auto") backend = (use_cuda && env.local_world <= gpus) ? "nccl" : "gloo";
+  if (backend == "nccl" && !use_cuda) throw UsageError("--backend nccl needs GPUs; this run is on the CPU");
   if (o.amp != "none" && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
   if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
 
   RunProfiler profiler(o, env, cpu_alloc);
   Communicator comm(env, backend, o.timeout_s);
   comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
+  comm.set_device(dev);
   auto train_set = make_dataset(o, "train");
   torch::manual_seed(o.seed);
   auto model = make_model(o, train_set->num_classes());
@@ -145,6 +197,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   }
   auto opt = make_optimizer(o, params);
   const bool local_sgd = o.sync_every > 0;
+  const bool amp = o.amp == "bf16";
   std::unique_ptr<GradSync> sync;
   if (!local_sgd) sync = std::make_unique<GradSync>(params, comm, o.bucket_mb, o.overlap, o.grad_compression);
 
@@ -187,6 +240,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   std::unique_ptr<BatchLoader> loader;
   int64_t loader_epoch = -1;
   int64_t m = start_step * o.accum;  // Note [Micro-batch position]
+  DeviceFeeder feeder(dev);
   const int64_t t_start = monotonic_ns();
   if (sync) sync->zero_grad();
 
@@ -215,13 +269,23 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
         if (!loader->next(b, &waited)) throw std::logic_error("loader ran dry inside an epoch");
       }
       data_wait_ns += waited;
-      auto x = b.inputs.to(dev, true), y = b.targets.to(dev, true);
+      torch::Tensor x, y;
+      feeder.to_device(b, x, y);
       const bool last = k == o.accum - 1;
       if (sync) sync->prepare(last);
       torch::Tensor loss;
       {
         prof::PhaseScope fwd_scope(prof::Phase::Forward);
+        if (amp) {
+          // bf16 autocast for the forward pass only, as torch.autocast(device_type="cuda", dtype=torch.bfloat16).
+          at::autocast::set_autocast_enabled(at::kCUDA, true);
+          at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+        }
         loss = model->loss(model->forward(x), y);
+        if (amp) {
+          at::autocast::set_autocast_enabled(at::kCUDA, false);
+          at::autocast::clear_cache();
+        }
       }
       const int64_t t_bwd = monotonic_ns();
       {

@@ -44,7 +44,6 @@ struct AllocatorConfig {
 
   // --- planned mode (Note [Planned mode]) ---
   bool planned = false;                    // learn iterations and serve them from a plan (needs a source that maps)
-  bool detect_repetition = true;           // also find iterations without step_marker() calls
   std::size_t min_plan_allocs = 4;         // shorter iterations are not planned
 };
 

@@ -1,0 +1,36 @@
+// memcomm-train streams 2 ranks live to a listening memcomm-view (needs a display: label gui).
+#include "trainer_runner.hpp"
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+using namespace memcomm::test;
+
+TEST_CASE("the viewer receives both ranks' live events from memcomm-train with no drops") {
+  if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no X display (run under xvfb-run -a)");
+  const std::string viewer = bin_dir() + "/memcomm-view";
+  if (!std::filesystem::exists(viewer)) MEMCOMM_SKIP_TEST("memcomm-view is not built (MEMCOMM_WITH_VIEWER=OFF)");
+  const auto d = scratch_dir("live");
+  const std::string port = std::to_string(21000 + (::getpid() % 20000));
+  const std::string report = d + "/report.json";
+  // The viewer exits once it has this many events; a 2-rank, 12-step run sends several hundred each.
+  const std::string view_cmd = viewer + " --listen 127.0.0.1:" + port +
+                               " --exit-after-events 400 --timeout 90 --report-json " + report + " --size 800x600";
+  const std::string train_cmd = quick_train("--nproc 2 --steps 12 --live 127.0.0.1:" + port);
+  // Start the viewer, give it a moment to listen, then train; the ranks retry until it accepts.
+  const auto r = run_command("(" + view_cmd + " > " + d + "/viewer.log 2>&1 & sleep 1; " + train_cmd +
+                             "; wait $!; echo viewer-exit=$?)");
+  INFO(r.output);
+  std::ifstream vf(d + "/viewer.log");
+  INFO(std::string((std::istreambuf_iterator<char>(vf)), {}));
+  REQUIRE(r.output.find("viewer-exit=0") != std::string::npos);
+  std::ifstream f(report);
+  REQUIRE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  CHECK(j["events"].get<uint64_t>() >= 400);
+  CHECK(j["drops"].get<uint64_t>() == 0);
+  std::set<int> ranks;
+  for (const auto& rk : j["ranks"])
+    if (rk["spans"].get<uint64_t>() > 0) ranks.insert(rk["rank"].get<int>());
+  CHECK(ranks == std::set<int>{0, 1});
+}
