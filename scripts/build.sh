@@ -8,4 +8,6 @@ BUILD=${MEMCOMM_BUILD_DIR:-build}
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMCOMM_WERROR=ON "$@"
 fi
-cmake --build "$BUILD" -j"$(nproc)"
+# MEMCOMM_BUILD_TARGETS limits the build to some targets (the TSan stage of scripts/test.sh).
+# shellcheck disable=SC2086
+cmake --build "$BUILD" -j"$(nproc)" ${MEMCOMM_BUILD_TARGETS:+--target $MEMCOMM_BUILD_TARGETS}

@@ -42,9 +42,16 @@ step configure cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEM
   -DCMAKE_CUDA_ARCHITECTURES=90 -DMEMCOMM_WITH_CUDA=ON -DMEMCOMM_WITH_VIEWER=OFF
 step build cmake --build build-gpu -j"$(nproc)"
 step gpu-tests ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 240
-for b in build-gpu/bin/bench_*gpu*; do
-  [ -x "$b" ] && step "$(basename "$b")" "$b"
-done
+[ -x build-gpu/bin/bench_cupti_overhead ] && step bench-cupti-overhead build-gpu/bin/bench_cupti_overhead 10 20 200
+[ -x build-gpu/bin/bench_allocator ] && step bench-allocator build-gpu/bin/bench_allocator --benchmark_min_time=0.2s
+# The trainer on the GPU: one rank, then two ranks sharing the GPU (Gloo with CUDA tensors).
+T=build-gpu/bin/memcomm-train
+step train-1rank-cuda timeout 120 $T --device cuda --model transformer --steps 60 --batch-size 16 \
+  --amp bf16 --trace "$OUT/train1.mct" --summary-json "$OUT/train1.json"
+step train-2rank-gloo-cuda timeout 150 $T --device cuda --nproc 2 --model cnn --steps 60 --accum 2 \
+  --trace "$OUT/train2.mct" --summary-json "$OUT/train2.json"
+step train-allocator-torch timeout 120 $T --device cuda --model cnn --steps 60 --allocator torch \
+  --summary-json "$OUT/train-torch-alloc.json"
 
 {
   echo
@@ -58,6 +65,8 @@ done
   tail -n 30 "$OUT/gpu-tests.log" 2>/dev/null
   echo '```'
 } >> "$OUT/report.md"
+# The device tool returns at most 8 files: everything else travels in one archive beside the report.
+(cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=report.md . && find . -type f ! -name logs.tar.gz ! -name report.md -delete)
 tail -n 45 "$OUT/report.md"
 for s in "${status[@]}"; do [[ $s == *"|FAIL|"* ]] && exit 1; done
 exit 0

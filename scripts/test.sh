@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up what is missing, builds everything, and runs the whole test suite:
 #   1. the Release build (build/): every ctest test, GUI tests under a virtual X server;
-#   2. an ASan+UBSan build of the unit tests (build-asan/, no LibTorch);
+#   2. an ASan+UBSan build of the unit tests (build-asan/, no LibTorch), and a TSan build of the
+#      multithreaded ones (build-tsan/: recorder, live stream, allocator);
 #   3. a short libFuzzer run of every fuzz target (build-fuzz/, clang).
 # Exits non-zero on any failure. MEMCOMM_FUZZ_SECONDS (default 10) sets each fuzz run's length;
 # MEMCOMM_SKIP_SANITIZERS=1 / MEMCOMM_SKIP_FUZZ=1 skip stages 2 / 3 for a quick local loop.
@@ -29,6 +30,16 @@ if [ "${MEMCOMM_SKIP_SANITIZERS:-0}" != 1 ]; then
     -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure --timeout 600 -j2 -L unit
+fi
+
+if [ "${MEMCOMM_SKIP_SANITIZERS:-0}" != 1 ]; then
+  stage "TSan: recorder, live stream and allocator threads"
+  export MEMCOMM_BUILD_TARGETS="profiler_recorder_test profiler_stream_test allocator_unit"
+  MEMCOMM_BUILD_DIR=build-tsan scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMCOMM_SANITIZE=thread \
+    -DMEMCOMM_WITH_TORCH=OFF -DMEMCOMM_WITH_VIEWER=OFF -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF
+  unset MEMCOMM_BUILD_TARGETS
+  TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure --timeout 600 -j2 \
+    -R "profiler_recorder_test|profiler_stream_test|allocator_unit"
 fi
 
 if [ "${MEMCOMM_SKIP_FUZZ:-0}" != 1 ]; then

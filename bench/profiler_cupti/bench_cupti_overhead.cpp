@@ -2,6 +2,7 @@
 //   off    - CUPTI never started (recorder on, host events only)
 //   on     - CuptiCapture running (all kinds of cupti_capture.hpp)
 //   after  - the capture stopped again (cuptiFinalize'd): should cost nothing
+// Each step is a Step phase (a recorder range and, through the NVTX bridge, an NVTX range).
 // "on" and "after" alternate over rounds so drift (clocks, thermals) hits both alike. Each figure is
 // the median step time over all rounds. Usage: bench_cupti_overhead [rounds] [steps_per_round] [kernels_per_step]
 #include <cuda_runtime.h>  // not _api.h: the typed cudaMalloc(T**) overloads
@@ -15,6 +16,7 @@
 
 #include "memcomm/profiler/clock.hpp"
 #include "memcomm/profiler/cupti_capture.hpp"
+#include "memcomm/profiler/nvtx_bridge.hpp"
 #include "memcomm/profiler/recorder.hpp"
 #include "memcomm/profiler/sink.hpp"
 #include "step_kernels.hpp"
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
   Recorder rec;
   auto sink = std::make_shared<CountingSink>();
   rec.add_sink(sink);
+  install_nvtx_bridge(rec);  // phases are NVTX ranges too, as in the trainer
   rec.start();
 
   auto measure = [&](std::vector<double>& out) {
@@ -93,6 +96,7 @@ int main(int argc, char** argv) {
     measure(after);
   }
   rec.stop();
+  uninstall_nvtx_bridge(rec);
 
   const double m_off = median(off), m_on = median(on), m_after = median(after);
   std::printf("step = %d axpy kernels (1M floats) + 1 MiB D2H copy + sync; %d rounds x %d steps\n", kernels, rounds,
