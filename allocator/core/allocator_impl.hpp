@@ -36,8 +36,7 @@ struct Block {
   bool counted_split = false;     // counted in inactive_split when it entered the free set
   bool planned = false;           // served from the plan's arena (planned mode)
   bool in_recent = false;         // parked unmerged in its pool's recent-free cache (Note [Recent frees])
-  std::uint32_t plan_epoch = 0;   // planned mode: iteration the block was allocated in (0 = none)
-  std::uint32_t plan_index = 0;   // planned mode: position in that iteration's sequence
+  std::uint64_t plan_seq = ~std::uint64_t(0);  // planned mode: the allocation's number (PlanImpl::rec_base)
 };
 
 struct BlockBySize {
@@ -169,12 +168,19 @@ struct CachingAllocator::Impl {
   std::size_t largest_free_locked() const;
 
   // --- planned mode (planner.cpp); called with mu held ---
-  void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream);
+  // May unlock `lock` to map the arena when a detected iteration begins (Note [Detected repetition]).
+  void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream, std::unique_lock<std::mutex>& lock);
   void plan_record_alloc(Block* b);
   void plan_record_free(Block* b);
   bool plan_free(Block* b);
   // Ends an iteration (step_marker): plans from it if needed and maps the arena. Locks mu itself.
   void plan_step();
+  // Maps the arena a pending plan needs and makes that plan current. Locks mu itself.
+  void plan_map_pending();
+  // --- detected repetition (repetition.cpp); called with mu held ---
+  void plan_detect();
+  bool plan_begin_detected();  // true: a plan is pending and its arena must be mapped (unlocked)
+  void plan_trim();
   void plan_release_arena();
 };
 

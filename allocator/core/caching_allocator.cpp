@@ -29,7 +29,8 @@
 //   largest free block and fragmentation. With gc_threshold set, free blocks older than gc_min_age are
 //   given back before reserved bytes cross gc_threshold x cap.
 // - Planned mode (Note [Planned mode], planner.cpp): the allocation sequence of an iteration (between
-//   step_marker() calls) is packed offline into an arena by lifetime-aware best fit; the next iterations
+//   step_marker() calls, or one period of the request sequence found online: Note [Detected repetition],
+//   repetition.cpp) is packed into an arena by lifetime-aware best fit; the next iterations
 //   are served from the arena while their sequence matches, and fall back to the caching path at the
 //   first mismatch or conflict, never failing.
 //
@@ -381,11 +382,11 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   const bool small = size <= m.config.small_size;
   Pool* pool;
   {
-    std::lock_guard<std::mutex> lock(m.mu);
+    std::unique_lock<std::mutex> lock(m.mu);
     ++m.tick;
     if (!m.pending.empty()) m.process_events_locked();
     if (m.plan) {
-      if (void* p = m.plan_allocate(size, bytes, stream)) return p;
+      if (void* p = m.plan_allocate(size, bytes, stream, lock)) return p;
     }
     pool = m.pool_for(stream, small);
     if (Block* b = m.take_recent(pool, size)) {

@@ -65,11 +65,26 @@ std::size_t pack_lifetimes(const std::vector<RecordedAlloc>& rec, std::size_t pa
   return (arena + page - 1) / page * page;
 }
 
-void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t requested, StreamId stream) {
+std::size_t pack_window(const std::vector<RecordedAlloc>& rec, std::size_t first, std::size_t count,
+                        std::uint64_t end, std::size_t page, std::vector<PlanItem>& out) {
+  std::vector<RecordedAlloc> w(rec.begin() + std::ptrdiff_t(first), rec.begin() + std::ptrdiff_t(first + count));
+  for (RecordedAlloc& r : w)
+    if (r.died != kNever && r.died >= end) r.died = kNever;
+  return pack_lifetimes(w, page, out);
+}
+
+void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t requested, StreamId stream,
+                                            std::unique_lock<std::mutex>& lock) {
   PlanImpl& p = *plan;
+  if (p.next_start == p.rec_base + p.rec.size() && plan_begin_detected()) {
+    lock.unlock();  // a detected iteration begins and its arena needs pages (Note [Detected repetition])
+    plan_map_pending();
+    lock.lock();
+  }
   if (!p.active || p.deviated) return nullptr;
   auto deviate = [&]() -> void* {
     p.deviated = true;
+    p.misses++;
     stats.num_plan_deviations++;
     return nullptr;
   };
@@ -108,17 +123,23 @@ void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t reques
 
 void CachingAllocator::Impl::plan_record_alloc(Block* b) {
   PlanImpl& p = *plan;
-  constexpr std::size_t kMaxRecorded = 1u << 20;  // without markers, stop recording rather than grow forever
-  if (p.rec.size() >= kMaxRecorded) return;
+  const bool detecting = config.detect_repetition && !p.markers;
+  constexpr std::size_t kMaxRecorded = 1u << 20;  // with markers far apart, stop recording rather than grow forever
+  if (detecting) plan_trim();
+  else if (p.rec.size() >= kMaxRecorded) return;
   // The rounded request, not the block: a caching-path block may carry an unsplit remainder.
   p.rec.push_back({round_size(b->requested), b->segment->pool->stream, p.clock++, kNever});
-  b->plan_epoch = p.epoch;
-  b->plan_index = std::uint32_t(p.rec.size() - 1);
+  p.live_before.push_back(p.live_now);
+  p.live_now += std::int64_t(b->requested);
+  b->plan_seq = p.rec_base + p.rec.size() - 1;
+  if (detecting) plan_detect();
 }
 
 void CachingAllocator::Impl::plan_record_free(Block* b) {
   PlanImpl& p = *plan;
-  if (b->plan_epoch == p.epoch && b->plan_index < p.rec.size()) p.rec[b->plan_index].died = p.clock++;
+  if (b->plan_seq == ~std::uint64_t(0)) return;  // allocated before planned mode saw it
+  p.live_now -= std::int64_t(b->requested);
+  if (b->plan_seq >= p.rec_base && b->plan_seq - p.rec_base < p.rec.size()) p.rec[b->plan_seq - p.rec_base].died = p.clock++;
 }
 
 // A planned block whose events have completed: its arena range is free again.
@@ -134,27 +155,46 @@ bool CachingAllocator::Impl::plan_free(Block* b) {
 }
 
 void CachingAllocator::Impl::plan_step() {
-  std::size_t want = 0;  // arena bytes the new plan needs mapped
-  Segment* arena = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu);
     PlanImpl& p = *plan;
+    if (!p.markers) {  // markers rule from now on: forget what detection planned
+      p.markers = true;
+      p.next_start = kNever;
+      p.period = 0;
+      p.windows.clear();
+    }
     const bool followed = p.active && !p.deviated && p.pos == p.items.size();
     if (!followed && p.rec.size() >= config.min_plan_allocs) {
       p.pending_arena = pack_lifetimes(p.rec, page, p.pending_items);
       if (p.pending_arena == 0) p.pending_items.clear();
     }
+    p.rec_base += p.rec.size();
     p.rec.clear();
+    p.live_before.clear();
     p.clock = 0;
     p.pos = 0;
     p.deviated = false;
-    p.epoch++;
+    if (p.pending_items.empty()) return;
+  }
+  plan_map_pending();
+}
+
+void CachingAllocator::Impl::plan_map_pending() {
+  std::size_t want = 0;  // arena bytes the new plan needs mapped
+  Segment* arena = nullptr;
+  auto activate = [](PlanImpl& p) {
+    p.items.swap(p.pending_items);
+    p.pending_items.clear();
+    p.arena_size = p.pending_arena;
+    p.active = true;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    PlanImpl& p = *plan;
     if (p.pending_items.empty()) return;
     if (p.arena && p.arena->mapped_bytes >= p.pending_arena) {
-      p.items.swap(p.pending_items);
-      p.pending_items.clear();
-      p.arena_size = p.pending_arena;
-      p.active = true;
+      activate(p);
       return;
     }
     want = p.pending_arena;
@@ -182,6 +222,7 @@ void CachingAllocator::Impl::plan_step() {
   Releases rel;
   {
     std::lock_guard<std::mutex> lock(mu);
+    const bool p_markers = plan->markers;
     flush_recent();
     grow_by = want - arena->mapped_bytes;
     const auto budget =
@@ -189,7 +230,9 @@ void CachingAllocator::Impl::plan_step() {
     const auto reserved = std::size_t(stats.reserved_bytes.current);
     std::size_t limit = cap ? std::min(cap, budget) : budget;
     if (reserved + grow_by > limit) pick_releases(reserved + grow_by - limit, 0, rel);
-    if (cap && reserved + grow_by - rel.bytes > cap) {  // the plan does not fit: keep caching
+    // A plan that does not fit the cap -- or, when detected, the page budget -- is dropped: keep caching.
+    // (A detected plan must not raise the peak; a marked one is trusted to pay off over the iterations.)
+    if ((cap && reserved + grow_by - rel.bytes > cap) || (!p_markers && reserved + grow_by - rel.bytes > limit)) {
       unpick_releases(rel);
       plan->pending_items.clear();
       return;
@@ -208,10 +251,7 @@ void CachingAllocator::Impl::plan_step() {
   arena->mapped_bytes += grow_by;
   count_backed(std::int64_t(grow_by));
   stats.num_device_map++;
-  p.items.swap(p.pending_items);
-  p.pending_items.clear();
-  p.arena_size = p.pending_arena;
-  p.active = true;
+  activate(p);
 }
 
 }  // namespace memcomm::alloc

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "memcomm/allocator/stats.hpp"
@@ -35,11 +36,26 @@ inline constexpr std::uint64_t kNever = ~std::uint64_t(0);
 // greedy best fit in decreasing size. Returns the arena size. Items with died == kNever get no offset.
 std::size_t pack_lifetimes(const std::vector<RecordedAlloc>& rec, std::size_t page, std::vector<PlanItem>& out);
 
+// Lifetime-aware packing of the allocations rec[first, first + count), as one iteration that ended at
+// event `end`: frees at or after it count as never (those allocations stay on the caching path).
+std::size_t pack_window(const std::vector<RecordedAlloc>& rec, std::size_t first, std::size_t count,
+                        std::uint64_t end, std::size_t page, std::vector<PlanItem>& out);
+
 struct PlanImpl {
-  // --- the iteration being recorded ---
+  // --- the iteration being recorded (with markers), or the recent history (detection) ---
   std::vector<RecordedAlloc> rec;        // allocations so far, in order
-  std::uint64_t clock = 0;               // events so far in this iteration
-  std::uint32_t epoch = 1;               // iteration number (blocks remember theirs)
+  std::uint64_t rec_base = 0;            // number of rec[0] among all allocations (Block::plan_seq)
+  std::uint64_t clock = 0;               // events so far (reset at each marker)
+  // --- detected repetition (Note [Detected repetition], repetition.cpp) ---
+  bool markers = false;                  // step_marker() was called: markers rule, detection is off
+  std::vector<std::int64_t> live_before; // live requested bytes just before each rec entry
+  std::int64_t live_now = 0;             // live requested bytes now (allocations seen by the plan)
+  std::unordered_map<std::uint64_t, std::uint64_t> windows;  // hash of the keys ending at an allocation -> its number
+  std::uint64_t period = 0;              // candidate period in allocations (0 = none)
+  std::uint64_t run = 0;                 // allocations in a row equal to the one `period` before
+  std::uint64_t next_start = kNever;     // number of the allocation that begins the next planned iteration
+  std::uint64_t detections = 0;          // periods confirmed so far
+  std::uint64_t misses = 0;              // iterations that left the plan (each makes detection more cautious)
   // --- the plan being followed ---
   std::vector<PlanItem> items;           // expected sequence
   std::size_t pos = 0;                   // next expected allocation

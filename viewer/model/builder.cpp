@@ -179,6 +179,32 @@ void TimelineBuilder::span(std::uint32_t r, LaneKind kind, std::uint32_t stream,
   }
   last_stream_->push_back(s);
 }
+std::vector<Span>& TimelineBuilder::lane_spans(std::uint32_t r, LaneKind kind, std::uint32_t stream) {
+  RankParts& p = rank(r);
+  if (kind == LaneKind::Phase) return p.phases;
+  if (kind == LaneKind::Nvtx) return p.nvtx;
+  return p.streams[{static_cast<std::uint8_t>(kind), stream}];
+}
+CounterSeries& TimelineBuilder::counter_series(std::uint32_t r, std::string_view name, std::string_view unit) {
+  auto& m = rank(r).counters;
+  auto it = m.find(std::string(name));
+  if (it == m.end()) it = m.emplace(std::string(name), CounterSeries(std::string(name), std::string(unit))).first;
+  return it->second;
+}
+void TimelineBuilder::reserve_scaled(std::uint32_t r, double factor) {
+  if (!(factor > 1.0)) return;
+  const auto grow = [factor](auto& v) {
+    if (!v.empty()) v.reserve(static_cast<std::size_t>(static_cast<double>(v.size()) * factor) + 16);
+  };
+  RankParts& p = rank(r);
+  grow(p.phases);
+  grow(p.nvtx);
+  grow(p.collectives);
+  grow(p.alloc);
+  for (auto& [key, v] : p.streams) grow(v);
+  for (auto& [name, c] : p.counters)
+    if (c.size()) c.reserve(static_cast<std::size_t>(static_cast<double>(c.size()) * factor) + 16);
+}
 void TimelineBuilder::dropped(std::uint32_t r, std::uint64_t n) { rank(r).dropped += n; }
 void TimelineBuilder::host(std::uint32_t r, std::string_view h) { rank(r).host = std::string(h); }
 void TimelineBuilder::reserve(std::uint32_t r, LaneKind kind, std::uint32_t stream, std::size_t n) {
@@ -255,10 +281,12 @@ Timeline TimelineBuilder::finish(std::string source) {
     const bool has_memory_samples = parts.counters.count("allocated") || parts.counters.count("reserved");
     for (auto& [name, series] : parts.counters) {
       // Samples from several threads may interleave: sort by time (stable keeps equal-time order).
-      std::vector<std::pair<TimeNs, double>> tv;
-      tv.reserve(series.size());
-      for (std::size_t i = 0; i < series.size(); ++i) tv.emplace_back(series.time(i), series.value(i));
-      if (!std::is_sorted(tv.begin(), tv.end(), [](auto& a, auto& b) { return a.first < b.first; })) {
+      bool sorted_in = true;
+      for (std::size_t i = 1; i < series.size() && sorted_in; ++i) sorted_in = series.time(i - 1) <= series.time(i);
+      if (!sorted_in) {
+        std::vector<std::pair<TimeNs, double>> tv;
+        tv.reserve(series.size());
+        for (std::size_t i = 0; i < series.size(); ++i) tv.emplace_back(series.time(i), series.value(i));
         std::stable_sort(tv.begin(), tv.end(), [](auto& a, auto& b) { return a.first < b.first; });
         CounterSeries sorted(series.name(), series.unit());
         for (auto& [t, v] : tv) sorted.add(t, v);

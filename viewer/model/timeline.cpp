@@ -55,6 +55,13 @@ std::uint32_t StringTable::intern(std::string_view s) {
 
 void Timeline::merge(Timeline&& other) {
   if (other.empty() && other.sources.empty()) return;
+  if (ranks.empty() && strings.size() == 0) {  // into nothing: a move, not an O(spans) remap
+    std::vector<std::string> mine = std::move(sources);
+    *this = std::move(other);
+    mine.insert(mine.end(), std::make_move_iterator(sources.begin()), std::make_move_iterator(sources.end()));
+    sources = std::move(mine);
+    return;
+  }
   std::vector<std::uint32_t> remap(other.strings.size());
   for (std::uint32_t i = 0; i < other.strings.size(); ++i) remap[i] = strings.intern(other.strings.get(i));
   for (auto& rd : other.ranks) {

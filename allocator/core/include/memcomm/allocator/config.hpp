@@ -45,6 +45,10 @@ struct AllocatorConfig {
   // --- planned mode (Note [Planned mode]) ---
   bool planned = false;                    // learn iterations and serve them from a plan (needs a source that maps)
   std::size_t min_plan_allocs = 4;         // shorter iterations are not planned
+  // Without step markers, find the period of the (size, stream) request sequence online and plan from
+  // the last period seen (Note [Detected repetition]). The first step_marker() turns detection off.
+  bool detect_repetition = true;
+  std::size_t max_plan_period = 8192;      // longest detected iteration, in allocations
 };
 
 }  // namespace memcomm::alloc

@@ -38,6 +38,18 @@ class TimelineBuilder {
   void reserve(std::uint32_t rank, LaneKind kind, std::uint32_t stream, std::size_t n);
   void reserve_alloc(std::uint32_t rank, std::size_t n);
 
+  // Bulk-ingest seams (Note [Fast ingest] in ingest_trace.hpp): the arrays that finish() turns
+  // into lanes, for readers that append in a tight loop without a call per event. References stay
+  // valid until finish() (they live in map nodes). The caller counts what it appends with add_events().
+  std::vector<Span>& lane_spans(std::uint32_t rank, LaneKind kind, std::uint32_t stream);
+  std::vector<AllocEvent>& alloc_events(std::uint32_t r) { return rank(r).alloc; }
+  CounterSeries& counter_series(std::uint32_t rank, std::string_view name, std::string_view unit = "");
+  void add_events(std::uint64_t n) { events_ += n; }
+  // Grows every array of `rank` to `factor` times its current size: a loader that has read one
+  // chunk of a rank and knows from the chunk headers how many events the rank has left sizes the
+  // final arrays once, instead of paying geometric growth (copies and page faults of 2x).
+  void reserve_scaled(std::uint32_t rank, double factor);
+
   std::uint64_t event_count() const { return events_; }
   // Sorts, splits rows, matches collectives, builds LOD levels and shrinks containers.
   Timeline finish(std::string source);

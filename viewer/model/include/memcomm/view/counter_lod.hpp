@@ -37,6 +37,7 @@ class CounterSeries {
 
   // Samples must come in time order (the builder sorts); call build_levels() after the last one.
   void add(std::int64_t t, double v) { t_.push_back(t); v_.push_back(v); }
+  void reserve(std::size_t n) { t_.reserve(n); v_.reserve(n); }
   void build_levels();
   void shrink_to_fit();
 
