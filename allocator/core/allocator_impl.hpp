@@ -1,6 +1,7 @@
 // Private data structures of CachingAllocator (see Note [Caching allocator] in caching_allocator.cpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -152,6 +153,11 @@ struct CachingAllocator::Impl {
     if (cap) return 2 * cap;
     return source->host_accessible() ? std::size_t(64) << 30 : std::size_t(1) << 40;
   }
+  // Mapped bytes lazy release allows for a high water of `hw` allocated bytes (Note [Lazy page release]).
+  double page_budget(std::int64_t hw) const {
+    const double floor = std::min(double(config.release_floor), std::max(double(page), 0.02 * double(hw)));
+    return double(hw) * (1.0 + config.release_slack) + floor;
+  }
   void release_everything();
   // Page release in three steps so no source call runs under mu: pick (locked) marks pieces busy,
   // run (unlocked) calls the source, finish (locked) folds the result in.
@@ -166,6 +172,7 @@ struct CachingAllocator::Impl {
   void unpick_releases(Releases& r);
   void restore_window(std::vector<Block*>& window);
   std::size_t largest_free_locked() const;
+  std::size_t releasable_locked() const;
 
   // --- planned mode (planner.cpp); called with mu held ---
   // May unlock `lock` to map the arena when a detected iteration begins (Note [Detected repetition]).

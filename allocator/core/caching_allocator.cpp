@@ -13,11 +13,11 @@
 //   large virtual range whose pages are mapped only where blocks need them. Free space never strands in
 //   a separate segment, and a request that fits nowhere is placed where the fewest new pages are
 //   needed, possibly spanning free mapped and unmapped blocks (Note [Expandable segments], growth.cpp).
-// - Pages are given back lazily (Note [Lazy page release], growth.cpp): mapped bytes may exceed the
-//   peak allocated bytes by release_slack (3%) plus release_floor (4 MiB); only when mapping more would
-//   cross that budget are free pages given back, oldest first. Releasing eagerly would hold reserved memory at ~1.03 x live but costs
-//   10-10,000 x the driver calls; releasing never gives PyTorch's 1.5 x. Mapping is done in runs (one
-//   source call per contiguous run, with a little map-ahead at the segment's end) so growth is cheap.
+// - Pages are given back lazily (Note [Lazy page release], growth.cpp): mapped bytes may exceed peak
+//   allocated bytes by release_slack (3%) plus a floor (2% of them, within a page..4 MiB); only when
+//   mapping more would cross that budget are free pages given back, oldest first. Eager release would
+//   hold ~1.03 x live but cost 10-10,000 x the driver calls; never releasing gives PyTorch's 1.5 x.
+//   Mapping is done in runs (one source call per contiguous run, plus a little map-ahead) so growth is cheap.
 // - Sources without map (cuda) get PyTorch's whole segments: 2 MiB for the small pool, 20 MiB for
 //   requests below 10 MiB, the request rounded to 2 MiB above.
 // - Stream-ordered reuse (Note [Stream-ordered reuse]): a block belongs to the stream it was allocated
@@ -30,10 +30,9 @@
 //   given back before reserved bytes cross gc_threshold x cap.
 // - Planned mode (Note [Planned mode], planner.cpp): the allocation sequence of an iteration (between
 //   step_marker() calls, or one period of the request sequence found online: Note [Detected repetition],
-//   repetition.cpp) is packed into an arena by lifetime-aware best fit; the next iterations
-//   are served from the arena while their sequence matches, and fall back to the caching path at the
-//   first mismatch or conflict, never failing.
-//
+//   repetition.cpp) is packed into an arena by lifetime-aware best fit; the next iterations are served
+//   from the arena while their sequence matches, and fall back to the caching path at the first
+//   mismatch or conflict, never failing.
 // - Recent frees (Note [Recent frees]): a freed block is parked unmerged in a tiny per-pool LIFO, so
 //   the alloc/free pair of a loop that frees and reallocates one size skips the free set entirely.
 //

@@ -13,12 +13,13 @@
 // fragmentation: the virtual range is the only thing that fragments, and it is plentiful.
 //
 // Note [Lazy page release]
-// Mapped bytes are allowed up to budget = high-water allocated bytes x (1 + release_slack) +
-// release_floor. Growth that would cross it first unmaps free pages elsewhere, oldest first and only as
-// many as needed, taking them from the top of each free block's interior pages. Thus memory sits near
-// live bytes at every peak (what eager release buys) while steady-state iterations, which stay under
-// their own high water, make no source calls at all (what eager release loses). At a segment's end a
-// little more than needed is mapped (map_ahead x reserved, within the budget) so growth takes few calls.
+// Mapped bytes are allowed up to budget = high-water allocated bytes x (1 + release_slack) + a floor
+// (2% of the high water, within [page, release_floor]: a fixed 4 MiB would be 4% of a 100 MiB arena).
+// Growth that would cross it first unmaps free pages elsewhere, oldest first and only as many as needed,
+// taking them from the top of each free block's interior pages. Thus memory sits near live bytes at
+// every peak (what eager release buys) while steady-state iterations, which stay under their own high
+// water, make no source calls at all (what eager release loses). At a segment's end a little more than
+// needed is mapped (map_ahead x reserved, within the budget) so growth takes few calls.
 //
 // Note [Garbage collection]
 // The cap (config.capacity or the source's) bounds reserved bytes; growth that would cross it gives
@@ -42,6 +43,19 @@ std::size_t CachingAllocator::Impl::largest_free_locked() const {
   for (auto& p : pools)
     if (!p->free.empty()) best = std::max(best, (*p->free.rbegin())->size);
   return best;
+}
+
+// Bytes pick_releases(everything) would give back now: interior pages of free expandable blocks and
+// free whole segments.
+std::size_t CachingAllocator::Impl::releasable_locked() const {
+  std::size_t bytes = 0;
+  for (auto& p : pools)
+    for (Block* b : p->free) {
+      if (!b->segment->expandable) bytes += (!b->prev && !b->next) ? b->size : 0;
+      else if (page_down(b->addr + b->size, page) > page_up(b->addr, page))
+        bytes += page_down(b->addr + b->size, page) - page_up(b->addr, page);
+    }
+  return bytes;
 }
 
 Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t requested) {
@@ -208,18 +222,22 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
           continue;  // r is visited next
         }
         std::uintptr_t hi = page_up(std::min(x->addr + x->size, end), page);
-        if (hi < x->addr + x->size && x->next == nullptr) {
-          // Map ahead at the segment's end, within the page budget.
-          const double budget_d = double(std::max<std::int64_t>(allocated_high_water,
-                                                                 stats.allocated_bytes.current + std::int64_t(size))) *
-                                      (1.0 + config.release_slack) +
-                                  double(config.release_floor);
-          const double room = budget_d - double(stats.reserved_bytes.current) - double(best.need);
+        if (hi < x->addr + x->size) {
+          // Map ahead inside the unmapped block, within the page budget. For the small pool, free pages
+          // that release would give back first do not count: at the budget, after a peak of large
+          // blocks, it would otherwise grow a page per call.
+          const double budget_d = page_budget(
+              std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size)));
+          std::int64_t held = stats.reserved_bytes.current;
+          if (pool->small) held -= std::int64_t(releasable_locked());
+          const double room = budget_d - double(held) - double(best.need);
           // At least what a PyTorch segment for this request would hold, so small requests do not map
           // a page each (Note [Lazy page release]).
           const std::size_t chunk = pool->small ? config.small_segment : size < (10u << 20) ? config.medium_segment : 0;
           const std::size_t mapped_now = (hi - x->addr) + (best.need - std::min(best.need, hi - x->addr));
           std::size_t ahead = page_up(std::size_t(config.map_ahead * double(stats.reserved_bytes.current)), page);
+          // The small pool grows by at most its own size: small tensors never justify 2% of a large heap.
+          if (pool->small) ahead = std::min(ahead, std::max(seg->mapped_bytes, config.small_segment));
           if (chunk > mapped_now) ahead = std::max(ahead, page_up(chunk - mapped_now, page));
           if (room < double(ahead)) ahead = room > 0 ? page_down(std::size_t(room), page) : 0;
           hi = std::min(hi + ahead, x->addr + x->size);
@@ -247,7 +265,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
     for (Block* x : to_map) need += x->size;
     // Keep reserved bytes within the page budget and the cap (Note [Lazy page release]).
     const std::int64_t hw = std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
-    const auto budget = std::size_t(double(hw) * (1.0 + config.release_slack)) + config.release_floor;
+    const auto budget = std::size_t(page_budget(hw));
     const auto reserved = std::size_t(stats.reserved_bytes.current);
     std::size_t limit = budget;
     if (cap) limit = std::min(limit, cap);

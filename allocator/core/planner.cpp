@@ -13,6 +13,7 @@
 // its arena range is not in use (a block freed late, or pending stream events, makes it busy). At the first
 // mismatch the rest of the iteration goes to the caching path -- the plan never fails an allocation -- and
 // the next marker plans again from what actually happened. Plans only use the past (online).
+// Without markers, iterations are found in the request sequence itself (Note [Detected repetition]).
 
 #include <algorithm>
 
@@ -139,7 +140,8 @@ void CachingAllocator::Impl::plan_record_free(Block* b) {
   PlanImpl& p = *plan;
   if (b->plan_seq == ~std::uint64_t(0)) return;  // allocated before planned mode saw it
   p.live_now -= std::int64_t(b->requested);
-  if (b->plan_seq >= p.rec_base && b->plan_seq - p.rec_base < p.rec.size()) p.rec[b->plan_seq - p.rec_base].died = p.clock++;
+  if (b->plan_seq >= p.rec_base && b->plan_seq - p.rec_base < p.rec.size())
+    p.rec[b->plan_seq - p.rec_base].died = p.clock++;
 }
 
 // A planned block whose events have completed: its arena range is free again.
@@ -163,6 +165,11 @@ void CachingAllocator::Impl::plan_step() {
       p.next_start = kNever;
       p.period = 0;
       p.windows.clear();
+      if (p.rec_base != 0) {  // detection dropped the oldest records: what is left is no iteration
+        p.rec_base += p.rec.size();
+        p.rec.clear();
+        p.live_before.clear();
+      }
     }
     const bool followed = p.active && !p.deviated && p.pos == p.items.size();
     if (!followed && p.rec.size() >= config.min_plan_allocs) {
@@ -192,14 +199,22 @@ void CachingAllocator::Impl::plan_map_pending() {
   {
     std::lock_guard<std::mutex> lock(mu);
     PlanImpl& p = *plan;
-    if (p.pending_items.empty()) return;
+    if (p.pending_items.empty() || p.mapping) return;  // nothing to map, or another thread maps it
     if (p.arena && p.arena->mapped_bytes >= p.pending_arena) {
       activate(p);
       return;
     }
     want = p.pending_arena;
     arena = p.arena;
+    p.mapping = true;
   }
+  struct Done {  // clears PlanImpl::mapping on every way out (it is destroyed after any lock below)
+    Impl* m;
+    ~Done() {
+      std::lock_guard<std::mutex> lock(m->mu);
+      m->plan->mapping = false;
+    }
+  } done{this};
   // Reserve the arena once, then map what it lacks, after giving back pages the plan makes redundant.
   if (!arena) {
     std::size_t vsize = config.virtual_size;
@@ -225,13 +240,13 @@ void CachingAllocator::Impl::plan_map_pending() {
     const bool p_markers = plan->markers;
     flush_recent();
     grow_by = want - arena->mapped_bytes;
-    const auto budget =
-        std::size_t(double(allocated_high_water) * (1.0 + config.release_slack)) + config.release_floor;
+    const auto budget = std::size_t(page_budget(allocated_high_water));
     const auto reserved = std::size_t(stats.reserved_bytes.current);
     std::size_t limit = cap ? std::min(cap, budget) : budget;
+    // A detected plan must not raise the peak reserved bytes; a marked one is trusted to pay off later.
+    if (!p_markers) limit = std::min(limit, std::size_t(stats.reserved_bytes.peak));
     if (reserved + grow_by > limit) pick_releases(reserved + grow_by - limit, 0, rel);
-    // A plan that does not fit the cap -- or, when detected, the page budget -- is dropped: keep caching.
-    // (A detected plan must not raise the peak; a marked one is trusted to pay off over the iterations.)
+    // A plan that does not fit the cap (or, when detected, the limit) is dropped: keep caching.
     if ((cap && reserved + grow_by - rel.bytes > cap) || (!p_markers && reserved + grow_by - rel.bytes > limit)) {
       unpick_releases(rel);
       plan->pending_items.clear();
@@ -266,7 +281,7 @@ void CachingAllocator::Impl::plan_release_arena() {
   {
     std::lock_guard<std::mutex> lock(mu);
     PlanImpl& p = *plan;
-    if (!p.arena || p.arena->mapped_bytes == 0 || !p.live.empty()) return;
+    if (!p.arena || p.arena->mapped_bytes == 0 || !p.live.empty() || p.mapping) return;
     base = p.arena->base;
     bytes = p.arena->mapped_bytes;
     if (p.active && p.pending_items.empty()) {

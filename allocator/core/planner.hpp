@@ -64,6 +64,7 @@ struct PlanImpl {
   std::size_t arena_size = 0;            // bytes the plan needs
   std::size_t pending_arena = 0;         // arena size of a plan waiting for its pages
   std::vector<PlanItem> pending_items;   // that plan
+  bool mapping = false;                  // a thread is mapping the arena for the pending plan (unlocked)
   Segment* arena = nullptr;              // the arena's expandable range (mapped prefix)
   std::map<std::size_t, std::size_t> live;  // arena offsets in use: offset -> end
   std::uint64_t arena_blocks = 0;        // planned blocks alive

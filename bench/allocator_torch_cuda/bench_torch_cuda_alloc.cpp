@@ -5,6 +5,7 @@
 // Each figure is the median over batches of the mean time of one cached alloc+free pair (the first
 // pair of each size fills the caches and is not timed). Without a GPU: "skipped: no GPU", exit 77.
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #include <memcomm/allocator/cuda_sources.hpp>
 #include <memcomm/allocator/torch_allocator.hpp>
@@ -43,6 +44,9 @@ int main() {
     return 77;
   }
   cca::CUDAAllocator* torch_own = cca::get();  // torch's allocator, kept after ours is installed
+  // torch's lazy CUDA init would call init() on whichever allocator is installed then (ours), so
+  // torch's own one is initialised here; that allocates nothing, so installing ours stays allowed.
+  torch_own->init(c10::cuda::device_count());
   memcomm::alloc::install_torch_cuda_allocator();
   cca::CUDAAllocator* ours = cca::get();
   std::printf("torch allocator: %s, ours: %s, memcomm source: ", torch_own->name().c_str(), ours->name().c_str());

@@ -1,5 +1,7 @@
 // An existing LibTorch program switched to memcomm's allocator (two lines, marked), with its
 // statistics read afterwards and the allocator's events recorded to a trace file.
+// For CUDA tensors the second line is memcomm::alloc::install_torch_cuda_allocator(), called before
+// the first CUDA tensor; memcomm::alloc::torch_cuda_allocator(device)->stats() reads its statistics.
 //
 // Built in the project as sample_allocator_switch, and on its own against an installed memcomm:
 //   cmake --install build --prefix /tmp/memcomm

@@ -1,6 +1,7 @@
 // Planned mode without step markers: the period of the request sequence is detected online
 // (Note [Detected repetition] in allocator/core/repetition.cpp).
 #include <random>
+#include <thread>
 
 #include "allocator_test_util.hpp"
 
@@ -67,7 +68,8 @@ TEST_CASE("planned mode detects the iteration without step markers", "[allocator
   a.check_invariants();
 }
 
-TEST_CASE("a detected plan falls back to the caching path when the sequence deviates", "[allocator][planned][repetition]") {
+TEST_CASE("a detected plan falls back to the caching path when the sequence deviates",
+          "[allocator][planned][repetition]") {
   CachingAllocator a(simulated(), planned_config());
   for (int it = 0; it < 8; ++it) unmarked_step(a, 4);
   const std::int64_t served = a.stats().num_planned_allocs;
@@ -149,5 +151,36 @@ TEST_CASE("step markers switch detection off, and detection can be turned off", 
   unmarked_step(a, 4);
   a.step_marker();
   CHECK(a.stats().num_planned_allocs - before == 2 * kAllocsPerStep);
+  a.check_invariants();
+}
+
+TEST_CASE("detection and planned serving are safe with several threads", "[allocator][planned][repetition]") {
+  CachingAllocator a(simulated(), planned_config());
+  for (int it = 0; it < 6; ++it) unmarked_step(a, 2);  // a plan exists before the threads start
+  REQUIRE(a.stats().num_planned_allocs > 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&a, t] {
+      for (int it = 0; it < 20; ++it) unmarked_step(a, std::size_t(1 + (t + it) % 2));
+    });
+  for (std::thread& th : threads) th.join();
+  a.check_invariants();
+  CHECK(a.stats().allocation.current == 0);
+  CHECK(a.stats().num_ooms == 0);
+}
+
+TEST_CASE("a long unmarked history does not become the first marked iteration", "[allocator][planned][repetition]") {
+  AllocatorConfig c = planned_config();
+  c.max_plan_period = 64;  // history is trimmed to a few hundred allocations
+  CachingAllocator a(simulated(), c);
+  for (int it = 0; it < 40; ++it) unmarked_step(a, 1);
+  a.step_marker();  // the first marker: nothing before it is planned as an iteration
+  const std::int64_t before = a.stats().num_planned_allocs;
+  unmarked_step(a, 2);
+  CHECK(a.stats().num_planned_allocs == before);
+  a.step_marker();
+  unmarked_step(a, 2);
+  a.step_marker();
+  CHECK(a.stats().num_planned_allocs - before == kAllocsPerStep);
   a.check_invariants();
 }

@@ -20,6 +20,7 @@
 #include <ctime>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -121,8 +122,54 @@ void App::start_load(std::vector<std::string> paths) {
     for (auto& p : paths) pending_drops_.push_back(std::move(p));
     return;
   }
+  if (!opt_.hidden && !opt_.load.has_range() && range_paths_.empty()) {
+    for (const auto& p : paths) {
+      std::error_code ec;
+      const auto bytes = std::filesystem::file_size(p, ec);
+      if (!ec && bytes >= opt_.range_prompt_bytes) {  // ask first (range_prompt() starts the load)
+        range_paths_ = std::move(paths);
+        return;
+      }
+    }
+  }
   st_.load_progress = 0;
-  load_ = std::make_unique<BackgroundLoad>(std::move(paths));
+  load_ = std::make_unique<BackgroundLoad>(std::move(paths), opt_.load);
+}
+
+void App::range_prompt() {
+  if (range_paths_.empty()) return;
+  if (!ImGui::IsPopupOpen("Large file")) ImGui::OpenPopup("Large file");
+  if (!ImGui::BeginPopupModal("Large file", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) return;
+  ImGui::Text("%s is large. Load only a time range first?", range_paths_.front().c_str());
+  ImGui::TextUnformatted("Seconds from the first event of the file:");
+  ImGui::SetNextItemWidth(120);
+  ImGui::InputFloat("from", &range_lo_s_, 1, 10, "%.3f");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(120);
+  ImGui::InputFloat("to", &range_hi_s_, 1, 10, "%.3f");
+  range_lo_s_ = std::max(0.0f, range_lo_s_);
+  LoadOptions o = opt_.load;
+  const bool valid = range_hi_s_ > range_lo_s_;
+  bool go = false;
+  if (ImGui::Button("Load range") && valid) {
+    o.range_lo_s = range_lo_s_;
+    o.range_hi_s = range_hi_s_;
+    go = true;
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Load everything")) go = true;
+  ImGui::SameLine();
+  if (ImGui::Button("Cancel")) {
+    range_paths_.clear();
+    ImGui::CloseCurrentPopup();
+  }
+  if (go) {
+    st_.load_progress = 0;
+    load_ = std::make_unique<BackgroundLoad>(std::move(range_paths_), o);
+    range_paths_.clear();
+    ImGui::CloseCurrentPopup();
+  }
+  ImGui::EndPopup();
 }
 
 void App::poll_load() {
@@ -181,6 +228,13 @@ void App::poll_live() {
   st_.live_status = fmt::format("live :{} connections {} active {} received {} queue drops {} errors {}", ls.port,
                                 ls.connections, ls.active, ls.events, ls.dropped, ls.errors);
 #endif
+}
+
+std::uint16_t App::live_port() const {
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  if (live_) return live_->stats().port;
+#endif
+  return 0;
 }
 
 std::uint64_t App::events_seen() const {

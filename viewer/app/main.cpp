@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       "  --bench [--synthetic N]                      frame build times p50/p95/max over a zoom/pan sweep\n"
       "  --script FILE                                inject mouse/keys before each frame (see below)\n"
       "  --exit-after-events N --report-json FILE     exit once N events arrived, report what was shown\n"
+      "Large traces: --range T0:T1 loads only that time range (seconds from the start).\n"
       "Script commands, one per line: move X Y | down/up [left|right] | click X Y [button] |\n"
       "  drag X0 Y0 X1 Y1 [button] | wheel DY [X Y] | key K [N] | frames N | wait-events N [S] |\n"
       "  screenshot PNG.  Exit codes: 0 ok, 1 runtime failure (no display, timeout), 2 usage error."};
@@ -40,6 +41,10 @@ int main(int argc, char** argv) {
   cli.add_option("--report-json", opt.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
   cli.add_option("--synthetic", opt.synthetic, "add a synthetic run of about N events (benchmarks, demos)");
   cli.add_option("--synthetic-ranks", opt.synthetic_ranks, "ranks in the synthetic run (default 2)");
+  std::string range;
+  cli.add_option("--range", range,
+                 "T0:T1: load only events overlapping this range, seconds from the first event of each trace "
+                 "(for very large files; without it, files over 1 GiB opened in a window ask first)");
   cli.add_option("--panes", opt.panes, "comma list of panes to show: timeline,memory,allocator,steps,summary");
   try {
     cli.parse(argc, argv);
@@ -59,6 +64,13 @@ int main(int argc, char** argv) {
   } else if (opt.bench) {
     opt.width = 1920;
     opt.height = 1080;
+  }
+  if (!range.empty()) {
+    std::string error;
+    if (!memcomm::view::parse_time_range(range, opt.load, error)) {
+      std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
+      return 2;
+    }
   }
   if (opt.frames < 1) {
     std::fprintf(stderr, "memcomm-view: --frames must be >= 1\n");

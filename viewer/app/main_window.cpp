@@ -62,6 +62,7 @@ void App::build_ui() {
     if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
     ImGui::EndPopup();
   }
+  range_prompt();  // a large file waits for its time range (or "load everything")
   // Toolbar: search and reset.
   ImGui::SetNextItemWidth(220);
   ImGui::InputTextWithHint("##search", "search names", st_.search, sizeof st_.search);

@@ -1,7 +1,12 @@
 #include <memcomm/view/builder.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <unordered_map>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace memcomm::view {
 
@@ -124,6 +129,25 @@ void derive_category_counters(RankData& rd) {
 
 }  // namespace
 
+// Note [Prefaulting bulk arrays]: a 10 M-event load writes ~300 MB of fresh memory once; with
+// 4 KiB pages that is ~75 k page faults, measured at ~20% of the load. MADV_POPULATE_WRITE
+// (Linux >= 5.14) maps the part of an array not yet written in one call. MADV_HUGEPAGE was
+// measured too: faster when 2 MiB pages are free (0.37 s against 0.55 s), but with Debian's
+// defrag=madvise the kernel compacts memory on a busy machine and some loads took 1.2 s. Advisory:
+// older kernels refuse it (EINVAL) and nothing changes.
+void prefault_pages(const void* p, std::size_t bytes) {
+#if defined(__linux__)
+  constexpr int kPopulateWrite = 23;      // MADV_POPULATE_WRITE; older headers lack the name
+  constexpr std::uintptr_t kHuge = 2u << 20;  // whole 2 MiB runs only: small arrays are not worth a call
+  const auto a = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const auto b = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, kPopulateWrite);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 void TimelineBuilder::phase(std::uint32_t r, std::string_view name, TimeNs start, TimeNs end) {
   rank(r).phases.push_back({start, std::max(start, end), strings_.intern(name), 0});
   ++events_;
@@ -194,7 +218,9 @@ CounterSeries& TimelineBuilder::counter_series(std::uint32_t r, std::string_view
 void TimelineBuilder::reserve_scaled(std::uint32_t r, double factor) {
   if (!(factor > 1.0)) return;
   const auto grow = [factor](auto& v) {
-    if (!v.empty()) v.reserve(static_cast<std::size_t>(static_cast<double>(v.size()) * factor) + 16);
+    if (v.empty()) return;
+    v.reserve(static_cast<std::size_t>(static_cast<double>(v.size()) * factor) + 16);
+    prefault_pages(v.data() + v.size(), (v.capacity() - v.size()) * sizeof(v[0]));
   };
   RankParts& p = rank(r);
   grow(p.phases);

@@ -343,7 +343,7 @@ class DecodeAhead {
 };
 
 bool ingest_trace(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
-                  const TraceLoadOptions& options) {
+                  const LoadOptions& options) {
   try {
     TimelineBuilder b;
     TraceIngest ingest(b);

@@ -23,6 +23,7 @@
 
 #include <memcomm/profiler/event.hpp>
 #include <memcomm/view/builder.hpp>
+#include <memcomm/view/loader.hpp>
 
 #include <atomic>
 #include <map>
@@ -32,16 +33,6 @@
 #include <vector>
 
 namespace memcomm::view {
-
-// Options of a file load.
-struct TraceLoadOptions {
-  // Keep only [range_lo_s, range_hi_s], seconds from the first event of the file; off when
-  // range_hi_s <= range_lo_s.
-  double range_lo_s = 0, range_hi_s = 0;
-  // Decompress the next chunk on a second thread while this one is ingested (Note [Decode ahead]).
-  bool decode_ahead = true;
-  bool has_range() const { return range_hi_s > range_lo_s; }
-};
 
 // Turns profiler events of any number of ranks into the builder's arrays. Also the seam for live
 // streams: a receiver hands decoded batches to add().
@@ -103,6 +94,6 @@ void TraceIngest::add(const prof::Event* ev, std::size_t n, std::uint32_t rank, 
 }
 
 bool ingest_trace(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
-                  const TraceLoadOptions& options = {});
+                  const LoadOptions& options = {});
 
 }  // namespace memcomm::view

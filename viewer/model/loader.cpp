@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 // Note [Reader seams]: the trace reader lives in profiler/core and the snapshot reader in
@@ -58,14 +59,37 @@ InputKind detect_input(const std::string& path, std::string& error) {
   return InputKind::Unknown;
 }
 
-bool load_file(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress) {
+bool parse_time_range(const std::string& text, LoadOptions& o, std::string& error) {
+  const auto colon = text.find(':');
+  double lo = 0, hi = 0;
+  bool ok = colon != std::string::npos;
+  if (ok) {
+    char* end = nullptr;
+    const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
+    lo = std::strtod(a.c_str(), &end);
+    ok = !a.empty() && *end == '\0';
+    hi = std::strtod(b.c_str(), &end);
+    ok = ok && !b.empty() && *end == '\0';
+  }
+  if (!ok || !(lo >= 0) || !(hi > lo)) {
+    error = fmt::format("--range '{}': expected T0:T1 in seconds from the start of the trace, with 0 <= T0 < T1", text);
+    return false;
+  }
+  o.range_lo_s = lo;
+  o.range_hi_s = hi;
+  return true;
+}
+
+bool load_file(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
+               const LoadOptions& options) {
+  (void)options;  // builds without the trace reader have nothing to apply it to
   try {
     switch (detect_input(path, error)) {
       case InputKind::Unknown:
         return false;
       case InputKind::MemcommTrace:
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-        return ingest_trace(path, out, error, progress);
+        return ingest_trace(path, out, error, progress, options);
 #else
         error = fmt::format("{}: a memcomm trace, but this memcomm-view was built without the profiler's trace reader", path);
         return false;
@@ -84,7 +108,8 @@ bool load_file(const std::string& path, Timeline& out, std::string& error, std::
   return false;
 }
 
-BackgroundLoad::BackgroundLoad(std::vector<std::string> paths) : paths_(std::move(paths)) {
+BackgroundLoad::BackgroundLoad(std::vector<std::string> paths, LoadOptions options)
+    : paths_(std::move(paths)), options_(options) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -108,7 +133,7 @@ void BackgroundLoad::run() {
     }
     Timeline one;
     std::string error;
-    if (load_file(paths_[i], one, error, &file_progress_)) {
+    if (load_file(paths_[i], one, error, &file_progress_, options_)) {
       result_.merge(std::move(one));
     } else {
       std::lock_guard<std::mutex> lock(mu_);

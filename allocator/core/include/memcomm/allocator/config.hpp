@@ -27,7 +27,8 @@ struct AllocatorConfig {
   std::size_t virtual_size = 0;            // bytes reserved per expandable segment; 0 = 2 x capacity, else
                                            // 1 TiB (device sources) or 64 GiB (host memory)
   // Lazy page release (Note [Lazy page release]): mapped bytes are held to
-  //   budget = peak allocated bytes x (1 + release_slack) + release_floor;
+  //   budget = peak allocated bytes x (1 + release_slack) + floor, floor = 2% of peak allocated bytes,
+  //   at least a page and at most release_floor (so the floor does not dominate a small arena's ratio);
   // free pages are given back only when mapping more would cross the budget, oldest first.
   double release_slack = 0.03;
   std::size_t release_floor = 4u << 20;

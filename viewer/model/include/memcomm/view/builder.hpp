@@ -82,6 +82,10 @@ class TimelineBuilder {
   std::tuple<std::uint8_t, std::uint32_t> last_stream_key_{};
 };
 
+// Maps [p, p + bytes) (whole 2 MiB runs inside it) in one call rather than a fault per page
+// (Note [Prefaulting bulk arrays] in builder.cpp). For memory about to be written.
+void prefault_pages(const void* p, std::size_t bytes);
+
 // Cross-rank work done after building or merging: collective matching, stragglers, skew, busbw.
 void match_collectives(Timeline& tl);
 // Bus bandwidth factor of nccl-tests for an op over n ranks (all_reduce: 2(n-1)/n, ...).

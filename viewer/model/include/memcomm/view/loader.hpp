@@ -7,6 +7,7 @@
 #include <memcomm/view/timeline.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,13 +23,30 @@ InputKind detect_input(const std::string& path, std::string& error);
 bool have_trace_reader();
 bool have_snapshot_reader();
 
+// How to load (memcomm traces; snapshots are always loaded whole).
+struct LoadOptions {
+  // Keep only events overlapping [range_lo_s, range_hi_s], seconds from the first event of each
+  // file (Note [Time range load] in ingest_trace.hpp); off when range_hi_s <= range_lo_s.
+  double range_lo_s = 0, range_hi_s = 0;
+  // Decompress the next chunk on a second thread while this one is ingested (Note [Decode
+  // ahead]). Off on machines with 2 cores or fewer: measured there (shared with other work) it
+  // cost more than it saved.
+  bool decode_ahead = std::thread::hardware_concurrency() > 2;
+  bool has_range() const { return range_hi_s > range_lo_s; }
+};
+// Parses "T0:T1" (seconds, T0 < T1, both >= 0) into `o`; false with a message otherwise.
+bool parse_time_range(const std::string& text, LoadOptions& o, std::string& error);
+// Files at least this large get the "choose a time range first" prompt in the UI.
+inline constexpr std::uint64_t kRangePromptBytes = 1ull << 30;
+
 // Loads one file synchronously; on failure returns false and sets `error` (never throws).
-bool load_file(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress = nullptr);
+bool load_file(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress = nullptr,
+               const LoadOptions& options = {});
 
 // One background load of a set of files. The GUI polls done() each frame and takes the result.
 class BackgroundLoad {
  public:
-  explicit BackgroundLoad(std::vector<std::string> paths);
+  explicit BackgroundLoad(std::vector<std::string> paths, LoadOptions options = {});
   ~BackgroundLoad();
   BackgroundLoad(const BackgroundLoad&) = delete;
   BackgroundLoad& operator=(const BackgroundLoad&) = delete;
@@ -47,6 +65,7 @@ class BackgroundLoad {
  private:
   void run();
   std::vector<std::string> paths_;
+  LoadOptions options_;
   Timeline result_;
   std::vector<std::string> errors_;
   mutable std::mutex mu_;

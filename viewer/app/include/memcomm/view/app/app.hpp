@@ -35,6 +35,10 @@ struct AppOptions {
   std::uint64_t synthetic = 0;      // generate a synthetic run of about N events
   std::uint32_t synthetic_ranks = 2;
   std::string panes;                // comma list of panes to show ("" = all)
+  LoadOptions load;                 // --range (time range to load) and loader knobs
+  // Files at least this large, opened with a visible window and no --range, first ask for a time
+  // range (issue 6: "for very large files, a time range can be chosen before the full load").
+  std::uint64_t range_prompt_bytes = kRangePromptBytes;
 };
 
 class App {
@@ -58,6 +62,9 @@ class App {
   void set_script(std::vector<ScriptCommand> script) { script_ = std::move(script); script_pos_ = 0; }
   bool script_done() const { return script_pos_ >= script_.size() && script_hold_ == 0; }
 
+  // Starts listening on options().listen now (run() does this itself): in-process benches/tests.
+  bool listen(std::string& error) { return start_live(error); }
+  std::uint16_t live_port() const;  // 0 when not listening
   AppState& state() { return st_; }
   const AppOptions& options() const { return opt_; }
   std::uint64_t frames_rendered() const { return frames_; }
@@ -92,7 +99,10 @@ class App {
 #endif
   std::vector<std::string> pending_drops_;
   int redraw_frames_ = 3;               // frames still to draw after the last input (ImGui settles)
+  void range_prompt();
   bool open_popup_ = false;
+  std::vector<std::string> range_paths_;  // waiting for the range prompt's answer
+  float range_lo_s_ = 0, range_hi_s_ = 10;
   char open_path_[512] = {};
   friend void drop_callback(GLFWwindow*, int, const char**);
 };
