@@ -36,6 +36,10 @@ TimeNs length(const Intervals& v) {
 
 std::vector<StepRow> step_table(const Timeline& tl) {
   std::vector<StepRow> rows;
+  // Phase kinds by string id, parsed once (not once per phase span).
+  std::vector<PhaseKind> kind_of(tl.strings.size());
+  for (std::uint32_t i = 0; i < tl.strings.size(); ++i) kind_of[i] = phase_kind_from_name(tl.strings.get(i));
+  const auto phase_kind = [&kind_of](std::uint32_t id) { return id < kind_of.size() ? kind_of[id] : PhaseKind::Other; };
   for (const auto& rd : tl.ranks) {
     const Lane* phases = nullptr;
     bool has_kernels = false;
@@ -47,10 +51,25 @@ std::vector<StepRow> step_table(const Timeline& tl) {
     std::vector<Span> steps;
     for (const auto& row : phases->rows)
       for (const auto& s : row)
-        if (phase_kind_from_name(tl.strings.get(s.name)) == PhaseKind::Step) steps.push_back(s);
+        if (phase_kind(s.name) == PhaseKind::Step) steps.push_back(s);
     std::sort(steps.begin(), steps.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
     const CounterSeries* allocated = rd.counter("allocated");
+    // The rows each step looks into, sorted out once per rank.
+    std::vector<const std::vector<Span>*> comm_rows, compute_rows, phase_all;
+    std::vector<std::pair<const std::vector<Span>*, bool>> phase_rows;
+    for (const auto& lane : rd.lanes) {
+      for (const auto& row : lane.rows) {
+        if (lane.kind == LaneKind::Collective) comm_rows.push_back(&row);
+        else if (lane.kind == LaneKind::Kernel) compute_rows.push_back(&row);
+        else if (lane.kind == LaneKind::Phase) {
+          phase_all.push_back(&row);
+          // On CPU runs the host phases are the compute (issue 4: "kernels" are host phases there).
+          if (!has_kernels) phase_rows.emplace_back(&row, true);
+        }
+      }
+    }
     std::uint32_t index = 0;
+    Intervals comm, wait;
     for (const auto& st : steps) {
       StepRow r;
       r.rank = rd.rank;
@@ -59,25 +78,15 @@ std::vector<StepRow> step_table(const Timeline& tl) {
       r.end = st.end;
       // Only compute that overlaps communication matters: look it up inside each communication
       // interval (binary searches), so a step costs O(collectives x log spans), not O(kernels).
-      Intervals comm, wait;
-      std::vector<const std::vector<Span>*> compute_rows;
-      std::vector<std::pair<const std::vector<Span>*, bool>> phase_rows;
-      for (const auto& lane : rd.lanes) {
-        for (const auto& row : lane.rows) {
-          if (lane.kind == LaneKind::Collective) clip_row(row, st.start, st.end, comm);
-          else if (lane.kind == LaneKind::Kernel) compute_rows.push_back(&row);
-          else if (lane.kind == LaneKind::Phase) {
-            auto it = std::lower_bound(row.begin(), row.end(), st.start, [](const Span& s, TimeNs t) { return s.end <= t; });
-            for (; it != row.end() && it->start < st.end; ++it) {
-              const PhaseKind k = phase_kind_from_name(tl.strings.get(it->name));
-              if (k == PhaseKind::DataWait) wait.emplace_back(std::max(it->start, st.start), std::min(it->end, st.end));
-            }
-            // On CPU runs the host phases are the compute (issue 4: "kernels" are host phases there).
-            if (!has_kernels) phase_rows.emplace_back(&row, true);
-          }
-        }
+      comm.clear();
+      wait.clear();
+      for (const auto* row : comm_rows) clip_row(*row, st.start, st.end, comm);
+      for (const auto* row : phase_all) {
+        auto it = std::lower_bound(row->begin(), row->end(), st.start, [](const Span& s, TimeNs t) { return s.end <= t; });
+        for (; it != row->end() && it->start < st.end; ++it)
+          if (phase_kind(it->name) == PhaseKind::DataWait) wait.emplace_back(std::max(it->start, st.start), std::min(it->end, st.end));
       }
-      const Intervals c = unite(std::move(comm));
+      const Intervals c = unite(comm);
       Intervals covered;
       for (const auto& iv : c) {
         for (const auto* row : compute_rows) clip_row(*row, iv.first, iv.second, covered);
@@ -86,7 +95,7 @@ std::vector<StepRow> step_table(const Timeline& tl) {
           clip_row(*pr.first, iv.first, iv.second, tmp);
           auto it = std::lower_bound(pr.first->begin(), pr.first->end(), iv.first, [](const Span& s, TimeNs t) { return s.end <= t; });
           for (const auto& part : tmp) {
-            const PhaseKind k = phase_kind_from_name(tl.strings.get(it->name));
+            const PhaseKind k = phase_kind(it->name);
             ++it;
             if (k == PhaseKind::Forward || k == PhaseKind::Backward || k == PhaseKind::Optimizer) covered.push_back(part);
           }
@@ -95,7 +104,7 @@ std::vector<StepRow> step_table(const Timeline& tl) {
       r.comm = length(c);
       r.exposed_comm = r.comm - length(unite(std::move(covered)));  // parts lie inside disjoint comm intervals
       r.overlap_pct = r.comm > 0 ? 100.0 * static_cast<double>(r.comm - r.exposed_comm) / static_cast<double>(r.comm) : 0;
-      r.data_wait = length(unite(std::move(wait)));
+      r.data_wait = length(unite(wait));
       double mn = 0, mx = 0;
       if (allocated && allocated->range_min_max(st.start, st.end, mn, mx)) r.peak_allocated = mx;
       rows.push_back(r);

@@ -10,7 +10,10 @@
 //   - the arrays are reached through pointers cached per (kind, stream) and per metric, and trace
 //     string ids map to model ids through a flat table: no map lookup, no virtual or builder call
 //     per event;
-//   - decompression of chunk k+1 runs on a second thread while chunk k is ingested (loader side).
+//   - decompression of chunk k+1 can run on a second thread while chunk k is ingested (Note
+//     [Decode ahead] in ingest_trace.cpp; LoadOptions::decode_ahead, on with more than 2 cores);
+//   - the arrays' pages are mapped in one call, not faulted one by one (Note [Prefaulting bulk
+//     arrays] in builder.cpp).
 // Per-thread ranges and (comm, seq) collectives are paired here; rank clock offsets
 // (MetaKey::ClockOffset) are applied unless the file is already merged, as TraceSet does.
 //

