@@ -179,7 +179,12 @@ TEST_CASE("with no viewer at all, recording continues and drops are counted", "[
   rec.start();
   for (int i = 0; i < 5000; ++i) rec.record(make_counter(i, 0, i));
   rec.stop();
-  const StreamStats st = sink->stats();
+  // The sender thread tries to connect on its own schedule: wait (bounded) for its first failure.
+  StreamStats st = sink->stats();
+  for (int i = 0; i < 500 && st.last_error.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = sink->stats();
+  }
   CHECK_FALSE(st.connected);
   CHECK(st.dropped_events >= 4000);
   CHECK(st.last_error.find("cannot connect") != std::string::npos);
