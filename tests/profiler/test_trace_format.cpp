@@ -100,7 +100,7 @@ TEST_CASE("every event kind survives a write/read round trip bit for bit", "[pro
         const auto ce = e.as<CollectiveEvent>();
         CHECK(ce.bytes() == (3ull << 32) + 77);
         CHECK(ce.seq == 41);
-        CHECK(ce.bucket == 7);
+        CHECK(+ce.bucket == 7);  // a copy: the packed field cannot bind to a reference
         CHECK(ce.algo() == CollAlgo::Ring);
         CHECK(ce.proto() == CollProto::LL128);
       } else if (e.kind == EventKind::Memcpy) {
