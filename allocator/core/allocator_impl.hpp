@@ -122,6 +122,9 @@ struct CachingAllocator::Impl {
   Pool* pool_for(StreamId stream, bool small);
   Block* new_block();
   void delete_block(Block* b);
+  // Cuts mapped block `b` at `at` (inside it): `b` keeps [addr, at), the returned new block gets
+  // [at, end), linked after it in the segment and in none of the free sets.
+  Block* split_mapped_block(Block* b, std::uintptr_t at);
   void free_insert(Block* b);
   void free_erase(Block* b);
   Block* find_free(Pool* pool, std::size_t size);

@@ -154,6 +154,21 @@ Block* CachingAllocator::Impl::new_block() {
   return b;
 }
 
+Block* CachingAllocator::Impl::split_mapped_block(Block* b, std::uintptr_t at) {
+  Block* r = new_block();
+  r->addr = at;
+  r->size = b->addr + b->size - at;
+  r->segment = b->segment;
+  r->mapped = true;
+  r->last_used = b->last_used;
+  r->prev = b;
+  r->next = b->next;
+  if (b->next) b->next->prev = r;
+  b->next = r;
+  b->size = at - b->addr;
+  return r;
+}
+
 void CachingAllocator::Impl::delete_block(Block* b) {
   delete b->uses;
   b->uses = nullptr;
@@ -258,18 +273,7 @@ Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requ
   const std::size_t min_split = pool->small ? config.min_block : config.min_large_split;
   b->allocated = true;  // before splitting, so the remainder does not merge back into it
   if (remaining >= min_split && remaining > 0 && b->size < config.max_split_size) {
-    Block* r = new_block();
-    r->addr = b->addr + size;
-    r->size = remaining;
-    r->segment = b->segment;
-    r->mapped = true;
-    r->last_used = b->last_used;
-    r->prev = b;
-    r->next = b->next;
-    if (b->next) b->next->prev = r;
-    b->next = r;
-    b->size = size;
-    free_insert(merge_free(r));
+    free_insert(merge_free(split_mapped_block(b, b->addr + size)));
   }
   b->allocated = true;
   b->requested = requested;

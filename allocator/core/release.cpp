@@ -45,33 +45,11 @@ void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_a
     free_erase(b);
     Block* piece = b;
     if (lo > b->addr) {  // keep [addr, lo) mapped and free
-      Block* r = new_block();
-      r->addr = lo;
-      r->size = b->addr + b->size - lo;
-      r->segment = seg;
-      r->mapped = true;
-      r->last_used = b->last_used;
-      r->prev = b;
-      r->next = b->next;
-      if (b->next) b->next->prev = r;
-      b->next = r;
-      b->size = lo - b->addr;
+      piece = split_mapped_block(b, lo);
       free_insert(b);
-      piece = r;
     }
     if (piece->addr + piece->size > hi) {  // keep [hi, end) mapped and free
-      Block* r = new_block();
-      r->addr = hi;
-      r->size = piece->addr + piece->size - hi;
-      r->segment = seg;
-      r->mapped = true;
-      r->last_used = piece->last_used;
-      r->prev = piece;
-      r->next = piece->next;
-      if (piece->next) piece->next->prev = r;
-      piece->next = r;
-      piece->size = hi - piece->addr;
-      free_insert(r);
+      free_insert(split_mapped_block(piece, hi));
     }
     piece->busy = true;
     out.pieces.push_back(piece);
