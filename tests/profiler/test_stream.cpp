@@ -75,6 +75,28 @@ StreamHello good_hello() {
   return h;
 }
 
+// A raw listening socket on a free loopback port, for tests that play a misbehaving viewer.
+struct FakeViewerSocket {
+  int fd;
+  uint16_t port;
+};
+FakeViewerSocket fake_viewer_socket() {
+  StreamReceiver dummy(quiet_receiver());  // only to find a free port quickly
+  dummy.start();
+  const uint16_t port = dummy.port();
+  dummy.stop();
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(lfd, 4) == 0);
+  return {lfd, port};
+}
+
 }  // namespace
 
 TEST_CASE("endpoints default to loopback and reject bad ports", "[profiler][stream]") {
@@ -117,19 +139,9 @@ TEST_CASE("events recorded on a rank arrive at the receiver with names and ident
 
 TEST_CASE("a viewer that never reads causes counted drops, not a blocked producer", "[profiler][stream]") {
   // A fake viewer: accepts, answers the handshake, then never reads again.
-  StreamReceiver dummy(quiet_receiver());  // only to find a free port quickly
-  dummy.start();
-  const uint16_t port = dummy.port();
-  dummy.stop();
-  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(lfd, 4) == 0);
+  const FakeViewerSocket sock = fake_viewer_socket();
+  const int lfd = sock.fd;
+  const uint16_t port = sock.port;
   int rcv = 4096;
   std::thread fake([&] {
     const int fd = ::accept(lfd, nullptr, nullptr);
@@ -255,19 +267,9 @@ TEST_CASE("a version mismatch gives a clear message on both sides", "[profiler][
   rx.stop();
 
   // Viewer side refusing: the sink records the reason and stops retrying.
-  StreamReceiver dummy(quiet_receiver());
-  dummy.start();
-  const uint16_t port = dummy.port();
-  dummy.stop();
-  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(lfd, 4) == 0);
+  const FakeViewerSocket sock = fake_viewer_socket();
+  const int lfd = sock.fd;
+  const uint16_t port = sock.port;
   std::thread fake([&] {
     const int c = ::accept(lfd, nullptr, nullptr);
     StreamHello in;
