@@ -29,7 +29,8 @@ struct Block {
   Block* next = nullptr;          // neighbour above in the same segment
   Segment* segment = nullptr;     // owner
   std::uint64_t last_used = 0;    // allocator tick of its last free (age for GC and page release)
-  std::vector<StreamId>* uses = nullptr;  // streams from record_stream (other than its own), rarely set
+  std::vector<StreamId>* uses = nullptr;  // streams from record_stream (other than its user's), rarely set
+  StreamId stream = 0;            // stream the user allocated it on (another pool's when borrowed)
   int pending_events = 0;         // events still to complete before a freed block is reusable
   bool allocated = false;         // handed to the user
   bool mapped = true;             // backed by the source (false only inside expandable segments)
@@ -37,8 +38,18 @@ struct Block {
   bool counted_split = false;     // counted in inactive_split when it entered the free set
   bool planned = false;           // served from the plan's arena (planned mode)
   bool in_recent = false;         // parked unmerged in its pool's recent-free cache (Note [Recent frees])
+  bool idle = false;              // free, and events proved every stream done with it: any stream may
+                                  // take it (Note [Cross-stream reuse])
+  bool fresh = false;             // never handed out since its pages were mapped (safe on any stream)
   std::uint64_t plan_seq = ~std::uint64_t(0);  // planned mode: the allocation's number (PlanImpl::rec_base)
 };
+
+// The reuse history of a merge of `a` and `b` (Note [Cross-stream reuse]): idle when both parts are
+// idle or fresh and one of them is idle (fresh memory alone stays with its pool's stream).
+inline void merge_history(Block* a, const Block* b) {
+  a->idle = (a->idle || a->fresh) && (b->idle || b->fresh) && (a->idle || b->idle);
+  a->fresh = a->fresh && b->fresh;
+}
 
 struct BlockBySize {
   bool operator()(const Block* a, const Block* b) const {
@@ -76,6 +87,7 @@ struct Pool {
 struct PendingFree {
   Block* block;                           // the block (allocated == false, still not reusable)
   std::vector<EventHandle> events;        // recorded at free time, one per other stream
+  bool idle_when_done = false;            // events cover its user stream too: idle once they complete
 };
 
 struct PlanImpl;  // planner.cpp
@@ -116,8 +128,9 @@ struct CachingAllocator::Impl {
   std::unique_ptr<PlanImpl> plan;        // planned mode state
   std::vector<Observer*> observers;
   std::atomic<bool> has_observers{false};
+  bool multi_stream = false;             // pools of two or more streams exist (Note [Cross-stream reuse])
 
-  // --- helpers (caching_allocator.cpp) ---
+  // --- helpers (caching_allocator.cpp, free_sets.cpp) ---
   std::size_t round_size(std::size_t bytes) const;
   Pool* pool_for(StreamId stream, bool small);
   Block* new_block();
@@ -127,22 +140,33 @@ struct CachingAllocator::Impl {
   Block* split_mapped_block(Block* b, std::uintptr_t at);
   void free_insert(Block* b);
   void free_erase(Block* b);
+  bool fits(const Block* b, std::size_t size) const;  // the oversize rules allow b for size
   Block* find_free(Pool* pool, std::size_t size);
-  Block* take(Block* b, std::size_t size, std::size_t requested);
-  void free_block(Block* b);
+  // Hands out `b` (out of the free sets, mapped) for `size` bytes to `stream`, splitting off the rest.
+  Block* take(Block* b, std::size_t size, std::size_t requested, StreamId stream);
+  // Back into the pool's free memory: parked (Note [Recent frees]), or filed merged when `park` is false.
+  void free_block(Block* b, bool park = true);
   void count_split(Block* b);
   void uncount_split(Block* b);
   Block* take_recent(Pool* pool, std::size_t size);
   void flush_recent();
   Block* merge_free(Block* b);
+  // --- stream-ordered reuse (stream_reuse.cpp); called with mu held ---
   void process_events_locked();
+  // Records the events a freed block waits for (record_stream uses, or a borrowed block); false when
+  // the block needs none and is free at once.
+  bool defer_free(Block* b);
+  // Best fit among other streams' idle free blocks (Note [Cross-stream reuse]).
+  Block* find_idle(StreamId stream, bool small, std::size_t size);
+  EventHandle pooled_event();
   void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream) {
     if (has_observers.load(std::memory_order_relaxed)) emit_slow(kind, addr, size, requested, stream);
   }
   void emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream);
   void count_backed(std::int64_t delta);
 
-  // --- growth and release (growth.cpp); called without mu held, they lock it themselves ---
+  // --- growth and release (growth.cpp, expandable.cpp, release.cpp) ---
+  // Called without mu held; they lock it themselves.
   Block* grow(Pool* pool, std::size_t size, std::size_t requested);
   Block* grow_expandable(Pool* pool, std::size_t size, std::size_t requested);
   Block* grow_whole(Pool* pool, std::size_t size, std::size_t requested);
@@ -187,11 +211,16 @@ struct CachingAllocator::Impl {
   void plan_step();
   // Maps the arena a pending plan needs and makes that plan current. Locks mu itself.
   void plan_map_pending();
+  // Reserved bytes an iteration that followed the plan needs (Note [Trimming after a followed plan]).
+  std::size_t trim_target() const;
   // --- detected repetition (repetition.cpp); called with mu held ---
   void plan_detect();
   bool plan_begin_detected();  // true: a plan is pending and its arena must be mapped (unlocked)
   void plan_trim();
   void plan_release_arena();
+  // The iteration left the plan, no planned block lives, and growing by `size` would cross the page
+  // budget: the idle arena's pages should go to the cache. Locks mu itself.
+  bool plan_arena_in_the_way(std::size_t size);
 };
 
 }  // namespace memcomm::alloc

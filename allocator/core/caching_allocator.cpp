@@ -12,17 +12,19 @@
 // - With a source that maps pages (host, simulated, cuda-vmm) every pool owns ONE expandable segment: a
 //   large virtual range whose pages are mapped only where blocks need them. Free space never strands in
 //   a separate segment, and a request that fits nowhere is placed where the fewest new pages are
-//   needed, possibly spanning free mapped and unmapped blocks (Note [Expandable segments], growth.cpp).
+//   needed, possibly spanning free mapped and unmapped blocks (Note [Expandable segments], expandable.cpp).
 // - Pages are given back lazily (Note [Lazy page release], growth.cpp): mapped bytes may exceed peak
 //   allocated bytes by release_slack (3%) plus a floor (2% of them, within a page..4 MiB); only when
 //   mapping more would cross that budget are free pages given back, oldest first. Eager release would
 //   hold ~1.03 x live but cost 10-10,000 x the driver calls; never releasing gives PyTorch's 1.5 x.
-//   Mapping is done in runs (one source call per contiguous run, plus a little map-ahead) so growth is cheap.
+//   Mapping is done in runs (one source call per contiguous run), and growth at a segment's end maps the
+//   budget's headroom with it (Note [Map ahead]), so growth takes few calls.
 // - Sources without map (cuda) get PyTorch's whole segments: 2 MiB for the small pool, 20 MiB for
 //   requests below 10 MiB, the request rounded to 2 MiB above.
-// - Stream-ordered reuse (Note [Stream-ordered reuse]): a block belongs to the stream it was allocated
-//   on. record_stream adds streams; freeing such a block records one pooled event per extra stream and
-//   the block returns to the free set only when they have all completed (process_events).
+// - Stream-ordered reuse (Note [Stream-ordered reuse], stream_reuse.cpp): a block belongs to the stream
+//   it was allocated on. record_stream adds streams; freeing such a block records one pooled event per
+//   extra stream and the block returns to the free set only when they have all completed. Once every
+//   stream that used it is done, the block is idle and any stream may take it (Note [Cross-stream reuse]).
 // - Capacity and OOM (Note [Garbage collection]): reserved bytes never exceed the cap. When growth does
 //   not fit, the allocator waits for pending events, gives back every free page and segment, and tries
 //   once more (num_alloc_retries); then it throws OutOfMemory with requested, reserved, allocated,
@@ -46,8 +48,6 @@
 // caused it; alloc/free events are emitted under the lock, so they are ordered with the state.
 
 #include <algorithm>
-#include <cassert>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -56,43 +56,10 @@
 
 namespace memcomm::alloc {
 
-namespace {
-
-std::string human_bytes(std::uint64_t bytes) {
-  char buf[64];
-  const double b = double(bytes);
-  if (bytes >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (bytes >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (bytes >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.2f KiB", b / double(1ull << 10));
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  return buf;
-}
-
-std::string hex(std::uintptr_t p) {
+std::string hex_address(std::uintptr_t p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(p));
   return buf;
-}
-
-std::uint64_t now_ns() {
-  return std::uint64_t(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
-}  // namespace
-
-const char* to_string(EventKind kind) {
-  switch (kind) {
-    case EventKind::alloc: return "alloc";
-    case EventKind::free_requested: return "free_requested";
-    case EventKind::free_completed: return "free_completed";
-    case EventKind::segment_alloc: return "segment_alloc";
-    case EventKind::segment_free: return "segment_free";
-    case EventKind::segment_map: return "segment_map";
-    case EventKind::segment_unmap: return "segment_unmap";
-    case EventKind::oom: return "oom";
-  }
-  return "unknown";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -110,8 +77,9 @@ CachingAllocator::Impl::Impl(std::shared_ptr<MemorySource> src, AllocatorConfig 
   if (page == 0 || page % config.min_block != 0)
     throw AllocatorError("CachingAllocator: source granularity " + std::to_string(page) +
                          " is not a multiple of min_block " + std::to_string(config.min_block));
-  if (config.release_slack < 0 || config.map_ahead < 0 || config.gc_threshold < 0 || config.gc_threshold > 1)
-    throw AllocatorError("CachingAllocator: release_slack and map_ahead must be >= 0, gc_threshold in [0, 1]");
+  if (config.release_slack < 0 || config.map_ahead < 0 || config.map_ahead > 1 || config.gc_threshold < 0 ||
+      config.gc_threshold > 1)
+    throw AllocatorError("CachingAllocator: release_slack must be >= 0, map_ahead and gc_threshold in [0, 1]");
   cap = config.capacity;
   if (source->capacity() != 0 && (cap == 0 || cap > source->capacity())) cap = source->capacity();
   expandable = config.expandable_segments && source->can_map();
@@ -142,6 +110,8 @@ std::size_t CachingAllocator::Impl::round_size(std::size_t bytes) const {
 Pool* CachingAllocator::Impl::pool_for(StreamId stream, bool small) {
   for (auto& p : pools)
     if (p->stream == stream && p->small == small) return p.get();
+  for (auto& p : pools)
+    if (p->stream != stream) multi_stream = true;
   pools.push_back(std::make_unique<Pool>(stream, small, &nodes));
   return pools.back().get();
 }
@@ -161,6 +131,8 @@ Block* CachingAllocator::Impl::split_mapped_block(Block* b, std::uintptr_t at) {
   r->segment = b->segment;
   r->mapped = true;
   r->last_used = b->last_used;
+  r->idle = b->idle;
+  r->fresh = b->fresh;
   r->prev = b;
   r->next = b->next;
   if (b->next) b->next->prev = r;
@@ -175,99 +147,30 @@ void CachingAllocator::Impl::delete_block(Block* b) {
   block_free_list.push_back(b);
 }
 
-void CachingAllocator::Impl::count_split(Block* b) {
-  b->counted_split = b->prev != nullptr || b->next != nullptr;
-  if (b->counted_split) {
-    stats.inactive_split.increase(1);
-    stats.inactive_split_bytes.increase(std::int64_t(b->size));
-  }
-}
-
-void CachingAllocator::Impl::uncount_split(Block* b) {
-  if (b->counted_split) {
-    stats.inactive_split.decrease(1);
-    stats.inactive_split_bytes.decrease(std::int64_t(b->size));
-    b->counted_split = false;
-  }
-}
-
-void CachingAllocator::Impl::free_insert(Block* b) {
-  assert(b->mapped && !b->allocated && !b->busy && b->pending_events == 0 && !b->in_recent);
-  count_split(b);
-  b->segment->pool->free.insert(b);
-}
-
-void CachingAllocator::Impl::free_erase(Block* b) {
-  uncount_split(b);
-  b->segment->pool->free.erase(b);
-}
-
-// Note [Recent frees]
-// A freed block is first parked, unmerged, in a small per-pool LIFO. An allocation of exactly its size
-// takes it back at once: the alloc/free pair of a training loop then touches neither
-// the free set nor the block links. When the LIFO is full its oldest entry is merged and filed as usual,
-// and any allocation that misses them, and every slow path (growth, release, empty_cache), files all of
-// them first, so best fit always sees the merged state: parked blocks are only a shortcut in front of it.
-Block* CachingAllocator::Impl::take_recent(Pool* pool, std::size_t size) {
-  for (std::size_t i = pool->n_recent; i-- > 0;) {
-    Block* b = pool->recent[i];
-    if (b->size == size) {  // exact fits only: a parked block never adds internal waste
-      for (std::size_t j = i + 1; j < pool->n_recent; ++j) pool->recent[j - 1] = pool->recent[j];
-      --pool->n_recent;
-      b->in_recent = false;
-      uncount_split(b);
-      return b;
-    }
-  }
-  return nullptr;
-}
-
-void CachingAllocator::Impl::flush_recent() {
-  for (auto& pool : pools) {
-    for (std::size_t i = 0; i < pool->n_recent; ++i) {
-      Block* b = pool->recent[i];
-      b->in_recent = false;
-      uncount_split(b);
-      free_insert(merge_free(b));
-    }
-    pool->n_recent = 0;
-  }
-}
-
 void CachingAllocator::Impl::count_backed(std::int64_t delta) {
   if (delta >= 0) stats.reserved_bytes.increase(delta);
   else stats.reserved_bytes.decrease(-delta);
 }
 
-void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
-                                       StreamId stream) {
-  AllocEvent e{};
-  e.time_ns = now_ns();
-  e.address = addr;
-  e.size = size;
-  e.requested = requested;
-  e.stream = stream;
-  e.device = device;
-  e.kind = kind;
-  for (Observer* o : observers) o->on_event(e);
+// The oversize rules (Note [Pools and size classes]) for serving `size` bytes from free block `b`.
+bool CachingAllocator::Impl::fits(const Block* b, std::size_t size) const {
+  const std::size_t max_split = config.max_split_size;
+  if (size < max_split && b->size >= max_split) return false;  // never cut an oversize block for a normal request
+  if (size >= max_split && b->size >= size + config.max_oversize_waste) return false;
+  return true;
 }
 
-// Best fit in the pool, honouring the oversize rules (Note [Pools and size classes]).
+// Best fit in the pool.
 Block* CachingAllocator::Impl::find_free(Pool* pool, std::size_t size) {
   Block key;
   key.size = size;
   key.addr = 0;
   auto it = pool->free.lower_bound(&key);
   if (it == pool->free.end()) return nullptr;
-  Block* b = *it;
-  const std::size_t max_split = config.max_split_size;
-  if (size < max_split && b->size >= max_split) return nullptr;  // never cut an oversize block for a normal request
-  if (size >= max_split && b->size >= size + config.max_oversize_waste) return nullptr;
-  return b;
+  return fits(*it, size) ? *it : nullptr;
 }
 
-// Hands out `b` (already out of the free set, mapped) for `size` bytes, splitting off the rest.
-Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requested) {
+Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requested, StreamId stream) {
   Pool* pool = b->segment->pool;
   const std::size_t remaining = b->size - size;
   const std::size_t min_split = pool->small ? config.min_block : config.min_large_split;
@@ -276,6 +179,9 @@ Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requ
     free_insert(merge_free(split_mapped_block(b, b->addr + size)));
   }
   b->allocated = true;
+  b->idle = false;
+  b->fresh = false;
+  b->stream = stream;
   b->requested = requested;
   live.insert(b->addr, b);
   stats.allocation.increase(1);
@@ -285,44 +191,15 @@ Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requ
   stats.requested_bytes.increase(std::int64_t(requested));
   if (b->size >= config.max_split_size) stats.oversize_allocations.increase(1);
   if (stats.allocated_bytes.current > allocated_high_water) allocated_high_water = stats.allocated_bytes.current;
-  emit(EventKind::alloc, b->addr, b->size, requested, pool->stream);
+  emit(EventKind::alloc, b->addr, b->size, requested, stream);
   return b;
 }
 
-// Merges a free (not allocated, not pending, not busy) block with like neighbours; returns the result,
-// which is in no free set.
-Block* CachingAllocator::Impl::merge_free(Block* b) {
-  auto mergeable = [&](Block* n) {
-    return n && !n->allocated && !n->busy && n->pending_events == 0 && !n->in_recent && n->mapped == b->mapped;
-  };
-  if (mergeable(b->prev)) {
-    Block* p = b->prev;
-    if (p->mapped) free_erase(p);
-    p->size += b->size;
-    p->next = b->next;
-    if (b->next) b->next->prev = p;
-    p->last_used = std::max(p->last_used, b->last_used);
-    if (b->segment->head == b) b->segment->head = p;
-    delete_block(b);
-    b = p;
-  }
-  if (mergeable(b->next)) {
-    Block* n = b->next;
-    if (n->mapped) free_erase(n);
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next) n->next->prev = b;
-    b->last_used = std::max(b->last_used, n->last_used);
-    delete_block(n);
-  }
-  return b;
-}
-
-// A block the user freed whose stream events (if any) have completed: back into the free set.
-void CachingAllocator::Impl::free_block(Block* b) {
+// A block the user freed whose stream events (if any) have completed.
+void CachingAllocator::Impl::free_block(Block* b, bool park) {
   const std::uintptr_t addr = b->addr;
   const std::size_t size = b->size;
-  const StreamId stream = b->segment->pool->stream;
+  const StreamId stream = b->stream;
   stats.active.decrease(1);
   stats.active_bytes.decrease(std::int64_t(size));
   b->allocated = false;
@@ -331,6 +208,11 @@ void CachingAllocator::Impl::free_block(Block* b) {
   delete b->uses;
   b->uses = nullptr;
   Pool* pool = b->segment->pool;
+  if (!park) {
+    free_insert(merge_free(b));
+    emit(EventKind::free_completed, addr, size, 0, stream);
+    return;
+  }
   b->in_recent = true;  // first, so filing the oldest parked block cannot merge b away
   if (pool->n_recent == Pool::kRecent) {  // file the oldest parked block
     Block* old = pool->recent[0];
@@ -343,29 +225,6 @@ void CachingAllocator::Impl::free_block(Block* b) {
   count_split(b);
   pool->recent[pool->n_recent++] = b;
   emit(EventKind::free_completed, addr, size, 0, stream);
-}
-
-void CachingAllocator::Impl::process_events_locked() {
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    PendingFree& p = pending[i];
-    bool done = true;
-    for (EventHandle e : p.events)
-      if (!streams->query_event(e)) {
-        done = false;
-        break;
-      }
-    if (!done) {
-      if (kept != i) pending[kept] = std::move(p);
-      ++kept;
-      continue;
-    }
-    for (EventHandle e : p.events) event_pool.push_back(e);
-    p.block->pending_events = 0;
-    if (p.block->planned) plan_free(p.block);
-    else free_block(p.block);
-  }
-  pending.resize(kept);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -393,14 +252,17 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
     }
     pool = m.pool_for(stream, small);
     if (Block* b = m.take_recent(pool, size)) {
-      b = m.take(b, size, bytes);
+      b = m.take(b, size, bytes, stream);
       if (m.plan) m.plan_record_alloc(b);
       return reinterpret_cast<void*>(b->addr);
     }
     if (pool->n_recent) m.flush_recent();  // best fit sees the merged state
-    if (Block* b = m.find_free(pool, size)) {
+    Block* b = m.find_free(pool, size);
+    // Another stream's idle block before growing (Note [Cross-stream reuse]).
+    if (!b && m.multi_stream) b = m.find_idle(stream, small, size);
+    if (b) {
       m.free_erase(b);
-      b = m.take(b, size, bytes);
+      b = m.take(b, size, bytes, stream);
       if (m.plan) m.plan_record_alloc(b);
       return reinterpret_cast<void*>(b->addr);
     }
@@ -421,55 +283,27 @@ void CachingAllocator::deallocate(void* ptr) {
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   Block** found = m.live.find(addr);
   if (!found)
-    throw AllocatorError("deallocate(" + hex(addr) + "): not a live block of this allocator "
+    throw AllocatorError("deallocate(" + hex_address(addr) + "): not a live block of this allocator "
                          "(double free, a pointer from elsewhere, or not the start of a block)");
   Block* b = *found;
   m.live.erase(addr);
-  const StreamId stream = b->segment->pool->stream;
+  const StreamId stream = b->stream;
   m.stats.allocation.decrease(1);
   m.stats.allocated_bytes.decrease(std::int64_t(b->size));
   m.stats.requested_bytes.decrease(std::int64_t(b->requested));
   if (b->size >= m.config.max_split_size) m.stats.oversize_allocations.decrease(1);
   m.emit(EventKind::free_requested, b->addr, b->size, b->requested, stream);
   if (m.plan) m.plan_record_free(b);
-  if (b->uses && !b->uses->empty()) {
-    // Note [Stream-ordered reuse]: the memory may still be in use by work queued on other streams.
-    PendingFree p{b, {}};
-    for (StreamId s : *b->uses) {
-      EventHandle e;
-      if (m.event_pool.empty()) e = m.streams->create_event();
-      else {
-        e = m.event_pool.back();
-        m.event_pool.pop_back();
-      }
-      m.streams->record_event(e, s);
-      p.events.push_back(e);
-    }
-    b->allocated = false;
-    b->pending_events = int(p.events.size());
-    m.pending.push_back(std::move(p));
-    return;
-  }
+  // Note [Stream-ordered reuse]: the memory may still be in use by work queued on other streams.
+  if (m.defer_free(b)) return;
   if (b->planned) m.plan_free(b);
   else m.free_block(b);
-}
-
-void CachingAllocator::record_stream(void* ptr, StreamId stream) {
-  Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
-  Block** found = m.live.find(addr);
-  if (!found) throw AllocatorError("record_stream(" + hex(addr) + "): not a live block of this allocator");
-  Block* b = *found;
-  if (stream == b->segment->pool->stream) return;
-  if (!b->uses) b->uses = new std::vector<StreamId>();
-  if (std::find(b->uses->begin(), b->uses->end(), stream) == b->uses->end()) b->uses->push_back(stream);
 }
 
 std::size_t CachingAllocator::block_size(const void* ptr) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Block** found = impl_->live.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (!found) throw AllocatorError("block_size(" + hex(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");
+  if (!found) throw AllocatorError("block_size(" + hex_address(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");
   return (*found)->size;
 }
 
@@ -477,97 +311,12 @@ std::size_t CachingAllocator::requested_size(const void* ptr) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Block** found = impl_->live.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (!found)
-    throw AllocatorError("requested_size(" + hex(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");
+    throw AllocatorError("requested_size(" + hex_address(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");
   return (*found)->requested;
-}
-
-void CachingAllocator::empty_cache() {
-  Impl& m = *impl_;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    if (!m.pending.empty()) {
-      for (PendingFree& p : m.pending)
-        for (EventHandle e : p.events) m.streams->synchronize_event(e);
-      m.stats.num_sync_all_streams++;
-      m.process_events_locked();
-    }
-  }
-  m.release_free(0, 0, false);  // files parked blocks first
-  if (m.plan) m.plan_release_arena();
-}
-
-void CachingAllocator::process_events() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->process_events_locked();
-  impl_->flush_recent();
 }
 
 void CachingAllocator::step_marker() {
   if (impl_->plan) impl_->plan_step();
-}
-
-DeviceStats CachingAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats;
-}
-
-MemorySummary CachingAllocator::memory_summary() const {
-  Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  MemorySummary s;
-  for (auto& seg : m.segments) {
-    ++s.segments;
-    for (Block* b = seg->head; b; b = b->next) {
-      ++s.blocks;
-      if (!b->allocated && b->mapped && b->pending_events == 0) {
-        s.free_bytes += b->size;
-        s.largest_free_block = std::max<std::uint64_t>(s.largest_free_block, b->size);
-      }
-      if (b->pending_events > 0) s.pending_free_bytes += b->size;
-    }
-  }
-  if (m.plan) m.plan->summarize(s);
-  s.internal_waste = std::uint64_t(m.stats.allocated_bytes.current - m.stats.requested_bytes.current);
-  return s;
-}
-
-void CachingAllocator::reset_peak_stats() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  DeviceStats& s = impl_->stats;
-  for (Stat* st : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes, &s.reserved_bytes,
-                   &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes, &s.oversize_allocations,
-                   &s.oversize_segments})
-    st->reset_peak();
-}
-
-void CachingAllocator::add_observer(Observer* observer) {
-  if (!observer) throw AllocatorError("add_observer: observer is null");
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->observers.push_back(observer);
-  impl_->has_observers.store(true);
-}
-
-void CachingAllocator::remove_observer(Observer* observer) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto& v = impl_->observers;
-  v.erase(std::remove(v.begin(), v.end(), observer), v.end());
-  impl_->has_observers.store(!v.empty());
-}
-
-const AllocatorConfig& CachingAllocator::config() const { return impl_->config; }
-MemorySource& CachingAllocator::source() const { return *impl_->source; }
-
-// Out-of-line so OutOfMemory's message is built in one place (growth.cpp throws it).
-std::string format_oom(std::size_t size, std::size_t requested, const MemorySource& src, std::size_t cap,
-                       std::uint64_t reserved, std::uint64_t allocated, std::uint64_t largest_free) {
-  const double frag = reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0;
-  char f[32];
-  std::snprintf(f, sizeof f, "%.3f", frag);
-  return "memcomm: out of memory allocating " + human_bytes(size) + " (requested " + std::to_string(requested) +
-         " bytes) from " + src.name() + " source, device " + std::to_string(src.device()) + ": capacity " +
-         (cap ? human_bytes(cap) : std::string("unlimited")) + ", reserved " + human_bytes(reserved) +
-         ", allocated " + human_bytes(allocated) + ", largest free block " + human_bytes(largest_free) +
-         ", fragmentation " + f;
 }
 
 }  // namespace memcomm::alloc

@@ -62,6 +62,10 @@ void CachingAllocator::check_invariants() const {
       if (b->segment != seg.get()) fail("block points at the wrong segment");
       if (b->next && b->next->prev != b) fail("broken block links");
       if (b->busy) fail("a busy block outside a source call");
+      // Note [Cross-stream reuse]: only free, mapped, event-free blocks may be idle; fresh ones were never handed out.
+      if (b->idle && (b->allocated || b->pending_events || !b->mapped)) fail("an idle block that is not free and mapped");
+      if (b->fresh && (b->allocated || b->pending_events)) fail("a fresh block in use");
+      if (b->allocated && b->stream != seg->pool->stream && !m.multi_stream) fail("a borrowed block with one stream");
       expect = b->addr + b->size;
       const bool in_set = seg->pool->free.count(b) != 0;
       if (!b->mapped) {

@@ -68,9 +68,15 @@ struct PlanImpl {
   Segment* arena = nullptr;              // the arena's expandable range (mapped prefix)
   std::map<std::size_t, std::size_t> live;  // arena offsets in use: offset -> end
   std::uint64_t arena_blocks = 0;        // planned blocks alive
+  std::int64_t arena_allocated = 0;      // bytes of live planned blocks (also in allocated_bytes)
+  std::int64_t iter_cache_peak = 0;      // largest allocated bytes outside the arena in this iteration
 
-  void summarize(MemorySummary& s) const {
-    (void)s;  // arena free space is not part of the caching free sets
+  // Arena free space is not part of the caching free sets; only the plan's own figures are added.
+  void summarize(MemorySummary& s, std::size_t arena_mapped) const {
+    if (!active) return;
+    s.planned_arena_bytes = arena_mapped;
+    s.planned_iteration_allocs = items.size();
+    for (const PlanItem& it : items) s.planned_in_arena += it.in_arena ? 1 : 0;
   }
 };
 

@@ -98,6 +98,8 @@ void CachingAllocator::Impl::finish_releases(Releases& r, bool count_gc) {
     Segment* seg = b->segment;
     b->busy = false;
     b->mapped = false;
+    b->idle = false;
+    b->fresh = true;  // its pages come back fresh when mapped again
     seg->mapped_bytes -= b->size;
     count_backed(-std::int64_t(b->size));
     stats.num_device_unmap++;

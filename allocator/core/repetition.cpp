@@ -115,6 +115,8 @@ bool CachingAllocator::Impl::plan_begin_detected() {
   const bool followed = p.active && !p.deviated && p.pos == p.items.size() && p.items.size() == t;
   p.pos = 0;
   p.deviated = false;
+  // No trim here (Note [Trimming after a followed plan]): a detected period is often one layer or
+  // micro-step, and the cache's pages serve the rest of the real step.
   if (followed) return false;
   // Plan from the iteration that just ended: the last t allocations, all in the past.
   p.active = false;

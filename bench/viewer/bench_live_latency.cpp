@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     sink.close(10000);
   });
   std::vector<double> latency(static_cast<std::size_t>(batches), -1), frame_ms;
+  std::vector<std::pair<std::uint64_t, double>> publish;  // (events shown after it, CPU ms)
   int seen = 0;
   const auto deadline = Clock::now() + std::chrono::seconds(120);
   while (seen < batches && Clock::now() < deadline) {
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
     const auto drawn = Clock::now();
     frame_ms.push_back(std::chrono::duration<double, std::milli>(drawn - f0).count());
     const std::uint64_t shown = app.state().tl.event_count;
+    if (app.state().publish_cpu_ms > 0) publish.emplace_back(shown, app.state().publish_cpu_ms);
     const int sent_now = n_sent.load(std::memory_order_acquire);
     while (seen < sent_now && static_cast<std::uint64_t>(seen + 1) * static_cast<std::uint64_t>(per_batch) <= shown) {
       latency[static_cast<std::size_t>(seen)] = std::chrono::duration<double, std::milli>(drawn - sent[static_cast<std::size_t>(seen)]).count();
@@ -105,5 +107,23 @@ int main(int argc, char** argv) {
               pct(latency, 0.95), pct(latency, 1.0));
   std::printf("  frame (poll + publish + build + GL), ms: p50 %.1f  p95 %.1f  max %.1f\n", pct(frame_ms, 0.5),
               pct(frame_ms, 0.95), pct(frame_ms, 1.0));
+  // Publishing new events into the model (Note [Live rebuild]) should cost O(new events), the
+  // same late in the run as early: CPU time, so other processes on the machine do not inflate it.
+  const std::size_t pt = std::max<std::size_t>(1, publish.size() / 10);
+  std::vector<double> early, late;
+  for (std::size_t i = 0; i < publish.size(); ++i) (i < pt ? early : late).push_back(publish[i].second);
+  if (late.size() > pt) late.erase(late.begin(), late.end() - static_cast<std::ptrdiff_t>(pt));
+  std::printf("  publish (append + indexes), CPU ms: first %zu p50 %.2f p95 %.2f | last %zu (at %.2f M events) p50 %.2f p95 %.2f\n",
+              early.size(), pct(early, 0.5), pct(early, 0.95), late.size(),
+              publish.empty() ? 0.0 : static_cast<double>(publish.back().first) / 1e6, pct(late, 0.5), pct(late, 0.95));
+  std::vector<double> all_pub;
+  std::size_t worst = 0;
+  for (std::size_t i = 0; i < publish.size(); ++i) {
+    all_pub.push_back(publish[i].second);
+    if (publish[i].second > publish[worst].second) worst = i;
+  }
+  if (!publish.empty())
+    std::printf("  publish, all %zu: p50 %.2f p95 %.2f max %.2f CPU ms (the max at %.2f M events)\n", all_pub.size(),
+                pct(all_pub, 0.5), pct(all_pub, 0.95), pct(all_pub, 1.0), static_cast<double>(publish[worst].first) / 1e6);
   return seen == batches ? 0 : 1;
 }

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "memcomm/advisor/advise.hpp"
 #include "memcomm/profiler/analysis.hpp"
 #include "memcomm/profiler/chrome_export.hpp"
 #include "memcomm/profiler/merge.hpp"
@@ -54,6 +55,17 @@ int main(int argc, char** argv) {
   report->add_flag("--json", json, "print the full analysis as JSON");
   report->add_option("--rows", max_rows, "rows per table in text mode")->check(CLI::PositiveNumber);
 
+  memcomm::advise::AdviseOptions advise_opt;
+  bool no_replay = false;
+  auto* adv = app.add_subcommand("advise", "What to change, with the evidence: allocator policy (replaying the trace's "
+                                           "allocations), buckets/accumulation, loader, micro-batch, stragglers");
+  adv->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
+  adv->add_option("--memory-limit", advise_opt.memory_limit,
+                  "Bytes per rank the run may use (e.g. 80GiB); default: the allocator's recorded capacity")
+      ->transform(CLI::AsSizeValue(false));
+  adv->add_flag("--no-replay", no_replay, "Skip replaying the allocations through the allocator policies");
+  adv->add_flag("--json", json, "print the advice as JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -80,6 +92,15 @@ int main(int argc, char** argv) {
         if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
       const MergeStats st = write_merged(set, merge_out);
       fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", merge_out, st.ranks, st.events, st.chunks, st.bytes);
+      return 0;
+    }
+    if (*adv) {
+      const TraceSet set = TraceSet::load(files);
+      warn_recovery(set);
+      advise_opt.replay = !no_replay;
+      const auto advice = memcomm::advise::advise(set, analyze(set), files, advise_opt);
+      if (json) fmt::print("{}\n", memcomm::advise::advice_to_json(advice));
+      else fmt::print("{}", memcomm::advise::advice_to_text(advice));
       return 0;
     }
     if (*report) {

@@ -144,3 +144,36 @@ TEST_CASE("planned mode keeps reserved memory near peak live", "[allocator][plan
   const DeviceStats s = a.stats();
   CHECK(double(s.reserved_bytes.peak) <= 1.10 * double(s.allocated_bytes.peak));
 }
+
+// Note [Trimming after a followed plan]: once iterations follow the plan, the cache gives back the
+// pages the arena made redundant, so the steady state holds arena + what outlives an iteration.
+TEST_CASE("after iterations that follow the plan, reserved memory comes down to near peak live",
+          "[allocator][planned]") {
+  AllocatorConfig c;
+  c.planned = true;
+  CachingAllocator a(simulated(), c);
+  std::vector<void*> params;
+  std::int64_t calls = 0;
+  for (int it = 0; it < 10; ++it) {
+    training_step(a, 4, params);
+    a.step_marker();
+    if (it == 2) {
+      a.reset_peak_stats();
+      calls = a.stats().source_calls();
+    }
+  }
+  const DeviceStats s = a.stats();
+  const MemorySummary m = a.memory_summary();
+  CHECK(s.source_calls() == calls);  // the steady state makes no source calls
+  CHECK(s.num_planned_allocs > 0);
+  CHECK(m.planned_iteration_allocs > 0);
+  CHECK(m.planned_in_arena > 0);
+  // What outlives an iteration here is the parameters; the rest is the arena. Without the trim the
+  // cache would keep the pages of the learning iterations beside the arena.
+  std::size_t param_bytes = 0;
+  for (void* p : params) param_bytes += a.block_size(p);
+  CHECK(std::size_t(s.reserved_bytes.peak) <= m.planned_arena_bytes + param_bytes + 2 * 2 * MiB);
+  CHECK(double(s.reserved_bytes.peak) <= 1.03 * double(s.requested_bytes.peak));
+  for (void* p : params) a.deallocate(p);
+  a.check_invariants();
+}

@@ -75,3 +75,71 @@ TEST_CASE("empty_cache waits for pending events", "[allocator][streams][empty_ca
   CHECK(a.stats().reserved_bytes.current == 0);
   a.check_invariants();
 }
+
+// Note [Cross-stream reuse]: once the events of a block freed with record_stream uses have completed,
+// any stream may take it; before that, and for blocks freed without events, only its own stream.
+TEST_CASE("a block freed with record_stream uses is reused by any stream once its events complete",
+          "[allocator][streams][cross-stream]") {
+  auto streams = std::make_shared<ManualStreams>();
+  CachingAllocator a(simulated(), {}, streams);
+  Recorder rec;
+  a.add_observer(&rec);
+  const StreamId s1 = 1, s2 = 2, s3 = 3;
+  void* warm = a.allocate(4 * KiB, s3);  // a second allocating stream: idle blocks have takers
+  void* p = a.allocate(3 * MiB, s1);
+  a.record_stream(p, s2);
+  a.deallocate(p);
+  CHECK(streams->records() == 2);  // on s2, and on s1 itself so completion proves every stream done
+
+  void* q = a.allocate(3 * MiB, s3);  // s1 and s2 may still be using p
+  CHECK(addr(q) != addr(p));
+  a.deallocate(q);  // q is s3's own block: no events, and not idle
+  streams->complete(s2);
+  a.process_events();
+  CHECK(a.stats().active.current == 2);  // warm, and p still waiting for s1
+  CHECK(a.memory_summary().pending_free_bytes == 3 * MiB);
+
+  streams->complete(s1);
+  a.process_events();
+  CHECK(a.stats().active.current == 1);
+  const std::size_t reserved = std::size_t(a.stats().reserved_bytes.current);
+  const auto calls = a.stats().source_calls();
+  void* r = a.allocate(3 * MiB, 4);  // a stream with no cached block of its own takes the idle one
+  CHECK(addr(r) == addr(p));
+  CHECK(a.stats().source_calls() == calls);
+  CHECK(std::size_t(a.stats().reserved_bytes.current) == reserved);
+  CHECK(rec.events.back().kind == EventKind::alloc);
+  CHECK(rec.events.back().stream == 4);  // events name the borrower
+  a.check_invariants();
+
+  // The borrower's free is not ordered with s1: s1 gets the block back only after s4's event.
+  a.deallocate(r);
+  CHECK(rec.events.back().stream == 4);
+  CHECK(a.memory_summary().pending_free_bytes == 3 * MiB);
+  void* t = a.allocate(3 * MiB, s1);
+  CHECK(addr(t) != addr(p));
+  a.deallocate(t);
+  streams->complete(4);
+  a.process_events();
+  void* u = a.allocate(3 * MiB, s1);
+  CHECK(addr(u) == addr(p));
+  a.deallocate(u);
+  a.deallocate(warm);
+  a.check_invariants();
+  a.remove_observer(&rec);
+}
+
+TEST_CASE("without a second allocating stream no extra event is recorded", "[allocator][streams][cross-stream]") {
+  auto streams = std::make_shared<ManualStreams>();
+  CachingAllocator a(simulated(), {}, streams);
+  void* p = a.allocate(3 * MiB, 1);
+  a.record_stream(p, 2);  // e.g. a communication stream that reads but never allocates
+  a.deallocate(p);
+  CHECK(streams->records() == 1);
+  streams->complete(2);
+  a.process_events();
+  void* q = a.allocate(3 * MiB, 1);
+  CHECK(addr(q) == addr(p));
+  a.deallocate(q);
+  a.check_invariants();
+}

@@ -143,18 +143,18 @@ void Communicator::fail(const std::string& what) {
   throw CommError("rank " + std::to_string(env_.rank) + ": " + what + ": " + who);
 }
 
-void Communicator::allreduce(at::Tensor& t, int bucket) {
+void Communicator::allreduce(at::Tensor& t, int bucket, Reduce op) {
   // NCCL reduces device memory only: small host tensors (evaluation totals) take a round trip.
   if (backend_name_ == "nccl" && !t.is_cuda() && device_.is_cuda()) {
     auto on_device = t.to(device_);
-    wait(allreduce_async(on_device, bucket));
+    wait(allreduce_async(on_device, bucket, op));
     t.copy_(on_device);
     return;
   }
-  wait(allreduce_async(t, bucket));
+  wait(allreduce_async(t, bucket, op));
 }
 
-std::shared_ptr<Communicator::Pending> Communicator::allreduce_async(at::Tensor& t, int bucket) {
+std::shared_ptr<Communicator::Pending> Communicator::allreduce_async(at::Tensor& t, int bucket, Reduce op) {
   auto p = std::make_shared<Pending>();
   p->record = {"allreduce", static_cast<int64_t>(t.numel() * t.element_size()), bucket, seq_++, monotonic_ns(), 0,
                static_cast<int>(t.element_size())};
@@ -165,7 +165,9 @@ std::shared_ptr<Communicator::Pending> Communicator::allreduce_async(at::Tensor&
   }
   std::vector<at::Tensor> ts{t};
   try {
-    p->work = pg_->allreduce(ts);
+    c10d::AllreduceOptions ao;
+    ao.reduceOp = op == Reduce::Max ? c10d::ReduceOp::MAX : op == Reduce::Min ? c10d::ReduceOp::MIN : c10d::ReduceOp::SUM;
+    p->work = pg_->allreduce(ts, ao);
     p->watch_completion();
   } catch (const std::exception& e) {
     fail(std::string("all-reduce failed: ") + e.what());

@@ -30,6 +30,10 @@ class Work;
 
 namespace memcomm::train {
 
+// How an all-reduce combines the ranks' values. Max and Min let ranks agree on a decision
+// (any rank out of memory, the smallest size that fits everywhere) in one collective.
+enum class Reduce { Sum, Max, Min };
+
 class Communicator {
  public:
   // Rendezvous (rank 0 hosts the TCPStore) and process-group creation. world == 1 needs neither.
@@ -42,12 +46,12 @@ class Communicator {
 
   // In-place sum all-reduce; returns a handle to wait on. Completion time is recorded.
   struct Pending;
-  std::shared_ptr<Pending> allreduce_async(at::Tensor& t, int bucket);
+  std::shared_ptr<Pending> allreduce_async(at::Tensor& t, int bucket, Reduce op = Reduce::Sum);
   // Waits for a pending collective and returns its record; throws CommError naming the missing
   // ranks on failure or timeout (Note [Naming the lost rank]).
   CollectiveRecord wait(const std::shared_ptr<Pending>& p);
   // Blocking sum all-reduce; host tensors are staged through the device under NCCL.
-  void allreduce(at::Tensor& t, int bucket = -1);
+  void allreduce(at::Tensor& t, int bucket = -1, Reduce op = Reduce::Sum);
   // The device collectives run on (CPU for Gloo runs).
   void set_device(const at::Device& d) { device_ = d; }
   void broadcast(std::vector<at::Tensor>& tensors, int root);

@@ -157,7 +157,8 @@ BatchLoader::BatchLoader(std::shared_ptr<Dataset> ds, std::vector<int64_t> indic
     : ds_(std::move(ds)), indices_(std::move(indices)), batch_size_(batch_size),
       num_batches_(static_cast<int64_t>(indices_.size()) / batch_size),  // fixed shapes: partial batch dropped
       workers_(workers), prefetch_(prefetch), pin_(pin_memory),
-      slots_(static_cast<size_t>(prefetch)), slot_batch_(static_cast<size_t>(prefetch), -1) {
+      slots_(static_cast<size_t>(prefetch)), slot_error_(static_cast<size_t>(prefetch)),
+      slot_batch_(static_cast<size_t>(prefetch), -1) {
   for (int w = 0; w < workers_; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
 }
 
@@ -188,13 +189,22 @@ void BatchLoader::worker_loop(int w) {
       cv_.wait(lk, [&] { return stop_ || (slot_batch_[slot] == -1 && b < next_out_ + prefetch_); });
       if (stop_) return;
     }
-    Batch batch = assemble(b);
+    // A failure (out of memory under a cap, a bad sample) reaches the trainer at this batch.
+    Batch batch;
+    std::exception_ptr error;
+    try {
+      batch = assemble(b);
+    } catch (...) {
+      error = std::current_exception();
+    }
     {
       std::lock_guard<std::mutex> lk(mu_);
       slots_[slot] = std::move(batch);
+      slot_error_[slot] = error;
       slot_batch_[slot] = b;
     }
     cv_.notify_all();
+    if (error) return;
   }
 }
 
@@ -208,6 +218,7 @@ bool BatchLoader::next(Batch& out, int64_t* waited_ns) {
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return slot_batch_[slot] == next_out_; });
     out = std::move(slots_[slot]);
+    if (auto error = std::exchange(slot_error_[slot], nullptr)) std::rethrow_exception(error);
     slot_batch_[slot] = -1;
     ++next_out_;
     lk.unlock();

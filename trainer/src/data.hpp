@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <condition_variable>
+#include <exception>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -70,6 +71,7 @@ class BatchLoader {
 
   int64_t num_batches() const { return num_batches_; }
   // Next batch in order; false at the end of the epoch. `waited_ns` gets the time spent blocked.
+  // Rethrows what a worker threw assembling this batch (the loader is then unusable).
   bool next(Batch& out, int64_t* waited_ns = nullptr);
 
  private:
@@ -82,6 +84,7 @@ class BatchLoader {
   int workers_, prefetch_;
   bool pin_;
   std::vector<Batch> slots_;
+  std::vector<std::exception_ptr> slot_error_;  // a worker's failure, rethrown by next() at that batch
   std::vector<int64_t> slot_batch_;  // which batch each slot holds, -1 when empty
   int64_t next_out_ = 0;             // next batch the trainer takes
   bool stop_ = false;

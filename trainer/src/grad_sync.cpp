@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace memcomm::train {
@@ -40,17 +41,16 @@ GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, double
 
 GradSync::~GradSync() = default;
 
+// Strong guarantee: the new buckets are allocated before anything changes, so an out-of-memory
+// here (under a memory cap) leaves the old layout, and the gradients in it, untouched.
 void GradSync::build(const std::vector<size_t>& order) {
-  // Keep current gradient values: a rebuild may happen while gradients hold data.
-  std::vector<torch::Tensor> saved;
-  for (auto& p : params_) saved.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
-  buckets_.clear();
+  std::vector<std::unique_ptr<Bucket>> fresh;
   int64_t cap = 1 << 20;  // Note [Gradient buckets]: the first bucket is small so communication starts early
   auto b = std::make_unique<Bucket>();
   int64_t bytes = 0;
   auto close = [&] {
     if (b->params.empty()) return;
-    buckets_.push_back(std::move(b));
+    fresh.push_back(std::move(b));
     b = std::make_unique<Bucket>();
     bytes = 0;
     cap = cap_bytes_;
@@ -62,25 +62,31 @@ void GradSync::build(const std::vector<size_t>& order) {
     bytes += pb;
   }
   close();
-  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
-    auto& bk = *buckets_[bi];
+  for (size_t bi = 0; bi < fresh.size(); ++bi) {
+    auto& bk = *fresh[bi];
     bk.index = static_cast<int>(bi);
     int64_t n = 0;
     for (size_t i : bk.params) {
       bk.offsets.push_back(n);
       n += params_[i].numel();
-      bucket_of_[i] = bi;
     }
     bk.flat = torch::zeros({n}, params_.front().options().requires_grad(false));
     if (compression_ == "bf16") bk.wire = torch::empty({n}, bk.flat.options().dtype(torch::kBFloat16));
     if (compression_ == "fp16") bk.wire = torch::empty({n}, bk.flat.options().dtype(torch::kHalf));
+  }
+  // Commit: gradients move into their new views (a rebuild may happen while they hold data).
+  torch::NoGradGuard no_grad;
+  for (size_t bi = 0; bi < fresh.size(); ++bi) {
+    auto& bk = *fresh[bi];
     for (size_t k = 0; k < bk.params.size(); ++k) {
       auto& p = params_[bk.params[k]];
       auto view = bk.flat.narrow(0, bk.offsets[k], p.numel()).view(p.sizes());
-      if (saved[bk.params[k]].defined()) view.copy_(saved[bk.params[k]]);
+      if (p.grad().defined()) view.copy_(p.grad());
       p.mutable_grad() = view;
+      bucket_of_[bk.params[k]] = bi;
     }
   }
+  buckets_ = std::move(fresh);
 }
 
 void GradSync::prepare(bool sync) {
@@ -92,7 +98,11 @@ void GradSync::on_grad_ready(size_t param) {
   if (!rebuilt_ && sync_) ready_order_.push_back(param);
   auto& b = *buckets_[bucket_of_[param]];
   if (b.pending == 0) return;  // a parameter used twice in one graph: counted once
-  if (--b.pending == 0 && sync_ && overlap_ && comm_.world() > 1) launch(b);
+  if (--b.pending == 0 && sync_ && overlap_ && comm_.world() > 1) launch_ready();
+}
+
+void GradSync::launch_ready() {  // Note [Buckets go out in order]
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_]->pending == 0) launch(*buckets_[next_launch_++]);
 }
 
 void GradSync::launch(Bucket& b) {
@@ -111,12 +121,15 @@ void GradSync::launch(Bucket& b) {
 }
 
 void GradSync::finish() {
-  if (!sync_ || comm_.world() == 1) return;  // one rank: the gradients already are the mean
+  if (!sync_) return;
+  if (comm_.world() == 1) {  // one rank: the gradients already are the mean
+    ++synced_steps_;
+    return;
+  }
   torch::NoGradGuard no_grad;
   // Buckets whose parameters got no gradient this iteration (unused parameters) and, without
   // overlap, every bucket, are launched now.
-  for (auto& b : buckets_)
-    if (!b->inflight) launch(*b);
+  while (next_launch_ < buckets_.size()) launch(*buckets_[next_launch_++]);
   const int64_t t0 = monotonic_ns();
   for (auto& b : buckets_) {
     const CollectiveRecord r = comm_.wait(b->inflight);
@@ -125,21 +138,71 @@ void GradSync::finish() {
     b->inflight.reset();
   }
   stats_.exposed_ns += monotonic_ns() - t0;
+  ++synced_steps_;
 }
 
 void GradSync::zero_grad() {
-  if (!rebuilt_ && ready_order_.size() == params_.size()) {
-    // Parameters that never produced a gradient keep their reverse position at the end.
+  rebuild_once();
+  next_launch_ = 0;  // a new step: none of its collectives is issued yet
+  for (auto& b : buckets_) b->flat.zero_();
+}
+
+// Note [Rebuilding buckets in ready order]: after the first synchronised step, buckets are re-packed
+// in the order gradients became ready. That order is rank 0's, broadcast as DDP's
+// sync_bucket_indices does, and the rebuild happens when the first synchronised step ends however
+// it ended (finish() or abandon()), so every rank re-packs identically even when one rank's step failed.
+void GradSync::rebuild_once() {
+  if (rebuilt_ || synced_steps_ == 0) return;
+  rebuilt_ = true;
+  std::vector<size_t> order = ready_order_;
+  if (order.size() != params_.size()) {
+    order = current_order();  // this rank saw an incomplete step (a failure, unused parameters)
+  } else {
     std::vector<bool> seen(params_.size(), false);
     for (size_t i : ready_order_) seen[i] = true;
-    std::vector<size_t> order = ready_order_;
-    for (size_t i = params_.size(); i-- > 0;) if (!seen[i]) order.push_back(i);
-    build(order);
-    rebuilt_ = true;
-  } else if (!rebuilt_ && !ready_order_.empty()) {
-    rebuilt_ = true;  // some parameters never got gradients; keep the reverse order
+    if (std::find(seen.begin(), seen.end(), false) != seen.end()) order = current_order();
   }
-  for (auto& b : buckets_) b->flat.zero_();
+  if (comm_.world() > 1) {
+    auto t = torch::empty({static_cast<int64_t>(order.size())}, torch::kInt64);
+    for (size_t i = 0; i < order.size(); ++i) t[static_cast<int64_t>(i)] = static_cast<int64_t>(order[i]);
+    std::vector<torch::Tensor> one{t};
+    comm_.broadcast(one, 0);
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<size_t>(t[static_cast<int64_t>(i)].item<int64_t>());
+  }
+  build(order);
+}
+
+void GradSync::abandon() {
+  torch::NoGradGuard no_grad;
+  if (comm_.world() > 1) {
+    // As is: no scaling and no copy, so nothing here needs memory (the step is discarded anyway).
+    for (; next_launch_ < buckets_.size(); ++next_launch_) {
+      auto& b = *buckets_[next_launch_];
+      b.inflight = comm_.allreduce_async(b.wire.defined() ? b.wire : b.flat, b.index);
+    }
+    for (auto& b : buckets_)
+      if (b->inflight) comm_.wait(b->inflight), b->inflight.reset();
+  }
+  ++synced_steps_;
+  sync_ = true;
+  zero_grad();
+}
+
+std::vector<size_t> GradSync::current_order() const {
+  std::vector<size_t> order;
+  for (const auto& b : buckets_) order.insert(order.end(), b->params.begin(), b->params.end());
+  return order;
+}
+
+void GradSync::rebucket(double bucket_mb) {
+  const int64_t old = cap_bytes_;
+  cap_bytes_ = static_cast<int64_t>(bucket_mb * (1 << 20));
+  try {
+    build(current_order());
+  } catch (...) {
+    cap_bytes_ = old;  // build() left the old layout in place
+    throw;
+  }
 }
 
 std::vector<std::vector<size_t>> GradSync::layout() const {

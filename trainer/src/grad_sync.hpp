@@ -6,7 +6,13 @@
 // accumulates straight into the buffer that goes on the wire (no copy in, no copy out). A post-hook
 // on each parameter's gradient accumulator counts down its bucket; when a bucket is complete, its
 // all-reduce starts while backward continues on earlier layers. After the first synchronised
-// iteration, buckets are rebuilt in the order gradients actually became ready.
+// iteration, buckets are rebuilt in the order gradients actually became ready
+// (Note [Rebuilding buckets in ready order] in grad_sync.cpp).
+//
+// Note [Buckets go out in order]: a bucket's all-reduce starts only once every bucket before it has
+// started (as DDP's next_bucket_ rule). Gloo and NCCL pair the n-th collective of every rank, so the
+// order must not depend on timing; it also lets a rank that failed mid-step (an out-of-memory
+// caught by the tuner) issue exactly the collectives the healthy ranks issue (abandon()).
 //
 // Note [Averaging before the wire]: each bucket is scaled by 1/world just before its all-reduce, so
 // the sum that comes back is the mean, identical bit for bit on every rank, and no pass is needed
@@ -43,6 +49,14 @@ class GradSync {
   void finish();
   // Zeroes every bucket (the gradients); rebuilds the bucket order after the first sync iteration.
   void zero_grad();
+  // After a step failed on this rank (an exception mid-forward/backward): issues every collective
+  // of the step not yet issued, in bucket order, with whatever the buckets hold, waits for all and
+  // zeroes the gradients, so the other ranks' step completes (Note [Buckets go out in order]).
+  // Every rank must then discard the step.
+  void abandon();
+  // Re-packs the buckets with a new size cap (the tuner's bucket-size probes), keeping the order.
+  // Needs memory for the new buckets; if that fails, the old layout stays and the error propagates.
+  void rebucket(double bucket_mb);
 
   const GradSyncStats& stats() const { return stats_; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
@@ -54,6 +68,9 @@ class GradSync {
   void build(const std::vector<size_t>& order);
   void on_grad_ready(size_t param);
   void launch(Bucket& b);
+  void launch_ready();
+  void rebuild_once();
+  std::vector<size_t> current_order() const;
 
   std::vector<torch::Tensor> params_;
   Communicator& comm_;
@@ -64,8 +81,11 @@ class GradSync {
   std::vector<size_t> bucket_of_;      // parameter -> bucket
   std::vector<size_t> ready_order_;    // first iteration's readiness order
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive for the hooks
+  size_t next_launch_ = 0;             // first bucket whose all-reduce has not started this step
+                                       // (reset by zero_grad(), which ends a step)
   bool sync_ = true;
   bool rebuilt_ = false;
+  int64_t synced_steps_ = 0;           // synchronised steps ended (finish() or abandon())
   GradSyncStats stats_;
 };
 

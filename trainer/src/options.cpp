@@ -10,12 +10,15 @@ namespace memcomm::train {
 namespace {
 
 // CLI11 reports parse errors itself; we keep its message but use exit code 2 for every usage error.
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "memcomm-train: %s\nRun 'memcomm-train --help' for the flags.\n", msg.c_str());
+[[noreturn]] void usage_error(const char* program, const std::string& msg) {
+  std::fprintf(stderr, "%s: %s\nRun '%s --help' for the flags.\n", program, msg.c_str(), program);
   std::exit(2);
 }
 
-void check_options(const TrainOptions& o) {
+}  // namespace
+
+void check_train_options(const TrainOptions& o, const char* program) {
+  const auto usage_error = [program](const std::string& msg) { memcomm::train::usage_error(program, msg); };
   if (o.nproc < 1) usage_error("--nproc must be at least 1");
   if (o.batch_size < 1) usage_error("--batch-size must be at least 1");
   if (o.accum < 1) usage_error("--accum must be at least 1");
@@ -29,6 +32,9 @@ void check_options(const TrainOptions& o) {
   if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
   if (o.model == "transformer" && (o.width % o.heads) != 0)
     usage_error("--width must be a multiple of --heads for the transformer");
+  if (o.memory_limit < 0) usage_error("--memory-limit must not be negative");
+  if (o.memory_limit > 0 && o.allocator != "memcomm" && o.device != "cuda")
+    usage_error("--memory-limit on the CPU needs --allocator memcomm (its cap makes the limit real)");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) usage_error("--checkpoint-every needs --checkpoint-dir");
   if (o.resume && o.checkpoint_dir.empty()) usage_error("--resume needs --checkpoint-dir");
   const auto ds = resolved_dataset(o);
@@ -36,19 +42,12 @@ void check_options(const TrainOptions& o) {
   if (o.model != "transformer" && ds == "tokens") usage_error("--dataset tokens needs --model transformer");
 }
 
-}  // namespace
-
 std::string resolved_dataset(const TrainOptions& o) {
   if (o.dataset != "auto") return o.dataset;
   return o.model == "transformer" ? "tokens" : "fashion-mnist";
 }
 
-TrainOptions parse_train_options(int argc, char** argv) {
-  TrainOptions o;
-  CLI::App app{
-      "memcomm-train: data-parallel training on LibTorch with real collectives (Gloo on CPU, NCCL on GPUs).\n"
-      "Runs by itself (--nproc N spawns N local ranks), under 'torchrun --no-python', or under Slurm (srun)."};
-  app.get_formatter()->column_width(34);
+void add_train_options(CLI::App& app, TrainOptions& o) {
   // A flag given twice takes its last value, so scripts can append overrides to a base command.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
@@ -121,6 +120,10 @@ TrainOptions parse_train_options(int argc, char** argv) {
   g->add_option("--allocator", o.allocator,
                 "CPU tensor allocator: memcomm (caching allocator with stats) or torch (LibTorch's own)")
       ->check(CLI::IsMember({"memcomm", "torch"}))->capture_default_str();
+  g->add_option("--memory-limit", o.memory_limit,
+                "Cap on the bytes tensors may reserve (e.g. 512MiB, 2GB): memcomm's CPU allocator on the CPU, "
+                "PyTorch's CUDA allocator on a GPU; past it, an allocation fails as out of memory (0: none)")
+      ->transform(CLI::AsSizeValue(false))->capture_default_str();
 
   g = app.add_option_group("Checkpoints");
   g->add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");
@@ -131,7 +134,15 @@ TrainOptions parse_train_options(int argc, char** argv) {
   app.add_flag("--print-checksums", o.print_checksums, "Print a parameter checksum after every step (for tests)")
       ->group("");  // hidden: a test hook, not a user feature
   app.add_option("--dump-params", o.dump_params, "Write the final parameters as raw float32 (for tests)")->group("");
+}
 
+TrainOptions parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  CLI::App app{
+      "memcomm-train: data-parallel training on LibTorch with real collectives (Gloo on CPU, NCCL on GPUs).\n"
+      "Runs by itself (--nproc N spawns N local ranks), under 'torchrun --no-python', or under Slurm (srun)."};
+  app.get_formatter()->column_width(34);
+  add_train_options(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -139,9 +150,9 @@ TrainOptions parse_train_options(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     std::exit(app.exit(e));
   } catch (const CLI::ParseError& e) {
-    usage_error(e.what());
+    usage_error("memcomm-train", e.what());
   }
-  check_options(o);
+  check_train_options(o, "memcomm-train");
   return o;
 }
 

@@ -51,6 +51,7 @@ struct TrainOptions {
   std::string trace;               // --trace FILE (per-rank files NAME.rankR.mct)
   std::string live;                // --live HOST:PORT
   std::string allocator = "memcomm";  // memcomm | torch
+  int64_t memory_limit = 0;        // bytes tensors may reserve (CPU: memcomm's cap; GPU: PyTorch's); 0 = none
 
   // --- checkpoints ---
   std::string checkpoint_dir;
@@ -62,6 +63,19 @@ struct TrainOptions {
   // Test hook: write the final parameters as raw float32, in parameter order, to this file.
   std::string dump_params;
 };
+
+}  // namespace memcomm::train
+
+namespace CLI {
+class App;
+}
+
+namespace memcomm::train {
+
+// Adds every memcomm-train flag to `app`, in its groups, bound to `o` (memcomm-tune reuses them).
+void add_train_options(CLI::App& app, TrainOptions& o);
+// Checks combinations the flags alone cannot; prints "PROGRAM: what is wrong" and exits 2.
+void check_train_options(const TrainOptions& o, const char* program);
 
 // Parses argv. On --help prints usage and exits 0; on bad flags prints a clear message and exits 2.
 TrainOptions parse_train_options(int argc, char** argv);

@@ -11,21 +11,11 @@
 #include "trainer.hpp"
 
 #include "checkpoint.hpp"
-#include "comm.hpp"
-#include "data.hpp"
 #include "errors.hpp"
-#include "grad_sync.hpp"
-#include "models.hpp"
 #include "profiling.hpp"
+#include "session.hpp"
 #include "summary.hpp"
 
-#include <ATen/autocast_mode.h>
-#if __has_include(<c10/cuda/CUDAStream.h>)
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#define MEMCOMM_TRAINER_CUDA 1
-#endif
 #include <fmt/core.h>
 #include <memcomm/allocator/torch_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>
@@ -42,15 +32,6 @@ namespace memcomm::train {
 
 namespace {
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<torch::Tensor> params) {
-  if (o.optimizer == "sgd")
-    return std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  if (o.optimizer == "adam")
-    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
-  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
-}
-
 double lr_at(const TrainOptions& o, int64_t step) {
   const double frac = static_cast<double>(step) / static_cast<double>(o.steps);
   if (o.schedule == "step") return o.lr * (frac >= 0.75 ? 0.01 : frac >= 0.5 ? 0.1 : 1.0);
@@ -58,103 +39,10 @@ double lr_at(const TrainOptions& o, int64_t step) {
   return o.lr;
 }
 
-void set_lr(torch::optim::Optimizer& opt, double lr) {
-  for (auto& g : opt.param_groups()) g.options().set_lr(lr);
-}
-
-// FNV-1a over the raw bytes of every parameter: equal on all ranks iff they are bitwise identical.
-uint64_t parameter_checksum(const std::vector<torch::Tensor>& params) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const auto& p : params) {
-    auto c = p.detach().to(torch::kCPU).contiguous();
-    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
-    for (int64_t i = 0; i < c.numel() * c.element_size(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
-  }
-  return h;
-}
-
-// Note [Copies on a side stream]: batches arrive in pinned host memory (the loader pins them) and
-// are copied to the GPU on a dedicated stream, so the copy engine works while the compute stream
-// is busy; the compute stream waits on an event, and the tensors are recorded on it so the caching
-// allocator does not reuse their memory early.
-class DeviceFeeder {
- public:
-  explicit DeviceFeeder(const torch::Device& dev) : dev_(dev) {
-#ifdef MEMCOMM_TRAINER_CUDA
-    if (dev.is_cuda()) copy_stream_ = c10::cuda::getStreamFromPool(false, dev.index());
-#endif
-  }
-  void to_device(const Batch& b, torch::Tensor& x, torch::Tensor& y) {
-    if (!dev_.is_cuda()) {
-      x = b.inputs;
-      y = b.targets;
-      return;
-    }
-#ifdef MEMCOMM_TRAINER_CUDA
-    auto compute = c10::cuda::getCurrentCUDAStream(dev_.index());
-    {
-      c10::cuda::CUDAStreamGuard guard(*copy_stream_);
-      x = b.inputs.to(dev_, /*non_blocking=*/true);
-      y = b.targets.to(dev_, /*non_blocking=*/true);
-    }
-    at::cuda::CUDAEvent copied;
-    copied.record(*copy_stream_);
-    copied.block(compute);
-    x.record_stream(compute);
-    y.record_stream(compute);
-#else
-    x = b.inputs.to(dev_, true);
-    y = b.targets.to(dev_, true);
-#endif
-  }
-
- private:
-  torch::Device dev_;
-#ifdef MEMCOMM_TRAINER_CUDA
-  std::optional<c10::cuda::CUDAStream> copy_stream_;
-#endif
-};
-
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
-}
-
-struct Eval {
-  double loss = 0, accuracy = 0;
-  int64_t samples = 0;
-};
-
-// Evaluation under no_grad on the test split, sharded over ranks and summed with one all-reduce.
-Eval evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Communicator& comm,
-              const torch::Device& dev) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  auto test = make_dataset(o, "test");
-  DistributedSampler sampler(test->size(), env.rank, env.world, false, o.seed, false);
-  BatchLoader loader(test, sampler.indices(), o.batch_size, o.workers, o.prefetch, dev.is_cuda());
-  double loss_sum = 0;
-  int64_t correct = 0, count = 0;
-  Batch b;
-  for (int64_t i = 0; loader.next(b); ++i) {
-    if (o.eval_batches > 0 && i >= o.eval_batches) break;
-    auto x = b.inputs.to(dev, true), y = b.targets.to(dev, true);
-    auto logits = model.forward(x);
-    loss_sum += model.loss(logits, y).item<double>() * static_cast<double>(model.predictions(y));
-    correct += model.correct(logits, y);
-    count += model.predictions(y);
-  }
-  auto totals = torch::tensor({loss_sum, static_cast<double>(correct), static_cast<double>(count)}, torch::kFloat64);
-  comm.allreduce(totals);
-  model.train();
-  Eval e;
-  e.samples = static_cast<int64_t>(totals[2].item<double>());
-  if (e.samples > 0) {
-    e.loss = totals[0].item<double>() / static_cast<double>(e.samples);
-    e.accuracy = totals[1].item<double>() / static_cast<double>(e.samples);
-  }
-  return e;
 }
 
 }  // namespace
@@ -162,48 +50,26 @@ Eval evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Commu
 int run_training(const TrainOptions& o, const DistEnv& env) {
   const bool leader = env.rank == 0;
   // Before the first tensor, so that every CPU tensor of the run lives in it.
-  alloc::CachingAllocator* cpu_alloc = o.allocator == "memcomm" ? &alloc::install_torch_cpu_allocator() : nullptr;
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(o.threads > 0 ? o.threads : std::max(1, hw / std::max(1, env.local_world)));
-
-  // Device discovery with CPU fallback.
-  const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (o.device == "cuda" && gpus == 0) throw UsageError("--device cuda: no GPU is visible to this process");
-  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
-  const torch::Device dev = use_cuda ? torch::Device(torch::kCUDA, env.local_rank % gpus) : torch::Device(torch::kCPU);
-  std::string backend = o.backend;
-  // NCCL needs one GPU per rank; ranks that share a GPU (or run on the CPU) use Gloo.
-  if (backend == "auto") backend = (use_cuda && env.local_world <= gpus) ? "nccl" : "gloo";
-  if (backend == "nccl" && !use_cuda) throw UsageError("--backend nccl needs GPUs; this run is on the CPU");
-  if (o.amp != "none" && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
+  alloc::CachingAllocator* cpu_alloc = install_allocators(o);
+  const RankDevice rd = choose_device(o, env);
+  const torch::Device dev = rd.device;
   if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
 
   RunProfiler profiler(o, env, cpu_alloc);
-  Communicator comm(env, backend, o.timeout_s);
+  Communicator comm(env, rd.backend, o.timeout_s);
   comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
   comm.set_device(dev);
   auto train_set = make_dataset(o, "train");
-  torch::manual_seed(o.seed);
-  auto model = make_model(o, train_set->num_classes());
-  model->to(dev);
-  auto params = model->parameters();
-  {
-    // Parameters and buffers start equal everywhere: rank 0's copy wins.
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> state;
-    for (auto& p : params) state.push_back(p.detach());
-    for (auto& b : model->buffers()) state.push_back(b);
-    comm.broadcast(state, 0);
-  }
-  auto opt = make_optimizer(o, params);
+  TrainSession session(o, comm, dev, train_set->num_classes());
+  auto& model = session.model();
+  auto& params = session.params();
+  auto& opt = session.optimizer();
+  GradSync* sync = session.sync();
   const bool local_sgd = o.sync_every > 0;
-  const bool amp = o.amp == "bf16";
-  std::unique_ptr<GradSync> sync;
-  if (!local_sgd) sync = std::make_unique<GradSync>(params, comm, o.bucket_mb, o.overlap, o.grad_compression);
 
   int64_t start_step = 0;
   if (o.resume) {
-    start_step = load_checkpoint(o.checkpoint_dir, env.rank, *model, *opt);
+    start_step = load_checkpoint(o.checkpoint_dir, env.rank, model, opt);
     if (start_step < 0) throw UsageError("--resume: no checkpoint for rank " + std::to_string(env.rank) +
                                                  " in " + o.checkpoint_dir);
     if (leader) fmt::print("resumed from step {} ({})\n", start_step, o.checkpoint_dir);
@@ -214,7 +80,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   if (per_epoch < 1) throw UsageError("--batch-size is larger than this rank's shard");
   if (leader) {
     fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n", o.model,
-               parameter_count(*model), train_set->describe(), env.world, env.launcher, comm.backend(), dev.str());
+               parameter_count(model), train_set->describe(), env.world, env.launcher, comm.backend(), dev.str());
     fmt::print("  per rank: {} samples/epoch, {} batches of {}; tail {} {} sample(s)\n", sampler.per_rank(),
                per_epoch, o.batch_size, sampler.tail_adjust() >= 0 ? "padded with" : "dropped",
                std::abs(sampler.tail_adjust()));
@@ -236,74 +102,35 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   const bool tty = leader && ::isatty(STDOUT_FILENO);
   std::vector<double> step_ms;
   double interval_loss = 0;
-  int64_t interval_steps = 0, data_wait_ns = 0, backward_ns = 0;
+  int64_t interval_steps = 0;
   std::unique_ptr<BatchLoader> loader;
   int64_t loader_epoch = -1;
   int64_t m = start_step * o.accum;  // Note [Micro-batch position]
-  DeviceFeeder feeder(dev);
   const int64_t t_start = monotonic_ns();
-  if (sync) sync->zero_grad();
+  StepTiming timing;
+  // Note [Micro-batch position]: the loader follows the global micro-batch counter m.
+  const TrainSession::NextBatch next_batch = [&](int64_t& waited) {
+    const int64_t epoch = m / per_epoch, batch = m % per_epoch;
+    if (!loader || loader_epoch != epoch) {
+      sampler.set_epoch(epoch);
+      auto idx = sampler.indices();
+      idx.erase(idx.begin(), idx.begin() + batch * o.batch_size);  // resume mid-epoch
+      loader.reset();
+      loader = std::make_unique<BatchLoader>(train_set, std::move(idx), o.batch_size, o.workers, o.prefetch,
+                                             dev.is_cuda());
+      loader_epoch = epoch;
+    }
+    Batch b;
+    if (!loader->next(b, &waited)) throw std::logic_error("loader ran dry inside an epoch");
+    ++m;
+    return b;
+  };
 
   for (int64_t step = start_step; step < o.steps; ++step) {
     prof::PhaseScope step_scope(prof::Phase::Step, static_cast<uint64_t>(step + 1));
     const int64_t t_step = monotonic_ns();
-    set_lr(*opt, lr_at(o, step));
-    if (!sync) opt->zero_grad();
-    double step_loss = 0;
-    for (int k = 0; k < o.accum; ++k, ++m) {
-      prof::PhaseScope micro_scope(prof::Phase::MicroStep, static_cast<uint64_t>(m));
-      const int64_t epoch = m / per_epoch, batch = m % per_epoch;
-      if (!loader || loader_epoch != epoch) {
-        sampler.set_epoch(epoch);
-        auto idx = sampler.indices();
-        idx.erase(idx.begin(), idx.begin() + batch * o.batch_size);  // resume mid-epoch
-        loader.reset();
-        loader = std::make_unique<BatchLoader>(train_set, std::move(idx), o.batch_size, o.workers, o.prefetch,
-                                               dev.is_cuda());
-        loader_epoch = epoch;
-      }
-      Batch b;
-      int64_t waited = 0;
-      {
-        prof::PhaseScope wait_scope(prof::Phase::DataWait);
-        if (!loader->next(b, &waited)) throw std::logic_error("loader ran dry inside an epoch");
-      }
-      data_wait_ns += waited;
-      torch::Tensor x, y;
-      feeder.to_device(b, x, y);
-      const bool last = k == o.accum - 1;
-      if (sync) sync->prepare(last);
-      torch::Tensor loss;
-      {
-        prof::PhaseScope fwd_scope(prof::Phase::Forward);
-        if (amp) {
-          // bf16 autocast for the forward pass only, as torch.autocast(device_type="cuda", dtype=torch.bfloat16).
-          at::autocast::set_autocast_enabled(at::kCUDA, true);
-          at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-        }
-        loss = model->loss(model->forward(x), y);
-        if (amp) {
-          at::autocast::set_autocast_enabled(at::kCUDA, false);
-          at::autocast::clear_cache();
-        }
-      }
-      const int64_t t_bwd = monotonic_ns();
-      {
-        prof::PhaseScope bwd_scope(prof::Phase::Backward);
-        (loss / o.accum).backward();
-      }
-      backward_ns += monotonic_ns() - t_bwd;
-      step_loss += loss.item<double>() / o.accum;
-    }
-    if (sync) {
-      prof::PhaseScope comm_scope(prof::Phase::Comm);
-      sync->finish();
-    }
-    {
-      prof::PhaseScope opt_scope(prof::Phase::Optimizer);
-      opt->step();
-      if (sync) sync->zero_grad();
-    }
+    session.set_lr(lr_at(o, step));
+    const double step_loss = session.step(o.accum, m, next_batch, timing);
     if (local_sgd && (step + 1) % o.sync_every == 0) {
       prof::PhaseScope comm_scope(prof::Phase::Comm);
       average_parameters(params, comm);
@@ -319,7 +146,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     if (o.print_checksums) fmt::print("checksum step {} rank {} {:016x}\n", step + 1, env.rank, parameter_checksum(params));
     if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       prof::PhaseScope ckpt_scope(prof::Phase::Checkpoint);
-      save_checkpoint(o.checkpoint_dir, env.rank, step + 1, *model, *opt);
+      save_checkpoint(o.checkpoint_dir, env.rank, step + 1, model, opt);
     }
     const bool log_now = (step + 1) % o.log_interval == 0 || step + 1 == o.steps;
     if (leader && (log_now || tty)) {
@@ -345,10 +172,10 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   s.wall_s = static_cast<double>(monotonic_ns() - t_start) / 1e9;
   s.steps = o.steps - start_step;
 
-  Eval e;
+  EvalResult e;
   {
     prof::PhaseScope eval_scope(prof::Phase::Eval);
-    e = evaluate(*model, o, env, comm, dev);
+    e = evaluate(model, o, env, comm, dev);
   }
   s.eval_loss = e.loss;
   s.eval_accuracy = e.accuracy;
@@ -359,8 +186,8 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     s.step_ms_p50 = percentile(step_ms, 0.5);
     s.step_ms_p95 = percentile(step_ms, 0.95);
   }
-  s.data_wait_ms = static_cast<double>(data_wait_ns) / 1e6;
-  s.backward_ms = static_cast<double>(backward_ns) / 1e6;
+  s.data_wait_ms = static_cast<double>(timing.data_wait_ns) / 1e6;
+  s.backward_ms = static_cast<double>(timing.backward_ns) / 1e6;
   if (sync) {
     const auto& st = sync->stats();
     s.allreduce_calls = st.allreduce_calls;

@@ -38,13 +38,19 @@ void draw_allocator(AppState& st, ImVec2 size) {
   }
   AllocatorTimeline& at = *st.alloc[slot];
   const AllocatorState& s = at.seek(st.alloc_time);
-  ImGui::Text("rank %u  event %zu/%zu  segments %zu  blocks %zu  allocated %s  pending free %s  reserved %s  largest free %s  (seek cost %zu events)",
+  // Reserved is what device memory backs (Note [Expandable segments]); an expandable segment's
+  // virtual reservation is shown apart, and its bar spans only what it has mapped or holds.
+  const std::string virt = s.virtual_reserved
+                               ? fmt::format("  (virtual {})", format_bytes(static_cast<double>(s.virtual_reserved)))
+                               : std::string();
+  ImGui::Text("rank %u  event %zu/%zu  segments %zu  blocks %zu  allocated %s  pending free %s  reserved %s%s  largest free %s  (seek cost %zu events)",
               rd.rank, at.position(), rd.alloc_events.size(), s.segments.size(), s.block_count,
               format_bytes(static_cast<double>(s.allocated)).c_str(), format_bytes(static_cast<double>(s.pending_free)).c_str(),
-              format_bytes(static_cast<double>(s.reserved)).c_str(), format_bytes(static_cast<double>(s.largest_free())).c_str(),
-              at.last_seek_cost());
+              format_bytes(static_cast<double>(s.reserved)).c_str(), virt.c_str(),
+              format_bytes(static_cast<double>(s.largest_free())).c_str(), at.last_seek_cost());
+  st.alloc_status = {s.reserved, s.virtual_reserved, s.allocated};
   std::uint64_t biggest = 1;
-  for (const auto& seg : s.segments) biggest = std::max(biggest, seg.size);
+  for (const auto& seg : s.segments) biggest = std::max(biggest, seg.extent_end() - seg.addr);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float width = ImGui::GetContentRegionAvail().x, row_h = 14;
   const ImVec2 mouse = ImGui::GetIO().MousePos;
@@ -54,9 +60,19 @@ void draw_allocator(AppState& st, ImVec2 size) {
     for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
       const SegmentRec& seg = s.segments[static_cast<std::size_t>(i)];
       const ImVec2 p = ImGui::GetCursorScreenPos();
-      const float w = std::max(2.0f, width * static_cast<float>(static_cast<double>(seg.size) / static_cast<double>(biggest)));
-      const double px_per_byte = w / static_cast<double>(seg.size);
-      dl->AddRectFilled(p, ImVec2(p.x + w, p.y + row_h - 2), palette::kSegmentFree.imgui());
+      const std::uint64_t extent = seg.extent_end() - seg.addr;
+      const float w = std::max(2.0f, width * static_cast<float>(static_cast<double>(extent) / static_cast<double>(biggest)));
+      const double px_per_byte = w / static_cast<double>(extent);
+      if (seg.expandable) {  // unmapped space dark, mapped space as free
+        dl->AddRectFilled(p, ImVec2(p.x + w, p.y + row_h - 2), palette::kSegmentUnmapped.imgui());
+        for (const auto& r : seg.mapped) {
+          const float x0 = p.x + static_cast<float>(static_cast<double>(r.begin - seg.addr) * px_per_byte);
+          const float x1 = std::min(p.x + w, p.x + static_cast<float>(static_cast<double>(r.end - seg.addr) * px_per_byte));
+          if (x1 > x0) dl->AddRectFilled(ImVec2(x0, p.y), ImVec2(std::max(x1, x0 + 1), p.y + row_h - 2), palette::kSegmentFree.imgui());
+        }
+      } else {
+        dl->AddRectFilled(p, ImVec2(p.x + w, p.y + row_h - 2), palette::kSegmentFree.imgui());
+      }
       // Blocks narrower than a pixel accumulate into the pixel they fall in.
       float last_x = -1;
       for (const auto& b : seg.blocks) {
@@ -69,9 +85,14 @@ void draw_allocator(AppState& st, ImVec2 size) {
       }
       if (ImGui::IsWindowHovered() && mouse.y >= p.y && mouse.y < p.y + row_h && mouse.x >= p.x && mouse.x < p.x + w) {
         const auto addr = seg.addr + static_cast<std::uint64_t>((mouse.x - p.x) / px_per_byte);
-        std::string tip = fmt::format("segment 0x{:x}  {}  stream {}  {} blocks  largest free {}", seg.addr,
-                                      format_bytes(static_cast<double>(seg.size)), seg.stream, seg.blocks.size(),
-                                      format_bytes(static_cast<double>(seg.largest_free())));
+        std::string tip =
+            seg.expandable
+                ? fmt::format("expandable segment 0x{:x}  mapped {} of virtual {}  stream {}  {} blocks  largest free {}", seg.addr,
+                              format_bytes(static_cast<double>(seg.mapped_bytes)), format_bytes(static_cast<double>(seg.size)),
+                              seg.stream, seg.blocks.size(), format_bytes(static_cast<double>(seg.largest_free())))
+                : fmt::format("segment 0x{:x}  {}  stream {}  {} blocks  largest free {}", seg.addr,
+                              format_bytes(static_cast<double>(seg.size)), seg.stream, seg.blocks.size(),
+                              format_bytes(static_cast<double>(seg.largest_free())));
         auto it = std::upper_bound(seg.blocks.begin(), seg.blocks.end(), addr,
                                    [](std::uint64_t a, const BlockRec& b) { return a < b.addr; });
         if (it != seg.blocks.begin() && addr < std::prev(it)->addr + std::prev(it)->size) {

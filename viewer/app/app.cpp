@@ -10,10 +10,8 @@
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
 #include <imgui.h>
-#include <stb/stb_image_write.h>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -186,6 +184,14 @@ void App::poll_load() {
   }
   for (const auto& e : load_->errors()) st_.message(e);
   Timeline t = load_->take();
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  if (live_ && live_published_ && (!t.sources.empty() || !t.empty())) {
+    // The live model is appended to in place by its own builder (Note [Live rebuild]): files
+    // cannot be merged into it.
+    st_.message("files opened while receiving live streams are not shown (the live view is not merged with files)");
+    t = Timeline();
+  }
+#endif
   if (!t.sources.empty() || !t.empty()) st_.set_timeline(std::move(t), true);
   load_.reset();
   st_.load_progress = -1;
@@ -214,14 +220,24 @@ void App::poll_live() {
   std::vector<std::string> msgs;
   const bool rebuild = live_->poll(msgs, now_s());
   for (const auto& m : msgs) st_.message(m);
+  st_.publish_cpu_ms = 0;
   if (rebuild) {
+    const double c0 = thread_cpu_s();
     // Follow the run while the whole of it is in view; keep the user's zoom otherwise.
+    if (!live_published_) {  // the first publish replaces what files showed (the live model is its own)
+      live_published_ = true;
+      if (!st_.tl.empty() || !st_.tl.sources.empty()) st_.set_timeline(Timeline(), false);
+    }
     const bool following = st_.tl.empty() || (st_.view_t0 <= st_.tl.begin && st_.view_t1 >= st_.tl.end);
-    const TimeNs t0 = st_.view_t0, t1 = st_.view_t1;
-    const auto collapsed = st_.collapsed;
-    st_.set_timeline(live_->build(), false);
-    if (!following) st_.zoom_to(t0, t1);
-    if (collapsed.size() <= st_.collapsed.size()) std::copy(collapsed.begin(), collapsed.end(), st_.collapsed.begin());
+    const double now = now_s();
+    const bool refresh_summary = now - summary_s_ >= 1.0;
+    if (refresh_summary) summary_s_ = now;
+    st_.appended(live_->publish(st_.tl), refresh_summary);
+    if (following) {
+      st_.zoom_to(st_.tl.begin, st_.tl.end);
+      st_.alloc_time = st_.tl.end;
+    }
+    st_.publish_cpu_ms = (thread_cpu_s() - c0) * 1e3;
     redraw_frames_ = std::max(redraw_frames_, 2);
   }
   const LiveStats ls = live_->stats();
@@ -338,77 +354,6 @@ void App::frame() {
   // Held navigation keys animate: keep drawing while they are down.
   for (int k : {'W', 'A', 'S', 'D'})
     if (ImGui::GetIO().KeysDown[k]) redraw_frames_ = std::max(redraw_frames_, 2);
-}
-
-bool App::read_pixels(std::vector<std::uint8_t>& rgba, int& w, int& h) {
-  ImDrawData* dd = ImGui::GetDrawData();
-  if (window_ == nullptr || dd == nullptr) return false;
-  // Re-render the last frame into the back buffer and read it (the front buffer of a hidden
-  // window is not readable everywhere).
-  glfwGetFramebufferSize(window_, &w, &h);
-  glViewport(0, 0, w, h);
-  glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
-  glClear(GL_COLOR_BUFFER_BIT);
-  ImGui_ImplOpenGL3_RenderDrawData(dd);
-  glFinish();
-  std::vector<std::uint8_t> bottom_up(static_cast<std::size_t>(w) * h * 4);
-  glPixelStorei(GL_PACK_ALIGNMENT, 1);
-  glReadBuffer(GL_BACK);
-  glReadPixels(0, 0, w, h, GL_RGBA, GL_UNSIGNED_BYTE, bottom_up.data());
-  rgba.resize(bottom_up.size());
-  const std::size_t row = static_cast<std::size_t>(w) * 4;
-  for (int y = 0; y < h; ++y)
-    std::copy_n(&bottom_up[static_cast<std::size_t>(h - 1 - y) * row], row, &rgba[static_cast<std::size_t>(y) * row]);
-  return glGetError() == GL_NO_ERROR;
-}
-
-bool App::write_png(const std::string& path, std::string& error) {
-  std::vector<std::uint8_t> px;
-  int w = 0, h = 0;
-  if (!read_pixels(px, w, h)) {
-    error = path + ": could not read the frame back (glReadPixels failed)";
-    return false;
-  }
-  if (!stbi_write_png(path.c_str(), w, h, 4, px.data(), w * 4)) {
-    error = path + ": cannot write PNG";
-    return false;
-  }
-  return true;
-}
-
-std::string App::report_json() const {
-  nlohmann::json j;
-  j["frames"] = frames_;
-  j["events"] = st_.tl.event_count;
-  j["sources"] = st_.tl.sources;
-  j["messages"] = st_.messages;
-  j["tooltip"] = st_.tooltips_seen.empty() ? std::string() : st_.tooltips_seen.back();
-  j["tooltips"] = st_.tooltips_seen;
-  j["view"] = {{"t0", st_.view_t0}, {"t1", st_.view_t1}, {"begin", st_.tl.begin}, {"end", st_.tl.end}};
-  std::uint64_t drops = 0;
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const auto& rd : st_.tl.ranks) {
-    std::uint64_t spans = 0;
-    for (const auto& l : rd.lanes) spans += l.span_count();
-    drops += rd.dropped;
-    ranks.push_back({{"rank", rd.rank}, {"spans", spans}, {"collectives", rd.collectives.size()},
-                     {"alloc_events", rd.alloc_events.size()}, {"dropped", rd.dropped}, {"connected", rd.connected}});
-  }
-  j["ranks"] = ranks;
-  j["drops"] = drops;
-  j["steps"] = st_.steps.size();
-  if (st_.has_selection)
-    j["selection"] = {{"t0", st_.selection.t0}, {"t1", st_.selection.t1}, {"spans", st_.selection.spans},
-                      {"collectives", st_.selection.collectives}};
-  j["live"] = st_.live_status;
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-  if (live_) {
-    const LiveStats ls = live_->stats();
-    j["live_stats"] = {{"port", ls.port}, {"connections", ls.connections}, {"active", ls.active},
-                       {"received", live_->events_received()}, {"queue_dropped", ls.dropped}, {"errors", ls.errors}};
-  }
-#endif
-  return j.dump(2);
 }
 
 }  // namespace memcomm::view

@@ -95,7 +95,7 @@ int App::run() {
           std::vector<std::string> msgs;
           live_->poll(msgs, 1e300);
           for (const auto& m : msgs) st_.message(m);
-          st_.set_timeline(live_->build(), false);
+          st_.appended(live_->publish(st_.tl));
           frame();
         }
 #endif

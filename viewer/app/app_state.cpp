@@ -36,6 +36,29 @@ void AppState::set_timeline(Timeline&& t, bool merge) {
   has_selection = false;
 }
 
+void AppState::appended(const AppendResult& r, bool refresh_summary) {
+  if (r.ranks_added || alloc.size() != tl.ranks.size()) {  // slots moved: per-slot state from scratch
+    alloc.clear();
+    for (const auto& rd : tl.ranks) alloc.push_back(std::make_unique<AllocatorTimeline>(&rd.alloc_events));
+    collapsed.resize(tl.ranks.size(), false);
+    memory_rank = std::clamp(memory_rank, 0, std::max(0, static_cast<int>(tl.ranks.size()) - 1));
+  } else {
+    for (std::size_t s = 0; s < r.alloc_from.size() && s < alloc.size(); ++s)
+      if (r.alloc_from[s] != AppendResult::npos) alloc[s]->update(r.alloc_from[s]);
+  }
+  for (auto i = static_cast<std::uint32_t>(name_phase.size()); i < tl.strings.size(); ++i)
+    name_phase.push_back(phase_kind_from_name(tl.strings.get(i)));
+  // Only steps that end at or after the new data are recomputed; the summary walks collectives,
+  // so live mode refreshes it at most once a second (refresh_summary).
+  steps = r.ranks_added ? step_table(tl) : step_table(tl, steps, r.first_time);
+  if (refresh_summary) summary = summarize(tl);
+  if (!search_applied.empty()) {  // recounted only while a search is active
+    search_applied.clear();
+    apply_search();
+  }
+  if (has_selection) selection = range_stats(tl, sel_t0, sel_t1);  // O(spans in the selection)
+}
+
 void AppState::zoom_to(TimeNs t0, TimeNs t1) {
   if (t1 < t0) std::swap(t0, t1);
   const TimeNs min_width = 1000;  // 1 us across the screen is as far as zoom goes

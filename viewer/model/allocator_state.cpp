@@ -4,7 +4,29 @@
 
 namespace memcomm::view {
 
+std::uint64_t SegmentRec::extent_end() const {
+  if (!expandable) return addr + size;
+  std::uint64_t e = addr + 1;
+  if (!mapped.empty()) e = std::max(e, mapped.back().end);
+  if (!blocks.empty()) e = std::max(e, blocks.back().addr + blocks.back().size);
+  return std::min(e, addr + size);
+}
+
 std::uint64_t SegmentRec::largest_free() const {
+  if (expandable) {  // gaps between blocks inside each mapped range
+    std::uint64_t best = 0;
+    std::size_t bi = 0;
+    for (const auto& r : mapped) {
+      while (bi < blocks.size() && blocks[bi].addr + blocks[bi].size <= r.begin) ++bi;
+      std::uint64_t at = r.begin;
+      for (std::size_t j = bi; j < blocks.size() && blocks[j].addr < r.end; ++j) {
+        if (blocks[j].addr > at) best = std::max(best, blocks[j].addr - at);
+        at = std::max(at, blocks[j].addr + blocks[j].size);
+      }
+      if (r.end > at) best = std::max(best, r.end - at);
+    }
+    return best;
+  }
   std::uint64_t best = 0, at = addr;
   for (const auto& b : blocks) {
     if (b.addr > at) best = std::max(best, b.addr - at);
@@ -34,6 +56,40 @@ std::vector<BlockRec>::iterator find_block(std::vector<BlockRec>& blocks, std::u
                              [](const BlockRec& b, std::uint64_t a) { return b.addr < a; });
   return it != blocks.end() && it->addr == addr ? it : blocks.end();
 }
+// Adds [b, e) to sorted, disjoint, non-touching ranges; returns the bytes newly covered.
+std::uint64_t add_range(std::vector<AddrRange>& rs, std::uint64_t b, std::uint64_t e) {
+  if (e <= b) return 0;
+  // First range that ends at or after b (touching ranges coalesce).
+  auto lo = std::lower_bound(rs.begin(), rs.end(), b, [](const AddrRange& r, std::uint64_t v) { return r.end < v; });
+  std::uint64_t covered = 0, nb = b, ne = e;
+  auto hi = lo;
+  for (; hi != rs.end() && hi->begin <= e; ++hi) {
+    covered += std::min(hi->end, e) > std::max(hi->begin, b) ? std::min(hi->end, e) - std::max(hi->begin, b) : 0;
+    nb = std::min(nb, hi->begin);
+    ne = std::max(ne, hi->end);
+  }
+  lo = rs.erase(lo, hi);
+  rs.insert(lo, {nb, ne});
+  return (e - b) - covered;
+}
+// Removes [b, e); returns the bytes that were covered.
+std::uint64_t remove_range(std::vector<AddrRange>& rs, std::uint64_t b, std::uint64_t e) {
+  if (e <= b) return 0;
+  std::uint64_t removed = 0;
+  std::vector<AddrRange> out;
+  out.reserve(rs.size() + 1);
+  for (const auto& r : rs) {
+    if (r.end <= b || r.begin >= e) {
+      out.push_back(r);
+      continue;
+    }
+    removed += std::min(r.end, e) - std::max(r.begin, b);
+    if (r.begin < b) out.push_back({r.begin, b});
+    if (r.end > e) out.push_back({e, r.end});
+  }
+  rs.swap(out);
+  return removed;
+}
 }  // namespace
 
 void AllocatorState::apply(const AllocEvent& e) {
@@ -49,8 +105,56 @@ void AllocatorState::apply(const AllocEvent& e) {
       seg.addr = e.addr;
       seg.size = e.size;
       seg.stream = e.stream;
+      seg.expandable = (e.flags & kAllocExpandable) != 0;
+      (seg.expandable ? virtual_reserved : reserved) += e.size;
       segments.insert(it, std::move(seg));
-      reserved += e.size;
+      return;
+    }
+    case AllocOp::SegmentMap: {  // Note [Expandable segments]
+      auto seg = find_segment(segments, e.addr);
+      if (seg == segments.end()) {
+        auto after = std::upper_bound(segments.begin(), segments.end(), e.addr,
+                                      [](std::uint64_t a, const SegmentRec& s) { return a < s.addr; });
+        if (after != segments.begin() && std::prev(after)->expandable && std::prev(after)->addr + std::prev(after)->size == e.addr &&
+            (after == segments.end() || after->addr >= e.addr + e.size)) {
+          seg = std::prev(after);  // continues an implicit expandable segment
+          seg->size += e.size;
+          virtual_reserved += e.size;
+        } else {
+          if (after != segments.end() && after->addr < e.addr + e.size) {
+            ++unmatched;  // would overlap the next segment
+            return;
+          }
+          SegmentRec implicit;
+          implicit.addr = e.addr;
+          implicit.size = e.size;
+          implicit.stream = e.stream;
+          implicit.expandable = true;
+          virtual_reserved += e.size;
+          seg = segments.insert(after, std::move(implicit));
+        }
+      } else if (!seg->expandable) {  // reserved before we knew: now we do
+        reserved -= seg->size;
+        virtual_reserved += seg->size;
+        seg->expandable = true;
+      }
+      const std::uint64_t end = std::min(e.addr + e.size, seg->addr + seg->size);
+      const std::uint64_t added = add_range(seg->mapped, e.addr, end);
+      if (added != e.size) ++unmatched;  // mapped twice, or past the reservation
+      seg->mapped_bytes += added;
+      reserved += added;
+      return;
+    }
+    case AllocOp::SegmentUnmap: {
+      auto seg = find_segment(segments, e.addr);
+      if (seg == segments.end() || !seg->expandable) {
+        ++unmatched;
+        return;
+      }
+      const std::uint64_t removed = remove_range(seg->mapped, e.addr, e.addr + e.size);
+      if (removed != e.size) ++unmatched;
+      seg->mapped_bytes -= removed;
+      reserved -= removed;
       return;
     }
     case AllocOp::SegmentFree: {
@@ -63,7 +167,8 @@ void AllocatorState::apply(const AllocEvent& e) {
         (b.state == BlockState::Allocated ? allocated : pending_free) -= b.size;
         --block_count;
       }
-      reserved -= it->size;
+      reserved -= it->backed();
+      if (it->expandable) virtual_reserved -= it->size;
       segments.erase(it);
       return;
     }
@@ -120,19 +225,31 @@ void AllocatorState::apply(const AllocEvent& e) {
 }
 
 AllocatorTimeline::AllocatorTimeline(const std::vector<AllocEvent>* events, std::size_t min_interval)
-    : events_(events) {
+    : events_(events), min_interval_(min_interval) {
+  update(0);
+  checkpoints_.shrink_to_fit();
+}
+
+void AllocatorTimeline::update(std::size_t first_changed) {
+  if (events_ == nullptr) return;
+  if (first_changed < folded_ || checkpoints_.empty()) {  // history changed: fold again from the start
+    checkpoints_.clear();
+    checkpoints_.push_back({0, AllocatorState{}});
+    tail_ = AllocatorState{};
+    folded_ = since_ = 0;
+  }
+  if (pos_ > first_changed) {  // the cursor state includes changed events
+    cur_ = AllocatorState{};
+    pos_ = 0;
+  }
   // Note [Incremental allocator state]: one pass, copying the state at growing intervals.
-  AllocatorState s;
-  checkpoints_.push_back({0, s});
-  std::size_t since = 0;
-  for (std::size_t i = 0; i < events_->size(); ++i) {
-    s.apply((*events_)[i]);
-    if (++since >= std::max(min_interval, s.block_count + s.segments.size())) {
-      checkpoints_.push_back({i + 1, s});
-      since = 0;
+  for (; folded_ < events_->size(); ++folded_) {
+    tail_.apply((*events_)[folded_]);
+    if (++since_ >= std::max(min_interval_, tail_.block_count + tail_.segments.size())) {
+      checkpoints_.push_back({folded_ + 1, tail_});
+      since_ = 0;
     }
   }
-  checkpoints_.shrink_to_fit();
 }
 
 const AllocatorState& AllocatorTimeline::seek(std::int64_t t) {
@@ -146,7 +263,7 @@ const AllocatorState& AllocatorTimeline::seek(std::int64_t t) {
 const AllocatorState& AllocatorTimeline::seek_index(std::size_t n) {
   last_cost_ = 0;
   if (events_ == nullptr) return cur_;
-  n = std::min(n, events_->size());
+  n = std::min(n, folded_);
   if (n == pos_) return cur_;
   // The checkpoint at or before n; restart from it unless stepping forward from here is shorter.
   auto cp = std::upper_bound(checkpoints_.begin(), checkpoints_.end(), n,

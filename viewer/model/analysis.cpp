@@ -16,7 +16,7 @@ void clip_row(const std::vector<Span>& row, TimeNs t0, TimeNs t1, Intervals& out
 
 // Sorts and merges into disjoint intervals.
 Intervals unite(Intervals v) {
-  std::sort(v.begin(), v.end());
+  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
   Intervals out;
   for (const auto& iv : v) {
     if (iv.second <= iv.first) continue;
@@ -26,6 +26,47 @@ Intervals unite(Intervals v) {
   return out;
 }
 
+// A row read in time order: steps and the communication inside them come sorted, so each row is
+// walked forward from where the last lookup ended (galloping), not searched from the start: the
+// step table costs O(spans near communication), not O(steps x collectives x log spans) with a
+// cache miss per probe. A lookup that goes back in time searches from the start.
+class RowCursor {
+ public:
+  explicit RowCursor(const std::vector<Span>* row) : row_(row) {}
+  const std::vector<Span>& row() const { return *row_; }
+  // Index of the first span ending after t.
+  std::size_t seek(TimeNs t) {
+    const auto& r = *row_;
+    const auto ends_by = [](const Span& s, TimeNs v) { return s.end <= v; };
+    if (t < last_t_) {
+      pos_ = static_cast<std::size_t>(std::lower_bound(r.begin(), r.end(), t, ends_by) - r.begin());
+    } else {
+      std::size_t step = 1, hi = pos_;
+      while (hi < r.size() && r[hi].end <= t) {
+        pos_ = hi + 1;
+        hi += step;
+        step *= 2;
+      }
+      hi = std::min(hi, r.size());
+      pos_ = static_cast<std::size_t>(std::lower_bound(r.begin() + static_cast<std::ptrdiff_t>(pos_),
+                                                       r.begin() + static_cast<std::ptrdiff_t>(hi), t, ends_by) - r.begin());
+    }
+    last_t_ = t;
+    return pos_;
+  }
+  // Appends the parts of the row inside [t0, t1), clipped.
+  void clip(TimeNs t0, TimeNs t1, Intervals& out) {
+    const auto& r = *row_;
+    for (std::size_t i = seek(t0); i < r.size() && r[i].start < t1; ++i)
+      out.emplace_back(std::max(r[i].start, t0), std::min(r[i].end, t1));
+  }
+
+ private:
+  const std::vector<Span>* row_;
+  std::size_t pos_ = 0;
+  TimeNs last_t_ = INT64_MIN;
+};
+
 TimeNs length(const Intervals& v) {
   TimeNs n = 0;
   for (const auto& iv : v) n += iv.second - iv.first;
@@ -34,7 +75,7 @@ TimeNs length(const Intervals& v) {
 
 }  // namespace
 
-std::vector<StepRow> step_table(const Timeline& tl) {
+std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& previous, TimeNs changed_from) {
   std::vector<StepRow> rows;
   // Phase kinds by string id, parsed once (not once per phase span).
   std::vector<PhaseKind> kind_of(tl.strings.size());
@@ -48,10 +89,18 @@ std::vector<StepRow> step_table(const Timeline& tl) {
       if (lane.kind == LaneKind::Kernel) has_kernels = true;
     }
     if (phases == nullptr) continue;
+    std::uint32_t index = 0;
+    for (const auto& row : previous)
+      if (row.rank == rd.rank && row.end < changed_from) {
+        rows.push_back(row);
+        ++index;
+      }
     std::vector<Span> steps;
-    for (const auto& row : phases->rows)
-      for (const auto& s : row)
-        if (phase_kind(s.name) == PhaseKind::Step) steps.push_back(s);
+    for (const auto& row : phases->rows) {  // rows are sorted by end too: skip the kept steps
+      auto it = std::lower_bound(row.begin(), row.end(), changed_from, [](const Span& s, TimeNs t) { return s.end < t; });
+      for (; it != row.end(); ++it)
+        if (phase_kind(it->name) == PhaseKind::Step) steps.push_back(*it);
+    }
     std::sort(steps.begin(), steps.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
     const CounterSeries* allocated = rd.counter("allocated");
     // The rows each step looks into, sorted out once per rank.
@@ -68,8 +117,11 @@ std::vector<StepRow> step_table(const Timeline& tl) {
         }
       }
     }
-    std::uint32_t index = 0;
-    Intervals comm, wait;
+    std::vector<RowCursor> comm_cur, compute_cur, phase_cur;
+    for (const auto* row : comm_rows) comm_cur.emplace_back(row);
+    for (const auto* row : compute_rows) compute_cur.emplace_back(row);
+    for (const auto* row : phase_all) phase_cur.emplace_back(row);
+    Intervals comm, wait, covered;
     for (const auto& st : steps) {
       StepRow r;
       r.rank = rd.rank;
@@ -80,16 +132,17 @@ std::vector<StepRow> step_table(const Timeline& tl) {
       // interval (binary searches), so a step costs O(collectives x log spans), not O(kernels).
       comm.clear();
       wait.clear();
-      for (const auto* row : comm_rows) clip_row(*row, st.start, st.end, comm);
-      for (const auto* row : phase_all) {
-        auto it = std::lower_bound(row->begin(), row->end(), st.start, [](const Span& s, TimeNs t) { return s.end <= t; });
-        for (; it != row->end() && it->start < st.end; ++it)
-          if (phase_kind(it->name) == PhaseKind::DataWait) wait.emplace_back(std::max(it->start, st.start), std::min(it->end, st.end));
+      covered.clear();
+      for (auto& cur : comm_cur) cur.clip(st.start, st.end, comm);
+      for (auto& cur : phase_cur) {
+        const auto& row = cur.row();
+        for (std::size_t i = cur.seek(st.start); i < row.size() && row[i].start < st.end; ++i)
+          if (phase_kind(row[i].name) == PhaseKind::DataWait)
+            wait.emplace_back(std::max(row[i].start, st.start), std::min(row[i].end, st.end));
       }
       const Intervals c = unite(comm);
-      Intervals covered;
       for (const auto& iv : c) {
-        for (const auto* row : compute_rows) clip_row(*row, iv.first, iv.second, covered);
+        for (auto& cur : compute_cur) cur.clip(iv.first, iv.second, covered);
         for (const auto& pr : phase_rows) {
           Intervals tmp;
           clip_row(*pr.first, iv.first, iv.second, tmp);
@@ -102,7 +155,7 @@ std::vector<StepRow> step_table(const Timeline& tl) {
         }
       }
       r.comm = length(c);
-      r.exposed_comm = r.comm - length(unite(std::move(covered)));  // parts lie inside disjoint comm intervals
+      r.exposed_comm = r.comm - length(unite(covered));  // parts lie inside disjoint comm intervals
       r.overlap_pct = r.comm > 0 ? 100.0 * static_cast<double>(r.comm - r.exposed_comm) / static_cast<double>(r.comm) : 0;
       r.data_wait = length(unite(wait));
       double mn = 0, mx = 0;

@@ -7,32 +7,64 @@ namespace memcomm::view {
 
 void CounterSeries::build_levels() {
   levels_.clear();
-  global_max_ = v_.empty() ? 0 : *std::max_element(v_.begin(), v_.end());
-  if (t_.size() <= kFanout) return;
-  // Level 1 from the raw samples.
-  std::vector<Bucket> level;
-  level.reserve(t_.size() / kFanout + 1);
-  for (std::size_t i = 0; i < t_.size(); i += kFanout) {
-    const std::size_t j = std::min(t_.size(), i + kFanout);
-    const auto [mn, mx] = std::minmax_element(v_.begin() + i, v_.begin() + j);
-    level.push_back({t_[i], t_[j - 1], *mn, *mx});
+  global_max_ = 0;
+  update_levels(0);
+}
+
+// Note [Counter LOD] levels are a pure function of the samples, and bucket b of level k+1 depends
+// only on buckets [b*kFanout, (b+1)*kFanout) of level k: after the samples from `first_changed`
+// on changed (appended, or merged in), only the buckets from first_changed / kFanout^k on are
+// recomputed at each level, so an append costs O(new samples), the same levels as a full build.
+void CounterSeries::update_levels(std::size_t first_changed) {
+  first_changed = std::min(first_changed, t_.size());
+  if (first_changed == 0) levels_.clear();
+  if (t_.size() <= kFanout) {
+    levels_.clear();
+    global_max_ = v_.empty() ? 0 : *std::max_element(v_.begin(), v_.end());
+    return;
   }
-  levels_.push_back(std::move(level));
-  while (levels_.back().size() > kFanout) {
-    const auto& below = levels_.back();
-    std::vector<Bucket> up;
+  // Level 1 from the raw samples.
+  if (levels_.empty()) levels_.emplace_back();
+  std::size_t from = first_changed / kFanout;  // first bucket to recompute at this level
+  {
+    auto& level = levels_[0];
+    from = std::min(from, level.size());  // a level may be missing buckets before `from` (just made)
+    level.resize(from);
+    level.reserve(t_.size() / kFanout + 1);
+    for (std::size_t i = from * kFanout; i < t_.size(); i += kFanout) {
+      const std::size_t j = std::min(t_.size(), i + kFanout);
+      const auto [mn, mx] = std::minmax_element(v_.begin() + static_cast<std::ptrdiff_t>(i), v_.begin() + static_cast<std::ptrdiff_t>(j));
+      level.push_back({t_[i], t_[j - 1], *mn, *mx});
+    }
+  }
+  std::size_t k = 1;
+  for (; levels_[k - 1].size() > kFanout; ++k) {
+    if (levels_.size() <= k) levels_.emplace_back();
+    const auto& below = levels_[k - 1];
+    auto& up = levels_[k];
+    from = std::min(from / kFanout, up.size());
+    up.resize(from);
     up.reserve(below.size() / kFanout + 1);
-    for (std::size_t i = 0; i < below.size(); i += kFanout) {
+    for (std::size_t i = from * kFanout; i < below.size(); i += kFanout) {
       const std::size_t j = std::min(below.size(), i + kFanout);
       Bucket b{below[i].t0, below[j - 1].t1, below[i].min, below[i].max};
-      for (std::size_t k = i + 1; k < j; ++k) {
-        b.min = std::min(b.min, below[k].min);
-        b.max = std::max(b.max, below[k].max);
+      for (std::size_t m = i + 1; m < j; ++m) {
+        b.min = std::min(b.min, below[m].min);
+        b.max = std::max(b.max, below[m].max);
       }
       up.push_back(b);
     }
-    levels_.push_back(std::move(up));
   }
+  levels_.resize(k);  // a truncation may have left a level above the top
+  // The top level has at most kFanout buckets: the exact maximum in O(1) after any update.
+  global_max_ = levels_.back().front().max;
+  for (const Bucket& b : levels_.back()) global_max_ = std::max(global_max_, b.max);
+}
+
+void CounterSeries::truncate(std::size_t n) {
+  if (n >= t_.size()) return;
+  t_.resize(n);
+  v_.resize(n);
 }
 
 void CounterSeries::shrink_to_fit() {

@@ -34,10 +34,11 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
           case snapshot::Action::alloc: op = AllocOp::Alloc; break;
           case snapshot::Action::free_requested: op = AllocOp::FreeRequested; break;
           case snapshot::Action::free_completed: op = AllocOp::FreeCompleted; break;
-          case snapshot::Action::segment_alloc:
-          case snapshot::Action::segment_map: op = AllocOp::SegmentAlloc; break;
-          case snapshot::Action::segment_free:
-          case snapshot::Action::segment_unmap: op = AllocOp::SegmentFree; break;
+          case snapshot::Action::segment_alloc: op = AllocOp::SegmentAlloc; break;
+          case snapshot::Action::segment_free: op = AllocOp::SegmentFree; break;
+          // Note [Expandable segments] (allocator_state.hpp): maps back parts of a reservation.
+          case snapshot::Action::segment_map: op = AllocOp::SegmentMap; break;
+          case snapshot::Action::segment_unmap: op = AllocOp::SegmentUnmap; break;
           case snapshot::Action::oom: op = AllocOp::Oom; break;
           default: continue;
         }

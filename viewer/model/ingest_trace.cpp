@@ -20,8 +20,9 @@ AllocOp alloc_op(prof::EventKind k) {
     case prof::EventKind::Alloc: return AllocOp::Alloc;
     case prof::EventKind::FreeRequested: return AllocOp::FreeRequested;
     case prof::EventKind::FreeCompleted: return AllocOp::FreeCompleted;
-    case prof::EventKind::SegmentAlloc:
-    case prof::EventKind::SegmentMap: return AllocOp::SegmentAlloc;
+    case prof::EventKind::SegmentAlloc: return AllocOp::SegmentAlloc;
+    case prof::EventKind::SegmentMap: return AllocOp::SegmentMap;  // Note [Expandable segments] (allocator_state.hpp)
+    case prof::EventKind::SegmentUnmap: return AllocOp::SegmentUnmap;
     default: return AllocOp::SegmentFree;
   }
 }
@@ -85,8 +86,22 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
     // Compute spans start at ts and last at most ~4.3 s (kMaxDuration): pad the chunk's end.
     skip = n > 0 && (mx + rs.offset + static_cast<std::int64_t>(prof::kMaxDuration) < lo_ || mn + rs.offset > hi_);
   }
+  const bool whole = lo_ == INT64_MIN && hi_ == INT64_MAX;  // no time range: every event is kept
+  std::uint64_t kernels = 0;  // counted once per batch
   for (std::size_t i = 0; i < n; ++i) {
     const prof::Event& e = ev[i];
+    if (whole && e.kind == prof::EventKind::Kernel) {
+      // Kernels are most of a trace: pushed here, with no call and no switch, once the lane and
+      // the name are cached (the general path below caches them).
+      const auto c = e.as<prof::ComputeEvent>();
+      std::vector<Span>* lane = rs.lanes[0][c.stream];
+      if (lane != nullptr && c.arg < rs.ids.size() && rs.ids[c.arg] != kNoId) {
+        const std::int64_t start = c.ts + rs.offset;
+        lane->push_back({start, start + static_cast<std::int64_t>(c.dur_ns), rs.ids[c.arg], 0});
+        ++kernels;
+        continue;
+      }
+    }
     if (skip && !pairs_or_meta(e.kind)) continue;
     if (apply_offsets && e.kind == prof::EventKind::Meta) {
       const auto m = e.as<prof::MetaEvent>();
@@ -94,6 +109,7 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
     }
     add_one(e, rs, rank, resolve, ctx);
   }
+  b_.add_events(kernels);
 }
 
 void TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx) {
@@ -218,191 +234,6 @@ void TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t ran
     }
     default:
       return;  // launches and syncs are not drawn yet
-  }
-}
-
-namespace {
-
-// Per-rank event totals from the chunk headers alone (no checksum, no decompression): sizes the
-// final arrays (Note [Fast ingest]). Stops quietly at anything odd; the reader reports it.
-std::map<std::uint32_t, std::uint64_t> events_per_rank(const std::string& path, std::uint32_t file_rank) {
-  std::map<std::uint32_t, std::uint64_t> out;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return out;
-  long pos = sizeof(prof::FileHeader);
-  prof::ChunkHeader h{};
-  while (std::fseek(f.get(), pos, SEEK_SET) == 0 && std::fread(&h, sizeof h, 1, f.get()) == 1 && h.magic == prof::kChunkMagic) {
-    std::uint32_t rank = h.rank != prof::kUnknownRank ? h.rank : file_rank;
-    if (rank == prof::kUnknownRank) rank = 0;
-    out[rank] += h.event_count;
-    pos += static_cast<long>(sizeof h) + static_cast<long>(h.stored_size);
-  }
-  return out;
-}
-
-}  // namespace
-
-// Note [Decode ahead]: the profiler's TraceReader decompresses and checks chunk k+1 on a second
-// thread while chunk k is ingested here. Chunks travel through a small ring of reused buffers; the
-// strings each chunk defines travel with it (the reader's table is not touched across threads).
-class DecodeAhead {
- public:
-  struct Chunk {
-    std::vector<prof::Event> events;
-    std::uint32_t rank = 0;
-    std::vector<std::pair<prof::StringId, std::string>> new_strings;  // defined by this chunk (or before)
-    double progress = 0;
-  };
-
-  explicit DecodeAhead(const std::string& path) : reader_(path) {
-    thread_ = std::thread([this] { run(); });
-  }
-  ~DecodeAhead() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  const prof::TraceReader& reader() const { return reader_; }  // header(), recovery() after the end
-  // Next chunk, or nullptr at the end (rethrows the reader's error). Valid until the next call.
-  Chunk* next() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (held_) {  // give back the previous one
-      held_ = false;
-      ++consumed_;
-      cv_.notify_all();
-    }
-    cv_.wait(lock, [this] { return produced_ > consumed_ || finished_; });
-    if (produced_ == consumed_) {
-      if (error_) std::rethrow_exception(error_);
-      return nullptr;
-    }
-    held_ = true;
-    return &ring_[consumed_ % kRing];
-  }
-
- private:
-  static constexpr std::size_t kRing = 3;
-  void run() {
-    try {
-      prof::ChunkView c;
-      std::size_t synced = 0;           // reader strings already handed over
-      std::vector<prof::StringId> holes;  // ids undefined when handed over (may be defined later)
-      for (;;) {
-        {
-          std::unique_lock<std::mutex> lock(mu_);
-          cv_.wait(lock, [this] { return produced_ - consumed_ < kRing - 1 || stop_; });
-          if (stop_) break;
-        }
-        if (!reader_.next(c)) break;
-        Chunk& out = ring_[produced_ % kRing];  // not visible to the consumer until produced_ moves
-        out.events.assign(c.begin(), c.end());
-        const std::uint32_t file_rank = reader_.header().rank;
-        out.rank = c.rank != prof::kUnknownRank ? c.rank : file_rank;
-        if (out.rank == prof::kUnknownRank) out.rank = 0;
-        out.new_strings.clear();
-        const auto& strs = reader_.strings();
-        for (std::size_t k = 0; k < holes.size();) {
-          if (!strs[holes[k]].empty()) {
-            out.new_strings.emplace_back(holes[k], strs[holes[k]]);
-            holes[k] = holes.back();
-            holes.pop_back();
-          } else {
-            ++k;
-          }
-        }
-        for (; synced < strs.size(); ++synced) {
-          if (strs[synced].empty()) holes.push_back(static_cast<prof::StringId>(synced));
-          else out.new_strings.emplace_back(static_cast<prof::StringId>(synced), strs[synced]);
-        }
-        const auto& info = reader_.recovery();
-        out.progress = info.file_bytes ? static_cast<double>(info.bytes_used) / static_cast<double>(info.file_bytes) : 0;
-        std::lock_guard<std::mutex> lock(mu_);
-        ++produced_;
-        cv_.notify_all();
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
-      error_ = std::current_exception();
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    finished_ = true;
-    cv_.notify_all();
-  }
-
-  prof::TraceReader reader_;
-  Chunk ring_[kRing];
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::uint64_t produced_ = 0, consumed_ = 0;  // chunks decoded / given back
-  bool held_ = false, finished_ = false, stop_ = false;
-  std::exception_ptr error_;
-  std::thread thread_;
-};
-
-bool ingest_trace(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
-                  const LoadOptions& options) {
-  try {
-    TimelineBuilder b;
-    TraceIngest ingest(b);
-    std::unique_ptr<DecodeAhead> ahead;
-    std::unique_ptr<prof::TraceReader> plain;
-    if (options.decode_ahead) ahead = std::make_unique<DecodeAhead>(path);
-    else plain = std::make_unique<prof::TraceReader>(path);
-    const prof::TraceReader& reader = ahead ? ahead->reader() : *plain;
-    const bool merged = reader.merged();
-    std::map<std::uint32_t, std::uint64_t> left = events_per_rank(path, reader.header().rank);
-    std::map<std::uint32_t, bool> sized;
-    bool first = true;
-    const auto chunk = [&](const prof::Event* ev, std::size_t n, std::uint32_t rank, const auto& strings) {
-      if (first && options.has_range() && n > 0) {
-        std::int64_t t0 = INT64_MAX;
-        for (std::size_t i = 0; i < n; ++i) t0 = std::min(t0, ev[i].ts);
-        ingest.set_range(t0 + static_cast<std::int64_t>(options.range_lo_s * 1e9),
-                         t0 + static_cast<std::int64_t>(options.range_hi_s * 1e9));
-      }
-      first = false;
-      ingest.add(ev, n, rank, strings, !merged);
-      if (!sized[rank] && n > 0) {  // one chunk seen: its mix times the rank's total sizes the arrays
-        sized[rank] = true;
-        const double total = static_cast<double>(left[rank]);
-        if (total > 2.0 * static_cast<double>(n) && !options.has_range())
-          b.reserve_scaled(rank, 1.05 * total / static_cast<double>(n));
-      }
-    };
-    if (ahead) {
-      std::vector<std::string> strs;  // this thread's copy of the trace's string table
-      const auto strings = [&strs](prof::StringId id) { return id < strs.size() ? std::string_view(strs[id]) : std::string_view(); };
-      while (DecodeAhead::Chunk* c = ahead->next()) {
-        for (auto& [id, text] : c->new_strings) {
-          if (strs.size() <= id) strs.resize(id + 1);
-          strs[id] = std::move(text);
-        }
-        chunk(c->events.data(), c->events.size(), c->rank, strings);
-        if (progress) *progress = 0.8 * c->progress;
-      }
-    } else {
-      const auto strings = [&reader](prof::StringId id) { return reader.string(id); };
-      prof::ChunkView c;
-      while (plain->next(c)) {
-        std::uint32_t rank = c.rank != prof::kUnknownRank ? c.rank : reader.header().rank;
-        if (rank == prof::kUnknownRank) rank = 0;
-        chunk(c.events, c.count, rank, strings);
-        const auto& info = reader.recovery();
-        if (progress && info.file_bytes) *progress = 0.8 * static_cast<double>(info.bytes_used) / static_cast<double>(info.file_bytes);
-      }
-    }
-    out = b.finish(path);
-    if (options.has_range())
-      out.sources.back() += fmt::format(" (range {:.3f}..{:.3f} s)", options.range_lo_s, options.range_hi_s);
-    const auto& info = reader.recovery();
-    if (info.truncated) out.sources.back() += " (truncated: " + info.detail + ")";
-    return true;
-  } catch (const std::exception& e) {
-    error = e.what();
-    return false;
   }
 }
 

@@ -45,6 +45,13 @@ class TraceIngest {
   // `strings` resolves the batch's StringIds; `apply_offsets` is false for merged files.
   template <class Strings>
   void add(const prof::Event* ev, std::size_t n, std::uint32_t rank, const Strings& strings, bool apply_offsets);
+  // A rank's stream restarted (live reconnect): its string ids mean something new from here on.
+  void reset_strings(std::uint32_t rank) {
+    auto it = ranks_.find(rank);
+    if (it == ranks_.end()) return;
+    it->second.ids.clear();
+    it->second.counters.clear();
+  }
   // Keep only events overlapping [lo, hi] ns on the timeline (Note [Time range load]).
   void set_range(std::int64_t lo, std::int64_t hi) {
     lo_ = lo;

@@ -16,13 +16,16 @@ struct LiveSession::RankStream {
   std::string host;
   bool connected = false;
   std::unordered_map<prof::StringId, std::string> strings;  // this connection's string table
-  std::vector<prof::Event> events;                          // in arrival order
 };
 
+// See Note [Live rebuild] in live.hpp: events go into the builder's arrays as they arrive (no copy of the raw
+// stream is kept); publish() appends them to the model (Note [Incremental append]).
 struct LiveSession::Impl {
   std::unique_ptr<prof::StreamReceiver> receiver;
   std::map<std::uint32_t, RankStream> ranks;       // by rank (a reconnecting rank continues)
   std::map<int, std::uint32_t> connection_rank;    // connection id -> rank
+  TimelineBuilder builder;
+  TraceIngest ingest{builder};
 };
 
 LiveSession::LiveSession() : impl_(std::make_unique<Impl>()) {}
@@ -57,6 +60,8 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
         rs.host = m.host;
         rs.connected = true;
         rs.strings.clear();  // a new connection starts a new string table
+        impl_->ingest.reset_strings(rank);
+        impl_->builder.host(rank, m.host);  // the rank gets its lane group before its first event
         messages.push_back(fmt::format("live: rank {} connected from {} (pid {})", rank, m.host, m.pid));
         dirty_ = true;
         break;
@@ -67,7 +72,11 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
         RankStream& rs = impl_->ranks[rank];
         rs.rank = rank;
         for (auto& [id, text] : m.strings) rs.strings[id] = std::move(text);
-        rs.events.insert(rs.events.end(), m.events.begin(), m.events.end());
+        const auto strings = [&rs](prof::StringId id) -> std::string_view {
+          auto s = rs.strings.find(id);
+          return s != rs.strings.end() ? std::string_view(s->second) : std::string_view();
+        };
+        impl_->ingest.add(m.events.data(), m.events.size(), rank, strings, true);
         events_ += m.events.size();
         dirty_ = dirty_ || !m.events.empty();
         break;
@@ -94,36 +103,14 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
   return false;
 }
 
-Timeline LiveSession::build() {
-  TimelineBuilder b;
-  TraceIngest ingest(b);
-  for (auto& [rank, rs] : impl_->ranks) {
-    const auto strings = [&rs](prof::StringId id) -> std::string_view {
-      auto it = rs.strings.find(id);
-      return it != rs.strings.end() ? std::string_view(it->second) : std::string_view();
-    };
-    ingest.add(rs.events.data(), rs.events.size(), rank, strings, true);
-    if (!rs.host.empty()) b.host(rank, rs.host);
-  }
-  Timeline tl = b.finish("live");
+AppendResult LiveSession::publish(Timeline& tl) {
+  AppendResult r = impl_->builder.append_to(tl);
   for (auto& rd : tl.ranks) {
     auto it = impl_->ranks.find(rd.rank);
     rd.connected = it != impl_->ranks.end() && it->second.connected;
   }
-  // Ranks that connected but sent nothing yet still get a lane group.
-  for (auto& [rank, rs] : impl_->ranks) {
-    bool present = false;
-    for (const auto& rd : tl.ranks) present = present || rd.rank == rank;
-    if (!present) {
-      RankData rd;
-      rd.rank = rank;
-      rd.host = rs.host;
-      rd.connected = rs.connected;
-      tl.ranks.push_back(std::move(rd));
-    }
-  }
-  std::sort(tl.ranks.begin(), tl.ranks.end(), [](const RankData& a, const RankData& b) { return a.rank < b.rank; });
-  return tl;
+  if (tl.sources.empty()) tl.sources.push_back("live");
+  return r;
 }
 
 LiveStats LiveSession::stats() const {

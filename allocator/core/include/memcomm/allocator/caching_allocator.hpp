@@ -71,14 +71,17 @@ class CachingAllocator {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // A block of at least `bytes` for use on `stream`, aligned to config().min_block (>= 64 bytes).
+  // A block of at least `bytes` for use on `stream`, aligned to config().min_block (>= 64 bytes): from
+  // the stream's own pools, else another stream's block that events proved idle, else new memory.
   // bytes == 0 returns nullptr. Throws OutOfMemory when the cap or the source leaves no room.
   void* allocate(std::size_t bytes, StreamId stream = 0);
   // Frees a block from allocate(); nullptr is ignored. Throws AllocatorError for a pointer that is
   // not a live block (double free, foreign pointer, interior pointer).
   void deallocate(void* ptr);
   // The block is also used on `stream`: its memory is reused only after that stream's work queued
-  // before the free has finished.
+  // before the free has finished. When other streams allocate too, the free also records an event on
+  // the block's own stream, and once all its events have completed any stream may reuse the block
+  // (Note [Cross-stream reuse] in allocator/core/stream_reuse.cpp).
   void record_stream(void* ptr, StreamId stream);
   // Size after rounding and requested size of a live block; AllocatorError for anything else.
   std::size_t block_size(const void* ptr) const;

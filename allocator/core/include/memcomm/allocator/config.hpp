@@ -32,9 +32,9 @@ struct AllocatorConfig {
   // free pages are given back only when mapping more would cross the budget, oldest first.
   double release_slack = 0.03;
   std::size_t release_floor = 4u << 20;
-  // When mapping at a segment's end, map this fraction of the reserved bytes more (and at least a PyTorch
-  // segment's worth for small and medium requests), within the budget, so growth takes few calls.
-  double map_ahead = 0.02;
+  // When mapping at a segment's end, map this fraction of the budget's headroom more (and at least a
+  // PyTorch segment's worth for small and medium requests), so growth takes few calls (Note [Map ahead]).
+  double map_ahead = 1.0;
 
   // --- memory cap and garbage collection (Note [Garbage collection]) ---
   std::size_t capacity = 0;                // bytes reserved at most; 0 = the source's capacity (or none)

@@ -67,6 +67,11 @@ struct MemorySummary {
   std::uint64_t pending_free_bytes = 0;   // freed blocks waiting for stream events
   std::uint64_t segments = 0;             // segments (expandable or whole)
   std::uint64_t blocks = 0;               // blocks of all kinds, free and allocated
+  // Planned mode (zero otherwise): the arena's mapped bytes and the allocations per planned iteration
+  // (of which planned_in_arena get arena offsets; the rest outlive the iteration on the caching path).
+  std::uint64_t planned_arena_bytes = 0;
+  std::uint64_t planned_iteration_allocs = 0;
+  std::uint64_t planned_in_arena = 0;
   // External fragmentation = 1 - largest free block / total free (0 when nothing is free).
   double external_fragmentation() const {
     return free_bytes > 0 ? 1.0 - double(largest_free_block) / double(free_bytes) : 0.0;

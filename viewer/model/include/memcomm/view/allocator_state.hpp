@@ -5,7 +5,18 @@
 // (full copies of the state) every `interval` events, where the interval grows with the state's
 // size so checkpoints cost O(events) memory in total. seek(t) steps forward from the current state
 // when t moves forward a little, and otherwise restarts from the nearest checkpoint at or before t,
-// so a scrub costs at most one checkpoint copy plus `interval` events.
+// so a scrub costs at most one checkpoint copy plus `interval` events. Live runs append events:
+// update() folds only the new ones into the last state, making checkpoints as a full build would.
+//
+// Note [Expandable segments]: an expandable segment (PyTorch's expandable_segments, memcomm's
+// allocator with expandable pools) reserves a large virtual range (SegmentAlloc, often the whole
+// device or more: 128 GiB is common) and backs it piecewise (SegmentMap / SegmentUnmap of
+// sub-ranges). Only mapped pages hold device memory, so `reserved` counts the mapped bytes of such
+// a segment and `virtual_reserved` its reservation. Traces carry no flag on the SegmentAlloc, so
+// the builder marks a SegmentAlloc kAllocExpandable when a SegmentMap later lands inside it (in
+// time for every state that includes it); apply() also converts an unmarked segment at its first
+// map. A map with no enclosing segment (PyTorch snapshots record only segment_map) starts an
+// implicit expandable segment, or extends one that ends where it begins.
 #pragma once
 
 #include <cstdint>
@@ -15,13 +26,18 @@
 namespace memcomm::view {
 
 enum class AllocOp : std::uint8_t {
-  SegmentAlloc,   // cudaMalloc'd (or mapped) segment: addr, size
-  SegmentFree,    // segment returned to the device
+  SegmentAlloc,   // cudaMalloc'd segment, or the virtual range of an expandable one: addr, size
+  SegmentFree,    // segment returned to the device (or virtual range released)
   Alloc,          // block handed to the user: addr, size
   FreeRequested,  // user freed; the block waits on stream uses (shown as "pending free")
   FreeCompleted,  // block back in the pool
   Oom,            // allocation failed: size is the request
+  SegmentMap,     // expandable segment: [addr, addr + size) backed by device memory
+  SegmentUnmap,   // expandable segment: [addr, addr + size) no longer backed
 };
+
+// AllocEvent::flags.
+inline constexpr std::uint8_t kAllocExpandable = 1;  // SegmentAlloc: a virtual reservation (Note [Expandable segments])
 
 struct AllocEvent {
   std::int64_t t;         // ns
@@ -30,7 +46,8 @@ struct AllocEvent {
   std::uint32_t stream;   // stream the block/segment belongs to
   AllocOp op;             // what happened
   std::uint8_t category = 0;  // MemCategory of the block when the producer knows it (0: unknown)
-  std::uint8_t pad[2] = {0, 0};
+  std::uint8_t flags = 0;     // kAllocExpandable, ...
+  std::uint8_t pad = 0;
 };
 
 // Block categories, numbered as prof::MemCategory (profiler/core event.hpp) and snapshots agree.
@@ -47,10 +64,22 @@ struct BlockRec {
   BlockState state;    // allocated, or freed by the user but not yet reusable
 };
 
+struct AddrRange {
+  std::uint64_t begin, end;  // [begin, end)
+};
+
 struct SegmentRec {
-  std::uint64_t addr = 0, size = 0;  // device range
+  std::uint64_t addr = 0, size = 0;  // device range (expandable: the virtual reservation)
   std::uint32_t stream = 0;          // owning stream
   std::vector<BlockRec> blocks;      // sorted by addr; gaps are free (inactive) space
+  bool expandable = false;           // Note [Expandable segments]: only `mapped` is backed
+  std::vector<AddrRange> mapped;     // expandable: backed ranges, sorted, disjoint, not touching
+  std::uint64_t mapped_bytes = 0;    // expandable: bytes in `mapped`
+  std::uint64_t backed() const { return expandable ? mapped_bytes : size; }
+  // End of what is worth drawing: the whole segment, or an expandable one up to its last mapped
+  // byte or block (not the rest of a 128 GiB reservation).
+  std::uint64_t extent_end() const;
+  // Largest free gap; in an expandable segment only mapped gaps count.
   std::uint64_t largest_free() const;
 };
 
@@ -58,7 +87,8 @@ struct AllocatorState {
   std::vector<SegmentRec> segments;  // sorted by addr
   std::uint64_t allocated = 0;       // bytes in Allocated blocks
   std::uint64_t pending_free = 0;    // bytes in PendingFree blocks
-  std::uint64_t reserved = 0;        // bytes in segments
+  std::uint64_t reserved = 0;        // bytes backed by device memory (Note [Expandable segments])
+  std::uint64_t virtual_reserved = 0;  // bytes of expandable segments' virtual reservations
   std::size_t block_count = 0;       // blocks over all segments
   std::uint64_t unmatched = 0;       // events that referred to unknown blocks/segments (bad traces)
 
@@ -71,6 +101,9 @@ class AllocatorTimeline {
   AllocatorTimeline() = default;
   // `events` must outlive this object and stay sorted by t.
   explicit AllocatorTimeline(const std::vector<AllocEvent>* events, std::size_t min_interval = 4096);
+  // The events from index `first_changed` on were appended (or changed): folds them in. An append
+  // costs O(new events); a change before the last fold restarts from the first event.
+  void update(std::size_t first_changed);
 
   // State after every event with time <= t.
   const AllocatorState& seek(std::int64_t t);
@@ -89,7 +122,11 @@ class AllocatorTimeline {
     AllocatorState state;  // state after them
   };
   const std::vector<AllocEvent>* events_ = nullptr;
+  std::size_t min_interval_ = 4096;
   std::vector<Checkpoint> checkpoints_;
+  AllocatorState tail_;    // state after the first `folded_` events
+  std::size_t folded_ = 0;
+  std::size_t since_ = 0;  // events folded since the last checkpoint
   AllocatorState cur_;
   std::size_t pos_ = 0;
   std::size_t last_cost_ = 0;

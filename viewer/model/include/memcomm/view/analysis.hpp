@@ -21,7 +21,11 @@ struct StepRow {
 
 // One row per "step" phase per rank. Compute = kernel lanes, or, on CPU runs with no kernels,
 // the forward/backward/optimizer phases.
-std::vector<StepRow> step_table(const Timeline& tl);
+// With `previous` (the table before events from `changed_from` on were appended, same rank
+// slots), the rows of steps that ended before changed_from are kept and only later steps are
+// computed: live publishes cost O(new steps), not O(all steps).
+std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& previous = {},
+                                TimeNs changed_from = INT64_MIN);
 
 struct RangeStats {
   TimeNs t0 = 0, t1 = 0;

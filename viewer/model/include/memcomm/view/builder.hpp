@@ -4,11 +4,30 @@
 
 #include <memcomm/view/timeline.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <string_view>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 
 namespace memcomm::view {
+
+// What one TimelineBuilder::append_to() changed, for the indexes kept beside the Timeline.
+struct AppendResult {
+  static constexpr std::size_t npos = SIZE_MAX;
+  std::uint64_t events = 0;             // events published by this call
+  bool ranks_added = false;             // new rank slots (slots may have shifted): rebuild per-slot state
+  std::vector<std::size_t> alloc_from;  // per slot: first allocator event that changed (npos: none)
+  TimeNs first_time = INT64_MAX;        // earliest time of anything published: earlier data is as it was
+};
+
+// A collective by rank slot and index in that rank's collectives.
+struct CollectiveRef {
+  std::uint32_t slot;
+  std::uint32_t index;
+};
 
 class TimelineBuilder {
  public:
@@ -53,8 +72,24 @@ class TimelineBuilder {
   std::uint64_t event_count() const { return events_; }
   // Sorts, splits rows, matches collectives, builds LOD levels and shrinks containers.
   Timeline finish(std::string source);
+  // Note [Incremental append]: publishes what was ingested since the last call into `tl` (built
+  // by earlier calls of this builder only), touching only what the new events touch; appending in
+  // pieces gives the model that finish() gives for all of it at once. Live mode's publish step.
+  AppendResult append_to(Timeline& tl);
 
  private:
+  // What append_to() carries from one call to the next for the allocator-derived data.
+  struct AllocDerive {
+    std::map<std::uint64_t, std::pair<std::uint64_t, std::size_t>> open;  // unmarked SegmentAlloc: addr -> (size, index)
+    AllocatorState state;           // after the events folded into the memory curves
+    std::size_t since = 0;          // events since the last largest_free sample
+    bool provisional = false;       // the last largest_free/fragmentation samples stand in for "now"
+    bool derived = false;           // memory curves are derived from the events (no sampled ones)
+    bool labelled = false;          // some Alloc carries a category: per-category curves
+    std::unordered_map<std::uint64_t, std::pair<std::uint8_t, std::uint64_t>> live;  // addr -> (category, size)
+    double bytes[kMemCategoryCount] = {};
+  };
+  // Events ingested and not yet published, plus state that lives across appends.
   struct RankParts {
     std::vector<Span> phases, nvtx;                                         // name in Span::name
     std::map<std::tuple<std::uint8_t, std::uint32_t>, std::vector<Span>> streams;  // (kind, stream)
@@ -63,7 +98,17 @@ class TimelineBuilder {
     std::vector<AllocEvent> alloc;
     std::uint64_t dropped = 0;
     std::string host;
+    bool sampled_memory = false;    // "allocated"/"reserved" samples seen: no derived curves
+    AllocDerive derive;
   };
+  void append_rank(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r,
+                   std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls, bool& rematch);
+  void derive_alloc(RankData& rd, RankParts& p, std::size_t from, AppendResult& r, std::uint32_t slot);
+  void bound(TimeNs a, TimeNs b) {
+    lo_ = std::min(lo_, a);
+    hi_ = std::max(hi_, b);
+    fresh_lo_ = std::min(fresh_lo_, a);
+  }
   RankParts& rank(std::uint32_t r) {
     if (last_ == nullptr || last_rank_ != r) {
       last_ = &ranks_[r];
@@ -80,6 +125,12 @@ class TimelineBuilder {
   std::uint32_t last_rank_ = 0;
   std::vector<Span>* last_stream_ = nullptr;
   std::tuple<std::uint8_t, std::uint32_t> last_stream_key_{};
+  TimeNs lo_ = INT64_MAX, hi_ = INT64_MIN;  // bounds of everything published
+  TimeNs fresh_lo_ = INT64_MAX;              // earliest time in the current append_to()
+  // Collectives published so far by (comm, seq) key, as (rank id, index): the groups a new
+  // collective joins are re-matched, not all of them.
+  std::unordered_map<std::uint64_t, std::vector<std::pair<std::uint32_t, std::uint32_t>>> groups_;
+  bool groups_valid_ = false;  // groups_ holds every published collective
 };
 
 // Maps [p, p + bytes) (whole 2 MiB runs inside it) in one call rather than a fault per page
@@ -88,6 +139,16 @@ void prefault_pages(const void* p, std::size_t bytes);
 
 // Cross-rank work done after building or merging: collective matching, stragglers, skew, busbw.
 void match_collectives(Timeline& tl);
+// busbw_factor() per (op, group size), remembered across groups.
+struct BusbwCache {
+  std::vector<std::pair<std::uint32_t, double>> by_op;  // op string id -> (group size, factor); size 0: none
+  double factor(const Timeline& tl, std::uint32_t op, std::uint32_t n);
+};
+// The same for one (comm, seq) group; `refs` sorted by (slot, index).
+void match_collective_group(Timeline& tl, const std::vector<CollectiveRef>& refs, BusbwCache& cache);
+inline std::uint64_t collective_key(std::uint32_t comm, std::uint64_t seq) {
+  return (static_cast<std::uint64_t>(comm) << 40) ^ seq;
+}
 // Bus bandwidth factor of nccl-tests for an op over n ranks (all_reduce: 2(n-1)/n, ...).
 double busbw_factor(std::string_view op, std::uint32_t n);
 

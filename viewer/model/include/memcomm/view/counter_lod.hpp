@@ -38,7 +38,18 @@ class CounterSeries {
   // Samples must come in time order (the builder sorts); call build_levels() after the last one.
   void add(std::int64_t t, double v) { t_.push_back(t); v_.push_back(v); }
   void reserve(std::size_t n) { t_.reserve(n); v_.reserve(n); }
+  void clear() {
+    t_.clear();
+    v_.clear();
+    levels_.clear();
+    global_max_ = 0;
+  }
   void build_levels();
+  // Brings the levels up to date after the samples from index `first_changed` on changed
+  // (appended, or a merge of late samples): O(samples from there on), same result as build_levels().
+  void update_levels(std::size_t first_changed);
+  // Drops the samples from index n on; call update_levels(n) after adding the replacements.
+  void truncate(std::size_t n);
   void shrink_to_fit();
 
   // Per-pixel min/max over [t0, t1) split into `pixels` equal columns. A column with no sample

@@ -1,14 +1,14 @@
 // Live mode: events streamed by running ranks (memcomm-train --live HOST:PORT) through the
 // profiler's StreamReceiver, kept per rank and published as a Timeline.
 //
-// Note [Live rebuild]: the model's arrays are sorted and indexed (rows, LOD levels, checkpoints),
-// so new events are published by rebuilding the Timeline from all events received so far, at most
-// every `min_rebuild_s` (default 0.1 s: with the 20 Hz redraw this keeps event-to-pixels well under
-// 250 ms). A rebuild is O(events received); appending to the indexes in place is the next step for
-// runs that stream millions of events. bench/viewer/bench_live_latency measures event-to-pixels:
-// p95 ~190 ms with 0.5 M events received, ~290 ms with 2 M (2 shared cores, llvmpipe).
+// Note [Live rebuild]: arriving events go straight into a TimelineBuilder's arrays, and publish()
+// appends them to the shown Timeline in place (Note [Incremental append] in timeline_append.cpp),
+// at most every `min_rebuild_s` (0.05 s: each frame of the 20 Hz live redraw). A publish costs O(events
+// since the last one), not O(events received): event-to-pixels does not grow with the run.
+// bench/viewer/bench_live_latency measures it for the first and the last tenth of a run.
 #pragma once
 
+#include <memcomm/view/builder.hpp>
 #include <memcomm/view/timeline.hpp>
 
 #include <cstdint>
@@ -36,8 +36,9 @@ class LiveSession {
   // Takes what arrived. Messages (connects, disconnects, protocol errors) are appended to
   // `messages`. Returns true when the published Timeline should be rebuilt now.
   bool poll(std::vector<std::string>& messages, double now_s);
-  // All events received so far, as a Timeline; ranks that disconnected are kept, marked.
-  Timeline build();
+  // Appends what arrived since the last publish to `tl`, which only this session's publish() has
+  // written to; ranks that disconnected are kept, marked.
+  AppendResult publish(Timeline& tl);
   LiveStats stats() const;
   std::uint64_t events_received() const { return events_; }
 
@@ -48,7 +49,7 @@ class LiveSession {
   std::uint64_t events_ = 0;
   bool dirty_ = false;
   double last_build_s_ = 0;
-  double min_rebuild_s_ = 0.1;
+  double min_rebuild_s_ = 0.05;  // a publish is O(new events): every 20 Hz frame can take one
 };
 
 }  // namespace memcomm::view

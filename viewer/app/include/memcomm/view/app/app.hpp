@@ -94,6 +94,8 @@ class App {
   std::uint64_t frames_ = 0;
   double synth_s_ = 0;                  // time to generate + index --synthetic data
   bool live_receiving_ = false;         // --listen is up: redraw at 20 Hz for arrivals
+  double summary_s_ = -1e9;             // live: when the summary was last recomputed (1 Hz)
+  bool live_published_ = false;         // st_.tl is the live model (appended in place)
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   std::unique_ptr<LiveSession> live_;   // Note [Live rebuild] in live.hpp
 #endif

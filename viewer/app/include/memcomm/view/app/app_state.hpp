@@ -4,6 +4,7 @@
 
 #include <memcomm/view/allocator_state.hpp>
 #include <memcomm/view/analysis.hpp>
+#include <memcomm/view/builder.hpp>
 #include <memcomm/view/timeline.hpp>
 
 #include <cstdint>
@@ -65,6 +66,9 @@ struct AppState {
   float mem_y0 = 0, mem_y1 = 0;                 // memory plot area
   double mem_ymax = 0;                          // value at mem_y0
   float step_row0_y = -1;                       // centre of the first step-table row drawn
+  struct AllocStatus {
+    std::uint64_t reserved = 0, virtual_reserved = 0, allocated = 0;  // bytes
+  } alloc_status;                               // what the allocator pane showed last frame
 
   // Messages shown in the UI (and printed to stderr when added).
   std::vector<std::string> messages;
@@ -76,9 +80,13 @@ struct AppState {
   std::string live_status;                      // live mode line for the status bar
   double frame_ms = 0, build_ms = 0;            // last frame: total and UI build (wall clock)
   double build_cpu_ms = 0;                      // last frame: UI build, CPU time of the UI thread
+  double publish_cpu_ms = 0;                    // last live publish (append + indexes), CPU ms; 0: none this frame
 
   // Replaces (or, with merge, extends) the data and rebuilds what depends on it.
   void set_timeline(Timeline&& t, bool merge);
+  // After events were appended to tl in place (live, Note [Live rebuild]): updates what depends
+  // on them from what changed, never by walking all events.
+  void appended(const AppendResult& r, bool refresh_summary = true);
   void zoom_to(TimeNs t0, TimeNs t1);           // clamps and keeps a minimum width
   void zoom_at(TimeNs at, double factor);       // factor < 1 zooms in around `at`
   void pan(TimeNs dt);

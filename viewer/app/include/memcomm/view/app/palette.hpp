@@ -44,6 +44,7 @@ inline constexpr Rgb kCategory[] = {{150, 150, 150}, {240, 120, 200}, {250, 160,
 inline constexpr Rgb kBlockAllocated{60, 160, 90};
 inline constexpr Rgb kBlockPending{230, 150, 40};
 inline constexpr Rgb kSegmentFree{70, 70, 80};
+inline constexpr Rgb kSegmentUnmapped{35, 35, 42};  // expandable segment: reserved address space, not backed
 inline constexpr Rgb kSelection{255, 255, 255};
 
 inline Rgb lane_colour(LaneKind kind, PhaseKind phase = PhaseKind::Other) {

@@ -1,0 +1,124 @@
+// CachingAllocator's read-only side: statistics, memory summary, observers and the messages it
+// builds (Note [Observers] in caching_allocator.cpp).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "allocator_impl.hpp"
+#include "planner.hpp"
+
+namespace memcomm::alloc {
+
+namespace {
+
+std::string human_bytes(std::uint64_t bytes) {
+  char buf[64];
+  const double b = double(bytes);
+  if (bytes >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (bytes >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (bytes >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.2f KiB", b / double(1ull << 10));
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  return buf;
+}
+
+std::uint64_t now_ns() {
+  return std::uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+const char* to_string(EventKind kind) {
+  switch (kind) {
+    case EventKind::alloc: return "alloc";
+    case EventKind::free_requested: return "free_requested";
+    case EventKind::free_completed: return "free_completed";
+    case EventKind::segment_alloc: return "segment_alloc";
+    case EventKind::segment_free: return "segment_free";
+    case EventKind::segment_map: return "segment_map";
+    case EventKind::segment_unmap: return "segment_unmap";
+    case EventKind::oom: return "oom";
+  }
+  return "unknown";
+}
+
+void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
+                                       StreamId stream) {
+  AllocEvent e{};
+  e.time_ns = now_ns();
+  e.address = addr;
+  e.size = size;
+  e.requested = requested;
+  e.stream = stream;
+  e.device = device;
+  e.kind = kind;
+  for (Observer* o : observers) o->on_event(e);
+}
+
+DeviceStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+MemorySummary CachingAllocator::memory_summary() const {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  MemorySummary s;
+  for (auto& seg : m.segments) {
+    ++s.segments;
+    for (Block* b = seg->head; b; b = b->next) {
+      ++s.blocks;
+      if (!b->allocated && b->mapped && b->pending_events == 0) {
+        s.free_bytes += b->size;
+        s.largest_free_block = std::max<std::uint64_t>(s.largest_free_block, b->size);
+      }
+      if (b->pending_events > 0) s.pending_free_bytes += b->size;
+    }
+  }
+  if (m.plan) m.plan->summarize(s, m.plan->arena ? m.plan->arena->mapped_bytes : 0);
+  s.internal_waste = std::uint64_t(m.stats.allocated_bytes.current - m.stats.requested_bytes.current);
+  return s;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  DeviceStats& s = impl_->stats;
+  for (Stat* st : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes, &s.reserved_bytes,
+                   &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes, &s.oversize_allocations,
+                   &s.oversize_segments})
+    st->reset_peak();
+}
+
+void CachingAllocator::add_observer(Observer* observer) {
+  if (!observer) throw AllocatorError("add_observer: observer is null");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->observers.push_back(observer);
+  impl_->has_observers.store(true);
+}
+
+void CachingAllocator::remove_observer(Observer* observer) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& v = impl_->observers;
+  v.erase(std::remove(v.begin(), v.end(), observer), v.end());
+  impl_->has_observers.store(!v.empty());
+}
+
+const AllocatorConfig& CachingAllocator::config() const { return impl_->config; }
+MemorySource& CachingAllocator::source() const { return *impl_->source; }
+
+// Out-of-line so OutOfMemory's message is built in one place (growth.cpp throws it).
+std::string format_oom(std::size_t size, std::size_t requested, const MemorySource& src, std::size_t cap,
+                       std::uint64_t reserved, std::uint64_t allocated, std::uint64_t largest_free) {
+  const double frag = reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0;
+  char f[32];
+  std::snprintf(f, sizeof f, "%.3f", frag);
+  return "memcomm: out of memory allocating " + human_bytes(size) + " (requested " + std::to_string(requested) +
+         " bytes) from " + src.name() + " source, device " + std::to_string(src.device()) + ": capacity " +
+         (cap ? human_bytes(cap) : std::string("unlimited")) + ", reserved " + human_bytes(reserved) +
+         ", allocated " + human_bytes(allocated) + ", largest free block " + human_bytes(largest_free) +
+         ", fragmentation " + f;
+}
+
+}  // namespace memcomm::alloc

@@ -1,0 +1,159 @@
+// Reusing memory across streams safely: record_stream, pooled events, and cross-stream reuse.
+//
+// Note [Stream-ordered reuse]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A block's user is the stream it was allocated on. Work queued on that stream is ordered, so the user
+// may reuse the block as soon as it frees it, with no event: later work on the stream runs after
+// earlier work that read the block. Other streams are not ordered with it. record_stream(ptr, s) says
+// stream s uses the block too; freeing such a block records one pooled event per extra stream, and the
+// block returns to the free set only when they have all completed (process_events_locked, queried on
+// every allocation, as PyTorch queries cudaEvents in process_events).
+//
+// Note [Cross-stream reuse]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// PyTorch never gives a block of one stream's pool to another stream. Memcomm does, when an event says
+// it is safe: a block is *idle* when every stream that used it has finished with it, and then any stream
+// may take it instead of growing.
+// - When two or more streams allocate (multi_stream), freeing a block that waits for events anyway (it
+//   has record_stream uses) records one event more, on its user stream. Once all of them complete, the
+//   block is idle: it is filed merged (not parked) in its pool's free set with Block::idle set. With
+//   one allocating stream nobody could take it, so the extra event is not recorded.
+// - An allocation whose own pool has nothing that fits looks, before growing, for the best-fitting idle
+//   block of the same size class in other streams' pools (find_idle). The block stays in its segment
+//   and pool; only its user changes (Block::stream), and alloc/free events name that user.
+// - Such a *borrowed* block always waits for an event on its user stream when freed (the pool's own
+//   stream is not ordered with the borrower), and is idle again when it completes.
+// - Idle is conservative. Taking a block clears it, a split copies it, and a merge keeps it only if each
+//   side is idle or fresh (never handed out since mapped: Block::fresh), so an idle block merged with
+//   the map-ahead remainder next to it stays idle. Fresh memory alone is not idle: it stays with its
+//   pool's stream, as in PyTorch. A block freed without events is not idle (its user's queued work may
+//   still read it), so it is reused only by its pool's stream.
+
+#include <algorithm>
+#include <string>
+
+#include "allocator_impl.hpp"
+#include "planner.hpp"
+
+namespace memcomm::alloc {
+
+std::string hex_address(std::uintptr_t p);  // caching_allocator.cpp
+
+EventHandle CachingAllocator::Impl::pooled_event() {
+  if (event_pool.empty()) return streams->create_event();
+  const EventHandle e = event_pool.back();
+  event_pool.pop_back();
+  return e;
+}
+
+bool CachingAllocator::Impl::defer_free(Block* b) {
+  // Planned blocks live in the arena, whose pool is nominal: they are never borrowed nor made idle.
+  const bool borrowed = !b->planned && b->stream != b->segment->pool->stream;
+  const bool used_elsewhere = b->uses && !b->uses->empty();
+  if (!borrowed && !used_elsewhere) return false;
+  PendingFree p{b, {}, !b->planned && (borrowed || multi_stream)};
+  if (used_elsewhere) {
+    for (StreamId s : *b->uses) {
+      const EventHandle e = pooled_event();
+      streams->record_event(e, s);
+      p.events.push_back(e);
+    }
+  }
+  if (p.idle_when_done) {  // record_stream never lists the user stream among the uses
+    const EventHandle e = pooled_event();
+    streams->record_event(e, b->stream);
+    p.events.push_back(e);
+  }
+  b->allocated = false;
+  b->pending_events = int(p.events.size());
+  pending.push_back(std::move(p));
+  return true;
+}
+
+void CachingAllocator::Impl::process_events_locked() {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    PendingFree& p = pending[i];
+    bool done = true;
+    for (EventHandle e : p.events)
+      if (!streams->query_event(e)) {
+        done = false;
+        break;
+      }
+    if (!done) {
+      if (kept != i) pending[kept] = std::move(p);
+      ++kept;
+      continue;
+    }
+    for (EventHandle e : p.events) event_pool.push_back(e);
+    Block* b = p.block;
+    b->pending_events = 0;
+    if (b->planned) {
+      plan_free(b);
+    } else if (p.idle_when_done) {
+      b->idle = true;  // filed merged, so other streams' find_idle sees it (Note [Cross-stream reuse])
+      free_block(b, /*park=*/false);
+    } else {
+      free_block(b);
+    }
+  }
+  pending.resize(kept);
+}
+
+Block* CachingAllocator::Impl::find_idle(StreamId stream, bool small, std::size_t size) {
+  Block key;
+  key.size = size;
+  key.addr = 0;
+  Block* best = nullptr;
+  // Looks at a bounded number of blocks per pool: this runs on every miss before growth, and a cache
+  // full of blocks freed without events (never idle) must not make that miss linear in its size.
+  constexpr int kMaxLook = 32;
+  for (auto& pool : pools) {
+    if (pool->stream == stream || pool->small != small) continue;
+    int looked = 0;
+    for (auto it = pool->free.lower_bound(&key); it != pool->free.end() && looked < kMaxLook; ++it, ++looked) {
+      Block* b = *it;
+      if (best && b->size >= best->size) break;  // sorted by size: nothing better in this pool
+      if (b->idle && fits(b, size)) {
+        best = b;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+void CachingAllocator::record_stream(void* ptr, StreamId stream) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  Block** found = m.live.find(addr);
+  if (!found) throw AllocatorError("record_stream(" + hex_address(addr) + "): not a live block of this allocator");
+  Block* b = *found;
+  if (stream == b->stream) return;
+  if (!b->uses) b->uses = new std::vector<StreamId>();
+  if (std::find(b->uses->begin(), b->uses->end(), stream) == b->uses->end()) b->uses->push_back(stream);
+}
+
+void CachingAllocator::process_events() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->process_events_locked();
+  impl_->flush_recent();
+}
+
+void CachingAllocator::empty_cache() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!m.pending.empty()) {
+      for (PendingFree& p : m.pending)
+        for (EventHandle e : p.events) m.streams->synchronize_event(e);
+      m.stats.num_sync_all_streams++;
+      m.process_events_locked();
+    }
+  }
+  m.release_free(0, 0, false);  // files parked blocks first
+  if (m.plan) m.plan_release_arena();
+}
+
+}  // namespace memcomm::alloc

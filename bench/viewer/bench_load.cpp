@@ -1,0 +1,96 @@
+// Where a trace load's time goes, in CPU seconds of this process (robust on a shared machine,
+// unlike wall time): the profiler's TraceReader alone (decompress + check), the whole model load
+// (load_file: read + ingest + build), and the indexes memcomm-view builds next (allocator
+// checkpoints, step table, summary). Best of REPEAT runs; decode-ahead off (one thread).
+//
+//   build/bin/bench_load FILE.mct [REPEAT (default 3)]
+#include <memcomm/profiler/trace_reader.hpp>
+#include <memcomm/view/allocator_state.hpp>
+#include <memcomm/view/analysis.hpp>
+#include <memcomm/view/loader.hpp>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+double cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+double wall_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+struct Cost {
+  double cpu = 1e300, wall = 1e300;
+};
+void measure(Cost& c, const std::function<void()>& f) {
+  const double c0 = cpu_s(), w0 = wall_s();
+  f();
+  c.cpu = std::min(c.cpu, cpu_s() - c0);
+  c.wall = std::min(c.wall, wall_s() - w0);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_load FILE.mct [REPEAT]\n");
+    return 2;
+  }
+  const std::string path = argv[1];
+  const int repeat = argc > 2 ? std::max(1, std::atoi(argv[2])) : 3;
+  using namespace memcomm::view;
+  Cost read, load, index, alloc_cost, steps_cost;
+  std::uint64_t events = 0, records = 0;
+  for (int i = 0; i < repeat; ++i) {
+    measure(read, [&] {
+      memcomm::prof::TraceReader r(path);
+      memcomm::prof::ChunkView c;
+      records = 0;
+      while (r.next(c)) records += c.count;
+    });
+    Timeline tl;
+    measure(load, [&] {
+      LoadOptions o;
+      o.decode_ahead = false;
+      std::string error;
+      if (!load_file(path, tl, error, nullptr, o)) {
+        std::fprintf(stderr, "bench_load: %s\n", error.c_str());
+        std::exit(1);
+      }
+    });
+    events = tl.event_count;
+    measure(index, [&] {
+      std::vector<std::unique_ptr<AllocatorTimeline>> alloc;
+      measure(alloc_cost, [&] {
+        for (const auto& rd : tl.ranks) alloc.push_back(std::make_unique<AllocatorTimeline>(&rd.alloc_events));
+      });
+      measure(steps_cost, [&] {
+        const auto steps = step_table(tl);
+        const auto summary = summarize(tl);
+        if (steps.size() + summary.spans == 0) std::printf("(empty)\n");
+      });
+    });
+    if (i + 1 == repeat)
+      std::printf("bench_load: %s: %llu trace records, %llu model events, model %.1f B/event\n", path.c_str(),
+                  static_cast<unsigned long long>(records), static_cast<unsigned long long>(events),
+                  static_cast<double>(tl.memory_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, events)));
+  }
+  const auto line = [&](const char* what, const Cost& c) {
+    std::printf("  %-34s cpu %.3f s (%5.1f M events/s)  wall %.3f s\n", what, c.cpu, static_cast<double>(events) / c.cpu / 1e6, c.wall);
+  };
+  line("TraceReader alone (decode)", read);
+  line("load_file (decode+ingest+build)", load);
+  line("  of which ingest+build", Cost{load.cpu - read.cpu, load.wall - read.wall});
+  line("indexes (alloc, steps, summary)", index);
+  line("  allocator checkpoints, all ranks", alloc_cost);
+  line("  step table + summary", steps_cost);
+  line("load + indexes", Cost{load.cpu + index.cpu, load.wall + index.wall});
+  return 0;
+}

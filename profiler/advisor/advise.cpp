@@ -1,0 +1,224 @@
+// The advisor's time rules (exposed communication, data wait, stragglers) and the formatting; the
+// memory rules are in advise_memory.cpp. Each rule fires only past its threshold and always says
+// the numbers it read.
+#include "advise_rules.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+
+namespace memcomm::advise {
+
+const char* topic_name(Topic t) {
+  switch (t) {
+    case Topic::Fragmentation: return "fragmentation";
+    case Topic::Communication: return "communication";
+    case Topic::DataWait: return "data";
+    case Topic::Headroom: return "headroom";
+    case Topic::Straggler: return "straggler";
+  }
+  return "?";
+}
+
+namespace detail {
+
+std::string ms(int64_t ns) { return fmt::format("{:.1f} ms", double(ns) / 1e6); }
+
+std::string bytes(uint64_t b) {
+  const double v = double(b);
+  if (v >= double(1ULL << 30)) return fmt::format("{:.2f} GiB", v / double(1ULL << 30));
+  if (v >= double(1ULL << 20)) return fmt::format("{:.1f} MiB", v / double(1ULL << 20));
+  return fmt::format("{:.1f} KiB", v / 1024.0);
+}
+
+namespace {
+
+struct RankTime {
+  uint64_t steps = 0;
+  int64_t step_ns = 0, data_wait_ns = 0, compute_ns = 0, exposed_ns = 0, idle_ns = 0;
+};
+
+std::map<uint32_t, RankTime> per_rank_steps(const prof::Analysis& a) {
+  std::map<uint32_t, RankTime> m;
+  for (const auto& s : a.steps) {
+    auto& t = m[s.rank];
+    ++t.steps;
+    t.step_ns += s.end - s.begin;
+    t.data_wait_ns += s.data_wait_ns;
+    t.compute_ns += s.breakdown.compute_ns;
+    t.exposed_ns += s.breakdown.exposed_comm_ns;
+    t.idle_ns += s.breakdown.idle_ns;
+  }
+  return m;
+}
+
+void communication_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
+  const auto times = per_rank_steps(a);
+  const RankTime* worst = nullptr;
+  uint32_t worst_rank = 0;
+  for (const auto& [rank, t] : times)
+    if (t.steps && (!worst || t.exposed_ns * worst->step_ns > worst->exposed_ns * t.step_ns)) worst = &t, worst_rank = rank;
+  if (!worst || worst->step_ns == 0 || double(worst->exposed_ns) / double(worst->step_ns) <= o.exposed_comm_threshold)
+    return;
+  const int64_t exposed = worst->exposed_ns / int64_t(worst->steps), step = worst->step_ns / int64_t(worst->steps);
+  // Gradient buckets: the all-reduces that carry a bucket index.
+  std::map<uint16_t, std::pair<uint64_t, int64_t>> buckets;  // bucket -> (bytes, summed time)
+  std::map<uint16_t, int64_t> count;
+  bool fp32 = false;
+  for (const auto& c : a.collectives) {
+    if (c.op != prof::CollOp::AllReduce || c.bucket == prof::kNoBucket) continue;
+    buckets[c.bucket].first = c.bytes;
+    buckets[c.bucket].second += c.time_ns;
+    ++count[c.bucket];
+    fp32 |= c.dtype == prof::DType::F32;
+  }
+  int64_t comm_per_step = 0, last_bucket = 0;
+  uint64_t total_bytes = 0;
+  for (const auto& [b, v] : buckets) {
+    const int64_t mean = v.second / std::max<int64_t>(1, count[b]);
+    comm_per_step += mean;
+    total_bytes += v.first;
+    last_bucket = mean;  // the highest index goes out last (Note [Buckets go out in order])
+  }
+  Advice adv;
+  adv.topic = Topic::Communication;
+  adv.saving_unit = "ms/step";
+  adv.evidence = fmt::format("rank {}: {} of each {} step waits for communication ({:.0f}%)", worst_rank, ms(exposed),
+                             ms(step), 100.0 * double(exposed) / double(step));
+  if (!buckets.empty())
+    adv.evidence += fmt::format("; {} gradient bucket(s), {} in all, all-reduce {} per step, last bucket {}",
+                                buckets.size(), bytes(total_bytes), ms(comm_per_step), ms(last_bucket));
+  if (buckets.size() == 1) {
+    const double mib = std::max(1.0, double(total_bytes) / 4.0 / double(1 << 20));
+    adv.change = fmt::format("split the gradients into buckets (--bucket-mb {:.0f}): one bucket cannot start before "
+                             "backward ends", mib);
+    adv.saving = double(std::max<int64_t>(0, exposed - comm_per_step / 4)) / 1e6;
+  } else if (buckets.empty() || exposed > 2 * last_bucket) {
+    adv.change = fp32 ? "halve the bytes on the wire (--grad-compression bf16), or communicate less often "
+                        "(--accum 2 doubles the samples per all-reduce)"
+                      : "communicate less often: --accum 2 doubles the samples per all-reduce";
+    adv.saving = double(exposed) / 2e6;
+  } else {
+    adv.change = "smaller buckets (--bucket-mb half the current): only the last bucket is left exposed";
+    adv.saving = double(last_bucket) / 2e6;
+  }
+  out.push_back(adv);
+}
+
+void data_wait_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
+  for (const auto& [rank, t] : per_rank_steps(a)) {
+    if (!t.steps || t.step_ns == 0) continue;
+    const double share = double(t.data_wait_ns) / double(t.step_ns);
+    if (share <= o.data_wait_threshold) continue;
+    Advice adv;
+    adv.topic = Topic::DataWait;
+    adv.saving_unit = "ms/step";
+    adv.saving = double(t.data_wait_ns) / double(t.steps) / 1e6;
+    adv.change = "feed the GPU faster: more loader workers (--workers) and a deeper --prefetch, with pinned host memory";
+    adv.evidence = fmt::format("rank {} waits {} for data in each {} step ({:.0f}%)", rank,
+                               ms(t.data_wait_ns / int64_t(t.steps)), ms(t.step_ns / int64_t(t.steps)), 100 * share);
+    out.push_back(adv);
+    return;  // one piece of advice, from the rank that waits first in rank order
+  }
+}
+
+void straggler_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
+  const auto times = per_rank_steps(a);
+  if (times.size() < 2) return;
+  std::map<uint32_t, int64_t> late;  // rank -> collectives it started last
+  int64_t skew_sum = 0, matched = 0;
+  for (const auto& c : a.collectives)
+    if (c.ranks_seen > 1) {
+      ++late[c.straggler_rank];
+      skew_sum += c.skew_ns;
+      ++matched;
+    }
+  std::vector<int64_t> means;
+  for (const auto& [r, t] : times) means.push_back(t.steps ? t.step_ns / int64_t(t.steps) : 0);
+  std::sort(means.begin(), means.end());
+  const int64_t median = means[means.size() / 2];
+  uint32_t who = 0;
+  int64_t most = -1;
+  for (const auto& [r, n] : late)
+    if (n > most) most = n, who = r;
+  const int64_t mean_skew = matched ? skew_sum / matched : 0;
+  const bool skewed = matched && most * 2 > matched && double(mean_skew) > o.straggler_threshold * double(median);
+  // Without matched collectives, the slowest rank by step time.
+  if (!skewed) {
+    int64_t slowest = 0;
+    for (const auto& [r, t] : times) {
+      const int64_t m = t.steps ? t.step_ns / int64_t(t.steps) : 0;
+      if (m > slowest) slowest = m, who = r;
+    }
+    if (double(slowest) <= (1 + o.straggler_threshold) * double(median)) return;
+  }
+  // Where its time goes, against the other ranks' mean.
+  const RankTime& me = times.at(who);
+  RankTime others;
+  uint64_t n_others = 0;
+  for (const auto& [r, t] : times)
+    if (r != who && t.steps) {
+      others.compute_ns += t.compute_ns / int64_t(t.steps);
+      others.data_wait_ns += t.data_wait_ns / int64_t(t.steps);
+      others.idle_ns += t.idle_ns / int64_t(t.steps);
+      ++n_others;
+    }
+  const auto per = [&](int64_t v) { return v / int64_t(std::max<uint64_t>(1, me.steps)); };
+  const auto oth = [&](int64_t v) { return v / int64_t(std::max<uint64_t>(1, n_others)); };
+  const std::vector<std::pair<const char*, int64_t>> excess = {
+      {"compute", per(me.compute_ns) - oth(others.compute_ns)},
+      {"data wait", per(me.data_wait_ns) - oth(others.data_wait_ns)},
+      {"idle (host work outside the measured phases)", per(me.idle_ns) - oth(others.idle_ns)}};
+  const auto top = *std::max_element(excess.begin(), excess.end(), [](auto& x, auto& y) { return x.second < y.second; });
+  Advice adv;
+  adv.topic = Topic::Straggler;
+  adv.saving_unit = "ms/step";
+  adv.saving = double(std::max<int64_t>(0, top.second)) / 1e6;
+  adv.change = fmt::format("rank {} holds the others back: look at its {} (its host, its data shard, its GPU's clocks)",
+                           who, top.first);
+  adv.evidence = skewed ? fmt::format("rank {} starts {} of {} collectives last, {} behind on average; ", who, most,
+                                      matched, ms(mean_skew))
+                        : std::string();
+  adv.evidence += fmt::format("its steps take {} against a median of {}; it spends {} more per step in {}",
+                              ms(per(me.step_ns)), ms(median), ms(top.second), top.first);
+  out.push_back(adv);
+}
+
+}  // namespace
+}  // namespace detail
+
+std::vector<Advice> advise(const prof::TraceSet& set, const prof::Analysis& a, const std::vector<std::string>& files,
+                           const AdviseOptions& o) {
+  std::vector<Advice> out;
+  detail::fragmentation_rule(a, files, o, out);
+  detail::communication_rule(a, o, out);
+  detail::data_wait_rule(a, o, out);
+  detail::headroom_rule(set, a, o, out);
+  detail::straggler_rule(a, o, out);
+  return out;
+}
+
+std::string advice_to_text(const std::vector<Advice>& advice) {
+  if (advice.empty()) return "nothing to change: no rule's threshold is crossed\n";
+  std::string s;
+  int n = 0;
+  for (const auto& a : advice) {
+    s += fmt::format("{}. [{}] {}\n   evidence: {}\n", ++n, topic_name(a.topic), a.change, a.evidence);
+    if (a.saving > 0)
+      s += a.saving_unit == "bytes" ? fmt::format("   expected saving: {}\n", detail::bytes(uint64_t(a.saving)))
+                                    : fmt::format("   expected saving: {:.1f} ms per step\n", a.saving);
+  }
+  return s;
+}
+
+std::string advice_to_json(const std::vector<Advice>& advice) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& a : advice)
+    j.push_back({{"topic", topic_name(a.topic)}, {"change", a.change}, {"evidence", a.evidence},
+                 {"saving", a.saving}, {"saving_unit", a.saving_unit}});
+  return j.dump(2);
+}
+
+}  // namespace memcomm::advise

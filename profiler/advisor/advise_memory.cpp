@@ -1,0 +1,104 @@
+// Memory advice: fragmentation (with a replay of the trace's own allocations through the
+// allocator policies, so the saving is measured, not guessed) and unused headroom.
+#include "advise_rules.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "memcomm/replay/replayer.hpp"
+#include "memcomm/replay/requests.hpp"
+
+namespace memcomm::advise::detail {
+
+void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>& files, const AdviseOptions& o,
+                        std::vector<Advice>& out) {
+  const prof::RankSummary* worst = nullptr;
+  double worst_f = 0;
+  for (const auto& r : a.ranks) {
+    if (r.peak_reserved == 0) continue;
+    const double f = 1.0 - double(r.peak_allocated) / double(r.peak_reserved);
+    if (f > worst_f) worst_f = f, worst = &r;
+  }
+  if (!worst || worst_f <= o.fragmentation_threshold) return;
+  Advice adv;
+  adv.topic = Topic::Fragmentation;
+  adv.saving_unit = "bytes";
+  adv.evidence = fmt::format("rank {}: peak reserved {}, peak allocated {}: {:.1f}% of reserved memory holds no tensor",
+                             worst->rank, bytes(worst->peak_reserved), bytes(worst->peak_allocated), 100 * worst_f);
+  adv.change = "use an allocator policy that fragments less: memcomm's planned mode or expandable segments";
+  if (!o.replay) {
+    adv.saving = double(worst->peak_reserved - worst->peak_allocated);
+    adv.evidence += " (replay skipped: the saving is at most the unused part)";
+    out.push_back(adv);
+    return;
+  }
+  // Replay every file; per policy, the largest peak reserved over the ranks' devices.
+  const std::vector<std::string> policies = {"pytorch", "pytorch-expandable", "memcomm", "memcomm-planned"};
+  std::map<std::string, uint64_t> peak;
+  uint64_t live = 0;
+  try {
+    for (const auto& f : files) {
+      const auto trace = replay::load_trace(f);
+      for (const auto& r : replay::replay_all(trace, policies, 0)) {
+        peak[r.policy] = std::max(peak[r.policy], r.peak_reserved);
+        live = std::max(live, r.peak_live);
+      }
+    }
+  } catch (const std::exception& e) {
+    adv.evidence += fmt::format(" (replay failed: {})", e.what());
+    out.push_back(adv);
+    return;
+  }
+  if (peak.empty()) {
+    out.push_back(adv);
+    return;
+  }
+  auto best = std::min_element(peak.begin(), peak.end(), [](auto& x, auto& y) { return x.second < y.second; });
+  adv.evidence += fmt::format("; replaying the trace's allocations (peak live {}):", bytes(live));
+  for (const auto& p : policies)
+    if (peak.count(p)) adv.evidence += fmt::format(" {} {}", p, bytes(peak[p]));
+  const uint64_t now = worst->peak_reserved;
+  adv.saving = best->second < now ? double(now - best->second) : 0.0;
+  if (best->first == "memcomm-planned")
+    adv.change = "turn on memcomm's planned mode (AllocatorConfig::planned): steps repeat, so a plan packs them";
+  else if (best->first == "pytorch-expandable")
+    adv.change = "use expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True with PyTorch's allocator)";
+  else if (best->first == "memcomm")
+    adv.change = "use memcomm's caching allocator (--allocator memcomm; install_torch_cuda_allocator on GPUs)";
+  else
+    adv.change = "keep PyTorch's allocator: the replay finds nothing that reserves less";
+  adv.change += fmt::format(": {} would reserve {} instead of {}", best->first, bytes(best->second), bytes(now));
+  out.push_back(adv);
+}
+
+void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
+  uint64_t limit = o.memory_limit;
+  if (limit == 0)  // the allocator's DeviceTotal samples (its cap or the device's memory)
+    for (const auto& r : set.ranks)
+      for (const auto& e : r.events)
+        if (e.kind == prof::EventKind::MemSample) {
+          const auto s = e.as<prof::MemSampleEvent>();
+          if (s.metric == prof::MemMetric::DeviceTotal) limit = std::max<uint64_t>(limit, s.value);
+        }
+  uint64_t peak = 0;
+  for (const auto& r : a.ranks) peak = std::max(peak, r.peak_reserved);
+  if (limit == 0 || peak == 0 || peak >= limit) return;
+  const double unused = 1.0 - double(peak) / double(limit);
+  if (unused <= o.headroom_threshold) return;
+  Advice adv;
+  adv.topic = Topic::Headroom;
+  adv.saving_unit = "bytes";
+  adv.saving = double(limit - peak);
+  // Memory grows with the micro-batch at most linearly: 90% of the limit holds at least this factor.
+  const double factor = 0.9 * double(limit) / double(peak);
+  adv.change = fmt::format("raise the micro-batch (--batch-size) about {:.1f}x and lower --accum to match, or let "
+                           "memcomm-tune find the fastest fit",
+                           factor);
+  adv.evidence = fmt::format("peak reserved {} of {} per rank: {:.0f}% of the memory is never used", bytes(peak),
+                             bytes(limit), 100 * unused);
+  out.push_back(adv);
+}
+
+}  // namespace memcomm::advise::detail

@@ -1,0 +1,203 @@
+// memcomm-trace advise on hand-built traces, each with one known problem: every recommendation
+// must appear, with the number that calls for it.
+#include "memcomm/advisor/advise.hpp"
+#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm_test.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <unistd.h>
+
+using namespace memcomm;
+using prof::Event;
+using prof::EventKind;
+using prof::Phase;
+
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+
+// One rank's events, written as a .mct file.
+struct TraceBuilder {
+  uint32_t rank = 0, world = 1;
+  std::vector<Event> ev;
+
+  // Ranges pair last-in first-out per thread, as a recorder writes them: nested ones go inside
+  // begin()/end() of their parent.
+  void begin(Phase p, int64_t ts, uint64_t id = 0) {
+    ev.push_back(Event::from(prof::make_range(EventKind::RangeBegin, ts, p, prof::kNoString, id, 0)));
+  }
+  void end(Phase p, int64_t ts, uint64_t id = 0) {
+    ev.push_back(Event::from(prof::make_range(EventKind::RangeEnd, ts, p, prof::kNoString, id, 0)));
+  }
+  void range(Phase p, int64_t b, int64_t e, uint64_t id = 0) {
+    begin(p, b, id);
+    end(p, e, id);
+  }
+  void allreduce(int64_t b, int64_t e, uint32_t seq, uint16_t bucket, uint64_t bytes) {
+    ev.push_back(Event::from(prof::make_collective(EventKind::CollEnqueue, b, prof::CollOp::AllReduce, prof::DType::F32, bytes, 0, seq, bucket)));
+    ev.push_back(Event::from(prof::make_collective(EventKind::CollStart, b, prof::CollOp::AllReduce, prof::DType::F32, bytes, 0, seq, bucket)));
+    ev.push_back(Event::from(prof::make_collective(EventKind::CollEnd, e, prof::CollOp::AllReduce, prof::DType::F32, bytes, 0, seq, bucket)));
+  }
+  void mem(EventKind k, int64_t ts, uint64_t addr, uint64_t size) {
+    ev.push_back(Event::from(prof::make_mem_block(k, ts, addr, size, 0)));
+  }
+  void sample(int64_t ts, prof::MemMetric m, uint64_t v) { ev.push_back(Event::from(prof::make_mem_sample(ts, m, v, 0))); }
+  std::string write(const std::string& dir) const {
+    const std::string path = dir + "/t.rank" + std::to_string(rank) + ".mct";
+    prof::WriterOptions o;
+    o.rank = rank;
+    o.world_size = world;
+    prof::TraceWriter w(path, o);
+    w.write_chunk({}, ev);
+    w.close();
+    return path;
+  }
+};
+
+// Ten steps of `step_ms`: forward, backward, optimizer; data wait and compute time as given.
+void steps(TraceBuilder& t, int64_t step_ms, int64_t wait_ms, int64_t start = 0) {
+  for (int s = 0; s < 10; ++s) {
+    const int64_t b = start + s * step_ms * kMs, e = b + step_ms * kMs;
+    t.begin(Phase::Step, b, uint64_t(s + 1));
+    t.range(Phase::DataWait, b, b + wait_ms * kMs);
+    t.range(Phase::Forward, b + wait_ms * kMs, b + (wait_ms + (step_ms - wait_ms) / 3) * kMs);
+    t.range(Phase::Backward, b + (wait_ms + (step_ms - wait_ms) / 3) * kMs, e - kMs);
+    t.range(Phase::Optimizer, e - kMs, e);
+    t.end(Phase::Step, e, uint64_t(s + 1));
+  }
+}
+
+std::vector<advise::Advice> advise_on(const std::vector<TraceBuilder>& ranks, const std::string& name,
+                                      advise::AdviseOptions o = {}) {
+  const auto dir = std::filesystem::temp_directory_path() / ("memcomm-advise-" + name + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> files;
+  for (const auto& r : ranks) files.push_back(r.write(dir.string()));
+  const auto set = prof::TraceSet::load(files);
+  auto out = advise::advise(set, prof::analyze(set), files, o);
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+const advise::Advice* find(const std::vector<advise::Advice>& v, advise::Topic t) {
+  for (const auto& a : v)
+    if (a.topic == t) return &a;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("a healthy trace gets no advice") {
+  TraceBuilder t;
+  steps(t, 10, 0);
+  CHECK(advise_on({t}, "healthy").empty());
+  CHECK(advise::advice_to_text({}).find("nothing to change") != std::string::npos);
+}
+
+TEST_CASE("fragmentation: a policy and the bytes it saves, measured by replay") {
+  TraceBuilder t;
+  steps(t, 10, 0);
+  // A 64 MiB segment per step that is never reused: reserved grows to 640 MiB for 16 MiB live.
+  const uint64_t mib = 1 << 20;
+  for (int s = 0; s < 10; ++s) {
+    const int64_t ts = s * 10 * kMs + kMs;
+    const uint64_t base = 0x10000000ULL + uint64_t(s) * 64 * mib;
+    t.mem(EventKind::SegmentAlloc, ts, base, 64 * mib);
+    t.mem(EventKind::Alloc, ts + 1, base, 16 * mib);
+    t.mem(EventKind::FreeRequested, ts + 5 * kMs, base, 16 * mib);
+    t.mem(EventKind::FreeCompleted, ts + 5 * kMs, base, 16 * mib);
+  }
+  const auto advice = advise_on({t}, "frag");
+  const auto* a = find(advice, advise::Topic::Fragmentation);
+  REQUIRE(a);
+  INFO(a->evidence);
+  CHECK(a->evidence.find("peak reserved 640.0 MiB") != std::string::npos);
+  CHECK(a->evidence.find("97.5%") != std::string::npos);
+  CHECK(a->evidence.find("memcomm-planned") != std::string::npos);
+  CHECK(a->saving > 500.0 * mib);
+  CHECK(a->saving_unit == "bytes");
+  CHECK(advise::advice_to_json(advice).find("\"topic\": \"fragmentation\"") != std::string::npos);
+}
+
+TEST_CASE("exposed communication with one bucket: split it, with the saving") {
+  TraceBuilder t;
+  t.world = 2;
+  // 20 ms steps: forward 4 ms, backward 6 ms, then one 40 MiB bucket all-reduced for 8 ms that
+  // nothing hides, then the optimizer.
+  for (int s = 0; s < 10; ++s) {
+    const int64_t b = s * 20 * kMs;
+    t.begin(Phase::Step, b, uint64_t(s + 1));
+    t.range(Phase::Forward, b, b + 4 * kMs);
+    t.range(Phase::Backward, b + 4 * kMs, b + 10 * kMs);
+    t.allreduce(b + 10 * kMs, b + 18 * kMs, uint32_t(s), 0, 40 << 20);
+    t.range(Phase::Optimizer, b + 18 * kMs, b + 20 * kMs);
+    t.end(Phase::Step, b + 20 * kMs, uint64_t(s + 1));
+  }
+  TraceBuilder r1 = t;
+  r1.rank = 1;
+  const auto advice = advise_on({t, r1}, "comm");
+  INFO(advise::advice_to_text(advice));
+  const auto* a = find(advice, advise::Topic::Communication);
+  REQUIRE(a);
+  INFO(a->evidence << " | " << a->change);
+  CHECK(a->evidence.find("8.0 ms of each 20.0 ms step waits for communication (40%)") != std::string::npos);
+  CHECK(a->evidence.find("1 gradient bucket(s)") != std::string::npos);
+  CHECK(a->change.find("--bucket-mb 10") != std::string::npos);
+  CHECK(a->saving > 0);
+}
+
+TEST_CASE("data wait: more workers, with the wait per step") {
+  TraceBuilder t;
+  steps(t, 10, 3);
+  const auto advice = advise_on({t}, "data");
+  const auto* a = find(advice, advise::Topic::DataWait);
+  REQUIRE(a);
+  CHECK(a->evidence.find("waits 3.0 ms for data in each 10.0 ms step (30%)") != std::string::npos);
+  CHECK(a->change.find("--workers") != std::string::npos);
+  CHECK(a->saving == Approx(3.0));
+}
+
+TEST_CASE("idle headroom: a larger micro-batch, with the memory left") {
+  TraceBuilder t;
+  steps(t, 10, 0);
+  t.mem(EventKind::SegmentAlloc, kMs, 0x1000000, 100 << 20);
+  t.mem(EventKind::Alloc, kMs + 1, 0x1000000, 90 << 20);
+  t.sample(kMs + 2, prof::MemMetric::DeviceTotal, 1ULL << 30);
+  const auto advice = advise_on({t}, "headroom");
+  const auto* a = find(advice, advise::Topic::Headroom);
+  REQUIRE(a);
+  CHECK(a->evidence.find("peak reserved 100.0 MiB of 1.00 GiB") != std::string::npos);
+  CHECK(a->change.find("--batch-size") != std::string::npos);
+  // Without a recorded capacity, the limit comes from the flag.
+  TraceBuilder u;
+  steps(u, 10, 0);
+  u.mem(EventKind::SegmentAlloc, kMs, 0x1000000, 100 << 20);
+  CHECK_FALSE(find(advise_on({u}, "nolimit"), advise::Topic::Headroom));
+  advise::AdviseOptions o;
+  o.memory_limit = 1ULL << 30;
+  CHECK(find(advise_on({u}, "flaglimit", o), advise::Topic::Headroom));
+}
+
+TEST_CASE("a straggler: which rank, and where its time goes") {
+  std::vector<TraceBuilder> ranks(4);
+  for (uint32_t r = 0; r < 4; ++r) {
+    ranks[r].rank = r;
+    ranks[r].world = 4;
+    const int64_t step = r == 2 ? 15 : 10;  // rank 2 computes 5 ms more per step
+    steps(ranks[r], step, 0);
+    for (int s = 0; s < 10; ++s) {
+      const int64_t start = s * step * kMs + (step - 1) * kMs - kMs / 2;
+      ranks[r].allreduce(start, start + kMs / 4, uint32_t(s), 0, 1 << 20);
+    }
+  }
+  const auto advice = advise_on(ranks, "straggler");
+  const auto* a = find(advice, advise::Topic::Straggler);
+  REQUIRE(a);
+  INFO(a->evidence);
+  CHECK(a->change.find("rank 2") != std::string::npos);
+  CHECK(a->change.find("compute") != std::string::npos);
+  CHECK(a->evidence.find("against a median of 10.0 ms") != std::string::npos);
+}

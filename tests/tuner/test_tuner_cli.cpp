@@ -1,0 +1,151 @@
+// memcomm-tune end to end under memcomm's CPU allocator cap, whose out-of-memory errors are real.
+#include "trainer_runner.hpp"
+
+#include <nlohmann/json.hpp>
+
+using namespace memcomm::test;
+
+namespace {
+
+std::string tune_bin() { return bin_dir() + "/memcomm-tune"; }
+
+// The MLP on the synthetic tabular set: about 14 MiB of parameters, gradients and momentum, then
+// about 20 KiB per sample of activations and prefetched batches (784 floats each), so under a cap
+// of about 19 MiB the boundary falls between b = 128 and b = 256.
+const std::string kModel =
+    " --model mlp --dataset tabular --synthetic-size 4096 --hidden 512 --threads 1 --workers 1 --eval-batches 2 ";
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  return nlohmann::json::parse(f);
+}
+
+// The trainer's peak reserved bytes for micro-batch b without a cap (3 steps, no evaluation to speak of).
+int64_t trainer_peak(const std::string& dir, int64_t b) {
+  const std::string js = dir + "/peak" + std::to_string(b) + ".json";
+  const auto r = run_command(train_bin() + kModel + "--steps 3 --batch-size " + std::to_string(b) +
+                             " --log-interval 1000 --summary-json " + js);
+  REQUIRE(r.code == 0);
+  return read_json(js)["peak_reserved"].get<int64_t>();
+}
+
+std::string env_cache(const std::string& dir) { return "MEMCOMM_CACHE_DIR=" + dir + "/cache "; }
+
+}  // namespace
+
+TEST_CASE("the boundary under a cap matches memcomm-train run at every candidate") {
+  const auto dir = scratch_dir("tune_boundary");
+  // A limit halfway between the peaks of b = 128 and b = 256, so the boundary is not a near thing.
+  const int64_t limit = (trainer_peak(dir, 128) + trainer_peak(dir, 256)) / 2;
+  const std::string lim = " --memory-limit " + std::to_string(limit);
+  // Exhaustive, with the trainer itself: which divisors of 512 run 3 steps under the cap.
+  int64_t exhaustive = 0;
+  for (int64_t b : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
+    const auto r = run_command(train_bin() + kModel + lim + " --steps 3 --log-interval 1000 --batch-size " +
+                               std::to_string(b));
+    INFO(r.output);
+    if (r.code == 0) exhaustive = b;
+    else CHECK(r.output.find("out of memory") != std::string::npos);
+  }
+  REQUIRE(exhaustive == 128);
+
+  const auto r = run_command(env_cache(dir) + tune_bin() + kModel + lim + " --global-batch 512 --verify-steps 20 --json " +
+                             dir + "/tune.json");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const auto j = read_json(dir + "/tune.json");
+  CHECK(j["largest_feasible"] == exhaustive);
+  CHECK(j["boundary_probes"].get<int>() <= 4 + 3);  // ceil(log2(10 candidates)) + 3
+  const auto& rec = j["recommendation"];
+  REQUIRE(rec.is_object());
+  CHECK(rec["micro_batch"].get<int64_t>() * rec["accum"].get<int64_t>() == 512);
+  CHECK(rec["micro_batch"].get<int64_t>() <= exhaustive);
+  CHECK(rec["oom"] == false);
+  CHECK(rec["peak_reserved"].get<int64_t>() <= limit);
+  CHECK(rec["headroom"].get<double>() >= 0);
+  bool saw_oom = false;
+  for (const auto& t : j["trials"]) saw_oom |= t["oom"].get<bool>();
+  CHECK(saw_oom);
+  CHECK(r.output.find("train with: memcomm-train") != std::string::npos);
+
+  // A rerun reuses the cache; --fresh tunes again.
+  const auto again = run_command(env_cache(dir) + tune_bin() + kModel + lim + " --global-batch 512 --verify-steps 20");
+  CHECK(again.code == 0);
+  CHECK(again.output.find("reusing the cached result") != std::string::npos);
+  const auto fresh = run_command(env_cache(dir) + tune_bin() + kModel + lim +
+                                 " --global-batch 512 --verify-steps 20 --fresh --max-trials 4");
+  CHECK(fresh.output.find("reusing") == std::string::npos);
+  CHECK(fresh.output.find("probe  1:") != std::string::npos);
+}
+
+TEST_CASE("after an out-of-memory mid-backward, training continues exactly as a fresh run") {
+  const auto dir = scratch_dir("tune_recover");
+  // No prefetching, so activations dominate: with every b a candidate, the first b that does not
+  // fit is one more than the last that does, and its forward still fits: it fails in backward.
+  const std::string model = kModel + "--workers 0 --prefetch 1 --memory-limit 17MiB ";
+  const auto r = run_command(env_cache(dir) + tune_bin() + model +
+                             "--global-batch 1024 --fit-only --any-micro-batch --verify-steps 10 --json " + dir + "/t.json");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const auto j = read_json(dir + "/t.json");
+  CHECK(j["smallest_infeasible"].get<int64_t>() == j["largest_feasible"].get<int64_t>() + 1);
+  bool backward = false;
+  for (const auto& t : j["trials"]) backward |= t["oom"].get<bool>() && t["oom_where"] == "backward";
+  CHECK(backward);
+  // The verification started from the restored state: it must match memcomm-train run from scratch
+  // with the recommended configuration, to the last bit of the evaluation loss.
+  const auto& v = j["verifications"].back();
+  REQUIRE(v["oom"] == false);
+  const int64_t b = v["micro_batch"], k = j["recommendation"]["accum"];
+  CHECK(b * k == 1024);
+  const auto fresh = run_command(train_bin() + model + "--steps 10 --log-interval 1000 --batch-size " +
+                                 std::to_string(b) + " --accum " + std::to_string(k) + " --summary-json " + dir + "/s.json");
+  INFO(fresh.output);
+  REQUIRE(fresh.code == 0);
+  CHECK(read_json(dir + "/s.json")["eval_loss"].get<double>() == v["eval_loss"].get<double>());
+}
+
+TEST_CASE("two ranks agree when only one of them runs out of memory") {
+  const auto dir = scratch_dir("tune_two_ranks");
+  const int64_t limit = (trainer_peak(dir, 128) + trainer_peak(dir, 256)) / 2;
+  const std::string lim = " --memory-limit " + std::to_string(limit);
+  const std::string base = env_cache(dir) + tune_bin() + kModel + lim +
+                           " --nproc 2 --global-batch 1024 --verify-steps 10 --print-decisions --buckets 1,25 ";
+  // Rank 1 holds 4 MiB more, as a rank with bigger samples would: only it runs out at b = 128.
+  const auto r = run_command(base + "--rank-ballast 1:" + std::to_string(4 << 20) + " --json " + dir + "/t.json");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  std::regex re(R"(rank (\d) decided: largest feasible (\d+), micro-batch (\d+), accum (\d+), bucket (\S+))");
+  std::map<int, std::string> decided;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), re), end; it != end; ++it)
+    decided[std::stoi((*it)[1])] = (*it)[2].str() + "/" + (*it)[3].str() + "/" + (*it)[4].str() + "/" + (*it)[5].str();
+  REQUIRE(decided.size() == 2);
+  CHECK(decided[0] == decided[1]);
+  const auto j = read_json(dir + "/t.json");
+  CHECK(j["largest_feasible"].get<int64_t>() < 128);  // rank 1's smaller room decides
+  bool rank1_oom = false;
+  for (const auto& t : j["trials"])
+    rank1_oom |= t["oom"].get<bool>() && t["oom_rank"] == 1 && t["oom_where"].get<std::string>().find("rank") == 0;
+  CHECK(rank1_oom);
+  CHECK(j["recommendation"]["world"] == 2);
+}
+
+TEST_CASE("impossible requests are usage errors") {
+  const auto dir = scratch_dir("tune_bad");
+  auto r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --nproc 2 --global-batch 1");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--global-batch 1 is smaller than --nproc 2") != std::string::npos);
+  r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64KiB --global-batch 64");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("below the model's own size") != std::string::npos);
+  r = run_command(env_cache(dir) + tune_bin() + kModel + "--global-batch 64");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--memory-limit is required") != std::string::npos);
+  r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --global-batch 64 --batch-size 8");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--batch-size is what memcomm-tune chooses") != std::string::npos);
+  r = run_command(tune_bin() + " --help");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("--global-batch") != std::string::npos);
+}

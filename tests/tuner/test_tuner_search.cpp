@@ -1,0 +1,221 @@
+// The tuner's search against synthetic memory and speed models, each checked against an exhaustive
+// search computed here.
+#include "memcomm/tuner/oom.hpp"
+#include "memcomm/tuner/report.hpp"
+#include "memcomm/tuner/search.hpp"
+#include "memcomm_test.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
+
+using namespace memcomm::tune;
+
+namespace {
+
+// A model whose allocated peak is a + c*b + q*b^2 bytes, reserved adds 6% and rounds up to 2 MiB,
+// and whose micro-step takes t0 + t1*b seconds, slowed beyond `knee` (cache pressure).
+struct Synthetic {
+  double a = 200e6, c = 3e6, q = 0;
+  int64_t limit = 1LL << 30;
+  double t0 = 2e-3, t1 = 1e-4, knee = 1e9, penalty = 0;
+  int probes = 0;
+
+  int64_t allocated(int64_t b) const { return static_cast<int64_t>(a + c * double(b) + q * double(b) * double(b)); }
+  int64_t reserved(int64_t b) const {
+    const double r = double(allocated(b)) * 1.06;
+    return static_cast<int64_t>(std::ceil(r / double(2 << 20)) * double(2 << 20));
+  }
+  bool fits(int64_t b) const { return reserved(b) <= limit; }
+  double micro_s(int64_t b) const { return t0 + t1 * double(b) + (double(b) > knee ? penalty * (double(b) - knee) : 0); }
+
+  ProbeResult operator()(const ProbeRequest& r) {
+    ++probes;
+    ProbeResult x;
+    x.measured_accum = static_cast<int>(r.accum);
+    if (!fits(r.micro_batch)) {
+      x.oom = true;
+      x.oom_where = "backward";
+      x.oom_rank = 0;
+      return x;
+    }
+    x.peak_allocated = allocated(r.micro_batch);
+    x.peak_reserved = reserved(r.micro_batch);
+    x.step_s = double(r.accum) * micro_s(r.micro_batch) + 1e-3;
+    return x;
+  }
+};
+
+int64_t exhaustive_largest(const Synthetic& m, const std::vector<int64_t>& cand) {
+  int64_t best = 0;
+  for (int64_t b : cand)
+    if (m.fits(b)) best = b;
+  return best;
+}
+
+int log2_ceil(size_t n) { return static_cast<int>(std::ceil(std::log2(double(std::max<size_t>(n, 2))))); }
+
+}  // namespace
+
+TEST_CASE("divisors and the peak fit") {
+  CHECK(divisors(12) == std::vector<int64_t>{1, 2, 3, 4, 6, 12});
+  CHECK(divisors(1) == std::vector<int64_t>{1});
+  CHECK(divisors(97) == std::vector<int64_t>{1, 97});
+  const PeakFit f = fit_peak({{1, 110}, {4, 140}, {8, 180}});
+  REQUIRE(f.valid);
+  CHECK(f.a == Approx(100));
+  CHECK(f.c == Approx(10));
+  CHECK_FALSE(fit_peak({{4, 100}}).valid);
+}
+
+TEST_CASE("the boundary matches an exhaustive search, within ceil(log2 n) + 3 probes") {
+  for (double c : {1e6, 3e6, 7.5e6})
+    for (int64_t limit : {int64_t(300) << 20, int64_t(1) << 30, int64_t(3) << 30})
+      for (int64_t per_rank : {int64_t(256), int64_t(360), int64_t(1000)}) {
+        Synthetic m;
+        m.c = c;
+        m.limit = limit;
+        SearchConfig cfg;
+        cfg.global_batch = per_rank * 2;
+        cfg.world = 2;
+        cfg.memory_limit = limit;
+        cfg.fit_only = true;
+        cfg.any_micro_batch = true;
+        std::vector<int64_t> cand;
+        for (int64_t b = 1; b <= per_rank; ++b) cand.push_back(b);
+        const auto out = run_search(cfg, std::ref(m));
+        INFO("c=" << c << " limit=" << limit << " per_rank=" << per_rank);
+        CHECK(out.largest_feasible == exhaustive_largest(m, cand));
+        CHECK(out.boundary_probes <= log2_ceil(cand.size()) + 3);
+
+        SearchConfig lightning = cfg;
+        lightning.strategy = Strategy::Lightning;
+        Synthetic m2 = m;
+        const auto lo = run_search(lightning, std::ref(m2));
+        CHECK(lo.largest_feasible == out.largest_feasible);
+        CHECK(out.boundary_probes <= lo.boundary_probes);
+      }
+}
+
+TEST_CASE("memory that is not linear in b still gives the right boundary") {
+  Synthetic m;
+  m.q = 2e4;  // the fit underestimates large b: predictions fail and the search bisects
+  m.limit = int64_t(1) << 30;
+  SearchConfig cfg;
+  cfg.global_batch = 512;
+  cfg.memory_limit = m.limit;
+  cfg.fit_only = true;
+  cfg.any_micro_batch = true;
+  std::vector<int64_t> cand;
+  for (int64_t b = 1; b <= 512; ++b) cand.push_back(b);
+  const auto out = run_search(cfg, std::ref(m));
+  CHECK(out.largest_feasible == exhaustive_largest(m, cand));
+  CHECK(out.smallest_infeasible == out.largest_feasible + 1);
+  CHECK(out.boundary_probes <= log2_ceil(cand.size()) + 3);
+}
+
+TEST_CASE("the recommendation is within 5% of the grid's best throughput") {
+  Synthetic m;
+  m.c = 1e6;
+  m.limit = int64_t(2) << 30;
+  m.knee = 48;  // throughput peaks near b = 48: neither the largest nor a power of two
+  m.penalty = 4e-5;
+  SearchConfig cfg;
+  cfg.global_batch = 480;
+  cfg.memory_limit = m.limit;
+  const auto out = run_search(cfg, std::ref(m));
+  SearchConfig grid = cfg;
+  grid.strategy = Strategy::Grid;
+  Synthetic m2 = m;
+  const auto ref = run_search(grid, std::ref(m2));
+  REQUIRE(out.recommendation);
+  REQUIRE(ref.recommendation);
+  CHECK(out.recommendation->samples_per_s >= 0.95 * ref.recommendation->samples_per_s);
+  CHECK(out.recommendation->micro_batch * out.recommendation->accum == 480);
+  CHECK(out.trials.size() < ref.trials.size());
+  CHECK(out.recommendation->peak_reserved <= m.limit);
+  CHECK(double(out.recommendation->peak_allocated) <= double(m.limit) * (1 - out.safety_margin));
+}
+
+TEST_CASE("bucket sizes are tried with the winner when there are several ranks") {
+  Synthetic m;
+  m.limit = int64_t(2) << 30;
+  SearchConfig cfg;
+  cfg.global_batch = 256;
+  cfg.world = 2;
+  cfg.memory_limit = m.limit;
+  cfg.bucket_candidates = {1, 5, 25, 100};
+  std::vector<double> seen;
+  const auto out = run_search(cfg, [&](const ProbeRequest& r) {
+    ProbeResult x = m(r);
+    if (r.bucket_mb == 5 && !x.oom) x.step_s *= 0.8;  // 5 MiB hides the most communication
+    if (!x.oom) seen.push_back(r.bucket_mb);
+    return x;
+  });
+  REQUIRE(out.recommendation);
+  CHECK(out.recommendation->bucket_mb == 5);
+  CHECK(std::count(seen.begin(), seen.end(), 100.0) == 1);
+}
+
+TEST_CASE("an unachievable global batch is rounded and said; nothing fitting is a failure") {
+  Synthetic m;
+  SearchConfig cfg;
+  cfg.global_batch = 101;
+  cfg.world = 2;
+  cfg.memory_limit = m.limit;
+  auto out = run_search(cfg, std::ref(m));
+  CHECK(out.global_batch == 102);
+  CHECK(out.batch_note.find("nearest achievable, 102") != std::string::npos);
+
+  m.limit = 100 << 20;  // below a alone
+  cfg.memory_limit = m.limit;
+  out = run_search(cfg, std::ref(m));
+  CHECK_FALSE(out.recommendation);
+  CHECK(out.failure.find("even micro-batch 1") != std::string::npos);
+
+  cfg.global_batch = 1;
+  CHECK_THROWS_WITH(run_search(cfg, std::ref(m)), Catch::Contains("smaller than the 2 ranks"));
+}
+
+TEST_CASE("results survive the JSON round trip and the cache") {
+  Synthetic m;
+  SearchConfig cfg;
+  cfg.global_batch = 64;
+  cfg.memory_limit = m.limit;
+  TuneResult r;
+  r.config = cfg;
+  r.outcome = run_search(cfg, std::ref(m));
+  r.command = "memcomm-train --batch-size 64 --accum 1";
+  r.key = {{"model", "synthetic"}, {"n", 1}};
+  r.verifications.push_back({50, false, "", 123.0, 456, 400, 0.8, 0.5, 64});
+  const auto j = to_json(r);
+  REQUIRE(j["recommendation"]["micro_batch"] == r.outcome.recommendation->micro_batch);
+  CHECK(j["recommendation"]["oom"] == false);
+  CHECK(j["trials"].size() == r.outcome.trials.size());
+  CHECK(to_json(from_json(j)) == j);
+
+  const auto dir = std::filesystem::temp_directory_path() / ("memcomm-tune-cache-" + std::to_string(::getpid()));
+  ::setenv("MEMCOMM_CACHE_DIR", dir.c_str(), 1);
+  CHECK_FALSE(load_cached(r.key));
+  REQUIRE(store_cached(r));
+  const auto back = load_cached(r.key);
+  REQUIRE(back);
+  CHECK(to_json(*back) == j);
+  CHECK_FALSE(load_cached({{"model", "other"}}));
+  std::filesystem::remove_all(dir);
+  ::unsetenv("MEMCOMM_CACHE_DIR");
+  CHECK_THROWS_WITH(from_json(nlohmann::json{{"key", 1}}), Catch::Contains("malformed tuning result"));
+}
+
+TEST_CASE("out-of-memory messages, including the library ones in disguise") {
+  CHECK(is_oom_message("memcomm: out of memory allocating 2.0 MiB (requested 2097152 ..."));
+  CHECK(is_oom_message("CUDA out of memory. Tried to allocate 20.00 MiB"));
+  CHECK(is_oom_message("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"));
+  CHECK(is_oom_message("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input."));
+  CHECK(is_oom_message("DefaultCPUAllocator: can't allocate memory: you tried to allocate 123 bytes"));
+  CHECK_FALSE(is_oom_message("mat1 and mat2 shapes cannot be multiplied (4x3 and 4x5)"));
+  CHECK_FALSE(is_oom_message("CUDA error: an illegal memory access was encountered"));
+}

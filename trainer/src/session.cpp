@@ -1,0 +1,352 @@
+#include "session.hpp"
+
+#include <ATen/autocast_mode.h>
+#if __has_include(<c10/cuda/CUDAStream.h>)
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#define MEMCOMM_TRAINER_CUDA 1
+#endif
+#if __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+#include <memcomm/allocator/torch_allocator.hpp>
+#include <memcomm/profiler/recorder.hpp>
+
+#include "errors.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+namespace memcomm::train {
+
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<torch::Tensor> params) {
+  if (o.optimizer == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  if (o.optimizer == "adam")
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+}
+
+// bf16 autocast for the forward pass only, as torch.autocast(device_type="cuda", dtype=torch.bfloat16);
+// a scope, so that a forward that throws (out of memory) does not leave autocast on.
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool on) : on_(on) {
+    if (!on_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!on_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool on_;
+};
+
+}  // namespace
+
+// Note [Copies on a side stream]: batches arrive in pinned host memory (the loader pins them) and
+// are copied to the GPU on a dedicated stream, so the copy engine works while the compute stream
+// is busy; the compute stream waits on an event, and the tensors are recorded on it so the caching
+// allocator does not reuse their memory early.
+class DeviceFeeder {
+ public:
+  explicit DeviceFeeder(const torch::Device& dev) : dev_(dev) {
+#ifdef MEMCOMM_TRAINER_CUDA
+    if (dev.is_cuda()) copy_stream_ = c10::cuda::getStreamFromPool(false, dev.index());
+#endif
+  }
+  void to_device(const Batch& b, torch::Tensor& x, torch::Tensor& y) {
+    if (!dev_.is_cuda()) {
+      x = b.inputs;
+      y = b.targets;
+      return;
+    }
+#ifdef MEMCOMM_TRAINER_CUDA
+    auto compute = c10::cuda::getCurrentCUDAStream(dev_.index());
+    {
+      c10::cuda::CUDAStreamGuard guard(*copy_stream_);
+      x = b.inputs.to(dev_, /*non_blocking=*/true);
+      y = b.targets.to(dev_, /*non_blocking=*/true);
+    }
+    at::cuda::CUDAEvent copied;
+    copied.record(*copy_stream_);
+    copied.block(compute);
+    x.record_stream(compute);
+    y.record_stream(compute);
+#else
+    x = b.inputs.to(dev_, true);
+    y = b.targets.to(dev_, true);
+#endif
+  }
+
+ private:
+  torch::Device dev_;
+#ifdef MEMCOMM_TRAINER_CUDA
+  std::optional<c10::cuda::CUDAStream> copy_stream_;
+#endif
+};
+
+TrainSession::TrainSession(const TrainOptions& o, Communicator& comm, const torch::Device& dev, int64_t num_classes)
+    : o_(o), dev_(dev), feeder_(std::make_unique<DeviceFeeder>(dev)) {
+  torch::manual_seed(o.seed);
+  model_ = make_model(o, num_classes);
+  model_->to(dev);
+  params_ = model_->parameters();
+  {
+    // Parameters and buffers start equal everywhere: rank 0's copy wins.
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> state;
+    for (auto& p : params_) state.push_back(p.detach());
+    for (auto& b : model_->buffers()) state.push_back(b);
+    comm.broadcast(state, 0);
+  }
+  opt_ = make_optimizer(o, params_);
+  if (o.sync_every == 0) sync_ = std::make_unique<GradSync>(params_, comm, o.bucket_mb, o.overlap, o.grad_compression);
+  if (sync_) sync_->zero_grad();
+}
+
+TrainSession::~TrainSession() = default;
+
+void TrainSession::set_lr(double lr) {
+  for (auto& g : opt_->param_groups()) g.options().set_lr(lr);
+}
+
+double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_batch, StepTiming& t) {
+  if (!sync_) opt_->zero_grad();
+  // The loss stays on the device until the step ends: one host sync per step, not per micro-batch.
+  torch::Tensor loss_sum;
+  int64_t t_micro = monotonic_ns();
+  for (int k = 0; k < accum; ++k) {
+    prof::PhaseScope micro_scope(prof::Phase::MicroStep, static_cast<uint64_t>(first_micro + k));
+    Batch b;
+    {
+      prof::PhaseScope wait_scope(prof::Phase::DataWait);
+      phase_ = "data";
+      int64_t waited = 0;
+      b = next_batch(waited);
+      t.data_wait_ns += waited;
+    }
+    torch::Tensor x, y;
+    phase_ = "forward";  // the copy to the device allocates there
+    feeder_->to_device(b, x, y);
+    const bool last = k == accum - 1;
+    if (sync_) sync_->prepare(last);
+    torch::Tensor loss;
+    {
+      prof::PhaseScope fwd_scope(prof::Phase::Forward);
+      phase_ = "forward";
+      AutocastScope autocast(o_.amp == "bf16");
+      loss = model_->loss(model_->forward(x), y);
+    }
+    const int64_t t_bwd = monotonic_ns();
+    {
+      prof::PhaseScope bwd_scope(prof::Phase::Backward);
+      phase_ = "backward";
+      (loss / accum).backward();
+    }
+    t.backward_ns += monotonic_ns() - t_bwd;
+    loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+    if (!last) {
+      const int64_t now = monotonic_ns();
+      t.early_micro_ns += now - t_micro;
+      t_micro = now;
+    }
+  }
+  if (sync_) {
+    prof::PhaseScope comm_scope(prof::Phase::Comm);
+    phase_ = "communication";
+    const int64_t exposed_before = sync_->stats().exposed_ns;
+    sync_->finish();
+    t.exposed_comm_ns += sync_->stats().exposed_ns - exposed_before;
+  }
+  {
+    prof::PhaseScope opt_scope(prof::Phase::Optimizer);
+    phase_ = "optimizer";
+    opt_->step();
+    if (sync_) sync_->zero_grad();
+  }
+  const double loss = loss_sum.item<double>() / accum;
+  t.last_micro_ns += monotonic_ns() - t_micro;
+  phase_ = "idle";
+  return loss;
+}
+
+void TrainSession::abandon_step() {
+  if (sync_) sync_->abandon();
+  else opt_->zero_grad();
+}
+
+namespace {
+
+std::vector<torch::Tensor> state_tensors(ModelImpl& model, const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> all;
+  for (const auto& p : params) all.push_back(p.detach());
+  for (auto& b : model.buffers()) all.push_back(b);
+  return all;
+}
+
+}  // namespace
+
+TrainSession::State TrainSession::save_state() {
+  State st;
+  for (const auto& t : state_tensors(*model_, params_)) {
+    const auto host = t.is_cuda() ? t.to(torch::kCPU).contiguous() : t.contiguous();
+    st.tensors.emplace_back(static_cast<const char*>(host.data_ptr()), size_t(host.numel() * host.element_size()));
+  }
+  if (!opt_->state().empty()) {
+    torch::serialize::OutputArchive ar;
+    opt_->save(ar);
+    std::ostringstream out;
+    ar.save_to(out);
+    st.optimizer = out.str();
+  }
+  return st;
+}
+
+void TrainSession::load_state(const State& st) {
+  torch::NoGradGuard no_grad;
+  const auto all = state_tensors(*model_, params_);
+  if (all.size() != st.tensors.size()) throw std::logic_error("load_state: the model does not match the saved state");
+  for (size_t i = 0; i < all.size(); ++i) {
+    auto t = all[i];
+    const auto& bytes = st.tensors[i];
+    if (size_t(t.numel() * t.element_size()) != bytes.size() || !t.is_contiguous())
+      throw std::logic_error("load_state: tensor " + std::to_string(i) + " does not match the saved state");
+    if (t.is_cuda())  // from the host bytes straight into the device tensor: nothing new on the device
+      t.copy_(torch::from_blob(const_cast<char*>(bytes.data()), t.sizes(), t.options().device(torch::kCPU)));
+    else
+      std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  }
+  // Optimizer::load only adds the state it finds; state created since the copy (momentum buffers
+  // of a probe's steps) must go too, or the restored optimizer differs from the saved one.
+  opt_->state().clear();
+  if (!st.optimizer.empty()) {
+    std::istringstream in(st.optimizer);
+    torch::serialize::InputArchive ar;
+    ar.load_from(in);
+    opt_->load(ar);
+  }
+}
+
+alloc::CachingAllocator* install_allocators(const TrainOptions& o) {
+  if (o.allocator != "memcomm") return nullptr;
+  alloc::TorchAllocatorOptions ao;
+  ao.config.capacity = o.device == "cuda" ? 0 : static_cast<std::size_t>(o.memory_limit);
+  return &alloc::install_torch_cpu_allocator(ao);
+}
+
+RankDevice choose_device(const TrainOptions& o, const DistEnv& env) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(o.threads > 0 ? o.threads : std::max(1, hw / std::max(1, env.local_world)));
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (o.device == "cuda" && gpus == 0) throw UsageError("--device cuda: no GPU is visible to this process");
+  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
+  RankDevice r;
+  r.device = use_cuda ? torch::Device(torch::kCUDA, env.local_rank % gpus) : torch::Device(torch::kCPU);
+  r.backend = o.backend;
+  // NCCL needs one GPU per rank; ranks that share a GPU (or run on the CPU) use Gloo.
+  if (r.backend == "auto") r.backend = (use_cuda && env.local_world <= gpus) ? "nccl" : "gloo";
+  if (r.backend == "nccl" && !use_cuda) throw UsageError("--backend nccl needs GPUs; this run is on the CPU");
+  if (o.amp != "none" && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
+  if (use_cuda && o.memory_limit > 0) {
+#ifdef MEMCOMM_TRAINER_CUDA
+    const auto idx = r.device.index();
+    size_t free_b = 0, total_b = 0;
+    c10::cuda::CUDAGuard guard(idx);
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (static_cast<size_t>(o.memory_limit) > total_b)
+      throw UsageError("--memory-limit is larger than the GPU's " + std::to_string(total_b >> 20) + " MiB");
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(double(o.memory_limit) / double(total_b), idx);
+#endif
+  }
+  return r;
+}
+
+MemoryFigures memory_figures(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc) {
+  MemoryFigures f;
+#ifdef MEMCOMM_TRAINER_CUDA
+  if (dev.is_cuda()) {
+    const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(dev.index());
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    f.peak_allocated = st.allocated_bytes[all].peak;
+    f.peak_reserved = st.reserved_bytes[all].peak;
+    return f;
+  }
+#endif
+  if (!dev.is_cuda() && cpu_alloc) {
+    const auto st = cpu_alloc->stats();
+    f.peak_allocated = static_cast<int64_t>(st.allocated_bytes.peak);
+    f.peak_reserved = static_cast<int64_t>(st.reserved_bytes.peak);
+    f.limit = static_cast<int64_t>(cpu_alloc->config().capacity);
+  }
+  return f;
+}
+
+void reset_peak_memory(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc) {
+#ifdef MEMCOMM_TRAINER_CUDA
+  if (dev.is_cuda()) return c10::cuda::CUDACachingAllocator::resetPeakStats(dev.index());
+#endif
+  if (cpu_alloc) cpu_alloc->reset_peak_stats();
+}
+
+void release_cached_memory(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc) {
+#ifdef MEMCOMM_TRAINER_CUDA
+  if (dev.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  (void)dev;
+  if (cpu_alloc) cpu_alloc->empty_cache();
+}
+
+EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Communicator& comm,
+                    const torch::Device& dev) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  auto test = make_dataset(o, "test");
+  DistributedSampler sampler(test->size(), env.rank, env.world, false, o.seed, false);
+  BatchLoader loader(test, sampler.indices(), o.batch_size, o.workers, o.prefetch, dev.is_cuda());
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  Batch b;
+  for (int64_t i = 0; loader.next(b); ++i) {
+    if (o.eval_batches > 0 && i >= o.eval_batches) break;
+    auto x = b.inputs.to(dev, true), y = b.targets.to(dev, true);
+    auto logits = model.forward(x);
+    loss_sum += model.loss(logits, y).item<double>() * static_cast<double>(model.predictions(y));
+    correct += model.correct(logits, y);
+    count += model.predictions(y);
+  }
+  auto totals = torch::tensor({loss_sum, static_cast<double>(correct), static_cast<double>(count)}, torch::kFloat64);
+  comm.allreduce(totals);
+  model.train();
+  EvalResult e;
+  e.samples = static_cast<int64_t>(totals[2].item<double>());
+  if (e.samples > 0) {
+    e.loss = totals[0].item<double>() / static_cast<double>(e.samples);
+    e.accuracy = totals[1].item<double>() / static_cast<double>(e.samples);
+  }
+  return e;
+}
+
+uint64_t parameter_checksum(const std::vector<torch::Tensor>& params) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const auto& p : params) {
+    auto c = p.detach().to(torch::kCPU).contiguous();
+    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+    for (int64_t i = 0; i < c.numel() * c.element_size(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace memcomm::train

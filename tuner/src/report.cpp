@@ -1,0 +1,222 @@
+#include "memcomm/tuner/report.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <stdexcept>
+
+namespace memcomm::tune {
+
+std::string format_bytes(int64_t b) {
+  if (b < 0) return "-";
+  const double v = static_cast<double>(b);
+  if (v >= double(1LL << 30)) return fmt::format("{:.2f} GiB", v / double(1LL << 30));
+  if (v >= double(1 << 20)) return fmt::format("{:.1f} MiB", v / double(1 << 20));
+  return fmt::format("{:.0f} KiB", v / 1024.0);
+}
+
+std::string format_trials(const TuneResult& r) {
+  std::string s = fmt::format("{:>3} {:<8} {:>6} {:>5} {:>6} {:>11} {:>11} {:>11} {:>6} {:>9} {:>10} {:>4}\n", "#",
+                              "purpose", "b", "K", "bucket", "pred.alloc", "peak alloc", "peak resv", "frag",
+                              "step ms", "samples/s", "OOM");
+  int n = 0;
+  for (const Trial& t : r.outcome.trials) {
+    const auto& q = t.request;
+    const auto& x = t.result;
+    s += fmt::format("{:>3} {:<8} {:>6} {:>5} {:>6.0f} {:>11} {:>11} {:>11} {:>6} {:>9} {:>10} {:>4}\n", ++n,
+                     purpose_name(t.purpose), q.micro_batch, q.accum, q.bucket_mb,
+                     format_bytes(t.predicted_peak_allocated), x.oom ? "-" : format_bytes(x.peak_allocated),
+                     x.oom ? "-" : format_bytes(x.peak_reserved),
+                     x.oom ? "-" : fmt::format("{:.1f}%", 100 * x.fragmentation()),
+                     x.oom ? "-" : fmt::format("{:.1f}", x.step_s * 1e3),
+                     x.oom ? "-" : fmt::format("{:.0f}", t.samples_per_s),
+                     x.oom ? (x.oom_where.empty() ? "yes" : x.oom_where.substr(0, 4)) : "no");
+  }
+  return s;
+}
+
+std::string format_recommendation(const TuneResult& r) {
+  const auto& o = r.outcome;
+  std::string s;
+  if (!o.batch_note.empty()) s += "note: " + o.batch_note + "\n";
+  s += fmt::format("largest micro-batch that fits: {} (found in {} probes{}); safety margin {:.1f}% of {}\n",
+                   o.largest_feasible, o.boundary_probes,
+                   o.smallest_infeasible ? fmt::format(", {} ran out of memory", o.smallest_infeasible) : "",
+                   100 * o.safety_margin, format_bytes(r.config.memory_limit));
+  for (const Verification& v : r.verifications)
+    s += fmt::format("verification of b={}: {} steps, {}{}\n", v.micro_batch, v.steps,
+                     v.oom ? "ran out of memory in " + v.oom_where : fmt::format("no OOM, {:.0f} samples/s", v.samples_per_s),
+                     v.oom ? "" : fmt::format(", peak reserved {}, eval accuracy {:.1f}%", format_bytes(v.peak_reserved),
+                                              100 * v.eval_accuracy));
+  if (!o.recommendation) return s + "no recommendation: " + o.failure + "\n";
+  const Recommendation& c = *o.recommendation;
+  s += fmt::format("recommendation: micro-batch {} x accumulation {} x {} rank(s) = global batch {}{}\n",
+                   c.micro_batch, c.accum, c.world, c.micro_batch * c.accum * c.world,
+                   c.world > 1 ? fmt::format(", bucket {:g} MiB", c.bucket_mb) : "");
+  s += fmt::format("  {:.0f} samples/s; peak reserved {} of {} ({:.1f}% headroom)\n", c.samples_per_s,
+                   format_bytes(c.peak_reserved), format_bytes(r.config.memory_limit), 100 * c.headroom);
+  s += "  train with: " + r.command + "\n";
+  s += fmt::format("tuning took {:.1f} s\n", r.tuning_wall_s);
+  return s;
+}
+
+namespace {
+
+nlohmann::json trial_json(const Trial& t) {
+  const auto& q = t.request;
+  const auto& x = t.result;
+  return {{"purpose", purpose_name(t.purpose)}, {"micro_batch", q.micro_batch}, {"accum", q.accum},
+          {"bucket_mb", q.bucket_mb}, {"measured_steps", q.measured_steps},
+          {"predicted_peak_allocated", t.predicted_peak_allocated},
+          {"predicted_peak_reserved", t.predicted_peak_reserved}, {"peak_allocated", x.peak_allocated},
+          {"peak_reserved", x.peak_reserved}, {"fragmentation", x.fragmentation()}, {"step_s", x.step_s},
+          {"samples_per_s", t.samples_per_s}, {"exposed_comm_s", x.exposed_comm_s},
+          {"measured_accum", x.measured_accum}, {"oom", x.oom}, {"oom_where", x.oom_where},
+          {"oom_rank", x.oom_rank}, {"wall_s", x.wall_s}};
+}
+
+TrialPurpose purpose_from(const std::string& s) {
+  for (auto p : {TrialPurpose::Fit, TrialPurpose::Boundary, TrialPurpose::Speed, TrialPurpose::Bucket,
+                 TrialPurpose::Verify})
+    if (s == purpose_name(p)) return p;
+  throw std::runtime_error("unknown trial purpose '" + s + "'");
+}
+
+}  // namespace
+
+nlohmann::json to_json(const TuneResult& r) {
+  nlohmann::json j;
+  j["key"] = r.key;
+  j["global_batch"] = r.outcome.global_batch;
+  j["batch_note"] = r.outcome.batch_note;
+  j["world"] = r.config.world;
+  j["memory_limit"] = r.config.memory_limit;
+  j["safety_margin"] = r.outcome.safety_margin;
+  j["largest_feasible"] = r.outcome.largest_feasible;
+  j["smallest_infeasible"] = r.outcome.smallest_infeasible;
+  j["boundary_probes"] = r.outcome.boundary_probes;
+  j["tuning_wall_s"] = r.tuning_wall_s;
+  j["trials"] = nlohmann::json::array();
+  for (const Trial& t : r.outcome.trials) j["trials"].push_back(trial_json(t));
+  j["verifications"] = nlohmann::json::array();
+  for (const Verification& v : r.verifications)
+    j["verifications"].push_back({{"micro_batch", v.micro_batch}, {"steps", v.steps}, {"oom", v.oom},
+                                  {"oom_where", v.oom_where}, {"samples_per_s", v.samples_per_s},
+                                  {"peak_reserved", v.peak_reserved}, {"peak_allocated", v.peak_allocated},
+                                  {"eval_accuracy", v.eval_accuracy}, {"eval_loss", v.eval_loss}});
+  if (const auto& c = r.outcome.recommendation) {
+    const bool verified_oom = !r.verifications.empty() && r.verifications.back().oom;
+    j["recommendation"] = {{"micro_batch", c->micro_batch}, {"accum", c->accum}, {"world", c->world},
+                           {"bucket_mb", c->bucket_mb}, {"samples_per_s", c->samples_per_s},
+                           {"peak_reserved", c->peak_reserved}, {"peak_allocated", c->peak_allocated},
+                           {"headroom", c->headroom}, {"oom", verified_oom}, {"command", r.command}};
+  } else {
+    j["recommendation"] = nullptr;
+    j["failure"] = r.outcome.failure;
+  }
+  return j;
+}
+
+TuneResult from_json(const nlohmann::json& j) {
+  try {
+    TuneResult r;
+    r.key = j.at("key");
+    r.outcome.global_batch = j.at("global_batch");
+    r.outcome.batch_note = j.at("batch_note");
+    r.config.world = j.at("world");
+    r.config.global_batch = r.outcome.global_batch;
+    r.config.memory_limit = j.at("memory_limit");
+    r.outcome.safety_margin = j.at("safety_margin");
+    r.outcome.largest_feasible = j.at("largest_feasible");
+    r.outcome.smallest_infeasible = j.at("smallest_infeasible");
+    r.outcome.boundary_probes = j.at("boundary_probes");
+    r.tuning_wall_s = j.at("tuning_wall_s");
+    for (const auto& t : j.at("trials")) {
+      Trial x;
+      x.purpose = purpose_from(t.at("purpose"));
+      x.request = {t.at("micro_batch"), t.at("accum"), t.at("bucket_mb"), t.at("measured_steps")};
+      x.predicted_peak_allocated = t.at("predicted_peak_allocated");
+      x.predicted_peak_reserved = t.at("predicted_peak_reserved");
+      x.result.peak_allocated = t.at("peak_allocated");
+      x.result.peak_reserved = t.at("peak_reserved");
+      x.result.step_s = t.at("step_s");
+      x.samples_per_s = t.at("samples_per_s");
+      x.result.exposed_comm_s = t.at("exposed_comm_s");
+      x.result.measured_accum = t.at("measured_accum");
+      x.result.oom = t.at("oom");
+      x.result.oom_where = t.at("oom_where");
+      x.result.oom_rank = t.at("oom_rank");
+      x.result.wall_s = t.at("wall_s");
+      r.outcome.trials.push_back(x);
+    }
+    for (const auto& v : j.at("verifications"))
+      r.verifications.push_back({v.at("steps"), v.at("oom"), v.at("oom_where"), v.at("samples_per_s"),
+                                 v.at("peak_reserved"), v.at("peak_allocated"), v.at("eval_accuracy"),
+                                 v.at("eval_loss"), v.at("micro_batch")});
+    const auto& c = j.at("recommendation");
+    if (c.is_null()) {
+      r.outcome.failure = j.value("failure", "");
+    } else {
+      Recommendation x;
+      x.micro_batch = c.at("micro_batch");
+      x.accum = c.at("accum");
+      x.world = c.at("world");
+      x.bucket_mb = c.at("bucket_mb");
+      x.samples_per_s = c.at("samples_per_s");
+      x.peak_reserved = c.at("peak_reserved");
+      x.peak_allocated = c.at("peak_allocated");
+      x.headroom = c.at("headroom");
+      r.command = c.at("command");
+      r.outcome.recommendation = x;
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(std::string("malformed tuning result: ") + e.what());
+  }
+}
+
+std::string cache_path(const nlohmann::json& key) {
+  std::filesystem::path dir;
+  if (const char* d = std::getenv("MEMCOMM_CACHE_DIR"); d && *d) dir = d;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::filesystem::path(x) / "memcomm";
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::filesystem::path(h) / ".cache" / "memcomm";
+  else dir = std::filesystem::temp_directory_path() / "memcomm-cache";
+  const size_t h = std::hash<std::string>{}(key.dump());
+  return (dir / fmt::format("tune-{:016x}.json", h)).string();
+}
+
+std::optional<TuneResult> load_cached(const nlohmann::json& key) {
+  std::ifstream f(cache_path(key));
+  if (!f) return std::nullopt;
+  try {
+    const auto j = nlohmann::json::parse(f);
+    if (j.at("key") != key) return std::nullopt;
+    return from_json(j);
+  } catch (const std::exception&) {
+    return std::nullopt;  // a damaged cache entry is a miss, not an error
+  }
+}
+
+bool store_cached(const TuneResult& r) {
+  const std::filesystem::path path = cache_path(r.key);
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << to_json(r).dump(1) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "memcomm-tune: warning: cannot write the cache %s\n", tmp.c_str());
+      return false;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::fprintf(stderr, "memcomm-tune: warning: cannot write the cache %s: %s\n", path.c_str(), ec.message().c_str());
+  return !ec;
+}
+
+}  // namespace memcomm::tune

@@ -1,0 +1,375 @@
+// The tuner's search (see search.hpp). Three phases, each a function of agreed probe results:
+//
+//  1. Boundary. The largest micro-batch b that runs without running out of memory. Probes b0 (the
+//     smallest candidate) and a second point near 8*b0, fits peak allocated(b) = a + c*b by least
+//     squares, scales it by the largest reserved/allocated ratio seen (the allocator's overhead),
+//     and probes the largest candidate predicted to fit, then the one above it to confirm. Each
+//     successful probe refines the fit (and a fit of reserved bytes of its own, once two points
+//     exist); once a prediction is wrong, the search stays near it: a failure bounds a bisection,
+//     a cautious miss gallops upwards (2, 4, 8... candidates) until the first failure. With memory
+//     that is linear in b this takes 4 probes; the bound is ceil(log2(candidates)) + 3.
+//  2. Speed. Among candidates that fit with the safety margin (Note [Safety margin]), measure from
+//     the largest down by halving while throughput holds up, then the neighbours of the best: the
+//     fastest is often neither the largest nor a power of two.
+//  3. Buckets. With more than one rank, the winner is measured at each candidate bucket size; the
+//     one with the fastest step (least exposed communication) wins.
+//
+// Note [Safety margin]: a probe runs a few steps, a training run thousands; reserved memory can
+// creep as fragmentation shifts. A recommendation's peak reserved bytes must fit the limit and its
+// peak allocated bytes must stay max(2%, half the fragmentation measured at the largest micro-batch
+// that fit) below it, so a run whose allocator fragments more keeps more room. (Reserved bytes grow
+// in whole segments, so the margin is taken on what the tensors really hold.)
+#include "memcomm/tuner/search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+namespace memcomm::tune {
+
+const char* purpose_name(TrialPurpose p) {
+  switch (p) {
+    case TrialPurpose::Fit: return "fit";
+    case TrialPurpose::Boundary: return "boundary";
+    case TrialPurpose::Speed: return "speed";
+    case TrialPurpose::Bucket: return "bucket";
+    case TrialPurpose::Verify: return "verify";
+  }
+  return "?";
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> lo, hi;
+  for (int64_t d = 1; d * d <= n; ++d)
+    if (n % d == 0) {
+      lo.push_back(d);
+      if (d != n / d) hi.push_back(n / d);
+    }
+  lo.insert(lo.end(), hi.rbegin(), hi.rend());
+  return lo;
+}
+
+PeakFit fit_peak(const std::vector<std::pair<double, double>>& pts) {
+  PeakFit f;
+  if (pts.empty()) return f;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : pts) sx += x, sy += y, sxx += x * x, sxy += x * y;
+  const double n = static_cast<double>(pts.size()), den = n * sxx - sx * sx;
+  if (pts.size() < 2 || std::abs(den) < 1e-9) {
+    f.c = pts.front().second / std::max(pts.front().first, 1.0);
+    f.a = 0;
+  } else {
+    f.c = (n * sxy - sx * sy) / den;
+    f.a = (sy - f.c * sx) / n;
+  }
+  f.valid = pts.size() >= 2 && std::abs(den) >= 1e-9 && f.c > 0;
+  return f;
+}
+
+namespace {
+
+class Search {
+ public:
+  Search(const SearchConfig& cfg, const ProbeFn& probe, SearchOutcome& out)
+      : cfg_(cfg), probe_(probe), out_(out) {
+    per_rank_ = out.global_batch / cfg.world;
+    if (cfg.any_micro_batch) {
+      for (int64_t b = 1; b <= per_rank_; ++b) cand_.push_back(b);
+    } else {
+      cand_ = divisors(per_rank_);
+    }
+  }
+
+  void run() {
+    const bool ok = cfg_.strategy == Strategy::Lightning ? boundary_lightning()
+                    : cfg_.strategy == Strategy::Grid    ? boundary_grid()
+                                                         : boundary_memcomm();
+    out_.boundary_probes = static_cast<int>(out_.trials.size());
+    if (!ok) return;
+    set_margin();
+    if (cfg_.fit_only) return recommend_largest();
+    if (cfg_.strategy == Strategy::Memcomm) speed_memcomm();
+    recommend_fastest();
+    if (out_.recommendation && cfg_.world > 1) tune_buckets();
+  }
+
+ private:
+  int64_t accum_for(int64_t b) const { return std::max<int64_t>(1, per_rank_ / b); }
+  bool budget_left() const { return static_cast<int>(out_.trials.size()) < cfg_.max_trials; }
+  size_t index_of(int64_t b) const {
+    return static_cast<size_t>(std::lower_bound(cand_.begin(), cand_.end(), b) - cand_.begin());
+  }
+  // Largest candidate <= v (the first one when v is below all).
+  size_t floor_index(int64_t v) const {
+    auto it = std::upper_bound(cand_.begin(), cand_.end(), v);
+    return it == cand_.begin() ? 0 : static_cast<size_t>(it - cand_.begin() - 1);
+  }
+
+  double reserved_ratio() const {
+    double r = 1.0;
+    for (const auto& t : out_.trials)
+      if (!t.result.oom && t.result.peak_allocated > 0 && t.result.peak_reserved > 0)
+        r = std::max(r, double(t.result.peak_reserved) / double(t.result.peak_allocated));
+    return r;
+  }
+  // Reserved bytes: their own linear fit once it exists (segment rounding averages out), else the
+  // allocated fit scaled by the largest reserved/allocated ratio seen.
+  double predicted_reserved(int64_t b) const {
+    return reserved_fit_.valid ? reserved_fit_.at(double(b)) : fit_.at(double(b)) * reserved_ratio();
+  }
+
+  const Trial& probe(int64_t b, TrialPurpose why, double bucket_mb) {
+    const bool default_bucket = bucket_mb == cfg_.bucket_mb;
+    if (default_bucket)
+      if (auto it = done_.find(b); it != done_.end()) return out_.trials[it->second];
+    Trial t;
+    t.purpose = why;
+    t.request = {b, accum_for(b), bucket_mb, cfg_.measured_steps};
+    if (fit_.valid) {
+      t.predicted_peak_allocated = static_cast<int64_t>(fit_.at(double(b)));
+      t.predicted_peak_reserved = static_cast<int64_t>(predicted_reserved(b));
+    }
+    t.result = probe_(t.request);
+    if (!t.result.oom && t.result.step_s > 0)
+      t.samples_per_s = double(b * t.request.accum * cfg_.world) / t.result.step_s;
+    out_.trials.push_back(t);
+    const size_t idx = out_.trials.size() - 1;
+    if (!default_bucket) return out_.trials[idx];
+    done_[b] = idx;
+    if (t.result.oom) {
+      if (out_.smallest_infeasible == 0 || b < out_.smallest_infeasible) out_.smallest_infeasible = b;
+    } else {
+      out_.largest_feasible = std::max(out_.largest_feasible, b);
+      if (t.result.peak_allocated >= 0) {
+        points_.emplace_back(double(b), double(t.result.peak_allocated));
+        fit_ = fit_peak(points_);
+      }
+      if (t.result.peak_reserved >= 0) {
+        reserved_points_.emplace_back(double(b), double(t.result.peak_reserved));
+        reserved_fit_ = fit_peak(reserved_points_);
+      }
+    }
+    return out_.trials[idx];
+  }
+
+  bool fits(size_t i, TrialPurpose why) { return !probe(cand_[i], why, cfg_.bucket_mb).result.oom; }
+
+  bool first_fits() {
+    if (fits(0, TrialPurpose::Fit)) return true;
+    out_.failure = "even micro-batch " + std::to_string(cand_[0]) + " runs out of memory under the limit";
+    return false;
+  }
+
+  bool boundary_memcomm() {
+    if (!first_fits()) return false;
+    long lo = 0, hi = static_cast<long>(cand_.size());  // cand_[lo] fits; cand_[hi] fails (or is past the end)
+    auto record = [&](long i, bool ok) { ok ? lo = std::max(lo, i) : hi = std::min(hi, i); };
+    if (hi > 1) {  // a second point for the fit, well apart from the first
+      const long j = std::max<long>(1, static_cast<long>(floor_index(8 * cand_[0])));
+      record(j, fits(static_cast<size_t>(j), TrialPurpose::Fit));
+    }
+    bool trust_fit = true;
+    int64_t gallop = 0;  // after a prediction that was too cautious: step above lo, doubling
+    while (hi - lo > 1 && budget_left()) {
+      long t = -1;
+      bool predicted_fit = false;
+      const bool predicting = trust_fit && fit_.valid;
+      if (predicting) {
+        const double limit = static_cast<double>(cfg_.memory_limit);
+        for (long i = hi - 1; i > lo; --i)
+          if (predicted_reserved(cand_[static_cast<size_t>(i)]) <= limit) {
+            t = i;
+            predicted_fit = true;
+            break;
+          }
+        if (t < 0) t = lo + 1;  // the fit says lo is the last: confirm with the one above
+      } else if (gallop > 0) {
+        t = std::min<long>(hi - 1, lo + static_cast<long>(gallop));
+        gallop *= 2;
+      } else {
+        t = lo + (hi - lo) / 2;
+      }
+      const bool ok = fits(static_cast<size_t>(t), TrialPurpose::Boundary);
+      if (predicting && ok != predicted_fit) {  // a wrong prediction: search near it from now on
+        trust_fit = false;
+        gallop = ok ? 2 : 0;  // too cautious: gallop upwards; too bold: the failure bounds a bisection
+      } else if (gallop > 0 && !ok) {
+        gallop = 0;
+      }
+      record(t, ok);
+    }
+    return true;
+  }
+
+  // Lightning's BatchSizeFinder, mode "binsearch", init_val 2 (lightning/pytorch/tuner/batch_size_scaling.py):
+  // double after each success until the first failure, then bisect between the last success and it.
+  bool boundary_lightning() {
+    int64_t low = 1, high = 0, size = std::min<int64_t>(2, per_rank_);
+    while (budget_left()) {
+      const size_t i = floor_index(size);
+      const bool ok = fits(i, TrialPurpose::Boundary);
+      if (ok) {
+        low = cand_[i];
+        if (high) {
+          if (high - low <= 1) break;
+          size = (high + low) / 2;
+        } else {
+          const int64_t next = std::min(size * 2, per_rank_);
+          if (next == size) break;  // at the largest candidate
+          size = next;
+        }
+      } else {
+        high = cand_[i];
+        if (high - low <= 1 || cand_[i] == cand_[0]) break;
+        size = (high + low) / 2;
+      }
+      if (floor_index(size) == i) break;  // no new candidate in between (divisor candidates)
+    }
+    if (out_.largest_feasible == 0) out_.failure = "no micro-batch fits under the limit";
+    return out_.largest_feasible > 0;
+  }
+
+  // Every candidate from the smallest up, until the first out-of-memory (peaks grow with b).
+  bool boundary_grid() {
+    if (!first_fits()) return false;
+    for (size_t i = 1; i < cand_.size(); ++i)
+      if (!fits(i, TrialPurpose::Speed)) break;
+    return true;
+  }
+
+  // Note [Safety margin]: from the fragmentation of the largest micro-batch that fit, the regime
+  // a recommendation lives in (tiny probes are dominated by segment rounding and say nothing).
+  void set_margin() {
+    double f = 0;
+    if (auto it = done_.find(out_.largest_feasible); it != done_.end()) f = out_.trials[it->second].result.fragmentation();
+    out_.safety_margin = std::clamp(f / 2, 0.02, 0.25);
+  }
+
+  // Fits with the margin: its reserved bytes within the limit and its allocated bytes a margin
+  // below it; measured when probed, else predicted (and known to be below a fit).
+  bool safe(size_t i) const {
+    const int64_t b = cand_[i];
+    const double limit = double(cfg_.memory_limit), room = limit * (1.0 - out_.safety_margin);
+    if (auto it = done_.find(b); it != done_.end()) {
+      const auto& r = out_.trials[it->second].result;
+      return !r.oom && (r.peak_reserved < 0 || (double(r.peak_reserved) <= limit && double(r.peak_allocated) <= room));
+    }
+    return b < out_.largest_feasible && (!fit_.valid || (fit_.at(double(b)) <= room && predicted_reserved(b) <= limit));
+  }
+
+  double speed_of(size_t i) {
+    const auto& t = probe(cand_[i], TrialPurpose::Speed, cfg_.bucket_mb);
+    return t.result.oom ? 0 : t.samples_per_s;
+  }
+
+  void speed_memcomm() {
+    long top = -1;
+    for (long i = static_cast<long>(cand_.size()) - 1; i >= 0; --i)
+      if (cand_[static_cast<size_t>(i)] <= out_.largest_feasible && safe(static_cast<size_t>(i))) {
+        top = i;
+        break;
+      }
+    if (top < 0) return;
+    double best = speed_of(static_cast<size_t>(top));
+    size_t best_i = static_cast<size_t>(top);
+    int below = 0;
+    for (int64_t b = cand_[static_cast<size_t>(top)] / 2; b >= cand_[0] && budget_left(); b /= 2) {
+      const size_t i = floor_index(b);
+      const double s = speed_of(i);
+      if (s > best) best = s, best_i = i, below = 0;
+      else if (s < 0.85 * best && ++below >= 2) break;  // well past the peak of the throughput curve
+      if (i == 0) break;
+    }
+    for (int round = 0; round < 3 && budget_left(); ++round) {  // the neighbours of the best
+      const size_t before = best_i;
+      for (long d : {-1L, 1L}) {
+        const long j = static_cast<long>(before) + d;
+        if (j < 0 || j >= static_cast<long>(cand_.size()) || !safe(static_cast<size_t>(j)) || !budget_left()) continue;
+        const double s = speed_of(static_cast<size_t>(j));
+        if (s > best) best = s, best_i = static_cast<size_t>(j);
+      }
+      if (best_i == before) break;
+    }
+  }
+
+  Recommendation make_rec(const Trial& t) const {
+    Recommendation r;
+    r.micro_batch = t.request.micro_batch;
+    r.accum = t.request.accum;
+    r.world = cfg_.world;
+    r.bucket_mb = t.request.bucket_mb;
+    r.samples_per_s = t.samples_per_s;
+    r.peak_reserved = t.result.peak_reserved;
+    r.peak_allocated = t.result.peak_allocated;
+    r.headroom = cfg_.memory_limit > 0 ? 1.0 - double(t.result.peak_reserved) / double(cfg_.memory_limit) : 0;
+    return r;
+  }
+
+  // With --fit-only: the largest probed micro-batch that fits with the margin and divides the
+  // per-rank batch (so that b x K is the batch asked for).
+  void recommend_largest() {
+    for (long i = static_cast<long>(cand_.size()) - 1; i >= 0; --i)
+      if (auto it = done_.find(cand_[static_cast<size_t>(i)]);
+          it != done_.end() && per_rank_ % cand_[static_cast<size_t>(i)] == 0 && safe(static_cast<size_t>(i))) {
+        out_.recommendation = make_rec(out_.trials[it->second]);
+        return;
+      }
+    out_.failure = "no probed micro-batch fits with the safety margin";
+  }
+
+  void recommend_fastest() {
+    const Trial* best = nullptr;
+    for (const auto& [b, idx] : done_) {
+      const Trial& t = out_.trials[idx];
+      if (t.result.oom || !safe(index_of(b))) continue;
+      // Within 1%, the larger micro-batch wins: fewer steps per sample, same speed within noise.
+      if (!best || t.samples_per_s > best->samples_per_s * 1.01 ||
+          (t.samples_per_s >= best->samples_per_s * 0.99 && b > best->request.micro_batch))
+        best = &t;
+    }
+    if (best) out_.recommendation = make_rec(*best);
+    else out_.failure = "no probed micro-batch fits with the safety margin";
+  }
+
+  void tune_buckets() {
+    Recommendation best = *out_.recommendation;
+    for (double mb : cfg_.bucket_candidates) {
+      if (mb == cfg_.bucket_mb || !budget_left()) continue;
+      const Trial& t = probe(best.micro_batch, TrialPurpose::Bucket, mb);
+      if (!t.result.oom && t.samples_per_s > best.samples_per_s) best = make_rec(t);
+    }
+    out_.recommendation = best;
+  }
+
+  const SearchConfig& cfg_;
+  const ProbeFn& probe_;
+  SearchOutcome& out_;
+  int64_t per_rank_ = 0;
+  std::vector<int64_t> cand_;
+  std::map<int64_t, size_t> done_;  // micro-batch -> its trial at the default bucket size
+  std::vector<std::pair<double, double>> points_, reserved_points_;
+  PeakFit fit_, reserved_fit_;
+};
+
+}  // namespace
+
+SearchOutcome run_search(const SearchConfig& cfg, const ProbeFn& probe) {
+  if (cfg.world < 1) throw std::invalid_argument("world must be >= 1");
+  if (cfg.global_batch < cfg.world)
+    throw std::invalid_argument("global batch " + std::to_string(cfg.global_batch) + " is smaller than the " +
+                                std::to_string(cfg.world) + " ranks: each rank needs at least one sample");
+  SearchOutcome out;
+  out.global_batch = cfg.global_batch;
+  if (cfg.global_batch % cfg.world != 0) {
+    const int64_t per_rank = std::max<int64_t>(1, (cfg.global_batch + cfg.world / 2) / cfg.world);
+    out.global_batch = per_rank * cfg.world;
+    out.batch_note = "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of " +
+                     std::to_string(cfg.world) + " ranks; tuning the nearest achievable, " +
+                     std::to_string(out.global_batch) + " (" + std::to_string(per_rank) + " per rank)";
+  }
+  Search(cfg, probe, out).run();
+  return out;
+}
+
+}  // namespace memcomm::tune

@@ -1,0 +1,119 @@
+#include "tune_options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+namespace memcomm::tune {
+
+namespace {
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "memcomm-tune: %s\nRun 'memcomm-tune --help' for the flags.\n", msg.c_str());
+  std::exit(2);
+}
+
+// Tuner flags that take a value, and tuner switches: left out of the recommended trainer command.
+const std::set<std::string> kTunerValueFlags = {"--global-batch", "--max-trials", "--json", "--search",
+                                                "--measured-steps", "--probe-accum-cap", "--verify-steps", "--probe-seconds",
+                                                "--buckets", "--rank-ballast", "--trace", "--live"};
+const std::set<std::string> kTunerSwitches = {"--fresh", "--fit-only", "--any-micro-batch", "--print-decisions"};
+
+}  // namespace
+
+TuneOptions parse_tune_options(int argc, char** argv) {
+  TuneOptions t;
+  CLI::App app{
+      "memcomm-tune: the fastest micro-batch x gradient accumulation for a global batch under a memory limit,\n"
+      "found with short real training probes (forward, backward, optimizer step) that run out of memory\n"
+      "safely: an out-of-memory is caught, agreed by all ranks and recovered in process. The winner is\n"
+      "verified with a longer run and an evaluation pass before it is recommended. Results are cached.\n"
+      "Takes every memcomm-train flag for the model, data, optimizer and allocator."};
+  app.get_formatter()->column_width(34);
+  train::add_train_options(app, t.train);
+
+  std::string search = "memcomm", ballast;
+  std::vector<double> buckets = {1, 5, 25, 100};
+  auto* g = app.add_option_group("Tuning");
+  g->add_option("--global-batch", t.search.global_batch, "Samples per optimizer step over all ranks (b x K x ranks)")
+      ->required();
+  g->add_option("--max-trials", t.search.max_trials, "Most probes for fit, boundary, speed and buckets")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  g->add_option("--json", t.json_out, "Write trials and recommendation as JSON to FILE");
+  g->add_flag("--fresh", t.fresh, "Tune again even when a cached result exists");
+  g->add_option("--search", search,
+                "memcomm (peak fit + speed search), lightning (Lightning's binsearch, for comparison) or grid "
+                "(every candidate)")
+      ->check(CLI::IsMember({"memcomm", "lightning", "grid"}))->capture_default_str();
+  g->add_flag("--fit-only", t.search.fit_only, "Stop once the largest micro-batch that fits is known");
+  g->add_flag("--any-micro-batch", t.search.any_micro_batch,
+              "With --fit-only: candidates are every b up to the per-rank batch, not only its divisors");
+  g->add_option("--measured-steps", t.search.measured_steps, "Timed steps per probe, after one warm-up step")
+      ->capture_default_str()->check(CLI::Range(3, 1000));
+  g->add_option("--probe-accum-cap", t.probe.accum_cap,
+                "Micro-steps per probe step; longer accumulations are timed from these (the verification runs all)")
+      ->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  g->add_option("--probe-seconds", t.probe.min_seconds, "Timed wall time per probe, at least (steady state)")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  g->add_option("--verify-steps", t.verify_steps, "Steps the winner runs, plus an evaluation pass, before it is recommended")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  g->add_option("--buckets", buckets, "Bucket sizes (MiB) tried with the winner when there is more than one rank")
+      ->capture_default_str()->delimiter(',');
+  app.add_option("--rank-ballast", ballast, "RANK:BYTES held by one rank (test hook: unequal data)")->group("");
+  app.add_flag("--print-decisions", t.print_decisions, "Every rank prints its decisions (test hook)")->group("");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::CallForAllHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::ParseError& e) {
+    usage_error(e.what());
+  }
+  for (const char* chosen : {"--batch-size", "--accum", "--steps"})
+    if (app.count(chosen) > 0)
+      usage_error(std::string(chosen) + " is what memcomm-tune chooses; give --global-batch (and --verify-steps)");
+  if (t.train.sync_every > 0) usage_error("memcomm-tune tunes synchronous data parallelism; drop --sync-every");
+  train::check_train_options(t.train, "memcomm-tune");
+  if (t.search.global_batch < 1) usage_error("--global-batch must be at least 1");
+  if (t.search.global_batch < t.train.nproc)
+    usage_error("--global-batch " + std::to_string(t.search.global_batch) + " is smaller than --nproc " +
+                std::to_string(t.train.nproc) + ": every rank needs at least one sample per step");
+  if (t.train.memory_limit == 0 && t.train.device != "cuda")
+    usage_error("--memory-limit is required on the CPU (on a GPU it defaults to the free device memory)");
+  if (t.train.allocator != "memcomm" && t.train.device != "cuda")
+    usage_error("memcomm-tune on the CPU needs --allocator memcomm: its cap makes the limit real");
+  for (double b : buckets)
+    if (b <= 0) usage_error("--buckets: sizes must be positive");
+  t.search.strategy = search == "lightning" ? Strategy::Lightning : search == "grid" ? Strategy::Grid : Strategy::Memcomm;
+  t.search.bucket_mb = t.train.bucket_mb;
+  t.search.bucket_candidates = buckets;
+  t.search.world = t.train.nproc;  // replaced by the real world size under torchrun/Slurm
+  if (!ballast.empty()) {
+    const auto colon = ballast.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      t.probe.ballast_rank = std::stoll(ballast.substr(0, colon));
+      t.probe.ballast_bytes = std::stoll(ballast.substr(colon + 1));
+    } catch (const std::exception&) {
+      usage_error("--rank-ballast wants RANK:BYTES, got '" + ballast + "'");
+    }
+  }
+  // The trainer flags as given, minus the tuner's own: the base of the recommended command.
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    const std::string name = a.substr(0, a.find('='));
+    if (kTunerSwitches.count(name)) continue;
+    if (kTunerValueFlags.count(name)) {
+      if (a.find('=') == std::string::npos) ++i;  // its value follows
+      continue;
+    }
+    t.train_args.push_back(a);
+  }
+  return t;
+}
+
+}  // namespace memcomm::tune

@@ -1,0 +1,182 @@
+#include "tune_run.hpp"
+
+#include "errors.hpp"
+#include "memcomm/tuner/report.hpp"
+#include "probe.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <set>
+
+namespace memcomm::tune {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// What the result depends on (Note [Tuning cache] in report.hpp).
+nlohmann::json cache_key(const TuneOptions& t, const ProbeRunner& runner) {
+  const auto& o = t.train;
+  return {{"memcomm_version", MEMCOMM_VERSION},
+          {"device", runner.device_description()},
+          {"dtype", o.amp == "bf16" ? "bf16-autocast" : "fp32"},
+          {"model", {{"name", o.model}, {"hidden", o.hidden}, {"layers", o.layers}, {"width", o.width},
+                     {"heads", o.heads}, {"seq_len", o.seq_len}, {"vocab", o.vocab}}},
+          {"dataset", resolved_dataset(o)},
+          {"optimizer", o.optimizer},
+          {"allocator", o.allocator},
+          {"grad_compression", o.grad_compression},
+          {"overlap", o.overlap},
+          {"threads", o.threads},
+          {"workers", o.workers},
+          {"prefetch", o.prefetch},
+          {"world", runner.world()},
+          {"global_batch", t.search.global_batch},
+          {"memory_limit", runner.memory_limit()},
+          {"search", static_cast<int>(t.search.strategy)},
+          {"fit_only", t.search.fit_only},
+          {"any_micro_batch", t.search.any_micro_batch},
+          {"max_trials", t.search.max_trials},
+          {"verify_steps", t.verify_steps}};
+}
+
+std::string train_command(const TuneOptions& t, const Recommendation& c) {
+  std::string s = "memcomm-train";
+  for (const auto& a : t.train_args) s += " " + a;
+  s += fmt::format(" --batch-size {} --accum {}", c.micro_batch, c.accum);
+  if (c.world > 1) s += fmt::format(" --bucket-mb {:g}", c.bucket_mb);
+  return s;
+}
+
+void print_result(const TuneResult& r) {
+  fmt::print("\n{}\n{}", format_trials(r), format_recommendation(r));
+}
+
+void write_json(const TuneResult& r, const std::string& path) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << to_json(r).dump(1) << "\n";
+    if (!f) throw std::runtime_error("cannot write --json file " + path);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot write --json file " + path);
+}
+
+// Candidates for the recommendation, fastest first: probed, fit with the margin, not excluded.
+std::vector<const Trial*> ranked(const SearchOutcome& o, int64_t limit, const std::set<int64_t>& excluded) {
+  std::vector<const Trial*> out;
+  for (const Trial& t : o.trials)
+    if (!t.result.oom && t.purpose != TrialPurpose::Bucket && !excluded.count(t.request.micro_batch) &&
+        (t.result.peak_reserved < 0 || (t.result.peak_reserved <= limit &&  // Note [Safety margin]
+                                        double(t.result.peak_allocated) <= double(limit) * (1 - o.safety_margin))))
+      out.push_back(&t);
+  std::stable_sort(out.begin(), out.end(), [](const Trial* a, const Trial* b) { return a->samples_per_s > b->samples_per_s; });
+  return out;
+}
+
+}  // namespace
+
+int run_tuning(TuneOptions t, const train::DistEnv& env) {
+  const double t0 = now_s();
+  ProbeRunner runner(t.train, env, t.probe);
+  const bool leader = runner.leader();
+  t.search.world = runner.world();
+  t.search.memory_limit = runner.memory_limit();
+  if (t.search.global_batch < t.search.world)
+    throw train::UsageError(fmt::format("--global-batch {} is smaller than the {} ranks: every rank needs a sample",
+                                        t.search.global_batch, t.search.world));
+  if (runner.model_state_bytes() >= t.search.memory_limit)
+    throw train::UsageError(fmt::format(
+        "--memory-limit {} is below the model's own size: {} for parameters, gradients and optimizer state",
+        format_bytes(t.search.memory_limit), format_bytes(runner.model_state_bytes())));
+
+  TuneResult r;
+  r.config = t.search;
+  r.key = cache_key(t, runner);
+  // Rank 0 decides about the cache; every rank follows (one file system may not be shared).
+  std::optional<TuneResult> cached;
+  if (!t.fresh && leader) cached = load_cached(r.key);
+  if (runner.agree_max(cached ? 1 : 0) > 0) {
+    if (leader) {
+      fmt::print("memcomm-tune: reusing the cached result {} (tuned in {:.1f} s; --fresh tunes again)\n",
+                 cache_path(r.key), cached->tuning_wall_s);
+      cached->config.memory_limit = t.search.memory_limit;
+      print_result(*cached);
+      write_json(*cached, t.json_out);
+    }
+    return 0;
+  }
+
+  if (leader)
+    fmt::print("memcomm-tune: global batch {} on {} rank(s), limit {} per rank, search {}\n", t.search.global_batch,
+               t.search.world, format_bytes(t.search.memory_limit),
+               t.search.strategy == Strategy::Memcomm ? "memcomm" : t.search.strategy == Strategy::Grid ? "grid" : "lightning");
+  int n = 0;
+  const ProbeFn probe = [&](const ProbeRequest& q) {
+    const ProbeResult x = runner.probe(q);
+    ++n;
+    if (leader || t.print_decisions) {
+      const std::string who = t.print_decisions ? fmt::format("rank {} ", env.rank) : "";
+      if (x.oom)
+        fmt::print("  {}probe {:>2}: b={} K={} bucket={:g} MiB: out of memory in {} ({:.1f} s)\n", who, n, q.micro_batch,
+                   q.accum, q.bucket_mb, x.oom_where, x.wall_s);
+      else
+        fmt::print("  {}probe {:>2}: b={} K={} bucket={:g} MiB: fits, peak reserved {}, step {:.1f} ms ({:.1f} s)\n",
+                   who, n, q.micro_batch, q.accum, q.bucket_mb, format_bytes(x.peak_reserved), x.step_s * 1e3, x.wall_s);
+      std::fflush(stdout);
+    }
+    return x;
+  };
+  r.outcome = run_search(t.search, probe);
+
+  // Verification: the winner runs --verify-steps full steps and an evaluation pass; on an
+  // out-of-memory the next fastest candidate is verified instead.
+  std::set<int64_t> excluded;
+  while (r.outcome.recommendation) {
+    auto& rec = *r.outcome.recommendation;
+    if (leader) {
+      fmt::print("  verifying b={} K={}: {} steps and an evaluation pass\n", rec.micro_batch, rec.accum, t.verify_steps);
+      std::fflush(stdout);
+    }
+    const Verification v = runner.verify(rec, t.verify_steps);
+    r.verifications.push_back(v);
+    if (!v.oom) {
+      rec.peak_reserved = std::max(rec.peak_reserved, v.peak_reserved);
+      rec.peak_allocated = std::max(rec.peak_allocated, v.peak_allocated);
+      rec.headroom = 1.0 - double(rec.peak_reserved) / double(t.search.memory_limit);
+      break;
+    }
+    excluded.insert(rec.micro_batch);
+    const auto next = ranked(r.outcome, t.search.memory_limit, excluded);
+    if (next.empty() || excluded.size() >= 3) {
+      r.outcome.recommendation.reset();
+      r.outcome.failure = "every verified candidate ran out of memory in its long run";
+      break;
+    }
+    const double bucket = rec.bucket_mb;
+    rec = {next.front()->request.micro_batch, next.front()->request.accum, t.search.world, bucket,
+           next.front()->samples_per_s, next.front()->result.peak_reserved, next.front()->result.peak_allocated, 0};
+  }
+  if (r.outcome.recommendation) r.command = train_command(t, *r.outcome.recommendation);
+  r.tuning_wall_s = now_s() - t0;
+  if (t.print_decisions && r.outcome.recommendation)
+    fmt::print("rank {} decided: largest feasible {}, micro-batch {}, accum {}, bucket {:g}\n", env.rank,
+               r.outcome.largest_feasible, r.outcome.recommendation->micro_batch, r.outcome.recommendation->accum,
+               r.outcome.recommendation->bucket_mb);
+  const auto [events, drops] = runner.finish_trace();
+  if (leader) {
+    print_result(r);
+    if (events > 0) fmt::print("trace: {} events ({} dropped)\n", events, drops);
+    write_json(r, t.json_out);
+    if (r.outcome.recommendation) store_cached(r);
+  }
+  return r.outcome.recommendation ? 0 : 1;
+}
+
+}  // namespace memcomm::tune

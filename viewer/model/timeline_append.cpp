@@ -1,0 +1,234 @@
+// TimelineBuilder::append_to() and finish(): the ingested arrays into the indexed model.
+//
+// Note [Incremental append]: live mode publishes new events every ~100 ms. Rebuilding the model
+// from all events received costs O(run length) per publish, so event-to-pixels grew with the run;
+// instead each structure takes in only what is new, in O(new events) when events arrive in time
+// order (the common case), and falls back to redoing one track when they do not:
+//   - stream lanes: spans at or after the lane's last start go first-fit onto the rows, exactly as
+//     a full pack would place them; an earlier span re-packs that lane;
+//   - phase/NVTX lanes (nested rows): a range is published when it ends, after the ranges nested in
+//     it, so new spans often start before published ones. The spans that start at or after the
+//     earliest new start are cut from the rows and re-nested with the new ones, from the stack of
+//     enclosing spans rebuilt from the rows' last spans: O(one step's phases), not O(all phases);
+//   - counters: samples appended, LOD levels updated from the first changed bucket (counter_lod);
+//   - allocator events: appended; the derived curves and the expandable-segment marks continue
+//     from the state kept in RankParts::derive; a late event or a mark on an already folded
+//     segment refolds that rank's curves;
+//   - collectives: appended; only the (comm, seq) groups they join are re-matched.
+// finish() is append_to() into an empty Timeline, so both paths build the same model (the tests
+// compare them field by field).
+#include <memcomm/view/builder.hpp>
+
+#include "append_parts.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace memcomm::view {
+
+namespace {
+
+template <class V>
+void shrink_if_slack(V& v) {  // shrinking copies the vector: only worth it when > 1/8 is slack
+  if (v.capacity() - v.size() > v.size() / 8) v.shrink_to_fit();
+}
+
+}  // namespace
+
+void sort_counters(RankData& rd) {
+  std::sort(rd.counters.begin(), rd.counters.end(), [](const CounterSeries& a, const CounterSeries& b) { return a.name() < b.name(); });
+}
+
+void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r,
+                                  std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls, bool& rematch) {
+  if (!p.host.empty()) rd.host = p.host;
+  rd.dropped += p.dropped;
+  p.dropped = 0;
+  const auto bound_spans = [this](const std::vector<Span>& v) {
+    for (const Span& s : v) bound(s.start, s.end);
+  };
+  if (!p.phases.empty()) {
+    bound_spans(p.phases);
+    merge_nested(lane_for(rd, LaneKind::Phase, 0), p.phases);
+    p.phases.clear();
+  }
+  if (!p.nvtx.empty()) {
+    bound_spans(p.nvtx);
+    merge_nested(lane_for(rd, LaneKind::Nvtx, 0), p.nvtx);
+    p.nvtx.clear();
+  }
+  for (auto& [key, spans] : p.streams) {
+    if (spans.empty()) continue;
+    Lane& lane = lane_for(rd, static_cast<LaneKind>(std::get<0>(key)), std::get<1>(key));
+    const auto [lo, hi] = merge_packed(lane, spans);
+    spans.clear();
+    bound(lo, hi);
+  }
+  if (!p.collectives.empty()) {
+    auto& cs = p.collectives;
+    const auto by_start = [](const Collective& a, const Collective& b) { return a.start < b.start; };
+    if (!std::is_sorted(cs.begin(), cs.end(), by_start)) std::stable_sort(cs.begin(), cs.end(), by_start);
+    for (const auto& c : cs) bound(c.start, c.end);
+    Lane& lane = lane_for(rd, LaneKind::Collective, 0);
+    auto& all = rd.collectives;
+    if (all.empty() || cs.front().start >= all.back().start) {
+      const auto base = static_cast<std::uint32_t>(all.size());
+      std::vector<Span> spans;
+      spans.reserve(cs.size());
+      for (std::uint32_t i = 0; i < cs.size(); ++i) {
+        spans.push_back({cs[i].start, cs[i].end, cs[i].op, base + i});
+        if (!rematch) new_colls.emplace_back(rd.rank, base + i);  // else all groups are matched anyway
+      }
+      all.insert(all.end(), cs.begin(), cs.end());
+      merge_packed(lane, spans);
+    } else {  // a late collective: indices shift, so the lane and all matching are redone
+      all.insert(all.end(), cs.begin(), cs.end());
+      std::stable_sort(all.begin(), all.end(), by_start);
+      std::vector<Span> spans;
+      spans.reserve(all.size());
+      for (std::uint32_t i = 0; i < all.size(); ++i) spans.push_back({all[i].start, all[i].end, all[i].op, i});
+      lane.rows.clear();
+      merge_packed(lane, spans);
+      rematch = true;
+    }
+    cs.clear();
+  }
+  // Sampled memory curves win over derived ones, even when they show up late (live).
+  if (!p.sampled_memory && (p.counters.count("allocated") || p.counters.count("reserved"))) {
+    p.sampled_memory = true;
+    if (p.derive.derived) {
+      rd.counters.erase(std::remove_if(rd.counters.begin(), rd.counters.end(),
+                                       [](const CounterSeries& c) {
+                                         return std::find_if(std::begin(kDerivedMemory), std::end(kDerivedMemory), [&](const char* n) {
+                                                  return c.name() == n;
+                                                }) != std::end(kDerivedMemory);
+                                       }),
+                        rd.counters.end());
+      p.derive.derived = false;
+    }
+  }
+  bool added = false;
+  for (auto& [name, series] : p.counters) {
+    if (series.size() == 0) continue;
+    sort_samples(series);
+    bound(series.time(0), series.time(series.size() - 1));
+    merge_samples(counter_for(rd, name, series.unit(), added), series);
+  }
+  if (added) sort_counters(rd);
+  if (!p.alloc.empty()) {
+    auto& fresh = p.alloc;
+    const auto by_time = [](const AllocEvent& a, const AllocEvent& b) { return a.t < b.t; };
+    if (!std::is_sorted(fresh.begin(), fresh.end(), by_time)) std::stable_sort(fresh.begin(), fresh.end(), by_time);
+    bound(fresh.front().t, fresh.back().t);
+    auto& ev = rd.alloc_events;
+    std::size_t from = ev.size();
+    if (ev.empty()) {
+      ev = std::move(fresh);
+      fresh = std::vector<AllocEvent>();
+    } else if (fresh.front().t >= ev.back().t) {
+      ev.insert(ev.end(), fresh.begin(), fresh.end());
+    } else {  // late events: merged after the published ones of equal time, all refolded
+      from = 0;
+      const auto mid = static_cast<std::ptrdiff_t>(ev.size());
+      ev.insert(ev.end(), fresh.begin(), fresh.end());
+      std::inplace_merge(ev.begin(), ev.begin() + mid, ev.end(), by_time);
+    }
+    fresh.clear();
+    derive_alloc(rd, p, from, r, slot);
+  }
+}
+
+AppendResult TimelineBuilder::append_to(Timeline& tl) {
+  AppendResult r;
+  fresh_lo_ = INT64_MAX;
+  for (std::size_t i = tl.strings.size(); i < strings_.size(); ++i) tl.strings.intern(strings_.get(static_cast<std::uint32_t>(i)));
+  for (auto& [rank, parts] : ranks_) {
+    (void)parts;
+    auto it = std::lower_bound(tl.ranks.begin(), tl.ranks.end(), rank, [](const RankData& d, std::uint32_t v) { return d.rank < v; });
+    if (it != tl.ranks.end() && it->rank == rank) continue;
+    RankData rd;
+    rd.rank = rank;
+    tl.ranks.insert(it, std::move(rd));
+    r.ranks_added = true;
+  }
+  r.alloc_from.assign(tl.ranks.size(), AppendResult::npos);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> new_colls;  // (rank id, index)
+  bool rematch = r.ranks_added;
+  std::uint32_t slot = 0;
+  for (auto& [rank, parts] : ranks_) {
+    while (tl.ranks[slot].rank != rank) ++slot;  // both sorted by rank
+    append_rank(tl.ranks[slot], slot, parts, r, new_colls, rematch);
+  }
+  if (lo_ <= hi_) {
+    tl.begin = lo_;
+    tl.end = hi_;
+  }
+  r.first_time = fresh_lo_;
+  r.events = events_;
+  tl.event_count += events_;
+  events_ = 0;
+  // Collective matching: the groups the new collectives joined, or all of them. The group index
+  // is built only when an append needs it (live), never for a one-shot load.
+  if (rematch) {
+    groups_valid_ = false;
+    match_collectives(tl);
+  } else if (!new_colls.empty()) {
+    if (!groups_valid_) {  // index what was published before these
+      groups_.clear();
+      for (const auto& rd : tl.ranks)
+        for (std::uint32_t i = 0; i < rd.collectives.size(); ++i)
+          groups_[collective_key(rd.collectives[i].comm, rd.collectives[i].seq)].emplace_back(rd.rank, i);
+      groups_valid_ = true;
+    } else {
+      for (const auto& [rank, index] : new_colls) {
+        const auto& rd = *std::lower_bound(tl.ranks.begin(), tl.ranks.end(), rank,
+                                           [](const RankData& d, std::uint32_t v) { return d.rank < v; });
+        groups_[collective_key(rd.collectives[index].comm, rd.collectives[index].seq)].emplace_back(rank, index);
+      }
+    }
+    std::vector<std::uint64_t> touched;
+    for (const auto& [rank, index] : new_colls) {
+      const auto& rd = *std::lower_bound(tl.ranks.begin(), tl.ranks.end(), rank,
+                                         [](const RankData& d, std::uint32_t v) { return d.rank < v; });
+      touched.push_back(collective_key(rd.collectives[index].comm, rd.collectives[index].seq));
+    }
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    std::vector<CollectiveRef> refs;
+    BusbwCache cache;
+    for (const auto key : touched) {
+      refs.clear();
+      for (const auto& [rank, index] : groups_[key]) {
+        const auto at = std::lower_bound(tl.ranks.begin(), tl.ranks.end(), rank,
+                                         [](const RankData& d, std::uint32_t v) { return d.rank < v; });
+        refs.push_back({static_cast<std::uint32_t>(at - tl.ranks.begin()), index});
+      }
+      std::sort(refs.begin(), refs.end(), [](const CollectiveRef& a, const CollectiveRef& b) {
+        return a.slot != b.slot ? a.slot < b.slot : a.index < b.index;
+      });
+      match_collective_group(tl, refs, cache);
+    }
+  }
+  return r;
+}
+
+Timeline TimelineBuilder::finish(std::string source) {
+  Timeline tl;
+  tl.strings = std::move(strings_);  // append_to() copies only the strings tl lacks: none
+  strings_ = StringTable();
+  append_to(tl);
+  tl.sources.push_back(std::move(source));
+  for (auto& rd : tl.ranks) {
+    for (auto& lane : rd.lanes) {
+      for (auto& row : lane.rows) shrink_if_slack(row);
+      lane.rows.shrink_to_fit();
+    }
+    shrink_if_slack(rd.collectives);
+    shrink_if_slack(rd.alloc_events);
+    for (auto& c : rd.counters) c.shrink_to_fit();
+  }
+  *this = TimelineBuilder();
+  return tl;
+}
+
+}  // namespace memcomm::view
