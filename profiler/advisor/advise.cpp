@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace memcomm::advise {
@@ -90,12 +91,14 @@ void communication_rule(const prof::Analysis& a, const AdviseOptions& o, std::ve
   if (!buckets.empty())
     adv.evidence += fmt::format("; {} gradient bucket(s), {} in all, all-reduce {} per step, last bucket {}",
                                 buckets.size(), bytes(total_bytes), ms(comm_per_step), ms(last_bucket));
-  if (buckets.size() == 1) {
+  // The first bucket always holds 1 MiB (Note [Gradient buckets] in trainer/src/grad_sync.hpp), so
+  // smaller gradients cannot be split.
+  if (buckets.size() == 1 && total_bytes > (2u << 20)) {
     const double mib = std::max(1.0, double(total_bytes) / 4.0 / double(1 << 20));
     adv.change = fmt::format("split the gradients into buckets (--bucket-mb {:.0f}): one bucket cannot start before "
                              "backward ends", mib);
     adv.saving = double(std::max<int64_t>(0, exposed - comm_per_step / 4)) / 1e6;
-  } else if (buckets.empty() || exposed > 2 * last_bucket) {
+  } else if (buckets.size() <= 1 || exposed > 2 * last_bucket) {
     adv.change = fp32 ? "halve the bytes on the wire (--grad-compression bf16), or communicate less often "
                         "(--accum 2 doubles the samples per all-reduce)"
                       : "communicate less often: --accum 2 doubles the samples per all-reduce";
@@ -116,7 +119,7 @@ void data_wait_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector
     adv.topic = Topic::DataWait;
     adv.saving_unit = "ms/step";
     adv.saving = double(t.data_wait_ns) / double(t.steps) / 1e6;
-    adv.change = "feed the GPU faster: more loader workers (--workers) and a deeper --prefetch, with pinned host memory";
+    adv.change = "feed the steps faster: more loader workers (--workers) and a deeper --prefetch (pinned host memory on GPUs)";
     adv.evidence = fmt::format("rank {} waits {} for data in each {} step ({:.0f}%)", rank,
                                ms(t.data_wait_ns / int64_t(t.steps)), ms(t.step_ns / int64_t(t.steps)), 100 * share);
     out.push_back(adv);
@@ -144,7 +147,12 @@ void straggler_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector
   for (const auto& [r, n] : late)
     if (n > most) most = n, who = r;
   const int64_t mean_skew = matched ? skew_sum / matched : 0;
-  const bool skewed = matched && most * 2 > matched && double(mean_skew) > o.straggler_threshold * double(median);
+  // Being last in a collective by chance happens to each rank 1/W of the time: a straggler is last
+  // more than three standard deviations above that, and late by a real share of a step.
+  const double w = double(times.size()), expected = double(matched) / w;
+  const double sigma = std::sqrt(double(matched) * (1.0 / w) * (1.0 - 1.0 / w));
+  const bool skewed = matched && double(most) > expected + 3 * sigma &&
+                      double(mean_skew) > o.straggler_threshold * double(median);
   // Without matched collectives, the slowest rank by step time.
   if (!skewed) {
     int64_t slowest = 0;

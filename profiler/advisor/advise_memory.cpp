@@ -61,6 +61,8 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
     if (peak.count(p)) adv.evidence += fmt::format(" {} {}", p, bytes(peak[p]));
   const uint64_t now = worst->peak_reserved;
   adv.saving = best->second < now ? double(now - best->second) : 0.0;
+  // Fragmentation no policy removes (rounding, a cap on how finely memory is mapped) is not advice.
+  if (adv.saving < 0.05 * double(now)) return;
   if (best->first == "memcomm-planned")
     adv.change = "turn on memcomm's planned mode (AllocatorConfig::planned): steps repeat, so a plan packs them";
   else if (best->first == "pytorch-expandable")

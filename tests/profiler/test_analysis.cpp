@@ -115,6 +115,28 @@ TEST_CASE("memory peaks and fragmentation over time", "[profiler][analysis]") {
   CHECK(pts[0].fragmentation == Approx(1.0 - 100.0 / 400.0));
 }
 
+TEST_CASE("an expandable segment counts its mapped bytes as reserved, not its virtual range", "[profiler][analysis]") {
+  constexpr uint64_t kGiB = 1ULL << 30;
+  const uint64_t base = 0x7f0000000000ULL;
+  auto blk = [](EventKind k, int64_t ts, uint64_t a, uint64_t n) { return Event::from(make_mem_block(k, ts, a, n)); };
+  RankTrace r;
+  r.events = {blk(EventKind::SegmentAlloc, 1, base, 128 * kGiB),  // the virtual reservation
+              blk(EventKind::SegmentMap, 2, base, kGiB),
+              blk(EventKind::Alloc, 3, base, kGiB / 2),
+              blk(EventKind::SegmentAlloc, 4, 0x1000, 2 << 20),    // a plain segment beside it
+              blk(EventKind::SegmentMap, 5, base + kGiB, kGiB),
+              blk(EventKind::SegmentUnmap, 6, base + kGiB, kGiB),
+              blk(EventKind::SegmentFree, 7, 0x1000, 2 << 20),
+              blk(EventKind::SegmentFree, 8, base, 128 * kGiB)};
+  const auto pts = memory_series(r);
+  REQUIRE(pts.size() == 8);
+  uint64_t peak = 0;
+  for (const auto& p : pts) peak = std::max(peak, p.reserved);
+  CHECK(peak == 2 * kGiB + (2 << 20));
+  CHECK(pts[2].reserved == kGiB);
+  CHECK(pts[6].reserved == kGiB);
+}
+
 TEST_CASE("GPU run: kernels are compute, NCCL kernels communication, memcpy counted apart", "[profiler][analysis]") {
   RankTrace r;
   r.rank = 0;

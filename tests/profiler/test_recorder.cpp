@@ -1,4 +1,8 @@
 // Recorder: exact counts under multithreaded stress, counted drops, start/stop, sinks, hooks.
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <map>
 #include <thread>
@@ -253,4 +257,73 @@ TEST_CASE("a file sink with several compression threads writes chunks in order",
     for (size_t i = 0; i < evs.size(); ++i) REQUIRE(evs[i].ts == int64_t(i));
     std::remove(path.c_str());
   }
+}
+
+TEST_CASE("the collector's period follows how full the rings get", "[profiler][recorder]") {
+  using detail::next_drain_interval_ms;
+  CHECK(next_drain_interval_ms(5, 0.0, 5, 50) == 10);     // nearly empty: back off
+  CHECK(next_drain_interval_ms(40, 0.0, 5, 50) == 50);    // up to the longest period
+  CHECK(next_drain_interval_ms(50, 0.0, 5, 50) == 50);
+  CHECK(next_drain_interval_ms(20, 0.05, 5, 50) == 20);   // comfortable: keep
+  CHECK(next_drain_interval_ms(40, 0.2, 5, 50) == 20);    // filling: halve
+  CHECK(next_drain_interval_ms(8, 0.2, 5, 50) == 5);      // never under the shortest period
+  CHECK(next_drain_interval_ms(50, 0.6, 5, 50) == 5);     // a burst: shortest period at once
+  CHECK(next_drain_interval_ms(7, 0.0, 60'000, 50) == 60'000);  // a longest below the shortest is the shortest
+  CHECK(next_drain_interval_ms(3, 0.0, 0, 0) == 1);       // periods are at least 1 ms
+}
+
+TEST_CASE("an idle collector backs off, while samplers keep their own period", "[profiler][recorder]") {
+  RecorderOptions opt;
+  opt.drain_interval_ms = 1;
+  opt.max_drain_interval_ms = 64;
+  opt.collector_priority = CollectorPriority::Normal;
+  Recorder rec(opt);
+  auto sink = std::make_shared<MemorySink>();
+  rec.add_sink(sink);
+  std::atomic<int> samples{0};
+  rec.add_sampler([&](Recorder& r) {
+    const int n = samples.load();
+    r.record(make_counter(now_ns(), 1, n));
+    samples.store(n + 1);  // counted once recorded
+  }, std::chrono::milliseconds(10));
+  rec.start();
+  rec.record(make_counter(now_ns(), 2, 0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const int seen = samples.load();
+  rec.stop();
+  const auto st = rec.stats();
+  INFO("wakeups " << st.wakeups << ", samples " << seen);
+  // A fixed 1 ms period would wake ~400 times; backing off to 64 ms leaves the samplers' ~40.
+  CHECK(st.wakeups < 150);
+  CHECK(st.collector_cpu_ns > 0);
+  CHECK(seen >= 2);
+  Tally t = tally(sink->events());
+  CHECK(t.seqs[2].size() == 1);
+  // Every sample taken before stop() is delivered, in order (a later one may race stop()).
+  REQUIRE(t.seqs[1].size() >= size_t(seen));
+  for (size_t i = 0; i < t.seqs[1].size(); ++i) CHECK(t.seqs[1][i] == double(i));
+}
+
+TEST_CASE("the collector runs at the priority asked for", "[profiler][recorder]") {
+  for (CollectorPriority p : {CollectorPriority::Low, CollectorPriority::Idle}) {
+    RecorderOptions opt;
+    opt.collector_priority = p;
+    Recorder rec(opt);
+    std::atomic<int> nice{-100}, policy{-1};
+    rec.add_sampler([&](Recorder&) {
+      errno = 0;
+      policy = sched_getscheduler(0);
+      nice = getpriority(PRIO_PROCESS, id_t(gettid()));
+    }, std::chrono::milliseconds(1));
+    rec.start();
+    for (int i = 0; i < 10'000 && policy.load() < 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    rec.stop();
+    if (p == CollectorPriority::Low) {
+      CHECK(nice.load() == 19);
+    } else {
+      CHECK(policy.load() == SCHED_IDLE);
+    }
+  }
+  // The recording thread itself is left alone.
+  CHECK(sched_getscheduler(0) != SCHED_IDLE);
 }

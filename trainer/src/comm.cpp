@@ -6,6 +6,8 @@
 #endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <memcomm/profiler/clock.hpp>
+#include <memcomm/profiler/clock_sync.hpp>
 #include <time.h>
 
 #include <cstdio>
@@ -224,6 +226,45 @@ void Communicator::barrier() {
     fail(std::string("barrier failed: ") + e.what());
   }
   wait(p);
+}
+
+int64_t Communicator::estimate_clock_offset(int rounds) {
+  if (!pg_) return 0;
+  // NCCL moves device memory only; Gloo takes host tensors.
+  const auto opts = at::TensorOptions(at::kLong).device(backend_name_ == "nccl" ? device_ : at::Device(at::kCPU));
+  auto stamps = at::zeros({2}, opts);
+  std::vector<at::Tensor> one{stamps};
+  const int kTag = 0x6d63;  // "mc": apart from any other point-to-point traffic
+  auto wait = [&](c10::intrusive_ptr<c10d::Work> w, const char* what) {
+    try {
+      w->wait(std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+    } catch (const std::exception& e) {
+      fail(std::string("clock probe ") + what + " failed: " + e.what());
+    }
+  };
+  int64_t offset = 0;
+  for (int peer = 1; peer < env_.world; ++peer) {
+    if (env_.rank == 0) {  // answer `rounds` pings from this peer with (receive, reply) times
+      for (int r = 0; r < rounds; ++r) {
+        wait(pg_->recv(one, peer, kTag), "receive");
+        const int64_t t1 = prof::now_ns();
+        stamps.copy_(at::tensor({t1, prof::now_ns()}, at::kLong));
+        wait(pg_->send(one, peer, kTag), "reply");
+      }
+    } else if (env_.rank == peer) {
+      std::vector<prof::ClockProbe> probes;
+      for (int r = 0; r < rounds; ++r) {
+        const int64_t t0 = prof::now_ns();
+        wait(pg_->send(one, 0, kTag), "send");
+        wait(pg_->recv(one, 0, kTag), "reply");
+        const int64_t t3 = prof::now_ns();
+        const auto host = stamps.to(at::kCPU);
+        probes.push_back({t0, host[0].item<int64_t>(), host[1].item<int64_t>(), t3});
+      }
+      offset = prof::estimate_clock_offset(probes).offset_ns;
+    }
+  }
+  return offset;
 }
 
 std::vector<CollectiveRecord> Communicator::take_records() {

@@ -56,6 +56,12 @@ class Communicator {
   void set_device(const at::Device& d) { device_ = d; }
   void broadcast(std::vector<at::Tensor>& tensors, int root);
   void barrier();
+  // Note [Clock offsets at rendezvous]: ranks on different hosts have unrelated monotonic clocks.
+  // Every rank but 0 measures its clock against rank 0's with
+  // `rounds` send/recv round trips (min-RTT filter, prof::estimate_clock_offset). Returns the ns to
+  // add to this rank's timestamps to put them on rank 0's clock (0 on rank 0 and with one rank).
+  // Every rank must call it.
+  int64_t estimate_clock_offset(int rounds = 8);
 
   int64_t allreduce_calls() const { return allreduce_calls_; }
   // Completed collectives since the last call (drained by the trainer for the profiler/summary).

@@ -17,6 +17,18 @@ namespace {
 
 }  // namespace
 
+void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::CallForAllHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::ParseError& e) {
+    usage_error(program, e.what());
+  }
+}
+
 void check_train_options(const TrainOptions& o, const char* program) {
   const auto usage_error = [program](const std::string& msg) { memcomm::train::usage_error(program, msg); };
   if (o.nproc < 1) usage_error("--nproc must be at least 1");
@@ -143,15 +155,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
       "Runs by itself (--nproc N spawns N local ranks), under 'torchrun --no-python', or under Slurm (srun)."};
   app.get_formatter()->column_width(34);
   add_train_options(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::exit(app.exit(e));
-  } catch (const CLI::CallForAllHelp& e) {
-    std::exit(app.exit(e));
-  } catch (const CLI::ParseError& e) {
-    usage_error("memcomm-train", e.what());
-  }
+  parse_or_exit(app, argc, argv, "memcomm-train");
   check_train_options(o, "memcomm-train");
   return o;
 }

@@ -74,6 +74,9 @@ namespace memcomm::train {
 
 // Adds every memcomm-train flag to `app`, in its groups, bound to `o` (memcomm-tune reuses them).
 void add_train_options(CLI::App& app, TrainOptions& o);
+// Parses argv into `app`: --help prints usage and exits 0; a parse error prints
+// "PROGRAM: what is wrong" and exits 2.
+void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program);
 // Checks combinations the flags alone cannot; prints "PROGRAM: what is wrong" and exits 2.
 void check_train_options(const TrainOptions& o, const char* program);
 

@@ -82,6 +82,7 @@ struct RunProfiler::Impl {
   std::map<std::string, prof::Name> names;
   bool finished = false;
   std::pair<int64_t, int64_t> totals{0, 0};
+  int64_t collector_cpu_ns = 0;  // captured by finish()
 };
 
 RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::CachingAllocator* allocator) {
@@ -97,7 +98,12 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
     prof::WriterOptions w;
     w.rank = static_cast<uint32_t>(env.rank);
     w.world_size = static_cast<uint32_t>(env.world);
-    impl_->file = std::make_shared<prof::FileSink>(prof::rank_trace_path(o.trace, env.rank), w);
+    // Compressed on the collector thread itself (no compression thread): a rank records a few
+    // thousand events a second, so a chunk takes microseconds, and one background thread per
+    // rank instead of two means fewer wake-ups competing with training for the cores
+    // (Note [Collector cadence] in recorder.cpp).
+    impl_->file = std::make_shared<prof::FileSink>(prof::rank_trace_path(o.trace, env.rank), w, size_t(1) << 16,
+                                                   /*compress_threads=*/0);
     rec.add_sink(impl_->file);
   }
   if (!o.live.empty()) {
@@ -128,6 +134,9 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
           r.record(prof::make_mem_sample(t, prof::MemMetric::LargestFree, sum.largest_free_block, dev));
           r.record(prof::make_mem_sample(t, prof::MemMetric::Fragmentation,
                                          uint64_t(sum.external_fragmentation() * 1e6), dev));
+          // The cap (--memory-limit) is what the advisor measures headroom against.
+          if (allocator->config().capacity > 0)
+            r.record(prof::make_mem_sample(t, prof::MemMetric::DeviceTotal, allocator->config().capacity, dev));
         },
         std::chrono::milliseconds(50));
   }
@@ -144,6 +153,11 @@ void RunProfiler::collective(const CollectiveRecord& r) {
   const auto seq = static_cast<uint32_t>(r.seq);
   prof::record(prof::make_collective(prof::EventKind::CollEnqueue, r.start_ns, op, dt, uint64_t(r.bytes), 0, seq, bucket));
   prof::record(prof::make_collective(prof::EventKind::CollEnd, r.end_ns, op, dt, uint64_t(r.bytes), 0, seq, bucket));
+}
+
+void RunProfiler::clock_offset(int64_t ns) {
+  if (!impl_) return;
+  impl_->rec.record_rare(prof::Event::from(prof::make_meta(prof::now_ns(), prof::MetaKey::ClockOffset, ns)));
 }
 
 void RunProfiler::counter(const char* name, double value) {
@@ -177,8 +191,14 @@ std::pair<int64_t, int64_t> RunProfiler::finish() {
   }
   if (impl_->live) rec.remove_sink(impl_->live);
   impl_->totals = {int64_t(st.recorded), int64_t(st.dropped)};
+  impl_->collector_cpu_ns = int64_t(st.collector_cpu_ns);
   impl_->finished = true;
   return impl_->totals;
+}
+
+int64_t RunProfiler::collector_cpu_ns() const {
+  if (!impl_) return 0;
+  return impl_->finished ? impl_->collector_cpu_ns : int64_t(impl_->rec.stats().collector_cpu_ns);
 }
 
 }  // namespace memcomm::train

@@ -27,8 +27,14 @@ class RunProfiler {
   bool active() const { return impl_ != nullptr; }
   void collective(const CollectiveRecord& r);            // a completed collective
   void counter(const char* name, double value);          // loss, samples/s, lr...
+  // This rank's clock offset to rank 0 (Note [Clock offsets at rendezvous] in comm.hpp), recorded
+  // so that loading the per-rank traces puts them on one timeline.
+  void clock_offset(int64_t ns);
   // Stops recording and returns (events recorded, events dropped); idempotent.
   std::pair<int64_t, int64_t> finish();
+  // CPU time the profiler's collector thread used (draining, samplers, trace compression): the
+  // profiler's own cost, measurable even when step times are too noisy to show it. 0 if inactive.
+  int64_t collector_cpu_ns() const;
 
   struct Impl;
 

@@ -59,6 +59,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   Communicator comm(env, rd.backend, o.timeout_s);
   comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
   comm.set_device(dev);
+  if (profiler.active()) profiler.clock_offset(comm.estimate_clock_offset());
   auto train_set = make_dataset(o, "train");
   TrainSession session(o, comm, dev, train_set->num_classes());
   auto& model = session.model();

@@ -64,15 +64,7 @@ TuneOptions parse_tune_options(int argc, char** argv) {
   app.add_option("--rank-ballast", ballast, "RANK:BYTES held by one rank (test hook: unequal data)")->group("");
   app.add_flag("--print-decisions", t.print_decisions, "Every rank prints its decisions (test hook)")->group("");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::exit(app.exit(e));
-  } catch (const CLI::CallForAllHelp& e) {
-    std::exit(app.exit(e));
-  } catch (const CLI::ParseError& e) {
-    usage_error(e.what());
-  }
+  train::parse_or_exit(app, argc, argv, "memcomm-tune");
   for (const char* chosen : {"--batch-size", "--accum", "--steps"})
     if (app.count(chosen) > 0)
       usage_error(std::string(chosen) + " is what memcomm-tune chooses; give --global-batch (and --verify-steps)");

@@ -135,7 +135,49 @@ Breakdown breakdown_over(const RankSpans& s, int64_t lo, int64_t hi) {
   return b;
 }
 
+namespace {
+
+// Note [Virtual reservations]: an expandable segment is a SegmentAlloc of its whole virtual range
+// (e.g. 128 GiB) followed by SegmentMap/SegmentUnmap of the parts backed by memory. Reserved bytes
+// are the backed ones, so a SegmentAlloc that any map lands in counts for nothing (its maps count),
+// while a plain segment counts whole. Returns, per SegmentAlloc/SegmentFree event index in time
+// order, whether it is such a virtual reservation.
+std::vector<bool> virtual_reservations(const RankTrace& r) {
+  struct Live {
+    uint64_t end;
+    size_t instance;
+  };
+  std::map<uint64_t, Live> live;   // segment start -> its end and instance
+  std::vector<bool> is_virtual;    // per SegmentAlloc instance
+  std::vector<size_t> instance_of; // per SegmentAlloc/SegmentFree event, in order
+  for (const Event& e : r.events) {
+    if (e.kind != EventKind::SegmentAlloc && e.kind != EventKind::SegmentFree && e.kind != EventKind::SegmentMap)
+      continue;
+    const auto b = e.as<MemBlockEvent>();
+    if (e.kind == EventKind::SegmentAlloc) {
+      live[b.addr()] = {b.addr() + b.size(), is_virtual.size()};
+      instance_of.push_back(is_virtual.size());
+      is_virtual.push_back(false);
+    } else if (e.kind == EventKind::SegmentFree) {
+      auto it = live.find(b.addr());
+      instance_of.push_back(it == live.end() ? SIZE_MAX : it->second.instance);
+      if (it != live.end()) live.erase(it);
+    } else {
+      auto it = live.upper_bound(b.addr());
+      if (it != live.begin() && b.addr() < (--it)->second.end) is_virtual[it->second.instance] = true;
+    }
+  }
+  std::vector<bool> out;
+  out.reserve(instance_of.size());
+  for (size_t i : instance_of) out.push_back(i != SIZE_MAX && is_virtual[i]);
+  return out;
+}
+
+}  // namespace
+
 std::vector<MemoryPoint> memory_series(const RankTrace& r) {
+  const std::vector<bool> virtual_segment = virtual_reservations(r);  // Note [Virtual reservations]
+  size_t segment_event = 0;
   bool sampled[size_t(MemMetric::Count)] = {};
   bool has_free_completed = false;
   for (const Event& e : r.events) {
@@ -170,8 +212,14 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
         case EventKind::Alloc: alloc += sz; active += sz; break;
         case EventKind::FreeRequested: alloc -= sz; if (!has_free_completed) active -= sz; break;
         case EventKind::FreeCompleted: active -= sz; break;
-        case EventKind::SegmentAlloc: case EventKind::SegmentMap: reserved += sz; break;
-        case EventKind::SegmentFree: case EventKind::SegmentUnmap: reserved -= sz; break;
+        case EventKind::SegmentAlloc:
+          if (!virtual_segment[segment_event++]) reserved += sz;
+          break;
+        case EventKind::SegmentFree:
+          if (!virtual_segment[segment_event++]) reserved -= sz;
+          break;
+        case EventKind::SegmentMap: reserved += sz; break;
+        case EventKind::SegmentUnmap: reserved -= sz; break;
         default: break;
       }
       if (!sampled[size_t(MemMetric::Allocated)]) p.allocated = to_u64(alloc);

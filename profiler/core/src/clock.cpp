@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 namespace memcomm::prof {
 namespace {
@@ -21,16 +22,46 @@ bool g_use_tsc = false;
 uint64_t g_base_tsc = 0;   // first calibration pair: the baseline grows from here
 int64_t g_base_ns = 0;
 
-bool kernel_trusts_tsc() {
+std::string read_small_file(const char* path, size_t limit) {
+  std::string out;
+  FILE* f = std::fopen(path, "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while (out.size() < limit && (n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+
+bool has_word(const std::string& text, const char* word) {
+  const size_t len = std::strlen(word);
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    const bool starts = at == 0 || text[at - 1] == ' ' || text[at - 1] == '\t';
+    const bool ends = at + len == text.size() || text[at + len] == ' ' || text[at + len] == '\n';
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+// Note [TSC clock]: the kernel's clocksource must be the counter, and on x86 the CPU must call
+// the TSC invariant.
+bool counter_trusted() {
   if (const char* env = std::getenv("MEMCOMM_CLOCK")) {
     if (std::strcmp(env, "monotonic") == 0) return false;
   }
-  FILE* f = std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
-  if (!f) return false;
-  char buf[32] = {};
-  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
-  std::fclose(f);
-  return ok && std::strncmp(buf, "tsc", 3) == 0;
+  const std::string source =
+      read_small_file("/sys/devices/system/clocksource/clocksource0/current_clocksource", 64);
+#if defined(__aarch64__)
+  return source.rfind("arch_sys_counter", 0) == 0;
+#else
+  if (source.rfind("tsc", 0) != 0) return false;
+  // The first "flags" line is enough: every CPU of a machine reports the same TSC features.
+  const std::string cpuinfo = read_small_file("/proc/cpuinfo", 1 << 16);
+  const size_t flags = cpuinfo.find("\nflags");
+  if (flags == std::string::npos) return false;
+  const std::string line = cpuinfo.substr(flags + 1, cpuinfo.find('\n', flags + 1) - flags - 1);
+  return has_word(line, "constant_tsc") && has_word(line, "nonstop_tsc");
+#endif
 }
 
 // A (tsc, ns) pair taken as tightly as possible: the ns reading bracketed by two tick readings.
@@ -39,9 +70,9 @@ void sample_pair(uint64_t& tsc, int64_t& ns) {
   ns = 0;
   uint64_t best_gap = ~0ull;
   for (int i = 0; i < 5; ++i) {
-    const uint64_t a = __rdtsc();
+    const uint64_t a = read_ticks();
     const int64_t n = monotonic_ns();
-    const uint64_t b = __rdtsc();
+    const uint64_t b = read_ticks();
     if (b - a < best_gap) {
       best_gap = b - a;
       tsc = a + (b - a) / 2;
@@ -69,7 +100,7 @@ bool clock_init() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_inited) return g_use_tsc;
   g_inited = true;
-  if (!kernel_trusts_tsc()) return false;
+  if (!counter_trusted()) return false;
   uint64_t t0 = 0, t1 = 0;
   int64_t n0 = 0, n1 = 0;
   sample_pair(t0, n0);

@@ -10,6 +10,8 @@
 #include "memcomm/profiler/event_sort.hpp"
 
 #include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,12 +42,51 @@ struct ThreadSlots {
 };
 thread_local ThreadSlots tl_slots;
 
+// Best effort: a collector that keeps its priority still works.
+void apply_collector_priority(CollectorPriority p) {
+  switch (p) {
+    case CollectorPriority::Normal:
+      return;
+    case CollectorPriority::Low:
+      (void)::setpriority(PRIO_PROCESS, id_t(gettid()), 19);  // per thread on Linux
+      return;
+    case CollectorPriority::Idle: {
+      sched_param sp{};
+      sp.sched_priority = 0;
+      (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+      return;
+    }
+  }
+}
+
+uint64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return uint64_t(t.tv_sec) * 1'000'000'000u + uint64_t(t.tv_nsec);
+}
+
 std::string current_thread_name() {
   char buf[64] = {};
   if (pthread_getname_np(pthread_self(), buf, sizeof buf) != 0) return {};
   return buf;
 }
 }  // namespace
+
+namespace detail {
+int next_drain_interval_ms(int current_ms, double fill, int min_ms, int max_ms) {
+  if (min_ms < 1) min_ms = 1;
+  if (max_ms < min_ms) max_ms = min_ms;
+  int next = current_ms;
+  if (fill > 0.25) {
+    next = min_ms;
+  } else if (fill > 0.125) {
+    next = current_ms / 2;
+  } else if (fill < 1.0 / 32) {
+    next = current_ms > max_ms / 2 ? max_ms : current_ms * 2;
+  }
+  return next < min_ms ? min_ms : next > max_ms ? max_ms : next;
+}
+}  // namespace detail
 
 Recorder::Recorder(const RecorderOptions& options)
     : opt_(options), generation_(g_generation.fetch_add(1)) {
@@ -138,16 +179,20 @@ void Recorder::start() {
     for (auto& t : threads_) t->ring.discard();
   }
   emit_identity(now_ns());
+  // Enabled before the collector exists, so the samplers' first run (due at once) is recorded.
+  enabled_.store(true, std::memory_order_release);
   if (!collector_.joinable()) {
     {
       std::lock_guard<std::mutex> wl(wake_mu_);
       collector_stop_ = false;
     }
-    next_flush_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.flush_interval_ms);
-    next_recalibrate_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    const auto now = std::chrono::steady_clock::now();
+    next_flush_ = now + std::chrono::milliseconds(opt_.flush_interval_ms);
+    next_recalibrate_ = now + std::chrono::seconds(1);
+    drain_ms_ = std::max(1, opt_.drain_interval_ms);
+    next_drain_ = now + std::chrono::milliseconds(drain_ms_);
     collector_ = std::thread([this] { collector_loop(); });
   }
-  enabled_.store(true, std::memory_order_release);
 }
 
 void Recorder::stop() {
@@ -172,36 +217,57 @@ void Recorder::drain_now() {
 
 void Recorder::collector_loop() {
   pthread_setname_np(pthread_self(), "memcomm-collect");
+  apply_collector_priority(opt_.collector_priority);
+  const int min_ms = std::max(1, opt_.drain_interval_ms);
+  const int max_ms = std::max(min_ms, opt_.max_drain_interval_ms);
+  const uint64_t cpu_before = collector_cpu_ns_.load(std::memory_order_relaxed);  // earlier collectors
   std::unique_lock<std::mutex> wl(wake_mu_);
   while (!collector_stop_) {
-    wake_.wait_for(wl, std::chrono::milliseconds(opt_.drain_interval_ms));
-    if (collector_stop_) break;
-    wl.unlock();
-    const auto now = std::chrono::steady_clock::now();
+    // Sleep until the next drain or the next sampler, whichever is first (Note [Collector cadence]).
+    auto deadline = next_drain_;
     {
       std::lock_guard<std::mutex> sl(samplers_mu_);
-      for (auto& s : samplers_) {
-        if (now >= s.next) {
-          s.next = now + s.period;
-          try {
-            s.fn(*this);
-          } catch (...) {
-            // A failing sampler must not end collection; it will run again next period.
-          }
-        }
+      for (const auto& s : samplers_) deadline = std::min(deadline, s.next);
+    }
+    wake_.wait_until(wl, deadline, [this] { return collector_stop_; });
+    if (collector_stop_) break;
+    wl.unlock();
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    run_due_samplers(now);
+    if (now >= next_drain_) {
+      if (now >= next_recalibrate_) {
+        clock_recalibrate();
+        next_recalibrate_ = now + std::chrono::seconds(1);
+      }
+      const bool flush = now >= next_flush_;
+      if (flush) next_flush_ = now + std::chrono::milliseconds(opt_.flush_interval_ms);
+      double fill = 0;
+      {
+        std::lock_guard<std::mutex> dl(drain_mu_);
+        drain_locked(flush);
+        fill = last_fill_;
+      }
+      drain_ms_ = detail::next_drain_interval_ms(drain_ms_, fill, min_ms, max_ms);
+      next_drain_ = now + std::chrono::milliseconds(drain_ms_);
+    }
+    collector_cpu_ns_.store(cpu_before + thread_cpu_ns(), std::memory_order_relaxed);
+    wl.lock();
+  }
+  collector_cpu_ns_.store(cpu_before + thread_cpu_ns(), std::memory_order_relaxed);
+}
+
+void Recorder::run_due_samplers(std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> sl(samplers_mu_);
+  for (auto& s : samplers_) {
+    if (now >= s.next) {
+      s.next = now + s.period;
+      try {
+        s.fn(*this);
+      } catch (...) {
+        // A failing sampler must not end collection; it will run again next period.
       }
     }
-    if (now >= next_recalibrate_) {
-      clock_recalibrate();
-      next_recalibrate_ = now + std::chrono::seconds(1);
-    }
-    const bool flush = now >= next_flush_;
-    if (flush) next_flush_ = now + std::chrono::milliseconds(opt_.flush_interval_ms);
-    {
-      std::lock_guard<std::mutex> dl(drain_mu_);
-      drain_locked(flush);
-    }
-    wl.lock();
   }
 }
 
@@ -215,6 +281,7 @@ void Recorder::drain_locked(bool flush) {
   const int64_t ts = now_ns();
   run_bounds_.assign(1, 0);
   drop_events_.clear();
+  double fill = 0;  // largest fraction of a ring found in use
   bool runs_sorted = std::is_sorted(batch_.begin(), batch_.end(), [](const Event& a, const Event& b) { return a.ts < b.ts; });
   run_bounds_.push_back(batch_.size());
   {
@@ -228,6 +295,7 @@ void Recorder::drain_locked(bool flush) {
         batch_.push_back(e);
       });
       if (batch_.size() > begin) run_bounds_.push_back(batch_.size());
+      fill = std::max(fill, double(batch_.size() - begin) / double(t->ring.capacity()));
       const uint64_t d = t->ring.dropped();
       if (d != t->drops_reported) {
         DropEvent de{};
@@ -240,6 +308,7 @@ void Recorder::drain_locked(bool flush) {
         t->drops_reported = d;
       }
     }
+    last_fill_ = fill;
     // Free rings of threads that ended, once nothing is left in them.
     threads_.erase(std::remove_if(threads_.begin(), threads_.end(),
                                   [](const std::shared_ptr<detail::ThreadSlot>& t) {
@@ -306,6 +375,8 @@ RecorderStats Recorder::stats() const {
   s.recorded = recorded_.load();
   s.dropped = dropped_.load();
   s.batches = batches_.load();
+  s.wakeups = wakeups_.load();
+  s.collector_cpu_ns = collector_cpu_ns_.load();
   auto* self = const_cast<Recorder*>(this);
   std::lock_guard<std::mutex> tl(self->threads_mu_);
   s.threads = threads_created_;

@@ -6,9 +6,11 @@
 //   plus a ring push: no lock, no allocation, no system call (Note [Ring protocol]).
 // - A full ring drops the event and counts it; the collector emits a DropEvent per thread whose
 //   count grew, so drops are in the trace and in stats().
-// - The collector wakes every drain_interval_ms, drains every ring, sends strings then events to
-//   each sink, runs the registered samplers (e.g. allocator statistics), flushes sinks every
-//   flush_interval_ms and recalibrates the clock about once a second.
+// - The collector drains every ring, sends strings then events to each sink, runs the registered
+//   samplers (e.g. allocator statistics), flushes sinks every flush_interval_ms and recalibrates
+//   the clock about once a second. It drains as seldom as the producers allow (Note [Collector
+//   cadence]) and runs at low CPU priority, so a training thread it shares a core with hardly
+//   notices it.
 // - start()/stop() may be called any number of times. While stopped, record() is one relaxed
 //   load and a branch. stop() drains everything recorded before it and flushes the sinks.
 //
@@ -42,10 +44,19 @@
 
 namespace memcomm::prof {
 
+// How the collector thread is scheduled against the threads that record (Note [Collector cadence]).
+enum class CollectorPriority : uint8_t {
+  Normal,  // as created (inherits the creating thread's nice value)
+  Low,     // nice 19: runs when the recording threads wait, still gets a share on a busy machine
+  Idle,    // SCHED_IDLE: runs only when a core has nothing else to do (may starve on a full machine)
+};
+
 struct RecorderOptions {
   size_t ring_events = 1 << 16;   // per-thread ring capacity in events (x24 bytes)
-  int drain_interval_ms = 5;      // collector period
+  int drain_interval_ms = 5;      // shortest collector period (used while rings fill fast)
+  int max_drain_interval_ms = 50; // longest collector period (while rings stay nearly empty)
   int flush_interval_ms = 250;    // sinks flushed at least this often (bounds loss on a crash)
+  CollectorPriority collector_priority = CollectorPriority::Low;
 };
 
 // Who is recording: written as MetaEvents at every start() and used to name rank files.
@@ -62,6 +73,8 @@ struct RecorderStats {
   uint64_t dropped = 0;     // events lost to full rings since construction
   uint64_t threads = 0;     // rings ever created
   uint64_t batches = 0;     // collector drains that delivered something
+  uint64_t wakeups = 0;     // times the collector thread woke up (drains, samplers)
+  uint64_t collector_cpu_ns = 0;  // CPU time of the collector thread(s): draining, samplers, inline sinks
 };
 
 // A name interned once: the id goes in events, the text to hooks (e.g. NVTX).
@@ -88,6 +101,9 @@ struct TlsCache {
 };
 inline thread_local TlsCache tls_cache __attribute__((tls_model("initial-exec"))) = {0, nullptr, 0};
 inline constexpr int kMaxRangeHooks = 8;
+// The collector's next period (Note [Collector cadence]): `fill` is the largest fraction of a
+// ring's capacity that the last drain found in use.
+int next_drain_interval_ms(int current_ms, double fill, int min_ms, int max_ms);
 }  // namespace detail
 
 class Recorder {
@@ -162,6 +178,7 @@ class Recorder {
  private:
   void attach_thread() noexcept;
   void collector_loop();
+  void run_due_samplers(std::chrono::steady_clock::time_point now);
   void drain_locked(bool final_flush);
   void emit_identity(int64_t ts);
 
@@ -203,9 +220,12 @@ class Recorder {
   std::vector<Sampler> samplers_;
   std::mutex samplers_mu_;
   int next_sampler_id_ = 1;
-  std::chrono::steady_clock::time_point next_flush_, next_recalibrate_;
+  std::chrono::steady_clock::time_point next_flush_, next_recalibrate_, next_drain_;
+  int drain_ms_ = 0;        // the collector's current period (collector-owned)
+  double last_fill_ = 0;    // largest ring fill fraction seen by the last drain (drain_mu_)
 
-  std::atomic<uint64_t> recorded_{0}, dropped_{0}, batches_{0};
+  std::atomic<uint64_t> recorded_{0}, dropped_{0}, batches_{0}, wakeups_{0};
+  std::atomic<uint64_t> collector_cpu_ns_{0};  // finished collector threads + the running one so far
 
   HookSlot hooks_[detail::kMaxRangeHooks];
   std::atomic<int> hook_count_{0};
