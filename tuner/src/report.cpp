@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -55,7 +56,8 @@ std::string format_recommendation(const TuneResult& r) {
   if (!o.recommendation) return s + "no recommendation: " + o.failure + "\n";
   const Recommendation& c = *o.recommendation;
   s += fmt::format("recommendation: micro-batch {} x accumulation {} x {} rank(s) = global batch {}{}\n",
-                   c.micro_batch, c.accum, c.world, c.micro_batch * c.accum * c.world,
+                   c.micro_batch, c.accum, c.world,
+                   uint64_t(c.micro_batch) * uint64_t(c.accum) * uint64_t(c.world),  // wraps on a damaged cache, no UB
                    c.world > 1 ? fmt::format(", bucket {:g} MiB", c.bucket_mb) : "");
   s += fmt::format("  {:.0f} samples/s; peak reserved {} of {} ({:.1f}% headroom)\n", c.samples_per_s,
                    format_bytes(c.peak_reserved), format_bytes(r.config.memory_limit), 100 * c.headroom);
@@ -121,60 +123,89 @@ nlohmann::json to_json(const TuneResult& r) {
   return j;
 }
 
+namespace {
+
+// Typed reads that reject what a damaged file may hold (a string for a number, 1e300 for a count).
+int64_t int_at(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_number_integer()) throw std::runtime_error(std::string("'") + key + "' is not an integer");
+  return v.get<int64_t>();
+}
+double num_at(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_number()) throw std::runtime_error(std::string("'") + key + "' is not a number");
+  return v.get<double>();
+}
+bool bool_at(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_boolean()) throw std::runtime_error(std::string("'") + key + "' is not true or false");
+  return v.get<bool>();
+}
+std::string str_at(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_string()) throw std::runtime_error(std::string("'") + key + "' is not a string");
+  return v.get<std::string>();
+}
+
+}  // namespace
+
 TuneResult from_json(const nlohmann::json& j) {
   try {
     TuneResult r;
     r.key = j.at("key");
-    r.outcome.global_batch = j.at("global_batch");
-    r.outcome.batch_note = j.at("batch_note");
-    r.config.world = j.at("world");
+    r.outcome.global_batch = int_at(j, "global_batch");
+    r.outcome.batch_note = str_at(j, "batch_note");
+    r.config.world = static_cast<int>(std::clamp<int64_t>(int_at(j, "world"), 1, 1 << 20));
     r.config.global_batch = r.outcome.global_batch;
-    r.config.memory_limit = j.at("memory_limit");
-    r.outcome.safety_margin = j.at("safety_margin");
-    r.outcome.largest_feasible = j.at("largest_feasible");
-    r.outcome.smallest_infeasible = j.at("smallest_infeasible");
-    r.outcome.boundary_probes = j.at("boundary_probes");
-    r.tuning_wall_s = j.at("tuning_wall_s");
+    r.config.memory_limit = int_at(j, "memory_limit");
+    r.outcome.safety_margin = num_at(j, "safety_margin");
+    r.outcome.largest_feasible = int_at(j, "largest_feasible");
+    r.outcome.smallest_infeasible = int_at(j, "smallest_infeasible");
+    r.outcome.boundary_probes = static_cast<int>(int_at(j, "boundary_probes"));
+    r.tuning_wall_s = num_at(j, "tuning_wall_s");
     for (const auto& t : j.at("trials")) {
       Trial x;
-      x.purpose = purpose_from(t.at("purpose"));
-      x.request = {t.at("micro_batch"), t.at("accum"), t.at("bucket_mb"), t.at("measured_steps")};
-      x.predicted_peak_allocated = t.at("predicted_peak_allocated");
-      x.predicted_peak_reserved = t.at("predicted_peak_reserved");
-      x.result.peak_allocated = t.at("peak_allocated");
-      x.result.peak_reserved = t.at("peak_reserved");
-      x.result.step_s = t.at("step_s");
-      x.samples_per_s = t.at("samples_per_s");
-      x.result.exposed_comm_s = t.at("exposed_comm_s");
-      x.result.measured_accum = t.at("measured_accum");
-      x.result.oom = t.at("oom");
-      x.result.oom_where = t.at("oom_where");
-      x.result.oom_rank = t.at("oom_rank");
-      x.result.wall_s = t.at("wall_s");
+      x.purpose = purpose_from(str_at(t, "purpose"));
+      x.request = {int_at(t, "micro_batch"), int_at(t, "accum"), num_at(t, "bucket_mb"),
+                   static_cast<int>(int_at(t, "measured_steps"))};
+      x.predicted_peak_allocated = int_at(t, "predicted_peak_allocated");
+      x.predicted_peak_reserved = int_at(t, "predicted_peak_reserved");
+      x.result.peak_allocated = int_at(t, "peak_allocated");
+      x.result.peak_reserved = int_at(t, "peak_reserved");
+      x.result.step_s = num_at(t, "step_s");
+      x.samples_per_s = num_at(t, "samples_per_s");
+      x.result.exposed_comm_s = num_at(t, "exposed_comm_s");
+      x.result.measured_accum = static_cast<int>(int_at(t, "measured_accum"));
+      x.result.oom = bool_at(t, "oom");
+      x.result.oom_where = str_at(t, "oom_where");
+      x.result.oom_rank = static_cast<int>(int_at(t, "oom_rank"));
+      x.result.wall_s = num_at(t, "wall_s");
       r.outcome.trials.push_back(x);
     }
     for (const auto& v : j.at("verifications"))
-      r.verifications.push_back({v.at("steps"), v.at("oom"), v.at("oom_where"), v.at("samples_per_s"),
-                                 v.at("peak_reserved"), v.at("peak_allocated"), v.at("eval_accuracy"),
-                                 v.at("eval_loss"), v.at("micro_batch")});
+      r.verifications.push_back({int_at(v, "steps"), bool_at(v, "oom"), str_at(v, "oom_where"),
+                                 num_at(v, "samples_per_s"), int_at(v, "peak_reserved"), int_at(v, "peak_allocated"),
+                                 num_at(v, "eval_accuracy"), num_at(v, "eval_loss"), int_at(v, "micro_batch")});
     const auto& c = j.at("recommendation");
     if (c.is_null()) {
-      r.outcome.failure = j.value("failure", "");
+      r.outcome.failure = j.contains("failure") && j["failure"].is_string() ? j["failure"].get<std::string>() : "";
     } else {
       Recommendation x;
-      x.micro_batch = c.at("micro_batch");
-      x.accum = c.at("accum");
-      x.world = c.at("world");
-      x.bucket_mb = c.at("bucket_mb");
-      x.samples_per_s = c.at("samples_per_s");
-      x.peak_reserved = c.at("peak_reserved");
-      x.peak_allocated = c.at("peak_allocated");
-      x.headroom = c.at("headroom");
-      r.command = c.at("command");
+      x.micro_batch = int_at(c, "micro_batch");
+      x.accum = int_at(c, "accum");
+      x.world = static_cast<int>(std::clamp<int64_t>(int_at(c, "world"), 1, 1 << 20));
+      x.bucket_mb = num_at(c, "bucket_mb");
+      x.samples_per_s = num_at(c, "samples_per_s");
+      x.peak_reserved = int_at(c, "peak_reserved");
+      x.peak_allocated = int_at(c, "peak_allocated");
+      x.headroom = num_at(c, "headroom");
+      r.command = str_at(c, "command");
       r.outcome.recommendation = x;
     }
     return r;
   } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(std::string("malformed tuning result: ") + e.what());
+  } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string("malformed tuning result: ") + e.what());
   }
 }
