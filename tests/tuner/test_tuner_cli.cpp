@@ -9,11 +9,11 @@ namespace {
 
 std::string tune_bin() { return bin_dir() + "/memcomm-tune"; }
 
-// The MLP on the synthetic tabular set: about 14 MiB of parameters, gradients and momentum, then
-// about 20 KiB per sample of activations and prefetched batches (784 floats each), so under a cap
-// of about 19 MiB the boundary falls between b = 128 and b = 256.
-const std::string kModel =
-    " --model mlp --dataset tabular --synthetic-size 4096 --hidden 512 --threads 1 --workers 1 --eval-batches 2 ";
+// The MLP on the synthetic tabular set: about 10 MiB of parameters, gradients and momentum, then
+// activations and the batch (784 floats a sample). Batches are made on the training thread
+// (--workers 0), so every run's memory is the same, to the byte.
+const std::string kModel = " --model mlp --dataset tabular --synthetic-size 4096 --hidden 512 --threads 1 --workers 0 "
+                           "--prefetch 1 --eval-batches 2 ";
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);
@@ -36,30 +36,32 @@ std::string env_cache(const std::string& dir) { return "MEMCOMM_CACHE_DIR=" + di
 
 TEST_CASE("the boundary under a cap matches memcomm-train run at every candidate") {
   const auto dir = scratch_dir("tune_boundary");
-  // A limit halfway between the peaks of b = 128 and b = 256, so the boundary is not a near thing.
-  const int64_t limit = (trainer_peak(dir, 128) + trainer_peak(dir, 256)) / 2;
+  // 1 MiB above what b = 256 reserves uncapped (under a cap the allocator packs tighter, so the
+  // boundary lies higher; the trainer finds where).
+  const int64_t limit = trainer_peak(dir, 256) + (1 << 20);
   const std::string lim = " --memory-limit " + std::to_string(limit);
-  // Exhaustive, with the trainer itself: which divisors of 512 run 3 steps under the cap.
+  // Exhaustive, with the trainer itself: which divisors of 1024 run 3 steps under the cap.
   int64_t exhaustive = 0;
-  for (int64_t b : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
+  for (int64_t b : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}) {
     const auto r = run_command(train_bin() + kModel + lim + " --steps 3 --log-interval 1000 --batch-size " +
                                std::to_string(b));
     INFO(r.output);
     if (r.code == 0) exhaustive = b;
     else CHECK(r.output.find("out of memory") != std::string::npos);
   }
-  REQUIRE(exhaustive == 128);
+  REQUIRE(exhaustive >= 256);
+  REQUIRE(exhaustive < 1024);  // a boundary inside the candidates
 
-  const auto r = run_command(env_cache(dir) + tune_bin() + kModel + lim + " --global-batch 512 --verify-steps 20 --json " +
+  const auto r = run_command(env_cache(dir) + tune_bin() + kModel + lim + " --global-batch 1024 --verify-steps 20 --json " +
                              dir + "/tune.json");
   INFO(r.output);
   REQUIRE(r.code == 0);
   const auto j = read_json(dir + "/tune.json");
   CHECK(j["largest_feasible"] == exhaustive);
-  CHECK(j["boundary_probes"].get<int>() <= 4 + 3);  // ceil(log2(10 candidates)) + 3
+  CHECK(j["boundary_probes"].get<int>() <= 4 + 3);  // ceil(log2(11 candidates)) + 3
   const auto& rec = j["recommendation"];
   REQUIRE(rec.is_object());
-  CHECK(rec["micro_batch"].get<int64_t>() * rec["accum"].get<int64_t>() == 512);
+  CHECK(rec["micro_batch"].get<int64_t>() * rec["accum"].get<int64_t>() == 1024);
   CHECK(rec["micro_batch"].get<int64_t>() <= exhaustive);
   CHECK(rec["oom"] == false);
   CHECK(rec["peak_reserved"].get<int64_t>() <= limit);
@@ -70,11 +72,11 @@ TEST_CASE("the boundary under a cap matches memcomm-train run at every candidate
   CHECK(r.output.find("train with: memcomm-train") != std::string::npos);
 
   // A rerun reuses the cache; --fresh tunes again.
-  const auto again = run_command(env_cache(dir) + tune_bin() + kModel + lim + " --global-batch 512 --verify-steps 20");
+  const auto again = run_command(env_cache(dir) + tune_bin() + kModel + lim + " --global-batch 1024 --verify-steps 20");
   CHECK(again.code == 0);
   CHECK(again.output.find("reusing the cached result") != std::string::npos);
   const auto fresh = run_command(env_cache(dir) + tune_bin() + kModel + lim +
-                                 " --global-batch 512 --verify-steps 20 --fresh --max-trials 4");
+                                 " --global-batch 1024 --verify-steps 20 --fresh --max-trials 4");
   CHECK(fresh.output.find("reusing") == std::string::npos);
   CHECK(fresh.output.find("probe  1:") != std::string::npos);
 }
@@ -83,7 +85,7 @@ TEST_CASE("after an out-of-memory mid-backward, training continues exactly as a 
   const auto dir = scratch_dir("tune_recover");
   // No prefetching, so activations dominate: with every b a candidate, the first b that does not
   // fit is one more than the last that does, and its forward still fits: it fails in backward.
-  const std::string model = kModel + "--workers 0 --prefetch 1 --memory-limit 17MiB ";
+  const std::string model = kModel + "--memory-limit 17MiB ";
   const auto r = run_command(env_cache(dir) + tune_bin() + model +
                              "--global-batch 1024 --fit-only --any-micro-batch --verify-steps 10 --json " + dir + "/t.json");
   INFO(r.output);
@@ -108,12 +110,12 @@ TEST_CASE("after an out-of-memory mid-backward, training continues exactly as a 
 
 TEST_CASE("two ranks agree when only one of them runs out of memory") {
   const auto dir = scratch_dir("tune_two_ranks");
-  const int64_t limit = (trainer_peak(dir, 128) + trainer_peak(dir, 256)) / 2;
+  const int64_t limit = trainer_peak(dir, 256) + (1 << 20);  // b = 512 fits under it (first test)
   const std::string lim = " --memory-limit " + std::to_string(limit);
   const std::string base = env_cache(dir) + tune_bin() + kModel + lim +
                            " --nproc 2 --global-batch 1024 --verify-steps 10 --print-decisions --buckets 1,25 ";
-  // Rank 1 holds 4 MiB more, as a rank with bigger samples would: only it runs out at b = 128.
-  const auto r = run_command(base + "--rank-ballast 1:" + std::to_string(4 << 20) + " --json " + dir + "/t.json");
+  // Rank 1's samples take 8 KiB more each (4 MiB at b = 512): only it runs out at b = 512.
+  const auto r = run_command(base + "--unequal-data 1:8192 --json " + dir + "/t.json");
   INFO(r.output);
   REQUIRE(r.code == 0);
   std::regex re(R"(rank (\d) decided: largest feasible (\d+), micro-batch (\d+), accum (\d+), bucket (\S+))");
@@ -123,7 +125,7 @@ TEST_CASE("two ranks agree when only one of them runs out of memory") {
   REQUIRE(decided.size() == 2);
   CHECK(decided[0] == decided[1]);
   const auto j = read_json(dir + "/t.json");
-  CHECK(j["largest_feasible"].get<int64_t>() < 128);  // rank 1's smaller room decides
+  CHECK(j["largest_feasible"].get<int64_t>() < 512);  // rank 1's smaller room decides
   bool rank1_oom = false;
   for (const auto& t : j["trials"])
     rank1_oom |= t["oom"].get<bool>() && t["oom_rank"] == 1 && t["oom_where"].get<std::string>().find("rank") == 0;

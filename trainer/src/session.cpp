@@ -260,18 +260,33 @@ RankDevice choose_device(const TrainOptions& o, const DistEnv& env) {
   if (r.backend == "auto") r.backend = (use_cuda && env.local_world <= gpus) ? "nccl" : "gloo";
   if (r.backend == "nccl" && !use_cuda) throw UsageError("--backend nccl needs GPUs; this run is on the CPU");
   if (o.amp != "none" && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
-  if (use_cuda && o.memory_limit > 0) {
-#ifdef MEMCOMM_TRAINER_CUDA
-    const auto idx = r.device.index();
-    size_t free_b = 0, total_b = 0;
-    c10::cuda::CUDAGuard guard(idx);
-    C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (static_cast<size_t>(o.memory_limit) > total_b)
-      throw UsageError("--memory-limit is larger than the GPU's " + std::to_string(total_b >> 20) + " MiB");
-    c10::cuda::CUDACachingAllocator::setMemoryFraction(double(o.memory_limit) / double(total_b), idx);
-#endif
-  }
+  apply_memory_limit(r.device, o.memory_limit);
   return r;
+}
+
+int64_t free_device_memory(const torch::Device& dev) {
+#ifdef MEMCOMM_TRAINER_CUDA
+  if (dev.is_cuda()) {
+    size_t free_b = 0, total_b = 0;
+    c10::cuda::CUDAGuard guard(dev.index());
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return static_cast<int64_t>(free_b);
+  }
+#endif
+  (void)dev;
+  return 0;
+}
+
+void apply_memory_limit(const torch::Device& dev, int64_t limit) {
+  if (!dev.is_cuda() || limit <= 0) return;  // the CPU cap is the allocator's (install_allocators)
+#ifdef MEMCOMM_TRAINER_CUDA
+  size_t free_b = 0, total_b = 0;
+  c10::cuda::CUDAGuard guard(dev.index());
+  C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (static_cast<size_t>(limit) > total_b)
+    throw UsageError("--memory-limit is larger than the GPU's " + std::to_string(total_b >> 20) + " MiB");
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(double(limit) / double(total_b), dev.index());
+#endif
 }
 
 MemoryFigures memory_figures(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc) {

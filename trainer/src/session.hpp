@@ -35,6 +35,11 @@ struct RankDevice {
   std::string backend;  // gloo | nccl
 };
 RankDevice choose_device(const TrainOptions& o, const DistEnv& env);
+// On a GPU: caps PyTorch's CUDA caching allocator at `limit` bytes (its per-process memory
+// fraction); UsageError when the GPU is smaller. Nothing on the CPU, where the cap is memcomm's.
+void apply_memory_limit(const torch::Device& dev, int64_t limit);
+// Free bytes on `dev` now (cudaMemGetInfo); 0 on the CPU.
+int64_t free_device_memory(const torch::Device& dev);
 
 // Memory figures of the allocator serving `dev`: memcomm's on the CPU, PyTorch's on a GPU.
 struct MemoryFigures {

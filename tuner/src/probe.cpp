@@ -56,7 +56,6 @@ struct ProbeRunner::Impl {
   std::unique_ptr<train::Communicator> comm;
   std::shared_ptr<train::Dataset> train_set;
   std::unique_ptr<train::TrainSession> session;
-  torch::Tensor ballast;
   torch::Tensor agree_buf;  // two doubles on the host, reused by agree_step()
   double bucket_mb = 0;
   int64_t epoch = 0;
@@ -150,12 +149,17 @@ struct ProbeRunner::Impl {
       train::StepTiming t;
       if (!mine) {
         try {
+          // Test hook (--unequal-data): this rank's samples weigh more, for the whole step.
+          std::vector<torch::Tensor> heavier;
           session->step(accum, 0, [&](int64_t& waited) {
             train::Batch batch;
             if (!loader->next(batch, &waited)) {
               loader = loader_for(b);  // a new epoch
               loader->next(batch, &waited);
             }
+            if (settings.heavy_rank == env.rank && settings.heavy_bytes_per_sample > 0)
+              heavier.push_back(torch::empty({b * settings.heavy_bytes_per_sample},
+                                             torch::TensorOptions(torch::kUInt8).device(rd.device)));
             return batch;
           }, t);
         } catch (const train::CommError&) {
@@ -236,6 +240,10 @@ ProbeRunner::ProbeRunner(const train::TrainOptions& o, const train::DistEnv& env
   m.settings = settings;
   m.cpu_alloc = train::install_allocators(o);
   m.rd = train::choose_device(o, env);
+  if (m.o.memory_limit == 0 && m.rd.device.is_cuda()) {  // on a GPU the limit defaults to its free memory
+    m.o.memory_limit = train::free_device_memory(m.rd.device);
+    train::apply_memory_limit(m.rd.device, m.o.memory_limit);
+  }
   m.profiler = std::make_unique<train::RunProfiler>(o, env, m.cpu_alloc);
   m.comm = std::make_unique<train::Communicator>(env, m.rd.backend, o.timeout_s);
   auto* prof = m.profiler.get();
@@ -245,8 +253,6 @@ ProbeRunner::ProbeRunner(const train::TrainOptions& o, const train::DistEnv& env
     m.agree_buf = torch::zeros({2}, torch::kFloat64);
     m.train_set = train::make_dataset(o, "train");
     m.session = std::make_unique<train::TrainSession>(o, *m.comm, m.rd.device, m.train_set->num_classes());
-    if (settings.ballast_rank == env.rank && settings.ballast_bytes > 0)
-      m.ballast = torch::empty({settings.ballast_bytes}, torch::TensorOptions(torch::kUInt8).device(m.rd.device));
   } catch (const train::UsageError&) {
     throw;
   } catch (const std::exception& e) {

@@ -18,8 +18,8 @@ namespace memcomm::tune {
 struct ProbeSettings {
   int accum_cap = 4;          // micro-steps run per probe step (Note [Probing long accumulations])
   double min_seconds = 0.5;   // timed wall time per probe, at least (Note [Steady-state probes])
-  int64_t ballast_rank = -1;  // test hook: this rank holds `ballast_bytes` more (unequal data)
-  int64_t ballast_bytes = 0;
+  int64_t heavy_rank = -1;    // test hook (unequal data): this rank's samples take
+  int64_t heavy_bytes_per_sample = 0;  // this many bytes more, held through each step
 };
 
 class ProbeRunner {

@@ -18,7 +18,7 @@ namespace {
 // Tuner flags that take a value, and tuner switches: left out of the recommended trainer command.
 const std::set<std::string> kTunerValueFlags = {"--global-batch", "--max-trials", "--json", "--search",
                                                 "--measured-steps", "--probe-accum-cap", "--verify-steps", "--probe-seconds",
-                                                "--buckets", "--rank-ballast", "--trace", "--live"};
+                                                "--buckets", "--unequal-data", "--trace", "--live"};
 const std::set<std::string> kTunerSwitches = {"--fresh", "--fit-only", "--any-micro-batch", "--print-decisions"};
 
 }  // namespace
@@ -34,7 +34,7 @@ TuneOptions parse_tune_options(int argc, char** argv) {
   app.get_formatter()->column_width(34);
   train::add_train_options(app, t.train);
 
-  std::string search = "memcomm", ballast;
+  std::string search = "memcomm", unequal;
   std::vector<double> buckets = {1, 5, 25, 100};
   auto* g = app.add_option_group("Tuning");
   g->add_option("--global-batch", t.search.global_batch, "Samples per optimizer step over all ranks (b x K x ranks)")
@@ -61,7 +61,8 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   g->add_option("--buckets", buckets, "Bucket sizes (MiB) tried with the winner when there is more than one rank")
       ->capture_default_str()->delimiter(',');
-  app.add_option("--rank-ballast", ballast, "RANK:BYTES held by one rank (test hook: unequal data)")->group("");
+  app.add_option("--unequal-data", unequal, "RANK:BYTES: that rank's samples take BYTES more each (test hook)")
+      ->group("");
   app.add_flag("--print-decisions", t.print_decisions, "Every rank prints its decisions (test hook)")->group("");
 
   train::parse_or_exit(app, argc, argv, "memcomm-tune");
@@ -84,14 +85,14 @@ TuneOptions parse_tune_options(int argc, char** argv) {
   t.search.bucket_mb = t.train.bucket_mb;
   t.search.bucket_candidates = buckets;
   t.search.world = t.train.nproc;  // replaced by the real world size under torchrun/Slurm
-  if (!ballast.empty()) {
-    const auto colon = ballast.find(':');
+  if (!unequal.empty()) {
+    const auto colon = unequal.find(':');
     try {
       if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      t.probe.ballast_rank = std::stoll(ballast.substr(0, colon));
-      t.probe.ballast_bytes = std::stoll(ballast.substr(colon + 1));
+      t.probe.heavy_rank = std::stoll(unequal.substr(0, colon));
+      t.probe.heavy_bytes_per_sample = std::stoll(unequal.substr(colon + 1));
     } catch (const std::exception&) {
-      usage_error("--rank-ballast wants RANK:BYTES, got '" + ballast + "'");
+      usage_error("--unequal-data wants RANK:BYTES, got '" + unequal + "'");
     }
   }
   // The trainer flags as given, minus the tuner's own: the base of the recommended command.

@@ -87,7 +87,8 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
   ProbeRunner runner(t.train, env, t.probe);
   const bool leader = runner.leader();
   t.search.world = runner.world();
-  t.search.memory_limit = runner.memory_limit();
+  // The smallest rank's limit (on GPUs each defaults to its own free memory): one search for all.
+  t.search.memory_limit = -runner.agree_max(-runner.memory_limit());
   if (t.search.global_batch < t.search.world)
     throw train::UsageError(fmt::format("--global-batch {} is smaller than the {} ranks: every rank needs a sample",
                                         t.search.global_batch, t.search.world));
