@@ -59,6 +59,7 @@ struct ProbeRunner::Impl {
   torch::Tensor agree_buf;  // two doubles on the host, reused by agree_step()
   double bucket_mb = 0;
   int64_t epoch = 0;
+  int64_t batch_bytes = 0;  // one micro-batch's inputs and targets, as last loaded
 
   // The phase of an out-of-memory, or "" when `e` is some other failure (which is rethrown).
   static bool is_oom(const std::exception& e) {
@@ -157,6 +158,7 @@ struct ProbeRunner::Impl {
               loader = loader_for(b);  // a new epoch
               loader->next(batch, &waited);
             }
+            batch_bytes = batch.inputs.nbytes() + batch.targets.nbytes();
             if (settings.heavy_rank == env.rank && settings.heavy_bytes_per_sample > 0)
               heavier.push_back(torch::empty({b * settings.heavy_bytes_per_sample},
                                              torch::TensorOptions(torch::kUInt8).device(rd.device)));
@@ -318,6 +320,10 @@ ProbeResult ProbeRunner::probe(const ProbeRequest& r) {
     x.exposed_comm_s = m.agree_max(timed.empty() ? 0 : exposed / double(timed.size()));
     x.peak_allocated = static_cast<int64_t>(m.agree_max(double(mem.peak_allocated)));
     x.peak_reserved = static_cast<int64_t>(m.agree_max(double(mem.peak_reserved)));
+    // Note [Loader allowance] (search.cpp): the ring of prefetched batches plus the one a worker
+    // fills; without workers batches are made on demand and the probe saw them all.
+    const int64_t ring = m.o.workers > 0 ? int64_t(m.o.prefetch + 1) * m.batch_bytes : 0;
+    x.loader_allowance = static_cast<int64_t>(m.agree_max(double(ring)));
   }
   m.recover(state);
   x.wall_s = double(monotonic_ns() - t0) / 1e9;
@@ -355,9 +361,10 @@ Verification ProbeRunner::verify(const Recommendation& rec, int64_t steps) {
     } catch (const train::CommError&) {
       throw;
     } catch (const std::exception& e) {
-      // Evaluation holds no gradients: an out-of-memory here is one rank's, and ends the tuning.
+      // Every rank throws together (Note [Evaluation fails together] in session.cpp).
       if (!Impl::is_oom(e)) throw;
-      throw std::runtime_error(std::string("the evaluation pass ran out of memory: ") + e.what());
+      v.oom = true;
+      v.oom_where = "evaluation";
     }
     const auto mem = train::memory_figures(m.rd.device, m.cpu_alloc);
     v.peak_allocated = static_cast<int64_t>(m.agree_max(double(mem.peak_allocated)));

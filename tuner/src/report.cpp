@@ -59,8 +59,9 @@ std::string format_recommendation(const TuneResult& r) {
                    c.micro_batch, c.accum, c.world,
                    uint64_t(c.micro_batch) * uint64_t(c.accum) * uint64_t(c.world),  // wraps on a damaged cache, no UB
                    c.world > 1 ? fmt::format(", bucket {:g} MiB", c.bucket_mb) : "");
-  s += fmt::format("  {:.0f} samples/s; peak reserved {} of {} ({:.1f}% headroom)\n", c.samples_per_s,
-                   format_bytes(c.peak_reserved), format_bytes(r.config.memory_limit), 100 * c.headroom);
+  s += fmt::format("  {:.0f} samples/s; peak allocated {} (reserved {}) of {}: {:.1f}% headroom\n", c.samples_per_s,
+                   format_bytes(c.peak_allocated), format_bytes(c.peak_reserved), format_bytes(r.config.memory_limit),
+                   100 * c.headroom);
   s += "  train with: " + r.command + "\n";
   s += fmt::format("tuning took {:.1f} s\n", r.tuning_wall_s);
   return s;
@@ -78,7 +79,7 @@ nlohmann::json trial_json(const Trial& t) {
           {"peak_reserved", x.peak_reserved}, {"fragmentation", x.fragmentation()}, {"step_s", x.step_s},
           {"samples_per_s", t.samples_per_s}, {"exposed_comm_s", x.exposed_comm_s},
           {"measured_accum", x.measured_accum}, {"oom", x.oom}, {"oom_where", x.oom_where},
-          {"oom_rank", x.oom_rank}, {"wall_s", x.wall_s}};
+          {"oom_rank", x.oom_rank}, {"wall_s", x.wall_s}, {"loader_allowance", x.loader_allowance}};
 }
 
 TrialPurpose purpose_from(const std::string& s) {
@@ -180,6 +181,7 @@ TuneResult from_json(const nlohmann::json& j) {
       x.result.oom_where = str_at(t, "oom_where");
       x.result.oom_rank = static_cast<int>(int_at(t, "oom_rank"));
       x.result.wall_s = num_at(t, "wall_s");
+      x.result.loader_allowance = int_at(t, "loader_allowance");
       r.outcome.trials.push_back(x);
     }
     for (const auto& v : j.at("verifications"))

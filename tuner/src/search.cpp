@@ -14,6 +14,11 @@
 //  3. Buckets. With more than one rank, the winner is measured at each candidate bucket size; the
 //     one with the fastest step (least exposed communication) wins.
 //
+// Note [Loader allowance]: how many prefetched batches are alive at a step's peak depends on
+// timing (a data-bound probe finds the ring empty, a run's first step finds it full), so a probe
+// can see fewer than a long run will. A recommendation therefore also leaves room for the loader's
+// whole ring, as if the probe had seen none of it.
+//
 // Note [Safety margin]: a probe runs a few steps, a training run thousands; reserved memory can
 // creep as fragmentation shifts. A recommendation's peak reserved bytes must fit the limit and its
 // peak allocated bytes must stay max(2%, half the fragmentation measured at the largest micro-batch
@@ -253,7 +258,8 @@ class Search {
     const double limit = double(cfg_.memory_limit), room = limit * (1.0 - out_.safety_margin);
     if (auto it = done_.find(b); it != done_.end()) {
       const auto& r = out_.trials[it->second].result;
-      return !r.oom && (r.peak_reserved < 0 || (double(r.peak_reserved) <= limit && double(r.peak_allocated) <= room));
+      return !r.oom && (r.peak_reserved < 0 || (double(r.peak_reserved) <= limit &&
+                                                double(r.peak_allocated + r.loader_allowance) <= room));
     }
     return b < out_.largest_feasible && (!fit_.valid || (fit_.at(double(b)) <= room && predicted_reserved(b) <= limit));
   }
@@ -302,7 +308,8 @@ class Search {
     r.samples_per_s = t.samples_per_s;
     r.peak_reserved = t.result.peak_reserved;
     r.peak_allocated = t.result.peak_allocated;
-    r.headroom = cfg_.memory_limit > 0 ? 1.0 - double(t.result.peak_reserved) / double(cfg_.memory_limit) : 0;
+    // Of what tensors hold: under a cap the cache grows into any room, so reserved says little.
+    r.headroom = cfg_.memory_limit > 0 ? 1.0 - double(t.result.peak_allocated) / double(cfg_.memory_limit) : 0;
     return r;
   }
 

@@ -69,12 +69,14 @@ void write_json(const TuneResult& r, const std::string& path) {
 }
 
 // Candidates for the recommendation, fastest first: probed, fit with the margin, not excluded.
-std::vector<const Trial*> ranked(const SearchOutcome& o, int64_t limit, const std::set<int64_t>& excluded) {
+std::vector<const Trial*> ranked(const SearchOutcome& o, int64_t limit, int world, const std::set<int64_t>& excluded) {
   std::vector<const Trial*> out;
   for (const Trial& t : o.trials)
     if (!t.result.oom && t.purpose != TrialPurpose::Bucket && !excluded.count(t.request.micro_batch) &&
-        (t.result.peak_reserved < 0 || (t.result.peak_reserved <= limit &&  // Note [Safety margin]
-                                        double(t.result.peak_allocated) <= double(limit) * (1 - o.safety_margin))))
+        (o.global_batch / world) % t.request.micro_batch == 0 &&  // b x K must be the batch asked for
+        (t.result.peak_reserved < 0 ||
+         (t.result.peak_reserved <= limit &&  // Notes [Safety margin], [Loader allowance]
+          double(t.result.peak_allocated + t.result.loader_allowance) <= double(limit) * (1 - o.safety_margin))))
       out.push_back(&t);
   std::stable_sort(out.begin(), out.end(), [](const Trial* a, const Trial* b) { return a->samples_per_s > b->samples_per_s; });
   return out;
@@ -150,11 +152,11 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
     if (!v.oom) {
       rec.peak_reserved = std::max(rec.peak_reserved, v.peak_reserved);
       rec.peak_allocated = std::max(rec.peak_allocated, v.peak_allocated);
-      rec.headroom = 1.0 - double(rec.peak_reserved) / double(t.search.memory_limit);
+      rec.headroom = 1.0 - double(rec.peak_allocated) / double(t.search.memory_limit);
       break;
     }
     excluded.insert(rec.micro_batch);
-    const auto next = ranked(r.outcome, t.search.memory_limit, excluded);
+    const auto next = ranked(r.outcome, t.search.memory_limit, t.search.world, excluded);
     if (next.empty() || excluded.size() >= 3) {
       r.outcome.recommendation.reset();
       r.outcome.failure = "every verified candidate ran out of memory in its long run";

@@ -33,6 +33,8 @@ struct ProbeResult {
   double exposed_comm_s = 0;    // seconds per step waiting for gradients after backward
   int measured_accum = 0;       // micro-steps per step actually run (K, or fewer: Note [Probing long accumulations])
   double wall_s = 0;            // the probe's own wall time
+  int64_t loader_allowance = 0; // bytes of batches the data loader may hold that the probe may not
+                                // have seen (Note [Loader allowance] in search.cpp)
 
   // Reserved bytes beyond allocated, as a fraction of reserved (the allocator's fragmentation).
   double fragmentation() const {
@@ -80,7 +82,7 @@ struct Recommendation {
   double bucket_mb = 25;
   double samples_per_s = 0;
   int64_t peak_reserved = 0, peak_allocated = 0;
-  double headroom = 0;  // 1 - peak_reserved / limit
+  double headroom = 0;  // 1 - peak_allocated / limit
 };
 
 struct SearchOutcome {
