@@ -33,6 +33,8 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       "Takes every memcomm-train flag for the model, data, optimizer and allocator."};
   app.get_formatter()->column_width(34);
   train::add_train_options(app, t.train);
+  // What the tuner chooses is not a flag here: hidden from --help, and refused with a reason below.
+  for (const char* chosen : {"--batch-size", "--accum", "--steps"}) app.get_option(chosen)->group("");
 
   std::string search = "memcomm", unequal;
   std::vector<double> buckets = {1, 5, 25, 100};
