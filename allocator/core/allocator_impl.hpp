@@ -138,6 +138,8 @@ struct CachingAllocator::Impl {
   // Cuts mapped block `b` at `at` (inside it): `b` keeps [addr, at), the returned new block gets
   // [at, end), linked after it in the segment and in none of the free sets.
   Block* split_mapped_block(Block* b, std::uintptr_t at);
+  // The same for an unmapped block: the tail stays unmapped and counts as never handed out.
+  Block* split_unmapped(Block* b, std::uintptr_t at);
   void free_insert(Block* b);
   void free_erase(Block* b);
   bool fits(const Block* b, std::size_t size) const;  // the oversize rules allow b for size

@@ -141,6 +141,21 @@ Block* CachingAllocator::Impl::split_mapped_block(Block* b, std::uintptr_t at) {
   return r;
 }
 
+Block* CachingAllocator::Impl::split_unmapped(Block* b, std::uintptr_t at) {
+  Block* r = new_block();
+  r->addr = at;
+  r->size = b->addr + b->size - at;
+  r->segment = b->segment;
+  r->mapped = false;
+  r->fresh = true;
+  r->prev = b;
+  r->next = b->next;
+  if (b->next) b->next->prev = r;
+  b->next = r;
+  b->size = at - b->addr;
+  return r;
+}
+
 void CachingAllocator::Impl::delete_block(Block* b) {
   delete b->uses;
   b->uses = nullptr;

@@ -164,18 +164,8 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
       if (!x->mapped) {
         const std::uintptr_t lo = page_down(std::max(x->addr, start), page);
         if (lo > x->addr) {  // keep [x->addr, lo) unmapped outside the window
-          Block* r = new_block();
-          r->addr = lo;
-          r->size = x->addr + x->size - lo;
-          r->segment = seg;
-          r->mapped = false;
-          r->fresh = true;
-          r->prev = x;
-          r->next = x->next;
-          if (x->next) x->next->prev = r;
-          x->next = r;
-          x->size = lo - x->addr;
-          continue;  // r is visited next
+          split_unmapped(x, lo);
+          continue;  // the tail is visited next
         }
         std::uintptr_t hi = page_up(std::min(x->addr + x->size, end), page);
         if (hi < x->addr + x->size) {
@@ -202,19 +192,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
           if (room < double(ahead)) ahead = room > 0 ? page_down(std::size_t(room), page) : 0;
           hi = std::min(hi + ahead, x->addr + x->size);
         }
-        if (hi < x->addr + x->size) {
-          Block* r = new_block();
-          r->addr = hi;
-          r->size = x->addr + x->size - hi;
-          r->segment = seg;
-          r->mapped = false;
-          r->fresh = true;
-          r->prev = x;
-          r->next = x->next;
-          if (x->next) x->next->prev = r;
-          x->next = r;
-          x->size = hi - x->addr;
-        }
+        if (hi < x->addr + x->size) split_unmapped(x, hi);
         to_map.push_back(x);
       } else {
         free_erase(x);

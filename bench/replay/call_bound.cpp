@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memcomm/replay/requests.hpp"
+#include "snapshot_args.hpp"
 
 namespace fs = std::filesystem;
 namespace rp = memcomm::replay;
@@ -45,17 +46,7 @@ std::uint64_t ideal_calls(const rp::DeviceRequests& dev, double ratio) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc), files;
-  if (args.empty()) args.push_back(std::string(MEMCOMM_SOURCE_DIR) + "/../shared/traces/pytorch-snapshots");
-  for (const auto& a : args) {
-    if (fs::is_directory(a)) {
-      for (const auto& e : fs::directory_iterator(a))
-        if (e.path().extension() == ".pickle") files.push_back(e.path().string());
-    } else {
-      files.push_back(a);
-    }
-  }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::string> files = snapshot_files(argc, argv);
   const double ratios[] = {1.03, 1.05, 1.10, 1.25};
   std::printf("## Fewest source calls that guarantee peak reserved <= R x peak live (ideal, unfragmented)\n\n");
   std::printf("| file | dev | R = 1.03 | 1.05 | 1.10 | 1.25 |\n|---|---:|---:|---:|---:|---:|\n");

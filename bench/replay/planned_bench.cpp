@@ -14,6 +14,7 @@
 #include "memcomm/allocator/allocator.hpp"
 #include "memcomm/allocator/sources.hpp"
 #include "memcomm/replay/requests.hpp"
+#include "snapshot_args.hpp"
 
 namespace fs = std::filesystem;
 namespace al = memcomm::alloc;
@@ -142,17 +143,7 @@ Run replay(const rp::DeviceRequests& dev, bool planned) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc), files;
-  if (args.empty()) args.push_back(std::string(MEMCOMM_SOURCE_DIR) + "/../shared/traces/pytorch-snapshots");
-  for (const auto& a : args) {
-    if (fs::is_directory(a)) {
-      for (const auto& e : fs::directory_iterator(a))
-        if (e.path().extension() == ".pickle") files.push_back(e.path().string());
-    } else {
-      files.push_back(a);
-    }
-  }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::string> files = snapshot_files(argc, argv);
   marked_loop();
   std::printf("\n## Snapshots, detected repetition (res/live: peak reserved / peak live requested bytes)\n\n");
   std::printf("| file | dev | caching res/live, calls | planned res/live, calls | 2nd half caching | 2nd half planned |"
