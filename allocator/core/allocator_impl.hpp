@@ -135,6 +135,9 @@ struct CachingAllocator::Impl {
   Pool* pool_for(StreamId stream, bool small);
   Block* new_block();
   void delete_block(Block* b);
+  // Cuts `b` at `at` (inside it): `b` keeps [addr, at); the returned new block, [at, end) of the same
+  // segment, is linked after it, in none of the free sets, every other field at its default.
+  Block* split_off(Block* b, std::uintptr_t at);
   // Cuts mapped block `b` at `at` (inside it): `b` keeps [addr, at), the returned new block gets
   // [at, end), linked after it in the segment and in none of the free sets.
   Block* split_mapped_block(Block* b, std::uintptr_t at);

@@ -124,15 +124,11 @@ Block* CachingAllocator::Impl::new_block() {
   return b;
 }
 
-Block* CachingAllocator::Impl::split_mapped_block(Block* b, std::uintptr_t at) {
+Block* CachingAllocator::Impl::split_off(Block* b, std::uintptr_t at) {
   Block* r = new_block();
   r->addr = at;
   r->size = b->addr + b->size - at;
   r->segment = b->segment;
-  r->mapped = true;
-  r->last_used = b->last_used;
-  r->idle = b->idle;
-  r->fresh = b->fresh;
   r->prev = b;
   r->next = b->next;
   if (b->next) b->next->prev = r;
@@ -141,18 +137,19 @@ Block* CachingAllocator::Impl::split_mapped_block(Block* b, std::uintptr_t at) {
   return r;
 }
 
+Block* CachingAllocator::Impl::split_mapped_block(Block* b, std::uintptr_t at) {
+  Block* r = split_off(b, at);
+  r->mapped = true;
+  r->last_used = b->last_used;
+  r->idle = b->idle;
+  r->fresh = b->fresh;
+  return r;
+}
+
 Block* CachingAllocator::Impl::split_unmapped(Block* b, std::uintptr_t at) {
-  Block* r = new_block();
-  r->addr = at;
-  r->size = b->addr + b->size - at;
-  r->segment = b->segment;
+  Block* r = split_off(b, at);
   r->mapped = false;
   r->fresh = true;
-  r->prev = b;
-  r->next = b->next;
-  if (b->next) b->next->prev = r;
-  b->next = r;
-  b->size = at - b->addr;
   return r;
 }
 

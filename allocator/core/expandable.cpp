@@ -270,18 +270,10 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
   m->busy = false;
   m->mapped = true;
   if (start > m->addr) {
-    Block* r = new_block();
-    r->addr = start;
-    r->size = m->addr + m->size - start;
-    r->segment = seg;
+    Block* r = split_off(m, start);  // no last_used: the window is taken at once
     r->mapped = true;
     r->idle = m->idle;
     r->fresh = m->fresh;
-    r->prev = m;
-    r->next = m->next;
-    if (m->next) m->next->prev = r;
-    m->next = r;
-    m->size = start - m->addr;
     r->busy = true;  // keeps the prefix from merging back into it
     free_insert(merge_free(m));
     r->busy = false;

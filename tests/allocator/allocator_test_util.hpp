@@ -40,4 +40,25 @@ inline const BlockInfo* find_block(const std::vector<SegmentInfo>& snap, const v
   return nullptr;
 }
 
+// A toy training step: twelve layers whose activations stack up in the forward pass (the layer
+// pattern repeats every four layers, a shorter period than the step's), a temporary per layer, then
+// a backward pass that frees activations while a few gradient buffers live. Sizes scale with `shape`.
+inline void toy_training_step(CachingAllocator& a, std::size_t shape) {
+  std::vector<void*> acts;
+  for (int l = 0; l < 12; ++l) {
+    acts.push_back(a.allocate(shape * (std::size_t(l % 4) + 1) * MiB + 777));
+    a.deallocate(a.allocate(shape * 300 * KiB + 13));
+  }
+  std::vector<void*> grads;
+  for (int l = 11; l >= 0; --l) {
+    grads.push_back(a.allocate(shape * 2 * MiB + 5));
+    a.deallocate(acts[std::size_t(l)]);
+    if (grads.size() > 3) {
+      a.deallocate(grads.front());
+      grads.erase(grads.begin());
+    }
+  }
+  for (void* g : grads) a.deallocate(g);
+}
+
 }  // namespace memcomm::alloc::test

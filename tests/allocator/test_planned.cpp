@@ -6,30 +6,14 @@ using namespace memcomm::alloc::test;
 
 namespace {
 
-// A toy training step: activations grow through the forward pass and are freed in the backward pass,
-// with gradient buffers and a few temporaries in between. Sizes depend on `shape`. The parameters are
-// allocated before the first step, which is marked as an iteration of its own.
+// toy_training_step, with parameters allocated before the first step, which is marked as an
+// iteration of its own.
 void training_step(CachingAllocator& a, std::size_t shape, std::vector<void*>& params) {
   if (params.empty()) {
     for (int i = 0; i < 8; ++i) params.push_back(a.allocate((std::size_t(i) + 1) * 3 * MiB + 1000));
     a.step_marker();
   }
-  std::vector<void*> acts;
-  for (int l = 0; l < 12; ++l) {
-    acts.push_back(a.allocate(shape * (std::size_t(l % 4) + 1) * MiB + 777));
-    void* tmp = a.allocate(shape * 300 * KiB + 13);
-    a.deallocate(tmp);
-  }
-  std::vector<void*> grads;
-  for (int l = 11; l >= 0; --l) {
-    grads.push_back(a.allocate(shape * 2 * MiB + 5));
-    a.deallocate(acts[std::size_t(l)]);
-    if (grads.size() > 3) {
-      a.deallocate(grads.front());
-      grads.erase(grads.begin());
-    }
-  }
-  for (void* g : grads) a.deallocate(g);
+  toy_training_step(a, shape);
 }
 
 }  // namespace

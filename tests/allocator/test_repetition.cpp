@@ -10,25 +10,6 @@ using namespace memcomm::alloc::test;
 
 namespace {
 
-// One training step without markers: twelve layers whose activations stack up (the layer pattern repeats
-// every four layers, a shorter period than the iteration's), temporaries, then a backward pass.
-void unmarked_step(CachingAllocator& a, std::size_t shape) {
-  std::vector<void*> acts;
-  for (int l = 0; l < 12; ++l) {
-    acts.push_back(a.allocate(shape * (std::size_t(l % 4) + 1) * MiB + 777));
-    a.deallocate(a.allocate(shape * 300 * KiB + 13));
-  }
-  std::vector<void*> grads;
-  for (int l = 11; l >= 0; --l) {
-    grads.push_back(a.allocate(shape * 2 * MiB + 5));
-    a.deallocate(acts[std::size_t(l)]);
-    if (grads.size() > 3) {
-      a.deallocate(grads.front());
-      grads.erase(grads.begin());
-    }
-  }
-  for (void* g : grads) a.deallocate(g);
-}
 
 constexpr std::int64_t kAllocsPerStep = 12 * 2 + 12;
 
@@ -48,7 +29,7 @@ TEST_CASE("planned mode detects the iteration without step markers", "[allocator
   std::int64_t calls_at_6 = 0;
   for (int it = 0; it < 10; ++it) {
     const std::int64_t before = a.stats().num_planned_allocs;
-    unmarked_step(a, 4);
+    toy_training_step(a, 4);
     planned_per_step.push_back(a.stats().num_planned_allocs - before);
     if (it == 5) calls_at_6 = a.stats().source_calls();
     a.check_invariants();
@@ -71,23 +52,23 @@ TEST_CASE("planned mode detects the iteration without step markers", "[allocator
 TEST_CASE("a detected plan falls back to the caching path when the sequence deviates",
           "[allocator][planned][repetition]") {
   CachingAllocator a(simulated(), planned_config());
-  for (int it = 0; it < 8; ++it) unmarked_step(a, 4);
+  for (int it = 0; it < 8; ++it) toy_training_step(a, 4);
   const std::int64_t served = a.stats().num_planned_allocs;
   REQUIRE(served > 0);
   REQUIRE(a.stats().num_plan_deviations == 0);
   // Another shape: the first allocation already leaves the plan; every request is served anyway.
   const std::int64_t planned_before = a.stats().num_planned_allocs;
-  unmarked_step(a, 5);
+  toy_training_step(a, 5);
   a.check_invariants();
   CHECK(a.stats().num_plan_deviations == 1);
   CHECK(a.stats().num_planned_allocs == planned_before);
   CHECK(a.stats().num_ooms == 0);
   // The new shape repeats: after enough periods (more than before, since a plan was missed) it is
   // planned again, and followed.
-  for (int it = 0; it < 10; ++it) unmarked_step(a, 5);
+  for (int it = 0; it < 10; ++it) toy_training_step(a, 5);
   a.check_invariants();
   const std::int64_t before = a.stats().num_planned_allocs;
-  unmarked_step(a, 5);
+  toy_training_step(a, 5);
   CHECK(a.stats().num_planned_allocs - before == kAllocsPerStep);
   CHECK(a.stats().num_plan_deviations == 1);
   CHECK(a.stats().allocation.current == 0);
@@ -95,13 +76,13 @@ TEST_CASE("a detected plan falls back to the caching path when the sequence devi
 
 TEST_CASE("a detected plan survives a block that outlives its iteration", "[allocator][planned][repetition]") {
   CachingAllocator a(simulated(), planned_config());
-  for (int it = 0; it < 8; ++it) unmarked_step(a, 3);
+  for (int it = 0; it < 8; ++it) toy_training_step(a, 3);
   REQUIRE(a.stats().num_planned_allocs > 0);
   // Keep one planned block alive across the boundary: the next iteration's plan wants its range.
   void* kept = a.allocate(3 * MiB + 777);  // the first allocation of an iteration, planned
   void* t = a.allocate(3 * 300 * KiB + 13);
   a.deallocate(t);
-  for (int it = 0; it < 3; ++it) unmarked_step(a, 3);  // the sequence is off by two allocations
+  for (int it = 0; it < 3; ++it) toy_training_step(a, 3);  // the sequence is off by two allocations
   a.check_invariants();
   CHECK(a.stats().num_ooms == 0);
   CHECK(a.stats().allocation.current == 1);
@@ -134,21 +115,21 @@ TEST_CASE("step markers switch detection off, and detection can be turned off", 
     AllocatorConfig c = planned_config();
     c.detect_repetition = detect;
     CachingAllocator a(simulated(), c);
-    for (int it = 0; it < 8; ++it) unmarked_step(a, 4);
+    for (int it = 0; it < 8; ++it) toy_training_step(a, 4);
     INFO("detect_repetition=" << detect);
     CHECK((a.stats().num_planned_allocs > 0) == detect);
   }
   // With markers, iterations are what the markers say, even when detection found something else.
   CachingAllocator a(simulated(), planned_config());
-  for (int it = 0; it < 8; ++it) unmarked_step(a, 4);
+  for (int it = 0; it < 8; ++it) toy_training_step(a, 4);
   for (int it = 0; it < 4; ++it) {
-    unmarked_step(a, 4);
-    unmarked_step(a, 4);
+    toy_training_step(a, 4);
+    toy_training_step(a, 4);
     a.step_marker();  // an "iteration" of two steps
   }
   const std::int64_t before = a.stats().num_planned_allocs;
-  unmarked_step(a, 4);
-  unmarked_step(a, 4);
+  toy_training_step(a, 4);
+  toy_training_step(a, 4);
   a.step_marker();
   CHECK(a.stats().num_planned_allocs - before == 2 * kAllocsPerStep);
   a.check_invariants();
@@ -156,12 +137,12 @@ TEST_CASE("step markers switch detection off, and detection can be turned off", 
 
 TEST_CASE("detection and planned serving are safe with several threads", "[allocator][planned][repetition]") {
   CachingAllocator a(simulated(), planned_config());
-  for (int it = 0; it < 6; ++it) unmarked_step(a, 2);  // a plan exists before the threads start
+  for (int it = 0; it < 6; ++it) toy_training_step(a, 2);  // a plan exists before the threads start
   REQUIRE(a.stats().num_planned_allocs > 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&a, t] {
-      for (int it = 0; it < 20; ++it) unmarked_step(a, std::size_t(1 + (t + it) % 2));
+      for (int it = 0; it < 20; ++it) toy_training_step(a, std::size_t(1 + (t + it) % 2));
     });
   for (std::thread& th : threads) th.join();
   a.check_invariants();
@@ -173,13 +154,13 @@ TEST_CASE("a long unmarked history does not become the first marked iteration", 
   AllocatorConfig c = planned_config();
   c.max_plan_period = 64;  // history is trimmed to a few hundred allocations
   CachingAllocator a(simulated(), c);
-  for (int it = 0; it < 40; ++it) unmarked_step(a, 1);
+  for (int it = 0; it < 40; ++it) toy_training_step(a, 1);
   a.step_marker();  // the first marker: nothing before it is planned as an iteration
   const std::int64_t before = a.stats().num_planned_allocs;
-  unmarked_step(a, 2);
+  toy_training_step(a, 2);
   CHECK(a.stats().num_planned_allocs == before);
   a.step_marker();
-  unmarked_step(a, 2);
+  toy_training_step(a, 2);
   a.step_marker();
   CHECK(a.stats().num_planned_allocs - before == kAllocsPerStep);
   a.check_invariants();
