@@ -243,7 +243,10 @@ void TrainSession::load_state(const State& st) {
 alloc::CachingAllocator* install_allocators(const TrainOptions& o) {
   if (o.allocator != "memcomm") return nullptr;
   alloc::TorchAllocatorOptions ao;
-  ao.config.capacity = o.device == "cuda" ? 0 : static_cast<std::size_t>(o.memory_limit);
+  // On a GPU run (--device cuda, or auto with a GPU, as choose_device decides) the limit caps the
+  // GPU, not host memory.
+  const bool on_gpu = o.device == "cuda" || (o.device == "auto" && torch::cuda::device_count() > 0);
+  ao.config.capacity = on_gpu ? 0 : static_cast<std::size_t>(o.memory_limit);
   return &alloc::install_torch_cpu_allocator(ao);
 }
 

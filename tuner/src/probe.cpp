@@ -61,7 +61,7 @@ struct ProbeRunner::Impl {
   int64_t epoch = 0;
   int64_t batch_bytes = 0;  // one micro-batch's inputs and targets, as last loaded
 
-  // The phase of an out-of-memory, or "" when `e` is some other failure (which is rethrown).
+  // Whether `e` is an out-of-memory (other failures are rethrown by the callers).
   static bool is_oom(const std::exception& e) {
     if (dynamic_cast<const alloc::OutOfMemory*>(&e) || dynamic_cast<const c10::OutOfMemoryError*>(&e)) return true;
     return is_oom_message(e.what());
@@ -105,10 +105,11 @@ struct ProbeRunner::Impl {
     return env.world > 1 ? "rank " + std::to_string(rank) + " " + phase : std::string(phase);
   }
 
-  double agree_max(double v) {
-    auto t = torch::tensor({v}, torch::kFloat64);
+  // Every value's largest over the ranks, in one all-reduce.
+  std::vector<double> agree_max(std::vector<double> values) {
+    auto t = torch::from_blob(values.data(), {int64_t(values.size())}, torch::kFloat64);
     comm->allreduce(t, -1, train::Reduce::Max);
-    return t.item<double>();
+    return values;
   }
 
   std::unique_ptr<train::BatchLoader> loader_for(int64_t b) {
@@ -316,14 +317,16 @@ ProbeResult ProbeRunner::probe(const ProbeRequest& r) {
     std::sort(last.begin(), last.end());
     const double early = accum > 1 && !timed.empty() ? early_ns / double((accum - 1) * timed.size()) : 0.0;
     const double mine = last.empty() ? 0 : (double(r.accum - 1) * early + last[last.size() / 2]) / 1e9;
-    x.step_s = m.agree_max(mine);
-    x.exposed_comm_s = m.agree_max(timed.empty() ? 0 : exposed / double(timed.size()));
-    x.peak_allocated = static_cast<int64_t>(m.agree_max(double(mem.peak_allocated)));
-    x.peak_reserved = static_cast<int64_t>(m.agree_max(double(mem.peak_reserved)));
     // Note [Loader allowance] (search.cpp): the ring of prefetched batches plus the one a worker
     // fills; without workers batches are made on demand and the probe saw them all.
     const int64_t ring = m.o.workers > 0 ? int64_t(m.o.prefetch + 1) * m.batch_bytes : 0;
-    x.loader_allowance = static_cast<int64_t>(m.agree_max(double(ring)));
+    const auto agreed = m.agree_max({mine, timed.empty() ? 0 : exposed / double(timed.size()),
+                                     double(mem.peak_allocated), double(mem.peak_reserved), double(ring)});
+    x.step_s = agreed[0];
+    x.exposed_comm_s = agreed[1];
+    x.peak_allocated = static_cast<int64_t>(agreed[2]);
+    x.peak_reserved = static_cast<int64_t>(agreed[3]);
+    x.loader_allowance = static_cast<int64_t>(agreed[4]);
   }
   m.recover(state);
   x.wall_s = double(monotonic_ns() - t0) / 1e9;
@@ -351,7 +354,7 @@ Verification ProbeRunner::verify(const Recommendation& rec, int64_t steps) {
   const double wall = double(monotonic_ns() - t0) / 1e9;
   v.steps = static_cast<int64_t>(timed.size());
   if (!v.oom) {
-    v.samples_per_s = double(steps * rec.micro_batch * rec.accum * m.env.world) / m.agree_max(wall);
+    v.samples_per_s = double(steps * rec.micro_batch * rec.accum * m.env.world) / m.agree_max({wall})[0];
     auto eo = m.o;
     eo.batch_size = rec.micro_batch;
     try {
@@ -367,14 +370,15 @@ Verification ProbeRunner::verify(const Recommendation& rec, int64_t steps) {
       v.oom_where = "evaluation";
     }
     const auto mem = train::memory_figures(m.rd.device, m.cpu_alloc);
-    v.peak_allocated = static_cast<int64_t>(m.agree_max(double(mem.peak_allocated)));
-    v.peak_reserved = static_cast<int64_t>(m.agree_max(double(mem.peak_reserved)));
+    const auto peaks = m.agree_max({double(mem.peak_allocated), double(mem.peak_reserved)});
+    v.peak_allocated = static_cast<int64_t>(peaks[0]);
+    v.peak_reserved = static_cast<int64_t>(peaks[1]);
   }
   m.recover(state);
   return v;
 }
 
-int64_t ProbeRunner::agree_max(int64_t value) { return static_cast<int64_t>(impl_->agree_max(double(value))); }
+int64_t ProbeRunner::agree_max(int64_t value) { return static_cast<int64_t>(impl_->agree_max({double(value)})[0]); }
 bool ProbeRunner::leader() const { return impl_->env.rank == 0; }
 int ProbeRunner::world() const { return impl_->env.world; }
 

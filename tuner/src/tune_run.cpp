@@ -91,6 +91,8 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
   t.search.world = runner.world();
   // The smallest rank's limit (on GPUs each defaults to its own free memory): one search for all.
   t.search.memory_limit = -runner.agree_max(-runner.memory_limit());
+  if (t.search.memory_limit <= 0)  // --device auto found no GPU, whose free memory would be the default
+    throw train::UsageError("--memory-limit is required on the CPU (on a GPU it defaults to the free device memory)");
   if (t.search.global_batch < t.search.world)
     throw train::UsageError(fmt::format("--global-batch {} is smaller than the {} ranks: every rank needs a sample",
                                         t.search.global_batch, t.search.world));
