@@ -41,8 +41,10 @@ struct RankTime {
   int64_t step_ns = 0, data_wait_ns = 0, compute_ns = 0, exposed_ns = 0, idle_ns = 0;
 };
 
-std::map<uint32_t, RankTime> per_rank_steps(const prof::Analysis& a) {
-  std::map<uint32_t, RankTime> m;
+using RankTimes = std::map<uint32_t, RankTime>;
+
+RankTimes per_rank_steps(const prof::Analysis& a) {
+  RankTimes m;
   for (const auto& s : a.steps) {
     auto& t = m[s.rank];
     ++t.steps;
@@ -55,8 +57,8 @@ std::map<uint32_t, RankTime> per_rank_steps(const prof::Analysis& a) {
   return m;
 }
 
-void communication_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
-  const auto times = per_rank_steps(a);
+void communication_rule(const prof::Analysis& a, const RankTimes& times, const AdviseOptions& o,
+                        std::vector<Advice>& out) {
   const RankTime* worst = nullptr;
   uint32_t worst_rank = 0;
   for (const auto& [rank, t] : times)
@@ -110,8 +112,8 @@ void communication_rule(const prof::Analysis& a, const AdviseOptions& o, std::ve
   out.push_back(adv);
 }
 
-void data_wait_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
-  for (const auto& [rank, t] : per_rank_steps(a)) {
+void data_wait_rule(const RankTimes& times, const AdviseOptions& o, std::vector<Advice>& out) {
+  for (const auto& [rank, t] : times) {
     if (!t.steps || t.step_ns == 0) continue;
     const double share = double(t.data_wait_ns) / double(t.step_ns);
     if (share <= o.data_wait_threshold) continue;
@@ -127,8 +129,8 @@ void data_wait_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector
   }
 }
 
-void straggler_rule(const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
-  const auto times = per_rank_steps(a);
+void straggler_rule(const prof::Analysis& a, const RankTimes& times, const AdviseOptions& o,
+                    std::vector<Advice>& out) {
   if (times.size() < 2) return;
   std::map<uint32_t, int64_t> late;  // rank -> collectives it started last
   int64_t skew_sum = 0, matched = 0;
@@ -201,10 +203,11 @@ std::vector<Advice> advise(const prof::TraceSet& set, const prof::Analysis& a, c
                            const AdviseOptions& o) {
   std::vector<Advice> out;
   detail::fragmentation_rule(a, files, o, out);
-  detail::communication_rule(a, o, out);
-  detail::data_wait_rule(a, o, out);
+  const auto times = detail::per_rank_steps(a);  // per rank: steps and where their time went
+  detail::communication_rule(a, times, o, out);
+  detail::data_wait_rule(times, o, out);
   detail::headroom_rule(set, a, o, out);
-  detail::straggler_rule(a, o, out);
+  detail::straggler_rule(a, times, o, out);
   return out;
 }
 
