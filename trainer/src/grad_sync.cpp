@@ -163,11 +163,13 @@ void GradSync::rebuild_once() {
     if (std::find(seen.begin(), seen.end(), false) != seen.end()) order = current_order();
   }
   if (comm_.world() > 1) {
-    auto t = torch::empty({static_cast<int64_t>(order.size())}, torch::kInt64);
-    for (size_t i = 0; i < order.size(); ++i) t[static_cast<int64_t>(i)] = static_cast<int64_t>(order[i]);
-    std::vector<torch::Tensor> one{t};
+    // On the parameters' device: NCCL broadcasts device memory only.
+    std::vector<int64_t> ids(order.begin(), order.end());
+    auto host = torch::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, torch::kInt64);
+    std::vector<torch::Tensor> one{host.to(params_.front().device())};
     comm_.broadcast(one, 0);
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<size_t>(t[static_cast<int64_t>(i)].item<int64_t>());
+    host.copy_(one.front());
+    order.assign(ids.begin(), ids.end());
   }
   build(order);
 }
