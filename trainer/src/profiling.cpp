@@ -134,11 +134,12 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
           r.record(prof::make_mem_sample(t, prof::MemMetric::LargestFree, sum.largest_free_block, dev));
           r.record(prof::make_mem_sample(t, prof::MemMetric::Fragmentation,
                                          uint64_t(sum.external_fragmentation() * 1e6), dev));
-          // The cap (--memory-limit) is what the advisor measures headroom against.
-          if (allocator->config().capacity > 0)
-            r.record(prof::make_mem_sample(t, prof::MemMetric::DeviceTotal, allocator->config().capacity, dev));
         },
         std::chrono::milliseconds(50));
+    // The cap (--memory-limit) is what the advisor measures headroom against; it never changes.
+    if (allocator->config().capacity > 0)
+      rec.record_rare(prof::Event::from(prof::make_mem_sample(prof::now_ns(), prof::MemMetric::DeviceTotal,
+                                                              allocator->config().capacity, prof::kHostDevice)));
   }
   rec.start();
 }

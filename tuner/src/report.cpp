@@ -83,8 +83,7 @@ nlohmann::json trial_json(const Trial& t) {
 }
 
 TrialPurpose purpose_from(const std::string& s) {
-  for (auto p : {TrialPurpose::Fit, TrialPurpose::Boundary, TrialPurpose::Speed, TrialPurpose::Bucket,
-                 TrialPurpose::Verify})
+  for (auto p : {TrialPurpose::Fit, TrialPurpose::Boundary, TrialPurpose::Speed, TrialPurpose::Bucket})
     if (s == purpose_name(p)) return p;
   throw std::runtime_error("unknown trial purpose '" + s + "'");
 }

@@ -39,7 +39,6 @@ const char* purpose_name(TrialPurpose p) {
     case TrialPurpose::Boundary: return "boundary";
     case TrialPurpose::Speed: return "speed";
     case TrialPurpose::Bucket: return "bucket";
-    case TrialPurpose::Verify: return "verify";
   }
   return "?";
 }

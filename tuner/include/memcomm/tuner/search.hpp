@@ -45,7 +45,7 @@ struct ProbeResult {
 using ProbeFn = std::function<ProbeResult(const ProbeRequest&)>;
 
 // Why a trial was run, for the table.
-enum class TrialPurpose { Fit, Boundary, Speed, Bucket, Verify };
+enum class TrialPurpose { Fit, Boundary, Speed, Bucket };
 const char* purpose_name(TrialPurpose p);
 
 struct Trial {
