@@ -15,7 +15,8 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
   };
   for (const auto& c : {Case{"--steps 0", "--steps"}, Case{"--model resnet", "--model"}, Case{"--accum 0", "--accum"},
                         Case{"--no-such-flag", "no-such-flag"}, Case{"--batch-size x", "--batch-size"},
-                        Case{"--sync-every 2 --accum 2", "--sync-every"}}) {
+                        Case{"--sync-every 2 --accum 2", "--sync-every"}, Case{"--cupti on", "--cupti"},
+                        Case{"--cupti sometimes --trace t.mct", "--cupti"}}) {
     const auto r = run_command(train_bin() + " " + c.args);
     INFO(c.args << "\n" << r.output);
     CHECK(r.code == 2);
@@ -28,6 +29,22 @@ TEST_CASE("--help describes the launch modes and exits 0") {
   REQUIRE(r.code == 0);
   CHECK(r.output.find("torchrun") != std::string::npos);
   CHECK(r.output.find("--accum") != std::string::npos);
+}
+
+TEST_CASE("CUPTI that cannot start (--cupti on) warns once, and host events are recorded") {
+  const auto d = scratch_dir("cupti-unavailable");
+  const auto r = run_command(quick_train("--steps 3 --device cpu --cupti on --trace " + d + "/t.mct"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const auto trace = d + "/t.rank0.mct";
+  REQUIRE(std::filesystem::exists(trace));
+  CHECK(std::filesystem::file_size(trace) > 0);
+  // Without a GPU (or with another CUPTI client) there is exactly one warning line; where a GPU
+  // exists, CUPTI may start even though this run trains on the CPU.
+  const std::string warning = "CUPTI capture unavailable";
+  const auto first = r.output.find(warning);
+  if (!std::filesystem::exists("/dev/nvidia0")) REQUIRE(first != std::string::npos);
+  if (first != std::string::npos) CHECK(r.output.find(warning, first + 1) == std::string::npos);
 }
 
 TEST_CASE("a missing dataset says how to install it") {

@@ -1,8 +1,8 @@
 // DDP-style gradient synchronisation: bucketed, overlapped with backward, accumulation-aware.
 //
 // Note [Gradient buckets]: as in torch.nn.parallel.DistributedDataParallel, parameters are packed
-// in reverse order (the order backward produces their gradients) into flat buckets: the first holds
-// 1 MiB, the rest --bucket-mb. Each parameter's .grad is a view into its bucket, so autograd
+// in reverse order (the order backward produces their gradients) into flat buckets: a bucket closes
+// with the parameter that takes it to its cap, 1 MiB for the first, --bucket-mb after. Each parameter's .grad is a view into its bucket, so autograd
 // accumulates straight into the buffer that goes on the wire (no copy in, no copy out). A post-hook
 // on each parameter's gradient accumulator counts down its bucket; when a bucket is complete, its
 // all-reduce starts while backward continues on earlier layers. After the first synchronised
@@ -32,7 +32,7 @@ namespace memcomm::train {
 
 struct GradSyncStats {
   int64_t allreduce_calls = 0;   // bucket all-reduces issued
-  int64_t comm_ns = 0;           // sum over buckets of (completion - launch)
+  int64_t comm_ns = 0;           // time any bucket's all-reduce was in flight (Note [Communication time])
   int64_t exposed_ns = 0;        // time the trainer waited for buckets after backward
   int64_t bytes = 0;             // bytes put on the wire
 };

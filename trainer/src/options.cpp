@@ -47,6 +47,8 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.memory_limit < 0) usage_error("--memory-limit must not be negative");
   if (o.memory_limit > 0 && o.allocator != "memcomm" && o.device != "cuda")
     usage_error("--memory-limit on the CPU needs --allocator memcomm (its cap makes the limit real)");
+  if (o.cupti == "on" && o.trace.empty() && o.live.empty())
+    usage_error("--cupti on records into the trace or the live stream: give --trace FILE or --live HOST:PORT");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) usage_error("--checkpoint-every needs --checkpoint-dir");
   if (o.resume && o.checkpoint_dir.empty()) usage_error("--resume needs --checkpoint-dir");
   const auto ds = resolved_dataset(o);
@@ -129,6 +131,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   g->add_option("--trace", o.trace,
                 "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)");
   g->add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen)");
+  g->add_option("--cupti", o.cupti,
+                "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "
+                "(when recording on a GPU), on (also warns when CUPTI cannot start) or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
   g->add_option("--allocator", o.allocator,
                 "CPU tensor allocator: memcomm (caching allocator with stats) or torch (LibTorch's own)")
       ->check(CLI::IsMember({"memcomm", "torch"}))->capture_default_str();

@@ -50,6 +50,7 @@ struct TrainOptions {
   std::string summary_json;        // --summary-json FILE
   std::string trace;               // --trace FILE (per-rank files NAME.rankR.mct)
   std::string live;                // --live HOST:PORT
+  std::string cupti = "auto";      // auto | on | off: GPU activity (CUPTI) in the trace/stream
   std::string allocator = "memcomm";  // memcomm | torch
   int64_t memory_limit = 0;        // bytes tensors may reserve (CPU: memcomm's cap; GPU: PyTorch's); 0 = none
 

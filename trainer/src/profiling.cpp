@@ -7,6 +7,9 @@
 #ifdef MEMCOMM_HAVE_NVTX
 #include <memcomm/profiler/nvtx_bridge.hpp>
 #endif
+#ifdef MEMCOMM_HAVE_CUPTI
+#include <memcomm/profiler/cupti_capture.hpp>
+#endif
 
 #include <cstdio>
 #include <map>
@@ -83,9 +86,26 @@ struct RunProfiler::Impl {
   bool finished = false;
   std::pair<int64_t, int64_t> totals{0, 0};
   int64_t collector_cpu_ns = 0;  // captured by finish()
+#ifdef MEMCOMM_HAVE_CUPTI
+  std::unique_ptr<prof::CuptiCapture> cupti;  // running GPU activity capture, null when off
+#endif
 };
 
-RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::CachingAllocator* allocator) {
+namespace {
+
+// Note [CUPTI in a run]: with --cupti auto the capture runs when the run trains on a GPU and records;
+// "on" also tries on the CPU-only machine (and says why it cannot). It starts right after the
+// recorder and before the first phase, since NVTX decides at its first call whether to load CUPTI
+// (Note [NVTX injection] in cupti_capture.cpp). Driver memory records stay on: on a GPU the tensors
+// live in PyTorch's CUDA allocator, which memcomm's observers do not see, so cudaMalloc/cudaFree
+// records are the trace's only view of reserved GPU memory. An unavailable CUPTI (another client such
+// as Nsight Systems) costs one warning line; host events go on.
+void start_cupti(RunProfiler::Impl& impl, const TrainOptions& o, bool on_gpu);
+
+}  // namespace
+
+RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::CachingAllocator* allocator,
+                         bool on_gpu) {
   if (o.trace.empty() && o.live.empty()) return;
   impl_ = std::make_unique<Impl>();
   auto& rec = impl_->rec;
@@ -142,7 +162,24 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
                                                               allocator->config().capacity, prof::kHostDevice)));
   }
   rec.start();
+  start_cupti(*impl_, o, on_gpu);
 }
+
+namespace {
+
+void start_cupti(RunProfiler::Impl& impl, const TrainOptions& o, bool on_gpu) {
+  if (o.cupti == "off" || (o.cupti == "auto" && !on_gpu)) return;
+#ifdef MEMCOMM_HAVE_CUPTI
+  impl.cupti = std::make_unique<prof::CuptiCapture>();
+  if (!impl.cupti->start(impl.rec)) impl.cupti.reset();  // it printed why; host events go on
+#else
+  (void)impl;
+  std::fprintf(stderr, "memcomm-train: --cupti: this build has no CUPTI (built without CUDA); recording host "
+                       "events only\n");
+#endif
+}
+
+}  // namespace
 
 RunProfiler::~RunProfiler() { finish(); }
 
@@ -176,6 +213,16 @@ void RunProfiler::counter(const char* name, double value) {
 std::pair<int64_t, int64_t> RunProfiler::finish() {
   if (!impl_ || impl_->finished) return impl_ ? impl_->totals : std::pair<int64_t, int64_t>{0, 0};
   auto& rec = impl_->rec;
+#ifdef MEMCOMM_HAVE_CUPTI
+  if (impl_->cupti) {
+    impl_->cupti->stop();  // Note [CUPTI teardown]: flushes into the still-running recorder
+    const prof::CuptiStats cs = impl_->cupti->stats();
+    if (cs.cupti_dropped > 0 || cs.buffers_denied > 0)
+      std::fprintf(stderr, "memcomm-train: CUPTI dropped %llu GPU activity record(s) (%llu buffer request(s) refused)\n",
+                   static_cast<unsigned long long>(cs.cupti_dropped), static_cast<unsigned long long>(cs.buffers_denied));
+    impl_->cupti.reset();
+  }
+#endif
   if (impl_->allocator) {
     rec.remove_sampler(impl_->sampler);
     impl_->allocator->remove_observer(&impl_->tap);

@@ -1,6 +1,6 @@
-// What a training run records: phases (also NVTX ranges), collectives, counters and every event of
-// memcomm's allocator, into per-rank .mct files (--trace) and/or a live viewer (--live).
-// Free of LibTorch.
+// What a training run records: phases (also NVTX ranges), collectives, counters, every event of
+// memcomm's allocator and, on a GPU, CUPTI's kernels, copies and driver memory, into per-rank .mct
+// files (--trace) and/or a live viewer (--live). Free of LibTorch.
 #pragma once
 
 #include "comm_record.hpp"
@@ -19,7 +19,8 @@ class RunProfiler {
  public:
   // Starts recording when --trace or --live is given; otherwise does nothing and costs nothing.
   // `allocator` (may be null) gets an observer for its events and a periodic stats sampler.
-  RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::CachingAllocator* allocator);
+  // `on_gpu`: the run trains on a GPU, so --cupti auto captures GPU activity (Note [CUPTI in a run]).
+  RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::CachingAllocator* allocator, bool on_gpu);
   ~RunProfiler();  // stops, flushes and closes the sinks
   RunProfiler(const RunProfiler&) = delete;
   RunProfiler& operator=(const RunProfiler&) = delete;

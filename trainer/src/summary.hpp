@@ -17,7 +17,7 @@ struct RunSummary {
   double samples_per_s = 0;      // global samples per second
   double step_ms_mean = 0, step_ms_p50 = 0, step_ms_p95 = 0;
   double data_wait_ms = 0;       // total time blocked on the loader
-  double comm_ms = 0;            // gradient all-reduce time (launch to completion), summed over buckets
+  double comm_ms = 0;            // time gradient all-reduces were in flight (union over buckets)
   double exposed_comm_ms = 0;    // time waiting for gradients after backward
   double backward_ms = 0;        // total backward time
   double overlap_pct = 0;        // 100 * (1 - exposed / comm)

@@ -55,7 +55,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   const torch::Device dev = rd.device;
   if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
 
-  RunProfiler profiler(o, env, cpu_alloc);
+  RunProfiler profiler(o, env, cpu_alloc, dev.is_cuda());
   Communicator comm(env, rd.backend, o.timeout_s);
   comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
   comm.set_device(dev);

@@ -247,7 +247,7 @@ ProbeRunner::ProbeRunner(const train::TrainOptions& o, const train::DistEnv& env
     m.o.memory_limit = train::free_device_memory(m.rd.device);
     train::apply_memory_limit(m.rd.device, m.o.memory_limit);
   }
-  m.profiler = std::make_unique<train::RunProfiler>(o, env, m.cpu_alloc);
+  m.profiler = std::make_unique<train::RunProfiler>(o, env, m.cpu_alloc, m.rd.device.is_cuda());
   m.comm = std::make_unique<train::Communicator>(env, m.rd.backend, o.timeout_s);
   auto* prof = m.profiler.get();
   m.comm->on_collective = [prof](const train::CollectiveRecord& r) { prof->collective(r); };
