@@ -105,3 +105,14 @@ TEST_CASE("gradient compression to bf16 still trains and keeps ranks identical")
   REQUIRE(r.code == 0);
   for (const auto& [step, by_rank] : parse_checksums(r.output)) CHECK(by_rank.at(0) == by_rank.at(1));
 }
+
+TEST_CASE("data_parallel mode (--mode dp) on one device trains exactly like a plain single-process run") {
+  const auto d = scratch_dir("mode-dp");
+  const auto dp = run_command(quick_train("--mode dp --steps 6 --dump-params " + d + "/dp.bin"));
+  INFO(dp.output);
+  REQUIRE(dp.code == 0);
+  CHECK(dp.output.find("data_parallel") != std::string::npos);
+  const auto plain = run_command(quick_train("--steps 6 --dump-params " + d + "/plain.bin"));
+  REQUIRE(plain.code == 0);
+  CHECK(read_floats(d + "/dp.bin") == read_floats(d + "/plain.bin"));  // bitwise
+}

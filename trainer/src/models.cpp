@@ -2,7 +2,10 @@
 
 #include "options.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
+#include <mutex>
 
 namespace memcomm::train {
 
@@ -106,9 +109,47 @@ int64_t ModelImpl::correct(const torch::Tensor& logits, const torch::Tensor& tar
 }
 
 std::shared_ptr<ModelImpl> make_model(const TrainOptions& o, int64_t num_classes) {
-  if (o.model == "mlp") return std::make_shared<Mlp>(784, o.hidden, num_classes);
-  if (o.model == "cnn") return std::make_shared<Cnn>(num_classes);
-  return std::make_shared<Transformer>(o.vocab, o.width, o.heads, o.layers, o.seq_len);
+  std::shared_ptr<ModelImpl> m;
+  if (o.model == "mlp") m = std::make_shared<Mlp>(784, o.hidden, num_classes);
+  else if (o.model == "cnn") m = std::make_shared<Cnn>(num_classes);
+  else m = std::make_shared<Transformer>(o.vocab, o.width, o.heads, o.layers, o.seq_len);
+  m->make_fresh_ = [o, num_classes] { return make_model(o, num_classes); };
+  return m;
+}
+
+// Note [Replicas for --mode dp]: data_parallel replicates the model with clone(device) on every step
+// and then points each replica parameter's gradient edge at the original (replicate_grad_edges), so
+// the replica must have the same modules, parameter names and order. nn::Cloneable would provide that
+// but needs each model to be its own Module root; our models share the ModelImpl interface instead,
+// so clone() builds a fresh model of the same shape and copies every parameter and buffer into it.
+// Building initialises parameters from the default generator; its state is put back, so a dp run
+// draws the same random numbers as a run without replicas.
+std::shared_ptr<torch::nn::Module> ModelImpl::clone(const std::optional<torch::Device>& device) const {
+  TORCH_CHECK(make_fresh_, "ModelImpl::clone: models come from make_model()");
+  auto gen = at::detail::getDefaultCPUGenerator();
+  at::Tensor saved;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    saved = gen.get_state();
+  }
+  auto copy = make_fresh_();
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(saved);
+  }
+  torch::NoGradGuard no_grad;
+  const auto copy_all = [&device](const auto& from, const auto& to) {
+    for (const auto& item : from) {
+      const auto* dst = to.find(item.key());
+      TORCH_CHECK(dst, "ModelImpl::clone: the fresh model has no tensor named ", item.key());
+      const auto& src = item.value();
+      dst->set_data(device && src.device() != *device ? src.to(*device) : src.clone());
+    }
+  };
+  copy_all(named_parameters(), copy->named_parameters());
+  copy_all(named_buffers(), copy->named_buffers());
+  copy->train(is_training());
+  return copy;
 }
 
 int64_t parameter_count(torch::nn::Module& m) {

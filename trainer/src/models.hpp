@@ -3,7 +3,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace memcomm::train {
@@ -20,6 +22,14 @@ class ModelImpl : public torch::nn::Module {
   int64_t correct(const torch::Tensor& logits, const torch::Tensor& targets) const;
   // Predictions the batch holds (batch size, or batch x positions for the LM).
   int64_t predictions(const torch::Tensor& targets) const { return targets.numel(); }
+
+  // A deep copy on `device`, which LibTorch's data_parallel replicates the model with
+  // (Note [Replicas for --mode dp] in models.cpp).
+  std::shared_ptr<torch::nn::Module> clone(const std::optional<torch::Device>& device = std::nullopt) const override;
+
+ private:
+  friend std::shared_ptr<ModelImpl> make_model(const TrainOptions& o, int64_t num_classes);
+  std::function<std::shared_ptr<ModelImpl>()> make_fresh_;  // builds an identically shaped model
 };
 
 std::shared_ptr<ModelImpl> make_model(const TrainOptions& o, int64_t num_classes);

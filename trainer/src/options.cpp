@@ -32,6 +32,9 @@ void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {
 void check_train_options(const TrainOptions& o, const char* program) {
   const auto usage_error = [program](const std::string& msg) { memcomm::train::usage_error(program, msg); };
   if (o.nproc < 1) usage_error("--nproc must be at least 1");
+  if (o.mode == "dp" && o.nproc > 1)
+    usage_error("--mode dp is one process driving every device: use it without --nproc (or --mode ddp)");
+  if (o.mode == "dp" && o.sync_every > 0) usage_error("--mode dp has one model: --sync-every needs --mode ddp");
   if (o.batch_size < 1) usage_error("--batch-size must be at least 1");
   if (o.accum < 1) usage_error("--accum must be at least 1");
   if (o.steps < 1) usage_error("--steps must be at least 1");
@@ -66,6 +69,11 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
   auto* g = app.add_option_group("Launch");
+  g->add_option("--mode", o.mode,
+                "ddp: one process per rank, gradients all-reduced (DistributedDataParallel); dp: one process "
+                "splits each batch across all visible GPUs with LibTorch's data_parallel (DataParallel; one "
+                "device on a CPU-only machine)")
+      ->check(CLI::IsMember({"ddp", "dp"}))->capture_default_str();
   g->add_option("--nproc", o.nproc, "Local ranks to spawn (ignored under torchrun/Slurm, which set the ranks)")
       ->capture_default_str();
   g->add_option("--backend", o.backend, "Collective backend: auto (NCCL when each rank has its own GPU, else Gloo)")

@@ -16,6 +16,7 @@ struct TrainOptions {
   std::string device = "auto";     // auto | cpu | cuda
   double timeout_s = 300;          // a collective slower than this ends the run, naming missing ranks
   int threads = 0;                 // intra-op threads per rank; 0 = cores / local ranks
+  std::string mode = "ddp";        // ddp (one process per rank) | dp (one process, LibTorch's data_parallel)
 
   // --- data ---
   std::string dataset = "auto";    // fashion-mnist | tabular | tokens; auto picks one for the model

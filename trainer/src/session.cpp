@@ -1,6 +1,7 @@
 #include "session.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <torch/nn/parallel/data_parallel.h>
 #if __has_include(<c10/cuda/CUDAStream.h>)
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -112,6 +113,14 @@ TrainSession::TrainSession(const TrainOptions& o, Communicator& comm, const torc
     for (auto& b : model_->buffers()) state.push_back(b);
     comm.broadcast(state, 0);
   }
+  if (o.mode == "dp") {
+    // Note [Replicas for --mode dp]: every visible GPU, or the one CPU device.
+    if (dev.is_cuda())
+      for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i)
+        dp_devices_.emplace_back(torch::kCUDA, static_cast<torch::DeviceIndex>(i));
+    else
+      dp_devices_.push_back(dev);
+  }
   opt_ = make_optimizer(o, params_);
   if (o.sync_every == 0) sync_ = std::make_unique<GradSync>(params_, comm, o.bucket_mb, o.overlap, o.grad_compression);
   if (sync_) sync_->zero_grad();
@@ -148,7 +157,7 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
       prof::PhaseScope fwd_scope(prof::Phase::Forward);
       phase_ = "forward";
       AutocastScope autocast(o_.amp == "bf16");
-      loss = model_->loss(model_->forward(x), y);
+      loss = model_->loss(forward(x), y);
     }
     const int64_t t_bwd = monotonic_ns();
     {
@@ -181,6 +190,13 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
   t.last_micro_ns += monotonic_ns() - t_micro;
   phase_ = "idle";
   return loss;
+}
+
+torch::Tensor TrainSession::forward(const torch::Tensor& x) {
+  if (dp_devices_.empty()) return model_->forward(x);
+  // Scatter the batch along dim 0, replicate the model, run the replicas in threads, gather the
+  // logits on this session's device; backward reduces the replicas' gradients into the model's.
+  return torch::nn::parallel::data_parallel(model_, x, dp_devices_, dev_, 0);
 }
 
 void TrainSession::abandon_step() {

@@ -76,6 +76,7 @@ class TrainSession {
   std::vector<torch::Tensor>& params() { return params_; }
   torch::optim::Optimizer& optimizer() { return *opt_; }
   GradSync* sync() { return sync_.get(); }  // null in local-SGD runs
+  const std::vector<torch::Device>& dp_devices() const { return dp_devices_; }  // empty unless --mode dp
 
   void set_lr(double lr);
   // Supplies the next micro-batch and the nanoseconds spent blocked for it.
@@ -85,6 +86,8 @@ class TrainSession {
   // Returns the step's mean loss. An exception leaves the step half done: see abandon_step().
   // `first_micro` numbers the micro-steps in the trace (Note [Micro-batch position] in trainer.cpp).
   double step(int accum, int64_t first_micro, const NextBatch& next_batch, StepTiming& timing);
+  // The model's logits for a batch: model.forward, or LibTorch's data_parallel under --mode dp.
+  torch::Tensor forward(const torch::Tensor& x);
   // After step() threw on this rank: issues the collectives the other ranks' step is waiting for
   // and clears the gradients (GradSync::abandon). The parameters may be half updated: restore them.
   void abandon_step();
@@ -107,6 +110,7 @@ class TrainSession {
   TrainOptions o_;
   torch::Device dev_;
   std::shared_ptr<ModelImpl> model_;
+  std::vector<torch::Device> dp_devices_;  // --mode dp: the devices data_parallel splits batches over
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
   std::unique_ptr<GradSync> sync_;

@@ -55,6 +55,9 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   const torch::Device dev = rd.device;
   if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
 
+  if (o.mode == "dp" && env.world > 1)
+    throw UsageError("--mode dp is one process driving every device, but the launcher started " +
+                     std::to_string(env.world) + " ranks: use --mode ddp under torchrun/Slurm");
   RunProfiler profiler(o, env, cpu_alloc, dev.is_cuda());
   Communicator comm(env, rd.backend, o.timeout_s);
   comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
@@ -82,6 +85,13 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   if (leader) {
     fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n", o.model,
                parameter_count(model), train_set->describe(), env.world, env.launcher, comm.backend(), dev.str());
+    if (!session.dp_devices().empty()) {
+      std::string names;
+      for (const auto& d : session.dp_devices()) names += (names.empty() ? "" : ", ") + d.str();
+      fmt::print("  --mode dp: data_parallel splits each batch of {} across {} device(s): {}{}\n", o.batch_size,
+                 session.dp_devices().size(), names,
+                 session.dp_devices().size() == 1 ? " (one device: the same as plain training)" : "");
+    }
     fmt::print("  per rank: {} samples/epoch, {} batches of {}; tail {} {} sample(s)\n", sampler.per_rank(),
                per_epoch, o.batch_size, sampler.tail_adjust() >= 0 ? "padded with" : "dropped",
                std::abs(sampler.tail_adjust()));
@@ -93,7 +103,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   s.dataset = resolved_dataset(o);
   s.backend = comm.backend();
   s.device = dev.str();
-  s.mode = local_sgd ? "local-sgd" : "ddp";
+  s.mode = local_sgd ? "local-sgd" : o.mode;
   s.world = env.world;
   s.accum = o.accum;
   s.micro_batch = o.batch_size;
