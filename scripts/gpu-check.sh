@@ -53,6 +53,9 @@ step train-2rank-gloo-cuda timeout 150 $T --device cuda --nproc 2 --model cnn --
   --trace "$OUT/train2.mct" --summary-json "$OUT/train2.json"
 step train-allocator-torch timeout 120 $T --device cuda --model cnn --steps 60 --allocator torch \
   --summary-json "$OUT/train-torch-alloc.json"
+step train-mode-dp timeout 120 $T --device cuda --mode dp --model cnn --steps 40 --summary-json "$OUT/train-dp.json"
+# CUPTI in the traces above (--cupti auto on a GPU): kernels, copies and driver memory per rank.
+step trace-info build-gpu/bin/memcomm-trace info "$OUT/train1.rank0.mct" "$OUT/train2.rank0.mct" "$OUT/train2.rank1.mct"
 
 {
   echo
