@@ -147,6 +147,8 @@ struct CachingAllocator::Impl {
   void free_erase(Block* b);
   bool fits(const Block* b, std::size_t size) const;  // the oversize rules allow b for size
   Block* find_free(Pool* pool, std::size_t size);
+  // A free block for `size` in the same stream's pool of the other size class (growth.cpp).
+  Block* find_in_other_class(Pool* pool, std::size_t size);
   // Hands out `b` (out of the free sets, mapped) for `size` bytes to `stream`, splitting off the rest.
   Block* take(Block* b, std::size_t size, std::size_t requested, StreamId stream);
   // Back into the pool's free memory: parked (Note [Recent frees]), or filed merged when `park` is false.

@@ -7,21 +7,12 @@
 #include <string>
 
 #include "allocator_impl.hpp"
+#include "memcomm/common/bytes.hpp"
 #include "planner.hpp"
 
 namespace memcomm::alloc {
 
 namespace {
-
-std::string human_bytes(std::uint64_t bytes) {
-  char buf[64];
-  const double b = double(bytes);
-  if (bytes >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (bytes >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (bytes >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.2f KiB", b / double(1ull << 10));
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  return buf;
-}
 
 std::uint64_t now_ns() {
   return std::uint64_t(
@@ -114,10 +105,10 @@ std::string format_oom(std::size_t size, std::size_t requested, const MemorySour
   const double frag = reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0;
   char f[32];
   std::snprintf(f, sizeof f, "%.3f", frag);
-  return "memcomm: out of memory allocating " + human_bytes(size) + " (requested " + std::to_string(requested) +
+  return "memcomm: out of memory allocating " + format_bytes(size, 2) + " (requested " + std::to_string(requested) +
          " bytes) from " + src.name() + " source, device " + std::to_string(src.device()) + ": capacity " +
-         (cap ? human_bytes(cap) : std::string("unlimited")) + ", reserved " + human_bytes(reserved) +
-         ", allocated " + human_bytes(allocated) + ", largest free block " + human_bytes(largest_free) +
+         (cap ? format_bytes(cap, 2) : std::string("unlimited")) + ", reserved " + format_bytes(reserved, 2) +
+         ", allocated " + format_bytes(allocated, 2) + ", largest free block " + format_bytes(largest_free, 2) +
          ", fragmentation " + f;
 }
 

@@ -10,6 +10,15 @@
 // every peak (what eager release buys) while steady-state iterations, which stay under their own high
 // water, make no source calls at all (what eager release loses).
 //
+// Note [Last resort: the other size class]
+// Small and large requests live in separate pools (Note [Pools and size classes]), so under a cap a
+// request can fail while the other pool holds a free block big enough: a 1.03 MiB request under a
+// 7.5 MiB cap failed with a 1.67 MiB free block in the small pool (3 pages mapped, a 4th over the cap,
+// and no whole free page to move). Only after the retry has given back everything it can, the request
+// takes a fitting free block of the same stream's other pool. The block stays in its pool and segment
+// and returns there when freed; the separation is a heuristic against fragmentation, not a rule worth
+// an out-of-memory. num_cross_class_allocs counts it.
+//
 // Note [Garbage collection]
 // The cap (config.capacity or the source's) bounds reserved bytes; growth that would cross it gives
 // back free pages/segments first. With gc_threshold set, growth that would take reserved bytes above
@@ -76,6 +85,11 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     }
   }
   std::lock_guard<std::mutex> lock(mu);
+  if (Block* b = find_in_other_class(pool, size)) {  // Note [Last resort: the other size class]
+    free_erase(b);
+    stats.num_cross_class_allocs++;
+    return take(b, size, requested, pool->stream);
+  }
   stats.num_ooms++;
   emit(EventKind::oom, 0, size, requested, pool->stream);
   const auto reserved = std::uint64_t(stats.reserved_bytes.current);
@@ -83,6 +97,13 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
   const std::uint64_t largest = largest_free_locked();
   throw OutOfMemory(format_oom(size, requested, *source, cap, reserved, allocated, largest), requested, reserved,
                     allocated, largest, reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0);
+}
+
+Block* CachingAllocator::Impl::find_in_other_class(Pool* pool, std::size_t size) {
+  for (auto& p : pools)
+    if (p.get() != pool && p->stream == pool->stream && p->small != pool->small)
+      if (Block* b = find_free(p.get(), size)) return b;
+  return nullptr;
 }
 
 Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::size_t requested) {

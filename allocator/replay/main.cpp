@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "memcomm/common/bytes.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm/snapshot/error.hpp"
 
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
   std::uint64_t capacity = 0;
   std::vector<std::string> policies = split_list(policy_list);
   try {
-    if (!capacity_text.empty()) capacity = parse_size(capacity_text);
+    if (!capacity_text.empty()) capacity = memcomm::parse_size(capacity_text);
     if (policies.empty()) throw std::invalid_argument("--policy: empty list");
     PolicyOptions probe;
     for (const auto& p : policies) {

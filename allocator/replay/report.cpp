@@ -1,7 +1,4 @@
 // Output of memcomm-replay: the table, the JSON list, and size parsing for --capacity.
-#include <cctype>
-#include <cmath>
-#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -64,39 +61,6 @@ std::string format_json(const std::vector<ReplayResult>& results) {
     });
   }
   return list.dump(2) + "\n";
-}
-
-std::uint64_t parse_size(const std::string& text) {
-  std::size_t k = 0;
-  while (k < text.size() && (std::isdigit(static_cast<unsigned char>(text[k])) || text[k] == '.')) ++k;
-  if (k == 0) throw std::invalid_argument("size '" + text + "' does not start with a number");
-  double number = 0;
-  try {
-    std::size_t used = 0;
-    number = std::stod(text.substr(0, k), &used);
-    if (used != k) throw std::invalid_argument("");
-  } catch (const std::exception&) {
-    throw std::invalid_argument("size '" + text + "' has a malformed number");
-  }
-  std::string unit = text.substr(k);
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kib") mult = 1024.0;
-  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") mult = 1e3;
-  else if (unit == "mb") mult = 1e6;
-  else if (unit == "gb") mult = 1e9;
-  else if (unit == "tb") mult = 1e12;
-  else throw std::invalid_argument("size '" + text + "' has an unknown unit (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
-  double bytes = number * mult;
-  if (!(bytes >= 1) || bytes > 1.8e19) throw std::invalid_argument("size '" + text + "' is out of range");
-  if (unit.empty() || unit == "b") {
-    if (std::floor(number) != number) throw std::invalid_argument("size '" + text + "': bytes must be a whole number");
-  }
-  return static_cast<std::uint64_t>(bytes);
 }
 
 }  // namespace memcomm::replay

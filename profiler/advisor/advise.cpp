@@ -4,6 +4,7 @@
 #include "advise_rules.hpp"
 
 #include <fmt/format.h>
+#include <memcomm/common/bytes.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -27,12 +28,7 @@ namespace detail {
 
 std::string ms(int64_t ns) { return fmt::format("{:.1f} ms", double(ns) / 1e6); }
 
-std::string bytes(uint64_t b) {
-  const double v = double(b);
-  if (v >= double(1ULL << 30)) return fmt::format("{:.2f} GiB", v / double(1ULL << 30));
-  if (v >= double(1ULL << 20)) return fmt::format("{:.1f} MiB", v / double(1ULL << 20));
-  return fmt::format("{:.1f} KiB", v / 1024.0);
-}
+std::string bytes(uint64_t b) { return format_bytes(b); }
 
 namespace {
 

@@ -3,6 +3,7 @@
 // Exit codes: 0 success, 1 a trace could not be read or written, 2 usage error.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <memcomm/common/cli_size.hpp>
 
 #include "memcomm/advisor/advise.hpp"
 #include "memcomm/profiler/analysis.hpp"
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
   adv->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
   adv->add_option("--memory-limit", advise_opt.memory_limit,
                   "Bytes per rank the run may use (e.g. 80GiB); default: the allocator's recorded capacity")
-      ->transform(CLI::AsSizeValue(false));
+      ->transform(memcomm::size_transform());
   adv->add_flag("--no-replay", no_replay, "Skip replaying the allocations through the allocator policies");
   adv->add_flag("--json", json, "print the advice as JSON");
 

@@ -121,3 +121,26 @@ TEST_CASE("lazy release keeps reserved bytes near the high-water mark", "[alloca
   CHECK(ratio <= 1.0 + a.config().release_slack + double(a.config().release_floor + 4 * MiB) / double(s.allocated_bytes.peak));
   a.check_invariants();
 }
+
+TEST_CASE("under a cap a request takes a free block of the other size class before failing", "[allocator][oom]") {
+  // Note [Last resort: the other size class]: two 2 MiB pages fit under the cap, one per pool.
+  CachingAllocator a(simulated(4 * MiB), {});
+  std::vector<void*> small;
+  for (int i = 0; i < 4; ++i) small.push_back(a.allocate(512 * KiB));  // the small pool's page, full
+  void* large = a.allocate(1536 * KiB);                                  // the large pool's page
+  for (int i = 1; i < 4; ++i) a.deallocate(small[i]);                    // 1.5 MiB free, in a shared page
+  CHECK(a.stats().reserved_bytes.current == std::int64_t(4 * MiB));
+  void* p = a.allocate(1280 * KiB);  // large class; its pool has 0.5 MiB free and no page to grow by
+  const DeviceStats s = a.stats();
+  CHECK(s.num_ooms == 0);
+  CHECK(s.num_cross_class_allocs == 1);
+  CHECK(s.reserved_bytes.peak <= std::int64_t(4 * MiB));
+  a.check_invariants();
+  a.deallocate(p);  // back to the small pool it came from
+  a.check_invariants();
+  void* q = a.allocate(1280 * KiB);  // and the same again works
+  a.deallocate(q);
+  a.deallocate(large);
+  a.deallocate(small[0]);
+  a.check_invariants();
+}

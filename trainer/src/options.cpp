@@ -1,6 +1,7 @@
 #include "options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <memcomm/common/cli_size.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -147,9 +148,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                 "CPU tensor allocator: memcomm (caching allocator with stats) or torch (LibTorch's own)")
       ->check(CLI::IsMember({"memcomm", "torch"}))->capture_default_str();
   g->add_option("--memory-limit", o.memory_limit,
-                "Cap on the bytes tensors may reserve (e.g. 512MiB, 2GB): memcomm's CPU allocator on the CPU, "
+                "Cap on the bytes tensors may reserve (e.g. 512MiB, 1.5GiB, 2GB = 2e9 bytes): memcomm's CPU allocator on the CPU, "
                 "PyTorch's CUDA allocator on a GPU; past it, an allocation fails as out of memory (0: none)")
-      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+      ->transform(size_transform())->capture_default_str();
 
   g = app.add_option_group("Checkpoints");
   g->add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");

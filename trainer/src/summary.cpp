@@ -1,6 +1,7 @@
 #include "summary.hpp"
 
 #include <fmt/core.h>
+#include <memcomm/common/bytes.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -11,11 +12,7 @@ namespace memcomm::train {
 
 namespace {
 
-std::string bytes_str(int64_t b) {
-  if (b < 0) return "n/a";
-  if (b >= (int64_t(1) << 30)) return fmt::format("{:.2f} GiB", b / double(1 << 30));
-  return fmt::format("{:.1f} MiB", b / double(1 << 20));
-}
+std::string bytes_str(int64_t b) { return b < 0 ? "n/a" : format_bytes(static_cast<uint64_t>(b)); }
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "memcomm/tuner/report.hpp"
 
 #include <fmt/format.h>
+#include <memcomm/common/bytes.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,13 +13,7 @@
 
 namespace memcomm::tune {
 
-std::string format_bytes(int64_t b) {
-  if (b < 0) return "-";
-  const double v = static_cast<double>(b);
-  if (v >= double(1LL << 30)) return fmt::format("{:.2f} GiB", v / double(1LL << 30));
-  if (v >= double(1 << 20)) return fmt::format("{:.1f} MiB", v / double(1 << 20));
-  return fmt::format("{:.0f} KiB", v / 1024.0);
-}
+std::string format_bytes(int64_t b) { return b < 0 ? "-" : memcomm::format_bytes(static_cast<uint64_t>(b)); }
 
 std::string format_trials(const TuneResult& r) {
   std::string s = fmt::format("{:>3} {:<8} {:>6} {:>5} {:>6} {:>11} {:>11} {:>11} {:>6} {:>9} {:>10} {:>4}\n", "#",

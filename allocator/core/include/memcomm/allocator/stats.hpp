@@ -39,6 +39,8 @@ struct DeviceStats {
   // Events.
   std::int64_t num_alloc_retries = 0;     // allocations that freed the cache and tried again
   std::int64_t num_ooms = 0;              // allocations that failed with OutOfMemory
+  std::int64_t num_cross_class_allocs = 0;  // served from the other size class's pool instead of an OOM
+                                            // (Note [Last resort: the other size class], growth.cpp)
   std::int64_t num_sync_all_streams = 0;  // times the allocator waited for every pending event
   std::int64_t num_device_alloc = 0;      // source allocate() calls
   std::int64_t num_device_free = 0;       // source deallocate() calls

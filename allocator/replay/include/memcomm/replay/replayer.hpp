@@ -54,7 +54,4 @@ std::vector<ReplayResult> replay_all(const TraceRequests& trace, const std::vect
 std::string format_table(const std::vector<ReplayResult>& results);
 std::string format_json(const std::vector<ReplayResult>& results);
 
-// "8GiB", "512MiB", "1.5GB", "4096" -> bytes. Throws std::invalid_argument on anything else.
-std::uint64_t parse_size(const std::string& text);
-
 }  // namespace memcomm::replay

@@ -1,0 +1,19 @@
+// Byte sizes for people: one way to print them and one way to read them, in every tool.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace memcomm {
+
+// "512 B", "1.5 KiB", "20.0 MiB", "1.50 GiB": binary units, `decimals` digits after the point below
+// a GiB and at least two from a GiB up (a GiB is too coarse to round to a tenth).
+std::string format_bytes(std::uint64_t bytes, int decimals = 1);
+
+// A size as people write it: "4096", "512KiB", "1.5GiB", "2GB", "64 m". The number may have a
+// fraction; units are case-insensitive: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) and
+// KB, MB, GB, TB (powers of 1000). Throws std::invalid_argument that quotes the text and says what
+// is wrong (no number, an unknown unit, zero or out of range, a fraction of a byte).
+std::uint64_t parse_size(const std::string& text);
+
+}  // namespace memcomm

@@ -1,0 +1,50 @@
+// memcomm::format_bytes and memcomm::parse_size: what every tool prints and accepts.
+#include <catch2/catch.hpp>
+
+#include <memcomm/common/bytes.hpp>
+
+#include <stdexcept>
+#include <string>
+
+using memcomm::format_bytes;
+using memcomm::parse_size;
+
+TEST_CASE("sizes print in binary units, tenths below a GiB and hundredths from a GiB") {
+  CHECK(format_bytes(0) == "0 B");
+  CHECK(format_bytes(1023) == "1023 B");
+  CHECK(format_bytes(1536) == "1.5 KiB");
+  CHECK(format_bytes(20u << 20) == "20.0 MiB");
+  CHECK(format_bytes(20u << 20, 2) == "20.00 MiB");
+  CHECK(format_bytes(3ull << 29) == "1.50 GiB");
+  CHECK(format_bytes(5ull << 40) == "5.00 TiB");
+}
+
+TEST_CASE("sizes parse with binary and decimal units and fractions") {
+  CHECK(parse_size("4096") == 4096);
+  CHECK(parse_size("4096B") == 4096);
+  CHECK(parse_size("512KiB") == 512 * 1024);
+  CHECK(parse_size("512k") == 512 * 1024);
+  CHECK(parse_size("1.5GiB") == 3ull << 29);
+  CHECK(parse_size("20.5MiB") == 41ull << 19);
+  CHECK(parse_size("2GB") == 2000000000ull);
+  CHECK(parse_size("64 mib") == 64ull << 20);
+  CHECK(parse_size("1TB") == 1000000000000ull);
+}
+
+TEST_CASE("bad sizes are rejected with the text and the reason") {
+  const auto reason = [](const std::string& text) {
+    try {
+      parse_size(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(reason("").find("does not start with a number") != std::string::npos);
+  CHECK(reason("GiB").find("'GiB'") != std::string::npos);
+  CHECK(reason("12 parsecs").find("unknown unit") != std::string::npos);
+  CHECK(reason("1.2.3MiB").find("malformed") != std::string::npos);
+  CHECK(reason("0.5").find("fraction of a byte") != std::string::npos);
+  CHECK(reason("0MiB").find("at least one byte") != std::string::npos);
+  CHECK(reason("99999999TiB").find("too large") != std::string::npos);
+}
