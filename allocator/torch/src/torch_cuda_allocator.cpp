@@ -22,6 +22,9 @@
 // fail with a TORCH_CHECK error naming memcomm's allocator. Allocator trace trackers do work: every
 // engine event is forwarded to them as a c10 TraceEntry.
 //
+// When an NVTX tool is attached (Nsight Systems, compute-sanitizer), every engine also reports its
+// segments and blocks through NVTX's memory API (Note [NVTX memory regions] in nvtx_memory.cpp).
+//
 // Note [Simulated CUDA adapter]: with cuda_source "simulated" the adapter serves one device from the
 // simulated source (fake addresses, nothing touched) with immediate streams, and never asks CUDA for
 // the current device or stream (device 0, stream 0 unless raw_alloc_with_stream names one). No
@@ -30,6 +33,7 @@
 #include "memcomm/allocator/torch_allocator.hpp"
 
 #include "memcomm/allocator/cuda_sources.hpp"
+#include "memcomm/allocator/nvtx_memory.hpp"
 
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -390,6 +394,10 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
     auto streams = simulated_ ? std::shared_ptr<StreamModel>() : make_cuda_streams(device);
     auto* engine = new CachingAllocator(std::move(source), config, std::move(streams));  // never freed
     engine->add_observer(&trace_);
+    if (!simulated_ && nvtx_tool_attached()) {
+      if (!nvtx_) nvtx_ = std::make_unique<NvtxMemoryObserver>();
+      engine->add_observer(nvtx_.get());
+    }
     int none = -1;
     home_.compare_exchange_strong(none, device);
     engines_[device].store(engine, std::memory_order_release);
@@ -480,6 +488,7 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
   std::mutex oom_mu_;                                          // guards oom_observers_
   std::vector<cca::OutOfMemoryObserver> oom_observers_;        // called before OutOfMemoryError is thrown
   TraceForwarder trace_;                                       // allocator trace trackers
+  std::unique_ptr<NvtxMemoryObserver> nvtx_;                   // with an NVTX tool attached; engines' lifetime
 };
 
 void free_block(void* ptr) { g_adapter->free(ptr); }

@@ -1,0 +1,29 @@
+// Note [NVTX memory regions]: the observer follows segments through an engine's life. Without a
+// tool attached the NVTX calls return at once; what is checked is the observer's own bookkeeping and
+// that every kind of event passes through it safely.
+#include "allocator_test_util.hpp"
+
+#include "memcomm/allocator/nvtx_memory.hpp"
+
+using namespace memcomm::alloc;
+using namespace memcomm::alloc::test;
+
+TEST_CASE("the NVTX memory observer registers a heap per segment and drops it with the segment", "[allocator][nvtx]") {
+  for (bool expandable : {true, false}) {
+    AllocatorConfig c;
+    c.expandable_segments = expandable;
+    NvtxMemoryObserver nvtx;
+    CachingAllocator a(simulated(256 * MiB), c);
+    a.add_observer(&nvtx);
+    std::vector<void*> live;
+    for (int i = 0; i < 20; ++i) live.push_back(a.allocate((i % 5 + 1) * 3 * MiB + 100));
+    live.push_back(a.allocate(4 * KiB));  // the small pool: a second heap
+    CHECK(nvtx.heaps() >= 2);
+    for (void* p : live) a.deallocate(p);
+    a.empty_cache();
+    a.remove_observer(&nvtx);
+    // Whole segments go back to the source; expandable reservations stay (their pages are unmapped).
+    if (!expandable) CHECK(nvtx.heaps() == 0);
+    a.check_invariants();
+  }
+}
