@@ -47,13 +47,20 @@ step gpu-tests ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 2
 [ -x build-gpu/bin/bench_allocator ] && step bench-allocator build-gpu/bin/bench_allocator --benchmark_min_time=0.2s
 # The trainer on the GPU: one rank, then two ranks sharing the GPU (Gloo with CUDA tensors).
 T=build-gpu/bin/memcomm-train
+# The GPU machine may lack Debian's dataset-fashion-mnist: the CNN then trains on the synthetic set.
+DATA=(); [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || DATA=(--dataset tabular)
 step train-1rank-cuda timeout 120 $T --device cuda --model transformer --steps 60 --batch-size 16 \
   --amp bf16 --trace "$OUT/train1.mct" --summary-json "$OUT/train1.json"
-step train-2rank-gloo-cuda timeout 150 $T --device cuda --nproc 2 --model cnn --steps 60 --accum 2 \
+step train-2rank-gloo-cuda timeout 150 $T --device cuda --nproc 2 --model cnn "${DATA[@]}" --steps 60 --accum 2 \
   --trace "$OUT/train2.mct" --summary-json "$OUT/train2.json"
-step train-allocator-torch timeout 120 $T --device cuda --model cnn --steps 60 --allocator torch \
+step train-allocator-torch timeout 120 $T --device cuda --model cnn "${DATA[@]}" --steps 60 --allocator torch \
   --summary-json "$OUT/train-torch-alloc.json"
-step train-mode-dp timeout 120 $T --device cuda --mode dp --model cnn --steps 40 --summary-json "$OUT/train-dp.json"
+step train-mode-dp timeout 120 $T --device cuda --mode dp --model cnn "${DATA[@]}" --steps 40 --summary-json "$OUT/train-dp.json"
+# Python DDP with the GPU machine's torch beside memcomm-train: one rank (NCCL), then two sharing the GPU (Gloo).
+step compare-ddp-cuda-1rank timeout 150 $PY bench/trainer/compare_ddp.py --build build-gpu --device cuda --nproc 1 \
+  --rounds 2 --steps 100
+step compare-ddp-cuda-2rank timeout 200 $PY bench/trainer/compare_ddp.py --build build-gpu --device cuda --nproc 2 \
+  --rounds 2 --steps 100 --models cnn
 # CUPTI in the traces above (--cupti auto on a GPU): kernels, copies and driver memory per rank.
 step trace-info build-gpu/bin/memcomm-trace info "$OUT/train1.rank0.mct" "$OUT/train2.rank0.mct" "$OUT/train2.rank1.mct"
 

@@ -47,13 +47,25 @@ class Cnn(nn.Module):
         return self.out(F.relu(self.fc1(h.flatten(1))))
 
 
+def synthetic_rows(n=60000):
+    # Stands in for Fashion-MNIST where the dataset is not installed (memcomm-train --dataset tabular).
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
 def worker(rank, args, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=args.nproc)
-    x, y = load_fashion_mnist(args.data_dir)
+    cuda = args.device == "cuda"
+    # NCCL needs one GPU per rank; ranks sharing one GPU use Gloo, as memcomm-train's --backend auto.
+    backend = "nccl" if cuda and args.nproc <= torch.cuda.device_count() else "gloo"
+    dev = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    dist.init_process_group(backend, rank=rank, world_size=args.nproc)
+    x, y = synthetic_rows() if args.dataset == "tabular" else load_fashion_mnist(args.data_dir)
     torch.manual_seed(0)
-    model = Mlp(args.hidden) if args.model == "mlp" else Cnn()
+    model = (Mlp(args.hidden) if args.model == "mlp" else Cnn()).to(dev)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(0)
@@ -61,11 +73,16 @@ def worker(rank, args, port, out):
     times = []
     for step in range(args.steps):
         idx = perm[step * args.batch_size:(step + 1) * args.batch_size]
-        xb, yb = x[idx], y[idx]  # the batch is ready before the clock starts, as with memcomm's prefetch
+        # The batch is ready before the clock starts, as with memcomm's prefetch.
+        xb, yb = x[idx].to(dev, non_blocking=True), y[idx].to(dev, non_blocking=True)
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        F.cross_entropy(ddp(xb), yb).backward()
+        loss = F.cross_entropy(ddp(xb), yb)
+        loss.backward()
         opt.step()
+        loss.item()  # one host sync per step, as memcomm-train's loss logging
         times.append(time.perf_counter() - t0)
     dist.barrier()
     if rank == 0:
@@ -86,6 +103,8 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=25)
     p.add_argument("--port", type=int, default=29731)
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--dataset", choices=["fashion-mnist", "tabular"], default="fashion-mnist")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()

@@ -4,6 +4,8 @@
 #include "options.hpp"
 #include "trainer.hpp"
 
+#include <c10/util/Exception.h>
+
 #include <cstdio>
 #include <exception>
 
@@ -20,6 +22,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "memcomm-train: %s\n", e.what());
     return 2;
+  } catch (const c10::Error& e) {  // LibTorch's: the message without its C++ backtrace
+    std::fprintf(stderr, "memcomm-train: rank %d: %s\n", env.rank, e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memcomm-train: rank %d: %s\n", env.rank, e.what());
     return 1;
