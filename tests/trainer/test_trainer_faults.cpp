@@ -158,3 +158,18 @@ TEST_CASE("kill -9 of one rank ends the others within the timeout, naming the lo
   CHECK(out.find("lost rank 1") != std::string::npos);                    // a surviving rank's view
   for (pid_t p : ranks) CHECK_FALSE(alive(p));
 }
+
+TEST_CASE("a full disk under the trace ends the run cleanly, says how much was kept, and leaves a readable file") {
+  const auto d = scratch_dir("full-disk");
+  const auto mount = run_command("mount -t tmpfs -o size=40k memcomm-full-disk " + d);
+  if (mount.code != 0) MEMCOMM_SKIP_TEST("cannot mount a small tmpfs here (needs root): " + mount.output);
+  const auto r = run_command(quick_train("--steps 60 --trace " + d + "/t.mct"));
+  const auto info = run_command(bin_dir() + "/memcomm-trace info " + d + "/t.rank0.mct");
+  run_command("umount " + d);
+  INFO(r.output);
+  CHECK(r.code == 0);  // training does not depend on its trace
+  CHECK(r.output.find("No space left on device") != std::string::npos);
+  CHECK(r.output.find("lost") != std::string::npos);
+  INFO(info.output);
+  CHECK(info.output.find("recovered") != std::string::npos);
+}

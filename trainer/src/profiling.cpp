@@ -235,7 +235,11 @@ std::pair<int64_t, int64_t> RunProfiler::finish() {
   if (impl_->file) {
     rec.remove_sink(impl_->file);
     if (!impl_->file->error().empty())
-      std::fprintf(stderr, "memcomm-train: trace %s: %s\n", impl_->file->path().c_str(), impl_->file->error().c_str());
+      std::fprintf(stderr, "memcomm-train: trace %s: %s; the file holds the first %llu events (%llu lost), "
+                           "readable up to its last complete chunk\n",
+                   impl_->file->path().c_str(), impl_->file->error().c_str(),
+                   static_cast<unsigned long long>(impl_->file->events_written()),
+                   static_cast<unsigned long long>(impl_->file->events_lost()));
   }
   if (impl_->live) rec.remove_sink(impl_->live);
   impl_->totals = {int64_t(st.recorded), int64_t(st.dropped)};
