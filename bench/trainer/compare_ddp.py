@@ -22,7 +22,7 @@ def run_memcomm(binary, model, a):
         summary = os.path.join(d, "s.json")
         cmd = [binary, "--nproc", str(a.nproc), "--model", model, "--dataset", a.dataset, "--device", a.device,
                "--threads",
-               str(a.threads), "--batch-size", str(a.batch_size), "--steps", str(a.steps), "--workers", "1",
+               str(a.threads), "--batch-size", str(a.batch_size), "--steps", str(a.steps), "--workers", str(a.workers),
                "--log-interval", "100000", "--eval-batches", "1", "--allocator", a.allocator,
                "--summary-json", summary]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -48,6 +48,9 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--allocator", default="memcomm")
     p.add_argument("--models", default="mlp,cnn")
+    p.add_argument("--workers", type=int, default=1,
+                   help="memcomm-train's loader threads per rank (0: batches are made on the training thread, "
+                        "inside the timed step; the baseline slices its batch before its clock starts)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: NCCL with a GPU per rank, else Gloo with ranks sharing the GPU (both sides)")
     p.add_argument("--dataset", choices=["fashion-mnist", "tabular"], default=None,
