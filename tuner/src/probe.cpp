@@ -156,7 +156,10 @@ struct ProbeRunner::Impl {
           session->step(accum, 0, [&](int64_t& waited) {
             train::Batch batch;
             if (!loader->next(batch, &waited)) {
-              loader = loader_for(b);  // a new epoch
+              // A new epoch. The old loader goes first, as in the training loop: both alive at once
+              // would hold a batch more than training ever does.
+              loader.reset();
+              loader = loader_for(b);
               loader->next(batch, &waited);
             }
             batch_bytes = batch.inputs.nbytes() + batch.targets.nbytes();
