@@ -116,3 +116,11 @@ TEST_CASE("data_parallel mode (--mode dp) on one device trains exactly like a pl
   REQUIRE(plain.code == 0);
   CHECK(read_floats(d + "/dp.bin") == read_floats(d + "/plain.bin"));  // bitwise
 }
+
+TEST_CASE("the CNN trains on synthetic tabular rows read as images") {
+  const auto r = run_command(train_bin() + " --model cnn --dataset tabular --synthetic-size 512 --threads 1 --workers 0 "
+                             "--batch-size 32 --steps 3 --eval-batches 1 --log-interval 1000");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("cnn (") != std::string::npos);
+}
