@@ -4,8 +4,11 @@
 // handing it to the sink to the end of the first frame that drew it (its events counted in the
 // model the frame was built from). Reported for the first and the last tenth of the batches, since
 // the cost of publishing new events may grow with what was received before (Note [Live rebuild]).
+// With MIXED = 1, each batch also carries allocator events (an Alloc, FreeRequested, FreeCompleted
+// per 4 kernels, in one pool segment), from which the viewer derives its memory curves: the
+// allocator-event and counter arrays then grow during the run as well as the kernel lane.
 //
-//   xvfb-run -a build/bin/bench_live_latency [BATCHES [KERNELS_PER_BATCH [INTERVAL_MS]]]
+//   xvfb-run -a build/bin/bench_live_latency [BATCHES [KERNELS_PER_BATCH [INTERVAL_MS [MIXED]]]]
 #include <memcomm/profiler/stream_sink.hpp>
 #include <memcomm/view/app/app.hpp>
 
@@ -33,8 +36,9 @@ int main(int argc, char** argv) {
   const int batches = argc > 1 ? std::atoi(argv[1]) : 100;
   const int per_batch = argc > 2 ? std::atoi(argv[2]) : 5000;
   const int interval_ms = argc > 3 ? std::atoi(argv[3]) : 20;
+  const bool mixed = argc > 4 && std::atoi(argv[4]) != 0;
   if (batches < 10 || per_batch < 1 || interval_ms < 0) {
-    std::fprintf(stderr, "usage: bench_live_latency [BATCHES>=10 [KERNELS_PER_BATCH>=1 [INTERVAL_MS>=0]]]\n");
+    std::fprintf(stderr, "usage: bench_live_latency [BATCHES>=10 [KERNELS_PER_BATCH>=1 [INTERVAL_MS>=0 [MIXED 0|1]]]]\n");
     return 2;
   }
   memcomm::view::AppOptions opt;
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
   }
   const std::uint16_t port = app.live_port();
   std::vector<Clock::time_point> sent(static_cast<std::size_t>(batches));
+  std::vector<std::uint64_t> sent_events(static_cast<std::size_t>(batches));  // events in batches 0..b
   std::atomic<int> n_sent{0};
   std::thread sender([&] {
     prof::StreamOptions so;
@@ -60,10 +65,25 @@ int main(int argc, char** argv) {
     const std::vector<prof::StringDef> strings = {{1, "gemm_live"}};
     std::vector<prof::Event> ev;
     std::int64_t t = 0;
+    std::uint64_t n_kernels = 0, total = 0;
+    const std::uint64_t seg = 0x7f0000000000ull, seg_size = 1ull << 30;
+    if (mixed) {  // one pool segment that the blocks live in
+      ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::SegmentAlloc, 0, seg, seg_size)));
+    }
     for (int b = 0; b < batches; ++b) {
-      ev.clear();
-      for (int k = 0; k < per_batch; ++k, t += 1000)
+      if (b > 0) ev.clear();
+      for (int k = 0; k < per_batch; ++k, t += 1000, ++n_kernels) {
         ev.push_back(prof::Event::from(prof::make_compute(prof::EventKind::Kernel, t, t + 800, 7, 1)));
+        if (!mixed) continue;
+        if (n_kernels % 4 == 0) {  // a block allocated, freed and reused within the kernel
+          const std::uint64_t addr = seg + (n_kernels / 4 % 1024) * (1u << 20);
+          ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::Alloc, t + 100, addr, 1u << 20)));
+          ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::FreeRequested, t + 600, addr, 1u << 20)));
+          ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::FreeCompleted, t + 700, addr, 1u << 20)));
+        }
+      }
+      total += ev.size();
+      sent_events[static_cast<std::size_t>(b)] = total;
       prof::Batch batch;
       batch.strings = b == 0 ? strings.data() : nullptr;
       batch.n_strings = b == 0 ? strings.size() : 0;
@@ -89,7 +109,7 @@ int main(int argc, char** argv) {
     const std::uint64_t shown = app.state().tl.event_count;
     if (app.state().publish_cpu_ms > 0) publish.emplace_back(shown, app.state().publish_cpu_ms);
     const int sent_now = n_sent.load(std::memory_order_acquire);
-    while (seen < sent_now && static_cast<std::uint64_t>(seen + 1) * static_cast<std::uint64_t>(per_batch) <= shown) {
+    while (seen < sent_now && sent_events[static_cast<std::size_t>(seen)] <= shown) {
       latency[static_cast<std::size_t>(seen)] = std::chrono::duration<double, std::milli>(drawn - sent[static_cast<std::size_t>(seen)]).count();
       ++seen;
     }
@@ -97,8 +117,8 @@ int main(int argc, char** argv) {
   sender.join();
   const int tenth = std::max(1, batches / 10);
   const std::vector<double> first(latency.begin(), latency.begin() + tenth), last(latency.end() - tenth, latency.end());
-  std::printf("bench_live_latency: %d batches x %d kernels every %d ms = %lld events (%d drawn)\n", batches, per_batch,
-              interval_ms, static_cast<long long>(batches) * per_batch, seen);
+  std::printf("bench_live_latency: %d batches x %d kernels%s every %d ms = %llu events (%d drawn)\n", batches, per_batch,
+              mixed ? " + allocator events" : "", interval_ms, static_cast<unsigned long long>(sent_events.back()), seen);
   std::printf("  event-to-pixels, first %d batches: p50 %.1f ms  p95 %.1f ms  max %.1f ms\n", tenth, pct(first, 0.5),
               pct(first, 0.95), pct(first, 1.0));
   std::printf("  event-to-pixels, last %d batches:  p50 %.1f ms  p95 %.1f ms  max %.1f ms\n", tenth, pct(last, 0.5),

@@ -13,9 +13,10 @@ TEST_CASE("the viewer receives both ranks' live events from memcomm-train with n
   const auto d = scratch_dir("live");
   const std::string port = std::to_string(21000 + (::getpid() % 20000));
   const std::string report = d + "/report.json";
-  // The viewer exits once it has this many events; a 2-rank, 12-step run sends several hundred each.
+  // The viewer exits once it has this many events and both ranks' spans; a 2-rank, 12-step run sends
+  // several hundred each, so one rank alone could reach the count first.
   const std::string view_cmd = viewer + " --listen 127.0.0.1:" + port +
-                               " --exit-after-events 400 --timeout 90 --report-json " + report + " --size 800x600";
+                               " --exit-after-events 400 --exit-after-ranks 2 --timeout 90 --report-json " + report + " --size 800x600";
   const std::string train_cmd = quick_train("--nproc 2 --steps 12 --live 127.0.0.1:" + port);
   // Start the viewer, give it a moment to listen, then train; the ranks retry until it accepts.
   const auto r = run_command("(" + view_cmd + " > " + d + "/viewer.log 2>&1 & sleep 1; " + train_cmd +

@@ -12,9 +12,9 @@ using namespace memcomm::view;
 namespace {
 
 // A valid random stream: segments of 64 MiB, blocks allocated and freed inside them.
-std::vector<AllocEvent> random_events(std::size_t n, unsigned seed) {
+AllocEvents random_events(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
-  std::vector<AllocEvent> ev;
+  AllocEvents ev;
   std::map<std::uint64_t, std::uint64_t> live;  // addr -> size (allocated or pending)
   std::map<std::uint64_t, bool> pending;
   const std::uint64_t seg = 0x10000000, seg_size = 64ull << 20, slot = 1ull << 20;
@@ -40,7 +40,7 @@ std::vector<AllocEvent> random_events(std::size_t n, unsigned seed) {
   return ev;
 }
 
-AllocatorState fold(const std::vector<AllocEvent>& ev, std::size_t n) {
+AllocatorState fold(const AllocEvents& ev, std::size_t n) {
   AllocatorState s;
   for (std::size_t i = 0; i < n; ++i) s.apply(ev[i]);
   return s;

@@ -84,7 +84,7 @@ std::vector<Feed> make_run(int steps, bool late_pieces) {
   return feeds;
 }
 
-void check_same_spans(const std::vector<Span>& a, const std::vector<Span>& b) {
+void check_same_spans(const SpanRow& a, const SpanRow& b) {
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     INFO("span " << i);
@@ -222,7 +222,7 @@ TEST_CASE("appending a run in pieces gives the model that loading it at once giv
 }
 
 TEST_CASE("an allocator timeline updated as events arrive seeks to the states of one built at once") {
-  std::vector<AllocEvent> all;
+  AllocEvents all;
   std::mt19937 rng(7);
   all.push_back({0, 0x100000, 1 << 20, 0, AllocOp::SegmentAlloc});
   std::vector<std::uint64_t> live;
@@ -237,12 +237,12 @@ TEST_CASE("an allocator timeline updated as events arrive seeks to the states of
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
     }
   }
-  std::vector<AllocEvent> grown;
+  AllocEvents grown;
   AllocatorTimeline inc(&grown, 256);
   for (std::size_t at = 0; at < all.size();) {
     const std::size_t n = std::min(all.size() - at, std::size_t{1} + rng() % 3000);
     const std::size_t before = grown.size();
-    grown.insert(grown.end(), all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n));
+    grown.append(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n));
     at += n;
     inc.update(before);
     (void)inc.seek_index(grown.size() / 2);  // a cursor somewhere in the middle between updates

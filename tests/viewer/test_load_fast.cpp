@@ -1,6 +1,6 @@
 // The fast trace load (Note [Fast ingest] in viewer/model/ingest_trace.hpp): one decode per
-// chunk, arrays sized from the chunk headers, decode-ahead on a second thread, and loads of a
-// time range only (Note [Time range load]).
+// chunk, each event written once into arrays that grow without copies, decode-ahead on a second
+// thread, and loads of a time range only (Note [Time range load]).
 #include "memcomm_test.hpp"
 
 #include <memcomm/view/loader.hpp>
@@ -141,7 +141,7 @@ TEST_CASE("a multi-chunk, two-rank trace loads every event once, with or without
       for (const auto& c : rd.collectives) CHECK(c.group_size == 2);
     }
     CHECK(tl.event_count == total);
-    // Arrays sized from the headers are not left with more than the shrink threshold of slack.
+    // The arrays are trimmed after the load: the model stays within the memory budget.
     CHECK(static_cast<double>(tl.memory_bytes()) / static_cast<double>(tl.event_count) < 40.0);
   }
   Timeline a, b;

@@ -7,8 +7,8 @@
 using namespace memcomm::view;
 
 namespace {
-std::vector<Span> regular_row(std::size_t n, TimeNs width, TimeNs period, TimeNs t0 = 0) {
-  std::vector<Span> row;
+SpanRow regular_row(std::size_t n, TimeNs width, TimeNs period, TimeNs t0 = 0) {
+  SpanRow row;
   for (std::size_t i = 0; i < n; ++i) {
     const TimeNs s = t0 + static_cast<TimeNs>(i) * period;
     row.push_back({s, s + width, 0, static_cast<std::uint32_t>(i)});
@@ -45,7 +45,7 @@ TEST_CASE("narrow spans merge into marks whose counts add up to the visible span
 }
 
 TEST_CASE("a wide span between narrow clusters stays separate", "[unit][viewer]") {
-  std::vector<Span> row;
+  SpanRow row;
   for (int i = 0; i < 50; ++i) row.push_back({i * 10, i * 10 + 5, 0, 0});       // narrow cluster
   row.push_back({1000, 5000, 0, 0});                                            // wide
   for (int i = 0; i < 50; ++i) row.push_back({6000 + i * 10, 6005 + i * 10, 0, 0});  // narrow cluster

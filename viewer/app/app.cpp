@@ -253,6 +253,17 @@ std::uint16_t App::live_port() const {
   return 0;
 }
 
+std::uint32_t App::ranks_with_spans() const {
+  std::uint32_t n = 0;
+  for (const auto& rd : st_.tl.ranks)
+    for (const auto& l : rd.lanes)
+      if (l.span_count() > 0) {
+        ++n;
+        break;
+      }
+  return n;
+}
+
 std::uint64_t App::events_seen() const {
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (live_) return live_->events_received();

@@ -89,7 +89,8 @@ int App::run() {
     if (!headless) continue;
     const bool loaded = !load_ && pending_drops_.empty();
     if (opt_.exit_after_events > 0) {
-      if (loaded && events_seen() >= opt_.exit_after_events && script_done()) {
+      if (loaded && events_seen() >= opt_.exit_after_events && ranks_with_spans() >= opt_.exit_after_ranks &&
+          script_done()) {
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
         if (live_) {  // publish the last arrivals before reporting
           std::vector<std::string> msgs;
@@ -102,8 +103,8 @@ int App::run() {
         break;
       }
       if (now_s() - start > opt_.exit_timeout_s) {
-        st_.message(fmt::format("timed out after {:.0f} s with {} of {} events", opt_.exit_timeout_s, events_seen(),
-                                opt_.exit_after_events));
+        st_.message(fmt::format("timed out after {:.0f} s with {} of {} events from {} of {} ranks", opt_.exit_timeout_s,
+                                events_seen(), opt_.exit_after_events, ranks_with_spans(), opt_.exit_after_ranks));
         rc = 1;
         break;
       }

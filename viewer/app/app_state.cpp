@@ -24,6 +24,7 @@ void AppState::set_timeline(Timeline&& t, bool merge) {
   name_phase.resize(tl.strings.size());
   for (std::uint32_t i = 0; i < tl.strings.size(); ++i) name_phase[i] = phase_kind_from_name(tl.strings.get(i));
   steps = steps_job.get();
+  sum_steps();
   summary = summarize(tl);
   collapsed.assign(tl.ranks.size(), false);
   memory_rank = std::clamp(memory_rank, 0, std::max(0, static_cast<int>(tl.ranks.size()) - 1));
@@ -51,12 +52,22 @@ void AppState::appended(const AppendResult& r, bool refresh_summary) {
   // Only steps that end at or after the new data are recomputed; the summary walks collectives,
   // so live mode refreshes it at most once a second (refresh_summary).
   steps = r.ranks_added ? step_table(tl) : step_table(tl, steps, r.first_time);
+  sum_steps();
   if (refresh_summary) summary = summarize(tl);
   if (!search_applied.empty()) {  // recounted only while a search is active
     search_applied.clear();
     apply_search();
   }
   if (has_selection) selection = range_stats(tl, sel_t0, sel_t1);  // O(spans in the selection)
+}
+
+void AppState::sum_steps() {
+  steps_time = steps_exposed = steps_wait = 0;
+  for (const auto& r : steps) {
+    steps_time += r.end - r.start;
+    steps_exposed += r.exposed_comm;
+    steps_wait += r.data_wait;
+  }
 }
 
 void AppState::zoom_to(TimeNs t0, TimeNs t1) {

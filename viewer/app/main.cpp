@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
       "  --screenshot PNG [--frames N] [--size WxH]   render N frames after loading, write PNG, exit\n"
       "  --bench [--synthetic N]                      frame build times p50/p95/max over a zoom/pan sweep\n"
       "  --script FILE                                inject mouse/keys before each frame (see below)\n"
-      "  --exit-after-events N --report-json FILE     exit once N events arrived, report what was shown\n"
+      "  --exit-after-events N [--exit-after-ranks R] --report-json FILE\n"
+      "                                               exit once N events arrived (from R ranks), report what was shown\n"
       "Large traces: --range T0:T1 loads only that time range (seconds from the start).\n"
       "Script commands, one per line: move X Y | down/up [left|right] | click X Y [button] |\n"
       "  drag X0 Y0 X1 Y1 [button] | wheel DY [X Y] | key K [N] | frames N | wait-events N [S] |\n"
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   cli.add_option("--bench-frames", opt.bench_frames, "frames in the bench sweep (default 400)");
   cli.add_option("--script", opt.script, "input script injected through ImGui's io before each frame");
   cli.add_option("--exit-after-events", opt.exit_after_events, "exit once this many events are loaded/received");
+  cli.add_option("--exit-after-ranks", opt.exit_after_ranks,
+                 "with --exit-after-events: also wait until this many ranks have spans on the timeline");
   cli.add_option("--timeout", opt.exit_timeout_s, "give up waiting for --exit-after-events after S seconds (exit 1)");
   cli.add_option("--report-json", opt.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
   cli.add_option("--synthetic", opt.synthetic, "add a synthetic run of about N events (benchmarks, demos)");

@@ -70,13 +70,8 @@ void draw_summary(AppState& st, ImVec2 size) {
   for (std::size_t r = 0; r < 64; ++r)
     if (s.stragglers[r]) strag += fmt::format(" rank {}: {}x", r, s.stragglers[r]);
   if (!strag.empty()) ImGui::Text("last to arrive:%s", strag.c_str());
-  // Advice: simple rules over the step table.
-  TimeNs step_sum = 0, exposed = 0, wait = 0;
-  for (const auto& r : st.steps) {
-    step_sum += r.end - r.start;
-    exposed += r.exposed_comm;
-    wait += r.data_wait;
-  }
+  // Advice: simple rules over the step table (summed when it changes, not per frame).
+  const TimeNs step_sum = st.steps_time, exposed = st.steps_exposed, wait = st.steps_wait;
   if (step_sum > 0) {
     const double e = 100.0 * static_cast<double>(exposed) / static_cast<double>(step_sum);
     const double w = 100.0 * static_cast<double>(wait) / static_cast<double>(step_sum);

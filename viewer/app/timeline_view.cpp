@@ -22,7 +22,7 @@ struct Hover {
   DrawSpan span;
 };
 
-std::string span_tooltip(const AppState& st, const RankData& rd, const Lane& lane, const std::vector<Span>& row,
+std::string span_tooltip(const AppState& st, const RankData& rd, const Lane& lane, const SpanRow& row,
                          const DrawSpan& d) {
   if (d.count > 1)
     return fmt::format("{} merged {} spans\nrank {} {}\n{} .. {} ({})", d.count, lane_kind_name(lane.kind), rd.rank,

@@ -14,11 +14,16 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
   auto& ev = rd.alloc_events;
   AllocDerive& d = p.derive;
   // Note [Expandable segments]: mark each SegmentAlloc that a later SegmentMap lands in.
+  // OOM markers are collected in the same pass (these arrays are a fifth of a trace: one pass).
   if (from == 0) d.open.clear();
   std::size_t refold = from;
+  std::vector<TimeNs> ooms;
   for (std::size_t i = from; i < ev.size(); ++i) {
     AllocEvent& e = ev[i];
-    if (e.op == AllocOp::SegmentAlloc && !(e.flags & kAllocExpandable)) {
+    if (e.op == AllocOp::Alloc || e.op == AllocOp::FreeRequested || e.op == AllocOp::FreeCompleted) continue;
+    if (e.op == AllocOp::Oom) {
+      ooms.push_back(e.t);
+    } else if (e.op == AllocOp::SegmentAlloc && !(e.flags & kAllocExpandable)) {
       d.open[e.addr] = {e.size, i};
     } else if (e.op == AllocOp::SegmentFree) {
       d.open.erase(e.addr);
@@ -32,13 +37,16 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
       }
     }
   }
-  if (refold < from) from = 0;  // a segment already folded turned out expandable
+  if (refold < from) {  // a segment already folded turned out expandable
+    from = 0;
+    ooms.clear();
+    for (std::size_t i = 0; i < ev.size(); ++i)
+      if (ev[i].op == AllocOp::Oom) ooms.push_back(ev[i].t);
+  }
+  if (from == 0) rd.ooms.clear();
+  rd.ooms.insert(rd.ooms.end(), ooms.begin(), ooms.end());
   bool added = false;
   rd.counters.reserve(rd.counters.size() + 5 + kMemCategoryCount);  // the pointers below stay valid
-  // OOM markers.
-  if (from == 0) rd.ooms.clear();
-  for (std::size_t i = from; i < ev.size(); ++i)
-    if (ev[i].op == AllocOp::Oom) rd.ooms.push_back(ev[i].t);
   // Memory curves derived from the events, when the trace has no sampled ones.
   if (!p.sampled_memory && !ev.empty()) {
     CounterSeries* c[5];

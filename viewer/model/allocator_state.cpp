@@ -224,7 +224,7 @@ void AllocatorState::apply(const AllocEvent& e) {
   }
 }
 
-AllocatorTimeline::AllocatorTimeline(const std::vector<AllocEvent>* events, std::size_t min_interval)
+AllocatorTimeline::AllocatorTimeline(const AllocEvents* events, std::size_t min_interval)
     : events_(events), min_interval_(min_interval) {
   update(0);
   checkpoints_.shrink_to_fit();
@@ -254,9 +254,7 @@ void AllocatorTimeline::update(std::size_t first_changed) {
 
 const AllocatorState& AllocatorTimeline::seek(std::int64_t t) {
   if (events_ == nullptr) return cur_;
-  const auto n = static_cast<std::size_t>(
-      std::upper_bound(events_->begin(), events_->end(), t, [](std::int64_t v, const AllocEvent& e) { return v < e.t; }) -
-      events_->begin());
+  const std::size_t n = lower_bound_index(*events_, t, [](const AllocEvent& e, std::int64_t v) { return e.t <= v; });  // upper bound
   return seek_index(n);
 }
 

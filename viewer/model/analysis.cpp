@@ -9,21 +9,27 @@ namespace {
 using Intervals = std::vector<std::pair<TimeNs, TimeNs>>;
 
 // Appends the parts of `row` inside [t0, t1), clipped.
-void clip_row(const std::vector<Span>& row, TimeNs t0, TimeNs t1, Intervals& out) {
-  auto it = std::lower_bound(row.begin(), row.end(), t0, [](const Span& s, TimeNs t) { return s.end <= t; });
-  for (; it != row.end() && it->start < t1; ++it) out.emplace_back(std::max(it->start, t0), std::min(it->end, t1));
+void clip_row(const SpanRow& row, TimeNs t0, TimeNs t1, Intervals& out) {
+  for (std::size_t i = lower_bound_index(row, t0, [](const Span& s, TimeNs t) { return s.end <= t; });
+       i < row.size() && row[i].start < t1; ++i)
+    out.emplace_back(std::max(row[i].start, t0), std::min(row[i].end, t1));
 }
 
-// Sorts and merges into disjoint intervals.
-Intervals unite(Intervals v) {
+// Sorts and merges into disjoint intervals, in place (the step table calls this a few times per
+// step: no allocation).
+void unite_in_place(Intervals& v) {
   if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
-  Intervals out;
+  std::size_t n = 0;
   for (const auto& iv : v) {
     if (iv.second <= iv.first) continue;
-    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
-    else out.push_back(iv);
+    if (n > 0 && iv.first <= v[n - 1].second) v[n - 1].second = std::max(v[n - 1].second, iv.second);
+    else v[n++] = iv;
   }
-  return out;
+  v.resize(n);
+}
+Intervals unite(Intervals v) {
+  unite_in_place(v);
+  return v;
 }
 
 // A row read in time order: steps and the communication inside them come sorted, so each row is
@@ -32,14 +38,14 @@ Intervals unite(Intervals v) {
 // cache miss per probe. A lookup that goes back in time searches from the start.
 class RowCursor {
  public:
-  explicit RowCursor(const std::vector<Span>* row) : row_(row) {}
-  const std::vector<Span>& row() const { return *row_; }
+  explicit RowCursor(const SpanRow* row) : row_(row) {}
+  const SpanRow& row() const { return *row_; }
   // Index of the first span ending after t.
   std::size_t seek(TimeNs t) {
     const auto& r = *row_;
     const auto ends_by = [](const Span& s, TimeNs v) { return s.end <= v; };
     if (t < last_t_) {
-      pos_ = static_cast<std::size_t>(std::lower_bound(r.begin(), r.end(), t, ends_by) - r.begin());
+      pos_ = lower_bound_index(r, t, ends_by);
     } else {
       std::size_t step = 1, hi = pos_;
       while (hi < r.size() && r[hi].end <= t) {
@@ -48,8 +54,7 @@ class RowCursor {
         step *= 2;
       }
       hi = std::min(hi, r.size());
-      pos_ = static_cast<std::size_t>(std::lower_bound(r.begin() + static_cast<std::ptrdiff_t>(pos_),
-                                                       r.begin() + static_cast<std::ptrdiff_t>(hi), t, ends_by) - r.begin());
+      pos_ = lower_bound_index(r, pos_, hi, t, ends_by);
     }
     last_t_ = t;
     return pos_;
@@ -62,7 +67,7 @@ class RowCursor {
   }
 
  private:
-  const std::vector<Span>* row_;
+  const SpanRow* row_;
   std::size_t pos_ = 0;
   TimeNs last_t_ = INT64_MIN;
 };
@@ -101,11 +106,12 @@ std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& 
       for (; it != row.end(); ++it)
         if (phase_kind(it->name) == PhaseKind::Step) steps.push_back(*it);
     }
-    std::sort(steps.begin(), steps.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+    const auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
+    if (!std::is_sorted(steps.begin(), steps.end(), by_start)) std::sort(steps.begin(), steps.end(), by_start);
     const CounterSeries* allocated = rd.counter("allocated");
     // The rows each step looks into, sorted out once per rank.
-    std::vector<const std::vector<Span>*> comm_rows, compute_rows, phase_all;
-    std::vector<std::pair<const std::vector<Span>*, bool>> phase_rows;
+    std::vector<const SpanRow*> comm_rows, compute_rows, phase_all;
+    std::vector<std::pair<const SpanRow*, bool>> phase_rows;
     for (const auto& lane : rd.lanes) {
       for (const auto& row : lane.rows) {
         if (lane.kind == LaneKind::Collective) comm_rows.push_back(&row);
@@ -121,7 +127,7 @@ std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& 
     for (const auto* row : comm_rows) comm_cur.emplace_back(row);
     for (const auto* row : compute_rows) compute_cur.emplace_back(row);
     for (const auto* row : phase_all) phase_cur.emplace_back(row);
-    Intervals comm, wait, covered;
+    Intervals comm, wait, covered, tmp;
     for (const auto& st : steps) {
       StepRow r;
       r.rank = rd.rank;
@@ -140,11 +146,16 @@ std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& 
           if (phase_kind(row[i].name) == PhaseKind::DataWait)
             wait.emplace_back(std::max(row[i].start, st.start), std::min(row[i].end, st.end));
       }
-      const Intervals c = unite(comm);
+      unite_in_place(comm);
+      const Intervals& c = comm;
+      // The comm intervals are disjoint, so the covered time is summed per interval: each union
+      // sorts only the few parts inside one interval, not all of the step's.
+      TimeNs covered_len = 0;
       for (const auto& iv : c) {
+        covered.clear();
         for (auto& cur : compute_cur) cur.clip(iv.first, iv.second, covered);
         for (const auto& pr : phase_rows) {
-          Intervals tmp;
+          tmp.clear();
           clip_row(*pr.first, iv.first, iv.second, tmp);
           auto it = std::lower_bound(pr.first->begin(), pr.first->end(), iv.first, [](const Span& s, TimeNs t) { return s.end <= t; });
           for (const auto& part : tmp) {
@@ -153,11 +164,14 @@ std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& 
             if (k == PhaseKind::Forward || k == PhaseKind::Backward || k == PhaseKind::Optimizer) covered.push_back(part);
           }
         }
+        unite_in_place(covered);
+        covered_len += length(covered);
       }
       r.comm = length(c);
-      r.exposed_comm = r.comm - length(unite(covered));  // parts lie inside disjoint comm intervals
+      r.exposed_comm = r.comm - covered_len;
       r.overlap_pct = r.comm > 0 ? 100.0 * static_cast<double>(r.comm - r.exposed_comm) / static_cast<double>(r.comm) : 0;
-      r.data_wait = length(unite(wait));
+      unite_in_place(wait);
+      r.data_wait = length(wait);
       double mn = 0, mx = 0;
       if (allocated && allocated->range_min_max(st.start, st.end, mn, mx)) r.peak_allocated = mx;
       rows.push_back(r);

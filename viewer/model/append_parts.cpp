@@ -26,7 +26,7 @@ bool span_less(const Span& a, const Span& b) {
 }
 
 // Depth = number of enclosing open spans; `open` holds their ends (the stack of the walk so far).
-void nest_into(std::vector<std::vector<Span>>& rows, std::vector<TimeNs>& open, const std::vector<Span>& sorted) {
+void nest_into(std::vector<SpanRow>& rows, std::vector<TimeNs>& open, const std::vector<Span>& sorted) {
   for (const Span& s : sorted) {
     while (!open.empty() && open.back() <= s.start) open.pop_back();
     // A partial overlap (bad nesting) still lands on a row whose last span has ended, so rows
@@ -40,9 +40,10 @@ void nest_into(std::vector<std::vector<Span>>& rows, std::vector<TimeNs>& open, 
 
 // First-fit onto rows whose last span has ended; `sorted` by start, starting at or after every
 // span already on the rows, so the result is what packing everything at once gives.
-void pack_onto(std::vector<std::vector<Span>>& rows, const std::vector<Span>& sorted) {
+template <class Spans>
+void pack_onto(std::vector<SpanRow>& rows, const Spans& sorted) {
   for (const Span& s : sorted) {
-    auto it = std::find_if(rows.begin(), rows.end(), [&](const std::vector<Span>& r) { return r.back().end <= s.start; });
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const SpanRow& r) { return r.back().end <= s.start; });
     if (it == rows.end()) {
       rows.emplace_back();
       it = rows.end() - 1;
@@ -60,20 +61,21 @@ std::tuple<int, int, std::uint32_t> lane_order(LaneKind kind, std::uint32_t stre
 }  // namespace
 
 // Nested lanes (phases, NVTX): see Note [Incremental append].
-void merge_nested(Lane& lane, std::vector<Span>& fresh) {
-  std::sort(fresh.begin(), fresh.end(), nest_less);
+void merge_nested(Lane& lane, SpanRow& fresh) {
+  std::vector<Span> sorted(fresh.begin(), fresh.end());  // contiguous for the sort
+  std::sort(sorted.begin(), sorted.end(), nest_less);
   auto& rows = lane.rows;
   std::vector<TimeNs> open;
   if (rows.empty()) {
-    nest_into(rows, open, fresh);
+    nest_into(rows, open, sorted);
     return;
   }
-  const TimeNs t_min = fresh.front().start;
+  const TimeNs t_min = sorted.front().start;
   std::vector<Span> redo;
   for (auto& row : rows) {
     auto cut = std::lower_bound(row.begin(), row.end(), t_min, [](const Span& s, TimeNs t) { return s.start < t; });
     redo.insert(redo.end(), cut, row.end());
-    row.erase(cut, row.end());
+    row.truncate(cut.index());
   }
   // A span outlives its parent's cut only if the parent started earlier, so only trailing rows empty.
   while (!rows.empty() && rows.back().empty()) rows.pop_back();
@@ -84,24 +86,28 @@ void merge_nested(Lane& lane, std::vector<Span>& fresh) {
     if (last == SIZE_MAX || !nest_less(rows[d].back(), rows[last].back())) last = d;
   if (last != SIZE_MAX)
     for (std::size_t d = 0; d <= last; ++d) open.push_back(rows[d].back().end);
-  redo.insert(redo.end(), fresh.begin(), fresh.end());
+  redo.insert(redo.end(), sorted.begin(), sorted.end());
   std::sort(redo.begin(), redo.end(), nest_less);
   nest_into(rows, open, redo);
 }
 
 // Lanes of spans that should not overlap (one stream): overlaps spill into extra rows. The common
 // case of a fresh lane (recorded in order, no overlap) moves the vector in as the one row.
-std::pair<TimeNs, TimeNs> merge_packed(Lane& lane, std::vector<Span>& fresh) {
+std::pair<TimeNs, TimeNs> merge_packed(Lane& lane, SpanRow& fresh) {
   // One pass for "sorted?", "overlapping?" and the bounds: these arrays are the bulk of a load.
   bool sorted = true, overlaps = false;
   TimeNs lo = INT64_MAX, hi = INT64_MIN;
-  for (std::size_t i = 0; i < fresh.size(); ++i) {
-    lo = std::min(lo, fresh[i].start);
-    hi = std::max(hi, fresh[i].end);
-    if (i == 0) continue;
-    sorted = sorted && fresh[i - 1].start <= fresh[i].start;
-    overlaps = overlaps || fresh[i].start < fresh[i - 1].end;
-  }
+  TimeNs prev_start = INT64_MIN, prev_end = INT64_MIN;
+  fresh.for_each_chunk([&](const Span* s, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      lo = std::min(lo, s[i].start);
+      hi = std::max(hi, s[i].end);
+      sorted = sorted && prev_start <= s[i].start;
+      overlaps = overlaps || s[i].start < prev_end;
+      prev_start = s[i].start;
+      prev_end = s[i].end;
+    }
+  });
   const std::pair<TimeNs, TimeNs> bounds{lo, hi};
   if (!sorted) {
     std::sort(fresh.begin(), fresh.end(), span_less);
@@ -111,7 +117,7 @@ std::pair<TimeNs, TimeNs> merge_packed(Lane& lane, std::vector<Span>& fresh) {
   if (rows.empty()) {
     if (!overlaps) {
       rows.push_back(std::move(fresh));
-      fresh = std::vector<Span>();
+      fresh = SpanRow();
       return bounds;
     }
     pack_onto(rows, fresh);

@@ -11,10 +11,10 @@
 namespace memcomm::view {
 
 // Nested lanes (phases, NVTX): re-nests the spans from the earliest new start on.
-void merge_nested(Lane& lane, std::vector<Span>& fresh);
+void merge_nested(Lane& lane, SpanRow& fresh);
 // Lanes that should not overlap (streams, collectives): first-fit, or a re-pack for late spans.
 // A fresh lane may take `fresh`'s buffer. Returns the bounds of `fresh` (min start, max end).
-std::pair<TimeNs, TimeNs> merge_packed(Lane& lane, std::vector<Span>& fresh);
+std::pair<TimeNs, TimeNs> merge_packed(Lane& lane, SpanRow& fresh);
 // The lane of (kind, stream) in rd, inserted at its place (phases, NVTX, streams, collectives).
 Lane& lane_for(RankData& rd, LaneKind kind, std::uint32_t stream);
 // The series named `name` in rd; `added` is set when it had to be made.

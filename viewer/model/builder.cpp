@@ -12,16 +12,18 @@ namespace memcomm::view {
 
 // Note [Prefaulting bulk arrays]: a 10 M-event load writes ~300 MB of fresh memory once; with
 // 4 KiB pages that is ~75 k page faults, measured at ~20% of the load. MADV_POPULATE_WRITE
-// (Linux >= 5.14) maps the part of an array not yet written in one call. MADV_HUGEPAGE was
-// measured too: faster when 2 MiB pages are free (0.37 s against 0.55 s), but with Debian's
+// (Linux >= 5.14) maps the pages of a whole chunk (~1 MiB: ChunkedArray allocates a full-size
+// chunk just before filling it, Note [Chunked arrays] in chunked.hpp) in one call. MADV_HUGEPAGE
+// was measured too: faster when 2 MiB pages are free (0.37 s against 0.55 s), but with Debian's
 // defrag=madvise the kernel compacts memory on a busy machine and some loads took 1.2 s. Advisory:
 // older kernels refuse it (EINVAL) and nothing changes.
 void prefault_pages(const void* p, std::size_t bytes) {
 #if defined(__linux__)
-  constexpr int kPopulateWrite = 23;      // MADV_POPULATE_WRITE; older headers lack the name
-  constexpr std::uintptr_t kHuge = 2u << 20;  // whole 2 MiB runs only: small arrays are not worth a call
-  const auto a = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const auto b = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE; older headers lack the name
+  constexpr std::uintptr_t kPage = 4096, kMin = 64u << 10;  // small arrays are not worth a call
+  if (bytes < kMin) return;
+  const auto a = (reinterpret_cast<std::uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const auto b = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kPage - 1);
   if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, kPopulateWrite);
 #else
   (void)p;
@@ -84,7 +86,7 @@ void TimelineBuilder::span(std::uint32_t r, LaneKind kind, std::uint32_t stream,
   }
   last_stream_->push_back(s);
 }
-std::vector<Span>& TimelineBuilder::lane_spans(std::uint32_t r, LaneKind kind, std::uint32_t stream) {
+SpanRow& TimelineBuilder::lane_spans(std::uint32_t r, LaneKind kind, std::uint32_t stream) {
   RankParts& p = rank(r);
   if (kind == LaneKind::Phase) return p.phases;
   if (kind == LaneKind::Nvtx) return p.nvtx;
@@ -95,22 +97,6 @@ CounterSeries& TimelineBuilder::counter_series(std::uint32_t r, std::string_view
   auto it = m.find(std::string(name));
   if (it == m.end()) it = m.emplace(std::string(name), CounterSeries(std::string(name), std::string(unit))).first;
   return it->second;
-}
-void TimelineBuilder::reserve_scaled(std::uint32_t r, double factor) {
-  if (!(factor > 1.0)) return;
-  const auto grow = [factor](auto& v) {
-    if (v.empty()) return;
-    v.reserve(static_cast<std::size_t>(static_cast<double>(v.size()) * factor) + 16);
-    prefault_pages(v.data() + v.size(), (v.capacity() - v.size()) * sizeof(v[0]));
-  };
-  RankParts& p = rank(r);
-  grow(p.phases);
-  grow(p.nvtx);
-  grow(p.collectives);
-  grow(p.alloc);
-  for (auto& [key, v] : p.streams) grow(v);
-  for (auto& [name, c] : p.counters)
-    if (c.size()) c.reserve(static_cast<std::size_t>(static_cast<double>(c.size()) * factor) + 16);
 }
 void TimelineBuilder::dropped(std::uint32_t r, std::uint64_t n) { rank(r).dropped += n; }
 void TimelineBuilder::host(std::uint32_t r, std::string_view h) { rank(r).host = std::string(h); }

@@ -20,7 +20,8 @@ void CounterSeries::update_levels(std::size_t first_changed) {
   if (first_changed == 0) levels_.clear();
   if (t_.size() <= kFanout) {
     levels_.clear();
-    global_max_ = v_.empty() ? 0 : *std::max_element(v_.begin(), v_.end());
+    global_max_ = v_.empty() ? 0 : v_[0];
+    for (std::size_t i = 1; i < v_.size(); ++i) global_max_ = std::max(global_max_, v_[i]);
     return;
   }
   // Level 1 from the raw samples.
@@ -29,12 +30,19 @@ void CounterSeries::update_levels(std::size_t first_changed) {
   {
     auto& level = levels_[0];
     from = std::min(from, level.size());  // a level may be missing buckets before `from` (just made)
-    level.resize(from);
+    level.truncate(from);
     level.reserve(t_.size() / kFanout + 1);
+    // kFanout divides the chunk size, so a bucket's samples lie in one chunk: plain pointers.
+    static_assert(decltype(v_)::kChunk % kFanout == 0 && decltype(t_)::kChunk == decltype(v_)::kChunk);
     for (std::size_t i = from * kFanout; i < t_.size(); i += kFanout) {
       const std::size_t j = std::min(t_.size(), i + kFanout);
-      const auto [mn, mx] = std::minmax_element(v_.begin() + static_cast<std::ptrdiff_t>(i), v_.begin() + static_cast<std::ptrdiff_t>(j));
-      level.push_back({t_[i], t_[j - 1], *mn, *mx});
+      const double* v = &v_[i];
+      double mn = v[0], mx = v[0];
+      for (std::size_t m = 1; m < j - i; ++m) {
+        mn = std::min(mn, v[m]);
+        mx = std::max(mx, v[m]);
+      }
+      level.push_back({t_[i], t_[j - 1], mn, mx});
     }
   }
   std::size_t k = 1;
@@ -43,7 +51,7 @@ void CounterSeries::update_levels(std::size_t first_changed) {
     const auto& below = levels_[k - 1];
     auto& up = levels_[k];
     from = std::min(from / kFanout, up.size());
-    up.resize(from);
+    up.truncate(from);
     up.reserve(below.size() / kFanout + 1);
     for (std::size_t i = from * kFanout; i < below.size(); i += kFanout) {
       const std::size_t j = std::min(below.size(), i + kFanout);
@@ -63,8 +71,8 @@ void CounterSeries::update_levels(std::size_t first_changed) {
 
 void CounterSeries::truncate(std::size_t n) {
   if (n >= t_.size()) return;
-  t_.resize(n);
-  v_.resize(n);
+  t_.truncate(n);
+  v_.truncate(n);
 }
 
 void CounterSeries::shrink_to_fit() {
@@ -74,15 +82,15 @@ void CounterSeries::shrink_to_fit() {
 }
 
 std::size_t CounterSeries::memory_bytes() const {
-  std::size_t b = sizeof(*this) + t_.capacity() * sizeof(std::int64_t) + v_.capacity() * sizeof(double);
-  for (const auto& l : levels_) b += l.capacity() * sizeof(Bucket);
+  std::size_t b = sizeof(*this) + t_.memory_bytes() + v_.memory_bytes();
+  for (const auto& l : levels_) b += l.memory_bytes();
   return b;
 }
 
 bool CounterSeries::value_at(std::int64_t t, double& v) const {
-  auto it = std::upper_bound(t_.begin(), t_.end(), t);
-  if (it == t_.begin()) return false;
-  v = v_[static_cast<std::size_t>(it - t_.begin()) - 1];
+  const std::size_t n = lower_bound_index(t_, t, [](std::int64_t s, std::int64_t x) { return s <= x; });  // upper bound
+  if (n == 0) return false;
+  v = v_[n - 1];
   return true;
 }
 
@@ -104,8 +112,9 @@ void CounterSeries::query(std::int64_t t0, std::int64_t t1, int pixels, std::vec
   auto col = [&](std::int64_t t) {
     return std::clamp(static_cast<long>(std::floor((t - t0) * px_per_ns)), 0L, static_cast<long>(pixels - 1));
   };
-  const std::size_t lo = static_cast<std::size_t>(std::lower_bound(t_.begin(), t_.end(), t0) - t_.begin());
-  const std::size_t hi = static_cast<std::size_t>(std::lower_bound(t_.begin(), t_.end(), t1) - t_.begin());
+  const auto less = [](std::int64_t s, std::int64_t x) { return s < x; };
+  const std::size_t lo = lower_bound_index(t_, t0, less);
+  const std::size_t hi = lower_bound_index(t_, lo, t_.size(), t1, less);
   // Level choice: samples per level-k bucket is kFanout^k; take the finest with <= 2 per pixel.
   std::size_t level = 0;
   double per_bucket = 1;
@@ -136,19 +145,38 @@ void CounterSeries::query(std::int64_t t0, std::int64_t t1, int pixels, std::vec
   std::size_t from = 0;
   for (int c = 0; c < pixels; ++c) {
     const auto left = t0 + static_cast<std::int64_t>(std::ceil(c / px_per_ns));
-    const auto j = static_cast<std::size_t>(
-        std::lower_bound(t_.begin() + static_cast<std::ptrdiff_t>(from), t_.begin() + static_cast<std::ptrdiff_t>(hi), left) - t_.begin());
+    const std::size_t j = lower_bound_index(t_, from, hi, left, less);
     from = j;
     if (j > 0) fold(out[static_cast<std::size_t>(c)], v_[j - 1], v_[j - 1]);
   }
 }
 
+// What query(t0, t1 + 1, 1, ...) gives for its one column (the value in force at t0 and the samples
+// in [t0, t1]), without its allocation: the step table asks this once per step. The samples are
+// covered by the largest aligned buckets that fit, as in a segment tree: O(kFanout x levels).
 bool CounterSeries::range_min_max(std::int64_t t0, std::int64_t t1, double& mn, double& mx) const {
-  std::vector<PixelMinMax> one;
-  query(t0, t1 + 1, 1, one);
-  if (one.empty() || !one[0].valid) return false;
-  mn = one[0].min;
-  mx = one[0].max;
+  if (t_.empty() || t1 < t0) return false;
+  const std::size_t lo = lower_bound_index(t_, t0, [](std::int64_t s, std::int64_t x) { return s < x; });
+  const std::size_t hi = lower_bound_index(t_, lo, t_.size(), t1, [](std::int64_t s, std::int64_t x) { return s <= x; });
+  PixelMinMax p;
+  if (lo > 0) fold(p, v_[lo - 1], v_[lo - 1]);  // carried into the range
+  for (std::size_t i = lo; i < hi;) {
+    std::size_t k = 0, stride = 1;
+    while (k < levels_.size() && i % (stride * kFanout) == 0 && i + stride * kFanout <= hi) {
+      ++k;
+      stride *= kFanout;
+    }
+    if (k == 0) {
+      fold(p, v_[i], v_[i]);
+    } else {
+      const Bucket& b = levels_[k - 1][i / stride];
+      fold(p, b.min, b.max);
+    }
+    i += stride;
+  }
+  if (!p.valid) return false;
+  mn = p.min;
+  mx = p.max;
   return true;
 }
 

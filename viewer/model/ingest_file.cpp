@@ -1,6 +1,5 @@
-// ingest_trace(): one .mct file into a Timeline, through TraceIngest, sized from the chunk
-// headers and optionally with decompression on a second thread (Note [Fast ingest] in
-// ingest_trace.hpp).
+// ingest_trace(): one .mct file into a Timeline, through TraceIngest, optionally with
+// decompression on a second thread (Note [Fast ingest] in ingest_trace.hpp).
 #include "ingest_trace.hpp"
 
 #include <memcomm/profiler/trace_reader.hpp>
@@ -11,33 +10,11 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 namespace memcomm::view {
-
-namespace {
-
-// Per-rank event totals from the chunk headers alone (no checksum, no decompression): sizes the
-// final arrays (Note [Fast ingest]). Stops quietly at anything odd; the reader reports it.
-std::map<std::uint32_t, std::uint64_t> events_per_rank(const std::string& path, std::uint32_t file_rank) {
-  std::map<std::uint32_t, std::uint64_t> out;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return out;
-  long pos = sizeof(prof::FileHeader);
-  prof::ChunkHeader h{};
-  while (std::fseek(f.get(), pos, SEEK_SET) == 0 && std::fread(&h, sizeof h, 1, f.get()) == 1 && h.magic == prof::kChunkMagic) {
-    std::uint32_t rank = h.rank != prof::kUnknownRank ? h.rank : file_rank;
-    if (rank == prof::kUnknownRank) rank = 0;
-    out[rank] += h.event_count;
-    pos += static_cast<long>(sizeof h) + static_cast<long>(h.stored_size);
-  }
-  return out;
-}
-
-}  // namespace
 
 // Note [Decode ahead]: the profiler's TraceReader decompresses and checks chunk k+1 on a second
 // thread while chunk k is ingested here. Chunks travel through a small ring of reused buffers; the
@@ -150,8 +127,6 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
     else plain = std::make_unique<prof::TraceReader>(path);
     const prof::TraceReader& reader = ahead ? ahead->reader() : *plain;
     const bool merged = reader.merged();
-    std::map<std::uint32_t, std::uint64_t> left = events_per_rank(path, reader.header().rank);
-    std::map<std::uint32_t, bool> sized;
     bool first = true;
     const auto chunk = [&](const prof::Event* ev, std::size_t n, std::uint32_t rank, const auto& strings) {
       if (first && options.has_range() && n > 0) {
@@ -162,12 +137,6 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
       }
       first = false;
       ingest.add(ev, n, rank, strings, !merged);
-      if (!sized[rank] && n > 0) {  // one chunk seen: its mix times the rank's total sizes the arrays
-        sized[rank] = true;
-        const double total = static_cast<double>(left[rank]);
-        if (total > 2.0 * static_cast<double>(n) && !options.has_range())
-          b.reserve_scaled(rank, 1.05 * total / static_cast<double>(n));
-      }
     };
     if (ahead) {
       std::vector<std::string> strs;  // this thread's copy of the trace's string table

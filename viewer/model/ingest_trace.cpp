@@ -38,6 +38,21 @@ bool pairs_or_meta(prof::EventKind k) {
 
 TraceIngest::TraceIngest(TimelineBuilder& b) : b_(b) {
   for (int p = 0; p < static_cast<int>(prof::Phase::Count); ++p) phase_ids_[p] = b_.intern(prof::phase_name(prof::Phase(p)));
+  std::fill(std::begin(coll_ops_), std::end(coll_ops_), kNoId);
+}
+
+std::uint32_t TraceIngest::coll_op(prof::CollOp op) {
+  std::uint32_t& id = coll_ops_[static_cast<std::uint8_t>(op)];
+  if (id == kNoId) id = b_.intern(prof::coll_op_name(op));
+  return id;
+}
+
+std::vector<TraceIngest::RangeOpen>& TraceIngest::open_stack(RankState& rs, std::uint16_t thread) {
+  if (rs.open_last == nullptr || rs.open_thread != thread) {  // map nodes stay put: the pointer stays valid
+    rs.open_last = &rs.open[thread];
+    rs.open_thread = thread;
+  }
+  return *rs.open_last;
 }
 
 TraceIngest::RankState& TraceIngest::state(std::uint32_t rank) {
@@ -62,8 +77,12 @@ std::uint32_t TraceIngest::name(RankState& rs, prof::StringId id, Resolve resolv
 
 std::uint32_t TraceIngest::sized_name(prof::EventKind kind, std::uint8_t sub, std::uint32_t arg) {
   const std::uint64_t key = (static_cast<std::uint64_t>(kind) << 40) | (static_cast<std::uint64_t>(sub) << 32) | arg;
+  if (key == sized_last_key_) return sized_last_;
   auto it = sized_names_.find(key);
-  if (it != sized_names_.end()) return it->second;
+  if (it != sized_names_.end()) {
+    sized_last_key_ = key;
+    return sized_last_ = it->second;
+  }
   const std::uint32_t v =
       kind == prof::EventKind::Memcpy
           ? b_.intern(fmt::format("memcpy {} {} B", prof::copy_kind_name(prof::CopyKind(sub)), prof::decode_bytes32(arg)))
@@ -87,18 +106,30 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
     skip = n > 0 && (mx + rs.offset + static_cast<std::int64_t>(prof::kMaxDuration) < lo_ || mn + rs.offset > hi_);
   }
   const bool whole = lo_ == INT64_MIN && hi_ == INT64_MAX;  // no time range: every event is kept
-  std::uint64_t kernels = 0;  // counted once per batch
+  std::uint64_t added = 0;  // counted once per batch
+  // AllocOp by EventKind for the memory block kinds (Alloc = 1 ... SegmentUnmap = 7), as alloc_op().
+  static constexpr AllocOp kBlockOps[8] = {AllocOp::SegmentFree,  AllocOp::Alloc,        AllocOp::FreeRequested,
+                                           AllocOp::FreeCompleted, AllocOp::SegmentAlloc, AllocOp::SegmentFree,
+                                           AllocOp::SegmentMap,   AllocOp::SegmentUnmap};
   for (std::size_t i = 0; i < n; ++i) {
     const prof::Event& e = ev[i];
-    if (whole && e.kind == prof::EventKind::Kernel) {
-      // Kernels are most of a trace: pushed here, with no call and no switch, once the lane and
-      // the name are cached (the general path below caches them).
-      const auto c = e.as<prof::ComputeEvent>();
-      std::vector<Span>* lane = rs.lanes[0][c.stream];
-      if (lane != nullptr && c.arg < rs.ids.size() && rs.ids[c.arg] != kNoId) {
-        const std::int64_t start = c.ts + rs.offset;
-        lane->push_back({start, start + static_cast<std::int64_t>(c.dur_ns), rs.ids[c.arg], 0});
-        ++kernels;
+    if (whole) {
+      // Kernels and allocator events are most of a trace: pushed here, with no call and no
+      // switch, once the lane and the name are cached (the general path below caches them).
+      if (e.kind == prof::EventKind::Kernel) {
+        const auto c = e.as<prof::ComputeEvent>();
+        SpanRow* lane = rs.lanes[0][c.stream];
+        if (lane != nullptr && c.arg < rs.ids.size() && rs.ids[c.arg] != kNoId) {
+          const std::int64_t start = c.ts + rs.offset;
+          lane->push_back({start, start + static_cast<std::int64_t>(c.dur_ns), rs.ids[c.arg], 0});
+          ++added;
+          continue;
+        }
+      } else if (const auto k = static_cast<std::uint8_t>(e.kind); k >= 1 && k <= 7) {
+        static_assert(static_cast<int>(prof::EventKind::Alloc) == 1 && static_cast<int>(prof::EventKind::SegmentUnmap) == 7);
+        const auto m = e.as<prof::MemBlockEvent>();
+        rs.alloc->push_back({m.ts + rs.offset, m.addr(), m.size(), m.stream, kBlockOps[k], m.category});
+        ++added;
         continue;
       }
     }
@@ -107,12 +138,12 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
       const auto m = e.as<prof::MetaEvent>();
       if (m.key == prof::MetaKey::ClockOffset) rs.offset = m.value;
     }
-    add_one(e, rs, rank, resolve, ctx);
+    added += add_one(e, rs, rank, resolve, ctx);
   }
-  b_.add_events(kernels);
+  b_.add_events(added);
 }
 
-void TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx) {
+std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx) {
   using prof::EventKind;
   const std::int64_t off = rs.offset;
   const auto keep_span = [this](std::int64_t s, std::int64_t t) { return t >= lo_ && s <= hi_; };
@@ -123,39 +154,37 @@ void TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t ran
     case EventKind::Memset: {
       const auto c = e.as<prof::ComputeEvent>();
       const std::int64_t start = c.ts + off, end = c.end() + off;
-      if (!keep_span(start, end)) return;
+      if (!keep_span(start, end)) return 0;
       const int k = e.kind == EventKind::Kernel ? 0 : e.kind == EventKind::Memcpy ? 1 : 2;
-      std::vector<Span>*& lane = rs.lanes[k][c.stream];
+      SpanRow*& lane = rs.lanes[k][c.stream];
       if (lane == nullptr) {
         static constexpr LaneKind kinds[3] = {LaneKind::Kernel, LaneKind::Memcpy, LaneKind::Memset};
         lane = &b_.lane_spans(rank, kinds[k], c.stream);
       }
       const std::uint32_t nm = k == 0 ? name(rs, c.arg, resolve, ctx) : sized_name(e.kind, c.sub, c.arg);
       lane->push_back({start, std::max(start, end), nm, 0});
-      b_.add_events(1);
-      return;
+      return 1;
     }
     case EventKind::RangeBegin: {
       const auto r = e.as<prof::RangeEvent>();
       const std::uint32_t nm = r.name ? name(rs, r.name, resolve, ctx)
                                       : phase_ids_[static_cast<int>(r.phase) % static_cast<int>(prof::Phase::Count)];
-      rs.open[r.thread].push_back({r.ts + off, r.phase, nm, r.id});
-      return;
+      open_stack(rs, r.thread).push_back({r.ts + off, r.phase, nm, r.id});
+      return 0;
     }
     case EventKind::RangeEnd: {
       const auto r = e.as<prof::RangeEvent>();
-      auto& st = rs.open[r.thread];
-      if (st.empty()) return;  // its begin was before the trace started
+      auto& st = open_stack(rs, r.thread);
+      if (st.empty()) return 0;  // its begin was before the trace started
       const RangeOpen begin = st.back();
       st.pop_back();
       const std::int64_t end = std::max(begin.ts, r.ts + off);
-      if (!keep_span(begin.ts, end)) return;
+      if (!keep_span(begin.ts, end)) return 0;
       if (begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
         rs.nvtx->push_back({begin.ts, end, begin.name, 0});
       else  // phases are named by their kind, so the views can colour and the step table find them
         rs.phases->push_back({begin.ts, end, phase_ids_[static_cast<int>(begin.phase)], static_cast<std::uint32_t>(begin.id)});
-      b_.add_events(1);
-      return;
+      return 1;
     }
     case EventKind::CollEnqueue:
     case EventKind::CollStart:
@@ -165,16 +194,22 @@ void TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t ran
       if (e.kind != EventKind::CollEnd) {
         auto [it, fresh] = rs.colls.emplace(key, c);
         if (!fresh && e.kind == EventKind::CollStart) it->second = c;  // start beats enqueue
-        return;
+        return 0;
       }
       auto it = rs.colls.find(key);
       const std::int64_t start = it != rs.colls.end() ? it->second.ts : c.ts;
       if (it != rs.colls.end()) rs.colls.erase(it);
-      if (!keep_span(start + off, c.ts + off)) return;
-      auto cs = rs.comm_size.find(c.comm);
-      b_.collective(rank, prof::coll_op_name(c.op), c.bytes(), c.comm, c.seq, start + off, c.ts + off,
-                    cs != rs.comm_size.end() ? cs->second : 0);
-      return;
+      if (!keep_span(start + off, c.ts + off)) return 0;
+      Collective out;
+      out.bytes = c.bytes();
+      out.op = coll_op(c.op);
+      out.comm = c.comm;
+      out.seq = c.seq;
+      out.start = start + off;
+      out.end = std::max(out.start, c.ts + off);
+      out.group_size = rs.comm_size[c.comm];
+      b_.collectives(rank).push_back(out);
+      return 1;
     }
     case EventKind::Alloc:
     case EventKind::FreeRequested:
@@ -184,21 +219,19 @@ void TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t ran
     case EventKind::SegmentMap:
     case EventKind::SegmentUnmap: {
       const auto m = e.as<prof::MemBlockEvent>();
-      if (!keep_at(m.ts + off)) return;
+      if (!keep_at(m.ts + off)) return 0;
       rs.alloc->push_back({m.ts + off, m.addr(), m.size(), m.stream, alloc_op(e.kind), m.category});
-      b_.add_events(1);
-      return;
+      return 1;
     }
     case EventKind::Oom: {
       const auto o = e.as<prof::OomEvent>();
-      if (!keep_at(o.ts + off)) return;
+      if (!keep_at(o.ts + off)) return 0;
       rs.alloc->push_back({o.ts + off, 0, o.requested, o.stream, AllocOp::Oom});
-      b_.add_events(1);
-      return;
+      return 1;
     }
     case EventKind::MemSample: {
       const auto m = e.as<prof::MemSampleEvent>();
-      if (!keep_at(m.ts + off)) return;
+      if (!keep_at(m.ts + off)) return 0;
       const int metric = static_cast<int>(m.metric);
       const bool ppm = m.metric == prof::MemMetric::Fragmentation;
       CounterSeries* series = metric < static_cast<int>(prof::MemMetric::Count) ? rs.metrics[metric] : nullptr;
@@ -207,33 +240,31 @@ void TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t ran
         if (metric < static_cast<int>(prof::MemMetric::Count)) rs.metrics[metric] = series;
       }
       series->add(m.ts + off, ppm ? static_cast<double>(m.value) * 1e-6 : static_cast<double>(m.value));
-      b_.add_events(1);
-      return;
+      return 1;
     }
     case EventKind::Counter: {
       const auto c = e.as<prof::CounterEvent>();
-      if (!keep_at(c.ts + off)) return;
+      if (!keep_at(c.ts + off)) return 0;
       CounterSeries*& series = rs.counters[c.name];
       if (series == nullptr) series = &b_.counter_series(rank, resolve(ctx, c.name));
       series->add(c.ts + off, c.value);
-      b_.add_events(1);
-      return;
+      return 1;
     }
     case EventKind::CommInfo: {
       const auto c = e.as<prof::CommInfoEvent>();
       rs.comm_size[c.comm] = c.size;
-      return;
+      return 0;
     }
     case EventKind::Drops:
       b_.dropped(rank, e.as<prof::DropEvent>().count);
-      return;
+      return 0;
     case EventKind::Meta: {
       const auto m = e.as<prof::MetaEvent>();
       if (m.key == prof::MetaKey::Host) b_.host(rank, resolve(ctx, m.str));
-      return;
+      return 0;
     }
     default:
-      return;  // launches and syncs are not drawn yet
+      return 0;  // launches and syncs are not drawn yet
   }
 }
 

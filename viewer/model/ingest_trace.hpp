@@ -3,17 +3,20 @@
 // Note [Fast ingest]: a 10 M-event file must load at >= 20 M events/s (issue 6), and the
 // profiler's TraceReader alone decodes at ~30-100 M events/s, so the per-event work here is a
 // switch and a push_back into the final array, nothing more:
-//   - each chunk is decompressed once (no counting pass); the loader walks the chunk headers
-//     first (no decompression) for per-rank event totals, and after a rank's first chunk grows
-//     every array of that rank to its expected final size (TimelineBuilder::reserve_scaled), so
-//     the arrays are written once, with no copies of geometric growth;
+//   - each chunk is decompressed once (no counting pass), and each event is written once, into
+//     a ChunkedArray that grows without copying and that the model takes over as it is (Note
+//     [Chunked arrays] in chunked.hpp), so no size estimate is needed up front (an earlier version
+//     walked the chunk headers to reserve per-rank totals; with chunks that measured slower, its
+//     ~5% over-estimate being mapped and then freed);
 //   - the arrays are reached through pointers cached per (kind, stream) and per metric, and trace
 //     string ids map to model ids through a flat table: no map lookup, no virtual or builder call
-//     per event;
+//     per event; kernels and allocator events (most of a trace) are pushed from the batch loop
+//     itself; collective op names, communicator sizes and the range stack of the last thread are
+//     cached too, so no string is hashed per event;
 //   - decompression of chunk k+1 can run on a second thread while chunk k is ingested (Note
-//     [Decode ahead] in ingest_trace.cpp; LoadOptions::decode_ahead, on with more than 2 cores);
-//   - the arrays' pages are mapped in one call, not faulted one by one (Note [Prefaulting bulk
-//     arrays] in builder.cpp).
+//     [Decode ahead] in ingest_file.cpp; LoadOptions::decode_ahead, on with more than 2 cores);
+//   - the arrays' pages are mapped a chunk at a time, not faulted one by one (Note [Prefaulting
+//     bulk arrays] in builder.cpp).
 // Per-thread ranges and (comm, seq) collectives are paired here; rank clock offsets
 // (MetaKey::ClockOffset) are applied unless the file is already merged, as TraceSet does.
 //
@@ -69,13 +72,15 @@ class TraceIngest {
   struct RankState {
     std::int64_t offset = 0;
     std::map<std::uint16_t, std::vector<RangeOpen>> open;            // per thread, LIFO
+    std::vector<RangeOpen>* open_last = nullptr;                     // open[open_thread], cached
+    std::uint16_t open_thread = 0;
     std::unordered_map<std::uint64_t, prof::CollectiveEvent> colls;  // (comm, seq) -> start/enqueue
-    std::map<std::uint8_t, std::uint16_t> comm_size;
+    std::uint16_t comm_size[256] = {};               // by communicator index (0: unknown)
     std::vector<std::uint32_t> ids;                  // trace string id -> builder id (kNoId: not yet)
-    std::vector<Span>* lanes[3][256] = {};           // [kernel/memcpy/memset][stream], cached
-    std::vector<Span>* phases = nullptr;             // cached lane arrays
-    std::vector<Span>* nvtx = nullptr;
-    std::vector<AllocEvent>* alloc = nullptr;
+    SpanRow* lanes[3][256] = {};           // [kernel/memcpy/memset][stream], cached
+    SpanRow* phases = nullptr;             // cached lane arrays
+    SpanRow* nvtx = nullptr;
+    AllocEvents* alloc = nullptr;
     CounterSeries* metrics[static_cast<int>(prof::MemMetric::Count)] = {};
     std::unordered_map<prof::StringId, CounterSeries*> counters;  // user counters by name id
   };
@@ -84,14 +89,20 @@ class TraceIngest {
   RankState& state(std::uint32_t rank);
   std::uint32_t name(RankState& rs, prof::StringId id, Resolve resolve, const void* ctx);
   std::uint32_t sized_name(prof::EventKind kind, std::uint8_t sub, std::uint32_t arg);
+  std::uint32_t coll_op(prof::CollOp op);
+  std::vector<RangeOpen>& open_stack(RankState& rs, std::uint16_t thread);
   void add_batch(const prof::Event* ev, std::size_t n, std::uint32_t rank, Resolve resolve, const void* ctx,
                  bool apply_offsets);
-  void add_one(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
+  // Returns the model events it added (0 or 1).
+  std::uint64_t add_one(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
 
   TimelineBuilder& b_;
   std::map<std::uint32_t, RankState> ranks_;
   std::uint32_t phase_ids_[static_cast<int>(prof::Phase::Count)] = {};
   std::unordered_map<std::uint64_t, std::uint32_t> sized_names_;  // (kind, sub, arg) -> "memcpy HtoD 4096 B"
+  std::uint64_t sized_last_key_ = UINT64_MAX;                      // sized_names_'s last answer: copies repeat
+  std::uint32_t sized_last_ = 0;
+  std::uint32_t coll_ops_[256];                                    // builder id of coll_op_name(op), kNoId: not yet
   std::int64_t lo_ = INT64_MIN, hi_ = INT64_MAX;
 };
 

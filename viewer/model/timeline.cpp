@@ -89,10 +89,9 @@ void Timeline::merge(Timeline&& other) {
 std::size_t Timeline::memory_bytes() const {
   std::size_t b = sizeof(*this) + strings.size() * 64;
   for (const auto& rd : ranks) {
-    b += sizeof(rd) + rd.collectives.capacity() * sizeof(Collective) + rd.alloc_events.capacity() * sizeof(AllocEvent) +
-         rd.ooms.capacity() * sizeof(TimeNs);
+    b += sizeof(rd) + rd.collectives.memory_bytes() + rd.alloc_events.memory_bytes() + rd.ooms.capacity() * sizeof(TimeNs);
     for (const auto& lane : rd.lanes)
-      for (const auto& row : lane.rows) b += row.capacity() * sizeof(Span) + sizeof(row);
+      for (const auto& row : lane.rows) b += row.memory_bytes() + sizeof(row);
     for (const auto& c : rd.counters) b += c.memory_bytes();
   }
   return b;

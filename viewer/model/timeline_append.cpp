@@ -26,15 +26,6 @@
 
 namespace memcomm::view {
 
-namespace {
-
-template <class V>
-void shrink_if_slack(V& v) {  // shrinking copies the vector: only worth it when > 1/8 is slack
-  if (v.capacity() - v.size() > v.size() / 8) v.shrink_to_fit();
-}
-
-}  // namespace
-
 void sort_counters(RankData& rd) {
   std::sort(rd.counters.begin(), rd.counters.end(), [](const CounterSeries& a, const CounterSeries& b) { return a.name() < b.name(); });
 }
@@ -44,8 +35,10 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
   if (!p.host.empty()) rd.host = p.host;
   rd.dropped += p.dropped;
   p.dropped = 0;
-  const auto bound_spans = [this](const std::vector<Span>& v) {
-    for (const Span& s : v) bound(s.start, s.end);
+  const auto bound_spans = [this](const SpanRow& v) {
+    v.for_each_chunk([this](const Span* s, std::size_t n) {
+      for (std::size_t i = 0; i < n; ++i) bound(s[i].start, s[i].end);
+    });
   };
   if (!p.phases.empty()) {
     bound_spans(p.phases);
@@ -73,18 +66,23 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     auto& all = rd.collectives;
     if (all.empty() || cs.front().start >= all.back().start) {
       const auto base = static_cast<std::uint32_t>(all.size());
-      std::vector<Span> spans;
+      SpanRow spans;
       spans.reserve(cs.size());
       for (std::uint32_t i = 0; i < cs.size(); ++i) {
         spans.push_back({cs[i].start, cs[i].end, cs[i].op, base + i});
         if (!rematch) new_colls.emplace_back(rd.rank, base + i);  // else all groups are matched anyway
       }
-      all.insert(all.end(), cs.begin(), cs.end());
+      if (all.empty()) {
+        all = std::move(cs);
+        cs = ChunkedArray<Collective>();
+      } else {
+        all.append(cs);
+      }
       merge_packed(lane, spans);
     } else {  // a late collective: indices shift, so the lane and all matching are redone
-      all.insert(all.end(), cs.begin(), cs.end());
+      all.append(cs);
       std::stable_sort(all.begin(), all.end(), by_start);
-      std::vector<Span> spans;
+      SpanRow spans;
       spans.reserve(all.size());
       for (std::uint32_t i = 0; i < all.size(); ++i) spans.push_back({all[i].start, all[i].end, all[i].op, i});
       lane.rows.clear();
@@ -124,13 +122,13 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     std::size_t from = ev.size();
     if (ev.empty()) {
       ev = std::move(fresh);
-      fresh = std::vector<AllocEvent>();
+      fresh = AllocEvents();
     } else if (fresh.front().t >= ev.back().t) {
-      ev.insert(ev.end(), fresh.begin(), fresh.end());
+      ev.append(fresh);
     } else {  // late events: merged after the published ones of equal time, all refolded
       from = 0;
       const auto mid = static_cast<std::ptrdiff_t>(ev.size());
-      ev.insert(ev.end(), fresh.begin(), fresh.end());
+      ev.append(fresh);
       std::inplace_merge(ev.begin(), ev.begin() + mid, ev.end(), by_time);
     }
     fresh.clear();
@@ -219,12 +217,14 @@ Timeline TimelineBuilder::finish(std::string source) {
   append_to(tl);
   tl.sources.push_back(std::move(source));
   for (auto& rd : tl.ranks) {
+    // Chunked arrays shrink by freeing unused chunks and trimming the last one: a copy of at most
+    // one chunk each (Note [Chunked arrays]), so the slack of the estimated reservations goes.
     for (auto& lane : rd.lanes) {
-      for (auto& row : lane.rows) shrink_if_slack(row);
+      for (auto& row : lane.rows) row.shrink_to_fit();
       lane.rows.shrink_to_fit();
     }
-    shrink_if_slack(rd.collectives);
-    shrink_if_slack(rd.alloc_events);
+    rd.collectives.shrink_to_fit();
+    rd.alloc_events.shrink_to_fit();
     for (auto& c : rd.counters) c.shrink_to_fit();
   }
   *this = TimelineBuilder();

@@ -19,6 +19,8 @@
 // implicit expandable segment, or extends one that ends where it begins.
 #pragma once
 
+#include <memcomm/view/chunked.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,6 +57,7 @@ inline constexpr const char* kMemCategoryNames[] = {"unknown",    "parameter", "
                                                     "activation", "temporary", "comm_buffer", "input"};
 inline constexpr int kMemCategoryCount = 8;
 static_assert(sizeof(AllocEvent) == 32, "AllocEvent is part of the viewer memory budget");
+using AllocEvents = ChunkedArray<AllocEvent>;  // a rank's allocator events, sorted by t
 
 enum class BlockState : std::uint8_t { Allocated, PendingFree };
 
@@ -100,7 +103,7 @@ class AllocatorTimeline {
  public:
   AllocatorTimeline() = default;
   // `events` must outlive this object and stay sorted by t.
-  explicit AllocatorTimeline(const std::vector<AllocEvent>* events, std::size_t min_interval = 4096);
+  explicit AllocatorTimeline(const AllocEvents* events, std::size_t min_interval = 4096);
   // The events from index `first_changed` on were appended (or changed): folds them in. An append
   // costs O(new events); a change before the last fold restarts from the first event.
   void update(std::size_t first_changed);
@@ -121,7 +124,7 @@ class AllocatorTimeline {
     std::size_t index;     // events applied
     AllocatorState state;  // state after them
   };
-  const std::vector<AllocEvent>* events_ = nullptr;
+  const AllocEvents* events_ = nullptr;
   std::size_t min_interval_ = 4096;
   std::vector<Checkpoint> checkpoints_;
   AllocatorState tail_;    // state after the first `folded_` events

@@ -53,21 +53,18 @@ class TimelineBuilder {
             std::uint32_t payload = 0);
   void dropped(std::uint32_t rank, std::uint64_t n);
   void host(std::uint32_t rank, std::string_view host);
-  // Exact sizes from a counting pass spare the copies of geometric growth (Note [Viewer memory budget]).
+  // Room for n more events of a lane (growth copies nothing: Note [Chunked arrays]).
   void reserve(std::uint32_t rank, LaneKind kind, std::uint32_t stream, std::size_t n);
   void reserve_alloc(std::uint32_t rank, std::size_t n);
 
   // Bulk-ingest seams (Note [Fast ingest] in ingest_trace.hpp): the arrays that finish() turns
   // into lanes, for readers that append in a tight loop without a call per event. References stay
   // valid until finish() (they live in map nodes). The caller counts what it appends with add_events().
-  std::vector<Span>& lane_spans(std::uint32_t rank, LaneKind kind, std::uint32_t stream);
-  std::vector<AllocEvent>& alloc_events(std::uint32_t r) { return rank(r).alloc; }
+  SpanRow& lane_spans(std::uint32_t rank, LaneKind kind, std::uint32_t stream);
+  AllocEvents& alloc_events(std::uint32_t r) { return rank(r).alloc; }
+  ChunkedArray<Collective>& collectives(std::uint32_t r) { return rank(r).collectives; }  // op interned; matched at append
   CounterSeries& counter_series(std::uint32_t rank, std::string_view name, std::string_view unit = "");
   void add_events(std::uint64_t n) { events_ += n; }
-  // Grows every array of `rank` to `factor` times its current size: a loader that has read one
-  // chunk of a rank and knows from the chunk headers how many events the rank has left sizes the
-  // final arrays once, instead of paying geometric growth (copies and page faults of 2x).
-  void reserve_scaled(std::uint32_t rank, double factor);
 
   std::uint64_t event_count() const { return events_; }
   // Sorts, splits rows, matches collectives, builds LOD levels and shrinks containers.
@@ -91,11 +88,13 @@ class TimelineBuilder {
   };
   // Events ingested and not yet published, plus state that lives across appends.
   struct RankParts {
-    std::vector<Span> phases, nvtx;                                         // name in Span::name
-    std::map<std::tuple<std::uint8_t, std::uint32_t>, std::vector<Span>> streams;  // (kind, stream)
-    std::vector<Collective> collectives;
+    // Chunked like the model's arrays (Note [Chunked arrays]), so that the first publish of a lane
+    // moves the array in rather than copying it.
+    SpanRow phases, nvtx;                                         // name in Span::name
+    std::map<std::tuple<std::uint8_t, std::uint32_t>, SpanRow> streams;  // (kind, stream)
+    ChunkedArray<Collective> collectives;
     std::map<std::string, CounterSeries> counters;
-    std::vector<AllocEvent> alloc;
+    AllocEvents alloc;
     std::uint64_t dropped = 0;
     std::string host;
     bool sampled_memory = false;    // "allocated"/"reserved" samples seen: no derived curves
@@ -123,7 +122,7 @@ class TimelineBuilder {
   std::uint64_t events_ = 0;
   RankParts* last_ = nullptr;              // cache for runs of events on one rank/stream
   std::uint32_t last_rank_ = 0;
-  std::vector<Span>* last_stream_ = nullptr;
+  SpanRow* last_stream_ = nullptr;
   std::tuple<std::uint8_t, std::uint32_t> last_stream_key_{};
   TimeNs lo_ = INT64_MAX, hi_ = INT64_MIN;  // bounds of everything published
   TimeNs fresh_lo_ = INT64_MAX;              // earliest time in the current append_to()
@@ -132,10 +131,6 @@ class TimelineBuilder {
   std::unordered_map<std::uint64_t, std::vector<std::pair<std::uint32_t, std::uint32_t>>> groups_;
   bool groups_valid_ = false;  // groups_ holds every published collective
 };
-
-// Maps [p, p + bytes) (whole 2 MiB runs inside it) in one call rather than a fault per page
-// (Note [Prefaulting bulk arrays] in builder.cpp). For memory about to be written.
-void prefault_pages(const void* p, std::size_t bytes);
 
 // Cross-rank work done after building or merging: collective matching, stragglers, skew, busbw.
 void match_collectives(Timeline& tl);

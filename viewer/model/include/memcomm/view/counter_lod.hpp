@@ -11,6 +11,8 @@
 // sizeof(Bucket)/(kFanout-1) per kFanout samples: about 0.6 B per sample.
 #pragma once
 
+#include <memcomm/view/chunked.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,7 +39,10 @@ class CounterSeries {
 
   // Samples must come in time order (the builder sorts); call build_levels() after the last one.
   void add(std::int64_t t, double v) { t_.push_back(t); v_.push_back(v); }
-  void reserve(std::size_t n) { t_.reserve(n); v_.reserve(n); }
+  void reserve(std::size_t n) {
+    t_.reserve(n);
+    v_.reserve(n);
+  }
   void clear() {
     t_.clear();
     v_.clear();
@@ -71,9 +76,9 @@ class CounterSeries {
 
  private:
   std::string name_, unit_;
-  std::vector<std::int64_t> t_;          // sample times, sorted
-  std::vector<double> v_;                // sample values
-  std::vector<std::vector<Bucket>> levels_;  // levels_[k] is LOD level k+1
+  ChunkedArray<std::int64_t> t_;         // sample times, sorted (Note [Chunked arrays]: appends never copy them)
+  ChunkedArray<double> v_;               // sample values
+  std::vector<ChunkedArray<Bucket>> levels_;  // levels_[k] is LOD level k+1
   double global_max_ = 0;
 };
 

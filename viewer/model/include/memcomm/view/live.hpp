@@ -4,7 +4,9 @@
 // Note [Live rebuild]: arriving events go straight into a TimelineBuilder's arrays, and publish()
 // appends them to the shown Timeline in place (Note [Incremental append] in timeline_append.cpp),
 // at most every `min_rebuild_s` (0.05 s: each frame of the 20 Hz live redraw). A publish costs O(events
-// since the last one), not O(events received): event-to-pixels does not grow with the run.
+// since the last one), not O(events received): event-to-pixels does not grow with the run. That
+// includes the model's arrays growing: they grow by chunks (Note [Chunked arrays] in chunked.hpp),
+// so no publish copies what earlier ones published.
 // bench/viewer/bench_live_latency measures it for the first and the last tenth of a run.
 #pragma once
 

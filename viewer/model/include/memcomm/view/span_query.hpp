@@ -21,9 +21,9 @@ struct DrawSpan {
 };
 
 // Appends to `out` what to draw of `row` over [t0, t1) where spans narrower than `min_ns` merge.
-void query_spans(const std::vector<Span>& row, TimeNs t0, TimeNs t1, TimeNs min_ns, std::vector<DrawSpan>& out);
+void query_spans(const SpanRow& row, TimeNs t0, TimeNs t1, TimeNs min_ns, std::vector<DrawSpan>& out);
 
 // Index of the span under time t in a row (within `slop` ns), or -1.
-std::int64_t span_at(const std::vector<Span>& row, TimeNs t, TimeNs slop);
+std::int64_t span_at(const SpanRow& row, TimeNs t, TimeNs slop);
 
 }  // namespace memcomm::view

@@ -2,12 +2,14 @@
 // in the packed, sorted form the views query each frame. No UI here (Tracy's "server" side).
 //
 // Note [Viewer memory budget]: the target is <= 40 B per event with 10 M events loaded. Spans are
-// 24 B (start, end, name id, payload); counter samples 16 B; allocator events 32 B. Containers are
-// shrunk to fit after a load, and the acceleration structures (counter LOD levels, allocator
+// 24 B (start, end, name id, payload); counter samples 16 B; allocator events 32 B. The per-event
+// arrays are ChunkedArrays (Note [Chunked arrays] in chunked.hpp: appends never copy what is
+// stored), trimmed after a load, and the acceleration structures (counter LOD levels, allocator
 // checkpoints) add a bounded fraction on top (see counter_lod.hpp and allocator_state.hpp).
 #pragma once
 
 #include <memcomm/view/allocator_state.hpp>
+#include <memcomm/view/chunked.hpp>
 #include <memcomm/view/counter_lod.hpp>
 
 #include <cstdint>
@@ -28,6 +30,8 @@ struct Span {
   std::uint32_t payload;  // collective lanes: index into RankData::collectives; phases: step number
 };
 static_assert(sizeof(Span) == 24, "Span is the per-event unit of the memory budget; keep it packed");
+// A lane row: spans sorted by start and non-overlapping.
+using SpanRow = ChunkedArray<Span>;
 
 // What a lane shows; decides its colour and its tooltip.
 enum class LaneKind : std::uint8_t { Phase, Kernel, Memcpy, Memset, Collective, Nvtx };
@@ -44,7 +48,7 @@ struct Lane {
   std::string name;                   // "phases", "stream 7", "collectives"
   LaneKind kind = LaneKind::Kernel;   // what the spans are
   std::uint32_t stream = 0;           // CUDA stream (kernel/memcpy/memset lanes)
-  std::vector<std::vector<Span>> rows;  // rows[depth], each sorted and non-overlapping
+  std::vector<SpanRow> rows;          // rows[depth], each sorted and non-overlapping
   std::size_t span_count() const;
 };
 
@@ -68,9 +72,9 @@ struct RankData {
   std::uint32_t rank = 0;             // rank id in the run
   std::string host;                   // where it ran (metadata; may be empty)
   std::vector<Lane> lanes;            // phases first, then streams, then collectives
-  std::vector<Collective> collectives;  // sorted by start; spans of the collective lane point here
+  ChunkedArray<Collective> collectives;  // sorted by start; spans of the collective lane point here
   std::vector<CounterSeries> counters;  // "allocated", "reserved", "active", "largest_free", user counters
-  std::vector<AllocEvent> alloc_events;  // sorted by time; drives the allocator state view
+  AllocEvents alloc_events;           // sorted by time; drives the allocator state view
   std::vector<TimeNs> ooms;           // OOM times, sorted
   std::uint64_t dropped = 0;          // events the recorder dropped (reported in the status line)
   bool connected = false;             // live mode: the stream is still up (a closed rank stays, marked)

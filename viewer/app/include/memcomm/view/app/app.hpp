@@ -30,6 +30,7 @@ struct AppOptions {
   int bench_frames = 400;
   std::string script;               // input script (input_script.hpp)
   std::uint64_t exit_after_events = 0;  // exit once this many events arrived (0: off)
+  std::uint32_t exit_after_ranks = 0;   // ... and this many ranks have spans on the timeline
   double exit_timeout_s = 30;
   std::string report_json;          // what was received/shown, written at exit
   std::uint64_t synthetic = 0;      // generate a synthetic run of about N events
@@ -75,6 +76,7 @@ class App {
   void poll_live();
   bool start_live(std::string& error);
   std::uint64_t events_seen() const;  // received live, else loaded
+  std::uint32_t ranks_with_spans() const;  // ranks with at least one span on the timeline
   void apply_script();
   bool idle() const;
   int run_bench();

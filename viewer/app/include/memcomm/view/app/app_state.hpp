@@ -22,6 +22,7 @@ struct AppState {
   Timeline tl;                                  // everything loaded
   std::vector<std::unique_ptr<AllocatorTimeline>> alloc;  // per rank slot (Note [Incremental allocator state])
   std::vector<StepRow> steps;                   // step table, recomputed on load
+  TimeNs steps_time = 0, steps_exposed = 0, steps_wait = 0;  // sums over `steps` (the summary's advice), kept with it
   Summary summary;                              // recomputed on load
   std::vector<PhaseKind> name_phase;            // phase kind per string id (no string compares per frame)
 
@@ -87,6 +88,7 @@ struct AppState {
   // After events were appended to tl in place (live, Note [Live rebuild]): updates what depends
   // on them from what changed, never by walking all events.
   void appended(const AppendResult& r, bool refresh_summary = true);
+  void sum_steps();  // steps_time, steps_exposed, steps_wait from `steps`: per change, not per frame
   void zoom_to(TimeNs t0, TimeNs t1);           // clamps and keeps a minimum width
   void zoom_at(TimeNs at, double factor);       // factor < 1 zooms in around `at`
   void pan(TimeNs dt);
