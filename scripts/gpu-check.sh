@@ -44,7 +44,7 @@ step build cmake --build build-gpu -j"$(nproc)"
 step gpu-tests ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 240
 [ -x build-gpu/bin/bench_cupti_overhead ] && step bench-cupti-overhead build-gpu/bin/bench_cupti_overhead 10 20 200
 [ -x build-gpu/bin/bench_torch_cuda_alloc ] && step bench-torch-cuda-alloc build-gpu/bin/bench_torch_cuda_alloc
-[ -x build-gpu/bin/bench_allocator ] && step bench-allocator build-gpu/bin/bench_allocator --benchmark_min_time=0.2s
+[ -x build-gpu/bin/bench_allocator ] && step bench-allocator build-gpu/bin/bench_allocator --benchmark_min_time=0.2
 # The trainer on the GPU: one rank, then two ranks sharing the GPU (Gloo with CUDA tensors).
 T=build-gpu/bin/memcomm-train
 # The GPU machine may lack Debian's dataset-fashion-mnist: the CNN then trains on the synthetic set.
