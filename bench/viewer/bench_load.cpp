@@ -1,7 +1,8 @@
 // Where a trace load's time goes, in CPU seconds of this process (robust on a shared machine,
 // unlike wall time): the profiler's TraceReader alone (decompress + check), the whole model load
 // (load_file: read + ingest + build), and the indexes memcomm-view builds next (allocator
-// checkpoints, step table, summary). Best of REPEAT runs; decode-ahead off (one thread).
+// checkpoints, step table, summary). Best of REPEAT runs; decode-ahead off (one thread) unless
+// MEMCOMM_DECODE_AHEAD is set. REPEAT 1 is what a fresh memcomm-view pays (its pages are new).
 //
 //   build/bin/bench_load FILE.mct [REPEAT (default 3)]
 #include <memcomm/profiler/trace_reader.hpp>
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
     Timeline tl;
     measure(load, [&] {
       LoadOptions o;
-      o.decode_ahead = false;
+      o.decode_ahead = std::getenv("MEMCOMM_DECODE_AHEAD") != nullptr;  // default: one thread
       std::string error;
       if (!load_file(path, tl, error, nullptr, o)) {
         std::fprintf(stderr, "bench_load: %s\n", error.c_str());
