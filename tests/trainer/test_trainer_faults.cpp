@@ -16,7 +16,7 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
   for (const auto& c : {Case{"--steps 0", "--steps"}, Case{"--model resnet", "--model"}, Case{"--accum 0", "--accum"},
                         Case{"--no-such-flag", "no-such-flag"}, Case{"--batch-size x", "--batch-size"},
                         Case{"--sync-every 2 --accum 2", "--sync-every"}, Case{"--cupti on", "--cupti"},
-                        Case{"--mode dp --nproc 2", "--mode dp"}, Case{"--mode dpp", "--mode"},
+                        Case{"--mode dp --nproc 2", "--mode dp"}, Case{"--mode dp --amp bf16", "--amp"}, Case{"--mode dpp", "--mode"},
                         Case{"--cupti sometimes --trace t.mct", "--cupti"}}) {
     const auto r = run_command(train_bin() + " " + c.args);
     INFO(c.args << "\n" << r.output);

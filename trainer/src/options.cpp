@@ -36,6 +36,8 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.mode == "dp" && o.nproc > 1)
     usage_error("--mode dp is one process driving every device: use it without --nproc (or --mode ddp)");
   if (o.mode == "dp" && o.sync_every > 0) usage_error("--mode dp has one model: --sync-every needs --mode ddp");
+  // Autocast is per thread, and LibTorch's parallel_apply runs the replicas on threads of its own.
+  if (o.mode == "dp" && o.amp != "none") usage_error("--amp does not reach --mode dp's replica threads: use --mode ddp");
   if (o.batch_size < 1) usage_error("--batch-size must be at least 1");
   if (o.accum < 1) usage_error("--accum must be at least 1");
   if (o.steps < 1) usage_error("--steps must be at least 1");
