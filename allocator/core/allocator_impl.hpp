@@ -11,11 +11,42 @@
 #include <set>
 #include <vector>
 
+#include <pthread.h>
+
 #include "memcomm/allocator/caching_allocator.hpp"
 #include "node_pool.hpp"
 #include "ptr_map.hpp"
 
 namespace memcomm::alloc {
+
+// Note [Allocator lock]
+// One lock guards the allocator's state, and its critical sections are a few hundred instructions.
+// When two threads allocate at once, a plain std::mutex sends the loser to sleep in the kernel
+// (futex) and wakes it when the holder is done: two system calls around a sub-microsecond wait.
+// glibc's adaptive mutex first spins briefly in user space, which is what such short sections want:
+// bench_allocator's alloc+free pair with 2 threads went from 122-209 ns to 108-110 ns (4 threads:
+// 188-237 -> 78-113 ns), with one thread unchanged. It still sleeps when the holder is descheduled.
+class AllocatorMutex {
+ public:
+  AllocatorMutex() {
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+#if defined(__GLIBC__)
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+    pthread_mutex_init(&m_, &attr);
+    pthread_mutexattr_destroy(&attr);
+  }
+  ~AllocatorMutex() { pthread_mutex_destroy(&m_); }
+  AllocatorMutex(const AllocatorMutex&) = delete;
+  AllocatorMutex& operator=(const AllocatorMutex&) = delete;
+  void lock() { pthread_mutex_lock(&m_); }
+  bool try_lock() { return pthread_mutex_trylock(&m_) == 0; }
+  void unlock() { pthread_mutex_unlock(&m_); }
+
+ private:
+  pthread_mutex_t m_;
+};
 
 struct Segment;
 struct Pool;
@@ -114,7 +145,7 @@ struct CachingAllocator::Impl {
   int device = -1;                       // for events
 
   // --- state, all under mu ---
-  mutable std::mutex mu;
+  mutable AllocatorMutex mu;  // Note [Allocator lock]
   NodePool nodes;                        // set nodes for every FreeSet
   std::vector<std::unique_ptr<Pool>> pools;
   std::vector<std::unique_ptr<Segment>> segments;
@@ -210,7 +241,7 @@ struct CachingAllocator::Impl {
 
   // --- planned mode (planner.cpp); called with mu held ---
   // May unlock `lock` to map the arena when a detected iteration begins (Note [Detected repetition]).
-  void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream, std::unique_lock<std::mutex>& lock);
+  void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream, std::unique_lock<AllocatorMutex>& lock);
   void plan_record_alloc(Block* b);
   void plan_record_free(Block* b);
   bool plan_free(Block* b);

@@ -256,7 +256,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   const bool small = size <= m.config.small_size;
   Pool* pool;
   {
-    std::unique_lock<std::mutex> lock(m.mu);
+    std::unique_lock<AllocatorMutex> lock(m.mu);
     ++m.tick;
     if (!m.pending.empty()) m.process_events_locked();
     if (m.plan) {
@@ -281,7 +281,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   }
   Block* b = m.grow(pool, size, bytes);  // locks as needed; throws OutOfMemory
   if (m.plan) {
-    std::lock_guard<std::mutex> lock(m.mu);
+    std::lock_guard<AllocatorMutex> lock(m.mu);
     m.plan_record_alloc(b);
   }
   return reinterpret_cast<void*>(b->addr);
@@ -290,7 +290,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
 void CachingAllocator::deallocate(void* ptr) {
   if (!ptr) return;
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
+  std::lock_guard<AllocatorMutex> lock(m.mu);
   ++m.tick;
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   Block** found = m.live.find(addr);
@@ -313,14 +313,14 @@ void CachingAllocator::deallocate(void* ptr) {
 }
 
 std::size_t CachingAllocator::block_size(const void* ptr) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<AllocatorMutex> lock(impl_->mu);
   Block** found = impl_->live.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (!found) throw AllocatorError("block_size(" + hex_address(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");
   return (*found)->size;
 }
 
 std::size_t CachingAllocator::requested_size(const void* ptr) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<AllocatorMutex> lock(impl_->mu);
   Block** found = impl_->live.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (!found)
     throw AllocatorError("requested_size(" + hex_address(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");

@@ -48,14 +48,14 @@ constexpr double kSmallAheadShare = 0.005;  // Note [Map ahead]: small pool map-
 
 Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     if (pool->expandable) return pool->expandable;
   }
   std::size_t vsize = config.virtual_size;
   if (vsize == 0) vsize = default_virtual_size();
   vsize = page_up(vsize, page);
   void* base = source->reserve(vsize);
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<AllocatorMutex> lock(mu);
   if (pool->expandable) {  // another thread won the race
     source->release(base, vsize);
     return pool->expandable;
@@ -110,7 +110,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
   Releases rel;
   std::uintptr_t start = 0;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     flush_recent();
     if (Block* b = find_free(pool, size)) {
       free_erase(b);
@@ -225,7 +225,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
     try {
       ok = source->map(reinterpret_cast<void*>(x->addr), x->size);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
+      std::lock_guard<AllocatorMutex> lock(mu);
       finish_releases(rel, false);
       for (std::size_t i = 0; i < mapped_ok; ++i) {
         Block* y = to_map[i];
@@ -243,7 +243,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
     }
     ++mapped_ok;
   }
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<AllocatorMutex> lock(mu);
   finish_releases(rel, false);
   for (std::size_t i = 0; i < mapped_ok; ++i) {
     Block* x = to_map[i];

@@ -61,7 +61,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     const auto limit = std::size_t(config.gc_threshold * double(cap));
     std::size_t reserved;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      std::lock_guard<AllocatorMutex> lock(mu);
       reserved = std::size_t(stats.reserved_bytes.current);
     }
     if (reserved + size > limit) release_free(limit > size ? limit - size : 0, config.gc_min_age, true);
@@ -72,7 +72,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     if (b) return b;
     if (attempt == 0) {
       {
-        std::lock_guard<std::mutex> lock(mu);
+        std::lock_guard<AllocatorMutex> lock(mu);
         if (!pending.empty()) {
           for (PendingFree& p : pending)
             for (EventHandle e : p.events) streams->synchronize_event(e);
@@ -84,7 +84,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
       release_free(0, 0, false);
     }
   }
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<AllocatorMutex> lock(mu);
   if (Block* b = find_in_other_class(pool, size)) {  // Note [Last resort: the other size class]
     free_erase(b);
     stats.num_cross_class_allocs++;
@@ -110,7 +110,7 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
   std::size_t seg_size;
   Releases rel;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     flush_recent();
     if (Block* b = find_free(pool, size)) {
       free_erase(b);
@@ -131,12 +131,12 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
   }
   run_releases(rel);
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     finish_releases(rel, false);
   }
   void* p = source->allocate(seg_size);
   if (!p) return nullptr;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<AllocatorMutex> lock(mu);
   auto seg = std::make_unique<Segment>();
   seg->base = reinterpret_cast<std::uintptr_t>(p);
   seg->size = seg_size;

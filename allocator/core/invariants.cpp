@@ -12,7 +12,7 @@ namespace memcomm::alloc {
 
 std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
+  std::lock_guard<AllocatorMutex> lock(m.mu);
   std::vector<SegmentInfo> out;
   for (auto& seg : m.segments) {
     SegmentInfo s;
@@ -42,7 +42,7 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
 
 void CachingAllocator::check_invariants() const {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
+  std::lock_guard<AllocatorMutex> lock(m.mu);
   auto fail = [](const std::string& what) { throw std::logic_error("allocator invariant broken: " + what); };
   const std::size_t page = m.page;
   std::int64_t allocated = 0, requested = 0, active = 0, reserved = 0, n_alloc = 0, n_split = 0, split_bytes = 0;

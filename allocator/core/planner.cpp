@@ -80,7 +80,7 @@ std::size_t pack_window(const std::vector<RecordedAlloc>& rec, std::size_t first
 }
 
 void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t requested, StreamId stream,
-                                            std::unique_lock<std::mutex>& lock) {
+                                            std::unique_lock<AllocatorMutex>& lock) {
   PlanImpl& p = *plan;
   if (p.next_start == p.rec_base + p.rec.size() && plan_begin_detected()) {
     lock.unlock();  // a detected iteration begins and its arena needs pages (Note [Detected repetition])
@@ -187,7 +187,7 @@ std::size_t CachingAllocator::Impl::trim_target() const {
 void CachingAllocator::Impl::plan_step() {
   std::size_t trim_to = 0;  // reserved bytes to trim the cache to (Note [Trimming after a followed plan])
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     PlanImpl& p = *plan;
     if (!p.markers) {  // markers rule from now on: forget what detection planned
       p.markers = true;
@@ -231,7 +231,7 @@ void CachingAllocator::Impl::plan_map_pending() {
     p.active = true;
   };
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     PlanImpl& p = *plan;
     if (p.pending_items.empty() || p.mapping) return;  // nothing to map, or another thread maps it
     if (p.arena && p.arena->mapped_bytes >= p.pending_arena) {
@@ -245,7 +245,7 @@ void CachingAllocator::Impl::plan_map_pending() {
   struct Done {  // clears PlanImpl::mapping on every way out (it is destroyed after any lock below)
     Impl* m;
     ~Done() {
-      std::lock_guard<std::mutex> lock(m->mu);
+      std::lock_guard<AllocatorMutex> lock(m->mu);
       m->plan->mapping = false;
     }
   } done{this};
@@ -255,7 +255,7 @@ void CachingAllocator::Impl::plan_map_pending() {
     if (vsize == 0) vsize = default_virtual_size();
     vsize = (vsize + page - 1) / page * page;
     void* base = source->reserve(vsize);
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     auto seg = std::make_unique<Segment>();
     seg->base = reinterpret_cast<std::uintptr_t>(base);
     seg->size = vsize;
@@ -270,7 +270,7 @@ void CachingAllocator::Impl::plan_map_pending() {
   std::size_t grow_by;
   Releases rel;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     const bool p_markers = plan->markers;
     flush_recent();
     grow_by = want - arena->mapped_bytes;
@@ -289,7 +289,7 @@ void CachingAllocator::Impl::plan_map_pending() {
   }
   run_releases(rel);
   const bool ok = source->map(reinterpret_cast<void*>(arena->base + arena->mapped_bytes), grow_by);
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<AllocatorMutex> lock(mu);
   finish_releases(rel, false);
   PlanImpl& p = *plan;
   if (!ok) {
@@ -308,7 +308,7 @@ void CachingAllocator::Impl::plan_map_pending() {
 namespace memcomm::alloc {
 
 bool CachingAllocator::Impl::plan_arena_in_the_way(std::size_t size) {
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<AllocatorMutex> lock(mu);
   const PlanImpl& p = *plan;
   if (!p.deviated || !p.live.empty() || !p.arena || p.arena->mapped_bytes == 0 || p.mapping) return false;
   const std::int64_t hw = std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
@@ -322,7 +322,7 @@ void CachingAllocator::Impl::plan_release_arena() {
   std::uintptr_t base;
   std::size_t bytes;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<AllocatorMutex> lock(mu);
     PlanImpl& p = *plan;
     if (!p.arena || p.arena->mapped_bytes == 0 || !p.live.empty() || p.mapping) return;
     base = p.arena->base;
@@ -335,7 +335,7 @@ void CachingAllocator::Impl::plan_release_arena() {
     p.arena->mapped_bytes = 0;  // nothing can be planned into it meanwhile: the plan is inactive
   }
   source->unmap(reinterpret_cast<void*>(base), bytes);
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<AllocatorMutex> lock(mu);
   count_backed(-std::int64_t(bytes));
   stats.num_device_unmap++;
   emit(EventKind::segment_unmap, base, bytes, 0, 0);
