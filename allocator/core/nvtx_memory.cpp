@@ -42,6 +42,11 @@ std::size_t NvtxMemoryObserver::heaps() const {
   return heaps_.size();
 }
 
+std::size_t NvtxMemoryObserver::regions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return regions_.size();
+}
+
 void NvtxMemoryObserver::on_event(const AllocEvent& e) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mu_);
@@ -59,6 +64,9 @@ void NvtxMemoryObserver::on_event(const AllocEvent& e) noexcept {
         desc.typeSpecificDesc = &range;
         desc.messageType = NVTX_MESSAGE_TYPE_ASCII;
         desc.message.ascii = "memcomm segment";
+        auto old = heaps_.find(e.address);  // a segment_free we did not see: drop the stale heap first
+        if (old != heaps_.end())
+          nvtxMemHeapUnregister(as_domain(domain_), static_cast<nvtxMemHeapHandle_t>(old->second.handle));
         heaps_[e.address] = Heap{e.size, nvtxMemHeapRegister(as_domain(domain_), &desc)};
         break;
       }
@@ -66,12 +74,14 @@ void NvtxMemoryObserver::on_event(const AllocEvent& e) noexcept {
         auto it = heaps_.find(e.address);
         if (it == heaps_.end()) break;
         nvtxMemHeapUnregister(as_domain(domain_), static_cast<nvtxMemHeapHandle_t>(it->second.handle));
+        // Unregistering a heap drops its regions with it.
+        regions_.erase(regions_.lower_bound(it->first), regions_.lower_bound(it->first + it->second.size));
         heaps_.erase(it);
         break;
       }
       case EventKind::alloc: {
         auto it = heaps_.upper_bound(e.address);  // the segment starting at or before the block
-        if (it == heaps_.begin()) break;          // planned-mode arenas and the like: not a heap we know
+        if (it == heaps_.begin()) break;          // its segment_alloc came before we subscribed
         --it;
         if (e.address >= it->first + it->second.size) break;
         nvtxMemVirtualRangeDesc_t region{};
@@ -86,9 +96,11 @@ void NvtxMemoryObserver::on_event(const AllocEvent& e) noexcept {
         batch.regionDescElementSize = sizeof(region);
         batch.regionDescElements = &region;
         nvtxMemRegionsRegister(as_domain(domain_), &batch);
+        regions_.insert(e.address);
         break;
       }
       case EventKind::free_requested: {
+        if (regions_.erase(e.address) == 0) break;  // never registered (outside every heap we know)
         nvtxMemRegionRef_t ref{};
         ref.pointer = reinterpret_cast<const void*>(e.address);
         nvtxMemRegionsUnregisterBatch_t batch{};

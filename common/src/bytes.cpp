@@ -22,7 +22,7 @@ std::string format_bytes(std::uint64_t bytes, int decimals) {
   return buf;
 }
 
-std::uint64_t parse_size(const std::string& text) {
+std::uint64_t parse_size(const std::string& text, bool allow_zero) {
   const auto fail = [&text](const std::string& why) -> std::invalid_argument {
     return std::invalid_argument("size '" + text + "' " + why);
   };
@@ -51,6 +51,7 @@ std::uint64_t parse_size(const std::string& text) {
   else throw fail("has an unknown unit (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
   const double bytes = number * scale;
   if (scale == 1 && std::floor(number) != number) throw fail("has a fraction of a byte");
+  if (allow_zero && bytes == 0) return 0;
   if (!(bytes >= 1)) throw fail("must be at least one byte");
   if (bytes >= 1.8e19) throw fail("is too large");
   return static_cast<std::uint64_t>(bytes + 0.5);

@@ -29,6 +29,7 @@ TEST_CASE("sizes parse with binary and decimal units and fractions") {
   CHECK(parse_size("2GB") == 2000000000ull);
   CHECK(parse_size("64 mib") == 64ull << 20);
   CHECK(parse_size("1TB") == 1000000000000ull);
+  CHECK(parse_size("0 MiB", /*allow_zero=*/true) == 0);  // a limit of zero: none
 }
 
 TEST_CASE("bad sizes are rejected with the text and the reason") {

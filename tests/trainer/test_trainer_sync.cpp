@@ -124,3 +124,19 @@ TEST_CASE("the CNN trains on synthetic tabular rows read as images") {
   CHECK(r.code == 0);
   CHECK(r.output.find("cnn (") != std::string::npos);
 }
+
+TEST_CASE("a bucket closes with the parameter that takes it to its cap, as DDP's") {
+  // The MLP's gradients in reverse order: out (40 B + 10 KiB), fc2, then fc1's bias and weight.
+  // hidden 256: 1,077,288 bytes in all, and only fc1's weight takes the first bucket past 1 MiB, so
+  //   DDP's rule makes one bucket (closing before the overflowing parameter would make two);
+  // hidden 512: fc2's weight takes it to 1,071,144 bytes, so fc1 starts a second bucket.
+  for (const auto& [hidden, buckets] : {std::pair<int, int>{256, 1}, {512, 2}}) {
+    const auto d = scratch_dir("bucket-rule-" + std::to_string(hidden));
+    const auto r = run_command(train_bin() + " --model mlp --dataset tabular --synthetic-size 256 --threads 1 "
+                               "--workers 0 --steps 2 --eval-batches 1 --hidden " + std::to_string(hidden) +
+                               " --summary-json " + d + "/s.json");
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(read_json(d + "/s.json")["buckets"].get<int>() == buckets);
+  }
+}

@@ -34,7 +34,7 @@ std::string env_cache(const std::string& dir) { return "MEMCOMM_CACHE_DIR=" + di
 
 }  // namespace
 
-TEST_CASE("the boundary under a cap matches memcomm-train run at every candidate") {
+TEST_CASE("the boundary under a cap is never above, and at most one candidate below, what memcomm-train runs") {
   const auto dir = scratch_dir("tune_boundary");
   // 1 MiB above what b = 256 reserves uncapped (under a cap the allocator packs tighter, so the
   // boundary lies higher; the trainer finds where).

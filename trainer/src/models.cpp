@@ -125,8 +125,10 @@ std::shared_ptr<ModelImpl> make_model(const TrainOptions& o, int64_t num_classes
 // the replica must have the same modules, parameter names and order. nn::Cloneable would provide that
 // but needs each model to be its own Module root; our models share the ModelImpl interface instead,
 // so clone() builds a fresh model of the same shape and copies every parameter and buffer into it.
-// Building initialises parameters from the default generator; its state is put back, so a dp run
-// draws the same random numbers as a run without replicas.
+// Building initialises parameters from the default generator; its state is put back, so the
+// training thread's later draws are those of a run without replicas (a draw by another thread
+// between the save and the restore would be repeated: the generator's lock cannot be held across
+// make_fresh_, which takes it). Like nn::Cloneable, this builds each replica on every step.
 std::shared_ptr<torch::nn::Module> ModelImpl::clone(const std::optional<torch::Device>& device) const {
   TORCH_CHECK(make_fresh_, "ModelImpl::clone: models come from make_model()");
   auto gen = at::detail::getDefaultCPUGenerator();

@@ -144,14 +144,15 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   g->add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen)");
   g->add_option("--cupti", o.cupti,
                 "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "
-                "(when recording on a GPU), on (also warns when CUPTI cannot start) or off")
+                "(when recording a run on a GPU), on (also when the run is on the CPU) or off; where CUPTI "
+                "cannot start, one warning line and host events go on")
       ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
   g->add_option("--allocator", o.allocator,
                 "CPU tensor allocator: memcomm (caching allocator with stats) or torch (LibTorch's own)")
       ->check(CLI::IsMember({"memcomm", "torch"}))->capture_default_str();
   g->add_option("--memory-limit", o.memory_limit,
                 "Cap on the bytes tensors may reserve (e.g. 512MiB, 1.5GiB, 2GB = 2e9 bytes): memcomm's CPU allocator on the CPU, "
-                "PyTorch's CUDA allocator on a GPU; past it, an allocation fails as out of memory (0: none)")
+                "PyTorch's CUDA allocator on a GPU (each GPU under --mode dp); past it, an allocation fails as out of memory (0: none)")
       ->transform(size_transform())->capture_default_str();
 
   g = app.add_option_group("Checkpoints");

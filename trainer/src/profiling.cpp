@@ -174,8 +174,8 @@ void start_cupti(RunProfiler::Impl& impl, const TrainOptions& o, bool on_gpu) {
   if (!impl.cupti->start(impl.rec)) impl.cupti.reset();  // it printed why; host events go on
 #else
   (void)impl;
-  std::fprintf(stderr, "memcomm-train: --cupti: this build has no CUPTI (built without CUDA); recording host "
-                       "events only\n");
+  std::fprintf(stderr, "memcomm: CUPTI capture unavailable: this build has no CUPTI (built without CUDA); "
+                       "recording host events only\n");
 #endif
 }
 

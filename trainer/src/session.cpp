@@ -115,10 +115,12 @@ TrainSession::TrainSession(const TrainOptions& o, Communicator& comm, const torc
   }
   if (o.mode == "dp") {
     // Note [Replicas for --mode dp]: every visible GPU, or the one CPU device.
-    if (dev.is_cuda())
-      for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i)
+    if (dev.is_cuda()) {
+      for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
         dp_devices_.emplace_back(torch::kCUDA, static_cast<torch::DeviceIndex>(i));
-    else
+        if (i != dev.index()) apply_memory_limit(dp_devices_.back(), o.memory_limit);  // every replica's GPU
+      }
+    } else
       dp_devices_.push_back(dev);
   }
   opt_ = make_optimizer(o, params_);

@@ -13,7 +13,8 @@ std::string format_bytes(std::uint64_t bytes, int decimals = 1);
 // A size as people write it: "4096", "512KiB", "1.5GiB", "2GB", "64 m". The number may have a
 // fraction; units are case-insensitive: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) and
 // KB, MB, GB, TB (powers of 1000). Throws std::invalid_argument that quotes the text and says what
-// is wrong (no number, an unknown unit, zero or out of range, a fraction of a byte).
-std::uint64_t parse_size(const std::string& text);
+// is wrong (no number, an unknown unit, zero or out of range, a fraction of a byte). With
+// `allow_zero`, a zero size ("0", "0B", "0 MiB") is 0 instead of an error.
+std::uint64_t parse_size(const std::string& text, bool allow_zero = false);
 
 }  // namespace memcomm

@@ -12,13 +12,13 @@
 
 namespace memcomm {
 
-// `option->transform(size_transform())`: the value becomes its byte count; "0" stays 0 (no limit).
+// `option->transform(size_transform())`: the value becomes its byte count; a zero ("0", "0B",
+// "0 MiB") becomes 0, which the tools read as "no limit".
 inline CLI::Validator size_transform() {
   return CLI::Validator(
       [](std::string& value) -> std::string {
-        if (value == "0") return {};
         try {
-          value = std::to_string(parse_size(value));
+          value = std::to_string(parse_size(value, /*allow_zero=*/true));
           return {};
         } catch (const std::invalid_argument& e) {
           return e.what();

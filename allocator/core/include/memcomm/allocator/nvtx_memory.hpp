@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "memcomm/allocator/observer.hpp"
 
@@ -31,8 +32,9 @@ class NvtxMemoryObserver final : public Observer {
 
   void on_event(const AllocEvent& event) noexcept override;
 
-  // Segments registered as heaps now (for tests).
+  // Segments registered as heaps, and blocks as regions, now (for tests).
   std::size_t heaps() const;
+  std::size_t regions() const;
 
  private:
   struct Heap {
@@ -42,6 +44,7 @@ class NvtxMemoryObserver final : public Observer {
   void* domain_;                               // nvtxDomainHandle_t
   mutable std::mutex mu_;                      // heaps_ (events come from any allocating thread)
   std::map<std::uint64_t, Heap> heaps_;        // by segment base address
+  std::set<std::uint64_t> regions_;            // registered block addresses (only these are unregistered)
 };
 
 }  // namespace memcomm::alloc

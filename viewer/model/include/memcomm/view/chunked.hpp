@@ -54,6 +54,7 @@ class ChunkedArray {
   static constexpr std::size_t kChunk = std::size_t{1} << kShift;  // elements per full chunk
   static constexpr std::size_t kMask = kChunk - 1;
   static constexpr std::size_t kFirst = 16;  // first capacity of chunk 0 (then doubling up to kChunk)
+  static_assert(kChunk >= kFirst, "elements over 64 KiB: chunk 0 would start larger than a chunk");
 
   template <bool Const>
   class Iter {
@@ -207,6 +208,7 @@ class ChunkedArray {
       if (k < chunks_.size()) {
         if (chunks_[k].cap < want) resize_chunk(k, want);
       } else {
+        chunks_.reserve(chunks_.size() + 1);  // no throw between allocating the chunk and filing it
         chunks_.push_back({allocate(want), want});
       }
     }
@@ -294,6 +296,7 @@ class ChunkedArray {
       if (at >= chunks_[k].cap) resize_chunk(k, std::min(kChunk, std::max(kFirst, chunks_[k].cap * 2)));
     } else {
       const std::size_t cap = k == 0 ? kFirst : kChunk;
+      chunks_.reserve(chunks_.size() + 1);  // no throw between allocating the chunk and filing it
       chunks_.push_back({allocate(cap), cap});
     }
     end_ = chunks_[k].data + at;
