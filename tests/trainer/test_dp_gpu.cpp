@@ -8,7 +8,7 @@
 
 #include "memcomm_test.hpp"
 #include "models.hpp"
-#include "options.hpp"
+#include "small_models.hpp"
 
 using namespace memcomm::train;
 
@@ -17,20 +17,10 @@ TEST_CASE("data_parallel over two replicas on the GPU gives the gradients of one
   const torch::Device gpu(torch::kCUDA, 0);
   for (const std::string name : {"mlp", "cnn", "transformer"}) {
     INFO(name);
-    TrainOptions o;
-    o.model = name;
-    o.hidden = 64;
-    o.layers = 1;
-    o.width = 32;
-    o.heads = 2;
-    o.seq_len = 8;
-    o.vocab = 16;
     torch::manual_seed(5);
-    auto model = make_model(o, 10);
+    auto model = make_model(memcomm::test::small_model(name), 10);
     model->to(gpu);
-    const bool lm = name == "transformer";
-    const auto x = (lm ? torch::randint(0, 16, {8, 8}, torch::kLong) : torch::randn({8, 1, 28, 28})).to(gpu);
-    const auto y = (lm ? torch::randint(0, 16, {8, 8}, torch::kLong) : torch::randint(0, 10, {8}, torch::kLong)).to(gpu);
+    const auto x = memcomm::test::small_inputs(name, 8).to(gpu), y = memcomm::test::small_targets(name, 8).to(gpu);
 
     model->zero_grad();
     model->loss(model->forward(x), y).backward();

@@ -6,42 +6,18 @@
 #include <torch/torch.h>
 
 #include "models.hpp"
-#include "options.hpp"
+#include "small_models.hpp"
 
 using namespace memcomm::train;
+using namespace memcomm::test;
 
-namespace {
-
-TrainOptions small(const std::string& model) {
-  TrainOptions o;
-  o.model = model;
-  o.hidden = 32;
-  o.layers = 1;
-  o.width = 32;
-  o.heads = 2;
-  o.seq_len = 8;
-  o.vocab = 16;
-  return o;
-}
-
-torch::Tensor inputs_for(const std::string& model) {
-  if (model == "transformer") return torch::randint(0, 16, {6, 8}, torch::kLong);
-  return torch::randn({6, 1, 28, 28});
-}
-
-torch::Tensor targets_for(const std::string& model) {
-  if (model == "transformer") return torch::randint(0, 16, {6, 8}, torch::kLong);
-  return torch::randint(0, 10, {6}, torch::kLong);
-}
-
-}  // namespace
 
 TEST_CASE("replicas of every model reduce their gradients into the original like one full batch") {
   for (const std::string name : {"mlp", "cnn", "transformer"}) {
     INFO(name);
     torch::manual_seed(1);
-    auto model = make_model(small(name), 10);
-    const auto x = inputs_for(name), y = targets_for(name);
+    auto model = make_model(small_model(name), 10);
+    const auto x = small_inputs(name, 6), y = small_targets(name, 6);
 
     model->zero_grad();
     model->loss(model->forward(x), y).backward();
@@ -77,7 +53,7 @@ TEST_CASE("replicas of every model reduce their gradients into the original like
 
 TEST_CASE("a replica holds the original's values in its own storage") {
   torch::manual_seed(3);
-  auto model = make_model(small("mlp"), 10);
+  auto model = make_model(small_model("mlp"), 10);
   auto copy = std::dynamic_pointer_cast<ModelImpl>(model->clone(torch::Device(torch::kCPU)));
   REQUIRE(copy);
   const auto a = model->named_parameters(), b = copy->named_parameters();
