@@ -15,16 +15,20 @@
 namespace memcomm::view {
 
 namespace {
+// AllocOp by EventKind for the memory block kinds, Alloc (1) to SegmentUnmap (7); maps and unmaps are
+// their own operations (Note [Expandable segments] in allocator_state.hpp).
+using prof::EventKind;
+static_assert(int(EventKind::Alloc) == 1 && int(EventKind::FreeRequested) == 2 && int(EventKind::FreeCompleted) == 3 &&
+                  int(EventKind::SegmentAlloc) == 4 && int(EventKind::SegmentFree) == 5 &&
+                  int(EventKind::SegmentMap) == 6 && int(EventKind::SegmentUnmap) == 7,
+              "kBlockOps follows the memory block kinds' numbering");
+constexpr AllocOp kBlockOps[8] = {AllocOp::SegmentFree,   AllocOp::Alloc,        AllocOp::FreeRequested,
+                                  AllocOp::FreeCompleted, AllocOp::SegmentAlloc, AllocOp::SegmentFree,
+                                  AllocOp::SegmentMap,    AllocOp::SegmentUnmap};
+
 AllocOp alloc_op(prof::EventKind k) {
-  switch (k) {
-    case prof::EventKind::Alloc: return AllocOp::Alloc;
-    case prof::EventKind::FreeRequested: return AllocOp::FreeRequested;
-    case prof::EventKind::FreeCompleted: return AllocOp::FreeCompleted;
-    case prof::EventKind::SegmentAlloc: return AllocOp::SegmentAlloc;
-    case prof::EventKind::SegmentMap: return AllocOp::SegmentMap;  // Note [Expandable segments] (allocator_state.hpp)
-    case prof::EventKind::SegmentUnmap: return AllocOp::SegmentUnmap;
-    default: return AllocOp::SegmentFree;
-  }
+  const auto i = static_cast<std::uint8_t>(k);
+  return i >= 1 && i <= 7 ? kBlockOps[i] : AllocOp::SegmentFree;
 }
 
 // Kinds whose state spans chunks: scanned even in chunks outside a time range.
@@ -107,10 +111,6 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
   }
   const bool whole = lo_ == INT64_MIN && hi_ == INT64_MAX;  // no time range: every event is kept
   std::uint64_t added = 0;  // counted once per batch
-  // AllocOp by EventKind for the memory block kinds (Alloc = 1 ... SegmentUnmap = 7), as alloc_op().
-  static constexpr AllocOp kBlockOps[8] = {AllocOp::SegmentFree,  AllocOp::Alloc,        AllocOp::FreeRequested,
-                                           AllocOp::FreeCompleted, AllocOp::SegmentAlloc, AllocOp::SegmentFree,
-                                           AllocOp::SegmentMap,   AllocOp::SegmentUnmap};
   for (std::size_t i = 0; i < n; ++i) {
     const prof::Event& e = ev[i];
     if (whole) {
@@ -126,7 +126,6 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
           continue;
         }
       } else if (const auto k = static_cast<std::uint8_t>(e.kind); k >= 1 && k <= 7) {
-        static_assert(static_cast<int>(prof::EventKind::Alloc) == 1 && static_cast<int>(prof::EventKind::SegmentUnmap) == 7);
         const auto m = e.as<prof::MemBlockEvent>();
         rs.alloc->push_back({m.ts + rs.offset, m.addr(), m.size(), m.stream, kBlockOps[k], m.category});
         ++added;
