@@ -34,6 +34,21 @@ TEST_CASE("interval arithmetic", "[profiler][analysis]") {
   CHECK(union_length(clip(a, 1, 6)) == 3 + 1);
 }
 
+// The trainer's communication time is this union over the buckets' in-flight intervals (Note
+// [Communication time] in trainer/src/grad_sync.cpp).
+TEST_CASE("the union of intervals in any order, nested, empty or queued", "[profiler][analysis]") {
+  CHECK(union_length({}) == 0);
+  CHECK(union_length({{10, 20}}) == 10);
+  CHECK(union_length({{10, 20}, {30, 35}}) == 15);            // apart
+  CHECK(union_length({{10, 20}, {15, 30}}) == 20);            // overlapping
+  CHECK(union_length({{10, 40}, {15, 20}, {25, 30}}) == 30);  // nested
+  CHECK(union_length({{30, 35}, {10, 20}}) == 15);            // any order
+  CHECK(union_length({{10, 10}, {20, 15}}) == 0);             // empty and reversed count nothing
+  // Buckets launched together and served one after another by the engine: the later ones' (end -
+  // start) include their wait in the queue, which a plain sum would count again.
+  CHECK(union_length({{0, 10}, {0, 20}, {0, 30}}) == 30);
+}
+
 TEST_CASE("CPU run: breakdown, overlap, exposed communication and step table", "[profiler][analysis]") {
   const TraceSet set = load_synthetic();
   const Analysis a = analyze(set);

@@ -1,6 +1,6 @@
 #include "grad_sync.hpp"
 
-#include "busy_time.hpp"
+#include <memcomm/profiler/analysis.hpp>
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -141,15 +141,15 @@ void GradSync::finish() {
   // so a later bucket's (completion - launch) includes its wait behind the earlier ones. Summing
   // those counts the queue several times over (overlap looked like 48 % with --no-overlap); the time
   // communication really took is the union of the in-flight intervals.
-  std::vector<std::pair<int64_t, int64_t>> in_flight;
+  std::vector<prof::Interval> in_flight;
   in_flight.reserve(buckets_.size());
   for (auto& b : buckets_) {
     const CollectiveRecord r = comm_.wait(b->inflight);
-    in_flight.emplace_back(r.start_ns, r.end_ns);
+    in_flight.push_back({r.start_ns, r.end_ns});
     if (b->wire.defined()) b->flat.copy_(b->wire);
     b->inflight.reset();
   }
-  stats_.comm_ns += busy_ns(std::move(in_flight));
+  stats_.comm_ns += prof::union_length(std::move(in_flight));
   stats_.exposed_ns += monotonic_ns() - t0;
   ++synced_steps_;
 }
