@@ -4,7 +4,6 @@
 #include "advise_rules.hpp"
 
 #include <fmt/format.h>
-#include <memcomm/common/bytes.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -27,8 +26,6 @@ const char* topic_name(Topic t) {
 namespace detail {
 
 std::string ms(int64_t ns) { return fmt::format("{:.1f} ms", double(ns) / 1e6); }
-
-std::string bytes(uint64_t b) { return format_bytes(b); }
 
 namespace {
 
@@ -88,7 +85,7 @@ void communication_rule(const prof::Analysis& a, const RankTimes& times, const A
                              ms(step), 100.0 * double(exposed) / double(step));
   if (!buckets.empty())
     adv.evidence += fmt::format("; {} gradient bucket(s), {} in all, all-reduce {} per step, last bucket {}",
-                                buckets.size(), bytes(total_bytes), ms(comm_per_step), ms(last_bucket));
+                                buckets.size(), format_bytes(total_bytes), ms(comm_per_step), ms(last_bucket));
   // The first bucket always holds 1 MiB (Note [Gradient buckets] in trainer/src/grad_sync.hpp), so
   // smaller gradients cannot be split.
   if (buckets.size() == 1 && total_bytes > (2u << 20)) {
@@ -214,7 +211,7 @@ std::string advice_to_text(const std::vector<Advice>& advice) {
   for (const auto& a : advice) {
     s += fmt::format("{}. [{}] {}\n   evidence: {}\n", ++n, topic_name(a.topic), a.change, a.evidence);
     if (a.saving > 0)
-      s += a.saving_unit == "bytes" ? fmt::format("   expected saving: {}\n", detail::bytes(uint64_t(a.saving)))
+      s += a.saving_unit == "bytes" ? fmt::format("   expected saving: {}\n", format_bytes(uint64_t(a.saving)))
                                     : fmt::format("   expected saving: {:.1f} ms per step\n", a.saving);
   }
   return s;

@@ -26,7 +26,7 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
   adv.topic = Topic::Fragmentation;
   adv.saving_unit = "bytes";
   adv.evidence = fmt::format("rank {}: peak reserved {}, peak allocated {}: {:.1f}% of reserved memory holds no tensor",
-                             worst->rank, bytes(worst->peak_reserved), bytes(worst->peak_allocated), 100 * worst_f);
+                             worst->rank, format_bytes(worst->peak_reserved), format_bytes(worst->peak_allocated), 100 * worst_f);
   adv.change = "use an allocator policy that fragments less: memcomm's planned mode or expandable segments";
   if (!o.replay) {
     adv.saving = double(worst->peak_reserved - worst->peak_allocated);
@@ -56,9 +56,9 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
     return;
   }
   auto best = std::min_element(peak.begin(), peak.end(), [](auto& x, auto& y) { return x.second < y.second; });
-  adv.evidence += fmt::format("; replaying the trace's allocations (peak live {}):", bytes(live));
+  adv.evidence += fmt::format("; replaying the trace's allocations (peak live {}):", format_bytes(live));
   for (const auto& p : policies)
-    if (peak.count(p)) adv.evidence += fmt::format(" {} {}", p, bytes(peak[p]));
+    if (peak.count(p)) adv.evidence += fmt::format(" {} {}", p, format_bytes(peak[p]));
   const uint64_t now = worst->peak_reserved;
   adv.saving = best->second < now ? double(now - best->second) : 0.0;
   // Fragmentation no policy removes (rounding, a cap on how finely memory is mapped) is not advice.
@@ -71,7 +71,7 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
     adv.change = "use memcomm's caching allocator (--allocator memcomm; install_torch_cuda_allocator on GPUs)";
   else
     adv.change = "keep PyTorch's allocator: the replay finds nothing that reserves less";
-  adv.change += fmt::format(": {} would reserve {} instead of {}", best->first, bytes(best->second), bytes(now));
+  adv.change += fmt::format(": {} would reserve {} instead of {}", best->first, format_bytes(best->second), format_bytes(now));
   out.push_back(adv);
 }
 
@@ -98,8 +98,8 @@ void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const Adv
   adv.change = fmt::format("raise the micro-batch (--batch-size) about {:.1f}x and lower --accum to match, or let "
                            "memcomm-tune find the fastest fit",
                            factor);
-  adv.evidence = fmt::format("peak reserved {} of {} per rank: {:.0f}% of the memory is never used", bytes(peak),
-                             bytes(limit), 100 * unused);
+  adv.evidence = fmt::format("peak reserved {} of {} per rank: {:.0f}% of the memory is never used", format_bytes(peak),
+                             format_bytes(limit), 100 * unused);
   out.push_back(adv);
 }
 

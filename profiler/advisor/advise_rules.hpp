@@ -3,12 +3,13 @@
 
 #include "memcomm/advisor/advise.hpp"
 
+#include <memcomm/common/bytes.hpp>  // format_bytes: every byte figure in the advice
+
 #include <string>
 
 namespace memcomm::advise::detail {
 
 std::string ms(int64_t ns);     // "12.3 ms"
-std::string bytes(uint64_t b);  // "512.0 MiB"
 
 void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>& files, const AdviseOptions& o,
                         std::vector<Advice>& out);
