@@ -101,7 +101,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
 
 Block* CachingAllocator::Impl::find_in_other_class(Pool* pool, std::size_t size) {
   for (auto& p : pools)
-    if (p.get() != pool && p->stream == pool->stream && p->small != pool->small)
+    if (p->stream == pool->stream && p->small != pool->small)
       if (Block* b = find_free(p.get(), size)) return b;
   return nullptr;
 }

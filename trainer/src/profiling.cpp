@@ -100,7 +100,17 @@ namespace {
 // live in PyTorch's CUDA allocator, which memcomm's observers do not see, so cudaMalloc/cudaFree
 // records are the trace's only view of reserved GPU memory. An unavailable CUPTI (another client such
 // as Nsight Systems) costs one warning line; host events go on.
-void start_cupti(RunProfiler::Impl& impl, const TrainOptions& o, bool on_gpu);
+void start_cupti(RunProfiler::Impl& impl, const TrainOptions& o, bool on_gpu) {
+  if (o.cupti == "off" || (o.cupti == "auto" && !on_gpu)) return;
+#ifdef MEMCOMM_HAVE_CUPTI
+  impl.cupti = std::make_unique<prof::CuptiCapture>();
+  if (!impl.cupti->start(impl.rec)) impl.cupti.reset();  // it printed why; host events go on
+#else
+  (void)impl;
+  std::fprintf(stderr, "memcomm: CUPTI capture unavailable: this build has no CUPTI (built without CUDA); "
+                       "recording host events only\n");
+#endif
+}
 
 }  // namespace
 
@@ -164,22 +174,6 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
   rec.start();
   start_cupti(*impl_, o, on_gpu);
 }
-
-namespace {
-
-void start_cupti(RunProfiler::Impl& impl, const TrainOptions& o, bool on_gpu) {
-  if (o.cupti == "off" || (o.cupti == "auto" && !on_gpu)) return;
-#ifdef MEMCOMM_HAVE_CUPTI
-  impl.cupti = std::make_unique<prof::CuptiCapture>();
-  if (!impl.cupti->start(impl.rec)) impl.cupti.reset();  // it printed why; host events go on
-#else
-  (void)impl;
-  std::fprintf(stderr, "memcomm: CUPTI capture unavailable: this build has no CUPTI (built without CUDA); "
-                       "recording host events only\n");
-#endif
-}
-
-}  // namespace
 
 RunProfiler::~RunProfiler() { finish(); }
 
