@@ -45,8 +45,7 @@ std::uint64_t ideal_calls(const rp::DeviceRequests& dev, double ratio) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::vector<std::string> files = snapshot_files(argc, argv);
+static int report(const std::vector<std::string>& files) {
   const double ratios[] = {1.03, 1.05, 1.10, 1.25};
   std::printf("## Fewest source calls that guarantee peak reserved <= R x peak live (ideal, unfragmented)\n\n");
   std::printf("| file | dev | R = 1.03 | 1.05 | 1.10 | 1.25 |\n|---|---:|---:|---:|---:|---:|\n");
@@ -59,4 +58,9 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> files = snapshot_files(argc, argv, "bench_call_bound [DIR|FILE...]");
+  return run_reporting_errors("bench_call_bound", [&] { return report(files); });
 }

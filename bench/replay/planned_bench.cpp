@@ -142,8 +142,7 @@ Run replay(const rp::DeviceRequests& dev, bool planned) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::vector<std::string> files = snapshot_files(argc, argv);
+static int report(const std::vector<std::string>& files) {
   marked_loop();
   std::printf("\n## Snapshots, detected repetition (res/live: peak reserved / peak live requested bytes)\n\n");
   std::printf("| file | dev | caching res/live, calls | planned res/live, calls | 2nd half caching | 2nd half planned |"
@@ -164,4 +163,9 @@ int main(int argc, char** argv) {
   std::printf("\n(2nd half: peaks reset at the middle request; calls = source allocations + maps in that half.\n"
               " last plan: the plan in force at the end of the trace, if any.)\n");
   return 0;
+}
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> files = snapshot_files(argc, argv, "bench_planned [DIR|FILE...]");
+  return run_reporting_errors("bench_planned", [&] { return report(files); });
 }

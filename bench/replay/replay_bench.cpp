@@ -14,6 +14,7 @@
 
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm/snapshot/snapshot.hpp"
+#include "snapshot_args.hpp"
 
 namespace fs = std::filesystem;
 namespace rp = memcomm::replay;
@@ -39,9 +40,8 @@ double median_seconds(int reps, F&& f) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int report(std::vector<std::string> args) {
   std::vector<std::string> files;
-  std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> policies = rp::policy_names();
   if (args.size() >= 2 && args[0] == "--policy") {
     policies.clear();
@@ -51,21 +51,7 @@ int main(int argc, char** argv) {
     }
     args.erase(args.begin(), args.begin() + 2);
   }
-  if (args.empty()) args.push_back(std::string(MEMCOMM_SOURCE_DIR) + "/../shared/traces/pytorch-snapshots");
-  for (const auto& a : args) {
-    if (fs::is_directory(a)) {
-      for (const auto& e : fs::directory_iterator(a)) {
-        if (e.path().extension() == ".pickle") files.push_back(e.path().string());
-      }
-    } else {
-      files.push_back(a);
-    }
-  }
-  std::sort(files.begin(), files.end());
-  if (files.empty()) {
-    std::fprintf(stderr, "bench_replay: no snapshots found\n");
-    return 2;
-  }
+  files = snapshot_files(args, "bench_replay [--policy LIST] [DIR|FILE...]");
   constexpr int kReps = 15;
 
   std::printf("## Load speed (pickle decode + snapshot model; median of 5)\n\n");
@@ -144,4 +130,8 @@ int main(int argc, char** argv) {
   for (const auto& p : policies) std::printf("  %s %.3f", p.c_str(), worst[p]);
   std::printf("\n(* = PyTorch's cache was empty at trace start; recorded calls = segment_alloc + segment_map events in the trace)\n");
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return run_reporting_errors("bench_replay", [&] { return report(std::vector<std::string>(argv + 1, argv + argc)); });
 }
