@@ -59,8 +59,9 @@ class Communicator {
   // Note [Clock offsets at rendezvous]: ranks on different hosts have unrelated monotonic clocks.
   // Every rank but 0 measures its clock against rank 0's with
   // `rounds` send/recv round trips (min-RTT filter, prof::estimate_clock_offset). Returns the ns to
-  // add to this rank's timestamps to put them on rank 0's clock (0 on rank 0 and with one rank).
-  // Every rank must call it.
+  // add to this rank's timestamps to put them on rank 0's clock (0 on rank 0 and with one rank, and
+  // without probing for a rank that reads rank 0's own clock: Note [One clock per host] in
+  // profiler/clock.hpp). Every rank must call it.
   int64_t estimate_clock_offset(int rounds = 8);
 
   int64_t allreduce_calls() const { return allreduce_calls_; }

@@ -90,4 +90,13 @@ void clock_recalibrate();
 // "tsc" or "monotonic": which path now_ns() takes.
 const char* clock_source();
 
+// Note [One clock per host]
+// Two processes read the same CLOCK_MONOTONIC when they run on the same kernel boot and in the same
+// time namespace; their traces then merge with offset 0, and estimating an offset from round trips
+// would only add the estimate's noise (a few us). The kernel's boot_id names the boot (containers
+// on one host share it, whatever their hostnames), and /proc/self/timens_offsets shifts the
+// monotonic clock of a time namespace. Equal ids mean one clock; different ids (or 0: unknown)
+// mean an offset must be estimated.
+uint64_t clock_domain_id();
+
 }  // namespace memcomm::prof
