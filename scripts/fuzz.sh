@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target in BUILD/fuzz for SECONDS each, seeded from tests/fuzz/corpus/<target>
-# and, for snapshot parsers, from the real PyTorch snapshots in ../shared. A crash fails the script.
+# (for the snapshot parsers: slices of the real PyTorch snapshots in ../shared, small enough for
+# -max_len). A crash fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-fuzz}
