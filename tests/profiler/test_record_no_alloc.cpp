@@ -32,10 +32,11 @@ TEST_CASE("recording allocates nothing after a thread's first event and also not
   rec.add_sink(std::make_shared<MemorySink>());
   const Name step = rec.name("step"), loss = rec.name("loss");
   rec.start();
-  long hot_path_allocations = -1;
+  long attach_allocations = -1, hot_path_allocations = -1;
   constexpr int kEvents = 100'000;
   std::thread t([&] {
     rec.record(make_counter(now_ns(), loss.id, 0.0));  // attaches the thread: allocations allowed here
+    attach_allocations = t_allocations;
     t_allocations = 0;
     for (int i = 0; i < kEvents; ++i) {
       PhaseScope s(Phase::Step, uint64_t(i), step, rec);
@@ -46,6 +47,7 @@ TEST_CASE("recording allocates nothing after a thread's first event and also not
   });
   t.join();
   rec.stop();
+  CHECK(attach_allocations > 0);  // the counting operator new does see the recorder's allocations
   CHECK(hot_path_allocations == 0);
   const RecorderStats s = rec.stats();
   CHECK(s.dropped > 0);  // the full ring was exercised
