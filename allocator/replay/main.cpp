@@ -1,5 +1,6 @@
-// memcomm-replay: replays recorded allocation traces (PyTorch memory snapshots) through allocator
-// policies and reports peak reserved memory, fragmentation, OOMs and source calls per policy.
+// memcomm-replay: replays recorded allocation traces (PyTorch memory snapshots, memcomm .mct traces)
+// through allocator policies and reports peak reserved memory, fragmentation, OOMs and source calls
+// per policy.
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,7 +17,8 @@
 
 namespace {
 
-constexpr int kExitBadInput = 2;
+constexpr int kExitBadInput = 2;  // usage errors, and input files that cannot be read or parsed
+constexpr int kExitFailure = 1;   // a runtime failure: a broken invariant, a policy's error, unwritable output
 constexpr std::uint64_t kLargeFile = 32u << 20;  // show progress from this size on
 
 struct ProgressState {
@@ -53,13 +55,24 @@ int main(int argc, char** argv) {
 
   CLI::App app{
       "Replays allocation traces through allocator policies, online (each policy sees a request only when it\n"
-      "happens), and prints per file, device and policy: peak live requested bytes, peak reserved bytes,\n"
-      "reserved/live, fragmentation F = 1 - peak allocated / peak reserved, OOMs under --capacity, source calls\n"
-      "(segment allocations + page maps), events and replay seconds.\n"
+      "happens), and prints per file, device (with its rank, for .mct traces) and policy: peak live requested\n"
+      "bytes, peak reserved bytes, reserved/live, fragmentation F = 1 - peak allocated / peak reserved, OOMs\n"
+      "under --capacity, source calls (segment allocations + page maps), events and replay seconds.\n"
       "Reads PyTorch memory snapshot pickles (torch.cuda.memory._dump_snapshot) with a data-only reader that\n"
       "never runs code, and memcomm's own .mct traces (their Step ranges become step markers for planned\n"
-      "policies). Bad input exits with code 2 and names the file and byte offset.",
+      "policies; each device is reported with its rank; a file cut short by a crash is read up to its last\n"
+      "complete chunk, with a warning on stderr).\n"
+      "Reserved bytes are bytes backed by memory: an expandable segment's virtual range counts only as far\n"
+      "as it is mapped.",
       "memcomm-replay"};
+  app.footer(
+      "JSON: a list of objects, one per file, device and policy: file, format (pytorch-snapshot | mct), rank\n"
+      "(null for PyTorch snapshots), device (255 = host memory), policy, peak_live, peak_reserved,\n"
+      "peak_allocated, reserved_over_live, fragmentation, ooms, source_allocs, source_frees, events, requests,\n"
+      "seconds, starts_empty.\n"
+      "Exit codes: 0 success; 1 a runtime failure (a broken invariant under --check, a policy's internal error,\n"
+      "a --json file that cannot be written); 2 a usage error, or an input file that is missing, unreadable,\n"
+      "empty or corrupt (the message names the file, and the byte offset where it applies).");
   std::vector<std::string> files;
   std::string policy_list = default_policies;
   std::string capacity_text;
@@ -72,7 +85,8 @@ int main(int argc, char** argv) {
       ->default_str(default_policies);
   app.add_option("--capacity", capacity_text, "device memory per device, e.g. 8GiB, 512MiB, 80GB or bytes; "
                                               "requests that do not fit count as OOMs (default: unlimited)");
-  app.add_option("--json", json_out, "also write the results as a JSON list to this file ('-' = stdout)");
+  app.add_option("--json", json_out, "also write the results as a JSON list to this file; with '-' the JSON goes to\n"
+                                     "stdout alone and the table goes to stderr");
   app.add_flag("--check", check, "verify while replaying that no two live blocks overlap and each policy's invariants hold");
   app.add_flag("-q,--quiet", quiet, "no progress messages on stderr");
 
@@ -114,6 +128,7 @@ int main(int argc, char** argv) {
         progress.user = &st;
       }
       TraceRequests trace = load_trace(file, progress);
+      if (!trace.recovery.empty()) std::cerr << "memcomm-replay: warning: " << file << ": " << trace.recovery << "\n";
       if (large && !quiet) {
         std::size_t events = 0;
         for (const auto& d : trace.devices) events += d.trace_events;
@@ -127,14 +142,15 @@ int main(int argc, char** argv) {
       return kExitBadInput;
     } catch (const std::logic_error& e) {
       std::cerr << "memcomm-replay: " << file << ": internal check failed: " << e.what() << "\n";
-      return 1;
+      return kExitFailure;
     } catch (const std::exception& e) {  // a policy's own failure (e.g. its memory source)
       std::cerr << "memcomm-replay: " << file << ": internal error: " << e.what() << "\n";
-      return 1;
+      return kExitFailure;
     }
   }
 
-  std::cout << format_table(results);
+  // With --json - stdout carries the JSON alone, so that it parses; the table moves to stderr.
+  (json_out == "-" ? std::cerr : std::cout) << format_table(results);
   if (!json_out.empty()) {
     std::string json = format_json(results);
     if (json_out == "-") {
@@ -144,7 +160,7 @@ int main(int argc, char** argv) {
       out << json;
       if (!out) {
         std::cerr << "memcomm-replay: cannot write " << json_out << "\n";
-        return kExitBadInput;
+        return kExitFailure;
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "memcomm/profiler/event.hpp"
 #include "memcomm/profiler/trace_reader.hpp"
@@ -17,17 +18,17 @@ TraceRequests read_mct_trace(const std::string& path) {
   TraceRequests out;
   out.file = path;
   out.format = "mct";
-  std::map<int, RequestBuilder> devices;  // key: rank * 256 + device
-  auto device = [&](int key) -> RequestBuilder& {
-    auto it = devices.find(key);
-    if (it == devices.end()) it = devices.emplace(key, RequestBuilder(key)).first;
+  std::map<std::pair<int, int>, RequestBuilder> devices;  // key: (rank, device)
+  auto device = [&](int rank, int dev) -> RequestBuilder& {
+    auto it = devices.find({rank, dev});
+    if (it == devices.end()) it = devices.emplace(std::make_pair(rank, dev), RequestBuilder(rank, dev)).first;
     return it->second;
   };
   try {
     prof::TraceReader reader(path);
     prof::ChunkView chunk;
     while (reader.next(chunk)) {
-      const int rank = chunk.rank == prof::kUnknownRank ? 0 : static_cast<int>(chunk.rank);
+      const int rank = chunk.rank == prof::kUnknownRank ? kNoRank : static_cast<int>(chunk.rank);
       for (const prof::Event& e : chunk) {
         switch (e.kind) {
           case prof::EventKind::Alloc:
@@ -38,26 +39,26 @@ TraceRequests read_mct_trace(const std::string& path) {
           case prof::EventKind::SegmentMap:
           case prof::EventKind::SegmentUnmap: {
             const auto m = e.as<prof::MemBlockEvent>();
-            RequestBuilder& b = device(rank * 256 + m.device);
+            RequestBuilder& b = device(rank, m.device);
             switch (e.kind) {
               case prof::EventKind::Alloc: b.alloc(m.addr(), m.size(), m.stream); break;
               case prof::EventKind::FreeRequested: b.free_requested(m.addr()); break;
               case prof::EventKind::FreeCompleted: b.free_completed(m.addr(), m.size(), m.stream); break;
-              case prof::EventKind::SegmentAlloc: b.segment_grow(m.size(), false); break;
-              case prof::EventKind::SegmentMap: b.segment_grow(m.size(), true); break;
-              case prof::EventKind::SegmentFree: b.segment_shrink(m.size(), false); break;
-              default: b.segment_shrink(m.size(), true); break;
+              case prof::EventKind::SegmentAlloc: b.segment_grow(m.addr(), m.size(), false); break;
+              case prof::EventKind::SegmentMap: b.segment_grow(m.addr(), m.size(), true); break;
+              case prof::EventKind::SegmentFree: b.segment_shrink(m.addr(), m.size(), false); break;
+              default: b.segment_shrink(m.addr(), m.size(), true); break;
             }
             break;
           }
           case prof::EventKind::Oom:
-            device(rank * 256 + e.as<prof::OomEvent>().device).oom();
+            device(rank, e.as<prof::OomEvent>().device).oom();
             break;
           case prof::EventKind::RangeBegin:
             if (e.as<prof::RangeEvent>().phase == prof::Phase::Step) {
               // A step of this rank: an iteration boundary for each of its devices.
               for (auto& [key, b] : devices) {
-                if (key / 256 == rank) b.step();
+                if (key.first == rank) b.step();
               }
             }
             break;
@@ -65,6 +66,10 @@ TraceRequests read_mct_trace(const std::string& path) {
             break;  // communication, compute, counters, metadata: not the allocator's
         }
       }
+    }
+    const prof::RecoveryInfo& rec = reader.recovery();
+    if (rec.truncated) {
+      out.recovery = rec.detail + "; " + std::to_string(rec.truncated_bytes) + " trailing bytes ignored";
     }
   } catch (const prof::TraceError& e) {
     std::string what = e.what();  // already names the file (and byte offset); do not repeat it

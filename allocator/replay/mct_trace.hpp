@@ -8,9 +8,9 @@
 
 namespace memcomm::replay {
 
-// Devices are keyed rank * 256 + device index (device 255 = host memory), so a merged multi-rank
-// file keeps each rank's devices apart; a single-rank file gets plain device indices.
-// Throws snapshot::ReadError on a bad file. A tail cut off by a killed writer is not an error.
+// One DeviceRequests per (rank, device index) (device 255 = host memory), so a merged multi-rank
+// file keeps each rank's devices apart. Throws snapshot::ReadError on a bad file. A tail cut off by
+// a killed writer is not an error: TraceRequests::recovery reports what was read and what ignored.
 TraceRequests read_mct_trace(const std::string& path);
 
 }  // namespace memcomm::replay

@@ -42,6 +42,8 @@ class OverlapChecker {
 ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev, Policy& policy, const ReplayOptions& options) {
   ReplayResult r;
   r.file = trace.file;
+  r.format = trace.format;
+  r.rank = dev.rank;
   r.device = dev.device;
   r.policy = policy.name();
   r.peak_live = dev.peak_live;
@@ -115,6 +117,8 @@ ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev
 ReplayResult recorded_result(const TraceRequests& trace, const DeviceRequests& dev) {
   ReplayResult r;
   r.file = trace.file;
+  r.format = trace.format;
+  r.rank = dev.rank;
   r.device = dev.device;
   r.policy = kRecordedPolicy;
   r.peak_live = dev.peak_live;

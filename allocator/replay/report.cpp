@@ -19,23 +19,38 @@ std::string basename(const std::string& path) {
 
 std::string format_table(const std::vector<ReplayResult>& results) {
   std::size_t file_w = 4, policy_w = 6;
+  bool ranks = false, snapshots = false, mct = false, host = false;
   for (const auto& r : results) {
     file_w = std::max(file_w, basename(r.file).size());
-    policy_w = std::max(policy_w, r.policy.size());
+    policy_w = std::max(policy_w, r.policy.size() + 1);  // + the starts-empty mark
+    ranks |= r.rank != kNoRank;
+    host |= r.device == kHostDevice && r.format == "mct";
+    if (r.format == "mct") mct = true;
+    else snapshots = true;
   }
-  std::string out = fmt::format("{:<{}}  {:>3}  {:<{}}  {:>11}  {:>11}  {:>8}  {:>6}  {:>5}  {:>8}  {:>8}  {:>7}  {:>8}  {:>7}\n",
-                                "file", file_w, "dev", "policy", policy_w, "live MiB", "reserv MiB", "res/live", "F", "OOMs",
-                                "src alloc", "src free", "events", "seconds", "Mev/s");
+  // The rank column appears only when some trace records ranks (memcomm's .mct traces).
+  auto rank_cell = [&](const std::string& text) { return ranks ? fmt::format("{:>4}  ", text) : std::string(); };
+  std::string out = fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8}  {:>6}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}\n",
+                                "file", file_w, rank_cell("rank"), "dev", "policy", policy_w, "live MiB", "reserv MiB",
+                                "res/live", "F", "OOMs", "src alloc", "src free", "events", "seconds", "Mev/s");
   for (const auto& r : results) {
     const bool recorded = r.policy == kRecordedPolicy;
-    out += fmt::format("{:<{}}  {:>3}  {:<{}}  {:>11}  {:>11}  {:>8.3f}  {:>6.3f}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}\n",
-                       basename(r.file), file_w, r.device, r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w,
-                       mib(r.peak_live), mib(r.peak_reserved), r.reserved_over_live(), r.fragmentation(), r.ooms,
-                       r.source_allocs, r.source_frees, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
+    out += fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8.3f}  {:>6.3f}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}\n",
+                       basename(r.file), file_w, rank_cell(r.rank == kNoRank ? "-" : std::to_string(r.rank)),
+                       r.device == kHostDevice && r.format == "mct" ? std::string("host") : std::to_string(r.device),
+                       r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w, mib(r.peak_live),
+                       mib(r.peak_reserved), r.reserved_over_live(), r.fragmentation(), r.ooms, r.source_allocs,
+                       r.source_frees, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
                        recorded || r.seconds <= 0 ? "-" : fmt::format("{:.2f}", double(r.events) / r.seconds / 1e6));
   }
   out += "live = peak live requested bytes (pre-trace blocks included); F = 1 - peak allocated / peak reserved;\n"
-         "src alloc = segment allocations + page maps; recorded = what PyTorch did in the trace (* = its cache was empty at the start).\n";
+         "reserv = bytes backed by memory (an expandable segment's unmapped virtual range is not reserved);\n"
+         "src alloc = segment allocations + page maps.";
+  out += host ? " dev host = host memory.\n" : "\n";
+  // `recorded` is whatever allocator wrote the trace: say which, per format present (* = its cache was
+  // empty at the start).
+  if (snapshots) out += "recorded (PyTorch snapshots) = what PyTorch's allocator did in the trace (* = its cache was empty at the start).\n";
+  if (mct) out += "recorded (.mct traces) = what memcomm's own allocator did in the traced run (* = it started empty).\n";
   return out;
 }
 
@@ -44,6 +59,8 @@ std::string format_json(const std::vector<ReplayResult>& results) {
   for (const auto& r : results) {
     list.push_back({
         {"file", r.file},
+        {"format", r.format},
+        {"rank", r.rank == kNoRank ? nlohmann::json(nullptr) : nlohmann::json(r.rank)},
         {"device", r.device},
         {"policy", r.policy},
         {"peak_live", r.peak_live},

@@ -2,10 +2,54 @@
 #include "request_builder.hpp"
 
 #include <algorithm>
+#include <map>
 
 namespace memcomm::replay {
 
-RequestBuilder::RequestBuilder(int device) { out_.device = device; }
+// Note [Reserved bytes of expandable segments]: an expandable segment is a segment_alloc of its whole
+// virtual range (memcomm's allocator reserves e.g. 128 GiB of address space) followed by
+// segment_map/segment_unmap of the parts backed by memory. Reserved bytes are the backed ones, which
+// is the meaning the profiler's analysis gives them (Note [Virtual reservations] in
+// profiler/core/src/analysis.cpp): a segment_alloc that any map lands in counts for nothing, and
+// neither does its segment_free, while its maps and unmaps count; a plain segment counts whole.
+// Nor is the reservation a source call, as in the allocator's own DeviceStats::source_calls()
+// (segment allocations plus maps; reserving address space is neither). PyTorch's snapshots show
+// expandable segments through their maps alone, so the rule leaves their recorded figures as they
+// were (the shared snapshots' are checked against SOURCES.md in tests/replay).
+std::vector<bool> RequestBuilder::virtual_reservations(const std::vector<SegmentStep>& steps) {
+  struct Live {
+    std::uint64_t end;      // one past the segment's last byte
+    std::size_t instance;   // index of its segment_alloc in `steps`
+  };
+  std::map<std::uint64_t, Live> live;  // segment start -> its end and instance
+  std::vector<bool> is_virtual(steps.size(), false);
+  std::vector<std::size_t> freed_by(steps.size(), steps.size());  // segment_free -> its segment_alloc
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const SegmentStep& s = steps[i];
+    if (s.addr == kNoAddr) continue;
+    if (!s.mapped && s.grow) {
+      live[s.addr] = Live{s.addr + s.bytes, i};
+    } else if (!s.mapped) {
+      auto it = live.find(s.addr);
+      if (it != live.end()) {
+        freed_by[i] = it->second.instance;
+        live.erase(it);
+      }
+    } else if (s.grow) {
+      auto it = live.upper_bound(s.addr);
+      if (it != live.begin() && s.addr < (--it)->second.end) is_virtual[it->second.instance] = true;
+    }
+  }
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (freed_by[i] < steps.size()) is_virtual[i] = is_virtual[freed_by[i]];
+  }
+  return is_virtual;
+}
+
+RequestBuilder::RequestBuilder(int rank, int device) {
+  out_.rank = rank;
+  out_.device = device;
+}
 
 std::uint32_t RequestBuilder::new_block(std::uint64_t size) {
   auto id = static_cast<std::uint32_t>(block_size_.size());
@@ -51,18 +95,16 @@ void RequestBuilder::free_requested(std::uint64_t addr) {
   touched_.insert(addr);
 }
 
-void RequestBuilder::segment_grow(std::uint64_t bytes, bool mapped) {
+void RequestBuilder::segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped) {
   ++out_.trace_events;
-  ++out_.recorded.source_allocs;
   out_.recorded.expandable |= mapped;
-  reserved_steps_.push_back(static_cast<std::int64_t>(bytes));
+  segment_steps_.push_back(SegmentStep{addr, bytes, true, mapped});
 }
 
-void RequestBuilder::segment_shrink(std::uint64_t bytes, bool mapped) {
+void RequestBuilder::segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped) {
   ++out_.trace_events;
-  ++out_.recorded.source_frees;
   out_.recorded.expandable |= mapped;
-  reserved_steps_.push_back(-static_cast<std::int64_t>(bytes));
+  segment_steps_.push_back(SegmentStep{addr, bytes, false, mapped});
 }
 
 void RequestBuilder::oom() {
@@ -117,13 +159,22 @@ DeviceRequests RequestBuilder::finish() {
     }
   }
 
-  // What PyTorch reserved: start = end state minus the trace's net change (0 without an end state,
-  // as for our own traces, which start with the process), then replay the segment events.
+  // What the traced allocator reserved: start = end state minus the trace's net change (0 without an
+  // end state, as for our own traces, which start with the process), then replay the segment events.
   RecordedReserved& rec = out_.recorded;
-  rec.known = has_end_state_ || !reserved_steps_.empty();
+  rec.known = has_end_state_ || !segment_steps_.empty();
   rec.at_end = end_reserved_;
+  const std::vector<bool> is_virtual = virtual_reservations(segment_steps_);
+  std::vector<std::int64_t> steps;  // signed reserved-byte changes, in trace order
+  steps.reserve(segment_steps_.size());
+  for (std::size_t i = 0; i < segment_steps_.size(); ++i) {
+    const SegmentStep& s = segment_steps_[i];
+    if (is_virtual[i]) continue;  // neither reserved bytes nor a source call (Note [Reserved bytes of ...])
+    ++(s.grow ? rec.source_allocs : rec.source_frees);
+    steps.push_back(s.grow ? static_cast<std::int64_t>(s.bytes) : -static_cast<std::int64_t>(s.bytes));
+  }
   std::int64_t net = 0;
-  for (std::int64_t d : reserved_steps_) net += d;
+  for (std::int64_t d : steps) net += d;
   std::int64_t start = has_end_state_ ? static_cast<std::int64_t>(end_reserved_) - net : 0;
   if (start < 0) {  // segment events that the end state cannot explain
     ++out_.anomalies;
@@ -131,7 +182,7 @@ DeviceRequests RequestBuilder::finish() {
   }
   rec.at_start = static_cast<std::uint64_t>(start);
   std::int64_t r = start, peak = start;
-  for (std::int64_t d : reserved_steps_) {
+  for (std::int64_t d : steps) {
     r += d;
     peak = std::max(peak, r);
   }

@@ -13,14 +13,19 @@ namespace memcomm::replay {
 
 class RequestBuilder {
  public:
-  explicit RequestBuilder(int device);
+  // `rank`: the trace's rank (kNoRank when the format has none); `device`: the device index.
+  RequestBuilder(int rank, int device);
 
   // The trace, in order. Every call counts as one trace event.
   void alloc(std::uint64_t addr, std::uint64_t size, std::int64_t stream);
   void free_completed(std::uint64_t addr, std::uint64_t size, std::int64_t stream);
   void free_requested(std::uint64_t addr);
-  void segment_grow(std::uint64_t bytes, bool mapped);    // segment_alloc / segment_map
-  void segment_shrink(std::uint64_t bytes, bool mapped);  // segment_free / segment_unmap
+  // Segment events; `addr` is the segment's (or mapped range's) start, kNoAddr when the trace has none.
+  // An expandable segment's virtual reservation counts for nothing; its maps count (Note [Reserved
+  // bytes of expandable segments] in request_builder.cpp).
+  static constexpr std::uint64_t kNoAddr = ~std::uint64_t{0};
+  void segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped);    // segment_alloc / segment_map
+  void segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped);  // segment_free / segment_unmap
   void oom();
   void step();
   void other();    // markers and unknown actions: counted, nothing else
@@ -50,7 +55,15 @@ class RequestBuilder {
   std::vector<Preexisting> pre_;
   std::vector<Request> traced_;
   std::vector<std::uint64_t> block_size_;                  // requested bytes per block id
-  std::vector<std::int64_t> reserved_steps_;               // signed segment changes, in trace order
+  struct SegmentStep {
+    std::uint64_t addr;   // segment start (alloc/free) or mapped range start (map/unmap); kNoAddr if unknown
+    std::uint64_t bytes;  // its size
+    bool grow;            // segment_alloc / segment_map
+    bool mapped;          // segment_map / segment_unmap
+  };
+  std::vector<SegmentStep> segment_steps_;                 // segment events, in trace order
+  // Per segment step: a virtual reservation or its release (Note [Reserved bytes of expandable segments]).
+  static std::vector<bool> virtual_reservations(const std::vector<SegmentStep>& steps);
   std::uint64_t end_reserved_ = 0;
   bool has_end_state_ = false;
 };

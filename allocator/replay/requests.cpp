@@ -17,8 +17,10 @@ namespace {
 using snapshot::Action;
 using snapshot::Event;
 
+std::uint64_t seg_addr(const Event& e) { return e.has_addr() ? e.addr : RequestBuilder::kNoAddr; }
+
 DeviceRequests build_device(const snapshot::Snapshot& snap, int device) {
-  RequestBuilder b(device);
+  RequestBuilder b(kNoRank, device);
   if (device < static_cast<int>(snap.device_traces.size())) {
     for (const Event& e : snap.device_traces[static_cast<std::size_t>(device)]) {
       switch (e.action) {
@@ -34,10 +36,10 @@ DeviceRequests build_device(const snapshot::Snapshot& snap, int device) {
           if (e.has_addr()) b.free_requested(e.addr);
           else b.other();
           break;
-        case Action::segment_alloc: b.segment_grow(e.size, false); break;
-        case Action::segment_map: b.segment_grow(e.size, true); break;
-        case Action::segment_free: b.segment_shrink(e.size, false); break;
-        case Action::segment_unmap: b.segment_shrink(e.size, true); break;
+        case Action::segment_alloc: b.segment_grow(seg_addr(e), e.size, false); break;
+        case Action::segment_map: b.segment_grow(seg_addr(e), e.size, true); break;
+        case Action::segment_free: b.segment_shrink(seg_addr(e), e.size, false); break;
+        case Action::segment_unmap: b.segment_shrink(seg_addr(e), e.size, true); break;
         case Action::oom: b.oom(); break;
         case Action::snapshot:
         case Action::other: b.other(); break;
@@ -76,12 +78,15 @@ TraceRequests build_requests(const snapshot::Snapshot& snap) {
 // profiler/core; file magic "MEMCTRC\x1A", memcomm::prof::kFileMagic) are read by mct_trace.cpp
 // through memcomm::profiler's TraceReader when the profiler is part of the build: Alloc ->
 // Request::alloc, FreeCompleted -> Request::free, Step ranges -> Request::step, SegmentAlloc/Free/
-// Map/Unmap -> RecordedReserved (the trace starts with the process, so reserved starts at 0), Oom ->
-// trace_ooms. Without the profiler such files are refused with a clear message.
+// Map/Unmap -> RecordedReserved (the trace starts with the process, so reserved starts at 0; an
+// expandable segment's virtual range is not reserved memory, Note [Reserved bytes of expandable
+// segments]), Oom -> trace_ooms. Devices are kept per (rank, device). A file cut short by a killed
+// writer is read up to its last complete chunk, and TraceRequests::recovery says so. Without the
+// profiler such files are refused with a clear message.
 TraceRequests load_trace(const std::string& path, const LoadProgress& progress) {
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::uint8_t> bytes = snapshot::read_file_bytes(path);
-  if (bytes.empty()) throw snapshot::ReadError(path, 0, "empty file");
+  if (bytes.empty()) throw snapshot::ReadError(path, snapshot::kNoOffset, "empty file (0 bytes)");
   TraceRequests out;
   if (bytes[0] == 0x80) {
     snapshot::ParseOptions opts;

@@ -1,6 +1,8 @@
 // memcomm-trace: inspect, export, merge and analyse memcomm traces (.mct).
 // Every subcommand accepts per-rank files (NAME.rank0.mct ...) and merged files, in any mix.
-// Exit codes: 0 success, 1 a trace could not be read or written, 2 usage error.
+// Exit codes (also in --help): 0 success; 1 a runtime failure, such as an output file that cannot be
+// written; 2 a usage error, or an input trace that is missing, empty, foreign or corrupt -- the same
+// meaning memcomm-replay gives them.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <memcomm/common/cli_size.hpp>
@@ -16,10 +18,44 @@ using namespace memcomm::prof;
 
 namespace {
 
+constexpr int kExitFailure = 1;   // a runtime failure (e.g. an output file that cannot be written)
+constexpr int kExitBadInput = 2;  // a usage error, or an input trace that cannot be read
+
+// An input trace could not be read: a missing, empty, foreign or corrupt file (exit 2). Output
+// failures stay TraceErrors (exit 1).
+class BadInput : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 void warn_recovery(const TraceSet& set) {
   for (const FileLoadInfo& f : set.files)
     if (f.recovery.truncated)
       fmt::print(stderr, "memcomm-trace: warning: {}: {}\n", f.path, f.recovery.detail);
+}
+
+// Loads the input traces; any reading error becomes BadInput.
+TraceSet load_inputs(const std::vector<std::string>& files, const LoadOptions& options = {}) {
+  try {
+    TraceSet set = TraceSet::load(files, options);
+    warn_recovery(set);
+    return set;
+  } catch (const TraceError& e) {
+    throw BadInput(e.what());
+  }
+}
+
+// --rows: a count of at least 1, with a message that says so (CLI::PositiveNumber's names a
+// floating-point range).
+// CLI11 prefixes the option's name: "--rows: must be at least 1 (got '0')".
+CLI::Validator at_least_one() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        long long n = 0;
+        const bool number = CLI::detail::lexical_cast(text, n);
+        return number && n >= 1 ? std::string() : "must be at least 1 (got '" + text + "')";
+      },
+      "");
 }
 
 }  // namespace
@@ -28,6 +64,9 @@ int main(int argc, char** argv) {
   CLI::App app{"memcomm-trace: inspect, export, merge and analyse memcomm traces (.mct).\n"
                "FILE... may be per-rank files (NAME.rank0.mct, NAME.rank1.mct, ...) or merged files.\n"
                "A file cut short by a crash is read up to its last complete chunk, with a warning."};
+  app.footer("Exit codes: 0 success; 1 a runtime failure (e.g. an output file that cannot be written);\n"
+             "2 a usage error, or an input trace that is missing, empty, not a memcomm trace, or corrupt\n"
+             "(bad checksum, bad chunk), with a message naming the file and byte offset.");
   app.require_subcommand(1);
 
   std::vector<std::string> files;
@@ -54,7 +93,7 @@ int main(int argc, char** argv) {
                                               "bandwidth and skew, step table, memory peaks");
   report->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
   report->add_flag("--json", json, "print the full analysis as JSON");
-  report->add_option("--rows", max_rows, "rows per table in text mode")->check(CLI::PositiveNumber);
+  report->add_option("--rows", max_rows, "rows per table in text mode (at least 1)")->check(at_least_one());
 
   memcomm::advise::AdviseOptions advise_opt;
   bool no_replay = false;
@@ -71,14 +110,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return rc == 0 ? 0 : kExitBadInput;
   }
 
   try {
-    if (*info) return tool::print_info(files, json) ? 0 : 1;
+    if (*info) return tool::print_info(files, json) ? 0 : kExitBadInput;
     if (*exp) {
-      const TraceSet set = TraceSet::load(files);
-      warn_recovery(set);
+      const TraceSet set = load_inputs(files);
       const ChromeExportStats st = export_chrome(set, chrome_out);
       fmt::print("wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n", chrome_out, set.ranks.size(),
                  st.slices, st.counters, st.flows, st.instants);
@@ -87,8 +125,7 @@ int main(int argc, char** argv) {
     if (*merge) {
       LoadOptions lo;
       lo.apply_clock_offsets = !no_offsets;
-      const TraceSet set = TraceSet::load(files, lo);
-      warn_recovery(set);
+      const TraceSet set = load_inputs(files, lo);
       for (const RankTrace& r : set.ranks)
         if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
       const MergeStats st = write_merged(set, merge_out);
@@ -96,8 +133,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*adv) {
-      const TraceSet set = TraceSet::load(files);
-      warn_recovery(set);
+      const TraceSet set = load_inputs(files);
       advise_opt.replay = !no_replay;
       const auto advice = memcomm::advise::advise(set, analyze(set), files, advise_opt);
       if (json) fmt::print("{}\n", memcomm::advise::advice_to_json(advice));
@@ -105,19 +141,21 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*report) {
-      const TraceSet set = TraceSet::load(files);
-      warn_recovery(set);
+      const TraceSet set = load_inputs(files);
       const Analysis a = analyze(set);
       if (json) fmt::print("{}\n", analysis_to_json(a));
       else fmt::print("{}", analysis_to_text(a, max_rows));
       return 0;
     }
-  } catch (const TraceError& e) {
+  } catch (const BadInput& e) {
     fmt::print(stderr, "memcomm-trace: {}\n", e.what());
-    return 1;
+    return kExitBadInput;
+  } catch (const TraceError& e) {  // writing the output
+    fmt::print(stderr, "memcomm-trace: {}\n", e.what());
+    return kExitFailure;
   } catch (const std::exception& e) {
     fmt::print(stderr, "memcomm-trace: error: {}\n", e.what());
-    return 1;
+    return kExitFailure;
   }
-  return 2;
+  return kExitBadInput;
 }

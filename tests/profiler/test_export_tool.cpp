@@ -1,12 +1,14 @@
 // Chrome export parsed back, and the memcomm-trace tool end to end (info, export, merge, report).
 #include <sys/wait.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "memcomm/profiler/chrome_export.hpp"
+#include "memcomm/profiler/trace_format.hpp"
 #include "memcomm/profiler/trace_set.hpp"
 #include "memcomm/profiler/trace_writer.hpp"
 #include "memcomm_test.hpp"
@@ -133,7 +135,7 @@ TEST_CASE("memcomm-trace info, export, merge and report work on per-rank and mer
   REQUIRE(run(tool() + " export --chrome " + json + " " + files, out) == 0);
   CHECK(parse_file(json)["traceEvents"].size() > 10);
 
-  // Truncated input: warning, still works. Corrupt input: exit 1 with the reason. Bad usage: 2.
+  // Truncated input: warning, still works. Unreadable input and bad usage: exit 2 with the reason.
   {
     std::ifstream f(paths[0], std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -144,11 +146,79 @@ TEST_CASE("memcomm-trace info, export, merge and report work on per-rank and mer
   {
     std::ofstream(paths[1], std::ios::binary | std::ios::trunc) << "garbage";
   }
-  CHECK(run(tool() + " report " + paths[1], out) == 1);
+  CHECK(run(tool() + " report " + paths[1], out) == 2);
   CHECK(out.find("not a memcomm trace") != std::string::npos);
   CHECK(run(tool() + " export " + files, out) == 2);
   CHECK(run(tool() + " frobnicate", out) == 2);
   for (const auto& p : paths) std::remove(p.c_str());
   std::remove(merged.c_str());
   std::remove(json.c_str());
+}
+
+namespace {
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+}
+}  // namespace
+
+TEST_CASE("memcomm-trace exit codes: 2 for unreadable input and usage, 1 for unwritable output", "[profiler][tool]") {
+  const std::string base = test::temp_path("codes");
+  const auto paths = write_fixture(base);
+  const std::string good = read_bytes(paths[0]);
+  const std::string bad = base + ".bad.mct";
+  std::string out;
+
+  // A foreign file, in every subcommand.
+  write_bytes(bad, "not a trace at all");
+  const std::vector<std::string> subcommands = {"info ", "report ", "advise --no-replay ",
+                                                "export --chrome " + base + ".json ", "merge " + base + ".merged.mct "};
+  for (const std::string& sub : subcommands) {
+    INFO(sub);
+    CHECK(run(tool() + " " + sub + bad, out) == 2);
+    CHECK(out.find("not a memcomm trace") != std::string::npos);
+  }
+  // A corrupt header checksum, and a corrupt chunk.
+  std::string corrupt = good;
+  corrupt[offsetof(FileHeader, header_checksum)] ^= 1;
+  write_bytes(bad, corrupt);
+  CHECK(run(tool() + " report " + bad, out) == 2);
+  CHECK(out.find("header checksum mismatch") != std::string::npos);
+  corrupt = good;
+  corrupt[sizeof(FileHeader) + sizeof(ChunkHeader) + 5] ^= 0x40;
+  write_bytes(bad, corrupt);
+  CHECK(run(tool() + " report " + bad, out) == 2);
+  CHECK(out.find("chunk 0") != std::string::npos);
+  CHECK(run(tool() + " info " + bad, out) == 2);
+  // An empty file is called that, not a bad magic.
+  write_bytes(bad, "");
+  CHECK(run(tool() + " report " + bad, out) == 2);
+  CHECK(out.find(bad + ": empty file (0 bytes)") != std::string::npos);
+  CHECK(out.find("magic") == std::string::npos);
+  CHECK(run(tool() + " info " + bad, out) == 2);
+  CHECK(out.find("empty file (0 bytes)") != std::string::npos);
+  // A missing file is a usage error.
+  CHECK(run(tool() + " report " + base + ".missing.mct", out) == 2);
+
+  // --rows must be a count; the message says so in words.
+  for (const char* rows : {"0", "-3", "many"}) {
+    INFO(rows);
+    CHECK(run(tool() + " report --rows " + rows + " " + paths[0], out) == 2);
+    CHECK(out.find("--rows: must be at least 1") != std::string::npos);
+    CHECK(out.find("1797693") == std::string::npos);
+  }
+  CHECK(run(tool() + " report --rows 1 " + paths[0], out) == 0);
+
+  // Good input, output that cannot be written: a runtime failure.
+  CHECK(run(tool() + " export --chrome /nonexistent-dir/x.json " + paths[0], out) == 1);
+  CHECK(out.find("cannot create") != std::string::npos);
+  CHECK(run(tool() + " merge /nonexistent-dir/x.mct " + paths[0], out) == 1);
+
+  CHECK(run(tool() + " --help", out) == 0);
+  CHECK(out.find("Exit codes: 0 success; 1 a runtime failure") != std::string::npos);
+  for (const auto& p : paths) std::remove(p.c_str());
+  std::remove(bad.c_str());
 }

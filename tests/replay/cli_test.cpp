@@ -1,63 +1,18 @@
 // memcomm-replay as a user runs it: good input gives a table and JSON; bad input exits 2 with a
 // message that names the file (and the byte offset for pickle damage).
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
 
 #include "hand_snapshot.hpp"
 #include "memcomm_test.hpp"
+#include "run_tool.hpp"
 
-namespace fs = std::filesystem;
+using memcomm::test::slurp;
+using memcomm::test::TempDir;
+using Run = memcomm::test::ToolRun;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("memcomm-replay-cli-" + std::to_string(::getpid()))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path file(const std::string& name, const std::vector<std::uint8_t>& bytes) const {
-    fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    return p;
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-Run run(const TempDir& dir, const std::string& args) {
-  const fs::path out = dir.path() / "stdout.txt", err = dir.path() / "stderr.txt";
-  std::string cmd = memcomm::test::bin_dir() + "/memcomm-replay " + args + " >" + out.string() + " 2>" + err.string();
-  int status = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+Run run(const TempDir& dir, const std::string& args) { return memcomm::test::run_replay(dir, args); }
 
 }  // namespace
 
@@ -136,4 +91,47 @@ TEST_CASE("cli: usage errors exit 2", "[cli][bad]") {
   CHECK(r.code == 2);
   CHECK(r.err.find("unknown policy 'bogus'") != std::string::npos);
   CHECK(run(dir, "--help").code == 0);
+}
+
+TEST_CASE("cli: --json - writes only the JSON to stdout (it parses) and the table to stderr", "[cli][json]") {
+  TempDir dir;
+  auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  Run r = run(dir, snap.string() + " --policy recorded,pytorch --json -");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto list = nlohmann::json::parse(r.out);  // throws if the table leaked into stdout
+  REQUIRE(list.is_array());
+  REQUIRE(list.size() == 2 * 2);  // 2 devices x 2 policies
+  CHECK(r.err.find("reserv MiB") != std::string::npos);
+  CHECK(r.err.find("pytorch") != std::string::npos);
+  // A PyTorch snapshot records no rank: the JSON says null, the table has no rank column, and
+  // `recorded` is PyTorch's allocator.
+  for (const auto& o : list) {
+    CHECK(o.contains("rank"));
+    CHECK(o["rank"].is_null());
+    CHECK(o["format"] == "pytorch-snapshot");
+  }
+  CHECK(list[0]["device"] == 0);
+  CHECK(list[2]["device"] == 2);
+  CHECK(r.err.find(" rank ") == std::string::npos);
+  CHECK(r.err.find("recorded (PyTorch snapshots) = what PyTorch's allocator did") != std::string::npos);
+  CHECK(r.err.find(".mct") == std::string::npos);
+}
+
+TEST_CASE("cli: an empty file is named as such (exit 2); an unwritable --json is a runtime failure (exit 1)", "[cli][bad]") {
+  TempDir dir;
+  auto empty = dir.file("empty.pickle", {});
+  Run r = run(dir, empty.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("empty.pickle: empty file (0 bytes)") != std::string::npos);
+
+  auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  r = run(dir, snap.string() + " --policy pytorch --json " + (dir.path() / "no-such-dir" / "out.json").string());
+  CHECK(r.code == 1);
+  CHECK(r.err.find("cannot write") != std::string::npos);
+
+  r = run(dir, "--help");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("Exit codes") != std::string::npos);
+  CHECK(r.out.find("table goes to stderr") != std::string::npos);
 }

@@ -4,10 +4,13 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "memcomm/profiler/event.hpp"
 #include "memcomm/profiler/trace_writer.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm_test.hpp"
+#include "run_tool.hpp"
 
 namespace fs = std::filesystem;
 namespace prof = memcomm::prof;
@@ -62,6 +65,7 @@ TEST_CASE("mct: our own traces become request sequences with step markers", "[mc
   CHECK(trace.format == "mct");
   REQUIRE(trace.devices.size() == 2);
   const auto& d0 = trace.devices[0];
+  CHECK(d0.rank == 0);
   CHECK(d0.device == 0);
   CHECK(d0.preexisting_blocks == 1);
   CHECK(d0.preexisting_bytes == 4096);
@@ -74,7 +78,9 @@ TEST_CASE("mct: our own traces become request sequences with step markers", "[mc
   for (const auto& r : d0.requests) steps += r.op == rp::Request::Op::step;
   CHECK(steps == 3);
   const auto& d1 = trace.devices[1];
+  CHECK(d1.rank == 0);
   CHECK(d1.device == 1);
+  CHECK(trace.recovery.empty());  // a complete file
   CHECK(d1.peak_live == 1 * MiB);
   steps = 0;
   for (const auto& r : d1.requests) steps += r.op == rp::Request::Op::step;
@@ -90,4 +96,111 @@ TEST_CASE("mct: our own traces become request sequences with step markers", "[mc
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+namespace {
+
+// Rank 3's allocator with an expandable segment on device 1 (a 128 GiB virtual range, backed 2 MiB at
+// a time) next to a plain 20 MiB segment, and host memory (device 255) beside it. Two chunks.
+std::string write_expandable_trace(const fs::path& path) {
+  prof::WriterOptions o;
+  o.rank = 3;
+  o.world_size = 4;
+  prof::TraceWriter w(path.string(), o);
+  constexpr std::uint64_t kVirtual = std::uint64_t{1} << 40, kPlain = std::uint64_t{1} << 30;
+  std::int64_t t = 0;
+  std::vector<prof::Event> first = {
+      mem(prof::EventKind::SegmentAlloc, ++t, kPlain, 20 * MiB, 1),
+      mem(prof::EventKind::SegmentAlloc, ++t, kVirtual, std::uint64_t{128} << 30, 1),  // a reservation only
+      mem(prof::EventKind::SegmentMap, ++t, kVirtual, 2 * MiB, 1),
+      mem(prof::EventKind::Alloc, ++t, kVirtual, 2 * MiB, 1),
+      mem(prof::EventKind::SegmentMap, ++t, kVirtual + 2 * MiB, 2 * MiB, 1),
+      mem(prof::EventKind::Alloc, ++t, kVirtual + 2 * MiB, 1 * MiB, 1),
+      mem(prof::EventKind::Alloc, ++t, kPlain, 10 * MiB, 1),
+      mem(prof::EventKind::Alloc, ++t, 4096, 512, prof::kHostDevice),
+  };
+  w.write_chunk(std::vector<prof::StringDef>{}, first);
+  std::vector<prof::Event> second = {
+      mem(prof::EventKind::FreeCompleted, ++t, kVirtual + 2 * MiB, 1 * MiB, 1),
+      mem(prof::EventKind::SegmentUnmap, ++t, kVirtual + 2 * MiB, 2 * MiB, 1),
+      mem(prof::EventKind::FreeCompleted, ++t, kVirtual, 2 * MiB, 1),
+      mem(prof::EventKind::SegmentUnmap, ++t, kVirtual, 2 * MiB, 1),
+      mem(prof::EventKind::SegmentFree, ++t, kVirtual, std::uint64_t{128} << 30, 1),
+  };
+  w.write_chunk(std::vector<prof::StringDef>{}, second);
+  w.close();
+  return path.string();
+}
+
+}  // namespace
+
+TEST_CASE("mct: reserved bytes are mapped bytes, not an expandable segment's virtual range", "[mct][reserved]") {
+  memcomm::test::TempDir dir("mct");
+  rp::TraceRequests trace = rp::load_trace(write_expandable_trace(dir.path() / "x.rank3.mct"));
+  REQUIRE(trace.devices.size() == 2);
+  const auto& d = trace.devices[0];
+  CHECK(d.rank == 3);
+  CHECK(d.device == 1);
+  CHECK(d.peak_live == 13 * MiB);
+  // Note [Reserved bytes of expandable segments]: the plain segment counts whole, the virtual range
+  // only as far as it is mapped; the reservation and its release are no source calls.
+  CHECK(d.recorded.peak == 20 * MiB + 4 * MiB);
+  CHECK(d.recorded.source_allocs == 3);  // the plain segment + 2 maps
+  CHECK(d.recorded.source_frees == 2);   // 2 unmaps
+  CHECK(d.recorded.expandable);
+  CHECK(d.recorded.starts_empty());
+  rp::ReplayResult rec = rp::recorded_result(trace, d);
+  CHECK(rec.reserved_over_live() == Approx(24.0 / 13.0));
+  CHECK(rec.rank == 3);
+  CHECK(rec.device == 1);
+  const auto& host = trace.devices[1];
+  CHECK(host.rank == 3);
+  CHECK(host.device == rp::kHostDevice);
+}
+
+TEST_CASE("mct: the CLI reports rank and device apart, and whose allocator `recorded` is", "[mct][cli]") {
+  memcomm::test::TempDir dir("mct-cli");
+  const std::string file = write_expandable_trace(dir.path() / "x.rank3.mct");
+  memcomm::test::ToolRun r = memcomm::test::run_replay(dir, file + " --policy recorded,pytorch --json -");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto list = nlohmann::json::parse(r.out);
+  REQUIRE(list.size() == 2 * 2);  // (rank 3, device 1) and (rank 3, host) x 2 policies
+  CHECK(list[0]["rank"] == 3);
+  CHECK(list[0]["device"] == 1);
+  CHECK(list[0]["format"] == "mct");
+  CHECK(list[0]["policy"] == "recorded");
+  CHECK(list[0]["peak_reserved"] == 24 * MiB);
+  CHECK(list[2]["rank"] == 3);
+  CHECK(list[2]["device"] == rp::kHostDevice);
+  // The table (on stderr with --json -): a rank column, host memory named, and `recorded` described
+  // as memcomm's own allocator, not PyTorch's.
+  CHECK(r.err.find("rank") != std::string::npos);
+  CHECK(r.err.find("   3     1  recorded*") != std::string::npos);
+  CHECK(r.err.find("   3  host  recorded ") != std::string::npos);  // no segment events: not known to start empty
+  CHECK(r.err.find("recorded (.mct traces) = what memcomm's own allocator did") != std::string::npos);
+  CHECK(r.err.find("PyTorch") == std::string::npos);
+}
+
+TEST_CASE("mct: a truncated trace is replayed up to its last complete chunk, with a warning", "[mct][recovery]") {
+  memcomm::test::TempDir dir("mct-cut");
+  const fs::path file = write_expandable_trace(dir.path() / "cut.mct");
+  fs::resize_file(file, fs::file_size(file) - 10);  // the second chunk loses its tail
+  rp::TraceRequests trace = rp::load_trace(file.string());
+  CHECK(trace.recovery.find("chunk 1") != std::string::npos);
+  CHECK(trace.recovery.find("recovered 1 complete chunks, 8 events") != std::string::npos);
+  CHECK(trace.recovery.find("trailing bytes ignored") != std::string::npos);
+  REQUIRE_FALSE(trace.devices.empty());
+  CHECK(trace.devices[0].trace_events == 7);  // the first chunk's device-1 events
+
+  memcomm::test::ToolRun r = memcomm::test::run_replay(dir, file.string() + " --policy recorded");
+  CHECK(r.code == 0);
+  CHECK(r.err.find("memcomm-replay: warning: " + file.string() + ": chunk 1") != std::string::npos);
+  CHECK(r.err.find("trailing bytes ignored") != std::string::npos);
+  CHECK(r.out.find("cut.mct") != std::string::npos);
+
+  const fs::path whole = write_expandable_trace(dir.path() / "whole.mct");
+  r = memcomm::test::run_replay(dir, whole.string() + " --policy recorded");
+  CHECK(r.code == 0);
+  CHECK(r.err.find("warning") == std::string::npos);
 }

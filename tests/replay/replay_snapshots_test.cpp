@@ -1,6 +1,7 @@
 // Every shared real PyTorch snapshot: loaded, rebuilt, replayed through every policy with invariants
-// checked, peak live checked against an independent computation and against SOURCES.md, and the
-// PyTorch simulation checked against what PyTorch recorded on traces that start from an empty cache.
+// checked, peak live checked against an independent computation and against SOURCES.md, the
+// PyTorch simulation checked against what PyTorch recorded on traces that start from an empty cache,
+// and memcomm checked against the issue's reserved-bytes and source-call targets.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "memcomm/replay/call_bound.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm/snapshot/snapshot.hpp"
 #include "memcomm_test.hpp"
@@ -224,4 +226,41 @@ TEST_CASE("replay: the pytorch simulation matches PyTorch's recorded reserved by
     }
   }
   CHECK(compared >= 1);
+}
+
+TEST_CASE("replay: memcomm meets the issue's targets on every shared snapshot (reserved and source calls)",
+          "[replay][snapshots][engine][targets]") {
+  // Deterministic simulations, not timings: each figure is the same on every run and machine.
+  //  * memcomm's peak reserved <= 1.05 x peak live, and <= the pytorch policy's;
+  //  * memcomm's source calls <= max(the pytorch policy's, the ideal online bound at R = 1.05),
+  //    Note [Ideal online call bound] in memcomm/replay/call_bound.hpp.
+  if (!have_policy("memcomm")) MEMCOMM_SKIP_TEST("memcomm engine not in this build");
+  auto files = shared_snapshots();
+  if (files.empty()) MEMCOMM_SKIP_TEST("no shared snapshots in " + memcomm::test::shared_snapshots_dir());
+  constexpr double kRatio = 1.05;
+  for (const auto& file : files) {
+    rp::TraceRequests trace = rp::load_trace(file);
+    for (const auto& dev : trace.devices) {
+      rp::PolicyOptions po;
+      po.settings = trace.settings;
+      po.device = dev.device;
+      auto mc = rp::make_policy("memcomm", po);
+      auto pt = rp::make_policy("pytorch", po);
+      const rp::ReplayResult m = rp::replay_device(trace, dev, *mc);
+      const rp::ReplayResult p = rp::replay_device(trace, dev, *pt);
+      const std::uint64_t bound = rp::ideal_calls(dev, kRatio);
+      std::printf("%-45s dev %d  live %9.1f MiB  memcomm %9.1f MiB (%.3fx, %llu calls)  pytorch %9.1f MiB (%llu calls)  "
+                  "ideal calls at %.2f: %llu\n",
+                  fs::path(file).filename().c_str(), dev.device, double(dev.peak_live) / kMiB,
+                  double(m.peak_reserved) / kMiB, m.reserved_over_live(), static_cast<unsigned long long>(m.source_allocs),
+                  double(p.peak_reserved) / kMiB, static_cast<unsigned long long>(p.source_allocs), kRatio,
+                  static_cast<unsigned long long>(bound));
+      INFO(file << " device " << dev.device << ": memcomm reserved " << m.peak_reserved << " B, " << m.source_allocs
+                << " calls; pytorch " << p.peak_reserved << " B, " << p.source_allocs << " calls; live " << dev.peak_live
+                << " B; ideal calls at R=1.05 " << bound);
+      CHECK(double(m.peak_reserved) <= kRatio * double(dev.peak_live));
+      CHECK(m.peak_reserved <= p.peak_reserved);
+      CHECK(m.source_allocs <= std::max(p.source_allocs, bound));
+    }
+  }
 }

@@ -63,6 +63,7 @@ void TraceReader::fail(uint64_t offset, const std::string& what) const {
 
 void TraceReader::open_header() {
   info_.file_bytes = size_;
+  if (size_ == 0) fail(0, "empty file (0 bytes)");
   if (size_ < sizeof(kFileMagic) || std::memcmp(data_, kFileMagic, sizeof kFileMagic) != 0)
     fail(0, "not a memcomm trace (.mct): bad magic");
   if (size_ < sizeof(FileHeader))

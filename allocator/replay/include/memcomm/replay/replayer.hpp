@@ -10,12 +10,15 @@
 
 namespace memcomm::replay {
 
-// The pseudo-policy whose figures are what PyTorch itself recorded in the trace (segment events).
+// The pseudo-policy whose figures are what the traced allocator itself recorded (segment events):
+// PyTorch's in a snapshot pickle, memcomm's own in an .mct trace.
 inline constexpr const char* kRecordedPolicy = "recorded";
 
 struct ReplayResult {
   std::string file;
-  int device = 0;
+  std::string format;                  // TraceRequests::format: "pytorch-snapshot" or "mct"
+  int rank = kNoRank;                  // the device's rank (.mct traces); kNoRank when the format has none
+  int device = 0;                      // device index (kHostDevice = host memory)
   std::string policy;
   std::uint64_t peak_live = 0;         // largest live requested bytes (the trace's, same for every policy)
   std::uint64_t peak_reserved = 0;     // the policy's largest reserved bytes
@@ -43,14 +46,16 @@ struct ReplayOptions {
 ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev, Policy& policy,
                            const ReplayOptions& options = {});
 
-// The `recorded` row: PyTorch's own figures from the trace.
+// The `recorded` row: the traced allocator's own figures.
 ReplayResult recorded_result(const TraceRequests& trace, const DeviceRequests& dev);
 
 // Replays every device of `trace` under each named policy ("recorded" included), in that order.
 std::vector<ReplayResult> replay_all(const TraceRequests& trace, const std::vector<std::string>& policies,
                                      std::uint64_t capacity, const ReplayOptions& options = {});
 
-// Human-readable table and the JSON list (schema in docs of memcomm-replay --help).
+// Human-readable table and the JSON list (schema in docs of memcomm-replay --help). The table has a
+// rank column when any result has a rank, and its legend says whose allocator `recorded` is, per
+// trace format present.
 std::string format_table(const std::vector<ReplayResult>& results);
 std::string format_json(const std::vector<ReplayResult>& results);
 

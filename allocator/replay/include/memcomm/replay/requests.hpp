@@ -34,20 +34,29 @@ struct Request {
   Op op = Op::alloc;
 };
 
-// What PyTorch itself did on this device, from segment events and the end state.
+// What the traced allocator itself did on this device (PyTorch's in a snapshot, memcomm's in an
+// .mct trace), from segment events and the end state. Reserved bytes are backed bytes: an
+// expandable segment's virtual reservation counts for nothing, its maps do (Note [Reserved bytes of
+// expandable segments] in request_builder.cpp).
 struct RecordedReserved {
   bool known = false;                  // end-state segments or segment events exist for the device
   std::uint64_t at_start = 0;          // reserved bytes before the first event (end minus net segment changes)
   std::uint64_t peak = 0;              // largest reserved bytes during the trace
   std::uint64_t at_end = 0;            // end-state segment bytes
-  std::uint64_t source_allocs = 0;     // segment_alloc + segment_map events
-  std::uint64_t source_frees = 0;      // segment_free + segment_unmap events
+  std::uint64_t source_allocs = 0;     // segment_alloc + segment_map events (virtual reservations excluded)
+  std::uint64_t source_frees = 0;      // segment_free + segment_unmap events (virtual releases excluded)
   bool expandable = false;             // the device used expandable segments
   bool starts_empty() const { return known && at_start == 0; }
 };
 
+// DeviceRequests::rank of a trace format that records no rank (PyTorch snapshots).
+inline constexpr int kNoRank = -1;
+// The device index memcomm's .mct traces give host memory (memcomm::prof::kHostDevice).
+inline constexpr int kHostDevice = 255;
+
 struct DeviceRequests {
-  int device = 0;
+  int rank = kNoRank;                    // the rank whose device this is (.mct traces); kNoRank if unknown
+  int device = 0;                        // device index (kHostDevice = host memory)
   std::vector<Request> requests;         // pre-trace allocations first, then the trace in order
   std::uint32_t block_count = 0;         // distinct blocks (ids are 0..block_count-1)
   std::uint64_t preexisting_blocks = 0;  // blocks that predate the trace (Note [Rebuilding requests])
@@ -63,8 +72,11 @@ struct TraceRequests {
   std::string file;
   std::string format;                    // "pytorch-snapshot" or "mct"
   snapshot::AllocatorSettings settings;  // as recorded (defaults when absent)
-  std::vector<DeviceRequests> devices;   // devices with at least one event or end-state segment
+  std::vector<DeviceRequests> devices;   // devices with at least one event or end-state segment, by (rank, device)
   double load_seconds = 0;               // reading + decoding the file
+  // Non-empty when the file was cut short (a killed writer) and read up to its last complete part:
+  // what was recovered and what was ignored, in the reader's words. Not an error.
+  std::string recovery;
 };
 
 // Rebuilds every device's request sequence from a decoded snapshot.
@@ -78,8 +90,8 @@ struct LoadProgress {
 
 // Reads a trace file of any supported format, recognised by its first bytes:
 //  * PyTorch memory snapshot pickle (starts with the PROTO opcode 0x80);
-//  * memcomm's own .mct trace (magic "MEMCTRC\x1A"), when the build has the profiler library; device
-//    ids are then rank * 256 + device. See Note [Trace formats] in requests.cpp.
+//  * memcomm's own .mct trace (magic "MEMCTRC\x1A"), when the build has the profiler library; each
+//    device then carries its rank. See Note [Trace formats] in requests.cpp.
 // Throws snapshot::ReadError (file + byte offset) on bad or unsupported input.
 TraceRequests load_trace(const std::string& path, const LoadProgress& progress = {});
 
