@@ -106,6 +106,9 @@ struct Pool {
       : stream(stream), small(small), free(BlockBySize{}, NodePoolAllocator<Block*>(nodes)) {}
   StreamId stream;                        // blocks here are used on this stream
   bool small;                             // small pool (requests <= small_size) or large
+  std::int64_t budget_release_hw = -1;    // high water when the page budget last took pages from it (Note [Release churn])
+  int regains = 0;                        // times it wanted pages back from the budget under that high water
+  std::size_t budget_released = 0;        // bytes the budget took from it under that high water
   FreeSet free;                           // mapped free blocks, best fit = lower_bound(size)
   static constexpr std::size_t kRecent = 8;
   Block* recent[kRecent] = {};            // freed blocks parked unmerged, oldest first (Note [Recent frees])
@@ -156,6 +159,9 @@ struct CachingAllocator::Impl {
   DeviceStats stats;
   std::uint64_t tick = 0;                // operations so far (ages)
   std::int64_t allocated_high_water = 0; // largest allocated bytes ever (never reset; page budget)
+  // Note [Release churn] (expandable.cpp): budget bytes learned from pages given back and mapped again
+  // under the same high water.
+  std::size_t churn_allowance = 0;
   std::unique_ptr<PlanImpl> plan;        // planned mode state
   std::vector<Observer*> observers;
   std::atomic<bool> has_observers{false};
@@ -243,6 +249,9 @@ struct CachingAllocator::Impl {
   // May unlock `lock` to map the arena when a detected iteration begins (Note [Detected repetition]).
   void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream, std::unique_lock<AllocatorMutex>& lock);
   void plan_record_alloc(Block* b);
+  // A planned block at `offset` of the arena; from_plan: a plan item (num_planned_allocs), else a gap fill.
+  void* plan_place(std::size_t offset, std::size_t size, std::size_t requested, StreamId stream, bool from_plan);
+  void* plan_gap_allocate(std::size_t size, std::size_t requested, StreamId stream);
   void plan_record_free(Block* b);
   bool plan_free(Block* b);
   // Ends an iteration (step_marker): plans from it if needed and maps the arena. Locks mu itself.
@@ -256,6 +265,8 @@ struct CachingAllocator::Impl {
   bool plan_begin_detected();  // true: a plan is pending and its arena must be mapped (unlocked)
   void plan_trim();
   void plan_release_arena();
+  // The caching path mapped `bytes` (Note [Trimming after a followed plan]); defined in planner.cpp.
+  void plan_count_cache_map(std::size_t bytes);
   // The iteration left the plan, no planned block lives, and growing by `size` would cross the page
   // budget: the idle arena's pages should go to the cache. Locks mu itself.
   bool plan_arena_in_the_way(std::size_t size);

@@ -278,6 +278,9 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
       if (m.plan) m.plan_record_alloc(b);
       return reinterpret_cast<void*>(b->addr);
     }
+    if (m.plan) {
+      if (void* p = m.plan_gap_allocate(size, bytes, stream)) return p;
+    }
   }
   Block* b = m.grow(pool, size, bytes);  // locks as needed; throws OutOfMemory
   if (m.plan) {

@@ -19,6 +19,35 @@
 // After an iteration that followed the plan, the cache gives back what the plan made redundant
 // (Note [Trimming after a followed plan]).
 // Without markers, iterations are found in the request sequence itself (Note [Detected repetition]).
+// With markers, a real trainer's iterations repeat as a multiset but not in order; see below.
+//
+// Note [Reordered iterations]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// memcomm-train's own traces (loader threads allocate the next batch while the training thread runs)
+// repeat every step's allocations, but not their order: the 512 B, 1.5 KiB and 98 KiB batch tensors
+// land anywhere in the sequence, conv workspaces alternate between two sizes, the first step also
+// creates the optimizer state, and frees come a few events early or late. Strict position matching left
+// the plan at allocation 0 to 70 of most steps and re-planned at every marker; the arena was given back
+// for the cache's growth and mapped again: 302 and 615 source calls on out/demo.rank{0,1}.mct (caching
+// path: 10) at up to 1.18 x live. So, with markers:
+// - An allocation matches the first unmatched item of its size and stream within kLookahead items of
+//   the latest match (`taken` marks matched items), so reordering costs nothing and an item this step
+//   never makes does not block the rest.
+// - An allocation that matches nothing, or whose planned range is still in use and finds no free gap of
+//   the arena that fits (arena_gap), goes to the caching path alone (num_plan_misses); only after
+//   max(kMinMisses, items / kMissShare) of them does the rest of the iteration leave the plan.
+// - When the caching path has no free block for a marked iteration's allocation, a free gap of the mapped
+//   arena serves it before the cache grows beside the arena (plan_gap_allocate).
+// - A plan is packed only from an iteration whose multiset of (size, stream) equals the previous
+//   iteration's (signature()): never from the warm-up step or one of a phase change.
+// - An iteration that did not follow the plan drops it (its arena stays mapped for the next one); a plan
+//   is mapped only within the larger of the page budget and the peak reserved bytes so far, after the
+//   cache's free pages are given back, so switching to it never raises the peak.
+// - While nothing more is planned in the iteration (it left the plan, or every item is matched), the
+//   arena's pages above its highest live block go back when the cache must grow past the budget.
+// - Trimming after a followed iteration keeps the pages the caching path mapped for misses
+//   (trim_extra), which would otherwise be unmapped and mapped again every iteration.
+// Detected plans stay strict: there a mismatch also ends the detected period.
 
 #include <algorithm>
 
@@ -26,6 +55,27 @@
 #include "planner.hpp"
 
 namespace memcomm::alloc {
+
+namespace {
+// Note [Reordered iterations]: how far ahead of the first unmatched item an allocation may match, and
+// how many allocations of an iteration may miss the plan (at least kMinMisses, else 1/kMissShare of
+// the plan's items) before the rest of it goes to the caching path.
+constexpr std::size_t kLookahead = 64;
+constexpr std::size_t kMinMisses = 4;
+constexpr std::size_t kMissShare = 4;
+
+// The multiset of (size, stream) keys of a recorded iteration, as one number: equal for two
+// iterations that make the same allocations in any order.
+std::uint64_t signature(const std::vector<RecordedAlloc>& rec) {
+  std::uint64_t sum = 0;
+  for (const RecordedAlloc& r : rec) {
+    std::uint64_t h = (std::uint64_t(r.size) * 0x9E3779B97F4A7C15ull) ^ (std::uint64_t(r.stream) + 0x632BE59BD9B4E019ull);
+    h ^= h >> 31;
+    sum += h * 0xBF58476D1CE4E5B9ull;
+  }
+  return sum ^ (std::uint64_t(rec.size()) << 1) ^ 1;  // never 0, the value of "no iteration yet"
+}
+}  // namespace
 
 std::size_t pack_lifetimes(const std::vector<RecordedAlloc>& rec, std::size_t page, std::vector<PlanItem>& out) {
   out.assign(rec.size(), PlanItem{0, 0, 0, false});
@@ -94,20 +144,47 @@ void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t reques
     stats.num_plan_deviations++;
     return nullptr;
   };
-  if (p.pos >= p.items.size()) return deviate();
-  const PlanItem& it = p.items[p.pos];
-  if (it.size != size || it.stream != stream) return deviate();
-  if (!it.in_arena) {
-    ++p.pos;
+  // Note [Reordered iterations]: with markers, an allocation the plan cannot serve goes to the caching
+  // path alone, until there are too many of them; detected plans stay strict (their period is gone).
+  const bool tolerant = p.markers;
+  auto miss = [&]() -> void* {
+    if (!tolerant || ++p.iter_misses > std::max(kMinMisses, p.items.size() / kMissShare)) return deviate();
+    stats.num_plan_misses++;
     return nullptr;
+  };
+  const std::size_t n = p.items.size();
+  while (p.pos < n && p.taken[p.pos]) ++p.pos;
+  // The window follows the latest match, so an item this iteration never makes does not hold it back.
+  const std::size_t stop = std::min(n, tolerant ? std::max(p.pos, p.next_match) + kLookahead : p.pos + 1);
+  std::size_t j = p.pos;
+  while (j < stop && (p.taken[j] || p.items[j].size != size || p.items[j].stream != stream)) ++j;
+  // Not in the plan (a size that changed, an extra tensor): the cache. Its lifetime is unknown, so it
+  // does not go into an arena gap, where it would push planned items out of their ranges.
+  if (j == stop) return miss();
+  const PlanItem& it = p.items[j];
+  p.taken[j] = 1;
+  p.matched++;
+  p.next_match = std::max(p.next_match, j + 1);
+  if (!it.in_arena) return nullptr;
+  std::size_t offset = it.offset;
+  auto next = p.live.lower_bound(offset);
+  const bool busy = (next != p.live.end() && next->first < offset + size) ||
+                    (next != p.live.begin() && std::prev(next)->second > offset);
+  if (busy) {
+    // Its planned range is still in use (a block freed later than in the recorded iteration): a free
+    // gap of the arena instead, else the cache.
+    if (!tolerant || (offset = p.arena_gap(size)) == kNoGap) return miss();
   }
-  auto next = p.live.lower_bound(it.offset);
-  if (next != p.live.end() && next->first < it.offset + size) return deviate();
-  if (next != p.live.begin() && std::prev(next)->second > it.offset) return deviate();
-  ++p.pos;
-  p.live.emplace(it.offset, it.offset + size);
+  return plan_place(offset, size, requested, stream, true);
+}
+
+// A planned block at `offset` of the arena (called with mu held).
+void* CachingAllocator::Impl::plan_place(std::size_t offset, std::size_t size, std::size_t requested, StreamId stream,
+                                         bool from_plan) {
+  PlanImpl& p = *plan;
+  p.live.emplace(offset, offset + size);
   Block* b = new_block();
-  b->addr = p.arena->base + it.offset;
+  b->addr = p.arena->base + offset;
   b->size = size;
   b->requested = requested;
   b->segment = p.arena;
@@ -122,11 +199,21 @@ void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t reques
   p.arena_allocated += std::int64_t(size);
   stats.active_bytes.increase(std::int64_t(size));
   stats.requested_bytes.increase(std::int64_t(requested));
-  stats.num_planned_allocs++;
+  if (from_plan) stats.num_planned_allocs++;
   if (stats.allocated_bytes.current > allocated_high_water) allocated_high_water = stats.allocated_bytes.current;
   emit(EventKind::alloc, b->addr, size, requested, stream);
   plan_record_alloc(b);
   return reinterpret_cast<void*>(b->addr);
+}
+
+// The caching path found no free block for a marked iteration's allocation: a free gap of the mapped
+// arena serves it if one fits, before the cache grows beside the arena (Note [Reordered iterations]).
+void* CachingAllocator::Impl::plan_gap_allocate(std::size_t size, std::size_t requested, StreamId stream) {
+  PlanImpl& p = *plan;
+  if (!p.markers || !p.arena || p.mapping || p.items.empty() || stream != p.items.front().stream) return nullptr;
+  const std::size_t offset = p.arena_gap(size);
+  if (offset == kNoGap) return nullptr;
+  return plan_place(offset, size, requested, stream, false);
 }
 
 void CachingAllocator::Impl::plan_record_alloc(Block* b) {
@@ -181,8 +268,11 @@ bool CachingAllocator::Impl::plan_free(Block* b) {
 // 61 -> 88, wedsonlin 167 -> 235) for a lower second half on one (wedsonlin 2.09 -> 1.15 x live).
 std::size_t CachingAllocator::Impl::trim_target() const {
   const PlanImpl& p = *plan;
-  return (p.arena ? p.arena->mapped_bytes : 0) + std::size_t(std::max<std::int64_t>(p.iter_cache_peak, 0));
+  return (p.arena ? p.arena->mapped_bytes : 0) + std::size_t(std::max<std::int64_t>(p.iter_cache_peak, 0)) +
+         p.trim_extra;
 }
+
+void CachingAllocator::Impl::plan_count_cache_map(std::size_t bytes) { plan->cache_mapped += bytes; }
 
 void CachingAllocator::Impl::plan_step() {
   std::size_t trim_to = 0;  // reserved bytes to trim the cache to (Note [Trimming after a followed plan])
@@ -191,6 +281,8 @@ void CachingAllocator::Impl::plan_step() {
     PlanImpl& p = *plan;
     if (!p.markers) {  // markers rule from now on: forget what detection planned
       p.markers = true;
+      p.active = false;  // the arena stays mapped for the first marked plan
+      p.pending_items.clear();
       p.next_start = kNever;
       p.period = 0;
       p.windows.clear();
@@ -200,19 +292,34 @@ void CachingAllocator::Impl::plan_step() {
         p.live_before.clear();
       }
     }
-    const bool followed = p.active && !p.deviated && p.pos == p.items.size();
-    if (followed) trim_to = trim_target();
+    const bool followed = p.followed();
+    if (followed) {
+      p.trim_extra += p.cache_mapped;  // misses needed these pages: trimming them would map them again
+      trim_to = trim_target();
+    }
+    p.cache_mapped = 0;
     p.iter_cache_peak = stats.allocated_bytes.current - p.arena_allocated;
-    if (!followed && p.rec.size() >= config.min_plan_allocs) {
+    // Plan only from an iteration that repeated the one before it (Note [Reordered iterations]).
+    const std::uint64_t sig = signature(p.rec);
+    const bool repeated = sig == p.last_signature;
+    p.last_signature = sig;
+    if (!followed) {
+      // The plan failed this iteration (or was not in force): it is not mapped again, as
+      // plan_release_arena queued; the arena's mapped pages stay for the next plan, and its gaps serve
+      // the cache meanwhile (Note [Reordered iterations]).
+      p.active = false;
+      p.pending_items.clear();
+    }
+    if (!followed && repeated && p.rec.size() >= config.min_plan_allocs) {
       p.pending_arena = pack_lifetimes(p.rec, page, p.pending_items);
       if (p.pending_arena == 0) p.pending_items.clear();
+      else p.plans++;
     }
     p.rec_base += p.rec.size();
     p.rec.clear();
     p.live_before.clear();
     p.clock = 0;
-    p.pos = 0;
-    p.deviated = false;
+    p.begin_iteration();
     if (p.pending_items.empty()) {
       if (trim_to == 0 || std::size_t(stats.reserved_bytes.current) <= trim_to) return;
     }
@@ -229,6 +336,10 @@ void CachingAllocator::Impl::plan_map_pending() {
     p.pending_items.clear();
     p.arena_size = p.pending_arena;
     p.active = true;
+    p.taken.assign(p.items.size(), 0);  // the iteration that activates the plan begins now
+    p.matched = 0;
+    p.next_match = 0;
+    p.trim_extra = 0;
   };
   {
     std::lock_guard<AllocatorMutex> lock(mu);
@@ -271,17 +382,18 @@ void CachingAllocator::Impl::plan_map_pending() {
   Releases rel;
   {
     std::lock_guard<AllocatorMutex> lock(mu);
-    const bool p_markers = plan->markers;
     flush_recent();
     grow_by = want - arena->mapped_bytes;
     const auto budget = std::size_t(page_budget(allocated_high_water));
     const auto reserved = std::size_t(stats.reserved_bytes.current);
-    std::size_t limit = cap ? std::min(cap, budget) : budget;
-    // A detected plan must not raise the peak reserved bytes; a marked one is trusted to pay off later.
-    if (!p_markers) limit = std::min(limit, std::size_t(stats.reserved_bytes.peak));
+    const auto peak = std::size_t(stats.reserved_bytes.peak);
+    // The cache's free pages are given back for the arena, and a plan that does not fit beside what
+    // stays is dropped: a detected plan must not raise the peak reserved bytes, nor a marked one cross
+    // both the page budget and that peak (Note [Reordered iterations]).
+    std::size_t limit = plan->markers ? std::max(budget, peak) : std::min(budget, peak);
+    if (cap) limit = std::min(limit, cap);
     if (reserved + grow_by > limit) pick_releases(reserved + grow_by - limit, 0, rel);
-    // A plan that does not fit the cap (or, when detected, the limit) is dropped: keep caching.
-    if ((cap && reserved + grow_by - rel.bytes > cap) || (!p_markers && reserved + grow_by - rel.bytes > limit)) {
+    if (reserved + grow_by - rel.bytes > limit) {  // the cap, the budget (or a detected plan's peak): keep caching
       unpick_releases(rel);
       plan->pending_items.clear();
       return;
@@ -310,29 +422,36 @@ namespace memcomm::alloc {
 bool CachingAllocator::Impl::plan_arena_in_the_way(std::size_t size) {
   std::lock_guard<AllocatorMutex> lock(mu);
   const PlanImpl& p = *plan;
-  if (!p.deviated || !p.live.empty() || !p.arena || p.arena->mapped_bytes == 0 || p.mapping) return false;
+  // Only while nothing more is planned in this iteration: it left the plan, or every item is matched.
+  if (!(p.deviated || p.matched == p.items.size()) || !p.arena || p.arena_keep(page) >= p.arena->mapped_bytes ||
+      p.mapping)
+    return false;
   const std::int64_t hw = std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
   return double(stats.reserved_bytes.current) + double(size) > page_budget(hw);
 }
 
 // empty_cache(), or an iteration that left the plan and needs the arena's pages for the cache
-// (Note [Planned mode]): the arena's pages go back when no planned block lives in it; the plan is kept
-// and its arena is mapped again at the next step_marker() or detected iteration.
+// (Note [Planned mode]): the arena's pages above its highest live planned block go back (all of them
+// when none lives: an iteration that left the plan in a new phase, an evaluation, must not hold them
+// beside the cache's growth); the plan is kept and its arena is mapped again at the next step_marker()
+// or detected iteration.
 void CachingAllocator::Impl::plan_release_arena() {
   std::uintptr_t base;
   std::size_t bytes;
   {
     std::lock_guard<AllocatorMutex> lock(mu);
     PlanImpl& p = *plan;
-    if (!p.arena || p.arena->mapped_bytes == 0 || !p.live.empty() || p.mapping) return;
-    base = p.arena->base;
-    bytes = p.arena->mapped_bytes;
+    if (!p.arena || p.mapping) return;
+    const std::size_t keep = p.arena_keep(page);
+    if (keep >= p.arena->mapped_bytes) return;
+    base = p.arena->base + keep;
+    bytes = p.arena->mapped_bytes - keep;
     if (p.active && p.pending_items.empty()) {
       p.pending_items = p.items;
       p.pending_arena = p.arena_size;
     }
     p.active = false;
-    p.arena->mapped_bytes = 0;  // nothing can be planned into it meanwhile: the plan is inactive
+    p.arena->mapped_bytes = keep;  // nothing can be planned into it meanwhile: the plan is inactive
   }
   source->unmap(reinterpret_cast<void*>(base), bytes);
   std::lock_guard<AllocatorMutex> lock(mu);

@@ -31,6 +31,7 @@ struct PlanItem {
 };
 
 inline constexpr std::uint64_t kNever = ~std::uint64_t(0);
+inline constexpr std::size_t kNoGap = ~std::size_t(0);
 
 // Lifetime-aware packing: offsets such that allocations alive at the same time never overlap, by
 // greedy best fit in decreasing size. Returns the arena size. Items with died == kNever get no offset.
@@ -58,7 +59,11 @@ struct PlanImpl {
   std::uint64_t misses = 0;              // iterations that left the plan (each makes detection more cautious)
   // --- the plan being followed ---
   std::vector<PlanItem> items;           // expected sequence
-  std::size_t pos = 0;                   // next expected allocation
+  std::size_t pos = 0;                   // first item not yet matched in this iteration
+  std::vector<std::uint8_t> taken;       // per item: matched in this iteration (Note [Reordered iterations])
+  std::size_t matched = 0;               // items matched in this iteration
+  std::size_t next_match = 0;            // one past the highest item matched in this iteration
+  std::size_t iter_misses = 0;           // allocations of this iteration the plan could not serve
   bool active = false;                   // a plan exists and its arena is mapped
   bool deviated = false;                 // this iteration left the plan; caching path until the next marker
   std::size_t arena_size = 0;            // bytes the plan needs
@@ -70,6 +75,37 @@ struct PlanImpl {
   std::uint64_t arena_blocks = 0;        // planned blocks alive
   std::int64_t arena_allocated = 0;      // bytes of live planned blocks (also in allocated_bytes)
   std::int64_t iter_cache_peak = 0;      // largest allocated bytes outside the arena in this iteration
+  std::size_t cache_mapped = 0;          // bytes the caching path mapped since the last marker
+  std::size_t trim_extra = 0;            // bytes the caching path mapped in followed iterations of this plan:
+                                         // trimming leaves them (Note [Trimming after a followed plan])
+  std::uint64_t plans = 0;               // marked plans packed so far
+  std::uint64_t last_signature = 0;      // order-free signature of the last marked iteration (Note [Reordered iterations])
+
+  // The lowest free gap of the mapped arena that holds `size` bytes, or kNoGap.
+  std::size_t arena_gap(std::size_t size) const {
+    std::size_t cursor = 0;
+    for (auto& [lo, hi] : live) {
+      if (lo >= cursor + size) return cursor;
+      cursor = hi > cursor ? hi : cursor;
+    }
+    return cursor + size <= arena->mapped_bytes ? cursor : kNoGap;
+  }
+  // Mapped arena bytes that planned blocks still need: up to the page after the highest live one.
+  std::size_t arena_keep(std::size_t page) const {
+    if (live.empty()) return 0;
+    return (live.rbegin()->second + page - 1) / page * page;
+  }
+  // A new iteration begins: nothing matched yet.
+  void begin_iteration() {
+    pos = 0;
+    deviated = false;
+    taken.assign(items.size(), 0);
+    matched = 0;
+    next_match = 0;
+    iter_misses = 0;
+  }
+  // The iteration that just ended matched every item of the plan and did not leave it.
+  bool followed() const { return active && !deviated && matched == items.size(); }
 
   // Arena free space is not part of the caching free sets; only the plan's own figures are added.
   void summarize(MemorySummary& s, std::size_t arena_mapped) const {

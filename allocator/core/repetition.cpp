@@ -112,9 +112,8 @@ bool CachingAllocator::Impl::plan_begin_detected() {
   PlanImpl& p = *plan;
   const std::uint64_t t = p.period;
   p.next_start += t;
-  const bool followed = p.active && !p.deviated && p.pos == p.items.size() && p.items.size() == t;
-  p.pos = 0;
-  p.deviated = false;
+  const bool followed = p.followed() && p.items.size() == t;
+  p.begin_iteration();
   // No trim here (Note [Trimming after a followed plan]): a detected period is often one layer or
   // micro-step, and the cache's pages serve the rest of the real step.
   if (followed) return false;

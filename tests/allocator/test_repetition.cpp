@@ -160,6 +160,9 @@ TEST_CASE("a long unmarked history does not become the first marked iteration", 
   toy_training_step(a, 2);
   CHECK(a.stats().num_planned_allocs == before);
   a.step_marker();
+  toy_training_step(a, 2);  // repeats the first marked iteration: planned from here
+  a.step_marker();
+  CHECK(a.stats().num_planned_allocs == before);
   toy_training_step(a, 2);
   a.step_marker();
   CHECK(a.stats().num_planned_allocs - before == kAllocsPerStep);

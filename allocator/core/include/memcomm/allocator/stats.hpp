@@ -49,6 +49,8 @@ struct DeviceStats {
   std::int64_t num_gc_releases = 0;       // blocks whose pages garbage collection gave back
   std::int64_t num_planned_allocs = 0;    // allocations served from a plan (planned mode)
   std::int64_t num_plan_deviations = 0;   // iterations whose sequence left the plan
+  std::int64_t num_plan_misses = 0;       // single allocations of a followed plan served by the caching path
+                                          // (reordered or extra; Note [Reordered iterations] in planner.cpp)
   // Oversize (blocks at or above AllocatorConfig::max_split_size).
   Stat oversize_allocations;
   Stat oversize_segments;
