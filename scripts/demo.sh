@@ -10,4 +10,5 @@ scripts/build.sh
 mkdir -p out
 build/bin/memcomm-train --nproc 2 --model cnn --dataset fashion-mnist --accum 2 --batch-size 32 \
   --steps 300 --log-interval 25 --trace out/demo.mct --summary-json out/demo-summary.json "$@"
-echo "demo: summary written to out/demo-summary.json"
+echo "demo: summary written to $PWD/out/demo-summary.json"
+echo "demo: open the trace (one file per rank) with: $PWD/build/bin/memcomm-view $PWD/out/demo.rank*.mct"

@@ -17,7 +17,13 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--no-such-flag", "no-such-flag"}, Case{"--batch-size x", "--batch-size"},
                         Case{"--sync-every 2 --accum 2", "--sync-every"}, Case{"--cupti on", "--cupti"},
                         Case{"--mode dp --nproc 2", "--mode dp"}, Case{"--mode dp --amp bf16", "--amp"}, Case{"--mode dpp", "--mode"},
-                        Case{"--cupti sometimes --trace t.mct", "--cupti"}}) {
+                        Case{"--cupti sometimes --trace t.mct", "--cupti"}, Case{"--momentum -1", "--momentum"},
+                        Case{"--momentum 1.5", "--momentum"}, Case{"--weight-decay -0.1", "--weight-decay"},
+                        Case{"--lr nan", "--lr"}, Case{"--synthetic-size 0", "--synthetic-size"},
+                        Case{"--threads -3", "--threads"}, Case{"--eval-batches -5", "--eval-batches"},
+                        Case{"--empty-cache -1", "--empty-cache"}, Case{"--checkpoint-every -2 --checkpoint-dir d", "--checkpoint-every"},
+                        Case{"--timeout inf", "--timeout"}, Case{"--augment --model mlp --dataset tabular", "--augment"},
+                        Case{"--nproc 3 --tail drop --synthetic-size 2 --dataset tabular --model mlp", "--synthetic-size"}}) {
     const auto r = run_command(train_bin() + " " + c.args);
     INFO(c.args << "\n" << r.output);
     CHECK(r.code == 2);
@@ -30,9 +36,15 @@ TEST_CASE("the help text (--help) describes the launch modes and exits 0") {
   REQUIRE(r.code == 0);
   CHECK(r.output.find("torchrun") != std::string::npos);
   CHECK(r.output.find("--accum") != std::string::npos);
+  // The launch variables each environment reads, and what the exit codes mean.
+  for (const char* word : {"LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+                           "SLURM_LOCALID", "Exit codes", "usage error", "--timeout; the message names the lost rank"}) {
+    INFO(word);
+    CHECK(r.output.find(word) != std::string::npos);
+  }
 }
 
-TEST_CASE("CUPTI that cannot start (--cupti on) warns once, and host events are recorded") {
+TEST_CASE("CUPTI that cannot start (--cupti on) warns once and host events are recorded") {
   const auto d = scratch_dir("cupti-unavailable");
   const auto r = run_command(quick_train("--steps 3 --device cpu --cupti on --trace " + d + "/t.mct"));
   INFO(r.output);
@@ -115,7 +127,7 @@ bool alive(pid_t p) { return ::kill(p, 0) == 0; }
 
 }  // namespace
 
-TEST_CASE("kill -9 of one rank ends the others within the timeout, naming the lost rank, with no orphans") {
+TEST_CASE("kill -9 of one rank ends the others within the timeout naming the lost rank and leaves no orphans") {
   const auto d = scratch_dir("kill-rank");
   const std::string log = d + "/out.log";
   const pid_t launcher = ::fork();
@@ -159,7 +171,56 @@ TEST_CASE("kill -9 of one rank ends the others within the timeout, naming the lo
   for (pid_t p : ranks) CHECK_FALSE(alive(p));
 }
 
-TEST_CASE("a full disk under the trace ends the run cleanly, says how much was kept, and leaves a readable file") {
+TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 naming it and leaves no orphans") {
+  const auto d = scratch_dir("stop-rank");
+  const std::string log = d + "/out.log";
+  const int timeout_s = 3;
+  const pid_t launcher = ::fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {
+    const std::string cmd = quick_train("--nproc 2 --steps 100000 --log-interval 1 --timeout " +
+                                        std::to_string(timeout_s)) + " > " + log + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+    ::_exit(127);
+  }
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream f(log);
+    std::string text((std::istreambuf_iterator<char>(f)), {});
+    ranks = children_of(launcher);
+    if (text.find("step 3/") != std::string::npos && ranks.size() == 2) break;
+  }
+  REQUIRE(ranks.size() == 2);
+  // A stopped process keeps its sockets open: its peers see no error, only a collective that never
+  // completes, so this is the timeout path, not the lost-connection one.
+  REQUIRE(::kill(ranks[1], SIGSTOP) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  // The survivor gives up after --timeout; the launcher then gives the stopped rank the grace
+  // period (timeout + 15 s) before it kills it.
+  while ((done = ::waitpid(launcher, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (done == 0) {
+    for (pid_t p : ranks) ::kill(p, SIGKILL);
+    ::kill(launcher, SIGKILL);
+    ::waitpid(launcher, &status, 0);
+    FAIL("the launcher did not exit within 60 s of the stop");
+  }
+  std::ifstream f(log);
+  const std::string out((std::istreambuf_iterator<char>(f)), {});
+  INFO(out);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);  // the surviving rank's collective timed out
+  CHECK(out.find("lost rank 1") != std::string::npos);
+  CHECK(out.find("rank 1 did not exit after the failure; killing it") != std::string::npos);
+  for (pid_t p : ranks) CHECK_FALSE(alive(p));
+  for (pid_t p : ranks) ::kill(p, SIGKILL);  // never leave a stopped rank behind, even if a check failed
+}
+
+TEST_CASE("a full disk under the trace ends the run cleanly and says how much was kept in a readable file") {
   const auto d = scratch_dir("full-disk");
   // A private mount namespace: the 16 KiB tmpfs vanishes with the command, whatever happens to it.
   const auto probe = run_command("unshare -m sh -c 'mount -t tmpfs -o size=16k memcomm-full-disk " + d + "'");

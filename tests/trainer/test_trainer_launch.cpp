@@ -21,7 +21,7 @@ TEST_CASE("runs under torchrun --no-python with ranks from the environment") {
   for (const auto& [step, by_rank] : sums) CHECK(by_rank.at(0) == by_rank.at(1));
 }
 
-TEST_CASE("runs under Slurm's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)") {
+TEST_CASE("runs under Slurm's variables SLURM_PROCID and SLURM_NTASKS and SLURM_LOCALID") {
   const std::string port = std::to_string(20000 + (::getpid() % 20000));
   std::string cmd;
   for (int r = 0; r < 2; ++r)

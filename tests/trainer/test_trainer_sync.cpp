@@ -99,11 +99,71 @@ TEST_CASE("bucket order and gradient-as-bucket-view keep results identical to a 
   CHECK(relative_difference(read_floats(d + "/a.bin"), read_floats(d + "/b.bin")) <= 1e-6);
 }
 
-TEST_CASE("gradient compression to bf16 still trains and keeps ranks identical") {
-  const auto r = run_command(quick_train("--nproc 2 --steps 4 --grad-compression bf16 --print-checksums"));
+TEST_CASE("gradient compression to bf16 or fp16 still trains and keeps ranks identical") {
+  const auto d = scratch_dir("compression");
+  const auto plain = run_command(quick_train("--nproc 2 --steps 4 --dump-params " + d + "/none.bin"));
+  REQUIRE(plain.code == 0);
+  for (const std::string wire : {"bf16", "fp16"}) {
+    const auto r = run_command(quick_train("--nproc 2 --steps 4 --print-checksums --grad-compression " + wire +
+                                           " --dump-params " + d + "/" + wire + ".bin"));
+    INFO(wire << "\n" << r.output);
+    REQUIRE(r.code == 0);
+    const auto sums = parse_checksums(r.output);
+    REQUIRE(sums.size() == 4);
+    for (const auto& [step, by_rank] : sums) CHECK(by_rank.at(0) == by_rank.at(1));
+    // Rounded gradients: close to the uncompressed run, yet not equal to it (compression happened).
+    const double diff = relative_difference(read_floats(d + "/" + wire + ".bin"), read_floats(d + "/none.bin"));
+    CHECK(diff > 0);
+    CHECK(diff < 1e-2);
+  }
+}
+
+TEST_CASE("AdamW keeps ranks identical and decays weights apart from the gradient unlike Adam") {
+  const auto d = scratch_dir("adamw");
+  const auto w = run_command(quick_train("--nproc 2 --steps 4 --lr 0.01 --optimizer adamw --weight-decay 0.1 "
+                                         "--print-checksums --dump-params " + d + "/adamw.bin"));
+  INFO(w.output);
+  REQUIRE(w.code == 0);
+  const auto sums = parse_checksums(w.output);
+  REQUIRE(sums.size() == 4);
+  for (const auto& [step, by_rank] : sums) CHECK(by_rank.at(0) == by_rank.at(1));
+  const auto a = run_command(quick_train("--nproc 2 --steps 4 --lr 0.01 --optimizer adam --weight-decay 0.1 "
+                                         "--dump-params " + d + "/adam.bin"));
+  REQUIRE(a.code == 0);
+  // Decoupled decay (AdamW) and L2 in the gradient (Adam) give different parameters.
+  CHECK(relative_difference(read_floats(d + "/adamw.bin"), read_floats(d + "/adam.bin")) > 1e-6);
+}
+
+TEST_CASE("rank 0's initial parameters reach every rank even when the ranks start different") {
+  // --test-perturb-init makes rank 1 start from other values (Note [Testing the broadcast]).
+  const auto r = run_command(quick_train("--nproc 2 --steps 2 --print-checksums --test-perturb-init"));
   INFO(r.output);
   REQUIRE(r.code == 0);
+  std::regex re(R"(init checksum rank (\d) before-broadcast ([0-9a-f]+) after-broadcast ([0-9a-f]+))");
+  std::map<int, std::pair<std::string, std::string>> init;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), re), end; it != end; ++it)
+    init[std::stoi((*it)[1])] = {(*it)[2], (*it)[3]};
+  REQUIRE(init.size() == 2);
+  CHECK(init[0].first != init[1].first);    // the hook did make them differ
+  CHECK(init[0].second == init[1].second);  // the broadcast made them equal
+  CHECK(init[0].second == init[0].first);   // to rank 0's values
   for (const auto& [step, by_rank] : parse_checksums(r.output)) CHECK(by_rank.at(0) == by_rank.at(1));
+}
+
+TEST_CASE("LibTorch's own CPU allocator (--allocator torch) trains bitwise like memcomm's") {
+  const auto d = scratch_dir("allocator-torch");
+  const auto t = run_command(quick_train("--nproc 2 --steps 4 --allocator torch --log-interval 2 --summary-json " + d +
+                                         "/s.json --dump-params " + d + "/torch.bin"));
+  INFO(t.output);
+  REQUIRE(t.code == 0);
+  const auto m = run_command(quick_train("--nproc 2 --steps 4 --dump-params " + d + "/memcomm.bin"));
+  REQUIRE(m.code == 0);
+  CHECK(read_floats(d + "/torch.bin") == read_floats(d + "/memcomm.bin"));
+  const auto s = read_json(d + "/s.json");
+  CHECK(s["allocator"] == "torch");
+  CHECK(s["peak_reserved"].get<int64_t>() == -1);  // LibTorch's CPU allocator keeps no statistics
+  CHECK(s["peak_rss"].get<int64_t>() > 0);         // so the resident set stands in, in the log too
+  CHECK(t.output.find("peak rss") != std::string::npos);
 }
 
 TEST_CASE("data_parallel mode (--mode dp) on one device trains exactly like a plain single-process run") {
@@ -125,7 +185,7 @@ TEST_CASE("the CNN trains on synthetic tabular rows read as images") {
   CHECK(r.output.find("cnn (") != std::string::npos);
 }
 
-TEST_CASE("a bucket closes with the parameter that takes it to its cap, as DDP's") {
+TEST_CASE("a bucket closes with the parameter that takes it to its cap as in DDP") {
   // The MLP's gradients in reverse order: out (40 B + 10 KiB), fc2, then fc1's bias and weight.
   // hidden 256: 1,077,288 bytes in all, and only fc1's weight takes the first bucket past 1 MiB, so
   //   DDP's rule makes one bucket (closing before the overflowing parameter would make two);

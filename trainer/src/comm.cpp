@@ -157,10 +157,29 @@ void Communicator::allreduce(at::Tensor& t, int bucket, Reduce op) {
   wait(allreduce_async(t, bucket, op));
 }
 
+namespace {
+
+// The element type as the trace names it (prof::DType): the size alone cannot tell bf16 from fp16.
+std::string wire_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return "f32";
+    case at::kDouble: return "f64";
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "f16";
+    case at::kLong: return "i64";
+    case at::kInt: return "i32";
+    case at::kByte: return "u8";
+    case at::kChar: return "i8";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Communicator::Pending> Communicator::allreduce_async(at::Tensor& t, int bucket, Reduce op) {
   auto p = std::make_shared<Pending>();
   p->record = {"allreduce", static_cast<int64_t>(t.numel() * t.element_size()), bucket, seq_++, monotonic_ns(), 0,
-               static_cast<int>(t.element_size())};
+               wire_dtype(t)};
   ++allreduce_calls_;
   if (!pg_) {
     p->record.end_ns = p->record.start_ns;
@@ -207,7 +226,7 @@ void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
     std::vector<at::Tensor> one{t};
     auto p = std::make_shared<Pending>();
     p->record = {"broadcast", static_cast<int64_t>(t.numel() * t.element_size()), -1, seq_++, monotonic_ns(), 0,
-                 static_cast<int>(t.element_size())};
+                 wire_dtype(t)};
     try {
       p->work = pg_->broadcast(one, o);
     } catch (const std::exception& e) {
@@ -220,7 +239,7 @@ void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
 void Communicator::barrier() {
   if (!pg_) return;
   auto p = std::make_shared<Pending>();
-  p->record = {"barrier", 0, -1, seq_++, monotonic_ns(), 0, 1};
+  p->record = {"barrier", 0, -1, seq_++, monotonic_ns(), 0, "u8"};
   try {
     p->work = pg_->barrier();
   } catch (const std::exception& e) {

@@ -13,7 +13,7 @@ struct CollectiveRecord {
   int64_t seq = 0;       // per-communicator sequence number, equal across ranks for the same call
   int64_t start_ns = 0;  // CLOCK_MONOTONIC when issued
   int64_t end_ns = 0;    // CLOCK_MONOTONIC when it completed
-  int dtype_bytes = 4;   // element size on the wire (2 with gradient compression)
+  std::string dtype = "f32";  // element type on the wire: f32, f64, bf16 or f16 (compression), i64, u8
 };
 
 }  // namespace memcomm::train

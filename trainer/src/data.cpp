@@ -3,7 +3,9 @@
 #include "errors.hpp"
 #include "idx_file.hpp"
 #include "options.hpp"
+#include "profiling.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <stdexcept>
@@ -126,11 +128,46 @@ std::shared_ptr<Dataset> make_dataset(const TrainOptions& o, const std::string& 
   return std::make_shared<SyntheticTokens>(n, o.seq_len, o.vocab, split_seed);
 }
 
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t augment_seed(uint64_t seed, int64_t epoch) {
+  return splitmix64(splitmix64(seed ^ 0xa06e0a06ULL) + static_cast<uint64_t>(epoch));
+}
+
+void flip_images(torch::Tensor& inputs, const std::vector<int64_t>& indices, uint64_t seed) {
+  if (inputs.dim() != 4 || inputs.size(0) != static_cast<int64_t>(indices.size()))
+    throw std::logic_error("flip_images: expected [B,C,H,W] images, one row per index");
+  std::vector<int64_t> rows;
+  for (size_t r = 0; r < indices.size(); ++r)
+    if (splitmix64(seed ^ splitmix64(static_cast<uint64_t>(indices[r]))) & 1) rows.push_back(static_cast<int64_t>(r));
+  if (rows.empty()) return;
+  const auto sel = torch::tensor(rows, torch::kInt64);
+  inputs.index_copy_(0, sel, inputs.index_select(0, sel).flip({3}));
+}
+
+std::vector<int64_t> strided_shard(int64_t n, int rank, int world) {
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(n / world + 1));
+  for (int64_t i = rank; i < n; i += world) mine.push_back(i);
+  return mine;
+}
+
 DistributedSampler::DistributedSampler(int64_t n, int rank, int world, bool shuffle, uint64_t seed, bool pad_tail)
     : n_(n), rank_(rank), world_(world), shuffle_(shuffle), seed_(seed) {
   per_rank_ = pad_tail ? (n + world - 1) / world : n / world;
   tail_adjust_ = per_rank_ * world - n;
-  if (per_rank_ == 0) throw std::runtime_error("the dataset has fewer samples than ranks");
+  if (per_rank_ == 0)
+    throw UsageError("the dataset has " + std::to_string(n) + " sample(s), fewer than the " + std::to_string(world) +
+                     " ranks (use a larger --synthetic-size" + (n > 0 ? std::string(", or --tail pad") : std::string()) + ")");
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
@@ -153,10 +190,11 @@ std::vector<int64_t> DistributedSampler::indices() const {
 }
 
 BatchLoader::BatchLoader(std::shared_ptr<Dataset> ds, std::vector<int64_t> indices, int64_t batch_size, int workers,
-                         int prefetch, bool pin_memory)
+                         int prefetch, bool pin_memory, LoaderOptions lo)
     : ds_(std::move(ds)), indices_(std::move(indices)), batch_size_(batch_size),
-      num_batches_(static_cast<int64_t>(indices_.size()) / batch_size),  // fixed shapes: partial batch dropped
-      workers_(workers), prefetch_(prefetch), pin_(pin_memory),
+      // Note [Partial batches]: training keeps one shape and drops the short last batch.
+      num_batches_((static_cast<int64_t>(indices_.size()) + (lo.keep_partial ? batch_size - 1 : 0)) / batch_size),
+      workers_(workers), prefetch_(prefetch), pin_(pin_memory), lo_(lo),
       slots_(static_cast<size_t>(prefetch)), slot_error_(static_cast<size_t>(prefetch)),
       slot_batch_(static_cast<size_t>(prefetch), -1) {
   for (int w = 0; w < workers_; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
@@ -172,8 +210,10 @@ BatchLoader::~BatchLoader() {
 }
 
 Batch BatchLoader::assemble(int64_t b) const {
-  std::vector<int64_t> idx(indices_.begin() + b * batch_size_, indices_.begin() + (b + 1) * batch_size_);
+  const auto end = std::min<int64_t>((b + 1) * batch_size_, static_cast<int64_t>(indices_.size()));
+  std::vector<int64_t> idx(indices_.begin() + b * batch_size_, indices_.begin() + end);
   Batch batch = ds_->get(idx);
+  if (lo_.augment_seed) flip_images(batch.inputs, idx, *lo_.augment_seed);
   if (pin_) {
     batch.inputs = batch.inputs.pin_memory();
     batch.targets = batch.targets.pin_memory();
@@ -182,6 +222,7 @@ Batch BatchLoader::assemble(int64_t b) const {
 }
 
 void BatchLoader::worker_loop(int w) {
+  MemoryCategoryScope cat(prof::MemCategory::Input);  // Note [Memory categories] in profiling.cpp
   for (int64_t b = w; b < num_batches_; b += workers_) {
     const size_t slot = static_cast<size_t>(b % prefetch_);
     {
@@ -212,6 +253,7 @@ bool BatchLoader::next(Batch& out, int64_t* waited_ns) {
   if (next_out_ >= num_batches_) return false;
   const auto t0 = std::chrono::steady_clock::now();
   if (workers_ == 0) {
+    MemoryCategoryScope cat(prof::MemCategory::Input);
     out = assemble(next_out_++);
   } else {
     const size_t slot = static_cast<size_t>(next_out_ % prefetch_);

@@ -3,9 +3,14 @@
 // Note [Samples are a function of their index]: every sample, real or synthetic, is a pure function
 // of (dataset seed, sample index). Loader workers only decide *who* assembles a batch, never *what*
 // is in it, so results do not depend on --workers, and W ranks x batch b see exactly the samples
-// that one process with batch W*b sees. This is stronger than per-worker seeding (the tutorials'
-// worker_init_fn), which makes results depend on the worker count; each worker still owns a
-// generator seeded from (seed, rank, worker, epoch) for work that is allowed to be random.
+// that one process with batch W*b sees.
+//
+// Note [Seeded augmentation]: the tutorials seed each DataLoader worker (worker_init_fn) so that
+// workers do not repeat each other's random transforms; the price is that results change with the
+// worker count. Here the one random transform (--augment: horizontal flips of the images) draws
+// from a generator keyed by (--seed, epoch, sample index), not by worker, so a sample is flipped
+// the same way whichever worker, rank or batch size assembles it, each epoch flips differently,
+// and --workers 0, 1 or 3 train bitwise identically. There is no per-worker generator.
 #pragma once
 
 #include <torch/torch.h>
@@ -15,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,8 +47,23 @@ class Dataset {
 // "train" or "test" split of --dataset. Throws with install instructions when Fashion-MNIST is missing.
 std::shared_ptr<Dataset> make_dataset(const TrainOptions& o, const std::string& split);
 
+// The seed of epoch `epoch`'s augmentation (Note [Seeded augmentation]).
+uint64_t augment_seed(uint64_t seed, int64_t epoch);
+// Flips, in place, the images of `inputs` ([B,1,H,W]) whose sample index hashes odd under `seed`
+// (Note [Seeded augmentation]); `indices` are the batch's sample indices, in row order.
+void flip_images(torch::Tensor& inputs, const std::vector<int64_t>& indices, uint64_t seed);
+
+// Note [Evaluation shards]: evaluation needs every test sample scored exactly once, not equal
+// shards (it has no per-batch collective, only one all-reduce of sums at the end), so rank r takes
+// samples r, r+W, r+2W... with no padding: shards differ by at most one sample.
+std::vector<int64_t> strided_shard(int64_t n, int rank, int world);
+
 // PyTorch's DistributedSampler: a seeded permutation per epoch (set_epoch), padded by repeating the
 // first indices or truncated so that every rank gets the same count, then rank::world strided.
+//
+// Note [Partial batches]: training batches all have --batch-size rows (one shape per step, and
+// --accum K x b equal to one batch of K*b), so each rank's last per_rank % batch_size samples of
+// an epoch are not trained on; the trainer says how many. They differ each epoch (set_epoch).
 class DistributedSampler {
  public:
   DistributedSampler(int64_t dataset_size, int rank, int world, bool shuffle, uint64_t seed, bool pad_tail);
@@ -59,12 +80,21 @@ class DistributedSampler {
   int64_t epoch_ = 0;
 };
 
+// What a BatchLoader does besides cutting batches.
+struct LoaderOptions {
+  // Also yield the last, short batch. Training drops it (Note [Partial batches]); evaluation keeps
+  // it, since it has no gradients and must score every sample.
+  bool keep_partial = false;
+  // Flip images with this seed (Note [Seeded augmentation]); unset: no augmentation.
+  std::optional<uint64_t> augment_seed;
+};
+
 // Worker threads assemble batches of one epoch ahead of the trainer into a bounded ring of
 // `prefetch` slots; the trainer takes them in order. Destruction stops the workers.
 class BatchLoader {
  public:
   BatchLoader(std::shared_ptr<Dataset> ds, std::vector<int64_t> indices, int64_t batch_size, int workers,
-              int prefetch, bool pin_memory);
+              int prefetch, bool pin_memory, LoaderOptions lo = {});
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -83,6 +113,7 @@ class BatchLoader {
   int64_t batch_size_, num_batches_;
   int workers_, prefetch_;
   bool pin_;
+  LoaderOptions lo_;
   std::vector<Batch> slots_;
   std::vector<std::exception_ptr> slot_error_;  // a worker's failure, rethrown by next() at that batch
   std::vector<int64_t> slot_batch_;  // which batch each slot holds, -1 when empty

@@ -1,5 +1,7 @@
 #include "grad_sync.hpp"
 
+#include "profiling.hpp"
+
 #include <memcomm/profiler/analysis.hpp>
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -46,6 +48,7 @@ GradSync::~GradSync() = default;
 // Strong guarantee: the new buckets are allocated before anything changes, so an out-of-memory
 // here (under a memory cap) leaves the old layout, and the gradients in it, untouched.
 void GradSync::build(const std::vector<size_t>& order) {
+  MemoryCategoryScope cat(prof::MemCategory::Gradient);  // the buckets are the gradients' storage
   std::vector<std::unique_ptr<Bucket>> fresh;
   int64_t cap = 1 << 20;  // Note [Gradient buckets]: the first bucket is small so communication starts early
   auto b = std::make_unique<Bucket>();
@@ -114,6 +117,7 @@ void GradSync::launch_ready() {  // Note [Buckets go out in order]
 void GradSync::launch(Bucket& b) {
   const double scale = 1.0 / comm_.world();  // Note [Averaging before the wire]
   torch::NoGradGuard no_grad;
+  MemoryCategoryScope cat(prof::MemCategory::CommBuffer);  // runs inside backward's hooks
   if (b.wire.defined()) {
     b.wire.copy_(b.flat.mul(scale));
     b.inflight = comm_.allreduce_async(b.wire, b.index);
@@ -229,6 +233,7 @@ std::vector<std::vector<size_t>> GradSync::layout() const {
 void average_parameters(std::vector<torch::Tensor>& params, Communicator& comm) {
   if (comm.world() == 1) return;
   torch::NoGradGuard no_grad;
+  MemoryCategoryScope cat(prof::MemCategory::CommBuffer);
   std::vector<torch::Tensor> flat_parts;
   for (auto& p : params) flat_parts.push_back(p.detach().reshape({-1}));
   auto flat = torch::cat(flat_parts).div_(comm.world());

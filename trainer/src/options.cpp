@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_size.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -43,9 +44,22 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.steps < 1) usage_error("--steps must be at least 1");
   if (o.workers < 0) usage_error("--workers must be 0 or more");
   if (o.prefetch < 1) usage_error("--prefetch must be at least 1");
-  if (o.lr <= 0) usage_error("--lr must be positive");
-  if (o.bucket_mb <= 0) usage_error("--bucket-mb must be positive");
-  if (o.timeout_s <= 0) usage_error("--timeout must be positive");
+  // Note [Range checks before LibTorch]: every numeric flag is checked here, so a bad value is a usage
+  // error (exit 2) naming the flag, not LibTorch's message deep inside an optimizer (exit 1) or, worse,
+  // a silently odd run. `!(x >= 0)` style comparisons also reject NaN.
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) usage_error("--lr must be a positive number");
+  if (!(o.momentum >= 0 && o.momentum < 1)) usage_error("--momentum must be at least 0 and below 1");
+  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) usage_error("--weight-decay must be 0 or more");
+  if (!(o.bucket_mb > 0) || !std::isfinite(o.bucket_mb)) usage_error("--bucket-mb must be positive");
+  if (!(o.timeout_s > 0) || !std::isfinite(o.timeout_s)) usage_error("--timeout must be a positive number of seconds");
+  if (o.threads < 0) usage_error("--threads must be 0 (cores divided among local ranks) or more");
+  if (o.eval_batches < 0) usage_error("--eval-batches must be 0 (the whole test split) or more");
+  if (o.checkpoint_every < 0) usage_error("--checkpoint-every must be 0 (never) or more");
+  if (o.empty_cache < 0) usage_error("--empty-cache must be 0 (never) or more");
+  if (o.synthetic_size < 1) usage_error("--synthetic-size must be at least 1");
+  if (resolved_dataset(o) != "fashion-mnist" && o.synthetic_size < o.nproc && o.tail == "drop")
+    usage_error("--synthetic-size " + std::to_string(o.synthetic_size) + " gives some of the " +
+                std::to_string(o.nproc) + " ranks no sample with --tail drop");
   if (o.sync_every < 0) usage_error("--sync-every must be 0 (synchronous) or more");
   if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
   if (o.model == "transformer" && (o.width % o.heads) != 0)
@@ -60,6 +74,7 @@ void check_train_options(const TrainOptions& o, const char* program) {
   const auto ds = resolved_dataset(o);
   if (o.model == "transformer" && ds != "tokens") usage_error("the transformer trains on --dataset tokens");
   if (o.model != "transformer" && ds == "tokens") usage_error("--dataset tokens needs --model transformer");
+  if (o.augment && ds != "fashion-mnist") usage_error("--augment flips images: it needs --dataset fashion-mnist");
 }
 
 std::string resolved_dataset(const TrainOptions& o) {
@@ -95,9 +110,15 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   g->add_option("--workers", o.workers, "Loader worker threads per rank (0 loads on the training thread)")
       ->capture_default_str();
   g->add_option("--prefetch", o.prefetch, "Batches each rank's loader prepares ahead")->capture_default_str();
-  g->add_option("--tail", o.tail, "Uneven shards: pad (repeat samples) or drop the remainder")
+  g->add_option("--tail", o.tail,
+                "Dataset size not a multiple of the ranks: pad (repeat samples) or drop the remainder, so every rank "
+                "gets as many; each rank's last partial batch of an epoch is then left out (the run says how many)")
       ->check(CLI::IsMember({"pad", "drop"}))->capture_default_str();
-  g->add_option("--synthetic-size", o.synthetic_size, "Samples in the synthetic datasets")->capture_default_str();
+  g->add_option("--synthetic-size", o.synthetic_size,
+                "Samples in the synthetic training sets (their test split has a sixth as many)")->capture_default_str();
+  g->add_flag("--augment", o.augment,
+              "Flip Fashion-MNIST images horizontally at random, drawn per (seed, epoch, sample) so that results "
+              "do not depend on --workers");
 
   g = app.add_option_group("Model");
   g->add_option("--model", o.model, "mlp, cnn or transformer (decoder-only LM)")
@@ -136,7 +157,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   g = app.add_option_group("Observation");
   g->add_option("--log-interval", o.log_interval, "Log every N optimizer steps")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  g->add_option("--eval-batches", o.eval_batches, "Evaluation batches on the test split (0: all)")
+  g->add_option("--eval-batches", o.eval_batches,
+                "Evaluation batches per rank on the test split (0: all of it, every sample once, the last short "
+                "batch included)")
       ->capture_default_str();
   g->add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
   g->add_option("--trace", o.trace,
@@ -154,16 +177,24 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                 "Cap on the bytes tensors may reserve (e.g. 512MiB, 1.5GiB, 2GB = 2e9 bytes): memcomm's CPU allocator on the CPU, "
                 "PyTorch's CUDA allocator on a GPU (each GPU under --mode dp); past it, an allocation fails as out of memory (0: none)")
       ->transform(size_transform())->capture_default_str();
+  g->add_option("--empty-cache", o.empty_cache,
+                "Give the allocator's cached memory back every N steps and before evaluation, as "
+                "torch.cuda.empty_cache() (0: never); the trace and the summary show what was released")
+      ->capture_default_str();
 
   g = app.add_option_group("Checkpoints");
   g->add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");
   g->add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every S steps (atomic: temp, fsync, rename)")
       ->capture_default_str();
-  g->add_flag("--resume", o.resume, "Continue from the newest checkpoint in --checkpoint-dir");
+  g->add_flag("--resume", o.resume,
+              "Continue from --checkpoint-dir: each rank reads its own file (ckpt.rankR.pt, the last one written)");
 
   app.add_flag("--print-checksums", o.print_checksums, "Print a parameter checksum after every step (for tests)")
       ->group("");  // hidden: a test hook, not a user feature
   app.add_option("--dump-params", o.dump_params, "Write the final parameters as raw float32 (for tests)")->group("");
+  app.add_flag("--test-perturb-init", o.test_perturb_init,
+               "Ranks other than 0 perturb their initial parameters before the broadcast (for tests)")
+      ->group("");
 }
 
 TrainOptions parse_train_options(int argc, char** argv) {
@@ -172,6 +203,19 @@ TrainOptions parse_train_options(int argc, char** argv) {
       "memcomm-train: data-parallel training on LibTorch with real collectives (Gloo on CPU, NCCL on GPUs).\n"
       "Runs by itself (--nproc N spawns N local ranks), under 'torchrun --no-python', or under Slurm (srun)."};
   app.get_formatter()->column_width(34);
+  app.footer(
+      "Launch environments:\n"
+      "  standalone   memcomm-train --nproc N ...: spawns N local ranks (rendezvous on 127.0.0.1, a free port)\n"
+      "  torchrun     torchrun --nproc-per-node N --no-python memcomm-train ...: reads RANK, WORLD_SIZE,\n"
+      "               LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT\n"
+      "  Slurm        srun memcomm-train ...: reads SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; MASTER_ADDR\n"
+      "               defaults to the first host of SLURM_STEP_NODELIST, MASTER_PORT to 29500\n"
+      "Exit codes:\n"
+      "  0  success\n"
+      "  1  a runtime error (bad data, a corrupt checkpoint, out of memory); with --nproc, a rank that failed\n"
+      "  2  a usage error: a bad flag or value, a missing dataset, an unwritable --checkpoint-dir, a GPU-only\n"
+      "     flag on the CPU\n"
+      "  3  a collective failed or took longer than --timeout; the message names the lost rank(s)");
   add_train_options(app, o);
   parse_or_exit(app, argc, argv, "memcomm-train");
   check_train_options(o, "memcomm-train");

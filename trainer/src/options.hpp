@@ -25,6 +25,7 @@ struct TrainOptions {
   int prefetch = 4;                // batches queued ahead per rank
   std::string tail = "pad";        // pad | drop: how uneven shards are balanced
   int64_t synthetic_size = 60000;  // samples in the synthetic sets
+  bool augment = false;            // random horizontal flips of the images (Note [Seeded augmentation])
 
   // --- model ---
   std::string model = "cnn";       // mlp | cnn | transformer
@@ -54,6 +55,7 @@ struct TrainOptions {
   std::string cupti = "auto";      // auto | on | off: GPU activity (CUPTI) in the trace/stream
   std::string allocator = "memcomm";  // memcomm | torch
   int64_t memory_limit = 0;        // bytes tensors may reserve (CPU: memcomm's cap; GPU: PyTorch's); 0 = none
+  int64_t empty_cache = 0;         // >0: give cached memory back every N steps and before evaluation
 
   // --- checkpoints ---
   std::string checkpoint_dir;
@@ -64,6 +66,9 @@ struct TrainOptions {
   bool print_checksums = false;
   // Test hook: write the final parameters as raw float32, in parameter order, to this file.
   std::string dump_params;
+  // Test hook: ranks other than 0 perturb their freshly initialised parameters before the broadcast
+  // from rank 0, so a broken broadcast shows as ranks that differ (and prints checksums of both).
+  bool test_perturb_init = false;
 };
 
 }  // namespace memcomm::train

@@ -41,15 +41,26 @@ prof::CollOp to_trace_op(const std::string& op) {
   return prof::CollOp::Unknown;
 }
 
-prof::DType to_trace_dtype(int bytes) {
-  switch (bytes) {
-    case 8: return prof::DType::F64;
-    case 4: return prof::DType::F32;
-    case 2: return prof::DType::BF16;
-    case 1: return prof::DType::U8;
-    default: return prof::DType::Unknown;
-  }
+prof::DType to_trace_dtype(const std::string& dtype) {
+  if (dtype == "f32") return prof::DType::F32;
+  if (dtype == "f64") return prof::DType::F64;
+  if (dtype == "bf16") return prof::DType::BF16;
+  if (dtype == "f16") return prof::DType::F16;
+  if (dtype == "i64") return prof::DType::I64;
+  if (dtype == "i32") return prof::DType::I32;
+  if (dtype == "u8") return prof::DType::U8;
+  if (dtype == "i8") return prof::DType::I8;
+  return prof::DType::Unknown;
 }
+
+// Note [Memory categories]: what the running code is allocating for, per thread (the allocator
+// calls its observers on the allocating thread). MemoryCategoryScope sets it where the trainer
+// knows: parameters while the model is built, gradients while buckets are (re)built, inputs in the
+// loader, activations in forward and backward (autograd's intermediate gradients have the shapes
+// of activations), optimizer state in the optimizer step (its state is created at the first one),
+// communication buffers around collectives. Allocations on LibTorch's intra-op threads
+// (--threads > 1) and anything outside a scope stay Unknown.
+thread_local uint8_t t_category = 0;
 
 // Copies each allocator event into the recorder's ring: lock-free, no allocation (the allocator
 // may call it with its lock held).
@@ -67,12 +78,21 @@ class AllocatorTap final : public alloc::Observer {
       prof::record(o);
       return;
     }
+    // Only allocations carry a category; the viewer finds a free's category by address.
+    const auto cat = e.kind == alloc::EventKind::alloc ? static_cast<prof::MemCategory>(t_category)
+                                                      : prof::MemCategory::Unknown;
     prof::record(prof::make_mem_block(to_trace_kind(e.kind), ts, e.address, e.size, dev,
-                                      static_cast<uint8_t>(e.stream)));
+                                      static_cast<uint8_t>(e.stream), cat));
   }
 };
 
 }  // namespace
+
+MemoryCategoryScope::MemoryCategoryScope(prof::MemCategory c) noexcept : saved_(t_category) {
+  t_category = static_cast<uint8_t>(c);
+}
+
+MemoryCategoryScope::~MemoryCategoryScope() { t_category = saved_; }
 
 struct RunProfiler::Impl {
   prof::Recorder& rec = prof::Recorder::global();
@@ -180,7 +200,7 @@ RunProfiler::~RunProfiler() { finish(); }
 void RunProfiler::collective(const CollectiveRecord& r) {
   if (!impl_) return;
   const auto op = to_trace_op(r.op);
-  const auto dt = to_trace_dtype(r.dtype_bytes);
+  const auto dt = to_trace_dtype(r.dtype);
   const uint16_t bucket = r.bucket < 0 ? prof::kNoBucket : static_cast<uint16_t>(r.bucket);
   const auto seq = static_cast<uint32_t>(r.seq);
   prof::record(prof::make_collective(prof::EventKind::CollEnqueue, r.start_ns, op, dt, uint64_t(r.bytes), 0, seq, bucket));

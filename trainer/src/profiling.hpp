@@ -7,6 +7,9 @@
 #include "launch.hpp"
 #include "options.hpp"
 
+#include <memcomm/profiler/event.hpp>
+
+#include <cstdint>
 #include <memory>
 
 namespace memcomm::alloc {
@@ -14,6 +17,20 @@ class CachingAllocator;
 }
 
 namespace memcomm::train {
+
+// Labels this thread's allocations with `c` in the trace until the scope ends (scopes nest; the
+// enclosing label comes back). Costs a thread-local store; works whether or not a run records.
+// Note [Memory categories] in profiling.cpp.
+class MemoryCategoryScope {
+ public:
+  explicit MemoryCategoryScope(prof::MemCategory c) noexcept;
+  ~MemoryCategoryScope();
+  MemoryCategoryScope(const MemoryCategoryScope&) = delete;
+  MemoryCategoryScope& operator=(const MemoryCategoryScope&) = delete;
+
+ private:
+  uint8_t saved_;
+};
 
 class RunProfiler {
  public:

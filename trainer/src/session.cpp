@@ -15,8 +15,10 @@
 #include <memcomm/profiler/recorder.hpp>
 
 #include "errors.hpp"
+#include "profiling.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -101,17 +103,27 @@ class DeviceFeeder {
 
 TrainSession::TrainSession(const TrainOptions& o, Communicator& comm, const torch::Device& dev, int64_t num_classes)
     : o_(o), dev_(dev), feeder_(std::make_unique<DeviceFeeder>(dev)) {
-  torch::manual_seed(o.seed);
-  model_ = make_model(o, num_classes);
-  model_->to(dev);
-  params_ = model_->parameters();
   {
+    MemoryCategoryScope cat(prof::MemCategory::Parameter);
+    torch::manual_seed(o.seed);
+    model_ = make_model(o, num_classes);
+    model_->to(dev);
+    params_ = model_->parameters();
     // Parameters and buffers start equal everywhere: rank 0's copy wins.
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> state;
     for (auto& p : params_) state.push_back(p.detach());
     for (auto& b : model_->buffers()) state.push_back(b);
+    // Note [Testing the broadcast]: every rank seeds the same, so without this hook a broadcast that
+    // did nothing would go unseen; the hook makes the ranks start different (1e-3 * rank on every
+    // parameter), and the checksums show the broadcast made them equal.
+    if (o.test_perturb_init && comm.rank() != 0)
+      for (auto& p : state) p.add_(1e-3 * comm.rank());
+    const uint64_t before = o.print_checksums ? parameter_checksum(params_) : 0;
     comm.broadcast(state, 0);
+    if (o.print_checksums)
+      std::printf("init checksum rank %d before-broadcast %016llx after-broadcast %016llx\n", comm.rank(),
+                  static_cast<unsigned long long>(before), static_cast<unsigned long long>(parameter_checksum(params_)));
   }
   if (o.mode == "dp") {
     // Note [Replicas for --mode dp]: every visible GPU, or the one CPU device.
@@ -125,7 +137,7 @@ TrainSession::TrainSession(const TrainOptions& o, Communicator& comm, const torc
   }
   opt_ = make_optimizer(o, params_);
   if (o.sync_every == 0) sync_ = std::make_unique<GradSync>(params_, comm, o.bucket_mb, o.overlap, o.grad_compression);
-  if (sync_) sync_->zero_grad();
+  if (sync_) sync_->zero_grad();  // GradSync labels its buckets Gradient itself
 }
 
 TrainSession::~TrainSession() = default;
@@ -144,6 +156,7 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
     Batch b;
     {
       prof::PhaseScope wait_scope(prof::Phase::DataWait);
+      MemoryCategoryScope cat(prof::MemCategory::Input);
       phase_ = "data";
       int64_t waited = 0;
       b = next_batch(waited);
@@ -151,12 +164,16 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
     }
     torch::Tensor x, y;
     phase_ = "forward";  // the copy to the device allocates there
-    feeder_->to_device(b, x, y);
+    {
+      MemoryCategoryScope cat(prof::MemCategory::Input);
+      feeder_->to_device(b, x, y);
+    }
     const bool last = k == accum - 1;
     if (sync_) sync_->prepare(last);
     torch::Tensor loss;
     {
       prof::PhaseScope fwd_scope(prof::Phase::Forward);
+      MemoryCategoryScope cat(prof::MemCategory::Activation);
       phase_ = "forward";
       AutocastScope autocast(o_.amp == "bf16");
       loss = model_->loss(forward(x), y);
@@ -164,6 +181,7 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
     const int64_t t_bwd = monotonic_ns();
     {
       prof::PhaseScope bwd_scope(prof::Phase::Backward);
+      MemoryCategoryScope cat(prof::MemCategory::Activation);  // Note [Memory categories]
       phase_ = "backward";
       (loss / accum).backward();
     }
@@ -177,6 +195,7 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
   }
   if (sync_) {
     prof::PhaseScope comm_scope(prof::Phase::Comm);
+    MemoryCategoryScope cat(prof::MemCategory::CommBuffer);
     phase_ = "communication";
     const int64_t exposed_before = sync_->stats().exposed_ns;
     sync_->finish();
@@ -184,6 +203,7 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
   }
   {
     prof::PhaseScope opt_scope(prof::Phase::Optimizer);
+    MemoryCategoryScope cat(prof::MemCategory::OptimizerState);
     phase_ = "optimizer";
     opt_->step();
     if (sync_) sync_->zero_grad();
@@ -318,6 +338,8 @@ MemoryFigures memory_figures(const torch::Device& dev, alloc::CachingAllocator* 
     const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     f.peak_allocated = st.allocated_bytes[all].peak;
     f.peak_reserved = st.reserved_bytes[all].peak;
+    f.reserved = st.reserved_bytes[all].current;
+    f.allocator = "torch-cuda";
     return f;
   }
 #endif
@@ -326,6 +348,9 @@ MemoryFigures memory_figures(const torch::Device& dev, alloc::CachingAllocator* 
     f.peak_allocated = static_cast<int64_t>(st.allocated_bytes.peak);
     f.peak_reserved = static_cast<int64_t>(st.reserved_bytes.peak);
     f.limit = static_cast<int64_t>(cpu_alloc->config().capacity);
+    f.reserved = static_cast<int64_t>(st.reserved_bytes.current);
+    f.fragmentation = st.fragmentation();
+    f.allocator = "memcomm";
   }
   return f;
 }
@@ -352,6 +377,7 @@ void release_cached_memory(const torch::Device& dev, alloc::CachingAllocator* cp
 EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Communicator& comm,
                     const torch::Device& dev) {
   torch::NoGradGuard no_grad;
+  MemoryCategoryScope cat(prof::MemCategory::Activation);
   model.eval();
   double loss_sum = 0;
   int64_t correct = 0, count = 0;
@@ -359,8 +385,10 @@ EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env,
   double failure_code = 0;  // 1: an error, 2: out of memory
   try {
     auto test = make_dataset(o, "test");
-    DistributedSampler sampler(test->size(), env.rank, env.world, false, o.seed, false);
-    BatchLoader loader(test, sampler.indices(), o.batch_size, o.workers, o.prefetch, dev.is_cuda());
+    LoaderOptions lo;
+    lo.keep_partial = true;  // no gradients here: a short last batch is fine, and every sample counts
+    BatchLoader loader(test, strided_shard(test->size(), env.rank, env.world), o.batch_size, o.workers, o.prefetch,
+                       dev.is_cuda(), lo);
     Batch b;
     for (int64_t i = 0; loader.next(b); ++i) {
       if (o.eval_batches > 0 && i >= o.eval_batches) break;
@@ -392,10 +420,10 @@ EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env,
   }
   EvalResult e;
   e.samples = static_cast<int64_t>(totals[2].item<double>());
-  if (e.samples > 0) {
-    e.loss = totals[0].item<double>() / static_cast<double>(e.samples);
-    e.accuracy = totals[1].item<double>() / static_cast<double>(e.samples);
-  }
+  if (e.samples == 0) throw std::runtime_error("evaluation scored no sample: the test split of " + resolved_dataset(o) +
+                                               " is empty");
+  e.loss = totals[0].item<double>() / static_cast<double>(e.samples);
+  e.accuracy = totals[1].item<double>() / static_cast<double>(e.samples);
   return e;
 }
 

@@ -45,6 +45,9 @@ int64_t free_device_memory(const torch::Device& dev);
 struct MemoryFigures {
   int64_t peak_allocated = -1, peak_reserved = -1;  // bytes since reset_peak_memory(); -1: unknown
   int64_t limit = 0;                                // the cap in force; 0: none
+  int64_t reserved = -1;                            // bytes reserved now; -1: unknown
+  double fragmentation = -1;                        // memcomm's external fragmentation now; -1: unknown
+  const char* allocator = "torch";                  // whose figures: memcomm (CPU), torch-cuda, or torch (none)
 };
 MemoryFigures memory_figures(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc);
 void reset_peak_memory(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc);
@@ -122,7 +125,9 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
   int64_t samples = 0;
 };
-// Evaluation under no_grad on the test split, sharded over ranks and summed with one all-reduce.
+// Evaluation under no_grad on the test split: every sample scored exactly once across the ranks
+// (Note [Evaluation shards] in data.hpp; --eval-batches caps each rank's batches), summed with one
+// all-reduce. Throws when no rank scored a sample (an empty test split).
 EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Communicator& comm,
                     const torch::Device& dev);
 

@@ -21,6 +21,11 @@ void print_summary(const RunSummary& s) {
   fmt::print("  model {} on {} | {} rank(s), backend {}, device {}\n", s.model, s.dataset, s.world, s.backend, s.device);
   fmt::print("  batch {} per rank x accum {} x {} ranks = {} global | {} steps in {:.2f} s\n", s.micro_batch, s.accum,
              s.world, s.global_batch, s.steps, s.wall_s);
+  fmt::print("  per rank and epoch: {} samples, {} batches{}{}\n", s.samples_per_rank_epoch, s.batches_per_epoch,
+             s.tail_adjust > 0   ? fmt::format(", {} repeated by --tail pad", s.tail_adjust)
+             : s.tail_adjust < 0 ? fmt::format(", {} left out by --tail drop", -s.tail_adjust)
+                                 : std::string(),
+             s.unused_per_epoch > 0 ? fmt::format(", last {} unused (partial batch)", s.unused_per_epoch) : std::string());
   fmt::print("  throughput {:.1f} samples/s | step {:.2f} ms mean, {:.2f} p50, {:.2f} p95\n", s.samples_per_s,
              s.step_ms_mean, s.step_ms_p50, s.step_ms_p95);
   fmt::print("  loss {:.4f} -> {:.4f} | eval loss {:.4f}, accuracy {:.2f}% on {} samples\n", s.first_loss,
@@ -29,11 +34,15 @@ void print_summary(const RunSummary& s) {
              s.comm_ms, s.exposed_comm_ms, s.overlap_pct, s.allreduce_calls, s.buckets, bytes_str(s.bytes_on_wire));
   if (s.param_syncs > 0) fmt::print("  local SGD: {} parameter averages\n", s.param_syncs);
   fmt::print("  data wait {:.1f} ms | backward {:.1f} ms\n", s.data_wait_ms, s.backward_ms);
-  fmt::print("  allocator {}: peak allocated {}, peak reserved {}, fragmentation {}\n", s.allocator,
-             bytes_str(s.peak_allocated), bytes_str(s.peak_reserved),
-             s.fragmentation < 0 ? std::string("n/a") : fmt::format("{:.3f}", s.fragmentation));
+  fmt::print("  allocator {}: peak allocated {}, peak reserved {}, fragmentation {} | peak rss {} (largest rank)\n",
+             s.allocator, bytes_str(s.peak_allocated), bytes_str(s.peak_reserved),
+             s.fragmentation < 0 ? std::string("n/a") : fmt::format("{:.3f}", s.fragmentation), bytes_str(s.peak_rss));
+  if (s.cache_clears > 0)
+    fmt::print("  cache cleared {} time(s) per rank, {} given back in all\n", s.cache_clears,
+               s.allocator == "torch" ? std::string("n/a (LibTorch's CPU allocator keeps no cache)")
+                                      : bytes_str(s.cache_released));
   if (s.trace_events > 0 || s.trace_drops > 0)
-    fmt::print("  trace: {} events, {} dropped\n", s.trace_events, s.trace_drops);
+    fmt::print("  trace: {} events, {} dropped (all ranks)\n", s.trace_events, s.trace_drops);
   std::fflush(stdout);
 }
 
@@ -49,7 +58,10 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"first_loss", s.first_loss}, {"final_loss", s.final_loss}, {"eval_loss", s.eval_loss},
       {"eval_accuracy", s.eval_accuracy}, {"eval_samples", s.eval_samples}, {"allocator", s.allocator},
       {"peak_allocated", s.peak_allocated}, {"peak_reserved", s.peak_reserved}, {"fragmentation", s.fragmentation},
-      {"trace_events", s.trace_events}, {"trace_drops", s.trace_drops}};
+      {"trace_events", s.trace_events}, {"trace_drops", s.trace_drops}, {"peak_rss", s.peak_rss},
+      {"cache_clears", s.cache_clears}, {"cache_released", s.cache_released},
+      {"samples_per_rank_epoch", s.samples_per_rank_epoch}, {"batches_per_epoch", s.batches_per_epoch},
+      {"tail_adjust", s.tail_adjust}, {"unused_per_epoch", s.unused_per_epoch}};
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp);

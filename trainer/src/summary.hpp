@@ -13,6 +13,10 @@ struct RunSummary {
   int64_t micro_batch = 0;       // per rank
   int64_t global_batch = 0;      // micro_batch * accum * world
   int64_t steps = 0;             // optimizer steps run in this process (after a resume: since it)
+  int64_t samples_per_rank_epoch = 0;  // each rank's shard of the training set, after --tail
+  int64_t batches_per_epoch = 0;       // micro-batches per rank and epoch
+  int64_t tail_adjust = 0;             // --tail: >0 samples repeated (pad), <0 samples left out (drop)
+  int64_t unused_per_epoch = 0;        // each rank's partial last batch, not trained on (Note [Partial batches])
   double wall_s = 0;             // training loop wall time
   double samples_per_s = 0;      // global samples per second
   double step_ms_mean = 0, step_ms_p50 = 0, step_ms_p95 = 0;
@@ -28,9 +32,13 @@ struct RunSummary {
   double first_loss = 0, final_loss = 0;
   double eval_loss = 0, eval_accuracy = 0;
   int64_t eval_samples = 0;
-  std::string allocator = "torch";
+  // Memory figures are the largest over the ranks, counts their sum (Note [Run-wide figures]).
+  std::string allocator = "torch";  // whose figures: memcomm (CPU), torch-cuda (GPU) or torch (none kept)
   int64_t peak_allocated = -1, peak_reserved = -1;  // -1: not known for this allocator
   double fragmentation = -1;
+  int64_t peak_rss = -1;            // the process's peak resident set
+  int64_t cache_clears = 0;         // --empty-cache: times the cache was given back, per rank
+  int64_t cache_released = 0;       // bytes those clears released, all ranks
   int64_t trace_events = 0, trace_drops = 0;
 };
 

@@ -20,10 +20,12 @@
 #include <memcomm/allocator/torch_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>
 #include <memcomm/profiler/sink.hpp>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <thread>
@@ -37,6 +39,24 @@ double lr_at(const TrainOptions& o, int64_t step) {
   if (o.schedule == "step") return o.lr * (frac >= 0.75 ? 0.01 : frac >= 0.5 ? 0.1 : 1.0);
   if (o.schedule == "cosine") return o.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
   return o.lr;
+}
+
+// The process's peak resident set (getrusage), for runs whose allocator keeps no statistics.
+int64_t peak_rss_bytes() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// memcomm-view's path when it sits beside this binary (build/bin/), else its bare name.
+std::string viewer_command() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto viewer = self.parent_path() / "memcomm-view";
+    if (std::filesystem::exists(viewer, ec)) return viewer.string();
+  }
+  return "memcomm-view";
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -81,7 +101,10 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
 
   DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == "pad");
   const int64_t per_epoch = sampler.per_rank() / o.batch_size;
-  if (per_epoch < 1) throw UsageError("--batch-size is larger than this rank's shard");
+  if (per_epoch < 1)
+    throw UsageError("--batch-size " + std::to_string(o.batch_size) + " is larger than this rank's shard of " +
+                     std::to_string(sampler.per_rank()) + " samples");
+  const int64_t unused_per_epoch = sampler.per_rank() % o.batch_size;  // Note [Partial batches]
   if (leader) {
     fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n", o.model,
                parameter_count(model), train_set->describe(), env.world, env.launcher, comm.backend(), dev.str());
@@ -92,9 +115,19 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
                  session.dp_devices().size(), names,
                  session.dp_devices().size() == 1 ? " (one device: the same as plain training)" : "");
     }
-    fmt::print("  per rank: {} samples/epoch, {} batches of {}; tail {} {} sample(s)\n", sampler.per_rank(),
-               per_epoch, o.batch_size, sampler.tail_adjust() >= 0 ? "padded with" : "dropped",
-               std::abs(sampler.tail_adjust()));
+    // Two different tails: the sampler's, which evens the shards across ranks (--tail), and each
+    // shard's partial last batch, which training leaves out (Note [Partial batches] in data.hpp).
+    const int64_t adj = sampler.tail_adjust();
+    const std::string shards =
+        adj > 0   ? fmt::format("--tail pad repeated {} sample(s) so the {} ranks get equal shards", adj, env.world)
+        : adj < 0 ? fmt::format("--tail drop left out {} sample(s) so the {} ranks get equal shards", -adj, env.world)
+                  : fmt::format("the dataset splits evenly over {} rank(s)", env.world);
+    const std::string partial =
+        unused_per_epoch > 0
+            ? fmt::format("the last {} sample(s) of each rank's epoch are unused (partial batch dropped)", unused_per_epoch)
+            : std::string("no partial batch");
+    fmt::print("  per rank: {} samples/epoch, {} batches of {}; {}; {}\n", sampler.per_rank(), per_epoch,
+               o.batch_size, shards, partial);
     std::fflush(stdout);
   }
 
@@ -109,7 +142,26 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   s.micro_batch = o.batch_size;
   s.global_batch = o.batch_size * o.accum * env.world;
   s.buckets = sync ? sync->num_buckets() : 0;
+  s.samples_per_rank_epoch = sampler.per_rank();
+  s.batches_per_epoch = per_epoch;
+  s.tail_adjust = sampler.tail_adjust();
+  s.unused_per_epoch = unused_per_epoch;
 
+  // Note [Clearing the cache]: the tutorials' torch.cuda.empty_cache(): --empty-cache N gives the
+  // allocator's free cached segments back every N steps and before evaluation (memcomm's on the CPU,
+  // PyTorch's on a GPU; LibTorch's own CPU allocator keeps no cache). It fights fragmentation at
+  // the price of fresh system allocations afterwards; the bytes released go to the trace as the
+  // counter mem.cache_released (with the allocator's segment frees) and to the summary.
+  const auto clear_cache = [&] {
+    const MemoryFigures before = memory_figures(dev, cpu_alloc);
+    release_cached_memory(dev, cpu_alloc);
+    const MemoryFigures after = memory_figures(dev, cpu_alloc);
+    ++s.cache_clears;
+    if (before.reserved >= 0 && after.reserved >= 0) {
+      s.cache_released += before.reserved - after.reserved;
+      profiler.counter("mem.cache_released", double(before.reserved - after.reserved));
+    }
+  };
   const bool tty = leader && ::isatty(STDOUT_FILENO);
   std::vector<double> step_ms;
   double interval_loss = 0;
@@ -127,8 +179,10 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
       auto idx = sampler.indices();
       idx.erase(idx.begin(), idx.begin() + batch * o.batch_size);  // resume mid-epoch
       loader.reset();
+      LoaderOptions lo;
+      if (o.augment) lo.augment_seed = augment_seed(o.seed, epoch);  // Note [Seeded augmentation]
       loader = std::make_unique<BatchLoader>(train_set, std::move(idx), o.batch_size, o.workers, o.prefetch,
-                                             dev.is_cuda());
+                                             dev.is_cuda(), lo);
       loader_epoch = epoch;
     }
     Batch b;
@@ -157,16 +211,26 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     if (o.print_checksums) fmt::print("checksum step {} rank {} {:016x}\n", step + 1, env.rank, parameter_checksum(params));
     if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       prof::PhaseScope ckpt_scope(prof::Phase::Checkpoint);
+      MemoryCategoryScope cat(prof::MemCategory::Temporary);
       save_checkpoint(o.checkpoint_dir, env.rank, step + 1, model, opt);
     }
+    if (o.empty_cache > 0 && (step + 1) % o.empty_cache == 0) clear_cache();
     const bool log_now = (step + 1) % o.log_interval == 0 || step + 1 == o.steps;
     if (leader && (log_now || tty)) {
       const double el = static_cast<double>(monotonic_ns() - t_start) / 1e9;
       const double sps = static_cast<double>((step + 1 - start_step) * s.global_batch) / std::max(el, 1e-9);
       profiler.counter(prof::kCounterSamplesPerSec, sps);
-      std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s", m / per_epoch, step + 1,
-                                     o.steps, interval_loss / interval_steps, sps);
-      if (cpu_alloc) line += fmt::format(" peak {:.1f} MiB", double(cpu_alloc->stats().reserved_bytes.peak) / (1 << 20));
+      // The epoch of the step just done (m has moved past its last micro-batch).
+      std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.6g} {:.0f} samples/s", (m - 1) / per_epoch,
+                                     step + 1, o.steps, interval_loss / interval_steps, lr_at(o, step), sps);
+      // Note [Peak memory in the log]: the allocator that serves the training device (memcomm's on
+      // the CPU, PyTorch's CUDA allocator on a GPU); with LibTorch's CPU allocator, which keeps no
+      // statistics, the process's peak resident set stands in, and says so.
+      const MemoryFigures mf = memory_figures(dev, cpu_alloc);
+      if (mf.peak_reserved >= 0)
+        line += fmt::format(" peak reserved {:.1f} MiB", double(mf.peak_reserved) / (1 << 20));
+      else
+        line += fmt::format(" peak rss {:.1f} MiB", double(peak_rss_bytes()) / (1 << 20));
       if (log_now) {
         fmt::print("{}{}\n", tty ? "\r\033[K" : "", line);
         interval_loss = 0;
@@ -182,6 +246,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   loader.reset();
   s.wall_s = static_cast<double>(monotonic_ns() - t_start) / 1e9;
   s.steps = o.steps - start_step;
+  if (o.empty_cache > 0) clear_cache();  // before evaluation (Note [Clearing the cache])
 
   EvalResult e;
   {
@@ -215,24 +280,34 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     }
     if (!f) throw std::runtime_error("cannot write --dump-params file " + o.dump_params);
   }
-  if (cpu_alloc) {
-    const auto st = cpu_alloc->stats();
-    s.allocator = "memcomm";
-    s.peak_allocated = st.allocated_bytes.peak;
-    s.peak_reserved = st.reserved_bytes.peak;
-    s.fragmentation = st.fragmentation();
-  }
-  comm.barrier();  // every rank finished before rank 0 reports and the store goes away
+  const MemoryFigures mf = memory_figures(dev, cpu_alloc);
+  s.allocator = mf.allocator;
   const auto [events, drops] = profiler.finish();
-  s.trace_events = events;
-  s.trace_drops = drops;
+  comm.on_collective = nullptr;  // the recorder has stopped
+  // Note [Run-wide figures]: the summary speaks for the job, not rank 0: peaks (memory, resident
+  // set, fragmentation) are the largest over the ranks, counts (trace events and drops, bytes the
+  // cache gave back) their sum. The two all-reduces also stand for the closing barrier: every rank
+  // has finished before rank 0 reports and its store goes away.
+  auto peaks = torch::tensor({double(mf.peak_allocated), double(mf.peak_reserved), mf.fragmentation,
+                              double(peak_rss_bytes())}, torch::kFloat64);
+  comm.allreduce(peaks, -1, Reduce::Max);
+  auto sums = torch::tensor({double(events), double(drops), double(s.cache_released)}, torch::kFloat64);
+  comm.allreduce(sums);
+  s.peak_allocated = static_cast<int64_t>(peaks[0].item<double>());
+  s.peak_reserved = static_cast<int64_t>(peaks[1].item<double>());
+  s.fragmentation = peaks[2].item<double>();
+  s.peak_rss = static_cast<int64_t>(peaks[3].item<double>());
+  s.trace_events = static_cast<int64_t>(sums[0].item<double>());
+  s.trace_drops = static_cast<int64_t>(sums[1].item<double>());
+  s.cache_released = static_cast<int64_t>(sums[2].item<double>());
   if (leader) {
     print_summary(s);
-    if (!o.trace.empty())
-      fmt::print("trace: one file per rank, {} ...; open them with: memcomm-view {}\n",
-                 prof::rank_trace_path(o.trace, 0),
-                 env.world > 1 ? prof::rank_trace_path(o.trace, 0).replace(prof::rank_trace_path(o.trace, 0).rfind("0.mct"), 1, "*")
-                               : prof::rank_trace_path(o.trace, 0));
+    if (!o.trace.empty()) {
+      // Every rank's file, as a shell glob when there are several; the viewer beside this binary.
+      std::string files = prof::rank_trace_path(o.trace, 0);
+      if (env.world > 1) files.replace(files.rfind("0.mct"), 1, "*");
+      fmt::print("trace: one file per rank; open them with: {} {}\n", viewer_command(), files);
+    }
     if (!o.summary_json.empty()) write_summary_json(s, o.summary_json);
   }
   return 0;
