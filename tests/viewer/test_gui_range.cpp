@@ -1,37 +1,15 @@
 // memcomm-view --range T0:T1 loads only that time range of a trace (issue 6: "for very large
 // files, a time range can be chosen before the full load"), and a bad range is a usage error.
-#include "gui_fixture.hpp"
+#include "view_traces.hpp"
 
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-#include <memcomm/profiler/trace_writer.hpp>
-
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 
 using namespace gui_test;
-namespace prof = memcomm::prof;
 
 namespace {
-// One rank, 100 steps of 10 ms from t = 0, each with 10 kernels: step s is [s*10 ms, s*10 ms + 9 ms].
-std::string write_steps(const std::string& path) {
-  prof::WriterOptions o;
-  o.rank = 0;
-  prof::TraceWriter w(path, o);
-  const std::vector<prof::StringDef> defs = {{1, "gemm"}};
-  std::vector<prof::Event> ev;
-  for (int s = 0; s < 100; ++s) {
-    const std::int64_t t = static_cast<std::int64_t>(s) * 10'000'000;
-    ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeBegin, t, prof::Phase::Step, 0, s, 0)));
-    for (int k = 0; k < 10; ++k)
-      ev.push_back(prof::Event::from(prof::make_compute(prof::EventKind::Kernel, t + k * 800'000, t + k * 800'000 + 500'000, 7, 1)));
-    ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, t + 9'000'000, prof::Phase::Step, 0, s, 0)));
-  }
-  w.write_chunk(defs, ev);
-  w.close();
-  return path;
-}
-
 std::uint64_t spans_in_report(const std::string& report) {
   std::ifstream f(report);
   const auto j = nlohmann::json::parse(f);
@@ -43,7 +21,7 @@ std::uint64_t spans_in_report(const std::string& report) {
 
 TEST_CASE("memcomm-view --range loads only the chosen time range", "[gui][viewer]") {
   if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
-  const std::string trace = write_steps(out_dir() + "/range_steps.mct");
+  const std::string trace = view_traces::write_steps(out_dir() + "/range_steps.mct");
   const std::string all = out_dir() + "/range_all.json", part = out_dir() + "/range_part.json";
   std::string out;
   REQUIRE(run_viewer(trace + " --screenshot " + out_dir() + "/range_all.png --report-json " + all, &out) == 0);

@@ -1,6 +1,7 @@
 // The fast trace load (Note [Fast ingest] in viewer/model/ingest_trace.hpp): one decode per
-// chunk, each event written once into arrays that grow without copies, decode-ahead on a second
-// thread, and loads of a time range only (Note [Time range load]).
+// chunk, each event written once into arrays that grow without copies, decode-ahead and
+// prefaulting (Note [Prefaulting on the second core]) on a second thread, and loads of a time
+// range only (Note [Time range load]).
 #include "memcomm_test.hpp"
 
 #include <memcomm/view/loader.hpp>
@@ -111,13 +112,16 @@ bool same_spans(const Timeline& a, const Timeline& b) {
 
 }  // namespace
 
-TEST_CASE("a multi-chunk, two-rank trace loads every event once, with or without decode-ahead", "[unit][viewer]") {
+TEST_CASE("a multi-chunk, two-rank trace loads every event once, with or without decode-ahead and prefaulting", "[unit][viewer]") {
   const std::string path = temp_path("fast_two_rank.mct");
-  const Written w = write_trace(path, 400, 500);
-  for (bool ahead : {false, true}) {
-    INFO("decode_ahead " << ahead);
+  // 3000 steps: over 60 k kernels per rank, so the kernel arrays fill whole chunks, which come
+  // from the PrefaultPool when prefault_ahead is on.
+  const Written w = write_trace(path, 3000, 500);
+  for (int mode = 0; mode < 4; ++mode) {
     LoadOptions o;
-    o.decode_ahead = ahead;
+    o.decode_ahead = (mode & 1) != 0;
+    o.prefault_ahead = (mode & 2) != 0;
+    INFO("decode_ahead " << o.decode_ahead << ", prefault_ahead " << o.prefault_ahead);
     Timeline tl;
     std::string error;
     REQUIRE(load_file(path, tl, error, nullptr, o));
@@ -144,14 +148,19 @@ TEST_CASE("a multi-chunk, two-rank trace loads every event once, with or without
     // The arrays are trimmed after the load: the model stays within the memory budget.
     CHECK(static_cast<double>(tl.memory_bytes()) / static_cast<double>(tl.event_count) < 40.0);
   }
-  Timeline a, b;
+  Timeline a;
   std::string error;
-  LoadOptions seq, par;
-  seq.decode_ahead = false;
-  par.decode_ahead = true;
+  LoadOptions seq;
+  seq.decode_ahead = seq.prefault_ahead = false;
   REQUIRE(load_file(path, a, error, nullptr, seq));
-  REQUIRE(load_file(path, b, error, nullptr, par));
-  CHECK(same_spans(a, b));
+  for (int mode = 1; mode < 4; ++mode) {
+    LoadOptions par;
+    par.decode_ahead = (mode & 1) != 0;
+    par.prefault_ahead = (mode & 2) != 0;
+    Timeline b;
+    REQUIRE(load_file(path, b, error, nullptr, par));
+    CHECK(same_spans(a, b));
+  }
 }
 
 TEST_CASE("a time range loads only the events that overlap it", "[unit][viewer]") {

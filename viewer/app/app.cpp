@@ -1,4 +1,5 @@
-// App: window, frame loop, idle handling, background loading, input scripts and headless modes.
+// App: window, frame, background loading, input scripts; --panes. Live mode and the idle policy are in
+// app_live.cpp, the advisor in app_advice.cpp.
 #include <memcomm/view/app/app.hpp>
 #include <memcomm/view/synthetic.hpp>
 
@@ -11,7 +12,6 @@
 #include <backends/imgui_impl_opengl3.h>
 #include <imgui.h>
 
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,23 +43,41 @@ void drop_callback(GLFWwindow* w, int count, const char** paths) {
   for (int i = 0; i < count; ++i) app->pending_drops_.emplace_back(paths[i]);
 }
 
-App::App(AppOptions opt) : opt_(std::move(opt)) {
-  if (!opt_.panes.empty()) {
-    Panes p{false, false, false, false, false};
-    std::stringstream ss(opt_.panes);
-    std::string name;
-    while (std::getline(ss, name, ',')) {
-      if (name == "timeline") p.timeline = true;
-      else if (name == "memory") p.memory = true;
-      else if (name == "allocator") p.allocator = true;
-      else if (name == "steps") p.steps = true;
-      else if (name == "summary") p.summary = true;
-    }
-    st_.panes = p;
+bool parse_panes(const std::string& list, Panes& out, std::string& error) {
+  Panes p{false, false, false, false, false};
+  if (list.empty()) {
+    out = Panes{};
+    return true;
   }
+  std::stringstream ss(list);
+  std::string name;
+  const auto bad = [&](const std::string& what) {
+    error = "--panes: " + what + " in '" + list + "' (expected a comma list of timeline, memory, allocator, steps, summary)";
+    return false;
+  };
+  while (std::getline(ss, name, ',')) {
+    if (name == "timeline") p.timeline = true;
+    else if (name == "memory") p.memory = true;
+    else if (name == "allocator") p.allocator = true;
+    else if (name == "steps") p.steps = true;
+    else if (name == "summary") p.summary = true;
+    else return bad(name.empty() ? std::string("an empty pane name") : "unknown pane '" + name + "'");
+  }
+  if (list.back() == ',') return bad("an empty pane name");
+  out = p;
+  return true;
+}
+
+App::App(AppOptions opt) : opt_(std::move(opt)) {
+  std::string error;
+  // main() checks --panes first (exit 2); an in-process caller that passes a bad list gets the
+  // message in the UI and every pane.
+  if (!parse_panes(opt_.panes, st_.panes, error)) st_.message(error);
 }
 
 App::~App() {
+  stop_live_waker();  // before live_ goes: the waker reads its stats
+  advice_job_.reset();  // kills a memcomm-trace still running
   load_.reset();
   if (imgui_ready_) {
     ImGui_ImplOpenGL3_Shutdown();
@@ -116,6 +134,7 @@ bool App::open_window(std::string& error) {
 
 void App::start_load(std::vector<std::string> paths) {
   if (paths.empty()) return;
+  opened_paths_.insert(opened_paths_.end(), paths.begin(), paths.end());
   if (load_) {  // one load at a time: queue behind it
     for (auto& p : paths) pending_drops_.push_back(std::move(p));
     return;
@@ -135,6 +154,7 @@ void App::start_load(std::vector<std::string> paths) {
 }
 
 void App::range_prompt() {
+  st_.range_load = st_.range_from = st_.range_to = AppState::Point{};
   if (range_paths_.empty()) return;
   if (!ImGui::IsPopupOpen("Large file")) ImGui::OpenPopup("Large file");
   if (!ImGui::BeginPopupModal("Large file", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) return;
@@ -142,14 +162,18 @@ void App::range_prompt() {
   ImGui::TextUnformatted("Seconds from the first event of the file:");
   ImGui::SetNextItemWidth(120);
   ImGui::InputFloat("from", &range_lo_s_, 1, 10, "%.3f");
+  st_.range_from = item_text_field();
   ImGui::SameLine();
   ImGui::SetNextItemWidth(120);
   ImGui::InputFloat("to", &range_hi_s_, 1, 10, "%.3f");
+  st_.range_to = item_text_field();
   range_lo_s_ = std::max(0.0f, range_lo_s_);
   LoadOptions o = opt_.load;
   const bool valid = range_hi_s_ > range_lo_s_;
   bool go = false;
-  if (ImGui::Button("Load range") && valid) {
+  const bool load_range = ImGui::Button("Load range");
+  st_.range_load = item_centre();
+  if (load_range && valid) {
     o.range_lo_s = range_lo_s_;
     o.range_hi_s = range_hi_s_;
     go = true;
@@ -196,61 +220,7 @@ void App::poll_load() {
   load_.reset();
   st_.load_progress = -1;
   redraw_frames_ = 3;
-}
-
-bool App::start_live(std::string& error) {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-  live_ = std::make_unique<LiveSession>();
-  if (!live_->start(opt_.listen, error)) {
-    live_.reset();
-    return false;
-  }
-  live_receiving_ = true;
-  st_.live_status = "live " + opt_.listen;
-  return true;
-#else
-  error = "--listen " + opt_.listen + ": this build has no live-stream receiver (built without profiler/core)";
-  return false;
-#endif
-}
-
-void App::poll_live() {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-  if (!live_) return;
-  std::vector<std::string> msgs;
-  const bool rebuild = live_->poll(msgs, now_s());
-  for (const auto& m : msgs) st_.message(m);
-  st_.publish_cpu_ms = 0;
-  if (rebuild) {
-    const double c0 = thread_cpu_s();
-    // Follow the run while the whole of it is in view; keep the user's zoom otherwise.
-    if (!live_published_) {  // the first publish replaces what files showed (the live model is its own)
-      live_published_ = true;
-      if (!st_.tl.empty() || !st_.tl.sources.empty()) st_.set_timeline(Timeline(), false);
-    }
-    const bool following = st_.tl.empty() || (st_.view_t0 <= st_.tl.begin && st_.view_t1 >= st_.tl.end);
-    const double now = now_s();
-    const bool refresh_summary = now - summary_s_ >= 1.0;
-    if (refresh_summary) summary_s_ = now;
-    st_.appended(live_->publish(st_.tl), refresh_summary);
-    if (following) {
-      st_.zoom_to(st_.tl.begin, st_.tl.end);
-      st_.alloc_time = st_.tl.end;
-    }
-    st_.publish_cpu_ms = (thread_cpu_s() - c0) * 1e3;
-    redraw_frames_ = std::max(redraw_frames_, 2);
-  }
-  const LiveStats ls = live_->stats();
-  st_.live_status = fmt::format("live :{} connections {} active {} received {} queue drops {} errors {}", ls.port,
-                                ls.connections, ls.active, ls.events, ls.dropped, ls.errors);
-#endif
-}
-
-std::uint16_t App::live_port() const {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-  if (live_) return live_->stats().port;
-#endif
-  return 0;
+  update_advice();
 }
 
 std::uint32_t App::ranks_with_spans() const {
@@ -324,6 +294,14 @@ void App::apply_script() {
         }
         --script_pos_;  // retry next frame
         return;
+      case ScriptCommand::Op::Type:
+        io.AddInputCharactersUTF8(c.path.c_str());
+        return;
+      case ScriptCommand::Op::Drop: {
+        const char* paths[] = {c.path.c_str()};
+        drop_callback(window_, 1, paths);  // as GLFW calls it when a file is dropped
+        return;
+      }
       case ScriptCommand::Op::Screenshot: {
         std::string error;
         // Taken from the previous frame's draw data, which is what is on screen.
@@ -334,14 +312,11 @@ void App::apply_script() {
   }
 }
 
-bool App::idle() const {
-  return redraw_frames_ <= 0 && !load_ && script_.empty() && !live_receiving_;
-}
-
 void App::frame() {
   const double t0 = now_s();
   poll_load();
   poll_live();
+  poll_advice();
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
   apply_script();

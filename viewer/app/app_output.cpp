@@ -78,6 +78,18 @@ std::string App::report_json() const {
   if (st_.has_selection)
     j["selection"] = {{"t0", st_.selection.t0}, {"t1", st_.selection.t1}, {"spans", st_.selection.spans},
                       {"collectives", st_.selection.collectives}};
+  nlohmann::json advice = nlohmann::json::array();
+  for (const auto& a : st_.advice.advice)
+    advice.push_back({{"topic", a.topic}, {"change", a.change}, {"evidence", a.evidence}, {"saving", a.saving},
+                      {"saving_unit", a.saving_unit}});
+  j["advice"] = {{"state", advice_state_name(st_.advice.state)}, {"files", st_.advice.files}, {"items", advice},
+                 {"error", st_.advice.error}, {"report", st_.advice.report}};
+  std::uint32_t tune_rank = 0;
+  nlohmann::json tune = nlohmann::json::array();
+  for (const auto& p : tune_probes(st_.tl, tune_rank))  // O(probes), once at exit
+    tune.push_back({{"micro_batch", p.micro_batch}, {"oom", p.oom}, {"peak_reserved", p.peak_reserved}, {"step_ms", p.step_ms}});
+  j["tuner"] = {{"rank", tune_rank}, {"probes", tune}};
+  j["status"] = st_.status_line;
   j["live"] = st_.live_status;
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (live_) {

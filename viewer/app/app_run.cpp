@@ -76,18 +76,12 @@ int App::run() {
   std::uint64_t frames_after_load = 0;
   int rc = 0;
   while (!glfwWindowShouldClose(window_)) {
-    if (headless || !idle()) {
-      glfwPollEvents();
-    } else {
-      glfwWaitEvents();  // nothing changes: sleep until input
-      redraw_frames_ = 3;
-    }
-    if (!headless && !idle() && (load_ || live_receiving_) && redraw_frames_ <= 0)
-      glfwWaitEventsTimeout(0.05);  // loading/live: progress at 20 Hz, no busy loop
+    wait_for_work(headless);
     frame();
-    if (!load_ && pending_drops_.empty()) ++frames_after_load;
+    // Headless runs show what the Summary will show: the advisor's answer too.
+    const bool loaded = !load_ && pending_drops_.empty() && !advice_job_;
+    if (loaded) ++frames_after_load;
     if (!headless) continue;
-    const bool loaded = !load_ && pending_drops_.empty();
     if (opt_.exit_after_events > 0) {
       if (loaded && events_seen() >= opt_.exit_after_events && ranks_with_spans() >= opt_.exit_after_ranks &&
           script_done()) {
@@ -158,7 +152,7 @@ int App::run_bench() {
   std::vector<double> build, build_cpu, total;
   std::vector<double> marks;
   const TimeNs b = st_.tl.begin, e = st_.tl.end, span = std::max<TimeNs>(e - b, 1);
-  const int n = std::max(40, opt_.bench_frames), q = n / 4;
+  const int n = std::max(4, opt_.bench_frames), q = n / 4;  // main() refuses fewer than 4
   mouse_x_ = static_cast<float>(opt_.width) * 0.55f;
   mouse_y_ = 200;
   ScriptCommand hold;  // keeps apply_script injecting the mouse during the sweep

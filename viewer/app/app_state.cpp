@@ -1,9 +1,10 @@
 #include <memcomm/view/app/app_state.hpp>
 
+#include <memcomm/view/indexes.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <future>
 
 namespace memcomm::view {
 
@@ -18,14 +19,13 @@ void AppState::set_timeline(Timeline&& t, bool merge) {
   else tl = std::move(t);
   // Ranks may have moved inside tl.ranks: rebuild what points into them.
   alloc.clear();
-  // The step table and the allocator checkpoints are independent O(events) passes: on two threads.
-  auto steps_job = std::async(std::launch::async, [this] { return step_table(tl); });
-  for (const auto& rd : tl.ranks) alloc.push_back(std::make_unique<AllocatorTimeline>(&rd.alloc_events));
-  name_phase.resize(tl.strings.size());
-  for (std::uint32_t i = 0; i < tl.strings.size(); ++i) name_phase[i] = phase_kind_from_name(tl.strings.get(i));
-  steps = steps_job.get();
+  // Allocator checkpoints, step table and summary as jobs on two threads (Note [Parallel indexes]).
+  TimelineIndexes ix = build_indexes(tl);
+  alloc = std::move(ix.alloc);
+  steps = std::move(ix.steps);
+  summary = ix.summary;
+  name_phase = phase_kinds(tl);
   sum_steps();
-  summary = summarize(tl);
   collapsed.assign(tl.ranks.size(), false);
   memory_rank = std::clamp(memory_rank, 0, std::max(0, static_cast<int>(tl.ranks.size()) - 1));
   if (was_empty || !merge) {

@@ -108,6 +108,12 @@ bool parse_script(const std::string& text, const std::string& name, std::vector<
       c.op = ScriptCommand::Op::Frames;
       if (!(ls >> c.frames) || c.frames < 0) return fail(op + " needs a frame count");
       out.push_back(c);
+    } else if (op == "type" || op == "drop") {
+      c.op = op == "type" ? ScriptCommand::Op::Type : ScriptCommand::Op::Drop;
+      std::getline(ls >> std::ws, c.path);
+      while (!c.path.empty() && std::isspace(static_cast<unsigned char>(c.path.back()))) c.path.pop_back();
+      if (c.path.empty()) return fail(op + (op == "type" ? " needs text" : " needs a path"));
+      out.push_back(c);
     } else if (op == "wait-events") {
       c.op = ScriptCommand::Op::WaitEvents;
       if (!(ls >> c.events)) return fail("wait-events needs N");

@@ -2,10 +2,31 @@
 // and PyTorch memory snapshots (files), or live from running ranks (--listen).
 #include <memcomm/view/app/app.hpp>
 
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+#include <memcomm/profiler/stream_protocol.hpp>
+#endif
+
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <regex>
+
+namespace {
+// CLI11's PositiveNumber prints its range as 0 to 1.79e308: say it plainly.
+CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& v) {
+        try {
+          std::size_t used = 0;
+          const double d = std::stod(v, &used);
+          if (used == v.size() && d > 0) return std::string();
+        } catch (const std::exception&) {
+        }
+        return "must be a number greater than 0, got '" + v + "'";
+      },
+      "> 0");
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   memcomm::view::AppOptions opt;
@@ -14,6 +35,8 @@ int main(int argc, char** argv) {
       "Opens memcomm traces (.mct, one or many ranks, merged on one timeline) and PyTorch memory\n"
       "snapshot pickles; more files can be opened with File > Open or by dropping them on the window.\n"
       "Keys: wheel zooms at the mouse, drag pans, W/S zoom, A/D pan, right-drag selects a range.\n"
+      "The Summary pane shows the advisor's advice and the analysis tables by running memcomm-trace advise\n"
+      "and report (found next to memcomm-view, else on PATH) on the loaded .mct traces.\n"
       "Headless modes (hidden window; under CI run them with xvfb-run -a):\n"
       "  --screenshot PNG [--frames N] [--size WxH]   render N frames after loading, write PNG, exit\n"
       "  --bench [--synthetic N]                      frame build times p50/p95/max over a zoom/pan sweep\n"
@@ -23,7 +46,7 @@ int main(int argc, char** argv) {
       "Large traces: --range T0:T1 loads only that time range (seconds from the start).\n"
       "Script commands, one per line: move X Y | down/up [left|right] | click X Y [button] |\n"
       "  drag X0 Y0 X1 Y1 [button] | wheel DY [X Y] | key K [N] | frames N | wait-events N [S] |\n"
-      "  screenshot PNG.  Exit codes: 0 ok, 1 runtime failure (no display, timeout), 2 usage error."};
+      "  screenshot PNG | type TEXT | drop PATH.  Exit codes: 0 ok, 1 runtime failure (no display, timeout), 2 usage error."};
   cli.add_option("files", opt.files, "memcomm traces (.mct) and PyTorch snapshot pickles to open");
   cli.add_option("--listen", opt.listen,
                  "accept live streams from ranks on HOST:PORT (default 127.0.0.1:7433 when given empty); "
@@ -34,16 +57,27 @@ int main(int argc, char** argv) {
   cli.add_option("--size", size, "window size WxH (default 1600x900; --bench default 1920x1080)");
   cli.add_option("--screenshot", opt.screenshot, "write a PNG of the window after --frames frames and exit");
   cli.add_option("--frames", opt.frames, "frames to render before the screenshot/exit (default 3)");
-  cli.add_flag("--bench", opt.bench, "print frame build times for a scripted zoom/pan sweep and exit");
-  cli.add_option("--bench-frames", opt.bench_frames, "frames in the bench sweep (default 400)");
+  auto* bench = cli.add_flag("--bench", opt.bench, "print frame build times for a scripted zoom/pan sweep and exit");
+  cli.add_option("--bench-frames", opt.bench_frames, "with --bench: frames in the sweep, 4 or more (default 400)")
+      ->check(CLI::Range(4, 1'000'000))
+      ->needs(bench);
   cli.add_option("--script", opt.script, "input script injected through ImGui's io before each frame");
-  cli.add_option("--exit-after-events", opt.exit_after_events, "exit once this many events are loaded/received");
+  auto* exit_events =
+      cli.add_option("--exit-after-events", opt.exit_after_events, "exit once this many (1 or more) events are loaded/received")
+          ->check(positive());
   cli.add_option("--exit-after-ranks", opt.exit_after_ranks,
-                 "with --exit-after-events: also wait until this many ranks have spans on the timeline");
-  cli.add_option("--timeout", opt.exit_timeout_s, "give up waiting for --exit-after-events after S seconds (exit 1)");
+                 "with --exit-after-events: also wait until this many ranks have spans on the timeline")
+      ->check(positive())
+      ->needs(exit_events);
+  cli.add_option("--timeout", opt.exit_timeout_s,
+                 "with --exit-after-events: give up after S seconds, S > 0 (exit 1; default 30)")
+      ->check(positive())
+      ->needs(exit_events);
   cli.add_option("--report-json", opt.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
-  cli.add_option("--synthetic", opt.synthetic, "add a synthetic run of about N events (benchmarks, demos)");
-  cli.add_option("--synthetic-ranks", opt.synthetic_ranks, "ranks in the synthetic run (default 2)");
+  auto* synthetic = cli.add_option("--synthetic", opt.synthetic, "add a synthetic run of about N events (benchmarks, demos)");
+  cli.add_option("--synthetic-ranks", opt.synthetic_ranks, "with --synthetic: ranks in the synthetic run, 1..1024 (default 2)")
+      ->check(CLI::Range(1u, 1024u))
+      ->needs(synthetic);
   std::string range;
   cli.add_option("--range", range,
                  "T0:T1: load only events overlapping this range, seconds from the first event of each trace "
@@ -55,6 +89,24 @@ int main(int argc, char** argv) {
     return cli.exit(e) == 0 ? 0 : 2;
   }
   if (cli.count("--listen") && opt.listen.empty()) opt.listen = "127.0.0.1:7433";
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+  if (!opt.listen.empty()) {
+    try {
+      (void)memcomm::prof::parse_endpoint(opt.listen);  // a bad address is a usage error, not a UI message
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "memcomm-view: --listen: %s\n", e.what());
+      return 2;
+    }
+  }
+#endif
+  {
+    std::string error;
+    memcomm::view::Panes panes;
+    if (!memcomm::view::parse_panes(opt.panes, panes, error)) {
+      std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
+      return 2;
+    }
+  }
   if (!size.empty()) {
     std::smatch m;
     if (!std::regex_match(size, m, std::regex(R"((\d+)x(\d+))")) || std::stoi(m[1]) < 64 || std::stoi(m[2]) < 64 ||

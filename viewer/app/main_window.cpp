@@ -12,6 +12,17 @@
 
 namespace memcomm::view {
 
+// Where the last widget is, so that scripts and tests can aim at it.
+AppState::Point item_centre() {
+  const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+  return {(a.x + b.x) / 2, (a.y + b.y) / 2};
+}
+
+AppState::Point item_text_field() {
+  const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+  return {a.x + 10, (a.y + b.y) / 2};
+}
+
 void App::build_ui() {
   st_.cursor_valid = false;
   st_.tooltip.clear();
@@ -23,8 +34,12 @@ void App::build_ui() {
                                      ImGuiWindowFlags_NoScrollWithMouse;
   ImGui::Begin("memcomm-view", nullptr, main_flags);
   if (ImGui::BeginMenuBar()) {
-    if (ImGui::BeginMenu("File")) {
+    const bool file_open = ImGui::BeginMenu("File");
+    st_.file_menu = item_centre();
+    st_.open_item = AppState::Point{};
+    if (file_open) {
       if (ImGui::MenuItem("Open...")) open_popup_ = true;
+      st_.open_item = item_centre();
       if (ImGui::MenuItem("Quit")) glfwSetWindowShouldClose(window_, 1);
       ImGui::EndMenu();
     }
@@ -53,6 +68,7 @@ void App::build_ui() {
   if (ImGui::BeginPopupModal("Open file", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
     ImGui::TextUnformatted("Path of a memcomm trace (.mct) or a PyTorch memory snapshot pickle:");
     ImGui::SetNextItemWidth(500);
+    if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();  // type the path at once
     const bool enter = ImGui::InputText("##path", open_path_, sizeof open_path_, ImGuiInputTextFlags_EnterReturnsTrue);
     if (ImGui::Button("Open") || enter) {
       start_load({open_path_});
@@ -66,6 +82,7 @@ void App::build_ui() {
   // Toolbar: search and reset.
   ImGui::SetNextItemWidth(220);
   ImGui::InputTextWithHint("##search", "search names", st_.search, sizeof st_.search);
+  st_.search_box = item_centre();
   st_.apply_search();
   ImGui::SameLine();
   if (!st_.search_applied.empty()) {
@@ -89,8 +106,10 @@ void App::build_ui() {
   const float avail = ImGui::GetContentRegionAvail().y - status_h;
   const float width = ImGui::GetContentRegionAvail().x;
   const float mem_h = st_.panes.memory ? 190 : 0, alloc_h = st_.panes.allocator ? 170 : 0;
-  const float bottom_h = (st_.panes.steps || st_.panes.summary) ? 190 : 0;
   const float spacing = ImGui::GetStyle().ItemSpacing.y;
+  // The step table and summary are 190 px under other panes, and take the window when alone.
+  const bool above = st_.panes.timeline || st_.panes.memory || st_.panes.allocator;
+  const float bottom_h = !(st_.panes.steps || st_.panes.summary) ? 0 : above ? 190.0f : std::max(190.0f, avail - spacing);
   float timeline_h = avail - mem_h - alloc_h - bottom_h - 3 * spacing;
   if (!st_.panes.timeline) timeline_h = 0;
   if (st_.panes.timeline) draw_timeline(st_, ImVec2(width, std::max(120.0f, timeline_h)));

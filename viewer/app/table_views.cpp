@@ -1,4 +1,5 @@
-// Step table (click a row to zoom to that step), summary with advice, and the status line.
+// Step table (click a row to zoom to that step), summary with the advisor's advice and the
+// tuner's probes, and the status line.
 #include "views.hpp"
 
 #include <fmt/format.h>
@@ -54,6 +55,90 @@ void draw_steps(AppState& st, ImVec2 size) {
   ImGui::EndChild();
 }
 
+namespace {
+
+// The advisor's answer (Note [Advice in a child process] in advice.hpp).
+void draw_advice(AppState& st) {
+  using State = AdviceResult::State;
+  const AdviceResult& a = st.advice;
+  st.advice_button = AppState::Point{};
+  if (a.state == State::None) return;
+  ImGui::Separator();
+  switch (a.state) {
+    case State::None: break;
+    case State::NoTraces:
+      ImGui::TextWrapped("Advice: needs memcomm traces (.mct); none of what is loaded is one.");
+      break;
+    case State::Live:
+      ImGui::TextWrapped("Advice: live streams are not kept as files; record the run with --trace and run "
+                         "`memcomm-trace advise` on its traces, or open them here.");
+      break;
+    case State::Waiting:
+      ImGui::TextWrapped("Advice: %zu trace(s) too large to analyse at once (the tool reads them again).", a.files.size());
+      if (ImGui::Button("Run memcomm-trace advise")) st.advice_requested = true;
+      st.advice_button = item_centre();
+      break;
+    case State::Running:
+      ImGui::TextWrapped("Advice: running memcomm-trace advise on %zu trace(s)...", a.files.size());
+      break;
+    case State::Failed:
+      ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "Advice unavailable:");
+      ImGui::TextWrapped("%s", a.error.c_str());
+      break;
+    case State::Done: {
+      ImGui::Text("Advice (memcomm-trace advise, %zu trace(s), whole files):", a.files.size());
+      if (a.advice.empty()) ImGui::TextUnformatted("  nothing to change: no rule's threshold is crossed");
+      int n = 0;
+      for (const auto& it : a.advice) {
+        ImGui::TextWrapped("%d. [%s] %s", ++n, it.topic.c_str(), it.change.c_str());
+        ImGui::Indent();
+        ImGui::TextWrapped("evidence: %s", it.evidence.c_str());
+        if (it.saving > 0) {
+          const std::string saving = it.saving_unit == "bytes" ? format_bytes(it.saving) : fmt::format("{:.1f} ms per step", it.saving);
+          ImGui::Text("expected saving: %s", saving.c_str());
+        }
+        ImGui::Unindent();
+      }
+      // The analysis tables are monospaced text: ImGui's default font keeps their columns.
+      if (!a.report.empty() && ImGui::TreeNode("Analysis (memcomm-trace report)")) {
+        ImGui::TextUnformatted(a.report.c_str(), a.report.c_str() + a.report.size());
+        ImGui::TreePop();
+      }
+      break;
+    }
+  }
+}
+
+// memcomm-tune's probes from the trace's tune.* counters, when there are any.
+void draw_tune(AppState& st) {
+  if (st.tune_events != st.tl.event_count) {  // per change of the data, not per frame
+    st.tune_events = st.tl.event_count;
+    st.tune = tune_probes(st.tl, st.tune_rank);
+  }
+  if (st.tune.empty()) return;
+  ImGui::Separator();
+  ImGui::Text("Tuner probes (tune.* counters, rank %u): %zu", st.tune_rank, st.tune.size());
+  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchProp;
+  if (!ImGui::BeginTable("tune_table", 4, flags)) return;
+  for (const char* h : {"micro-batch", "result", "peak reserved", "step"}) ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  for (const TuneProbe& p : st.tune) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::Text("%.0f", p.micro_batch);
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(p.oom ? "OOM" : "fits");
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(p.peak_reserved >= 0 ? format_bytes(p.peak_reserved).c_str() : "-");
+    ImGui::TableNextColumn();
+    if (p.step_ms >= 0) ImGui::Text("%.2f ms", p.step_ms);
+    else ImGui::TextUnformatted("-");
+  }
+  ImGui::EndTable();
+}
+
+}  // namespace
+
 void draw_summary(AppState& st, ImVec2 size) {
   ImGui::BeginChild("summary", size, true, ImGuiWindowFlags_NoMove);
   const Summary& s = st.summary;
@@ -70,18 +155,16 @@ void draw_summary(AppState& st, ImVec2 size) {
   for (std::size_t r = 0; r < 64; ++r)
     if (s.stragglers[r]) strag += fmt::format(" rank {}: {}x", r, s.stragglers[r]);
   if (!strag.empty()) ImGui::Text("last to arrive:%s", strag.c_str());
-  // Advice: simple rules over the step table (summed when it changes, not per frame).
+  // The viewer's own sums (live too); what to change comes from the advisor below.
   const TimeNs step_sum = st.steps_time, exposed = st.steps_exposed, wait = st.steps_wait;
-  if (step_sum > 0) {
-    const double e = 100.0 * static_cast<double>(exposed) / static_cast<double>(step_sum);
-    const double w = 100.0 * static_cast<double>(wait) / static_cast<double>(step_sum);
-    ImGui::Text("exposed communication %.1f%% of step time, data-wait %.1f%%", e, w);
-    if (e > 15) ImGui::TextWrapped("Advice: communication is exposed; larger gradient buckets or overlapping all-reduce with backward would hide it.");
-    if (w > 10) ImGui::TextWrapped("Advice: the input pipeline stalls training; add data-loader workers or prefetch.");
-  }
-  if (s.peak_reserved > 0 && s.peak_allocated > 0 && s.peak_allocated / s.peak_reserved < 0.7)
-    ImGui::TextWrapped("Advice: reserved memory is %.0f%% above allocated at peak (fragmentation or cache); try expandable segments.",
-                       100.0 * (s.peak_reserved / s.peak_allocated - 1));
+  if (step_sum > 0)
+    ImGui::Text("exposed communication %.1f%% of step time, data-wait %.1f%%",
+                100.0 * static_cast<double>(exposed) / static_cast<double>(step_sum),
+                100.0 * static_cast<double>(wait) / static_cast<double>(step_sum));
+  if (s.peak_reserved > 0 && s.peak_allocated > 0)
+    ImGui::Text("reserved %.0f%% above allocated at peak", 100.0 * (s.peak_reserved / s.peak_allocated - 1));
+  draw_advice(st);
+  draw_tune(st);
   if (st.has_selection) {
     const RangeStats& r = st.selection;
     ImGui::Separator();
@@ -100,7 +183,7 @@ void draw_summary(AppState& st, ImVec2 size) {
   ImGui::EndChild();
 }
 
-void draw_status(const AppState& st, std::uint64_t frames) {
+void draw_status(AppState& st, std::uint64_t frames) {
   std::size_t connected = 0;
   std::uint64_t drops = 0;
   for (const auto& rd : st.tl.ranks) {
@@ -113,6 +196,7 @@ void draw_status(const AppState& st, std::uint64_t frames) {
                       format_time(st.view_t1 - st.view_t0), st.frame_ms, st.build_cpu_ms, frames);
   if (st.load_progress >= 0) line += fmt::format("  loading {:.0f}% {}", st.load_progress * 100, st.loading_file);
   ImGui::TextUnformatted(line.c_str());
+  st.status_line = std::move(line);
 }
 
 }  // namespace memcomm::view

@@ -144,12 +144,14 @@ void draw_timeline(AppState& st, ImVec2 size) {
     }
   }
   // Links, now that every rank's collective row is placed.
+  st.links_drawn = 0;
   for (const auto& l : links) {
     const auto slot = static_cast<std::size_t>(l.b.x);
     if (slot >= coll_y.size() || coll_y[slot] < 0) continue;
     const Collective& p = st.tl.ranks[slot].collectives[static_cast<std::size_t>(l.b.y)];
     const float px = (std::max(left, view.x(p.start)) + std::min(right, std::max(view.x(p.end), view.x(p.start) + 1))) / 2;
-    dl->AddLine(l.a, ImVec2(px, coll_y[slot] + 1), IM_COL32(200, 160, 255, 160), 1.0f);
+    dl->AddLine(l.a, ImVec2(px, coll_y[slot] + 1), palette::kLink.imgui(), 1.0f);
+    ++st.links_drawn;
   }
   draw_overlays(st, view, dl, top, bottom);
   dl->PopClipRect();

@@ -31,11 +31,16 @@ void draw_ruler(const AppState& st, const TimeAxis& axis, ImDrawList* dl, float 
 // Selection band and cursor line across [y0, y1].
 void draw_overlays(const AppState& st, const TimeAxis& axis, ImDrawList* dl, float y0, float y1);
 
+// Centre of the last ImGui item (AppState's widget positions for scripts and tests).
+AppState::Point item_centre();
+// A point inside the text field of the last InputFloat/InputInt (its group ends with +/- buttons).
+AppState::Point item_text_field();
+
 void draw_timeline(AppState& st, ImVec2 size);
 void draw_memory(AppState& st, ImVec2 size);
 void draw_allocator(AppState& st, ImVec2 size);
 void draw_steps(AppState& st, ImVec2 size);
 void draw_summary(AppState& st, ImVec2 size);
-void draw_status(const AppState& st, std::uint64_t frames);
+void draw_status(AppState& st, std::uint64_t frames);  // also keeps the line in st.status_line
 
 }  // namespace memcomm::view

@@ -80,20 +80,31 @@ TimeNs length(const Intervals& v) {
 
 }  // namespace
 
-std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& previous, TimeNs changed_from) {
-  std::vector<StepRow> rows;
-  // Phase kinds by string id, parsed once (not once per phase span).
+std::vector<PhaseKind> phase_kinds(const Timeline& tl) {
   std::vector<PhaseKind> kind_of(tl.strings.size());
   for (std::uint32_t i = 0; i < tl.strings.size(); ++i) kind_of[i] = phase_kind_from_name(tl.strings.get(i));
+  return kind_of;
+}
+
+std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& previous, TimeNs changed_from) {
+  std::vector<StepRow> rows;
+  const std::vector<PhaseKind> kind_of = phase_kinds(tl);  // parsed once, not once per phase span
+  for (std::size_t slot = 0; slot < tl.ranks.size(); ++slot) step_rows(tl, slot, kind_of, rows, previous, changed_from);
+  return rows;
+}
+
+void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind>& kind_of, std::vector<StepRow>& rows,
+               const std::vector<StepRow>& previous, TimeNs changed_from) {
   const auto phase_kind = [&kind_of](std::uint32_t id) { return id < kind_of.size() ? kind_of[id] : PhaseKind::Other; };
-  for (const auto& rd : tl.ranks) {
+  const RankData& rd = tl.ranks[slot];
+  {
     const Lane* phases = nullptr;
     bool has_kernels = false;
     for (const auto& lane : rd.lanes) {
       if (lane.kind == LaneKind::Phase) phases = &lane;
       if (lane.kind == LaneKind::Kernel) has_kernels = true;
     }
-    if (phases == nullptr) continue;
+    if (phases == nullptr) return;
     std::uint32_t index = 0;
     for (const auto& row : previous)
       if (row.rank == rd.rank && row.end < changed_from) {
@@ -177,7 +188,6 @@ std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& 
       rows.push_back(r);
     }
   }
-  return rows;
 }
 
 RangeStats range_stats(const Timeline& tl, TimeNs t0, TimeNs t1) {

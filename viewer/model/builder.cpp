@@ -4,32 +4,7 @@
 #include <cstdint>
 #include <unordered_map>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 namespace memcomm::view {
-
-// Note [Prefaulting bulk arrays]: a 10 M-event load writes ~300 MB of fresh memory once; with
-// 4 KiB pages that is ~75 k page faults, measured at ~20% of the load. MADV_POPULATE_WRITE
-// (Linux >= 5.14) maps the pages of a whole chunk (~1 MiB: ChunkedArray allocates a full-size
-// chunk just before filling it, Note [Chunked arrays] in chunked.hpp) in one call. MADV_HUGEPAGE
-// was measured too: faster when 2 MiB pages are free (0.37 s against 0.55 s), but with Debian's
-// defrag=madvise the kernel compacts memory on a busy machine and some loads took 1.2 s. Advisory:
-// older kernels refuse it (EINVAL) and nothing changes.
-void prefault_pages(const void* p, std::size_t bytes) {
-#if defined(__linux__)
-  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE; older headers lack the name
-  constexpr std::uintptr_t kPage = 4096, kMin = 64u << 10;  // small arrays are not worth a call
-  if (bytes < kMin) return;
-  const auto a = (reinterpret_cast<std::uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
-  const auto b = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kPage - 1);
-  if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, kPopulateWrite);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
 
 void TimelineBuilder::phase(std::uint32_t r, std::string_view name, TimeNs start, TimeNs end) {
   rank(r).phases.push_back({start, std::max(start, end), strings_.intern(name), 0});

@@ -3,6 +3,7 @@
 #include "ingest_trace.hpp"
 
 #include <memcomm/profiler/trace_reader.hpp>
+#include <memcomm/view/prefault.hpp>
 
 #include <fmt/format.h>
 
@@ -15,6 +16,10 @@
 #include <thread>
 
 namespace memcomm::view {
+
+// Fresh memory a load writes per trace record, for the PrefaultPool's budget: the model's ~27.5
+// B/event (Note [Viewer memory budget] in timeline.hpp) plus what finish() builds beside it.
+constexpr std::size_t kPrefaultBytesPerEvent = 32;
 
 // Note [Decode ahead]: the profiler's TraceReader decompresses and checks chunk k+1 on a second
 // thread while chunk k is ingested here. Chunks travel through a small ring of reused buffers; the
@@ -119,13 +124,24 @@ class DecodeAhead {
 bool ingest_trace(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
                   const LoadOptions& options) {
   try {
-    TimelineBuilder b;
-    TraceIngest ingest(b);
     std::unique_ptr<DecodeAhead> ahead;
     std::unique_ptr<prof::TraceReader> plain;
     if (options.decode_ahead) ahead = std::make_unique<DecodeAhead>(path);
     else plain = std::make_unique<prof::TraceReader>(path);
     const prof::TraceReader& reader = ahead ? ahead->reader() : *plain;
+    // The model's pages are mapped by a second thread while this one decodes and ingests (Note
+    // [Prefaulting on the second core] in prefault.cpp), up to about what the model will hold. Not
+    // for a time range: how much of the file it keeps is unknown, and the budget would be mapped
+    // in vain.
+    std::unique_ptr<PrefaultPool> pool;
+    if (options.prefault_ahead && !options.has_range()) {
+      const std::uint64_t records = ahead ? prof::TraceReader(path).estimate_events() : plain->estimate_events();
+      pool = std::make_unique<PrefaultPool>(static_cast<std::size_t>(records) * kPrefaultBytesPerEvent,
+                                            std::initializer_list<std::size_t>{SpanRow::kChunkBytes, AllocEvents::kChunkBytes,
+                                                                               ChunkedArray<std::int64_t>::kChunkBytes});
+    }
+    TimelineBuilder b;
+    TraceIngest ingest(b);
     const bool merged = reader.merged();
     bool first = true;
     const auto chunk = [&](const prof::Event* ev, std::size_t n, std::uint32_t rank, const auto& strings) {

@@ -15,8 +15,9 @@
 //     cached too, so no string is hashed per event;
 //   - decompression of chunk k+1 can run on a second thread while chunk k is ingested (Note
 //     [Decode ahead] in ingest_file.cpp; LoadOptions::decode_ahead, on with more than 2 cores);
-//   - the arrays' pages are mapped a chunk at a time, not faulted one by one (Note [Prefaulting
-//     bulk arrays] in builder.cpp).
+//   - the arrays' pages are mapped a chunk at a time, not faulted one by one, and by a second
+//     thread ahead of the ingest (Notes [Prefaulting bulk arrays] and [Prefaulting on the second
+//     core] in prefault.cpp).
 // Per-thread ranges and (comm, seq) collectives are paired here; rank clock offsets
 // (MetaKey::ClockOffset) are applied unless the file is already merged, as TraceSet does.
 //

@@ -26,6 +26,12 @@ struct StepRow {
 // computed: live publishes cost O(new steps), not O(all steps).
 std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& previous = {},
                                 TimeNs changed_from = INT64_MIN);
+// The same for one rank slot, appended to `rows`, with `kind_of` = phase_kinds(tl): step_table()
+// is step_rows() over the slots in order, so slots can be computed on different threads
+// (build_indexes() in indexes.hpp) and concatenated.
+std::vector<PhaseKind> phase_kinds(const Timeline& tl);  // PhaseKind by string id
+void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind>& kind_of, std::vector<StepRow>& rows,
+               const std::vector<StepRow>& previous = {}, TimeNs changed_from = INT64_MIN);
 
 struct RangeStats {
   TimeNs t0 = 0, t1 = 0;

@@ -12,10 +12,13 @@
 // small arrays, like the deep rows of nested phases, stay small), and its growth copies at most
 // one chunk. A whole array moves in O(1): the builder hands its ingest arrays to the model without
 // a copy, and a bulk load needs no size estimate up front (growth copies nothing). A full-size
-// chunk is mapped in one call when allocated (Note [Prefaulting bulk arrays] in builder.cpp),
-// since it is about to be written. Memory on top of the elements: 16 B per chunk, and the unused
+// chunk is mapped in one call when allocated, since it is about to be written, or comes already
+// mapped from a second thread during a load (Notes [Prefaulting bulk arrays] and [Prefaulting on
+// the second core] in prefault.cpp). Memory on top of the elements: 16 B per chunk, and the unused
 // tail of the last chunk, which shrink_to_fit() trims (Note [Viewer memory budget] in timeline.hpp).
 #pragma once
+
+#include <memcomm/view/prefault.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -30,10 +33,6 @@
 #include <vector>
 
 namespace memcomm::view {
-
-// Maps [p, p + bytes) (its whole pages) in one call rather than a fault per page (Note
-// [Prefaulting bulk arrays] in builder.cpp). For memory about to be written.
-void prefault_pages(const void* p, std::size_t bytes);
 
 namespace detail {
 // Largest s with (1 << s) elements of `elem` bytes fitting in `bytes`.
@@ -53,6 +52,7 @@ class ChunkedArray {
   static constexpr unsigned kShift = detail::chunk_shift(sizeof(T), std::size_t{1} << 20);
   static constexpr std::size_t kChunk = std::size_t{1} << kShift;  // elements per full chunk
   static constexpr std::size_t kMask = kChunk - 1;
+  static constexpr std::size_t kChunkBytes = kChunk * sizeof(T);  // a full chunk's allocation
   static constexpr std::size_t kFirst = 16;  // first capacity of chunk 0 (then doubling up to kChunk)
   static_assert(kChunk >= kFirst, "elements over 64 KiB: chunk 0 would start larger than a chunk");
 
@@ -255,9 +255,8 @@ class ChunkedArray {
     std::size_t cap;  // elements allocated
   };
   static T* allocate(std::size_t n) {
-    T* p = static_cast<T*>(::operator new(n * sizeof(T)));
-    if (n == kChunk) prefault_pages(p, n * sizeof(T));  // a full chunk is about to be written
-    return p;
+    if (n == kChunk) return static_cast<T*>(new_prefaulted(kChunkBytes));  // a full chunk is about to be written
+    return static_cast<T*>(::operator new(n * sizeof(T)));
   }
   static void deallocate(T* p) { ::operator delete(static_cast<void*>(p)); }
   void release() {

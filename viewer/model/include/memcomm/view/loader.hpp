@@ -32,6 +32,10 @@ struct LoadOptions {
   // ahead]). Off on machines with 2 cores or fewer: measured there (shared with other work) it
   // cost more than it saved.
   bool decode_ahead = std::thread::hardware_concurrency() > 2;
+  // Map the model's fresh pages on a second thread while this one decodes and ingests (Note
+  // [Prefaulting on the second core] in prefault.cpp). On with more than one core; not used for
+  // time-range loads.
+  bool prefault_ahead = std::thread::hardware_concurrency() > 1;
   bool has_range() const { return range_hi_s > range_lo_s; }
 };
 // Parses "T0:T1" (seconds, T0 < T1, both >= 0) into `o`; false with a message otherwise.

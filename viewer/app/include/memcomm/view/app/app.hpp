@@ -10,9 +10,13 @@
 #include <memcomm/view/live.hpp>
 #endif
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 struct GLFWwindow;
@@ -40,6 +44,10 @@ struct AppOptions {
   // Files at least this large, opened with a visible window and no --range, first ask for a time
   // range (issue 6: "for very large files, a time range can be chosen before the full load").
   std::uint64_t range_prompt_bytes = kRangePromptBytes;
+  // memcomm-trace, run for the Summary's analysis and advice ("" = next to memcomm-view, else on
+  // PATH; Note [Advice in a child process]). Traces at least range_prompt_bytes in all wait for the
+  // pane's button instead of running at once. --bench never runs it.
+  std::string trace_tool;
 };
 
 class App {
@@ -69,6 +77,10 @@ class App {
   AppState& state() { return st_; }
   const AppOptions& options() const { return opt_; }
   std::uint64_t frames_rendered() const { return frames_; }
+  // True when the interactive loop would sleep until input (Note [Idle while listening]).
+  bool idle() const;
+  // Times the live waker saw new arrivals and woke the window (Note [Idle while listening]).
+  std::uint64_t live_wakes() const { return live_wakes_.load(); }
 
  private:
   void build_ui();
@@ -78,7 +90,11 @@ class App {
   std::uint64_t events_seen() const;  // received live, else loaded
   std::uint32_t ranks_with_spans() const;  // ranks with at least one span on the timeline
   void apply_script();
-  bool idle() const;
+  void wait_for_work(bool headless);  // the interactive loop's sleep (Note [Idle while listening])
+  void update_advice();  // after a load: (re)starts the advisor over the loaded traces
+  void poll_advice();
+  void start_live_waker();
+  void stop_live_waker();
   int run_bench();
 
   AppOptions opt_;
@@ -86,6 +102,8 @@ class App {
   GLFWwindow* window_ = nullptr;
   bool imgui_ready_ = false;
   std::unique_ptr<BackgroundLoad> load_;
+  std::vector<std::string> opened_paths_;  // every path given to start_load (advice: which are traces)
+  std::unique_ptr<AdviceJob> advice_job_;
   std::vector<ScriptCommand> script_;
   std::size_t script_pos_ = 0;
   int script_hold_ = 0;                 // frames left in the current command
@@ -95,8 +113,15 @@ class App {
   double wait_deadline_ = 0;
   std::uint64_t frames_ = 0;
   double synth_s_ = 0;                  // time to generate + index --synthetic data
-  bool live_receiving_ = false;         // --listen is up: redraw at 20 Hz for arrivals
+  bool live_pending_ = false;           // live: arrivals taken but not yet published (rate limit)
+  bool summary_stale_ = false;          // live: the last publish skipped the 1 Hz summary refresh
   double summary_s_ = -1e9;             // live: when the summary was last recomputed (1 Hz)
+  // Note [Idle while listening]: wakes the sleeping UI thread when the receiver has news.
+  std::thread live_waker_;
+  std::mutex waker_mu_;
+  std::condition_variable waker_cv_;
+  bool waker_stop_ = false;             // guarded by waker_mu_
+  std::atomic<std::uint64_t> live_wakes_{0};
   bool live_published_ = false;         // st_.tl is the live model (appended in place)
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   std::unique_ptr<LiveSession> live_;   // Note [Live rebuild] in live.hpp

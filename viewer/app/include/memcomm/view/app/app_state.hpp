@@ -2,6 +2,7 @@
 // The views (timeline_view.cpp, memory_view.cpp, ...) read and update it; App owns it.
 #pragma once
 
+#include <memcomm/view/app/advice.hpp>
 #include <memcomm/view/allocator_state.hpp>
 #include <memcomm/view/analysis.hpp>
 #include <memcomm/view/builder.hpp>
@@ -17,6 +18,9 @@ namespace memcomm::view {
 struct Panes {
   bool timeline = true, memory = true, allocator = true, steps = true, summary = true;
 };
+// --panes: a comma list of timeline, memory, allocator, steps, summary ("" = all). False with a
+// message naming the first unknown (or empty) name, and the valid ones.
+bool parse_panes(const std::string& list, Panes& out, std::string& error);
 
 struct AppState {
   Timeline tl;                                  // everything loaded
@@ -67,9 +71,26 @@ struct AppState {
   float mem_y0 = 0, mem_y1 = 0;                 // memory plot area
   double mem_ymax = 0;                          // value at mem_y0
   float step_row0_y = -1;                       // centre of the first step-table row drawn
+  struct Point {
+    float x = -1, y = -1;                       // centre of a widget; y < 0: not drawn last frame
+  };
+  Point file_menu, open_item;                   // the File menu's title; File > Open... while the menu is open
+  Point search_box;                             // the toolbar's search field
+  Point range_from, range_to, range_load;       // the large-file prompt's fields and its "Load range" button
+  Point advice_button;                          // the Summary's "Run memcomm-trace advise" (large traces)
+  std::uint64_t links_drawn = 0;                // matched-collective links drawn last frame
+  std::string status_line;                      // the status line's text
   struct AllocStatus {
     std::uint64_t reserved = 0, virtual_reserved = 0, allocated = 0;  // bytes
   } alloc_status;                               // what the allocator pane showed last frame
+
+  // Summary pane: the advisor over the loaded traces (Note [Advice in a child process]) and the
+  // tuner's probes, recomputed when the data changes (tune_events), not per frame.
+  AdviceResult advice;
+  bool advice_requested = false;                // the pane's "run the advisor" button (large traces)
+  std::vector<TuneProbe> tune;
+  std::uint32_t tune_rank = 0;
+  std::uint64_t tune_events = ~0ull;            // tl.event_count `tune` was computed for
 
   // Messages shown in the UI (and printed to stderr when added).
   std::vector<std::string> messages;

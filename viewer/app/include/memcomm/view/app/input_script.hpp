@@ -10,6 +10,8 @@
 //   frames N              render N frames with the input unchanged (alias: wait N)
 //   wait-events N [SECONDS]  wait until N events are loaded/received (default 10 s timeout)
 //   screenshot PATH       write the current frame to a PNG
+//   type TEXT             type TEXT (the rest of the line) into the focused text field
+//   drop PATH             drop a file on the window (what GLFW's drop callback receives)
 //   # comment
 #pragma once
 
@@ -20,7 +22,7 @@
 namespace memcomm::view {
 
 struct ScriptCommand {
-  enum class Op { Move, Down, Up, Wheel, Key, Frames, WaitEvents, Screenshot } op;
+  enum class Op { Move, Down, Up, Wheel, Key, Frames, WaitEvents, Screenshot, Type, Drop } op;
   float x = 0, y = 0;      // Move; Wheel position when has_pos
   int button = 0;          // Down/Up: 0 left, 1 right
   float wheel = 0;         // Wheel notches
@@ -29,7 +31,7 @@ struct ScriptCommand {
   int frames = 1;          // Key hold / Frames
   std::uint64_t events = 0;  // WaitEvents
   double timeout_s = 10;   // WaitEvents
-  std::string path;        // Screenshot
+  std::string path;        // Screenshot, Drop; Type: the text
   int line = 0;            // source line, for messages
 };
 

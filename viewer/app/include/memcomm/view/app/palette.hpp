@@ -20,6 +20,7 @@ inline constexpr Rgb kMemset{240, 140, 30};
 inline constexpr Rgb kCollective{160, 90, 220};
 inline constexpr Rgb kStraggler{235, 50, 50};
 inline constexpr Rgb kNvtx{60, 180, 170};
+inline constexpr Rgb kLink{200, 160, 255};  // a matched collective to its instance on the next rank
 inline constexpr Rgb kMerged{128, 128, 128};  // darkening factor applies to the lane colour instead
 inline constexpr Rgb kPhase[] = {
     {90, 90, 110},   // step
