@@ -107,7 +107,7 @@ TEST_CASE("a full ring with no draining keeps exactly its capacity", "[profiler]
   CHECK(rec.stats().dropped == 1000 - 64);
 }
 
-TEST_CASE("start and stop any number of times; nothing is recorded while stopped", "[profiler][recorder]") {
+TEST_CASE("start and stop any number of times and nothing is recorded while stopped", "[profiler][recorder]") {
   Recorder rec;
   auto sink = std::make_shared<MemorySink>();
   rec.add_sink(sink);

@@ -203,7 +203,7 @@ TEST_CASE("with no viewer at all, recording continues and drops are counted", "[
   CHECK(rec.stats().dropped == 0);
 }
 
-TEST_CASE("garbage and oversize frames drop that connection; the receiver keeps serving", "[profiler][stream]") {
+TEST_CASE("garbage and oversize frames drop that connection and the receiver keeps serving", "[profiler][stream]") {
   StreamReceiver rx(quiet_receiver());
   rx.start();
   std::vector<LiveMessage> all;

@@ -118,7 +118,7 @@ TEST_CASE("cli: --json - writes only the JSON to stdout (it parses) and the tabl
   CHECK(r.err.find(".mct") == std::string::npos);
 }
 
-TEST_CASE("cli: an empty file is named as such (exit 2); an unwritable --json is a runtime failure (exit 1)", "[cli][bad]") {
+TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json is a runtime failure (exit 1)", "[cli][bad]") {
   TempDir dir;
   auto empty = dir.file("empty.pickle", {});
   Run r = run(dir, empty.string());

@@ -114,7 +114,7 @@ std::map<std::pair<std::string, int>, SourcesRow> sources_table() {
 
 }  // namespace
 
-TEST_CASE("replay: every shared snapshot loads and rebuilds; peak live agrees with an independent count", "[replay][snapshots]") {
+TEST_CASE("replay: every shared snapshot loads and rebuilds and peak live agrees with an independent count", "[replay][snapshots]") {
   auto files = shared_snapshots();
   if (files.empty()) MEMCOMM_SKIP_TEST("no shared snapshots in " + memcomm::test::shared_snapshots_dir());
   auto table = sources_table();

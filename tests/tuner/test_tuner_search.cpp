@@ -160,7 +160,7 @@ TEST_CASE("bucket sizes are tried with the winner when there are several ranks")
   CHECK(std::count(seen.begin(), seen.end(), 100.0) == 1);
 }
 
-TEST_CASE("an unachievable global batch is rounded and said; nothing fitting is a failure") {
+TEST_CASE("an unachievable global batch is rounded and said and nothing fitting is a failure") {
   Synthetic m;
   SearchConfig cfg;
   cfg.global_batch = 101;
