@@ -216,8 +216,14 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
   CHECK(WEXITSTATUS(status) == 3);  // the surviving rank's collective timed out
   CHECK(out.find("lost rank 1") != std::string::npos);
   CHECK(out.find("rank 1 did not exit after the failure; killing it") != std::string::npos);
-  for (pid_t p : ranks) CHECK_FALSE(alive(p));
-  for (pid_t p : ranks) ::kill(p, SIGKILL);  // never leave a stopped rank behind, even if a check failed
+  for (pid_t p : ranks) {
+    CHECK_FALSE(alive(p));
+    // Never leave a stopped rank behind, even if a check failed; a reaped rank's pid may already
+    // belong to another process, so only a live memcomm-train is killed.
+    std::ifstream cmdline("/proc/" + std::to_string(p) + "/cmdline");
+    const std::string cmd((std::istreambuf_iterator<char>(cmdline)), {});
+    if (alive(p) && cmd.find("memcomm-train") != std::string::npos) ::kill(p, SIGKILL);
+  }
 }
 
 TEST_CASE("a full disk under the trace ends the run cleanly and says how much was kept in a readable file") {

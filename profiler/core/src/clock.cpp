@@ -141,6 +141,9 @@ const char* clock_source() {
 }
 
 uint64_t clock_domain_id() {
+  // A TSC-mapped clock is this process's own calibration of the counter onto CLOCK_MONOTONIC:
+  // another process's differs by its calibration error (us), which only a probe measures.
+  if (clock_init()) return 0;
   const auto slurp = [](const char* path) {
     std::ifstream f(path);
     return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());

@@ -91,12 +91,14 @@ void clock_recalibrate();
 const char* clock_source();
 
 // Note [One clock per host]
-// Two processes read the same CLOCK_MONOTONIC when they run on the same kernel boot and in the same
-// time namespace; their traces then merge with offset 0, and estimating an offset from round trips
-// would only add the estimate's noise (a few us). The kernel's boot_id names the boot (containers
-// on one host share it, whatever their hostnames), and /proc/self/timens_offsets shifts the
-// monotonic clock of a time namespace. Equal ids mean one clock; different ids (or 0: unknown)
-// mean an offset must be estimated.
+// Two processes that read CLOCK_MONOTONIC itself read the same clock when they run on the same
+// kernel boot and in the same time namespace; their traces then merge with offset 0, and estimating
+// an offset from round trips would only add the estimate's noise (a few us). The kernel's boot_id
+// names the boot (containers on one host share it, whatever their hostnames), and
+// /proc/self/timens_offsets shifts the monotonic clock of a time namespace. Equal ids mean one clock;
+// different ids, or 0, mean an offset must be estimated. 0 is also the answer while now_ns() reads
+// the TSC (Note [TSC clock]): each process maps the counter with its own calibration, so two of them
+// on one host disagree by up to that calibration's error, which the probe measures.
 uint64_t clock_domain_id();
 
 }  // namespace memcomm::prof

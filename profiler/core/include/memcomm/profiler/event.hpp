@@ -13,7 +13,8 @@
 // Note [Merging ranks]
 // Timestamps are the local CLOCK_MONOTONIC of each rank. A MetaKey::ClockOffset record gives the
 // nanoseconds to ADD to that rank's timestamps to put them on the reference timeline (rank 0's
-// clock); ranks on one host share CLOCK_MONOTONIC and record 0. Collectives carry a communicator
+// clock); ranks that read one clock record 0 (Note [One clock per host] in clock.hpp), others a
+// rendezvous estimate (Note [Clock offset from round trips]). Collectives carry a communicator
 // index and a per-communicator sequence number, so the same collective is found on every rank by
 // (comm, seq) — the key used for cross-rank flows, skew and straggler analysis.
 #pragma once

@@ -65,7 +65,7 @@ struct Identity {
   int world_size = 1;
   int local_rank = -1;
   int device = -1;          // -1: CPU
-  int64_t clock_offset_ns = 0;  // Note [Merging ranks]: 0 on one host, or a rendezvous estimate
+  int64_t clock_offset_ns = 0;  // Note [Merging ranks]: 0 for one clock, or a rendezvous estimate
 };
 
 struct RecorderStats {
