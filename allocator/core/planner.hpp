@@ -64,6 +64,8 @@ struct PlanImpl {
   std::size_t matched = 0;               // items matched in this iteration
   std::size_t next_match = 0;            // one past the highest item matched in this iteration
   std::size_t iter_misses = 0;           // allocations of this iteration the plan could not serve
+  bool matched_outside = false;          // the allocation being served matched an item that outlives the
+                                         // iteration (!in_arena): it must not go into an arena gap
   bool active = false;                   // a plan exists and its arena is mapped
   bool deviated = false;                 // this iteration left the plan; caching path until the next marker
   std::size_t arena_size = 0;            // bytes the plan needs
