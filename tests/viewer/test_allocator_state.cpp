@@ -85,7 +85,7 @@ TEST_CASE("allocator state applies block and segment events", "[unit][viewer]") 
   CHECK(s.segments.empty());
 }
 
-TEST_CASE("allocator state at a cursor matches a full fold, rebuilt incrementally", "[unit][viewer]") {
+TEST_CASE("allocator state at a cursor matches a full fold and is rebuilt incrementally", "[unit][viewer]") {
   const auto ev = random_events(20'000, 11);
   AllocatorTimeline tl(&ev, 1000);
   CHECK(tl.checkpoint_count() >= 10);

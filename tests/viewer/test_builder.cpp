@@ -31,7 +31,7 @@ TEST_CASE("nested phases go to rows by depth and stay sorted", "[unit][viewer]")
   CHECK(tl.event_count == 6);
 }
 
-TEST_CASE("collectives match across ranks with straggler, skew and busbw", "[unit][viewer]") {
+TEST_CASE("collectives match across ranks with straggler and skew and busbw", "[unit][viewer]") {
   TimelineBuilder b;
   // all_reduce of 1 GB on 4 ranks; rank 2 arrives last; each takes 1 s on its rank.
   const TimeNs starts[4] = {1000, 1200, 5000, 1100};
@@ -54,7 +54,7 @@ TEST_CASE("collectives match across ranks with straggler, skew and busbw", "[uni
   CHECK(s.max_skew == 4000);
 }
 
-TEST_CASE("step table: comm, exposed comm and overlap on a known trace", "[unit][viewer]") {
+TEST_CASE("step table: comm and exposed comm and overlap on a known trace", "[unit][viewer]") {
   TimelineBuilder b;
   b.phase(0, "step", 0, 100);
   b.phase(0, "data_wait", 0, 10);

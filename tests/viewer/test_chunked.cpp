@@ -60,7 +60,7 @@ TEST_CASE("chunked array: elements keep their order across chunk boundaries", "[
   }
 }
 
-TEST_CASE("chunked array: small arrays stay small, and growth never moves a full chunk", "[unit][viewer]") {
+TEST_CASE("chunked array: small arrays stay small and growth never moves a full chunk", "[unit][viewer]") {
   Ints a;
   a.push_back(1);
   CHECK(a.capacity() == Ints::kFirst);  // not a whole chunk for one element
@@ -75,7 +75,7 @@ TEST_CASE("chunked array: small arrays stay small, and growth never moves a full
   CHECK(a.capacity() == 5 * kC);  // full chunks after the first: one partly used
 }
 
-TEST_CASE("chunked array: append, reserve, truncate and shrink", "[unit][viewer]") {
+TEST_CASE("chunked array: append and reserve and truncate and shrink", "[unit][viewer]") {
   std::vector<std::int64_t> src(2 * kC + 100);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::int64_t>(i);
   Ints a;
@@ -110,7 +110,7 @@ TEST_CASE("chunked array: append, reserve, truncate and shrink", "[unit][viewer]
   check_iota(b, 1);
 }
 
-TEST_CASE("chunked array: copies are deep, moves take the chunks", "[unit][viewer]") {
+TEST_CASE("chunked array: copies are deep and moves take the chunks", "[unit][viewer]") {
   Ints a = iota(2 * kC + 7);
   const std::int64_t* p = &a[kC];
   Ints copy = a;

@@ -23,7 +23,7 @@ constexpr std::uint64_t kVirtual = 128ull << 30;  // the reservation the issue s
 constexpr std::uint64_t kBase = 0x7f0000000000ull;
 }  // namespace
 
-TEST_CASE("an expandable segment counts its mapped bytes as reserved, its reservation as virtual", "[unit][viewer]") {
+TEST_CASE("an expandable segment counts its mapped bytes as reserved and its reservation as virtual", "[unit][viewer]") {
   AllocatorState s;
   s.apply({0, kBase, kVirtual, 0, AllocOp::SegmentAlloc, 0, kAllocExpandable});
   CHECK(s.reserved == 0);
@@ -51,7 +51,7 @@ TEST_CASE("an expandable segment counts its mapped bytes as reserved, its reserv
   CHECK(s.segments.empty());
 }
 
-TEST_CASE("a segment turns expandable at its first map; maps alone make implicit segments", "[unit][viewer]") {
+TEST_CASE("a segment turns expandable at its first map and maps alone make implicit segments", "[unit][viewer]") {
   AllocatorState s;
   s.apply({0, kBase, kVirtual, 0, AllocOp::SegmentAlloc});  // unmarked: counted as backed...
   CHECK(s.reserved == kVirtual);

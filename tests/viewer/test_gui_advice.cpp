@@ -28,7 +28,7 @@ void settle(App& app) {
 }
 }  // namespace
 
-TEST_CASE("tune_probes pairs each probe's counters; OOM probes have no peak or step time", "[gui][viewer]") {
+TEST_CASE("tune_probes pairs each probe's counters and OOM probes have no peak or step time", "[gui][viewer]") {
   TimelineBuilder b;
   b.phase(0, "step", 0, 1000);
   b.counter(1, "tune.micro_batch", 10, 4);
@@ -218,4 +218,47 @@ TEST_CASE("memcomm-view refuses bad flags with exit code 2 and a message", "[gui
   CHECK((!p.timeline && p.memory && !p.allocator && p.steps && !p.summary));
   CHECK(parse_panes("", p, error));
   CHECK((p.timeline && p.memory && p.allocator && p.steps && p.summary));
+}
+
+namespace {
+// A stand-in for memcomm-trace: a shell script with `body`, executable, in the test's output folder.
+std::string fake_tool(const std::string& name, const std::string& body) {
+  const std::string path = out_dir() + "/" + name;
+  {
+    std::ofstream f(path);
+    f << "#!/bin/sh\n" << body << "\n";
+  }
+  namespace fs = std::filesystem;
+  fs::permissions(path, fs::perms::owner_all, fs::perm_options::add);
+  return path;
+}
+// Waits for the job (bounded: a hung job fails the test instead of hanging it).
+bool wait_done(const AdviceJob& job) {
+  for (int i = 0; i < 6000 && !job.done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return job.done();
+}
+}  // namespace
+
+TEST_CASE("an advisor that runs past its time limit is killed and the pane says it timed out", "[gui][viewer]") {
+  // Ignores SIGTERM and would run for a minute: only SIGKILL at the deadline ends it.
+  const std::string tool = fake_tool("advise_hangs.sh", "trap '' TERM\nexec sleep 60");
+  AdviceJob job(tool, {}, {}, 1.0);
+  REQUIRE(wait_done(job));
+  const AdviceResult r = job.take();
+  INFO(r.error);
+  CHECK(r.state == AdviceResult::State::Failed);
+  CHECK(r.error.find("memcomm-trace advise timed out") != std::string::npos);
+}
+
+TEST_CASE("an advisor whose output passes the cap is stopped even when it ignores SIGTERM", "[gui][viewer]") {
+  // Output past the cap from a child that ignores SIGTERM and SIGPIPE, then goes on running: it
+  // takes SIGKILL after SIGTERM's grace to end it.
+  const std::string tool =
+      fake_tool("advise_floods.sh", "trap '' TERM PIPE\nyes 0123456789abcdef | head -c 20000000\nexec sleep 60");
+  AdviceJob job(tool, {}, {}, 600.0);  // the cap, not the time limit, must stop it
+  REQUIRE(wait_done(job));
+  const AdviceResult r = job.take();
+  INFO(r.error);
+  CHECK(r.state == AdviceResult::State::Failed);
+  CHECK(r.error.find("MiB; stopped it") != std::string::npos);
 }

@@ -73,6 +73,23 @@ int connect_to(std::uint16_t port) {
   return -1;
 }
 
+// A port the kernel has just given out, free now. memcomm-view reports the port it bound only in
+// its --report-json at exit, too late to connect to, so the test picks the port; unlike a port
+// derived from the pid, it is not one that another process already holds.
+std::uint16_t free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  std::uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
 prof::StreamHello hello(std::uint16_t protocol_version) {
   prof::StreamHello h{};
   std::memcpy(h.magic, prof::kStreamMagic, sizeof h.magic);
@@ -91,7 +108,7 @@ bool any_contains(const nlohmann::json& list, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("a listening viewer is idle until something arrives; a closed rank stays and is marked", "[gui][viewer]") {
+TEST_CASE("a listening viewer is idle until something arrives and a closed rank stays and is marked", "[gui][viewer]") {
   AppOptions o;
   o.width = 900;
   o.height = 500;
@@ -141,16 +158,25 @@ TEST_CASE("a listening viewer is idle until something arrives; a closed rank sta
 
 TEST_CASE("an oversize frame and a version mismatch are reported in the UI and on stderr", "[gui][viewer]") {
   if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
-  const auto port = static_cast<std::uint16_t>(20000 + (getpid() + 7919) % 20000);
   const int kernels = 50;
   const std::string report = out_dir() + "/live_bad_report.json";
   int rc = -1;
   std::string out;
+  const std::uint16_t port = free_port();
+  REQUIRE(port != 0);
   std::thread viewer([&] {
     rc = run_viewer("--listen 127.0.0.1:" + std::to_string(port) + " --exit-after-events " + std::to_string(kernels + 4) +
                         " --timeout 30 --report-json " + report,
                     &out);
   });
+  // A failed REQUIRE below throws: join first, so that the test fails instead of aborting on a
+  // joinable std::thread. (The viewer exits by itself, at the latest at its --timeout.)
+  struct JoinViewer {
+    std::thread& t;
+    ~JoinViewer() {
+      if (t.joinable()) t.join();
+    }
+  } join_viewer{viewer};
   {  // a frame far over the viewer's 16 MiB limit
     const int fd = connect_to(port);
     REQUIRE(fd >= 0);

@@ -38,7 +38,7 @@ std::string at(float x, float y) {
 
 }  // namespace
 
-TEST_CASE("hovering a collective shows op, bytes, busbw and the straggler", "[gui][viewer]") {
+TEST_CASE("hovering a collective shows op and bytes and busbw and the straggler", "[gui][viewer]") {
   auto app = fixture_app();
   AppState& st = app->state();
   const float y = row_y(st, 1, LaneKind::Collective);
@@ -55,7 +55,7 @@ TEST_CASE("hovering a collective shows op, bytes, busbw and the straggler", "[gu
   CHECK(j["tooltip"].get<std::string>() == st.tooltip);
 }
 
-TEST_CASE("double-clicking a step zooms to it; the step table does too", "[gui][viewer]") {
+TEST_CASE("double-clicking a step zooms to it and so does the step table", "[gui][viewer]") {
   auto app = fixture_app("timeline,steps");
   AppState& st = app->state();
   const float y = row_y(st, 0, LaneKind::Phase, 0);

@@ -57,7 +57,7 @@ std::vector<prof::Event> rank_events(std::uint32_t rank, int kernels) {
 
 }  // namespace
 
-TEST_CASE("live: two ranks stream into memcomm-view, garbage is refused, nothing is dropped", "[gui][viewer]") {
+TEST_CASE("live: two ranks stream into memcomm-view while garbage is refused and nothing is dropped", "[gui][viewer]") {
   if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
   const auto port = static_cast<std::uint16_t>(20000 + getpid() % 20000);
   const int kernels = 2000;

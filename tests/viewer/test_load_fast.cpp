@@ -112,7 +112,7 @@ bool same_spans(const Timeline& a, const Timeline& b) {
 
 }  // namespace
 
-TEST_CASE("a multi-chunk, two-rank trace loads every event once, with or without decode-ahead and prefaulting", "[unit][viewer]") {
+TEST_CASE("a multi-chunk two-rank trace loads every event once with or without decode-ahead and prefaulting", "[unit][viewer]") {
   const std::string path = temp_path("fast_two_rank.mct");
   // 3000 steps: over 60 k kernels per rank, so the kernel arrays fill whole chunks, which come
   // from the PrefaultPool when prefault_ahead is on.

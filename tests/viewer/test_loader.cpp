@@ -27,7 +27,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }
 }  // namespace
 
-TEST_CASE("garbage, empty and missing files give messages that name the file", "[unit][viewer]") {
+TEST_CASE("garbage or empty or missing files give messages that name the file", "[unit][viewer]") {
   const std::string garbage = temp_path("garbage.bin");
   write_bytes(garbage, "GARBAGE, not a trace at all");
   Timeline tl;
@@ -76,7 +76,7 @@ TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
 }
 
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-TEST_CASE("a memcomm trace loads into lanes, collectives and memory curves", "[unit][viewer]") {
+TEST_CASE("a memcomm trace loads into lanes and collectives and memory curves", "[unit][viewer]") {
   namespace prof = memcomm::prof;
   const std::string path = temp_path("two_ranks.mct");
   {

@@ -27,7 +27,7 @@ ChunkedArray<std::int64_t> squares(std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("blocks from new_prefaulted are writable, with or without a pool", "[unit][viewer]") {
+TEST_CASE("blocks from new_prefaulted are writable with or without a pool", "[unit][viewer]") {
   constexpr std::size_t kBytes = 1u << 20;
   const auto fill_and_check = [](std::size_t bytes) {
     auto* p = static_cast<unsigned char*>(new_prefaulted(bytes));
@@ -68,7 +68,7 @@ TEST_CASE("chunked arrays fill the same whether their chunks come from a pool or
   }
 }
 
-TEST_CASE("build_indexes gives what the one-thread step table, summary and checkpoints give", "[unit][viewer]") {
+TEST_CASE("build_indexes gives what the one-thread step table and summary and checkpoints give", "[unit][viewer]") {
   for (std::uint32_t ranks : {1u, 3u}) {
     INFO("ranks " << ranks);
     SyntheticOptions so;

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <mutex>
+#include <system_error>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -55,14 +56,47 @@ bool executable(const std::string& path) {
 struct ChildOutput {
   bool ran = false;     // spawned and waited for
   int exit_code = -1;   // -1: killed by a signal
-  std::string out, err, why;  // why: spawn failure, or output over the cap
+  bool timed_out = false;     // still running at the job's deadline: killed
+  std::string out, err, why;  // why: spawn failure, output over the cap, or the time limit
 };
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kTermGrace = std::chrono::seconds(2);  // SIGTERM, then SIGKILL after this
+
+// Reaps `pid`, first sending `sig` (0: none, it is ending by itself). A child that is still there
+// at the deadline, or kTermGrace after SIGTERM (a cancel while waiting sends one), gets SIGKILL:
+// a child that ignores SIGTERM, or closed its pipes and kept running, cannot hang the job.
+int stop_and_reap(pid_t pid, int sig, Clock::time_point deadline, const std::atomic<bool>& cancel, ChildOutput& r) {
+  if (sig != 0) ::kill(pid, sig);
+  auto kill_at = sig == SIGKILL ? Clock::now() : sig == SIGTERM ? std::min(deadline, Clock::now() + kTermGrace) : deadline;
+  int status = 0;
+  for (;;) {
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) return status;
+    if (w < 0 && errno != EINTR) return status;
+    if (Clock::now() >= kill_at) break;
+    if (sig == 0 && cancel.load()) {
+      sig = SIGTERM;
+      ::kill(pid, SIGTERM);
+      kill_at = std::min(kill_at, Clock::now() + kTermGrace);
+    }
+    ::usleep(10'000);
+  }
+  if (sig == 0) r.timed_out = true;  // it closed its output but went on past the deadline
+  ::kill(pid, SIGKILL);  // not reaped yet: pid is still this child (or its zombie)
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
 
 // Runs argv[0] with stdin from /dev/null and stdout/stderr captured, both read as they come (a
 // child that fills one pipe while the other is read would otherwise block). `child` holds its pid,
 // under `mu`, until just before it is reaped, so that another thread can kill it: a pid read under
-// `mu` is the child or its zombie, never a pid the system gave to another process since.
-ChildOutput run_child(const std::vector<std::string>& args, std::mutex& mu, pid_t& child, const std::atomic<bool>& cancel) {
+// `mu` is the child or its zombie, never a pid the system gave to another process since. Reading
+// stops at the output cap, on cancel and at `deadline`: the pipes are closed (a grandchild that
+// holds them cannot keep the job waiting) and the child is stopped and reaped (stop_and_reap).
+ChildOutput run_child(const std::vector<std::string>& args, std::mutex& mu, pid_t& child, const std::atomic<bool>& cancel,
+                      Clock::time_point deadline) {
   ChildOutput r;
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
@@ -98,20 +132,35 @@ ChildOutput run_child(const std::vector<std::string>& args, std::mutex& mu, pid_
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   std::string* sink[2] = {&r.out, &r.err};
   int open_fds = 2;
+  int stop_signal = 0;  // set when reading stops before EOF
   char buf[65536];
-  while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
+  while (open_fds > 0 && stop_signal == 0) {
+    if (cancel.load()) {
+      stop_signal = SIGTERM;
       break;
     }
-    for (int i = 0; i < 2; ++i) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      r.timed_out = true;
+      stop_signal = SIGKILL;
+      break;
+    }
+    // Wakes at least every 100 ms to see a cancel.
+    if (::poll(fds, 2, static_cast<int>(std::min<long long>(left, 100))) < 0) {
+      if (errno == EINTR) continue;
+      r.why = std::string("poll: ") + std::strerror(errno);
+      stop_signal = SIGKILL;
+      break;
+    }
+    for (int i = 0; i < 2 && stop_signal == 0; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
       const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
       if (n > 0) {
-        sink[i]->append(buf, static_cast<std::size_t>(n));
-        if (sink[i]->size() > kMaxToolOutput && r.why.empty()) {
+        const std::size_t room = kMaxToolOutput - sink[i]->size();  // sinks never pass the cap
+        sink[i]->append(buf, std::min(room, static_cast<std::size_t>(n)));
+        if (static_cast<std::size_t>(n) > room) {
           r.why = "its output passed " + std::to_string(kMaxToolOutput >> 20) + " MiB; stopped it";
-          ::kill(pid, SIGTERM);
+          stop_signal = SIGTERM;
         }
       } else if (n == 0 || errno != EINTR) {
         ::close(fds[i].fd);
@@ -124,18 +173,17 @@ ChildOutput run_child(const std::vector<std::string>& args, std::mutex& mu, pid_
     if (f.fd >= 0) ::close(f.fd);
   {
     std::lock_guard<std::mutex> lock(mu);
-    child = 0;
+    child = 0;  // from here on only this thread signals it, before reaping it
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = stop_and_reap(pid, stop_signal, deadline, cancel, r);
   r.ran = true;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
 
 // The tool's own message (its last stderr line), else how it ended.
-std::string failure(const std::string& what, const ChildOutput& c) {
+std::string failure(const std::string& what, const ChildOutput& c, double timeout_s) {
+  if (c.timed_out) return what + " timed out after " + std::to_string(static_cast<long>(timeout_s)) + " s (killed)";
   if (!c.why.empty()) return what + ": " + c.why;
   std::string e = c.err;
   while (!e.empty() && (e.back() == '\n' || e.back() == '\r')) e.pop_back();
@@ -206,12 +254,27 @@ bool parse_advice_json(const std::string& text, std::vector<AdviceItem>& out, st
   }
 }
 
-AdviceJob::AdviceJob(std::string tool, std::vector<std::string> files, std::function<void()> on_done)
-    : tool_(std::move(tool)), files_(std::move(files)), on_done_(std::move(on_done)) {
+AdviceJob::AdviceJob(std::string tool, std::vector<std::string> files, std::function<void()> on_done, double timeout_s)
+    : tool_(std::move(tool)), files_(std::move(files)), on_done_(std::move(on_done)), timeout_s_(timeout_s) {
   result_.state = AdviceResult::State::Running;
   result_.files = files_;
   result_.tool = tool_;
-  thread_ = std::thread([this] { work(); });
+  try {
+    thread_ = std::thread([this] {
+      try {
+        work();
+      } catch (const std::exception& e) {  // e.g. out of memory: a message in the pane, not std::terminate
+        result_.state = AdviceResult::State::Failed;
+        result_.error = std::string("memcomm-trace advise: ") + e.what();
+        done_.store(true);
+        if (on_done_) on_done_();
+      }
+    });
+  } catch (const std::system_error& e) {
+    result_.state = AdviceResult::State::Failed;
+    result_.error = std::string("cannot start the advisor's thread: ") + e.what();
+    done_.store(true);
+  }
 }
 
 AdviceJob::~AdviceJob() {
@@ -227,6 +290,7 @@ AdviceResult AdviceJob::take() { return std::move(result_); }
 
 void AdviceJob::work() {
   const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   AdviceResult& r = result_;
   const auto fail = [&](std::string why) {
     r.state = AdviceResult::State::Failed;
@@ -237,15 +301,16 @@ void AdviceJob::work() {
     advise.push_back(f);
     report.push_back(f);
   }
-  const ChildOutput a = run_child(advise, child_mu_, child_, cancel_);
+  const ChildOutput a = run_child(advise, child_mu_, child_, cancel_, deadline);
   if (!cancel_.load()) {
     std::string error;
-    if (!a.ran || a.exit_code != 0 || !a.why.empty()) fail(failure("memcomm-trace advise", a));
+    if (!a.ran || a.exit_code != 0 || !a.why.empty() || a.timed_out) fail(failure("memcomm-trace advise", a, timeout_s_));
     else if (!parse_advice_json(a.out, r.advice, error)) fail("memcomm-trace advise: " + error);
   }
   if (!cancel_.load() && r.state == AdviceResult::State::Running) {
-    const ChildOutput rep = run_child(report, child_mu_, child_, cancel_);
-    if (!rep.ran || rep.exit_code != 0 || !rep.why.empty()) fail(failure("memcomm-trace report", rep));
+    const ChildOutput rep = run_child(report, child_mu_, child_, cancel_, deadline);
+    if (!rep.ran || rep.exit_code != 0 || !rep.why.empty() || rep.timed_out)
+      fail(failure("memcomm-trace report", rep, timeout_s_));
     else r.report = rep.out;
   }
   if (r.state == AdviceResult::State::Running) r.state = cancel_.load() ? AdviceResult::State::None : AdviceResult::State::Done;

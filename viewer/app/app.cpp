@@ -3,6 +3,7 @@
 #include <memcomm/view/app/app.hpp>
 #include <memcomm/view/synthetic.hpp>
 
+#include "clock.hpp"
 #include "views.hpp"
 
 #define GLFW_INCLUDE_NONE
@@ -23,19 +24,6 @@
 #include <sstream>
 
 namespace memcomm::view {
-
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-// CPU time of this thread: the frame-build target is CPU time, which preemption by llvmpipe's
-// render threads and other processes on a shared machine does not inflate.
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-}  // namespace
 
 void drop_callback(GLFWwindow* w, int count, const char** paths) {
   auto* app = static_cast<App*>(glfwGetWindowUserPointer(w));

@@ -2,6 +2,8 @@
 // nothing changes, listening included (Note [Idle while listening]).
 #include <memcomm/view/app/app.hpp>
 
+#include "clock.hpp"
+
 #define GLFW_INCLUDE_NONE
 #include <GLFW/glfw3.h>
 
@@ -13,17 +15,6 @@
 #include <ctime>
 
 namespace memcomm::view {
-
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double thread_cpu_s() {  // CPU time of this thread (the publish cost shown in the status line)
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-}  // namespace
 
 bool App::start_live(std::string& error) {
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
@@ -51,7 +42,6 @@ void App::poll_live() {
   // Something arrived but poll() held the publish back (at most one per 50 ms): stay awake until
   // it is published (Note [Idle while listening]).
   if (!msgs.empty() || live_->events_received() != events_before) live_pending_ = true;
-  st_.publish_cpu_ms = 0;
   if (rebuild) {
     const double c0 = thread_cpu_s();
     // Follow the run while the whole of it is in view; keep the user's zoom otherwise.

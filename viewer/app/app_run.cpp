@@ -3,6 +3,7 @@
 #include <memcomm/view/app/app.hpp>
 #include <memcomm/view/synthetic.hpp>
 
+#include "clock.hpp"
 #include "views.hpp"
 
 #define GLFW_INCLUDE_NONE
@@ -22,9 +23,6 @@
 namespace memcomm::view {
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -75,11 +73,17 @@ int App::run() {
   const double start = now_s();
   std::uint64_t frames_after_load = 0;
   int rc = 0;
+  // Only a --report-json run waits for the advisor (the report holds its advice); a screenshot
+  // shows the Summary as it is. The job has its own time limit (AdviceJob), so the wait is bounded.
+  const bool wait_advice = !opt_.report_json.empty();
   while (!glfwWindowShouldClose(window_)) {
-    wait_for_work(headless);
+    const bool data_loaded = !load_ && pending_drops_.empty();
+    if (headless && data_loaded && wait_advice && advice_job_ && script_done())
+      glfwWaitEventsTimeout(0.05);  // only the advisor's child is left: sleep (its end posts an empty event)
+    else
+      wait_for_work(headless);
     frame();
-    // Headless runs show what the Summary will show: the advisor's answer too.
-    const bool loaded = !load_ && pending_drops_.empty() && !advice_job_;
+    const bool loaded = !load_ && pending_drops_.empty() && !(wait_advice && advice_job_);
     if (loaded) ++frames_after_load;
     if (!headless) continue;
     if (opt_.exit_after_events > 0) {

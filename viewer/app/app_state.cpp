@@ -15,6 +15,7 @@ void AppState::message(const std::string& m) {
 
 void AppState::set_timeline(Timeline&& t, bool merge) {
   const bool was_empty = tl.empty();
+  ++data_generation;
   if (merge) tl.merge(std::move(t));
   else tl = std::move(t);
   // Ranks may have moved inside tl.ranks: rebuild what points into them.

@@ -111,8 +111,9 @@ void draw_advice(AppState& st) {
 
 // memcomm-tune's probes from the trace's tune.* counters, when there are any.
 void draw_tune(AppState& st) {
-  if (st.tune_events != st.tl.event_count) {  // per change of the data, not per frame
+  if (st.tune_events != st.tl.event_count || st.tune_generation != st.data_generation) {  // per change of the data
     st.tune_events = st.tl.event_count;
+    st.tune_generation = st.data_generation;
     st.tune = tune_probes(st.tl, st.tune_rank);
   }
   if (st.tune.empty()) return;

@@ -1,6 +1,8 @@
 #include <memcomm/view/indexes.hpp>
 
 #include <atomic>
+#include <exception>
+#include <system_error>
 #include <thread>
 
 namespace memcomm::view {
@@ -30,10 +32,32 @@ TimelineIndexes build_indexes(const Timeline& tl) {
       else out.summary = summarize(tl);
     }
   };
+  // An exception in either thread must not reach std::terminate: the helper's is caught into
+  // helper_error and rethrown here after the join, and the join also runs (Join) when this
+  // thread's work() throws. Without a thread to spare, this thread does every job.
+  std::exception_ptr helper_error;
   std::thread helper;
-  if (jobs > 2 && std::thread::hardware_concurrency() > 1) helper = std::thread(work);
+  if (jobs > 2 && std::thread::hardware_concurrency() > 1) {
+    try {
+      helper = std::thread([&] {
+        try {
+          work();
+        } catch (...) {
+          helper_error = std::current_exception();
+        }
+      });
+    } catch (const std::system_error&) {
+    }
+  }
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{helper};
   work();
   if (helper.joinable()) helper.join();
+  if (helper_error) std::rethrow_exception(helper_error);
   std::size_t n = 0;
   for (const auto& s : steps) n += s.size();
   out.steps.reserve(n);

@@ -107,8 +107,16 @@ void PrefaultPool::State::run() {
     if (p != nullptr) prefault_pages(p, bytes);
     lock.lock();
     --sizes[k].pending;  // sizes only grows: index k still names this size
-    if (p != nullptr) sizes[k].ready.push_back(p);
-    else budget = 0;  // out of memory: leave the rest to the loader
+    if (p != nullptr) {
+      try {
+        sizes[k].ready.push_back(p);
+      } catch (const std::bad_alloc&) {  // no room to keep it: give it back, stop mapping
+        ::operator delete(p);
+        budget = 0;
+      }
+    } else {
+      budget = 0;  // out of memory: leave the rest to the loader
+    }
   }
 }
 
@@ -122,7 +130,16 @@ PrefaultPool::PrefaultPool(std::size_t budget, std::initializer_list<std::size_t
     if (std::none_of(state->sizes.begin(), state->sizes.end(), [bytes](const State::Size& z) { return z.bytes == bytes; }))
       state->sizes.push_back({bytes, {}, 0});
   try {
-    state->worker = std::thread([s = state.get()] { s->run(); });
+    // The pool is advisory: if the worker fails (an exception from the library), it stops mapping
+    // and the loader maps its own pages; nothing reaches std::terminate, the destructor joins.
+    state->worker = std::thread([s = state.get()] {
+      try {
+        s->run();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(g_mu);
+        s->budget = 0;
+      }
+    });
   } catch (const std::system_error&) {
     return;  // no thread to spare: the loader maps its own pages
   }

@@ -69,11 +69,15 @@ std::string find_trace_tool(const std::string& configured);
 bool parse_advice_json(const std::string& text, std::vector<AdviceItem>& out, std::string& error);
 
 // Runs memcomm-trace report and advise over `files` in a background thread (Note [Advice in a
-// child process]). Destroying the job kills a tool still running and joins the thread.
+// child process]). Destroying the job kills a tool still running and joins the thread. The job
+// has a time limit: a tool still running `timeout_s` after the start gets SIGKILL, and the job
+// fails with "memcomm-trace advise timed out ...".
 class AdviceJob {
  public:
+  static constexpr double kDefaultTimeoutS = 60;
   // on_done runs on the job's thread when it finishes (the app wakes its window with it).
-  AdviceJob(std::string tool, std::vector<std::string> files, std::function<void()> on_done = {});
+  AdviceJob(std::string tool, std::vector<std::string> files, std::function<void()> on_done = {},
+            double timeout_s = kDefaultTimeoutS);
   ~AdviceJob();
   AdviceJob(const AdviceJob&) = delete;
   AdviceJob& operator=(const AdviceJob&) = delete;
@@ -85,6 +89,7 @@ class AdviceJob {
   std::string tool_;
   std::vector<std::string> files_;
   std::function<void()> on_done_;
+  double timeout_s_;  // for both children together
   AdviceResult result_;
   std::atomic<bool> done_{false}, cancel_{false};
   std::mutex child_mu_;

@@ -91,6 +91,8 @@ struct AppState {
   std::vector<TuneProbe> tune;
   std::uint32_t tune_rank = 0;
   std::uint64_t tune_events = ~0ull;            // tl.event_count `tune` was computed for
+  std::uint64_t tune_generation = ~0ull;        // data_generation `tune` was computed for
+  std::uint64_t data_generation = 0;            // bumped by set_timeline: an equal-size load is new data too
 
   // Messages shown in the UI (and printed to stderr when added).
   std::vector<std::string> messages;
@@ -102,7 +104,7 @@ struct AppState {
   std::string live_status;                      // live mode line for the status bar
   double frame_ms = 0, build_ms = 0;            // last frame: total and UI build (wall clock)
   double build_cpu_ms = 0;                      // last frame: UI build, CPU time of the UI thread
-  double publish_cpu_ms = 0;                    // last live publish (append + indexes), CPU ms; 0: none this frame
+  double publish_cpu_ms = 0;                    // last live publish (append + indexes), CPU ms; 0: none yet
 
   // Replaces (or, with merge, extends) the data and rebuilds what depends on it.
   void set_timeline(Timeline&& t, bool merge);
