@@ -19,10 +19,13 @@ constexpr bool kFuzzingBuild = false;
 // Note [lz4 acceleration]
 // lz4 costs ~60 % of a file sink's CPU (perf on BM_WriteFile). Our events are 24-byte records whose
 // matches are whole fields (timestamps' high bytes, repeated addresses and sizes), which lz4 still
-// finds when it skips faster through unmatched input: on the demo's trace and on the benchmark's
-// training-like stream, acceleration 4 compressed 10-25 % faster than the default (1) and the output
-// was no larger (9.96 against 10.30 B/event, and 14.81 against 15.32). Above 8 the files grow.
-constexpr int kLz4Acceleration = 4;
+// finds when it skips faster through unmatched input. Measured on 64 Ki-event chunks of the demo's
+// trace and of the benchmark's training-like stream (three runs each, this 2-core VM):
+//   acceleration 1: 12-26 and 17-24 M events/s, 10.30 and 15.32 B/event
+//   acceleration 4: 24-25 and 25-29 M events/s,  9.94 and 14.81 B/event
+//   acceleration 8: 25-27 and 31-40 M events/s, 10.18 and 15.01 B/event
+// 8 buys the speed for 2 % more bytes than 4 and is still smaller than the default; above 8 files grow.
+constexpr int kLz4Acceleration = 8;
 
 const char* codec_name(Codec c) {
   switch (c) {
