@@ -119,7 +119,10 @@ void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind
     }
     const auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
     if (!std::is_sorted(steps.begin(), steps.end(), by_start)) std::sort(steps.begin(), steps.end(), by_start);
+    // Exact from the block events when the trace has them (Note [Memory curves from block events]):
+    // a sample per alloc/free, so each step's range is found by galloping on from the last one.
     const CounterSeries* allocated = rd.counter("allocated");
+    std::size_t mem_cursor = 0;
     // The rows each step looks into, sorted out once per rank.
     std::vector<const SpanRow*> comm_rows, compute_rows, phase_all;
     std::vector<std::pair<const SpanRow*, bool>> phase_rows;
@@ -184,7 +187,7 @@ void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind
       unite_in_place(wait);
       r.data_wait = length(wait);
       double mn = 0, mx = 0;
-      if (allocated && allocated->range_min_max(st.start, st.end, mn, mx)) r.peak_allocated = mx;
+      if (allocated && allocated->range_min_max(st.start, st.end, mn, mx, mem_cursor)) r.peak_allocated = mx;
       rows.push_back(r);
     }
   }

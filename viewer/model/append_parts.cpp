@@ -178,7 +178,9 @@ void sort_samples(CounterSeries& series) {
 void merge_samples(CounterSeries& dst, CounterSeries& fresh) {
   if (dst.size() == 0) {  // move the arrays in; `fresh` keeps its address (the ingest caches it)
     CounterSeries emptied(fresh.name(), fresh.unit());
+    std::string name = dst.name();  // dst may be published under another name ("sampled:allocated")
     dst = std::move(fresh);
+    dst.rename(std::move(name));
     fresh = std::move(emptied);
     dst.update_levels(0);
     return;

@@ -25,7 +25,18 @@ void sort_samples(CounterSeries& series);
 void merge_samples(CounterSeries& dst, CounterSeries& fresh);
 void sort_counters(RankData& rd);  // by name: one order whatever the arrival order
 
-// The curves derive_alloc() makes from allocator events when the trace samples none.
+// The curves derive_alloc() makes from allocator events (Note [Memory curves from block events] in
+// alloc_derive.cpp): the first three whenever the rank has block events, the last two when the
+// trace samples neither of them.
 inline const char* const kDerivedMemory[] = {"allocated", "active", "reserved", "largest_free", "fragmentation"};
+inline constexpr int kLevelCurves = 3;  // allocated, active, reserved: exact from the events
+// Prefix of the sampled allocated/active/reserved series that block events supersede (kept, not drawn).
+inline const std::string kSampledPrefix = "sampled:";
+// "allocated", "active" or "reserved".
+inline bool is_level_curve(const std::string& name) {
+  for (int k = 0; k < kLevelCurves; ++k)
+    if (name == kDerivedMemory[k]) return true;
+  return false;
+}
 
 }  // namespace memcomm::view

@@ -158,6 +158,33 @@ bool CounterSeries::range_min_max(std::int64_t t0, std::int64_t t1, double& mn, 
   if (t_.empty() || t1 < t0) return false;
   const std::size_t lo = lower_bound_index(t_, t0, [](std::int64_t s, std::int64_t x) { return s < x; });
   const std::size_t hi = lower_bound_index(t_, lo, t_.size(), t1, [](std::int64_t s, std::int64_t x) { return s <= x; });
+  return fold_range(lo, hi, mn, mx);
+}
+
+template <class Before>
+std::size_t CounterSeries::gallop(std::size_t from, std::int64_t t, Before before) const {
+  const std::size_t n = t_.size();
+  std::size_t step = 1, hi = from;
+  while (hi < n && before(t_[hi], t)) {
+    from = hi + 1;
+    hi += step;
+    step *= 2;
+  }
+  return lower_bound_index(t_, from, std::min(hi, n), t, before);
+}
+
+bool CounterSeries::range_min_max(std::int64_t t0, std::int64_t t1, double& mn, double& mx, std::size_t& cursor) const {
+  if (t_.empty() || t1 < t0) return false;
+  const auto less = [](std::int64_t s, std::int64_t x) { return s < x; };
+  // The cursor is valid when every sample before it is earlier than t0.
+  if (cursor > t_.size() || (cursor > 0 && t_[cursor - 1] >= t0)) cursor = 0;
+  const std::size_t lo = gallop(cursor, t0, less);
+  const std::size_t hi = gallop(lo, t1, [](std::int64_t s, std::int64_t x) { return s <= x; });
+  cursor = lo;
+  return fold_range(lo, hi, mn, mx);
+}
+
+bool CounterSeries::fold_range(std::size_t lo, std::size_t hi, double& mn, double& mx) const {
   PixelMinMax p;
   if (lo > 0) fold(p, v_[lo - 1], v_[lo - 1]);  // carried into the range
   for (std::size_t i = lo; i < hi;) {

@@ -91,18 +91,31 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     }
     cs.clear();
   }
-  // Sampled memory curves win over derived ones, even when they show up late (live).
-  if (!p.sampled_memory && (p.counters.count("allocated") || p.counters.count("reserved"))) {
+  // Note [Memory curves from block events]: once a rank has block events, its allocated/active/
+  // reserved samples are published as "sampled:..." (and any published before are renamed), so the
+  // names the views and the step table read are the exact curves derive_alloc() makes.
+  if (!p.derive.blocks && std::any_of(p.alloc.begin(), p.alloc.end(), [](const AllocEvent& e) { return e.op != AllocOp::Oom; })) {
+    p.derive.blocks = true;
+    bool renamed = false;
+    for (auto& c : rd.counters)
+      if (is_level_curve(c.name())) {
+        c.rename(kSampledPrefix + c.name());
+        renamed = true;
+      }
+    if (renamed) sort_counters(rd);
+  }
+  // A rank that samples its memory keeps its sampled largest_free/fragmentation (or none): derived
+  // ones are made only when it samples nothing, and give way to samples that show up late (live).
+  if (!p.sampled_memory && std::any_of(std::begin(kDerivedMemory), std::end(kDerivedMemory), [&](const char* n) { return p.counters.count(n) != 0; })) {
     p.sampled_memory = true;
-    if (p.derive.derived) {
+    if (p.derive.free_derived) {
       rd.counters.erase(std::remove_if(rd.counters.begin(), rd.counters.end(),
                                        [](const CounterSeries& c) {
-                                         return std::find_if(std::begin(kDerivedMemory), std::end(kDerivedMemory), [&](const char* n) {
-                                                  return c.name() == n;
-                                                }) != std::end(kDerivedMemory);
+                                         return c.name() == kDerivedMemory[3] || c.name() == kDerivedMemory[4];
                                        }),
                         rd.counters.end());
-      p.derive.derived = false;
+      p.derive.free_derived = false;
+      p.derive.provisional = false;
     }
   }
   bool added = false;
@@ -110,7 +123,8 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     if (series.size() == 0) continue;
     sort_samples(series);
     bound(series.time(0), series.time(series.size() - 1));
-    merge_samples(counter_for(rd, name, series.unit(), added), series);
+    const bool superseded = p.derive.blocks && is_level_curve(name);
+    merge_samples(counter_for(rd, superseded ? kSampledPrefix + name : name, series.unit(), added), series);
   }
   if (added) sort_counters(rd);
   if (!p.alloc.empty()) {

@@ -16,7 +16,7 @@ struct StepRow {
   TimeNs exposed_comm = 0;        // communication not overlapped by compute, ns
   double overlap_pct = 0;         // (comm - exposed) / comm * 100
   TimeNs data_wait = 0;           // data-wait phases inside the step, ns
-  double peak_allocated = 0;      // bytes, from the "allocated" counter
+  double peak_allocated = 0;      // bytes, from the "allocated" counter (exact from block events: Note [Memory curves from block events])
 };
 
 // One row per "step" phase per rank. Compute = kernel lanes, or, on CPU runs with no kernels,

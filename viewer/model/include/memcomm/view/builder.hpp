@@ -43,8 +43,8 @@ class TimelineBuilder {
                   std::uint64_t seq, TimeNs start, TimeNs end, std::uint32_t world = 0);
   // Counter sample ("allocated", "reserved", "active", "largest_free", "fragmentation", "loss", ...).
   void counter(std::uint32_t rank, std::string_view name, TimeNs t, double value, std::string_view unit = "");
-  // Allocator event; when a rank has allocator events but no "allocated"/"reserved" samples, the
-  // curves are derived from the events.
+  // Allocator event. A rank's block events (not OOMs alone) give its allocated/active/reserved
+  // curves, exactly, over any samples of those (Note [Memory curves from block events]).
   void alloc_event(std::uint32_t rank, const AllocEvent& e);
   // Fast path for bulk ingest (readers, synthetic data): a pre-interned name, any span lane kind
   // (collectives go through collective()).
@@ -78,10 +78,15 @@ class TimelineBuilder {
   // What append_to() carries from one call to the next for the allocator-derived data.
   struct AllocDerive {
     std::map<std::uint64_t, std::pair<std::uint64_t, std::size_t>> open;  // unmarked SegmentAlloc: addr -> (size, index)
-    AllocatorState state;           // after the events folded into the memory curves
+    AllocatorState state;           // after the events folded into the memory curves (state fold)
+    bool fast = false;              // the last fold was the running sums below, not `state`
+    std::int64_t sums[3] = {};      // fast fold: allocated, active, reserved after the folded events
+    std::map<std::uint64_t, bool> segments;  // fast fold: live segment addr -> expandable (not reserved)
     std::size_t since = 0;          // events since the last largest_free sample
     bool provisional = false;       // the last largest_free/fragmentation samples stand in for "now"
-    bool derived = false;           // memory curves are derived from the events (no sampled ones)
+    bool blocks = false;            // the rank has block events: allocated/active/reserved come from them
+    bool derived = false;           // allocated/active/reserved curves are derived (the fold has run)
+    bool free_derived = false;      // largest_free/fragmentation too (the trace samples neither)
     bool labelled = false;          // some Alloc carries a category: per-category curves
     std::unordered_map<std::uint64_t, std::pair<std::uint8_t, std::uint64_t>> live;  // addr -> (category, size)
     double bytes[kMemCategoryCount] = {};
@@ -97,7 +102,7 @@ class TimelineBuilder {
     AllocEvents alloc;
     std::uint64_t dropped = 0;
     std::string host;
-    bool sampled_memory = false;    // "allocated"/"reserved" samples seen: no derived curves
+    bool sampled_memory = false;    // memory samples seen (any of kDerivedMemory): largest_free/fragmentation not derived
     AllocDerive derive;
   };
   void append_rank(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r,

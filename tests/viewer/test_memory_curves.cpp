@@ -1,0 +1,268 @@
+// Memory curves and step peaks from the allocator's block events rather than the trainer's periodic
+// samples (Note [Memory curves from block events] in viewer/model/alloc_derive.cpp): hand-built
+// traces whose samples disagree with their events, through the builder, through an incremental
+// (live) publish, and through a .mct file load.
+#include "memcomm_test.hpp"
+
+#include <memcomm/view/analysis.hpp>
+#include <memcomm/view/builder.hpp>
+#include <memcomm/view/loader.hpp>
+
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+#include <memcomm/profiler/trace_writer.hpp>
+
+#include <filesystem>
+#endif
+
+#include <string>
+#include <vector>
+
+using namespace memcomm::view;
+
+namespace {
+
+// Two 100 ns steps. The block events: a 4096 B segment at t = 1; in step 0 a 1000 B block lives
+// over [10, 30) beside a 24 B one from t = 5 (peak 1024), in step 1 a 2000 B block over [120, 150)
+// with its free completed at 160 (peak 2024; active holds it until 160). The trainer's samples, every
+// 100 ns, see none of it: allocated 512 at 0, 24 at 100 and 24 at 200.
+void fill(TimelineBuilder& b, std::uint32_t rank, bool samples) {
+  b.phase(rank, "step", 0, 100);
+  b.phase(rank, "step", 100, 200);
+  b.alloc_event(rank, {1, 0x10000, 4096, 0, AllocOp::SegmentAlloc});
+  b.alloc_event(rank, {5, 0x10000, 24, 0, AllocOp::Alloc});
+  b.alloc_event(rank, {10, 0x10100, 1000, 0, AllocOp::Alloc});
+  b.alloc_event(rank, {30, 0x10100, 1000, 0, AllocOp::FreeRequested});
+  b.alloc_event(rank, {31, 0x10100, 1000, 0, AllocOp::FreeCompleted});
+  b.alloc_event(rank, {120, 0x10400, 2000, 0, AllocOp::Alloc});
+  b.alloc_event(rank, {150, 0x10400, 2000, 0, AllocOp::FreeRequested});
+  b.alloc_event(rank, {160, 0x10400, 2000, 0, AllocOp::FreeCompleted});
+  if (!samples) return;
+  for (TimeNs t : {0, 100, 200}) {
+    b.counter(rank, "allocated", t, t == 0 ? 512 : 24, "B");
+    b.counter(rank, "active", t, t == 0 ? 512 : 24, "B");
+    b.counter(rank, "reserved", t, 8192, "B");
+    b.counter(rank, "largest_free", t, 777, "B");
+  }
+}
+
+double at(const CounterSeries* c, TimeNs t) {
+  double v = -1;
+  REQUIRE(c != nullptr);
+  REQUIRE(c->value_at(t, v));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("memory curves and step peaks follow the block events and not disagreeing samples", "[unit][viewer]") {
+  TimelineBuilder b;
+  fill(b, 0, true);
+  const Timeline tl = b.finish("hand-built");
+  const RankData& rd = tl.ranks.at(0);
+  const CounterSeries* allocated = rd.counter("allocated");
+  const CounterSeries* active = rd.counter("active");
+  const CounterSeries* reserved = rd.counter("reserved");
+  CHECK(at(allocated, 20) == 1024);
+  CHECK(at(allocated, 40) == 24);
+  CHECK(at(allocated, 130) == 2024);
+  CHECK(at(active, 155) == 2024);  // freed at 150, its free not completed until 160
+  CHECK(at(active, 165) == 24);
+  CHECK(at(reserved, 50) == 4096);
+  CHECK(allocated->global_max() == 2024);
+  // The samples are kept beside the curves, under their own names, with their own values.
+  CHECK(at(rd.counter("sampled:allocated"), 50) == 512);
+  CHECK(at(rd.counter("sampled:reserved"), 50) == 8192);
+  // What the events cannot give cheaply stays sampled.
+  CHECK(at(rd.counter("largest_free"), 50) == 777);
+  CHECK(rd.counter("largest_free")->size() == 3);
+
+  const auto rows = step_table(tl);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].peak_allocated == 1024);  // the samples say 512
+  CHECK(rows[1].peak_allocated == 2024);  // the samples say 24
+  CHECK(summarize(tl).peak_allocated == 2024);
+  const RangeStats rs = range_stats(tl, 100, 200);
+  CHECK(rs.mem_max == 2024);
+}
+
+TEST_CASE("an event that leaves a curve unchanged adds no sample to it", "[unit][viewer]") {
+  TimelineBuilder b;
+  fill(b, 0, true);
+  const Timeline tl = b.finish("hand-built");
+  const RankData& rd = tl.ranks.at(0);
+  // allocated moves on the 3 allocs and the 2 free requests (after a first value at the segment).
+  CHECK(rd.counter("allocated")->size() == 6);
+  CHECK(rd.counter("active")->size() == 6);  // the 3 allocs and the 2 completions
+  CHECK(rd.counter("reserved")->size() == 1);
+}
+
+TEST_CASE("the running-sum fold (memory sampled) and the state fold (not sampled) give the same curves", "[unit][viewer]") {
+  // A rank that samples memory folds the events as sums; one that does not goes through
+  // AllocatorState (and also gets largest_free/fragmentation). Same events, expandable segment
+  // included: same curves.
+  const auto events = [](TimelineBuilder& b) {
+    fill(b, 0, false);
+    b.alloc_event(0, {200, 0x100000, 1 << 20, 0, AllocOp::SegmentAlloc});  // marked expandable by the map below
+    b.alloc_event(0, {210, 0x100000, 8192, 0, AllocOp::SegmentMap});
+    b.alloc_event(0, {220, 0x100000, 6000, 0, AllocOp::Alloc});
+    b.alloc_event(0, {230, 0x102000, 4096, 0, AllocOp::SegmentMap});
+    b.alloc_event(0, {240, 0x100000, 6000, 0, AllocOp::FreeRequested});
+    b.alloc_event(0, {250, 0x100000, 6000, 0, AllocOp::FreeCompleted});
+    b.alloc_event(0, {260, 0x102000, 4096, 0, AllocOp::SegmentUnmap});
+    b.alloc_event(0, {265, 0x10000, 24, 0, AllocOp::FreeRequested});  // an allocator frees only empty segments
+    b.alloc_event(0, {266, 0x10000, 24, 0, AllocOp::FreeCompleted});
+    b.alloc_event(0, {270, 0x10000, 4096, 0, AllocOp::SegmentFree});
+  };
+  TimelineBuilder sampled, unsampled;
+  events(sampled);
+  sampled.counter(0, "fragmentation", 0, 0.5);
+  events(unsampled);
+  const Timeline a = sampled.finish("sampled"), u = unsampled.finish("unsampled");
+  CHECK(a.ranks[0].counter("largest_free") == nullptr);
+  CHECK(u.ranks[0].counter("largest_free") != nullptr);
+  for (const char* name : {"allocated", "active", "reserved"}) {
+    INFO(name);
+    const CounterSeries* x = a.ranks[0].counter(name);
+    const CounterSeries* y = u.ranks[0].counter(name);
+    REQUIRE((x && y));
+    REQUIRE(x->size() == y->size());
+    for (std::size_t i = 0; i < x->size(); ++i) {
+      CHECK(x->time(i) == y->time(i));
+      CHECK(x->value(i) == y->value(i));
+    }
+  }
+  CHECK(at(a.ranks[0].counter("reserved"), 235) == 4096 + 8192 + 4096);
+  CHECK(at(a.ranks[0].counter("reserved"), 275) == 8192);
+}
+
+TEST_CASE("live: samples published before the first block event give way to the events", "[unit][viewer]") {
+  TimelineBuilder b;
+  Timeline tl;
+  b.phase(0, "step", 0, 100);
+  b.counter(0, "allocated", 0, 512, "B");  // a sample arrives first: drawn as is for now
+  b.append_to(tl);
+  CHECK(at(tl.ranks[0].counter("allocated"), 0) == 512);
+  b.alloc_event(0, {1, 0x10000, 4096, 0, AllocOp::SegmentAlloc});
+  b.alloc_event(0, {10, 0x10100, 1000, 0, AllocOp::Alloc});
+  b.alloc_event(0, {30, 0x10100, 1000, 0, AllocOp::FreeRequested});
+  b.counter(0, "allocated", 50, 0, "B");
+  b.append_to(tl);
+  const RankData& rd = tl.ranks[0];
+  CHECK(at(rd.counter("allocated"), 20) == 1000);
+  CHECK(at(rd.counter("allocated"), 40) == 0);
+  const CounterSeries* s = rd.counter("sampled:allocated");
+  REQUIRE(s != nullptr);
+  CHECK(s->size() == 2);
+  CHECK(at(s, 20) == 512);
+  const auto rows = step_table(tl);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].peak_allocated == 1000);
+
+  // The same events in one go build the same curves.
+  TimelineBuilder once;
+  once.phase(0, "step", 0, 100);
+  once.counter(0, "allocated", 0, 512, "B");
+  once.alloc_event(0, {1, 0x10000, 4096, 0, AllocOp::SegmentAlloc});
+  once.alloc_event(0, {10, 0x10100, 1000, 0, AllocOp::Alloc});
+  once.alloc_event(0, {30, 0x10100, 1000, 0, AllocOp::FreeRequested});
+  once.counter(0, "allocated", 50, 0, "B");
+  const Timeline whole = once.finish("once");
+  for (const char* name : {"allocated", "sampled:allocated", "reserved"}) {
+    INFO(name);
+    const CounterSeries* x = whole.ranks[0].counter(name);
+    const CounterSeries* y = rd.counter(name);
+    REQUIRE((x && y));
+    REQUIRE(x->size() == y->size());
+    for (std::size_t i = 0; i < x->size(); ++i) CHECK((x->time(i) == y->time(i) && x->value(i) == y->value(i)));
+  }
+}
+
+TEST_CASE("a rank with samples and no block events keeps its sampled curves", "[unit][viewer]") {
+  TimelineBuilder b;
+  b.phase(0, "step", 0, 100);
+  b.counter(0, "allocated", 0, 512, "B");
+  b.counter(0, "allocated", 50, 900, "B");
+  b.alloc_event(0, {60, 0, 1 << 30, 0, AllocOp::Oom});  // an OOM is not a block event
+  const Timeline tl = b.finish("samples only");
+  CHECK(tl.ranks[0].counter("sampled:allocated") == nullptr);
+  CHECK(at(tl.ranks[0].counter("allocated"), 70) == 900);
+  CHECK(step_table(tl).at(0).peak_allocated == 900);
+  CHECK(tl.ranks[0].ooms.size() == 1);
+}
+
+#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+TEST_CASE("a .mct trace's step peaks come from its block events", "[unit][viewer]") {
+  namespace prof = memcomm::prof;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_tests";
+  fs::create_directories(dir);
+  const std::string path = (dir / "memory_curves.mct").string();
+  {
+    prof::WriterOptions o;
+    o.rank = 1;
+    prof::TraceWriter w(path, o);
+    std::vector<prof::Event> ev;
+    const auto block = [&](prof::EventKind k, std::int64_t t, std::uint64_t addr, std::uint64_t size) {
+      ev.push_back(prof::Event::from(prof::make_mem_block(k, t, addr, size)));
+    };
+    const auto sample = [&](std::int64_t t, prof::MemMetric m, std::uint64_t v) {
+      ev.push_back(prof::Event::from(prof::make_mem_sample(t, m, v)));
+    };
+    // The trainer's sampler fires at 0 and every 50 ms; three 1 ms steps run between two samples,
+    // each allocating and freeing a 64 KiB activation over a 512 B parameter.
+    sample(0, prof::MemMetric::Allocated, 512);
+    sample(0, prof::MemMetric::Reserved, 1 << 20);
+    sample(0, prof::MemMetric::LargestFree, 1000);
+    block(prof::EventKind::SegmentAlloc, 1, 0x200000, 1 << 20);
+    block(prof::EventKind::Alloc, 2, 0x200000, 512);
+    for (std::int64_t s = 0; s < 3; ++s) {
+      const std::int64_t t = 1'000'000 + s * 1'000'000;
+      ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeBegin, t, prof::Phase::Step, 0, s, 0)));
+      block(prof::EventKind::Alloc, t + 100'000, 0x210000, 65536);
+      block(prof::EventKind::FreeRequested, t + 600'000, 0x210000, 65536);
+      block(prof::EventKind::FreeCompleted, t + 600'000, 0x210000, 65536);
+      ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, t + 900'000, prof::Phase::Step, 0, s, 0)));
+    }
+    sample(50'000'000, prof::MemMetric::Allocated, 512);
+    w.write_chunk({}, ev);
+    w.close();
+  }
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  const auto rows = step_table(tl);
+  REQUIRE(rows.size() == 3);
+  for (const auto& r : rows) CHECK(r.peak_allocated == 512 + 65536);  // the samples say 512
+  CHECK(summarize(tl).peak_allocated == 512 + 65536);
+  CHECK(at(tl.ranks.at(0).counter("sampled:allocated"), 10'000'000) == 512);
+  CHECK(at(tl.ranks.at(0).counter("largest_free"), 10'000'000) == 1000);
+}
+#endif
+
+TEST_CASE("range_min_max with a cursor agrees with the plain search in order and out of order", "[unit][viewer]") {
+  CounterSeries c("allocated", "B");
+  std::uint64_t x = 12345;
+  const auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  TimeNs t = 0;
+  for (int i = 0; i < 20000; ++i) {
+    t += static_cast<TimeNs>(next() % 5);  // repeated times too
+    c.add(t, static_cast<double>(next() % 1000));
+  }
+  c.build_levels();
+  std::size_t cursor = 0;
+  for (int q = 0; q < 3000; ++q) {
+    // Mostly forward steps like a step table's, now and then a jump back.
+    const TimeNs t0 = q % 97 == 0 ? static_cast<TimeNs>(next() % static_cast<std::uint64_t>(t)) : static_cast<TimeNs>(q) * (t / 3000);
+    const TimeNs t1 = t0 + static_cast<TimeNs>(next() % 200);
+    double a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    const bool a = c.range_min_max(t0, t1, a0, a1);
+    const bool b = c.range_min_max(t0, t1, b0, b1, cursor);
+    REQUIRE(a == b);
+    if (a) CHECK((a0 == b0 && a1 == b1));
+  }
+}
