@@ -179,14 +179,22 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
   const std::vector<bool> virtual_segment = virtual_reservations(r);  // Note [Virtual reservations]
   size_t segment_event = 0;
   bool sampled[size_t(MemMetric::Count)] = {};
-  bool has_free_completed = false;
+  bool has_free_completed = false, has_blocks = false, has_segments = false;
   for (const Event& e : r.events) {
     if (e.kind == EventKind::MemSample) {
       const auto m = e.as<MemSampleEvent>().metric;
       if (m < MemMetric::Count) sampled[size_t(m)] = true;
     }
     has_free_completed |= e.kind == EventKind::FreeCompleted;
+    has_blocks |= e.kind == EventKind::Alloc;
+    has_segments |= e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentMap;
   }
+  // The block events are exact and the samples periodic (they miss peaks between two samples), so
+  // a metric the events give comes from them; samples serve what events cannot give (largest free
+  // block, the allocator's own fragmentation) and traces without block events. The viewer does the
+  // same (Note [Memory curves from block events] in viewer/model/alloc_derive.cpp).
+  if (has_blocks) sampled[size_t(MemMetric::Allocated)] = sampled[size_t(MemMetric::Active)] = false;
+  if (has_segments) sampled[size_t(MemMetric::Reserved)] = false;
   std::vector<MemoryPoint> out;
   // Derived from block events; signed (a trace may start mid-run) and wide (corrupt sizes).
   __int128 alloc = 0, reserved = 0, active = 0;
@@ -198,9 +206,9 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
     if (e.kind == EventKind::MemSample) {
       const auto s = e.as<MemSampleEvent>();
       switch (s.metric) {
-        case MemMetric::Allocated: p.allocated = s.value; break;
-        case MemMetric::Reserved: p.reserved = s.value; break;
-        case MemMetric::Active: p.active = s.value; break;
+        case MemMetric::Allocated: if (sampled[size_t(MemMetric::Allocated)]) p.allocated = s.value; break;
+        case MemMetric::Reserved: if (sampled[size_t(MemMetric::Reserved)]) p.reserved = s.value; break;
+        case MemMetric::Active: if (sampled[size_t(MemMetric::Active)]) p.active = s.value; break;
         case MemMetric::LargestFree: p.largest_free = s.value; break;
         case MemMetric::Fragmentation: frag_ppm = int64_t(s.value); break;
         default: break;
