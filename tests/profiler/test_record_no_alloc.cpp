@@ -19,8 +19,15 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  ++t_allocations;
+  return std::malloc(n ? n : 1);
+}
+// Every form that can free what the forms above return, so a sanitizer's own operators never see
+// our blocks (ASan reports malloc'd memory freed by its operator delete as a mismatch).
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace memcomm::prof;
 
