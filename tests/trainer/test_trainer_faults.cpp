@@ -125,40 +125,58 @@ std::vector<pid_t> children_of(pid_t parent) {
 
 bool alive(pid_t p) { return ::kill(p, 0) == 0; }
 
+// memcomm-train with `args`, its output to `log`, as a child launcher whose ranks are its children.
+// Returns once the log shows step 3 and all `nranks` ranks run (ranks in fork order), or after 60 s.
+struct Launched {
+  pid_t launcher = -1;
+  std::vector<pid_t> ranks;
+};
+Launched launch_until_step_3(const std::string& args, const std::string& log, size_t nranks) {
+  Launched l;
+  l.launcher = ::fork();
+  REQUIRE(l.launcher >= 0);
+  if (l.launcher == 0) {
+    const std::string cmd = quick_train(args) + " > " + log + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+    ::_exit(127);
+  }
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream f(log);
+    std::string text((std::istreambuf_iterator<char>(f)), {});
+    l.ranks = children_of(l.launcher);
+    if (text.find("step 3/") != std::string::npos && l.ranks.size() == nranks) break;
+  }
+  return l;
+}
+
+// Waits up to 60 s for the launcher; false (with the launcher and its ranks killed) if it did not exit.
+bool wait_launcher(const Launched& l, int& status) {
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_t done = 0;
+  while ((done = ::waitpid(l.launcher, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (done != 0) return true;
+  for (pid_t p : l.ranks) ::kill(p, SIGKILL);
+  ::kill(l.launcher, SIGKILL);
+  ::waitpid(l.launcher, &status, 0);
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("kill -9 of one rank ends the others within the timeout naming the lost rank and leaves no orphans") {
   const auto d = scratch_dir("kill-rank");
   const std::string log = d + "/out.log";
-  const pid_t launcher = ::fork();
-  REQUIRE(launcher >= 0);
-  if (launcher == 0) {
-    const std::string cmd = quick_train("--nproc 3 --steps 100000 --timeout 20 --log-interval 1") + " > " + log + " 2>&1";
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
-    ::_exit(127);
-  }
   // Wait until training is under way, then kill rank 1 (the second rank forked).
-  std::vector<pid_t> ranks;
-  for (int i = 0; i < 600; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream f(log);
-    std::string text((std::istreambuf_iterator<char>(f)), {});
-    ranks = children_of(launcher);
-    if (text.find("step 3/") != std::string::npos && ranks.size() == 3) break;
-  }
+  const Launched l = launch_until_step_3("--nproc 3 --steps 100000 --timeout 20 --log-interval 1", log, 3);
+  const std::vector<pid_t>& ranks = l.ranks;
   REQUIRE(ranks.size() == 3);
   REQUIRE(::kill(ranks[1], SIGKILL) == 0);
   const auto t0 = std::chrono::steady_clock::now();
   int status = 0;
-  pid_t done = 0;
-  while ((done = ::waitpid(launcher, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (done == 0) {
-    ::kill(launcher, SIGKILL);
-    ::waitpid(launcher, &status, 0);
-    FAIL("the launcher did not exit within 60 s of the kill");
-  }
+  if (!wait_launcher(l, status)) FAIL("the launcher did not exit within 60 s of the kill");
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::ifstream f(log);
   const std::string out((std::istreambuf_iterator<char>(f)), {});
@@ -175,40 +193,16 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
   const auto d = scratch_dir("stop-rank");
   const std::string log = d + "/out.log";
   const int timeout_s = 3;
-  const pid_t launcher = ::fork();
-  REQUIRE(launcher >= 0);
-  if (launcher == 0) {
-    const std::string cmd = quick_train("--nproc 2 --steps 100000 --log-interval 1 --timeout " +
-                                        std::to_string(timeout_s)) + " > " + log + " 2>&1";
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
-    ::_exit(127);
-  }
-  std::vector<pid_t> ranks;
-  for (int i = 0; i < 600; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream f(log);
-    std::string text((std::istreambuf_iterator<char>(f)), {});
-    ranks = children_of(launcher);
-    if (text.find("step 3/") != std::string::npos && ranks.size() == 2) break;
-  }
+  const Launched l = launch_until_step_3("--nproc 2 --steps 100000 --log-interval 1 --timeout " + std::to_string(timeout_s), log, 2);
+  const std::vector<pid_t>& ranks = l.ranks;
   REQUIRE(ranks.size() == 2);
   // A stopped process keeps its sockets open: its peers see no error, only a collective that never
   // completes, so this is the timeout path, not the lost-connection one.
   REQUIRE(::kill(ranks[1], SIGSTOP) == 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  int status = 0;
-  pid_t done = 0;
   // The survivor gives up after --timeout; the launcher then gives the stopped rank the grace
   // period (timeout + 15 s) before it kills it.
-  while ((done = ::waitpid(launcher, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (done == 0) {
-    for (pid_t p : ranks) ::kill(p, SIGKILL);
-    ::kill(launcher, SIGKILL);
-    ::waitpid(launcher, &status, 0);
-    FAIL("the launcher did not exit within 60 s of the stop");
-  }
+  int status = 0;
+  if (!wait_launcher(l, status)) FAIL("the launcher did not exit within 60 s of the stop");
   std::ifstream f(log);
   const std::string out((std::istreambuf_iterator<char>(f)), {});
   INFO(out);
