@@ -2,6 +2,7 @@
 // arriving is idle, an arrival wakes it and is drawn, a rank that disconnects stays, marked; and a
 // bad stream (oversize frame, version mismatch) is a message in the UI and on stderr.
 #include "gui_fixture.hpp"
+#include "view_traces.hpp"
 
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 #include <memcomm/profiler/event.hpp>
@@ -42,21 +43,7 @@ std::vector<prof::Event> rank_events(int kernels) {
 }
 
 void stream_rank(std::uint16_t port, std::uint32_t rank, int kernels) {
-  prof::StreamOptions so;
-  so.endpoint = prof::parse_endpoint("127.0.0.1:" + std::to_string(port));
-  so.rank = rank;
-  so.world_size = 1;
-  so.quiet = true;
-  prof::StreamSink sink(so);
-  const std::vector<prof::StringDef> strings = {{1, "gemm_idle"}};
-  const auto ev = rank_events(kernels);
-  prof::Batch b;
-  b.strings = strings.data();
-  b.n_strings = strings.size();
-  b.events = ev.data();
-  b.n_events = ev.size();
-  sink.consume(b);
-  sink.close(5000);
+  view_traces::stream_batch(port, rank, 1, {{1, "gemm_idle"}}, rank_events(kernels));
 }
 
 int connect_to(std::uint16_t port) {

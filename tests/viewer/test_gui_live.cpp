@@ -2,6 +2,7 @@
 // (what memcomm-train --live uses), survives garbage on the socket, and reports every event with
 // no drops.
 #include "gui_fixture.hpp"
+#include "view_traces.hpp"
 
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 #include <memcomm/profiler/stream_sink.hpp>
@@ -72,23 +73,9 @@ TEST_CASE("live: two ranks stream into memcomm-view while garbage is refused and
   });
   send_garbage(port);
   for (std::uint32_t rank = 0; rank < 2; ++rank) {
-    prof::StreamOptions so;
-    so.endpoint = prof::parse_endpoint("127.0.0.1:" + std::to_string(port));
-    so.rank = rank;
-    so.world_size = 2;
-    so.quiet = true;
-    prof::StreamSink sink(so);
-    const std::vector<prof::StringDef> strings = {{1, "gemm_live"}};
-    const auto ev = rank_events(rank, kernels);
-    prof::Batch b;
-    b.strings = strings.data();
-    b.n_strings = strings.size();
-    b.events = ev.data();
-    b.n_events = ev.size();
-    sink.consume(b);
-    sink.close(5000);
-    CHECK(sink.stats().dropped_events == 0);
-    CHECK(sink.stats().sent_events == per_rank);
+    const prof::StreamStats st = view_traces::stream_batch(port, rank, 2, {{1, "gemm_live"}}, rank_events(rank, kernels));
+    CHECK(st.dropped_events == 0);
+    CHECK(st.sent_events == per_rank);
   }
   viewer.join();
   INFO(out);

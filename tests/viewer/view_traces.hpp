@@ -4,6 +4,7 @@
 #include "gui_fixture.hpp"
 
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+#include <memcomm/profiler/stream_sink.hpp>
 #include <memcomm/profiler/trace_writer.hpp>
 
 #include <string>
@@ -79,6 +80,26 @@ inline std::vector<std::string> write_exposed_run(const std::string& stem) {
     files.push_back(path);
   }
   return files;
+}
+
+// Streams `ev` (with `strings`) live as rank `rank` of `world` to a viewer listening on
+// 127.0.0.1:port, then closes the stream; returns what the sink sent and dropped.
+inline prof::StreamStats stream_batch(std::uint16_t port, std::uint32_t rank, std::uint32_t world,
+                                      const std::vector<prof::StringDef>& strings, const std::vector<prof::Event>& ev) {
+  prof::StreamOptions so;
+  so.endpoint = prof::parse_endpoint("127.0.0.1:" + std::to_string(port));
+  so.rank = rank;
+  so.world_size = world;
+  so.quiet = true;
+  prof::StreamSink sink(so);
+  prof::Batch b;
+  b.strings = strings.data();
+  b.n_strings = strings.size();
+  b.events = ev.data();
+  b.n_events = ev.size();
+  sink.consume(b);
+  sink.close(5000);
+  return sink.stats();
 }
 
 }  // namespace view_traces
