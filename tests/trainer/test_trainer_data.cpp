@@ -7,16 +7,6 @@
 
 using namespace memcomm::test;
 
-namespace {
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  return nlohmann::json::parse(f);
-}
-
-}  // namespace
-
 TEST_CASE("evaluation scores a test split smaller than one batch") {
   // 256 training rows give a test split of 42: less than one batch of 64, which used to score nothing.
   const auto d = scratch_dir("eval-small");

@@ -12,12 +12,6 @@ namespace prof = memcomm::prof;
 
 namespace {
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  return nlohmann::json::parse(f);
-}
-
 // Every event of one rank's trace file.
 std::vector<prof::Event> read_events(const std::string& path, std::vector<std::string>* strings = nullptr) {
   prof::TraceReader r(path);

@@ -19,12 +19,6 @@ void require_identical_across_ranks(int world) {
   }
 }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  return nlohmann::json::parse(f);
-}
-
 }  // namespace
 
 TEST_CASE("two ranks hold bitwise identical parameters after every step") { require_identical_across_ranks(2); }

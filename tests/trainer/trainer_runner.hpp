@@ -3,6 +3,8 @@
 
 #include "memcomm_test.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <sys/wait.h>
 
 #include <array>
@@ -36,6 +38,13 @@ inline RunResult run_command(const std::string& cmd) {
   const int st = ::pclose(p);
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return r;
+}
+
+// A JSON file a tool wrote (--summary-json, --json); a missing file fails the test.
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  return nlohmann::json::parse(f);
 }
 
 inline std::string train_bin() { return bin_dir() + "/memcomm-train"; }

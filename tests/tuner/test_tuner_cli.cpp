@@ -15,12 +15,6 @@ std::string tune_bin() { return bin_dir() + "/memcomm-tune"; }
 const std::string kModel = " --model mlp --dataset tabular --synthetic-size 4096 --hidden 512 --threads 1 --workers 0 "
                            "--prefetch 1 --eval-batches 2 ";
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  return nlohmann::json::parse(f);
-}
-
 // The trainer's peak reserved bytes for micro-batch b without a cap (3 steps, no evaluation to speak of).
 int64_t trainer_peak(const std::string& dir, int64_t b) {
   const std::string js = dir + "/peak" + std::to_string(b) + ".json";
