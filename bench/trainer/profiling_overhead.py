@@ -9,8 +9,8 @@ target: <= 2 %) two ways:
   - "cpu": the same for the CPU time (user + sys) the whole run used, all ranks together: what
     profiling costs in CPU even when the step time hides it in idle cores.
 Given several builds, every round runs each build off and on, so they are compared side by side.
-When the summary has "trace_collector_cpu_ms" (RunProfiler::collector_cpu_ns()), the profiler
-thread's share of a rank's CPU is printed too.
+When the summary has "trace_collector_cpu_ms" (RunProfiler::collector_cpu_ns(), summed over ranks),
+the profiler threads' share of the run's CPU is printed too.
 """
 import argparse
 import json
@@ -81,13 +81,13 @@ def main():
         cpu_on = ", ".join(f"{r['cpu']:.2f}" for r in on)
         print(f"  cpu s off: {cpu_off}   on: {cpu_on}")
         print(f"  overhead: step {pct(step_ratio)} (median of paired ratios; ratio of medians {pct(m_on / m_off)}),"
-              f" cpu {pct(cpu_ratio)}  ({on[-1]['events']} events recorded on rank 0, {on[-1]['drops']} dropped)")
-        # The profiler's own thread, from the summary when the trainer reports it: robust to a busy machine.
+              f" cpu {pct(cpu_ratio)}  ({on[-1]['events']} events recorded (all ranks), {on[-1]['drops']} dropped)")
+        # The profiler's own threads, from the summary (summed over ranks): robust to a busy machine.
         coll = [r["collector_ms"] for r in on if r["collector_ms"] is not None]
         if coll:
-            share = statistics.median(c / 1e3 / (r["cpu"] / a.nproc) for c, r in zip(coll, on))
-            print(f"  collector thread (rank 0): median {statistics.median(coll):.1f} ms CPU per run,"
-                  f" {100 * share:.2f} % of a rank's CPU")
+            share = statistics.median(c / 1e3 / r["cpu"] for c, r in zip(coll, on))
+            print(f"  collector threads (all ranks): median {statistics.median(coll):.1f} ms CPU per run,"
+                  f" {100 * share:.2f} % of the run's CPU")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"first_loss", s.first_loss}, {"final_loss", s.final_loss}, {"eval_loss", s.eval_loss},
       {"eval_accuracy", s.eval_accuracy}, {"eval_samples", s.eval_samples}, {"allocator", s.allocator},
       {"peak_allocated", s.peak_allocated}, {"peak_reserved", s.peak_reserved}, {"fragmentation", s.fragmentation},
-      {"trace_events", s.trace_events}, {"trace_drops", s.trace_drops}, {"peak_rss", s.peak_rss},
+      {"trace_events", s.trace_events}, {"trace_drops", s.trace_drops},
+      {"trace_collector_cpu_ms", s.trace_collector_cpu_ms}, {"peak_rss", s.peak_rss},
       {"cache_clears", s.cache_clears}, {"cache_released", s.cache_released},
       {"samples_per_rank_epoch", s.samples_per_rank_epoch}, {"batches_per_epoch", s.batches_per_epoch},
       {"tail_adjust", s.tail_adjust}, {"unused_per_epoch", s.unused_per_epoch}};

@@ -40,6 +40,7 @@ struct RunSummary {
   int64_t cache_clears = 0;         // --empty-cache: times the cache was given back, per rank
   int64_t cache_released = 0;       // bytes those clears released, all ranks
   int64_t trace_events = 0, trace_drops = 0;
+  double trace_collector_cpu_ms = 0;  // the profiler's collector threads, summed over ranks
 };
 
 void print_summary(const RunSummary& s);

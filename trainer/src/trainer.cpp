@@ -286,12 +286,13 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   comm.on_collective = nullptr;  // the recorder has stopped
   // Note [Run-wide figures]: the summary speaks for the job, not rank 0: peaks (memory, resident
   // set, fragmentation) are the largest over the ranks, counts (trace events and drops, bytes the
-  // cache gave back) their sum. The two all-reduces also stand for the closing barrier: every rank
+  // cache gave back, the profiler threads' CPU) their sum. The two all-reduces also stand for the closing barrier: every rank
   // has finished before rank 0 reports and its store goes away.
   auto peaks = torch::tensor({double(mf.peak_allocated), double(mf.peak_reserved), mf.fragmentation,
                               double(peak_rss_bytes())}, torch::kFloat64);
   comm.allreduce(peaks, -1, Reduce::Max);
-  auto sums = torch::tensor({double(events), double(drops), double(s.cache_released)}, torch::kFloat64);
+  auto sums = torch::tensor({double(events), double(drops), double(s.cache_released),
+                             double(profiler.collector_cpu_ns()) / 1e6}, torch::kFloat64);
   comm.allreduce(sums);
   s.peak_allocated = static_cast<int64_t>(peaks[0].item<double>());
   s.peak_reserved = static_cast<int64_t>(peaks[1].item<double>());
@@ -300,6 +301,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   s.trace_events = static_cast<int64_t>(sums[0].item<double>());
   s.trace_drops = static_cast<int64_t>(sums[1].item<double>());
   s.cache_released = static_cast<int64_t>(sums[2].item<double>());
+  s.trace_collector_cpu_ms = sums[3].item<double>();
   if (leader) {
     print_summary(s);
     if (!o.trace.empty()) {
