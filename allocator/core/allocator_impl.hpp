@@ -203,10 +203,12 @@ struct CachingAllocator::Impl {
   // Best fit among other streams' idle free blocks (Note [Cross-stream reuse]).
   Block* find_idle(StreamId stream, bool small, std::size_t size);
   EventHandle pooled_event();
-  void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream) {
-    if (has_observers.load(std::memory_order_relaxed)) emit_slow(kind, addr, size, requested, stream);
+  void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
+            std::uint8_t flags = 0) {
+    if (has_observers.load(std::memory_order_relaxed)) emit_slow(kind, addr, size, requested, stream, flags);
   }
-  void emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream);
+  void emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
+                 std::uint8_t flags);
   void count_backed(std::int64_t delta);
 
   // --- growth and release (growth.cpp, expandable.cpp, release.cpp) ---

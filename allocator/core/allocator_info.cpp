@@ -36,7 +36,7 @@ const char* to_string(EventKind kind) {
 }
 
 void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
-                                       StreamId stream) {
+                                       StreamId stream, std::uint8_t flags) {
   AllocEvent e{};
   e.time_ns = now_ns();
   e.address = addr;
@@ -45,6 +45,7 @@ void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std:
   e.stream = stream;
   e.device = device;
   e.kind = kind;
+  e.flags = flags;
   for (Observer* o : observers) o->on_event(e);
 }
 

@@ -100,7 +100,7 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   pool->expandable = seg.get();
   segments.push_back(std::move(seg));
   stats.segment.increase(1);
-  emit(EventKind::segment_alloc, reinterpret_cast<std::uintptr_t>(base), vsize, 0, pool->stream);
+  emit(EventKind::segment_alloc, reinterpret_cast<std::uintptr_t>(base), vsize, 0, pool->stream, kEventVirtualRange);
   return pool->expandable;
 }
 

@@ -255,7 +255,7 @@ void CachingAllocator::Impl::plan_map_pending() {
     arena = plan->arena = seg.get();
     segments.push_back(std::move(seg));
     stats.segment.increase(1);
-    emit(EventKind::segment_alloc, arena->base, vsize, 0, 0);
+    emit(EventKind::segment_alloc, arena->base, vsize, 0, 0, kEventVirtualRange);
   }
   std::size_t grow_by;
   Releases rel;

@@ -44,9 +44,9 @@ TraceRequests read_mct_trace(const std::string& path) {
               case prof::EventKind::Alloc: b.alloc(m.addr(), m.size(), m.stream); break;
               case prof::EventKind::FreeRequested: b.free_requested(m.addr()); break;
               case prof::EventKind::FreeCompleted: b.free_completed(m.addr(), m.size(), m.stream); break;
-              case prof::EventKind::SegmentAlloc: b.segment_grow(m.addr(), m.size(), false); break;
+              case prof::EventKind::SegmentAlloc: b.segment_grow(m.addr(), m.size(), false, m.virtual_range()); break;
               case prof::EventKind::SegmentMap: b.segment_grow(m.addr(), m.size(), true); break;
-              case prof::EventKind::SegmentFree: b.segment_shrink(m.addr(), m.size(), false); break;
+              case prof::EventKind::SegmentFree: b.segment_shrink(m.addr(), m.size(), false, m.virtual_range()); break;
               default: b.segment_shrink(m.addr(), m.size(), true); break;
             }
             break;

@@ -12,6 +12,8 @@ namespace memcomm::replay {
 // is the meaning the profiler's analysis gives them (Note [Virtual reservations] in
 // profiler/core/src/analysis.cpp): a segment_alloc that any map lands in counts for nothing, and
 // neither does its segment_free, while its maps and unmaps count; a plain segment counts whole.
+// memcomm's .mct flags its reservations (prof::MemBlockEvent::virtual_range()), which also covers one
+// that is never mapped; the guess from landing maps serves traces without the flag.
 // Nor is the reservation a source call, as in the allocator's own DeviceStats::source_calls()
 // (segment allocations plus maps; reserving address space is neither). PyTorch's snapshots show
 // expandable segments through their maps alone, so the rule leaves their recorded figures as they
@@ -23,6 +25,7 @@ std::vector<bool> RequestBuilder::virtual_reservations(const std::vector<Segment
   };
   std::map<std::uint64_t, Live> live;  // segment start -> its end and instance
   std::vector<bool> is_virtual(steps.size(), false);
+  for (std::size_t i = 0; i < steps.size(); ++i) is_virtual[i] = steps[i].flagged_virtual;
   std::vector<std::size_t> freed_by(steps.size(), steps.size());  // segment_free -> its segment_alloc
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const SegmentStep& s = steps[i];
@@ -95,16 +98,16 @@ void RequestBuilder::free_requested(std::uint64_t addr) {
   touched_.insert(addr);
 }
 
-void RequestBuilder::segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped) {
+void RequestBuilder::segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped, bool virtual_range) {
   ++out_.trace_events;
-  out_.recorded.expandable |= mapped;
-  segment_steps_.push_back(SegmentStep{addr, bytes, true, mapped});
+  out_.recorded.expandable |= mapped || virtual_range;
+  segment_steps_.push_back(SegmentStep{addr, bytes, true, mapped, virtual_range && !mapped});
 }
 
-void RequestBuilder::segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped) {
+void RequestBuilder::segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped, bool virtual_range) {
   ++out_.trace_events;
-  out_.recorded.expandable |= mapped;
-  segment_steps_.push_back(SegmentStep{addr, bytes, false, mapped});
+  out_.recorded.expandable |= mapped || virtual_range;
+  segment_steps_.push_back(SegmentStep{addr, bytes, false, mapped, virtual_range && !mapped});
 }
 
 void RequestBuilder::oom() {

@@ -22,10 +22,13 @@ class RequestBuilder {
   void free_requested(std::uint64_t addr);
   // Segment events; `addr` is the segment's (or mapped range's) start, kNoAddr when the trace has none.
   // An expandable segment's virtual reservation counts for nothing; its maps count (Note [Reserved
-  // bytes of expandable segments] in request_builder.cpp).
+  // bytes of expandable segments] in request_builder.cpp). `virtual_range`: the trace flags this
+  // segment_alloc/segment_free as such a reservation (otherwise it is guessed).
   static constexpr std::uint64_t kNoAddr = ~std::uint64_t{0};
-  void segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped);    // segment_alloc / segment_map
-  void segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped);  // segment_free / segment_unmap
+  void segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped,  // segment_alloc / segment_map
+                    bool virtual_range = false);
+  void segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped,  // segment_free / segment_unmap
+                      bool virtual_range = false);
   void oom();
   void step();
   void other();    // markers and unknown actions: counted, nothing else
@@ -60,6 +63,7 @@ class RequestBuilder {
     std::uint64_t bytes;  // its size
     bool grow;            // segment_alloc / segment_map
     bool mapped;          // segment_map / segment_unmap
+    bool flagged_virtual; // the trace marks it a virtual reservation (memcomm's .mct)
   };
   std::vector<SegmentStep> segment_steps_;                 // segment events, in trace order
   // Per segment step: a virtual reservation or its release (Note [Reserved bytes of expandable segments]).

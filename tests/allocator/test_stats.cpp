@@ -93,3 +93,28 @@ TEST_CASE("observers see every event, in agreement with the stats", "[allocator]
   CHECK(rec.events.size() == n);
   CHECK(std::string(to_string(EventKind::segment_unmap)) == "segment_unmap");
 }
+
+TEST_CASE("a virtual reservation is flagged, a whole segment is not", "[allocator][observers]") {
+  // Consumers count an expandable segment's maps, not its range, as reserved bytes; the flag lets
+  // them do so even for a range no map ever lands in (Note [Virtual reservations] in the profiler).
+  for (const bool expandable : {true, false}) {
+    AllocatorConfig c;
+    c.capacity = 256 * MiB;
+    c.expandable_segments = expandable;
+    CachingAllocator a(simulated(), c);
+    Recorder rec;
+    a.add_observer(&rec);
+    a.deallocate(a.allocate(3 * MiB));
+    std::size_t segments = 0;
+    for (const AllocEvent& e : rec.events) {
+      if (e.kind == EventKind::segment_alloc) {
+        ++segments;
+        CHECK(bool(e.flags & kEventVirtualRange) == expandable);
+      } else {
+        CHECK(e.flags == 0);
+      }
+    }
+    CHECK(segments == 1);
+    a.remove_observer(&rec);
+  }
+}

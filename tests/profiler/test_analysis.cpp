@@ -1,4 +1,5 @@
 // Analysis on hand-built traces with known breakdown, overlap, busbw, skew and memory peaks.
+#include <algorithm>
 #include <cstdio>
 
 #include "memcomm/profiler/analysis.hpp"
@@ -150,6 +151,82 @@ TEST_CASE("an expandable segment counts its mapped bytes as reserved, not its vi
   CHECK(peak == 2 * kGiB + (2 << 20));
   CHECK(pts[2].reserved == kGiB);
   CHECK(pts[6].reserved == kGiB);
+}
+
+namespace {
+Event blk(EventKind k, int64_t ts, uint64_t a, uint64_t n, uint8_t device = 0) { return Event::from(make_mem_block(k, ts, a, n, device)); }
+Event smp(int64_t ts, MemMetric m, uint64_t v, uint8_t device = 0) { return Event::from(make_mem_sample(ts, m, v, device)); }
+uint64_t peak_allocated(const std::vector<MemoryPoint>& pts) {
+  uint64_t peak = 0;
+  for (const auto& p : pts) peak = std::max(peak, p.allocated);
+  return peak;
+}
+}  // namespace
+
+// Note [Memory curves from block events] (memory_fold.hpp): the fold replaces the samples only when
+// it is provably the whole story.
+TEST_CASE("memory series: a complete fold replaces samples that missed a peak", "[profiler][analysis]") {
+  RankTrace r;
+  r.events = {smp(0, MemMetric::Allocated, 512), smp(0, MemMetric::Reserved, 4096), blk(EventKind::SegmentAlloc, 1, 0x1000, 4096),
+              blk(EventKind::Alloc, 2, 0x1000, 512),     blk(EventKind::Alloc, 3, 0x1400, 2000),
+              blk(EventKind::FreeRequested, 4, 0x1400, 0),  // the size the block was allocated with counts
+              blk(EventKind::FreeCompleted, 5, 0x1400, 0), smp(10, MemMetric::Allocated, 512)};
+  const auto pts = memory_series(r);
+  CHECK(peak_allocated(pts) == 2512);
+  CHECK(pts.back().allocated == 512);
+  CHECK(pts.back().reserved == 4096);
+}
+
+TEST_CASE("memory series: a trace that starts mid-run keeps the samples' level", "[profiler][analysis]") {
+  // Its first events free a 60000 B block it never saw: the fold would say 1000 at its peak.
+  RankTrace r;
+  r.events = {smp(0, MemMetric::Allocated, 68000),   smp(0, MemMetric::Active, 68000),
+              smp(0, MemMetric::Reserved, 70000),    blk(EventKind::FreeRequested, 1, 0x900000, 60000),
+              blk(EventKind::FreeCompleted, 2, 0x900000, 60000), blk(EventKind::Alloc, 3, 0x1000, 1000),
+              blk(EventKind::SegmentFree, 4, 0x800000, 4096),  smp(10, MemMetric::Allocated, 9000)};
+  const auto pts = memory_series(r);
+  CHECK(peak_allocated(pts) == 68000);
+  CHECK(pts.back().allocated == 9000);
+  for (const auto& p : pts) CHECK(p.reserved == 70000);
+}
+
+TEST_CASE("memory series: dropped events fall back to the samples", "[profiler][analysis]") {
+  RankTrace r;
+  r.events = {smp(0, MemMetric::Allocated, 100), smp(0, MemMetric::Reserved, 4096), blk(EventKind::SegmentAlloc, 1, 0x1000, 4096),
+              blk(EventKind::Alloc, 2, 0x1000, 3000)};
+  r.drops = 1;  // a DropEvent: some alloc or free is missing
+  auto pts = memory_series(r);
+  CHECK(peak_allocated(pts) == 100);
+  r.drops = 0;
+  pts = memory_series(r);
+  CHECK(peak_allocated(pts) == 3000);
+}
+
+TEST_CASE("memory series: an allocation on an address still held means a lost free", "[profiler][analysis]") {
+  RankTrace r;
+  r.events = {smp(0, MemMetric::Allocated, 100), blk(EventKind::SegmentAlloc, 1, 0x1000, 1 << 20),
+              blk(EventKind::Alloc, 2, 0x1000, 3000), blk(EventKind::Alloc, 3, 0x1000, 3000)};
+  CHECK(peak_allocated(memory_series(r)) == 100);
+}
+
+TEST_CASE("memory series: the curves fold the samples' device only", "[profiler][analysis]") {
+  RankTrace r;
+  r.events = {smp(0, MemMetric::Allocated, 0, 0),      smp(0, MemMetric::Reserved, 0, 0),
+              blk(EventKind::SegmentAlloc, 1, 0x1000, 4096, 0), blk(EventKind::SegmentAlloc, 2, 0x7000000, 1 << 20, kHostDevice),
+              blk(EventKind::Alloc, 3, 0x1000, 1000, 0), blk(EventKind::Alloc, 4, 0x7000000, 5000, kHostDevice),
+              smp(5, MemMetric::Allocated, 777, kHostDevice)};  // another device's sample: not D's curve
+  const auto pts = memory_series(r);
+  CHECK(peak_allocated(pts) == 1000);
+  CHECK(pts.back().reserved == 4096);
+  CHECK(pts.back().allocated == 1000);
+}
+
+TEST_CASE("memory series: sizes near 2^48 do not overflow the sums", "[profiler][analysis]") {
+  RankTrace r;
+  const uint64_t big = (uint64_t(1) << 48) - 1;
+  for (int i = 0; i < 300; ++i) r.events.push_back(blk(EventKind::Alloc, i, 0x1000 + uint64_t(i) * 16, big));
+  const auto pts = memory_series(r);
+  CHECK(pts.back().allocated == uint64_t(300) * big);
 }
 
 TEST_CASE("GPU run: kernels are compute, NCCL kernels communication, memcpy counted apart", "[profiler][analysis]") {

@@ -158,6 +158,30 @@ TEST_CASE("mct: reserved bytes are mapped bytes, not an expandable segment's vir
   CHECK(host.device == rp::kHostDevice);
 }
 
+TEST_CASE("mct: a flagged virtual range counts for nothing even when no map lands in it", "[mct][reserved]") {
+  // Without the flag, a reservation that is never mapped (a run that stops first, a map that fails)
+  // would be taken for a 128 GiB plain segment (Note [Reserved bytes of expandable segments]).
+  memcomm::test::TempDir dir("mct");
+  const fs::path path = dir.path() / "v.mct";
+  {
+    prof::TraceWriter w(path.string(), prof::WriterOptions{});
+    auto reservation = prof::make_mem_block(prof::EventKind::SegmentAlloc, 1, std::uint64_t{1} << 40,
+                                            std::uint64_t{128} << 30);
+    reservation.category = prof::kSegmentVirtualRange;
+    REQUIRE(reservation.virtual_range());
+    std::vector<prof::Event> events = {mem(prof::EventKind::SegmentAlloc, 2, std::uint64_t{1} << 30, 20 * MiB),
+                                       prof::Event::from(reservation),
+                                       mem(prof::EventKind::Alloc, 3, std::uint64_t{1} << 30, 4 * MiB)};
+    w.write_chunk(std::vector<prof::StringDef>{}, events);
+    w.close();
+  }
+  rp::TraceRequests trace = rp::load_trace(path.string());
+  REQUIRE(trace.devices.size() == 1);
+  CHECK(trace.devices[0].recorded.peak == 20 * MiB);
+  CHECK(trace.devices[0].recorded.source_allocs == 1);
+  CHECK(trace.devices[0].recorded.expandable);
+}
+
 TEST_CASE("mct: the CLI reports rank and device apart, and whose allocator `recorded` is", "[mct][cli]") {
   memcomm::test::TempDir dir("mct-cli");
   const std::string file = write_expandable_trace(dir.path() / "x.rank3.mct");

@@ -125,3 +125,25 @@ TEST_CASE("range_min_max over the levels is exact at any range width", "[unit][v
   CHECK_FALSE(s.range_min_max(first - 10, first - 1, mn, mx));  // before the first sample
   CHECK_FALSE(s.range_min_max(first + 10, first, mn, mx));      // empty range
 }
+
+TEST_CASE("a coarse bucket that spans a gap with no samples draws the value held across it", "[unit][viewer]") {
+  // A curve that swings 0..70 for 5003 samples, holds 0 over a long gap, then swings again: the
+  // bucket holding the last samples before the gap and the first after it spans the gap, and its
+  // 0..70 spread over every column it covered drew a full-height bar where the curve is 0.
+  CounterSeries s("active", "B");
+  for (std::int64_t i = 0; i < 5003; ++i) s.add(i, static_cast<double>((i % 2) * 70));  // ends at 0
+  for (std::int64_t i = 0; i < 5000; ++i) s.add(100'000 + i, static_cast<double>(((i + 1) % 2) * 70));
+  s.build_levels();
+  REQUIRE(s.level_count() >= 3);
+  std::vector<PixelMinMax> cols;
+  s.query(0, 110'000, 110, cols);  // 1000 ns per column: coarse levels, columns with whole ns edges
+  for (int c = 0; c < 110; ++c) {
+    INFO("column " << c);
+    double mn = 0, mx = 0;
+    REQUIRE(brute(s, c * 1000, (c + 1) * 1000, mn, mx));
+    REQUIRE(cols[static_cast<std::size_t>(c)].valid);
+    CHECK(cols[static_cast<std::size_t>(c)].min == mn);  // exact per column, not a superset
+    CHECK(cols[static_cast<std::size_t>(c)].max == mx);
+    if (c >= 6 && c < 100) CHECK(cols[static_cast<std::size_t>(c)].max == 0);  // the gap
+  }
+}

@@ -130,4 +130,34 @@ TEST_CASE("a trace with segment_map/unmap events loads with mapped bytes as rese
   CHECK(at.seek(200).virtual_reserved == kVirtual);
   CHECK(at.seek(200).allocated == 8 * kMiB);
 }
+TEST_CASE("a reservation the trace flags as virtual counts for nothing even when never mapped", "[unit][viewer]") {
+  namespace prof = memcomm::prof;
+  const auto dir = std::filesystem::temp_directory_path() / "memcomm_viewer_tests";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "virtual_flag.mct").string();
+  {
+    prof::TraceWriter w(path, prof::WriterOptions{});
+    auto reservation = prof::make_mem_block(prof::EventKind::SegmentAlloc, 100, kBase, kVirtual);
+    reservation.category = prof::kSegmentVirtualRange;  // as memcomm's trainer writes it
+    const std::uint64_t plain = 0x10000000ull;
+    std::vector<prof::Event> ev = {prof::Event::from(reservation),
+                                   prof::Event::from(prof::make_mem_block(prof::EventKind::SegmentAlloc, 110, plain, 20 * kMiB)),
+                                   prof::Event::from(prof::make_mem_block(prof::EventKind::Alloc, 120, plain, 8 * kMiB))};
+    w.write_chunk({}, ev, 0);
+    w.close();
+  }
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  REQUIRE(tl.ranks.size() == 1);
+  const RankData& rd = tl.ranks[0];
+  REQUIRE(rd.alloc_events.size() == 3);
+  CHECK((rd.alloc_events[0].flags & kAllocExpandable) != 0);
+  CHECK(rd.alloc_events[0].category == 0);  // the flag is not a block category
+  AllocatorTimeline at(&rd.alloc_events);
+  CHECK(at.seek(200).reserved == 20 * kMiB);
+  CHECK(at.seek(200).virtual_reserved == kVirtual);
+  REQUIRE(rd.counter("reserved") != nullptr);
+  CHECK(rd.counter("reserved")->global_max() == static_cast<double>(20 * kMiB));
+}
 #endif

@@ -1,5 +1,6 @@
 // Memory curves and step peaks from the allocator's block events rather than the trainer's periodic
-// samples (Note [Memory curves from block events] in viewer/model/alloc_derive.cpp): hand-built
+// samples where the events are the whole story (Note [Memory curves from block events] in
+// profiler/core/include/memcomm/profiler/memory_fold.hpp): hand-built
 // traces whose samples disagree with their events, through the builder, through an incremental
 // (live) publish, and through a .mct file load.
 #include "memcomm_test.hpp"
@@ -9,6 +10,8 @@
 #include <memcomm/view/loader.hpp>
 
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+#include <memcomm/profiler/analysis.hpp>
+#include <memcomm/profiler/trace_set.hpp>
 #include <memcomm/profiler/trace_writer.hpp>
 
 #include <filesystem>
@@ -177,6 +180,76 @@ TEST_CASE("live: samples published before the first block event give way to the 
   }
 }
 
+TEST_CASE("a trace that starts mid-run draws the samples' level, not a fold missing the blocks before it", "[unit][viewer]") {
+  // The first events free a 60000 B block allocated before the trace began (a range load, a late
+  // attach, lost early chunks): the fold would say 1000 at its peak, the samples say 68000.
+  TimelineBuilder b;
+  b.phase(0, "step", 0, 100);
+  b.alloc_event(0, {2, 0x900000, 60000, 0, AllocOp::FreeRequested});
+  b.alloc_event(0, {3, 0x900000, 60000, 0, AllocOp::FreeCompleted});
+  b.alloc_event(0, {10, 0x10100, 1000, 0, AllocOp::Alloc});
+  b.alloc_event(0, {30, 0x10100, 1000, 0, AllocOp::FreeRequested});
+  b.alloc_event(0, {31, 0x10100, 1000, 0, AllocOp::FreeCompleted});
+  b.counter(0, "allocated", 0, 68000, "B");
+  b.counter(0, "allocated", 50, 8000, "B");
+  b.counter(0, "reserved", 0, 70000, "B");
+  const Timeline tl = b.finish("mid-run");
+  const RankData& rd = tl.ranks.at(0);
+  CHECK(rd.counter("sampled:allocated") == nullptr);
+  CHECK(at(rd.counter("allocated"), 20) == 68000);
+  CHECK(at(rd.counter("allocated"), 60) == 8000);
+  CHECK(at(rd.counter("reserved"), 60) == 70000);
+  CHECK(summarize(tl).peak_allocated == 68000);
+}
+
+TEST_CASE("a rank that dropped events draws its samples", "[unit][viewer]") {
+  TimelineBuilder b;
+  fill(b, 0, true);
+  b.dropped(0, 3);  // the events that are left may miss an alloc or a free
+  const Timeline tl = b.finish("drops");
+  const RankData& rd = tl.ranks.at(0);
+  CHECK(rd.counter("sampled:allocated") == nullptr);
+  CHECK(at(rd.counter("allocated"), 20) == 512);
+  CHECK(at(rd.counter("reserved"), 20) == 8192);
+}
+
+TEST_CASE("the curves fold only the device the samples describe", "[unit][viewer]") {
+  // A GPU run with memcomm's allocator on device 0 and host (pinned) segments beside it: reserved
+  // is device 0's segments only, allocated device 0's blocks.
+  TimelineBuilder b;
+  b.memory_sample_device(0, 0);
+  b.counter(0, "allocated", 0, 0, "B");
+  b.counter(0, "reserved", 0, 0, "B");
+  b.alloc_event(0, {1, 0x10000, 4096, 0, AllocOp::SegmentAlloc, 0, 0, 0});
+  b.alloc_event(0, {2, 0x7000000, 1 << 20, 0, AllocOp::SegmentAlloc, 0, 0, 0xFF});
+  b.alloc_event(0, {3, 0x10000, 1000, 0, AllocOp::Alloc, 0, 0, 0});
+  b.alloc_event(0, {4, 0x7000000, 5000, 0, AllocOp::Alloc, 0, 0, 0xFF});
+  b.alloc_event(0, {5, 0x7000000, 5000, 0, AllocOp::FreeCompleted, 0, 0, 0xFF});
+  const Timeline tl = b.finish("two devices");
+  const RankData& rd = tl.ranks.at(0);
+  REQUIRE(rd.counter("sampled:allocated") != nullptr);  // device 0's fold is complete: in charge
+  CHECK(at(rd.counter("reserved"), 10) == 4096);
+  CHECK(at(rd.counter("allocated"), 10) == 1000);
+  CHECK(rd.counter("allocated")->global_max() == 1000);
+}
+
+TEST_CASE("live: a fold that turns out incomplete gives the curves back to the samples", "[unit][viewer]") {
+  TimelineBuilder b;
+  Timeline tl;
+  fill(b, 0, true);
+  b.append_to(tl);
+  CHECK(at(tl.ranks[0].counter("allocated"), 20) == 1024);  // complete so far: the fold
+  b.alloc_event(0, {300, 0x990000, 7000, 0, AllocOp::FreeRequested});  // a block it never saw
+  b.counter(0, "allocated", 300, 100, "B");
+  b.append_to(tl);
+  const RankData& rd = tl.ranks[0];
+  CHECK(rd.counter("sampled:allocated") == nullptr);
+  CHECK(at(rd.counter("allocated"), 20) == 512);
+  CHECK(at(rd.counter("allocated"), 310) == 100);
+  CHECK(rd.counter("allocated")->size() == 4);
+  CHECK(step_table(tl).at(0).peak_allocated == 512);
+}
+
 TEST_CASE("a rank with samples and no block events keeps its sampled curves", "[unit][viewer]") {
   TimelineBuilder b;
   b.phase(0, "step", 0, 100);
@@ -236,6 +309,126 @@ TEST_CASE("a .mct trace's step peaks come from its block events", "[unit][viewer
   CHECK(summarize(tl).peak_allocated == 512 + 65536);
   CHECK(at(tl.ranks.at(0).counter("sampled:allocated"), 10'000'000) == 512);
   CHECK(at(tl.ranks.at(0).counter("largest_free"), 10'000'000) == 1000);
+}
+
+namespace {
+
+namespace prof = memcomm::prof;
+
+std::string write_trace(const std::string& name, const std::vector<prof::Event>& ev) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_tests";
+  fs::create_directories(dir);
+  const std::string path = (dir / name).string();
+  prof::WriterOptions o;
+  o.rank = 0;
+  prof::TraceWriter w(path, o);
+  w.write_chunk({}, ev);
+  w.close();
+  return path;
+}
+
+prof::Event blk(prof::EventKind k, std::int64_t t, std::uint64_t addr, std::uint64_t size, std::uint8_t device = 0) {
+  return prof::Event::from(prof::make_mem_block(k, t, addr, size, device));
+}
+prof::Event smp(std::int64_t t, prof::MemMetric m, std::uint64_t v, std::uint8_t device = 0) {
+  return prof::Event::from(prof::make_mem_sample(t, m, v, device));
+}
+
+// The viewer's curves against memcomm-trace report's memory series: at every point of the series,
+// the curves hold its values (one rule, Note [Memory curves from block events]).
+void check_agree(const std::string& name, const std::vector<prof::Event>& ev, bool folded) {
+  INFO(name);
+  const std::string path = write_trace(name + ".mct", ev);
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  const prof::TraceSet set = prof::TraceSet::load({path});
+  REQUIRE(set.ranks.size() == 1);
+  const auto pts = prof::memory_series(set.ranks[0]);
+  REQUIRE(!pts.empty());
+  const RankData& rd = tl.ranks.at(0);
+  CHECK((rd.counter("sampled:allocated") != nullptr) == folded);
+  for (const auto& p : pts) {
+    INFO("t " << p.ts);
+    double v = 0;
+    if (rd.counter("allocated")->value_at(p.ts, v)) CHECK(v == static_cast<double>(p.allocated));
+    if (rd.counter("active")->value_at(p.ts, v)) CHECK(v == static_cast<double>(p.active));
+    if (rd.counter("reserved")->value_at(p.ts, v)) CHECK(v == static_cast<double>(p.reserved));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the viewer's curves and memcomm-trace report's memory series agree", "[unit][viewer]") {
+  using K = prof::EventKind;
+  using M = prof::MemMetric;
+  // Complete: the fold is in charge on both sides.
+  std::vector<prof::Event> whole = {blk(K::SegmentAlloc, 1, 0x10000, 1 << 20), smp(2, M::Allocated, 0), smp(2, M::Active, 0),
+                                    smp(2, M::Reserved, 1 << 20)};
+  for (std::int64_t s = 0; s < 20; ++s) {
+    const std::int64_t t = 10 + s * 10;
+    whole.push_back(blk(K::Alloc, t, 0x10000 + 0x1000 * static_cast<std::uint64_t>(s % 4), 1000 + static_cast<std::uint64_t>(s)));
+    if (s >= 3) {
+      const std::uint64_t a = 0x10000 + 0x1000 * static_cast<std::uint64_t>((s - 3) % 4);
+      whole.push_back(blk(K::FreeRequested, t + 5, a, 0));  // the fold uses the size it was allocated with
+      whole.push_back(blk(K::FreeCompleted, t + 7, a, 0));
+    }
+    if (s % 5 == 0) {
+      whole.push_back(smp(t + 1, M::Allocated, 1));
+      whole.push_back(smp(t + 1, M::Reserved, 2));
+    }
+  }
+  check_agree("agree_whole", whole, true);
+  // Mid-run: the first block frees are of blocks never seen: the samples on both sides.
+  std::vector<prof::Event> mid = {smp(0, M::Allocated, 68000), smp(0, M::Active, 68000), smp(0, M::Reserved, 70000),
+                                  blk(K::FreeRequested, 1, 0x900000, 60000), blk(K::FreeCompleted, 2, 0x900000, 60000),
+                                  blk(K::Alloc, 3, 0x10000, 1000), smp(50, M::Allocated, 9000), smp(50, M::Active, 9000)};
+  check_agree("agree_mid_run", mid, false);
+  // A DropEvent: the samples on both sides.
+  std::vector<prof::Event> dropped = whole;
+  prof::DropEvent d{};
+  d.ts = 300;
+  d.kind = K::Drops;
+  d.count = 2;
+  dropped.push_back(prof::Event::from(d));
+  check_agree("agree_dropped", dropped, false);
+  // Two devices: device 0's fold, host segments left out.
+  std::vector<prof::Event> two = whole;
+  two.push_back(blk(K::SegmentAlloc, 15, 0x7000000, 1 << 22, 0xFF));
+  two.push_back(blk(K::Alloc, 16, 0x7000000, 4096, 0xFF));
+  two.push_back(smp(17, M::Allocated, 777, 0xFF));  // another device's sample: not mixed in
+  check_agree("agree_two_devices", two, true);
+}
+
+TEST_CASE("a time-range load that cuts block events before its start draws the samples", "[unit][viewer]") {
+  using K = prof::EventKind;
+  using M = prof::MemMetric;
+  // A 60000 B parameter allocated at 0.1 s and never freed, then 10 ms steps that alloc and free
+  // 1000 B. Loaded from 1 s on, the fold would miss the parameter without any event saying so.
+  std::vector<prof::Event> ev = {blk(K::SegmentAlloc, 0, 0x10000, 1 << 20), blk(K::Alloc, 100'000'000, 0x10000, 60000)};
+  for (std::int64_t t = 200'000'000; t < 2'000'000'000; t += 10'000'000) {
+    ev.push_back(blk(K::Alloc, t, 0x30000, 1000));
+    ev.push_back(blk(K::FreeRequested, t + 5'000'000, 0x30000, 1000));
+    ev.push_back(blk(K::FreeCompleted, t + 5'000'000, 0x30000, 1000));
+    if (t % 50'000'000 == 0) {
+      ev.push_back(smp(t + 1, M::Allocated, 60000));
+      ev.push_back(smp(t + 1, M::Reserved, 1 << 20));
+    }
+  }
+  const std::string path = write_trace("range_cut.mct", ev);
+  Timeline full, part;
+  std::string error;
+  REQUIRE(load_file(path, full, error));
+  CHECK(full.ranks.at(0).counter("allocated")->global_max() == 61000);  // the whole trace: the fold
+  LoadOptions o;
+  o.range_lo_s = 1.0;
+  o.range_hi_s = 1.5;
+  REQUIRE(load_file(path, part, error, nullptr, o));
+  const RankData& rd = part.ranks.at(0);
+  CHECK(rd.counter("sampled:allocated") == nullptr);
+  CHECK(rd.counter("allocated")->global_max() == 60000);
+  CHECK(at(rd.counter("allocated"), 1'200'000'000) == 60000);
 }
 #endif
 

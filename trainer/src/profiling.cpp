@@ -81,8 +81,10 @@ class AllocatorTap final : public alloc::Observer {
     // Only allocations carry a category; the viewer finds a free's category by address.
     const auto cat = e.kind == alloc::EventKind::alloc ? static_cast<prof::MemCategory>(t_category)
                                                       : prof::MemCategory::Unknown;
-    prof::record(prof::make_mem_block(to_trace_kind(e.kind), ts, e.address, e.size, dev,
-                                      static_cast<uint8_t>(e.stream), cat));
+    auto b = prof::make_mem_block(to_trace_kind(e.kind), ts, e.address, e.size, dev,
+                                  static_cast<uint8_t>(e.stream), cat);
+    if (e.flags & alloc::kEventVirtualRange) b.category = prof::kSegmentVirtualRange;
+    prof::record(b);
   }
 };
 

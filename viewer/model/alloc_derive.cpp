@@ -2,41 +2,73 @@
 // markers, memory curves and per-category curves, continued from the state of the last append
 // (Note [Incremental append] in timeline_append.cpp).
 //
-// Note [Memory curves from block events]: a memcomm trace carries both the allocator's block
-// events (every alloc, free request, free completion and segment change, with its size and time)
-// and the trainer's periodic MemSample counters (every ~50 ms). The samples miss whatever rises and
-// falls between two of them: on a real 2-rank CPU run the trainer's own peak allocated was
-// 71313920 B, the fold of the block events gives exactly that, and the samples' maximum was
-// 69919744 B; a step shorter than the sampling period had only the value carried in from before it
-// (512 B for rank 1's first steps). So when a rank has block events (anything but an OOM), its
-// "allocated", "active" and "reserved" curves are the fold of those events, and the step table's
-// and the Summary's peaks follow (they read "allocated"). A rank that samples no memory
-// (snapshots, fixtures) is folded through AllocatorState, as the allocator state view is, which
-// also gives largest_free/fragmentation; a rank that samples memory (memcomm traces) is folded as
-// running sums of the sizes the events carry (memcomm's profiler records a block's size on its
-// frees; memcomm-trace report's memory_series sums the same way): the state fold's block-vector
-// updates cost ~10% of a 10 M-event load, the sums ~1%. Both give the same curves on a complete
-// trace (tests/viewer/test_memory_curves.cpp). The sampled series are kept as "sampled:allocated", ... (not drawn).
-// Samples stay in charge of what the fold would pay O(blocks) per point for: "largest_free" and
-// "fragmentation" are derived (at intervals) only for a rank that samples no memory metric at all
-// (snapshots, fixtures; deriving them on a 10 M-event trace that samples only allocated/reserved
-// cost ~20% of its load time); and of ranks with no block events (traces recorded without them). An event that leaves a curve unchanged adds no
-// sample to it (a counter is a step function), so the curves cost ~2 samples per alloc/free pair.
-// A trace that starts mid-run (a time-range load, a late attach) misses the blocks allocated before
-// it, as the allocator state view does (Note [Time range load] in ingest_trace.hpp); the
-// "sampled:" series still hold the absolute level there.
+// Memory curves (Note [Memory curves from block events] in profiler/core memory_fold.hpp, the rule
+// memcomm-trace report's memory_series follows too): a rank's allocated/active/reserved curves are
+// the fold of device D's block events where that fold is complete or the metric is not sampled;
+// otherwise its samples. The samples a fold replaces are kept as "sampled:allocated", ... (not
+// drawn). How the viewer folds:
+//   - a rank that samples some memory metric (memcomm traces) folds D's events with prof::MemoryFold
+//     (running sums plus the live blocks and segments by address, which is what tells a complete
+//     fold from one that saw frees of blocks it never saw). An event that leaves a curve unchanged
+//     adds no sample to it (a counter is a step function): ~2 samples per alloc/free pair.
+//     A fold that breaks (or a rank that reports drops, or a time-range load that cut block events
+//     before its start: blocks_cut) gives the sampled curves back their names, also in live mode.
+//   - a rank that samples nothing (snapshots, fixtures) has nothing to fall back to: its events of
+//     D go through AllocatorState, as the allocator state view folds them, which also gives
+//     "largest_free" and "fragmentation" (at intervals: they cost O(blocks) per point; deriving them
+//     on a 10 M-event trace that samples allocated/reserved cost ~20% of its load, so they are
+//     derived only when nothing is sampled). AllocatorState makes implicit segments for blocks with
+//     none, so such a rank gets all three curves. Both folds give the same curves on a complete
+//     trace (tests/viewer/test_memory_curves.cpp).
 #include "append_parts.hpp"
 
 #include <memcomm/view/builder.hpp>
 
 #include <algorithm>
+#include <string>
 #include <iterator>
 
 namespace memcomm::view {
+namespace {
+
+prof::FoldOp fold_op(AllocOp op) {
+  switch (op) {
+    case AllocOp::SegmentAlloc: return prof::FoldOp::SegmentAlloc;
+    case AllocOp::SegmentFree: return prof::FoldOp::SegmentFree;
+    case AllocOp::Alloc: return prof::FoldOp::Alloc;
+    case AllocOp::FreeRequested: return prof::FoldOp::FreeRequested;
+    case AllocOp::FreeCompleted: return prof::FoldOp::FreeCompleted;
+    case AllocOp::SegmentMap: return prof::FoldOp::SegmentMap;
+    case AllocOp::SegmentUnmap:
+    case AllocOp::Oom: break;
+  }
+  return prof::FoldOp::SegmentUnmap;
+}
+
+}  // namespace
 
 void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from, AppendResult& r, std::uint32_t slot) {
   auto& ev = rd.alloc_events;
   AllocDerive& d = p.derive;
+  // The device the curves describe (Note [Memory curves from block events]): the samples', else
+  // the first block event's. Its flags (Alloc, segments, FreeCompleted seen) are gathered with the
+  // marks below, or from the start when the device changed (live: samples came after the events).
+  int device = p.sample_device;
+  for (std::size_t i = 0; device < 0 && i < ev.size(); ++i)
+    if (ev[i].op != AllocOp::Oom) device = ev[i].device;
+  const bool new_device = device != d.device;
+  const bool completes_before = d.completes;
+  if (new_device) {
+    d.device = device;
+    d.has_alloc = d.has_segments = d.completes = false;
+    for (std::size_t i = 0; i < from; ++i) {
+      const AllocEvent& e = ev[i];
+      if (e.device != device) continue;
+      d.has_alloc |= e.op == AllocOp::Alloc;
+      d.has_segments |= e.op == AllocOp::SegmentAlloc || e.op == AllocOp::SegmentMap;
+      d.completes |= e.op == AllocOp::FreeCompleted;
+    }
+  }
   // Note [Expandable segments]: mark each SegmentAlloc that a later SegmentMap lands in.
   // OOM markers are collected in the same pass (these arrays are a fifth of a trace: one pass).
   if (from == 0) d.open.clear();
@@ -44,6 +76,11 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
   std::vector<TimeNs> ooms;
   for (std::size_t i = from; i < ev.size(); ++i) {
     AllocEvent& e = ev[i];
+    if (static_cast<int>(e.device) == device) {
+      d.has_alloc |= e.op == AllocOp::Alloc;
+      d.has_segments |= e.op == AllocOp::SegmentAlloc || e.op == AllocOp::SegmentMap;
+      d.completes |= e.op == AllocOp::FreeCompleted;
+    }
     if (e.op == AllocOp::Alloc || e.op == AllocOp::FreeRequested || e.op == AllocOp::FreeCompleted) continue;
     if (e.op == AllocOp::Oom) {
       ooms.push_back(e.t);
@@ -78,23 +115,48 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
   // Memory curves from the block events (Note [Memory curves from block events]).
   if (d.blocks) {
     const bool with_free = !p.sampled_memory;  // largest_free/fragmentation: only when nothing is sampled
+    const bool fast = !with_free;  // no O(blocks) free curves to sample: MemoryFold suffices
+    std::size_t fold_from = d.derived ? from : 0;  // the first fold starts at the first event
+    if ((with_free && !d.free_derived) || fast != d.fast || new_device || d.completes != completes_before) fold_from = 0;
+    // Which curves the events give (the rest stay the samples'): a broken fold stays broken until a
+    // refold from the first event (late events may complete it).
+    const bool trusted = rd.dropped == 0 && !p.blocks_cut && (fold_from == 0 || !d.fold.broken());
+    const bool has[kLevelCurves] = {d.has_alloc, d.has_alloc, d.has_segments};
+    bool want[kLevelCurves];
+    for (int k = 0; k < kLevelCurves; ++k) {
+      want[k] = with_free || (has[k] && (trusted || !p.sampled_level[k]));
+      if (want[k] && !d.from_events[k]) fold_from = 0;  // a curve taken over is built from the first event
+    }
+    const auto set_source = [&](int k, bool events) {  // publishes curve k from the events or the samples
+      if (d.from_events[k] == events) return;
+      d.from_events[k] = events;
+      const std::string name = kDerivedMemory[k];
+      if (events) {
+        for (auto& c : rd.counters)
+          if (c.name() == name) c.rename(kSampledPrefix + name);
+      } else {
+        rd.counters.erase(std::remove_if(rd.counters.begin(), rd.counters.end(), [&](const CounterSeries& c) { return c.name() == name; }),
+                          rd.counters.end());
+        for (auto& c : rd.counters)
+          if (c.name() == kSampledPrefix + name) c.rename(name);
+      }
+      added = true;  // re-sorted below
+    };
+    for (int k = 0; k < kLevelCurves; ++k) set_source(k, want[k]);
     const int n = with_free ? 5 : kLevelCurves;
     CounterSeries* c[5] = {};
-    for (int k = 0; k < n; ++k) c[k] = &counter_for(rd, kDerivedMemory[k], k == 4 ? "" : "B", added);
-    CounterSeries &allocated = *c[0], &active = *c[1], &reserved = *c[2];
-    const bool fast = !with_free;  // no O(blocks) free curves to sample: the running sums suffice
-    std::size_t fold_from = d.derived ? from : 0;  // the first fold starts at the first event
-    if ((with_free && !d.free_derived) || fast != d.fast) fold_from = 0;
+    for (int k = 0; k < n; ++k)
+      if (k >= kLevelCurves || d.from_events[k]) c[k] = &counter_for(rd, kDerivedMemory[k], k == 4 ? "" : "B", added);
     d.derived = true;
     d.free_derived = with_free;
     d.fast = fast;
     if (fold_from == 0) {
-      for (int k = 0; k < n; ++k) c[k]->clear();
+      for (int k = 0; k < n; ++k)
+        if (c[k]) c[k]->clear();
       d.state = AllocatorState{};
       d.since = 0;
       d.provisional = false;
-      std::fill(std::begin(d.sums), std::end(d.sums), 0);
-      d.segments.clear();
+      d.fold.reset(d.completes);
     }
     if (d.provisional) {  // the last sample stood for "now": the new events continue from before it
       c[3]->truncate(c[3]->size() - 1);
@@ -102,9 +164,11 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
       d.provisional = false;
     }
     std::size_t n0[5] = {};
-    double last[kLevelCurves];
-    for (int k = 0; k < n; ++k) n0[k] = c[k]->size();
-    for (int k = 0; k < kLevelCurves; ++k) last[k] = c[k]->size() ? c[k]->value(c[k]->size() - 1) : -1.0;
+    double last[kLevelCurves] = {-1.0, -1.0, -1.0};
+    for (int k = 0; k < n; ++k)
+      if (c[k]) n0[k] = c[k]->size();
+    for (int k = 0; k < kLevelCurves; ++k)
+      if (c[k] && c[k]->size()) last[k] = c[k]->value(c[k]->size() - 1);
     AllocatorState& st = d.state;
     const auto sample_free = [&](TimeNs t) {
       const double lf = static_cast<double>(st.largest_free());
@@ -112,67 +176,69 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
       c[3]->add(t, lf);
       c[4]->add(t, free_bytes > 0 ? 1.0 - lf / free_bytes : 0.0);
     };
-    if (fast) {  // the sizes the events carry, summed (memcomm's profiler records a block's size on its frees)
-      std::int64_t* sum = d.sums;
-      // Each op checks only the curves it can move (this loop runs once per allocator event of a
-      // load, a fifth of a trace).
-      const auto put = [&](int k, TimeNs t) {
-        const double v = static_cast<double>(std::max<std::int64_t>(0, sum[k]));
-        if (v != last[k]) c[k]->add(t, last[k] = v);
+    bool folded_any = false;
+    bool skipped = fast && !(c[0] || c[1] || c[2]);  // some Alloc from `from` on not seen by the fold
+    if (fast && (c[0] || c[1] || c[2])) {
+      prof::MemoryFold& f = d.fold;
+      const auto put = [&](int k, TimeNs t, std::uint64_t value) {
+        const double v = static_cast<double>(value);
+        if (c[k] && v != last[k]) c[k]->add(t, last[k] = v);
       };
-      bool fresh = last[0] < 0 || last[1] < 0 || last[2] < 0;  // the curves start at the first event, as the state fold's do
+      bool fresh = (c[0] && last[0] < 0) || (c[1] && last[1] < 0) || (c[2] && last[2] < 0);  // curves start at the first event
+      bool was_broken = f.broken();
       for (std::size_t i = fold_from; i < ev.size(); ++i) {
         const AllocEvent& e = ev[i];
-        const auto sz = static_cast<std::int64_t>(e.size);
+        if (e.op == AllocOp::Oom) continue;
+        if (static_cast<int>(e.device) != device) {
+          skipped = true;
+          continue;
+        }
+        folded_any = true;
+        if (e.op == AllocOp::Alloc) label |= e.category;
+        f.apply(fold_op(e.op), e.addr, e.size, (e.flags & kAllocExpandable) != 0);
+        if (f.broken() && !was_broken) {  // the curves that have samples go back to them (below)
+          was_broken = true;
+          for (int k = 0; k < kLevelCurves; ++k)
+            if (p.sampled_level[k]) c[k] = nullptr;
+          if (!c[0] && !c[1] && !c[2]) {
+            skipped = true;
+            break;
+          }
+        }
+        // Each op checks only the curves it can move (this loop runs once per allocator event of a
+        // load, a fifth of a trace).
         switch (e.op) {
           case AllocOp::Alloc:
-            label |= e.category;
-            sum[0] += sz;
-            sum[1] += sz;
-            put(0, e.t);
-            put(1, e.t);
+            put(0, e.t, f.allocated());
+            put(1, e.t, f.active());
             break;
           case AllocOp::FreeRequested:
-            sum[0] -= sz;
-            put(0, e.t);
+            put(0, e.t, f.allocated());
+            if (!f.frees_complete()) put(1, e.t, f.active());
             break;
           case AllocOp::FreeCompleted:
-            sum[1] -= sz;
-            put(1, e.t);
+            put(0, e.t, f.allocated());
+            put(1, e.t, f.active());
             break;
-          case AllocOp::SegmentAlloc: {
-            const bool expandable = (e.flags & kAllocExpandable) != 0;  // a virtual range: its maps count
-            if (d.segments.emplace(e.addr, expandable).second && !expandable) sum[2] += sz;
-            put(2, e.t);
-            break;
-          }
-          case AllocOp::SegmentFree: {
-            const auto it = d.segments.find(e.addr);
-            if (it == d.segments.end()) break;  // unknown segment: AllocatorState ignores it too
-            if (!it->second) sum[2] -= sz;
-            d.segments.erase(it);
-            put(2, e.t);
-            break;
-          }
-          case AllocOp::SegmentMap:
-            sum[2] += sz;
-            put(2, e.t);
-            break;
-          case AllocOp::SegmentUnmap:
-            sum[2] -= sz;
-            put(2, e.t);
-            break;
-          case AllocOp::Oom:
+          default:
+            put(2, e.t, f.reserved());
             break;
         }
         if (fresh) {
-          for (int k = 0; k < kLevelCurves; ++k) put(k, e.t);
+          put(0, e.t, f.allocated());
+          put(1, e.t, f.active());
+          put(2, e.t, f.reserved());
           fresh = false;
         }
       }
-    } else {  // through AllocatorState, as the allocator state view folds them (largest_free needs the blocks)
+    } else if (!fast) {  // through AllocatorState, as the allocator state view folds them (largest_free needs the blocks)
       for (std::size_t i = fold_from; i < ev.size(); ++i) {
         const AllocEvent& e = ev[i];
+        if (e.op != AllocOp::Oom && static_cast<int>(e.device) != device) {
+          skipped = true;
+          continue;
+        }
+        folded_any = true;
         st.apply(e);
         if (e.op == AllocOp::Alloc) label |= e.category;
         // A counter is a step function (counter_lod.hpp): an event that leaves a curve as it was
@@ -180,9 +246,8 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
         // reserved), which halves what the curves hold.
         const double v[kLevelCurves] = {static_cast<double>(st.allocated), static_cast<double>(st.allocated + st.pending_free),
                                         static_cast<double>(st.reserved)};
-        if (v[0] != last[0]) allocated.add(e.t, last[0] = v[0]);
-        if (v[1] != last[1]) active.add(e.t, last[1] = v[1]);
-        if (v[2] != last[2]) reserved.add(e.t, last[2] = v[2]);
+        for (int k = 0; k < kLevelCurves; ++k)
+          if (v[k] != last[k]) c[k]->add(e.t, last[k] = v[k]);
         // largest_free costs O(blocks): sample it at intervals that grow with the state, O(events) total.
         if (++d.since >= (st.block_count + st.segments.size()) / 4) {
           d.since = 0;
@@ -190,12 +255,16 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
         }
       }
     }
-    if (with_free && d.since != 0) {  // the curve reaches the last event
+    if (with_free && d.since != 0 && folded_any) {  // the curve reaches the last event
       sample_free(ev.back().t);
       d.provisional = true;
     }
-    for (int k = 0; k < n; ++k) c[k]->update_levels(std::min(n0[k], c[k]->size()));
-    label_known = fold_from <= from;
+    for (int k = 0; k < n; ++k)
+      if (c[k]) c[k]->update_levels(std::min(n0[k], c[k]->size()));
+    if (fast && d.fold.broken())
+      for (int k = 0; k < kLevelCurves; ++k)
+        if (p.sampled_level[k]) set_source(k, false);
+    label_known = fold_from <= from && !skipped;  // the fold saw every Alloc from `from` on
   }
   // Per-category allocated bytes ("cat:parameter", ...) when the trace labels blocks; frees find
   // their block's category by address (they may not carry it).

@@ -119,8 +119,8 @@ void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind
     }
     const auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
     if (!std::is_sorted(steps.begin(), steps.end(), by_start)) std::sort(steps.begin(), steps.end(), by_start);
-    // Exact from the block events when the trace has them (Note [Memory curves from block events]):
-    // a sample per alloc/free, so each step's range is found by galloping on from the last one.
+    // Exact from the block events when their fold is complete (Note [Memory curves from block
+    // events]): then a sample per alloc/free, so each step's range is found by galloping on from the last one.
     const CounterSeries* allocated = rd.counter("allocated");
     std::size_t mem_cursor = 0;
     // The rows each step looks into, sorted out once per rank.

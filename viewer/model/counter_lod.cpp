@@ -125,7 +125,6 @@ void CounterSeries::query(std::int64_t t0, std::int64_t t1, int pixels, std::vec
   if (level == 0) {
     for (std::size_t i = lo; i < hi; ++i) fold(out[static_cast<std::size_t>(col(t_[i]))], v_[i], v_[i]);
   } else {
-    const auto& bl = levels_[level - 1];
     const auto stride = static_cast<std::size_t>(per_bucket);
     // Buckets wholly inside [lo, hi) come from the level; the partial ones at both ends from raw samples.
     const std::size_t blo = (lo + stride - 1) / stride, bhi = hi / stride;
@@ -133,10 +132,26 @@ void CounterSeries::query(std::int64_t t0, std::int64_t t1, int pixels, std::vec
       for (std::size_t i = lo; i < hi; ++i) fold(out[static_cast<std::size_t>(col(t_[i]))], v_[i], v_[i]);
     } else {
       for (std::size_t i = lo; i < blo * stride; ++i) fold(out[static_cast<std::size_t>(col(t_[i]))], v_[i], v_[i]);
-      for (std::size_t b = blo; b < bhi; ++b) {
-        const Bucket& k = bl[b];
-        for (long c = col(k.t0), e = col(k.t1); c <= e; ++c) fold(out[static_cast<std::size_t>(c)], k.min, k.max);
-      }
+      // A bucket within one column folds into it. One that spans several columns is opened into the
+      // level below, down to the samples if need be: its min..max spread over every column it
+      // touches drew a full-height bar across a gap with no samples (a counter holds its value
+      // there: the step pass below fills it). Buckets are disjoint in time, so at most pixels - 1 of
+      // them per level cross a column edge: O(pixels x kFanout x levels) more work at most.
+      const auto draw = [&](auto& self, std::size_t k, std::size_t b) -> void {
+        if (k == 0) {
+          fold(out[static_cast<std::size_t>(col(t_[b]))], v_[b], v_[b]);
+          return;
+        }
+        const Bucket& u = levels_[k - 1][b];
+        const long c0 = col(u.t0);
+        if (c0 == col(u.t1)) {
+          fold(out[static_cast<std::size_t>(c0)], u.min, u.max);
+          return;
+        }
+        const std::size_t below = k == 1 ? t_.size() : levels_[k - 2].size();
+        for (std::size_t i = b * kFanout, e = std::min(below, (b + 1) * kFanout); i < e; ++i) self(self, k - 1, i);
+      };
+      for (std::size_t b = blo; b < bhi; ++b) draw(draw, level, b);
       for (std::size_t i = bhi * stride; i < hi; ++i) fold(out[static_cast<std::size_t>(col(t_[i]))], v_[i], v_[i]);
     }
   }

@@ -31,6 +31,13 @@ AllocOp alloc_op(prof::EventKind k) {
   return i >= 1 && i <= 7 ? kBlockOps[i] : AllocOp::SegmentFree;
 }
 
+// A reservation the producer flags is known to be virtual at once, without waiting for a map to
+// land in it (Note [Expandable segments] in allocator_state.hpp); its category byte holds the flag.
+AllocEvent to_alloc_event(const prof::MemBlockEvent& m, std::int64_t offset, AllocOp op) {
+  if (m.virtual_range()) return {m.ts + offset, m.addr(), m.size(), m.stream, op, 0, kAllocExpandable, m.device};
+  return {m.ts + offset, m.addr(), m.size(), m.stream, op, m.category, 0, m.device};
+}
+
 // Kinds whose state spans chunks: scanned even in chunks outside a time range.
 bool pairs_or_meta(prof::EventKind k) {
   using prof::EventKind;
@@ -126,13 +133,16 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
           continue;
         }
       } else if (const auto k = static_cast<std::uint8_t>(e.kind); k >= 1 && k <= 7) {
-        const auto m = e.as<prof::MemBlockEvent>();
-        rs.alloc->push_back({m.ts + rs.offset, m.addr(), m.size(), m.stream, kBlockOps[k], m.category});
+        rs.alloc->push_back(to_alloc_event(e.as<prof::MemBlockEvent>(), rs.offset, kBlockOps[k]));
         ++added;
         continue;
       }
     }
-    if (skip && !pairs_or_meta(e.kind)) continue;
+    if (skip && !pairs_or_meta(e.kind)) {
+      const auto k = static_cast<std::uint8_t>(e.kind);
+      if (k >= 1 && k <= 7 && e.ts + rs.offset < lo_) b_.blocks_cut(rank);  // as in add_one()
+      continue;
+    }
     if (apply_offsets && e.kind == prof::EventKind::Meta) {
       const auto m = e.as<prof::MetaEvent>();
       if (m.key == prof::MetaKey::ClockOffset) rs.offset = m.value;
@@ -218,8 +228,13 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
     case EventKind::SegmentMap:
     case EventKind::SegmentUnmap: {
       const auto m = e.as<prof::MemBlockEvent>();
-      if (!keep_at(m.ts + off)) return 0;
-      rs.alloc->push_back({m.ts + off, m.addr(), m.size(), m.stream, alloc_op(e.kind), m.category});
+      if (!keep_at(m.ts + off)) {
+        // Note [Memory curves from block events] (memory_fold.hpp): block events cut before the
+        // range leave the fold of the rest incomplete.
+        if (m.ts + off < lo_) b_.blocks_cut(rank);
+        return 0;
+      }
+      rs.alloc->push_back(to_alloc_event(m, off, alloc_op(e.kind)));
       return 1;
     }
     case EventKind::Oom: {
@@ -232,6 +247,14 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
       const auto m = e.as<prof::MemSampleEvent>();
       if (!keep_at(m.ts + off)) return 0;
       const int metric = static_cast<int>(m.metric);
+      // One device's memory per rank (Note [Memory curves from block events], memory_fold.hpp):
+      // the first level sample's; samples of other devices are not mixed into its curves.
+      if (rs.mem_device < 0 && (m.metric == prof::MemMetric::Allocated || m.metric == prof::MemMetric::Active ||
+                                m.metric == prof::MemMetric::Reserved)) {
+        rs.mem_device = m.device;
+        b_.memory_sample_device(rank, m.device);
+      }
+      if (rs.mem_device >= 0 && m.device != rs.mem_device) return 0;
       const bool ppm = m.metric == prof::MemMetric::Fragmentation;
       CounterSeries* series = metric < static_cast<int>(prof::MemMetric::Count) ? rs.metrics[metric] : nullptr;
       if (series == nullptr) {

@@ -83,6 +83,7 @@ class TraceIngest {
     SpanRow* nvtx = nullptr;
     AllocEvents* alloc = nullptr;
     CounterSeries* metrics[static_cast<int>(prof::MemMetric::Count)] = {};
+    int mem_device = -1;  // device of the first allocated/active/reserved sample: the one drawn
     std::unordered_map<prof::StringId, CounterSeries*> counters;  // user counters by name id
   };
   static constexpr std::uint32_t kNoId = 0xFFFF'FFFFu;

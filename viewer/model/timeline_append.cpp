@@ -91,19 +91,12 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     }
     cs.clear();
   }
-  // Note [Memory curves from block events]: once a rank has block events, its allocated/active/
-  // reserved samples are published as "sampled:..." (and any published before are renamed), so the
-  // names the views and the step table read are the exact curves derive_alloc() makes.
-  if (!p.derive.blocks && std::any_of(p.alloc.begin(), p.alloc.end(), [](const AllocEvent& e) { return e.op != AllocOp::Oom; })) {
+  // Note [Memory curves from block events] (memory_fold.hpp): derive_alloc() decides which of
+  // allocated/active/reserved come from the block events; their samples are then kept as
+  // "sampled:..." so that the names the views and the step table read are the curves in charge.
+  if (!p.derive.blocks && std::any_of(p.alloc.begin(), p.alloc.end(), [](const AllocEvent& e) { return e.op != AllocOp::Oom; }))
     p.derive.blocks = true;
-    bool renamed = false;
-    for (auto& c : rd.counters)
-      if (is_level_curve(c.name())) {
-        c.rename(kSampledPrefix + c.name());
-        renamed = true;
-      }
-    if (renamed) sort_counters(rd);
-  }
+  for (int k = 0; k < kLevelCurves; ++k) p.sampled_level[k] = p.sampled_level[k] || p.counters.count(kDerivedMemory[k]) != 0;
   // A rank that samples its memory keeps its sampled largest_free/fragmentation (or none): derived
   // ones are made only when it samples nothing, and give way to samples that show up late (live).
   if (!p.sampled_memory && std::any_of(std::begin(kDerivedMemory), std::end(kDerivedMemory), [&](const char* n) { return p.counters.count(n) != 0; })) {
@@ -123,7 +116,8 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     if (series.size() == 0) continue;
     sort_samples(series);
     bound(series.time(0), series.time(series.size() - 1));
-    const bool superseded = p.derive.blocks && is_level_curve(name);
+    bool superseded = false;
+    for (int k = 0; k < kLevelCurves; ++k) superseded = superseded || (name == kDerivedMemory[k] && p.derive.from_events[k]);
     merge_samples(counter_for(rd, superseded ? kSampledPrefix + name : name, series.unit(), added), series);
   }
   if (added) sort_counters(rd);
@@ -147,6 +141,8 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     }
     fresh.clear();
     derive_alloc(rd, p, from, r, slot);
+  } else if (p.derive.blocks && rd.dropped != 0 && p.sampled_memory) {
+    derive_alloc(rd, p, rd.alloc_events.size(), r, slot);  // drops with no new events: back to the samples
   }
 }
 

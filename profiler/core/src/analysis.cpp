@@ -1,5 +1,6 @@
 // The analysis: see Note [Breakdown definitions] and Note [Collective bandwidth] in analysis.hpp.
 #include "memcomm/profiler/analysis.hpp"
+#include "memcomm/profiler/memory_fold.hpp"
 
 #include <algorithm>
 #include <map>
@@ -139,16 +140,18 @@ namespace {
 
 // Note [Virtual reservations]: an expandable segment is a SegmentAlloc of its whole virtual range
 // (e.g. 128 GiB) followed by SegmentMap/SegmentUnmap of the parts backed by memory. Reserved bytes
-// are the backed ones, so a SegmentAlloc that any map lands in counts for nothing (its maps count),
-// while a plain segment counts whole. Returns, per SegmentAlloc/SegmentFree event index in time
-// order, whether it is such a virtual reservation.
+// are the backed ones, so a virtual reservation counts for nothing (its maps count), while a plain
+// segment counts whole. memcomm's allocator flags its reservations (MemBlockEvent::virtual_range());
+// for traces without the flag, a SegmentAlloc that any map lands in is taken for one. The guess
+// misses a reservation that is never mapped, which the flag gets right. Returns, per
+// SegmentAlloc/SegmentFree event index in time order, whether it is such a virtual reservation.
 std::vector<bool> virtual_reservations(const RankTrace& r) {
   struct Live {
     uint64_t end;
     size_t instance;
   };
   std::map<uint64_t, Live> live;   // segment start -> its end and instance
-  std::vector<bool> is_virtual;    // per SegmentAlloc instance
+  std::vector<bool> is_virtual;    // per SegmentAlloc instance, then per unmatched SegmentFree
   std::vector<size_t> instance_of; // per SegmentAlloc/SegmentFree event, in order
   for (const Event& e : r.events) {
     if (e.kind != EventKind::SegmentAlloc && e.kind != EventKind::SegmentFree && e.kind != EventKind::SegmentMap)
@@ -157,11 +160,16 @@ std::vector<bool> virtual_reservations(const RankTrace& r) {
     if (e.kind == EventKind::SegmentAlloc) {
       live[b.addr()] = {b.addr() + b.size(), is_virtual.size()};
       instance_of.push_back(is_virtual.size());
-      is_virtual.push_back(false);
+      is_virtual.push_back(b.virtual_range());
     } else if (e.kind == EventKind::SegmentFree) {
       auto it = live.find(b.addr());
-      instance_of.push_back(it == live.end() ? SIZE_MAX : it->second.instance);
-      if (it != live.end()) live.erase(it);
+      if (it != live.end()) {
+        instance_of.push_back(it->second.instance);
+        live.erase(it);
+      } else {  // allocated before the trace began: only its own flag can tell
+        instance_of.push_back(is_virtual.size());
+        is_virtual.push_back(b.virtual_range());
+      }
     } else {
       auto it = live.upper_bound(b.addr());
       if (it != live.begin() && b.addr() < (--it)->second.end) is_virtual[it->second.instance] = true;
@@ -169,42 +177,84 @@ std::vector<bool> virtual_reservations(const RankTrace& r) {
   }
   std::vector<bool> out;
   out.reserve(instance_of.size());
-  for (size_t i : instance_of) out.push_back(i != SIZE_MAX && is_virtual[i]);
+  for (size_t i : instance_of) out.push_back(is_virtual[i]);
   return out;
+}
+
+}  // namespace
+
+namespace {
+
+bool is_block_kind(EventKind k) { return k >= EventKind::Alloc && k <= EventKind::SegmentUnmap; }
+
+FoldOp fold_op(EventKind k) {
+  switch (k) {
+    case EventKind::Alloc: return FoldOp::Alloc;
+    case EventKind::FreeRequested: return FoldOp::FreeRequested;
+    case EventKind::FreeCompleted: return FoldOp::FreeCompleted;
+    case EventKind::SegmentAlloc: return FoldOp::SegmentAlloc;
+    case EventKind::SegmentFree: return FoldOp::SegmentFree;
+    case EventKind::SegmentMap: return FoldOp::SegmentMap;
+    default: return FoldOp::SegmentUnmap;
+  }
 }
 
 }  // namespace
 
 std::vector<MemoryPoint> memory_series(const RankTrace& r) {
   const std::vector<bool> virtual_segment = virtual_reservations(r);  // Note [Virtual reservations]
-  size_t segment_event = 0;
+  // Note [Memory curves from block events] (memory_fold.hpp), the rule the viewer follows too:
+  // device D's fold replaces a sampled level only when it is complete, which takes a first pass.
   bool sampled[size_t(MemMetric::Count)] = {};
-  bool has_free_completed = false, has_blocks = false, has_segments = false;
+  int device = -1;            // D: of the first level sample, else of the first block event
+  int first_block_device = -1;
   for (const Event& e : r.events) {
     if (e.kind == EventKind::MemSample) {
-      const auto m = e.as<MemSampleEvent>().metric;
-      if (m < MemMetric::Count) sampled[size_t(m)] = true;
+      const auto s = e.as<MemSampleEvent>();
+      if (s.metric < MemMetric::Count) sampled[size_t(s.metric)] = true;
+      if (device < 0 && (s.metric == MemMetric::Allocated || s.metric == MemMetric::Active || s.metric == MemMetric::Reserved))
+        device = s.device;
+    } else if (first_block_device < 0 && is_block_kind(e.kind)) {
+      first_block_device = e.as<MemBlockEvent>().device;
     }
+  }
+  if (device < 0) device = first_block_device;
+  bool has_free_completed = false, has_blocks = false, has_segments = false;
+  for (const Event& e : r.events) {
+    if (!is_block_kind(e.kind) || e.as<MemBlockEvent>().device != device) continue;
     has_free_completed |= e.kind == EventKind::FreeCompleted;
     has_blocks |= e.kind == EventKind::Alloc;
     has_segments |= e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentMap;
   }
-  // The block events are exact and the samples periodic (they miss peaks between two samples), so
-  // a metric the events give comes from them; samples serve what events cannot give (largest free
-  // block, the allocator's own fragmentation) and traces without block events. The viewer does the
-  // same (Note [Memory curves from block events] in viewer/model/alloc_derive.cpp).
-  if (has_blocks) sampled[size_t(MemMetric::Allocated)] = sampled[size_t(MemMetric::Active)] = false;
-  if (has_segments) sampled[size_t(MemMetric::Reserved)] = false;
+  MemoryFold fold(has_free_completed);
+  bool complete = r.drops == 0;
+  if (complete && (has_blocks || has_segments)) {
+    size_t segment_event = 0;
+    for (const Event& e : r.events) {
+      if (!is_block_kind(e.kind)) continue;
+      const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
+      const bool virt = segment && virtual_segment[segment_event++];
+      const auto b = e.as<MemBlockEvent>();
+      if (b.device == device && !fold.apply(fold_op(e.kind), b.addr(), b.size(), virt)) break;
+    }
+    complete = !fold.broken();
+  }
+  const bool fold_level[3] = {has_blocks && (complete || !sampled[size_t(MemMetric::Allocated)]),
+                              has_blocks && (complete || !sampled[size_t(MemMetric::Active)]),
+                              has_segments && (complete || !sampled[size_t(MemMetric::Reserved)])};
+  if (fold_level[0]) sampled[size_t(MemMetric::Allocated)] = false;
+  if (fold_level[1]) sampled[size_t(MemMetric::Active)] = false;
+  if (fold_level[2]) sampled[size_t(MemMetric::Reserved)] = false;
+  fold.reset(has_free_completed);
+  size_t segment_event = 0;
   std::vector<MemoryPoint> out;
-  // Derived from block events; signed (a trace may start mid-run) and wide (corrupt sizes).
-  __int128 alloc = 0, reserved = 0, active = 0;
-  auto to_u64 = [](__int128 v) { return v <= 0 ? uint64_t(0) : v > __int128(UINT64_MAX) ? UINT64_MAX : uint64_t(v); };
   MemoryPoint p{};
   int64_t frag_ppm = -1;
   for (const Event& e : r.events) {
     if (family_of(e.kind) != EventFamily::Memory || e.kind == EventKind::Oom) continue;
     if (e.kind == EventKind::MemSample) {
       const auto s = e.as<MemSampleEvent>();
+      if (s.device != device) continue;  // the curves describe D only
       switch (s.metric) {
         case MemMetric::Allocated: if (sampled[size_t(MemMetric::Allocated)]) p.allocated = s.value; break;
         case MemMetric::Reserved: if (sampled[size_t(MemMetric::Reserved)]) p.reserved = s.value; break;
@@ -214,25 +264,14 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
         default: break;
       }
     } else {
+      const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
+      const bool virt = segment && virtual_segment[segment_event++];
       const auto b = e.as<MemBlockEvent>();
-      const __int128 sz = b.size();
-      switch (e.kind) {
-        case EventKind::Alloc: alloc += sz; active += sz; break;
-        case EventKind::FreeRequested: alloc -= sz; if (!has_free_completed) active -= sz; break;
-        case EventKind::FreeCompleted: active -= sz; break;
-        case EventKind::SegmentAlloc:
-          if (!virtual_segment[segment_event++]) reserved += sz;
-          break;
-        case EventKind::SegmentFree:
-          if (!virtual_segment[segment_event++]) reserved -= sz;
-          break;
-        case EventKind::SegmentMap: reserved += sz; break;
-        case EventKind::SegmentUnmap: reserved -= sz; break;
-        default: break;
-      }
-      if (!sampled[size_t(MemMetric::Allocated)]) p.allocated = to_u64(alloc);
-      if (!sampled[size_t(MemMetric::Reserved)]) p.reserved = to_u64(reserved);
-      if (!sampled[size_t(MemMetric::Active)]) p.active = to_u64(active);
+      if (b.device != device) continue;  // another device's memory: not D's curves
+      fold.apply(fold_op(e.kind), b.addr(), b.size(), virt);
+      if (fold_level[0]) p.allocated = fold.allocated();
+      if (fold_level[1]) p.active = fold.active();
+      if (fold_level[2]) p.reserved = fold.reserved();
     }
     p.ts = e.ts;
     if (frag_ppm >= 0) {

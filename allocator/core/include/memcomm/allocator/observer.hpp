@@ -21,6 +21,13 @@ enum class EventKind : std::uint8_t {
 
 const char* to_string(EventKind kind);
 
+// AllocEvent::flags. A segment_alloc/segment_free of a virtual address range reserved for an
+// expandable segment or a planned arena: no memory stands behind it until segment_map events back
+// parts of it. Consumers count the maps, not the range, as reserved bytes (Note [Virtual reservations]
+// in profiler/core/src/analysis.cpp). Without the flag they must guess from whether maps land in it,
+// which a range that is never mapped (a run that stops first, a map that fails) defeats.
+inline constexpr std::uint8_t kEventVirtualRange = 1;
+
 // One event; packed to 48 bytes so a profiler can copy it into a ring buffer as is.
 struct AllocEvent {
   std::uint64_t time_ns;     // steady_clock (monotonic) nanoseconds
@@ -30,7 +37,8 @@ struct AllocEvent {
   StreamId stream;           // stream the block or segment belongs to
   std::int32_t device;       // source's device (-1 = host)
   EventKind kind;            // what happened
-  std::uint8_t reserved[3];  // zero; room for flags in a later protocol version
+  std::uint8_t flags;        // kEventVirtualRange, or 0
+  std::uint8_t reserved[2];  // zero; room for more flags
 };
 static_assert(sizeof(AllocEvent) == 48, "AllocEvent is part of the trace protocol; keep it 48 bytes");
 

@@ -180,9 +180,13 @@ struct MemBlockEvent {
   EventKind kind;      // one of the memory block kinds
   uint8_t device;      // device index, kHostDevice for host memory
   uint8_t stream;      // producer's small stream index (StreamName metadata names it)
-  uint8_t category;    // MemCategory, when the producer knows it
+  uint8_t category;    // blocks: MemCategory, when the producer knows it; segments: kSegment* flags
   uint32_t size_lo;    // low 32 bits of the size in bytes
   uint64_t addr_size_hi;  // bits 0..47: address; bits 48..63: size bits 32..47
+
+  // A SegmentAlloc/SegmentFree of a reserved virtual range with no memory behind it (Note [Virtual
+  // reservations] in analysis.cpp). False in traces from producers that do not flag it.
+  bool virtual_range() const;
 
   uint64_t addr() const { return addr_size_hi & 0xFFFF'FFFF'FFFFull; }
   uint64_t size() const { return uint64_t(size_lo) | ((addr_size_hi >> 48) << 32); }
@@ -191,6 +195,13 @@ struct MemBlockEvent {
     addr_size_hi = (a & 0xFFFF'FFFF'FFFFull) | (((s >> 32) & 0xFFFF) << 48);
   }
 };
+
+// MemBlockEvent::category of segment events: flags. The range is a virtual reservation (an
+// expandable segment's or a planned arena's); its SegmentMap events carry the memory.
+inline constexpr uint8_t kSegmentVirtualRange = 1;
+inline bool MemBlockEvent::virtual_range() const {
+  return (kind == EventKind::SegmentAlloc || kind == EventKind::SegmentFree) && (category & kSegmentVirtualRange);
+}
 
 // What a block holds, when the producer knows (the viewer colours by it).
 enum class MemCategory : uint8_t {

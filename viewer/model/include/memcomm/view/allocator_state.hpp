@@ -12,7 +12,8 @@
 // allocator with expandable pools) reserves a large virtual range (SegmentAlloc, often the whole
 // device or more: 128 GiB is common) and backs it piecewise (SegmentMap / SegmentUnmap of
 // sub-ranges). Only mapped pages hold device memory, so `reserved` counts the mapped bytes of such
-// a segment and `virtual_reserved` its reservation. Traces carry no flag on the SegmentAlloc, so
+// a segment and `virtual_reserved` its reservation. memcomm's traces flag the reservation
+// (prof::MemBlockEvent::virtual_range(), ingested as kAllocExpandable). For traces without the flag
 // the builder marks a SegmentAlloc kAllocExpandable when a SegmentMap later lands inside it (in
 // time for every state that includes it); apply() also converts an unmarked segment at its first
 // map. A map with no enclosing segment (PyTorch snapshots record only segment_map) starts an
@@ -49,7 +50,7 @@ struct AllocEvent {
   AllocOp op;             // what happened
   std::uint8_t category = 0;  // MemCategory of the block when the producer knows it (0: unknown)
   std::uint8_t flags = 0;     // kAllocExpandable, ...
-  std::uint8_t pad = 0;
+  std::uint8_t device = 0;    // device index (prof::kHostDevice: host memory); 0 where the source has none
 };
 
 // Block categories, numbered as prof::MemCategory (profiler/core event.hpp) and snapshots agree.

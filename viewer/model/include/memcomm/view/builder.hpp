@@ -2,6 +2,7 @@
 // traces, PyTorch snapshots, the live stream, synthetic data, test fixtures) goes through.
 #pragma once
 
+#include <memcomm/profiler/memory_fold.hpp>
 #include <memcomm/view/timeline.hpp>
 
 #include <algorithm>
@@ -44,7 +45,8 @@ class TimelineBuilder {
   // Counter sample ("allocated", "reserved", "active", "largest_free", "fragmentation", "loss", ...).
   void counter(std::uint32_t rank, std::string_view name, TimeNs t, double value, std::string_view unit = "");
   // Allocator event. A rank's block events (not OOMs alone) give its allocated/active/reserved
-  // curves, exactly, over any samples of those (Note [Memory curves from block events]).
+  // curves, exactly, over any samples of those when their fold is complete (Note [Memory curves
+  // from block events] in memcomm/profiler/memory_fold.hpp).
   void alloc_event(std::uint32_t rank, const AllocEvent& e);
   // Fast path for bulk ingest (readers, synthetic data): a pre-interned name, any span lane kind
   // (collectives go through collective()).
@@ -53,6 +55,14 @@ class TimelineBuilder {
             std::uint32_t payload = 0);
   void dropped(std::uint32_t rank, std::uint64_t n);
   void host(std::uint32_t rank, std::string_view host);
+  // Note [Memory curves from block events] (memory_fold.hpp): the device of the rank's first
+  // allocated/active/reserved sample (later ones are ignored), and block events that a time range
+  // cut before its start (the fold of the rest is incomplete).
+  void memory_sample_device(std::uint32_t r, std::uint8_t device) {
+    auto& p = rank(r);
+    if (p.sample_device < 0) p.sample_device = device;
+  }
+  void blocks_cut(std::uint32_t r) { rank(r).blocks_cut = true; }
   // Room for n more events of a lane (growth copies nothing: Note [Chunked arrays]).
   void reserve(std::uint32_t rank, LaneKind kind, std::uint32_t stream, std::size_t n);
   void reserve_alloc(std::uint32_t rank, std::size_t n);
@@ -80,8 +90,12 @@ class TimelineBuilder {
     std::map<std::uint64_t, std::pair<std::uint64_t, std::size_t>> open;  // unmarked SegmentAlloc: addr -> (size, index)
     AllocatorState state;           // after the events folded into the memory curves (state fold)
     bool fast = false;              // the last fold was the running sums below, not `state`
-    std::int64_t sums[3] = {};      // fast fold: allocated, active, reserved after the folded events
-    std::map<std::uint64_t, bool> segments;  // fast fold: live segment addr -> expandable (not reserved)
+    prof::MemoryFold fold;          // fast fold: device `device`'s events folded so far
+    int device = -1;                // the device the curves describe (-1: not chosen yet)
+    bool completes = false;         // that device's events carry FreeCompleted
+    bool has_alloc = false;         // ... carry Alloc (allocated/active can come from them)
+    bool has_segments = false;      // ... carry SegmentAlloc/SegmentMap (reserved can)
+    bool from_events[3] = {};       // allocated/active/reserved published from the fold (samples as "sampled:")
     std::size_t since = 0;          // events since the last largest_free sample
     bool provisional = false;       // the last largest_free/fragmentation samples stand in for "now"
     bool blocks = false;            // the rank has block events: allocated/active/reserved come from them
@@ -103,6 +117,9 @@ class TimelineBuilder {
     std::uint64_t dropped = 0;
     std::string host;
     bool sampled_memory = false;    // memory samples seen (any of kDerivedMemory): largest_free/fragmentation not derived
+    bool sampled_level[3] = {};     // allocated/active/reserved samples seen
+    int sample_device = -1;         // device of the first level sample
+    bool blocks_cut = false;        // a time range cut block events before its start
     AllocDerive derive;
   };
   void append_rank(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r,

@@ -6,8 +6,10 @@
 // it. A query picks the finest level with at most ~2 buckets per pixel over the visible range and
 // folds those buckets into per-pixel min/max. Since min/max are exact at every level, the envelope
 // drawn keeps every extreme at any zoom (no spike is lost as in plain decimation), and only the
-// amount of work changes (a coarse bucket that straddles columns widens each of them by its own
-// range, so at coarse levels the per-column envelope is a superset). The levels add
+// amount of work changes. A bucket that straddles columns is opened into the level below (down to
+// the samples), so each column's envelope is exact: spreading its min..max over the columns drew
+// phantom bars across gaps with no samples. At most pixels - 1 buckets per level straddle a column
+// edge, so a query stays O(pixels x kFanout x levels) plus the buckets it folds. The levels add
 // sizeof(Bucket)/(kFanout-1) per kFanout samples: about 0.6 B per sample.
 #pragma once
 
