@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Configures (once) and builds memcomm in Release into build/ (or $MEMCOMM_BUILD_DIR).
-# Extra arguments go to the configure step of a new build directory.
+# Configures and builds memcomm in Release into build/ (or $MEMCOMM_BUILD_DIR).
+# Extra arguments go to the configure step. A build directory that exists is configured again only
+# when there are arguments, so that e.g. scripts/test.sh's -DMEMCOMM_SANITIZE=... always takes effect
+# even on a directory an earlier run configured otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 BUILD=${MEMCOMM_BUILD_DIR:-build}
-if [ ! -f "$BUILD/build.ninja" ]; then
+if [ ! -f "$BUILD/build.ninja" ] || [ $# -gt 0 ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMCOMM_WERROR=ON "$@"
 fi
 # MEMCOMM_BUILD_TARGETS limits the build to some targets (the TSan stage of scripts/test.sh).

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <memcomm/common/cli_size.hpp>
 
+#include <filesystem>
+
 #include "memcomm/advisor/advise.hpp"
 #include "memcomm/profiler/analysis.hpp"
 #include "memcomm/profiler/chrome_export.hpp"
@@ -43,6 +45,21 @@ TraceSet load_inputs(const std::vector<std::string>& files, const LoadOptions& o
   } catch (const TraceError& e) {
     throw BadInput(e.what());
   }
+}
+
+// Note [Outputs that would destroy data]: merge takes its output as the first positional argument,
+// so `memcomm-trace merge run.rank0.mct run.rank1.mct` (OUT forgotten) would replace rank 0's trace
+// with a merge of rank 1 alone. An output that is one of the inputs is therefore always refused, and
+// merge refuses any existing OUT unless --force; export's --chrome is named, so only the first rule
+// applies to it. Returns the reason to refuse, or "" to go ahead.
+std::string output_conflict(const std::string& out, const std::vector<std::string>& inputs, bool refuse_existing) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out, ec)) return "";
+  for (const std::string& in : inputs)
+    if (std::filesystem::equivalent(out, in, ec))
+      return "output " + out + " is also an input; it would be overwritten (did you forget OUT?)";
+  if (refuse_existing) return "output " + out + " already exists; pass --force to overwrite it (or did you forget OUT?)";
+  return "";
 }
 
 // --rows: a count of at least 1, with a message that says so (CLI::PositiveNumber's names a
@@ -87,6 +104,8 @@ int main(int argc, char** argv) {
   merge->add_option("OUT", merge_out, "merged output file")->required();
   merge->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
   merge->add_flag("--no-offsets", no_offsets, "do not apply the ranks' clock offsets");
+  bool force = false;
+  merge->add_flag("--force", force, "overwrite OUT if it exists (never when OUT is one of the FILEs)");
 
   size_t max_rows = 40;
   auto* report = app.add_subcommand("report", "Temporal breakdown, overlap, exposed communication, collective "
@@ -111,6 +130,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitBadInput;
+  }
+
+  const std::string conflict = *merge ? output_conflict(merge_out, files, !force)
+                              : *exp  ? output_conflict(chrome_out, files, false)
+                                      : "";
+  if (!conflict.empty()) {
+    fmt::print(stderr, "memcomm-trace: {}\n", conflict);
+    return kExitBadInput;
   }
 
   try {

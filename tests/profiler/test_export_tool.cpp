@@ -222,3 +222,28 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input and usage, 1 for unw
   for (const auto& p : paths) std::remove(p.c_str());
   std::remove(bad.c_str());
 }
+
+TEST_CASE("memcomm-trace never overwrites an input, and merge needs --force for an existing OUT", "[profiler][tool]") {
+  // Note [Outputs that would destroy data]: a forgotten OUT makes the first trace the output.
+  const std::string base = test::temp_path("overwrite");
+  const auto paths = write_fixture(base);
+  REQUIRE(paths.size() >= 2);
+  const std::string rank0 = read_bytes(paths[0]);
+  std::string out;
+  CHECK(run(tool() + " merge " + paths[0] + " " + paths[1], out) == 2);  // OUT forgotten
+  CHECK(out.find("already exists") != std::string::npos);
+  CHECK(run(tool() + " merge --force " + paths[0] + " " + paths[0] + " " + paths[1], out) == 2);
+  CHECK(out.find("is also an input") != std::string::npos);
+  CHECK(run(tool() + " export --chrome " + paths[0] + " " + paths[0], out) == 2);
+  CHECK(out.find("is also an input") != std::string::npos);
+  CHECK(read_bytes(paths[0]) == rank0);  // untouched
+
+  const std::string merged = base + ".merged.mct";
+  REQUIRE(run(tool() + " merge " + merged + " " + paths[0] + " " + paths[1], out) == 0);
+  CHECK(run(tool() + " merge " + merged + " " + paths[0], out) == 2);
+  CHECK(out.find("already exists; pass --force") != std::string::npos);
+  CHECK(run(tool() + " merge --force " + merged + " " + paths[0], out) == 0);
+  CHECK(TraceSet::load({merged}).ranks.size() == 1);
+  for (const auto& p : paths) std::remove(p.c_str());
+  std::remove(merged.c_str());
+}

@@ -23,11 +23,29 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   ++t_allocations;
   return std::malloc(n ? n : 1);
 }
+// The over-aligned forms too: the recorder's rings are alignas(64), and a hot-path allocation of
+// such a type would otherwise go uncounted.
+void* operator new(std::size_t n, std::align_val_t a) {
+  ++t_allocations;
+  const std::size_t align = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align + (n ? 0 : align))) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return ::operator new(n, a);
+  } catch (...) {
+    return nullptr;
+  }
+}
 // Every form that can free what the forms above return, so a sanitizer's own operators never see
 // our blocks (ASan reports malloc'd memory freed by its operator delete as a mismatch).
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace memcomm::prof;
 
