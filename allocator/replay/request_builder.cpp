@@ -10,7 +10,7 @@ namespace memcomm::replay {
 // virtual range (memcomm's allocator reserves e.g. 128 GiB of address space) followed by
 // segment_map/segment_unmap of the parts backed by memory. Reserved bytes are the backed ones, which
 // is the meaning the profiler's analysis gives them (Note [Virtual reservations] in
-// profiler/core/src/analysis.cpp): a segment_alloc that any map lands in counts for nothing, and
+// profiler/core/src/memory_series.cpp): a segment_alloc that any map lands in counts for nothing, and
 // neither does its segment_free, while its maps and unmaps count; a plain segment counts whole.
 // memcomm's .mct flags its reservations (prof::MemBlockEvent::virtual_range()), which also covers one
 // that is never mapped; the guess from landing maps serves traces without the flag.

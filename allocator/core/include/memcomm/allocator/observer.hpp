@@ -24,7 +24,7 @@ const char* to_string(EventKind kind);
 // AllocEvent::flags. A segment_alloc/segment_free of a virtual address range reserved for an
 // expandable segment or a planned arena: no memory stands behind it until segment_map events back
 // parts of it. Consumers count the maps, not the range, as reserved bytes (Note [Virtual reservations]
-// in profiler/core/src/analysis.cpp). Without the flag they must guess from whether maps land in it,
+// in profiler/core/src/memory_series.cpp). Without the flag they must guess from whether maps land in it,
 // which a range that is never mapped (a run that stops first, a map that fails) defeats.
 inline constexpr std::uint8_t kEventVirtualRange = 1;
 

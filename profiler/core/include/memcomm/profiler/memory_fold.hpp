@@ -1,6 +1,6 @@
 // The memory levels (allocated, active, reserved) of one device folded from the allocator's block
 // events, with a check that the events seen are the whole story. Shared by memcomm-trace report
-// (memory_series in analysis.cpp) and the viewer (alloc_derive.cpp), so both follow one rule.
+// (memory_series.cpp) and the viewer (alloc_derive.cpp), so both follow one rule.
 //
 // Note [Memory curves from block events]: a memcomm trace carries both the allocator's block events
 // (every alloc, free request, free completion and segment change) and the trainer's periodic
@@ -28,7 +28,7 @@
 //     request came first). A device whose events carry no FreeCompleted at all (producers that
 //     never complete) ends blocks at FreeRequested. Sizes of frees are the sizes the block was
 //     allocated with. SegmentAlloc adds to reserved unless it is a virtual range (Note [Virtual
-//     reservations] in analysis.cpp), whose SegmentMap/SegmentUnmap count instead; SegmentFree
+//     reservations] in memory_series.cpp), whose SegmentMap/SegmentUnmap count instead; SegmentFree
 //     removes what its SegmentAlloc added. Sums are 128-bit and read saturated to [0, 2^64).
 #pragma once
 
