@@ -1,9 +1,14 @@
 // memcomm-replay: replays recorded allocation traces (PyTorch memory snapshots, memcomm .mct traces)
 // through allocator policies and reports peak reserved memory, fragmentation, OOMs and source calls
 // per policy.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -48,6 +53,33 @@ std::vector<std::string> split_list(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// --json FILE must be writable: an existing FILE opens for writing (not truncated here), a new one
+// can be created in its folder (a probe file, removed at once). Throws std::invalid_argument.
+void check_json_out(const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) throw std::invalid_argument("cannot write --json " + file + ": it is a folder");
+  if (fs::exists(file, ec)) {
+    const int fd = ::open(file.c_str(), O_WRONLY);
+    if (fd < 0) throw std::invalid_argument("cannot write --json " + file + ": " + std::strerror(errno));
+    ::close(fd);
+    return;
+  }
+  const fs::path parent = fs::path(file).parent_path();
+  const fs::path dir = parent.empty() ? fs::path(".") : parent;
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument("cannot write --json " + file + ": the folder " + dir.string() + " does not exist");
+  std::string probe = (dir / ".memcomm-write-test.XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) throw std::invalid_argument("cannot write --json " + file + ": the folder " + dir.string() + " is not writable");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace memcomm::replay;
   std::string default_policies = kRecordedPolicy;
@@ -71,7 +103,8 @@ int main(int argc, char** argv) {
       "peak_allocated, reserved_over_live, fragmentation, ooms, source_allocs, source_frees, events, requests,\n"
       "seconds, starts_empty.\n"
       "Exit codes: 0 success; 1 a runtime failure (a broken invariant under --check, a policy's internal error,\n"
-      "a --json file that cannot be written); 2 a usage error, or an input file that is missing, unreadable,\n"
+      "a --json file that fails while being written); 2 a usage error (a --json path that cannot be written is\n"
+      "one: it is checked before any replay), or an input file that is missing, unreadable,\n"
       "empty or corrupt (the message names the file, and the byte offset where it applies).");
   std::vector<std::string> files;
   std::string policy_list = default_policies;
@@ -102,6 +135,8 @@ int main(int argc, char** argv) {
   std::uint64_t capacity = 0;
   std::vector<std::string> policies = split_list(policy_list);
   try {
+    // Checked before any replay, so a bad --json path does not throw away minutes of work at the end.
+    if (!json_out.empty() && json_out != "-") check_json_out(json_out);
     if (!capacity_text.empty()) capacity = memcomm::parse_size(capacity_text);
     if (policies.empty()) throw std::invalid_argument("--policy: empty list");
     PolicyOptions probe;

@@ -29,11 +29,25 @@ std::uint64_t parse_size(const std::string& text, bool allow_zero) {
   std::size_t k = 0;
   while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) ++k;
   const std::size_t number_start = k;
-  while (k < text.size() && (std::isdigit(static_cast<unsigned char>(text[k])) || text[k] == '.')) ++k;
+  const auto digit_at = [&text](std::size_t i) {
+    return i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]));
+  };
+  while (k < text.size() && (digit_at(k) || text[k] == '.')) ++k;
   if (k == number_start) throw fail("does not start with a number (e.g. 512MiB, 1.5GiB, 2GB)");
+  const std::size_t mantissa_end = k;
+  // An exponent ("2e9", "1.5E+3KiB"): only an 'e' followed by digits, since no unit starts with 'e'.
+  if (k < text.size() && (text[k] == 'e' || text[k] == 'E')) {
+    std::size_t e = k + 1;
+    if (e < text.size() && (text[e] == '+' || text[e] == '-')) ++e;
+    if (digit_at(e)) {
+      while (digit_at(e)) ++e;
+      k = e;
+    }
+  }
   const std::string number_text = text.substr(number_start, k - number_start);
-  if (number_text.find('.') != number_text.rfind('.') || number_text == ".") throw fail("has a malformed number");
-  const double number = std::strtod(number_text.c_str(), nullptr);
+  const std::string mantissa = text.substr(number_start, mantissa_end - number_start);
+  if (mantissa.find('.') != mantissa.rfind('.') || mantissa == ".") throw fail("has a malformed number");
+  const double number = std::strtod(number_text.c_str(), nullptr);  // inf past DBL_MAX: "too large" below
   std::string unit;
   for (; k < text.size(); ++k)
     if (!std::isspace(static_cast<unsigned char>(text[k])))
@@ -53,7 +67,7 @@ std::uint64_t parse_size(const std::string& text, bool allow_zero) {
   if (scale == 1 && std::floor(number) != number) throw fail("has a fraction of a byte");
   if (allow_zero && bytes == 0) return 0;
   if (!(bytes >= 1)) throw fail("must be at least one byte");
-  if (bytes >= 1.8e19) throw fail("is too large");
+  if (bytes >= 1.8e19) throw fail("is too large (at most 16 EiB, 1.8e19 bytes)");
   return static_cast<std::uint64_t>(bytes + 0.5);
 }
 

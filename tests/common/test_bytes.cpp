@@ -32,6 +32,35 @@ TEST_CASE("sizes parse with binary and decimal units and fractions") {
   CHECK(parse_size("0 MiB", /*allow_zero=*/true) == 0);  // a limit of zero: none
 }
 
+TEST_CASE("sizes take a decimal exponent, as the tools' help writes them (2GB = 2e9 bytes)") {
+  CHECK(parse_size("2e9") == 2000000000ull);
+  CHECK(parse_size("2E9") == 2000000000ull);
+  CHECK(parse_size("1.5e3") == 1500);
+  CHECK(parse_size("1e+3KiB") == 1000ull * 1024);
+  CHECK(parse_size("2e3 b") == 2000);
+  CHECK(parse_size("4e-3KiB") == 4);  // 4.096 bytes rounds to 4
+}
+
+TEST_CASE("sizes out of range say so, not 'unknown unit'") {
+  const auto reason = [](const std::string& text) {
+    try {
+      parse_size(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const char* big : {"1e400", "2e19", "2e7TiB", "1e30 GB"}) {
+    INFO(big);
+    CHECK(reason(big).find("too large") != std::string::npos);
+    CHECK(reason(big).find(big) != std::string::npos);
+  }
+  CHECK(reason("1e-400").find("at least one byte") != std::string::npos);
+  CHECK(reason("2e-1").find("fraction of a byte") != std::string::npos);
+  CHECK(reason("2eMiB").find("unknown unit") != std::string::npos);  // 'e' without digits is no exponent
+  CHECK(reason("1.2.3e4").find("malformed") != std::string::npos);
+}
+
 TEST_CASE("bad sizes are rejected with the text and the reason") {
   const auto reason = [](const std::string& text) {
     try {

@@ -118,7 +118,7 @@ TEST_CASE("cli: --json - writes only the JSON to stdout (it parses) and the tabl
   CHECK(r.err.find(".mct") == std::string::npos);
 }
 
-TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json is a runtime failure (exit 1)", "[cli][bad]") {
+TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json is refused before any work (exit 2)", "[cli][bad]") {
   TempDir dir;
   auto empty = dir.file("empty.pickle", {});
   Run r = run(dir, empty.string());
@@ -127,7 +127,7 @@ TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json
 
   auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
   r = run(dir, snap.string() + " --policy pytorch --json " + (dir.path() / "no-such-dir" / "out.json").string());
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK(r.err.find("cannot write") != std::string::npos);
 
   r = run(dir, "--help");

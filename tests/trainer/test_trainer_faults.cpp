@@ -23,12 +23,52 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--threads -3", "--threads"}, Case{"--eval-batches -5", "--eval-batches"},
                         Case{"--empty-cache -1", "--empty-cache"}, Case{"--checkpoint-every -2 --checkpoint-dir d", "--checkpoint-every"},
                         Case{"--timeout inf", "--timeout"}, Case{"--augment --model mlp --dataset tabular", "--augment"},
-                        Case{"--nproc 3 --tail drop --synthetic-size 2 --dataset tabular --model mlp", "--synthetic-size"}}) {
+                        Case{"--nproc 3 --tail drop --synthetic-size 2 --dataset tabular --model mlp", "--synthetic-size"},
+                        // Values that would overflow later (milliseconds, bucket bytes, counts) or wrap.
+                        Case{"--timeout 1e300", "--timeout"}, Case{"--timeout 1e-6", "--timeout"},
+                        Case{"--bucket-mb 1e30", "--bucket-mb"}, Case{"--memory-limit 1e30", "--memory-limit"},
+                        Case{"--memory-limit 200TiB", "--memory-limit"}, Case{"--nproc 100000", "--nproc"},
+                        Case{"--workers 100000", "--workers"}, Case{"--prefetch 100000000", "--prefetch"},
+                        Case{"--threads 100000", "--threads"}, Case{"--seed -1", "--seed"},
+                        Case{"--seed=-5", "--seed"}, Case{"--steps 9223372036854775807", "--steps"},
+                        Case{"--batch-size 9223372036854775807", "--batch-size"},
+                        // Outputs and endpoints are checked before LibTorch starts (Note [Outputs checked first]).
+                        Case{"--live 127.0.0.1:99999", "--live"}, Case{"--trace /proc/memcomm-no/t.mct", "--trace"},
+                        Case{"--summary-json /nonexistent-memcomm/s.json", "--summary-json"},
+                        Case{"--summary-json /", "--summary-json"}}) {
     const auto r = run_command(train_bin() + " " + c.args);
     INFO(c.args << "\n" << r.output);
     CHECK(r.code == 2);
     CHECK(r.output.find(c.expect) != std::string::npos);
   }
+}
+
+TEST_CASE("flags at the edge of their ranges are accepted") {
+  const auto d = scratch_dir("edge-ranges");
+  const auto r = run_command(quick_train("--steps 1 --timeout 0.001 --bucket-mb 1e6 --seed 9223372036854775807 "
+                                         "--memory-limit 2e9 --summary-json " + d + "/s.json"));
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(read_json(d + "/s.json")["steps"] == 1);
+}
+
+TEST_CASE("outputs are checked at the start, the trace's folder is made, and no probe file is left behind") {
+  const auto d = scratch_dir("outputs-first");
+  // A bad --summary-json is refused before training (nothing printed of a step), not after it.
+  auto r = run_command(quick_train("--steps 3 --summary-json " + d + "/missing/s.json"));
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(d + "/missing") != std::string::npos);
+  CHECK(r.output.find("step ") == std::string::npos);
+  // --trace into a folder that does not exist yet: made, like --checkpoint-dir's.
+  r = run_command(quick_train("--steps 2 --trace " + d + "/new/sub/t.mct --summary-json " + d + "/s.json"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(std::filesystem::exists(d + "/new/sub/t.rank0.mct"));
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(d)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"new", "s.json"});  // no write probe, no .tmp
 }
 
 TEST_CASE("the help text (--help) describes the launch modes and exits 0") {
@@ -102,6 +142,47 @@ TEST_CASE("resume continues exactly like a run that never stopped") {
   CHECK(read_floats(full + "/p.bin") == read_floats(part + "/p.bin"));  // bitwise
 }
 
+TEST_CASE("resuming from a checkpoint of another configuration names what differs and exits 2") {
+  const auto d = scratch_dir("resume-mismatch");
+  const std::string base = "--optimizer adam --lr 0.01 --checkpoint-dir " + d;
+  const auto w = run_command(quick_train("--nproc 2 --steps 3 --checkpoint-every 3 " + base));
+  INFO(w.output);
+  REQUIRE(w.code == 0);
+  struct Case {
+    std::string args, expect;
+  };
+  for (const auto& c : {Case{"--nproc 2 --hidden 32", "--hidden 64 there, 32 here"},
+                        Case{"--nproc 2 --seed 7", "--seed 0 there, 7 here"},
+                        Case{"--nproc 2 --batch-size 32", "--batch-size 64 there, 32 here"},
+                        Case{"--nproc 2 --accum 2", "--accum 1 there, 2 here"},
+                        Case{"--nproc 2 --optimizer sgd", "--optimizer adam there, sgd here"},
+                        Case{"--nproc 1", "ranks (--nproc) 2 there, 1 here"},
+                        Case{"--nproc 2 --synthetic-size 2048", "--synthetic-size 4096 there, 2048 here"}}) {
+    const auto r = run_command(quick_train("--steps 8 --resume " + base + " " + c.args));
+    INFO(c.args << "\n" << r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(c.expect) != std::string::npos);
+    CHECK(r.output.find("ckpt.rank0.pt") != std::string::npos);
+    CHECK(r.output.find("resumed from step") == std::string::npos);
+  }
+  // Parameter shapes are named too (the MLP's hidden layer).
+  const auto h = run_command(quick_train("--nproc 2 --steps 8 --resume --hidden 32 " + base));
+  CHECK(h.output.find("parameter") != std::string::npos);
+  // A checkpoint at or past --steps leaves nothing to run: a usage error, not "0 steps" and a made-up loss.
+  for (const char* steps : {"3", "2"}) {
+    const auto r = run_command(quick_train("--nproc 2 --resume " + base + " --steps " + steps));
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("is at step 3, and --steps is " + std::string(steps)) != std::string::npos);
+    CHECK(r.output.find("loss") == std::string::npos);
+  }
+  // Flags that do not change the run's course may differ: more steps, another learning rate, more workers.
+  const auto ok = run_command(quick_train("--nproc 2 --steps 4 --resume --lr 0.02 --workers 2 " + base));
+  INFO(ok.output);
+  CHECK(ok.code == 0);
+  CHECK(ok.output.find("resumed from step 3") != std::string::npos);
+}
+
 namespace {
 
 // Processes whose parent is `parent`, oldest (lowest pid) first, read from /proc/<pid>/stat.
@@ -125,14 +206,34 @@ std::vector<pid_t> children_of(pid_t parent) {
 
 bool alive(pid_t p) { return ::kill(p, 0) == 0; }
 
-// memcomm-train with `args`, its output to `log`, as a child launcher whose ranks are its children.
-// Returns once the log shows step 3 and all `nranks` ranks run (ranks in fork order), or after 60 s.
+// Kills p if it is still a memcomm-train: a reaped rank's pid may belong to another process by now.
+void kill_if_train(pid_t p) {
+  std::ifstream cmdline("/proc/" + std::to_string(p) + "/cmdline");
+  const std::string cmd((std::istreambuf_iterator<char>(cmdline)), {});
+  if (alive(p) && cmd.find("memcomm-train") != std::string::npos) ::kill(p, SIGKILL);
+}
+
+// A launcher (our child) and its ranks. Whatever a test's checks did, nothing of the run outlives
+// it: the destructor kills leftover ranks and the launcher, and reaps the launcher.
 struct Launched {
   pid_t launcher = -1;
   std::vector<pid_t> ranks;
+  bool reaped = false;
+  Launched() = default;
+  Launched(const Launched&) = delete;
+  Launched& operator=(const Launched&) = delete;
+  ~Launched() {
+    for (pid_t p : ranks) kill_if_train(p);
+    if (launcher > 0 && !reaped) {
+      ::kill(launcher, SIGKILL);
+      ::waitpid(launcher, nullptr, 0);
+    }
+  }
 };
-Launched launch_until_step_3(const std::string& args, const std::string& log, size_t nranks) {
-  Launched l;
+
+// memcomm-train with `args`, its output to `log`, as a child launcher whose ranks are its children.
+// Returns once the log shows step 3 and all `nranks` ranks run (ranks in fork order), or after 60 s.
+void launch_until_step_3(Launched& l, const std::string& args, const std::string& log, size_t nranks) {
   l.launcher = ::fork();
   REQUIRE(l.launcher >= 0);
   if (l.launcher == 0) {
@@ -147,20 +248,23 @@ Launched launch_until_step_3(const std::string& args, const std::string& log, si
     l.ranks = children_of(l.launcher);
     if (text.find("step 3/") != std::string::npos && l.ranks.size() == nranks) break;
   }
-  return l;
 }
 
 // Waits up to 60 s for the launcher; false (with the launcher and its ranks killed) if it did not exit.
-bool wait_launcher(const Launched& l, int& status) {
+bool wait_launcher(Launched& l, int& status) {
   const auto t0 = std::chrono::steady_clock::now();
   pid_t done = 0;
   while ((done = ::waitpid(l.launcher, &status, WNOHANG)) == 0 &&
          std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (done != 0) return true;
-  for (pid_t p : l.ranks) ::kill(p, SIGKILL);
+  if (done != 0) {
+    l.reaped = true;
+    return true;
+  }
+  for (pid_t p : l.ranks) kill_if_train(p);
   ::kill(l.launcher, SIGKILL);
   ::waitpid(l.launcher, &status, 0);
+  l.reaped = true;
   return false;
 }
 
@@ -170,7 +274,8 @@ TEST_CASE("kill -9 of one rank ends the others within the timeout naming the los
   const auto d = scratch_dir("kill-rank");
   const std::string log = d + "/out.log";
   // Wait until training is under way, then kill rank 1 (the second rank forked).
-  const Launched l = launch_until_step_3("--nproc 3 --steps 100000 --timeout 20 --log-interval 1", log, 3);
+  Launched l;
+  launch_until_step_3(l, "--nproc 3 --steps 100000 --timeout 20 --log-interval 1", log, 3);
   const std::vector<pid_t>& ranks = l.ranks;
   REQUIRE(ranks.size() == 3);
   REQUIRE(::kill(ranks[1], SIGKILL) == 0);
@@ -193,7 +298,8 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
   const auto d = scratch_dir("stop-rank");
   const std::string log = d + "/out.log";
   const int timeout_s = 3;
-  const Launched l = launch_until_step_3("--nproc 2 --steps 100000 --log-interval 1 --timeout " + std::to_string(timeout_s), log, 2);
+  Launched l;
+  launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1 --timeout " + std::to_string(timeout_s), log, 2);
   const std::vector<pid_t>& ranks = l.ranks;
   REQUIRE(ranks.size() == 2);
   // A stopped process keeps its sockets open: its peers see no error, only a collective that never
@@ -210,14 +316,7 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
   CHECK(WEXITSTATUS(status) == 3);  // the surviving rank's collective timed out
   CHECK(out.find("lost rank 1") != std::string::npos);
   CHECK(out.find("rank 1 did not exit after the failure; killing it") != std::string::npos);
-  for (pid_t p : ranks) {
-    CHECK_FALSE(alive(p));
-    // Never leave a stopped rank behind, even if a check failed; a reaped rank's pid may already
-    // belong to another process, so only a live memcomm-train is killed.
-    std::ifstream cmdline("/proc/" + std::to_string(p) + "/cmdline");
-    const std::string cmd((std::istreambuf_iterator<char>(cmdline)), {});
-    if (alive(p) && cmd.find("memcomm-train") != std::string::npos) ::kill(p, SIGKILL);
-  }
+  for (pid_t p : ranks) CHECK_FALSE(alive(p));  // ~Launched kills any that is, even if a check failed
 }
 
 TEST_CASE("a full disk under the trace ends the run cleanly and says how much was kept in a readable file") {

@@ -68,7 +68,7 @@ TEST_CASE("ranks on one host record clock offset 0 and a forced probe measures a
   // Note [One clock per host]: with CLOCK_MONOTONIC read directly (MEMCOMM_CLOCK=monotonic), same boot
   // and time namespace mean one clock, so no estimate (and no noise). The TSC path always probes.
   const auto d = scratch_dir("clock_offset");
-  const auto merge = bin_dir() + "/memcomm-trace merge " + d + "/m.mct " + d + "/t.rank0.mct " + d + "/t.rank1.mct";
+  const auto merge = bin_dir() + "/memcomm-trace merge --force " + d + "/m.mct " + d + "/t.rank0.mct " + d + "/t.rank1.mct";
   const auto train = quick_train("--nproc 2 --steps 3 --trace " + d + "/t.mct");
   const auto one_clock = run_command("MEMCOMM_CLOCK=monotonic " + train + " && " + merge);
   INFO(one_clock.output);

@@ -152,3 +152,27 @@ TEST_CASE("impossible requests are usage errors") {
   CHECK(r.code == 0);
   CHECK(r.output.find("--global-batch") != std::string::npos);
 }
+
+TEST_CASE("out-of-range and contradictory tuner flags are usage errors naming the flag, before any probe") {
+  const auto dir = scratch_dir("tune_ranges");
+  struct Case {
+    std::string args, expect;
+  };
+  for (const auto& c : {Case{"--global-batch 64 --buckets nan", "--buckets"},
+                        Case{"--global-batch 64 --buckets 1,1e30", "--buckets"},
+                        Case{"--global-batch 64 --probe-seconds nan", "--probe-seconds"},
+                        Case{"--global-batch 100000000000 --fit-only --any-micro-batch", "--any-micro-batch"},
+                        Case{"--global-batch 9223372036854775807", "--global-batch"},
+                        Case{"--global-batch 64 --any-micro-batch", "--any-micro-batch needs --fit-only"},
+                        Case{"--global-batch 64 --json /nonexistent-memcomm/t.json", "/nonexistent-memcomm"},
+                        Case{"--global-batch 64 --json " + dir, "is a folder"},
+                        Case{"--global-batch 64 --timeout 1e300", "--timeout"}}) {
+    const auto r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB " + c.args);
+    INFO(c.args << "\n" << r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(c.expect) != std::string::npos);
+    CHECK(r.output.find("memcomm-tune: global batch") == std::string::npos);  // stopped before tuning began
+  }
+  const bool no_cache_written = !std::filesystem::exists(dir + "/cache") || std::filesystem::is_empty(dir + "/cache");
+  CHECK(no_cache_written);
+}

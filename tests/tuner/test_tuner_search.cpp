@@ -100,6 +100,59 @@ TEST_CASE("the boundary matches an exhaustive search, within ceil(log2 n) + 3 pr
       }
 }
 
+TEST_CASE("a budget of one trial (--max-trials 1) runs one probe and does not claim a boundary it did not find") {
+  Synthetic m;
+  SearchConfig cfg;
+  cfg.global_batch = 512;
+  cfg.memory_limit = m.limit;
+  cfg.fit_only = true;
+  cfg.max_trials = 1;
+  for (const Strategy s : {Strategy::Memcomm, Strategy::Lightning}) {
+    m.probes = 0;
+    cfg.strategy = s;
+    const auto out = run_search(cfg, std::ref(m));
+    CHECK(m.probes == 1);
+    CHECK(out.trials.size() == 1);
+    CHECK_FALSE(out.boundary_found);
+    TuneResult r;
+    r.config = cfg;
+    r.outcome = out;
+    const std::string text = format_recommendation(r);
+    INFO(text);
+    CHECK(text.find("largest micro-batch that fits") == std::string::npos);
+    CHECK(text.find("--max-trials ended the search before the boundary was found") != std::string::npos);
+    // The flag survives the cache, and a cache without it (older) reads as a finished search.
+    CHECK_FALSE(from_json(to_json(r)).outcome.boundary_found);
+    auto j = to_json(r);
+    j.erase("boundary_found");
+    CHECK(from_json(j).outcome.boundary_found);
+  }
+  // With room to finish, the boundary is found and reported as such.
+  cfg.max_trials = 24;
+  cfg.strategy = Strategy::Memcomm;
+  const auto out = run_search(cfg, std::ref(m));
+  CHECK(out.boundary_found);
+}
+
+TEST_CASE("divisors of the largest --global-batch are found quickly and exactly") {
+  // The walk stops at d <= n / d (d * d would overflow for n near INT64_MAX); the CLI caps G at 2^40.
+  const auto d = divisors(kMaxGlobalBatch);
+  CHECK(d.size() == 41);
+  CHECK(d.front() == 1);
+  CHECK(d.back() == kMaxGlobalBatch);
+}
+
+TEST_CASE("any-micro-batch refuses a per-rank batch with more candidates than it can hold") {
+  Synthetic m;
+  SearchConfig cfg;
+  cfg.global_batch = kMaxAnyMicroBatchCandidates * 2;
+  cfg.memory_limit = m.limit;
+  cfg.fit_only = true;
+  cfg.any_micro_batch = true;
+  CHECK_THROWS_AS(run_search(cfg, std::ref(m)), std::invalid_argument);
+  CHECK(m.probes == 0);
+}
+
 TEST_CASE("memory that is not linear in b still gives the right boundary") {
   Synthetic m;
   m.q = 2e4;  // the fit underestimates large b: predictions fail and the search bisects

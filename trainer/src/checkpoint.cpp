@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 
 namespace memcomm::train {
@@ -24,6 +26,55 @@ void fsync_path(const std::string& p, bool directory) {
   if (rc != 0) throw std::runtime_error("fsync of " + p + " failed");
 }
 
+constexpr const char* kFingerprintKey = "memcomm_config";
+
+// "key=value" lines; values never hold a newline (they are flag values and numbers).
+std::string encode(const Fingerprint& f) {
+  std::string s;
+  for (const auto& [k, v] : f) s += k + "=" + v + "\n";
+  return s;
+}
+
+Fingerprint decode(const std::string& s) {
+  Fingerprint f;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) f.emplace_back(line.substr(0, eq), line.substr(eq + 1));
+  }
+  return f;
+}
+
+std::string shape_text(c10::IntArrayRef sizes) {
+  std::string s;
+  for (const int64_t d : sizes) s += (s.empty() ? "" : "x") + std::to_string(d);
+  return s.empty() ? "scalar" : s;
+}
+
+// Mirrors Module::load's walk (own parameters, then each child's archive) but only compares
+// shapes: Module::load itself would replace a parameter by a tensor of any shape.
+void check_shapes(torch::nn::Module& m, torch::serialize::InputArchive& ar, const std::string& prefix,
+                  std::vector<std::string>& diffs) {
+  for (const auto& p : m.named_parameters(/*recurse=*/false)) {
+    torch::Tensor t;
+    if (!ar.try_read(p.key(), t)) {
+      diffs.push_back("parameter " + prefix + p.key() + " is not in it");
+    } else if (t.sizes() != p.value().sizes()) {
+      diffs.push_back("parameter " + prefix + p.key() + " is " + shape_text(t.sizes()) + " there, " +
+                      shape_text(p.value().sizes()) + " here");
+    }
+  }
+  for (const auto& c : m.named_children()) {
+    torch::serialize::InputArchive child;
+    if (!ar.try_read(c.key(), child)) {
+      diffs.push_back("module " + prefix + c.key() + " is not in it");
+      continue;
+    }
+    check_shapes(*c.value(), child, prefix + c.key() + ".", diffs);
+  }
+}
+
 }  // namespace
 
 void ensure_writable_dir(const std::string& dir) {
@@ -38,7 +89,7 @@ void ensure_writable_dir(const std::string& dir) {
 }
 
 void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::Module& model,
-                     torch::optim::Optimizer& opt) {
+                     torch::optim::Optimizer& opt, const Fingerprint& fingerprint) {
   const std::string final_path = path_for(dir, rank);
   const std::string tmp = final_path + ".tmp";
   torch::serialize::OutputArchive ar, opt_ar;
@@ -46,6 +97,7 @@ void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::
   opt.save(opt_ar);
   ar.write("optimizer", opt_ar);
   ar.write("memcomm_step", torch::tensor(step, torch::kInt64));
+  ar.write(kFingerprintKey, c10::IValue(encode(fingerprint)));
   ar.save_to(tmp);
   fsync_path(tmp, false);
   if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
@@ -53,12 +105,34 @@ void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::
   fsync_path(dir, true);
 }
 
-int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt) {
+int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
+                        const Fingerprint& fingerprint, std::string* warn) {
   const std::string p = path_for(dir, rank);
   if (!fs::exists(p)) return -1;
   try {
     torch::serialize::InputArchive ar, opt_ar;
     ar.load_from(p);
+    // Note [Checkpoint fingerprint]: compare before anything is loaded into the model.
+    std::vector<std::string> diffs;
+    c10::IValue saved;
+    if (ar.try_read(kFingerprintKey, saved) && saved.isString()) {
+      const Fingerprint there = decode(saved.toStringRef());
+      for (const auto& [key, here] : fingerprint) {
+        const auto it = std::find_if(there.begin(), there.end(), [&key = key](const auto& kv) { return kv.first == key; });
+        const std::string was = it == there.end() ? "(not recorded)" : it->second;
+        if (was != here) diffs.push_back(key + " " + was + " there, " + here + " here");
+      }
+    } else if (warn) {
+      *warn = "checkpoint " + p + " predates configuration fingerprints: its parameter shapes match, but whether "
+              "it was written with the same --nproc, --seed, --batch-size and --accum cannot be checked";
+    }
+    check_shapes(model, ar, "", diffs);
+    if (!diffs.empty()) {
+      std::string msg = "--resume: checkpoint " + p + " was written by a different configuration: ";
+      for (size_t i = 0; i < diffs.size() && i < 8; ++i) msg += (i ? "; " : "") + diffs[i];
+      if (diffs.size() > 8) msg += "; and " + std::to_string(diffs.size() - 8) + " more";
+      throw UsageError(msg + ". Resume with the flags it was written with, or give another --checkpoint-dir");
+    }
     model.load(ar);
     ar.read("optimizer", opt_ar);
     opt.load(opt_ar);

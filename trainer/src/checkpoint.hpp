@@ -6,17 +6,31 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace memcomm::train {
 
 // Throws std::runtime_error when `dir` cannot be created or written (checked before training).
 void ensure_writable_dir(const std::string& dir);
 
+// Note [Checkpoint fingerprint]: a checkpoint records the configuration that shapes its contents
+// and the data stream it continues (checkpoint_fingerprint() in options.hpp: model flags, ranks,
+// seed, batch, accumulation, optimizer...). Resuming compares it, and every parameter's shape,
+// with this run's, and names what differs (UsageError, exit 2), instead of loading tensors of
+// another shape into the model and failing mid-step, or silently continuing a different run.
+// Checkpoints written before the fingerprint existed are accepted with a warning: their parameter
+// shapes are still checked, the flags cannot be.
+using Fingerprint = std::vector<std::pair<std::string, std::string>>;
+
 void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::Module& model,
-                     torch::optim::Optimizer& opt);
+                     torch::optim::Optimizer& opt, const Fingerprint& fingerprint);
 
 // Restores model and optimizer; returns the step to continue from, or -1 when there is no
-// checkpoint. A corrupt or mismatched file is a std::runtime_error naming it.
-int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt);
+// checkpoint. A corrupt file is a std::runtime_error naming it; one written by a run with another
+// configuration (Note [Checkpoint fingerprint]) a UsageError naming the file and what differs.
+// `warn` is set when the file predates fingerprints.
+int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
+                        const Fingerprint& fingerprint, std::string* warn = nullptr);
 
 }  // namespace memcomm::train

@@ -28,8 +28,7 @@ class FashionMnist final : public Dataset {
                                "or point --data-dir at a folder holding the IDX files.");
     auto images = read_idx_u8(img);
     auto labels = read_idx_u8(lab);
-    if (images.dims.size() != 3 || labels.dims.size() != 1 || images.dims[0] != labels.dims[0])
-      throw std::runtime_error("Fashion-MNIST in " + dir + ": image and label files do not match");
+    check_fashion_mnist(images, img, labels, lab);
     const int64_t n = images.dims[0];
     images_ = torch::from_blob(images.data.data(), {n, 1, images.dims[1], images.dims[2]}, torch::kUInt8).clone();
     labels_ = torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);

@@ -1,6 +1,7 @@
 // IDX files (the MNIST family's format), gzipped or plain, read without LibTorch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,8 +13,22 @@ struct IdxArray {
   std::vector<uint8_t> data;   // unsigned bytes, row-major
 };
 
+// The most elements an IDX array may hold (16 Gi: far above Fashion-MNIST's 47 M); larger headers
+// are refused before anything is allocated.
+constexpr int64_t kMaxIdxElements = int64_t(1) << 34;
+
 // Reads an unsigned-byte IDX file (magic 0x00000801/0x00000803). Throws std::runtime_error naming
 // the file and what is wrong (missing, truncated, wrong magic, size mismatch).
 IdxArray read_idx_u8(const std::string& path);
+
+// The same parser over an uncompressed IDX file already in memory (what the fuzzer feeds it);
+// `name` stands for the file in messages. Bytes after the data are ignored, as in a file.
+IdxArray parse_idx_u8(const uint8_t* bytes, size_t size, const std::string& name);
+
+// Fashion-MNIST's shape: images N x 28 x 28, labels N, every label below 10, N >= 1. Throws
+// std::runtime_error naming the file that is wrong, so a damaged or foreign file is an error at
+// load time rather than an index out of range in the loss.
+void check_fashion_mnist(const IdxArray& images, const std::string& images_path, const IdxArray& labels,
+                         const std::string& labels_path);
 
 }  // namespace memcomm::train

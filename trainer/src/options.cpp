@@ -3,11 +3,19 @@
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_size.hpp>
 
+#include <memcomm/profiler/stream_protocol.hpp>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <initializer_list>
+#include <stdexcept>
 
 namespace memcomm::train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -33,30 +41,37 @@ void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {
 
 void check_train_options(const TrainOptions& o, const char* program) {
   const auto usage_error = [program](const std::string& msg) { memcomm::train::usage_error(program, msg); };
-  if (o.nproc < 1) usage_error("--nproc must be at least 1");
+  // Note [Caps on counts]: the upper bounds are far above any real run on one node but keep the
+  // products the trainer forms (steps x accum, batch x accum x ranks, milliseconds from seconds,
+  // bytes from MiB) well inside int64, so a typo is a usage error rather than a wrapped value.
+  if (o.nproc < 1 || o.nproc > kMaxLocalRanks)
+    usage_error("--nproc must be between 1 and " + std::to_string(kMaxLocalRanks));
   if (o.mode == "dp" && o.nproc > 1)
     usage_error("--mode dp is one process driving every device: use it without --nproc (or --mode ddp)");
   if (o.mode == "dp" && o.sync_every > 0) usage_error("--mode dp has one model: --sync-every needs --mode ddp");
   // Autocast is per thread, and LibTorch's parallel_apply runs the replicas on threads of its own.
   if (o.mode == "dp" && o.amp != "none") usage_error("--amp does not reach --mode dp's replica threads: use --mode ddp");
-  if (o.batch_size < 1) usage_error("--batch-size must be at least 1");
-  if (o.accum < 1) usage_error("--accum must be at least 1");
-  if (o.steps < 1) usage_error("--steps must be at least 1");
-  if (o.workers < 0) usage_error("--workers must be 0 or more");
-  if (o.prefetch < 1) usage_error("--prefetch must be at least 1");
+  if (o.batch_size < 1 || o.batch_size > (int64_t(1) << 24)) usage_error("--batch-size must be between 1 and 16777216");
+  if (o.accum < 1 || o.accum > (1 << 16)) usage_error("--accum must be between 1 and 65536");
+  if (o.steps < 1 || o.steps > (int64_t(1) << 40)) usage_error("--steps must be between 1 and 2^40");
+  if (o.workers < 0 || o.workers > 256) usage_error("--workers must be between 0 and 256");
+  if (o.prefetch < 1 || o.prefetch > 4096) usage_error("--prefetch must be between 1 and 4096");
   // Note [Range checks before LibTorch]: every numeric flag is checked here, so a bad value is a usage
   // error (exit 2) naming the flag, not LibTorch's message deep inside an optimizer (exit 1) or, worse,
   // a silently odd run. `!(x >= 0)` style comparisons also reject NaN.
   if (!(o.lr > 0) || !std::isfinite(o.lr)) usage_error("--lr must be a positive number");
   if (!(o.momentum >= 0 && o.momentum < 1)) usage_error("--momentum must be at least 0 and below 1");
   if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) usage_error("--weight-decay must be 0 or more");
-  if (!(o.bucket_mb > 0) || !std::isfinite(o.bucket_mb)) usage_error("--bucket-mb must be positive");
-  if (!(o.timeout_s > 0) || !std::isfinite(o.timeout_s)) usage_error("--timeout must be a positive number of seconds");
-  if (o.threads < 0) usage_error("--threads must be 0 (cores divided among local ranks) or more");
+  if (!(o.bucket_mb > 0 && o.bucket_mb <= kMaxBucketMb)) usage_error("--bucket-mb must be positive and at most 1e6 (MiB)");
+  // The timeout becomes whole milliseconds (a std::chrono count); below 1 ms it would be 0.
+  if (!(o.timeout_s >= kMinTimeoutS && o.timeout_s <= kMaxTimeoutS))
+    usage_error("--timeout must be between 0.001 and 1e6 seconds");
+  if (o.threads < 0 || o.threads > 1024) usage_error("--threads must be between 0 (cores divided among local ranks) and 1024");
   if (o.eval_batches < 0) usage_error("--eval-batches must be 0 (the whole test split) or more");
   if (o.checkpoint_every < 0) usage_error("--checkpoint-every must be 0 (never) or more");
   if (o.empty_cache < 0) usage_error("--empty-cache must be 0 (never) or more");
-  if (o.synthetic_size < 1) usage_error("--synthetic-size must be at least 1");
+  if (o.synthetic_size < 1 || o.synthetic_size > (int64_t(1) << 31))
+    usage_error("--synthetic-size must be between 1 and 2^31");
   if (resolved_dataset(o) != "fashion-mnist" && o.synthetic_size < o.nproc && o.tail == "drop")
     usage_error("--synthetic-size " + std::to_string(o.synthetic_size) + " gives some of the " +
                 std::to_string(o.nproc) + " ranks no sample with --tail drop");
@@ -64,7 +79,8 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
   if (o.model == "transformer" && (o.width % o.heads) != 0)
     usage_error("--width must be a multiple of --heads for the transformer");
-  if (o.memory_limit < 0) usage_error("--memory-limit must not be negative");
+  if (o.memory_limit < 0 || o.memory_limit > kMaxMemoryLimit)
+    usage_error("--memory-limit must be between 0 (none) and 128TiB");
   if (o.memory_limit > 0 && o.allocator != "memcomm" && o.device != "cuda")
     usage_error("--memory-limit on the CPU needs --allocator memcomm (its cap makes the limit real)");
   if (o.cupti == "on" && o.trace.empty() && o.live.empty())
@@ -75,6 +91,87 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.model == "transformer" && ds != "tokens") usage_error("the transformer trains on --dataset tokens");
   if (o.model != "transformer" && ds == "tokens") usage_error("--dataset tokens needs --model transformer");
   if (o.augment && ds != "fashion-mnist") usage_error("--augment flips images: it needs --dataset fashion-mnist");
+  // Note [Outputs checked first]: every file the run writes is checked before any work, so a typo in
+  // a path is a usage error now, not a run that finishes and then loses its results.
+  if (!o.live.empty()) {
+    try {
+      (void)prof::parse_endpoint(o.live);
+    } catch (const std::exception& e) {
+      usage_error(std::string("--live ") + o.live + ": " + e.what());
+    }
+  }
+  try {
+    if (!o.trace.empty()) check_output_dir("--trace", o.trace, /*create=*/true);
+    if (!o.summary_json.empty()) check_output_file("--summary-json", o.summary_json);
+    if (!o.dump_params.empty()) check_output_file("--dump-params", o.dump_params);
+  } catch (const std::invalid_argument& e) {
+    usage_error(e.what());
+  }
+}
+
+namespace {
+
+// The folder a FILE argument lives in ("." for a bare name).
+fs::path parent_of(const std::string& file) {
+  const fs::path parent = fs::path(file).parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+// Creates and removes a uniquely named file in `dir`: the only sure test that files can be made
+// there (access(2) ignores read-only mounts' nuances and ACLs). Leaves nothing behind.
+bool can_create_in(const fs::path& dir) {
+  std::string probe = (dir / ".memcomm-write-test.XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) return false;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return true;
+}
+
+}  // namespace
+
+void check_output_file(const std::string& flag, const std::string& file) {
+  const fs::path dir = parent_of(file);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " does not exist");
+  if (fs::is_directory(file, ec)) throw std::invalid_argument(flag + " " + file + " is a folder, not a file");
+  // Written as FILE.tmp and renamed over FILE, so the folder must take new files (FILE's own mode
+  // does not matter).
+  if (!can_create_in(dir))
+    throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " is not writable");
+}
+
+void check_output_dir(const std::string& flag, const std::string& file, bool create) {
+  const fs::path dir = parent_of(file);
+  std::error_code ec;
+  if (create && !fs::is_directory(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " cannot be created: " + ec.message());
+  }
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " does not exist");
+  if (!can_create_in(dir))
+    throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " is not writable");
+}
+
+std::vector<std::pair<std::string, std::string>> checkpoint_fingerprint(const TrainOptions& o, int world) {
+  // Only what changes the parameters' shapes, the optimizer state's layout, or where in the data
+  // stream step s begins (Note [Micro-batch position] in trainer.cpp). Flags that a resumed run may
+  // change freely (--steps, --lr, --workers, --threads, --bucket-mb, observation) are left out.
+  const auto ds = resolved_dataset(o);
+  std::vector<std::pair<std::string, std::string>> f = {
+      {"--model", o.model}, {"--dataset", ds}, {"ranks (--nproc)", std::to_string(world)},
+      {"--mode", o.mode}, {"--seed", std::to_string(o.seed)}, {"--batch-size", std::to_string(o.batch_size)},
+      {"--accum", std::to_string(o.accum)}, {"--optimizer", o.optimizer}, {"--tail", o.tail},
+      {"--sync-every", std::to_string(o.sync_every)}, {"--augment", o.augment ? "on" : "off"}};
+  if (o.model == "mlp") f.emplace_back("--hidden", std::to_string(o.hidden));
+  if (o.model == "transformer")
+    for (const auto& [k, v] : std::initializer_list<std::pair<const char*, int>>{
+             {"--layers", o.layers}, {"--width", o.width}, {"--heads", o.heads}, {"--seq-len", o.seq_len}, {"--vocab", o.vocab}})
+      f.emplace_back(k, std::to_string(v));
+  if (ds != "fashion-mnist") f.emplace_back("--synthetic-size", std::to_string(o.synthetic_size));
+  return f;
 }
 
 std::string resolved_dataset(const TrainOptions& o) {
@@ -98,7 +195,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
   g->add_option("--device", o.device, "auto (a GPU when there is one, else CPU), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  g->add_option("--timeout", o.timeout_s, "Seconds a collective may take before the run ends, naming the missing ranks")
+  g->add_option("--timeout", o.timeout_s, "Seconds a collective may take before the run ends, naming the missing ranks (0.001 to 1e6)")
       ->capture_default_str();
   g->add_option("--threads", o.threads, "Intra-op threads per rank (0: cores divided among local ranks)")
       ->capture_default_str();
@@ -145,14 +242,21 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   g->add_option("--sync-every", o.sync_every,
                 "Local SGD: ranks step independently and average parameters every K steps (0: synchronous)")
       ->capture_default_str();
-  g->add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB)")
+  g->add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB; at most 1e6)")
       ->capture_default_str();
   g->add_flag("!--no-overlap", o.overlap, "All-reduce after backward instead of from autograd hooks during it");
   g->add_option("--grad-compression", o.grad_compression, "Gradients on the wire: none, bf16 or fp16")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
   g->add_option("--amp", o.amp, "Mixed precision on GPU: none or bf16")
       ->check(CLI::IsMember({"none", "bf16"}))->capture_default_str();
-  g->add_option("--seed", o.seed, "Seed for initialisation, sampling and synthetic data")->capture_default_str();
+  // CLI11 would otherwise read "-1" into the unsigned seed as 2^64-1.
+  g->add_option("--seed", o.seed, "Seed for initialisation, sampling and synthetic data (0 or more)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v.find('-') != std::string::npos ? "must be 0 or more, not " + v : std::string();
+          },
+          "UINT"));
 
   g = app.add_option_group("Observation");
   g->add_option("--log-interval", o.log_interval, "Log every N optimizer steps")->capture_default_str()
@@ -213,8 +317,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
       "Exit codes:\n"
       "  0  success\n"
       "  1  a runtime error (bad data, a corrupt checkpoint, out of memory); with --nproc, a rank that failed\n"
-      "  2  a usage error: a bad flag or value, a missing dataset, an unwritable --checkpoint-dir, a GPU-only\n"
-      "     flag on the CPU\n"
+      "  2  a usage error: a bad flag or value, a missing dataset, an unwritable --checkpoint-dir, --trace or\n"
+      "     --summary-json, a --resume checkpoint of another configuration, a GPU-only flag on the CPU\n"
       "  3  a collective failed or took longer than --timeout; the message names the lost rank(s)");
   add_train_options(app, o);
   parse_or_exit(app, argc, argv, "memcomm-train");

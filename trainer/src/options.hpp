@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace memcomm::train {
@@ -89,6 +90,24 @@ void check_train_options(const TrainOptions& o, const char* program);
 
 // Parses argv. On --help prints usage and exits 0; on bad flags prints a clear message and exits 2.
 TrainOptions parse_train_options(int argc, char** argv);
+
+// Limits of check_train_options (Note [Caps on counts] in options.cpp).
+constexpr int kMaxLocalRanks = 1024;
+constexpr double kMinTimeoutS = 0.001, kMaxTimeoutS = 1e6;
+constexpr double kMaxBucketMb = 1e6;
+constexpr int64_t kMaxMemoryLimit = int64_t(1) << 47;  // 128 TiB
+
+// Note [Outputs checked first] in options.cpp. FILE's folder must exist and take new files (the
+// tools write FILE.tmp and rename it); `flag` starts the std::invalid_argument's message. Nothing
+// is left behind.
+void check_output_file(const std::string& flag, const std::string& file);
+// The same for a file whose name the tool extends (--trace NAME.rankR.mct); with `create`, a
+// missing folder is made, as --checkpoint-dir's is.
+void check_output_dir(const std::string& flag, const std::string& file, bool create);
+
+// Note [Checkpoint fingerprint] in checkpoint.hpp: (flag, value) pairs for what a resumed run must
+// share with the run that wrote the checkpoint. `world` is the number of ranks actually running.
+std::vector<std::pair<std::string, std::string>> checkpoint_fingerprint(const TrainOptions& o, int world);
 
 // The dataset actually used when --dataset is auto.
 std::string resolved_dataset(const TrainOptions& o);

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -91,11 +92,19 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   GradSync* sync = session.sync();
   const bool local_sgd = o.sync_every > 0;
 
+  const Fingerprint fingerprint = checkpoint_fingerprint(o, env.world);  // Note [Checkpoint fingerprint]
   int64_t start_step = 0;
   if (o.resume) {
-    start_step = load_checkpoint(o.checkpoint_dir, env.rank, model, opt);
+    std::string warning;
+    start_step = load_checkpoint(o.checkpoint_dir, env.rank, model, opt, fingerprint, &warning);
     if (start_step < 0) throw UsageError("--resume: no checkpoint for rank " + std::to_string(env.rank) +
                                                  " in " + o.checkpoint_dir);
+    if (leader && !warning.empty()) std::fprintf(stderr, "memcomm-train: warning: %s\n", warning.c_str());
+    // A finished run has nothing left to do: running "0 steps" would print a loss of a step never taken.
+    if (start_step >= o.steps)
+      throw UsageError("--resume: the checkpoint in " + o.checkpoint_dir + " is at step " + std::to_string(start_step) +
+                       ", and --steps is " + std::to_string(o.steps) + ": nothing is left to run; give --steps above " +
+                       std::to_string(start_step));
     if (leader) fmt::print("resumed from step {} ({})\n", start_step, o.checkpoint_dir);
   }
 
@@ -212,7 +221,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       prof::PhaseScope ckpt_scope(prof::Phase::Checkpoint);
       MemoryCategoryScope cat(prof::MemCategory::Temporary);
-      save_checkpoint(o.checkpoint_dir, env.rank, step + 1, model, opt);
+      save_checkpoint(o.checkpoint_dir, env.rank, step + 1, model, opt, fingerprint);
     }
     if (o.empty_cache > 0 && (step + 1) % o.empty_cache == 0) clear_cache();
     const bool log_now = (step + 1) % o.log_interval == 0 || step + 1 == o.steps;

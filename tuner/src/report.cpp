@@ -39,7 +39,10 @@ std::string format_recommendation(const TuneResult& r) {
   const auto& o = r.outcome;
   std::string s;
   if (!o.batch_note.empty()) s += "note: " + o.batch_note + "\n";
-  s += fmt::format("largest micro-batch that fits: {} (found in {} probes{}); safety margin {:.1f}% of {}\n",
+  // Without the boundary (--max-trials ran out) the largest that fit is a lower bound, and says so.
+  s += fmt::format(o.boundary_found ? "largest micro-batch that fits: {} (found in {} probes{}); safety margin {:.1f}% of {}\n"
+                                    : "largest micro-batch tried that fits: {} ({} probes{}; --max-trials ended the search "
+                                      "before the boundary was found, larger ones may fit); safety margin {:.1f}% of {}\n",
                    o.largest_feasible, o.boundary_probes,
                    o.smallest_infeasible ? fmt::format(", {} ran out of memory", o.smallest_infeasible) : "",
                    100 * o.safety_margin, format_bytes(r.config.memory_limit));
@@ -96,6 +99,7 @@ nlohmann::json to_json(const TuneResult& r) {
   j["largest_feasible"] = r.outcome.largest_feasible;
   j["smallest_infeasible"] = r.outcome.smallest_infeasible;
   j["boundary_probes"] = r.outcome.boundary_probes;
+  j["boundary_found"] = r.outcome.boundary_found;
   j["tuning_wall_s"] = r.tuning_wall_s;
   j["trials"] = nlohmann::json::array();
   for (const Trial& t : r.outcome.trials) j["trials"].push_back(trial_json(t));
@@ -157,6 +161,8 @@ TuneResult from_json(const nlohmann::json& j) {
     r.outcome.largest_feasible = int_at(j, "largest_feasible");
     r.outcome.smallest_infeasible = int_at(j, "smallest_infeasible");
     r.outcome.boundary_probes = static_cast<int>(int_at(j, "boundary_probes"));
+    // Caches from before the field existed were written only by searches that found it.
+    if (const auto it = j.find("boundary_found"); it != j.end() && it->is_boolean()) r.outcome.boundary_found = it->get<bool>();
     r.tuning_wall_s = num_at(j, "tuning_wall_s");
     for (const auto& t : j.at("trials")) {
       Trial x;

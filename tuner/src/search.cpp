@@ -45,7 +45,7 @@ const char* purpose_name(TrialPurpose p) {
 
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> lo, hi;
-  for (int64_t d = 1; d * d <= n; ++d)
+  for (int64_t d = 1; d <= n / d; ++d)  // not d * d <= n: that overflows near INT64_MAX
     if (n % d == 0) {
       lo.push_back(d);
       if (d != n / d) hi.push_back(n / d);
@@ -79,6 +79,10 @@ class Search {
       : cfg_(cfg), probe_(probe), out_(out) {
     per_rank_ = out.global_batch / cfg.world;
     if (cfg.any_micro_batch) {
+      if (per_rank_ > kMaxAnyMicroBatchCandidates)
+        throw std::invalid_argument("--any-micro-batch: a per-rank batch of " + std::to_string(per_rank_) +
+                                    " would make as many candidates; at most " +
+                                    std::to_string(kMaxAnyMicroBatchCandidates));
       for (int64_t b = 1; b <= per_rank_; ++b) cand_.push_back(b);
     } else {
       cand_ = divisors(per_rank_);
@@ -169,7 +173,7 @@ class Search {
     if (!first_fits()) return false;
     long lo = 0, hi = static_cast<long>(cand_.size());  // cand_[lo] fits; cand_[hi] fails (or is past the end)
     auto record = [&](long i, bool ok) { ok ? lo = std::max(lo, i) : hi = std::min(hi, i); };
-    if (hi > 1) {  // a second point for the fit, well apart from the first
+    if (hi > 1 && budget_left()) {  // a second point for the fit, well apart from the first
       const long j = std::max<long>(1, static_cast<long>(floor_index(8 * cand_[0])));
       record(j, fits(static_cast<size_t>(j), TrialPurpose::Fit));
     }
@@ -203,6 +207,7 @@ class Search {
       }
       record(t, ok);
     }
+    out_.boundary_found = hi - lo <= 1;
     return true;
   }
 
@@ -210,25 +215,29 @@ class Search {
   // double after each success until the first failure, then bisect between the last success and it.
   bool boundary_lightning() {
     int64_t low = 1, high = 0, size = std::min<int64_t>(2, per_rank_);
+    out_.boundary_found = false;  // each way out of the loop but the budget's sets it
     while (budget_left()) {
       const size_t i = floor_index(size);
       const bool ok = fits(i, TrialPurpose::Boundary);
       if (ok) {
         low = cand_[i];
         if (high) {
-          if (high - low <= 1) break;
+          if (high - low <= 1) { out_.boundary_found = true; break; }
           size = (high + low) / 2;
         } else {
           const int64_t next = std::min(size * 2, per_rank_);
-          if (next == size) break;  // at the largest candidate
+          if (next == size) { out_.boundary_found = true; break; }  // at the largest candidate
           size = next;
         }
       } else {
         high = cand_[i];
-        if (high - low <= 1 || cand_[i] == cand_[0]) break;
+        if (high - low <= 1 || cand_[i] == cand_[0]) { out_.boundary_found = true; break; }
         size = (high + low) / 2;
       }
-      if (floor_index(size) == i) break;  // no new candidate in between (divisor candidates)
+      if (floor_index(size) == i) {  // no new candidate in between (divisor candidates)
+        out_.boundary_found = true;
+        break;
+      }
     }
     if (out_.largest_feasible == 0) out_.failure = "no micro-batch fits under the limit";
     return out_.largest_feasible > 0;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <stdexcept>
 
 namespace memcomm::tune {
 
@@ -51,7 +52,7 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       ->check(CLI::IsMember({"memcomm", "lightning", "grid"}))->capture_default_str();
   g->add_flag("--fit-only", t.search.fit_only, "Stop once the largest micro-batch that fits is known");
   g->add_flag("--any-micro-batch", t.search.any_micro_batch,
-              "With --fit-only: candidates are every b up to the per-rank batch, not only its divisors");
+              "Needs --fit-only: candidates are every b up to the per-rank batch (at most 2^20), not only its divisors");
   g->add_option("--measured-steps", t.search.measured_steps, "Timed steps per probe, after one warm-up step")
       ->capture_default_str()->check(CLI::Range(3, 1000));
   g->add_option("--probe-accum-cap", t.probe.accum_cap,
@@ -73,7 +74,11 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       usage_error(std::string(chosen) + " is what memcomm-tune chooses; give --global-batch (and --verify-steps)");
   if (t.train.sync_every > 0) usage_error("memcomm-tune tunes synchronous data parallelism; drop --sync-every");
   train::check_train_options(t.train, "memcomm-tune");
-  if (t.search.global_batch < 1) usage_error("--global-batch must be at least 1");
+  if (t.search.global_batch < 1 || t.search.global_batch > kMaxGlobalBatch)
+    usage_error("--global-batch must be between 1 and 2^40");
+  if (t.search.any_micro_batch && t.search.global_batch / t.train.nproc > kMaxAnyMicroBatchCandidates)
+    usage_error("--any-micro-batch tries every micro-batch up to the per-rank batch: at most " +
+                std::to_string(kMaxAnyMicroBatchCandidates) + " of them (--global-batch / --nproc)");
   if (t.search.global_batch < t.train.nproc)
     usage_error("--global-batch " + std::to_string(t.search.global_batch) + " is smaller than --nproc " +
                 std::to_string(t.train.nproc) + ": every rank needs at least one sample per step");
@@ -81,8 +86,21 @@ TuneOptions parse_tune_options(int argc, char** argv) {
     usage_error("--memory-limit is required on the CPU (on a GPU it defaults to the free device memory)");
   if (t.train.allocator != "memcomm" && t.train.device != "cuda")
     usage_error("memcomm-tune on the CPU needs --allocator memcomm: its cap makes the limit real");
+  // `!(b > 0 ...)`: also NaN, which every comparison rejects.
   for (double b : buckets)
-    if (b <= 0) usage_error("--buckets: sizes must be positive");
+    if (!(b > 0 && b <= train::kMaxBucketMb)) usage_error("--buckets: sizes must be positive and at most 1e6 (MiB)");
+  // CLI::Range lets NaN through (it only rejects values outside the range, and NaN is outside nothing).
+  if (!(t.probe.min_seconds >= 0 && t.probe.min_seconds <= 3600))
+    usage_error("--probe-seconds must be between 0 and 3600");
+  if (!t.json_out.empty()) {  // Note [Outputs checked first] in options.cpp
+    try {
+      train::check_output_file("--json", t.json_out);
+    } catch (const std::invalid_argument& e) {
+      usage_error(e.what());
+    }
+  }
+  if (t.search.any_micro_batch && !t.search.fit_only)
+    usage_error("--any-micro-batch needs --fit-only: a recommended micro-batch must divide the per-rank batch");
   t.search.strategy = search == "lightning" ? Strategy::Lightning : search == "grid" ? Strategy::Grid : Strategy::Memcomm;
   t.search.bucket_mb = t.train.bucket_mb;
   t.search.bucket_candidates = buckets;

@@ -10,8 +10,8 @@ namespace memcomm {
 // a GiB and at least two from a GiB up (a GiB is too coarse to round to a tenth).
 std::string format_bytes(std::uint64_t bytes, int decimals = 1);
 
-// A size as people write it: "4096", "512KiB", "1.5GiB", "2GB", "64 m". The number may have a
-// fraction; units are case-insensitive: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) and
+// A size as people write it: "4096", "512KiB", "1.5GiB", "2GB", "64 m", "2e9". The number may have a
+// fraction and a decimal exponent; units are case-insensitive: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) and
 // KB, MB, GB, TB (powers of 1000). Throws std::invalid_argument that quotes the text and says what
 // is wrong (no number, an unknown unit, zero or out of range, a fraction of a byte). With
 // `allow_zero`, a zero size ("0", "0B", "0 MiB") is 0 instead of an error.

@@ -92,10 +92,19 @@ struct SearchOutcome {
   int64_t largest_feasible = 0;      // largest candidate micro-batch that ran without OOM (0: none)
   int64_t smallest_infeasible = 0;   // smallest candidate that ran out of memory (0: none found)
   int boundary_probes = 0;           // probes spent until the largest feasible micro-batch was known
+  // False when --max-trials ran out before the boundary was pinned down: largest_feasible is then
+  // only the largest that was tried and fit, and larger ones may fit too.
+  bool boundary_found = true;
   double safety_margin = 0;          // fraction of the limit kept free (Note [Safety margin])
   std::optional<Recommendation> recommendation;
   std::string failure;               // why there is no recommendation
 };
+
+// The largest per-rank batch --any-micro-batch takes: its candidates are every b up to it, one
+// vector entry each.
+constexpr int64_t kMaxAnyMicroBatchCandidates = int64_t(1) << 20;
+// The largest --global-batch: divisors() walks up to its square root (2^20 steps).
+constexpr int64_t kMaxGlobalBatch = int64_t(1) << 40;
 
 // Candidate micro-batches for a per-rank batch P: its divisors (b x K = P exactly), ascending.
 std::vector<int64_t> divisors(int64_t per_rank_batch);

@@ -1,0 +1,7 @@
+# memcomm-train's parser of outside input: IDX files (Fashion-MNIST). idx_file.cpp is LibTorch-free, so
+# it is compiled here directly (the fuzz build has no LibTorch and so no trainer/ targets).
+find_package(ZLIB REQUIRED)
+memcomm_fuzz_target(idx_fuzz
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/idx_fuzz.cpp ${PROJECT_SOURCE_DIR}/trainer/src/idx_file.cpp
+  LIBS ZLIB::ZLIB)
+target_include_directories(idx_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/trainer/src)
