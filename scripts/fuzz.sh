@@ -4,6 +4,8 @@
 # -max_len). A crash fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# UBSan only prints and goes on by default: make undefined behaviour a failure like a crash.
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 BUILD=${1:-build-fuzz}
 SECONDS_EACH=${2:-10}
 shopt -s nullglob

@@ -8,23 +8,49 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace prof = memcomm::prof;
 
+namespace {
+constexpr const char* kUsage =
+    "usage: bench_make_trace OUT.mct [EVENTS [RANKS]]\n"
+    "  writes a training-like memcomm trace of about EVENTS events (default 10000000, at most 1e9;\n"
+    "  ~11 bytes each on disk) from RANKS ranks (1..64, default 2) merged in OUT.mct\n";
+
+// A whole-word number: atof/atoi would read "abc" as 0 and "5x" as 5.
+bool parse_number(const char* text, double& out) {
+  char* end = nullptr;
+  out = std::strtod(text, &end);
+  return end != text && *end == '\0';
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_make_trace OUT.mct [EVENTS [RANKS]]\n");
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  // OUT.mct is written over: an argument that looks like a flag is a mistake, not a file name.
+  for (int i = 1; i < argc; ++i)
+    if (argv[i][0] == '-') {
+      std::fprintf(stderr, "bench_make_trace: unknown option '%s'\n%s", argv[i], kUsage);
+      return 2;
+    }
+  if (argc < 2 || argc > 4 || argv[1][0] == '\0') {
+    std::fputs(kUsage, stderr);
     return 2;
   }
   const std::string out = argv[1];
-  const double events = argc > 2 ? std::atof(argv[2]) : 1e7;
-  const int ranks = argc > 3 ? std::atoi(argv[3]) : 2;
-  if (!(events > 0) || ranks < 1 || ranks > 64) {
-    std::fprintf(stderr, "bench_make_trace: EVENTS > 0 and 1 <= RANKS <= 64\n");
+  double events = 1e7, ranks_d = 2;
+  if ((argc > 2 && !parse_number(argv[2], events)) || (argc > 3 && !parse_number(argv[3], ranks_d)) ||
+      !(events > 0 && events <= 1e9) || !(ranks_d >= 1 && ranks_d <= 64) || ranks_d != static_cast<int>(ranks_d)) {
+    std::fprintf(stderr, "bench_make_trace: 0 < EVENTS <= 1e9 and RANKS an integer 1..64\n%s", kUsage);
     return 2;
   }
+  const int ranks = static_cast<int>(ranks_d);
   prof::WriterOptions o;
   o.merged = true;
   o.world_size = static_cast<std::uint32_t>(ranks);

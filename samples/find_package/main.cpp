@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstring>
 
 namespace {
 
@@ -30,6 +31,16 @@ struct Tap final : memcomm::alloc::Observer {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The only argument is the trace path: anything that looks like a flag (--help) is answered,
+  // never taken as a file name to write.
+  if (argc > 2 || (argc == 2 && argv[1][0] == '-') || (argc == 2 && argv[1][0] == '\0')) {
+    const bool help = argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
+    std::fprintf(help ? stdout : stderr,
+                 "usage: sample_allocator_switch [TRACE.mct]\n"
+                 "  trains a small net on memcomm's CPU allocator and records its events to TRACE.mct\n"
+                 "  (default sample.mct)\n");
+    return help ? 0 : 2;
+  }
   auto& allocator = memcomm::alloc::install_torch_cpu_allocator();  // (2)
 
   Tap tap;

@@ -307,6 +307,8 @@ TEST_CASE("a rank reconnects to a restarted viewer and resends its string table"
   std::vector<LiveMessage> all;
   poll_until(*rx, all, [](auto& m) { return count_events(m, EventKind::Counter) >= 1; });
   REQUIRE(count_events(all, EventKind::Counter) == 1);
+  for (auto& m : all)
+    if (m.type == LiveMessage::Type::Connected) CHECK(m.events_before == 0);  // the first viewer sees it all
   // The viewer restarts on the same port.
   rx.reset();
   ReceiverOptions ro = quiet_receiver();
@@ -328,6 +330,11 @@ TEST_CASE("a rank reconnects to a restarted viewer and resends its string table"
     for (auto& [id, text] : m.strings) named |= id == n.id && text == "before";
   CHECK(named);
   CHECK(sink->stats().connects >= 2);
+  // The second viewer learns that the stream began before it (it must not fold memory from here).
+  uint64_t before_second = 0;
+  for (auto& m : all)
+    if (m.type == LiveMessage::Type::Connected) before_second = m.events_before;
+  CHECK(before_second >= 1);
 }
 
 TEST_CASE("the decoder gives the same result fed byte by byte", "[profiler][stream]") {

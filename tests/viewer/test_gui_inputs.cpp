@@ -6,8 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 using namespace gui_test;
@@ -152,3 +156,153 @@ TEST_CASE("matched collectives are linked across ranks and the status line count
   CHECK(st.status_line.find("events " + std::to_string(st.tl.event_count) + "  ranks 2") == 0);
   CHECK(st.status_line.find("drops 0") != std::string::npos);
 }
+
+// memcomm-view's command line and headless exit codes (--help: 0 ok, 1 runtime failure, 2 usage
+// error, which in the headless modes includes an input file that cannot be loaded).
+TEST_CASE("memcomm-view refuses out-of-range --size and --synthetic with exit 2, not an abort", "[gui][viewer]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--size 99999999999x900", "--size"},
+      {"--size 900x99999999999", "--size"},
+      {"--size 63x900", "--size"},
+      {"--size 16385x900", "--size"},
+      {"--synthetic 99999999999", "--synthetic"},
+      {"--synthetic 0", "--synthetic"},
+  };
+  for (const auto& [args, says] : cases) {
+    std::string out;
+    const int rc = run_viewer(args, &out);
+    INFO(args << " -> " << out);
+    CHECK(rc == 2);
+    CHECK(out.find(says) != std::string::npos);
+  }
+}
+
+TEST_CASE("script counts are whole non-negative numbers: no wrap of -5 to 2^64-5", "[gui][viewer]") {
+  for (const std::string bad : {"wait-events -5", "wait-events 5 -1", "wait-events 5 inf", "wait-events 5 nan",
+                                "wait-events 5x", "frames -1", "frames 2000000", "wait -3", "key w -3", "key w 0",
+                                "key w abc", "frames 99999999999999999999"}) {
+    std::vector<ScriptCommand> cmds;
+    std::string error;
+    INFO(bad);
+    CHECK_FALSE(parse_script(bad + "\n", "s", cmds, error));
+    CHECK(error.find("s:1:") != std::string::npos);
+  }
+  std::vector<ScriptCommand> cmds;
+  std::string error;
+  REQUIRE(parse_script("wait-events 18446744073709551615 0.5\nkey w 3\nkey a\nframes 0\n", "s", cmds, error));
+  REQUIRE(cmds.size() == 4);
+  CHECK(cmds[0].events == 18446744073709551615ull);
+  CHECK(cmds[0].timeout_s == 0.5);
+  CHECK(cmds[1].frames == 3);
+  CHECK(cmds[2].frames == 1);
+  CHECK(cmds[3].frames == 0);
+}
+
+TEST_CASE("a script's wait-events timeout and a failed screenshot are counted as failures", "[gui][viewer]") {
+  auto app = make_app(400, 300, "");
+  app->state().set_timeline(make_fixture(), false);
+  frames(*app, 2);
+  std::vector<ScriptCommand> cmds;
+  std::string error;
+  // A 0 s timeout: the wait ends at its first check, whatever the clock says.
+  REQUIRE(parse_script("wait-events 999999999 0\nscreenshot " + out_dir() + "/no/such/dir/s.png\nframes 1\n", "t", cmds,
+                       error));
+  app->set_script(std::move(cmds));
+  for (int i = 0; i < 50 && !app->script_done(); ++i) app->frame();
+  REQUIRE(app->script_done());
+  CHECK(app->script_failures() == 2);
+  const auto& msgs = app->state().messages;
+  INFO(nlohmann::json(msgs).dump());
+  REQUIRE(msgs.size() == 2);
+  CHECK(msgs[0].find("timed out") != std::string::npos);
+  CHECK(msgs[1].find("script line 2") != std::string::npos);
+}
+
+TEST_CASE("headless memcomm-view exits 2 on an input file it cannot load, still writing the screenshot", "[gui][viewer]") {
+  if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
+  const std::string dir = out_dir() + "/inputs_dir";
+  std::filesystem::create_directories(dir);
+  const std::string empty = out_dir() + "/inputs_empty.mct";
+  std::ofstream(empty).close();
+  const std::string corrupt = out_dir() + "/inputs_corrupt.mct";
+  std::ofstream(corrupt, std::ios::binary) << std::string("MEMCTRC\x1A", 8) << std::string(64, '\x11');
+  const std::string missing = out_dir() + "/inputs_missing.mct";
+  std::filesystem::remove(missing);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {missing, "cannot open"}, {empty, "empty file"}, {dir, "Is a directory"}, {corrupt, "inputs_corrupt.mct"}};
+  int n = 0;
+  for (const auto& [input, says] : cases) {
+    const std::string png = out_dir() + "/inputs_bad_" + std::to_string(n++) + ".png";
+    std::filesystem::remove(png);
+    std::string out;
+    const int rc = run_viewer(input + " --size 320x200 --screenshot " + png, &out);
+    INFO(input << " -> " << out);
+    CHECK(rc == 2);
+    CHECK(out.find(input) != std::string::npos);
+    CHECK(out.find(says) != std::string::npos);
+    if (says != "empty file") CHECK(out.find("empty file") == std::string::npos);  // a directory is not "empty"
+    CHECK(std::filesystem::exists(png));  // the empty view is still written
+  }
+  // --bench and --script report a bad input the same way.
+  std::string out;
+  CHECK(run_viewer(missing + " --bench --bench-frames 4 --size 320x200", &out) == 2);
+  const std::string script = out_dir() + "/inputs_ok.script";
+  std::ofstream(script) << "frames 1\n";
+  CHECK(run_viewer(missing + " --size 320x200 --script " + script, &out) == 2);
+}
+
+TEST_CASE("headless memcomm-view exits 1 on a script timeout, a failed script screenshot or an unwritable report",
+          "[gui][viewer]") {
+  if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
+  const std::string timeout = out_dir() + "/inputs_timeout.script";
+  std::ofstream(timeout) << "wait-events 999999999 0\n";
+  std::string out;
+  CHECK(run_viewer("--synthetic 1000 --size 320x200 --script " + timeout, &out) == 1);
+  CHECK(out.find("timed out") != std::string::npos);
+  const std::string shot = out_dir() + "/inputs_shot.script";
+  std::ofstream(shot) << "frames 1\nscreenshot " << out_dir() << "/no/such/dir/x.png\n";
+  CHECK(run_viewer("--synthetic 1000 --size 320x200 --script " + shot, &out) == 1);
+  CHECK(out.find("no/such/dir/x.png") != std::string::npos);
+  INFO(out);
+  CHECK(run_viewer("--bench --synthetic 1000 --bench-frames 4 --size 320x200 --report-json " + out_dir() +
+                       "/no/such/dir/b.json",
+                   &out) == 1);
+  CHECK(out.find("cannot write the report") != std::string::npos);
+  // A script that passes still exits 0.
+  const std::string ok = out_dir() + "/inputs_pass.script";
+  std::ofstream(ok) << "wait-events 1 30\nframes 1\nscreenshot " << out_dir() << "/inputs_pass.png\n";
+  CHECK(run_viewer("--synthetic 1000 --size 320x200 --script " + ok, &out) == 0);
+  CHECK(std::filesystem::exists(out_dir() + "/inputs_pass.png"));
+}
+
+TEST_CASE("memcomm-view --script refuses a directory with exit 2", "[gui][viewer]") {
+  const std::string dir = out_dir() + "/inputs_script_dir";
+  std::filesystem::create_directories(dir);
+  std::string out;
+  CHECK(run_viewer("--synthetic 1000 --script " + dir, &out) == 2);
+  CHECK(out.find("is a directory") != std::string::npos);
+}
+
+#if defined(MEMCOMM_TEST_BENCH_MAKE_TRACE)
+TEST_CASE("bench_make_trace answers --help and refuses flags instead of writing a file named after them",
+          "[gui][viewer]") {
+  const std::string tool = std::string(MEMCOMM_BINARY_DIR) + "/bin/bench_make_trace";
+  const std::string cwd = out_dir() + "/make_trace_cwd";
+  std::filesystem::remove_all(cwd);  // an earlier run's small.mct
+  std::filesystem::create_directories(cwd);
+  const auto run = [&](const std::string& args) {
+    const int st = std::system(("cd " + cwd + " && " + tool + " " + args + " >/dev/null 2>&1").c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  CHECK(run("--help") == 0);
+  CHECK(run("-x") == 2);
+  CHECK(run("out.mct --events") == 2);
+  CHECK(run("out.mct abc") == 2);
+  CHECK(run("out.mct 1e12") == 2);
+  CHECK(run("out.mct 1000 0") == 2);
+  CHECK(run("") == 2);
+  CHECK(std::filesystem::is_empty(cwd));  // none of them wrote anything
+  CHECK(run("small.mct 2000 2") == 0);
+  CHECK(std::filesystem::file_size(cwd + "/small.mct") > 0);
+}
+#endif

@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace memcomm::view {
 
@@ -29,31 +28,6 @@ void drop_callback(GLFWwindow* w, int count, const char** paths) {
   auto* app = static_cast<App*>(glfwGetWindowUserPointer(w));
   if (app == nullptr) return;
   for (int i = 0; i < count; ++i) app->pending_drops_.emplace_back(paths[i]);
-}
-
-bool parse_panes(const std::string& list, Panes& out, std::string& error) {
-  Panes p{false, false, false, false, false};
-  if (list.empty()) {
-    out = Panes{};
-    return true;
-  }
-  std::stringstream ss(list);
-  std::string name;
-  const auto bad = [&](const std::string& what) {
-    error = "--panes: " + what + " in '" + list + "' (expected a comma list of timeline, memory, allocator, steps, summary)";
-    return false;
-  };
-  while (std::getline(ss, name, ',')) {
-    if (name == "timeline") p.timeline = true;
-    else if (name == "memory") p.memory = true;
-    else if (name == "allocator") p.allocator = true;
-    else if (name == "steps") p.steps = true;
-    else if (name == "summary") p.summary = true;
-    else return bad(name.empty() ? std::string("an empty pane name") : "unknown pane '" + name + "'");
-  }
-  if (list.back() == ',') return bad("an empty pane name");
-  out = p;
-  return true;
 }
 
 App::App(AppOptions opt) : opt_(std::move(opt)) {
@@ -194,7 +168,10 @@ void App::poll_load() {
     st_.loading_file = load_->current_file();
     return;
   }
-  for (const auto& e : load_->errors()) st_.message(e);
+  for (const auto& e : load_->errors()) {
+    st_.message(e);
+    ++load_errors_;
+  }
   Timeline t = load_->take();
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (live_ && live_published_ && (!t.sources.empty() || !t.empty())) {
@@ -274,9 +251,11 @@ void App::apply_script() {
       case ScriptCommand::Op::WaitEvents:
         if (wait_deadline_ == 0) wait_deadline_ = now_s() + c.timeout_s;
         if ((events_seen() >= c.events && !load_) || now_s() > wait_deadline_) {
-          if (st_.tl.event_count < c.events)
+          if (events_seen() < c.events) {  // the same count the wait is on (live: received)
             st_.message("script line " + std::to_string(c.line) + ": timed out waiting for " + std::to_string(c.events) +
-                        " events (have " + std::to_string(st_.tl.event_count) + ")");
+                        " events (have " + std::to_string(events_seen()) + ")");
+            ++script_failures_;
+          }
           wait_deadline_ = 0;
           continue;
         }
@@ -292,8 +271,16 @@ void App::apply_script() {
       }
       case ScriptCommand::Op::Screenshot: {
         std::string error;
-        // Taken from the previous frame's draw data, which is what is on screen.
-        if (frames_ > 0 && !write_png(c.path, error)) st_.message(error);
+        // Taken from the previous frame's draw data, which is what is on screen. Before the first
+        // frame there is nothing on screen yet: hold the command one frame rather than skip it.
+        if (frames_ == 0) {
+          --script_pos_;
+          return;
+        }
+        if (!write_png(c.path, error)) {
+          st_.message("script line " + std::to_string(c.line) + ": " + error);
+          ++script_failures_;
+        }
         continue;
       }
     }

@@ -121,12 +121,30 @@ int App::run() {
   if (!opt_.report_json.empty()) {
     std::ofstream f(opt_.report_json);
     f << report_json() << "\n";
+    f.flush();
     if (!f) {
       std::fprintf(stderr, "memcomm-view: %s: cannot write the report\n", opt_.report_json.c_str());
       rc = 1;
     }
   }
   (void)rss0;
+  return headless ? headless_exit_code(rc) : rc;  // in a window, the messages were the report
+}
+
+// Note [Headless exit codes]: a headless run is a check, so what the window would only show as a
+// message becomes the exit code (after the screenshot and report are written, so nothing is lost):
+// an input file that could not be loaded is a usage error (2), as a bad flag is; a failed script
+// command (a wait-events timeout, a screenshot that could not be written) is a runtime failure (1).
+int App::headless_exit_code(int rc) const {
+  if (load_errors_ > 0) {
+    std::fprintf(stderr, "memcomm-view: %llu input file(s) could not be loaded\n",
+                 static_cast<unsigned long long>(load_errors_));
+    return 2;
+  }
+  if (script_failures_ > 0 && rc == 0) {
+    std::fprintf(stderr, "memcomm-view: %llu script command(s) failed\n", static_cast<unsigned long long>(script_failures_));
+    return 1;
+  }
   return rc;
 }
 
@@ -219,11 +237,17 @@ int App::run_bench() {
               events > 0 ? static_cast<double>(model) / events : 0, static_cast<double>(rss_bytes()) / 1e6);
   std::printf("  load (ingest + index): %.3f s = %.1f M events/s (files read and built %.3f s; first frame %.3f s)\n", load_s,
               load_s > 0 ? events / load_s / 1e6 : 0, read_s, first_frame_s);
+  int rc = 0;
   if (!opt_.report_json.empty()) {
     std::ofstream f(opt_.report_json);
     f << j.dump(2) << "\n";
+    f.flush();
+    if (!f) {
+      std::fprintf(stderr, "memcomm-view: %s: cannot write the report\n", opt_.report_json.c_str());
+      rc = 1;
+    }
   }
-  return 0;
+  return headless_exit_code(rc);
 }
 
 }  // namespace memcomm::view

@@ -4,7 +4,12 @@
 #include <GLFW/glfw3.h>
 
 #include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace memcomm::view {
@@ -26,6 +31,24 @@ int parse_key(const std::string& s) {
   if (s == "up") return GLFW_KEY_UP;
   if (s == "down") return GLFW_KEY_DOWN;
   return -1;
+}
+
+// Note [Script counts]: counts are read as words of digits, not through `>> uint64_t`, which takes
+// "-5" and wraps it to 2^64-5 (a wait for ever). Frame counts stop at kMaxScriptFrames so a typo
+// cannot hold a headless run for days.
+constexpr std::uint64_t kMaxScriptFrames = 1'000'000;
+bool read_count(std::istream& in, std::uint64_t max, std::uint64_t& out) {
+  std::string w;
+  if (!(in >> w)) return false;
+  const char* end = w.data() + w.size();
+  auto [p, ec] = std::from_chars(w.data(), end, out);
+  return ec == std::errc() && p == end && out <= max;
+}
+// An optional count: absent leaves `out` as is; present must be valid.
+bool read_optional_count(std::istream& in, std::uint64_t max, std::uint64_t& out) {
+  in >> std::ws;
+  if (in.eof()) return true;
+  return read_count(in, max, out);
 }
 }  // namespace
 
@@ -102,11 +125,17 @@ bool parse_script(const std::string& text, const std::string& name, std::vector<
       if (!(ls >> word)) return fail("key needs a key name");
       c.key = parse_key(word);
       if (c.key < 0) return fail("unknown key '" + word + "'");
-      if (!(ls >> c.frames)) c.frames = 1;
+      std::uint64_t hold = 1;
+      if (!read_optional_count(ls, kMaxScriptFrames, hold) || hold == 0)
+        return fail("key hold must be 1.." + std::to_string(kMaxScriptFrames) + " frames");
+      c.frames = static_cast<int>(hold);
       out.push_back(c);
     } else if (op == "frames" || op == "wait") {
       c.op = ScriptCommand::Op::Frames;
-      if (!(ls >> c.frames) || c.frames < 0) return fail(op + " needs a frame count");
+      std::uint64_t n = 0;
+      if (!read_count(ls, kMaxScriptFrames, n))
+        return fail(op + " needs a frame count 0.." + std::to_string(kMaxScriptFrames));
+      c.frames = static_cast<int>(n);
       out.push_back(c);
     } else if (op == "type" || op == "drop") {
       c.op = op == "type" ? ScriptCommand::Op::Type : ScriptCommand::Op::Drop;
@@ -116,8 +145,16 @@ bool parse_script(const std::string& text, const std::string& name, std::vector<
       out.push_back(c);
     } else if (op == "wait-events") {
       c.op = ScriptCommand::Op::WaitEvents;
-      if (!(ls >> c.events)) return fail("wait-events needs N");
-      if (!(ls >> c.timeout_s)) c.timeout_s = 10;
+      if (!read_count(ls, std::numeric_limits<std::uint64_t>::max(), c.events))
+        return fail("wait-events needs an event count N >= 0");
+      c.timeout_s = 10;
+      if (ls >> word) {
+        char* end = nullptr;
+        c.timeout_s = std::strtod(word.c_str(), &end);
+        // Finite: an infinite (or NaN) timeout would never end a headless run.
+        if (*end != '\0' || !std::isfinite(c.timeout_s) || c.timeout_s < 0)
+          return fail("wait-events timeout must be a number of seconds >= 0");
+      }
       out.push_back(c);
     } else if (op == "screenshot") {
       c.op = ScriptCommand::Op::Screenshot;
@@ -131,6 +168,12 @@ bool parse_script(const std::string& text, const std::string& name, std::vector<
 }
 
 bool load_script(const std::string& path, std::vector<ScriptCommand>& out, std::string& error) {
+  std::error_code ec;
+  // An ifstream opens a directory and then reads nothing: say so instead of running no script.
+  if (std::filesystem::is_directory(path, ec)) {
+    error = path + ": cannot read script: is a directory";
+    return false;
+  }
   std::ifstream f(path);
   if (!f) {
     error = path + ": cannot open script";
@@ -138,6 +181,10 @@ bool load_script(const std::string& path, std::vector<ScriptCommand>& out, std::
   }
   std::stringstream ss;
   ss << f.rdbuf();
+  if (f.bad()) {
+    error = path + ": cannot read script";
+    return false;
+  }
   return parse_script(ss.str(), path, out, error);
 }
 

@@ -8,8 +8,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <cstdio>
+#include <new>
 #include <regex>
+#include <string>
 
 namespace {
 // CLI11's PositiveNumber prints its range as 0 to 1.79e308: say it plainly.
@@ -26,6 +29,21 @@ CLI::Validator positive() {
       },
       "> 0");
 }
+
+// "WxH" with both in 64..16384. Digits are counted before converting, so a value too large for an
+// int (99999999999x900) is refused here rather than thrown out of std::stoi.
+bool parse_size(const std::string& text, int& w, int& h) {
+  std::smatch m;
+  if (!std::regex_match(text, m, std::regex(R"((\d{1,5})x(\d{1,5}))"))) return false;
+  w = std::stoi(m[1]);
+  h = std::stoi(m[2]);
+  return w >= 64 && h >= 64 && w <= 16384 && h <= 16384;
+}
+
+// Note [Synthetic bound]: --synthetic N builds the whole model in memory (tens of bytes per event);
+// 10^8 events is well past what the benches use (10^6) and still fits a workstation, while an
+// unbounded N ends in bad_alloc.
+constexpr std::uint64_t kMaxSyntheticEvents = 100'000'000;
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,7 +64,11 @@ int main(int argc, char** argv) {
       "Large traces: --range T0:T1 loads only that time range (seconds from the start).\n"
       "Script commands, one per line: move X Y | down/up [left|right] | click X Y [button] |\n"
       "  drag X0 Y0 X1 Y1 [button] | wheel DY [X Y] | key K [N] | frames N | wait-events N [S] |\n"
-      "  screenshot PNG | type TEXT | drop PATH.  Exit codes: 0 ok, 1 runtime failure (no display, timeout), 2 usage error."};
+      "  screenshot PNG | type TEXT | drop PATH.\n"
+      "Exit codes: 0 ok; 1 runtime failure (no display, --timeout or a script's wait-events timed out, a script's\n"
+      "  screenshot or --screenshot/--report-json could not be written); 2 usage error (bad flags, a script that\n"
+      "  cannot be read or parsed, and in the headless modes an input file that cannot be loaded: missing, empty,\n"
+      "  a directory or corrupt; the screenshot and report are still written)."};
   cli.add_option("files", opt.files, "memcomm traces (.mct) and PyTorch snapshot pickles to open");
   cli.add_option("--listen", opt.listen,
                  "accept live streams from ranks on HOST:PORT (default 127.0.0.1:7433 when given empty); "
@@ -74,7 +96,9 @@ int main(int argc, char** argv) {
       ->check(positive())
       ->needs(exit_events);
   cli.add_option("--report-json", opt.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
-  auto* synthetic = cli.add_option("--synthetic", opt.synthetic, "add a synthetic run of about N events (benchmarks, demos)");
+  auto* synthetic =
+      cli.add_option("--synthetic", opt.synthetic, "add a synthetic run of about N events, 1..100000000 (benchmarks, demos)")
+          ->check(CLI::Range(std::uint64_t{1}, kMaxSyntheticEvents));
   cli.add_option("--synthetic-ranks", opt.synthetic_ranks, "with --synthetic: ranks in the synthetic run, 1..1024 (default 2)")
       ->check(CLI::Range(1u, 1024u))
       ->needs(synthetic);
@@ -108,14 +132,13 @@ int main(int argc, char** argv) {
     }
   }
   if (!size.empty()) {
-    std::smatch m;
-    if (!std::regex_match(size, m, std::regex(R"((\d+)x(\d+))")) || std::stoi(m[1]) < 64 || std::stoi(m[2]) < 64 ||
-        std::stoi(m[1]) > 16384 || std::stoi(m[2]) > 16384) {
+    int w = 0, h = 0;
+    if (!parse_size(size, w, h)) {
       std::fprintf(stderr, "memcomm-view: --size must be WxH with 64..16384 each, got '%s'\n", size.c_str());
       return 2;
     }
-    opt.width = std::stoi(m[1]);
-    opt.height = std::stoi(m[2]);
+    opt.width = w;
+    opt.height = h;
   } else if (opt.bench) {
     opt.width = 1920;
     opt.height = 1080;
@@ -131,6 +154,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "memcomm-view: --frames must be >= 1\n");
     return 2;
   }
-  memcomm::view::App app(std::move(opt));
-  return app.run();
+  // Nothing may abort: an exception out of the run (bad_alloc on a huge input, a library's error)
+  // is a runtime failure with a message.
+  try {
+    memcomm::view::App app(std::move(opt));
+    return app.run();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "memcomm-view: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memcomm-view: %s\n", e.what());
+  }
+  return 1;
 }

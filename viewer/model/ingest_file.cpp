@@ -148,8 +148,13 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
       if (first && options.has_range() && n > 0) {
         std::int64_t t0 = INT64_MAX;
         for (std::size_t i = 0; i < n; ++i) t0 = std::min(t0, ev[i].ts);
-        ingest.set_range(t0 + static_cast<std::int64_t>(options.range_lo_s * 1e9),
-                         t0 + static_cast<std::int64_t>(options.range_hi_s * 1e9));
+        // A range from 0 keeps everything before the first chunk's first event too (other ranks of a
+        // merged file, out-of-order events), so no rank's block events count as cut. Times are
+        // bounded (Note [Bounded timestamps] in timeline.hpp) so the sums cannot overflow.
+        const auto at = [t0 = bounded_time(t0)](double s) {
+          return bounded_time(t0 + static_cast<std::int64_t>(std::clamp(s, -4e9, 4e9) * 1e9));
+        };
+        ingest.set_range(options.range_lo_s <= 0 ? INT64_MIN : at(options.range_lo_s), at(options.range_hi_s));
       }
       first = false;
       ingest.add(ev, n, rank, strings, !merged);

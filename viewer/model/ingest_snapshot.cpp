@@ -3,9 +3,19 @@
 #include <memcomm/snapshot/snapshot.hpp>
 #include <memcomm/view/builder.hpp>
 
+#include <cstdint>
 #include <map>
 
 namespace memcomm::view {
+namespace {
+// A snapshot's time_us comes from outside: an absurd one is bounded (Note [Bounded timestamps] in
+// timeline.hpp) instead of overflowing.
+TimeNs us_to_ns(std::int64_t us) {
+  std::int64_t ns = 0;
+  if (__builtin_mul_overflow(us, std::int64_t{1000}, &ns)) return us < 0 ? -kTimeLimit : kTimeLimit;
+  return bounded_time(ns);
+}
+}  // namespace
 
 // Each device of the snapshot becomes one lane group (shown as a rank). Snapshots older than
 // time_us carry no times: events are then spaced 1 us apart in trace order.
@@ -27,7 +37,7 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
       const auto& trace = snap.device_traces[dev];
       std::int64_t i = 0;
       for (const auto& e : trace) {
-        const std::int64_t t = e.has_time() ? e.time_us * 1000 : i * 1000;
+        const std::int64_t t = e.has_time() ? us_to_ns(e.time_us) : i * 1000;
         ++i;
         AllocOp op;
         switch (e.action) {

@@ -31,11 +31,15 @@ AllocOp alloc_op(prof::EventKind k) {
   return i >= 1 && i <= 7 ? kBlockOps[i] : AllocOp::SegmentFree;
 }
 
+// A trace time on the model's timeline: shifted by the rank's clock offset and bounded (Note
+// [Bounded timestamps] in timeline.hpp; both operands are bounded first, so the sum cannot overflow).
+TimeNs shift(std::int64_t ts, std::int64_t offset) { return bounded_time(bounded_time(ts) + bounded_time(offset)); }
+
 // A reservation the producer flags is known to be virtual at once, without waiting for a map to
 // land in it (Note [Expandable segments] in allocator_state.hpp); its category byte holds the flag.
 AllocEvent to_alloc_event(const prof::MemBlockEvent& m, std::int64_t offset, AllocOp op) {
-  if (m.virtual_range()) return {m.ts + offset, m.addr(), m.size(), m.stream, op, 0, kAllocExpandable, m.device};
-  return {m.ts + offset, m.addr(), m.size(), m.stream, op, m.category, 0, m.device};
+  if (m.virtual_range()) return {shift(m.ts, offset), m.addr(), m.size(), m.stream, op, 0, kAllocExpandable, m.device};
+  return {shift(m.ts, offset), m.addr(), m.size(), m.stream, op, m.category, 0, m.device};
 }
 
 // Kinds whose state spans chunks: scanned even in chunks outside a time range.
@@ -114,7 +118,7 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
       mx = std::max(mx, ev[i].ts);
     }
     // Compute spans start at ts and last at most ~4.3 s (kMaxDuration): pad the chunk's end.
-    skip = n > 0 && (mx + rs.offset + static_cast<std::int64_t>(prof::kMaxDuration) < lo_ || mn + rs.offset > hi_);
+    skip = n > 0 && (shift(mx, rs.offset) + static_cast<std::int64_t>(prof::kMaxDuration) < lo_ || shift(mn, rs.offset) > hi_);
   }
   const bool whole = lo_ == INT64_MIN && hi_ == INT64_MAX;  // no time range: every event is kept
   std::uint64_t added = 0;  // counted once per batch
@@ -127,7 +131,7 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
         const auto c = e.as<prof::ComputeEvent>();
         SpanRow* lane = rs.lanes[0][c.stream];
         if (lane != nullptr && c.arg < rs.ids.size() && rs.ids[c.arg] != kNoId) {
-          const std::int64_t start = c.ts + rs.offset;
+          const std::int64_t start = shift(c.ts, rs.offset);
           lane->push_back({start, start + static_cast<std::int64_t>(c.dur_ns), rs.ids[c.arg], 0});
           ++added;
           continue;
@@ -140,12 +144,12 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
     }
     if (skip && !pairs_or_meta(e.kind)) {
       const auto k = static_cast<std::uint8_t>(e.kind);
-      if (k >= 1 && k <= 7 && e.ts + rs.offset < lo_) b_.blocks_cut(rank);  // as in add_one()
+      if (k >= 1 && k <= 7 && shift(e.ts, rs.offset) < lo_) b_.blocks_cut(rank);  // as in add_one()
       continue;
     }
     if (apply_offsets && e.kind == prof::EventKind::Meta) {
       const auto m = e.as<prof::MetaEvent>();
-      if (m.key == prof::MetaKey::ClockOffset) rs.offset = m.value;
+      if (m.key == prof::MetaKey::ClockOffset) rs.offset = bounded_time(m.value);
     }
     added += add_one(e, rs, rank, resolve, ctx);
   }
@@ -162,7 +166,7 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
     case EventKind::Memcpy:
     case EventKind::Memset: {
       const auto c = e.as<prof::ComputeEvent>();
-      const std::int64_t start = c.ts + off, end = c.end() + off;
+      const std::int64_t start = shift(c.ts, off), end = start + static_cast<std::int64_t>(c.dur_ns);
       if (!keep_span(start, end)) return 0;
       const int k = e.kind == EventKind::Kernel ? 0 : e.kind == EventKind::Memcpy ? 1 : 2;
       SpanRow*& lane = rs.lanes[k][c.stream];
@@ -178,7 +182,7 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
       const auto r = e.as<prof::RangeEvent>();
       const std::uint32_t nm = r.name ? name(rs, r.name, resolve, ctx)
                                       : phase_ids_[static_cast<int>(r.phase) % static_cast<int>(prof::Phase::Count)];
-      open_stack(rs, r.thread).push_back({r.ts + off, r.phase, nm, r.id});
+      open_stack(rs, r.thread).push_back({shift(r.ts, off), r.phase, nm, r.id});
       return 0;
     }
     case EventKind::RangeEnd: {
@@ -187,7 +191,7 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
       if (st.empty()) return 0;  // its begin was before the trace started
       const RangeOpen begin = st.back();
       st.pop_back();
-      const std::int64_t end = std::max(begin.ts, r.ts + off);
+      const std::int64_t end = std::max(begin.ts, shift(r.ts, off));
       if (!keep_span(begin.ts, end)) return 0;
       if (begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
         rs.nvtx->push_back({begin.ts, end, begin.name, 0});
@@ -208,14 +212,14 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
       auto it = rs.colls.find(key);
       const std::int64_t start = it != rs.colls.end() ? it->second.ts : c.ts;
       if (it != rs.colls.end()) rs.colls.erase(it);
-      if (!keep_span(start + off, c.ts + off)) return 0;
+      if (!keep_span(shift(start, off), shift(c.ts, off))) return 0;
       Collective out;
       out.bytes = c.bytes();
       out.op = coll_op(c.op);
       out.comm = c.comm;
       out.seq = c.seq;
-      out.start = start + off;
-      out.end = std::max(out.start, c.ts + off);
+      out.start = shift(start, off);
+      out.end = std::max(out.start, shift(c.ts, off));
       out.group_size = rs.comm_size[c.comm];
       b_.collectives(rank).push_back(out);
       return 1;
@@ -228,10 +232,10 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
     case EventKind::SegmentMap:
     case EventKind::SegmentUnmap: {
       const auto m = e.as<prof::MemBlockEvent>();
-      if (!keep_at(m.ts + off)) {
+      if (!keep_at(shift(m.ts, off))) {
         // Note [Memory curves from block events] (memory_fold.hpp): block events cut before the
         // range leave the fold of the rest incomplete.
-        if (m.ts + off < lo_) b_.blocks_cut(rank);
+        if (shift(m.ts, off) < lo_) b_.blocks_cut(rank);
         return 0;
       }
       rs.alloc->push_back(to_alloc_event(m, off, alloc_op(e.kind)));
@@ -239,13 +243,13 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
     }
     case EventKind::Oom: {
       const auto o = e.as<prof::OomEvent>();
-      if (!keep_at(o.ts + off)) return 0;
-      rs.alloc->push_back({o.ts + off, 0, o.requested, o.stream, AllocOp::Oom});
+      if (!keep_at(shift(o.ts, off))) return 0;
+      rs.alloc->push_back({shift(o.ts, off), 0, o.requested, o.stream, AllocOp::Oom});
       return 1;
     }
     case EventKind::MemSample: {
       const auto m = e.as<prof::MemSampleEvent>();
-      if (!keep_at(m.ts + off)) return 0;
+      if (!keep_at(shift(m.ts, off))) return 0;
       const int metric = static_cast<int>(m.metric);
       // One device's memory per rank (Note [Memory curves from block events], memory_fold.hpp):
       // the first level sample's; samples of other devices are not mixed into its curves.
@@ -261,15 +265,15 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
         series = &b_.counter_series(rank, prof::mem_metric_name(m.metric), ppm ? "" : "B");
         if (metric < static_cast<int>(prof::MemMetric::Count)) rs.metrics[metric] = series;
       }
-      series->add(m.ts + off, ppm ? static_cast<double>(m.value) * 1e-6 : static_cast<double>(m.value));
+      series->add(shift(m.ts, off), ppm ? static_cast<double>(m.value) * 1e-6 : static_cast<double>(m.value));
       return 1;
     }
     case EventKind::Counter: {
       const auto c = e.as<prof::CounterEvent>();
-      if (!keep_at(c.ts + off)) return 0;
+      if (!keep_at(shift(c.ts, off))) return 0;
       CounterSeries*& series = rs.counters[c.name];
       if (series == nullptr) series = &b_.counter_series(rank, resolve(ctx, c.name));
-      series->add(c.ts + off, c.value);
+      series->add(shift(c.ts, off), c.value);
       return 1;
     }
     case EventKind::CommInfo: {

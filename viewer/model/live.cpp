@@ -15,6 +15,7 @@ struct LiveSession::RankStream {
   std::uint32_t rank = 0;
   std::string host;
   bool connected = false;
+  std::uint64_t received = 0;  // events from this rank, all connections
   std::unordered_map<prof::StringId, std::string> strings;  // this connection's string table
 };
 
@@ -63,6 +64,13 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
         impl_->ingest.reset_strings(rank);
         impl_->builder.host(rank, m.host);  // the rank gets its lane group before its first event
         messages.push_back(fmt::format("live: rank {} connected from {} (pid {})", rank, m.host, m.pid));
+        if (m.events_before > rs.received) {
+          // It sent events to an earlier viewer that this one never saw: its block events do not
+          // start at the beginning (Note [Memory curves from block events] in memory_fold.hpp).
+          impl_->builder.blocks_cut(rank);
+          messages.push_back(fmt::format("live: rank {} was running before this viewer ({} events not seen): its "
+                                         "memory curves come from its samples", rank, m.events_before - rs.received));
+        }
         dirty_ = true;
         break;
       }
@@ -78,6 +86,7 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
         };
         impl_->ingest.add(m.events.data(), m.events.size(), rank, strings, true);
         events_ += m.events.size();
+        rs.received += m.events.size();
         dirty_ = dirty_ || !m.events.empty();
         break;
       }

@@ -44,9 +44,13 @@ InputKind detect_input(const std::string& path, std::string& error) {
   }
   unsigned char head[8] = {};
   const std::size_t n = std::fread(head, 1, sizeof head, f);
+  // fopen succeeds on a directory and the read then fails (EISDIR): report the read error, not
+  // "empty file".
+  const int read_errno = std::ferror(f) ? errno : 0;
   std::fclose(f);
   if (n == 0) {
-    error = fmt::format("{}: empty file", path);
+    error = read_errno != 0 ? fmt::format("{}: cannot read: {}", path, std::strerror(read_errno))
+                            : fmt::format("{}: empty file", path);
     return InputKind::Unknown;
   }
   // Pickle protocol 2+ starts with PROTO (0x80) and the protocol number; torch.save'd snapshots

@@ -138,6 +138,7 @@ struct Collect : StreamDecoder::Output {
     who.pid = h.pid;
     LiveMessage m = who;
     m.type = LiveMessage::Type::Connected;
+    m.events_before = h.events_before;
     out.push_back(std::move(m));
     return true;
   }

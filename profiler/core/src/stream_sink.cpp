@@ -70,6 +70,10 @@ bool StreamSink::connect_and_handshake(int& fd) {
   h.world_size = opt_.world_size;
   h.pid = uint32_t(::getpid());
   h.max_frame_bytes = opt_.max_frame_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    h.events_before = stats_.sent_events;
+  }
   ::gethostname(h.host, sizeof h.host - 1);
   StreamHelloAck ack{};
   net::set_send_timeout(fd, opt_.send_timeout_ms);

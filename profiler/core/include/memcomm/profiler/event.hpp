@@ -197,8 +197,9 @@ struct MemBlockEvent {
 };
 
 // MemBlockEvent::category of segment events: flags. The range is a virtual reservation (an
-// expandable segment's or a planned arena's); its SegmentMap events carry the memory.
-inline constexpr uint8_t kSegmentVirtualRange = 1;
+// expandable segment's or a planned arena's); its SegmentMap events carry the memory. The high bit,
+// which no MemCategory uses, so a producer that labels a segment with a category is not misread.
+inline constexpr uint8_t kSegmentVirtualRange = 0x80;
 inline bool MemBlockEvent::virtual_range() const {
   return (kind == EventKind::SegmentAlloc || kind == EventKind::SegmentFree) && (category & kSegmentVirtualRange);
 }

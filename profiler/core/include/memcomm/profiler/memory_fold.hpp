@@ -18,11 +18,13 @@
 //     event of D contradicts the fold: every free/completion/segment free refers to a block/segment
 //     the fold holds, no block or segment is allocated twice at one address, unmaps never exceed
 //     maps. A mid-run trace frees blocks it never saw, a lost chunk leaves frees of blocks it never
-//     saw or allocations on addresses still held: both are caught.
+//     saw or allocations on addresses still held: both are caught once such an event comes. Not
+//     caught: a trace that starts mid-run and never frees anything allocated before its start
+//     (parameters, optimizer state, cached segments); its curves sit low by those bytes. memcomm's
+//     trainer attaches its observer before the model exists, so its traces do not start mid-run.
 //   - allocated and active come from the fold when D has Alloc events, reserved when D has
 //     SegmentAlloc/SegmentMap events, each only if the fold is complete or the metric is not
-//     sampled at all (then there is nothing better). Otherwise the samples (of any device, as
-//     recorded) are the curve.
+//     sampled at all (then there is nothing better). Otherwise D's samples are the curve.
 //   - Fold: Alloc adds to allocated and active; FreeRequested moves the block out of allocated (to
 //     pending: still active); FreeCompleted ends it (out of active; out of allocated too if no
 //     request came first). A device whose events carry no FreeCompleted at all (producers that

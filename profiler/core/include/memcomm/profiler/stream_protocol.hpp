@@ -40,7 +40,11 @@ struct StreamHello {
   uint32_t pid;
   uint32_t max_frame_bytes;    // the largest frame this sender produces (raw bytes)
   char host[64];               // NUL-terminated host name
-  uint8_t reserved[36];        // zero
+  // Events this sender delivered on earlier connections: 0 on its first, so a viewer that has fewer
+  // from it knows the stream starts mid-run (the memory curves then come from samples, Note [Memory
+  // curves from block events] in memory_fold.hpp). Senders from before this field send 0 here.
+  uint64_t events_before;
+  uint8_t reserved[28];        // zero
 };
 struct StreamHelloAck {
   char magic[8];               // kStreamMagic

@@ -32,6 +32,7 @@ struct LiveMessage {
   uint32_t world_size = 0;
   std::string host;                // from the hello
   uint32_t pid = 0;
+  uint64_t events_before = 0;      // Connected: events the rank sent on earlier connections
   std::vector<std::pair<StringId, std::string>> strings;  // Data: new string definitions
   std::vector<Event> events;       // Data: events in arrival order
   std::string text;                // Disconnected/Error: why

@@ -22,6 +22,12 @@ namespace memcomm::view {
 
 using TimeNs = std::int64_t;
 
+// Note [Bounded timestamps]: times come from outside (files, sockets, snapshots). Ingest clamps
+// every time the model keeps to +-kTimeLimit (2^61 ns, 73 years), so sums and differences of two
+// times (durations, the summary's span) can never overflow.
+inline constexpr TimeNs kTimeLimit = TimeNs{1} << 61;
+inline TimeNs bounded_time(TimeNs t) { return t < -kTimeLimit ? -kTimeLimit : t > kTimeLimit ? kTimeLimit : t; }
+
 // One range on a lane: a phase, a kernel/memcpy/memset, an NVTX range or a collective.
 struct Span {
   TimeNs start;           // ns on the merged timeline

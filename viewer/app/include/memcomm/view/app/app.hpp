@@ -70,6 +70,12 @@ class App {
   bool loading() const { return load_ != nullptr; }
   void set_script(std::vector<ScriptCommand> script) { script_ = std::move(script); script_pos_ = 0; }
   bool script_done() const { return script_pos_ >= script_.size() && script_hold_ == 0; }
+  // Files that could not be loaded (missing, empty, a directory, corrupt) since the App started;
+  // run() turns any into exit code 2 in the headless modes.
+  std::uint64_t load_errors() const { return load_errors_; }
+  // Script commands that failed (a wait-events timeout, a screenshot that could not be written);
+  // run() turns any into exit code 1.
+  std::uint64_t script_failures() const { return script_failures_; }
 
   // Starts listening on options().listen now (run() does this itself): in-process benches/tests.
   bool listen(std::string& error) { return start_live(error); }
@@ -96,6 +102,7 @@ class App {
   void start_live_waker();
   void stop_live_waker();
   int run_bench();
+  int headless_exit_code(int rc) const;  // Note [Headless exit codes] in app_run.cpp
 
   AppOptions opt_;
   AppState st_;
@@ -111,6 +118,8 @@ class App {
   bool mouse_down_[2] = {false, false};
   float mouse_x_ = -1, mouse_y_ = -1;
   double wait_deadline_ = 0;
+  std::uint64_t load_errors_ = 0;
+  std::uint64_t script_failures_ = 0;
   std::uint64_t frames_ = 0;
   double synth_s_ = 0;                  // time to generate + index --synthetic data
   bool live_pending_ = false;           // live: arrivals taken but not yet published (rate limit)

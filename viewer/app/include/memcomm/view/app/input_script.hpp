@@ -6,10 +6,11 @@
 //   click X Y [left|right]  move, press one frame, release the next
 //   drag X0 Y0 X1 Y1 [left|right]  press at (X0,Y0), move in 8 frames to (X1,Y1), release
 //   wheel DY [X Y]        scroll DY notches (positive zooms in) at the mouse, or at (X, Y)
-//   key K [N]             hold key K (W, A, S, D, ...) for N frames (default 1)
-//   frames N              render N frames with the input unchanged (alias: wait N)
-//   wait-events N [SECONDS]  wait until N events are loaded/received (default 10 s timeout)
-//   screenshot PATH       write the current frame to a PNG
+//   key K [N]             hold key K (W, A, S, D, ...) for N frames (1..1000000, default 1)
+//   frames N              render N frames with the input unchanged (alias: wait N; 0..1000000)
+//   wait-events N [SECONDS]  wait until N events are loaded/received (default 10 s timeout); a
+//                         timeout is a failure: memcomm-view exits 1 at the end of the run
+//   screenshot PATH       write the current frame to a PNG (a PNG that cannot be written: exit 1)
 //   type TEXT             type TEXT (the rest of the line) into the focused text field
 //   drop PATH             drop a file on the window (what GLFW's drop callback receives)
 //   # comment

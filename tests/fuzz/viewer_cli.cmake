@@ -1,0 +1,17 @@
+# memcomm-view's text inputs (--script files, --range, --panes) and the shared CLI parsers
+# (parse_size, parse_endpoint). input_script.cpp and panes.cpp need no window system, so they are
+# compiled in here rather than linking memcomm_view_app (ImGui + GLFW), which the fuzz
+# configuration does not build. GLFW's header is only read for its key codes.
+# Seeds: tests/fuzz/corpus/viewer_cli_fuzz/ (first byte picks the parser).
+if(NOT TARGET memcomm_view_model AND TARGET memcomm_profiler)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/viewer/model ${PROJECT_BINARY_DIR}/fuzz_viewer_model)  # not in fuzz/: scripts/fuzz.sh runs all there
+endif()
+find_path(MEMCOMM_FUZZ_GLFW_INCLUDE GLFW/glfw3.h)
+if(TARGET memcomm_view_model AND MEMCOMM_FUZZ_GLFW_INCLUDE)
+  memcomm_fuzz_target(viewer_cli_fuzz
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/viewer/fuzz_cli_text.cpp
+            ${PROJECT_SOURCE_DIR}/viewer/app/input_script.cpp
+            ${PROJECT_SOURCE_DIR}/viewer/app/panes.cpp
+    LIBS memcomm_view_model memcomm_profiler memcomm_common)
+  target_include_directories(viewer_cli_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/viewer/app/include ${MEMCOMM_FUZZ_GLFW_INCLUDE})
+endif()
