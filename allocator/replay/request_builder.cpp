@@ -100,13 +100,13 @@ void RequestBuilder::free_requested(std::uint64_t addr) {
 
 void RequestBuilder::segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped, bool virtual_range) {
   ++out_.trace_events;
-  out_.recorded.expandable |= mapped || virtual_range;
+  out_.recorded.expandable |= mapped;
   segment_steps_.push_back(SegmentStep{addr, bytes, true, mapped, virtual_range && !mapped});
 }
 
 void RequestBuilder::segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped, bool virtual_range) {
   ++out_.trace_events;
-  out_.recorded.expandable |= mapped || virtual_range;
+  out_.recorded.expandable |= mapped;
   segment_steps_.push_back(SegmentStep{addr, bytes, false, mapped, virtual_range && !mapped});
 }
 
