@@ -34,6 +34,7 @@
 //     removes what its SegmentAlloc added. Sums are 128-bit and read saturated to [0, 2^64).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <unordered_map>
 
@@ -61,12 +62,15 @@ class MemoryFold {
   struct Block {
     uint64_t size;
     bool pending;  // free requested, not completed
+    bool live;     // false: freed, kept for the address's next Alloc (Note [Dead blocks stay in the map])
   };
+  void bury(Block& b);  // a freed block; may sweep the dead ones
   struct Segment {
     uint64_t size;
     bool virtual_range;
   };
-  std::unordered_map<uint64_t, Block> blocks_;      // live blocks by address
+  std::unordered_map<uint64_t, Block> blocks_;      // blocks by address, live and dead
+  size_t dead_ = 0;                                 // dead entries in blocks_
   std::unordered_map<uint64_t, Segment> segments_;  // live segments by address
   __int128 allocated_ = 0, active_ = 0, reserved_ = 0, mapped_ = 0;
   bool frees_complete_ = true;
