@@ -4,6 +4,7 @@
 
 #include "memcomm/profiler/analysis.hpp"
 #include "memcomm/profiler/event_sort.hpp"
+#include "memcomm/profiler/memory_fold.hpp"
 #include "memcomm_test.hpp"
 #include "synthetic_run.hpp"
 #include "trace_fixtures.hpp"
@@ -281,4 +282,23 @@ TEST_CASE("time sorting is stable for nearly sorted and for shuffled input", "[p
     for (int i = 0; i < 100; ++i) r.push_back(Event::from(make_counter(i * 5 + run, 0, run)));
   merge_sorted_runs(r, {0, 100, 200, 300, 400, 500});
   for (size_t i = 1; i < r.size(); ++i) REQUIRE(r[i - 1].ts <= r[i].ts);
+}
+
+TEST_CASE("memory fold: reused and fresh addresses, with the dead entries swept, keep exact levels", "[profiler][analysis]") {
+  // Note [Dead blocks stay in the map]: freed entries are reused by the next Alloc at their address
+  // and swept once they outnumber the live ones; neither may change what the fold says.
+  MemoryFold f;
+  for (uint64_t i = 0; i < 3; ++i) CHECK(f.apply(FoldOp::Alloc, 0x1000 + i * 0x100, 64));  // held throughout
+  for (uint64_t round = 0; round < 50'000; ++round) {
+    const uint64_t addr = round % 2 == 0 ? 0x9000 : 0x100000 + round * 0x100;  // reused, then fresh ones
+    REQUIRE(f.apply(FoldOp::Alloc, addr, 32));
+    REQUIRE(f.apply(FoldOp::FreeRequested, addr, 0));
+    CHECK(f.active() == 3 * 64 + 32);
+    REQUIRE(f.apply(FoldOp::FreeCompleted, addr, 0));
+  }
+  CHECK(f.allocated() == 3 * 64);
+  CHECK(f.active() == 3 * 64);
+  CHECK_FALSE(f.broken());
+  CHECK_FALSE(f.apply(FoldOp::FreeCompleted, 0x9000, 0));  // a dead entry is not a live block
+  CHECK(f.broken());
 }
