@@ -4,8 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "memcomm/replay/pytorch_sim.hpp"
-#include "memcomm/replay/replayer.hpp"
+#include "replay/replay_checked.hpp"
 #include "memcomm/snapshot/snapshot.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -20,18 +19,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const auto& e : dev) (void)snap.top_frame(e.stack);
   }
   replay::TraceRequests trace = replay::build_requests(snap);
-  for (const auto& dev : trace.devices) {
-    if (dev.requests.size() > 100000) continue;  // keep each input fast
-    for (bool expandable : {false, true}) {
-      replay::PyTorchSimConfig cfg;
-      cfg.expandable_segments = expandable;
-      cfg.capacity = std::uint64_t{1} << 34;  // exercise the free-cache-and-retry path too
-      auto policy = replay::make_pytorch_sim(cfg);
-      replay::ReplayOptions opts;
-      opts.check = true;  // a broken invariant throws std::logic_error: a finding
-      opts.check_every = 64;
-      replay::replay_device(trace, dev, *policy, opts);
-    }
-  }
+  memcomm_fuzz::replay_checked(trace);
   return 0;
 }
