@@ -95,30 +95,35 @@ TEST_CASE("derived memory curves show an expandable segment's mapped bytes as re
 }
 
 #if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-TEST_CASE("a trace with segment_map/unmap events loads with mapped bytes as reserved", "[unit][viewer]") {
-  namespace prof = memcomm::prof;
+namespace prof = memcomm::prof;
+namespace {
+prof::Event mem(prof::EventKind k, std::int64_t t, std::uint64_t addr, std::uint64_t size) {
+  return prof::Event::from(prof::make_mem_block(k, t, addr, size));
+}
+// `events` written as one chunk of a trace file `name`, loaded back as the viewer loads files.
+Timeline load_events(const std::string& name, const std::vector<prof::Event>& events) {
   const auto dir = std::filesystem::temp_directory_path() / "memcomm_viewer_tests";
   std::filesystem::create_directories(dir);
-  const std::string path = (dir / "expandable.mct").string();
+  const std::string path = (dir / name).string();
   {
-    prof::WriterOptions o;
-    prof::TraceWriter w(path, o);
-    std::vector<prof::Event> ev;
-    const auto mem = [&](prof::EventKind k, std::int64_t t, std::uint64_t addr, std::uint64_t size) {
-      ev.push_back(prof::Event::from(prof::make_mem_block(k, t, addr, size)));
-    };
-    mem(prof::EventKind::SegmentAlloc, 100, kBase, kVirtual);
-    mem(prof::EventKind::SegmentMap, 110, kBase, 20 * kMiB);
-    mem(prof::EventKind::Alloc, 120, kBase, 8 * kMiB);
-    mem(prof::EventKind::SegmentMap, 130, kBase + 20 * kMiB, 20 * kMiB);
-    mem(prof::EventKind::SegmentUnmap, 140, kBase + 20 * kMiB, 20 * kMiB);
-    w.write_chunk({}, ev, 0);
+    prof::TraceWriter w(path, prof::WriterOptions{});
+    w.write_chunk({}, events, 0);
     w.close();
   }
   Timeline tl;
   std::string error;
   REQUIRE(load_file(path, tl, error));
   REQUIRE(tl.ranks.size() == 1);
+  return tl;
+}
+}  // namespace
+
+TEST_CASE("a trace with segment_map/unmap events loads with mapped bytes as reserved", "[unit][viewer]") {
+  const Timeline tl = load_events("expandable.mct", {mem(prof::EventKind::SegmentAlloc, 100, kBase, kVirtual),
+                                                      mem(prof::EventKind::SegmentMap, 110, kBase, 20 * kMiB),
+                                                      mem(prof::EventKind::Alloc, 120, kBase, 8 * kMiB),
+                                                      mem(prof::EventKind::SegmentMap, 130, kBase + 20 * kMiB, 20 * kMiB),
+                                                      mem(prof::EventKind::SegmentUnmap, 140, kBase + 20 * kMiB, 20 * kMiB)});
   const RankData& rd = tl.ranks[0];
   REQUIRE(rd.alloc_events.size() == 5);
   CHECK(rd.alloc_events[1].op == AllocOp::SegmentMap);
@@ -131,25 +136,12 @@ TEST_CASE("a trace with segment_map/unmap events loads with mapped bytes as rese
   CHECK(at.seek(200).allocated == 8 * kMiB);
 }
 TEST_CASE("a reservation the trace flags as virtual counts for nothing even when never mapped", "[unit][viewer]") {
-  namespace prof = memcomm::prof;
-  const auto dir = std::filesystem::temp_directory_path() / "memcomm_viewer_tests";
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "virtual_flag.mct").string();
-  {
-    prof::TraceWriter w(path, prof::WriterOptions{});
-    auto reservation = prof::make_mem_block(prof::EventKind::SegmentAlloc, 100, kBase, kVirtual);
-    reservation.category = prof::kSegmentVirtualRange;  // as memcomm's trainer writes it
-    const std::uint64_t plain = 0x10000000ull;
-    std::vector<prof::Event> ev = {prof::Event::from(reservation),
-                                   prof::Event::from(prof::make_mem_block(prof::EventKind::SegmentAlloc, 110, plain, 20 * kMiB)),
-                                   prof::Event::from(prof::make_mem_block(prof::EventKind::Alloc, 120, plain, 8 * kMiB))};
-    w.write_chunk({}, ev, 0);
-    w.close();
-  }
-  Timeline tl;
-  std::string error;
-  REQUIRE(load_file(path, tl, error));
-  REQUIRE(tl.ranks.size() == 1);
+  auto reservation = prof::make_mem_block(prof::EventKind::SegmentAlloc, 100, kBase, kVirtual);
+  reservation.category = prof::kSegmentVirtualRange;  // as memcomm's trainer writes it
+  const std::uint64_t plain = 0x10000000ull;
+  const Timeline tl = load_events("virtual_flag.mct", {prof::Event::from(reservation),
+                                                        mem(prof::EventKind::SegmentAlloc, 110, plain, 20 * kMiB),
+                                                        mem(prof::EventKind::Alloc, 120, plain, 8 * kMiB)});
   const RankData& rd = tl.ranks[0];
   REQUIRE(rd.alloc_events.size() == 3);
   CHECK((rd.alloc_events[0].flags & kAllocExpandable) != 0);
