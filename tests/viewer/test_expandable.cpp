@@ -119,11 +119,12 @@ Timeline load_events(const std::string& name, const std::vector<prof::Event>& ev
 }  // namespace
 
 TEST_CASE("a trace with segment_map/unmap events loads with mapped bytes as reserved", "[unit][viewer]") {
-  const Timeline tl = load_events("expandable.mct", {mem(prof::EventKind::SegmentAlloc, 100, kBase, kVirtual),
-                                                      mem(prof::EventKind::SegmentMap, 110, kBase, 20 * kMiB),
-                                                      mem(prof::EventKind::Alloc, 120, kBase, 8 * kMiB),
-                                                      mem(prof::EventKind::SegmentMap, 130, kBase + 20 * kMiB, 20 * kMiB),
-                                                      mem(prof::EventKind::SegmentUnmap, 140, kBase + 20 * kMiB, 20 * kMiB)});
+  using K = prof::EventKind;
+  const Timeline tl = load_events("expandable.mct", {mem(K::SegmentAlloc, 100, kBase, kVirtual),
+                                                      mem(K::SegmentMap, 110, kBase, 20 * kMiB),
+                                                      mem(K::Alloc, 120, kBase, 8 * kMiB),
+                                                      mem(K::SegmentMap, 130, kBase + 20 * kMiB, 20 * kMiB),
+                                                      mem(K::SegmentUnmap, 140, kBase + 20 * kMiB, 20 * kMiB)});
   const RankData& rd = tl.ranks[0];
   REQUIRE(rd.alloc_events.size() == 5);
   CHECK(rd.alloc_events[1].op == AllocOp::SegmentMap);
