@@ -41,15 +41,19 @@ TEST_CASE("sizes take a decimal exponent, as the tools' help writes them (2GB = 
   CHECK(parse_size("4e-3KiB") == 4);  // 4.096 bytes rounds to 4
 }
 
+namespace {
+// Why parse_size refuses `text`, or "accepted".
+std::string reason(const std::string& text) {
+  try {
+    parse_size(text);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+}  // namespace
+
 TEST_CASE("sizes out of range say so, not 'unknown unit'") {
-  const auto reason = [](const std::string& text) {
-    try {
-      parse_size(text);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   for (const char* big : {"1e400", "2e19", "2e7TiB", "1e30 GB"}) {
     INFO(big);
     CHECK(reason(big).find("too large") != std::string::npos);
@@ -62,14 +66,6 @@ TEST_CASE("sizes out of range say so, not 'unknown unit'") {
 }
 
 TEST_CASE("bad sizes are rejected with the text and the reason") {
-  const auto reason = [](const std::string& text) {
-    try {
-      parse_size(text);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   CHECK(reason("").find("does not start with a number") != std::string::npos);
   CHECK(reason("GiB").find("'GiB'") != std::string::npos);
   CHECK(reason("12 parsecs").find("unknown unit") != std::string::npos);

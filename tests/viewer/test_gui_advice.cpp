@@ -204,6 +204,13 @@ TEST_CASE("memcomm-view refuses bad flags with exit code 2 and a message", "[gui
       {"--bench --bench-frames 0", "--bench-frames"},
       {"--bench-frames 100", "--bench"},
       {"--synthetic 100 --synthetic-ranks 0", "--synthetic-ranks"},
+      // Out of range: these aborted (std::stoi's out_of_range, bad_alloc) before they were checked.
+      {"--size 99999999999x900", "--size"},
+      {"--size 900x99999999999", "--size"},
+      {"--size 63x900", "--size"},
+      {"--size 16385x900", "--size"},
+      {"--synthetic 99999999999", "--synthetic"},
+      {"--synthetic 0", "--synthetic"},
   };
   for (const auto& [args, says] : cases) {
     std::string out;
