@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "memcomm/common/bytes.hpp"
+#include "memcomm/common/output_path.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm/snapshot/error.hpp"
 
@@ -67,15 +68,11 @@ void check_json_out(const std::string& file) {
     ::close(fd);
     return;
   }
-  const fs::path parent = fs::path(file).parent_path();
-  const fs::path dir = parent.empty() ? fs::path(".") : parent;
+  const fs::path dir = memcomm::parent_folder(file);
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument("cannot write --json " + file + ": the folder " + dir.string() + " does not exist");
-  std::string probe = (dir / ".memcomm-write-test.XXXXXX").string();
-  const int fd = ::mkstemp(probe.data());
-  if (fd < 0) throw std::invalid_argument("cannot write --json " + file + ": the folder " + dir.string() + " is not writable");
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (!memcomm::can_create_in(dir))
+    throw std::invalid_argument("cannot write --json " + file + ": the folder " + dir.string() + " is not writable");
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include "errors.hpp"
 
+#include <memcomm/common/output_path.hpp>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -81,11 +83,7 @@ void ensure_writable_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw UsageError("checkpoint folder " + dir + " cannot be created: " + ec.message());
-  const std::string probe = dir + "/.memcomm-write-test";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw UsageError("checkpoint folder " + dir + " is not writable");
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (!memcomm::can_create_in(dir)) throw UsageError("checkpoint folder " + dir + " is not writable");
 }
 
 void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::Module& model,

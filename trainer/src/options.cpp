@@ -2,9 +2,9 @@
 
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_size.hpp>
+#include <memcomm/common/output_path.hpp>
 
 #include <memcomm/profiler/stream_protocol.hpp>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -109,41 +109,20 @@ void check_train_options(const TrainOptions& o, const char* program) {
   }
 }
 
-namespace {
-
-// The folder a FILE argument lives in ("." for a bare name).
-fs::path parent_of(const std::string& file) {
-  const fs::path parent = fs::path(file).parent_path();
-  return parent.empty() ? fs::path(".") : parent;
-}
-
-// Creates and removes a uniquely named file in `dir`: the only sure test that files can be made
-// there (access(2) ignores read-only mounts' nuances and ACLs). Leaves nothing behind.
-bool can_create_in(const fs::path& dir) {
-  std::string probe = (dir / ".memcomm-write-test.XXXXXX").string();
-  const int fd = ::mkstemp(probe.data());
-  if (fd < 0) return false;
-  ::close(fd);
-  ::unlink(probe.c_str());
-  return true;
-}
-
-}  // namespace
-
 void check_output_file(const std::string& flag, const std::string& file) {
-  const fs::path dir = parent_of(file);
+  const fs::path dir = memcomm::parent_folder(file);
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " does not exist");
   if (fs::is_directory(file, ec)) throw std::invalid_argument(flag + " " + file + " is a folder, not a file");
   // Written as FILE.tmp and renamed over FILE, so the folder must take new files (FILE's own mode
   // does not matter).
-  if (!can_create_in(dir))
+  if (!memcomm::can_create_in(dir))
     throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " is not writable");
 }
 
 void check_output_dir(const std::string& flag, const std::string& file, bool create) {
-  const fs::path dir = parent_of(file);
+  const fs::path dir = memcomm::parent_folder(file);
   std::error_code ec;
   if (create && !fs::is_directory(dir, ec)) {
     fs::create_directories(dir, ec);
@@ -151,7 +130,7 @@ void check_output_dir(const std::string& flag, const std::string& file, bool cre
   }
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " does not exist");
-  if (!can_create_in(dir))
+  if (!memcomm::can_create_in(dir))
     throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " is not writable");
 }
 
