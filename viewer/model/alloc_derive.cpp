@@ -58,16 +58,16 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
     if (ev[i].op != AllocOp::Oom) device = ev[i].device;
   const bool new_device = device != d.device;
   const bool completes_before = d.completes;
+  const auto note_kind = [&d, device](const AllocEvent& e) {  // what the device's events carry
+    if (static_cast<int>(e.device) != device) return;
+    d.has_alloc |= e.op == AllocOp::Alloc;
+    d.has_segments |= e.op == AllocOp::SegmentAlloc || e.op == AllocOp::SegmentMap;
+    d.completes |= e.op == AllocOp::FreeCompleted;
+  };
   if (new_device) {
     d.device = device;
     d.has_alloc = d.has_segments = d.completes = false;
-    for (std::size_t i = 0; i < from; ++i) {
-      const AllocEvent& e = ev[i];
-      if (e.device != device) continue;
-      d.has_alloc |= e.op == AllocOp::Alloc;
-      d.has_segments |= e.op == AllocOp::SegmentAlloc || e.op == AllocOp::SegmentMap;
-      d.completes |= e.op == AllocOp::FreeCompleted;
-    }
+    for (std::size_t i = 0; i < from; ++i) note_kind(ev[i]);
   }
   // Note [Expandable segments]: mark each SegmentAlloc that a later SegmentMap lands in.
   // OOM markers are collected in the same pass (these arrays are a fifth of a trace: one pass).
@@ -76,11 +76,7 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
   std::vector<TimeNs> ooms;
   for (std::size_t i = from; i < ev.size(); ++i) {
     AllocEvent& e = ev[i];
-    if (static_cast<int>(e.device) == device) {
-      d.has_alloc |= e.op == AllocOp::Alloc;
-      d.has_segments |= e.op == AllocOp::SegmentAlloc || e.op == AllocOp::SegmentMap;
-      d.completes |= e.op == AllocOp::FreeCompleted;
-    }
+    note_kind(e);
     if (e.op == AllocOp::Alloc || e.op == AllocOp::FreeRequested || e.op == AllocOp::FreeCompleted) continue;
     if (e.op == AllocOp::Oom) {
       ooms.push_back(e.t);
