@@ -10,9 +10,7 @@
 
 #include "memcomm/allocator/allocator.hpp"
 #include "memcomm/allocator/sources.hpp"
-#ifdef MEMCOMM_BENCH_WITH_REPLAY
 #include "memcomm/replay/policy.hpp"
-#endif
 
 namespace {
 
@@ -60,7 +58,6 @@ void BM_memcomm_alloc_free_one_stream(benchmark::State& state) {
   }
 }
 
-#ifdef MEMCOMM_BENCH_WITH_REPLAY
 void BM_pytorch_policy_alloc_free(benchmark::State& state) {
   const auto size = std::uint64_t(state.range(0));
   auto policy = memcomm::replay::make_policy("pytorch", memcomm::replay::PolicyOptions{});
@@ -72,7 +69,6 @@ void BM_pytorch_policy_alloc_free(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_pytorch_policy_alloc_free)->Arg(4096)->Arg(1 << 20)->Arg(8 << 20);
-#endif
 
 }  // namespace
 

@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "memcomm/profiler/recorder.hpp"
-#include "memcomm/profiler/trace_reader.hpp"
-#include "memcomm/profiler/trace_set.hpp"
-#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm/trace/trace_reader.hpp"
+#include "memcomm/trace/trace_set.hpp"
+#include "memcomm/trace/trace_writer.hpp"
 #include "training_like.hpp"
 
 using namespace memcomm::prof;

@@ -4,7 +4,7 @@
 #include <random>
 #include <vector>
 
-#include "memcomm/profiler/event.hpp"
+#include "memcomm/trace/event.hpp"
 
 namespace memcomm::prof::bench {
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "memcomm/profiler/clock.hpp"
+#include "memcomm/trace/clock.hpp"
 #include "memcomm/profiler/cupti_capture.hpp"
 #include "memcomm/profiler/nvtx_bridge.hpp"
 #include "memcomm/profiler/recorder.hpp"

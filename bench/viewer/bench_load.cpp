@@ -8,7 +8,7 @@
 // new); "load + indexes" is the number to hold against issue 6's >= 20 M events/s.
 //
 //   build/bin/bench_load FILE.mct [REPEAT (default 3)]
-#include <memcomm/profiler/trace_reader.hpp>
+#include <memcomm/trace/trace_reader.hpp>
 #include <memcomm/view/allocator_state.hpp>
 #include <memcomm/view/analysis.hpp>
 #include <memcomm/view/indexes.hpp>

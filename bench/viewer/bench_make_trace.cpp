@@ -4,7 +4,7 @@
 // samples. Then time the load with `memcomm-view --bench FILE` (prints load events/s).
 //
 //   build/bin/bench_make_trace OUT.mct [EVENTS (default 10000000) [RANKS (default 2)]]
-#include <memcomm/profiler/trace_writer.hpp>
+#include <memcomm/trace/trace_writer.hpp>
 
 #include <cstdio>
 #include <cstdlib>

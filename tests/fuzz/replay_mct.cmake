@@ -1,9 +1,7 @@
-# memcomm-replay's .mct input: read_mct_trace (allocator/replay/mct_trace.cpp, private to
-# memcomm_replay, so its folder is on the include path) -> RequestBuilder -> checked replay.
+# memcomm-replay's .mct input: read_mct_trace (replay/mct_trace.cpp, private to memcomm_replay, so
+# its folder is on the include path) -> RequestBuilder -> checked replay.
 # Seeds: tests/fuzz/corpus/replay_mct_fuzz/ (small traces with allocator events and steps).
-if(TARGET memcomm_profiler)
-  memcomm_fuzz_target(replay_mct_fuzz
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/replay/fuzz_mct_requests.cpp
-    LIBS memcomm_replay memcomm_snapshot)
-  target_include_directories(replay_mct_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/allocator/replay)
-endif()
+memcomm_fuzz_target(replay_mct_fuzz
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/replay/fuzz_mct_requests.cpp
+  LIBS memcomm_replay memcomm_snapshot)
+target_include_directories(replay_mct_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/replay)

@@ -3,11 +3,11 @@
 # compiled in here rather than linking memcomm_view_app (ImGui + GLFW), which the fuzz
 # configuration does not build. GLFW's header is only read for its key codes.
 # Seeds: tests/fuzz/corpus/viewer_cli_fuzz/ (first byte picks the parser).
-if(NOT TARGET memcomm_view_model AND TARGET memcomm_profiler)
+if(NOT TARGET memcomm_view_model)
   add_subdirectory(${PROJECT_SOURCE_DIR}/viewer/model ${PROJECT_BINARY_DIR}/fuzz_viewer_model)  # not in fuzz/: scripts/fuzz.sh runs all there
 endif()
 find_path(MEMCOMM_FUZZ_GLFW_INCLUDE GLFW/glfw3.h)
-if(TARGET memcomm_view_model AND MEMCOMM_FUZZ_GLFW_INCLUDE)
+if(MEMCOMM_FUZZ_GLFW_INCLUDE)
   memcomm_fuzz_target(viewer_cli_fuzz
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/viewer/fuzz_cli_text.cpp
             ${PROJECT_SOURCE_DIR}/viewer/app/input_script.cpp

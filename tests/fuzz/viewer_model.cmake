@@ -2,17 +2,15 @@
 # traces (ingest_trace + alloc_derive + allocator_state) and PyTorch snapshots (ingest_snapshot).
 # The fuzz configuration has the viewer off (no window system needed): the model library alone is
 # added here. Seeds: tests/fuzz/corpus/viewer_{mct,snapshot}_ingest_fuzz/.
-if(NOT TARGET memcomm_view_model AND TARGET memcomm_profiler)
+if(NOT TARGET memcomm_view_model)
   add_subdirectory(${PROJECT_SOURCE_DIR}/viewer/model ${PROJECT_BINARY_DIR}/fuzz_viewer_model)  # not in fuzz/: scripts/fuzz.sh runs all there
 endif()
-if(TARGET memcomm_view_model)
-  memcomm_fuzz_target(viewer_mct_ingest_fuzz
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/viewer/fuzz_mct_ingest.cpp
-    LIBS memcomm_view_model)
-  memcomm_fuzz_target(viewer_snapshot_ingest_fuzz
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/viewer/fuzz_snapshot_ingest.cpp
-    LIBS memcomm_view_model)
-  # ingest_trace.hpp / ingest_snapshot.hpp are private to the model library.
-  target_include_directories(viewer_mct_ingest_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/viewer/model)
-  target_include_directories(viewer_snapshot_ingest_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/viewer/model)
-endif()
+memcomm_fuzz_target(viewer_mct_ingest_fuzz
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/viewer/fuzz_mct_ingest.cpp
+  LIBS memcomm_view_model)
+memcomm_fuzz_target(viewer_snapshot_ingest_fuzz
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/viewer/fuzz_snapshot_ingest.cpp
+  LIBS memcomm_view_model)
+# ingest_trace.hpp / ingest_snapshot.hpp are private to the model library.
+target_include_directories(viewer_mct_ingest_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/viewer/model)
+target_include_directories(viewer_snapshot_ingest_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/viewer/model)

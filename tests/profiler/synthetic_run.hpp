@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm/trace/trace_writer.hpp"
 
 namespace memcomm::prof::test {
 

@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "memcomm/profiler/analysis.hpp"
-#include "memcomm/profiler/event_sort.hpp"
-#include "memcomm/profiler/memory_fold.hpp"
+#include "memcomm/trace/analysis.hpp"
+#include "memcomm/trace/event_sort.hpp"
+#include "memcomm/trace/memory_fold.hpp"
 #include "memcomm_test.hpp"
 #include "synthetic_run.hpp"
 #include "trace_fixtures.hpp"

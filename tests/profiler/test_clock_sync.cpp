@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "memcomm/profiler/clock.hpp"
+#include "memcomm/trace/clock.hpp"
 #include "memcomm/profiler/clock_sync.hpp"
 #include "memcomm_test.hpp"
 

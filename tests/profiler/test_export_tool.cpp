@@ -7,10 +7,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "memcomm/profiler/chrome_export.hpp"
-#include "memcomm/profiler/trace_format.hpp"
-#include "memcomm/profiler/trace_set.hpp"
-#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm/trace/chrome_export.hpp"
+#include "memcomm/trace/trace_format.hpp"
+#include "memcomm/trace/trace_set.hpp"
+#include "memcomm/trace/trace_writer.hpp"
 #include "memcomm_test.hpp"
 #include "synthetic_run.hpp"
 #include "trace_fixtures.hpp"

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "memcomm/profiler/recorder.hpp"
-#include "memcomm/profiler/trace_set.hpp"
+#include "memcomm/trace/trace_set.hpp"
 #include "memcomm_test.hpp"
 #include "trace_fixtures.hpp"
 

@@ -8,9 +8,9 @@
 #include <iterator>
 #include <set>
 
-#include "memcomm/profiler/trace_reader.hpp"
-#include "memcomm/profiler/trace_set.hpp"
-#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm/trace/trace_reader.hpp"
+#include "memcomm/trace/trace_set.hpp"
+#include "memcomm/trace/trace_writer.hpp"
 #include "memcomm_test.hpp"
 #include "trace_fixtures.hpp"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "memcomm/profiler/event.hpp"
-#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm/trace/event.hpp"
+#include "memcomm/trace/trace_writer.hpp"
 
 namespace memcomm::prof::test {
 

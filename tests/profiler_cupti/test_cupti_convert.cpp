@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "memcomm/profiler/cupti_convert.hpp"
-#include "memcomm/profiler/string_table.hpp"
+#include "memcomm/trace/string_table.hpp"
 #include "memcomm_test.hpp"
 
 using namespace memcomm::prof;

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "memcomm/profiler/event.hpp"
-#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm/trace/event.hpp"
+#include "memcomm/trace/trace_writer.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm_test.hpp"
 #include "run_tool.hpp"

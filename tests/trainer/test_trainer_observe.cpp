@@ -3,7 +3,7 @@
 #include "trainer_runner.hpp"
 
 #include <memcomm/profiler/sink.hpp>
-#include <memcomm/profiler/trace_reader.hpp>
+#include <memcomm/trace/trace_reader.hpp>
 
 #include <nlohmann/json.hpp>
 

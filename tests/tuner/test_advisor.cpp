@@ -1,7 +1,7 @@
 // memcomm-trace advise on hand-built traces, each with one known problem: every recommendation
 // must appear, with the number that calls for it.
 #include "memcomm/advisor/advise.hpp"
-#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm/trace/trace_writer.hpp"
 #include "memcomm_test.hpp"
 
 #include <catch2/catch.hpp>

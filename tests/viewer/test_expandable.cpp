@@ -7,9 +7,7 @@
 #include <memcomm/view/builder.hpp>
 #include <memcomm/view/loader.hpp>
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-#include <memcomm/profiler/trace_writer.hpp>
-#endif
+#include <memcomm/trace/trace_writer.hpp>
 
 #include <filesystem>
 #include <string>
@@ -94,7 +92,6 @@ TEST_CASE("derived memory curves show an expandable segment's mapped bytes as re
   CHECK(at.seek(45).virtual_reserved == kVirtual);
 }
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 namespace prof = memcomm::prof;
 namespace {
 prof::Event mem(prof::EventKind k, std::int64_t t, std::uint64_t addr, std::uint64_t size) {
@@ -153,4 +150,3 @@ TEST_CASE("a reservation the trace flags as virtual counts for nothing even when
   REQUIRE(rd.counter("reserved") != nullptr);
   CHECK(rd.counter("reserved")->global_max() == static_cast<double>(20 * kMiB));
 }
-#endif

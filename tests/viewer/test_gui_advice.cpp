@@ -76,7 +76,6 @@ TEST_CASE("parse_advice_json reads memcomm-trace advise --json and refuses anyth
   CHECK(error.find("advice JSON") != std::string::npos);
 }
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 TEST_CASE("loaded_trace_files keeps the loaded .mct files only", "[gui][viewer]") {
   const std::string trace = view_traces::write_steps(out_dir() + "/advice_files.mct");
   const std::string text = out_dir() + "/advice_files.txt";
@@ -189,7 +188,6 @@ TEST_CASE("a PyTorch snapshot alone gets no advice and the pane says why", "[gui
   if (app->state().tl.empty()) MEMCOMM_SKIP_TEST("this build has no snapshot reader");
   CHECK(app->state().advice.state == AdviceResult::State::NoTraces);
 }
-#endif
 
 TEST_CASE("memcomm-view refuses bad flags with exit code 2 and a message", "[gui][viewer]") {
   const std::vector<std::pair<std::string, std::string>> cases = {

@@ -4,11 +4,10 @@
 #include "gui_fixture.hpp"
 #include "view_traces.hpp"
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-#include <memcomm/profiler/event.hpp>
+#include <memcomm/trace/event.hpp>
 #include <memcomm/profiler/stream_protocol.hpp>
 #include <memcomm/profiler/stream_sink.hpp>
-#include <memcomm/profiler/trace_format.hpp>
+#include <memcomm/trace/trace_format.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -201,4 +200,3 @@ TEST_CASE("an oversize frame and a version mismatch are reported in the UI and o
   CHECK(j["live_stats"]["errors"].get<int>() == 2);
   CHECK(j["live_stats"]["received"].get<int>() == kernels + 4);
 }
-#endif

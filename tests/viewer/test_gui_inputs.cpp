@@ -52,7 +52,6 @@ std::uint64_t span_total(const AppState& st) {
 
 }  // namespace
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 TEST_CASE("File > Open: the menu then the path typed in the dialog and Enter load it", "[gui][viewer]") {
   const std::string trace = view_traces::write_steps(out_dir() + "/open_dialog.mct");
   auto app = make_app(1000, 600, "");
@@ -104,7 +103,6 @@ TEST_CASE("a large file asks for a time range first and the typed range is what 
   CHECK(span_total(st) == 10 * 11);
   CHECK(st.range_load.y < 0);  // the prompt is gone
 }
-#endif
 
 TEST_CASE("the search box: typed text outlines the matching spans and counts them", "[gui][viewer]") {
   auto app = make_app(1000, 500, "timeline");

@@ -4,7 +4,6 @@
 #include "gui_fixture.hpp"
 #include "view_traces.hpp"
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 #include <memcomm/profiler/stream_sink.hpp>
 
 #include <nlohmann/json.hpp>
@@ -96,4 +95,3 @@ TEST_CASE("live: two ranks stream into memcomm-view while garbage is refused and
   for (const auto& m : j["messages"]) garbage_reported = garbage_reported || m.get<std::string>().find("live:") == 0;
   CHECK(garbage_reported);
 }
-#endif

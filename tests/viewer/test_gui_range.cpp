@@ -2,7 +2,6 @@
 // files, a time range can be chosen before the full load"), and a bad range is a usage error.
 #include "view_traces.hpp"
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -33,4 +32,3 @@ TEST_CASE("memcomm-view --range loads only the chosen time range", "[gui][viewer
   CHECK(run_viewer(trace + " --range 0.3:0.2 --screenshot " + out_dir() + "/range_bad.png", &out) == 2);
   CHECK(out.find("--range") != std::string::npos);
 }
-#endif

@@ -6,8 +6,7 @@
 
 #include <memcomm/view/loader.hpp>
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-#include <memcomm/profiler/trace_writer.hpp>
+#include <memcomm/trace/trace_writer.hpp>
 
 #include <filesystem>
 #include <string>
@@ -215,4 +214,3 @@ TEST_CASE("time ranges are parsed with clear errors", "[unit][viewer]") {
   }
 }
 
-#endif  // MEMCOMM_VIEW_HAVE_PROFILER

@@ -4,9 +4,7 @@
 
 #include <memcomm/view/loader.hpp>
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-#include <memcomm/profiler/trace_writer.hpp>
-#endif
+#include <memcomm/trace/trace_writer.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -75,7 +73,6 @@ TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
   CHECK(tl.empty());
 }
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 TEST_CASE("a memcomm trace loads into lanes and collectives and memory curves", "[unit][viewer]") {
   namespace prof = memcomm::prof;
   const std::string path = temp_path("two_ranks.mct");
@@ -120,9 +117,7 @@ TEST_CASE("a memcomm trace loads into lanes and collectives and memory curves", 
   REQUIRE(r1.counter("allocated"));
   CHECK((r1.counter("allocated")->value_at(70, v) && v == 4096));
 }
-#endif
 
-#if defined(MEMCOMM_VIEW_HAVE_SNAPSHOT)
 TEST_CASE("a shared PyTorch snapshot loads with allocator events and memory curves", "[unit][viewer]") {
   const std::string path = memcomm::test::shared_snapshots_dir() + "/eor_nn__snapshot.pickle";
   if (!fs::exists(path)) MEMCOMM_SKIP_TEST("shared snapshot not found: " + path);
@@ -135,4 +130,3 @@ TEST_CASE("a shared PyTorch snapshot loads with allocator events and memory curv
   REQUIRE(tl.ranks[0].counter("reserved"));
   CHECK(tl.ranks[0].counter("reserved")->global_max() > 0);
 }
-#endif

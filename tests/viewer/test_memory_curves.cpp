@@ -1,6 +1,6 @@
 // Memory curves and step peaks from the allocator's block events rather than the trainer's periodic
 // samples where the events are the whole story (Note [Memory curves from block events] in
-// profiler/core/include/memcomm/profiler/memory_fold.hpp): hand-built
+// trace/include/memcomm/trace/memory_fold.hpp): hand-built
 // traces whose samples disagree with their events, through the builder, through an incremental
 // (live) publish, and through a .mct file load.
 #include "memcomm_test.hpp"
@@ -9,13 +9,11 @@
 #include <memcomm/view/builder.hpp>
 #include <memcomm/view/loader.hpp>
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-#include <memcomm/profiler/analysis.hpp>
-#include <memcomm/profiler/trace_set.hpp>
-#include <memcomm/profiler/trace_writer.hpp>
+#include <memcomm/trace/analysis.hpp>
+#include <memcomm/trace/trace_set.hpp>
+#include <memcomm/trace/trace_writer.hpp>
 
 #include <filesystem>
-#endif
 
 #include <string>
 #include <vector>
@@ -263,7 +261,6 @@ TEST_CASE("a rank with samples and no block events keeps its sampled curves", "[
   CHECK(tl.ranks[0].ooms.size() == 1);
 }
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 TEST_CASE("a .mct trace's step peaks come from its block events", "[unit][viewer]") {
   namespace prof = memcomm::prof;
   namespace fs = std::filesystem;
@@ -430,7 +427,6 @@ TEST_CASE("a time-range load that cuts block events before its start draws the s
   CHECK(rd.counter("allocated")->global_max() == 60000);
   CHECK(at(rd.counter("allocated"), 1'200'000'000) == 60000);
 }
-#endif
 
 TEST_CASE("range_min_max with a cursor agrees with the plain search in order and out of order", "[unit][viewer]") {
   CounterSeries c("allocated", "B");

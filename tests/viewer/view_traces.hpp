@@ -3,9 +3,8 @@
 
 #include "gui_fixture.hpp"
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 #include <memcomm/profiler/stream_sink.hpp>
-#include <memcomm/profiler/trace_writer.hpp>
+#include <memcomm/trace/trace_writer.hpp>
 
 #include <string>
 #include <vector>
@@ -103,4 +102,3 @@ inline prof::StreamStats stream_batch(std::uint16_t port, std::uint32_t rank, st
 }
 
 }  // namespace view_traces
-#endif

@@ -6,7 +6,7 @@
 #endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <memcomm/profiler/clock.hpp>
+#include <memcomm/trace/clock.hpp>
 #include <memcomm/profiler/clock_sync.hpp>
 #include <time.h>
 

@@ -2,7 +2,7 @@
 
 #include "profiling.hpp"
 
-#include <memcomm/profiler/analysis.hpp>
+#include <memcomm/trace/analysis.hpp>
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>

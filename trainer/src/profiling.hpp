@@ -7,7 +7,7 @@
 #include "launch.hpp"
 #include "options.hpp"
 
-#include <memcomm/profiler/event.hpp>
+#include <memcomm/trace/event.hpp>
 
 #include <cstdint>
 #include <memory>

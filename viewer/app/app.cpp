@@ -173,14 +173,12 @@ void App::poll_load() {
     ++load_errors_;
   }
   Timeline t = load_->take();
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (live_ && live_published_ && (!t.sources.empty() || !t.empty())) {
     // The live model is appended to in place by its own builder (Note [Live rebuild]): files
     // cannot be merged into it.
     st_.message("files opened while receiving live streams are not shown (the live view is not merged with files)");
     t = Timeline();
   }
-#endif
   if (!t.sources.empty() || !t.empty()) st_.set_timeline(std::move(t), true);
   load_.reset();
   st_.load_progress = -1;
@@ -200,9 +198,7 @@ std::uint32_t App::ranks_with_spans() const {
 }
 
 std::uint64_t App::events_seen() const {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (live_) return live_->events_received();
-#endif
   return st_.tl.event_count;
 }
 

@@ -17,7 +17,6 @@
 namespace memcomm::view {
 
 bool App::start_live(std::string& error) {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   live_ = std::make_unique<LiveSession>();
   if (!live_->start(opt_.listen, error)) {
     live_.reset();
@@ -26,14 +25,9 @@ bool App::start_live(std::string& error) {
   st_.live_status = "live " + opt_.listen;
   start_live_waker();
   return true;
-#else
-  error = "--listen " + opt_.listen + ": this build has no live-stream receiver (built without profiler/core)";
-  return false;
-#endif
 }
 
 void App::poll_live() {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (!live_) return;
   std::vector<std::string> msgs;
   const std::uint64_t events_before = live_->events_received();
@@ -74,7 +68,6 @@ void App::poll_live() {
   const LiveStats ls = live_->stats();
   st_.live_status = fmt::format("live :{} connections {} active {} received {} queue drops {} errors {}", ls.port,
                                 ls.connections, ls.active, ls.events, ls.dropped, ls.errors);
-#endif
 }
 
 // Note [Idle while listening]
@@ -90,7 +83,6 @@ void App::poll_live() {
 // rate-limited publish (live_pending_), and once more when the 1 Hz summary refresh was skipped
 // (summary_stale_).
 void App::start_live_waker() {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (!live_ || live_waker_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(waker_mu_);
@@ -110,7 +102,6 @@ void App::start_live_waker() {
       glfwPostEmptyEvent();
     }
   });
-#endif
 }
 
 void App::stop_live_waker() {
@@ -124,9 +115,7 @@ void App::stop_live_waker() {
 }
 
 std::uint16_t App::live_port() const {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (live_) return live_->stats().port;
-#endif
   return 0;
 }
 

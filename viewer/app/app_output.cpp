@@ -91,13 +91,11 @@ std::string App::report_json() const {
   j["tuner"] = {{"rank", tune_rank}, {"probes", tune}};
   j["status"] = st_.status_line;
   j["live"] = st_.live_status;
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (live_) {
     const LiveStats ls = live_->stats();
     j["live_stats"] = {{"port", ls.port}, {"connections", ls.connections}, {"active", ls.active},
                        {"received", live_->events_received()}, {"queue_dropped", ls.dropped}, {"errors", ls.errors}};
   }
-#endif
   return j.dump(2);
 }
 

@@ -89,7 +89,6 @@ int App::run() {
     if (opt_.exit_after_events > 0) {
       if (loaded && events_seen() >= opt_.exit_after_events && ranks_with_spans() >= opt_.exit_after_ranks &&
           script_done()) {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
         if (live_) {  // publish the last arrivals before reporting
           std::vector<std::string> msgs;
           live_->poll(msgs, 1e300);
@@ -97,7 +96,6 @@ int App::run() {
           st_.appended(live_->publish(st_.tl));
           frame();
         }
-#endif
         break;
       }
       if (now_s() - start > opt_.exit_timeout_s) {

@@ -2,9 +2,7 @@
 // and PyTorch memory snapshots (files), or live from running ranks (--listen).
 #include <memcomm/view/app/app.hpp>
 
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 #include <memcomm/profiler/stream_protocol.hpp>
-#endif
 
 #include <CLI/CLI.hpp>
 
@@ -113,7 +111,6 @@ int main(int argc, char** argv) {
     return cli.exit(e) == 0 ? 0 : 2;
   }
   if (cli.count("--listen") && opt.listen.empty()) opt.listen = "127.0.0.1:7433";
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   if (!opt.listen.empty()) {
     try {
       (void)memcomm::prof::parse_endpoint(opt.listen);  // a bad address is a usage error, not a UI message
@@ -122,7 +119,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-#endif
   {
     std::string error;
     memcomm::view::Panes panes;

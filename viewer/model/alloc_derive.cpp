@@ -2,7 +2,7 @@
 // markers, memory curves and per-category curves, continued from the state of the last append
 // (Note [Incremental append] in timeline_append.cpp).
 //
-// Memory curves (Note [Memory curves from block events] in profiler/core memory_fold.hpp, the rule
+// Memory curves (Note [Memory curves from block events] in trace/ memory_fold.hpp, the rule
 // memcomm-trace report's memory_series follows too): a rank's allocated/active/reserved curves are
 // the fold of device D's block events where that fold is complete or the metric is not sampled;
 // otherwise its samples. The samples a fold replaces are kept as "sampled:allocated", ... (not

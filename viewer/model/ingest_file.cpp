@@ -2,7 +2,7 @@
 // decompression on a second thread (Note [Fast ingest] in ingest_trace.hpp).
 #include "ingest_trace.hpp"
 
-#include <memcomm/profiler/trace_reader.hpp>
+#include <memcomm/trace/trace_reader.hpp>
 #include <memcomm/view/prefault.hpp>
 
 #include <fmt/format.h>

@@ -1,6 +1,6 @@
 #include "ingest_trace.hpp"
 
-#include <memcomm/profiler/trace_reader.hpp>
+#include <memcomm/trace/trace_reader.hpp>
 
 #include <fmt/format.h>
 

@@ -28,7 +28,7 @@
 // starts from the blocks allocated inside the range.
 #pragma once
 
-#include <memcomm/profiler/event.hpp>
+#include <memcomm/trace/event.hpp>
 #include <memcomm/view/builder.hpp>
 #include <memcomm/view/loader.hpp>
 

@@ -8,33 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 
-// Note [Reader seams]: the trace reader lives in profiler/core and the snapshot reader in
-// allocator/snapshot, written alongside the viewer. Each is compiled in when its target exists
-// (viewer/model/CMakeLists.txt defines MEMCOMM_VIEW_HAVE_*), and ingests through TimelineBuilder.
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
+// Note [Reader seams]: the readers of both input formats live in the trace layer (trace/: .mct, and
+// trace/snapshot: PyTorch snapshots); each has one small ingest file here that turns what the
+// reader yields into TimelineBuilder calls, so the model never parses a format itself.
 #include "ingest_trace.hpp"
-#endif
-#if defined(MEMCOMM_VIEW_HAVE_SNAPSHOT)
 #include "ingest_snapshot.hpp"
-#endif
 
 namespace memcomm::view {
-
-bool have_trace_reader() {
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
-  return true;
-#else
-  return false;
-#endif
-}
-
-bool have_snapshot_reader() {
-#if defined(MEMCOMM_VIEW_HAVE_SNAPSHOT)
-  return true;
-#else
-  return false;
-#endif
-}
 
 InputKind detect_input(const std::string& path, std::string& error) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -92,19 +72,9 @@ bool load_file(const std::string& path, Timeline& out, std::string& error, std::
       case InputKind::Unknown:
         return false;
       case InputKind::MemcommTrace:
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
         return ingest_trace(path, out, error, progress, options);
-#else
-        error = fmt::format("{}: a memcomm trace, but this memcomm-view was built without the profiler's trace reader", path);
-        return false;
-#endif
       case InputKind::TorchSnapshot:
-#if defined(MEMCOMM_VIEW_HAVE_SNAPSHOT)
         return ingest_snapshot(path, out, error, progress);
-#else
-        error = fmt::format("{}: a pickle, but this memcomm-view was built without the snapshot reader (memcomm_snapshot)", path);
-        return false;
-#endif
     }
   } catch (const std::exception& e) {  // readers report by exception; the viewer keeps running
     error = fmt::format("{}: {}", path, e.what());

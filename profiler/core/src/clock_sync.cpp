@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "memcomm/profiler/clock.hpp"
+#include "memcomm/trace/clock.hpp"
 
 namespace memcomm::prof {
 

@@ -7,7 +7,7 @@
 // strings before the events of the same batch.
 #include "memcomm/profiler/recorder.hpp"
 
-#include "memcomm/profiler/event_sort.hpp"
+#include "memcomm/trace/event_sort.hpp"
 
 #include <pthread.h>
 #include <sched.h>

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "memcomm/profiler/chunk_codec.hpp"
+#include "memcomm/trace/chunk_codec.hpp"
 
 namespace memcomm::prof {
 

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "memcomm/profiler/clock.hpp"
+#include "memcomm/trace/clock.hpp"
 #include "socket_util.hpp"
 
 namespace memcomm::prof {

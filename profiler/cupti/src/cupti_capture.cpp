@@ -20,7 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "memcomm/profiler/clock.hpp"
+#include "memcomm/trace/clock.hpp"
 #include "memcomm/profiler/recorder.hpp"
 
 namespace memcomm::prof {

@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "memcomm/profiler/analysis.hpp"
-#include "memcomm/profiler/trace_reader.hpp"
-#include "memcomm/profiler/trace_set.hpp"
+#include "memcomm/trace/analysis.hpp"
+#include "memcomm/trace/trace_reader.hpp"
+#include "memcomm/trace/trace_set.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace memcomm::prof;

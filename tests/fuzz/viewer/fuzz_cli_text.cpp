@@ -12,7 +12,7 @@
 
 #include <memcomm/common/bytes.hpp>
 #include <memcomm/profiler/stream_protocol.hpp>
-#include <memcomm/profiler/trace_error.hpp>
+#include <memcomm/trace/trace_error.hpp>
 #include <memcomm/view/app/app_state.hpp>
 #include <memcomm/view/app/input_script.hpp>
 #include <memcomm/view/loader.hpp>

@@ -24,7 +24,7 @@ const char* to_string(EventKind kind);
 // AllocEvent::flags. A segment_alloc of a virtual address range reserved for an expandable segment
 // or a planned arena (their release is not an event: they live as long as the allocator): no memory stands behind it until segment_map events back
 // parts of it. Consumers count the maps, not the range, as reserved bytes (Note [Virtual reservations]
-// in profiler/core/src/memory_series.cpp). Without the flag they must guess from whether maps land in it,
+// in trace/src/memory_series.cpp). Without the flag they must guess from whether maps land in it,
 // which a range that is never mapped (a run that stops first, a map that fails) defeats.
 inline constexpr std::uint8_t kEventVirtualRange = 1;
 

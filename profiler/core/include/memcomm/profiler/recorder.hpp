@@ -36,11 +36,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcomm/profiler/clock.hpp"
-#include "memcomm/profiler/event.hpp"
+#include "memcomm/trace/clock.hpp"
+#include "memcomm/trace/event.hpp"
 #include "memcomm/profiler/sink.hpp"
 #include "memcomm/profiler/spsc_ring.hpp"
-#include "memcomm/profiler/string_table.hpp"
+#include "memcomm/trace/string_table.hpp"
 
 namespace memcomm::prof {
 

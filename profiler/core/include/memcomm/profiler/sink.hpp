@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "memcomm/profiler/trace_writer.hpp"
+#include "memcomm/trace/trace_writer.hpp"
 
 namespace memcomm::prof {
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <type_traits>
 
-#include "memcomm/profiler/event.hpp"
+#include "memcomm/trace/event.hpp"
 
 namespace memcomm::prof {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "memcomm/profiler/chunk_codec.hpp"
+#include "memcomm/trace/chunk_codec.hpp"
 
 namespace memcomm::prof {
 

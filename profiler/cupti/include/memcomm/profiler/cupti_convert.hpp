@@ -40,7 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memcomm/profiler/event.hpp"
+#include "memcomm/trace/event.hpp"
 
 namespace memcomm::prof {
 

@@ -53,7 +53,7 @@ struct AllocEvent {
   std::uint8_t device = 0;    // device index (prof::kHostDevice: host memory); 0 where the source has none
 };
 
-// Block categories, numbered as prof::MemCategory (profiler/core event.hpp) and snapshots agree.
+// Block categories, numbered as prof::MemCategory (trace/ event.hpp) and snapshots agree.
 inline constexpr const char* kMemCategoryNames[] = {"unknown",    "parameter", "gradient", "optimizer_state",
                                                     "activation", "temporary", "comm_buffer", "input"};
 inline constexpr int kMemCategoryCount = 8;

@@ -2,7 +2,7 @@
 // traces, PyTorch snapshots, the live stream, synthetic data, test fixtures) goes through.
 #pragma once
 
-#include <memcomm/profiler/memory_fold.hpp>
+#include <memcomm/trace/memory_fold.hpp>
 #include <memcomm/view/timeline.hpp>
 
 #include <algorithm>
@@ -46,7 +46,7 @@ class TimelineBuilder {
   void counter(std::uint32_t rank, std::string_view name, TimeNs t, double value, std::string_view unit = "");
   // Allocator event. A rank's block events (not OOMs alone) give its allocated/active/reserved
   // curves, exactly, over any samples of those when their fold is complete (Note [Memory curves
-  // from block events] in memcomm/profiler/memory_fold.hpp).
+  // from block events] in memcomm/trace/memory_fold.hpp).
   void alloc_event(std::uint32_t rank, const AllocEvent& e);
   // Fast path for bulk ingest (readers, synthetic data): a pre-interned name, any span lane kind
   // (collectives go through collective()).

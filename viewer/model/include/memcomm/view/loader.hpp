@@ -19,10 +19,6 @@ namespace memcomm::view {
 enum class InputKind { MemcommTrace, TorchSnapshot, Unknown };
 InputKind detect_input(const std::string& path, std::string& error);
 
-// Which readers this build has (the seams that other parts fill).
-bool have_trace_reader();
-bool have_snapshot_reader();
-
 // How to load (memcomm traces; snapshots are always loaded whole).
 struct LoadOptions {
   // Keep only events overlapping [range_lo_s, range_hi_s], seconds from the first event of each

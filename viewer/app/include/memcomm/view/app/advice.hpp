@@ -3,7 +3,7 @@
 // traces, and the tuner's probes from the trace's tune.* counters.
 //
 // Note [Advice in a child process]
-// The advisor (profiler/advisor) replays a trace's allocations through the allocator policies, so
+// The advisor (advisor/) replays a trace's allocations through the allocator policies, so
 // memcomm_advisor links memcomm_replay and through it memcomm_allocator, which in a CUDA build
 // links memcomm_allocator_cuda and libcudart. Linking it would make memcomm-view need the CUDA
 // runtime wherever CUDA was found at build time, and the viewer must run with no CUDA. So the viewer

@@ -6,9 +6,7 @@
 #include <memcomm/view/app/app_state.hpp>
 #include <memcomm/view/app/input_script.hpp>
 #include <memcomm/view/loader.hpp>
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
 #include <memcomm/view/live.hpp>
-#endif
 
 #include <atomic>
 #include <condition_variable>
@@ -132,9 +130,7 @@ class App {
   bool waker_stop_ = false;             // guarded by waker_mu_
   std::atomic<std::uint64_t> live_wakes_{0};
   bool live_published_ = false;         // st_.tl is the live model (appended in place)
-#if defined(MEMCOMM_VIEW_HAVE_PROFILER)
   std::unique_ptr<LiveSession> live_;   // Note [Live rebuild] in live.hpp
-#endif
   std::vector<std::string> pending_drops_;
   int redraw_frames_ = 3;               // frames still to draw after the last input (ImGui settles)
   void range_prompt();

@@ -1,0 +1,43 @@
+// The advisor: reads a trace's analysis and says what to change, each piece of advice with the
+// numbers behind it. What `memcomm-trace advise` prints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcomm/trace/analysis.hpp"
+#include "memcomm/trace/trace_set.hpp"
+
+namespace memcomm::advise {
+
+enum class Topic { Fragmentation, Communication, DataWait, Headroom, Straggler };
+const char* topic_name(Topic t);
+
+struct Advice {
+  Topic topic;
+  std::string change;     // what to do, concretely (a flag, a policy)
+  std::string evidence;   // the measured numbers that call for it
+  double saving = 0;      // expected saving, in `saving_unit`
+  std::string saving_unit;  // "bytes" or "ms/step"
+};
+
+struct AdviseOptions {
+  uint64_t memory_limit = 0;           // bytes per rank; 0: the trace's DeviceTotal samples, else unknown
+  bool replay = true;                  // replay allocations through the allocator policies (slower)
+  double fragmentation_threshold = 0.10;  // 1 - peak allocated / peak reserved above this
+  double exposed_comm_threshold = 0.10;   // exposed communication / step time above this
+  double data_wait_threshold = 0.05;      // data wait / step time above this
+  double headroom_threshold = 0.40;       // unused share of the limit above this
+  double straggler_threshold = 0.10;      // a rank's mean step this much slower than the median, or
+                                          // its collective start skew this share of a step
+};
+
+// `files` are the traces `set` was loaded from (the replay reads them again).
+std::vector<Advice> advise(const prof::TraceSet& set, const prof::Analysis& analysis,
+                           const std::vector<std::string>& files, const AdviseOptions& options = {});
+
+std::string advice_to_text(const std::vector<Advice>& advice);
+std::string advice_to_json(const std::vector<Advice>& advice);
+
+}  // namespace memcomm::advise

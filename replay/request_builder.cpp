@@ -1,0 +1,197 @@
+// See request_builder.hpp and Note [Rebuilding requests].
+#include "request_builder.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace memcomm::replay {
+
+// Note [Reserved bytes of expandable segments]: an expandable segment is a segment_alloc of its whole
+// virtual range (memcomm's allocator reserves e.g. 128 GiB of address space) followed by
+// segment_map/segment_unmap of the parts backed by memory. Reserved bytes are the backed ones, which
+// is the meaning the profiler's analysis gives them (Note [Virtual reservations] in
+// trace/src/memory_series.cpp): a segment_alloc that any map lands in counts for nothing, and
+// neither does its segment_free, while its maps and unmaps count; a plain segment counts whole.
+// memcomm's .mct flags its reservations (prof::MemBlockEvent::virtual_range()), which also covers one
+// that is never mapped; the guess from landing maps serves traces without the flag.
+// Nor is the reservation a source call, as in the allocator's own DeviceStats::source_calls()
+// (segment allocations plus maps; reserving address space is neither). PyTorch's snapshots show
+// expandable segments through their maps alone, so the rule leaves their recorded figures as they
+// were (the shared snapshots' are checked against SOURCES.md in tests/replay).
+std::vector<bool> RequestBuilder::virtual_reservations(const std::vector<SegmentStep>& steps) {
+  struct Live {
+    std::uint64_t end;      // one past the segment's last byte
+    std::size_t instance;   // index of its segment_alloc in `steps`
+  };
+  std::map<std::uint64_t, Live> live;  // segment start -> its end and instance
+  std::vector<bool> is_virtual(steps.size(), false);
+  for (std::size_t i = 0; i < steps.size(); ++i) is_virtual[i] = steps[i].flagged_virtual;
+  std::vector<std::size_t> freed_by(steps.size(), steps.size());  // segment_free -> its segment_alloc
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const SegmentStep& s = steps[i];
+    if (s.addr == kNoAddr) continue;
+    if (!s.mapped && s.grow) {
+      live[s.addr] = Live{s.addr + s.bytes, i};
+    } else if (!s.mapped) {
+      auto it = live.find(s.addr);
+      if (it != live.end()) {
+        freed_by[i] = it->second.instance;
+        live.erase(it);
+      }
+    } else if (s.grow) {
+      auto it = live.upper_bound(s.addr);
+      if (it != live.begin() && s.addr < (--it)->second.end) is_virtual[it->second.instance] = true;
+    }
+  }
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (freed_by[i] < steps.size()) is_virtual[i] = is_virtual[freed_by[i]];
+  }
+  return is_virtual;
+}
+
+RequestBuilder::RequestBuilder(int rank, int device) {
+  out_.rank = rank;
+  out_.device = device;
+}
+
+std::uint32_t RequestBuilder::new_block(std::uint64_t size) {
+  auto id = static_cast<std::uint32_t>(block_size_.size());
+  block_size_.push_back(size);
+  return id;
+}
+
+void RequestBuilder::alloc(std::uint64_t addr, std::uint64_t size, std::int64_t stream) {
+  ++out_.trace_events;
+  touched_.insert(addr);
+  auto it = live_.find(addr);
+  if (it != live_.end()) {  // the trace lost a free: end the old block first
+    ++out_.anomalies;
+    traced_.push_back(Request{0, stream, it->second, Request::Op::free});
+    live_.erase(it);
+  }
+  std::uint32_t id = new_block(size);
+  live_.emplace(addr, id);
+  traced_.push_back(Request{size, stream, id, Request::Op::alloc});
+}
+
+void RequestBuilder::free_completed(std::uint64_t addr, std::uint64_t size, std::int64_t stream) {
+  ++out_.trace_events;
+  touched_.insert(addr);
+  auto it = live_.find(addr);
+  std::uint32_t id;
+  if (it != live_.end()) {
+    id = it->second;
+    live_.erase(it);
+  } else if (ended_.count(addr)) {  // freed twice with no alloc between: a damaged trace
+    ++out_.anomalies;
+    return;
+  } else {  // allocated before the trace started
+    id = new_block(size);
+    pre_.push_back(Preexisting{addr, size, stream, id});
+  }
+  ended_.insert(addr);
+  traced_.push_back(Request{0, stream, id, Request::Op::free});
+}
+
+void RequestBuilder::free_requested(std::uint64_t addr) {
+  ++out_.trace_events;
+  touched_.insert(addr);
+}
+
+void RequestBuilder::segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped, bool virtual_range) {
+  ++out_.trace_events;
+  out_.recorded.expandable |= mapped;
+  segment_steps_.push_back(SegmentStep{addr, bytes, true, mapped, virtual_range && !mapped});
+}
+
+void RequestBuilder::segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped, bool virtual_range) {
+  ++out_.trace_events;
+  out_.recorded.expandable |= mapped;
+  segment_steps_.push_back(SegmentStep{addr, bytes, false, mapped, virtual_range && !mapped});
+}
+
+void RequestBuilder::oom() {
+  ++out_.trace_events;
+  ++out_.trace_ooms;
+}
+
+void RequestBuilder::step() {
+  ++out_.trace_events;
+  traced_.push_back(Request{0, 0, 0, Request::Op::step});
+}
+
+void RequestBuilder::other() { ++out_.trace_events; }
+
+void RequestBuilder::anomaly() {
+  ++out_.trace_events;
+  ++out_.anomalies;
+}
+
+void RequestBuilder::end_block(std::uint64_t addr, std::uint64_t requested, std::int64_t stream) {
+  if (touched_.count(addr)) {
+    if (!live_.count(addr)) ++out_.anomalies;  // the trace freed it, yet it is live at the end
+    return;
+  }
+  pre_.push_back(Preexisting{addr, requested, stream, new_block(requested)});
+}
+
+void RequestBuilder::end_reserved(std::uint64_t bytes, bool expandable) {
+  has_end_state_ = true;
+  end_reserved_ += bytes;
+  out_.recorded.expandable |= expandable;
+}
+
+DeviceRequests RequestBuilder::finish() {
+  std::sort(pre_.begin(), pre_.end(), [](const Preexisting& a, const Preexisting& b) { return a.addr < b.addr; });
+  out_.requests.reserve(pre_.size() + traced_.size());
+  for (const auto& p : pre_) {
+    out_.requests.push_back(Request{p.size, p.stream, p.block, Request::Op::alloc});
+    out_.preexisting_bytes += p.size;
+  }
+  out_.preexisting_blocks = pre_.size();
+  out_.requests.insert(out_.requests.end(), traced_.begin(), traced_.end());
+  out_.block_count = static_cast<std::uint32_t>(block_size_.size());
+
+  std::uint64_t cur = 0;
+  for (const Request& r : out_.requests) {
+    if (r.op == Request::Op::alloc) {
+      cur += r.size;
+      out_.peak_live = std::max(out_.peak_live, cur);
+    } else if (r.op == Request::Op::free) {
+      cur -= block_size_[r.block];
+    }
+  }
+
+  // What the traced allocator reserved: start = end state minus the trace's net change (0 without an
+  // end state, as for our own traces, which start with the process), then replay the segment events.
+  RecordedReserved& rec = out_.recorded;
+  rec.known = has_end_state_ || !segment_steps_.empty();
+  rec.at_end = end_reserved_;
+  const std::vector<bool> is_virtual = virtual_reservations(segment_steps_);
+  std::vector<std::int64_t> steps;  // signed reserved-byte changes, in trace order
+  steps.reserve(segment_steps_.size());
+  for (std::size_t i = 0; i < segment_steps_.size(); ++i) {
+    const SegmentStep& s = segment_steps_[i];
+    if (is_virtual[i]) continue;  // neither reserved bytes nor a source call (Note [Reserved bytes of ...])
+    ++(s.grow ? rec.source_allocs : rec.source_frees);
+    steps.push_back(s.grow ? static_cast<std::int64_t>(s.bytes) : -static_cast<std::int64_t>(s.bytes));
+  }
+  std::int64_t net = 0;
+  for (std::int64_t d : steps) net += d;
+  std::int64_t start = has_end_state_ ? static_cast<std::int64_t>(end_reserved_) - net : 0;
+  if (start < 0) {  // segment events that the end state cannot explain
+    ++out_.anomalies;
+    start = 0;
+  }
+  rec.at_start = static_cast<std::uint64_t>(start);
+  std::int64_t r = start, peak = start;
+  for (std::int64_t d : steps) {
+    r += d;
+    peak = std::max(peak, r);
+  }
+  rec.peak = static_cast<std::uint64_t>(peak);
+  if (!has_end_state_) rec.at_end = static_cast<std::uint64_t>(std::max<std::int64_t>(r, 0));
+  return std::move(out_);
+}
+
+}  // namespace memcomm::replay

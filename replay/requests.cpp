@@ -1,0 +1,107 @@
+// Rebuilding per-device request sequences from traces. See Note [Rebuilding requests].
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "memcomm/replay/requests.hpp"
+#include "request_builder.hpp"
+#include "mct_trace.hpp"
+
+namespace memcomm::replay {
+namespace {
+
+using snapshot::Action;
+using snapshot::Event;
+
+std::uint64_t seg_addr(const Event& e) { return e.has_addr() ? e.addr : RequestBuilder::kNoAddr; }
+
+DeviceRequests build_device(const snapshot::Snapshot& snap, int device) {
+  RequestBuilder b(kNoRank, device);
+  if (device < static_cast<int>(snap.device_traces.size())) {
+    for (const Event& e : snap.device_traces[static_cast<std::size_t>(device)]) {
+      switch (e.action) {
+        case Action::alloc:
+          if (e.has_addr()) b.alloc(e.addr, e.size, e.stream);
+          else b.anomaly();
+          break;
+        case Action::free_completed:
+          if (e.has_addr()) b.free_completed(e.addr, e.size, e.stream);
+          else b.anomaly();
+          break;
+        case Action::free_requested:
+          if (e.has_addr()) b.free_requested(e.addr);
+          else b.other();
+          break;
+        case Action::segment_alloc: b.segment_grow(seg_addr(e), e.size, false); break;
+        case Action::segment_map: b.segment_grow(seg_addr(e), e.size, true); break;
+        case Action::segment_free: b.segment_shrink(seg_addr(e), e.size, false); break;
+        case Action::segment_unmap: b.segment_shrink(seg_addr(e), e.size, true); break;
+        case Action::oom: b.oom(); break;
+        case Action::snapshot:
+        case Action::other: b.other(); break;
+      }
+    }
+  }
+  for (const auto& seg : snap.segments) {
+    if (seg.device != device) continue;
+    b.end_reserved(seg.total_size, seg.is_expandable);
+    for (const auto& blk : seg.blocks) {
+      if (blk.is_active()) b.end_block(blk.address, blk.requested_size ? blk.requested_size : blk.size, seg.stream);
+    }
+  }
+  return b.finish();
+}
+
+}  // namespace
+
+TraceRequests build_requests(const snapshot::Snapshot& snap) {
+  TraceRequests out;
+  out.file = snap.source;
+  out.format = "pytorch-snapshot";
+  out.settings = snap.settings;
+  int max_device = static_cast<int>(snap.device_traces.size()) - 1;
+  for (const auto& s : snap.segments) max_device = std::max(max_device, s.device);
+  for (int d = 0; d <= max_device; ++d) {
+    bool used = d < static_cast<int>(snap.device_traces.size()) && !snap.device_traces[d].empty();
+    for (const auto& s : snap.segments) used |= s.device == d;
+    if (used) out.devices.push_back(build_device(snap, d));
+  }
+  return out;
+}
+
+// Note [Trace formats]: load_trace() recognises a file by its first bytes and hands it to the
+// matching reader. PyTorch pickles start with PROTO (0x80). memcomm's own traces (.mct, written by
+// the trace layer; file magic "MEMCTRC\x1A", memcomm::prof::kFileMagic) are read by mct_trace.cpp
+// through the trace layer's TraceReader: Alloc ->
+// Request::alloc, FreeCompleted -> Request::free, Step ranges -> Request::step, SegmentAlloc/Free/
+// Map/Unmap -> RecordedReserved (the trace starts with the process, so reserved starts at 0; an
+// expandable segment's virtual range is not reserved memory, Note [Reserved bytes of expandable
+// segments]), Oom -> trace_ooms. Devices are kept per (rank, device). A file cut short by a killed
+// writer is read up to its last complete chunk, and TraceRequests::recovery says so.
+TraceRequests load_trace(const std::string& path, const LoadProgress& progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::uint8_t> bytes = snapshot::read_file_bytes(path);
+  if (bytes.empty()) throw snapshot::ReadError(path, snapshot::kNoOffset, "empty file (0 bytes)");
+  TraceRequests out;
+  if (bytes[0] == 0x80) {
+    snapshot::ParseOptions opts;
+    opts.keep_frames = false;  // replay needs no stacks
+    opts.progress = progress.callback;
+    opts.progress_user = progress.user;
+    snapshot::Snapshot snap = snapshot::parse_snapshot(bytes.data(), bytes.size(), path, opts);
+    out = build_requests(snap);
+  } else if (bytes.size() >= 8 && std::memcmp(bytes.data(), "MEMCTRC\x1A", 8) == 0) {
+    bytes.clear();
+    bytes.shrink_to_fit();
+    out = read_mct_trace(path);  // memory-maps the file itself
+  } else {
+    throw snapshot::ReadError(path, 0, fmt::format("unknown trace format (first byte 0x{:02x}): expected a PyTorch memory "
+                                                   "snapshot pickle (first byte 0x80)", bytes[0]));
+  }
+  out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace memcomm::replay

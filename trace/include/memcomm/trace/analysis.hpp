@@ -1,0 +1,173 @@
+// Trace analysis shared by memcomm-trace report, the viewer and the tuner.
+//
+// Note [Breakdown definitions]
+// Following HTA (Holistic Trace Analysis), time on a rank's "device" timeline splits into:
+//   compute   = union of compute spans
+//   comm      = union of communication spans, minus compute (communication nothing hides)
+//   memcpy    = union of memcpy/memset spans, minus compute and comm
+//   idle      = window - union of all spans
+// so compute + comm + memcpy + idle = window. Overlap is HTA's communication-computation overlap:
+//   overlap % = |comm ∩ compute| / |comm| x 100,   exposed comm = |comm| - |comm ∩ compute|.
+// What a "span" is depends on the run (Note [CPU runs]):
+//   GPU run (the rank has Kernel events): compute = kernels that are not communication kernels;
+//     comm = communication kernels (ComputeEvent::sub == 1, e.g. ncclDevKernel_*), or collective
+//     start..end when there are none; memcpy = Memcpy + Memset.
+//   CPU run: compute = host phases Forward, Backward, Optimizer and Eval (leaf phases; Step and
+//     MicroStep contain everything and DataWait is waiting); comm = collective start..end
+//     (the Gloo work, which runs beside backward when DDP overlaps); memcpy = Memcpy + Memset.
+// The window is from the first Step begin to the last Step end when steps exist, else from the
+// first to the last span.
+//
+// Note [Collective bandwidth]
+// nccl-tests definitions: algbw = bytes / time; busbw = algbw x factor with n ranks in the
+// communicator: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast,
+// reduce, send/recv 1. `bytes` is nccl-tests' "size" (for all_gather the gathered total). The time
+// of a collective matched across ranks is from the LAST rank's start to the last end (before the
+// last arrival nothing can move); with one rank's view only, its own end - start.
+// Skew = latest start - earliest start; the straggler is the rank that started last.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcomm/trace/trace_set.hpp"
+
+namespace memcomm::prof {
+
+struct Interval {
+  int64_t begin;
+  int64_t end;
+};
+
+// Total length of a union of intervals (any order, may overlap).
+int64_t union_length(std::vector<Interval> v);
+// Sorts and merges overlapping intervals in place.
+void merge_intervals(std::vector<Interval>& v);
+// |a ∩ b| for two merged (sorted, disjoint) interval lists.
+int64_t intersection_length(const std::vector<Interval>& a, const std::vector<Interval>& b);
+// Clips a merged list to [lo, hi].
+std::vector<Interval> clip(const std::vector<Interval>& v, int64_t lo, int64_t hi);
+// a minus b, both merged.
+std::vector<Interval> subtract(const std::vector<Interval>& a, const std::vector<Interval>& b);
+
+// A closed range: a RangeBegin matched with its RangeEnd (LIFO per thread).
+struct RangeSpan {
+  Phase phase;
+  StringId name;
+  uint64_t id;
+  uint16_t thread;
+  uint16_t depth;     // nesting depth on its thread, from 0
+  int64_t begin;
+  int64_t end;        // the trace's end when the range was never closed
+  bool closed;
+};
+std::vector<RangeSpan> pair_ranges(const RankTrace& r);
+
+// One collective on one rank, assembled from its enqueue/start/end events.
+struct CollectiveOnRank {
+  uint64_t comm_key;  // CommInfo hash when known, else the comm index
+  uint8_t comm;
+  uint32_t seq;
+  CollOp op;
+  DType dtype;
+  uint64_t bytes;
+  uint16_t bucket;
+  int64_t enqueue = -1, start = -1, end = -1;  // -1 when not recorded
+};
+std::vector<CollectiveOnRank> collectives_of(const RankTrace& r);
+
+double busbw_factor(CollOp op, int nranks);
+
+struct CollectiveStats {
+  uint64_t comm_key;
+  uint32_t seq;
+  CollOp op;
+  DType dtype;
+  uint64_t bytes;
+  uint16_t bucket;
+  int nranks;                 // communicator size (CommInfo), else the ranks that recorded it
+  int ranks_seen;             // ranks whose traces hold this collective
+  int64_t first_start, last_start, last_end;
+  int64_t time_ns;            // Note [Collective bandwidth]
+  double algbw_gbps;          // GB/s (1e9 bytes)
+  double busbw_gbps;
+  int64_t skew_ns;            // last_start - first_start
+  uint32_t straggler_rank;    // rank that started last (kUnknownRank with one rank)
+};
+
+struct Breakdown {
+  int64_t window_ns = 0;
+  int64_t compute_ns = 0, comm_ns = 0, memcpy_ns = 0, idle_ns = 0;  // sum to window_ns
+  int64_t comm_total_ns = 0;    // |comm| including the part hidden under compute
+  int64_t overlap_ns = 0;       // |comm ∩ compute|
+  int64_t exposed_comm_ns = 0;  // comm_total - overlap
+  double overlap_pct = 0;       // overlap / comm_total x 100 (0 when no comm)
+};
+
+struct StepRow {
+  uint32_t rank;
+  uint64_t step;              // RangeEvent::id of the Step range
+  int64_t begin, end;
+  int64_t data_wait_ns;       // DataWait phases inside the step
+  Breakdown breakdown;        // over the step's window
+  uint64_t peak_allocated;    // bytes, max inside the step (0 when no memory events)
+  uint64_t peak_reserved;
+};
+
+struct MemoryPoint {
+  int64_t ts;
+  uint64_t allocated, reserved, active;
+  uint64_t largest_free;      // 0 when not sampled
+  double fragmentation;       // 1 - largest_free / (reserved - allocated) when sampled, else
+                              // (reserved - allocated) / reserved: the cached-but-unused share
+};
+
+struct RankSummary {
+  uint32_t rank;
+  bool gpu_mode;              // Note [Breakdown definitions]
+  std::string host;
+  uint64_t events = 0, drops = 0;
+  int64_t begin_ns = 0, end_ns = 0;
+  Breakdown breakdown;
+  uint64_t steps = 0;
+  int64_t mean_step_ns = 0;
+  uint64_t peak_allocated = 0, peak_reserved = 0;
+  double max_fragmentation = 0;
+  uint64_t ooms = 0;
+  uint64_t collectives = 0, comm_bytes = 0;
+};
+
+struct AnalysisOptions {
+  size_t max_memory_points = 4096;  // memory series is decimated (keeping peaks) to this many points
+};
+
+struct Analysis {
+  std::vector<RankSummary> ranks;
+  std::vector<StepRow> steps;                 // every rank's steps, by rank then step
+  std::vector<CollectiveStats> collectives;   // matched across ranks, by (comm, seq)
+  std::vector<std::vector<MemoryPoint>> memory;  // per rank (same order as `ranks`)
+  // Totals over ranks (means) for one-line summaries.
+  double mean_overlap_pct = 0;
+  int64_t mean_exposed_comm_ns = 0;
+  double mean_busbw_gbps = 0;       // bytes-weighted over collectives with a time
+  int64_t max_skew_ns = 0;
+  uint64_t drops = 0;
+};
+
+Analysis analyze(const TraceSet& set, const AnalysisOptions& opt = {});
+// The analysis as JSON (what `memcomm-trace report --json` prints).
+std::string analysis_to_json(const Analysis& a, int indent = 2);
+// The analysis as aligned text tables.
+std::string analysis_to_text(const Analysis& a, size_t max_rows = 40);
+
+// Compute/comm/memcpy spans of one rank, as used by the breakdown (exposed for the viewer).
+struct RankSpans {
+  bool gpu_mode = false;
+  std::vector<Interval> compute, comm, memcpy;  // merged
+};
+RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges, const std::vector<CollectiveOnRank>& colls);
+Breakdown breakdown_over(const RankSpans& s, int64_t lo, int64_t hi);
+std::vector<MemoryPoint> memory_series(const RankTrace& r);
+
+}  // namespace memcomm::prof

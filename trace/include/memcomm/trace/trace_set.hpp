@@ -1,0 +1,70 @@
+// TraceSet: one or more .mct files loaded into memory, one RankTrace per rank, on one timeline.
+//
+// Loading applies each rank's MetaKey::ClockOffset (Note [Merging ranks] in event.hpp) unless the
+// file is already merged, and sorts each rank's events by time (stable, so same-time events keep
+// recording order). This is what memcomm-trace, the analysis library and the viewer work from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memcomm/trace/trace_reader.hpp"
+
+namespace memcomm::prof {
+
+// Loaded timestamps are clamped to +-kMaxAbsTimestamp (about 36 years) before the clock offset
+// (itself clamped alike) is added: only corrupt data lies outside, and the bound keeps analysis
+// arithmetic free of overflow.
+inline constexpr int64_t kMaxAbsTimestamp = int64_t(1) << 60;
+
+struct RankTrace {
+  uint32_t rank = kUnknownRank;
+  uint32_t world_size = 0;
+  std::string host;                 // MetaKey::Host, "" when not recorded
+  std::string process_name;
+  int64_t pid = -1;
+  int64_t clock_offset_ns = 0;      // the offset that was applied to `events`
+  std::vector<std::string> strings; // string table, indexed by StringId
+  std::vector<Event> events;        // sorted by ts, on the common timeline
+  std::string source;               // file it came from
+  uint64_t drops = 0;               // sum of DropEvent counts
+
+  std::string_view name(StringId id) const {
+    return id < strings.size() ? std::string_view(strings[id]) : std::string_view();
+  }
+  // Finds (or, with create, appends) a string; the id is valid in this rank's table.
+  StringId find_string(std::string_view s) const;
+  int64_t begin_ns() const { return events.empty() ? 0 : events.front().ts; }
+  int64_t end_ns() const;           // latest end (ts + duration for spans)
+};
+
+struct FileLoadInfo {
+  std::string path;
+  RecoveryInfo recovery;
+  bool merged = false;
+};
+
+struct LoadOptions {
+  bool apply_clock_offsets = true;
+  bool sort = true;
+};
+
+struct TraceSet {
+  std::vector<RankTrace> ranks;     // ordered by rank
+  std::vector<FileLoadInfo> files;  // one per input file, with what was recovered
+
+  // Loads files (per-rank or merged, in any mix). Throws TraceError; a truncated tail is not an
+  // error (see files[i].recovery). Two inputs claiming the same rank are an error.
+  static TraceSet load(const std::vector<std::string>& paths, const LoadOptions& opt = {});
+
+  // Adds events for one rank from an already-open reader (used by load and by tests).
+  void add_from_reader(TraceReader& reader, const LoadOptions& opt);
+  void finish(const LoadOptions& opt);  // sorts, applies offsets, fills metadata fields
+
+  uint64_t event_count() const;
+  const RankTrace* find_rank(uint32_t rank) const;
+};
+
+}  // namespace memcomm::prof

@@ -1,0 +1,136 @@
+// Text and JSON renderings of an Analysis (memcomm-trace report; the trainer's summary).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "memcomm/trace/analysis.hpp"
+
+namespace memcomm::prof {
+
+namespace {
+nlohmann::json breakdown_json(const Breakdown& b) {
+  return {{"window_ns", b.window_ns},       {"compute_ns", b.compute_ns},   {"comm_ns", b.comm_ns},
+          {"memcpy_ns", b.memcpy_ns},       {"idle_ns", b.idle_ns},         {"comm_total_ns", b.comm_total_ns},
+          {"overlap_ns", b.overlap_ns},     {"exposed_comm_ns", b.exposed_comm_ns},
+          {"overlap_pct", b.overlap_pct}};
+}
+std::string ms(int64_t ns) { return fmt::format("{:.3f}", double(ns) / 1e6); }
+std::string mib(uint64_t b) { return fmt::format("{:.1f}", double(b) / (1024.0 * 1024.0)); }
+double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * double(part) / double(whole) : 0.0; }
+}  // namespace
+
+std::string analysis_to_json(const Analysis& a, int indent) {
+  nlohmann::json j;
+  j["ranks"] = nlohmann::json::array();
+  for (const RankSummary& r : a.ranks) {
+    j["ranks"].push_back({{"rank", r.rank},
+                          {"mode", r.gpu_mode ? "gpu" : "cpu"},
+                          {"host", r.host},
+                          {"events", r.events},
+                          {"drops", r.drops},
+                          {"begin_ns", r.begin_ns},
+                          {"end_ns", r.end_ns},
+                          {"breakdown", breakdown_json(r.breakdown)},
+                          {"steps", r.steps},
+                          {"mean_step_ns", r.mean_step_ns},
+                          {"peak_allocated", r.peak_allocated},
+                          {"peak_reserved", r.peak_reserved},
+                          {"max_fragmentation", r.max_fragmentation},
+                          {"ooms", r.ooms},
+                          {"collectives", r.collectives},
+                          {"comm_bytes", r.comm_bytes}});
+  }
+  j["steps"] = nlohmann::json::array();
+  for (const StepRow& s : a.steps) {
+    j["steps"].push_back({{"rank", s.rank},
+                          {"step", s.step},
+                          {"begin_ns", s.begin},
+                          {"end_ns", s.end},
+                          {"time_ns", s.end - s.begin},
+                          {"data_wait_ns", s.data_wait_ns},
+                          {"breakdown", breakdown_json(s.breakdown)},
+                          {"peak_allocated", s.peak_allocated},
+                          {"peak_reserved", s.peak_reserved}});
+  }
+  j["collectives"] = nlohmann::json::array();
+  for (const CollectiveStats& c : a.collectives) {
+    j["collectives"].push_back({{"comm", c.comm_key},
+                                {"seq", c.seq},
+                                {"op", coll_op_name(c.op)},
+                                {"dtype", dtype_name(c.dtype)},
+                                {"bytes", c.bytes},
+                                {"bucket", c.bucket == kNoBucket ? -1 : int(c.bucket)},
+                                {"nranks", c.nranks},
+                                {"ranks_seen", c.ranks_seen},
+                                {"time_ns", c.time_ns},
+                                {"algbw_gbps", c.algbw_gbps},
+                                {"busbw_gbps", c.busbw_gbps},
+                                {"skew_ns", c.skew_ns},
+                                {"straggler_rank", c.straggler_rank == kUnknownRank ? -1 : int64_t(c.straggler_rank)}});
+  }
+  j["memory"] = nlohmann::json::array();
+  for (size_t i = 0; i < a.memory.size(); ++i) {
+    nlohmann::json pts = nlohmann::json::array();
+    for (const MemoryPoint& p : a.memory[i])
+      pts.push_back({p.ts, p.allocated, p.reserved, p.active, p.largest_free, p.fragmentation});
+    j["memory"].push_back({{"rank", a.ranks[i].rank},
+                           {"columns", {"ts_ns", "allocated", "reserved", "active", "largest_free", "fragmentation"}},
+                           {"points", pts}});
+  }
+  j["summary"] = {{"mean_overlap_pct", a.mean_overlap_pct},
+                  {"mean_exposed_comm_ns", a.mean_exposed_comm_ns},
+                  {"mean_busbw_gbps", a.mean_busbw_gbps},
+                  {"max_skew_ns", a.max_skew_ns},
+                  {"drops", a.drops}};
+  return j.dump(indent);
+}
+
+std::string analysis_to_text(const Analysis& a, size_t max_rows) {
+  std::string out;
+  out += "Temporal breakdown per rank (HTA definitions; % of window)\n";
+  out += fmt::format("{:>5} {:>4} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>11} {:>9} {:>9} {:>7}\n", "rank", "mode",
+                     "window_ms", "compute%", "comm%", "memcpy%", "idle%", "overlap%", "exposed_ms", "peak_MiB",
+                     "resv_MiB", "drops");
+  for (const RankSummary& r : a.ranks) {
+    const Breakdown& b = r.breakdown;
+    out += fmt::format("{:>5} {:>4} {:>11} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>11} {:>9} {:>9} {:>7}\n",
+                       r.rank == kUnknownRank ? -1 : int64_t(r.rank), r.gpu_mode ? "gpu" : "cpu", ms(b.window_ns),
+                       pct(b.compute_ns, b.window_ns), pct(b.comm_ns, b.window_ns), pct(b.memcpy_ns, b.window_ns),
+                       pct(b.idle_ns, b.window_ns), b.overlap_pct, ms(b.exposed_comm_ns), mib(r.peak_allocated),
+                       mib(r.peak_reserved), r.drops);
+  }
+  if (!a.steps.empty()) {
+    out += fmt::format("\nSteps ({} rows{})\n", a.steps.size(),
+                       a.steps.size() > max_rows ? fmt::format(", first {} shown", max_rows) : "");
+    out += fmt::format("{:>5} {:>7} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9}\n", "rank", "step", "time_ms",
+                       "data_wait_ms", "comm_ms", "exposed_ms", "overlap%", "peak_MiB");
+    for (size_t i = 0; i < a.steps.size() && i < max_rows; ++i) {
+      const StepRow& s = a.steps[i];
+      out += fmt::format("{:>5} {:>7} {:>10} {:>12} {:>10} {:>12} {:>9.1f} {:>9}\n", s.rank, s.step, ms(s.end - s.begin),
+                         ms(s.data_wait_ns), ms(s.breakdown.comm_total_ns), ms(s.breakdown.exposed_comm_ns),
+                         s.breakdown.overlap_pct, mib(s.peak_allocated));
+    }
+  }
+  if (!a.collectives.empty()) {
+    out += fmt::format("\nCollectives ({} matched{})\n", a.collectives.size(),
+                       a.collectives.size() > max_rows ? fmt::format(", first {} shown", max_rows) : "");
+    out += fmt::format("{:>6} {:>15} {:>6} {:>12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "seq", "op", "dtype",
+                       "bytes", "bucket", "ranks", "time_us", "algbw", "busbw", "skew_us", "straggler");
+    for (size_t i = 0; i < a.collectives.size() && i < max_rows; ++i) {
+      const CollectiveStats& c = a.collectives[i];
+      out += fmt::format("{:>6} {:>15} {:>6} {:>12} {:>6} {:>3}/{:<2} {:>10.1f} {:>10.3f} {:>10.3f} {:>10.1f} {:>9}\n", c.seq,
+                         coll_op_name(c.op), dtype_name(c.dtype), c.bytes,
+                         c.bucket == kNoBucket ? std::string("-") : std::to_string(c.bucket), c.ranks_seen, c.nranks,
+                         double(c.time_ns) / 1e3, c.algbw_gbps, c.busbw_gbps, double(c.skew_ns) / 1e3,
+                         c.straggler_rank == kUnknownRank ? std::string("-") : std::to_string(c.straggler_rank));
+    }
+    out += "(bandwidths in GB/s, nccl-tests definitions)\n";
+  }
+  out += fmt::format("\nSummary: overlap {:.1f}% (mean over ranks), exposed communication {} ms per rank, "
+                     "bus bandwidth {:.3f} GB/s, max skew {:.1f} us, drops {}\n",
+                     a.mean_overlap_pct, ms(a.mean_exposed_comm_ns), a.mean_busbw_gbps, double(a.max_skew_ns) / 1e3,
+                     a.drops);
+  return out;
+}
+
+}  // namespace memcomm::prof

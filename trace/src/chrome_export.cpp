@@ -1,0 +1,225 @@
+// Chrome/Perfetto JSON writer; layout documented in chrome_export.hpp. Streams with fmt so that
+// exports of tens of millions of events need no DOM.
+#include "memcomm/trace/chrome_export.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "memcomm/trace/analysis.hpp"
+
+namespace memcomm::prof {
+
+namespace {
+
+constexpr int64_t kStreamTid = 100000;
+constexpr int64_t kCommTid = 200000;
+
+std::string escape(std::string_view s) {
+  std::string o;
+  o.reserve(s.size() + 2);
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", int(c)); else o += c;
+    }
+  }
+  return o;
+}
+
+class Writer {
+ public:
+  Writer(std::FILE* f, int64_t t0) : f_(f), t0_(t0) {}
+  // Microseconds with ns precision.
+  std::string us(int64_t ns) const {
+    const int64_t d = ns - t0_;
+    return fmt::format("{}{}.{:03}", d < 0 ? "-" : "", std::abs(d) / 1000, std::abs(d) % 1000);
+  }
+  void raw(const std::string& s) {
+    if (!first_) std::fputs(",\n", f_);
+    first_ = false;
+    std::fputs(s.c_str(), f_);
+  }
+  std::FILE* f_;
+  int64_t t0_;
+  bool first_ = true;
+};
+
+int64_t stream_tid(const ComputeEvent& c) { return kStreamTid + int64_t(c.device == kHostDevice ? 255 : c.device) * 256 + c.stream; }
+
+}  // namespace
+
+ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out) {
+  ChromeExportStats st;
+  int64_t t0 = INT64_MAX;
+  for (const RankTrace& r : set.ranks)
+    if (!r.events.empty()) t0 = std::min(t0, r.events.front().ts);
+  if (t0 == INT64_MAX) t0 = 0;
+  Writer w(out, t0);
+  std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", out);
+
+  // Matched collectives for cross-rank flows: (comm_key, seq) -> (pid, tid, start ts) per rank.
+  struct CollSlice {
+    int64_t pid, tid, begin, end;
+  };
+  std::map<std::pair<uint64_t, uint32_t>, std::vector<CollSlice>> coll_slices;
+  uint64_t flow_id = 1;
+
+  for (const RankTrace& r : set.ranks) {
+    const int64_t pid = r.rank == kUnknownRank ? 999999 : int64_t(r.rank);
+    w.raw(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}{}"}}}})", pid,
+                      r.rank == kUnknownRank ? std::string("?") : std::to_string(r.rank),
+                      r.host.empty() ? "" : " (" + escape(r.host) + ")"));
+    w.raw(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid, pid));
+    // Lane names.
+    std::map<int64_t, std::string> lanes;
+    for (const Event& e : r.events) {
+      if (e.kind == EventKind::Meta) {
+        const auto m = e.as<MetaEvent>();
+        if (m.key == MetaKey::ThreadName) lanes[m.thread] = std::string(r.name(m.str)) + " (" + std::to_string(m.value) + ")";
+      } else if (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy || e.kind == EventKind::Memset) {
+        const auto c = e.as<ComputeEvent>();
+        lanes.emplace(stream_tid(c), fmt::format("GPU {} stream {}", int(c.device), int(c.stream)));
+      } else if (family_of(e.kind) == EventFamily::Communication) {
+        lanes.emplace(kCommTid + e.as<CollectiveEvent>().comm,
+                      fmt::format("collectives (comm {})", int(e.as<CollectiveEvent>().comm)));
+      }
+    }
+    for (auto& [tid, name] : lanes)
+      w.raw(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", pid, tid,
+                        escape(name)));
+
+    // Ranges.
+    for (const RangeSpan& rs : pair_ranges(r)) {
+      const std::string name = rs.name ? escape(r.name(rs.name)) : std::string(phase_name(rs.phase));
+      w.raw(fmt::format(R"({{"ph":"X","cat":"phase","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"phase":"{}","id":{}{}}}}})",
+                        name, pid, rs.thread, w.us(rs.begin), w.us(t0 + (rs.end - rs.begin)), phase_name(rs.phase),
+                        rs.id, rs.closed ? "" : ",\"unclosed\":true"));
+      ++st.slices;
+    }
+
+    // Compute spans, launches and their flows.
+    std::unordered_map<uint32_t, ComputeEvent> launches;
+    for (const Event& e : r.events)
+      if (e.kind == EventKind::Launch && e.as<ComputeEvent>().corr != 0) launches[e.as<ComputeEvent>().corr] = e.as<ComputeEvent>();
+    for (const Event& e : r.events) {
+      if (family_of(e.kind) != EventFamily::Compute) continue;
+      const auto c = e.as<ComputeEvent>();
+      const bool host = e.kind == EventKind::Launch || e.kind == EventKind::Sync;
+      const int64_t tid = host ? int64_t(c.thread()) : stream_tid(c);
+      std::string name, args;
+      if (e.kind == EventKind::Memcpy) {
+        name = fmt::format("memcpy {}", copy_kind_name(CopyKind(c.sub)));
+        args = fmt::format(R"("bytes":{},"corr":{})", decode_bytes32(c.arg), c.corr);
+      } else if (e.kind == EventKind::Memset) {
+        name = "memset";
+        args = fmt::format(R"("bytes":{},"corr":{})", decode_bytes32(c.arg), c.corr);
+      } else {
+        name = escape(r.name(c.arg));
+        if (name.empty()) name = kind_name(e.kind);
+        args = fmt::format(R"("corr":{}{})", c.corr, e.kind == EventKind::Kernel && c.sub == 1 ? ",\"communication\":true" : "");
+      }
+      w.raw(fmt::format(R"({{"ph":"X","cat":"{}","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
+                        kind_name(e.kind), name, pid, tid, w.us(c.ts), w.us(t0 + c.dur_ns), args));
+      ++st.slices;
+      if (!host && c.corr != 0) {
+        auto it = launches.find(c.corr);
+        if (it != launches.end()) {
+          const ComputeEvent& l = it->second;
+          w.raw(fmt::format(R"({{"ph":"s","cat":"launch","name":"launch","id":{},"pid":{},"tid":{},"ts":{}}})", flow_id, pid,
+                            l.thread(), w.us(l.ts)));
+          w.raw(fmt::format(R"({{"ph":"f","bp":"e","cat":"launch","name":"launch","id":{},"pid":{},"tid":{},"ts":{}}})",
+                            flow_id, pid, tid, w.us(c.ts)));
+          ++flow_id;
+          ++st.flows;
+        }
+      }
+    }
+
+    // Collectives.
+    for (const CollectiveOnRank& c : collectives_of(r)) {
+      const int64_t tid = kCommTid + c.comm;
+      const int64_t b = c.start >= 0 ? c.start : c.enqueue;
+      if (c.enqueue >= 0) {
+        w.raw(fmt::format(R"({{"ph":"i","s":"t","cat":"collective","name":"enqueue {} #{}","pid":{},"tid":{},"ts":{}}})",
+                          coll_op_name(c.op), c.seq, pid, tid, w.us(c.enqueue)));
+        ++st.instants;
+      }
+      if (b < 0 || c.end < b) continue;
+      w.raw(fmt::format(R"({{"ph":"X","cat":"collective","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"seq":{},"bytes":{},"dtype":"{}","bucket":{},"comm":{}}}}})",
+                        coll_op_name(c.op), pid, tid, w.us(b), w.us(t0 + (c.end - b)), c.seq, c.bytes, dtype_name(c.dtype),
+                        c.bucket == kNoBucket ? -1 : int(c.bucket), c.comm_key));
+      ++st.slices;
+      coll_slices[{c.comm_key, c.seq}].push_back({pid, tid, b, c.end});
+    }
+
+    // Memory and counters.
+    for (const MemoryPoint& p : memory_series(r)) {
+      w.raw(fmt::format(R"({{"ph":"C","name":"memory","pid":{},"ts":{},"args":{{"allocated":{},"reserved":{},"active":{}}}}})",
+                        pid, w.us(p.ts), p.allocated, p.reserved, p.active));
+      w.raw(fmt::format(R"({{"ph":"C","name":"fragmentation","pid":{},"ts":{},"args":{{"fragmentation":{:.4f}}}}})", pid,
+                        w.us(p.ts), p.fragmentation));
+      st.counters += 2;
+    }
+    for (const Event& e : r.events) {
+      if (e.kind == EventKind::Counter) {
+        const auto c = e.as<CounterEvent>();
+        const std::string name = escape(r.name(c.name));
+        w.raw(fmt::format(R"({{"ph":"C","name":"{}","pid":{},"ts":{},"args":{{"{}":{}}}}})", name.empty() ? "counter" : name,
+                          pid, w.us(c.ts), name.empty() ? "value" : name, std::isfinite(c.value) ? c.value : 0.0));
+        ++st.counters;
+      } else if (e.kind == EventKind::Oom) {
+        const auto o = e.as<OomEvent>();
+        w.raw(fmt::format(R"({{"ph":"i","s":"p","cat":"memory","name":"OOM","pid":{},"tid":0,"ts":{},"args":{{"requested":{},"device":{}}}}})",
+                          pid, w.us(o.ts), o.requested, int(o.device)));
+        ++st.instants;
+      } else if (e.kind == EventKind::Drops) {
+        const auto d = e.as<DropEvent>();
+        w.raw(fmt::format(R"({{"ph":"i","s":"t","cat":"profiler","name":"dropped {} events","pid":{},"tid":{},"ts":{}}})",
+                          d.count, pid, d.thread, w.us(d.ts)));
+        ++st.instants;
+      }
+    }
+  }
+
+  // Cross-rank flows between matching collectives, in rank order.
+  for (auto& [key, slices] : coll_slices) {
+    for (size_t i = 0; i + 1 < slices.size(); ++i) {
+      const CollSlice& a = slices[i];
+      const CollSlice& b = slices[i + 1];
+      w.raw(fmt::format(R"({{"ph":"s","cat":"collective","name":"match","id":{},"pid":{},"tid":{},"ts":{}}})", flow_id, a.pid,
+                        a.tid, w.us(a.begin)));
+      w.raw(fmt::format(R"({{"ph":"f","bp":"e","cat":"collective","name":"match","id":{},"pid":{},"tid":{},"ts":{}}})", flow_id,
+                        b.pid, b.tid, w.us(b.begin)));
+      ++flow_id;
+      ++st.flows;
+    }
+  }
+  std::fprintf(out, "\n],\"otherData\":{\"producer\":\"memcomm-trace\",\"t0_ns\":%lld}}\n", (long long)t0);
+  if (std::ferror(out)) throw TraceError(fmt::format("writing chrome trace failed: {}", std::strerror(errno)));
+  return st;
+}
+
+ChromeExportStats export_chrome(const TraceSet& set, const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw TraceError(fmt::format("cannot create '{}': {}", path, std::strerror(errno)));
+  ChromeExportStats st;
+  try {
+    st = export_chrome(set, f);
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  if (std::fclose(f) != 0) throw TraceError(fmt::format("writing '{}' failed: {}", path, std::strerror(errno)));
+  return st;
+}
+
+}  // namespace memcomm::prof

@@ -1,0 +1,147 @@
+// TraceReader: see the header for the error and recovery contract.
+#include "memcomm/trace/trace_reader.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "memcomm/trace/chunk_codec.hpp"
+
+namespace memcomm::prof {
+
+TraceReader::TraceReader(const std::string& path) : name_(path), dec_(std::make_unique<ChunkDecoder>()) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw TraceError(fmt::format("cannot open trace file '{}': {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw TraceError(fmt::format("cannot stat trace file '{}': {}", path, std::strerror(err)));
+  }
+  size_ = size_t(st.st_size);
+  if (size_ > 0) {
+    map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map_ == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      map_ = nullptr;
+      throw TraceError(fmt::format("cannot map trace file '{}': {}", path, std::strerror(err)));
+    }
+    map_size_ = size_;
+    ::madvise(map_, size_, MADV_SEQUENTIAL);
+    data_ = static_cast<const unsigned char*>(map_);
+  }
+  ::close(fd);
+  try {
+    open_header();
+  } catch (...) {
+    if (map_) ::munmap(map_, map_size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+TraceReader::TraceReader(const void* data, size_t size, std::string name)
+    : name_(std::move(name)), data_(static_cast<const unsigned char*>(data)), size_(size),
+      dec_(std::make_unique<ChunkDecoder>()) {
+  open_header();
+}
+
+TraceReader::~TraceReader() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+void TraceReader::fail(uint64_t offset, const std::string& what) const {
+  throw TraceError(fmt::format("{}: {} (at byte offset {})", name_, what, offset));
+}
+
+void TraceReader::open_header() {
+  info_.file_bytes = size_;
+  if (size_ == 0) fail(0, "empty file (0 bytes)");
+  if (size_ < sizeof(kFileMagic) || std::memcmp(data_, kFileMagic, sizeof kFileMagic) != 0)
+    fail(0, "not a memcomm trace (.mct): bad magic");
+  if (size_ < sizeof(FileHeader))
+    fail(0, fmt::format("file header truncated: {} bytes, need {}", size_, sizeof(FileHeader)));
+  std::memcpy(&header_, data_, sizeof header_);
+  if (header_.format_version != kFormatVersion)
+    fail(8, fmt::format("unsupported trace format version {} (this reader supports version {})",
+                        header_.format_version, kFormatVersion));
+  if (header_.event_version != kEventModelVersion)
+    fail(10, fmt::format("unsupported event model version {} (this reader supports version {})",
+                         header_.event_version, kEventModelVersion));
+  const uint32_t sum = uint32_t(trace_hash(&header_, offsetof(FileHeader, header_checksum)));
+#ifdef MEMCOMM_FUZZING_BUILD  // Note [Fuzzing past checksums] in chunk_codec.cpp
+  (void)sum;
+#else
+  if (sum != header_.header_checksum)
+    fail(offsetof(FileHeader, header_checksum),
+         fmt::format("file header checksum mismatch (stored {:#010x}, computed {:#010x})", header_.header_checksum, sum));
+#endif
+  if (header_.header_size < sizeof(FileHeader) || header_.header_size > size_)
+    fail(12, fmt::format("bad header size {}", header_.header_size));
+  pos_ = header_.header_size;
+  info_.bytes_used = pos_;
+}
+
+uint64_t TraceReader::estimate_events() const {
+  uint64_t n = 0;
+  for (size_t p = pos_; p + sizeof(ChunkHeader) <= size_;) {
+    ChunkHeader h;
+    std::memcpy(&h, data_ + p, sizeof h);
+    if (!ChunkDecoder::check_header(h, kMaxChunkRawBytes).empty() || h.stored_size > size_ - p - sizeof h) break;
+    n += h.event_count;
+    p += sizeof h + h.stored_size;
+  }
+  return n;
+}
+
+bool TraceReader::next(ChunkView& out) {
+  if (pos_ >= size_) return false;
+  const uint64_t at = pos_;
+  const size_t left = size_ - pos_;
+  auto truncated = [&](const std::string& why) {
+    info_.truncated = true;
+    info_.truncated_bytes = left;
+    info_.detail = fmt::format("chunk {} at byte offset {} is incomplete ({}); recovered {} complete chunks, {} events",
+                               chunk_index_, at, why, info_.chunks, info_.events);
+    pos_ = size_;
+    return false;
+  };
+  if (left < sizeof(ChunkHeader)) {
+    // A partial header is what a killed writer leaves, provided what is there is a header's start.
+    const size_t cmp = std::min<size_t>(left, 4);
+    if (std::memcmp(data_ + pos_, &kChunkMagic, cmp) != 0) fail(at, fmt::format("chunk {}: bad chunk magic", chunk_index_));
+    return truncated(fmt::format("{} of {} header bytes", left, sizeof(ChunkHeader)));
+  }
+  ChunkHeader h;
+  std::memcpy(&h, data_ + pos_, sizeof h);
+  if (const std::string bad = ChunkDecoder::check_header(h, kMaxChunkRawBytes); !bad.empty())
+    fail(at, fmt::format("chunk {}: {}", chunk_index_, bad));
+  if (uint64_t(h.stored_size) > left - sizeof(ChunkHeader))
+    return truncated(fmt::format("{} of {} payload bytes", left - sizeof(ChunkHeader), h.stored_size));
+
+  const unsigned char* payload = data_ + pos_ + sizeof(ChunkHeader);
+  const Event* events = nullptr;
+  size_t count = 0;
+  if (const std::string bad = dec_->decode(h, payload, strings_, events, count); !bad.empty())
+    fail(at, fmt::format("chunk {}: {}", chunk_index_, bad));
+
+  out.rank = h.rank;
+  out.events = events;
+  out.count = count;
+  out.file_offset = at;
+  out.index = chunk_index_++;
+  pos_ += sizeof(ChunkHeader) + h.stored_size;
+  info_.bytes_used = pos_;
+  ++info_.chunks;
+  info_.events += h.event_count;
+  return true;
+}
+
+}  // namespace memcomm::prof

@@ -1,0 +1,127 @@
+// TraceSet loading: reads every chunk of every file, groups events by rank, then fixes up clocks.
+#include "memcomm/trace/trace_set.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "memcomm/trace/event_sort.hpp"
+
+namespace memcomm::prof {
+
+StringId RankTrace::find_string(std::string_view s) const {
+  for (size_t i = 1; i < strings.size(); ++i)
+    if (strings[i] == s) return StringId(i);
+  return kNoString;
+}
+
+int64_t RankTrace::end_ns() const {
+  int64_t end = 0;
+  // Spans may end after later-starting events; scan the tail generously.
+  for (const Event& e : events) {
+    int64_t t = e.ts;
+    if (family_of(e.kind) == EventFamily::Compute) t += e.as<ComputeEvent>().dur_ns;
+    end = std::max(end, t);
+  }
+  return end;
+}
+
+namespace {
+// Per-rank state while loading: string ids are per file, so events keep their own file's table.
+struct Pending {
+  RankTrace trace;
+  bool merged = false;
+  std::string first_file;
+};
+}  // namespace
+
+void TraceSet::add_from_reader(TraceReader& reader, const LoadOptions& opt) {
+  std::map<uint32_t, size_t> index;  // rank -> position in ranks (rank traces from this file)
+  FileLoadInfo fi;
+  fi.path = reader.name();
+  fi.merged = reader.merged();
+  // Single-rank files (the common case): reserve once instead of growing by copies.
+  const uint64_t expected = reader.merged() ? 0 : reader.estimate_events();
+  ChunkView c;
+  while (reader.next(c)) {
+    auto it = index.find(c.rank);
+    if (it == index.end()) {
+      for (const RankTrace& r : ranks)
+        if (r.rank == c.rank && c.rank != kUnknownRank)
+          throw TraceError(fmt::format("rank {} appears in both '{}' and '{}'", c.rank, r.source, reader.name()));
+      RankTrace t;
+      t.rank = c.rank;
+      t.source = reader.name();
+      t.world_size = reader.header().world_size;
+      // Merged files are already on one timeline: mark with a sentinel the offset pass skips.
+      t.clock_offset_ns = reader.merged() ? INT64_MIN : 0;
+      // A hint only: capped at one event per file byte so a lying header cannot force a huge allocation.
+      if (expected) t.events.reserve(size_t(std::min<uint64_t>(expected, reader.recovery().file_bytes)));
+      ranks.push_back(std::move(t));
+      it = index.emplace(c.rank, ranks.size() - 1).first;
+    }
+    auto& ev = ranks[it->second].events;
+    ev.insert(ev.end(), c.begin(), c.end());
+  }
+  for (auto& [rank, pos] : index) ranks[pos].strings = reader.strings();
+  fi.recovery = reader.recovery();
+  files.push_back(std::move(fi));
+  (void)opt;
+}
+
+void TraceSet::finish(const LoadOptions& opt) {
+  for (RankTrace& r : ranks) {
+    const bool already_merged = r.clock_offset_ns == INT64_MIN;
+    int64_t offset = 0;
+    r.drops = 0;
+    for (const Event& e : r.events) {
+      if (e.kind == EventKind::Meta) {
+        const auto m = e.as<MetaEvent>();
+        switch (m.key) {
+          case MetaKey::Rank: if (r.rank == kUnknownRank) r.rank = uint32_t(m.value); break;
+          case MetaKey::WorldSize: r.world_size = uint32_t(m.value); break;
+          case MetaKey::Host: r.host = std::string(r.name(m.str)); break;
+          case MetaKey::ProcessName: r.process_name = std::string(r.name(m.str)); break;
+          case MetaKey::Pid: r.pid = m.value; break;
+          case MetaKey::ClockOffset: offset = m.value; break;
+          default: break;
+        }
+      } else if (e.kind == EventKind::Drops) {
+        r.drops += e.as<DropEvent>().count;
+      }
+    }
+    if (already_merged || !opt.apply_clock_offsets) offset = 0;
+    offset = std::clamp<int64_t>(offset, -kMaxAbsTimestamp, kMaxAbsTimestamp);
+    r.clock_offset_ns = offset;
+    // Note [Timestamp range]: real timestamps are far inside +-kMaxAbsTimestamp; clamping what only
+    // corrupt data produces keeps every later sum and difference inside int64.
+    for (Event& e : r.events) e.ts = std::clamp<int64_t>(e.ts, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset;
+    if (opt.sort) sort_by_time(r.events);  // Note [Nearly sorted]
+  }
+  std::stable_sort(ranks.begin(), ranks.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
+}
+
+TraceSet TraceSet::load(const std::vector<std::string>& paths, const LoadOptions& opt) {
+  TraceSet set;
+  for (const std::string& p : paths) {
+    TraceReader reader(p);
+    set.add_from_reader(reader, opt);
+  }
+  set.finish(opt);
+  return set;
+}
+
+uint64_t TraceSet::event_count() const {
+  uint64_t n = 0;
+  for (const RankTrace& r : ranks) n += r.events.size();
+  return n;
+}
+
+const RankTrace* TraceSet::find_rank(uint32_t rank) const {
+  for (const RankTrace& r : ranks)
+    if (r.rank == rank) return &r;
+  return nullptr;
+}
+
+}  // namespace memcomm::prof
