@@ -75,105 +75,108 @@ CLI::Validator at_least_one() {
       "");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"memcomm-trace: inspect, export, merge and analyse memcomm traces (.mct).\n"
-               "FILE... may be per-rank files (NAME.rank0.mct, NAME.rank1.mct, ...) or merged files.\n"
-               "A file cut short by a crash is read up to its last complete chunk, with a warning."};
-  app.footer("Exit codes: 0 success; 1 a runtime failure (e.g. an output file that cannot be written);\n"
-             "2 a usage error, or an input trace that is missing, empty, not a memcomm trace, or corrupt\n"
-             "(bad checksum, bad chunk), with a message naming the file and byte offset.");
-  app.require_subcommand(1);
-
+// Every subcommand's options, filled by CLI11.
+struct Args {
   std::vector<std::string> files;
   bool json = false;
-  auto* info = app.add_subcommand("info", "Per file: event counts per kind, duration, ranks, drops, recovered chunks");
-  info->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
-  info->add_flag("--json", json, "print JSON instead of text");
-
   std::string chrome_out;
-  auto* exp = app.add_subcommand("export", "Export to Chrome/Perfetto JSON (load it in ui.perfetto.dev)");
-  exp->add_option("--chrome", chrome_out, "output JSON file")->required();
-  exp->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
-
   std::string merge_out;
   bool no_offsets = false;
-  auto* merge = app.add_subcommand("merge", "Merge ranks onto one timeline (applying each rank's recorded clock offset) "
-                                            "into one .mct file");
-  merge->add_option("OUT", merge_out, "merged output file")->required();
-  merge->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
-  merge->add_flag("--no-offsets", no_offsets, "do not apply the ranks' clock offsets");
   bool force = false;
-  merge->add_flag("--force", force, "overwrite OUT if it exists (never when OUT is one of the FILEs)");
-
   size_t max_rows = 40;
-  auto* report = app.add_subcommand("report", "Temporal breakdown, overlap, exposed communication, collective "
-                                              "bandwidth and skew, step table, memory peaks");
-  report->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
-  report->add_flag("--json", json, "print the full analysis as JSON");
-  report->add_option("--rows", max_rows, "rows per table in text mode (at least 1)")->check(at_least_one());
-
-  memcomm::advise::AdviseOptions advise_opt;
+  memcomm::advise::AdviseOptions advise;
   bool no_replay = false;
-  auto* adv = app.add_subcommand("advise", "What to change, with the evidence: allocator policy (replaying the trace's "
-                                           "allocations), buckets/accumulation, loader, micro-batch, stragglers");
-  adv->add_option("FILE", files, "trace files")->required()->check(CLI::ExistingFile);
-  adv->add_option("--memory-limit", advise_opt.memory_limit,
-                  "Bytes per rank the run may use (e.g. 80GiB); default: the allocator's recorded capacity")
+};
+
+struct Subcommands {
+  CLI::App* info;
+  CLI::App* exp;
+  CLI::App* merge;
+  CLI::App* report;
+  CLI::App* advise;
+};
+
+CLI::App* add_files(CLI::App* sub, Args& a) {
+  sub->add_option("FILE", a.files, "trace files")->required()->check(CLI::ExistingFile);
+  return sub;
+}
+
+Subcommands add_subcommands(CLI::App& app, Args& a) {
+  Subcommands s{};
+  s.info = add_files(app.add_subcommand("info", "Per file: event counts per kind, duration, ranks, drops, recovered chunks"), a);
+  s.info->add_flag("--json", a.json, "print JSON instead of text");
+
+  s.exp = app.add_subcommand("export", "Export to Chrome/Perfetto JSON (load it in ui.perfetto.dev)");
+  s.exp->add_option("--chrome", a.chrome_out, "output JSON file")->required();
+  add_files(s.exp, a);
+
+  s.merge = app.add_subcommand("merge", "Merge ranks onto one timeline (applying each rank's recorded clock offset) "
+                                        "into one .mct file");
+  s.merge->add_option("OUT", a.merge_out, "merged output file")->required();
+  add_files(s.merge, a);
+  s.merge->add_flag("--no-offsets", a.no_offsets, "do not apply the ranks' clock offsets");
+  s.merge->add_flag("--force", a.force, "overwrite OUT if it exists (never when OUT is one of the FILEs)");
+
+  s.report = add_files(app.add_subcommand("report", "Temporal breakdown, overlap, exposed communication, collective "
+                                                    "bandwidth and skew, step table, memory peaks"), a);
+  s.report->add_flag("--json", a.json, "print the full analysis as JSON");
+  s.report->add_option("--rows", a.max_rows, "rows per table in text mode (at least 1)")->check(at_least_one());
+
+  s.advise = add_files(app.add_subcommand("advise", "What to change, with the evidence: allocator policy (replaying the "
+                                                    "trace's allocations), buckets/accumulation, loader, micro-batch, "
+                                                    "stragglers"), a);
+  s.advise->add_option("--memory-limit", a.advise.memory_limit,
+                       "Bytes per rank the run may use (e.g. 80GiB); default: the allocator's recorded capacity")
       ->transform(memcomm::size_transform());
-  adv->add_flag("--no-replay", no_replay, "Skip replaying the allocations through the allocator policies");
-  adv->add_flag("--json", json, "print the advice as JSON");
+  s.advise->add_flag("--no-replay", a.no_replay, "Skip replaying the allocations through the allocator policies");
+  s.advise->add_flag("--json", a.json, "print the advice as JSON");
+  return s;
+}
 
+int run_export(const Args& a) {
+  const TraceSet set = load_inputs(a.files);
+  const ChromeExportStats st = export_chrome(set, a.chrome_out);
+  fmt::print("wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n", a.chrome_out, set.ranks.size(),
+             st.slices, st.counters, st.flows, st.instants);
+  return 0;
+}
+
+int run_merge(const Args& a) {
+  LoadOptions lo;
+  lo.apply_clock_offsets = !a.no_offsets;
+  const TraceSet set = load_inputs(a.files, lo);
+  for (const RankTrace& r : set.ranks)
+    if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
+  const MergeStats st = write_merged(set, a.merge_out);
+  fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", a.merge_out, st.ranks, st.events, st.chunks, st.bytes);
+  return 0;
+}
+
+int run_advise(Args a) {
+  const TraceSet set = load_inputs(a.files);
+  a.advise.replay = !a.no_replay;
+  const auto advice = memcomm::advise::advise(set, analyze(set), a.files, a.advise);
+  if (a.json) fmt::print("{}\n", memcomm::advise::advice_to_json(advice));
+  else fmt::print("{}", memcomm::advise::advice_to_text(advice));
+  return 0;
+}
+
+int run_report(const Args& a) {
+  const TraceSet set = load_inputs(a.files);
+  const Analysis analysis = analyze(set);
+  if (a.json) fmt::print("{}\n", analysis_to_json(analysis));
+  else fmt::print("{}", analysis_to_text(analysis, a.max_rows));
+  return 0;
+}
+
+// Runs the chosen subcommand; reading and writing errors become exit codes here.
+int run(const Subcommands& s, const Args& a) {
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitBadInput;
-  }
-
-  const std::string conflict = *merge ? output_conflict(merge_out, files, !force)
-                              : *exp  ? output_conflict(chrome_out, files, false)
-                                      : "";
-  if (!conflict.empty()) {
-    fmt::print(stderr, "memcomm-trace: {}\n", conflict);
-    return kExitBadInput;
-  }
-
-  try {
-    if (*info) return tool::print_info(files, json) ? 0 : kExitBadInput;
-    if (*exp) {
-      const TraceSet set = load_inputs(files);
-      const ChromeExportStats st = export_chrome(set, chrome_out);
-      fmt::print("wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n", chrome_out, set.ranks.size(),
-                 st.slices, st.counters, st.flows, st.instants);
-      return 0;
-    }
-    if (*merge) {
-      LoadOptions lo;
-      lo.apply_clock_offsets = !no_offsets;
-      const TraceSet set = load_inputs(files, lo);
-      for (const RankTrace& r : set.ranks)
-        if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
-      const MergeStats st = write_merged(set, merge_out);
-      fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", merge_out, st.ranks, st.events, st.chunks, st.bytes);
-      return 0;
-    }
-    if (*adv) {
-      const TraceSet set = load_inputs(files);
-      advise_opt.replay = !no_replay;
-      const auto advice = memcomm::advise::advise(set, analyze(set), files, advise_opt);
-      if (json) fmt::print("{}\n", memcomm::advise::advice_to_json(advice));
-      else fmt::print("{}", memcomm::advise::advice_to_text(advice));
-      return 0;
-    }
-    if (*report) {
-      const TraceSet set = load_inputs(files);
-      const Analysis a = analyze(set);
-      if (json) fmt::print("{}\n", analysis_to_json(a));
-      else fmt::print("{}", analysis_to_text(a, max_rows));
-      return 0;
-    }
+    if (*s.info) return tool::print_info(a.files, a.json) ? 0 : kExitBadInput;
+    if (*s.exp) return run_export(a);
+    if (*s.merge) return run_merge(a);
+    if (*s.advise) return run_advise(a);
+    if (*s.report) return run_report(a);
   } catch (const BadInput& e) {
     fmt::print(stderr, "memcomm-trace: {}\n", e.what());
     return kExitBadInput;
@@ -185,4 +188,33 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   return kExitBadInput;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"memcomm-trace: inspect, export, merge and analyse memcomm traces (.mct).\n"
+               "FILE... may be per-rank files (NAME.rank0.mct, NAME.rank1.mct, ...) or merged files.\n"
+               "A file cut short by a crash is read up to its last complete chunk, with a warning."};
+  app.footer("Exit codes: 0 success; 1 a runtime failure (e.g. an output file that cannot be written);\n"
+             "2 a usage error, or an input trace that is missing, empty, not a memcomm trace, or corrupt\n"
+             "(bad checksum, bad chunk), with a message naming the file and byte offset.");
+  app.require_subcommand(1);
+  Args args;
+  const Subcommands subs = add_subcommands(app, args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadInput;
+  }
+
+  const std::string conflict = *subs.merge ? output_conflict(args.merge_out, args.files, !args.force)
+                              : *subs.exp  ? output_conflict(args.chrome_out, args.files, false)
+                                           : "";
+  if (!conflict.empty()) {
+    fmt::print(stderr, "memcomm-trace: {}\n", conflict);
+    return kExitBadInput;
+  }
+  return run(subs, args);
 }

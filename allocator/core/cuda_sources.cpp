@@ -372,4 +372,9 @@ std::shared_ptr<MemorySource> make_cuda_vmm_source(const SourceOptions& options)
 
 std::shared_ptr<StreamModel> make_cuda_streams(int device) { return std::make_shared<CudaStreams>(device); }
 
+void register_cuda_sources() {
+  register_source("cuda", make_cuda_source);
+  register_source("cuda-vmm", make_cuda_vmm_source);
+}
+
 }  // namespace memcomm::alloc

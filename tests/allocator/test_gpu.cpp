@@ -13,6 +13,7 @@ namespace {
 
 void require_gpu() {
   if (cuda_device_count() == 0) MEMCOMM_SKIP_TEST("no CUDA GPU on this machine");
+  register_cuda_sources();  // make_source("cuda"/"cuda-vmm") below (Note [Sources by name])
 }
 
 // Allocates, writes with cudaMemset, reads back, frees; then a fixed-shape loop with no source calls

@@ -18,5 +18,8 @@ std::shared_ptr<MemorySource> make_cuda_source(const SourceOptions& options);
 std::shared_ptr<MemorySource> make_cuda_vmm_source(const SourceOptions& options);
 // cudaEvent-based StreamModel (StreamId = cudaStream_t as an integer) on options.device.
 std::shared_ptr<StreamModel> make_cuda_streams(int device);
+// Makes "cuda" and "cuda-vmm" known to make_source (Note [Sources by name] in source_factory.cpp).
+// Idempotent; call it before the first make_source of either name.
+void register_cuda_sources();
 
 }  // namespace memcomm::alloc

@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace memcomm::alloc {
 
@@ -79,12 +80,18 @@ struct SourceOptions {
   int device = 0;                        // CUDA device index ("simulated" reports it too)
 };
 
-// Builds a source by name: "host", "simulated", "cuda", "cuda-vmm". Throws std::invalid_argument naming
-// the unknown name and listing the known ones; throws SourceError when the source cannot work here
-// (e.g. "cuda" without a GPU, or a build without CUDA).
+// Builds a source by name: "host", "simulated", and any registered one ("cuda", "cuda-vmm" once
+// register_cuda_sources() has run: Note [Sources by name]). Throws std::invalid_argument naming the
+// unknown name and listing the known ones; throws SourceError when the source cannot work here
+// (e.g. "cuda" without a GPU, or in a program that did not register the CUDA sources).
 std::shared_ptr<MemorySource> make_source(const std::string& name, const SourceOptions& options = {});
 
-// Names make_source knows in this build (cuda ones only when built with CUDA).
-const char* const* known_source_names();
+// Adds a source that lives in another library to make_source. Thread-safe; a second registration of
+// a name replaces the first.
+using SourceFactory = std::shared_ptr<MemorySource> (*)(const SourceOptions&);
+void register_source(const std::string& name, SourceFactory factory);
+
+// Names make_source knows in this process: the built-in ones, then the registered ones.
+std::vector<std::string> known_source_names();
 
 }  // namespace memcomm::alloc

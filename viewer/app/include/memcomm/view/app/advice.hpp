@@ -3,15 +3,14 @@
 // traces, and the tuner's probes from the trace's tune.* counters.
 //
 // Note [Advice in a child process]
-// The advisor (advisor/) replays a trace's allocations through the allocator policies, so
-// memcomm_advisor links memcomm_replay and through it memcomm_allocator, which in a CUDA build
-// links memcomm_allocator_cuda and libcudart. Linking it would make memcomm-view need the CUDA
-// runtime wherever CUDA was found at build time, and the viewer must run with no CUDA. So the viewer
-// runs the tool that already wraps the advisor, `memcomm-trace advise --json FILES` (and
+// The advisor (advisor/) re-reads the traces and replays their allocations through the allocator
+// policies. The viewer could link it (the engine no longer pulls in libcudart: Note [Sources by
+// name]), but it runs the tool that already wraps it, `memcomm-trace advise --json FILES` (and
 // `memcomm-trace report` for the analysis tables), in a background thread, and shows what it
 // prints. The advice is then exactly what the command line gives, the traces are read in a process
 // of their own (the viewer's memory budget of <= 40 B/event is not spent on a second copy of the
-// events), and a failure there is a message in the pane, not a crash of the viewer. The tool is
+// events, nor on the replay's request lists), a slow advisor is bounded by a time limit the viewer
+// can enforce by killing it, and a failure there is a message in the pane, not a crash of the viewer. The tool is
 // found next to memcomm-view (both install to bin/), else on PATH; without it the pane says so.
 // Live streams have no files: the pane says to run memcomm-trace advise on the run's traces.
 #pragma once
