@@ -288,17 +288,20 @@ TEST_CASE("memory fold: reused and fresh addresses, with the dead entries swept,
   // Note [Dead blocks stay in the map]: freed entries are reused by the next Alloc at their address
   // and swept once they outnumber the live ones; neither may change what the fold says.
   MemoryFold f;
-  for (uint64_t i = 0; i < 3; ++i) CHECK(f.apply(FoldOp::Alloc, 0x1000 + i * 0x100, 64));  // held throughout
+  for (uint64_t i = 0; i < 3; ++i) CHECK(f.apply(EventKind::Alloc, 0x1000 + i * 0x100, 64));  // held throughout
   for (uint64_t round = 0; round < 50'000; ++round) {
     const uint64_t addr = round % 2 == 0 ? 0x9000 : 0x100000 + round * 0x100;  // reused, then fresh ones
-    REQUIRE(f.apply(FoldOp::Alloc, addr, 32));
-    REQUIRE(f.apply(FoldOp::FreeRequested, addr, 0));
+    REQUIRE(f.apply(EventKind::Alloc, addr, 32));
+    REQUIRE(f.apply(EventKind::FreeRequested, addr, 0));
     CHECK(f.active() == 3 * 64 + 32);
-    REQUIRE(f.apply(FoldOp::FreeCompleted, addr, 0));
+    REQUIRE(f.apply(EventKind::FreeCompleted, addr, 0));
   }
   CHECK(f.allocated() == 3 * 64);
   CHECK(f.active() == 3 * 64);
   CHECK_FALSE(f.broken());
-  CHECK_FALSE(f.apply(FoldOp::FreeCompleted, 0x9000, 0));  // a dead entry is not a live block
+  CHECK(f.apply(EventKind::Oom, 0x9000, 1 << 20));  // not a block event: the levels stay
+  CHECK(f.allocated() == 3 * 64);
+  CHECK(f.reserved() == 0);
+  CHECK_FALSE(f.apply(EventKind::FreeCompleted, 0x9000, 0));  // a dead entry is not a live block
   CHECK(f.broken());
 }

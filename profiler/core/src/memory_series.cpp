@@ -58,18 +58,6 @@ namespace {
 
 bool is_block_kind(EventKind k) { return k >= EventKind::Alloc && k <= EventKind::SegmentUnmap; }
 
-FoldOp fold_op(EventKind k) {
-  switch (k) {
-    case EventKind::Alloc: return FoldOp::Alloc;
-    case EventKind::FreeRequested: return FoldOp::FreeRequested;
-    case EventKind::FreeCompleted: return FoldOp::FreeCompleted;
-    case EventKind::SegmentAlloc: return FoldOp::SegmentAlloc;
-    case EventKind::SegmentFree: return FoldOp::SegmentFree;
-    case EventKind::SegmentMap: return FoldOp::SegmentMap;
-    default: return FoldOp::SegmentUnmap;
-  }
-}
-
 }  // namespace
 
 std::vector<MemoryPoint> memory_series(const RankTrace& r) {
@@ -106,7 +94,7 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
       const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
       const bool virt = segment && virtual_segment[segment_event++];
       const auto b = e.as<MemBlockEvent>();
-      if (b.device == device && !fold.apply(fold_op(e.kind), b.addr(), b.size(), virt)) break;
+      if (b.device == device && !fold.apply(e.kind, b.addr(), b.size(), virt)) break;
     }
     complete = !fold.broken();
   }
@@ -139,7 +127,7 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
       const bool virt = segment && virtual_segment[segment_event++];
       const auto b = e.as<MemBlockEvent>();
       if (b.device != device) continue;  // another device's memory: not D's curves
-      fold.apply(fold_op(e.kind), b.addr(), b.size(), virt);
+      fold.apply(e.kind, b.addr(), b.size(), virt);
       if (fold_level[0]) p.allocated = fold.allocated();
       if (fold_level[1]) p.active = fold.active();
       if (fold_level[2]) p.reserved = fold.reserved();

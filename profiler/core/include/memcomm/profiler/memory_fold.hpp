@@ -38,19 +38,20 @@
 #include <cstdint>
 #include <unordered_map>
 
-namespace memcomm::prof {
+#include "memcomm/profiler/event.hpp"
 
-enum class FoldOp : uint8_t { Alloc, FreeRequested, FreeCompleted, SegmentAlloc, SegmentFree, SegmentMap, SegmentUnmap };
+namespace memcomm::prof {
 
 class MemoryFold {
  public:
   // frees_complete: the device's events carry FreeCompleted (else FreeRequested ends a block).
   explicit MemoryFold(bool frees_complete = true) : frees_complete_(frees_complete) {}
   void reset(bool frees_complete);
-  // Folds one event of the device. virtual_range: a SegmentAlloc of a reserved virtual range (its
-  // maps count, not its size). Returns false when the event contradicts what was folded; the fold
-  // is then broken() for good (the levels still move, saturated, for callers with no samples).
-  bool apply(FoldOp op, uint64_t addr, uint64_t size, bool virtual_range = false);
+  // Folds one block event of the device (Alloc .. SegmentUnmap; other kinds change nothing).
+  // virtual_range: a SegmentAlloc of a reserved virtual range (its maps count, not its size).
+  // Returns false when the event contradicts what was folded; the fold is then broken() for good
+  // (the levels still move, saturated, for callers with no samples).
+  bool apply(EventKind kind, uint64_t addr, uint64_t size, bool virtual_range = false);
   bool broken() const { return broken_; }
   bool frees_complete() const { return frees_complete_; }
   uint64_t allocated() const { return clamp(allocated_); }
