@@ -29,23 +29,6 @@
 #include <iterator>
 
 namespace memcomm::view {
-namespace {
-
-prof::FoldOp fold_op(AllocOp op) {
-  switch (op) {
-    case AllocOp::SegmentAlloc: return prof::FoldOp::SegmentAlloc;
-    case AllocOp::SegmentFree: return prof::FoldOp::SegmentFree;
-    case AllocOp::Alloc: return prof::FoldOp::Alloc;
-    case AllocOp::FreeRequested: return prof::FoldOp::FreeRequested;
-    case AllocOp::FreeCompleted: return prof::FoldOp::FreeCompleted;
-    case AllocOp::SegmentMap: return prof::FoldOp::SegmentMap;
-    case AllocOp::SegmentUnmap:
-    case AllocOp::Oom: break;
-  }
-  return prof::FoldOp::SegmentUnmap;
-}
-
-}  // namespace
 
 void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from, AppendResult& r, std::uint32_t slot) {
   auto& ev = rd.alloc_events;
@@ -55,14 +38,14 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
   // marks below, or from the start when the device changed (live: samples came after the events).
   int device = p.sample_device;
   for (std::size_t i = 0; device < 0 && i < ev.size(); ++i)
-    if (ev[i].op != AllocOp::Oom) device = ev[i].device;
+    if (ev[i].op != prof::EventKind::Oom) device = ev[i].device;
   const bool new_device = device != d.device;
   const bool completes_before = d.completes;
   const auto note_kind = [&d, device](const AllocEvent& e) {  // what the device's events carry
     if (static_cast<int>(e.device) != device) return;
-    d.has_alloc |= e.op == AllocOp::Alloc;
-    d.has_segments |= e.op == AllocOp::SegmentAlloc || e.op == AllocOp::SegmentMap;
-    d.completes |= e.op == AllocOp::FreeCompleted;
+    d.has_alloc |= e.op == prof::EventKind::Alloc;
+    d.has_segments |= e.op == prof::EventKind::SegmentAlloc || e.op == prof::EventKind::SegmentMap;
+    d.completes |= e.op == prof::EventKind::FreeCompleted;
   };
   if (new_device) {
     d.device = device;
@@ -77,18 +60,18 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
   for (std::size_t i = from; i < ev.size(); ++i) {
     AllocEvent& e = ev[i];
     note_kind(e);
-    if (e.op == AllocOp::Alloc || e.op == AllocOp::FreeRequested || e.op == AllocOp::FreeCompleted) continue;
-    if (e.op == AllocOp::Oom) {
+    if (e.op == prof::EventKind::Alloc || e.op == prof::EventKind::FreeRequested || e.op == prof::EventKind::FreeCompleted) continue;
+    if (e.op == prof::EventKind::Oom) {
       ooms.push_back(e.t);
-    } else if (e.op == AllocOp::SegmentAlloc && !(e.flags & kAllocExpandable)) {
+    } else if (e.op == prof::EventKind::SegmentAlloc && !(e.flags & prof::kSegmentVirtualRange)) {
       d.open[e.addr] = {e.size, i};
-    } else if (e.op == AllocOp::SegmentFree) {
+    } else if (e.op == prof::EventKind::SegmentFree) {
       d.open.erase(e.addr);
-    } else if (e.op == AllocOp::SegmentMap) {
+    } else if (e.op == prof::EventKind::SegmentMap) {
       auto it = d.open.upper_bound(e.addr);
       if (it != d.open.begin() && e.addr < std::prev(it)->first + std::prev(it)->second.first) {
         --it;
-        ev[it->second.second].flags |= kAllocExpandable;
+        ev[it->second.second].flags |= prof::kSegmentVirtualRange;
         refold = std::min(refold, it->second.second);
         d.open.erase(it);
       }
@@ -98,7 +81,7 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
     from = 0;
     ooms.clear();
     for (std::size_t i = 0; i < ev.size(); ++i)
-      if (ev[i].op == AllocOp::Oom) ooms.push_back(ev[i].t);
+      if (ev[i].op == prof::EventKind::Oom) ooms.push_back(ev[i].t);
   }
   if (from == 0) rd.ooms.clear();
   rd.ooms.insert(rd.ooms.end(), ooms.begin(), ooms.end());
@@ -184,14 +167,14 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
       bool was_broken = f.broken();
       for (std::size_t i = fold_from; i < ev.size(); ++i) {
         const AllocEvent& e = ev[i];
-        if (e.op == AllocOp::Oom) continue;
+        if (e.op == prof::EventKind::Oom) continue;
         if (static_cast<int>(e.device) != device) {
           skipped = true;
           continue;
         }
         folded_any = true;
-        if (e.op == AllocOp::Alloc) label |= e.category;
-        f.apply(fold_op(e.op), e.addr, e.size, (e.flags & kAllocExpandable) != 0);
+        if (e.op == prof::EventKind::Alloc) label |= e.category;
+        f.apply(e.op, e.addr, e.size, (e.flags & prof::kSegmentVirtualRange) != 0);
         if (f.broken() && !was_broken) {  // the curves that have samples go back to them (below)
           was_broken = true;
           for (int k = 0; k < kLevelCurves; ++k)
@@ -204,15 +187,15 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
         // Each op checks only the curves it can move (this loop runs once per allocator event of a
         // load, a fifth of a trace).
         switch (e.op) {
-          case AllocOp::Alloc:
+          case prof::EventKind::Alloc:
             put(0, e.t, f.allocated());
             put(1, e.t, f.active());
             break;
-          case AllocOp::FreeRequested:
+          case prof::EventKind::FreeRequested:
             put(0, e.t, f.allocated());
             if (!f.frees_complete()) put(1, e.t, f.active());
             break;
-          case AllocOp::FreeCompleted:
+          case prof::EventKind::FreeCompleted:
             put(0, e.t, f.allocated());
             put(1, e.t, f.active());
             break;
@@ -230,13 +213,13 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
     } else if (!fast) {  // through AllocatorState, as the allocator state view folds them (largest_free needs the blocks)
       for (std::size_t i = fold_from; i < ev.size(); ++i) {
         const AllocEvent& e = ev[i];
-        if (e.op != AllocOp::Oom && static_cast<int>(e.device) != device) {
+        if (e.op != prof::EventKind::Oom && static_cast<int>(e.device) != device) {
           skipped = true;
           continue;
         }
         folded_any = true;
         st.apply(e);
-        if (e.op == AllocOp::Alloc) label |= e.category;
+        if (e.op == prof::EventKind::Alloc) label |= e.category;
         // A counter is a step function (counter_lod.hpp): an event that leaves a curve as it was
         // adds no sample to it (a free request leaves active, a completion allocated, most events
         // reserved), which halves what the curves hold.
@@ -267,7 +250,7 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
   std::size_t cat_from = from;
   if (!d.labelled) {
     if (label_known) d.labelled = label != 0;
-    for (std::size_t i = from; i < ev.size() && !d.labelled && !label_known; ++i) d.labelled = ev[i].op == AllocOp::Alloc && ev[i].category != 0;
+    for (std::size_t i = from; i < ev.size() && !d.labelled && !label_known; ++i) d.labelled = ev[i].op == prof::EventKind::Alloc && ev[i].category != 0;
     if (d.labelled) cat_from = 0;  // the unlabelled blocks before count as "unknown"
   }
   if (d.labelled) {
@@ -282,12 +265,12 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
     for (std::size_t i = cat_from; i < ev.size(); ++i) {
       const AllocEvent& e = ev[i];
       int changed = -1;
-      if (e.op == AllocOp::Alloc) {
+      if (e.op == prof::EventKind::Alloc) {
         const std::uint8_t c = e.category < kMemCategoryCount ? e.category : 0;
         d.live[e.addr] = {c, e.size};
         d.bytes[c] += static_cast<double>(e.size);
         changed = c;
-      } else if (e.op == AllocOp::FreeRequested || e.op == AllocOp::FreeCompleted) {
+      } else if (e.op == prof::EventKind::FreeRequested || e.op == prof::EventKind::FreeCompleted) {
         auto it = d.live.find(e.addr);
         if (it == d.live.end()) continue;
         changed = it->second.first;

@@ -94,7 +94,7 @@ std::uint64_t remove_range(std::vector<AddrRange>& rs, std::uint64_t b, std::uin
 
 void AllocatorState::apply(const AllocEvent& e) {
   switch (e.op) {
-    case AllocOp::SegmentAlloc: {
+    case prof::EventKind::SegmentAlloc: {
       auto it = std::lower_bound(segments.begin(), segments.end(), e.addr,
                                  [](const SegmentRec& s, std::uint64_t a) { return s.addr < a; });
       if (it != segments.end() && it->addr == e.addr) {
@@ -105,12 +105,12 @@ void AllocatorState::apply(const AllocEvent& e) {
       seg.addr = e.addr;
       seg.size = e.size;
       seg.stream = e.stream;
-      seg.expandable = (e.flags & kAllocExpandable) != 0;
+      seg.expandable = (e.flags & prof::kSegmentVirtualRange) != 0;
       (seg.expandable ? virtual_reserved : reserved) += e.size;
       segments.insert(it, std::move(seg));
       return;
     }
-    case AllocOp::SegmentMap: {  // Note [Expandable segments]
+    case prof::EventKind::SegmentMap: {  // Note [Expandable segments]
       auto seg = find_segment(segments, e.addr);
       if (seg == segments.end()) {
         auto after = std::upper_bound(segments.begin(), segments.end(), e.addr,
@@ -145,7 +145,7 @@ void AllocatorState::apply(const AllocEvent& e) {
       reserved += added;
       return;
     }
-    case AllocOp::SegmentUnmap: {
+    case prof::EventKind::SegmentUnmap: {
       auto seg = find_segment(segments, e.addr);
       if (seg == segments.end() || !seg->expandable) {
         ++unmatched;
@@ -157,7 +157,7 @@ void AllocatorState::apply(const AllocEvent& e) {
       reserved -= removed;
       return;
     }
-    case AllocOp::SegmentFree: {
+    case prof::EventKind::SegmentFree: {
       auto it = find_segment(segments, e.addr);
       if (it == segments.end() || it->addr != e.addr) {
         ++unmatched;
@@ -172,11 +172,11 @@ void AllocatorState::apply(const AllocEvent& e) {
       segments.erase(it);
       return;
     }
-    case AllocOp::Alloc: {
+    case prof::EventKind::Alloc: {
       auto seg = find_segment(segments, e.addr);
       if (seg == segments.end()) {
         // Traces that start mid-run miss the segment event: make an implicit segment of the block.
-        apply(AllocEvent{e.t, e.addr, e.size, e.stream, AllocOp::SegmentAlloc});
+        apply(AllocEvent{e.t, e.addr, e.size, e.stream, prof::EventKind::SegmentAlloc});
         seg = find_segment(segments, e.addr);
         if (seg == segments.end()) return;
       }
@@ -199,7 +199,7 @@ void AllocatorState::apply(const AllocEvent& e) {
       ++block_count;
       return;
     }
-    case AllocOp::FreeRequested: {
+    case prof::EventKind::FreeRequested: {
       auto seg = find_segment(segments, e.addr);
       if (seg == segments.end()) { ++unmatched; return; }
       auto it = find_block(seg->blocks, e.addr);
@@ -209,7 +209,7 @@ void AllocatorState::apply(const AllocEvent& e) {
       pending_free += it->size;
       return;
     }
-    case AllocOp::FreeCompleted: {
+    case prof::EventKind::FreeCompleted: {
       auto seg = find_segment(segments, e.addr);
       if (seg == segments.end()) { ++unmatched; return; }
       auto it = find_block(seg->blocks, e.addr);
@@ -219,7 +219,7 @@ void AllocatorState::apply(const AllocEvent& e) {
       --block_count;
       return;
     }
-    case AllocOp::Oom:
+    default:  // Oom: a failed request changes no block
       return;
   }
 }

@@ -15,21 +15,10 @@
 namespace memcomm::view {
 
 namespace {
-// AllocOp by EventKind for the memory block kinds, Alloc (1) to SegmentUnmap (7); maps and unmaps are
-// their own operations (Note [Expandable segments] in allocator_state.hpp).
 using prof::EventKind;
-static_assert(int(EventKind::Alloc) == 1 && int(EventKind::FreeRequested) == 2 && int(EventKind::FreeCompleted) == 3 &&
-                  int(EventKind::SegmentAlloc) == 4 && int(EventKind::SegmentFree) == 5 &&
-                  int(EventKind::SegmentMap) == 6 && int(EventKind::SegmentUnmap) == 7,
-              "kBlockOps follows the memory block kinds' numbering");
-constexpr AllocOp kBlockOps[8] = {AllocOp::SegmentFree,   AllocOp::Alloc,        AllocOp::FreeRequested,
-                                  AllocOp::FreeCompleted, AllocOp::SegmentAlloc, AllocOp::SegmentFree,
-                                  AllocOp::SegmentMap,    AllocOp::SegmentUnmap};
 
-AllocOp alloc_op(prof::EventKind k) {
-  const auto i = static_cast<std::uint8_t>(k);
-  return i >= 1 && i <= 7 ? kBlockOps[i] : AllocOp::SegmentFree;
-}
+// The memory block kinds, Alloc (1) to SegmentUnmap (7): what AllocEvent::op holds besides Oom.
+bool is_block_kind(std::uint8_t k) { return k >= std::uint8_t(EventKind::Alloc) && k <= std::uint8_t(EventKind::SegmentUnmap); }
 
 // A trace time on the model's timeline: shifted by the rank's clock offset and bounded (Note
 // [Bounded timestamps] in timeline.hpp; both operands are bounded first, so the sum cannot overflow).
@@ -37,9 +26,9 @@ TimeNs shift(std::int64_t ts, std::int64_t offset) { return bounded_time(bounded
 
 // A reservation the producer flags is known to be virtual at once, without waiting for a map to
 // land in it (Note [Expandable segments] in allocator_state.hpp); its category byte holds the flag.
-AllocEvent to_alloc_event(const prof::MemBlockEvent& m, std::int64_t offset, AllocOp op) {
-  if (m.virtual_range()) return {shift(m.ts, offset), m.addr(), m.size(), m.stream, op, 0, kAllocExpandable, m.device};
-  return {shift(m.ts, offset), m.addr(), m.size(), m.stream, op, m.category, 0, m.device};
+AllocEvent to_alloc_event(const prof::MemBlockEvent& m, std::int64_t offset) {
+  if (m.virtual_range()) return {shift(m.ts, offset), m.addr(), m.size(), m.stream, m.kind, 0, prof::kSegmentVirtualRange, m.device};
+  return {shift(m.ts, offset), m.addr(), m.size(), m.stream, m.kind, m.category, 0, m.device};
 }
 
 // Kinds whose state spans chunks: scanned even in chunks outside a time range.
@@ -136,15 +125,14 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
           ++added;
           continue;
         }
-      } else if (const auto k = static_cast<std::uint8_t>(e.kind); k >= 1 && k <= 7) {
-        rs.alloc->push_back(to_alloc_event(e.as<prof::MemBlockEvent>(), rs.offset, kBlockOps[k]));
+      } else if (is_block_kind(static_cast<std::uint8_t>(e.kind))) {
+        rs.alloc->push_back(to_alloc_event(e.as<prof::MemBlockEvent>(), rs.offset));
         ++added;
         continue;
       }
     }
     if (skip && !pairs_or_meta(e.kind)) {
-      const auto k = static_cast<std::uint8_t>(e.kind);
-      if (k >= 1 && k <= 7 && shift(e.ts, rs.offset) < lo_) b_.blocks_cut(rank);  // as in add_one()
+      if (is_block_kind(static_cast<std::uint8_t>(e.kind)) && shift(e.ts, rs.offset) < lo_) b_.blocks_cut(rank);  // as in add_one()
       continue;
     }
     if (apply_offsets && e.kind == prof::EventKind::Meta) {
@@ -238,13 +226,13 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
         if (shift(m.ts, off) < lo_) b_.blocks_cut(rank);
         return 0;
       }
-      rs.alloc->push_back(to_alloc_event(m, off, alloc_op(e.kind)));
+      rs.alloc->push_back(to_alloc_event(m, off));
       return 1;
     }
     case EventKind::Oom: {
       const auto o = e.as<prof::OomEvent>();
       if (!keep_at(shift(o.ts, off))) return 0;
-      rs.alloc->push_back({shift(o.ts, off), 0, o.requested, o.stream, AllocOp::Oom});
+      rs.alloc->push_back({shift(o.ts, off), 0, o.requested, o.stream, prof::EventKind::Oom});
       return 1;
     }
     case EventKind::MemSample: {
