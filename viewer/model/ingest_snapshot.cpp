@@ -39,20 +39,10 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
       for (const auto& e : trace) {
         const std::int64_t t = e.has_time() ? us_to_ns(e.time_us) : i * 1000;
         ++i;
-        prof::EventKind op;
-        switch (e.action) {
-          case snapshot::Action::alloc: op = prof::EventKind::Alloc; break;
-          case snapshot::Action::free_requested: op = prof::EventKind::FreeRequested; break;
-          case snapshot::Action::free_completed: op = prof::EventKind::FreeCompleted; break;
-          case snapshot::Action::segment_alloc: op = prof::EventKind::SegmentAlloc; break;
-          case snapshot::Action::segment_free: op = prof::EventKind::SegmentFree; break;
-          // Note [Expandable segments] (allocator_state.hpp): maps back parts of a reservation.
-          case snapshot::Action::segment_map: op = prof::EventKind::SegmentMap; break;
-          case snapshot::Action::segment_unmap: op = prof::EventKind::SegmentUnmap; break;
-          case snapshot::Action::oom: op = prof::EventKind::Oom; break;
-          default: continue;
-        }
-        b.alloc_event(static_cast<std::uint32_t>(dev), {t, e.addr, e.size, stream_index(e.stream), op});
+        // Markers and actions this reader does not know (kind Invalid) are not allocator events.
+        // Maps and unmaps back parts of a reservation (Note [Expandable segments], allocator_state.hpp).
+        if (e.kind == prof::EventKind::Invalid) continue;
+        b.alloc_event(static_cast<std::uint32_t>(dev), {t, e.addr, e.size, stream_index(e.stream), e.kind});
       }
     }
     // A snapshot whose traces are empty (history not recorded) still shows its end state as one
