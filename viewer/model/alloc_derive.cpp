@@ -52,10 +52,14 @@ void sample_free(const AllocatorState& st, LevelFold& lf, TimeNs t) {
 
 // The fold of a rank that samples memory: prof::MemoryFold's running sums, from event `from` on.
 // When the fold breaks, the curves that have samples go back to them (the caller republishes them).
+// The loop works on local copies of `lf`'s fields (registers, not stores through a reference that
+// CounterSeries::add() might alias): it runs once per allocator event of a load.
 void fold_running_sums(const AllocEvents& ev, std::size_t from, int device, const bool sampled_level[kLevelCurves],
                        prof::MemoryFold& f, LevelFold& lf) {
-  CounterSeries** c = lf.c;
-  double* last = lf.last;
+  CounterSeries* c[kLevelCurves] = {lf.c[0], lf.c[1], lf.c[2]};
+  double last[kLevelCurves] = {lf.last[0], lf.last[1], lf.last[2]};
+  bool folded_any = lf.folded_any, skipped = lf.skipped;
+  std::uint8_t label = lf.label;
   const auto put = [&](int k, TimeNs t, std::uint64_t value) {
     const double v = static_cast<double>(value);
     if (c[k] && v != last[k]) c[k]->add(t, last[k] = v);
@@ -66,23 +70,22 @@ void fold_running_sums(const AllocEvents& ev, std::size_t from, int device, cons
     const AllocEvent& e = ev[i];
     if (e.op == EventKind::Oom) continue;
     if (static_cast<int>(e.device) != device) {
-      lf.skipped = true;
+      skipped = true;
       continue;
     }
-    lf.folded_any = true;
-    if (e.op == EventKind::Alloc) lf.label |= e.category;
+    folded_any = true;
+    if (e.op == EventKind::Alloc) label |= e.category;
     f.apply(e.op, e.addr, e.size, (e.flags & prof::kSegmentVirtualRange) != 0);
     if (f.broken() && !was_broken) {
       was_broken = true;
       for (int k = 0; k < kLevelCurves; ++k)
         if (sampled_level[k]) c[k] = nullptr;
       if (!c[0] && !c[1] && !c[2]) {
-        lf.skipped = true;
+        skipped = true;
         break;
       }
     }
-    // Each op checks only the curves it can move (this loop runs once per allocator event of a
-    // load, a fifth of a trace).
+    // Each op checks only the curves it can move.
     switch (e.op) {
       case EventKind::Alloc:
         put(0, e.t, f.allocated());
@@ -107,6 +110,13 @@ void fold_running_sums(const AllocEvents& ev, std::size_t from, int device, cons
       fresh = false;
     }
   }
+  for (int k = 0; k < kLevelCurves; ++k) {
+    lf.c[k] = c[k];
+    lf.last[k] = last[k];
+  }
+  lf.folded_any = folded_any;
+  lf.skipped = skipped;
+  lf.label = label;
 }
 
 // The fold of a rank that samples nothing: through AllocatorState, as the allocator state view
