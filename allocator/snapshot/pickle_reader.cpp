@@ -157,7 +157,9 @@ class Reader {
   std::uint64_t read_signed_count4();
   Value binfloat();
   void set_item();
-  void extend_below_mark(Kind kind, const char* role, const char* missing);
+  // Hot (SETITEMS, APPENDS): inlined into run(), with the dict check decided at compile time.
+  template <Kind kKind>
+  [[gnu::always_inline]] void extend_below_mark(const char* role, const char* missing);
   std::uint64_t text_memo_index();
   [[noreturn]] void refuse();
 
@@ -297,11 +299,14 @@ void Reader::set_item() {
 }
 
 // APPENDS, ADDITEMS, SETITEMS: the container sits just below the mark; the items are above it.
-void Reader::extend_below_mark(Kind kind, const char* role, const char* missing) {
+template <Kind kKind>
+inline void Reader::extend_below_mark(const char* role, const char* missing) {
   std::size_t m = pop_mark();
   if (m <= floor() || m > stack_.size()) fail_op(missing);
-  if (kind == Kind::dict && (stack_.size() - m) % 2) fail_op("odd number of items (a key without a value)");
-  Container& c = mutable_container(stack_[m - 1], kind, role);
+  if constexpr (kKind == Kind::dict) {
+    if ((stack_.size() - m) % 2) fail_op("odd number of items (a key without a value)");
+  }
+  Container& c = mutable_container(stack_[m - 1], kKind, role);
   c.items.insert(c.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
   stack_.resize(m);
 }
@@ -398,10 +403,10 @@ void Reader::run() {
         mutable_container(top(), Kind::list, "APPEND target").items.push_back(item);
         break;
       }
-      case 'e': extend_below_mark(Kind::list, "APPENDS target", "no list below the mark"); break;
-      case 0x90: extend_below_mark(Kind::set, "ADDITEMS target", "no set below the mark"); break;
+      case 'e': extend_below_mark<Kind::list>("APPENDS target", "no list below the mark"); break;
+      case 0x90: extend_below_mark<Kind::set>("ADDITEMS target", "no set below the mark"); break;
       case 's': set_item(); break;
-      case 'u': extend_below_mark(Kind::dict, "SETITEMS target", "no dict below the mark"); break;
+      case 'u': extend_below_mark<Kind::dict>("SETITEMS target", "no dict below the mark"); break;
 
       case 'h': push(memo_get(read_le(1))); break;
       case 'j': push(memo_get(read_le(4))); break;
