@@ -323,7 +323,7 @@ std::uint64_t Reader::text_memo_index() {
 
 void Reader::refuse() {
   switch (op_) {
-    // Note [Data-only pickles]: these would import or call Python code.
+    // These would import or call Python code (Note [Data-only pickles]).
     case 'c': case 0x93: case 'R': case 'b': case 'i': case 'o': case 0x81: case 0x92:
     case 'P': case 'Q': case 0x82: case 0x83: case 0x84: case 0x97: case 0x98:
       fail(fmt::format("{} opcode refused: this reader builds plain data only and never imports or calls "
@@ -416,7 +416,7 @@ void Reader::run() {
       case 'p': memo_put(text_memo_index(), top()); break;
       case 0x94: memo_put(memo_count_, top()); break;
 
-      default: refuse();  // Note [Data-only pickles]: code-running opcodes and invalid bytes
+      default: refuse();  // code-running opcodes (Note [Data-only pickles]) and invalid bytes
     }
   }
 }

@@ -26,7 +26,7 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 
 using prof::EventKind;
 
-// Note [Snapshot actions]: the `snapshot` marker and unknown actions are EventKind::Invalid.
+// The `snapshot` marker and unknown actions are EventKind::Invalid (Note [Snapshot actions]).
 EventKind parse_action(std::string_view a) {
   switch (a.size()) {
     case 3: if (a == "oom") return EventKind::Oom; break;

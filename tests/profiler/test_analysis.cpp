@@ -307,7 +307,7 @@ TEST_CASE("memory fold: reused and fresh addresses, with the dead entries swept,
 }
 
 TEST_CASE("virtual reservations: the producer's flag, or a map landing in the segment, makes one", "[profiler][analysis]") {
-  // Note [Virtual reservations]: the one rule of memcomm-trace report and memcomm-replay.
+  // The one rule of memcomm-trace report and memcomm-replay (Note [Virtual reservations]).
   VirtualReservations g;
   const size_t plain = g.add(EventKind::SegmentAlloc, 0x1000, 0x1000, false);
   const size_t guessed = g.add(EventKind::SegmentAlloc, 0x100000, 1 << 30, false);

@@ -34,7 +34,7 @@ TEST_CASE("snapshot: model fields from a hand-built snapshot", "[snapshot]") {
   CHECK(d0[0].kind == prof::EventKind::FreeCompleted);
   CHECK(s.action_label(d0[0]) == "free_completed");
   CHECK(d0[1].time_us == 11);
-  CHECK(d0[2].kind == prof::EventKind::Invalid);  // Note [Snapshot actions]: a marker, no allocator event
+  CHECK(d0[2].kind == prof::EventKind::Invalid);  // a marker, no allocator event (Note [Snapshot actions])
   CHECK(s.action_label(d0[2]) == "snapshot");
   CHECK(d0[5].kind == prof::EventKind::Invalid);
   CHECK(s.action_label(d0[5]) == "future_action");

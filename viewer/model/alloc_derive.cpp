@@ -174,7 +174,7 @@ void TimelineBuilder::note_kind(AllocDerive& d, const AllocEvent& e) {
   d.completes |= e.op == EventKind::FreeCompleted;
 }
 
-// Note [Expandable segments]: marks each SegmentAlloc that a later SegmentMap lands in. OOM
+// Marks each SegmentAlloc that a later SegmentMap lands in (Note [Expandable segments]). OOM
 // markers are collected in the same pass (these arrays are a fifth of a trace: one pass), and what
 // the device's events carry is noted. Returns where the curves must be folded from: 0 when a
 // segment already folded turned out expandable.
