@@ -30,8 +30,8 @@
 //     request came first). A device whose events carry no FreeCompleted at all (producers that
 //     never complete) ends blocks at FreeRequested. Sizes of frees are the sizes the block was
 //     allocated with. SegmentAlloc adds to reserved unless it is a virtual range (Note [Virtual
-//     reservations] in memory_series.cpp, VirtualReservations below), whose SegmentMap/SegmentUnmap count instead; SegmentFree
-//     removes what its SegmentAlloc added. Sums are 128-bit and read saturated to [0, 2^64).
+//     reservations] in memory_series.cpp, VirtualReservations below), whose SegmentMap/SegmentUnmap
+//     count instead; SegmentFree removes what its SegmentAlloc added. Sums are 128-bit, read saturated to [0, 2^64).
 #pragma once
 
 #include <cstddef>
@@ -101,7 +101,7 @@ class VirtualReservations {
     size_t instance;  // index into instance_virtual_
   };
   std::map<uint64_t, Live> live_;        // segments allocated and not freed, by start
-  std::vector<bool> instance_virtual_;   // per segment: per SegmentAlloc, and per SegmentFree of one allocated before the trace
+  std::vector<bool> instance_virtual_;   // per segment (each SegmentAlloc, each SegmentFree of one from before the trace)
   std::vector<size_t> instance_of_;      // per SegmentAlloc/SegmentFree added: its segment
 };
 

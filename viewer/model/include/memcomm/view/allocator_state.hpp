@@ -16,8 +16,8 @@
 // (prof::MemBlockEvent::virtual_range(), ingested as prof::kSegmentVirtualRange in
 // AllocEvent::flags). For traces without the flag the builder sets that bit on a SegmentAlloc when
 // a SegmentMap later lands inside it (in time for every state that includes it); apply() also
-// converts an unmarked segment at its first map. A map with no enclosing segment (PyTorch snapshots record only segment_map) starts an
-// implicit expandable segment, or extends one that ends where it begins.
+// converts an unmarked segment at its first map. A map with no enclosing segment (PyTorch snapshots
+// record only segment_map) starts an implicit expandable segment, or extends one ending where it begins.
 #pragma once
 
 #include <memcomm/profiler/event.hpp>
