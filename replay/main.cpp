@@ -75,14 +75,20 @@ void check_json_out(const std::string& file) {
     throw std::invalid_argument("cannot write --json " + file + ": the folder " + dir.string() + " is not writable");
 }
 
-}  // namespace
+using namespace memcomm::replay;
 
-int main(int argc, char** argv) {
-  using namespace memcomm::replay;
-  std::string default_policies = kRecordedPolicy;
-  for (const auto& n : policy_names()) default_policies += "," + n;
+struct CommandLine {
+  std::vector<std::string> files;
+  std::string policy_list;
+  std::string capacity_text;
+  std::string json_out;
+  bool check = false;
+  bool quiet = false;
+};
 
-  CLI::App app{
+// The tool's help text and options, bound to `cl`.
+void describe(CLI::App& app, CommandLine& cl, const std::string& default_policies) {
+  app.description(
       "Replays allocation traces through allocator policies, online (each policy sees a request only when it\n"
       "happens), and prints per file, device (with its rank, for .mct traces) and policy: peak live requested\n"
       "bytes, peak reserved bytes, reserved/live, fragmentation F = 1 - peak allocated / peak reserved, OOMs\n"
@@ -92,8 +98,7 @@ int main(int argc, char** argv) {
       "policies; each device is reported with its rank; a file cut short by a crash is read up to its last\n"
       "complete chunk, with a warning on stderr).\n"
       "Reserved bytes are bytes backed by memory: an expandable segment's virtual range counts only as far\n"
-      "as it is mapped.",
-      "memcomm-replay"};
+      "as it is mapped.");
   app.footer(
       "JSON: a list of objects, one per file, device and policy: file, format (pytorch-snapshot | mct), rank\n"
       "(null for PyTorch snapshots), device (255 = host memory), policy, peak_live, peak_reserved,\n"
@@ -103,23 +108,81 @@ int main(int argc, char** argv) {
       "a --json file that fails while being written); 2 a usage error (a --json path that cannot be written is\n"
       "one: it is checked before any replay), or an input file that is missing, unreadable,\n"
       "empty or corrupt (the message names the file, and the byte offset where it applies).");
-  std::vector<std::string> files;
-  std::string policy_list = default_policies;
-  std::string capacity_text;
-  std::string json_out;
-  bool check = false;
-  bool quiet = false;
-  app.add_option("FILE", files, "trace files: PyTorch memory snapshot pickles or memcomm .mct traces")->required();
-  app.add_option("--policy", policy_list,
+  cl.policy_list = default_policies;
+  app.add_option("FILE", cl.files, "trace files: PyTorch memory snapshot pickles or memcomm .mct traces")->required();
+  app.add_option("--policy", cl.policy_list,
                  "comma-separated policies to replay, in table order:\n" + policy_help())
       ->default_str(default_policies);
-  app.add_option("--capacity", capacity_text, "device memory per device, e.g. 8GiB, 512MiB, 80GB or bytes; "
-                                              "requests that do not fit count as OOMs (default: unlimited)");
-  app.add_option("--json", json_out, "also write the results as a JSON list to this file; with '-' the JSON goes to\n"
-                                     "stdout alone and the table goes to stderr");
-  app.add_flag("--check", check, "verify while replaying that no two live blocks overlap and each policy's invariants hold");
-  app.add_flag("-q,--quiet", quiet, "no progress messages on stderr");
+  app.add_option("--capacity", cl.capacity_text, "device memory per device, e.g. 8GiB, 512MiB, 80GB or bytes; "
+                                                 "requests that do not fit count as OOMs (default: unlimited)");
+  app.add_option("--json", cl.json_out, "also write the results as a JSON list to this file; with '-' the JSON goes to\n"
+                                        "stdout alone and the table goes to stderr");
+  app.add_flag("--check", cl.check, "verify while replaying that no two live blocks overlap and each policy's invariants hold");
+  app.add_flag("-q,--quiet", cl.quiet, "no progress messages on stderr");
+}
 
+// Checked before any replay, so a bad --json path or policy name does not throw away minutes of
+// work at the end. Returns the --capacity in bytes (0: unlimited). Throws std::invalid_argument.
+std::uint64_t check_arguments(const CommandLine& cl, const std::vector<std::string>& policies) {
+  if (!cl.json_out.empty() && cl.json_out != "-") check_json_out(cl.json_out);
+  const std::uint64_t capacity = cl.capacity_text.empty() ? 0 : memcomm::parse_size(cl.capacity_text);
+  if (policies.empty()) throw std::invalid_argument("--policy: empty list");
+  PolicyOptions probe;
+  for (const auto& p : policies) {
+    if (p != kRecordedPolicy) make_policy(p, probe);  // rejects unknown names before any work
+  }
+  return capacity;
+}
+
+// Loads one trace, showing progress on stderr for large files unless quiet.
+TraceRequests load_with_progress(const std::string& file, bool quiet, std::size_t policy_count) {
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  ProgressState st{file, tty, -1};
+  LoadProgress progress;
+  std::ifstream probe(file, std::ios::binary | std::ios::ate);
+  const bool large = probe && static_cast<std::uint64_t>(probe.tellg()) >= kLargeFile;
+  if (large && !quiet) {
+    progress.callback = show_progress;
+    progress.user = &st;
+  }
+  TraceRequests trace = load_trace(file, progress);
+  if (!trace.recovery.empty()) std::cerr << "memcomm-replay: warning: " << file << ": " << trace.recovery << "\n";
+  if (large && !quiet) {
+    std::size_t events = 0;
+    for (const auto& d : trace.devices) events += d.trace_events;
+    std::fprintf(stderr, "%sread %s in %.2f s: %zu devices, %zu events; replaying %zu policies\n", tty ? "\r" : "",
+                 file.c_str(), trace.load_seconds, trace.devices.size(), events, policy_count);
+  }
+  return trace;
+}
+
+// The table, and the JSON where --json asks for it. Returns the exit code.
+int write_results(const std::vector<ReplayResult>& results, const std::string& json_out) {
+  // With --json - stdout carries the JSON alone, so that it parses; the table moves to stderr.
+  (json_out == "-" ? std::cerr : std::cout) << format_table(results);
+  if (json_out.empty()) return 0;
+  std::string json = format_json(results);
+  if (json_out == "-") {
+    std::cout << json;
+    return 0;
+  }
+  std::ofstream out(json_out);
+  out << json;
+  if (!out) {
+    std::cerr << "memcomm-replay: cannot write " << json_out << "\n";
+    return kExitFailure;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string default_policies = kRecordedPolicy;
+  for (const auto& n : policy_names()) default_policies += "," + n;
+  CLI::App app{"", "memcomm-replay"};
+  CommandLine cl;
+  describe(app, cl, default_policies);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -130,43 +193,20 @@ int main(int argc, char** argv) {
   }
 
   std::uint64_t capacity = 0;
-  std::vector<std::string> policies = split_list(policy_list);
+  const std::vector<std::string> policies = split_list(cl.policy_list);
   try {
-    // Checked before any replay, so a bad --json path does not throw away minutes of work at the end.
-    if (!json_out.empty() && json_out != "-") check_json_out(json_out);
-    if (!capacity_text.empty()) capacity = memcomm::parse_size(capacity_text);
-    if (policies.empty()) throw std::invalid_argument("--policy: empty list");
-    PolicyOptions probe;
-    for (const auto& p : policies) {
-      if (p != kRecordedPolicy) make_policy(p, probe);  // rejects unknown names before any work
-    }
+    capacity = check_arguments(cl, policies);
   } catch (const std::invalid_argument& e) {
     std::cerr << "memcomm-replay: " << e.what() << "\n";
     return kExitBadInput;
   }
 
-  const bool tty = isatty(STDERR_FILENO) != 0;
   std::vector<ReplayResult> results;
   ReplayOptions options;
-  options.check = check;
-  for (const auto& file : files) {
+  options.check = cl.check;
+  for (const auto& file : cl.files) {
     try {
-      ProgressState st{file, tty, -1};
-      LoadProgress progress;
-      std::ifstream probe(file, std::ios::binary | std::ios::ate);
-      const bool large = probe && static_cast<std::uint64_t>(probe.tellg()) >= kLargeFile;
-      if (large && !quiet) {
-        progress.callback = show_progress;
-        progress.user = &st;
-      }
-      TraceRequests trace = load_trace(file, progress);
-      if (!trace.recovery.empty()) std::cerr << "memcomm-replay: warning: " << file << ": " << trace.recovery << "\n";
-      if (large && !quiet) {
-        std::size_t events = 0;
-        for (const auto& d : trace.devices) events += d.trace_events;
-        std::fprintf(stderr, "%sread %s in %.2f s: %zu devices, %zu events; replaying %zu policies\n", tty ? "\r" : "",
-                     file.c_str(), trace.load_seconds, trace.devices.size(), events, policies.size());
-      }
+      const TraceRequests trace = load_with_progress(file, cl.quiet, policies.size());
       auto r = replay_all(trace, policies, capacity, options);
       results.insert(results.end(), r.begin(), r.end());
     } catch (const memcomm::snapshot::ReadError& e) {
@@ -180,21 +220,5 @@ int main(int argc, char** argv) {
       return kExitFailure;
     }
   }
-
-  // With --json - stdout carries the JSON alone, so that it parses; the table moves to stderr.
-  (json_out == "-" ? std::cerr : std::cout) << format_table(results);
-  if (!json_out.empty()) {
-    std::string json = format_json(results);
-    if (json_out == "-") {
-      std::cout << json;
-    } else {
-      std::ofstream out(json_out);
-      out << json;
-      if (!out) {
-        std::cerr << "memcomm-replay: cannot write " << json_out << "\n";
-        return kExitFailure;
-      }
-    }
-  }
-  return 0;
+  return write_results(results, cl.json_out);
 }

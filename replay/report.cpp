@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "memcomm/trace/event.hpp"
 #include "memcomm/replay/replayer.hpp"
 
 namespace memcomm::replay {
@@ -24,7 +25,7 @@ std::string format_table(const std::vector<ReplayResult>& results) {
     file_w = std::max(file_w, basename(r.file).size());
     policy_w = std::max(policy_w, r.policy.size() + 1);  // + the starts-empty mark
     ranks |= r.rank != kNoRank;
-    host |= r.device == kHostDevice && r.format == "mct";
+    host |= r.device == prof::kHostDevice && r.format == "mct";
     if (r.format == "mct") mct = true;
     else snapshots = true;
   }
@@ -37,7 +38,7 @@ std::string format_table(const std::vector<ReplayResult>& results) {
     const bool recorded = r.policy == kRecordedPolicy;
     out += fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8.3f}  {:>6.3f}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}\n",
                        basename(r.file), file_w, rank_cell(r.rank == kNoRank ? "-" : std::to_string(r.rank)),
-                       r.device == kHostDevice && r.format == "mct" ? std::string("host") : std::to_string(r.device),
+                       r.device == prof::kHostDevice && r.format == "mct" ? std::string("host") : std::to_string(r.device),
                        r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w, mib(r.peak_live),
                        mib(r.peak_reserved), r.reserved_over_live(), r.fragmentation(), r.ooms, r.source_allocs,
                        r.source_frees, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),

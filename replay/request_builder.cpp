@@ -2,7 +2,8 @@
 #include "request_builder.hpp"
 
 #include <algorithm>
-#include <map>
+
+#include "memcomm/trace/memory_fold.hpp"
 
 namespace memcomm::replay {
 
@@ -10,42 +11,28 @@ namespace memcomm::replay {
 // virtual range (memcomm's allocator reserves e.g. 128 GiB of address space) followed by
 // segment_map/segment_unmap of the parts backed by memory. Reserved bytes are the backed ones, which
 // is the meaning the profiler's analysis gives them (Note [Virtual reservations] in
-// trace/src/memory_series.cpp): a segment_alloc that any map lands in counts for nothing, and
-// neither does its segment_free, while its maps and unmaps count; a plain segment counts whole.
-// memcomm's .mct flags its reservations (prof::MemBlockEvent::virtual_range()), which also covers one
-// that is never mapped; the guess from landing maps serves traces without the flag.
+// trace/src/memory_series.cpp, whose prof::VirtualReservations makes the same call here): a
+// segment_alloc that any map lands in counts for nothing, and neither does its segment_free, while its
+// maps and unmaps count; a plain segment counts whole. memcomm's .mct flags its reservations
+// (prof::MemBlockEvent::virtual_range()), which also covers one that is never mapped; the guess from
+// landing maps serves traces without the flag.
 // Nor is the reservation a source call, as in the allocator's own DeviceStats::source_calls()
 // (segment allocations plus maps; reserving address space is neither). PyTorch's snapshots show
 // expandable segments through their maps alone, so the rule leaves their recorded figures as they
 // were (the shared snapshots' are checked against SOURCES.md in tests/replay).
 std::vector<bool> RequestBuilder::virtual_reservations(const std::vector<SegmentStep>& steps) {
-  struct Live {
-    std::uint64_t end;      // one past the segment's last byte
-    std::size_t instance;   // index of its segment_alloc in `steps`
-  };
-  std::map<std::uint64_t, Live> live;  // segment start -> its end and instance
-  std::vector<bool> is_virtual(steps.size(), false);
-  for (std::size_t i = 0; i < steps.size(); ++i) is_virtual[i] = steps[i].flagged_virtual;
-  std::vector<std::size_t> freed_by(steps.size(), steps.size());  // segment_free -> its segment_alloc
+  prof::VirtualReservations guess;
+  std::vector<std::size_t> index(steps.size(), prof::VirtualReservations::kNoIndex);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const SegmentStep& s = steps[i];
-    if (s.addr == kNoAddr) continue;
-    if (!s.mapped && s.grow) {
-      live[s.addr] = Live{s.addr + s.bytes, i};
-    } else if (!s.mapped) {
-      auto it = live.find(s.addr);
-      if (it != live.end()) {
-        freed_by[i] = it->second.instance;
-        live.erase(it);
-      }
-    } else if (s.grow) {
-      auto it = live.upper_bound(s.addr);
-      if (it != live.begin() && s.addr < (--it)->second.end) is_virtual[it->second.instance] = true;
-    }
+    if (s.addr == kNoAddr) continue;  // no address to match: only its own flag can tell
+    const prof::EventKind kind = s.mapped ? (s.grow ? prof::EventKind::SegmentMap : prof::EventKind::SegmentUnmap)
+                                          : (s.grow ? prof::EventKind::SegmentAlloc : prof::EventKind::SegmentFree);
+    index[i] = guess.add(kind, s.addr, s.bytes, s.flagged_virtual);
   }
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (freed_by[i] < steps.size()) is_virtual[i] = is_virtual[freed_by[i]];
-  }
+  std::vector<bool> is_virtual(steps.size(), false);
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    is_virtual[i] = index[i] == prof::VirtualReservations::kNoIndex ? steps[i].flagged_virtual : guess.is_virtual(index[i]);
   return is_virtual;
 }
 

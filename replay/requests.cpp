@@ -12,7 +12,7 @@
 namespace memcomm::replay {
 namespace {
 
-using snapshot::Action;
+using prof::EventKind;
 using snapshot::Event;
 
 std::uint64_t seg_addr(const Event& e) { return e.has_addr() ? e.addr : RequestBuilder::kNoAddr; }
@@ -21,26 +21,25 @@ DeviceRequests build_device(const snapshot::Snapshot& snap, int device) {
   RequestBuilder b(kNoRank, device);
   if (device < static_cast<int>(snap.device_traces.size())) {
     for (const Event& e : snap.device_traces[static_cast<std::size_t>(device)]) {
-      switch (e.action) {
-        case Action::alloc:
+      switch (e.kind) {
+        case EventKind::Alloc:
           if (e.has_addr()) b.alloc(e.addr, e.size, e.stream);
           else b.anomaly();
           break;
-        case Action::free_completed:
+        case EventKind::FreeCompleted:
           if (e.has_addr()) b.free_completed(e.addr, e.size, e.stream);
           else b.anomaly();
           break;
-        case Action::free_requested:
+        case EventKind::FreeRequested:
           if (e.has_addr()) b.free_requested(e.addr);
           else b.other();
           break;
-        case Action::segment_alloc: b.segment_grow(seg_addr(e), e.size, false); break;
-        case Action::segment_map: b.segment_grow(seg_addr(e), e.size, true); break;
-        case Action::segment_free: b.segment_shrink(seg_addr(e), e.size, false); break;
-        case Action::segment_unmap: b.segment_shrink(seg_addr(e), e.size, true); break;
-        case Action::oom: b.oom(); break;
-        case Action::snapshot:
-        case Action::other: b.other(); break;
+        case EventKind::SegmentAlloc: b.segment_grow(seg_addr(e), e.size, false); break;
+        case EventKind::SegmentMap: b.segment_grow(seg_addr(e), e.size, true); break;
+        case EventKind::SegmentFree: b.segment_shrink(seg_addr(e), e.size, false); break;
+        case EventKind::SegmentUnmap: b.segment_shrink(seg_addr(e), e.size, true); break;
+        case EventKind::Oom: b.oom(); break;
+        default: b.other(); break;  // markers and unknown actions (Note [Snapshot actions] in snapshot.hpp)
       }
     }
   }

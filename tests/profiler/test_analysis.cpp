@@ -288,17 +288,42 @@ TEST_CASE("memory fold: reused and fresh addresses, with the dead entries swept,
   // Note [Dead blocks stay in the map]: freed entries are reused by the next Alloc at their address
   // and swept once they outnumber the live ones; neither may change what the fold says.
   MemoryFold f;
-  for (uint64_t i = 0; i < 3; ++i) CHECK(f.apply(FoldOp::Alloc, 0x1000 + i * 0x100, 64));  // held throughout
+  for (uint64_t i = 0; i < 3; ++i) CHECK(f.apply(EventKind::Alloc, 0x1000 + i * 0x100, 64));  // held throughout
   for (uint64_t round = 0; round < 50'000; ++round) {
     const uint64_t addr = round % 2 == 0 ? 0x9000 : 0x100000 + round * 0x100;  // reused, then fresh ones
-    REQUIRE(f.apply(FoldOp::Alloc, addr, 32));
-    REQUIRE(f.apply(FoldOp::FreeRequested, addr, 0));
+    REQUIRE(f.apply(EventKind::Alloc, addr, 32));
+    REQUIRE(f.apply(EventKind::FreeRequested, addr, 0));
     CHECK(f.active() == 3 * 64 + 32);
-    REQUIRE(f.apply(FoldOp::FreeCompleted, addr, 0));
+    REQUIRE(f.apply(EventKind::FreeCompleted, addr, 0));
   }
   CHECK(f.allocated() == 3 * 64);
   CHECK(f.active() == 3 * 64);
   CHECK_FALSE(f.broken());
-  CHECK_FALSE(f.apply(FoldOp::FreeCompleted, 0x9000, 0));  // a dead entry is not a live block
+  CHECK(f.apply(EventKind::Oom, 0x9000, 1 << 20));  // not a block event: the levels stay
+  CHECK(f.allocated() == 3 * 64);
+  CHECK(f.reserved() == 0);
+  CHECK_FALSE(f.apply(EventKind::FreeCompleted, 0x9000, 0));  // a dead entry is not a live block
   CHECK(f.broken());
+}
+
+TEST_CASE("virtual reservations: the producer's flag, or a map landing in the segment, makes one", "[profiler][analysis]") {
+  // The one rule of memcomm-trace report and memcomm-replay (Note [Virtual reservations]).
+  VirtualReservations g;
+  const size_t plain = g.add(EventKind::SegmentAlloc, 0x1000, 0x1000, false);
+  const size_t guessed = g.add(EventKind::SegmentAlloc, 0x100000, 1 << 30, false);
+  const size_t flagged = g.add(EventKind::SegmentAlloc, 0x80000000, 1 << 30, true);  // never mapped
+  CHECK(g.add(EventKind::SegmentMap, 0x100000 + 4096, 4096, false) == VirtualReservations::kNoIndex);
+  CHECK(g.add(EventKind::SegmentUnmap, 0x100000 + 4096, 4096, false) == VirtualReservations::kNoIndex);
+  const size_t guessed_free = g.add(EventKind::SegmentFree, 0x100000, 1 << 30, false);
+  const size_t plain_free = g.add(EventKind::SegmentFree, 0x1000, 0x1000, false);
+  const size_t pre_trace_free = g.add(EventKind::SegmentFree, 0x5000000, 1 << 20, true);  // allocated before the trace
+  const size_t late = g.add(EventKind::SegmentAlloc, 0x100000, 0x1000, false);  // the address again, a plain segment
+  CHECK(g.add(EventKind::SegmentMap, 0x200000, 4096, false) == VirtualReservations::kNoIndex);  // in no live segment
+  CHECK_FALSE(g.is_virtual(plain));
+  CHECK_FALSE(g.is_virtual(plain_free));
+  CHECK(g.is_virtual(guessed));
+  CHECK(g.is_virtual(guessed_free));  // its release is what the segment turned out to be
+  CHECK(g.is_virtual(flagged));
+  CHECK(g.is_virtual(pre_trace_free));
+  CHECK_FALSE(g.is_virtual(late));
 }

@@ -155,7 +155,7 @@ TEST_CASE("mct: reserved bytes are mapped bytes, not an expandable segment's vir
   CHECK(rec.device == 1);
   const auto& host = trace.devices[1];
   CHECK(host.rank == 3);
-  CHECK(host.device == rp::kHostDevice);
+  CHECK(host.device == int{prof::kHostDevice});
 }
 
 TEST_CASE("mct: a flagged virtual range counts for nothing even when no map lands in it", "[mct][reserved]") {
@@ -195,7 +195,7 @@ TEST_CASE("mct: the CLI reports rank and device apart, and whose allocator `reco
   CHECK(list[0]["policy"] == "recorded");
   CHECK(list[0]["peak_reserved"] == 24 * MiB);
   CHECK(list[2]["rank"] == 3);
-  CHECK(list[2]["device"] == rp::kHostDevice);
+  CHECK(list[2]["device"] == int{prof::kHostDevice});
   // The table (on stderr with --json -): a rank column, host memory named, and `recorded` described
   // as memcomm's own allocator, not PyTorch's.
   CHECK(r.err.find("rank") != std::string::npos);

@@ -18,6 +18,7 @@
 
 namespace fs = std::filesystem;
 namespace snap = memcomm::snapshot;
+namespace prof = memcomm::prof;
 namespace rp = memcomm::replay;
 
 namespace {
@@ -45,13 +46,13 @@ std::uint64_t independent_peak_live(const snap::Snapshot& s, int device) {
   std::uint64_t at_start = 0;
   for (const auto& e : events) {
     if (!e.has_addr()) continue;
-    if (e.action == snap::Action::alloc) {
+    if (e.kind == prof::EventKind::Alloc) {
       live[e.addr] = e.size;
       named.insert(e.addr);
-    } else if (e.action == snap::Action::free_completed) {
+    } else if (e.kind == prof::EventKind::FreeCompleted) {
       if (!live.erase(e.addr)) at_start += e.size;
       named.insert(e.addr);
-    } else if (e.action == snap::Action::free_requested) {
+    } else if (e.kind == prof::EventKind::FreeRequested) {
       named.insert(e.addr);
     }
   }
@@ -65,11 +66,11 @@ std::uint64_t independent_peak_live(const snap::Snapshot& s, int device) {
   std::uint64_t cur = at_start, peak = at_start;
   for (const auto& e : events) {
     if (!e.has_addr()) continue;
-    if (e.action == snap::Action::alloc) {
+    if (e.kind == prof::EventKind::Alloc) {
       live[e.addr] = e.size;
       cur += e.size;
       peak = std::max(peak, cur);
-    } else if (e.action == snap::Action::free_completed) {
+    } else if (e.kind == prof::EventKind::FreeCompleted) {
       auto it = live.find(e.addr);
       cur -= it != live.end() ? it->second : e.size;
       if (it != live.end()) live.erase(it);
@@ -126,7 +127,7 @@ TEST_CASE("replay: every shared snapshot loads and rebuilds and peak live agrees
     // Frames are kept: some traced alloc points at a source line.
     bool some_frame = false;
     for (const auto& dev : s.device_traces) {
-      for (const auto& e : dev) some_frame |= e.action == snap::Action::alloc && !s.top_frame(e.stack).empty();
+      for (const auto& e : dev) some_frame |= e.kind == prof::EventKind::Alloc && !s.top_frame(e.stack).empty();
     }
     CHECK(some_frame);
 

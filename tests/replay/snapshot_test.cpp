@@ -8,6 +8,7 @@
 
 using memcomm::test::PickleBuilder;
 namespace snap = memcomm::snapshot;
+namespace prof = memcomm::prof;
 using memcomm::replay::Request;
 
 using memcomm::test::build_snapshot;
@@ -30,15 +31,17 @@ TEST_CASE("snapshot: model fields from a hand-built snapshot", "[snapshot]") {
   CHECK(s.segments[1].is_expandable);
 
   const auto& d0 = s.device_traces[0];
-  CHECK(d0[0].action == snap::Action::free_completed);
+  CHECK(d0[0].kind == prof::EventKind::FreeCompleted);
+  CHECK(s.action_label(d0[0]) == "free_completed");
   CHECK(d0[1].time_us == 11);
-  CHECK(d0[2].action == snap::Action::snapshot);
-  CHECK(d0[5].action == snap::Action::other);
+  CHECK(d0[2].kind == prof::EventKind::Invalid);  // a marker, no allocator event (Note [Snapshot actions])
+  CHECK(s.action_label(d0[2]) == "snapshot");
+  CHECK(d0[5].kind == prof::EventKind::Invalid);
   CHECK(s.action_label(d0[5]) == "future_action");
   CHECK(s.device_traces[1].empty());
   const auto& d2 = s.device_traces[2];
   CHECK_FALSE(d2[0].has_time());
-  CHECK(d2[2].action == snap::Action::oom);
+  CHECK(d2[2].kind == prof::EventKind::Oom);
   CHECK_FALSE(d2[2].has_addr());
   CHECK(d2[2].size == 1024 * MiB);
 

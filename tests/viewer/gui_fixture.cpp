@@ -11,6 +11,7 @@
 namespace gui_test {
 
 using namespace memcomm::view;
+using memcomm::prof::EventKind;
 
 Timeline make_fixture() {
   TimelineBuilder b;
@@ -25,11 +26,11 @@ Timeline make_fixture() {
     b.collective(r, "all_reduce", 64ull << 20, 0, 1, r == 0 ? us(500) : us(600), r == 0 ? us(700) : us(750), 2);
   }
   const std::uint64_t seg = 0x7f0000000000ull;
-  b.alloc_event(0, {0, seg, 1ull << 30, 0, AllocOp::SegmentAlloc});
-  b.alloc_event(0, {us(200), seg, 256ull << 20, 0, AllocOp::Alloc});
-  b.alloc_event(0, {us(500), seg + (256ull << 20), 512ull << 20, 0, AllocOp::Alloc});
-  b.alloc_event(0, {us(800), seg, 256ull << 20, 0, AllocOp::FreeCompleted});
-  b.alloc_event(0, {us(1990), seg + (256ull << 20), 512ull << 20, 0, AllocOp::FreeCompleted});
+  b.alloc_event(0, {0, seg, 1ull << 30, 0, EventKind::SegmentAlloc});
+  b.alloc_event(0, {us(200), seg, 256ull << 20, 0, EventKind::Alloc});
+  b.alloc_event(0, {us(500), seg + (256ull << 20), 512ull << 20, 0, EventKind::Alloc});
+  b.alloc_event(0, {us(800), seg, 256ull << 20, 0, EventKind::FreeCompleted});
+  b.alloc_event(0, {us(1990), seg + (256ull << 20), 512ull << 20, 0, EventKind::FreeCompleted});
   return b.finish("fixture");
 }
 

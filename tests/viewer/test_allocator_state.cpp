@@ -8,6 +8,7 @@
 #include <random>
 
 using namespace memcomm::view;
+using memcomm::prof::EventKind;
 
 namespace {
 
@@ -18,7 +19,7 @@ AllocEvents random_events(std::size_t n, unsigned seed) {
   std::map<std::uint64_t, std::uint64_t> live;  // addr -> size (allocated or pending)
   std::map<std::uint64_t, bool> pending;
   const std::uint64_t seg = 0x10000000, seg_size = 64ull << 20, slot = 1ull << 20;
-  ev.push_back({0, seg, seg_size, 0, AllocOp::SegmentAlloc});
+  ev.push_back({0, seg, seg_size, 0, EventKind::SegmentAlloc});
   std::int64_t t = 1;
   while (ev.size() < n) {
     const std::uint64_t addr = seg + (rng() % 64) * slot;
@@ -26,13 +27,13 @@ AllocEvents random_events(std::size_t n, unsigned seed) {
     auto it = live.find(addr);
     if (it == live.end()) {
       const std::uint64_t size = 4096 * (1 + rng() % 200);
-      ev.push_back({t, addr, size, 0, AllocOp::Alloc});
+      ev.push_back({t, addr, size, 0, EventKind::Alloc});
       live[addr] = size;
     } else if (!pending[addr]) {
-      ev.push_back({t, addr, it->second, 0, AllocOp::FreeRequested});
+      ev.push_back({t, addr, it->second, 0, EventKind::FreeRequested});
       pending[addr] = true;
     } else {
-      ev.push_back({t, addr, it->second, 0, AllocOp::FreeCompleted});
+      ev.push_back({t, addr, it->second, 0, EventKind::FreeCompleted});
       live.erase(it);
       pending[addr] = false;
     }
@@ -63,23 +64,23 @@ bool same(const AllocatorState& a, const AllocatorState& b) {
 
 TEST_CASE("allocator state applies block and segment events", "[unit][viewer]") {
   AllocatorState s;
-  s.apply({0, 0x1000, 0x1000, 0, AllocOp::SegmentAlloc});
-  s.apply({1, 0x1000, 0x100, 0, AllocOp::Alloc});
-  s.apply({2, 0x1400, 0x200, 0, AllocOp::Alloc});
+  s.apply({0, 0x1000, 0x1000, 0, EventKind::SegmentAlloc});
+  s.apply({1, 0x1000, 0x100, 0, EventKind::Alloc});
+  s.apply({2, 0x1400, 0x200, 0, EventKind::Alloc});
   CHECK(s.allocated == 0x300);
   CHECK(s.reserved == 0x1000);
   CHECK(s.largest_free() == 0x1000 - 0x600);  // free gap after the second block
-  s.apply({3, 0x1000, 0x100, 0, AllocOp::FreeRequested});
+  s.apply({3, 0x1000, 0x100, 0, EventKind::FreeRequested});
   CHECK(s.allocated == 0x200);
   CHECK(s.pending_free == 0x100);
   REQUIRE(s.segments.size() == 1);
   CHECK(s.segments[0].blocks[0].state == BlockState::PendingFree);
-  s.apply({4, 0x1000, 0x100, 0, AllocOp::FreeCompleted});
+  s.apply({4, 0x1000, 0x100, 0, EventKind::FreeCompleted});
   CHECK(s.pending_free == 0);
   CHECK(s.block_count == 1);
-  s.apply({5, 0x9999, 0x10, 0, AllocOp::FreeCompleted});  // unknown block: counted, not fatal
+  s.apply({5, 0x9999, 0x10, 0, EventKind::FreeCompleted});  // unknown block: counted, not fatal
   CHECK(s.unmatched == 1);
-  s.apply({6, 0x1000, 0x1000, 0, AllocOp::SegmentFree});
+  s.apply({6, 0x1000, 0x1000, 0, EventKind::SegmentFree});
   CHECK(s.reserved == 0);
   CHECK(s.allocated == 0);
   CHECK(s.segments.empty());

@@ -14,6 +14,7 @@
 #include <vector>
 
 using namespace memcomm::view;
+using memcomm::prof::EventKind;
 
 namespace {
 
@@ -50,20 +51,20 @@ std::vector<Feed> make_run(int steps, bool late_pieces) {
           b.counter(rank, "samples_per_s", t + 860'000, 1000.0 + s);
         }
         const std::uint64_t base = 0x7f0000000000ull;
-        if (s == 0) b.alloc_event(rank, {t + 10, base, 128ull << 30, 0, AllocOp::SegmentAlloc});  // virtual range
-        if (s == 1) b.alloc_event(rank, {t + 11, base, 2u << 20, 0, AllocOp::SegmentMap});      // a step later
+        if (s == 0) b.alloc_event(rank, {t + 10, base, 128ull << 30, 0, EventKind::SegmentAlloc});  // virtual range
+        if (s == 1) b.alloc_event(rank, {t + 11, base, 2u << 20, 0, EventKind::SegmentMap});      // a step later
         if (s >= 1) {
           const std::uint8_t cat = s > steps / 2 ? static_cast<std::uint8_t>(1 + s % 4) : 0;
-          AllocEvent a{t + 20, base + static_cast<std::uint64_t>(s % 4) * 4096, 4096, 0, AllocOp::Alloc, cat};
+          AllocEvent a{t + 20, base + static_cast<std::uint64_t>(s % 4) * 4096, 4096, 0, EventKind::Alloc, cat};
           b.alloc_event(rank, a);
-          b.alloc_event(rank, {t + 500'000, a.addr, 4096, 0, AllocOp::FreeRequested});
-          b.alloc_event(rank, {t + 600'000, a.addr, 4096, 0, AllocOp::FreeCompleted});
+          b.alloc_event(rank, {t + 500'000, a.addr, 4096, 0, EventKind::FreeRequested});
+          b.alloc_event(rank, {t + 600'000, a.addr, 4096, 0, EventKind::FreeCompleted});
         }
-        if (s == steps - 1) b.alloc_event(rank, {t + 700'000, 0, 1ull << 40, 0, AllocOp::Oom});
+        if (s == steps - 1) b.alloc_event(rank, {t + 700'000, 0, 1ull << 40, 0, EventKind::Oom});
         // A 1 MiB pool segment on rank 1, allocated and freed.
         if (rank == 1 && s % 3 == 0) {
-          b.alloc_event(rank, {t + 30, 0x1000000 + static_cast<std::uint64_t>(s) * (1 << 20), 1 << 20, 1, AllocOp::SegmentAlloc});
-          b.alloc_event(rank, {t + 40, 0x1000000 + static_cast<std::uint64_t>(s) * (1 << 20), 1 << 20, 1, AllocOp::SegmentFree});
+          b.alloc_event(rank, {t + 30, 0x1000000 + static_cast<std::uint64_t>(s) * (1 << 20), 1 << 20, 1, EventKind::SegmentAlloc});
+          b.alloc_event(rank, {t + 40, 0x1000000 + static_cast<std::uint64_t>(s) * (1 << 20), 1 << 20, 1, EventKind::SegmentFree});
         }
         b.dropped(rank, s == 2 ? 5 : 0);
       });
@@ -75,7 +76,7 @@ std::vector<Feed> make_run(int steps, bool late_pieces) {
           const TimeNs before = t - 3'000'000;
           b.nvtx(rank, "late_inner", before + 95'000, before + 99'000);
           b.counter(rank, "loss", late + 5, -1.0 * s);
-          b.alloc_event(rank, {late + 7, 0x9000000 + static_cast<std::uint64_t>(s), 64, 0, AllocOp::Alloc});
+          b.alloc_event(rank, {late + 7, 0x9000000 + static_cast<std::uint64_t>(s), 64, 0, EventKind::Alloc});
           b.collective(rank, "broadcast", 64, 1, static_cast<std::uint64_t>(s), late + 100, late + 200, 2);
         });
       }
@@ -218,22 +219,22 @@ TEST_CASE("appending a run in pieces gives the model that loading it at once giv
   for (const auto& lane : whole.ranks[0].lanes) two_rows = two_rows || (lane.kind == LaneKind::Kernel && lane.rows.size() > 1);
   CHECK(two_rows);
   // The expandable segment's reservation is marked, though its map came in a later piece.
-  CHECK((whole.ranks[0].alloc_events.front().flags & kAllocExpandable) != 0);
+  CHECK((whole.ranks[0].alloc_events.front().flags & memcomm::prof::kSegmentVirtualRange) != 0);
 }
 
 TEST_CASE("an allocator timeline updated as events arrive seeks to the states of one built at once") {
   AllocEvents all;
   std::mt19937 rng(7);
-  all.push_back({0, 0x100000, 1 << 20, 0, AllocOp::SegmentAlloc});
+  all.push_back({0, 0x100000, 1 << 20, 0, EventKind::SegmentAlloc});
   std::vector<std::uint64_t> live;
   for (int i = 1; i < 20000; ++i) {
     if (live.empty() || (rng() % 2 && live.size() < 200)) {
       const std::uint64_t addr = 0x100000 + (rng() % 256) * 4096;
-      all.push_back({i, addr, 4096, 0, AllocOp::Alloc});
+      all.push_back({i, addr, 4096, 0, EventKind::Alloc});
       live.push_back(addr);
     } else {
       const std::size_t k = rng() % live.size();
-      all.push_back({i, live[k], 4096, 0, AllocOp::FreeCompleted});
+      all.push_back({i, live[k], 4096, 0, EventKind::FreeCompleted});
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
     }
   }
@@ -258,7 +259,7 @@ TEST_CASE("an allocator timeline updated as events arrive seeks to the states of
   }
   // An event changed before the fold restarts it (a late event merged in).
   grown[10].size = 8192;
-  grown[10].op = AllocOp::Alloc;
+  grown[10].op = EventKind::Alloc;
   inc.update(10);
   AllocatorTimeline again(&grown, 256);
   CHECK(inc.seek_index(grown.size()).allocated == again.seek_index(grown.size()).allocated);

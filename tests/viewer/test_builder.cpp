@@ -7,6 +7,7 @@
 #include <memcomm/view/synthetic.hpp>
 
 using namespace memcomm::view;
+using memcomm::prof::EventKind;
 
 TEST_CASE("nested phases go to rows by depth and stay sorted", "[unit][viewer]") {
   TimelineBuilder b;
@@ -97,12 +98,12 @@ TEST_CASE("CPU runs: host phases are the compute that hides communication", "[un
 
 TEST_CASE("memory curves are derived from allocator events when not sampled", "[unit][viewer]") {
   TimelineBuilder b;
-  b.alloc_event(0, {0, 0x1000, 1000, 0, AllocOp::SegmentAlloc});
-  b.alloc_event(0, {10, 0x1000, 100, 0, AllocOp::Alloc});
-  b.alloc_event(0, {20, 0x1100, 200, 0, AllocOp::Alloc});
-  b.alloc_event(0, {30, 0x1000, 100, 0, AllocOp::FreeRequested});
-  b.alloc_event(0, {40, 0x1000, 100, 0, AllocOp::FreeCompleted});
-  b.alloc_event(0, {50, 0, 1 << 30, 0, AllocOp::Oom});
+  b.alloc_event(0, {0, 0x1000, 1000, 0, EventKind::SegmentAlloc});
+  b.alloc_event(0, {10, 0x1000, 100, 0, EventKind::Alloc});
+  b.alloc_event(0, {20, 0x1100, 200, 0, EventKind::Alloc});
+  b.alloc_event(0, {30, 0x1000, 100, 0, EventKind::FreeRequested});
+  b.alloc_event(0, {40, 0x1000, 100, 0, EventKind::FreeCompleted});
+  b.alloc_event(0, {50, 0, 1 << 30, 0, EventKind::Oom});
   Timeline tl = b.finish("alloc");
   const RankData& rd = tl.ranks.at(0);
   const CounterSeries* allocated = rd.counter("allocated");
@@ -148,14 +149,14 @@ TEST_CASE("a synthetic run meets the viewer's memory budget per event", "[unit][
 
 TEST_CASE("blocks labelled with a category get per-category curves", "[unit][viewer]") {
   TimelineBuilder b;
-  AllocEvent param{10, 0x1000, 400, 0, AllocOp::Alloc};
+  AllocEvent param{10, 0x1000, 400, 0, EventKind::Alloc};
   param.category = 1;  // parameter
-  AllocEvent act{20, 0x2000, 100, 0, AllocOp::Alloc};
+  AllocEvent act{20, 0x2000, 100, 0, EventKind::Alloc};
   act.category = 4;  // activation
-  b.alloc_event(0, {0, 0x1000, 0x10000, 0, AllocOp::SegmentAlloc});
+  b.alloc_event(0, {0, 0x1000, 0x10000, 0, EventKind::SegmentAlloc});
   b.alloc_event(0, param);
   b.alloc_event(0, act);
-  b.alloc_event(0, {30, 0x2000, 100, 0, AllocOp::FreeCompleted});  // the free carries no category
+  b.alloc_event(0, {30, 0x2000, 100, 0, EventKind::FreeCompleted});  // the free carries no category
   const Timeline tl = b.finish("cats");
   const CounterSeries* p = tl.ranks[0].counter("cat:parameter");
   const CounterSeries* a = tl.ranks[0].counter("cat:activation");

@@ -14,6 +14,7 @@
 #include <vector>
 
 using namespace memcomm::view;
+using memcomm::prof::EventKind;
 
 namespace {
 
@@ -211,7 +212,7 @@ TEST_CASE("builder appends of several chunks in pieces match a one-shot build", 
     for (std::size_t i = from; i < to; ++i) {
       const auto t = static_cast<TimeNs>(i) * 1000;
       b.kernel(0, 7, i % 3 ? "gemm" : "softmax", t, t + 600);
-      b.alloc_event(0, {t + 1, 0x1000 + (i % 64) * 256, 256, 0, i % 2 ? AllocOp::FreeCompleted : AllocOp::Alloc});
+      b.alloc_event(0, {t + 1, 0x1000 + (i % 64) * 256, 256, 0, i % 2 ? EventKind::FreeCompleted : EventKind::Alloc});
       b.counter(0, "loss", t + 2, static_cast<double>(i % 977));
     }
   };

@@ -7,6 +7,7 @@
 
 using namespace gui_test;
 using namespace memcomm::view;
+using memcomm::prof::EventKind;
 namespace pal = memcomm::view::palette;
 
 TEST_CASE("allocator pane: an expandable segment shows mapped bytes as reserved", "[gui][viewer]") {
@@ -14,11 +15,11 @@ TEST_CASE("allocator pane: an expandable segment shows mapped bytes as reserved"
   AppState& st = app->state();
   const std::uint64_t MiB = 1ull << 20, base = 0x7f0000000000ull;
   TimelineBuilder b;
-  b.alloc_event(0, {0, base, 128ull << 30, 0, AllocOp::SegmentAlloc});  // the virtual reservation
-  b.alloc_event(0, {10, base, 512 * MiB, 0, AllocOp::SegmentMap});
-  b.alloc_event(0, {20, base + 768 * MiB, 512 * MiB, 0, AllocOp::SegmentMap});
-  b.alloc_event(0, {30, base, 256 * MiB, 0, AllocOp::Alloc});
-  b.alloc_event(0, {40, base + 768 * MiB, 256 * MiB, 0, AllocOp::Alloc});
+  b.alloc_event(0, {0, base, 128ull << 30, 0, EventKind::SegmentAlloc});  // the virtual reservation
+  b.alloc_event(0, {10, base, 512 * MiB, 0, EventKind::SegmentMap});
+  b.alloc_event(0, {20, base + 768 * MiB, 512 * MiB, 0, EventKind::SegmentMap});
+  b.alloc_event(0, {30, base, 256 * MiB, 0, EventKind::Alloc});
+  b.alloc_event(0, {40, base + 768 * MiB, 256 * MiB, 0, EventKind::Alloc});
   st.set_timeline(b.finish("expandable"), false);
   st.alloc_follow_cursor = false;
   st.alloc_time = 100;

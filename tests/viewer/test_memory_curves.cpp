@@ -19,6 +19,7 @@
 #include <vector>
 
 using namespace memcomm::view;
+using memcomm::prof::EventKind;
 
 namespace {
 
@@ -29,14 +30,14 @@ namespace {
 void fill(TimelineBuilder& b, std::uint32_t rank, bool samples) {
   b.phase(rank, "step", 0, 100);
   b.phase(rank, "step", 100, 200);
-  b.alloc_event(rank, {1, 0x10000, 4096, 0, AllocOp::SegmentAlloc});
-  b.alloc_event(rank, {5, 0x10000, 24, 0, AllocOp::Alloc});
-  b.alloc_event(rank, {10, 0x10100, 1000, 0, AllocOp::Alloc});
-  b.alloc_event(rank, {30, 0x10100, 1000, 0, AllocOp::FreeRequested});
-  b.alloc_event(rank, {31, 0x10100, 1000, 0, AllocOp::FreeCompleted});
-  b.alloc_event(rank, {120, 0x10400, 2000, 0, AllocOp::Alloc});
-  b.alloc_event(rank, {150, 0x10400, 2000, 0, AllocOp::FreeRequested});
-  b.alloc_event(rank, {160, 0x10400, 2000, 0, AllocOp::FreeCompleted});
+  b.alloc_event(rank, {1, 0x10000, 4096, 0, EventKind::SegmentAlloc});
+  b.alloc_event(rank, {5, 0x10000, 24, 0, EventKind::Alloc});
+  b.alloc_event(rank, {10, 0x10100, 1000, 0, EventKind::Alloc});
+  b.alloc_event(rank, {30, 0x10100, 1000, 0, EventKind::FreeRequested});
+  b.alloc_event(rank, {31, 0x10100, 1000, 0, EventKind::FreeCompleted});
+  b.alloc_event(rank, {120, 0x10400, 2000, 0, EventKind::Alloc});
+  b.alloc_event(rank, {150, 0x10400, 2000, 0, EventKind::FreeRequested});
+  b.alloc_event(rank, {160, 0x10400, 2000, 0, EventKind::FreeCompleted});
   if (!samples) return;
   for (TimeNs t : {0, 100, 200}) {
     b.counter(rank, "allocated", t, t == 0 ? 512 : 24, "B");
@@ -103,16 +104,16 @@ TEST_CASE("the running-sum fold (memory sampled) and the state fold (not sampled
   // included: same curves.
   const auto events = [](TimelineBuilder& b) {
     fill(b, 0, false);
-    b.alloc_event(0, {200, 0x100000, 1 << 20, 0, AllocOp::SegmentAlloc});  // marked expandable by the map below
-    b.alloc_event(0, {210, 0x100000, 8192, 0, AllocOp::SegmentMap});
-    b.alloc_event(0, {220, 0x100000, 6000, 0, AllocOp::Alloc});
-    b.alloc_event(0, {230, 0x102000, 4096, 0, AllocOp::SegmentMap});
-    b.alloc_event(0, {240, 0x100000, 6000, 0, AllocOp::FreeRequested});
-    b.alloc_event(0, {250, 0x100000, 6000, 0, AllocOp::FreeCompleted});
-    b.alloc_event(0, {260, 0x102000, 4096, 0, AllocOp::SegmentUnmap});
-    b.alloc_event(0, {265, 0x10000, 24, 0, AllocOp::FreeRequested});  // an allocator frees only empty segments
-    b.alloc_event(0, {266, 0x10000, 24, 0, AllocOp::FreeCompleted});
-    b.alloc_event(0, {270, 0x10000, 4096, 0, AllocOp::SegmentFree});
+    b.alloc_event(0, {200, 0x100000, 1 << 20, 0, EventKind::SegmentAlloc});  // marked expandable by the map below
+    b.alloc_event(0, {210, 0x100000, 8192, 0, EventKind::SegmentMap});
+    b.alloc_event(0, {220, 0x100000, 6000, 0, EventKind::Alloc});
+    b.alloc_event(0, {230, 0x102000, 4096, 0, EventKind::SegmentMap});
+    b.alloc_event(0, {240, 0x100000, 6000, 0, EventKind::FreeRequested});
+    b.alloc_event(0, {250, 0x100000, 6000, 0, EventKind::FreeCompleted});
+    b.alloc_event(0, {260, 0x102000, 4096, 0, EventKind::SegmentUnmap});
+    b.alloc_event(0, {265, 0x10000, 24, 0, EventKind::FreeRequested});  // an allocator frees only empty segments
+    b.alloc_event(0, {266, 0x10000, 24, 0, EventKind::FreeCompleted});
+    b.alloc_event(0, {270, 0x10000, 4096, 0, EventKind::SegmentFree});
   };
   TimelineBuilder sampled, unsampled;
   events(sampled);
@@ -143,9 +144,9 @@ TEST_CASE("live: samples published before the first block event give way to the 
   b.counter(0, "allocated", 0, 512, "B");  // a sample arrives first: drawn as is for now
   b.append_to(tl);
   CHECK(at(tl.ranks[0].counter("allocated"), 0) == 512);
-  b.alloc_event(0, {1, 0x10000, 4096, 0, AllocOp::SegmentAlloc});
-  b.alloc_event(0, {10, 0x10100, 1000, 0, AllocOp::Alloc});
-  b.alloc_event(0, {30, 0x10100, 1000, 0, AllocOp::FreeRequested});
+  b.alloc_event(0, {1, 0x10000, 4096, 0, EventKind::SegmentAlloc});
+  b.alloc_event(0, {10, 0x10100, 1000, 0, EventKind::Alloc});
+  b.alloc_event(0, {30, 0x10100, 1000, 0, EventKind::FreeRequested});
   b.counter(0, "allocated", 50, 0, "B");
   b.append_to(tl);
   const RankData& rd = tl.ranks[0];
@@ -163,9 +164,9 @@ TEST_CASE("live: samples published before the first block event give way to the 
   TimelineBuilder once;
   once.phase(0, "step", 0, 100);
   once.counter(0, "allocated", 0, 512, "B");
-  once.alloc_event(0, {1, 0x10000, 4096, 0, AllocOp::SegmentAlloc});
-  once.alloc_event(0, {10, 0x10100, 1000, 0, AllocOp::Alloc});
-  once.alloc_event(0, {30, 0x10100, 1000, 0, AllocOp::FreeRequested});
+  once.alloc_event(0, {1, 0x10000, 4096, 0, EventKind::SegmentAlloc});
+  once.alloc_event(0, {10, 0x10100, 1000, 0, EventKind::Alloc});
+  once.alloc_event(0, {30, 0x10100, 1000, 0, EventKind::FreeRequested});
   once.counter(0, "allocated", 50, 0, "B");
   const Timeline whole = once.finish("once");
   for (const char* name : {"allocated", "sampled:allocated", "reserved"}) {
@@ -183,11 +184,11 @@ TEST_CASE("a trace that starts mid-run draws the samples' level, not a fold miss
   // attach, lost early chunks): the fold would say 1000 at its peak, the samples say 68000.
   TimelineBuilder b;
   b.phase(0, "step", 0, 100);
-  b.alloc_event(0, {2, 0x900000, 60000, 0, AllocOp::FreeRequested});
-  b.alloc_event(0, {3, 0x900000, 60000, 0, AllocOp::FreeCompleted});
-  b.alloc_event(0, {10, 0x10100, 1000, 0, AllocOp::Alloc});
-  b.alloc_event(0, {30, 0x10100, 1000, 0, AllocOp::FreeRequested});
-  b.alloc_event(0, {31, 0x10100, 1000, 0, AllocOp::FreeCompleted});
+  b.alloc_event(0, {2, 0x900000, 60000, 0, EventKind::FreeRequested});
+  b.alloc_event(0, {3, 0x900000, 60000, 0, EventKind::FreeCompleted});
+  b.alloc_event(0, {10, 0x10100, 1000, 0, EventKind::Alloc});
+  b.alloc_event(0, {30, 0x10100, 1000, 0, EventKind::FreeRequested});
+  b.alloc_event(0, {31, 0x10100, 1000, 0, EventKind::FreeCompleted});
   b.counter(0, "allocated", 0, 68000, "B");
   b.counter(0, "allocated", 50, 8000, "B");
   b.counter(0, "reserved", 0, 70000, "B");
@@ -218,11 +219,11 @@ TEST_CASE("the curves fold only the device the samples describe", "[unit][viewer
   b.memory_sample_device(0, 0);
   b.counter(0, "allocated", 0, 0, "B");
   b.counter(0, "reserved", 0, 0, "B");
-  b.alloc_event(0, {1, 0x10000, 4096, 0, AllocOp::SegmentAlloc, 0, 0, 0});
-  b.alloc_event(0, {2, 0x7000000, 1 << 20, 0, AllocOp::SegmentAlloc, 0, 0, 0xFF});
-  b.alloc_event(0, {3, 0x10000, 1000, 0, AllocOp::Alloc, 0, 0, 0});
-  b.alloc_event(0, {4, 0x7000000, 5000, 0, AllocOp::Alloc, 0, 0, 0xFF});
-  b.alloc_event(0, {5, 0x7000000, 5000, 0, AllocOp::FreeCompleted, 0, 0, 0xFF});
+  b.alloc_event(0, {1, 0x10000, 4096, 0, EventKind::SegmentAlloc, 0, 0, 0});
+  b.alloc_event(0, {2, 0x7000000, 1 << 20, 0, EventKind::SegmentAlloc, 0, 0, 0xFF});
+  b.alloc_event(0, {3, 0x10000, 1000, 0, EventKind::Alloc, 0, 0, 0});
+  b.alloc_event(0, {4, 0x7000000, 5000, 0, EventKind::Alloc, 0, 0, 0xFF});
+  b.alloc_event(0, {5, 0x7000000, 5000, 0, EventKind::FreeCompleted, 0, 0, 0xFF});
   const Timeline tl = b.finish("two devices");
   const RankData& rd = tl.ranks.at(0);
   REQUIRE(rd.counter("sampled:allocated") != nullptr);  // device 0's fold is complete: in charge
@@ -237,7 +238,7 @@ TEST_CASE("live: a fold that turns out incomplete gives the curves back to the s
   fill(b, 0, true);
   b.append_to(tl);
   CHECK(at(tl.ranks[0].counter("allocated"), 20) == 1024);  // complete so far: the fold
-  b.alloc_event(0, {300, 0x990000, 7000, 0, AllocOp::FreeRequested});  // a block it never saw
+  b.alloc_event(0, {300, 0x990000, 7000, 0, EventKind::FreeRequested});  // a block it never saw
   b.counter(0, "allocated", 300, 100, "B");
   b.append_to(tl);
   const RankData& rd = tl.ranks[0];
@@ -253,7 +254,7 @@ TEST_CASE("a rank with samples and no block events keeps its sampled curves", "[
   b.phase(0, "step", 0, 100);
   b.counter(0, "allocated", 0, 512, "B");
   b.counter(0, "allocated", 50, 900, "B");
-  b.alloc_event(0, {60, 0, 1 << 30, 0, AllocOp::Oom});  // an OOM is not a block event
+  b.alloc_event(0, {60, 0, 1 << 30, 0, EventKind::Oom});  // an OOM is not a block event
   const Timeline tl = b.finish("samples only");
   CHECK(tl.ranks[0].counter("sampled:allocated") == nullptr);
   CHECK(at(tl.ranks[0].counter("allocated"), 70) == 900);

@@ -151,6 +151,17 @@ class Reader {
   Value long_bytes(std::uint64_t n);
   Value text_int(std::string_view line, bool is_long);
   Value text_float(std::string_view line);
+  // Opcode handlers that run() delegates to (each covers one opcode or one family of them).
+  void next_opcode(std::size_t& next_progress);
+  void check_proto_or_frame();
+  std::uint64_t read_signed_count4();
+  Value binfloat();
+  void set_item();
+  // Hot (SETITEMS, APPENDS): inlined into run(), with the dict check decided at compile time.
+  template <Kind kKind>
+  [[gnu::always_inline]] void extend_below_mark(const char* role, const char* missing);
+  std::uint64_t text_memo_index();
+  [[noreturn]] void refuse();
 
   // Note [Sparse memo]: real pickles number memo slots 0, 1, 2... and every slot costs at least one
   // input byte, so slot k never exceeds the bytes read so far. Such slots live in a vector (memory
@@ -237,34 +248,101 @@ Value Reader::text_float(std::string_view line) {
   return v;
 }
 
+// Reads the next opcode into op_ (its offset into op_pos_), reporting progress every MiB.
+void Reader::next_opcode(std::size_t& next_progress) {
+  if (pos_ >= size_) {
+    op_pos_ = pos_;
+    throw ReadError(doc_.source_, pos_, "truncated input: end of data before the STOP opcode");
+  }
+  if (opts_.progress && pos_ >= next_progress) {
+    opts_.progress(pos_, size_, opts_.progress_user);
+    next_progress = pos_ + (1u << 20);
+  }
+  op_pos_ = pos_;
+  op_ = p_[pos_++];
+}
+
+// PROTO: a version we read. FRAME: framing is only a read-ahead hint; check it is plausible.
+void Reader::check_proto_or_frame() {
+  if (op_ == 0x80) {
+    std::uint64_t proto = read_le(1);
+    if (proto > 5) fail_op(fmt::format("unsupported pickle protocol {}", proto));
+    return;
+  }
+  std::uint64_t n = read_le(8);
+  if (n > size_ - pos_) fail_op(fmt::format("frame of {} bytes runs past the end of the input ({} left)", n, size_ - pos_));
+}
+
+// The signed 4-byte length of LONG4 and BINSTRING.
+std::uint64_t Reader::read_signed_count4() {
+  auto n = static_cast<std::int32_t>(static_cast<std::uint32_t>(read_le(4)));
+  if (n < 0) fail_op("negative byte count");
+  return static_cast<std::uint64_t>(n);
+}
+
+Value Reader::binfloat() {
+  std::uint64_t bits = 0;
+  const std::uint8_t* b = need(8);
+  for (int k = 0; k < 8; ++k) bits = (bits << 8) | b[k];  // big-endian IEEE 754
+  Value v;
+  v.kind = Kind::floating;
+  std::memcpy(&v.f, &bits, sizeof bits);
+  return v;
+}
+
+void Reader::set_item() {
+  Value v = pop();
+  Value k = pop();
+  Container& c = mutable_container(top(), Kind::dict, "SETITEM target");
+  c.items.push_back(k);
+  c.items.push_back(v);
+}
+
+// APPENDS, ADDITEMS, SETITEMS: the container sits just below the mark; the items are above it.
+template <Kind kKind>
+inline void Reader::extend_below_mark(const char* role, const char* missing) {
+  std::size_t m = pop_mark();
+  if (m <= floor() || m > stack_.size()) fail_op(missing);
+  if constexpr (kKind == Kind::dict) {
+    if ((stack_.size() - m) % 2) fail_op("odd number of items (a key without a value)");
+  }
+  Container& c = mutable_container(stack_[m - 1], kKind, role);
+  c.items.insert(c.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
+  stack_.resize(m);
+}
+
+// GET and PUT: a decimal memo index on its own line.
+std::uint64_t Reader::text_memo_index() {
+  std::string_view line = read_line();
+  char* end = nullptr;
+  std::string s(line.substr(0, 24));
+  unsigned long long idx = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || end != s.c_str() + s.size() || line.size() > 24) fail_op("malformed memo index");
+  return idx;
+}
+
+void Reader::refuse() {
+  switch (op_) {
+    // These would import or call Python code (Note [Data-only pickles]).
+    case 'c': case 0x93: case 'R': case 'b': case 'i': case 'o': case 0x81: case 0x92:
+    case 'P': case 'Q': case 0x82: case 0x83: case 0x84: case 0x97: case 0x98:
+      fail(fmt::format("{} opcode refused: this reader builds plain data only and never imports or calls "
+                       "anything (is this really a PyTorch memory snapshot?)", opcode_name(op_)));
+    case 'S': case 'V':
+      fail(fmt::format("{} opcode (protocol-0 text string) is not supported", opcode_name(op_)));
+    default:
+      fail(fmt::format("invalid opcode byte 0x{:02x}", op_));
+  }
+}
+
 void Reader::run() {
   std::size_t next_progress = 1u << 20;
   while (true) {
-    if (pos_ >= size_) {
-      op_pos_ = pos_;
-      throw ReadError(doc_.source_, pos_, "truncated input: end of data before the STOP opcode");
-    }
-    if (opts_.progress && pos_ >= next_progress) {
-      opts_.progress(pos_, size_, opts_.progress_user);
-      next_progress = pos_ + (1u << 20);
-    }
-    op_pos_ = pos_;
-    op_ = p_[pos_++];
+    next_opcode(next_progress);
     switch (op_) {
-      case 0x80: {  // PROTO
-        std::uint64_t proto = read_le(1);
-        if (proto > 5) fail_op(fmt::format("unsupported pickle protocol {}", proto));
-        break;
-      }
-      case 0x95: {  // FRAME: framing is only a read-ahead hint; check it is plausible and go on
-        std::uint64_t n = read_le(8);
-        if (n > size_ - pos_) fail_op(fmt::format("frame of {} bytes runs past the end of the input ({} left)", n, size_ - pos_));
-        break;
-      }
-      case '.': {  // STOP
-        doc_.root_ = pop();
-        return;
-      }
+      case 0x80:  // PROTO
+      case 0x95: check_proto_or_frame(); break;  // FRAME
+      case '.': doc_.root_ = pop(); return;  // STOP
       case '(': marks_.push_back(stack_.size()); break;
       case '0': pop(); break;
       case '1': stack_.resize(pop_mark()); break;
@@ -283,25 +361,11 @@ void Reader::run() {
       case 'K': push(integer(static_cast<std::int64_t>(read_le(1)))); break;
       case 'M': push(integer(static_cast<std::int64_t>(read_le(2)))); break;
       case 0x8a: push(long_bytes(read_le(1))); break;
-      case 0x8b: {
-        auto n = static_cast<std::int32_t>(static_cast<std::uint32_t>(read_le(4)));
-        if (n < 0) fail_op("negative byte count");
-        push(long_bytes(static_cast<std::uint64_t>(n)));
-        break;
-      }
+      case 0x8b: push(long_bytes(read_signed_count4())); break;
       case 'I': push(text_int(read_line(), false)); break;
       case 'L': push(text_int(read_line(), true)); break;
       case 'F': push(text_float(read_line())); break;
-      case 'G': {
-        std::uint64_t bits = 0;
-        const std::uint8_t* b = need(8);
-        for (int k = 0; k < 8; ++k) bits = (bits << 8) | b[k];  // big-endian IEEE 754
-        Value v;
-        v.kind = Kind::floating;
-        std::memcpy(&v.f, &bits, sizeof bits);
-        push(v);
-        break;
-      }
+      case 'G': push(binfloat()); break;
 
       case 0x8c: { std::uint64_t n = read_le(1); push(new_text(Kind::string, need(n), n)); break; }
       case 'X':  { std::uint64_t n = read_le(4); push(new_text(Kind::string, need(n), n)); break; }
@@ -309,12 +373,7 @@ void Reader::run() {
       case 'C':
       case 'U':  { std::uint64_t n = read_le(1); push(new_text(Kind::bytes, need(n), n)); break; }
       case 'B':  { std::uint64_t n = read_le(4); push(new_text(Kind::bytes, need(n), n)); break; }
-      case 'T': {
-        auto n = static_cast<std::int32_t>(static_cast<std::uint32_t>(read_le(4)));
-        if (n < 0) fail_op("negative byte count");
-        push(new_text(Kind::bytes, need(static_cast<std::uint64_t>(n)), static_cast<std::size_t>(n)));
-        break;
-      }
+      case 'T':  { std::uint64_t n = read_signed_count4(); push(new_text(Kind::bytes, need(n), n)); break; }
       case 0x8e:
       case 0x96: { std::uint64_t n = read_le(8); push(new_text(Kind::bytes, need(n), n)); break; }
 
@@ -344,74 +403,20 @@ void Reader::run() {
         mutable_container(top(), Kind::list, "APPEND target").items.push_back(item);
         break;
       }
-      case 'e': {
-        std::size_t m = pop_mark();
-        if (m <= floor() || m > stack_.size()) fail_op("no list below the mark");
-        // The list sits just below the mark; the items are above it.
-        Container& c = mutable_container(stack_[m - 1], Kind::list, "APPENDS target");
-        c.items.insert(c.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
-        stack_.resize(m);
-        break;
-      }
-      case 0x90: {
-        std::size_t m = pop_mark();
-        if (m <= floor() || m > stack_.size()) fail_op("no set below the mark");
-        Container& c = mutable_container(stack_[m - 1], Kind::set, "ADDITEMS target");
-        c.items.insert(c.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
-        stack_.resize(m);
-        break;
-      }
-      case 's': {
-        Value v = pop();
-        Value k = pop();
-        Container& c = mutable_container(top(), Kind::dict, "SETITEM target");
-        c.items.push_back(k);
-        c.items.push_back(v);
-        break;
-      }
-      case 'u': {
-        std::size_t m = pop_mark();
-        if (m <= floor() || m > stack_.size()) fail_op("no dict below the mark");
-        if ((stack_.size() - m) % 2) fail_op("odd number of items (a key without a value)");
-        Container& c = mutable_container(stack_[m - 1], Kind::dict, "SETITEMS target");
-        c.items.insert(c.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
-        stack_.resize(m);
-        break;
-      }
+      case 'e': extend_below_mark<Kind::list>("APPENDS target", "no list below the mark"); break;
+      case 0x90: extend_below_mark<Kind::set>("ADDITEMS target", "no set below the mark"); break;
+      case 's': set_item(); break;
+      case 'u': extend_below_mark<Kind::dict>("SETITEMS target", "no dict below the mark"); break;
 
       case 'h': push(memo_get(read_le(1))); break;
       case 'j': push(memo_get(read_le(4))); break;
-      case 'g': {
-        std::string_view line = read_line();
-        char* end = nullptr;
-        std::string s(line.substr(0, 24));
-        unsigned long long idx = std::strtoull(s.c_str(), &end, 10);
-        if (s.empty() || end != s.c_str() + s.size() || line.size() > 24) fail_op("malformed memo index");
-        push(memo_get(idx));
-        break;
-      }
+      case 'g': push(memo_get(text_memo_index())); break;
       case 'q': memo_put(read_le(1), top()); break;
       case 'r': memo_put(read_le(4), top()); break;
-      case 'p': {
-        std::string_view line = read_line();
-        char* end = nullptr;
-        std::string s(line.substr(0, 24));
-        unsigned long long idx = std::strtoull(s.c_str(), &end, 10);
-        if (s.empty() || end != s.c_str() + s.size() || line.size() > 24) fail_op("malformed memo index");
-        memo_put(idx, top());
-        break;
-      }
+      case 'p': memo_put(text_memo_index(), top()); break;
       case 0x94: memo_put(memo_count_, top()); break;
 
-      // Note [Data-only pickles]: everything below would import or call Python code.
-      case 'c': case 0x93: case 'R': case 'b': case 'i': case 'o': case 0x81: case 0x92:
-      case 'P': case 'Q': case 0x82: case 0x83: case 0x84: case 0x97: case 0x98:
-        fail(fmt::format("{} opcode refused: this reader builds plain data only and never imports or calls "
-                         "anything (is this really a PyTorch memory snapshot?)", opcode_name(op_)));
-      case 'S': case 'V':
-        fail(fmt::format("{} opcode (protocol-0 text string) is not supported", opcode_name(op_)));
-      default:
-        fail(fmt::format("invalid opcode byte 0x{:02x}", op_));
+      default: refuse();  // code-running opcodes (Note [Data-only pickles]) and invalid bytes
     }
   }
 }

@@ -24,22 +24,24 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   return h;
 }
 
-Action parse_action(std::string_view a) {
+using prof::EventKind;
+
+// The `snapshot` marker and unknown actions are EventKind::Invalid (Note [Snapshot actions]).
+EventKind parse_action(std::string_view a) {
   switch (a.size()) {
-    case 3: if (a == "oom") return Action::oom; break;
-    case 5: if (a == "alloc") return Action::alloc; break;
-    case 8: if (a == "snapshot") return Action::snapshot; break;
-    case 11: if (a == "segment_map") return Action::segment_map; break;
-    case 12: if (a == "segment_free") return Action::segment_free; break;
+    case 3: if (a == "oom") return EventKind::Oom; break;
+    case 5: if (a == "alloc") return EventKind::Alloc; break;
+    case 11: if (a == "segment_map") return EventKind::SegmentMap; break;
+    case 12: if (a == "segment_free") return EventKind::SegmentFree; break;
     case 13:
-      if (a == "segment_alloc") return Action::segment_alloc;
-      if (a == "segment_unmap") return Action::segment_unmap;
+      if (a == "segment_alloc") return EventKind::SegmentAlloc;
+      if (a == "segment_unmap") return EventKind::SegmentUnmap;
       break;
-    case 14: if (a == "free_completed") return Action::free_completed; break;
-    case 15: if (a == "free_requested") return Action::free_requested; break;
+    case 14: if (a == "free_completed") return EventKind::FreeCompleted; break;
+    case 15: if (a == "free_requested") return EventKind::FreeRequested; break;
     default: break;
   }
-  return Action::other;
+  return EventKind::Invalid;
 }
 
 BlockState parse_state(std::string_view s) {
@@ -139,8 +141,8 @@ class Builder {
       std::string_view name = doc_.text(key);
       if (name == "action") {
         std::string_view a = get_str(doc_, val, [&] { return where(dev, idx, "action"); });
-        e.action = parse_action(a);
-        if (e.action == Action::other) e.other_name = other_action(a);
+        e.kind = parse_action(a);
+        if (e.kind == EventKind::Invalid) e.other_name = other_action(a);
         have_action = true;
       } else if (name == "addr") {
         if (!val.is_none()) {
@@ -296,22 +298,6 @@ class Builder {
 
 }  // namespace
 
-const char* action_name(Action a) noexcept {
-  switch (a) {
-    case Action::alloc: return "alloc";
-    case Action::free_requested: return "free_requested";
-    case Action::free_completed: return "free_completed";
-    case Action::segment_alloc: return "segment_alloc";
-    case Action::segment_free: return "segment_free";
-    case Action::segment_map: return "segment_map";
-    case Action::segment_unmap: return "segment_unmap";
-    case Action::snapshot: return "snapshot";
-    case Action::oom: return "oom";
-    case Action::other: return "other";
-  }
-  return "?";
-}
-
 std::size_t Snapshot::event_count() const {
   std::size_t n = 0;
   for (const auto& d : device_traces) n += d.size();
@@ -337,8 +323,8 @@ std::string Snapshot::top_frame(std::uint32_t id) const {
 }
 
 std::string_view Snapshot::action_label(const Event& e) const {
-  if (e.action == Action::other && e.other_name < other_actions.size()) return other_actions[e.other_name];
-  return action_name(e.action);
+  if (e.kind == EventKind::Invalid) return e.other_name < other_actions.size() ? other_actions[e.other_name] : "other";
+  return prof::kind_name(e.kind);
 }
 
 std::uint32_t Snapshot::intern_string(std::string_view s) {

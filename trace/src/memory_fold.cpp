@@ -14,10 +14,10 @@ void MemoryFold::reset(bool frees_complete) {
   broken_ = false;
 }
 
-bool MemoryFold::apply(FoldOp op, uint64_t addr, uint64_t size, bool virtual_range) {
+bool MemoryFold::apply(EventKind kind, uint64_t addr, uint64_t size, bool virtual_range) {
   bool ok = true;
-  switch (op) {
-    case FoldOp::Alloc: {
+  switch (kind) {
+    case EventKind::Alloc: {
       auto [it, fresh] = blocks_.try_emplace(addr, Block{size, false, true});
       if (!fresh && !it->second.live) {  // an address reused: the common case of a caching allocator
         it->second = {size, false, true};
@@ -32,7 +32,7 @@ bool MemoryFold::apply(FoldOp op, uint64_t addr, uint64_t size, bool virtual_ran
       active_ += size;
       break;
     }
-    case FoldOp::FreeRequested: {
+    case EventKind::FreeRequested: {
       auto it = blocks_.find(addr);
       // Allocated before the trace, or freed twice.
       if (it == blocks_.end() || !it->second.live || it->second.pending) {
@@ -48,7 +48,7 @@ bool MemoryFold::apply(FoldOp op, uint64_t addr, uint64_t size, bool virtual_ran
       }
       break;
     }
-    case FoldOp::FreeCompleted: {
+    case EventKind::FreeCompleted: {
       auto it = blocks_.find(addr);
       if (it == blocks_.end() || !it->second.live) {
         ok = false;
@@ -59,7 +59,7 @@ bool MemoryFold::apply(FoldOp op, uint64_t addr, uint64_t size, bool virtual_ran
       bury(it->second);
       break;
     }
-    case FoldOp::SegmentAlloc: {
+    case EventKind::SegmentAlloc: {
       auto [it, fresh] = segments_.try_emplace(addr, Segment{size, virtual_range});
       if (!fresh) {
         ok = false;
@@ -69,7 +69,7 @@ bool MemoryFold::apply(FoldOp op, uint64_t addr, uint64_t size, bool virtual_ran
       if (!virtual_range) reserved_ += size;
       break;
     }
-    case FoldOp::SegmentFree: {
+    case EventKind::SegmentFree: {
       auto it = segments_.find(addr);
       if (it == segments_.end()) {
         ok = false;
@@ -79,14 +79,16 @@ bool MemoryFold::apply(FoldOp op, uint64_t addr, uint64_t size, bool virtual_ran
       segments_.erase(it);
       break;
     }
-    case FoldOp::SegmentMap:
+    case EventKind::SegmentMap:
       mapped_ += size;
       reserved_ += size;
       break;
-    case FoldOp::SegmentUnmap:
+    case EventKind::SegmentUnmap:
       mapped_ -= size;
       reserved_ -= size;
       ok = mapped_ >= 0;
+      break;
+    default:  // not a block event: OOMs, samples and the rest leave the levels as they are
       break;
   }
   if (!ok) broken_ = true;

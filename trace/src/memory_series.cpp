@@ -4,76 +4,59 @@
 #include "memcomm/trace/analysis.hpp"
 #include "memcomm/trace/memory_fold.hpp"
 
-#include <map>
-
 namespace memcomm::prof {
+
+size_t VirtualReservations::add(EventKind kind, uint64_t addr, uint64_t size, bool flagged) {
+  if (kind == EventKind::SegmentAlloc) {
+    live_[addr] = {addr + size, instance_virtual_.size()};
+    instance_of_.push_back(instance_virtual_.size());
+    instance_virtual_.push_back(flagged);
+    return instance_of_.size() - 1;
+  }
+  if (kind == EventKind::SegmentFree) {
+    auto it = live_.find(addr);
+    if (it != live_.end()) {  // the release of a segment seen: what that segment turned out to be
+      instance_of_.push_back(it->second.instance);
+      live_.erase(it);
+    } else {  // allocated before the trace began: only its own flag can tell
+      instance_of_.push_back(instance_virtual_.size());
+      instance_virtual_.push_back(flagged);
+    }
+    return instance_of_.size() - 1;
+  }
+  if (kind == EventKind::SegmentMap) {
+    auto it = live_.upper_bound(addr);
+    if (it != live_.begin() && addr < (--it)->second.end) instance_virtual_[it->second.instance] = true;
+  }
+  return kNoIndex;
+}
+
 namespace {
 
 // Note [Virtual reservations]: an expandable segment is a SegmentAlloc of its whole virtual range
 // (e.g. 128 GiB) followed by SegmentMap/SegmentUnmap of the parts backed by memory. Reserved bytes
 // are the backed ones, so a virtual reservation counts for nothing (its maps count), while a plain
 // segment counts whole. memcomm's allocator flags its reservations (MemBlockEvent::virtual_range());
-// for traces without the flag, a SegmentAlloc that any map lands in is taken for one. The guess
-// misses a reservation that is never mapped, which the flag gets right. Returns, per
-// SegmentAlloc/SegmentFree event index in time order, whether it is such a virtual reservation.
-std::vector<bool> virtual_reservations(const RankTrace& r) {
-  struct Live {
-    uint64_t end;
-    size_t instance;
-  };
-  std::map<uint64_t, Live> live;   // segment start -> its end and instance
-  std::vector<bool> is_virtual;    // per SegmentAlloc instance, then per unmatched SegmentFree
-  std::vector<size_t> instance_of; // per SegmentAlloc/SegmentFree event, in order
+// for traces without the flag, a SegmentAlloc that any map lands in is taken for one, and so is the
+// SegmentFree that releases it. The guess misses a reservation that is never mapped, which the flag
+// gets right; a SegmentFree of a segment allocated before the trace has only its own flag.
+// VirtualReservations (memory_fold.hpp) is that rule, for this file and memcomm-replay alike.
+VirtualReservations virtual_reservations(const RankTrace& r) {
+  VirtualReservations guess;
   for (const Event& e : r.events) {
-    if (e.kind != EventKind::SegmentAlloc && e.kind != EventKind::SegmentFree && e.kind != EventKind::SegmentMap)
-      continue;
+    if (e.kind != EventKind::SegmentAlloc && e.kind != EventKind::SegmentFree && e.kind != EventKind::SegmentMap) continue;
     const auto b = e.as<MemBlockEvent>();
-    if (e.kind == EventKind::SegmentAlloc) {
-      live[b.addr()] = {b.addr() + b.size(), is_virtual.size()};
-      instance_of.push_back(is_virtual.size());
-      is_virtual.push_back(b.virtual_range());
-    } else if (e.kind == EventKind::SegmentFree) {
-      auto it = live.find(b.addr());
-      if (it != live.end()) {
-        instance_of.push_back(it->second.instance);
-        live.erase(it);
-      } else {  // allocated before the trace began: only its own flag can tell
-        instance_of.push_back(is_virtual.size());
-        is_virtual.push_back(b.virtual_range());
-      }
-    } else {
-      auto it = live.upper_bound(b.addr());
-      if (it != live.begin() && b.addr() < (--it)->second.end) is_virtual[it->second.instance] = true;
-    }
+    guess.add(e.kind, b.addr(), b.size(), b.virtual_range());
   }
-  std::vector<bool> out;
-  out.reserve(instance_of.size());
-  for (size_t i : instance_of) out.push_back(is_virtual[i]);
-  return out;
+  return guess;
 }
-
-}  // namespace
-
-namespace {
 
 bool is_block_kind(EventKind k) { return k >= EventKind::Alloc && k <= EventKind::SegmentUnmap; }
-
-FoldOp fold_op(EventKind k) {
-  switch (k) {
-    case EventKind::Alloc: return FoldOp::Alloc;
-    case EventKind::FreeRequested: return FoldOp::FreeRequested;
-    case EventKind::FreeCompleted: return FoldOp::FreeCompleted;
-    case EventKind::SegmentAlloc: return FoldOp::SegmentAlloc;
-    case EventKind::SegmentFree: return FoldOp::SegmentFree;
-    case EventKind::SegmentMap: return FoldOp::SegmentMap;
-    default: return FoldOp::SegmentUnmap;
-  }
-}
 
 }  // namespace
 
 std::vector<MemoryPoint> memory_series(const RankTrace& r) {
-  const std::vector<bool> virtual_segment = virtual_reservations(r);  // Note [Virtual reservations]
+  const VirtualReservations virtual_segment = virtual_reservations(r);  // Note [Virtual reservations]
   // Note [Memory curves from block events] (memory_fold.hpp), the rule the viewer follows too:
   // device D's fold replaces a sampled level only when it is complete, which takes a first pass.
   bool sampled[size_t(MemMetric::Count)] = {};
@@ -104,9 +87,9 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
     for (const Event& e : r.events) {
       if (!is_block_kind(e.kind)) continue;
       const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
-      const bool virt = segment && virtual_segment[segment_event++];
+      const bool virt = segment && virtual_segment.is_virtual(segment_event++);
       const auto b = e.as<MemBlockEvent>();
-      if (b.device == device && !fold.apply(fold_op(e.kind), b.addr(), b.size(), virt)) break;
+      if (b.device == device && !fold.apply(e.kind, b.addr(), b.size(), virt)) break;
     }
     complete = !fold.broken();
   }
@@ -136,10 +119,10 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
       }
     } else {
       const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
-      const bool virt = segment && virtual_segment[segment_event++];
+      const bool virt = segment && virtual_segment.is_virtual(segment_event++);
       const auto b = e.as<MemBlockEvent>();
       if (b.device != device) continue;  // another device's memory: not D's curves
-      fold.apply(fold_op(e.kind), b.addr(), b.size(), virt);
+      fold.apply(e.kind, b.addr(), b.size(), virt);
       if (fold_level[0]) p.allocated = fold.allocated();
       if (fold_level[1]) p.active = fold.active();
       if (fold_level[2]) p.reserved = fold.reserved();

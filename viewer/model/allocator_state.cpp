@@ -92,135 +92,157 @@ std::uint64_t remove_range(std::vector<AddrRange>& rs, std::uint64_t b, std::uin
 }
 }  // namespace
 
+namespace {
+// One function per kind of event that AllocatorState::apply() dispatches on. Each keeps the state's
+// totals in step with its segments and blocks, and counts an event that contradicts them in
+// `unmatched` instead of failing (bad or mid-run traces still load).
+
+void add_segment(AllocatorState& s, const AllocEvent& e) {
+  auto it = std::lower_bound(s.segments.begin(), s.segments.end(), e.addr,
+                             [](const SegmentRec& seg, std::uint64_t a) { return seg.addr < a; });
+  if (it != s.segments.end() && it->addr == e.addr) {
+    ++s.unmatched;  // mapped twice: keep the first
+    return;
+  }
+  SegmentRec seg;
+  seg.addr = e.addr;
+  seg.size = e.size;
+  seg.stream = e.stream;
+  seg.expandable = (e.flags & prof::kSegmentVirtualRange) != 0;
+  (seg.expandable ? s.virtual_reserved : s.reserved) += e.size;
+  s.segments.insert(it, std::move(seg));
+}
+
+// The expandable segment a map at e.addr backs: the enclosing segment (converted to expandable if
+// it was not marked), else an implicit one that a map with no segment starts or extends (Note
+// [Expandable segments]). segments.end() when the map would overlap the next segment.
+std::vector<SegmentRec>::iterator segment_to_map(AllocatorState& s, const AllocEvent& e) {
+  auto seg = find_segment(s.segments, e.addr);
+  if (seg != s.segments.end()) {
+    if (!seg->expandable) {  // reserved before we knew: now we do
+      s.reserved -= seg->size;
+      s.virtual_reserved += seg->size;
+      seg->expandable = true;
+    }
+    return seg;
+  }
+  auto after = std::upper_bound(s.segments.begin(), s.segments.end(), e.addr,
+                                [](std::uint64_t a, const SegmentRec& r) { return a < r.addr; });
+  if (after != s.segments.begin() && std::prev(after)->expandable && std::prev(after)->addr + std::prev(after)->size == e.addr &&
+      (after == s.segments.end() || after->addr >= e.addr + e.size)) {
+    seg = std::prev(after);  // continues an implicit expandable segment
+    seg->size += e.size;
+    s.virtual_reserved += e.size;
+    return seg;
+  }
+  if (after != s.segments.end() && after->addr < e.addr + e.size) return s.segments.end();
+  SegmentRec implicit;
+  implicit.addr = e.addr;
+  implicit.size = e.size;
+  implicit.stream = e.stream;
+  implicit.expandable = true;
+  s.virtual_reserved += e.size;
+  return s.segments.insert(after, std::move(implicit));
+}
+
+void map_range(AllocatorState& s, const AllocEvent& e) {
+  auto seg = segment_to_map(s, e);
+  if (seg == s.segments.end()) {
+    ++s.unmatched;  // would overlap the next segment
+    return;
+  }
+  const std::uint64_t end = std::min(e.addr + e.size, seg->addr + seg->size);
+  const std::uint64_t added = add_range(seg->mapped, e.addr, end);
+  if (added != e.size) ++s.unmatched;  // mapped twice, or past the reservation
+  seg->mapped_bytes += added;
+  s.reserved += added;
+}
+
+void unmap_range(AllocatorState& s, const AllocEvent& e) {
+  auto seg = find_segment(s.segments, e.addr);
+  if (seg == s.segments.end() || !seg->expandable) {
+    ++s.unmatched;
+    return;
+  }
+  const std::uint64_t removed = remove_range(seg->mapped, e.addr, e.addr + e.size);
+  if (removed != e.size) ++s.unmatched;
+  seg->mapped_bytes -= removed;
+  s.reserved -= removed;
+}
+
+void free_segment(AllocatorState& s, const AllocEvent& e) {
+  auto it = find_segment(s.segments, e.addr);
+  if (it == s.segments.end() || it->addr != e.addr) {
+    ++s.unmatched;
+    return;
+  }
+  for (const auto& b : it->blocks) {  // a segment freed with live blocks: drop them too
+    (b.state == BlockState::Allocated ? s.allocated : s.pending_free) -= b.size;
+    --s.block_count;
+  }
+  s.reserved -= it->backed();
+  if (it->expandable) s.virtual_reserved -= it->size;
+  s.segments.erase(it);
+}
+
+void add_block(AllocatorState& s, const AllocEvent& e) {
+  auto seg = find_segment(s.segments, e.addr);
+  if (seg == s.segments.end()) {
+    // Traces that start mid-run miss the segment event: make an implicit segment of the block.
+    add_segment(s, AllocEvent{e.t, e.addr, e.size, e.stream, prof::EventKind::SegmentAlloc});
+    seg = find_segment(s.segments, e.addr);
+    if (seg == s.segments.end()) return;
+  }
+  auto& blocks = seg->blocks;
+  auto it = std::lower_bound(blocks.begin(), blocks.end(), e.addr,
+                             [](const BlockRec& b, std::uint64_t a) { return b.addr < a; });
+  if (it != blocks.end() && it->addr == e.addr) {
+    ++s.unmatched;  // allocated twice without a free: replace
+    (it->state == BlockState::Allocated ? s.allocated : s.pending_free) -= it->size;
+    *it = {e.addr, e.size, BlockState::Allocated};
+    s.allocated += e.size;
+    return;
+  }
+  if (e.addr + e.size > seg->addr + seg->size) {
+    ++s.unmatched;
+    return;
+  }
+  blocks.insert(it, {e.addr, e.size, BlockState::Allocated});
+  s.allocated += e.size;
+  ++s.block_count;
+}
+
+void request_free(AllocatorState& s, const AllocEvent& e) {
+  auto seg = find_segment(s.segments, e.addr);
+  if (seg == s.segments.end()) { ++s.unmatched; return; }
+  auto it = find_block(seg->blocks, e.addr);
+  if (it == seg->blocks.end() || it->state != BlockState::Allocated) { ++s.unmatched; return; }
+  it->state = BlockState::PendingFree;
+  s.allocated -= it->size;
+  s.pending_free += it->size;
+}
+
+void complete_free(AllocatorState& s, const AllocEvent& e) {
+  auto seg = find_segment(s.segments, e.addr);
+  if (seg == s.segments.end()) { ++s.unmatched; return; }
+  auto it = find_block(seg->blocks, e.addr);
+  if (it == seg->blocks.end()) { ++s.unmatched; return; }
+  (it->state == BlockState::Allocated ? s.allocated : s.pending_free) -= it->size;
+  seg->blocks.erase(it);
+  --s.block_count;
+}
+}  // namespace
+
 void AllocatorState::apply(const AllocEvent& e) {
   switch (e.op) {
-    case AllocOp::SegmentAlloc: {
-      auto it = std::lower_bound(segments.begin(), segments.end(), e.addr,
-                                 [](const SegmentRec& s, std::uint64_t a) { return s.addr < a; });
-      if (it != segments.end() && it->addr == e.addr) {
-        ++unmatched;  // mapped twice: keep the first
-        return;
-      }
-      SegmentRec seg;
-      seg.addr = e.addr;
-      seg.size = e.size;
-      seg.stream = e.stream;
-      seg.expandable = (e.flags & kAllocExpandable) != 0;
-      (seg.expandable ? virtual_reserved : reserved) += e.size;
-      segments.insert(it, std::move(seg));
-      return;
-    }
-    case AllocOp::SegmentMap: {  // Note [Expandable segments]
-      auto seg = find_segment(segments, e.addr);
-      if (seg == segments.end()) {
-        auto after = std::upper_bound(segments.begin(), segments.end(), e.addr,
-                                      [](std::uint64_t a, const SegmentRec& s) { return a < s.addr; });
-        if (after != segments.begin() && std::prev(after)->expandable && std::prev(after)->addr + std::prev(after)->size == e.addr &&
-            (after == segments.end() || after->addr >= e.addr + e.size)) {
-          seg = std::prev(after);  // continues an implicit expandable segment
-          seg->size += e.size;
-          virtual_reserved += e.size;
-        } else {
-          if (after != segments.end() && after->addr < e.addr + e.size) {
-            ++unmatched;  // would overlap the next segment
-            return;
-          }
-          SegmentRec implicit;
-          implicit.addr = e.addr;
-          implicit.size = e.size;
-          implicit.stream = e.stream;
-          implicit.expandable = true;
-          virtual_reserved += e.size;
-          seg = segments.insert(after, std::move(implicit));
-        }
-      } else if (!seg->expandable) {  // reserved before we knew: now we do
-        reserved -= seg->size;
-        virtual_reserved += seg->size;
-        seg->expandable = true;
-      }
-      const std::uint64_t end = std::min(e.addr + e.size, seg->addr + seg->size);
-      const std::uint64_t added = add_range(seg->mapped, e.addr, end);
-      if (added != e.size) ++unmatched;  // mapped twice, or past the reservation
-      seg->mapped_bytes += added;
-      reserved += added;
-      return;
-    }
-    case AllocOp::SegmentUnmap: {
-      auto seg = find_segment(segments, e.addr);
-      if (seg == segments.end() || !seg->expandable) {
-        ++unmatched;
-        return;
-      }
-      const std::uint64_t removed = remove_range(seg->mapped, e.addr, e.addr + e.size);
-      if (removed != e.size) ++unmatched;
-      seg->mapped_bytes -= removed;
-      reserved -= removed;
-      return;
-    }
-    case AllocOp::SegmentFree: {
-      auto it = find_segment(segments, e.addr);
-      if (it == segments.end() || it->addr != e.addr) {
-        ++unmatched;
-        return;
-      }
-      for (const auto& b : it->blocks) {  // a segment freed with live blocks: drop them too
-        (b.state == BlockState::Allocated ? allocated : pending_free) -= b.size;
-        --block_count;
-      }
-      reserved -= it->backed();
-      if (it->expandable) virtual_reserved -= it->size;
-      segments.erase(it);
-      return;
-    }
-    case AllocOp::Alloc: {
-      auto seg = find_segment(segments, e.addr);
-      if (seg == segments.end()) {
-        // Traces that start mid-run miss the segment event: make an implicit segment of the block.
-        apply(AllocEvent{e.t, e.addr, e.size, e.stream, AllocOp::SegmentAlloc});
-        seg = find_segment(segments, e.addr);
-        if (seg == segments.end()) return;
-      }
-      auto& blocks = seg->blocks;
-      auto it = std::lower_bound(blocks.begin(), blocks.end(), e.addr,
-                                 [](const BlockRec& b, std::uint64_t a) { return b.addr < a; });
-      if (it != blocks.end() && it->addr == e.addr) {
-        ++unmatched;  // allocated twice without a free: replace
-        (it->state == BlockState::Allocated ? allocated : pending_free) -= it->size;
-        *it = {e.addr, e.size, BlockState::Allocated};
-        allocated += e.size;
-        return;
-      }
-      if (e.addr + e.size > seg->addr + seg->size) {
-        ++unmatched;
-        return;
-      }
-      blocks.insert(it, {e.addr, e.size, BlockState::Allocated});
-      allocated += e.size;
-      ++block_count;
-      return;
-    }
-    case AllocOp::FreeRequested: {
-      auto seg = find_segment(segments, e.addr);
-      if (seg == segments.end()) { ++unmatched; return; }
-      auto it = find_block(seg->blocks, e.addr);
-      if (it == seg->blocks.end() || it->state != BlockState::Allocated) { ++unmatched; return; }
-      it->state = BlockState::PendingFree;
-      allocated -= it->size;
-      pending_free += it->size;
-      return;
-    }
-    case AllocOp::FreeCompleted: {
-      auto seg = find_segment(segments, e.addr);
-      if (seg == segments.end()) { ++unmatched; return; }
-      auto it = find_block(seg->blocks, e.addr);
-      if (it == seg->blocks.end()) { ++unmatched; return; }
-      (it->state == BlockState::Allocated ? allocated : pending_free) -= it->size;
-      seg->blocks.erase(it);
-      --block_count;
-      return;
-    }
-    case AllocOp::Oom:
-      return;
+    case prof::EventKind::SegmentAlloc: add_segment(*this, e); return;
+    case prof::EventKind::SegmentMap: map_range(*this, e); return;  // Note [Expandable segments]
+    case prof::EventKind::SegmentUnmap: unmap_range(*this, e); return;
+    case prof::EventKind::SegmentFree: free_segment(*this, e); return;
+    case prof::EventKind::Alloc: add_block(*this, e); return;
+    case prof::EventKind::FreeRequested: request_free(*this, e); return;
+    case prof::EventKind::FreeCompleted: complete_free(*this, e); return;
+    default: return;  // Oom: a failed request changes no block
   }
 }
 

@@ -39,20 +39,10 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
       for (const auto& e : trace) {
         const std::int64_t t = e.has_time() ? us_to_ns(e.time_us) : i * 1000;
         ++i;
-        AllocOp op;
-        switch (e.action) {
-          case snapshot::Action::alloc: op = AllocOp::Alloc; break;
-          case snapshot::Action::free_requested: op = AllocOp::FreeRequested; break;
-          case snapshot::Action::free_completed: op = AllocOp::FreeCompleted; break;
-          case snapshot::Action::segment_alloc: op = AllocOp::SegmentAlloc; break;
-          case snapshot::Action::segment_free: op = AllocOp::SegmentFree; break;
-          // Note [Expandable segments] (allocator_state.hpp): maps back parts of a reservation.
-          case snapshot::Action::segment_map: op = AllocOp::SegmentMap; break;
-          case snapshot::Action::segment_unmap: op = AllocOp::SegmentUnmap; break;
-          case snapshot::Action::oom: op = AllocOp::Oom; break;
-          default: continue;
-        }
-        b.alloc_event(static_cast<std::uint32_t>(dev), {t, e.addr, e.size, stream_index(e.stream), op});
+        // Markers and actions this reader does not know (kind Invalid) are not allocator events.
+        // Maps and unmaps back parts of a reservation (Note [Expandable segments], allocator_state.hpp).
+        if (e.kind == prof::EventKind::Invalid) continue;
+        b.alloc_event(static_cast<std::uint32_t>(dev), {t, e.addr, e.size, stream_index(e.stream), e.kind});
       }
     }
     // A snapshot whose traces are empty (history not recorded) still shows its end state as one
@@ -60,10 +50,10 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
     if (b.event_count() == 0) {
       for (const auto& seg : snap.segments) {
         const auto dev = static_cast<std::uint32_t>(seg.device);
-        b.alloc_event(dev, {0, seg.address, seg.total_size, stream_index(seg.stream), AllocOp::SegmentAlloc});
+        b.alloc_event(dev, {0, seg.address, seg.total_size, stream_index(seg.stream), prof::EventKind::SegmentAlloc});
         for (const auto& blk : seg.blocks)
           if (blk.is_active())
-            b.alloc_event(dev, {1, blk.address, blk.size, stream_index(seg.stream), AllocOp::Alloc});
+            b.alloc_event(dev, {1, blk.address, blk.size, stream_index(seg.stream), prof::EventKind::Alloc});
       }
     }
     out = b.finish(path);

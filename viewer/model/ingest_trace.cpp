@@ -15,21 +15,10 @@
 namespace memcomm::view {
 
 namespace {
-// AllocOp by EventKind for the memory block kinds, Alloc (1) to SegmentUnmap (7); maps and unmaps are
-// their own operations (Note [Expandable segments] in allocator_state.hpp).
 using prof::EventKind;
-static_assert(int(EventKind::Alloc) == 1 && int(EventKind::FreeRequested) == 2 && int(EventKind::FreeCompleted) == 3 &&
-                  int(EventKind::SegmentAlloc) == 4 && int(EventKind::SegmentFree) == 5 &&
-                  int(EventKind::SegmentMap) == 6 && int(EventKind::SegmentUnmap) == 7,
-              "kBlockOps follows the memory block kinds' numbering");
-constexpr AllocOp kBlockOps[8] = {AllocOp::SegmentFree,   AllocOp::Alloc,        AllocOp::FreeRequested,
-                                  AllocOp::FreeCompleted, AllocOp::SegmentAlloc, AllocOp::SegmentFree,
-                                  AllocOp::SegmentMap,    AllocOp::SegmentUnmap};
 
-AllocOp alloc_op(prof::EventKind k) {
-  const auto i = static_cast<std::uint8_t>(k);
-  return i >= 1 && i <= 7 ? kBlockOps[i] : AllocOp::SegmentFree;
-}
+// The memory block kinds, Alloc (1) to SegmentUnmap (7): what AllocEvent::op holds besides Oom.
+bool is_block_kind(std::uint8_t k) { return k >= std::uint8_t(EventKind::Alloc) && k <= std::uint8_t(EventKind::SegmentUnmap); }
 
 // A trace time on the model's timeline: shifted by the rank's clock offset and bounded (Note
 // [Bounded timestamps] in timeline.hpp; both operands are bounded first, so the sum cannot overflow).
@@ -37,14 +26,13 @@ TimeNs shift(std::int64_t ts, std::int64_t offset) { return bounded_time(bounded
 
 // A reservation the producer flags is known to be virtual at once, without waiting for a map to
 // land in it (Note [Expandable segments] in allocator_state.hpp); its category byte holds the flag.
-AllocEvent to_alloc_event(const prof::MemBlockEvent& m, std::int64_t offset, AllocOp op) {
-  if (m.virtual_range()) return {shift(m.ts, offset), m.addr(), m.size(), m.stream, op, 0, kAllocExpandable, m.device};
-  return {shift(m.ts, offset), m.addr(), m.size(), m.stream, op, m.category, 0, m.device};
+AllocEvent to_alloc_event(const prof::MemBlockEvent& m, std::int64_t offset) {
+  if (m.virtual_range()) return {shift(m.ts, offset), m.addr(), m.size(), m.stream, m.kind, 0, prof::kSegmentVirtualRange, m.device};
+  return {shift(m.ts, offset), m.addr(), m.size(), m.stream, m.kind, m.category, 0, m.device};
 }
 
 // Kinds whose state spans chunks: scanned even in chunks outside a time range.
 bool pairs_or_meta(prof::EventKind k) {
-  using prof::EventKind;
   return k == EventKind::RangeBegin || k == EventKind::RangeEnd || k == EventKind::CollEnqueue ||
          k == EventKind::CollStart || k == EventKind::CollEnd || k == EventKind::Meta || k == EventKind::CommInfo ||
          k == EventKind::Drops;
@@ -136,15 +124,14 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
           ++added;
           continue;
         }
-      } else if (const auto k = static_cast<std::uint8_t>(e.kind); k >= 1 && k <= 7) {
-        rs.alloc->push_back(to_alloc_event(e.as<prof::MemBlockEvent>(), rs.offset, kBlockOps[k]));
+      } else if (is_block_kind(static_cast<std::uint8_t>(e.kind))) {
+        rs.alloc->push_back(to_alloc_event(e.as<prof::MemBlockEvent>(), rs.offset));
         ++added;
         continue;
       }
     }
     if (skip && !pairs_or_meta(e.kind)) {
-      const auto k = static_cast<std::uint8_t>(e.kind);
-      if (k >= 1 && k <= 7 && shift(e.ts, rs.offset) < lo_) b_.blocks_cut(rank);  // as in add_one()
+      if (is_block_kind(static_cast<std::uint8_t>(e.kind)) && shift(e.ts, rs.offset) < lo_) b_.blocks_cut(rank);  // as in add_one()
       continue;
     }
     if (apply_offsets && e.kind == prof::EventKind::Meta) {
@@ -156,124 +143,139 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
   b_.add_events(added);
 }
 
+// The per-kind parts of add_one(): each returns the model events it added (0 or 1).
+
+std::uint64_t TraceIngest::add_compute_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve,
+                                            const void* ctx) {
+  const auto c = e.as<prof::ComputeEvent>();
+  const std::int64_t start = shift(c.ts, rs.offset), end = start + static_cast<std::int64_t>(c.dur_ns);
+  if (!keeps_span(start, end)) return 0;
+  const int k = e.kind == EventKind::Kernel ? 0 : e.kind == EventKind::Memcpy ? 1 : 2;
+  SpanRow*& lane = rs.lanes[k][c.stream];
+  if (lane == nullptr) {
+    static constexpr LaneKind kinds[3] = {LaneKind::Kernel, LaneKind::Memcpy, LaneKind::Memset};
+    lane = &b_.lane_spans(rank, kinds[k], c.stream);
+  }
+  const std::uint32_t nm = k == 0 ? name(rs, c.arg, resolve, ctx) : sized_name(e.kind, c.sub, c.arg);
+  lane->push_back({start, std::max(start, end), nm, 0});
+  return 1;
+}
+
+std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs) {
+  const auto r = e.as<prof::RangeEvent>();
+  auto& st = open_stack(rs, r.thread);
+  if (st.empty()) return 0;  // its begin was before the trace started
+  const RangeOpen begin = st.back();
+  st.pop_back();
+  const std::int64_t end = std::max(begin.ts, shift(r.ts, rs.offset));
+  if (!keeps_span(begin.ts, end)) return 0;
+  if (begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
+    rs.nvtx->push_back({begin.ts, end, begin.name, 0});
+  else  // phases are named by their kind, so the views can colour and the step table find them
+    rs.phases->push_back({begin.ts, end, phase_ids_[static_cast<int>(begin.phase)], static_cast<std::uint32_t>(begin.id)});
+  return 1;
+}
+
+// Enqueue and start are held by (comm, seq) until the end completes the span.
+std::uint64_t TraceIngest::add_collective(const prof::Event& e, RankState& rs, std::uint32_t rank) {
+  const auto c = e.as<prof::CollectiveEvent>();
+  const std::uint64_t key = (static_cast<std::uint64_t>(c.comm) << 32) | c.seq;
+  if (e.kind != EventKind::CollEnd) {
+    auto [it, fresh] = rs.colls.emplace(key, c);
+    if (!fresh && e.kind == EventKind::CollStart) it->second = c;  // start beats enqueue
+    return 0;
+  }
+  auto it = rs.colls.find(key);
+  const std::int64_t start = it != rs.colls.end() ? it->second.ts : c.ts;
+  if (it != rs.colls.end()) rs.colls.erase(it);
+  if (!keeps_span(shift(start, rs.offset), shift(c.ts, rs.offset))) return 0;
+  Collective out;
+  out.bytes = c.bytes();
+  out.op = coll_op(c.op);
+  out.comm = c.comm;
+  out.seq = c.seq;
+  out.start = shift(start, rs.offset);
+  out.end = std::max(out.start, shift(c.ts, rs.offset));
+  out.group_size = rs.comm_size[c.comm];
+  b_.collectives(rank).push_back(out);
+  return 1;
+}
+
+std::uint64_t TraceIngest::add_block_event(const prof::Event& e, RankState& rs, std::uint32_t rank) {
+  const auto m = e.as<prof::MemBlockEvent>();
+  if (!keeps_at(shift(m.ts, rs.offset))) {
+    // Note [Memory curves from block events] (memory_fold.hpp): block events cut before the
+    // range leave the fold of the rest incomplete.
+    if (shift(m.ts, rs.offset) < lo_) b_.blocks_cut(rank);
+    return 0;
+  }
+  rs.alloc->push_back(to_alloc_event(m, rs.offset));
+  return 1;
+}
+
+std::uint64_t TraceIngest::add_mem_sample(const prof::Event& e, RankState& rs, std::uint32_t rank) {
+  const auto m = e.as<prof::MemSampleEvent>();
+  if (!keeps_at(shift(m.ts, rs.offset))) return 0;
+  const int metric = static_cast<int>(m.metric);
+  // One device's memory per rank (Note [Memory curves from block events], memory_fold.hpp):
+  // the first level sample's; samples of other devices are not mixed into its curves.
+  if (rs.mem_device < 0 && (m.metric == prof::MemMetric::Allocated || m.metric == prof::MemMetric::Active ||
+                            m.metric == prof::MemMetric::Reserved)) {
+    rs.mem_device = m.device;
+    b_.memory_sample_device(rank, m.device);
+  }
+  if (rs.mem_device >= 0 && m.device != rs.mem_device) return 0;
+  const bool ppm = m.metric == prof::MemMetric::Fragmentation;
+  CounterSeries* series = metric < static_cast<int>(prof::MemMetric::Count) ? rs.metrics[metric] : nullptr;
+  if (series == nullptr) {
+    series = &b_.counter_series(rank, prof::mem_metric_name(m.metric), ppm ? "" : "B");
+    if (metric < static_cast<int>(prof::MemMetric::Count)) rs.metrics[metric] = series;
+  }
+  series->add(shift(m.ts, rs.offset), ppm ? static_cast<double>(m.value) * 1e-6 : static_cast<double>(m.value));
+  return 1;
+}
+
 std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx) {
-  using prof::EventKind;
-  const std::int64_t off = rs.offset;
-  const auto keep_span = [this](std::int64_t s, std::int64_t t) { return t >= lo_ && s <= hi_; };
-  const auto keep_at = [this](std::int64_t t) { return t >= lo_ && t <= hi_; };
   switch (e.kind) {
     case EventKind::Kernel:
     case EventKind::Memcpy:
-    case EventKind::Memset: {
-      const auto c = e.as<prof::ComputeEvent>();
-      const std::int64_t start = shift(c.ts, off), end = start + static_cast<std::int64_t>(c.dur_ns);
-      if (!keep_span(start, end)) return 0;
-      const int k = e.kind == EventKind::Kernel ? 0 : e.kind == EventKind::Memcpy ? 1 : 2;
-      SpanRow*& lane = rs.lanes[k][c.stream];
-      if (lane == nullptr) {
-        static constexpr LaneKind kinds[3] = {LaneKind::Kernel, LaneKind::Memcpy, LaneKind::Memset};
-        lane = &b_.lane_spans(rank, kinds[k], c.stream);
-      }
-      const std::uint32_t nm = k == 0 ? name(rs, c.arg, resolve, ctx) : sized_name(e.kind, c.sub, c.arg);
-      lane->push_back({start, std::max(start, end), nm, 0});
-      return 1;
-    }
+    case EventKind::Memset:
+      return add_compute_span(e, rs, rank, resolve, ctx);
     case EventKind::RangeBegin: {
       const auto r = e.as<prof::RangeEvent>();
       const std::uint32_t nm = r.name ? name(rs, r.name, resolve, ctx)
                                       : phase_ids_[static_cast<int>(r.phase) % static_cast<int>(prof::Phase::Count)];
-      open_stack(rs, r.thread).push_back({shift(r.ts, off), r.phase, nm, r.id});
+      open_stack(rs, r.thread).push_back({shift(r.ts, rs.offset), r.phase, nm, r.id});
       return 0;
     }
-    case EventKind::RangeEnd: {
-      const auto r = e.as<prof::RangeEvent>();
-      auto& st = open_stack(rs, r.thread);
-      if (st.empty()) return 0;  // its begin was before the trace started
-      const RangeOpen begin = st.back();
-      st.pop_back();
-      const std::int64_t end = std::max(begin.ts, shift(r.ts, off));
-      if (!keep_span(begin.ts, end)) return 0;
-      if (begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
-        rs.nvtx->push_back({begin.ts, end, begin.name, 0});
-      else  // phases are named by their kind, so the views can colour and the step table find them
-        rs.phases->push_back({begin.ts, end, phase_ids_[static_cast<int>(begin.phase)], static_cast<std::uint32_t>(begin.id)});
-      return 1;
-    }
+    case EventKind::RangeEnd:
+      return close_range(e, rs);
     case EventKind::CollEnqueue:
     case EventKind::CollStart:
-    case EventKind::CollEnd: {
-      const auto c = e.as<prof::CollectiveEvent>();
-      const std::uint64_t key = (static_cast<std::uint64_t>(c.comm) << 32) | c.seq;
-      if (e.kind != EventKind::CollEnd) {
-        auto [it, fresh] = rs.colls.emplace(key, c);
-        if (!fresh && e.kind == EventKind::CollStart) it->second = c;  // start beats enqueue
-        return 0;
-      }
-      auto it = rs.colls.find(key);
-      const std::int64_t start = it != rs.colls.end() ? it->second.ts : c.ts;
-      if (it != rs.colls.end()) rs.colls.erase(it);
-      if (!keep_span(shift(start, off), shift(c.ts, off))) return 0;
-      Collective out;
-      out.bytes = c.bytes();
-      out.op = coll_op(c.op);
-      out.comm = c.comm;
-      out.seq = c.seq;
-      out.start = shift(start, off);
-      out.end = std::max(out.start, shift(c.ts, off));
-      out.group_size = rs.comm_size[c.comm];
-      b_.collectives(rank).push_back(out);
-      return 1;
-    }
+    case EventKind::CollEnd:
+      return add_collective(e, rs, rank);
     case EventKind::Alloc:
     case EventKind::FreeRequested:
     case EventKind::FreeCompleted:
     case EventKind::SegmentAlloc:
     case EventKind::SegmentFree:
     case EventKind::SegmentMap:
-    case EventKind::SegmentUnmap: {
-      const auto m = e.as<prof::MemBlockEvent>();
-      if (!keep_at(shift(m.ts, off))) {
-        // Note [Memory curves from block events] (memory_fold.hpp): block events cut before the
-        // range leave the fold of the rest incomplete.
-        if (shift(m.ts, off) < lo_) b_.blocks_cut(rank);
-        return 0;
-      }
-      rs.alloc->push_back(to_alloc_event(m, off, alloc_op(e.kind)));
-      return 1;
-    }
+    case EventKind::SegmentUnmap:
+      return add_block_event(e, rs, rank);
     case EventKind::Oom: {
       const auto o = e.as<prof::OomEvent>();
-      if (!keep_at(shift(o.ts, off))) return 0;
-      rs.alloc->push_back({shift(o.ts, off), 0, o.requested, o.stream, AllocOp::Oom});
+      if (!keeps_at(shift(o.ts, rs.offset))) return 0;
+      rs.alloc->push_back({shift(o.ts, rs.offset), 0, o.requested, o.stream, EventKind::Oom});
       return 1;
     }
-    case EventKind::MemSample: {
-      const auto m = e.as<prof::MemSampleEvent>();
-      if (!keep_at(shift(m.ts, off))) return 0;
-      const int metric = static_cast<int>(m.metric);
-      // One device's memory per rank (Note [Memory curves from block events], memory_fold.hpp):
-      // the first level sample's; samples of other devices are not mixed into its curves.
-      if (rs.mem_device < 0 && (m.metric == prof::MemMetric::Allocated || m.metric == prof::MemMetric::Active ||
-                                m.metric == prof::MemMetric::Reserved)) {
-        rs.mem_device = m.device;
-        b_.memory_sample_device(rank, m.device);
-      }
-      if (rs.mem_device >= 0 && m.device != rs.mem_device) return 0;
-      const bool ppm = m.metric == prof::MemMetric::Fragmentation;
-      CounterSeries* series = metric < static_cast<int>(prof::MemMetric::Count) ? rs.metrics[metric] : nullptr;
-      if (series == nullptr) {
-        series = &b_.counter_series(rank, prof::mem_metric_name(m.metric), ppm ? "" : "B");
-        if (metric < static_cast<int>(prof::MemMetric::Count)) rs.metrics[metric] = series;
-      }
-      series->add(shift(m.ts, off), ppm ? static_cast<double>(m.value) * 1e-6 : static_cast<double>(m.value));
-      return 1;
-    }
+    case EventKind::MemSample:
+      return add_mem_sample(e, rs, rank);
     case EventKind::Counter: {
       const auto c = e.as<prof::CounterEvent>();
-      if (!keep_at(shift(c.ts, off))) return 0;
+      if (!keeps_at(shift(c.ts, rs.offset))) return 0;
       CounterSeries*& series = rs.counters[c.name];
       if (series == nullptr) series = &b_.counter_series(rank, resolve(ctx, c.name));
-      series->add(shift(c.ts, off), c.value);
+      series->add(shift(c.ts, rs.offset), c.value);
       return 1;
     }
     case EventKind::CommInfo: {

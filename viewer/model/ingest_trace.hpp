@@ -97,6 +97,14 @@ class TraceIngest {
                  bool apply_offsets);
   // Returns the model events it added (0 or 1).
   std::uint64_t add_one(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
+  std::uint64_t add_compute_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
+  std::uint64_t close_range(const prof::Event& e, RankState& rs);
+  std::uint64_t add_collective(const prof::Event& e, RankState& rs, std::uint32_t rank);
+  std::uint64_t add_block_event(const prof::Event& e, RankState& rs, std::uint32_t rank);
+  std::uint64_t add_mem_sample(const prof::Event& e, RankState& rs, std::uint32_t rank);
+  // Whether a span [s, t] or an instant t lies in the loaded range (Note [Time range load]).
+  bool keeps_span(std::int64_t s, std::int64_t t) const { return t >= lo_ && s <= hi_; }
+  bool keeps_at(std::int64_t t) const { return t >= lo_ && t <= hi_; }
 
   TimelineBuilder& b_;
   std::map<std::uint32_t, RankState> ranks_;

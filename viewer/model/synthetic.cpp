@@ -43,17 +43,17 @@ Timeline make_synthetic(const SyntheticOptions& opt) {
         b.collective(r, "all_reduce", 25u << 20, 0, s * 16 + c, cs, cs + 1'500'000, opt.ranks);
       }
       std::uint64_t addr = 0x7f0000000000ull;
-      b.alloc_event(r, {t, addr, 1ull << 30, 0, AllocOp::SegmentAlloc});
+      b.alloc_event(r, {t, addr, 1ull << 30, 0, prof::EventKind::SegmentAlloc});
       for (std::uint32_t a = 0; a < 128; ++a) {
         const std::uint64_t sz = (1 + a % 7) << 20;
-        b.alloc_event(r, {t + 8'000'000 + a * 250'000, addr + 1024 + (static_cast<std::uint64_t>(a) << 23), sz, 0, AllocOp::Alloc});
+        b.alloc_event(r, {t + 8'000'000 + a * 250'000, addr + 1024 + (static_cast<std::uint64_t>(a) << 23), sz, 0, prof::EventKind::Alloc});
       }
       for (std::uint32_t a = 0; a < 128; ++a) {
         const std::uint64_t sz = (1 + (127 - a) % 7) << 20;
         b.alloc_event(r, {t + 40'000'000 + a * 300'000, addr + 1024 + (static_cast<std::uint64_t>(127 - a) << 23), sz, 0,
-                          AllocOp::FreeCompleted});
+                          prof::EventKind::FreeCompleted});
       }
-      b.alloc_event(r, {t + step_ns - 2000, addr, 1ull << 30, 0, AllocOp::SegmentFree});
+      b.alloc_event(r, {t + step_ns - 2000, addr, 1ull << 30, 0, prof::EventKind::SegmentFree});
     }
   }
   return b.finish("synthetic:" + std::to_string(opt.events));

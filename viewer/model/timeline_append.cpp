@@ -94,7 +94,7 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
   // Note [Memory curves from block events] (memory_fold.hpp): derive_alloc() decides which of
   // allocated/active/reserved come from the block events; their samples are then kept as
   // "sampled:..." so that the names the views and the step table read are the curves in charge.
-  if (!p.derive.blocks && std::any_of(p.alloc.begin(), p.alloc.end(), [](const AllocEvent& e) { return e.op != AllocOp::Oom; }))
+  if (!p.derive.blocks && std::any_of(p.alloc.begin(), p.alloc.end(), [](const AllocEvent& e) { return e.op != prof::EventKind::Oom; }))
     p.derive.blocks = true;
   for (int k = 0; k < kLevelCurves; ++k) p.sampled_level[k] = p.sampled_level[k] || p.counters.count(kDerivedMemory[k]) != 0;
   // A rank that samples its memory keeps its sampled largest_free/fragmentation (or none): derived

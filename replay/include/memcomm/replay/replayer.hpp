@@ -18,7 +18,7 @@ struct ReplayResult {
   std::string file;
   std::string format;                  // TraceRequests::format: "pytorch-snapshot" or "mct"
   int rank = kNoRank;                  // the device's rank (.mct traces); kNoRank when the format has none
-  int device = 0;                      // device index (kHostDevice = host memory)
+  int device = 0;                      // device index (prof::kHostDevice = host memory)
   std::string policy;
   std::uint64_t peak_live = 0;         // largest live requested bytes (the trace's, same for every policy)
   std::uint64_t peak_reserved = 0;     // the policy's largest reserved bytes

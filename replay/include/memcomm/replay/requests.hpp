@@ -51,12 +51,10 @@ struct RecordedReserved {
 
 // DeviceRequests::rank of a trace format that records no rank (PyTorch snapshots).
 inline constexpr int kNoRank = -1;
-// The device index memcomm's .mct traces give host memory (memcomm::prof::kHostDevice).
-inline constexpr int kHostDevice = 255;
 
 struct DeviceRequests {
   int rank = kNoRank;                    // the rank whose device this is (.mct traces); kNoRank if unknown
-  int device = 0;                        // device index (kHostDevice = host memory)
+  int device = 0;                        // device index (prof::kHostDevice = host memory)
   std::vector<Request> requests;         // pre-trace allocations first, then the trace in order
   std::uint32_t block_count = 0;         // distinct blocks (ids are 0..block_count-1)
   std::uint64_t preexisting_blocks = 0;  // blocks that predate the trace (Note [Rebuilding requests])

@@ -30,27 +30,30 @@
 //     request came first). A device whose events carry no FreeCompleted at all (producers that
 //     never complete) ends blocks at FreeRequested. Sizes of frees are the sizes the block was
 //     allocated with. SegmentAlloc adds to reserved unless it is a virtual range (Note [Virtual
-//     reservations] in memory_series.cpp), whose SegmentMap/SegmentUnmap count instead; SegmentFree
-//     removes what its SegmentAlloc added. Sums are 128-bit and read saturated to [0, 2^64).
+//     reservations] in memory_series.cpp, VirtualReservations below), whose SegmentMap/SegmentUnmap
+//     count instead; SegmentFree removes what its SegmentAlloc added. Sums are 128-bit, read saturated to [0, 2^64).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <unordered_map>
+#include <vector>
+
+#include "memcomm/trace/event.hpp"
 
 namespace memcomm::prof {
-
-enum class FoldOp : uint8_t { Alloc, FreeRequested, FreeCompleted, SegmentAlloc, SegmentFree, SegmentMap, SegmentUnmap };
 
 class MemoryFold {
  public:
   // frees_complete: the device's events carry FreeCompleted (else FreeRequested ends a block).
   explicit MemoryFold(bool frees_complete = true) : frees_complete_(frees_complete) {}
   void reset(bool frees_complete);
-  // Folds one event of the device. virtual_range: a SegmentAlloc of a reserved virtual range (its
-  // maps count, not its size). Returns false when the event contradicts what was folded; the fold
-  // is then broken() for good (the levels still move, saturated, for callers with no samples).
-  bool apply(FoldOp op, uint64_t addr, uint64_t size, bool virtual_range = false);
+  // Folds one block event of the device (Alloc .. SegmentUnmap; other kinds change nothing).
+  // virtual_range: a SegmentAlloc of a reserved virtual range (its maps count, not its size).
+  // Returns false when the event contradicts what was folded; the fold is then broken() for good
+  // (the levels still move, saturated, for callers with no samples).
+  bool apply(EventKind kind, uint64_t addr, uint64_t size, bool virtual_range = false);
   bool broken() const { return broken_; }
   bool frees_complete() const { return frees_complete_; }
   uint64_t allocated() const { return clamp(allocated_); }
@@ -75,6 +78,31 @@ class MemoryFold {
   __int128 allocated_ = 0, active_ = 0, reserved_ = 0, mapped_ = 0;
   bool frees_complete_ = true;
   bool broken_ = false;
+};
+
+// Which SegmentAlloc/SegmentFree events are virtual reservations or their releases (Note [Virtual
+// reservations] in memory_series.cpp): the producer's flag, else the guess that a SegmentAlloc any
+// SegmentMap lands in is one. The one guess of memcomm-trace report's memory series and of
+// memcomm-replay's recorded reserved bytes. Add the segment events in trace order, then ask.
+class VirtualReservations {
+ public:
+  static constexpr size_t kNoIndex = SIZE_MAX;
+  // A SegmentAlloc or SegmentFree (flagged: the producer marks it a virtual range) or a SegmentMap;
+  // other kinds are ignored. Returns the SegmentAlloc/SegmentFree's index for is_virtual(), kNoIndex
+  // for the others.
+  size_t add(EventKind kind, uint64_t addr, uint64_t size, bool flagged);
+  // Whether the SegmentAlloc/SegmentFree that add() gave `index` is a virtual reservation or its
+  // release; final once every event has been added (a later map can still reveal one).
+  bool is_virtual(size_t index) const { return instance_virtual_[instance_of_[index]]; }
+
+ private:
+  struct Live {
+    uint64_t end;     // one past the segment's last byte
+    size_t instance;  // index into instance_virtual_
+  };
+  std::map<uint64_t, Live> live_;        // segments allocated and not freed, by start
+  std::vector<bool> instance_virtual_;   // per segment (each SegmentAlloc, each SegmentFree of one from before the trace)
+  std::vector<size_t> instance_of_;      // per SegmentAlloc/SegmentFree added: its segment
 };
 
 }  // namespace memcomm::prof

@@ -9,8 +9,13 @@
 //                    (addr, size = requested unrounded size, stream, time_us (absent in old files),
 //                    frames (absent on some events))
 //   allocator_settings (absent in old files).
-// Extra keys (compile_context, user_metadata, device_free, external_annotations...) are ignored, and
-// actions this reader does not know are kept as Action::other so a newer file still loads.
+// Extra keys (compile_context, user_metadata, device_free, external_annotations...) are ignored.
+// Note [Snapshot actions]: an event's action is the prof::EventKind of the same name (PyTorch's
+// action names are kind_name()'s spellings), so the replay and the viewer read snapshots and
+// memcomm traces in one vocabulary. `oom` may have no addr. Actions that are no allocator event,
+// the `snapshot` marker (_snapshot() was taken here) and actions this reader does not know (a newer
+// PyTorch), get EventKind::Invalid and keep their name (Snapshot::other_actions), so a newer file
+// still loads and action_label() still names them; every consumer skips or counts them alike.
 //
 // Note [Interned frames]: events share stack traces heavily. Strings, frames and whole stacks are
 // interned, so an event carries one 32-bit stack id and the viewer can show any frame cheaply.
@@ -23,23 +28,10 @@
 #include <utility>
 #include <vector>
 
+#include "memcomm/trace/event.hpp"
 #include "memcomm/snapshot/error.hpp"
 
 namespace memcomm::snapshot {
-
-enum class Action : std::uint8_t {
-  alloc,
-  free_requested,
-  free_completed,
-  segment_alloc,
-  segment_free,
-  segment_map,
-  segment_unmap,
-  snapshot,  // a marker: _snapshot() was taken here
-  oom,       // a failed allocation; may have no addr
-  other,     // an action this reader does not know (newer PyTorch)
-};
-const char* action_name(Action a) noexcept;
 
 inline constexpr std::uint32_t kNoStack = ~std::uint32_t{0};
 inline constexpr std::int64_t kNoTime = INT64_MIN;
@@ -50,9 +42,9 @@ struct Event {
   std::int64_t stream = 0;        // the cudaStream_t value as PyTorch printed it
   std::int64_t time_us = kNoTime; // kNoTime in files without time_us
   std::uint32_t stack = kNoStack; // interned stack (Snapshot::stack), kNoStack when the event has no frames
-  Action action = Action::other;
+  prof::EventKind kind = prof::EventKind::Invalid;  // Note [Snapshot actions]
   std::uint8_t flags = 0;         // kHasAddr
-  std::uint16_t other_name = 0;   // for Action::other: index into Snapshot::other_actions
+  std::uint16_t other_name = 0;   // kind Invalid: index of the action's name in Snapshot::other_actions
 
   static constexpr std::uint8_t kHasAddr = 1;
   bool has_addr() const noexcept { return flags & kHasAddr; }
@@ -110,7 +102,7 @@ class Snapshot {
   std::vector<Segment> segments;
   std::vector<std::vector<Event>> device_traces;  // index = device
   AllocatorSettings settings;
-  std::vector<std::string> other_actions;          // names behind Action::other
+  std::vector<std::string> other_actions;          // names of the actions of kind Invalid (Note [Snapshot actions])
 
   std::size_t event_count() const;
   std::string_view str(std::uint32_t id) const { return strings_[id]; }
@@ -121,6 +113,7 @@ class Snapshot {
   // "file.py:123 name" of the innermost frame that points at user code: the first frame with a
   // line number (C++ unwinder frames have line 0), else the innermost one; "" for kNoStack.
   std::string top_frame(std::uint32_t stack) const;
+  // The event's action as the file spells it ("alloc", "snapshot", "some_future_action").
   std::string_view action_label(const Event& e) const;
 
   // Interning, used while building (and by tests that build snapshots by hand).

@@ -13,13 +13,14 @@
 // device or more: 128 GiB is common) and backs it piecewise (SegmentMap / SegmentUnmap of
 // sub-ranges). Only mapped pages hold device memory, so `reserved` counts the mapped bytes of such
 // a segment and `virtual_reserved` its reservation. memcomm's traces flag the reservation
-// (prof::MemBlockEvent::virtual_range(), ingested as kAllocExpandable). For traces without the flag
-// the builder marks a SegmentAlloc kAllocExpandable when a SegmentMap later lands inside it (in
-// time for every state that includes it); apply() also converts an unmarked segment at its first
-// map. A map with no enclosing segment (PyTorch snapshots record only segment_map) starts an
-// implicit expandable segment, or extends one that ends where it begins.
+// (prof::MemBlockEvent::virtual_range(), ingested as prof::kSegmentVirtualRange in
+// AllocEvent::flags). For traces without the flag the builder sets that bit on a SegmentAlloc when
+// a SegmentMap later lands inside it (in time for every state that includes it); apply() also
+// converts an unmarked segment at its first map. A map with no enclosing segment (PyTorch snapshots
+// record only segment_map) starts an implicit expandable segment, or extends one ending where it begins.
 #pragma once
 
+#include <memcomm/trace/event.hpp>
 #include <memcomm/view/chunked.hpp>
 
 #include <cstdint>
@@ -28,28 +29,20 @@
 
 namespace memcomm::view {
 
-enum class AllocOp : std::uint8_t {
-  SegmentAlloc,   // cudaMalloc'd segment, or the virtual range of an expandable one: addr, size
-  SegmentFree,    // segment returned to the device (or virtual range released)
-  Alloc,          // block handed to the user: addr, size
-  FreeRequested,  // user freed; the block waits on stream uses (shown as "pending free")
-  FreeCompleted,  // block back in the pool
-  Oom,            // allocation failed: size is the request
-  SegmentMap,     // expandable segment: [addr, addr + size) backed by device memory
-  SegmentUnmap,   // expandable segment: [addr, addr + size) no longer backed
-};
-
-// AllocEvent::flags.
-inline constexpr std::uint8_t kAllocExpandable = 1;  // SegmentAlloc: a virtual reservation (Note [Expandable segments])
-
 struct AllocEvent {
   std::int64_t t;         // ns
   std::uint64_t addr;     // block or segment address
   std::uint64_t size;     // bytes
   std::uint32_t stream;   // stream the block/segment belongs to
-  AllocOp op;             // what happened
+  // What happened: one of prof::EventKind's memory kinds, Alloc .. SegmentUnmap or Oom (whose size
+  // is the request). SegmentAlloc/SegmentFree are a cudaMalloc'd segment or an expandable one's
+  // virtual range; SegmentMap/SegmentUnmap back or unback [addr, addr + size) of an expandable one;
+  // FreeRequested leaves the block waiting on stream uses (shown as "pending free").
+  prof::EventKind op;
   std::uint8_t category = 0;  // MemCategory of the block when the producer knows it (0: unknown)
-  std::uint8_t flags = 0;     // kAllocExpandable, ...
+  // prof::kSegmentVirtualRange on a SegmentAlloc: a virtual reservation (Note [Expandable segments]),
+  // the bit memcomm's traces carry in the segment's category byte.
+  std::uint8_t flags = 0;
   std::uint8_t device = 0;    // device index (prof::kHostDevice: host memory); 0 where the source has none
 };
 

@@ -125,6 +125,15 @@ class TimelineBuilder {
   void append_rank(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r,
                    std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls, bool& rematch);
   void derive_alloc(RankData& rd, RankParts& p, std::size_t from, AppendResult& r, std::uint32_t slot);
+  // The stages of derive_alloc() (alloc_derive.cpp).
+  struct LabelScan {
+    bool known = false;            // the fold saw every Alloc of the new events
+    std::uint8_t categories = 0;   // ... and these are their categories, OR-ed
+  };
+  static void note_kind(AllocDerive& d, const AllocEvent& e);  // what device d.device's events carry
+  static std::size_t mark_expandable(RankData& rd, AllocDerive& d, std::size_t from);
+  static LabelScan derive_level_curves(RankData& rd, RankParts& p, std::size_t from, bool restart, bool& added);
+  static void derive_category_curves(RankData& rd, AllocDerive& d, std::size_t from, LabelScan labels, bool& added);
   void bound(TimeNs a, TimeNs b) {
     lo_ = std::min(lo_, a);
     hi_ = std::max(hi_, b);
