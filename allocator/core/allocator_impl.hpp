@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include "memcomm/allocator/caching_allocator.hpp"
 #include "node_pool.hpp"
+#include "page_budget.hpp"
 #include "ptr_map.hpp"
 
 namespace memcomm::alloc {
@@ -106,9 +108,7 @@ struct Pool {
       : stream(stream), small(small), free(BlockBySize{}, NodePoolAllocator<Block*>(nodes)) {}
   StreamId stream;                        // blocks here are used on this stream
   bool small;                             // small pool (requests <= small_size) or large
-  std::int64_t budget_release_hw = -1;    // high water when the page budget last took pages from it (Note [Release churn])
-  int regains = 0;                        // times it wanted pages back from the budget under that high water
-  std::size_t budget_released = 0;        // bytes the budget took from it under that high water
+  ChurnRecord churn;                      // what the page budget took from it (Note [Release churn])
   FreeSet free;                           // mapped free blocks, best fit = lower_bound(size)
   static constexpr std::size_t kRecent = 8;
   Block* recent[kRecent] = {};            // freed blocks parked unmerged, oldest first (Note [Recent frees])
@@ -138,7 +138,7 @@ struct CachingAllocator::Impl {
   Impl(std::shared_ptr<MemorySource> src, AllocatorConfig cfg, std::shared_ptr<StreamModel> streams);
   ~Impl();
 
-  // --- configuration and collaborators ---
+  // --- configuration and collaborators (set by the constructor, read-only afterwards) ---
   std::shared_ptr<MemorySource> source;
   AllocatorConfig config;
   std::shared_ptr<StreamModel> streams;
@@ -146,28 +146,28 @@ struct CachingAllocator::Impl {
   std::size_t cap = 0;                   // reserved bytes at most (0 = none)
   bool expandable = false;               // use reserve/map
   int device = -1;                       // for events
+  // Planned mode's state (planner.hpp). The pointer is set once by the constructor and read without
+  // the lock to ask "is planned mode on?"; what it points at is used under mu only.
+  std::unique_ptr<PlanImpl> plan;
 
   // --- state, all under mu ---
   mutable AllocatorMutex mu;  // Note [Allocator lock]
-  NodePool nodes;                        // set nodes for every FreeSet
+  NodePool nodes;         // set nodes for every FreeSet
   std::vector<std::unique_ptr<Pool>> pools;
   std::vector<std::unique_ptr<Segment>> segments;
-  PtrMap<Block*> live;                   // allocated blocks by address
-  std::vector<Block*> block_free_list;   // recycled Block objects
-  std::vector<PendingFree> pending;      // frees waiting for events
-  std::vector<EventHandle> event_pool;   // recorded-and-completed events to reuse
+  PtrMap<Block*> live;    // allocated blocks by address
+  std::vector<Block*> block_free_list;  // recycled Block objects
+  std::vector<PendingFree> pending;     // frees waiting for events
+  std::vector<EventHandle> event_pool;  // recorded-and-completed events to reuse
   DeviceStats stats;
-  std::uint64_t tick = 0;                // operations so far (ages)
-  std::int64_t allocated_high_water = 0; // largest allocated bytes ever (never reset; page budget)
-  // Note [Release churn] (expandable.cpp): budget bytes learned from pages given back and mapped again
-  // under the same high water.
-  std::size_t churn_allowance = 0;
-  std::unique_ptr<PlanImpl> plan;        // planned mode state
+  std::uint64_t tick = 0;                 // operations so far (ages)
+  std::int64_t allocated_high_water = 0;  // largest allocated bytes ever (never reset; page budget)
+  PageBudget budget{0.0, 0, 1};           // Note [Lazy page release]; set up by the constructor
   std::vector<Observer*> observers;
-  std::atomic<bool> has_observers{false};
-  bool multi_stream = false;             // pools of two or more streams exist (Note [Cross-stream reuse])
+  std::atomic<bool> has_observers{false};  // observers is not empty (read without the lock by emit)
+  bool multi_stream = false;  // pools of two or more streams exist (Note [Cross-stream reuse])
 
-  // --- helpers (caching_allocator.cpp, free_sets.cpp) ---
+  // --- helpers (caching_allocator.cpp, free_sets.cpp); all with mu held ---
   std::size_t round_size(std::size_t bytes) const;
   Pool* pool_for(StreamId stream, bool small);
   Block* new_block();
@@ -195,7 +195,7 @@ struct CachingAllocator::Impl {
   Block* take_recent(Pool* pool, std::size_t size);
   void flush_recent();
   Block* merge_free(Block* b);
-  // --- stream-ordered reuse (stream_reuse.cpp); called with mu held ---
+  // --- stream-ordered reuse (stream_reuse.cpp) ---
   void process_events_locked();
   // Records the events a freed block waits for (record_stream uses, or a borrowed block); false when
   // the block needs none and is free at once.
@@ -212,7 +212,7 @@ struct CachingAllocator::Impl {
   void count_backed(std::int64_t delta);
 
   // --- growth and release (growth.cpp, expandable.cpp, release.cpp) ---
-  // Called without mu held; they lock it themselves.
+  // These call the source, so they take mu themselves around their locked steps.
   Block* grow(Pool* pool, std::size_t size, std::size_t requested);
   Block* grow_expandable(Pool* pool, std::size_t size, std::size_t requested);
   Block* grow_whole(Pool* pool, std::size_t size, std::size_t requested);
@@ -225,11 +225,6 @@ struct CachingAllocator::Impl {
   std::size_t default_virtual_size() const {
     if (cap) return 2 * cap;
     return source->host_accessible() ? std::size_t(64) << 30 : std::size_t(1) << 40;
-  }
-  // Mapped bytes lazy release allows for a high water of `hw` allocated bytes (Note [Lazy page release]).
-  double page_budget(std::int64_t hw) const {
-    const double floor = std::min(double(config.release_floor), std::max(double(page), 0.02 * double(hw)));
-    return double(hw) * (1.0 + config.release_slack) + floor;
   }
   void release_everything();
   // Page release in three steps so no source call runs under mu: pick (locked) marks pieces busy,
@@ -246,6 +241,33 @@ struct CachingAllocator::Impl {
   void restore_window(std::vector<Block*>& window);
   std::size_t largest_free_locked() const;
   std::size_t releasable_locked() const;
+
+  // --- one growth of an expandable segment, step by step (expandable.cpp) ---
+  // What the steps hand on: claimed under mu, mapped without it, folded in under mu again.
+  struct WindowGrowth {
+    Segment* seg = nullptr;         // the pool's expandable range
+    std::uintptr_t start = 0;       // first byte of the request
+    std::vector<Block*> window;     // blocks making up the window, address order, all busy
+    std::vector<Block*> to_map;     // its unmapped blocks, cut to the pages to map
+    std::size_t need = 0;           // bytes of to_map
+    Releases rel;                   // free pages given back to make room
+  };
+  // Chooses the window (Note [Window choice]) and claims its blocks: busy, unmapped ones cut at page
+  // boundaries to the pages the window and map-ahead need. False when no run of free blocks holds it.
+  bool claim_window(Pool* pool, std::size_t size, WindowGrowth& g);
+  // Note [Map ahead]: bytes to map past the window's end inside an unmapped block whose first
+  // `piece` bytes the window maps anyway.
+  std::size_t map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need, std::size_t piece);
+  // Picks free pages to give back so the window's pages fit the page budget and the cap (Note [Lazy
+  // page release], Note [Release churn]); false when even everything free would not fit under the cap.
+  bool make_room(Pool* pool, std::size_t size, WindowGrowth& g);
+  // Maps the blocks in order, stopping at the first refusal or exception (kept in `error`); returns
+  // how many were mapped (Note [A map that fails partway]).
+  std::size_t map_pieces(const std::vector<Block*>& to_map, std::exception_ptr& error);
+  // Counts, reports and marks mapped the first `mapped` blocks of g.to_map.
+  void commit_maps(Pool* pool, WindowGrowth& g, std::size_t mapped);
+  // Folds the mapped window into one block and hands out the request from it.
+  Block* take_window(WindowGrowth& g, std::size_t size, std::size_t requested);
 
   // --- planned mode (planner.cpp); called with mu held ---
   // May unlock `lock` to map the arena when a detected iteration begins (Note [Detected repetition]).

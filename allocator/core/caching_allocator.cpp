@@ -87,6 +87,7 @@ CachingAllocator::Impl::Impl(std::shared_ptr<MemorySource> src, AllocatorConfig 
   if (!streams) streams = std::make_shared<ImmediateStreams>();
   // Planned mode needs an arena that maps pages; with whole-segment sources it stays off.
   if (config.planned && expandable) plan = std::make_unique<PlanImpl>();
+  budget = PageBudget(config.release_slack, config.release_floor, page);
 }
 
 CachingAllocator::Impl::~Impl() {

@@ -263,13 +263,13 @@ void CachingAllocator::Impl::plan_map_pending() {
     std::lock_guard<AllocatorMutex> lock(mu);
     flush_recent();
     grow_by = want - arena->mapped_bytes;
-    const auto budget = std::size_t(page_budget(allocated_high_water));
+    const auto budget_now = std::size_t(budget.plain(allocated_high_water));
     const auto reserved = std::size_t(stats.reserved_bytes.current);
     const auto peak = std::size_t(stats.reserved_bytes.peak);
     // The cache's free pages are given back for the arena, and a plan that does not fit beside what
     // stays is dropped: a detected plan must not raise the peak reserved bytes, nor a marked one cross
     // both the page budget and that peak (Note [Reordered iterations]).
-    std::size_t limit = plan->markers ? std::max(budget, peak) : std::min(budget, peak);
+    std::size_t limit = plan->markers ? std::max(budget_now, peak) : std::min(budget_now, peak);
     if (cap) limit = std::min(limit, cap);
     if (reserved + grow_by > limit) pick_releases(reserved + grow_by - limit, 0, rel);
     if (reserved + grow_by - rel.bytes > limit) {  // the cap, the budget (or a detected plan's peak): keep caching
@@ -306,7 +306,7 @@ bool CachingAllocator::Impl::plan_arena_in_the_way(std::size_t size) {
       p.mapping)
     return false;
   const std::int64_t hw = std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
-  return double(stats.reserved_bytes.current) + double(size) > page_budget(hw);
+  return double(stats.reserved_bytes.current) + double(size) > budget.plain(hw);
 }
 
 // empty_cache(), or an iteration that left the plan and needs the arena's pages for the cache
