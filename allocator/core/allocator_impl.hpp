@@ -282,6 +282,8 @@ struct CachingAllocator::Impl {
   void plan_step();
   // Maps the arena a pending plan needs and makes that plan current. Locks mu itself.
   void plan_map_pending();
+  // Reserves the planned arena's virtual range (unmapped) and registers it as a segment.
+  Segment* reserve_arena();
   // Reserved bytes an iteration that followed the plan needs (Note [Trimming after a followed plan]).
   std::size_t trim_target() const;
   // --- detected repetition (repetition.cpp); called with mu held ---

@@ -207,6 +207,25 @@ void CachingAllocator::Impl::plan_step() {
   else plan_map_pending();
 }
 
+Segment* CachingAllocator::Impl::reserve_arena() {
+  std::size_t vsize = config.virtual_size;
+  if (vsize == 0) vsize = default_virtual_size();
+  vsize = (vsize + page - 1) / page * page;
+  void* base = source->reserve(vsize);
+  std::lock_guard<AllocatorMutex> lock(mu);
+  auto seg = std::make_unique<Segment>();
+  seg->base = reinterpret_cast<std::uintptr_t>(base);
+  seg->size = vsize;
+  seg->pool = pool_for(0, false);
+  seg->expandable = true;
+  seg->arena = true;
+  plan->arena = seg.get();
+  segments.push_back(std::move(seg));
+  stats.segment.increase(1);
+  emit(EventKind::segment_alloc, plan->arena->base, vsize, 0, 0, kEventVirtualRange);
+  return plan->arena;
+}
+
 void CachingAllocator::Impl::plan_map_pending() {
   std::size_t want = 0;  // arena bytes the new plan needs mapped
   Segment* arena = nullptr;
@@ -240,23 +259,7 @@ void CachingAllocator::Impl::plan_map_pending() {
     }
   } done{this};
   // Reserve the arena once, then map what it lacks, after giving back pages the plan makes redundant.
-  if (!arena) {
-    std::size_t vsize = config.virtual_size;
-    if (vsize == 0) vsize = default_virtual_size();
-    vsize = (vsize + page - 1) / page * page;
-    void* base = source->reserve(vsize);
-    std::lock_guard<AllocatorMutex> lock(mu);
-    auto seg = std::make_unique<Segment>();
-    seg->base = reinterpret_cast<std::uintptr_t>(base);
-    seg->size = vsize;
-    seg->pool = pool_for(0, false);
-    seg->expandable = true;
-    seg->arena = true;
-    arena = plan->arena = seg.get();
-    segments.push_back(std::move(seg));
-    stats.segment.increase(1);
-    emit(EventKind::segment_alloc, arena->base, vsize, 0, 0, kEventVirtualRange);
-  }
+  if (!arena) arena = reserve_arena();
   std::size_t grow_by;
   Releases rel;
   {
