@@ -43,10 +43,11 @@
 // So the budget remembers, per pool, the high water at which it took that pool's pages for another
 // pool, and how many. When that pool wants pages back under the same high water for the second time
 // (kChurnRegains: the first can be a phase change, a loop repeats it), and the budget would take pages
-// again, the budget grows instead (churn_allowance) by what is missing, at most what it took from this
-// pool, and in all at most kChurnShare of the high water. The allowance only keeps pages from going
-// back: map-ahead still fills only the plain budget, and the cap still forces releases. Pages moved
-// within one pool (a large block placed elsewhere in its own range) are no churn and teach nothing.
+// again, the budget grows instead (PageBudget::learn_regain, page_budget.hpp) by what is missing, at
+// most what it took from this pool, and in all at most kChurnShare of the high water. The allowance
+// only keeps pages from going back: map-ahead still fills only the plain budget, and the cap still
+// forces releases. Pages moved within one pool (a large block placed elsewhere in its own range) are
+// no churn and teach nothing.
 // Measured (memcomm-replay, memcomm policy): cnn trace 199 -> 50 calls, 1.051 -> 1.077 x live
 // (+2 MiB, one page: the price of not trading it); the 12 shared snapshots keep their ratios, and their
 // calls but ftcourse (145 -> 153, PyTorch 230).
@@ -79,14 +80,14 @@ constexpr double kSmallAheadShare = 0.005;  // Note [Map ahead]: small pool map-
 
 Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     if (pool->expandable) return pool->expandable;
   }
   std::size_t vsize = config.virtual_size;
   if (vsize == 0) vsize = default_virtual_size();
   vsize = page_up(vsize, page);
   void* base = source->reserve(vsize);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   if (pool->expandable) {  // another thread won the race
     source->release(base, vsize);
     return pool->expandable;
@@ -114,7 +115,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
   WindowGrowth g;
   g.seg = ensure_expandable(pool);
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     flush_recent();
     if (Block* b = find_free(pool, size)) {
       free_erase(b);
@@ -132,7 +133,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
   run_releases(g.rel);
   std::exception_ptr error;
   const std::size_t mapped = map_pieces(g.to_map, error);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   finish_releases(g.rel, false);
   commit_maps(pool, g, mapped);
   if (mapped < g.to_map.size()) {  // Note [A map that fails partway]

@@ -15,7 +15,7 @@ namespace memcomm::alloc {
 
 std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   Impl& m = *impl_;
-  std::lock_guard<AllocatorMutex> lock(m.mu);
+  AllocatorLock lock(m.mu);
   std::vector<SegmentInfo> out;
   for (auto& seg : m.segments) {
     SegmentInfo s;
@@ -87,7 +87,7 @@ void check_unmapped(const Segment& seg, const Block* b, bool in_set, std::size_t
 }
 
 // A mapped block, counted by what it is: handed out, waiting for events, parked, or free in its set.
-void tally_mapped(Impl& m, const Segment& seg, const Block* b, bool in_set, Tally& t) {
+void tally_mapped(Impl& m, const Segment& seg, const Block* b, bool in_set, Tally& t) REQUIRES(m.mu) {
   if (b->allocated) {
     Block* const* found = m.live.find(b->addr);
     if (!found || *found != b) fail("allocated block missing from the live table");
@@ -116,7 +116,7 @@ void tally_mapped(Impl& m, const Segment& seg, const Block* b, bool in_set, Tall
 }
 
 // One segment's blocks: they tile it, and an expandable segment's mapped bytes are the pages they touch.
-void check_segment(Impl& m, const Segment& seg, Tally& t) {
+void check_segment(Impl& m, const Segment& seg, Tally& t) REQUIRES(m.mu) {
   const std::size_t page = m.page;
   if (!seg.head || seg.head->addr != seg.base) fail("segment's first block is not at its base");
   std::uintptr_t expect = seg.base;
@@ -146,7 +146,7 @@ void check_segment(Impl& m, const Segment& seg, Tally& t) {
 }
 
 // Planned blocks live outside the block lists: they must not overlap and must lie in the mapped arena.
-void check_planned(const Impl& m, Tally& t) {
+void check_planned(const Impl& m, Tally& t) REQUIRES(m.mu) {
   std::uintptr_t last = 0;
   std::map<std::uintptr_t, Block*> planned;
   m.live.for_each([&](std::uintptr_t, Block* b) {
@@ -165,7 +165,7 @@ void check_planned(const Impl& m, Tally& t) {
 }
 
 // The tallies against the free sets, the recent lists, the live table, the stats and the source.
-void check_totals(const Impl& m, const Tally& t) {
+void check_totals(const Impl& m, const Tally& t) REQUIRES(m.mu) {
   std::size_t set_total = 0, recent_total = 0;
   for (auto& p : m.pools) {
     set_total += p->free.size();
@@ -192,7 +192,7 @@ void check_totals(const Impl& m, const Tally& t) {
 
 void CachingAllocator::check_invariants() const {
   Impl& m = *impl_;
-  std::lock_guard<AllocatorMutex> lock(m.mu);
+  AllocatorLock lock(m.mu);
   Tally t;
   std::map<std::uintptr_t, std::uintptr_t> ranges;  // every segment, to check they do not overlap
   for (auto& seg : m.segments) {

@@ -156,7 +156,7 @@ void CachingAllocator::Impl::plan_count_cache_map(std::size_t bytes) { plan->cac
 void CachingAllocator::Impl::plan_step() {
   std::size_t trim_to = 0;  // reserved bytes to trim the cache to (Note [Trimming after a followed plan])
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     PlanImpl& p = *plan;
     if (!p.markers) {  // markers rule from now on: forget what detection planned
       p.markers = true;
@@ -212,7 +212,7 @@ Segment* CachingAllocator::Impl::reserve_arena() {
   if (vsize == 0) vsize = default_virtual_size();
   vsize = (vsize + page - 1) / page * page;
   void* base = source->reserve(vsize);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   auto seg = std::make_unique<Segment>();
   seg->base = reinterpret_cast<std::uintptr_t>(base);
   seg->size = vsize;
@@ -240,7 +240,7 @@ void CachingAllocator::Impl::plan_map_pending() {
     p.trim_extra = 0;
   };
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     PlanImpl& p = *plan;
     if (p.pending_items.empty() || p.mapping) return;  // nothing to map, or another thread maps it
     if (p.arena && p.arena->mapped_bytes >= p.pending_arena) {
@@ -254,7 +254,7 @@ void CachingAllocator::Impl::plan_map_pending() {
   struct Done {  // clears PlanImpl::mapping on every way out (it is destroyed after any lock below)
     Impl* m;
     ~Done() {
-      std::lock_guard<AllocatorMutex> lock(m->mu);
+      AllocatorLock lock(m->mu);
       m->plan->mapping = false;
     }
   } done{this};
@@ -263,7 +263,7 @@ void CachingAllocator::Impl::plan_map_pending() {
   std::size_t grow_by;
   Releases rel;
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     flush_recent();
     grow_by = want - arena->mapped_bytes;
     const auto budget_now = std::size_t(budget.plain(allocated_high_water));
@@ -283,7 +283,7 @@ void CachingAllocator::Impl::plan_map_pending() {
   }
   run_releases(rel);
   const bool ok = source->map(reinterpret_cast<void*>(arena->base + arena->mapped_bytes), grow_by);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   finish_releases(rel, false);
   PlanImpl& p = *plan;
   if (!ok) {
@@ -302,7 +302,7 @@ void CachingAllocator::Impl::plan_map_pending() {
 namespace memcomm::alloc {
 
 bool CachingAllocator::Impl::plan_arena_in_the_way(std::size_t size) {
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   const PlanImpl& p = *plan;
   // Only while nothing more is planned in this iteration: it left the plan, or every item is matched.
   if (!(p.deviated || p.matched == p.items.size()) || !p.arena || p.arena_keep(page) >= p.arena->mapped_bytes ||
@@ -321,7 +321,7 @@ void CachingAllocator::Impl::plan_release_arena() {
   std::uintptr_t base;
   std::size_t bytes;
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     PlanImpl& p = *plan;
     if (!p.arena || p.mapping) return;
     const std::size_t keep = p.arena_keep(page);
@@ -336,7 +336,7 @@ void CachingAllocator::Impl::plan_release_arena() {
     p.arena->mapped_bytes = keep;  // nothing can be planned into it meanwhile: the plan is inactive
   }
   source->unmap(reinterpret_cast<void*>(base), bytes);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   count_backed(-std::int64_t(bytes));
   stats.num_device_unmap++;
   emit(EventKind::segment_unmap, base, bytes, 0, 0);
