@@ -1,5 +1,8 @@
 // Expandable segments: one growing virtual range per pool, pages mapped where blocks need them. The
 // slow path of CachingAllocator for sources that map (host, simulated, cuda-vmm); growth.cpp drives it.
+// grow_expandable runs in steps: under the lock it claims a window (claim_window, placed by the pure
+// policy of expandable_arena.hpp) and makes room under the page budget (make_room); without it, it
+// calls the source (map_pieces); under the lock again it folds the result in (commit_maps, take_window).
 //
 // Note [Expandable segments]
 // Each pool reserves one virtual range and maps pages into it on demand. Its blocks tile the range;
