@@ -1,8 +1,13 @@
 # Warnings, sanitizers and fuzzing flags shared by every memcomm target.
 
-# memcomm_warnings(<target>): -Wall -Wextra for our own code (and -Werror in CI).
+# memcomm_warnings(<target>): -Wall -Wextra (and clang's -Wthread-safety) for our own code (and -Werror in CI).
 function(memcomm_warnings target)
   set(flags -Wall -Wextra -Wno-unused-parameter)
+  # Clang checks the allocator's lock annotations (Note [Annotated lock rules] in
+  # allocator/core/thread_annotations.hpp); GCC has no such analysis and the macros expand to nothing.
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    list(APPEND flags -Wthread-safety)
+  endif()
   if(MEMCOMM_WERROR)
     list(APPEND flags -Werror)
   endif()

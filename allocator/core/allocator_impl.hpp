@@ -1,10 +1,14 @@
 // Private data structures of CachingAllocator (see Note [Caching allocator] in caching_allocator.cpp).
+// Lock rules are annotations checked by clang (Note [Annotated lock rules] in thread_annotations.hpp):
+// state under the lock is GUARDED_BY(mu), helpers that need it REQUIRES(mu), and the slow-path steps
+// that call the source and lock by themselves EXCLUDES(mu).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,7 +19,9 @@
 
 #include "memcomm/allocator/caching_allocator.hpp"
 #include "node_pool.hpp"
+#include "page_budget.hpp"
 #include "ptr_map.hpp"
+#include "thread_annotations.hpp"
 
 namespace memcomm::alloc {
 
@@ -26,7 +32,7 @@ namespace memcomm::alloc {
 // glibc's adaptive mutex first spins briefly in user space, which is what such short sections want:
 // bench_allocator's alloc+free pair with 2 threads went from 122-209 ns to 108-110 ns (4 threads:
 // 188-237 -> 78-113 ns), with one thread unchanged. It still sleeps when the holder is descheduled.
-class AllocatorMutex {
+class CAPABILITY("mutex") AllocatorMutex {
  public:
   AllocatorMutex() {
     pthread_mutexattr_t attr;
@@ -40,12 +46,48 @@ class AllocatorMutex {
   ~AllocatorMutex() { pthread_mutex_destroy(&m_); }
   AllocatorMutex(const AllocatorMutex&) = delete;
   AllocatorMutex& operator=(const AllocatorMutex&) = delete;
-  void lock() { pthread_mutex_lock(&m_); }
-  bool try_lock() { return pthread_mutex_trylock(&m_) == 0; }
-  void unlock() { pthread_mutex_unlock(&m_); }
+  void lock() ACQUIRE() { pthread_mutex_lock(&m_); }
+  bool try_lock() TRY_ACQUIRE(true) { return pthread_mutex_trylock(&m_) == 0; }
+  void unlock() RELEASE() { pthread_mutex_unlock(&m_); }
 
  private:
   pthread_mutex_t m_;
+};
+
+// std::lock_guard for AllocatorMutex, visible to clang's analysis (Note [Annotated lock rules]).
+class SCOPED_CAPABILITY AllocatorLock {
+ public:
+  explicit AllocatorLock(AllocatorMutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~AllocatorLock() RELEASE() { mu_.unlock(); }
+  AllocatorLock(const AllocatorLock&) = delete;
+  AllocatorLock& operator=(const AllocatorLock&) = delete;
+
+ private:
+  AllocatorMutex& mu_;
+};
+
+// std::unique_lock for AllocatorMutex: a scope that may let go of the lock for a source call and take
+// it back; the destructor unlocks only if it holds the lock.
+class SCOPED_CAPABILITY AllocatorUniqueLock {
+ public:
+  explicit AllocatorUniqueLock(AllocatorMutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~AllocatorUniqueLock() RELEASE() {
+    if (held_) mu_.unlock();
+  }
+  AllocatorUniqueLock(const AllocatorUniqueLock&) = delete;
+  AllocatorUniqueLock& operator=(const AllocatorUniqueLock&) = delete;
+  void lock() ACQUIRE() {
+    mu_.lock();
+    held_ = true;
+  }
+  void unlock() RELEASE() {
+    held_ = false;
+    mu_.unlock();
+  }
+
+ private:
+  AllocatorMutex& mu_;
+  bool held_ = true;
 };
 
 struct Segment;
@@ -106,9 +148,7 @@ struct Pool {
       : stream(stream), small(small), free(BlockBySize{}, NodePoolAllocator<Block*>(nodes)) {}
   StreamId stream;                        // blocks here are used on this stream
   bool small;                             // small pool (requests <= small_size) or large
-  std::int64_t budget_release_hw = -1;    // high water when the page budget last took pages from it (Note [Release churn])
-  int regains = 0;                        // times it wanted pages back from the budget under that high water
-  std::size_t budget_released = 0;        // bytes the budget took from it under that high water
+  ChurnRecord churn;                      // what the page budget took from it (Note [Release churn])
   FreeSet free;                           // mapped free blocks, best fit = lower_bound(size)
   static constexpr std::size_t kRecent = 8;
   Block* recent[kRecent] = {};            // freed blocks parked unmerged, oldest first (Note [Recent frees])
@@ -138,7 +178,7 @@ struct CachingAllocator::Impl {
   Impl(std::shared_ptr<MemorySource> src, AllocatorConfig cfg, std::shared_ptr<StreamModel> streams);
   ~Impl();
 
-  // --- configuration and collaborators ---
+  // --- configuration and collaborators (set by the constructor, read-only afterwards) ---
   std::shared_ptr<MemorySource> source;
   AllocatorConfig config;
   std::shared_ptr<StreamModel> streams;
@@ -146,92 +186,87 @@ struct CachingAllocator::Impl {
   std::size_t cap = 0;                   // reserved bytes at most (0 = none)
   bool expandable = false;               // use reserve/map
   int device = -1;                       // for events
+  // Planned mode's state (planner.hpp). The pointer is set once by the constructor and read without
+  // the lock to ask "is planned mode on?"; what it points at is used under mu only.
+  std::unique_ptr<PlanImpl> plan;
 
   // --- state, all under mu ---
   mutable AllocatorMutex mu;  // Note [Allocator lock]
-  NodePool nodes;                        // set nodes for every FreeSet
-  std::vector<std::unique_ptr<Pool>> pools;
-  std::vector<std::unique_ptr<Segment>> segments;
-  PtrMap<Block*> live;                   // allocated blocks by address
-  std::vector<Block*> block_free_list;   // recycled Block objects
-  std::vector<PendingFree> pending;      // frees waiting for events
-  std::vector<EventHandle> event_pool;   // recorded-and-completed events to reuse
-  DeviceStats stats;
-  std::uint64_t tick = 0;                // operations so far (ages)
-  std::int64_t allocated_high_water = 0; // largest allocated bytes ever (never reset; page budget)
-  // Note [Release churn] (expandable.cpp): budget bytes learned from pages given back and mapped again
-  // under the same high water.
-  std::size_t churn_allowance = 0;
-  std::unique_ptr<PlanImpl> plan;        // planned mode state
-  std::vector<Observer*> observers;
-  std::atomic<bool> has_observers{false};
-  bool multi_stream = false;             // pools of two or more streams exist (Note [Cross-stream reuse])
+  NodePool nodes GUARDED_BY(mu);         // set nodes for every FreeSet
+  std::vector<std::unique_ptr<Pool>> pools GUARDED_BY(mu);
+  std::vector<std::unique_ptr<Segment>> segments GUARDED_BY(mu);
+  PtrMap<Block*> live GUARDED_BY(mu);    // allocated blocks by address
+  std::vector<Block*> block_free_list GUARDED_BY(mu);  // recycled Block objects
+  std::vector<PendingFree> pending GUARDED_BY(mu);     // frees waiting for events
+  std::vector<EventHandle> event_pool GUARDED_BY(mu);  // recorded-and-completed events to reuse
+  DeviceStats stats GUARDED_BY(mu);
+  std::uint64_t tick GUARDED_BY(mu) = 0;                 // operations so far (ages)
+  std::int64_t allocated_high_water GUARDED_BY(mu) = 0;  // largest allocated bytes ever (never reset; page budget)
+  PageBudget budget GUARDED_BY(mu){0.0, 0, 1};           // Note [Lazy page release]; set up by the constructor
+  std::vector<Observer*> observers GUARDED_BY(mu);
+  std::atomic<bool> has_observers{false};  // observers is not empty (read without the lock by emit)
+  bool multi_stream GUARDED_BY(mu) = false;  // pools of two or more streams exist (Note [Cross-stream reuse])
 
-  // --- helpers (caching_allocator.cpp, free_sets.cpp) ---
+  // --- helpers (caching_allocator.cpp, free_sets.cpp); all with mu held ---
   std::size_t round_size(std::size_t bytes) const;
-  Pool* pool_for(StreamId stream, bool small);
-  Block* new_block();
-  void delete_block(Block* b);
+  Pool* pool_for(StreamId stream, bool small) REQUIRES(mu);
+  Block* new_block() REQUIRES(mu);
+  void delete_block(Block* b) REQUIRES(mu);
   // Cuts `b` at `at` (inside it): `b` keeps [addr, at); the returned new block, [at, end) of the same
   // segment, is linked after it, in none of the free sets, every other field at its default.
-  Block* split_off(Block* b, std::uintptr_t at);
+  Block* split_off(Block* b, std::uintptr_t at) REQUIRES(mu);
   // Cuts mapped block `b` at `at` (inside it): `b` keeps [addr, at), the returned new block gets
   // [at, end), linked after it in the segment and in none of the free sets.
-  Block* split_mapped_block(Block* b, std::uintptr_t at);
+  Block* split_mapped_block(Block* b, std::uintptr_t at) REQUIRES(mu);
   // The same for an unmapped block: the tail stays unmapped and counts as never handed out.
-  Block* split_unmapped(Block* b, std::uintptr_t at);
-  void free_insert(Block* b);
-  void free_erase(Block* b);
+  Block* split_unmapped(Block* b, std::uintptr_t at) REQUIRES(mu);
+  void free_insert(Block* b) REQUIRES(mu);
+  void free_erase(Block* b) REQUIRES(mu);
   bool fits(const Block* b, std::size_t size) const;  // the oversize rules allow b for size
-  Block* find_free(Pool* pool, std::size_t size);
+  Block* find_free(Pool* pool, std::size_t size) REQUIRES(mu);
   // A free block for `size` in the same stream's pool of the other size class (growth.cpp).
-  Block* find_in_other_class(Pool* pool, std::size_t size);
+  Block* find_in_other_class(Pool* pool, std::size_t size) REQUIRES(mu);
   // Hands out `b` (out of the free sets, mapped) for `size` bytes to `stream`, splitting off the rest.
-  Block* take(Block* b, std::size_t size, std::size_t requested, StreamId stream);
+  Block* take(Block* b, std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
   // Back into the pool's free memory: parked (Note [Recent frees]), or filed merged when `park` is false.
-  void free_block(Block* b, bool park = true);
-  void count_split(Block* b);
-  void uncount_split(Block* b);
-  Block* take_recent(Pool* pool, std::size_t size);
-  void flush_recent();
-  Block* merge_free(Block* b);
-  // --- stream-ordered reuse (stream_reuse.cpp); called with mu held ---
-  void process_events_locked();
+  void free_block(Block* b, bool park = true) REQUIRES(mu);
+  void count_split(Block* b) REQUIRES(mu);
+  void uncount_split(Block* b) REQUIRES(mu);
+  Block* take_recent(Pool* pool, std::size_t size) REQUIRES(mu);
+  void flush_recent() REQUIRES(mu);
+  Block* merge_free(Block* b) REQUIRES(mu);
+  // --- stream-ordered reuse (stream_reuse.cpp) ---
+  void process_events_locked() REQUIRES(mu);
   // Records the events a freed block waits for (record_stream uses, or a borrowed block); false when
   // the block needs none and is free at once.
-  bool defer_free(Block* b);
+  bool defer_free(Block* b) REQUIRES(mu);
   // Best fit among other streams' idle free blocks (Note [Cross-stream reuse]).
-  Block* find_idle(StreamId stream, bool small, std::size_t size);
-  EventHandle pooled_event();
+  Block* find_idle(StreamId stream, bool small, std::size_t size) REQUIRES(mu);
+  EventHandle pooled_event() REQUIRES(mu);
   void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
-            std::uint8_t flags = 0) {
+            std::uint8_t flags = 0) REQUIRES(mu) {
     if (has_observers.load(std::memory_order_relaxed)) emit_slow(kind, addr, size, requested, stream, flags);
   }
   void emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
-                 std::uint8_t flags);
-  void count_backed(std::int64_t delta);
+                 std::uint8_t flags) REQUIRES(mu);
+  void count_backed(std::int64_t delta) REQUIRES(mu);
 
   // --- growth and release (growth.cpp, expandable.cpp, release.cpp) ---
-  // Called without mu held; they lock it themselves.
-  Block* grow(Pool* pool, std::size_t size, std::size_t requested);
-  Block* grow_expandable(Pool* pool, std::size_t size, std::size_t requested);
-  Block* grow_whole(Pool* pool, std::size_t size, std::size_t requested);
+  // These call the source, so they take mu themselves around their locked steps.
+  Block* grow(Pool* pool, std::size_t size, std::size_t requested) EXCLUDES(mu);
+  Block* grow_expandable(Pool* pool, std::size_t size, std::size_t requested) EXCLUDES(mu);
+  Block* grow_whole(Pool* pool, std::size_t size, std::size_t requested) EXCLUDES(mu);
   // Gives back free memory until at most `target` bytes stay reserved (0 = everything free), oldest
   // first, skipping blocks younger than min_age ticks. Returns bytes given back.
-  std::size_t release_free(std::size_t target, std::uint64_t min_age, bool count_gc);
-  Segment* ensure_expandable(Pool* pool);
+  std::size_t release_free(std::size_t target, std::uint64_t min_age, bool count_gc) EXCLUDES(mu);
+  Segment* ensure_expandable(Pool* pool) EXCLUDES(mu);
   // Virtual bytes per expandable segment when config.virtual_size is 0: twice the cap, else 1 TiB of
   // device address space, or 64 GiB of host address space (sanitizers and ulimit -v allow no more).
   std::size_t default_virtual_size() const {
     if (cap) return 2 * cap;
     return source->host_accessible() ? std::size_t(64) << 30 : std::size_t(1) << 40;
   }
-  // Mapped bytes lazy release allows for a high water of `hw` allocated bytes (Note [Lazy page release]).
-  double page_budget(std::int64_t hw) const {
-    const double floor = std::min(double(config.release_floor), std::max(double(page), 0.02 * double(hw)));
-    return double(hw) * (1.0 + config.release_slack) + floor;
-  }
-  void release_everything();
+  void release_everything() EXCLUDES(mu);
   // Page release in three steps so no source call runs under mu: pick (locked) marks pieces busy,
   // run (unlocked) calls the source, finish (locked) folds the result in.
   struct Releases {
@@ -239,39 +274,71 @@ struct CachingAllocator::Impl {
     std::vector<Segment*> whole;    // free whole segments to deallocate
     std::size_t bytes = 0;          // total bytes they give back
   };
-  void pick_releases(std::size_t want, std::uint64_t min_age, Releases& out);
-  void run_releases(Releases& r);
-  void finish_releases(Releases& r, bool count_gc);
-  void unpick_releases(Releases& r);
-  void restore_window(std::vector<Block*>& window);
-  std::size_t largest_free_locked() const;
-  std::size_t releasable_locked() const;
+  void pick_releases(std::size_t want, std::uint64_t min_age, Releases& out) REQUIRES(mu);
+  void run_releases(Releases& r) EXCLUDES(mu);
+  void finish_releases(Releases& r, bool count_gc) REQUIRES(mu);
+  void unpick_releases(Releases& r) REQUIRES(mu);
+  void restore_window(std::vector<Block*>& window) REQUIRES(mu);
+  std::size_t largest_free_locked() const REQUIRES(mu);
+  std::size_t releasable_locked() const REQUIRES(mu);
 
-  // --- planned mode (planner.cpp); called with mu held ---
-  // May unlock `lock` to map the arena when a detected iteration begins (Note [Detected repetition]).
-  void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream, std::unique_lock<AllocatorMutex>& lock);
-  void plan_record_alloc(Block* b);
+  // --- one growth of an expandable segment, step by step (expandable.cpp) ---
+  // What the steps hand on: claimed under mu, mapped without it, folded in under mu again.
+  struct WindowGrowth {
+    Segment* seg = nullptr;         // the pool's expandable range
+    std::uintptr_t start = 0;       // first byte of the request
+    std::vector<Block*> window;     // blocks making up the window, address order, all busy
+    std::vector<Block*> to_map;     // its unmapped blocks, cut to the pages to map
+    std::size_t need = 0;           // bytes of to_map
+    Releases rel;                   // free pages given back to make room
+  };
+  // Chooses the window (Note [Window choice]) and claims its blocks: busy, unmapped ones cut at page
+  // boundaries to the pages the window and map-ahead need. False when no run of free blocks holds it.
+  bool claim_window(Pool* pool, std::size_t size, WindowGrowth& g) REQUIRES(mu);
+  // Note [Map ahead]: bytes to map past the window's end inside an unmapped block whose first
+  // `piece` bytes the window maps anyway.
+  std::size_t map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need, std::size_t piece) REQUIRES(mu);
+  // Picks free pages to give back so the window's pages fit the page budget and the cap (Note [Lazy
+  // page release], Note [Release churn]); false when even everything free would not fit under the cap.
+  bool make_room(Pool* pool, std::size_t size, WindowGrowth& g) REQUIRES(mu);
+  // Maps the blocks in order, stopping at the first refusal or exception (kept in `error`); returns
+  // how many were mapped (Note [A map that fails partway]).
+  std::size_t map_pieces(const std::vector<Block*>& to_map, std::exception_ptr& error) EXCLUDES(mu);
+  // Counts, reports and marks mapped the first `mapped` blocks of g.to_map.
+  void commit_maps(Pool* pool, WindowGrowth& g, std::size_t mapped) REQUIRES(mu);
+  // Folds the mapped window into one block and hands out the request from it.
+  Block* take_window(WindowGrowth& g, std::size_t size, std::size_t requested) REQUIRES(mu);
+
+  // --- planned mode (planner.cpp, planner_match.cpp) ---
+  // A detected iteration begins with this allocation and its plan's arena needs pages: the caller maps
+  // them (plan_map_pending) without the lock before plan_allocate (Note [Detected repetition]).
+  bool plan_iteration_begins() REQUIRES(mu);
+  void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
+  void plan_record_alloc(Block* b) REQUIRES(mu);
   // A planned block at `offset` of the arena; from_plan: a plan item (num_planned_allocs), else a gap fill.
-  void* plan_place(std::size_t offset, std::size_t size, std::size_t requested, StreamId stream, bool from_plan);
-  void* plan_gap_allocate(std::size_t size, std::size_t requested, StreamId stream);
-  void plan_record_free(Block* b);
-  bool plan_free(Block* b);
-  // Ends an iteration (step_marker): plans from it if needed and maps the arena. Locks mu itself.
-  void plan_step();
-  // Maps the arena a pending plan needs and makes that plan current. Locks mu itself.
-  void plan_map_pending();
+  void* plan_place(std::size_t offset, std::size_t size, std::size_t requested, StreamId stream, bool from_plan)
+      REQUIRES(mu);
+  void* plan_gap_allocate(std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
+  void plan_record_free(Block* b) REQUIRES(mu);
+  bool plan_free(Block* b) REQUIRES(mu);
+  // Ends an iteration (step_marker): plans from it if needed and maps the arena.
+  void plan_step() EXCLUDES(mu);
+  // Maps the arena a pending plan needs and makes that plan current.
+  void plan_map_pending() EXCLUDES(mu);
+  // Reserves the planned arena's virtual range (unmapped) and registers it as a segment.
+  Segment* reserve_arena() EXCLUDES(mu);
   // Reserved bytes an iteration that followed the plan needs (Note [Trimming after a followed plan]).
-  std::size_t trim_target() const;
-  // --- detected repetition (repetition.cpp); called with mu held ---
-  void plan_detect();
-  bool plan_begin_detected();  // true: a plan is pending and its arena must be mapped (unlocked)
-  void plan_trim();
-  void plan_release_arena();
+  std::size_t trim_target() const REQUIRES(mu);
+  // --- detected repetition (repetition.cpp) ---
+  void plan_detect() REQUIRES(mu);
+  bool plan_begin_detected() REQUIRES(mu);  // true: a plan is pending and its arena must be mapped (unlocked)
+  void plan_trim() REQUIRES(mu);
+  void plan_release_arena() EXCLUDES(mu);
   // The caching path mapped `bytes` (Note [Trimming after a followed plan]); defined in planner.cpp.
-  void plan_count_cache_map(std::size_t bytes);
+  void plan_count_cache_map(std::size_t bytes) REQUIRES(mu);
   // The iteration left the plan, no planned block lives, and growing by `size` would cross the page
-  // budget: the idle arena's pages should go to the cache. Locks mu itself.
-  bool plan_arena_in_the_way(std::size_t size);
+  // budget: the idle arena's pages should go to the cache.
+  bool plan_arena_in_the_way(std::size_t size) EXCLUDES(mu);
 };
 
 }  // namespace memcomm::alloc

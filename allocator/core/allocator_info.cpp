@@ -50,13 +50,13 @@ void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std:
 }
 
 DeviceStats CachingAllocator::stats() const {
-  std::lock_guard<AllocatorMutex> lock(impl_->mu);
+  AllocatorLock lock(impl_->mu);
   return impl_->stats;
 }
 
 MemorySummary CachingAllocator::memory_summary() const {
   Impl& m = *impl_;
-  std::lock_guard<AllocatorMutex> lock(m.mu);
+  AllocatorLock lock(m.mu);
   MemorySummary s;
   for (auto& seg : m.segments) {
     ++s.segments;
@@ -75,7 +75,7 @@ MemorySummary CachingAllocator::memory_summary() const {
 }
 
 void CachingAllocator::reset_peak_stats() {
-  std::lock_guard<AllocatorMutex> lock(impl_->mu);
+  AllocatorLock lock(impl_->mu);
   DeviceStats& s = impl_->stats;
   for (Stat* st : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes, &s.reserved_bytes,
                    &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes, &s.oversize_allocations,
@@ -85,13 +85,13 @@ void CachingAllocator::reset_peak_stats() {
 
 void CachingAllocator::add_observer(Observer* observer) {
   if (!observer) throw AllocatorError("add_observer: observer is null");
-  std::lock_guard<AllocatorMutex> lock(impl_->mu);
+  AllocatorLock lock(impl_->mu);
   impl_->observers.push_back(observer);
   impl_->has_observers.store(true);
 }
 
 void CachingAllocator::remove_observer(Observer* observer) {
-  std::lock_guard<AllocatorMutex> lock(impl_->mu);
+  AllocatorLock lock(impl_->mu);
   auto& v = impl_->observers;
   v.erase(std::remove(v.begin(), v.end(), observer), v.end());
   impl_->has_observers.store(!v.empty());

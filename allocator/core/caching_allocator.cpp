@@ -42,6 +42,7 @@
 // few hundred instructions under it. Source calls are made without the lock: the blocks they concern are
 // marked busy (out of every free set) first, and the result is folded in under the lock afterwards.
 // (Stream events are queried under the lock, as PyTorch does; the destructor holds it throughout.)
+// Clang checks these rules from annotations in allocator_impl.hpp (Note [Annotated lock rules]).
 //
 // Note [Observers]
 // Every state change a profiler needs is reported to observers as one AllocEvent, from the thread that
@@ -87,6 +88,7 @@ CachingAllocator::Impl::Impl(std::shared_ptr<MemorySource> src, AllocatorConfig 
   if (!streams) streams = std::make_shared<ImmediateStreams>();
   // Planned mode needs an arena that maps pages; with whole-segment sources it stays off.
   if (config.planned && expandable) plan = std::make_unique<PlanImpl>();
+  budget = PageBudget(config.release_slack, config.release_floor, page);
 }
 
 CachingAllocator::Impl::~Impl() {
@@ -256,11 +258,16 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   const bool small = size <= m.config.small_size;
   Pool* pool;
   {
-    std::unique_lock<AllocatorMutex> lock(m.mu);
+    AllocatorUniqueLock lock(m.mu);
     ++m.tick;
     if (!m.pending.empty()) m.process_events_locked();
     if (m.plan) {
-      if (void* p = m.plan_allocate(size, bytes, stream, lock)) return p;
+      if (m.plan_iteration_begins()) {  // its arena needs pages: mapped without the lock
+        lock.unlock();
+        m.plan_map_pending();
+        lock.lock();
+      }
+      if (void* p = m.plan_allocate(size, bytes, stream)) return p;
     }
     pool = m.pool_for(stream, small);
     if (Block* b = m.take_recent(pool, size)) {
@@ -284,7 +291,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   }
   Block* b = m.grow(pool, size, bytes);  // locks as needed; throws OutOfMemory
   if (m.plan) {
-    std::lock_guard<AllocatorMutex> lock(m.mu);
+    AllocatorLock lock(m.mu);
     m.plan_record_alloc(b);
   }
   return reinterpret_cast<void*>(b->addr);
@@ -293,7 +300,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
 void CachingAllocator::deallocate(void* ptr) {
   if (!ptr) return;
   Impl& m = *impl_;
-  std::lock_guard<AllocatorMutex> lock(m.mu);
+  AllocatorLock lock(m.mu);
   ++m.tick;
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   Block** found = m.live.find(addr);
@@ -316,14 +323,14 @@ void CachingAllocator::deallocate(void* ptr) {
 }
 
 std::size_t CachingAllocator::block_size(const void* ptr) const {
-  std::lock_guard<AllocatorMutex> lock(impl_->mu);
+  AllocatorLock lock(impl_->mu);
   Block** found = impl_->live.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (!found) throw AllocatorError("block_size(" + hex_address(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");
   return (*found)->size;
 }
 
 std::size_t CachingAllocator::requested_size(const void* ptr) const {
-  std::lock_guard<AllocatorMutex> lock(impl_->mu);
+  AllocatorLock lock(impl_->mu);
   Block** found = impl_->live.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (!found)
     throw AllocatorError("requested_size(" + hex_address(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");

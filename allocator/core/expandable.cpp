@@ -1,5 +1,8 @@
 // Expandable segments: one growing virtual range per pool, pages mapped where blocks need them. The
 // slow path of CachingAllocator for sources that map (host, simulated, cuda-vmm); growth.cpp drives it.
+// grow_expandable runs in steps: under the lock it claims a window (claim_window, placed by the pure
+// policy of expandable_arena.hpp) and makes room under the page budget (make_room); without it, it
+// calls the source (map_pieces); under the lock again it folds the result in (commit_maps, take_window).
 //
 // Note [Expandable segments]
 // Each pool reserves one virtual range and maps pages into it on demand. Its blocks tile the range;
@@ -43,10 +46,11 @@
 // So the budget remembers, per pool, the high water at which it took that pool's pages for another
 // pool, and how many. When that pool wants pages back under the same high water for the second time
 // (kChurnRegains: the first can be a phase change, a loop repeats it), and the budget would take pages
-// again, the budget grows instead (churn_allowance) by what is missing, at most what it took from this
-// pool, and in all at most kChurnShare of the high water. The allowance only keeps pages from going
-// back: map-ahead still fills only the plain budget, and the cap still forces releases. Pages moved
-// within one pool (a large block placed elsewhere in its own range) are no churn and teach nothing.
+// again, the budget grows instead (PageBudget::learn_regain, page_budget.hpp) by what is missing, at
+// most what it took from this pool, and in all at most kChurnShare of the high water. The allowance
+// only keeps pages from going back: map-ahead still fills only the plain budget, and the cap still
+// forces releases. Pages moved within one pool (a large block placed elsewhere in its own range) are
+// no churn and teach nothing.
 // Measured (memcomm-replay, memcomm policy): cnn trace 199 -> 50 calls, 1.051 -> 1.077 x live
 // (+2 MiB, one page: the price of not trading it); the 12 shared snapshots keep their ratios, and their
 // calls but ftcourse (145 -> 153, PyTorch 230).
@@ -54,33 +58,39 @@
 // Note [Window choice]
 // A window that needs mapping costs one call per unmapped piece. Ranking windows by calls before bytes
 // trades a few more mapped bytes (which the page budget then takes back from old free pages) for fewer
-// calls: octree-nca 56 -> 53 calls at the same ratio, no change elsewhere.
+// calls: octree-nca 56 -> 53 calls at the same ratio, no change elsewhere. The choice and map-ahead are
+// pure functions (expandable_arena.hpp) of the free blocks and budget figures gathered here.
+//
+// Note [A map that fails partway]
+// A window may need several map calls, and the source may refuse one (out of memory) or throw (a
+// driver error) after earlier ones succeeded. Either way the pages already mapped stay mapped: they are
+// counted in the stats, reported to observers as segment_map and kept as free mapped blocks, so the
+// event stream, the stats and the source's own counters agree. Only then is the window given back and
+// the exception rethrown. (The throwing path once counted the maps in the stats without emitting their
+// events, so a trace of a failed map showed fewer reserved bytes than the stats.)
 
 #include <algorithm>
+#include <exception>
 
 #include "allocator_impl.hpp"
+#include "expandable_arena.hpp"
 
 namespace memcomm::alloc {
 
 namespace {
 constexpr double kSmallAheadShare = 0.005;  // Note [Map ahead]: small pool map-ahead, share of reserved bytes
-// Note [Release churn]: the budget learned from churn is at most this share of the high water.
-constexpr double kChurnShare = 0.03;
-// Note [Release churn]: a pool must want pages back this many times under one high water (the first
-// regain can be a phase change; a loop repeats it).
-constexpr int kChurnRegains = 2;
 }  // namespace
 
 Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     if (pool->expandable) return pool->expandable;
   }
   std::size_t vsize = config.virtual_size;
   if (vsize == 0) vsize = default_virtual_size();
   vsize = page_up(vsize, page);
   void* base = source->reserve(vsize);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   if (pool->expandable) {  // another thread won the race
     source->release(base, vsize);
     return pool->expandable;
@@ -104,216 +114,148 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   return pool->expandable;
 }
 
-namespace {
-
-// A candidate placement inside a run of free blocks.
-struct Window {
-  std::uintptr_t start = 0;       // first byte of the request
-  std::size_t need = 0;           // bytes to map
-  std::size_t pieces = 0;         // map calls
-  std::size_t run = 0;            // run size (best fit among runs)
-  Block* first = nullptr;         // first block overlapping the window
-  bool valid = false;
-  bool better_than(const Window& o) const {
-    if (!o.valid) return true;
-    // Note [Window choice]: a window that needs no mapping wins; among windows that do, fewer map
-    // calls win before fewer bytes, since the page budget bounds the bytes anyway.
-    if ((need == 0) != (o.need == 0)) return need == 0;
-    if (pieces != o.pieces) return pieces < o.pieces;
-    if (need != o.need) return need < o.need;
-    if (run != o.run) return run < o.run;
-    return start < o.start;
-  }
-};
-
-}  // namespace
-
 Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std::size_t requested) {
-  Segment* seg = ensure_expandable(pool);
-  std::vector<Block*> window;       // blocks making up the window, address order
-  std::vector<Block*> to_map;       // unmapped blocks among them
-  Releases rel;
-  std::uintptr_t start = 0;
+  WindowGrowth g;
+  g.seg = ensure_expandable(pool);
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     flush_recent();
     if (Block* b = find_free(pool, size)) {
       free_erase(b);
       return take(b, size, requested, pool->stream);
     }
-    // Choose the window (Note [Expandable segments]).
-    Window best;
-    for (Block* b = seg->head; b;) {
-      if (!is_free(b)) {
-        b = b->next;
-        continue;
-      }
-      Block* run_first = b;
-      std::size_t run = 0;
-      Block* run_last = b;
-      for (Block* x = b; x && is_free(x); x = x->next) {
-        run += x->size;
-        run_last = x;
-      }
-      const std::uintptr_t run_start = run_first->addr, run_end = run_last->addr + run_last->size;
-      if (run >= size) {
-        auto evaluate = [&](std::uintptr_t w) {
-          Window c;
-          c.start = w;
-          c.run = run;
-          c.valid = true;
-          for (Block* x = run_first; x != run_last->next; x = x->next) {
-            const std::uintptr_t lo = std::max(x->addr, w), hi = std::min(x->addr + x->size, w + size);
-            if (lo >= hi) continue;
-            if (!c.first) c.first = x;
-            if (!x->mapped) {
-              c.need += page_up(hi, page) - page_down(lo, page);
-              c.pieces++;
-            }
-          }
-          if (c.better_than(best)) best = c;
-        };
-        for (Block* x = run_first; x != run_last->next; x = x->next) {
-          if (x->addr + size <= run_end) evaluate(x->addr);
-          const std::uintptr_t end = x->addr + x->size;
-          if (end >= run_start + size) evaluate(end - size);
-        }
-      }
-      b = run_last->next;
-    }
-    if (!best.valid) return nullptr;  // the virtual range is exhausted
-    start = best.start;
-    const std::uintptr_t end = start + size;
-    // Collect the window, cutting unmapped blocks at page boundaries so only needed pages get mapped.
-    for (Block* x = best.first; x && x->addr < end; x = x->next) {
-      if (!x->mapped) {
-        const std::uintptr_t lo = page_down(std::max(x->addr, start), page);
-        if (lo > x->addr) {  // keep [x->addr, lo) unmapped outside the window
-          split_unmapped(x, lo);
-          continue;  // the tail is visited next
-        }
-        std::uintptr_t hi = page_up(std::min(x->addr + x->size, end), page);
-        if (hi < x->addr + x->size) {
-          // Map ahead inside the unmapped block, within the page budget. For the small pool, free pages
-          // that release would give back first do not count: at the budget, after a peak of large
-          // blocks, it would otherwise grow a page per call.
-          const double budget_d = page_budget(
-              std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size)));
-          std::int64_t held = stats.reserved_bytes.current;
-          if (pool->small) held -= std::int64_t(releasable_locked());
-          const double room = budget_d - double(held) - double(best.need);
-          // At least what a PyTorch segment for this request would hold, so small requests do not map
-          // a page each (Note [Lazy page release]).
-          const std::size_t chunk = pool->small ? config.small_segment : size < (10u << 20) ? config.medium_segment : 0;
-          const std::size_t mapped_now = (hi - x->addr) + (best.need - std::min(best.need, hi - x->addr));
-          // Note [Map ahead]: fill the budget's headroom (map_ahead = 1), not a fraction of reserved.
-          std::size_t ahead = room > 0 ? page_down(std::size_t(config.map_ahead * room), page) : 0;
-          // The small pool grows by at most its own size: small tensors never justify 2% of a large heap.
-          if (pool->small) {
-            const auto share = std::size_t(kSmallAheadShare * double(stats.reserved_bytes.current)) / page * page;
-            ahead = std::min(ahead, std::max({seg->mapped_bytes, config.small_segment, share}));
-          }
-          if (chunk > mapped_now) ahead = std::max(ahead, page_up(chunk - mapped_now, page));
-          if (room < double(ahead)) ahead = room > 0 ? page_down(std::size_t(room), page) : 0;
-          hi = std::min(hi + ahead, x->addr + x->size);
-        }
-        if (hi < x->addr + x->size) split_unmapped(x, hi);
-        to_map.push_back(x);
-      } else {
-        free_erase(x);
-      }
-      x->busy = true;
-      window.push_back(x);
-    }
-    std::size_t need = 0;
-    for (Block* x : to_map) need += x->size;
-    // Keep reserved bytes within the page budget and the cap (Note [Lazy page release]).
-    const std::int64_t hw = std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
-    // The allowance only keeps pages from going back; map-ahead (above) fills the plain budget.
-    auto budget = std::size_t(page_budget(hw)) + churn_allowance;
-    const auto reserved = std::size_t(stats.reserved_bytes.current);
-    if (reserved + need > budget) {
-      // Note [Release churn]: the budget forced a release before under this same high water, and now
-      // wants pages mapped again: it is too tight for this workload's layout, so it grows instead.
-      const auto max_allowance = std::size_t(kChurnShare * double(hw));
-      if (pool->budget_release_hw == hw && ++pool->regains >= kChurnRegains && churn_allowance < max_allowance) {
-        // Only what the budget took from this pool: a larger regain is growth, not churn.
-        const std::size_t missing = std::min(page_up(reserved + need - budget, page), pool->budget_released);
-        churn_allowance = std::min(max_allowance, churn_allowance + missing);
-        pool->budget_released -= missing;
-        budget = std::size_t(page_budget(hw)) + churn_allowance;
-      }
-    }
-    std::size_t limit = budget;
-    if (cap) limit = std::min(limit, cap);
-    if (reserved + need > limit) {
-      pick_releases(reserved + need - limit, 0, rel);
-      if (reserved + need > budget)  // the budget, not the cap, takes these pages
-        for (Block* b : rel.pieces) {
-          Pool* from = b->segment->pool;
-          if (from == pool) continue;  // moved within the pool: no other pool gained them
-          if (from->budget_release_hw != hw) {
-            from->regains = 0;
-            from->budget_released = 0;
-          }
-          from->budget_release_hw = hw;
-          from->budget_released += b->size;
-        }
-    }
-    if (cap && reserved + need - rel.bytes > cap) {
+    if (!claim_window(pool, size, g)) return nullptr;  // the virtual range is exhausted
+    if (!make_room(pool, size, g)) {
       // Cannot fit even after giving back what is free: undo and let grow() retry or fail.
-      unpick_releases(rel);
-      restore_window(window);
+      unpick_releases(g.rel);
+      restore_window(g.window);
       return nullptr;
     }
   }
   // Source calls without the lock.
-  run_releases(rel);
-  std::size_t mapped_ok = 0;
-  bool failed = false;
-  for (Block* x : to_map) {
-    bool ok = false;
-    try {
-      ok = source->map(reinterpret_cast<void*>(x->addr), x->size);
-    } catch (...) {
-      std::lock_guard<AllocatorMutex> lock(mu);
-      finish_releases(rel, false);
-      for (std::size_t i = 0; i < mapped_ok; ++i) {
-        Block* y = to_map[i];
-        y->mapped = true;
-        seg->mapped_bytes += y->size;
-        count_backed(std::int64_t(y->size));
-        stats.num_device_map++;
-      }
-      restore_window(window);
-      throw;
-    }
-    if (!ok) {
-      failed = true;
-      break;
-    }
-    ++mapped_ok;
+  run_releases(g.rel);
+  std::exception_ptr error;
+  const std::size_t mapped = map_pieces(g.to_map, error);
+  AllocatorLock lock(mu);
+  finish_releases(g.rel, false);
+  commit_maps(pool, g, mapped);
+  if (mapped < g.to_map.size()) {  // Note [A map that fails partway]
+    restore_window(g.window);
+    if (error) std::rethrow_exception(error);
+    return nullptr;
   }
-  std::lock_guard<AllocatorMutex> lock(mu);
-  finish_releases(rel, false);
-  for (std::size_t i = 0; i < mapped_ok; ++i) {
-    Block* x = to_map[i];
+  return take_window(g, size, requested);
+}
+
+bool CachingAllocator::Impl::claim_window(Pool* pool, std::size_t size, WindowGrowth& g) {
+  std::vector<FreeRange> free;
+  std::vector<Block*> blocks;  // the block behind each entry of `free`
+  for (Block* b = g.seg->head; b; b = b->next)
+    if (is_free(b)) {
+      free.push_back({b->addr, b->size, b->mapped});
+      blocks.push_back(b);
+    }
+  const WindowDecision d = choose_window(free, size, page);  // Note [Window choice]
+  if (!d.found) return false;
+  g.start = d.start;
+  const std::uintptr_t end = d.start + size;
+  // Collect the window, cutting unmapped blocks at page boundaries so only needed pages get mapped.
+  for (Block* x = blocks[d.first]; x && x->addr < end; x = x->next) {
+    if (!x->mapped) {
+      const std::uintptr_t lo = page_down(std::max(x->addr, d.start), page);
+      if (lo > x->addr) {  // keep [x->addr, lo) unmapped outside the window
+        split_unmapped(x, lo);
+        continue;  // the tail is visited next
+      }
+      const std::uintptr_t x_end = x->addr + x->size;
+      std::uintptr_t hi = page_up(std::min(x_end, end), page);
+      if (hi < x_end) hi = std::min(hi + map_ahead_for(pool, size, d.need, hi - x->addr), x_end);
+      if (hi < x_end) split_unmapped(x, hi);
+      g.to_map.push_back(x);
+      g.need += x->size;
+    } else {
+      free_erase(x);
+    }
+    x->busy = true;
+    g.window.push_back(x);
+  }
+  return true;
+}
+
+std::size_t CachingAllocator::Impl::map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need,
+                                                  std::size_t piece) {
+  const std::int64_t hw =
+      std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
+  // For the small pool, free pages that release would give back first do not count: at the budget,
+  // after a peak of large blocks, it would otherwise grow a page per call.
+  std::int64_t held = stats.reserved_bytes.current;
+  if (pool->small) held -= std::int64_t(releasable_locked());
+  MapAheadInputs in;
+  in.room = budget.plain(hw) - double(held) - double(window_need);
+  in.map_ahead = config.map_ahead;
+  // At least what a PyTorch segment for this request would hold, so small requests do not map a page
+  // each (Note [Lazy page release]).
+  in.chunk = pool->small ? config.small_segment : size < (10u << 20) ? config.medium_segment : 0;
+  in.mapped_now = piece + (window_need - std::min(window_need, piece));
+  // The small pool grows by at most its own size: small tensors never justify 2% of a large heap.
+  if (pool->small) {
+    const auto share = std::size_t(kSmallAheadShare * double(stats.reserved_bytes.current)) / page * page;
+    in.small_limit = std::max({pool->expandable->mapped_bytes, config.small_segment, share});
+  }
+  in.page = page;
+  return map_ahead_bytes(in);
+}
+
+bool CachingAllocator::Impl::make_room(Pool* pool, std::size_t size, WindowGrowth& g) {
+  const std::int64_t hw =
+      std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
+  const std::size_t wanted = std::size_t(stats.reserved_bytes.current) + g.need;
+  // Note [Release churn]: the budget forced a release before under this same high water, and now wants
+  // pages mapped again: it is too tight for this workload's layout, so it grows instead.
+  if (wanted > budget.limit(hw)) budget.learn_regain(pool->churn, hw, wanted);
+  const bool over_budget = wanted > budget.limit(hw);
+  const std::size_t limit = cap ? std::min(budget.limit(hw), cap) : budget.limit(hw);
+  if (wanted > limit) {
+    pick_releases(wanted - limit, 0, g.rel);
+    if (over_budget)  // the budget, not the cap, takes these pages
+      for (Block* b : g.rel.pieces) {
+        Pool* from = b->segment->pool;
+        if (from != pool) budget.note_taken(from->churn, hw, b->size);  // moved within the pool: no churn
+      }
+  }
+  return !(cap && wanted - g.rel.bytes > cap);
+}
+
+std::size_t CachingAllocator::Impl::map_pieces(const std::vector<Block*>& to_map, std::exception_ptr& error) {
+  std::size_t mapped = 0;
+  try {
+    for (Block* x : to_map) {
+      if (!source->map(reinterpret_cast<void*>(x->addr), x->size)) break;  // out of memory
+      ++mapped;
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  return mapped;
+}
+
+void CachingAllocator::Impl::commit_maps(Pool* pool, WindowGrowth& g, std::size_t mapped) {
+  for (std::size_t i = 0; i < mapped; ++i) {
+    Block* x = g.to_map[i];
     x->mapped = true;
-    seg->mapped_bytes += x->size;
+    g.seg->mapped_bytes += x->size;
     count_backed(std::int64_t(x->size));
     stats.num_device_map++;
     emit(EventKind::segment_map, x->addr, x->size, 0, pool->stream);
     if (plan) plan_count_cache_map(x->size);
   }
-  if (failed) {
-    restore_window(window);
-    return nullptr;
-  }
-  // Fold the window into one mapped block and carve the request from it.
-  Block* m = window.front();
-  for (std::size_t i = 1; i < window.size(); ++i) merge_history(m, window[i]);  // newly mapped pieces are fresh
-  for (std::size_t i = 1; i < window.size(); ++i) {
-    Block* n = window[i];
+}
+
+Block* CachingAllocator::Impl::take_window(WindowGrowth& g, std::size_t size, std::size_t requested) {
+  Block* m = g.window.front();
+  for (std::size_t i = 1; i < g.window.size(); ++i) merge_history(m, g.window[i]);  // newly mapped pieces are fresh
+  for (std::size_t i = 1; i < g.window.size(); ++i) {
+    Block* n = g.window[i];
     m->size += n->size;
     m->next = n->next;
     if (n->next) n->next->prev = m;
@@ -321,8 +263,8 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
   }
   m->busy = false;
   m->mapped = true;
-  if (start > m->addr) {
-    Block* r = split_off(m, start);  // no last_used: the window is taken at once
+  if (g.start > m->addr) {
+    Block* r = split_off(m, g.start);  // no last_used: the window is taken at once
     r->mapped = true;
     r->idle = m->idle;
     r->fresh = m->fresh;
@@ -331,7 +273,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
     r->busy = false;
     m = r;
   }
-  return take(m, size, requested, pool->stream);
+  return take(m, size, requested, g.seg->pool->stream);
 }
 
 }  // namespace memcomm::alloc

@@ -8,7 +8,8 @@
 // Growth that would cross it first unmaps free pages elsewhere, oldest first and only as many as needed,
 // taking them from the top of each free block's interior pages. Thus memory sits near live bytes at
 // every peak (what eager release buys) while steady-state iterations, which stay under their own high
-// water, make no source calls at all (what eager release loses).
+// water, make no source calls at all (what eager release loses). PageBudget (page_budget.hpp) holds the
+// formula; growth asks it before mapping and does the releasing itself.
 //
 // Note [Last resort: the other size class]
 // Small and large requests live in separate pools (Note [Pools and size classes]), so under a cap a
@@ -61,7 +62,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     const auto limit = std::size_t(config.gc_threshold * double(cap));
     std::size_t reserved;
     {
-      std::lock_guard<AllocatorMutex> lock(mu);
+      AllocatorLock lock(mu);
       reserved = std::size_t(stats.reserved_bytes.current);
     }
     if (reserved + size > limit) release_free(limit > size ? limit - size : 0, config.gc_min_age, true);
@@ -72,7 +73,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     if (b) return b;
     if (attempt == 0) {
       {
-        std::lock_guard<AllocatorMutex> lock(mu);
+        AllocatorLock lock(mu);
         if (!pending.empty()) {
           for (PendingFree& p : pending)
             for (EventHandle e : p.events) streams->synchronize_event(e);
@@ -84,7 +85,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
       release_free(0, 0, false);
     }
   }
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   if (Block* b = find_in_other_class(pool, size)) {  // Note [Last resort: the other size class]
     free_erase(b);
     stats.num_cross_class_allocs++;
@@ -110,7 +111,7 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
   std::size_t seg_size;
   Releases rel;
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     flush_recent();
     if (Block* b = find_free(pool, size)) {
       free_erase(b);
@@ -131,12 +132,12 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
   }
   run_releases(rel);
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     finish_releases(rel, false);
   }
   void* p = source->allocate(seg_size);
   if (!p) return nullptr;
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   auto seg = std::make_unique<Segment>();
   seg->base = reinterpret_cast<std::uintptr_t>(p);
   seg->size = seg_size;

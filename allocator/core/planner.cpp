@@ -156,7 +156,7 @@ void CachingAllocator::Impl::plan_count_cache_map(std::size_t bytes) { plan->cac
 void CachingAllocator::Impl::plan_step() {
   std::size_t trim_to = 0;  // reserved bytes to trim the cache to (Note [Trimming after a followed plan])
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     PlanImpl& p = *plan;
     if (!p.markers) {  // markers rule from now on: forget what detection planned
       p.markers = true;
@@ -207,6 +207,25 @@ void CachingAllocator::Impl::plan_step() {
   else plan_map_pending();
 }
 
+Segment* CachingAllocator::Impl::reserve_arena() {
+  std::size_t vsize = config.virtual_size;
+  if (vsize == 0) vsize = default_virtual_size();
+  vsize = (vsize + page - 1) / page * page;
+  void* base = source->reserve(vsize);
+  AllocatorLock lock(mu);
+  auto seg = std::make_unique<Segment>();
+  seg->base = reinterpret_cast<std::uintptr_t>(base);
+  seg->size = vsize;
+  seg->pool = pool_for(0, false);
+  seg->expandable = true;
+  seg->arena = true;
+  plan->arena = seg.get();
+  segments.push_back(std::move(seg));
+  stats.segment.increase(1);
+  emit(EventKind::segment_alloc, plan->arena->base, vsize, 0, 0, kEventVirtualRange);
+  return plan->arena;
+}
+
 void CachingAllocator::Impl::plan_map_pending() {
   std::size_t want = 0;  // arena bytes the new plan needs mapped
   Segment* arena = nullptr;
@@ -221,7 +240,7 @@ void CachingAllocator::Impl::plan_map_pending() {
     p.trim_extra = 0;
   };
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     PlanImpl& p = *plan;
     if (p.pending_items.empty() || p.mapping) return;  // nothing to map, or another thread maps it
     if (p.arena && p.arena->mapped_bytes >= p.pending_arena) {
@@ -235,41 +254,25 @@ void CachingAllocator::Impl::plan_map_pending() {
   struct Done {  // clears PlanImpl::mapping on every way out (it is destroyed after any lock below)
     Impl* m;
     ~Done() {
-      std::lock_guard<AllocatorMutex> lock(m->mu);
+      AllocatorLock lock(m->mu);
       m->plan->mapping = false;
     }
   } done{this};
   // Reserve the arena once, then map what it lacks, after giving back pages the plan makes redundant.
-  if (!arena) {
-    std::size_t vsize = config.virtual_size;
-    if (vsize == 0) vsize = default_virtual_size();
-    vsize = (vsize + page - 1) / page * page;
-    void* base = source->reserve(vsize);
-    std::lock_guard<AllocatorMutex> lock(mu);
-    auto seg = std::make_unique<Segment>();
-    seg->base = reinterpret_cast<std::uintptr_t>(base);
-    seg->size = vsize;
-    seg->pool = pool_for(0, false);
-    seg->expandable = true;
-    seg->arena = true;
-    arena = plan->arena = seg.get();
-    segments.push_back(std::move(seg));
-    stats.segment.increase(1);
-    emit(EventKind::segment_alloc, arena->base, vsize, 0, 0, kEventVirtualRange);
-  }
+  if (!arena) arena = reserve_arena();
   std::size_t grow_by;
   Releases rel;
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     flush_recent();
     grow_by = want - arena->mapped_bytes;
-    const auto budget = std::size_t(page_budget(allocated_high_water));
+    const auto budget_now = std::size_t(budget.plain(allocated_high_water));
     const auto reserved = std::size_t(stats.reserved_bytes.current);
     const auto peak = std::size_t(stats.reserved_bytes.peak);
     // The cache's free pages are given back for the arena, and a plan that does not fit beside what
     // stays is dropped: a detected plan must not raise the peak reserved bytes, nor a marked one cross
     // both the page budget and that peak (Note [Reordered iterations]).
-    std::size_t limit = plan->markers ? std::max(budget, peak) : std::min(budget, peak);
+    std::size_t limit = plan->markers ? std::max(budget_now, peak) : std::min(budget_now, peak);
     if (cap) limit = std::min(limit, cap);
     if (reserved + grow_by > limit) pick_releases(reserved + grow_by - limit, 0, rel);
     if (reserved + grow_by - rel.bytes > limit) {  // the cap, the budget (or a detected plan's peak): keep caching
@@ -280,7 +283,7 @@ void CachingAllocator::Impl::plan_map_pending() {
   }
   run_releases(rel);
   const bool ok = source->map(reinterpret_cast<void*>(arena->base + arena->mapped_bytes), grow_by);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   finish_releases(rel, false);
   PlanImpl& p = *plan;
   if (!ok) {
@@ -299,14 +302,14 @@ void CachingAllocator::Impl::plan_map_pending() {
 namespace memcomm::alloc {
 
 bool CachingAllocator::Impl::plan_arena_in_the_way(std::size_t size) {
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   const PlanImpl& p = *plan;
   // Only while nothing more is planned in this iteration: it left the plan, or every item is matched.
   if (!(p.deviated || p.matched == p.items.size()) || !p.arena || p.arena_keep(page) >= p.arena->mapped_bytes ||
       p.mapping)
     return false;
   const std::int64_t hw = std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
-  return double(stats.reserved_bytes.current) + double(size) > page_budget(hw);
+  return double(stats.reserved_bytes.current) + double(size) > budget.plain(hw);
 }
 
 // empty_cache(), or an iteration that left the plan and needs the arena's pages for the cache
@@ -318,7 +321,7 @@ void CachingAllocator::Impl::plan_release_arena() {
   std::uintptr_t base;
   std::size_t bytes;
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     PlanImpl& p = *plan;
     if (!p.arena || p.mapping) return;
     const std::size_t keep = p.arena_keep(page);
@@ -333,7 +336,7 @@ void CachingAllocator::Impl::plan_release_arena() {
     p.arena->mapped_bytes = keep;  // nothing can be planned into it meanwhile: the plan is inactive
   }
   source->unmap(reinterpret_cast<void*>(base), bytes);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   count_backed(-std::int64_t(bytes));
   stats.num_device_unmap++;
   emit(EventKind::segment_unmap, base, bytes, 0, 0);

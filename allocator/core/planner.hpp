@@ -1,4 +1,15 @@
 // Planned mode's private state (Note [Planned mode] in planner.cpp).
+//
+// Contract with the caching path: planned mode is on exactly when CachingAllocator::Impl::plan is set
+// (by the constructor, never changed). The caching path consults it only through Impl's plan_*
+// members, at these points (memory_summary, snapshot and check_invariants also read its state):
+//   allocate    plan_iteration_begins (then plan_map_pending without the lock), plan_allocate before
+//               the cache, plan_gap_allocate before growth, plan_record_alloc after any hand-out;
+//   deallocate  plan_record_free, and plan_free for a planned block (at once, or when its stream
+//               events complete: process_events_locked);
+//   growth      plan_arena_in_the_way / plan_release_arena before it, plan_count_cache_map per map;
+//   step_marker plan_step; empty_cache plan_release_arena.
+// Planned mode never fails an allocation: whatever it cannot serve goes to the caching path.
 #pragma once
 
 #include <cstddef>

@@ -53,17 +53,16 @@ constexpr std::size_t kMinMisses = 4;
 constexpr std::size_t kMissShare = 4;
 }  // namespace
 
-void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t requested, StreamId stream,
-                                            std::unique_lock<AllocatorMutex>& lock) {
+bool CachingAllocator::Impl::plan_iteration_begins() {
+  const PlanImpl& p = *plan;
+  return p.next_start == p.rec_base + p.rec.size() && plan_begin_detected();  // Note [Detected repetition]
+}
+
+void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t requested, StreamId stream) {
   PlanImpl& p = *plan;
   p.matched_outside = false;
-  if (p.next_start == p.rec_base + p.rec.size() && plan_begin_detected()) {
-    lock.unlock();  // a detected iteration begins and its arena needs pages (Note [Detected repetition])
-    plan_map_pending();
-    lock.lock();
-  }
   if (!p.active || p.deviated) return nullptr;
-  auto deviate = [&]() -> void* {
+  auto deviate = [&]() REQUIRES(mu) -> void* {
     p.deviated = true;
     p.misses++;
     stats.num_plan_deviations++;
@@ -72,7 +71,7 @@ void* CachingAllocator::Impl::plan_allocate(std::size_t size, std::size_t reques
   // Note [Reordered iterations]: with markers, an allocation the plan cannot serve goes to the caching
   // path alone, until there are too many of them; detected plans stay strict (their period is gone).
   const bool tolerant = p.markers;
-  auto miss = [&]() -> void* {
+  auto miss = [&]() REQUIRES(mu) -> void* {
     if (!tolerant || ++p.iter_misses > std::max(kMinMisses, p.items.size() / kMissShare)) return deviate();
     stats.num_plan_misses++;
     return nullptr;

@@ -125,7 +125,7 @@ void CachingAllocator::Impl::finish_releases(Releases& r, bool count_gc) {
 std::size_t CachingAllocator::Impl::release_free(std::size_t target, std::uint64_t min_age, bool count_gc) {
   Releases rel;
   {
-    std::lock_guard<AllocatorMutex> lock(mu);
+    AllocatorLock lock(mu);
     flush_recent();
     const auto reserved = std::size_t(stats.reserved_bytes.current);
     if (target != 0 && reserved <= target) return 0;
@@ -133,14 +133,14 @@ std::size_t CachingAllocator::Impl::release_free(std::size_t target, std::uint64
   }
   const std::size_t bytes = rel.bytes;
   run_releases(rel);
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   finish_releases(rel, count_gc);
   return bytes;
 }
 
 // Destruction: every mapped page and every segment goes back, live blocks included.
 void CachingAllocator::Impl::release_everything() {
-  std::lock_guard<AllocatorMutex> lock(mu);
+  AllocatorLock lock(mu);
   // Planned blocks live outside the segments' block lists: delete them first, while every block is valid.
   std::vector<Block*> planned;
   live.for_each([&](std::uintptr_t, Block* b) {

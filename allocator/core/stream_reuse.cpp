@@ -125,7 +125,7 @@ Block* CachingAllocator::Impl::find_idle(StreamId stream, bool small, std::size_
 
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   Impl& m = *impl_;
-  std::lock_guard<AllocatorMutex> lock(m.mu);
+  AllocatorLock lock(m.mu);
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   Block** found = m.live.find(addr);
   if (!found) throw AllocatorError("record_stream(" + hex_address(addr) + "): not a live block of this allocator");
@@ -136,7 +136,7 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
 }
 
 void CachingAllocator::process_events() {
-  std::lock_guard<AllocatorMutex> lock(impl_->mu);
+  AllocatorLock lock(impl_->mu);
   impl_->process_events_locked();
   impl_->flush_recent();
 }
@@ -144,7 +144,7 @@ void CachingAllocator::process_events() {
 void CachingAllocator::empty_cache() {
   Impl& m = *impl_;
   {
-    std::lock_guard<AllocatorMutex> lock(m.mu);
+    AllocatorLock lock(m.mu);
     if (!m.pending.empty()) {
       for (PendingFree& p : m.pending)
         for (EventHandle e : p.events) m.streams->synchronize_event(e);

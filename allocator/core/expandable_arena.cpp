@@ -1,0 +1,85 @@
+// The expandable arena's placement policy (expandable_arena.hpp): for every run of touching free ranges
+// that holds the request, each range's start and end are tried as the window's start or end and ranked
+// by mapping cost; map-ahead clamps a share of the page budget's headroom between the pool's limits.
+
+#include "expandable_arena.hpp"
+
+#include <algorithm>
+
+namespace memcomm::alloc {
+
+namespace {
+
+std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
+std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
+
+bool better(const WindowDecision& c, const WindowDecision& best) {
+  if (!best.found) return true;
+  // Note [Window choice]: a window that needs no mapping wins; among windows that do, fewer map calls
+  // win before fewer bytes, since the page budget bounds the bytes anyway.
+  if ((c.need == 0) != (best.need == 0)) return c.need == 0;
+  if (c.pieces != best.pieces) return c.pieces < best.pieces;
+  if (c.need != best.need) return c.need < best.need;
+  if (c.run != best.run) return c.run < best.run;
+  return c.start < best.start;
+}
+
+// The cost of placing `size` bytes at `start` inside the run free[first, last].
+WindowDecision evaluate(const std::vector<FreeRange>& free, std::size_t first, std::size_t last, std::size_t run,
+                        std::uintptr_t start, std::size_t size, std::size_t page) {
+  WindowDecision c;
+  c.found = true;
+  c.start = start;
+  c.run = run;
+  bool overlapped = false;
+  for (std::size_t i = first; i <= last; ++i) {
+    const FreeRange& r = free[i];
+    const std::uintptr_t lo = std::max(r.addr, start), hi = std::min(r.addr + r.size, start + size);
+    if (lo >= hi) continue;
+    if (!overlapped) c.first = i;
+    overlapped = true;
+    if (!r.mapped) {
+      c.need += page_up(hi, page) - page_down(lo, page);
+      c.pieces++;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+WindowDecision choose_window(const std::vector<FreeRange>& free, std::size_t size, std::size_t page) {
+  WindowDecision best;
+  for (std::size_t first = 0; first < free.size();) {
+    std::size_t last = first;
+    std::size_t run = free[first].size;
+    while (last + 1 < free.size() && free[last].addr + free[last].size == free[last + 1].addr) run += free[++last].size;
+    const std::uintptr_t run_start = free[first].addr, run_end = free[last].addr + free[last].size;
+    if (run >= size) {
+      for (std::size_t i = first; i <= last; ++i) {
+        const FreeRange& r = free[i];
+        if (r.addr + size <= run_end) {
+          const WindowDecision c = evaluate(free, first, last, run, r.addr, size, page);
+          if (better(c, best)) best = c;
+        }
+        if (r.addr + r.size >= run_start + size) {
+          const WindowDecision c = evaluate(free, first, last, run, r.addr + r.size - size, size, page);
+          if (better(c, best)) best = c;
+        }
+      }
+    }
+    first = last + 1;
+  }
+  return best;
+}
+
+std::size_t map_ahead_bytes(const MapAheadInputs& in) {
+  const std::size_t page = in.page;
+  std::size_t ahead = in.room > 0 ? page_down(std::size_t(in.map_ahead * in.room), page) : 0;
+  ahead = std::min(ahead, in.small_limit);
+  if (in.chunk > in.mapped_now) ahead = std::max(ahead, page_up(in.chunk - in.mapped_now, page));
+  if (in.room < double(ahead)) ahead = in.room > 0 ? page_down(std::size_t(in.room), page) : 0;
+  return ahead;
+}
+
+}  // namespace memcomm::alloc

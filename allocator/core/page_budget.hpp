@@ -1,0 +1,74 @@
+// The page budget: how many bytes the allocator may keep mapped for a given high water of allocated
+// bytes (Note [Lazy page release] in growth.cpp), and what it learns from pools that trade pages
+// (Note [Release churn] in expandable.cpp).
+//
+// Contract: the budget never calls the source and never touches blocks. It answers "may reserved bytes
+// grow to X?" and records which pool lost pages to it; the engine calls it under the allocator's lock
+// (its state is part of CachingAllocator::Impl's guarded state) and does the releasing itself.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace memcomm::alloc {
+
+// What the budget remembers about one pool (Note [Release churn]).
+struct ChurnRecord {
+  std::int64_t release_hw = -1;   // high water when the budget last took pages from the pool
+  int regains = 0;                // times the pool wanted pages back under that high water
+  std::size_t released = 0;       // bytes the budget took from the pool under that high water
+};
+
+class PageBudget {
+ public:
+  PageBudget(double slack, std::size_t floor, std::size_t page) : slack_(slack), floor_(floor), page_(page) {}
+
+  // Mapped bytes lazy release allows for a high water of `hw` allocated bytes, before any churn
+  // allowance: hw x (1 + slack) + 2% of hw within [page, floor] (Note [Lazy page release]).
+  double plain(std::int64_t hw) const {
+    const double floor = std::min(double(floor_), std::max(double(page_), 0.02 * double(hw)));
+    return double(hw) * (1.0 + slack_) + floor;
+  }
+  // What reserved bytes may reach before growth must give pages back: the plain budget plus what the
+  // budget learned from churn. The allowance only keeps pages from going back; map-ahead fills `plain`.
+  std::size_t limit(std::int64_t hw) const { return std::size_t(plain(hw)) + churn_allowance_; }
+  std::size_t churn_allowance() const { return churn_allowance_; }
+
+  // Growth of `pool` needs reserved bytes to reach `wanted` under high water `hw`, above limit(hw).
+  // Note [Release churn]: on the pool's second regain under the high water at which the budget took its
+  // pages, the allowance grows by what is missing, at most what was taken from it and in all at most
+  // kChurnShare of hw.
+  void learn_regain(ChurnRecord& pool, std::int64_t hw, std::size_t wanted) {
+    const auto max_allowance = std::size_t(kChurnShare * double(hw));
+    if (pool.release_hw != hw || ++pool.regains < kChurnRegains || churn_allowance_ >= max_allowance) return;
+    // Only what the budget took from this pool: a larger regain is growth, not churn.
+    const std::size_t over = wanted - limit(hw);
+    const std::size_t missing = std::min((over + page_ - 1) / page_ * page_, pool.released);
+    churn_allowance_ = std::min(max_allowance, churn_allowance_ + missing);
+    pool.released -= missing;
+  }
+  // The budget (not the cap) took `bytes` of another pool's pages under high water `hw`.
+  void note_taken(ChurnRecord& from, std::int64_t hw, std::size_t bytes) {
+    if (from.release_hw != hw) {
+      from.regains = 0;
+      from.released = 0;
+    }
+    from.release_hw = hw;
+    from.released += bytes;
+  }
+
+ private:
+  // Note [Release churn]: the budget learned from churn is at most this share of the high water.
+  static constexpr double kChurnShare = 0.03;
+  // Note [Release churn]: a pool must want pages back this many times under one high water (the first
+  // regain can be a phase change; a loop repeats it).
+  static constexpr int kChurnRegains = 2;
+
+  double slack_;
+  std::size_t floor_;
+  std::size_t page_;
+  std::size_t churn_allowance_ = 0;  // budget bytes learned from pages given back and mapped again
+};
+
+}  // namespace memcomm::alloc
