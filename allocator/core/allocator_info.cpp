@@ -21,20 +21,6 @@ std::uint64_t now_ns() {
 
 }  // namespace
 
-const char* to_string(EventKind kind) {
-  switch (kind) {
-    case EventKind::alloc: return "alloc";
-    case EventKind::free_requested: return "free_requested";
-    case EventKind::free_completed: return "free_completed";
-    case EventKind::segment_alloc: return "segment_alloc";
-    case EventKind::segment_free: return "segment_free";
-    case EventKind::segment_map: return "segment_map";
-    case EventKind::segment_unmap: return "segment_unmap";
-    case EventKind::oom: return "oom";
-  }
-  return "unknown";
-}
-
 void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
                                        StreamId stream, std::uint8_t flags) {
   AllocEvent e{};

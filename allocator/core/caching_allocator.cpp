@@ -205,7 +205,7 @@ Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requ
   stats.requested_bytes.increase(std::int64_t(requested));
   if (b->size >= config.max_split_size) stats.oversize_allocations.increase(1);
   if (stats.allocated_bytes.current > allocated_high_water) allocated_high_water = stats.allocated_bytes.current;
-  emit(EventKind::alloc, b->addr, b->size, requested, stream);
+  emit(EventKind::Alloc, b->addr, b->size, requested, stream);
   return b;
 }
 
@@ -224,7 +224,7 @@ void CachingAllocator::Impl::free_block(Block* b, bool park) {
   Pool* pool = b->segment->pool;
   if (!park) {
     free_insert(merge_free(b));
-    emit(EventKind::free_completed, addr, size, 0, stream);
+    emit(EventKind::FreeCompleted, addr, size, 0, stream);
     return;
   }
   b->in_recent = true;  // first, so filing the oldest parked block cannot merge b away
@@ -238,7 +238,7 @@ void CachingAllocator::Impl::free_block(Block* b, bool park) {
   }
   count_split(b);
   pool->recent[pool->n_recent++] = b;
-  emit(EventKind::free_completed, addr, size, 0, stream);
+  emit(EventKind::FreeCompleted, addr, size, 0, stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ void CachingAllocator::deallocate(void* ptr) {
   m.stats.allocated_bytes.decrease(std::int64_t(b->size));
   m.stats.requested_bytes.decrease(std::int64_t(b->requested));
   if (b->size >= m.config.max_split_size) m.stats.oversize_allocations.decrease(1);
-  m.emit(EventKind::free_requested, b->addr, b->size, b->requested, stream);
+  m.emit(EventKind::FreeRequested, b->addr, b->size, b->requested, stream);
   if (m.plan) m.plan_record_free(b);
   // Note [Stream-ordered reuse]: the memory may still be in use by work queued on other streams.
   if (m.defer_free(b)) return;

@@ -110,7 +110,7 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   pool->expandable = seg.get();
   segments.push_back(std::move(seg));
   stats.segment.increase(1);
-  emit(EventKind::segment_alloc, reinterpret_cast<std::uintptr_t>(base), vsize, 0, pool->stream, kEventVirtualRange);
+  emit(EventKind::SegmentAlloc, reinterpret_cast<std::uintptr_t>(base), vsize, 0, pool->stream, prof::kSegmentVirtualRange);
   return pool->expandable;
 }
 
@@ -246,7 +246,7 @@ void CachingAllocator::Impl::commit_maps(Pool* pool, WindowGrowth& g, std::size_
     g.seg->mapped_bytes += x->size;
     count_backed(std::int64_t(x->size));
     stats.num_device_map++;
-    emit(EventKind::segment_map, x->addr, x->size, 0, pool->stream);
+    emit(EventKind::SegmentMap, x->addr, x->size, 0, pool->stream);
     if (plan) plan_count_cache_map(x->size);
   }
 }

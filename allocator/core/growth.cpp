@@ -92,7 +92,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     return take(b, size, requested, pool->stream);
   }
   stats.num_ooms++;
-  emit(EventKind::oom, 0, size, requested, pool->stream);
+  emit(EventKind::Oom, 0, size, requested, pool->stream);
   const auto reserved = std::uint64_t(stats.reserved_bytes.current);
   const auto allocated = std::uint64_t(stats.allocated_bytes.current);
   const std::uint64_t largest = largest_free_locked();
@@ -156,7 +156,7 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
   if (seg_size >= config.max_split_size) stats.oversize_segments.increase(1);
   count_backed(std::int64_t(seg_size));
   stats.num_device_alloc++;
-  emit(EventKind::segment_alloc, b->addr, seg_size, 0, pool->stream);
+  emit(EventKind::SegmentAlloc, b->addr, seg_size, 0, pool->stream);
   return take(b, size, requested, pool->stream);
 }
 

@@ -51,7 +51,7 @@ void NvtxMemoryObserver::on_event(const AllocEvent& e) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mu_);
     switch (e.kind) {
-      case EventKind::segment_alloc: {
+      case EventKind::SegmentAlloc: {
         nvtxMemVirtualRangeDesc_t range{};
         range.ptr = reinterpret_cast<const void*>(e.address);
         range.size = e.size;
@@ -70,7 +70,7 @@ void NvtxMemoryObserver::on_event(const AllocEvent& e) noexcept {
         heaps_[e.address] = Heap{e.size, nvtxMemHeapRegister(as_domain(domain_), &desc)};
         break;
       }
-      case EventKind::segment_free: {
+      case EventKind::SegmentFree: {
         auto it = heaps_.find(e.address);
         if (it == heaps_.end()) break;
         nvtxMemHeapUnregister(as_domain(domain_), static_cast<nvtxMemHeapHandle_t>(it->second.handle));
@@ -79,7 +79,7 @@ void NvtxMemoryObserver::on_event(const AllocEvent& e) noexcept {
         heaps_.erase(it);
         break;
       }
-      case EventKind::alloc: {
+      case EventKind::Alloc: {
         auto it = heaps_.upper_bound(e.address);  // the segment starting at or before the block
         if (it == heaps_.begin()) break;          // its segment_alloc came before we subscribed
         --it;
@@ -99,7 +99,7 @@ void NvtxMemoryObserver::on_event(const AllocEvent& e) noexcept {
         regions_.insert(e.address);
         break;
       }
-      case EventKind::free_requested: {
+      case EventKind::FreeRequested: {
         if (regions_.erase(e.address) == 0) break;  // never registered (outside every heap we know)
         nvtxMemRegionRef_t ref{};
         ref.pointer = reinterpret_cast<const void*>(e.address);

@@ -126,7 +126,7 @@ bool CachingAllocator::Impl::plan_free(Block* b) {
   p.arena_blocks--;
   stats.active.decrease(1);
   stats.active_bytes.decrease(std::int64_t(b->size));
-  emit(EventKind::free_completed, b->addr, b->size, 0, b->stream);
+  emit(EventKind::FreeCompleted, b->addr, b->size, 0, b->stream);
   delete_block(b);
   return true;
 }
@@ -222,7 +222,7 @@ Segment* CachingAllocator::Impl::reserve_arena() {
   plan->arena = seg.get();
   segments.push_back(std::move(seg));
   stats.segment.increase(1);
-  emit(EventKind::segment_alloc, plan->arena->base, vsize, 0, 0, kEventVirtualRange);
+  emit(EventKind::SegmentAlloc, plan->arena->base, vsize, 0, 0, prof::kSegmentVirtualRange);
   return plan->arena;
 }
 
@@ -290,7 +290,7 @@ void CachingAllocator::Impl::plan_map_pending() {
     p.pending_items.clear();
     return;
   }
-  emit(EventKind::segment_map, arena->base + arena->mapped_bytes, grow_by, 0, 0);
+  emit(EventKind::SegmentMap, arena->base + arena->mapped_bytes, grow_by, 0, 0);
   arena->mapped_bytes += grow_by;
   count_backed(std::int64_t(grow_by));
   stats.num_device_map++;
@@ -339,7 +339,7 @@ void CachingAllocator::Impl::plan_release_arena() {
   AllocatorLock lock(mu);
   count_backed(-std::int64_t(bytes));
   stats.num_device_unmap++;
-  emit(EventKind::segment_unmap, base, bytes, 0, 0);
+  emit(EventKind::SegmentUnmap, base, bytes, 0, 0);
 }
 
 }  // namespace memcomm::alloc

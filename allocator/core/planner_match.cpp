@@ -128,7 +128,7 @@ void* CachingAllocator::Impl::plan_place(std::size_t offset, std::size_t size, s
   stats.requested_bytes.increase(std::int64_t(requested));
   if (from_plan) stats.num_planned_allocs++;
   if (stats.allocated_bytes.current > allocated_high_water) allocated_high_water = stats.allocated_bytes.current;
-  emit(EventKind::alloc, b->addr, size, requested, stream);
+  emit(EventKind::Alloc, b->addr, size, requested, stream);
   plan_record_alloc(b);
   return reinterpret_cast<void*>(b->addr);
 }

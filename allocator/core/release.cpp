@@ -104,7 +104,7 @@ void CachingAllocator::Impl::finish_releases(Releases& r, bool count_gc) {
     count_backed(-std::int64_t(b->size));
     stats.num_device_unmap++;
     if (count_gc) stats.num_gc_releases++;
-    emit(EventKind::segment_unmap, b->addr, b->size, 0, seg->pool->stream);
+    emit(EventKind::SegmentUnmap, b->addr, b->size, 0, seg->pool->stream);
     merge_free(b);
   }
   for (Segment* s : r.whole) {
@@ -116,7 +116,7 @@ void CachingAllocator::Impl::finish_releases(Releases& r, bool count_gc) {
     count_backed(-std::int64_t(s->size));
     stats.num_device_free++;
     if (count_gc) stats.num_gc_releases++;
-    emit(EventKind::segment_free, s->base, s->size, 0, pool->stream);
+    emit(EventKind::SegmentFree, s->base, s->size, 0, pool->stream);
     segments.erase(std::find_if(segments.begin(), segments.end(), [s](auto& p) { return p.get() == s; }));
   }
   r = Releases{};

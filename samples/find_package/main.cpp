@@ -20,11 +20,9 @@ namespace {
 struct Tap final : memcomm::alloc::Observer {
   void on_event(const memcomm::alloc::AllocEvent& e) noexcept override {
     namespace prof = memcomm::prof;
-    const auto kind = e.kind == memcomm::alloc::EventKind::alloc ? prof::EventKind::Alloc
-                      : e.kind == memcomm::alloc::EventKind::free_completed ? prof::EventKind::FreeCompleted
-                                                                            : prof::EventKind::Invalid;
-    if (kind != prof::EventKind::Invalid)
-      prof::record(prof::make_mem_block(kind, int64_t(e.time_ns), e.address, e.size, prof::kHostDevice));
+    // The allocator speaks the trace's vocabulary: its kinds go into the record as they are.
+    if (e.kind == prof::EventKind::Alloc || e.kind == prof::EventKind::FreeCompleted)
+      prof::record(prof::make_mem_block(e.kind, int64_t(e.time_ns), e.address, e.size, prof::kHostDevice));
   }
 };
 

@@ -30,7 +30,7 @@ TEST_CASE("running past the capacity throws OutOfMemory with the figures", "[all
     const DeviceStats s = a.stats();
     CHECK(s.num_ooms == 1);
     CHECK(s.num_alloc_retries == 1);
-    CHECK(rec.count(EventKind::oom) == 1);
+    CHECK(rec.count(EventKind::Oom) == 1);
     CHECK(s.reserved_bytes.peak <= std::int64_t(64 * MiB));
     a.check_invariants();
     // Nothing is lost: after freeing, the same request fits.

@@ -41,16 +41,16 @@ class FailingMapSource final : public MemorySource {
 std::int64_t mapped_by_events(const Recorder& rec) {
   std::int64_t bytes = 0;
   for (const AllocEvent& e : rec.events) {
-    if (e.kind == EventKind::segment_map) bytes += std::int64_t(e.size);
-    if (e.kind == EventKind::segment_unmap) bytes -= std::int64_t(e.size);
+    if (e.kind == EventKind::SegmentMap) bytes += std::int64_t(e.size);
+    if (e.kind == EventKind::SegmentUnmap) bytes -= std::int64_t(e.size);
   }
   return bytes;
 }
 
 void check_agreement(const CachingAllocator& a, const Recorder& rec, const FailingMapSource& src) {
   const DeviceStats s = a.stats();
-  CHECK(rec.count(EventKind::segment_map) == std::size_t(s.num_device_map));
-  CHECK(rec.count(EventKind::segment_unmap) == std::size_t(s.num_device_unmap));
+  CHECK(rec.count(EventKind::SegmentMap) == std::size_t(s.num_device_map));
+  CHECK(rec.count(EventKind::SegmentUnmap) == std::size_t(s.num_device_unmap));
   CHECK(mapped_by_events(rec) == s.reserved_bytes.current);
   CHECK(src.counters().maps == std::uint64_t(s.num_device_map));
   CHECK(src.counters().backed_bytes == std::uint64_t(s.reserved_bytes.current));
@@ -85,7 +85,7 @@ TEST_CASE("a map that throws partway through a window leaves events and stats in
 
   src->fail_map_call(2);
   CHECK_THROWS_AS(al.allocate(14 * MiB), SourceError);
-  INFO("maps " << al.stats().num_device_map - maps_before << ", events " << rec.count(EventKind::segment_map));
+  INFO("maps " << al.stats().num_device_map - maps_before << ", events " << rec.count(EventKind::SegmentMap));
   CHECK(al.stats().num_device_map == maps_before + 1);  // b's hole was mapped before the failure
   check_agreement(al, rec, *src);
   al.check_invariants();

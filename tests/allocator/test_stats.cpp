@@ -66,20 +66,20 @@ TEST_CASE("observers see every event, in agreement with the stats", "[allocator]
   streams->complete_all();
   a.empty_cache();
   const DeviceStats s = a.stats();
-  CHECK(rec.count(EventKind::alloc) == std::size_t(s.allocation.allocated));
-  CHECK(rec.count(EventKind::free_requested) == std::size_t(s.allocation.freed));
-  CHECK(rec.count(EventKind::free_completed) == 50);
-  CHECK(rec.count(EventKind::segment_map) == std::size_t(s.num_device_map));
-  CHECK(rec.count(EventKind::segment_unmap) == std::size_t(s.num_device_unmap));
-  CHECK(rec.count(EventKind::segment_alloc) == std::size_t(s.segment.allocated));
-  CHECK(rec.count(EventKind::oom) == 1);
+  CHECK(rec.count(EventKind::Alloc) == std::size_t(s.allocation.allocated));
+  CHECK(rec.count(EventKind::FreeRequested) == std::size_t(s.allocation.freed));
+  CHECK(rec.count(EventKind::FreeCompleted) == 50);
+  CHECK(rec.count(EventKind::SegmentMap) == std::size_t(s.num_device_map));
+  CHECK(rec.count(EventKind::SegmentUnmap) == std::size_t(s.num_device_unmap));
+  CHECK(rec.count(EventKind::SegmentAlloc) == std::size_t(s.segment.allocated));
+  CHECK(rec.count(EventKind::Oom) == 1);
   // Timestamps are monotonic, and events carry the request.
   for (std::size_t i = 1; i < rec.events.size(); ++i) CHECK(rec.events[i].time_ns >= rec.events[i - 1].time_ns);
   const AllocEvent& first = rec.events[0];
-  CHECK(first.kind == EventKind::segment_alloc);
+  CHECK(first.kind == EventKind::SegmentAlloc);
   bool found = false;
   for (const AllocEvent& e : rec.events)
-    if (e.kind == EventKind::alloc) {
+    if (e.kind == EventKind::Alloc) {
       CHECK(e.requested == 700 * KiB + 3);
       CHECK(e.size == 700 * KiB + 512);
       CHECK(e.device == 0);
@@ -91,7 +91,7 @@ TEST_CASE("observers see every event, in agreement with the stats", "[allocator]
   const std::size_t n = rec.events.size();
   a.deallocate(a.allocate(100));
   CHECK(rec.events.size() == n);
-  CHECK(std::string(to_string(EventKind::segment_unmap)) == "segment_unmap");
+  CHECK(std::string(memcomm::prof::kind_name(EventKind::SegmentUnmap)) == "segment_unmap");
 }
 
 TEST_CASE("a virtual reservation is flagged, a whole segment is not", "[allocator][observers]") {
@@ -107,9 +107,9 @@ TEST_CASE("a virtual reservation is flagged, a whole segment is not", "[allocato
     a.deallocate(a.allocate(3 * MiB));
     std::size_t segments = 0;
     for (const AllocEvent& e : rec.events) {
-      if (e.kind == EventKind::segment_alloc) {
+      if (e.kind == EventKind::SegmentAlloc) {
         ++segments;
-        CHECK(bool(e.flags & kEventVirtualRange) == expandable);
+        CHECK(bool(e.flags & memcomm::prof::kSegmentVirtualRange) == expandable);
       } else {
         CHECK(e.flags == 0);
       }

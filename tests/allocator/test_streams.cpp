@@ -108,7 +108,7 @@ TEST_CASE("a block freed with record_stream uses is reused by any stream once it
   CHECK(addr(r) == addr(p));
   CHECK(a.stats().source_calls() == calls);
   CHECK(std::size_t(a.stats().reserved_bytes.current) == reserved);
-  CHECK(rec.events.back().kind == EventKind::alloc);
+  CHECK(rec.events.back().kind == EventKind::Alloc);
   CHECK(rec.events.back().stream == 4);  // events name the borrower
   a.check_invariants();
 

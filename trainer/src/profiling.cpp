@@ -20,20 +20,6 @@ namespace memcomm::train {
 
 namespace {
 
-prof::EventKind to_trace_kind(alloc::EventKind k) {
-  switch (k) {
-    case alloc::EventKind::alloc: return prof::EventKind::Alloc;
-    case alloc::EventKind::free_requested: return prof::EventKind::FreeRequested;
-    case alloc::EventKind::free_completed: return prof::EventKind::FreeCompleted;
-    case alloc::EventKind::segment_alloc: return prof::EventKind::SegmentAlloc;
-    case alloc::EventKind::segment_free: return prof::EventKind::SegmentFree;
-    case alloc::EventKind::segment_map: return prof::EventKind::SegmentMap;
-    case alloc::EventKind::segment_unmap: return prof::EventKind::SegmentUnmap;
-    case alloc::EventKind::oom: return prof::EventKind::Oom;
-  }
-  return prof::EventKind::Invalid;
-}
-
 prof::CollOp to_trace_op(const std::string& op) {
   if (op == "allreduce") return prof::CollOp::AllReduce;
   if (op == "broadcast") return prof::CollOp::Broadcast;
@@ -69,7 +55,7 @@ class AllocatorTap final : public alloc::Observer {
   void on_event(const alloc::AllocEvent& e) noexcept override {
     const uint8_t dev = e.device < 0 ? prof::kHostDevice : static_cast<uint8_t>(e.device);
     const auto ts = static_cast<int64_t>(e.time_ns);
-    if (e.kind == alloc::EventKind::oom) {
+    if (e.kind == prof::EventKind::Oom) {
       prof::OomEvent o{};
       o.ts = ts;
       o.kind = prof::EventKind::Oom;
@@ -79,11 +65,11 @@ class AllocatorTap final : public alloc::Observer {
       return;
     }
     // Only allocations carry a category; the viewer finds a free's category by address.
-    const auto cat = e.kind == alloc::EventKind::alloc ? static_cast<prof::MemCategory>(t_category)
-                                                      : prof::MemCategory::Unknown;
-    auto b = prof::make_mem_block(to_trace_kind(e.kind), ts, e.address, e.size, dev,
+    const auto cat = e.kind == prof::EventKind::Alloc ? static_cast<prof::MemCategory>(t_category)
+                                                     : prof::MemCategory::Unknown;
+    auto b = prof::make_mem_block(e.kind, ts, e.address, e.size, dev,
                                   static_cast<uint8_t>(e.stream), cat);
-    if (e.flags & alloc::kEventVirtualRange) b.category = prof::kSegmentVirtualRange;
+    if (e.flags & prof::kSegmentVirtualRange) b.category = prof::kSegmentVirtualRange;
     prof::record(b);
   }
 };

@@ -100,7 +100,7 @@ class TraceForwarder final : public Observer {
   void on_event(const AllocEvent& e) noexcept override {
     const auto trackers = std::atomic_load(&trackers_);
     if (trackers->empty()) return;
-    const auto action = e.kind == EventKind::oom ? cca::TraceEntry::OOM
+    const auto action = e.kind == EventKind::Oom ? cca::TraceEntry::OOM
                                                  : static_cast<cca::TraceEntry::Action>(static_cast<int>(e.kind));
     const cca::TraceEntry entry(action, static_cast<c10::DeviceIndex>(e.device), e.address, e.size,
                                 reinterpret_cast<void*>(e.stream), c10::MempoolId_t{0, 0}, c10::getApproximateTime());

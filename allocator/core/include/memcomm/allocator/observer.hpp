@@ -4,29 +4,22 @@
 #include <cstdint>
 
 #include "memcomm/allocator/stream.hpp"
+#include "memcomm/trace/event.hpp"
 
 namespace memcomm::alloc {
 
-// The same names as PyTorch's memory snapshot trace entries.
-enum class EventKind : std::uint8_t {
-  alloc = 0,            // a block was handed to the user
-  free_requested = 1,   // the user freed a block (it may wait for stream events before reuse)
-  free_completed = 2,   // the block is back in the free sets
-  segment_alloc = 3,    // a whole segment came from the source (allocate) or a virtual range was reserved
-  segment_free = 4,     // a whole segment went back to the source, or a virtual range was released
-  segment_map = 5,      // pages were mapped into an expandable segment
-  segment_unmap = 6,    // pages were unmapped from an expandable segment
-  oom = 7,              // an allocation failed; size = requested bytes, address = 0
-};
+// What happened: the trace layer's allocator actions, EventKind::Alloc .. EventKind::Oom (one
+// vocabulary for the allocator, its traces, PyTorch snapshots, replay and the viewer; kind_name()
+// spells them as PyTorch's snapshot trace entries do). The allocator emits only those eight.
+using EventKind = prof::EventKind;
 
-const char* to_string(EventKind kind);
-
-// AllocEvent::flags. A segment_alloc of a virtual address range reserved for an expandable segment
-// or a planned arena (their release is not an event: they live as long as the allocator): no memory stands behind it until segment_map events back
-// parts of it. Consumers count the maps, not the range, as reserved bytes (Note [Virtual reservations]
-// in trace/src/memory_series.cpp). Without the flag they must guess from whether maps land in it,
-// which a range that is never mapped (a run that stops first, a map that fails) defeats.
-inline constexpr std::uint8_t kEventVirtualRange = 1;
+// AllocEvent::flags: the trace layer's segment flags. prof::kSegmentVirtualRange marks a
+// SegmentAlloc of a virtual address range reserved for an expandable segment or a planned arena
+// (their release is not an event: they live as long as the allocator): no memory stands behind it
+// until SegmentMap events back parts of it. Consumers count the maps, not the range, as reserved
+// bytes (Note [Virtual reservations] in trace/src/memory_series.cpp). Without the flag they must
+// guess from whether maps land in it, which a range that is never mapped (a run that stops first,
+// a map that fails) defeats.
 
 // One event; packed to 48 bytes so a profiler can copy it into a ring buffer as is.
 struct AllocEvent {
@@ -37,7 +30,7 @@ struct AllocEvent {
   StreamId stream;           // stream the block or segment belongs to
   std::int32_t device;       // source's device (-1 = host)
   EventKind kind;            // what happened
-  std::uint8_t flags;        // kEventVirtualRange, or 0
+  std::uint8_t flags;        // prof::kSegmentVirtualRange, or 0
   std::uint8_t reserved[2];  // zero; room for more flags
 };
 static_assert(sizeof(AllocEvent) == 48, "AllocEvent is part of the trace protocol; keep it 48 bytes");
