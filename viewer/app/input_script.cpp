@@ -50,6 +50,128 @@ bool read_optional_count(std::istream& in, std::uint64_t max, std::uint64_t& out
   if (in.eof()) return true;
   return read_count(in, max, out);
 }
+// One parser per command: each reads the command's arguments from `ls` and appends the commands it
+// expands to (a click is a move, a frame, a press and a release). Returns why the line is malformed,
+// or "" when it is well formed.
+std::string parse_pointer(const std::string& op, std::istream& ls, ScriptCommand c, std::vector<ScriptCommand>& out) {
+  bool ok = true;
+  std::string word;
+  if (op == "move") {
+    c.op = ScriptCommand::Op::Move;
+    if (!(ls >> c.x >> c.y)) return "move needs X Y";
+    out.push_back(c);
+    return "";
+  }
+  if (op == "click" && !(ls >> c.x >> c.y)) return "click needs X Y";
+  ls >> word;
+  c.button = parse_button(word, ok);
+  if (!ok) return "button must be left or right";
+  if (op == "down" || op == "up") {
+    c.op = op == "down" ? ScriptCommand::Op::Down : ScriptCommand::Op::Up;
+    out.push_back(c);
+    return "";
+  }
+  c.op = ScriptCommand::Op::Move;  // click
+  out.push_back(c);
+  c.op = ScriptCommand::Op::Frames;  // let the hover settle
+  c.frames = 1;
+  out.push_back(c);
+  c.op = ScriptCommand::Op::Down;
+  out.push_back(c);
+  c.op = ScriptCommand::Op::Up;
+  out.push_back(c);
+  return "";
+}
+
+std::string parse_drag(std::istream& ls, ScriptCommand c, std::vector<ScriptCommand>& out) {
+  float x0, y0, x1, y1;
+  if (!(ls >> x0 >> y0 >> x1 >> y1)) return "drag needs X0 Y0 X1 Y1";
+  std::string word;
+  ls >> word;
+  bool ok = true;
+  c.button = parse_button(word, ok);
+  if (!ok) return "button must be left or right";
+  c.op = ScriptCommand::Op::Move;
+  c.x = x0, c.y = y0;
+  out.push_back(c);
+  c.op = ScriptCommand::Op::Down;
+  out.push_back(c);
+  for (int i = 1; i <= 8; ++i) {
+    c.op = ScriptCommand::Op::Move;
+    c.x = x0 + (x1 - x0) * static_cast<float>(i) / 8;
+    c.y = y0 + (y1 - y0) * static_cast<float>(i) / 8;
+    out.push_back(c);
+  }
+  c.op = ScriptCommand::Op::Up;
+  out.push_back(c);
+  return "";
+}
+
+std::string parse_key_command(std::istream& ls, ScriptCommand c, std::vector<ScriptCommand>& out) {
+  std::string word;
+  c.op = ScriptCommand::Op::Key;
+  if (!(ls >> word)) return "key needs a key name";
+  c.key = parse_key(word);
+  if (c.key < 0) return "unknown key '" + word + "'";
+  std::uint64_t hold = 1;
+  if (!read_optional_count(ls, kMaxScriptFrames, hold) || hold == 0)
+    return "key hold must be 1.." + std::to_string(kMaxScriptFrames) + " frames";
+  c.frames = static_cast<int>(hold);
+  out.push_back(c);
+  return "";
+}
+
+std::string parse_wait_events(std::istream& ls, ScriptCommand c, std::vector<ScriptCommand>& out) {
+  c.op = ScriptCommand::Op::WaitEvents;
+  if (!read_count(ls, std::numeric_limits<std::uint64_t>::max(), c.events))
+    return "wait-events needs an event count N >= 0";
+  c.timeout_s = 10;
+  std::string word;
+  if (ls >> word) {
+    char* end = nullptr;
+    c.timeout_s = std::strtod(word.c_str(), &end);
+    // Finite: an infinite (or NaN) timeout would never end a headless run.
+    if (*end != '\0' || !std::isfinite(c.timeout_s) || c.timeout_s < 0)
+      return "wait-events timeout must be a number of seconds >= 0";
+  }
+  out.push_back(c);
+  return "";
+}
+
+// wheel, frames/wait, type/drop, screenshot: one command each.
+std::string parse_simple(const std::string& op, std::istream& ls, ScriptCommand c, std::vector<ScriptCommand>& out) {
+  if (op == "wheel") {
+    c.op = ScriptCommand::Op::Wheel;
+    if (!(ls >> c.wheel)) return "wheel needs DY";
+    if (ls >> c.x >> c.y) c.has_pos = true;
+  } else if (op == "frames" || op == "wait") {
+    c.op = ScriptCommand::Op::Frames;
+    std::uint64_t n = 0;
+    if (!read_count(ls, kMaxScriptFrames, n)) return op + " needs a frame count 0.." + std::to_string(kMaxScriptFrames);
+    c.frames = static_cast<int>(n);
+  } else if (op == "type" || op == "drop") {
+    c.op = op == "type" ? ScriptCommand::Op::Type : ScriptCommand::Op::Drop;
+    std::getline(ls >> std::ws, c.path);
+    while (!c.path.empty() && std::isspace(static_cast<unsigned char>(c.path.back()))) c.path.pop_back();
+    if (c.path.empty()) return op + (op == "type" ? " needs text" : " needs a path");
+  } else if (op == "screenshot") {
+    c.op = ScriptCommand::Op::Screenshot;
+    if (!(ls >> c.path)) return "screenshot needs a path";
+  } else {
+    return "unknown command '" + op + "'";
+  }
+  out.push_back(c);
+  return "";
+}
+
+std::string parse_command(const std::string& op, std::istream& ls, const ScriptCommand& c, std::vector<ScriptCommand>& out) {
+  if (op == "move" || op == "down" || op == "up" || op == "click") return parse_pointer(op, ls, c, out);
+  if (op == "drag") return parse_drag(ls, c, out);
+  if (op == "key") return parse_key_command(ls, c, out);
+  if (op == "wait-events") return parse_wait_events(ls, c, out);
+  return parse_simple(op, ls, c, out);
+}
+
 }  // namespace
 
 bool parse_script(const std::string& text, const std::string& name, std::vector<ScriptCommand>& out,
@@ -63,105 +185,12 @@ bool parse_script(const std::string& text, const std::string& name, std::vector<
     std::istringstream ls(line);
     std::string op;
     if (!(ls >> op)) continue;
-    auto fail = [&](const std::string& why) {
-      error = name + ":" + std::to_string(n) + ": " + why + " in '" + line + "'";
-      return false;
-    };
     ScriptCommand c;
     c.line = n;
-    bool ok = true;
-    std::string word;
-    if (op == "move") {
-      c.op = ScriptCommand::Op::Move;
-      if (!(ls >> c.x >> c.y)) return fail("move needs X Y");
-      out.push_back(c);
-    } else if (op == "down" || op == "up") {
-      c.op = op == "down" ? ScriptCommand::Op::Down : ScriptCommand::Op::Up;
-      ls >> word;
-      c.button = parse_button(word, ok);
-      if (!ok) return fail("button must be left or right");
-      out.push_back(c);
-    } else if (op == "click") {
-      if (!(ls >> c.x >> c.y)) return fail("click needs X Y");
-      ls >> word;
-      c.button = parse_button(word, ok);
-      if (!ok) return fail("button must be left or right");
-      c.op = ScriptCommand::Op::Move;
-      out.push_back(c);
-      c.op = ScriptCommand::Op::Frames;  // let the hover settle
-      c.frames = 1;
-      out.push_back(c);
-      c.op = ScriptCommand::Op::Down;
-      out.push_back(c);
-      c.op = ScriptCommand::Op::Up;
-      out.push_back(c);
-    } else if (op == "drag") {
-      float x0, y0, x1, y1;
-      if (!(ls >> x0 >> y0 >> x1 >> y1)) return fail("drag needs X0 Y0 X1 Y1");
-      ls >> word;
-      const int button = parse_button(word, ok);
-      if (!ok) return fail("button must be left or right");
-      c.button = button;
-      c.op = ScriptCommand::Op::Move;
-      c.x = x0, c.y = y0;
-      out.push_back(c);
-      c.op = ScriptCommand::Op::Down;
-      out.push_back(c);
-      for (int i = 1; i <= 8; ++i) {
-        c.op = ScriptCommand::Op::Move;
-        c.x = x0 + (x1 - x0) * static_cast<float>(i) / 8;
-        c.y = y0 + (y1 - y0) * static_cast<float>(i) / 8;
-        out.push_back(c);
-      }
-      c.op = ScriptCommand::Op::Up;
-      out.push_back(c);
-    } else if (op == "wheel") {
-      c.op = ScriptCommand::Op::Wheel;
-      if (!(ls >> c.wheel)) return fail("wheel needs DY");
-      if (ls >> c.x >> c.y) c.has_pos = true;
-      out.push_back(c);
-    } else if (op == "key") {
-      c.op = ScriptCommand::Op::Key;
-      if (!(ls >> word)) return fail("key needs a key name");
-      c.key = parse_key(word);
-      if (c.key < 0) return fail("unknown key '" + word + "'");
-      std::uint64_t hold = 1;
-      if (!read_optional_count(ls, kMaxScriptFrames, hold) || hold == 0)
-        return fail("key hold must be 1.." + std::to_string(kMaxScriptFrames) + " frames");
-      c.frames = static_cast<int>(hold);
-      out.push_back(c);
-    } else if (op == "frames" || op == "wait") {
-      c.op = ScriptCommand::Op::Frames;
-      std::uint64_t n = 0;
-      if (!read_count(ls, kMaxScriptFrames, n))
-        return fail(op + " needs a frame count 0.." + std::to_string(kMaxScriptFrames));
-      c.frames = static_cast<int>(n);
-      out.push_back(c);
-    } else if (op == "type" || op == "drop") {
-      c.op = op == "type" ? ScriptCommand::Op::Type : ScriptCommand::Op::Drop;
-      std::getline(ls >> std::ws, c.path);
-      while (!c.path.empty() && std::isspace(static_cast<unsigned char>(c.path.back()))) c.path.pop_back();
-      if (c.path.empty()) return fail(op + (op == "type" ? " needs text" : " needs a path"));
-      out.push_back(c);
-    } else if (op == "wait-events") {
-      c.op = ScriptCommand::Op::WaitEvents;
-      if (!read_count(ls, std::numeric_limits<std::uint64_t>::max(), c.events))
-        return fail("wait-events needs an event count N >= 0");
-      c.timeout_s = 10;
-      if (ls >> word) {
-        char* end = nullptr;
-        c.timeout_s = std::strtod(word.c_str(), &end);
-        // Finite: an infinite (or NaN) timeout would never end a headless run.
-        if (*end != '\0' || !std::isfinite(c.timeout_s) || c.timeout_s < 0)
-          return fail("wait-events timeout must be a number of seconds >= 0");
-      }
-      out.push_back(c);
-    } else if (op == "screenshot") {
-      c.op = ScriptCommand::Op::Screenshot;
-      if (!(ls >> c.path)) return fail("screenshot needs a path");
-      out.push_back(c);
-    } else {
-      return fail("unknown command '" + op + "'");
+    const std::string why = parse_command(op, ls, c, out);
+    if (!why.empty()) {
+      error = name + ":" + std::to_string(n) + ": " + why + " in '" + line + "'";
+      return false;
     }
   }
   return true;

@@ -42,6 +42,91 @@ bool parse_size(const std::string& text, int& w, int& h) {
 // 10^8 events is well past what the benches use (10^6) and still fits a workstation, while an
 // unbounded N ends in bad_alloc.
 constexpr std::uint64_t kMaxSyntheticEvents = 100'000'000;
+
+// Flags that arrive as text and are checked after parsing.
+struct FlagText {
+  std::string size;
+  std::string range;
+};
+
+void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
+  app.add_option("files", o.files, "memcomm traces (.mct) and PyTorch snapshot pickles to open");
+  app.add_option("--listen", o.listen,
+                 "accept live streams from ranks on HOST:PORT (default 127.0.0.1:7433 when given empty)")
+      ->expected(0, 1)
+      ->default_str("127.0.0.1:7433");
+  app.add_option("--size", text.size, "window size WxH (default 1600x900; --bench default 1920x1080)");
+  app.add_option("--screenshot", o.screenshot, "write a PNG of the window after --frames frames and exit");
+  app.add_option("--frames", o.frames, "frames to render before the screenshot/exit (default 3)");
+  auto* bench = app.add_flag("--bench", o.bench, "print frame build times for a scripted zoom/pan sweep and exit");
+  app.add_option("--bench-frames", o.bench_frames, "with --bench: frames in the sweep, 4 or more (default 400)")
+      ->check(CLI::Range(4, 1'000'000))
+      ->needs(bench);
+  app.add_option("--script", o.script, "input script injected through ImGui's io before each frame");
+  auto* exit_events =
+      app.add_option("--exit-after-events", o.exit_after_events, "exit once this many (1 or more) events are loaded/received")
+          ->check(positive());
+  app.add_option("--exit-after-ranks", o.exit_after_ranks,
+                 "with --exit-after-events: also wait until this many ranks have spans on the timeline")
+      ->check(positive())
+      ->needs(exit_events);
+  app.add_option("--timeout", o.exit_timeout_s,
+                 "with --exit-after-events: give up after S seconds, S > 0 (exit 1; default 30)")
+      ->check(positive())
+      ->needs(exit_events);
+  app.add_option("--report-json", o.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
+  auto* synthetic =
+      app.add_option("--synthetic", o.synthetic, "add a synthetic run of about N events, 1..100000000 (benchmarks, demos)")
+          ->check(CLI::Range(std::uint64_t{1}, kMaxSyntheticEvents));
+  app.add_option("--synthetic-ranks", o.synthetic_ranks, "with --synthetic: ranks in the synthetic run, 1..1024 (default 2)")
+      ->check(CLI::Range(1u, 1024u))
+      ->needs(synthetic);
+  app.add_option("--range", text.range,
+                 "T0:T1: load only events overlapping this range, seconds from the first event of each trace "
+                 "(for very large files; without it, files over 1 GiB opened in a window ask first)");
+  app.add_option("--panes", o.panes, "comma list of panes to show: timeline,memory,allocator,steps,summary");
+}
+
+// Checks across flags and the ones CLI11 cannot: a message and false on a usage error.
+bool check_options(memcomm::view::AppOptions& opt, const FlagText& text, bool listen_given) {
+  if (listen_given && opt.listen.empty()) opt.listen = "127.0.0.1:7433";
+  if (!opt.listen.empty()) {
+    try {
+      (void)memcomm::prof::parse_endpoint(opt.listen);  // a bad address is a usage error, not a UI message
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "memcomm-view: --listen: %s\n", e.what());
+      return false;
+    }
+  }
+  std::string error;
+  memcomm::view::Panes panes;
+  if (!memcomm::view::parse_panes(opt.panes, panes, error)) {
+    std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
+    return false;
+  }
+  if (!text.size.empty()) {
+    int w = 0, h = 0;
+    if (!parse_size(text.size, w, h)) {
+      std::fprintf(stderr, "memcomm-view: --size must be WxH with 64..16384 each, got '%s'\n", text.size.c_str());
+      return false;
+    }
+    opt.width = w;
+    opt.height = h;
+  } else if (opt.bench) {
+    opt.width = 1920;
+    opt.height = 1080;
+  }
+  if (!text.range.empty() && !memcomm::view::parse_time_range(text.range, opt.load, error)) {
+    std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
+    return false;
+  }
+  if (opt.frames < 1) {
+    std::fprintf(stderr, "memcomm-view: --frames must be >= 1\n");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,89 +152,14 @@ int main(int argc, char** argv) {
       "  screenshot or --screenshot/--report-json could not be written); 2 usage error (bad flags, a script that\n"
       "  cannot be read or parsed, and in the headless modes an input file that cannot be loaded: missing, empty,\n"
       "  a directory or corrupt; the screenshot and report are still written)."};
-  cli.add_option("files", opt.files, "memcomm traces (.mct) and PyTorch snapshot pickles to open");
-  cli.add_option("--listen", opt.listen,
-                 "accept live streams from ranks on HOST:PORT (default 127.0.0.1:7433 when given empty); "
-                 "needs the profiler's live receiver, which this build reports when missing")
-      ->expected(0, 1)
-      ->default_str("127.0.0.1:7433");
-  std::string size;
-  cli.add_option("--size", size, "window size WxH (default 1600x900; --bench default 1920x1080)");
-  cli.add_option("--screenshot", opt.screenshot, "write a PNG of the window after --frames frames and exit");
-  cli.add_option("--frames", opt.frames, "frames to render before the screenshot/exit (default 3)");
-  auto* bench = cli.add_flag("--bench", opt.bench, "print frame build times for a scripted zoom/pan sweep and exit");
-  cli.add_option("--bench-frames", opt.bench_frames, "with --bench: frames in the sweep, 4 or more (default 400)")
-      ->check(CLI::Range(4, 1'000'000))
-      ->needs(bench);
-  cli.add_option("--script", opt.script, "input script injected through ImGui's io before each frame");
-  auto* exit_events =
-      cli.add_option("--exit-after-events", opt.exit_after_events, "exit once this many (1 or more) events are loaded/received")
-          ->check(positive());
-  cli.add_option("--exit-after-ranks", opt.exit_after_ranks,
-                 "with --exit-after-events: also wait until this many ranks have spans on the timeline")
-      ->check(positive())
-      ->needs(exit_events);
-  cli.add_option("--timeout", opt.exit_timeout_s,
-                 "with --exit-after-events: give up after S seconds, S > 0 (exit 1; default 30)")
-      ->check(positive())
-      ->needs(exit_events);
-  cli.add_option("--report-json", opt.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
-  auto* synthetic =
-      cli.add_option("--synthetic", opt.synthetic, "add a synthetic run of about N events, 1..100000000 (benchmarks, demos)")
-          ->check(CLI::Range(std::uint64_t{1}, kMaxSyntheticEvents));
-  cli.add_option("--synthetic-ranks", opt.synthetic_ranks, "with --synthetic: ranks in the synthetic run, 1..1024 (default 2)")
-      ->check(CLI::Range(1u, 1024u))
-      ->needs(synthetic);
-  std::string range;
-  cli.add_option("--range", range,
-                 "T0:T1: load only events overlapping this range, seconds from the first event of each trace "
-                 "(for very large files; without it, files over 1 GiB opened in a window ask first)");
-  cli.add_option("--panes", opt.panes, "comma list of panes to show: timeline,memory,allocator,steps,summary");
+  FlagText text;
+  add_options(cli, opt, text);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e) == 0 ? 0 : 2;
   }
-  if (cli.count("--listen") && opt.listen.empty()) opt.listen = "127.0.0.1:7433";
-  if (!opt.listen.empty()) {
-    try {
-      (void)memcomm::prof::parse_endpoint(opt.listen);  // a bad address is a usage error, not a UI message
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "memcomm-view: --listen: %s\n", e.what());
-      return 2;
-    }
-  }
-  {
-    std::string error;
-    memcomm::view::Panes panes;
-    if (!memcomm::view::parse_panes(opt.panes, panes, error)) {
-      std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
-      return 2;
-    }
-  }
-  if (!size.empty()) {
-    int w = 0, h = 0;
-    if (!parse_size(size, w, h)) {
-      std::fprintf(stderr, "memcomm-view: --size must be WxH with 64..16384 each, got '%s'\n", size.c_str());
-      return 2;
-    }
-    opt.width = w;
-    opt.height = h;
-  } else if (opt.bench) {
-    opt.width = 1920;
-    opt.height = 1080;
-  }
-  if (!range.empty()) {
-    std::string error;
-    if (!memcomm::view::parse_time_range(range, opt.load, error)) {
-      std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
-      return 2;
-    }
-  }
-  if (opt.frames < 1) {
-    std::fprintf(stderr, "memcomm-view: --frames must be >= 1\n");
-    return 2;
-  }
+  if (!check_options(opt, text, cli.count("--listen") > 0)) return 2;
   // Nothing may abort: an exception out of the run (bad_alloc on a huge input, a library's error)
   // is a runtime failure with a message.
   try {
