@@ -35,6 +35,15 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
   if (!p.host.empty()) rd.host = p.host;
   rd.dropped += p.dropped;
   p.dropped = 0;
+  append_spans(rd, p);
+  if (!p.collectives.empty()) append_collectives(rd, p, new_colls, rematch);
+  note_memory_sources(rd, p);
+  append_counters(rd, p);
+  append_alloc_events(rd, slot, p, r);
+}
+
+// Phase and NVTX ranges nest; stream spans pack first-fit (Note [Incremental append]).
+void TimelineBuilder::append_spans(RankData& rd, RankParts& p) {
   const auto bound_spans = [this](const SpanRow& v) {
     v.for_each_chunk([this](const Span* s, std::size_t n) {
       for (std::size_t i = 0; i < n; ++i) bound(s[i].start, s[i].end);
@@ -57,40 +66,46 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     spans.clear();
     bound(lo, hi);
   }
-  if (!p.collectives.empty()) {
-    auto& cs = p.collectives;
-    const auto by_start = [](const Collective& a, const Collective& b) { return a.start < b.start; };
-    if (!std::is_sorted(cs.begin(), cs.end(), by_start)) std::stable_sort(cs.begin(), cs.end(), by_start);
-    for (const auto& c : cs) bound(c.start, c.end);
-    Lane& lane = lane_for(rd, LaneKind::Collective, 0);
-    auto& all = rd.collectives;
-    if (all.empty() || cs.front().start >= all.back().start) {
-      const auto base = static_cast<std::uint32_t>(all.size());
-      SpanRow spans;
-      spans.reserve(cs.size());
-      for (std::uint32_t i = 0; i < cs.size(); ++i) {
-        spans.push_back({cs[i].start, cs[i].end, cs[i].op, base + i});
-        if (!rematch) new_colls.emplace_back(rd.rank, base + i);  // else all groups are matched anyway
-      }
-      if (all.empty()) {
-        all = std::move(cs);
-        cs = ChunkedArray<Collective>();
-      } else {
-        all.append(cs);
-      }
-      merge_packed(lane, spans);
-    } else {  // a late collective: indices shift, so the lane and all matching are redone
-      all.append(cs);
-      std::stable_sort(all.begin(), all.end(), by_start);
-      SpanRow spans;
-      spans.reserve(all.size());
-      for (std::uint32_t i = 0; i < all.size(); ++i) spans.push_back({all[i].start, all[i].end, all[i].op, i});
-      lane.rows.clear();
-      merge_packed(lane, spans);
-      rematch = true;
+}
+
+void TimelineBuilder::append_collectives(RankData& rd, RankParts& p,
+                                         std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls, bool& rematch) {
+  auto& cs = p.collectives;
+  const auto by_start = [](const Collective& a, const Collective& b) { return a.start < b.start; };
+  if (!std::is_sorted(cs.begin(), cs.end(), by_start)) std::stable_sort(cs.begin(), cs.end(), by_start);
+  for (const auto& c : cs) bound(c.start, c.end);
+  Lane& lane = lane_for(rd, LaneKind::Collective, 0);
+  auto& all = rd.collectives;
+  if (all.empty() || cs.front().start >= all.back().start) {
+    const auto base = static_cast<std::uint32_t>(all.size());
+    SpanRow spans;
+    spans.reserve(cs.size());
+    for (std::uint32_t i = 0; i < cs.size(); ++i) {
+      spans.push_back({cs[i].start, cs[i].end, cs[i].op, base + i});
+      if (!rematch) new_colls.emplace_back(rd.rank, base + i);  // else all groups are matched anyway
     }
-    cs.clear();
+    if (all.empty()) {
+      all = std::move(cs);
+      cs = ChunkedArray<Collective>();
+    } else {
+      all.append(cs);
+    }
+    merge_packed(lane, spans);
+  } else {  // a late collective: indices shift, so the lane and all matching are redone
+    all.append(cs);
+    std::stable_sort(all.begin(), all.end(), by_start);
+    SpanRow spans;
+    spans.reserve(all.size());
+    for (std::uint32_t i = 0; i < all.size(); ++i) spans.push_back({all[i].start, all[i].end, all[i].op, i});
+    lane.rows.clear();
+    merge_packed(lane, spans);
+    rematch = true;
   }
+  cs.clear();
+}
+
+// Which of a rank's memory curves its samples carry, and whether its block events make curves.
+void TimelineBuilder::note_memory_sources(RankData& rd, RankParts& p) {
   // Note [Memory curves from block events] (memory_fold.hpp): derive_alloc() decides which of
   // allocated/active/reserved come from the block events; their samples are then kept as
   // "sampled:..." so that the names the views and the step table read are the curves in charge.
@@ -111,6 +126,9 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
       p.derive.provisional = false;
     }
   }
+}
+
+void TimelineBuilder::append_counters(RankData& rd, RankParts& p) {
   bool added = false;
   for (auto& [name, series] : p.counters) {
     if (series.size() == 0) continue;
@@ -121,6 +139,9 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
     merge_samples(counter_for(rd, superseded ? kSampledPrefix + name : name, series.unit(), added), series);
   }
   if (added) sort_counters(rd);
+}
+
+void TimelineBuilder::append_alloc_events(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r) {
   if (!p.alloc.empty()) {
     auto& fresh = p.alloc;
     const auto by_time = [](const AllocEvent& a, const AllocEvent& b) { return a.t < b.t; };

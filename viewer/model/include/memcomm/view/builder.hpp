@@ -124,6 +124,13 @@ class TimelineBuilder {
   };
   void append_rank(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r,
                    std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls, bool& rematch);
+  // The stages of append_rank() (timeline_append.cpp), in the order it runs them.
+  void append_spans(RankData& rd, RankParts& p);
+  void append_collectives(RankData& rd, RankParts& p, std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls,
+                          bool& rematch);
+  static void note_memory_sources(RankData& rd, RankParts& p);
+  void append_counters(RankData& rd, RankParts& p);
+  void append_alloc_events(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r);
   void derive_alloc(RankData& rd, RankParts& p, std::size_t from, AppendResult& r, std::uint32_t slot);
   // The stages of derive_alloc() (alloc_derive.cpp).
   struct LabelScan {
