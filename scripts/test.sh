@@ -4,6 +4,8 @@
 #   2. an ASan+UBSan build of the unit tests (build-asan/, no LibTorch), and a TSan build of the
 #      multithreaded ones (build-tsan/: recorder, live stream, allocator);
 #   3. a short libFuzzer run of every fuzz target (build-fuzz/, clang).
+# The sanitizer and fuzz builds use the Check build type, -O1 -g1 (Note [Checked builds] in
+# cmake/MemcommWarnings.cmake).
 # Exits non-zero on any failure. MEMCOMM_FUZZ_SECONDS (default 10) sets each fuzz run's length;
 # MEMCOMM_SKIP_SANITIZERS=1 / MEMCOMM_SKIP_FUZZ=1 skip stages 2 / 3 for a quick local loop.
 set -euo pipefail
@@ -25,7 +27,7 @@ xvfb-run -a -s "-screen 0 1920x1080x24" \
 
 if [ "${MEMCOMM_SKIP_SANITIZERS:-0}" != 1 ]; then
   stage "ASan+UBSan unit tests"
-  MEMCOMM_BUILD_DIR=build-asan scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  MEMCOMM_BUILD_DIR=build-asan scripts/build.sh -DCMAKE_BUILD_TYPE=Check \
     -DMEMCOMM_SANITIZE=address,undefined -DMEMCOMM_WITH_TORCH=OFF -DMEMCOMM_WITH_VIEWER=OFF \
     -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -35,7 +37,7 @@ fi
 if [ "${MEMCOMM_SKIP_SANITIZERS:-0}" != 1 ]; then
   stage "TSan: recorder, live stream and allocator threads"
   export MEMCOMM_BUILD_TARGETS="profiler_recorder_test profiler_stream_test allocator_unit"
-  MEMCOMM_BUILD_DIR=build-tsan scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMCOMM_SANITIZE=thread \
+  MEMCOMM_BUILD_DIR=build-tsan scripts/build.sh -DCMAKE_BUILD_TYPE=Check -DMEMCOMM_SANITIZE=thread \
     -DMEMCOMM_WITH_TORCH=OFF -DMEMCOMM_WITH_VIEWER=OFF -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF
   unset MEMCOMM_BUILD_TARGETS
   TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure --timeout 600 -j2 \
@@ -44,7 +46,7 @@ fi
 
 if [ "${MEMCOMM_SKIP_FUZZ:-0}" != 1 ]; then
   stage "fuzz"
-  MEMCOMM_BUILD_DIR=build-fuzz scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  MEMCOMM_BUILD_DIR=build-fuzz scripts/build.sh -DCMAKE_BUILD_TYPE=Check \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMEMCOMM_FUZZ=ON -DMEMCOMM_WITH_TESTS=OFF \
     -DMEMCOMM_WITH_TORCH=OFF -DMEMCOMM_WITH_VIEWER=OFF -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF
   scripts/fuzz.sh build-fuzz "${MEMCOMM_FUZZ_SECONDS:-10}"
