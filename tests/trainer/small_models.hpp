@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "options.hpp"
+#include <memcomm/train/options.hpp>
 
 namespace memcomm::test {
 

@@ -1,4 +1,4 @@
-#include "comm.hpp"
+#include <memcomm/train/comm.hpp>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef USE_C10D_NCCL

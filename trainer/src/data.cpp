@@ -1,9 +1,9 @@
-#include "data.hpp"
+#include <memcomm/train/data.hpp>
 
-#include "errors.hpp"
+#include <memcomm/train/errors.hpp>
 #include "idx_file.hpp"
-#include "options.hpp"
-#include "profiling.hpp"
+#include <memcomm/train/options.hpp>
+#include <memcomm/train/profiling.hpp>
 
 #include <algorithm>
 #include <chrono>

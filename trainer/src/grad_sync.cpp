@@ -1,6 +1,6 @@
-#include "grad_sync.hpp"
+#include <memcomm/train/grad_sync.hpp>
 
-#include "profiling.hpp"
+#include <memcomm/train/profiling.hpp>
 
 #include <memcomm/profiler/analysis.hpp>
 

@@ -1,6 +1,6 @@
-#include "models.hpp"
+#include <memcomm/train/models.hpp>
 
-#include "options.hpp"
+#include <memcomm/train/options.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 

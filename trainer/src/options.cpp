@@ -1,4 +1,4 @@
-#include "options.hpp"
+#include <memcomm/train/options.hpp>
 
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_size.hpp>

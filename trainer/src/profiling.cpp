@@ -1,4 +1,4 @@
-#include "profiling.hpp"
+#include <memcomm/train/profiling.hpp>
 
 #include <memcomm/allocator/caching_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>

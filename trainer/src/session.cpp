@@ -1,4 +1,4 @@
-#include "session.hpp"
+#include <memcomm/train/session.hpp>
 
 #include <ATen/autocast_mode.h>
 #include <torch/nn/parallel/data_parallel.h>
@@ -14,8 +14,8 @@
 #include <memcomm/allocator/torch_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>
 
-#include "errors.hpp"
-#include "profiling.hpp"
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/profiling.hpp>
 
 #include <algorithm>
 #include <cstdio>

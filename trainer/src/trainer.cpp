@@ -8,12 +8,12 @@
 // Note [Micro-batch position]: the data stream is addressed by a global micro-batch counter m:
 // epoch = m / batches_per_epoch, batch = m % batches_per_epoch. Step s starts at m = s*K, which is
 // all a resume needs to continue exactly where an uninterrupted run would be.
-#include "trainer.hpp"
+#include <memcomm/train/trainer.hpp>
 
 #include "checkpoint.hpp"
-#include "errors.hpp"
-#include "profiling.hpp"
-#include "session.hpp"
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/profiling.hpp>
+#include <memcomm/train/session.hpp>
 #include "summary.hpp"
 
 #include <fmt/core.h>

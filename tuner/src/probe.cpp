@@ -25,10 +25,10 @@
 // began and empties the allocator's cache.
 #include "probe.hpp"
 
-#include "errors.hpp"
+#include <memcomm/train/errors.hpp>
 #include "memcomm/tuner/oom.hpp"
-#include "profiling.hpp"
-#include "session.hpp"
+#include <memcomm/train/profiling.hpp>
+#include <memcomm/train/session.hpp>
 
 #include <c10/util/Exception.h>
 #if __has_include(<ATen/cuda/CUDAContext.h>)

@@ -1,6 +1,6 @@
 #include "tune_run.hpp"
 
-#include "errors.hpp"
+#include <memcomm/train/errors.hpp>
 #include "memcomm/tuner/report.hpp"
 #include "probe.hpp"
 

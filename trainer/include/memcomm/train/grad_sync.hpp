@@ -19,7 +19,7 @@
 // after the collective. With compression, the scaling is folded into the copy to bf16/fp16.
 #pragma once
 
-#include "comm.hpp"
+#include <memcomm/train/comm.hpp>
 
 #include <torch/torch.h>
 

@@ -3,11 +3,11 @@
 // measures is what training does.
 #pragma once
 
-#include "comm.hpp"
-#include "data.hpp"
-#include "grad_sync.hpp"
-#include "models.hpp"
-#include "options.hpp"
+#include <memcomm/train/comm.hpp>
+#include <memcomm/train/data.hpp>
+#include <memcomm/train/grad_sync.hpp>
+#include <memcomm/train/models.hpp>
+#include <memcomm/train/options.hpp>
 
 #include <torch/torch.h>
 

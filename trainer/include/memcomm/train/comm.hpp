@@ -7,9 +7,9 @@
 // the ranks whose counter stood still. When the store itself is gone, rank 0 (its host) is the one lost.
 #pragma once
 
-#include "comm_record.hpp"
-#include "errors.hpp"
-#include "launch.hpp"
+#include <memcomm/train/comm_record.hpp>
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/launch.hpp>
 
 #include <torch/torch.h>
 
