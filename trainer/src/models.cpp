@@ -113,9 +113,13 @@ int64_t ModelImpl::correct(const torch::Tensor& logits, const torch::Tensor& tar
 
 std::shared_ptr<ModelImpl> make_model(const TrainOptions& o, int64_t num_classes) {
   std::shared_ptr<ModelImpl> m;
-  if (o.model == "mlp") m = std::make_shared<Mlp>(784, o.hidden, num_classes);
-  else if (o.model == "cnn") m = std::make_shared<Cnn>(num_classes);
-  else m = std::make_shared<Transformer>(o.vocab, o.width, o.heads, o.layers, o.seq_len);
+  switch (o.model) {
+    case ModelKind::Mlp: m = std::make_shared<Mlp>(784, o.hidden, num_classes); break;
+    case ModelKind::Cnn: m = std::make_shared<Cnn>(num_classes); break;
+    case ModelKind::Transformer:
+      m = std::make_shared<Transformer>(o.vocab, o.width, o.heads, o.layers, o.seq_len);
+      break;
+  }
   m->make_fresh_ = [o, num_classes] { return make_model(o, num_classes); };
   return m;
 }

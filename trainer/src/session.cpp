@@ -28,12 +28,16 @@ namespace memcomm::train {
 namespace {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<torch::Tensor> params) {
-  if (o.optimizer == "sgd")
-    return std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  if (o.optimizer == "adam")
-    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
-  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  switch (o.optimizer) {
+    case OptimizerKind::Sgd:
+      return std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+    case OptimizerKind::Adam:
+      return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+    case OptimizerKind::AdamW:
+      return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  }
+  throw std::logic_error("make_optimizer: not an OptimizerKind");  // unreachable: the switch is exhaustive
 }
 
 // bf16 autocast for the forward pass only, as torch.autocast(device_type="cuda", dtype=torch.bfloat16);
@@ -125,7 +129,7 @@ TrainSession::TrainSession(const TrainOptions& o, Communicator& comm, const torc
       std::printf("init checksum rank %d before-broadcast %016llx after-broadcast %016llx\n", comm.rank(),
                   static_cast<unsigned long long>(before), static_cast<unsigned long long>(parameter_checksum(params_)));
   }
-  if (o.mode == "dp") {
+  if (o.mode == Mode::Dp) {
     // Note [Replicas for --mode dp]: every visible GPU, or the one CPU device.
     if (dev.is_cuda()) {
       for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
@@ -175,7 +179,7 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
       prof::PhaseScope fwd_scope(prof::Phase::Forward);
       MemoryCategoryScope cat(prof::MemCategory::Activation);
       phase_ = "forward";
-      AutocastScope autocast(o_.amp == "bf16");
+      AutocastScope autocast(o_.amp == Amp::Bf16);
       loss = model_->loss(forward(x), y);
     }
     const int64_t t_bwd = monotonic_ns();
@@ -279,11 +283,11 @@ void TrainSession::load_state(const State& st) {
 }
 
 alloc::CachingAllocator* install_allocators(const TrainOptions& o) {
-  if (o.allocator != "memcomm") return nullptr;
+  if (o.allocator != AllocatorKind::Memcomm) return nullptr;
   alloc::TorchAllocatorOptions ao;
   // On a GPU run (--device cuda, or auto with a GPU, as choose_device decides) the limit caps the
   // GPU, not host memory.
-  const bool on_gpu = o.device == "cuda" || (o.device == "auto" && torch::cuda::device_count() > 0);
+  const bool on_gpu = o.device == DeviceKind::Cuda || (o.device == DeviceKind::Auto && torch::cuda::device_count() > 0);
   ao.config.capacity = on_gpu ? 0 : static_cast<std::size_t>(o.memory_limit);
   return &alloc::install_torch_cpu_allocator(ao);
 }
@@ -292,15 +296,15 @@ RankDevice choose_device(const TrainOptions& o, const DistEnv& env) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(o.threads > 0 ? o.threads : std::max(1, hw / std::max(1, env.local_world)));
   const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (o.device == "cuda" && gpus == 0) throw UsageError("--device cuda: no GPU is visible to this process");
-  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
+  if (o.device == DeviceKind::Cuda && gpus == 0) throw UsageError("--device cuda: no GPU is visible to this process");
+  const bool use_cuda = o.device == DeviceKind::Cuda || (o.device == DeviceKind::Auto && gpus > 0);
   RankDevice r;
   r.device = use_cuda ? torch::Device(torch::kCUDA, env.local_rank % gpus) : torch::Device(torch::kCPU);
   r.backend = o.backend;
   // NCCL needs one GPU per rank; ranks that share a GPU (or run on the CPU) use Gloo.
-  if (r.backend == "auto") r.backend = (use_cuda && env.local_world <= gpus) ? "nccl" : "gloo";
-  if (r.backend == "nccl" && !use_cuda) throw UsageError("--backend nccl needs GPUs; this run is on the CPU");
-  if (o.amp != "none" && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
+  if (r.backend == Backend::Auto) r.backend = (use_cuda && env.local_world <= gpus) ? Backend::Nccl : Backend::Gloo;
+  if (r.backend == Backend::Nccl && !use_cuda) throw UsageError("--backend nccl needs GPUs; this run is on the CPU");
+  if (o.amp != Amp::None && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
   apply_memory_limit(r.device, o.memory_limit);
   return r;
 }
@@ -420,8 +424,9 @@ EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env,
   }
   EvalResult e;
   e.samples = static_cast<int64_t>(totals[2].item<double>());
-  if (e.samples == 0) throw std::runtime_error("evaluation scored no sample: the test split of " + resolved_dataset(o) +
-                                               " is empty");
+  if (e.samples == 0)
+    throw std::runtime_error("evaluation scored no sample: the test split of " +
+                             std::string(to_string(resolved_dataset(o))) + " is empty");
   e.loss = totals[0].item<double>() / static_cast<double>(e.samples);
   e.accuracy = totals[1].item<double>() / static_cast<double>(e.samples);
   return e;

@@ -37,9 +37,12 @@ namespace {
 
 double lr_at(const TrainOptions& o, int64_t step) {
   const double frac = static_cast<double>(step) / static_cast<double>(o.steps);
-  if (o.schedule == "step") return o.lr * (frac >= 0.75 ? 0.01 : frac >= 0.5 ? 0.1 : 1.0);
-  if (o.schedule == "cosine") return o.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
-  return o.lr;
+  switch (o.schedule) {
+    case Schedule::None: return o.lr;
+    case Schedule::Step: return o.lr * (frac >= 0.75 ? 0.01 : frac >= 0.5 ? 0.1 : 1.0);
+    case Schedule::Cosine: return o.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
+  }
+  return o.lr;  // unreachable: the switch is exhaustive
 }
 
 // The process's peak resident set (getrusage), for runs whose allocator keeps no statistics.
@@ -76,7 +79,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   const torch::Device dev = rd.device;
   if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
 
-  if (o.mode == "dp" && env.world > 1)
+  if (o.mode == Mode::Dp && env.world > 1)
     throw UsageError("--mode dp is one process driving every device, but the launcher started " +
                      std::to_string(env.world) + " ranks: use --mode ddp under torchrun/Slurm");
   RunProfiler profiler(o, env, cpu_alloc, dev.is_cuda());
@@ -108,14 +111,14 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     if (leader) fmt::print("resumed from step {} ({})\n", start_step, o.checkpoint_dir);
   }
 
-  DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == "pad");
+  DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == Tail::Pad);
   const int64_t per_epoch = sampler.per_rank() / o.batch_size;
   if (per_epoch < 1)
     throw UsageError("--batch-size " + std::to_string(o.batch_size) + " is larger than this rank's shard of " +
                      std::to_string(sampler.per_rank()) + " samples");
   const int64_t unused_per_epoch = sampler.per_rank() % o.batch_size;  // Note [Partial batches]
   if (leader) {
-    fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n", o.model,
+    fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n", to_string(o.model),
                parameter_count(model), train_set->describe(), env.world, env.launcher, comm.backend(), dev.str());
     if (!session.dp_devices().empty()) {
       std::string names;
@@ -141,11 +144,11 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   }
 
   RunSummary s;
-  s.model = o.model;
-  s.dataset = resolved_dataset(o);
+  s.model = to_string(o.model);
+  s.dataset = to_string(resolved_dataset(o));
   s.backend = comm.backend();
   s.device = dev.str();
-  s.mode = local_sgd ? "local-sgd" : o.mode;
+  s.mode = local_sgd ? "local-sgd" : to_string(o.mode);
   s.world = env.world;
   s.accum = o.accum;
   s.micro_batch = o.batch_size;

@@ -113,7 +113,7 @@ struct ProbeRunner::Impl {
   }
 
   std::unique_ptr<train::BatchLoader> loader_for(int64_t b) {
-    train::DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == "pad");
+    train::DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == train::Tail::Pad);
     sampler.set_epoch(epoch++);
     if (sampler.per_rank() < b)
       throw train::UsageError("micro-batch " + std::to_string(b) + " is larger than this rank's shard of " +
@@ -405,7 +405,7 @@ int64_t ProbeRunner::memory_limit() const { return impl_->o.memory_limit; }
 int64_t ProbeRunner::model_state_bytes() const {
   int64_t params = 0;
   for (const auto& p : impl_->session->params()) params += p.numel() * p.element_size();
-  const int64_t opt_copies = impl_->o.optimizer == "sgd" ? (impl_->o.momentum != 0 ? 1 : 0) : 2;
+  const int64_t opt_copies = impl_->o.optimizer == train::OptimizerKind::Sgd ? (impl_->o.momentum != 0 ? 1 : 0) : 2;
   return params * (2 + opt_copies);  // parameters, gradient buckets, optimizer state
 }
 

@@ -82,9 +82,9 @@ TuneOptions parse_tune_options(int argc, char** argv) {
   if (t.search.global_batch < t.train.nproc)
     usage_error("--global-batch " + std::to_string(t.search.global_batch) + " is smaller than --nproc " +
                 std::to_string(t.train.nproc) + ": every rank needs at least one sample per step");
-  if (t.train.memory_limit == 0 && t.train.device == "cpu")  // with --device auto, run_tuning() checks
+  if (t.train.memory_limit == 0 && t.train.device == train::DeviceKind::Cpu)  // with --device auto, run_tuning() checks
     usage_error("--memory-limit is required on the CPU (on a GPU it defaults to the free device memory)");
-  if (t.train.allocator != "memcomm" && t.train.device != "cuda")
+  if (t.train.allocator != train::AllocatorKind::Memcomm && t.train.device != train::DeviceKind::Cuda)
     usage_error("memcomm-tune on the CPU needs --allocator memcomm: its cap makes the limit real");
   // `!(b > 0 ...)`: also NaN, which every comparison rejects.
   for (double b : buckets)

@@ -32,7 +32,7 @@ alloc::CachingAllocator* install_allocators(const TrainOptions& o);
 // allocator (its per-process memory fraction).
 struct RankDevice {
   torch::Device device{torch::kCPU};
-  std::string backend;  // gloo | nccl
+  Backend backend = Backend::Gloo;  // Gloo or Nccl, never Auto
 };
 RankDevice choose_device(const TrainOptions& o, const DistEnv& env);
 // On a GPU: caps PyTorch's CUDA caching allocator at `limit` bytes (its per-process memory
