@@ -167,4 +167,15 @@ int64_t parameter_count(torch::nn::Module& m) {
   return n;
 }
 
+uint64_t parameter_checksum(const std::vector<torch::Tensor>& params) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const auto& p : params) {
+    auto c = p.detach().to(torch::kCPU).contiguous();
+    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+    for (int64_t i = 0; i < c.numel() * c.element_size(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
+
 }  // namespace memcomm::train
