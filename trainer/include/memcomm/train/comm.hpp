@@ -7,11 +7,10 @@
 // the ranks whose counter stood still. When the store itself is gone, rank 0 (its host) is the one lost.
 #pragma once
 
+#include <memcomm/train/choices.hpp>
 #include <memcomm/train/comm_record.hpp>
 #include <memcomm/train/errors.hpp>
 #include <memcomm/train/launch.hpp>
-
-#include <memcomm/train/choices.hpp>
 
 #include <torch/torch.h>
 
