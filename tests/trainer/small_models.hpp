@@ -5,13 +5,13 @@
 
 #include <string>
 
-#include "options.hpp"
+#include <memcomm/train/options.hpp>
 
 namespace memcomm::test {
 
 inline train::TrainOptions small_model(const std::string& model) {
   train::TrainOptions o;
-  o.model = model;
+  o.model = train::choice_from_string<train::ModelKind>(model).value();
   o.hidden = 32;
   o.layers = 1;
   o.width = 32;

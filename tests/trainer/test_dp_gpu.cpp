@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "memcomm_test.hpp"
-#include "models.hpp"
+#include <memcomm/train/models.hpp>
 #include "small_models.hpp"
 
 using namespace memcomm::train;

@@ -5,7 +5,7 @@
 #include <torch/nn/parallel/data_parallel.h>
 #include <torch/torch.h>
 
-#include "models.hpp"
+#include <memcomm/train/models.hpp>
 #include "small_models.hpp"
 
 using namespace memcomm::train;

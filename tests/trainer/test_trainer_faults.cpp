@@ -35,7 +35,17 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         // Outputs and endpoints are checked before LibTorch starts (Note [Outputs checked first]).
                         Case{"--live 127.0.0.1:99999", "--live"}, Case{"--trace /proc/memcomm-no/t.mct", "--trace"},
                         Case{"--summary-json /nonexistent-memcomm/s.json", "--summary-json"},
-                        Case{"--summary-json /", "--summary-json"}}) {
+                        Case{"--summary-json /", "--summary-json"},
+                        // Named choices (Note [Choices are parsed once]): an unknown name is refused at parse
+                        // time, naming the flag and the names it takes; names are case-sensitive, and the
+                        // enum's numbers are not names.
+                        Case{"--optimizer nosuch", "--optimizer: nosuch not in {sgd,adam,adamw}"},
+                        Case{"--optimizer SGD", "--optimizer"}, Case{"--model 0", "--model: 0 not in {mlp,cnn,transformer}"},
+                        Case{"--backend mpi", "{auto,gloo,nccl}"}, Case{"--device tpu", "{auto,cpu,cuda}"},
+                        Case{"--dataset cifar", "{auto,fashion-mnist,tabular,tokens}"}, Case{"--tail keep", "{pad,drop}"},
+                        Case{"--schedule linear", "{none,step,cosine}"}, Case{"--grad-compression int8", "{none,bf16,fp16}"},
+                        Case{"--amp fp16", "{none,bf16}"}, Case{"--allocator jemalloc", "{memcomm,torch}"},
+                        Case{"--cupti yes", "{auto,on,off}"}}) {
     const auto r = run_command(train_bin() + " " + c.args);
     INFO(c.args << "\n" << r.output);
     CHECK(r.code == 2);

@@ -166,7 +166,8 @@ TEST_CASE("out-of-range and contradictory tuner flags are usage errors naming th
                         Case{"--global-batch 64 --any-micro-batch", "--any-micro-batch needs --fit-only"},
                         Case{"--global-batch 64 --json /nonexistent-memcomm/t.json", "/nonexistent-memcomm"},
                         Case{"--global-batch 64 --json " + dir, "is a folder"},
-                        Case{"--global-batch 64 --timeout 1e300", "--timeout"}}) {
+                        Case{"--global-batch 64 --timeout 1e300", "--timeout"},
+                        Case{"--global-batch 64 --optimizer nosuch", "--optimizer: nosuch not in {sgd,adam,adamw}"}}) {
     const auto r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB " + c.args);
     INFO(c.args << "\n" << r.output);
     CHECK(r.code == 2);

@@ -1,6 +1,6 @@
 #include "checkpoint.hpp"
 
-#include "errors.hpp"
+#include <memcomm/train/errors.hpp>
 
 #include <memcomm/common/output_path.hpp>
 

@@ -1,4 +1,4 @@
-#include "comm.hpp"
+#include <memcomm/train/comm.hpp>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef USE_C10D_NCCL
@@ -58,17 +58,19 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server
 
 }  // namespace
 
-Communicator::Communicator(const DistEnv& env, const std::string& backend, double timeout_s)
-    : env_(env), backend_name_(env.world == 1 ? "none (1 rank)" : backend), timeout_s_(timeout_s) {
+Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s)
+    : env_(env), backend_name_(env.world == 1 ? "none (1 rank)" : to_string(backend)),
+      nccl_(env.world > 1 && backend == Backend::Nccl), timeout_s_(timeout_s) {
+  if (backend == Backend::Auto) throw std::logic_error("Communicator: choose_device resolves --backend auto");
   if (env.world == 1) return;
 #ifndef USE_C10D_NCCL
-  if (backend == "nccl") throw UsageError("--backend nccl: this LibTorch build has no NCCL support; use gloo");
+  if (nccl_) throw UsageError("--backend nccl: this LibTorch build has no NCCL support; use gloo");
 #endif
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
     auto store = connect_store(env, env.rank == 0 && !env.agent_hosts_store, timeout);
     store_ = store;
-    if (backend == "gloo") {
+    if (!nccl_) {
       auto opts = c10d::ProcessGroupGloo::Options::create();
       opts->timeout = timeout;
       // Bind to the interface that reaches the store host, so two-host runs cross the real link.
@@ -148,7 +150,7 @@ void Communicator::fail(const std::string& what) {
 
 void Communicator::allreduce(at::Tensor& t, int bucket, Reduce op) {
   // NCCL reduces device memory only: small host tensors (evaluation totals) take a round trip.
-  if (backend_name_ == "nccl" && !t.is_cuda() && device_.is_cuda()) {
+  if (nccl_ && !t.is_cuda() && device_.is_cuda()) {
     auto on_device = t.to(device_);
     wait(allreduce_async(on_device, bucket, op));
     t.copy_(on_device);
@@ -251,7 +253,7 @@ void Communicator::barrier() {
 int64_t Communicator::estimate_clock_offset(int rounds) {
   if (!pg_) return 0;
   // NCCL moves device memory only; Gloo takes host tensors.
-  const auto opts = at::TensorOptions(at::kLong).device(backend_name_ == "nccl" ? device_ : at::Device(at::kCPU));
+  const auto opts = at::TensorOptions(at::kLong).device(nccl_ ? device_ : at::Device(at::kCPU));
   auto stamps = at::zeros({2}, opts);
   std::vector<at::Tensor> one{stamps};
   const int kTag = 0x6d63;  // "mc": apart from any other point-to-point traffic

@@ -1,9 +1,10 @@
-#include "data.hpp"
+#include <memcomm/train/data.hpp>
 
-#include "errors.hpp"
 #include "idx_file.hpp"
-#include "options.hpp"
-#include "profiling.hpp"
+
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/options.hpp>
+#include <memcomm/train/profiling.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -119,12 +120,15 @@ class SyntheticTokens final : public Dataset {
 }  // namespace
 
 std::shared_ptr<Dataset> make_dataset(const TrainOptions& o, const std::string& split) {
-  const auto name = resolved_dataset(o);
   const uint64_t split_seed = o.seed * 2 + (split == "train" ? 0 : 1);
   const int64_t n = split == "train" ? o.synthetic_size : std::max<int64_t>(o.synthetic_size / 6, 1);
-  if (name == "fashion-mnist") return std::make_shared<FashionMnist>(o.data_dir, split);
-  if (name == "tabular") return std::make_shared<SyntheticTabular>(n, split_seed);
-  return std::make_shared<SyntheticTokens>(n, o.seq_len, o.vocab, split_seed);
+  switch (resolved_dataset(o)) {
+    case DatasetKind::FashionMnist: return std::make_shared<FashionMnist>(o.data_dir, split);
+    case DatasetKind::Tabular: return std::make_shared<SyntheticTabular>(n, split_seed);
+    case DatasetKind::Tokens: return std::make_shared<SyntheticTokens>(n, o.seq_len, o.vocab, split_seed);
+    case DatasetKind::Auto: break;  // resolved_dataset never returns it
+  }
+  throw std::logic_error("make_dataset: --dataset auto was not resolved");
 }
 
 namespace {

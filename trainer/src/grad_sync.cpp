@@ -1,6 +1,6 @@
-#include "grad_sync.hpp"
+#include <memcomm/train/grad_sync.hpp>
 
-#include "profiling.hpp"
+#include <memcomm/train/profiling.hpp>
 
 #include <memcomm/trace/analysis.hpp>
 
@@ -23,7 +23,7 @@ struct GradSync::Bucket {
 };
 
 GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, double bucket_mb, bool overlap,
-                   const std::string& compression)
+                   GradCompression compression)
     : params_(std::move(params)), comm_(comm), cap_bytes_(static_cast<int64_t>(bucket_mb * (1 << 20))),
       overlap_(overlap), compression_(compression), bucket_of_(params_.size()) {
   for (const auto& p : params_)
@@ -80,8 +80,11 @@ void GradSync::build(const std::vector<size_t>& order) {
       n += params_[i].numel();
     }
     bk.flat = torch::zeros({n}, params_.front().options().requires_grad(false));
-    if (compression_ == "bf16") bk.wire = torch::empty({n}, bk.flat.options().dtype(torch::kBFloat16));
-    if (compression_ == "fp16") bk.wire = torch::empty({n}, bk.flat.options().dtype(torch::kHalf));
+    switch (compression_) {
+      case GradCompression::None: break;
+      case GradCompression::Bf16: bk.wire = torch::empty({n}, bk.flat.options().dtype(torch::kBFloat16)); break;
+      case GradCompression::Fp16: bk.wire = torch::empty({n}, bk.flat.options().dtype(torch::kHalf)); break;
+    }
   }
   // Commit: gradients move into their new views (a rebuild may happen while they hold data).
   torch::NoGradGuard no_grad;

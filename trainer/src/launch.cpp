@@ -1,4 +1,4 @@
-#include "launch.hpp"
+#include <memcomm/train/launch.hpp>
 
 #include <arpa/inet.h>
 #include <netdb.h>

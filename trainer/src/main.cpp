@@ -1,8 +1,8 @@
 // memcomm-train: see trainer.cpp for the loop and README.md for the launch story.
-#include "errors.hpp"
-#include "launch.hpp"
-#include "options.hpp"
-#include "trainer.hpp"
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/launch.hpp>
+#include <memcomm/train/options.hpp>
+#include <memcomm/train/trainer.hpp>
 
 #include <c10/util/Exception.h>
 

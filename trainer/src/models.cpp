@@ -1,6 +1,6 @@
-#include "models.hpp"
+#include <memcomm/train/models.hpp>
 
-#include "options.hpp"
+#include <memcomm/train/options.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -113,9 +113,13 @@ int64_t ModelImpl::correct(const torch::Tensor& logits, const torch::Tensor& tar
 
 std::shared_ptr<ModelImpl> make_model(const TrainOptions& o, int64_t num_classes) {
   std::shared_ptr<ModelImpl> m;
-  if (o.model == "mlp") m = std::make_shared<Mlp>(784, o.hidden, num_classes);
-  else if (o.model == "cnn") m = std::make_shared<Cnn>(num_classes);
-  else m = std::make_shared<Transformer>(o.vocab, o.width, o.heads, o.layers, o.seq_len);
+  switch (o.model) {
+    case ModelKind::Mlp: m = std::make_shared<Mlp>(784, o.hidden, num_classes); break;
+    case ModelKind::Cnn: m = std::make_shared<Cnn>(num_classes); break;
+    case ModelKind::Transformer:
+      m = std::make_shared<Transformer>(o.vocab, o.width, o.heads, o.layers, o.seq_len);
+      break;
+  }
   m->make_fresh_ = [o, num_classes] { return make_model(o, num_classes); };
   return m;
 }
@@ -162,5 +166,16 @@ int64_t parameter_count(torch::nn::Module& m) {
   for (const auto& p : m.parameters()) n += p.numel();
   return n;
 }
+
+uint64_t parameter_checksum(const std::vector<torch::Tensor>& params) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const auto& p : params) {
+    auto c = p.detach().to(torch::kCPU).contiguous();
+    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+    for (int64_t i = 0; i < c.numel() * c.element_size(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
 
 }  // namespace memcomm::train

@@ -1,4 +1,4 @@
-#include "options.hpp"
+#include <memcomm/train/options.hpp>
 
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_size.hpp>
@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 
 namespace memcomm::train {
@@ -46,11 +47,11 @@ void check_train_options(const TrainOptions& o, const char* program) {
   // bytes from MiB) well inside int64, so a typo is a usage error rather than a wrapped value.
   if (o.nproc < 1 || o.nproc > kMaxLocalRanks)
     usage_error("--nproc must be between 1 and " + std::to_string(kMaxLocalRanks));
-  if (o.mode == "dp" && o.nproc > 1)
+  if (o.mode == Mode::Dp && o.nproc > 1)
     usage_error("--mode dp is one process driving every device: use it without --nproc (or --mode ddp)");
-  if (o.mode == "dp" && o.sync_every > 0) usage_error("--mode dp has one model: --sync-every needs --mode ddp");
+  if (o.mode == Mode::Dp && o.sync_every > 0) usage_error("--mode dp has one model: --sync-every needs --mode ddp");
   // Autocast is per thread, and LibTorch's parallel_apply runs the replicas on threads of its own.
-  if (o.mode == "dp" && o.amp != "none") usage_error("--amp does not reach --mode dp's replica threads: use --mode ddp");
+  if (o.mode == Mode::Dp && o.amp != Amp::None) usage_error("--amp does not reach --mode dp's replica threads: use --mode ddp");
   if (o.batch_size < 1 || o.batch_size > (int64_t(1) << 24)) usage_error("--batch-size must be between 1 and 16777216");
   if (o.accum < 1 || o.accum > (1 << 16)) usage_error("--accum must be between 1 and 65536");
   if (o.steps < 1 || o.steps > (int64_t(1) << 40)) usage_error("--steps must be between 1 and 2^40");
@@ -72,25 +73,25 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.empty_cache < 0) usage_error("--empty-cache must be 0 (never) or more");
   if (o.synthetic_size < 1 || o.synthetic_size > (int64_t(1) << 31))
     usage_error("--synthetic-size must be between 1 and 2^31");
-  if (resolved_dataset(o) != "fashion-mnist" && o.synthetic_size < o.nproc && o.tail == "drop")
+  if (resolved_dataset(o) != DatasetKind::FashionMnist && o.synthetic_size < o.nproc && o.tail == Tail::Drop)
     usage_error("--synthetic-size " + std::to_string(o.synthetic_size) + " gives some of the " +
                 std::to_string(o.nproc) + " ranks no sample with --tail drop");
   if (o.sync_every < 0) usage_error("--sync-every must be 0 (synchronous) or more");
   if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
-  if (o.model == "transformer" && (o.width % o.heads) != 0)
+  if (o.model == ModelKind::Transformer && (o.width % o.heads) != 0)
     usage_error("--width must be a multiple of --heads for the transformer");
   if (o.memory_limit < 0 || o.memory_limit > kMaxMemoryLimit)
     usage_error("--memory-limit must be between 0 (none) and 128TiB");
-  if (o.memory_limit > 0 && o.allocator != "memcomm" && o.device != "cuda")
+  if (o.memory_limit > 0 && o.allocator != AllocatorKind::Memcomm && o.device != DeviceKind::Cuda)
     usage_error("--memory-limit on the CPU needs --allocator memcomm (its cap makes the limit real)");
-  if (o.cupti == "on" && o.trace.empty() && o.live.empty())
+  if (o.cupti == Cupti::On && o.trace.empty() && o.live.empty())
     usage_error("--cupti on records into the trace or the live stream: give --trace FILE or --live HOST:PORT");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) usage_error("--checkpoint-every needs --checkpoint-dir");
   if (o.resume && o.checkpoint_dir.empty()) usage_error("--resume needs --checkpoint-dir");
   const auto ds = resolved_dataset(o);
-  if (o.model == "transformer" && ds != "tokens") usage_error("the transformer trains on --dataset tokens");
-  if (o.model != "transformer" && ds == "tokens") usage_error("--dataset tokens needs --model transformer");
-  if (o.augment && ds != "fashion-mnist") usage_error("--augment flips images: it needs --dataset fashion-mnist");
+  if (o.model == ModelKind::Transformer && ds != DatasetKind::Tokens) usage_error("the transformer trains on --dataset tokens");
+  if (o.model != ModelKind::Transformer && ds == DatasetKind::Tokens) usage_error("--dataset tokens needs --model transformer");
+  if (o.augment && ds != DatasetKind::FashionMnist) usage_error("--augment flips images: it needs --dataset fashion-mnist");
   // Note [Outputs checked first]: every file the run writes is checked before any work, so a typo in
   // a path is a usage error now, not a run that finishes and then loses its results.
   if (!o.live.empty()) {
@@ -140,144 +141,178 @@ std::vector<std::pair<std::string, std::string>> checkpoint_fingerprint(const Tr
   // change freely (--steps, --lr, --workers, --threads, --bucket-mb, observation) are left out.
   const auto ds = resolved_dataset(o);
   std::vector<std::pair<std::string, std::string>> f = {
-      {"--model", o.model}, {"--dataset", ds}, {"ranks (--nproc)", std::to_string(world)},
-      {"--mode", o.mode}, {"--seed", std::to_string(o.seed)}, {"--batch-size", std::to_string(o.batch_size)},
-      {"--accum", std::to_string(o.accum)}, {"--optimizer", o.optimizer}, {"--tail", o.tail},
+      {"--model", to_string(o.model)}, {"--dataset", to_string(ds)}, {"ranks (--nproc)", std::to_string(world)},
+      {"--mode", to_string(o.mode)}, {"--seed", std::to_string(o.seed)}, {"--batch-size", std::to_string(o.batch_size)},
+      {"--accum", std::to_string(o.accum)}, {"--optimizer", to_string(o.optimizer)}, {"--tail", to_string(o.tail)},
       {"--sync-every", std::to_string(o.sync_every)}, {"--augment", o.augment ? "on" : "off"}};
-  if (o.model == "mlp") f.emplace_back("--hidden", std::to_string(o.hidden));
-  if (o.model == "transformer")
+  if (o.model == ModelKind::Mlp) f.emplace_back("--hidden", std::to_string(o.hidden));
+  if (o.model == ModelKind::Transformer)
     for (const auto& [k, v] : std::initializer_list<std::pair<const char*, int>>{
              {"--layers", o.layers}, {"--width", o.width}, {"--heads", o.heads}, {"--seq-len", o.seq_len}, {"--vocab", o.vocab}})
       f.emplace_back(k, std::to_string(v));
-  if (ds != "fashion-mnist") f.emplace_back("--synthetic-size", std::to_string(o.synthetic_size));
+  if (ds != DatasetKind::FashionMnist) f.emplace_back("--synthetic-size", std::to_string(o.synthetic_size));
   return f;
 }
 
-std::string resolved_dataset(const TrainOptions& o) {
-  if (o.dataset != "auto") return o.dataset;
-  return o.model == "transformer" ? "tokens" : "fashion-mnist";
+DatasetKind resolved_dataset(const TrainOptions& o) {
+  if (o.dataset != DatasetKind::Auto) return o.dataset;
+  return o.model == ModelKind::Transformer ? DatasetKind::Tokens : DatasetKind::FashionMnist;
 }
 
-void add_train_options(CLI::App& app, TrainOptions& o) {
-  // A flag given twice takes its last value, so scripts can append overrides to a base command.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+namespace {
 
-  auto* g = app.add_option_group("Launch");
-  g->add_option("--mode", o.mode,
-                "ddp: one process per rank, gradients all-reduced (DistributedDataParallel); dp: one process "
-                "splits each batch across all visible GPUs with LibTorch's data_parallel (DataParallel; one "
-                "device on a CPU-only machine)")
-      ->check(CLI::IsMember({"ddp", "dp"}))->capture_default_str();
-  g->add_option("--nproc", o.nproc, "Local ranks to spawn (ignored under torchrun/Slurm, which set the ranks)")
-      ->capture_default_str();
-  g->add_option("--backend", o.backend, "Collective backend: auto (NCCL when each rank has its own GPU, else Gloo)")
-      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
-  g->add_option("--device", o.device, "auto (a GPU when there is one, else CPU), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  g->add_option("--timeout", o.timeout_s, "Seconds a collective may take before the run ends, naming the missing ranks (0.001 to 1e6)")
-      ->capture_default_str();
-  g->add_option("--threads", o.threads, "Intra-op threads per rank (0: cores divided among local ranks)")
-      ->capture_default_str();
+// Note [Choices are parsed once] in choices.hpp: the name becomes the enum's number, which CLI11 then
+// reads into the enum. Anything else is refused with CLI11's IsMember wording ("--model: resnet not in
+// {mlp,cnn,transformer}"). CLI::CheckedTransformer would also accept the numbers themselves
+// ("--model 0") and print its map in --help, so the names are checked here.
+template <typename E>
+CLI::Validator choice_of() {
+  std::string set = "{";
+  for (const char* name : ChoiceNames<E>::names) set += (set.size() > 1 ? "," : "") + std::string(name);
+  set += "}";
+  return CLI::Validator(
+      [set](std::string& value) -> std::string {
+        const std::optional<E> choice = choice_from_string<E>(value);
+        if (!choice) return value + " not in " + set;
+        value = std::to_string(static_cast<int>(*choice));
+        return {};
+      },
+      set);
+}
 
-  g = app.add_option_group("Data");
-  g->add_option("--dataset", o.dataset, "fashion-mnist, tabular (synthetic) or tokens (synthetic LM stream); auto picks by model")
-      ->check(CLI::IsMember({"auto", "fashion-mnist", "tabular", "tokens"}))->capture_default_str();
-  g->add_option("--data-dir", o.data_dir, "Folder with the Fashion-MNIST IDX .gz files")->capture_default_str();
-  g->add_option("--workers", o.workers, "Loader worker threads per rank (0 loads on the training thread)")
-      ->capture_default_str();
-  g->add_option("--prefetch", o.prefetch, "Batches each rank's loader prepares ahead")->capture_default_str();
-  g->add_option("--tail", o.tail,
-                "Dataset size not a multiple of the ranks: pad (repeat samples) or drop the remainder, so every rank "
-                "gets as many; each rank's last partial batch of an epoch is then left out (the run says how many)")
-      ->check(CLI::IsMember({"pad", "drop"}))->capture_default_str();
-  g->add_option("--synthetic-size", o.synthetic_size,
-                "Samples in the synthetic training sets (their test split has a sixth as many)")->capture_default_str();
-  g->add_flag("--augment", o.augment,
-              "Flip Fashion-MNIST images horizontally at random, drawn per (seed, epoch, sample) so that results "
-              "do not depend on --workers");
+// A flag taking one of E's names, shown in --help as TEXT:{names} with the default's name.
+template <typename E>
+CLI::Option* add_choice(CLI::App& group, const std::string& flag, E& value, const std::string& help) {
+  return group.add_option(flag, value, help)->transform(choice_of<E>())->type_name("TEXT")->default_str(to_string(value));
+}
 
-  g = app.add_option_group("Model");
-  g->add_option("--model", o.model, "mlp, cnn or transformer (decoder-only LM)")
-      ->check(CLI::IsMember({"mlp", "cnn", "transformer"}))->capture_default_str();
-  g->add_option("--hidden", o.hidden, "MLP hidden width")->capture_default_str()->check(CLI::PositiveNumber);
-  g->add_option("--layers", o.layers, "Transformer layers")->capture_default_str()->check(CLI::PositiveNumber);
-  g->add_option("--width", o.width, "Transformer model width")->capture_default_str()->check(CLI::PositiveNumber);
-  g->add_option("--heads", o.heads, "Transformer attention heads")->capture_default_str()->check(CLI::PositiveNumber);
-  g->add_option("--seq-len", o.seq_len, "Transformer sequence length")->capture_default_str()->check(CLI::PositiveNumber);
-  g->add_option("--vocab", o.vocab, "Token vocabulary size")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+void add_launch_options(CLI::App& g, TrainOptions& o) {
+  add_choice(g, "--mode", o.mode,
+             "ddp: one process per rank, gradients all-reduced (DistributedDataParallel); dp: one process "
+             "splits each batch across all visible GPUs with LibTorch's data_parallel (DataParallel; one "
+             "device on a CPU-only machine)");
+  g.add_option("--nproc", o.nproc, "Local ranks to spawn (ignored under torchrun/Slurm, which set the ranks)")
+      ->capture_default_str();
+  add_choice(g, "--backend", o.backend, "Collective backend: auto (NCCL when each rank has its own GPU, else Gloo)");
+  add_choice(g, "--device", o.device, "auto (a GPU when there is one, else CPU), cpu or cuda");
+  g.add_option("--timeout", o.timeout_s, "Seconds a collective may take before the run ends, naming the missing ranks (0.001 to 1e6)")
+      ->capture_default_str();
+  g.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores divided among local ranks)")
+      ->capture_default_str();
+}
 
-  g = app.add_option_group("Optimisation");
-  g->add_option("--batch-size", o.batch_size, "Micro-batch per rank")->capture_default_str();
-  g->add_option("--accum", o.accum, "Micro-batches per optimizer step; gradients are all-reduced on the last only")
+void add_data_options(CLI::App& g, TrainOptions& o) {
+  add_choice(g, "--dataset", o.dataset,
+             "fashion-mnist, tabular (synthetic) or tokens (synthetic LM stream); auto picks by model");
+  g.add_option("--data-dir", o.data_dir, "Folder with the Fashion-MNIST IDX .gz files")->capture_default_str();
+  g.add_option("--workers", o.workers, "Loader worker threads per rank (0 loads on the training thread)")
       ->capture_default_str();
-  g->add_option("--steps", o.steps, "Optimizer steps to run")->capture_default_str();
-  g->add_option("--optimizer", o.optimizer, "sgd (with momentum), adam or adamw; each rank keeps its own state")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
-  g->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
-  g->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  g->add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str();
-  g->add_option("--schedule", o.schedule, "Learning-rate schedule: none, step (x0.1 at 50% and 75%) or cosine")
-      ->check(CLI::IsMember({"none", "step", "cosine"}))->capture_default_str();
-  g->add_option("--sync-every", o.sync_every,
-                "Local SGD: ranks step independently and average parameters every K steps (0: synchronous)")
+  g.add_option("--prefetch", o.prefetch, "Batches each rank's loader prepares ahead")->capture_default_str();
+  add_choice(g, "--tail", o.tail,
+             "Dataset size not a multiple of the ranks: pad (repeat samples) or drop the remainder, so every rank "
+             "gets as many; each rank's last partial batch of an epoch is then left out (the run says how many)");
+  g.add_option("--synthetic-size", o.synthetic_size,
+               "Samples in the synthetic training sets (their test split has a sixth as many)")->capture_default_str();
+  g.add_flag("--augment", o.augment,
+             "Flip Fashion-MNIST images horizontally at random, drawn per (seed, epoch, sample) so that results "
+             "do not depend on --workers");
+}
+
+void add_model_options(CLI::App& g, TrainOptions& o) {
+  add_choice(g, "--model", o.model, "mlp, cnn or transformer (decoder-only LM)");
+  g.add_option("--hidden", o.hidden, "MLP hidden width")->capture_default_str()->check(CLI::PositiveNumber);
+  g.add_option("--layers", o.layers, "Transformer layers")->capture_default_str()->check(CLI::PositiveNumber);
+  g.add_option("--width", o.width, "Transformer model width")->capture_default_str()->check(CLI::PositiveNumber);
+  g.add_option("--heads", o.heads, "Transformer attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  g.add_option("--seq-len", o.seq_len, "Transformer sequence length")->capture_default_str()->check(CLI::PositiveNumber);
+  g.add_option("--vocab", o.vocab, "Token vocabulary size")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+}
+
+void add_optimisation_options(CLI::App& g, TrainOptions& o) {
+  g.add_option("--batch-size", o.batch_size, "Micro-batch per rank")->capture_default_str();
+  g.add_option("--accum", o.accum, "Micro-batches per optimizer step; gradients are all-reduced on the last only")
       ->capture_default_str();
-  g->add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB; at most 1e6)")
+  g.add_option("--steps", o.steps, "Optimizer steps to run")->capture_default_str();
+  add_choice(g, "--optimizer", o.optimizer, "sgd (with momentum), adam or adamw; each rank keeps its own state");
+  g.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  g.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  g.add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str();
+  add_choice(g, "--schedule", o.schedule, "Learning-rate schedule: none, step (x0.1 at 50% and 75%) or cosine");
+  g.add_option("--sync-every", o.sync_every,
+               "Local SGD: ranks step independently and average parameters every K steps (0: synchronous)")
       ->capture_default_str();
-  g->add_flag("!--no-overlap", o.overlap, "All-reduce after backward instead of from autograd hooks during it");
-  g->add_option("--grad-compression", o.grad_compression, "Gradients on the wire: none, bf16 or fp16")
-      ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
-  g->add_option("--amp", o.amp, "Mixed precision on GPU: none or bf16")
-      ->check(CLI::IsMember({"none", "bf16"}))->capture_default_str();
+  g.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB; at most 1e6)")
+      ->capture_default_str();
+  g.add_flag("!--no-overlap", o.overlap, "All-reduce after backward instead of from autograd hooks during it");
+  add_choice(g, "--grad-compression", o.grad_compression, "Gradients on the wire: none, bf16 or fp16");
+  add_choice(g, "--amp", o.amp, "Mixed precision on GPU: none or bf16");
   // CLI11 would otherwise read "-1" into the unsigned seed as 2^64-1.
-  g->add_option("--seed", o.seed, "Seed for initialisation, sampling and synthetic data (0 or more)")
+  g.add_option("--seed", o.seed, "Seed for initialisation, sampling and synthetic data (0 or more)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             return v.find('-') != std::string::npos ? "must be 0 or more, not " + v : std::string();
           },
           "UINT"));
+}
 
-  g = app.add_option_group("Observation");
-  g->add_option("--log-interval", o.log_interval, "Log every N optimizer steps")->capture_default_str()
+void add_observation_options(CLI::App& g, TrainOptions& o) {
+  g.add_option("--log-interval", o.log_interval, "Log every N optimizer steps")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  g->add_option("--eval-batches", o.eval_batches,
-                "Evaluation batches per rank on the test split (0: all of it, every sample once, the last short "
-                "batch included)")
+  g.add_option("--eval-batches", o.eval_batches,
+               "Evaluation batches per rank on the test split (0: all of it, every sample once, the last short "
+               "batch included)")
       ->capture_default_str();
-  g->add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
-  g->add_option("--trace", o.trace,
-                "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)");
-  g->add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen)");
-  g->add_option("--cupti", o.cupti,
-                "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "
-                "(when recording a run on a GPU), on (also when the run is on the CPU) or off; where CUPTI "
-                "cannot start, one warning line and host events go on")
-      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
-  g->add_option("--allocator", o.allocator,
-                "CPU tensor allocator: memcomm (caching allocator with stats) or torch (LibTorch's own)")
-      ->check(CLI::IsMember({"memcomm", "torch"}))->capture_default_str();
-  g->add_option("--memory-limit", o.memory_limit,
-                "Cap on the bytes tensors may reserve (e.g. 512MiB, 1.5GiB, 2GB = 2e9 bytes): memcomm's CPU allocator on the CPU, "
-                "PyTorch's CUDA allocator on a GPU (each GPU under --mode dp); past it, an allocation fails as out of memory (0: none)")
+  g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
+  g.add_option("--trace", o.trace,
+               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)");
+  g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen)");
+  add_choice(g, "--cupti", o.cupti,
+             "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "
+             "(when recording a run on a GPU), on (also when the run is on the CPU) or off; where CUPTI "
+             "cannot start, one warning line and host events go on");
+  add_choice(g, "--allocator", o.allocator,
+             "CPU tensor allocator: memcomm (caching allocator with stats) or torch (LibTorch's own)");
+  g.add_option("--memory-limit", o.memory_limit,
+               "Cap on the bytes tensors may reserve (e.g. 512MiB, 1.5GiB, 2GB = 2e9 bytes): memcomm's CPU allocator on the CPU, "
+               "PyTorch's CUDA allocator on a GPU (each GPU under --mode dp); past it, an allocation fails as out of memory (0: none)")
       ->transform(size_transform())->capture_default_str();
-  g->add_option("--empty-cache", o.empty_cache,
-                "Give the allocator's cached memory back every N steps and before evaluation, as "
-                "torch.cuda.empty_cache() (0: never); the trace and the summary show what was released")
+  g.add_option("--empty-cache", o.empty_cache,
+               "Give the allocator's cached memory back every N steps and before evaluation, as "
+               "torch.cuda.empty_cache() (0: never); the trace and the summary show what was released")
       ->capture_default_str();
+}
 
-  g = app.add_option_group("Checkpoints");
-  g->add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");
-  g->add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every S steps (atomic: temp, fsync, rename)")
+void add_checkpoint_options(CLI::App& g, TrainOptions& o) {
+  g.add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");
+  g.add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every S steps (atomic: temp, fsync, rename)")
       ->capture_default_str();
-  g->add_flag("--resume", o.resume,
-              "Continue from --checkpoint-dir: each rank reads its own file (ckpt.rankR.pt, the last one written)");
+  g.add_flag("--resume", o.resume,
+             "Continue from --checkpoint-dir: each rank reads its own file (ckpt.rankR.pt, the last one written)");
+}
 
+// Hidden from --help (group ""): test hooks, not user features.
+void add_test_hooks(CLI::App& app, TrainOptions& o) {
   app.add_flag("--print-checksums", o.print_checksums, "Print a parameter checksum after every step (for tests)")
-      ->group("");  // hidden: a test hook, not a user feature
+      ->group("");
   app.add_option("--dump-params", o.dump_params, "Write the final parameters as raw float32 (for tests)")->group("");
   app.add_flag("--test-perturb-init", o.test_perturb_init,
                "Ranks other than 0 perturb their initial parameters before the broadcast (for tests)")
       ->group("");
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  // A flag given twice takes its last value, so scripts can append overrides to a base command.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_launch_options(*app.add_option_group("Launch"), o);
+  add_data_options(*app.add_option_group("Data"), o);
+  add_model_options(*app.add_option_group("Model"), o);
+  add_optimisation_options(*app.add_option_group("Optimisation"), o);
+  add_observation_options(*app.add_option_group("Observation"), o);
+  add_checkpoint_options(*app.add_option_group("Checkpoints"), o);
+  add_test_hooks(app, o);
 }
 
 TrainOptions parse_train_options(int argc, char** argv) {

@@ -1,4 +1,4 @@
-#include "profiling.hpp"
+#include <memcomm/train/profiling.hpp>
 
 #include <memcomm/allocator/caching_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>
@@ -109,7 +109,7 @@ namespace {
 // records are the trace's only view of reserved GPU memory. An unavailable CUPTI (another client such
 // as Nsight Systems) costs one warning line; host events go on.
 void start_cupti(RunProfiler::Impl& impl, const TrainOptions& o, bool on_gpu) {
-  if (o.cupti == "off" || (o.cupti == "auto" && !on_gpu)) return;
+  if (o.cupti == Cupti::Off || (o.cupti == Cupti::Auto && !on_gpu)) return;
 #ifdef MEMCOMM_HAVE_CUPTI
   impl.cupti = std::make_unique<prof::CuptiCapture>();
   if (!impl.cupti->start(impl.rec)) impl.cupti.reset();  // it printed why; host events go on

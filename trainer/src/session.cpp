@@ -1,4 +1,6 @@
-#include "session.hpp"
+// TrainSession: one rank's model, optimizer, gradient sync and device feed, and the optimizer step
+// over them (see session.hpp).
+#include <memcomm/train/session.hpp>
 
 #include <ATen/autocast_mode.h>
 #include <torch/nn/parallel/data_parallel.h>
@@ -8,32 +10,31 @@
 #include <c10/cuda/CUDAStream.h>
 #define MEMCOMM_TRAINER_CUDA 1
 #endif
-#if __has_include(<c10/cuda/CUDACachingAllocator.h>)
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
-#include <memcomm/allocator/torch_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>
 
-#include "errors.hpp"
-#include "profiling.hpp"
+#include <memcomm/train/device_memory.hpp>
+#include <memcomm/train/profiling.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
-#include <thread>
 
 namespace memcomm::train {
 
 namespace {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<torch::Tensor> params) {
-  if (o.optimizer == "sgd")
-    return std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  if (o.optimizer == "adam")
-    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
-  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  switch (o.optimizer) {
+    case OptimizerKind::Sgd:
+      return std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+    case OptimizerKind::Adam:
+      return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+    case OptimizerKind::AdamW:
+      return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  }
+  throw std::logic_error("make_optimizer: not an OptimizerKind");  // unreachable: the switch is exhaustive
 }
 
 // bf16 autocast for the forward pass only, as torch.autocast(device_type="cuda", dtype=torch.bfloat16);
@@ -125,12 +126,12 @@ TrainSession::TrainSession(const TrainOptions& o, Communicator& comm, const torc
       std::printf("init checksum rank %d before-broadcast %016llx after-broadcast %016llx\n", comm.rank(),
                   static_cast<unsigned long long>(before), static_cast<unsigned long long>(parameter_checksum(params_)));
   }
-  if (o.mode == "dp") {
+  if (o.mode == Mode::Dp) {
     // Note [Replicas for --mode dp]: every visible GPU, or the one CPU device.
     if (dev.is_cuda()) {
       for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
         dp_devices_.emplace_back(torch::kCUDA, static_cast<torch::DeviceIndex>(i));
-        if (i != dev.index()) apply_memory_limit(dp_devices_.back(), o.memory_limit);  // every replica's GPU
+        if (i != dev.index()) DeviceMemory::cap_gpu(dp_devices_.back(), o.memory_limit);  // every replica's GPU
       }
     } else
       dp_devices_.push_back(dev);
@@ -175,7 +176,7 @@ double TrainSession::step(int accum, int64_t first_micro, const NextBatch& next_
       prof::PhaseScope fwd_scope(prof::Phase::Forward);
       MemoryCategoryScope cat(prof::MemCategory::Activation);
       phase_ = "forward";
-      AutocastScope autocast(o_.amp == "bf16");
+      AutocastScope autocast(o_.amp == Amp::Bf16);
       loss = model_->loss(forward(x), y);
     }
     const int64_t t_bwd = monotonic_ns();
@@ -276,165 +277,6 @@ void TrainSession::load_state(const State& st) {
     ar.load_from(in);
     opt_->load(ar);
   }
-}
-
-alloc::CachingAllocator* install_allocators(const TrainOptions& o) {
-  if (o.allocator != "memcomm") return nullptr;
-  alloc::TorchAllocatorOptions ao;
-  // On a GPU run (--device cuda, or auto with a GPU, as choose_device decides) the limit caps the
-  // GPU, not host memory.
-  const bool on_gpu = o.device == "cuda" || (o.device == "auto" && torch::cuda::device_count() > 0);
-  ao.config.capacity = on_gpu ? 0 : static_cast<std::size_t>(o.memory_limit);
-  return &alloc::install_torch_cpu_allocator(ao);
-}
-
-RankDevice choose_device(const TrainOptions& o, const DistEnv& env) {
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(o.threads > 0 ? o.threads : std::max(1, hw / std::max(1, env.local_world)));
-  const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (o.device == "cuda" && gpus == 0) throw UsageError("--device cuda: no GPU is visible to this process");
-  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
-  RankDevice r;
-  r.device = use_cuda ? torch::Device(torch::kCUDA, env.local_rank % gpus) : torch::Device(torch::kCPU);
-  r.backend = o.backend;
-  // NCCL needs one GPU per rank; ranks that share a GPU (or run on the CPU) use Gloo.
-  if (r.backend == "auto") r.backend = (use_cuda && env.local_world <= gpus) ? "nccl" : "gloo";
-  if (r.backend == "nccl" && !use_cuda) throw UsageError("--backend nccl needs GPUs; this run is on the CPU");
-  if (o.amp != "none" && !use_cuda) throw UsageError("--amp bf16 needs a GPU; this run is on the CPU");
-  apply_memory_limit(r.device, o.memory_limit);
-  return r;
-}
-
-int64_t free_device_memory(const torch::Device& dev) {
-#ifdef MEMCOMM_TRAINER_CUDA
-  if (dev.is_cuda()) {
-    size_t free_b = 0, total_b = 0;
-    c10::cuda::CUDAGuard guard(dev.index());
-    C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    return static_cast<int64_t>(free_b);
-  }
-#endif
-  (void)dev;
-  return 0;
-}
-
-void apply_memory_limit(const torch::Device& dev, int64_t limit) {
-  if (!dev.is_cuda() || limit <= 0) return;  // the CPU cap is the allocator's (install_allocators)
-#ifdef MEMCOMM_TRAINER_CUDA
-  size_t free_b = 0, total_b = 0;
-  c10::cuda::CUDAGuard guard(dev.index());
-  C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (static_cast<size_t>(limit) > total_b)
-    throw UsageError("--memory-limit is larger than the GPU's " + std::to_string(total_b >> 20) + " MiB");
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(double(limit) / double(total_b), dev.index());
-#endif
-}
-
-MemoryFigures memory_figures(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc) {
-  MemoryFigures f;
-#ifdef MEMCOMM_TRAINER_CUDA
-  if (dev.is_cuda()) {
-    const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(dev.index());
-    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    f.peak_allocated = st.allocated_bytes[all].peak;
-    f.peak_reserved = st.reserved_bytes[all].peak;
-    f.reserved = st.reserved_bytes[all].current;
-    f.allocator = "torch-cuda";
-    return f;
-  }
-#endif
-  if (!dev.is_cuda() && cpu_alloc) {
-    const auto st = cpu_alloc->stats();
-    f.peak_allocated = static_cast<int64_t>(st.allocated_bytes.peak);
-    f.peak_reserved = static_cast<int64_t>(st.reserved_bytes.peak);
-    f.limit = static_cast<int64_t>(cpu_alloc->config().capacity);
-    f.reserved = static_cast<int64_t>(st.reserved_bytes.current);
-    f.fragmentation = st.fragmentation();
-    f.allocator = "memcomm";
-  }
-  return f;
-}
-
-void reset_peak_memory(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc) {
-#ifdef MEMCOMM_TRAINER_CUDA
-  if (dev.is_cuda()) return c10::cuda::CUDACachingAllocator::resetPeakStats(dev.index());
-#endif
-  if (cpu_alloc) cpu_alloc->reset_peak_stats();
-}
-
-void release_cached_memory(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc) {
-#ifdef MEMCOMM_TRAINER_CUDA
-  if (dev.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
-  (void)dev;
-  if (cpu_alloc) cpu_alloc->empty_cache();
-}
-
-// Note [Evaluation fails together]: a rank whose evaluation fails (out of memory under a cap, a
-// bad sample) still joins the closing all-reduces, after its loader and batches are gone, so its
-// peers are not left waiting; then every rank throws, the failing one its own error and the others
-// one that names it (and says "out of memory" when that is what it was).
-EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Communicator& comm,
-                    const torch::Device& dev) {
-  torch::NoGradGuard no_grad;
-  MemoryCategoryScope cat(prof::MemCategory::Activation);
-  model.eval();
-  double loss_sum = 0;
-  int64_t correct = 0, count = 0;
-  std::exception_ptr failure;
-  double failure_code = 0;  // 1: an error, 2: out of memory
-  try {
-    auto test = make_dataset(o, "test");
-    LoaderOptions lo;
-    lo.keep_partial = true;  // no gradients here: a short last batch is fine, and every sample counts
-    BatchLoader loader(test, strided_shard(test->size(), env.rank, env.world), o.batch_size, o.workers, o.prefetch,
-                       dev.is_cuda(), lo);
-    Batch b;
-    for (int64_t i = 0; loader.next(b); ++i) {
-      if (o.eval_batches > 0 && i >= o.eval_batches) break;
-      auto x = b.inputs.to(dev, true), y = b.targets.to(dev, true);
-      auto logits = model.forward(x);
-      loss_sum += model.loss(logits, y).item<double>() * static_cast<double>(model.predictions(y));
-      correct += model.correct(logits, y);
-      count += model.predictions(y);
-    }
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    failure = std::current_exception();
-    const bool oom = dynamic_cast<const alloc::OutOfMemory*>(&e) || dynamic_cast<const c10::OutOfMemoryError*>(&e) ||
-                     std::string(e.what()).find("out of memory") != std::string::npos;
-    failure_code = oom ? 2 : 1;
-  }
-  auto totals = torch::tensor({loss_sum, static_cast<double>(correct), static_cast<double>(count)}, torch::kFloat64);
-  comm.allreduce(totals);
-  auto failed = torch::tensor({failure_code, failure_code > 0 ? double(env.world - env.rank) : 0.0}, torch::kFloat64);
-  comm.allreduce(failed, -1, Reduce::Max);
-  model.train();
-  if (failure) std::rethrow_exception(failure);
-  if (failed[0].item<double>() > 0) {
-    const int who = env.world - static_cast<int>(failed[1].item<double>());
-    throw std::runtime_error("rank " + std::to_string(who) +
-                             (failed[0].item<double>() > 1 ? " ran out of memory in the evaluation pass"
-                                                           : " failed in the evaluation pass"));
-  }
-  EvalResult e;
-  e.samples = static_cast<int64_t>(totals[2].item<double>());
-  if (e.samples == 0) throw std::runtime_error("evaluation scored no sample: the test split of " + resolved_dataset(o) +
-                                               " is empty");
-  e.loss = totals[0].item<double>() / static_cast<double>(e.samples);
-  e.accuracy = totals[1].item<double>() / static_cast<double>(e.samples);
-  return e;
-}
-
-uint64_t parameter_checksum(const std::vector<torch::Tensor>& params) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const auto& p : params) {
-    auto c = p.detach().to(torch::kCPU).contiguous();
-    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
-    for (int64_t i = 0; i < c.numel() * c.element_size(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
-  }
-  return h;
 }
 
 }  // namespace memcomm::train

@@ -8,16 +8,23 @@
 // Note [Micro-batch position]: the data stream is addressed by a global micro-batch counter m:
 // epoch = m / batches_per_epoch, batch = m % batches_per_epoch. Step s starts at m = s*K, which is
 // all a resume needs to continue exactly where an uninterrupted run would be.
-#include "trainer.hpp"
+//
+// run_training builds the rank's pieces in the order they need each other (device, memory before
+// the first tensor, profiler, communicator, data, session); TrainingRun then runs the stages: resume,
+// plan the epochs and say so, the steps, evaluation, and the run-wide summary.
+#include <memcomm/train/trainer.hpp>
 
 #include "checkpoint.hpp"
-#include "errors.hpp"
-#include "profiling.hpp"
-#include "session.hpp"
 #include "summary.hpp"
 
+#include <memcomm/train/device_memory.hpp>
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/evaluate.hpp>
+#include <memcomm/train/profiling.hpp>
+#include <memcomm/train/rank_device.hpp>
+#include <memcomm/train/session.hpp>
+
 #include <fmt/core.h>
-#include <memcomm/allocator/torch_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>
 #include <memcomm/profiler/sink.hpp>
 #include <sys/resource.h>
@@ -29,7 +36,6 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <thread>
 
 namespace memcomm::train {
 
@@ -37,9 +43,12 @@ namespace {
 
 double lr_at(const TrainOptions& o, int64_t step) {
   const double frac = static_cast<double>(step) / static_cast<double>(o.steps);
-  if (o.schedule == "step") return o.lr * (frac >= 0.75 ? 0.01 : frac >= 0.5 ? 0.1 : 1.0);
-  if (o.schedule == "cosine") return o.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
-  return o.lr;
+  switch (o.schedule) {
+    case Schedule::None: return o.lr;
+    case Schedule::Step: return o.lr * (frac >= 0.75 ? 0.01 : frac >= 0.5 ? 0.1 : 1.0);
+    case Schedule::Cosine: return o.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
+  }
+  return o.lr;  // unreachable: the switch is exhaustive
 }
 
 // The process's peak resident set (getrusage), for runs whose allocator keeps no statistics.
@@ -66,262 +75,347 @@ double percentile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
-}  // namespace
+// Samples per rank per epoch, in whole batches (Note [Partial batches] in data.hpp).
+struct EpochPlan {
+  int64_t per_epoch = 0;         // batches per epoch
+  int64_t unused_per_epoch = 0;  // samples of each rank's epoch that no batch takes
+};
 
-int run_training(const TrainOptions& o, const DistEnv& env) {
-  const bool leader = env.rank == 0;
-  // Before the first tensor, so that every CPU tensor of the run lives in it.
-  alloc::CachingAllocator* cpu_alloc = install_allocators(o);
-  const RankDevice rd = choose_device(o, env);
-  const torch::Device dev = rd.device;
-  if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
+// The pieces of one rank's run, built by run_training in the order the run needs them.
+struct RunParts {
+  const TrainOptions& o;
+  const DistEnv& env;
+  DeviceMemory& memory;
+  RunProfiler& profiler;
+  Communicator& comm;
+  std::shared_ptr<Dataset> train_set;
+  TrainSession& session;
+};
 
-  if (o.mode == "dp" && env.world > 1)
-    throw UsageError("--mode dp is one process driving every device, but the launcher started " +
-                     std::to_string(env.world) + " ranks: use --mode ddp under torchrun/Slurm");
-  RunProfiler profiler(o, env, cpu_alloc, dev.is_cuda());
-  Communicator comm(env, rd.backend, o.timeout_s);
-  comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
-  comm.set_device(dev);
-  if (profiler.active()) profiler.clock_offset(comm.estimate_clock_offset());
-  auto train_set = make_dataset(o, "train");
-  TrainSession session(o, comm, dev, train_set->num_classes());
-  auto& model = session.model();
-  auto& params = session.params();
-  auto& opt = session.optimizer();
-  GradSync* sync = session.sync();
-  const bool local_sgd = o.sync_every > 0;
+// One rank's run after setup: its stages, and the state they pass along (the summary, the loader's
+// place in the data stream, the step times).
+class TrainingRun {
+ public:
+  explicit TrainingRun(const RunParts& parts)
+      : p_(parts), o_(parts.o), leader_(parts.env.rank == 0), dev_(parts.memory.device()),
+        fingerprint_(checkpoint_fingerprint(o_, parts.env.world)),  // Note [Checkpoint fingerprint]
+        sampler_(parts.train_set->size(), parts.env.rank, parts.env.world, true, o_.seed, o_.tail == Tail::Pad) {}
 
-  const Fingerprint fingerprint = checkpoint_fingerprint(o, env.world);  // Note [Checkpoint fingerprint]
-  int64_t start_step = 0;
-  if (o.resume) {
-    std::string warning;
-    start_step = load_checkpoint(o.checkpoint_dir, env.rank, model, opt, fingerprint, &warning);
-    if (start_step < 0) throw UsageError("--resume: no checkpoint for rank " + std::to_string(env.rank) +
-                                                 " in " + o.checkpoint_dir);
-    if (leader && !warning.empty()) std::fprintf(stderr, "memcomm-train: warning: %s\n", warning.c_str());
-    // A finished run has nothing left to do: running "0 steps" would print a loss of a step never taken.
-    if (start_step >= o.steps)
-      throw UsageError("--resume: the checkpoint in " + o.checkpoint_dir + " is at step " + std::to_string(start_step) +
-                       ", and --steps is " + std::to_string(o.steps) + ": nothing is left to run; give --steps above " +
-                       std::to_string(start_step));
-    if (leader) fmt::print("resumed from step {} ({})\n", start_step, o.checkpoint_dir);
+  int run() {
+    const int64_t start_step = o_.resume ? resume() : 0;
+    const EpochPlan plan = plan_epochs();
+    if (leader_) print_plan(plan);
+    start_summary(plan);
+    train_steps(start_step, plan);
+    evaluate_and_report();
+    return 0;
   }
 
-  DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == "pad");
-  const int64_t per_epoch = sampler.per_rank() / o.batch_size;
-  if (per_epoch < 1)
-    throw UsageError("--batch-size " + std::to_string(o.batch_size) + " is larger than this rank's shard of " +
-                     std::to_string(sampler.per_rank()) + " samples");
-  const int64_t unused_per_epoch = sampler.per_rank() % o.batch_size;  // Note [Partial batches]
-  if (leader) {
-    fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n", o.model,
-               parameter_count(model), train_set->describe(), env.world, env.launcher, comm.backend(), dev.str());
-    if (!session.dp_devices().empty()) {
-      std::string names;
-      for (const auto& d : session.dp_devices()) names += (names.empty() ? "" : ", ") + d.str();
-      fmt::print("  --mode dp: data_parallel splits each batch of {} across {} device(s): {}{}\n", o.batch_size,
-                 session.dp_devices().size(), names,
-                 session.dp_devices().size() == 1 ? " (one device: the same as plain training)" : "");
-    }
-    // Two different tails: the sampler's, which evens the shards across ranks (--tail), and each
-    // shard's partial last batch, which training leaves out (Note [Partial batches] in data.hpp).
-    const int64_t adj = sampler.tail_adjust();
-    const std::string shards =
-        adj > 0   ? fmt::format("--tail pad repeated {} sample(s) so the {} ranks get equal shards", adj, env.world)
-        : adj < 0 ? fmt::format("--tail drop left out {} sample(s) so the {} ranks get equal shards", -adj, env.world)
-                  : fmt::format("the dataset splits evenly over {} rank(s)", env.world);
-    const std::string partial =
-        unused_per_epoch > 0
-            ? fmt::format("the last {} sample(s) of each rank's epoch are unused (partial batch dropped)", unused_per_epoch)
-            : std::string("no partial batch");
-    fmt::print("  per rank: {} samples/epoch, {} batches of {}; {}; {}\n", sampler.per_rank(), per_epoch,
-               o.batch_size, shards, partial);
-    std::fflush(stdout);
+ private:
+  int64_t resume();
+  EpochPlan plan_epochs() const;
+  void print_plan(const EpochPlan& plan) const;
+  void start_summary(const EpochPlan& plan);
+  void train_steps(int64_t start_step, const EpochPlan& plan);
+  Batch next_batch(int64_t& waited);
+  void after_step(int64_t step, int64_t start_step, double step_loss);
+  void log_step(int64_t step, int64_t start_step, bool log_now);
+  void clear_cache();
+  void evaluate_and_report();
+  void dump_params() const;
+  void gather_run_wide_figures();
+
+  const RunParts p_;
+  const TrainOptions& o_;
+  const bool leader_;
+  const torch::Device dev_;
+  const Fingerprint fingerprint_;
+  DistributedSampler sampler_;
+  RunSummary s_;
+  StepTiming timing_;
+  std::vector<double> step_ms_;
+  double interval_loss_ = 0;
+  int64_t interval_steps_ = 0;
+  std::unique_ptr<BatchLoader> loader_;
+  int64_t loader_epoch_ = -1;
+  int64_t m_ = 0;  // the global micro-batch counter (Note [Micro-batch position])
+  int64_t per_epoch_ = 1;
+  int64_t t_start_ = 0;
+  bool tty_ = false;
+};
+
+int64_t TrainingRun::resume() {
+  std::string warning;
+  const int64_t start_step = load_checkpoint(o_.checkpoint_dir, p_.env.rank, p_.session.model(), p_.session.optimizer(),
+                                             fingerprint_, &warning);
+  if (start_step < 0) throw UsageError("--resume: no checkpoint for rank " + std::to_string(p_.env.rank) +
+                                       " in " + o_.checkpoint_dir);
+  if (leader_ && !warning.empty()) std::fprintf(stderr, "memcomm-train: warning: %s\n", warning.c_str());
+  // A finished run has nothing left to do: running "0 steps" would print a loss of a step never taken.
+  if (start_step >= o_.steps)
+    throw UsageError("--resume: the checkpoint in " + o_.checkpoint_dir + " is at step " + std::to_string(start_step) +
+                     ", and --steps is " + std::to_string(o_.steps) + ": nothing is left to run; give --steps above " +
+                     std::to_string(start_step));
+  if (leader_) fmt::print("resumed from step {} ({})\n", start_step, o_.checkpoint_dir);
+  return start_step;
+}
+
+EpochPlan TrainingRun::plan_epochs() const {
+  EpochPlan plan;
+  plan.per_epoch = sampler_.per_rank() / o_.batch_size;
+  if (plan.per_epoch < 1)
+    throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is larger than this rank's shard of " +
+                     std::to_string(sampler_.per_rank()) + " samples");
+  plan.unused_per_epoch = sampler_.per_rank() % o_.batch_size;  // Note [Partial batches]
+  return plan;
+}
+
+void TrainingRun::print_plan(const EpochPlan& plan) const {
+  const auto& dp = p_.session.dp_devices();
+  fmt::print("memcomm-train: {} ({} parameters) on {} | {} rank(s) via {}, backend {}, device {}\n",
+             to_string(o_.model), parameter_count(p_.session.model()), p_.train_set->describe(), p_.env.world,
+             p_.env.launcher, p_.comm.backend(), dev_.str());
+  if (!dp.empty()) {
+    std::string names;
+    for (const auto& d : dp) names += (names.empty() ? "" : ", ") + d.str();
+    fmt::print("  --mode dp: data_parallel splits each batch of {} across {} device(s): {}{}\n", o_.batch_size,
+               dp.size(), names, dp.size() == 1 ? " (one device: the same as plain training)" : "");
   }
+  // Two different tails: the sampler's, which evens the shards across ranks (--tail), and each
+  // shard's partial last batch, which training leaves out (Note [Partial batches] in data.hpp).
+  const int64_t adj = sampler_.tail_adjust();
+  const int world = p_.env.world;
+  const std::string shards =
+      adj > 0   ? fmt::format("--tail pad repeated {} sample(s) so the {} ranks get equal shards", adj, world)
+      : adj < 0 ? fmt::format("--tail drop left out {} sample(s) so the {} ranks get equal shards", -adj, world)
+                : fmt::format("the dataset splits evenly over {} rank(s)", world);
+  const std::string partial =
+      plan.unused_per_epoch > 0
+          ? fmt::format("the last {} sample(s) of each rank's epoch are unused (partial batch dropped)",
+                        plan.unused_per_epoch)
+          : std::string("no partial batch");
+  fmt::print("  per rank: {} samples/epoch, {} batches of {}; {}; {}\n", sampler_.per_rank(), plan.per_epoch,
+             o_.batch_size, shards, partial);
+  std::fflush(stdout);
+}
 
-  RunSummary s;
-  s.model = o.model;
-  s.dataset = resolved_dataset(o);
-  s.backend = comm.backend();
-  s.device = dev.str();
-  s.mode = local_sgd ? "local-sgd" : o.mode;
-  s.world = env.world;
-  s.accum = o.accum;
-  s.micro_batch = o.batch_size;
-  s.global_batch = o.batch_size * o.accum * env.world;
-  s.buckets = sync ? sync->num_buckets() : 0;
-  s.samples_per_rank_epoch = sampler.per_rank();
-  s.batches_per_epoch = per_epoch;
-  s.tail_adjust = sampler.tail_adjust();
-  s.unused_per_epoch = unused_per_epoch;
+void TrainingRun::start_summary(const EpochPlan& plan) {
+  const GradSync* sync = p_.session.sync();
+  s_.model = to_string(o_.model);
+  s_.dataset = to_string(resolved_dataset(o_));
+  s_.backend = p_.comm.backend();
+  s_.device = dev_.str();
+  s_.mode = o_.sync_every > 0 ? "local-sgd" : to_string(o_.mode);
+  s_.world = p_.env.world;
+  s_.accum = o_.accum;
+  s_.micro_batch = o_.batch_size;
+  s_.global_batch = o_.batch_size * o_.accum * p_.env.world;
+  s_.buckets = sync ? sync->num_buckets() : 0;
+  s_.samples_per_rank_epoch = sampler_.per_rank();
+  s_.batches_per_epoch = plan.per_epoch;
+  s_.tail_adjust = sampler_.tail_adjust();
+  s_.unused_per_epoch = plan.unused_per_epoch;
+}
 
-  // Note [Clearing the cache]: the tutorials' torch.cuda.empty_cache(): --empty-cache N gives the
-  // allocator's free cached segments back every N steps and before evaluation (memcomm's on the CPU,
-  // PyTorch's on a GPU; LibTorch's own CPU allocator keeps no cache). It fights fragmentation at
-  // the price of fresh system allocations afterwards; the bytes released go to the trace as the
-  // counter mem.cache_released (with the allocator's segment frees) and to the summary.
-  const auto clear_cache = [&] {
-    const MemoryFigures before = memory_figures(dev, cpu_alloc);
-    release_cached_memory(dev, cpu_alloc);
-    const MemoryFigures after = memory_figures(dev, cpu_alloc);
-    ++s.cache_clears;
-    if (before.reserved >= 0 && after.reserved >= 0) {
-      s.cache_released += before.reserved - after.reserved;
-      profiler.counter("mem.cache_released", double(before.reserved - after.reserved));
-    }
-  };
-  const bool tty = leader && ::isatty(STDOUT_FILENO);
-  std::vector<double> step_ms;
-  double interval_loss = 0;
-  int64_t interval_steps = 0;
-  std::unique_ptr<BatchLoader> loader;
-  int64_t loader_epoch = -1;
-  int64_t m = start_step * o.accum;  // Note [Micro-batch position]
-  const int64_t t_start = monotonic_ns();
-  StepTiming timing;
-  // Note [Micro-batch position]: the loader follows the global micro-batch counter m.
-  const TrainSession::NextBatch next_batch = [&](int64_t& waited) {
-    const int64_t epoch = m / per_epoch, batch = m % per_epoch;
-    if (!loader || loader_epoch != epoch) {
-      sampler.set_epoch(epoch);
-      auto idx = sampler.indices();
-      idx.erase(idx.begin(), idx.begin() + batch * o.batch_size);  // resume mid-epoch
-      loader.reset();
-      LoaderOptions lo;
-      if (o.augment) lo.augment_seed = augment_seed(o.seed, epoch);  // Note [Seeded augmentation]
-      loader = std::make_unique<BatchLoader>(train_set, std::move(idx), o.batch_size, o.workers, o.prefetch,
-                                             dev.is_cuda(), lo);
-      loader_epoch = epoch;
-    }
-    Batch b;
-    if (!loader->next(b, &waited)) throw std::logic_error("loader ran dry inside an epoch");
-    ++m;
-    return b;
-  };
+// Note [Clearing the cache]: the tutorials' torch.cuda.empty_cache(): --empty-cache N gives the
+// allocator's free cached segments back every N steps and before evaluation (memcomm's on the CPU,
+// PyTorch's on a GPU; LibTorch's own CPU allocator keeps no cache). It fights fragmentation at
+// the price of fresh system allocations afterwards; the bytes released go to the trace as the
+// counter mem.cache_released (with the allocator's segment frees) and to the summary.
+void TrainingRun::clear_cache() {
+  const MemoryFigures before = p_.memory.figures();
+  p_.memory.release_cache();
+  const MemoryFigures after = p_.memory.figures();
+  ++s_.cache_clears;
+  if (before.reserved >= 0 && after.reserved >= 0) {
+    s_.cache_released += before.reserved - after.reserved;
+    p_.profiler.counter("mem.cache_released", double(before.reserved - after.reserved));
+  }
+}
 
-  for (int64_t step = start_step; step < o.steps; ++step) {
+// The loader follows the global micro-batch counter m (Note [Micro-batch position]).
+Batch TrainingRun::next_batch(int64_t& waited) {
+  const int64_t epoch = m_ / per_epoch_, batch = m_ % per_epoch_;
+  if (!loader_ || loader_epoch_ != epoch) {
+    sampler_.set_epoch(epoch);
+    auto idx = sampler_.indices();
+    idx.erase(idx.begin(), idx.begin() + batch * o_.batch_size);  // resume mid-epoch
+    loader_.reset();
+    LoaderOptions lo;
+    if (o_.augment) lo.augment_seed = augment_seed(o_.seed, epoch);  // Note [Seeded augmentation]
+    loader_ = std::make_unique<BatchLoader>(p_.train_set, std::move(idx), o_.batch_size, o_.workers, o_.prefetch,
+                                            dev_.is_cuda(), lo);
+    loader_epoch_ = epoch;
+  }
+  Batch b;
+  if (!loader_->next(b, &waited)) throw std::logic_error("loader ran dry inside an epoch");
+  ++m_;
+  return b;
+}
+
+void TrainingRun::train_steps(int64_t start_step, const EpochPlan& plan) {
+  tty_ = leader_ && ::isatty(STDOUT_FILENO);
+  per_epoch_ = plan.per_epoch;
+  m_ = start_step * o_.accum;  // Note [Micro-batch position]
+  t_start_ = monotonic_ns();
+  const TrainSession::NextBatch next = [this](int64_t& waited) { return next_batch(waited); };
+  for (int64_t step = start_step; step < o_.steps; ++step) {
     prof::PhaseScope step_scope(prof::Phase::Step, static_cast<uint64_t>(step + 1));
     const int64_t t_step = monotonic_ns();
-    session.set_lr(lr_at(o, step));
-    const double step_loss = session.step(o.accum, m, next_batch, timing);
-    if (local_sgd && (step + 1) % o.sync_every == 0) {
+    p_.session.set_lr(lr_at(o_, step));
+    const double step_loss = p_.session.step(o_.accum, m_, next, timing_);
+    if (o_.sync_every > 0 && (step + 1) % o_.sync_every == 0) {  // local SGD
       prof::PhaseScope comm_scope(prof::Phase::Comm);
-      average_parameters(params, comm);
-      ++s.param_syncs;
+      average_parameters(p_.session.params(), p_.comm);
+      ++s_.param_syncs;
     }
-    profiler.counter(prof::kCounterLoss, step_loss);
-    profiler.counter(prof::kCounterLearningRate, lr_at(o, step));
-    step_ms.push_back(static_cast<double>(monotonic_ns() - t_step) / 1e6);
-    if (step == start_step) s.first_loss = step_loss;
-    s.final_loss = step_loss;
-    interval_loss += step_loss;
-    ++interval_steps;
-    if (o.print_checksums) fmt::print("checksum step {} rank {} {:016x}\n", step + 1, env.rank, parameter_checksum(params));
-    if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
-      prof::PhaseScope ckpt_scope(prof::Phase::Checkpoint);
-      MemoryCategoryScope cat(prof::MemCategory::Temporary);
-      save_checkpoint(o.checkpoint_dir, env.rank, step + 1, model, opt, fingerprint);
-    }
-    if (o.empty_cache > 0 && (step + 1) % o.empty_cache == 0) clear_cache();
-    const bool log_now = (step + 1) % o.log_interval == 0 || step + 1 == o.steps;
-    if (leader && (log_now || tty)) {
-      const double el = static_cast<double>(monotonic_ns() - t_start) / 1e9;
-      const double sps = static_cast<double>((step + 1 - start_step) * s.global_batch) / std::max(el, 1e-9);
-      profiler.counter(prof::kCounterSamplesPerSec, sps);
-      // The epoch of the step just done (m has moved past its last micro-batch).
-      std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.6g} {:.0f} samples/s", (m - 1) / per_epoch,
-                                     step + 1, o.steps, interval_loss / interval_steps, lr_at(o, step), sps);
-      // Note [Peak memory in the log]: the allocator that serves the training device (memcomm's on
-      // the CPU, PyTorch's CUDA allocator on a GPU); with LibTorch's CPU allocator, which keeps no
-      // statistics, the process's peak resident set stands in, and says so.
-      const MemoryFigures mf = memory_figures(dev, cpu_alloc);
-      if (mf.peak_reserved >= 0)
-        line += fmt::format(" peak reserved {:.1f} MiB", double(mf.peak_reserved) / (1 << 20));
-      else
-        line += fmt::format(" peak rss {:.1f} MiB", double(peak_rss_bytes()) / (1 << 20));
-      if (log_now) {
-        fmt::print("{}{}\n", tty ? "\r\033[K" : "", line);
-        interval_loss = 0;
-        interval_steps = 0;
-      } else {
-        const int width = 30, done = static_cast<int>(width * (step + 1) / o.steps);
-        fmt::print("\r\033[K[{}{}] {}", std::string(static_cast<size_t>(done), '#'),
-                   std::string(static_cast<size_t>(width - done), '.'), line);
-      }
-      std::fflush(stdout);
-    }
+    p_.profiler.counter(prof::kCounterLoss, step_loss);
+    p_.profiler.counter(prof::kCounterLearningRate, lr_at(o_, step));
+    step_ms_.push_back(static_cast<double>(monotonic_ns() - t_step) / 1e6);
+    after_step(step, start_step, step_loss);
   }
-  loader.reset();
-  s.wall_s = static_cast<double>(monotonic_ns() - t_start) / 1e9;
-  s.steps = o.steps - start_step;
-  if (o.empty_cache > 0) clear_cache();  // before evaluation (Note [Clearing the cache])
+  loader_.reset();
+  s_.wall_s = static_cast<double>(monotonic_ns() - t_start_) / 1e9;
+  s_.steps = o_.steps - start_step;
+  if (o_.empty_cache > 0) clear_cache();  // before evaluation (Note [Clearing the cache])
+}
 
+// What follows a step: the loss figures, checksums, a checkpoint, clearing the cache, the log.
+void TrainingRun::after_step(int64_t step, int64_t start_step, double step_loss) {
+  if (step == start_step) s_.first_loss = step_loss;
+  s_.final_loss = step_loss;
+  interval_loss_ += step_loss;
+  ++interval_steps_;
+  if (o_.print_checksums)
+    fmt::print("checksum step {} rank {} {:016x}\n", step + 1, p_.env.rank, parameter_checksum(p_.session.params()));
+  if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) {
+    prof::PhaseScope ckpt_scope(prof::Phase::Checkpoint);
+    MemoryCategoryScope cat(prof::MemCategory::Temporary);
+    save_checkpoint(o_.checkpoint_dir, p_.env.rank, step + 1, p_.session.model(), p_.session.optimizer(), fingerprint_);
+  }
+  if (o_.empty_cache > 0 && (step + 1) % o_.empty_cache == 0) clear_cache();
+  const bool log_now = (step + 1) % o_.log_interval == 0 || step + 1 == o_.steps;
+  if (leader_ && (log_now || tty_)) log_step(step, start_step, log_now);
+}
+
+// A log line every --log-interval steps, and on a terminal a progress bar in between.
+void TrainingRun::log_step(int64_t step, int64_t start_step, bool log_now) {
+  const double el = static_cast<double>(monotonic_ns() - t_start_) / 1e9;
+  const double sps = static_cast<double>((step + 1 - start_step) * s_.global_batch) / std::max(el, 1e-9);
+  p_.profiler.counter(prof::kCounterSamplesPerSec, sps);
+  // The epoch of the step just done (m has moved past its last micro-batch).
+  std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.6g} {:.0f} samples/s", (m_ - 1) / per_epoch_,
+                                 step + 1, o_.steps, interval_loss_ / interval_steps_, lr_at(o_, step), sps);
+  // Note [Peak memory in the log]: the allocator that serves the training device (memcomm's on
+  // the CPU, PyTorch's CUDA allocator on a GPU); with LibTorch's CPU allocator, which keeps no
+  // statistics, the process's peak resident set stands in, and says so.
+  const MemoryFigures mf = p_.memory.figures();
+  if (mf.peak_reserved >= 0)
+    line += fmt::format(" peak reserved {:.1f} MiB", double(mf.peak_reserved) / (1 << 20));
+  else
+    line += fmt::format(" peak rss {:.1f} MiB", double(peak_rss_bytes()) / (1 << 20));
+  if (log_now) {
+    fmt::print("{}{}\n", tty_ ? "\r\033[K" : "", line);
+    interval_loss_ = 0;
+    interval_steps_ = 0;
+  } else {
+    const int width = 30, done = static_cast<int>(width * (step + 1) / o_.steps);
+    fmt::print("\r\033[K[{}{}] {}", std::string(static_cast<size_t>(done), '#'),
+               std::string(static_cast<size_t>(width - done), '.'), line);
+  }
+  std::fflush(stdout);
+}
+
+void TrainingRun::evaluate_and_report() {
   EvalResult e;
   {
     prof::PhaseScope eval_scope(prof::Phase::Eval);
-    e = evaluate(model, o, env, comm, dev);
+    e = evaluate(p_.session.model(), o_, p_.env, p_.comm, dev_);
   }
-  s.eval_loss = e.loss;
-  s.eval_accuracy = e.accuracy;
-  s.eval_samples = e.samples;
-  s.samples_per_s = static_cast<double>(s.steps * s.global_batch) / std::max(s.wall_s, 1e-9);
-  if (!step_ms.empty()) {
-    s.step_ms_mean = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / static_cast<double>(step_ms.size());
-    s.step_ms_p50 = percentile(step_ms, 0.5);
-    s.step_ms_p95 = percentile(step_ms, 0.95);
+  s_.eval_loss = e.loss;
+  s_.eval_accuracy = e.accuracy;
+  s_.eval_samples = e.samples;
+  s_.samples_per_s = static_cast<double>(s_.steps * s_.global_batch) / std::max(s_.wall_s, 1e-9);
+  if (!step_ms_.empty()) {
+    s_.step_ms_mean = std::accumulate(step_ms_.begin(), step_ms_.end(), 0.0) / static_cast<double>(step_ms_.size());
+    s_.step_ms_p50 = percentile(step_ms_, 0.5);
+    s_.step_ms_p95 = percentile(step_ms_, 0.95);
   }
-  s.data_wait_ms = static_cast<double>(timing.data_wait_ns) / 1e6;
-  s.backward_ms = static_cast<double>(timing.backward_ns) / 1e6;
-  if (sync) {
+  s_.data_wait_ms = static_cast<double>(timing_.data_wait_ns) / 1e6;
+  s_.backward_ms = static_cast<double>(timing_.backward_ns) / 1e6;
+  if (const GradSync* sync = p_.session.sync()) {
     const auto& st = sync->stats();
-    s.allreduce_calls = st.allreduce_calls;
-    s.comm_ms = static_cast<double>(st.comm_ns) / 1e6;
-    s.exposed_comm_ms = static_cast<double>(st.exposed_ns) / 1e6;
-    s.bytes_on_wire = st.bytes;
-    s.overlap_pct = st.comm_ns > 0 ? 100.0 * std::max(0.0, 1.0 - double(st.exposed_ns) / double(st.comm_ns)) : 0;
+    s_.allreduce_calls = st.allreduce_calls;
+    s_.comm_ms = static_cast<double>(st.comm_ns) / 1e6;
+    s_.exposed_comm_ms = static_cast<double>(st.exposed_ns) / 1e6;
+    s_.bytes_on_wire = st.bytes;
+    s_.overlap_pct = st.comm_ns > 0 ? 100.0 * std::max(0.0, 1.0 - double(st.exposed_ns) / double(st.comm_ns)) : 0;
   }
-  if (!o.dump_params.empty() && leader) {
-    std::ofstream f(o.dump_params, std::ios::binary);
-    for (const auto& p : params) {
-      auto c = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-      f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * 4));
-    }
-    if (!f) throw std::runtime_error("cannot write --dump-params file " + o.dump_params);
+  if (!o_.dump_params.empty() && leader_) dump_params();
+  gather_run_wide_figures();
+  if (!leader_) return;
+  print_summary(s_);
+  if (!o_.trace.empty()) {
+    // Every rank's file, as a shell glob when there are several; the viewer beside this binary.
+    std::string files = prof::rank_trace_path(o_.trace, 0);
+    if (p_.env.world > 1) files.replace(files.rfind("0.mct"), 1, "*");
+    fmt::print("trace: one file per rank; open them with: {} {}\n", viewer_command(), files);
   }
-  const MemoryFigures mf = memory_figures(dev, cpu_alloc);
-  s.allocator = mf.allocator;
-  const auto [events, drops] = profiler.finish();
-  comm.on_collective = nullptr;  // the recorder has stopped
-  // Note [Run-wide figures]: the summary speaks for the job, not rank 0: peaks (memory, resident
-  // set, fragmentation) are the largest over the ranks, counts (trace events and drops, bytes the
-  // cache gave back, the profiler threads' CPU) their sum. The two all-reduces also stand for the closing barrier: every rank
-  // has finished before rank 0 reports and its store goes away.
+  if (!o_.summary_json.empty()) write_summary_json(s_, o_.summary_json);
+}
+
+void TrainingRun::dump_params() const {
+  std::ofstream f(o_.dump_params, std::ios::binary);
+  for (const auto& p : p_.session.params()) {
+    auto c = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * 4));
+  }
+  if (!f) throw std::runtime_error("cannot write --dump-params file " + o_.dump_params);
+}
+
+// Note [Run-wide figures]: the summary speaks for the job, not rank 0: peaks (memory, resident
+// set, fragmentation) are the largest over the ranks, counts (trace events and drops, bytes the
+// cache gave back, the profiler threads' CPU) their sum. The two all-reduces also stand for the closing barrier: every rank
+// has finished before rank 0 reports and its store goes away.
+void TrainingRun::gather_run_wide_figures() {
+  const MemoryFigures mf = p_.memory.figures();
+  s_.allocator = mf.allocator;
+  const auto [events, drops] = p_.profiler.finish();
+  p_.comm.on_collective = nullptr;  // the recorder has stopped
   auto peaks = torch::tensor({double(mf.peak_allocated), double(mf.peak_reserved), mf.fragmentation,
                               double(peak_rss_bytes())}, torch::kFloat64);
-  comm.allreduce(peaks, -1, Reduce::Max);
-  auto sums = torch::tensor({double(events), double(drops), double(s.cache_released),
-                             double(profiler.collector_cpu_ns()) / 1e6}, torch::kFloat64);
-  comm.allreduce(sums);
-  s.peak_allocated = static_cast<int64_t>(peaks[0].item<double>());
-  s.peak_reserved = static_cast<int64_t>(peaks[1].item<double>());
-  s.fragmentation = peaks[2].item<double>();
-  s.peak_rss = static_cast<int64_t>(peaks[3].item<double>());
-  s.trace_events = static_cast<int64_t>(sums[0].item<double>());
-  s.trace_drops = static_cast<int64_t>(sums[1].item<double>());
-  s.cache_released = static_cast<int64_t>(sums[2].item<double>());
-  s.trace_collector_cpu_ms = sums[3].item<double>();
-  if (leader) {
-    print_summary(s);
-    if (!o.trace.empty()) {
-      // Every rank's file, as a shell glob when there are several; the viewer beside this binary.
-      std::string files = prof::rank_trace_path(o.trace, 0);
-      if (env.world > 1) files.replace(files.rfind("0.mct"), 1, "*");
-      fmt::print("trace: one file per rank; open them with: {} {}\n", viewer_command(), files);
-    }
-    if (!o.summary_json.empty()) write_summary_json(s, o.summary_json);
-  }
-  return 0;
+  p_.comm.allreduce(peaks, -1, Reduce::Max);
+  auto sums = torch::tensor({double(events), double(drops), double(s_.cache_released),
+                             double(p_.profiler.collector_cpu_ns()) / 1e6}, torch::kFloat64);
+  p_.comm.allreduce(sums);
+  s_.peak_allocated = static_cast<int64_t>(peaks[0].item<double>());
+  s_.peak_reserved = static_cast<int64_t>(peaks[1].item<double>());
+  s_.fragmentation = peaks[2].item<double>();
+  s_.peak_rss = static_cast<int64_t>(peaks[3].item<double>());
+  s_.trace_events = static_cast<int64_t>(sums[0].item<double>());
+  s_.trace_drops = static_cast<int64_t>(sums[1].item<double>());
+  s_.cache_released = static_cast<int64_t>(sums[2].item<double>());
+  s_.trace_collector_cpu_ms = sums[3].item<double>();
+}
+
+}  // namespace
+
+int run_training(const TrainOptions& o, const DistEnv& env) {
+  const RankDevice rd = choose_device(o, env);  // creates no tensor
+  // Before the first tensor, so that every CPU tensor of the run lives in memcomm's allocator.
+  DeviceMemory memory(o, rd.device);
+  if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
+  if (o.mode == Mode::Dp && env.world > 1)
+    throw UsageError("--mode dp is one process driving every device, but the launcher started " +
+                     std::to_string(env.world) + " ranks: use --mode ddp under torchrun/Slurm");
+  RunProfiler profiler(o, env, memory.cpu_allocator(), rd.device.is_cuda());
+  Communicator comm(env, rd.backend, o.timeout_s);
+  comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
+  comm.set_device(rd.device);
+  if (profiler.active()) profiler.clock_offset(comm.estimate_clock_offset());
+  auto train_set = make_dataset(o, "train");
+  TrainSession session(o, comm, rd.device, train_set->num_classes());
+  return TrainingRun(RunParts{o, env, memory, profiler, comm, train_set, session}).run();
 }
 
 }  // namespace memcomm::train

@@ -1,6 +1,6 @@
 // memcomm-tune: see tune_run.cpp for the flow and memcomm/tuner/search.hpp for the search.
-#include "errors.hpp"
-#include "launch.hpp"
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/launch.hpp>
 #include "tune_options.hpp"
 #include "tune_run.hpp"
 

@@ -25,10 +25,14 @@
 // began and empties the allocator's cache.
 #include "probe.hpp"
 
-#include "errors.hpp"
 #include "memcomm/tuner/oom.hpp"
-#include "profiling.hpp"
-#include "session.hpp"
+
+#include <memcomm/train/device_memory.hpp>
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/evaluate.hpp>
+#include <memcomm/train/profiling.hpp>
+#include <memcomm/train/rank_device.hpp>
+#include <memcomm/train/session.hpp>
 
 #include <c10/util/Exception.h>
 #if __has_include(<ATen/cuda/CUDAContext.h>)
@@ -50,8 +54,8 @@ struct ProbeRunner::Impl {
   train::TrainOptions o;
   train::DistEnv env;
   ProbeSettings settings;
-  alloc::CachingAllocator* cpu_alloc = nullptr;
   train::RankDevice rd;
+  std::unique_ptr<train::DeviceMemory> memory;
   std::unique_ptr<train::RunProfiler> profiler;
   std::unique_ptr<train::Communicator> comm;
   std::shared_ptr<train::Dataset> train_set;
@@ -113,7 +117,7 @@ struct ProbeRunner::Impl {
   }
 
   std::unique_ptr<train::BatchLoader> loader_for(int64_t b) {
-    train::DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == "pad");
+    train::DistributedSampler sampler(train_set->size(), env.rank, env.world, true, o.seed, o.tail == train::Tail::Pad);
     sampler.set_epoch(epoch++);
     if (sampler.per_rank() < b)
       throw train::UsageError("micro-batch " + std::to_string(b) + " is larger than this rank's shard of " +
@@ -225,7 +229,7 @@ struct ProbeRunner::Impl {
 
   void recover(const train::TrainSession::State& state) {
     session->load_state(state);
-    train::release_cached_memory(rd.device, cpu_alloc);
+    memory->release_cache();
   }
 
   void counters(const ProbeRequest& r, const ProbeResult& x) {
@@ -244,13 +248,13 @@ ProbeRunner::ProbeRunner(const train::TrainOptions& o, const train::DistEnv& env
   m.o = o;
   m.env = env;
   m.settings = settings;
-  m.cpu_alloc = train::install_allocators(o);
   m.rd = train::choose_device(o, env);
+  m.memory = std::make_unique<train::DeviceMemory>(o, m.rd.device);  // before the first tensor
   if (m.o.memory_limit == 0 && m.rd.device.is_cuda()) {  // on a GPU the limit defaults to its free memory
-    m.o.memory_limit = train::free_device_memory(m.rd.device);
-    train::apply_memory_limit(m.rd.device, m.o.memory_limit);
+    m.o.memory_limit = m.memory->free_bytes();
+    train::DeviceMemory::cap_gpu(m.rd.device, m.o.memory_limit);
   }
-  m.profiler = std::make_unique<train::RunProfiler>(o, env, m.cpu_alloc, m.rd.device.is_cuda());
+  m.profiler = std::make_unique<train::RunProfiler>(o, env, m.memory->cpu_allocator(), m.rd.device.is_cuda());
   m.comm = std::make_unique<train::Communicator>(env, m.rd.backend, o.timeout_s);
   auto* prof = m.profiler.get();
   m.comm->on_collective = [prof](const train::CollectiveRecord& r) { prof->collective(r); };
@@ -296,8 +300,8 @@ ProbeResult ProbeRunner::probe(const ProbeRequest& r) {
     return x;
   }
   const auto state = m.session->save_state();
-  train::release_cached_memory(m.rd.device, m.cpu_alloc);
-  train::reset_peak_memory(m.rd.device, m.cpu_alloc);
+  m.memory->release_cache();
+  m.memory->reset_peaks();
   const int accum = static_cast<int>(std::min<int64_t>(r.accum, m.settings.accum_cap));
   x.measured_accum = accum;
   Impl::Plan plan;
@@ -307,7 +311,7 @@ ProbeResult ProbeRunner::probe(const ProbeRequest& r) {
   plan.max_steps = std::max<int64_t>(r.measured_steps, 200);
   const auto timed = m.run_steps(r.micro_batch, accum, plan, x.oom, x.oom_where, x.oom_rank);
   if (!x.oom) {
-    const auto mem = train::memory_figures(m.rd.device, m.cpu_alloc);
+    const auto mem = m.memory->figures();
     // Note [Probing long accumulations]: early micro-steps averaged over every timed step, the
     // synchronising last one by its median.
     double early_ns = 0, exposed = 0;
@@ -347,8 +351,8 @@ Verification ProbeRunner::verify(const Recommendation& rec, int64_t steps) {
     return v;
   }
   const auto state = m.session->save_state();
-  train::release_cached_memory(m.rd.device, m.cpu_alloc);
-  train::reset_peak_memory(m.rd.device, m.cpu_alloc);
+  m.memory->release_cache();
+  m.memory->reset_peaks();
   m.epoch = 0;  // the data order of a fresh memcomm-train run with this configuration
   const int64_t t0 = monotonic_ns();
   Impl::Plan plan;
@@ -367,12 +371,12 @@ Verification ProbeRunner::verify(const Recommendation& rec, int64_t steps) {
     } catch (const train::CommError&) {
       throw;
     } catch (const std::exception& e) {
-      // Every rank throws together (Note [Evaluation fails together] in session.cpp).
+      // Every rank throws together (Note [Evaluation fails together] in evaluate.cpp).
       if (!Impl::is_oom(e)) throw;
       v.oom = true;
       v.oom_where = "evaluation";
     }
-    const auto mem = train::memory_figures(m.rd.device, m.cpu_alloc);
+    const auto mem = m.memory->figures();
     const auto peaks = m.agree_max({double(mem.peak_allocated), double(mem.peak_reserved)});
     v.peak_allocated = static_cast<int64_t>(peaks[0]);
     v.peak_reserved = static_cast<int64_t>(peaks[1]);
@@ -405,7 +409,7 @@ int64_t ProbeRunner::memory_limit() const { return impl_->o.memory_limit; }
 int64_t ProbeRunner::model_state_bytes() const {
   int64_t params = 0;
   for (const auto& p : impl_->session->params()) params += p.numel() * p.element_size();
-  const int64_t opt_copies = impl_->o.optimizer == "sgd" ? (impl_->o.momentum != 0 ? 1 : 0) : 2;
+  const int64_t opt_copies = impl_->o.optimizer == train::OptimizerKind::Sgd ? (impl_->o.momentum != 0 ? 1 : 0) : 2;
   return params * (2 + opt_copies);  // parameters, gradient buckets, optimizer state
 }
 

@@ -6,8 +6,8 @@
 #include "memcomm/tuner/report.hpp"
 #include "memcomm/tuner/search.hpp"
 
-#include "launch.hpp"
-#include "options.hpp"
+#include <memcomm/train/launch.hpp>
+#include <memcomm/train/options.hpp>
 
 #include <cstdint>
 #include <memory>

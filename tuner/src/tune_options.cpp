@@ -22,23 +22,13 @@ const std::set<std::string> kTunerValueFlags = {"--global-batch", "--max-trials"
                                                 "--buckets", "--unequal-data", "--trace", "--live"};
 const std::set<std::string> kTunerSwitches = {"--fresh", "--fit-only", "--any-micro-batch", "--print-decisions"};
 
-}  // namespace
-
-TuneOptions parse_tune_options(int argc, char** argv) {
-  TuneOptions t;
-  CLI::App app{
-      "memcomm-tune: the fastest micro-batch x gradient accumulation for a global batch under a memory limit,\n"
-      "found with short real training probes (forward, backward, optimizer step) that run out of memory\n"
-      "safely: an out-of-memory is caught, agreed by all ranks and recovered in process. The winner is\n"
-      "verified with a longer run and an evaluation pass before it is recommended. Results are cached.\n"
-      "Takes every memcomm-train flag for the model, data, optimizer and allocator."};
-  app.get_formatter()->column_width(34);
-  train::add_train_options(app, t.train);
-  // What the tuner chooses is not a flag here: hidden from --help, and refused with a reason below.
-  for (const char* chosen : {"--batch-size", "--accum", "--steps"}) app.get_option(chosen)->group("");
-
+// Flags read into locals before they become TuneOptions fields.
+struct RawTuneFlags {
   std::string search = "memcomm", unequal;
   std::vector<double> buckets = {1, 5, 25, 100};
+};
+
+void add_tuning_options(CLI::App& app, TuneOptions& t, RawTuneFlags& raw) {
   auto* g = app.add_option_group("Tuning");
   g->add_option("--global-batch", t.search.global_batch, "Samples per optimizer step over all ranks (b x K x ranks)")
       ->required();
@@ -46,7 +36,7 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1000));
   g->add_option("--json", t.json_out, "Write trials and recommendation as JSON to FILE");
   g->add_flag("--fresh", t.fresh, "Tune again even when a cached result exists");
-  g->add_option("--search", search,
+  g->add_option("--search", raw.search,
                 "memcomm (peak fit + speed search), lightning (Lightning's binsearch, for comparison) or grid "
                 "(every candidate)")
       ->check(CLI::IsMember({"memcomm", "lightning", "grid"}))->capture_default_str();
@@ -62,13 +52,15 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   g->add_option("--verify-steps", t.verify_steps, "Steps the winner runs, plus an evaluation pass, before it is recommended")
       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
-  g->add_option("--buckets", buckets, "Bucket sizes (MiB) tried with the winner when there is more than one rank")
+  g->add_option("--buckets", raw.buckets, "Bucket sizes (MiB) tried with the winner when there is more than one rank")
       ->capture_default_str()->delimiter(',');
-  app.add_option("--unequal-data", unequal, "RANK:BYTES: that rank's samples take BYTES more each (test hook)")
+  app.add_option("--unequal-data", raw.unequal, "RANK:BYTES: that rank's samples take BYTES more each (test hook)")
       ->group("");
   app.add_flag("--print-decisions", t.print_decisions, "Every rank prints its decisions (test hook)")->group("");
+}
 
-  train::parse_or_exit(app, argc, argv, "memcomm-tune");
+// What the flags alone cannot check; every failure is a usage error (exit 2) before any probe.
+void check_tune_options(const CLI::App& app, const TuneOptions& t, const RawTuneFlags& raw) {
   for (const char* chosen : {"--batch-size", "--accum", "--steps"})
     if (app.count(chosen) > 0)
       usage_error(std::string(chosen) + " is what memcomm-tune chooses; give --global-batch (and --verify-steps)");
@@ -82,12 +74,12 @@ TuneOptions parse_tune_options(int argc, char** argv) {
   if (t.search.global_batch < t.train.nproc)
     usage_error("--global-batch " + std::to_string(t.search.global_batch) + " is smaller than --nproc " +
                 std::to_string(t.train.nproc) + ": every rank needs at least one sample per step");
-  if (t.train.memory_limit == 0 && t.train.device == "cpu")  // with --device auto, run_tuning() checks
+  if (t.train.memory_limit == 0 && t.train.device == train::DeviceKind::Cpu)  // with --device auto, run_tuning() checks
     usage_error("--memory-limit is required on the CPU (on a GPU it defaults to the free device memory)");
-  if (t.train.allocator != "memcomm" && t.train.device != "cuda")
+  if (t.train.allocator != train::AllocatorKind::Memcomm && t.train.device != train::DeviceKind::Cuda)
     usage_error("memcomm-tune on the CPU needs --allocator memcomm: its cap makes the limit real");
   // `!(b > 0 ...)`: also NaN, which every comparison rejects.
-  for (double b : buckets)
+  for (double b : raw.buckets)
     if (!(b > 0 && b <= train::kMaxBucketMb)) usage_error("--buckets: sizes must be positive and at most 1e6 (MiB)");
   // CLI::Range lets NaN through (it only rejects values outside the range, and NaN is outside nothing).
   if (!(t.probe.min_seconds >= 0 && t.probe.min_seconds <= 3600))
@@ -101,21 +93,23 @@ TuneOptions parse_tune_options(int argc, char** argv) {
   }
   if (t.search.any_micro_batch && !t.search.fit_only)
     usage_error("--any-micro-batch needs --fit-only: a recommended micro-batch must divide the per-rank batch");
-  t.search.strategy = search == "lightning" ? Strategy::Lightning : search == "grid" ? Strategy::Grid : Strategy::Memcomm;
-  t.search.bucket_mb = t.train.bucket_mb;
-  t.search.bucket_candidates = buckets;
-  t.search.world = t.train.nproc;  // replaced by the real world size under torchrun/Slurm
-  if (!unequal.empty()) {
-    const auto colon = unequal.find(':');
-    try {
-      if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      t.probe.heavy_rank = std::stoll(unequal.substr(0, colon));
-      t.probe.heavy_bytes_per_sample = std::stoll(unequal.substr(colon + 1));
-    } catch (const std::exception&) {
-      usage_error("--unequal-data wants RANK:BYTES, got '" + unequal + "'");
-    }
+}
+
+// --unequal-data RANK:BYTES into the probe settings.
+void parse_unequal_data(const std::string& unequal, ProbeSettings& probe) {
+  const auto colon = unequal.find(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    probe.heavy_rank = std::stoll(unequal.substr(0, colon));
+    probe.heavy_bytes_per_sample = std::stoll(unequal.substr(colon + 1));
+  } catch (const std::exception&) {
+    usage_error("--unequal-data wants RANK:BYTES, got '" + unequal + "'");
   }
-  // The trainer flags as given, minus the tuner's own: the base of the recommended command.
+}
+
+// The trainer flags as given, minus the tuner's own: the base of the recommended command.
+std::vector<std::string> trainer_args(int argc, char** argv) {
+  std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     const std::string name = a.substr(0, a.find('='));
@@ -124,8 +118,38 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       if (a.find('=') == std::string::npos) ++i;  // its value follows
       continue;
     }
-    t.train_args.push_back(a);
+    args.push_back(a);
   }
+  return args;
+}
+
+}  // namespace
+
+TuneOptions parse_tune_options(int argc, char** argv) {
+  TuneOptions t;
+  CLI::App app{
+      "memcomm-tune: the fastest micro-batch x gradient accumulation for a global batch under a memory limit,\n"
+      "found with short real training probes (forward, backward, optimizer step) that run out of memory\n"
+      "safely: an out-of-memory is caught, agreed by all ranks and recovered in process. The winner is\n"
+      "verified with a longer run and an evaluation pass before it is recommended. Results are cached.\n"
+      "Takes every memcomm-train flag for the model, data, optimizer and allocator."};
+  app.get_formatter()->column_width(34);
+  train::add_train_options(app, t.train);
+  // What the tuner chooses is not a flag here: hidden from --help, and refused with a reason below.
+  for (const char* chosen : {"--batch-size", "--accum", "--steps"}) app.get_option(chosen)->group("");
+  RawTuneFlags raw;
+  add_tuning_options(app, t, raw);
+
+  train::parse_or_exit(app, argc, argv, "memcomm-tune");
+  check_tune_options(app, t, raw);
+  t.search.strategy = raw.search == "lightning" ? Strategy::Lightning
+                      : raw.search == "grid"    ? Strategy::Grid
+                                                : Strategy::Memcomm;
+  t.search.bucket_mb = t.train.bucket_mb;
+  t.search.bucket_candidates = raw.buckets;
+  t.search.world = t.train.nproc;  // replaced by the real world size under torchrun/Slurm
+  if (!raw.unequal.empty()) parse_unequal_data(raw.unequal, t.probe);
+  t.train_args = trainer_args(argc, argv);
   return t;
 }
 

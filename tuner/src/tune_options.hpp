@@ -3,7 +3,7 @@
 #pragma once
 
 #include "memcomm/tuner/search.hpp"
-#include "options.hpp"
+#include <memcomm/train/options.hpp>
 #include "probe.hpp"
 
 #include <string>

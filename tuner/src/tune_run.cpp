@@ -1,6 +1,6 @@
 #include "tune_run.hpp"
 
-#include "errors.hpp"
+#include <memcomm/train/errors.hpp>
 #include "memcomm/tuner/report.hpp"
 #include "probe.hpp"
 
@@ -24,13 +24,13 @@ nlohmann::json cache_key(const TuneOptions& t, const ProbeRunner& runner) {
   const auto& o = t.train;
   return {{"memcomm_version", MEMCOMM_VERSION},
           {"device", runner.device_description()},
-          {"dtype", o.amp == "bf16" ? "bf16-autocast" : "fp32"},
-          {"model", {{"name", o.model}, {"hidden", o.hidden}, {"layers", o.layers}, {"width", o.width},
+          {"dtype", o.amp == train::Amp::Bf16 ? "bf16-autocast" : "fp32"},
+          {"model", {{"name", to_string(o.model)}, {"hidden", o.hidden}, {"layers", o.layers}, {"width", o.width},
                      {"heads", o.heads}, {"seq_len", o.seq_len}, {"vocab", o.vocab}}},
-          {"dataset", resolved_dataset(o)},
-          {"optimizer", o.optimizer},
-          {"allocator", o.allocator},
-          {"grad_compression", o.grad_compression},
+          {"dataset", to_string(resolved_dataset(o))},
+          {"optimizer", to_string(o.optimizer)},
+          {"allocator", to_string(o.allocator)},
+          {"grad_compression", to_string(o.grad_compression)},
           {"overlap", o.overlap},
           {"threads", o.threads},
           {"workers", o.workers},

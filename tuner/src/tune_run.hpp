@@ -2,7 +2,7 @@
 // and what rank 0 prints and writes. Free of LibTorch.
 #pragma once
 
-#include "launch.hpp"
+#include <memcomm/train/launch.hpp>
 #include "tune_options.hpp"
 
 namespace memcomm::tune {

@@ -19,7 +19,7 @@
 // after the collective. With compression, the scaling is folded into the copy to bf16/fp16.
 #pragma once
 
-#include "comm.hpp"
+#include <memcomm/train/comm.hpp>
 
 #include <torch/torch.h>
 
@@ -40,7 +40,7 @@ struct GradSyncStats {
 class GradSync {
  public:
   GradSync(std::vector<torch::Tensor> params, Communicator& comm, double bucket_mb, bool overlap,
-           const std::string& compression);
+           GradCompression compression);
   ~GradSync();
 
   // Before each backward: `sync` is false on the first K-1 micro-steps of --accum K (no_sync).
@@ -76,7 +76,7 @@ class GradSync {
   Communicator& comm_;
   int64_t cap_bytes_;
   bool overlap_;
-  std::string compression_;
+  GradCompression compression_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;      // parameter -> bucket
   std::vector<size_t> ready_order_;    // first iteration's readiness order

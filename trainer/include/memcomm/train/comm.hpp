@@ -7,9 +7,10 @@
 // the ranks whose counter stood still. When the store itself is gone, rank 0 (its host) is the one lost.
 #pragma once
 
-#include "comm_record.hpp"
-#include "errors.hpp"
-#include "launch.hpp"
+#include <memcomm/train/choices.hpp>
+#include <memcomm/train/comm_record.hpp>
+#include <memcomm/train/errors.hpp>
+#include <memcomm/train/launch.hpp>
 
 #include <torch/torch.h>
 
@@ -37,12 +38,12 @@ enum class Reduce { Sum, Max, Min };
 class Communicator {
  public:
   // Rendezvous (rank 0 hosts the TCPStore) and process-group creation. world == 1 needs neither.
-  Communicator(const DistEnv& env, const std::string& backend, double timeout_s);
+  Communicator(const DistEnv& env, Backend backend, double timeout_s);
   ~Communicator();
 
   int rank() const { return env_.rank; }
   int world() const { return env_.world; }
-  const std::string& backend() const { return backend_name_; }
+  const std::string& backend() const { return backend_name_; }  // "gloo", "nccl" or "none (1 rank)"
 
   // In-place sum all-reduce; returns a handle to wait on. Completion time is recorded.
   struct Pending;
@@ -76,6 +77,7 @@ class Communicator {
 
   DistEnv env_;
   std::string backend_name_;
+  bool nccl_ = false;  // the process group is NCCL's
   double timeout_s_;
   at::Device device_{at::kCPU};
   c10::intrusive_ptr<c10d::Store> store_;

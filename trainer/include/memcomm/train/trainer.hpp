@@ -1,8 +1,8 @@
 // Runs one rank's training. Free of LibTorch so main.cpp compiles fast.
 #pragma once
 
-#include "launch.hpp"
-#include "options.hpp"
+#include <memcomm/train/launch.hpp>
+#include <memcomm/train/options.hpp>
 
 namespace memcomm::train {
 

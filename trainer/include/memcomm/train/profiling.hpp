@@ -3,9 +3,9 @@
 // files (--trace) and/or a live viewer (--live). Free of LibTorch.
 #pragma once
 
-#include "comm_record.hpp"
-#include "launch.hpp"
-#include "options.hpp"
+#include <memcomm/train/comm_record.hpp>
+#include <memcomm/train/launch.hpp>
+#include <memcomm/train/options.hpp>
 
 #include <memcomm/trace/event.hpp>
 

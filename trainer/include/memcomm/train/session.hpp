@@ -3,11 +3,11 @@
 // measures is what training does.
 #pragma once
 
-#include "comm.hpp"
-#include "data.hpp"
-#include "grad_sync.hpp"
-#include "models.hpp"
-#include "options.hpp"
+#include <memcomm/train/comm.hpp>
+#include <memcomm/train/data.hpp>
+#include <memcomm/train/grad_sync.hpp>
+#include <memcomm/train/models.hpp>
+#include <memcomm/train/options.hpp>
 
 #include <torch/torch.h>
 
@@ -17,42 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace memcomm::alloc {
-class CachingAllocator;
-}
-
 namespace memcomm::train {
-
-// Installs memcomm's CPU allocator (--allocator memcomm) with --memory-limit as its cap, before the
-// first tensor; returns it, or null with --allocator torch.
-alloc::CachingAllocator* install_allocators(const TrainOptions& o);
-
-// The device this rank computes on and the collective backend, with CPU fallback; UsageError for a
-// combination that cannot work here. On a GPU, --memory-limit caps PyTorch's CUDA caching
-// allocator (its per-process memory fraction).
-struct RankDevice {
-  torch::Device device{torch::kCPU};
-  std::string backend;  // gloo | nccl
-};
-RankDevice choose_device(const TrainOptions& o, const DistEnv& env);
-// On a GPU: caps PyTorch's CUDA caching allocator at `limit` bytes (its per-process memory
-// fraction); UsageError when the GPU is smaller. Nothing on the CPU, where the cap is memcomm's.
-void apply_memory_limit(const torch::Device& dev, int64_t limit);
-// Free bytes on `dev` now (cudaMemGetInfo); 0 on the CPU.
-int64_t free_device_memory(const torch::Device& dev);
-
-// Memory figures of the allocator serving `dev`: memcomm's on the CPU, PyTorch's on a GPU.
-struct MemoryFigures {
-  int64_t peak_allocated = -1, peak_reserved = -1;  // bytes since reset_peak_memory(); -1: unknown
-  int64_t limit = 0;                                // the cap in force; 0: none
-  int64_t reserved = -1;                            // bytes reserved now; -1: unknown
-  double fragmentation = -1;                        // memcomm's external fragmentation now; -1: unknown
-  const char* allocator = "torch";                  // whose figures: memcomm (CPU), torch-cuda, or torch (none)
-};
-MemoryFigures memory_figures(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc);
-void reset_peak_memory(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc);
-// Gives cached memory back (after an out-of-memory, before the next try).
-void release_cached_memory(const torch::Device& dev, alloc::CachingAllocator* cpu_alloc);
 
 // Where one step's time went, on this rank (added to by each step).
 struct StepTiming {
@@ -70,6 +35,7 @@ class TrainSession {
  public:
   // Builds the model (seeded with --seed, then rank 0's parameters broadcast), the optimizer and,
   // unless --sync-every asks for local SGD, the bucketed gradient sync.
+  // Under --mode dp, every replica's GPU gets --memory-limit (DeviceMemory::cap_gpu) too.
   TrainSession(const TrainOptions& o, Communicator& comm, const torch::Device& dev, int64_t num_classes);
   ~TrainSession();
   TrainSession(const TrainSession&) = delete;
@@ -120,18 +86,5 @@ class TrainSession {
   std::unique_ptr<DeviceFeeder> feeder_;
   const char* phase_ = "idle";
 };
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-  int64_t samples = 0;
-};
-// Evaluation under no_grad on the test split: every sample scored exactly once across the ranks
-// (Note [Evaluation shards] in data.hpp; --eval-batches caps each rank's batches), summed with one
-// all-reduce. Throws when no rank scored a sample (an empty test split).
-EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env, Communicator& comm,
-                    const torch::Device& dev);
-
-// FNV-1a over the raw bytes of every parameter: equal on all ranks iff they are bitwise identical.
-uint64_t parameter_checksum(const std::vector<torch::Tensor>& params);
 
 }  // namespace memcomm::train

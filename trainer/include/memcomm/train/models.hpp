@@ -36,5 +36,7 @@ std::shared_ptr<ModelImpl> make_model(const TrainOptions& o, int64_t num_classes
 
 // Parameters and their bytes, for the start-of-run banner.
 int64_t parameter_count(torch::nn::Module& m);
+// FNV-1a over the raw bytes of every parameter: equal on all ranks iff they are bitwise identical.
+uint64_t parameter_checksum(const std::vector<torch::Tensor>& params);
 
 }  // namespace memcomm::train

@@ -2,6 +2,8 @@
 // translation unit (and --help) stays cheap. The meaning of each flag is documented in --help.
 #pragma once
 
+#include <memcomm/train/choices.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,23 +15,23 @@ namespace memcomm::train {
 struct TrainOptions {
   // --- launch ---
   int nproc = 1;                   // local ranks to spawn (--nproc); 1 runs in this process
-  std::string backend = "auto";    // auto | gloo | nccl
-  std::string device = "auto";     // auto | cpu | cuda
+  Backend backend = Backend::Auto;
+  DeviceKind device = DeviceKind::Auto;
   double timeout_s = 300;          // a collective slower than this ends the run, naming missing ranks
   int threads = 0;                 // intra-op threads per rank; 0 = cores / local ranks
-  std::string mode = "ddp";        // ddp (one process per rank) | dp (one process, LibTorch's data_parallel)
+  Mode mode = Mode::Ddp;           // ddp (one process per rank) | dp (one process, LibTorch's data_parallel)
 
   // --- data ---
-  std::string dataset = "auto";    // fashion-mnist | tabular | tokens; auto picks one for the model
+  DatasetKind dataset = DatasetKind::Auto;  // auto picks one for the model (resolved_dataset)
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int workers = 2;                 // loader worker threads per rank
   int prefetch = 4;                // batches queued ahead per rank
-  std::string tail = "pad";        // pad | drop: how uneven shards are balanced
+  Tail tail = Tail::Pad;           // how uneven shards are balanced
   int64_t synthetic_size = 60000;  // samples in the synthetic sets
   bool augment = false;            // random horizontal flips of the images (Note [Seeded augmentation])
 
   // --- model ---
-  std::string model = "cnn";       // mlp | cnn | transformer
+  ModelKind model = ModelKind::Cnn;
   int layers = 2, width = 128, heads = 4, seq_len = 64, vocab = 256;  // transformer shape
   int hidden = 256;                // mlp hidden width
 
@@ -37,14 +39,14 @@ struct TrainOptions {
   int64_t batch_size = 64;         // per-rank micro-batch
   int accum = 1;                   // micro-batches per optimizer step
   int64_t steps = 300;             // optimizer steps
-  std::string optimizer = "sgd";   // sgd | adam | adamw
+  OptimizerKind optimizer = OptimizerKind::Sgd;
   double lr = 0.05, momentum = 0.9, weight_decay = 0.0;
-  std::string schedule = "none";   // none | step | cosine
+  Schedule schedule = Schedule::None;
   int sync_every = 0;              // >0: local SGD, average parameters every K steps
   double bucket_mb = 25;           // gradient bucket size after the first 1 MiB bucket
   bool overlap = true;             // launch bucket all-reduces from autograd hooks
-  std::string grad_compression = "none";  // none | bf16 | fp16
-  std::string amp = "none";        // none | bf16 (GPU)
+  GradCompression grad_compression = GradCompression::None;
+  Amp amp = Amp::None;             // bf16 on a GPU only
   uint64_t seed = 0;
 
   // --- observation ---
@@ -53,8 +55,8 @@ struct TrainOptions {
   std::string summary_json;        // --summary-json FILE
   std::string trace;               // --trace FILE (per-rank files NAME.rankR.mct)
   std::string live;                // --live HOST:PORT
-  std::string cupti = "auto";      // auto | on | off: GPU activity (CUPTI) in the trace/stream
-  std::string allocator = "memcomm";  // memcomm | torch
+  Cupti cupti = Cupti::Auto;       // GPU activity (CUPTI) in the trace/stream
+  AllocatorKind allocator = AllocatorKind::Memcomm;
   int64_t memory_limit = 0;        // bytes tensors may reserve (CPU: memcomm's cap; GPU: PyTorch's); 0 = none
   int64_t empty_cache = 0;         // >0: give cached memory back every N steps and before evaluation
 
@@ -109,7 +111,7 @@ void check_output_dir(const std::string& flag, const std::string& file, bool cre
 // share with the run that wrote the checkpoint. `world` is the number of ranks actually running.
 std::vector<std::pair<std::string, std::string>> checkpoint_fingerprint(const TrainOptions& o, int world);
 
-// The dataset actually used when --dataset is auto.
-std::string resolved_dataset(const TrainOptions& o);
+// The dataset actually used: --dataset, or when it is auto the one the model trains on (never Auto).
+DatasetKind resolved_dataset(const TrainOptions& o);
 
 }  // namespace memcomm::train
