@@ -33,7 +33,7 @@ void draw_steps(AppState& st, ImVec2 size) {
           st.zoom_to(r.start - margin, r.end + margin);
         }
         ImGui::TableNextColumn();
-        ImGui::Text("%u", r.index);
+        ImGui::Text("%llu", static_cast<unsigned long long>(r.step));
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(format_time(r.end - r.start).c_str());
         ImGui::TableNextColumn();
