@@ -32,15 +32,20 @@
 //
 // Note [One analysis engine]
 // memcomm-trace report and the viewer show the same figures because they compute them with the
-// same functions: analyze() below is built from comm_overlap(), collective_timing(), BusbwMean and
-// coll_op_from_name(), and the viewer's step table, collective matching and summary
-// (viewer/model analysis.cpp, builder.cpp) call those directly on the events they already hold
-// (live, only for the steps and collective groups that are new). Steps are numbered by their
-// Step range's id (RangeEvent::id, what the recorder was given: the trainer counts from 1) in
-// both. What the viewer keeps of its own is the lookup: which spans fall in a step, found on its
-// sorted rows, and the step's peak from its "allocated" curve, which follows the same rule as
-// memory_series() below (Note [Memory curves from block events] in memory_fold.hpp) and the same
-// window (the value in force at the step's begin and every point up to its end).
+// same functions: analyze() below is built from comm_overlap(), collective_timing() and
+// BusbwMean, and the viewer's step table, collective matching and summary (viewer/model
+// analysis.cpp, builder.cpp) call those directly on the events they already hold (live, only for
+// the steps and collective groups that are new), reading its ops' names with coll_op_from_name().
+// Steps are numbered by their Step range's id (RangeEvent::id, what the recorder was given: the
+// trainer counts from 1) in both. What the viewer keeps of its own is the lookup: which spans fall
+// in a step, found on its sorted rows, and the step's peak from its "allocated" curve, which
+// follows the same rule as memory_series() below (Note [Memory curves from block events] in
+// memory_fold.hpp) and the same window (the value in force at the step's begin and every point up
+// to its end). Where the viewer's model lacks what the rule reads, the figures can still differ:
+// its kernel spans do not say which kernels are communication kernels (ComputeEvent::sub), so on
+// GPU runs that record those it takes the collectives' spans as communication and every kernel as
+// compute; it knows no world size, so a collective of a communicator without CommInfo counts the
+// ranks that recorded it; and it shows only collectives that ended.
 #pragma once
 
 #include <cstdint>
