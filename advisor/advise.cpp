@@ -25,8 +25,6 @@ const char* topic_name(Topic t) {
 
 namespace detail {
 
-std::string ms(int64_t ns) { return fmt::format("{:.1f} ms", double(ns) / 1e6); }
-
 namespace {
 
 struct RankTime {
@@ -81,11 +79,11 @@ void communication_rule(const prof::Analysis& a, const RankTimes& times, const A
   Advice adv;
   adv.topic = Topic::Communication;
   adv.saving_unit = "ms/step";
-  adv.evidence = fmt::format("rank {}: {} of each {} step waits for communication ({:.0f}%)", worst_rank, ms(exposed),
-                             ms(step), 100.0 * double(exposed) / double(step));
+  adv.evidence = fmt::format("rank {}: {} of each {} step waits for communication ({:.0f}%)", worst_rank, format_ms(exposed),
+                             format_ms(step), 100.0 * double(exposed) / double(step));
   if (!buckets.empty())
     adv.evidence += fmt::format("; {} gradient bucket(s), {} in all, all-reduce {} per step, last bucket {}",
-                                buckets.size(), format_bytes(total_bytes), ms(comm_per_step), ms(last_bucket));
+                                buckets.size(), format_bytes(total_bytes), format_ms(comm_per_step), format_ms(last_bucket));
   // The first bucket always holds 1 MiB (Note [Gradient buckets] in trainer/src/grad_sync.hpp), so
   // smaller gradients cannot be split.
   if (buckets.size() == 1 && total_bytes > (2u << 20)) {
@@ -116,7 +114,7 @@ void data_wait_rule(const RankTimes& times, const AdviseOptions& o, std::vector<
     adv.saving = double(t.data_wait_ns) / double(t.steps) / 1e6;
     adv.change = "feed the steps faster: more loader workers (--workers) and a deeper --prefetch (pinned host memory on GPUs)";
     adv.evidence = fmt::format("rank {} waits {} for data in each {} step ({:.0f}%)", rank,
-                               ms(t.data_wait_ns / int64_t(t.steps)), ms(t.step_ns / int64_t(t.steps)), 100 * share);
+                               format_ms(t.data_wait_ns / int64_t(t.steps)), format_ms(t.step_ns / int64_t(t.steps)), 100 * share);
     out.push_back(adv);
     return;  // one piece of advice, from the rank that waits first in rank order
   }
@@ -182,10 +180,10 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
   adv.change = fmt::format("rank {} holds the others back: look at its {} (its host, its data shard, its GPU's clocks)",
                            who, top.first);
   adv.evidence = skewed ? fmt::format("rank {} starts {} of {} collectives last, {} behind on average; ", who, most,
-                                      matched, ms(mean_skew))
+                                      matched, format_ms(mean_skew))
                         : std::string();
   adv.evidence += fmt::format("its steps take {} against a median of {}; it spends {} more per step in {}",
-                              ms(per(me.step_ns)), ms(median), ms(top.second), top.first);
+                              format_ms(per(me.step_ns)), format_ms(median), format_ms(top.second), top.first);
   out.push_back(adv);
 }
 

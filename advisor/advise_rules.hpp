@@ -3,13 +3,12 @@
 
 #include "memcomm/advisor/advise.hpp"
 
-#include <memcomm/common/bytes.hpp>  // format_bytes: every byte figure in the advice
+#include <memcomm/common/bytes.hpp>     // format_bytes: every byte figure in the advice
+#include <memcomm/common/duration.hpp>  // format_ms: every time figure in it
 
 #include <string>
 
 namespace memcomm::advise::detail {
-
-std::string ms(int64_t ns);     // "12.3 ms"
 
 void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>& files, const AdviseOptions& o,
                         std::vector<Advice>& out);

@@ -6,6 +6,7 @@ The models mirror trainer/src/models.cpp layer for layer.
 import argparse
 import gzip
 import json
+import math
 import os
 import time
 
@@ -87,7 +88,8 @@ def worker(rank, args, port, out):
     dist.barrier()
     if rank == 0:
         t = sorted(times[args.warmup:])
-        out.put({"step_ms_p50": 1e3 * t[len(t) // 2], "step_ms_mean": 1e3 * sum(t) / len(t)})
+        # memcomm-train's rule (Note [Nearest-rank percentile]): the ceil(n/2)-th smallest.
+        out.put({"step_ms_p50": 1e3 * t[max(math.ceil(len(t) / 2), 1) - 1], "step_ms_mean": 1e3 * sum(t) / len(t)})
     dist.destroy_process_group()
 
 

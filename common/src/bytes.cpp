@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 
@@ -20,6 +21,12 @@ std::string format_bytes(std::uint64_t bytes, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f %s", digits, v, kUnits[unit]);
   return buf;
+}
+
+std::uint64_t whole_bytes(double bytes) {
+  if (!(bytes > 0)) return 0;  // negative, zero or NaN
+  if (bytes >= 18446744073709551616.0) return UINT64_MAX;  // 2^64
+  return static_cast<std::uint64_t>(std::round(bytes));
 }
 
 std::uint64_t parse_size(const std::string& text, bool allow_zero) {

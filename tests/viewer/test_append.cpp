@@ -204,7 +204,7 @@ TEST_CASE("appending a run in pieces gives the model that loading it at once giv
     for (std::size_t k = 0; k < steps.size(); ++k) {
       INFO("step row " << k);
       CHECK(steps[k].rank == all_steps[k].rank);
-      CHECK(steps[k].index == all_steps[k].index);
+      CHECK(steps[k].step == all_steps[k].step);
       CHECK(steps[k].start == all_steps[k].start);
       CHECK(steps[k].comm == all_steps[k].comm);
       CHECK(steps[k].exposed_comm == all_steps[k].exposed_comm);

@@ -82,7 +82,7 @@ TEST_CASE("build_indexes gives what the one-thread step table and summary and ch
     bool same = true;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const StepRow &a = ix.steps[i], &b = steps[i];
-      same = same && a.rank == b.rank && a.index == b.index && a.start == b.start && a.end == b.end && a.comm == b.comm &&
+      same = same && a.rank == b.rank && a.step == b.step && a.start == b.start && a.end == b.end && a.comm == b.comm &&
              a.exposed_comm == b.exposed_comm && a.data_wait == b.data_wait && a.peak_allocated == b.peak_allocated;
     }
     CHECK(same);

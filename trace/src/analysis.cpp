@@ -1,4 +1,7 @@
-// The analysis: see Note [Breakdown definitions] and Note [Collective bandwidth] in analysis.hpp.
+// The analysis: see Note [Breakdown definitions], Note [Collective bandwidth] and Note [One
+// analysis engine] in analysis.hpp. analyze() walks each rank once (its ranges, collectives, spans
+// and memory series), builds its summary and step rows, gathers every rank's part of each
+// collective by (communicator, seq), then times the matched collectives and takes the means.
 #include "memcomm/trace/analysis.hpp"
 
 #include <algorithm>
@@ -76,6 +79,45 @@ double busbw_factor(CollOp op, int n) {
   }
 }
 
+bool coll_op_from_name(std::string_view name, CollOp& op) {
+  for (int i = 0; i <= int(CollOp::Scatter); ++i)
+    if (name == coll_op_name(CollOp(i))) {
+      op = CollOp(i);
+      return true;
+    }
+  return false;
+}
+
+CollectiveTiming collective_timing(const std::vector<CollectiveArrival>& arrivals, CollOp op, uint64_t bytes,
+                                   int nranks) {
+  CollectiveTiming t;
+  t.first_start = INT64_MAX;
+  t.last_start = INT64_MIN;
+  t.last_end = INT64_MIN;
+  int64_t own_time = 0;
+  for (const CollectiveArrival& a : arrivals) {
+    if (a.start < 0) continue;
+    t.first_start = std::min(t.first_start, a.start);
+    if (a.start > t.last_start) {
+      t.last_start = a.start;
+      t.straggler_rank = a.rank;
+    }
+    if (a.end >= 0) {
+      t.last_end = std::max(t.last_end, a.end);
+      own_time = a.end - a.start;
+    }
+  }
+  if (t.first_start == INT64_MAX) t.first_start = t.last_start = 0;
+  const bool matched = arrivals.size() >= 2;
+  if (!matched) t.straggler_rank = kUnknownRank;
+  t.skew_ns = t.last_start - t.first_start;
+  t.time_ns = matched && t.last_end > t.last_start ? t.last_end - t.last_start : std::max<int64_t>(own_time, 0);
+  if (t.last_end == INT64_MIN) t.last_end = 0;
+  t.algbw_gbps = t.time_ns > 0 ? double(bytes) / double(t.time_ns) : 0.0;  // bytes/ns == GB/s
+  t.busbw_gbps = t.algbw_gbps * busbw_factor(op, nranks);
+  return t;
+}
+
 RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
                    const std::vector<CollectiveOnRank>& colls) {
   RankSpans s;
@@ -92,9 +134,7 @@ RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
   }
   if (!s.gpu_mode) {
     for (const RangeSpan& rs : ranges)
-      if (rs.phase == Phase::Forward || rs.phase == Phase::Backward || rs.phase == Phase::Optimizer ||
-          rs.phase == Phase::Eval)
-        s.compute.push_back({rs.begin, rs.end});
+      if (is_compute_phase(rs.phase)) s.compute.push_back({rs.begin, rs.end});
   }
   if (!comm_kernels.empty()) {
     s.comm = std::move(comm_kernels);
@@ -121,18 +161,28 @@ Breakdown breakdown_over(const RankSpans& s, int64_t lo, int64_t hi) {
     return n;
   };
   b.compute_ns = len(compute);
-  b.comm_total_ns = len(comm);
-  b.overlap_ns = intersection_length(comm, compute);
-  b.comm_ns = b.comm_total_ns - b.overlap_ns;
+  const CommOverlap co = comm_overlap(comm, compute);
+  b.comm_total_ns = co.comm_total_ns;
+  b.overlap_ns = co.overlap_ns;
+  b.comm_ns = co.exposed_comm_ns;
   std::vector<Interval> busy = compute;
   busy.insert(busy.end(), comm.begin(), comm.end());
   merge_intervals(busy);
   b.memcpy_ns = len(subtract(mem, busy));
   busy.insert(busy.end(), mem.begin(), mem.end());
   b.idle_ns = b.window_ns - union_length(busy);
-  b.exposed_comm_ns = b.comm_ns;
-  b.overlap_pct = b.comm_total_ns > 0 ? 100.0 * double(b.overlap_ns) / double(b.comm_total_ns) : 0.0;
+  b.exposed_comm_ns = co.exposed_comm_ns;
+  b.overlap_pct = co.overlap_pct;
   return b;
+}
+
+CommOverlap comm_overlap(const std::vector<Interval>& comm, const std::vector<Interval>& compute) {
+  CommOverlap c;
+  for (const Interval& i : comm) c.comm_total_ns += i.end - i.begin;
+  c.overlap_ns = intersection_length(comm, compute);
+  c.exposed_comm_ns = c.comm_total_ns - c.overlap_ns;
+  c.overlap_pct = c.comm_total_ns > 0 ? 100.0 * double(c.overlap_ns) / double(c.comm_total_ns) : 0.0;
+  return c;
 }
 
 namespace {
@@ -157,152 +207,159 @@ std::vector<MemoryPoint> decimate(const std::vector<MemoryPoint>& v, size_t n) {
 
 }  // namespace
 
+
+namespace {
+
+// Every rank's part of one collective, gathered by (communicator, seq).
+struct CollectiveParts {
+  std::vector<std::pair<uint32_t, CollectiveOnRank>> ranks;
+};
+using CollectiveMap = std::map<std::pair<uint64_t, uint32_t>, CollectiveParts>;
+
+// The window of the rank's breakdown (Note [Breakdown definitions]): its steps, else its spans.
+std::pair<int64_t, int64_t> breakdown_window(const std::vector<const RangeSpan*>& steps, const RankSpans& spans) {
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const RangeSpan* s : steps) {
+    lo = std::min(lo, s->begin);
+    hi = std::max(hi, s->end);
+  }
+  if (steps.empty()) {
+    for (const auto* v : {&spans.compute, &spans.comm, &spans.memcpy})
+      if (!v->empty()) {
+        lo = std::min(lo, v->front().begin);
+        hi = std::max(hi, v->back().end);
+      }
+  }
+  return {lo, hi};
+}
+
+// One step's row. `mem_i` and `carry` walk the memory series forward across the rank's steps
+// (in begin order): the peak is the value in force at the step's begin and every point up to its end.
+StepRow step_row(const RankTrace& r, const RangeSpan& s, const std::vector<RangeSpan>& ranges, const RankSpans& spans,
+                 const std::vector<MemoryPoint>& mem, size_t& mem_i, MemoryPoint& carry) {
+  StepRow row{};
+  row.rank = r.rank;
+  row.step = s.id;
+  row.begin = s.begin;
+  row.end = s.end;
+  row.breakdown = breakdown_over(spans, s.begin, s.end);
+  std::vector<Interval> waits;
+  for (const RangeSpan& w : ranges)
+    if (w.phase == Phase::DataWait && w.end > s.begin && w.begin < s.end)
+      waits.push_back({std::max(w.begin, s.begin), std::min(w.end, s.end)});
+  row.data_wait_ns = union_length(waits);
+  while (mem_i < mem.size() && mem[mem_i].ts < s.begin) carry = mem[mem_i++];
+  row.peak_allocated = carry.allocated;
+  row.peak_reserved = carry.reserved;
+  for (size_t k = mem_i; k < mem.size() && mem[k].ts <= s.end; ++k) {
+    row.peak_allocated = std::max(row.peak_allocated, mem[k].allocated);
+    row.peak_reserved = std::max(row.peak_reserved, mem[k].reserved);
+  }
+  return row;
+}
+
+// One rank: its summary, its step rows (appended to a.steps) and its memory series; its
+// collectives join `colls` and its communicators' sizes `comm_size`.
+RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysis& a, CollectiveMap& colls,
+                         std::map<uint64_t, int>& comm_size) {
+  const auto ranges = pair_ranges(r);
+  const auto rc = collectives_of(r);
+  const RankSpans spans = spans_of(r, ranges, rc);
+  RankSummary rs;
+  rs.rank = r.rank;
+  rs.gpu_mode = spans.gpu_mode;
+  rs.host = r.host;
+  rs.events = r.events.size();
+  rs.drops = r.drops;
+  rs.begin_ns = r.begin_ns();
+  rs.end_ns = r.end_ns();
+  std::vector<const RangeSpan*> steps;
+  for (const RangeSpan& s : ranges)
+    if (s.phase == Phase::Step) steps.push_back(&s);
+  const auto [lo, hi] = breakdown_window(steps, spans);
+  if (lo < hi) rs.breakdown = breakdown_over(spans, lo, hi);
+
+  std::vector<MemoryPoint> mem = memory_series(r);
+  for (const MemoryPoint& p : mem) {
+    rs.peak_allocated = std::max(rs.peak_allocated, p.allocated);
+    rs.peak_reserved = std::max(rs.peak_reserved, p.reserved);
+    rs.max_fragmentation = std::max(rs.max_fragmentation, p.fragmentation);
+  }
+  for (const Event& e : r.events) {
+    rs.ooms += e.kind == EventKind::Oom;
+    if (e.kind == EventKind::CommInfo) comm_size[e.as<CommInfoEvent>().hash] = e.as<CommInfoEvent>().size;
+  }
+  __int128 step_total = 0;
+  size_t mem_i = 0;
+  MemoryPoint carry{};
+  for (const RangeSpan* s : steps) {
+    a.steps.push_back(step_row(r, *s, ranges, spans, mem, mem_i, carry));
+    step_total += s->end - s->begin;
+  }
+  rs.steps = steps.size();
+  rs.mean_step_ns = steps.empty() ? 0 : int64_t(step_total / __int128(steps.size()));
+  for (const CollectiveOnRank& c : rc) {
+    colls[{c.comm_key, c.seq}].ranks.emplace_back(r.rank, c);
+    rs.collectives++;
+    rs.comm_bytes += c.bytes;
+  }
+  a.memory.push_back(decimate(mem, opt.max_memory_points));
+  return rs;
+}
+
+// One matched collective's figures (Note [Collective bandwidth]).
+CollectiveStats collective_stats(const TraceSet& set, std::pair<uint64_t, uint32_t> key, const CollectiveParts& x,
+                                 const std::map<uint64_t, int>& comm_size) {
+  CollectiveStats st{};
+  const CollectiveOnRank& c0 = x.ranks.front().second;
+  st.comm_key = key.first;
+  st.seq = key.second;
+  st.op = c0.op;
+  st.dtype = c0.dtype;
+  st.bytes = c0.bytes;
+  st.bucket = c0.bucket;
+  st.ranks_seen = int(x.ranks.size());
+  auto cs = comm_size.find(key.first);
+  st.nranks = cs != comm_size.end() ? cs->second : 0;
+  if (st.nranks == 0) {
+    const RankTrace* rt = set.find_rank(x.ranks.front().first);
+    st.nranks = std::max<int>(st.ranks_seen, rt ? int(rt->world_size) : 1);
+  }
+  std::vector<CollectiveArrival> arrivals;
+  arrivals.reserve(x.ranks.size());
+  for (const auto& [rank, c] : x.ranks) arrivals.push_back({rank, c.start >= 0 ? c.start : c.enqueue, c.end});
+  const CollectiveTiming t = collective_timing(arrivals, st.op, st.bytes, st.nranks);
+  st.first_start = t.first_start;
+  st.last_start = t.last_start;
+  st.last_end = t.last_end;
+  st.time_ns = t.time_ns;
+  st.algbw_gbps = t.algbw_gbps;
+  st.busbw_gbps = t.busbw_gbps;
+  st.skew_ns = t.skew_ns;
+  st.straggler_rank = t.straggler_rank;
+  return st;
+}
+
+}  // namespace
+
 Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
   Analysis a;
-  struct Coll {
-    CollectiveStats st;
-    std::vector<std::pair<uint32_t, CollectiveOnRank>> ranks;
-  };
-  std::map<std::pair<uint64_t, uint32_t>, Coll> colls;
+  CollectiveMap colls;
   std::map<uint64_t, int> comm_size;  // comm_key -> size
-
   double overlap_sum = 0;
   __int128 exposed_sum = 0;
   for (const RankTrace& r : set.ranks) {
-    const auto ranges = pair_ranges(r);
-    const auto rc = collectives_of(r);
-    const RankSpans spans = spans_of(r, ranges, rc);
-
-    RankSummary rs;
-    rs.rank = r.rank;
-    rs.gpu_mode = spans.gpu_mode;
-    rs.host = r.host;
-    rs.events = r.events.size();
-    rs.drops = r.drops;
-    rs.begin_ns = r.begin_ns();
-    rs.end_ns = r.end_ns();
-
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
-    std::vector<const RangeSpan*> steps;
-    for (const RangeSpan& s : ranges)
-      if (s.phase == Phase::Step) {
-        steps.push_back(&s);
-        lo = std::min(lo, s.begin);
-        hi = std::max(hi, s.end);
-      }
-    if (steps.empty()) {
-      for (const auto* v : {&spans.compute, &spans.comm, &spans.memcpy})
-        if (!v->empty()) {
-          lo = std::min(lo, v->front().begin);
-          hi = std::max(hi, v->back().end);
-        }
-    }
-    if (lo < hi) rs.breakdown = breakdown_over(spans, lo, hi);
-
-    std::vector<MemoryPoint> mem = memory_series(r);
-    for (const MemoryPoint& p : mem) {
-      rs.peak_allocated = std::max(rs.peak_allocated, p.allocated);
-      rs.peak_reserved = std::max(rs.peak_reserved, p.reserved);
-      rs.max_fragmentation = std::max(rs.max_fragmentation, p.fragmentation);
-    }
-    for (const Event& e : r.events) rs.ooms += e.kind == EventKind::Oom;
-
-    // Step table.
-    __int128 step_total = 0;
-    size_t mem_i = 0;
-    MemoryPoint carry{};
-    for (const RangeSpan* s : steps) {
-      StepRow row{};
-      row.rank = r.rank;
-      row.step = s->id;
-      row.begin = s->begin;
-      row.end = s->end;
-      row.breakdown = breakdown_over(spans, s->begin, s->end);
-      std::vector<Interval> waits;
-      for (const RangeSpan& w : ranges)
-        if (w.phase == Phase::DataWait && w.end > s->begin && w.begin < s->end)
-          waits.push_back({std::max(w.begin, s->begin), std::min(w.end, s->end)});
-      row.data_wait_ns = union_length(waits);
-      while (mem_i < mem.size() && mem[mem_i].ts < s->begin) carry = mem[mem_i++];
-      row.peak_allocated = carry.allocated;
-      row.peak_reserved = carry.reserved;
-      for (size_t k = mem_i; k < mem.size() && mem[k].ts <= s->end; ++k) {
-        row.peak_allocated = std::max(row.peak_allocated, mem[k].allocated);
-        row.peak_reserved = std::max(row.peak_reserved, mem[k].reserved);
-      }
-      step_total += s->end - s->begin;
-      a.steps.push_back(row);
-    }
-    rs.steps = steps.size();
-    rs.mean_step_ns = steps.empty() ? 0 : int64_t(step_total / __int128(steps.size()));
-
-    for (const Event& e : r.events)
-      if (e.kind == EventKind::CommInfo) {
-        const auto ci = e.as<CommInfoEvent>();
-        comm_size[ci.hash] = ci.size;
-      }
-    for (const CollectiveOnRank& c : rc) {
-      Coll& x = colls[{c.comm_key, c.seq}];
-      x.ranks.emplace_back(r.rank, c);
-      rs.collectives++;
-      rs.comm_bytes += c.bytes;
-    }
-    overlap_sum += rs.breakdown.overlap_pct;
-    exposed_sum += rs.breakdown.exposed_comm_ns;
-    a.drops += rs.drops;
-    a.ranks.push_back(rs);
-    a.memory.push_back(decimate(mem, opt.max_memory_points));
+    a.ranks.push_back(analyze_rank(r, opt, a, colls, comm_size));
+    overlap_sum += a.ranks.back().breakdown.overlap_pct;
+    exposed_sum += a.ranks.back().breakdown.exposed_comm_ns;
+    a.drops += a.ranks.back().drops;
   }
-
-  double bw_weighted = 0, bw_bytes = 0;
-  for (auto& [key, x] : colls) {
-    CollectiveStats& st = x.st;
-    const CollectiveOnRank& c0 = x.ranks.front().second;
-    st.comm_key = key.first;
-    st.seq = key.second;
-    st.op = c0.op;
-    st.dtype = c0.dtype;
-    st.bytes = c0.bytes;
-    st.bucket = c0.bucket;
-    st.ranks_seen = int(x.ranks.size());
-    auto cs = comm_size.find(key.first);
-    st.nranks = cs != comm_size.end() ? cs->second : 0;
-    if (st.nranks == 0) {
-      const RankTrace* rt = set.find_rank(x.ranks.front().first);
-      st.nranks = std::max<int>(st.ranks_seen, rt ? int(rt->world_size) : 1);
-    }
-    st.first_start = INT64_MAX;
-    st.last_start = INT64_MIN;
-    st.last_end = INT64_MIN;
-    st.straggler_rank = kUnknownRank;
-    int64_t own_time = 0;
-    for (auto& [rank, c] : x.ranks) {
-      const int64_t b = c.start >= 0 ? c.start : c.enqueue;
-      if (b < 0) continue;
-      st.first_start = std::min(st.first_start, b);
-      if (b > st.last_start) {
-        st.last_start = b;
-        st.straggler_rank = rank;
-      }
-      if (c.end >= 0) {
-        st.last_end = std::max(st.last_end, c.end);
-        own_time = c.end - b;
-      }
-    }
-    if (st.first_start == INT64_MAX) st.first_start = st.last_start = 0;
-    if (st.ranks_seen < 2) st.straggler_rank = kUnknownRank;
-    st.skew_ns = st.last_start - st.first_start;
-    st.time_ns = st.ranks_seen >= 2 && st.last_end > st.last_start ? st.last_end - st.last_start
-                                                                   : std::max<int64_t>(own_time, 0);
-    if (st.last_end == INT64_MIN) st.last_end = 0;
-    st.algbw_gbps = st.time_ns > 0 ? double(st.bytes) / double(st.time_ns) : 0.0;  // bytes/ns == GB/s
-    st.busbw_gbps = st.algbw_gbps * busbw_factor(st.op, st.nranks);
-    if (st.time_ns > 0) {
-      bw_weighted += st.busbw_gbps * double(st.bytes);
-      bw_bytes += double(st.bytes);
-    }
+  BusbwMean busbw;
+  for (const auto& [key, x] : colls) {
+    a.collectives.push_back(collective_stats(set, key, x, comm_size));
+    const CollectiveStats& st = a.collectives.back();
+    busbw.add(st.busbw_gbps, st.bytes, st.time_ns);
     a.max_skew_ns = std::max(a.max_skew_ns, st.skew_ns);
-    a.collectives.push_back(st);
   }
   std::sort(a.collectives.begin(), a.collectives.end(), [](const CollectiveStats& x, const CollectiveStats& y) {
     return x.first_start != y.first_start ? x.first_start < y.first_start : x.seq < y.seq;
@@ -311,7 +368,7 @@ Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
     a.mean_overlap_pct = overlap_sum / double(a.ranks.size());
     a.mean_exposed_comm_ns = int64_t(exposed_sum / __int128(a.ranks.size()));
   }
-  a.mean_busbw_gbps = bw_bytes > 0 ? bw_weighted / bw_bytes : 0.0;
+  a.mean_busbw_gbps = busbw.value();
   return a;
 }
 

@@ -5,6 +5,8 @@
 
 #include "memcomm/trace/analysis.hpp"
 
+#include <memcomm/common/duration.hpp>
+
 namespace memcomm::prof {
 
 namespace {
@@ -14,7 +16,6 @@ nlohmann::json breakdown_json(const Breakdown& b) {
           {"overlap_ns", b.overlap_ns},     {"exposed_comm_ns", b.exposed_comm_ns},
           {"overlap_pct", b.overlap_pct}};
 }
-std::string ms(int64_t ns) { return fmt::format("{:.3f}", double(ns) / 1e6); }
 std::string mib(uint64_t b) { return fmt::format("{:.1f}", double(b) / (1024.0 * 1024.0)); }
 double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * double(part) / double(whole) : 0.0; }
 }  // namespace
@@ -94,9 +95,9 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
   for (const RankSummary& r : a.ranks) {
     const Breakdown& b = r.breakdown;
     out += fmt::format("{:>5} {:>4} {:>11} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>11} {:>9} {:>9} {:>7}\n",
-                       r.rank == kUnknownRank ? -1 : int64_t(r.rank), r.gpu_mode ? "gpu" : "cpu", ms(b.window_ns),
+                       r.rank == kUnknownRank ? -1 : int64_t(r.rank), r.gpu_mode ? "gpu" : "cpu", format_ms(b.window_ns, 3, ""),
                        pct(b.compute_ns, b.window_ns), pct(b.comm_ns, b.window_ns), pct(b.memcpy_ns, b.window_ns),
-                       pct(b.idle_ns, b.window_ns), b.overlap_pct, ms(b.exposed_comm_ns), mib(r.peak_allocated),
+                       pct(b.idle_ns, b.window_ns), b.overlap_pct, format_ms(b.exposed_comm_ns, 3, ""), mib(r.peak_allocated),
                        mib(r.peak_reserved), r.drops);
   }
   if (!a.steps.empty()) {
@@ -106,8 +107,8 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
                        "data_wait_ms", "comm_ms", "exposed_ms", "overlap%", "peak_MiB");
     for (size_t i = 0; i < a.steps.size() && i < max_rows; ++i) {
       const StepRow& s = a.steps[i];
-      out += fmt::format("{:>5} {:>7} {:>10} {:>12} {:>10} {:>12} {:>9.1f} {:>9}\n", s.rank, s.step, ms(s.end - s.begin),
-                         ms(s.data_wait_ns), ms(s.breakdown.comm_total_ns), ms(s.breakdown.exposed_comm_ns),
+      out += fmt::format("{:>5} {:>7} {:>10} {:>12} {:>10} {:>12} {:>9.1f} {:>9}\n", s.rank, s.step, format_ms(s.end - s.begin, 3, ""),
+                         format_ms(s.data_wait_ns, 3, ""), format_ms(s.breakdown.comm_total_ns, 3, ""), format_ms(s.breakdown.exposed_comm_ns, 3, ""),
                          s.breakdown.overlap_pct, mib(s.peak_allocated));
     }
   }
@@ -128,7 +129,7 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
   }
   out += fmt::format("\nSummary: overlap {:.1f}% (mean over ranks), exposed communication {} ms per rank, "
                      "bus bandwidth {:.3f} GB/s, max skew {:.1f} us, drops {}\n",
-                     a.mean_overlap_pct, ms(a.mean_exposed_comm_ns), a.mean_busbw_gbps, double(a.max_skew_ns) / 1e3,
+                     a.mean_overlap_pct, format_ms(a.mean_exposed_comm_ns, 3, ""), a.mean_busbw_gbps, double(a.max_skew_ns) / 1e3,
                      a.drops);
   return out;
 }

@@ -55,31 +55,45 @@ class Writer {
 
 int64_t stream_tid(const ComputeEvent& c) { return kStreamTid + int64_t(c.device == kHostDevice ? 255 : c.device) * 256 + c.stream; }
 
-}  // namespace
+// One export: each rank's sections in turn (its process and lane names, ranges, compute spans and
+// launch flows, collectives, memory and counters), then the flows between matching collectives.
+class ChromeExport {
+ public:
+  ChromeExport(std::FILE* out, int64_t t0) : w_(out, t0), t0_(t0) {}
 
-ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out) {
-  ChromeExportStats st;
-  int64_t t0 = INT64_MAX;
-  for (const RankTrace& r : set.ranks)
-    if (!r.events.empty()) t0 = std::min(t0, r.events.front().ts);
-  if (t0 == INT64_MAX) t0 = 0;
-  Writer w(out, t0);
-  std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", out);
-
-  // Matched collectives for cross-rank flows: (comm_key, seq) -> (pid, tid, start ts) per rank.
-  struct CollSlice {
-    int64_t pid, tid, begin, end;
-  };
-  std::map<std::pair<uint64_t, uint32_t>, std::vector<CollSlice>> coll_slices;
-  uint64_t flow_id = 1;
-
-  for (const RankTrace& r : set.ranks) {
+  void rank(const RankTrace& r) {
     const int64_t pid = r.rank == kUnknownRank ? 999999 : int64_t(r.rank);
-    w.raw(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}{}"}}}})", pid,
-                      r.rank == kUnknownRank ? std::string("?") : std::to_string(r.rank),
-                      r.host.empty() ? "" : " (" + escape(r.host) + ")"));
-    w.raw(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid, pid));
-    // Lane names.
+    process_and_lanes(r, pid);
+    ranges(r, pid);
+    compute(r, pid);
+    collectives(r, pid);
+    memory_and_counters(r, pid);
+  }
+
+  // Cross-rank flows between matching collectives, in rank order.
+  void collective_flows() {
+    for (auto& [key, slices] : coll_slices_) {
+      for (size_t i = 0; i + 1 < slices.size(); ++i) {
+        const CollSlice& a = slices[i];
+        const CollSlice& b = slices[i + 1];
+        w_.raw(fmt::format(R"({{"ph":"s","cat":"collective","name":"match","id":{},"pid":{},"tid":{},"ts":{}}})", flow_id_,
+                           a.pid, a.tid, w_.us(a.begin)));
+        w_.raw(fmt::format(R"({{"ph":"f","bp":"e","cat":"collective","name":"match","id":{},"pid":{},"tid":{},"ts":{}}})",
+                           flow_id_, b.pid, b.tid, w_.us(b.begin)));
+        ++flow_id_;
+        ++st_.flows;
+      }
+    }
+  }
+
+  const ChromeExportStats& stats() const { return st_; }
+
+ private:
+  void process_and_lanes(const RankTrace& r, int64_t pid) {
+    w_.raw(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}{}"}}}})", pid,
+                       r.rank == kUnknownRank ? std::string("?") : std::to_string(r.rank),
+                       r.host.empty() ? "" : " (" + escape(r.host) + ")"));
+    w_.raw(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid, pid));
     std::map<int64_t, std::string> lanes;
     for (const Event& e : r.events) {
       if (e.kind == EventKind::Meta) {
@@ -94,19 +108,22 @@ ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out) {
       }
     }
     for (auto& [tid, name] : lanes)
-      w.raw(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", pid, tid,
-                        escape(name)));
+      w_.raw(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", pid, tid,
+                         escape(name)));
+  }
 
-    // Ranges.
+  void ranges(const RankTrace& r, int64_t pid) {
     for (const RangeSpan& rs : pair_ranges(r)) {
       const std::string name = rs.name ? escape(r.name(rs.name)) : std::string(phase_name(rs.phase));
-      w.raw(fmt::format(R"({{"ph":"X","cat":"phase","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"phase":"{}","id":{}{}}}}})",
-                        name, pid, rs.thread, w.us(rs.begin), w.us(t0 + (rs.end - rs.begin)), phase_name(rs.phase),
-                        rs.id, rs.closed ? "" : ",\"unclosed\":true"));
-      ++st.slices;
+      w_.raw(fmt::format(R"({{"ph":"X","cat":"phase","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"phase":"{}","id":{}{}}}}})",
+                         name, pid, rs.thread, w_.us(rs.begin), w_.us(t0_ + (rs.end - rs.begin)), phase_name(rs.phase),
+                         rs.id, rs.closed ? "" : ",\"unclosed\":true"));
+      ++st_.slices;
     }
+  }
 
-    // Compute spans, launches and their flows.
+  // Compute spans, launches and the flows from a launch to its span.
+  void compute(const RankTrace& r, int64_t pid) {
     std::unordered_map<uint32_t, ComputeEvent> launches;
     for (const Event& e : r.events)
       if (e.kind == EventKind::Launch && e.as<ComputeEvent>().corr != 0) launches[e.as<ComputeEvent>().corr] = e.as<ComputeEvent>();
@@ -127,85 +144,94 @@ ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out) {
         if (name.empty()) name = kind_name(e.kind);
         args = fmt::format(R"("corr":{}{})", c.corr, e.kind == EventKind::Kernel && c.sub == 1 ? ",\"communication\":true" : "");
       }
-      w.raw(fmt::format(R"({{"ph":"X","cat":"{}","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
-                        kind_name(e.kind), name, pid, tid, w.us(c.ts), w.us(t0 + c.dur_ns), args));
-      ++st.slices;
-      if (!host && c.corr != 0) {
-        auto it = launches.find(c.corr);
-        if (it != launches.end()) {
-          const ComputeEvent& l = it->second;
-          w.raw(fmt::format(R"({{"ph":"s","cat":"launch","name":"launch","id":{},"pid":{},"tid":{},"ts":{}}})", flow_id, pid,
-                            l.thread(), w.us(l.ts)));
-          w.raw(fmt::format(R"({{"ph":"f","bp":"e","cat":"launch","name":"launch","id":{},"pid":{},"tid":{},"ts":{}}})",
-                            flow_id, pid, tid, w.us(c.ts)));
-          ++flow_id;
-          ++st.flows;
-        }
-      }
+      w_.raw(fmt::format(R"({{"ph":"X","cat":"{}","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
+                         kind_name(e.kind), name, pid, tid, w_.us(c.ts), w_.us(t0_ + c.dur_ns), args));
+      ++st_.slices;
+      if (host || c.corr == 0) continue;
+      auto it = launches.find(c.corr);
+      if (it == launches.end()) continue;
+      const ComputeEvent& l = it->second;
+      w_.raw(fmt::format(R"({{"ph":"s","cat":"launch","name":"launch","id":{},"pid":{},"tid":{},"ts":{}}})", flow_id_, pid,
+                         l.thread(), w_.us(l.ts)));
+      w_.raw(fmt::format(R"({{"ph":"f","bp":"e","cat":"launch","name":"launch","id":{},"pid":{},"tid":{},"ts":{}}})",
+                         flow_id_, pid, tid, w_.us(c.ts)));
+      ++flow_id_;
+      ++st_.flows;
     }
+  }
 
-    // Collectives.
+  void collectives(const RankTrace& r, int64_t pid) {
     for (const CollectiveOnRank& c : collectives_of(r)) {
       const int64_t tid = kCommTid + c.comm;
       const int64_t b = c.start >= 0 ? c.start : c.enqueue;
       if (c.enqueue >= 0) {
-        w.raw(fmt::format(R"({{"ph":"i","s":"t","cat":"collective","name":"enqueue {} #{}","pid":{},"tid":{},"ts":{}}})",
-                          coll_op_name(c.op), c.seq, pid, tid, w.us(c.enqueue)));
-        ++st.instants;
+        w_.raw(fmt::format(R"({{"ph":"i","s":"t","cat":"collective","name":"enqueue {} #{}","pid":{},"tid":{},"ts":{}}})",
+                           coll_op_name(c.op), c.seq, pid, tid, w_.us(c.enqueue)));
+        ++st_.instants;
       }
       if (b < 0 || c.end < b) continue;
-      w.raw(fmt::format(R"({{"ph":"X","cat":"collective","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"seq":{},"bytes":{},"dtype":"{}","bucket":{},"comm":{}}}}})",
-                        coll_op_name(c.op), pid, tid, w.us(b), w.us(t0 + (c.end - b)), c.seq, c.bytes, dtype_name(c.dtype),
-                        c.bucket == kNoBucket ? -1 : int(c.bucket), c.comm_key));
-      ++st.slices;
-      coll_slices[{c.comm_key, c.seq}].push_back({pid, tid, b, c.end});
+      w_.raw(fmt::format(R"({{"ph":"X","cat":"collective","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"seq":{},"bytes":{},"dtype":"{}","bucket":{},"comm":{}}}}})",
+                         coll_op_name(c.op), pid, tid, w_.us(b), w_.us(t0_ + (c.end - b)), c.seq, c.bytes, dtype_name(c.dtype),
+                         c.bucket == kNoBucket ? -1 : int(c.bucket), c.comm_key));
+      ++st_.slices;
+      coll_slices_[{c.comm_key, c.seq}].push_back({pid, tid, b, c.end});
     }
+  }
 
-    // Memory and counters.
+  void memory_and_counters(const RankTrace& r, int64_t pid) {
     for (const MemoryPoint& p : memory_series(r)) {
-      w.raw(fmt::format(R"({{"ph":"C","name":"memory","pid":{},"ts":{},"args":{{"allocated":{},"reserved":{},"active":{}}}}})",
-                        pid, w.us(p.ts), p.allocated, p.reserved, p.active));
-      w.raw(fmt::format(R"({{"ph":"C","name":"fragmentation","pid":{},"ts":{},"args":{{"fragmentation":{:.4f}}}}})", pid,
-                        w.us(p.ts), p.fragmentation));
-      st.counters += 2;
+      w_.raw(fmt::format(R"({{"ph":"C","name":"memory","pid":{},"ts":{},"args":{{"allocated":{},"reserved":{},"active":{}}}}})",
+                         pid, w_.us(p.ts), p.allocated, p.reserved, p.active));
+      w_.raw(fmt::format(R"({{"ph":"C","name":"fragmentation","pid":{},"ts":{},"args":{{"fragmentation":{:.4f}}}}})", pid,
+                         w_.us(p.ts), p.fragmentation));
+      st_.counters += 2;
     }
     for (const Event& e : r.events) {
       if (e.kind == EventKind::Counter) {
         const auto c = e.as<CounterEvent>();
         const std::string name = escape(r.name(c.name));
-        w.raw(fmt::format(R"({{"ph":"C","name":"{}","pid":{},"ts":{},"args":{{"{}":{}}}}})", name.empty() ? "counter" : name,
-                          pid, w.us(c.ts), name.empty() ? "value" : name, std::isfinite(c.value) ? c.value : 0.0));
-        ++st.counters;
+        w_.raw(fmt::format(R"({{"ph":"C","name":"{}","pid":{},"ts":{},"args":{{"{}":{}}}}})", name.empty() ? "counter" : name,
+                           pid, w_.us(c.ts), name.empty() ? "value" : name, std::isfinite(c.value) ? c.value : 0.0));
+        ++st_.counters;
       } else if (e.kind == EventKind::Oom) {
         const auto o = e.as<OomEvent>();
-        w.raw(fmt::format(R"({{"ph":"i","s":"p","cat":"memory","name":"OOM","pid":{},"tid":0,"ts":{},"args":{{"requested":{},"device":{}}}}})",
-                          pid, w.us(o.ts), o.requested, int(o.device)));
-        ++st.instants;
+        w_.raw(fmt::format(R"({{"ph":"i","s":"p","cat":"memory","name":"OOM","pid":{},"tid":0,"ts":{},"args":{{"requested":{},"device":{}}}}})",
+                           pid, w_.us(o.ts), o.requested, int(o.device)));
+        ++st_.instants;
       } else if (e.kind == EventKind::Drops) {
         const auto d = e.as<DropEvent>();
-        w.raw(fmt::format(R"({{"ph":"i","s":"t","cat":"profiler","name":"dropped {} events","pid":{},"tid":{},"ts":{}}})",
-                          d.count, pid, d.thread, w.us(d.ts)));
-        ++st.instants;
+        w_.raw(fmt::format(R"({{"ph":"i","s":"t","cat":"profiler","name":"dropped {} events","pid":{},"tid":{},"ts":{}}})",
+                           d.count, pid, d.thread, w_.us(d.ts)));
+        ++st_.instants;
       }
     }
   }
 
-  // Cross-rank flows between matching collectives, in rank order.
-  for (auto& [key, slices] : coll_slices) {
-    for (size_t i = 0; i + 1 < slices.size(); ++i) {
-      const CollSlice& a = slices[i];
-      const CollSlice& b = slices[i + 1];
-      w.raw(fmt::format(R"({{"ph":"s","cat":"collective","name":"match","id":{},"pid":{},"tid":{},"ts":{}}})", flow_id, a.pid,
-                        a.tid, w.us(a.begin)));
-      w.raw(fmt::format(R"({{"ph":"f","bp":"e","cat":"collective","name":"match","id":{},"pid":{},"tid":{},"ts":{}}})", flow_id,
-                        b.pid, b.tid, w.us(b.begin)));
-      ++flow_id;
-      ++st.flows;
-    }
-  }
+  // A matched collective's slice on one rank, for the cross-rank flows.
+  struct CollSlice {
+    int64_t pid, tid, begin, end;
+  };
+  Writer w_;
+  int64_t t0_;
+  ChromeExportStats st_;
+  std::map<std::pair<uint64_t, uint32_t>, std::vector<CollSlice>> coll_slices_;  // (comm_key, seq) -> per rank
+  uint64_t flow_id_ = 1;
+};
+
+}  // namespace
+
+ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out) {
+  int64_t t0 = INT64_MAX;
+  for (const RankTrace& r : set.ranks)
+    if (!r.events.empty()) t0 = std::min(t0, r.events.front().ts);
+  if (t0 == INT64_MAX) t0 = 0;
+  std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", out);
+  ChromeExport x(out, t0);
+  for (const RankTrace& r : set.ranks) x.rank(r);
+  x.collective_flows();
   std::fprintf(out, "\n],\"otherData\":{\"producer\":\"memcomm-trace\",\"t0_ns\":%lld}}\n", (long long)t0);
   if (std::ferror(out)) throw TraceError(fmt::format("writing chrome trace failed: {}", std::strerror(errno)));
-  return st;
+  return x.stats();
 }
 
 ChromeExportStats export_chrome(const TraceSet& set, const std::string& path) {

@@ -25,6 +25,7 @@
 #include <memcomm/train/session.hpp>
 
 #include <fmt/core.h>
+#include <memcomm/common/percentile.hpp>
 #include <memcomm/profiler/recorder.hpp>
 #include <memcomm/profiler/sink.hpp>
 #include <sys/resource.h>
@@ -67,12 +68,6 @@ std::string viewer_command() {
     if (std::filesystem::exists(viewer, ec)) return viewer.string();
   }
   return "memcomm-view";
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
 // Samples per rank per epoch, in whole batches (Note [Partial batches] in data.hpp).
@@ -338,8 +333,8 @@ void TrainingRun::evaluate_and_report() {
   s_.samples_per_s = static_cast<double>(s_.steps * s_.global_batch) / std::max(s_.wall_s, 1e-9);
   if (!step_ms_.empty()) {
     s_.step_ms_mean = std::accumulate(step_ms_.begin(), step_ms_.end(), 0.0) / static_cast<double>(step_ms_.size());
-    s_.step_ms_p50 = percentile(step_ms_, 0.5);
-    s_.step_ms_p95 = percentile(step_ms_, 0.95);
+    s_.step_ms_p50 = memcomm::percentile(step_ms_, 0.5);  // Note [Nearest-rank percentile]
+    s_.step_ms_p95 = memcomm::percentile(step_ms_, 0.95);
   }
   s_.data_wait_ms = static_cast<double>(timing_.data_wait_ns) / 1e6;
   s_.backward_ms = static_cast<double>(timing_.backward_ns) / 1e6;

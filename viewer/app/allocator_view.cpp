@@ -41,13 +41,13 @@ void draw_allocator(AppState& st, ImVec2 size) {
   // Reserved is what device memory backs (Note [Expandable segments]); an expandable segment's
   // virtual reservation is shown apart, and its bar spans only what it has mapped or holds.
   const std::string virt = s.virtual_reserved
-                               ? fmt::format("  (virtual {})", format_bytes(static_cast<double>(s.virtual_reserved)))
+                               ? fmt::format("  (virtual {})", format_bytes(s.virtual_reserved))
                                : std::string();
   ImGui::Text("rank %u  event %zu/%zu  segments %zu  blocks %zu  allocated %s  pending free %s  reserved %s%s  largest free %s  (seek cost %zu events)",
               rd.rank, at.position(), rd.alloc_events.size(), s.segments.size(), s.block_count,
-              format_bytes(static_cast<double>(s.allocated)).c_str(), format_bytes(static_cast<double>(s.pending_free)).c_str(),
-              format_bytes(static_cast<double>(s.reserved)).c_str(), virt.c_str(),
-              format_bytes(static_cast<double>(s.largest_free())).c_str(), at.last_seek_cost());
+              format_bytes(s.allocated).c_str(), format_bytes(s.pending_free).c_str(),
+              format_bytes(s.reserved).c_str(), virt.c_str(),
+              format_bytes(s.largest_free()).c_str(), at.last_seek_cost());
   st.alloc_status = {s.reserved, s.virtual_reserved, s.allocated};
   std::uint64_t biggest = 1;
   for (const auto& seg : s.segments) biggest = std::max(biggest, seg.extent_end() - seg.addr);
@@ -88,16 +88,16 @@ void draw_allocator(AppState& st, ImVec2 size) {
         std::string tip =
             seg.expandable
                 ? fmt::format("expandable segment 0x{:x}  mapped {} of virtual {}  stream {}  {} blocks  largest free {}", seg.addr,
-                              format_bytes(static_cast<double>(seg.mapped_bytes)), format_bytes(static_cast<double>(seg.size)),
-                              seg.stream, seg.blocks.size(), format_bytes(static_cast<double>(seg.largest_free())))
+                              format_bytes(seg.mapped_bytes), format_bytes(seg.size),
+                              seg.stream, seg.blocks.size(), format_bytes(seg.largest_free()))
                 : fmt::format("segment 0x{:x}  {}  stream {}  {} blocks  largest free {}", seg.addr,
-                              format_bytes(static_cast<double>(seg.size)), seg.stream, seg.blocks.size(),
-                              format_bytes(static_cast<double>(seg.largest_free())));
+                              format_bytes(seg.size), seg.stream, seg.blocks.size(),
+                              format_bytes(seg.largest_free()));
         auto it = std::upper_bound(seg.blocks.begin(), seg.blocks.end(), addr,
                                    [](std::uint64_t a, const BlockRec& b) { return a < b.addr; });
         if (it != seg.blocks.begin() && addr < std::prev(it)->addr + std::prev(it)->size) {
           const auto& b = *std::prev(it);
-          tip += fmt::format("\nblock 0x{:x}  {}  {}", b.addr, format_bytes(static_cast<double>(b.size)),
+          tip += fmt::format("\nblock 0x{:x}  {}  {}", b.addr, format_bytes(b.size),
                              b.state == BlockState::Allocated ? "allocated" : "pending free");
         } else {
           tip += "\nfree";

@@ -1,5 +1,7 @@
 // What the app writes out: the frame as pixels or a PNG (--screenshot, script `screenshot`) and
-// the --report-json summary of what was received and shown.
+// the --report-json summary of what was received and shown, with the analysis figures the step
+// table and the summary show under "analysis", in memcomm-trace report --json's names and units
+// (Note [One analysis engine] in the profiler's analysis.hpp; test_report_parity compares them).
 #include <memcomm/view/app/app.hpp>
 
 #define GLFW_INCLUDE_NONE
@@ -51,6 +53,41 @@ bool App::write_png(const std::string& path, std::string& error) {
   return true;
 }
 
+namespace {
+
+// The figures the step table and the summary pane show, named as memcomm-trace report --json names them.
+nlohmann::json analysis_json(const AppState& st) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepRow& r : st.steps)
+    steps.push_back({{"rank", r.rank}, {"step", r.step}, {"begin_ns", r.start}, {"end_ns", r.end},
+                     {"time_ns", r.end - r.start}, {"data_wait_ns", r.data_wait}, {"comm_total_ns", r.comm},
+                     {"exposed_comm_ns", r.exposed_comm}, {"overlap_pct", r.overlap_pct},
+                     {"peak_allocated", r.peak_allocated}});
+  nlohmann::json collectives = nlohmann::json::array();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& rd : st.tl.ranks) {
+    for (const auto& c : rd.collectives)
+      if (c.first_in_group)  // one row per matched collective, as the report's
+        collectives.push_back({{"comm", c.comm}, {"seq", c.seq}, {"op", st.tl.strings.get(c.op)}, {"bytes", c.bytes},
+                               {"nranks", c.group_size}, {"time_ns", c.time},
+                               {"algbw_gbps", c.algbw}, {"busbw_gbps", c.busbw}, {"skew_ns", c.skew}});
+    const CounterSeries* a = rd.counter("allocated");
+    const CounterSeries* r = rd.counter("reserved");
+    ranks.push_back({{"rank", rd.rank}, {"peak_allocated", a ? a->global_max() : 0.0}, {"peak_reserved", r ? r->global_max() : 0.0}});
+  }
+  const Summary& s = st.summary;
+  nlohmann::json stragglers = nlohmann::json::object();
+  for (std::size_t r = 0; r < 64; ++r)
+    if (s.stragglers[r] != 0) stragglers[std::to_string(r)] = s.stragglers[r];
+  return {{"steps", steps},
+          {"collectives", collectives},
+          {"ranks", ranks},
+          {"summary", {{"mean_busbw_gbps", s.mean_busbw}, {"max_skew_ns", s.max_skew}, {"peak_allocated", s.peak_allocated},
+                       {"peak_reserved", s.peak_reserved}, {"stragglers", stragglers}}}};
+}
+
+}  // namespace
+
 std::string App::report_json() const {
   nlohmann::json j;
   j["frames"] = frames_;
@@ -72,6 +109,7 @@ std::string App::report_json() const {
   j["ranks"] = ranks;
   j["drops"] = drops;
   j["steps"] = st_.steps.size();
+  j["analysis"] = analysis_json(st_);
   j["allocator"] = {{"reserved", st_.alloc_status.reserved},
                     {"virtual_reserved", st_.alloc_status.virtual_reserved},
                     {"allocated", st_.alloc_status.allocated}};

@@ -3,6 +3,8 @@
 #include <memcomm/view/app/app.hpp>
 #include <memcomm/view/synthetic.hpp>
 
+#include <memcomm/common/percentile.hpp>  // Note [Nearest-rank percentile]: the frame-time p50/p95
+
 #include "clock.hpp"
 #include "views.hpp"
 
@@ -23,12 +25,6 @@
 namespace memcomm::view {
 
 namespace {
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), std::ceil(p * static_cast<double>(v.size())) - 1));
-  return v[i];
-}
 std::size_t rss_bytes() {
   std::ifstream f("/proc/self/statm");
   std::size_t pages = 0, resident = 0;

@@ -132,14 +132,4 @@ std::string format_time(TimeNs ns) {
   return buf;
 }
 
-std::string format_bytes(double b) {
-  char buf[64];
-  const double a = std::fabs(b);
-  if (a < 1024) std::snprintf(buf, sizeof buf, "%.0f B", b);
-  else if (a < 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else if (a < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  return buf;
-}
-
 }  // namespace memcomm::view

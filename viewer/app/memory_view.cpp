@@ -104,7 +104,7 @@ void draw_memory(AppState& st, ImVec2 size) {
   }
   draw_overlays(st, view, dl, top, bottom);
   dl->PopClipRect();
-  dl->AddText(ImVec2(wpos.x + 6, bottom - 32), IM_COL32(180, 180, 180, 255), format_bytes(ymax / 1.05).c_str());
+  dl->AddText(ImVec2(wpos.x + 6, bottom - 32), IM_COL32(180, 180, 180, 255), format_bytes(whole_bytes(ymax / 1.05)).c_str());
   dl->AddText(ImVec2(wpos.x + 6, bottom - 16), IM_COL32(180, 180, 180, 255), "0 B");
   // Legend.
   float lx = left + 6;
@@ -119,9 +119,9 @@ void draw_memory(AppState& st, ImVec2 size) {
     std::string tip = fmt::format("rank {} at {}", rd.rank, format_time(t - st.tl.begin));
     double v;
     for (const auto* c : {allocated, active, reserved, largest})
-      if (c && c->value_at(t, v)) tip += fmt::format("\n{}: {}", c->name(), format_bytes(v));
+      if (c && c->value_at(t, v)) tip += fmt::format("\n{}: {}", c->name(), format_bytes(whole_bytes(v)));
     for (const auto& c : rd.counters)
-      if (c.name().rfind("cat:", 0) == 0 && c.value_at(t, v)) tip += fmt::format("\n  {}: {}", c.name().substr(4), format_bytes(v));
+      if (c.name().rfind("cat:", 0) == 0 && c.value_at(t, v)) tip += fmt::format("\n  {}: {}", c.name().substr(4), format_bytes(whole_bytes(v)));
     if (frag && frag->value_at(t, v)) tip += fmt::format("\nfragmentation: {:.1f}%", v * 100);
     ImGui::SetTooltip("%s", tip.c_str());
     st.note_tooltip(tip);

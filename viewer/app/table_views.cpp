@@ -33,7 +33,7 @@ void draw_steps(AppState& st, ImVec2 size) {
           st.zoom_to(r.start - margin, r.end + margin);
         }
         ImGui::TableNextColumn();
-        ImGui::Text("%u", r.index);
+        ImGui::Text("%llu", static_cast<unsigned long long>(r.step));
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(format_time(r.end - r.start).c_str());
         ImGui::TableNextColumn();
@@ -45,7 +45,7 @@ void draw_steps(AppState& st, ImVec2 size) {
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(format_time(r.data_wait).c_str());
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(format_bytes(r.peak_allocated).c_str());
+        ImGui::TextUnformatted(format_bytes(whole_bytes(r.peak_allocated)).c_str());
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(format_time(r.start - st.tl.begin).c_str());
       }
@@ -94,7 +94,7 @@ void draw_advice(AppState& st) {
         ImGui::Indent();
         ImGui::TextWrapped("evidence: %s", it.evidence.c_str());
         if (it.saving > 0) {
-          const std::string saving = it.saving_unit == "bytes" ? format_bytes(it.saving) : fmt::format("{:.1f} ms per step", it.saving);
+          const std::string saving = it.saving_unit == "bytes" ? format_bytes(whole_bytes(it.saving)) : fmt::format("{:.1f} ms per step", it.saving);
           ImGui::Text("expected saving: %s", saving.c_str());
         }
         ImGui::Unindent();
@@ -130,7 +130,7 @@ void draw_tune(AppState& st) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(p.oom ? "OOM" : "fits");
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(p.peak_reserved >= 0 ? format_bytes(p.peak_reserved).c_str() : "-");
+    ImGui::TextUnformatted(p.peak_reserved >= 0 ? format_bytes(whole_bytes(p.peak_reserved)).c_str() : "-");
     ImGui::TableNextColumn();
     if (p.step_ms >= 0) ImGui::Text("%.2f ms", p.step_ms);
     else ImGui::TextUnformatted("-");
@@ -148,8 +148,8 @@ void draw_summary(AppState& st, ImVec2 size) {
   ImGui::Text("spans %llu  collectives %llu  samples %llu  allocator events %llu", static_cast<unsigned long long>(s.spans),
               static_cast<unsigned long long>(s.collectives), static_cast<unsigned long long>(s.samples),
               static_cast<unsigned long long>(s.alloc_events));
-  ImGui::Text("peak allocated %s  peak reserved %s  OOMs %llu  drops %llu", format_bytes(s.peak_allocated).c_str(),
-              format_bytes(s.peak_reserved).c_str(), static_cast<unsigned long long>(s.ooms),
+  ImGui::Text("peak allocated %s  peak reserved %s  OOMs %llu  drops %llu", format_bytes(whole_bytes(s.peak_allocated)).c_str(),
+              format_bytes(whole_bytes(s.peak_reserved)).c_str(), static_cast<unsigned long long>(s.ooms),
               static_cast<unsigned long long>(s.dropped));
   ImGui::Text("mean busbw %.2f GB/s  max skew %s", s.mean_busbw, format_time(s.max_skew).c_str());
   std::string strag;
@@ -172,10 +172,10 @@ void draw_summary(AppState& st, ImVec2 size) {
     ImGui::Text("Selection %s .. %s (%s)", format_time(r.t0 - st.tl.begin).c_str(), format_time(r.t1 - st.tl.begin).c_str(),
                 format_time(r.t1 - r.t0).c_str());
     ImGui::Text("spans %llu  collectives %llu (%s)", static_cast<unsigned long long>(r.spans),
-                static_cast<unsigned long long>(r.collectives), format_bytes(static_cast<double>(r.collective_bytes)).c_str());
+                static_cast<unsigned long long>(r.collectives), format_bytes(r.collective_bytes).c_str());
     ImGui::Text("busy: kernels %s  memcpy %s  collectives %s  phases %s", format_time(r.busy[1]).c_str(),
                 format_time(r.busy[2]).c_str(), format_time(r.busy[4]).c_str(), format_time(r.busy[0]).c_str());
-    if (r.mem_valid) ImGui::Text("allocated %s .. %s", format_bytes(r.mem_min).c_str(), format_bytes(r.mem_max).c_str());
+    if (r.mem_valid) ImGui::Text("allocated %s .. %s", format_bytes(whole_bytes(r.mem_min)).c_str(), format_bytes(whole_bytes(r.mem_max)).c_str());
   }
   if (!st.tl.sources.empty()) {
     ImGui::Separator();

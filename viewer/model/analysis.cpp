@@ -1,4 +1,13 @@
+// The step table, summary and range statistics the viewer shows. The figures are the profiler's
+// (Note [One analysis engine] in memcomm/trace/analysis.hpp): a step's comm, exposed comm and
+// overlap are prof::comm_overlap() of the communication and compute inside it, collectives are
+// timed by prof::collective_timing() when matched (builder.cpp), the mean busbw is prof::BusbwMean.
+// What is the viewer's own is finding those spans fast on its sorted rows: each row is walked
+// forward with a cursor as the steps go by, and compute is looked up only inside communication
+// intervals (only there can it overlap), so a step costs O(collectives x log spans), not O(kernels).
 #include <memcomm/view/analysis.hpp>
+
+#include <memcomm/trace/analysis.hpp>
 
 #include <algorithm>
 
@@ -93,103 +102,135 @@ std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& 
   return rows;
 }
 
+namespace {
+
+// The host phases that are compute on CPU runs: prof::is_compute_phase()'s (Note [Breakdown
+// definitions] in the profiler's analysis.hpp), by the viewer's kind of the phase's name.
+bool is_compute_phase(PhaseKind k) {
+  switch (k) {
+    case PhaseKind::Forward: return prof::is_compute_phase(prof::Phase::Forward);
+    case PhaseKind::Backward: return prof::is_compute_phase(prof::Phase::Backward);
+    case PhaseKind::Optimizer: return prof::is_compute_phase(prof::Phase::Optimizer);
+    case PhaseKind::Eval: return prof::is_compute_phase(prof::Phase::Eval);
+    default: return false;
+  }
+}
+
+// One rank's rows and cursors, sorted out once; step() computes one step's row from them.
+class StepScanner {
+ public:
+  StepScanner(const RankData& rd, const std::vector<PhaseKind>& kind_of) : rd_(rd), kind_of_(kind_of) {
+    bool has_kernels = false;
+    for (const auto& lane : rd.lanes) has_kernels = has_kernels || lane.kind == LaneKind::Kernel;
+    for (const auto& lane : rd.lanes)
+      for (const auto& row : lane.rows) {
+        if (lane.kind == LaneKind::Collective) comm_.emplace_back(&row);
+        else if (lane.kind == LaneKind::Kernel) compute_.emplace_back(&row);
+        else if (lane.kind == LaneKind::Phase) {
+          phases_.emplace_back(&row);
+          // On CPU runs the host phases are the compute (Note [Breakdown definitions]).
+          if (!has_kernels) compute_phases_.push_back(&row);
+        }
+      }
+    allocated_ = rd.counter("allocated");
+  }
+
+  StepRow step(const Span& st, std::uint64_t id) {
+    StepRow r;
+    r.rank = rd_.rank;
+    r.step = id;
+    r.start = st.start;
+    r.end = st.end;
+    comm_iv_.clear();
+    wait_.clear();
+    for (auto& cur : comm_) cur.clip(st.start, st.end, comm_iv_);
+    for (auto& cur : phases_) {
+      const auto& row = cur.row();
+      for (std::size_t i = cur.seek(st.start); i < row.size() && row[i].start < st.end; ++i)
+        if (kind(row[i].name) == PhaseKind::DataWait)
+          wait_.emplace_back(std::max(row[i].start, st.start), std::min(row[i].end, st.end));
+    }
+    unite_in_place(comm_iv_);
+    unite_in_place(wait_);
+    r.data_wait = length(wait_);
+    const prof::CommOverlap co = prof::comm_overlap(as_prof(comm_iv_, comm_prof_), compute_inside_comm());
+    r.comm = co.comm_total_ns;
+    r.exposed_comm = co.exposed_comm_ns;
+    r.overlap_pct = co.overlap_pct;
+    // Exact from the block events when their fold is complete (Note [Memory curves from block
+    // events]); the window is prof::analyze's (Note [One analysis engine]).
+    double mn = 0, mx = 0;
+    if (allocated_ && allocated_->range_min_max(st.start, st.end, mn, mx, mem_cursor_)) r.peak_allocated = mx;
+    return r;
+  }
+
+ private:
+  PhaseKind kind(std::uint32_t id) const { return id < kind_of_.size() ? kind_of_[id] : PhaseKind::Other; }
+  static const std::vector<prof::Interval>& as_prof(const Intervals& v, std::vector<prof::Interval>& out) {
+    out.clear();
+    for (const auto& iv : v) out.push_back({iv.first, iv.second});
+    return out;
+  }
+  // The compute inside each (disjoint, sorted) communication interval, merged: all of the compute
+  // that can meet communication, so comm_overlap() gives what it gives over the step's compute.
+  const std::vector<prof::Interval>& compute_inside_comm() {
+    compute_prof_.clear();
+    for (const auto& iv : comm_iv_) {
+      covered_.clear();
+      for (auto& cur : compute_) cur.clip(iv.first, iv.second, covered_);
+      for (const SpanRow* row : compute_phases_) {
+        auto it = std::lower_bound(row->begin(), row->end(), iv.first, [](const Span& s, TimeNs t) { return s.end <= t; });
+        for (; it != row->end() && it->start < iv.second; ++it)
+          if (is_compute_phase(kind(it->name))) covered_.emplace_back(std::max(it->start, iv.first), std::min(it->end, iv.second));
+      }
+      unite_in_place(covered_);
+      for (const auto& c : covered_) compute_prof_.push_back({c.first, c.second});
+    }
+    return compute_prof_;
+  }
+
+  const RankData& rd_;
+  const std::vector<PhaseKind>& kind_of_;
+  std::vector<RowCursor> comm_, compute_, phases_;
+  std::vector<const SpanRow*> compute_phases_;
+  const CounterSeries* allocated_ = nullptr;
+  std::size_t mem_cursor_ = 0;
+  Intervals comm_iv_, wait_, covered_;  // reused across steps: no allocation per step
+  std::vector<prof::Interval> comm_prof_, compute_prof_;
+};
+
+}  // namespace
+
 void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind>& kind_of, std::vector<StepRow>& rows,
                const std::vector<StepRow>& previous, TimeNs changed_from) {
-  const auto phase_kind = [&kind_of](std::uint32_t id) { return id < kind_of.size() ? kind_of[id] : PhaseKind::Other; };
   const RankData& rd = tl.ranks[slot];
-  {
-    const Lane* phases = nullptr;
-    bool has_kernels = false;
-    for (const auto& lane : rd.lanes) {
-      if (lane.kind == LaneKind::Phase) phases = &lane;
-      if (lane.kind == LaneKind::Kernel) has_kernels = true;
+  const Lane* phases = nullptr;
+  for (const auto& lane : rd.lanes)
+    if (lane.kind == LaneKind::Phase) phases = &lane;
+  if (phases == nullptr) return;
+  std::uint64_t ordinal = 0;
+  for (const auto& row : previous)
+    if (row.rank == rd.rank && row.end < changed_from) {
+      rows.push_back(row);
+      ++ordinal;
     }
-    if (phases == nullptr) return;
-    std::uint32_t index = 0;
-    for (const auto& row : previous)
-      if (row.rank == rd.rank && row.end < changed_from) {
-        rows.push_back(row);
-        ++index;
-      }
-    std::vector<Span> steps;
-    for (const auto& row : phases->rows) {  // rows are sorted by end too: skip the kept steps
-      auto it = std::lower_bound(row.begin(), row.end(), changed_from, [](const Span& s, TimeNs t) { return s.end < t; });
-      for (; it != row.end(); ++it)
-        if (phase_kind(it->name) == PhaseKind::Step) steps.push_back(*it);
-    }
-    const auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
-    if (!std::is_sorted(steps.begin(), steps.end(), by_start)) std::sort(steps.begin(), steps.end(), by_start);
-    // Exact from the block events when their fold is complete (Note [Memory curves from block
-    // events]): then a sample per alloc/free, so each step's range is found by galloping on from the last one.
-    const CounterSeries* allocated = rd.counter("allocated");
-    std::size_t mem_cursor = 0;
-    // The rows each step looks into, sorted out once per rank.
-    std::vector<const SpanRow*> comm_rows, compute_rows, phase_all;
-    std::vector<std::pair<const SpanRow*, bool>> phase_rows;
-    for (const auto& lane : rd.lanes) {
-      for (const auto& row : lane.rows) {
-        if (lane.kind == LaneKind::Collective) comm_rows.push_back(&row);
-        else if (lane.kind == LaneKind::Kernel) compute_rows.push_back(&row);
-        else if (lane.kind == LaneKind::Phase) {
-          phase_all.push_back(&row);
-          // On CPU runs the host phases are the compute (issue 4: "kernels" are host phases there).
-          if (!has_kernels) phase_rows.emplace_back(&row, true);
-        }
-      }
-    }
-    std::vector<RowCursor> comm_cur, compute_cur, phase_cur;
-    for (const auto* row : comm_rows) comm_cur.emplace_back(row);
-    for (const auto* row : compute_rows) compute_cur.emplace_back(row);
-    for (const auto* row : phase_all) phase_cur.emplace_back(row);
-    Intervals comm, wait, covered, tmp;
-    for (const auto& st : steps) {
-      StepRow r;
-      r.rank = rd.rank;
-      r.index = index++;
-      r.start = st.start;
-      r.end = st.end;
-      // Only compute that overlaps communication matters: look it up inside each communication
-      // interval (binary searches), so a step costs O(collectives x log spans), not O(kernels).
-      comm.clear();
-      wait.clear();
-      covered.clear();
-      for (auto& cur : comm_cur) cur.clip(st.start, st.end, comm);
-      for (auto& cur : phase_cur) {
-        const auto& row = cur.row();
-        for (std::size_t i = cur.seek(st.start); i < row.size() && row[i].start < st.end; ++i)
-          if (phase_kind(row[i].name) == PhaseKind::DataWait)
-            wait.emplace_back(std::max(row[i].start, st.start), std::min(row[i].end, st.end));
-      }
-      unite_in_place(comm);
-      const Intervals& c = comm;
-      // The comm intervals are disjoint, so the covered time is summed per interval: each union
-      // sorts only the few parts inside one interval, not all of the step's.
-      TimeNs covered_len = 0;
-      for (const auto& iv : c) {
-        covered.clear();
-        for (auto& cur : compute_cur) cur.clip(iv.first, iv.second, covered);
-        for (const auto& pr : phase_rows) {
-          tmp.clear();
-          clip_row(*pr.first, iv.first, iv.second, tmp);
-          auto it = std::lower_bound(pr.first->begin(), pr.first->end(), iv.first, [](const Span& s, TimeNs t) { return s.end <= t; });
-          for (const auto& part : tmp) {
-            const PhaseKind k = phase_kind(it->name);
-            ++it;
-            if (k == PhaseKind::Forward || k == PhaseKind::Backward || k == PhaseKind::Optimizer) covered.push_back(part);
-          }
-        }
-        unite_in_place(covered);
-        covered_len += length(covered);
-      }
-      r.comm = length(c);
-      r.exposed_comm = r.comm - covered_len;
-      r.overlap_pct = r.comm > 0 ? 100.0 * static_cast<double>(r.comm - r.exposed_comm) / static_cast<double>(r.comm) : 0;
-      unite_in_place(wait);
-      r.data_wait = length(wait);
-      double mn = 0, mx = 0;
-      if (allocated && allocated->range_min_max(st.start, st.end, mn, mx, mem_cursor)) r.peak_allocated = mx;
-      rows.push_back(r);
-    }
+  std::vector<Span> steps;
+  for (const auto& row : phases->rows) {  // rows are sorted by end too: skip the kept steps
+    auto it = std::lower_bound(row.begin(), row.end(), changed_from, [](const Span& s, TimeNs t) { return s.end < t; });
+    for (; it != row.end(); ++it)
+      if (it->name < kind_of.size() && kind_of[it->name] == PhaseKind::Step) steps.push_back(*it);
+  }
+  const auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
+  if (!std::is_sorted(steps.begin(), steps.end(), by_start)) std::sort(steps.begin(), steps.end(), by_start);
+  StepScanner scan(rd, kind_of);
+  // Steps are numbered by their Step range's recorded id (the span's payload), as memcomm-trace
+  // report numbers them. A rank whose steps all have payload 0 recorded none (Chrome JSON,
+  // synthetic and hand-built runs): its steps are numbered from 1 in start order, as the trainer
+  // numbers them. (A live rank whose first publish holds only a step with id 0 is numbered 1 there.)
+  const bool recorded = std::any_of(steps.begin(), steps.end(), [](const Span& s) { return s.payload != 0; });
+  for (const auto& st : steps) {
+    ++ordinal;
+    rows.push_back(scan.step(st, recorded ? st.payload : ordinal));
   }
 }
 
@@ -228,8 +269,7 @@ RangeStats range_stats(const Timeline& tl, TimeNs t0, TimeNs t1) {
 Summary summarize(const Timeline& tl) {
   Summary s;
   s.duration = tl.end - tl.begin;
-  double bw_sum = 0;
-  std::uint64_t bw_n = 0;
+  prof::BusbwMean busbw;  // Note [Collective bandwidth]: bytes-weighted, each matched group once
   for (const auto& rd : tl.ranks) {
     for (const auto& lane : rd.lanes) s.spans += lane.span_count();
     s.collectives += rd.collectives.size();
@@ -240,13 +280,12 @@ Summary summarize(const Timeline& tl) {
     if (const auto* a = rd.counter("allocated")) s.peak_allocated = std::max(s.peak_allocated, a->global_max());
     if (const auto* r = rd.counter("reserved")) s.peak_reserved = std::max(s.peak_reserved, r->global_max());
     for (const auto& c : rd.collectives) {
-      bw_sum += c.busbw;
-      ++bw_n;
+      if (c.first_in_group) busbw.add(c.busbw, c.bytes, c.time);
       s.max_skew = std::max(s.max_skew, c.skew);
       if (c.straggler && rd.rank < 64) ++s.stragglers[rd.rank];
     }
   }
-  s.mean_busbw = bw_n ? bw_sum / static_cast<double>(bw_n) : 0;
+  s.mean_busbw = busbw.value();
   return s;
 }
 

@@ -90,48 +90,39 @@ void TimelineBuilder::reserve_alloc(std::uint32_t r, std::size_t n) {
   v.reserve(v.size() + n);
 }
 
-double busbw_factor(std::string_view op, std::uint32_t n) {
-  if (n <= 1) return 1.0;
-  const double f = static_cast<double>(n - 1) / n;
-  if (op.find("all_reduce") != std::string_view::npos || op.find("allreduce") != std::string_view::npos) return 2 * f;
-  if (op.find("all_gather") != std::string_view::npos || op.find("allgather") != std::string_view::npos ||
-      op.find("reduce_scatter") != std::string_view::npos || op.find("reducescatter") != std::string_view::npos ||
-      op.find("all_to_all") != std::string_view::npos || op.find("alltoall") != std::string_view::npos)
-    return f;
-  return 1.0;  // broadcast, reduce, send/recv
-}
-
-double BusbwCache::factor(const Timeline& tl, std::uint32_t op, std::uint32_t n) {
-  if (op >= by_op.size()) by_op.resize(op + 1, {0, 0.0});
-  auto& [cached_n, f] = by_op[op];
-  if (cached_n != n) {  // busbw_factor looks for op names in the string: once per (op, n), not per collective
-    cached_n = n;
-    f = busbw_factor(tl.strings.get(op), n);
+prof::CollOp CollOpCache::op(const Timeline& tl, std::uint32_t name) {
+  if (name >= by_name.size()) by_name.resize(name + 1, -1);
+  if (by_name[name] < 0) {  // parsed once per op name, not once per collective
+    prof::CollOp op = prof::CollOp::Unknown;
+    prof::coll_op_from_name(tl.strings.get(name), op);
+    by_name[name] = static_cast<std::int16_t>(op);
   }
-  return f;
+  return static_cast<prof::CollOp>(by_name[name]);
 }
 
-void match_collective_group(Timeline& tl, const std::vector<CollectiveRef>& refs, BusbwCache& cache) {
-  const auto world = static_cast<std::uint32_t>(std::max<std::size_t>(1, tl.ranks.size()));
-  TimeNs first = INT64_MAX, last = INT64_MIN;
-  std::size_t last_ref = 0;
+void match_collective_group(Timeline& tl, const std::vector<CollectiveRef>& refs, CollOpCache& cache) {
+  // Timed by prof::collective_timing(), as memcomm-trace report times them (Note [One analysis
+  // engine], Note [Collective bandwidth] in the profiler's analysis.hpp): from the last arrival to
+  // the last end. The communicator size is CommInfo's (group_size as ingested) when known.
+  auto& arrivals = cache.arrivals;
+  arrivals.clear();
+  std::uint32_t n = static_cast<std::uint32_t>(refs.size());
   for (std::size_t k = 0; k < refs.size(); ++k) {
     const auto& c = tl.ranks[refs[k].slot].collectives[refs[k].index];
-    first = std::min(first, c.start);
-    if (c.start > last) {
-      last = c.start;
-      last_ref = k;
-    }
+    arrivals.push_back({static_cast<std::uint32_t>(k), c.start, c.end});
+    n = std::max(n, c.group_size);
   }
+  const auto& first = tl.ranks[refs[0].slot].collectives[refs[0].index];
+  const prof::CollectiveTiming t = prof::collective_timing(arrivals, cache.op(tl, first.op), first.bytes, static_cast<int>(n));
   for (std::size_t k = 0; k < refs.size(); ++k) {
     auto& c = tl.ranks[refs[k].slot].collectives[refs[k].index];
-    const std::uint32_t n = refs.size() > 1 ? static_cast<std::uint32_t>(refs.size()) : (c.group_size ? c.group_size : world);
-    if (refs.size() > 1) c.group_size = n;
-    c.straggler = refs.size() > 1 && k == last_ref;
-    c.skew = last - first;
-    const double secs = static_cast<double>(std::max<TimeNs>(1, c.end - c.start)) * 1e-9;
-    c.algbw = static_cast<double>(c.bytes) / secs / 1e9;
-    c.busbw = c.algbw * cache.factor(tl, c.op, n);
+    c.group_size = n;
+    c.straggler = t.straggler_rank == k;
+    c.first_in_group = k == 0;
+    c.skew = t.skew_ns;
+    c.time = t.time_ns;
+    c.algbw = t.algbw_gbps;
+    c.busbw = t.busbw_gbps;
     if (k + 1 < refs.size()) {
       c.next_rank = static_cast<std::int32_t>(refs[k + 1].slot);
       c.next_index = refs[k + 1].index;
@@ -175,7 +166,7 @@ void match_collectives(Timeline& tl) {
     blocks.swap(merged);
   }
   std::vector<CollectiveRef> refs;
-  BusbwCache cache;
+  CollOpCache cache;
   for (std::size_t i = 0; i < all.size();) {
     std::size_t j = i;
     refs.clear();

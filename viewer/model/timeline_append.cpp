@@ -224,7 +224,7 @@ AppendResult TimelineBuilder::append_to(Timeline& tl) {
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     std::vector<CollectiveRef> refs;
-    BusbwCache cache;
+    CollOpCache cache;
     for (const auto key : touched) {
       refs.clear();
       for (const auto& [rank, index] : groups_[key]) {

@@ -9,6 +9,9 @@ namespace memcomm {
 // "512 B", "1.5 KiB", "20.0 MiB", "1.50 GiB": binary units, `decimals` digits after the point below
 // a GiB and at least two from a GiB up (a GiB is too coarse to round to a tenth).
 std::string format_bytes(std::uint64_t bytes, int decimals = 1);
+// A byte count measured as a double (the viewer's counter values, their min/max): rounded to whole
+// bytes for format_bytes(); 0 when negative or not a number.
+std::uint64_t whole_bytes(double bytes);
 
 // A size as people write it: "4096", "512KiB", "1.5GiB", "2GB", "64 m", "2e9". The number may have a
 // fraction and a decimal exponent; units are case-insensitive: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) and

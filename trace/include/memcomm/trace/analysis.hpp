@@ -24,11 +24,33 @@
 // reduce, send/recv 1. `bytes` is nccl-tests' "size" (for all_gather the gathered total). The time
 // of a collective matched across ranks is from the LAST rank's start to the last end (before the
 // last arrival nothing can move); with one rank's view only, its own end - start.
-// Skew = latest start - earliest start; the straggler is the rank that started last.
+// Skew = latest start - earliest start; the straggler is the rank that started last (the first of
+// them in rank order on a tie). The communicator size n is CommInfo's; without it, the ranks that
+// recorded the collective, or the trace's world size when larger. The summary's mean busbw is
+// weighted by bytes, over matched collectives with a time: sum(busbw x bytes) / sum(bytes), so a
+// run's many small latency-bound collectives do not outvote the few large ones that move its data.
+//
+// Note [One analysis engine]
+// memcomm-trace report and the viewer show the same figures because they compute them with the
+// same functions: analyze() below is built from comm_overlap(), collective_timing() and
+// BusbwMean, and the viewer's step table, collective matching and summary (viewer/model
+// analysis.cpp, builder.cpp) call those directly on the events they already hold (live, only for
+// the steps and collective groups that are new), reading its ops' names with coll_op_from_name().
+// Steps are numbered by their Step range's id (RangeEvent::id, what the recorder was given: the
+// trainer counts from 1) in both. What the viewer keeps of its own is the lookup: which spans fall
+// in a step, found on its sorted rows, and the step's peak from its "allocated" curve, which
+// follows the same rule as memory_series() below (Note [Memory curves from block events] in
+// memory_fold.hpp) and the same window (the value in force at the step's begin and every point up
+// to its end). Where the viewer's model lacks what the rule reads, the figures can still differ:
+// its kernel spans do not say which kernels are communication kernels (ComputeEvent::sub), so on
+// GPU runs that record those it takes the collectives' spans as communication and every kernel as
+// compute; it knows no world size, so a collective of a communicator without CommInfo counts the
+// ranks that recorded it; and it shows only collectives that ended.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memcomm/trace/trace_set.hpp"
@@ -78,6 +100,36 @@ struct CollectiveOnRank {
 std::vector<CollectiveOnRank> collectives_of(const RankTrace& r);
 
 double busbw_factor(CollOp op, int nranks);
+// The op whose coll_op_name() is `name` (exactly); false when none is.
+bool coll_op_from_name(std::string_view name, CollOp& op);
+
+// One rank's part in a matched collective: when it started (its enqueue when no start was
+// recorded; -1 when neither was) and ended (-1 when not recorded).
+struct CollectiveArrival {
+  uint32_t rank;
+  int64_t start;
+  int64_t end;
+};
+struct CollectiveTiming {
+  int64_t first_start = 0, last_start = 0, last_end = 0;
+  int64_t time_ns = 0;        // Note [Collective bandwidth]
+  int64_t skew_ns = 0;        // last_start - first_start
+  uint32_t straggler_rank = kUnknownRank;  // rank that started last (none with fewer than two ranks)
+  double algbw_gbps = 0, busbw_gbps = 0;
+};
+// Note [Collective bandwidth] for one collective, from every rank's arrival (in rank order).
+CollectiveTiming collective_timing(const std::vector<CollectiveArrival>& arrivals, CollOp op, uint64_t bytes, int nranks);
+
+// The summary's mean busbw (Note [Collective bandwidth]): add each matched collective once.
+struct BusbwMean {
+  double weighted = 0, bytes = 0;
+  void add(double busbw_gbps, uint64_t collective_bytes, int64_t time_ns) {
+    if (time_ns <= 0) return;
+    weighted += busbw_gbps * double(collective_bytes);
+    bytes += double(collective_bytes);
+  }
+  double value() const { return bytes > 0 ? weighted / bytes : 0.0; }
+};
 
 struct CollectiveStats {
   uint64_t comm_key;
@@ -168,6 +220,18 @@ struct RankSpans {
 };
 RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges, const std::vector<CollectiveOnRank>& colls);
 Breakdown breakdown_over(const RankSpans& s, int64_t lo, int64_t hi);
+// The communication part of a breakdown (Note [Breakdown definitions]): comm and compute merged
+// and clipped to one window. Only compute that meets comm counts, so compute may be given as just
+// the parts inside the comm intervals (what the viewer looks up).
+struct CommOverlap {
+  int64_t comm_total_ns = 0, overlap_ns = 0, exposed_comm_ns = 0;
+  double overlap_pct = 0;
+};
+CommOverlap comm_overlap(const std::vector<Interval>& comm, const std::vector<Interval>& compute);
+// CPU runs (Note [Breakdown definitions]): the host phases that are compute.
+inline bool is_compute_phase(Phase p) {
+  return p == Phase::Forward || p == Phase::Backward || p == Phase::Optimizer || p == Phase::Eval;
+}
 std::vector<MemoryPoint> memory_series(const RankTrace& r);
 
 }  // namespace memcomm::prof

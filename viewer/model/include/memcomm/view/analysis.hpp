@@ -1,8 +1,11 @@
-// Numbers the step table, the summary pane and range selection show. Computed from the model;
-// when the profiler's analysis library lands these should be cross-checked against it.
+// Numbers the step table, the summary pane and range selection show, computed from the model with
+// the profiler's analysis functions, so they equal memcomm-trace report's (Note [One analysis
+// engine] in memcomm/trace/analysis.hpp; tests/viewer/test_report_parity.cpp holds them to it).
 #pragma once
 
 #include <memcomm/view/timeline.hpp>
+
+#include <cstdint>
 
 #include <vector>
 
@@ -10,9 +13,9 @@ namespace memcomm::view {
 
 struct StepRow {
   std::uint32_t rank = 0;
-  std::uint32_t index = 0;        // step number on that rank (order of "step" phases)
+  std::uint64_t step = 0;         // the Step range's id, as memcomm-trace report numbers it (from 1 when none was recorded)
   TimeNs start = 0, end = 0;      // ns
-  TimeNs comm = 0;                // union of collective time inside the step, ns
+  TimeNs comm = 0;                // union of collective time inside the step, ns (prof's comm_total_ns)
   TimeNs exposed_comm = 0;        // communication not overlapped by compute, ns
   double overlap_pct = 0;         // (comm - exposed) / comm * 100
   TimeNs data_wait = 0;           // data-wait phases inside the step, ns
@@ -20,7 +23,9 @@ struct StepRow {
 };
 
 // One row per "step" phase per rank. Compute = kernel lanes, or, on CPU runs with no kernels,
-// the forward/backward/optimizer phases.
+// the forward/backward/optimizer/eval phases (Note [Breakdown definitions] in the profiler's
+// analysis.hpp; the kernel spans do not say which kernels are communication kernels, so on GPU
+// runs with those, communication is the collectives' spans and every kernel is compute).
 // With `previous` (the table before events from `changed_from` on were appended, same rank
 // slots), the rows of steps that ended before changed_from are kept and only later steps are
 // computed: live publishes cost O(new steps), not O(all steps).
@@ -50,7 +55,7 @@ struct Summary {
   std::uint64_t spans = 0, collectives = 0, samples = 0, alloc_events = 0, dropped = 0;
   TimeNs duration = 0;
   double peak_allocated = 0, peak_reserved = 0;  // bytes, max over ranks
-  double mean_busbw = 0;                         // GB/s over matched collectives
+  double mean_busbw = 0;                         // GB/s, bytes-weighted over matched collectives (prof::BusbwMean)
   TimeNs max_skew = 0;                           // ns over matched collectives
   std::uint64_t stragglers[64] = {};             // times each rank (< 64) was last to arrive
   std::uint64_t ooms = 0;

@@ -2,6 +2,7 @@
 // traces, PyTorch snapshots, the live stream, synthetic data, test fixtures) goes through.
 #pragma once
 
+#include <memcomm/trace/analysis.hpp>
 #include <memcomm/trace/memory_fold.hpp>
 #include <memcomm/view/timeline.hpp>
 
@@ -172,17 +173,16 @@ class TimelineBuilder {
 
 // Cross-rank work done after building or merging: collective matching, stragglers, skew, busbw.
 void match_collectives(Timeline& tl);
-// busbw_factor() per (op, group size), remembered across groups.
-struct BusbwCache {
-  std::vector<std::pair<std::uint32_t, double>> by_op;  // op string id -> (group size, factor); size 0: none
-  double factor(const Timeline& tl, std::uint32_t op, std::uint32_t n);
+// The prof::CollOp of each op name (by string id), parsed once; and a buffer reused across groups.
+struct CollOpCache {
+  std::vector<std::int16_t> by_name;  // op string id -> CollOp, -1: not parsed yet
+  std::vector<prof::CollectiveArrival> arrivals;
+  prof::CollOp op(const Timeline& tl, std::uint32_t name);
 };
 // The same for one (comm, seq) group; `refs` sorted by (slot, index).
-void match_collective_group(Timeline& tl, const std::vector<CollectiveRef>& refs, BusbwCache& cache);
+void match_collective_group(Timeline& tl, const std::vector<CollectiveRef>& refs, CollOpCache& cache);
 inline std::uint64_t collective_key(std::uint32_t comm, std::uint64_t seq) {
   return (static_cast<std::uint64_t>(comm) << 40) ^ seq;
 }
-// Bus bandwidth factor of nccl-tests for an op over n ranks (all_reduce: 2(n-1)/n, ...).
-double busbw_factor(std::string_view op, std::uint32_t n);
 
 }  // namespace memcomm::view

@@ -65,12 +65,14 @@ struct Collective {
   std::uint32_t comm = 0;             // communicator id
   std::uint64_t seq = 0;              // per-communicator sequence number (matching key with comm)
   TimeNs start = 0, end = 0;          // ns
-  std::uint32_t group_size = 1;       // ranks that took part (matched instances, else world size)
+  std::uint32_t group_size = 1;       // communicator size: CommInfo's, else the matched instances
   std::int32_t next_rank = -1;        // slot in Timeline::ranks of the matched instance on the next rank (-1: none)
   std::uint32_t next_index = 0;       // its index in that rank's collectives
   bool straggler = false;             // this rank arrived last in its matched group
+  bool first_in_group = true;         // the group's first instance (the summary counts each group once)
   TimeNs skew = 0;                    // last arrival minus first arrival across the group, ns
-  double algbw = 0, busbw = 0;        // GB/s, nccl-tests definitions
+  TimeNs time = 0;                    // the group's time: last arrival to last end (one rank: its own), ns
+  double algbw = 0, busbw = 0;        // GB/s over `time`, the group's (Note [Collective bandwidth], profiler analysis.hpp)
 };
 
 // Everything about one rank.

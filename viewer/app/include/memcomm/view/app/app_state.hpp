@@ -8,6 +8,8 @@
 #include <memcomm/view/builder.hpp>
 #include <memcomm/view/timeline.hpp>
 
+#include <memcomm/common/bytes.hpp>  // memcomm::format_bytes: every byte figure the views print
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -121,6 +123,5 @@ struct AppState {
 
 // "12.345 ms", "830 ns", "1.2 s".
 std::string format_time(TimeNs ns);
-std::string format_bytes(double bytes);
 
 }  // namespace memcomm::view

@@ -1,0 +1,138 @@
+// The viewer's step table and summary hold the figures memcomm-trace report computes (Note [One
+// analysis engine] in memcomm/trace/analysis.hpp): a two-rank run written here (parity_run.hpp)
+// is loaded as memcomm-view loads it (BackgroundLoad, build_indexes) and analysed with
+// prof::analyze, and every figure the viewer shows is compared: step numbers and times, comm,
+// exposed comm, overlap, data wait, per-step and per-rank peaks, each matched collective's time,
+// algbw, busbw, skew and straggler, the mean busbw and the maximum skew.
+#include "memcomm_test.hpp"
+#include "parity_run.hpp"
+
+#include <memcomm/trace/analysis.hpp>
+#include <memcomm/trace/trace_set.hpp>
+#include <memcomm/view/builder.hpp>
+#include <memcomm/view/indexes.hpp>
+#include <memcomm/view/loader.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+using namespace memcomm::view;
+namespace prof = memcomm::prof;
+
+namespace {
+
+std::string out_stem(const std::string& name) {
+  const std::string d = std::string(MEMCOMM_BINARY_DIR) + "/tests/viewer_out";
+  std::filesystem::create_directories(d);
+  return d + "/" + name;
+}
+
+void check_steps(const std::vector<StepRow>& shown, const prof::Analysis& a) {
+  REQUIRE(shown.size() == a.steps.size());
+  for (std::size_t k = 0; k < shown.size(); ++k) {
+    const StepRow& v = shown[k];
+    const prof::StepRow& p = a.steps[k];
+    INFO("step row " << k << ": rank " << p.rank << " step " << p.step);
+    CHECK(v.rank == p.rank);
+    CHECK(v.step == p.step);
+    CHECK(v.start == p.begin);
+    CHECK(v.end == p.end);
+    CHECK(v.data_wait == p.data_wait_ns);
+    CHECK(v.comm == p.breakdown.comm_total_ns);
+    CHECK(v.exposed_comm == p.breakdown.exposed_comm_ns);
+    CHECK(v.overlap_pct == Approx(p.breakdown.overlap_pct).margin(1e-9));
+    CHECK(v.peak_allocated == static_cast<double>(p.peak_allocated));
+  }
+}
+
+void check_collectives(const Timeline& tl, const prof::Analysis& a) {
+  std::map<std::uint64_t, const prof::CollectiveStats*> by_seq;  // one communicator in the run
+  for (const auto& c : a.collectives) by_seq[c.seq] = &c;
+  std::size_t groups = 0;
+  for (const auto& rd : tl.ranks)
+    for (const Collective& c : rd.collectives) {
+      INFO("rank " << rd.rank << " seq " << c.seq);
+      REQUIRE(by_seq.count(c.seq) == 1);
+      const prof::CollectiveStats& p = *by_seq[c.seq];
+      groups += c.first_in_group;
+      CHECK(c.group_size == static_cast<std::uint32_t>(p.nranks));
+      CHECK(c.time == p.time_ns);
+      CHECK(c.skew == p.skew_ns);
+      CHECK(c.algbw == Approx(p.algbw_gbps));
+      CHECK(c.busbw == Approx(p.busbw_gbps));
+      CHECK(c.straggler == (rd.rank == p.straggler_rank));
+    }
+  CHECK(groups == a.collectives.size());
+}
+
+void check_summary(const Timeline& tl, const Summary& s, const prof::Analysis& a) {
+  CHECK(s.mean_busbw == Approx(a.mean_busbw_gbps));
+  CHECK(s.max_skew == a.max_skew_ns);
+  std::uint64_t peak_allocated = 0, peak_reserved = 0;
+  for (const auto& r : a.ranks) {
+    peak_allocated = std::max(peak_allocated, r.peak_allocated);
+    peak_reserved = std::max(peak_reserved, r.peak_reserved);
+    const RankData* rd = nullptr;
+    for (const auto& x : tl.ranks) rd = x.rank == r.rank ? &x : rd;
+    REQUIRE(rd != nullptr);
+    REQUIRE(rd->counter("allocated") != nullptr);
+    CHECK(rd->counter("allocated")->global_max() == static_cast<double>(r.peak_allocated));
+  }
+  CHECK(s.peak_allocated == static_cast<double>(peak_allocated));
+  CHECK(s.peak_reserved == static_cast<double>(peak_reserved));
+  std::uint64_t stragglers[64] = {};
+  for (const auto& c : a.collectives)
+    if (c.straggler_rank < 64) ++stragglers[c.straggler_rank];
+  for (int r = 0; r < 64; ++r) CHECK(s.stragglers[r] == stragglers[r]);
+}
+
+}  // namespace
+
+TEST_CASE("the viewer shows memcomm-trace report's figures for a loaded run", "[unit][viewer]") {
+  const bool kernels = GENERATE(false, true);
+  INFO((kernels ? "GPU" : "CPU") << " run");
+  const auto files = parity_run::write(out_stem(kernels ? "parity_gpu" : "parity_cpu"), kernels);
+  BackgroundLoad load(files);
+  Timeline tl = load.take();
+  REQUIRE(load.errors().empty());
+  const TimelineIndexes ix = build_indexes(tl);
+  const prof::Analysis a = prof::analyze(prof::TraceSet::load(files));
+
+  // The run has what the comparison is meant to cover.
+  REQUIRE(a.steps.size() == 16);
+  CHECK(a.steps.front().step == 1);
+  CHECK(a.ranks.at(0).gpu_mode == kernels);
+  CHECK(a.mean_busbw_gbps > 0);
+  CHECK(a.max_skew_ns > 0);
+  CHECK(a.ranks.at(1).peak_allocated > a.ranks.at(0).peak_allocated);
+  bool overlapped = false, exposed = false;
+  for (const auto& s : a.steps) {
+    overlapped = overlapped || s.breakdown.overlap_ns > 0;
+    exposed = exposed || s.breakdown.exposed_comm_ns > 0;
+  }
+  CHECK((overlapped && exposed));
+
+  check_steps(ix.steps, a);
+  check_steps(step_table(tl), a);
+  check_collectives(tl, a);
+  check_summary(tl, ix.summary, a);
+}
+
+TEST_CASE("steps are numbered by their recorded ids, else from 1", "[unit][viewer]") {
+  // Recorded ids (the trainer's, from 1) are shown as they are: parity_run's steps are 1..8.
+  const auto files = parity_run::write(out_stem("parity_ids"));
+  BackgroundLoad load(files);
+  const Timeline tl = load.take();
+  const auto rows = step_table(tl);
+  REQUIRE(rows.size() == 16);
+  for (std::size_t k = 0; k < 8; ++k) CHECK(rows[k].step == k + 1);
+  // A source without ids (builder phases, as Chrome JSON and synthetic runs give) counts from 1.
+  TimelineBuilder b;
+  b.phase(0, "step", 0, 10);
+  b.phase(0, "step", 10, 20);
+  const auto unnumbered = step_table(b.finish("no ids"));
+  REQUIRE(unnumbered.size() == 2);
+  CHECK(unnumbered[0].step == 1);
+  CHECK(unnumbered[1].step == 2);
+}
