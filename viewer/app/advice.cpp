@@ -89,22 +89,9 @@ int stop_and_reap(pid_t pid, int sig, Clock::time_point deadline, const std::ato
   return status;
 }
 
-// Runs argv[0] with stdin from /dev/null and stdout/stderr captured, both read as they come (a
-// child that fills one pipe while the other is read would otherwise block). `child` holds its pid,
-// under `mu`, until just before it is reaped, so that another thread can kill it: a pid read under
-// `mu` is the child or its zombie, never a pid the system gave to another process since. Reading
-// stops at the output cap, on cancel and at `deadline`: the pipes are closed (a grandchild that
-// holds them cannot keep the job waiting) and the child is stopped and reaped (stop_and_reap).
-ChildOutput run_child(const std::vector<std::string>& args, std::mutex& mu, pid_t& child, const std::atomic<bool>& cancel,
-                      Clock::time_point deadline) {
-  ChildOutput r;
-  int out[2] = {-1, -1}, err[2] = {-1, -1};
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-    r.why = std::string("pipe: ") + std::strerror(errno);
-    for (int fd : {out[0], out[1], err[0], err[1]})
-      if (fd >= 0) ::close(fd);
-    return r;
-  }
+// Starts argv[0] with stdin from /dev/null and stdout/stderr into the write ends of `out` and
+// `err`, which it closes here. Returns the pid, or 0 with r.why set.
+pid_t spawn_child(const std::vector<std::string>& args, int out[2], int err[2], ChildOutput& r) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -118,18 +105,15 @@ ChildOutput run_child(const std::vector<std::string>& args, std::mutex& mu, pid_
   posix_spawn_file_actions_destroy(&fa);
   ::close(out[1]);
   ::close(err[1]);
-  if (rc != 0) {
-    r.why = args[0] + ": " + std::strerror(rc);
-    ::close(out[0]);
-    ::close(err[0]);
-    return r;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    child = pid;
-    if (cancel.load()) ::kill(pid, SIGTERM);  // cancelled while it was starting
-  }
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  if (rc == 0) return pid;
+  r.why = args[0] + ": " + std::strerror(rc);
+  return 0;
+}
+
+// Reads both pipes as they fill until EOF on both, the output cap, a cancel or the deadline.
+// Returns the signal to stop the child with, 0 when it closed its output itself; closes the pipes.
+int read_outputs(int out_fd, int err_fd, const std::atomic<bool>& cancel, Clock::time_point deadline, ChildOutput& r) {
+  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
   std::string* sink[2] = {&r.out, &r.err};
   int open_fds = 2;
   int stop_signal = 0;  // set when reading stops before EOF
@@ -171,6 +155,37 @@ ChildOutput run_child(const std::vector<std::string>& args, std::mutex& mu, pid_
   }
   for (auto& f : fds)
     if (f.fd >= 0) ::close(f.fd);
+  return stop_signal;
+}
+
+// Runs argv[0] with stdin from /dev/null and stdout/stderr captured, both read as they come (a
+// child that fills one pipe while the other is read would otherwise block). `child` holds its pid,
+// under `mu`, until just before it is reaped, so that another thread can kill it: a pid read under
+// `mu` is the child or its zombie, never a pid the system gave to another process since. Reading
+// stops at the output cap, on cancel and at `deadline`: the pipes are closed (a grandchild that
+// holds them cannot keep the job waiting) and the child is stopped and reaped (stop_and_reap).
+ChildOutput run_child(const std::vector<std::string>& args, std::mutex& mu, pid_t& child, const std::atomic<bool>& cancel,
+                      Clock::time_point deadline) {
+  ChildOutput r;
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    r.why = std::string("pipe: ") + std::strerror(errno);
+    for (int fd : {out[0], out[1], err[0], err[1]})
+      if (fd >= 0) ::close(fd);
+    return r;
+  }
+  const pid_t pid = spawn_child(args, out, err, r);
+  if (pid == 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return r;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    child = pid;
+    if (cancel.load()) ::kill(pid, SIGTERM);  // cancelled while it was starting
+  }
+  const int stop_signal = read_outputs(out[0], err[0], cancel, deadline, r);
   {
     std::lock_guard<std::mutex> lock(mu);
     child = 0;  // from here on only this thread signals it, before reaping it
