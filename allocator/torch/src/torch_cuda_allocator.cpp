@@ -97,12 +97,23 @@ class TraceForwarder final : public Observer {
     next->push_back(std::move(tracker));
     std::atomic_store(&trackers_, std::shared_ptr<const std::vector<cca::AllocatorTraceTracker>>(std::move(next)));
   }
+  // The trace layer's allocator actions as c10's trace entries: the same eight, named alike.
+  static cca::TraceEntry::Action torch_action(EventKind kind) {
+    switch (kind) {
+      case EventKind::Alloc: return cca::TraceEntry::ALLOC;
+      case EventKind::FreeRequested: return cca::TraceEntry::FREE_REQUESTED;
+      case EventKind::FreeCompleted: return cca::TraceEntry::FREE_COMPLETED;
+      case EventKind::SegmentAlloc: return cca::TraceEntry::SEGMENT_ALLOC;
+      case EventKind::SegmentFree: return cca::TraceEntry::SEGMENT_FREE;
+      case EventKind::SegmentMap: return cca::TraceEntry::SEGMENT_MAP;
+      case EventKind::SegmentUnmap: return cca::TraceEntry::SEGMENT_UNMAP;
+      default: return cca::TraceEntry::OOM;  // the allocator emits no other kind (observer.hpp)
+    }
+  }
   void on_event(const AllocEvent& e) noexcept override {
     const auto trackers = std::atomic_load(&trackers_);
     if (trackers->empty()) return;
-    const auto action = e.kind == EventKind::Oom ? cca::TraceEntry::OOM
-                                                 : static_cast<cca::TraceEntry::Action>(static_cast<int>(e.kind));
-    const cca::TraceEntry entry(action, static_cast<c10::DeviceIndex>(e.device), e.address, e.size,
+    const cca::TraceEntry entry(torch_action(e.kind), static_cast<c10::DeviceIndex>(e.device), e.address, e.size,
                                 reinterpret_cast<void*>(e.stream), c10::MempoolId_t{0, 0}, c10::getApproximateTime());
     for (const auto& t : *trackers) {
       try {
