@@ -323,8 +323,10 @@ std::string Snapshot::top_frame(std::uint32_t id) const {
 }
 
 std::string_view Snapshot::action_label(const Event& e) const {
-  if (e.kind == EventKind::Invalid) return e.other_name < other_actions.size() ? other_actions[e.other_name] : "other";
-  return prof::kind_name(e.kind);
+  if (e.kind != EventKind::Invalid) return prof::kind_name(e.kind);
+  // Two returns, not a ?: whose std::string result would be a temporary the view outlives.
+  if (e.other_name < other_actions.size()) return other_actions[e.other_name];
+  return "other";
 }
 
 std::uint32_t Snapshot::intern_string(std::string_view s) {
