@@ -397,6 +397,19 @@ TEST_CASE("the viewer's curves and memcomm-trace report's memory series agree", 
   two.push_back(blk(K::Alloc, 16, 0x7000000, 4096, 0xFF));
   two.push_back(smp(17, M::Allocated, 777, 0xFF));  // another device's sample: not mixed in
   check_agree("agree_two_devices", two, true);
+  // A clock offset recorded after the rank's first block events, as in a real run: the recorder
+  // writes 0 when it starts and the trainer its rendezvous estimate later. Both sides shift every
+  // event of the rank by the last one (Note [Clock offsets found first]), so the block events stay
+  // in order and the fold stays in charge.
+  const auto offset = [](std::int64_t t, std::int64_t ns) {
+    return prof::Event::from(prof::make_meta(t, prof::MetaKey::ClockOffset, ns));
+  };
+  std::vector<prof::Event> late = {offset(0, 0)};
+  late.insert(late.end(), whole.begin(), whole.begin() + 5);  // the segment, the samples, the first Alloc
+  late.push_back(offset(11, -1000));
+  late.push_back(prof::Event::from(prof::make_range(K::RangeBegin, 12, prof::Phase::Step, 0, 1, 0)));
+  late.insert(late.end(), whole.begin() + 5, whole.end());
+  check_agree("agree_late_offset", late, true);
 }
 
 TEST_CASE("a time-range load that cuts block events before its start draws the samples", "[unit][viewer]") {

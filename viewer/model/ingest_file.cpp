@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -121,6 +122,42 @@ class DecodeAhead {
   std::thread thread_;
 };
 
+// Note [Clock offsets found first]
+// A rank's ClockOffset record (Note [Merging ranks] in event.hpp) is written when the rank learns its
+// offset, at rendezvous, after the allocator has already reported the model's first blocks. TraceSet
+// shifts every event of the rank by it; an ingest that shifted only the events after the record
+// would put those first blocks out of order against the rest, and the memory fold would then see a
+// contradiction and fall back to the samples (Note [Memory curves from block events]). So before
+// ingesting a per-rank file, the reader reads its first chunks up to the first Step range and takes
+// the last ClockOffset record of each rank there (the recorder writes one when it starts, the
+// trainer the rendezvous estimate after it; TraceSet too keeps the last). A rank syncs its clock
+// before it trains, so the extra decoding stays within the setup chunks; a file without steps is
+// read to its end. A record after the first step still shifts the events after it, as before.
+struct FoundOffset {
+  std::int64_t offset = 0;
+  std::uint32_t records = 0;  // ClockOffset records of the rank it sums up
+};
+std::map<std::uint32_t, FoundOffset> find_clock_offsets(const std::string& path) {
+  std::map<std::uint32_t, FoundOffset> found;
+  prof::TraceReader reader(path);
+  if (reader.merged()) return found;  // already on one timeline
+  prof::ChunkView c;
+  while (reader.next(c)) {
+    std::uint32_t rank = c.rank != prof::kUnknownRank ? c.rank : reader.header().rank;
+    if (rank == prof::kUnknownRank) rank = 0;
+    for (const prof::Event& e : c) {
+      if (e.kind == prof::EventKind::Meta && e.as<prof::MetaEvent>().key == prof::MetaKey::ClockOffset) {
+        FoundOffset& f = found[rank];
+        f.offset = e.as<prof::MetaEvent>().value;
+        ++f.records;
+      } else if (e.kind == prof::EventKind::RangeBegin && e.as<prof::RangeEvent>().phase == prof::Phase::Step) {
+        return found;
+      }
+    }
+  }
+  return found;
+}
+
 bool ingest_trace(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
                   const LoadOptions& options) {
   try {
@@ -143,6 +180,8 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
     TimelineBuilder b;
     TraceIngest ingest(b);
     const bool merged = reader.merged();
+    if (!merged)
+      for (const auto& [rank, f] : find_clock_offsets(path)) ingest.preset_offset(rank, f.offset, f.records);
     bool first = true;
     const auto chunk = [&](const prof::Event* ev, std::size_t n, std::uint32_t rank, const auto& strings) {
       if (first && options.has_range() && n > 0) {

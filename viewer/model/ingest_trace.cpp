@@ -136,7 +136,10 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
     }
     if (apply_offsets && e.kind == prof::EventKind::Meta) {
       const auto m = e.as<prof::MetaEvent>();
-      if (m.key == prof::MetaKey::ClockOffset) rs.offset = bounded_time(m.value);
+      if (m.key == prof::MetaKey::ClockOffset) {
+        if (rs.offset_records_to_skip > 0) --rs.offset_records_to_skip;
+        else rs.offset = bounded_time(m.value);
+      }
     }
     added += add_one(e, rs, rank, resolve, ctx);
   }

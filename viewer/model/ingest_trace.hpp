@@ -56,6 +56,14 @@ class TraceIngest {
     it->second.ids.clear();
     it->second.counters.clear();
   }
+  // The rank's clock offset, known before its events (Note [Clock offsets found first] in
+  // ingest_file.cpp): every event of the rank is shifted by it, and the first `records` ClockOffset
+  // records of the rank, which it sums up, are not applied again where they stand in the file.
+  void preset_offset(std::uint32_t rank, std::int64_t offset, std::uint32_t records) {
+    RankState& rs = state(rank);
+    rs.offset = bounded_time(offset);
+    rs.offset_records_to_skip = records;
+  }
   // Keep only events overlapping [lo, hi] ns on the timeline (Note [Time range load]).
   void set_range(std::int64_t lo, std::int64_t hi) {
     lo_ = lo;
@@ -72,6 +80,7 @@ class TraceIngest {
   };
   struct RankState {
     std::int64_t offset = 0;
+    std::uint32_t offset_records_to_skip = 0;  // preset_offset(): records already applied
     std::map<std::uint16_t, std::vector<RangeOpen>> open;            // per thread, LIFO
     std::vector<RangeOpen>* open_last = nullptr;                     // open[open_thread], cached
     std::uint16_t open_thread = 0;
