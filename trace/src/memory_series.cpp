@@ -53,53 +53,91 @@ VirtualReservations virtual_reservations(const RankTrace& r) {
 
 bool is_block_kind(EventKind k) { return k >= EventKind::Alloc && k <= EventKind::SegmentUnmap; }
 
+// What the first passes learn: which metrics the rank samples, the device D its curves follow, and
+// which of allocated/active/reserved come from D's fold (Note [Memory curves from block events]).
+struct SeriesPlan {
+  bool sampled[size_t(MemMetric::Count)] = {};
+  int device = -1;  // D: of the first level sample, else of the first block event
+  bool has_free_completed = false, has_blocks = false, has_segments = false;
+  bool fold_level[3] = {};  // allocated, active, reserved
+};
+
+void find_device(const RankTrace& r, SeriesPlan& plan) {
+  int first_block_device = -1;
+  for (const Event& e : r.events) {
+    if (e.kind == EventKind::MemSample) {
+      const auto s = e.as<MemSampleEvent>();
+      if (s.metric < MemMetric::Count) plan.sampled[size_t(s.metric)] = true;
+      if (plan.device < 0 && (s.metric == MemMetric::Allocated || s.metric == MemMetric::Active || s.metric == MemMetric::Reserved))
+        plan.device = s.device;
+    } else if (first_block_device < 0 && is_block_kind(e.kind)) {
+      first_block_device = e.as<MemBlockEvent>().device;
+    }
+  }
+  if (plan.device < 0) plan.device = first_block_device;
+  for (const Event& e : r.events) {
+    if (!is_block_kind(e.kind) || e.as<MemBlockEvent>().device != plan.device) continue;
+    plan.has_free_completed |= e.kind == EventKind::FreeCompleted;
+    plan.has_blocks |= e.kind == EventKind::Alloc;
+    plan.has_segments |= e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentMap;
+  }
+}
+
+// Whether D's fold is complete: no drops, and nothing in it contradicts what it folded.
+bool fold_is_complete(const RankTrace& r, const SeriesPlan& plan, const VirtualReservations& virtual_segment) {
+  if (r.drops != 0) return false;
+  if (!plan.has_blocks && !plan.has_segments) return true;
+  MemoryFold fold(plan.has_free_completed);
+  size_t segment_event = 0;
+  for (const Event& e : r.events) {
+    if (!is_block_kind(e.kind)) continue;
+    const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
+    const bool virt = segment && virtual_segment.is_virtual(segment_event++);
+    const auto b = e.as<MemBlockEvent>();
+    if (b.device == plan.device && !fold.apply(e.kind, b.addr(), b.size(), virt)) break;
+  }
+  return !fold.broken();
+}
+
+SeriesPlan plan_series(const RankTrace& r, const VirtualReservations& virtual_segment) {
+  SeriesPlan plan;
+  find_device(r, plan);
+  const bool complete = fold_is_complete(r, plan, virtual_segment);
+  const MemMetric levels[3] = {MemMetric::Allocated, MemMetric::Active, MemMetric::Reserved};
+  const bool has[3] = {plan.has_blocks, plan.has_blocks, plan.has_segments};
+  for (int k = 0; k < 3; ++k) {
+    plan.fold_level[k] = has[k] && (complete || !plan.sampled[size_t(levels[k])]);
+    if (plan.fold_level[k]) plan.sampled[size_t(levels[k])] = false;
+  }
+  return plan;
+}
+
+void apply_sample(const MemSampleEvent& s, const SeriesPlan& plan, MemoryPoint& p, int64_t& frag_ppm) {
+  switch (s.metric) {
+    case MemMetric::Allocated: if (plan.sampled[size_t(MemMetric::Allocated)]) p.allocated = s.value; break;
+    case MemMetric::Reserved: if (plan.sampled[size_t(MemMetric::Reserved)]) p.reserved = s.value; break;
+    case MemMetric::Active: if (plan.sampled[size_t(MemMetric::Active)]) p.active = s.value; break;
+    case MemMetric::LargestFree: p.largest_free = s.value; break;
+    case MemMetric::Fragmentation: frag_ppm = int64_t(s.value); break;
+    default: break;
+  }
+}
+
+double fragmentation(const MemoryPoint& p, const SeriesPlan& plan, int64_t frag_ppm) {
+  if (frag_ppm >= 0) return double(frag_ppm) / 1e6;
+  if (plan.sampled[size_t(MemMetric::LargestFree)] && p.reserved > p.allocated)
+    return 1.0 - double(p.largest_free) / double(p.reserved - p.allocated);
+  return p.reserved > p.allocated && p.reserved > 0 ? double(p.reserved - p.allocated) / double(p.reserved) : 0.0;
+}
+
 }  // namespace
 
 std::vector<MemoryPoint> memory_series(const RankTrace& r) {
   const VirtualReservations virtual_segment = virtual_reservations(r);  // Note [Virtual reservations]
   // Note [Memory curves from block events] (memory_fold.hpp), the rule the viewer follows too:
   // device D's fold replaces a sampled level only when it is complete, which takes a first pass.
-  bool sampled[size_t(MemMetric::Count)] = {};
-  int device = -1;            // D: of the first level sample, else of the first block event
-  int first_block_device = -1;
-  for (const Event& e : r.events) {
-    if (e.kind == EventKind::MemSample) {
-      const auto s = e.as<MemSampleEvent>();
-      if (s.metric < MemMetric::Count) sampled[size_t(s.metric)] = true;
-      if (device < 0 && (s.metric == MemMetric::Allocated || s.metric == MemMetric::Active || s.metric == MemMetric::Reserved))
-        device = s.device;
-    } else if (first_block_device < 0 && is_block_kind(e.kind)) {
-      first_block_device = e.as<MemBlockEvent>().device;
-    }
-  }
-  if (device < 0) device = first_block_device;
-  bool has_free_completed = false, has_blocks = false, has_segments = false;
-  for (const Event& e : r.events) {
-    if (!is_block_kind(e.kind) || e.as<MemBlockEvent>().device != device) continue;
-    has_free_completed |= e.kind == EventKind::FreeCompleted;
-    has_blocks |= e.kind == EventKind::Alloc;
-    has_segments |= e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentMap;
-  }
-  MemoryFold fold(has_free_completed);
-  bool complete = r.drops == 0;
-  if (complete && (has_blocks || has_segments)) {
-    size_t segment_event = 0;
-    for (const Event& e : r.events) {
-      if (!is_block_kind(e.kind)) continue;
-      const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
-      const bool virt = segment && virtual_segment.is_virtual(segment_event++);
-      const auto b = e.as<MemBlockEvent>();
-      if (b.device == device && !fold.apply(e.kind, b.addr(), b.size(), virt)) break;
-    }
-    complete = !fold.broken();
-  }
-  const bool fold_level[3] = {has_blocks && (complete || !sampled[size_t(MemMetric::Allocated)]),
-                              has_blocks && (complete || !sampled[size_t(MemMetric::Active)]),
-                              has_segments && (complete || !sampled[size_t(MemMetric::Reserved)])};
-  if (fold_level[0]) sampled[size_t(MemMetric::Allocated)] = false;
-  if (fold_level[1]) sampled[size_t(MemMetric::Active)] = false;
-  if (fold_level[2]) sampled[size_t(MemMetric::Reserved)] = false;
-  fold.reset(has_free_completed);
+  const SeriesPlan plan = plan_series(r, virtual_segment);
+  MemoryFold fold(plan.has_free_completed);
   size_t segment_event = 0;
   std::vector<MemoryPoint> out;
   MemoryPoint p{};
@@ -108,33 +146,20 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
     if (family_of(e.kind) != EventFamily::Memory || e.kind == EventKind::Oom) continue;
     if (e.kind == EventKind::MemSample) {
       const auto s = e.as<MemSampleEvent>();
-      if (s.device != device) continue;  // the curves describe D only
-      switch (s.metric) {
-        case MemMetric::Allocated: if (sampled[size_t(MemMetric::Allocated)]) p.allocated = s.value; break;
-        case MemMetric::Reserved: if (sampled[size_t(MemMetric::Reserved)]) p.reserved = s.value; break;
-        case MemMetric::Active: if (sampled[size_t(MemMetric::Active)]) p.active = s.value; break;
-        case MemMetric::LargestFree: p.largest_free = s.value; break;
-        case MemMetric::Fragmentation: frag_ppm = int64_t(s.value); break;
-        default: break;
-      }
+      if (s.device != plan.device) continue;  // the curves describe D only
+      apply_sample(s, plan, p, frag_ppm);
     } else {
       const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
       const bool virt = segment && virtual_segment.is_virtual(segment_event++);
       const auto b = e.as<MemBlockEvent>();
-      if (b.device != device) continue;  // another device's memory: not D's curves
+      if (b.device != plan.device) continue;  // another device's memory: not D's curves
       fold.apply(e.kind, b.addr(), b.size(), virt);
-      if (fold_level[0]) p.allocated = fold.allocated();
-      if (fold_level[1]) p.active = fold.active();
-      if (fold_level[2]) p.reserved = fold.reserved();
+      if (plan.fold_level[0]) p.allocated = fold.allocated();
+      if (plan.fold_level[1]) p.active = fold.active();
+      if (plan.fold_level[2]) p.reserved = fold.reserved();
     }
     p.ts = e.ts;
-    if (frag_ppm >= 0) {
-      p.fragmentation = double(frag_ppm) / 1e6;
-    } else if (sampled[size_t(MemMetric::LargestFree)] && p.reserved > p.allocated) {
-      p.fragmentation = 1.0 - double(p.largest_free) / double(p.reserved - p.allocated);
-    } else {
-      p.fragmentation = p.reserved > p.allocated && p.reserved > 0 ? double(p.reserved - p.allocated) / double(p.reserved) : 0.0;
-    }
+    p.fragmentation = fragmentation(p, plan, frag_ppm);
     if (!out.empty() && out.back().ts == p.ts) out.back() = p; else out.push_back(p);
   }
   return out;

@@ -82,15 +82,8 @@ std::vector<const Trial*> ranked(const SearchOutcome& o, int64_t limit, int worl
   return out;
 }
 
-}  // namespace
-
-int run_tuning(TuneOptions t, const train::DistEnv& env) {
-  const double t0 = now_s();
-  ProbeRunner runner(t.train, env, t.probe);
-  const bool leader = runner.leader();
-  t.search.world = runner.world();
-  // The smallest rank's limit (on GPUs each defaults to its own free memory): one search for all.
-  t.search.memory_limit = -runner.agree_max(-runner.memory_limit());
+// The checks that need the ranks: the agreed memory limit against the batch and the model's size.
+void check_limits(const TuneOptions& t, ProbeRunner& runner) {
   if (t.search.memory_limit <= 0)  // --device auto found no GPU, whose free memory would be the default
     throw train::UsageError("--memory-limit is required on the CPU (on a GPU it defaults to the free device memory)");
   if (t.search.global_batch < t.search.world)
@@ -100,33 +93,30 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
     throw train::UsageError(fmt::format(
         "--memory-limit {} is below the model's own size: {} for parameters, gradients and optimizer state",
         format_bytes(t.search.memory_limit), format_bytes(runner.model_state_bytes())));
+}
 
-  TuneResult r;
-  r.config = t.search;
-  r.key = cache_key(t, runner);
-  // Rank 0 decides about the cache; every rank follows (one file system may not be shared).
+// Rank 0 decides about the cache; every rank follows (one file system may not be shared). True when
+// the cached result was used.
+bool reuse_cached(const TuneOptions& t, ProbeRunner& runner, const nlohmann::json& key) {
   std::optional<TuneResult> cached;
-  if (!t.fresh && leader) cached = load_cached(r.key);
-  if (runner.agree_max(cached ? 1 : 0) > 0) {
-    if (leader) {
-      fmt::print("memcomm-tune: reusing the cached result {} (tuned in {:.1f} s; --fresh tunes again)\n",
-                 cache_path(r.key), cached->tuning_wall_s);
-      cached->config.memory_limit = t.search.memory_limit;
-      print_result(*cached);
-      write_json(*cached, t.json_out);
-    }
-    return 0;
+  if (!t.fresh && runner.leader()) cached = load_cached(key);
+  if (runner.agree_max(cached ? 1 : 0) == 0) return false;
+  if (runner.leader()) {
+    fmt::print("memcomm-tune: reusing the cached result {} (tuned in {:.1f} s; --fresh tunes again)\n", cache_path(key),
+               cached->tuning_wall_s);
+    cached->config.memory_limit = t.search.memory_limit;
+    print_result(*cached);
+    write_json(*cached, t.json_out);
   }
+  return true;
+}
 
-  if (leader)
-    fmt::print("memcomm-tune: global batch {} on {} rank(s), limit {} per rank, search {}\n", t.search.global_batch,
-               t.search.world, format_bytes(t.search.memory_limit),
-               t.search.strategy == Strategy::Memcomm ? "memcomm" : t.search.strategy == Strategy::Grid ? "grid" : "lightning");
-  int n = 0;
-  const ProbeFn probe = [&](const ProbeRequest& q) {
+// The search's probe: runs it on every rank and prints it on the leader (every rank with --print-decisions).
+ProbeFn printing_probe(const TuneOptions& t, ProbeRunner& runner, const train::DistEnv& env, int& n) {
+  return [&t, &runner, &env, &n](const ProbeRequest& q) {
     const ProbeResult x = runner.probe(q);
     ++n;
-    if (leader || t.print_decisions) {
+    if (runner.leader() || t.print_decisions) {
       const std::string who = t.print_decisions ? fmt::format("rank {} ", env.rank) : "";
       if (x.oom)
         fmt::print("  {}probe {:>2}: b={} K={} bucket={:g} MiB: out of memory in {} ({:.1f} s)\n", who, n, q.micro_batch,
@@ -138,14 +128,15 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
     }
     return x;
   };
-  r.outcome = run_search(t.search, probe);
+}
 
-  // Verification: the winner runs --verify-steps full steps and an evaluation pass; on an
-  // out-of-memory the next fastest candidate is verified instead.
+// Verification: the winner runs --verify-steps full steps and an evaluation pass; on an
+// out-of-memory the next fastest candidate is verified instead.
+void verify_recommendation(const TuneOptions& t, ProbeRunner& runner, TuneResult& r) {
   std::set<int64_t> excluded;
   while (r.outcome.recommendation) {
     auto& rec = *r.outcome.recommendation;
-    if (leader) {
+    if (runner.leader()) {
       fmt::print("  verifying b={} K={}: {} steps and an evaluation pass\n", rec.micro_batch, rec.accum, t.verify_steps);
       std::fflush(stdout);
     }
@@ -155,19 +146,44 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
       rec.peak_reserved = std::max(rec.peak_reserved, v.peak_reserved);
       rec.peak_allocated = std::max(rec.peak_allocated, v.peak_allocated);
       rec.headroom = 1.0 - double(rec.peak_allocated) / double(t.search.memory_limit);
-      break;
+      return;
     }
     excluded.insert(rec.micro_batch);
     const auto next = ranked(r.outcome, t.search.memory_limit, t.search.world, excluded);
     if (next.empty() || excluded.size() >= 3) {
       r.outcome.recommendation.reset();
       r.outcome.failure = "every verified candidate ran out of memory in its long run";
-      break;
+      return;
     }
     const double bucket = rec.bucket_mb;
     rec = {next.front()->request.micro_batch, next.front()->request.accum, t.search.world, bucket,
            next.front()->samples_per_s, next.front()->result.peak_reserved, next.front()->result.peak_allocated, 0};
   }
+}
+
+}  // namespace
+
+int run_tuning(TuneOptions t, const train::DistEnv& env) {
+  const double t0 = now_s();
+  ProbeRunner runner(t.train, env, t.probe);
+  const bool leader = runner.leader();
+  t.search.world = runner.world();
+  // The smallest rank's limit (on GPUs each defaults to its own free memory): one search for all.
+  t.search.memory_limit = -runner.agree_max(-runner.memory_limit());
+  check_limits(t, runner);
+
+  TuneResult r;
+  r.config = t.search;
+  r.key = cache_key(t, runner);
+  if (reuse_cached(t, runner, r.key)) return 0;
+
+  if (leader)
+    fmt::print("memcomm-tune: global batch {} on {} rank(s), limit {} per rank, search {}\n", t.search.global_batch,
+               t.search.world, format_bytes(t.search.memory_limit),
+               t.search.strategy == Strategy::Memcomm ? "memcomm" : t.search.strategy == Strategy::Grid ? "grid" : "lightning");
+  int n = 0;
+  r.outcome = run_search(t.search, printing_probe(t, runner, env, n));
+  verify_recommendation(t, runner, r);
   if (r.outcome.recommendation) r.command = train_command(t, *r.outcome.recommendation);
   r.tuning_wall_s = now_s() - t0;
   if (t.print_decisions && r.outcome.recommendation)

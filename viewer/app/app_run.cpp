@@ -66,6 +66,14 @@ int App::run() {
   if (opt_.bench) return run_bench();
   set_script(std::move(script));
 
+  const int rc = write_outputs(frame_loop(headless));
+  (void)rss0;
+  return headless ? headless_exit_code(rc) : rc;  // in a window, the messages were the report
+}
+
+// Frames until the window closes or, headless, until the data is loaded and the script, the frame
+// count or --exit-after-events is done. Returns 1 on a --timeout, else 0.
+int App::frame_loop(bool headless) {
   const double start = now_s();
   std::uint64_t frames_after_load = 0;
   int rc = 0;
@@ -105,6 +113,11 @@ int App::run() {
     if (!loaded || !script_done()) continue;
     if (frames_after_load >= static_cast<std::uint64_t>(std::max(1, opt_.frames))) break;
   }
+  return rc;
+}
+
+// The screenshot and the report, whatever the run's outcome; 1 if one cannot be written, else rc.
+int App::write_outputs(int rc) {
   if (!opt_.screenshot.empty()) {
     std::string err;
     if (!write_png(opt_.screenshot, err)) {
@@ -121,8 +134,7 @@ int App::run() {
       rc = 1;
     }
   }
-  (void)rss0;
-  return headless ? headless_exit_code(rc) : rc;  // in a window, the messages were the report
+  return rc;
 }
 
 // Note [Headless exit codes]: a headless run is a check, so what the window would only show as a
@@ -142,33 +154,17 @@ int App::headless_exit_code(int rc) const {
   return rc;
 }
 
-int App::run_bench() {
-  const double t_load0 = now_s();
-  if (st_.tl.empty() && !load_) {
-    SyntheticOptions so;
-    so.events = 1'000'000;
-    st_.set_timeline(make_synthetic(so), true);
-  }
-  // Load without drawing: on llvmpipe a frame costs ~100 ms of the same two cores the loader uses.
-  while (load_ && !load_->done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const double read_s = load_ ? load_->seconds() : 0;
-  poll_load();  // takes the result and indexes it (allocator checkpoints, step table, summary)
-  // Load = ingest + index (builder, LOD levels, allocator checkpoints, step table) of the data;
-  // the first frame (font atlas, GL upload on llvmpipe) is reported apart.
-  const double load_s = synth_s_ > 0 ? synth_s_ : now_s() - t_load0;
-  const double f0 = now_s();
-  frame();
-  const double first_frame_s = now_s() - f0;
-  for (int i = 0; i < 10; ++i) {  // warm-up: font atlas, first layouts
-    glfwPollEvents();
-    frame();
-  }
+// Frame times of run_bench()'s sweep, one entry per frame.
+struct App::BenchFrames {
+  std::vector<double> build, build_cpu, total, marks;
+};
+
+App::BenchFrames App::bench_sweep(int n) {
+  BenchFrames f;
   // Scripted sweep: zoom in x1000 around the middle, pan, zoom out, then pan at 1/20 of the run,
   // with the mouse over the timeline so hover/tooltips are exercised.
-  std::vector<double> build, build_cpu, total;
-  std::vector<double> marks;
   const TimeNs b = st_.tl.begin, e = st_.tl.end, span = std::max<TimeNs>(e - b, 1);
-  const int n = std::max(4, opt_.bench_frames), q = n / 4;  // main() refuses fewer than 4
+  const int q = n / 4;
   mouse_x_ = static_cast<float>(opt_.width) * 0.55f;
   mouse_y_ = 200;
   ScriptCommand hold;  // keeps apply_script injecting the mouse during the sweep
@@ -192,11 +188,38 @@ int App::run_bench() {
     }
     glfwPollEvents();
     frame();
-    build.push_back(st_.build_ms);
-    build_cpu.push_back(st_.build_cpu_ms);
-    total.push_back(st_.frame_ms);
-    marks.push_back(static_cast<double>(st_.drawn_marks));
+    f.build.push_back(st_.build_ms);
+    f.build_cpu.push_back(st_.build_cpu_ms);
+    f.total.push_back(st_.frame_ms);
+    f.marks.push_back(static_cast<double>(st_.drawn_marks));
   }
+  return f;
+}
+
+int App::run_bench() {
+  const double t_load0 = now_s();
+  if (st_.tl.empty() && !load_) {
+    SyntheticOptions so;
+    so.events = 1'000'000;
+    st_.set_timeline(make_synthetic(so), true);
+  }
+  // Load without drawing: on llvmpipe a frame costs ~100 ms of the same two cores the loader uses.
+  while (load_ && !load_->done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const double read_s = load_ ? load_->seconds() : 0;
+  poll_load();  // takes the result and indexes it (allocator checkpoints, step table, summary)
+  // Load = ingest + index (builder, LOD levels, allocator checkpoints, step table) of the data;
+  // the first frame (font atlas, GL upload on llvmpipe) is reported apart.
+  const double load_s = synth_s_ > 0 ? synth_s_ : now_s() - t_load0;
+  const double f0 = now_s();
+  frame();
+  const double first_frame_s = now_s() - f0;
+  for (int i = 0; i < 10; ++i) {  // warm-up: font atlas, first layouts
+    glfwPollEvents();
+    frame();
+  }
+  const int n = std::max(4, opt_.bench_frames);  // main() refuses fewer than 4
+  const BenchFrames f = bench_sweep(n);
+  const std::vector<double>&build = f.build, &build_cpu = f.build_cpu, &total = f.total, &marks = f.marks;
   std::size_t model = st_.tl.memory_bytes();
   for (const auto& a : st_.alloc) model += a->memory_bytes();
   const double events = static_cast<double>(st_.tl.event_count);

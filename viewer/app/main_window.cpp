@@ -33,6 +33,17 @@ void App::build_ui() {
                                      ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoSavedSettings |
                                      ImGuiWindowFlags_NoScrollWithMouse;
   ImGui::Begin("memcomm-view", nullptr, main_flags);
+  draw_menu_bar();
+  draw_open_popup();
+  range_prompt();  // a large file waits for its time range (or "load everything")
+  draw_toolbar();
+  handle_time_keys(st_, io.DisplaySize.x - st_.label_width);
+  draw_panes();
+  draw_status(st_, frames_);
+  ImGui::End();
+}
+
+void App::draw_menu_bar() {
   if (ImGui::BeginMenuBar()) {
     const bool file_open = ImGui::BeginMenu("File");
     st_.file_menu = item_centre();
@@ -61,6 +72,9 @@ void App::build_ui() {
     }
     ImGui::EndMenuBar();
   }
+}
+
+void App::draw_open_popup() {
   if (open_popup_) {
     ImGui::OpenPopup("Open file");
     open_popup_ = false;
@@ -78,7 +92,10 @@ void App::build_ui() {
     if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
     ImGui::EndPopup();
   }
-  range_prompt();  // a large file waits for its time range (or "load everything")
+}
+
+// Search, reset, load progress and the last messages.
+void App::draw_toolbar() {
   // Toolbar: search and reset.
   ImGui::SetNextItemWidth(220);
   ImGui::InputTextWithHint("##search", "search names", st_.search, sizeof st_.search);
@@ -100,8 +117,10 @@ void App::build_ui() {
     for (std::size_t i = st_.messages.size() > 3 ? st_.messages.size() - 3 : 0; i < st_.messages.size(); ++i)
       ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", st_.messages[i].c_str());
   }
-  handle_time_keys(st_, io.DisplaySize.x - st_.label_width);
+}
 
+// The panes the user keeps open, sized to the window.
+void App::draw_panes() {
   const float status_h = ImGui::GetFrameHeightWithSpacing();
   const float avail = ImGui::GetContentRegionAvail().y - status_h;
   const float width = ImGui::GetContentRegionAvail().x;
@@ -120,8 +139,6 @@ void App::build_ui() {
     if (st_.panes.summary) ImGui::SameLine();
   }
   if (st_.panes.summary) draw_summary(st_, ImVec2(st_.panes.steps ? 0 : width, bottom_h));
-  draw_status(st_, frames_);
-  ImGui::End();
 }
 
 }  // namespace memcomm::view

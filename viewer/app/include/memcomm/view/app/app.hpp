@@ -88,6 +88,16 @@ class App {
 
  private:
   void build_ui();
+  // The parts of build_ui(), top to bottom (main_window.cpp).
+  void draw_menu_bar();
+  void draw_open_popup();
+  void draw_toolbar();
+  void draw_panes();
+  // The parts of run() and run_bench() (app_run.cpp).
+  int frame_loop(bool headless);
+  int write_outputs(int rc);
+  struct BenchFrames;
+  BenchFrames bench_sweep(int n);
   void poll_load();
   void poll_live();
   bool start_live(std::string& error);
