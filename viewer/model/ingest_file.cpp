@@ -22,6 +22,14 @@ namespace memcomm::view {
 // B/event (Note [Viewer memory budget] in timeline.hpp) plus what finish() builds beside it.
 constexpr std::size_t kPrefaultBytesPerEvent = 32;
 
+namespace {
+// The rank a chunk's events belong to: the chunk's own (merged files), else the file's, else 0.
+std::uint32_t chunk_rank(const prof::TraceReader& reader, const prof::ChunkView& c) {
+  const std::uint32_t rank = c.rank != prof::kUnknownRank ? c.rank : reader.header().rank;
+  return rank == prof::kUnknownRank ? 0 : rank;
+}
+}  // namespace
+
 // Note [Decode ahead]: the profiler's TraceReader decompresses and checks chunk k+1 on a second
 // thread while chunk k is ingested here. Chunks travel through a small ring of reused buffers; the
 // strings each chunk defines travel with it (the reader's table is not touched across threads).
@@ -79,9 +87,7 @@ class DecodeAhead {
         if (!reader_.next(c)) break;
         Chunk& out = ring_[produced_ % kRing];  // not visible to the consumer until produced_ moves
         out.events.assign(c.begin(), c.end());
-        const std::uint32_t file_rank = reader_.header().rank;
-        out.rank = c.rank != prof::kUnknownRank ? c.rank : file_rank;
-        if (out.rank == prof::kUnknownRank) out.rank = 0;
+        out.rank = chunk_rank(reader_, c);
         out.new_strings.clear();
         const auto& strs = reader_.strings();
         for (std::size_t k = 0; k < holes.size();) {
@@ -133,6 +139,7 @@ class DecodeAhead {
 // trainer the rendezvous estimate after it; TraceSet too keeps the last). A rank syncs its clock
 // before it trains, so the extra decoding stays within the setup chunks; a file without steps is
 // read to its end. A record after the first step still shifts the events after it, as before.
+namespace {
 struct FoundOffset {
   std::int64_t offset = 0;
   std::uint32_t records = 0;  // ClockOffset records of the rank it sums up
@@ -143,8 +150,7 @@ std::map<std::uint32_t, FoundOffset> find_clock_offsets(const std::string& path)
   if (reader.merged()) return found;  // already on one timeline
   prof::ChunkView c;
   while (reader.next(c)) {
-    std::uint32_t rank = c.rank != prof::kUnknownRank ? c.rank : reader.header().rank;
-    if (rank == prof::kUnknownRank) rank = 0;
+    const std::uint32_t rank = chunk_rank(reader, c);
     for (const prof::Event& e : c) {
       if (e.kind == prof::EventKind::Meta && e.as<prof::MetaEvent>().key == prof::MetaKey::ClockOffset) {
         FoundOffset& f = found[rank];
@@ -157,6 +163,7 @@ std::map<std::uint32_t, FoundOffset> find_clock_offsets(const std::string& path)
   }
   return found;
 }
+}  // namespace
 
 bool ingest_trace(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
                   const LoadOptions& options) {
@@ -213,9 +220,7 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
       const auto strings = [&reader](prof::StringId id) { return reader.string(id); };
       prof::ChunkView c;
       while (plain->next(c)) {
-        std::uint32_t rank = c.rank != prof::kUnknownRank ? c.rank : reader.header().rank;
-        if (rank == prof::kUnknownRank) rank = 0;
-        chunk(c.events, c.count, rank, strings);
+        chunk(c.events, c.count, chunk_rank(reader, c), strings);
         const auto& info = reader.recovery();
         if (progress && info.file_bytes) *progress = 0.8 * static_cast<double>(info.bytes_used) / static_cast<double>(info.file_bytes);
       }
