@@ -27,7 +27,7 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
   adv.saving_unit = "bytes";
   adv.evidence = fmt::format("rank {}: peak reserved {}, peak allocated {}: {:.1f}% of reserved memory holds no tensor",
                              worst->rank, format_bytes(worst->peak_reserved), format_bytes(worst->peak_allocated), 100 * worst_f);
-  adv.change = "use an allocator policy that fragments less: memcomm's planned mode or expandable segments";
+  adv.change = "use an allocator policy that fragments less: memcomm's caching allocator or expandable segments";
   if (!o.replay) {
     adv.saving = double(worst->peak_reserved - worst->peak_allocated);
     adv.evidence += " (replay skipped: the saving is at most the unused part)";
@@ -35,7 +35,7 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
     return;
   }
   // Replay every file; per policy, the largest peak reserved over the ranks' devices.
-  const std::vector<std::string> policies = {"pytorch", "pytorch-expandable", "memcomm", "memcomm-planned"};
+  const std::vector<std::string> policies = {"pytorch", "pytorch-expandable", "memcomm"};
   std::map<std::string, uint64_t> peak;
   uint64_t live = 0;
   try {
@@ -63,9 +63,7 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
   adv.saving = best->second < now ? double(now - best->second) : 0.0;
   // Fragmentation no policy removes (rounding, a cap on how finely memory is mapped) is not advice.
   if (adv.saving < 0.05 * double(now)) return;
-  if (best->first == "memcomm-planned")
-    adv.change = "turn on memcomm's planned mode (AllocatorConfig::planned): steps repeat, so a plan packs them";
-  else if (best->first == "pytorch-expandable")
+  if (best->first == "pytorch-expandable")
     adv.change = "use expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True with PyTorch's allocator)";
   else if (best->first == "memcomm")
     adv.change = "use memcomm's caching allocator (--allocator memcomm; install_torch_cuda_allocator on GPUs)";

@@ -10,17 +10,16 @@ namespace {
 
 class EnginePolicy final : public Policy {
  public:
-  EnginePolicy(bool planned, const PolicyOptions& options) : planned_(planned) {
+  explicit EnginePolicy(const PolicyOptions& options) {
     alloc::SourceOptions so;
     so.capacity = options.capacity;
     so.device = options.device;
     alloc::AllocatorConfig cfg;
     cfg.capacity = options.capacity;
-    cfg.planned = planned;
     engine_ = std::make_unique<alloc::CachingAllocator>(alloc::make_source("simulated", so), cfg);
   }
 
-  std::string name() const override { return planned_ ? "memcomm-planned" : "memcomm"; }
+  std::string name() const override { return "memcomm"; }
 
   std::optional<std::uint64_t> allocate(std::uint64_t size, std::int64_t stream) override {
     try {
@@ -32,7 +31,6 @@ class EnginePolicy final : public Policy {
   }
 
   void free(std::uint64_t addr) override { engine_->deallocate(reinterpret_cast<void*>(static_cast<std::uintptr_t>(addr))); }
-  void step_marker() override { engine_->step_marker(); }
 
   PolicyStats stats() const override {
     alloc::DeviceStats s = engine_->stats();
@@ -50,14 +48,13 @@ class EnginePolicy final : public Policy {
   void check_invariants() const override { engine_->check_invariants(); }
 
  private:
-  bool planned_;
   std::unique_ptr<alloc::CachingAllocator> engine_;
 };
 
 }  // namespace
 
-std::unique_ptr<Policy> make_engine_policy(bool planned, const PolicyOptions& options) {
-  return std::make_unique<EnginePolicy>(planned, options);
+std::unique_ptr<Policy> make_engine_policy(const PolicyOptions& options) {
+  return std::make_unique<EnginePolicy>(options);
 }
 
 }  // namespace memcomm::replay

@@ -9,8 +9,7 @@
 
 namespace memcomm::replay {
 
-// `planned` selects the engine's planned mode (Note [Planned mode] in allocator/core), which learns
-// iterations from step markers or detected repetition; otherwise the engine's default configuration.
-std::unique_ptr<Policy> make_engine_policy(bool planned, const PolicyOptions& options);
+// The engine in its default configuration, capped at options.capacity.
+std::unique_ptr<Policy> make_engine_policy(const PolicyOptions& options);
 
 }  // namespace memcomm::replay

@@ -94,9 +94,8 @@ void describe(CLI::App& app, CommandLine& cl, const std::string& default_policie
       "bytes, peak reserved bytes, reserved/live, fragmentation F = 1 - peak allocated / peak reserved, OOMs\n"
       "under --capacity, source calls (segment allocations + page maps), events and replay seconds.\n"
       "Reads PyTorch memory snapshot pickles (torch.cuda.memory._dump_snapshot) with a data-only reader that\n"
-      "never runs code, and memcomm's own .mct traces (their Step ranges become step markers for planned\n"
-      "policies; each device is reported with its rank; a file cut short by a crash is read up to its last\n"
-      "complete chunk, with a warning on stderr).\n"
+      "never runs code, and memcomm's own .mct traces (each device is reported with its rank; a file cut\n"
+      "short by a crash is read up to its last complete chunk, with a warning on stderr).\n"
       "Reserved bytes are bytes backed by memory: an expandable segment's virtual range counts only as far\n"
       "as it is mapped.");
   app.footer(

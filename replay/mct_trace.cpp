@@ -1,6 +1,5 @@
 // Reading .mct traces: the allocator's MemBlockEvents become requests exactly as a PyTorch
-// snapshot's events do (request_builder.hpp), and Step ranges become step markers, which is what
-// planned policies learn iterations from.
+// snapshot's events do (request_builder.hpp).
 #include "mct_trace.hpp"
 
 #include <chrono>
@@ -53,14 +52,6 @@ TraceRequests read_mct_trace(const std::string& path) {
           }
           case prof::EventKind::Oom:
             device(rank, e.as<prof::OomEvent>().device).oom();
-            break;
-          case prof::EventKind::RangeBegin:
-            if (e.as<prof::RangeEvent>().phase == prof::Phase::Step) {
-              // A step of this rank: an iteration boundary for each of its devices.
-              for (auto& [key, b] : devices) {
-                if (key.first == rank) b.step();
-              }
-            }
             break;
           default:
             break;  // communication, compute, counters, metadata: not the allocator's

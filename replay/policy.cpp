@@ -10,7 +10,6 @@ namespace memcomm::replay {
 std::vector<std::string> policy_names() {
   std::vector<std::string> names = {"pytorch", "pytorch-expandable"};
   names.push_back("memcomm");
-  names.push_back("memcomm-planned");
   return names;
 }
 
@@ -21,8 +20,7 @@ std::string policy_help() {
       "  pytorch             simulation of PyTorch 2.x's CUDACachingAllocator, default settings\n"
       "                      (max_split_size taken from the trace's allocator_settings when set)\n"
       "  pytorch-expandable  the same with expandable_segments:True\n";
-  h += "  memcomm             memcomm's caching allocator, default configuration, simulated source\n"
-       "  memcomm-planned     the same in planned mode (learns only from earlier iterations)\n";
+  h += "  memcomm             memcomm's caching allocator, default configuration, simulated source\n";
   return h;
 }
 
@@ -34,8 +32,7 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
     if (options.settings.max_split_size > 0) cfg.max_split_size = static_cast<std::uint64_t>(options.settings.max_split_size);
     return make_pytorch_sim(cfg);
   }
-  if (name == "memcomm") return make_engine_policy(false, options);
-  if (name == "memcomm-planned") return make_engine_policy(true, options);
+  if (name == "memcomm") return make_engine_policy(options);
   std::string known = "recorded";
   for (const auto& n : policy_names()) known += ", " + n;
   throw std::invalid_argument("unknown policy '" + std::string(name) + "' (known: " + known + ")");

@@ -81,9 +81,6 @@ ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev
         policy.free(a);
         break;
       }
-      case Request::Op::step:
-        policy.step_marker();
-        break;
     }
     if (options.check && ++since_check >= options.check_every) {
       since_check = 0;

@@ -102,11 +102,6 @@ void RequestBuilder::oom() {
   ++out_.trace_ooms;
 }
 
-void RequestBuilder::step() {
-  ++out_.trace_events;
-  traced_.push_back(Request{0, 0, 0, Request::Op::step});
-}
-
 void RequestBuilder::other() { ++out_.trace_events; }
 
 void RequestBuilder::anomaly() {

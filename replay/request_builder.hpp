@@ -30,7 +30,6 @@ class RequestBuilder {
   void segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped,  // segment_free / segment_unmap
                       bool virtual_range = false);
   void oom();
-  void step();
   void other();    // markers and unknown actions: counted, nothing else
   void anomaly();  // an event that cannot be used (e.g. an alloc without addr): counted as both
 

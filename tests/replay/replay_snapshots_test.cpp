@@ -194,11 +194,6 @@ TEST_CASE("replay: shared snapshots through the memcomm engine, invariants check
   replay_all_shared("memcomm");
 }
 
-TEST_CASE("replay: shared snapshots through memcomm-planned, invariants checked", "[replay][snapshots][engine]") {
-  if (!have_policy("memcomm-planned")) MEMCOMM_SKIP_TEST("memcomm engine not in this build");
-  replay_all_shared("memcomm-planned");
-}
-
 TEST_CASE("replay: the pytorch simulation matches PyTorch's recorded reserved bytes on traces that start empty", "[replay][snapshots][pytorch]") {
   auto files = shared_snapshots();
   if (files.empty()) MEMCOMM_SKIP_TEST("no shared snapshots in " + memcomm::test::shared_snapshots_dir());

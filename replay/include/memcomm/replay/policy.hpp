@@ -31,8 +31,6 @@ class Policy {
   virtual std::optional<std::uint64_t> allocate(std::uint64_t size, std::int64_t stream) = 0;
   // Frees a block returned by allocate().
   virtual void free(std::uint64_t addr) = 0;
-  // An iteration boundary (planned policies learn from it; others ignore it).
-  virtual void step_marker() {}
   virtual PolicyStats stats() const = 0;
   // Throws std::logic_error naming the first broken internal invariant. O(blocks): for tests/--check.
   virtual void check_invariants() const {}

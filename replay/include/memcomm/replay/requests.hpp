@@ -26,7 +26,6 @@ struct Request {
   enum class Op : std::uint8_t {
     alloc,  // allocate `size` bytes on `stream`; `block` names it for the free
     free,   // free block `block`
-    step,   // an iteration boundary (step marker) from a trace that records them
   };
   std::uint64_t size = 0;   // requested bytes (alloc only)
   std::int64_t stream = 0;  // stream of the allocation
