@@ -66,30 +66,6 @@ class SCOPED_CAPABILITY AllocatorLock {
   AllocatorMutex& mu_;
 };
 
-// std::unique_lock for AllocatorMutex: a scope that may let go of the lock for a source call and take
-// it back; the destructor unlocks only if it holds the lock.
-class SCOPED_CAPABILITY AllocatorUniqueLock {
- public:
-  explicit AllocatorUniqueLock(AllocatorMutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-  ~AllocatorUniqueLock() RELEASE() {
-    if (held_) mu_.unlock();
-  }
-  AllocatorUniqueLock(const AllocatorUniqueLock&) = delete;
-  AllocatorUniqueLock& operator=(const AllocatorUniqueLock&) = delete;
-  void lock() ACQUIRE() {
-    mu_.lock();
-    held_ = true;
-  }
-  void unlock() RELEASE() {
-    held_ = false;
-    mu_.unlock();
-  }
-
- private:
-  AllocatorMutex& mu_;
-  bool held_ = true;
-};
-
 struct Segment;
 struct Pool;
 
@@ -109,12 +85,10 @@ struct Block {
   bool mapped = true;             // backed by the source (false only inside expandable segments)
   bool busy = false;              // taken out of the free sets while a source call works on it
   bool counted_split = false;     // counted in inactive_split when it entered the free set
-  bool planned = false;           // served from the plan's arena (planned mode)
   bool in_recent = false;         // parked unmerged in its pool's recent-free cache (Note [Recent frees])
   bool idle = false;              // free, and events proved every stream done with it: any stream may
                                   // take it (Note [Cross-stream reuse])
   bool fresh = false;             // never handed out since its pages were mapped (safe on any stream)
-  std::uint64_t plan_seq = ~std::uint64_t(0);  // planned mode: the allocation's number (PlanImpl::rec_base)
 };
 
 // The reuse history of a merge of `a` and `b` (Note [Cross-stream reuse]): idle when both parts are
@@ -139,7 +113,6 @@ struct Segment {
   Pool* pool = nullptr;           // owner
   Block* head = nullptr;          // lowest block
   bool expandable = false;        // reserve/map segment
-  bool arena = false;             // planned mode's arena (blocks live outside the block list)
 };
 
 // Free blocks of one stream and size class (small <= small_size, large above).
@@ -164,14 +137,12 @@ struct PendingFree {
   bool idle_when_done = false;            // events cover its user stream too: idle once they complete
 };
 
-struct PlanImpl;  // planner.cpp
-
 inline std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
 inline std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
 
 // Free for the slow path: not handed out, not waiting for events, not parked, not in a source call.
 inline bool is_free(const Block* b) {
-  return !b->allocated && !b->busy && b->pending_events == 0 && !b->planned && !b->in_recent;
+  return !b->allocated && !b->busy && b->pending_events == 0 && !b->in_recent;
 }
 
 struct CachingAllocator::Impl {
@@ -186,9 +157,6 @@ struct CachingAllocator::Impl {
   std::size_t cap = 0;                   // reserved bytes at most (0 = none)
   bool expandable = false;               // use reserve/map
   int device = -1;                       // for events
-  // Planned mode's state (planner.hpp). The pointer is set once by the constructor and read without
-  // the lock to ask "is planned mode on?"; what it points at is used under mu only.
-  std::unique_ptr<PlanImpl> plan;
 
   // --- state, all under mu ---
   mutable AllocatorMutex mu;  // Note [Allocator lock]
@@ -308,37 +276,6 @@ struct CachingAllocator::Impl {
   void commit_maps(Pool* pool, WindowGrowth& g, std::size_t mapped) REQUIRES(mu);
   // Folds the mapped window into one block and hands out the request from it.
   Block* take_window(WindowGrowth& g, std::size_t size, std::size_t requested) REQUIRES(mu);
-
-  // --- planned mode (planner.cpp, planner_match.cpp) ---
-  // A detected iteration begins with this allocation and its plan's arena needs pages: the caller maps
-  // them (plan_map_pending) without the lock before plan_allocate (Note [Detected repetition]).
-  bool plan_iteration_begins() REQUIRES(mu);
-  void* plan_allocate(std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
-  void plan_record_alloc(Block* b) REQUIRES(mu);
-  // A planned block at `offset` of the arena; from_plan: a plan item (num_planned_allocs), else a gap fill.
-  void* plan_place(std::size_t offset, std::size_t size, std::size_t requested, StreamId stream, bool from_plan)
-      REQUIRES(mu);
-  void* plan_gap_allocate(std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
-  void plan_record_free(Block* b) REQUIRES(mu);
-  bool plan_free(Block* b) REQUIRES(mu);
-  // Ends an iteration (step_marker): plans from it if needed and maps the arena.
-  void plan_step() EXCLUDES(mu);
-  // Maps the arena a pending plan needs and makes that plan current.
-  void plan_map_pending() EXCLUDES(mu);
-  // Reserves the planned arena's virtual range (unmapped) and registers it as a segment.
-  Segment* reserve_arena() EXCLUDES(mu);
-  // Reserved bytes an iteration that followed the plan needs (Note [Trimming after a followed plan]).
-  std::size_t trim_target() const REQUIRES(mu);
-  // --- detected repetition (repetition.cpp) ---
-  void plan_detect() REQUIRES(mu);
-  bool plan_begin_detected() REQUIRES(mu);  // true: a plan is pending and its arena must be mapped (unlocked)
-  void plan_trim() REQUIRES(mu);
-  void plan_release_arena() EXCLUDES(mu);
-  // The caching path mapped `bytes` (Note [Trimming after a followed plan]); defined in planner.cpp.
-  void plan_count_cache_map(std::size_t bytes) REQUIRES(mu);
-  // The iteration left the plan, no planned block lives, and growing by `size` would cross the page
-  // budget: the idle arena's pages should go to the cache.
-  bool plan_arena_in_the_way(std::size_t size) EXCLUDES(mu);
 };
 
 }  // namespace memcomm::alloc

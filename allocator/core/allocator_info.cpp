@@ -8,7 +8,6 @@
 
 #include "allocator_impl.hpp"
 #include "memcomm/common/bytes.hpp"
-#include "planner.hpp"
 
 namespace memcomm::alloc {
 
@@ -55,7 +54,6 @@ MemorySummary CachingAllocator::memory_summary() const {
       if (b->pending_events > 0) s.pending_free_bytes += b->size;
     }
   }
-  if (m.plan) m.plan->summarize(s, m.plan->arena ? m.plan->arena->mapped_bytes : 0);
   s.internal_waste = std::uint64_t(m.stats.allocated_bytes.current - m.stats.requested_bytes.current);
   return s;
 }

@@ -30,11 +30,6 @@
 //   once more (num_alloc_retries); then it throws OutOfMemory with requested, reserved, allocated,
 //   largest free block and fragmentation. With gc_threshold set, free blocks older than gc_min_age are
 //   given back before reserved bytes cross gc_threshold x cap.
-// - Planned mode (Note [Planned mode], planner.cpp): the allocation sequence of an iteration (between
-//   step_marker() calls, or one period of the request sequence found online: Note [Detected repetition],
-//   repetition.cpp) is packed into an arena by lifetime-aware best fit; the next iterations are served
-//   from the arena while their sequence matches, and fall back to the caching path at the first
-//   mismatch or conflict, never failing.
 // - Recent frees (Note [Recent frees]): a freed block is parked unmerged in a tiny per-pool LIFO, so
 //   the alloc/free pair of a loop that frees and reallocates one size skips the free set entirely.
 //
@@ -53,7 +48,6 @@
 #include <string>
 
 #include "allocator_impl.hpp"
-#include "planner.hpp"
 
 namespace memcomm::alloc {
 
@@ -86,8 +80,6 @@ CachingAllocator::Impl::Impl(std::shared_ptr<MemorySource> src, AllocatorConfig 
   expandable = config.expandable_segments && source->can_map();
   device = source->device();
   if (!streams) streams = std::make_shared<ImmediateStreams>();
-  // Planned mode needs an arena that maps pages; with whole-segment sources it stays off.
-  if (config.planned && expandable) plan = std::make_unique<PlanImpl>();
   budget = PageBudget(config.release_slack, config.release_floor, page);
 }
 
@@ -258,21 +250,12 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   const bool small = size <= m.config.small_size;
   Pool* pool;
   {
-    AllocatorUniqueLock lock(m.mu);
+    AllocatorLock lock(m.mu);
     ++m.tick;
     if (!m.pending.empty()) m.process_events_locked();
-    if (m.plan) {
-      if (m.plan_iteration_begins()) {  // its arena needs pages: mapped without the lock
-        lock.unlock();
-        m.plan_map_pending();
-        lock.lock();
-      }
-      if (void* p = m.plan_allocate(size, bytes, stream)) return p;
-    }
     pool = m.pool_for(stream, small);
     if (Block* b = m.take_recent(pool, size)) {
       b = m.take(b, size, bytes, stream);
-      if (m.plan) m.plan_record_alloc(b);
       return reinterpret_cast<void*>(b->addr);
     }
     if (pool->n_recent) m.flush_recent();  // best fit sees the merged state
@@ -282,18 +265,10 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
     if (b) {
       m.free_erase(b);
       b = m.take(b, size, bytes, stream);
-      if (m.plan) m.plan_record_alloc(b);
       return reinterpret_cast<void*>(b->addr);
-    }
-    if (m.plan) {
-      if (void* p = m.plan_gap_allocate(size, bytes, stream)) return p;
     }
   }
   Block* b = m.grow(pool, size, bytes);  // locks as needed; throws OutOfMemory
-  if (m.plan) {
-    AllocatorLock lock(m.mu);
-    m.plan_record_alloc(b);
-  }
   return reinterpret_cast<void*>(b->addr);
 }
 
@@ -315,11 +290,9 @@ void CachingAllocator::deallocate(void* ptr) {
   m.stats.requested_bytes.decrease(std::int64_t(b->requested));
   if (b->size >= m.config.max_split_size) m.stats.oversize_allocations.decrease(1);
   m.emit(EventKind::FreeRequested, b->addr, b->size, b->requested, stream);
-  if (m.plan) m.plan_record_free(b);
   // Note [Stream-ordered reuse]: the memory may still be in use by work queued on other streams.
   if (m.defer_free(b)) return;
-  if (b->planned) m.plan_free(b);
-  else m.free_block(b);
+  m.free_block(b);
 }
 
 std::size_t CachingAllocator::block_size(const void* ptr) const {
@@ -335,10 +308,6 @@ std::size_t CachingAllocator::requested_size(const void* ptr) const {
   if (!found)
     throw AllocatorError("requested_size(" + hex_address(reinterpret_cast<std::uintptr_t>(ptr)) + "): not a live block");
   return (*found)->requested;
-}
-
-void CachingAllocator::step_marker() {
-  if (impl_->plan) impl_->plan_step();
 }
 
 }  // namespace memcomm::alloc

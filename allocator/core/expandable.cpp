@@ -247,7 +247,6 @@ void CachingAllocator::Impl::commit_maps(Pool* pool, WindowGrowth& g, std::size_
     count_backed(std::int64_t(x->size));
     stats.num_device_map++;
     emit(EventKind::SegmentMap, x->addr, x->size, 0, pool->stream);
-    if (plan) plan_count_cache_map(x->size);
   }
 }
 

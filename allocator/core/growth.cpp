@@ -67,7 +67,6 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     }
     if (reserved + size > limit) release_free(limit > size ? limit - size : 0, config.gc_min_age, true);
   }
-  if (plan && plan_arena_in_the_way(size)) plan_release_arena();  // Note [Planned mode]
   for (int attempt = 0; attempt < 2; ++attempt) {
     Block* b = expandable ? grow_expandable(pool, size, requested) : grow_whole(pool, size, requested);
     if (b) return b;

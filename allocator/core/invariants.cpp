@@ -1,7 +1,6 @@
 // snapshot() and check_invariants(): the allocator's state laid out for tests and tools.
 // check_invariants walks every segment's block list (check_segment: tiling, flags, mapped pages),
-// then the planned blocks outside the lists (check_planned), tallying what the blocks add up to, and
-// compares the tallies with the free sets, the live table, the stats and the source (check_totals).
+// tallying what the blocks add up to, and compares the tallies with the free sets, the live table, the stats and the source (check_totals).
 
 #include <algorithm>
 #include <map>
@@ -9,7 +8,6 @@
 #include <string>
 
 #include "allocator_impl.hpp"
-#include "planner.hpp"
 
 namespace memcomm::alloc {
 
@@ -25,20 +23,9 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
     s.stream = seg->pool->stream;
     s.expandable = seg->expandable;
     s.small_pool = seg->pool->small;
-    s.planned = seg->arena;
     for (Block* b = seg->head; b; b = b->next)
       s.blocks.push_back({b->addr, b->size, b->requested, b->allocated, b->pending_events > 0, b->mapped});
     out.push_back(std::move(s));
-  }
-  if (m.plan && m.plan->arena) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const SegmentInfo& s) { return s.planned; });
-    m.live.for_each([&](std::uintptr_t, Block* b) {
-      if (b->planned) it->blocks.push_back({b->addr, b->size, b->requested, true, false, true});
-    });
-    for (const PendingFree& p : m.pending)
-      if (p.block->planned) it->blocks.push_back({p.block->addr, p.block->size, 0, false, true, true});
-    std::sort(it->blocks.begin(), it->blocks.end(),
-              [](const BlockInfo& a, const BlockInfo& b) { return a.address < b.address; });
   }
   return out;
 }
@@ -145,25 +132,6 @@ void check_segment(Impl& m, const Segment& seg, Tally& t) REQUIRES(m.mu) {
   if (!seg.expandable && seg.mapped_bytes != seg.size) fail("whole segment not fully backed");
 }
 
-// Planned blocks live outside the block lists: they must not overlap and must lie in the mapped arena.
-void check_planned(const Impl& m, Tally& t) REQUIRES(m.mu) {
-  std::uintptr_t last = 0;
-  std::map<std::uintptr_t, Block*> planned;
-  m.live.for_each([&](std::uintptr_t, Block* b) {
-    if (b->planned) planned.emplace(b->addr, b);
-  });
-  for (const PendingFree& p : m.pending)
-    if (p.block->planned) planned.emplace(p.block->addr, p.block);
-  for (auto& [addr, b] : planned) {
-    if (addr < last) fail("planned blocks overlap");
-    if (addr + b->size > m.plan->arena->base + m.plan->arena->mapped_bytes) fail("planned block outside the mapped arena");
-    last = addr + b->size;
-    t.active += std::int64_t(b->size);
-    if (b->allocated) t.count_allocated(b);
-  }
-  if (planned.size() != m.plan->live.size()) fail("planned arena ranges disagree with planned blocks");
-}
-
 // The tallies against the free sets, the recent lists, the live table, the stats and the source.
 void check_totals(const Impl& m, const Tally& t) REQUIRES(m.mu) {
   std::size_t set_total = 0, recent_total = 0;
@@ -198,14 +166,13 @@ void CachingAllocator::check_invariants() const {
   for (auto& seg : m.segments) {
     if (!ranges.emplace(seg->base, seg->base + seg->size).second) fail("two segments share a base");
     t.reserved += std::int64_t(seg->mapped_bytes);
-    if (!seg->arena) check_segment(m, *seg, t);  // planned blocks are checked by check_planned
+    check_segment(m, *seg, t);
   }
   std::uintptr_t prev_end = 0;
   for (auto& [lo, hi] : ranges) {
     if (lo < prev_end) fail("segments overlap");
     prev_end = hi;
   }
-  if (m.plan) check_planned(m, t);
   check_totals(m, t);
 }
 

@@ -141,22 +141,8 @@ std::size_t CachingAllocator::Impl::release_free(std::size_t target, std::uint64
 // Destruction: every mapped page and every segment goes back, live blocks included.
 void CachingAllocator::Impl::release_everything() {
   AllocatorLock lock(mu);
-  // Planned blocks live outside the segments' block lists: delete them first, while every block is valid.
-  std::vector<Block*> planned;
-  live.for_each([&](std::uintptr_t, Block* b) {
-    if (b->planned) planned.push_back(b);
-  });
-  for (PendingFree& p : pending)
-    if (p.block->planned) planned.push_back(p.block);
-  for (Block* b : planned) {
-    delete b->uses;
-    delete b;
-  }
   for (auto& seg : segments) {
-    if (seg->arena) {
-      if (seg->mapped_bytes) source->unmap(reinterpret_cast<void*>(seg->base), seg->mapped_bytes);
-      source->release(reinterpret_cast<void*>(seg->base), seg->size);
-    } else if (seg->expandable) {
+    if (seg->expandable) {
       // Unmap mapped page runs (the union of mapped blocks' pages), then release the range.
       std::uintptr_t run_lo = 0, run_hi = 0;
       for (Block* b = seg->head; b; b = b->next) {

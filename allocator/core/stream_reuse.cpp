@@ -33,7 +33,6 @@
 #include <string>
 
 #include "allocator_impl.hpp"
-#include "planner.hpp"
 
 namespace memcomm::alloc {
 
@@ -47,11 +46,10 @@ EventHandle CachingAllocator::Impl::pooled_event() {
 }
 
 bool CachingAllocator::Impl::defer_free(Block* b) {
-  // Planned blocks live in the arena, whose pool is nominal: they are never borrowed nor made idle.
-  const bool borrowed = !b->planned && b->stream != b->segment->pool->stream;
+  const bool borrowed = b->stream != b->segment->pool->stream;
   const bool used_elsewhere = b->uses && !b->uses->empty();
   if (!borrowed && !used_elsewhere) return false;
-  PendingFree p{b, {}, !b->planned && (borrowed || multi_stream)};
+  PendingFree p{b, {}, borrowed || multi_stream};
   if (used_elsewhere) {
     for (StreamId s : *b->uses) {
       const EventHandle e = pooled_event();
@@ -88,9 +86,7 @@ void CachingAllocator::Impl::process_events_locked() {
     for (EventHandle e : p.events) event_pool.push_back(e);
     Block* b = p.block;
     b->pending_events = 0;
-    if (b->planned) {
-      plan_free(b);
-    } else if (p.idle_when_done) {
+    if (p.idle_when_done) {
       b->idle = true;  // filed merged, so other streams' find_idle sees it (Note [Cross-stream reuse])
       free_block(b, /*park=*/false);
     } else {
@@ -153,7 +149,6 @@ void CachingAllocator::empty_cache() {
     }
   }
   m.release_free(0, 0, false);  // files parked blocks first
-  if (m.plan) m.plan_release_arena();
 }
 
 }  // namespace memcomm::alloc

@@ -8,7 +8,7 @@
 // lock is GUARDED_BY(mu), helpers that need the lock say REQUIRES(mu), and the slow-path steps that make
 // source calls and take the lock themselves say EXCLUDES(mu). libstdc++'s std::mutex and
 // std::lock_guard carry no annotations, so the allocator locks through AllocatorMutex (a CAPABILITY)
-// and AllocatorLock / AllocatorUniqueLock (SCOPED_CAPABILITY) instead.
+// and AllocatorLock (SCOPED_CAPABILITY) instead.
 #pragma once
 
 #if defined(__clang__)

@@ -4,7 +4,6 @@
 // and read the medians; the goal for memcomm single thread is <= 100 ns.
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -79,13 +78,9 @@ BENCHMARK_TEMPLATE(BM_memcomm_alloc_free, false)->Name("BM_memcomm_simulated_all
     ->Arg(4096)->Arg(8 << 20)->Threads(1);
 BENCHMARK(BM_memcomm_alloc_free_one_stream)->Arg(4096)->Threads(1)->Threads(2)->Threads(4);
 
-// Planned mode without markers (Note [Detected repetition]): a 16-allocation "iteration" repeated,
-// each alloc+free pair served from the detected plan; next to the same loop on the caching path.
-template <bool Planned>
+// A 16-allocation "iteration" repeated: each alloc+free pair served from the cache.
 void BM_memcomm_iteration_alloc_free(benchmark::State& state) {
-  memcomm::alloc::AllocatorConfig cfg;
-  cfg.planned = Planned;
-  CachingAllocator a(memcomm::alloc::make_source("simulated"), cfg);
+  CachingAllocator a(memcomm::alloc::make_source("simulated"));
   void* live[16];
   auto iteration = [&] {
     for (std::size_t i = 0; i < 16; ++i) live[i] = a.allocate((i % 4 + 1) << 20);
@@ -94,10 +89,7 @@ void BM_memcomm_iteration_alloc_free(benchmark::State& state) {
   for (int warm = 0; warm < 8; ++warm) iteration();
   for (auto _ : state) iteration();
   state.SetItemsProcessed(state.iterations() * 16);  // items/s = alloc+free pairs per second
-  state.counters["planned_share"] =
-      double(a.stats().num_planned_allocs) / double(std::max<std::int64_t>(1, a.stats().allocation.allocated));
 }
-BENCHMARK_TEMPLATE(BM_memcomm_iteration_alloc_free, false)->Name("BM_memcomm_caching_iteration");
-BENCHMARK_TEMPLATE(BM_memcomm_iteration_alloc_free, true)->Name("BM_memcomm_detected_plan_iteration");
+BENCHMARK(BM_memcomm_iteration_alloc_free)->Name("BM_memcomm_caching_iteration");
 
 BENCHMARK_MAIN();

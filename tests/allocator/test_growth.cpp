@@ -1,9 +1,29 @@
 // How the expandable pools grow: page budget floor for small arenas, small-pool chunks at the budget
-// (Note [Lazy page release] in allocator/core/growth.cpp).
+// (Note [Lazy page release] in allocator/core/growth.cpp), and no growth at all in a fixed-shape
+// loop's steady state.
 #include "allocator_test_util.hpp"
 
 using namespace memcomm::alloc;
 using namespace memcomm::alloc::test;
+
+TEST_CASE("a fixed-shape loop makes no source calls after iteration 2", "[allocator][steady]") {
+  for (bool expandable : {true, false}) {
+    AllocatorConfig c;
+    c.expandable_segments = expandable;
+    CachingAllocator a(simulated(), c);
+    std::vector<void*> params;  // allocated before the first step, live throughout
+    for (int i = 0; i < 8; ++i) params.push_back(a.allocate((std::size_t(i) + 1) * 3 * MiB + 1000));
+    std::int64_t calls_after_2 = 0;
+    for (int it = 0; it < 12; ++it) {
+      toy_training_step(a, 4);
+      if (it == 1) calls_after_2 = a.stats().source_calls();
+    }
+    INFO("expandable=" << expandable);
+    CHECK(a.stats().source_calls() == calls_after_2);
+    a.check_invariants();
+    for (void* p : params) a.deallocate(p);
+  }
+}
 
 TEST_CASE("a small arena's reserved bytes stay within 5% of its peak", "[allocator][growth]") {
   // ~100 MiB reached by 7.5 MiB steps: a fixed 4 MiB floor alone would be 4% of it.

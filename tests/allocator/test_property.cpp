@@ -77,8 +77,6 @@ void run(std::uint64_t seed, const AllocatorConfig& config, std::size_t capacity
       streams->complete(2 + rng() % 2);
     } else if (rng() % 50 == 0) {
       a.empty_cache();
-    } else {
-      a.step_marker();
     }
     if (i % 16384 == 0) {
       const DeviceStats s = a.stats();
@@ -116,10 +114,4 @@ TEST_CASE("random operations with whole segments", "[allocator][property]") {
   AllocatorConfig c;
   c.expandable_segments = false;
   run(3, c, 768 * MiB, 200000);
-}
-
-TEST_CASE("random operations in planned mode", "[allocator][property]") {
-  AllocatorConfig c;
-  c.planned = true;
-  run(4, c, 0, 200000);
 }

@@ -197,7 +197,7 @@ struct MemBlockEvent {
 };
 
 // MemBlockEvent::category of segment events: flags. The range is a virtual reservation (an
-// expandable segment's or a planned arena's); its SegmentMap events carry the memory. The high bit,
+// expandable segment's); its SegmentMap events carry the memory. The high bit,
 // which no MemCategory uses, so a producer that labels a segment with a category is not misread.
 inline constexpr uint8_t kSegmentVirtualRange = 0x80;
 inline bool MemBlockEvent::virtual_range() const {

@@ -56,7 +56,6 @@ struct SegmentInfo {
   StreamId stream = 0;             // stream whose pool owns the segment
   bool expandable = false;
   bool small_pool = false;
-  bool planned = false;            // the arena of planned mode
   std::vector<BlockInfo> blocks;   // in address order
 };
 
@@ -92,8 +91,6 @@ class CachingAllocator {
   // Moves freed blocks whose stream events have completed into the free sets (also done on allocation),
   // and files the blocks parked by recent frees there, merged with their neighbours (Note [Recent frees]).
   void process_events();
-  // Marks an iteration boundary for planned mode (no effect otherwise).
-  void step_marker();
 
   DeviceStats stats() const;
   MemorySummary memory_summary() const;

@@ -42,14 +42,6 @@ struct AllocatorConfig {
   // are given back, oldest first, until below the threshold. 0 disables GC.
   double gc_threshold = 0.0;
   std::uint64_t gc_min_age = 1000;         // age in allocator operations
-
-  // --- planned mode (Note [Planned mode]) ---
-  bool planned = false;                    // learn iterations and serve them from a plan (needs a source that maps)
-  std::size_t min_plan_allocs = 4;         // shorter iterations are not planned
-  // Without step markers, find the period of the (size, stream) request sequence online and plan from
-  // the last period seen (Note [Detected repetition]). The first step_marker() turns detection off.
-  bool detect_repetition = true;
-  std::size_t max_plan_period = 8192;      // longest detected iteration, in allocations
 };
 
 }  // namespace memcomm::alloc

@@ -14,8 +14,8 @@ namespace memcomm::alloc {
 using EventKind = prof::EventKind;
 
 // AllocEvent::flags: the trace layer's segment flags. prof::kSegmentVirtualRange marks a
-// SegmentAlloc of a virtual address range reserved for an expandable segment or a planned arena
-// (their release is not an event: they live as long as the allocator): no memory stands behind it
+// SegmentAlloc of a virtual address range reserved for an expandable segment (its release is
+// not an event: it lives as long as the allocator): no memory stands behind it
 // until SegmentMap events back parts of it. Consumers count the maps, not the range, as reserved
 // bytes (Note [Virtual reservations] in trace/src/memory_series.cpp). Without the flag they must
 // guess from whether maps land in it, which a range that is never mapped (a run that stops first,

@@ -47,10 +47,6 @@ struct DeviceStats {
   std::int64_t num_device_map = 0;        // source map() calls (each maps one contiguous run)
   std::int64_t num_device_unmap = 0;      // source unmap() calls
   std::int64_t num_gc_releases = 0;       // blocks whose pages garbage collection gave back
-  std::int64_t num_planned_allocs = 0;    // allocations served from a plan (planned mode)
-  std::int64_t num_plan_deviations = 0;   // iterations whose sequence left the plan
-  std::int64_t num_plan_misses = 0;       // single allocations of a followed plan served by the caching path
-                                          // (reordered or extra; Note [Reordered iterations] in planner.cpp)
   // Oversize (blocks at or above AllocatorConfig::max_split_size).
   Stat oversize_allocations;
   Stat oversize_segments;
@@ -71,11 +67,6 @@ struct MemorySummary {
   std::uint64_t pending_free_bytes = 0;   // freed blocks waiting for stream events
   std::uint64_t segments = 0;             // segments (expandable or whole)
   std::uint64_t blocks = 0;               // blocks of all kinds, free and allocated
-  // Planned mode (zero otherwise): the arena's mapped bytes and the allocations per planned iteration
-  // (of which planned_in_arena get arena offsets; the rest outlive the iteration on the caching path).
-  std::uint64_t planned_arena_bytes = 0;
-  std::uint64_t planned_iteration_allocs = 0;
-  std::uint64_t planned_in_arena = 0;
   // External fragmentation = 1 - largest free block / total free (0 when nothing is free).
   double external_fragmentation() const {
     return free_bytes > 0 ? 1.0 - double(largest_free_block) / double(free_bytes) : 0.0;
