@@ -29,21 +29,24 @@
 // Note [Feasibility is monotonic in the cap]
 // A request sequence that runs under cap C should run under every larger cap. Growth maps more than
 // the request's own pages: map-ahead fills the page budget's headroom, and small and medium requests
-// map at least a PyTorch segment's worth (Note [Map ahead]). The budget, 3% of the high water plus a
-// floor of at least a page, is not bounded by the cap, so near the cap those extra pages pushed the
-// growth over it; make_room then looked for free whole pages to give back, found none (the free
-// bytes sat in pages shared with live blocks), and the request failed although its own pages fitted.
-// Giving back everything free and retrying did not help: every page given back raised the budget's
-// headroom, so map-ahead asked for it again. Whether it bit depended on the layout a run had reached,
-// and that depends on the cap, so feasibility was not monotonic: wedsonlin (pytorch-snapshots) ran
-// under 23136 MiB and failed under 23174 MiB (and up to 23300 MiB): a 256 MiB request, 23096 MiB in
-// all with it, and map-ahead asking about 690 MiB more (the budget's 3%). So, the last thing before an out-of-memory (after the retry and the other size
-// class), growth tries once more with the window cut back to the request's last page (trim_to_request):
-// the pages the retry moved out of other pools and streams serve the request itself, and map-ahead, an
-// optimisation of calls, is never the reason a request fails. Runs that fitted before are unchanged,
-// decision for decision: this path runs only where they used to fail.
-// tests/allocator/test_cap_monotonic.cpp sweeps caps over memcomm-train's traces, shared snapshots and
-// synthetic traces and checks that whatever fits under a cap fits under every larger one of the sweep.
+// map at least a PyTorch segment's worth (Note [Map ahead]). The budget (3% of the high water plus a
+// floor of at least one page) is not bounded by the cap, so near the cap those extra pages took the
+// growth over it; make_room then looked for free whole pages to give back, found none (the free bytes
+// sat in pages shared with live blocks), and the request failed although its own pages fitted.
+// Giving back everything free and retrying did not help: each page given back raised the budget's
+// headroom by as much, so map-ahead asked for it again. Whether it bit depended on the layout a run had
+// reached, which depends on the cap, so feasibility was not monotonic. wedsonlin (pytorch-snapshots)
+// ran under 23136 MiB but not under 23174-23300 MiB: a 256 MiB request, 23096 MiB reserved with it,
+// and about 690 MiB of map-ahead on top. On a small arena the floor alone is a page, so a request one
+// page below the cap failed the same way.
+// So the last try before an out-of-memory (after the retry and the other size class) cuts the window
+// back to the request's last page (trim_to_request): the pages the retry moved out of other pools and
+// streams serve the request itself, and map-ahead, an optimisation of calls, is never the reason a
+// request fails. Runs that fitted before are unchanged, decision for decision: this path runs only
+// where they used to fail. tests/allocator/test_cap_monotonic.cpp sweeps caps over memcomm-train's
+// traces, shared snapshots and synthetic traces; whatever fits under a cap must fit under every larger
+// cap of the sweep, and every out-of-memory must leave no free page mapped and the request's pages
+// over the cap.
 
 #include <algorithm>
 #include <string>

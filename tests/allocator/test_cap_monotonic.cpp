@@ -61,20 +61,25 @@ std::string undue_oom(const std::vector<SegmentInfo>& snap, std::size_t requeste
       std::size_t last = first;
       while (last + 1 < bl.size() && !bl[last + 1].allocated && !bl[last + 1].pending) ++last;
       const std::uint64_t run_lo = bl[first].address, run_hi = bl[last].address + bl[last].size;
-      for (std::size_t i = first; i <= last; ++i)
-        for (std::uint64_t start : {bl[i].address, bl[i].address + bl[i].size - std::min<std::uint64_t>(size, bl[i].address + bl[i].size)}) {
+      for (std::size_t i = first; i <= last; ++i) {
+        const std::uint64_t b_end = bl[i].address + bl[i].size;
+        for (std::uint64_t start : {bl[i].address, b_end - std::min<std::uint64_t>(size, b_end)}) {
           if (start < run_lo || start + size > run_hi) continue;
           std::size_t need = 0;
           for (std::size_t j = first; j <= last; ++j) {
-            const std::uint64_t lo = std::max(bl[j].address, start), hi = std::min(bl[j].address + bl[j].size, start + size);
+            const std::uint64_t lo = std::max(bl[j].address, start);
+            const std::uint64_t hi = std::min(bl[j].address + bl[j].size, start + size);
             if (lo < hi && !bl[j].mapped) need += up(hi) - down(lo);
           }
           least_need = std::min(least_need, need);
         }
+      }
       first = last;
     }
   }
-  if (least_need != std::numeric_limits<std::size_t>::max() && reserved + least_need <= cap)
+  if (least_need == std::numeric_limits<std::size_t>::max())
+    return reserved + up(size) <= cap ? "no window in its pool's virtual range, with room under the cap" : "";
+  if (reserved + least_need <= cap)
     return "its pages fit: " + std::to_string(reserved) + " reserved + " + std::to_string(least_need) +
            " to map <= cap " + std::to_string(cap);
   return "";
