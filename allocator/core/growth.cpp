@@ -43,10 +43,13 @@
 // back to the request's last page (trim_to_request): the pages the retry moved out of other pools and
 // streams serve the request itself, and map-ahead, an optimisation of calls, is never the reason a
 // request fails. Runs that fitted before are unchanged, decision for decision: this path runs only
-// where they used to fail. tests/allocator/test_cap_monotonic.cpp sweeps caps over memcomm-train's
-// traces, shared snapshots and synthetic traces; whatever fits under a cap must fit under every larger
-// cap of the sweep, and every out-of-memory must leave no free page mapped and the request's pages
-// over the cap.
+// where they used to fail. What is guaranteed is that local rule: a request fails only when its own
+// pages do not fit under the cap after every free page of every pool and stream has been given back.
+// Monotonicity follows from it while two caps lead to the same layout, not always: a larger cap maps a
+// page more ahead, and the layouts part (1 of 600 big-tensor synthetic traces: fits under 784 MiB, not
+// 786 MiB, where a later 64 MiB request's pages do not fit). tests/allocator/test_cap_monotonic.cpp
+// checks the rule at every out-of-memory of its cap sweeps, and monotonicity on memcomm-train's traces,
+// shared snapshots and synthetic training traces.
 
 #include <algorithm>
 #include <string>
