@@ -7,9 +7,10 @@
 // Every out-of-memory met on the way must also be due: nothing free left mapped anywhere, and the
 // request's own pages over the cap in every window of its pool. Random walks, whose layouts under two
 // caps can differ in ways no placement undoes (a request of a second stream whose pages only fit
-// where the first stream's free bytes share pages with its live blocks), are held to that alone. So is
-// nothing else: seed 582 of the synthetic generator (not among those run here) fits under 784 MiB and
-// not 786 MiB, a due out-of-memory in a layout the larger cap's extra page ahead led to (see the Note).
+// where the first stream's free bytes share pages with its live blocks), are held to that alone.
+// Monotonicity is no theorem either: seed 582 of the synthetic generator (not among those run here)
+// fits under 784 MiB and not 786 MiB, a due out-of-memory in a layout that the larger cap's extra page
+// ahead led to (see the Note).
 #include <algorithm>
 #include <filesystem>
 #include <functional>
