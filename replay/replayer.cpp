@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "memcomm/replay/call_bound.hpp"
 #include "memcomm/replay/replayer.hpp"
 
 namespace memcomm::replay {
@@ -49,6 +50,7 @@ ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev
   r.peak_live = dev.peak_live;
   r.events = dev.trace_events;
   r.requests = dev.requests.size();
+  r.call_bound = ideal_calls(dev, kCallBoundRatio);
   r.starts_empty = dev.recorded.starts_empty();
 
   std::vector<std::uint64_t> addr(dev.block_count, kNotLive);
@@ -126,6 +128,7 @@ ReplayResult recorded_result(const TraceRequests& trace, const DeviceRequests& d
   r.source_frees = dev.recorded.source_frees;
   r.events = dev.trace_events;
   r.requests = dev.requests.size();
+  r.call_bound = ideal_calls(dev, kCallBoundRatio);
   r.starts_empty = dev.recorded.starts_empty();
   return r;
 }

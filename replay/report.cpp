@@ -31,23 +31,25 @@ std::string format_table(const std::vector<ReplayResult>& results) {
   }
   // The rank column appears only when some trace records ranks (memcomm's .mct traces).
   auto rank_cell = [&](const std::string& text) { return ranks ? fmt::format("{:>4}  ", text) : std::string(); };
-  std::string out = fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8}  {:>6}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}\n",
+  std::string out = fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8}  {:>6}  {:>5}  {:>9}  {:>8}  {:>5}  {:>7}  {:>8}  {:>7}\n",
                                 "file", file_w, rank_cell("rank"), "dev", "policy", policy_w, "live MiB", "reserv MiB",
-                                "res/live", "F", "OOMs", "src alloc", "src free", "events", "seconds", "Mev/s");
+                                "res/live", "F", "OOMs", "src alloc", "src free", "bound", "events", "seconds", "Mev/s");
   for (const auto& r : results) {
     const bool recorded = r.policy == kRecordedPolicy;
-    out += fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8.3f}  {:>6.3f}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}\n",
+    out += fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8.3f}  {:>6.3f}  {:>5}  {:>9}  {:>8}  {:>5}  {:>7}  {:>8}  {:>7}\n",
                        basename(r.file), file_w, rank_cell(r.rank == kNoRank ? "-" : std::to_string(r.rank)),
                        r.device == prof::kHostDevice && r.format == "mct" ? std::string("host") : std::to_string(r.device),
                        r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w, mib(r.peak_live),
                        mib(r.peak_reserved), r.reserved_over_live(), r.fragmentation(), r.ooms, r.source_allocs,
-                       r.source_frees, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
+                       r.source_frees, r.call_bound, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
                        recorded || r.seconds <= 0 ? "-" : fmt::format("{:.2f}", double(r.events) / r.seconds / 1e6));
   }
   out += "live = peak live requested bytes (pre-trace blocks included); F = 1 - peak allocated / peak reserved;\n"
          "reserv = bytes backed by memory (an expandable segment's unmapped virtual range is not reserved);\n"
          "src alloc = segment allocations + page maps.";
   out += host ? " dev host = host memory.\n" : "\n";
+  out += "bound = the fewest source calls (allocations + maps) any online policy needs to keep reserved <= 1.03 x\n"
+         "live on the device: the ideal call bound (bench_call_bound --ratio R for other ratios).\n";
   // `recorded` is whatever allocator wrote the trace: say which, per format present (* = its cache was
   // empty at the start).
   if (snapshots) out += "recorded (PyTorch snapshots) = what PyTorch's allocator did in the trace (* = its cache was empty at the start).\n";
@@ -74,6 +76,7 @@ std::string format_json(const std::vector<ReplayResult>& results) {
         {"source_frees", r.source_frees},
         {"events", r.events},
         {"requests", r.requests},
+        {"call_bound", r.call_bound},
         {"seconds", r.seconds},
         {"starts_empty", r.starts_empty},
     });

@@ -222,7 +222,8 @@ struct CachingAllocator::Impl {
   // --- growth and release (growth.cpp, expandable.cpp, release.cpp) ---
   // These call the source, so they take mu themselves around their locked steps.
   Block* grow(Pool* pool, std::size_t size, std::size_t requested) EXCLUDES(mu);
-  Block* grow_expandable(Pool* pool, std::size_t size, std::size_t requested) EXCLUDES(mu);
+  // exact: map only the request's own pages, no map-ahead (Note [Feasibility is monotonic in the cap]).
+  Block* grow_expandable(Pool* pool, std::size_t size, std::size_t requested, bool exact = false) EXCLUDES(mu);
   Block* grow_whole(Pool* pool, std::size_t size, std::size_t requested) EXCLUDES(mu);
   // Gives back free memory until at most `target` bytes stay reserved (0 = everything free), oldest
   // first, skipping blocks younger than min_age ticks. Returns bytes given back.
@@ -263,6 +264,9 @@ struct CachingAllocator::Impl {
   // Chooses the window (Note [Window choice]) and claims its blocks: busy, unmapped ones cut at page
   // boundaries to the pages the window and map-ahead need. False when no run of free blocks holds it.
   bool claim_window(Pool* pool, std::size_t size, WindowGrowth& g) REQUIRES(mu);
+  // Gives back the pages claim_window added past the request's last page (map-ahead, a segment's
+  // worth), so that g.to_map holds only the pages the request itself needs (growth.cpp).
+  void trim_to_request(WindowGrowth& g, std::size_t size) REQUIRES(mu);
   // Note [Map ahead]: bytes to map past the window's end inside an unmapped block whose first
   // `piece` bytes the window maps anyway.
   std::size_t map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need, std::size_t piece) REQUIRES(mu);

@@ -114,7 +114,7 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   return pool->expandable;
 }
 
-Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std::size_t requested) {
+Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std::size_t requested, bool exact) {
   WindowGrowth g;
   g.seg = ensure_expandable(pool);
   {
@@ -125,6 +125,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
       return take(b, size, requested, pool->stream);
     }
     if (!claim_window(pool, size, g)) return nullptr;  // the virtual range is exhausted
+    if (exact) trim_to_request(g, size);  // Note [Feasibility is monotonic in the cap] (growth.cpp)
     if (!make_room(pool, size, g)) {
       // Cannot fit even after giving back what is free: undo and let grow() retry or fail.
       unpick_releases(g.rel);

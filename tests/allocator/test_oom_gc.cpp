@@ -144,3 +144,30 @@ TEST_CASE("under a cap a request takes a free block of the other size class befo
   a.deallocate(small[0]);
   a.check_invariants();
 }
+
+TEST_CASE("under a cap map-ahead never makes a request fail whose own pages fit", "[allocator][oom]") {
+  // Note [Feasibility is monotonic in the cap]: the second request needs one more page (6 MiB in all,
+  // under the 7 MiB cap), but map-ahead would add a page of the budget's headroom (3% of the high
+  // water plus a page), 8 MiB, and no free page is left to give back for it.
+  Recorder rec;
+  CachingAllocator a(simulated(7 * MiB), {});
+  a.add_observer(&rec);
+  void* x = a.allocate(3 * MiB - 4 * KiB);
+  CHECK(a.stats().reserved_bytes.current == std::int64_t(4 * MiB));
+  void* y = a.allocate(3 * MiB - 4 * KiB);  // starts in x's last page, needs the next one
+  const DeviceStats s = a.stats();
+  CHECK(s.num_ooms == 0);
+  CHECK(s.reserved_bytes.current == std::int64_t(6 * MiB));
+  CHECK(rec.count(EventKind::SegmentMap) == 2);
+  a.check_invariants();
+  a.deallocate(y);
+  a.deallocate(x);
+  a.check_invariants();
+  // Uncapped, the same growth maps ahead (what the last try gives up only under the cap).
+  CachingAllocator u(simulated(), {});
+  void* ux = u.allocate(3 * MiB - 4 * KiB);
+  void* uy = u.allocate(3 * MiB - 4 * KiB);
+  CHECK(u.stats().reserved_bytes.current == std::int64_t(8 * MiB));
+  u.deallocate(uy);
+  u.deallocate(ux);
+}

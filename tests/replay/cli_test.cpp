@@ -1,14 +1,22 @@
 // memcomm-replay as a user runs it: good input gives a table and JSON; bad input exits 2 with a
 // message that names the file (and the byte offset for pickle damage).
+#include <map>
+#include <string>
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 #include "hand_snapshot.hpp"
+#include "memcomm/replay/call_bound.hpp"
+#include "memcomm/replay/requests.hpp"
+#include "memcomm/trace/event.hpp"
 #include "memcomm_test.hpp"
 #include "run_tool.hpp"
 
 using memcomm::test::slurp;
 using memcomm::test::TempDir;
 using Run = memcomm::test::ToolRun;
+namespace rp = memcomm::replay;
 
 namespace {
 
@@ -135,3 +143,62 @@ TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json
   CHECK(r.out.find("Exit codes") != std::string::npos);
   CHECK(r.out.find("table goes to stderr") != std::string::npos);
 }
+
+TEST_CASE("cli: call_bound is the ideal call bound at 1.03 of each device, in the JSON and the table", "[cli][json]") {
+  TempDir dir;
+  const std::string trace = memcomm::test::source_dir() + "/tests/allocator/data/trainer_mlp_accum2.rank1.mct";
+  auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  Run r = run(dir, trace + " " + snap.string() + " --policy recorded,pytorch,memcomm --json -");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto list = nlohmann::json::parse(r.out);
+  std::map<std::pair<std::string, int>, std::uint64_t> bound;  // (file, device) -> ideal_calls at 1.03
+  for (const std::string& f : {trace, snap.string()})
+    for (const auto& d : rp::load_trace(f).devices) bound[{f, d.device}] = rp::ideal_calls(d, rp::kCallBoundRatio);
+  REQUIRE(list.size() == 3 * bound.size());
+  for (const auto& o : list) {
+    INFO(o.dump());
+    REQUIRE(o.contains("call_bound"));
+    CHECK(o["call_bound"].get<std::uint64_t>() == bound.at({o["file"].get<std::string>(), o["device"].get<int>()}));
+  }
+  CHECK(bound.at({trace, memcomm::prof::kHostDevice}) > 0);
+  // The table has the column and says what it is.
+  CHECK(r.err.find(" bound ") != std::string::npos);
+  CHECK(r.err.find("bound = the fewest source calls") != std::string::npos);
+  r = run(dir, "--help");
+  CHECK(r.out.find("call_bound (the ideal online call bound at 1.03") != std::string::npos);
+}
+
+#ifdef MEMCOMM_TEST_BENCH_CALL_BOUND
+TEST_CASE("bench_call_bound: --ratio R gives the bound at any R above 1, anything else exits 2", "[cli][bench]") {
+  TempDir dir;
+  const std::string trace = memcomm::test::source_dir() + "/tests/allocator/data/trainer_mlp_accum2.rank1.mct";
+  const auto devices = rp::load_trace(trace).devices;
+  REQUIRE(devices.size() == 1);
+  auto bench = [&](const std::string& args) { return memcomm::test::run_tool(dir, "bench_call_bound", args); };
+  // The default columns stay.
+  Run r = bench(trace);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("| R = 1.03 | 1.05 | 1.10 | 1.25 |") != std::string::npos);
+  CHECK(r.out.find("| " + std::to_string(rp::ideal_calls(devices[0], 1.03)) + " | ") != std::string::npos);
+  // One column per --ratio, in the order given, each the bound at that ratio.
+  r = bench("--ratio 1.5 --ratio=1.0125 " + trace);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("| R = 1.50 | 1.0125 |") != std::string::npos);
+  CHECK(r.out.find("| " + std::to_string(rp::ideal_calls(devices[0], 1.5)) + " | " +
+                   std::to_string(rp::ideal_calls(devices[0], 1.0125)) + " |") != std::string::npos);
+  for (const char* bad : {"1", "0.5", "-2", "abc", "1.5x", "inf", "nan", "''"}) {
+    INFO(bad);
+    r = bench(std::string("--ratio ") + bad + " " + trace);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("a ratio must be a number above 1") != std::string::npos);
+  }
+  r = bench(trace + " --ratio");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--ratio needs a value") != std::string::npos);
+  r = bench("--help");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("--ratio R") != std::string::npos);
+}
+#endif

@@ -53,10 +53,10 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// Runs build/bin/memcomm-replay ARGS with stdout and stderr captured separately.
-inline ToolRun run_replay(const TempDir& dir, const std::string& args) {
+// Runs build/bin/TOOL ARGS with stdout and stderr captured separately.
+inline ToolRun run_tool(const TempDir& dir, const std::string& tool, const std::string& args) {
   const std::filesystem::path out = dir.path() / "stdout.txt", err = dir.path() / "stderr.txt";
-  std::string cmd = bin_dir() + "/memcomm-replay " + args + " >" + out.string() + " 2>" + err.string();
+  std::string cmd = bin_dir() + "/" + tool + " " + args + " >" + out.string() + " 2>" + err.string();
   int status = std::system(cmd.c_str());
   ToolRun r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -64,5 +64,8 @@ inline ToolRun run_replay(const TempDir& dir, const std::string& args) {
   r.err = slurp(err);
   return r;
 }
+
+// Runs build/bin/memcomm-replay ARGS.
+inline ToolRun run_replay(const TempDir& dir, const std::string& args) { return run_tool(dir, "memcomm-replay", args); }
 
 }  // namespace memcomm::test

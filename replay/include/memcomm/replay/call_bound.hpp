@@ -17,4 +17,8 @@ namespace memcomm::replay {
 // so they need at least this many calls. ratio >= 1.
 std::uint64_t ideal_calls(const DeviceRequests& dev, double ratio);
 
+// The ratio memcomm-replay reports the bound at (its call_bound field and column): the issue's
+// reserved <= 1.03 x live target.
+inline constexpr double kCallBoundRatio = 1.03;
+
 }  // namespace memcomm::replay
