@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "memcomm/trace/memory_fold.hpp"
+#include "memcomm/trace/virtual_reservations.hpp"
 
 namespace memcomm::replay {
 
@@ -11,7 +11,7 @@ namespace memcomm::replay {
 // virtual range (memcomm's allocator reserves e.g. 128 GiB of address space) followed by
 // segment_map/segment_unmap of the parts backed by memory. Reserved bytes are the backed ones, which
 // is the meaning the profiler's analysis gives them (Note [Virtual reservations] in
-// trace/src/memory_series.cpp, whose prof::VirtualReservations makes the same call here): a
+// trace/ virtual_reservations.hpp, whose prof::VirtualReservations makes the same call here): a
 // segment_alloc that any map lands in counts for nothing, and neither does its segment_free, while its
 // maps and unmaps count; a plain segment counts whole. memcomm's .mct flags its reservations
 // (prof::MemBlockEvent::virtual_range()), which also covers one that is never mapped; the guess from
@@ -41,60 +41,70 @@ RequestBuilder::RequestBuilder(int rank, int device) {
   out_.device = device;
 }
 
-std::uint32_t RequestBuilder::new_block(std::uint64_t size) {
-  auto id = static_cast<std::uint32_t>(block_size_.size());
-  block_size_.push_back(size);
-  return id;
+void RequestBuilder::block_added(std::uint64_t, const prof::FoldBlock& b) {
+  if (block_size_.size() <= b.id) block_size_.resize(b.id + 1);
+  block_size_[b.id] = b.size;
+  traced_.push_back(Request{b.size, stream_, b.id, Request::Op::alloc});
+}
+
+void RequestBuilder::block_removed(std::uint64_t, const prof::FoldBlock& b) {
+  traced_.push_back(Request{0, stream_, b.id, Request::Op::free});
+}
+
+void RequestBuilder::preexisting(std::uint64_t addr, std::uint64_t size, std::int64_t stream) {
+  const std::uint32_t id = fold_.take_block_id();
+  if (block_size_.size() <= id) block_size_.resize(id + 1);
+  block_size_[id] = size;
+  pre_.push_back(Preexisting{addr, size, stream, id});
 }
 
 void RequestBuilder::alloc(std::uint64_t addr, std::uint64_t size, std::int64_t stream) {
   ++out_.trace_events;
-  touched_.insert(addr);
-  auto it = live_.find(addr);
-  if (it != live_.end()) {  // the trace lost a free: end the old block first
-    ++out_.anomalies;
-    traced_.push_back(Request{0, stream, it->second, Request::Op::free});
-    live_.erase(it);
-  }
-  std::uint32_t id = new_block(size);
-  live_.emplace(addr, id);
-  traced_.push_back(Request{size, stream, id, Request::Op::alloc});
+  stream_ = stream;
+  // Replaced: the trace lost a free; the fold ended the old block first (its free request).
+  if (fold_.apply(prof::EventKind::Alloc, addr, size, false, this) == prof::FoldCheck::Replaced) ++out_.anomalies;
 }
 
 void RequestBuilder::free_completed(std::uint64_t addr, std::uint64_t size, std::int64_t stream) {
   ++out_.trace_events;
-  touched_.insert(addr);
-  auto it = live_.find(addr);
-  std::uint32_t id;
-  if (it != live_.end()) {
-    id = it->second;
-    live_.erase(it);
-  } else if (ended_.count(addr)) {  // freed twice with no alloc between: a damaged trace
-    ++out_.anomalies;
-    return;
-  } else {  // allocated before the trace started
-    id = new_block(size);
-    pre_.push_back(Preexisting{addr, size, stream, id});
+  stream_ = stream;
+  switch (fold_.apply(prof::EventKind::FreeCompleted, addr, size, false, this)) {
+    case prof::FoldCheck::Ended:  // freed twice with no alloc between: a damaged trace
+      ++out_.anomalies;
+      return;
+    case prof::FoldCheck::Unknown:  // allocated before the trace started
+      preexisting(addr, size, stream);
+      traced_.push_back(Request{0, stream, pre_.back().block, Request::Op::free});
+      return;
+    default:  // the fold's block ended: block_removed() wrote its free
+      return;
   }
-  ended_.insert(addr);
-  traced_.push_back(Request{0, stream, id, Request::Op::free});
 }
 
 void RequestBuilder::free_requested(std::uint64_t addr) {
   ++out_.trace_events;
-  touched_.insert(addr);
+  fold_.apply(prof::EventKind::FreeRequested, addr, 0, false, this);  // the request is its completion's
+}
+
+// The fold sees the segments too (a block's segment; one freed with live blocks ends them), with the
+// trace's own flag; the reserved figures are finish()'s (Note [Reserved bytes of expandable segments]).
+void RequestBuilder::fold_segment(prof::EventKind kind, std::uint64_t addr, std::uint64_t bytes, bool virtual_range) {
+  stream_ = 0;
+  if (addr != kNoAddr) fold_.apply(kind, addr, bytes, virtual_range, this);
 }
 
 void RequestBuilder::segment_grow(std::uint64_t addr, std::uint64_t bytes, bool mapped, bool virtual_range) {
   ++out_.trace_events;
   out_.recorded.expandable |= mapped;
   segment_steps_.push_back(SegmentStep{addr, bytes, true, mapped, virtual_range && !mapped});
+  fold_segment(mapped ? prof::EventKind::SegmentMap : prof::EventKind::SegmentAlloc, addr, bytes, virtual_range && !mapped);
 }
 
 void RequestBuilder::segment_shrink(std::uint64_t addr, std::uint64_t bytes, bool mapped, bool virtual_range) {
   ++out_.trace_events;
   out_.recorded.expandable |= mapped;
   segment_steps_.push_back(SegmentStep{addr, bytes, false, mapped, virtual_range && !mapped});
+  fold_segment(mapped ? prof::EventKind::SegmentUnmap : prof::EventKind::SegmentFree, addr, bytes, virtual_range && !mapped);
 }
 
 void RequestBuilder::oom() {
@@ -110,11 +120,11 @@ void RequestBuilder::anomaly() {
 }
 
 void RequestBuilder::end_block(std::uint64_t addr, std::uint64_t requested, std::int64_t stream) {
-  if (touched_.count(addr)) {
-    if (!live_.count(addr)) ++out_.anomalies;  // the trace freed it, yet it is live at the end
+  if (const prof::FoldBlock* b = fold_.block(addr)) {  // an alloc or free named it
+    if (!b->live()) ++out_.anomalies;  // the trace freed it, yet it is live at the end
     return;
   }
-  pre_.push_back(Preexisting{addr, requested, stream, new_block(requested)});
+  preexisting(addr, requested, stream);
 }
 
 void RequestBuilder::end_reserved(std::uint64_t bytes, bool expandable) {

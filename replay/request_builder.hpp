@@ -1,17 +1,19 @@
 // Builds one device's request sequence event by event (Note [Rebuilding requests] in requests.hpp).
-// Private to memcomm_replay: the PyTorch snapshot reader and the .mct reader both feed it.
+// Private to memcomm_replay: the PyTorch snapshot reader and the .mct reader both feed it. The
+// blocks are the trace layer's fold (prof::AllocatorFold, Note [Allocator fold rules]): its block
+// ids are the requests' ids, the blocks it starts and ends are the requests, and its verdict on a
+// free tells a block allocated before the trace from one freed twice.
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "memcomm/replay/requests.hpp"
+#include "memcomm/trace/allocator_fold.hpp"
 
 namespace memcomm::replay {
 
-class RequestBuilder {
+class RequestBuilder final : private prof::FoldObserver {
  public:
   // `rank`: the trace's rank (kNoRank when the format has none); `device`: the device index.
   RequestBuilder(int rank, int device);
@@ -48,12 +50,17 @@ class RequestBuilder {
     std::int64_t stream;
     std::uint32_t block;
   };
-  std::uint32_t new_block(std::uint64_t size);
+  // A block the events never allocated (it predates the trace): a fresh id, its request first.
+  void preexisting(std::uint64_t addr, std::uint64_t size, std::int64_t stream);
+  void fold_segment(prof::EventKind kind, std::uint64_t addr, std::uint64_t bytes, bool virtual_range);
+  // FoldObserver: the fold's blocks become the requests.
+  void block_added(std::uint64_t addr, const prof::FoldBlock& b) override;
+  void block_removed(std::uint64_t addr, const prof::FoldBlock& b) override;
 
   DeviceRequests out_;
-  std::unordered_map<std::uint64_t, std::uint32_t> live_;  // addr -> block id
-  std::unordered_set<std::uint64_t> touched_;              // addresses any alloc/free event names
-  std::unordered_set<std::uint64_t> ended_;                // addresses freed (free_completed)
+  // Every address an alloc/free names is remembered (keep_freed); replay completes every free.
+  prof::AllocatorFold fold_{prof::AllocatorFold::Options{true, true}};
+  std::int64_t stream_ = 0;                                // the stream of the event being folded
   std::vector<Preexisting> pre_;
   std::vector<Request> traced_;
   std::vector<std::uint64_t> block_size_;                  // requested bytes per block id

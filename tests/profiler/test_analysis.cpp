@@ -4,7 +4,8 @@
 
 #include "memcomm/trace/analysis.hpp"
 #include "memcomm/trace/event_sort.hpp"
-#include "memcomm/trace/memory_fold.hpp"
+#include "memcomm/trace/allocator_fold.hpp"
+#include "memcomm/trace/virtual_reservations.hpp"
 #include "memcomm_test.hpp"
 #include "synthetic_run.hpp"
 #include "trace_fixtures.hpp"
@@ -164,7 +165,7 @@ uint64_t peak_allocated(const std::vector<MemoryPoint>& pts) {
 }
 }  // namespace
 
-// Note [Memory curves from block events] (memory_fold.hpp): the fold replaces the samples only when
+// Note [Memory curves from block events] (allocator_fold.hpp): the fold replaces the samples only when
 // it is provably the whole story.
 TEST_CASE("memory series: a complete fold replaces samples that missed a peak", "[profiler][analysis]") {
   RankTrace r;
@@ -287,22 +288,24 @@ TEST_CASE("time sorting is stable for nearly sorted and for shuffled input", "[p
 TEST_CASE("memory fold: reused and fresh addresses, with the dead entries swept, keep exact levels", "[profiler][analysis]") {
   // Note [Dead blocks stay in the map]: freed entries are reused by the next Alloc at their address
   // and swept once they outnumber the live ones; neither may change what the fold says.
-  MemoryFold f;
-  for (uint64_t i = 0; i < 3; ++i) CHECK(f.apply(EventKind::Alloc, 0x1000 + i * 0x100, 64));  // held throughout
+  AllocatorFold f;
+  constexpr FoldCheck ok = FoldCheck::Ok;
+  CHECK(f.apply(EventKind::SegmentAlloc, 0, uint64_t(1) << 40) == ok);  // one segment holds every block
+  for (uint64_t i = 0; i < 3; ++i) CHECK(f.apply(EventKind::Alloc, 0x1000 + i * 0x100, 64) == ok);  // held throughout
   for (uint64_t round = 0; round < 50'000; ++round) {
     const uint64_t addr = round % 2 == 0 ? 0x9000 : 0x100000 + round * 0x100;  // reused, then fresh ones
-    REQUIRE(f.apply(EventKind::Alloc, addr, 32));
-    REQUIRE(f.apply(EventKind::FreeRequested, addr, 0));
+    REQUIRE(f.apply(EventKind::Alloc, addr, 32) == ok);
+    REQUIRE(f.apply(EventKind::FreeRequested, addr, 0) == ok);
     CHECK(f.active() == 3 * 64 + 32);
-    REQUIRE(f.apply(EventKind::FreeCompleted, addr, 0));
+    REQUIRE(f.apply(EventKind::FreeCompleted, addr, 0) == ok);
   }
   CHECK(f.allocated() == 3 * 64);
   CHECK(f.active() == 3 * 64);
   CHECK_FALSE(f.broken());
-  CHECK(f.apply(EventKind::Oom, 0x9000, 1 << 20));  // not a block event: the levels stay
+  CHECK(f.apply(EventKind::Oom, 0x9000, 1 << 20) == ok);  // not a block event: the levels stay
   CHECK(f.allocated() == 3 * 64);
-  CHECK(f.reserved() == 0);
-  CHECK_FALSE(f.apply(EventKind::FreeCompleted, 0x9000, 0));  // a dead entry is not a live block
+  CHECK(f.reserved() == uint64_t(1) << 40);
+  CHECK(f.apply(EventKind::FreeCompleted, 0x9000, 0) == FoldCheck::Ended);  // a dead entry is not a live block
   CHECK(f.broken());
 }
 

@@ -1,4 +1,4 @@
-// Expandable segments (Note [Expandable segments] in viewer/model/include/memcomm/view/allocator_state.hpp):
+// Expandable segments (Note [Virtual reservations] in trace/include/memcomm/trace/virtual_reservations.hpp):
 // reserved counts mapped (device-backed) bytes, not the virtual reservation, in the allocator
 // state, in the derived memory curves, and for a trace written as memcomm's allocator emits it.
 #include "memcomm_test.hpp"

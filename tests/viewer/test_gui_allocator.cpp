@@ -1,4 +1,4 @@
-// The allocator pane with an expandable segment (Note [Expandable segments]): reserved shows the
+// The allocator pane with an expandable segment (Note [Virtual reservations]): reserved shows the
 // mapped bytes, the virtual reservation is shown apart, and the bar spans what is mapped, with the
 // unmapped hole drawn as such, not a 128 GiB bar with invisible blocks.
 #include "gui_fixture.hpp"

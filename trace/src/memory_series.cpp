@@ -1,46 +1,16 @@
 // memory_series: a rank's allocated/active/reserved over time, from the allocator's block events
 // when their fold is complete, else from the samples (Note [Memory curves from block events] in
-// memory_fold.hpp), with expandable segments counted by their mapped bytes (Note [Virtual reservations]).
+// allocator_fold.hpp), with expandable segments counted by their mapped bytes (Note [Virtual
+// reservations] in virtual_reservations.hpp).
 #include "memcomm/trace/analysis.hpp"
-#include "memcomm/trace/memory_fold.hpp"
+#include "memcomm/trace/allocator_fold.hpp"
+#include "memcomm/trace/virtual_reservations.hpp"
 
 namespace memcomm::prof {
 
-size_t VirtualReservations::add(EventKind kind, uint64_t addr, uint64_t size, bool flagged) {
-  if (kind == EventKind::SegmentAlloc) {
-    live_[addr] = {addr + size, instance_virtual_.size()};
-    instance_of_.push_back(instance_virtual_.size());
-    instance_virtual_.push_back(flagged);
-    return instance_of_.size() - 1;
-  }
-  if (kind == EventKind::SegmentFree) {
-    auto it = live_.find(addr);
-    if (it != live_.end()) {  // the release of a segment seen: what that segment turned out to be
-      instance_of_.push_back(it->second.instance);
-      live_.erase(it);
-    } else {  // allocated before the trace began: only its own flag can tell
-      instance_of_.push_back(instance_virtual_.size());
-      instance_virtual_.push_back(flagged);
-    }
-    return instance_of_.size() - 1;
-  }
-  if (kind == EventKind::SegmentMap) {
-    auto it = live_.upper_bound(addr);
-    if (it != live_.begin() && addr < (--it)->second.end) instance_virtual_[it->second.instance] = true;
-  }
-  return kNoIndex;
-}
-
 namespace {
 
-// Note [Virtual reservations]: an expandable segment is a SegmentAlloc of its whole virtual range
-// (e.g. 128 GiB) followed by SegmentMap/SegmentUnmap of the parts backed by memory. Reserved bytes
-// are the backed ones, so a virtual reservation counts for nothing (its maps count), while a plain
-// segment counts whole. memcomm's allocator flags its reservations (MemBlockEvent::virtual_range());
-// for traces without the flag, a SegmentAlloc that any map lands in is taken for one, and so is the
-// SegmentFree that releases it. The guess misses a reservation that is never mapped, which the flag
-// gets right; a SegmentFree of a segment allocated before the trace has only its own flag.
-// VirtualReservations (memory_fold.hpp) is that rule, for this file and memcomm-replay alike.
+// The trace's guess (Note [Virtual reservations] in virtual_reservations.hpp).
 VirtualReservations virtual_reservations(const RankTrace& r) {
   VirtualReservations guess;
   for (const Event& e : r.events) {
@@ -87,14 +57,14 @@ void find_device(const RankTrace& r, SeriesPlan& plan) {
 bool fold_is_complete(const RankTrace& r, const SeriesPlan& plan, const VirtualReservations& virtual_segment) {
   if (r.drops != 0) return false;
   if (!plan.has_blocks && !plan.has_segments) return true;
-  MemoryFold fold(plan.has_free_completed);
+  AllocatorFold fold({plan.has_free_completed, false});
   size_t segment_event = 0;
   for (const Event& e : r.events) {
     if (!is_block_kind(e.kind)) continue;
     const bool segment = e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree;
     const bool virt = segment && virtual_segment.is_virtual(segment_event++);
     const auto b = e.as<MemBlockEvent>();
-    if (b.device == plan.device && !fold.apply(e.kind, b.addr(), b.size(), virt)) break;
+    if (b.device == plan.device && fold.apply(e.kind, b.addr(), b.size(), virt) != FoldCheck::Ok) break;
   }
   return !fold.broken();
 }
@@ -134,10 +104,10 @@ double fragmentation(const MemoryPoint& p, const SeriesPlan& plan, int64_t frag_
 
 std::vector<MemoryPoint> memory_series(const RankTrace& r) {
   const VirtualReservations virtual_segment = virtual_reservations(r);  // Note [Virtual reservations]
-  // Note [Memory curves from block events] (memory_fold.hpp), the rule the viewer follows too:
+  // Note [Memory curves from block events] (allocator_fold.hpp), the rule the viewer follows too:
   // device D's fold replaces a sampled level only when it is complete, which takes a first pass.
   const SeriesPlan plan = plan_series(r, virtual_segment);
-  MemoryFold fold(plan.has_free_completed);
+  AllocatorFold fold({plan.has_free_completed, false});
   size_t segment_event = 0;
   std::vector<MemoryPoint> out;
   MemoryPoint p{};

@@ -120,7 +120,7 @@ void draw_allocator(AppState& st, ImVec2 size) {
   draw_scrub(st, rd);
   AllocatorTimeline& at = *st.alloc[slot];
   const AllocatorState& s = at.seek(st.alloc_time);
-  // Reserved is what device memory backs (Note [Expandable segments]); an expandable segment's
+  // Reserved is what device memory backs (Note [Virtual reservations]); an expandable segment's
   // virtual reservation is shown apart, and its bar spans only what it has mapped or holds.
   const std::string virt = s.virtual_reserved
                                ? fmt::format("  (virtual {})", format_bytes(s.virtual_reserved))

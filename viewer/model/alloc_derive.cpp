@@ -2,24 +2,23 @@
 // markers, memory curves and per-category curves, continued from the state of the last append
 // (Note [Incremental append] in timeline_append.cpp).
 //
-// Memory curves (Note [Memory curves from block events] in trace/ memory_fold.hpp, the rule
+// Memory curves (Note [Memory curves from block events] in trace/ allocator_fold.hpp, the rule
 // memcomm-trace report's memory_series follows too): a rank's allocated/active/reserved curves are
 // the fold of device D's block events where that fold is complete or the metric is not sampled;
 // otherwise its samples. The samples a fold replaces are kept as "sampled:allocated", ... (not
 // drawn). How the viewer folds:
-//   - a rank that samples some memory metric (memcomm traces) folds D's events with prof::MemoryFold
-//     (running sums plus the live blocks and segments by address, which is what tells a complete
-//     fold from one that saw frees of blocks it never saw). An event that leaves a curve unchanged
+//   - a rank that samples some memory metric (memcomm traces) folds D's events with prof::AllocatorFold
+//     (Note [Allocator fold rules]: the live blocks and segments by address, which is what tells a
+//     complete fold from one that saw frees of blocks it never saw), reading its levels. An event that leaves a curve unchanged
 //     adds no sample to it (a counter is a step function): ~2 samples per alloc/free pair.
 //     A fold that breaks (or a rank that reports drops, or a time-range load that cut block events
 //     before its start: blocks_cut) gives the sampled curves back their names, also in live mode.
 //   - a rank that samples nothing (snapshots, fixtures) has nothing to fall back to: its events of
-//     D go through AllocatorState, as the allocator state view folds them, which also gives
+//     D go through AllocatorState (the same fold, mirrored into sorted blocks), which also gives
 //     "largest_free" and "fragmentation" (at intervals: they cost O(blocks) per point; deriving them
 //     on a 10 M-event trace that samples allocated/reserved cost ~20% of its load, so they are
-//     derived only when nothing is sampled). AllocatorState makes implicit segments for blocks with
-//     none, so such a rank gets all three curves. Both folds give the same curves on a complete
-//     trace (tests/viewer/test_memory_curves.cpp).
+//     derived only when nothing is sampled). The fold makes implicit segments for blocks with none,
+//     so such a rank gets all three curves.
 #include "append_parts.hpp"
 
 #include <memcomm/view/builder.hpp>
@@ -50,12 +49,12 @@ void sample_free(const AllocatorState& st, LevelFold& lf, TimeNs t) {
   lf.c[4]->add(t, free_bytes > 0 ? 1.0 - largest / free_bytes : 0.0);
 }
 
-// The fold of a rank that samples memory: prof::MemoryFold's running sums, from event `from` on.
+// The fold of a rank that samples memory: prof::AllocatorFold's levels, from event `from` on.
 // When the fold breaks, the curves that have samples go back to them (the caller republishes them).
 // The loop works on local copies of `lf`'s fields (registers, not stores through a reference that
 // CounterSeries::add() might alias): it runs once per allocator event of a load.
 void fold_running_sums(const AllocEvents& ev, std::size_t from, int device, const bool sampled_level[kLevelCurves],
-                       prof::MemoryFold& f, LevelFold& lf) {
+                       prof::AllocatorFold& f, LevelFold& lf) {
   CounterSeries* c[kLevelCurves] = {lf.c[0], lf.c[1], lf.c[2]};
   double last[kLevelCurves] = {lf.last[0], lf.last[1], lf.last[2]};
   bool folded_any = lf.folded_any, skipped = lf.skipped;
@@ -93,7 +92,7 @@ void fold_running_sums(const AllocEvents& ev, std::size_t from, int device, cons
         break;
       case EventKind::FreeRequested:
         put(0, e.t, f.allocated());
-        if (!f.frees_complete()) put(1, e.t, f.active());
+        if (!f.options().frees_complete) put(1, e.t, f.active());
         break;
       case EventKind::FreeCompleted:
         put(0, e.t, f.allocated());
@@ -119,8 +118,8 @@ void fold_running_sums(const AllocEvents& ev, std::size_t from, int device, cons
   lf.label = label;
 }
 
-// The fold of a rank that samples nothing: through AllocatorState, as the allocator state view
-// folds the events (largest_free needs the blocks), from event `from` on.
+// The fold of a rank that samples nothing: through AllocatorState, the fold mirrored into sorted
+// blocks (largest_free needs them), from event `from` on.
 void fold_allocator_state(const AllocEvents& ev, std::size_t from, int device, AllocatorState& st, std::size_t& since,
                           LevelFold& lf) {
   for (std::size_t i = from; i < ev.size(); ++i) {
@@ -174,7 +173,7 @@ void TimelineBuilder::note_kind(AllocDerive& d, const AllocEvent& e) {
   d.completes |= e.op == EventKind::FreeCompleted;
 }
 
-// Marks each SegmentAlloc that a later SegmentMap lands in (Note [Expandable segments]). OOM
+// Marks each SegmentAlloc that a later SegmentMap lands in (Note [Virtual reservations]). OOM
 // markers are collected in the same pass (these arrays are a fifth of a trace: one pass), and what
 // the device's events carry is noted. Returns where the curves must be folded from: 0 when a
 // segment already folded turned out expandable.
@@ -221,7 +220,7 @@ TimelineBuilder::LabelScan TimelineBuilder::derive_level_curves(RankData& rd, Ra
   AllocDerive& d = p.derive;
   const auto& ev = rd.alloc_events;
   const bool with_free = !p.sampled_memory;  // largest_free/fragmentation: only when nothing is sampled
-  const bool fast = !with_free;  // no O(blocks) free curves to sample: MemoryFold suffices
+  const bool fast = !with_free;  // no O(blocks) free curves to sample: the fold's levels suffice
   std::size_t fold_from = d.derived ? from : 0;  // the first fold starts at the first event
   if ((with_free && !d.free_derived) || fast != d.fast || restart) fold_from = 0;
   // Which curves the events give (the rest stay the samples'): a broken fold stays broken until a
@@ -243,10 +242,10 @@ TimelineBuilder::LabelScan TimelineBuilder::derive_level_curves(RankData& rd, Ra
   if (fold_from == 0) {
     for (int k = 0; k < n; ++k)
       if (lf.c[k]) lf.c[k]->clear();
-    d.state = AllocatorState{};
+    d.state = AllocatorState({d.completes, false});
     d.since = 0;
     d.provisional = false;
-    d.fold.reset(d.completes);
+    d.fold.reset({d.completes, false});
   }
   if (d.provisional) {  // the last sample stood for "now": the new events continue from before it
     lf.c[3]->truncate(lf.c[3]->size() - 1);

@@ -26,7 +26,7 @@ void merge_samples(CounterSeries& dst, CounterSeries& fresh);
 void sort_counters(RankData& rd);  // by name: one order whatever the arrival order
 
 // The curves derive_alloc() makes from allocator events (Note [Memory curves from block events] in
-// trace/ memory_fold.hpp): the first three where the fold of the rank's device is complete
+// trace/ allocator_fold.hpp): the first three where the fold of the rank's device is complete
 // or the curve is not sampled, the last two when the trace samples no memory metric.
 inline const char* const kDerivedMemory[] = {"allocated", "active", "reserved", "largest_free", "fragmentation"};
 inline constexpr int kLevelCurves = 3;  // allocated, active, reserved: exact from the events

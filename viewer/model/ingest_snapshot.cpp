@@ -40,7 +40,7 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
         const std::int64_t t = e.has_time() ? us_to_ns(e.time_us) : i * 1000;
         ++i;
         // Markers and actions this reader does not know (kind Invalid) are not allocator events.
-        // Maps and unmaps back parts of a reservation (Note [Expandable segments], allocator_state.hpp).
+        // Maps and unmaps back parts of a reservation (Note [Virtual reservations] in trace/ virtual_reservations.hpp).
         if (e.kind == prof::EventKind::Invalid) continue;
         b.alloc_event(static_cast<std::uint32_t>(dev), {t, e.addr, e.size, stream_index(e.stream), e.kind});
       }

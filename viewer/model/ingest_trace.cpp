@@ -25,7 +25,7 @@ bool is_block_kind(std::uint8_t k) { return k >= std::uint8_t(EventKind::Alloc) 
 TimeNs shift(std::int64_t ts, std::int64_t offset) { return bounded_time(bounded_time(ts) + bounded_time(offset)); }
 
 // A reservation the producer flags is known to be virtual at once, without waiting for a map to
-// land in it (Note [Expandable segments] in allocator_state.hpp); its category byte holds the flag.
+// land in it (Note [Virtual reservations] in trace/ virtual_reservations.hpp); its category byte holds the flag.
 AllocEvent to_alloc_event(const prof::MemBlockEvent& m, std::int64_t offset) {
   if (m.virtual_range()) return {shift(m.ts, offset), m.addr(), m.size(), m.stream, m.kind, 0, prof::kSegmentVirtualRange, m.device};
   return {shift(m.ts, offset), m.addr(), m.size(), m.stream, m.kind, m.category, 0, m.device};
@@ -207,7 +207,7 @@ std::uint64_t TraceIngest::add_collective(const prof::Event& e, RankState& rs, s
 std::uint64_t TraceIngest::add_block_event(const prof::Event& e, RankState& rs, std::uint32_t rank) {
   const auto m = e.as<prof::MemBlockEvent>();
   if (!keeps_at(shift(m.ts, rs.offset))) {
-    // Note [Memory curves from block events] (memory_fold.hpp): block events cut before the
+    // Note [Memory curves from block events] (allocator_fold.hpp): block events cut before the
     // range leave the fold of the rest incomplete.
     if (shift(m.ts, rs.offset) < lo_) b_.blocks_cut(rank);
     return 0;
@@ -220,7 +220,7 @@ std::uint64_t TraceIngest::add_mem_sample(const prof::Event& e, RankState& rs, s
   const auto m = e.as<prof::MemSampleEvent>();
   if (!keeps_at(shift(m.ts, rs.offset))) return 0;
   const int metric = static_cast<int>(m.metric);
-  // One device's memory per rank (Note [Memory curves from block events], memory_fold.hpp):
+  // One device's memory per rank (Note [Memory curves from block events], allocator_fold.hpp):
   // the first level sample's; samples of other devices are not mixed into its curves.
   if (rs.mem_device < 0 && (m.metric == prof::MemMetric::Allocated || m.metric == prof::MemMetric::Active ||
                             m.metric == prof::MemMetric::Reserved)) {

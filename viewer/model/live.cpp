@@ -66,7 +66,7 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
         messages.push_back(fmt::format("live: rank {} connected from {} (pid {})", rank, m.host, m.pid));
         if (m.events_before > rs.received) {
           // It sent events to an earlier viewer that this one never saw: its block events do not
-          // start at the beginning (Note [Memory curves from block events] in memory_fold.hpp).
+          // start at the beginning (Note [Memory curves from block events] in allocator_fold.hpp).
           impl_->builder.blocks_cut(rank);
           messages.push_back(fmt::format("live: rank {} was running before this viewer ({} events not seen): its "
                                          "memory curves come from its samples", rank, m.events_before - rs.received));

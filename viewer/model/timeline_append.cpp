@@ -106,7 +106,7 @@ void TimelineBuilder::append_collectives(RankData& rd, RankParts& p,
 
 // Which of a rank's memory curves its samples carry, and whether its block events make curves.
 void TimelineBuilder::note_memory_sources(RankData& rd, RankParts& p) {
-  // Note [Memory curves from block events] (memory_fold.hpp): derive_alloc() decides which of
+  // Note [Memory curves from block events] (allocator_fold.hpp): derive_alloc() decides which of
   // allocated/active/reserved come from the block events; their samples are then kept as
   // "sampled:..." so that the names the views and the step table read are the curves in charge.
   if (!p.derive.blocks && std::any_of(p.alloc.begin(), p.alloc.end(), [](const AllocEvent& e) { return e.op != prof::EventKind::Oom; }))

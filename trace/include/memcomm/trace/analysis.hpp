@@ -40,7 +40,7 @@
 // trainer counts from 1) in both. What the viewer keeps of its own is the lookup: which spans fall
 // in a step, found on its sorted rows, and the step's peak from its "allocated" curve, which
 // follows the same rule as memory_series() below (Note [Memory curves from block events] in
-// memory_fold.hpp) and the same window (the value in force at the step's begin and every point up
+// allocator_fold.hpp) and the same window (the value in force at the step's begin and every point up
 // to its end). Where the viewer's model lacks what the rule reads, the figures can still differ:
 // its kernel spans do not say which kernels are communication kernels (ComputeEvent::sub), so on
 // GPU runs that record those it takes the collectives' spans as communication and every kernel as

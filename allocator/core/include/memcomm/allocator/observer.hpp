@@ -17,7 +17,7 @@ using EventKind = prof::EventKind;
 // SegmentAlloc of a virtual address range reserved for an expandable segment (its release is
 // not an event: it lives as long as the allocator): no memory stands behind it
 // until SegmentMap events back parts of it. Consumers count the maps, not the range, as reserved
-// bytes (Note [Virtual reservations] in trace/src/memory_series.cpp). Without the flag they must
+// bytes (Note [Virtual reservations] in trace/ virtual_reservations.hpp). Without the flag they must
 // guess from whether maps land in it, which a range that is never mapped (a run that stops first,
 // a map that fails) defeats.
 

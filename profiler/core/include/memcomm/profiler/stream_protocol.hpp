@@ -42,7 +42,7 @@ struct StreamHello {
   char host[64];               // NUL-terminated host name
   // Events this sender delivered on earlier connections: 0 on its first, so a viewer that has fewer
   // from it knows the stream starts mid-run (the memory curves then come from samples, Note [Memory
-  // curves from block events] in memory_fold.hpp). Senders from before this field send 0 here.
+  // curves from block events] in allocator_fold.hpp). Senders from before this field send 0 here.
   uint64_t events_before;
   uint8_t reserved[28];        // zero
 };

@@ -15,7 +15,7 @@
 //       handed out of memory that is already reserved, and their release (cudaFreeAsync, at call
 //       time) becomes FreeRequested: the stream has not reached the free yet. Host memory (pinned,
 //       pageable) gets device = kHostDevice, or is skipped with set_skip_host_memory(true); the memory
-//       curves fold one device per rank (Note [Memory curves from block events] in memory_fold.hpp).
+//       curves fold one device per rank (Note [Memory curves from block events] in allocator_fold.hpp).
 //   SYNCHRONIZATION (CUpti_ActivitySynchronization2) -> ComputeEvent Sync on the pseudo host thread
 //       kCudaSyncThread, named after the call (cudaStreamSynchronize...).
 //   EXTERNAL_CORRELATION -> no event. It maps a CUPTI correlation id to the external id that the

@@ -8,18 +8,19 @@
 // so a scrub costs at most one checkpoint copy plus `interval` events. Live runs append events:
 // update() folds only the new ones into the last state, making checkpoints as a full build would.
 //
-// Note [Expandable segments]: an expandable segment (PyTorch's expandable_segments, memcomm's
-// allocator with expandable pools) reserves a large virtual range (SegmentAlloc, often the whole
-// device or more: 128 GiB is common) and backs it piecewise (SegmentMap / SegmentUnmap of
-// sub-ranges). Only mapped pages hold device memory, so `reserved` counts the mapped bytes of such
-// a segment and `virtual_reserved` its reservation. memcomm's traces flag the reservation
-// (prof::MemBlockEvent::virtual_range(), ingested as prof::kSegmentVirtualRange in
-// AllocEvent::flags). For traces without the flag the builder sets that bit on a SegmentAlloc when
-// a SegmentMap later lands inside it (in time for every state that includes it); apply() also
-// converts an unmarked segment at its first map. A map with no enclosing segment (PyTorch snapshots
-// record only segment_map) starts an implicit expandable segment, or extends one ending where it begins.
+// Segments and blocks are the trace layer's one fold, prof::AllocatorFold (Note [Allocator fold
+// rules] in memcomm/trace/allocator_fold.hpp): AllocatorState::apply() hands it each event and
+// mirrors every change it reports (FoldObserver) into the sorted containers that the allocator view
+// draws. Its levels are the fold's. An expandable segment (PyTorch's expandable_segments, memcomm's
+// expandable pools) is the fold's virtual reservation (Note [Virtual reservations] in
+// memcomm/trace/virtual_reservations.hpp): `reserved` counts its mapped bytes and `virtual_reserved`
+// its reservation. memcomm's traces flag the reservation (prof::kSegmentVirtualRange in
+// AllocEvent::flags); for traces without the flag the builder sets that bit on a SegmentAlloc when a
+// SegmentMap later lands inside it (TimelineBuilder::mark_expandable), and the fold also turns an
+// unmarked segment virtual at its first map.
 #pragma once
 
+#include <memcomm/trace/allocator_fold.hpp>
 #include <memcomm/trace/event.hpp>
 #include <memcomm/view/chunked.hpp>
 
@@ -40,7 +41,7 @@ struct AllocEvent {
   // FreeRequested leaves the block waiting on stream uses (shown as "pending free").
   prof::EventKind op;
   std::uint8_t category = 0;  // MemCategory of the block when the producer knows it (0: unknown)
-  // prof::kSegmentVirtualRange on a SegmentAlloc: a virtual reservation (Note [Expandable segments]),
+  // prof::kSegmentVirtualRange on a SegmentAlloc: a virtual reservation (Note [Virtual reservations]),
   // the bit memcomm's traces carry in the segment's category byte.
   std::uint8_t flags = 0;
   std::uint8_t device = 0;    // device index (prof::kHostDevice: host memory); 0 where the source has none
@@ -61,15 +62,13 @@ struct BlockRec {
   BlockState state;    // allocated, or freed by the user but not yet reusable
 };
 
-struct AddrRange {
-  std::uint64_t begin, end;  // [begin, end)
-};
+using AddrRange = prof::AddrRange;  // [begin, end)
 
 struct SegmentRec {
   std::uint64_t addr = 0, size = 0;  // device range (expandable: the virtual reservation)
   std::uint32_t stream = 0;          // owning stream
   std::vector<BlockRec> blocks;      // sorted by addr; gaps are free (inactive) space
-  bool expandable = false;           // Note [Expandable segments]: only `mapped` is backed
+  bool expandable = false;           // a virtual reservation: only `mapped` is backed
   std::vector<AddrRange> mapped;     // expandable: backed ranges, sorted, disjoint, not touching
   std::uint64_t mapped_bytes = 0;    // expandable: bytes in `mapped`
   std::uint64_t backed() const { return expandable ? mapped_bytes : size; }
@@ -81,14 +80,18 @@ struct SegmentRec {
 };
 
 struct AllocatorState {
-  std::vector<SegmentRec> segments;  // sorted by addr
+  std::vector<SegmentRec> segments;  // sorted by addr: the fold's segments, with their blocks
+  prof::AllocatorFold fold;          // the state itself; `segments` and the figures below mirror it
+  // The fold's figures after the last apply():
   std::uint64_t allocated = 0;       // bytes in Allocated blocks
   std::uint64_t pending_free = 0;    // bytes in PendingFree blocks
-  std::uint64_t reserved = 0;        // bytes backed by device memory (Note [Expandable segments])
+  std::uint64_t reserved = 0;        // bytes backed by device memory (virtual reservations: their maps)
   std::uint64_t virtual_reserved = 0;  // bytes of expandable segments' virtual reservations
   std::size_t block_count = 0;       // blocks over all segments
-  std::uint64_t unmatched = 0;       // events that referred to unknown blocks/segments (bad traces)
+  std::uint64_t unmatched = 0;       // events that contradicted the fold (bad or mid-run traces)
 
+  AllocatorState() = default;
+  explicit AllocatorState(prof::AllocatorFold::Options o) : fold(o) {}
   void apply(const AllocEvent& e);
   std::uint64_t largest_free() const;
 };

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <memcomm/trace/analysis.hpp>
-#include <memcomm/trace/memory_fold.hpp>
+#include <memcomm/trace/allocator_fold.hpp>
 #include <memcomm/view/timeline.hpp>
 
 #include <algorithm>
@@ -47,7 +47,7 @@ class TimelineBuilder {
   void counter(std::uint32_t rank, std::string_view name, TimeNs t, double value, std::string_view unit = "");
   // Allocator event. A rank's block events (not OOMs alone) give its allocated/active/reserved
   // curves, exactly, over any samples of those when their fold is complete (Note [Memory curves
-  // from block events] in memcomm/trace/memory_fold.hpp).
+  // from block events] in memcomm/trace/allocator_fold.hpp).
   void alloc_event(std::uint32_t rank, const AllocEvent& e);
   // Fast path for bulk ingest (readers, synthetic data): a pre-interned name, any span lane kind
   // (collectives go through collective()).
@@ -56,7 +56,7 @@ class TimelineBuilder {
             std::uint32_t payload = 0);
   void dropped(std::uint32_t rank, std::uint64_t n);
   void host(std::uint32_t rank, std::string_view host);
-  // Note [Memory curves from block events] (memory_fold.hpp): the device of the rank's first
+  // Note [Memory curves from block events] (allocator_fold.hpp): the device of the rank's first
   // allocated/active/reserved sample (later ones are ignored), and block events that a time range
   // cut before its start (the fold of the rest is incomplete).
   void memory_sample_device(std::uint32_t r, std::uint8_t device) {
@@ -91,7 +91,7 @@ class TimelineBuilder {
     std::map<std::uint64_t, std::pair<std::uint64_t, std::size_t>> open;  // unmarked SegmentAlloc: addr -> (size, index)
     AllocatorState state;           // after the events folded into the memory curves (state fold)
     bool fast = false;              // the last fold was the running sums below, not `state`
-    prof::MemoryFold fold;          // fast fold: device `device`'s events folded so far
+    prof::AllocatorFold fold;       // fast fold: device `device`'s events folded so far
     int device = -1;                // the device the curves describe (-1: not chosen yet)
     bool completes = false;         // that device's events carry FreeCompleted
     bool has_alloc = false;         // ... carry Alloc (allocated/active can come from them)
