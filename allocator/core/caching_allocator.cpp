@@ -14,11 +14,12 @@
 //   a separate segment, and a request that fits nowhere is placed where the fewest new pages are
 //   needed, possibly spanning free mapped and unmapped blocks (Note [Expandable segments], expandable.cpp).
 // - Pages are given back lazily (Note [Lazy page release], growth.cpp): mapped bytes may exceed peak
-//   allocated bytes by release_slack (3%) plus a floor (2% of them, within a page..4 MiB); only when
+//   allocated bytes by release_slack (2%) plus a floor (2% of them, within a page..4 MiB); only when
 //   mapping more would cross that budget are free pages given back, oldest first. Eager release would
 //   hold ~1.03 x live but cost 10-10,000 x the driver calls; never releasing gives PyTorch's 1.5 x.
-//   Mapping is done in runs (one source call per contiguous run), and growth at a segment's end maps the
-//   budget's headroom with it (Note [Map ahead]), so growth takes few calls.
+//   Mapping is done in runs (one source call per contiguous run), and growth at a segment's end maps an
+//   eighth of the budget's headroom with it, in whole 20 MiB granules in the large pool (Note [Map
+//   ahead]), so growth takes few calls; the rest absorbs fragmentation (Note [Splitting the headroom]).
 // - Sources without map (cuda) get PyTorch's whole segments: 2 MiB for the small pool, 20 MiB for
 //   requests below 10 MiB, the request rounded to 2 MiB above.
 // - Stream-ordered reuse (Note [Stream-ordered reuse], stream_reuse.cpp): a block belongs to the stream

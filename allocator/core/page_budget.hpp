@@ -38,9 +38,9 @@ class PageBudget {
   // Growth of `pool` needs reserved bytes to reach `wanted` under high water `hw`, above limit(hw).
   // Note [Release churn]: on the pool's second regain under the high water at which the budget took its
   // pages, the allowance grows by what is missing, at most what was taken from it and in all at most
-  // kChurnShare of hw.
+  // kChurnShare of hw or one page, whichever is more (a page is the least that can stop a trade).
   void learn_regain(ChurnRecord& pool, std::int64_t hw, std::size_t wanted) {
-    const auto max_allowance = std::size_t(kChurnShare * double(hw));
+    const auto max_allowance = std::max(std::size_t(kChurnShare * double(hw)), page_);
     if (pool.release_hw != hw || ++pool.regains < kChurnRegains || churn_allowance_ >= max_allowance) return;
     // Only what the budget took from this pool: a larger regain is growth, not churn.
     const std::size_t over = wanted - limit(hw);
@@ -59,8 +59,10 @@ class PageBudget {
   }
 
  private:
-  // Note [Release churn]: the budget learned from churn is at most this share of the high water.
-  static constexpr double kChurnShare = 0.03;
+  // Note [Release churn]: the budget learned from churn is at most this share of the high water. With
+  // the default slack (2%) the budget then stays within the 3% memcomm promises (Note [Splitting the
+  // headroom] in expandable.cpp).
+  static constexpr double kChurnShare = 0.01;
   // Note [Release churn]: a pool must want pages back this many times under one high water (the first
   // regain can be a phase change; a loop repeats it).
   static constexpr int kChurnRegains = 2;

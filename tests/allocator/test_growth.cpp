@@ -58,13 +58,14 @@ TEST_CASE("after a peak of large blocks the small pool still grows in chunks", "
   for (void* p : small) a.deallocate(p);
 }
 
-TEST_CASE("pools that peak at different moments stop trading pages after iteration 2", "[allocator][growth][steady]") {
+TEST_CASE("pools that peak at different moments stop trading pages after iteration 3", "[allocator][growth][steady]") {
   // Note [Release churn]: the small pool peaks early in each iteration, the large pool late; their
   // footprints together exceed the page budget of the overall high water by a page or two, which made
-  // the budget unmap one pool's free pages to map the other's, and back, in every iteration.
+  // the budget unmap one pool's free pages to map the other's, and back, in every iteration. The
+  // budget learns from the second regain (Note [Release churn]); at a 2% slack that is iteration 3.
   CachingAllocator a(simulated());
   void* params = a.allocate(60 * MiB);
-  std::int64_t calls_after_2 = 0, unmaps_after_2 = 0;
+  std::int64_t calls_after_3 = 0, unmaps_after_3 = 0;
   for (int it = 0; it < 12; ++it) {
     std::vector<void*> v;
     for (int i = 0; i < 8; ++i) v.push_back(a.allocate(512 * KiB));  // small pool: 4 MiB
@@ -72,16 +73,16 @@ TEST_CASE("pools that peak at different moments stop trading pages after iterati
     v.clear();
     for (int i = 0; i < 2; ++i) v.push_back(a.allocate(2 * MiB));  // large pool: 4 MiB
     for (void* p : v) a.deallocate(p);
-    if (it == 1) {
-      calls_after_2 = a.stats().source_calls();
-      unmaps_after_2 = a.stats().num_device_unmap;
+    if (it == 2) {
+      calls_after_3 = a.stats().source_calls();
+      unmaps_after_3 = a.stats().num_device_unmap;
     }
   }
   const DeviceStats s = a.stats();
-  INFO("calls " << s.source_calls() << " after iteration 2: " << calls_after_2 << ", unmaps " << s.num_device_unmap
+  INFO("calls " << s.source_calls() << " after iteration 3: " << calls_after_3 << ", unmaps " << s.num_device_unmap
                 << " reserved peak " << s.reserved_bytes.peak << " allocated peak " << s.allocated_bytes.peak);
-  CHECK(s.source_calls() == calls_after_2);
-  CHECK(s.num_device_unmap == unmaps_after_2);
+  CHECK(s.source_calls() == calls_after_3);
+  CHECK(s.num_device_unmap == unmaps_after_3);
   CHECK(double(s.reserved_bytes.peak) <= 1.08 * double(s.allocated_bytes.peak));
   a.check_invariants();
   a.deallocate(params);

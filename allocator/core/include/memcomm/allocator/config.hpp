@@ -30,11 +30,13 @@ struct AllocatorConfig {
   //   budget = peak allocated bytes x (1 + release_slack) + floor, floor = 2% of peak allocated bytes,
   //   at least a page and at most release_floor (so the floor does not dominate a small arena's ratio);
   // free pages are given back only when mapping more would cross the budget, oldest first.
-  double release_slack = 0.03;
+  // 2% is the ratio memcomm aims at (Note [Splitting the headroom] in expandable.cpp).
+  double release_slack = 0.02;
   std::size_t release_floor = 4u << 20;
   // When mapping at a segment's end, map this fraction of the budget's headroom more (and at least a
-  // PyTorch segment's worth for small and medium requests), so growth takes few calls (Note [Map ahead]).
-  double map_ahead = 1.0;
+  // small segment in the small pool, whole medium segments in the large pool), so growth takes few calls
+  // (Note [Map ahead]); the rest of the headroom absorbs fragmentation (Note [Splitting the headroom]).
+  double map_ahead = 0.125;
 
   // --- memory cap and garbage collection (Note [Garbage collection]) ---
   std::size_t capacity = 0;                // bytes reserved at most; 0 = the source's capacity (or none)

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Issue 15's allocator targets, trace by trace, over the shared PyTorch snapshots.
+
+Runs memcomm-replay (--json) with memcomm, pytorch and pytorch-expandable on every device trace of the
+given sets, and prints one row per device trace with:
+  - memcomm's peak reserved / peak live                       (target <= 1.03)
+  - memcomm's reserved / min(pytorch, pytorch-expandable)     (target <= 1.005)
+  - memcomm's source calls (allocs + frees, maps + unmaps) against
+    max(2 x bound, calls of the PyTorch mode that reserves less) + 8, where the bound is the ideal
+    online call bound at 1.03 (memcomm-replay's `call_bound`, Note [Ideal online call bound])
+  - the fragmentation reduction 1 - (memcomm reserved - live) / (P reserved - live) against
+    P = pytorch and P = pytorch-expandable (target: mean against pytorch >= 80 %)
+for each memcomm policy asked for (--policy; the default, memcomm). A trace is in the design half or
+the check half by a fixed rule (within each set, sorted by name: even positions design, odd positions
+check), so that a policy tuned on one half is judged on the other. Exit status: 0 when every trace
+meets every target, 1 when one misses, 2 for a bad argument.
+
+  bench/replay/allocator_targets.py [--build DIR] [--policy memcomm] [--markdown] [SET_DIR...]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_SETS = [os.path.join(ROOT, "..", "shared", "traces", d) for d in ("pytorch-snapshots", "pytorch-snapshots-2")]
+
+RATIO_TARGET = 1.03
+VS_BEST_TARGET = 1.005
+CALL_SLACK = 8
+MEAN_REDUCTION_TARGET = 0.80
+
+
+def halves(sets):
+    """(path, half) for every pickle: within a set sorted by name, even positions design, odd check."""
+    out = []
+    for d in sets:
+        names = sorted(n for n in os.listdir(d) if n.endswith(".pickle"))
+        out += [(os.path.join(d, n), "design" if i % 2 == 0 else "check") for i, n in enumerate(names)]
+    return out
+
+
+def replay(build, files, policies):
+    cmd = [os.path.join(build, "bin", "memcomm-replay"), "--quiet", "--json", "-", "--policy", ",".join(policies)]
+    res = subprocess.run(cmd + files, check=True, capture_output=True, text=True)
+    return json.loads(res.stdout)
+
+
+def reduction(ours, theirs, live):
+    waste = theirs - live
+    return None if waste <= 0 else 1.0 - (ours - live) / waste
+
+
+def evaluate(rows, policy):
+    by_key = {}
+    for r in rows:
+        by_key.setdefault((os.path.basename(r["file"]), r["device"]), {})[r["policy"]] = r
+    out = []
+    for (name, dev), pol in sorted(by_key.items()):
+        if policy not in pol:
+            continue
+        m, pt, px = pol[policy], pol["pytorch"], pol["pytorch-expandable"]
+        live = m["peak_live"]
+        best = pt if pt["peak_reserved"] <= px["peak_reserved"] else px
+        bound = m["call_bound"]
+        calls = m["source_allocs"] + m["source_frees"]
+        allowed = max(2 * bound, best["source_allocs"] + best["source_frees"]) + CALL_SLACK
+        out.append({
+            "name": name, "device": dev, "ratio": m["peak_reserved"] / live,
+            "vs_best": m["peak_reserved"] / best["peak_reserved"], "calls": calls, "allowed": allowed,
+            "bound": bound, "red_pt": reduction(m["peak_reserved"], pt["peak_reserved"], live),
+            "red_px": reduction(m["peak_reserved"], px["peak_reserved"], live),
+        })
+    return out
+
+
+def fmt_red(x):
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def print_table(results, half_of, policy, markdown):
+    print(f"\n## {policy}\n")
+    head = ["trace", "dev", "half", "res/live", "vs best PyTorch", "calls", "allowed", "bound@1.03",
+            "reduction vs pytorch", "vs expandable", "misses"]
+    print("| " + " | ".join(head) + " |" if markdown else "  ".join(head))
+    if markdown:
+        print("|" + "---|" * len(head))
+    for r in results:
+        misses = []
+        if r["ratio"] > RATIO_TARGET:
+            misses.append("ratio")
+        if r["vs_best"] > VS_BEST_TARGET:
+            misses.append("vs-best")
+        if r["calls"] > r["allowed"]:
+            misses.append("calls")
+        r["misses"] = misses
+        cells = [r["name"].split("__")[0], str(r["device"]), half_of[r["name"]], f"{r['ratio']:.3f}",
+                 f"{r['vs_best']:.3f}", str(r["calls"]), str(r["allowed"]), str(r["bound"]), fmt_red(r["red_pt"]),
+                 fmt_red(r["red_px"]), ",".join(misses) or "ok"]
+        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
+    for half in ("design", "check"):
+        sel = [r for r in results if half_of[r["name"]] == half]
+        reds = [r["red_pt"] for r in sel if r["red_pt"] is not None]
+        redx = [r["red_px"] for r in sel if r["red_px"] is not None]
+        met = sum(1 for r in sel if not r["misses"])
+        print(f"{half}: {met}/{len(sel)} traces meet every target; worst res/live "
+              f"{max(r['ratio'] for r in sel):.3f}; mean reduction vs pytorch "
+              f"{100 * sum(reds) / max(1, len(reds)):.1f}%, vs expandable {100 * sum(redx) / max(1, len(redx)):.1f}%")
+    return all(not r["misses"] for r in results)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="build folder with bin/memcomm-replay")
+    ap.add_argument("--policy", default="memcomm", help="memcomm policies to judge, comma-separated")
+    ap.add_argument("--markdown", action="store_true", help="markdown tables")
+    ap.add_argument("sets", nargs="*", default=DEFAULT_SETS, help="folders of snapshot pickles")
+    args = ap.parse_args()
+    for d in args.sets:
+        if not os.path.isdir(d):
+            print(f"allocator_targets: {d} is not a folder", file=sys.stderr)
+            return 2
+    if not os.access(os.path.join(args.build, "bin", "memcomm-replay"), os.X_OK):
+        print(f"allocator_targets: {args.build}/bin/memcomm-replay is missing: build it first", file=sys.stderr)
+        return 2
+    pairs = halves(args.sets)
+    files = [p for p, _ in pairs]
+    half_of = {os.path.basename(p): h for p, h in pairs}
+    policies = args.policy.split(",")
+    rows = replay(args.build, files, policies + ["pytorch", "pytorch-expandable"])
+    ok = True
+    for p in policies:
+        ok &= print_table(evaluate(rows, p), half_of, p, args.markdown)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
