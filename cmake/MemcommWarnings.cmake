@@ -23,6 +23,8 @@ endfunction()
 # libFuzzer recommend, and keeps inlining from hiding frames. One translation unit
 # (trace/src/analysis.cpp, ASan+UBSan, g++ 12) took 33 s of CPU at RelWithDebInfo (-O2 -g) and 10 s
 # at -O1 -g1. NDEBUG stays defined, as in the Release build the tests were written against.
+# Catch2's prebuilt main (tests/CMakeLists.txt), the slowest file of these builds and not our code,
+# compiles at -O0 there, sanitizers still on.
 # The ASan+UBSan unit tests and the fuzz targets share one clang tree (build-asan-fuzz/): with
 # MEMCOMM_FUZZ=ON every target also gets libFuzzer's coverage instrumentation
 # (-fsanitize=fuzzer-no-link), only the fuzz executables link libFuzzer's main, and a test executable

@@ -8,7 +8,8 @@
 # The sanitizer and fuzz builds use the Check build type, -O1 -g1 (Note [Checked builds] in
 # cmake/MemcommWarnings.cmake).
 # Exits non-zero on any failure. MEMCOMM_FUZZ_SECONDS (default 10) sets each fuzz run's length;
-# MEMCOMM_SKIP_SANITIZERS=1 / MEMCOMM_SKIP_FUZZ=1 skip stages 2 / 3 for a quick local loop.
+# MEMCOMM_SKIP_SANITIZERS=1 / MEMCOMM_SKIP_FUZZ=1 skip stages 2 / 3 for a quick local loop (stage 2
+# builds the fuzz targets too: they are a few files in the same tree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
