@@ -157,8 +157,13 @@ bool StreamSink::send_pending(int fd) {
     if (!net::send_all(fd, out.data(), out.size(), err)) {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.last_error = err;
-      stats_.dropped_events += events.size() - ei;  // in flight when the viewer went away
-      dropped_total_ += events.size() - ei;
+      // In flight when the viewer went away. The in-band drop report at the front, if it never left,
+      // is no recorded event: it is not counted as dropped, and its drops are reported again on the
+      // next connection (counting it made sent + dropped exceed recorded by one).
+      const size_t report_unsent = drops && ei == 0 ? 1 : 0;
+      stats_.dropped_events += events.size() - ei - report_unsent;
+      dropped_total_ += events.size() - ei - report_unsent;
+      if (report_unsent) dropped_reported_ -= drops;
       return false;
     }
     ei += n;
