@@ -96,6 +96,17 @@ CachingAllocator::Impl::~Impl() {
     for (EventHandle e : p.events) streams->destroy_event(e);
 }
 
+// Note [Pools and size classes]
+// Every size is rounded up to min_block (512 B), and each stream has two pools: small (requests up to
+// small_size, 1 MiB) and large. Small tensors come and go at a high rate and some live long (a 512 B
+// scalar kept for the whole run); mixed into the large pool, one of them would pin a page in the middle
+// of a large free range, which could then be neither reused whole nor unmapped. Kept apart, the small
+// pool's pages fill with small blocks only, and a large free range stays one range. Within a pool a
+// free block is split when the remainder is at least min_block (small) or min_large_split (large),
+// which bounds a block's waste. PyTorch's max_split_size rule is kept as an option: blocks at or above it
+// are never split for smaller requests, and an oversize request takes a cached block only if it wastes
+// less than max_oversize_waste (fits()). The separation is a heuristic, not a rule worth an OOM: under a
+// cap the other class is tried last (Note [Last resort: the other size class] in growth.cpp).
 std::size_t CachingAllocator::Impl::round_size(std::size_t bytes) const {
   const std::size_t m = config.min_block;
   if (bytes > std::size_t(-1) - m) throw AllocatorError("allocate: size " + std::to_string(bytes) + " overflows");
