@@ -20,6 +20,7 @@
 #include "memcomm/allocator/caching_allocator.hpp"
 #include "node_pool.hpp"
 #include "page_budget.hpp"
+#include "stream_frees.hpp"
 #include "ptr_map.hpp"
 #include "thread_annotations.hpp"
 
@@ -130,13 +131,6 @@ struct Pool {
   std::vector<Segment*> segments;         // whole segments of this pool
 };
 
-// A freed block waiting for events recorded on the streams that used it.
-struct PendingFree {
-  Block* block;                           // the block (allocated == false, still not reusable)
-  std::vector<EventHandle> events;        // recorded at free time, one per other stream
-  bool idle_when_done = false;            // events cover its user stream too: idle once they complete
-};
-
 inline std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
 inline std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
 
@@ -165,8 +159,7 @@ struct CachingAllocator::Impl {
   std::vector<std::unique_ptr<Segment>> segments GUARDED_BY(mu);
   PtrMap<Block*> live GUARDED_BY(mu);    // allocated blocks by address
   std::vector<Block*> block_free_list GUARDED_BY(mu);  // recycled Block objects
-  std::vector<PendingFree> pending GUARDED_BY(mu);     // frees waiting for events
-  std::vector<EventHandle> event_pool GUARDED_BY(mu);  // recorded-and-completed events to reuse
+  StreamOrderedFrees frees GUARDED_BY(mu){streams};  // frees waiting for events (stream_frees.hpp)
   DeviceStats stats GUARDED_BY(mu);
   std::uint64_t tick GUARDED_BY(mu) = 0;                 // operations so far (ages)
   std::int64_t allocated_high_water GUARDED_BY(mu) = 0;  // largest allocated bytes ever (never reset; page budget)
@@ -203,14 +196,16 @@ struct CachingAllocator::Impl {
   Block* take_recent(Pool* pool, std::size_t size) REQUIRES(mu);
   void flush_recent() REQUIRES(mu);
   Block* merge_free(Block* b) REQUIRES(mu);
-  // --- stream-ordered reuse (stream_reuse.cpp) ---
+  // --- stream-ordered reuse (stream_reuse.cpp; the waiting frees themselves: stream_frees.hpp) ---
+  // Files the frees whose events have completed.
   void process_events_locked() REQUIRES(mu);
-  // Records the events a freed block waits for (record_stream uses, or a borrowed block); false when
-  // the block needs none and is free at once.
+  // Waits for every pending free's events and files them all (the OOM retry, empty_cache).
+  void synchronize_pending() REQUIRES(mu);
+  // Queues a freed block behind events (record_stream uses, or a borrowed block); false when the
+  // block needs none and is free at once.
   bool defer_free(Block* b) REQUIRES(mu);
   // Best fit among other streams' idle free blocks (Note [Cross-stream reuse]).
   Block* find_idle(StreamId stream, bool small, std::size_t size) REQUIRES(mu);
-  EventHandle pooled_event() REQUIRES(mu);
   void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
             std::uint8_t flags = 0) REQUIRES(mu) {
     if (has_observers.load(std::memory_order_relaxed)) emit_slow(kind, addr, size, requested, stream, flags);

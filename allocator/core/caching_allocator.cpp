@@ -64,7 +64,9 @@ std::string hex_address(std::uintptr_t p) {
 
 CachingAllocator::Impl::Impl(std::shared_ptr<MemorySource> src, AllocatorConfig cfg,
                              std::shared_ptr<StreamModel> stream_model)
-    : source(std::move(src)), config(cfg), streams(std::move(stream_model)) {
+    : source(std::move(src)),
+      config(cfg),
+      streams(stream_model ? std::move(stream_model) : std::make_shared<ImmediateStreams>()) {
   if (!source) throw AllocatorError("CachingAllocator: the memory source is null");
   if (config.min_block < 64 || (config.min_block & (config.min_block - 1)) != 0)
     throw AllocatorError("CachingAllocator: min_block must be a power of two >= 64, got " +
@@ -80,7 +82,6 @@ CachingAllocator::Impl::Impl(std::shared_ptr<MemorySource> src, AllocatorConfig 
   if (source->capacity() != 0 && (cap == 0 || cap > source->capacity())) cap = source->capacity();
   expandable = config.expandable_segments && source->can_map();
   device = source->device();
-  if (!streams) streams = std::make_shared<ImmediateStreams>();
   budget = PageBudget(config.release_slack, config.release_floor, page);
 }
 
@@ -91,9 +92,6 @@ CachingAllocator::Impl::~Impl() {
     // A destructor must not throw; a failing source at shutdown leaks its memory instead.
   }
   for (Block* b : block_free_list) delete b;
-  for (EventHandle e : event_pool) streams->destroy_event(e);
-  for (PendingFree& p : pending)
-    for (EventHandle e : p.events) streams->destroy_event(e);
 }
 
 // Note [Pools and size classes]
@@ -264,7 +262,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   {
     AllocatorLock lock(m.mu);
     ++m.tick;
-    if (!m.pending.empty()) m.process_events_locked();
+    if (!m.frees.empty()) m.process_events_locked();
     pool = m.pool_for(stream, small);
     if (Block* b = m.take_recent(pool, size)) {
       b = m.take(b, size, bytes, stream);

@@ -98,12 +98,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     if (attempt == 0) {
       {
         AllocatorLock lock(mu);
-        if (!pending.empty()) {
-          for (PendingFree& p : pending)
-            for (EventHandle e : p.events) streams->synchronize_event(e);
-          stats.num_sync_all_streams++;
-          process_events_locked();
-        }
+        synchronize_pending();
         stats.num_alloc_retries++;
       }
       release_free(0, 0, false);

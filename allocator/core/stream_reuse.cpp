@@ -38,62 +38,31 @@ namespace memcomm::alloc {
 
 std::string hex_address(std::uintptr_t p);  // caching_allocator.cpp
 
-EventHandle CachingAllocator::Impl::pooled_event() {
-  if (event_pool.empty()) return streams->create_event();
-  const EventHandle e = event_pool.back();
-  event_pool.pop_back();
-  return e;
-}
-
 bool CachingAllocator::Impl::defer_free(Block* b) {
   const bool borrowed = b->stream != b->segment->pool->stream;
   const bool used_elsewhere = b->uses && !b->uses->empty();
   if (!borrowed && !used_elsewhere) return false;
-  PendingFree p{b, {}, borrowed || multi_stream};
-  if (used_elsewhere) {
-    for (StreamId s : *b->uses) {
-      const EventHandle e = pooled_event();
-      streams->record_event(e, s);
-      p.events.push_back(e);
-    }
-  }
-  if (p.idle_when_done) {  // record_stream never lists the user stream among the uses
-    const EventHandle e = pooled_event();
-    streams->record_event(e, b->stream);
-    p.events.push_back(e);
-  }
-  b->allocated = false;
-  b->pending_events = int(p.events.size());
-  pending.push_back(std::move(p));
+  static const std::vector<StreamId> kNone;
+  frees.defer(b, used_elsewhere ? *b->uses : kNone, b->stream, borrowed || multi_stream);
   return true;
 }
 
 void CachingAllocator::Impl::process_events_locked() {
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    PendingFree& p = pending[i];
-    bool done = true;
-    for (EventHandle e : p.events)
-      if (!streams->query_event(e)) {
-        done = false;
-        break;
-      }
-    if (!done) {
-      if (kept != i) pending[kept] = std::move(p);
-      ++kept;
-      continue;
-    }
-    for (EventHandle e : p.events) event_pool.push_back(e);
-    Block* b = p.block;
-    b->pending_events = 0;
-    if (p.idle_when_done) {
-      b->idle = true;  // filed merged, so other streams' find_idle sees it (Note [Cross-stream reuse])
-      free_block(b, /*park=*/false);
+  for (const StreamOrderedFrees::Completed& c : frees.collect()) {
+    c.block->pending_events = 0;
+    if (c.idle) {
+      c.block->idle = true;  // filed merged, so other streams' find_idle sees it (Note [Cross-stream reuse])
+      free_block(c.block, /*park=*/false);
     } else {
-      free_block(b);
+      free_block(c.block);
     }
   }
-  pending.resize(kept);
+}
+
+void CachingAllocator::Impl::synchronize_pending() {
+  if (!frees.synchronize_all()) return;
+  stats.num_sync_all_streams++;
+  process_events_locked();
 }
 
 Block* CachingAllocator::Impl::find_idle(StreamId stream, bool small, std::size_t size) {
@@ -141,12 +110,7 @@ void CachingAllocator::empty_cache() {
   Impl& m = *impl_;
   {
     AllocatorLock lock(m.mu);
-    if (!m.pending.empty()) {
-      for (PendingFree& p : m.pending)
-        for (EventHandle e : p.events) m.streams->synchronize_event(e);
-      m.stats.num_sync_all_streams++;
-      m.process_events_locked();
-    }
+    m.synchronize_pending();
   }
   m.release_free(0, 0, false);  // files parked blocks first
 }
