@@ -22,10 +22,11 @@
 // headroom]) of the page budget's headroom with it, and at least a small segment's worth (2 MiB) in the
 // small pool or a whole number of medium segments (20 MiB, the page of PyTorch's expandable segments)
 // in the large pool: a ramp of many mid-sized requests then takes no more growth calls than PyTorch's
-// expandable segments make for it (code_location dev 0: 222 -> 186 maps). The budget (Note [Lazy
-// page release]), not the map-ahead, is what bounds reserved bytes, so filling it costs no ratio that
-// the budget had not already allowed, and it makes the fewest calls possible under that bound: the next
-// call comes only when live bytes outgrow the budget of the high water at the last call. Mapping 2% of
+// expandable segments make for it (code_location dev 0: 222 -> 181 maps). The budget (Note [Lazy
+// page release]), not the map-ahead, is what bounds reserved bytes. Filling all of it makes the fewest
+// growth calls possible under that bound (the next call comes only when live bytes outgrow the budget
+// of the high water at the last call) but leaves no room for fragmentation, which then costs release
+// calls instead (Note [Splitting the headroom]); that was the default until issue 15. Mapping 2% of
 // the reserved bytes instead (the old rule) gave 1,286 calls over the 12 shared traces, filling the
 // headroom 1,173 at the same mean ratio (1.026); magma27, one long ramp to its peak, went from 151 calls
 // at 1.021 x live to 142 at 1.006 (its last 312 MiB request landed in headroom mapped before it; the
@@ -50,10 +51,10 @@
 // pool, and how many. When that pool wants pages back under the same high water for the second time
 // (kChurnRegains: the first can be a phase change, a loop repeats it), and the budget would take pages
 // again, the budget grows instead (PageBudget::learn_regain, page_budget.hpp) by what is missing, at
-// most what it took from this pool, and in all at most kChurnShare of the high water (or a page). The allowance
-// only keeps pages from going back: map-ahead still fills only the plain budget, and the cap still
-// forces releases. Pages moved within one pool (a large block placed elsewhere in its own range) are
-// no churn and teach nothing.
+// most what it took from this pool, and in all at most kChurnShare of the high water (or a page). The
+// allowance only keeps pages from going back: map-ahead still fills only the plain budget, and the cap
+// still forces releases. Pages moved within one pool (a large block placed elsewhere in its own range)
+// are no churn and teach nothing.
 // Measured (memcomm-replay, memcomm policy): cnn trace 199 -> 50 calls, 1.051 -> 1.077 x live
 // (+2 MiB, one page: the price of not trading it); the 12 shared snapshots keep their ratios, and their
 // calls but ftcourse (145 -> 153, PyTorch 230).
@@ -70,7 +71,8 @@
 // releasing; the churn allowance (Note [Release churn]) is at most 1%, so budget plus allowance stay
 // within the 3% target. bench/replay/allocator_targets.py, over the design half of the shared
 // snapshots (the other half checked only afterwards; bench/results/allocator-cpu.md has both), with
-// slack in {1.5, 2, 2.5, 3}% x map_ahead in {1/8, 1/4, 1/2, 1} x churn share in {1, 3}%: traces
+// slack in {1.5, 2, 2.5, 3}% x map_ahead in {1/8, 1/4, 1/2, 1} x churn share in {1, 3}%, then
+// map_ahead in {0, 1/8, 1/4, 1/2} with and without the 20 MiB granule (Note [Map ahead]): traces
 // meeting every issue-15 target went from 1 of 7 to 5 of 7, the worst reserved/live from 1.037 to
 // 1.029, the mean fragmentation reduction against PyTorch's default from 54% to 76%. The landscape is
 // rough (a page more or less lands a large request elsewhere): slack 2% with map_ahead 1/8 or 1/4 was
@@ -215,8 +217,6 @@ std::size_t CachingAllocator::Impl::map_ahead_for(Pool* pool, std::size_t size, 
   MapAheadInputs in;
   in.room = budget.plain(hw) - double(held) - double(window_need);
   in.map_ahead = config.map_ahead;
-  // At least what a PyTorch segment for this request would hold, so small requests do not map a page
-  // each (Note [Lazy page release]).
   in.mapped_now = piece + (window_need - std::min(window_need, piece));
   // A growth maps at least a small segment's worth for the small pool, and a whole number of medium
   // segments (PyTorch's expandable page) for the large pool (Note [Map ahead]).
