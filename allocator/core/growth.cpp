@@ -28,11 +28,12 @@
 //
 // Note [Feasibility is monotonic in the cap]
 // A request sequence that runs under cap C should run under every larger cap. Growth maps more than
-// the request's own pages: map-ahead fills the page budget's headroom, and small and medium requests
-// map at least a PyTorch segment's worth (Note [Map ahead]). The budget (3% of the high water plus a
-// floor of at least one page) is not bounded by the cap, so near the cap those extra pages took the
-// growth over it; make_room then looked for free whole pages to give back, found none (the free bytes
-// sat in pages shared with live blocks), and the request failed although its own pages fitted.
+// the request's own pages: map-ahead takes a share of the page budget's headroom, and every growth
+// maps at least a small or medium segment's worth (Note [Map ahead]). The budget (release_slack of the
+// high water, plus a floor of at least one page) is not bounded by the cap, so near the cap those
+// extra pages took the growth over it; make_room then looked for free whole pages to give back, found
+// none (the free bytes sat in pages shared with live blocks), and the request failed although its own
+// pages fitted.
 // Giving back everything free and retrying did not help: each page given back raised the budget's
 // headroom by as much, so map-ahead asked for it again. Whether it bit depended on the layout a run had
 // reached, which depends on the cap, so feasibility was not monotonic. wedsonlin (pytorch-snapshots)
