@@ -50,7 +50,6 @@ ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev
   r.peak_live = dev.peak_live;
   r.events = dev.trace_events;
   r.requests = dev.requests.size();
-  r.call_bound = ideal_calls(dev, kCallBoundRatio);
   r.starts_empty = dev.recorded.starts_empty();
 
   std::vector<std::uint64_t> addr(dev.block_count, kNotLive);
@@ -128,7 +127,6 @@ ReplayResult recorded_result(const TraceRequests& trace, const DeviceRequests& d
   r.source_frees = dev.recorded.source_frees;
   r.events = dev.trace_events;
   r.requests = dev.requests.size();
-  r.call_bound = ideal_calls(dev, kCallBoundRatio);
   r.starts_empty = dev.recorded.starts_empty();
   return r;
 }
@@ -137,17 +135,19 @@ std::vector<ReplayResult> replay_all(const TraceRequests& trace, const std::vect
                                      std::uint64_t capacity, const ReplayOptions& options) {
   std::vector<ReplayResult> out;
   for (const DeviceRequests& dev : trace.devices) {
+    const std::uint64_t bound = ideal_calls(dev, kCallBoundRatio);  // the device's, once for all its policies
     for (const std::string& name : policies) {
       if (name == kRecordedPolicy) {
         out.push_back(recorded_result(trace, dev));
-        continue;
+      } else {
+        PolicyOptions po;
+        po.capacity = capacity;
+        po.settings = trace.settings;
+        po.device = dev.device;
+        auto policy = make_policy(name, po);
+        out.push_back(replay_device(trace, dev, *policy, options));
       }
-      PolicyOptions po;
-      po.capacity = capacity;
-      po.settings = trace.settings;
-      po.device = dev.device;
-      auto policy = make_policy(name, po);
-      out.push_back(replay_device(trace, dev, *policy, options));
+      out.back().call_bound = bound;
     }
   }
   return out;
