@@ -13,3 +13,10 @@ fi
 # MEMCOMM_BUILD_TARGETS limits the build to some targets (the TSan stage of scripts/test.sh).
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j"$(nproc)" ${MEMCOMM_BUILD_TARGETS:+--target $MEMCOMM_BUILD_TARGETS}
+
+# The Python package (python/): make `.venv/bin/python -c "import memcomm"` find this build's copy,
+# through a .pth file in the project's virtualenv (only for the default build/, which has LibTorch).
+if [ "$BUILD" = build ] && [ -f "$BUILD/python/memcomm/_build_info.py" ] && [ -x .venv/bin/python ]; then
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$PWD/$BUILD/python" > "$site/memcomm-build.pth"
+fi

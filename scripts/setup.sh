@@ -8,7 +8,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang libclang-rt-14-dev
   libimgui-dev libglfw3-dev libstb-dev libgl-dev xvfb xauth mesa-utils
   catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev libzstd-dev liblz4-dev libxxhash-dev
-  libgloo-dev iproute2 procps dataset-fashion-mnist python3-venv
+  libgloo-dev iproute2 procps dataset-fashion-mnist python3-venv python3-dev
 )
 TORCH_VERSION=2.11.0
 
@@ -35,5 +35,11 @@ if ! [ -x "$PY" ] || ! "$PY" -c "import torch, sys; sys.exit(torch.__version__.s
   python3 -m venv .venv
   "$PY" -m pip install -q --upgrade pip >/dev/null
   "$PY" -m pip install -q "torch==$TORCH_VERSION" numpy
+fi
+# The Python package's tests (pytest) and its `pip install .` build backend (scikit-build-core).
+PY_TEST_PACKAGES=(pytest scikit-build-core)
+if ! "$PY" -c "import pytest, scikit_build_core" 2>/dev/null; then
+  echo "setup: installing ${PY_TEST_PACKAGES[*]} into .venv"
+  "$PY" -m pip install -q "${PY_TEST_PACKAGES[@]}"
 fi
 echo "setup: ok (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null))"

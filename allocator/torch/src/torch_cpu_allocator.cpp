@@ -6,6 +6,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 
 #include <mutex>
 #include <stdexcept>
@@ -21,7 +22,12 @@ void free_block(void* ptr) { g_engine->deallocate(ptr); }
 class TorchCpuAdapter final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
-    void* p = n == 0 ? nullptr : g_engine->allocate(n);
+    void* p = nullptr;
+    try {
+      if (n > 0) p = g_engine->allocate(n);
+    } catch (const OutOfMemory& oom) {  // as torch.OutOfMemoryError in Python, as CUDA's are
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory (memcomm's allocator). ", oom.what());
+    }
     return {p, p, &free_block, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
@@ -40,6 +46,7 @@ CachingAllocator& install_torch_cpu_allocator(const TorchAllocatorOptions& optio
     if (options.config.min_block < 64)
       throw std::invalid_argument("install_torch_cpu_allocator: min_block must be >= 64 (LibTorch's CPU alignment)");
     g_engine = new CachingAllocator(std::move(source), options.config);
+    if (options.observer) g_engine->add_observer(options.observer);
     static TorchCpuAdapter* adapter = new TorchCpuAdapter();  // Note [Adapter lifetime]
     c10::SetAllocator(c10::DeviceType::CPU, adapter, /*priority=*/1);
   });

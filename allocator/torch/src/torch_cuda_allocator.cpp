@@ -405,6 +405,7 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
     auto streams = simulated_ ? std::shared_ptr<StreamModel>() : make_cuda_streams(device);
     auto* engine = new CachingAllocator(std::move(source), config, std::move(streams));  // never freed
     engine->add_observer(&trace_);
+    if (options_.observer) engine->add_observer(options_.observer);
     if (!simulated_ && nvtx_tool_attached()) {
       if (!nvtx_) nvtx_ = std::make_unique<NvtxMemoryObserver>();
       engine->add_observer(nvtx_.get());

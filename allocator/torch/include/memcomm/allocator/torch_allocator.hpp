@@ -11,6 +11,7 @@
 #pragma once
 
 #include "memcomm/allocator/caching_allocator.hpp"
+#include "memcomm/allocator/observer.hpp"
 
 #include <string>
 
@@ -24,6 +25,9 @@ struct TorchAllocatorOptions {
   // capacity = config.capacity) tests the adapter without a GPU and can hold no tensor.
   // Ignored by install_torch_cpu_allocator().
   std::string cuda_source = "auto";
+  // Added to every engine the adapter creates, before its first event (the Python package's
+  // history for snapshots). Must outlive the process's allocations: the engines are never destroyed.
+  Observer* observer = nullptr;
 };
 
 // Installs memcomm's caching allocator as LibTorch's CPU allocator (c10::SetAllocator with a

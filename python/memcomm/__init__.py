@@ -1,0 +1,33 @@
+"""memcomm inside a PyTorch training script: its caching allocator, profiler and tuner.
+
+    import memcomm
+    memcomm.use_allocator("cpu")                     # or "cuda", before the first CUDA tensor
+    print(memcomm.memory_stats("cpu")["reserved_bytes.all.peak"])
+    memcomm.dump_snapshot("cpu.pickle", "cpu")       # opens in memcomm-view, memcomm-replay, memory_viz
+
+The C++ core (memcomm._memcomm) is linked against the libtorch of one torch version; importing it
+into another would fail with unresolved symbols or worse, so this module checks first.
+"""
+import torch as _torch
+
+from memcomm import _build_info
+
+
+def _check_torch_version() -> None:
+    built, running = _build_info.TORCH_VERSION, _torch.__version__
+    if built != running:
+        raise ImportError(
+            f"memcomm was built against torch {built}, but this Python runs torch {running}; "
+            f"rebuild memcomm for this torch (scripts/build.sh, or pip install --no-build-isolation .)")
+
+
+_check_torch_version()
+
+from memcomm import _memcomm  # noqa: E402  (after the version check, on purpose)
+from memcomm.allocator import (  # noqa: E402
+    dump_snapshot, empty_cache, memory_stats, reset_peak_memory_stats, snapshot, use_allocator)
+
+__version__ = _memcomm.__version__
+
+__all__ = ["use_allocator", "memory_stats", "empty_cache", "reset_peak_memory_stats", "snapshot",
+           "dump_snapshot", "__version__"]

@@ -1,0 +1,152 @@
+"""memcomm's caching allocator behind torch's tensors, and what it holds.
+
+use_allocator() swaps it in for the CPU (every CPU tensor allocated afterwards; earlier tensors keep
+their own deleter and stay valid) or for CUDA (torch.cuda's memory_stats, max_memory_allocated,
+empty_cache and memory._snapshot keep working, since memcomm's CUDA allocator fills them).
+
+dump_snapshot() writes a pickle in PyTorch's snapshot format ({"segments", "device_traces"}), so
+memcomm-view, memcomm-replay and PyTorch's memory_viz all open it. Stack frames are not recorded:
+every entry has "frames": [].
+"""
+import os
+import pickle
+import threading
+from typing import Any, Dict, Optional, Union
+
+import torch
+
+from memcomm import _memcomm
+
+DeviceLike = Union[str, int, torch.device]
+
+_installed: Dict[str, Dict[str, Any]] = {}   # "cpu" / "cuda" -> the options it was installed with
+_install_lock = threading.Lock()
+
+
+def _device_index(device: DeviceLike) -> int:
+    """-1 for the CPU, the CUDA device number otherwise."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        if device < -1:
+            raise ValueError(f"device must be -1 (CPU) or a CUDA device number, got {device}")
+        return device
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N', an int or a torch.device, got {type(device).__name__}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"not a device: {device!r} ({e})") from None
+    if dev.type == "cpu":
+        return -1
+    if dev.type == "cuda":
+        return dev.index if dev.index is not None else (torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    raise ValueError(f"memcomm's allocator serves 'cpu' and 'cuda' memory, not {dev.type!r}")
+
+
+def _check_options(expandable: Any, memory_limit: Any, gc_threshold: Any, history: Any) -> Dict[str, Any]:
+    if not isinstance(expandable, bool):
+        raise TypeError(f"expandable must be a bool, got {type(expandable).__name__}")
+    if memory_limit is None:
+        memory_limit = 0
+    if not isinstance(memory_limit, int) or isinstance(memory_limit, bool):
+        raise TypeError(f"memory_limit must be a number of bytes (int) or None, got {type(memory_limit).__name__}")
+    if memory_limit < 0:
+        raise ValueError(f"memory_limit must be >= 0 bytes, got {memory_limit}")
+    if gc_threshold is None:
+        gc_threshold = 0.0
+    if not isinstance(gc_threshold, (int, float)) or isinstance(gc_threshold, bool):
+        raise TypeError(f"gc_threshold must be a float in [0, 1) or None, got {type(gc_threshold).__name__}")
+    if not 0.0 <= gc_threshold < 1.0:
+        raise ValueError(f"gc_threshold must be in [0, 1) (a fraction of memory_limit), got {gc_threshold}")
+    if gc_threshold > 0 and memory_limit == 0:
+        raise ValueError("gc_threshold needs a memory_limit: it is a fraction of it")
+    if not isinstance(history, int) or isinstance(history, bool) or history < 0:
+        raise ValueError(f"history must be a number of events >= 0, got {history!r}")
+    return {"expandable": expandable, "capacity": memory_limit, "gc_threshold": float(gc_threshold),
+            "history_events": history}
+
+
+def use_allocator(device: str = "cpu", *, expandable: bool = True, memory_limit: Optional[int] = None,
+                  gc_threshold: Optional[float] = None, history: int = 100_000, cuda_source: str = "auto") -> None:
+    """Makes memcomm's caching allocator serve torch's `device` ("cpu" or "cuda") tensors.
+
+    expandable:   grow segments by mapping pages into one reserved range (memcomm's default policy);
+                  False gives whole segments, as PyTorch's default allocator.
+    memory_limit: bytes the allocator may reserve (None: no limit); over it, allocations raise
+                  torch.OutOfMemoryError.
+    gc_threshold: with a limit, give back cached blocks unused for a while once reserved bytes pass
+                  this fraction of it (None: off).
+    history:      allocator events kept for dump_snapshot() (0: none).
+    cuda_source:  "auto" (virtual memory management where the driver has it), "cuda-vmm" or "cuda".
+
+    Calling it again with the same options does nothing; with other options it is a RuntimeError,
+    as is installing the CUDA allocator after torch's own has allocated CUDA memory.
+    """
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"use_allocator serves 'cpu' or 'cuda', got {device!r}")
+    if cuda_source not in ("auto", "cuda-vmm", "cuda"):
+        raise ValueError(f"cuda_source must be 'auto', 'cuda-vmm' or 'cuda', got {cuda_source!r}")
+    options = _check_options(expandable, memory_limit, gc_threshold, history)
+    with _install_lock:
+        if device in _installed:
+            if _installed[device] != options:
+                raise RuntimeError(f"memcomm's {device} allocator is already installed with other options "
+                                   f"({_installed[device]}); it serves the process until it exits")
+            return
+        if device == "cpu":
+            _memcomm.install_cpu_allocator(**options)
+        else:
+            if torch.cuda.is_available() and torch.cuda.memory_reserved() > 0:
+                raise RuntimeError("use_allocator('cuda') must come before the first CUDA allocation: torch's own "
+                                   f"allocator already holds {torch.cuda.memory_reserved()} bytes")
+            _memcomm.install_cuda_allocator(source=cuda_source, **options)
+        _installed[device] = options
+
+
+def memory_stats(device: DeviceLike = "cpu") -> Dict[str, Union[int, float]]:
+    """The allocator's statistics under torch.cuda.memory_stats()'s names ("allocated_bytes.all.peak",
+    "reserved_bytes.all.current", "num_alloc_retries", ...), plus memcomm's own ("memcomm.fragmentation":
+    1 - peak allocated / peak reserved, map and unmap counts)."""
+    return _memcomm.memory_stats(_device_index(device))
+
+
+def empty_cache(device: DeviceLike = "cpu") -> None:
+    """Gives every cached block that no tensor uses back to the system."""
+    _memcomm.empty_cache(_device_index(device))
+
+
+def reset_peak_memory_stats(device: DeviceLike = "cpu") -> None:
+    """Starts the ".peak" figures again from the current values."""
+    _memcomm.reset_peak_memory_stats(_device_index(device))
+
+
+def snapshot(device: DeviceLike = "cpu") -> Dict[str, Any]:
+    """The allocator's state in torch.cuda.memory._snapshot()'s format: {"segments": [...],
+    "device_traces": [[...]]}. On CUDA it is torch's own call, which memcomm's allocator answers."""
+    index = _device_index(device)
+    if index >= 0 and "cuda" in _installed:
+        snap = torch.cuda.memory._snapshot()
+        traces = snap.setdefault("device_traces", [])
+        while len(traces) <= index:
+            traces.append([])
+        traces[index] = _memcomm.snapshot_trace(index)
+        return snap
+    return {"segments": _memcomm.snapshot_segments(index), "device_traces": [_memcomm.snapshot_trace(index)],
+            "allocator_settings": {"memcomm": True}}
+
+
+def dump_snapshot(path: Union[str, os.PathLike], device: DeviceLike = "cpu") -> None:
+    """Writes snapshot(device) as a pickle that memcomm-view, memcomm-replay and memory_viz open. The
+    file appears complete or not at all (written beside it, then renamed)."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"dump_snapshot: no directory {directory!r} for {path!r}")
+    snap = snapshot(device)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(snap, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

@@ -1,0 +1,193 @@
+// memcomm._memcomm's allocator part: installing memcomm's caching allocator behind torch's CPU or
+// CUDA tensors, and reading it back as PyTorch names it (memory_stats, snapshot segments, history).
+// The option checks that give Python users their error messages live in memcomm/allocator.py; these
+// functions check again, so a direct call cannot put the engine in a bad state.
+//
+// Device numbers: -1 is the CPU engine, 0.. are CUDA devices (engines exist once a device allocated).
+#include "allocator_history.hpp"
+#include "bindings.hpp"
+
+#include <memcomm/allocator/torch_allocator.hpp>
+
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace memcomm::py {
+
+namespace pyb = pybind11;
+
+namespace {
+
+// Note [Adapter lifetime] (torch_cpu_allocator.cpp): the engines are never destroyed, so neither is
+// the observer they call.
+AllocatorHistory& history() {
+  static auto* h = new AllocatorHistory();
+  return *h;
+}
+
+alloc::TorchAllocatorOptions make_options(bool expandable, std::size_t capacity, double gc_threshold,
+                                          std::size_t history_events) {
+  if (gc_threshold < 0 || gc_threshold >= 1)
+    throw std::invalid_argument("gc_threshold must be in [0, 1) (0 = off), got " + std::to_string(gc_threshold));
+  if (gc_threshold > 0 && capacity == 0)
+    throw std::invalid_argument("gc_threshold needs a memory_limit: it is a fraction of it");
+  alloc::TorchAllocatorOptions o;
+  o.config.expandable_segments = expandable;
+  o.config.capacity = capacity;
+  o.config.gc_threshold = gc_threshold;
+  history().set_capacity(history_events);
+  o.observer = &history();
+  return o;
+}
+
+alloc::CachingAllocator* engine(int device) {
+  if (device < 0) return alloc::torch_cpu_allocator();
+#ifdef MEMCOMM_ALLOCATOR_TORCH_WITH_CUDA
+  return alloc::torch_cuda_allocator(device);
+#else
+  return nullptr;
+#endif
+}
+
+alloc::CachingAllocator& require_engine(int device) {
+  if (auto* e = engine(device)) return *e;
+  throw std::runtime_error(device < 0 ? std::string("memcomm's CPU allocator is not in use: call memcomm.use_allocator(\"cpu\") first")
+                                      : "memcomm's CUDA allocator serves no memory on device " + std::to_string(device) +
+                                            " (not installed, or nothing allocated there yet)");
+}
+
+void put_stat(pyb::dict& d, const char* name, const alloc::Stat& s) {
+  const std::string base = std::string(name) + ".all.";
+  d[pyb::str(base + "current")] = s.current;
+  d[pyb::str(base + "peak")] = s.peak;
+  d[pyb::str(base + "allocated")] = s.allocated;
+  d[pyb::str(base + "freed")] = s.freed;
+}
+
+// torch.cuda.memory_stats()'s names ("allocated_bytes.all.current", "num_alloc_retries", ...) for
+// the figures memcomm keeps (it has no small/large pool split of them), plus memcomm's own.
+pyb::dict stats_dict(const alloc::CachingAllocator& e) {
+  const alloc::DeviceStats s = e.stats();
+  const alloc::MemorySummary m = e.memory_summary();
+  pyb::dict d;
+  put_stat(d, "allocation", s.allocation);
+  put_stat(d, "segment", s.segment);
+  put_stat(d, "active", s.active);
+  put_stat(d, "inactive_split", s.inactive_split);
+  put_stat(d, "allocated_bytes", s.allocated_bytes);
+  put_stat(d, "reserved_bytes", s.reserved_bytes);
+  put_stat(d, "active_bytes", s.active_bytes);
+  put_stat(d, "inactive_split_bytes", s.inactive_split_bytes);
+  put_stat(d, "requested_bytes", s.requested_bytes);
+  put_stat(d, "oversize_allocations", s.oversize_allocations);
+  put_stat(d, "oversize_segments", s.oversize_segments);
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["num_sync_all_streams"] = s.num_sync_all_streams;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  d["memcomm.num_device_map"] = s.num_device_map;
+  d["memcomm.num_device_unmap"] = s.num_device_unmap;
+  d["memcomm.num_gc_releases"] = s.num_gc_releases;
+  d["memcomm.num_cross_class_allocs"] = s.num_cross_class_allocs;
+  d["memcomm.fragmentation"] = s.fragmentation();
+  d["memcomm.external_fragmentation"] = m.external_fragmentation();
+  d["memcomm.largest_free_block"] = m.largest_free_block;
+  d["memcomm.internal_waste"] = m.internal_waste;
+  return d;
+}
+
+// One segment as torch.cuda.memory._snapshot() writes it ("segments" entries).
+pyb::dict segment_dict(const alloc::SegmentInfo& s, int device) {
+  pyb::list blocks;
+  std::uint64_t allocated = 0, active = 0, requested = 0;
+  for (const alloc::BlockInfo& b : s.blocks) {
+    if (!b.mapped) continue;  // unmapped parts of an expandable range hold no memory
+    const char* state = b.allocated ? "active_allocated" : b.pending ? "active_pending_free" : "inactive";
+    if (b.allocated) allocated += b.size, requested += b.requested;
+    if (b.allocated || b.pending) active += b.size;
+    pyb::dict bd;
+    bd["address"] = b.address;
+    bd["size"] = b.size;
+    bd["requested_size"] = b.requested;
+    bd["state"] = state;
+    bd["frames"] = pyb::list();
+    blocks.append(bd);
+  }
+  pyb::dict d;
+  d["device"] = device;
+  d["address"] = s.base;
+  d["total_size"] = s.expandable ? s.mapped_bytes : s.size;
+  d["allocated_size"] = allocated;
+  d["active_size"] = active;
+  d["requested_size"] = requested;
+  d["stream"] = static_cast<std::uint64_t>(s.stream);
+  d["segment_type"] = s.small_pool ? "small" : "large";
+  d["segment_pool_id"] = pyb::make_tuple(0, 0);
+  d["is_expandable"] = s.expandable;
+  d["frames"] = pyb::list();
+  d["blocks"] = blocks;
+  return d;
+}
+
+pyb::list segments(int device) {
+  pyb::list out;
+  for (const alloc::SegmentInfo& s : require_engine(device).snapshot()) out.append(segment_dict(s, device));
+  return out;
+}
+
+// One "device_traces" entry as PyTorch's allocator history writes it.
+pyb::list trace(int device) {
+  pyb::list out;
+  for (const alloc::AllocEvent& e : history().events(device)) {
+    // PyTorch writes no entry for an expandable segment's virtual range, only its maps.
+    if (e.kind == alloc::EventKind::SegmentAlloc && (e.flags & prof::kSegmentVirtualRange)) continue;
+    pyb::dict d;
+    d["action"] = prof::kind_name(e.kind);
+    d["addr"] = e.address;
+    d["size"] = e.kind == alloc::EventKind::Oom ? e.requested : e.size;
+    d["stream"] = static_cast<std::uint64_t>(e.stream);
+    d["time_us"] = e.time_ns / 1000;
+    d["frames"] = pyb::list();
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_allocator(pyb::module_& m) {
+  m.def("install_cpu_allocator",
+        [](bool expandable, std::size_t capacity, double gc_threshold, std::size_t history_events) {
+          if (alloc::torch_cpu_allocator()) throw std::runtime_error("memcomm's CPU allocator is already installed");
+          alloc::install_torch_cpu_allocator(make_options(expandable, capacity, gc_threshold, history_events));
+        },
+        pyb::arg("expandable"), pyb::arg("capacity"), pyb::arg("gc_threshold"), pyb::arg("history_events"),
+        "Makes memcomm's caching allocator serve every CPU tensor allocated from now on.");
+  m.def("install_cuda_allocator",
+        [](bool expandable, std::size_t capacity, double gc_threshold, std::size_t history_events,
+           const std::string& source) {
+#ifdef MEMCOMM_ALLOCATOR_TORCH_WITH_CUDA
+          alloc::TorchAllocatorOptions o = make_options(expandable, capacity, gc_threshold, history_events);
+          o.cuda_source = source;
+          alloc::install_torch_cuda_allocator(o);
+#else
+          (void)expandable, (void)capacity, (void)gc_threshold, (void)history_events, (void)source;
+          throw std::runtime_error("this memcomm was built without CUDA: use_allocator(\"cuda\") is not available");
+#endif
+        },
+        pyb::arg("expandable"), pyb::arg("capacity"), pyb::arg("gc_threshold"), pyb::arg("history_events"),
+        pyb::arg("source"), "Installs memcomm's caching allocator as torch's CUDA allocator.");
+  m.def("installed", [](int device) { return engine(device) != nullptr; }, pyb::arg("device"));
+  m.def("memory_stats", [](int device) { return stats_dict(require_engine(device)); }, pyb::arg("device"));
+  m.def("empty_cache", [](int device) { require_engine(device).empty_cache(); }, pyb::arg("device"),
+        pyb::call_guard<pyb::gil_scoped_release>());
+  m.def("reset_peak_memory_stats", [](int device) { require_engine(device).reset_peak_stats(); }, pyb::arg("device"));
+  m.def("snapshot_segments", &segments, pyb::arg("device"));
+  m.def("snapshot_trace", &trace, pyb::arg("device"));
+  m.def("history_capacity", [] { return history().capacity(); });
+}
+
+}  // namespace memcomm::py

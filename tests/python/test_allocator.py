@@ -1,0 +1,175 @@
+"""memcomm.use_allocator and what it reads back: the CPU allocator from Python."""
+import pickle
+import subprocess
+
+import pytest
+import torch
+
+import memcomm
+from conftest import run_python
+
+
+def check(code: str, *args: str) -> str:
+    r = run_python(code, *args)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+def test_import_checks_the_torch_version(monkeypatch):
+    from memcomm import _build_info
+    monkeypatch.setattr(_build_info, "TORCH_VERSION", "1.0.0")
+    with pytest.raises(ImportError) as e:
+        memcomm._check_torch_version()
+    assert "1.0.0" in str(e.value) and torch.__version__ in str(e.value)
+
+
+def test_cpu_tensors_live_in_memcomm_and_earlier_ones_stay_valid():
+    check("""
+        import torch, memcomm
+        before = torch.arange(1000, dtype=torch.float32)
+        memcomm.use_allocator("cpu")
+        memcomm.use_allocator("cpu")  # same options: nothing happens
+        after = torch.ones(1 << 20)
+        s = memcomm.memory_stats("cpu")
+        assert s["allocated_bytes.all.current"] >= after.nbytes, s
+        assert s["reserved_bytes.all.peak"] >= s["allocated_bytes.all.peak"] > 0, s
+        assert 0 <= s["memcomm.fragmentation"] < 1, s
+        total = float((before * 2).sum())   # the old tensor works with new ones
+        del before                          # and frees through its own deleter
+        assert total == 999 * 1000, total
+        del after
+        assert memcomm.memory_stats()["allocated_bytes.all.current"] < 1 << 20
+    """)
+
+
+def test_empty_cache_gives_memory_back_and_peaks_reset():
+    check("""
+        import torch, memcomm
+        memcomm.use_allocator("cpu", expandable=False)
+        xs = [torch.empty(3 << 20, dtype=torch.uint8) for _ in range(4)]
+        del xs
+        held = memcomm.memory_stats()["reserved_bytes.all.current"]
+        memcomm.empty_cache()
+        s = memcomm.memory_stats()
+        assert s["reserved_bytes.all.current"] < held, (held, s)
+        memcomm.reset_peak_memory_stats()
+        assert memcomm.memory_stats()["allocated_bytes.all.peak"] == memcomm.memory_stats()["allocated_bytes.all.current"]
+    """)
+
+
+def test_over_the_limit_is_torch_out_of_memory():
+    check("""
+        import torch, memcomm
+        memcomm.use_allocator("cpu", memory_limit=32 << 20)
+        keep = torch.empty(16 << 20, dtype=torch.uint8)
+        try:
+            torch.empty(64 << 20, dtype=torch.uint8)
+        except torch.OutOfMemoryError as e:
+            assert "out of memory" in str(e)
+        else:
+            raise AssertionError("no OutOfMemoryError")
+        assert memcomm.memory_stats()["num_ooms"] == 1
+        keep += 1  # the process goes on
+    """)
+
+
+def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
+    path = tmp_path / "cpu.pickle"
+    check("""
+        import sys, torch, memcomm
+        memcomm.use_allocator("cpu")
+        for step in range(3):
+            acts = [torch.ones(1000 * (i + 1)) for i in range(50)]
+            del acts[::2]
+            grads = [torch.zeros(300 * i + 1) for i in range(20)]
+            del acts, grads
+        keep = torch.ones(12345)
+        memcomm.dump_snapshot(sys.argv[1])
+    """, str(path))
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    trace = snap["device_traces"][0]
+    actions = {e["action"] for e in trace}
+    assert {"alloc", "free_requested", "segment_map"} <= actions, actions
+    assert sum(b["state"] == "active_allocated" for s in snap["segments"] for b in s["blocks"]) >= 1
+    # PyTorch's own reader of snapshots (memory_viz) takes it whole.
+    from torch.cuda import _memory_viz
+    assert "total_reserved" in _memory_viz.segsum(snap)
+    assert "<html" in _memory_viz.trace_plot(snap).lower()
+    # memcomm-replay replays it through the policies.
+    out = subprocess.run([tool("memcomm-replay"), "--quiet", "--json", "-", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert '"memcomm"' in out.stdout
+
+
+@pytest.mark.parametrize("call, error", [
+    ("memcomm.use_allocator('tpu')", ValueError),
+    ("memcomm.use_allocator('cpu', memory_limit=-1)", ValueError),
+    ("memcomm.use_allocator('cpu', memory_limit='1G')", TypeError),
+    ("memcomm.use_allocator('cpu', gc_threshold=0.5)", ValueError),
+    ("memcomm.use_allocator('cpu', expandable='yes')", TypeError),
+    ("memcomm.memory_stats('meta')", ValueError),
+    ("memcomm.memory_stats(3.5)", TypeError),
+    ("memcomm.dump_snapshot('/no/such/dir/x.pickle')", FileNotFoundError),
+])
+def test_bad_arguments_are_python_exceptions(call, error):
+    out = check(f"""
+        import memcomm
+        try:
+            {call}
+        except Exception as e:
+            print(type(e).__name__, e)
+    """)
+    assert out.startswith(error.__name__), out
+
+
+def test_reading_before_installing_and_reinstalling_otherwise_are_errors():
+    out = check("""
+        import memcomm
+        for call in (lambda: memcomm.memory_stats("cpu"),
+                     lambda: (memcomm.use_allocator("cpu"), memcomm.use_allocator("cpu", expandable=False))):
+            try:
+                call()
+            except RuntimeError as e:
+                print("RuntimeError", e)
+    """)
+    lines = out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("RuntimeError") for line in lines), out
+    assert "use_allocator" in lines[0] and "already installed" in lines[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_cuda_allocator_without_a_gpu_is_a_clear_error():
+    out = check("""
+        import memcomm
+        try:
+            memcomm.use_allocator("cuda")
+        except RuntimeError as e:
+            print("RuntimeError", e)
+    """)
+    assert out.startswith("RuntimeError") and ("GPU" in out or "CUDA" in out or "cuda" in out), out
+
+
+def test_threads_allocate_and_read_stats_safely():
+    check("""
+        import threading, torch, memcomm
+        memcomm.use_allocator("cpu")
+        errors = []
+        def work(seed):
+            try:
+                g = torch.Generator().manual_seed(seed)
+                for _ in range(200):
+                    n = int(torch.randint(1, 1 << 16, (1,), generator=g))
+                    t = torch.empty(n, dtype=torch.uint8)
+                    t.fill_(seed % 251)
+                    assert int(t[-1]) == seed % 251
+                    memcomm.memory_stats()
+            except Exception as e:
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert not errors, errors
+        memcomm.empty_cache()
+        memcomm.dump_snapshot("/dev/null") if False else None
+    """)
