@@ -1,0 +1,54 @@
+"""Side by side: a cached CPU alloc+free through a Python-created tensor, torch's default CPU allocator
+against memcomm's (issue 16's target: memcomm no slower).
+
+    .venv/bin/python bench/python/allocator_speed.py [--rounds 5] [--iters 200000]
+
+Each measurement runs in a fresh process (installing memcomm's allocator lasts for the process), and the
+two allocators alternate round by round so that both see the same machine load. Sizes cycle through
+64 B .. 1 MiB, so every size class is used; after the first pass every request is served from cache.
+Prints per round ns per alloc+free, then the medians and memcomm / default.
+"""
+import argparse
+import statistics
+import subprocess
+import sys
+
+WORKER = r"""
+import sys, time, torch
+if sys.argv[1] == "memcomm":
+    import memcomm
+    memcomm.use_allocator("cpu")                   # its defaults: allocator history on
+iters = int(sys.argv[2])
+sizes = [64 << (i % 15) for i in range(64)]       # 64 B .. 1 MiB
+for n in sizes * 10:                               # warm the cache
+    torch.empty(n, dtype=torch.uint8)
+empty, u8 = torch.empty, torch.uint8
+start = time.perf_counter_ns()
+for i in range(iters):
+    empty(sizes[i & 63], dtype=u8)                 # allocated, then freed when the reference drops
+print((time.perf_counter_ns() - start) / iters)
+"""
+
+
+def run(kind: str, iters: int) -> float:
+    out = subprocess.run([sys.executable, "-c", WORKER, kind, str(iters)], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=200_000)
+    args = parser.parse_args()
+    results = {"default": [], "memcomm": []}
+    for r in range(args.rounds):
+        for kind in results:
+            results[kind].append(run(kind, args.iters))
+        print(f"round {r + 1}: default {results['default'][-1]:.0f} ns, memcomm {results['memcomm'][-1]:.0f} ns")
+    default, mine = statistics.median(results["default"]), statistics.median(results["memcomm"])
+    print(f"median ns per torch.empty + free: default {default:.0f}, memcomm {mine:.0f}, "
+          f"memcomm / default {mine / default:.3f}")
+
+
+if __name__ == "__main__":
+    main()
