@@ -211,7 +211,8 @@ def main() -> None:
     for cfg in CONFIGS:
         rows.append(compare(cfg, args.build))
         print(json.dumps(rows[-1]), flush=True)
-    section = markdown(rows, "python bench/python/tune_compare.py" + (f" --results {args.results}" if args.results else ""))
+    command = ".venv/bin/python bench/python/tune_compare.py" + (f" --results {args.results}" if args.results else "")
+    section = markdown(rows, command)
     print(section)
     if args.results:
         write_section(args.results, section)

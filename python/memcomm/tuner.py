@@ -170,8 +170,10 @@ class _Group:
         else:
             self.rank, self.world, on_gpu = 0, 1, False
         self.device = device if on_gpu else torch.device("cpu")
-        # Filled in place: right after an out-of-memory, agreeing must not need memory.
-        self.flags = torch.zeros(3, dtype=torch.float64, device=self.device)
+        # Right after an out-of-memory, agreeing must not need memory: the flags live in numpy memory
+        # (no torch allocator) and, with NCCL, in one device tensor made now.
+        self.host = np.zeros(3, dtype=np.float64)
+        self.flags = torch.from_numpy(self.host) if not on_gpu else torch.zeros(3, dtype=torch.float64, device=device)
 
     def max(self, values: List[float]) -> List[float]:
         """Every value's largest over the ranks, in one all-reduce."""
@@ -182,16 +184,18 @@ class _Group:
         return t.tolist()
 
     def agree(self, oom_phase: str, error_phase: str, more: bool) -> "_Agreed":
-        """Note [Agreeing on an out-of-memory from Python]: one all-reduce MAX. A failure goes over as
+        """One all-reduce MAX (Note [Agreeing on an out-of-memory from Python]). A failure goes over as
         (world - rank) * 8 + phase, so the MAX names the lowest rank that failed and its phase."""
         def code(phase: str) -> float:
             return float((self.world - self.rank) * 8 + _PHASES.index(phase)) if phase else 0.0
-        if self.world == 1:
-            v = [code(oom_phase), 1.0 if more else 0.0, code(error_phase)]
-        else:
-            self.flags[0], self.flags[1], self.flags[2] = code(oom_phase), 1.0 if more else 0.0, code(error_phase)
+        self.host[:] = (code(oom_phase), 1.0 if more else 0.0, code(error_phase))
+        if self.world > 1:
+            if self.flags.is_cuda:
+                self.flags.copy_(torch.from_numpy(self.host))
             dist.all_reduce(self.flags, op=dist.ReduceOp.MAX, group=self.pg)
-            v = self.flags.tolist()
+            if self.flags.is_cuda:
+                torch.from_numpy(self.host).copy_(self.flags)
+        v = self.host.tolist()
         return _Agreed(self._decode(int(v[0])), v[1] > 0, self._decode(int(v[2])))
 
     def _decode(self, c: int) -> Optional[Tuple[int, str]]:
@@ -339,11 +343,14 @@ class _Buckets:
         self.groups: List[Tuple[torch.Tensor, List[torch.nn.Parameter]]] = []
         cap, first = int(bucket_mb * (1 << 20)), True
         pending: Dict[Tuple[torch.dtype, torch.device], List[torch.nn.Parameter]] = {}
+        size: Dict[Tuple[torch.dtype, torch.device], int] = {}
         for p in reversed(params):
             key = (p.dtype, p.device)
             pending.setdefault(key, []).append(p)
-            if sum(q.numel() * q.element_size() for q in pending[key]) >= (_FIRST_BUCKET_BYTES if first else cap):
+            size[key] = size.get(key, 0) + p.numel() * p.element_size()
+            if size[key] >= (_FIRST_BUCKET_BYTES if first else cap):
                 self._add(pending.pop(key))
+                size.pop(key)
                 first = False
         for ps in pending.values():
             self._add(ps)
@@ -783,7 +790,9 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     try:
         result = _memcomm.tune_search(config, prober.probe, prober.verify if o.verify_steps > 0 else None,
                                       _key(model, optimizer, device, o, group.world, limit))
-    finally:
+    finally:  # also when a probe raised or was interrupted: the model as it came, no buckets left
+        if runner.saved is not None:
+            runner.recover(runner.saved)
         runner.buckets = None
         memory.release_cache()
     if verbose and group.rank == 0:

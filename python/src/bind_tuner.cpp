@@ -138,8 +138,8 @@ Verification verification_from(const pyb::handle& h, int64_t micro_batch) {
   return v;
 }
 
-// Note [Probes from Python]: each call takes the GIL, and lets every Python object go before it
-// gives it back.
+// Each call takes the GIL and lets every Python object go before it gives it back
+// (Note [Probes from Python]).
 ProbeFn python_probe(const pyb::function& probe) {
   return [&probe](const ProbeRequest& q) {
     pyb::gil_scoped_acquire gil;
