@@ -45,7 +45,9 @@ probes] and [Probing long accumulations] (tuner/src/probe.cpp). Batches come fro
 a micro-step asks, so there is no loader ring to allow for (loader_allowance is 0).
 """
 import copy
+import json
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -714,6 +716,33 @@ def _config(o: _Options, world: int, limit: int) -> Dict[str, Any]:
             "bucket_mb": o.bucket_mb, "bucket_candidates": o.buckets, "measured_steps": o.measured_steps}
 
 
+def _group_device(model: Any) -> torch.device:
+    """Where the agreement flags go with NCCL: the model's device (checked properly later)."""
+    p = next(model.parameters(), None) if isinstance(model, torch.nn.Module) else None
+    return p.device if p is not None else torch.device("cpu")
+
+
+def _agree_on_setup(group: _Group, failed: Optional[BaseException]) -> None:
+    """A bad argument or setting on one rank stops every rank before the first collective that the
+    others would wait in: that rank raises its own exception, the others TuneError."""
+    a = group.agree("", "?" if failed is not None else "", False)
+    if failed is not None:
+        raise failed
+    if a.error is not None:
+        raise TuneError(f"memcomm.tune: rank {a.error[0]} refused its arguments (see that rank's output); this "
+                        "rank stops too")
+
+
+def _check_same_arguments(group: _Group, config: Dict[str, Any]) -> None:
+    """Every rank must walk the same search: ranks that were given different arguments would issue
+    different collectives and wait for each other forever, so they stop here, all of them."""
+    crc = float(zlib.crc32(json.dumps(config, sort_keys=True).encode()))
+    high, neg_low = group.max([crc, -crc])
+    if high != -neg_low:
+        raise ValueError("the ranks called memcomm.tune with different arguments (global_batch, search, max_trials, "
+                         "buckets, ...): every rank must pass the same ones")
+
+
 def _device_of(model: torch.nn.Module) -> torch.device:
     devices = {p.device for p in model.parameters()}
     if len(devices) != 1:
@@ -768,16 +797,22 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     ValueError when one step at micro-batch 1 does not fit. An out-of-memory in a probe is never
     raised: it is a result (Note [Agreeing on an out-of-memory from Python]).
     """
-    _check_callables(model, optimizer, loss_fn, make_batch, evaluate)
-    if not isinstance(verbose, bool):
-        raise TypeError(f"verbose must be a bool, got {type(verbose).__name__}")
-    o = _check_options(_Options(global_batch, search, fit_only, any_micro_batch, max_trials, measured_steps,
-                                probe_seconds, accum_cap, bucket_mb, buckets, verify_steps))
-    device = _device_of(model)
-    group = _Group(process_group, device)
-    memory = _Memory(device, memory_limit)
+    group = _Group(process_group, _group_device(model))
+    try:
+        _check_callables(model, optimizer, loss_fn, make_batch, evaluate)
+        if not isinstance(verbose, bool):
+            raise TypeError(f"verbose must be a bool, got {type(verbose).__name__}")
+        o = _check_options(_Options(global_batch, search, fit_only, any_micro_batch, max_trials, measured_steps,
+                                    probe_seconds, accum_cap, bucket_mb, buckets, verify_steps))
+        device = _device_of(model)
+        memory = _Memory(device, memory_limit)
+        failed = None
+    except (TypeError, ValueError, RuntimeError) as e:
+        failed = e
+    _agree_on_setup(group, failed)
     limit = -int(group.max([-memory.limit])[0])  # the smallest rank's limit: one search for all
     config = _config(o, group.world, limit)
+    _check_same_arguments(group, config)
     runner = _Runner(model, optimizer, loss_fn, make_batch, group, memory, o)
     if _model_state_bytes(runner) >= limit:
         raise ValueError(f"memory_limit {_bytes(limit)} is below the model's own size: "

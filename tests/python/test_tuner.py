@@ -64,6 +64,15 @@ def test_an_exception_in_one_ranks_step_is_that_exception_there_and_stops_the_ot
     assert r0["raised"] == "TuneError" and "rank 1 forward" in r0["message"], r0
 
 
+def test_ranks_with_different_or_bad_arguments_all_stop_instead_of_hanging(two_ranks):
+    for r in two_ranks:
+        assert r["other-batch"]["raised"] == "ValueError", r["other-batch"]
+        assert "different arguments" in r["other-batch"]["message"]
+    r0, r1 = (r["rank1-bad-arg"] for r in two_ranks)
+    assert r1["raised"] == "ValueError" and "search must be" in r1["message"], r1
+    assert r0["raised"] == "TuneError" and "rank 1 refused" in r0["message"], r0
+
+
 def test_single_rank_step_exception_propagates_and_state_is_restored():
     r = run_python("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm

@@ -7,6 +7,8 @@ decided to OUT_DIR/rank<R>.json, one entry per scenario, run one after the other
   rank1-backward  only rank 1 runs out of memory, in backward: a hook there asks for b * EXTRA more
                   bytes. Tunes with search "memcomm", then "grid" (the exhaustive reference).
   rank1-raises    rank 1's loss_fn raises ValueError once the micro-batch reaches 16.
+  other-batch     rank 1 asks for another global batch: both ranks refuse before any probe.
+  rank1-bad-arg   rank 1 alone passes a bad argument: it raises ValueError, rank 0 TuneError.
 """
 import json
 import os
@@ -92,13 +94,35 @@ def rank1_raises(rank: int) -> dict:
     return {"raised": None}
 
 
+def other_batch(rank: int) -> dict:
+    model = mlp(rank)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    try:
+        memcomm.tune(model, opt, heavy_backward_loss(rank), make_batch, GLOBAL_BATCH * (1 + rank), **QUICK)
+    except ValueError as e:
+        return {"raised": "ValueError", "message": str(e)}
+    return {"raised": None}
+
+
+def rank1_bad_arg(rank: int) -> dict:
+    model = mlp(rank)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    try:
+        memcomm.tune(model, opt, heavy_backward_loss(rank), make_batch, GLOBAL_BATCH,
+                     search="bogus" if rank == 1 else "memcomm", **QUICK)
+    except Exception as e:  # noqa: BLE001  (what the test checks)
+        return {"raised": type(e).__name__, "message": str(e)}
+    return {"raised": None}
+
+
 def main() -> None:
     out_dir = sys.argv[1]
     torch.set_num_threads(1)
     memcomm.use_allocator("cpu", memory_limit=LIMIT)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    result = {"rank1-backward": rank1_backward(rank), "rank1-raises": rank1_raises(rank)}
+    result = {"rank1-backward": rank1_backward(rank), "rank1-raises": rank1_raises(rank),
+              "other-batch": other_batch(rank), "rank1-bad-arg": rank1_bad_arg(rank)}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
     dist.destroy_process_group()
