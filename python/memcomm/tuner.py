@@ -249,7 +249,22 @@ class _Memory:
         free, total = torch.cuda.mem_get_info(self.device)
         limit = memory_limit if memory_limit is not None else free + torch.cuda.memory_reserved(self.device)
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), self.device)
+        self.capped_torch = True
         return limit
+
+    capped_torch = False  # torch's CUDA allocator was capped here, and is uncapped by close()
+
+    def close(self) -> None:
+        """Gives torch's CUDA allocator its whole device back when tune() capped it."""
+        self.release_cache()
+        if self.capped_torch:
+            torch.cuda.set_per_process_memory_fraction(1.0, self.device)
+
+    def clock(self) -> float:
+        """Seconds, once the device's queued work is done (CUDA kernels run after their launch)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     def release_cache(self) -> None:
         if self.device.type == "cpu":
@@ -447,16 +462,16 @@ class _Runner:
     def _micro_steps(self, b: int, accum: int, t: _StepTiming) -> Optional[_Failure]:
         """Data, forward and backward, with no collective inside."""
         for k in range(accum):
-            start = time.perf_counter()
+            start = self.memory.clock()
             phase = ["data"]
             try:
                 self._forward_backward(b, accum, phase)
             except Exception as e:  # noqa: BLE001  (agreed, then re-raised: Note [Agreeing on ...])
                 return _failure(phase[0], e)
             if k < accum - 1:
-                t.early_s += time.perf_counter() - start
+                t.early_s += self.memory.clock() - start
             else:
-                t.last_s += time.perf_counter() - start
+                t.last_s += self.memory.clock() - start
         return None
 
     def _forward_backward(self, b: int, accum: int, phase: List[str]) -> None:
@@ -472,17 +487,17 @@ class _Runner:
     def _sync_and_step(self, t: _StepTiming) -> Optional[_Failure]:
         """The gradient all-reduce (every rank, nobody having failed) and the optimizer step."""
         phase = "communication"
-        start = time.perf_counter()
+        start = self.memory.clock()
         try:
             if self.buckets is not None:
                 self.buckets.all_reduce(self.group)
-                t.comm_s = time.perf_counter() - start
+                t.comm_s = self.memory.clock() - start
             phase = "optimizer"
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         except Exception as e:  # noqa: BLE001
             return _failure(phase, e)
-        t.last_s += time.perf_counter() - start
+        t.last_s += self.memory.clock() - start
         return None
 
     def agree(self, failure: Optional[_Failure], more: bool) -> _Agreed:
@@ -505,7 +520,7 @@ class _Runner:
         out-of-memory from Python]): after the micro-steps, and after the optimizer step, which also
         carries whether any rank wants another step."""
         out, consumed = _Outcome(), 0
-        t_timing = time.perf_counter() if plan.warmup_micro == 0 else -1.0
+        t_timing = self.memory.clock() if plan.warmup_micro == 0 else -1.0
         while True:
             t = _StepTiming()
             a = self.agree(self._micro_steps(b, accum, t), True)
@@ -515,7 +530,7 @@ class _Runner:
                 more = True
                 if t_timing >= 0 and failure is None:
                     out.timed.append(t)
-                    n, elapsed = len(out.timed), time.perf_counter() - t_timing
+                    n, elapsed = len(out.timed), self.memory.clock() - t_timing
                     more = n < plan.max_steps and (n < plan.min_steps or elapsed < plan.min_seconds)
                 a = self.agree(failure, more)
             if a.oom is not None:
@@ -524,7 +539,7 @@ class _Runner:
             if not a.more:
                 return out
             if t_timing < 0 and consumed >= plan.warmup_micro:
-                t_timing = time.perf_counter()
+                t_timing = self.memory.clock()
 
     # -- state and buckets
 
@@ -631,9 +646,9 @@ class _Prober:
         state = r.save()
         r.memory.release_cache()
         r.memory.reset_peaks()
-        start = time.perf_counter()
+        start = r.memory.clock()
         out = r.run_steps(b, k, _Plan(0, self.o.verify_steps, 0.0, self.o.verify_steps))
-        wall = time.perf_counter() - start
+        wall = r.memory.clock() - start
         v.update(steps=len(out.timed), oom=bool(out.oom_where), oom_where=out.oom_where)
         if not out.oom_where:
             v["samples_per_s"] = self.o.verify_steps * b * k * r.group.world / r.group.max([wall])[0]
@@ -829,7 +844,7 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         if runner.saved is not None:
             runner.recover(runner.saved)
         runner.buckets = None
-        memory.release_cache()
+        memory.close()
     if verbose and group.rank == 0:
         print("\n" + _memcomm.format_result(result), end="", flush=True)
     return result
