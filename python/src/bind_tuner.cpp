@@ -30,16 +30,24 @@ using namespace memcomm::tune;
 
 namespace {
 
+// Whether a Python value converts to T without surprises: bool is not an int here, an int is a float.
+template <typename T>
+bool holds(const pyb::handle& v) {
+  const bool is_bool = pyb::isinstance<pyb::bool_>(v);
+  if constexpr (std::is_same_v<T, bool>) return is_bool;
+  else if constexpr (std::is_same_v<T, std::string>) return pyb::isinstance<pyb::str>(v);
+  else if constexpr (std::is_floating_point_v<T>)
+    return !is_bool && (pyb::isinstance<pyb::float_>(v) || pyb::isinstance<pyb::int_>(v));
+  else
+    return !is_bool && pyb::isinstance<pyb::int_>(v);
+}
+
 // A typed entry of a dict from Python: a missing key is a KeyError, a wrong type a TypeError.
 template <typename T>
 T entry(const pyb::dict& d, const char* key, const char* what) {
   if (!d.contains(key)) throw pyb::key_error(std::string(what) + " has no '" + key + "'");
   const pyb::handle v = d[key];
-  const bool ok = std::is_same_v<T, bool>           ? pyb::isinstance<pyb::bool_>(v)
-                  : std::is_same_v<T, std::string>  ? pyb::isinstance<pyb::str>(v)
-                  : std::is_floating_point_v<T>     ? !pyb::isinstance<pyb::bool_>(v) && (pyb::isinstance<pyb::float_>(v) || pyb::isinstance<pyb::int_>(v))
-                                                    : pyb::isinstance<pyb::int_>(v) && !pyb::isinstance<pyb::bool_>(v);
-  if (!ok)
+  if (!holds<T>(v))
     throw pyb::type_error(std::string(what) + "['" + key + "'] has the wrong type: " +
                           std::string(pyb::str(pyb::type::of(v).attr("__name__"))));
   return v.cast<T>();
@@ -52,7 +60,7 @@ std::vector<double> numbers(const pyb::dict& d, const char* key, const char* wha
     throw pyb::type_error(std::string(what) + "['" + key + "'] must be a list of numbers");
   std::vector<double> out;
   for (const pyb::handle x : v) {
-    if (pyb::isinstance<pyb::bool_>(x) || !(pyb::isinstance<pyb::float_>(x) || pyb::isinstance<pyb::int_>(x)))
+    if (!holds<double>(x))
       throw pyb::type_error(std::string(what) + "['" + key + "'] must be a list of numbers");
     out.push_back(x.cast<double>());
   }
