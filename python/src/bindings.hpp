@@ -7,5 +7,6 @@
 namespace memcomm::py {
 
 void bind_allocator(pybind11::module_& m);  // bind_allocator.cpp: install, stats, cache, snapshot
+void bind_tuner(pybind11::module_& m);      // bind_tuner.cpp: the search and verification over Python probes
 
 }  // namespace memcomm::py

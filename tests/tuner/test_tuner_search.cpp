@@ -3,6 +3,7 @@
 #include "memcomm/tuner/oom.hpp"
 #include "memcomm/tuner/report.hpp"
 #include "memcomm/tuner/search.hpp"
+#include "memcomm/tuner/verify.hpp"
 #include "memcomm_test.hpp"
 
 #include <catch2/catch.hpp>
@@ -261,6 +262,44 @@ TEST_CASE("results survive the JSON round trip and the cache") {
   std::filesystem::remove_all(dir);
   ::unsetenv("MEMCOMM_CACHE_DIR");
   CHECK_THROWS_WITH(from_json(nlohmann::json{{"key", 1}}), Catch::Contains("malformed tuning result"));
+}
+
+TEST_CASE("a winner whose long run runs out of memory gives way to the next fastest") {
+  Synthetic m;
+  m.limit = int64_t(2) << 30;
+  TuneResult r;
+  r.config.global_batch = 256;
+  r.config.memory_limit = m.limit;
+  r.outcome = run_search(r.config, std::ref(m));
+  REQUIRE(r.outcome.recommendation);
+  const int64_t first = r.outcome.recommendation->micro_batch;
+  std::vector<int64_t> verified;
+  verify_recommendation(r, [&](const Recommendation& rec) {
+    verified.push_back(rec.micro_batch);
+    Verification v;
+    v.micro_batch = rec.micro_batch;
+    v.oom = rec.micro_batch == first;  // the long run of the winner creeps over the limit
+    v.peak_allocated = v.oom ? -1 : m.allocated(rec.micro_batch) + 1;
+    v.peak_reserved = v.oom ? -1 : m.reserved(rec.micro_batch);
+    v.steps = v.oom ? 0 : 50;
+    return v;
+  });
+  REQUIRE(verified.size() == 2);
+  CHECK(verified[0] == first);
+  REQUIRE(r.outcome.recommendation);
+  CHECK(r.outcome.recommendation->micro_batch == verified[1]);
+  CHECK(r.outcome.recommendation->micro_batch != first);
+  CHECK(r.outcome.recommendation->peak_allocated == m.allocated(verified[1]) + 1);  // the long run's larger peak
+  CHECK(r.verifications.size() == 2);
+
+  verify_recommendation(r, [](const Recommendation& rec) {  // every long run fails: no recommendation
+    Verification v;
+    v.micro_batch = rec.micro_batch;
+    v.oom = true;
+    return v;
+  });
+  CHECK_FALSE(r.outcome.recommendation);
+  CHECK(r.outcome.failure.find("every verified candidate") != std::string::npos);
 }
 
 TEST_CASE("out-of-memory messages, including the library ones in disguise") {

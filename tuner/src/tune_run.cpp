@@ -2,14 +2,13 @@
 
 #include <memcomm/train/errors.hpp>
 #include "memcomm/tuner/report.hpp"
+#include "memcomm/tuner/verify.hpp"
 #include "probe.hpp"
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <set>
 
 namespace memcomm::tune {
 
@@ -68,20 +67,6 @@ void write_json(const TuneResult& r, const std::string& path) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot write --json file " + path);
 }
 
-// Candidates for the recommendation, fastest first: probed, fit with the margin, not excluded.
-std::vector<const Trial*> ranked(const SearchOutcome& o, int64_t limit, int world, const std::set<int64_t>& excluded) {
-  std::vector<const Trial*> out;
-  for (const Trial& t : o.trials)
-    if (!t.result.oom && t.purpose != TrialPurpose::Bucket && !excluded.count(t.request.micro_batch) &&
-        (o.global_batch / world) % t.request.micro_batch == 0 &&  // b x K must be the batch asked for
-        (t.result.peak_reserved < 0 ||
-         (t.result.peak_reserved <= limit &&  // Notes [Safety margin], [Loader allowance]
-          double(t.result.peak_allocated + t.result.loader_allowance) <= double(limit) * (1 - o.safety_margin))))
-      out.push_back(&t);
-  std::stable_sort(out.begin(), out.end(), [](const Trial* a, const Trial* b) { return a->samples_per_s > b->samples_per_s; });
-  return out;
-}
-
 // The checks that need the ranks: the agreed memory limit against the batch and the model's size.
 void check_limits(const TuneOptions& t, ProbeRunner& runner) {
   if (t.search.memory_limit <= 0)  // --device auto found no GPU, whose free memory would be the default
@@ -130,35 +115,16 @@ ProbeFn printing_probe(const TuneOptions& t, ProbeRunner& runner, const train::D
   };
 }
 
-// Verification: the winner runs --verify-steps full steps and an evaluation pass; on an
-// out-of-memory the next fastest candidate is verified instead.
-void verify_recommendation(const TuneOptions& t, ProbeRunner& runner, TuneResult& r) {
-  std::set<int64_t> excluded;
-  while (r.outcome.recommendation) {
-    auto& rec = *r.outcome.recommendation;
+// The search's winner runs --verify-steps full steps and an evaluation pass (Note [Verifying the
+// winner] in verify.hpp), announced by the leader.
+VerifyFn verifying(const TuneOptions& t, ProbeRunner& runner) {
+  return [&t, &runner](const Recommendation& rec) {
     if (runner.leader()) {
       fmt::print("  verifying b={} K={}: {} steps and an evaluation pass\n", rec.micro_batch, rec.accum, t.verify_steps);
       std::fflush(stdout);
     }
-    const Verification v = runner.verify(rec, t.verify_steps);
-    r.verifications.push_back(v);
-    if (!v.oom) {
-      rec.peak_reserved = std::max(rec.peak_reserved, v.peak_reserved);
-      rec.peak_allocated = std::max(rec.peak_allocated, v.peak_allocated);
-      rec.headroom = 1.0 - double(rec.peak_allocated) / double(t.search.memory_limit);
-      return;
-    }
-    excluded.insert(rec.micro_batch);
-    const auto next = ranked(r.outcome, t.search.memory_limit, t.search.world, excluded);
-    if (next.empty() || excluded.size() >= 3) {
-      r.outcome.recommendation.reset();
-      r.outcome.failure = "every verified candidate ran out of memory in its long run";
-      return;
-    }
-    const double bucket = rec.bucket_mb;
-    rec = {next.front()->request.micro_batch, next.front()->request.accum, t.search.world, bucket,
-           next.front()->samples_per_s, next.front()->result.peak_reserved, next.front()->result.peak_allocated, 0};
-  }
+    return runner.verify(rec, t.verify_steps);
+  };
 }
 
 }  // namespace
@@ -183,7 +149,7 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
                t.search.strategy == Strategy::Memcomm ? "memcomm" : t.search.strategy == Strategy::Grid ? "grid" : "lightning");
   int n = 0;
   r.outcome = run_search(t.search, printing_probe(t, runner, env, n));
-  verify_recommendation(t, runner, r);
+  verify_recommendation(r, verifying(t, runner));
   if (r.outcome.recommendation) r.command = train_command(t, *r.outcome.recommendation);
   r.tuning_wall_s = now_s() - t0;
   if (t.print_decisions && r.outcome.recommendation)

@@ -1,0 +1,188 @@
+"""memcomm.tune: memcomm-tune's search with a Python train step as the probe.
+
+The distributed test launches tune_ranks.py under torch.distributed.run (2 ranks on the CPU, Gloo,
+each a fresh process under memcomm's capped CPU allocator) with a timeout, so a deadlock fails the
+test instead of hanging it.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import memcomm
+from memcomm import _memcomm
+from conftest import run_python
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Both ranks' decisions from tune_ranks.py (its scenarios, one launch)."""
+    out = tmp_path_factory.mktemp("tune_ranks")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(HERE / "tune_ranks.py"), str(out)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=HERE,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the ranks did not finish in {e.timeout} s (a deadlock?)\n{e.stdout}\n{e.stderr}")
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return [json.loads((out / f"rank{i}.json").read_text()) for i in range(2)]
+
+
+def test_only_rank_1_out_of_memory_in_backward_is_agreed_and_matches_the_grid(two_ranks):
+    r0, r1 = (r["rank1-backward"] for r in two_ranks)
+    assert r0 == r1, "the ranks decided differently"
+    ours, grid = r0["memcomm"], r0["grid"]
+    for result in (ours, grid):
+        ooms = [t for t in result["trials"] if t[3]]
+        assert ooms, "rank 1's backward never ran out of memory: the test's limit is off"
+        assert all(t[4] == "rank 1 backward" for t in ooms), ooms
+    per_rank = 512 // 2
+    assert 1 < grid["largest_feasible"] < per_rank
+    assert ours["largest_feasible"] == grid["largest_feasible"]
+    candidates = 9  # 1, 2, 4, ... 256
+    assert ours["boundary_probes"] <= math.ceil(math.log2(candidates)) + 3
+    rec = ours["recommendation"]
+    assert rec is not None and rec["micro_batch"] * rec["accum"] * rec["world"] == 512
+    assert rec["micro_batch"] <= ours["largest_feasible"]
+    assert r0["state_restored"] and r1["state_restored"], "model or optimizer differ from before tuning"
+    assert r0["grads_none"] and r1["grads_none"]
+
+
+def test_an_exception_in_one_ranks_step_is_that_exception_there_and_stops_the_other(two_ranks):
+    r0, r1 = (r["rank1-raises"] for r in two_ranks)
+    assert r1["raised"] == "ValueError" and r1["message"] == "rank 1's own step failed", r1
+    assert r1["raised_in"] == "loss_fn", r1   # the user's own traceback, not a wrapper's
+    assert r0["raised"] == "TuneError" and "rank 1 forward" in r0["message"], r0
+
+
+def test_ranks_with_different_or_bad_arguments_all_stop_instead_of_hanging(two_ranks):
+    for r in two_ranks:
+        assert r["other-batch"]["raised"] == "ValueError", r["other-batch"]
+        assert "different arguments" in r["other-batch"]["message"]
+    r0, r1 = (r["rank1-bad-arg"] for r in two_ranks)
+    assert r1["raised"] == "ValueError" and "search must be" in r1["message"], r1
+    assert r0["raised"] == "TuneError" and "rank 1 refused" in r0["message"], r0
+
+
+def test_single_rank_step_exception_propagates_and_state_is_restored():
+    r = run_python("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=32 << 20)
+        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+        opt = torch.optim.Adam(model.parameters())
+        before = [p.detach().clone() for p in model.parameters()]
+        class Mine(Exception):
+            pass
+        def make_batch(b):
+            if b >= 4:
+                raise Mine(b)
+            return torch.randn(b, 64), torch.randint(0, 4, (b,))
+        try:
+            memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]), make_batch, 64,
+                         probe_seconds=0.0, verbose=False)
+        except Mine as e:
+            assert e.args == (8,), e.args   # the fit probe at 8 x b0
+        else:
+            raise AssertionError("no exception")
+        assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+        assert not opt.state and all(p.grad is None for p in model.parameters())
+        r = memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]),
+                         lambda b: (torch.randn(b, 64), torch.randint(0, 4, (b,))), 64, search="grid",
+                         probe_seconds=0.0, verify_steps=3, verbose=False)
+        assert r["largest_feasible"] == 64 and r["recommendation"] and len(r["verifications"]) == 1, r
+        print("ok")
+    """, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
+def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
+    r = run_python("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        memcomm.use_allocator("cpu", memory_limit=8 << 20)
+        model = nn.Linear(1024, 1024)  # 4 MiB of parameters: with gradients and momentum, over 8 MiB
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        try:
+            memcomm.tune(model, opt, lambda m, x: m(x).sum(), lambda b: torch.randn(b, 1024), 8, verbose=False)
+        except ValueError as e:
+            assert "below the model's own size" in str(e), e
+            print("ok")
+    """, timeout=60)
+    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
+def _model_and_opt():
+    model = nn.Linear(4, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def _loss(m, x):
+    return m(x).sum()
+
+
+def _batch(b):
+    return torch.randn(b, 4)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    ({"model": "not a module"}, TypeError, "torch.nn.Module"),
+    ({"optimizer": object()}, TypeError, "torch.optim.Optimizer"),
+    ({"loss_fn": 3}, TypeError, "loss_fn must be callable"),
+    ({"make_batch": None}, TypeError, "make_batch must be callable"),
+    ({"global_batch": 0}, ValueError, "global_batch"),
+    ({"global_batch": "64"}, TypeError, "global_batch must be an int"),
+    ({"search": "bogus"}, ValueError, "search must be one of"),
+    ({"any_micro_batch": True}, ValueError, "needs fit_only"),
+    ({"max_trials": 0}, ValueError, "max_trials"),
+    ({"measured_steps": 2}, ValueError, "measured_steps"),
+    ({"probe_seconds": float("nan")}, ValueError, "probe_seconds"),
+    ({"buckets": "1,5"}, TypeError, "buckets must be a sequence"),
+    ({"buckets": [1, -5]}, ValueError, "buckets"),
+    ({"bucket_mb": True}, TypeError, "bucket_mb"),
+    ({"memory_limit": -1}, ValueError, "memory_limit"),
+    ({"verbose": "yes"}, TypeError, "verbose"),
+    ({"evaluate": 1}, TypeError, "evaluate"),
+])
+def test_bad_arguments_are_python_exceptions(change, error, words):
+    model, opt = _model_and_opt()
+    args = {"model": model, "optimizer": opt, "loss_fn": _loss, "make_batch": _batch, "global_batch": 64}
+    args.update(change)
+    with pytest.raises(error, match=words):
+        memcomm.tune(**args)
+
+
+def test_without_memcomms_cpu_allocator_it_says_how_to_install_it():
+    model, opt = _model_and_opt()
+    with pytest.raises(RuntimeError, match=r"use_allocator\('cpu', memory_limit"):
+        memcomm.tune(model, opt, _loss, _batch, 64)
+
+
+def test_the_binding_returns_the_probes_own_exception_and_checks_results():
+    config = {"global_batch": 64, "world": 1, "memory_limit": 1 << 30, "max_trials": 24, "search": "memcomm",
+              "fit_only": False, "any_micro_batch": False, "bucket_mb": 25.0, "bucket_candidates": [],
+              "measured_steps": 3}
+
+    class Mine(Exception):
+        pass
+
+    def raising(q):
+        raise Mine(q["micro_batch"])
+    with pytest.raises(Mine) as e:
+        _memcomm.tune_search(config, raising, None, {})
+    assert e.value.args == (1,)
+    with pytest.raises(TypeError, match="probe result"):
+        _memcomm.tune_search(config, lambda q: {"oom": 1}, None, {})
+    with pytest.raises(KeyError, match="step_s"):
+        _memcomm.tune_search(config, lambda q: {"oom": False, "oom_where": "", "oom_rank": -1, "peak_allocated": 1,
+                                                "peak_reserved": 1}, None, {})
+    with pytest.raises(ValueError, match="search must be"):
+        _memcomm.tune_search(dict(config, search="nope"), raising, None, {})
