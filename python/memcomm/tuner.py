@@ -639,7 +639,8 @@ class _Prober:
             print(f"  verifying b={b} K={k}: {self.o.verify_steps} steps"
                   f"{' and an evaluation pass' if self.evaluate else ''}", flush=True)
         v = {"steps": 0, "oom": False, "oom_where": "", "samples_per_s": 0.0, "peak_reserved": -1,
-             "peak_allocated": -1, "eval_accuracy": 0.0, "eval_loss": 0.0}
+             "peak_allocated": -1, "eval_accuracy": 0.0, "eval_loss": 0.0,
+             "evaluated": self.evaluate is not None}
         failed = r.set_buckets(rec["bucket_mb"])
         if failed is not None:
             return dict(v, oom=True, oom_where=r.group.where(failed))

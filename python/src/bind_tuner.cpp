@@ -143,6 +143,7 @@ Verification verification_from(const pyb::handle& h, int64_t micro_batch) {
   v.peak_allocated = entry<int64_t>(d, "peak_allocated", "verification");
   v.eval_accuracy = entry<double>(d, "eval_accuracy", "verification");
   v.eval_loss = entry<double>(d, "eval_loss", "verification");
+  v.evaluated = entry<bool>(d, "evaluated", "verification");
   return v;
 }
 

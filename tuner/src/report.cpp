@@ -47,10 +47,10 @@ std::string format_recommendation(const TuneResult& r) {
                    o.smallest_infeasible ? fmt::format(", {} ran out of memory", o.smallest_infeasible) : "",
                    100 * o.safety_margin, format_bytes(r.config.memory_limit));
   for (const Verification& v : r.verifications)
-    s += fmt::format("verification of b={}: {} steps, {}{}\n", v.micro_batch, v.steps,
+    s += fmt::format("verification of b={}: {} steps, {}{}{}\n", v.micro_batch, v.steps,
                      v.oom ? "ran out of memory in " + v.oom_where : fmt::format("no OOM, {:.0f} samples/s", v.samples_per_s),
-                     v.oom ? "" : fmt::format(", peak reserved {}, eval accuracy {:.1f}%", format_bytes(v.peak_reserved),
-                                              100 * v.eval_accuracy));
+                     v.oom ? "" : fmt::format(", peak reserved {}", format_bytes(v.peak_reserved)),
+                     v.oom || !v.evaluated ? "" : fmt::format(", eval accuracy {:.1f}%", 100 * v.eval_accuracy));
   if (!o.recommendation) return s + "no recommendation: " + o.failure + "\n";
   const Recommendation& c = *o.recommendation;
   s += fmt::format("recommendation: micro-batch {} x accumulation {} x {} rank(s) = global batch {}{}\n",
@@ -108,7 +108,8 @@ nlohmann::json to_json(const TuneResult& r) {
     j["verifications"].push_back({{"micro_batch", v.micro_batch}, {"steps", v.steps}, {"oom", v.oom},
                                   {"oom_where", v.oom_where}, {"samples_per_s", v.samples_per_s},
                                   {"peak_reserved", v.peak_reserved}, {"peak_allocated", v.peak_allocated},
-                                  {"eval_accuracy", v.eval_accuracy}, {"eval_loss", v.eval_loss}});
+                                  {"eval_accuracy", v.eval_accuracy}, {"eval_loss", v.eval_loss},
+                                  {"evaluated", v.evaluated}});
   if (const auto& c = r.outcome.recommendation) {
     const bool verified_oom = !r.verifications.empty() && r.verifications.back().oom;
     j["recommendation"] = {{"micro_batch", c->micro_batch}, {"accum", c->accum}, {"world", c->world},
@@ -187,7 +188,8 @@ TuneResult from_json(const nlohmann::json& j) {
     for (const auto& v : j.at("verifications"))
       r.verifications.push_back({int_at(v, "steps"), bool_at(v, "oom"), str_at(v, "oom_where"),
                                  num_at(v, "samples_per_s"), int_at(v, "peak_reserved"), int_at(v, "peak_allocated"),
-                                 num_at(v, "eval_accuracy"), num_at(v, "eval_loss"), int_at(v, "micro_batch")});
+                                 num_at(v, "eval_accuracy"), num_at(v, "eval_loss"), int_at(v, "micro_batch"),
+                                 !v.contains("evaluated") || bool_at(v, "evaluated")});  // older caches: evaluated
     const auto& c = j.at("recommendation");
     if (c.is_null()) {
       r.outcome.failure = j.contains("failure") && j["failure"].is_string() ? j["failure"].get<std::string>() : "";

@@ -21,6 +21,7 @@ struct Verification {
   int64_t peak_reserved = -1, peak_allocated = -1;
   double eval_accuracy = 0, eval_loss = 0;
   int64_t micro_batch = 0;  // the configuration verified
+  bool evaluated = true;    // an evaluation pass ran (memcomm.tune without `evaluate` runs none)
 };
 
 // Everything one tuning produced.
