@@ -106,14 +106,23 @@ struct BlockBySize {
 };
 using FreeSet = std::set<Block*, BlockBySize, NodePoolAllocator<Block*>>;
 
+struct BlockByAddr {
+  bool operator()(const Block* a, const Block* b) const { return a->addr < b->addr; }
+};
+// An expandable segment's unmapped blocks (Note [Finding a window's free blocks]); its nodes come from
+// the free sets' NodePool (they are the same size), so growth does not call malloc for them either.
+using UnmappedIndex = std::set<Block*, BlockByAddr, NodePoolAllocator<Block*>>;
+
 // A whole segment from allocate(), or an expandable virtual range whose pages are mapped on demand.
 struct Segment {
+  explicit Segment(NodePool* nodes) : unmapped(BlockByAddr{}, NodePoolAllocator<Block*>(nodes)) {}
   std::uintptr_t base = 0;        // first byte
   std::size_t size = 0;           // bytes (virtual range size when expandable)
   std::size_t mapped_bytes = 0;   // bytes backed now (== size for whole segments)
   Pool* pool = nullptr;           // owner
   Block* head = nullptr;          // lowest block
   bool expandable = false;        // reserve/map segment
+  UnmappedIndex unmapped;         // its unmapped blocks, busy ones included (empty for whole segments)
 };
 
 // Free blocks of one stream and size class (small <= small_size, large above).
@@ -183,6 +192,9 @@ struct CachingAllocator::Impl {
   Block* split_unmapped(Block* b, std::uintptr_t at) REQUIRES(mu);
   void free_insert(Block* b) REQUIRES(mu);
   void free_erase(Block* b) REQUIRES(mu);
+  // Segment::unmapped follows a block that becomes unmapped, or mapped, or is merged away while unmapped.
+  void unmapped_insert(Block* b) REQUIRES(mu) { b->segment->unmapped.insert(b); }
+  void unmapped_erase(Block* b) REQUIRES(mu) { b->segment->unmapped.erase(b); }
   bool fits(const Block* b, std::size_t size) const;  // the oversize rules allow b for size
   Block* find_free(Pool* pool, std::size_t size) REQUIRES(mu);
   // A free block for `size` in the same stream's pool of the other size class (growth.cpp).
@@ -259,6 +271,10 @@ struct CachingAllocator::Impl {
   // Chooses the window (Note [Window choice]) and claims its blocks: busy, unmapped ones cut at page
   // boundaries to the pages the window and map-ahead need. False when no run of free blocks holds it.
   bool claim_window(Pool* pool, std::size_t size, WindowGrowth& g) REQUIRES(mu);
+  // The blocks, in address order, of every run of touching free blocks of expandable segment `seg`
+  // that may hold `size` bytes, found without visiting its other blocks
+  // (Note [Finding a window's free blocks]).
+  std::vector<Block*> candidate_runs(const Segment* seg, std::size_t size) REQUIRES(mu);
   // Gives back the pages claim_window added past the request's last page (map-ahead, a segment's
   // worth), so that g.to_map holds only the pages the request itself needs (growth.cpp).
   void trim_to_request(WindowGrowth& g, std::size_t size) REQUIRES(mu);

@@ -154,6 +154,7 @@ Block* CachingAllocator::Impl::split_unmapped(Block* b, std::uintptr_t at) {
   Block* r = split_off(b, at);
   r->mapped = false;
   r->fresh = true;
+  unmapped_insert(r);
   return r;
 }
 

@@ -1,14 +1,16 @@
 // Expandable segments: one growing virtual range per pool, pages mapped where blocks need them. The
 // slow path of CachingAllocator for sources that map (host, simulated, cuda-vmm); growth.cpp drives it.
 // grow_expandable runs in steps: under the lock it claims a window (claim_window, placed by the pure
-// policy of expandable_arena.hpp) and makes room under the page budget (make_room); without it, it
-// calls the source (map_pieces); under the lock again it folds the result in (commit_maps, take_window).
+// policy of expandable_arena.hpp among the runs of free blocks that candidate_runs finds from the
+// free set and the segment's index of unmapped blocks) and makes room under the page budget (make_room);
+// without it, it calls the source (map_pieces); under the lock again it folds the result in
+// (commit_maps, take_window).
 //
 // Note [Expandable segments]
 // Each pool reserves one virtual range and maps pages into it on demand. Its blocks tile the range;
 // a block is either mapped (its pages, including pages it shares with neighbours, are backed) or
-// unmapped (page-aligned, free, backed by nothing). Free mapped blocks are in the pool's free set;
-// unmapped ones are found by walking the segment, which happens only on this slow path.
+// unmapped (page-aligned, free, backed by nothing). Free mapped blocks are in the pool's free set,
+// unmapped ones in the segment's address-ordered index (Note [Finding a window's free blocks]).
 // When best fit finds nothing, a window for the request is chosen among runs of adjacent free blocks,
 // starting at the start or ending at the end of one of the run's blocks: one that needs no mapping if
 // any, else the fewest map calls, then the fewest new bytes, then the smallest run (Note [Window
@@ -84,6 +86,30 @@
 // calls: octree-nca 56 -> 53 calls at the same ratio, no change elsewhere. The choice and map-ahead are
 // pure functions (expandable_arena.hpp) of the free blocks and budget figures gathered here.
 //
+// Note [Finding a window's free blocks]
+// The window choice ranks windows inside runs of touching free blocks that hold the request
+// (Note [Window choice]). claim_window used to walk the segment's block list to find every free block,
+// which visits every live block too: nothanmin's 667 growths visited 372,052 blocks for 1,300 free ones.
+// Once map-ahead took only an eighth of the headroom (Note [Splitting the headroom]) growth came often
+// enough for that walk to be 7.6% of bench_replay's samples on that trace (0.9-1.5% before), and its
+// replay ran at 0.5-0.6 x its earlier speed. Now candidate_runs finds the runs from two indexes and
+// visits only their blocks (claim_window, candidate_runs and choose_window: 0.4% of the samples):
+// - Two free mapped blocks never touch (merge_free joins them; check_invariants checks it), so a run of
+//   two or more blocks holds an unmapped one. Segment::unmapped keeps the segment's unmapped blocks by
+//   address; from each free one the block links lead to both ends of its run. Busy unmapped blocks are
+//   in the index too and are skipped, as the walk skipped them, while another thread's growth or
+//   release holds them.
+// - A run of one mapped block holds the request only if the block is as large: those are the tail of
+//   the pool's free set (size order) from lower_bound(size). The smaller lone blocks, holes between live
+//   blocks and most of a growth's free blocks (bolongcheng: 21 per growth), are never looked at.
+// The runs left out are too small for the request, and choose_window passes over those, so every
+// decision is the walk's (memcomm-replay --json is byte-identical on both shared snapshot sets, with
+// and without caps). A block enters the index when it is created or left unmapped (ensure_expandable,
+// split_unmapped, finish_releases) and leaves when it is mapped (commit_maps) or merged into its unmapped
+// neighbour (merge_free): all slow-path steps. An address-ordered index of every free block would have
+// cost a second tree update on each allocation and free; this one adds to those paths only the else
+// branches in merge_free, taken when unmapped blocks merge.
+//
 // Note [A map that fails partway]
 // A window may need several map calls, and the source may refuse one (out of memory) or throw (a
 // driver error) after earlier ones succeeded. Either way the pages already mapped stay mapped: they are
@@ -118,7 +144,7 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
     source->release(base, vsize);
     return pool->expandable;
   }
-  auto seg = std::make_unique<Segment>();
+  auto seg = std::make_unique<Segment>(&nodes);
   seg->base = reinterpret_cast<std::uintptr_t>(base);
   seg->size = vsize;
   seg->pool = pool;
@@ -130,6 +156,7 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   b->mapped = false;
   b->fresh = true;  // no stream has used it (Note [Cross-stream reuse])
   seg->head = b;
+  unmapped_insert(b);
   pool->expandable = seg.get();
   segments.push_back(std::move(seg));
   stats.segment.increase(1);
@@ -172,17 +199,16 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
 }
 
 bool CachingAllocator::Impl::claim_window(Pool* pool, std::size_t size, WindowGrowth& g) {
+  const std::vector<Block*> blocks = candidate_runs(g.seg, size);  // the block behind each entry of `free`
   std::vector<FreeRange> free;
-  std::vector<Block*> blocks;  // the block behind each entry of `free`
-  for (Block* b = g.seg->head; b; b = b->next)
-    if (is_free(b)) {
-      free.push_back({b->addr, b->size, b->mapped});
-      blocks.push_back(b);
-    }
+  free.reserve(blocks.size());
+  for (const Block* b : blocks) free.push_back({b->addr, b->size, b->mapped});
   const WindowDecision d = choose_window(free, size, page);  // Note [Window choice]
   if (!d.found) return false;
   g.start = d.start;
   const std::uintptr_t end = d.start + size;
+  g.to_map.reserve(d.pieces);                 // one entry per unmapped piece the window overlaps
+  g.window.reserve(blocks.size() - d.first);  // at most the free blocks from the first one on
   // Collect the window, cutting unmapped blocks at page boundaries so only needed pages get mapped.
   for (Block* x = blocks[d.first]; x && x->addr < end; x = x->next) {
     if (!x->mapped) {
@@ -204,6 +230,28 @@ bool CachingAllocator::Impl::claim_window(Pool* pool, std::size_t size, WindowGr
     g.window.push_back(x);
   }
   return true;
+}
+
+std::vector<Block*> CachingAllocator::Impl::candidate_runs(const Segment* seg, std::size_t size) {
+  std::vector<Block*> out;
+  // Runs through an unmapped block, whole; the index is in address order, and so are the runs.
+  for (Block* u : seg->unmapped) {
+    if (!is_free(u)) continue;                                   // busy: a source call holds it
+    if (!out.empty() && out.back()->addr >= u->addr) continue;  // in the run just collected
+    Block* first = u;
+    while (first->prev && is_free(first->prev)) first = first->prev;
+    for (Block* b = first; b && is_free(b); b = b->next) out.push_back(b);
+  }
+  // Runs of one mapped block large enough; one with a free neighbour is in a run above already.
+  Block key;
+  key.size = size;
+  for (auto it = seg->pool->free.lower_bound(&key); it != seg->pool->free.end(); ++it) {
+    Block* b = *it;
+    const bool alone = !(b->prev && is_free(b->prev)) && !(b->next && is_free(b->next));
+    if (b->segment == seg && alone) out.push_back(b);
+  }
+  std::sort(out.begin(), out.end(), BlockByAddr{});  // a few blocks, the runs' already in order
+  return out;
 }
 
 std::size_t CachingAllocator::Impl::map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need,
@@ -266,6 +314,7 @@ std::size_t CachingAllocator::Impl::map_pieces(const std::vector<Block*>& to_map
 void CachingAllocator::Impl::commit_maps(Pool* pool, WindowGrowth& g, std::size_t mapped) {
   for (std::size_t i = 0; i < mapped; ++i) {
     Block* x = g.to_map[i];
+    unmapped_erase(x);
     x->mapped = true;
     g.seg->mapped_bytes += x->size;
     count_backed(std::int64_t(x->size));

@@ -76,6 +76,7 @@ Block* CachingAllocator::Impl::merge_free(Block* b) {
   if (mergeable(b->prev)) {
     Block* p = b->prev;
     if (p->mapped) free_erase(p);
+    else unmapped_erase(b);  // p keeps its place in the index: its address, the key, stays
     p->size += b->size;
     p->next = b->next;
     if (b->next) b->next->prev = p;
@@ -88,6 +89,7 @@ Block* CachingAllocator::Impl::merge_free(Block* b) {
   if (mergeable(b->next)) {
     Block* n = b->next;
     if (n->mapped) free_erase(n);
+    else unmapped_erase(n);
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;

@@ -176,7 +176,7 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
   void* p = source->allocate(seg_size);
   if (!p) return nullptr;
   AllocatorLock lock(mu);
-  auto seg = std::make_unique<Segment>();
+  auto seg = std::make_unique<Segment>(&nodes);
   seg->base = reinterpret_cast<std::uintptr_t>(p);
   seg->size = seg_size;
   seg->mapped_bytes = seg_size;

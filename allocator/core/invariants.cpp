@@ -1,6 +1,7 @@
 // snapshot() and check_invariants(): the allocator's state laid out for tests and tools.
 // check_invariants walks every segment's block list (check_segment: tiling, flags, mapped pages),
-// tallying what the blocks add up to, and compares the tallies with the free sets, the live table, the stats and the source (check_totals).
+// tallying what the blocks add up to (and checking the index of unmapped blocks), and compares the
+// tallies with the free sets, the live table, the stats and the source (check_totals).
 
 #include <algorithm>
 #include <map>
@@ -70,6 +71,8 @@ void check_unmapped(const Segment& seg, const Block* b, bool in_set, std::size_t
   if (b->allocated || b->pending_events) fail("unmapped block in use");
   if (b->addr % page || b->size % page) fail("unmapped block not page-aligned");
   if (in_set) fail("unmapped block in a free set");
+  // Segment::unmapped holds it (Note [Finding a window's free blocks]).
+  if (!seg.unmapped.count(const_cast<Block*>(b))) fail("unmapped block missing from its segment's index");
   if (b->next && !b->next->mapped) fail("two adjacent unmapped blocks not merged");
 }
 
@@ -109,12 +112,14 @@ void check_segment(Impl& m, const Segment& seg, Tally& t) REQUIRES(m.mu) {
   std::uintptr_t expect = seg.base;
   std::size_t mapped_pages_bytes = 0;
   std::uintptr_t last_page_end = 0;
+  std::size_t unmapped_blocks = 0;
   for (const Block* b = seg.head; b; b = b->next) {
     check_block_shape(m, seg, b, expect);
     expect = b->addr + b->size;
     const bool in_set = seg.pool->free.count(const_cast<Block*>(b)) != 0;
     if (!b->mapped) {
       check_unmapped(seg, b, in_set, page);
+      ++unmapped_blocks;
       continue;
     }
     // Pages this mapped block touches, counted once where neighbours share them.
@@ -126,6 +131,8 @@ void check_segment(Impl& m, const Segment& seg, Tally& t) REQUIRES(m.mu) {
     tally_mapped(m, seg, b, in_set, t);
   }
   if (expect != seg.base + seg.size) fail("blocks do not cover their segment");
+  if (seg.unmapped.size() != unmapped_blocks)
+    fail("the unmapped index holds blocks that are not unmapped blocks of its segment");
   if (seg.expandable && mapped_pages_bytes != seg.mapped_bytes)
     fail("mapped pages of blocks (" + std::to_string(mapped_pages_bytes) + ") differ from the segment's mapped bytes (" +
          std::to_string(seg.mapped_bytes) + ")");

@@ -98,6 +98,7 @@ void CachingAllocator::Impl::finish_releases(Releases& r, bool count_gc) {
     Segment* seg = b->segment;
     b->busy = false;
     b->mapped = false;
+    unmapped_insert(b);
     b->idle = false;
     b->fresh = true;  // its pages come back fresh when mapped again
     seg->mapped_bytes -= b->size;

@@ -185,3 +185,35 @@ TEST_CASE("expandable segments grow in place and map in runs", "[allocator][expa
   CHECK(src->counters().backed_bytes == 0);
   a.check_invariants();
 }
+
+TEST_CASE("a request spans a free mapped block and the unmapped hole after it", "[allocator][expandable]") {
+  // Note [Finding a window's free blocks]: a run of two or more free blocks is found from its unmapped
+  // block, and reaches back to the free mapped block before it.
+  auto src = simulated();
+  CachingAllocator a(src);
+  void* p1 = a.allocate(20 * MiB);
+  void* p2 = a.allocate(20 * MiB);
+  void* p3 = a.allocate(20 * MiB);
+  void* p4 = a.allocate(20 * MiB);
+  REQUIRE(addr(p2) == addr(p1) + 20 * MiB);
+  REQUIRE(addr(p3) == addr(p2) + 20 * MiB);
+  REQUIRE(addr(p4) == addr(p3) + 20 * MiB);
+  a.deallocate(p2);
+  a.deallocate(p3);
+  a.empty_cache();  // the 40 MiB between p1 and p4 is an unmapped hole now
+  // As cheap as the range's end, and the smaller run: the hole's start.
+  void* q = a.allocate(20 * MiB);
+  REQUIRE(q == p2);
+  a.deallocate(q);  // one run now: q's mapped pages, free, then the rest of the hole, unmapped
+  const auto maps = a.stats().num_device_map;
+  void* r = a.allocate(30 * MiB);
+  CHECK(r == p2);  // the run's start, where only the hole's first pages need mapping
+  CHECK(a.stats().num_device_map == maps + 1);
+  CHECK(src->is_backed(r, 30 * MiB));
+  a.check_invariants();
+  a.deallocate(r);
+  a.deallocate(p1);
+  a.deallocate(p4);
+  a.empty_cache();
+  a.check_invariants();
+}
