@@ -7,5 +7,6 @@
 namespace memcomm::py {
 
 void bind_allocator(pybind11::module_& m);  // bind_allocator.cpp: install, stats, cache, snapshot
+void bind_profiler(pybind11::module_& m);   // bind_profiler.cpp: run recorder, phases, collectives, clocks
 
 }  // namespace memcomm::py
