@@ -20,10 +20,12 @@
 #include <memcomm/profiler/stream_protocol.hpp>
 #include <memcomm/trace/clock.hpp>
 #include <memcomm/trace/trace_error.hpp>
+#include <memcomm/trace/trace_reader.hpp>
 #include <memcomm/train/profiling.hpp>
 
 #include <pybind11/stl.h>
 
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -156,6 +158,24 @@ std::pair<int64_t, int64_t> clock_offset(const std::vector<std::tuple<int64_t, i
   return {e.offset_ns, e.error_bound_ns};
 }
 
+// Allocations per memory category in a trace file: what the labels of Note [Memory categories]
+// came to, without a viewer (tests, a quick look).
+pyb::dict alloc_categories(const std::string& path) {
+  std::map<std::string, int64_t> counts;
+  {
+    pyb::gil_scoped_release release;
+    prof::TraceReader reader(path);
+    prof::ChunkView chunk;
+    while (reader.next(chunk))
+      for (const prof::Event& e : chunk)
+        if (e.kind == prof::EventKind::Alloc)
+          ++counts[prof::mem_category_name(static_cast<prof::MemCategory>(e.as<prof::MemBlockEvent>().category))];
+  }
+  pyb::dict d;
+  for (const auto& [name, n] : counts) d[pyb::str(name)] = n;
+  return d;
+}
+
 template <class Enum>
 pyb::dict names(int count, const char* (*name)(Enum)) {
   pyb::dict d;
@@ -245,6 +265,8 @@ void bind_profiler(pyb::module_& m) {
         "(offset_ns, error_bound_ns) from (t0, t1, t2, t3) round trips (Note [Clock offset from round trips]).");
   m.def("rank_trace_path", &prof::rank_trace_path, pyb::arg("base"), pyb::arg("rank"),
         "The file a rank writes for trace=`base` (NAME.rankR.mct).");
+  m.def("trace_alloc_categories", &alloc_categories, pyb::arg("path"),
+        "{category name: allocations} of a .mct file, read to its last complete chunk.");
   m.def("phase_names", [] { return names<prof::Phase>(static_cast<int>(prof::Phase::Count), &prof::phase_name); });
   m.def("category_names", [] {
     return names<prof::MemCategory>(static_cast<int>(prof::MemCategory::Input) + 1, &prof::mem_category_name);
