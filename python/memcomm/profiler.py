@@ -208,6 +208,7 @@ class Profiler:
         self._comm_lock = threading.Lock()
         self.rank, self.world = 0, 1
         self.result: Tuple[int, int] = (0, 0)
+        self._collector_ns = 0
 
     # --- control ---
     @property
@@ -246,6 +247,7 @@ class Profiler:
             if st is not None and st.generation == self._generation:
                 self._close_all(st)
             self.result = tuple(self._run.finish())
+            self._collector_ns = self._run.collector_cpu_ns()
             self._run = None
         return self.result
 
@@ -262,7 +264,7 @@ class Profiler:
 
     def collector_cpu_ns(self) -> int:
         """CPU time the recorder's background thread used: the profiler's own cost."""
-        return self._run.collector_cpu_ns() if self._run is not None else 0
+        return self._run.collector_cpu_ns() if self._run is not None else self._collector_ns
 
     def _open_recorder(self) -> None:
         if self._trace:
