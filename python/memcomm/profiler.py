@@ -14,9 +14,11 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
 - A Step range opens at the step's first event (its data-loader wait, forward or optimizer step)
   and closes when an optimizer's step() returns (torch's global optimizer step hooks). Ids count
   from 1, as the trainer's.
-- Forward is the outermost module call only: torch's global module hooks count the nesting depth
-  per thread, and only a call at depth 0 into a module that has parameters is a forward (so the
-  loss function's module is not one). profile(model=...) hooks that module alone instead.
+- Forward is the outermost module call only. Until the first optimizer step, torch's global module
+  hooks count the nesting depth per thread, and a call at depth 0 into a module that has parameters
+  is a forward (so the loss function's module is not one). At that step the global hooks go, and
+  the modules found (the model; both of a GAN's) get hooks of their own: the rest of the run pays
+  nothing for the submodules' calls. profile(model=...) names the modules from the start.
 - Backward opens when the gradient reaches the forward's output (a tensor hook) and closes at the
   end of autograd's graph task (a final callback that queues a second one, so that it runs after
   DDP's own final callback, which waits for the last bucket and writes the gradients). With
@@ -60,6 +62,8 @@ _TORCH_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf1
 
 _now = _memcomm.now_ns
 _exchange = _memcomm.exchange_category
+
+ModelArg = Union[None, torch.nn.Module, List[torch.nn.Module]]
 
 _current: Optional["Profiler"] = None   # the running profiler (the recorder is process-wide)
 _control = threading.Lock()             # start/stop
@@ -168,10 +172,10 @@ class Profiler:
     """Records this process's training into memcomm's trace format and/or live stream.
 
     trace: file name; each rank writes NAME.rankR.mct beside it (its folder must exist).
-    live:  "HOST:PORT" of a memcomm-view that listens (memcomm-view --listen); the rank connects and
+    live:  "HOST:PORT" where memcomm-view listens (memcomm-view --listen); the rank connects and
            reconnects in the background, so a viewer that is absent or goes away never blocks training.
-    model: hook only this module's forward (cheapest); None: the outermost module call with
-           parameters, through torch's global module hooks (Note [Phases from hooks]).
+    model: the module (or list of modules) whose forward calls are forwards; None: the outermost
+           calls into modules with parameters, found during the first step (Note [Phases from hooks]).
     cupti: "auto" (GPU activity when CUDA is in use), "on" or "off".
     clock_sync: estimate each rank's clock offset over the process group at start (every rank must
            start its profiler then, as for any collective).
@@ -182,20 +186,24 @@ class Profiler:
     """
 
     def __init__(self, trace: Optional[Union[str, os.PathLike]] = None, live: Optional[str] = None, *,
-                 model: Optional[torch.nn.Module] = None, cupti: str = "auto", clock_sync: bool = True):
+                 model: ModelArg = None, cupti: str = "auto", clock_sync: bool = True):
         if trace is None and live is None:
             raise ValueError("profile() needs trace=FILE, live='HOST:PORT' or both")
         if trace is not None and not isinstance(trace, (str, os.PathLike)):
             raise TypeError(f"trace must be a file name (str or os.PathLike), got {type(trace).__name__}")
         if live is not None and not isinstance(live, str):
             raise TypeError(f"live must be a 'HOST:PORT' string, got {type(live).__name__}")
-        if model is not None and not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        models = [model] if isinstance(model, torch.nn.Module) else list(model or [])
+        if model is not None and (not models or not all(isinstance(m, torch.nn.Module) for m in models)):
+            raise TypeError(f"model must be a torch.nn.Module or a list of them, got {type(model).__name__}")
         if cupti not in ("auto", "on", "off"):
             raise ValueError(f"cupti must be 'auto', 'on' or 'off', got {cupti!r}")
         self._trace = os.fspath(trace) if trace is not None else ""
         self._live = live or ""
-        self._model = model
+        self._models = models
+        self._roots: List[torch.nn.Module] = []      # outermost modules the global hooks found
+        self._global_handles: List[Any] = []
+        self._hook_lock = threading.Lock()
         self._cupti = cupti
         self._clock_sync = clock_sync
         self._run: Any = None
@@ -226,6 +234,8 @@ class Profiler:
         with _control:
             if _current is not None:
                 raise RuntimeError("a memcomm profiler is already running in this process; stop() it first")
+            self._comms.clear()
+            self._seq.clear()
             self._open_recorder()
             self._generation += 1
             self._install_hooks()
@@ -233,16 +243,18 @@ class Profiler:
         return self
 
     def stop(self) -> Tuple[int, int]:
-        """Removes every hook, closes this thread's open phases and the trace. Returns (events
-        recorded, events dropped). Safe to call twice."""
+        """Removes every hook (Note [Nothing left after stop]), closes this thread's open phases and
+        the trace. Returns (events recorded, events dropped). Safe to call twice."""
         global _current
         with _control:
             if _current is not self:
                 return self.result
             _current = None
-            for h in self._handles:
-                h.remove()
-            self._handles.clear()
+            with self._hook_lock:
+                for h in self._handles + self._global_handles:
+                    h.remove()
+                self._handles.clear()
+                self._global_handles.clear()
             st = getattr(self._tls, "state", None)
             if st is not None and st.generation == self._generation:
                 self._close_all(st)
@@ -298,20 +310,40 @@ class Profiler:
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim
         add = self._handles.append
-        if self._model is not None:
-            add(self._model.register_forward_pre_hook(self._model_pre))
-            add(self._model.register_forward_hook(self._model_post, always_call=True))
+        self._roots = []
+        if self._models:
+            self._hook_modules(self._models)
         else:
-            add(nn_module.register_module_forward_pre_hook(self._global_pre))
-            add(nn_module.register_module_forward_hook(self._global_post, always_call=True))
+            self._global_handles += [nn_module.register_module_forward_pre_hook(self._global_pre),
+                                     nn_module.register_module_forward_hook(self._global_post, always_call=True)]
         add(optim.register_optimizer_step_pre_hook(self._optimizer_pre))
         add(optim.register_optimizer_step_post_hook(self._optimizer_post))
+
+    def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
+        for m in modules:
+            self._handles.append(m.register_forward_pre_hook(self._model_pre))
+            self._handles.append(m.register_forward_hook(self._model_post, always_call=True))
+
+    def _narrow_hooks(self) -> None:
+        """Note [Phases from hooks]: from the first step on, only the modules found are hooked."""
+        with self._hook_lock:
+            if not self._global_handles or _current is not self:
+                return
+            for h in self._global_handles:
+                h.remove()
+            self._global_handles.clear()
+            self._hook_modules(self._roots)
 
     def _state(self) -> _ThreadState:
         st = getattr(self._tls, "state", None)
         if st is None or st.generation != self._generation:
             st = self._tls.state = _ThreadState(self._generation)
-        elif st.backward is not None or st.owed_pop or st.owed_category is not None:
+        return st
+
+    def _phase_state(self) -> _ThreadState:
+        """The state of a thread about to begin a phase: a backward left open is over by now."""
+        st = self._state()
+        if st.backward is not None or st.owed_pop or st.owed_category is not None:
             self._settle(st)
         return st
 
@@ -340,12 +372,16 @@ class Profiler:
 
     # Forward: one module (profile(model=...)).
     def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
-        st = self._state()
+        if _in_backward():
+            return
+        st = self._phase_state()
         if torch.is_grad_enabled():  # an evaluation's forward opens no step
             self._ensure_step(st)
         self._open(st, _FORWARD, 0, _ACTIVATION)
 
     def _model_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if _in_backward():
+            return
         st = self._state()
         self._close(st, _FORWARD)
         self._watch_backward(st, output)
@@ -354,8 +390,11 @@ class Profiler:
     def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
         st = self._state()
         st.depth += 1
-        if st.depth == 1 and next(module.parameters(), None) is not None:
+        if st.depth == 1 and next(module.parameters(), None) is not None and not _in_backward():
+            self._settle(st)
             st.fwd_module = module
+            if not any(module is r for r in self._roots):
+                self._roots.append(module)
             if torch.is_grad_enabled():
                 self._ensure_step(st)
             self._open(st, _FORWARD, 0, _ACTIVATION)
@@ -431,7 +470,7 @@ class Profiler:
 
     # Optimizer: the step's last phase.
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        st = self._state()
+        st = self._phase_state()
         self._ensure_step(st)
         self._open(st, _OPTIMIZER, 0, _OPT_STATE)
 
@@ -439,10 +478,12 @@ class Profiler:
         st = self._state()
         self._close(st, _STEP)
         st.step_open = False
+        if self._global_handles:
+            self._narrow_hooks()
 
     # Data-loader wait (memcomm.loader).
     def _data_wait(self, begin_ns: int) -> None:
-        st = self._state()
+        st = self._phase_state()
         self._ensure_step(st, begin_ns)
         _memcomm.phase_span(_DATA_WAIT, 0, begin_ns, _now())
 
@@ -475,6 +516,12 @@ class Profiler:
         return index, next(self._seq[index])
 
 
+def _in_backward() -> bool:
+    """True inside autograd's backward: a module called there is activation checkpointing's
+    recomputation, part of the backward rather than a forward of its own."""
+    return torch._C._current_graph_task_id() != -1
+
+
 def _output_tensors(output: Any) -> List[torch.Tensor]:
     """The tensors of a forward's output that carry gradients (a tensor, or one level of a tuple,
     list or dict)."""
@@ -488,7 +535,7 @@ def _output_tensors(output: Any) -> List[torch.Tensor]:
 
 
 def profile(trace: Optional[Union[str, os.PathLike]] = None, live: Optional[str] = None, *,
-            model: Optional[torch.nn.Module] = None, cupti: str = "auto", clock_sync: bool = True) -> Profiler:
+            model: ModelArg = None, cupti: str = "auto", clock_sync: bool = True) -> Profiler:
     """A Profiler, for `with memcomm.profile(trace="run.mct"):` (the with block starts and stops it;
     an exception inside still closes the trace). See Profiler for the arguments."""
     return Profiler(trace, live, model=model, cupti=cupti, clock_sync=clock_sync)

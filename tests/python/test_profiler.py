@@ -155,35 +155,51 @@ def test_two_ranks_record_matching_collectives(tmp_path, tool):
 
 
 def test_stop_leaves_no_hooks_and_no_cost(tmp_path):
-    out = check("""
+    # Timing alone cannot show "no cost" on a busy machine (adjacent blocks differ by 10 %), so the
+    # test also traces every Python and C call a step makes after stop(): none may reach memcomm's
+    # code but the loader wrapper's pass-through.
+    check("""
         import torch.nn.modules.module as M, torch.optim.optimizer as O
         def hooks():
             return [len(d) for d in (M._global_forward_pre_hooks, M._global_forward_hooks,
                                      M._global_forward_hooks_always_called, O._global_optimizer_pre_hooks,
-                                     O._global_optimizer_post_hooks)]
+                                     O._global_optimizer_post_hooks, model._forward_pre_hooks, model._forward_hooks)]
         model = make_model()
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        data = batches(1, size=64) * 30
+        data = batches(1, size=64) * 20
         def best_step():
             times = []
             for x, y in memcomm.loader(data):
                 t = time.perf_counter()
                 crit(model(x), y).backward(); opt.step(); opt.zero_grad()
                 times.append(time.perf_counter() - t)
-            return sorted(times)[len(times) // 4]
+            return min(times)
+        def memcomm_calls():
+            seen = []
+            def tracer(frame, event, arg):
+                where = frame.f_code.co_filename if event == "call" else getattr(arg, "__module__", "") or ""
+                if "memcomm" in where and event in ("call", "c_call"):
+                    seen.append((event, frame.f_code.co_name if event == "call" else arg.__name__))
+            sys.setprofile(tracer)
+            try:
+                loop(model, opt, batches(2))
+            finally:
+                sys.setprofile(None)
+            return sorted(set(seen))
         before_hooks = hooks()
         loop(model, opt, batches(3))                  # warm up
         before = min(best_step() for _ in range(3))
-        p = memcomm.profile(trace=sys.argv[1], model=model).start()
-        assert hooks() != before_hooks
-        during = best_step()
+        p = memcomm.profile(trace=sys.argv[1]).start()
+        assert hooks()[:5] == [1, 1, 1, 1, 1] and hooks()[5:] == [0, 0], hooks()
+        assert any(e == "c_call" for e, _ in memcomm_calls())
+        assert hooks()[:3] == [0, 0, 0] and hooks()[5:] == [1, 1], hooks()  # narrowed to the model
         p.stop()
         assert hooks() == before_hooks, (hooks(), before_hooks)
+        calls = memcomm_calls()
+        assert calls == [("call", "__init__"), ("call", "__iter__"), ("call", "loader")], calls  # the wrapper
         after = min(best_step() for _ in range(3))
-        print(before, during, after)
-        assert after <= before * 1.15 + 2e-4, (before, after)
+        assert after <= before * 1.5 + 1e-3, (before, after)
     """, str(tmp_path / "stop.mct"))
-    assert out.strip()
 
 
 def test_an_exception_in_the_block_still_closes_the_trace(tmp_path, tool):
@@ -198,13 +214,31 @@ def test_an_exception_in_the_block_still_closes_the_trace(tmp_path, tool):
         except KeyError:
             pass
         assert memcomm.profiler.current() is None
-        with memcomm.profile(trace=sys.argv[1] + "2"):   # a second profiler can start afterwards
+        # A second profiler can start afterwards; nothing listens at its live address, which
+        # neither blocks training nor its stop().
+        with memcomm.profile(trace=sys.argv[2], live="127.0.0.1:9") as p:
             loop(model, opt, batches(1))
-    """, str(tmp_path / "exc.mct"))
+            t = time.monotonic()
+        assert time.monotonic() - t < 5, time.monotonic() - t
+        # Activation checkpointing runs forwards again inside backward: they stay part of it.
+        from torch.utils.checkpoint import checkpoint
+        class Checkpointed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = make_model()
+            def forward(self, x):
+                return checkpoint(self.inner, x, use_reentrant=False)
+        model = Checkpointed()
+        with memcomm.profile(trace=sys.argv[3]):
+            loop(model, torch.optim.SGD(model.parameters(), lr=0.01), batches(2))
+    """, str(tmp_path / "exc.mct"), str(tmp_path / "live.mct"), str(tmp_path / "ckpt.mct"))
     info = trace_json(tool, "info", tmp_path / "exc.rank0.mct")[0]
     assert not info["truncated"] and info["kinds"]["range_begin"] == info["kinds"]["range_end"], info
     # The 3 steps, and the one the failed iteration began, closed by stop().
     assert len(trace_json(tool, "report", tmp_path / "exc.rank0.mct")["steps"]) == 4
+    assert phase_counts(tool, tmp_path, tmp_path / "live.rank0.mct")["step"] == 1
+    ckpt = phase_counts(tool, tmp_path, tmp_path / "ckpt.rank0.mct")
+    assert ckpt == {"step": 2, "data_wait": 2, "forward": 2, "backward": 2, "optimizer": 2}, ckpt
 
 
 def test_a_killed_process_leaves_a_readable_trace(tmp_path, tool):
