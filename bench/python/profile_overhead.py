@@ -205,8 +205,8 @@ def table(allocator: str, result: Dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=5, help="steps per timed block")
-    ap.add_argument("--rounds", type=int, default=24, help="blocks per condition")
+    ap.add_argument("--steps", type=int, default=10, help="steps per timed block")
+    ap.add_argument("--rounds", type=int, default=12, help="blocks per condition")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--allocators", default="memcomm,torch", help="jobs to run (comma-separated)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
