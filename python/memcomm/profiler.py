@@ -237,8 +237,18 @@ class Profiler:
             self._comms.clear()
             self._seq.clear()
             self._open_recorder()
-            self._generation += 1
-            self._install_hooks()
+            try:
+                self._comm_index(None)
+                self._generation += 1
+                self._install_hooks()
+            except BaseException:
+                for h in self._handles + self._global_handles:
+                    h.remove()
+                self._handles.clear()
+                self._global_handles.clear()
+                self._run.finish()
+                self._run = None
+                raise
             _current = self
         return self
 
@@ -271,8 +281,10 @@ class Profiler:
 
     def counter(self, name: str, value: float) -> None:
         """Records a named value (loss, samples/s, learning rate) at this moment."""
-        if self._run is not None:
-            self._run.counter(str(name), float(value))
+        run = self._run  # stop() may clear it meanwhile: then the call is a no-op ("has stopped")
+        if run is not None:
+            with contextlib.suppress(RuntimeError):
+                run.counter(str(name), float(value))
 
     def collector_cpu_ns(self) -> int:
         """CPU time the recorder's background thread used: the profiler's own cost."""
@@ -303,7 +315,6 @@ class Profiler:
             self._run.clock_offset(offset)
         elif error is not None:
             raise error
-        self._comm_index(None)
 
     # --- hooks ---
     def _install_hooks(self) -> None:

@@ -96,7 +96,7 @@ class PyRunProfiler {
   }
 
   train::RunProfiler& run() {
-    if (!run_) throw std::runtime_error("this profiler has finished");
+    if (!run_) throw std::runtime_error("this profiler has stopped");
     return *run_;
   }
   std::pair<int64_t, int64_t> finish() {
@@ -222,7 +222,8 @@ void bind_run(pyb::module_& m) {
       .def("clock_offset", [](PyRunProfiler& p, int64_t ns) { p.run().clock_offset(ns); }, pyb::arg("ns"))
       .def("counter", [](PyRunProfiler& p, const std::string& name, double v) { p.run().counter(name.c_str(), v); },
            pyb::arg("name"), pyb::arg("value"))
-      .def("finish", &PyRunProfiler::finish, pyb::call_guard<pyb::gil_scoped_release>(),
+      // With the GIL held: counter() from another Python thread must not run while the sinks close.
+      .def("finish", &PyRunProfiler::finish,
            "Stops recording and closes the sinks; returns (events recorded, events dropped). Idempotent.")
       .def("collector_cpu_ns", &PyRunProfiler::collector_cpu_ns);
 }
