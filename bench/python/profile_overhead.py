@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 CONDITIONS = ["baseline", "memcomm", "after memcomm stop", "torch.profiler", "after torch.profiler stop"]
 
@@ -115,7 +115,8 @@ def fixed_cost(args: argparse.Namespace) -> None:
     it is the same few calls per step on a model so small that a step takes well under a
     millisecond, where it is measurable. One process, alternating blocks of `steps` steps with and
     without the profiler (paired as in Note [Timing profilers side by side]), training-thread CPU
-    time. Prints {"off_us", "on_us", "paired_us"}: per step."""
+    time; then the same for torch.profiler. Prints {"off_us", "on_us", "paired_us", "torch_on_us",
+    "torch_paired_us"}: per step."""
     import torch
     from torch import nn
     import memcomm
@@ -135,16 +136,32 @@ def fixed_cost(args: argparse.Namespace) -> None:
             opt.zero_grad()
         return (time.thread_time() - c) / len(data) * 1e6
 
-    profiler = memcomm.profile(trace=os.path.join(tempfile.mkdtemp(prefix="memcomm-bench-"), "tiny.mct"))
+    def alternate(start: Callable[[], Any], stop: Callable[[Any], Any]) -> Tuple[List[float], List[float]]:
+        off, on = [block()], []
+        for _ in range(args.rounds):
+            handle = start()
+            on.append(block())
+            stop(handle)
+            off.append(block())
+        return off, on
+
+    def paired(off: List[float], on: List[float]) -> float:
+        return statistics.median(m - (a + b) / 2 for m, a, b in zip(on, off, off[1:]))
+
+    trace = os.path.join(tempfile.mkdtemp(prefix="memcomm-bench-"), "tiny.mct")
     block()
-    off, on = [block()], []
-    for _ in range(args.rounds):
-        profiler.start()
-        on.append(block())
-        profiler.stop()
-        off.append(block())
-    paired = statistics.median(m - (a + b) / 2 for m, a, b in zip(on, off, off[1:]))
-    print(json.dumps({"off_us": statistics.median(off), "on_us": statistics.median(on), "paired_us": paired}))
+    off, on = alternate(lambda: memcomm.profile(trace=trace).start(), lambda p: p.stop())
+    from torch.profiler import ProfilerActivity, profile
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+
+    def torch_start() -> Any:
+        tp = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        tp.start()
+        return tp
+
+    t_off, t_on = alternate(torch_start, lambda tp: tp.stop())
+    print(json.dumps({"off_us": statistics.median(off), "on_us": statistics.median(on), "paired_us": paired(off, on),
+                      "torch_on_us": statistics.median(t_on), "torch_paired_us": paired(t_off, t_on)}))
 
 
 def run_fixed_cost(allocator: str) -> Dict:
@@ -226,9 +243,11 @@ def main() -> None:
         base_ms = statistics.median(result["wall"]["baseline"]) * 1e3
         print(table(allocator, result), flush=True)
         print(f"Fixed cost (Note [A profiler's fixed cost per step]): a tiny model's step takes {fixed['off_us']:.0f} us "
-              f"without the profiler and {fixed['on_us']:.0f} us with it; paired, memcomm adds {fixed['paired_us']:.1f} us "
-              f"per step, {fixed['paired_us'] / 1e3 / base_ms * 100:.2f} % of the sample's {base_ms:.1f} ms step.\n",
-              flush=True)
+              f"without a profiler, {fixed['on_us']:.0f} us under memcomm and {fixed['torch_on_us']:.0f} us under "
+              f"torch.profiler; paired, memcomm adds {fixed['paired_us']:.1f} us per step "
+              f"({fixed['paired_us'] / 1e3 / base_ms * 100:.2f} % of the sample's {base_ms:.1f} ms step) and torch.profiler "
+              f"{fixed['torch_paired_us']:.1f} us: memcomm costs {fixed['paired_us'] / fixed['torch_paired_us']:.2f} of "
+              f"torch.profiler's overhead.\n", flush=True)
 
 
 if __name__ == "__main__":

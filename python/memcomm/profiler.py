@@ -3,7 +3,7 @@
     with memcomm.profile(trace="run.mct", live="127.0.0.1:7433"):
         for x, y in memcomm.loader(train_loader):        # data-loader wait
             loss = criterion(model(x), y)                 # forward (hooks)
-            loss.backward()                               # backward (autograd hooks)
+            loss.backward()                               # backward (autograd's entry point)
             optimizer.step(); optimizer.zero_grad()       # optimizer phase, end of the step
 
 Each rank writes NAME.rankR.mct (rank and world from torch.distributed when it is initialised) in
@@ -19,23 +19,27 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   is a forward (so the loss function's module is not one). At that step the global hooks go, and
   the modules found (the model; both of a GAN's) get hooks of their own: the rest of the run pays
   nothing for the submodules' calls. profile(model=...) names the modules from the start.
-- Backward opens when the gradient reaches the forward's output (a tensor hook) and closes at the
-  end of autograd's graph task (a final callback that queues a second one, so that it runs after
-  DDP's own final callback, which waits for the last bucket and writes the gradients). With
-  gradient accumulation every backward is its own range. Note [Ranges owned by another thread]
-  (bind_profiler.cpp) keeps it on the training thread's timeline on a GPU too.
+- Backward is a call of torch.autograd.backward (what Tensor.backward calls): start() wraps that
+  entry point and stop() puts it back. The wrapper is one Python call around the whole backward, on
+  the thread that asked for it, and it ends after autograd's final callbacks (DDP's, which wait for
+  the last bucket and write the gradients). Tensor hooks and final callbacks would also find it, but
+  cost about 100 us a step between them on this project's machine (bench/results/python-cpu.md),
+  more than the other hooks together. With gradient accumulation every backward is its own range;
+  one inside another (a backward during a backward) is part of the outer one.
 - A range still open when the next phase begins (a backward or step() that raised) is closed
   first, so ranges always nest.
 Allocations are labelled while a phase runs (Note [Memory categories] in trainer/src/profiling.cpp):
-input in the loader wait, activation in forward and backward, gradient in backward's final
-callbacks (DDP copies its buckets into .grad there), optimizer state in step(), communication
-buffer inside collectives; memcomm.category() labels the script's own code (its model building).
+input in the loader wait, activation in forward and backward (autograd allocates parameters'
+gradients in the same kernels as the activations' gradients, so the two cannot be told apart when
+they are allocated), optimizer state in step(), communication buffer inside collectives; memcomm.category() labels the script's own code (its model building).
 
-Note [Nothing left after stop]: stop() removes every module, optimizer and tensor hook it added.
+Note [Nothing left after stop]: stop() removes every module and optimizer hook it added and puts
+torch.autograd.backward back.
 What the script holds (the loader wrapper, a DDP comm hook, memcomm.dist calls) checks one
 module global and calls straight through while no profiler runs.
 """
 import contextlib
+import functools
 import itertools
 import os
 import threading
@@ -54,9 +58,8 @@ _DTYPE = _memcomm.dtype_names()
 _STEP, _FORWARD, _BACKWARD, _OPTIMIZER, _DATA_WAIT = (
     _PHASE["step"], _PHASE["forward"], _PHASE["backward"], _PHASE["optimizer"], _PHASE["data_wait"])
 _KEEP = -1  # phase_begin/phase_end: leave the memory label as it is
-_ACTIVATION, _GRADIENT, _OPT_STATE, _INPUT, _COMM_BUFFER = (
-    _CATEGORY["activation"], _CATEGORY["gradient"], _CATEGORY["optimizer_state"], _CATEGORY["input"],
-    _CATEGORY["comm_buffer"])
+_ACTIVATION, _OPT_STATE, _INPUT, _COMM_BUFFER = (
+    _CATEGORY["activation"], _CATEGORY["optimizer_state"], _CATEGORY["input"], _CATEGORY["comm_buffer"])
 _TORCH_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
                 torch.int8: "i8", torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64"}
 
@@ -75,22 +78,16 @@ def dtype_code(dtype: torch.dtype) -> int:
 
 
 class _ThreadState:
-    """What one training thread has open. Hooks that run on other threads (autograd's device
-    threads) reach it through their closures, never through thread-local lookups."""
-    __slots__ = ("generation", "ident", "thread", "stack", "step_open", "depth", "fwd_module", "backward",
-                 "owed_pop", "owed_category")
+    """What one training thread has open."""
+    __slots__ = ("generation", "stack", "step_open", "depth", "fwd_module", "in_backward")
 
     def __init__(self, generation: int):
         self.generation = generation
-        self.ident = threading.get_ident()
-        self.thread = _memcomm.thread_index()
         self.stack: List[Tuple[int, int, int]] = []   # open (phase, id, label to restore)
         self.step_open = False
         self.depth = 0                                 # module call nesting (global hooks)
         self.fwd_module: Any = None
-        self.backward: Optional[List[Any]] = None      # [nvtx pushed, label to restore or None]
-        self.owed_pop = False                          # an NVTX pop another thread could not do
-        self.owed_category: Optional[int] = None       # a label another thread could not restore
+        self.in_backward = False
 
 
 def _check_trace_dir(trace: str) -> None:
@@ -327,6 +324,7 @@ class Profiler:
         else:
             self._global_handles += [nn_module.register_module_forward_pre_hook(self._global_pre),
                                      nn_module.register_module_forward_hook(self._global_post, always_call=True)]
+        self._wrap_backward()
         add(optim.register_optimizer_step_pre_hook(self._optimizer_pre))
         add(optim.register_optimizer_step_post_hook(self._optimizer_post))
 
@@ -351,12 +349,6 @@ class Profiler:
             st = self._tls.state = _ThreadState(self._generation)
         return st
 
-    def _phase_state(self) -> _ThreadState:
-        """The state of a thread about to begin a phase: a backward left open is over by now."""
-        st = self._state()
-        if st.backward is not None or st.owed_pop or st.owed_category is not None:
-            self._settle(st)
-        return st
 
     def _open(self, st: _ThreadState, phase: int, ident: int, category: int, ts: int = 0) -> None:
         st.stack.append((phase, ident, _memcomm.phase_begin(phase, ident, category, ts)))
@@ -371,7 +363,6 @@ class Profiler:
                 return
 
     def _close_all(self, st: _ThreadState) -> None:
-        self._settle(st)
         if st.stack:
             self._close(st, st.stack[0][0])
         st.step_open = False
@@ -385,7 +376,7 @@ class Profiler:
     def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
         if _in_backward():
             return
-        st = self._phase_state()
+        st = self._state()
         if torch.is_grad_enabled():  # an evaluation's forward opens no step
             self._ensure_step(st)
         self._open(st, _FORWARD, 0, _ACTIVATION)
@@ -395,14 +386,12 @@ class Profiler:
             return
         st = self._state()
         self._close(st, _FORWARD)
-        self._watch_backward(st, output)
 
     # Forward: the outermost module call with parameters (global hooks).
     def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
         st = self._state()
         st.depth += 1
         if st.depth == 1 and next(module.parameters(), None) is not None and not _in_backward():
-            self._settle(st)
             st.fwd_module = module
             if not any(module is r for r in self._roots):
                 self._roots.append(module)
@@ -416,72 +405,32 @@ class Profiler:
         if st.depth == 0 and st.fwd_module is module:
             st.fwd_module = None
             self._close(st, _FORWARD)
-            self._watch_backward(st, output)
 
-    # Backward: from the gradient of the forward's output to the end of autograd's graph task.
-    def _watch_backward(self, st: _ThreadState, output: Any) -> None:
-        if not torch.is_grad_enabled():
-            return
-        tensors = _output_tensors(output)
-        if not tensors:
-            return
-        fired = [False]
+    # Backward: a call of torch.autograd.backward (Note [Phases from hooks]).
+    def _wrap_backward(self) -> None:
+        original = torch.autograd.backward
 
-        def on_output_grad(grad: torch.Tensor) -> None:
-            if not fired[0] and _current is self:
-                fired[0] = True
-                self._backward_begin(st)
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if _current is not self:
+                return original(*args, **kwargs)
+            st = self._state()
+            if st.in_backward:
+                return original(*args, **kwargs)
+            st.in_backward = True
+            self._open(st, _BACKWARD, 0, _ACTIVATION)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                st.in_backward = False
+                self._close(st, _BACKWARD)
 
-        for t in tensors:
-            t.register_hook(on_output_grad)
-
-    def _backward_begin(self, st: _ThreadState) -> None:
-        if st.backward is not None:
-            return  # one backward through several forwards' outputs
-        on_owner = threading.get_ident() == st.ident
-        pushed = _memcomm.range_begin_on(_BACKWARD, 0, st.thread)
-        st.backward = [pushed, _exchange(_ACTIVATION) if on_owner else None]
-        engine = torch.autograd.Variable._execution_engine
-
-        def last() -> None:
-            self._backward_end(st)
-
-        def first() -> None:  # DDP's callback was queued after this one: queue behind it
-            if threading.get_ident() == st.ident and st.backward is not None:
-                _exchange(_GRADIENT)
-            engine.queue_callback(last)
-
-        engine.queue_callback(first)
-
-    def _backward_end(self, st: _ThreadState) -> None:
-        b = st.backward
-        if b is None:
-            return
-        st.backward = None
-        pushed, restore = b
-        popped = _memcomm.range_end_on(_BACKWARD, 0, st.thread, pushed)
-        if threading.get_ident() == st.ident:
-            if restore is not None:
-                _exchange(restore)
-        else:
-            st.owed_pop = pushed and not popped
-            st.owed_category = restore
-
-    def _settle(self, st: _ThreadState) -> None:
-        """On the owner thread: finishes a backward that never closed (it raised) and pays what
-        another thread owed it (Note [Ranges owned by another thread])."""
-        if st.backward is not None:
-            self._backward_end(st)
-        if st.owed_pop:
-            _memcomm.nvtx_pop(_BACKWARD)
-            st.owed_pop = False
-        if st.owed_category is not None:
-            _exchange(st.owed_category)
-            st.owed_category = None
+        torch.autograd.backward = backward
+        self._handles.append(_Restore(original, backward))
 
     # Optimizer: the step's last phase.
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        st = self._phase_state()
+        st = self._state()
         self._ensure_step(st)
         self._open(st, _OPTIMIZER, 0, _OPT_STATE)
 
@@ -494,7 +443,7 @@ class Profiler:
 
     # Data-loader wait (memcomm.loader).
     def _data_wait(self, begin_ns: int) -> None:
-        st = self._phase_state()
+        st = self._state()
         self._ensure_step(st, begin_ns)
         _memcomm.phase_span(_DATA_WAIT, 0, begin_ns, _now())
 
@@ -527,22 +476,22 @@ class Profiler:
         return index, next(self._seq[index])
 
 
+class _Restore:
+    """Puts torch.autograd.backward back at stop() (unless something replaced it since; then the
+    wrapper stays and passes calls straight through)."""
+
+    def __init__(self, original: Callable[..., Any], wrapper: Callable[..., Any]):
+        self._original, self._wrapper = original, wrapper
+
+    def remove(self) -> None:
+        if torch.autograd.backward is self._wrapper:
+            torch.autograd.backward = self._original
+
+
 def _in_backward() -> bool:
     """True inside autograd's backward: a module called there is activation checkpointing's
     recomputation, part of the backward rather than a forward of its own."""
     return torch._C._current_graph_task_id() != -1
-
-
-def _output_tensors(output: Any) -> List[torch.Tensor]:
-    """The tensors of a forward's output that carry gradients (a tensor, or one level of a tuple,
-    list or dict)."""
-    if isinstance(output, torch.Tensor):
-        return [output] if output.requires_grad else []
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (tuple, list)):
-        return [t for t in output if isinstance(t, torch.Tensor) and t.requires_grad]
-    return []
 
 
 def profile(trace: Optional[Union[str, os.PathLike]] = None, live: Optional[str] = None, *,

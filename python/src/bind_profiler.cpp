@@ -114,33 +114,6 @@ class PyRunProfiler {
   int64_t cpu_ns_ = 0;
 };
 
-// Note [Ranges owned by another thread]: a backward's first and last hooks can run on autograd's
-// device threads (on a GPU), but the Backward range belongs on the timeline of the thread that ran
-// the forward, between its Forward and Optimizer ranges, or LIFO nesting breaks. So these record
-// with the owner's thread index, and mirror to NVTX (a per-thread push/pop stack) only when called
-// on the owner itself; the end reports whether it popped, so the caller can pop later on the owner.
-bool range_begin_on(int phase, uint64_t id, int thread) {
-  auto& r = prof::Recorder::global();
-  if (!r.enabled()) return false;
-  const prof::Phase p = to_phase(phase);
-  r.record(prof::make_range(prof::EventKind::RangeBegin, prof::now_ns(), p, prof::kNoString, id,
-                            static_cast<uint16_t>(thread)));
-  if (r.thread_index() != thread) return false;
-  r.call_begin_hooks(p, prof::phase_name(p), id);
-  return true;
-}
-
-bool range_end_on(int phase, uint64_t id, int thread, bool pushed) {
-  auto& r = prof::Recorder::global();
-  const prof::Phase p = to_phase(phase);
-  if (r.enabled())
-    r.record(prof::make_range(prof::EventKind::RangeEnd, prof::now_ns(), p, prof::kNoString, id,
-                              static_cast<uint16_t>(thread)));
-  if (!pushed || r.thread_index() != thread) return false;
-  r.call_end_hooks(p);
-  return true;
-}
-
 void record_collective(int op, int dtype, uint64_t bytes, int comm, uint32_t seq, int bucket, int64_t start_ns,
                        int64_t end_ns) {
   const auto o = static_cast<prof::CollOp>(op);
@@ -236,13 +209,9 @@ void bind_hot_calls(pyb::module_& m) {
         "Closes the phase range and puts back label `restore` (-1: keeps the label).");
   m.def("phase_span", &phase_span, pyb::arg("phase"), pyb::arg("id"), pyb::arg("begin_ns"), pyb::arg("end_ns"),
         "Records a phase range that is already over (the data-loader wait, known once the batch came).");
-  m.def("range_begin_on", &range_begin_on, pyb::arg("phase"), pyb::arg("id"), pyb::arg("thread"));
-  m.def("range_end_on", &range_end_on, pyb::arg("phase"), pyb::arg("id"), pyb::arg("thread"), pyb::arg("pushed"));
-  m.def("nvtx_pop", [](int phase) { prof::Recorder::global().call_end_hooks(to_phase(phase)); }, pyb::arg("phase"));
   m.def("exchange_category",
         [](int category) { return static_cast<int>(train::exchange_memory_category(to_category(category))); },
         pyb::arg("category"));
-  m.def("thread_index", [] { return prof::Recorder::global().thread_index(); });
   m.def("recording", [] { return prof::recording(); });
   m.def("record_collective", &record_collective, pyb::arg("op"), pyb::arg("dtype"), pyb::arg("bytes"),
         pyb::arg("comm"), pyb::arg("seq"), pyb::arg("bucket"), pyb::arg("start_ns"), pyb::arg("end_ns"));
