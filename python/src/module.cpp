@@ -8,5 +8,6 @@ PYBIND11_MODULE(_memcomm, m) {
   m.doc() = "memcomm's C++ core: the caching allocator, the profiler and the tuner's search";
   m.attr("__version__") = MEMCOMM_VERSION;
   memcomm::py::bind_allocator(m);
+  memcomm::py::bind_profiler(m);
   memcomm::py::bind_tuner(m);
 }

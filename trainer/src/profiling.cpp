@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace memcomm::train {
 
@@ -81,6 +82,10 @@ MemoryCategoryScope::MemoryCategoryScope(prof::MemCategory c) noexcept : saved_(
 }
 
 MemoryCategoryScope::~MemoryCategoryScope() { t_category = saved_; }
+
+prof::MemCategory exchange_memory_category(prof::MemCategory c) noexcept {
+  return static_cast<prof::MemCategory>(std::exchange(t_category, static_cast<uint8_t>(c)));
+}
 
 struct RunProfiler::Impl {
   prof::Recorder& rec = prof::Recorder::global();

@@ -32,6 +32,11 @@ class MemoryCategoryScope {
   uint8_t saved_;
 };
 
+// The same label without a scope, for callers whose scopes open and close in separate calls (the
+// Python bindings' phase hooks): sets this thread's label and returns the one it replaces, which
+// the caller puts back.
+prof::MemCategory exchange_memory_category(prof::MemCategory c) noexcept;
+
 class RunProfiler {
  public:
   // Starts recording when --trace or --live is given; otherwise does nothing and costs nothing.

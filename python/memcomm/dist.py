@@ -1,0 +1,78 @@
+"""torch.distributed's collectives, recorded: `memcomm.dist.all_reduce(t)` does what
+`torch.distributed.all_reduce(t)` does and, while a profiler runs, records the collective (issue,
+end, bytes, element type, communicator and sequence number, which match the same call on every
+rank). Same arguments and results as torch.distributed's; with async_op=True the end is when the
+work completes. Bytes follow nccl-tests' "size": the gathered total for all_gather.
+"""
+from typing import Any, List, Optional
+
+import torch
+import torch.distributed as _dist
+
+from memcomm import profiler as _profiler
+
+ReduceOp = _dist.ReduceOp
+
+
+def _world(group: Any) -> int:
+    return _dist.get_world_size(group) if group is not None else _dist.get_world_size()
+
+
+def _run(op: str, tensor: Optional[torch.Tensor], nbytes: int, group: Any, async_op: bool, call: Any) -> Any:
+    p = _profiler._current
+    if p is None:
+        return call()
+    dtype = _profiler.dtype_code(tensor.dtype) if tensor is not None else 0
+    return _profiler.record_collective(p, op, dtype, nbytes, group, -1, call, async_op)
+
+
+def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+    """torch.distributed.all_reduce, recorded."""
+    return _run("all_reduce", tensor, tensor.nbytes, group, async_op,
+                lambda: _dist.all_reduce(tensor, op=op, group=group, async_op=async_op))
+
+
+def broadcast(tensor: torch.Tensor, src: int, group: Any = None, async_op: bool = False) -> Any:
+    """torch.distributed.broadcast, recorded."""
+    return _run("broadcast", tensor, tensor.nbytes, group, async_op,
+                lambda: _dist.broadcast(tensor, src, group=group, async_op=async_op))
+
+
+def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+    """torch.distributed.reduce, recorded."""
+    return _run("reduce", tensor, tensor.nbytes, group, async_op,
+                lambda: _dist.reduce(tensor, dst, op=op, group=group, async_op=async_op))
+
+
+def all_gather(tensor_list: List[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
+    """torch.distributed.all_gather, recorded (bytes: the gathered total)."""
+    return _run("all_gather", tensor, tensor.nbytes * _world(group), group, async_op,
+                lambda: _dist.all_gather(tensor_list, tensor, group=group, async_op=async_op))
+
+
+def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
+    """torch.distributed.all_gather_into_tensor, recorded (bytes: the gathered total)."""
+    return _run("all_gather", input, output.nbytes, group, async_op,
+                lambda: _dist.all_gather_into_tensor(output, input, group=group, async_op=async_op))
+
+
+def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None,
+                          async_op: bool = False) -> Any:
+    """torch.distributed.reduce_scatter_tensor, recorded (bytes: the input's)."""
+    return _run("reduce_scatter", input, input.nbytes, group, async_op,
+                lambda: _dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op))
+
+
+def all_to_all_single(output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
+    """torch.distributed.all_to_all_single (even splits), recorded."""
+    return _run("all_to_all", input, input.nbytes, group, async_op,
+                lambda: _dist.all_to_all_single(output, input, group=group, async_op=async_op))
+
+
+def barrier(group: Any = None, async_op: bool = False) -> Any:
+    """torch.distributed.barrier, recorded."""
+    return _run("barrier", None, 0, group, async_op, lambda: _dist.barrier(group=group, async_op=async_op))
+
+
+__all__ = ["all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
+           "all_to_all_single", "barrier", "ReduceOp"]

@@ -1,0 +1,338 @@
+"""memcomm.profile from Python: a training loop recorded without changing it, read back by
+memcomm-trace. Every run is a fresh interpreter (the recorder and the allocator are process-wide);
+the two-rank runs use torch.distributed.run with Gloo on the CPU."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_python
+
+# A small CNN on Fashion-MNIST-shaped random data; `loop(n, accumulate)` trains n micro-batches,
+# stepping the optimizer every `accumulate` of them (no_sync() in between under DDP).
+MODEL = """
+import contextlib, os, sys, time, torch, memcomm
+from torch import nn
+torch.manual_seed(0)
+torch.set_num_threads(1)
+def make_model():
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 13 * 13, 10))
+def batches(n, size=16):
+    return [(torch.randn(size, 1, 28, 28), torch.randint(0, 10, (size,))) for _ in range(n)]
+crit = nn.CrossEntropyLoss()
+def loop(model, opt, data, accumulate=1, ddp=False):
+    for i, (x, y) in enumerate(memcomm.loader(data)):
+        last = (i + 1) % accumulate == 0
+        ctx = model.no_sync() if ddp and not last else contextlib.nullcontext()
+        with ctx:
+            crit(model(x), y).backward()
+        if last:
+            opt.step()
+            opt.zero_grad()
+"""
+
+
+def check(code: str, *args: str, env: dict = None) -> str:
+    r = run_python(MODEL + textwrap.dedent(code), *args, env=env, timeout=120)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+def trace_json(tool, sub: str, *files: Path) -> dict:
+    out = subprocess.run([tool("memcomm-trace"), sub, "--json", *map(str, files)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def phase_counts(tool, tmp_path: Path, file: Path) -> dict:
+    chrome = tmp_path / (file.name + ".json")
+    out = subprocess.run([tool("memcomm-trace"), "export", "--chrome", str(chrome), str(file)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    events = json.loads(chrome.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    counts: dict = {}
+    for e in events:
+        if e.get("ph") == "X":
+            counts[e["name"]] = counts.get(e["name"], 0) + 1
+    return counts
+
+
+def test_a_loop_records_steps_phases_and_allocations(tmp_path, tool):
+    trace = tmp_path / "run.mct"
+    check("""
+        memcomm.use_allocator("cpu")
+        model = make_model()
+        opt = torch.optim.Adam(model.parameters())       # state appears at the first step
+        with memcomm.profile(trace=sys.argv[1]) as p:
+            with memcomm.category("parameter"):            # the script labels its own code
+                spare = make_model()
+            loop(model, opt, batches(8), accumulate=2)
+            with torch.no_grad():
+                model(torch.randn(2, 1, 28, 28))         # an evaluation: a forward, no step
+        assert p.trace_file.endswith("run.rank0.mct") and p.result[0] > 0 and p.result[1] == 0, p.result
+        assert memcomm.profiler.current() is None
+    """, str(trace))
+    file = tmp_path / "run.rank0.mct"
+    report = trace_json(tool, "report", file)
+    steps = report["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4], steps
+    assert all(s["data_wait_ns"] > 0 and s["breakdown"]["compute_ns"] > 0 for s in steps), steps
+    assert report["ranks"][0]["peak_allocated"] > 0
+    phases = phase_counts(tool, tmp_path, file)
+    # 8 micro-batches: a forward, a backward and a wait each; the eval's forward is not in a step.
+    assert phases == {"step": 4, "data_wait": 8, "forward": 9, "backward": 8, "optimizer": 4}, phases
+    kinds = trace_json(tool, "info", file)[0]["kinds"]
+    assert kinds["alloc"] > 0 and kinds["range_begin"] == kinds["range_end"], kinds
+    cats = memcomm_categories(file)
+    assert cats.get("activation", 0) > 0 and cats.get("optimizer_state", 0) > 0 and cats.get("parameter", 0) >= 4, cats
+
+
+def memcomm_categories(file: Path) -> dict:
+    out = run_python("import sys, memcomm; print(memcomm._memcomm.trace_alloc_categories(sys.argv[1]))", str(file))
+    assert out.returncode == 0, out.stderr
+    return eval(out.stdout)  # noqa: S307 (a dict printed by our own child)
+
+
+DDP = """
+import torch.distributed as dist
+dist.init_process_group("gloo")
+memcomm.use_allocator("cpu")
+def ddp_run(hook, steps):
+    ddp = nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.01)  # several buckets
+    ddp.register_comm_hook(None, memcomm.comm_hook(hook))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    loop(ddp, opt, batches(2 * steps), accumulate=2, ddp=True)
+torch.manual_seed(dist.get_rank())
+with memcomm.profile(trace=sys.argv[1]):
+    ddp_run("allreduce", 3)
+    ddp_run("fp16", 2)
+    memcomm.dist.all_reduce(torch.ones(1000))
+    memcomm.dist.broadcast(torch.ones(10), 0)
+    out = [torch.zeros(3) for _ in range(2)]
+    memcomm.dist.all_gather(out, torch.ones(3))
+    memcomm.dist.all_reduce(torch.ones(10), async_op=True).wait()
+    memcomm.dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def torchrun(tmp_path: Path, code: str, *args: str, env: dict = None) -> subprocess.CompletedProcess:
+    script = tmp_path / "train.py"
+    script.write_text(MODEL + textwrap.dedent(code))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", str(script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+
+
+def test_two_ranks_record_matching_collectives(tmp_path, tool):
+    # MEMCOMM_CLOCK_PROBE=1 measures the clock offset by round trips even though both ranks share a clock.
+    r = torchrun(tmp_path, DDP, str(tmp_path / "ddp.mct"), env={"MEMCOMM_CLOCK_PROBE": "1"})
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    files = [tmp_path / "ddp.rank0.mct", tmp_path / "ddp.rank1.mct"]
+    report = trace_json(tool, "report", *files)
+    colls = report["collectives"]
+    assert sorted(c["seq"] for c in colls) == list(range(len(colls))), colls
+    assert all(c["ranks_seen"] == 2 and c["nranks"] == 2 for c in colls), colls
+    buckets = [c for c in colls if c["bucket"] >= 0]
+    assert all(c["op"] == "all_reduce" for c in buckets), buckets
+    # 3 synchronised backwards with the default all-reduce, then 2 with fp16 compression: DDP's
+    # first backward sends one bucket, then it rebuilds them by size.
+    f32 = [c for c in buckets if c["dtype"] == "f32"]
+    f16 = [c for c in buckets if c["dtype"] == "f16"]
+    assert len(f32) >= 5 and len(f16) >= 3 and len(f32) + len(f16) == len(buckets), buckets
+    assert {c["bucket"] for c in f32} >= {0, 1} and max(c["seq"] for c in f32) < min(c["seq"] for c in f16)
+    assert f16[0]["bytes"] * 2 == f32[0]["bytes"], (f16[0], f32[0])
+    others = [c for c in colls if c["bucket"] < 0]
+    assert [c["op"] for c in others] == ["all_reduce", "broadcast", "all_gather", "all_reduce", "barrier"], others
+    assert [len([s for s in report["steps"] if s["rank"] == rank]) for rank in (0, 1)] == [5, 5]
+    assert all(rank["collectives"] == len(colls) for rank in report["ranks"]), report["ranks"]
+
+
+def test_stop_leaves_no_hooks_and_no_cost(tmp_path):
+    # Timing alone cannot show "no cost" on a busy machine (adjacent blocks differ by 10 %), so the
+    # test also traces every Python and C call a step makes after stop(): none may reach memcomm's
+    # code but the loader wrapper's pass-through.
+    check("""
+        import torch.nn.modules.module as M, torch.optim.optimizer as O
+        def hooks():
+            return [len(d) for d in (M._global_forward_pre_hooks, M._global_forward_hooks,
+                                     M._global_forward_hooks_always_called, O._global_optimizer_pre_hooks,
+                                     O._global_optimizer_post_hooks, model._forward_pre_hooks, model._forward_hooks)]
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        data = batches(1, size=64) * 20
+        def best_step():
+            times = []
+            for x, y in memcomm.loader(data):
+                t = time.perf_counter()
+                crit(model(x), y).backward(); opt.step(); opt.zero_grad()
+                times.append(time.perf_counter() - t)
+            return min(times)
+        def memcomm_calls():
+            seen = []
+            def tracer(frame, event, arg):
+                where = frame.f_code.co_filename if event == "call" else getattr(arg, "__module__", "") or ""
+                if "memcomm" in where and event in ("call", "c_call"):
+                    seen.append((event, frame.f_code.co_name if event == "call" else arg.__name__))
+            sys.setprofile(tracer)
+            try:
+                loop(model, opt, batches(2))
+            finally:
+                sys.setprofile(None)
+            return sorted(set(seen))
+        before_hooks = hooks()
+        loop(model, opt, batches(3))                  # warm up
+        before = min(best_step() for _ in range(3))
+        p = memcomm.profile(trace=sys.argv[1]).start()
+        assert hooks()[:5] == [1, 1, 1, 1, 1] and hooks()[5:] == [0, 0], hooks()
+        assert any(e == "c_call" for e, _ in memcomm_calls())
+        assert hooks()[:3] == [0, 0, 0] and hooks()[5:] == [1, 1], hooks()  # narrowed to the model
+        p.stop()
+        assert hooks() == before_hooks, (hooks(), before_hooks)
+        calls = memcomm_calls()
+        assert calls == [("call", "__init__"), ("call", "__iter__"), ("call", "loader")], calls  # the wrapper
+        after = min(best_step() for _ in range(3))
+        assert after <= before * 1.5 + 1e-3, (before, after)
+    """, str(tmp_path / "stop.mct"))
+
+
+def test_an_exception_in_the_block_still_closes_the_trace(tmp_path, tool):
+    check("""
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        try:
+            with memcomm.profile(trace=sys.argv[1]):
+                loop(model, opt, batches(3))
+                crit(model(torch.randn(2, 1, 28, 28)), torch.tensor([1, 2]))  # a forward, then:
+                raise KeyError("the script failed")
+        except KeyError:
+            pass
+        assert memcomm.profiler.current() is None
+        # A second profiler can start afterwards; nothing listens at its live address, which
+        # neither blocks training nor its stop().
+        with memcomm.profile(trace=sys.argv[2], live="127.0.0.1:9") as p:
+            loop(model, opt, batches(1))
+            t = time.monotonic()
+        assert time.monotonic() - t < 5, time.monotonic() - t
+        # Activation checkpointing runs forwards again inside backward: they stay part of it.
+        from torch.utils.checkpoint import checkpoint
+        class Checkpointed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = make_model()
+            def forward(self, x):
+                return checkpoint(self.inner, x, use_reentrant=False)
+        model = Checkpointed()
+        with memcomm.profile(trace=sys.argv[3]):
+            loop(model, torch.optim.SGD(model.parameters(), lr=0.01), batches(2))
+    """, str(tmp_path / "exc.mct"), str(tmp_path / "live.mct"), str(tmp_path / "ckpt.mct"))
+    info = trace_json(tool, "info", tmp_path / "exc.rank0.mct")[0]
+    assert not info["truncated"] and info["kinds"]["range_begin"] == info["kinds"]["range_end"], info
+    # The 3 steps, and the one the failed iteration began, closed by stop().
+    assert len(trace_json(tool, "report", tmp_path / "exc.rank0.mct")["steps"]) == 4
+    assert phase_counts(tool, tmp_path, tmp_path / "live.rank0.mct")["step"] == 1
+    ckpt = phase_counts(tool, tmp_path, tmp_path / "ckpt.rank0.mct")
+    assert ckpt == {"step": 2, "data_wait": 2, "forward": 2, "backward": 2, "optimizer": 2}, ckpt
+
+
+def test_a_killed_process_leaves_a_readable_trace(tmp_path, tool):
+    code = MODEL + textwrap.dedent("""
+        memcomm.use_allocator("cpu")
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        with memcomm.profile(trace=sys.argv[1]):
+            loop(model, opt, batches(4))
+            print("trained", flush=True)
+            while True:
+                loop(model, opt, batches(2))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "killed.mct")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "trained", proc.stderr.read() if proc.poll() is not None else ""
+        time.sleep(1.0)  # past a few flushes (every 250 ms)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    file = tmp_path / "killed.rank0.mct"
+    info = trace_json(tool, "info", file)[0]
+    assert info["events"] > 0 and info["kinds"]["alloc"] > 0, info
+    assert len(trace_json(tool, "report", file)["steps"]) >= 4
+
+
+def test_threads_record_their_own_phases(tmp_path, tool):
+    check("""
+        import threading
+        errors = []
+        def train():
+            try:
+                model = make_model()
+                loop(model, torch.optim.SGD(model.parameters(), lr=0.01), batches(4))
+            except Exception as e:
+                errors.append(e)
+        def start_twice(p, results):
+            try:
+                p.start(); results.append("started")
+            except RuntimeError as e:
+                results.append(str(e))
+        p = memcomm.profile(trace=sys.argv[1])
+        results = []
+        starters = [threading.Thread(target=start_twice, args=(q, results)) for q in (p, memcomm.profile(trace=sys.argv[1] + "x"))]
+        for t in starters: t.start()
+        for t in starters: t.join()
+        assert sorted(results)[1] == "started" and "already running" in sorted(results)[0], results
+        running = memcomm.profiler.current()
+        workers = [threading.Thread(target=train) for _ in range(3)]
+        for t in workers: t.start()
+        for t in workers: t.join()
+        running.stop()
+        assert not errors, errors
+        print(running.trace_file)
+    """, str(tmp_path / "threads.mct"))
+    files = [f for f in tmp_path.glob("threads*.rank0.mct") if f.stat().st_size > 0]
+    steps = sum(len(trace_json(tool, "report", f)["steps"]) for f in files if trace_json(tool, "info", f)[0]["kinds"].get("range_begin"))
+    assert steps == 12, steps
+
+
+BAD_CALLS = [
+    ("memcomm.profile()", ValueError),
+    ("memcomm.profile(trace=3)", TypeError),
+    ("memcomm.profile(trace='/no/such/dir/run.mct').start()", FileNotFoundError),
+    ("memcomm.profile(trace='/proc/run.mct').start()", RuntimeError),
+    ("memcomm.profile(live='127.0.0.1:99999').start()", ValueError),
+    ("memcomm.profile(live=7433)", TypeError),
+    ("memcomm.profile(trace='x.mct', cupti='maybe')", ValueError),
+    ("memcomm.profile(trace='x.mct', model='net')", TypeError),
+    ("memcomm.profile(trace='x.mct', model=[make_model(), 3])", TypeError),
+    ("memcomm.comm_hook('fp8')", ValueError),
+    ("memcomm.comm_hook(3)", TypeError),
+    ("memcomm.comm_hook('fp16', wire_dtype='half')", TypeError),
+    ("memcomm.loader(5)", TypeError),
+    ("memcomm.category('weights').__enter__()", ValueError),
+]
+
+
+def test_bad_arguments_raise_before_training():
+    # One interpreter for all of them (each call fails before anything is recorded).
+    out = check("""
+        for call in sys.argv[1:]:
+            try:
+                eval(call)
+            except Exception as e:
+                print(type(e).__name__, "|", e)
+            else:
+                print("no exception")
+            assert memcomm.profiler.current() is None
+    """, *[call for call, _ in BAD_CALLS])
+    lines = out.strip().splitlines()
+    assert len(lines) == len(BAD_CALLS), out
+    for (call, error), line in zip(BAD_CALLS, lines):
+        assert line.startswith(error.__name__ + " |") and len(line) > len(error.__name__) + 10, (call, line)
