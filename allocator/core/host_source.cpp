@@ -1,11 +1,15 @@
-// The "host" source: memfd pages mapped into reserved address space (the CPU analog of CUDA VMM).
+// The "host" source: pages mapped into reserved address space (the CPU analog of CUDA VMM).
 //
-// Every reserved range owns an equally large, sparse range of one memfd, so an address always maps the
-// same file offset: map() is one mmap(MAP_FIXED|MAP_SHARED) over the reservation, unmap() puts PROT_NONE
-// anonymous memory back over the range and punches the file range out (fallocate PUNCH_HOLE), which is
-// what returns the pages to the kernel.
+// reserve() takes PROT_NONE address space; map() puts fresh private anonymous pages over part of it
+// (one mmap(MAP_FIXED)), and unmap() puts PROT_NONE anonymous memory back, which returns the pages to
+// the kernel.
+//
+// Note [Host pages across fork]: the pages must be private, not shared. A process that forks (a
+// DataLoader's workers do) must give the child a copy-on-write view, as malloc's memory is: the
+// child's copy of the allocator hands out the same addresses as the parent's, so with shared pages
+// (this source once mapped a memfd with MAP_SHARED) a worker's batches were written over the parent's
+// gradients. tests/allocator/test_sources.cpp forks to check it.
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -27,12 +31,6 @@ HostSource::HostSource(const SourceOptions& options) : granularity_(options.gran
   if (granularity_ == 0 || granularity_ % os_page != 0 || (granularity_ & (granularity_ - 1)) != 0)
     throw SourceError("host source: granularity " + std::to_string(granularity_) +
                       " must be a power of two and a multiple of the OS page size " + std::to_string(os_page));
-  fd_ = memfd_create("memcomm-host", MFD_CLOEXEC);
-  if (fd_ < 0) throw SourceError(sys_error("memfd_create"));
-}
-
-HostSource::~HostSource() {
-  if (fd_ >= 0) close(fd_);
 }
 
 void* HostSource::reserve(std::size_t bytes) {
@@ -46,23 +44,16 @@ void* HostSource::reserve(std::size_t bytes) {
   const std::uintptr_t tail = r + bytes + granularity_ - (base + bytes);
   if (tail) munmap(reinterpret_cast<void*>(base + bytes), tail);
   std::lock_guard<std::mutex> lock(mu_);
-  // Give the range its own file window.
-  const std::uint64_t off = file_size_;
-  file_size_ += bytes;
-  if (ftruncate(fd_, off_t(file_size_)) != 0) {
-    munmap(reinterpret_cast<void*>(base), bytes);
-    throw SourceError(sys_error("ftruncate"));
-  }
-  mapped_.emplace(base, std::make_pair(off, bytes));  // reservation table: base -> (file offset, bytes)
+  reservations_.emplace(base, bytes);
   counters_.reserves++;
   return reinterpret_cast<void*>(base);
 }
 
 void HostSource::release(void* base, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = mapped_.find(reinterpret_cast<std::uintptr_t>(base));
-  if (it == mapped_.end() || it->second.second != bytes) throw SourceError("host release: not a reserved range of that size");
-  mapped_.erase(it);
+  auto it = reservations_.find(reinterpret_cast<std::uintptr_t>(base));
+  if (it == reservations_.end() || it->second != bytes) throw SourceError("host release: not a reserved range of that size");
+  reservations_.erase(it);
   if (munmap(base, bytes) != 0) throw SourceError(sys_error("munmap"));
   counters_.releases++;
 }
@@ -72,19 +63,23 @@ bool HostSource::map(void* addr, std::size_t bytes) {
   return map_locked(addr, bytes);
 }
 
-bool HostSource::map_locked(void* addr, std::size_t bytes) {
+void HostSource::check_inside_reservation(const char* what, void* addr, std::size_t bytes) const {
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  if (bytes == 0 || bytes % granularity_ || a % granularity_) throw SourceError("host map: range not page-aligned");
-  auto it = mapped_.upper_bound(a);
-  if (it == mapped_.begin() || std::prev(it)->first + std::prev(it)->second.second < a + bytes)
-    throw SourceError("host map: range outside every reservation");
-  --it;
+  if (bytes == 0 || bytes % granularity_ || a % granularity_)
+    throw SourceError(std::string("host ") + what + ": range not page-aligned");
+  auto it = reservations_.upper_bound(a);
+  if (it == reservations_.begin() || std::prev(it)->first + std::prev(it)->second < a + bytes)
+    throw SourceError(std::string("host ") + what + ": range outside every reservation");
+}
+
+bool HostSource::map_locked(void* addr, std::size_t bytes) {
+  check_inside_reservation("map", addr, bytes);
   if (capacity_ && counters_.backed_bytes + bytes > capacity_) {
     counters_.failed++;
     return false;
   }
-  const std::uint64_t off = it->second.first + (a - it->first);
-  void* p = mmap(addr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_, off_t(off));
+  // Note [Host pages across fork]: private pages.
+  void* p = mmap(addr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   if (p == MAP_FAILED) {
     if (errno == ENOMEM) {
       counters_.failed++;
@@ -104,17 +99,9 @@ void HostSource::unmap(void* addr, std::size_t bytes) {
 }
 
 void HostSource::unmap_locked(void* addr, std::size_t bytes) {
-  const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  if (bytes == 0 || bytes % granularity_ || a % granularity_) throw SourceError("host unmap: range not page-aligned");
-  auto it = mapped_.upper_bound(a);
-  if (it == mapped_.begin() || std::prev(it)->first + std::prev(it)->second.second < a + bytes)
-    throw SourceError("host unmap: range outside every reservation");
-  --it;
-  const std::uint64_t off = it->second.first + (a - it->first);
+  check_inside_reservation("unmap", addr, bytes);
   void* p = mmap(addr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw SourceError(sys_error("mmap unmap"));
-  if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(off), off_t(bytes)) != 0)
-    throw SourceError(sys_error("fallocate punch hole"));
   counters_.unmaps++;
   counters_.backed_bytes -= bytes;
 }
@@ -124,7 +111,7 @@ void* HostSource::allocate(std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!map_locked(base, bytes)) {
     counters_.reserves--;
-    mapped_.erase(reinterpret_cast<std::uintptr_t>(base));
+    reservations_.erase(reinterpret_cast<std::uintptr_t>(base));
     munmap(base, bytes);
     return nullptr;
   }
@@ -139,9 +126,9 @@ void HostSource::deallocate(void* ptr, std::size_t bytes) {
   unmap_locked(ptr, bytes);
   counters_.unmaps--;
   counters_.frees++;
-  auto it = mapped_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == mapped_.end() || it->second.second != bytes) throw SourceError("host deallocate: not a segment of that size");
-  mapped_.erase(it);
+  auto it = reservations_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == reservations_.end() || it->second != bytes) throw SourceError("host deallocate: not a segment of that size");
+  reservations_.erase(it);
   if (munmap(ptr, bytes) != 0) throw SourceError(sys_error("munmap"));
 }
 

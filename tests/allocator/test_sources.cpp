@@ -1,6 +1,7 @@
 // Memory sources: one shared test body for every source that works without a GPU, plus the host
 // source's real memory behaviour and the factory's errors.
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,7 +78,7 @@ TEST_CASE("host source segments grow in place and give pages back to the kernel"
   std::vector<unsigned char> resident(8 * MiB / std::size_t(sysconf(_SC_PAGESIZE)));
   REQUIRE(mincore(base + 8 * MiB, 8 * MiB, resident.data()) == 0);
   CHECK(resident[0] != 0);
-  // Mapping again gives zeroed pages (the old ones were punched out of the file).
+  // Mapping again gives zeroed pages (fresh anonymous ones: the old ones went back to the kernel).
   REQUIRE(src->map(base, 2 * MiB));
   CHECK(base[100] == 0);
   src->unmap(base, 2 * MiB);
@@ -88,6 +89,37 @@ TEST_CASE("host source segments grow in place and give pages back to the kernel"
   CHECK(c.unmaps == 3);
   CHECK(c.backed_bytes == 0);
   CHECK(c.peak_backed_bytes == 16 * MiB);
+}
+
+TEST_CASE("a forked child sees host pages copy-on-write, as malloc's memory", "[allocator][sources][host]") {
+  // Note [Host pages across fork]: a DataLoader worker's copy of the allocator hands out the parent's
+  // addresses; its writes must stay in the child.
+  HostSource src;
+  char* base = static_cast<char*>(src.reserve(8 * MiB));
+  REQUIRE(src.map(base, 4 * MiB));
+  std::memset(base, 0x11, 4 * MiB);
+  int pipe_fd[2];
+  REQUIRE(pipe(pipe_fd) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // the child: sees the parent's data, then overwrites it
+    const char seen = base[12345];
+    std::memset(base, 0x22, 4 * MiB);
+    const char reply = seen == 0x11 ? 'y' : 'n';
+    (void)!write(pipe_fd[1], &reply, 1);
+    _exit(0);
+  }
+  char reply = 0;
+  REQUIRE(read(pipe_fd[0], &reply, 1) == 1);
+  int status = 0;
+  waitpid(child, &status, 0);
+  close(pipe_fd[0]);
+  close(pipe_fd[1]);
+  CHECK(reply == 'y');
+  CHECK(base[12345] == 0x11);
+  CHECK(base[4 * MiB - 1] == 0x11);
+  src.unmap(base, 4 * MiB);
+  src.release(base, 8 * MiB);
 }
 
 TEST_CASE("host source honours its capacity", "[allocator][sources][host]") {

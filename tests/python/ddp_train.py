@@ -1,12 +1,14 @@
 """A small DDP training run (CPU, Gloo) for the tests: `python -m torch.distributed.run --nproc-per-node 2
 ddp_train.py OUT [--memcomm]`. Rank 0 saves the final parameters to OUT. With --memcomm, memcomm's
-CPU allocator serves every tensor of both ranks."""
+CPU allocator serves every tensor of both ranks, the dataset's included, which a DataLoader worker (a
+forked child) reads and batches (Note [Host pages across fork] in allocator/core/host_source.cpp)."""
 import argparse
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
 
 
 def main() -> None:
@@ -25,9 +27,9 @@ def main() -> None:
     ddp = DDP(model, bucket_cap_mb=0.01)  # several buckets, so the overlap path runs
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     data = torch.Generator().manual_seed(100 + rank)
-    for _ in range(args.steps):
-        x = torch.randn(16, 1, 28, 28, generator=data)
-        y = torch.randint(0, 10, (16,), generator=data)
+    samples = TensorDataset(torch.randn(16 * args.steps, 1, 28, 28, generator=data),
+                            torch.randint(0, 10, (16 * args.steps,), generator=data))
+    for x, y in DataLoader(samples, batch_size=16, num_workers=1):
         opt.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()

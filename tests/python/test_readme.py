@@ -19,4 +19,4 @@ def test_readme_from_python_example_runs(tmp_path):
     for code in blocks:
         r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
-    assert (tmp_path / "run.mct").exists() and (tmp_path / "run.pickle").exists()
+    assert (tmp_path / "run.rank0.mct").exists() and (tmp_path / "run.pickle").exists()

@@ -26,7 +26,7 @@ def test_tutorial_loop_logs_and_writes_its_trace_and_snapshot(tmp_path):
     out = run([sys.executable, SAMPLES / "fashion_mnist.py", "--max-batches", "60", "--log-every", "20",
                "--trace", "run.mct", "--snapshot", "run.pickle"], tmp_path)
     assert "Batch [60/" in out and "peak reserved" in out
-    report = json.loads(run([build_dir() / "bin" / "memcomm-trace", "report", "--json", "run.mct"], tmp_path))
+    report = json.loads(run([build_dir() / "bin" / "memcomm-trace", "report", "--json", "run.rank0.mct"], tmp_path))
     assert report, report
     run([build_dir() / "bin" / "memcomm-replay", "--quiet", "run.pickle"], tmp_path)
 

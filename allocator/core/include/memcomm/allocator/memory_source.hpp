@@ -14,7 +14,7 @@ namespace memcomm::alloc {
 // A source hands out memory in two ways, and says which it can do:
 //  * allocate/deallocate: a whole, immediately usable segment (cudaMalloc, or a simulated one).
 //  * reserve/release + map/unmap: a virtual range with no memory behind it, whose pages are backed
-//    and given back one contiguous run at a time (cuMemMap, memfd+mmap). can_map() says whether the
+//    and given back one contiguous run at a time (cuMemMap, mmap). can_map() says whether the
 //    source does this; the allocator then grows segments in place ("expandable segments").
 // Sizes passed to allocate/reserve/map are multiples of granularity(); addresses passed to map/unmap
 // are granularity-aligned and lie inside a range returned by reserve(). Running out of memory is not

@@ -10,14 +10,13 @@
 
 namespace memcomm::alloc {
 
-// Host memory from one memfd: reserve() takes PROT_NONE address space, map() backs pages with freshly
-// allocated memfd pages (MAP_FIXED over the reservation) and unmap() punches them out of the file, so
-// the kernel really gets them back. allocate() is reserve + map in one. Granularity is 2 MiB by default
+// Host memory: reserve() takes PROT_NONE address space, map() backs pages with fresh private anonymous
+// memory (MAP_FIXED over the reservation) and unmap() puts PROT_NONE back over them, so the kernel
+// really gets them back; a forked child sees them copy-on-write (Note [Host pages across fork]). allocate() is reserve + map in one. Granularity is 2 MiB by default
 // (a multiple of the OS page size), so host segments behave like CUDA's.
 class HostSource final : public MemorySource {
  public:
   explicit HostSource(const SourceOptions& options = {});
-  ~HostSource() override;
   const char* name() const override { return "host"; }
   std::size_t granularity() const override { return granularity_; }
   std::size_t capacity() const override { return capacity_; }
@@ -34,12 +33,11 @@ class HostSource final : public MemorySource {
  private:
   bool map_locked(void* addr, std::size_t bytes);
   void unmap_locked(void* addr, std::size_t bytes);
+  void check_inside_reservation(const char* what, void* addr, std::size_t bytes) const;  // throws SourceError
   std::size_t granularity_;                      // page size of map/unmap
   std::size_t capacity_;                         // bytes backed at most (0 = no cap)
-  int fd_ = -1;                                  // the memfd every page lives in
-  mutable std::mutex mu_;                        // guards the file layout and counters
-  std::uint64_t file_size_ = 0;                  // bytes of the (sparse) memfd; each reservation gets a window
-  std::map<std::uintptr_t, std::pair<std::uint64_t, std::size_t>> mapped_;  // reservations: base -> (file offset, bytes)
+  mutable std::mutex mu_;                        // guards the reservations and counters
+  std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
   SourceCounters counters_;
 };
 

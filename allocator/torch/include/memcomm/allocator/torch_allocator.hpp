@@ -3,8 +3,8 @@
 //   #include <memcomm/allocator/torch_allocator.hpp>
 //   memcomm::alloc::install_torch_cpu_allocator();   // before the tensors you want it to serve
 //
-// Every CPU tensor allocated afterwards lives in memcomm's caching allocator (host source: memfd
-// pages in growing virtual ranges); tensors allocated earlier keep their own deleter and free
+// Every CPU tensor allocated afterwards lives in memcomm's caching allocator (host source: pages
+// mapped into growing virtual ranges); tensors allocated earlier keep their own deleter and free
 // correctly. Stats: memcomm::alloc::torch_cpu_allocator()->stats().
 //
 // This header does not include LibTorch, so callers that only read stats compile fast.
