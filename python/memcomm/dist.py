@@ -9,7 +9,9 @@ from typing import Any, List, Optional
 import torch
 import torch.distributed as _dist
 
-from memcomm import profiler as _profiler
+from memcomm._profiler import running as _running
+from memcomm._profiler.codes import dtype_code as _dtype_code
+from memcomm._profiler.collectives import record_collective as _record_collective
 
 ReduceOp = _dist.ReduceOp
 
@@ -19,11 +21,11 @@ def _world(group: Any) -> int:
 
 
 def _run(op: str, tensor: Optional[torch.Tensor], nbytes: int, group: Any, async_op: bool, call: Any) -> Any:
-    p = _profiler._current
+    p = _running.profiler
     if p is None:
         return call()
-    dtype = _profiler.dtype_code(tensor.dtype) if tensor is not None else 0
-    return _profiler.record_collective(p, op, dtype, nbytes, group, -1, call, async_op)
+    dtype = _dtype_code(tensor.dtype) if tensor is not None else 0
+    return _record_collective(p, op, dtype, nbytes, group, -1, call, async_op)
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:

@@ -10,15 +10,9 @@ import sys
 import tempfile
 import textwrap
 
-import torch
+import gpu_script
 
-SKIPPED = 77
-
-try:  # under pytest, skip rather than fail without a GPU
-    import pytest
-    pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-except ImportError:
-    pass
+pytestmark = gpu_script.skip_marks()
 
 
 def run(code: str) -> str:
@@ -76,10 +70,4 @@ def test_installing_after_the_first_cuda_allocation_is_an_error():
 
 
 if __name__ == "__main__":
-    if not torch.cuda.is_available():
-        print("no GPU: skipped")
-        sys.exit(SKIPPED)
-    tests = [f for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
-    for test in tests:
-        test()
-        print(f"{test.__name__}: passed")
+    gpu_script.run_as_script(globals())

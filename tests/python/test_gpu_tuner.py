@@ -8,15 +8,9 @@ import subprocess
 import sys
 import textwrap
 
-import torch
+import gpu_script
 
-SKIPPED = 77
-
-try:  # under pytest, skip rather than fail without a GPU
-    import pytest
-    pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-except ImportError:
-    pass
+pytestmark = gpu_script.skip_marks()
 
 SCRIPT = """
     import sys, torch, torch.nn as nn, torch.nn.functional as F, memcomm
@@ -62,10 +56,4 @@ def test_cuda_boundary_matches_the_grid_under_memcomms_allocator():
 
 
 if __name__ == "__main__":
-    if not torch.cuda.is_available():
-        print("no GPU: skipped")
-        sys.exit(SKIPPED)
-    tests = [f for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
-    for test in tests:
-        test()
-        print(f"{test.__name__}: passed")
+    gpu_script.run_as_script(globals())

@@ -1,0 +1,88 @@
+"""Collectives into the trace: memcomm.comm_hook (DDP's buckets) and record_collective (memcomm.dist)."""
+from typing import Any, Callable, Optional, Tuple, Union
+
+import torch
+import torch.distributed as dist
+
+from memcomm import _memcomm
+from memcomm._profiler import running
+from memcomm._profiler.codes import COMM_BUFFER, OP, dtype_code, exchange, now
+
+
+def record_collective(p: Any, op: str, dtype: int, nbytes: int, group: Any, bucket: int,
+                      call: Callable[[], Any], async_op: bool) -> Any:
+    """Runs `call` (a collective on `group`) and records it on the profiler `p`: issued when called,
+    ended when it returned or, with async_op, when its work completed."""
+    comm, seq = p.next_collective(group)
+    code = OP[op]
+    prev = exchange(COMM_BUFFER)
+    begin = now()
+    try:
+        work = call()
+    finally:
+        exchange(prev)
+    if async_op and work is not None:
+        def done(_: Any) -> None:
+            _memcomm.record_collective(code, dtype, nbytes, comm, seq, bucket, begin, now())
+        work.get_future().add_done_callback(done)
+    else:
+        _memcomm.record_collective(code, dtype, nbytes, comm, seq, bucket, begin, now())
+    return work
+
+
+_WIRE = {"allreduce": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _inner_hook(hook: Union[str, Callable[..., Any]], wire_dtype: Optional[torch.dtype]
+                ) -> Tuple[Callable[..., Any], Optional[torch.dtype]]:
+    """The hook comm_hook() calls, and the element type it sends (None: the bucket's)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    if isinstance(hook, str):
+        if hook not in _WIRE:
+            raise ValueError(f"comm_hook: hook must be 'allreduce', 'fp16', 'bf16' or a callable, got {hook!r}")
+        wire_dtype = wire_dtype or _WIRE[hook]
+        inner = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+                 "bf16": default_hooks.bf16_compress_hook}[hook]
+    elif callable(hook):
+        inner = hook
+    else:
+        raise TypeError(f"comm_hook: hook must be a name or a callable, got {type(hook).__name__}")
+    if wire_dtype is not None and not isinstance(wire_dtype, torch.dtype):
+        raise TypeError(f"comm_hook: wire_dtype must be a torch.dtype, got {type(wire_dtype).__name__}")
+    return inner, wire_dtype
+
+
+def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype: Optional[torch.dtype] = None
+              ) -> Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]:
+    """A DDP communication hook that records each bucket's all-reduce (issue, end, bytes on the wire,
+    bucket index, wire type) and then does what `hook` does:
+
+        ddp.register_comm_hook(None, memcomm.comm_hook())          # DDP's default all-reduce
+        ddp.register_comm_hook(None, memcomm.comm_hook("fp16"))    # torch's fp16_compress_hook
+        ddp.register_comm_hook(state, memcomm.comm_hook(my_hook, wire_dtype=torch.float16))
+
+    `hook` is "allreduce", "fp16", "bf16" or any hook(state, bucket) -> Future; `wire_dtype` is the
+    element type it sends (default: the bucket's, or the compression's)."""
+    inner, wire_dtype = _inner_hook(hook, wire_dtype)
+
+    # DDP checks these two annotations (GradBucket in, Future[Tensor] out) when the hook is registered.
+    def memcomm_comm_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        p = running.profiler
+        if p is None:
+            return inner(state, bucket)
+        buf = bucket.buffer()
+        wire = wire_dtype or buf.dtype
+        nbytes = buf.numel() * wire.itemsize
+        group = state if isinstance(state, dist.ProcessGroup) else None
+        comm, seq = p.next_collective(group)
+        prev = exchange(COMM_BUFFER)
+        begin = now()
+        try:
+            fut = inner(state, bucket)
+        finally:
+            exchange(prev)
+        args = (OP["all_reduce"], dtype_code(wire), nbytes, comm, seq, bucket.index(), begin)
+        fut.add_done_callback(lambda _: _memcomm.record_collective(*args, now()))
+        return fut
+
+    return memcomm_comm_hook

@@ -1,0 +1,231 @@
+"""The hooks a profiler installs to see the training loop's phases, and each thread's open ranges.
+
+Note [Phases from hooks]: what each hook records, on the thread that runs the training loop.
+- A Step range opens at the step's first event (its data-loader wait, forward or optimizer step)
+  and closes when an optimizer's step() returns (torch's global optimizer step hooks). Ids count
+  from 1, as the trainer's.
+- Forward is the outermost module call only. Until the first optimizer step, torch's global module
+  hooks count the nesting depth per thread, and a call at depth 0 into a module that has parameters
+  is a forward (so the loss function's module is not one). At that step the global hooks go, and
+  the modules found (the model; both of a GAN's) get hooks of their own: the rest of the run pays
+  nothing for the submodules' calls. profile(model=...) names the modules from the start.
+- Backward is a call of torch.autograd.backward (what Tensor.backward calls): start() wraps that
+  entry point and stop() puts it back. The wrapper is one Python call around the whole backward, on
+  the thread that asked for it, and it ends after autograd's final callbacks (DDP's, which wait for
+  the last bucket and write the gradients). A tensor hook on the forward's output and a final
+  callback would also find it, but cost about 100 us a step between them on this project's 2-core
+  machine, against some 20 us for the wrapper (bench/results/python-cpu.md). With gradient accumulation every backward is its own range;
+  one inside another (a backward during a backward) is part of the outer one.
+- A range still open when the next phase begins (a backward or step() that raised) is closed
+  first, so ranges always nest.
+Allocations are labelled while a phase runs (Note [Memory categories] in trainer/src/profiling.cpp):
+input in the loader wait, activation in forward and backward (autograd allocates parameters'
+gradients in the same kernels as the activations' gradients, so the two cannot be told apart when
+they are allocated), optimizer state in step(), communication buffer inside collectives; memcomm.category() labels the script's own code (its model building).
+"""
+import functools
+import itertools
+import threading
+from typing import Any, Callable, List, Tuple
+
+import torch
+
+from memcomm import _memcomm
+from memcomm._profiler import running
+from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KEEP, OPT_STATE, OPTIMIZER, STEP, now
+
+
+class _ThreadState:
+    """What one training thread has open."""
+    __slots__ = ("generation", "stack", "step_open", "depth", "fwd_module", "in_backward")
+
+    def __init__(self, generation: int):
+        self.generation = generation
+        self.stack: List[Tuple[int, int, int]] = []   # open (phase, id, label to restore)
+        self.step_open = False
+        self.depth = 0                                 # module call nesting (global hooks)
+        self.fwd_module: Any = None
+        self.in_backward = False
+
+
+class PhaseHooks:
+    """The module, optimizer and backward hooks of one profiler (`owner`); they record while it is
+    the running one. `models`: the modules whose calls are forwards, or [] to find them."""
+
+    def __init__(self, owner: Any, models: List[torch.nn.Module]):
+        self._owner = owner
+        self._models = models
+        self._roots: List[torch.nn.Module] = []      # outermost modules the global hooks found
+        self._global_handles: List[Any] = []
+        self._handles: List[Any] = []
+        self._lock = threading.Lock()
+        self._generation = 0                          # a new one at each install(): old thread states go
+        self._steps = itertools.count(1)
+        self._tls = threading.local()
+
+    # --- install and remove ---
+    def install(self) -> None:
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim
+        self._generation += 1
+        add = self._handles.append
+        self._roots = []
+        if self._models:
+            self._hook_modules(self._models)
+        else:
+            self._global_handles += [nn_module.register_module_forward_pre_hook(self._global_pre),
+                                     nn_module.register_module_forward_hook(self._global_post, always_call=True)]
+        self._wrap_backward()
+        add(optim.register_optimizer_step_pre_hook(self._optimizer_pre))
+        add(optim.register_optimizer_step_post_hook(self._optimizer_post))
+
+    def remove(self) -> None:
+        """Removes every hook install() added (Note [Nothing left after stop] in memcomm/profiler.py)."""
+        with self._lock:
+            for h in self._handles + self._global_handles:
+                h.remove()
+            self._handles.clear()
+            self._global_handles.clear()
+
+    def close_this_thread(self) -> None:
+        """Closes the ranges the calling thread has open."""
+        st = getattr(self._tls, "state", None)
+        if st is not None and st.generation == self._generation:
+            self._close_all(st)
+
+    def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
+        for m in modules:
+            self._handles.append(m.register_forward_pre_hook(self._model_pre))
+            self._handles.append(m.register_forward_hook(self._model_post, always_call=True))
+
+    def _narrow_hooks(self) -> None:
+        """From the first step on, only the modules found are hooked (Note [Phases from hooks])."""
+        with self._lock:
+            if not self._global_handles or running.profiler is not self._owner:
+                return
+            for h in self._global_handles:
+                h.remove()
+            self._global_handles.clear()
+            self._hook_modules(self._roots)
+
+    # --- this thread's ranges ---
+    def _state(self) -> _ThreadState:
+        st = getattr(self._tls, "state", None)
+        if st is None or st.generation != self._generation:
+            st = self._tls.state = _ThreadState(self._generation)
+        return st
+
+    def _open(self, st: _ThreadState, phase: int, ident: int, category: int, ts: int = 0) -> None:
+        st.stack.append((phase, ident, _memcomm.phase_begin(phase, ident, category, ts)))
+
+    def _close(self, st: _ThreadState, phase: int) -> None:
+        """Closes `phase` and whatever opened inside it and never closed (an exception)."""
+        for i in range(len(st.stack) - 1, -1, -1):
+            if st.stack[i][0] == phase:
+                while len(st.stack) > i:
+                    p, ident, restore = st.stack.pop()
+                    _memcomm.phase_end(p, ident, restore)
+                return
+
+    def _close_all(self, st: _ThreadState) -> None:
+        if st.stack:
+            self._close(st, st.stack[0][0])
+        st.step_open = False
+
+    def _ensure_step(self, st: _ThreadState, ts: int = 0) -> None:
+        if not st.step_open:
+            st.step_open = True
+            self._open(st, STEP, next(self._steps), KEEP, ts)
+
+    # Forward: one module (profile(model=...)).
+    def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
+        if _in_backward():
+            return
+        st = self._state()
+        if torch.is_grad_enabled():  # an evaluation's forward opens no step
+            self._ensure_step(st)
+        self._open(st, FORWARD, 0, ACTIVATION)
+
+    def _model_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if _in_backward():
+            return
+        st = self._state()
+        self._close(st, FORWARD)
+
+    # Forward: the outermost module call with parameters (global hooks).
+    def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
+        st = self._state()
+        st.depth += 1
+        if st.depth == 1 and next(module.parameters(), None) is not None and not _in_backward():
+            st.fwd_module = module
+            if not any(module is r for r in self._roots):
+                self._roots.append(module)
+            if torch.is_grad_enabled():
+                self._ensure_step(st)
+            self._open(st, FORWARD, 0, ACTIVATION)
+
+    def _global_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        st = self._state()
+        st.depth = max(st.depth - 1, 0)
+        if st.depth == 0 and st.fwd_module is module:
+            st.fwd_module = None
+            self._close(st, FORWARD)
+
+    # Backward: a call of torch.autograd.backward (Note [Phases from hooks]).
+    def _wrap_backward(self) -> None:
+        original = torch.autograd.backward
+
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if running.profiler is not self._owner:
+                return original(*args, **kwargs)
+            st = self._state()
+            if st.in_backward:
+                return original(*args, **kwargs)
+            st.in_backward = True
+            self._open(st, BACKWARD, 0, ACTIVATION)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                st.in_backward = False
+                self._close(st, BACKWARD)
+
+        torch.autograd.backward = backward
+        self._handles.append(_Restore(original, backward))
+
+    # Optimizer: the step's last phase.
+    def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        st = self._state()
+        self._ensure_step(st)
+        self._open(st, OPTIMIZER, 0, OPT_STATE)
+
+    def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        st = self._state()
+        self._close(st, STEP)
+        st.step_open = False
+        if self._global_handles:
+            self._narrow_hooks()
+
+    # Data-loader wait (memcomm.loader).
+    def data_wait(self, begin_ns: int) -> None:
+        st = self._state()
+        self._ensure_step(st, begin_ns)
+        _memcomm.phase_span(DATA_WAIT, 0, begin_ns, now())
+
+
+class _Restore:
+    """Puts torch.autograd.backward back at stop() (unless something replaced it since; then the
+    wrapper stays and passes calls straight through)."""
+
+    def __init__(self, original: Callable[..., Any], wrapper: Callable[..., Any]):
+        self._original, self._wrapper = original, wrapper
+
+    def remove(self) -> None:
+        if torch.autograd.backward is self._wrapper:
+            torch.autograd.backward = self._original
+
+
+def _in_backward() -> bool:
+    """True inside autograd's backward: a module called there is activation checkpointing's
+    recomputation, part of the backward rather than a forward of its own."""
+    return torch._C._current_graph_task_id() != -1

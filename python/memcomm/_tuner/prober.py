@@ -1,0 +1,112 @@
+"""The probe and the verification that memcomm._memcomm.tune_search calls, run on the user's step."""
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from memcomm._tuner.agreement import failure
+from memcomm._tuner.options import Options
+from memcomm._tuner.runner import Plan, Runner, StepTiming
+
+
+def _step_seconds(timed: List[StepTiming], measured_accum: int, accum: int) -> float:
+    """memcomm-tune's Note [Probing long accumulations]: early micro-steps averaged over every timed
+    step, the synchronising last one by its median, scaled to the K asked for."""
+    if not timed:
+        return 0.0
+    lasts = sorted(t.last_s for t in timed)
+    early = (sum(t.early_s for t in timed) / ((measured_accum - 1) * len(timed))) if measured_accum > 1 else 0.0
+    return (accum - 1) * early + lasts[len(lasts) // 2]
+
+
+class Prober:
+    """What tune_search calls: probe(query) measures one candidate, verify(recommendation) runs the winner."""
+
+    def __init__(self, runner: Runner, o: Options, verbose: bool, evaluate: Optional[Callable]):
+        self.r, self.o, self.verbose, self.evaluate, self.n = runner, o, verbose, evaluate, 0
+
+    def probe(self, q: Dict[str, Any]) -> Dict[str, Any]:
+        start = time.perf_counter()
+        x = self._measure(q)
+        x["wall_s"] = time.perf_counter() - start
+        self.n += 1
+        self._print(q, x)
+        return x
+
+    def _measure(self, q: Dict[str, Any]) -> Dict[str, Any]:
+        r, b = self.r, q["micro_batch"]
+        x = {"oom": False, "oom_where": "", "oom_rank": -1, "peak_allocated": -1, "peak_reserved": -1, "step_s": 0.0,
+             "exposed_comm_s": 0.0, "measured_accum": 0, "wall_s": 0.0, "loader_allowance": 0}
+        failed = r.set_buckets(q["bucket_mb"])
+        if failed is not None:
+            x.update(oom=True, oom_where=r.group.where(failed), oom_rank=failed[0])
+            return x
+        state = r.save()
+        r.memory.release_cache()
+        r.memory.reset_peaks()
+        accum = min(q["accum"], self.o.accum_cap)
+        plan = Plan(max(accum, 2), q["measured_steps"], self.o.probe_seconds, max(q["measured_steps"], 200))
+        out = r.run_steps(b, accum, plan)
+        x["measured_accum"] = accum
+        if out.oom_where:
+            x.update(oom=True, oom_where=out.oom_where, oom_rank=out.oom_rank)
+        else:
+            alloc, resv = r.memory.peaks()
+            exposed = sum(t.comm_s for t in out.timed) / max(1, len(out.timed))
+            agreed = r.group.max([_step_seconds(out.timed, accum, q["accum"]), exposed, alloc, resv])
+            x.update(step_s=agreed[0], exposed_comm_s=agreed[1], peak_allocated=int(agreed[2]),
+                     peak_reserved=int(agreed[3]))
+        r.recover(state)
+        return x
+
+    def _print(self, q: Dict[str, Any], x: Dict[str, Any]) -> None:
+        if not self.verbose or self.r.group.rank != 0:
+            return
+        head = f"  probe {self.n:>2}: b={q['micro_batch']} K={q['accum']} bucket={q['bucket_mb']:g} MiB: "
+        if x["oom"]:
+            print(f"{head}out of memory in {x['oom_where']} ({x['wall_s']:.1f} s)", flush=True)
+        else:
+            print(f"{head}fits, peak reserved {x['peak_reserved'] / 2**20:.1f} MiB, step {x['step_s'] * 1e3:.1f} ms "
+                  f"({x['wall_s']:.1f} s)", flush=True)
+
+    def verify(self, rec: Dict[str, Any]) -> Dict[str, Any]:
+        """The winner's long run: verify_steps full steps (all K micro-steps), then `evaluate`."""
+        r, b, k = self.r, rec["micro_batch"], rec["accum"]
+        if self.verbose and r.group.rank == 0:
+            print(f"  verifying b={b} K={k}: {self.o.verify_steps} steps"
+                  f"{' and an evaluation pass' if self.evaluate else ''}", flush=True)
+        v = {"steps": 0, "oom": False, "oom_where": "", "samples_per_s": 0.0, "peak_reserved": -1,
+             "peak_allocated": -1, "eval_accuracy": 0.0, "eval_loss": 0.0,
+             "evaluated": self.evaluate is not None}
+        failed = r.set_buckets(rec["bucket_mb"])
+        if failed is not None:
+            return dict(v, oom=True, oom_where=r.group.where(failed))
+        state = r.save()
+        r.memory.release_cache()
+        r.memory.reset_peaks()
+        start = r.memory.clock()
+        out = r.run_steps(b, k, Plan(0, self.o.verify_steps, 0.0, self.o.verify_steps))
+        wall = r.memory.clock() - start
+        v.update(steps=len(out.timed), oom=bool(out.oom_where), oom_where=out.oom_where)
+        if not out.oom_where:
+            v["samples_per_s"] = self.o.verify_steps * b * k * r.group.world / r.group.max([wall])[0]
+            self._evaluate(v)
+            alloc, resv = r.memory.peaks()
+            v["peak_allocated"], v["peak_reserved"] = (int(x) for x in r.group.max([alloc, resv]))
+        r.recover(state)
+        return v
+
+    def _evaluate(self, v: Dict[str, Any]) -> None:
+        """The user's evaluation, its out-of-memory agreed like a step's."""
+        if self.evaluate is None:
+            return
+        failed = None
+        try:
+            with torch.no_grad():
+                acc, loss = self.evaluate(self.r.model)
+            v["eval_accuracy"], v["eval_loss"] = float(acc), float(loss)
+        except Exception as e:  # noqa: BLE001
+            failed = failure("evaluation", e)
+        a = self.r.agree(failed, False)
+        if a.oom is not None:
+            v.update(oom=True, oom_where=self.r.group.where(a.oom))

@@ -1,0 +1,110 @@
+"""tune()'s setup before the search: the ranks agree on their arguments, the search's configuration
+and cache key, and the checks that the model fits at all."""
+import json
+import zlib
+from typing import Any, Dict, Optional
+
+import torch
+
+from memcomm import _memcomm
+from memcomm._tuner.agreement import Group, TuneError
+from memcomm._tuner.options import MAX_ANY_MICRO_BATCH_CANDIDATES, SEARCHES, Options
+from memcomm._tuner.runner import Plan, Runner
+
+
+def _optimizer_copies(optimizer: torch.optim.Optimizer) -> int:
+    """Tensors of optimizer state per parameter tensor, for the model's size (as memcomm-tune counts)."""
+    if isinstance(optimizer, torch.optim.SGD):
+        return 1 if any(g.get("momentum", 0) for g in optimizer.param_groups) else 0
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return 2
+    return 0
+
+
+def _model_state_bytes(runner: Runner) -> int:
+    params = sum(p.numel() * p.element_size() for p in runner.params)
+    buckets = 1 if runner.group.world > 1 else 0
+    return params * (2 + buckets + _optimizer_copies(runner.optimizer))
+
+
+def _first_step(runner: Runner, limit: int) -> None:
+    """memcomm-tune's Note [A first step before the probes]: one step at b = 1, then the initial state."""
+    failed = runner.set_buckets(runner.o.bucket_mb)
+    where = runner.group.where(failed) if failed is not None else ""
+    if not where:
+        pristine = runner.save()
+        where = runner.run_steps(1, 1, Plan(0, 1, 0.0, 1)).oom_where
+        runner.recover(pristine)
+    if where:
+        raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: one step at micro-batch 1 "
+                         f"runs out of memory ({where})")
+
+
+def check_model_fits(runner: Runner, limit: int) -> None:
+    """Raises ValueError when the model's state, or one step at micro-batch 1, exceeds the limit."""
+    if _model_state_bytes(runner) >= limit:
+        raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: "
+                         f"{format_bytes(_model_state_bytes(runner))} for parameters, gradients and optimizer state")
+    _first_step(runner, limit)
+
+
+def format_bytes(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 1 << 30 else f"{n / 2**30:.2f} GiB"
+
+
+def cache_key(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, o: Options,
+              world: int, limit: int) -> Dict[str, Any]:
+    """What the result depends on, as memcomm-tune's cache key names it (Note [Tuning cache])."""
+    return {"memcomm_version": _memcomm.__version__, "device": str(device), "torch": torch.__version__,
+            "model": {"name": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())},
+            "optimizer": type(optimizer).__name__, "world": world, "global_batch": o.global_batch,
+            "memory_limit": limit, "search": SEARCHES.index(o.search), "fit_only": o.fit_only,
+            "any_micro_batch": o.any_micro_batch, "max_trials": o.max_trials, "verify_steps": o.verify_steps}
+
+
+def search_config(o: Options, world: int, limit: int) -> Dict[str, Any]:
+    if o.global_batch < world:
+        raise ValueError(f"global_batch {o.global_batch} is smaller than the {world} ranks: every rank needs a sample")
+    if o.any_micro_batch and o.global_batch // world > MAX_ANY_MICRO_BATCH_CANDIDATES:
+        raise ValueError(f"any_micro_batch tries every micro-batch up to the per-rank batch: at most "
+                         f"{MAX_ANY_MICRO_BATCH_CANDIDATES} of them")
+    return {"global_batch": o.global_batch, "world": world, "memory_limit": limit, "max_trials": o.max_trials,
+            "search": o.search, "fit_only": o.fit_only, "any_micro_batch": o.any_micro_batch,
+            "bucket_mb": o.bucket_mb, "bucket_candidates": o.buckets, "measured_steps": o.measured_steps}
+
+
+def group_device(model: Any) -> torch.device:
+    """Where the agreement flags go with NCCL: the model's device (checked properly later)."""
+    p = next(model.parameters(), None) if isinstance(model, torch.nn.Module) else None
+    return p.device if p is not None else torch.device("cpu")
+
+
+def agree_on_setup(group: Group, failed: Optional[BaseException]) -> None:
+    """A bad argument or setting on one rank stops every rank before the first collective that the
+    others would wait in: that rank raises its own exception, the others TuneError."""
+    a = group.agree("", "?" if failed is not None else "", False)
+    if failed is not None:
+        raise failed
+    if a.error is not None:
+        raise TuneError(f"memcomm.tune: rank {a.error[0]} refused its arguments (see that rank's output); this "
+                        "rank stops too")
+
+
+def check_same_arguments(group: Group, config: Dict[str, Any]) -> None:
+    """Every rank must walk the same search: ranks that were given different arguments would issue
+    different collectives and wait for each other forever, so they stop here, all of them."""
+    crc = float(zlib.crc32(json.dumps(config, sort_keys=True).encode()))
+    high, neg_low = group.max([crc, -crc])
+    if high != -neg_low:
+        raise ValueError("the ranks called memcomm.tune with different arguments (global_batch, search, max_trials, "
+                         "buckets, ...): every rank must pass the same ones")
+
+
+def device_of(model: torch.nn.Module) -> torch.device:
+    devices = {p.device for p in model.parameters()}
+    if len(devices) != 1:
+        raise ValueError(f"the model's parameters must live on one device, found {sorted(map(str, devices))}")
+    device = devices.pop()
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"memcomm.tune probes on 'cpu' or 'cuda', not {device.type!r}")
+    return device
