@@ -3,10 +3,15 @@ against memcomm's (issue 16's target: memcomm no slower).
 
     .venv/bin/python bench/python/allocator_speed.py [--rounds 5] [--iters 200000]
 
+Both workers import memcomm, and only one installs its allocator: the package's import (numpy,
+torch.distributed) makes Python's heap larger, and so its garbage collections slower, which alone
+showed as a 1.4x "slowdown" when only one side imported it.
 Each measurement runs in a fresh process (installing memcomm's allocator lasts for the process), and the
-two allocators alternate round by round so that both see the same machine load. Sizes cycle through
+allocators alternate round by round so that both see the same machine load. Sizes cycle through
 64 B .. 1 MiB, so every size class is used; after the first pass every request is served from cache.
-Prints per round ns per alloc+free, then the medians and memcomm / default.
+Three workers: torch's default, memcomm's with its defaults, and memcomm's keeping a history for
+dump_snapshot (use_allocator(history=100_000)). Prints per round ns per alloc+free, then the medians
+and the ratios to the default.
 """
 import argparse
 import statistics
@@ -15,9 +20,11 @@ import sys
 
 WORKER = r"""
 import sys, time, torch
+import memcomm                                     # both: the same modules loaded, the same heap for Python's GC
 if sys.argv[1] == "memcomm":
-    import memcomm
-    memcomm.use_allocator("cpu")                   # its defaults: allocator history on
+    memcomm.use_allocator("cpu")                   # its defaults (no history)
+elif sys.argv[1] == "memcomm+history":
+    memcomm.use_allocator("cpu", history=100_000)  # the last 100k events kept for dump_snapshot
 iters = int(sys.argv[2])
 sizes = [64 << (i % 15) for i in range(64)]       # 64 B .. 1 MiB
 for n in sizes * 10:                               # warm the cache
@@ -40,14 +47,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=200_000)
     args = parser.parse_args()
-    results = {"default": [], "memcomm": []}
+    results = {"default": [], "memcomm": [], "memcomm+history": []}
     for r in range(args.rounds):
         for kind in results:
             results[kind].append(run(kind, args.iters))
-        print(f"round {r + 1}: default {results['default'][-1]:.0f} ns, memcomm {results['memcomm'][-1]:.0f} ns")
-    default, mine = statistics.median(results["default"]), statistics.median(results["memcomm"])
-    print(f"median ns per torch.empty + free: default {default:.0f}, memcomm {mine:.0f}, "
-          f"memcomm / default {mine / default:.3f}")
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f} ns" for k, v in results.items()))
+    medians = {k: statistics.median(v) for k, v in results.items()}
+    print("median ns per torch.empty + free: " + ", ".join(f"{k} {m:.0f}" for k, m in medians.items()))
+    for k in ("memcomm", "memcomm+history"):
+        print(f"{k} / default: {medians[k] / medians['default']:.3f}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ empty_cache and memory._snapshot keep working, since memcomm's CUDA allocator fi
 
 dump_snapshot() writes a pickle in PyTorch's snapshot format ({"segments", "device_traces"}), so
 memcomm-view, memcomm-replay and PyTorch's memory_viz all open it. Stack frames are not recorded:
-every entry has "frames": [].
+every entry has "frames": []. Its "device_traces" hold events only when use_allocator(history=N) asked
+for them, as PyTorch's hold them only after _record_memory_history().
 """
 import os
 import pickle
@@ -66,7 +67,7 @@ def _check_options(expandable: Any, memory_limit: Any, gc_threshold: Any, histor
 
 
 def use_allocator(device: str = "cpu", *, expandable: bool = True, memory_limit: Optional[int] = None,
-                  gc_threshold: Optional[float] = None, history: int = 100_000, cuda_source: str = "auto") -> None:
+                  gc_threshold: Optional[float] = None, history: int = 0, cuda_source: str = "auto") -> None:
     """Makes memcomm's caching allocator serve torch's `device` ("cpu" or "cuda") tensors.
 
     expandable:   grow segments by mapping pages into one reserved range (memcomm's default policy);
@@ -75,7 +76,10 @@ def use_allocator(device: str = "cpu", *, expandable: bool = True, memory_limit:
                   torch.OutOfMemoryError.
     gc_threshold: with a limit, give back cached blocks unused for a while once reserved bytes pass
                   this fraction of it (None: off).
-    history:      allocator events kept for dump_snapshot() (0: none).
+    history:      the last N allocator events kept for dump_snapshot()'s "device_traces" (memory_viz's
+                  Active Memory Timeline), like torch.cuda.memory._record_memory_history(max_entries=N).
+                  0 (the default, as in PyTorch) keeps none: writing every event into a ring of
+                  N x 48 bytes costs cache misses, about 0.3 us per alloc+free (bench/python/allocator_speed.py).
     cuda_source:  "auto" (virtual memory management where the driver has it), "cuda-vmm" or "cuda".
 
     Calling it again with the same options does nothing; with other options it is a RuntimeError,

@@ -11,9 +11,11 @@ void AllocatorHistory::set_capacity(std::size_t events) {
   ring_.reserve(std::min<std::size_t>(events, 1u << 16));  // grows on demand beyond this
   capacity_ = events;
   next_ = 0;
+  enabled_.store(events > 0, std::memory_order_relaxed);
 }
 
 void AllocatorHistory::on_event(const alloc::AllocEvent& event) noexcept {
+  if (!enabled_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (capacity_ == 0) return;
   if (ring_.size() < capacity_) {

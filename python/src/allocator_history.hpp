@@ -3,11 +3,12 @@
 //
 // A ring of packed AllocEvents under a mutex: on_event runs on every allocating thread, possibly
 // under the engine's lock, so it copies 48 bytes and returns (no allocation once the ring is full).
-// Capacity 0 records nothing.
+// Capacity 0 records nothing, and then costs one relaxed load per event.
 #pragma once
 
 #include <memcomm/allocator/observer.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 #include <vector>
@@ -23,6 +24,7 @@ class AllocatorHistory final : public alloc::Observer {
   std::size_t capacity() const;
 
  private:
+  std::atomic<bool> enabled_{false};  // capacity_ > 0, read without the lock: the common case is off
   mutable std::mutex mu_;
   std::vector<alloc::AllocEvent> ring_;  // grows to capacity_, then wraps at next_
   std::size_t capacity_ = 0;

@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
 
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    memcomm.use_allocator(device.type)                          # memcomm: before the first tensor
+    memcomm.use_allocator(device.type, history=100_000 if args.snapshot else 0)  # memcomm: before the first tensor
     model = SmallCNN().to(device)
     if torch.cuda.device_count() > 1:
         print(f"Using {torch.cuda.device_count()} GPUs")

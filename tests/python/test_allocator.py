@@ -77,7 +77,7 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
     path = tmp_path / "cpu.pickle"
     check("""
         import sys, torch, memcomm
-        memcomm.use_allocator("cpu")
+        memcomm.use_allocator("cpu", history=10_000)
         for step in range(3):
             acts = [torch.ones(1000 * (i + 1)) for i in range(50)]
             del acts[::2]

@@ -43,7 +43,7 @@ def test_cuda_snapshot_opens_in_memory_viz():
     path = os.path.join(tempfile.mkdtemp(), "cuda.pickle")
     run(f"""
         import torch, memcomm
-        memcomm.use_allocator("cuda")
+        memcomm.use_allocator("cuda", history=10_000)
         for _ in range(3):
             xs = [torch.empty(1000 * (i + 1), device="cuda") for i in range(40)]
             del xs[::2]
