@@ -21,6 +21,7 @@
 #include <memcomm/trace/clock.hpp>
 #include <memcomm/trace/trace_error.hpp>
 #include <memcomm/trace/trace_reader.hpp>
+#include <memcomm/train/choices.hpp>
 #include <memcomm/train/profiling.hpp>
 
 #include <pybind11/stl.h>
@@ -49,10 +50,8 @@ prof::MemCategory to_category(int c) {
   return static_cast<prof::MemCategory>(c);
 }
 
-train::Cupti to_cupti(const std::string& s) {
-  if (s == "auto") return train::Cupti::Auto;
-  if (s == "on") return train::Cupti::On;
-  if (s == "off") return train::Cupti::Off;
+train::Cupti to_cupti(const std::string& s) {  // memcomm-train --cupti's names (train/choices.hpp)
+  if (auto c = train::choice_from_string<train::Cupti>(s)) return *c;
   throw std::invalid_argument("cupti must be 'auto', 'on' or 'off', got '" + s + "'");
 }
 
