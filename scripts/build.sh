@@ -16,7 +16,8 @@ cmake --build "$BUILD" -j"$(nproc)" ${MEMCOMM_BUILD_TARGETS:+--target $MEMCOMM_B
 
 # The Python package (python/): make `.venv/bin/python -c "import memcomm"` find this build's copy,
 # through a .pth file in the project's virtualenv (only for the default build/, which has LibTorch).
-if [ "$BUILD" = build ] && [ -f "$BUILD/python/memcomm/_build_info.py" ] && [ -x .venv/bin/python ]; then
+# (scripts/demo.sh builds memcomm-train only: without the extension there is nothing to point at yet.)
+if [ "$BUILD" = build ] && compgen -G "$BUILD/python/memcomm/_memcomm*.so" >/dev/null && [ -x .venv/bin/python ]; then
   site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$PWD/$BUILD/python" > "$site/memcomm-build.pth"
 fi
