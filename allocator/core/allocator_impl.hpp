@@ -278,7 +278,7 @@ struct CachingAllocator::Impl {
   // Gives back the pages claim_window added past the request's last page (map-ahead, a segment's
   // worth), so that g.to_map holds only the pages the request itself needs (growth.cpp).
   void trim_to_request(WindowGrowth& g, std::size_t size) REQUIRES(mu);
-  // Note [Map ahead]: bytes to map past the window's end inside an unmapped block whose first
+  // See Note [Map ahead]: bytes to map past the window's end inside an unmapped block whose first
   // `piece` bytes the window maps anyway.
   std::size_t map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need, std::size_t piece) REQUIRES(mu);
   // Picks free pages to give back so the window's pages fit the page budget and the cap (Note [Lazy

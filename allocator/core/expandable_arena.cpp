@@ -15,7 +15,7 @@ std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 
 
 bool better(const WindowDecision& c, const WindowDecision& best) {
   if (!best.found) return true;
-  // Note [Window choice]: a window that needs no mapping wins; among windows that do, fewer map calls
+  // (see Note [Window choice]) A window that needs no mapping wins; among windows that do, fewer map calls
   // win before fewer bytes, since the page budget bounds the bytes anyway.
   if ((c.need == 0) != (best.need == 0)) return c.need == 0;
   if (c.pieces != best.pieces) return c.pieces < best.pieces;

@@ -58,10 +58,11 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     loss_fn:        loss_fn(model, batch) -> scalar loss tensor: the forward of one micro-step; the
                     tuner calls backward, the gradient all-reduce and optimizer.step() itself.
     make_batch:     make_batch(b) -> a batch of b samples for this rank, as loss_fn takes it.
-    memory_limit:   bytes per rank. On the CPU the cap of memcomm.use_allocator("cpu", memory_limit=...)
-                    (installed before the model is built), which is the default; on CUDA the cap of
-                    memcomm's CUDA allocator, else torch's allocator is capped at it (default: free
-                    memory). The ranks search under the smallest one.
+    memory_limit:   bytes per rank. On the CPU it is the cap of memcomm.use_allocator("cpu",
+                    memory_limit=...) (installed before the model is built), which is required; on
+                    CUDA with memcomm's allocator, the cap of use_allocator("cuda", memory_limit=...),
+                    also required; with torch's CUDA allocator, torch's allocator is capped at it for
+                    the tuning (default: free memory). The ranks search under the smallest one.
     process_group:  the group of ranks (default: torch.distributed's world, or one rank when it is
                     not initialized).
     search:         "memcomm" (peak fit + speed search), "lightning" (Lightning's binsearch) or
@@ -85,12 +86,15 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                                       Options(global_batch, search, fit_only, any_micro_batch, max_trials,
                                               measured_steps, probe_seconds, accum_cap, bucket_mb, buckets,
                                               verify_steps))
-    limit = -int(group.max([-memory.limit])[0])  # the smallest rank's limit: one search for all
-    config = search_config(o, group.world, limit)
-    check_same_arguments(group, config)
-    runner = Runner(model, optimizer, loss_fn, make_batch, group, memory, o)
-    check_model_fits(runner, limit)
-    return _search(runner, config, cache_key(model, optimizer, device, o, group.world, limit), verbose, evaluate)
+    try:
+        limit = -int(group.max([-memory.limit])[0])  # the smallest rank's limit: one search for all
+        config = search_config(o, group.world, limit)
+        check_same_arguments(group, config)
+        runner = Runner(model, optimizer, loss_fn, make_batch, group, memory, o)
+        check_model_fits(runner, limit)
+        return _search(runner, config, cache_key(model, optimizer, device, o, group.world, limit), verbose, evaluate)
+    finally:  # whatever happened: torch's CUDA allocator uncapped if tune() capped it
+        memory.close()
 
 
 def _agreed_setup(group: Group, model: Any, optimizer: Any, loss_fn: Any, make_batch: Any, evaluate: Any,
@@ -126,7 +130,6 @@ def _search(runner: Runner, config: Dict[str, Any], key: Dict[str, Any], verbose
         if runner.saved is not None:
             runner.recover(runner.saved)
         runner.buckets = None
-        runner.memory.close()
     if verbose and group.rank == 0:
         print("\n" + _memcomm.format_result(result), end="", flush=True)
     return result

@@ -22,13 +22,18 @@ namespace {
 
 // Note [Adapter lifetime] (torch_cpu_allocator.cpp): the engines are never destroyed, so neither is
 // the observer they call.
-AllocatorHistory& history() {
-  static auto* h = new AllocatorHistory();
-  return *h;
+// One history per adapter (the CPU one, and the CUDA one for every GPU), so that installing one never
+// changes what the other keeps.
+AllocatorHistory& history(int device) {
+  static auto* cpu = new AllocatorHistory();
+  static auto* cuda = new AllocatorHistory();
+  return device < 0 ? *cpu : *cuda;
 }
 
+// The adapter's options; `history_of` is the adapter's history (its capacity is set once the
+// install succeeded, so a failed install leaves it as it was).
 alloc::TorchAllocatorOptions make_options(bool expandable, std::size_t capacity, double gc_threshold,
-                                          std::size_t history_events) {
+                                          AllocatorHistory& history_of) {
   if (gc_threshold < 0 || gc_threshold >= 1)
     throw std::invalid_argument("gc_threshold must be in [0, 1) (0 = off), got " + std::to_string(gc_threshold));
   if (gc_threshold > 0 && capacity == 0)
@@ -37,8 +42,7 @@ alloc::TorchAllocatorOptions make_options(bool expandable, std::size_t capacity,
   o.config.expandable_segments = expandable;
   o.config.capacity = capacity;
   o.config.gc_threshold = gc_threshold;
-  history().set_capacity(history_events);
-  o.observer = &history();
+  o.observer = &history_of;
   return o;
 }
 
@@ -141,7 +145,7 @@ pyb::list segments(int device) {
 // One "device_traces" entry as PyTorch's allocator history writes it.
 pyb::list trace(int device) {
   pyb::list out;
-  for (const alloc::AllocEvent& e : history().events(device)) {
+  for (const alloc::AllocEvent& e : history(device).events(device)) {
     // PyTorch writes no entry for an expandable segment's virtual range, only its maps.
     if (e.kind == alloc::EventKind::SegmentAlloc && (e.flags & prof::kSegmentVirtualRange)) continue;
     pyb::dict d;
@@ -162,7 +166,8 @@ void bind_allocator(pyb::module_& m) {
   m.def("install_cpu_allocator",
         [](bool expandable, std::size_t capacity, double gc_threshold, std::size_t history_events) {
           if (alloc::torch_cpu_allocator()) throw std::runtime_error("memcomm's CPU allocator is already installed");
-          alloc::install_torch_cpu_allocator(make_options(expandable, capacity, gc_threshold, history_events));
+          alloc::install_torch_cpu_allocator(make_options(expandable, capacity, gc_threshold, history(-1)));
+          history(-1).set_capacity(history_events);
         },
         pyb::arg("expandable"), pyb::arg("capacity"), pyb::arg("gc_threshold"), pyb::arg("history_events"),
         "Makes memcomm's caching allocator serve every CPU tensor allocated from now on.");
@@ -170,9 +175,10 @@ void bind_allocator(pyb::module_& m) {
         [](bool expandable, std::size_t capacity, double gc_threshold, std::size_t history_events,
            const std::string& source) {
 #ifdef MEMCOMM_ALLOCATOR_TORCH_WITH_CUDA
-          alloc::TorchAllocatorOptions o = make_options(expandable, capacity, gc_threshold, history_events);
+          alloc::TorchAllocatorOptions o = make_options(expandable, capacity, gc_threshold, history(0));
           o.cuda_source = source;
           alloc::install_torch_cuda_allocator(o);
+          history(0).set_capacity(history_events);
 #else
           (void)expandable, (void)capacity, (void)gc_threshold, (void)history_events, (void)source;
           throw std::runtime_error("this memcomm was built without CUDA: use_allocator(\"cuda\") is not available");
@@ -187,7 +193,7 @@ void bind_allocator(pyb::module_& m) {
   m.def("reset_peak_memory_stats", [](int device) { require_engine(device).reset_peak_stats(); }, pyb::arg("device"));
   m.def("snapshot_segments", &segments, pyb::arg("device"));
   m.def("snapshot_trace", &trace, pyb::arg("device"));
-  m.def("history_capacity", [] { return history().capacity(); });
+  m.def("history_capacity", [](int device) { return history(device).capacity(); }, pyb::arg("device"));
 }
 
 }  // namespace memcomm::py

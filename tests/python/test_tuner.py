@@ -111,10 +111,15 @@ def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
         memcomm.use_allocator("cpu", memory_limit=8 << 20)
         model = nn.Linear(1024, 1024)  # 4 MiB of parameters: with gradients and momentum, over 8 MiB
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        asked = []
+        def make_batch(b):
+            asked.append(b)
+            return torch.randn(b, 1024)
         try:
-            memcomm.tune(model, opt, lambda m, x: m(x).sum(), lambda b: torch.randn(b, 1024), 8, verbose=False)
+            memcomm.tune(model, opt, lambda m, x: m(x).sum(), make_batch, 8, verbose=False)
         except ValueError as e:
             assert "below the model's own size" in str(e), e
+            assert set(asked) <= {1}, asked  # at most the first step at b = 1: no probe ran
             print("ok")
     """, timeout=60)
     assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"

@@ -45,10 +45,17 @@ def agree_and_measure_clock(ok: bool, rounds: int = 8) -> int:
     return offset
 
 
+def _arrived(dev: torch.device) -> None:
+    """Waits until a recv's data is really here: NCCL's recv returns once it is queued on the stream."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
 def _answer_probes(peer: int, rounds: int, dev: torch.device) -> None:
     buf = torch.zeros(2, dtype=torch.int64, device=dev)
     for _ in range(rounds):
         dist.recv(buf, peer)
+        _arrived(dev)
         t1 = now()
         buf.copy_(torch.tensor([t1, now()], dtype=torch.int64))
         dist.send(buf, peer)
@@ -61,6 +68,7 @@ def _send_probes(rounds: int, dev: torch.device) -> int:
         t0 = now()
         dist.send(buf, 0)
         dist.recv(buf, 0)
+        _arrived(dev)
         t3 = now()
         t1, t2 = buf.tolist()
         probes.append((t0, t1, t2, t3))

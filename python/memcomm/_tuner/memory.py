@@ -36,6 +36,9 @@ class Memory:
                 raise ValueError(f"memory_limit {memory_limit} differs from the cap memcomm's CUDA allocator "
                                  f"enforces ({cap}); leave it out, or install the allocator with the same limit")
             return cap
+        if "cuda" in _allocator._installed:  # memcomm's CUDA allocator refuses torch's fraction cap
+            raise RuntimeError("memcomm.tune on CUDA with memcomm's allocator needs "
+                               "memcomm.use_allocator('cuda', memory_limit=...): its cap makes the limit real")
         free, total = torch.cuda.mem_get_info(self.device)
         limit = memory_limit if memory_limit is not None else free + torch.cuda.memory_reserved(self.device)
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), self.device)

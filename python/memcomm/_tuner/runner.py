@@ -4,7 +4,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
-from memcomm._tuner.agreement import Agreed, Failure, Group, TuneError, failure, is_oom
+from memcomm._tuner.agreement import Agreed, Failure, Group, TuneError, failure
 from memcomm._tuner.buckets import Buckets
 from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options
@@ -145,14 +145,12 @@ class Runner:
         lowest rank that ran out of memory (then every rank keeps, or goes back to, the old layout)."""
         if self.group.world == 1 or (self.buckets is not None and self.buckets.mb == mb):
             return None
-        old, failed = self.buckets, ""
+        old, failed = self.buckets, None
         try:
             self.buckets = Buckets(self.params, mb)
-        except Exception as e:  # noqa: BLE001
-            if not is_oom(e):
-                raise
-            failed = "buckets"
-        a = self.group.agree(failed, "", False)
+        except Exception as e:  # noqa: BLE001  (any error goes through the agreement: peers wait in it)
+            failed = failure("buckets", e)
+        a = self.agree(failed, False)
         if a.oom is not None:
             self.buckets = old
         return a.oom
