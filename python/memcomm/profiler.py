@@ -78,6 +78,8 @@ class Profiler:
            reconnects in the background, so a viewer that is absent or goes away never blocks training.
     model: the module (or list of modules) whose forward calls are forwards; None: the outermost
            calls into modules with parameters, found during the first step (Note [Phases from hooks]).
+           A model first called after the first optimizer step (a second model brought in later,
+           or one that only another thread trains) is not found that way: name it here.
     cupti: "auto" (GPU activity when CUDA is in use), "on" or "off".
     clock_sync: estimate each rank's clock offset over the process group at start (every rank must
            start its profiler then, as for any collective).
