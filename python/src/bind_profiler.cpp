@@ -115,12 +115,9 @@ class PyRunProfiler {
 
 void record_collective(int op, int dtype, uint64_t bytes, int comm, uint32_t seq, int bucket, int64_t start_ns,
                        int64_t end_ns) {
-  const auto o = static_cast<prof::CollOp>(op);
-  const auto d = static_cast<prof::DType>(dtype);
   const uint16_t b = bucket < 0 ? prof::kNoBucket : static_cast<uint16_t>(bucket);
-  const auto c = static_cast<uint8_t>(comm);
-  prof::record(prof::make_collective(prof::EventKind::CollEnqueue, start_ns, o, d, bytes, c, seq, b));
-  prof::record(prof::make_collective(prof::EventKind::CollEnd, end_ns, o, d, bytes, c, seq, b));
+  prof::record_collective(prof::Recorder::global(), static_cast<prof::CollOp>(op), static_cast<prof::DType>(dtype),
+                          bytes, static_cast<uint8_t>(comm), seq, b, start_ns, end_ns);
 }
 
 std::pair<int64_t, int64_t> clock_offset(const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>& probes) {
@@ -157,14 +154,9 @@ pyb::dict names(int count, const char* (*name)(Enum)) {
 
 // Note [Cheap phase calls] for the three below.
 int phase_begin(int phase, uint64_t id, int category, int64_t ts) {
-  auto& r = prof::Recorder::global();
   const prof::Phase p = to_phase(phase);
   const int prev = category < 0 ? -1 : static_cast<int>(train::exchange_memory_category(to_category(category)));
-  if (r.enabled()) {
-    r.record(prof::make_range(prof::EventKind::RangeBegin, ts ? ts : prof::now_ns(), p, prof::kNoString, id,
-                              r.thread_index()));
-    r.call_begin_hooks(p, prof::phase_name(p), id);
-  }
+  prof::range_begin(prof::Recorder::global(), p, {}, id, ts);
   return prev;
 }
 
@@ -176,13 +168,9 @@ void phase_end(int phase, uint64_t id, int restore) {
 // Its NVTX range is pushed and popped at once: NVTX ranges are stamped when they are called.
 void phase_span(int phase, uint64_t id, int64_t begin_ns, int64_t end_ns) {
   auto& r = prof::Recorder::global();
-  if (!r.enabled()) return;
   const prof::Phase p = to_phase(phase);
-  const uint16_t t = r.thread_index();
-  r.record(prof::make_range(prof::EventKind::RangeBegin, begin_ns, p, prof::kNoString, id, t));
-  r.record(prof::make_range(prof::EventKind::RangeEnd, end_ns, p, prof::kNoString, id, t));
-  r.call_begin_hooks(p, prof::phase_name(p), id);
-  r.call_end_hooks(p);
+  prof::range_begin(r, p, {}, id, begin_ns);
+  prof::range_end(r, p, {}, id, end_ns);
 }
 
 void bind_run(pyb::module_& m) {

@@ -195,9 +195,8 @@ void RunProfiler::collective(const CollectiveRecord& r) {
   const auto op = to_trace_op(r.op);
   const auto dt = to_trace_dtype(r.dtype);
   const uint16_t bucket = r.bucket < 0 ? prof::kNoBucket : static_cast<uint16_t>(r.bucket);
-  const auto seq = static_cast<uint32_t>(r.seq);
-  prof::record(prof::make_collective(prof::EventKind::CollEnqueue, r.start_ns, op, dt, uint64_t(r.bytes), 0, seq, bucket));
-  prof::record(prof::make_collective(prof::EventKind::CollEnd, r.end_ns, op, dt, uint64_t(r.bytes), 0, seq, bucket));
+  prof::record_collective(impl_->rec, op, dt, uint64_t(r.bytes), 0, static_cast<uint32_t>(r.seq), bucket, r.start_ns,
+                          r.end_ns);
 }
 
 void RunProfiler::clock_offset(int64_t ns) {

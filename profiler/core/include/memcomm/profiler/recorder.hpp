@@ -244,15 +244,15 @@ inline void record(const View& v) noexcept {
   Recorder::global().record(v);
 }
 
-// Begin/end a range by hand (NVTX push/pop semantics: LIFO per thread).
-inline void range_begin(Recorder& r, Phase p, Name name, uint64_t id = 0) noexcept {
+// Begin/end a range by hand (NVTX push/pop semantics: LIFO per thread), stamped `ts` (0: now).
+inline void range_begin(Recorder& r, Phase p, Name name, uint64_t id = 0, int64_t ts = 0) noexcept {
   if (!r.enabled()) return;
-  r.record(make_range(EventKind::RangeBegin, now_ns(), p, name.id, id, r.thread_index()));
+  r.record(make_range(EventKind::RangeBegin, ts ? ts : now_ns(), p, name.id, id, r.thread_index()));
   r.call_begin_hooks(p, name.id ? name.text : phase_name(p), id);
 }
-inline void range_end(Recorder& r, Phase p, Name name = {}, uint64_t id = 0) noexcept {
+inline void range_end(Recorder& r, Phase p, Name name = {}, uint64_t id = 0, int64_t ts = 0) noexcept {
   if (!r.enabled()) return;
-  r.record(make_range(EventKind::RangeEnd, now_ns(), p, name.id, id, r.thread_index()));
+  r.record(make_range(EventKind::RangeEnd, ts ? ts : now_ns(), p, name.id, id, r.thread_index()));
   r.call_end_hooks(p);
 }
 
@@ -280,6 +280,13 @@ class PhaseScope {
 
 inline void record_counter(Recorder& r, Name name, double value) noexcept {
   if (r.enabled()) r.record(make_counter(now_ns(), name.id, value));
+}
+
+// A completed collective: its enqueue at start_ns and its end at end_ns (bucket kNoBucket: none).
+inline void record_collective(Recorder& r, CollOp op, DType dtype, uint64_t bytes, uint8_t comm, uint32_t seq,
+                              uint16_t bucket, int64_t start_ns, int64_t end_ns) noexcept {
+  r.record(make_collective(EventKind::CollEnqueue, start_ns, op, dtype, bytes, comm, seq, bucket));
+  r.record(make_collective(EventKind::CollEnd, end_ns, op, dtype, bytes, comm, seq, bucket));
 }
 
 }  // namespace memcomm::prof
