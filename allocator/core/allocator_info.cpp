@@ -97,4 +97,28 @@ std::string format_oom(std::size_t size, std::size_t requested, const MemorySour
          ", fragmentation " + f;
 }
 
+std::vector<SegmentInfo> mapped_runs(const std::vector<SegmentInfo>& segments) {
+  std::vector<SegmentInfo> out;
+  for (const SegmentInfo& s : segments) {
+    SegmentInfo* run = nullptr;  // the run the next mapped block extends; null after a hole
+    for (const BlockInfo& b : s.blocks) {
+      if (!b.mapped) {
+        run = nullptr;
+        continue;
+      }
+      if (!run) {
+        run = &out.emplace_back();
+        run->base = b.address;
+        run->stream = s.stream;
+        run->expandable = s.expandable;
+        run->small_pool = s.small_pool;
+      }
+      run->blocks.push_back(b);
+      run->size += b.size;
+      run->mapped_bytes += b.size;
+    }
+  }
+  return out;
+}
+
 }  // namespace memcomm::alloc

@@ -103,12 +103,11 @@ pyb::dict stats_dict(const alloc::CachingAllocator& e) {
   return d;
 }
 
-// One segment as torch.cuda.memory._snapshot() writes it ("segments" entries).
+// One segment (a run of mapped blocks: alloc::mapped_runs) as torch.cuda.memory._snapshot() writes it.
 pyb::dict segment_dict(const alloc::SegmentInfo& s, int device) {
   pyb::list blocks;
   std::uint64_t allocated = 0, active = 0, requested = 0;
   for (const alloc::BlockInfo& b : s.blocks) {
-    if (!b.mapped) continue;  // unmapped parts of an expandable range hold no memory
     const char* state = b.allocated ? "active_allocated" : b.pending ? "active_pending_free" : "inactive";
     if (b.allocated) allocated += b.size, requested += b.requested;
     if (b.allocated || b.pending) active += b.size;
@@ -123,7 +122,7 @@ pyb::dict segment_dict(const alloc::SegmentInfo& s, int device) {
   pyb::dict d;
   d["device"] = device;
   d["address"] = s.base;
-  d["total_size"] = s.expandable ? s.mapped_bytes : s.size;
+  d["total_size"] = s.size;
   d["allocated_size"] = allocated;
   d["active_size"] = active;
   d["requested_size"] = requested;
@@ -138,7 +137,8 @@ pyb::dict segment_dict(const alloc::SegmentInfo& s, int device) {
 
 pyb::list segments(int device) {
   pyb::list out;
-  for (const alloc::SegmentInfo& s : require_engine(device).snapshot()) out.append(segment_dict(s, device));
+  for (const alloc::SegmentInfo& s : alloc::mapped_runs(require_engine(device).snapshot()))
+    out.append(segment_dict(s, device));
   return out;
 }
 

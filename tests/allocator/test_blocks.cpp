@@ -217,3 +217,49 @@ TEST_CASE("a request spans a free mapped block and the unmapped hole after it", 
   a.empty_cache();
   a.check_invariants();
 }
+
+TEST_CASE("mapped_runs reports each mapped run as a segment of its own, as PyTorch's snapshots do",
+          "[allocator][snapshot]") {
+  SegmentInfo expandable;
+  expandable.base = 0x10000000;
+  expandable.size = 64 * MiB;
+  expandable.expandable = true;
+  expandable.stream = 7;
+  // | 2 MiB hole | 4 MiB allocated | 2 MiB free | 6 MiB hole | 2 MiB free | 48 MiB hole |
+  const std::uint64_t b = expandable.base;
+  expandable.blocks = {{b, 2 * MiB, 0, false, false, false},
+                       {b + 2 * MiB, 4 * MiB, 3 * MiB, true, false, true},
+                       {b + 6 * MiB, 2 * MiB, 0, false, false, true},
+                       {b + 8 * MiB, 6 * MiB, 0, false, false, false},
+                       {b + 14 * MiB, 2 * MiB, 0, false, true, true},
+                       {b + 16 * MiB, 48 * MiB, 0, false, false, false}};
+  SegmentInfo whole;
+  whole.base = 0x20000000;
+  whole.size = whole.mapped_bytes = 2 * MiB;
+  whole.small_pool = true;
+  whole.blocks = {{whole.base, 2 * MiB, 100, true, false, true}};
+
+  const auto runs = mapped_runs({expandable, whole});
+  REQUIRE(runs.size() == 3);
+  CHECK(runs[0].base == b + 2 * MiB);
+  CHECK(runs[0].size == 6 * MiB);
+  CHECK(runs[0].mapped_bytes == 6 * MiB);
+  CHECK(runs[0].blocks.size() == 2);
+  CHECK(runs[0].stream == 7);
+  CHECK(runs[0].expandable);
+  CHECK(runs[1].base == b + 14 * MiB);
+  CHECK(runs[1].size == 2 * MiB);
+  CHECK(runs[1].blocks.front().pending);
+  CHECK(runs[2].base == whole.base);
+  CHECK(runs[2].size == 2 * MiB);
+  CHECK(runs[2].small_pool);
+  CHECK_FALSE(runs[2].expandable);
+  for (const SegmentInfo& run : runs) {  // the blocks tile each run from its base
+    std::uint64_t at = run.base;
+    for (const BlockInfo& block : run.blocks) {
+      CHECK(block.address == at);
+      at += block.size;
+    }
+    CHECK(at == run.base + run.size);
+  }
+}

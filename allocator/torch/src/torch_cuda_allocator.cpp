@@ -455,22 +455,14 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
 
   // PyTorch reports the mapped runs of an expandable segment as separate segments; so do we.
   static void append_segments(int device, const CachingAllocator& e, std::vector<cca::SegmentInfo>& out) {
-    for (const auto& s : e.snapshot()) {
-      cca::SegmentInfo* cur = nullptr;
+    for (const auto& s : mapped_runs(e.snapshot())) {
+      cca::SegmentInfo* cur = &out.emplace_back();
+      cur->device = static_cast<c10::DeviceIndex>(device);
+      cur->address = s.base;
+      cur->stream = reinterpret_cast<void*>(s.stream);
+      cur->is_large = !s.small_pool;
+      cur->is_expandable = s.expandable;
       for (const auto& b : s.blocks) {
-        if (!b.mapped) {
-          cur = nullptr;
-          continue;
-        }
-        if (!cur) {
-          out.emplace_back();
-          cur = &out.back();
-          cur->device = static_cast<c10::DeviceIndex>(device);
-          cur->address = b.address;
-          cur->stream = reinterpret_cast<void*>(s.stream);
-          cur->is_large = !s.small_pool;
-          cur->is_expandable = s.expandable;
-        }
         cca::BlockInfo bi;
         bi.size = b.size;
         bi.requested_size = b.requested;

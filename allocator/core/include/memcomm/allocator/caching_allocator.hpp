@@ -59,6 +59,12 @@ struct SegmentInfo {
   std::vector<BlockInfo> blocks;   // in address order
 };
 
+// snapshot()'s segments as PyTorch reports them (torch.cuda.memory._snapshot(), memory_viz): each run
+// of mapped blocks is a segment of its own, based at its first block and as large as its blocks, and
+// unmapped blocks are left out, so that every segment's blocks tile it from its base. Used by the
+// CUDA adapter's snapshot and the Python package's CPU snapshot alike.
+std::vector<SegmentInfo> mapped_runs(const std::vector<SegmentInfo>& segments);
+
 class CachingAllocator {
  public:
   // `streams` decides when a block used on several streams may be reused (record_stream); the default
