@@ -9,24 +9,34 @@ from memcomm._profiler import running
 from memcomm._profiler.codes import COMM_BUFFER, OP, dtype_code, exchange, now
 
 
-def record_collective(p: Any, op: str, dtype: int, nbytes: int, group: Any, bucket: int,
-                      call: Callable[[], Any], async_op: bool) -> Any:
-    """Runs `call` (a collective on `group`) and records it on the profiler `p`: issued when called,
-    ended when it returned or, with async_op, when its work completed."""
+def _issue(p: Any, op: str, dtype: int, nbytes: int, group: Any, bucket: int,
+           call: Callable[[], Any]) -> Tuple[Any, Callable[..., None]]:
+    """Runs `call` (a collective on `group`, its buffers labelled comm_buffer) as the profiler `p`'s
+    next collective on that group. Returns what `call` returned, and `ended(*_)`, which records the
+    collective as issued when called and ended at the moment `ended` runs (a future's callback)."""
     comm, seq = p.next_collective(group)
     code = OP[op]
     prev = exchange(COMM_BUFFER)
     begin = now()
     try:
-        work = call()
+        result = call()
     finally:
         exchange(prev)
-    if async_op and work is not None:
-        def done(_: Any) -> None:
-            _memcomm.record_collective(code, dtype, nbytes, comm, seq, bucket, begin, now())
-        work.get_future().add_done_callback(done)
-    else:
+
+    def ended(*_: Any) -> None:
         _memcomm.record_collective(code, dtype, nbytes, comm, seq, bucket, begin, now())
+    return result, ended
+
+
+def record_collective(p: Any, op: str, dtype: int, nbytes: int, group: Any, bucket: int,
+                      call: Callable[[], Any], async_op: bool) -> Any:
+    """Runs `call` (a collective on `group`) and records it on the profiler `p`: issued when called,
+    ended when it returned or, with async_op, when its work completed."""
+    work, ended = _issue(p, op, dtype, nbytes, group, bucket, call)
+    if async_op and work is not None:
+        work.get_future().add_done_callback(ended)
+    else:
+        ended()
     return work
 
 
@@ -72,17 +82,10 @@ def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype:
             return inner(state, bucket)
         buf = bucket.buffer()
         wire = wire_dtype or buf.dtype
-        nbytes = buf.numel() * wire.itemsize
         group = state if isinstance(state, dist.ProcessGroup) else None
-        comm, seq = p.next_collective(group)
-        prev = exchange(COMM_BUFFER)
-        begin = now()
-        try:
-            fut = inner(state, bucket)
-        finally:
-            exchange(prev)
-        args = (OP["all_reduce"], dtype_code(wire), nbytes, comm, seq, bucket.index(), begin)
-        fut.add_done_callback(lambda _: _memcomm.record_collective(*args, now()))
+        fut, ended = _issue(p, "all_reduce", dtype_code(wire), buf.numel() * wire.itemsize, group, bucket.index(),
+                            lambda: inner(state, bucket))
+        fut.add_done_callback(ended)
         return fut
 
     return memcomm_comm_hook
