@@ -220,6 +220,7 @@ void bind_tuner(pyb::module_& m) {
   m.def("is_oom_message", &is_oom_message, pyb::arg("message"),
         "Whether an error message is an out-of-memory (the allocators', cuBLAS's and cuDNN's in disguise).");
   m.def("divisors", &divisors, pyb::arg("per_rank_batch"), "The candidate micro-batches for a per-rank batch.");
+  m.def("format_bytes", &format_bytes, pyb::arg("bytes"), "Bytes as every memcomm tool prints them (\"-\" when < 0).");
 }
 
 }  // namespace memcomm::py

@@ -48,8 +48,7 @@ def check_model_fits(runner: Runner, limit: int) -> None:
     _first_step(runner, limit)
 
 
-def format_bytes(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n < 1 << 30 else f"{n / 2**30:.2f} GiB"
+format_bytes = _memcomm.format_bytes  # the one way memcomm prints bytes (common/bytes.hpp)
 
 
 def cache_key(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, o: Options,
