@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(catch2 libcli11-dev nlohmann-json3-dev libfmt-dev libfmt9 libzstd-dev libzstd1 liblz4-dev liblz4-1
       libxxhash-dev libxxhash0 libgloo-dev
-      libbenchmark-dev libbenchmark1debian zlib1g-dev)
+      libbenchmark-dev libbenchmark1debian zlib1g-dev libsimdjson-dev libsimdjson14)
 rm -rf .deps && mkdir -p .deps/debs .deps/root
 (cd .deps/debs && apt-get download "${PKGS[@]}" >/dev/null)
 for d in .deps/debs/*.deb; do dpkg -x "$d" .deps/root; done

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "memcomm/trace/event_sort.hpp"
+#include "memcomm/trace/kineto.hpp"
 
 namespace memcomm::prof {
 
@@ -105,11 +106,35 @@ void TraceSet::finish(const LoadOptions& opt) {
 TraceSet TraceSet::load(const std::vector<std::string>& paths, const LoadOptions& opt) {
   TraceSet set;
   for (const std::string& p : paths) {
+    if (is_kineto_candidate(p)) {
+      set.add_kineto(p, opt);
+      continue;
+    }
     TraceReader reader(p);
     set.add_from_reader(reader, opt);
   }
   set.finish(opt);
   return set;
+}
+
+void TraceSet::add_kineto(const std::string& path, const LoadOptions& opt) {
+  KinetoOptions ko;
+  if (!opt.comm_kernels.empty()) ko.comm_kernels = opt.comm_kernels;
+  KinetoTrace k = read_kineto(path, ko);
+  for (const RankTrace& r : ranks)
+    if (r.rank == k.trace.rank)
+      throw TraceError(fmt::format("rank {} appears in both '{}' and '{}' (a torch.profiler trace without "
+                                   "distributedInfo counts as rank 0)", r.rank, r.source, path));
+  FileLoadInfo fi;
+  fi.path = path;
+  fi.recovery.file_bytes = k.info.json_bytes;
+  fi.recovery.bytes_used = k.info.truncated ? k.info.truncated_at : k.info.json_bytes;
+  fi.recovery.events = k.trace.events.size();
+  fi.recovery.truncated = k.info.truncated;
+  fi.recovery.detail = k.info.truncation;
+  fi.kineto = std::make_shared<const KinetoInfo>(std::move(k.info));
+  ranks.push_back(std::move(k.trace));
+  files.push_back(std::move(fi));
 }
 
 uint64_t TraceSet::event_count() const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,27 +41,34 @@ struct RankTrace {
   int64_t end_ns() const;           // latest end (ts + duration for spans)
 };
 
+struct KinetoInfo;
+
 struct FileLoadInfo {
   std::string path;
   RecoveryInfo recovery;
   bool merged = false;
+  std::shared_ptr<const KinetoInfo> kineto;  // set for torch.profiler traces (kineto.hpp)
 };
 
 struct LoadOptions {
   bool apply_clock_offsets = true;
   bool sort = true;
+  std::string comm_kernels;  // torch.profiler traces: communication-kernel regex ("" = the default)
 };
 
 struct TraceSet {
   std::vector<RankTrace> ranks;     // ordered by rank
   std::vector<FileLoadInfo> files;  // one per input file, with what was recovered
 
-  // Loads files (per-rank or merged, in any mix). Throws TraceError; a truncated tail is not an
+  // Loads files (per-rank or merged .mct files and torch.profiler traces, in any mix; kineto.hpp).
+  // Throws TraceError; a truncated tail is not an
   // error (see files[i].recovery). Two inputs claiming the same rank are an error.
   static TraceSet load(const std::vector<std::string>& paths, const LoadOptions& opt = {});
 
   // Adds events for one rank from an already-open reader (used by load and by tests).
   void add_from_reader(TraceReader& reader, const LoadOptions& opt);
+  // Adds a torch.profiler trace (one rank).
+  void add_kineto(const std::string& path, const LoadOptions& opt);
   void finish(const LoadOptions& opt);  // sorts, applies offsets, fills metadata fields
 
   uint64_t event_count() const;

@@ -1,0 +1,314 @@
+#include "converter.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include <fmt/format.h>
+
+namespace memcomm::prof::kineto {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool has(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+
+CopyKind copy_kind(std::string_view name) {
+  if (has(name, "HtoD")) return CopyKind::HtoD;
+  if (has(name, "DtoH")) return CopyKind::DtoH;
+  if (has(name, "DtoD")) return CopyKind::DtoD;
+  if (has(name, "HtoH")) return CopyKind::HtoH;
+  if (has(name, "PtoP") || has(name, "Peer")) return CopyKind::PtoP;
+  return CopyKind::Unknown;
+}
+
+uint8_t small_device(int64_t d) { return uint8_t(std::clamp<int64_t>(d, 0, 254)); }
+
+// "ProfilerStep#12" -> 12
+bool profiler_step(std::string_view name, uint64_t& step) {
+  constexpr std::string_view kPrefix = "ProfilerStep#";
+  if (name.substr(0, kPrefix.size()) != kPrefix || name.size() == kPrefix.size() || name.size() > kPrefix.size() + 18)
+    return false;
+  step = 0;
+  for (char c : name.substr(kPrefix.size())) {
+    if (c < '0' || c > '9') return false;
+    step = step * 10 + uint64_t(c - '0');
+  }
+  return true;
+}
+
+}  // namespace
+
+Converter::Converter(std::string name, const KinetoOptions& opt) : name_(std::move(name)) {
+  try {
+    comm_pattern_ = std::regex(opt.comm_kernels, std::regex::ECMAScript | std::regex::optimize);
+  } catch (const std::regex_error& e) {
+    throw TraceError(fmt::format("--comm-kernels '{}' is not a valid regular expression: {}", opt.comm_kernels, e.what()));
+  }
+}
+
+Converter::Kind Converter::kind_of(std::string_view cat) {
+  for (Category& c : categories_)
+    if (c.name == cat) {
+      ++c.count;
+      return c.kind;
+    }
+  const std::string l = lower(cat);
+  Kind k = Kind::Generic;
+  if (l == "cpu_op" || l == "operator" || l == "user_annotation" || l == "python_function" || l == "trace")
+    k = Kind::Range;
+  else if (l == "gpu_user_annotation") k = Kind::GpuAnnotation;
+  else if (has(l, "runtime") || has(l, "driver")) k = Kind::Launch;
+  else if (l == "kernel") k = Kind::Kernel;
+  else if (l == "gpu_memcpy" || l == "memcpy") k = Kind::Memcpy;
+  else if (l == "gpu_memset" || l == "memset") k = Kind::Memset;
+  else if (l == "cuda_sync") k = Kind::DeviceSync;
+  else if (l == "cpu_instant_event") k = Kind::Instant;
+  else if (l == "ac2g" || l == "fwdbwd" || l == "overhead" || l.empty()) k = Kind::Known;
+  categories_.push_back({std::string(cat), k, 1});
+  return k;
+}
+
+bool Converter::times(const RawEvent& e, bool need_dur, int64_t& begin, int64_t& end) {
+  bool sub_us = false;
+  if (!e.ts.present) return skip("no timestamp"), false;
+  if (!us_to_ns(e.ts, begin, sub_us)) return skip("timestamp not a finite number in range"), false;
+  info_.float_timestamps |= sub_us;
+  end = begin;
+  if (!need_dur) return true;
+  int64_t dur = 0;
+  if (!e.dur.present) return skip("complete event without a duration"), false;
+  if (!us_to_ns(e.dur, dur, sub_us)) return skip("duration not a finite number in range"), false;
+  if (dur < 0) return skip("negative duration"), false;
+  info_.float_timestamps |= sub_us;
+  end = begin + dur;
+  return true;
+}
+
+void Converter::member(std::string_view key, std::string_view raw) {
+  simdjson::dom::parser p;
+  simdjson::dom::element v;
+  if (p.parse(raw.data(), raw.size()).get(v)) return skip(fmt::format("top-level '{}' is not valid JSON", key));
+  if (key == "distributedInfo") {
+    int64_t x = 0;
+    if (v["rank"].get(x) == simdjson::SUCCESS && x >= 0 && x < (1 << 24)) rank_ = uint32_t(x);
+    if (v["world_size"].get(x) == simdjson::SUCCESS && x > 0 && x < (1 << 24)) world_size_ = uint32_t(x);
+  } else if (key == "deviceProperties") {
+    simdjson::dom::array devices;
+    if (v.get(devices)) return;
+    for (simdjson::dom::element d : devices) {
+      int64_t id = 0;
+      std::string_view name;
+      uint64_t total = 0;
+      if (d["id"].get(id)) continue;
+      if (d["name"].get(name) == simdjson::SUCCESS) devices_.emplace_back(id, std::string(name));
+      if (d["totalGlobalMem"].get(total) == simdjson::SUCCESS) device_memory_.emplace_back(id, total);
+    }
+  } else if (key == "displayTimeUnit") {
+    std::string_view s;
+    if (v.get(s) == simdjson::SUCCESS) info_.display_time_unit = std::string(s);
+  } else if (key == "baseTimeNanoseconds") {
+    int64_t x = 0;
+    if (v.get(x) == simdjson::SUCCESS && x > 0 && x < kKinetoEpochNs * 2) info_.base_time_ns = x;
+  } else if (key == "schemaVersion") {
+    int64_t x = 0;
+    if (v.get(x) == simdjson::SUCCESS) info_.schema_version = int(std::clamp<int64_t>(x, 0, 1 << 20));
+  } else if (key == "host_name" || key == "hostname") {
+    std::string_view s;
+    if (v.get(s) == simdjson::SUCCESS) host_ = std::string(s);
+  }
+}
+
+void Converter::event(std::string_view raw, size_t readable_after) {
+  ++info_.trace_events;
+  RawEvent& e = raw_;
+  if (!parser_.parse(raw, readable_after, e, error_)) return skip(fmt::format("malformed event ({})", error_));
+  const std::string_view ph = e.ph;
+  const Kind kind = kind_of(e.cat.empty() ? std::string_view("<none>") : e.cat);
+  if (ph == "X") return on_complete(e, kind);
+  if (ph == "i" || ph == "I") return on_instant(e, kind);
+  if (ph == "s" || ph == "t" || ph == "f") return void(++info_.flows);
+  if (ph == "M") return on_metadata(e);
+  if (ph == "C") return on_counter(e);
+  skip(ph.empty() ? std::string("no \"ph\"") : fmt::format("ph \"{}\" (not written by torch.profiler)", ph));
+}
+
+void Converter::on_complete(const RawEvent& e, Kind kind) {
+  int64_t begin = 0, end = 0;
+  if (!times(e, true, begin, end)) return;
+  min_ts_ = std::min(min_ts_, begin);
+  switch (kind) {
+    case Kind::Launch: {
+      const StringId name = strings_.intern(e.name);
+      const auto corr = uint32_t(e.correlation == kNoArg ? 0 : e.correlation);
+      const EventKind k = has(e.name, "Synchronize") ? EventKind::Sync : EventKind::Launch;
+      if (end - begin > int64_t(kMaxDuration)) ++info_.saturated_durations;
+      events_.push_back(Event::from(make_host_span(k, begin, end, tracks_.host_thread(e.pid, e.tid), name, corr)));
+      return;
+    }
+    case Kind::Kernel: case Kind::Memcpy: case Kind::Memset: case Kind::DeviceSync:
+      return add_device_span(e, kind, begin, end);
+    case Kind::GpuAnnotation:
+      return add_range(e, begin, end, 0, true);
+    case Kind::Generic:
+      ++info_.generic[std::string(e.cat.empty() ? "<none>" : e.cat)];
+      [[fallthrough]];
+    default:
+      return add_range(e, begin, end, tracks_.host_thread(e.pid, e.tid), false);
+  }
+}
+
+void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_t thread, bool gpu) {
+  HostSpan s{begin, end, 0, strings_.intern(e.name), thread, Phase::Custom};
+  if (gpu) {
+    const int64_t device = e.device != kNoArg ? e.device : e.pid.number;
+    const int64_t stream = e.stream != kNoArg ? e.stream : e.tid.number;
+    s.thread = uint16_t(kGpuAnnotationThreadBase | tracks_.annotation_lane(device, stream));
+  } else if (profiler_step(e.name, s.id)) {
+    s.phase = Phase::Step;
+  }
+  spans_.push_back(s);
+}
+
+bool Converter::is_comm_kernel(StringId name) {
+  auto it = comm_names_.find(name);
+  if (it != comm_names_.end()) return it->second;
+  const std::string text(strings_.text(name));
+  const bool comm = std::regex_search(text, comm_pattern_);
+  comm_names_.emplace(name, comm);
+  return comm;
+}
+
+void Converter::add_device_span(const RawEvent& e, Kind kind, int64_t begin, int64_t end) {
+  const int64_t device = e.device != kNoArg ? e.device : e.pid.number;
+  const int64_t stream_id = e.stream != kNoArg ? e.stream : e.tid.number;
+  const uint8_t stream = tracks_.stream(device, stream_id);
+  const auto corr = uint32_t(e.correlation == kNoArg ? 0 : e.correlation);
+  if (end - begin > int64_t(kMaxDuration)) ++info_.saturated_durations;
+  const uint8_t dev = small_device(device);
+  if (kind == Kind::Memcpy || kind == Kind::Memset) {
+    const uint32_t bytes = encode_bytes32(uint64_t(std::max<int64_t>(e.bytes, 0)));
+    const EventKind k = kind == Kind::Memcpy ? EventKind::Memcpy : EventKind::Memset;
+    const auto sub = uint8_t(kind == Kind::Memcpy ? copy_kind(e.name) : CopyKind::Unknown);
+    events_.push_back(Event::from(make_compute(k, begin, end, stream, bytes, corr, dev, sub)));
+    return;
+  }
+  const StringId name = strings_.intern(e.name);
+  if (kind == Kind::DeviceSync) {
+    events_.push_back(Event::from(make_compute(EventKind::Sync, begin, end, stream, name, corr, dev)));
+    return;
+  }
+  const bool comm = is_comm_kernel(name);
+  events_.push_back(Event::from(make_compute(EventKind::Kernel, begin, end, stream, name, corr, dev, comm ? 1 : 0)));
+  if (!comm) return;
+  ++info_.comm_kernels;
+  comm_kernels_.push_back({begin, end, corr, name, strings_.intern(e.collective), strings_.intern(e.dtype),
+                           strings_.intern(e.pg_name), strings_.intern(e.pg_ranks), e.in_nelems, e.out_nelems,
+                           e.group_size, stream_id, dev, stream});
+}
+
+void Converter::on_instant(const RawEvent& e, Kind kind) {
+  int64_t ts = 0, unused = 0;
+  if (!times(e, false, ts, unused)) return;
+  min_ts_ = std::min(min_ts_, ts);
+  if (e.name == "[memory]") return on_memory(e, ts, false);
+  if (e.name == "[OutOfMemory]") return on_memory(e, ts, true);
+  if (kind == Kind::Generic) ++info_.generic[std::string(e.cat.empty() ? "<none>" : e.cat)];
+  add_range(e, ts, ts, tracks_.host_thread(e.pid, e.tid), false);
+}
+
+void Converter::on_memory(const RawEvent& e, int64_t ts, bool oom) {
+  if (e.mem_bytes == kNoArg) return skip("[memory] event without Bytes");
+  const uint8_t device = e.device_type == 0 ? kHostDevice : small_device(e.device_id == kNoArg ? 0 : e.device_id);
+  ++info_.memory_events;
+  if (oom) {
+    OomEvent o{};
+    o.ts = ts;
+    o.kind = EventKind::Oom;
+    o.device = device;
+    o.requested = uint64_t(std::max<int64_t>(e.mem_bytes, 0));
+    events_.push_back(Event::from(o));
+    return;
+  }
+  const uint64_t size = e.mem_bytes < 0 ? uint64_t(-(e.mem_bytes + 1)) + 1 : uint64_t(e.mem_bytes);
+  if (e.mem_bytes > 0) {
+    events_.push_back(Event::from(make_mem_block(EventKind::Alloc, ts, e.addr, size, device)));
+  } else if (e.mem_bytes < 0) {
+    events_.push_back(Event::from(make_mem_block(EventKind::FreeRequested, ts, e.addr, size, device)));
+    events_.push_back(Event::from(make_mem_block(EventKind::FreeCompleted, ts, e.addr, size, device)));
+  }
+  if (e.total_allocated >= 0)
+    events_.push_back(Event::from(make_mem_sample(ts, MemMetric::Allocated, uint64_t(e.total_allocated), device)));
+  if (e.total_reserved >= 0)
+    events_.push_back(Event::from(make_mem_sample(ts, MemMetric::Reserved, uint64_t(e.total_reserved), device)));
+}
+
+void Converter::on_metadata(const RawEvent& e) {
+  if (e.name == "process_name") tracks_.name_process(e.pid, e.arg_name);
+  else if (e.name == "thread_name") tracks_.name_thread(e.pid, e.tid, e.arg_name);
+}
+
+void Converter::on_counter(const RawEvent& e) {
+  int64_t ts = 0, unused = 0;
+  if (!times(e, false, ts, unused)) return;
+  min_ts_ = std::min(min_ts_, ts);
+  for (int i = 0; i < e.counters; ++i) {
+    const std::string name = e.counters == 1 ? std::string(e.name) : fmt::format("{}.{}", e.name, e.counter_key[i]);
+    events_.push_back(Event::from(make_counter(ts, strings_.intern(name), e.counter_value[i])));
+  }
+}
+
+void Converter::emit_metadata(int64_t ts) {
+  auto meta = [&](MetaKey k, int64_t value, std::string_view text = {}, uint16_t thread = 0) {
+    events_.push_back(Event::from(make_meta(ts, k, value, strings_.intern(text), thread)));
+  };
+  meta(MetaKey::Rank, rank_);
+  if (world_size_) meta(MetaKey::WorldSize, world_size_);
+  if (!host_.empty()) meta(MetaKey::Host, 0, host_);
+  meta(MetaKey::StartTime, kKinetoEpochNs);
+  meta(MetaKey::Tag, 0, "source=torch.profiler");
+  for (const auto& [id, name] : devices_) meta(MetaKey::DeviceName, 0, name, uint16_t(std::clamp<int64_t>(id, 0, 0xFFFF)));
+  for (const auto& [id, total] : device_memory_)
+    events_.push_back(Event::from(make_mem_sample(ts, MemMetric::DeviceTotal, total, small_device(id))));
+  std::string process;
+  int64_t pid = -1;
+  tracks_.emit_meta(ts, strings_, events_, process, pid);
+  if (!process.empty()) meta(MetaKey::ProcessName, 0, process);
+  if (pid >= 0) meta(MetaKey::Pid, pid);
+}
+
+KinetoTrace Converter::finish(const SplitResult& split) {
+  KinetoTrace out;
+  info_.json_bytes = split.json_bytes;
+  info_.truncated = split.truncated;
+  info_.truncated_at = split.truncated_at;
+  if (split.truncated)
+    info_.truncation = fmt::format("{}: the file ends early (cut short?); loaded the {} events up to JSON byte {}",
+                                   name_, split.events, split.truncated_at);
+  for (const Category& c : categories_) info_.categories[c.name] += c.count;
+  if (tracks_.overflowed()) skip("tracks beyond the lanes memcomm keeps (merged into the last lane)");
+  // Note [One origin for every torch.profiler trace]; baseTimeNanoseconds comes after the events.
+  const int64_t shift = info_.base_time_ns - kKinetoEpochNs;
+  for (Event& e : events_) e.ts += shift;
+  for (HostSpan& s : spans_) s.begin += shift, s.end += shift;
+  for (CommKernel& k : comm_kernels_) k.begin += shift, k.end += shift;
+  emit_nested_ranges(spans_, events_, info_.clamped_ranges);
+  spans_ = {};
+  emit_collectives(comm_kernels_, strings_, rank_, world_size_, events_);
+  emit_metadata(min_ts_ == INT64_MAX ? 0 : min_ts_ + shift);
+  info_.converted = events_.size();
+  out.trace.rank = rank_;
+  out.trace.world_size = world_size_;
+  out.trace.source = name_;
+  out.trace.events = std::move(events_);
+  out.trace.strings = strings_.take();
+  out.info = std::move(info_);
+  return out;
+}
+
+}  // namespace memcomm::prof::kineto

@@ -1,0 +1,76 @@
+// Turns parsed traceEvents elements and top-level members into memcomm events
+// (Note [Kineto events as memcomm events] in kineto.hpp).
+#pragma once
+
+#include <regex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collectives.hpp"
+#include "host_ranges.hpp"
+#include "interner.hpp"
+#include "json_splitter.hpp"
+#include "memcomm/trace/kineto.hpp"
+#include "raw_event.hpp"
+#include "tracks.hpp"
+
+namespace memcomm::prof::kineto {
+
+// Note [One origin for every torch.profiler trace]
+// Kineto timestamps are Unix-epoch microseconds, or microseconds after baseTimeNanoseconds in
+// newer traces. Unix nanoseconds (~1.7e18) lie beyond the +-2^60 ns the trace layer keeps
+// (kMaxAbsTimestamp), so every Kineto trace is put on one fixed origin, kKinetoEpochNs
+// (2020-09-13 12:26:40 UTC), recorded as StartTime. A fixed origin needs no coordination: ranks
+// written by different processes, with different baseTimeNanoseconds, land on one timeline as
+// their wall clocks put them, which is how HTA and Perfetto align them too.
+inline constexpr int64_t kKinetoEpochNs = int64_t(1600000000) * 1000000000;
+
+class Converter final : public SplitHandler {
+ public:
+  Converter(std::string name, const KinetoOptions& opt);
+  void member(std::string_view key, std::string_view raw_value) override;
+  void event(std::string_view raw, size_t readable_after) override;
+  KinetoTrace finish(const SplitResult& split);
+
+ private:
+  enum class Kind : uint8_t { Range, GpuAnnotation, Launch, Kernel, Memcpy, Memset, DeviceSync, Instant, Known, Generic };
+  Kind kind_of(std::string_view cat);
+  void skip(const std::string& reason) { ++info_.skipped[reason]; }
+  bool times(const RawEvent& e, bool need_dur, int64_t& begin, int64_t& end);
+  void on_complete(const RawEvent& e, Kind kind);
+  void on_instant(const RawEvent& e, Kind kind);
+  void on_memory(const RawEvent& e, int64_t ts, bool oom);
+  void on_metadata(const RawEvent& e);
+  void on_counter(const RawEvent& e);
+  void add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_t thread, bool gpu);
+  void add_device_span(const RawEvent& e, Kind kind, int64_t begin, int64_t end);
+  bool is_comm_kernel(StringId name);
+  void emit_metadata(int64_t ts);
+
+  std::string name_;
+  KinetoInfo info_;
+  EventParser parser_;
+  RawEvent raw_;
+  std::string error_;
+  Interner strings_;
+  Tracks tracks_;
+  std::vector<Event> events_;
+  std::vector<HostSpan> spans_;
+  std::vector<CommKernel> comm_kernels_;
+  std::regex comm_pattern_;
+  std::unordered_map<StringId, bool> comm_names_;
+  struct Category {
+    std::string name;
+    Kind kind;
+    uint64_t count;
+  };
+  std::vector<Category> categories_;  // the few a trace has, searched linearly
+  int64_t min_ts_ = INT64_MAX;
+  uint32_t rank_ = 0, world_size_ = 0;
+  std::string host_;
+  std::vector<std::pair<int64_t, std::string>> devices_;      // deviceProperties: id, name
+  std::vector<std::pair<int64_t, uint64_t>> device_memory_;  // id, totalGlobalMem
+};
+
+}  // namespace memcomm::prof::kineto

@@ -1,0 +1,70 @@
+// The public face of the Kineto reader: bytes -> splitter -> converter (kineto.hpp).
+#include "memcomm/trace/kineto.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "converter.hpp"
+#include "json_blocks.hpp"
+#include "json_splitter.hpp"
+#include "memcomm/trace/trace_format.hpp"
+
+namespace memcomm::prof {
+
+namespace {
+
+KinetoTrace read_blocks(kineto::JsonBlocks& blocks, const std::string& name, bool gzip, const KinetoOptions& opt) {
+  kineto::Converter converter(name, opt);
+  const kineto::SplitResult split = kineto::split_trace(blocks, converter, name);
+  KinetoTrace out = converter.finish(split);
+  out.info.gzip = gzip;
+  if (blocks.cut_short() && !out.info.truncated) {
+    out.info.truncated = true;
+    out.info.truncation = fmt::format("{}: the gzip stream ends early (cut short?); its JSON was complete", name);
+  }
+  return out;
+}
+
+}  // namespace
+
+KinetoTrace read_kineto(const std::string& path, const KinetoOptions& opt) {
+  bool gzip = false;
+  auto blocks = kineto::open_json_blocks(path, gzip);
+  return read_blocks(*blocks, path, gzip, opt);
+}
+
+KinetoTrace read_kineto_buffer(std::string_view json, const std::string& name, const KinetoOptions& opt) {
+  auto blocks = kineto::buffer_blocks(json);
+  return read_blocks(*blocks, name, false, opt);
+}
+
+bool is_kineto_candidate(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // the .mct reader reports the error
+  char magic[sizeof(kFileMagic)] = {};
+  const ssize_t n = pread(fd, magic, sizeof(magic), 0);
+  close(fd);
+  return !(n == ssize_t(sizeof(magic)) && std::memcmp(magic, kFileMagic, sizeof(magic)) == 0);
+}
+
+std::string kineto_info_text(const KinetoInfo& i) {
+  std::string s = fmt::format("  format: torch.profiler trace{}, schema {}, {} JSON bytes, {} traceEvents -> {} events\n",
+                              i.gzip ? " (gzip)" : "", i.schema_version, i.json_bytes, i.trace_events, i.converted);
+  s += fmt::format("  timestamps: {}{}{}\n", i.float_timestamps ? "sub-microsecond" : "whole microseconds",
+                   i.display_time_unit.empty() ? "" : ", displayTimeUnit " + i.display_time_unit,
+                   i.base_time_ns ? fmt::format(", baseTimeNanoseconds {}", i.base_time_ns) : "");
+  for (const auto& [cat, n] : i.categories) s += fmt::format("  category {:<24} {:>10}\n", cat, n);
+  for (const auto& [cat, n] : i.generic) s += fmt::format("  kept as generic ranges: {} ({})\n", cat, n);
+  s += fmt::format("  flows {}, communication kernels {}, [memory] events {}\n", i.flows, i.comm_kernels, i.memory_events);
+  if (i.clamped_ranges) s += fmt::format("  ranges cut to fit inside their parent: {}\n", i.clamped_ranges);
+  if (i.saturated_durations) s += fmt::format("  spans longer than 4.29 s (kept at 4.29 s): {}\n", i.saturated_durations);
+  for (const auto& [why, n] : i.skipped) s += fmt::format("  skipped: {} ({})\n", why, n);
+  if (i.truncated) s += "  warning: " + i.truncation + "\n";
+  return s;
+}
+
+}  // namespace memcomm::prof

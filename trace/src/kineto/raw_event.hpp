@@ -1,0 +1,70 @@
+// One traceEvents element, parsed: the fields the converter reads, as views into the parser's
+// buffers (valid until the next parse).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace memcomm::prof::kineto {
+
+// A pid or tid: Kineto writes numbers for real processes, threads, devices and streams, and
+// strings for its own pseudo-tracks ("Spans", "PyTorch Profiler").
+struct TrackId {
+  bool is_string = false;
+  int64_t number = 0;
+  std::string_view text;
+};
+
+inline constexpr int64_t kNoArg = INT64_MIN;
+
+// A JSON number as simdjson read it: integers exactly, anything else as a double.
+struct Number {
+  bool present = false;
+  bool is_int = false;
+  int64_t i = 0;
+  double d = 0;
+};
+
+struct RawEvent {
+  std::string_view ph, cat, name;
+  Number ts, dur;
+  TrackId pid, tid;
+  // args the converter reads (kNoArg / "" when absent)
+  int64_t correlation = kNoArg, device = kNoArg, stream = kNoArg, bytes = kNoArg;
+  int64_t device_type = kNoArg, device_id = kNoArg, mem_bytes = kNoArg, total_allocated = kNoArg,
+          total_reserved = kNoArg;
+  uint64_t addr = 0;
+  int64_t in_nelems = kNoArg, out_nelems = kNoArg, group_size = kNoArg;
+  std::string_view arg_name;        // M events: args.name
+  std::string_view collective, dtype, pg_name, pg_ranks;
+  // ph "C": numeric args, as "key=value" pairs are not needed elsewhere, kept as parallel views
+  static constexpr int kMaxCounters = 8;
+  int counters = 0;
+  std::string_view counter_key[kMaxCounters];
+  double counter_value[kMaxCounters] = {};
+};
+
+// Parses one element. False (with `error` set) when it is not a JSON object or is malformed.
+class EventParser {
+ public:
+  EventParser();
+  ~EventParser();
+  bool parse(std::string_view raw, size_t readable_after, RawEvent& out, std::string& error);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Note [Microseconds to nanoseconds]
+// Kineto writes microseconds: integers in older traces, decimals with up to three digits (ns) in
+// newer ones. Integers convert exactly. A decimal is read as a double, as HTA (pandas) reads it,
+// and split into its whole microseconds and fraction, both exact in double arithmetic, so the ns
+// are those of the double: exact for the ~4e12 us of a baseTimeNanoseconds-relative trace, within
+// the double's spacing (0.25 us) for Unix-epoch microseconds, where no reader keeps more.
+// False when the number is not finite or the result leaves +-2^62 ns.
+bool us_to_ns(const Number& us, int64_t& ns, bool& sub_us);
+
+}  // namespace memcomm::prof::kineto
