@@ -7,6 +7,9 @@ find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+# The torch.profiler reader (trace/src/kineto/): simdjson parses each event, zlib inflates .json.gz.
+find_package(simdjson REQUIRED)
+find_package(ZLIB REQUIRED)
 
 if(MEMCOMM_WITH_TESTS)
   find_package(Catch2 2 REQUIRED)

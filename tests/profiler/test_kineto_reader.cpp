@@ -1,0 +1,268 @@
+// The torch.profiler (Kineto) reader: event mapping (Note [Kineto events as memcomm events]),
+// both schemas, gzip, files cut short, bad input, and the real traces in ../shared.
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "memcomm/trace/kineto.hpp"
+#include "memcomm/trace/trace_error.hpp"
+#include "memcomm_test.hpp"
+
+using namespace memcomm::prof;
+
+namespace {
+
+// A small current-schema trace: one step, a nested op, a launch, two kernels (one NCCL), copies,
+// memory events; baseTimeNanoseconds comes after the events, as Kineto writes it.
+const char* kTrace = R"json({
+  "schemaVersion": 1,
+  "distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 2},
+  "deviceProperties": [{"id": 0, "name": "Test GPU", "totalGlobalMem": 1000000}],
+  "traceEvents": [
+  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 10, "tid": 11, "ts": 100.5, "dur": 900},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10, "tid": 11, "ts": 110, "dur": 50.25},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 120, "dur": 5, "args": {"correlation": 7}},
+  {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 130, "dur": 20, "args": {"device": 0, "stream": 7, "correlation": 7}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 200, "dur": 5, "args": {"correlation": 8}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 40, "ts": 210, "dur": 100,
+   "args": {"device": 0, "stream": 40, "correlation": 8, "Collective name": "allreduce", "In msg nelems": 1024,
+            "Out msg nelems": 1024, "Group size": 2, "dtype": "Float", "Process Group Name": "0", "Process Group Ranks": "[0, 1]"}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7, "ts": 400, "dur": 3, "args": {"device": 0, "stream": 7, "correlation": 9, "bytes": 4096}},
+  {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7, "ts": 410, "dur": 1, "args": {"device": 0, "stream": 7, "correlation": 10, "bytes": 64}},
+  {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 10, "tid": 11, "ts": 115,
+   "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096, "Bytes": 512, "Total Allocated": 512, "Total Reserved": 2097152}},
+  {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 10, "tid": 11, "ts": 150,
+   "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096, "Bytes": -512, "Total Allocated": 0, "Total Reserved": 2097152}},
+  {"ph": "s", "id": 7, "pid": 10, "tid": 11, "ts": 120, "cat": "ac2g", "name": "ac2g"},
+  {"ph": "X", "cat": "mystery_cat", "name": "something new", "pid": 10, "tid": 12, "ts": 300, "dur": 10},
+  {"name": "thread_name", "ph": "M", "pid": 10, "tid": 11, "args": {"name": "main"}},
+  {"name": "process_name", "ph": "M", "pid": 10, "tid": 0, "args": {"name": "python3"}}
+  ],
+  "displayTimeUnit": "ms",
+  "baseTimeNanoseconds": 1700000000000000000
+})json";
+
+std::map<EventKind, int> kinds(const RankTrace& t) {
+  std::map<EventKind, int> n;
+  for (const Event& e : t.events) ++n[e.kind];
+  return n;
+}
+
+const Event* first(const RankTrace& t, EventKind k) {
+  for (const Event& e : t.events)
+    if (e.kind == k) return &e;
+  return nullptr;
+}
+
+std::string temp_path(const std::string& name) { return "/tmp/memcomm_kineto_test_" + std::to_string(getpid()) + name; }
+
+void write_gzip(const std::string& path, const std::string& text) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(gzwrite(f, text.data(), unsigned(text.size())) == int(text.size()));
+  gzclose(f);
+}
+
+std::string shared_kineto_dir() { return memcomm::test::source_dir() + "/../shared/traces/kineto"; }
+
+}  // namespace
+
+TEST_CASE("kineto: every kind of event maps onto the event model", "[kineto]") {
+  const KinetoTrace k = read_kineto_buffer(kTrace, "t.json");
+  const RankTrace& t = k.trace;
+  CHECK(t.rank == 1);
+  CHECK(t.world_size == 2);
+  auto n = kinds(t);
+  CHECK(n[EventKind::Kernel] == 2);
+  CHECK(n[EventKind::Launch] == 2);
+  CHECK(n[EventKind::Memcpy] == 1);
+  CHECK(n[EventKind::Memset] == 1);
+  CHECK(n[EventKind::Alloc] == 1);
+  CHECK(n[EventKind::FreeRequested] == 1);
+  CHECK(n[EventKind::FreeCompleted] == 1);
+  CHECK(n[EventKind::RangeBegin] == 3);  // the step, the op and the unknown category
+  CHECK(n[EventKind::RangeEnd] == 3);
+  CHECK(n[EventKind::CollEnqueue] == 1);
+  CHECK(n[EventKind::CollStart] == 1);
+  CHECK(n[EventKind::CollEnd] == 1);
+  CHECK(n[EventKind::CommInfo] == 1);
+  CHECK(k.info.flows == 1);
+  CHECK(k.info.comm_kernels == 1);
+  CHECK(k.info.memory_events == 2);
+  CHECK(k.info.generic.at("mystery_cat") == 1);
+  CHECK(k.info.float_timestamps);
+  CHECK(k.info.base_time_ns == 1700000000000000000);
+  CHECK(k.info.skipped.empty());
+
+  // Timestamps: us -> ns, on the fixed origin (Note [One origin for every torch.profiler trace]).
+  const int64_t shift = 1700000000000000000 - int64_t(1600000000) * 1000000000;
+  const auto step = first(t, EventKind::RangeBegin)->as<RangeEvent>();
+  CHECK(step.phase == Phase::Step);
+  CHECK(step.id == 3);
+  CHECK(first(t, EventKind::RangeBegin)->ts == 100500 + shift);
+
+  const auto coll = first(t, EventKind::CollStart)->as<CollectiveEvent>();
+  CHECK(coll.op == CollOp::AllReduce);
+  CHECK(coll.dtype == DType::F32);
+  CHECK(coll.bytes() == 4096);
+  CHECK(coll.seq == 0);
+  CHECK(first(t, EventKind::CollEnqueue)->ts == 200000 + shift);  // the launch's start
+  const auto info = first(t, EventKind::CommInfo)->as<CommInfoEvent>();
+  CHECK(info.size == 2);
+  CHECK(info.rank == 1);
+
+  bool saw_comm_kernel = false;
+  for (const Event& e : t.events)
+    if (e.kind == EventKind::Kernel) {
+      const auto c = e.as<ComputeEvent>();
+      if (t.name(c.arg).rfind("nccl", 0) == 0) {
+        saw_comm_kernel = true;
+        CHECK(c.sub == 1);
+        CHECK(c.corr == 8);
+        CHECK(c.dur_ns == 100000);
+      }
+    }
+  CHECK(saw_comm_kernel);
+  const auto copy = first(t, EventKind::Memcpy)->as<ComputeEvent>();
+  CHECK(CopyKind(copy.sub) == CopyKind::HtoD);
+  CHECK(decode_bytes32(copy.arg) == 4096);
+  const auto alloc = first(t, EventKind::Alloc)->as<MemBlockEvent>();
+  CHECK(alloc.addr() == 4096);
+  CHECK(alloc.size() == 512);
+  CHECK(alloc.device == 0);
+}
+
+TEST_CASE("kineto: the 2021 capitalised schema reads the same", "[kineto]") {
+  const char* old = R"json({"traceEvents": [
+    {"ph": "X", "cat": "Operator", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+    {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 11, "dur": 2, "args": {"correlation": 3}},
+    {"ph": "X", "cat": "Kernel", "name": "add_kernel", "pid": 0, "tid": "stream 7", "ts": 20, "dur": 2, "args": {"device": 0, "stream": 7, "correlation": 3}},
+    {"ph": "X", "cat": "Memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": "stream 7", "ts": 30, "dur": 1, "args": {"device": 0, "stream": 7, "bytes": 8}}
+  ]})json";
+  const KinetoTrace k = read_kineto_buffer(old, "old.json");
+  auto n = kinds(k.trace);
+  CHECK(n[EventKind::RangeBegin] == 1);
+  CHECK(n[EventKind::Launch] == 1);
+  CHECK(n[EventKind::Kernel] == 1);
+  CHECK(n[EventKind::Memcpy] == 1);
+  CHECK(k.trace.rank == 0);  // no distributedInfo: rank 0, as HTA assumes
+  CHECK(k.info.generic.empty());
+}
+
+TEST_CASE("kineto: a span that outlives its parent is cut to nest", "[kineto]") {
+  const char* t = R"json({"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "parent", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+    {"ph": "X", "cat": "cpu_op", "name": "child", "pid": 1, "tid": 1, "ts": 5, "dur": 10},
+    {"ph": "X", "cat": "cpu_op", "name": "next", "pid": 1, "tid": 1, "ts": 10, "dur": 1}
+  ]})json";
+  const KinetoTrace k = read_kineto_buffer(t, "t.json");
+  CHECK(k.info.clamped_ranges == 1);
+  int depth = 0, max_depth = 0;
+  for (const Event& e : k.trace.events) {  // emitted in LIFO order per thread
+    if (e.kind == EventKind::RangeBegin) max_depth = std::max(max_depth, ++depth);
+    if (e.kind == EventKind::RangeEnd) REQUIRE(--depth >= 0);
+  }
+  CHECK(depth == 0);
+  CHECK(max_depth == 2);
+}
+
+TEST_CASE("kineto: a file cut short keeps every complete event and says where it stopped", "[kineto]") {
+  const std::string full = kTrace;
+  const size_t cut = full.find("gpu_memset");  // inside the memset event
+  const KinetoTrace k = read_kineto_buffer(full.substr(0, cut), "cut.json");
+  CHECK(k.info.truncated);
+  CHECK(k.info.trace_events == 7);
+  CHECK(k.info.truncation.find("cut.json") != std::string::npos);
+  CHECK(k.info.truncated_at == full.rfind('}', cut) + 1);
+  CHECK(kinds(k.trace)[EventKind::Memcpy] == 1);
+  CHECK(kinds(k.trace)[EventKind::Memset] == 0);
+
+  SECTION("gzip, whole and cut short") {
+    const std::string whole = temp_path("whole.json.gz"), cut_gz = temp_path("cut.json.gz");
+    write_gzip(whole, full);
+    const KinetoTrace g = read_kineto(whole);
+    CHECK(g.info.gzip);
+    CHECK(!g.info.truncated);
+    CHECK(g.trace.events.size() == read_kineto_buffer(full, "x").trace.events.size());
+    std::ifstream in(whole, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(cut_gz, std::ios::binary) << bytes.substr(0, bytes.size() * 2 / 3);
+    const KinetoTrace c = read_kineto(cut_gz);
+    CHECK(c.info.truncated);
+    CHECK(c.info.trace_events < g.info.trace_events);
+    std::remove(whole.c_str());
+    std::remove(cut_gz.c_str());
+  }
+}
+
+TEST_CASE("kineto: input that is not a torch.profiler trace is refused by name", "[kineto]") {
+  for (const char* bad : {"", "[1, 2, 3]", "{\"a\": 1}", "hello", "{\"traceEvents\": 5}", "{\"x\": [1,2"}) {
+    INFO(bad);
+    try {
+      read_kineto_buffer(bad, "bad.json");
+      FAIL("accepted");
+    } catch (const TraceError& e) {
+      CHECK(std::string(e.what()).find("bad.json") != std::string::npos);
+      CHECK(std::string(e.what()).find("torch.profiler trace") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("kineto: bad values are counted skips or clear errors, never crashes", "[kineto]") {
+  const char* t = R"json({"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "nan", "pid": 1, "tid": 1, "ts": NaN, "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "huge", "pid": 1, "tid": 1, "ts": 1e300, "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "bigint", "pid": 1, "tid": 1, "ts": 123456789012345678901234567890, "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "negative", "pid": 1, "tid": 1, "ts": 5, "dur": -3},
+    {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 1, "tid": 1, "ts": 5},
+    {"ph": "B", "cat": "cpu_op", "name": "begin", "pid": 1, "tid": 1, "ts": 5},
+    7,
+    {"ph": "X", "cat": "cpu_op", "name": "good", "pid": 1, "tid": 1, "ts": 5, "dur": 1}
+  ]})json";
+  const KinetoTrace k = read_kineto_buffer(t, "t.json");
+  uint64_t skipped = 0;
+  for (const auto& [why, n] : k.info.skipped) skipped += n;
+  CHECK(skipped == 7);
+  CHECK(k.info.skipped.count("negative duration") == 1);
+  CHECK(kinds(k.trace)[EventKind::RangeBegin] == 1);
+
+  std::string deep = "{\"traceEvents\": [{\"args\": ";
+  deep += std::string(100000, '[');
+  try {
+    read_kineto_buffer(deep, "deep.json");
+    FAIL("accepted");
+  } catch (const TraceError& e) {
+    CHECK(std::string(e.what()).find("nested deeper") != std::string::npos);
+  }
+}
+
+TEST_CASE("kineto: the real traces in ../shared load with the counts SOURCES.md gives", "[kineto][shared]") {
+  const std::string dir = shared_kineto_dir();
+  std::ifstream ref_file(dir + "/hta-reference.json");
+  if (!ref_file) MEMCOMM_SKIP_TEST("no ../shared/traces/kineto");
+  const nlohmann::json ref = nlohmann::json::parse(ref_file);
+  int files = 0;
+  for (const auto& [set, s] : ref.at("sets").items()) {
+    for (const auto& [file, f] : s.at("files").items()) {
+      INFO(set << "/" << file);
+      const KinetoTrace k = read_kineto(dir + "/" + s.at("dir").get<std::string>() + file);
+      ++files;
+      CHECK(k.info.trace_events == f.at("events").get<uint64_t>());
+      CHECK(!k.info.truncated);
+      CHECK(k.info.skipped.empty());
+      uint64_t kernels = 0;
+      for (const Event& e : k.trace.events) kernels += e.kind == EventKind::Kernel;
+      CHECK(kernels == f.at("gpu_kernels(cat=kernel)").get<uint64_t>());
+      CHECK(k.info.comm_kernels == f.at("nccl_kernels").get<uint64_t>());
+      CHECK(k.info.memory_events == f.at("memory_instant_events").get<uint64_t>());
+      if (f.at("distributedInfo").is_object() && f.at("distributedInfo").contains("rank"))
+        CHECK(k.trace.rank == f.at("distributedInfo").at("rank").get<uint32_t>());
+    }
+  }
+  CHECK(files == 7);
+}
