@@ -1,7 +1,5 @@
 #include "converter.hpp"
 
-#include <simdjson.h>
-
 #include <algorithm>
 #include <cctype>
 
@@ -91,37 +89,7 @@ bool Converter::times(const RawEvent& e, bool need_dur, int64_t& begin, int64_t&
 }
 
 void Converter::member(std::string_view key, std::string_view raw) {
-  simdjson::dom::parser p;
-  simdjson::dom::element v;
-  if (p.parse(raw.data(), raw.size()).get(v)) return skip(fmt::format("top-level '{}' is not valid JSON", key));
-  if (key == "distributedInfo") {
-    int64_t x = 0;
-    if (v["rank"].get(x) == simdjson::SUCCESS && x >= 0 && x < (1 << 24)) rank_ = uint32_t(x);
-    if (v["world_size"].get(x) == simdjson::SUCCESS && x > 0 && x < (1 << 24)) world_size_ = uint32_t(x);
-  } else if (key == "deviceProperties") {
-    simdjson::dom::array devices;
-    if (v.get(devices)) return;
-    for (simdjson::dom::element d : devices) {
-      int64_t id = 0;
-      std::string_view name;
-      uint64_t total = 0;
-      if (d["id"].get(id)) continue;
-      if (d["name"].get(name) == simdjson::SUCCESS) devices_.emplace_back(id, std::string(name));
-      if (d["totalGlobalMem"].get(total) == simdjson::SUCCESS) device_memory_.emplace_back(id, total);
-    }
-  } else if (key == "displayTimeUnit") {
-    std::string_view s;
-    if (v.get(s) == simdjson::SUCCESS) info_.display_time_unit = std::string(s);
-  } else if (key == "baseTimeNanoseconds") {
-    int64_t x = 0;
-    if (v.get(x) == simdjson::SUCCESS && x > 0 && x < kKinetoEpochNs * 2) info_.base_time_ns = x;
-  } else if (key == "schemaVersion") {
-    int64_t x = 0;
-    if (v.get(x) == simdjson::SUCCESS) info_.schema_version = int(std::clamp<int64_t>(x, 0, 1 << 20));
-  } else if (key == "host_name" || key == "hostname") {
-    std::string_view s;
-    if (v.get(s) == simdjson::SUCCESS) host_ = std::string(s);
-  }
+  if (!parser_.parse_member(key, raw, top_)) skip(fmt::format("top-level '{}' is not valid JSON", key));
 }
 
 void Converter::event(std::string_view raw, size_t readable_after) {
@@ -269,17 +237,26 @@ void Converter::emit_metadata(int64_t ts) {
   };
   meta(MetaKey::Rank, rank_);
   if (world_size_) meta(MetaKey::WorldSize, world_size_);
-  if (!host_.empty()) meta(MetaKey::Host, 0, host_);
+  if (!top_.host.empty()) meta(MetaKey::Host, 0, top_.host);
   meta(MetaKey::StartTime, kKinetoEpochNs);
   meta(MetaKey::Tag, 0, "source=torch.profiler");
-  for (const auto& [id, name] : devices_) meta(MetaKey::DeviceName, 0, name, uint16_t(std::clamp<int64_t>(id, 0, 0xFFFF)));
-  for (const auto& [id, total] : device_memory_)
-    events_.push_back(Event::from(make_mem_sample(ts, MemMetric::DeviceTotal, total, small_device(id))));
+  for (const TopLevel::Device& d : top_.devices) {
+    if (!d.name.empty()) meta(MetaKey::DeviceName, 0, d.name, uint16_t(std::min<int64_t>(d.id, 0xFFFF)));
+    if (d.total_memory) events_.push_back(Event::from(make_mem_sample(ts, MemMetric::DeviceTotal, d.total_memory, small_device(d.id))));
+  }
   std::string process;
   int64_t pid = -1;
   tracks_.emit_meta(ts, strings_, events_, process, pid);
   if (!process.empty()) meta(MetaKey::ProcessName, 0, process);
   if (pid >= 0) meta(MetaKey::Pid, pid);
+}
+
+void Converter::take_top_level() {
+  if (top_.rank >= 0 && top_.rank < (1 << 24)) rank_ = uint32_t(top_.rank);
+  if (top_.world_size > 0 && top_.world_size < (1 << 24)) world_size_ = uint32_t(top_.world_size);
+  if (top_.base_time_ns > 0 && top_.base_time_ns < kKinetoEpochNs * 2) info_.base_time_ns = top_.base_time_ns;
+  info_.schema_version = int(std::clamp<int64_t>(top_.schema_version, 0, 1 << 20));
+  info_.display_time_unit = top_.display_time_unit;
 }
 
 KinetoTrace Converter::finish(const SplitResult& split) {
@@ -293,6 +270,7 @@ KinetoTrace Converter::finish(const SplitResult& split) {
   for (const Category& c : categories_) info_.categories[c.name] += c.count;
   if (tracks_.overflowed()) skip("tracks beyond the lanes memcomm keeps (merged into the last lane)");
   // Note [One origin for every torch.profiler trace]; baseTimeNanoseconds comes after the events.
+  take_top_level();
   const int64_t shift = info_.base_time_ns - kKinetoEpochNs;
   for (Event& e : events_) e.ts += shift;
   for (HostSpan& s : spans_) s.begin += shift, s.end += shift;

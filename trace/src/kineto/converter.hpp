@@ -47,6 +47,7 @@ class Converter final : public SplitHandler {
   void add_device_span(const RawEvent& e, Kind kind, int64_t begin, int64_t end);
   bool is_comm_kernel(StringId name);
   void emit_metadata(int64_t ts);
+  void take_top_level();
 
   std::string name_;
   KinetoInfo info_;
@@ -68,9 +69,7 @@ class Converter final : public SplitHandler {
   std::vector<Category> categories_;  // the few a trace has, searched linearly
   int64_t min_ts_ = INT64_MAX;
   uint32_t rank_ = 0, world_size_ = 0;
-  std::string host_;
-  std::vector<std::pair<int64_t, std::string>> devices_;      // deviceProperties: id, name
-  std::vector<std::pair<int64_t, uint64_t>> device_memory_;  // id, totalGlobalMem
+  TopLevel top_;
 };
 
 }  // namespace memcomm::prof::kineto

@@ -12,6 +12,10 @@
 // the window and shifted when it is compacted.
 #include "json_splitter.hpp"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <fmt/format.h>
 
 #include "memcomm/trace/trace_error.hpp"
@@ -23,6 +27,14 @@ constexpr size_t kPadding = 64;  // spaces kept after the streamed window (simdj
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
+// Where a scan of an object, array or string is: resumable when more input is appended.
+struct ContainerScan {
+  int depth = 0;
+  bool in_string = false;
+  size_t skip_to = 0;  // the byte after a backslash is not structural
+  bool step(const char* data, size_t p);
+};
+
 class Splitter {
  public:
   Splitter(JsonBlocks& blocks, SplitHandler& handler, const std::string& name)
@@ -33,6 +45,7 @@ class Splitter {
   bool more(size_t& keep);
   bool skip_space();
   bool scan_value(size_t start, size_t& end);
+  bool scan_scalar(size_t start, size_t& end);
   bool scan_string(size_t& i);
   bool read_events();
   [[noreturn]] void fail(size_t at, const std::string& what) const {
@@ -104,41 +117,87 @@ bool Splitter::scan_string(size_t& i) {
   }
 }
 
+// The bytes the container scan stops at; everything else is skipped 16 at a time (SSE2 is part of
+// x86-64; other machines take the byte loop).
+bool is_structural(char c) { return c == '"' || c == '\\' || c == '{' || c == '}' || c == '[' || c == ']'; }
+
+uint32_t structural_mask(const char* p) {
+#if defined(__SSE2__)
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  __m128i m = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+  m = _mm_or_si128(m, _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+  for (char c : {'{', '}', '[', ']'}) m = _mm_or_si128(m, _mm_cmpeq_epi8(v, _mm_set1_epi8(c)));
+  return uint32_t(_mm_movemask_epi8(m));
+#else
+  uint32_t m = 0;
+  for (int k = 0; k < 16; ++k) m |= uint32_t(is_structural(p[k])) << k;
+  return m;
+#endif
+}
+
+// One structural byte of a container scan; true when it closed the outermost bracket.
+bool ContainerScan::step(const char* data, size_t p) {
+  const char c = data[p];
+  if (p < skip_to) return false;
+  if (in_string) {
+    if (c == '\\') skip_to = p + 2;
+    else if (c == '"') in_string = false;
+    return false;
+  }
+  if (c == '"') {
+    in_string = true;
+  } else if (c == '{' || c == '[') {
+    ++depth;
+  } else if (c == '}' || c == ']') {
+    return --depth == 0;
+  }
+  return false;
+}
+
 bool Splitter::scan_value(size_t start, size_t& end) {
+  const char first = data_[start];
+  if (first != '{' && first != '[' && first != '"') return scan_scalar(start, end);
+  ContainerScan scan;
   size_t i = start;
-  int depth = 0;
   while (true) {
     const size_t n = data_.size();
     while (i < n) {
-      const char c = data_[i];
-      if (c == '"') {
-        const size_t from = i;
-        if (!scan_string(i)) {
-          i = from;  // rescan this string once more input arrives
-          break;
-        }
-        if (depth == 0) {
-          end = i;
+      const uint32_t mask = i + 16 <= n ? structural_mask(data_.data() + i) : 1u;
+      for (uint32_t bits = mask; bits; bits &= bits - 1) {
+        const size_t p = i + size_t(__builtin_ctz(bits));
+        if (i + 16 > n && !is_structural(data_[p])) continue;
+        if (scan.step(data_.data(), p)) {
+          end = p + 1;
           return true;
         }
-        continue;
+        if (first == '"' && !scan.in_string) {
+          end = p + 1;
+          return true;
+        }
+        if (scan.depth > kMaxJsonDepth) fail(p, fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
       }
-      if (c == '{' || c == '[') {
-        if (++depth > kMaxJsonDepth) fail(i, fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
-      } else if (c == '}' || c == ']') {
-        if (depth == 0) {
-          end = i;
-          return i > start;
-        }
-        if (--depth == 0) {
-          end = i + 1;
-          return true;
-        }
-      } else if (depth == 0 && (c == ',' || is_space(c))) {
+      i += i + 16 <= n ? 16 : 1;
+    }
+    const size_t rel = i - start, skip_rel = scan.skip_to > start ? scan.skip_to - start : 0;
+    size_t keep = start;
+    if (!more(keep)) return false;
+    start = keep;
+    i = start + rel;
+    scan.skip_to = start + skip_rel;
+  }
+}
+
+// A number, true, false or null: ends at a delimiter.
+bool Splitter::scan_scalar(size_t start, size_t& end) {
+  size_t i = start;
+  while (true) {
+    const size_t n = data_.size();
+    for (; i < n; ++i) {
+      const char c = data_[i];
+      if (c == ',' || c == '}' || c == ']' || is_space(c)) {
         end = i;
         return i > start;
       }
-      ++i;
     }
     const size_t rel = i - start;
     size_t keep = start;

@@ -17,7 +17,21 @@ namespace memcomm::prof {
 
 namespace {
 
+// Note [One simdjson translation unit]: the parser's file may need AVX2.
+void check_cpu(const std::string& name) {
+#if defined(MEMCOMM_KINETO_AVX2)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("bmi") || !__builtin_cpu_supports("pclmul") ||
+      !__builtin_cpu_supports("lzcnt") || !__builtin_cpu_supports("popcnt"))
+    throw TraceError(fmt::format("{}: this build reads torch.profiler traces with AVX2, which this CPU lacks; "
+                                 "rebuild with -DMEMCOMM_KINETO_AVX2=OFF", name));
+#else
+  (void)name;
+#endif
+}
+
 KinetoTrace read_blocks(kineto::JsonBlocks& blocks, const std::string& name, bool gzip, const KinetoOptions& opt) {
+  check_cpu(name);
   kineto::Converter converter(name, opt);
   const kineto::SplitResult split = kineto::split_trace(blocks, converter, name);
   KinetoTrace out = converter.finish(split);

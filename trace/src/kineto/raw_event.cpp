@@ -1,7 +1,6 @@
-// simdjson's DOM parser over one traceEvents element at a time (Note [Streaming the trace]). The
-// DOM API picks the fastest SIMD kernel the CPU has at run time; the On Demand API would be
-// fixed at compile time to what the build flags allow, the portable fallback in a generic build.
-// One pass reads the fields the converter uses; inside "args" only the few it needs.
+// simdjson's On Demand API over one traceEvents element at a time (Note [Streaming the trace],
+// Note [One simdjson translation unit]): one pass over the object's fields and, inside "args", over
+// the few arguments the converter uses; every other value is skipped without being decoded.
 #include "raw_event.hpp"
 
 #include <simdjson.h>
@@ -11,10 +10,10 @@
 
 namespace memcomm::prof::kineto {
 
-namespace dom = simdjson::dom;
+namespace od = simdjson::ondemand;
 
 struct EventParser::Impl {
-  dom::parser parser;
+  od::parser parser;
   std::string scratch;  // a padded copy when the input has too few bytes after the element
 };
 
@@ -23,109 +22,173 @@ EventParser::~EventParser() = default;
 
 namespace {
 
-bool read_int(dom::element v, int64_t& out) {
-  int64_t x = 0;
-  if (v.get_int64().get(x) == simdjson::SUCCESS) {
-    out = x;
-    return true;
-  }
-  double d = 0;  // 12.0 and similar: integral values written as floats
-  if (v.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d) && std::fabs(d) < 9.0e18) {
-    out = int64_t(d);
-    return true;
-  }
-  return false;
+bool read_int(od::value v, int64_t& out) {
+  od::number n;
+  if (v.get_number().get(n) != simdjson::SUCCESS) return false;
+  if (n.is_int64()) out = n.get_int64();
+  else if (n.is_uint64()) return false;
+  else if (std::isfinite(n.get_double()) && std::fabs(n.get_double()) < 9.0e18) out = int64_t(n.get_double());
+  else return false;
+  return true;
 }
 
-void read_number(dom::element v, Number& out) {
+void read_number(od::value v, Number& out) {
   out.present = true;
-  out.is_int = v.get_int64().get(out.i) == simdjson::SUCCESS;
-  if (!out.is_int && v.get_double().get(out.d) != simdjson::SUCCESS) out.d = std::nan("");
+  od::number n;
+  if (v.get_number().get(n) != simdjson::SUCCESS) {
+    out.d = std::nan("");
+    return;
+  }
+  out.is_int = n.is_int64();
+  if (out.is_int) out.i = n.get_int64();
+  else out.d = n.is_uint64() ? double(n.get_uint64()) : n.get_double();
 }
 
-void read_track(dom::element v, TrackId& out) {
-  if (v.is_string()) out.is_string = v.get_string().get(out.text) == simdjson::SUCCESS;
+void read_track(od::value v, TrackId& out) {
+  od::json_type t;
+  if (v.type().get(t) != simdjson::SUCCESS) return;
+  if (t == od::json_type::string) out.is_string = v.get_string().get(out.text) == simdjson::SUCCESS;
   else read_int(v, out.number);
 }
 
-void read_string(dom::element v, std::string_view& out) {
+void read_string(od::value v, std::string_view& out) {
   std::string_view s;
   if (v.get_string().get(s) == simdjson::SUCCESS) out = s;
 }
 
-void read_counters(dom::object args, RawEvent& e) {
-  for (dom::key_value_pair kv : args) {
-    double d = 0;
-    if (e.counters < RawEvent::kMaxCounters && kv.value.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d)) {
-      e.counter_key[e.counters] = kv.key;
-      e.counter_value[e.counters++] = d;
+void read_counter(std::string_view key, od::value v, RawEvent& e) {
+  double d = 0;
+  if (e.counters < RawEvent::kMaxCounters && v.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d)) {
+    e.counter_key[e.counters] = key;
+    e.counter_value[e.counters++] = d;
+  }
+}
+
+void read_arg(std::string_view k, od::value a, RawEvent& e) {
+  if (k == "correlation") read_int(a, e.correlation);
+  else if (k == "device") read_int(a, e.device);
+  else if (k == "stream") read_int(a, e.stream);
+  else if (k == "bytes") read_int(a, e.bytes);
+  else if (k == "Device Type") read_int(a, e.device_type);
+  else if (k == "Device Id") read_int(a, e.device_id);
+  else if (k == "Addr") { uint64_t x = 0; if (a.get_uint64().get(x) == simdjson::SUCCESS) e.addr = x; }
+  else if (k == "Bytes") read_int(a, e.mem_bytes);
+  else if (k == "Total Allocated") read_int(a, e.total_allocated);
+  else if (k == "Total Reserved") read_int(a, e.total_reserved);
+  else if (k == "name") read_string(a, e.arg_name);
+  else if (k == "Collective name") read_string(a, e.collective);
+  else if (k == "In msg nelems") read_int(a, e.in_nelems);
+  else if (k == "Out msg nelems") read_int(a, e.out_nelems);
+  else if (k == "Group size") read_int(a, e.group_size);
+  else if (k == "dtype") read_string(a, e.dtype);
+  else if (k == "Process Group Name") read_string(a, e.pg_name);
+  else if (k == "Process Group Ranks") read_string(a, e.pg_ranks);
+}
+
+simdjson::error_code read_args(od::value v, RawEvent& e) {
+  od::object args;
+  if (auto err = v.get_object().get(args)) return err;
+  // Counters need ph, which Kineto writes before args; a counter whose ph comes later keeps none.
+  const bool counter = e.ph == "C";
+  for (auto field : args) {
+    std::string_view k;
+    if (auto err = field.unescaped_key().get(k)) return err;
+    if (counter) read_counter(k, field.value(), e);
+    else read_arg(k, field.value(), e);
+  }
+  return simdjson::SUCCESS;
+}
+
+simdjson::error_code read_event(od::object obj, RawEvent& e) {
+  for (auto field : obj) {
+    std::string_view k;
+    if (auto err = field.unescaped_key().get(k)) return err;
+    od::value v = field.value();
+    if (k == "ph") read_string(v, e.ph);
+    else if (k == "cat") read_string(v, e.cat);
+    else if (k == "name") read_string(v, e.name);
+    else if (k == "ts") read_number(v, e.ts);
+    else if (k == "dur") read_number(v, e.dur);
+    else if (k == "pid") read_track(v, e.pid);
+    else if (k == "tid") read_track(v, e.tid);
+    else if (k == "args") {
+      if (auto err = read_args(v, e)) return err;
     }
   }
+  return simdjson::SUCCESS;
 }
 
-void read_args(dom::object args, RawEvent& e) {
-  for (dom::key_value_pair kv : args) {
-    const std::string_view k = kv.key;
-    const dom::element a = kv.value;
-    if (k == "correlation") read_int(a, e.correlation);
-    else if (k == "device") read_int(a, e.device);
-    else if (k == "stream") read_int(a, e.stream);
-    else if (k == "bytes") read_int(a, e.bytes);
-    else if (k == "Device Type") read_int(a, e.device_type);
-    else if (k == "Device Id") read_int(a, e.device_id);
-    else if (k == "Addr") { uint64_t x = 0; if (a.get_uint64().get(x) == simdjson::SUCCESS) e.addr = x; }
-    else if (k == "Bytes") read_int(a, e.mem_bytes);
-    else if (k == "Total Allocated") read_int(a, e.total_allocated);
-    else if (k == "Total Reserved") read_int(a, e.total_reserved);
-    else if (k == "name") read_string(a, e.arg_name);
-    else if (k == "Collective name") read_string(a, e.collective);
-    else if (k == "In msg nelems") read_int(a, e.in_nelems);
-    else if (k == "Out msg nelems") read_int(a, e.out_nelems);
-    else if (k == "Group size") read_int(a, e.group_size);
-    else if (k == "dtype") read_string(a, e.dtype);
-    else if (k == "Process Group Name") read_string(a, e.pg_name);
-    else if (k == "Process Group Ranks") read_string(a, e.pg_ranks);
-  }
+simdjson::padded_string_view padded(std::string_view raw, size_t readable_after, std::string& scratch) {
+  if (readable_after >= simdjson::SIMDJSON_PADDING)
+    return simdjson::padded_string_view(raw.data(), raw.size(), raw.size() + readable_after);
+  scratch.assign(raw);
+  scratch.append(simdjson::SIMDJSON_PADDING, ' ');
+  return simdjson::padded_string_view(scratch.data(), raw.size(), scratch.size());
 }
 
-void read_event(dom::object obj, RawEvent& e) {
-  dom::object args;
-  bool have_args = false;
-  for (dom::key_value_pair kv : obj) {
-    const std::string_view k = kv.key;
-    if (k == "ph") read_string(kv.value, e.ph);
-    else if (k == "cat") read_string(kv.value, e.cat);
-    else if (k == "name") read_string(kv.value, e.name);
-    else if (k == "ts") read_number(kv.value, e.ts);
-    else if (k == "dur") read_number(kv.value, e.dur);
-    else if (k == "pid") read_track(kv.value, e.pid);
-    else if (k == "tid") read_track(kv.value, e.tid);
-    else if (k == "args") have_args = kv.value.get_object().get(args) == simdjson::SUCCESS;
+void read_devices(od::value v, TopLevel& top) {
+  od::array devices;
+  if (v.get_array().get(devices)) return;
+  for (auto d : devices) {
+    od::object o;
+    if (d.get_object().get(o)) continue;
+    TopLevel::Device dev{-1, "", 0};
+    for (auto field : o) {
+      std::string_view k, name;
+      if (field.unescaped_key().get(k)) break;
+      if (k == "id") read_int(field.value(), dev.id);
+      else if (k == "name" && field.value().get_string().get(name) == simdjson::SUCCESS) dev.name = std::string(name);
+      else if (k == "totalGlobalMem" && field.value().get_uint64().get(dev.total_memory)) dev.total_memory = 0;
+    }
+    if (dev.id >= 0) top.devices.push_back(std::move(dev));
   }
-  if (!have_args) return;
-  if (e.ph == "C") read_counters(args, e);  // counters need ph, which may come after args
-  else read_args(args, e);
 }
 
 }  // namespace
 
 bool EventParser::parse(std::string_view raw, size_t readable_after, RawEvent& out, std::string& error) {
   out = RawEvent{};
-  const char* data = raw.data();
-  if (readable_after < simdjson::SIMDJSON_PADDING) {
-    impl_->scratch.assign(raw);
-    impl_->scratch.append(simdjson::SIMDJSON_PADDING, ' ');
-    data = impl_->scratch.data();
-  }
-  dom::element doc;
-  dom::object obj;
-  auto err = impl_->parser.parse(data, raw.size(), false).get(doc);
+  od::document doc;
+  auto err = impl_->parser.iterate(padded(raw, readable_after, impl_->scratch)).get(doc);
+  od::object obj;
   if (!err) err = doc.get_object().get(obj);
+  if (!err) err = read_event(obj, out);
   if (err) {
     error = simdjson::error_message(err);
     return false;
   }
-  read_event(obj, out);
+  return true;
+}
+
+// Scalar documents are read with the document's own getters (On Demand refuses them as values).
+bool EventParser::parse_member(std::string_view key, std::string_view raw, TopLevel& top) {
+  od::document doc;
+  if (impl_->parser.iterate(padded(raw, 0, impl_->scratch)).get(doc)) return false;
+  std::string_view s;
+  if (key == "distributedInfo") {
+    od::object o;
+    if (doc.get_object().get(o)) return false;
+    for (auto field : o) {
+      std::string_view k;
+      if (field.unescaped_key().get(k)) return false;
+      if (k == "rank") read_int(field.value(), top.rank);
+      else if (k == "world_size") read_int(field.value(), top.world_size);
+    }
+  } else if (key == "deviceProperties") {
+    od::value v;
+    if (doc.get_value().get(v)) return false;
+    read_devices(v, top);
+  } else if (key == "displayTimeUnit") {
+    if (doc.get_string().get(s)) return false;
+    top.display_time_unit = std::string(s);
+  } else if (key == "baseTimeNanoseconds") {
+    if (doc.get_int64().get(top.base_time_ns)) return false;
+  } else if (key == "schemaVersion") {
+    if (doc.get_int64().get(top.schema_version)) return false;
+  } else if (key == "host_name" || key == "hostname") {
+    if (doc.get_string().get(s)) return false;
+    top.host = std::string(s);
+  }
   return true;
 }
 
