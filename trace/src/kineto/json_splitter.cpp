@@ -33,6 +33,7 @@ struct ContainerScan {
   bool in_string = false;
   size_t skip_to = 0;  // the byte after a backslash is not structural
   bool step(const char* data, size_t p);
+  bool block(const char* data, size_t i, size_t& end);
 };
 
 class Splitter {
@@ -117,22 +118,53 @@ bool Splitter::scan_string(size_t& i) {
   }
 }
 
-// The bytes the container scan stops at; everything else is skipped 16 at a time (SSE2 is part of
-// x86-64; other machines take the byte loop).
 bool is_structural(char c) { return c == '"' || c == '\\' || c == '{' || c == '}' || c == '[' || c == ']'; }
 
-uint32_t structural_mask(const char* p) {
+// Note [Scanning 64 bytes at a time]
+// The element scanner classifies 64 bytes at once, as simdjson's stage 1 does: bit masks of quotes,
+// brackets and backslashes (SSE2, part of x86-64; a byte loop elsewhere), the in-string mask as the
+// prefix XOR of the quotes, and the brackets outside strings. The nesting depth moves by the
+// popcounts, and the bits are walked one by one only in a block whose closing brackets could bring
+// the depth to zero. A block with a backslash, or one that starts inside an escape, takes the byte
+// loop (rare in torch.profiler output).
+struct BlockMasks {
+  uint64_t quote = 0, backslash = 0, open = 0, close = 0;
+};
+
+BlockMasks classify(const char* p) {
+  BlockMasks m;
 #if defined(__SSE2__)
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  __m128i m = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
-  m = _mm_or_si128(m, _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
-  for (char c : {'{', '}', '[', ']'}) m = _mm_or_si128(m, _mm_cmpeq_epi8(v, _mm_set1_epi8(c)));
-  return uint32_t(_mm_movemask_epi8(m));
+  for (int k = 0; k < 4; ++k) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    auto bits = [&](char c) { return uint64_t(uint32_t(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(c))))) << (16 * k); };
+    m.quote |= bits('"');
+    m.backslash |= bits('\\');
+    m.open |= bits('{') | bits('[');
+    m.close |= bits('}') | bits(']');
+  }
 #else
-  uint32_t m = 0;
-  for (int k = 0; k < 16; ++k) m |= uint32_t(is_structural(p[k])) << k;
-  return m;
+  for (int k = 0; k < 64; ++k) {
+    const uint64_t bit = uint64_t(1) << k;
+    m.quote |= p[k] == '"' ? bit : 0;
+    m.backslash |= p[k] == '\\' ? bit : 0;
+    m.open |= (p[k] == '{' || p[k] == '[') ? bit : 0;
+    m.close |= (p[k] == '}' || p[k] == ']') ? bit : 0;
+  }
 #endif
+  return m;
+}
+
+// Bit counting without a library call (the splitter is built for the baseline instruction set).
+int popcount(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return int((x * 0x0101010101010101ull) >> 56);
+}
+
+uint64_t prefix_xor(uint64_t x) {
+  for (int shift = 1; shift < 64; shift *= 2) x ^= x << shift;
+  return x;
 }
 
 // One structural byte of a container scan; true when it closed the outermost bracket.
@@ -154,6 +186,30 @@ bool ContainerScan::step(const char* data, size_t p) {
   return false;
 }
 
+// Note [Scanning 64 bytes at a time]: true with `end` when the block at i closed the value.
+bool ContainerScan::block(const char* data, size_t i, size_t& end) {
+  const BlockMasks m = classify(data + i);
+  if (m.backslash || skip_to > i) {
+    for (size_t p = i; p < i + 64; ++p)
+      if (is_structural(data[p]) && step(data, p)) return end = p + 1, true;
+    return false;
+  }
+  const uint64_t strings = prefix_xor(m.quote) ^ (in_string ? ~uint64_t(0) : 0);
+  const uint64_t open = m.open & ~strings, close = m.close & ~strings;
+  in_string = (strings >> 63) & 1;
+  const int closes = popcount(close);
+  if (closes < depth) {
+    depth += popcount(open) - closes;
+    return false;
+  }
+  for (uint64_t bits = open | close; bits; bits &= bits - 1) {
+    const int k = __builtin_ctzll(bits);
+    if (open >> k & 1) ++depth;
+    else if (--depth == 0) return end = i + size_t(k) + 1, true;
+  }
+  return false;
+}
+
 bool Splitter::scan_value(size_t start, size_t& end) {
   const char first = data_[start];
   if (first != '{' && first != '[' && first != '"') return scan_scalar(start, end);
@@ -162,21 +218,15 @@ bool Splitter::scan_value(size_t start, size_t& end) {
   while (true) {
     const size_t n = data_.size();
     while (i < n) {
-      const uint32_t mask = i + 16 <= n ? structural_mask(data_.data() + i) : 1u;
-      for (uint32_t bits = mask; bits; bits &= bits - 1) {
-        const size_t p = i + size_t(__builtin_ctz(bits));
-        if (i + 16 > n && !is_structural(data_[p])) continue;
-        if (scan.step(data_.data(), p)) {
-          end = p + 1;
-          return true;
-        }
-        if (first == '"' && !scan.in_string) {
-          end = p + 1;
-          return true;
-        }
-        if (scan.depth > kMaxJsonDepth) fail(p, fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
+      if (first != '"' && i + 64 <= n) {
+        if (scan.block(data_.data(), i, end)) return true;
+        i += 64;
+      } else {
+        if (is_structural(data_[i]) && scan.step(data_.data(), i)) return end = i + 1, true;
+        if (first == '"' && i > start && !scan.in_string) return end = i + 1, true;
+        ++i;
       }
-      i += i + 16 <= n ? 16 : 1;
+      if (scan.depth > kMaxJsonDepth) fail(i, fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
     }
     const size_t rel = i - start, skip_rel = scan.skip_to > start ? scan.skip_to - start : 0;
     size_t keep = start;

@@ -64,25 +64,53 @@ void read_counter(std::string_view key, od::value v, RawEvent& e) {
   }
 }
 
+// Dispatches on the key's length first: events carry many args the converter never reads
+// ("Input Dims", "Ev Idx", ...), and most of them then cost one comparison or none.
 void read_arg(std::string_view k, od::value a, RawEvent& e) {
-  if (k == "correlation") read_int(a, e.correlation);
-  else if (k == "device") read_int(a, e.device);
-  else if (k == "stream") read_int(a, e.stream);
-  else if (k == "bytes") read_int(a, e.bytes);
-  else if (k == "Device Type") read_int(a, e.device_type);
-  else if (k == "Device Id") read_int(a, e.device_id);
-  else if (k == "Addr") { uint64_t x = 0; if (a.get_uint64().get(x) == simdjson::SUCCESS) e.addr = x; }
-  else if (k == "Bytes") read_int(a, e.mem_bytes);
-  else if (k == "Total Allocated") read_int(a, e.total_allocated);
-  else if (k == "Total Reserved") read_int(a, e.total_reserved);
-  else if (k == "name") read_string(a, e.arg_name);
-  else if (k == "Collective name") read_string(a, e.collective);
-  else if (k == "In msg nelems") read_int(a, e.in_nelems);
-  else if (k == "Out msg nelems") read_int(a, e.out_nelems);
-  else if (k == "Group size") read_int(a, e.group_size);
-  else if (k == "dtype") read_string(a, e.dtype);
-  else if (k == "Process Group Name") read_string(a, e.pg_name);
-  else if (k == "Process Group Ranks") read_string(a, e.pg_ranks);
+  switch (k.size()) {
+    case 4:
+      if (k == "name") read_string(a, e.arg_name);
+      else if (k == "Addr" && a.get_uint64().get(e.addr)) e.addr = 0;
+      break;
+    case 5:
+      if (k == "bytes") read_int(a, e.bytes);
+      else if (k == "Bytes") read_int(a, e.mem_bytes);
+      else if (k == "dtype") read_string(a, e.dtype);
+      break;
+    case 6:
+      if (k == "device") read_int(a, e.device);
+      else if (k == "stream") read_int(a, e.stream);
+      break;
+    case 9:
+      if (k == "Device Id") read_int(a, e.device_id);
+      break;
+    case 10:
+      if (k == "Group size") read_int(a, e.group_size);
+      break;
+    case 11:
+      if (k == "correlation") read_int(a, e.correlation);
+      else if (k == "Device Type") read_int(a, e.device_type);
+      break;
+    case 13:
+      if (k == "In msg nelems") read_int(a, e.in_nelems);
+      break;
+    case 14:
+      if (k == "Out msg nelems") read_int(a, e.out_nelems);
+      else if (k == "Total Reserved") read_int(a, e.total_reserved);
+      break;
+    case 15:
+      if (k == "Total Allocated") read_int(a, e.total_allocated);
+      else if (k == "Collective name") read_string(a, e.collective);
+      break;
+    case 18:
+      if (k == "Process Group Name") read_string(a, e.pg_name);
+      break;
+    case 19:
+      if (k == "Process Group Ranks") read_string(a, e.pg_ranks);
+      break;
+    default:
+      break;
+  }
 }
 
 simdjson::error_code read_args(od::value v, RawEvent& e) {
@@ -104,15 +132,26 @@ simdjson::error_code read_event(od::object obj, RawEvent& e) {
     std::string_view k;
     if (auto err = field.unescaped_key().get(k)) return err;
     od::value v = field.value();
-    if (k == "ph") read_string(v, e.ph);
-    else if (k == "cat") read_string(v, e.cat);
-    else if (k == "name") read_string(v, e.name);
-    else if (k == "ts") read_number(v, e.ts);
-    else if (k == "dur") read_number(v, e.dur);
-    else if (k == "pid") read_track(v, e.pid);
-    else if (k == "tid") read_track(v, e.tid);
-    else if (k == "args") {
-      if (auto err = read_args(v, e)) return err;
+    switch (k.size()) {
+      case 2:
+        if (k == "ph") read_string(v, e.ph);
+        else if (k == "ts") read_number(v, e.ts);
+        break;
+      case 3:
+        if (k == "cat") read_string(v, e.cat);
+        else if (k == "dur") read_number(v, e.dur);
+        else if (k == "pid") read_track(v, e.pid);
+        else if (k == "tid") read_track(v, e.tid);
+        break;
+      case 4:
+        if (k == "name") {
+          read_string(v, e.name);
+        } else if (k == "args") {
+          if (auto err = read_args(v, e)) return err;
+        }
+        break;
+      default:
+        break;
     }
   }
   return simdjson::SUCCESS;
