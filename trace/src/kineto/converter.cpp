@@ -93,9 +93,17 @@ void Converter::member(std::string_view key, std::string_view raw) {
 }
 
 void Converter::event(std::string_view raw, size_t readable_after) {
+  if (!parser_.parse(raw, readable_after, raw_, error_)) return malformed(error_);
+  convert(raw_);
+}
+
+void Converter::malformed(const std::string& error) {
   ++info_.trace_events;
-  RawEvent& e = raw_;
-  if (!parser_.parse(raw, readable_after, e, error_)) return skip(fmt::format("malformed event ({})", error_));
+  skip(fmt::format("malformed event ({})", error));
+}
+
+void Converter::convert(const RawEvent& e) {
+  ++info_.trace_events;
   const std::string_view ph = e.ph;
   const Kind kind = kind_of(e.cat.empty() ? std::string_view("<none>") : e.cat);
   if (ph == "X") return on_complete(e, kind);

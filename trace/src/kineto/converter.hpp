@@ -31,6 +31,9 @@ class Converter final : public SplitHandler {
   Converter(std::string name, const KinetoOptions& opt);
   void member(std::string_view key, std::string_view raw_value) override;
   void event(std::string_view raw, size_t readable_after) override;
+  // The two halves of event(), for parsing on other threads (Note [Parsing beside the converter]).
+  void convert(const RawEvent& e);
+  void malformed(const std::string& error);
   KinetoTrace finish(const SplitResult& split);
 
  private:

@@ -11,6 +11,7 @@
 #include "converter.hpp"
 #include "json_blocks.hpp"
 #include "json_splitter.hpp"
+#include "parallel_parse.hpp"
 #include "memcomm/trace/trace_format.hpp"
 
 namespace memcomm::prof {
@@ -33,7 +34,14 @@ void check_cpu(const std::string& name) {
 KinetoTrace read_blocks(kineto::JsonBlocks& blocks, const std::string& name, bool gzip, const KinetoOptions& opt) {
   check_cpu(name);
   kineto::Converter converter(name, opt);
-  const kineto::SplitResult split = kineto::split_trace(blocks, converter, name);
+  kineto::SplitResult split;
+  if (const unsigned workers = kineto::parse_workers()) {  // Note [Parsing beside the converter]
+    kineto::ParallelParse parallel(converter, workers);
+    split = kineto::split_trace(blocks, parallel, name);
+    parallel.drain();
+  } else {
+    split = kineto::split_trace(blocks, converter, name);
+  }
   KinetoTrace out = converter.finish(split);
   out.info.gzip = gzip;
   if (blocks.cut_short() && !out.info.truncated) {

@@ -199,6 +199,19 @@ bool EventParser::parse(std::string_view raw, size_t readable_after, RawEvent& o
   return true;
 }
 
+void EventParser::own_strings(RawEvent& e, std::string& arena) {
+  auto own = [&](std::string_view& v) {
+    if (v.empty()) return;
+    const size_t at = arena.size();
+    arena.append(v);
+    v = std::string_view(arena.data() + at, v.size());
+  };
+  for (std::string_view* v : {&e.ph, &e.cat, &e.name, &e.arg_name, &e.collective, &e.dtype, &e.pg_name, &e.pg_ranks,
+                              &e.pid.text, &e.tid.text})
+    own(*v);
+  for (int i = 0; i < e.counters; ++i) own(e.counter_key[i]);
+}
+
 // Scalar documents are read with the document's own getters (On Demand refuses them as values).
 bool EventParser::parse_member(std::string_view key, std::string_view raw, TopLevel& top) {
   od::document doc;

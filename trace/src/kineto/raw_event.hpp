@@ -74,6 +74,9 @@ class EventParser {
   EventParser();
   ~EventParser();
   bool parse(std::string_view raw, size_t readable_after, RawEvent& out, std::string& error);
+  // Copies every text `e` refers to into `arena` and points `e` there. `arena` must have room
+  // (capacity) for the element's raw size: no unescaped text is longer than its JSON.
+  static void own_strings(RawEvent& e, std::string& arena);
   // Reads a top-level member into `top`; false when its value is not valid JSON.
   bool parse_member(std::string_view key, std::string_view raw, TopLevel& top);
 
