@@ -86,10 +86,12 @@ DType collective_dtype(std::string_view dtype_arg, std::string_view kernel_name)
   return DType::Unknown;
 }
 
-void emit_collectives(const std::vector<CommKernel>& kernels, const Interner& strings, uint32_t rank,
-                      uint32_t world_size, std::vector<Event>& events) {
-  if (kernels.empty()) return;
-  std::unordered_map<uint32_t, int64_t> launched;  // correlation id -> launch start
+namespace {
+
+// Correlation id -> start of the launch that enqueued it, for the communication kernels.
+std::unordered_map<uint32_t, int64_t> launch_times(const std::vector<CommKernel>& kernels,
+                                                   const std::vector<Event>& events) {
+  std::unordered_map<uint32_t, int64_t> launched;
   for (const CommKernel& k : kernels)
     if (k.corr) launched.emplace(k.corr, INT64_MIN);
   for (const Event& e : events)
@@ -97,25 +99,38 @@ void emit_collectives(const std::vector<CommKernel>& kernels, const Interner& st
       auto it = launched.find(e.as<ComputeEvent>().corr);
       if (it != launched.end()) it->second = e.ts;
     }
+  return launched;
+}
+
+// The communicator of a kernel: its process group when named, else its stream. The first kernel
+// of each one also emits its CommInfo.
+Comm& communicator(std::map<std::string, Comm>& comms, const CommKernel& k, const Interner& strings, uint32_t rank,
+                   uint32_t world_size, std::vector<Event>& events) {
+  const std::string pg(strings.text(k.pg_name));
+  const std::string key = pg.empty() ? "stream " + std::to_string(k.stream_id) : "pg " + pg;
+  auto it = comms.find(key);
+  if (it != comms.end()) return it->second;
+  Comm c;
+  c.index = uint8_t(std::min<size_t>(comms.size(), 255));
+  c.hash = name_hash(key);
+  c.size = uint16_t(k.group_size > 0 && k.group_size < 65536 ? k.group_size : world_size);
+  c.place = pg.empty() ? int(rank) : place_in(strings.text(k.pg_ranks), rank);
+  events.push_back(Event::from(make_comm_info(k.begin, c.index, c.size, uint16_t(std::max(c.place, 0)), c.hash)));
+  return comms.emplace(key, c).first->second;
+}
+
+}  // namespace
+
+void emit_collectives(const std::vector<CommKernel>& kernels, const Interner& strings, uint32_t rank,
+                      uint32_t world_size, std::vector<Event>& events) {
+  if (kernels.empty()) return;
+  const auto launched = launch_times(kernels, events);
   std::vector<const CommKernel*> order;
   for (const CommKernel& k : kernels) order.push_back(&k);
   std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
   std::map<std::string, Comm> comms;
   for (const CommKernel* k : order) {
-    std::string key(strings.text(k->pg_name));
-    key = key.empty() ? "stream " + std::to_string(k->stream_id) : "pg " + key;
-    auto it = comms.find(key);
-    if (it == comms.end()) {
-      Comm c;
-      c.index = uint8_t(std::min<size_t>(comms.size(), 255));
-      c.hash = name_hash(key);
-      c.size = uint16_t(k->group_size > 0 && k->group_size < 65536 ? k->group_size : world_size);
-      c.place = place_in(strings.text(k->pg_ranks), rank);
-      if (c.place < 0 && key.rfind("stream", 0) == 0) c.place = int(rank);
-      it = comms.emplace(key, c).first;
-      events.push_back(Event::from(make_comm_info(k->begin, c.index, c.size, uint16_t(std::max(c.place, 0)), c.hash)));
-    }
-    Comm& c = it->second;
+    Comm& c = communicator(comms, *k, strings, rank, world_size, events);
     const CollOp op = collective_op(strings.text(k->collective), strings.text(k->kernel));
     const DType dt = collective_dtype(strings.text(k->dtype), strings.text(k->kernel));
     const int64_t nelems = std::max<int64_t>({k->in_nelems, k->out_nelems, 0});

@@ -47,8 +47,8 @@ class Splitter {
   bool skip_space();
   bool scan_value(size_t start, size_t& end);
   bool scan_scalar(size_t start, size_t& end);
-  bool scan_string(size_t& i);
   bool read_events();
+  bool read_member(bool& saw_events);
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     throw TraceError(fmt::format("{}: {} (JSON byte {})", name_, what, base_ + at));
   }
@@ -97,24 +97,6 @@ bool Splitter::skip_space() {
     if (pos_ < data_.size()) return true;
     size_t keep = pos_;
     if (!more(keep)) return false;
-  }
-}
-
-// From the opening quote at i, moves i just past the closing quote. False when the input ends.
-bool Splitter::scan_string(size_t& i) {
-  ++i;
-  while (true) {
-    const size_t n = data_.size();
-    while (i < n && data_[i] != '"' && data_[i] != '\\') ++i;
-    if (i + 1 < n && data_[i] == '\\') {
-      i += 2;
-      continue;
-    }
-    if (i < n && data_[i] == '"') {
-      ++i;
-      return true;
-    }
-    return false;  // needs more input
   }
 }
 
@@ -281,13 +263,37 @@ bool Splitter::read_events() {
   }
 }
 
+// One "name": value member of the top-level object; false when the input ends inside it.
+bool Splitter::read_member(bool& saw_events) {
+  if (data_[pos_] != '"') fail(pos_, "expected a member name in the top-level object");
+  size_t key_end = 0;
+  if (!scan_value(pos_, key_end)) return false;
+  const std::string key(data_.substr(pos_ + 1, key_end - pos_ - 2));
+  pos_ = key_end;
+  if (!skip_space()) return false;
+  if (data_[pos_] != ':') fail(pos_, "expected ':' after a member name");
+  ++pos_;
+  if (!skip_space()) return false;
+  if (key == "traceEvents") {
+    if (data_[pos_] != '[') fail(pos_, "not a torch.profiler trace (traceEvents is not an array)");
+    saw_events = true;
+    if (!read_events()) return false;
+    result_.truncated_at = base_ + pos_;
+    return true;
+  }
+  size_t end = 0;
+  if (!scan_value(pos_, end)) return false;
+  handler_.member(key, data_.substr(pos_, end - pos_));
+  pos_ = end;
+  return true;
+}
+
 SplitResult Splitter::run() {
   if (!skip_space()) fail(0, "empty file: not a torch.profiler trace");
   if (data_[pos_] != '{') fail(pos_, "not a torch.profiler trace (the file is not a JSON object)");
   ++pos_;
   bool saw_events = false, first = true;
-  while (true) {
-    if (!skip_space()) break;
+  while (skip_space()) {
     if (data_[pos_] == '}') {
       result_.json_bytes = base_ + pos_ + 1;
       if (!saw_events) fail(pos_, "not a torch.profiler trace (no traceEvents array)");
@@ -299,26 +305,7 @@ SplitResult Splitter::run() {
       if (!skip_space()) break;
     }
     first = false;
-    if (data_[pos_] != '"') fail(pos_, "expected a member name in the top-level object");
-    size_t key_end = pos_;
-    if (!scan_string(key_end)) break;
-    const std::string key(data_.substr(pos_ + 1, key_end - pos_ - 2));
-    pos_ = key_end;
-    if (!skip_space()) break;
-    if (data_[pos_] != ':') fail(pos_, "expected ':' after a member name");
-    ++pos_;
-    if (!skip_space()) break;
-    if (key == "traceEvents") {
-      if (data_[pos_] != '[') fail(pos_, "not a torch.profiler trace (traceEvents is not an array)");
-      saw_events = true;
-      if (!read_events()) break;
-      result_.truncated_at = base_ + pos_;
-      continue;
-    }
-    size_t end = 0;
-    if (!scan_value(pos_, end)) break;
-    handler_.member(key, data_.substr(pos_, end - pos_));
-    pos_ = end;
+    if (!read_member(saw_events)) break;
   }
   // The input ended inside the object.
   if (!saw_events) fail(pos_, "the file ends before any traceEvents: not a complete torch.profiler trace");
