@@ -1,5 +1,5 @@
-// memcomm-replay: replays recorded allocation traces (PyTorch memory snapshots, memcomm .mct traces)
-// through allocator policies and reports peak reserved memory, fragmentation, OOMs and source calls
+// memcomm-replay: replays recorded allocation traces (PyTorch memory snapshots, memcomm .mct traces,
+// torch.profiler memory profiles) through allocator policies and reports peak reserved memory, fragmentation, OOMs and source calls
 // per policy.
 #include <fcntl.h>
 #include <unistd.h>
@@ -90,18 +90,24 @@ struct CommandLine {
 void describe(CLI::App& app, CommandLine& cl, const std::string& default_policies) {
   app.description(
       "Replays allocation traces through allocator policies, online (each policy sees a request only when it\n"
-      "happens), and prints per file, device (with its rank, for .mct traces) and policy: peak live requested\n"
-      "bytes, peak reserved bytes, reserved/live, fragmentation F = 1 - peak allocated / peak reserved, OOMs\n"
-      "under --capacity, source calls (segment allocations + page maps), the ideal call bound at 1.03 x live,\n"
-      "events and replay seconds.\n"
+      "happens), and prints per file, device (with its rank, for .mct and torch.profiler traces) and policy: peak\n"
+      "live requested bytes, peak reserved bytes, reserved/live, fragmentation F = 1 - peak allocated / peak\n"
+      "reserved, OOMs under --capacity, source calls (segment allocations + page maps), the ideal call bound\n"
+      "at 1.03 x live, events and replay seconds.\n"
       "Reads PyTorch memory snapshot pickles (torch.cuda.memory._dump_snapshot) with a data-only reader that\n"
-      "never runs code, and memcomm's own .mct traces (each device is reported with its rank; a file cut\n"
-      "short by a crash is read up to its last complete chunk, with a warning on stderr).\n"
+      "never runs code, memcomm's own .mct traces (each device is reported with its rank; a file cut\n"
+      "short by a crash is read up to its last complete chunk, with a warning on stderr), and torch.profiler\n"
+      "(Kineto) traces recorded with profile_memory=True (.json, .json.gz): their [memory] events, in time\n"
+      "order, with the rank from distributedInfo. Bytes a profile's Total Allocated counts as live before its\n"
+      "first event, and that no event frees, are replayed as one block allocated first (a note on stderr says\n"
+      "how much), so peak live equals the trace's largest Total Allocated; `recorded` takes its peak from Total\n"
+      "Reserved and counts its rises as source allocations. A torch.profiler trace without [memory] events is\n"
+      "an input error; one cut short is read up to its last complete event, with a warning.\n"
       "Reserved bytes are bytes backed by memory: an expandable segment's virtual range counts only as far\n"
       "as it is mapped.");
   app.footer(
-      "JSON: a list of objects, one per file, device and policy: file, format (pytorch-snapshot | mct), rank\n"
-      "(null for PyTorch snapshots), device (255 = host memory), policy, peak_live, peak_reserved,\n"
+      "JSON: a list of objects, one per file, device and policy: file, format (pytorch-snapshot | mct |\n"
+      "torch-profiler), rank (null for PyTorch snapshots), device (255 = host memory), policy, peak_live, peak_reserved,\n"
       "peak_allocated, reserved_over_live, fragmentation, ooms, source_allocs, source_frees, events, requests,\n"
       "seconds, starts_empty, call_bound (the ideal online call bound at 1.03 for the device's requests: the\n"
       "fewest source calls, allocations + maps, any online policy needs to keep reserved <= 1.03 x the peak live\n"
@@ -111,7 +117,9 @@ void describe(CLI::App& app, CommandLine& cl, const std::string& default_policie
       "one: it is checked before any replay), or an input file that is missing, unreadable,\n"
       "empty or corrupt (the message names the file, and the byte offset where it applies).");
   cl.policy_list = default_policies;
-  app.add_option("FILE", cl.files, "trace files: PyTorch memory snapshot pickles or memcomm .mct traces")->required();
+  app.add_option("FILE", cl.files, "trace files: PyTorch memory snapshot pickles, memcomm .mct traces or torch.profiler\n"
+                                    "traces with [memory] events")
+      ->required();
   app.add_option("--policy", cl.policy_list,
                  "comma-separated policies to replay, in table order:\n" + policy_help())
       ->default_str(default_policies);
@@ -149,6 +157,7 @@ TraceRequests load_with_progress(const std::string& file, bool quiet, std::size_
   }
   TraceRequests trace = load_trace(file, progress);
   if (!trace.recovery.empty()) std::cerr << "memcomm-replay: warning: " << file << ": " << trace.recovery << "\n";
+  for (const std::string& note : trace.notes) std::cerr << "memcomm-replay: note: " << file << ": " << note << "\n";
   if (large && !quiet) {
     std::size_t events = 0;
     for (const auto& d : trace.devices) events += d.trace_events;

@@ -16,7 +16,8 @@ std::vector<std::string> policy_names() {
 std::string policy_help() {
   std::string h =
       "  recorded            what the traced allocator itself did, from the trace's segment events (not a\n"
-      "                      simulation): PyTorch's for snapshot pickles, memcomm's own for .mct traces\n"
+      "                      simulation): PyTorch's for snapshot pickles, memcomm's own for .mct traces,\n"
+      "                      PyTorch's as the Total Reserved of a torch.profiler trace's [memory] events\n"
       "  pytorch             simulation of PyTorch 2.x's CUDACachingAllocator, default settings\n"
       "                      (max_split_size taken from the trace's allocator_settings when set)\n"
       "  pytorch-expandable  the same with expandable_segments:True\n";

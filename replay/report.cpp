@@ -20,16 +20,17 @@ std::string basename(const std::string& path) {
 
 std::string format_table(const std::vector<ReplayResult>& results) {
   std::size_t file_w = 4, policy_w = 6;
-  bool ranks = false, snapshots = false, mct = false, host = false;
+  bool ranks = false, snapshots = false, mct = false, kineto = false, host = false;
   for (const auto& r : results) {
     file_w = std::max(file_w, basename(r.file).size());
     policy_w = std::max(policy_w, r.policy.size() + 1);  // + the starts-empty mark
     ranks |= r.rank != kNoRank;
-    host |= r.device == prof::kHostDevice && r.format == "mct";
+    host |= r.device == prof::kHostDevice && r.format != "pytorch-snapshot";
     if (r.format == "mct") mct = true;
+    else if (r.format == "torch-profiler") kineto = true;
     else snapshots = true;
   }
-  // The rank column appears only when some trace records ranks (memcomm's .mct traces).
+  // The rank column appears only when some trace records ranks (.mct and torch.profiler traces).
   auto rank_cell = [&](const std::string& text) { return ranks ? fmt::format("{:>4}  ", text) : std::string(); };
   std::string out = fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8}  {:>6}  {:>5}  {:>9}  {:>8}  {:>5}  {:>7}  {:>8}  {:>7}\n",
                                 "file", file_w, rank_cell("rank"), "dev", "policy", policy_w, "live MiB", "reserv MiB",
@@ -38,7 +39,8 @@ std::string format_table(const std::vector<ReplayResult>& results) {
     const bool recorded = r.policy == kRecordedPolicy;
     out += fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8.3f}  {:>6.3f}  {:>5}  {:>9}  {:>8}  {:>5}  {:>7}  {:>8}  {:>7}\n",
                        basename(r.file), file_w, rank_cell(r.rank == kNoRank ? "-" : std::to_string(r.rank)),
-                       r.device == prof::kHostDevice && r.format == "mct" ? std::string("host") : std::to_string(r.device),
+                       r.device == prof::kHostDevice && r.format != "pytorch-snapshot" ? std::string("host")
+                                                                                        : std::to_string(r.device),
                        r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w, mib(r.peak_live),
                        mib(r.peak_reserved), r.reserved_over_live(), r.fragmentation(), r.ooms, r.source_allocs,
                        r.source_frees, r.call_bound, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
@@ -54,6 +56,9 @@ std::string format_table(const std::vector<ReplayResult>& results) {
   // empty at the start).
   if (snapshots) out += "recorded (PyTorch snapshots) = what PyTorch's allocator did in the trace (* = its cache was empty at the start).\n";
   if (mct) out += "recorded (.mct traces) = what memcomm's own allocator did in the traced run (* = it started empty).\n";
+  if (kineto)
+    out += "recorded (torch.profiler traces) = PyTorch's allocator as its [memory] events' Total Reserved shows it: the\n"
+           "largest Total Reserved; src alloc/free = the events where it rose/fell (each at least one call).\n";
   return out;
 }
 

@@ -133,6 +133,14 @@ void RequestBuilder::end_reserved(std::uint64_t bytes, bool expandable) {
   out_.recorded.expandable |= expandable;
 }
 
+std::uint64_t RequestBuilder::untraced_live(std::uint64_t live_before) {
+  std::uint64_t freed = 0;  // pre-trace blocks the trace freed
+  for (const Preexisting& p : pre_) freed += p.size;
+  if (live_before <= freed) return 0;
+  preexisting(0, live_before - freed, 0);  // address 0: no event names it; it sorts first
+  return live_before - freed;
+}
+
 DeviceRequests RequestBuilder::finish() {
   std::sort(pre_.begin(), pre_.end(), [](const Preexisting& a, const Preexisting& b) { return a.addr < b.addr; });
   out_.requests.reserve(pre_.size() + traced_.size());

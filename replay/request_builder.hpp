@@ -39,6 +39,11 @@ class RequestBuilder final : private prof::FoldObserver {
   // named its address it predates the trace; if one did, it must still be live.
   void end_block(std::uint64_t addr, std::uint64_t requested, std::int64_t stream);
   void end_reserved(std::uint64_t bytes, bool expandable);
+  // A trace that records the allocator's total instead of an end state (a torch.profiler memory
+  // profile): `live_before` bytes were live before its first event. What its frees of pre-trace
+  // blocks do not account for stayed live throughout, in blocks no event names: it becomes one
+  // pre-trace block, never freed. Call after the trace's events. Returns that block's bytes (0: none).
+  std::uint64_t untraced_live(std::uint64_t live_before);
 
   // Pre-trace blocks first (address order), then the trace; peaks and recorded figures.
   DeviceRequests finish();

@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 
 #include "memcomm/replay/requests.hpp"
-#include "request_builder.hpp"
+#include "kineto_trace.hpp"
+#include "memcomm/trace/kineto.hpp"
 #include "mct_trace.hpp"
+#include "request_builder.hpp"
 
 namespace memcomm::replay {
 namespace {
@@ -79,11 +81,18 @@ TraceRequests build_requests(const snapshot::Snapshot& snap) {
 // expandable segment's virtual range is not reserved memory, Note [Reserved bytes of expandable
 // segments]), Oom -> trace_ooms. Devices are kept per (rank, device). A file cut short by a killed
 // writer is read up to its last complete chunk, and TraceRequests::recovery says so.
+// torch.profiler traces (gzip, or JSON: prof::is_kineto_candidate) are read by kineto_trace.cpp
+// through the trace layer's Kineto reader (Note [Replaying a torch.profiler memory profile]).
 TraceRequests load_trace(const std::string& path, const LoadProgress& progress) {
   auto t0 = std::chrono::steady_clock::now();
+  TraceRequests out;
+  if (prof::is_kineto_candidate(path)) {  // streamed by the reader: the file is not read whole here
+    out = read_kineto_trace(path);
+    out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
   std::vector<std::uint8_t> bytes = snapshot::read_file_bytes(path);
   if (bytes.empty()) throw snapshot::ReadError(path, snapshot::kNoOffset, "empty file (0 bytes)");
-  TraceRequests out;
   if (bytes[0] == 0x80) {
     snapshot::ParseOptions opts;
     opts.keep_frames = false;  // replay needs no stacks
@@ -97,7 +106,8 @@ TraceRequests load_trace(const std::string& path, const LoadProgress& progress) 
     out = read_mct_trace(path);  // memory-maps the file itself
   } else {
     throw snapshot::ReadError(path, 0, fmt::format("unknown trace format (first byte 0x{:02x}): expected a PyTorch memory "
-                                                   "snapshot pickle (first byte 0x80)", bytes[0]));
+                                                   "snapshot pickle (first byte 0x80), a memcomm trace (.mct) or a "
+                                                   "torch.profiler trace (JSON or gzip)", bytes[0]));
   }
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -1,5 +1,7 @@
-// memcomm-trace: inspect, export, merge and analyse memcomm traces (.mct).
-// Every subcommand accepts per-rank files (NAME.rank0.mct ...) and merged files, in any mix.
+// memcomm-trace: inspect, export, merge, convert and analyse traces: memcomm's .mct files and
+// torch.profiler (Kineto) traces (.json, .json.gz; kineto.hpp).
+// Every subcommand accepts per-rank files (NAME.rank0.mct ...), merged files and torch.profiler
+// traces (one file per rank), in any mix.
 // Exit codes (also in --help): 0 success; 1 a runtime failure, such as an output file that cannot be
 // written; 2 a usage error, or an input trace that is missing, empty, foreign or corrupt -- the same
 // meaning memcomm-replay gives them.
@@ -14,6 +16,7 @@
 #include "memcomm/trace/chrome_export.hpp"
 #include "memcomm/trace/merge.hpp"
 #include "memcomm/trace/trace_set.hpp"
+#include "trace_convert.hpp"
 #include "trace_info.hpp"
 
 using namespace memcomm::prof;
@@ -50,8 +53,8 @@ TraceSet load_inputs(const std::vector<std::string>& files, const LoadOptions& o
 // Note [Outputs that would destroy data]: merge takes its output as the first positional argument,
 // so `memcomm-trace merge run.rank0.mct run.rank1.mct` (OUT forgotten) would replace rank 0's trace
 // with a merge of rank 1 alone. An output that is one of the inputs is therefore always refused, and
-// merge refuses any existing OUT unless --force; export's --chrome is named, so only the first rule
-// applies to it. Returns the reason to refuse, or "" to go ahead.
+// merge (and convert, whose OUT is positional too) refuses any existing OUT unless --force; export's
+// --chrome is named, so only the first rule applies to it. Returns the reason to refuse, or "" to go ahead.
 std::string output_conflict(const std::string& out, const std::vector<std::string>& inputs, bool refuse_existing) {
   std::error_code ec;
   if (!std::filesystem::exists(out, ec)) return "";
@@ -86,6 +89,8 @@ struct Args {
   size_t max_rows = 40;
   memcomm::advise::AdviseOptions advise;
   bool no_replay = false;
+  std::string convert_in, convert_out;
+  std::string codec = "zstd";
 };
 
 struct Subcommands {
@@ -94,6 +99,7 @@ struct Subcommands {
   CLI::App* merge;
   CLI::App* report;
   CLI::App* advise;
+  CLI::App* convert;
 };
 
 CLI::App* add_files(CLI::App* sub, Args& a) {
@@ -101,9 +107,23 @@ CLI::App* add_files(CLI::App* sub, Args& a) {
   return sub;
 }
 
+void add_convert(CLI::App& app, Args& a, Subcommands& s) {
+  s.convert = app.add_subcommand("convert", "Write one trace (a torch.profiler .json/.json.gz, or an .mct file of one "
+                                            "rank) as a compact, crash-safe per-rank .mct file; prints the size ratio");
+  s.convert->add_option("IN", a.convert_in, "input trace")->required()->check(CLI::ExistingFile);
+  s.convert->add_option("OUT", a.convert_out, "output .mct file")->required();
+  s.convert->add_option("--codec", a.codec, "chunk compression: zstd (smaller) or lz4 (faster)")
+      ->check(CLI::IsMember({"zstd", "lz4"}))
+      ->capture_default_str();
+  s.convert->add_flag("--force", a.force, "overwrite OUT if it exists (never when OUT is IN)");
+}
+
 Subcommands add_subcommands(CLI::App& app, Args& a) {
   Subcommands s{};
-  s.info = add_files(app.add_subcommand("info", "Per file: event counts per kind, duration, ranks, drops, recovered chunks"), a);
+  s.info = add_files(app.add_subcommand("info", "Per file: event counts per kind, duration, ranks, drops, recovered chunks; for a "
+                                                   "torch.profiler trace also its categories, what was kept as generic "
+                                                   "ranges or skipped (and why), flows, communication kernels, [memory] "
+                                                   "events"), a);
   s.info->add_flag("--json", a.json, "print JSON instead of text");
 
   s.exp = app.add_subcommand("export", "Export to Chrome/Perfetto JSON (load it in ui.perfetto.dev)");
@@ -130,6 +150,7 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
       ->transform(memcomm::size_transform());
   s.advise->add_flag("--no-replay", a.no_replay, "Skip replaying the allocations through the allocator policies");
   s.advise->add_flag("--json", a.json, "print the advice as JSON");
+  add_convert(app, a, s);
   return s;
 }
 
@@ -149,6 +170,21 @@ int run_merge(const Args& a) {
     if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
   const MergeStats st = write_merged(set, a.merge_out);
   fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", a.merge_out, st.ranks, st.events, st.chunks, st.bytes);
+  return 0;
+}
+
+int run_convert(const Args& a) {
+  LoadOptions lo;
+  lo.apply_clock_offsets = false;  // the copy keeps the trace's own clock and its ClockOffset record
+  const TraceSet set = load_inputs({a.convert_in}, lo);
+  if (set.ranks.size() != 1)
+    throw BadInput(fmt::format("{}: holds {} ranks; convert writes one rank per file (merge writes several)",
+                               a.convert_in, set.ranks.size()));
+  WriterOptions o;
+  o.codec = a.codec == "lz4" ? Codec::Lz4 : Codec::Zstd;
+  o.zstd_level = 3;
+  const tool::ConvertStats st = tool::write_rank(set.ranks.front(), a.convert_out, o);
+  fmt::print("{}", tool::convert_summary(a.convert_in, set.files.front(), a.convert_out, st));
   return 0;
 }
 
@@ -177,6 +213,7 @@ int run(const Subcommands& s, const Args& a) {
     if (*s.merge) return run_merge(a);
     if (*s.advise) return run_advise(a);
     if (*s.report) return run_report(a);
+    if (*s.convert) return run_convert(a);
   } catch (const BadInput& e) {
     fmt::print(stderr, "memcomm-trace: {}\n", e.what());
     return kExitBadInput;
@@ -193,12 +230,16 @@ int run(const Subcommands& s, const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"memcomm-trace: inspect, export, merge and analyse memcomm traces (.mct).\n"
-               "FILE... may be per-rank files (NAME.rank0.mct, NAME.rank1.mct, ...) or merged files.\n"
-               "A file cut short by a crash is read up to its last complete chunk, with a warning."};
+  CLI::App app{"memcomm-trace: inspect, export, merge, convert and analyse traces: memcomm's .mct files and\n"
+               "torch.profiler (Kineto) traces (*.pt.trace.json, .json.gz).\n"
+               "FILE... may be per-rank files (NAME.rank0.mct, NAME.rank1.mct, ...), merged files, and torch.profiler\n"
+               "traces, one file per rank (its rank from distributedInfo, rank 0 without it), in any mix.\n"
+               "A file cut short (a crash, a killed job) is read up to its last complete chunk (.mct) or event\n"
+               "(torch.profiler), with a warning on stderr saying where it stopped."};
   app.footer("Exit codes: 0 success; 1 a runtime failure (e.g. an output file that cannot be written);\n"
-             "2 a usage error, or an input trace that is missing, empty, not a memcomm trace, or corrupt\n"
-             "(bad checksum, bad chunk), with a message naming the file and byte offset.");
+             "2 a usage error, or an input trace that is missing, empty, corrupt (bad checksum, bad chunk, broken\n"
+             "JSON or gzip), not a memcomm trace, or JSON that is not a torch.profiler trace, with a message\n"
+             "naming the file and byte offset.");
   app.require_subcommand(1);
   Args args;
   const Subcommands subs = add_subcommands(app, args);
@@ -209,9 +250,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitBadInput;
   }
 
-  const std::string conflict = *subs.merge ? output_conflict(args.merge_out, args.files, !args.force)
-                              : *subs.exp  ? output_conflict(args.chrome_out, args.files, false)
-                                           : "";
+  const std::string conflict = *subs.merge   ? output_conflict(args.merge_out, args.files, !args.force)
+                              : *subs.exp     ? output_conflict(args.chrome_out, args.files, false)
+                              : *subs.convert ? output_conflict(args.convert_out, {args.convert_in}, !args.force)
+                                              : "";
   if (!conflict.empty()) {
     fmt::print(stderr, "memcomm-trace: {}\n", conflict);
     return kExitBadInput;

@@ -1,4 +1,5 @@
-// `memcomm-trace info`: what is in each file, read chunk by chunk (no full load).
+// `memcomm-trace info`: what is in each file. .mct files are read chunk by chunk (no full load);
+// torch.profiler traces are converted, and described with what the conversion kept and skipped.
 #pragma once
 
 #include <string>

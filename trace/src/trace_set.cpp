@@ -131,7 +131,9 @@ void TraceSet::add_kineto(const std::string& path, const LoadOptions& opt) {
   fi.recovery.bytes_used = k.info.truncated ? k.info.truncated_at : k.info.json_bytes;
   fi.recovery.events = k.trace.events.size();
   fi.recovery.truncated = k.info.truncated;
+  // The detail leaves the file out, as the .mct reader's does: whoever prints it names the file.
   fi.recovery.detail = k.info.truncation;
+  if (fi.recovery.detail.rfind(path + ": ", 0) == 0) fi.recovery.detail.erase(0, path.size() + 2);
   fi.kineto = std::make_shared<const KinetoInfo>(std::move(k.info));
   ranks.push_back(std::move(k.trace));
   files.push_back(std::move(fi));

@@ -4,7 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -12,7 +12,6 @@
 #include "json_blocks.hpp"
 #include "json_splitter.hpp"
 #include "parallel_parse.hpp"
-#include "memcomm/trace/trace_format.hpp"
 
 namespace memcomm::prof {
 
@@ -67,10 +66,16 @@ KinetoTrace read_kineto_buffer(std::string_view json, const std::string& name, c
 bool is_kineto_candidate(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;  // the .mct reader reports the error
-  char magic[sizeof(kFileMagic)] = {};
-  const ssize_t n = pread(fd, magic, sizeof(magic), 0);
+  char head[4096];
+  const ssize_t n = pread(fd, head, sizeof(head), 0);
   close(fd);
-  return !(n == ssize_t(sizeof(magic)) && std::memcmp(magic, kFileMagic, sizeof(magic)) == 0);
+  if (n >= 2 && uint8_t(head[0]) == 0x1f && uint8_t(head[1]) == 0x8b) return true;  // gzip
+  for (ssize_t i = 0; i < n; ++i) {
+    const char c = head[i];
+    if (c == '{' || c == '[') return true;
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return false;
+  }
+  return false;  // empty, or only spaces: the .mct reader names it
 }
 
 std::string kineto_info_text(const KinetoInfo& i) {

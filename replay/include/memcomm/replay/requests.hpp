@@ -67,13 +67,16 @@ struct DeviceRequests {
 
 struct TraceRequests {
   std::string file;
-  std::string format;                    // "pytorch-snapshot" or "mct"
+  std::string format;                    // "pytorch-snapshot", "mct" or "torch-profiler"
   snapshot::AllocatorSettings settings;  // as recorded (defaults when absent)
   std::vector<DeviceRequests> devices;   // devices with at least one event or end-state segment, by (rank, device)
   double load_seconds = 0;               // reading + decoding the file
   // Non-empty when the file was cut short (a killed writer) and read up to its last complete part:
   // what was recovered and what was ignored, in the reader's words. Not an error.
   std::string recovery;
+  // What the replay had to assume, one line per device, e.g. a torch.profiler trace's bytes live
+  // before its first event (Note [Replaying a torch.profiler memory profile] in kineto_trace.cpp).
+  std::vector<std::string> notes;
 };
 
 // Rebuilds every device's request sequence from a decoded snapshot.
@@ -88,7 +91,10 @@ struct LoadProgress {
 // Reads a trace file of any supported format, recognised by its first bytes:
 //  * PyTorch memory snapshot pickle (starts with the PROTO opcode 0x80);
 //  * memcomm's own .mct trace (magic "MEMCTRC\x1A"), when the build has the profiler library; each
-//    device then carries its rank. See Note [Trace formats] in requests.cpp.
+//    device then carries its rank;
+//  * a torch.profiler (Kineto) trace recorded with profile_memory=True (gzip, or JSON starting with
+//    '{'): its [memory] events; each device carries the trace's rank.
+// See Note [Trace formats] in requests.cpp.
 // Throws snapshot::ReadError (file + byte offset) on bad or unsupported input.
 TraceRequests load_trace(const std::string& path, const LoadProgress& progress = {});
 

@@ -4,7 +4,7 @@
 //   k.trace.events ...        // memcomm events on the trace's own clock (ns)
 //   k.info.categories ...     // what the file held, what was kept generic, what was skipped
 //
-// TraceSet::load() calls it for any input that is not an .mct file (is_kineto_candidate), so every
+// TraceSet::load() calls it for any gzip or JSON input (is_kineto_candidate), so every
 // tool that opens traces opens these too.
 //
 // Note [Kineto events as memcomm events]
@@ -29,9 +29,8 @@
 //     -> DeviceName and a DeviceTotal sample; process_name -> ProcessName; thread names, streams
 //     and devices -> ThreadName/StreamName; baseTimeNanoseconds -> StartTime.
 // Timestamps are microseconds in the file (floats in newer traces, relative to
-// baseTimeNanoseconds; displayTimeUnit only says how to display them). They are converted to
-// integer nanoseconds from the number's text, not through a double, so sub-microsecond digits
-// survive at today's epoch values.
+// baseTimeNanoseconds; displayTimeUnit only says how to display them). They become integer
+// nanoseconds as Note [Microseconds to nanoseconds] (src/kineto/raw_event.hpp) says.
 #pragma once
 
 #include <cstdint>
@@ -91,8 +90,9 @@ KinetoTrace read_kineto(const std::string& path, const KinetoOptions& opt = {});
 // The same over an uncompressed JSON buffer (fuzzing, tests); `name` is used in messages.
 KinetoTrace read_kineto_buffer(std::string_view json, const std::string& name, const KinetoOptions& opt = {});
 
-// True when the file does not start with the .mct magic: it is handed to read_kineto, which says
-// clearly when it is not a torch.profiler trace either.
+// True when the file is gzip or starts (after white space) with '{' or '[': JSON, handed to
+// read_kineto, which says clearly when it is not a torch.profiler trace. Anything else (the .mct
+// magic, an empty file, other bytes) goes to the .mct reader, which names what it found.
 bool is_kineto_candidate(const std::string& path);
 
 // One line per fact of `info`, for `memcomm-trace info`.

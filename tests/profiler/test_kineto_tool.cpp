@@ -1,0 +1,312 @@
+// memcomm-trace on torch.profiler (Kineto) traces, end to end: info on every shared set, JSON that
+// is not a torch.profiler trace (exit 2 in every subcommand), a file cut short (loaded up to its
+// last complete event, with a warning, in every subcommand), convert's round trip, and export,
+// merge, report and advise on the 2-rank pair. Cases that need ../shared/traces/kineto skip
+// without it.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kineto_fixture.hpp"
+#include "memcomm/trace/trace_set.hpp"
+#include "memcomm_test.hpp"
+#include "trace_fixtures.hpp"
+
+using namespace memcomm::prof;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(text.data(), std::streamsize(text.size()));
+}
+
+// memcomm-trace ARGS, stdout and stderr apart.
+Run trace_tool(const std::string& args) {
+  const std::string base = test::temp_path("ktool");
+  const int st = std::system((memcomm::test::bin_dir() + "/memcomm-trace " + args + " >" + base + ".out 2>" + base +
+                              ".err").c_str());
+  Run r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, read_text(base + ".out"), read_text(base + ".err")};
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The shared traces by set (sub-folder), each set's files sorted; empty without ../shared.
+std::map<std::string, std::vector<std::string>> shared_sets() {
+  std::map<std::string, std::vector<std::string>> sets;
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(memcomm::test::shared_kineto_dir(), ec)) {
+    if (!d.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(d.path()))
+      if (contains(f.path().filename().string(), ".json")) sets[d.path().filename().string()].push_back(f.path().string());
+    std::sort(sets[d.path().filename().string()].begin(), sets[d.path().filename().string()].end());
+  }
+  return sets;
+}
+
+std::string joined(const std::vector<std::string>& files) {
+  std::string s;
+  for (const auto& f : files) s += " " + f;
+  return s;
+}
+
+// The same events (byte for byte, in order) and the same string tables.
+void check_same(const TraceSet& a, const TraceSet& b) {
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  for (size_t i = 0; i < a.ranks.size(); ++i) {
+    const RankTrace &x = a.ranks[i], &y = b.ranks[i];
+    CHECK(x.rank == y.rank);
+    CHECK(x.world_size == y.world_size);
+    REQUIRE(x.events.size() == y.events.size());
+    CHECK(std::memcmp(x.events.data(), y.events.data(), x.events.size() * sizeof(Event)) == 0);
+    // Ids the .mct copy leaves undefined read back as "": compare up to the longer table.
+    for (size_t s = 0; s < std::max(x.strings.size(), y.strings.size()); ++s)
+      CHECK(std::string(x.name(StringId(s))) == std::string(y.name(StringId(s))));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("memcomm-trace info describes every shared torch.profiler trace", "[kineto][tool][shared]") {
+  const auto sets = shared_sets();
+  if (sets.empty()) MEMCOMM_SKIP_TEST("no torch.profiler traces in " + memcomm::test::shared_kineto_dir());
+  // SOURCES.md: traceEvents, kernels and NCCL kernels per file, and the rank distributedInfo gives.
+  struct Expect {
+    uint64_t events, kernels, nccl;
+    int rank;
+  };
+  const std::map<std::string, Expect> expect = {
+      {"sampled_rank-0.json.gz", {4855, 1154, 10, 0}},
+      {"sampled_rank-1.json.gz", {4720, 1104, 10, 1}},
+      {"nccl_data.json.gz", {40573, 2700, 21, 0}},
+      {"df_index_resolver.json.gz", {216092, 19370, 2020, 1}},
+      {"rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", {68692, 4350, 0, 0}},
+      {"mi250_minitoy_train_ROCm6_2_kineto.json.gz", {220, 14, 0, 0}},
+      {"benchmark_result_2869224_1695835535_trace.json.gz", {1408, 79, 0, 0}}};
+  size_t seen = 0;
+  for (const auto& [set, files] : sets) {
+    INFO(set);
+    Run text = trace_tool("info" + joined(files));
+    REQUIRE(text.code == 0);
+    CHECK(text.err.empty());
+    CHECK(contains(text.out, "format: torch.profiler trace (gzip)"));
+    CHECK(contains(text.out, "events per kind:"));
+    CHECK(contains(text.out, "category "));
+    CHECK(contains(text.out, "ranks:"));
+    Run json = trace_tool("info --json" + joined(files));
+    REQUIRE(json.code == 0);
+    const auto all = nlohmann::json::parse(json.out);
+    REQUIRE(all.size() == files.size());
+    for (const auto& j : all) {
+      const std::string name = fs::path(j["file"].get<std::string>()).filename().string();
+      INFO(name);
+      CHECK(j["format"] == "torch.profiler");
+      CHECK(j["truncated"] == false);
+      CHECK(j["duration_s"].get<double>() > 0);
+      const auto& k = j["kineto"];
+      CHECK(k["converted"] == j["events"]);
+      CHECK(j["kinds"].contains("range_begin"));
+      auto it = expect.find(name);
+      if (it == expect.end()) continue;  // a trace added since: the checks above still apply
+      ++seen;
+      CHECK(k["trace_events"].get<uint64_t>() == it->second.events);
+      CHECK(j["kinds"].value("kernel", uint64_t(0)) == it->second.kernels);
+      CHECK(k["comm_kernels"].get<uint64_t>() == it->second.nccl);
+      REQUIRE(j["ranks"].size() == 1);
+      CHECK(j["ranks"][0]["rank"].get<int>() == it->second.rank);
+      if (name == "df_index_resolver.json.gz") {
+        CHECK(k["memory_events"].get<uint64_t>() == 28010);
+        CHECK(contains(text.out, "[memory] events 28010"));
+      }
+    }
+  }
+  CHECK(seen == expect.size());
+}
+
+TEST_CASE("JSON that is not a torch.profiler trace exits 2 in every subcommand", "[kineto][tool]") {
+  const std::string base = test::temp_path("notkineto");
+  const std::vector<std::string> inputs = {"{\"foo\": 1}", "[1, 2, 3]", "{\"traceEvents\": 5}", "  \n{\"a\": [1, {}]}"};
+  const std::vector<std::string> subcommands = {"info ",
+                                                "report ",
+                                                "advise ",
+                                                "export --chrome " + base + ".out.json ",
+                                                "merge " + base + ".merged.mct ",
+                                                "convert "};
+  const std::string bad = base + ".json";
+  for (const std::string& text : inputs) {
+    write_text(bad, text);
+    for (const std::string& sub : subcommands) {
+      INFO(text << " / " << sub);
+      const Run r = trace_tool(sub + bad + (sub == "convert " ? " " + base + ".mct" : ""));
+      CHECK(r.code == 2);
+      CHECK(contains(r.err, "not a torch.profiler trace"));
+      CHECK(contains(r.err, bad));
+    }
+  }
+  // Text that is neither JSON nor .mct is still called not a memcomm trace.
+  write_text(bad, "hello");
+  const Run r = trace_tool("report " + bad);
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "not a memcomm trace"));
+  for (const char* ext : {".json", ".out.json", ".merged.mct", ".mct"}) std::remove((base + ext).c_str());
+}
+
+TEST_CASE("a torch.profiler trace cut short loads up to its last complete event, with a warning", "[kineto][tool]") {
+  const std::string base = test::temp_path("kcut");
+  const auto fx = memcomm::test::kineto_fixture(0, 6, true);
+  // Cut in the middle of an event about halfway through.
+  const size_t cut = fx.json.find("{\"ph\"", fx.json.size() / 2) + 10;
+  REQUIRE(cut > fx.json.size() / 2);
+  const std::string path = base + ".pt.trace.json";
+  write_text(path, fx.json.substr(0, cut));
+  const std::vector<std::string> subcommands = {"info ",
+                                                "info --json ",
+                                                "report ",
+                                                "advise ",
+                                                "export --chrome " + base + ".out.json ",
+                                                "merge " + base + ".merged.mct ",
+                                                "convert "};
+  for (const std::string& sub : subcommands) {
+    INFO(sub);
+    std::remove((base + ".merged.mct").c_str());
+    std::remove((base + ".mct").c_str());
+    const Run r = trace_tool(sub + path + (sub == "convert " ? " " + base + ".mct" : ""));
+    CHECK(r.code == 0);
+    CHECK(contains(r.err, "warning: " + path + ": the file ends early"));
+    CHECK(contains(r.err, "up to JSON byte"));
+  }
+  const TraceSet cut_set = TraceSet::load({path});
+  REQUIRE(cut_set.files.size() == 1);
+  CHECK(cut_set.files[0].recovery.truncated);
+  CHECK(cut_set.files[0].recovery.bytes_used < cut);
+  CHECK(cut_set.files[0].recovery.bytes_used > cut / 2);
+  // Its events are the complete trace's before the cut: fewer, and every one is there.
+  write_text(base + ".full.json", fx.json);
+  const TraceSet full = TraceSet::load({base + ".full.json"});
+  CHECK(cut_set.ranks[0].events.size() < full.ranks[0].events.size());
+  CHECK(cut_set.ranks[0].events.size() > full.ranks[0].events.size() / 4);
+
+  // A gzip stream cut short (a real trace where ../shared has one).
+  const std::string gz = memcomm::test::shared_kineto_dir() + "/nccl_data/nccl_data.json.gz";
+  if (fs::exists(gz)) {
+    const std::string bytes = read_text(gz);
+    write_text(base + ".json.gz", bytes.substr(0, bytes.size() / 2));
+    const Run r = trace_tool("info " + base + ".json.gz");
+    CHECK(r.code == 0);
+    CHECK(contains(r.err, "the file ends early"));
+    CHECK(contains(r.out, "warning:"));
+    std::remove((base + ".json.gz").c_str());
+  }
+  for (const char* ext : {".pt.trace.json", ".full.json", ".out.json", ".merged.mct", ".mct"})
+    std::remove((base + ext).c_str());
+}
+
+TEST_CASE("convert writes an .mct copy that reads back with the same events and strings", "[kineto][tool]") {
+  const std::string base = test::temp_path("kconv");
+  const auto fx = memcomm::test::kineto_fixture(1, 20, true);
+  std::vector<std::string> inputs = {base + ".json"};
+  write_text(inputs[0], fx.json);
+  const std::string shared = memcomm::test::shared_kineto_dir();
+  for (const char* f : {"/nccl_data/nccl_data.json.gz", "/df_index_resolver/df_index_resolver.json.gz"})
+    if (fs::exists(shared + f)) inputs.push_back(shared + f);
+  for (const std::string& in : inputs) {
+    INFO(in);
+    const std::string out = base + ".mct";
+    std::remove(out.c_str());
+    const Run r = trace_tool("convert " + in + " " + out);
+    REQUIRE(r.code == 0);
+    CHECK(contains(r.out, "wrote " + out));
+    CHECK(contains(r.out, "size: " + out + " is "));
+    check_same(TraceSet::load({in}), TraceSet::load({out}));
+    if (contains(in, ".gz")) {  // compact: smaller than the gzip JSON it came from
+      CHECK(contains(r.out, "x its uncompressed JSON"));
+      CHECK(fs::file_size(out) < fs::file_size(in));
+    }
+    // OUT exists: refused without --force; lz4 reads back alike.
+    CHECK(trace_tool("convert " + in + " " + out).code == 2);
+    REQUIRE(trace_tool("convert --force --codec lz4 " + in + " " + out).code == 0);
+    check_same(TraceSet::load({in}), TraceSet::load({out}));
+    // The copy describes itself as an .mct, and reports alike.
+    const Run a = trace_tool("report --json " + in), b = trace_tool("report --json " + out);
+    REQUIRE(a.code == 0);
+    REQUIRE(b.code == 0);
+    CHECK(a.out == b.out);
+    std::remove(out.c_str());
+  }
+  CHECK(trace_tool("convert " + inputs[0] + " " + inputs[0]).code == 2);  // OUT is IN
+  CHECK(trace_tool("convert --codec zip " + inputs[0] + " " + base + ".x.mct").code == 2);
+  std::remove(inputs[0].c_str());
+}
+
+TEST_CASE("export, merge, report and advise take the 2-rank torch.profiler pair", "[kineto][tool][shared]") {
+  const auto sets = shared_sets();
+  auto it = sets.find("sampled_pair");
+  if (it == sets.end() || it->second.size() != 2) MEMCOMM_SKIP_TEST("no sampled_pair in " + memcomm::test::shared_kineto_dir());
+  const std::string files = joined(it->second);
+  const std::string base = test::temp_path("kpair");
+  const TraceSet pair = TraceSet::load(it->second);
+  REQUIRE(pair.ranks.size() == 2);
+
+  const std::string json = base + ".json";
+  const Run e = trace_tool("export --chrome " + json + files);
+  REQUIRE(e.code == 0);
+  CHECK(contains(e.out, "2 ranks"));
+  {
+    std::ifstream f(json);
+    const auto j = nlohmann::json::parse(f);
+    std::set<int64_t> pids;
+    size_t kernels = 0, collectives = 0;
+    for (const auto& ev : j["traceEvents"]) {
+      pids.insert(ev["pid"].get<int64_t>());
+      if (ev.value("cat", "") == "kernel") ++kernels;
+      if (ev.value("cat", "") == "collective") ++collectives;
+    }
+    CHECK(pids.size() >= 2);
+    CHECK(kernels == 1154 + 1104);
+    CHECK(collectives >= 2);
+  }
+
+  const std::string merged = base + ".merged.mct";
+  const Run m = trace_tool("merge " + merged + files);
+  REQUIRE(m.code == 0);
+  CHECK(contains(m.out, "2 ranks"));
+  const TraceSet back = TraceSet::load({merged});
+  REQUIRE(back.ranks.size() == 2);
+  for (size_t r = 0; r < 2; ++r) {
+    CHECK(back.ranks[r].rank == pair.ranks[r].rank);
+    CHECK(back.ranks[r].world_size == 128);
+    CHECK(back.ranks[r].events.size() == pair.ranks[r].events.size());
+  }
+  // The analysis of the merged file is the pair's.
+  const Run a = trace_tool("report --json" + files), b = trace_tool("report --json " + merged);
+  REQUIRE(a.code == 0);
+  REQUIRE(b.code == 0);
+  CHECK(a.out == b.out);
+  const Run t = trace_tool("report" + files);
+  REQUIRE(t.code == 0);
+  CHECK(contains(t.out, "Temporal breakdown"));
+
+  const Run adv = trace_tool("advise --json" + files);
+  REQUIRE(adv.code == 0);
+  CHECK(nlohmann::json::parse(adv.out).is_array());
+  std::remove(json.c_str());
+  std::remove(merged.c_str());
+}
