@@ -183,8 +183,9 @@ int run_report(const Args& a) {
   const TraceSet set = load_inputs(a.files, lo);
   const Analysis analysis = analyze(set);
   const std::vector<HtaRank> hta = a.hta ? hta_analyze(set, a.hta_options) : std::vector<HtaRank>{};
-  if (a.json) fmt::print("{}\n", a.hta ? add_hta_json(analysis_to_json(analysis), hta, a.hta_options) : analysis_to_json(analysis));
-  else fmt::print("{}{}", analysis_to_text(analysis, a.max_rows), a.hta ? hta_to_text(hta, a.hta_options) : "");
+  if (!a.json) fmt::print("{}{}", analysis_to_text(analysis, a.max_rows), a.hta ? hta_to_text(hta, a.hta_options) : "");
+  else if (a.hta) fmt::print("{}\n", add_hta_json(analysis_to_json(analysis), hta, a.hta_options));
+  else fmt::print("{}\n", analysis_to_json(analysis));
   return 0;
 }
 

@@ -38,7 +38,8 @@ std::vector<json> expected(const json& set, const Variant& v, int64_t rank) {
   } else {
     json out;
     for (const json& r : set.at(v.reference).at("temporal_breakdown"))
-      if (r.at("rank") == rank) out = {r.at("idle_time_pctg"), r.at("compute_time_pctg"), r.at("non_compute_time_pctg")};
+      if (r.at("rank") == rank)
+        out = {r.at("idle_time_pctg"), r.at("compute_time_pctg"), r.at("non_compute_time_pctg")};
     for (const json& r : set.at(v.reference).at("comm_comp_overlap"))
       if (r.at("rank") == rank && out.size() == 3) return {out[0], out[1], out[2], r.at("comp_comm_overlap_pctg")};
   }

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 #include "memcomm/trace/hta.hpp"
 
 namespace memcomm::prof {
@@ -25,7 +27,7 @@ nlohmann::json figures_json(const HtaFigures& f) {
           {"gpu_rows", f.gpu_rows}};
 }
 
-std::string cell(const HtaFigures& f, double v) { return f.valid ? fmt::format("{:.2f}", v) : "-"; }
+std::string cell(const HtaFigures& f, double v) { return f.valid && !std::isnan(v) ? fmt::format("{:.2f}", v) : "-"; }
 
 std::string row(const char* name, uint32_t rank, const HtaFigures& f) {
   return fmt::format("{:>5} {:<20} {:>8} {:>9} {:>13} {:>9} {:>15} {:>9}\n", rank == kUnknownRank ? -1 : int64_t(rank),

@@ -9,7 +9,8 @@
 // HTA (hta/analyzers/breakdown_analysis.py, communication_analysis.py, common/trace.py) works on
 // one row per trace event, in microseconds:
 //   rounding    timestamps that are floats are rounded first: ts = ceil(ts), end = floor(ts + dur)
-//               in float64, so an event under a microsecond can end before it starts (HtaClock).
+//               in float64, so an event under a microsecond can end before it starts (Note [HTA's float64
+//               microseconds] in src/hta_clock.hpp).
 //   GPU rows    rows with a stream: Kernel, Memcpy, Memset and device Sync spans (not the
 //               gpu_user_annotation ranges). Kernel and Sync names come from the string table;
 //               Memcpy and Memset spans are named "Memcpy ..."/"Memset ..." by Kineto.
@@ -56,7 +57,7 @@ struct HtaFigures {
   bool valid = false;
   uint64_t gpu_rows = 0;           // rows counted, after the filter
   int64_t kernel_time_us = 0, idle_time_us = 0, compute_time_us = 0, non_compute_time_us = 0;
-  double idle_pct = 0, compute_pct = 0, non_compute_pct = 0;  // rounded to 2 decimals, as HTA
+  double idle_pct = 0, compute_pct = 0, non_compute_pct = 0;  // rounded to 2 decimals as HTA; NaN at 0 us
   int64_t comm_time_us = 0;        // |union(COMMUNICATION)|
   int64_t overlap_time_us = 0;     // |union(COMPUTATION) ∩ union(COMMUNICATION)|
   std::optional<double> comm_comp_overlap_pct;  // none without COMMUNICATION rows
