@@ -14,6 +14,8 @@
 #include "memcomm/advisor/advise.hpp"
 #include "memcomm/trace/analysis.hpp"
 #include "memcomm/trace/chrome_export.hpp"
+#include "memcomm/trace/hta.hpp"
+#include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/merge.hpp"
 #include "memcomm/trace/trace_set.hpp"
 #include "trace_convert.hpp"
@@ -91,6 +93,9 @@ struct Args {
   bool no_replay = false;
   std::string convert_in, convert_out;
   std::string codec = "zstd";
+  bool hta = false;            // report: HTA's figures too (hta.hpp)
+  HtaOptions hta_options;
+  std::string comm_kernels;    // report: LoadOptions::comm_kernels
 };
 
 struct Subcommands {
@@ -138,9 +143,20 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
   s.merge->add_flag("--force", a.force, "overwrite OUT if it exists (never when OUT is one of the FILEs)");
 
   s.report = add_files(app.add_subcommand("report", "Temporal breakdown, overlap, exposed communication, collective "
-                                                    "bandwidth and skew, step table, memory peaks"), a);
+                                                    "bandwidth and skew, step table, memory peaks; --hta adds "
+                                                    "HolisticTraceAnalysis's figures"), a);
   s.report->add_flag("--json", a.json, "print the full analysis as JSON");
   s.report->add_option("--rows", a.max_rows, "rows per table in text mode (at least 1)")->check(at_least_one());
+  CLI::Option* hta = s.report->add_flag("--hta", a.hta, "also HolisticTraceAnalysis 0.5.0's figures per rank (idle, "
+                                                        "compute, non-compute %, comm/comp overlap %; ^nccl.*Kernel is "
+                                                        "communication) and memcomm's whole-trace variant of them");
+  s.report->add_flag("--include-last-step", a.hta_options.include_last_step,
+                     "with --hta: HTA's include_last_profiler_step=True (keep the last ProfilerStep)")
+      ->needs(hta);
+  s.report->add_option("--comm-kernels", a.comm_kernels,
+                       fmt::format("torch.profiler traces: regex (ECMAScript, searched in kernel names) of the "
+                                   "communication kernels of memcomm's own analysis, not --hta's (default: {})",
+                                   kDefaultCommKernels));
 
   s.advise = add_files(app.add_subcommand("advise", "What to change, with the evidence: allocator policy (replaying the "
                                                     "trace's allocations), buckets/accumulation, loader, micro-batch, "
@@ -198,10 +214,14 @@ int run_advise(Args a) {
 }
 
 int run_report(const Args& a) {
-  const TraceSet set = load_inputs(a.files);
+  LoadOptions lo;
+  lo.comm_kernels = a.comm_kernels;
+  const TraceSet set = load_inputs(a.files, lo);
   const Analysis analysis = analyze(set);
-  if (a.json) fmt::print("{}\n", analysis_to_json(analysis));
-  else fmt::print("{}", analysis_to_text(analysis, a.max_rows));
+  const std::vector<HtaRank> hta = a.hta ? hta_analyze(set, a.hta_options) : std::vector<HtaRank>{};
+  if (!a.json) fmt::print("{}{}", analysis_to_text(analysis, a.max_rows), a.hta ? hta_to_text(hta, a.hta_options) : "");
+  else if (a.hta) fmt::print("{}\n", add_hta_json(analysis_to_json(analysis), hta, a.hta_options));
+  else fmt::print("{}\n", analysis_to_json(analysis));
   return 0;
 }
 

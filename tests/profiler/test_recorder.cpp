@@ -248,7 +248,9 @@ TEST_CASE("a file sink with several compression threads writes chunks in order",
       CHECK(sink.error().empty());
       CHECK(sink.events_written() == 130u * 777u);
     }
-    const TraceSet set = TraceSet::load({path}, LoadOptions{true, false});
+    LoadOptions unsorted;
+    unsorted.sort = false;
+    const TraceSet set = TraceSet::load({path}, unsorted);
     REQUIRE(set.ranks.size() == 1);
     CHECK(set.ranks[0].rank == 5);
     CHECK(set.ranks[0].name(1) == "seq");

@@ -1,0 +1,103 @@
+// HTA's rules that the shared traces do not exercise (Note [HTA's figures] in
+// memcomm/trace/hta.hpp), on a hand-made torch.profiler trace whose figures HolisticTraceAnalysis
+// 0.5.0 gave (TraceAnalysis(trace_dir=...).get_temporal_breakdown() and get_comm_comp_overlap(),
+// pandas 3): the last ProfilerStep taken from a GPU-side annotation that starts after the CPU's,
+// a kernel without a correlation id kept by its ts, one whose launch is missing dropped, an
+// "Event Sync" kept without one, a "Stream Wait Event" counted as compute, a "Memcpy" that ends
+// before it starts once rounded, and Unix-epoch float timestamps rounded through float64.
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "memcomm/trace/hta.hpp"
+#include "memcomm_test.hpp"
+#include "trace_fixtures.hpp"
+
+using namespace memcomm::prof;
+
+namespace {
+
+// One complete event at 1712195495406`at` us (`at`: the last three digits and the fraction).
+std::string ev(const char* cat, const char* name, const char* at, const char* dur, const char* args) {
+  const bool gpu = std::string(cat) != "user_annotation" && std::string(cat) != "cuda_runtime";
+  return std::string(R"({"ph":"X","cat":")") + cat + R"(","name":")" + name + R"(","pid":)" + (gpu ? "0" : "1") +
+         R"(,"tid":1,"ts":1712195495406)" + at + R"(,"dur":)" + dur + R"(,"args":{)" + args + "}}";
+}
+
+std::string hand_made_trace() {
+  const std::string events[] = {
+      ev("user_annotation", "ProfilerStep#1", "000.5", "100.25", ""),
+      ev("user_annotation", "ProfilerStep#2", "100.75", "100.5", ""),
+      ev("cuda_runtime", "cudaLaunchKernel", "010.125", "2", R"("correlation":1)"),
+      ev("cuda_runtime", "cudaLaunchKernel", "020.5", "2", R"("correlation":2)"),
+      ev("cuda_runtime", "cudaLaunchKernel", "030.25", "2", R"("correlation":3)"),
+      ev("cuda_runtime", "cudaLaunchKernel", "110.125", "2", R"("correlation":4)"),
+      ev("cuda_runtime", "cudaStreamWaitEvent", "120.5", "1", R"("correlation":5)"),
+      ev("cuda_runtime", "cudaLaunchKernel", "150.5", "2", R"("correlation":6)"),
+      ev("kernel", "void gemm<float>(float*)", "040.125", "20.875", R"("correlation":1,"stream":7,"device":0)"),
+      ev("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "050.5", "30.25",
+         R"("correlation":2,"stream":20,"device":0)"),
+      ev("gpu_memcpy", "Memcpy DtoD (Device -> Device)", "061.25", "0.5", R"("correlation":3,"stream":7,"device":0)"),
+      ev("kernel", "elementwise_kernel", "130.625", "0.625", R"("correlation":4,"stream":7,"device":0)"),
+      ev("cuda_sync", "Stream Wait Event", "140.25", "9.875", R"("correlation":5,"stream":20,"device":0)"),
+      ev("kernel", "ncclDevKernel_SendRecv(ncclDevKernelArgs)", "150.875", "25.5",
+         R"("correlation":6,"stream":20,"device":0)"),
+      ev("kernel", "relu_kernel", "160.125", "30.5", R"("correlation":6,"stream":7,"device":0)"),
+      ev("kernel", "no_correlation_kernel", "090.75", "5.25", R"("stream":7,"device":0)"),
+      ev("kernel", "no_launch_kernel", "095.25", "3.5", R"("correlation":99,"stream":7,"device":0)"),
+      ev("cuda_sync", "Event Sync", "185.5", "4.25", R"("stream":7,"device":0)"),
+      ev("gpu_user_annotation", "ProfilerStep#2", "140.5", "10.25", R"("device":0)"),
+  };
+  std::string json = R"({"schemaVersion":1,"distributedInfo":{"rank":0,"world_size":1},"traceEvents":[)";
+  for (const std::string& e : events) json += e + (&e == &events[std::size(events) - 1] ? "" : ",");
+  return json + "]}";
+}
+
+struct Want {
+  int64_t kernel, idle, compute;
+  double idle_pct, compute_pct, non_compute_pct, overlap_pct;
+};
+
+void check(const HtaFigures& f, const Want& w) {
+  REQUIRE(f.valid);
+  CHECK(f.kernel_time_us == w.kernel);
+  CHECK(f.idle_time_us == w.idle);
+  CHECK(f.compute_time_us == w.compute);
+  CHECK(f.idle_pct == w.idle_pct);
+  CHECK(f.compute_pct == w.compute_pct);
+  CHECK(f.non_compute_pct == w.non_compute_pct);
+  REQUIRE(f.comm_comp_overlap_pct.has_value());
+  CHECK(*f.comm_comp_overlap_pct == w.overlap_pct);
+}
+
+std::vector<HtaRank> analyze_hand_made(bool include_last_step) {
+  const std::string path = test::temp_path("hta_rules") + ".json";
+  std::ofstream(path) << hand_made_trace();
+  const TraceSet set = TraceSet::load({path});
+  std::remove(path.c_str());
+  HtaOptions opt;
+  opt.include_last_step = include_last_step;
+  return hta_analyze(set, opt);
+}
+
+}  // namespace
+
+TEST_CASE("HTA's step filter, launch match, kinds and rounding equal HTA 0.5.0 on a hand-made trace", "[trace][hta]") {
+  const std::vector<HtaRank> h = analyze_hand_made(false);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].step_filter);
+  check(h[0].hta, {149, 92, 35, 61.74, 23.49, 14.77, 34.48});
+  CHECK(h[0].hta.gpu_rows == 7);
+  // memcomm's whole-trace variant: every kernel and memcpy, no sync spans.
+  check(h[0].whole_trace, {150, 64, 58, 42.67, 38.67, 18.67, 48.15});
+  CHECK(h[0].whole_trace.gpu_rows == 8);
+}
+
+TEST_CASE("HTA's include_last_profiler_step equals HTA 0.5.0 on a hand-made trace", "[trace][hta]") {
+  const std::vector<HtaRank> h = analyze_hand_made(true);
+  REQUIRE(h.size() == 1);
+  check(h[0].hta, {150, 57, 65, 38.0, 43.33, 18.67, 48.15});
+  CHECK(h[0].hta.gpu_rows == 9);
+}
