@@ -34,14 +34,9 @@ bool read_int(od::value v, int64_t& out) {
 
 void read_number(od::value v, Number& out) {
   out.present = true;
-  od::number n;
-  if (v.get_number().get(n) != simdjson::SUCCESS) {
-    out.d = std::nan("");
-    return;
-  }
-  out.is_int = n.is_int64();
-  if (out.is_int) out.i = n.get_int64();
-  else out.d = n.is_uint64() ? double(n.get_uint64()) : n.get_double();
+  std::string_view s = v.raw_json_token();
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t')) s.remove_suffix(1);
+  out.text = s;
 }
 
 void read_track(od::value v, TrackId& out) {
@@ -206,7 +201,7 @@ void EventParser::own_strings(RawEvent& e, std::string& arena) {
     arena.append(v);
     v = std::string_view(arena.data() + at, v.size());
   };
-  for (std::string_view* v : {&e.ph, &e.cat, &e.name, &e.arg_name, &e.collective, &e.dtype, &e.pg_name, &e.pg_ranks,
+  for (std::string_view* v : {&e.ts.text, &e.dur.text, &e.ph, &e.cat, &e.name, &e.arg_name, &e.collective, &e.dtype, &e.pg_name, &e.pg_ranks,
                               &e.pid.text, &e.tid.text})
     own(*v);
   for (int i = 0; i < e.counters; ++i) own(e.counter_key[i]);
@@ -244,21 +239,41 @@ bool EventParser::parse_member(std::string_view key, std::string_view raw, TopLe
   return true;
 }
 
-bool us_to_ns(const Number& us, int64_t& ns, bool& sub_us) {
+bool us_to_ns(const Number& us, int64_t& ns, bool& sub_us) { return us.present && us_text_to_ns(us.text, ns, sub_us); }
+
+bool us_text_to_ns(std::string_view t, int64_t& ns, bool& sub_us) {
   constexpr int64_t kLimit = int64_t(1) << 62;
   sub_us = false;
-  if (!us.present) return false;
-  if (us.is_int) {
-    if (us.i > kLimit / 1000 || us.i < -kLimit / 1000) return false;
-    ns = us.i * 1000;
+  size_t i = 0;
+  const bool neg = !t.empty() && t[0] == '-';
+  if (neg) ++i;
+  int64_t whole = 0;
+  size_t digits = 0;
+  for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i, ++digits) {
+    if (whole >= kLimit / 10000) return false;
+    whole = whole * 10 + (t[i] - '0');
+  }
+  if (digits == 0) return false;
+  int frac = 0, frac_digits = 0;
+  bool rest = false;
+  if (i < t.size() && t[i] == '.')
+    for (++i; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) {
+      if (frac_digits < 4) frac = frac * 10 + (t[i] - '0'), ++frac_digits;
+      else rest |= t[i] != '0';
+    }
+  if (i < t.size()) {  // an exponent
+    const std::string copy(t);
+    char* end = nullptr;
+    const double us = std::strtod(copy.c_str(), &end);
+    if (end != copy.c_str() + copy.size() || !std::isfinite(us) || std::fabs(us) >= double(kLimit / 1000)) return false;
+    ns = std::llround(us * 1000.0);
+    sub_us = ns % 1000 != 0;
     return true;
   }
-  if (!std::isfinite(us.d) || std::fabs(us.d) >= double(kLimit / 1000)) return false;
-  const double whole = std::floor(us.d);
-  const double frac = us.d - whole;  // exact: both are doubles of the same binade or smaller
-  const int64_t frac_ns = std::llround(frac * 1000.0);
-  sub_us = frac_ns != 0 && frac_ns != 1000;
-  ns = int64_t(whole) * 1000 + frac_ns;
+  for (; frac_digits < 4; ++frac_digits) frac *= 10;
+  sub_us = frac != 0 || rest;
+  const int64_t v = whole * 1000 + (frac + 5) / 10;
+  ns = neg ? -v : v;
   return true;
 }
 

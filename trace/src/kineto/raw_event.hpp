@@ -20,12 +20,10 @@ struct TrackId {
 
 inline constexpr int64_t kNoArg = INT64_MIN;
 
-// A JSON number as simdjson read it: integers exactly, anything else as a double.
+// A JSON number's text, converted by us_to_ns.
 struct Number {
   bool present = false;
-  bool is_int = false;
-  int64_t i = 0;
-  double d = 0;
+  std::string_view text;
 };
 
 struct RawEvent {
@@ -87,11 +85,13 @@ class EventParser {
 
 // Note [Microseconds to nanoseconds]
 // Kineto writes microseconds: integers in older traces, decimals with up to three digits (ns) in
-// newer ones. Integers convert exactly. A decimal is read as a double, as HTA (pandas) reads it,
-// and split into its whole microseconds and fraction, both exact in double arithmetic, so the ns
-// are those of the double: exact for the ~4e12 us of a baseTimeNanoseconds-relative trace, within
-// the double's spacing (0.25 us) for Unix-epoch microseconds, where no reader keeps more.
+// newer ones, as large as 1712195495505582.988 (19 significant digits, past what a double holds
+// and past simdjson's fast number path). So the number's text is converted, not its double: whole
+// microseconds and the first three fraction digits exactly, a fourth rounding half up. A number
+// with an exponent goes through strtod. HTA reads the same text into pandas' float64; `memcomm-trace
+// report --hta` redoes that rounding where it matters (Note [HTA's float64 microseconds]).
 // False when the number is not finite or the result leaves +-2^62 ns.
 bool us_to_ns(const Number& us, int64_t& ns, bool& sub_us);
+bool us_text_to_ns(std::string_view text, int64_t& ns, bool& sub_us);
 
 }  // namespace memcomm::prof::kineto
