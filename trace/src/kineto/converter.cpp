@@ -233,9 +233,9 @@ void Converter::on_counter(const RawEvent& e) {
   int64_t ts = 0, unused = 0;
   if (!times(e, false, ts, unused)) return;
   min_ts_ = std::min(min_ts_, ts);
-  for (int i = 0; i < e.counters; ++i) {
-    const std::string name = e.counters == 1 ? std::string(e.name) : fmt::format("{}.{}", e.name, e.counter_key[i]);
-    events_.push_back(Event::from(make_counter(ts, strings_.intern(name), e.counter_value[i])));
+  for (const auto& [key, value] : e.counters) {
+    const std::string name = e.counters.size() == 1 ? std::string(e.name) : fmt::format("{}.{}", e.name, key);
+    events_.push_back(Event::from(make_counter(ts, strings_.intern(name), value)));
   }
 }
 

@@ -21,6 +21,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -86,6 +87,7 @@ class GzipBlocks final : public JsonBlocks {
       if (!error_.empty()) throw TraceError(error_);
       return false;
     }
+    if (current_.capacity()) spare_.push_back(std::move(current_));  // the producer refills it
     current_ = std::move(queue_.front());
     queue_.pop_front();
     cv_.notify_all();
@@ -102,6 +104,19 @@ class GzipBlocks final : public JsonBlocks {
   static constexpr size_t kBlock = size_t(4) << 20;
   static constexpr size_t kQueued = 4;
 
+  // A block-sized buffer: a spare one when the parser has handed one back.
+  std::string buffer() {
+    std::string b;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!spare_.empty()) {
+        b = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    b.resize(kBlock);
+    return b;
+  }
   bool push(std::string&& block) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return queue_.size() < kQueued || stop_; });
@@ -133,6 +148,7 @@ class GzipBlocks final : public JsonBlocks {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;
+  std::vector<std::string> spare_;  // blocks the parser is done with, to be refilled
   bool stop_ = false, finished_ = false, cut_short_ = false;
   std::string error_;
 };
@@ -141,7 +157,7 @@ void GzipBlocks::inflate_all() {
   z_stream z{};
   if (inflateInit2(&z, 15 + 32) != Z_OK) throw TraceError(fmt::format("{}: cannot start zlib", path_));
   std::string in(size_t(1) << 20, '\0');
-  std::string out(kBlock, '\0');
+  std::string out = buffer();
   uint64_t consumed = 0;
   bool in_member = false, eof = false;
   int rc = Z_OK;
@@ -167,7 +183,7 @@ void GzipBlocks::inflate_all() {
     if (z.avail_out == 0 || (rc == Z_STREAM_END && z.avail_in == 0 && eof)) {
       out.resize(out.size() - z.avail_out);
       if (!push(std::move(out))) break;
-      out.assign(kBlock, '\0');
+      out = buffer();
       z.next_out = reinterpret_cast<Bytef*>(out.data());
       z.avail_out = uInt(out.size());
     }

@@ -58,7 +58,7 @@ class Splitter {
   SplitHandler& handler_;
   const std::string& name_;
   std::string_view data_;
-  std::string buf_;
+  std::string buf_, spare_;
   bool ended_ = false;
   size_t pos_ = 0;
   uint64_t base_ = 0;     // input offset of data_[0]
@@ -79,10 +79,11 @@ bool Splitter::more(size_t& keep) {
     return true;
   }
   const size_t drop = std::min(keep, pos_);
-  std::string next;
-  next.reserve(data_.size() - drop + block.size() + kPadding);
-  next.append(data_.substr(drop)).append(block);
-  buf_ = std::move(next);
+  // Two buffers in turn, so their memory is reused block after block.
+  spare_.clear();
+  spare_.reserve(data_.size() - drop + block.size() + kPadding);
+  spare_.append(data_.substr(drop)).append(block);
+  buf_.swap(spare_);
   data_ = std::string_view(buf_);
   buf_.append(kPadding, ' ');
   base_ += drop;

@@ -26,7 +26,7 @@ struct Batch {
 };
 
 void parse_batch(EventParser& parser, Batch& b) {
-  b.parsed.resize(b.spans.size());
+  if (b.parsed.size() < b.spans.size()) b.parsed.resize(b.spans.size());  // kept across reuse
   b.errors.resize(b.spans.size());
   b.arena.reserve(b.bytes.size());
   for (size_t i = 0; i < b.spans.size(); ++i) {
@@ -109,11 +109,28 @@ struct ParallelParse::Impl {
         order.pop_front();
       }
       if (b->failure) std::rethrow_exception(b->failure);
-      for (size_t i = 0; i < b->parsed.size(); ++i) {
+      for (size_t i = 0; i < b->spans.size(); ++i) {
         if (b->errors[i].empty()) converter.convert(b->parsed[i]);
         else converter.malformed(b->errors[i]);
       }
+      recycle(std::move(b));
     }
+  }
+
+  // Batches are reused, so their buffers' pages are touched once per reader, not once per batch.
+  std::vector<std::shared_ptr<Batch>> spare;
+  void recycle(std::shared_ptr<Batch> b) {
+    b->bytes.clear();
+    b->spans.clear();
+    b->arena.clear();
+    b->done = false;
+    spare.push_back(std::move(b));
+  }
+  std::shared_ptr<Batch> fresh_batch() {
+    if (spare.empty()) return std::make_shared<Batch>();
+    std::shared_ptr<Batch> b = std::move(spare.back());
+    spare.pop_back();
+    return b;
   }
 };
 
@@ -135,7 +152,7 @@ void ParallelParse::member(std::string_view key, std::string_view raw_value) { i
 
 void ParallelParse::event(std::string_view raw, size_t) {
   if (!impl_->filling) {
-    impl_->filling = std::make_shared<Batch>();
+    impl_->filling = impl_->fresh_batch();
     impl_->filling->bytes.reserve(kBatchBytes + raw.size() + kPadding);
   }
   Batch& b = *impl_->filling;

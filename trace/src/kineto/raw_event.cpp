@@ -53,10 +53,7 @@ void read_string(od::value v, std::string_view& out) {
 
 void read_counter(std::string_view key, od::value v, RawEvent& e) {
   double d = 0;
-  if (e.counters < RawEvent::kMaxCounters && v.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d)) {
-    e.counter_key[e.counters] = key;
-    e.counter_value[e.counters++] = d;
-  }
+  if (v.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d)) e.counters.emplace_back(key, d);
 }
 
 // Dispatches on the key's length first: events carry many args the converter never reads
@@ -181,7 +178,7 @@ void read_devices(od::value v, TopLevel& top) {
 }  // namespace
 
 bool EventParser::parse(std::string_view raw, size_t readable_after, RawEvent& out, std::string& error) {
-  out = RawEvent{};
+  out.reset();
   od::document doc;
   auto err = impl_->parser.iterate(padded(raw, readable_after, impl_->scratch)).get(doc);
   od::object obj;
@@ -204,7 +201,7 @@ void EventParser::own_strings(RawEvent& e, std::string& arena) {
   for (std::string_view* v : {&e.ts.text, &e.dur.text, &e.ph, &e.cat, &e.name, &e.arg_name, &e.collective, &e.dtype, &e.pg_name, &e.pg_ranks,
                               &e.pid.text, &e.tid.text})
     own(*v);
-  for (int i = 0; i < e.counters; ++i) own(e.counter_key[i]);
+  for (auto& counter : e.counters) own(counter.first);
 }
 
 // Scalar documents are read with the document's own getters (On Demand refuses them as values).

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace memcomm::prof::kineto {
@@ -38,11 +39,16 @@ struct RawEvent {
   int64_t in_nelems = kNoArg, out_nelems = kNoArg, group_size = kNoArg;
   std::string_view arg_name;        // M events: args.name
   std::string_view collective, dtype, pg_name, pg_ranks;
-  // ph "C": numeric args, as "key=value" pairs are not needed elsewhere, kept as parallel views
-  static constexpr int kMaxCounters = 8;
-  int counters = 0;
-  std::string_view counter_key[kMaxCounters];
-  double counter_value[kMaxCounters] = {};
+  // ph "C": the numeric args (a vector, so events that are not counters stay small)
+  std::vector<std::pair<std::string_view, double>> counters;
+
+  // Back to "nothing read", keeping the counters' capacity.
+  void reset() {
+    auto keep = std::move(counters);
+    keep.clear();
+    *this = RawEvent{};
+    counters = std::move(keep);
+  }
 };
 
 // The top-level members the converter reads (each set when its member was met and valid).
