@@ -115,6 +115,10 @@ class AllocatorTimeline {
   // Events applied by the last seek: shows the rebuild is incremental.
   std::size_t last_seek_cost() const { return last_cost_; }
   std::size_t memory_bytes() const;
+  // Whether the events record the allocator's segments (SegmentAlloc/SegmentMap). Without them
+  // (torch.profiler [memory] events) every block sits in an implicit segment of its own size, and
+  // `reserved` says nothing: the trace's reserved memory is its samples'.
+  bool segments_recorded() const { return segments_recorded_; }
 
  private:
   struct Checkpoint {
@@ -127,6 +131,7 @@ class AllocatorTimeline {
   AllocatorState tail_;    // state after the first `folded_` events
   std::size_t folded_ = 0;
   std::size_t since_ = 0;  // events folded since the last checkpoint
+  bool segments_recorded_ = false;
   AllocatorState cur_;
   std::size_t pos_ = 0;
   std::size_t last_cost_ = 0;
