@@ -30,7 +30,7 @@ void AllocatorTimeline::update(std::size_t first_changed) {
     const AllocEvent& e = (*events_)[folded_];
     segments_recorded_ = segments_recorded_ || e.op == prof::EventKind::SegmentAlloc || e.op == prof::EventKind::SegmentMap;
     tail_.apply(e);
-    if (++since_ >= std::max(min_interval_, tail_.block_count + tail_.segments.size())) {
+    if (++since_ >= std::max(min_interval_, kCheckpointSpacing * (tail_.block_count + tail_.segments.size()))) {
       checkpoints_.push_back({folded_ + 1, tail_});
       since_ = 0;
     }
