@@ -1,13 +1,16 @@
 // Where a trace load's time goes, in CPU seconds of this process, all threads (robust on a shared
-// machine, unlike wall time), and wall seconds: the profiler's TraceReader alone (decompress +
-// check), the whole model load (load_file: read + ingest + build, with the PrefaultPool's second
+// machine, unlike wall time), and wall seconds: the trace layer's reader alone (TraceReader's
+// decompress + check for .mct; read_kineto's parse + convert for torch.profiler JSON), the whole
+// model load (load_file: read + ingest + build, with the PrefaultPool's second
 // thread unless MEMCOMM_PREFAULT_AHEAD=0), and the indexes memcomm-view builds next
 // (build_indexes(): allocator checkpoints, step table, summary, on two threads), then those
 // indexes again one job after the other for the breakdown. Best of REPEAT runs; decode-ahead off
 // unless MEMCOMM_DECODE_AHEAD is set. REPEAT 1 is what a fresh memcomm-view pays (its pages are
-// new); "load + indexes" is the number to hold against issue 6's >= 20 M events/s.
+// new); "load + indexes" is the number to hold against issue 6's >= 20 M events/s. The process's
+// resident memory after the load (the model and its indexes held) and at its peak close the report.
 //
-//   build/bin/bench_load FILE.mct [REPEAT (default 3)]
+//   build/bin/bench_load FILE.mct|FILE.json[.gz] [REPEAT (default 3)]
+#include <memcomm/trace/kineto.hpp>
 #include <memcomm/trace/trace_reader.hpp>
 #include <memcomm/view/allocator_state.hpp>
 #include <memcomm/view/analysis.hpp>
@@ -20,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +40,28 @@ struct Cost {
   double cpu = 1e300, wall = 1e300;
   double main = 1e300;  // CPU of the calling thread alone: the wall time when the other core is free
 };
+// Resident bytes now (VmRSS) and at the peak (VmHWM), from /proc/self/status.
+std::pair<double, double> rss_now_and_peak() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  double now = 0, peak = 0, kb = 0;
+  while (f >> key) {
+    if (key == "VmRSS:" && f >> kb) now = kb * 1024;
+    else if (key == "VmHWM:" && f >> kb) peak = kb * 1024;
+  }
+  return {now, peak};
+}
+// Records in the file as the trace layer reads them: .mct records, or torch.profiler traceEvents.
+std::uint64_t read_alone(const std::string& path) {
+  std::string error;
+  if (memcomm::view::detect_input(path, error) == memcomm::view::InputKind::KinetoTrace)
+    return memcomm::prof::read_kineto(path).info.trace_events;
+  memcomm::prof::TraceReader r(path);
+  memcomm::prof::ChunkView c;
+  std::uint64_t records = 0;
+  while (r.next(c)) records += c.count;
+  return records;
+}
 void measure(Cost& c, const std::function<void()>& f) {
   const double c0 = cpu_s(), m0 = cpu_s(RUSAGE_THREAD), w0 = wall_s();
   f();
@@ -47,7 +73,7 @@ void measure(Cost& c, const std::function<void()>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_load FILE.mct [REPEAT]\n");
+    std::fprintf(stderr, "usage: bench_load FILE.mct|FILE.json[.gz] [REPEAT]\n");
     return 2;
   }
   const std::string path = argv[1];
@@ -55,13 +81,9 @@ int main(int argc, char** argv) {
   using namespace memcomm::view;
   Cost read, load, index, alloc_cost, steps_cost;
   std::uint64_t events = 0, records = 0;
+  double rss_loaded = 0;  // resident bytes with the model and its indexes held
   for (int i = 0; i < repeat; ++i) {
-    measure(read, [&] {
-      memcomm::prof::TraceReader r(path);
-      memcomm::prof::ChunkView c;
-      records = 0;
-      while (r.next(c)) records += c.count;
-    });
+    measure(read, [&] { records = read_alone(path); });
     Timeline tl;
     measure(load, [&] {
       LoadOptions o;
@@ -77,6 +99,7 @@ int main(int argc, char** argv) {
     measure(index, [&] {  // as memcomm-view does (AppState::set_timeline)
       const TimelineIndexes ix = build_indexes(tl);
       if (ix.steps.size() + ix.summary.spans == 0) std::printf("(empty)\n");
+      rss_loaded = rss_now_and_peak().first;
     });
     // The same work one job after the other, for the breakdown (its pages are no longer fresh).
     std::vector<std::unique_ptr<AllocatorTimeline>> alloc;
@@ -97,12 +120,16 @@ int main(int argc, char** argv) {
     std::printf("  %-34s cpu %.3f s (this thread %.3f s)  wall %.3f s (%5.1f M events/s)\n", what, c.cpu, c.main, c.wall,
                 static_cast<double>(events) / c.wall / 1e6);
   };
-  line("TraceReader alone (decode)", read);
+  line("reader alone (decode)", read);
   line("load_file (decode+ingest+build)", load);
   line("  of which ingest+build", Cost{load.cpu - read.cpu, load.wall - read.wall, load.main - read.main});
   line("indexes (build_indexes, 2 threads)", index);
   line("  allocator checkpoints (1 thread)", alloc_cost);
   line("  step table + summary (1 thread)", steps_cost);
   line("load + indexes", Cost{load.cpu + index.cpu, load.wall + index.wall, load.main + index.main});
+  const double per_event = static_cast<double>(std::max<std::uint64_t>(1, events));
+  const double peak = rss_now_and_peak().second;
+  std::printf("  process RSS with the model and indexes held %.1f MB = %.1f B/event; peak %.1f MB = %.1f B/event\n",
+              rss_loaded / 1e6, rss_loaded / per_event, peak / 1e6, peak / per_event);
   return 0;
 }

@@ -9,8 +9,19 @@ namespace {
 bool by_ts(const Event& a, const Event& b) { return a.ts < b.ts; }
 }  // namespace
 
+// Note [Nearly sorted]: this many sorted runs or fewer are merged rather than sorted.
+constexpr size_t kFewRuns = 16;
+
 void sort_by_time(std::vector<Event>& v) {
   const size_t n = v.size();
+  std::vector<size_t> runs{0};
+  for (size_t i = 1; i < n && runs.size() <= kFewRuns; ++i)
+    if (v[i].ts < v[i - 1].ts) runs.push_back(i);
+  if (runs.size() <= kFewRuns) {
+    runs.push_back(n);
+    merge_sorted_runs(v, runs);  // one run: nothing to do
+    return;
+  }
   size_t budget = 16 * n + 1024;  // element moves allowed before giving up on insertion
   for (size_t i = 1; i < n; ++i) {
     if (v[i].ts >= v[i - 1].ts) continue;

@@ -4,6 +4,7 @@
 // reservations] in virtual_reservations.hpp).
 #include "memcomm/trace/analysis.hpp"
 #include "memcomm/trace/allocator_fold.hpp"
+#include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/virtual_reservations.hpp"
 
 namespace memcomm::prof {
@@ -29,6 +30,7 @@ struct SeriesPlan {
   bool sampled[size_t(MemMetric::Count)] = {};
   int device = -1;  // D: of the first level sample, else of the first block event
   bool has_free_completed = false, has_blocks = false, has_segments = false;
+  bool mid_run = false;     // a torch.profiler trace: it starts mid-run (kKinetoSourceTag)
   bool fold_level[3] = {};  // allocated, active, reserved
 };
 
@@ -42,6 +44,8 @@ void find_device(const RankTrace& r, SeriesPlan& plan) {
         plan.device = s.device;
     } else if (first_block_device < 0 && is_block_kind(e.kind)) {
       first_block_device = e.as<MemBlockEvent>().device;
+    } else if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Tag) {
+      plan.mid_run = plan.mid_run || r.name(e.as<MetaEvent>().str) == kKinetoSourceTag;
     }
   }
   if (plan.device < 0) plan.device = first_block_device;
@@ -53,9 +57,10 @@ void find_device(const RankTrace& r, SeriesPlan& plan) {
   }
 }
 
-// Whether D's fold is complete: no drops, and nothing in it contradicts what it folded.
+// Whether D's fold is complete: the trace starts with the run, no drops, and nothing in it
+// contradicts what it folded.
 bool fold_is_complete(const RankTrace& r, const SeriesPlan& plan, const VirtualReservations& virtual_segment) {
-  if (r.drops != 0) return false;
+  if (r.drops != 0 || plan.mid_run) return false;
   if (!plan.has_blocks && !plan.has_segments) return true;
   AllocatorFold fold({plan.has_free_completed, false});
   size_t segment_event = 0;

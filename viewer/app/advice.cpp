@@ -1,5 +1,6 @@
 // The advisor job (Note [Advice in a child process] in advice.hpp) and the tuner's probes.
 #include <memcomm/view/app/advice.hpp>
+#include <memcomm/view/loader.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -39,13 +40,13 @@ const char* advice_state_name(AdviceResult::State s) {
 
 namespace {
 
-constexpr char kTraceMagic[8] = {'M', 'E', 'M', 'C', 'T', 'R', 'C', '\x1A'};  // prof::kFileMagic
 constexpr std::size_t kMaxToolOutput = 16u << 20;  // report text and advice JSON are far smaller
 
+// What memcomm-trace reads: .mct traces and torch.profiler traces (by content, as the viewer loads them).
 bool is_trace_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  char magic[sizeof kTraceMagic] = {};
-  return f.read(magic, sizeof magic) && std::memcmp(magic, kTraceMagic, sizeof magic) == 0;
+  std::string error;
+  const InputKind kind = detect_input(path, error);
+  return kind == InputKind::MemcommTrace || kind == InputKind::KinetoTrace;
 }
 
 bool executable(const std::string& path) {

@@ -74,18 +74,25 @@ std::string segment_tip(const SegmentRec& seg, std::uint64_t addr) {
   return tip;
 }
 
-// The segments, one row each, only the visible rows drawn.
-void draw_segments(AppState& st, const AllocatorState& s) {
+// The segments, one row each, only the visible rows drawn. `live_only`: only segments holding a
+// block (a trace without segments: each block's implicit segment outlives the block).
+void draw_segments(AppState& st, const AllocatorState& s, bool live_only) {
+  static std::vector<const SegmentRec*> rows;
+  rows.clear();
   std::uint64_t biggest = 1;
-  for (const auto& seg : s.segments) biggest = std::max(biggest, seg.extent_end() - seg.addr);
+  for (const auto& seg : s.segments) {
+    if (live_only && seg.blocks.empty()) continue;
+    rows.push_back(&seg);
+    biggest = std::max(biggest, seg.extent_end() - seg.addr);
+  }
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float width = ImGui::GetContentRegionAvail().x, row_h = 14;
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   ImGuiListClipper clipper;
-  clipper.Begin(static_cast<int>(s.segments.size()), row_h);
+  clipper.Begin(static_cast<int>(rows.size()), row_h);
   while (clipper.Step()) {
     for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
-      const SegmentRec& seg = s.segments[static_cast<std::size_t>(i)];
+      const SegmentRec& seg = *rows[static_cast<std::size_t>(i)];
       const ImVec2 p = ImGui::GetCursorScreenPos();
       const std::uint64_t extent = seg.extent_end() - seg.addr;
       const float w = std::max(2.0f, width * static_cast<float>(static_cast<double>(extent) / static_cast<double>(biggest)));
@@ -125,13 +132,20 @@ void draw_allocator(AppState& st, ImVec2 size) {
   const std::string virt = s.virtual_reserved
                                ? fmt::format("  (virtual {})", format_bytes(s.virtual_reserved))
                                : std::string();
-  ImGui::Text("rank %u  event %zu/%zu  segments %zu  blocks %zu  allocated %s  pending free %s  reserved %s%s  largest free %s  (seek cost %zu events)",
-              rd.rank, at.position(), rd.alloc_events.size(), s.segments.size(), s.block_count,
-              format_bytes(s.allocated).c_str(), format_bytes(s.pending_free).c_str(),
-              format_bytes(s.reserved).c_str(), virt.c_str(),
-              format_bytes(s.largest_free()).c_str(), at.last_seek_cost());
+  if (at.segments_recorded()) {
+    ImGui::Text("rank %u  event %zu/%zu  segments %zu  blocks %zu  allocated %s  pending free %s  reserved %s%s  largest free %s  (seek cost %zu events)",
+                rd.rank, at.position(), rd.alloc_events.size(), s.segments.size(), s.block_count,
+                format_bytes(s.allocated).c_str(), format_bytes(s.pending_free).c_str(),
+                format_bytes(s.reserved).c_str(), virt.c_str(),
+                format_bytes(s.largest_free()).c_str(), at.last_seek_cost());
+  } else {  // e.g. torch.profiler's [memory] events: blocks only, reserved is the samples' curve
+    ImGui::Text("rank %u  event %zu/%zu  blocks %zu  allocated %s seen by the trace  (no allocator segments recorded: one bar "
+                "per live block; reserved memory is the Memory pane's curve)  (seek cost %zu events)",
+                rd.rank, at.position(), rd.alloc_events.size(), s.block_count, format_bytes(s.allocated).c_str(),
+                at.last_seek_cost());
+  }
   st.alloc_status = {s.reserved, s.virtual_reserved, s.allocated};
-  draw_segments(st, s);
+  draw_segments(st, s, !at.segments_recorded());
   ImGui::EndChild();
 }
 

@@ -172,6 +172,7 @@ void App::poll_load() {
     st_.message(e);
     ++load_errors_;
   }
+  for (const auto& w : load_->warnings()) st_.message(w);  // shown, not counted as a failed load
   Timeline t = load_->take();
   if (live_ && live_published_ && (!t.sources.empty() || !t.empty())) {
     // The live model is appended to in place by its own builder (Note [Live rebuild]): files

@@ -50,7 +50,7 @@ struct FlagText {
 };
 
 void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
-  app.add_option("files", o.files, "memcomm traces (.mct) and PyTorch snapshot pickles to open");
+  app.add_option("files", o.files, "memcomm traces (.mct), torch.profiler traces (.json, .json.gz) and PyTorch snapshot pickles to open");
   app.add_option("--listen", o.listen,
                  "accept live streams from ranks on HOST:PORT (default 127.0.0.1:7433 when given empty)")
       ->expected(0, 1)
@@ -133,11 +133,12 @@ int main(int argc, char** argv) {
   memcomm::view::AppOptions opt;
   CLI::App cli{
       "memcomm-view: timelines of GPU memory and communication in data-parallel training.\n"
-      "Opens memcomm traces (.mct, one or many ranks, merged on one timeline) and PyTorch memory\n"
-      "snapshot pickles; more files can be opened with File > Open or by dropping them on the window.\n"
+      "Opens memcomm traces (.mct) and torch.profiler traces (.json, .json.gz; one file per rank), all\n"
+      "ranks merged on one timeline, and PyTorch memory snapshot pickles; more files can be opened with\n"
+      "File > Open or by dropping them on the window.\n"
       "Keys: wheel zooms at the mouse, drag pans, W/S zoom, A/D pan, right-drag selects a range.\n"
       "The Summary pane shows the advisor's advice and the analysis tables by running memcomm-trace advise\n"
-      "and report (found next to memcomm-view, else on PATH) on the loaded .mct traces.\n"
+      "and report (found next to memcomm-view, else on PATH) on the loaded traces.\n"
       "Headless modes (hidden window; under CI run them with xvfb-run -a):\n"
       "  --screenshot PNG [--frames N] [--size WxH]   render N frames after loading, write PNG, exit\n"
       "  --bench [--synthetic N]                      frame build times p50/p95/max over a zoom/pan sweep\n"

@@ -80,7 +80,8 @@ void App::draw_open_popup() {
     open_popup_ = false;
   }
   if (ImGui::BeginPopupModal("Open file", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
-    ImGui::TextUnformatted("Path of a memcomm trace (.mct) or a PyTorch memory snapshot pickle:");
+    ImGui::TextUnformatted("Path of a memcomm trace (.mct), a torch.profiler trace (.json, .json.gz)\n"
+                           "or a PyTorch memory snapshot pickle:");
     ImGui::SetNextItemWidth(500);
     if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();  // type the path at once
     const bool enter = ImGui::InputText("##path", open_path_, sizeof open_path_, ImGuiInputTextFlags_EnterReturnsTrue);

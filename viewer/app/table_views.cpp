@@ -67,7 +67,7 @@ void draw_advice(AppState& st) {
   switch (a.state) {
     case State::None: break;
     case State::NoTraces:
-      ImGui::TextWrapped("Advice: needs memcomm traces (.mct); none of what is loaded is one.");
+      ImGui::TextWrapped("Advice: needs traces (.mct or torch.profiler .json/.json.gz); none of what is loaded is one.");
       break;
     case State::Live:
       ImGui::TextWrapped("Advice: live streams are not kept as files; record the run with --trace and run "

@@ -19,6 +19,7 @@ void AllocatorTimeline::update(std::size_t first_changed) {
     checkpoints_.push_back({0, AllocatorState{}});
     tail_ = AllocatorState{};
     folded_ = since_ = 0;
+    segments_recorded_ = false;
   }
   if (pos_ > first_changed) {  // the cursor state includes changed events
     cur_ = AllocatorState{};
@@ -26,8 +27,10 @@ void AllocatorTimeline::update(std::size_t first_changed) {
   }
   // Note [Incremental allocator state]: one pass, copying the state at growing intervals.
   for (; folded_ < events_->size(); ++folded_) {
-    tail_.apply((*events_)[folded_]);
-    if (++since_ >= std::max(min_interval_, tail_.block_count + tail_.segments.size())) {
+    const AllocEvent& e = (*events_)[folded_];
+    segments_recorded_ = segments_recorded_ || e.op == prof::EventKind::SegmentAlloc || e.op == prof::EventKind::SegmentMap;
+    tail_.apply(e);
+    if (++since_ >= std::max(min_interval_, kCheckpointSpacing * (tail_.block_count + tail_.segments.size()))) {
       checkpoints_.push_back({folded_ + 1, tail_});
       since_ = 0;
     }

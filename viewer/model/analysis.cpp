@@ -68,11 +68,14 @@ class RowCursor {
     last_t_ = t;
     return pos_;
   }
-  // Appends the parts of the row inside [t0, t1), clipped.
-  void clip(TimeNs t0, TimeNs t1, Intervals& out) {
+  // Appends the parts of the row inside [t0, t1), clipped: of every span, or only of the kernels
+  // that are (Comm) or are not (Compute) communication kernels.
+  enum class Pick { All, Comm, Compute };
+  void clip(TimeNs t0, TimeNs t1, Intervals& out, Pick pick = Pick::All) {
     const auto& r = *row_;
     for (std::size_t i = seek(t0); i < r.size() && r[i].start < t1; ++i)
-      out.emplace_back(std::max(r[i].start, t0), std::min(r[i].end, t1));
+      if (pick == Pick::All || (r[i].payload == kCommKernel) == (pick == Pick::Comm))
+        out.emplace_back(std::max(r[i].start, t0), std::min(r[i].end, t1));
   }
 
  private:
@@ -121,12 +124,20 @@ class StepScanner {
  public:
   StepScanner(const RankData& rd, const std::vector<PhaseKind>& kind_of) : rd_(rd), kind_of_(kind_of) {
     bool has_kernels = false;
-    for (const auto& lane : rd.lanes) has_kernels = has_kernels || lane.kind == LaneKind::Kernel;
+    for (const auto& lane : rd.lanes) {
+      has_kernels = has_kernels || lane.kind == LaneKind::Kernel;
+      comm_kernels_ = comm_kernels_ || lane.comm_kernels;
+    }
+    // Communication is the communication kernels where the rank has them, else the collectives;
+    // compute is the other kernels (Note [Breakdown definitions]).
     for (const auto& lane : rd.lanes)
       for (const auto& row : lane.rows) {
-        if (lane.kind == LaneKind::Collective) comm_.emplace_back(&row);
-        else if (lane.kind == LaneKind::Kernel) compute_.emplace_back(&row);
-        else if (lane.kind == LaneKind::Phase) {
+        if (lane.kind == LaneKind::Collective && !comm_kernels_) {
+          comm_.emplace_back(&row);
+        } else if (lane.kind == LaneKind::Kernel) {
+          compute_.emplace_back(&row);
+          if (lane.comm_kernels) comm_.emplace_back(&row);
+        } else if (lane.kind == LaneKind::Phase) {
           phases_.emplace_back(&row);
           // On CPU runs the host phases are the compute (Note [Breakdown definitions]).
           if (!has_kernels) compute_phases_.push_back(&row);
@@ -143,7 +154,7 @@ class StepScanner {
     r.end = st.end;
     comm_iv_.clear();
     wait_.clear();
-    for (auto& cur : comm_) cur.clip(st.start, st.end, comm_iv_);
+    for (auto& cur : comm_) cur.clip(st.start, st.end, comm_iv_, comm_kernels_ ? RowCursor::Pick::Comm : RowCursor::Pick::All);
     for (auto& cur : phases_) {
       const auto& row = cur.row();
       for (std::size_t i = cur.seek(st.start); i < row.size() && row[i].start < st.end; ++i)
@@ -177,7 +188,7 @@ class StepScanner {
     compute_prof_.clear();
     for (const auto& iv : comm_iv_) {
       covered_.clear();
-      for (auto& cur : compute_) cur.clip(iv.first, iv.second, covered_);
+      for (auto& cur : compute_) cur.clip(iv.first, iv.second, covered_, RowCursor::Pick::Compute);
       for (const SpanRow* row : compute_phases_) {
         auto it = std::lower_bound(row->begin(), row->end(), iv.first, [](const Span& s, TimeNs t) { return s.end <= t; });
         for (; it != row->end() && it->start < iv.second; ++it)
@@ -193,6 +204,7 @@ class StepScanner {
   const std::vector<PhaseKind>& kind_of_;
   std::vector<RowCursor> comm_, compute_, phases_;
   std::vector<const SpanRow*> compute_phases_;
+  bool comm_kernels_ = false;  // some kernel is a communication kernel (kCommKernel)
   const CounterSeries* allocated_ = nullptr;
   std::size_t mem_cursor_ = 0;
   Intervals comm_iv_, wait_, covered_;  // reused across steps: no allocation per step

@@ -52,10 +52,10 @@ void pack_onto(std::vector<SpanRow>& rows, const Spans& sorted) {
   }
 }
 
-// Lane order in RankData::lanes: phases, NVTX, streams by (kind, stream), collectives.
+// Lane order in RankData::lanes: phases, NVTX by thread, streams by (kind, stream), collectives.
 std::tuple<int, int, std::uint32_t> lane_order(LaneKind kind, std::uint32_t stream) {
   const int group = kind == LaneKind::Phase ? 0 : kind == LaneKind::Nvtx ? 1 : kind == LaneKind::Collective ? 3 : 2;
-  return {group, group == 2 ? static_cast<int>(kind) : 0, group == 2 ? stream : 0};
+  return {group, group == 2 ? static_cast<int>(kind) : 0, group == 1 || group == 2 ? stream : 0};
 }
 
 }  // namespace
@@ -147,7 +147,7 @@ Lane& lane_for(RankData& rd, LaneKind kind, std::uint32_t stream) {
   lane.kind = kind;
   lane.stream = std::get<2>(key);
   lane.name = kind == LaneKind::Phase         ? "phases"
-              : kind == LaneKind::Nvtx       ? "nvtx"
+              : kind == LaneKind::Nvtx       ? (stream == 0 ? std::string("nvtx") : "nvtx t" + std::to_string(stream))
               : kind == LaneKind::Collective ? "collectives"
                                              : std::string(lane_kind_name(kind)) + " s" + std::to_string(stream);
   return *rd.lanes.insert(it, std::move(lane));

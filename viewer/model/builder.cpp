@@ -11,8 +11,15 @@ void TimelineBuilder::phase(std::uint32_t r, std::string_view name, TimeNs start
   ++events_;
 }
 void TimelineBuilder::nvtx(std::uint32_t r, std::string_view name, TimeNs start, TimeNs end) {
-  rank(r).nvtx.push_back({start, std::max(start, end), strings_.intern(name), 0});
+  rank(r).nvtx[0].push_back({start, std::max(start, end), strings_.intern(name), 0});
   ++events_;
+}
+void TimelineBuilder::lane_name(std::uint32_t r, LaneKind kind, std::uint32_t stream, std::string_view name) {
+  RankParts& p = rank(r);
+  std::string& slot = p.lane_names[{static_cast<std::uint8_t>(kind), stream}];
+  if (slot == name) return;
+  slot = std::string(name);
+  p.names_changed = true;
 }
 void TimelineBuilder::kernel(std::uint32_t r, std::uint32_t stream, std::string_view name, TimeNs start, TimeNs end) {
   span(r, LaneKind::Kernel, stream, strings_.intern(name), start, end);
@@ -53,7 +60,7 @@ void TimelineBuilder::span(std::uint32_t r, LaneKind kind, std::uint32_t stream,
   const Span s{start, std::max(start, end), name, payload};
   ++events_;
   if (kind == LaneKind::Phase) return p.phases.push_back(s);
-  if (kind == LaneKind::Nvtx) return p.nvtx.push_back(s);
+  if (kind == LaneKind::Nvtx) return p.nvtx[stream].push_back(s);
   const std::tuple<std::uint8_t, std::uint32_t> key{static_cast<std::uint8_t>(kind), stream};
   if (last_stream_ == nullptr || last_stream_key_ != key) {
     last_stream_ = &p.streams[key];
@@ -64,7 +71,7 @@ void TimelineBuilder::span(std::uint32_t r, LaneKind kind, std::uint32_t stream,
 SpanRow& TimelineBuilder::lane_spans(std::uint32_t r, LaneKind kind, std::uint32_t stream) {
   RankParts& p = rank(r);
   if (kind == LaneKind::Phase) return p.phases;
-  if (kind == LaneKind::Nvtx) return p.nvtx;
+  if (kind == LaneKind::Nvtx) return p.nvtx[stream];
   return p.streams[{static_cast<std::uint8_t>(kind), stream}];
 }
 CounterSeries& TimelineBuilder::counter_series(std::uint32_t r, std::string_view name, std::string_view unit) {
@@ -78,7 +85,7 @@ void TimelineBuilder::host(std::uint32_t r, std::string_view h) { rank(r).host =
 void TimelineBuilder::reserve(std::uint32_t r, LaneKind kind, std::uint32_t stream, std::size_t n) {
   RankParts& p = rank(r);
   if (kind == LaneKind::Phase) p.phases.reserve(p.phases.size() + n);
-  else if (kind == LaneKind::Nvtx) p.nvtx.reserve(p.nvtx.size() + n);
+  else if (kind == LaneKind::Nvtx) p.nvtx[stream].reserve(p.nvtx[stream].size() + n);
   else if (kind == LaneKind::Collective) p.collectives.reserve(p.collectives.size() + n);
   else {
     auto& v = p.streams[{static_cast<std::uint8_t>(kind), stream}];

@@ -165,6 +165,16 @@ std::map<std::uint32_t, FoundOffset> find_clock_offsets(const std::string& path)
 }
 }  // namespace
 
+void set_range_from(TraceIngest& ingest, std::int64_t t0, const LoadOptions& options) {
+  // A range from 0 keeps everything before the first chunk's first event too (other ranks of a
+  // merged file, out-of-order events), so no rank's block events count as cut. Times are
+  // bounded (Note [Bounded timestamps] in timeline.hpp) so the sums cannot overflow.
+  const auto at = [t0 = bounded_time(t0)](double s) {
+    return bounded_time(t0 + static_cast<std::int64_t>(std::clamp(s, -4e9, 4e9) * 1e9));
+  };
+  ingest.set_range(options.range_lo_s <= 0 ? INT64_MIN : at(options.range_lo_s), at(options.range_hi_s));
+}
+
 bool ingest_trace(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
                   const LoadOptions& options) {
   try {
@@ -194,13 +204,7 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
       if (first && options.has_range() && n > 0) {
         std::int64_t t0 = INT64_MAX;
         for (std::size_t i = 0; i < n; ++i) t0 = std::min(t0, ev[i].ts);
-        // A range from 0 keeps everything before the first chunk's first event too (other ranks of a
-        // merged file, out-of-order events), so no rank's block events count as cut. Times are
-        // bounded (Note [Bounded timestamps] in timeline.hpp) so the sums cannot overflow.
-        const auto at = [t0 = bounded_time(t0)](double s) {
-          return bounded_time(t0 + static_cast<std::int64_t>(std::clamp(s, -4e9, 4e9) * 1e9));
-        };
-        ingest.set_range(options.range_lo_s <= 0 ? INT64_MIN : at(options.range_lo_s), at(options.range_hi_s));
+        set_range_from(ingest, t0, options);
       }
       first = false;
       ingest.add(ev, n, rank, strings, !merged);

@@ -1,5 +1,6 @@
 #include "ingest_trace.hpp"
 
+#include <memcomm/trace/kineto.hpp>
 #include <memcomm/trace/trace_reader.hpp>
 
 #include <fmt/format.h>
@@ -63,7 +64,6 @@ TraceIngest::RankState& TraceIngest::state(std::uint32_t rank) {
   if (it != ranks_.end()) return it->second;
   RankState& rs = ranks_[rank];
   rs.phases = &b_.lane_spans(rank, LaneKind::Phase, 0);
-  rs.nvtx = &b_.lane_spans(rank, LaneKind::Nvtx, 0);
   rs.alloc = &b_.alloc_events(rank);
   return rs;
 }
@@ -120,7 +120,7 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
         SpanRow* lane = rs.lanes[0][c.stream];
         if (lane != nullptr && c.arg < rs.ids.size() && rs.ids[c.arg] != kNoId) {
           const std::int64_t start = shift(c.ts, rs.offset);
-          lane->push_back({start, start + static_cast<std::int64_t>(c.dur_ns), rs.ids[c.arg], 0});
+          lane->push_back({start, start + static_cast<std::int64_t>(c.dur_ns), rs.ids[c.arg], c.sub == 1 ? kCommKernel : 0});
           ++added;
           continue;
         }
@@ -160,11 +160,19 @@ std::uint64_t TraceIngest::add_compute_span(const prof::Event& e, RankState& rs,
     lane = &b_.lane_spans(rank, kinds[k], c.stream);
   }
   const std::uint32_t nm = k == 0 ? name(rs, c.arg, resolve, ctx) : sized_name(e.kind, c.sub, c.arg);
-  lane->push_back({start, std::max(start, end), nm, 0});
+  lane->push_back({start, std::max(start, end), nm, k == 0 && c.sub == 1 ? kCommKernel : 0});
   return 1;
 }
 
-std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs) {
+SpanRow& TraceIngest::nvtx_lane(RankState& rs, std::uint32_t rank, std::uint16_t thread) {
+  if (rs.nvtx_last == nullptr || rs.nvtx_thread != thread) {  // the builder's arrays stay put
+    rs.nvtx_last = &b_.lane_spans(rank, LaneKind::Nvtx, thread);
+    rs.nvtx_thread = thread;
+  }
+  return *rs.nvtx_last;
+}
+
+std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs, std::uint32_t rank) {
   const auto r = e.as<prof::RangeEvent>();
   auto& st = open_stack(rs, r.thread);
   if (st.empty()) return 0;  // its begin was before the trace started
@@ -173,10 +181,40 @@ std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs) {
   const std::int64_t end = std::max(begin.ts, shift(r.ts, rs.offset));
   if (!keeps_span(begin.ts, end)) return 0;
   if (begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
-    rs.nvtx->push_back({begin.ts, end, begin.name, 0});
+    nvtx_lane(rs, rank, r.thread).push_back({begin.ts, end, begin.name, 0});
   else  // phases are named by their kind, so the views can colour and the step table find them
     rs.phases->push_back({begin.ts, end, phase_ids_[static_cast<int>(begin.phase)], static_cast<std::uint32_t>(begin.id)});
   return 1;
+}
+
+// A launch or sync call on a host thread: a span on the thread's lane, inside the ranges it ran in.
+std::uint64_t TraceIngest::add_host_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve,
+                                         const void* ctx) {
+  const auto c = e.as<prof::ComputeEvent>();
+  if (c.device != prof::kHostDevice) return 0;  // a device-side sync: no lane shows it
+  const std::int64_t start = shift(c.ts, rs.offset), end = start + static_cast<std::int64_t>(c.dur_ns);
+  if (!keeps_span(start, end)) return 0;
+  nvtx_lane(rs, rank, c.thread()).push_back({start, end, name(rs, c.arg, resolve, ctx), 0});
+  return 1;
+}
+
+void TraceIngest::add_meta(const prof::Event& e, std::uint32_t rank, Resolve resolve, const void* ctx) {
+  const auto m = e.as<prof::MetaEvent>();
+  switch (m.key) {
+    case prof::MetaKey::Host:
+      return b_.host(rank, resolve(ctx, m.str));
+    case prof::MetaKey::Tag:  // a torch.profiler trace began mid-run (Note [Memory curves from block events])
+      if (resolve(ctx, m.str) == prof::kKinetoSourceTag) b_.blocks_cut(rank);
+      return;
+    case prof::MetaKey::ThreadName:
+      if (m.str != prof::kNoString) b_.lane_name(rank, LaneKind::Nvtx, m.thread, resolve(ctx, m.str));
+      return;
+    case prof::MetaKey::StreamName:
+      if (m.str != prof::kNoString) b_.lane_name(rank, LaneKind::Kernel, m.thread, resolve(ctx, m.str));
+      return;
+    default:
+      return;
+  }
 }
 
 // Enqueue and start are held by (comm, seq) until the end completes the span.
@@ -252,7 +290,10 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
       return 0;
     }
     case EventKind::RangeEnd:
-      return close_range(e, rs);
+      return close_range(e, rs, rank);
+    case EventKind::Launch:
+    case EventKind::Sync:
+      return add_host_span(e, rs, rank, resolve, ctx);
     case EventKind::CollEnqueue:
     case EventKind::CollStart:
     case EventKind::CollEnd:
@@ -289,13 +330,11 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
     case EventKind::Drops:
       b_.dropped(rank, e.as<prof::DropEvent>().count);
       return 0;
-    case EventKind::Meta: {
-      const auto m = e.as<prof::MetaEvent>();
-      if (m.key == prof::MetaKey::Host) b_.host(rank, resolve(ctx, m.str));
+    case EventKind::Meta:
+      add_meta(e, rank, resolve, ctx);
       return 0;
-    }
     default:
-      return 0;  // launches and syncs are not drawn yet
+      return 0;
   }
 }
 

@@ -18,7 +18,9 @@
 //   - the arrays' pages are mapped a chunk at a time, not faulted one by one, and by a second
 //     thread ahead of the ingest (Notes [Prefaulting bulk arrays] and [Prefaulting on the second
 //     core] in prefault.cpp).
-// Per-thread ranges and (comm, seq) collectives are paired here; rank clock offsets
+// Per-thread ranges and (comm, seq) collectives are paired here; custom (NVTX) ranges and the
+// host's launch and sync calls go on one lane per thread, named by the trace's ThreadName
+// records (StreamName names the stream lanes); rank clock offsets
 // (MetaKey::ClockOffset) are applied unless the file is already merged, as TraceSet does.
 //
 // Note [Time range load]: with a range [lo, hi] (ns on the timeline), only events that overlap it
@@ -89,7 +91,8 @@ class TraceIngest {
     std::vector<std::uint32_t> ids;                  // trace string id -> builder id (kNoId: not yet)
     SpanRow* lanes[3][256] = {};           // [kernel/memcpy/memset][stream], cached
     SpanRow* phases = nullptr;             // cached lane arrays
-    SpanRow* nvtx = nullptr;
+    SpanRow* nvtx_last = nullptr;          // the NVTX lane of thread nvtx_thread
+    std::uint16_t nvtx_thread = 0;
     AllocEvents* alloc = nullptr;
     CounterSeries* metrics[static_cast<int>(prof::MemMetric::Count)] = {};
     int mem_device = -1;  // device of the first allocated/active/reserved sample: the one drawn
@@ -107,7 +110,10 @@ class TraceIngest {
   // Returns the model events it added (0 or 1).
   std::uint64_t add_one(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
   std::uint64_t add_compute_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
-  std::uint64_t close_range(const prof::Event& e, RankState& rs);
+  SpanRow& nvtx_lane(RankState& rs, std::uint32_t rank, std::uint16_t thread);
+  std::uint64_t close_range(const prof::Event& e, RankState& rs, std::uint32_t rank);
+  std::uint64_t add_host_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
+  void add_meta(const prof::Event& e, std::uint32_t rank, Resolve resolve, const void* ctx);
   std::uint64_t add_collective(const prof::Event& e, RankState& rs, std::uint32_t rank);
   std::uint64_t add_block_event(const prof::Event& e, RankState& rs, std::uint32_t rank);
   std::uint64_t add_mem_sample(const prof::Event& e, RankState& rs, std::uint32_t rank);
@@ -135,5 +141,7 @@ void TraceIngest::add(const prof::Event* ev, std::size_t n, std::uint32_t rank, 
 
 bool ingest_trace(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
                   const LoadOptions& options = {});
+// Applies options' time range (seconds from t0, the file's first event) to `ingest`.
+void set_range_from(TraceIngest& ingest, std::int64_t t0, const LoadOptions& options);
 
 }  // namespace memcomm::view

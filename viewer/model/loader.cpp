@@ -2,15 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <malloc.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-// Note [Reader seams]: the readers of both input formats live in the trace layer (trace/: .mct, and
-// trace/snapshot: PyTorch snapshots); each has one small ingest file here that turns what the
-// reader yields into TimelineBuilder calls, so the model never parses a format itself.
+// Note [Reader seams]: the readers of every input format live in the trace layer (trace/: .mct and
+// torch.profiler traces, and trace/snapshot: PyTorch snapshots); each has one small ingest file
+// here that turns what the reader yields into TimelineBuilder calls, so the model never parses a
+// format itself.
+#include "ingest_kineto.hpp"
 #include "ingest_trace.hpp"
 #include "ingest_snapshot.hpp"
 
@@ -22,7 +26,7 @@ InputKind detect_input(const std::string& path, std::string& error) {
     error = fmt::format("{}: cannot open: {}", path, std::strerror(errno));
     return InputKind::Unknown;
   }
-  unsigned char head[8] = {};
+  unsigned char head[64] = {};
   const std::size_t n = std::fread(head, 1, sizeof head, f);
   // fopen succeeds on a directory and the read then fails (EISDIR): report the read error, not
   // "empty file".
@@ -38,7 +42,13 @@ InputKind detect_input(const std::string& path, std::string& error) {
   if (n >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5) return InputKind::TorchSnapshot;
   // memcomm traces begin with "MEMCTRC\x1A" (prof::kFileMagic in trace_format.hpp).
   if (n >= 7 && std::memcmp(head, "MEMCTRC", 7) == 0) return InputKind::MemcommTrace;
-  error = fmt::format("{}: not a memcomm trace (.mct) or a PyTorch memory snapshot pickle (first bytes {:02x} {:02x} {:02x} {:02x})",
+  // torch.profiler traces are JSON objects, often gzipped; the reader says when one is not a trace.
+  if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return InputKind::KinetoTrace;
+  std::size_t i = head[0] == 0xEF && n >= 3 && head[1] == 0xBB && head[2] == 0xBF ? 3 : 0;  // a UTF-8 BOM
+  while (i < n && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) ++i;
+  if (i < n && head[i] == '{') return InputKind::KinetoTrace;
+  error = fmt::format("{}: not a memcomm trace (.mct), a torch.profiler trace (.json, .json.gz) or a PyTorch memory "
+                      "snapshot pickle (first bytes {:02x} {:02x} {:02x} {:02x})",
                       path, head[0], n > 1 ? head[1] : 0, n > 2 ? head[2] : 0, n > 3 ? head[3] : 0);
   return InputKind::Unknown;
 }
@@ -75,6 +85,8 @@ bool load_file(const std::string& path, Timeline& out, std::string& error, std::
         return ingest_trace(path, out, error, progress, options);
       case InputKind::TorchSnapshot:
         return ingest_snapshot(path, out, error, progress);
+      case InputKind::KinetoTrace:
+        return ingest_kineto(path, out, error, progress, options);
     }
   } catch (const std::exception& e) {  // readers report by exception; the viewer keeps running
     error = fmt::format("{}: {}", path, e.what());
@@ -108,6 +120,7 @@ void BackgroundLoad::run() {
     Timeline one;
     std::string error;
     if (load_file(paths_[i], one, error, &file_progress_, options_)) {
+      note_truncation(paths_[i], one);
       result_.merge(std::move(one));
     } else {
       std::lock_guard<std::mutex> lock(mu_);
@@ -116,8 +129,31 @@ void BackgroundLoad::run() {
   }
   file_index_ = paths_.size();
   file_progress_ = 0;
+  // What the readers freed (a torch.profiler trace's JSON windows and converted events, parsed on
+  // several threads) stays in glibc's per-thread arenas: hand it back, so the process holds the model.
+  malloc_trim(0);
   seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   done_.store(true, std::memory_order_release);
+}
+
+// A file cut short loads up to its last complete chunk or event, and its source says where it
+// stopped (" (truncated: DETAIL)"): that becomes a warning beside the errors.
+void BackgroundLoad::note_truncation(const std::string& path, const Timeline& one) {
+  static const std::string kMark = " (truncated: ";
+  for (const std::string& s : one.sources) {
+    const auto at = s.find(kMark);
+    if (at == std::string::npos) continue;
+    std::string detail = s.substr(at + kMark.size());
+    if (!detail.empty() && detail.back() == ')') detail.pop_back();
+    std::lock_guard<std::mutex> lock(mu_);
+    warnings_.push_back(detail.compare(0, path.size(), path) == 0 ? "warning: " + detail
+                                                                  : fmt::format("warning: {}: {}", path, detail));
+  }
+}
+
+std::vector<std::string> BackgroundLoad::warnings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warnings_;
 }
 
 Timeline BackgroundLoad::take() {

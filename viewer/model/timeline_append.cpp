@@ -36,6 +36,7 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
   rd.dropped += p.dropped;
   p.dropped = 0;
   append_spans(rd, p);
+  name_lanes(rd, p);
   if (!p.collectives.empty()) append_collectives(rd, p, new_colls, rematch);
   note_memory_sources(rd, p);
   append_counters(rd, p);
@@ -54,17 +55,37 @@ void TimelineBuilder::append_spans(RankData& rd, RankParts& p) {
     merge_nested(lane_for(rd, LaneKind::Phase, 0), p.phases);
     p.phases.clear();
   }
-  if (!p.nvtx.empty()) {
-    bound_spans(p.nvtx);
-    merge_nested(lane_for(rd, LaneKind::Nvtx, 0), p.nvtx);
-    p.nvtx.clear();
+  for (auto& [thread, spans] : p.nvtx) {  // one nested lane per thread
+    if (spans.empty()) continue;
+    bound_spans(spans);
+    merge_nested(lane_for(rd, LaneKind::Nvtx, thread), spans);
+    spans.clear();
   }
   for (auto& [key, spans] : p.streams) {
     if (spans.empty()) continue;
     Lane& lane = lane_for(rd, static_cast<LaneKind>(std::get<0>(key)), std::get<1>(key));
+    if (lane.kind == LaneKind::Kernel && !lane.comm_kernels)
+      spans.for_each_chunk([&lane](const Span* s, std::size_t n) {
+        for (std::size_t i = 0; i < n && !lane.comm_kernels; ++i) lane.comm_kernels = s[i].payload == kCommKernel;
+      });
     const auto [lo, hi] = merge_packed(lane, spans);
     spans.clear();
     bound(lo, hi);
+  }
+}
+
+// Lane names the trace gives (threads, streams: lane_name()), once their lanes exist.
+void TimelineBuilder::name_lanes(RankData& rd, RankParts& p) {
+  if (p.lane_names.empty() || (!p.names_changed && rd.lanes.size() == p.lanes_named)) return;
+  p.names_changed = false;
+  p.lanes_named = rd.lanes.size();
+  for (Lane& lane : rd.lanes) {
+    const bool nvtx = lane.kind == LaneKind::Nvtx;
+    if (!nvtx && lane.kind != LaneKind::Kernel && lane.kind != LaneKind::Memcpy && lane.kind != LaneKind::Memset) continue;
+    // A stream's name is given to its kernel lane; its memcpy and memset lanes add their kind.
+    auto it = p.lane_names.find({static_cast<std::uint8_t>(nvtx ? LaneKind::Nvtx : LaneKind::Kernel), lane.stream});
+    if (it == p.lane_names.end()) continue;
+    lane.name = nvtx || lane.kind == LaneKind::Kernel ? it->second : it->second + " " + lane_kind_name(lane.kind);
   }
 }
 

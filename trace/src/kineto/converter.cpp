@@ -247,7 +247,7 @@ void Converter::emit_metadata(int64_t ts) {
   if (world_size_) meta(MetaKey::WorldSize, world_size_);
   if (!top_.host.empty()) meta(MetaKey::Host, 0, top_.host);
   meta(MetaKey::StartTime, kKinetoEpochNs);
-  meta(MetaKey::Tag, 0, "source=torch.profiler");
+  meta(MetaKey::Tag, 0, kKinetoSourceTag);
   for (const TopLevel::Device& d : top_.devices) {
     if (!d.name.empty()) meta(MetaKey::DeviceName, 0, d.name, uint16_t(std::min<int64_t>(d.id, 0xFFFF)));
     if (d.total_memory) events_.push_back(Event::from(make_mem_sample(ts, MemMetric::DeviceTotal, d.total_memory, small_device(d.id))));

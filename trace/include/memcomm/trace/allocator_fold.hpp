@@ -25,6 +25,9 @@
 //     caught: a trace that starts mid-run and never frees anything allocated before its start
 //     (parameters, optimizer state, cached segments); its curves sit low by those bytes. memcomm's
 //     trainer attaches its observer before the model exists, so its traces do not start mid-run.
+//     A torch.profiler trace always does (the profiler attaches to a running process), and each
+//     of its [memory] events carries the allocator's totals, so its samples are exact at every
+//     block event: a rank tagged kKinetoSourceTag (kineto.hpp) never counts as complete.
 //   - allocated and active come from the fold when D has Alloc events, reserved when D has
 //     SegmentAlloc/SegmentMap events, each only if the fold is complete or the metric is not
 //     sampled at all (then there is nothing better). Otherwise D's samples are the curve.

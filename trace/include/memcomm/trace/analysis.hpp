@@ -41,11 +41,11 @@
 // in a step, found on its sorted rows, and the step's peak from its "allocated" curve, which
 // follows the same rule as memory_series() below (Note [Memory curves from block events] in
 // allocator_fold.hpp) and the same window (the value in force at the step's begin and every point up
-// to its end). Where the viewer's model lacks what the rule reads, the figures can still differ:
-// its kernel spans do not say which kernels are communication kernels (ComputeEvent::sub), so on
-// GPU runs that record those it takes the collectives' spans as communication and every kernel as
-// compute; it knows no world size, so a collective of a communicator without CommInfo counts the
-// ranks that recorded it; and it shows only collectives that ended.
+// to its end). Its kernel spans carry ComputeEvent::sub's communication-kernel flag (view::kCommKernel),
+// so GPU runs split into communication and compute as here. Where the viewer's model lacks what the
+// rule reads, the figures can still differ: it knows no world size, so a collective of a
+// communicator without CommInfo counts the ranks that recorded it; and it shows only collectives
+// that ended.
 #pragma once
 
 #include <cstdint>

@@ -45,6 +45,11 @@ namespace memcomm::prof {
 // RangeEvent::thread of GPU-side annotation lanes (gpu_user_annotation): this bit | stream index.
 inline constexpr uint16_t kGpuAnnotationThreadBase = 0x4000;
 
+// The MetaKey::Tag every converted trace carries. Such a trace starts mid-run (Note [Memory curves
+// from block events] in allocator_fold.hpp): its [memory] totals, not the fold of its blocks, are
+// its memory curves.
+inline constexpr const char* kKinetoSourceTag = "source=torch.profiler";
+
 // The default communication-kernel pattern (std::regex ECMAScript, searched in the kernel name):
 // NCCL and RCCL kernels, DeepEP's dispatch/combine and NVSHMEM kernels. HTA counts only
 // ^nccl.*Kernel as communication; `memcomm-trace report --hta` uses HTA's rule whatever this is.

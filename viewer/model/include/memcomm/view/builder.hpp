@@ -34,9 +34,13 @@ struct CollectiveRef {
 class TimelineBuilder {
  public:
   // Ranges. Phases and NVTX ranges may nest; kernels/memcpy/memset on one stream should not
-  // (overlaps go to extra rows rather than being lost).
+  // (overlaps go to extra rows rather than being lost). NVTX ranges go on one lane per thread
+  // (`span`'s stream; nvtx() is thread 0's).
   void phase(std::uint32_t rank, std::string_view name, TimeNs start, TimeNs end);
   void nvtx(std::uint32_t rank, std::string_view name, TimeNs start, TimeNs end);
+  // Names the lane of (kind, stream): a thread's NVTX lane, a stream's kernel lane (its memcpy and
+  // memset lanes get the name plus " memcpy"/" memset"). Before or after its spans; the last name wins.
+  void lane_name(std::uint32_t rank, LaneKind kind, std::uint32_t stream, std::string_view name);
   void kernel(std::uint32_t rank, std::uint32_t stream, std::string_view name, TimeNs start, TimeNs end);
   void memcpy(std::uint32_t rank, std::uint32_t stream, std::string_view name, TimeNs start, TimeNs end);
   void memset(std::uint32_t rank, std::uint32_t stream, TimeNs start, TimeNs end);
@@ -57,8 +61,9 @@ class TimelineBuilder {
   void dropped(std::uint32_t rank, std::uint64_t n);
   void host(std::uint32_t rank, std::string_view host);
   // Note [Memory curves from block events] (allocator_fold.hpp): the device of the rank's first
-  // allocated/active/reserved sample (later ones are ignored), and block events that a time range
-  // cut before its start (the fold of the rest is incomplete).
+  // allocated/active/reserved sample (later ones are ignored), and block events missing before the
+  // start, so that the fold of the rest is incomplete: a time range cut them, or the trace began
+  // mid-run (torch.profiler's).
   void memory_sample_device(std::uint32_t r, std::uint8_t device) {
     auto& p = rank(r);
     if (p.sample_device < 0) p.sample_device = device;
@@ -110,23 +115,28 @@ class TimelineBuilder {
   struct RankParts {
     // Chunked like the model's arrays (Note [Chunked arrays]), so that the first publish of a lane
     // moves the array in rather than copying it.
-    SpanRow phases, nvtx;                                         // name in Span::name
+    SpanRow phases;                                               // name in Span::name
+    std::map<std::uint32_t, SpanRow> nvtx;                        // by thread
     std::map<std::tuple<std::uint8_t, std::uint32_t>, SpanRow> streams;  // (kind, stream)
     ChunkedArray<Collective> collectives;
     std::map<std::string, CounterSeries> counters;
     AllocEvents alloc;
     std::uint64_t dropped = 0;
     std::string host;
+    std::map<std::tuple<std::uint8_t, std::uint32_t>, std::string> lane_names;  // (kind, stream) -> name
+    bool names_changed = false;     // lane_names holds a name not yet given to its lane
+    std::size_t lanes_named = 0;    // lanes of the rank when names were last given
     bool sampled_memory = false;    // memory samples seen (any of kDerivedMemory): largest_free/fragmentation not derived
     bool sampled_level[3] = {};     // allocated/active/reserved samples seen
     int sample_device = -1;         // device of the first level sample
-    bool blocks_cut = false;        // a time range cut block events before its start
+    bool blocks_cut = false;        // block events before the start are missing (time range, mid-run trace)
     AllocDerive derive;
   };
   void append_rank(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r,
                    std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls, bool& rematch);
   // The stages of append_rank() (timeline_append.cpp), in the order it runs them.
   void append_spans(RankData& rd, RankParts& p);
+  static void name_lanes(RankData& rd, RankParts& p);
   void append_collectives(RankData& rd, RankParts& p, std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls,
                           bool& rematch);
   static void note_memory_sources(RankData& rd, RankParts& p);

@@ -1,7 +1,7 @@
 // Loads files into a Timeline on a background thread, with progress and errors that name the file
-// and what was wrong. Detects the input by content: memcomm traces (.mct, through the profiler's
-// reader) and PyTorch memory snapshot pickles (through memcomm_snapshot), when those libraries are
-// part of the build; anything else is refused with a message.
+// and what was wrong. Detects the input by content: memcomm traces (.mct, through the trace
+// layer's reader), torch.profiler (Kineto) traces (.json, .json.gz, through its read_kineto) and
+// PyTorch memory snapshot pickles (through memcomm_snapshot); anything else is refused with a message.
 #pragma once
 
 #include <memcomm/view/timeline.hpp>
@@ -16,7 +16,7 @@
 
 namespace memcomm::view {
 
-enum class InputKind { MemcommTrace, TorchSnapshot, Unknown };
+enum class InputKind { MemcommTrace, KinetoTrace, TorchSnapshot, Unknown };
 InputKind detect_input(const std::string& path, std::string& error);
 
 // How to load (memcomm traces; snapshots are always loaded whole).
@@ -60,14 +60,16 @@ class BackgroundLoad {
   // After done(): the merged result and one message per failed file.
   Timeline take();
   std::vector<std::string> errors() const;
+  std::vector<std::string> warnings() const;  // files loaded only up to where they were cut short
   double seconds() const { return seconds_; }
 
  private:
   void run();
+  void note_truncation(const std::string& path, const Timeline& one);
   std::vector<std::string> paths_;
   LoadOptions options_;
   Timeline result_;
-  std::vector<std::string> errors_;
+  std::vector<std::string> errors_, warnings_;
   mutable std::mutex mu_;
   std::atomic<double> file_progress_{0};
   std::atomic<std::size_t> file_index_{0};

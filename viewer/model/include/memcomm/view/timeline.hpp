@@ -33,8 +33,12 @@ struct Span {
   TimeNs start;           // ns on the merged timeline
   TimeNs end;             // ns, >= start
   std::uint32_t name;     // id in Timeline::strings
-  std::uint32_t payload;  // collective lanes: index into RankData::collectives; phases: step number
+  std::uint32_t payload;  // collective lanes: index into RankData::collectives; phases: step number;
+                          // kernel lanes: kCommKernel for a communication (NCCL) kernel, else 0
 };
+// Span::payload of a communication kernel (prof::ComputeEvent::sub == 1): the step table counts it
+// as communication, not compute (Note [Breakdown definitions] in memcomm/trace/analysis.hpp).
+inline constexpr std::uint32_t kCommKernel = 1;
 static_assert(sizeof(Span) == 24, "Span is the per-event unit of the memory budget; keep it packed");
 // A lane row: spans sorted by start and non-overlapping.
 using SpanRow = ChunkedArray<Span>;
@@ -53,7 +57,8 @@ const char* lane_kind_name(LaneKind kind);
 struct Lane {
   std::string name;                   // "phases", "stream 7", "collectives"
   LaneKind kind = LaneKind::Kernel;   // what the spans are
-  std::uint32_t stream = 0;           // CUDA stream (kernel/memcpy/memset lanes)
+  std::uint32_t stream = 0;           // CUDA stream (kernel/memcpy/memset lanes), thread (NVTX lanes)
+  bool comm_kernels = false;          // kernel lanes: some spans are communication kernels (kCommKernel)
   std::vector<SpanRow> rows;          // rows[depth], each sorted and non-overlapping
   std::size_t span_count() const;
 };

@@ -1,6 +1,6 @@
 // The Summary pane's advice (issue 6, view 5: "the analysis library's numbers, and the tuner's
 // results when the trace holds them"): the profiler's analysis and advisor over the loaded .mct
-// traces, and the tuner's probes from the trace's tune.* counters.
+// and torch.profiler traces, and the tuner's probes from the trace's tune.* counters.
 //
 // Note [Advice in a child process]
 // The advisor (advisor/) re-reads the traces and replays their allocations through the allocator
@@ -42,7 +42,7 @@ struct AdviceItem {
 struct AdviceResult {
   enum class State {
     None,        // nothing loaded from files (or nothing asked yet)
-    NoTraces,    // data loaded, but no memcomm trace among it (snapshots, synthetic data)
+    NoTraces,    // data loaded, but no trace among it (snapshots, synthetic data)
     Live,        // live streams: no files to advise on
     Waiting,     // traces too large to run automatically: the pane offers a button
     Running,
@@ -50,7 +50,7 @@ struct AdviceResult {
     Failed,      // the tool is missing or failed: `error` says why
   };
   State state = State::None;
-  std::vector<std::string> files;     // the .mct traces advised on
+  std::vector<std::string> files;     // the traces (.mct, torch.profiler) advised on
   std::vector<AdviceItem> advice;     // Done: the advice (empty: no rule's threshold is crossed)
   std::string report;                 // Done: `memcomm-trace report` text (analysis tables)
   std::string error;                  // Failed: why

@@ -1,0 +1,198 @@
+// torch.profiler (Kineto) traces in the viewer's model: hand-written ones whose every event is
+// known (lanes per host thread and stream, steps, collectives matched across the files of a run,
+// memory from [memory] events, a file cut short, JSON that is no trace), and the real
+// df_index_resolver trace, whose memory curves must be its [memory] events' totals, computed here
+// independently with Python's gzip and json.
+#include "kineto_traces.hpp"
+#include "report_parity.hpp"
+
+#include <memcomm/view/analysis.hpp>
+#include <memcomm/view/loader.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+using namespace memcomm::view;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_kineto_tests";
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+const Lane* find_lane(const RankData& rd, LaneKind kind, const std::string& name) {
+  for (const auto& l : rd.lanes)
+    if (l.kind == kind && l.name == name) return &l;
+  return nullptr;
+}
+
+std::vector<std::string> names(const Timeline& tl, const SpanRow& row) {
+  std::vector<std::string> out;
+  for (const Span& s : row) out.push_back(tl.strings.get(s.name));
+  return out;
+}
+
+constexpr TimeNs kUs = 1000;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+}  // namespace
+
+TEST_CASE("a torch.profiler trace loads into thread and stream lanes, steps, collectives and memory", "[unit][viewer]") {
+  const std::string path = temp_path("rank0.json");
+  kineto_traces::write(path, kineto_traces::json(0, 1600));
+  std::string error;
+  CHECK(detect_input(path, error) == InputKind::KinetoTrace);
+  Timeline tl;
+  REQUIRE(load_file(path, tl, error));
+  REQUIRE(tl.ranks.size() == 1);
+  const RankData& rd = tl.ranks[0];
+  CHECK(rd.rank == 0);
+  // The host thread's lane, named by its thread_name: the op with its launch nested in it.
+  const Lane* host = find_lane(rd, LaneKind::Nvtx, "python main");
+  REQUIRE(host != nullptr);
+  REQUIRE(host->rows.size() == 2);
+  CHECK(names(tl, host->rows[0]) == std::vector<std::string>{"aten::mm"});
+  CHECK(names(tl, host->rows[1]) == std::vector<std::string>{"cudaLaunchKernel"});
+  // The GPU annotation on its own lane; the kernels on their streams' lanes.
+  const Lane* annotations = find_lane(rd, LaneKind::Nvtx, "GPU 0 stream 7 annotations");
+  REQUIRE(annotations != nullptr);
+  CHECK(names(tl, annotations->rows[0]) == std::vector<std::string>{"fwd"});
+  const Lane* gemm = find_lane(rd, LaneKind::Kernel, "GPU 0 stream 7");
+  REQUIRE(gemm != nullptr);
+  REQUIRE(gemm->span_count() == 1);
+  CHECK(gemm->rows[0][0].end - gemm->rows[0][0].start == 300 * kUs);
+  CHECK_FALSE(gemm->comm_kernels);
+  const Lane* nccl = find_lane(rd, LaneKind::Kernel, "GPU 0 stream 20");
+  REQUIRE(nccl != nullptr);
+  CHECK(nccl->comm_kernels);
+  // ProfilerStep#7 is step 7; the NCCL kernel is its communication, which no compute overlaps.
+  const auto steps = step_table(tl);
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].step == 7);
+  CHECK(steps[0].end - steps[0].start == 1000 * kUs);
+  CHECK(steps[0].comm == 200 * kUs);
+  CHECK(steps[0].exposed_comm == 200 * kUs);
+  REQUIRE(rd.collectives.size() == 1);
+  CHECK(tl.strings.get(rd.collectives[0].op) == "all_reduce");
+  CHECK(rd.collectives[0].bytes == 4096);
+  // Memory: the block events of the [memory] events, and their totals as the curves.
+  CHECK(rd.alloc_events.size() == 3);  // the alloc; the free as a request and its completion
+  const CounterSeries* allocated = rd.counter("allocated");
+  const CounterSeries* active = rd.counter("active");
+  const CounterSeries* reserved = rd.counter("reserved");
+  REQUIRE((allocated && active && reserved));
+  CHECK(allocated->global_max() == 5 * kMiB);
+  CHECK(active->global_max() == 5 * kMiB);
+  CHECK(reserved->global_max() == 8 * kMiB);
+  CHECK(steps[0].peak_allocated == 5 * kMiB);
+}
+
+TEST_CASE("the torch.profiler files of a run share one timeline, their NCCL collectives matched", "[unit][viewer]") {
+  const std::string r0 = temp_path("pair.rank0.json"), r1 = temp_path("pair.rank1.json");
+  kineto_traces::write(r0, kineto_traces::json(0, 1600));
+  kineto_traces::write(r1, kineto_traces::json(1, 1650));  // rank 1 arrives 50 us later
+  BackgroundLoad load({r0, r1});
+  const Timeline tl = load.take();
+  CHECK(load.errors().empty());
+  REQUIRE(tl.ranks.size() == 2);
+  CHECK(tl.ranks[0].rank == 0);
+  CHECK(tl.ranks[1].rank == 1);
+  REQUIRE(tl.ranks[0].collectives.size() == 1);
+  REQUIRE(tl.ranks[1].collectives.size() == 1);
+  const Collective& c0 = tl.ranks[0].collectives[0];
+  const Collective& c1 = tl.ranks[1].collectives[0];
+  CHECK(c0.next_rank == 1);
+  CHECK(c0.group_size == 2);
+  CHECK_FALSE(c0.straggler);
+  CHECK(c1.straggler);
+  CHECK(c0.skew == 50 * kUs);
+  CHECK(c0.time == 200 * kUs);  // from the last arrival (1650 us) to the last end (1850 us)
+}
+
+TEST_CASE("a torch.profiler trace cut short loads up to its last complete event, with a warning", "[unit][viewer]") {
+  const std::string full = kineto_traces::json(0, 1600);
+  const std::string path = temp_path("cut.json");
+  kineto_traces::write(path, full.substr(0, full.find("{\"ph\": \"X\", \"cat\": \"gpu_user_annotation\"") + 20));
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  REQUIRE(tl.sources.size() == 1);
+  CHECK(tl.sources[0].find("(truncated: ") != std::string::npos);
+  REQUIRE(tl.ranks.size() == 1);
+  CHECK(tl.ranks[0].collectives.empty());  // the NCCL kernel came after the cut
+  BackgroundLoad load({path});
+  load.take();
+  CHECK(load.errors().empty());
+  REQUIRE(load.warnings().size() == 1);
+  CHECK(load.warnings()[0].find(path) != std::string::npos);
+  CHECK(load.warnings()[0].find("ends early") != std::string::npos);
+}
+
+TEST_CASE("a gzipped torch.profiler trace loads as the plain one does", "[unit][viewer]") {
+  const std::string path = temp_path("gz.json");
+  kineto_traces::write(path, kineto_traces::json(0, 1600));
+  REQUIRE(std::system(("gzip -kf " + path).c_str()) == 0);
+  Timeline plain, gz;
+  std::string error;
+  REQUIRE(load_file(path, plain, error));
+  CHECK(detect_input(path + ".gz", error) == InputKind::KinetoTrace);
+  REQUIRE(load_file(path + ".gz", gz, error));
+  CHECK(gz.event_count == plain.event_count);
+  CHECK(gz.begin == plain.begin);
+  CHECK(gz.end == plain.end);
+}
+
+TEST_CASE("JSON that is not a torch.profiler trace is refused with a message naming the file", "[unit][viewer]") {
+  const std::string path = temp_path("other.json");
+  kineto_traces::write(path, R"({"hello": [1, 2, 3]})");
+  Timeline tl;
+  std::string error;
+  CHECK_FALSE(load_file(path, tl, error));
+  CHECK(error.find(path) != std::string::npos);
+  CHECK(error.find("not a torch.profiler trace") != std::string::npos);
+  const std::string gz = temp_path("garbage.json.gz");
+  kineto_traces::write(gz, std::string("\x1f\x8b", 2) + "definitely not deflate");
+  CHECK_FALSE(load_file(gz, tl, error));
+  CHECK(error.find(gz) != std::string::npos);
+}
+
+TEST_CASE("df_index_resolver: the memory curves are the [memory] events' totals", "[unit][viewer]") {
+  const std::string trace = kineto_traces::shared("df_index_resolver/df_index_resolver.json.gz");
+  // Independently of memcomm's reader: the GPU's largest totals, and the block events the
+  // allocations (Bytes > 0) and frees (Bytes < 0: a request and its completion) of every device make.
+  const std::string script = temp_path("memory_totals.py");
+  kineto_traces::write(script, R"(import gzip, json, sys
+ev = json.load(gzip.open(sys.argv[1]))["traceEvents"]
+mem = [e["args"] for e in ev if e.get("name") == "[memory]"]
+gpu = [a for a in mem if a.get("Device Type") == 1]
+blocks = sum(1 if a["Bytes"] > 0 else 2 if a["Bytes"] < 0 else 0 for a in mem)
+print(max(a["Total Allocated"] for a in gpu), max(a["Total Reserved"] for a in gpu), blocks)
+)");
+  std::string out;
+  REQUIRE(memcomm::test::run_capture("python3 " + script + " " + trace, out, false) == 0);
+  std::istringstream in(out);
+  double max_allocated = 0, max_reserved = 0;
+  std::size_t block_events = 0;
+  REQUIRE(in >> max_allocated >> max_reserved >> block_events);
+  REQUIRE(max_allocated > 0);
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(trace, tl, error));
+  REQUIRE(tl.ranks.size() == 1);
+  const RankData& rd = tl.ranks[0];
+  CHECK(rd.alloc_events.size() == block_events);
+  const CounterSeries* allocated = rd.counter("allocated");
+  const CounterSeries* reserved = rd.counter("reserved");
+  REQUIRE((allocated && reserved));
+  CHECK(allocated->global_max() == max_allocated);
+  CHECK(reserved->global_max() == max_reserved);
+  // The step table's peaks are the curve's: the largest of them is the trace's.
+  double step_peak = 0;
+  for (const StepRow& r : step_table(tl)) step_peak = std::max(step_peak, r.peak_allocated);
+  CHECK(step_peak == max_allocated);
+}
