@@ -81,7 +81,7 @@ TEST_CASE("a torch.profiler trace loads into thread and stream lanes, steps, col
   CHECK(tl.strings.get(rd.collectives[0].op) == "all_reduce");
   CHECK(rd.collectives[0].bytes == 4096);
   // Memory: the block events of the [memory] events, and their totals as the curves.
-  CHECK(rd.alloc_events.size() == 3);  // the alloc; the free as a request and its completion
+  CHECK(rd.alloc_events.size() == 2);  // the alloc and the free (its request, at once, is not kept)
   const CounterSeries* allocated = rd.counter("allocated");
   const CounterSeries* active = rd.counter("active");
   const CounterSeries* reserved = rd.counter("reserved");
@@ -164,13 +164,13 @@ TEST_CASE("JSON that is not a torch.profiler trace is refused with a message nam
 TEST_CASE("df_index_resolver: the memory curves are the [memory] events' totals", "[unit][viewer]") {
   const std::string trace = kineto_traces::shared("df_index_resolver/df_index_resolver.json.gz");
   // Independently of memcomm's reader: the GPU's largest totals, and the block events the
-  // allocations (Bytes > 0) and frees (Bytes < 0: a request and its completion) of every device make.
+  // allocations (Bytes > 0) and frees (Bytes < 0) of every device make.
   const std::string script = temp_path("memory_totals.py");
   kineto_traces::write(script, R"(import gzip, json, sys
 ev = json.load(gzip.open(sys.argv[1]))["traceEvents"]
 mem = [e["args"] for e in ev if e.get("name") == "[memory]"]
 gpu = [a for a in mem if a.get("Device Type") == 1]
-blocks = sum(1 if a["Bytes"] > 0 else 2 if a["Bytes"] < 0 else 0 for a in mem)
+blocks = sum(1 for a in mem if a["Bytes"] != 0)
 print(max(a["Total Allocated"] for a in gpu), max(a["Total Reserved"] for a in gpu), blocks)
 )");
   std::string out;

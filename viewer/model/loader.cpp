@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <malloc.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -129,9 +127,6 @@ void BackgroundLoad::run() {
   }
   file_index_ = paths_.size();
   file_progress_ = 0;
-  // What the readers freed (a torch.profiler trace's JSON windows and converted events, parsed on
-  // several threads) stays in glibc's per-thread arenas: hand it back, so the process holds the model.
-  malloc_trim(0);
   seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   done_.store(true, std::memory_order_release);
 }
