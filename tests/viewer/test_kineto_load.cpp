@@ -195,4 +195,16 @@ print(max(a["Total Allocated"] for a in gpu), max(a["Total Reserved"] for a in g
   double step_peak = 0;
   for (const StepRow& r : step_table(tl)) step_peak = std::max(step_peak, r.peak_allocated);
   CHECK(step_peak == max_allocated);
+  // A time range shows the same device's curves (the GPU's, whose first sample comes first), not
+  // those of the first device sampled inside the range (the host's, 8 B at most).
+  LoadOptions range;
+  range.range_lo_s = 0.4;
+  range.range_hi_s = 0.8;
+  Timeline part;
+  REQUIRE(load_file(trace, part, error, nullptr, range));
+  REQUIRE(part.ranks.size() == 1);
+  const CounterSeries* part_allocated = part.ranks[0].counter("allocated");
+  REQUIRE(part_allocated != nullptr);
+  CHECK(part_allocated->global_max() > 1e9);
+  CHECK(part_allocated->global_max() <= max_allocated);
 }

@@ -32,11 +32,12 @@ AllocEvent to_alloc_event(const prof::MemBlockEvent& m, std::int64_t offset) {
   return {shift(m.ts, offset), m.addr(), m.size(), m.stream, m.kind, m.category, 0, m.device};
 }
 
-// Kinds whose state spans chunks: scanned even in chunks outside a time range.
+// Kinds whose state spans chunks: scanned even in chunks outside a time range (memory samples:
+// the first one names the device the curves follow, in range or not).
 bool pairs_or_meta(prof::EventKind k) {
   return k == EventKind::RangeBegin || k == EventKind::RangeEnd || k == EventKind::CollEnqueue ||
          k == EventKind::CollStart || k == EventKind::CollEnd || k == EventKind::Meta || k == EventKind::CommInfo ||
-         k == EventKind::Drops;
+         k == EventKind::Drops || k == EventKind::MemSample;
 }
 }  // namespace
 
@@ -256,15 +257,16 @@ std::uint64_t TraceIngest::add_block_event(const prof::Event& e, RankState& rs, 
 
 std::uint64_t TraceIngest::add_mem_sample(const prof::Event& e, RankState& rs, std::uint32_t rank) {
   const auto m = e.as<prof::MemSampleEvent>();
-  if (!keeps_at(shift(m.ts, rs.offset))) return 0;
   const int metric = static_cast<int>(m.metric);
   // One device's memory per rank (Note [Memory curves from block events], allocator_fold.hpp):
-  // the first level sample's; samples of other devices are not mixed into its curves.
+  // the first level sample's, also when a time range starts after it (as the whole file's curves
+  // would); samples of other devices are not mixed into its curves.
   if (rs.mem_device < 0 && (m.metric == prof::MemMetric::Allocated || m.metric == prof::MemMetric::Active ||
                             m.metric == prof::MemMetric::Reserved)) {
     rs.mem_device = m.device;
     b_.memory_sample_device(rank, m.device);
   }
+  if (!keeps_at(shift(m.ts, rs.offset))) return 0;
   if (rs.mem_device >= 0 && m.device != rs.mem_device) return 0;
   const bool ppm = m.metric == prof::MemMetric::Fragmentation;
   CounterSeries* series = metric < static_cast<int>(prof::MemMetric::Count) ? rs.metrics[metric] : nullptr;
