@@ -9,7 +9,7 @@ namespace {
 bool by_ts(const Event& a, const Event& b) { return a.ts < b.ts; }
 }  // namespace
 
-// Note [Nearly sorted]: this many sorted runs or fewer are merged rather than sorted.
+// Sorted runs this few or fewer are merged rather than sorted (Note [Nearly sorted]).
 constexpr size_t kFewRuns = 16;
 
 void sort_by_time(std::vector<Event>& v) {
