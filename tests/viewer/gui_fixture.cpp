@@ -1,11 +1,14 @@
 #include "gui_fixture.hpp"
 
+#include <memcomm/view/app/input_script.hpp>
 #include <memcomm/view/builder.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <sys/wait.h>
 
 namespace gui_test {
@@ -48,6 +51,28 @@ std::unique_ptr<App> make_app(int w, int h, const std::string& panes) {
 
 void frames(App& app, int n) {
   for (int i = 0; i < n; ++i) app.frame();
+}
+
+void run_script(App& app, const std::string& script) {
+  std::vector<ScriptCommand> cmds;
+  std::string error;
+  REQUIRE(parse_script(script, "test", cmds, error));
+  app.set_script(std::move(cmds));
+  for (int i = 0; i < 500 && !app.script_done(); ++i) app.frame();
+  REQUIRE(app.script_done());
+  for (int i = 0; i < 3000 && app.loading(); ++i) {
+    app.frame();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  frames(app, 2);
+}
+
+std::string at(const AppState::Point& p) { return std::to_string(p.x) + " " + std::to_string(p.y); }
+
+bool has_source(const AppState& st, const std::string& path) {
+  for (const auto& s : st.tl.sources)
+    if (s.compare(0, path.size(), path) == 0) return true;
+  return false;
 }
 
 palette::Rgb Image::at(int x, int y) const {

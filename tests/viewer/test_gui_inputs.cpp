@@ -20,28 +20,6 @@ namespace pal = memcomm::view::palette;
 
 namespace {
 
-// Runs `script` (input_script.hpp) to its end, then frames until loading is done.
-void run_script(App& app, const std::string& script) {
-  std::vector<ScriptCommand> cmds;
-  std::string error;
-  REQUIRE(parse_script(script, "test", cmds, error));
-  app.set_script(std::move(cmds));
-  for (int i = 0; i < 500 && !app.script_done(); ++i) app.frame();
-  REQUIRE(app.script_done());
-  for (int i = 0; i < 3000 && app.loading(); ++i) {
-    app.frame();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  frames(app, 2);
-}
-
-std::string at(const AppState::Point& p) { return std::to_string(p.x) + " " + std::to_string(p.y); }
-
-bool has_source(const AppState& st, const std::string& path) {
-  for (const auto& s : st.tl.sources)
-    if (s.compare(0, path.size(), path) == 0) return true;
-  return false;
-}
 
 std::uint64_t span_total(const AppState& st) {
   std::uint64_t n = 0;
