@@ -53,7 +53,7 @@ void frames(App& app, int n) {
   for (int i = 0; i < n; ++i) app.frame();
 }
 
-void run_script(App& app, const std::string& script) {
+void run_script_and_load(App& app, const std::string& script) {
   std::vector<ScriptCommand> cmds;
   std::string error;
   REQUIRE(parse_script(script, "test", cmds, error));

@@ -31,7 +31,7 @@ std::unique_ptr<memcomm::view::App> make_app(int w, int h, const std::string& pa
 // Renders n frames.
 void frames(memcomm::view::App& app, int n);
 // Runs `script` (input_script.hpp) to its end, then frames until loading is done.
-void run_script(memcomm::view::App& app, const std::string& script);
+void run_script_and_load(memcomm::view::App& app, const std::string& script);
 // "x y" of a point, as input scripts write it.
 std::string at(const memcomm::view::AppState::Point& p);
 // True when a loaded source's name starts with `path`.

@@ -36,9 +36,9 @@ TEST_CASE("File > Open: the menu then the path typed in the dialog and Enter loa
   frames(*app, 2);
   AppState& st = app->state();
   REQUIRE(st.file_menu.y >= 0);
-  run_script(*app, "click " + at(st.file_menu) + "\nframes 2\n");
+  run_script_and_load(*app, "click " + at(st.file_menu) + "\nframes 2\n");
   REQUIRE(st.open_item.y >= 0);  // the menu is open
-  run_script(*app, "click " + at(st.open_item) + "\nframes 2\ntype " + trace + "\nkey enter\nframes 2\n");
+  run_script_and_load(*app, "click " + at(st.open_item) + "\nframes 2\ntype " + trace + "\nkey enter\nframes 2\n");
   INFO(nlohmann::json(st.messages).dump());
   CHECK(has_source(st, trace));
   CHECK(span_total(st) == 1100);
@@ -50,7 +50,7 @@ TEST_CASE("a file dropped on the window is opened and merged with what is shown"
   AppState& st = app->state();
   st.set_timeline(make_fixture(), false);
   frames(*app, 2);
-  run_script(*app, "drop " + trace + "\nframes 2\n");
+  run_script_and_load(*app, "drop " + trace + "\nframes 2\n");
   INFO(nlohmann::json(st.messages).dump());
   CHECK(has_source(st, trace));
   CHECK(st.tl.ranks.size() >= 2);  // the fixture's ranks stay
@@ -75,7 +75,7 @@ TEST_CASE("a large file asks for a time range first and the typed range is what 
   CHECK(st.tl.empty());
   REQUIRE(st.range_load.y >= 0);  // the prompt is up
   // [0.2 s, 0.2995 s]: steps 20..29 with their kernels (as test_gui_range.cpp's --range).
-  run_script(app, "click " + at(st.range_from) + "\nframes 1\ntype 0.2\nclick " + at(st.range_to) +
+  run_script_and_load(app, "click " + at(st.range_from) + "\nframes 1\ntype 0.2\nclick " + at(st.range_to) +
                       "\nframes 1\ntype 0.2995\nframes 1\nclick " + at(st.range_load) + "\nframes 2\n");
   INFO(nlohmann::json(st.messages).dump());
   CHECK(span_total(st) == 10 * 11);
@@ -89,7 +89,7 @@ TEST_CASE("the search box: typed text outlines the matching spans and counts the
   frames(*app, 2);
   REQUIRE(st.search_box.y >= 0);
   const Image before = grab(*app, "search_before.png");
-  run_script(*app, "click " + at(st.search_box) + "\nframes 1\ntype gemm\nframes 2\nmove 5 " +
+  run_script_and_load(*app, "click " + at(st.search_box) + "\nframes 1\ntype gemm\nframes 2\nmove 5 " +
                        std::to_string(static_cast<int>(st.search_box.y) + 200) + "\nframes 2\n");
   CHECK(st.search_applied == "gemm");
   CHECK(st.search_hits == 2);  // one gemm kernel per rank

@@ -118,10 +118,10 @@ TEST_CASE("File > Open and a drop load torch.profiler traces, one rank each", "[
   auto app = make_app(1000, 600, "");
   frames(*app, 2);
   AppState& st = app->state();
-  run_script(*app, "click " + at(st.file_menu) + "\nframes 2\n");
+  run_script_and_load(*app, "click " + at(st.file_menu) + "\nframes 2\n");
   REQUIRE(st.open_item.y >= 0);  // the menu is open
-  run_script(*app, "click " + at(st.open_item) + "\nframes 2\ntype " + r0 + "\nkey enter\nframes 2\n");
-  run_script(*app, "drop " + r1 + "\nframes 2\n");
+  run_script_and_load(*app, "click " + at(st.open_item) + "\nframes 2\ntype " + r0 + "\nkey enter\nframes 2\n");
+  run_script_and_load(*app, "drop " + r1 + "\nframes 2\n");
   INFO(nlohmann::json(st.messages).dump());
   CHECK(st.messages.empty());
   CHECK(has_source(st, r0));
