@@ -20,6 +20,8 @@
 #include "memcomm/trace/trace_set.hpp"
 #include "trace_convert.hpp"
 #include "trace_info.hpp"
+#include "trace_memory.hpp"
+#include "memcomm/snapshot/error.hpp"
 
 using namespace memcomm::prof;
 
@@ -96,6 +98,8 @@ struct Args {
   bool hta = false;            // report: HTA's figures too (hta.hpp)
   HtaOptions hta_options;
   std::string comm_kernels;    // report: LoadOptions::comm_kernels
+  tool::MemoryArgs memory;     // memory, compare
+  std::string before, after;   // compare
 };
 
 struct Subcommands {
@@ -105,6 +109,8 @@ struct Subcommands {
   CLI::App* report;
   CLI::App* advise;
   CLI::App* convert;
+  CLI::App* memory;
+  CLI::App* compare;
 };
 
 CLI::App* add_files(CLI::App* sub, Args& a) {
@@ -121,6 +127,27 @@ void add_convert(CLI::App& app, Args& a, Subcommands& s) {
       ->check(CLI::IsMember({"zstd", "lz4"}))
       ->capture_default_str();
   s.convert->add_flag("--force", a.force, "overwrite OUT if it exists (never when OUT is IN)");
+}
+
+void add_memory_options(CLI::App* sub, Args& a) {
+  sub->add_option("--at", a.memory.at, "when: end, peak (the most live bytes), or seconds after the trace's first event")
+      ->capture_default_str();
+  sub->add_flag("--json", a.memory.json, "print JSON (every site, whole stacks)");
+  sub->add_flag("--all-frames", a.memory.all_frames, "show every frame, not only memory_viz's filtered ones");
+  sub->add_option("--rows", a.memory.rows, "sites shown in text mode (at least 1)")->check(at_least_one())->capture_default_str();
+}
+
+void add_memory(CLI::App& app, Args& a, Subcommands& s) {
+  s.memory = app.add_subcommand("memory", "Who holds memory in a PyTorch memory snapshot (.pickle): live bytes by "
+                                          "allocation stack at a time, most first, stacks as torch's memory_viz "
+                                          "prints them (file:line:function, outermost first)");
+  s.memory->add_option("FILE", a.files, "snapshot (torch.cuda.memory._dump_snapshot)")->required()->expected(1)->check(CLI::ExistingFile);
+  add_memory_options(s.memory, a);
+  s.compare = app.add_subcommand("compare", "What grew between two PyTorch memory snapshots: live bytes by "
+                                            "allocation stack in each, largest growth first");
+  s.compare->add_option("BEFORE", a.before, "earlier snapshot")->required()->check(CLI::ExistingFile);
+  s.compare->add_option("AFTER", a.after, "later snapshot")->required()->check(CLI::ExistingFile);
+  add_memory_options(s.compare, a);
 }
 
 Subcommands add_subcommands(CLI::App& app, Args& a) {
@@ -167,6 +194,7 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
   s.advise->add_flag("--no-replay", a.no_replay, "Skip replaying the allocations through the allocator policies");
   s.advise->add_flag("--json", a.json, "print the advice as JSON");
   add_convert(app, a, s);
+  add_memory(app, a, s);
   return s;
 }
 
@@ -234,6 +262,14 @@ int run(const Subcommands& s, const Args& a) {
     if (*s.advise) return run_advise(a);
     if (*s.report) return run_report(a);
     if (*s.convert) return run_convert(a);
+    if (*s.memory) return fmt::print("{}", tool::memory_report(a.files.front(), a.memory)), 0;
+    if (*s.compare) return fmt::print("{}", tool::compare_report(a.before, a.after, a.memory)), 0;
+  } catch (const memcomm::snapshot::ReadError& e) {  // memory, compare: the snapshot cannot be read
+    fmt::print(stderr, "memcomm-trace: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const std::invalid_argument& e) {  // memory, compare: a bad --at
+    fmt::print(stderr, "memcomm-trace: {}\n", e.what());
+    return kExitBadInput;
   } catch (const BadInput& e) {
     fmt::print(stderr, "memcomm-trace: {}\n", e.what());
     return kExitBadInput;

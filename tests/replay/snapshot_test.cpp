@@ -36,6 +36,8 @@ TEST_CASE("snapshot: model fields from a hand-built snapshot", "[snapshot]") {
   CHECK(d0[1].time_us == 11);
   CHECK(d0[2].kind == prof::EventKind::Invalid);  // a marker, no allocator event (Note [Snapshot actions])
   CHECK(s.action_label(d0[2]) == "snapshot");
+  CHECK(d0[3].kind == prof::EventKind::FreeRequested);  // once decoded as an unknown action
+  CHECK(s.action_label(d0[3]) == "free_requested");
   CHECK(d0[5].kind == prof::EventKind::Invalid);
   CHECK(s.action_label(d0[5]) == "future_action");
   CHECK(s.device_traces[1].empty());

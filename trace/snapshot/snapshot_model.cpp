@@ -37,8 +37,10 @@ EventKind parse_action(std::string_view a) {
       if (a == "segment_alloc") return EventKind::SegmentAlloc;
       if (a == "segment_unmap") return EventKind::SegmentUnmap;
       break;
-    case 14: if (a == "free_completed") return EventKind::FreeCompleted; break;
-    case 15: if (a == "free_requested") return EventKind::FreeRequested; break;
+    case 14:
+      if (a == "free_requested") return EventKind::FreeRequested;
+      if (a == "free_completed") return EventKind::FreeCompleted;
+      break;
     default: break;
   }
   return EventKind::Invalid;

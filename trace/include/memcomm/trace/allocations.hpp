@@ -1,0 +1,106 @@
+// Allocation lifetimes: each block a user held, from its alloc to its free, with the producer's
+// stack id. The one model behind memory_viz-style views (issue 18): the viewer's allocation bands,
+// "who holds memory at t" (live bytes by stack), the peak, and `memcomm-trace memory`.
+//
+// Algorithm: AllocationBuilder pairs, per (device, address), each Alloc with the next free of that
+// address (FreeRequested; a FreeCompleted without a request closes it too, for producers that record
+// only one free). Note [Allocations before the trace] covers blocks whose alloc the trace missed.
+// live_by_stack(t) is one pass over the lifetimes (O(allocations)); peak_live() one sweep over
+// the alloc and free times (O(n log n)).
+//
+// Note [Live means allocated]: an allocation is live at t when alloc_ns <= t < free_ns: the state
+// after every event at or before t. Live bytes are the bytes the user asked for (a snapshot's
+// `size` on alloc, a block's requested_size), the figure memory_viz's memory() prints for
+// active_allocated blocks; the allocator's rounding is not a user's allocation. A block freed by the
+// user but still in use by a stream (PyTorch's active_pending_free) is no longer live.
+//
+// Note [Allocations before the trace]: PyTorch keeps its history in a ring buffer, so a snapshot's
+// trace often starts after many blocks were allocated. A free of an address the trace never
+// allocated is such a block: its allocation starts at the trace's begin and is flagged
+// before_trace, with the stack the free event carries (PyTorch records the block's allocation
+// context on its free). A block the end state holds live that no event allocated (producers call
+// live_at_end() for each) is one too, live from begin to the end. So the end state the lifetimes
+// give is the end state the producer recorded, and the peak counts memory held all along.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+namespace memcomm::prof {
+
+inline constexpr std::uint32_t kNoStackId = ~std::uint32_t{0};
+inline constexpr std::int64_t kStillLive = std::numeric_limits<std::int64_t>::max();
+
+struct Allocation {
+  std::int64_t alloc_ns = 0;        // the trace's begin when before_trace
+  std::int64_t free_ns = kStillLive;  // kStillLive: live at the trace's end
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;           // bytes requested (Note [Live means allocated])
+  std::uint32_t stack = kNoStackId; // the producer's stack id (a snapshot's interned stack)
+  std::uint16_t stream = 0;         // the producer's small stream index
+  std::uint8_t device = 0;
+  std::uint8_t category : 4;        // prof::MemCategory when the producer knows it (0: unknown)
+  std::uint8_t before_trace : 1;    // Note [Allocations before the trace]
+  bool live_at(std::int64_t t) const { return alloc_ns <= t && t < free_ns; }
+};
+static_assert(sizeof(Allocation) == 40, "one Allocation per user block: part of the viewer's memory budget");
+
+struct Allocations {
+  std::vector<Allocation> list;  // sorted by alloc_ns (events' order within one time)
+  std::int64_t begin = 0;        // first event's time
+  std::int64_t end = 0;          // last event's time
+  std::uint64_t unmatched = 0;   // allocs of an address already live (the earlier one is closed there)
+  std::size_t memory_bytes() const { return list.capacity() * sizeof(Allocation); }
+};
+
+// What a producer knows of one block event.
+struct BlockInfo {
+  std::uint8_t device = 0;
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint16_t stream = 0;
+  std::uint32_t stack = kNoStackId;
+  std::uint8_t category = 0;
+};
+
+class AllocationBuilder {
+ public:
+  // Events in time order (times may repeat). Other kinds than Alloc/free are the caller's to skip.
+  void alloc(std::int64_t t, const BlockInfo& b);
+  void free_requested(std::int64_t t, const BlockInfo& b);
+  // A FreeCompleted closes a block still open (producers that record one free event); after a
+  // FreeRequested, or for a block freed before the trace began, it changes nothing.
+  void free_completed(std::int64_t t, const BlockInfo& b);
+  // After the events: a block the end state holds live (Note [Allocations before the trace]).
+  // Fills in the stack of an open allocation at that address when its alloc event had none.
+  void live_at_end(const BlockInfo& b);
+  // `begin`/`end`: the trace's time bounds (before_trace allocations start at `begin`).
+  Allocations finish(std::int64_t begin, std::int64_t end);
+
+ private:
+  static std::uint64_t key(const BlockInfo& b) { return b.addr ^ (std::uint64_t{b.device} << 56); }
+  void close(std::int64_t t, const BlockInfo& b);
+  std::vector<Allocation> list_;
+  std::unordered_map<std::uint64_t, std::size_t> open_;  // key -> index in list_
+  std::uint64_t unmatched_ = 0;
+};
+
+// Live bytes and allocations of one stack id at a time.
+struct StackBytes {
+  std::uint32_t stack = kNoStackId;
+  std::uint64_t bytes = 0;
+  std::uint32_t count = 0;
+};
+// The allocations live at t (Note [Live means allocated]) folded by stack id, most bytes first.
+std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t);
+std::uint64_t live_bytes(const Allocations& a, std::int64_t t);
+
+struct LivePeak {
+  std::int64_t t = 0;       // the first time live bytes reach the peak
+  std::uint64_t bytes = 0;  // live bytes then
+};
+LivePeak peak_live(const Allocations& a);
+
+}  // namespace memcomm::prof

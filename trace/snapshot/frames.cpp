@@ -1,0 +1,77 @@
+// memory_viz's frame filter and format over interned stacks (frames.hpp).
+#include "memcomm/snapshot/frames.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+
+namespace memcomm::snapshot {
+
+bool is_user_frame(std::string_view function, std::string_view filename) {
+  // The lists of memory_viz's _frame_filter (torch 2.11): substrings of the function name and of
+  // the file name whose frames it omits.
+  static constexpr std::array<std::string_view, 8> kOmitFunctions = {
+      "unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start", "__libc_start_main",
+      "PyEval_",        "PyObject_",                 "PyFunction_"};
+  static constexpr std::array<std::string_view, 10> kOmitFiles = {
+      "core/boxing",          "/Register",     "/Redispatch",   "pythonrun.c",         "Modules/main.c",
+      "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c", "cpython/abstract.h"};
+  for (std::string_view f : kOmitFunctions)
+    if (function.find(f) != std::string_view::npos) return false;
+  for (std::string_view f : kOmitFiles)
+    if (filename.find(f) != std::string_view::npos) return false;
+  return true;
+}
+
+std::string frame_text(const Snapshot& snap, std::uint32_t frame_id) {
+  const Frame& f = snap.frame(frame_id);
+  std::string_view file = snap.str(f.filename);
+  if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
+  return fmt::format("{}:{}:{}", file, f.line, snap.str(f.name));
+}
+
+StackText::StackText(const Snapshot& snap) : snap_(&snap) {
+  non_python_site_ = intern_site({std::string(kNonPython)});
+  site_of_stack_.reserve(snap.stack_count());
+  for (std::uint32_t s = 0; s < snap.stack_count(); ++s) site_of_stack_.push_back(intern_site(lines(s, false)));
+}
+
+std::vector<std::string> StackText::lines(std::uint32_t stack, bool all_frames) const {
+  if (stack == kNoStack || stack >= snap_->stack_count()) return {std::string(kNonPython)};
+  auto [frames, n] = snap_->stack(stack);
+  std::vector<std::string> out;
+  out.reserve(n);
+  for (std::size_t k = n; k-- > 0;) {  // stored innermost first; shown outermost first
+    const Frame& f = snap_->frame(frames[k]);
+    if (all_frames || is_user_frame(snap_->str(f.name), snap_->str(f.filename))) out.push_back(frame_text(*snap_, frames[k]));
+  }
+  return out;
+}
+
+std::uint32_t StackText::site(std::uint32_t stack) const {
+  return stack < site_of_stack_.size() ? site_of_stack_[stack] : non_python_site_;
+}
+
+bool StackText::site_matches(std::uint32_t site, std::string_view needle) const {
+  for (const std::string& line : sites_[site])
+    if (line.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+std::size_t StackText::memory_bytes() const {
+  std::size_t n = site_of_stack_.capacity() * sizeof(std::uint32_t) + sites_.capacity() * sizeof(sites_[0]);
+  for (const auto& lines : sites_)
+    for (const std::string& l : lines) n += sizeof(std::string) + l.capacity();
+  for (const auto& [key, id] : site_ids_) n += key.capacity() + sizeof(std::string) + 16;
+  return n;
+}
+
+std::uint32_t StackText::intern_site(std::vector<std::string> lines) {
+  std::string key;
+  for (const std::string& l : lines) key += fmt::format("{}:{}", l.size(), l);  // length-prefixed: unambiguous
+  auto [it, fresh] = site_ids_.emplace(std::move(key), static_cast<std::uint32_t>(sites_.size()));
+  if (fresh) sites_.push_back(std::move(lines));
+  return it->second;
+}
+
+}  // namespace memcomm::snapshot

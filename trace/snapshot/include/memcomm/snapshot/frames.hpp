@@ -1,0 +1,55 @@
+// Stacks as memory_viz shows them: PyTorch's torch/cuda/_memory_viz.py formats a frame as
+// "file_basename:line:function" (_frame_fmt) and drops the frames of the interpreter and of the
+// unwinder (_frame_filter), so a stack starts at user code. StackText does the same over a
+// snapshot's interned stacks, once per distinct stack, so every consumer (memcomm-trace memory and
+// compare, the viewer's tooltips and flame graph) prints the same lines.
+//
+// Note [Sites]: memory_viz folds live bytes by the text of the filtered stack. Two raw stacks that
+// differ only in dropped frames, or in directories, are one site. StackText gives every raw stack a
+// site id: equal ids exactly when the filtered texts are equal. A stack with no frames (kNoStack:
+// the event carried none or an empty list) is the site "<non-python>", as in memory_viz; a stack
+// whose frames are all filtered away is the empty site, as memory_viz prints it (an empty path).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "memcomm/snapshot/snapshot.hpp"
+
+namespace memcomm::snapshot {
+
+inline constexpr std::string_view kNonPython = "<non-python>";
+
+// memory_viz's _frame_filter: false for interpreter, dispatcher and unwinder frames.
+bool is_user_frame(std::string_view function, std::string_view filename);
+// memory_viz's _frame_fmt (short file name): "basename:line:function".
+std::string frame_text(const Snapshot& snap, std::uint32_t frame_id);
+
+class StackText {
+ public:
+  explicit StackText(const Snapshot& snap);
+  // The stack's lines, outermost first: filtered (memory_viz) unless all_frames; ["<non-python>"]
+  // for kNoStack.
+  std::vector<std::string> lines(std::uint32_t stack, bool all_frames = false) const;
+  // Note [Sites]: the site of a raw stack id (kNoStack included).
+  std::uint32_t site(std::uint32_t stack) const;
+  // The lines of a site (filtered, outermost first).
+  const std::vector<std::string>& site_lines(std::uint32_t site) const { return sites_[site]; }
+  std::size_t site_count() const { return sites_.size(); }
+  // Whether any filtered line of the stack (or its site) contains `needle` (case-sensitive).
+  bool site_matches(std::uint32_t site, std::string_view needle) const;
+  std::size_t memory_bytes() const;
+
+ private:
+  std::uint32_t intern_site(std::vector<std::string> lines);
+  const Snapshot* snap_;
+  std::vector<std::uint32_t> site_of_stack_;  // raw stack id -> site
+  std::uint32_t non_python_site_ = 0;
+  std::vector<std::vector<std::string>> sites_;
+  std::unordered_map<std::string, std::uint32_t> site_ids_;  // joined text -> site
+};
+
+}  // namespace memcomm::snapshot

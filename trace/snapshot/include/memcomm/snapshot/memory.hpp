@@ -1,0 +1,72 @@
+// Who holds memory in a snapshot: its allocations' lifetimes (memcomm/trace/allocations.hpp) on
+// one clock, and the live bytes by site (Note [Sites] in frames.hpp) at any time, at the peak or at
+// the end. What `memcomm-trace memory` and `compare` print and what the viewer draws, so the two
+// agree to the byte.
+//
+// Note [Event order within a microsecond]: snapshots stamp events in microseconds, and a burst of
+// allocs and frees often shares one. Read at microsecond resolution, a peak reached and left
+// inside one microsecond would vanish, and "live at the peak" would disagree with the events'
+// order. So the k-th event within one microsecond of a device's trace gets k extra nanoseconds
+// (k capped at 999): times stay within their microsecond and follow the events' order. Files
+// without time_us space events 1 us apart in trace order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcomm/snapshot/frames.hpp"
+#include "memcomm/snapshot/snapshot.hpp"
+#include "memcomm/trace/allocations.hpp"
+
+namespace memcomm::snapshot {
+
+// A device trace's event times in ns (Note [Event order within a microsecond]); feed it the events
+// in order. Absurd times saturate instead of overflowing.
+class EventClock {
+ public:
+  std::int64_t next(const Event& e);
+
+ private:
+  std::int64_t last_us_ = kNoTime;
+  std::int64_t within_ = 0;
+  std::int64_t last_ns_ = 0;
+  bool any_ = false;
+};
+
+struct SnapshotAllocations {
+  prof::Allocations allocations;     // Allocation::stack is the snapshot's stack id
+  std::vector<std::int64_t> streams;  // Allocation::stream -> the cudaStream_t value PyTorch printed
+};
+// Every device's alloc/free events, and the end state's active_allocated blocks
+// (Note [Allocations before the trace] in allocations.hpp).
+SnapshotAllocations snapshot_allocations(const Snapshot& snap);
+
+// Live bytes by site at one time.
+struct SiteBytes {
+  std::uint32_t site = 0;     // StackText site
+  std::uint64_t bytes = 0;
+  std::uint32_t count = 0;    // allocations
+};
+struct MemoryAt {
+  std::int64_t at_ns = 0;
+  std::uint64_t live_bytes = 0;
+  std::vector<SiteBytes> sites;  // most bytes first
+};
+MemoryAt memory_at(const prof::Allocations& a, const StackText& text, std::int64_t t);
+
+// `memcomm-trace memory --at`: "end", "peak", or seconds from the trace's begin ("1.5").
+// Returns false (with a message) for anything else.
+bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_t& t, std::string& error);
+
+// What changed by site between two states (of two snapshots, or two times of one).
+struct SiteChange {
+  std::vector<std::string> stack;  // the site's lines
+  std::uint64_t before = 0, after = 0;
+  std::int64_t delta() const { return static_cast<std::int64_t>(after - before); }
+};
+// Sites present in either state, largest growth first (shrinks last).
+std::vector<SiteChange> compare_sites(const MemoryAt& before, const StackText& before_text, const MemoryAt& after,
+                                      const StackText& after_text);
+
+}  // namespace memcomm::snapshot

@@ -1,0 +1,133 @@
+// Who holds memory in a snapshot (memory.hpp): the clock, the lifetimes, live bytes by site.
+#include "memcomm/snapshot/memory.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+namespace memcomm::snapshot {
+namespace {
+constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+
+std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? (b > 0 ? kMax : kMin) : r;
+}
+std::int64_t us_to_ns(std::int64_t us) {
+  std::int64_t r = 0;
+  return __builtin_mul_overflow(us, std::int64_t{1000}, &r) ? (us > 0 ? kMax : kMin) : r;
+}
+}  // namespace
+
+std::int64_t EventClock::next(const Event& e) {
+  if (!e.has_time()) {
+    last_ns_ = any_ ? saturating_add(last_ns_, 1000) : 0;
+  } else {
+    within_ = e.time_us == last_us_ ? std::min<std::int64_t>(within_ + 1, 999) : 0;
+    last_us_ = e.time_us;
+    last_ns_ = saturating_add(us_to_ns(e.time_us), within_);
+  }
+  any_ = true;
+  return last_ns_;
+}
+
+namespace {
+class StreamIndex {
+ public:
+  std::uint16_t operator()(std::int64_t stream) {
+    auto [it, fresh] = ids_.emplace(stream, static_cast<std::uint16_t>(std::min<std::size_t>(values_.size(), 0xFFFF)));
+    if (fresh && values_.size() < 0xFFFF) values_.push_back(stream);
+    return it->second;
+  }
+  std::vector<std::int64_t> take() { return std::move(values_); }
+
+ private:
+  std::unordered_map<std::int64_t, std::uint16_t> ids_;
+  std::vector<std::int64_t> values_;
+};
+
+std::uint8_t device_byte(std::size_t d) { return static_cast<std::uint8_t>(std::min<std::size_t>(d, 0xFF)); }
+}  // namespace
+
+SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
+  prof::AllocationBuilder b;
+  StreamIndex stream;
+  std::int64_t begin = kMax, end = kMin;
+  for (std::size_t dev = 0; dev < snap.device_traces.size(); ++dev) {
+    EventClock clock;
+    for (const Event& e : snap.device_traces[dev]) {
+      const std::int64_t t = clock.next(e);
+      begin = std::min(begin, t);
+      end = std::max(end, t);
+      const prof::BlockInfo info{device_byte(dev), e.addr, e.size, stream(e.stream), e.stack, 0};
+      if (e.kind == prof::EventKind::Alloc) b.alloc(t, info);
+      else if (e.kind == prof::EventKind::FreeRequested) b.free_requested(t, info);
+      else if (e.kind == prof::EventKind::FreeCompleted) b.free_completed(t, info);
+    }
+  }
+  if (begin > end) begin = end = 0;  // no events: the end state alone, at t = 0
+  for (const Segment& seg : snap.segments)
+    for (const Block& blk : seg.blocks)
+      if (blk.state == BlockState::active_allocated)
+        b.live_at_end({device_byte(static_cast<std::size_t>(std::max(seg.device, 0))), blk.address, blk.requested_size,
+                       stream(seg.stream), blk.stack, 0});
+  SnapshotAllocations out;
+  out.allocations = b.finish(begin, end);
+  out.streams = stream.take();
+  return out;
+}
+
+MemoryAt memory_at(const prof::Allocations& a, const StackText& text, std::int64_t t) {
+  std::unordered_map<std::uint32_t, SiteBytes> by_site;
+  MemoryAt out;
+  out.at_ns = t;
+  for (const prof::StackBytes& s : prof::live_by_stack(a, t)) {
+    const std::uint32_t site = text.site(s.stack);
+    SiteBytes& sb = by_site[site];
+    sb.site = site;
+    sb.bytes += s.bytes;
+    sb.count += s.count;
+    out.live_bytes += s.bytes;
+  }
+  for (auto& [site, sb] : by_site) out.sites.push_back(sb);
+  std::sort(out.sites.begin(), out.sites.end(), [](const SiteBytes& x, const SiteBytes& y) {
+    return x.bytes != y.bytes ? x.bytes > y.bytes : x.site < y.site;
+  });
+  return out;
+}
+
+bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_t& t, std::string& error) {
+  if (spec == "end") return t = a.end, true;
+  if (spec == "peak") return t = prof::peak_live(a).t, true;
+  double seconds = 0;
+  const char* first = spec.data();
+  const char* last = first + spec.size();
+  const auto [ptr, ec] = std::from_chars(first, last, seconds);
+  if (ec != std::errc() || ptr != last || !std::isfinite(seconds) || seconds < 0 || seconds > 1e9) {
+    error = "--at: expected end, peak or seconds from the trace's begin (a number >= 0), got '" + spec + "'";
+    return false;
+  }
+  t = saturating_add(a.begin, static_cast<std::int64_t>(std::llround(seconds * 1e9)));
+  return true;
+}
+
+std::vector<SiteChange> compare_sites(const MemoryAt& before, const StackText& before_text, const MemoryAt& after,
+                                      const StackText& after_text) {
+  std::map<std::vector<std::string>, SiteChange> by_stack;  // by text: site ids differ between snapshots
+  for (const SiteBytes& s : before.sites) by_stack[before_text.site_lines(s.site)].before += s.bytes;
+  for (const SiteBytes& s : after.sites) by_stack[after_text.site_lines(s.site)].after += s.bytes;
+  std::vector<SiteChange> out;
+  out.reserve(by_stack.size());
+  for (auto& [stack, change] : by_stack) {
+    change.stack = stack;
+    out.push_back(std::move(change));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const SiteChange& x, const SiteChange& y) { return x.delta() > y.delta(); });
+  return out;
+}
+
+}  // namespace memcomm::snapshot

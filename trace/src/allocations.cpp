@@ -1,0 +1,132 @@
+// Allocation lifetimes (allocations.hpp): pairing allocs with frees, live bytes by stack, the peak.
+#include "memcomm/trace/allocations.hpp"
+
+#include <algorithm>
+
+namespace memcomm::prof {
+namespace {
+Allocation make(std::int64_t alloc_ns, const BlockInfo& b) {
+  Allocation a;
+  a.alloc_ns = alloc_ns;
+  a.addr = b.addr;
+  a.size = b.size;
+  a.stack = b.stack;
+  a.stream = b.stream;
+  a.device = b.device;
+  a.category = b.category & 0xF;
+  a.before_trace = 0;
+  return a;
+}
+}  // namespace
+
+void AllocationBuilder::alloc(std::int64_t t, const BlockInfo& b) {
+  if (auto it = open_.find(key(b)); it != open_.end()) {  // the trace lost this address's free
+    list_[it->second].free_ns = t;
+    open_.erase(it);
+    ++unmatched_;
+  }
+  open_.emplace(key(b), list_.size());
+  list_.push_back(make(t, b));
+}
+
+void AllocationBuilder::close(std::int64_t t, const BlockInfo& b) {
+  auto it = open_.find(key(b));
+  list_[it->second].free_ns = t;
+  open_.erase(it);
+}
+
+void AllocationBuilder::free_requested(std::int64_t t, const BlockInfo& b) {
+  if (open_.count(key(b))) return close(t, b);
+  Allocation a = make(0, b);  // Note [Allocations before the trace]; alloc_ns set by finish()
+  a.before_trace = 1;
+  a.free_ns = t;
+  list_.push_back(a);
+}
+
+void AllocationBuilder::free_completed(std::int64_t t, const BlockInfo& b) {
+  if (open_.count(key(b))) close(t, b);
+}
+
+void AllocationBuilder::live_at_end(const BlockInfo& b) {
+  if (auto it = open_.find(key(b)); it != open_.end()) {
+    Allocation& a = list_[it->second];
+    if (a.stack == kNoStackId) a.stack = b.stack;
+    return;
+  }
+  Allocation a = make(0, b);
+  a.before_trace = 1;
+  open_.emplace(key(b), list_.size());  // a second end-state block at one address is ignored
+  list_.push_back(a);
+}
+
+Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
+  Allocations out;
+  out.begin = begin;
+  out.end = std::max(begin, end);
+  for (Allocation& a : list_)
+    if (a.before_trace) a.alloc_ns = std::min(begin, a.free_ns);
+  // Stable: allocations at one time keep their events' order.
+  std::stable_sort(list_.begin(), list_.end(), [](const Allocation& x, const Allocation& y) { return x.alloc_ns < y.alloc_ns; });
+  out.list = std::move(list_);
+  out.list.shrink_to_fit();
+  out.unmatched = unmatched_;
+  *this = AllocationBuilder();
+  return out;
+}
+
+std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t) {
+  std::unordered_map<std::uint32_t, StackBytes> by;
+  for (const Allocation& x : a.list) {
+    if (x.alloc_ns > t) break;  // sorted by alloc_ns
+    if (!x.live_at(t)) continue;
+    StackBytes& s = by[x.stack];
+    s.stack = x.stack;
+    s.bytes += x.size;
+    ++s.count;
+  }
+  std::vector<StackBytes> out;
+  out.reserve(by.size());
+  for (auto& [stack, s] : by) out.push_back(s);
+  std::sort(out.begin(), out.end(), [](const StackBytes& x, const StackBytes& y) {
+    return x.bytes != y.bytes ? x.bytes > y.bytes : x.stack < y.stack;
+  });
+  return out;
+}
+
+std::uint64_t live_bytes(const Allocations& a, std::int64_t t) {
+  std::uint64_t sum = 0;
+  for (const Allocation& x : a.list) {
+    if (x.alloc_ns > t) break;
+    if (x.live_at(t)) sum += x.size;
+  }
+  return sum;
+}
+
+// Sweep: all changes at one time apply together (Note [Live means allocated]), then the level is
+// compared with the peak. Unsigned, wrapping arithmetic: a hostile file's sizes give a wrong
+// figure, never undefined behaviour.
+LivePeak peak_live(const Allocations& a) {
+  struct Change {
+    std::int64_t t;
+    std::uint64_t bytes;
+    bool free;
+  };
+  std::vector<Change> changes;
+  changes.reserve(a.list.size() * 2);
+  for (const Allocation& x : a.list) {
+    if (x.free_ns <= x.alloc_ns) continue;  // never live
+    changes.push_back({x.alloc_ns, x.size, false});
+    if (x.free_ns != kStillLive) changes.push_back({x.free_ns, x.size, true});
+  }
+  std::sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) { return x.t < y.t; });
+  LivePeak peak{a.begin, 0};
+  std::uint64_t level = 0;
+  for (std::size_t k = 0; k < changes.size();) {
+    const std::int64_t t = changes[k].t;
+    for (; k < changes.size() && changes[k].t == t; ++k) level = changes[k].free ? level - changes[k].bytes : level + changes[k].bytes;
+    if (level > peak.bytes) peak = {t, level};
+  }
+  return peak;
+}
+
+}  // namespace memcomm::prof
