@@ -135,18 +135,21 @@ void add_memory_options(CLI::App* sub, Args& a) {
   sub->add_flag("--json", a.memory.json, "print JSON (every site, whole stacks)");
   sub->add_flag("--all-frames", a.memory.all_frames, "show every frame, not only memory_viz's filtered ones");
   sub->add_option("--rows", a.memory.rows, "sites shown in text mode (at least 1)")->check(at_least_one())->capture_default_str();
+  sub->add_option("--rank", a.memory.rank, "traces of several ranks: the rank to read (default: the first)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 void add_memory(CLI::App& app, Args& a, Subcommands& s) {
-  s.memory = app.add_subcommand("memory", "Who holds memory in a PyTorch memory snapshot (.pickle): live bytes by "
-                                          "allocation stack at a time, most first, stacks as torch's memory_viz "
-                                          "prints them (file:line:function, outermost first)");
-  s.memory->add_option("FILE", a.files, "snapshot (torch.cuda.memory._dump_snapshot)")->required()->expected(1)->check(CLI::ExistingFile);
+  s.memory = app.add_subcommand("memory", "Who holds memory: live bytes by allocation stack at a time, most first, in a "
+                                          "PyTorch memory snapshot (.pickle; stacks as torch's memory_viz prints them: "
+                                          "file:line:function, outermost first), or by block category in one rank of a "
+                                          ".mct or torch.profiler trace (they record no stacks)");
+  s.memory->add_option("FILE", a.files, "snapshot (torch.cuda.memory._dump_snapshot) or trace")->required()->expected(1)->check(CLI::ExistingFile);
   add_memory_options(s.memory, a);
-  s.compare = app.add_subcommand("compare", "What grew between two PyTorch memory snapshots: live bytes by "
-                                            "allocation stack in each, largest growth first");
-  s.compare->add_option("BEFORE", a.before, "earlier snapshot")->required()->check(CLI::ExistingFile);
-  s.compare->add_option("AFTER", a.after, "later snapshot")->required()->check(CLI::ExistingFile);
+  s.compare = app.add_subcommand("compare", "What grew between two PyTorch memory snapshots (or traces): live bytes "
+                                            "by allocation stack in each, largest growth first");
+  s.compare->add_option("BEFORE", a.before, "earlier snapshot or trace")->required()->check(CLI::ExistingFile);
+  s.compare->add_option("AFTER", a.after, "later snapshot or trace")->required()->check(CLI::ExistingFile);
   add_memory_options(s.compare, a);
 }
 
@@ -267,7 +270,7 @@ int run(const Subcommands& s, const Args& a) {
   } catch (const memcomm::snapshot::ReadError& e) {  // memory, compare: the snapshot cannot be read
     fmt::print(stderr, "memcomm-trace: {}\n", e.what());
     return kExitBadInput;
-  } catch (const std::invalid_argument& e) {  // memory, compare: a bad --at
+  } catch (const std::invalid_argument& e) {  // memory, compare: an unreadable trace, a bad --at or --rank
     fmt::print(stderr, "memcomm-trace: {}\n", e.what());
     return kExitBadInput;
   } catch (const BadInput& e) {

@@ -2,103 +2,177 @@
 // {"at_ns": T, "live_bytes": N, "sites": [{"bytes": B, "stack": ["file:line:function", ...]}, ...]}
 // with stacks outermost first and filtered as memory_viz filters them; text mode caps each stack
 // at its innermost kShownFrames lines (the data and the JSON keep them all).
+//
+// Two kinds of input (HeldMemory): a PyTorch snapshot, whose sites are stacks (snapshot/memory.hpp),
+// and a memcomm or torch.profiler trace, one rank of it, whose blocks carry no stacks: its sites
+// are the blocks' categories (memcomm's trainer tags parameters, gradients...), "<non-python>"
+// where the producer gave none, as for a snapshot block without frames.
 #include "trace_memory.hpp"
 
 #include <fmt/format.h>
 #include <memcomm/common/bytes.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <memory>
 #include <stdexcept>
 
 #include "memcomm/snapshot/memory.hpp"
+#include "memcomm/trace/trace_error.hpp"
+#include "memcomm/trace/trace_set.hpp"
 
 namespace memcomm::prof::tool {
 namespace {
 constexpr std::size_t kShownFrames = 8;
 
-// One snapshot with what `memory` needs of it. StackText points into `snap`: not movable.
-struct Loaded {
-  explicit Loaded(const std::string& path)
-      : snap(snapshot::load_snapshot(path)), allocs(snapshot::snapshot_allocations(snap)), text(snap) {}
-  Loaded(const Loaded&) = delete;
-  snapshot::Snapshot snap;
-  snapshot::SnapshotAllocations allocs;
-  snapshot::StackText text;
+// Live memory by site in one input.
+class HeldMemory {
+ public:
+  virtual ~HeldMemory() = default;
+  virtual const Allocations& allocations() const = 0;
+  virtual snapshot::MemoryAt at(std::int64_t t) const = 0;
+  virtual std::vector<std::string> lines(std::uint32_t site, bool all_frames) const = 0;
+  virtual std::string label() const = 0;  // what was read: the file, and a trace's rank
 
   snapshot::MemoryAt at(const std::string& spec) const {
     std::int64_t t = 0;
     std::string error;
-    if (!snapshot::resolve_at(allocs.allocations, spec, t, error)) throw std::invalid_argument(error);
-    return snapshot::memory_at(allocs.allocations, text, t);
+    if (!snapshot::resolve_at(allocations(), spec, t, error)) throw std::invalid_argument(error);
+    return at(t);
   }
-  std::vector<std::string> lines(const snapshot::SiteBytes& s, bool all_frames) const;
+  std::vector<snapshot::NamedSite> named(const snapshot::MemoryAt& m) const {
+    std::vector<snapshot::NamedSite> out;
+    for (const auto& s : m.sites) out.push_back({lines(s.site, false), s.bytes});
+    return out;
+  }
 };
 
-// The site's lines, or with --all-frames those of one of its raw stacks (the first live one: all
-// raw stacks of a site agree on the filtered frames, so any one is honest about the rest).
-std::vector<std::string> Loaded::lines(const snapshot::SiteBytes& s, bool all_frames) const {
-  if (!all_frames) return text.site_lines(s.site);
-  for (const Allocation& a : allocs.allocations.list)
-    if (text.site(a.stack) == s.site) return text.lines(a.stack, true);
-  return text.site_lines(s.site);
+// A snapshot. StackText points into `snap_`: not movable.
+class SnapshotMemory final : public HeldMemory {
+ public:
+  explicit SnapshotMemory(const std::string& path)
+      : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_) {}
+  const Allocations& allocations() const override { return allocs_.allocations; }
+  snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
+  std::string label() const override { return path_; }
+  // With all_frames, the frames of one of the site's raw stacks: all raw stacks of a site agree on
+  // the filtered frames, so any one is honest about the rest.
+  std::vector<std::string> lines(std::uint32_t site, bool all_frames) const override {
+    if (all_frames)
+      for (const Allocation& a : allocs_.allocations.list)
+        if (text_.site(a.stack) == site) return text_.lines(a.stack, true);
+    return text_.site_lines(site);
+  }
+
+ private:
+  std::string path_;
+  snapshot::Snapshot snap_;
+  snapshot::SnapshotAllocations allocs_;
+  snapshot::StackText text_;
+};
+
+// One rank of a memcomm or torch.profiler trace; its sites are categories.
+class TraceMemory final : public HeldMemory {
+ public:
+  TraceMemory(const std::string& path, const RankTrace& rank) : label_(fmt::format("{} (rank {})", path, rank.rank)), allocs_(rank_allocations(rank)) {}
+  const Allocations& allocations() const override { return allocs_; }
+  std::string label() const override { return label_; }
+  snapshot::MemoryAt at(std::int64_t t) const override {
+    snapshot::MemoryAt m;
+    m.at_ns = t;
+    std::vector<std::uint64_t> bytes(16, 0);
+    std::vector<std::uint32_t> count(16, 0);
+    for (const Allocation& a : allocs_.list)
+      if (a.live_at(t)) bytes[a.category] += a.size, ++count[a.category], m.live_bytes += a.size;
+    for (std::uint32_t c = 0; c < bytes.size(); ++c)
+      if (count[c]) m.sites.push_back({c, bytes[c], count[c]});
+    std::sort(m.sites.begin(), m.sites.end(), [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
+    return m;
+  }
+  std::vector<std::string> lines(std::uint32_t category, bool) const override {
+    if (category == 0) return {std::string(snapshot::kNonPython)};
+    return {fmt::format("<{}>", mem_category_name(static_cast<MemCategory>(category)))};
+  }
+
+ private:
+  std::string label_;
+  Allocations allocs_;
+};
+
+bool is_pickle(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return in.get() == 0x80;  // the PROTO opcode every snapshot pickle starts with
 }
 
-std::string seconds_into(const Allocations& a, std::int64_t t) {
-  return fmt::format("{:.6f} s", static_cast<double>(t - a.begin) / 1e9);
+std::unique_ptr<HeldMemory> open_held(const std::string& path, const MemoryArgs& args) {
+  if (is_pickle(path)) return std::make_unique<SnapshotMemory>(path);
+  TraceSet set;
+  try {
+    set = TraceSet::load({path});
+  } catch (const TraceError& e) {
+    throw std::invalid_argument(fmt::format("{} (memory reads PyTorch snapshots and memcomm or torch.profiler traces)", e.what()));
+  }
+  for (const RankTrace& r : set.ranks)
+    if (args.rank < 0 || r.rank == static_cast<std::uint32_t>(args.rank)) return std::make_unique<TraceMemory>(path, r);
+  throw std::invalid_argument(args.rank < 0 ? fmt::format("{}: holds no rank", path)
+                                            : fmt::format("{}: holds no rank {} (--rank)", path, args.rank));
 }
 
 void append_stack(std::string& out, const std::vector<std::string>& stack) {
   const std::size_t skip = stack.size() > kShownFrames ? stack.size() - kShownFrames : 0;
   if (skip) out += fmt::format("      ... {} outer frames\n", skip);
-  for (std::size_t k = skip; k < stack.size(); ++k) out += fmt::format("      {}\n", stack[k].empty() ? "(empty)" : stack[k]);
+  for (std::size_t k = skip; k < stack.size(); ++k) out += fmt::format("      {}\n", stack[k]);
   if (stack.empty()) out += "      (every frame filtered out; --all-frames shows them)\n";
+}
+
+double percent(std::uint64_t part, std::uint64_t whole) {
+  return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 }  // namespace
 
 std::string memory_report(const std::string& file, const MemoryArgs& args) {
-  const Loaded l(file);
-  const snapshot::MemoryAt m = l.at(args.at);
+  const auto held = open_held(file, args);
+  const snapshot::MemoryAt m = held->at(args.at);
   if (args.json) {
     nlohmann::json sites = nlohmann::json::array();
-    for (const auto& s : m.sites) sites.push_back({{"bytes", s.bytes}, {"count", s.count}, {"stack", l.lines(s, args.all_frames)}});
-    nlohmann::json j = {{"file", file}, {"at", args.at}, {"at_ns", m.at_ns}, {"live_bytes", m.live_bytes}, {"sites", sites}};
-    return j.dump(1) + "\n";
+    for (const auto& s : m.sites) sites.push_back({{"bytes", s.bytes}, {"count", s.count}, {"stack", held->lines(s.site, args.all_frames)}});
+    return nlohmann::json{{"file", file}, {"at", args.at}, {"at_ns", m.at_ns}, {"live_bytes", m.live_bytes}, {"sites", sites}}.dump(1) + "\n";
   }
-  std::string out = fmt::format("{}: at {} ({} after the trace's begin): {} live in {} sites\n", file, args.at,
-                                seconds_into(l.allocs.allocations, m.at_ns), format_bytes(m.live_bytes), m.sites.size());
+  const Allocations& a = held->allocations();
+  std::string out = fmt::format("{}: at {} ({:.6f} s after the trace's first event): {} live in {} sites\n", held->label(), args.at,
+                                static_cast<double>(m.at_ns - a.begin) / 1e9, format_bytes(m.live_bytes), m.sites.size());
   const std::size_t shown = std::min(args.rows, m.sites.size());
   for (std::size_t k = 0; k < shown; ++k) {
     const auto& s = m.sites[k];
-    out += fmt::format("  {:>10}  {:5.1f}%  {} allocations\n", format_bytes(s.bytes),
-                       m.live_bytes ? 100.0 * static_cast<double>(s.bytes) / static_cast<double>(m.live_bytes) : 0.0, s.count);
-    append_stack(out, l.lines(s, args.all_frames));
+    out += fmt::format("  {:>10}  {:5.1f}%  {} allocations\n", format_bytes(s.bytes), percent(s.bytes, m.live_bytes), s.count);
+    append_stack(out, held->lines(s.site, args.all_frames));
   }
   if (shown < m.sites.size()) out += fmt::format("  ... {} more sites (--rows, or --json for all)\n", m.sites.size() - shown);
   return out;
 }
 
 std::string compare_report(const std::string& before, const std::string& after, const MemoryArgs& args) {
-  const Loaded a(before), b(after);
-  const snapshot::MemoryAt ma = a.at(args.at), mb = b.at(args.at);
-  const auto changes = snapshot::compare_sites(ma, a.text, mb, b.text);
+  const auto a = open_held(before, args), b = open_held(after, args);
+  const snapshot::MemoryAt ma = a->at(args.at), mb = b->at(args.at);
+  const auto changes = snapshot::compare_sites(a->named(ma), b->named(mb));
   if (args.json) {
     nlohmann::json sites = nlohmann::json::array();
     for (const auto& c : changes)
       if (c.delta() != 0) sites.push_back({{"before", c.before}, {"after", c.after}, {"delta", c.delta()}, {"stack", c.stack}});
-    nlohmann::json j = {{"before", {{"file", before}, {"at_ns", ma.at_ns}, {"live_bytes", ma.live_bytes}}},
-                        {"after", {{"file", after}, {"at_ns", mb.at_ns}, {"live_bytes", mb.live_bytes}}},
-                        {"at", args.at}, {"sites", sites}};
-    return j.dump(1) + "\n";
+    return nlohmann::json{{"before", {{"file", before}, {"at_ns", ma.at_ns}, {"live_bytes", ma.live_bytes}}},
+                          {"after", {{"file", after}, {"at_ns", mb.at_ns}, {"live_bytes", mb.live_bytes}}},
+                          {"at", args.at},
+                          {"sites", sites}}
+               .dump(1) + "\n";
   }
-  std::string out = fmt::format("live at {}: {} in {}, {} in {}\n", args.at, format_bytes(ma.live_bytes), before,
-                                format_bytes(mb.live_bytes), after);
+  std::string out = fmt::format("live at {}: {} in {}, {} in {}\n", args.at, format_bytes(ma.live_bytes), a->label(),
+                                format_bytes(mb.live_bytes), b->label());
   std::size_t shown = 0;
   for (const auto& c : changes) {
     if (c.delta() == 0 || shown == args.rows) continue;
     ++shown;
-    out += fmt::format("  {}{:>10}  ({} -> {})\n", c.delta() > 0 ? '+' : '-',
-                       format_bytes(static_cast<std::uint64_t>(c.delta() > 0 ? c.delta() : -c.delta())),
-                       format_bytes(c.before), format_bytes(c.after));
+    const std::uint64_t size = static_cast<std::uint64_t>(c.delta() > 0 ? c.delta() : -c.delta());
+    out += fmt::format("  {}{:>10}  ({} -> {})\n", c.delta() > 0 ? '+' : '-', format_bytes(size), format_bytes(c.before), format_bytes(c.after));
     append_stack(out, c.stack);
   }
   if (shown == 0) out += "  no site changed\n";

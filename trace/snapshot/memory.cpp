@@ -115,11 +115,17 @@ bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_
   return true;
 }
 
-std::vector<SiteChange> compare_sites(const MemoryAt& before, const StackText& before_text, const MemoryAt& after,
-                                      const StackText& after_text) {
-  std::map<std::vector<std::string>, SiteChange> by_stack;  // by text: site ids differ between snapshots
-  for (const SiteBytes& s : before.sites) by_stack[before_text.site_lines(s.site)].before += s.bytes;
-  for (const SiteBytes& s : after.sites) by_stack[after_text.site_lines(s.site)].after += s.bytes;
+std::vector<NamedSite> named_sites(const MemoryAt& m, const StackText& text) {
+  std::vector<NamedSite> out;
+  out.reserve(m.sites.size());
+  for (const SiteBytes& s : m.sites) out.push_back({text.site_lines(s.site), s.bytes});
+  return out;
+}
+
+std::vector<SiteChange> compare_sites(const std::vector<NamedSite>& before, const std::vector<NamedSite>& after) {
+  std::map<std::vector<std::string>, SiteChange> by_stack;
+  for (const NamedSite& s : before) by_stack[s.stack].before += s.bytes;
+  for (const NamedSite& s : after) by_stack[s.stack].after += s.bytes;
   std::vector<SiteChange> out;
   out.reserve(by_stack.size());
   for (auto& [stack, change] : by_stack) {

@@ -1,6 +1,9 @@
 // Allocation lifetimes (allocations.hpp): pairing allocs with frees, live bytes by stack, the peak.
 #include "memcomm/trace/allocations.hpp"
 
+#include "memcomm/trace/event.hpp"
+#include "memcomm/trace/trace_set.hpp"
+
 #include <algorithm>
 
 namespace memcomm::prof {
@@ -72,6 +75,19 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
   out.unmatched = unmatched_;
   *this = AllocationBuilder();
   return out;
+}
+
+Allocations rank_allocations(const RankTrace& rank) {
+  AllocationBuilder b;
+  for (const Event& e : rank.events) {
+    if (e.kind != EventKind::Alloc && e.kind != EventKind::FreeRequested && e.kind != EventKind::FreeCompleted) continue;
+    const auto m = e.as<MemBlockEvent>();
+    const BlockInfo info{m.device, m.addr(), m.size(), m.stream, kNoStackId, m.category};
+    if (e.kind == EventKind::Alloc) b.alloc(m.ts, info);
+    else if (e.kind == EventKind::FreeRequested) b.free_requested(m.ts, info);
+    else b.free_completed(m.ts, info);
+  }
+  return b.finish(rank.begin_ns(), rank.events.empty() ? 0 : rank.events.back().ts);
 }
 
 std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t) {

@@ -97,6 +97,11 @@ struct StackBytes {
 std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t);
 std::uint64_t live_bytes(const Allocations& a, std::int64_t t);
 
+struct RankTrace;
+// A memcomm trace's (or a torch.profiler trace's) blocks on one rank, all devices. Its events carry
+// no stacks: Allocation::stack stays kNoStackId and category is the producer's MemCategory.
+Allocations rank_allocations(const RankTrace& rank);
+
 struct LivePeak {
   std::int64_t t = 0;       // the first time live bytes reach the peak
   std::uint64_t bytes = 0;  // live bytes then

@@ -59,14 +59,21 @@ MemoryAt memory_at(const prof::Allocations& a, const StackText& text, std::int64
 // Returns false (with a message) for anything else.
 bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_t& t, std::string& error);
 
+// A site with its lines: what compare_sites takes, so sites of two files (whose site ids differ)
+// and sites that are no stacks (a memcomm trace's categories) compare alike.
+struct NamedSite {
+  std::vector<std::string> stack;
+  std::uint64_t bytes = 0;
+};
+std::vector<NamedSite> named_sites(const MemoryAt& m, const StackText& text);
+
 // What changed by site between two states (of two snapshots, or two times of one).
 struct SiteChange {
   std::vector<std::string> stack;  // the site's lines
   std::uint64_t before = 0, after = 0;
   std::int64_t delta() const { return static_cast<std::int64_t>(after - before); }
 };
-// Sites present in either state, largest growth first (shrinks last).
-std::vector<SiteChange> compare_sites(const MemoryAt& before, const StackText& before_text, const MemoryAt& after,
-                                      const StackText& after_text);
+// Sites present in either state, by their lines; largest growth first (shrinks last).
+std::vector<SiteChange> compare_sites(const std::vector<NamedSite>& before, const std::vector<NamedSite>& after);
 
 }  // namespace memcomm::snapshot

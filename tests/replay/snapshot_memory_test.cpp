@@ -1,0 +1,165 @@
+// Who holds memory: allocation lifetimes (trace/ allocations.hpp), memory_viz's frames
+// (snapshot/frames.hpp) and live bytes by site (snapshot/memory.hpp), on hand-built events and on
+// the hand-built snapshot. tests/python/test_memory_viz_parity.py checks the same functions against
+// torch's memory_viz on the shared snapshots.
+#include "memcomm/snapshot/memory.hpp"
+#include "memcomm_test.hpp"
+#include "hand_snapshot.hpp"
+
+namespace snap = memcomm::snapshot;
+namespace prof = memcomm::prof;
+
+namespace {
+prof::BlockInfo block(std::uint64_t addr, std::uint64_t size, std::uint32_t stack = prof::kNoStackId) {
+  prof::BlockInfo b;
+  b.addr = addr;
+  b.size = size;
+  b.stack = stack;
+  return b;
+}
+}  // namespace
+
+TEST_CASE("allocations: allocs pair with frees, and blocks from before the trace are live from its begin", "[allocations]") {
+  prof::AllocationBuilder b;
+  b.alloc(10, block(0x100, 100, 1));
+  b.free_requested(15, block(0x900, 7, 4));  // allocated before the trace
+  b.alloc(20, block(0x200, 50, 2));
+  b.free_requested(30, block(0x100, 100, 1));
+  b.free_completed(31, block(0x100, 100, 1));  // after its request: changes nothing
+  b.alloc(40, block(0x100, 60, 3));           // the address again
+  b.live_at_end(block(0x100, 60, 3));         // open: nothing new
+  b.live_at_end(block(0x500, 1000, 5));       // held all along
+  const prof::Allocations a = b.finish(10, 40);
+  REQUIRE(a.list.size() == 5);
+  CHECK(a.unmatched == 0);
+  CHECK(prof::live_bytes(a, 9) == 0);
+  CHECK(prof::live_bytes(a, 10) == 100 + 7 + 1000);
+  CHECK(prof::live_bytes(a, 15) == 100 + 1000);       // freed at 15: not live at 15
+  CHECK(prof::live_bytes(a, 29) == 150 + 1000);
+  CHECK(prof::live_bytes(a, 40) == 110 + 1000);
+  const prof::LivePeak peak = prof::peak_live(a);
+  CHECK(peak.t == 20);
+  CHECK(peak.bytes == 1150);
+  const auto sites = prof::live_by_stack(a, peak.t);
+  REQUIRE(sites.size() == 3);
+  CHECK(sites[0].stack == 5);
+  CHECK(sites[0].bytes + sites[1].bytes + sites[2].bytes == peak.bytes);
+}
+
+TEST_CASE("allocations: one free event closes a block, and a lost free closes it at the next alloc", "[allocations]") {
+  prof::AllocationBuilder b;
+  b.alloc(0, block(0x10, 8));
+  b.free_completed(5, block(0x10, 8));  // a producer that records only one free
+  b.alloc(6, block(0x20, 4));
+  b.alloc(9, block(0x20, 4));           // its free was lost
+  b.free_completed(12, block(0x30, 1)); // freed before the trace, but with no request: ignored
+  const prof::Allocations a = b.finish(0, 12);
+  CHECK(a.list.size() == 3);
+  CHECK(a.unmatched == 1);
+  CHECK(prof::live_bytes(a, 5) == 0);
+  CHECK(prof::live_bytes(a, 8) == 4);
+  CHECK(prof::live_bytes(a, 12) == 4);
+}
+
+TEST_CASE("allocations: a peak inside one time step counts every change at that time", "[allocations]") {
+  prof::AllocationBuilder b;
+  b.alloc(0, block(0x10, 100));
+  b.alloc(5, block(0x20, 100));
+  b.free_requested(5, block(0x10, 100));  // same time: the level after both is 100
+  const prof::Allocations a = b.finish(0, 5);
+  CHECK(prof::peak_live(a).bytes == 100);
+  CHECK(prof::peak_live(a).t == 0);
+}
+
+TEST_CASE("snapshot clock: events within one microsecond keep their order in nanoseconds", "[snapshot][memory]") {
+  snap::EventClock clock;
+  snap::Event e;
+  e.time_us = 7;
+  CHECK(clock.next(e) == 7000);
+  CHECK(clock.next(e) == 7001);
+  CHECK(clock.next(e) == 7002);
+  e.time_us = 8;
+  CHECK(clock.next(e) == 8000);
+  e.time_us = INT64_MAX / 10;  // absurd: saturates
+  CHECK(clock.next(e) == INT64_MAX);
+  CHECK(clock.next(e) == INT64_MAX);
+  snap::EventClock untimed;
+  snap::Event u;
+  CHECK(untimed.next(u) == 0);
+  CHECK(untimed.next(u) == 1000);
+}
+
+TEST_CASE("frames: memory_viz's filter and format", "[snapshot][frames]") {
+  CHECK_FALSE(snap::is_user_frame("torch::unwind::unwind()", "??"));
+  CHECK_FALSE(snap::is_user_frame("_PyEval_EvalFrameDefault", "??"));
+  CHECK_FALSE(snap::is_user_frame("call", "/usr/src/Python/ceval.c"));
+  CHECK_FALSE(snap::is_user_frame("f", "aten/src/ATen/core/boxing/impl.h"));
+  CHECK(snap::is_user_frame("forward", "/home/me/model.py"));
+
+  snap::Snapshot s;
+  const std::uint32_t f = s.intern_frame({s.intern_string("forward"), s.intern_string("/home/me/model.py"), 42});
+  const std::uint32_t u = s.intern_frame({s.intern_string("torch::unwind::unwind()"), s.intern_string("??"), 0});
+  const std::uint32_t g = s.intern_frame({s.intern_string("step"), s.intern_string("/other/dir/model.py"), 42});
+  CHECK(snap::frame_text(s, f) == "model.py:42:forward");
+  const std::uint32_t a = s.intern_stack({u, f});  // innermost first, as PyTorch stores them
+  const std::uint32_t b = s.intern_stack({f});
+  const std::uint32_t c = s.intern_stack({u});
+  const std::uint32_t d = s.intern_stack({g});
+  const snap::StackText text(s);
+  CHECK(text.lines(a) == std::vector<std::string>{"model.py:42:forward"});
+  CHECK(text.lines(a, true) == std::vector<std::string>{"model.py:42:forward", "??:0:torch::unwind::unwind()"});
+  CHECK(text.lines(snap::kNoStack) == std::vector<std::string>{"<non-python>"});
+  CHECK(text.site(a) == text.site(b));  // Note [Sites]: equal filtered text, one site
+  CHECK(text.site(a) != text.site(d));
+  CHECK(text.site_lines(text.site(c)).empty());  // every frame filtered away
+  CHECK(text.site(snap::kNoStack) != text.site(c));
+  CHECK(text.site_matches(text.site(a), "forward"));
+  CHECK(text.site_matches(text.site(a), "model.py"));
+  CHECK_FALSE(text.site_matches(text.site(a), "unwind"));
+}
+
+TEST_CASE("snapshot memory: the hand-built snapshot's lifetimes, sites and --at", "[snapshot][memory]") {
+  const auto bytes = memcomm::test::build_snapshot();
+  const snap::Snapshot s = snap::parse_snapshot(bytes.data(), bytes.size(), "hand.pickle");
+  const snap::SnapshotAllocations sa = snap::snapshot_allocations(s);
+  const prof::Allocations& a = sa.allocations;
+  const snap::StackText text(s);
+  // Device 0: 5000 B at 6 MiB from 11 us to 13 us; the end state's active block (1000 B
+  // requested) was allocated before the trace. Device 2 (no time_us, so 0, 1, 2 us...): 30 MiB
+  // closed by its one free event.
+  CHECK(prof::live_bytes(a, 11000) == 5000 + 1000);
+  CHECK(prof::live_bytes(a, 13000) == 1000);
+  const snap::MemoryAt end = snap::memory_at(a, text, a.end);
+  CHECK(end.live_bytes == 1000);
+  REQUIRE(end.sites.size() == 1);
+  CHECK(text.site_lines(end.sites[0].site) == std::vector<std::string>{"<non-python>"});
+  std::int64_t t = 0;
+  std::string error;
+  REQUIRE(snap::resolve_at(a, "peak", t, error));
+  const snap::MemoryAt peak = snap::memory_at(a, text, t);
+  CHECK(peak.live_bytes == 30 * memcomm::test::MiB + 1000);
+  REQUIRE(snap::resolve_at(a, "0", t, error));
+  CHECK(t == a.begin);
+  for (const char* bad : {"-1", "soon", "nan", "1e99", "", "2s"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(snap::resolve_at(a, bad, t, error));
+    CHECK(error.find("--at") != std::string::npos);
+  }
+}
+
+TEST_CASE("snapshot memory: compare lists what grew by site, largest first", "[snapshot][memory]") {
+  snap::Snapshot s;
+  const std::uint32_t f = s.intern_frame({s.intern_string("f"), s.intern_string("a.py"), 1});
+  const std::uint32_t g = s.intern_frame({s.intern_string("g"), s.intern_string("a.py"), 2});
+  const std::uint32_t sf = s.intern_stack({f}), sg = s.intern_stack({g});
+  const snap::StackText text(s);
+  snap::MemoryAt before, after;
+  before.sites = {{text.site(sf), 100, 1}, {text.site(sg), 50, 1}};
+  after.sites = {{text.site(sf), 40, 1}, {text.site(sg), 500, 2}, {text.site(snap::kNoStack), 7, 1}};
+  const auto changes = snap::compare_sites(snap::named_sites(before, text), snap::named_sites(after, text));
+  REQUIRE(changes.size() == 3);
+  CHECK(changes[0].stack == std::vector<std::string>{"a.py:2:g"});
+  CHECK(changes[0].delta() == 450);
+  CHECK(changes[1].stack == std::vector<std::string>{"<non-python>"});
+  CHECK(changes[2].delta() == -60);
+}
