@@ -184,13 +184,21 @@ TEST_CASE("a PyTorch snapshot alone gets the snapshot advice, without the trace 
   // The shared snapshot with an OOM: whatever else the replay says, the OOM rule always speaks.
   const std::string path = memcomm::test::shared_snapshots_dir() + "/code_location__memory_snapshot.pickle";
   if (!std::filesystem::exists(path)) MEMCOMM_SKIP_TEST("shared snapshot not found: " + path);
-  auto app = make_app(800, 400, "summary");
-  app->start_load({path});
-  settle(*app);
-  if (app->state().tl.empty()) MEMCOMM_SKIP_TEST("this build has no snapshot reader");
-  const AdviceResult& a = app->state().advice;
+  AppOptions o;
+  o.width = 800;
+  o.height = 400;
+  o.hidden = true;
+  o.panes = "summary";
+  o.trace_tool = std::string(MEMCOMM_BINARY_DIR) + "/bin/memcomm-trace";
+  if (!std::filesystem::exists(o.trace_tool)) MEMCOMM_SKIP_TEST("memcomm-trace is not built");
+  App app(o);
+  std::string why;
+  if (!app.open_window(why)) MEMCOMM_SKIP_TEST(why);
+  app.start_load({path});
+  settle(app);
+  if (app.state().tl.empty()) MEMCOMM_SKIP_TEST("this build has no snapshot reader");
+  const AdviceResult& a = app.state().advice;
   CHECK(a.files == std::vector<std::string>{path});
-  if (a.state == AdviceResult::State::Waiting) return;  // a lower range_prompt_bytes: the button's test covers it
   INFO(a.error);
   REQUIRE(a.state == AdviceResult::State::Done);
   CHECK(a.report.empty());  // memcomm-trace report reads traces only
