@@ -19,6 +19,8 @@ const char* topic_name(Topic t) {
     case Topic::DataWait: return "data";
     case Topic::Headroom: return "headroom";
     case Topic::Straggler: return "straggler";
+    case Topic::Oom: return "oom";
+    case Topic::Churn: return "churn";
   }
   return "?";
 }
@@ -202,6 +204,12 @@ std::vector<Advice> advise(const prof::TraceSet& set, const prof::Analysis& a, c
   return out;
 }
 
+std::string saving_text(const Advice& a) {
+  if (a.saving_unit == "bytes") return format_bytes(uint64_t(a.saving));
+  if (a.saving_unit == "calls") return fmt::format("{:.0f} segment calls", a.saving);
+  return fmt::format("{:.1f} ms per step", a.saving);
+}
+
 std::string advice_to_text(const std::vector<Advice>& advice) {
   if (advice.empty()) return "nothing to change: no rule's threshold is crossed\n";
   std::string s;
@@ -209,8 +217,7 @@ std::string advice_to_text(const std::vector<Advice>& advice) {
   for (const auto& a : advice) {
     s += fmt::format("{}. [{}] {}\n   evidence: {}\n", ++n, topic_name(a.topic), a.change, a.evidence);
     if (a.saving > 0)
-      s += a.saving_unit == "bytes" ? fmt::format("   expected saving: {}\n", format_bytes(uint64_t(a.saving)))
-                                    : fmt::format("   expected saving: {:.1f} ms per step\n", a.saving);
+      s += fmt::format("   expected saving: {}\n", saving_text(a));
   }
   return s;
 }

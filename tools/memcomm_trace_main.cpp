@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "memcomm/advisor/advise.hpp"
+#include "memcomm/advisor/advise_snapshot.hpp"
 #include "memcomm/trace/analysis.hpp"
 #include "memcomm/trace/chrome_export.hpp"
 #include "memcomm/trace/hta.hpp"
@@ -190,7 +191,12 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
 
   s.advise = add_files(app.add_subcommand("advise", "What to change, with the evidence: allocator policy (replaying the "
                                                     "trace's allocations), buckets/accumulation, loader, micro-batch, "
-                                                    "stragglers"), a);
+                                                    "stragglers. FILE may also be a PyTorch memory snapshot (.pickle "
+                                                    "from _dump_snapshot): its allocations replayed through the "
+                                                    "policies (expandable_segments:True or memcomm's allocator, bytes "
+                                                    "saved), empty_cache churn (segments freed and allocated again), "
+                                                    "and each OOM: fragmented or full, with the failed allocation's "
+                                                    "stack"), a);
   s.advise->add_option("--memory-limit", a.advise.memory_limit,
                        "Bytes per rank the run may use (e.g. 80GiB); default: the allocator's recorded capacity")
       ->transform(memcomm::size_transform());
@@ -235,10 +241,24 @@ int run_convert(const Args& a) {
   return 0;
 }
 
+// Snapshots (by their first byte) and traces may be mixed; the traces are advised on together.
 int run_advise(Args a) {
-  const TraceSet set = load_inputs(a.files);
+  namespace adv = memcomm::advise;
   a.advise.replay = !a.no_replay;
-  const auto advice = memcomm::advise::advise(set, analyze(set), a.files, a.advise);
+  std::vector<std::string> traces, snapshots;
+  for (const auto& f : a.files) (adv::is_snapshot_file(f) ? snapshots : traces).push_back(f);
+  std::vector<adv::Advice> advice;
+  if (!traces.empty()) {
+    const TraceSet set = load_inputs(traces);
+    advice = adv::advise(set, analyze(set), traces, a.advise);
+  }
+  for (const auto& f : snapshots) {
+    try {
+      for (auto& x : adv::advise_snapshot(f, a.advise)) advice.push_back(std::move(x));
+    } catch (const memcomm::snapshot::ReadError& e) {  // a corrupt or cut pickle: bad input, exit 2
+      throw BadInput(e.what());
+    }
+  }
   if (a.json) fmt::print("{}\n", memcomm::advise::advice_to_json(advice));
   else fmt::print("{}", memcomm::advise::advice_to_text(advice));
   return 0;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -179,14 +180,29 @@ TEST_CASE("traces too large to advise on at once wait for the Summary's button",
   CHECK(st.advice_button.y < 0);  // the button is gone
 }
 
-TEST_CASE("a PyTorch snapshot alone gets no advice and the pane says why", "[gui][viewer]") {
-  const std::string path = memcomm::test::shared_snapshots_dir() + "/magma27__memory_snapshot.pickle";
+TEST_CASE("a PyTorch snapshot alone gets the snapshot advice, without the trace report", "[gui][viewer]") {
+  // The shared snapshot with an OOM: whatever else the replay says, the OOM rule always speaks.
+  const std::string path = memcomm::test::shared_snapshots_dir() + "/code_location__memory_snapshot.pickle";
   if (!std::filesystem::exists(path)) MEMCOMM_SKIP_TEST("shared snapshot not found: " + path);
-  auto app = make_app(800, 400, "summary");
-  app->start_load({path});
-  settle(*app);
-  if (app->state().tl.empty()) MEMCOMM_SKIP_TEST("this build has no snapshot reader");
-  CHECK(app->state().advice.state == AdviceResult::State::NoTraces);
+  AppOptions o;
+  o.width = 800;
+  o.height = 400;
+  o.hidden = true;
+  o.panes = "summary";
+  o.trace_tool = std::string(MEMCOMM_BINARY_DIR) + "/bin/memcomm-trace";
+  if (!std::filesystem::exists(o.trace_tool)) MEMCOMM_SKIP_TEST("memcomm-trace is not built");
+  App app(o);
+  std::string why;
+  if (!app.open_window(why)) MEMCOMM_SKIP_TEST(why);
+  app.start_load({path});
+  settle(app);
+  if (app.state().tl.empty()) MEMCOMM_SKIP_TEST("this build has no snapshot reader");
+  const AdviceResult& a = app.state().advice;
+  CHECK(a.files == std::vector<std::string>{path});
+  INFO(a.error);
+  REQUIRE(a.state == AdviceResult::State::Done);
+  CHECK(a.report.empty());  // memcomm-trace report reads traces only
+  CHECK(std::any_of(a.advice.begin(), a.advice.end(), [](const AdviceItem& it) { return it.topic == "oom"; }));
 }
 
 TEST_CASE("memcomm-view refuses bad flags with exit code 2 and a message", "[gui][viewer]") {

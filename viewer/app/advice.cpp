@@ -42,11 +42,16 @@ namespace {
 
 constexpr std::size_t kMaxToolOutput = 16u << 20;  // report text and advice JSON are far smaller
 
-// What memcomm-trace reads: .mct traces and torch.profiler traces (by content, as the viewer loads them).
-bool is_trace_file(const std::string& path) {
+InputKind input_kind(const std::string& path) {
   std::string error;
-  const InputKind kind = detect_input(path, error);
-  return kind == InputKind::MemcommTrace || kind == InputKind::KinetoTrace;
+  return detect_input(path, error);
+}
+
+// What memcomm-trace advise reads: .mct traces, torch.profiler traces and PyTorch snapshots (by
+// content, as the viewer loads them).
+bool is_trace_file(const std::string& path) {
+  const InputKind kind = input_kind(path);
+  return kind == InputKind::MemcommTrace || kind == InputKind::KinetoTrace || kind == InputKind::TorchSnapshot;
 }
 
 bool executable(const std::string& path) {
@@ -313,9 +318,11 @@ void AdviceJob::work() {
     r.error = std::move(why);
   };
   std::vector<std::string> advise = {tool_, "advise", "--json"}, report = {tool_, "report", "--rows", "12"};
+  bool any_trace = false;
   for (const auto& f : files_) {
     advise.push_back(f);
-    report.push_back(f);
+    // memcomm-trace report analyses traces only; a snapshot's advice is all the pane has of it.
+    if (input_kind(f) != InputKind::TorchSnapshot) report.push_back(f), any_trace = true;
   }
   const ChildOutput a = run_child(advise, child_mu_, child_, cancel_, deadline);
   if (!cancel_.load()) {
@@ -323,7 +330,7 @@ void AdviceJob::work() {
     if (!a.ran || a.exit_code != 0 || !a.why.empty() || a.timed_out) fail(failure("memcomm-trace advise", a, timeout_s_));
     else if (!parse_advice_json(a.out, r.advice, error)) fail("memcomm-trace advise: " + error);
   }
-  if (!cancel_.load() && r.state == AdviceResult::State::Running) {
+  if (!cancel_.load() && r.state == AdviceResult::State::Running && any_trace) {
     const ChildOutput rep = run_child(report, child_mu_, child_, cancel_, deadline);
     if (!rep.ran || rep.exit_code != 0 || !rep.why.empty() || rep.timed_out)
       fail(failure("memcomm-trace report", rep, timeout_s_));

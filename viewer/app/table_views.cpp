@@ -67,7 +67,8 @@ void draw_advice(AppState& st) {
   switch (a.state) {
     case State::None: break;
     case State::NoTraces:
-      ImGui::TextWrapped("Advice: needs traces (.mct or torch.profiler .json/.json.gz); none of what is loaded is one.");
+      ImGui::TextWrapped("Advice: needs traces (.mct or torch.profiler .json/.json.gz) or PyTorch memory snapshots "
+                         "(.pickle); none of what is loaded is one.");
       break;
     case State::Live:
       ImGui::TextWrapped("Advice: live streams are not kept as files; record the run with --trace and run "
@@ -86,7 +87,7 @@ void draw_advice(AppState& st) {
       ImGui::TextWrapped("%s", a.error.c_str());
       break;
     case State::Done: {
-      ImGui::Text("Advice (memcomm-trace advise, %zu trace(s), whole files):", a.files.size());
+      ImGui::Text("Advice (memcomm-trace advise, %zu file(s), whole files):", a.files.size());
       if (a.advice.empty()) ImGui::TextUnformatted("  nothing to change: no rule's threshold is crossed");
       int n = 0;
       for (const auto& it : a.advice) {
@@ -94,7 +95,9 @@ void draw_advice(AppState& st) {
         ImGui::Indent();
         ImGui::TextWrapped("evidence: %s", it.evidence.c_str());
         if (it.saving > 0) {
-          const std::string saving = it.saving_unit == "bytes" ? format_bytes(whole_bytes(it.saving)) : fmt::format("{:.1f} ms per step", it.saving);
+          const std::string saving = it.saving_unit == "bytes"   ? format_bytes(whole_bytes(it.saving))
+                                     : it.saving_unit == "calls" ? fmt::format("{:.0f} segment calls", it.saving)
+                                                                 : fmt::format("{:.1f} ms per step", it.saving);
           ImGui::Text("expected saving: %s", saving.c_str());
         }
         ImGui::Unindent();

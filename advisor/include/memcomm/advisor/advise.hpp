@@ -1,5 +1,5 @@
 // The advisor: reads a trace's analysis and says what to change, each piece of advice with the
-// numbers behind it. What `memcomm-trace advise` prints.
+// numbers behind it. What `memcomm-trace advise` prints. PyTorch snapshots: advise_snapshot.hpp.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,8 @@
 
 namespace memcomm::advise {
 
-enum class Topic { Fragmentation, Communication, DataWait, Headroom, Straggler };
+// Oom and Churn come from PyTorch snapshots only (advise_snapshot.hpp).
+enum class Topic { Fragmentation, Communication, DataWait, Headroom, Straggler, Oom, Churn };
 const char* topic_name(Topic t);
 
 struct Advice {
@@ -19,7 +20,7 @@ struct Advice {
   std::string change;     // what to do, concretely (a flag, a policy)
   std::string evidence;   // the measured numbers that call for it
   double saving = 0;      // expected saving, in `saving_unit`
-  std::string saving_unit;  // "bytes" or "ms/step"
+  std::string saving_unit;  // "bytes", "ms/step" or "calls" (segment calls avoided)
 };
 
 struct AdviseOptions {
@@ -37,6 +38,8 @@ struct AdviseOptions {
 std::vector<Advice> advise(const prof::TraceSet& set, const prof::Analysis& analysis,
                            const std::vector<std::string>& files, const AdviseOptions& options = {});
 
+// The saving in words: "1.2 GiB", "3.5 ms per step", "40 segment calls".
+std::string saving_text(const Advice& a);
 std::string advice_to_text(const std::vector<Advice>& advice);
 std::string advice_to_json(const std::vector<Advice>& advice);
 

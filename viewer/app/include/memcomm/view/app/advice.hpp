@@ -42,7 +42,7 @@ struct AdviceItem {
 struct AdviceResult {
   enum class State {
     None,        // nothing loaded from files (or nothing asked yet)
-    NoTraces,    // data loaded, but no trace among it (snapshots, synthetic data)
+    NoTraces,    // data loaded, but no trace or snapshot among it (synthetic data)
     Live,        // live streams: no files to advise on
     Waiting,     // traces too large to run automatically: the pane offers a button
     Running,
@@ -50,7 +50,7 @@ struct AdviceResult {
     Failed,      // the tool is missing or failed: `error` says why
   };
   State state = State::None;
-  std::vector<std::string> files;     // the traces (.mct, torch.profiler) advised on
+  std::vector<std::string> files;     // the traces (.mct, torch.profiler) and snapshots advised on
   std::vector<AdviceItem> advice;     // Done: the advice (empty: no rule's threshold is crossed)
   std::string report;                 // Done: `memcomm-trace report` text (analysis tables)
   std::string error;                  // Failed: why
@@ -59,7 +59,8 @@ struct AdviceResult {
 };
 const char* advice_state_name(AdviceResult::State s);
 
-// The files among `paths` that are memcomm traces (by their magic) and loaded (named at the start
+// The files among `paths` that memcomm-trace advise reads (memcomm and torch.profiler traces, PyTorch
+// snapshots: by their content) and loaded (named at the start
 // of one of `sources`, the loaded Timeline's sources), in order, without repeats.
 std::vector<std::string> loaded_trace_files(const std::vector<std::string>& paths, const std::vector<std::string>& sources);
 // `configured` when not empty, else memcomm-trace next to this executable, else on PATH; "" when none.

@@ -1,0 +1,118 @@
+// The snapshot advisor's entry points and its policy rule: the snapshot's requests (rebuilt as
+// memcomm-replay does, Note [Rebuilding requests]) replayed under PyTorch's allocator as recorded
+// (its expandable_segments setting), with the other setting, and under memcomm's allocator. The
+// saving is the recorded setting's replayed peak reserved minus the best policy's, summed over devices;
+// below 5% of it no policy change is worth advising (rounding and page granularity remain).
+#include "memcomm/advisor/advise_snapshot.hpp"
+
+#include <fmt/format.h>
+#include <memcomm/common/bytes.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "memcomm/replay/replayer.hpp"
+#include "memcomm/replay/requests.hpp"
+#include "snapshot_rules.hpp"
+
+namespace memcomm::advise {
+
+namespace detail {
+
+namespace {
+
+constexpr double kMinSavingShare = 0.05;
+const std::vector<std::string> kPolicies = {"pytorch", "pytorch-expandable", "memcomm"};
+
+struct PolicyPeaks {
+  std::map<std::string, std::uint64_t> reserved;  // per policy: peak reserved, summed over devices
+  std::uint64_t live = 0, recorded = 0, requests = 0;
+  std::size_t devices = 0;
+};
+
+PolicyPeaks replay_peaks(const snapshot::Snapshot& snap) {
+  const replay::TraceRequests trace = replay::build_requests(snap);
+  std::vector<std::string> names = kPolicies;
+  names.push_back(replay::kRecordedPolicy);
+  PolicyPeaks p;
+  p.devices = trace.devices.size();
+  for (const auto& r : replay::replay_all(trace, names, 0)) {
+    if (r.policy == replay::kRecordedPolicy) {
+      p.recorded += r.peak_reserved;
+      continue;
+    }
+    p.reserved[r.policy] += r.peak_reserved;
+    if (r.policy == kPolicies.front()) p.live += r.peak_live, p.requests += r.requests;
+  }
+  return p;
+}
+
+std::string policy_change(const std::string& best) {
+  if (best == "pytorch-expandable") return "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+  if (best == "memcomm") return "use memcomm's caching allocator (install_torch_cuda_allocator)";
+  return "use PyTorch's allocator without expandable segments (drop expandable_segments:True)";
+}
+
+}  // namespace
+
+void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out) {
+  const PolicyPeaks p = replay_peaks(snap);
+  if (p.reserved.empty()) return;  // no device has an event or a segment
+  const std::string current = snap.settings.expandable_segments ? "pytorch-expandable" : "pytorch";
+  std::string best = current;
+  for (const auto& name : kPolicies)
+    if (p.reserved.at(name) < p.reserved.at(best)) best = name;
+  const std::uint64_t now = p.reserved.at(current), then = p.reserved.at(best);
+  if (best == current || double(now - then) < kMinSavingShare * double(now)) return;
+  Advice adv;
+  adv.topic = Topic::Fragmentation;
+  adv.saving_unit = "bytes";
+  adv.saving = double(now - then);
+  adv.change = fmt::format("{}: {} would reserve {} instead of {}", policy_change(best), best, format_bytes(then),
+                           format_bytes(now));
+  adv.evidence = fmt::format("replaying the snapshot's {} requests on {} device(s) (peak live {}), peak reserved:",
+                             p.requests, p.devices, format_bytes(p.live));
+  for (const auto& name : kPolicies) adv.evidence += fmt::format(" {} {}", name, format_bytes(p.reserved.at(name)));
+  adv.evidence += fmt::format("; recorded setting expandable_segments:{}", snap.settings.expandable_segments ? "True" : "False");
+  // The replay starts from an empty cache and never calls empty_cache(); what PyTorch recorded can
+  // differ either way (segments from before the trace, releases), so it is shown, not used.
+  if (p.recorded)
+    adv.evidence += fmt::format(", PyTorch recorded a peak of {} (against it the saving is {})", format_bytes(p.recorded),
+                                format_bytes(p.recorded > then ? p.recorded - then : 0));
+  const std::uint64_t expandable = p.reserved.at("pytorch-expandable");
+  if (best == "memcomm" && current == "pytorch" && double(now) - double(expandable) >= kMinSavingShare * double(now))
+    adv.change += fmt::format("; staying on PyTorch's allocator, expandable_segments:True would reserve {}",
+                              format_bytes(expandable));
+  if (current != "pytorch")
+    adv.evidence += fmt::format("; against PyTorch's default the saving is {}",
+                                format_bytes(p.reserved.at("pytorch") > then ? p.reserved.at("pytorch") - then : 0));
+  out.push_back(adv);
+}
+
+}  // namespace detail
+
+bool is_snapshot_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char c = 0;
+  return in.get(c) && static_cast<unsigned char>(c) == 0x80;
+}
+
+std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const AdviseOptions& o) {
+  std::vector<Advice> out;
+  if (o.replay) detail::snapshot_policy_rule(snap, out);
+  detail::churn_rule(snap, out);
+  detail::oom_rule(snap, out);
+  return out;
+}
+
+std::vector<Advice> advise_snapshot(const std::string& path, const AdviseOptions& o) {
+  auto advice = advise_snapshot(snapshot::load_snapshot(path), o);
+  // Beside other files' advice, each piece must say which snapshot it is about.
+  const std::string name = std::filesystem::path(path).filename().string();
+  for (auto& a : advice) a.evidence = name + ": " + a.evidence;
+  return advice;
+}
+
+}  // namespace memcomm::advise

@@ -1,0 +1,25 @@
+// The advisor on PyTorch memory snapshots (torch.cuda.memory._dump_snapshot() pickles): the
+// snapshot's allocations replayed through the allocator policies (what reserving less would take),
+// empty_cache churn (segments given back and taken again), and each OOM in the trace explained
+// (fragmented or truly full), with the stack of the allocation that failed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "memcomm/advisor/advise.hpp"
+#include "memcomm/snapshot/snapshot.hpp"
+
+namespace memcomm::advise {
+
+// True when the file starts with the pickle PROTO opcode (0x80), as every snapshot does; false for
+// other files and for files that cannot be read (the loader then says why).
+bool is_snapshot_file(const std::string& path);
+
+// Advice on a decoded snapshot. AdviseOptions: `replay` (the policy replay), nothing else yet.
+std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const AdviseOptions& options = {});
+// Loads `path` (snapshot::ReadError naming the file when it is not a readable snapshot) and advises;
+// each piece of evidence starts with the file's name.
+std::vector<Advice> advise_snapshot(const std::string& path, const AdviseOptions& options = {});
+
+}  // namespace memcomm::advise
