@@ -1,8 +1,11 @@
 // The snapshot advisor's entry points and its policy rule: the snapshot's requests (rebuilt as
 // memcomm-replay does, Note [Rebuilding requests]) replayed under PyTorch's allocator as recorded
 // (its expandable_segments setting), with the other setting, and under memcomm's allocator. The
-// saving is the recorded setting's replayed peak reserved minus the best policy's, summed over devices;
-// below 5% of it no policy change is worth advising (rounding and page granularity remain).
+// saving is the best policy's peak reserved below the recorded setting's, summed over devices, and
+// measured against the smaller of that setting's replayed peak and the peak PyTorch recorded: the
+// replay starts from an empty cache and never calls empty_cache(), so either can be the higher,
+// and the larger would overclaim. Below 5% of it no policy change is worth advising (rounding and
+// page granularity remain).
 #include "memcomm/advisor/advise_snapshot.hpp"
 
 #include <fmt/format.h>
@@ -65,19 +68,18 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
   for (const auto& name : kPolicies)
     if (p.reserved.at(name) < p.reserved.at(best)) best = name;
   const std::uint64_t now = p.reserved.at(current), then = p.reserved.at(best);
-  if (best == current || double(now - then) < kMinSavingShare * double(now)) return;
+  const std::uint64_t baseline = p.recorded ? std::min(now, p.recorded) : now;
+  if (best == current || then >= baseline || double(baseline - then) < kMinSavingShare * double(baseline)) return;
   Advice adv;
   adv.topic = Topic::Fragmentation;
   adv.saving_unit = "bytes";
-  adv.saving = double(now - then);
+  adv.saving = double(baseline - then);
   adv.change = fmt::format("{}: {} would reserve {} instead of {}", policy_change(best), best, format_bytes(then),
                            format_bytes(now));
   adv.evidence = fmt::format("replaying the snapshot's {} requests on {} device(s) (peak live {}), peak reserved:",
                              p.requests, p.devices, format_bytes(p.live));
   for (const auto& name : kPolicies) adv.evidence += fmt::format(" {} {}", name, format_bytes(p.reserved.at(name)));
   adv.evidence += fmt::format("; recorded setting expandable_segments:{}", snap.settings.expandable_segments ? "True" : "False");
-  // The replay starts from an empty cache and never calls empty_cache(); what PyTorch recorded can
-  // differ either way (segments from before the trace, releases), so it is shown, not used.
   if (p.recorded)
     adv.evidence += fmt::format(", PyTorch recorded a peak of {} (against it the saving is {})", format_bytes(p.recorded),
                                 format_bytes(p.recorded > then ? p.recorded - then : 0));

@@ -27,7 +27,6 @@ void churn_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out);
 void oom_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out);
 
 // oom_stack.cpp: the failed allocation's frames, innermost first, as memory_viz prints them.
-// TODO(frames.hpp): swap for the shared formatter in memcomm/snapshot/frames.hpp once it is merged.
 std::string oom_stack_text(const snapshot::Snapshot& snap, std::uint32_t stack, std::size_t max_frames = 12);
 
 }  // namespace memcomm::advise::detail
