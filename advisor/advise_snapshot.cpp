@@ -60,6 +60,26 @@ std::string policy_change(const std::string& best) {
 
 }  // namespace
 
+namespace {
+
+// The numbers behind the policy advice: every policy's replayed peak, the recorded setting and peak.
+std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p, const std::string& current,
+                            std::uint64_t then) {
+  std::string evidence = fmt::format("replaying the snapshot's {} requests on {} device(s) (peak live {}), peak reserved:",
+                                     p.requests, p.devices, format_bytes(p.live));
+  for (const auto& name : kPolicies) evidence += fmt::format(" {} {}", name, format_bytes(p.reserved.at(name)));
+  evidence += fmt::format("; recorded setting expandable_segments:{}", snap.settings.expandable_segments ? "True" : "False");
+  if (p.recorded)
+    evidence += fmt::format(", PyTorch recorded a peak of {} (against it the saving is {})", format_bytes(p.recorded),
+                            format_bytes(p.recorded > then ? p.recorded - then : 0));
+  if (current != "pytorch")
+    evidence += fmt::format("; against PyTorch's default the saving is {}",
+                            format_bytes(p.reserved.at("pytorch") > then ? p.reserved.at("pytorch") - then : 0));
+  return evidence;
+}
+
+}  // namespace
+
 void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out) {
   const PolicyPeaks p = replay_peaks(snap);
   if (p.reserved.empty()) return;  // no device has an event or a segment
@@ -76,20 +96,11 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
   adv.saving = double(baseline - then);
   adv.change = fmt::format("{}: {} would reserve {} instead of {}", policy_change(best), best, format_bytes(then),
                            format_bytes(now));
-  adv.evidence = fmt::format("replaying the snapshot's {} requests on {} device(s) (peak live {}), peak reserved:",
-                             p.requests, p.devices, format_bytes(p.live));
-  for (const auto& name : kPolicies) adv.evidence += fmt::format(" {} {}", name, format_bytes(p.reserved.at(name)));
-  adv.evidence += fmt::format("; recorded setting expandable_segments:{}", snap.settings.expandable_segments ? "True" : "False");
-  if (p.recorded)
-    adv.evidence += fmt::format(", PyTorch recorded a peak of {} (against it the saving is {})", format_bytes(p.recorded),
-                                format_bytes(p.recorded > then ? p.recorded - then : 0));
+  adv.evidence = policy_evidence(snap, p, current, then);
   const std::uint64_t expandable = p.reserved.at("pytorch-expandable");
   if (best == "memcomm" && current == "pytorch" && double(now) - double(expandable) >= kMinSavingShare * double(now))
     adv.change += fmt::format("; staying on PyTorch's allocator, expandable_segments:True would reserve {}",
                               format_bytes(expandable));
-  if (current != "pytorch")
-    adv.evidence += fmt::format("; against PyTorch's default the saving is {}",
-                                format_bytes(p.reserved.at("pytorch") > then ? p.reserved.at("pytorch") - then : 0));
   out.push_back(adv);
 }
 
