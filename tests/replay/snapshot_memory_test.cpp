@@ -6,6 +6,8 @@
 #include "memcomm_test.hpp"
 #include "hand_snapshot.hpp"
 
+#include <functional>
+
 namespace snap = memcomm::snapshot;
 namespace prof = memcomm::prof;
 
@@ -162,4 +164,45 @@ TEST_CASE("snapshot memory: compare lists what grew by site, largest first", "[s
   CHECK(changes[0].delta() == 450);
   CHECK(changes[1].stack == std::vector<std::string>{"<non-python>"});
   CHECK(changes[2].delta() == -60);
+}
+
+TEST_CASE("snapshot memory: malformed, empty and missing frames still load, as no stack", "[snapshot][memory][bad]") {
+  using memcomm::test::PickleBuilder;
+  PickleBuilder b;
+  b.proto(4).empty_dict().mark().str("segments").empty_list();
+  b.str("device_traces").empty_list().mark().empty_list().mark();
+  auto alloc = [&](std::int64_t addr, const std::function<void()>& frames) {
+    b.empty_dict().mark().kv("action", "alloc").kv("addr", addr).kv("size", 10).kv("stream", 0).kv("time_us", addr);
+    if (frames) {
+      b.str("frames");
+      frames();
+    }
+    b.setitems();
+  };
+  alloc(1, {});                                        // no frames key
+  alloc(2, [&] { b.empty_list(); });                   // an empty list
+  alloc(3, [&] { b.integer(7); });                     // not a list
+  alloc(4, [&] { b.empty_list().mark().integer(7).empty_dict().mark().kv("foo", 1).setitems().appends(); });  // no frame in it
+  alloc(5, [&] {                                       // one good frame among junk, its line not a number
+    b.empty_list().mark().integer(7);
+    b.empty_dict().mark().kv("name", "f").kv("filename", "/x/a.py").kv("line", "twelve").setitems();
+    b.empty_dict().mark().kv("name", "g").kv("filename", "/x/b.py").kv("line", std::int64_t{1} << 40).setitems();
+    b.appends();
+  });
+  b.appends().appends().setitems().stop();
+  const auto bytes = b.bytes();
+  const snap::Snapshot s = snap::parse_snapshot(bytes.data(), bytes.size(), "frames.pickle");
+  const snap::StackText text(s);
+  const auto& events = s.device_traces.at(0);
+  REQUIRE(events.size() == 5);
+  for (std::size_t k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    CHECK(events[k].stack == snap::kNoStack);
+    CHECK(text.lines(events[k].stack) == std::vector<std::string>{"<non-python>"});
+  }
+  CHECK(text.lines(events[4].stack) == std::vector<std::string>{"b.py:0:g", "a.py:0:f"});
+  const snap::SnapshotAllocations sa = snap::snapshot_allocations(s);
+  const snap::MemoryAt end = snap::memory_at(sa.allocations, text, sa.allocations.end);
+  CHECK(end.live_bytes == 50);
+  CHECK(end.sites.size() == 2);
 }

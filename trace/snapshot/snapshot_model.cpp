@@ -253,20 +253,26 @@ class Builder {
     return id;
   }
 
+  // A line number that does not fit an int32 (a corrupt file) reads as 0, "no line", not wrapped.
+  static std::int32_t line_number(std::int64_t i) {
+    return i >= 0 && i <= std::numeric_limits<std::int32_t>::max() ? static_cast<std::int32_t>(i) : 0;
+  }
+
   std::uint32_t frame(const Value& v) {
     if (v.kind != Kind::dict) return kNoStack;
     if (frame_of_container_[v.ref] != kUnset) return frame_of_container_[v.ref];
     Frame f;
+    bool named = false;  // a frame with neither a name nor a file name says nothing: dropped
     const auto& items = doc_.container(v).items;
     for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
       if (items[k].kind != Kind::string) continue;
       std::string_view key = doc_.text(items[k]);
       const Value& val = items[k + 1];
-      if (key == "name" && val.kind == Kind::string) f.name = snap_.intern_string(doc_.text(val));
-      else if (key == "filename" && val.kind == Kind::string) f.filename = snap_.intern_string(doc_.text(val));
-      else if (key == "line" && val.kind == Kind::integer) f.line = static_cast<std::int32_t>(val.i);
+      if (key == "name" && val.kind == Kind::string) f.name = snap_.intern_string(doc_.text(val)), named = true;
+      else if (key == "filename" && val.kind == Kind::string) f.filename = snap_.intern_string(doc_.text(val)), named = true;
+      else if (key == "line" && val.kind == Kind::integer) f.line = line_number(val.i);
     }
-    std::uint32_t id = snap_.intern_frame(f);
+    std::uint32_t id = named ? snap_.intern_frame(f) : kNoStack;
     frame_of_container_[v.ref] = id;
     return id;
   }
