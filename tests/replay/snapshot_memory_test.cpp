@@ -206,3 +206,28 @@ TEST_CASE("snapshot memory: malformed, empty and missing frames still load, as n
   CHECK(end.live_bytes == 50);
   CHECK(end.sites.size() == 2);
 }
+
+TEST_CASE("frames: a stack's category, guessed from its frames, innermost first", "[snapshot][frames]") {
+  snap::Snapshot s;
+  auto frame = [&](const char* name, const char* file) {
+    return s.intern_frame({s.intern_string(name), s.intern_string(file), 1});
+  };
+  const std::uint32_t loop = frame("train", "/home/me/train.py");
+  const std::uint32_t step = frame("step", "/venv/torch/optim/adamw.py");
+  const std::uint32_t zero = frame("zero_grad", "/venv/torch/optim/optimizer.py");
+  const std::uint32_t engine = frame("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "??");
+  const std::uint32_t fwd = frame("forward", "/home/me/model.py");
+  const std::uint32_t apply = frame("_apply", "C:\\venv\\Lib\\torch\\nn\\modules\\module.py");
+  const std::uint32_t loader = frame("__next__", "/venv/torch/utils/data/dataloader.py");
+  const std::uint32_t empty = frame("empty_cuda", "??");
+  using C = memcomm::prof::MemCategory;
+  CHECK(snap::category_from_frames(s, s.intern_stack({empty, step, loop})) == C::OptimizerState);
+  CHECK(snap::category_from_frames(s, s.intern_stack({empty, zero, loop})) == C::Gradient);
+  CHECK(snap::category_from_frames(s, s.intern_stack({empty, engine})) == C::Gradient);
+  CHECK(snap::category_from_frames(s, s.intern_stack({empty, fwd, loop})) == C::Activation);
+  CHECK(snap::category_from_frames(s, s.intern_stack({empty, fwd, engine})) == C::Activation);  // recomputed
+  CHECK(snap::category_from_frames(s, s.intern_stack({empty, apply, loop})) == C::Parameter);
+  CHECK(snap::category_from_frames(s, s.intern_stack({empty, loader, loop})) == C::Input);
+  CHECK(snap::category_from_frames(s, s.intern_stack({empty, loop})) == C::Unknown);
+  CHECK(snap::category_from_frames(s, snap::kNoStack) == C::Unknown);
+}

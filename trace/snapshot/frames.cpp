@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 
 namespace memcomm::snapshot {
@@ -28,6 +29,39 @@ std::string frame_text(const Snapshot& snap, std::uint32_t frame_id) {
   std::string_view file = snap.str(f.filename);
   if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
   return fmt::format("{}:{}:{}", file, f.line, snap.str(f.name));
+}
+
+namespace {
+bool has(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+// One frame's verdict (Note [Categories from frames]); Unknown: this frame does not decide.
+prof::MemCategory frame_category(std::string_view function, std::string_view file) {
+  using C = prof::MemCategory;
+  if (function == "zero_grad") return C::Gradient;
+  if (has(file, "optim") && (function == "step" || function == "_init_group" || has(function, "_adam") ||
+                             has(function, "_sgd")))
+    return C::OptimizerState;
+  if (has(function, "autograd::Engine") || has(function, "backward")) return C::Gradient;
+  if (function == "forward") return C::Activation;
+  if (has(file, "modules/module.py") &&
+      (function == "_apply" || function == "to" || function == "cuda" || function == "load_state_dict"))
+    return C::Parameter;
+  if (has(file, "utils/data/")) return C::Input;
+  return C::Unknown;
+}
+}  // namespace
+
+prof::MemCategory category_from_frames(const Snapshot& snap, std::uint32_t stack) {
+  if (stack == kNoStack || stack >= snap.stack_count()) return prof::MemCategory::Unknown;
+  auto [frames, n] = snap.stack(stack);
+  for (std::size_t k = 0; k < n; ++k) {  // innermost first
+    const Frame& f = snap.frame(frames[k]);
+    std::string file(snap.str(f.filename));
+    std::replace(file.begin(), file.end(), '\\', '/');  // Windows paths
+    const prof::MemCategory c = frame_category(snap.str(f.name), file);
+    if (c != prof::MemCategory::Unknown) return c;
+  }
+  return prof::MemCategory::Unknown;
 }
 
 StackText::StackText(const Snapshot& snap) : snap_(&snap) {

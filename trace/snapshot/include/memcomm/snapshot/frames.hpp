@@ -9,6 +9,16 @@
 // site id: equal ids exactly when the filtered texts are equal. A stack with no frames (kNoStack:
 // the event carried none or an empty list) is the site "<non-python>", as in memory_viz; a stack
 // whose frames are all filtered away is the empty site, as memory_viz prints it (an empty path).
+//
+// Note [Categories from frames]: a snapshot names no tensor's role, but its stacks say where an
+// allocation was made. category_from_frames() reads the frames, innermost first, and takes the
+// first that decides: the optimizer's step or zero_grad (optimizer state and its temporaries;
+// gradients for zero_grad), the autograd engine or a backward call (gradients), a module's
+// forward (activations), a module's _apply/to/cuda/load_state_dict (parameters), a DataLoader
+// (input). Innermost first, because the nearest role wins: a training loop's frames are outside
+// everything, an optimizer step's inside it, and a forward recomputed inside a checkpointed
+// backward makes activations again. It is a guess, shown as one ("from frames"); a stack that
+// matches nothing stays unknown rather than forced into a class.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +28,7 @@
 #include <vector>
 
 #include "memcomm/snapshot/snapshot.hpp"
+#include "memcomm/trace/event.hpp"
 
 namespace memcomm::snapshot {
 
@@ -27,6 +38,9 @@ inline constexpr std::string_view kNonPython = "<non-python>";
 bool is_user_frame(std::string_view function, std::string_view filename);
 // memory_viz's _frame_fmt (short file name): "basename:line:function".
 std::string frame_text(const Snapshot& snap, std::uint32_t frame_id);
+
+// Note [Categories from frames]. MemCategory::Unknown for kNoStack and for stacks that match nothing.
+prof::MemCategory category_from_frames(const Snapshot& snap, std::uint32_t stack);
 
 class StackText {
  public:
