@@ -261,6 +261,11 @@ TEST_CASE("version mismatches and foreign files are refused clearly", "[profiler
     spit(path, std::vector<char>{'h', 'e', 'l', 'l', 'o'});
     CHECK(error_of(path).find("not a memcomm trace") != std::string::npos);
   }
+  SECTION("a pickle: the message names the tools that read snapshots") {
+    spit(path, std::vector<char>{'\x80', '\x04', '}', '.'});
+    CHECK(error_of(path).find("PyTorch memory snapshot") != std::string::npos);
+    CHECK(error_of(path).find("memcomm-trace memory") != std::string::npos);
+  }
   SECTION("a missing file") {
     std::remove(path.c_str());
     CHECK(error_of(path).find("cannot open trace file") != std::string::npos);

@@ -64,6 +64,10 @@ void TraceReader::fail(uint64_t offset, const std::string& what) const {
 void TraceReader::open_header() {
   info_.file_bytes = size_;
   if (size_ == 0) fail(0, "empty file (0 bytes)");
+  // A pickle (PROTO opcode first) is most likely a PyTorch memory snapshot: say which tools read it.
+  if (static_cast<unsigned char>(data_[0]) == 0x80)
+    fail(0, "a pickle (a PyTorch memory snapshot?), not a memcomm trace (.mct): snapshots are read by memcomm-trace "
+            "memory, compare and advise, memcomm-replay and memcomm-view");
   if (size_ < sizeof(kFileMagic) || std::memcmp(data_, kFileMagic, sizeof kFileMagic) != 0)
     fail(0, "not a memcomm trace (.mct): bad magic");
   if (size_ < sizeof(FileHeader))
