@@ -306,6 +306,20 @@ std::size_t Snapshot::event_count() const {
   return n;
 }
 
+std::size_t Snapshot::interned_bytes() const {
+  // Hash maps: a bucket pointer each, and a node per entry (value, hash and next pointer).
+  constexpr std::size_t kNode = 2 * sizeof(void*);
+  std::size_t n = strings_.capacity() * sizeof(std::string) + frames_.capacity() * sizeof(Frame) +
+                  stack_frames_.capacity() * sizeof(std::uint32_t) + stacks_.capacity() * sizeof(stacks_[0]);
+  for (const std::string& s : strings_) n += s.capacity() > 15 ? s.capacity() + 1 : 0;  // beyond the SSO buffer
+  n += string_ids_.bucket_count() * sizeof(void*) + string_ids_.size() * (kNode + sizeof(std::string) + 8);
+  for (const auto* buckets : {&frame_buckets_, &stack_buckets_}) {
+    n += buckets->bucket_count() * sizeof(void*);
+    for (const auto& [hash, ids] : *buckets) n += kNode + sizeof(hash) + sizeof(ids) + ids.capacity() * sizeof(std::uint32_t);
+  }
+  return n;
+}
+
 std::pair<const std::uint32_t*, std::size_t> Snapshot::stack(std::uint32_t id) const {
   if (id >= stacks_.size()) return {nullptr, 0};
   return {stack_frames_.data() + stacks_[id].first, stacks_[id].second};

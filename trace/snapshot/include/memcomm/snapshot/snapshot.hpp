@@ -110,6 +110,9 @@ class Snapshot {
   std::pair<const std::uint32_t*, std::size_t> stack(std::uint32_t id) const;
   const Frame& frame(std::uint32_t id) const { return frames_[id]; }
   std::size_t stack_count() const { return stacks_.size(); }
+  // Bytes held by the interned strings, frames and stacks (Note [Interned frames]): what keeping
+  // frames costs a consumer that holds the Snapshot for its stacks (the viewer's memory budget).
+  std::size_t interned_bytes() const;
   // "file.py:123 name" of the innermost frame that points at user code: the first frame with a
   // line number (C++ unwinder frames have line 0), else the innermost one; "" for kNoStack.
   std::string top_frame(std::uint32_t stack) const;
