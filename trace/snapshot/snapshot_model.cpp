@@ -346,6 +346,7 @@ std::string_view Snapshot::action_label(const Event& e) const {
 }
 
 std::uint32_t Snapshot::intern_string(std::string_view s) {
+  if (released_) reindex();
   if (strings_.empty()) {  // id 0 is always "" so a default Frame reads as empty
     strings_.emplace_back();
     string_ids_.emplace(std::string(), 0);
@@ -358,10 +359,34 @@ std::uint32_t Snapshot::intern_string(std::string_view s) {
   return id;
 }
 
+namespace {
+std::uint64_t frame_hash(const Frame& f) { return mix(mix(mix(0, f.name), f.filename), static_cast<std::uint32_t>(f.line)); }
+std::uint64_t stack_hash(const std::uint32_t* ids, std::size_t n) {
+  std::uint64_t h = n;
+  for (std::size_t k = 0; k < n; ++k) h = mix(h, ids[k]);
+  return h;
+}
+}  // namespace
+
+void Snapshot::release_interning() {
+  string_ids_ = {};
+  frame_buckets_ = {};
+  stack_buckets_ = {};
+  released_ = true;
+}
+
+void Snapshot::reindex() {
+  released_ = false;
+  for (std::uint32_t i = 0; i < strings_.size(); ++i) string_ids_.emplace(strings_[i], i);
+  for (std::uint32_t i = 0; i < frames_.size(); ++i) frame_buckets_[frame_hash(frames_[i])].push_back(i);
+  for (std::uint32_t i = 0; i < stacks_.size(); ++i)
+    stack_buckets_[stack_hash(stack_frames_.data() + stacks_[i].first, stacks_[i].second)].push_back(i);
+}
+
 std::uint32_t Snapshot::intern_frame(const Frame& f) {
+  if (released_) reindex();
   if (strings_.empty()) intern_string("");
-  std::uint64_t h = mix(mix(mix(0, f.name), f.filename), static_cast<std::uint32_t>(f.line));
-  auto& bucket = frame_buckets_[h];
+  auto& bucket = frame_buckets_[frame_hash(f)];
   for (std::uint32_t id : bucket) {
     const Frame& g = frames_[id];
     if (g.name == f.name && g.filename == f.filename && g.line == f.line) return id;
@@ -373,9 +398,8 @@ std::uint32_t Snapshot::intern_frame(const Frame& f) {
 }
 
 std::uint32_t Snapshot::intern_stack(const std::vector<std::uint32_t>& ids) {
-  std::uint64_t h = ids.size();
-  for (std::uint32_t id : ids) h = mix(h, id);
-  auto& bucket = stack_buckets_[h];
+  if (released_) reindex();
+  auto& bucket = stack_buckets_[stack_hash(ids.data(), ids.size())];
   for (std::uint32_t sid : bucket) {
     const auto& [off, n] = stacks_[sid];
     if (n == ids.size() && std::equal(ids.begin(), ids.end(), stack_frames_.begin() + off)) return sid;

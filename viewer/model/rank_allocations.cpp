@@ -13,6 +13,7 @@ SnapshotStacks::SnapshotStacks(snapshot::Snapshot&& s, std::vector<std::int64_t>
   // interning tables back the stacks (Note [Viewer memory budget] in timeline.hpp).
   snap.device_traces = {};
   snap.segments = {};
+  snap.release_interning();
 }
 
 prof::Allocations allocations_from_events(const AllocEvents& events) {
