@@ -161,6 +161,7 @@ void draw_allocations(AppState& st, ImVec2 size) {
   const TimeAxis view(st, left, right);
   st.refresh_peak();
   const AllocPlot p{dl, left, right, top, bottom, std::max(1.0, 1.05 * static_cast<double>(st.alloc_peak.bytes))};
+  st.alloc_x0 = left;
   st.alloc_y0 = top;
   st.alloc_y1 = bottom;
   st.alloc_ymax = p.ymax;

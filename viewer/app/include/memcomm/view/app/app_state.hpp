@@ -65,7 +65,7 @@ struct AppState {
   prof::LivePeak alloc_peak;                    // prof::peak_live of the memory rank
   // alloc_peak and holders_peak for the memory rank, recomputed when the rank or data change.
   void refresh_peak();
-  float alloc_y0 = 0, alloc_y1 = 0;             // allocation plot area
+  float alloc_x0 = 0, alloc_y0 = 0, alloc_y1 = 0;  // allocation plot area (left edge = column 0)
   double alloc_ymax = 0;                        // bytes at alloc_y0
 
   // Range selection (right-drag, or shift + left-drag).
