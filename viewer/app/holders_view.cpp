@@ -2,7 +2,7 @@
 // pane's time (st.alloc_time, which follows the cursor), as a tree of frames outermost first, a
 // button that moves that time to the peak of live bytes, and the top sites at the peak. The figures
 // are the model's holders_at (snapshot::memory_at: what `memcomm-trace memory` prints), recomputed
-// only when the time, the rank or the data change.
+// only when the time, the rank or the data change, and while following the cursor only once it rests.
 #include "views.hpp"
 
 #include <fmt/format.h>
@@ -54,9 +54,25 @@ void draw_node(const std::vector<Node>& tree, std::size_t i, int depth) {
   }
 }
 
+// While the time follows a moving cursor, the fold (O(allocations)) waits until the cursor rests
+// for kRestFrames frames, so browsing stays at the layout's cost; a time set on purpose (the peak
+// button, the scrub bar) is folded at once. The pane names the time its figures are for.
+constexpr int kRestFrames = 3;
+
+bool cursor_resting(const AppState& st) {
+  static TimeNs seen = 0;
+  static int still = 0;
+  if (!st.alloc_follow_cursor) return true;
+  if (st.alloc_time != seen) {
+    seen = st.alloc_time;
+    still = 0;
+  }
+  return ++still >= kRestFrames;
+}
+
 void refresh_holders(AppState& st, const RankData& rd, std::vector<Node>& tree) {
-  if (st.holders_rank == st.memory_rank && st.holders_generation == st.data_generation && st.holders_time == st.alloc_time)
-    return;
+  const bool fresh = st.holders_rank == st.memory_rank && st.holders_generation == st.data_generation;
+  if (fresh && (st.holders_time == st.alloc_time || !cursor_resting(st))) return;
   st.holders_rank = st.memory_rank;
   st.holders_generation = st.data_generation;
   st.holders_time = st.alloc_time;
@@ -103,7 +119,7 @@ void draw_holders(AppState& st, ImVec2 size) {
   if (st.holders_rank != st.memory_rank || st.holders_generation != st.data_generation) tree.clear();
   refresh_holders(st, rd, tree);
   ImGui::SameLine();
-  ImGui::Text("who holds memory at %s: %s", format_time(st.alloc_time - st.tl.begin).c_str(),
+  ImGui::Text("who holds memory at %s: %s", format_time(st.holders.at_ns - st.tl.begin).c_str(),
               format_bytes(st.holders.live_bytes).c_str());
   if (!tree.empty()) draw_node(tree, 0, 0);
   ImGui::Separator();
