@@ -95,6 +95,13 @@ void print_allocation_costs(const memcomm::view::Timeline& tl) {
               static_cast<double>(tl.memory_bytes() - frames) / ev);
 }
 
+void print_model(const std::string& path, std::uint64_t records, const memcomm::view::Timeline& tl) {
+  std::printf("bench_load: %s: %llu trace records, %llu model events, model %.1f B/event\n", path.c_str(),
+              static_cast<unsigned long long>(records), static_cast<unsigned long long>(tl.event_count),
+              static_cast<double>(tl.memory_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, tl.event_count)));
+  print_allocation_costs(tl);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,12 +144,7 @@ int main(int argc, char** argv) {
       const auto summary = summarize(tl);
       if (steps.size() + summary.spans == 0) std::printf("(empty)\n");
     });
-    if (i + 1 == repeat) {
-      std::printf("bench_load: %s: %llu trace records, %llu model events, model %.1f B/event\n", path.c_str(),
-                  static_cast<unsigned long long>(records), static_cast<unsigned long long>(events),
-                  static_cast<double>(tl.memory_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, events)));
-      print_allocation_costs(tl);
-    }
+    if (i + 1 == repeat) print_model(path, records, tl);
   }
   const auto line = [&](const char* what, const Cost& c) {
     std::printf("  %-34s cpu %.3f s (this thread %.3f s)  wall %.3f s (%5.1f M events/s)\n", what, c.cpu, c.main, c.wall,

@@ -372,6 +372,11 @@ void Snapshot::release_interning() {
   string_ids_ = {};
   frame_buckets_ = {};
   stack_buckets_ = {};
+  // The tables stop growing here: drop their growth slack too.
+  strings_.shrink_to_fit();
+  frames_.shrink_to_fit();
+  stack_frames_.shrink_to_fit();
+  stacks_.shrink_to_fit();
   released_ = true;
 }
 

@@ -114,7 +114,8 @@ class Snapshot {
   // frames costs a consumer that holds the Snapshot for its stacks (the viewer's memory budget).
   std::size_t interned_bytes() const;
   // Drops the lookup tables that interning uses (a hash node per string, frame and stack), for a
-  // consumer that keeps the Snapshot for its stacks only; the next intern_*() rebuilds them.
+  // consumer that keeps the Snapshot for its stacks only, and the tables' growth slack; the next
+  // intern_*() rebuilds them.
   void release_interning();
   // "file.py:123 name" of the innermost frame that points at user code: the first frame with a
   // line number (C++ unwinder frames have line 0), else the innermost one; "" for kNoStack.
