@@ -18,7 +18,8 @@ namespace {
 // First column whose sample time is >= t (columns when none).
 int first_column_at(const LayoutRequest& req, std::int64_t t) {
   const double span = static_cast<double>(std::max<std::int64_t>(1, req.t1 - req.t0));
-  const double c = static_cast<double>(t - req.t0) * req.columns / span - 0.5;
+  // In doubles: t may be prof::kStillLive, whose difference with a negative t0 overflows int64.
+  const double c = (static_cast<double>(t) - static_cast<double>(req.t0)) * req.columns / span - 0.5;
   int k = std::clamp(static_cast<int>(std::ceil(std::clamp(c, -1.0, static_cast<double>(req.columns)))), 0, req.columns);
   while (k > 0 && column_time(req, k - 1) >= t) --k;  // the double arithmetic may be a column off
   while (k < req.columns && column_time(req, k) < t) ++k;
