@@ -9,7 +9,8 @@
 // new); "load + indexes" is the number to hold against issue 6's >= 20 M events/s. The process's
 // resident memory after the load (the model and its indexes held) and at its peak close the report.
 //
-//   build/bin/bench_load FILE.mct|FILE.json[.gz] [REPEAT (default 3)]
+//   build/bin/bench_load FILE.mct|FILE.json[.gz]|FILE.pickle [REPEAT (default 3)]
+#include <memcomm/snapshot/snapshot.hpp>
 #include <memcomm/trace/kineto.hpp>
 #include <memcomm/trace/trace_reader.hpp>
 #include <memcomm/view/allocator_state.hpp>
@@ -51,11 +52,13 @@ std::pair<double, double> rss_now_and_peak() {
   }
   return {now, peak};
 }
-// Records in the file as the trace layer reads them: .mct records, or torch.profiler traceEvents.
+// Records in the file as the trace layer reads them: .mct records, torch.profiler traceEvents, or
+// a PyTorch snapshot's events (decoded with their frames, as memcomm-view decodes them).
 std::uint64_t read_alone(const std::string& path) {
   std::string error;
-  if (memcomm::view::detect_input(path, error) == memcomm::view::InputKind::KinetoTrace)
-    return memcomm::prof::read_kineto(path).info.trace_events;
+  const auto kind = memcomm::view::detect_input(path, error);
+  if (kind == memcomm::view::InputKind::KinetoTrace) return memcomm::prof::read_kineto(path).info.trace_events;
+  if (kind == memcomm::view::InputKind::TorchSnapshot) return memcomm::snapshot::load_snapshot(path).event_count();
   memcomm::prof::TraceReader r(path);
   memcomm::prof::ChunkView c;
   std::uint64_t records = 0;
@@ -69,6 +72,36 @@ void measure(Cost& c, const std::function<void()>& f) {
   c.main = std::min(c.main, cpu_s(RUSAGE_THREAD) - m0);
   c.wall = std::min(c.wall, wall_s() - w0);
 }
+// The allocation timeline's share of the model (issue 18): lifetimes, their index and a
+// snapshot's kept frames, per event; "without frames" is the model less the frames.
+void print_allocation_costs(const memcomm::view::Timeline& tl) {
+  std::size_t lifetimes = 0, index = 0, frames = 0, interned = 0;
+  std::vector<const memcomm::view::SnapshotStacks*> seen;
+  for (const auto& rd : tl.ranks) {
+    lifetimes += rd.allocations.memory_bytes();
+    index += rd.alloc_index.memory_bytes();
+    if (rd.stacks && std::find(seen.begin(), seen.end(), rd.stacks.get()) == seen.end()) {
+      seen.push_back(rd.stacks.get());
+      frames += rd.stacks->memory_bytes();
+      interned += rd.stacks->snap.interned_bytes();
+    }
+  }
+  const double ev = static_cast<double>(std::max<std::uint64_t>(1, tl.event_count));
+  std::printf("  allocations: lifetimes %.1f B/event, index %.1f B/event, frames %.1f B/event (interned %.1f; %zu stacks, "
+              "%zu sites); model without frames %.1f B/event\n",
+              static_cast<double>(lifetimes) / ev, static_cast<double>(index) / ev, static_cast<double>(frames) / ev,
+              static_cast<double>(interned) / ev,
+              seen.empty() ? std::size_t{0} : seen[0]->snap.stack_count(), seen.empty() ? std::size_t{0} : seen[0]->text.site_count(),
+              static_cast<double>(tl.memory_bytes() - frames) / ev);
+}
+
+void print_model(const std::string& path, std::uint64_t records, const memcomm::view::Timeline& tl) {
+  std::printf("bench_load: %s: %llu trace records, %llu model events, model %.1f B/event\n", path.c_str(),
+              static_cast<unsigned long long>(records), static_cast<unsigned long long>(tl.event_count),
+              static_cast<double>(tl.memory_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, tl.event_count)));
+  print_allocation_costs(tl);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,10 +144,7 @@ int main(int argc, char** argv) {
       const auto summary = summarize(tl);
       if (steps.size() + summary.spans == 0) std::printf("(empty)\n");
     });
-    if (i + 1 == repeat)
-      std::printf("bench_load: %s: %llu trace records, %llu model events, model %.1f B/event\n", path.c_str(),
-                  static_cast<unsigned long long>(records), static_cast<unsigned long long>(events),
-                  static_cast<double>(tl.memory_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, events)));
+    if (i + 1 == repeat) print_model(path, records, tl);
   }
   const auto line = [&](const char* what, const Cost& c) {
     std::printf("  %-34s cpu %.3f s (this thread %.3f s)  wall %.3f s (%5.1f M events/s)\n", what, c.cpu, c.main, c.wall,

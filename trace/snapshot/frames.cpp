@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <unordered_map>
 
 namespace memcomm::snapshot {
 
@@ -64,10 +66,55 @@ prof::MemCategory category_from_frames(const Snapshot& snap, std::uint32_t stack
   return prof::MemCategory::Unknown;
 }
 
+namespace {
+constexpr std::uint32_t kUnknown = ~std::uint32_t{0};
+constexpr std::uint32_t kFiltered = kUnknown - 1;
+
+// What the constructor interns with: text -> line, lines -> site.
+struct SiteInterner {
+  std::unordered_map<std::string, std::uint32_t> line_ids;
+  std::map<std::vector<std::uint32_t>, std::uint32_t> site_ids;
+  std::vector<std::uint32_t>& line_frame;
+  std::vector<std::vector<std::uint32_t>>& sites;
+  std::uint32_t line(std::string text, std::uint32_t frame) {
+    auto [it, fresh] = line_ids.emplace(std::move(text), static_cast<std::uint32_t>(line_frame.size()));
+    if (fresh) line_frame.push_back(frame);
+    return it->second;
+  }
+  std::uint32_t site(const std::vector<std::uint32_t>& lines) {
+    auto [it, fresh] = site_ids.emplace(lines, static_cast<std::uint32_t>(sites.size()));
+    if (fresh) sites.push_back(lines);
+    return it->second;
+  }
+};
+}  // namespace
+
 StackText::StackText(const Snapshot& snap) : snap_(&snap) {
-  non_python_site_ = intern_site({std::string(kNonPython)});
+  SiteInterner in{{}, {}, line_frame_, sites_};
+  non_python_site_ = in.site({in.line(std::string(kNonPython), kNoStack)});
   site_of_stack_.reserve(snap.stack_count());
-  for (std::uint32_t s = 0; s < snap.stack_count(); ++s) site_of_stack_.push_back(intern_site(lines(s, false)));
+  std::vector<std::uint32_t> frame_line;  // frame id -> line, kFiltered, or kUnknown (not seen yet)
+  std::vector<std::uint32_t> ids;
+  for (std::uint32_t s = 0; s < snap.stack_count(); ++s) {
+    auto [frames, n] = snap.stack(s);
+    ids.clear();
+    for (std::size_t k = n; k-- > 0;) {  // stored innermost first; a site is outermost first
+      if (frames[k] >= frame_line.size()) frame_line.resize(frames[k] + 1, kUnknown);
+      std::uint32_t& line = frame_line[frames[k]];
+      if (line == kUnknown) {
+        const Frame& f = snap.frame(frames[k]);
+        line = is_user_frame(snap.str(f.name), snap.str(f.filename)) ? in.line(frame_text(snap, frames[k]), frames[k]) : kFiltered;
+      }
+      if (line != kFiltered) ids.push_back(line);
+    }
+    site_of_stack_.push_back(in.site(ids));
+  }
+  sites_.shrink_to_fit();
+  line_frame_.shrink_to_fit();
+}
+
+std::string StackText::line_text(std::uint32_t line) const {
+  return line_frame_[line] == kNoStack ? std::string(kNonPython) : frame_text(*snap_, line_frame_[line]);
 }
 
 std::vector<std::string> StackText::lines(std::uint32_t stack, bool all_frames) const {
@@ -86,26 +133,23 @@ std::uint32_t StackText::site(std::uint32_t stack) const {
   return stack < site_of_stack_.size() ? site_of_stack_[stack] : non_python_site_;
 }
 
+std::vector<std::string> StackText::site_lines(std::uint32_t site) const {
+  std::vector<std::string> out;
+  out.reserve(sites_[site].size());
+  for (std::uint32_t id : sites_[site]) out.push_back(line_text(id));
+  return out;
+}
+
 bool StackText::site_matches(std::uint32_t site, std::string_view needle) const {
-  for (const std::string& line : sites_[site])
-    if (line.find(needle) != std::string::npos) return true;
+  for (std::uint32_t id : sites_[site])
+    if (line_text(id).find(needle) != std::string::npos) return true;
   return false;
 }
 
 std::size_t StackText::memory_bytes() const {
-  std::size_t n = site_of_stack_.capacity() * sizeof(std::uint32_t) + sites_.capacity() * sizeof(sites_[0]);
-  for (const auto& lines : sites_)
-    for (const std::string& l : lines) n += sizeof(std::string) + l.capacity();
-  for (const auto& [key, id] : site_ids_) n += key.capacity() + sizeof(std::string) + 16;
+  std::size_t n = site_of_stack_.capacity() * 4 + line_frame_.capacity() * 4 + sites_.capacity() * sizeof(sites_[0]);
+  for (const auto& s : sites_) n += s.capacity() * 4;
   return n;
-}
-
-std::uint32_t StackText::intern_site(std::vector<std::string> lines) {
-  std::string key;
-  for (const std::string& l : lines) key += fmt::format("{}:{}", l.size(), l);  // length-prefixed: unambiguous
-  auto [it, fresh] = site_ids_.emplace(std::move(key), static_cast<std::uint32_t>(sites_.size()));
-  if (fresh) sites_.push_back(std::move(lines));
-  return it->second;
 }
 
 }  // namespace memcomm::snapshot

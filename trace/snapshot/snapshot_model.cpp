@@ -312,6 +312,20 @@ std::size_t Snapshot::event_count() const {
   return n;
 }
 
+std::size_t Snapshot::interned_bytes() const {
+  // Hash maps: a bucket pointer each, and a node per entry (value, hash and next pointer).
+  constexpr std::size_t kNode = 2 * sizeof(void*);
+  std::size_t n = strings_.capacity() * sizeof(std::string) + frames_.capacity() * sizeof(Frame) +
+                  stack_frames_.capacity() * sizeof(std::uint32_t) + stacks_.capacity() * sizeof(stacks_[0]);
+  for (const std::string& s : strings_) n += s.capacity() > 15 ? s.capacity() + 1 : 0;  // beyond the SSO buffer
+  n += string_ids_.bucket_count() * sizeof(void*) + string_ids_.size() * (kNode + sizeof(std::string) + 8);
+  for (const auto* buckets : {&frame_buckets_, &stack_buckets_}) {
+    n += buckets->bucket_count() * sizeof(void*);
+    for (const auto& [hash, ids] : *buckets) n += kNode + sizeof(hash) + sizeof(ids) + ids.capacity() * sizeof(std::uint32_t);
+  }
+  return n;
+}
+
 std::pair<const std::uint32_t*, std::size_t> Snapshot::stack(std::uint32_t id) const {
   if (id >= stacks_.size()) return {nullptr, 0};
   return {stack_frames_.data() + stacks_[id].first, stacks_[id].second};
@@ -338,6 +352,7 @@ std::string_view Snapshot::action_label(const Event& e) const {
 }
 
 std::uint32_t Snapshot::intern_string(std::string_view s) {
+  if (released_) reindex();
   if (strings_.empty()) {  // id 0 is always "" so a default Frame reads as empty
     strings_.emplace_back();
     string_ids_.emplace(std::string(), 0);
@@ -350,10 +365,39 @@ std::uint32_t Snapshot::intern_string(std::string_view s) {
   return id;
 }
 
+namespace {
+std::uint64_t frame_hash(const Frame& f) { return mix(mix(mix(0, f.name), f.filename), static_cast<std::uint32_t>(f.line)); }
+std::uint64_t stack_hash(const std::uint32_t* ids, std::size_t n) {
+  std::uint64_t h = n;
+  for (std::size_t k = 0; k < n; ++k) h = mix(h, ids[k]);
+  return h;
+}
+}  // namespace
+
+void Snapshot::release_interning() {
+  string_ids_ = {};
+  frame_buckets_ = {};
+  stack_buckets_ = {};
+  // The tables stop growing here: drop their growth slack too.
+  strings_.shrink_to_fit();
+  frames_.shrink_to_fit();
+  stack_frames_.shrink_to_fit();
+  stacks_.shrink_to_fit();
+  released_ = true;
+}
+
+void Snapshot::reindex() {
+  released_ = false;
+  for (std::uint32_t i = 0; i < strings_.size(); ++i) string_ids_.emplace(strings_[i], i);
+  for (std::uint32_t i = 0; i < frames_.size(); ++i) frame_buckets_[frame_hash(frames_[i])].push_back(i);
+  for (std::uint32_t i = 0; i < stacks_.size(); ++i)
+    stack_buckets_[stack_hash(stack_frames_.data() + stacks_[i].first, stacks_[i].second)].push_back(i);
+}
+
 std::uint32_t Snapshot::intern_frame(const Frame& f) {
+  if (released_) reindex();
   if (strings_.empty()) intern_string("");
-  std::uint64_t h = mix(mix(mix(0, f.name), f.filename), static_cast<std::uint32_t>(f.line));
-  auto& bucket = frame_buckets_[h];
+  auto& bucket = frame_buckets_[frame_hash(f)];
   for (std::uint32_t id : bucket) {
     const Frame& g = frames_[id];
     if (g.name == f.name && g.filename == f.filename && g.line == f.line) return id;
@@ -365,9 +409,8 @@ std::uint32_t Snapshot::intern_frame(const Frame& f) {
 }
 
 std::uint32_t Snapshot::intern_stack(const std::vector<std::uint32_t>& ids) {
-  std::uint64_t h = ids.size();
-  for (std::uint32_t id : ids) h = mix(h, id);
-  auto& bucket = stack_buckets_[h];
+  if (released_) reindex();
+  auto& bucket = stack_buckets_[stack_hash(ids.data(), ids.size())];
   for (std::uint32_t sid : bucket) {
     const auto& [off, n] = stacks_[sid];
     if (n == ids.size() && std::equal(ids.begin(), ids.end(), stack_frames_.begin() + off)) return sid;

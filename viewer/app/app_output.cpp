@@ -86,6 +86,27 @@ nlohmann::json analysis_json(const AppState& st) {
                        {"peak_reserved", s.peak_reserved}, {"stragglers", stragglers}}}};
 }
 
+nlohmann::json holders_json(const HoldersAt& h) {
+  nlohmann::json sites = nlohmann::json::array();
+  for (const auto& s : h.sites) sites.push_back({{"bytes", s.bytes}, {"count", s.count}, {"stack", s.stack}});
+  return {{"at_ns", h.at_ns}, {"live_bytes", h.live_bytes}, {"sites", sites}};
+}
+
+// The "who holds memory" figures of the memory rank at the allocator time and at the peak, by the
+// pane's own functions (holders_at, peak_live), and the last hovered allocation's tooltip fields.
+void allocations_json(const AppState& st, nlohmann::json& j) {
+  if (st.tl.ranks.empty()) return;
+  const RankData& rd = st.tl.ranks[static_cast<std::size_t>(st.memory_rank)];
+  const prof::LivePeak peak = prof::peak_live(rd.allocations);
+  j["memory_at"] = {{"rank", rd.rank}, {"allocations", rd.allocations.list.size()}, {"stacks", rd.stacks != nullptr},
+                    {"cursor", holders_json(holders_at(rd, st.alloc_time))}, {"peak", holders_json(holders_at(rd, peak.t))}};
+  if (!st.has_hovered_alloc) return;
+  const AllocationTip& t = st.hovered_alloc;
+  j["allocation"] = {{"size", t.size}, {"addr", t.addr}, {"stream", t.stream}, {"category", t.category},
+                     {"alloc_ns", t.alloc_ns}, {"free_ns", t.free_ns}, {"before_trace", t.before_trace}, {"stack", t.stack},
+                     {"pinned", st.pinned_alloc}};
+}
+
 }  // namespace
 
 std::string App::report_json() const {
@@ -110,6 +131,7 @@ std::string App::report_json() const {
   j["drops"] = drops;
   j["steps"] = st_.steps.size();
   j["analysis"] = analysis_json(st_);
+  allocations_json(st_, j);
   j["allocator"] = {{"reserved", st_.alloc_status.reserved},
                     {"virtual_reserved", st_.alloc_status.virtual_reserved},
                     {"allocated", st_.alloc_status.allocated}};

@@ -36,6 +36,20 @@ void AppState::set_timeline(Timeline&& t, bool merge) {
   search_applied.clear();
   apply_search();
   has_selection = false;
+  pinned_alloc = -1;  // indices into the old allocations
+  has_hovered_alloc = false;
+}
+
+void AppState::refresh_peak() {
+  if (peak_rank == memory_rank && peak_generation == data_generation) return;
+  peak_rank = memory_rank;
+  peak_generation = data_generation;
+  alloc_peak = {};
+  holders_peak = {};
+  if (tl.ranks.empty()) return;
+  const RankData& rd = tl.ranks[static_cast<std::size_t>(memory_rank)];
+  alloc_peak = prof::peak_live(rd.allocations);
+  holders_peak = holders_at(rd, alloc_peak.t);
 }
 
 void AppState::appended(const AppendResult& r, bool refresh_summary) {

@@ -58,6 +58,7 @@ void App::draw_menu_bar() {
       ImGui::MenuItem("Timeline", nullptr, &st_.panes.timeline);
       ImGui::MenuItem("Memory over time", nullptr, &st_.panes.memory);
       ImGui::MenuItem("Allocator state", nullptr, &st_.panes.allocator);
+      ImGui::MenuItem("Allocations and who holds memory", nullptr, &st_.panes.allocations);
       ImGui::MenuItem("Step table", nullptr, &st_.panes.steps);
       ImGui::MenuItem("Summary", nullptr, &st_.panes.summary);
       if (ImGui::MenuItem("Reset zoom")) st_.zoom_to(st_.tl.begin, st_.tl.end);
@@ -126,15 +127,21 @@ void App::draw_panes() {
   const float avail = ImGui::GetContentRegionAvail().y - status_h;
   const float width = ImGui::GetContentRegionAvail().x;
   const float mem_h = st_.panes.memory ? 190 : 0, alloc_h = st_.panes.allocator ? 170 : 0;
+  const float allocs_h = st_.panes.allocations ? 260 : 0;
   const float spacing = ImGui::GetStyle().ItemSpacing.y;
   // The step table and summary are 190 px under other panes, and take the window when alone.
-  const bool above = st_.panes.timeline || st_.panes.memory || st_.panes.allocator;
+  const bool above = st_.panes.timeline || st_.panes.memory || st_.panes.allocator || st_.panes.allocations;
   const float bottom_h = !(st_.panes.steps || st_.panes.summary) ? 0 : above ? 190.0f : std::max(190.0f, avail - spacing);
-  float timeline_h = avail - mem_h - alloc_h - bottom_h - 3 * spacing;
+  float timeline_h = avail - mem_h - alloc_h - allocs_h - bottom_h - (st_.panes.allocations ? 4 : 3) * spacing;
   if (!st_.panes.timeline) timeline_h = 0;
   if (st_.panes.timeline) draw_timeline(st_, ImVec2(width, std::max(120.0f, timeline_h)));
   if (st_.panes.memory) draw_memory(st_, ImVec2(width, mem_h));
   if (st_.panes.allocator) draw_allocator(st_, ImVec2(width, alloc_h));
+  if (st_.panes.allocations) {
+    draw_allocations(st_, ImVec2(width * 0.62f, allocs_h));
+    ImGui::SameLine();
+    draw_holders(st_, ImVec2(0, allocs_h));
+  }
   if (st_.panes.steps) {
     draw_steps(st_, ImVec2(st_.panes.summary ? width * 0.6f : width, bottom_h));
     if (st_.panes.summary) ImGui::SameLine();

@@ -8,7 +8,7 @@
 namespace memcomm::view {
 
 bool parse_panes(const std::string& list, Panes& out, std::string& error) {
-  Panes p{false, false, false, false, false};
+  Panes p{false, false, false, false, false, false};
   if (list.empty()) {
     out = Panes{};
     return true;
@@ -16,7 +16,7 @@ bool parse_panes(const std::string& list, Panes& out, std::string& error) {
   std::stringstream ss(list);
   std::string name;
   const auto bad = [&](const std::string& what) {
-    error = "--panes: " + what + " in '" + list + "' (expected a comma list of timeline, memory, allocator, steps, summary)";
+    error = "--panes: " + what + " in '" + list + "' (expected a comma list of timeline, memory, allocator, steps, summary, allocations)";
     return false;
   };
   while (std::getline(ss, name, ',')) {
@@ -25,6 +25,7 @@ bool parse_panes(const std::string& list, Panes& out, std::string& error) {
     else if (name == "allocator") p.allocator = true;
     else if (name == "steps") p.steps = true;
     else if (name == "summary") p.summary = true;
+    else if (name == "allocations") p.allocations = true;
     else return bad(name.empty() ? std::string("an empty pane name") : "unknown pane '" + name + "'");
   }
   if (list.back() == ',') return bad("an empty pane name");

@@ -73,6 +73,10 @@ void draw_overlays(const AppState& st, const TimeAxis& axis, ImDrawList* dl, flo
       dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(255, 255, 255, 140));
     }
   }
+  if (st.pinned_alloc >= 0) {  // the pinned allocation's lifetime, in every time pane
+    const float a = std::max(axis.x0, axis.x(st.pinned_t0)), b = std::min(axis.x1, axis.x(std::min(st.pinned_t1, axis.t1)));
+    if (b >= a) dl->AddRect(ImVec2(a, y0), ImVec2(std::max(a + 1, b), y1), IM_COL32(255, 220, 60, 200), 0, 0, 2);
+  }
   if (st.cursor_valid) {
     const float x = axis.x(st.cursor);
     if (x >= axis.x0 && x < axis.x1) dl->AddLine(ImVec2(x, y0), ImVec2(x, y1), IM_COL32(255, 255, 255, 90));

@@ -39,6 +39,8 @@ AppState::Point item_text_field();
 void draw_timeline(AppState& st, ImVec2 size);
 void draw_memory(AppState& st, ImVec2 size);
 void draw_allocator(AppState& st, ImVec2 size);
+void draw_allocations(AppState& st, ImVec2 size);
+void draw_holders(AppState& st, ImVec2 size);
 void draw_steps(AppState& st, ImVec2 size);
 void draw_summary(AppState& st, ImVec2 size);
 void draw_status(AppState& st, std::uint64_t frames);  // also keeps the line in st.status_line

@@ -93,7 +93,15 @@ std::size_t Timeline::memory_bytes() const {
     for (const auto& lane : rd.lanes)
       for (const auto& row : lane.rows) b += row.memory_bytes() + sizeof(row);
     for (const auto& c : rd.counters) b += c.memory_bytes();
+    b += rd.allocations.memory_bytes() + rd.alloc_index.memory_bytes();
   }
+  // A file's stacks are shared by its ranks: counted once.
+  std::vector<const SnapshotStacks*> seen;
+  for (const auto& rd : ranks)
+    if (rd.stacks && std::find(seen.begin(), seen.end(), rd.stacks.get()) == seen.end()) {
+      seen.push_back(rd.stacks.get());
+      b += rd.stacks->memory_bytes();
+    }
   return b;
 }
 

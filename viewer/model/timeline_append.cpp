@@ -278,6 +278,10 @@ Timeline TimelineBuilder::finish(std::string source) {
     rd.collectives.shrink_to_fit();
     rd.alloc_events.shrink_to_fit();
     for (auto& c : rd.counters) c.shrink_to_fit();
+    if (!producer_allocations_) {
+      rd.allocations = allocations_from_events(rd.alloc_events);
+      rd.alloc_index = AllocationIndex(rd.allocations);
+    }
   }
   *this = TimelineBuilder();
   return tl;

@@ -51,19 +51,23 @@ class StackText {
   // Note [Sites]: the site of a raw stack id (kNoStack included).
   std::uint32_t site(std::uint32_t stack) const;
   // The lines of a site (filtered, outermost first).
-  const std::vector<std::string>& site_lines(std::uint32_t site) const { return sites_[site]; }
+  std::vector<std::string> site_lines(std::uint32_t site) const;
   std::size_t site_count() const { return sites_.size(); }
   // Whether any filtered line of the stack (or its site) contains `needle` (case-sensitive).
   bool site_matches(std::uint32_t site, std::string_view needle) const;
   std::size_t memory_bytes() const;
 
  private:
-  std::uint32_t intern_site(std::vector<std::string> lines);
+  // A line is kept as one frame that prints it, a site as its line ids, and the text is made when
+  // asked for: a viewer keeps a StackText per open file beside the Snapshot's own strings, so it
+  // adds a few bytes per distinct frame and stack (issue 18: frames kept and cheap). The maps
+  // from text to line and from lines to site live only while the constructor runs.
+  std::string line_text(std::uint32_t line) const;
   const Snapshot* snap_;
-  std::vector<std::uint32_t> site_of_stack_;  // raw stack id -> site
+  std::vector<std::uint32_t> site_of_stack_;         // raw stack id -> site
   std::uint32_t non_python_site_ = 0;
-  std::vector<std::vector<std::string>> sites_;
-  std::unordered_map<std::string, std::uint32_t> site_ids_;  // joined text -> site
+  std::vector<std::uint32_t> line_frame_;            // line -> a frame printing it (kNoStack: "<non-python>")
+  std::vector<std::vector<std::uint32_t>> sites_;    // site -> its lines, outermost first
 };
 
 }  // namespace memcomm::snapshot

@@ -110,6 +110,13 @@ class Snapshot {
   std::pair<const std::uint32_t*, std::size_t> stack(std::uint32_t id) const;
   const Frame& frame(std::uint32_t id) const { return frames_[id]; }
   std::size_t stack_count() const { return stacks_.size(); }
+  // Bytes held by the interned strings, frames and stacks (Note [Interned frames]): what keeping
+  // frames costs a consumer that holds the Snapshot for its stacks (the viewer's memory budget).
+  std::size_t interned_bytes() const;
+  // Drops the lookup tables that interning uses (a hash node per string, frame and stack), for a
+  // consumer that keeps the Snapshot for its stacks only, and the tables' growth slack; the next
+  // intern_*() rebuilds them.
+  void release_interning();
   // "file.py:123 name" of the innermost frame that points at user code: the first frame with a
   // line number (C++ unwinder frames have line 0), else the innermost one; "" for kNoStack.
   std::string top_frame(std::uint32_t stack) const;
@@ -129,6 +136,8 @@ class Snapshot {
   std::vector<std::uint32_t> stack_frames_;                                     // all stacks, back to back
   std::vector<std::pair<std::uint32_t, std::uint32_t>> stacks_;                 // (offset, count)
   std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> stack_buckets_;  // hash -> stack ids
+  bool released_ = false;  // release_interning() ran: the three maps above are to be rebuilt
+  void reindex();
 };
 
 struct ParseOptions {

@@ -83,8 +83,11 @@ class TimelineBuilder {
   void add_events(std::uint64_t n) { events_ += n; }
 
   std::uint64_t event_count() const { return events_; }
-  // Sorts, splits rows, matches collectives, builds LOD levels and shrinks containers.
+  // Sorts, splits rows, matches collectives, builds LOD levels and shrinks containers, and each
+  // rank's allocation lifetimes from its block events (rank_allocations.hpp) unless the producer
+  // gives its own (a snapshot's, with stacks: allocations_from_producer()).
   Timeline finish(std::string source);
+  void allocations_from_producer() { producer_allocations_ = true; }
   // Note [Incremental append]: publishes what was ingested since the last call into `tl` (built
   // by earlier calls of this builder only), touching only what the new events touch; appending in
   // pieces gives the model that finish() gives for all of it at once. Live mode's publish step.
@@ -111,6 +114,7 @@ class TimelineBuilder {
     std::unordered_map<std::uint64_t, std::pair<std::uint8_t, std::uint64_t>> live;  // addr -> (category, size)
     double bytes[kMemCategoryCount] = {};
   };
+  bool producer_allocations_ = false;  // finish() leaves RankData::allocations to the producer
   // Events ingested and not yet published, plus state that lives across appends.
   struct RankParts {
     // Chunked like the model's arrays (Note [Chunked arrays]), so that the first publish of a lane

@@ -5,14 +5,20 @@
 // 24 B (start, end, name id, payload); counter samples 16 B; allocator events 32 B. The per-event
 // arrays are ChunkedArrays (Note [Chunked arrays] in chunked.hpp: appends never copy what is
 // stored), trimmed after a load, and the acceleration structures (counter LOD levels, allocator
-// checkpoints) add a bounded fraction on top (see counter_lod.hpp and allocator_state.hpp).
+// checkpoints) add a bounded fraction on top (see counter_lod.hpp and allocator_state.hpp). The
+// allocation lifetimes (40 B per user block, about 20 B per event since a block has an alloc and a
+// free) and their index (8 B per block) come on top, and a snapshot's interned frames: measured in
+// bench/results/viewer-cpu.md ("Allocation timeline and frames").
 #pragma once
 
+#include <memcomm/view/allocation_index.hpp>
 #include <memcomm/view/allocator_state.hpp>
 #include <memcomm/view/chunked.hpp>
 #include <memcomm/view/counter_lod.hpp>
+#include <memcomm/view/rank_allocations.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -89,6 +95,12 @@ struct RankData {
   std::vector<CounterSeries> counters;  // "allocated", "reserved", "active", "largest_free", user counters
   AllocEvents alloc_events;           // sorted by time; drives the allocator state view
   std::vector<TimeNs> ooms;           // OOM times, sorted
+  // Allocation lifetimes (rank_allocations.hpp) and their index (allocation_index.hpp): the
+  // allocation timeline and "who holds memory". Stacks only for snapshot ranks (null otherwise),
+  // shared by the ranks of one file.
+  prof::Allocations allocations;
+  AllocationIndex alloc_index;
+  std::shared_ptr<const SnapshotStacks> stacks;
   std::uint64_t dropped = 0;          // events the recorder dropped (reported in the status line)
   bool connected = false;             // live mode: the stream is still up (a closed rank stays, marked)
   const CounterSeries* counter(std::string_view name) const;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memcomm/view/app/advice.hpp>
+#include <memcomm/view/allocation_layout.hpp>
+#include <memcomm/view/allocation_tip.hpp>
 #include <memcomm/view/allocator_state.hpp>
 #include <memcomm/view/analysis.hpp>
 #include <memcomm/view/builder.hpp>
@@ -19,6 +21,7 @@ namespace memcomm::view {
 
 struct Panes {
   bool timeline = true, memory = true, allocator = true, steps = true, summary = true;
+  bool allocations = false;  // the allocation timeline and "who holds memory" (opt-in: View menu, --panes)
 };
 // --panes: a comma list of timeline, memory, allocator, steps, summary ("" = all). False with a
 // message naming the first unknown (or empty) name, and the valid ones.
@@ -40,6 +43,30 @@ struct AppState {
   bool alloc_follow_cursor = true;              // the allocator pane tracks the cursor
   TimeNs alloc_time = 0;                        // allocator pane time (scrub bar)
   int memory_rank = 0;                          // rank slot the memory/allocator panes show
+
+  // Allocation timeline and "who holds memory" (allocation_view.cpp, holders_view.cpp).
+  int pinned_alloc = -1;                        // index in pinned_rank's allocations (-1: none)
+  int pinned_rank = -1;
+  TimeNs pinned_t0 = 0, pinned_t1 = 0;          // its lifetime, marked on every time pane (draw_overlays)
+  bool all_frames = false;                      // tooltips show every frame (memory_viz's filter off)
+  char alloc_search[128] = {};                  // file or function names in stacks
+  std::string alloc_search_applied;
+  int alloc_search_rank = -1;
+  std::uint64_t alloc_search_generation = ~0ull;
+  std::vector<bool> site_match;                 // per StackText site of the memory rank
+  std::uint64_t alloc_search_hits = 0;          // bands drawn that match, last frame
+  AllocationLayout alloc_layout;                // last frame's bands (Note [Allocation bands])
+  bool has_hovered_alloc = false;               // the last hovered allocation, for --report-json
+  AllocationTip hovered_alloc;
+  HoldersAt holders, holders_peak;              // at alloc_time and at the peak, for memory_rank
+  TimeNs holders_time = 0;                      // alloc_time `holders` was computed for
+  int holders_rank = -1, peak_rank = -1;        // memory_rank they were computed for
+  std::uint64_t holders_generation = ~0ull, peak_generation = ~0ull;
+  prof::LivePeak alloc_peak;                    // prof::peak_live of the memory rank
+  // alloc_peak and holders_peak for the memory rank, recomputed when the rank or data change.
+  void refresh_peak();
+  float alloc_x0 = 0, alloc_y0 = 0, alloc_y1 = 0;  // allocation plot area (left edge = column 0)
+  double alloc_ymax = 0;                        // bytes at alloc_y0
 
   // Range selection (right-drag, or shift + left-drag).
   bool selecting = false, has_selection = false;
@@ -79,6 +106,7 @@ struct AppState {
   Point file_menu, open_item;                   // the File menu's title; File > Open... while the menu is open
   Point search_box;                             // the toolbar's search field
   Point range_from, range_to, range_load;       // the large-file prompt's fields and its "Load range" button
+  Point alloc_search_box, all_frames_box, peak_button;  // the allocation and holders panes' controls
   Point advice_button;                          // the Summary's "Run memcomm-trace advise" (large traces)
   std::uint64_t links_drawn = 0;                // matched-collective links drawn last frame
   std::string status_line;                      // the status line's text

@@ -1,0 +1,67 @@
+// allocation_tip, tip_text and holders_at (allocation_tip.hpp): formatting over StackText and
+// memory_at, nothing folded here.
+#include <memcomm/view/allocation_tip.hpp>
+
+#include <memcomm/common/bytes.hpp>
+
+#include <fmt/format.h>
+
+namespace memcomm::view {
+namespace {
+
+std::string time_text(TimeNs ns) { return fmt::format("{:.6f} s", static_cast<double>(ns) / 1e9); }
+
+std::string category_of(const RankData& rd, const prof::Allocation& a) {
+  if (a.category > 0 && a.category < kMemCategoryCount) return kMemCategoryNames[a.category];
+  if (!rd.stacks || a.stack == prof::kNoStackId) return {};
+  const auto& lines = rd.stacks->text.site_lines(rd.stacks->text.site(a.stack));
+  return lines.empty() ? std::string() : lines.back();  // the innermost user frame
+}
+
+}  // namespace
+
+AllocationTip allocation_tip(const RankData& rd, std::uint32_t index, bool all_frames) {
+  const prof::Allocation& a = rd.allocations.list.at(index);
+  AllocationTip tip;
+  tip.size = a.size;
+  tip.addr = a.addr;
+  tip.stream = a.stream;
+  if (rd.stacks && a.stream < rd.stacks->streams.size()) tip.stream = rd.stacks->streams[a.stream];
+  tip.category = category_of(rd, a);
+  tip.alloc_ns = a.alloc_ns;
+  tip.free_ns = a.free_ns;
+  tip.before_trace = a.before_trace;
+  if (rd.stacks && a.stack != prof::kNoStackId) tip.stack = rd.stacks->text.lines(a.stack, all_frames);
+  if (tip.stack.empty() || !rd.stacks || a.stack == prof::kNoStackId) tip.stack = {kNoStackText};
+  return tip;
+}
+
+std::string tip_text(const AllocationTip& tip, TimeNs trace_begin) {
+  std::string s = fmt::format("{} at 0x{:x}\nstream {}", format_bytes(tip.size), tip.addr, tip.stream);
+  if (!tip.category.empty()) s += fmt::format("\ncategory: {}", tip.category);
+  s += fmt::format("\nallocated at {}{}", time_text(tip.alloc_ns - trace_begin), tip.before_trace ? " (before the trace)" : "");
+  if (tip.free_ns == prof::kStillLive) s += "\nstill live at the end";
+  else s += fmt::format("\nfreed at {} (lifetime {})", time_text(tip.free_ns - trace_begin), time_text(tip.free_ns - tip.alloc_ns));
+  const std::size_t skip = tip.stack.size() > kStackLinesShown ? tip.stack.size() - kStackLinesShown : 0;
+  if (skip) s += fmt::format("\n  ... {} more", skip);
+  for (std::size_t k = skip; k < tip.stack.size(); ++k) s += "\n  " + (tip.stack[k].empty() ? std::string("(empty)") : tip.stack[k]);
+  return s;
+}
+
+HoldersAt holders_at(const RankData& rd, TimeNs t) {
+  HoldersAt out;
+  out.at_ns = t;
+  if (rd.stacks) {
+    const snapshot::MemoryAt m = snapshot::memory_at(rd.allocations, rd.stacks->text, t);
+    out.live_bytes = m.live_bytes;
+    for (const auto& s : m.sites) out.sites.push_back({s.bytes, s.count, rd.stacks->text.site_lines(s.site)});
+    return out;
+  }
+  for (const prof::StackBytes& s : prof::live_by_stack(rd.allocations, t)) {
+    out.live_bytes += s.bytes;
+    out.sites.push_back({s.bytes, s.count, {kNoStackText}});
+  }
+  return out;
+}
+
+}  // namespace memcomm::view
