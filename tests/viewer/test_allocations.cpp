@@ -171,7 +171,7 @@ TEST_CASE("shared snapshots: the rank's holders are memcomm-trace memory's, fram
     }
     // Issue 18's target is <= 16 B per event for the kept frames. On these small files (4-23 k
     // events) the snapshot's distinct strings, a cost per distinct frame, not per event, are most
-    // of it: the files with 10 k events or more meet it; all stay under 64 (a guard against
+    // of it: most files with 19 k events or more meet it; all stay under 64 (a guard against
     // per-event costs creeping in). bench/results/viewer-cpu.md has the figures per file.
     const double per_event = static_cast<double>(rd.stacks->memory_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, tl.event_count));
     CHECK(per_event <= 64.0);

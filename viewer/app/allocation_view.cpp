@@ -26,17 +26,6 @@ struct AllocPlot {
   double bytes(float py) const { return (bottom - py) / std::max(1.0f, bottom - top) * ymax; }
 };
 
-// What the layout was built for; a frame with the same key reuses it.
-struct LayoutKey {
-  TimeNs t0 = 0, t1 = 0;
-  int columns = 0, rank = -1;
-  double ymax = 0;
-  std::uint64_t generation = ~0ull;
-  bool operator==(const LayoutKey& o) const {
-    return t0 == o.t0 && t1 == o.t1 && columns == o.columns && rank == o.rank && ymax == o.ymax && generation == o.generation;
-  }
-};
-
 std::uint32_t site_of(const RankData& rd, const prof::Allocation& a) {
   return rd.stacks ? rd.stacks->text.site(a.stack) : 0;
 }
@@ -85,11 +74,14 @@ void toolbar(AppState& st) {
 }
 
 void relayout(AppState& st, const RankData& rd, const AllocPlot& p, const TimeAxis& view) {
-  static LayoutKey last;
-  const LayoutKey key{view.t0, view.t1, static_cast<int>(p.right - p.left), st.memory_rank, p.ymax, st.data_generation};
-  if (key == last) return;
-  last = key;
-  const LayoutRequest req{view.t0, view.t1, key.columns, p.ymax / std::max(1.0f, p.bottom - p.top)};
+  const LayoutRequest req{view.t0, view.t1, static_cast<int>(p.right - p.left), p.ymax / std::max(1.0f, p.bottom - p.top)};
+  const LayoutRequest& last = st.alloc_layout_req;
+  if (last.t0 == req.t0 && last.t1 == req.t1 && last.columns == req.columns && last.bytes_per_px == req.bytes_per_px &&
+      st.alloc_layout_rank == st.memory_rank && st.alloc_layout_generation == st.data_generation)
+    return;
+  st.alloc_layout_req = req;
+  st.alloc_layout_rank = st.memory_rank;
+  st.alloc_layout_generation = st.data_generation;
   layout_allocations(rd.allocations, rd.alloc_index, req, st.alloc_layout);
 }
 
@@ -137,8 +129,9 @@ void hover(AppState& st, const RankData& rd, const AllocPlot& p) {
   if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MouseDragMaxDistanceSqr[0] < 16) {  // a click, not a pan
     st.pinned_alloc = static_cast<int>(index);
     st.pinned_rank = st.memory_rank;
-    st.pinned_t0 = st.hovered_alloc.alloc_ns;
-    st.pinned_t1 = st.hovered_alloc.free_ns == prof::kStillLive ? st.tl.end : st.hovered_alloc.free_ns;
+    // Bounded (Note [Bounded timestamps] in timeline.hpp): the time panes subtract these.
+    st.pinned_t0 = bounded_time(st.hovered_alloc.alloc_ns);
+    st.pinned_t1 = st.hovered_alloc.free_ns == prof::kStillLive ? st.tl.end : bounded_time(st.hovered_alloc.free_ns);
   }
 }
 

@@ -111,7 +111,7 @@ void draw_holders(AppState& st, ImVec2 size) {
   if (st.alloc_follow_cursor && st.cursor_valid) st.alloc_time = st.cursor;  // as the allocator pane's scrub bar
   st.refresh_peak();
   if (ImGui::Button("peak")) {
-    st.alloc_time = st.alloc_peak.t;
+    st.alloc_time = bounded_time(st.alloc_peak.t);  // the panes subtract it (Note [Bounded timestamps])
     st.alloc_follow_cursor = false;
   }
   st.peak_button = item_centre();
@@ -119,12 +119,12 @@ void draw_holders(AppState& st, ImVec2 size) {
   if (st.holders_rank != st.memory_rank || st.holders_generation != st.data_generation) tree.clear();
   refresh_holders(st, rd, tree);
   ImGui::SameLine();
-  ImGui::Text("who holds memory at %s: %s", format_time(st.holders.at_ns - st.tl.begin).c_str(),
+  ImGui::Text("who holds memory at %s: %s", format_time(bounded_time(st.holders.at_ns) - st.tl.begin).c_str(),
               format_bytes(st.holders.live_bytes).c_str());
   if (!tree.empty()) draw_node(tree, 0, 0);
   ImGui::Separator();
   ImGui::Text("top sites at the peak (%s at %s)", format_bytes(st.alloc_peak.bytes).c_str(),
-              format_time(st.alloc_peak.t - st.tl.begin).c_str());
+              format_time(bounded_time(st.alloc_peak.t) - st.tl.begin).c_str());
   peak_table(st);
   ImGui::EndChild();
 }

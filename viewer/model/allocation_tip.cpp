@@ -9,7 +9,11 @@
 namespace memcomm::view {
 namespace {
 
-std::string time_text(TimeNs ns) { return fmt::format("{:.6f} s", static_cast<double>(ns) / 1e9); }
+// Seconds from `from` to `t`, in doubles: a snapshot's times are its own clock's (EventClock, which
+// saturates but is not bounded as the Timeline's are), so their difference may not fit an int64.
+std::string time_text(TimeNs t, TimeNs from) {
+  return fmt::format("{:.6f} s", (static_cast<double>(t) - static_cast<double>(from)) / 1e9);
+}
 
 std::string category_of(const RankData& rd, const prof::Allocation& a) {
   if (a.category > 0 && a.category < kMemCategoryCount) return kMemCategoryNames[a.category];
@@ -39,9 +43,9 @@ AllocationTip allocation_tip(const RankData& rd, std::uint32_t index, bool all_f
 std::string tip_text(const AllocationTip& tip, TimeNs trace_begin) {
   std::string s = fmt::format("{} at 0x{:x}\nstream {}", format_bytes(tip.size), tip.addr, tip.stream);
   if (!tip.category.empty()) s += fmt::format("\ncategory: {}", tip.category);
-  s += fmt::format("\nallocated at {}{}", time_text(tip.alloc_ns - trace_begin), tip.before_trace ? " (before the trace)" : "");
+  s += fmt::format("\nallocated at {}{}", time_text(tip.alloc_ns, trace_begin), tip.before_trace ? " (before the trace)" : "");
   if (tip.free_ns == prof::kStillLive) s += "\nstill live at the end";
-  else s += fmt::format("\nfreed at {} (lifetime {})", time_text(tip.free_ns - trace_begin), time_text(tip.free_ns - tip.alloc_ns));
+  else s += fmt::format("\nfreed at {} (lifetime {})", time_text(tip.free_ns, trace_begin), time_text(tip.free_ns, tip.alloc_ns));
   const std::size_t skip = tip.stack.size() > kStackLinesShown ? tip.stack.size() - kStackLinesShown : 0;
   if (skip) s += fmt::format("\n  ... {} more", skip);
   for (std::size_t k = skip; k < tip.stack.size(); ++k) s += "\n  " + (tip.stack[k].empty() ? std::string("(empty)") : tip.stack[k]);

@@ -56,6 +56,9 @@ struct AppState {
   std::vector<bool> site_match;                 // per StackText site of the memory rank
   std::uint64_t alloc_search_hits = 0;          // bands drawn that match, last frame
   AllocationLayout alloc_layout;                // last frame's bands (Note [Allocation bands])
+  LayoutRequest alloc_layout_req;               // what alloc_layout was laid out for, with the rank
+  int alloc_layout_rank = -1;                   // and the data generation: an equal frame reuses it
+  std::uint64_t alloc_layout_generation = ~0ull;
   bool has_hovered_alloc = false;               // the last hovered allocation, for --report-json
   AllocationTip hovered_alloc;
   HoldersAt holders, holders_peak;              // at alloc_time and at the peak, for memory_rank
