@@ -138,6 +138,8 @@ void add_memory_options(CLI::App* sub, Args& a) {
   sub->add_option("--rows", a.memory.rows, "sites shown in text mode (at least 1)")->check(at_least_one())->capture_default_str();
   sub->add_option("--rank", a.memory.rank, "traces of several ranks: the rank to read (default: the first)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--device", a.memory.device, "only this device's blocks (default: every device's, summed)")
+      ->check(CLI::Range(0, 255));
 }
 
 void add_memory(CLI::App& app, Args& a, Subcommands& s) {

@@ -50,8 +50,10 @@ class HeldMemory {
 // A snapshot. StackText points into `snap_`: not movable.
 class SnapshotMemory final : public HeldMemory {
  public:
-  explicit SnapshotMemory(const std::string& path)
-      : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_) {}
+  SnapshotMemory(const std::string& path, int device)
+      : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_) {
+    if (device >= 0) allocs_.allocations = allocations_of_device(allocs_.allocations, static_cast<std::uint8_t>(device));
+  }
   const Allocations& allocations() const override { return allocs_.allocations; }
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
   std::string label() const override { return path_; }
@@ -74,7 +76,10 @@ class SnapshotMemory final : public HeldMemory {
 // One rank of a memcomm or torch.profiler trace; its sites are categories.
 class TraceMemory final : public HeldMemory {
  public:
-  TraceMemory(const std::string& path, const RankTrace& rank) : label_(fmt::format("{} (rank {})", path, rank.rank)), allocs_(rank_allocations(rank)) {}
+  TraceMemory(const std::string& path, const RankTrace& rank, int device)
+      : label_(fmt::format("{} (rank {})", path, rank.rank)), allocs_(rank_allocations(rank)) {
+    if (device >= 0) allocs_ = allocations_of_device(allocs_, static_cast<std::uint8_t>(device));
+  }
   const Allocations& allocations() const override { return allocs_; }
   std::string label() const override { return label_; }
   snapshot::MemoryAt at(std::int64_t t) const override {
@@ -105,7 +110,8 @@ bool is_pickle(const std::string& path) {
 }
 
 std::unique_ptr<HeldMemory> open_held(const std::string& path, const MemoryArgs& args) {
-  if (is_pickle(path)) return std::make_unique<SnapshotMemory>(path);
+  if (args.device > 255) throw std::invalid_argument(fmt::format("--device {}: devices are numbered 0-255", args.device));
+  if (is_pickle(path)) return std::make_unique<SnapshotMemory>(path, args.device);
   TraceSet set;
   try {
     set = TraceSet::load({path});
@@ -113,7 +119,7 @@ std::unique_ptr<HeldMemory> open_held(const std::string& path, const MemoryArgs&
     throw std::invalid_argument(fmt::format("{} (memory reads PyTorch snapshots and memcomm or torch.profiler traces)", e.what()));
   }
   for (const RankTrace& r : set.ranks)
-    if (args.rank < 0 || r.rank == static_cast<std::uint32_t>(args.rank)) return std::make_unique<TraceMemory>(path, r);
+    if (args.rank < 0 || r.rank == static_cast<std::uint32_t>(args.rank)) return std::make_unique<TraceMemory>(path, r, args.device);
   throw std::invalid_argument(args.rank < 0 ? fmt::format("{}: holds no rank", path)
                                             : fmt::format("{}: holds no rank {} (--rank)", path, args.rank));
 }

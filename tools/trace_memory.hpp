@@ -14,6 +14,7 @@ struct MemoryArgs {
   bool all_frames = false;   // text and JSON: every frame, not memory_viz's filtered ones
   std::size_t rows = 20;     // text: sites shown
   int rank = -1;             // traces: the rank to read (-1: the first)
+  int device = -1;           // only this device's blocks (-1: every device's, summed)
 };
 
 // Both throw snapshot::ReadError for an unreadable snapshot and std::invalid_argument for an

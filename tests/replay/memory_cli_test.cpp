@@ -33,6 +33,26 @@ TEST_CASE("memory cli: --json gives at_ns, live_bytes and sites with stacks", "[
   CHECK(nlohmann::json::parse(all.out)["sites"][0]["stack"].size() == 2);
 }
 
+TEST_CASE("memory cli: --device keeps one device's blocks", "[cli][memory]") {
+  TempDir dir("memory-device");
+  const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  const auto live = [&](const std::string& options) {
+    Run r = trace_tool(dir, "memory " + snap.string() + " --json " + options);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["live_bytes"].get<std::int64_t>();
+  };
+  // Each device's own peak: device 2's 30 MiB block; device 0's 5000 B block beside the 1000 B one
+  // from before the trace.
+  CHECK(live("--at peak --device 2") == 30 * memcomm::test::MiB);
+  CHECK(live("--at peak --device 0") == 6000);
+  CHECK(live("--at peak --device 1") == 0);
+  CHECK(live("--at end --device 0") == 1000);
+  CHECK(live("--at end --device 2") == 0);
+  CHECK(live("--at end") == 1000);
+  CHECK(trace_tool(dir, "memory " + snap.string() + " --device 256").code == 2);
+}
+
 TEST_CASE("memory cli: text mode and compare", "[cli][memory]") {
   TempDir dir("memory-text");
   const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());

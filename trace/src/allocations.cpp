@@ -77,6 +77,17 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
   return out;
 }
 
+Allocations allocations_of_device(const Allocations& all, std::uint8_t device) {
+  Allocations out;
+  out.begin = all.begin;
+  out.end = all.end;
+  out.unmatched = all.unmatched;
+  for (const Allocation& a : all.list)
+    if (a.device == device) out.list.push_back(a);
+  out.list.shrink_to_fit();
+  return out;
+}
+
 Allocations rank_allocations(const RankTrace& rank) {
   AllocationBuilder b;
   for (const Event& e : rank.events) {

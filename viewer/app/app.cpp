@@ -181,10 +181,19 @@ void App::poll_load() {
     t = Timeline();
   }
   if (!t.sources.empty() || !t.empty()) st_.set_timeline(std::move(t), true);
+  show_allocations_for_stacks();
   load_.reset();
   st_.load_progress = -1;
   redraw_frames_ = 3;
   update_advice();
+}
+
+// A snapshot is opened to see who holds its memory: unless --panes chose the panes, loading a file
+// with stacks shows the allocation timeline and its "who holds memory" pane.
+void App::show_allocations_for_stacks() {
+  if (!opt_.panes.empty()) return;
+  for (const auto& rd : st_.tl.ranks)
+    if (rd.stacks) st_.panes.allocations = true;
 }
 
 std::uint32_t App::ranks_with_spans() const {

@@ -84,7 +84,8 @@ void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
   app.add_option("--range", text.range,
                  "T0:T1: load only events overlapping this range, seconds from the first event of each trace "
                  "(for very large files; without it, files over 1 GiB opened in a window ask first)");
-  app.add_option("--panes", o.panes, "comma list of panes to show: timeline,memory,allocator,steps,summary");
+  app.add_option("--panes", o.panes, "comma list of panes to show: timeline,memory,allocator,steps,summary,allocations "
+                                     "(default: all but allocations, which a file with stacks, a PyTorch snapshot, adds)");
 }
 
 // Checks across flags and the ones CLI11 cannot: a message and false on a usage error.

@@ -15,11 +15,14 @@ std::string time_text(TimeNs t, TimeNs from) {
   return fmt::format("{:.6f} s", (static_cast<double>(t) - static_cast<double>(from)) / 1e9);
 }
 
+// The trainer's tag, else the guess from the stack (Note [Categories from frames] in
+// memcomm/snapshot/frames.hpp), said to be one; "" when neither knows.
 std::string category_of(const RankData& rd, const prof::Allocation& a) {
   if (a.category > 0 && a.category < kMemCategoryCount) return kMemCategoryNames[a.category];
   if (!rd.stacks || a.stack == prof::kNoStackId) return {};
-  const auto& lines = rd.stacks->text.site_lines(rd.stacks->text.site(a.stack));
-  return lines.empty() ? std::string() : lines.back();  // the innermost user frame
+  const prof::MemCategory guess = snapshot::category_from_frames(rd.stacks->snap, a.stack);
+  if (guess == prof::MemCategory::Unknown) return {};
+  return fmt::format("{} (from frames)", prof::mem_category_name(guess));
 }
 
 }  // namespace

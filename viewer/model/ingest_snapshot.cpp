@@ -18,7 +18,7 @@ void attach_allocations(snapshot::Snapshot&& snap, Timeline& tl) {
   auto stacks = std::make_shared<const SnapshotStacks>(std::move(snap), std::move(all.streams));
   for (RankData& rd : tl.ranks) {
     const auto device = static_cast<std::uint8_t>(rd.rank);
-    rd.allocations = tl.ranks.size() == 1 ? std::move(all.allocations) : allocations_of_device(all.allocations, device);
+    rd.allocations = tl.ranks.size() == 1 ? std::move(all.allocations) : prof::allocations_of_device(all.allocations, device);
     rd.alloc_index = AllocationIndex(rd.allocations);
     rd.stacks = stacks;
   }

@@ -32,17 +32,4 @@ prof::Allocations allocations_from_events(const AllocEvents& events) {
   return a;
 }
 
-prof::Allocations allocations_of_device(const prof::Allocations& all, std::uint8_t device) {
-  prof::Allocations out;
-  out.begin = all.begin;
-  out.end = all.end;
-  out.unmatched = all.unmatched;
-  const auto n = static_cast<std::size_t>(
-      std::count_if(all.list.begin(), all.list.end(), [&](const prof::Allocation& a) { return a.device == device; }));
-  out.list.reserve(n);
-  for (const prof::Allocation& a : all.list)
-    if (a.device == device) out.list.push_back(a);
-  return out;
-}
-
 }  // namespace memcomm::view

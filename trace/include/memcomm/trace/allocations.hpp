@@ -97,6 +97,10 @@ struct StackBytes {
 std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t);
 std::uint64_t live_bytes(const Allocations& a, std::int64_t t);
 
+// The allocations of `all` on one device, in the same order, with the same time bounds (a
+// snapshot's devices, shown or reported one at a time).
+Allocations allocations_of_device(const Allocations& all, std::uint8_t device);
+
 struct RankTrace;
 // A memcomm trace's (or a torch.profiler trace's) blocks on one rank, all devices. Its events carry
 // no stacks: Allocation::stack stays kNoStackId and category is the producer's MemCategory.

@@ -23,7 +23,7 @@ inline constexpr std::size_t kStackLinesShown = 16;
 struct AllocationTip {
   std::uint64_t size = 0, addr = 0;
   std::int64_t stream = 0;           // cudaStream_t for snapshots, the recorded stream otherwise
-  std::string category;              // the trainer's tag, else the innermost user frame, else ""
+  std::string category;              // the trainer's tag, else a guess from the frames ("... (from frames)"), else ""
   TimeNs alloc_ns = 0, free_ns = 0;  // free_ns: prof::kStillLive when live at the end
   bool before_trace = false;
   std::vector<std::string> stack;    // outermost first; {"no stack"} when none

@@ -35,7 +35,5 @@ struct SnapshotStacks {
 // without stacks: stack kNoStackId, category from AllocEvent::category, stream as recorded.
 prof::Allocations allocations_from_events(const AllocEvents& events);
 
-// The allocations of `all` on one device, in the same order, with the same time bounds.
-prof::Allocations allocations_of_device(const prof::Allocations& all, std::uint8_t device);
 
 }  // namespace memcomm::view

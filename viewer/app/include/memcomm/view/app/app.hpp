@@ -99,6 +99,7 @@ class App {
   struct BenchFrames;
   BenchFrames bench_sweep(int n);
   void poll_load();
+  void show_allocations_for_stacks();  // after a load: snapshots open with the allocation panes
   void poll_live();
   bool start_live(std::string& error);
   std::uint64_t events_seen() const;  // received live, else loaded

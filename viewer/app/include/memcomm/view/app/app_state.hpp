@@ -21,9 +21,10 @@ namespace memcomm::view {
 
 struct Panes {
   bool timeline = true, memory = true, allocator = true, steps = true, summary = true;
-  bool allocations = false;  // the allocation timeline and "who holds memory" (opt-in: View menu, --panes)
+  bool allocations = false;  // the allocation timeline and "who holds memory" (snapshots, View menu, --panes)
 };
-// --panes: a comma list of timeline, memory, allocator, steps, summary ("" = all). False with a
+// --panes: a comma list of timeline, memory, allocator, steps, summary, allocations ("" = the default:
+// all but allocations, which App::show_allocations_for_stacks adds for snapshots). False with a
 // message naming the first unknown (or empty) name, and the valid ones.
 bool parse_panes(const std::string& list, Panes& out, std::string& error);
 
