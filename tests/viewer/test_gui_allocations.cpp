@@ -153,3 +153,40 @@ TEST_CASE("memcomm-view --report-json gives the peak sites memcomm-trace memory 
   }
   CHECK(compared > 0);
 }
+
+TEST_CASE("two snapshots: the holders pane compares end states as memcomm-trace compare does", "[gui][viewer]") {
+  const std::string a = memcomm::test::shared_snapshots_dir() + "/" + kSnapshot;
+  const std::string b = memcomm::test::shared_snapshots_dir() + "/eor_nn__snapshot.pickle";
+  if (!std::filesystem::exists(a) || !std::filesystem::exists(b)) MEMCOMM_SKIP_TEST("shared snapshots not found");
+  auto app = make_app(1300, 900, "");  // the default panes: snapshots add the allocation panes
+  app->start_load({a, b});
+  for (int i = 0; i < 2000 && app->loading(); ++i) app->frame();
+  AppState& st = app->state();
+  REQUIRE(st.panes.allocations);
+  REQUIRE(st.tl.ranks.size() == 2);
+  REQUIRE(st.tl.ranks[0].stacks != nullptr);
+  REQUIRE(st.tl.ranks[1].stacks != nullptr);
+  // Which rank came from which file: their end states' live bytes tell them apart.
+  const auto end_live = [&](const std::string& file) {
+    return nlohmann::json::parse(command_output(memcomm::test::bin_dir() + "/memcomm-trace memory --json " + file))["live_bytes"]
+        .get<std::uint64_t>();
+  };
+  const auto& r0 = st.tl.ranks[0].allocations;
+  const bool a_first = memcomm::prof::live_bytes(r0, r0.end) == end_live(a);
+  st.memory_rank = 1;
+  st.compare_rank = 0;
+  frames(*app, 3);
+  REQUIRE_FALSE(st.comparison.empty());
+  const std::string before = a_first ? a : b, after = a_first ? b : a;
+  const auto want = nlohmann::json::parse(
+      command_output(memcomm::test::bin_dir() + "/memcomm-trace compare --json " + before + " " + after))["sites"];
+  std::vector<const memcomm::snapshot::SiteChange*> changed;
+  for (const auto& c : st.comparison)
+    if (c.delta() != 0) changed.push_back(&c);
+  REQUIRE(changed.size() == want.size());
+  for (std::size_t k = 0; k < changed.size(); ++k) {
+    CAPTURE(k);
+    CHECK(changed[k]->stack == want[k]["stack"].get<std::vector<std::string>>());
+    CHECK(changed[k]->delta() == want[k]["delta"].get<std::int64_t>());
+  }
+}

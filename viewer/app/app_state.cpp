@@ -38,6 +38,7 @@ void AppState::set_timeline(Timeline&& t, bool merge) {
   has_selection = false;
   pinned_alloc = -1;  // indices into the old allocations
   has_hovered_alloc = false;
+  compare_rank = -1;  // a slot of the old ranks
 }
 
 void AppState::refresh_peak() {

@@ -3,6 +3,8 @@
 // button that moves that time to the peak of live bytes, and the top sites at the peak. The figures
 // are the model's holders_at (snapshot::memory_at: what `memcomm-trace memory` prints), recomputed
 // only when the time, the rank or the data change, and while following the cursor only once it rests.
+// With two ranks that have stacks (two snapshots, or two devices), it also compares the memory
+// rank's end state with another's: what grew by stack (compare_holders, `memcomm-trace compare`).
 #include "views.hpp"
 
 #include <fmt/format.h>
@@ -14,15 +16,9 @@ namespace memcomm::view {
 namespace {
 
 constexpr std::size_t kPeakRows = 10;
+using Node = HolderNode;
 
 // A prefix tree of the sites' stacks: a node per distinct frame path, with the bytes under it.
-struct Node {
-  std::string label;
-  std::uint64_t bytes = 0;
-  std::uint32_t count = 0;
-  std::map<std::string, std::size_t> children;  // label -> index in the tree
-};
-
 std::vector<Node> stack_tree(const HoldersAt& h) {
   std::vector<Node> tree(1);
   tree[0].label = "all";
@@ -59,25 +55,23 @@ void draw_node(const std::vector<Node>& tree, std::size_t i, int depth) {
 // button, the scrub bar) is folded at once. The pane names the time its figures are for.
 constexpr int kRestFrames = 3;
 
-bool cursor_resting(const AppState& st) {
-  static TimeNs seen = 0;
-  static int still = 0;
+bool cursor_resting(AppState& st) {
   if (!st.alloc_follow_cursor) return true;
-  if (st.alloc_time != seen) {
-    seen = st.alloc_time;
-    still = 0;
+  if (st.alloc_time != st.holders_seen_time) {
+    st.holders_seen_time = st.alloc_time;
+    st.holders_still_frames = 0;
   }
-  return ++still >= kRestFrames;
+  return ++st.holders_still_frames >= kRestFrames;
 }
 
-void refresh_holders(AppState& st, const RankData& rd, std::vector<Node>& tree) {
+void refresh_holders(AppState& st, const RankData& rd) {
   const bool fresh = st.holders_rank == st.memory_rank && st.holders_generation == st.data_generation;
   if (fresh && (st.holders_time == st.alloc_time || !cursor_resting(st))) return;
   st.holders_rank = st.memory_rank;
   st.holders_generation = st.data_generation;
   st.holders_time = st.alloc_time;
   st.holders = holders_at(rd, st.alloc_time);
-  tree = stack_tree(st.holders);
+  st.holders_tree = stack_tree(st.holders);
 }
 
 void peak_table(const AppState& st) {
@@ -99,6 +93,66 @@ void peak_table(const AppState& st) {
   ImGui::EndTable();
 }
 
+// The ranks with stacks other than the memory rank, for the compare combo.
+std::vector<int> comparable_ranks(const AppState& st) {
+  std::vector<int> out;
+  for (std::size_t r = 0; r < st.tl.ranks.size(); ++r)
+    if (st.tl.ranks[r].stacks && static_cast<int>(r) != st.memory_rank) out.push_back(static_cast<int>(r));
+  return out;
+}
+
+void refresh_comparison(AppState& st) {
+  const std::uint64_t key = (st.data_generation << 16) ^ (std::uint64_t(st.compare_rank + 1) << 8) ^ std::uint64_t(st.memory_rank);
+  if (st.comparison_key == key) return;
+  st.comparison_key = key;
+  st.comparison.clear();
+  if (st.compare_rank < 0 || st.compare_rank >= static_cast<int>(st.tl.ranks.size())) return;
+  const RankData& before = st.tl.ranks[static_cast<std::size_t>(st.compare_rank)];
+  const RankData& after = st.tl.ranks[static_cast<std::size_t>(st.memory_rank)];
+  st.comparison = compare_holders(holders_at(before, before.allocations.end), holders_at(after, after.allocations.end));
+}
+
+void comparison_table(const AppState& st) {
+  if (!ImGui::BeginTable("comparison", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) return;
+  ImGui::TableSetupColumn("change");
+  ImGui::TableSetupColumn("before -> after");
+  ImGui::TableSetupColumn("site (innermost frame)");
+  ImGui::TableHeadersRow();
+  std::size_t shown = 0;
+  for (const snapshot::SiteChange& c : st.comparison) {
+    if (c.delta() == 0 || shown++ == kPeakRows) continue;
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    const std::uint64_t size = static_cast<std::uint64_t>(c.delta() > 0 ? c.delta() : -c.delta());
+    ImGui::Text("%c%s", c.delta() > 0 ? '+' : '-', format_bytes(size).c_str());
+    ImGui::TableNextColumn();
+    ImGui::Text("%s -> %s", format_bytes(c.before).c_str(), format_bytes(c.after).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(c.stack.empty() ? "(empty)" : c.stack.back().c_str());
+  }
+  ImGui::EndTable();
+}
+
+// "compare end state with": a combo of the other ranks with stacks, and what grew.
+void draw_comparison(AppState& st) {
+  const std::vector<int> others = comparable_ranks(st);
+  if (others.empty() || !st.tl.ranks[static_cast<std::size_t>(st.memory_rank)].stacks) return;
+  ImGui::Separator();
+  const auto name = [&](int r) {
+    if (r < 0) return std::string("(nothing)");
+    const RankData& rd = st.tl.ranks[static_cast<std::size_t>(r)];
+    return rd.host.empty() ? fmt::format("rank {}", rd.rank) : fmt::format("rank {} ({})", rd.rank, rd.host);
+  };
+  if (ImGui::BeginCombo("compare end state with", name(st.compare_rank).c_str())) {
+    if (ImGui::Selectable(name(-1).c_str(), st.compare_rank < 0)) st.compare_rank = -1;
+    for (int r : others)
+      if (ImGui::Selectable(name(r).c_str(), st.compare_rank == r)) st.compare_rank = r;
+    ImGui::EndCombo();
+  }
+  refresh_comparison(st);
+  if (st.compare_rank >= 0) comparison_table(st);
+}
+
 }  // namespace
 
 void draw_holders(AppState& st, ImVec2 size) {
@@ -115,17 +169,17 @@ void draw_holders(AppState& st, ImVec2 size) {
     st.alloc_follow_cursor = false;
   }
   st.peak_button = item_centre();
-  static std::vector<Node> tree;
-  if (st.holders_rank != st.memory_rank || st.holders_generation != st.data_generation) tree.clear();
-  refresh_holders(st, rd, tree);
+  if (st.holders_rank != st.memory_rank || st.holders_generation != st.data_generation) st.holders_tree.clear();
+  refresh_holders(st, rd);
   ImGui::SameLine();
   ImGui::Text("who holds memory at %s: %s", format_time(bounded_time(st.holders.at_ns) - st.tl.begin).c_str(),
               format_bytes(st.holders.live_bytes).c_str());
-  if (!tree.empty()) draw_node(tree, 0, 0);
+  if (!st.holders_tree.empty()) draw_node(st.holders_tree, 0, 0);
   ImGui::Separator();
   ImGui::Text("top sites at the peak (%s at %s)", format_bytes(st.alloc_peak.bytes).c_str(),
               format_time(bounded_time(st.alloc_peak.t) - st.tl.begin).c_str());
   peak_table(st);
+  draw_comparison(st);
   ImGui::EndChild();
 }
 

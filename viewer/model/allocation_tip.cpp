@@ -71,4 +71,14 @@ HoldersAt holders_at(const RankData& rd, TimeNs t) {
   return out;
 }
 
+std::vector<snapshot::SiteChange> compare_holders(const HoldersAt& before, const HoldersAt& after) {
+  const auto named = [](const HoldersAt& h) {
+    std::vector<snapshot::NamedSite> out;
+    out.reserve(h.sites.size());
+    for (const HoldersAt::Site& s : h.sites) out.push_back({s.stack, s.bytes});
+    return out;
+  };
+  return snapshot::compare_sites(named(before), named(after));
+}
+
 }  // namespace memcomm::view

@@ -44,5 +44,8 @@ struct HoldersAt {
   std::vector<Site> sites;           // most bytes first
 };
 HoldersAt holders_at(const RankData& rd, TimeNs t);
+// What grew by stack from `before` to `after` (two snapshots' ranks, or two times of one):
+// snapshot::compare_sites, what `memcomm-trace compare` prints.
+std::vector<snapshot::SiteChange> compare_holders(const HoldersAt& before, const HoldersAt& after);
 
 }  // namespace memcomm::view

@@ -13,6 +13,7 @@
 #include <memcomm/common/bytes.hpp>  // memcomm::format_bytes: every byte figure the views print
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,14 @@ struct Panes {
 // all but allocations, which App::show_allocations_for_stacks adds for snapshots). False with a
 // message naming the first unknown (or empty) name, and the valid ones.
 bool parse_panes(const std::string& list, Panes& out, std::string& error);
+
+// One node of the "who holds memory" tree: a frame path's bytes and its children by label.
+struct HolderNode {
+  std::string label;
+  std::uint64_t bytes = 0;
+  std::uint32_t count = 0;
+  std::map<std::string, std::size_t> children;  // label -> index in the tree
+};
 
 struct AppState {
   Timeline tl;                                  // everything loaded
@@ -67,6 +76,12 @@ struct AppState {
   int holders_rank = -1, peak_rank = -1;        // memory_rank they were computed for
   std::uint64_t holders_generation = ~0ull, peak_generation = ~0ull;
   prof::LivePeak alloc_peak;                    // prof::peak_live of the memory rank
+  std::vector<HolderNode> holders_tree;         // `holders` as a prefix tree of frames (holders_view.cpp)
+  TimeNs holders_seen_time = 0;                 // the followed cursor's last time, and the frames it
+  int holders_still_frames = 0;                 // has rested there (the fold waits for it to rest)
+  int compare_rank = -1;                        // the rank whose end state the memory rank's is compared with
+  std::vector<snapshot::SiteChange> comparison; // compare_holders(compare_rank's end, memory_rank's end)
+  std::uint64_t comparison_key = ~0ull;         // what `comparison` was computed for
   // alloc_peak and holders_peak for the memory rank, recomputed when the rank or data change.
   void refresh_peak();
   float alloc_x0 = 0, alloc_y0 = 0, alloc_y1 = 0;  // allocation plot area (left edge = column 0)
