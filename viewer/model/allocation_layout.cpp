@@ -84,7 +84,7 @@ void layout_allocations(const prof::Allocations& a, const AllocationIndex& index
   out.bands.clear();
   out.merged.assign(static_cast<std::size_t>(std::max(0, req.columns)), MergedColumn{});
   out.min_size = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(req.bytes_per_px)));
-  static thread_local std::vector<std::uint32_t> big;
+  std::vector<std::uint32_t>& big = out.candidates;
   index.big_overlapping(a, req.t0, req.t1, out.min_size, big);
   Sweep sweep(a, out);
   std::size_t next = 0;

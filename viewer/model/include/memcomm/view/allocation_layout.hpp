@@ -33,6 +33,7 @@ struct AllocationLayout {
   std::vector<AllocationBand> bands;
   std::vector<MergedColumn> merged;  // per column
   std::uint64_t min_size = 1;        // allocations of at least this many bytes are bands
+  std::vector<std::uint32_t> candidates;  // scratch: the index's big allocations in the range
 };
 
 struct LayoutRequest {
