@@ -1,5 +1,6 @@
 // memcomm-trace: inspect, export, merge, convert and analyse traces: memcomm's .mct files and
-// torch.profiler (Kineto) traces (.json, .json.gz; kineto.hpp).
+// torch.profiler (Kineto) traces (.json, .json.gz; kineto.hpp); memory, compare and advise read
+// PyTorch memory snapshots too (memcomm/snapshot/memory.hpp, trace_memory.hpp).
 // Every subcommand accepts per-rank files (NAME.rank0.mct ...), merged files and torch.profiler
 // traces (one file per rank), in any mix.
 // Exit codes (also in --help): 0 success; 1 a runtime failure, such as an output file that cannot be
@@ -316,7 +317,8 @@ int main(int argc, char** argv) {
                "FILE... may be per-rank files (NAME.rank0.mct, NAME.rank1.mct, ...), merged files, and torch.profiler\n"
                "traces, one file per rank (its rank from distributedInfo, rank 0 without it), in any mix.\n"
                "A file cut short (a crash, a killed job) is read up to its last complete chunk (.mct) or event\n"
-               "(torch.profiler), with a warning on stderr saying where it stopped."};
+               "(torch.profiler), with a warning on stderr saying where it stopped.\n"
+               "memory, compare and advise also read PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles)."};
   app.footer("Exit codes: 0 success; 1 a runtime failure (e.g. an output file that cannot be written);\n"
              "2 a usage error, or an input trace that is missing, empty, corrupt (bad checksum, bad chunk, broken\n"
              "JSON or gzip), not a memcomm trace, or JSON that is not a torch.profiler trace, with a message\n"
