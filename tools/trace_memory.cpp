@@ -58,11 +58,12 @@ class SnapshotMemory final : public HeldMemory {
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
   std::string label() const override { return path_; }
   // With all_frames, the frames of one of the site's raw stacks: all raw stacks of a site agree on
-  // the filtered frames, so any one is honest about the rest.
+  // the filtered frames, so any one is honest about the rest. Found among the interned stacks (a
+  // few hundred), not by scanning the allocations once per site.
   std::vector<std::string> lines(std::uint32_t site, bool all_frames) const override {
     if (all_frames)
-      for (const Allocation& a : allocs_.allocations.list)
-        if (text_.site(a.stack) == site) return text_.lines(a.stack, true);
+      for (std::uint32_t stack = 0; stack < snap_.stack_count(); ++stack)
+        if (text_.site(stack) == site) return text_.lines(stack, true);
     return text_.site_lines(site);
   }
 

@@ -74,12 +74,18 @@ void refresh_holders(AppState& st, const RankData& rd) {
   st.holders_tree = stack_tree(st.holders);
 }
 
-void peak_table(const AppState& st) {
-  if (!ImGui::BeginTable("peaksites", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) return;
-  ImGui::TableSetupColumn("bytes at the peak");
-  ImGui::TableSetupColumn("allocations");
+// A three-column table of sites whose last column is the innermost frame; false: not shown.
+bool begin_site_table(const char* id, const char* first, const char* second) {
+  if (!ImGui::BeginTable(id, 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) return false;
+  ImGui::TableSetupColumn(first);
+  ImGui::TableSetupColumn(second);
   ImGui::TableSetupColumn("site (innermost frame)");
   ImGui::TableHeadersRow();
+  return true;
+}
+
+void peak_table(const AppState& st) {
+  if (!begin_site_table("peaksites", "bytes at the peak", "allocations")) return;
   for (std::size_t k = 0; k < std::min(kPeakRows, st.holders_peak.sites.size()); ++k) {
     const HoldersAt::Site& s = st.holders_peak.sites[k];
     ImGui::TableNextRow();
@@ -102,9 +108,9 @@ std::vector<int> comparable_ranks(const AppState& st) {
 }
 
 void refresh_comparison(AppState& st) {
-  const std::uint64_t key = (st.data_generation << 16) ^ (std::uint64_t(st.compare_rank + 1) << 8) ^ std::uint64_t(st.memory_rank);
-  if (st.comparison_key == key) return;
-  st.comparison_key = key;
+  const AppState::ComparisonOf of{st.data_generation, st.compare_rank, st.memory_rank};
+  if (st.comparison_of == of) return;
+  st.comparison_of = of;
   st.comparison.clear();
   if (st.compare_rank < 0 || st.compare_rank >= static_cast<int>(st.tl.ranks.size())) return;
   const RankData& before = st.tl.ranks[static_cast<std::size_t>(st.compare_rank)];
@@ -113,11 +119,7 @@ void refresh_comparison(AppState& st) {
 }
 
 void comparison_table(const AppState& st) {
-  if (!ImGui::BeginTable("comparison", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) return;
-  ImGui::TableSetupColumn("change");
-  ImGui::TableSetupColumn("before -> after");
-  ImGui::TableSetupColumn("site (innermost frame)");
-  ImGui::TableHeadersRow();
+  if (!begin_site_table("comparison", "change", "before -> after")) return;
   std::size_t shown = 0;
   for (const snapshot::SiteChange& c : st.comparison) {
     if (c.delta() == 0 || shown++ == kPeakRows) continue;

@@ -81,7 +81,11 @@ struct AppState {
   int holders_still_frames = 0;                 // has rested there (the fold waits for it to rest)
   int compare_rank = -1;                        // the rank whose end state the memory rank's is compared with
   std::vector<snapshot::SiteChange> comparison; // compare_holders(compare_rank's end, memory_rank's end)
-  std::uint64_t comparison_key = ~0ull;         // what `comparison` was computed for
+  struct ComparisonOf {                         // what `comparison` was computed for
+    std::uint64_t generation = ~0ull;
+    int before = -1, after = -1;
+    bool operator==(const ComparisonOf& o) const { return generation == o.generation && before == o.before && after == o.after; }
+  } comparison_of;
   // alloc_peak and holders_peak for the memory rank, recomputed when the rank or data change.
   void refresh_peak();
   float alloc_x0 = 0, alloc_y0 = 0, alloc_y1 = 0;  // allocation plot area (left edge = column 0)
