@@ -1,7 +1,7 @@
 // Interval arithmetic for the breakdown (Note [Breakdown definitions] in analysis.hpp).
 #include <algorithm>
 
-#include "memcomm/trace/analysis.hpp"
+#include "memcomm/trace/intervals.hpp"
 
 namespace memcomm::prof {
 

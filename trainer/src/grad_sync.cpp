@@ -2,7 +2,7 @@
 
 #include <memcomm/train/profiling.hpp>
 
-#include <memcomm/trace/analysis.hpp>
+#include <memcomm/trace/intervals.hpp>
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>

@@ -53,25 +53,10 @@
 #include <string_view>
 #include <vector>
 
+#include "memcomm/trace/intervals.hpp"
 #include "memcomm/trace/trace_set.hpp"
 
 namespace memcomm::prof {
-
-struct Interval {
-  int64_t begin;
-  int64_t end;
-};
-
-// Total length of a union of intervals (any order, may overlap).
-int64_t union_length(std::vector<Interval> v);
-// Sorts and merges overlapping intervals in place.
-void merge_intervals(std::vector<Interval>& v);
-// |a ∩ b| for two merged (sorted, disjoint) interval lists.
-int64_t intersection_length(const std::vector<Interval>& a, const std::vector<Interval>& b);
-// Clips a merged list to [lo, hi].
-std::vector<Interval> clip(const std::vector<Interval>& v, int64_t lo, int64_t hi);
-// a minus b, both merged.
-std::vector<Interval> subtract(const std::vector<Interval>& a, const std::vector<Interval>& b);
 
 // A closed range: a RangeBegin matched with its RangeEnd (LIFO per thread).
 struct RangeSpan {
