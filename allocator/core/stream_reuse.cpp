@@ -52,7 +52,8 @@
 // Only at the budget (or the cap): with room under it, growth maps as before rather than stall the host
 // on another stream's work, and with one allocating stream nothing waits. num_stream_syncs counts the
 // waits. Measured (memcomm-replay, memcomm policy): select_n 1,113 -> 367 calls and 1.030 -> 1.020 x
-// live; no other shared snapshot has a second allocating stream, and none changes.
+// live, with 41 waits (35 of them a side stream's for the main stream); no other shared snapshot has a
+// second allocating stream, and none changes.
 
 #include <algorithm>
 #include <string>
