@@ -18,6 +18,7 @@
 #include <pthread.h>
 
 #include "memcomm/allocator/caching_allocator.hpp"
+#include "expandable_arena.hpp"
 #include "node_pool.hpp"
 #include "page_budget.hpp"
 #include "stream_frees.hpp"
@@ -218,6 +219,9 @@ struct CachingAllocator::Impl {
   bool defer_free(Block* b) REQUIRES(mu);
   // Best fit among other streams' idle free blocks (Note [Cross-stream reuse]).
   Block* find_idle(StreamId stream, bool small, std::size_t size) REQUIRES(mu);
+  // Best fit among other streams' free blocks of the size class; its owner stream is waited for and
+  // its pool's free blocks made idle (Note [Lending before giving pages back]). Null if none fits.
+  Block* lend_after_sync(StreamId stream, bool small, std::size_t size) REQUIRES(mu);
   void emit(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
             std::uint8_t flags = 0) REQUIRES(mu) {
     if (has_observers.load(std::memory_order_relaxed)) emit_slow(kind, addr, size, requested, stream, flags);
@@ -271,6 +275,11 @@ struct CachingAllocator::Impl {
   // Chooses the window (Note [Window choice]) and claims its blocks: busy, unmapped ones cut at page
   // boundaries to the pages the window and map-ahead need. False when no run of free blocks holds it.
   bool claim_window(Pool* pool, std::size_t size, WindowGrowth& g) REQUIRES(mu);
+  // The window claim_window would choose; `blocks` gets the free block behind each range it ranked.
+  WindowDecision decide_window(const Segment* seg, std::size_t size, std::vector<Block*>& blocks) REQUIRES(mu);
+  // Whether growth of `pool` for `size` bytes would have to give pages back first: the page budget (or
+  // the cap) leaves no room for the pages of the window it would choose.
+  bool growth_gives_back(Pool* pool, std::size_t size) REQUIRES(mu);
   // The blocks, in address order, of every run of touching free blocks of expandable segment `seg`
   // that may hold `size` bytes, found without visiting its other blocks
   // (Note [Finding a window's free blocks]).

@@ -37,10 +37,13 @@ class PageBudget {
 
   // Growth of `pool` needs reserved bytes to reach `wanted` under high water `hw`, above limit(hw).
   // Note [Release churn]: on the pool's second regain under the high water at which the budget took its
-  // pages, the allowance grows by what is missing, at most what was taken from it and in all at most
-  // kChurnShare of hw or one page, whichever is more (a page is the least that can stop a trade).
+  // pages, the allowance grows by what is missing, at most what was taken from it, and in all at most
+  // what keeps limit(hw) within (1 + slack + kChurnShare) x hw, or one page, whichever is more (a page
+  // is the least that can stop a trade).
   void learn_regain(ChurnRecord& pool, std::int64_t hw, std::size_t wanted) {
-    const auto max_allowance = std::max(std::size_t(kChurnShare * double(hw)), page_);
+    // The budget and its allowance together stay within slack + kChurnShare of hw: the floor counts.
+    const double room = double(hw) * (1.0 + slack_ + kChurnShare) - plain(hw);
+    const auto max_allowance = std::max(std::size_t(std::max(0.0, room)), page_);
     if (pool.release_hw != hw || ++pool.regains < kChurnRegains || churn_allowance_ >= max_allowance) return;
     // Only what the budget took from this pool: a larger regain is growth, not churn.
     const std::size_t over = wanted - limit(hw);
@@ -59,9 +62,9 @@ class PageBudget {
   }
 
  private:
-  // Note [Release churn]: the budget learned from churn is at most this share of the high water. With
-  // the default slack (2%) the budget then stays within the 3% memcomm promises (Note [Splitting the
-  // headroom] in expandable.cpp).
+  // Note [Release churn]: the budget with what it learned from churn stays within the slack plus this
+  // share of the high water, the floor included. With the default slack (2%) that is the 3% memcomm
+  // promises (Note [Splitting the headroom] in expandable.cpp).
   static constexpr double kChurnShare = 0.01;
   // Note [Release churn]: a pool must want pages back this many times under one high water (the first
   // regain can be a phase change; a loop repeats it).

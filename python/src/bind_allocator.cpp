@@ -96,6 +96,7 @@ pyb::dict stats_dict(const alloc::CachingAllocator& e) {
   d["memcomm.num_device_unmap"] = s.num_device_unmap;
   d["memcomm.num_gc_releases"] = s.num_gc_releases;
   d["memcomm.num_cross_class_allocs"] = s.num_cross_class_allocs;
+  d["memcomm.num_stream_syncs"] = s.num_stream_syncs;
   d["memcomm.fragmentation"] = s.fragmentation();
   d["memcomm.external_fragmentation"] = m.external_fragmentation();
   d["memcomm.largest_free_block"] = m.largest_free_block;

@@ -50,8 +50,10 @@ TEST_CASE("events come from a pool", "[allocator][streams]") {
   CHECK(streams->live_events() == 0);  // destroyed with the allocator
 }
 
-TEST_CASE("blocks are not shared between streams' pools", "[allocator][streams]") {
-  CachingAllocator a(simulated());
+TEST_CASE("blocks are not shared between streams' pools while the page budget has room", "[allocator][streams]") {
+  AllocatorConfig cfg;
+  cfg.release_slack = 100.0;  // growth never has to give pages back (Note [Lending before giving pages back])
+  CachingAllocator a(simulated(), cfg);
   void* p = a.allocate(64 * KiB, 1);
   a.deallocate(p);
   void* q = a.allocate(64 * KiB, 2);
@@ -140,6 +142,56 @@ TEST_CASE("without a second allocating stream no extra event is recorded", "[all
   a.process_events();
   void* q = a.allocate(3 * MiB, 1);
   CHECK(addr(q) == addr(p));
+  a.deallocate(q);
+  a.check_invariants();
+}
+
+// Note [Lending before giving pages back]: at the page budget, growth waits for the stream that owns a
+// fitting free block and borrows it, instead of unmapping that stream's pages and mapping its own.
+TEST_CASE("growth at the page budget borrows another stream's free block after waiting for that stream",
+          "[allocator][streams][cross-stream]") {
+  auto streams = std::make_shared<ManualStreams>();
+  CachingAllocator a(simulated(), {}, streams);
+  const StreamId s1 = 1, s2 = 2;
+  void* p = a.allocate(8 * MiB, s1);
+  a.deallocate(p);  // freed without events: s1's queued work may still use it
+  const auto calls = a.stats().source_calls();
+  const auto unmaps = a.stats().num_device_unmap;
+  const auto reserved = a.stats().reserved_bytes.current;
+  const auto records = streams->records();
+  void* q = a.allocate(8 * MiB, s2);  // 16 MiB would cross the budget of an 8 MiB high water
+  CHECK(addr(q) == addr(p));
+  CHECK(a.stats().source_calls() == calls);
+  CHECK(a.stats().num_device_unmap == unmaps);
+  CHECK(a.stats().reserved_bytes.current == reserved);
+  CHECK(a.stats().num_stream_syncs == 1);
+  CHECK(streams->records() == records + 1);  // the wait for s1
+  a.check_invariants();
+
+  // The borrower's free waits for its own stream, as for any borrowed block (Note [Cross-stream reuse]).
+  a.deallocate(q);
+  CHECK(a.memory_summary().pending_free_bytes == 8 * MiB);
+  streams->complete(s2);
+  a.process_events();
+  void* r = a.allocate(8 * MiB, s1);
+  CHECK(addr(r) == addr(p));
+  CHECK(a.stats().source_calls() == calls);
+  a.deallocate(r);
+  a.check_invariants();
+}
+
+TEST_CASE("growth with room under the page budget maps instead of waiting for another stream",
+          "[allocator][streams][cross-stream]") {
+  auto streams = std::make_shared<ManualStreams>();
+  AllocatorConfig cfg;
+  cfg.release_slack = 3.0;  // a budget of four times the high water: room for map-ahead and s2
+  CachingAllocator a(simulated(), cfg, streams);
+  void* p = a.allocate(8 * MiB, 1);
+  a.deallocate(p);
+  void* q = a.allocate(8 * MiB, 2);
+  CHECK(addr(q) != addr(p));
+  CHECK(a.stats().num_stream_syncs == 0);
+  CHECK(a.stats().num_device_unmap == 0);
   a.deallocate(q);
   a.check_invariants();
 }

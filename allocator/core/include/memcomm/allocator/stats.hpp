@@ -42,6 +42,8 @@ struct DeviceStats {
   std::int64_t num_cross_class_allocs = 0;  // served from the other size class's pool instead of an OOM
                                             // (Note [Last resort: the other size class], growth.cpp)
   std::int64_t num_sync_all_streams = 0;  // times the allocator waited for every pending event
+  std::int64_t num_stream_syncs = 0;      // times growth waited for one other stream to lend its free
+                                          // blocks (Note [Lending before giving pages back], stream_reuse.cpp)
   std::int64_t num_device_alloc = 0;      // source allocate() calls
   std::int64_t num_device_free = 0;       // source deallocate() calls
   std::int64_t num_device_map = 0;        // source map() calls (each maps one contiguous run)
