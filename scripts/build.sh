@@ -7,8 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 BUILD=${MEMCOMM_BUILD_DIR:-build}
+# The venv's ninja (scripts/setup.sh) schedules by critical path; Debian's is the fallback.
+ninja_args=()
+if [ -x .venv/bin/ninja ]; then ninja_args=(-DCMAKE_MAKE_PROGRAM="$PWD/.venv/bin/ninja"); fi
 if [ ! -f "$BUILD/build.ninja" ] || [ $# -gt 0 ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMCOMM_WERROR=ON "$@"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMCOMM_WERROR=ON "${ninja_args[@]}" "$@"
 fi
 # MEMCOMM_BUILD_TARGETS limits the build to some targets (the TSan stage of scripts/test.sh).
 # shellcheck disable=SC2086
