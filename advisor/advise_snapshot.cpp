@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "memcomm/replay/replayer.hpp"
@@ -58,10 +57,6 @@ std::string policy_change(const std::string& best) {
   return "use PyTorch's allocator without expandable segments (drop expandable_segments:True)";
 }
 
-}  // namespace
-
-namespace {
-
 // The numbers behind the policy advice: every policy's replayed peak, the recorded setting and peak.
 std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p, const std::string& current,
                             std::uint64_t then) {
@@ -105,12 +100,6 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
 }
 
 }  // namespace detail
-
-bool is_snapshot_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char c = 0;
-  return in.get(c) && static_cast<unsigned char>(c) == 0x80;
-}
 
 std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const AdviseOptions& o) {
   std::vector<Advice> out;

@@ -249,7 +249,7 @@ int run_advise(Args a) {
   namespace adv = memcomm::advise;
   a.advise.replay = !a.no_replay;
   std::vector<std::string> traces, snapshots;
-  for (const auto& f : a.files) (adv::is_snapshot_file(f) ? snapshots : traces).push_back(f);
+  for (const auto& f : a.files) (memcomm::snapshot::is_snapshot_file(f) ? snapshots : traces).push_back(f);
   std::vector<adv::Advice> advice;
   if (!traces.empty()) {
     const TraceSet set = load_inputs(traces);

@@ -13,7 +13,6 @@
 #include <memcomm/common/bytes.hpp>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <memory>
 #include <stdexcept>
 
@@ -74,25 +73,25 @@ class SnapshotMemory final : public HeldMemory {
   snapshot::StackText text_;
 };
 
-// One rank of a memcomm or torch.profiler trace; its sites are categories.
+// One rank of a memcomm or torch.profiler trace; its sites are categories. Its blocks carry no stack,
+// so each block's stack id is set to its category and the one fold of live bytes by stack
+// (prof::live_by_stack) folds them by category.
 class TraceMemory final : public HeldMemory {
  public:
   TraceMemory(const std::string& path, const RankTrace& rank, int device)
       : label_(fmt::format("{} (rank {})", path, rank.rank)), allocs_(rank_allocations(rank)) {
     if (device >= 0) allocs_ = allocations_of_device(allocs_, static_cast<std::uint8_t>(device));
+    for (Allocation& a : allocs_.list) a.stack = a.category;
   }
   const Allocations& allocations() const override { return allocs_; }
   std::string label() const override { return label_; }
   snapshot::MemoryAt at(std::int64_t t) const override {
     snapshot::MemoryAt m;
     m.at_ns = t;
-    std::vector<std::uint64_t> bytes(16, 0);
-    std::vector<std::uint32_t> count(16, 0);
-    for (const Allocation& a : allocs_.list)
-      if (a.live_at(t)) bytes[a.category] += a.size, ++count[a.category], m.live_bytes += a.size;
-    for (std::uint32_t c = 0; c < bytes.size(); ++c)
-      if (count[c]) m.sites.push_back({c, bytes[c], count[c]});
-    std::sort(m.sites.begin(), m.sites.end(), [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
+    for (const StackBytes& s : live_by_stack(allocs_, t)) {  // most bytes first
+      m.sites.push_back({s.stack, s.bytes, s.count});
+      m.live_bytes += s.bytes;
+    }
     return m;
   }
   std::vector<std::string> lines(std::uint32_t category, bool) const override {
@@ -105,14 +104,9 @@ class TraceMemory final : public HeldMemory {
   Allocations allocs_;
 };
 
-bool is_pickle(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return in.get() == 0x80;  // the PROTO opcode every snapshot pickle starts with
-}
-
 std::unique_ptr<HeldMemory> open_held(const std::string& path, const MemoryArgs& args) {
   if (args.device > 255) throw std::invalid_argument(fmt::format("--device {}: devices are numbered 0-255", args.device));
-  if (is_pickle(path)) return std::make_unique<SnapshotMemory>(path, args.device);
+  if (snapshot::is_snapshot_file(path)) return std::make_unique<SnapshotMemory>(path, args.device);
   TraceSet set;
   try {
     set = TraceSet::load({path});

@@ -446,6 +446,14 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
   return bytes;
 }
 
+bool is_snapshot_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  const int first = std::fgetc(f);
+  std::fclose(f);
+  return first == 0x80;
+}
+
 Snapshot load_snapshot(const std::string& path, const ParseOptions& opts) {
   std::vector<std::uint8_t> bytes = read_file_bytes(path);
   return parse_snapshot(bytes.data(), bytes.size(), path, opts);

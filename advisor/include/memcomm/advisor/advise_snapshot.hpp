@@ -12,10 +12,6 @@
 
 namespace memcomm::advise {
 
-// True when the file starts with the pickle PROTO opcode (0x80), as every snapshot does; false for
-// other files and for files that cannot be read (the loader then says why).
-bool is_snapshot_file(const std::string& path);
-
 // Advice on a decoded snapshot. AdviseOptions: `replay` (the policy replay), nothing else yet.
 std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const AdviseOptions& options = {});
 // Loads `path` (snapshot::ReadError naming the file when it is not a readable snapshot) and advises;

@@ -153,5 +153,8 @@ Snapshot parse_snapshot(const void* data, std::size_t size, const std::string& s
 Snapshot load_snapshot(const std::string& path, const ParseOptions& opts = {});
 // Reads a whole file (ReadError when it cannot).
 std::vector<std::uint8_t> read_file_bytes(const std::string& path);
+// True when the file starts with the pickle PROTO opcode (0x80), as every snapshot does; false for
+// other files and for files that cannot be read (the loader then says why).
+bool is_snapshot_file(const std::string& path);
 
 }  // namespace memcomm::snapshot
