@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <memcomm/common/bytes.hpp>
 
+#include <algorithm>
+
 #include "memory_rewind.hpp"
 
 namespace memcomm::advise::detail {
@@ -29,9 +31,10 @@ std::vector<OomAt> ooms_of(const snapshot::Snapshot& snap, int device) {
   MemoryRewind rewind(snap, device);
   std::vector<OomAt> out;
   for (std::size_t i = events.size(); i-- > 0;) {
-    if (events[i].kind == prof::EventKind::Oom) out.insert(out.begin(), OomAt{i, rewind.levels(), rewind.contradictions()});
+    if (events[i].kind == prof::EventKind::Oom) out.push_back(OomAt{i, rewind.levels(), rewind.contradictions()});
     rewind.undo(events[i]);
   }
+  std::reverse(out.begin(), out.end());  // found from the last event back
   return out;
 }
 
