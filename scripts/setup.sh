@@ -69,6 +69,8 @@ if [ "$need_py_tests" = 1 ] && [[ " ${missing[*]} " == *" python3-"* ]]; then
 fi
 pip_pid=
 pip_log=$(mktemp)
+# If apt fails (set -e), the background install must not outlive the script.
+trap 'if [ -n "$pip_pid" ]; then pkill -P "$pip_pid" 2>/dev/null || true; kill "$pip_pid" 2>/dev/null || true; fi; rm -f "$pip_log"' EXIT
 if [ "$need_py_tests" = 1 ]; then
   pip_packages=("${PY_TEST_PACKAGES[@]}")
   if [ "$need_torch" = 1 ]; then
@@ -83,12 +85,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ -n "$pip_pid" ] && ! wait "$pip_pid"; then
   cat "$pip_log" >&2
-  rm -f "$pip_log"
   echo "setup: error: could not install ${pip_packages[*]} into .venv (the installer's output is above)" >&2
   exit 1
 fi
-rm -f "$pip_log"
-
+pip_pid=  # finished
 # The CUDA toolkit is optional for the core, the viewer and the CPU trainer; it is used when present.
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: note: /usr/local/cuda/bin is not on PATH; add it to build the CUDA parts"
