@@ -40,8 +40,10 @@ if [ "${MEMCOMM_SKIP_SANITIZERS:-0}" != 1 ]; then
 
   stage "TSan: recorder, live stream and allocator threads"
   export MEMCOMM_BUILD_TARGETS="profiler_recorder_test profiler_stream_test allocator_unit"
+  # Without unity batches (Note [Unity builds]): each file of these libraries compiles on its own.
   MEMCOMM_BUILD_DIR=build-tsan scripts/build.sh -DCMAKE_BUILD_TYPE=Check -DMEMCOMM_SANITIZE=thread \
-    -DMEMCOMM_WITH_TORCH=OFF -DMEMCOMM_WITH_VIEWER=OFF -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF
+    -DMEMCOMM_WITH_TORCH=OFF -DMEMCOMM_WITH_VIEWER=OFF -DMEMCOMM_WITH_CUDA=OFF -DMEMCOMM_WITH_BENCH=OFF \
+    -DMEMCOMM_UNITY_BUILD=OFF
   unset MEMCOMM_BUILD_TARGETS
   TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure --timeout 600 -j2 \
     -R "profiler_recorder_test|profiler_stream_test|allocator_unit"

@@ -141,8 +141,6 @@ struct Pool {
   std::vector<Segment*> segments;         // whole segments of this pool
 };
 
-inline std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
-inline std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
 
 // Free for the slow path: not handed out, not waiting for events, not parked, not in a source call.
 inline bool is_free(const Block* b) {

@@ -10,9 +10,6 @@ namespace memcomm::alloc {
 
 namespace {
 
-std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
-std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
-
 bool better(const WindowDecision& c, const WindowDecision& best) {
   if (!best.found) return true;
   // (see Note [Window choice]) A window that needs no mapping wins; among windows that do, fewer map calls

@@ -14,6 +14,10 @@
 
 namespace memcomm::alloc {
 
+// Addresses rounded to the source's page (the mapping granularity), down and up.
+inline std::uintptr_t page_down(std::uintptr_t a, std::size_t page) { return a / page * page; }
+inline std::uintptr_t page_up(std::uintptr_t a, std::size_t page) { return (a + page - 1) / page * page; }
+
 // One free block of an expandable range as the window choice sees it.
 struct FreeRange {
   std::uintptr_t addr = 0;  // first byte

@@ -10,8 +10,9 @@
 
 namespace memcomm::alloc::test {
 
-constexpr std::size_t MiB = std::size_t(1) << 20;
+using memcomm::test::MiB;
 constexpr std::size_t KiB = std::size_t(1) << 10;
+constexpr std::size_t kPage = 2 * MiB;  // the simulated source's default granularity
 
 inline std::shared_ptr<SimulatedSource> simulated(std::size_t capacity = 0) {
   SourceOptions o;

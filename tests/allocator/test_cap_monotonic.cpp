@@ -30,8 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::size_t kPage = 2 * MiB;  // the simulated source's granularity
-
 // Why an out-of-memory under `cap` was due: no free page is left mapped in any pool of any stream (the
 // retry gave them all back), no free block of the stream's other size class holds the request, and the
 // request's own pages do not fit under the cap in any window of its pool's range (windows start or end

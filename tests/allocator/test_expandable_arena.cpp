@@ -8,7 +8,6 @@ using namespace memcomm::alloc;
 using namespace memcomm::alloc::test;
 
 namespace {
-constexpr std::size_t kPage = 2 * MiB;
 constexpr std::uintptr_t kBase = 0x100000000;
 }  // namespace
 

@@ -7,10 +7,6 @@
 using namespace memcomm::alloc;
 using namespace memcomm::alloc::test;
 
-namespace {
-constexpr std::size_t kPage = 2 * MiB;
-}  // namespace
-
 TEST_CASE("the churn allowance keeps budget and allowance within slack + 1% of the high water",
           "[allocator][budget]") {
   PageBudget budget(0.02, 4 * MiB, kPage);

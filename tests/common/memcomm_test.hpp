@@ -2,10 +2,14 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 namespace memcomm::test {
+
+inline constexpr std::uint64_t MiB = std::uint64_t(1) << 20;
 
 // Exit code that ctest maps to "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt).
 inline constexpr int kSkipReturnCode = 77;
@@ -17,6 +21,13 @@ inline std::string bin_dir() { return std::string(MEMCOMM_BINARY_DIR) + "/bin"; 
 
 // The real PyTorch snapshots shipped beside the checkout (../shared/traces/pytorch-snapshots).
 inline std::string shared_snapshots_dir() { return source_dir() + "/../shared/traces/pytorch-snapshots"; }
+
+// The path of a test's file `name` in the folder `folder` of the temporary directory (created).
+inline std::string temp_path(const std::string& folder, const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / folder;
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
 
 }  // namespace memcomm::test
 

@@ -4,11 +4,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "memcomm_test.hpp"
 #include "pickle_builder.hpp"
 
 namespace memcomm::test {
-
-inline constexpr std::int64_t MiB = 1 << 20;
 
 struct Ev {
   const char* action;

@@ -16,9 +16,9 @@ namespace fs = std::filesystem;
 namespace prof = memcomm::prof;
 namespace rp = memcomm::replay;
 
-namespace {
+using memcomm::test::MiB;
 
-constexpr std::uint64_t MiB = 1u << 20;
+namespace {
 
 prof::Event mem(prof::EventKind k, std::int64_t ts, std::uint64_t addr, std::uint64_t size, std::uint8_t device = 0) {
   return prof::Event::from(prof::make_mem_block(k, ts, addr, size, device));

@@ -4,8 +4,9 @@
 
 namespace rp = memcomm::replay;
 
+using memcomm::test::MiB;
+
 namespace {
-constexpr std::uint64_t MiB = 1u << 20;
 
 std::unique_ptr<rp::Policy> sim(std::uint64_t capacity = 0, bool expandable = false) {
   rp::PyTorchSimConfig cfg;

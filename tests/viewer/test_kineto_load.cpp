@@ -19,12 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_kineto_tests";
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
-
 const Lane* find_lane(const RankData& rd, LaneKind kind, const std::string& name) {
   for (const auto& l : rd.lanes)
     if (l.kind == kind && l.name == name) return &l;
@@ -43,7 +37,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 }  // namespace
 
 TEST_CASE("a torch.profiler trace loads into thread and stream lanes, steps, collectives and memory", "[unit][viewer]") {
-  const std::string path = temp_path("rank0.json");
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "rank0.json");
   kineto_traces::write(path, kineto_traces::json(0, 1600));
   std::string error;
   CHECK(detect_input(path, error) == InputKind::KinetoTrace);
@@ -93,7 +87,8 @@ TEST_CASE("a torch.profiler trace loads into thread and stream lanes, steps, col
 }
 
 TEST_CASE("the torch.profiler files of a run share one timeline, their NCCL collectives matched", "[unit][viewer]") {
-  const std::string r0 = temp_path("pair.rank0.json"), r1 = temp_path("pair.rank1.json");
+  const std::string r0 = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "pair.rank0.json");
+  const std::string r1 = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "pair.rank1.json");
   kineto_traces::write(r0, kineto_traces::json(0, 1600));
   kineto_traces::write(r1, kineto_traces::json(1, 1650));  // rank 1 arrives 50 us later
   BackgroundLoad load({r0, r1});
@@ -116,7 +111,7 @@ TEST_CASE("the torch.profiler files of a run share one timeline, their NCCL coll
 
 TEST_CASE("a torch.profiler trace cut short loads up to its last complete event, with a warning", "[unit][viewer]") {
   const std::string full = kineto_traces::json(0, 1600);
-  const std::string path = temp_path("cut.json");
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "cut.json");
   kineto_traces::write(path, full.substr(0, full.find("{\"ph\": \"X\", \"cat\": \"gpu_user_annotation\"") + 20));
   Timeline tl;
   std::string error;
@@ -134,7 +129,7 @@ TEST_CASE("a torch.profiler trace cut short loads up to its last complete event,
 }
 
 TEST_CASE("a gzipped torch.profiler trace loads as the plain one does", "[unit][viewer]") {
-  const std::string path = temp_path("gz.json");
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "gz.json");
   kineto_traces::write(path, kineto_traces::json(0, 1600));
   REQUIRE(std::system(("gzip -kf " + path).c_str()) == 0);
   Timeline plain, gz;
@@ -148,14 +143,14 @@ TEST_CASE("a gzipped torch.profiler trace loads as the plain one does", "[unit][
 }
 
 TEST_CASE("JSON that is not a torch.profiler trace is refused with a message naming the file", "[unit][viewer]") {
-  const std::string path = temp_path("other.json");
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "other.json");
   kineto_traces::write(path, R"({"hello": [1, 2, 3]})");
   Timeline tl;
   std::string error;
   CHECK_FALSE(load_file(path, tl, error));
   CHECK(error.find(path) != std::string::npos);
   CHECK(error.find("not a torch.profiler trace") != std::string::npos);
-  const std::string gz = temp_path("garbage.json.gz");
+  const std::string gz = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "garbage.json.gz");
   kineto_traces::write(gz, std::string("\x1f\x8b", 2) + "definitely not deflate");
   CHECK_FALSE(load_file(gz, tl, error));
   CHECK(error.find(gz) != std::string::npos);
@@ -165,7 +160,7 @@ TEST_CASE("df_index_resolver: the memory curves are the [memory] events' totals"
   const std::string trace = kineto_traces::shared("df_index_resolver/df_index_resolver.json.gz");
   // Independently of memcomm's reader: the GPU's largest totals, and the block events the
   // allocations (Bytes > 0) and frees (Bytes < 0) of every device make.
-  const std::string script = temp_path("memory_totals.py");
+  const std::string script = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "memory_totals.py");
   kineto_traces::write(script, R"(import gzip, json, sys
 ev = json.load(gzip.open(sys.argv[1]))["traceEvents"]
 mem = [e["args"] for e in ev if e.get("name") == "[memory]"]

@@ -18,12 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_tests";
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
-
 // What the generator wrote, to check the load against.
 struct Written {
   std::size_t kernels[2] = {0, 0};  // per rank
@@ -112,7 +106,7 @@ bool same_spans(const Timeline& a, const Timeline& b) {
 }  // namespace
 
 TEST_CASE("a multi-chunk two-rank trace loads every event once with or without decode-ahead and prefaulting", "[unit][viewer]") {
-  const std::string path = temp_path("fast_two_rank.mct");
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "fast_two_rank.mct");
   // 3000 steps: over 60 k kernels per rank, so the kernel arrays fill whole chunks, which come
   // from the PrefaultPool when prefault_ahead is on.
   const Written w = write_trace(path, 3000, 500);
@@ -166,7 +160,7 @@ TEST_CASE("a multi-chunk two-rank trace loads every event once with or without d
 }
 
 TEST_CASE("a time range loads only the events that overlap it", "[unit][viewer]") {
-  const std::string path = temp_path("fast_range.mct");
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "fast_range.mct");
   write_trace(path, 400, 500);
   // Range seconds count from the first event of the file: the CommInfo at t = 0. Step s spans
   // [1 ms + s ms, 1 ms + s ms + 0.999 ms].

@@ -14,11 +14,6 @@ using namespace memcomm::view;
 namespace fs = std::filesystem;
 
 namespace {
-std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_tests";
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
   f << bytes;
@@ -26,7 +21,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }  // namespace
 
 TEST_CASE("garbage or empty or missing files give messages that name the file", "[unit][viewer]") {
-  const std::string garbage = temp_path("garbage.bin");
+  const std::string garbage = memcomm::test::temp_path("memcomm_viewer_tests", "garbage.bin");
   write_bytes(garbage, "GARBAGE, not a trace at all");
   Timeline tl;
   std::string error;
@@ -35,21 +30,21 @@ TEST_CASE("garbage or empty or missing files give messages that name the file", 
   CHECK(error.find("not a memcomm trace") != std::string::npos);
   CHECK(error.find("47 41 52 42") != std::string::npos);  // the first bytes, in hex
 
-  const std::string empty = temp_path("empty.mct");
+  const std::string empty = memcomm::test::temp_path("memcomm_viewer_tests", "empty.mct");
   write_bytes(empty, "");
   CHECK_FALSE(load_file(empty, tl, error));
   CHECK(error.find("empty file") != std::string::npos);
 
-  CHECK_FALSE(load_file(temp_path("does-not-exist.mct"), tl, error));
+  CHECK_FALSE(load_file(memcomm::test::temp_path("memcomm_viewer_tests", "does-not-exist.mct"), tl, error));
   CHECK(error.find("cannot open") != std::string::npos);
 }
 
 TEST_CASE("inputs are recognised by content", "[unit][viewer]") {
-  const std::string pickle = temp_path("fake.pickle");
+  const std::string pickle = memcomm::test::temp_path("memcomm_viewer_tests", "fake.pickle");
   write_bytes(pickle, std::string("\x80\x04\x95", 3));
   std::string error;
   CHECK(detect_input(pickle, error) == InputKind::TorchSnapshot);
-  const std::string mct = temp_path("fake.mct");
+  const std::string mct = memcomm::test::temp_path("memcomm_viewer_tests", "fake.mct");
   write_bytes(mct, std::string("MEMCTRC\x1A", 8) + std::string(100, '\0'));
   CHECK(detect_input(mct, error) == InputKind::MemcommTrace);
   // A truncated pickle is refused with the reader's message, not a crash.
@@ -62,7 +57,7 @@ TEST_CASE("inputs are recognised by content", "[unit][viewer]") {
 }
 
 TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
-  const std::string garbage = temp_path("garbage2.bin");
+  const std::string garbage = memcomm::test::temp_path("memcomm_viewer_tests", "garbage2.bin");
   write_bytes(garbage, "definitely not a trace");
   BackgroundLoad load({garbage});
   Timeline tl = load.take();
@@ -75,7 +70,7 @@ TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
 
 TEST_CASE("a memcomm trace loads into lanes and collectives and memory curves", "[unit][viewer]") {
   namespace prof = memcomm::prof;
-  const std::string path = temp_path("two_ranks.mct");
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "two_ranks.mct");
   {
     prof::WriterOptions wo;
     wo.merged = true;

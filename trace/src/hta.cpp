@@ -161,7 +161,7 @@ int64_t overlap_sweep(const std::vector<Interval>& comm, const std::vector<Inter
 
 // numpy's round(x, 2): half to even on x * 100.
 double round2(double x) { return std::nearbyint(x * 100.0) / 100.0; }
-double pct(int64_t part, int64_t whole) {
+double rounded_pct(int64_t part, int64_t whole) {
   return whole != 0 ? round2(100.0 * (double(part) / double(whole))) : std::numeric_limits<double>::quiet_NaN();
 }
 
@@ -178,12 +178,12 @@ HtaFigures figures(const std::vector<Row>& rows) {
   f.idle_time_us = f.kernel_time_us - total(groups);
   f.compute_time_us = total(comp);
   f.non_compute_time_us = f.kernel_time_us - f.compute_time_us - f.idle_time_us;
-  f.idle_pct = pct(f.idle_time_us, f.kernel_time_us);  // NaN (JSON null) over no kernel time, as HTA's
-  f.compute_pct = pct(f.compute_time_us, f.kernel_time_us);
-  f.non_compute_pct = pct(f.non_compute_time_us, f.kernel_time_us);
+  f.idle_pct = rounded_pct(f.idle_time_us, f.kernel_time_us);  // NaN (JSON null) over no kernel time, as HTA's
+  f.compute_pct = rounded_pct(f.compute_time_us, f.kernel_time_us);
+  f.non_compute_pct = rounded_pct(f.non_compute_time_us, f.kernel_time_us);
   f.comm_time_us = total(comm);
   f.overlap_time_us = overlap_sweep(comm, comp);
-  if (!comm.empty() && f.comm_time_us != 0) f.comm_comp_overlap_pct = pct(f.overlap_time_us, f.comm_time_us);
+  if (!comm.empty() && f.comm_time_us != 0) f.comm_comp_overlap_pct = rounded_pct(f.overlap_time_us, f.comm_time_us);
   return f;
 }
 

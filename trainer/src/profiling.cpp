@@ -49,32 +49,6 @@ prof::DType to_trace_dtype(const std::string& dtype) {
 // (--threads > 1) and anything outside a scope stay Unknown.
 thread_local uint8_t t_category = 0;
 
-// Copies each allocator event into the recorder's ring: lock-free, no allocation (the allocator
-// may call it with its lock held).
-class AllocatorTap final : public alloc::Observer {
- public:
-  void on_event(const alloc::AllocEvent& e) noexcept override {
-    const uint8_t dev = e.device < 0 ? prof::kHostDevice : static_cast<uint8_t>(e.device);
-    const auto ts = static_cast<int64_t>(e.time_ns);
-    if (e.kind == prof::EventKind::Oom) {
-      prof::OomEvent o{};
-      o.ts = ts;
-      o.kind = prof::EventKind::Oom;
-      o.device = dev;
-      o.requested = e.size;
-      prof::record(o);
-      return;
-    }
-    // Only allocations carry a category; the viewer finds a free's category by address.
-    const auto cat = e.kind == prof::EventKind::Alloc ? static_cast<prof::MemCategory>(t_category)
-                                                     : prof::MemCategory::Unknown;
-    auto b = prof::make_mem_block(e.kind, ts, e.address, e.size, dev,
-                                  static_cast<uint8_t>(e.stream), cat);
-    if (e.flags & prof::kSegmentVirtualRange) b.category = prof::kSegmentVirtualRange;
-    prof::record(b);
-  }
-};
-
 }  // namespace
 
 MemoryCategoryScope::MemoryCategoryScope(prof::MemCategory c) noexcept : saved_(t_category) {
@@ -88,6 +62,32 @@ prof::MemCategory exchange_memory_category(prof::MemCategory c) noexcept {
 }
 
 struct RunProfiler::Impl {
+  // Copies each allocator event into the recorder's ring: lock-free, no allocation (the allocator
+  // may call it with its lock held).
+  class AllocatorTap final : public alloc::Observer {
+   public:
+    void on_event(const alloc::AllocEvent& e) noexcept override {
+      const uint8_t dev = e.device < 0 ? prof::kHostDevice : static_cast<uint8_t>(e.device);
+      const auto ts = static_cast<int64_t>(e.time_ns);
+      if (e.kind == prof::EventKind::Oom) {
+        prof::OomEvent o{};
+        o.ts = ts;
+        o.kind = prof::EventKind::Oom;
+        o.device = dev;
+        o.requested = e.size;
+        prof::record(o);
+        return;
+      }
+      // Only allocations carry a category; the viewer finds a free's category by address.
+      const auto cat = e.kind == prof::EventKind::Alloc ? static_cast<prof::MemCategory>(t_category)
+                                                       : prof::MemCategory::Unknown;
+      auto b = prof::make_mem_block(e.kind, ts, e.address, e.size, dev,
+                                    static_cast<uint8_t>(e.stream), cat);
+      if (e.flags & prof::kSegmentVirtualRange) b.category = prof::kSegmentVirtualRange;
+      prof::record(b);
+    }
+  };
+
   prof::Recorder& rec = prof::Recorder::global();
   alloc::CachingAllocator* allocator = nullptr;
   AllocatorTap tap;

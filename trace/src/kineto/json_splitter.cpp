@@ -23,7 +23,6 @@
 namespace memcomm::prof::kineto {
 namespace {
 
-constexpr size_t kPadding = 64;  // spaces kept after the streamed window (simdjson's padding)
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -52,7 +51,7 @@ class Splitter {
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     throw TraceError(fmt::format("{}: {} (JSON byte {})", name_, what, base_ + at));
   }
-  size_t readable_after(size_t end) const { return data_.size() - end + (buf_.empty() ? 0 : kPadding); }
+  size_t readable_after(size_t end) const { return data_.size() - end + (buf_.empty() ? 0 : kParsePadding); }
 
   JsonBlocks& blocks_;
   SplitHandler& handler_;
@@ -81,11 +80,11 @@ bool Splitter::more(size_t& keep) {
   const size_t drop = std::min(keep, pos_);
   // Two buffers in turn, so their memory is reused block after block.
   spare_.clear();
-  spare_.reserve(data_.size() - drop + block.size() + kPadding);
+  spare_.reserve(data_.size() - drop + block.size() + kParsePadding);
   spare_.append(data_.substr(drop)).append(block);
   buf_.swap(spare_);
   data_ = std::string_view(buf_);
-  buf_.append(kPadding, ' ');
+  buf_.append(kParsePadding, ' ');
   base_ += drop;
   keep -= drop;
   pos_ -= drop;

@@ -12,6 +12,9 @@ namespace memcomm::prof::kineto {
 
 // The deepest nesting accepted inside one value; deeper input is refused with an error.
 inline constexpr int kMaxJsonDepth = 256;
+// Spaces left after the text handed to the parser: simdjson reads up to SIMDJSON_PADDING bytes past a
+// value (raw_event.cpp checks that this covers it).
+inline constexpr size_t kParsePadding = 64;
 
 class SplitHandler {
  public:

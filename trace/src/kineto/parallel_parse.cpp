@@ -13,33 +13,6 @@ namespace {
 
 constexpr size_t kBatchBytes = size_t(1) << 20;
 constexpr size_t kInFlight = 8;
-constexpr size_t kPadding = 64;  // simdjson reads up to this far past an element
-
-struct Batch {
-  std::string bytes;                              // the elements back to back, then padding
-  std::vector<std::pair<size_t, size_t>> spans;   // offset and length of each element
-  std::vector<RawEvent> parsed;
-  std::vector<std::string> errors;                // "" where the element parsed
-  std::string arena;                              // texts the parsed events point at
-  std::exception_ptr failure;
-  bool done = false;
-};
-
-void parse_batch(EventParser& parser, Batch& b) {
-  if (b.parsed.size() < b.spans.size()) b.parsed.resize(b.spans.size());  // kept across reuse
-  b.errors.resize(b.spans.size());
-  b.arena.reserve(b.bytes.size());
-  for (size_t i = 0; i < b.spans.size(); ++i) {
-    const auto [at, len] = b.spans[i];
-    const std::string_view raw(b.bytes.data() + at, len);
-    if (parser.parse(raw, b.bytes.size() - at - len, b.parsed[i], b.errors[i])) {
-      EventParser::own_strings(b.parsed[i], b.arena);
-      b.errors[i].clear();
-    } else if (b.errors[i].empty()) {
-      b.errors[i] = "unknown error";
-    }
-  }
-}
 
 }  // namespace
 
@@ -49,6 +22,32 @@ unsigned parse_workers() {
 }
 
 struct ParallelParse::Impl {
+  struct Batch {
+    std::string bytes;                              // the elements back to back, then padding
+    std::vector<std::pair<size_t, size_t>> spans;   // offset and length of each element
+    std::vector<RawEvent> parsed;
+    std::vector<std::string> errors;                // "" where the element parsed
+    std::string arena;                              // texts the parsed events point at
+    std::exception_ptr failure;
+    bool done = false;
+  };
+
+  static void parse_batch(EventParser& parser, Batch& b) {
+    if (b.parsed.size() < b.spans.size()) b.parsed.resize(b.spans.size());  // kept across reuse
+    b.errors.resize(b.spans.size());
+    b.arena.reserve(b.bytes.size());
+    for (size_t i = 0; i < b.spans.size(); ++i) {
+      const auto [at, len] = b.spans[i];
+      const std::string_view raw(b.bytes.data() + at, len);
+      if (parser.parse(raw, b.bytes.size() - at - len, b.parsed[i], b.errors[i])) {
+        EventParser::own_strings(b.parsed[i], b.arena);
+        b.errors[i].clear();
+      } else if (b.errors[i].empty()) {
+        b.errors[i] = "unknown error";
+      }
+    }
+  }
+
   explicit Impl(Converter& c) : converter(c) {}
   Converter& converter;
   std::vector<std::thread> threads;
@@ -83,7 +82,7 @@ struct ParallelParse::Impl {
 
   void submit() {
     if (!filling || filling->spans.empty()) return;
-    filling->bytes.append(kPadding, ' ');
+    filling->bytes.append(kParsePadding, ' ');
     {
       std::lock_guard<std::mutex> lock(mu);
       todo.push_back(filling);
@@ -153,9 +152,9 @@ void ParallelParse::member(std::string_view key, std::string_view raw_value) { i
 void ParallelParse::event(std::string_view raw, size_t) {
   if (!impl_->filling) {
     impl_->filling = impl_->fresh_batch();
-    impl_->filling->bytes.reserve(kBatchBytes + raw.size() + kPadding);
+    impl_->filling->bytes.reserve(kBatchBytes + raw.size() + kParsePadding);
   }
-  Batch& b = *impl_->filling;
+  Impl::Batch& b = *impl_->filling;
   b.spans.emplace_back(b.bytes.size(), raw.size());
   b.bytes.append(raw);
   if (b.bytes.size() >= kBatchBytes) impl_->submit();

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <string>
 
+#include "json_splitter.hpp"
+
 namespace memcomm::prof::kineto {
 
 namespace od = simdjson::ondemand;
@@ -148,6 +150,9 @@ simdjson::error_code read_event(od::object obj, RawEvent& e) {
   }
   return simdjson::SUCCESS;
 }
+
+// What the splitter and the parallel parser leave after each element lets it be parsed in place.
+static_assert(kParsePadding >= simdjson::SIMDJSON_PADDING, "kParsePadding must cover simdjson's read-ahead");
 
 simdjson::padded_string_view padded(std::string_view raw, size_t readable_after, std::string& scratch) {
   if (readable_after >= simdjson::SIMDJSON_PADDING)
