@@ -102,7 +102,7 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
     assert '"memcomm"' in out.stdout
 
 
-@pytest.mark.parametrize("call, error", [
+BAD_CALLS = [
     ("memcomm.use_allocator('tpu')", ValueError),
     ("memcomm.use_allocator('cpu', memory_limit=-1)", ValueError),
     ("memcomm.use_allocator('cpu', memory_limit='1G')", TypeError),
@@ -111,16 +111,32 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
     ("memcomm.memory_stats('meta')", ValueError),
     ("memcomm.memory_stats(3.5)", TypeError),
     ("memcomm.dump_snapshot('/no/such/dir/x.pickle')", FileNotFoundError),
-])
-def test_bad_arguments_are_python_exceptions(call, error):
-    out = check(f"""
-        import memcomm
-        try:
-            {call}
-        except Exception as e:
-            print(type(e).__name__, e)
-    """)
-    assert out.startswith(error.__name__), out
+]
+
+
+@pytest.fixture(scope="module")
+def bad_call_results() -> dict:
+    """Each bad call's exception, from one interpreter: each fails before it installs or records anything."""
+    out = check("""
+        import sys, memcomm
+        for call in sys.argv[1:]:
+            try:
+                eval(call)
+            except Exception as e:
+                print(type(e).__name__, "|", e)
+            else:
+                print("no exception |")
+    """, *[call for call, _ in BAD_CALLS])
+    lines = out.strip().splitlines()
+    assert len(lines) == len(BAD_CALLS), out
+    return dict(zip([call for call, _ in BAD_CALLS], lines))
+
+
+@pytest.mark.parametrize("call, error", BAD_CALLS)
+def test_bad_arguments_are_python_exceptions(call, error, bad_call_results):
+    name, message = bad_call_results[call].split(" |", 1)
+    assert name == error.__name__, (call, bad_call_results[call])
+    assert message.strip(), (call, "the exception says nothing")
 
 
 def test_reading_before_installing_and_reinstalling_otherwise_are_errors():
