@@ -25,6 +25,27 @@ def run_python(code: str, *args: str, timeout: float = 300, env: dict = None) ->
                           timeout=timeout, env=full_env)
 
 
+def raised_by(calls: list, prelude: str = "import memcomm", after_each: str = "pass") -> dict:
+    """What each call (Python source) raises, as {call: (exception name, message)}: "no exception" when
+    it returns. One fresh interpreter evaluates them one after another, so each must fail before it
+    changes anything process-wide; `after_each` (one statement) checks that."""
+    loop = textwrap.dedent(prelude) + textwrap.dedent("""
+        import sys
+        for call in sys.argv[1:]:
+            try:
+                eval(call)
+            except Exception as e:
+                print(type(e).__name__, "|", str(e).replace("\\n", " "))
+            else:
+                print("no exception |")
+            """) + "    " + after_each + "\n"
+    r = run_python(loop, *calls)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == len(calls), r.stdout
+    return {call: tuple(part.strip() for part in line.split(" |", 1)) for call, line in zip(calls, lines)}
+
+
 @pytest.fixture
 def tool():
     """Path of a memcomm command-line tool in the build."""

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import memcomm
-from conftest import run_python
+from conftest import raised_by, run_python
 
 
 def check(code: str, *args: str) -> str:
@@ -116,27 +116,14 @@ BAD_CALLS = [
 
 @pytest.fixture(scope="module")
 def bad_call_results() -> dict:
-    """Each bad call's exception, from one interpreter: each fails before it installs or records anything."""
-    out = check("""
-        import sys, memcomm
-        for call in sys.argv[1:]:
-            try:
-                eval(call)
-            except Exception as e:
-                print(type(e).__name__, "|", e)
-            else:
-                print("no exception |")
-    """, *[call for call, _ in BAD_CALLS])
-    lines = out.strip().splitlines()
-    assert len(lines) == len(BAD_CALLS), out
-    return dict(zip([call for call, _ in BAD_CALLS], lines))
+    return raised_by([call for call, _ in BAD_CALLS])
 
 
 @pytest.mark.parametrize("call, error", BAD_CALLS)
 def test_bad_arguments_are_python_exceptions(call, error, bad_call_results):
-    name, message = bad_call_results[call].split(" |", 1)
-    assert name == error.__name__, (call, bad_call_results[call])
-    assert message.strip(), (call, "the exception says nothing")
+    name, message = bad_call_results[call]
+    assert name == error.__name__, (call, name, message)
+    assert message, (call, "the exception says nothing")
 
 
 def test_reading_before_installing_and_reinstalling_otherwise_are_errors():

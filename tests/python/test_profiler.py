@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_python
+from conftest import raised_by, run_python
 
 # A small CNN on Fashion-MNIST-shaped random data; `loop(n, accumulate)` trains n micro-batches,
 # stepping the optimizer every `accumulate` of them (no_sync() in between under DDP).
@@ -323,19 +323,9 @@ BAD_CALLS = [
 
 def test_bad_arguments_raise_before_training():
     # One interpreter for all of them (each call fails before anything is recorded).
-    out = check("""
-        for call in sys.argv[1:]:
-            try:
-                eval(call)
-            except Exception as e:
-                print(type(e).__name__, "|", e)
-            else:
-                print("no exception")
-            assert memcomm.profiler.current() is None
-    """, *[call for call, _ in BAD_CALLS])
-    lines = out.strip().splitlines()
-    assert len(lines) == len(BAD_CALLS), out
-    for (call, errors), line in zip(BAD_CALLS, lines):
-        name = line.split(" |")[0]
-        assert name in [e.__name__ for e in (errors if isinstance(errors, tuple) else (errors,))], (call, line)
-        assert len(line) > len(name) + 10, (call, line)
+    raised = raised_by([call for call, _ in BAD_CALLS], prelude=MODEL,
+                       after_each="assert memcomm.profiler.current() is None")
+    for call, errors in BAD_CALLS:
+        name, message = raised[call]
+        assert name in [e.__name__ for e in (errors if isinstance(errors, tuple) else (errors,))], (call, name, message)
+        assert len(message) > 10, (call, name, message)
