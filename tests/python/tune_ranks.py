@@ -125,6 +125,10 @@ def main() -> None:
               "other-batch": other_batch(rank), "rank1-bad-arg": rank1_bad_arg(rank)}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
+    # Both ranks reach the end before either tears Gloo down. Once, in a loaded CI run, rank 1 aborted
+    # ("terminate called without an active exception") after both had written their results, with
+    # rank 0 already past destroy_process_group: torch's teardown with a peer gone, not the tuner.
+    dist.barrier()
     dist.destroy_process_group()
 
 
