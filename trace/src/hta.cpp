@@ -183,7 +183,8 @@ HtaFigures figures(const std::vector<Row>& rows) {
   f.non_compute_pct = rounded_pct(f.non_compute_time_us, f.kernel_time_us);
   f.comm_time_us = total(comm);
   f.overlap_time_us = overlap_sweep(comm, comp);
-  if (!comm.empty() && f.comm_time_us != 0) f.comm_comp_overlap_pct = rounded_pct(f.overlap_time_us, f.comm_time_us);
+  if (!comm.empty() && f.comm_time_us != 0)
+    f.comm_comp_overlap_pct = rounded_pct(f.overlap_time_us, f.comm_time_us);
   return f;
 }
 
