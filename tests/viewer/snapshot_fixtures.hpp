@@ -2,9 +2,10 @@
 // (issue 18's bad input: a snapshot with frames missing, empty or malformed still opens).
 #pragma once
 
-#include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "memcomm_test.hpp"
 
 namespace snapshot_fixture {
 
@@ -25,9 +26,7 @@ inline constexpr const char* kNoFramesHex =
 
 // Writes the snapshot above to a temporary file and returns its path.
 inline std::string write_no_frames_snapshot() {
-  const auto dir = std::filesystem::temp_directory_path() / "memcomm_viewer_tests";
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "no_frames.pickle").string();
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "no_frames.pickle");
   std::ofstream f(path, std::ios::binary);
   const std::string hex = kNoFramesHex;
   for (std::size_t i = 0; i + 1 < hex.size(); i += 2) f.put(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));

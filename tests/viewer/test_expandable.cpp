@@ -9,7 +9,6 @@
 
 #include <memcomm/trace/trace_writer.hpp>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -100,9 +99,7 @@ prof::Event mem(prof::EventKind k, std::int64_t t, std::uint64_t addr, std::uint
 }
 // `events` written as one chunk of a trace file `name`, loaded back as the viewer loads files.
 Timeline load_events(const std::string& name, const std::vector<prof::Event>& events) {
-  const auto dir = std::filesystem::temp_directory_path() / "memcomm_viewer_tests";
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / name).string();
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", name);
   {
     prof::TraceWriter w(path, prof::WriterOptions{});
     w.write_chunk({}, events, 0);

@@ -11,11 +11,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <sstream>
 
 using namespace memcomm::view;
-namespace fs = std::filesystem;
 
 namespace {
 

@@ -8,13 +8,11 @@
 
 #include <memcomm/trace/trace_writer.hpp>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
 using namespace memcomm::view;
 namespace prof = memcomm::prof;
-namespace fs = std::filesystem;
 
 namespace {
 

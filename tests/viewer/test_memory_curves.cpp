@@ -13,7 +13,6 @@
 #include <memcomm/trace/trace_set.hpp>
 #include <memcomm/trace/trace_writer.hpp>
 
-#include <filesystem>
 
 #include <string>
 #include <vector>
@@ -258,10 +257,7 @@ TEST_CASE("a rank with samples and no block events keeps its sampled curves", "[
 
 TEST_CASE("a .mct trace's step peaks come from its block events", "[unit][viewer]") {
   namespace prof = memcomm::prof;
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_tests";
-  fs::create_directories(dir);
-  const std::string path = (dir / "memory_curves.mct").string();
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "memory_curves.mct");
   {
     prof::WriterOptions o;
     o.rank = 1;
@@ -308,10 +304,7 @@ namespace {
 namespace prof = memcomm::prof;
 
 std::string write_trace(const std::string& name, const std::vector<prof::Event>& ev) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "memcomm_viewer_tests";
-  fs::create_directories(dir);
-  const std::string path = (dir / name).string();
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", name);
   prof::WriterOptions o;
   o.rank = 0;
   prof::TraceWriter w(path, o);
