@@ -13,7 +13,6 @@
 #include <memcomm/trace/trace_set.hpp>
 #include <memcomm/trace/trace_writer.hpp>
 
-
 #include <string>
 #include <vector>
 
