@@ -6,6 +6,7 @@
 // Integers (ns, bytes) must be equal; ratios (GB/s, %) equal to rounding.
 #pragma once
 
+#include "json_text.hpp"
 #include "memcomm_test.hpp"
 
 #include <nlohmann/json.hpp>
@@ -113,8 +114,8 @@ inline void check_view_matches_report(const std::string& files, const std::strin
   REQUIRE(rrc == 0);
   std::ifstream f(view_json);
   REQUIRE(f.good());
-  const nlohmann::json view = nlohmann::json::parse(f);
-  const nlohmann::json report = nlohmann::json::parse(rout);
+  const nlohmann::json view = memcomm::test::parse_json(f);
+  const nlohmann::json report = memcomm::test::parse_json(rout);
   REQUIRE(view.contains("analysis"));
   REQUIRE(report.at("steps").size() > 0);
   check_report_parity(view.at("analysis"), report);

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "json_text.hpp"
 #include "memcomm/trace/chrome_export.hpp"
 #include "memcomm/trace/trace_format.hpp"
 #include "memcomm/trace/trace_set.hpp"
@@ -20,7 +21,7 @@ using namespace memcomm::prof;
 namespace {
 nlohmann::json parse_file(const std::string& path) {
   std::ifstream f(path);
-  return nlohmann::json::parse(f);
+  return memcomm::test::parse_json(f);
 }
 // Runs a command, returns its exit code; stdout+stderr go to `out`.
 int run(const std::string& cmd, std::string& out) {
@@ -124,7 +125,7 @@ TEST_CASE("memcomm-trace info, export, merge and report work on per-rank and mer
   CHECK(m.ranks[2].name(m.ranks[2].events[2].as<ComputeEvent>().arg) == "gemm \"fast\" <float>");
 
   REQUIRE(run(tool() + " report --json " + merged, out) == 0);
-  const auto rep = nlohmann::json::parse(out);
+  const auto rep = memcomm::test::parse_json(out);
   REQUIRE(rep["collectives"].size() == 1);
   CHECK(rep["collectives"][0]["straggler_rank"] == 1);
   CHECK(rep["collectives"][0]["busbw_gbps"].get<double>() == Approx(100e6 / 3.5e6));

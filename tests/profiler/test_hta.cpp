@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "json_text.hpp"
 #include "memcomm_test.hpp"
 #include "report_parity.hpp"
 
@@ -58,7 +59,7 @@ std::vector<std::string> compare_set(const std::string& name, const json& set, c
   for (const std::string& f : files) cmd += " '" + f + "'";
   std::string out;
   if (memcomm::test::run_capture(cmd, out, false) != 0) return {name + ": memcomm-trace failed: " + cmd};
-  const json report = json::parse(out);
+  const json report = memcomm::test::parse_json(out);
   std::vector<std::string> bad;
   const char* keys[] = {"idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct"};
   size_t ranks = 0;
@@ -79,7 +80,7 @@ void check_every_set(const Variant& v) {
   const fs::path ref_path = kineto_dir() / "hta-reference.json";
   if (!fs::exists(ref_path)) MEMCOMM_SKIP_TEST("no HTA reference at " + ref_path.string());
   std::ifstream in(ref_path);
-  const json ref = json::parse(in);
+  const json ref = memcomm::test::parse_json(in);
   std::vector<std::string> bad, missing;
   for (const auto& [name, set] : ref.at("sets").items()) {
     std::vector<std::string> files;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.hpp"
 #include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/trace_error.hpp"
 #include "memcomm_test.hpp"
@@ -245,7 +246,7 @@ TEST_CASE("kineto: the real traces in ../shared load with the counts SOURCES.md 
   const std::string dir = shared_kineto_dir();
   std::ifstream ref_file(dir + "/hta-reference.json");
   if (!ref_file) MEMCOMM_SKIP_TEST("no ../shared/traces/kineto");
-  const nlohmann::json ref = nlohmann::json::parse(ref_file);
+  const nlohmann::json ref = memcomm::test::parse_json(ref_file);
   int files = 0;
   for (const auto& [set, s] : ref.at("sets").items()) {
     for (const auto& [file, f] : s.at("files").items()) {

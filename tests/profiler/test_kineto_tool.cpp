@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "json_text.hpp"
 #include "kineto_fixture.hpp"
 #include "memcomm/trace/trace_set.hpp"
 #include "memcomm_test.hpp"
@@ -113,7 +114,7 @@ TEST_CASE("memcomm-trace info describes every shared torch.profiler trace", "[ki
     CHECK(contains(text.out, "ranks:"));
     Run json = trace_tool("info --json" + joined(files));
     REQUIRE(json.code == 0);
-    const auto all = nlohmann::json::parse(json.out);
+    const auto all = memcomm::test::parse_json(json.out);
     REQUIRE(all.size() == files.size());
     for (const auto& j : all) {
       const std::string name = fs::path(j["file"].get<std::string>()).filename().string();
@@ -271,7 +272,7 @@ TEST_CASE("export, merge, report and advise take the 2-rank torch.profiler pair"
   CHECK(contains(e.out, "2 ranks"));
   {
     std::ifstream f(json);
-    const auto j = nlohmann::json::parse(f);
+    const auto j = memcomm::test::parse_json(f);
     std::set<int64_t> pids;
     size_t kernels = 0, collectives = 0;
     for (const auto& ev : j["traceEvents"]) {
@@ -306,7 +307,7 @@ TEST_CASE("export, merge, report and advise take the 2-rank torch.profiler pair"
 
   const Run adv = trace_tool("advise --json" + files);
   REQUIRE(adv.code == 0);
-  CHECK(nlohmann::json::parse(adv.out).is_array());
+  CHECK(memcomm::test::parse_json(adv.out).is_array());
   std::remove(json.c_str());
   std::remove(merged.c_str());
 }

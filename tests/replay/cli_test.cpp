@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hand_snapshot.hpp"
+#include "json_text.hpp"
 #include "memcomm/replay/call_bound.hpp"
 #include "memcomm/replay/requests.hpp"
 #include "memcomm/trace/event.hpp"
@@ -32,7 +33,7 @@ TEST_CASE("cli: a good snapshot gives the table and the JSON list", "[cli]") {
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out.find("pytorch-expandable") != std::string::npos);
-  auto list = nlohmann::json::parse(slurp(json));
+  auto list = memcomm::test::parse_json(slurp(json));
   REQUIRE(list.is_array());
   REQUIRE(list.size() == 2 * 3);  // 2 devices x 3 policies
   for (const auto& o : list) {
@@ -107,7 +108,7 @@ TEST_CASE("cli: --json - writes only the JSON to stdout (it parses) and the tabl
   Run r = run(dir, snap.string() + " --policy recorded,pytorch --json -");
   INFO(r.err);
   REQUIRE(r.code == 0);
-  auto list = nlohmann::json::parse(r.out);  // throws if the table leaked into stdout
+  auto list = memcomm::test::parse_json(r.out);  // throws if the table leaked into stdout
   REQUIRE(list.is_array());
   REQUIRE(list.size() == 2 * 2);  // 2 devices x 2 policies
   CHECK(r.err.find("reserv MiB") != std::string::npos);
@@ -151,7 +152,7 @@ TEST_CASE("cli: call_bound is the ideal call bound at 1.03 of each device, in th
   Run r = run(dir, trace + " " + snap.string() + " --policy recorded,pytorch,memcomm --json -");
   INFO(r.err);
   REQUIRE(r.code == 0);
-  const auto list = nlohmann::json::parse(r.out);
+  const auto list = memcomm::test::parse_json(r.out);
   std::map<std::pair<std::string, int>, std::uint64_t> bound;  // (file, device) -> ideal_calls at 1.03
   for (const std::string& f : {trace, snap.string()})
     for (const auto& d : rp::load_trace(f).devices) bound[{f, d.device}] = rp::ideal_calls(d, rp::kCallBoundRatio);

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.hpp"
 #include "kineto_fixture.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm_test.hpp"
@@ -91,7 +92,7 @@ TEST_CASE("kineto: memcomm-replay on a trace without [memory] events exits 2 and
   CHECK(r.code == 0);
   CHECK(r.err.find("warning: " + cut.string() + ": the file ends early") != std::string::npos);
   CHECK(r.err.find("recorded (torch.profiler traces)") != std::string::npos);
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = memcomm::test::parse_json(r.out);
   REQUIRE(j.size() == 4);
   CHECK(j[0]["format"] == "torch-profiler");
   CHECK(j[0]["rank"] == 0);
@@ -122,7 +123,7 @@ TEST_CASE("kineto: df_index_resolver replays through every policy with a peak li
   const auto r = memcomm::test::run_replay(dir, path + " --check --json -");
   REQUIRE(r.code == 0);
   CHECK(r.err.find("note: " + path + ": device 1: 3.82 GiB live before the first [memory] event") != std::string::npos);
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = memcomm::test::parse_json(r.out);
   REQUIRE(j.size() == 8);  // 2 devices x 4 policies
   for (const auto& row : j) {
     INFO(row.dump());

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memcomm/trace/event.hpp"
+#include "json_text.hpp"
 #include "memcomm/trace/trace_writer.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm_test.hpp"
@@ -185,7 +186,7 @@ TEST_CASE("mct: the CLI reports rank and device apart, and whose allocator `reco
   memcomm::test::ToolRun r = memcomm::test::run_replay(dir, file + " --policy recorded,pytorch --json -");
   INFO(r.err);
   REQUIRE(r.code == 0);
-  auto list = nlohmann::json::parse(r.out);
+  auto list = memcomm::test::parse_json(r.out);
   REQUIRE(list.size() == 2 * 2);  // (rank 3, device 1) and (rank 3, host) x 2 policies
   CHECK(list[0]["rank"] == 3);
   CHECK(list[0]["device"] == 1);

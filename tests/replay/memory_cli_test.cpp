@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hand_snapshot.hpp"
+#include "json_text.hpp"
 #include "run_tool.hpp"
 
 using memcomm::test::TempDir;
@@ -18,7 +19,7 @@ TEST_CASE("memory cli: --json gives at_ns, live_bytes and sites with stacks", "[
   Run r = trace_tool(dir, "memory " + snap.string() + " --at peak --json");
   INFO(r.err);
   REQUIRE(r.code == 0);
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = memcomm::test::parse_json(r.out);
   CHECK(j["live_bytes"] == 30 * memcomm::test::MiB + 1000);
   std::uint64_t sum = 0;
   for (const auto& s : j["sites"]) {
@@ -30,7 +31,7 @@ TEST_CASE("memory cli: --json gives at_ns, live_bytes and sites with stacks", "[
   CHECK(j["sites"][0]["stack"] == nlohmann::json::array({"model.py:42:forward"}));
   Run all = trace_tool(dir, "memory " + snap.string() + " --at peak --json --all-frames");
   REQUIRE(all.code == 0);
-  CHECK(nlohmann::json::parse(all.out)["sites"][0]["stack"].size() == 2);
+  CHECK(memcomm::test::parse_json(all.out)["sites"][0]["stack"].size() == 2);
 }
 
 TEST_CASE("memory cli: --device keeps one device's blocks", "[cli][memory]") {
@@ -40,7 +41,7 @@ TEST_CASE("memory cli: --device keeps one device's blocks", "[cli][memory]") {
     Run r = trace_tool(dir, "memory " + snap.string() + " --json " + options);
     INFO(r.err);
     REQUIRE(r.code == 0);
-    return nlohmann::json::parse(r.out)["live_bytes"].get<std::int64_t>();
+    return memcomm::test::parse_json(r.out)["live_bytes"].get<std::int64_t>();
   };
   // Each device's own peak: device 2's 30 MiB block; device 0's 5000 B block beside the 1000 B one
   // from before the trace.

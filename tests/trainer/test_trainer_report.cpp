@@ -3,6 +3,7 @@
 // analysis engine] in memcomm/trace/analysis.hpp). Needs a display for the viewer (label gui);
 // tests/viewer/test_gui_report.cpp does the same on a run written by the test, without LibTorch.
 #include "trainer_runner.hpp"
+#include "json_text.hpp"
 #include "report_parity.hpp"
 
 using namespace memcomm::test;
@@ -21,7 +22,7 @@ TEST_CASE("memcomm-view shows memcomm-trace report's step times, comm, overlap, 
   // The run recorded what the comparison is meant to cover: steps numbered from 1 and collectives.
   std::string out;
   REQUIRE(run_capture(bin_dir() + "/memcomm-trace report --json " + d + "/t.rank0.mct " + d + "/t.rank1.mct", out, false) == 0);
-  const auto report = nlohmann::json::parse(out);
+  const auto report = memcomm::test::parse_json(out);
   REQUIRE(report["steps"].size() >= 12);
   CHECK(report["steps"][0]["step"] == 1);
   CHECK(report["collectives"].size() > 0);

@@ -1,6 +1,7 @@
 // Runs memcomm-train (or any command) from a test and captures what it printed.
 #pragma once
 
+#include "json_text.hpp"
 #include "memcomm_test.hpp"
 
 #include <nlohmann/json.hpp>
@@ -44,7 +45,7 @@ inline RunResult run_command(const std::string& cmd) {
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);
   REQUIRE(f.good());
-  return nlohmann::json::parse(f);
+  return memcomm::test::parse_json(f);
 }
 
 inline std::string train_bin() { return bin_dir() + "/memcomm-train"; }

@@ -3,6 +3,7 @@
 // churn]), the allocator state at an OOM (Note [Rewinding to an OOM]) and its verdict; then the
 // shared snapshot with a real OOM, and memcomm-trace advise on snapshot files.
 #include "memcomm/advisor/advise_snapshot.hpp"
+#include "json_text.hpp"
 #include "memory_rewind.hpp"
 #include "memcomm_test.hpp"
 #include "run_tool.hpp"
@@ -265,7 +266,7 @@ TEST_CASE("memcomm-trace advise reads snapshot files, and refuses garbage with e
   auto r = test::run_tool(dir, "memcomm-trace", "advise --json " + snap.string());
   INFO(r.err);
   REQUIRE(r.code == 0);
-  CHECK(nlohmann::json::parse(r.out).is_array());
+  CHECK(memcomm::test::parse_json(r.out).is_array());
   const auto bad = dir.file("bad.pickle", {0x80, 0x04, 0xff, 0x00});
   r = test::run_tool(dir, "memcomm-trace", "advise " + bad.string());
   CHECK(r.code == 2);
@@ -284,7 +285,7 @@ TEST_CASE("memcomm-trace advise --json on a shared snapshot gives the replay's a
   const auto r = test::run_tool(dir, "memcomm-trace", "advise --json " + path);
   INFO(r.err);
   REQUIRE(r.code == 0);
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = memcomm::test::parse_json(r.out);
   bool replay = false;
   for (const auto& a : j)
     replay |= a["topic"] == "fragmentation" && has(a["evidence"].get<std::string>(), "replaying the snapshot's");

@@ -1,6 +1,7 @@
 // The Summary pane's advice (Note [Advice in a child process]): memcomm-trace advise and report over
 // the loaded traces, the tuner's probes from tune.* counters, and what the pane says when the
 // tool is missing. Also memcomm-view's usage errors (exit 2).
+#include "json_text.hpp"
 #include "view_traces.hpp"
 
 #include <memcomm/view/app/advice.hpp>
@@ -99,7 +100,7 @@ TEST_CASE("memcomm-view shows the advisor's advice and the tuner's probes from a
   INFO(out);
   REQUIRE(rc == 0);
   std::ifstream f(report);
-  const auto j = nlohmann::json::parse(f);
+  const auto j = memcomm::test::parse_json(f);
   const auto& a = j["advice"];
   INFO(a.dump(2));
   REQUIRE(a["state"] == "done");

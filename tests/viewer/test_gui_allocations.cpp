@@ -2,6 +2,7 @@
 // shared PyTorch snapshot, on a snapshot without frames and on the hand-built fixture (no stacks),
 // and memcomm-view --report-json's peak sites against memcomm-trace memory --at peak --json.
 #include "gui_fixture.hpp"
+#include "json_text.hpp"
 #include "snapshot_fixtures.hpp"
 
 #include <nlohmann/json.hpp>
@@ -135,12 +136,12 @@ TEST_CASE("memcomm-view --report-json gives the peak sites memcomm-trace memory 
     REQUIRE(run_viewer("--panes allocations --frames 2 --size 1000x700 --screenshot " + out_dir() + "/allocations.png --report-json " +
                        report + " " + path) == 0);
     std::ifstream f(report);
-    const auto j = nlohmann::json::parse(f);
+    const auto j = memcomm::test::parse_json(f);
     // memcomm-trace memory sums a file's devices; the view shows one device per rank: files with
     // one device only (what is left to do for several is in bench/results/viewer-cpu.md).
     if (j["ranks"].size() != 1) continue;
     const auto& view = j["memory_at"]["peak"];
-    const auto tool = nlohmann::json::parse(
+    const auto tool = memcomm::test::parse_json(
         command_output(std::string(MEMCOMM_BINARY_DIR) + "/bin/memcomm-trace memory " + path + " --at peak --json"));
     CHECK(view["at_ns"] == tool["at_ns"]);
     CHECK(view["live_bytes"] == tool["live_bytes"]);
@@ -168,7 +169,7 @@ TEST_CASE("two snapshots: the holders pane compares end states as memcomm-trace 
   REQUIRE(st.tl.ranks[1].stacks != nullptr);
   // Which rank came from which file: their end states' live bytes tell them apart.
   const auto end_live = [&](const std::string& file) {
-    return nlohmann::json::parse(command_output(memcomm::test::bin_dir() + "/memcomm-trace memory --json " + file))["live_bytes"]
+    return memcomm::test::parse_json(command_output(memcomm::test::bin_dir() + "/memcomm-trace memory --json " + file))["live_bytes"]
         .get<std::uint64_t>();
   };
   const auto& r0 = st.tl.ranks[0].allocations;
@@ -178,7 +179,7 @@ TEST_CASE("two snapshots: the holders pane compares end states as memcomm-trace 
   frames(*app, 3);
   REQUIRE_FALSE(st.comparison.empty());
   const std::string before = a_first ? a : b, after = a_first ? b : a;
-  const auto want = nlohmann::json::parse(
+  const auto want = memcomm::test::parse_json(
       command_output(memcomm::test::bin_dir() + "/memcomm-trace compare --json " + before + " " + after))["sites"];
   std::vector<const memcomm::snapshot::SiteChange*> changed;
   for (const auto& c : st.comparison)

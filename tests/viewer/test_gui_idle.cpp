@@ -2,6 +2,7 @@
 // arriving is idle, an arrival wakes it and is drawn, a rank that disconnects stays, marked; and a
 // bad stream (oversize frame, version mismatch) is a message in the UI and on stderr.
 #include "gui_fixture.hpp"
+#include "json_text.hpp"
 #include "view_traces.hpp"
 
 #include <memcomm/trace/event.hpp>
@@ -191,7 +192,7 @@ TEST_CASE("an oversize frame and a version mismatch are reported in the UI and o
   INFO(out);
   REQUIRE(rc == 0);
   std::ifstream f(report);
-  const auto j = nlohmann::json::parse(f);
+  const auto j = memcomm::test::parse_json(f);
   INFO(j["messages"].dump(2));
   CHECK(any_contains(j["messages"], "exceeds the limit"));
   CHECK(any_contains(j["messages"], "v99"));

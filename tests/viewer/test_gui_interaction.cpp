@@ -2,6 +2,7 @@
 // collective and read its tooltip, wheel zoom around the mouse, drag pan, W/S/A/D, range
 // selection, step-table click, collapsing a rank.
 #include "gui_fixture.hpp"
+#include "json_text.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -51,7 +52,7 @@ TEST_CASE("hovering a collective shows op and bytes and busbw and the straggler"
   CHECK(st.tooltip.find("STRAGGLER") != std::string::npos);
   CHECK(st.tooltip.find("rank 1") != std::string::npos);
   // The report carries the same text for tools that drive the viewer from outside.
-  const auto j = nlohmann::json::parse(app->report_json());
+  const auto j = memcomm::test::parse_json(app->report_json());
   CHECK(j["tooltip"].get<std::string>() == st.tooltip);
 }
 
@@ -145,7 +146,7 @@ TEST_CASE("memcomm-view --script drives the UI and --report-json records the too
   std::string out;
   REQUIRE(run_viewer("--synthetic 200000 --size 1200x700 --script " + script + " --report-json " + report, &out) == 0);
   std::ifstream f(report);
-  const auto j = nlohmann::json::parse(f);
+  const auto j = memcomm::test::parse_json(f);
   INFO(j.dump(2));
   CHECK(j["frames"].get<int>() >= 10);
   const auto view = j["view"];

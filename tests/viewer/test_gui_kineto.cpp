@@ -3,6 +3,7 @@
 // traces) and in a screenshot (kineto_pair.png under the tests' output); File > Open and a drop of
 // Kineto files; and what a bad one shows: its message in the window and on stderr.
 #include "gui_fixture.hpp"
+#include "json_text.hpp"
 #include "kineto_traces.hpp"
 #include "report_parity.hpp"
 
@@ -46,7 +47,7 @@ TEST_CASE("memcomm-view on torch.profiler traces reports what memcomm-trace repo
   }
   memcomm::test::check_view_matches_report(files, out);
   std::ifstream f(out + "/view-report.json");
-  const nlohmann::json view = nlohmann::json::parse(f);
+  const nlohmann::json view = memcomm::test::parse_json(f);
   INFO(view.at("messages").dump());
   CHECK(view.at("messages").empty());
   if (set == kHandWritten) {  // the [memory] totals: 4 MiB were allocated before the trace began
@@ -150,7 +151,7 @@ TEST_CASE("a torch.profiler trace cut short, or JSON that is none, shows its mes
   CHECK(run_viewer(cut + " --size 320x200 --screenshot " + out_dir() + "/kineto_cut.png --report-json " + report, &out) == 0);
   CHECK(out.find("warning: " + cut) != std::string::npos);
   std::ifstream f(report);
-  const nlohmann::json j = nlohmann::json::parse(f);
+  const nlohmann::json j = memcomm::test::parse_json(f);
   REQUIRE(j.at("messages").size() == 1);
   CHECK(j.at("messages")[0].get<std::string>().find("ends early") != std::string::npos);
   CHECK(j.at("events").get<std::uint64_t>() > 0);

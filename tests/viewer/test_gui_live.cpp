@@ -2,6 +2,7 @@
 // (what memcomm-train --live uses), survives garbage on the socket, and reports every event with
 // no drops.
 #include "gui_fixture.hpp"
+#include "json_text.hpp"
 #include "view_traces.hpp"
 
 #include <memcomm/profiler/stream_sink.hpp>
@@ -80,7 +81,7 @@ TEST_CASE("live: two ranks stream into memcomm-view while garbage is refused and
   INFO(out);
   REQUIRE(rc == 0);
   std::ifstream f(report);
-  const auto j = nlohmann::json::parse(f);
+  const auto j = memcomm::test::parse_json(f);
   INFO(j.dump(2));
   CHECK(j["live_stats"]["received"].get<std::size_t>() == total);
   CHECK(j["live_stats"]["queue_dropped"].get<std::size_t>() == 0);

@@ -1,5 +1,6 @@
 // memcomm-view --range T0:T1 loads only that time range of a trace (issue 6: "for very large
 // files, a time range can be chosen before the full load"), and a bad range is a usage error.
+#include "json_text.hpp"
 #include "view_traces.hpp"
 
 #include <nlohmann/json.hpp>
@@ -11,7 +12,7 @@ using namespace gui_test;
 namespace {
 std::uint64_t spans_in_report(const std::string& report) {
   std::ifstream f(report);
-  const auto j = nlohmann::json::parse(f);
+  const auto j = memcomm::test::parse_json(f);
   std::uint64_t n = 0;
   for (const auto& r : j["ranks"]) n += r["spans"].get<std::uint64_t>();
   return n;

@@ -2,6 +2,7 @@
 // the events are, and the memory curve's height at known times. Plus a shared PyTorch snapshot,
 // and the command-line headless modes (screenshot, bad input, bench).
 #include "gui_fixture.hpp"
+#include "json_text.hpp"
 
 #include <nlohmann/json.hpp>
 #include <stb/stb_image.h>
@@ -171,7 +172,7 @@ TEST_CASE("memcomm-view keeps running on a corrupt file and reports it", "[gui][
   CHECK(out.find(bad) != std::string::npos);      // on stderr, naming the file
   CHECK(out.find(garbage) != std::string::npos);
   std::ifstream f(report);
-  const auto j = nlohmann::json::parse(f);
+  const auto j = memcomm::test::parse_json(f);
   REQUIRE(j["messages"].size() == 2);            // and in the UI
   CHECK(j["messages"][0].get<std::string>().find("corrupt.mct") != std::string::npos);
   CHECK(j["events"].get<std::uint64_t>() > 0);  // the rest still loaded and shown
@@ -194,7 +195,7 @@ TEST_CASE("memcomm-view --bench reports frame build percentiles", "[gui][viewer]
   REQUIRE(run_viewer("--bench --synthetic 100000 --bench-frames 40 --size 800x600 --report-json " + report, &out) == 0);
   CHECK(out.find("p95") != std::string::npos);
   std::ifstream f(report);
-  const auto j = nlohmann::json::parse(f);
+  const auto j = memcomm::test::parse_json(f);
   CHECK(j["build_ms"]["p95"].get<double>() > 0);
   CHECK(j["bytes_per_event"].get<double>() > 0);
 }
