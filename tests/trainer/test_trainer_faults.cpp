@@ -218,8 +218,8 @@ TEST_CASE("resuming from a checkpoint of another configuration names what differ
   const auto w = run_command(quick_train("--nproc 2 --steps 3 --checkpoint-every 3 " + base));
   INFO(w.output);
   REQUIRE(w.code == 0);
-  // Every difference is named in one message (the fingerprint's keys, then parameter shapes), so one run
-  // with six flags changed checks them all; the world size, which needs other ranks, gets its own.
+  // Every difference is named in one message (the fingerprint's keys, then parameter shapes), so one
+  // two-rank run with six flags changed checks them all, and a one-rank run checks the world size.
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
       {"--nproc 2 --hidden 32 --seed 7 --batch-size 32 --accum 2 --optimizer sgd --synthetic-size 2048",
        {"--hidden 64 there, 32 here", "--seed 0 there, 7 here", "--batch-size 64 there, 32 here",
