@@ -3,13 +3,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include <iosfwd>
 #include <string>
 
 namespace memcomm::test {
 
-// nlohmann::json::parse of a whole text or stream; a malformed document throws its parse_error.
+// nlohmann::json::parse of a whole text; a malformed document throws its parse_error.
 nlohmann::json parse_json(const std::string& text);
-nlohmann::json parse_json(std::istream& in);
+// The same for the file at `path`; a file that cannot be opened throws std::runtime_error naming it.
+nlohmann::json read_json(const std::string& path);
 
 }  // namespace memcomm::test

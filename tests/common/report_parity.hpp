@@ -112,9 +112,7 @@ inline void check_view_matches_report(const std::string& files, const std::strin
   REQUIRE(vrc == 0);
   const int rrc = run_capture(bin_dir() + "/memcomm-trace report --json " + files, rout, false);
   REQUIRE(rrc == 0);
-  std::ifstream f(view_json);
-  REQUIRE(f.good());
-  const nlohmann::json view = memcomm::test::parse_json(f);
+  const nlohmann::json view = memcomm::test::read_json(view_json);
   const nlohmann::json report = memcomm::test::parse_json(rout);
   REQUIRE(view.contains("analysis"));
   REQUIRE(report.at("steps").size() > 0);

@@ -19,10 +19,6 @@
 using namespace memcomm::prof;
 
 namespace {
-nlohmann::json parse_file(const std::string& path) {
-  std::ifstream f(path);
-  return memcomm::test::parse_json(f);
-}
 // Runs a command, returns its exit code; stdout+stderr go to `out`.
 int run(const std::string& cmd, std::string& out) {
   const std::string log = test::temp_path("cmd") + ".log";
@@ -58,7 +54,7 @@ TEST_CASE("chrome export parses back with the required fields, tracks and flows"
   const TraceSet set = TraceSet::load(paths);
   const std::string out = base + ".json";
   const ChromeExportStats st = export_chrome(set, out);
-  const nlohmann::json j = parse_file(out);
+  const nlohmann::json j = memcomm::test::read_json(out);
   REQUIRE(j.contains("traceEvents"));
   const auto& evs = j["traceEvents"];
   std::map<std::string, int> by_ph;
@@ -134,7 +130,7 @@ TEST_CASE("memcomm-trace info, export, merge and report work on per-rank and mer
 
   const std::string json = base + ".json";
   REQUIRE(run(tool() + " export --chrome " + json + " " + files, out) == 0);
-  CHECK(parse_file(json)["traceEvents"].size() > 10);
+  CHECK(memcomm::test::read_json(json)["traceEvents"].size() > 10);
 
   // Truncated input: warning, still works. Unreadable input and bad usage: exit 2 with the reason.
   {

@@ -79,8 +79,7 @@ std::vector<std::string> compare_set(const std::string& name, const json& set, c
 void check_every_set(const Variant& v) {
   const fs::path ref_path = kineto_dir() / "hta-reference.json";
   if (!fs::exists(ref_path)) MEMCOMM_SKIP_TEST("no HTA reference at " + ref_path.string());
-  std::ifstream in(ref_path);
-  const json ref = memcomm::test::parse_json(in);
+  const json ref = memcomm::test::read_json(ref_path.string());
   std::vector<std::string> bad, missing;
   for (const auto& [name, set] : ref.at("sets").items()) {
     std::vector<std::string> files;

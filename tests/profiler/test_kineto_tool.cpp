@@ -271,8 +271,7 @@ TEST_CASE("export, merge, report and advise take the 2-rank torch.profiler pair"
   REQUIRE(e.code == 0);
   CHECK(contains(e.out, "2 ranks"));
   {
-    std::ifstream f(json);
-    const auto j = memcomm::test::parse_json(f);
+    const auto j = memcomm::test::read_json(json);
     std::set<int64_t> pids;
     size_t kernels = 0, collectives = 0;
     for (const auto& ev : j["traceEvents"]) {

@@ -35,9 +35,7 @@ TEST_CASE("the viewer receives both ranks' live events from memcomm-train with n
   INFO(r.output);
   INFO(viewer_log);
   REQUIRE(r.output.find("viewer-exit=0") != std::string::npos);
-  std::ifstream f(report);
-  REQUIRE(f.good());
-  const auto j = memcomm::test::parse_json(f);
+  const auto j = memcomm::test::read_json(report);
   CHECK(j["events"].get<uint64_t>() >= 400);
   CHECK(j["drops"].get<uint64_t>() == 0);
   std::set<int> ranks;

@@ -41,13 +41,6 @@ inline RunResult run_command(const std::string& cmd) {
   return r;
 }
 
-// A JSON file a tool wrote (--summary-json, --json); a missing file fails the test.
-inline nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  return memcomm::test::parse_json(f);
-}
-
 inline std::string train_bin() { return bin_dir() + "/memcomm-train"; }
 
 // A fast, deterministic configuration: the MLP on the synthetic tabular set, one thread per rank.

@@ -99,8 +99,7 @@ TEST_CASE("memcomm-view shows the advisor's advice and the tuner's probes from a
                             &out);
   INFO(out);
   REQUIRE(rc == 0);
-  std::ifstream f(report);
-  const auto j = memcomm::test::parse_json(f);
+  const auto j = memcomm::test::read_json(report);
   const auto& a = j["advice"];
   INFO(a.dump(2));
   REQUIRE(a["state"] == "done");

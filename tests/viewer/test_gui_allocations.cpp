@@ -135,8 +135,7 @@ TEST_CASE("memcomm-view --report-json gives the peak sites memcomm-trace memory 
     const std::string report = out_dir() + "/allocations_report.json";
     REQUIRE(run_viewer("--panes allocations --frames 2 --size 1000x700 --screenshot " + out_dir() + "/allocations.png --report-json " +
                        report + " " + path) == 0);
-    std::ifstream f(report);
-    const auto j = memcomm::test::parse_json(f);
+    const auto j = memcomm::test::read_json(report);
     // memcomm-trace memory sums a file's devices; the view shows one device per rank: files with
     // one device only (what is left to do for several is in bench/results/viewer-cpu.md).
     if (j["ranks"].size() != 1) continue;

@@ -191,8 +191,7 @@ TEST_CASE("an oversize frame and a version mismatch are reported in the UI and o
   viewer.join();
   INFO(out);
   REQUIRE(rc == 0);
-  std::ifstream f(report);
-  const auto j = memcomm::test::parse_json(f);
+  const auto j = memcomm::test::read_json(report);
   INFO(j["messages"].dump(2));
   CHECK(any_contains(j["messages"], "exceeds the limit"));
   CHECK(any_contains(j["messages"], "v99"));

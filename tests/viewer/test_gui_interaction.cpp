@@ -145,8 +145,7 @@ TEST_CASE("memcomm-view --script drives the UI and --report-json records the too
   const std::string report = out_dir() + "/script_report.json";
   std::string out;
   REQUIRE(run_viewer("--synthetic 200000 --size 1200x700 --script " + script + " --report-json " + report, &out) == 0);
-  std::ifstream f(report);
-  const auto j = memcomm::test::parse_json(f);
+  const auto j = memcomm::test::read_json(report);
   INFO(j.dump(2));
   CHECK(j["frames"].get<int>() >= 10);
   const auto view = j["view"];

@@ -46,8 +46,7 @@ TEST_CASE("memcomm-view on torch.profiler traces reports what memcomm-trace repo
     files = kineto_traces::shared("df_index_resolver/df_index_resolver.json.gz");
   }
   memcomm::test::check_view_matches_report(files, out);
-  std::ifstream f(out + "/view-report.json");
-  const nlohmann::json view = memcomm::test::parse_json(f);
+  const nlohmann::json view = memcomm::test::read_json(out + "/view-report.json");
   INFO(view.at("messages").dump());
   CHECK(view.at("messages").empty());
   if (set == kHandWritten) {  // the [memory] totals: 4 MiB were allocated before the trace began
@@ -150,8 +149,7 @@ TEST_CASE("a torch.profiler trace cut short, or JSON that is none, shows its mes
   out.clear();
   CHECK(run_viewer(cut + " --size 320x200 --screenshot " + out_dir() + "/kineto_cut.png --report-json " + report, &out) == 0);
   CHECK(out.find("warning: " + cut) != std::string::npos);
-  std::ifstream f(report);
-  const nlohmann::json j = memcomm::test::parse_json(f);
+  const nlohmann::json j = memcomm::test::read_json(report);
   REQUIRE(j.at("messages").size() == 1);
   CHECK(j.at("messages")[0].get<std::string>().find("ends early") != std::string::npos);
   CHECK(j.at("events").get<std::uint64_t>() > 0);

@@ -80,8 +80,7 @@ TEST_CASE("live: two ranks stream into memcomm-view while garbage is refused and
   viewer.join();
   INFO(out);
   REQUIRE(rc == 0);
-  std::ifstream f(report);
-  const auto j = memcomm::test::parse_json(f);
+  const auto j = memcomm::test::read_json(report);
   INFO(j.dump(2));
   CHECK(j["live_stats"]["received"].get<std::size_t>() == total);
   CHECK(j["live_stats"]["queue_dropped"].get<std::size_t>() == 0);

@@ -11,8 +11,7 @@ using namespace gui_test;
 
 namespace {
 std::uint64_t spans_in_report(const std::string& report) {
-  std::ifstream f(report);
-  const auto j = memcomm::test::parse_json(f);
+  const auto j = memcomm::test::read_json(report);
   std::uint64_t n = 0;
   for (const auto& r : j["ranks"]) n += r["spans"].get<std::uint64_t>();
   return n;

@@ -171,8 +171,7 @@ TEST_CASE("memcomm-view keeps running on a corrupt file and reports it", "[gui][
   CHECK(rc == 2);  // a headless run is a check: an input it cannot load is a usage error (--help)
   CHECK(out.find(bad) != std::string::npos);      // on stderr, naming the file
   CHECK(out.find(garbage) != std::string::npos);
-  std::ifstream f(report);
-  const auto j = memcomm::test::parse_json(f);
+  const auto j = memcomm::test::read_json(report);
   REQUIRE(j["messages"].size() == 2);            // and in the UI
   CHECK(j["messages"][0].get<std::string>().find("corrupt.mct") != std::string::npos);
   CHECK(j["events"].get<std::uint64_t>() > 0);  // the rest still loaded and shown
@@ -194,8 +193,7 @@ TEST_CASE("memcomm-view --bench reports frame build percentiles", "[gui][viewer]
   std::string out;
   REQUIRE(run_viewer("--bench --synthetic 100000 --bench-frames 40 --size 800x600 --report-json " + report, &out) == 0);
   CHECK(out.find("p95") != std::string::npos);
-  std::ifstream f(report);
-  const auto j = memcomm::test::parse_json(f);
+  const auto j = memcomm::test::read_json(report);
   CHECK(j["build_ms"]["p95"].get<double>() > 0);
   CHECK(j["bytes_per_event"].get<double>() > 0);
 }
