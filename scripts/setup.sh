@@ -40,8 +40,9 @@ fi
 
 # python_install PACKAGE...: into .venv with uv (PyPI's fast installer, put into the venv first), or
 # with pip where uv cannot be had. uv downloads and unpacks the wheels in parallel and skips compiling
-# bytecode: LibTorch's few GB took 33 s against pip's 292 s on this 2-core machine. uv reads no
-# pip.conf, so pip's index and find-links settings from the environment are passed on.
+# bytecode: LibTorch's few GB took 33 s against pip's 292 s on this 2-core machine (the tests
+# compile what they import once: Note [Bytecode for the Python tests] in tests/python/CMakeLists.txt).
+# uv reads no pip.conf, so pip's index and find-links settings from the environment are passed on.
 python_install() {
   if "$PY" -m pip install -q uv && .venv/bin/uv pip install -q --python "$PY" \
       ${PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"} ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} "$@"; then
