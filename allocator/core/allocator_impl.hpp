@@ -234,8 +234,8 @@ struct CachingAllocator::Impl {
   // exact: map only the request's own pages, no map-ahead (Note [Feasibility is monotonic in the cap]).
   Block* grow_expandable(Pool* pool, std::size_t size, std::size_t requested, bool exact = false) EXCLUDES(mu);
   Block* grow_whole(Pool* pool, std::size_t size, std::size_t requested) EXCLUDES(mu);
-  // Gives back free memory until at most `target` bytes stay reserved (0 = everything free), oldest
-  // first, skipping blocks younger than min_age ticks. Returns bytes given back.
+  // Gives back free memory until at most `target` bytes stay reserved (0 = everything free), in the
+  // order of Note [Release order], skipping blocks younger than min_age ticks. Returns bytes given back.
   std::size_t release_free(std::size_t target, std::uint64_t min_age, bool count_gc) EXCLUDES(mu);
   Segment* ensure_expandable(Pool* pool) EXCLUDES(mu);
   // Virtual bytes per expandable segment when config.virtual_size is 0: twice the cap, else 1 TiB of

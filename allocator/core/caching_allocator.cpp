@@ -15,8 +15,9 @@
 //   needed, possibly spanning free mapped and unmapped blocks (Note [Expandable segments], expandable.cpp).
 // - Pages are given back lazily (Note [Lazy page release], growth.cpp): mapped bytes may exceed peak
 //   allocated bytes by release_slack (2%) plus a floor (2% of them, within a page..4 MiB); only when
-//   mapping more would cross that budget are free pages given back, oldest first. Eager release would
-//   hold ~1.03 x live but cost 10-10,000 x the driver calls; never releasing gives PyTorch's 1.5 x.
+//   mapping more would cross that budget are free pages given back, in as few pieces as possible (Note
+//   [Release order], release.cpp). Eager release would hold ~1.03 x live but cost 10-10,000 x the
+//   driver calls; never releasing gives PyTorch's 1.5 x.
 //   Mapping is done in runs (one source call per contiguous run), and growth at a segment's end maps an
 //   eighth of the budget's headroom with it, in whole 20 MiB granules in the large pool (Note [Map
 //   ahead]), so growth takes few calls; the rest absorbs fragmentation (Note [Splitting the headroom]).

@@ -33,9 +33,9 @@
 // Note [Lending before giving pages back]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Pools are per stream, and the page budget (Note [Lazy page release], growth.cpp) is one figure for
-// all of them. When a stream's growth would cross the budget, make_room gives back the oldest free
-// pages, whatever pool holds them, and maps the stream's own: pages move from one stream's range to
-// another's at the cost of an unmap per piece and a map. select_n (pytorch-snapshots-2) allocates on a
+// all of them. When a stream's growth would cross the budget, make_room gives back free pages (Note
+// [Release order]), whatever pool holds them, and maps the stream's own: pages move from one stream's
+// range to another's at the cost of an unmap per piece and a map. select_n (pytorch-snapshots-2) allocates on a
 // main stream and on eight side streams, each used for a few iterations: every iteration the main
 // stream's 1 GiB requests took a side stream's free pages and the side stream took them back, 1,113
 // source calls against a PyTorch-mode allowance of 234, at 1.030 x live. The churn allowance (Note

@@ -29,7 +29,8 @@ struct AllocatorConfig {
   // Lazy page release (Note [Lazy page release]): mapped bytes are held to
   //   budget = peak allocated bytes x (1 + release_slack) + floor, floor = 2% of peak allocated bytes,
   //   at least a page and at most release_floor (so the floor does not dominate a small arena's ratio);
-  // free pages are given back only when mapping more would cross the budget, oldest first.
+  // free pages are given back only when mapping more would cross the budget: one free block that holds
+  // what is needed, the oldest such, else the largest blocks first (fewest source calls).
   // 2% is the ratio memcomm aims at (Note [Splitting the headroom] in expandable.cpp).
   double release_slack = 0.02;
   std::size_t release_floor = 4u << 20;
@@ -41,7 +42,7 @@ struct AllocatorConfig {
   // --- memory cap and garbage collection (Note [Garbage collection]) ---
   std::size_t capacity = 0;                // bytes reserved at most; 0 = the source's capacity (or none)
   // When reserved bytes exceed gc_threshold x capacity, free blocks unused for gc_min_age allocations
-  // are given back, oldest first, until below the threshold. 0 disables GC.
+  // are given back, in the same order, until below the threshold. 0 disables GC.
   double gc_threshold = 0.0;
   std::uint64_t gc_min_age = 1000;         // age in allocator operations
 };
