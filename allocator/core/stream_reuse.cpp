@@ -35,12 +35,12 @@
 // Pools are per stream, and the page budget (Note [Lazy page release], growth.cpp) is one figure for
 // all of them. When a stream's growth would cross the budget, make_room gives back free pages (Note
 // [Release order]), whatever pool holds them, and maps the stream's own: pages move from one stream's
-// range to another's at the cost of an unmap per piece and a map. select_n (pytorch-snapshots-2) allocates on a
-// main stream and on eight side streams, each used for a few iterations: every iteration the main
-// stream's 1 GiB requests took a side stream's free pages and the side stream took them back, 1,113
-// source calls against a PyTorch-mode allowance of 234, at 1.030 x live. The churn allowance (Note
-// [Release churn], expandable.cpp) could not stop it: each new side stream starts new pools, and the
-// trade was ~5% of the high water.
+// range to another's at the cost of an unmap per piece and a map. select_n (pytorch-snapshots-2)
+// allocates on a main stream and on eight side streams, each used for a few iterations: every
+// iteration the main stream's 1 GiB requests took a side stream's free pages and the side stream took
+// them back, 1,113 source calls against a PyTorch-mode allowance of 234, at 1.030 x live.
+// The churn allowance (Note [Release churn], expandable.cpp) could not stop it: each new side stream
+// starts new pools, and the trade was ~5% of the high water.
 // Moving a free block's pages to another stream is safe only once the work queued on its stream before
 // the free has finished; PyTorch's expandable segments synchronize the stream before they unmap for
 // that reason. Waiting for that stream makes every free block of its pool safe for every stream, and
