@@ -9,8 +9,8 @@
 // Note [Release order] (release.cpp), taking them from the top of each free block's interior pages.
 // Thus memory sits near live bytes at every peak (what eager release buys) while steady-state
 // iterations, which stay under their own high water, make no source calls at all (what eager release
-// loses). PageBudget (page_budget.hpp) holds the
-// formula; growth asks it before mapping and does the releasing itself.
+// loses). PageBudget (page_budget.hpp) holds the formula; growth asks it before mapping and does the
+// releasing itself.
 //
 // Note [Last resort: the other size class]
 // Small and large requests live in separate pools (Note [Pools and size classes]), so under a cap a
