@@ -3,6 +3,8 @@ ddp_train.py OUT [--memcomm]`. Rank 0 saves the final parameters to OUT. With --
 CPU allocator serves every tensor of both ranks, the dataset's included, which a DataLoader worker (a
 forked child) reads and batches (Note [Host pages across fork] in allocator/core/host_source.cpp)."""
 import argparse
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -36,6 +38,9 @@ def main() -> None:
     if rank == 0:
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, args.out)
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,8 @@ with memcomm.profile(trace=sys.argv[1]):
     memcomm.dist.all_reduce(torch.ones(10), async_op=True).wait()
     memcomm.dist.barrier()
 dist.destroy_process_group()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
 """
 
 

@@ -130,6 +130,9 @@ def main() -> None:
     # rank 0 already past destroy_process_group: torch's teardown with a peer gone, not the tuner.
     dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
 
 
 if __name__ == "__main__":
