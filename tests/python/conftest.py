@@ -64,8 +64,9 @@ def tool():
 # the thread's forced unwind aborts the rank ("terminate called without an active exception"; core
 # dump: ProcessGroupGloo::runLoop -> ~AsyncAllreduceWork -> decref_pyobject -> take_gil ->
 # pthread_exit). It is torch's teardown race (pytorch/pytorch#179291 describes it), seen in loaded
-# test runs (three aborts of these two-rank scripts in this session's last four full runs). The scripts have written and closed everything they check
-# by then, so they flush their output and leave without finalizing.
+# test runs (three aborts of these two-rank scripts in this session's last four full runs). The
+# scripts have written and closed everything they check by then, so they flush their output and leave
+# without finalizing.
 
 
 def pytest_sessionfinish(session, exitstatus):
