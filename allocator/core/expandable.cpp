@@ -35,10 +35,12 @@
 // budget, then 3% + floor, is the bound to rely on). The small pool grows by at most its own size or
 // kSmallAheadShare (0.5%) of the reserved bytes, whichever is more: small tensors never justify a large
 // heap's headroom, but doubling from 2 MiB costs a call per doubling, each one at the budget also an
-// unmap of large-pool pages. Its room counts those releasable pages, so this moves pages between the
-// pools without raising reserved bytes. (octree-nca, whose small pool grows to 64 MiB beside a 14 GB
-// heap after its peak: 53 -> 50 calls for any share from 0.25% to 2%. It also moves where magma27's last
-// request lands: 1.006 x live at 0.4-0.5%, 1.030 at 0.25%, 0.6%, 0.75% and 1%, all within its budget.)
+// unmap of large-pool pages. Its room counts those releasable pages, so at the budget this moves pages
+// between the pools without raising reserved bytes; below the budget nothing is given back, and a small
+// pool that grows after a peak can raise reserved bytes past it, up to the budget. (octree-nca, whose
+// small pool grows to 64 MiB beside a 14 GB heap after its peak: 53 -> 50 calls for any share from 0.25%
+// to 2%. It also moves where magma27's last request lands: 1.006 x live at 0.4-0.5%, 1.030 at 0.25%,
+// 0.6%, 0.75% and 1%, all within its budget.)
 //
 // Note [Release churn]
 // The page budget (Note [Lazy page release]) is one figure for all pools, but a pool's free pages serve
