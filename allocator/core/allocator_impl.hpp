@@ -171,6 +171,8 @@ struct CachingAllocator::Impl {
   DeviceStats stats GUARDED_BY(mu);
   std::uint64_t tick GUARDED_BY(mu) = 0;                 // operations so far (ages)
   std::int64_t allocated_high_water GUARDED_BY(mu) = 0;  // largest allocated bytes ever (never reset; page budget)
+  std::int64_t reserved_high_water GUARDED_BY(mu) = 0;   // largest reserved bytes ever (never reset;
+                                                         // Note [Map-ahead in a trough])
   PageBudget budget GUARDED_BY(mu){0.0, 0, 1};           // Note [Lazy page release]; set up by the constructor
   std::vector<Observer*> observers GUARDED_BY(mu);
   std::atomic<bool> has_observers{false};  // observers is not empty (read without the lock by emit)
@@ -288,6 +290,8 @@ struct CachingAllocator::Impl {
   // See Note [Map ahead]: bytes to map past the window's end inside an unmapped block whose first
   // `piece` bytes the window maps anyway.
   std::size_t map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need, std::size_t piece) REQUIRES(mu);
+  // How far map-ahead may raise reserved bytes for this growth (Note [Map-ahead in a trough]).
+  double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
   // Picks free pages to give back so the window's pages fit the page budget and the cap (Note [Lazy
   // page release], Note [Release churn]); false when even everything free would not fit under the cap.
   bool make_room(Pool* pool, std::size_t size, WindowGrowth& g) REQUIRES(mu);

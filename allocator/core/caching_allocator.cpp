@@ -168,6 +168,7 @@ void CachingAllocator::Impl::delete_block(Block* b) {
 void CachingAllocator::Impl::count_backed(std::int64_t delta) {
   if (delta >= 0) stats.reserved_bytes.increase(delta);
   else stats.reserved_bytes.decrease(-delta);
+  reserved_high_water = std::max(reserved_high_water, stats.reserved_bytes.current);
 }
 
 // The oversize rules (Note [Pools and size classes]) for serving `size` bytes from free block `b`.

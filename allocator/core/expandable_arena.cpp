@@ -72,10 +72,11 @@ WindowDecision choose_window(const std::vector<FreeRange>& free, std::size_t siz
 
 std::size_t map_ahead_bytes(const MapAheadInputs& in) {
   const std::size_t page = in.page;
-  std::size_t ahead = in.room > 0 ? page_down(std::size_t(in.map_ahead * in.room), page) : 0;
+  const double room = std::min(in.room, in.trough_room);
+  std::size_t ahead = room > 0 ? page_down(std::size_t(in.map_ahead * room), page) : 0;
   ahead = std::min(ahead, in.small_limit);
   if (in.chunk > in.mapped_now) ahead = std::max(ahead, page_up(in.chunk - in.mapped_now, page));
-  if (in.room < double(ahead)) ahead = in.room > 0 ? page_down(std::size_t(in.room), page) : 0;
+  if (room < double(ahead)) ahead = room > 0 ? page_down(std::size_t(room), page) : 0;
   return ahead;
 }
 

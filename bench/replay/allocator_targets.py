@@ -17,6 +17,9 @@ meets every target and the mean reduction is met, 1 when one misses, 2 for a bad
 that fails.
 
   bench/replay/allocator_targets.py [--build DIR] [--policy memcomm] [--markdown] [SET_DIR...]
+
+SET_DIR defaults to both shared sets; any folder of snapshot pickles works, such as the synthetic
+workloads that bench/replay/synthetic_snapshots.py writes.
 """
 import argparse
 import json

@@ -82,3 +82,17 @@ TEST_CASE("map-ahead fills the room's share, within the small pool's limit and t
   in.room = -double(MiB);
   CHECK(map_ahead_bytes(in) == 0);
 }
+
+TEST_CASE("in a trough, map-ahead and the chunk minimum stay within the trough room", "[allocator][arena]") {
+  MapAheadInputs in;  // Note [Map-ahead in a trough]
+  in.page = kPage;
+  in.room = 40 * double(MiB);
+  in.map_ahead = 0.125;
+  in.chunk = 20 * MiB;
+  in.mapped_now = 2 * MiB;
+  CHECK(map_ahead_bytes(in) == 18 * MiB);  // no trough: the rest of the chunk, more than the room's share
+  in.trough_room = 5 * double(MiB);
+  CHECK(map_ahead_bytes(in) == 4 * MiB);   // up to the high water, in whole pages
+  in.trough_room = -double(MiB);           // the growth's own pages already pass it
+  CHECK(map_ahead_bytes(in) == 0);
+}

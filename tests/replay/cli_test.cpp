@@ -203,3 +203,34 @@ TEST_CASE("bench_call_bound: --ratio R gives the bound at any R above 1, anythin
   CHECK(r.out.find("--ratio R") != std::string::npos);
 }
 #endif
+
+TEST_CASE("synthetic snapshots: every family loads and replays cleanly under every policy", "[cli][synthetic]") {
+  // bench/replay/synthetic_snapshots.py writes the workloads the allocator targets are checked on
+  // beside the shared snapshots (bench/results/allocator-cpu.md); they must stay readable.
+  TempDir dir("synthetic");
+  const std::string script = memcomm::test::source_dir() + "/bench/replay/synthetic_snapshots.py";
+  const std::string out = (dir.path() / "traces").string();
+  const std::string gen = "python3 " + script + " " + out + " --seeds 1 --first-seed 7";
+  REQUIRE(std::system((gen + " 2>/dev/null").c_str()) == 0);
+  const std::vector<std::string> families = {"transformer", "cnn", "decode"};
+  std::string files;
+  for (const std::string& f : families) files += " " + out + "/" + f + "-7.pickle";
+  Run r = run(dir, "--check --policy pytorch,pytorch-expandable,memcomm --json -" + files);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto list = memcomm::test::parse_json(r.out);
+  REQUIRE(list.size() == 3 * families.size());
+  for (const auto& o : list) {
+    INFO(o.dump());
+    CHECK(o["peak_live"].get<double>() > 0);
+    CHECK(o["reserved_over_live"].get<double>() >= 1.0);
+    CHECK(o["ooms"].get<int>() == 0);
+  }
+  // The same seed writes the same trace.
+  REQUIRE(std::system((gen + " --families cnn 2>/dev/null").c_str()) == 0);
+  const std::string again = slurp(out + "/cnn-7.pickle");
+  REQUIRE(std::system(("python3 " + script + " " + out + "/b --seeds 1 --first-seed 7 --families cnn 2>/dev/null").c_str()) == 0);
+  CHECK(slurp(out + "/b/cnn-7.pickle") == again);
+  // A family it does not know is a usage error.
+  CHECK(WEXITSTATUS(std::system(("python3 " + script + " " + out + " --families mlp 2>/dev/null").c_str())) == 2);
+}
