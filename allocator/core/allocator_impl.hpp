@@ -261,6 +261,7 @@ struct CachingAllocator::Impl {
   void restore_window(std::vector<Block*>& window) REQUIRES(mu);
   std::size_t largest_free_locked() const REQUIRES(mu);
   std::size_t releasable_locked() const REQUIRES(mu);
+  std::size_t releasable(const Block* b) const REQUIRES(mu);  // what one free block can give back
 
   // --- one growth of an expandable segment, step by step (expandable.cpp) ---
   // What the steps hand on: claimed under mu, mapped without it, folded in under mu again.

@@ -71,16 +71,19 @@ std::size_t CachingAllocator::Impl::largest_free_locked() const {
   return best;
 }
 
-// Bytes pick_releases(everything) would give back now: interior pages of free expandable blocks and
-// free whole segments.
+// What free block `b` can give back: its interior pages in an expandable segment, else its whole
+// segment when it is the segment's only block.
+std::size_t CachingAllocator::Impl::releasable(const Block* b) const {
+  if (!b->segment->expandable) return (!b->prev && !b->next) ? b->segment->size : 0;
+  const std::uintptr_t lo = page_up(b->addr, page), hi = page_down(b->addr + b->size, page);
+  return hi > lo ? hi - lo : 0;
+}
+
+// Bytes pick_releases(everything) would give back now.
 std::size_t CachingAllocator::Impl::releasable_locked() const {
   std::size_t bytes = 0;
   for (auto& p : pools)
-    for (Block* b : p->free) {
-      if (!b->segment->expandable) bytes += (!b->prev && !b->next) ? b->size : 0;
-      else if (page_down(b->addr + b->size, page) > page_up(b->addr, page))
-        bytes += page_down(b->addr + b->size, page) - page_up(b->addr, page);
-    }
+    for (Block* b : p->free) bytes += releasable(b);
   return bytes;
 }
 

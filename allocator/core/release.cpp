@@ -45,12 +45,7 @@ void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_a
   for (auto& pool : pools)
     for (Block* b : pool->free) {
       if (tick - b->last_used < min_age) continue;
-      if (b->segment->expandable) {
-        const std::uintptr_t lo = page_up(b->addr, page), hi = page_down(b->addr + b->size, page);
-        if (hi > lo) cands.push_back({b, hi - lo, b->last_used});
-      } else if (!b->prev && !b->next) {
-        cands.push_back({b, b->segment->size, b->last_used});
-      }
+      if (const std::size_t bytes = releasable(b)) cands.push_back({b, bytes, b->last_used});
     }
   order_releases(cands, want);
   for (const ReleaseCandidate& c : cands) {

@@ -28,8 +28,6 @@ import pickle
 import random
 import sys
 
-MiB = 1 << 20
-
 
 class Trace:
     """A device trace under construction: unique addresses, a clock that advances by one per event."""
