@@ -17,7 +17,9 @@ how PyTorch programs allocate, with their shapes drawn from a seed:
 
 Output: one pickle per trace, named FAMILY-SEED.pickle, with the keys memcomm-replay reads
 (Note [Snapshot shape] in trace/snapshot/include/memcomm/snapshot/snapshot.hpp): one device trace
-of alloc, free_requested and free_completed events, and no segments. Judge the policies with
+of alloc, free_requested and free_completed events, and no segments. Each trace gets a line on
+stderr with its event count, and for decode the largest layer's KV cache as a share of peak live
+requested bytes. Judge the policies with
   bench/replay/allocator_targets.py --build build OUT_DIR
 
   bench/replay/synthetic_snapshots.py OUT_DIR [--seeds N] [--first-seed S] [--families a,b]
@@ -36,15 +38,21 @@ class Trace:
         self.events = []
         self.next_addr = 1 << 40
         self.clock = 0
+        self.live = 0       # requested bytes live now, and their peak
+        self.peak_live = 0
+        self.summary = ""   # what the family reports about this trace besides its event count
 
     def alloc(self, size):
         size = max(1, int(size))
         addr = self.next_addr
         self.next_addr += (size + 511) // 512 * 512 + 512
+        self.live += size
+        self.peak_live = max(self.peak_live, self.live)
         self._event("alloc", addr, size)
         return (addr, size)
 
     def free(self, block):
+        self.live -= block[1]
         self._event("free_requested", *block)
         self._event("free_completed", *block)
 
@@ -175,6 +183,7 @@ def decode(rng):
         t.alloc(4 * hidden * hidden * el)  # attention and MLP weights, live to the end
         t.alloc(8 * hidden * hidden * el)
     per_token = 2 * hidden * el  # K and V of one layer for one token
+    largest_cache = 0
     for _ in range(rng.randint(2, 5)):
         batch = rng.choice([1, 4, 8, 16])
         prompt = rng.randint(16, 1024)
@@ -182,6 +191,7 @@ def decode(rng):
         cache = [t.alloc(batch * prompt * per_token) for _ in range(layers)]
         for step in range(new):
             length = prompt + step + 1
+            largest_cache = max(largest_cache, batch * length * per_token)
             for i in range(layers):
                 h = t.alloc(batch * hidden * el)
                 grown = t.alloc(batch * length * per_token)  # torch.cat((cache, kv_new))
@@ -191,6 +201,10 @@ def decode(rng):
             logits = t.alloc(batch * 50304 * 4)
             t.free(logits)
         t.free_all(cache)
+    # A layout that needs no source calls keeps a free slot of about one layer's cache, so this share
+    # decides whether an allocator can stay near peak live without moving pages every step
+    # (bench/results/allocator-cpu.md, "decode").
+    t.summary = f", largest KV cache {100 * largest_cache / t.peak_live:.2f} % of peak live"
     return t
 
 
@@ -217,7 +231,7 @@ def main():
             path = os.path.join(args.out, f"{fam}-{seed}.pickle")
             with open(path, "wb") as f:
                 pickle.dump(trace.snapshot(), f, protocol=4)
-            print(f"{path}: {len(trace.events)} events", file=sys.stderr)
+            print(f"{path}: {len(trace.events)} events{trace.summary}", file=sys.stderr)
     return 0
 
 

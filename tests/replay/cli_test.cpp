@@ -211,7 +211,23 @@ TEST_CASE("synthetic snapshots: every family loads and replays cleanly under eve
   const std::string script = memcomm::test::source_dir() + "/bench/replay/synthetic_snapshots.py";
   const std::string out = (dir.path() / "traces").string();
   const std::string gen = "python3 " + script + " " + out + " --seeds 1 --first-seed 7";
-  REQUIRE(std::system((gen + " 2>/dev/null").c_str()) == 0);
+  const std::string gen_log = (dir.path() / "gen.log").string();
+  REQUIRE(std::system((gen + " 2>" + gen_log).c_str()) == 0);
+  {
+    // Each decode trace reports its largest layer cache as a share of peak live (the grouping of
+    // bench/results/allocator-cpu.md's decode table): a share, so strictly between 0 and 100 %.
+    const std::string log = slurp(gen_log);
+    INFO(log);
+    const std::string key = "decode-7.pickle: ";
+    const auto line = log.find(key);
+    REQUIRE(line != std::string::npos);
+    const auto share = log.find("largest KV cache ", line);
+    REQUIRE(share != std::string::npos);
+    const double pct = std::stod(log.substr(share + std::string("largest KV cache ").size()));
+    CHECK(pct > 0.0);
+    CHECK(pct < 100.0);
+    CHECK(log.find("% of peak live", share) != std::string::npos);
+  }
   const std::vector<std::string> families = {"transformer", "cnn", "decode"};
   std::string files;
   for (const std::string& f : families) files += " " + out + "/" + f + "-7.pickle";
