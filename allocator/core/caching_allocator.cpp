@@ -7,8 +7,10 @@
 //   (<= 1 MiB) and large. Keeping small blocks out of the large pool stops a long-lived 512 B tensor from
 //   pinning a page in the middle of a large free range. (Note [Pools and size classes])
 // - Each pool's free blocks sit in a set ordered by (size, address): allocation is best fit
-//   (lower_bound), the remainder is split off when it is at least min_block (small) or min_large_split
-//   (large) -- so a block wastes less than that -- and a freed block is merged with free neighbours.
+//   (lower_bound), the remainder is split off when it is at least min_block (small pools, and every
+//   pool of an expandable segment) or min_large_split (large pools of whole segments) -- so a block
+//   wastes less than that -- and a freed block is merged with free neighbours (Note [Splitting in
+//   expandable segments]).
 // - With a source that maps pages (host, simulated, cuda-vmm) every pool owns ONE expandable segment: a
 //   large virtual range whose pages are mapped only where blocks need them. Free space never strands in
 //   a separate segment, and a request that fits nowhere is placed where the fewest new pages are
@@ -19,7 +21,7 @@
 //   [Release order], release.cpp). Eager release would hold ~1.03 x live but cost 10-10,000 x the
 //   driver calls; never releasing gives PyTorch's 1.5 x.
 //   Mapping is done in runs (one source call per contiguous run), and growth at a segment's end maps an
-//   eighth of the budget's headroom with it, in whole 20 MiB granules in the large pool (Note [Map
+//   eighth of the budget's headroom with it, and at least 20 MiB in all in the large pool (Note [Map
 //   ahead]), so growth takes few calls; the rest absorbs fragmentation (Note [Splitting the headroom]).
 // - Sources without map (cuda) get PyTorch's whole segments: 2 MiB for the small pool, 20 MiB for
 //   requests below 10 MiB, the request rounded to 2 MiB above.
@@ -102,10 +104,22 @@ CachingAllocator::Impl::~Impl() {
 // of a large free range, which could then be neither reused whole nor unmapped. Kept apart, the small
 // pool's pages fill with small blocks only, and a large free range stays one range. Within a pool a
 // free block is split when the remainder is at least min_block (small) or min_large_split (large),
-// which bounds a block's waste. PyTorch's max_split_size rule is kept as an option: blocks at or above it
+// which bounds a block's waste; in an expandable segment every remainder of min_block is split off
+// (Note [Splitting in expandable segments]). PyTorch's max_split_size rule is kept as an option: blocks at or above it
 // are never split for smaller requests, and an oversize request takes a cached block only if it wastes
 // less than max_oversize_waste (fits()). The separation is a heuristic, not a rule worth an OOM: under a
 // cap the other class is tried last (Note [Last resort: the other size class] in growth.cpp).
+//
+// Note [Splitting in expandable segments]
+// In a whole segment, a large block keeps a remainder under min_large_split: split off, the sliver could
+// serve no large request until a neighbour is freed, and it stays in the segment either way. In an
+// expandable segment the remainder is split off whatever its size (from min_block, as PyTorch's
+// should_split does with expandable segments). There it is free space at the edge of a window, next to
+// other free or unmapped space: the next window starts in it (Note [Window choice]), so blocks placed one
+// after another pack without a page's tail between them, and its page can go back to the budget when
+// its neighbour is freed. Kept in the block, it is reserved waste for the block's whole life: ftcourse
+// held 30 MiB of such remainders at its peak, nothanmin 24 MiB (bench/results/allocator-cpu.md).
+// Alone, this moved decomfl's last growth to a size that map-ahead rounded up (Note [Map ahead]).
 std::size_t CachingAllocator::Impl::round_size(std::size_t bytes) const {
   const std::size_t m = config.min_block;
   if (bytes > std::size_t(-1) - m) throw AllocatorError("allocate: size " + std::to_string(bytes) + " overflows");
@@ -192,7 +206,8 @@ Block* CachingAllocator::Impl::find_free(Pool* pool, std::size_t size) {
 Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requested, StreamId stream) {
   Pool* pool = b->segment->pool;
   const std::size_t remaining = b->size - size;
-  const std::size_t min_split = pool->small ? config.min_block : config.min_large_split;
+  // Note [Splitting in expandable segments]
+  const std::size_t min_split = pool->small || b->segment->expandable ? config.min_block : config.min_large_split;
   b->allocated = true;  // before splitting, so the remainder does not merge back into it
   if (remaining >= min_split && remaining > 0 && b->size < config.max_split_size) {
     free_insert(merge_free(split_mapped_block(b, b->addr + size)));

@@ -22,9 +22,14 @@
 // Note [Map ahead]
 // When growth maps at a segment's end it maps map_ahead (default: an eighth; Note [Splitting the
 // headroom]) of the page budget's headroom with it, and at least a small segment's worth (2 MiB) in the
-// small pool or a whole number of medium segments (20 MiB, the page of PyTorch's expandable segments)
-// in the large pool: a ramp of many mid-sized requests then takes no more growth calls than PyTorch's
-// expandable segments make for it (code_location dev 0: 222 -> 181 maps). The budget (Note [Lazy
+// small pool or a medium segment's worth (20 MiB, the page of PyTorch's expandable segments) in the
+// large pool: a ramp of many mid-sized requests then takes no more growth calls than PyTorch's
+// expandable segments make for it (code_location dev 0: 222 -> 181 maps). That minimum is for growths
+// smaller than it; a larger one is not rounded up. Rounding every growth up to a whole number of medium
+// segments, as PyTorch's segments grow, mapped up to 20 MiB past a large request that needed no help
+// with calls, and at a peak those pages are reserved bytes no request uses (decomfl, with Note
+// [Splitting in expandable segments]: a 147 MiB request at its peak mapped 8 MiB ahead, and 1.017 x
+// live became 1.022, above PyTorch's expandable segments). The budget (Note [Lazy
 // page release]), not the map-ahead, is what bounds reserved bytes. Filling all of it makes the fewest
 // growth calls possible under that bound (the next call comes only when live bytes outgrow the budget
 // of the high water at the last call) but leaves no room for fragmentation, which then costs release
@@ -315,9 +320,9 @@ std::size_t CachingAllocator::Impl::map_ahead_for(Pool* pool, std::size_t size, 
   in.room = budget.plain(hw) - double(held) - double(window_need);
   in.map_ahead = config.map_ahead;
   in.mapped_now = piece + (window_need - std::min(window_need, piece));
-  // A growth maps at least a small segment's worth for the small pool, and a whole number of medium
-  // segments (PyTorch's expandable page) for the large pool (Note [Map ahead]).
-  in.chunk = pool->small ? config.small_segment : page_up(in.mapped_now, config.medium_segment);
+  // A growth maps at least a small segment's worth for the small pool, and a medium segment's worth
+  // (PyTorch's expandable page) for the large pool (Note [Map ahead]).
+  in.chunk = pool->small ? config.small_segment : config.medium_segment;
   // The small pool grows by at most its own size: small tensors never justify 2% of a large heap.
   if (pool->small) {
     const auto share = std::size_t(kSmallAheadShare * double(stats.reserved_bytes.current)) / page * page;

@@ -61,6 +61,20 @@ TEST_CASE("large remainders below min_large_split are not split off", "[allocato
   a.deallocate(p);
 }
 
+TEST_CASE("in an expandable segment every remainder is split off", "[allocator][blocks][split]") {
+  // Note [Splitting in expandable segments]: the 0.5 MiB left of the request's last page is free space
+  // the next block starts in, not waste kept in this one.
+  CachingAllocator a(simulated());
+  void* p = a.allocate(19 * MiB + 512 * KiB);
+  CHECK(a.block_size(p) == 19 * MiB + 512 * KiB);
+  CHECK(a.memory_summary().internal_waste == 0);
+  void* q = a.allocate(MiB + 512 * KiB);
+  CHECK(addr(q) == addr(p) + 19 * MiB + 512 * KiB);  // packed against it, no page tail between them
+  a.check_invariants();
+  a.deallocate(p);
+  a.deallocate(q);
+}
+
 TEST_CASE("freed neighbours merge back into one block", "[allocator][blocks][merge]") {
   for (bool expandable : {false, true}) {
     AllocatorConfig c;

@@ -41,6 +41,23 @@ TEST_CASE("a small arena's reserved bytes stay within 5% of its peak", "[allocat
   for (void* p : live) a.deallocate(p);
 }
 
+TEST_CASE("a large-pool growth maps at least a medium segment, and a larger one is not rounded up",
+          "[allocator][growth]") {
+  // Note [Map ahead]. A budget with room to spare (slack 10 x the high water) and no map-ahead share
+  // leaves only the minimum.
+  AllocatorConfig c;
+  c.release_slack = 10.0;
+  c.map_ahead = 0;
+  CachingAllocator a(simulated(), c);
+  void* p = a.allocate(3 * MiB);
+  CHECK(a.stats().reserved_bytes.current == std::int64_t(c.medium_segment));  // 3 MiB asked, 20 MiB mapped
+  void* q = a.allocate(41 * MiB);  // 17 MiB of the first growth are free: it maps the next 24 MiB
+  CHECK(a.stats().reserved_bytes.current == std::int64_t(44 * MiB));  // not 60 MiB (whole segments)
+  a.check_invariants();
+  a.deallocate(p);
+  a.deallocate(q);
+}
+
 TEST_CASE("after a peak of large blocks the small pool still grows in chunks", "[allocator][growth]") {
   CachingAllocator a(simulated());
   std::vector<void*> large;

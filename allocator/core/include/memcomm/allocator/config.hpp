@@ -14,7 +14,8 @@ struct AllocatorConfig {
   std::size_t small_segment = 2u << 20;    // whole-segment sources: small pool segment size
   std::size_t medium_segment = 20u << 20;  // whole-segment sources: segment for requests < 10 MiB
   std::size_t large_round = 2u << 20;      // whole-segment sources: larger segments round up to this
-  // A free block is split only when the remainder is at least this (small pool: min_block).
+  // A free block of a whole segment's large pool is split only when the remainder is at least this;
+  // small pools and expandable segments split from min_block (Note [Splitting in expandable segments]).
   // Bounds internal waste per block to below this figure.
   std::size_t min_large_split = 1u << 20;
   // Blocks at or above this are never split, and oversize requests take a cached block only if it
