@@ -69,6 +69,7 @@ class SCOPED_CAPABILITY AllocatorLock {
 };
 
 struct Segment;
+struct MapAheadInputs;
 struct Pool;
 
 // A contiguous piece of a segment. The blocks of a segment tile it in address order (prev/next).
@@ -291,6 +292,10 @@ struct CachingAllocator::Impl {
   // See Note [Map ahead]: bytes to map past the window's end inside an unmapped block whose first
   // `piece` bytes the window maps anyway.
   std::size_t map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need, std::size_t piece) REQUIRES(mu);
+  // The medium-segment minimum of a large request that mostly reuses free bytes, within the budget and
+  // its allowance, which it teaches (Note [A slot that grows at the budget]).
+  std::size_t slot_granule(Pool* pool, std::size_t size, std::int64_t hw, std::int64_t held, std::size_t window_need,
+                           const MapAheadInputs& in) REQUIRES(mu);
   // How far map-ahead may raise reserved bytes for this growth (Note [Map-ahead in a trough]).
   double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
   // Picks free pages to give back so the window's pages fit the page budget and the cap (Note [Lazy

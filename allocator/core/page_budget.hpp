@@ -1,6 +1,7 @@
 // The page budget: how many bytes the allocator may keep mapped for a given high water of allocated
 // bytes (Note [Lazy page release] in growth.cpp), and what it learns from pools that trade pages
-// (Note [Release churn] in expandable.cpp).
+// (Note [Release churn] in expandable.cpp) or whose growth it keeps to a page at a time (Note [A slot
+// that grows at the budget] in expandable.cpp).
 //
 // Contract: the budget never calls the source and never touches blocks. It answers "may reserved bytes
 // grow to X?" and records which pool lost pages to it; the engine calls it under the allocator's lock
@@ -18,6 +19,7 @@ struct ChurnRecord {
   std::int64_t release_hw = -1;   // high water when the budget last took pages from the pool
   int regains = 0;                // times the pool wanted pages back under that high water
   std::size_t released = 0;       // bytes the budget took from the pool under that high water
+  int clipped = 0;                // growths of a slot whose medium-segment minimum the budget cut short
 };
 
 class PageBudget {
@@ -31,7 +33,8 @@ class PageBudget {
     return double(hw) * (1.0 + slack_) + floor;
   }
   // What reserved bytes may reach before growth must give pages back: the plain budget plus what the
-  // budget learned from churn. The allowance only keeps pages from going back; map-ahead fills `plain`.
+  // budget learned. The allowance keeps pages from going back and serves a slot's medium-segment minimum
+  // (Note [A slot that grows at the budget]); map-ahead's share fills only `plain`.
   std::size_t limit(std::int64_t hw) const { return std::size_t(plain(hw)) + churn_allowance_; }
   std::size_t churn_allowance() const { return churn_allowance_; }
 
@@ -41,15 +44,20 @@ class PageBudget {
   // what keeps limit(hw) within (1 + slack + kChurnShare) x hw, or one page, whichever is more (a page
   // is the least that can stop a trade).
   void learn_regain(ChurnRecord& pool, std::int64_t hw, std::size_t wanted) {
-    // The budget and its allowance together stay within slack + kChurnShare of hw: the floor counts.
-    const double room = double(hw) * (1.0 + slack_ + kChurnShare) - plain(hw);
-    const auto max_allowance = std::max(std::size_t(std::max(0.0, room)), page_);
-    if (pool.release_hw != hw || ++pool.regains < kChurnRegains || churn_allowance_ >= max_allowance) return;
+    if (pool.release_hw != hw || ++pool.regains < kChurnRegains || churn_allowance_ >= max_allowance(hw)) return;
     // Only what the budget took from this pool: a larger regain is growth, not churn.
     const std::size_t over = wanted - limit(hw);
     const std::size_t missing = std::min((over + page_ - 1) / page_ * page_, pool.released);
-    churn_allowance_ = std::min(max_allowance, churn_allowance_ + missing);
+    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + missing);
     pool.released -= missing;
+  }
+  // Note [A slot that grows at the budget] (expandable.cpp): growth of a slot in `pool` found `missing`
+  // bytes fewer under limit(hw) than its medium-segment minimum wants. Every second time, the allowance
+  // grows by them, within the same bound as learn_regain's.
+  void learn_clipped_granule(ChurnRecord& pool, std::int64_t hw, std::size_t missing) {
+    if (++pool.clipped < kChurnRegains) return;
+    pool.clipped = 0;
+    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + (missing + page_ - 1) / page_ * page_);
   }
   // The budget (not the cap) took `bytes` of another pool's pages under high water `hw`.
   void note_taken(ChurnRecord& from, std::int64_t hw, std::size_t bytes) {
@@ -62,6 +70,12 @@ class PageBudget {
   }
 
  private:
+  // The budget and its allowance together stay within slack + kChurnShare of hw (the floor counts), or
+  // the allowance is one page, whichever is more (a page is the least that can stop a trade).
+  std::size_t max_allowance(std::int64_t hw) const {
+    const double room = double(hw) * (1.0 + slack_ + kChurnShare) - plain(hw);
+    return std::max(std::size_t(std::max(0.0, room)), page_);
+  }
   // Note [Release churn]: the budget with what it learned from churn stays within the slack plus this
   // share of the high water, the floor included. With the default slack (2%) that is the 3% memcomm
   // promises (Note [Splitting the headroom] in expandable.cpp).
@@ -73,7 +87,8 @@ class PageBudget {
   double slack_;
   std::size_t floor_;
   std::size_t page_;
-  std::size_t churn_allowance_ = 0;  // budget bytes learned from pages given back and mapped again
+  std::size_t churn_allowance_ = 0;  // budget bytes learned from pages given back and mapped again, and
+                                     // from clipped medium-segment minimums
 };
 
 }  // namespace memcomm::alloc

@@ -58,6 +58,35 @@ TEST_CASE("a large-pool growth maps at least a medium segment, and a larger one 
   a.deallocate(q);
 }
 
+TEST_CASE("a slot that grows every step at the budget maps a medium segment at a time", "[allocator][growth]") {
+  // Note [A slot that grows at the budget]: decoding with a KV cache grown by concatenation. 16 layers'
+  // caches of 40 MiB (2% of live each) grow by 256 KiB a step; each step makes a longer copy of every
+  // cache while the old one is live. 100 steps grow live bytes by 400 MiB: 20 medium segments.
+  CachingAllocator a(simulated());
+  std::vector<void*> weights;
+  for (int i = 0; i < 28; ++i) weights.push_back(a.allocate(50 * MiB));
+  std::size_t len = 40 * MiB;
+  std::vector<void*> cache;
+  for (int l = 0; l < 16; ++l) cache.push_back(a.allocate(len));
+  const std::int64_t calls_before = a.stats().source_calls();
+  for (int step = 0; step < 100; ++step) {
+    len += 256 * KiB;
+    for (void*& c : cache) {
+      void* grown = a.allocate(len);
+      a.deallocate(c);
+      c = grown;
+    }
+  }
+  const std::int64_t calls = a.stats().source_calls() - calls_before;
+  const DeviceStats s = a.stats();
+  INFO("calls " << calls << ", reserved " << s.reserved_bytes.peak << ", allocated " << s.allocated_bytes.peak);
+  CHECK(calls <= 40);  // a growth per step would be 100
+  CHECK(double(s.reserved_bytes.peak) <= 1.03 * double(s.allocated_bytes.peak));
+  a.check_invariants();
+  for (void* c : cache) a.deallocate(c);
+  for (void* w : weights) a.deallocate(w);
+}
+
 TEST_CASE("after a peak of large blocks the small pool still grows in chunks", "[allocator][growth]") {
   CachingAllocator a(simulated());
   std::vector<void*> large;

@@ -1,5 +1,6 @@
 // The page budget and its churn allowance, called directly (allocator/core/page_budget.hpp):
-// Note [Lazy page release] in growth.cpp, Note [Release churn] in expandable.cpp.
+// Note [Lazy page release] in growth.cpp, Note [Release churn] and Note [A slot that grows at the
+// budget] in expandable.cpp.
 #include "page_budget.hpp"
 
 #include "allocator_test_util.hpp"
@@ -30,4 +31,18 @@ TEST_CASE("the churn allowance is at least a page where the floor takes the whol
   budget.learn_regain(pool, hw, budget.limit(hw) + kPage);
   budget.learn_regain(pool, hw, budget.limit(hw) + kPage);
   CHECK(budget.churn_allowance() == kPage);
+}
+
+TEST_CASE("a clipped medium-segment minimum teaches the allowance every second time, within the bound",
+          "[allocator][budget]") {
+  PageBudget budget(0.02, 4 * MiB, kPage);
+  const auto hw = std::int64_t(1000 * MiB);
+  ChurnRecord pool;
+  budget.learn_clipped_granule(pool, hw, 3 * MiB);
+  CHECK(budget.churn_allowance() == 0);
+  budget.learn_clipped_granule(pool, hw, 3 * MiB);
+  CHECK(budget.churn_allowance() == 4 * MiB);  // what was missing, in whole pages
+  for (int i = 0; i < 10; ++i) budget.learn_clipped_granule(pool, hw, 18 * MiB);
+  CHECK(budget.churn_allowance() == 6 * MiB);  // 1% of hw less the 4 MiB floor, as for churn
+  CHECK(double(budget.limit(hw)) <= 1.03 * double(hw));
 }
