@@ -105,9 +105,9 @@ CachingAllocator::Impl::~Impl() {
 // pool's pages fill with small blocks only, and a large free range stays one range. Within a pool a
 // free block is split when the remainder is at least min_block (small) or min_large_split (large),
 // which bounds a block's waste; in an expandable segment every remainder of min_block is split off
-// (Note [Splitting in expandable segments]). PyTorch's max_split_size rule is kept as an option: blocks at or above it
-// are never split for smaller requests, and an oversize request takes a cached block only if it wastes
-// less than max_oversize_waste (fits()). The separation is a heuristic, not a rule worth an OOM: under a
+// (Note [Splitting in expandable segments]). PyTorch's max_split_size rule is kept as an option: blocks
+// at or above it are never split for smaller requests, and an oversize request takes a cached block only
+// if it wastes less than max_oversize_waste (fits()). The separation is a heuristic, not a rule worth an OOM: under a
 // cap the other class is tried last (Note [Last resort: the other size class] in growth.cpp).
 //
 // Note [Splitting in expandable segments]

@@ -111,9 +111,9 @@
 // - each second time the allowance cannot cover it, the budget grows the allowance by the bytes
 //   missing (PageBudget::learn_clipped_granule). The bound is that of Note [Release churn]: budget and
 //   allowance stay within 1% of the high water above the slack, so reserved bytes stay within 3%.
-// Requests under a medium segment are left out: they map a whole segment anyway. So are growths that
-// map a segment or more. Neither is helped by the minimum (every ramp of small tensors then learned it,
-// and a CNN trace went from 1.001 to 1.012 x live).
+// Growths that map a segment or more need no minimum. Requests under a medium segment are left out:
+// with them, ramps of small tensors taught the allowance too, and a CNN trace went from 1.001 to 1.012 x
+// live (its vs-best target missed).
 // Measured with bench/replay/allocator_targets.py (bench/results/allocator-cpu.md): the shared
 // snapshots keep every ratio, and optimizer-memory-profiles makes 89 -> 75 calls. On the synthetic
 // workloads, decode goes from 11 to 16 of 30 traces meeting every target (decode-3004: 681 -> 116 calls
@@ -359,9 +359,9 @@ std::size_t CachingAllocator::Impl::map_ahead_for(Pool* pool, std::size_t size, 
   return std::max(map_ahead_bytes(in), slot_granule(pool, size, hw, held, window_need, in));
 }
 
-// Note [A slot that grows at the budget]: a large request that reuses free bytes and maps less than a
-// medium segment gets the rest of the segment within limit(hw), the allowance included; each second time
-// the budget cuts that short, the allowance learns what was missing.
+// Note [A slot that grows at the budget]: a request of a medium segment or more whose growth maps less
+// than one (it reuses free bytes) gets the rest of the segment within limit(hw), the allowance included;
+// each second time the budget cuts that short, the allowance learns what was missing.
 std::size_t CachingAllocator::Impl::slot_granule(Pool* pool, std::size_t size, std::int64_t hw, std::int64_t held,
                                                  std::size_t window_need, const MapAheadInputs& in) {
   if (pool->small || size < in.chunk || in.chunk <= in.mapped_now) return 0;
