@@ -366,11 +366,12 @@ std::size_t CachingAllocator::Impl::slot_granule(Pool* pool, std::size_t size, s
                                                  std::size_t window_need, const MapAheadInputs& in) {
   if (pool->small || size < in.chunk || in.chunk <= in.mapped_now) return 0;
   const std::size_t want = page_up(in.chunk - in.mapped_now, page);
-  const auto room = [&] { return double(budget.limit(hw)) - double(held) - double(window_need); };
+  const double room = double(budget.limit(hw)) - double(held) - double(window_need);
   const bool gives_back = std::size_t(stats.reserved_bytes.current) + window_need > budget.limit(hw);
-  if (!gives_back && room() < double(want))
-    budget.learn_clipped_granule(pool->churn, hw, want - std::size_t(std::max(0.0, room())));
-  const double r = std::min(room(), in.trough_room);
+  if (!gives_back && room < double(want))
+    budget.learn_clipped_granule(pool->churn, hw, want - std::size_t(std::max(0.0, room)));
+  // What the allowance allows now, after what it may have just learned.
+  const double r = std::min(double(budget.limit(hw)) - double(held) - double(window_need), in.trough_room);
   return r > 0 ? std::min(want, std::size_t(r) / page * page) : 0;
 }
 
