@@ -372,7 +372,7 @@ std::size_t CachingAllocator::Impl::slot_granule(Pool* pool, std::size_t size, s
     budget.learn_clipped_granule(pool->churn, hw, want - std::size_t(std::max(0.0, room)));
   // What the allowance allows now, after what it may have just learned.
   const double r = std::min(double(budget.limit(hw)) - double(held) - double(window_need), in.trough_room);
-  return r > 0 ? std::min(want, std::size_t(r) / page * page) : 0;
+  return r > 0 ? std::min(want, std::size_t(page_down(std::size_t(r), page))) : 0;
 }
 
 // Note [Map-ahead in a trough]: when live bytes are below their high water by more than the page

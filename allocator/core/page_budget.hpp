@@ -47,7 +47,7 @@ class PageBudget {
     if (pool.release_hw != hw || ++pool.regains < kChurnRegains || churn_allowance_ >= max_allowance(hw)) return;
     // Only what the budget took from this pool: a larger regain is growth, not churn.
     const std::size_t over = wanted - limit(hw);
-    const std::size_t missing = std::min((over + page_ - 1) / page_ * page_, pool.released);
+    const std::size_t missing = std::min(whole_pages(over), pool.released);
     churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + missing);
     pool.released -= missing;
   }
@@ -57,7 +57,7 @@ class PageBudget {
   void learn_clipped_granule(ChurnRecord& pool, std::int64_t hw, std::size_t missing) {
     if (++pool.clipped < kChurnRegains) return;
     pool.clipped = 0;
-    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + (missing + page_ - 1) / page_ * page_);
+    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + whole_pages(missing));
   }
   // The budget (not the cap) took `bytes` of another pool's pages under high water `hw`.
   void note_taken(ChurnRecord& from, std::int64_t hw, std::size_t bytes) {
@@ -70,6 +70,7 @@ class PageBudget {
   }
 
  private:
+  std::size_t whole_pages(std::size_t bytes) const { return (bytes + page_ - 1) / page_ * page_; }
   // The budget and its allowance together stay within slack + kChurnShare of hw (the floor counts), or
   // the allowance is one page, whichever is more (a page is the least that can stop a trade).
   std::size_t max_allowance(std::int64_t hw) const {
