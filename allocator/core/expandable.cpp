@@ -154,7 +154,9 @@
 // visits only their blocks (claim_window, candidate_runs and choose_window: 0.4% of the samples):
 // - Two free mapped blocks never touch (merge_free joins them; check_invariants checks it), so a run of
 //   two or more blocks holds an unmapped one. Segment::unmapped keeps the segment's unmapped blocks by
-//   address; from each free one the block links lead to both ends of its run. Busy unmapped blocks are
+//   address; from each free one the block links lead to both ends of its run, which is kept only if it
+//   holds the request (select_n: 13 free ranges per decision, and choose_window tries two windows per
+//   range). Busy unmapped blocks are
 //   in the index too and are skipped, as the walk skipped them, while another thread's growth or
 //   release holds them.
 // - A run of one mapped block holds the request only if the block is as large: those are the tail of
@@ -314,13 +316,22 @@ bool CachingAllocator::Impl::claim_window(Pool* pool, std::size_t size, WindowGr
 
 std::vector<Block*> CachingAllocator::Impl::candidate_runs(const Segment* seg, std::size_t size) {
   std::vector<Block*> out;
-  // Runs through an unmapped block, whole; the index is in address order, and so are the runs.
+  // Runs through an unmapped block, whole, if they hold the request; the index is in address order,
+  // and so are the runs.
+  std::uintptr_t visited_to = 0;  // end of the last run looked at
   for (Block* u : seg->unmapped) {
-    if (!is_free(u)) continue;                                   // busy: a source call holds it
-    if (!out.empty() && out.back()->addr >= u->addr) continue;  // in the run just collected
+    if (!is_free(u)) continue;          // busy: a source call holds it
+    if (u->addr < visited_to) continue;  // in the run just looked at
     Block* first = u;
     while (first->prev && is_free(first->prev)) first = first->prev;
-    for (Block* b = first; b && is_free(b); b = b->next) out.push_back(b);
+    const std::size_t mark = out.size();
+    std::size_t run = 0;
+    for (Block* b = first; b && is_free(b); b = b->next) {
+      out.push_back(b);
+      run += b->size;
+      visited_to = b->addr + b->size;
+    }
+    if (run < size) out.resize(mark);  // choose_window would pass over it
   }
   // Runs of one mapped block large enough; one with a free neighbour is in a run above already.
   Block key;

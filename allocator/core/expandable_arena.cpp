@@ -21,24 +21,22 @@ bool better(const WindowDecision& c, const WindowDecision& best) {
   return c.start < best.start;
 }
 
-// The cost of placing `size` bytes at `start` inside the run free[first, last].
-WindowDecision evaluate(const std::vector<FreeRange>& free, std::size_t first, std::size_t last, std::size_t run,
+// The cost of placing `size` bytes at `start` inside a run that ends at free[last]; free[from] is the
+// range that holds `start`. Ranges are in address order, so only those the window overlaps are visited
+// (summing over the whole run for every candidate made the choice quadratic in the run's length).
+WindowDecision evaluate(const std::vector<FreeRange>& free, std::size_t from, std::size_t last, std::size_t run,
                         std::uintptr_t start, std::size_t size, std::size_t page) {
   WindowDecision c;
   c.found = true;
   c.start = start;
   c.run = run;
-  bool overlapped = false;
-  for (std::size_t i = first; i <= last; ++i) {
+  c.first = from;
+  for (std::size_t i = from; i <= last && free[i].addr < start + size; ++i) {
     const FreeRange& r = free[i];
+    if (r.mapped) continue;
     const std::uintptr_t lo = std::max(r.addr, start), hi = std::min(r.addr + r.size, start + size);
-    if (lo >= hi) continue;
-    if (!overlapped) c.first = i;
-    overlapped = true;
-    if (!r.mapped) {
-      c.need += page_up(hi, page) - page_down(lo, page);
-      c.pieces++;
-    }
+    c.need += page_up(hi, page) - page_down(lo, page);
+    c.pieces++;
   }
   return c;
 }
@@ -56,11 +54,14 @@ WindowDecision choose_window(const std::vector<FreeRange>& free, std::size_t siz
       for (std::size_t i = first; i <= last; ++i) {
         const FreeRange& r = free[i];
         if (r.addr + size <= run_end) {
-          const WindowDecision c = evaluate(free, first, last, run, r.addr, size, page);
+          const WindowDecision c = evaluate(free, i, last, run, r.addr, size, page);
           if (better(c, best)) best = c;
         }
         if (r.addr + r.size >= run_start + size) {
-          const WindowDecision c = evaluate(free, first, last, run, r.addr + r.size - size, size, page);
+          const std::uintptr_t start = r.addr + r.size - size;
+          std::size_t from = i;
+          while (from > first && free[from].addr > start) --from;
+          const WindowDecision c = evaluate(free, from, last, run, start, size, page);
           if (better(c, best)) best = c;
         }
       }

@@ -120,6 +120,33 @@ TEST_CASE("best fit picks the smallest free block that fits", "[allocator][block
   a.check_invariants();
 }
 
+TEST_CASE("best fit takes a hole before the growing end of an expandable segment", "[allocator][blocks]") {
+  // Note [The growing end is taken last]: the free mapped bytes below the unmapped range are smaller
+  // than the hole, so plain best fit would cut them for a smaller request; the hole is taken instead.
+  CachingAllocator a(simulated());
+  void* hole = a.allocate(16 * MiB);
+  void* keep = a.allocate(2 * MiB);
+  a.deallocate(a.allocate(6 * MiB));  // its pages stay mapped: free bytes at the growing end
+  a.deallocate(hole);
+  a.process_events();  // files the parked frees
+  std::size_t end_free = 0;
+  for (auto& s : a.snapshot())
+    for (std::size_t i = 0; i + 1 < s.blocks.size(); ++i)
+      if (s.blocks[i].mapped && !s.blocks[i].allocated && !s.blocks[i + 1].mapped) end_free = s.blocks[i].size;
+  REQUIRE(end_free >= 4 * MiB);
+  REQUIRE(end_free < 12 * MiB);  // below what the hole keeps after the first request
+  void* p = a.allocate(4 * MiB);
+  CHECK(addr(p) == addr(hole));
+  // A request the growing end fits exactly takes it: nothing of it is left to keep, and the rest of
+  // the hole (12 MiB, which also fits) stays whole.
+  void* exact = a.allocate(end_free);
+  CHECK(addr(exact) == addr(keep) + 2 * MiB);
+  a.check_invariants();
+  a.deallocate(p);
+  a.deallocate(exact);
+  a.deallocate(keep);
+}
+
 TEST_CASE("small and large requests use separate pools", "[allocator][blocks]") {
   CachingAllocator a(simulated());
   void* s = a.allocate(4 * KiB);
