@@ -25,7 +25,9 @@ nlohmann::json trainer_summary(const std::string& dir, int64_t b) {
 }
 
 // Its peak reserved bytes.
-int64_t trainer_peak(const std::string& dir, int64_t b) { return trainer_summary(dir, b)["peak_reserved"].get<int64_t>(); }
+int64_t trainer_peak(const std::string& dir, int64_t b) {
+  return trainer_summary(dir, b)["peak_reserved"].get<int64_t>();
+}
 
 std::string env_cache(const std::string& dir) { return "MEMCOMM_CACHE_DIR=" + dir + "/cache "; }
 
