@@ -156,8 +156,8 @@
 //   two or more blocks holds an unmapped one. Segment::unmapped keeps the segment's unmapped blocks by
 //   address; from each free one the block links lead to both ends of its run, which is kept only if it
 //   holds the request (choose_window tries two windows per range it is given, and select_n's
-//   decisions see 13 ranges on average). Busy unmapped blocks are in the index too and are skipped, as the walk skipped them, while
-//   another thread's growth or release holds them.
+//   decisions see 13 ranges on average). Busy unmapped blocks are in the index too and are skipped,
+//   as the walk skipped them, while another thread's growth or release holds them.
 // - A run of one mapped block holds the request only if the block is as large: those are the tail of
 //   the pool's free set (size order) from lower_bound(size). The smaller lone blocks, holes between live
 //   blocks and most of a growth's free blocks (bolongcheng: 21 per growth), are never looked at.
