@@ -266,6 +266,11 @@ struct CachingAllocator::Impl {
   std::size_t releasable(const Block* b) const REQUIRES(mu);  // what one free block can give back
 
   // --- one growth of an expandable segment, step by step (expandable.cpp) ---
+  // A window decision and the free block behind each range it ranked (decide_window).
+  struct WindowChoice {
+    WindowDecision decision;
+    std::vector<Block*> blocks;
+  };
   // What the steps hand on: claimed under mu, mapped without it, folded in under mu again.
   struct WindowGrowth {
     Segment* seg = nullptr;         // the pool's expandable range
@@ -277,12 +282,13 @@ struct CachingAllocator::Impl {
   };
   // Chooses the window (Note [Window choice]) and claims its blocks: busy, unmapped ones cut at page
   // boundaries to the pages the window and map-ahead need. False when no run of free blocks holds it.
-  bool claim_window(Pool* pool, std::size_t size, WindowGrowth& g) REQUIRES(mu);
-  // The window claim_window would choose; `blocks` gets the free block behind each range it ranked.
-  WindowDecision decide_window(const Segment* seg, std::size_t size, std::vector<Block*>& blocks) REQUIRES(mu);
-  // Whether growth of `pool` for `size` bytes would have to give pages back first: the page budget (or
-  // the cap) leaves no room for the pages of the window it would choose.
-  bool growth_gives_back(Pool* pool, std::size_t size) REQUIRES(mu);
+  // `choice` is decide_window's for this segment and size, made under the same hold of mu.
+  bool claim_window(Pool* pool, std::size_t size, const WindowChoice& choice, WindowGrowth& g) REQUIRES(mu);
+  // The window for `size` bytes in `seg`, with the free block behind each range it ranked.
+  WindowChoice decide_window(const Segment* seg, std::size_t size) REQUIRES(mu);
+  // Whether growing for `size` bytes into window `d` would have to give pages back first: the page
+  // budget (or the cap) leaves no room for its pages.
+  bool growth_gives_back(const WindowDecision& d, std::size_t size) REQUIRES(mu);
   // The blocks, in address order, of every run of touching free blocks of expandable segment `seg`
   // that may hold `size` bytes, found without visiting its other blocks
   // (Note [Finding a window's free blocks]).

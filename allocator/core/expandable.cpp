@@ -234,13 +234,15 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
       free_erase(b);
       return take(b, size, requested, pool->stream);
     }
+    // One decision serves both steps: lend_after_sync changes nothing when it finds no block.
+    const WindowChoice choice = decide_window(g.seg, size);
     // Note [Lending before giving pages back] (stream_reuse.cpp)
-    if (multi_stream && !exact && growth_gives_back(pool, size))
+    if (multi_stream && !exact && growth_gives_back(choice.decision, size))
       if (Block* b = lend_after_sync(pool->stream, pool->small, size)) {
         free_erase(b);
         return take(b, size, requested, pool->stream);
       }
-    if (!claim_window(pool, size, g)) return nullptr;  // the virtual range is exhausted
+    if (!claim_window(pool, size, choice, g)) return nullptr;  // the virtual range is exhausted
     if (exact) trim_to_request(g, size);  // Note [Feasibility is monotonic in the cap] (growth.cpp)
     if (!make_room(pool, size, g)) {
       // Cannot fit even after giving back what is free: undo and let grow() retry or fail.
@@ -264,17 +266,18 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
   return take_window(g, size, requested);
 }
 
-WindowDecision CachingAllocator::Impl::decide_window(const Segment* seg, std::size_t size, std::vector<Block*>& blocks) {
-  blocks = candidate_runs(seg, size);  // the block behind each entry of `free`
+CachingAllocator::Impl::WindowChoice CachingAllocator::Impl::decide_window(const Segment* seg,
+                                                                          std::size_t size) {
+  WindowChoice c;
+  c.blocks = candidate_runs(seg, size);  // the block behind each entry of `free`
   std::vector<FreeRange> free;
-  free.reserve(blocks.size());
-  for (const Block* b : blocks) free.push_back({b->addr, b->size, b->mapped});
-  return choose_window(free, size, page);  // Note [Window choice]
+  free.reserve(c.blocks.size());
+  for (const Block* b : c.blocks) free.push_back({b->addr, b->size, b->mapped});
+  c.decision = choose_window(free, size, page);  // Note [Window choice]
+  return c;
 }
 
-bool CachingAllocator::Impl::growth_gives_back(Pool* pool, std::size_t size) {
-  std::vector<Block*> blocks;
-  const WindowDecision d = decide_window(pool->expandable, size, blocks);
+bool CachingAllocator::Impl::growth_gives_back(const WindowDecision& d, std::size_t size) {
   if (!d.found) return false;
   const std::int64_t hw =
       std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
@@ -282,9 +285,10 @@ bool CachingAllocator::Impl::growth_gives_back(Pool* pool, std::size_t size) {
   return std::size_t(stats.reserved_bytes.current) + d.need > limit;
 }
 
-bool CachingAllocator::Impl::claim_window(Pool* pool, std::size_t size, WindowGrowth& g) {
-  std::vector<Block*> blocks;
-  const WindowDecision d = decide_window(g.seg, size, blocks);
+bool CachingAllocator::Impl::claim_window(Pool* pool, std::size_t size, const WindowChoice& choice,
+                                          WindowGrowth& g) {
+  const WindowDecision& d = choice.decision;
+  const std::vector<Block*>& blocks = choice.blocks;
   if (!d.found) return false;
   g.start = d.start;
   const std::uintptr_t end = d.start + size;
