@@ -195,18 +195,18 @@ bool CachingAllocator::Impl::fits(const Block* b, std::size_t size) const {
 }
 
 // Note [The growing end is taken last]
-// In an expandable segment, the free block just below the unmapped range (the growing end) is unlike
-// every other free block: it is the only one that fresh pages extend, so a request larger than any
-// hole can still be served there by mapping just the difference. Cutting it for a request that fits a
-// hole elsewhere spends that property and keeps the hole. So best fit judges the growing end by the
-// size it could grow to, as PyTorch does with expandable segments: it is taken only when no other free
-// block of the pool fits, or when the request fits it exactly (nothing of it is then left to keep, and
-// cutting a larger block instead would only add a split and a merge). On the shared snapshots this
-// fills the holes a deep model's forward leaves between its kept activations (bolongcheng: 384 MiB of
-// holes at the peak, 304 with the rule). The cost is that a small request may now take a hole that a
-// later request would have fitted exactly, which is why the rule is a wash on the synthetic workloads
-// (bench/results/allocator-cpu.md). Only expandable segments have unmapped blocks, so the test needs
-// no look at the segment.
+// In an expandable segment, a free block just below unmapped pages (a growing end: below the segment's
+// unmapped top, or below a gap that page release left) is unlike a hole between live blocks: fresh
+// pages extend it, so a request larger than any hole can still be served there by mapping just the
+// difference. Cutting it for a request that fits a hole elsewhere spends that property and keeps the
+// hole. So best fit judges a growing end by the size it could grow to, as PyTorch does with expandable
+// segments: it is taken only when no other free block of the pool fits, or when the request fits it
+// exactly (nothing of it is then left to keep, and cutting a larger block instead would only add a
+// split and a merge). On the shared snapshots this fills the holes a deep model's forward leaves
+// between its kept activations (bolongcheng: 384 MiB of holes at the peak, 304 with the rule). The
+// cost is that a small request may now take a hole that a later request would have fitted exactly,
+// which is why the rule is a wash on the synthetic workloads (bench/results/allocator-cpu.md). Only
+// expandable segments have unmapped blocks, so the test needs no look at the segment.
 bool CachingAllocator::Impl::at_growing_end(const Block* b) { return b->next != nullptr && !b->next->mapped; }
 
 // Best fit in the pool, the growing end last (Note [The growing end is taken last]).
