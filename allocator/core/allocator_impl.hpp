@@ -199,7 +199,7 @@ struct CachingAllocator::Impl {
   void unmapped_erase(Block* b) REQUIRES(mu) { b->segment->unmapped.erase(b); }
   bool fits(const Block* b, std::size_t size) const;  // the oversize rules allow b for size
   Block* find_free(Pool* pool, std::size_t size) REQUIRES(mu);
-  static bool at_growing_end(const Block* b);
+  static std::size_t grown_size(const Block* b);  // its size plus the unmapped pages just above it
   // A free block for `size` in the same stream's pool of the other size class (growth.cpp).
   Block* find_in_other_class(Pool* pool, std::size_t size) REQUIRES(mu);
   // Hands out `b` (out of the free sets, mapped) for `size` bytes to `stream`, splitting off the rest.

@@ -199,28 +199,36 @@ bool CachingAllocator::Impl::fits(const Block* b, std::size_t size) const {
 // unmapped top, or below a gap that page release left) is unlike a hole between live blocks: fresh
 // pages extend it, so a request larger than any hole can still be served there by mapping just the
 // difference. Cutting it for a request that fits a hole elsewhere spends that property and keeps the
-// hole. So best fit judges a growing end by the size it could grow to, as PyTorch does with expandable
-// segments: it is taken only when no other free block of the pool fits, or when the request fits it
-// exactly (nothing of it is then left to keep, and cutting a larger block instead would only add a
-// split and a merge). On the shared snapshots this fills the holes a deep model's forward leaves
-// between its kept activations (bolongcheng: 384 MiB of holes at the peak, 304 with the rule). The
-// cost is that a small request may now take a hole that a later request would have fitted exactly,
-// which is why the rule is a wash on the synthetic workloads (bench/results/allocator-cpu.md). Only
-// expandable segments have unmapped blocks, so the test needs no look at the segment.
-bool CachingAllocator::Impl::at_growing_end(const Block* b) { return b->next != nullptr && !b->next->mapped; }
+// hole. So best fit judges a growing end by the size it could grow to, its own plus the unmapped pages
+// above it, as PyTorch does with expandable segments: from the smallest free block that fits, it moves
+// on to the next larger one while that one could grow to less. Below the segment's top that means any
+// other block that fits; below a released gap, a block smaller than the two together. A growing end
+// that the request fits exactly is taken at once: nothing of it is left to keep, and cutting a larger
+// block instead would only add a split and a merge.
+// On the shared snapshots this fills the holes a deep model's forward leaves between its kept
+// activations (bolongcheng: 384 MiB of holes at the peak, 304 with the rule). The cost is that a small
+// request may now take a hole that a later request would have fitted exactly, which is why the rule is
+// close to a wash on the synthetic workloads (bench/results/allocator-cpu.md). Only expandable segments
+// have unmapped blocks, so the test needs no look at the segment.
+std::size_t CachingAllocator::Impl::grown_size(const Block* b) {
+  return b->next != nullptr && !b->next->mapped ? b->size + b->next->size : b->size;
+}
 
-// Best fit in the pool, the growing end last (Note [The growing end is taken last]).
+// Best fit in the pool, growing ends judged by the size they could grow to (Note [The growing end is
+// taken last]).
 Block* CachingAllocator::Impl::find_free(Pool* pool, std::size_t size) {
   Block key;
   key.size = size;
   key.addr = 0;
   auto it = pool->free.lower_bound(&key);
   if (it == pool->free.end() || !fits(*it, size)) return nullptr;
-  if ((*it)->size == size || !at_growing_end(*it)) return *it;
+  if ((*it)->size == size || grown_size(*it) == (*it)->size) return *it;  // no larger block grows to less
+  auto best = it;
   for (auto other = std::next(it); other != pool->free.end() && fits(*other, size); ++other) {
-    if (!at_growing_end(*other)) return *other;
+    if (grown_size(*other) >= grown_size(*best)) break;
+    best = other;
   }
-  return *it;
+  return *best;
 }
 
 Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requested, StreamId stream) {
