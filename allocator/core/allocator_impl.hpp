@@ -280,9 +280,9 @@ struct CachingAllocator::Impl {
     std::size_t need = 0;           // bytes of to_map
     Releases rel;                   // free pages given back to make room
   };
-  // Chooses the window (Note [Window choice]) and claims its blocks: busy, unmapped ones cut at page
-  // boundaries to the pages the window and map-ahead need. False when no run of free blocks holds it.
-  // `choice` is decide_window's for this segment and size, made under the same hold of mu.
+  // Claims the blocks of the window `choice` chose (decide_window's for this segment and size, made
+  // under the same hold of mu; Note [Window choice]): busy, unmapped ones cut at page boundaries to the
+  // pages the window and map-ahead need. False when no run of free blocks holds the request.
   bool claim_window(Pool* pool, std::size_t size, const WindowChoice& choice, WindowGrowth& g) REQUIRES(mu);
   // The window for `size` bytes in `seg`, with the free block behind each range it ranked.
   WindowChoice decide_window(const Segment* seg, std::size_t size) REQUIRES(mu);
