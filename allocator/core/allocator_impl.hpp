@@ -136,7 +136,8 @@ struct Pool {
   ChurnRecord churn;                      // what the page budget took from it (Note [Release churn])
   FreeSet free;                           // mapped free blocks, best fit = lower_bound(size)
   static constexpr std::size_t kRecent = 8;
-  Block* recent[kRecent] = {};            // freed blocks parked unmerged, oldest first (Note [Recent frees])
+  Block* recent[kRecent] = {};            // freed blocks parked unmerged, oldest first; small pools only
+                                          // (Note [Recent frees])
   std::size_t n_recent = 0;               // entries of recent in use
   Segment* expandable = nullptr;          // the pool's one growing virtual range, if any
   std::vector<Segment*> segments;         // whole segments of this pool
@@ -204,7 +205,8 @@ struct CachingAllocator::Impl {
   Block* find_in_other_class(Pool* pool, std::size_t size) REQUIRES(mu);
   // Hands out `b` (out of the free sets, mapped) for `size` bytes to `stream`, splitting off the rest.
   Block* take(Block* b, std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
-  // Back into the pool's free memory: parked (Note [Recent frees]), or filed merged when `park` is false.
+  // Back into the pool's free memory: parked (Note [Recent frees]: small pools only), or filed merged
+  // when `park` is false or the block is large.
   void free_block(Block* b, bool park = true) REQUIRES(mu);
   void count_split(Block* b) REQUIRES(mu);
   void uncount_split(Block* b) REQUIRES(mu);

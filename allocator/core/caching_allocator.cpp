@@ -35,8 +35,9 @@
 //   once more (num_alloc_retries); then it throws OutOfMemory with requested, reserved, allocated,
 //   largest free block and fragmentation. With gc_threshold set, free blocks older than gc_min_age are
 //   given back before reserved bytes cross gc_threshold x cap.
-// - Recent frees (Note [Recent frees]): a freed block is parked unmerged in a tiny per-pool LIFO, so
-//   the alloc/free pair of a loop that frees and reallocates one size skips the free set entirely.
+// - Recent frees (Note [Recent frees]): a freed small block is parked unmerged in a tiny per-pool LIFO,
+//   so the alloc/free pair of a loop that frees and reallocates one size skips the free set entirely.
+//   Large blocks are merged and filed at once, so that best fit places them.
 //
 // Locking: one mutex guards all state. The fast path (parked block or best fit, split, table insert) is a
 // few hundred instructions under it. Source calls are made without the lock: the blocks they concern are
@@ -270,7 +271,7 @@ void CachingAllocator::Impl::free_block(Block* b, bool park) {
   delete b->uses;
   b->uses = nullptr;
   Pool* pool = b->segment->pool;
-  if (!park) {
+  if (!park || !pool->small) {  // Note [Recent frees]: large blocks are filed at once
     free_insert(merge_free(b));
     emit(EventKind::FreeCompleted, addr, size, 0, stream);
     return;

@@ -147,6 +147,35 @@ TEST_CASE("best fit takes a hole before the growing end of an expandable segment
   a.deallocate(keep);
 }
 
+TEST_CASE("a freed large block is filed at once, so best fit places the next request", "[allocator][blocks]") {
+  // Note [Recent frees]: the newest freed 8 MiB block lies in a range that is free as a whole once its
+  // neighbour is freed too; best fit over that merged state takes the exact hole between live blocks.
+  CachingAllocator a(simulated());
+  void* x = a.allocate(8 * MiB);
+  void* hole = a.allocate(8 * MiB);
+  void* y = a.allocate(8 * MiB);
+  REQUIRE(addr(hole) == addr(x) + 8 * MiB);
+  REQUIRE(addr(y) == addr(hole) + 8 * MiB);
+  void* p = a.allocate(8 * MiB);
+  void* q = a.allocate(8 * MiB);
+  REQUIRE(addr(q) == addr(p) + 8 * MiB);
+  a.deallocate(hole);
+  a.deallocate(p);
+  a.deallocate(q);  // the newest freed 8 MiB block, merged with p's range
+  void* r = a.allocate(8 * MiB);
+  CHECK(addr(r) == addr(hole));
+  // Small blocks keep the shortcut: the newest freed block of the size comes straight back.
+  void* s1 = a.allocate(64 * KiB);
+  void* s2 = a.allocate(64 * KiB);
+  void* s3 = a.allocate(64 * KiB);
+  a.deallocate(s1);
+  a.deallocate(s3);
+  void* s4 = a.allocate(64 * KiB);
+  CHECK(addr(s4) == addr(s3));
+  a.check_invariants();
+  for (void* live : {x, y, r, s2, s4}) a.deallocate(live);
+}
+
 TEST_CASE("small and large requests use separate pools", "[allocator][blocks]") {
   CachingAllocator a(simulated());
   void* s = a.allocate(4 * KiB);
