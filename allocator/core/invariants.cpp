@@ -92,6 +92,7 @@ void tally_mapped(Impl& m, const Segment& seg, const Block* b, bool in_set, Tall
   } else if (b->in_recent) {
     if (in_set) fail("parked block also in a free set");
     const Pool* pool = seg.pool;
+    if (!pool->small) fail("large block parked (Note [Recent frees]: only small blocks are)");
     if (std::find(pool->recent, pool->recent + pool->n_recent, b) == pool->recent + pool->n_recent)
       fail("parked block missing from its pool's recent list");
     ++t.parked;
