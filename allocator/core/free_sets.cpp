@@ -41,21 +41,22 @@ void CachingAllocator::Impl::free_erase(Block* b) {
 // nor the block links. When the LIFO is full its oldest entry is merged and filed as usual, and any
 // allocation that misses them, and every slow path (growth, release, empty_cache), files all of them
 // first.
-// Large blocks are not parked: free_block merges and files them at once. The LIFO is a placement rule
-// of its own, not only a shortcut: it hands out the newest freed block of the size, and best fit over the
-// merged state often would not. The newest one is usually among the tensors of a step freed together, in
-// a range about to be free as a whole; best fit sees that range merged and takes an exact hole
-// elsewhere. For small blocks this does not matter (they share 2 MiB pages). For large ones it decides
-// where the next large request fits. hanfa (a 3,125 MiB request each step): a 48 MiB tensor that lives
-// across the step took the newest parked 48 MiB block, which lay in the 3,125 MiB slot. That request
-// then started 192 MiB higher every step, a map and an unmap each time: 136 calls against 90 allowed.
-// Filed at once, the tensor takes a 48 MiB hole outside the slot: 87 calls, 1.020 -> 1.011 x live.
-// bench/replay/allocator_targets.py: select_n 423 -> 389 calls, octree-nca 104 -> 95. wedsonlin's last
-// peak lands differently: 370 -> 373 calls (371 allowed), 1.013 -> 1.020 x live. The synthetic traces
-// of bench/replay/synthetic_snapshots.py meeting every target went from 101 to 111 of 150 (seed ranges
-// 1000-5000; transformers gain most). Not parking small blocks either loses 3 traces of seeds 3000-3009.
-// The price is speed: an 8 MiB alloc+free pair makes four free-set operations instead of none
-// (bench_allocator: 41 -> 61 ns). Large tensors are allocated far less often than small ones.
+// Large blocks are not parked: free_block merges and files them at once. The LIFO is a placement rule of its
+// own, not only a shortcut: it hands out the newest freed block of the size, and best fit over the merged
+// state often would not. The newest one is usually among the tensors of a step freed together, in a range
+// about to be free as a whole; best fit sees that range merged and takes an exact hole elsewhere. Where a
+// large block goes decides where the next large request fits. hanfa (a 3,125 MiB request each step): a 48 MiB
+// tensor that lives across the step took the newest parked 48 MiB block, which lay in the 3,125 MiB slot.
+// That request then started 192 MiB higher every step, a map and an unmap each time: 136 calls against 90
+// allowed. Filed at once, the tensor takes a 48 MiB hole outside the slot: 87 calls, 1.020 -> 1.011 x live.
+// bench/replay/allocator_targets.py: select_n 423 -> 389 calls, octree-nca 104 -> 95. wedsonlin's last peak
+// lands differently: 370 -> 373 calls (371 allowed), 1.013 -> 1.020 x live. The synthetic traces of
+// bench/replay/synthetic_snapshots.py meeting every target went from 101 to 111 of 150 (seed ranges
+// 1000-5000; transformers gain most). Small blocks keep the LIFO: they are the frequent case, and without it
+// for them too 3 synthetic traces of seeds 3000-3009 miss a target (small blocks share 2 MiB pages, so which
+// one is reused moves no large range). The price is speed: an 8 MiB alloc+free pair makes four free-set
+// operations instead of none (bench_allocator: 41 -> 61 ns). Large tensors are allocated far less often than
+// small ones.
 Block* CachingAllocator::Impl::take_recent(Pool* pool, std::size_t size) {
   for (std::size_t i = pool->n_recent; i-- > 0;) {
     Block* b = pool->recent[i];
