@@ -16,10 +16,15 @@ check), so that a policy tuned on one half is judged on the other. Exit status: 
 meets every target and the mean reduction is met, 1 when one misses, 2 for a bad argument or a replay
 that fails.
 
-  bench/replay/allocator_targets.py [--build DIR] [--policy memcomm] [--markdown] [SET_DIR...]
+  bench/replay/allocator_targets.py [--build DIR] [--policy memcomm] [--markdown] [--compare] [SET_DIR...]
 
 SET_DIR defaults to both shared sets; any folder of snapshot pickles works, such as the synthetic
 workloads that bench/replay/synthetic_snapshots.py writes.
+
+With --compare it first prints every policy side by side, `recorded` (what the traced allocator did)
+included: per device trace, peak live, each policy's peak reserved / peak live and source calls, and
+the ideal call bound at 1.03. `recorded` counts the segments the trace saw allocated; a snapshot
+taken with a warm cache may show none, and a trace without segment events (synthetic ones) shows "-".
 """
 import argparse
 import json
@@ -82,6 +87,32 @@ def evaluate(rows, policy):
     return out
 
 
+COMPARED = ["recorded", "pytorch", "pytorch-expandable"]
+
+
+def print_comparison(rows, half_of, policies, markdown):
+    """Every policy side by side: reserved / live and source calls per device trace."""
+    by_key = {}
+    for r in rows:
+        by_key.setdefault((os.path.basename(r["file"]), r["device"]), {})[r["policy"]] = r
+    cols = COMPARED + policies
+    print("\n## all policies: peak reserved / peak live, source calls\n")
+    head = ["trace", "dev", "half", "live MiB"] + cols + ["bound@1.03"]
+    print("| " + " | ".join(head) + " |" if markdown else "  ".join(head))
+    if markdown:
+        print("|" + "---|" * len(head))
+    for (name, dev), pol in sorted(by_key.items()):
+        any_row = next(iter(pol.values()))
+        live = any_row["peak_live"]
+        cells = [name.split("__")[0], str(dev), half_of[name], f"{live / 2**20:.1f}"]
+        for c in cols:
+            r = pol.get(c)  # a trace without segment events has no recorded reserved bytes
+            cells.append("-" if r is None or r["peak_reserved"] == 0 else
+                         f"{r['peak_reserved'] / live:.3f}, {r['source_allocs'] + r['source_frees']}")
+        cells.append(str(any_row["call_bound"]))
+        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
+
+
 def fmt_red(x):
     return "-" if x is None else f"{100 * x:.0f}%"
 
@@ -126,6 +157,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="build folder with bin/memcomm-replay")
     ap.add_argument("--policy", default="memcomm", help="memcomm policies to judge, comma-separated")
     ap.add_argument("--markdown", action="store_true", help="markdown tables")
+    ap.add_argument("--compare", action="store_true",
+                    help="first a table of every policy side by side, recorded included")
     ap.add_argument("sets", nargs="*", default=DEFAULT_SETS, help="folders of snapshot pickles")
     args = ap.parse_args()
     for d in args.sets:
@@ -140,10 +173,13 @@ def main():
     half_of = {os.path.basename(p): h for p, h in pairs}
     policies = args.policy.split(",")
     try:
-        rows = replay(args.build, files, policies + ["pytorch", "pytorch-expandable"])
+        rows = replay(args.build, files, (["recorded"] if args.compare else []) + policies +
+                      ["pytorch", "pytorch-expandable"])
     except RuntimeError as e:
         print(f"allocator_targets: {e}", file=sys.stderr)
         return 2
+    if args.compare:
+        print_comparison(rows, half_of, policies, args.markdown)
     ok = True
     for p in policies:
         ok &= print_table(evaluate(rows, p), half_of, p, args.markdown)

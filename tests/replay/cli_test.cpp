@@ -247,4 +247,23 @@ TEST_CASE("synthetic snapshots: every family loads and replays cleanly under eve
   CHECK(slurp(out + "/b/cnn-7.pickle") == slurp(out + "/cnn-7.pickle"));
   // A family it does not know is a usage error.
   CHECK(WEXITSTATUS(std::system(("python3 " + script + " " + out + " --families mlp 2>/dev/null").c_str())) == 2);
+  // bench/replay/allocator_targets.py judges such a folder; --compare adds every policy side by side.
+  const std::string targets = memcomm::test::source_dir() + "/bench/replay/allocator_targets.py";
+  const std::string table = (dir.path() / "targets.txt").string();
+  const int code = WEXITSTATUS(std::system(
+      ("python3 " + targets + " --build " + memcomm::test::bin_dir() + "/.. --compare " + out + " >" + table + " 2>&1").c_str()));
+  const std::string text = slurp(table);
+  INFO(text);
+  CHECK((code == 0 || code == 1));  // 1: a trace misses a target, which is a finding, not a failure
+  CHECK(text.find("recorded  pytorch  pytorch-expandable  memcomm  bound@1.03") != std::string::npos);
+  for (const std::string& f : families) {
+    const auto at = text.find(f + "-7.pickle  0  ");  // its first row is the comparison's
+    REQUIRE(at != std::string::npos);
+    const std::string row = text.substr(at, text.find('\n', at) - at);
+    CHECK(row.find("  -  ") != std::string::npos);  // a synthetic trace has no recorded segments
+  }
+  CHECK(text.find("mean reduction vs pytorch over both halves") != std::string::npos);
+  // A folder that does not exist is a usage error.
+  CHECK(WEXITSTATUS(std::system(("python3 " + targets + " --build " + memcomm::test::bin_dir() + "/.. " + out +
+                                 "/none >/dev/null 2>&1").c_str())) == 2);
 }
