@@ -71,6 +71,13 @@ class SCOPED_CAPABILITY AllocatorLock {
 struct Segment;
 struct MapAheadInputs;
 struct Pool;
+struct Block;
+
+// A pool's free blocks in best-fit order: by size, then address.
+struct BlockBySize {
+  inline bool operator()(const Block* a, const Block* b) const;
+};
+using FreeSet = std::set<Block*, BlockBySize, NodePoolAllocator<Block*>>;
 
 // A contiguous piece of a segment. The blocks of a segment tile it in address order (prev/next).
 struct Block {
@@ -92,6 +99,8 @@ struct Block {
   bool idle = false;              // free, and events proved every stream done with it: any stream may
                                   // take it (Note [Cross-stream reuse])
   bool fresh = false;             // never handed out since its pages were mapped (safe on any stream)
+  bool filed = false;             // in its pool's free set (free_insert), at free_pos: taking it out
+  FreeSet::iterator free_pos;     // needs no search
 };
 
 // The reuse history of a merge of `a` and `b` (Note [Cross-stream reuse]): idle when both parts are
@@ -101,12 +110,9 @@ inline void merge_history(Block* a, const Block* b) {
   a->fresh = a->fresh && b->fresh;
 }
 
-struct BlockBySize {
-  bool operator()(const Block* a, const Block* b) const {
-    return a->size != b->size ? a->size < b->size : a->addr < b->addr;
-  }
-};
-using FreeSet = std::set<Block*, BlockBySize, NodePoolAllocator<Block*>>;
+bool BlockBySize::operator()(const Block* a, const Block* b) const {
+  return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+}
 
 struct BlockByAddr {
   bool operator()(const Block* a, const Block* b) const { return a->addr < b->addr; }

@@ -26,13 +26,19 @@ void CachingAllocator::Impl::uncount_split(Block* b) {
 
 void CachingAllocator::Impl::free_insert(Block* b) {
   assert(b->mapped && !b->allocated && !b->busy && b->pending_events == 0 && !b->in_recent);
+  assert(!b->filed);
   count_split(b);
-  b->segment->pool->free.insert(b);
+  b->free_pos = b->segment->pool->free.insert(b).first;
+  b->filed = true;
 }
 
+// A block that is not filed (a window's block that restore_window merges before filing it) stays as it
+// is, as erasing a key the set does not hold would.
 void CachingAllocator::Impl::free_erase(Block* b) {
   uncount_split(b);
-  b->segment->pool->free.erase(b);
+  if (!b->filed) return;
+  b->segment->pool->free.erase(b->free_pos);
+  b->filed = false;
 }
 
 // Note [Recent frees]

@@ -118,6 +118,7 @@ void check_segment(Impl& m, const Segment& seg, Tally& t) REQUIRES(m.mu) {
     check_block_shape(m, seg, b, expect);
     expect = b->addr + b->size;
     const bool in_set = seg.pool->free.count(const_cast<Block*>(b)) != 0;
+    if (in_set != b->filed || (in_set && *b->free_pos != b)) fail("a block's place in its free set is out of date");
     if (!b->mapped) {
       check_unmapped(seg, b, in_set, page);
       ++unmapped_blocks;
