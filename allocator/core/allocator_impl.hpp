@@ -201,6 +201,11 @@ struct CachingAllocator::Impl {
   Block* split_unmapped(Block* b, std::uintptr_t at) REQUIRES(mu);
   void free_insert(Block* b) REQUIRES(mu);
   void free_erase(Block* b) REQUIRES(mu);
+  // A filed block whose size or address changed (its key grew or shrank): moved in its set only if the
+  // key no longer sorts between its neighbours' (Note [Re-keying in place]).
+  void refile(Block* b, bool grew) REQUIRES(mu);
+  // Merges a freed block with free neighbours and files the result (Note [Re-keying in place]).
+  void file_merged(Block* b) REQUIRES(mu);
   // Segment::unmapped follows a block that becomes unmapped, or mapped, or is merged away while unmapped.
   void unmapped_insert(Block* b) REQUIRES(mu) { b->segment->unmapped.insert(b); }
   void unmapped_erase(Block* b) REQUIRES(mu) { b->segment->unmapped.erase(b); }
@@ -211,6 +216,10 @@ struct CachingAllocator::Impl {
   Block* find_in_other_class(Pool* pool, std::size_t size) REQUIRES(mu);
   // Hands out `b` (out of the free sets, mapped) for `size` bytes to `stream`, splitting off the rest.
   Block* take(Block* b, std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
+  // The same for a block still filed in its free set: the remainder keeps the set's node when it can
+  // (Note [Re-keying in place]).
+  Block* take_filed(Block* b, std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
+  bool splits(const Block* b, std::size_t size) const;  // take() splits the rest of `b` off for `size`
   // Back into the pool's free memory: parked (Note [Recent frees]: small pools only), or filed merged
   // when `park` is false or the block is large.
   void free_block(Block* b, bool park = true) REQUIRES(mu);

@@ -223,7 +223,8 @@ Block* CachingAllocator::Impl::find_free(Pool* pool, std::size_t size) {
   key.addr = 0;
   auto it = pool->free.lower_bound(&key);
   if (it == pool->free.end() || !fits(*it, size)) return nullptr;
-  if ((*it)->size == size || grown_size(*it) == (*it)->size) return *it;  // no larger block grows to less
+  // No larger block grows to less (or there is no larger block).
+  if ((*it)->size == size || grown_size(*it) == (*it)->size || *it == *pool->free.rbegin()) return *it;
   auto best = it;
   for (auto other = std::next(it); other != pool->free.end() && fits(*other, size); ++other) {
     if (grown_size(*other) >= grown_size(*best)) break;
@@ -232,15 +233,17 @@ Block* CachingAllocator::Impl::find_free(Pool* pool, std::size_t size) {
   return *best;
 }
 
-Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requested, StreamId stream) {
-  Pool* pool = b->segment->pool;
+inline bool CachingAllocator::Impl::splits(const Block* b, std::size_t size) const {
   const std::size_t remaining = b->size - size;
   // Note [Splitting in expandable segments]
-  const std::size_t min_split = pool->small || b->segment->expandable ? config.min_block : config.min_large_split;
+  const std::size_t min_split =
+      b->segment->pool->small || b->segment->expandable ? config.min_block : config.min_large_split;
+  return remaining >= min_split && remaining > 0 && b->size < config.max_split_size;
+}
+
+Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requested, StreamId stream) {
   b->allocated = true;  // before splitting, so the remainder does not merge back into it
-  if (remaining >= min_split && remaining > 0 && b->size < config.max_split_size) {
-    free_insert(merge_free(split_mapped_block(b, b->addr + size)));
-  }
+  if (splits(b, size)) free_insert(merge_free(split_mapped_block(b, b->addr + size)));
   b->allocated = true;
   b->idle = false;
   b->fresh = false;
@@ -258,6 +261,34 @@ Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requ
   return b;
 }
 
+// Note [Re-keying in place] (free_sets.cpp): `b` stays filed as the remainder, [addr + size, end), and
+// the request gets a new block for [addr, addr + size) below it, the same layout take() makes.
+Block* CachingAllocator::Impl::take_filed(Block* b, std::size_t size, std::size_t requested, StreamId stream) {
+  if (!splits(b, size)) {
+    free_erase(b);
+    return take(b, size, requested, stream);
+  }
+  Block* a = new_block();
+  a->addr = b->addr;
+  a->size = size;
+  a->segment = b->segment;
+  a->mapped = true;
+  a->last_used = b->last_used;
+  a->idle = b->idle;
+  a->fresh = b->fresh;
+  a->prev = b->prev;
+  a->next = b;
+  if (b->prev) b->prev->next = a;
+  else b->segment->head = a;
+  b->prev = a;
+  uncount_split(b);
+  b->addr += size;
+  b->size -= size;
+  count_split(b);
+  refile(b, /*grew=*/false);
+  return take(a, size, requested, stream);
+}
+
 // A block the user freed whose stream events (if any) have completed.
 void CachingAllocator::Impl::free_block(Block* b, bool park) {
   const std::uintptr_t addr = b->addr;
@@ -272,7 +303,7 @@ void CachingAllocator::Impl::free_block(Block* b, bool park) {
   b->uses = nullptr;
   Pool* pool = b->segment->pool;
   if (!park || !pool->small) {  // Note [Recent frees]: large blocks are filed at once
-    free_insert(merge_free(b));
+    file_merged(b);
     emit(EventKind::FreeCompleted, addr, size, 0, stream);
     return;
   }
@@ -320,8 +351,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
     // Another stream's idle block before growing (Note [Cross-stream reuse]).
     if (!b && m.multi_stream) b = m.find_idle(stream, small, size);
     if (b) {
-      m.free_erase(b);
-      b = m.take(b, size, bytes, stream);
+      b = m.take_filed(b, size, bytes, stream);
       return reinterpret_cast<void*>(b->addr);
     }
   }

@@ -231,16 +231,14 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
     AllocatorLock lock(mu);
     flush_recent();
     if (Block* b = find_free(pool, size)) {
-      free_erase(b);
-      return take(b, size, requested, pool->stream);
+      return take_filed(b, size, requested, pool->stream);
     }
     // One decision serves both steps: lend_after_sync changes nothing when it finds no block.
     const WindowChoice choice = decide_window(g.seg, size);
     // Note [Lending before giving pages back] (stream_reuse.cpp)
     if (multi_stream && !exact && growth_gives_back(choice.decision, size))
       if (Block* b = lend_after_sync(pool->stream, pool->small, size)) {
-        free_erase(b);
-        return take(b, size, requested, pool->stream);
+        return take_filed(b, size, requested, pool->stream);
       }
     if (!claim_window(pool, size, choice, g)) return nullptr;  // the virtual range is exhausted
     if (exact) trim_to_request(g, size);  // Note [Feasibility is monotonic in the cap] (growth.cpp)

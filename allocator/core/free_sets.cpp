@@ -41,6 +41,66 @@ void CachingAllocator::Impl::free_erase(Block* b) {
   b->filed = false;
 }
 
+namespace {
+// Neighbour `n` of free block `b` is free in the same way (mapped or not) and in no source call, wait
+// or parking: the two merge.
+bool merges_with(const Block* b, const Block* n) {
+  return n && !n->allocated && !n->busy && n->pending_events == 0 && !n->in_recent && n->mapped == b->mapped;
+}
+}  // namespace
+
+// Note [Re-keying in place]
+// A free set orders blocks by (size, address), so a filed block whose size or address changes must
+// move in the set, an erase and an insert. Often its new key still sorts between the same two
+// neighbours: then the block keeps its node and nothing moves (refile). Two paths change a filed
+// block's key rather than replace it:
+// - take_filed cuts a request from the low end of a filed block: the filed block becomes the
+//   remainder, and the request gets a new block (take() used to make the remainder the new block and
+//   file it, after taking the old one out);
+// - file_merged lets a freed block's one filed neighbour absorb it (merge_free takes the neighbour out
+//   and files the merged block).
+// The layout is the same either way; only which Block object holds which range differs:
+// `memcomm-replay --json` is identical on both shared snapshot sets and three synthetic ranges, with and
+// without caps. A cached alloc+free pair of a large block (Note [Recent frees]: large blocks are not
+// parked) then makes no set operation while its segment's free blocks keep their order. Instructions
+// per pair (callgrind, a loop of 100,000 pairs on the simulated source): 8 MiB 1,113 -> 896;
+// bench_allocator's iteration of 16 blocks of 1-4 MiB 1,003 -> 850.
+void CachingAllocator::Impl::refile(Block* b, bool grew) {
+  FreeSet& set = b->segment->pool->free;
+  const BlockBySize less;
+  // A key that grew can only have passed the blocks after it, one that shrank those before it.
+  if (grew ? b == *set.rbegin() || less(b, *std::next(b->free_pos))
+           : b == *set.begin() || less(*std::prev(b->free_pos), b))
+    return;
+  set.erase(b->free_pos);
+  b->free_pos = set.insert(b).first;
+}
+
+void CachingAllocator::Impl::file_merged(Block* b) {
+  const bool prev = merges_with(b, b->prev), next = merges_with(b, b->next);
+  Block* keep = prev != next ? (prev ? b->prev : b->next) : nullptr;
+  if (!keep || !keep->filed) {
+    free_insert(merge_free(b));
+    return;
+  }
+  uncount_split(keep);
+  if (keep == b->next) {
+    keep->addr = b->addr;
+    keep->prev = b->prev;
+    if (b->prev) b->prev->next = keep;
+    else b->segment->head = keep;
+  } else {
+    keep->next = b->next;
+    if (b->next) b->next->prev = keep;
+  }
+  keep->size += b->size;
+  keep->last_used = std::max(keep->last_used, b->last_used);
+  merge_history(keep, b);
+  delete_block(b);
+  count_split(keep);
+  refile(keep, /*grew=*/true);
+}
+
 // Note [Recent frees]
 // A freed small block is first parked, unmerged, in a small per-pool LIFO. An allocation of exactly its
 // size takes it back at once: the alloc/free pair of a training loop then touches neither the free set
@@ -60,9 +120,10 @@ void CachingAllocator::Impl::free_erase(Block* b) {
 // bench/replay/synthetic_snapshots.py meeting every target went from 101 to 111 of 150 (seed ranges
 // 1000-5000; transformers gain most). Small blocks keep the LIFO: they are the frequent case, and without it
 // for them too 3 synthetic traces of seeds 3000-3009 miss a target (small blocks share 2 MiB pages, so which
-// one is reused moves no large range). The price is speed: an 8 MiB alloc+free pair makes four free-set
-// operations instead of none (bench_allocator: 41 -> 61 ns). Large tensors are allocated far less often than
-// small ones.
+// one is reused moves no large range). The price is speed: a cached 8 MiB alloc+free pair now splits a block
+// and merges it back, where the parked block did neither: 551 -> 896 instructions per pair (callgrind), with
+// Note [Re-keying in place]. Large tensors are allocated far less often than small ones, and
+// bench_allocator's iteration of 16 blocks of 1-4 MiB, which merges and splits either way, costs 841 -> 850.
 Block* CachingAllocator::Impl::take_recent(Pool* pool, std::size_t size) {
   for (std::size_t i = pool->n_recent; i-- > 0;) {
     Block* b = pool->recent[i];
@@ -92,10 +153,7 @@ void CachingAllocator::Impl::flush_recent() {
 // Merges a free (not allocated, not pending, not busy) block with like neighbours; returns the result,
 // which is in no free set.
 Block* CachingAllocator::Impl::merge_free(Block* b) {
-  auto mergeable = [&](Block* n) {
-    return n && !n->allocated && !n->busy && n->pending_events == 0 && !n->in_recent && n->mapped == b->mapped;
-  };
-  if (mergeable(b->prev)) {
+  if (merges_with(b, b->prev)) {
     Block* p = b->prev;
     if (p->mapped) free_erase(p);
     else unmapped_erase(b);  // p keeps its place in the index: its address, the key, stays
@@ -108,7 +166,7 @@ Block* CachingAllocator::Impl::merge_free(Block* b) {
     delete_block(b);
     b = p;
   }
-  if (mergeable(b->next)) {
+  if (merges_with(b, b->next)) {
     Block* n = b->next;
     if (n->mapped) free_erase(n);
     else unmapped_erase(n);

@@ -112,9 +112,8 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
   {
     AllocatorLock lock(mu);
     if (Block* b = find_in_other_class(pool, size)) {  // Note [Last resort: the other size class]
-      free_erase(b);
       stats.num_cross_class_allocs++;
-      return take(b, size, requested, pool->stream);
+      return take_filed(b, size, requested, pool->stream);
     }
   }
   // Note [Feasibility is monotonic in the cap]: the request's own pages, nothing ahead.
@@ -156,8 +155,7 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
     AllocatorLock lock(mu);
     flush_recent();
     if (Block* b = find_free(pool, size)) {
-      free_erase(b);
-      return take(b, size, requested, pool->stream);
+      return take_filed(b, size, requested, pool->stream);
     }
     if (pool->small) seg_size = config.small_segment;
     else if (size < (10u << 20)) seg_size = config.medium_segment;

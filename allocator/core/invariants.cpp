@@ -147,6 +147,11 @@ void check_totals(const Impl& m, const Tally& t) REQUIRES(m.mu) {
   for (auto& p : m.pools) {
     set_total += p->free.size();
     recent_total += p->n_recent;
+    // Keys change in place (Note [Re-keying in place]): the set must still be in best-fit order.
+    if (std::adjacent_find(p->free.begin(), p->free.end(), [](const Block* a, const Block* b) {
+          return !BlockBySize{}(a, b);
+        }) != p->free.end())
+      fail("a free set is out of (size, address) order");
   }
   if (recent_total != t.parked) fail("recent lists hold blocks that are not parked free blocks");
   if (set_total != t.free_in_sets) fail("free sets hold blocks that are not free blocks of any segment");

@@ -176,6 +176,35 @@ TEST_CASE("a freed large block is filed at once, so best fit places the next req
   for (void* live : {x, y, r, s2, s4}) a.deallocate(live);
 }
 
+TEST_CASE("a filed block cut or grown in place still sorts where best fit looks for it", "[allocator][blocks]") {
+  // Note [Re-keying in place]: a cut leaves a remainder that sorts before the other holes, and a merge
+  // makes a hole that sorts after one; both must move in the free set for best fit to find them.
+  CachingAllocator a(simulated());
+  void* h4 = a.allocate(4 * MiB);
+  void* x6 = a.allocate(6 * MiB);
+  void* s1 = a.allocate(2 * MiB);
+  void* h8 = a.allocate(8 * MiB);
+  void* s2 = a.allocate(2 * MiB);
+  void* h12 = a.allocate(12 * MiB);
+  void* s3 = a.allocate(2 * MiB);
+  REQUIRE(addr(x6) == addr(h4) + 4 * MiB);
+  REQUIRE(addr(h12) == addr(h8) + 10 * MiB);
+  REQUIRE(addr(s3) == addr(h12) + 12 * MiB);
+  for (void* p : {h4, h8, h12}) a.deallocate(p);  // holes of 4, 8 and 12 MiB between live blocks
+  void* c10 = a.allocate(10 * MiB);
+  CHECK(addr(c10) == addr(h12));
+  a.check_invariants();
+  void* c2 = a.allocate(2 * MiB);  // the 2 MiB left of the 12 MiB hole is now the best fit
+  CHECK(addr(c2) == addr(h12) + 10 * MiB);
+  a.deallocate(x6);  // the 4 MiB hole grows to 10 MiB, past the 8 MiB one
+  a.check_invariants();
+  void* c9 = a.allocate(9 * MiB);
+  CHECK(addr(c9) == addr(h4));
+  a.check_invariants();
+  for (void* p : {s1, s2, s3, c10, c2, c9}) a.deallocate(p);
+  a.check_invariants();
+}
+
 TEST_CASE("small and large requests use separate pools", "[allocator][blocks]") {
   CachingAllocator a(simulated());
   void* s = a.allocate(4 * KiB);
