@@ -219,7 +219,8 @@ struct CachingAllocator::Impl {
   // The same for a block still filed in its free set: the remainder keeps the set's node when it can
   // (Note [Re-keying in place]).
   Block* take_filed(Block* b, std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
-  bool splits(const Block* b, std::size_t size) const;  // take() splits the rest of `b` off for `size`
+  // Whether take() splits the rest of `b` off for `size` (inline in caching_allocator.cpp, its only user).
+  bool splits(const Block* b, std::size_t size) const;
   // Back into the pool's free memory: parked (Note [Recent frees]: small pools only), or filed merged
   // when `park` is false or the block is large.
   void free_block(Block* b, bool park = true) REQUIRES(mu);
