@@ -197,6 +197,10 @@ struct CachingAllocator::Impl {
   // Cuts mapped block `b` at `at` (inside it): `b` keeps [addr, at), the returned new block gets
   // [at, end), linked after it in the segment and in none of the free sets.
   Block* split_mapped_block(Block* b, std::uintptr_t at) REQUIRES(mu);
+  // The other way round: the returned new block gets [addr, at), linked before `b`, which keeps
+  // [at, end) and its place in a free set, if filed (Note [Re-keying in place]). Inline in
+  // caching_allocator.cpp, its only user.
+  Block* split_mapped_below(Block* b, std::uintptr_t at) REQUIRES(mu);
   // The same for an unmapped block: the tail stays unmapped and counts as never handed out.
   Block* split_unmapped(Block* b, std::uintptr_t at) REQUIRES(mu);
   void free_insert(Block* b) REQUIRES(mu);
@@ -206,6 +210,9 @@ struct CachingAllocator::Impl {
   void refile(Block* b, bool grew) REQUIRES(mu);
   // Merges a freed block with free neighbours and files the result (Note [Re-keying in place]).
   void file_merged(Block* b) REQUIRES(mu);
+  // Joins `gone`, a neighbour of `keep` on either side, into `keep` and deletes it; `keep` stays in
+  // whatever set or index holds it, with its key changed. Inline in free_sets.cpp, its only user.
+  void absorb(Block* keep, Block* gone) REQUIRES(mu);
   // Segment::unmapped follows a block that becomes unmapped, or mapped, or is merged away while unmapped.
   void unmapped_insert(Block* b) REQUIRES(mu) { b->segment->unmapped.insert(b); }
   void unmapped_erase(Block* b) REQUIRES(mu) { b->segment->unmapped.erase(b); }
@@ -249,6 +256,12 @@ struct CachingAllocator::Impl {
   void emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
                  std::uint8_t flags) REQUIRES(mu);
   void count_backed(std::int64_t delta) REQUIRES(mu);
+
+  // The allocated high water if a request of `size` bytes were handed out now (what the page budget
+  // is computed from during a growth).
+  std::int64_t high_water_with(std::size_t size) const REQUIRES(mu) {
+    return std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
+  }
 
   // --- growth and release (growth.cpp, expandable.cpp, release.cpp) ---
   // These call the source, so they take mu themselves around their locked steps.

@@ -158,13 +158,36 @@ Block* CachingAllocator::Impl::split_off(Block* b, std::uintptr_t at) {
   return r;
 }
 
+namespace {
+// A mapped part cut from `whole` keeps its age and reuse history.
+void inherit_mapped(Block* part, const Block* whole) {
+  part->mapped = true;
+  part->last_used = whole->last_used;
+  part->idle = whole->idle;
+  part->fresh = whole->fresh;
+}
+}  // namespace
+
 Block* CachingAllocator::Impl::split_mapped_block(Block* b, std::uintptr_t at) {
   Block* r = split_off(b, at);
-  r->mapped = true;
-  r->last_used = b->last_used;
-  r->idle = b->idle;
-  r->fresh = b->fresh;
+  inherit_mapped(r, b);
   return r;
+}
+
+inline Block* CachingAllocator::Impl::split_mapped_below(Block* b, std::uintptr_t at) {
+  Block* a = new_block();
+  a->addr = b->addr;
+  a->size = at - b->addr;
+  a->segment = b->segment;
+  a->prev = b->prev;
+  a->next = b;
+  if (b->prev) b->prev->next = a;
+  else b->segment->head = a;
+  b->prev = a;
+  b->addr = at;
+  b->size -= a->size;
+  inherit_mapped(a, b);
+  return a;
 }
 
 Block* CachingAllocator::Impl::split_unmapped(Block* b, std::uintptr_t at) {
@@ -268,22 +291,8 @@ Block* CachingAllocator::Impl::take_filed(Block* b, std::size_t size, std::size_
     free_erase(b);
     return take(b, size, requested, stream);
   }
-  Block* a = new_block();
-  a->addr = b->addr;
-  a->size = size;
-  a->segment = b->segment;
-  a->mapped = true;
-  a->last_used = b->last_used;
-  a->idle = b->idle;
-  a->fresh = b->fresh;
-  a->prev = b->prev;
-  a->next = b;
-  if (b->prev) b->prev->next = a;
-  else b->segment->head = a;
-  b->prev = a;
   uncount_split(b);
-  b->addr += size;
-  b->size -= size;
+  Block* a = split_mapped_below(b, b->addr + size);
   count_split(b);
   refile(b, /*grew=*/false);
   return take(a, size, requested, stream);

@@ -277,8 +277,7 @@ CachingAllocator::Impl::WindowChoice CachingAllocator::Impl::decide_window(const
 
 bool CachingAllocator::Impl::growth_gives_back(const WindowDecision& d, std::size_t size) {
   if (!d.found) return false;
-  const std::int64_t hw =
-      std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
+  const std::int64_t hw = high_water_with(size);
   const std::size_t limit = cap ? std::min(budget.limit(hw), cap) : budget.limit(hw);
   return std::size_t(stats.reserved_bytes.current) + d.need > limit;
 }
@@ -348,8 +347,7 @@ std::vector<Block*> CachingAllocator::Impl::candidate_runs(const Segment* seg, s
 
 std::size_t CachingAllocator::Impl::map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need,
                                                   std::size_t piece) {
-  const std::int64_t hw =
-      std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
+  const std::int64_t hw = high_water_with(size);
   // For the small pool, free pages that release would give back first do not count: at the budget,
   // after a peak of large blocks, it would otherwise grow a page per call.
   std::int64_t held = stats.reserved_bytes.current;
@@ -399,8 +397,7 @@ double CachingAllocator::Impl::trough_room(std::int64_t hw, std::size_t size, st
 }
 
 bool CachingAllocator::Impl::make_room(Pool* pool, std::size_t size, WindowGrowth& g) {
-  const std::int64_t hw =
-      std::max<std::int64_t>(allocated_high_water, stats.allocated_bytes.current + std::int64_t(size));
+  const std::int64_t hw = high_water_with(size);
   const std::size_t wanted = std::size_t(stats.reserved_bytes.current) + g.need;
   // Note [Release churn]: the budget forced a release before under this same high water, and now wants
   // pages mapped again: it is too tight for this workload's layout, so it grows instead.

@@ -45,7 +45,7 @@ namespace {
 // Neighbour `n` of free block `b` is free in the same way (mapped or not) and in no source call, wait
 // or parking: the two merge.
 bool merges_with(const Block* b, const Block* n) {
-  return n && !n->allocated && !n->busy && n->pending_events == 0 && !n->in_recent && n->mapped == b->mapped;
+  return n && is_free(n) && n->mapped == b->mapped;
 }
 }  // namespace
 
@@ -63,8 +63,8 @@ bool merges_with(const Block* b, const Block* n) {
 // `memcomm-replay --json` is identical on both shared snapshot sets and three synthetic ranges, with and
 // without caps. A cached alloc+free pair of a large block (Note [Recent frees]: large blocks are not
 // parked) then makes no set operation while its segment's free blocks keep their order. Instructions
-// per pair (callgrind, a loop of 100,000 pairs on the simulated source): 8 MiB 1,113 -> 896;
-// bench_allocator's iteration of 16 blocks of 1-4 MiB 1,003 -> 850.
+// per pair (callgrind, a loop of 100,000 pairs on the simulated source): 8 MiB 1,113 -> 902;
+// bench_allocator's iteration of 16 blocks of 1-4 MiB 1,003 -> 856.
 void CachingAllocator::Impl::refile(Block* b, bool grew) {
   FreeSet& set = b->segment->pool->free;
   const BlockBySize less;
@@ -84,21 +84,25 @@ void CachingAllocator::Impl::file_merged(Block* b) {
     return;
   }
   uncount_split(keep);
-  if (keep == b->next) {
-    keep->addr = b->addr;
-    keep->prev = b->prev;
-    if (b->prev) b->prev->next = keep;
-    else b->segment->head = keep;
-  } else {
-    keep->next = b->next;
-    if (b->next) b->next->prev = keep;
-  }
-  keep->size += b->size;
-  keep->last_used = std::max(keep->last_used, b->last_used);
-  merge_history(keep, b);
-  delete_block(b);
+  absorb(keep, b);
   count_split(keep);
   refile(keep, /*grew=*/true);
+}
+
+inline void CachingAllocator::Impl::absorb(Block* keep, Block* gone) {
+  if (gone == keep->next) {
+    keep->next = gone->next;
+    if (gone->next) gone->next->prev = keep;
+  } else {
+    keep->addr = gone->addr;
+    keep->prev = gone->prev;
+    if (gone->prev) gone->prev->next = keep;
+    else keep->segment->head = keep;
+  }
+  keep->size += gone->size;
+  keep->last_used = std::max(keep->last_used, gone->last_used);
+  merge_history(keep, gone);
+  delete_block(gone);
 }
 
 // Note [Recent frees]
@@ -121,9 +125,9 @@ void CachingAllocator::Impl::file_merged(Block* b) {
 // 1000-5000; transformers gain most). Small blocks keep the LIFO: they are the frequent case, and without it
 // for them too 3 synthetic traces of seeds 3000-3009 miss a target (small blocks share 2 MiB pages, so which
 // one is reused moves no large range). The price is speed: a cached 8 MiB alloc+free pair now splits a block
-// and merges it back, where the parked block did neither: 551 -> 896 instructions per pair (callgrind), with
+// and merges it back, where the parked block did neither: 551 -> 902 instructions per pair (callgrind), with
 // Note [Re-keying in place]. Large tensors are allocated far less often than small ones, and
-// bench_allocator's iteration of 16 blocks of 1-4 MiB, which merges and splits either way, costs 841 -> 850.
+// bench_allocator's iteration of 16 blocks of 1-4 MiB, which merges and splits either way, costs 841 -> 856.
 Block* CachingAllocator::Impl::take_recent(Pool* pool, std::size_t size) {
   for (std::size_t i = pool->n_recent; i-- > 0;) {
     Block* b = pool->recent[i];
@@ -157,25 +161,14 @@ Block* CachingAllocator::Impl::merge_free(Block* b) {
     Block* p = b->prev;
     if (p->mapped) free_erase(p);
     else unmapped_erase(b);  // p keeps its place in the index: its address, the key, stays
-    p->size += b->size;
-    p->next = b->next;
-    if (b->next) b->next->prev = p;
-    p->last_used = std::max(p->last_used, b->last_used);
-    merge_history(p, b);
-    if (b->segment->head == b) b->segment->head = p;
-    delete_block(b);
+    absorb(p, b);
     b = p;
   }
   if (merges_with(b, b->next)) {
     Block* n = b->next;
     if (n->mapped) free_erase(n);
     else unmapped_erase(n);
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next) n->next->prev = b;
-    b->last_used = std::max(b->last_used, n->last_used);
-    merge_history(b, n);
-    delete_block(n);
+    absorb(b, n);
   }
   return b;
 }
