@@ -140,6 +140,8 @@ struct Pool {
   StreamId stream;                        // blocks here are used on this stream
   bool small;                             // small pool (requests <= small_size) or large
   ChurnRecord churn;                      // what the page budget took from it (Note [Release churn])
+  std::size_t last_freed = 0;             // size of the block freed last, large pools only (Note [A
+                                          // tensor that grows by concatenation], expandable.cpp)
   FreeSet free;                           // mapped free blocks, best fit = lower_bound(size)
   static constexpr std::size_t kRecent = 8;
   Block* recent[kRecent] = {};            // freed blocks parked unmerged, oldest first; small pools only
@@ -336,8 +338,12 @@ struct CachingAllocator::Impl {
                            const MapAheadInputs& in) REQUIRES(mu);
   // How far map-ahead may raise reserved bytes for this growth (Note [Map-ahead in a trough]).
   double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
+  // Whether a request of `size` is a tensor grown by concatenation: a large one at most a page larger
+  // than the block its pool freed last (Note [A tensor that grows by concatenation]).
+  bool grows_last_freed(const Pool* pool, std::size_t size) const REQUIRES(mu);
   // Picks free pages to give back so the window's pages fit the page budget and the cap (Note [Lazy
-  // page release], Note [Release churn]); false when even everything free would not fit under the cap.
+  // page release], Note [Release churn], Note [A tensor that grows by concatenation]); false when even
+  // everything free would not fit under the cap.
   bool make_room(Pool* pool, std::size_t size, WindowGrowth& g) REQUIRES(mu);
   // Maps the blocks in order, stopping at the first refusal or exception (kept in `error`); returns
   // how many were mapped (Note [A map that fails partway]).

@@ -21,6 +21,9 @@
 //   mapping more would cross that budget are free pages given back, in as few pieces as possible (Note
 //   [Release order], release.cpp). Eager release would hold ~1.03 x live but cost 10-10,000 x the
 //   driver calls; never releasing gives PyTorch's 1.5 x.
+//   The budget grows by up to 1% of live more where giving back would cost calls again and again: pools
+//   that trade pages (Note [Release churn]), slots that grow at it (Note [A slot that grows at the
+//   budget]) and tensors grown by concatenation (Note [A tensor that grows by concatenation]).
 //   Mapping is done in runs (one source call per contiguous run), and growth at a segment's end maps an
 //   eighth of the budget's headroom with it, and at least 20 MiB in all in the large pool (Note [Map
 //   ahead]), so growth takes few calls; the rest absorbs fragmentation (Note [Splitting the headroom]).
@@ -311,6 +314,7 @@ void CachingAllocator::Impl::free_block(Block* b, bool park) {
   delete b->uses;
   b->uses = nullptr;
   Pool* pool = b->segment->pool;
+  if (!pool->small) pool->last_freed = size;  // Note [A tensor that grows by concatenation]
   if (!park || !pool->small) {  // Note [Recent frees]: large blocks are filed at once
     file_merged(b);
     emit(EventKind::FreeCompleted, addr, size, 0, stream);

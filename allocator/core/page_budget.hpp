@@ -1,7 +1,8 @@
 // The page budget: how many bytes the allocator may keep mapped for a given high water of allocated
 // bytes (Note [Lazy page release] in growth.cpp), and what it learns from pools that trade pages
-// (Note [Release churn] in expandable.cpp) or whose growth it keeps to a page at a time (Note [A slot
-// that grows at the budget] in expandable.cpp).
+// (Note [Release churn] in expandable.cpp), whose growth it keeps to a page at a time (Note [A slot
+// that grows at the budget] in expandable.cpp) or whose growing tensor it would cut short (Note [A
+// tensor that grows by concatenation] in expandable.cpp).
 //
 // Contract: the budget never calls the source and never touches blocks. It answers "may reserved bytes
 // grow to X?" and records which pool lost pages to it; the engine calls it under the allocator's lock
@@ -58,6 +59,13 @@ class PageBudget {
     if (++pool.clipped < kChurnRegains) return;
     pool.clipped = 0;
     churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + whole_pages(missing));
+  }
+  // Note [A tensor that grows by concatenation] (expandable.cpp): growth for a request slightly larger
+  // than the block its pool freed last needs reserved bytes to reach `wanted`. The allowance grows at
+  // once by what is missing above limit(hw), within the same bound as learn_regain's.
+  void learn_growing_tensor(std::int64_t hw, std::size_t wanted) {
+    if (wanted <= limit(hw)) return;
+    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + whole_pages(wanted - limit(hw)));
   }
   // The budget (not the cap) took `bytes` of another pool's pages under high water `hw`.
   void note_taken(ChurnRecord& from, std::int64_t hw, std::size_t bytes) {

@@ -20,6 +20,8 @@ that fails.
 
 SET_DIR defaults to both shared sets; any folder of snapshot pickles works, such as the synthetic
 workloads that bench/replay/synthetic_snapshots.py writes.
+A row names its trace by the part of the file name before "__" (the project, in the shared sets), or by
+the whole file name without its extension where two files share that part.
 
 With --compare it first prints every policy side by side, `recorded` (what the traced allocator did)
 included: per device trace, peak live, each policy's peak reserved / peak live and source calls, and
@@ -59,6 +61,21 @@ def replay(build, files, policies):
     return json.loads(res.stdout)
 
 
+def display_names(names):
+    """A short name per trace file: the part before "__" (the project, in the shared sets' naming), or
+    the file name without its extension where two files share that part."""
+    def stem(n):
+        for ext in (".pickle", ".json.gz", ".json", ".mct"):
+            if n.endswith(ext):
+                return n[:-len(ext)]
+        return n
+    short = {n: stem(n).split("__")[0] for n in names}
+    taken = {}
+    for v in short.values():
+        taken[v] = taken.get(v, 0) + 1
+    return {n: short[n] if taken[short[n]] == 1 else stem(n) for n in names}
+
+
 def reduction(ours, theirs, live):
     waste = theirs - live
     return None if waste <= 0 else 1.0 - (ours - live) / waste
@@ -96,6 +113,7 @@ def print_comparison(rows, half_of, policies, markdown):
     for r in rows:
         by_key.setdefault((os.path.basename(r["file"]), r["device"]), {})[r["policy"]] = r
     cols = COMPARED + policies
+    shown = display_names({name for name, _ in by_key})
     print("\n## all policies: peak reserved / peak live, source calls\n")
     head = ["trace", "dev", "half", "live MiB"] + cols + ["bound@1.03"]
     print("| " + " | ".join(head) + " |" if markdown else "  ".join(head))
@@ -104,7 +122,7 @@ def print_comparison(rows, half_of, policies, markdown):
     for (name, dev), pol in sorted(by_key.items()):
         any_row = next(iter(pol.values()))
         live = any_row["peak_live"]
-        cells = [name.split("__")[0], str(dev), half_of[name], f"{live / 2**20:.1f}"]
+        cells = [shown[name], str(dev), half_of[name], f"{live / 2**20:.1f}"]
         for c in cols:
             r = pol.get(c)  # a trace without segment events has no recorded reserved bytes
             cells.append("-" if r is None or r["peak_reserved"] == 0 else
@@ -124,6 +142,7 @@ def print_table(results, half_of, policy, markdown):
     print("| " + " | ".join(head) + " |" if markdown else "  ".join(head))
     if markdown:
         print("|" + "---|" * len(head))
+    shown = display_names({r["name"] for r in results})
     for r in results:
         misses = []
         if r["ratio"] > RATIO_TARGET:
@@ -133,7 +152,7 @@ def print_table(results, half_of, policy, markdown):
         if r["calls"] > r["allowed"]:
             misses.append("calls")
         r["misses"] = misses
-        cells = [r["name"].split("__")[0], str(r["device"]), half_of[r["name"]], f"{r['ratio']:.3f}",
+        cells = [shown[r["name"]], str(r["device"]), half_of[r["name"]], f"{r['ratio']:.3f}",
                  f"{r['vs_best']:.3f}", str(r["calls"]), str(r["allowed"]), str(r["bound"]), fmt_red(r["red_pt"]),
                  fmt_red(r["red_px"]), ",".join(misses) or "ok"]
         print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))

@@ -1,6 +1,6 @@
 // The page budget and its churn allowance, called directly (allocator/core/page_budget.hpp):
-// Note [Lazy page release] in growth.cpp, Note [Release churn] and Note [A slot that grows at the
-// budget] in expandable.cpp.
+// Note [Lazy page release] in growth.cpp, Note [Release churn], Note [A slot that grows at the
+// budget] and Note [A tensor that grows by concatenation] in expandable.cpp.
 #include "page_budget.hpp"
 
 #include "allocator_test_util.hpp"
@@ -43,6 +43,18 @@ TEST_CASE("a clipped medium-segment minimum teaches the allowance every second t
   budget.learn_clipped_granule(pool, hw, 3 * MiB);
   CHECK(budget.churn_allowance() == 4 * MiB);  // what was missing, in whole pages
   for (int i = 0; i < 10; ++i) budget.learn_clipped_granule(pool, hw, 18 * MiB);
+  CHECK(budget.churn_allowance() == 6 * MiB);  // 1% of hw less the 4 MiB floor, as for churn
+  CHECK(double(budget.limit(hw)) <= 1.03 * double(hw));
+}
+
+TEST_CASE("a growing tensor teaches the allowance at once what it misses, within the bound", "[allocator][budget]") {
+  PageBudget budget(0.02, 4 * MiB, kPage);
+  const auto hw = std::int64_t(1000 * MiB);
+  budget.learn_growing_tensor(hw, budget.limit(hw));  // fits: nothing to learn
+  CHECK(budget.churn_allowance() == 0);
+  budget.learn_growing_tensor(hw, budget.limit(hw) + 3 * MiB);
+  CHECK(budget.churn_allowance() == 4 * MiB);  // what was missing, in whole pages, the first time
+  budget.learn_growing_tensor(hw, budget.limit(hw) + 50 * MiB);
   CHECK(budget.churn_allowance() == 6 * MiB);  // 1% of hw less the 4 MiB floor, as for churn
   CHECK(double(budget.limit(hw)) <= 1.03 * double(hw));
 }
