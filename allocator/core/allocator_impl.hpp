@@ -332,10 +332,10 @@ struct CachingAllocator::Impl {
   // See Note [Map ahead]: bytes to map past the window's end inside an unmapped block whose first
   // `piece` bytes the window maps anyway.
   std::size_t map_ahead_for(Pool* pool, std::size_t size, std::size_t window_need, std::size_t piece) REQUIRES(mu);
-  // The medium-segment minimum of a request of a medium segment or more that reuses free bytes, within
-  // the budget and its allowance, which it teaches (Note [A slot that grows at the budget]).
-  std::size_t slot_granule(Pool* pool, std::size_t size, std::int64_t hw, std::int64_t held, std::size_t window_need,
-                           const MapAheadInputs& in) REQUIRES(mu);
+  // The medium-segment minimum of a large-pool growth, within the budget's ceiling (Note [Map-ahead's
+  // minimum at the budget]); a slot's teaches the allowance (Note [A slot that grows at the budget]).
+  std::size_t medium_minimum(Pool* pool, std::size_t size, std::int64_t hw, std::int64_t held, std::size_t window_need,
+                             const MapAheadInputs& in) REQUIRES(mu);
   // How far map-ahead may raise reserved bytes for this growth (Note [Map-ahead in a trough]).
   double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
   // Whether a request of `size` is a tensor grown by concatenation: a large one at most a page larger

@@ -38,6 +38,9 @@ class PageBudget {
   // (Note [A slot that grows at the budget]); map-ahead's share fills only `plain`.
   std::size_t limit(std::int64_t hw) const { return std::size_t(plain(hw)) + churn_allowance_; }
   std::size_t churn_allowance() const { return churn_allowance_; }
+  // What budget and allowance never pass together, the floor included: slack + kChurnShare of hw, the
+  // 3% memcomm promises. Note [Map-ahead's minimum at the budget] (expandable.cpp) maps up to it.
+  double ceiling(std::int64_t hw) const { return double(hw) * (1.0 + slack_ + kChurnShare); }
 
   // Growth of `pool` needs reserved bytes to reach `wanted` under high water `hw`, above limit(hw).
   // Note [Release churn]: on the pool's second regain under the high water at which the budget took its
@@ -82,7 +85,7 @@ class PageBudget {
   // The budget and its allowance together stay within slack + kChurnShare of hw (the floor counts), or
   // the allowance is one page, whichever is more (a page is the least that can stop a trade).
   std::size_t max_allowance(std::int64_t hw) const {
-    const double room = double(hw) * (1.0 + slack_ + kChurnShare) - plain(hw);
+    const double room = ceiling(hw) - plain(hw);
     return std::max(std::size_t(std::max(0.0, room)), page_);
   }
   // Note [Release churn]: the budget with what it learned from churn stays within the slack plus this

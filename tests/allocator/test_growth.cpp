@@ -123,6 +123,34 @@ TEST_CASE("a cache just above the budget's slack keeps its slot instead of tradi
   for (void* w : weights) a.deallocate(w);
 }
 
+TEST_CASE("on a ramp past free holes, a growth maps a medium segment and gives the holes' pages back",
+          "[allocator][growth]") {
+  // Note [Map-ahead's minimum at the budget]: eight 3 MiB holes between kept blocks fill the budget's
+  // headroom, and none holds the ramp's 6.8 MiB requests. Within the plain budget each growth could map
+  // only its request's pages: 40 calls for 40 requests. Up to the budget's ceiling it maps 20 MiB and
+  // gives back hole pages to pay for it.
+  CachingAllocator a(simulated());
+  std::vector<void*> kept{a.allocate(800 * MiB)};
+  std::vector<void*> holes;
+  for (int i = 0; i < 8; ++i) {
+    holes.push_back(a.allocate(3 * MiB));
+    kept.push_back(a.allocate(5 * MiB));
+  }
+  for (void* h : holes) a.deallocate(h);
+  const DeviceStats before = a.stats();
+  for (int i = 0; i < 40; ++i) kept.push_back(a.allocate(6963 * KiB));
+  const DeviceStats s = a.stats();
+  const std::int64_t maps = s.num_device_map - before.num_device_map;
+  const std::int64_t unmaps = s.num_device_unmap - before.num_device_unmap;
+  INFO("maps " << maps << ", unmaps " << unmaps << ", reserved " << s.reserved_bytes.peak << ", allocated "
+               << s.allocated_bytes.peak);
+  CHECK(maps + unmaps <= 30);
+  CHECK(unmaps >= 1);  // hole pages paid for the medium segments
+  CHECK(double(s.reserved_bytes.peak) <= 1.03 * double(s.allocated_bytes.peak));
+  a.check_invariants();
+  for (void* p : kept) a.deallocate(p);
+}
+
 TEST_CASE("after a peak of large blocks the small pool still grows in chunks", "[allocator][growth]") {
   CachingAllocator a(simulated());
   std::vector<void*> large;
