@@ -58,69 +58,61 @@ TEST_CASE("a large-pool growth maps at least a medium segment, and a larger one 
   a.deallocate(q);
 }
 
-TEST_CASE("a slot that grows every step at the budget maps a medium segment at a time", "[allocator][growth]") {
-  // Note [A slot that grows at the budget]: decoding with a KV cache grown by concatenation. 16 layers'
-  // caches of 40 MiB (2% of live each) grow by 256 KiB a step; each step makes a longer copy of every
-  // cache while the old one is live. 100 steps grow live bytes by 400 MiB: 20 medium segments.
-  CachingAllocator a(simulated());
+namespace {
+// Decoding with a KV cache grown by concatenation: 28 x 50 MiB of weights, then 16 layers' caches of
+// `len` bytes that grow by 256 KiB a step for 100 steps. Each step makes a longer copy of every cache
+// while the old one is live; with `query` > 0 each layer also holds a query tensor of that size around
+// its copy, and with `logits` > 0 each step ends with a logits tensor of that size. Returns the source
+// calls the steps made, maps and unmaps.
+std::int64_t decode_calls(CachingAllocator& a, std::size_t len, std::size_t query, std::size_t logits) {
   std::vector<void*> weights;
   for (int i = 0; i < 28; ++i) weights.push_back(a.allocate(50 * MiB));
-  std::size_t len = 40 * MiB;
   std::vector<void*> cache;
   for (int l = 0; l < 16; ++l) cache.push_back(a.allocate(len));
-  const std::int64_t calls_before = a.stats().source_calls();
+  const std::int64_t before = a.stats().source_calls() + a.stats().num_device_unmap;
   for (int step = 0; step < 100; ++step) {
     len += 256 * KiB;
     for (void*& c : cache) {
+      void* q = query ? a.allocate(query) : nullptr;
       void* grown = a.allocate(len);
       a.deallocate(c);
       c = grown;
+      if (q) a.deallocate(q);
     }
+    if (logits) a.deallocate(a.allocate(logits));
   }
-  const std::int64_t calls = a.stats().source_calls() - calls_before;
+  const std::int64_t calls = a.stats().source_calls() + a.stats().num_device_unmap - before;
+  a.check_invariants();
+  for (void* c : cache) a.deallocate(c);
+  for (void* w : weights) a.deallocate(w);
+  return calls;
+}
+}  // namespace
+
+TEST_CASE("a slot that grows every step at the budget maps a medium segment at a time", "[allocator][growth]") {
+  // Note [A slot that grows at the budget]: caches of 40 MiB, 2% of live each. 100 steps grow live
+  // bytes by 400 MiB: 20 medium segments.
+  CachingAllocator a(simulated());
+  const std::int64_t calls = decode_calls(a, 40 * MiB, 0, 0);
   const DeviceStats s = a.stats();
   INFO("calls " << calls << ", reserved " << s.reserved_bytes.peak << ", allocated " << s.allocated_bytes.peak);
   CHECK(calls <= 40);  // a growth per step would be 100
   CHECK(double(s.reserved_bytes.peak) <= 1.03 * double(s.allocated_bytes.peak));
-  a.check_invariants();
-  for (void* c : cache) a.deallocate(c);
-  for (void* w : weights) a.deallocate(w);
 }
 
 TEST_CASE("a cache just above the budget's slack keeps its slot instead of trading pages every layer",
           "[allocator][growth]") {
-  // Note [A tensor that grows by concatenation]: as above, but each of the 16 caches is 2.1% of live
-  // at the start and 2.7% at the end, more than the 2% the plain budget leaves, and each step also
-  // allocates a small query tensor per layer and a 3 MiB logits tensor. The budget grows by what the
-  // first grown copy misses, within 3% of live; without that it gave back a page for every page a
-  // layer's copy mapped: 309 calls, 62 of them unmaps.
+  // Note [A tensor that grows by concatenation]: caches of 44 MiB, 2.1% of live at the start and 2.7%
+  // at the end, more than the 2% the plain budget leaves, with a 64 KiB query per layer and 3 MiB of
+  // logits per step. The budget grows by what the first grown copy misses, within 3% of live; without
+  // that it gave back a page for every page a layer's copy mapped: 309 calls, 62 of them unmaps.
   CachingAllocator a(simulated());
-  std::vector<void*> weights;
-  for (int i = 0; i < 28; ++i) weights.push_back(a.allocate(50 * MiB));
-  std::size_t len = 44 * MiB;
-  std::vector<void*> cache;
-  for (int l = 0; l < 16; ++l) cache.push_back(a.allocate(len));
-  const std::int64_t calls_before = a.stats().source_calls() + a.stats().num_device_unmap;
-  for (int step = 0; step < 100; ++step) {
-    len += 256 * KiB;
-    for (void*& c : cache) {
-      void* query = a.allocate(64 * KiB);
-      void* grown = a.allocate(len);
-      a.deallocate(c);
-      c = grown;
-      a.deallocate(query);
-    }
-    a.deallocate(a.allocate(3 * MiB));  // logits
-  }
+  const std::int64_t calls = decode_calls(a, 44 * MiB, 64 * KiB, 3 * MiB);
   const DeviceStats s = a.stats();
-  const std::int64_t calls = s.source_calls() + s.num_device_unmap - calls_before;
   INFO("calls " << calls << ", unmaps " << s.num_device_unmap << ", reserved " << s.reserved_bytes.peak
                 << ", allocated " << s.allocated_bytes.peak);
   CHECK(calls <= 80);
   CHECK(double(s.reserved_bytes.peak) <= 1.03 * double(s.allocated_bytes.peak));
-  a.check_invariants();
-  for (void* c : cache) a.deallocate(c);
-  for (void* w : weights) a.deallocate(w);
 }
 
 TEST_CASE("on a ramp past free holes, a growth maps a medium segment and gives the holes' pages back",
