@@ -26,12 +26,12 @@
 // large pool: a ramp of many mid-sized requests then takes no more growth calls than PyTorch's
 // expandable segments make for it (code_location dev 0: 222 -> 181 maps). The large pool's minimum may
 // fill the budget up to its ceiling (Note [Map-ahead's minimum at the budget]). That minimum is for
-// growths smaller than it; a larger one is not rounded up. Rounding every growth up to a whole number of medium
-// segments, as PyTorch's segments grow, mapped up to 20 MiB past a large request that needed no help
-// with calls, and at a peak those pages are reserved bytes no request uses (decomfl, with Note
+// growths smaller than it; a larger one is not rounded up. Rounding every growth up to a whole number
+// of medium segments, as PyTorch's segments grow, mapped up to 20 MiB past a large request that needed
+// no help with calls, and at a peak those pages are reserved bytes no request uses (decomfl, with Note
 // [Splitting in expandable segments]: a 147 MiB request at its peak mapped 8 MiB ahead, and 1.017 x
-// live became 1.022, above PyTorch's expandable segments). The budget (Note [Lazy
-// page release]), not the map-ahead, is what bounds reserved bytes. Filling all of it makes the fewest
+// live became 1.022, above PyTorch's expandable segments). The budget (Note [Lazy page release]), not
+// the map-ahead, is what bounds reserved bytes. Filling all of it makes the fewest
 // growth calls possible under that bound (the next call comes only when live bytes outgrow the budget
 // of the high water at the last call) but leaves no room for fragmentation, which then costs release
 // calls instead (Note [Splitting the headroom]); that was the default until issue 15. Mapping 2% of

@@ -99,8 +99,8 @@ class PageBudget {
   double slack_;
   std::size_t floor_;
   std::size_t page_;
-  std::size_t churn_allowance_ = 0;  // budget bytes learned from pages given back and mapped again, and
-                                     // from clipped medium-segment minimums
+  std::size_t churn_allowance_ = 0;  // budget bytes learned from pages given back and mapped again,
+                                     // from clipped medium-segment minimums and from growing tensors
 };
 
 }  // namespace memcomm::alloc
