@@ -52,7 +52,7 @@ class PageBudget {
     // Only what the budget took from this pool: a larger regain is growth, not churn.
     const std::size_t over = wanted - limit(hw);
     const std::size_t missing = std::min(whole_pages(over), pool.released);
-    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + missing);
+    grow_allowance(hw, missing);
     pool.released -= missing;
   }
   // Note [A slot that grows at the budget] (expandable.cpp): growth of a slot in `pool` found `missing`
@@ -61,14 +61,13 @@ class PageBudget {
   void learn_clipped_granule(ChurnRecord& pool, std::int64_t hw, std::size_t missing) {
     if (++pool.clipped < kChurnRegains) return;
     pool.clipped = 0;
-    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + whole_pages(missing));
+    grow_allowance(hw, whole_pages(missing));
   }
   // Note [A tensor that grows by concatenation] (expandable.cpp): growth for a request slightly larger
   // than the block its pool freed last needs reserved bytes to reach `wanted`. The allowance grows at
   // once by what is missing above limit(hw), within the same bound as learn_regain's.
   void learn_growing_tensor(std::int64_t hw, std::size_t wanted) {
-    if (wanted <= limit(hw)) return;
-    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + whole_pages(wanted - limit(hw)));
+    if (wanted > limit(hw)) grow_allowance(hw, whole_pages(wanted - limit(hw)));
   }
   // The budget (not the cap) took `bytes` of another pool's pages under high water `hw`.
   void note_taken(ChurnRecord& from, std::int64_t hw, std::size_t bytes) {
@@ -81,6 +80,10 @@ class PageBudget {
   }
 
  private:
+  // Every lesson adds to the one allowance within the one bound (max_allowance).
+  void grow_allowance(std::int64_t hw, std::size_t bytes) {
+    churn_allowance_ = std::min(max_allowance(hw), churn_allowance_ + bytes);
+  }
   std::size_t whole_pages(std::size_t bytes) const { return (bytes + page_ - 1) / page_ * page_; }
   // The budget and its allowance together stay within slack + kChurnShare of hw (the floor counts), or
   // the allowance is one page, whichever is more (a page is the least that can stop a trade).

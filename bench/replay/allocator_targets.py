@@ -29,6 +29,7 @@ the ideal call bound at 1.03. `recorded` counts the segments the trace saw alloc
 taken with a warm cache may show none, and a trace without segment events (synthetic ones) shows "-".
 """
 import argparse
+import collections
 import json
 import os
 import subprocess
@@ -70,9 +71,7 @@ def display_names(names):
                 return n[:-len(ext)]
         return n
     short = {n: stem(n).split("__")[0] for n in names}
-    taken = {}
-    for v in short.values():
-        taken[v] = taken.get(v, 0) + 1
+    taken = collections.Counter(short.values())
     return {n: short[n] if taken[short[n]] == 1 else stem(n) for n in names}
 
 
