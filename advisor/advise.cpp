@@ -86,7 +86,7 @@ void communication_rule(const prof::Analysis& a, const RankTimes& times, const A
   if (!buckets.empty())
     adv.evidence += fmt::format("; {} gradient bucket(s), {} in all, all-reduce {} per step, last bucket {}",
                                 buckets.size(), format_bytes(total_bytes), format_ms(comm_per_step), format_ms(last_bucket));
-  // The first bucket always holds 1 MiB (Note [Gradient buckets] in trainer/src/grad_sync.hpp), so
+  // The first bucket always holds 1 MiB (Note [Gradient buckets] in memcomm/train/grad_sync.hpp), so
   // smaller gradients cannot be split.
   if (buckets.size() == 1 && total_bytes > (2u << 20)) {
     const double mib = std::max(1.0, double(total_bytes) / 4.0 / double(1 << 20));

@@ -172,7 +172,8 @@ DeviceRequests RequestBuilder::finish() {
   steps.reserve(segment_steps_.size());
   for (std::size_t i = 0; i < segment_steps_.size(); ++i) {
     const SegmentStep& s = segment_steps_[i];
-    if (is_virtual[i]) continue;  // neither reserved bytes nor a source call (Note [Reserved bytes of ...])
+    // Neither reserved bytes nor a source call (Note [Reserved bytes of expandable segments]).
+    if (is_virtual[i]) continue;
     ++(s.grow ? rec.source_allocs : rec.source_frees);
     steps.push_back(s.grow ? static_cast<std::int64_t>(s.bytes) : -static_cast<std::int64_t>(s.bytes));
   }

@@ -126,7 +126,7 @@ TEST_CASE("a multi-chunk two-rank trace loads every event once with or without d
       CHECK(rd.collectives.size() == w.colls[r]);
       CHECK(rd.alloc_events.size() == w.allocs[r]);
       // The samples are kept beside the curve that the alloc/free events give (Note [Memory curves
-      // from block events] in alloc_derive.cpp).
+      // from block events] in memcomm/trace/allocator_fold.hpp).
       REQUIRE(rd.counter("allocated") != nullptr);
       REQUIRE(rd.counter("sampled:allocated") != nullptr);
       CHECK(rd.counter("sampled:allocated")->size() == w.samples[r]);

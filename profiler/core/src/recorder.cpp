@@ -5,6 +5,29 @@
 // rings FIRST and exports new strings AFTER, so every id in a drained batch is already in the
 // export (the ring's release/acquire orders the intern before the drain). Each sink then gets the
 // strings before the events of the same batch.
+//
+// Note [Collector cadence]
+// The collector shares the cores with the program it records; on the project's 2-core machine a
+// training rank and its data loader already want both. Each wake-up costs a context switch and
+// cache misses on a core the training threads could use, so the collector wakes as rarely as the
+// rings allow and yields when they compete:
+// - It sleeps until the next drain or the next sampler, whichever is first; nothing else wakes it
+//   but stop().
+// - The drain period adapts to the fullest ring the last drain found (next_drain_interval_ms):
+//   above a quarter of its capacity the period drops to drain_interval_ms at once (a burst could
+//   overflow the ring, and every overflowing event is lost); above an eighth it halves; below a
+//   thirty-second it doubles, up to max_drain_interval_ms; in between it stays. Doubling on the way
+//   down and jumping on the way up keep a quiet program's wake-ups few and a busy one's drops at
+//   zero; the band between the thresholds keeps the period from flapping.
+// - It runs at nice 19 (CollectorPriority::Low) by default, so it gets the cores when the
+//   recording threads wait (on a collective, on the data loader), and still a share when they never
+//   do. SCHED_IDLE (CollectorPriority::Idle) can starve it on a full machine until the rings
+//   overflow, so it is opt-in.
+// - Compression runs on this thread too where the caller asks for no compression thread (the
+//   trainer's file sink): one background thread per rank, not two.
+// The period bounds the loss on a crash only through flush_interval_ms, which the adaptation never
+// stretches. Measured in bench/results/profiler-cpu.md: the profiler threads use 0.18 % of a
+// 2-rank CPU training run's CPU time.
 #include "memcomm/profiler/recorder.hpp"
 
 #include "memcomm/trace/event_sort.hpp"

@@ -54,7 +54,8 @@ class Runner:
             phase = ["data"]
             try:
                 self._forward_backward(b, accum, phase)
-            except Exception as e:  # noqa: BLE001  (agreed, then re-raised: Note [Agreeing on ...])
+            # Agreed on, then re-raised (Note [Agreeing on an out-of-memory from Python]).
+            except Exception as e:  # noqa: BLE001
                 return failure(phase[0], e)
             if k < accum - 1:
                 t.early_s += self.memory.clock() - start

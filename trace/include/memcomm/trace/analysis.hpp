@@ -8,7 +8,7 @@
 //   idle      = window - union of all spans
 // so compute + comm + memcpy + idle = window. Overlap is HTA's communication-computation overlap:
 //   overlap % = |comm ∩ compute| / |comm| x 100,   exposed comm = |comm| - |comm ∩ compute|.
-// What a "span" is depends on the run (Note [CPU runs]):
+// What a "span" is depends on the run:
 //   GPU run (the rank has Kernel events): compute = kernels that are not communication kernels;
 //     comm = communication kernels (ComputeEvent::sub == 1, e.g. ncclDevKernel_*), or collective
 //     start..end when there are none; memcpy = Memcpy + Memset.

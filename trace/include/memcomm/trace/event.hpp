@@ -185,7 +185,7 @@ struct MemBlockEvent {
   uint64_t addr_size_hi;  // bits 0..47: address; bits 48..63: size bits 32..47
 
   // A SegmentAlloc/SegmentFree of a reserved virtual range with no memory behind it (Note [Virtual
-  // reservations] in memory_series.cpp). False in traces from producers that do not flag it.
+  // reservations] in virtual_reservations.hpp). False in traces from producers that do not flag it.
   bool virtual_range() const;
 
   uint64_t addr() const { return addr_size_hi & 0xFFFF'FFFF'FFFFull; }

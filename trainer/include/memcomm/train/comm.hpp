@@ -62,7 +62,7 @@ class Communicator {
   // `rounds` send/recv round trips (min-RTT filter, prof::estimate_clock_offset). Returns the ns to
   // add to this rank's timestamps to put them on rank 0's clock (0 on rank 0 and with one rank, and
   // without probing for a rank that reads rank 0's own clock: Note [One clock per host] in
-  // profiler/clock.hpp). Every rank must call it.
+  // memcomm/trace/clock.hpp). Every rank must call it.
   int64_t estimate_clock_offset(int rounds = 8);
 
   int64_t allreduce_calls() const { return allreduce_calls_; }
