@@ -188,12 +188,46 @@ def test_stop_leaves_no_hooks_and_no_cost(tmp_path):
         p = memcomm.profile(trace=sys.argv[1]).start()
         assert hooks()[:5] == [1, 1, 1, 1, 1] and hooks()[5:] == [0, 0], hooks()
         assert any(e == "c_call" for e, _ in memcomm_calls())
-        assert hooks()[:3] == [0, 0, 0] and hooks()[5:] == [1, 1], hooks()  # narrowed to the model
+        # Narrowed to the model, through its class (Note [Forwards through the class]), not its hooks.
+        assert hooks()[:3] == [0, 0, 0] and hooks()[5:] == [0, 0], hooks()
+        assert "__call__" in vars(type(model))
         p.stop()
         assert hooks() == before_hooks, (hooks(), before_hooks)
+        assert "__call__" not in vars(type(model))
         calls = memcomm_calls()
         assert calls == [("call", "__init__"), ("call", "__iter__"), ("call", "loader")], calls  # the wrapper
     """, str(tmp_path / "stop.mct"))
+
+
+def test_the_model_can_be_saved_and_copied_while_profiled(tmp_path, tool):
+    # Note [Forwards through the class]: torch.save(model) and copy.deepcopy(model) mid-run carry
+    # nothing of memcomm (hooks on the module would, and the profiler cannot be pickled); the copy's
+    # calls are not the model's forwards, and the saved model loads where memcomm is not imported.
+    saved = tmp_path / "model.pt"
+    check("""
+        import copy
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = batches(1)[0][0]
+        with memcomm.profile(trace=sys.argv[1]):
+            loop(model, opt, batches(2))              # the first step narrows to the model
+            twin = copy.deepcopy(model)
+            torch.save(model, sys.argv[2])
+            with torch.no_grad():
+                assert torch.equal(twin(x), model(x))  # one forward range: the model's
+            loop(model, opt, batches(2))
+    """, str(tmp_path / "save.mct"), str(saved))
+    load = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, torch
+        model = torch.load({str(saved)!r}, weights_only=False)
+        assert not any("memcomm" in m for m in sys.modules), [m for m in sys.modules if "memcomm" in m]
+        assert not model._forward_pre_hooks and not model._forward_hooks
+        print(model(torch.randn(2, 1, 28, 28)).shape)
+    """)], capture_output=True, text=True, timeout=120)
+    assert load.returncode == 0, load.stderr
+    assert load.stdout.strip() == "torch.Size([2, 10])"
+    counts = phase_counts(tool, tmp_path, tmp_path / "save.rank0.mct")
+    assert counts.get("forward") == 5, counts
 
 
 def test_an_exception_in_the_block_still_closes_the_trace(tmp_path, tool):

@@ -7,8 +7,16 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
 - Forward is the outermost module call only. Until the first optimizer step, torch's global module
   hooks count the nesting depth per thread, and a call at depth 0 into a module that has parameters
   is a forward (so the loss function's module is not one). At that step the global hooks go, and
-  the modules found (the model; both of a GAN's) get hooks of their own: the rest of the run pays
+  the modules found (the model; both of a GAN's) are watched on their own: the rest of the run pays
   nothing for the submodules' calls. profile(model=...) names the modules from the start.
+  Note [Forwards through the class]: a module is watched by wrapping its class's __call__ for the
+  profile's length (_CallWrap), not by hooks on the module. Hooks live in the module's own dicts, so
+  torch.save(model) and copy.deepcopy(model) (a best-model copy, an EMA) would carry them, and with
+  them this profiler, which cannot be pickled: both raised TypeError mid-run (pytorch/examples'
+  word_language_model saves its model with torch.save after each epoch). A class is pickled by
+  reference, so nothing of memcomm travels with the module. The wrapper passes every other instance
+  of the class (a Sequential inside the model, a deepcopy) straight through; its cost per call is
+  about that of the hook it replaces.
 - Backward is a call of torch.autograd.backward (what Tensor.backward calls): start() wraps that
   entry point and stop() puts it back. The wrapper is one Python call around the whole backward, on
   the thread that asked for it, and it ends after autograd's final callbacks (DDP's, which wait for
@@ -56,6 +64,7 @@ class PhaseHooks:
         self._owner = owner
         self._models = models
         self._roots: List[torch.nn.Module] = []      # outermost modules the global hooks found
+        self._watched: List[torch.nn.Module] = []    # modules whose calls are forwards (_hook_modules)
         self._global_handles: List[Any] = []
         self._handles: List[Any] = []
         self._lock = threading.Lock()
@@ -70,6 +79,7 @@ class PhaseHooks:
         self._generation += 1
         add = self._handles.append
         self._roots = []
+        self._watched = []
         if self._models:
             self._hook_modules(self._models)
         else:
@@ -94,9 +104,28 @@ class PhaseHooks:
             self._close_all(st)
 
     def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
+        """Watches `modules`' calls (Note [Forwards through the class])."""
         for m in modules:
-            self._handles.append(m.register_forward_pre_hook(self._model_pre))
-            self._handles.append(m.register_forward_hook(self._model_post, always_call=True))
+            if not any(m is w for w in self._watched):
+                self._watched.append(m)
+            cls = type(m)
+            if any(isinstance(h, _CallWrap) and h.cls is cls for h in self._handles):
+                continue
+            try:
+                self._handles.append(_CallWrap(cls, self._call))
+            except TypeError:  # a class that takes no attributes (an extension type): the module's hooks
+                self._handles.append(m.register_forward_pre_hook(self._model_pre))
+                self._handles.append(m.register_forward_hook(self._model_post, always_call=True))
+
+    def _call(self, call: Callable[..., Any], module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
+        """One call of a watched module's class: a forward range around the watched instances' calls."""
+        if running.profiler is not self._owner or not any(module is w for w in self._watched):
+            return call(module, *args, **kwargs)
+        self._model_pre(module, args)
+        try:
+            return call(module, *args, **kwargs)
+        finally:
+            self._model_post(module, args, None)
 
     def _narrow_hooks(self) -> None:
         """From the first step on, only the modules found are hooked (Note [Phases from hooks])."""
@@ -211,6 +240,35 @@ class PhaseHooks:
         st = self._state()
         self._ensure_step(st, begin_ns)
         _memcomm.phase_span(DATA_WAIT, 0, begin_ns, now())
+
+
+class _CallWrap:
+    """Wraps `cls.__call__` so that `on_call(call, module, args, kwargs)` runs each call of an instance,
+    `call` being the __call__ the class had (Note [Forwards through the class]); remove() puts it back,
+    unless something replaced the wrapper since (then it stays, and passes calls straight through)."""
+
+    def __init__(self, cls: type, on_call: Callable[..., Any]):
+        self.cls = cls
+        self._own = cls.__dict__.get("__call__")          # None when the class inherits it
+        call = cls.__call__
+        active = [True]
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if not active[0]:
+                return call(module, *args, **kwargs)
+            return on_call(call, module, args, kwargs)
+
+        self._active = active
+        self._wrapper = __call__
+        cls.__call__ = __call__
+
+    def remove(self) -> None:
+        self._active[0] = False
+        if self.cls.__dict__.get("__call__") is self._wrapper:
+            if self._own is None:
+                delattr(self.cls, "__call__")
+            else:
+                setattr(self.cls, "__call__", self._own)
 
 
 class _Restore:
