@@ -6,12 +6,21 @@
             loss.backward()                               # backward (autograd's entry point)
             optimizer.step(); optimizer.zero_grad()       # optimizer phase, end of the step
 
-Each rank writes NAME.rankR.mct (rank and world from torch.distributed when it is initialised) in
+Each rank writes NAME.rankR.mct (rank and world from torch.distributed when it is initialised, else
+from the launcher's environment: Note [A profile started before the process group]) in
 the C++ trainer's format, through the C++ trainer's own run recorder (train::RunProfiler), so
 memcomm-trace, memcomm-view and the advisor read it as they read memcomm-train's traces. This module
 holds the Profiler (start, stop, the recorder); what it records comes from the hooks of
 memcomm/_profiler/hooks.py (Note [Phases from hooks]) and the wrappers the script calls
 (memcomm/_profiler/wrappers.py, collectives.py).
+
+Note [A profile started before the process group]: scripts often call init_process_group inside
+their main(), after the line that starts the profiler. The rank then comes from the launcher's
+environment (torchrun's RANK and WORLD_SIZE, or Slurm's), as memcomm-train reads it
+(train::read_dist_env), so each rank still writes its own file: taking rank 0 for every process made
+all of them write NAME.rank0.mct over each other (pytorch/examples' ddp-tutorial-series). Clock offsets
+need the process group, so none is measured: 0, exact on one host (Note [One clock per host] in
+memcomm/trace/clock.hpp); across hosts start the profiler after init_process_group.
 
 Note [Nothing left after stop]: stop() removes every module and optimizer hook it added and puts
 torch.autograd.backward back.
@@ -47,11 +56,16 @@ def _check_trace_dir(trace: str) -> None:
 
 
 def _dist_identity() -> Tuple[int, int, int]:
-    """(rank, world, local rank): torch.distributed's when initialised, else one process."""
-    if dist.is_available() and dist.is_initialized():
+    """(rank, world, local rank): torch.distributed's when initialised, else what the launcher's
+    environment names (Note [A profile started before the process group])."""
+    if _group_ready():
         rank = dist.get_rank()
         return rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank))
-    return 0, 1, 0
+    return _memcomm.launch_identity()
+
+
+def _group_ready() -> bool:
+    return dist.is_available() and dist.is_initialized()
 
 
 def _check_arguments(trace: Any, live: Any, model: ModelArg, cupti: Any) -> List[torch.nn.Module]:
@@ -82,7 +96,8 @@ class Profiler:
            or one that only another thread trains) is not found that way: name it here.
     cupti: "auto" (GPU activity when CUDA is in use), "on" or "off".
     clock_sync: estimate each rank's clock offset over the process group at start (every rank must
-           start its profiler then, as for any collective).
+           start its profiler then, as for any collective). Started before init_process_group, the
+           profiler takes the rank from the launcher's environment and measures no offset.
 
     start() raises before anything is recorded when the trace folder is missing or read-only, the
     live address is malformed, or another profiler runs. Thread safe: any thread may train, start or
@@ -177,7 +192,7 @@ class Profiler:
                                              self._cupti, on_gpu, device)
         except Exception as e:  # noqa: BLE001 (re-raised below, after the other ranks know)
             error = e
-        if self.world > 1 and self._clock_sync:
+        if self.world > 1 and self._clock_sync and _group_ready():
             try:
                 offset = agree_and_measure_clock(error is None)
             except Exception:

@@ -22,6 +22,7 @@
 #include <memcomm/trace/trace_error.hpp>
 #include <memcomm/trace/trace_reader.hpp>
 #include <memcomm/train/choices.hpp>
+#include <memcomm/train/launch.hpp>
 #include <memcomm/train/profiling.hpp>
 
 #include <pybind11/stl.h>
@@ -220,6 +221,14 @@ void bind_profiler(pyb::module_& m) {
         "Equal on two processes that read one clock; 0 when unknown (Note [One clock per host]).");
   m.def("estimate_clock_offset", &clock_offset, pyb::arg("probes"),
         "(offset_ns, error_bound_ns) from (t0, t1, t2, t3) round trips (Note [Clock offset from round trips]).");
+  m.def(
+      "launch_identity",
+      [] {
+        const train::DistEnv e = train::read_dist_env();
+        return std::make_tuple(e.rank, e.world, e.local_rank);
+      },
+      "(rank, world, local rank) that the launcher's environment names (torchrun's RANK, WORLD_SIZE, LOCAL_RANK "
+      "or Slurm's), as memcomm-train reads them; (0, 1, 0) without a launcher. ValueError when they do not fit.");
   m.def("rank_trace_path", &prof::rank_trace_path, pyb::arg("base"), pyb::arg("rank"),
         "The file a rank writes for trace=`base` (NAME.rankR.mct).");
   m.def("trace_alloc_categories", &alloc_categories, pyb::arg("path"),

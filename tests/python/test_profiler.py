@@ -158,6 +158,38 @@ def test_two_ranks_record_matching_collectives(tmp_path, tool):
     assert all(rank["collectives"] == len(colls) for rank in report["ranks"]), report["ranks"]
 
 
+def test_a_profile_started_before_the_process_group_writes_each_ranks_file(tmp_path, tool):
+    # Note [A profile started before the process group]: the rank comes from torchrun's environment.
+    r = torchrun(tmp_path, """
+        import torch.distributed as dist
+        with memcomm.profile(trace=sys.argv[1]):
+            dist.init_process_group("gloo")
+            ddp = nn.parallel.DistributedDataParallel(make_model())
+            loop(ddp, torch.optim.SGD(ddp.parameters(), lr=0.01), batches(2))
+        dist.destroy_process_group()
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+    """, str(tmp_path / "late.mct"))
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    report = trace_json(tool, "report", tmp_path / "late.rank0.mct", tmp_path / "late.rank1.mct")
+    assert [len([s for s in report["steps"] if s["rank"] == rank]) for rank in (0, 1)] == [2, 2], report["steps"]
+
+
+def test_a_launch_environment_that_does_not_fit_is_a_value_error():
+    for env, words in [({"RANK": "2", "WORLD_SIZE": "2"}, "inconsistent launch environment: rank 2, world size 2"),
+                       ({"RANK": "one", "WORLD_SIZE": "2"}, "environment variable RANK='one' is not a valid number")]:
+        r = run_python("""
+            import memcomm
+            try:
+                memcomm.profile(trace="x.mct").start()
+            except ValueError as e:
+                print("ValueError:", e)
+            assert memcomm.profiler.current() is None
+        """, env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("ValueError:") and words in r.stdout, r.stdout
+
+
 def test_stop_leaves_no_hooks_and_no_cost(tmp_path):
     # "No cost" is shown by what runs, not by a clock: the test traces every Python and C call a step
     # makes after stop(), and none may reach memcomm's code but the loader wrapper's pass-through. The

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,10 +33,8 @@ int env_int(const char* name, int fallback) {
   if (!v) return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > 1 << 24) {
-    std::fprintf(stderr, "memcomm-train: environment variable %s='%s' is not a valid number\n", name, v);
-    std::exit(2);
-  }
+  if (*end != '\0' || x < 0 || x > 1 << 24)
+    throw std::invalid_argument(std::string("environment variable ") + name + "='" + v + "' is not a valid number");
   return static_cast<int>(x);
 }
 
@@ -105,7 +104,7 @@ std::string local_address_towards(const std::string& host, int port) {
 
 bool launched_externally() { return env("RANK") || env("SLURM_PROCID"); }
 
-DistEnv detect_dist_env() {
+DistEnv read_dist_env() {
   DistEnv e;
   if (env("RANK")) {
     e.rank = env_int("RANK", 0);
@@ -124,12 +123,20 @@ DistEnv detect_dist_env() {
   }
   if (env("MASTER_ADDR")) e.master_addr = env("MASTER_ADDR");
   e.master_port = env_int("MASTER_PORT", e.master_port);
-  if (e.world < 1 || e.rank >= e.world || e.local_rank >= std::max(e.local_world, 1)) {
-    std::fprintf(stderr, "memcomm-train: inconsistent launch environment: rank %d, world size %d, local rank %d of %d\n",
-                 e.rank, e.world, e.local_rank, e.local_world);
+  if (e.world < 1 || e.rank >= e.world || e.local_rank >= std::max(e.local_world, 1))
+    throw std::invalid_argument("inconsistent launch environment: rank " + std::to_string(e.rank) + ", world size " +
+                                std::to_string(e.world) + ", local rank " + std::to_string(e.local_rank) + " of " +
+                                std::to_string(e.local_world));
+  return e;
+}
+
+DistEnv detect_dist_env(const char* tool) {
+  try {
+    return read_dist_env();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.what());
     std::exit(2);
   }
-  return e;
 }
 
 int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {

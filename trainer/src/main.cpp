@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   using namespace memcomm::train;
   const TrainOptions o = parse_train_options(argc, argv);
   if (o.nproc > 1 && !launched_externally()) return spawn_local_ranks(argc, argv, o.nproc, o.timeout_s + 15);
-  const DistEnv env = detect_dist_env();
+  const DistEnv env = detect_dist_env("memcomm-train");
   try {
     return run_training(o, env);
   } catch (const CommError& e) {

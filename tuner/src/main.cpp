@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   tune::TuneOptions t = tune::parse_tune_options(argc, argv);
   if (t.train.nproc > 1 && !train::launched_externally())
     return train::spawn_local_ranks(argc, argv, t.train.nproc, t.train.timeout_s + 15);
-  const train::DistEnv env = train::detect_dist_env();
+  const train::DistEnv env = train::detect_dist_env("memcomm-tune");
   try {
     return tune::run_tuning(std::move(t), env);
   } catch (const train::CommError& e) {

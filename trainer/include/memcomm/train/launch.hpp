@@ -20,8 +20,12 @@ struct DistEnv {
 };
 
 // Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, and our own
-// spawner) or SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. Inconsistent values are a clear error (exit 2).
-DistEnv detect_dist_env();
+// spawner) or SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. A value that is not a number, or values that
+// do not fit together, throw std::invalid_argument naming them.
+DistEnv read_dist_env();
+// read_dist_env() for a tool's main: an error goes to stderr after "`tool`: ", and the process
+// exits with 2 (a usage error).
+DistEnv detect_dist_env(const char* tool);
 
 // The local IP address this host uses to reach `host` (a UDP connect picks the route; nothing is
 // sent). Collective transports bind to it, so multi-host runs use the link that reaches rank 0.
