@@ -14,6 +14,8 @@
 // child's first allocation would wait forever; glibc's malloc guards against it with at-fork
 // handlers, memcomm does not yet. DataLoader workers are forked from the thread that iterates the
 // loader, between its own allocations, so they do not meet it unless other threads allocate then.
+// (The profiler's recorder, whose collector thread locks far more often, has its own rule: Note
+// [Recording across fork] in profiler/core/src/recorder.cpp.)
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,9 +1,12 @@
 // Recorder: exact counts under multithreaded stress, counted drops, start/stop, sinks, hooks.
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 
@@ -328,4 +331,76 @@ TEST_CASE("the collector runs at the priority asked for", "[profiler][recorder]"
   }
   // The recording thread itself is left alone.
   CHECK(sched_getscheduler(0) != SCHED_IDLE);
+}
+
+// Note [Recording across fork]: a child forked while other threads lock the recorder (the collector
+// draining, a thread recording rare events) must neither wait on a copied lock nor write into the
+// parent's sinks. Each child records from its forking thread and a new thread, interns, stops and
+// exits; the parent's trace stays complete and holds none of their events.
+TEST_CASE("a child forked while the global recorder records records nothing and never blocks", "[profiler][recorder]") {
+#if defined(__SANITIZE_THREAD__)
+  MEMCOMM_SKIP_TEST("TSan does not support threads started after a multithreaded fork");
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  MEMCOMM_SKIP_TEST("TSan does not support threads started after a multithreaded fork");
+#endif
+#endif
+  const std::string path = test::temp_path("recorder_fork");
+  Recorder& rec = Recorder::global();
+  auto sink = std::make_shared<FileSink>(path, WriterOptions{}, 64);
+  rec.add_sink(sink);
+  rec.start();
+  const Name parent = rec.name("parent");
+  std::atomic<bool> busy{true};
+  std::thread rare([&] {  // keeps rare_mu_, threads_mu_ and the string table's lock taken often
+    for (int i = 0; busy.load(); ++i) {
+      rec.record_rare(Event::from(make_meta(now_ns(), MetaKey::ClockOffset, 0)));
+      (void)rec.intern("rare " + std::to_string(i % 50));
+      std::thread([&] { record_counter(rec, parent, 1.0); }).join();  // a new thread attaches
+    }
+  });
+  constexpr int kChildren = 40;
+  int hung = 0;
+  for (int c = 0; c < kChildren; ++c) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      record_counter(rec, parent, 999.0);
+      std::thread([&] { record_counter(rec, rec.name("child"), 999.0); }).join();
+      rec.record_rare(Event::from(make_meta(now_ns(), MetaKey::ClockOffset, 999)));
+      rec.stop();
+      rec.remove_sink(sink);
+      ::_exit(rec.enabled() ? 3 : 0);
+    }
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        ++hung;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (hung == 0) CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  busy = false;
+  rare.join();
+  record_counter(rec, parent, 7.0);
+  rec.stop();
+  rec.remove_sink(sink);
+  CHECK(hung == 0);
+  const TraceSet set = TraceSet::load({path});
+  REQUIRE(set.ranks.size() == 1);
+  CHECK_FALSE(set.files[0].recovery.truncated);
+  CHECK(set.files[0].recovery.bytes_used == set.files[0].recovery.file_bytes);
+  size_t parents = 0, children = 0;
+  for (const Event& e : set.ranks[0].events) {
+    if (e.kind == EventKind::Counter) (e.as<CounterEvent>().value == 999.0 ? children : parents)++;
+    if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::ClockOffset) CHECK(e.as<MetaEvent>().value != 999);
+  }
+  CHECK(children == 0);
+  CHECK(parents > 1);
+  std::remove(path.c_str());
 }

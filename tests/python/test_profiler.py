@@ -175,6 +175,23 @@ def test_a_profile_started_before_the_process_group_writes_each_ranks_file(tmp_p
     assert [len([s for s in report["steps"] if s["rank"] == rank]) for rank in (0, 1)] == [2, 2], report["steps"]
 
 
+def test_data_loader_workers_forked_during_a_profile(tmp_path, tool):
+    # Note [Recording across fork] (profiler/core/src/recorder.cpp): workers forked while the
+    # collector drains used to wait forever on a copy of its lock (4 hangs in 6 runs of this loop).
+    check("""
+        from torch.utils.data import DataLoader, TensorDataset
+        memcomm.use_allocator("cpu")
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        data = TensorDataset(torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,)))
+        with memcomm.profile(trace=sys.argv[1]):
+            for epoch in range(4):  # new workers every epoch
+                loop(model, opt, DataLoader(data, batch_size=16, num_workers=2))
+    """, str(tmp_path / "workers.mct"))
+    report = trace_json(tool, "report", tmp_path / "workers.rank0.mct")
+    assert len(report["steps"]) == 16, report["steps"]
+
+
 def test_a_launch_environment_that_does_not_fit_is_a_value_error():
     for env, words in [({"RANK": "2", "WORLD_SIZE": "2"}, "inconsistent launch environment: rank 2, world size 2"),
                        ({"RANK": "one", "WORLD_SIZE": "2"}, "environment variable RANK='one' is not a valid number")]:

@@ -28,6 +28,19 @@
 // The period bounds the loss on a crash only through flush_interval_ms, which the adaptation never
 // stretches. Measured in bench/results/profiler-cpu.md: the profiler threads use 0.18 % of a
 // 2-rank CPU training run's CPU time.
+//
+// Note [Recording across fork]
+// A process that forks while it records (a DataLoader's workers, started from inside a profile)
+// gives the child a copy of the recorder whose collector thread does not exist, whose mutexes may be
+// copies of ones another parent thread held at that instant (the collector drains every few ms), and
+// whose sinks write to the parent's file descriptors. A worker's first allocation then recorded its
+// thread's name, took rare_mu_ and waited forever: DataLoader(num_workers=2) under memcomm.profile
+// hung in 4 of 6 runs. So the child records nothing: the first Recorder registers an at-fork child
+// handler (mark_forked_child) that turns the global recorder off, and every call that would lock,
+// drain, join or close returns at once in the child (in_forked_child()), so the parent's trace keeps
+// only the parent's writes. The sinks stay referenced by the immortal global recorder, so a child
+// never destroys (closes) one. Recorders other than the global one (tests, benchmarks) are not
+// made fork-safe.
 #include "memcomm/profiler/recorder.hpp"
 
 #include "memcomm/trace/event_sort.hpp"
@@ -54,6 +67,14 @@ struct ThreadSlot {
 
 namespace {
 std::atomic<uint64_t> g_generation{1};
+std::atomic<bool> g_forked_child{false};
+std::atomic<Recorder*> g_global{nullptr};
+
+// Note [Recording across fork]: runs in the child, before fork() returns there.
+void mark_forked_child() {
+  g_forked_child.store(true, std::memory_order_relaxed);
+  if (Recorder* r = g_global.load(std::memory_order_relaxed)) r->disable_in_forked_child();
+}
 
 // Owns the calling thread's slots (one per recorder generation it has recorded into) and marks
 // them exited when the thread ends, so the collector can free them once drained.
@@ -111,10 +132,16 @@ int next_drain_interval_ms(int current_ms, double fill, int min_ms, int max_ms) 
 }
 }  // namespace detail
 
+bool in_forked_child() noexcept { return g_forked_child.load(std::memory_order_relaxed); }
+
 Recorder::Recorder(const RecorderOptions& options)
     : opt_(options), generation_(g_generation.fetch_add(1)) {
   clock_init();
+  static const int registered = ::pthread_atfork(nullptr, nullptr, &mark_forked_child);
+  (void)registered;
 }
+
+void Recorder::disable_in_forked_child() noexcept { enabled_.store(false, std::memory_order_relaxed); }
 
 Recorder::~Recorder() {
   stop();
@@ -129,11 +156,16 @@ Recorder::~Recorder() {
 }
 
 Recorder& Recorder::global() {
-  static Recorder* r = new Recorder();  // Note: leaked on purpose (see header)
+  static Recorder* r = [] {
+    auto* g = new Recorder();  // Note: leaked on purpose (see header)
+    g_global.store(g, std::memory_order_relaxed);
+    return g;
+  }();
   return *r;
 }
 
 void Recorder::attach_thread() noexcept {
+  if (in_forked_child()) return;  // Note [Recording across fork]
   detail::TlsCache& c = detail::tls_cache;
   for (auto& [gen, slot] : tl_slots.slots) {
     if (gen == generation_) {
@@ -157,11 +189,13 @@ void Recorder::attach_thread() noexcept {
 }
 
 void Recorder::set_thread_name(std::string_view name) {
+  if (in_forked_child()) return;
   const uint16_t idx = thread_index();
   record_rare(Event::from(make_meta(now_ns(), MetaKey::ThreadName, int64_t(gettid()), intern(name), idx)));
 }
 
 void Recorder::record_rare(const Event& e) {
+  if (in_forked_child()) return;
   std::lock_guard<std::mutex> lock(rare_mu_);
   rare_.push_back(e);
 }
@@ -194,6 +228,7 @@ void Recorder::emit_identity(int64_t ts) {
 }
 
 void Recorder::start() {
+  if (in_forked_child()) return;  // Note [Recording across fork]
   std::lock_guard<std::mutex> lock(control_mu_);
   if (enabled()) return;
   {
@@ -219,6 +254,10 @@ void Recorder::start() {
 }
 
 void Recorder::stop() {
+  if (in_forked_child()) {  // no collector to join, no drain into the parent's sinks
+    enabled_.store(false, std::memory_order_release);
+    return;
+  }
   std::lock_guard<std::mutex> lock(control_mu_);
   enabled_.store(false, std::memory_order_release);
   if (collector_.joinable()) {
@@ -234,6 +273,7 @@ void Recorder::stop() {
 }
 
 void Recorder::drain_now() {
+  if (in_forked_child()) return;
   std::lock_guard<std::mutex> dl(drain_mu_);
   drain_locked(false);
 }
@@ -374,11 +414,13 @@ void Recorder::drain_locked(bool flush) {
 }
 
 void Recorder::add_sink(std::shared_ptr<Sink> sink) {
+  if (in_forked_child()) return;
   std::lock_guard<std::mutex> sl(sinks_mu_);
   sinks_.push_back({std::move(sink), 0});
 }
 
 void Recorder::remove_sink(const std::shared_ptr<Sink>& sink) {
+  if (in_forked_child()) return;  // the sink stays referenced here: the child never closes it
   {
     std::lock_guard<std::mutex> dl(drain_mu_);
     drain_locked(true);
@@ -400,6 +442,7 @@ RecorderStats Recorder::stats() const {
   s.batches = batches_.load();
   s.wakeups = wakeups_.load();
   s.collector_cpu_ns = collector_cpu_ns_.load();
+  if (in_forked_child()) return s;
   auto* self = const_cast<Recorder*>(this);
   std::lock_guard<std::mutex> tl(self->threads_mu_);
   s.threads = threads_created_;
@@ -407,6 +450,7 @@ RecorderStats Recorder::stats() const {
 }
 
 int Recorder::add_sampler(std::function<void(Recorder&)> fn, std::chrono::milliseconds period) {
+  if (in_forked_child()) return 0;
   std::lock_guard<std::mutex> sl(samplers_mu_);
   const int id = next_sampler_id_++;
   samplers_.push_back({id, std::move(fn), period, std::chrono::steady_clock::now()});
@@ -414,6 +458,7 @@ int Recorder::add_sampler(std::function<void(Recorder&)> fn, std::chrono::millis
 }
 
 void Recorder::remove_sampler(int id) {
+  if (in_forked_child()) return;
   std::lock_guard<std::mutex> sl(samplers_mu_);
   samplers_.erase(std::remove_if(samplers_.begin(), samplers_.end(), [id](const Sampler& s) { return s.id == id; }),
                   samplers_.end());

@@ -106,6 +106,10 @@ inline constexpr int kMaxRangeHooks = 8;
 int next_drain_interval_ms(int current_ms, double fill, int min_ms, int max_ms);
 }  // namespace detail
 
+// True in a process forked from one that created a Recorder (Note [Recording across fork] in
+// recorder.cpp): nothing is recorded there.
+bool in_forked_child() noexcept;
+
 class Recorder {
  public:
   explicit Recorder(const RecorderOptions& options = {});
@@ -115,6 +119,8 @@ class Recorder {
 
   // The process-wide recorder (never destroyed, so threads may record during static destruction).
   static Recorder& global();
+  // In a child forked from this process: turns recording off for good (Note [Recording across fork]).
+  void disable_in_forked_child() noexcept;
 
   // --- hot path ---
   bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
@@ -123,7 +129,10 @@ class Recorder {
   void record(const View& v) noexcept {
     if (!enabled()) return;
     detail::TlsCache& c = detail::tls_cache;
-    if (__builtin_expect(c.generation != generation_, 0)) attach_thread();
+    if (__builtin_expect(c.generation != generation_, 0)) {
+      attach_thread();
+      if (c.generation != generation_) return;  // not attached (Note [Recording across fork])
+    }
     c.ring->push(v);
   }
   // Index of the calling thread (for RangeEvent::thread and host spans); registers it if needed.
@@ -145,11 +154,12 @@ class Recorder {
   // Drains now (synchronously, from the calling thread; tests and shutdown paths).
   void drain_now();
 
-  // Names and strings (slow path: lock + hash lookup; cache the result).
-  StringId intern(std::string_view s) { return strings_.intern(s); }
+  // Names and strings (slow path: lock + hash lookup; cache the result). In a forked child, where
+  // nothing is recorded, kNoString (Note [Recording across fork]).
+  StringId intern(std::string_view s) { return in_forked_child() ? kNoString : strings_.intern(s); }
   Name name(std::string_view s) {
-    const StringId id = strings_.intern(s);
-    return {id, strings_.text(id)};
+    const StringId id = intern(s);
+    return {id, id == kNoString ? "" : strings_.text(id)};
   }
   const StringTable& strings() const { return strings_; }
   void set_thread_name(std::string_view name);   // names the calling thread in the trace
