@@ -157,6 +157,10 @@ inline bool is_free(const Block* b) {
   return !b->allocated && !b->busy && b->pending_events == 0 && !b->in_recent;
 }
 
+// Note [Allocator locks across fork] (fork_locks.cpp): every live engine's lock is held across fork().
+void register_engine_lock(AllocatorMutex* mu);
+void unregister_engine_lock(AllocatorMutex* mu);
+
 struct CachingAllocator::Impl {
   Impl(std::shared_ptr<MemorySource> src, AllocatorConfig cfg, std::shared_ptr<StreamModel> streams);
   ~Impl();

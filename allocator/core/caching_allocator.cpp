@@ -91,9 +91,11 @@ CachingAllocator::Impl::Impl(std::shared_ptr<MemorySource> src, AllocatorConfig 
   expandable = config.expandable_segments && source->can_map();
   device = source->device();
   budget = PageBudget(config.release_slack, config.release_floor, page);
+  register_engine_lock(&mu);  // Note [Allocator locks across fork] (fork_locks.cpp)
 }
 
 CachingAllocator::Impl::~Impl() {
+  unregister_engine_lock(&mu);
   try {
     release_everything();
   } catch (...) {

@@ -9,13 +9,8 @@
 // child's copy of the allocator hands out the same addresses as the parent's, so with shared pages
 // (this source once mapped a memfd with MAP_SHARED) a worker's batches were written over the parent's
 // gradients. tests/allocator/test_sources.cpp forks to check it.
-// What this does not cover: locks. A fork while another thread of the parent is inside the allocator
-// (holding the engine's or this source's mutex) leaves the child's copy of that mutex locked, and the
-// child's first allocation would wait forever; glibc's malloc guards against it with at-fork
-// handlers, memcomm does not yet. DataLoader workers are forked from the thread that iterates the
-// loader, between its own allocations, so they do not meet it unless other threads allocate then.
-// (The profiler's recorder, whose collector thread locks far more often, has its own rule: Note
-// [Recording across fork] in profiler/core/src/recorder.cpp.)
+// Locks across fork are Note [Allocator locks across fork] (fork_locks.cpp) for the engines, and
+// Note [Recording across fork] (profiler/core/src/recorder.cpp) for the profiler's recorder.
 
 #include <sys/mman.h>
 #include <unistd.h>
