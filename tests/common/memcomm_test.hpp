@@ -2,10 +2,15 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 namespace memcomm::test {
 
@@ -27,6 +32,22 @@ inline std::string temp_path(const std::string& folder, const std::string& name)
   const auto dir = std::filesystem::temp_directory_path() / folder;
   std::filesystem::create_directories(dir);
   return (dir / name).string();
+}
+
+// Waits up to `seconds` for the child `pid` and kills it if it still runs then (a child that hangs
+// must not hang the test). True when it exited by itself with status 0.
+inline bool child_exits_cleanly(pid_t pid, int seconds) {
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 }  // namespace memcomm::test

@@ -1,12 +1,9 @@
 // Recorder: exact counts under multithreaded stress, counted drops, start/stop, sinks, hooks.
 #include <sched.h>
-#include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <map>
 #include <thread>
 
@@ -359,9 +356,8 @@ TEST_CASE("a child forked while the global recorder records records nothing and 
       std::thread([&] { record_counter(rec, parent, 1.0); }).join();  // a new thread attaches
     }
   });
-  constexpr int kChildren = 40;
-  int hung = 0;
-  for (int c = 0; c < kChildren; ++c) {
+  int failed = 0;  // hung (killed after 20 s) or still recording
+  for (int c = 0; c < 40; ++c) {
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -372,25 +368,14 @@ TEST_CASE("a child forked while the global recorder records records nothing and 
       rec.remove_sink(sink);
       ::_exit(rec.enabled() ? 3 : 0);
     }
-    int status = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        ++hung;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (hung == 0) CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    if (!memcomm::test::child_exits_cleanly(pid, 20)) ++failed;
   }
   busy = false;
   rare.join();
   record_counter(rec, parent, 7.0);
   rec.stop();
   rec.remove_sink(sink);
-  CHECK(hung == 0);
+  CHECK(failed == 0);
   const TraceSet set = TraceSet::load({path});
   REQUIRE(set.ranks.size() == 1);
   CHECK_FALSE(set.files[0].recovery.truncated);
