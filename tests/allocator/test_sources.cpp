@@ -127,13 +127,8 @@ TEST_CASE("a forked child sees host pages copy-on-write, as malloc's memory", "[
 TEST_CASE("a child forked while another thread allocates can allocate", "[allocator][sources][host]") {
   // Note [Allocator locks across fork]: without the at-fork handlers the child's copy of the engine's
   // lock was held by a thread that does not exist there, in some of these forks.
-#if defined(__SANITIZE_THREAD__)
-  MEMCOMM_SKIP_TEST("TSan does not support fork() in a multithreaded process here");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-  MEMCOMM_SKIP_TEST("TSan does not support fork() in a multithreaded process here");
-#endif
-#endif
+  if (memcomm::test::kThreadSanitizer)
+    MEMCOMM_SKIP_TEST("TSan does not support fork() in a multithreaded process here");
   CachingAllocator a(make_source("host"));
   std::atomic<bool> busy{true};
   std::thread churn([&] {  // takes the engine's lock as often as it can

@@ -34,6 +34,25 @@ inline std::string temp_path(const std::string& folder, const std::string& name)
   return (dir / name).string();
 }
 
+// Which sanitizer the test executable was built with (GCC defines __SANITIZE_*__, clang answers
+// __has_feature). Tests that fork a multithreaded process need to know: TSan does not support threads
+// started in such a child, and clang 14's ASan malloc is not fork-safe.
+#if defined(__has_feature)
+#define MEMCOMM_TEST_HAS_FEATURE(x) __has_feature(x)
+#else
+#define MEMCOMM_TEST_HAS_FEATURE(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || MEMCOMM_TEST_HAS_FEATURE(thread_sanitizer)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#if defined(__SANITIZE_ADDRESS__) || MEMCOMM_TEST_HAS_FEATURE(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // Waits up to `seconds` for the child `pid` and kills it if it still runs then (a child that hangs
 // must not hang the test). True when it exited by itself with status 0.
 inline bool child_exits_cleanly(pid_t pid, int seconds) {

@@ -337,26 +337,10 @@ TEST_CASE("the collector runs at the priority asked for", "[profiler][recorder]"
 // Under ASan (clang 14) malloc is not fork-safe: a child that allocates may wait on a lock of ASan's
 // allocator that a parent thread (the collector, a compression worker) held at fork. glibc's malloc
 // takes its locks across fork, so only the sanitizer build keeps the child from starting a thread.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kChildMayAllocate = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kChildMayAllocate = false;
-#else
-constexpr bool kChildMayAllocate = true;
-#endif
-#else
-constexpr bool kChildMayAllocate = true;
-#endif
-
 TEST_CASE("a child forked while the global recorder records records nothing and never blocks", "[profiler][recorder]") {
-#if defined(__SANITIZE_THREAD__)
-  MEMCOMM_SKIP_TEST("TSan does not support threads started after a multithreaded fork");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-  MEMCOMM_SKIP_TEST("TSan does not support threads started after a multithreaded fork");
-#endif
-#endif
+  if (memcomm::test::kThreadSanitizer)
+    MEMCOMM_SKIP_TEST("TSan does not support threads started after a multithreaded fork");
+  const bool child_may_allocate = !memcomm::test::kAddressSanitizer;
   const std::string path = test::temp_path("recorder_fork");
   Recorder& rec = Recorder::global();
   auto sink = std::make_shared<FileSink>(path, WriterOptions{}, 64);
@@ -365,7 +349,7 @@ TEST_CASE("a child forked while the global recorder records records nothing and 
   const Name parent = rec.name("parent");
   std::atomic<bool> busy{true};
   // Keeps rare_mu_ and the string table's lock taken often (the collector takes threads_mu_). It
-  // starts no threads and allocates little, for the sanitizer build's sake (kChildMayAllocate).
+  // starts no threads and allocates little, for the sanitizer build's sake (child_may_allocate).
   std::thread rare([&] {
     for (int i = 0; busy.load(); ++i) {
       rec.record_rare(Event::from(make_meta(now_ns(), MetaKey::ClockOffset, 0)));
@@ -379,7 +363,7 @@ TEST_CASE("a child forked while the global recorder records records nothing and 
     REQUIRE(pid >= 0);
     if (pid == 0) {
       record_counter(rec, parent, 999.0);
-      if (kChildMayAllocate) std::thread([&] { record_counter(rec, rec.name("child"), 999.0); }).join();
+      if (child_may_allocate) std::thread([&] { record_counter(rec, rec.name("child"), 999.0); }).join();
       rec.record_rare(Event::from(make_meta(now_ns(), MetaKey::ClockOffset, 999)));
       rec.stop();
       rec.remove_sink(sink);
