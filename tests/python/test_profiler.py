@@ -234,18 +234,57 @@ def test_stop_leaves_no_hooks_and_no_cost(tmp_path):
             return sorted(set(seen))
         before_hooks = hooks()
         loop(model, opt, batches(3))                  # warm up
+        # The model exists at start(): it is watched through its class (Note [Finding the model],
+        # Note [Forwards through the class]), with no global module hooks and no hooks on it.
         p = memcomm.profile(trace=sys.argv[1]).start()
-        assert hooks()[:5] == [1, 1, 1, 1, 1] and hooks()[5:] == [0, 0], hooks()
-        assert any(e == "c_call" for e, _ in memcomm_calls())
-        # Narrowed to the model, through its class (Note [Forwards through the class]), not its hooks.
-        assert hooks()[:3] == [0, 0, 0] and hooks()[5:] == [0, 0], hooks()
+        assert hooks()[:5] == [0, 0, 0, 1, 1] and hooks()[5:] == [0, 0], hooks()
         assert "__call__" in vars(type(model))
+        assert any(e == "c_call" for e, _ in memcomm_calls())
         p.stop()
         assert hooks() == before_hooks, (hooks(), before_hooks)
         assert "__call__" not in vars(type(model))
         calls = memcomm_calls()
         assert calls == [("call", "__init__"), ("call", "__iter__"), ("call", "loader")], calls  # the wrapper
+        # A model built inside the profile is found by global hooks, which go at the first step.
+        model, opt = nn.Identity(), None              # no module with parameters is left
+        p = memcomm.profile(trace=sys.argv[1]).start()
+        assert hooks()[:5] == [1, 1, 1, 1, 1], hooks()
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        assert any(e == "c_call" for e, _ in memcomm_calls())
+        assert hooks()[:3] == [0, 0, 0] and hooks()[5:] == [0, 0] and "__call__" in vars(type(model)), hooks()
+        p.stop()
+        assert hooks() == before_hooks and "__call__" not in vars(type(model)), hooks()
     """, str(tmp_path / "stop.mct"))
+
+
+def test_a_compiled_model_is_profiled_without_a_recompile(tmp_path, tool):
+    # Note [Finding the model], Note [Hooks under torch.compile]: torch.compile(model) before the
+    # profile compiles once (error_on_recompile) and warns about nothing; a training step compiled as
+    # one function records its backward and optimizer ranges (not its forward), also with no recompile.
+    check("""
+        import warnings
+        import torch._dynamo
+        warnings.filterwarnings("error", message=".*hooks")  # torch.compile warns of global module hooks
+        model = make_model()
+        compiled = torch.compile(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        def train_step(x, y):
+            crit(model(x), y).backward()
+        compiled_step = torch.compile(train_step)
+        loop(compiled, opt, batches(1))               # the compile itself, outside the profile
+        compiled_step(*batches(1)[0]); opt.step(); opt.zero_grad()
+        torch._dynamo.config.error_on_recompile = True
+        with memcomm.profile(trace=sys.argv[1]):
+            loop(compiled, opt, batches(3))
+        with memcomm.profile(trace=sys.argv[2]):
+            for x, y in batches(3):
+                compiled_step(x, y); opt.step(); opt.zero_grad()
+    """, str(tmp_path / "model.mct"), str(tmp_path / "step.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "model.rank0.mct")
+    assert counts == {"step": 3, "data_wait": 3, "forward": 3, "backward": 3, "optimizer": 3}, counts
+    counts = phase_counts(tool, tmp_path, tmp_path / "step.rank0.mct")
+    assert counts == {"step": 3, "backward": 3, "optimizer": 3}, counts
 
 
 def test_the_model_can_be_saved_and_copied_while_profiled(tmp_path, tool):

@@ -4,11 +4,10 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
 - A Step range opens at the step's first event (its data-loader wait, forward or optimizer step)
   and closes when an optimizer's step() returns (torch's global optimizer step hooks). Ids count
   from 1, as the trainer's.
-- Forward is the outermost module call only. Until the first optimizer step, torch's global module
-  hooks count the nesting depth per thread, and a call at depth 0 into a module that has parameters
-  is a forward (so the loss function's module is not one). At that step the global hooks go, and
-  the modules found (the model; both of a GAN's) are watched on their own: the rest of the run pays
-  nothing for the submodules' calls. profile(model=...) names the modules from the start.
+- Forward is the outermost call of a module that has parameters (so the loss function's module is
+  not one). Which modules those are is found as Note [Finding the model] says; from then on they are
+  watched on their own (the model; both of a GAN's), and the rest of the run pays nothing for the
+  submodules' calls. profile(model=...) names the modules from the start.
   Note [Forwards through the class]: a module is watched by wrapping its class's __call__ for the
   profile's length (_CallWrap), not by hooks on the module. Hooks live in the module's own dicts, so
   torch.save(model) and copy.deepcopy(model) (a best-model copy, an EMA) would carry them, and with
@@ -25,14 +24,47 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   callback would also find it, but cost about 100 us a step between them on this project's 2-core
   machine, against some 20 us for the wrapper (bench/results/python-cpu.md). With gradient accumulation every backward is its own range;
   one inside another (a backward during a backward) is part of the outer one.
+- Nothing here may be traced by torch.compile (Note [Hooks under torch.compile]).
 - A range still open when the next phase begins (a backward or step() that raised) is closed
   first, so ranges always nest.
 Allocations are labelled while a phase runs (Note [Memory categories] in trainer/src/profiling.cpp):
 input in the loader wait, activation in forward and backward (autograd allocates parameters'
 gradients in the same kernels as the activations' gradients, so the two cannot be told apart when
 they are allocated), optimizer state in step(), communication buffer inside collectives; memcomm.category() labels the script's own code (its model building).
+
+Note [Finding the model]: start() looks for the modules alive at that moment that are no other
+module's child and have parameters (the garbage collector's objects; some 50 ms for 150,000 of
+them), and watches those. A torch.compile'd model is found as its OptimizedModule, which is outside
+anything Dynamo traces, and its original module is watched with it, for the script that also calls
+that one. Only when start() finds none (the script builds its model inside the profile) do torch's
+global module hooks find the model as it is called: until the first optimizer step they count the
+nesting depth per thread, and a call at depth 0 into a module with parameters is a forward. Either
+way the first optimizer step that found no forward looks once more (a model compiled or built after
+start()): its forward is lost, the later ones are not. The global hooks are the fallback rather
+than the rule because of torch.compile: Dynamo guards a compiled graph on the number of global hooks,
+so removing them at the first step recompiled every compiled model (a second compile, seconds to
+minutes), and torch.compile(model) warned about them at the first call.
+
+Note [Hooks under torch.compile]: when Dynamo compiles a region it traces the Python it calls,
+and memcomm's wrappers and hooks are Python. Traced, a call into _memcomm is a graph break, and the
+wrappers' own state (this thread's open ranges) would be read when the graph is built, not when it
+runs: a compiled training step recorded one step out of six. Two rules:
+- The forward's wrappers and hooks run at every module call, so they must cost the compiled graph
+  nothing: they first ask torch.compiler.is_compiling(), which Dynamo treats as the constant True,
+  and pass the call straight through. The graph holds nothing of memcomm, and no guard reads
+  memcomm's state; a forward inside a compiled region is not recorded.
+- The backward wrapper and the optimizer hooks run once per phase, so they are
+  torch.compiler.disable'd (the frame only, not what it calls): Dynamo runs them eagerly, at a break
+  it would have anyway (a backward) or at the edge of a compiled optimizer step.
+So a model compiled on its own (torch.compile(model), model.compile()) is called from eager code and
+recorded as any other, with no recompile. A training step compiled as one function (the model, its
+loss and backward) records its backward and optimizer step and so its steps, not its forward; once
+stop() takes the class wrapper away, Dynamo compiles that function once more (it guards on the
+model class's __call__). A compiled optimizer step is compiled once more at start() and at stop(),
+as Dynamo guards it on the number of torch's global optimizer hooks.
 """
 import functools
+import gc
 import itertools
 import threading
 from typing import Any, Callable, List, Tuple
@@ -71,6 +103,8 @@ class PhaseHooks:
         self._lock = threading.Lock()
         self._generation = 0                          # a new one at each install(): old thread states go
         self._steps = itertools.count(1)
+        self._looked_again = False                    # the first step without a forward looked again
+        self._forwards = 0                            # forward ranges opened
         self._tls = threading.local()
 
     # --- install and remove ---
@@ -81,14 +115,17 @@ class PhaseHooks:
         add = self._handles.append
         self._roots = []
         self._watched = []
-        if self._models:
-            self._hook_modules(self._models)
+        self._looked_again = bool(self._models)
+        models = self._models or _module_roots()
+        if models:
+            self._hook_modules(models)
         else:
             self._global_handles += [nn_module.register_module_forward_pre_hook(self._global_pre),
                                      nn_module.register_module_forward_hook(self._global_post, always_call=True)]
         self._wrap_backward()
-        add(optim.register_optimizer_step_pre_hook(self._optimizer_pre))
-        add(optim.register_optimizer_step_post_hook(self._optimizer_post))
+        skip = functools.partial(torch.compiler.disable, recursive=False)  # Note [Hooks under torch.compile]
+        add(optim.register_optimizer_step_pre_hook(skip(self._optimizer_pre)))
+        add(optim.register_optimizer_step_post_hook(skip(self._optimizer_post)))
 
     def remove(self) -> None:
         """Removes every hook install() added (Note [Nothing left after stop] in memcomm/profiler.py)."""
@@ -97,6 +134,7 @@ class PhaseHooks:
                 h.remove()
             self._handles.clear()
             self._global_handles.clear()
+            self._roots, self._watched = [], []       # the script's modules are not kept alive
 
     def close_this_thread(self) -> None:
         """Closes the ranges the calling thread has open."""
@@ -105,8 +143,10 @@ class PhaseHooks:
             self._close_all(st)
 
     def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
-        """Watches `modules`' calls (Note [Forwards through the class])."""
-        for m in modules:
+        """Watches `modules`' calls (Note [Forwards through the class]), and a compiled module's
+        original (Note [Finding the model])."""
+        originals = [m._orig_mod for m in modules if isinstance(getattr(m, "_orig_mod", None), torch.nn.Module)]
+        for m in modules + originals:
             if not any(m is w for w in self._watched):
                 self._watched.append(m)
             cls = type(m)
@@ -120,8 +160,9 @@ class PhaseHooks:
 
     def _call(self, call: Callable[..., Any], module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
         """One call of a watched module's class: a forward range around the watched instances' calls."""
-        if running.profiler is not self._owner or not any(module is w for w in self._watched):
-            return call(module, *args, **kwargs)
+        if (running.profiler is not self._owner or not any(module is w for w in self._watched)
+                or _in_forward(self._state())):
+            return call(module, *args, **kwargs)  # another instance of the class, or a call inside the forward
         self._model_pre(module, args)
         try:
             return call(module, *args, **kwargs)
@@ -137,6 +178,14 @@ class PhaseHooks:
                 h.remove()
             self._global_handles.clear()
             self._hook_modules(self._roots)
+
+    def _look_again(self) -> None:
+        """The first step that recorded no forward looks for the model once more (Note [Finding the
+        model])."""
+        self._looked_again = True
+        if self._forwards == 0 and not self._global_handles and running.profiler is self._owner:
+            with self._lock:
+                self._hook_modules(_module_roots())
 
     # --- this thread's ranges ---
     def _state(self) -> _ThreadState:
@@ -169,21 +218,24 @@ class PhaseHooks:
 
     # Forward: one module (profile(model=...)).
     def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
-        if _in_backward():
+        if torch.compiler.is_compiling() or _in_backward():
             return
         st = self._state()
         if torch.is_grad_enabled():  # an evaluation's forward opens no step
             self._ensure_step(st)
+        self._forwards += 1
         self._open(st, FORWARD, 0, ACTIVATION)
 
     def _model_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if _in_backward():
+        if torch.compiler.is_compiling() or _in_backward():
             return
         st = self._state()
         self._close(st, FORWARD)
 
     # Forward: the outermost module call with parameters (global hooks).
     def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
         st = self._state()
         st.depth += 1
         if st.depth == 1 and next(module.parameters(), None) is not None and not _in_backward():
@@ -192,9 +244,12 @@ class PhaseHooks:
                 self._roots.append(module)
             if torch.is_grad_enabled():
                 self._ensure_step(st)
+            self._forwards += 1
             self._open(st, FORWARD, 0, ACTIVATION)
 
     def _global_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
         st = self._state()
         st.depth = max(st.depth - 1, 0)
         if st.depth == 0 and st.fwd_module is module:
@@ -220,6 +275,7 @@ class PhaseHooks:
                 st.in_backward = False
                 self._close(st, BACKWARD)
 
+        backward = torch.compiler.disable(backward, recursive=False)  # Note [Hooks under torch.compile]
         torch.autograd.backward = backward
         self._handles.append(_Restore(original, backward))
 
@@ -235,6 +291,8 @@ class PhaseHooks:
         st.step_open = False
         if self._global_handles:
             self._narrow_hooks()
+        elif not self._looked_again:
+            self._look_again()
 
     # Data-loader wait (memcomm.loader).
     def data_wait(self, begin_ns: int) -> None:
@@ -255,7 +313,7 @@ class _CallWrap:
         active = [True]
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if not active[0]:
+            if torch.compiler.is_compiling() or not active[0]:  # Note [Hooks under torch.compile]
                 return call(module, *args, **kwargs)
             return on_call(call, module, args, kwargs)
 
@@ -282,6 +340,18 @@ class _Restore:
     def remove(self) -> None:
         if torch.autograd.backward is self._wrapper:
             torch.autograd.backward = self._original
+
+
+def _module_roots() -> List[torch.nn.Module]:
+    """The modules alive now that are no other module's child and have parameters (Note [Finding
+    the model])."""
+    modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]  # not o.__class__: proxies
+    children = {id(c) for m in modules for c in m._modules.values() if c is not None}
+    return [m for m in modules if id(m) not in children and next(m.parameters(), None) is not None]
+
+
+def _in_forward(st: _ThreadState) -> bool:
+    return any(phase == FORWARD for phase, _, _ in st.stack)
 
 
 def _in_backward() -> bool:
