@@ -173,6 +173,49 @@ TEST_CASE("kineto: a span that outlives its parent is cut to nest", "[kineto]") 
   CHECK(max_depth == 2);
 }
 
+TEST_CASE("kineto: with_stack's Python frames get a lane of their own and never cut a step", "[kineto]") {
+  // Note [Host spans that overlap]: the step begins inside profiler.step()'s Python frame, which
+  // ends 10 us later, and inside an op that ends before the step does.
+  const char* t = R"json({"traceEvents": [
+    {"ph": "X", "cat": "python_function", "name": "train.py(9): <module>", "pid": 1, "tid": 1, "ts": 0, "dur": 3000},
+    {"ph": "X", "cat": "python_function", "name": "torch/profiler/profiler.py(821): step", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+    {"ph": "X", "cat": "cpu_op", "name": "outer_op", "pid": 1, "tid": 1, "ts": 2, "dur": 6},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 1, "tid": 1, "ts": 5, "dur": 1000},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 30},
+    {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "main"}}
+  ]})json";
+  const KinetoTrace k = read_kineto_buffer(t, "t.json");
+  CHECK(k.info.clamped_ranges == 1);  // outer_op, which ends where the step begins
+  std::map<uint16_t, std::string> lanes;
+  std::map<std::string, std::pair<int64_t, int64_t>> spans;
+  std::map<std::string, uint16_t> lane_of;
+  std::map<uint16_t, std::vector<std::string>> open;
+  for (const Event& e : k.trace.events) {
+    if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::ThreadName)
+      lanes[e.as<MetaEvent>().thread] = std::string(k.trace.name(e.as<MetaEvent>().str));
+    if (e.kind != EventKind::RangeBegin && e.kind != EventKind::RangeEnd) continue;
+    const auto r = e.as<RangeEvent>();
+    const std::string name(k.trace.name(r.name));
+    if (e.kind == EventKind::RangeBegin) {
+      open[r.thread].push_back(name);
+      spans[name].first = e.ts;
+      lane_of[name] = r.thread;
+    } else {
+      REQUIRE(!open[r.thread].empty());
+      CHECK(open[r.thread].back() == name);  // LIFO per lane
+      open[r.thread].pop_back();
+      spans[name].second = e.ts;
+    }
+  }
+  CHECK(spans["ProfilerStep#5"].second - spans["ProfilerStep#5"].first == 1000000);
+  CHECK(spans["outer_op"].second - spans["outer_op"].first == 3000);
+  CHECK(spans["torch/profiler/profiler.py(821): step"].second - spans["torch/profiler/profiler.py(821): step"].first == 10000);
+  CHECK(lane_of["aten::mm"] == lane_of["ProfilerStep#5"]);
+  CHECK(lane_of["train.py(9): <module>"] != lane_of["ProfilerStep#5"]);
+  CHECK(lanes[lane_of["ProfilerStep#5"]] == "main");
+  CHECK(lanes[lane_of["train.py(9): <module>"]] == "main (Python)");
+}
+
 TEST_CASE("kineto: a file cut short keeps every complete event and says where it stopped", "[kineto]") {
   const std::string full = kTrace;
   const size_t cut = full.find("gpu_memset");  // inside the memset event

@@ -58,8 +58,8 @@ Converter::Kind Converter::kind_of(std::string_view cat) {
     }
   const std::string l = lower(cat);
   Kind k = Kind::Generic;
-  if (l == "cpu_op" || l == "operator" || l == "user_annotation" || l == "python_function" || l == "trace")
-    k = Kind::Range;
+  if (l == "cpu_op" || l == "operator" || l == "user_annotation" || l == "trace") k = Kind::Range;
+  else if (l == "python_function") k = Kind::PythonFrame;
   else if (l == "gpu_user_annotation") k = Kind::GpuAnnotation;
   else if (has(l, "runtime") || has(l, "driver")) k = Kind::Launch;
   else if (l == "kernel") k = Kind::Kernel;
@@ -131,6 +131,8 @@ void Converter::on_complete(const RawEvent& e, Kind kind) {
       return add_device_span(e, kind, begin, end);
     case Kind::GpuAnnotation:
       return add_range(e, begin, end, 0, true);
+    case Kind::PythonFrame:  // Note [Host spans that overlap] (host_ranges.hpp)
+      return add_range(e, begin, end, tracks_.python_lane(e.pid, e.tid), false);
     case Kind::Generic:
       ++info_.generic[std::string(e.cat.empty() ? "<none>" : e.cat)];
       [[fallthrough]];

@@ -37,7 +37,7 @@ class Converter final : public SplitHandler {
   KinetoTrace finish(const SplitResult& split);
 
  private:
-  enum class Kind : uint8_t { Range, GpuAnnotation, Launch, Kernel, Memcpy, Memset, DeviceSync, Instant, Known, Generic };
+  enum class Kind : uint8_t { Range, PythonFrame, GpuAnnotation, Launch, Kernel, Memcpy, Memset, DeviceSync, Instant, Known, Generic };
   Kind kind_of(std::string_view cat);
   void skip(const std::string& reason) { ++info_.skipped[reason]; }
   bool times(const RawEvent& e, bool need_dur, int64_t& begin, int64_t& end);

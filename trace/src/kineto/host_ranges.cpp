@@ -30,6 +30,13 @@ void emit_nested_ranges(std::vector<HostSpan>& spans, std::vector<Event>& out, u
     HostSpan s = spans[i];
     if (i > 0 && spans[i - 1].thread != s.thread) close_until(INT64_MAX);
     close_until(s.begin);
+    if (s.phase == Phase::Step) {  // the parents it outlives end where it begins
+      while (!open.empty() && s.end > open.back().end) {
+        emit(out, EventKind::RangeEnd, s.begin, open.back());
+        open.pop_back();
+        ++clamped;
+      }
+    }
     if (!open.empty() && s.end > open.back().end) {
       s.end = open.back().end;
       ++clamped;

@@ -14,22 +14,29 @@ uint16_t Tracks::host_thread(const TrackId& pid, const TrackId& tid) {
   }
   Key p = key(pid), t = key(tid);
   auto it = thread_index_.find({p, t});
-  uint16_t index;
-  if (it != thread_index_.end()) {
-    index = it->second;
-  } else if (threads_.size() < kMaxHostThreads) {
-    index = uint16_t(threads_.size());
-    threads_.push_back({p, t, 0});
-    thread_index_.emplace(std::make_pair(std::move(p), std::move(t)), index);
-  } else {
-    overflow_ = true;
-    index = uint16_t(kMaxHostThreads - 1);
-  }
+  const uint16_t index = it != thread_index_.end() ? it->second : add_thread(std::move(p), std::move(t), false);
   ++threads_[index].events;
   if (numeric) {
     last_numeric_ = {pid.number, tid.number};
     last_thread_ = index;
   }
+  return index;
+}
+
+uint16_t Tracks::python_lane(const TrackId& pid, const TrackId& tid) {
+  Key p = key(pid), t = key(tid);
+  auto it = python_index_.find({p, t});
+  return it != python_index_.end() ? it->second : add_thread(std::move(p), std::move(t), true);
+}
+
+uint16_t Tracks::add_thread(Key pid, Key tid, bool python) {
+  if (threads_.size() >= kMaxHostThreads) {
+    overflow_ = true;
+    return uint16_t(kMaxHostThreads - 1);
+  }
+  const auto index = uint16_t(threads_.size());
+  threads_.push_back({pid, tid, 0, python});
+  (python ? python_index_ : thread_index_).emplace(std::make_pair(std::move(pid), std::move(tid)), index);
   return index;
 }
 
@@ -53,7 +60,8 @@ void Tracks::emit_meta(int64_t ts, Interner& strings, std::vector<Event>& out, s
     const Thread& th = threads_[i];
     per_process[th.pid] += th.events;
     auto named = thread_names_.find({th.pid, th.tid});
-    const std::string name = named != thread_names_.end() ? named->second : fmt::format("thread {}", th.tid.second);
+    std::string name = named != thread_names_.end() ? named->second : fmt::format("thread {}", th.tid.second);
+    if (th.python) name += " (Python)";
     out.push_back(Event::from(make_meta(ts, MetaKey::ThreadName, 0, strings.intern(name), uint16_t(i))));
   }
   for (size_t i = 0; i < streams_.size(); ++i) {

@@ -21,6 +21,9 @@ inline constexpr int kMaxStreams = 255;
 class Tracks {
  public:
   uint16_t host_thread(const TrackId& pid, const TrackId& tid);
+  // The lane of a thread's python_function spans, named after the thread with " (Python)"
+  // (Note [Host spans that overlap] in host_ranges.hpp).
+  uint16_t python_lane(const TrackId& pid, const TrackId& tid);
   uint8_t stream(int64_t device, int64_t stream);
   // The stream index of a GPU annotation lane (named "... annotations" by emit_meta).
   uint8_t annotation_lane(int64_t device, int64_t s) {
@@ -43,8 +46,10 @@ class Tracks {
   struct Thread {
     Key pid, tid;
     uint64_t events = 0;
+    bool python = false;
   };
-  std::map<std::pair<Key, Key>, uint16_t> thread_index_;
+  uint16_t add_thread(Key pid, Key tid, bool python);
+  std::map<std::pair<Key, Key>, uint16_t> thread_index_, python_index_;
   std::vector<Thread> threads_;
   std::map<std::pair<int64_t, int64_t>, uint8_t> stream_index_;
   std::vector<std::pair<int64_t, int64_t>> streams_;

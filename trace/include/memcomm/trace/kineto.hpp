@@ -11,9 +11,8 @@
 // A Kineto trace is converted once, on load, into the event model every tool already reads:
 //   cpu_op, user_annotation, python_function, gpu_user_annotation and categories this reader does
 //     not know  -> RangeBegin/RangeEnd (Phase::Custom; "ProfilerStep#N" -> Phase::Step, id N).
-//     Host ranges nest LIFO per (pid, tid) thread; a span that ends after its parent is cut to the
-//     parent's end and counted (KinetoInfo::clamped_ranges). GPU annotations live on threads
-//     kGpuAnnotationThreadBase | stream index.
+//     Host ranges nest LIFO per (pid, tid) thread: Note [Host spans that overlap]. GPU annotations
+//     live on threads kGpuAnnotationThreadBase | stream index.
 //   cuda_runtime, cuda_driver (and the 2021 schema's "Runtime") -> Launch on the host thread, with
 //     the correlation id; names with "Synchronize" -> Sync.
 //   kernel, gpu_memcpy, gpu_memset, cuda_sync -> Kernel, Memcpy (CopyKind from the name), Memset and
