@@ -10,10 +10,12 @@
 #include "trace_memory.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <memcomm/common/bytes.hpp>
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <set>
 #include <stdexcept>
 
 #include "memcomm/snapshot/memory.hpp"
@@ -46,12 +48,31 @@ class HeldMemory {
   }
 };
 
+// `all` narrowed to one device (device < 0: all of it). A device the file does not know (`devices`
+// and those its blocks are on) is a usage error naming the ones it does, not an empty answer.
+Allocations on_device(Allocations all, int device, std::set<int> devices, const std::string& label) {
+  if (device < 0) return all;
+  for (const Allocation& a : all.list) devices.insert(a.device);
+  if (!devices.count(device))
+    throw std::invalid_argument(fmt::format("--device {}: {} has no device {} (devices: {})", device, label, device,
+                                            devices.empty() ? std::string("none") : fmt::format("{}", fmt::join(devices, ", "))));
+  return allocations_of_device(all, static_cast<std::uint8_t>(device));
+}
+
+// The devices a snapshot knows: one per device_traces list, and those its segments are on.
+std::set<int> snapshot_devices(const snapshot::Snapshot& s) {
+  std::set<int> devices;
+  for (std::size_t d = 0; d < s.device_traces.size(); ++d) devices.insert(static_cast<int>(d));
+  for (const snapshot::Segment& seg : s.segments) devices.insert(seg.device);
+  return devices;
+}
+
 // A snapshot. StackText points into `snap_`: not movable.
 class SnapshotMemory final : public HeldMemory {
  public:
   SnapshotMemory(const std::string& path, int device)
       : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_) {
-    if (device >= 0) allocs_.allocations = allocations_of_device(allocs_.allocations, static_cast<std::uint8_t>(device));
+    allocs_.allocations = on_device(std::move(allocs_.allocations), device, snapshot_devices(snap_), path);
   }
   const Allocations& allocations() const override { return allocs_.allocations; }
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
@@ -80,7 +101,10 @@ class TraceMemory final : public HeldMemory {
  public:
   TraceMemory(const std::string& path, const RankTrace& rank, int device)
       : label_(fmt::format("{} (rank {})", path, rank.rank)), allocs_(rank_allocations(rank)) {
-    if (device >= 0) allocs_ = allocations_of_device(allocs_, static_cast<std::uint8_t>(device));
+    if (allocs_.list.empty())
+      throw std::invalid_argument(fmt::format("{}: no allocation events (a torch.profiler trace records them with "
+                                              "profile_memory=True; memcomm-train and memcomm.profile with memcomm's allocator)", label_));
+    allocs_ = on_device(std::move(allocs_), device, {}, label_);
     for (Allocation& a : allocs_.list) a.stack = a.category;
   }
   const Allocations& allocations() const override { return allocs_; }

@@ -21,7 +21,7 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 SNAPSHOTS = sorted(glob.glob(str(SHARED / "pytorch-snapshots*" / "*.pickle")))
 # Collected and skipped (not skipped at import, which pytest reports as "no tests"), so ctest sees a
 # skip (conftest.py) where the shared data is missing.
-pytestmark = pytest.mark.skipif(not SNAPSHOTS, reason=f"no shared snapshots under {SHARED}")
+needs_shared = pytest.mark.skipif(not SNAPSHOTS, reason=f"no shared snapshots under {SHARED}")
 PARAMS = SNAPSHOTS or ["missing"]
 
 
@@ -32,10 +32,15 @@ def memcomm_memory(tool, path, at):
     return json.loads(out.stdout)
 
 
+def as_dict(snapshot):
+    """torch.cuda.memory_snapshot()'s list of segments as _memory_viz's command line wraps it."""
+    return snapshot if isinstance(snapshot, dict) else {"segments": snapshot, "traces": []}
+
+
 def memory_viz_end_state(snapshot):
     from torch.cuda import _memory_viz
     folded = defaultdict(int)
-    for line in _memory_viz.memory(snapshot, format_flamegraph=lambda s: s).splitlines():
+    for line in _memory_viz.memory(as_dict(snapshot), format_flamegraph=lambda s: s).splitlines():
         path, size = line.rsplit(" ", 1)
         _stream, state, stack = path.split(";", 2)
         if state == "active_allocated" and stack != "<gaps>":
@@ -49,6 +54,8 @@ def independent_peak(snapshot):
     Blocks the trace never allocated were live from its start: those it frees while they are not
     open, and those the end state holds active that are not open at the end.
     """
+    from torch.cuda import _memory_viz
+    snapshot = as_dict(snapshot)
     events = [(e.get("time_us", 0), dev, k, e) for dev, trace in enumerate(snapshot.get("device_traces", []))
               for k, e in enumerate(trace or [])]
     events.sort(key=lambda x: x[:3])
@@ -70,9 +77,12 @@ def independent_peak(snapshot):
                 freed_before.append((i, e["size"]))
         steps.append(live)
     for seg in snapshot["segments"]:
+        address = seg["address"]  # old files leave block addresses implicit
         for b in seg["blocks"]:
-            if b["state"] == "active_allocated" and (seg["device"], b["address"]) not in open_blocks:
-                before_trace += b["requested_size"]
+            address = b.get("address", address)
+            if b["state"] == "active_allocated" and (seg["device"], address) not in open_blocks:
+                before_trace += _memory_viz._block_extra(b)[1]  # requested bytes, as memory_viz reads them
+            address += b["size"]
     # Before-trace blocks are live until their free: add what is still held after each event.
     held = before_trace
     peak = held
@@ -83,6 +93,7 @@ def independent_peak(snapshot):
     return peak
 
 
+@needs_shared
 @pytest.mark.parametrize("path", PARAMS, ids=[Path(p).stem[:40] for p in PARAMS])
 def test_end_state_matches_memory_viz(tool, path):
     with open(path, "rb") as f:
@@ -95,6 +106,7 @@ def test_end_state_matches_memory_viz(tool, path):
     assert ours["live_bytes"] == sum(by_stack.values())
 
 
+@needs_shared
 @pytest.mark.parametrize("path", PARAMS, ids=[Path(p).stem[:40] for p in PARAMS])
 def test_sites_at_peak_add_up_to_the_peak(tool, path):
     with open(path, "rb") as f:
@@ -102,3 +114,42 @@ def test_sites_at_peak_add_up_to_the_peak(tool, path):
     ours = memcomm_memory(tool, path, "peak")
     assert sum(site["bytes"] for site in ours["sites"]) == ours["live_bytes"]
     assert ours["live_bytes"] == independent_peak(snapshot)
+
+
+def legacy_snapshots():
+    """Three older shapes memory_viz reads (Note [Snapshot shape] in trace/snapshot): PyTorch 2.0's
+    blocks, with their stack and requested size in their first history entry and no address; blocks
+    without requested_size; torch.cuda.memory_snapshot()'s bare list of segments."""
+    def frame(name, line):
+        return {"filename": "train.py", "line": line, "name": name}
+
+    def history_block(size, real, frames):  # a live block's history is its own allocation
+        return {"size": size, "state": "active_allocated", "history": [{"addr": 0, "real_size": real, "frames": frames}]}
+
+    def segment(address, blocks):
+        return {"device": 0, "address": address, "total_size": sum(b["size"] for b in blocks), "stream": 0,
+                "segment_type": "large", "allocated_size": 0, "active_size": 0, "blocks": blocks}
+
+    torch20 = {"segments": [segment(1 << 30, [history_block(1 << 20, 1000000, [frame("weights", 3)]),
+                                              {"size": 1 << 20, "state": "inactive",  # its past allocations
+                                               "history": [{"addr": 0, "real_size": 9, "frames": [frame("old", 5)]}] * 2},
+                                              history_block(2 << 20, 2000000, [frame("forward", 9), frame("main", 1)])])],
+               "device_traces": [[]]}
+    sizes_only = [segment(1 << 31, [{"size": 4 << 20, "state": "active_allocated", "address": 1 << 31},
+                                    {"size": 2 << 20, "state": "inactive", "address": (1 << 31) + (4 << 20)}])]
+    return {"torch20_history": torch20, "segment_list": sizes_only,
+            "no_requested_size": {"segments": sizes_only, "device_traces": [[]]}}
+
+
+@pytest.mark.parametrize("name", sorted(legacy_snapshots()))
+def test_older_snapshot_shapes_match_memory_viz(tool, tmp_path, name):
+    snapshot = legacy_snapshots()[name]
+    path = tmp_path / f"{name}.pickle"
+    path.write_bytes(pickle.dumps(snapshot))
+    ours = memcomm_memory(tool, str(path), "end")
+    by_stack = defaultdict(int)
+    for site in ours["sites"]:
+        by_stack[";".join(site["stack"])] += site["bytes"]
+    expected = memory_viz_end_state(snapshot)
+    assert dict(by_stack) == expected and ours["live_bytes"] > 0
+    assert memcomm_memory(tool, str(path), "peak")["live_bytes"] == independent_peak(snapshot)

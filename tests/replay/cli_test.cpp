@@ -72,8 +72,8 @@ TEST_CASE("cli: truncated, corrupt and hostile pickles exit 2 naming file and by
   CHECK(r.err.find("evil.pickle: byte offset 2: GLOBAL opcode refused") != std::string::npos);
 
   memcomm::test::PickleBuilder not_a_snapshot;
-  not_a_snapshot.proto(4).empty_list().stop();
-  auto wrong = dir.file("list.pickle", not_a_snapshot.bytes());
+  not_a_snapshot.proto(4).str("a string").stop();  // (a list is torch.cuda.memory_snapshot()'s segments)
+  auto wrong = dir.file("string.pickle", not_a_snapshot.bytes());
   r = run(dir, wrong.string());
   CHECK(r.code == 2);
   CHECK(r.err.find("not a PyTorch memory snapshot") != std::string::npos);

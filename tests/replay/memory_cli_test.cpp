@@ -52,6 +52,9 @@ TEST_CASE("memory cli: --device keeps one device's blocks", "[cli][memory]") {
   CHECK(live("--at end --device 2") == 0);
   CHECK(live("--at end") == 1000);
   CHECK(trace_tool(dir, "memory " + snap.string() + " --device 256").code == 2);
+  const Run absent = trace_tool(dir, "memory " + snap.string() + " --device 3");  // the file has devices 0-2
+  CHECK(absent.code == 2);
+  CHECK(absent.err.find("has no device 3 (devices: 0, 1, 2)") != std::string::npos);
 }
 
 TEST_CASE("memory cli: text mode and compare", "[cli][memory]") {

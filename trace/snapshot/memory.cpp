@@ -8,6 +8,8 @@
 #include <map>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 namespace memcomm::snapshot {
 namespace {
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
@@ -112,6 +114,11 @@ bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_
     return false;
   }
   t = saturating_add(a.begin, static_cast<std::int64_t>(std::llround(seconds * 1e9)));
+  if (t > a.end) {  // a time in milliseconds, or another trace's: the end state would hide the mistake
+    error = fmt::format("--at {}: past the trace's end ({:.6f} s after its begin; --at end is the end state)", spec,
+                        static_cast<double>(a.end - a.begin) / 1e9);
+    return false;
+  }
   return true;
 }
 

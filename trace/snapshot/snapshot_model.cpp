@@ -84,6 +84,7 @@ class Builder {
 
   void build() {
     const Value& root = doc_.root();
+    if (root.kind == Kind::list) return build_segments(root);  // torch.cuda.memory_snapshot(): Note [Snapshot shape]
     if (root.kind != Kind::dict) {
       throw ReadError(doc_.source(), kNoOffset,
                       fmt::format("not a PyTorch memory snapshot: the pickle holds a {}, not a dict", pickle::kind_name(root.kind)));
@@ -93,12 +94,7 @@ class Builder {
     if (!segs && !traces) {
       throw ReadError(doc_.source(), kNoOffset, "not a PyTorch memory snapshot: neither 'segments' nor 'device_traces' is present");
     }
-    if (segs) {
-      const Container& list = doc_.as_sequence(*segs, "segments");
-      snap_.segments.reserve(list.items.size());
-      spend(list.items.size(), "segments");
-      for (std::size_t k = 0; k < list.items.size(); ++k) snap_.segments.push_back(segment(list.items[k], k));
-    }
+    if (segs) build_segments(*segs);
     if (traces) {
       const Container& devs = doc_.as_sequence(*traces, "device_traces");
       snap_.device_traces.resize(devs.items.size());
@@ -117,6 +113,13 @@ class Builder {
 
  private:
   static constexpr std::uint32_t kUnset = ~std::uint32_t{0} - 1;
+
+  void build_segments(const Value& segs) {
+    const Container& list = doc_.as_sequence(segs, "segments");
+    snap_.segments.reserve(list.items.size());
+    spend(list.items.size(), "segments");
+    for (std::size_t k = 0; k < list.items.size(); ++k) snap_.segments.push_back(segment(list.items[k], k));
+  }
 
   // Note [Expansion budget]: the memo lets a small hostile pickle reference one list of 100,000
   // events from 100,000 devices (or one block list from every segment); copying that out would need
@@ -207,13 +210,29 @@ class Builder {
         const Value* addr = doc_.find(bv, "address");
         blk.address = addr ? get_u64(doc_, *addr, bfield("address")) : next_addr;
         next_addr = blk.address + blk.size;
-        if (const Value* r = doc_.find(bv, "requested_size")) blk.requested_size = get_u64(doc_, *r, bfield("requested_size"));
+        const Value* r = doc_.find(bv, "requested_size");
+        blk.requested_size = r ? get_u64(doc_, *r, bfield("requested_size")) : blk.size;
         if (const Value* st = doc_.find(bv, "state"); st && st->kind == Kind::string) blk.state = parse_state(doc_.text(*st));
-        if (const Value* f = doc_.find(bv, "frames"); f && opts_.keep_frames) blk.stack = stack(*f);
+        if (const Value* f = doc_.find(bv, "frames")) {
+          if (opts_.keep_frames) blk.stack = stack(*f);
+        } else if (const Value* h = doc_.find(bv, "history")) {
+          first_history(*h, blk, bfield);
+        }
         s.blocks.push_back(blk);
       }
     }
     return s;
+  }
+
+  // A PyTorch 2.0 block (no "frames"): its stack and requested size are its first history entry's
+  // "frames" and "real_size" (Note [Snapshot shape]).
+  template <class Field>
+  void first_history(const Value& history, Block& blk, Field&& bfield) {
+    if ((history.kind != Kind::list && history.kind != Kind::tuple) || doc_.container(history).items.empty()) return;
+    const Value& h = doc_.container(history).items.front();
+    if (h.kind != Kind::dict) return;
+    if (const Value* r = doc_.find(h, "real_size")) blk.requested_size = get_u64(doc_, *r, bfield("history[0].real_size"));
+    if (const Value* f = doc_.find(h, "frames"); f && opts_.keep_frames) blk.stack = stack(*f);
   }
 
   void settings(const Value& v) {

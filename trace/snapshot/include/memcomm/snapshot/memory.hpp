@@ -55,7 +55,7 @@ struct MemoryAt {
 };
 MemoryAt memory_at(const prof::Allocations& a, const StackText& text, std::int64_t t);
 
-// `memcomm-trace memory --at`: "end", "peak", or seconds from the trace's begin ("1.5").
+// `memcomm-trace memory --at`: "end", "peak", or seconds from the trace's begin ("1.5") up to its end.
 // Returns false (with a message) for anything else.
 bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_t& t, std::string& error);
 

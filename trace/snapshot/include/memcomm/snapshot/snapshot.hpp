@@ -3,12 +3,17 @@
 // nothing of the allocator.
 //
 // Note [Snapshot shape]: the pickle is a dict with
-//   segments:        end-state segments, each with its blocks (address, size, requested_size, state)
+//   segments:        end-state segments, each with its blocks (address, size, requested_size, state,
+//                    frames). As torch's _memory_viz reads them: a block without requested_size
+//                    asked for its size; a PyTorch 2.0 block has no frames but a history, whose
+//                    first entry's frames and real_size are the block's stack and requested size.
 //   device_traces:   one list of events per device: alloc, free_requested, free_completed,
 //                    segment_alloc, segment_free, segment_map, segment_unmap, snapshot, oom
 //                    (addr, size = requested unrounded size, stream, time_us (absent in old files),
 //                    frames (absent on some events))
 //   allocator_settings (absent in old files).
+// A pickle that holds a list is torch.cuda.memory_snapshot()'s: the segments alone, as _memory_viz
+// also takes them.
 // Extra keys (compile_context, user_metadata, device_free, external_annotations...) are ignored.
 // Note [Snapshot actions]: an event's action is the prof::EventKind of the same name (PyTorch's
 // action names are kind_name()'s spellings), so the replay and the viewer read snapshots and
@@ -57,7 +62,7 @@ enum class BlockState : std::uint8_t { active_allocated, active_pending_free, in
 struct Block {
   std::uint64_t address = 0;
   std::uint64_t size = 0;            // rounded bytes the block spans
-  std::uint64_t requested_size = 0;  // what the user asked for (0 when inactive in some files)
+  std::uint64_t requested_size = 0;  // what the user asked for (Note [Snapshot shape]; 0 when inactive in some files)
   std::uint32_t stack = kNoStack;
   BlockState state = BlockState::other;
   bool is_active() const noexcept {
