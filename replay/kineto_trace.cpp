@@ -145,6 +145,10 @@ TraceRequests read_kineto_trace(const std::string& path) {
   TraceRequests out;
   out.file = path;
   out.format = "torch-profiler";
+  if (k.info.memory_events_without_addr)
+    out.notes.push_back(fmt::format("{} [memory] events have no Addr (the 2021 schema): each free is paired with the "
+                                    "latest live allocation of its size, so live bytes are exact but which of two "
+                                    "same-size blocks was freed is a guess", k.info.memory_events_without_addr));
   if (k.info.truncated) {
     out.recovery = k.info.truncation;
     if (out.recovery.rfind(path + ": ", 0) == 0) out.recovery.erase(0, path.size() + 2);

@@ -119,6 +119,7 @@ nlohmann::json kineto_json(const std::string& path, const KinetoTrace& k, const 
                  {"saturated_durations", i.saturated_durations},
                  {"comm_kernels", i.comm_kernels},
                  {"memory_events", i.memory_events},
+                 {"memory_events_without_addr", i.memory_events_without_addr},
                  {"float_timestamps", i.float_timestamps},
                  {"display_time_unit", i.display_time_unit},
                  {"base_time_ns", i.base_time_ns},

@@ -216,6 +216,38 @@ TEST_CASE("kineto: with_stack's Python frames get a lane of their own and never 
   CHECK(lanes[lane_of["train.py(9): <module>"]] == "main (Python)");
 }
 
+TEST_CASE("kineto: [memory] events without Addr pair each free with a live allocation of its size", "[kineto]") {
+  // Note [Memory events without addresses]: the 2021 schema. 30 bytes were live before the trace.
+  const char* t = R"json({"traceEvents": [
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 100}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 100}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 3, "args": {"Device Type": 1, "Device Id": 0, "Bytes": -100}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 4, "args": {"Device Type": 0, "Device Id": -1, "Bytes": 100}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 5, "args": {"Device Type": 1, "Device Id": 0, "Bytes": -30}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 6, "args": {"Device Type": 1, "Device Id": 0, "Bytes": -100}}
+  ]})json";
+  const KinetoTrace k = read_kineto_buffer(t, "t.json");
+  CHECK(k.info.memory_events_without_addr == 6);
+  std::vector<uint64_t> gpu_allocs, gpu_frees, host;
+  std::vector<uint64_t> allocated;
+  for (const Event& e : k.trace.events) {
+    if (e.kind == EventKind::MemSample && e.as<MemSampleEvent>().device == 0) allocated.push_back(e.as<MemSampleEvent>().value);
+    if (e.kind != EventKind::Alloc && e.kind != EventKind::FreeRequested) continue;
+    const auto b = e.as<MemBlockEvent>();
+    if (b.device == kHostDevice) host.push_back(b.addr());
+    else (e.kind == EventKind::Alloc ? gpu_allocs : gpu_frees).push_back(b.addr());
+  }
+  REQUIRE(gpu_allocs.size() == 2);
+  REQUIRE(gpu_frees.size() == 3);
+  CHECK(gpu_allocs[0] != gpu_allocs[1]);
+  CHECK(gpu_frees[0] == gpu_allocs[1]);  // the latest live block of its size
+  CHECK(gpu_frees[2] == gpu_allocs[0]);
+  CHECK(gpu_frees[1] != gpu_allocs[0]);  // 30 bytes from before the trace: a block of its own
+  CHECK(gpu_frees[1] != gpu_allocs[1]);
+  REQUIRE(host.size() == 1);
+  CHECK(allocated == std::vector<uint64_t>{130, 230, 130, 100, 0});  // live bytes, the 30 included
+}
+
 TEST_CASE("kineto: a file cut short keeps every complete event and says where it stopped", "[kineto]") {
   const std::string full = kTrace;
   const size_t cut = full.find("gpu_memset");  // inside the memset event

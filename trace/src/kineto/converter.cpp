@@ -214,11 +214,16 @@ void Converter::on_memory(const RawEvent& e, int64_t ts, bool oom) {
     return;
   }
   const uint64_t size = e.mem_bytes < 0 ? uint64_t(-(e.mem_bytes + 1)) + 1 : uint64_t(e.mem_bytes);
+  uint64_t addr = e.addr;
+  if (!e.has_addr && e.mem_bytes != 0) {  // Note [Memory events without addresses] (size_pairing.hpp)
+    ++info_.memory_events_without_addr;
+    addr = e.mem_bytes > 0 ? unaddressed_.alloc(ts, device, size) : unaddressed_.free(ts, device, size);
+  }
   if (e.mem_bytes > 0) {
-    events_.push_back(Event::from(make_mem_block(EventKind::Alloc, ts, e.addr, size, device)));
+    events_.push_back(Event::from(make_mem_block(EventKind::Alloc, ts, addr, size, device)));
   } else if (e.mem_bytes < 0) {
-    events_.push_back(Event::from(make_mem_block(EventKind::FreeRequested, ts, e.addr, size, device)));
-    events_.push_back(Event::from(make_mem_block(EventKind::FreeCompleted, ts, e.addr, size, device)));
+    events_.push_back(Event::from(make_mem_block(EventKind::FreeRequested, ts, addr, size, device)));
+    events_.push_back(Event::from(make_mem_block(EventKind::FreeCompleted, ts, addr, size, device)));
   }
   if (e.total_allocated >= 0)
     events_.push_back(Event::from(make_mem_sample(ts, MemMetric::Allocated, uint64_t(e.total_allocated), device)));
@@ -281,6 +286,7 @@ KinetoTrace Converter::finish(const SplitResult& split) {
   if (tracks_.overflowed()) skip("tracks beyond the lanes memcomm keeps (merged into the last lane)");
   // Note [One origin for every torch.profiler trace]; baseTimeNanoseconds comes after the events.
   take_top_level();
+  unaddressed_.emit_samples(events_);
   const int64_t shift = info_.base_time_ns - kKinetoEpochNs;
   for (Event& e : events_) e.ts += shift;
   for (HostSpan& s : spans_) s.begin += shift, s.end += shift;

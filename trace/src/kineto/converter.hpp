@@ -13,6 +13,7 @@
 #include "json_splitter.hpp"
 #include "memcomm/trace/kineto.hpp"
 #include "raw_event.hpp"
+#include "size_pairing.hpp"
 #include "tracks.hpp"
 
 namespace memcomm::prof::kineto {
@@ -73,6 +74,7 @@ class Converter final : public SplitHandler {
   int64_t min_ts_ = INT64_MAX;
   uint32_t rank_ = 0, world_size_ = 0;
   TopLevel top_;
+  SizePairing unaddressed_;  // Note [Memory events without addresses]
 };
 
 }  // namespace memcomm::prof::kineto

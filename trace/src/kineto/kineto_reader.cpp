@@ -88,6 +88,9 @@ std::string kineto_info_text(const KinetoInfo& i) {
   for (const auto& [cat, n] : i.categories) s += fmt::format("  category {:<24} {:>10}\n", cat, n);
   for (const auto& [cat, n] : i.generic) s += fmt::format("  kept as generic ranges: {} ({})\n", cat, n);
   s += fmt::format("  flows {}, communication kernels {}, [memory] events {}\n", i.flows, i.comm_kernels, i.memory_events);
+  if (i.memory_events_without_addr)
+    s += fmt::format("  [memory] events without Addr (2021 schema): {}, each free paired with the latest live "
+                     "allocation of its size\n", i.memory_events_without_addr);
   if (i.clamped_ranges) s += fmt::format("  ranges cut to fit inside their parent: {}\n", i.clamped_ranges);
   if (i.saturated_durations) s += fmt::format("  spans longer than 4.29 s (kept at 4.29 s): {}\n", i.saturated_durations);
   for (const auto& [why, n] : i.skipped) s += fmt::format("  skipped: {} ({})\n", why, n);

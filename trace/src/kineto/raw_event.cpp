@@ -64,7 +64,10 @@ void read_arg(std::string_view k, od::value a, RawEvent& e) {
   switch (k.size()) {
     case 4:
       if (k == "name") read_string(a, e.arg_name);
-      else if (k == "Addr" && a.get_uint64().get(e.addr)) e.addr = 0;
+      else if (k == "Addr") {
+        e.has_addr = a.get_uint64().get(e.addr) == simdjson::SUCCESS;
+        if (!e.has_addr) e.addr = 0;
+      }
       break;
     case 5:
       if (k == "bytes") read_int(a, e.bytes);

@@ -36,6 +36,7 @@ struct RawEvent {
   int64_t device_type = kNoArg, device_id = kNoArg, mem_bytes = kNoArg, total_allocated = kNoArg,
           total_reserved = kNoArg;
   uint64_t addr = 0;
+  bool has_addr = false;            // the 2021 schema's [memory] events have no Addr
   int64_t in_nelems = kNoArg, out_nelems = kNoArg, group_size = kNoArg;
   std::string_view arg_name;        // M events: args.name
   std::string_view collective, dtype, pg_name, pg_ranks;

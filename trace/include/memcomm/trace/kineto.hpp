@@ -21,7 +21,8 @@
 //     = 1) and also becomes a collective: Note [Collectives from communication kernels].
 //   [memory] instant events -> Alloc (Bytes > 0) or FreeRequested + FreeCompleted (Bytes < 0) at
 //     Addr on the device ("Device Type" 0 is the host), plus MemSample Allocated and Reserved
-//     from "Total Allocated" / "Total Reserved".
+//     from "Total Allocated" / "Total Reserved". Events without Addr (the 2021 schema): Note
+//     [Memory events without addresses] in src/kineto/size_pairing.hpp.
 //   ph "C" counters -> Counter per numeric arg; flows (ac2g, fwdbwd) are counted, not stored: the
 //     correlation id on both ends already links a launch to its GPU span.
 //   distributedInfo -> Meta Rank and WorldSize (rank 0 when absent, as HTA does); deviceProperties
@@ -72,6 +73,7 @@ struct KinetoInfo {
   uint64_t saturated_durations = 0;  // device/launch spans longer than ComputeEvent can hold
   uint64_t comm_kernels = 0;     // kernels that became collectives
   uint64_t memory_events = 0;    // [memory] events converted
+  uint64_t memory_events_without_addr = 0;  // of them, paired by size (Note [Memory events without addresses])
   bool float_timestamps = false; // sub-microsecond digits present
   std::string display_time_unit; // "ns", "ms", "" when absent
   int64_t base_time_ns = 0;      // baseTimeNanoseconds (0 when absent: timestamps are Unix us)
