@@ -3,7 +3,8 @@
 // 0.5.0 gave (TraceAnalysis(trace_dir=...).get_temporal_breakdown() and get_comm_comp_overlap(),
 // pandas 3): the last ProfilerStep taken from a GPU-side annotation that starts after the CPU's,
 // a kernel without a correlation id kept by its ts, one whose launch is missing dropped, an
-// "Event Sync" kept without one, a "Stream Wait Event" counted as compute, a "Memcpy" that ends
+// "Event Sync" kept without one, a "Context Sync" at stream -1 that is no GPU row at all (75 us that
+// would change every figure), a "Stream Wait Event" counted as compute, a "Memcpy" that ends
 // before it starts once rounded, and Unix-epoch float timestamps rounded through float64.
 #include <cstdio>
 #include <fstream>
@@ -48,6 +49,7 @@ std::string hand_made_trace() {
       ev("kernel", "no_correlation_kernel", "090.75", "5.25", R"("stream":7,"device":0)"),
       ev("kernel", "no_launch_kernel", "095.25", "3.5", R"("correlation":99,"stream":7,"device":0)"),
       ev("cuda_sync", "Event Sync", "185.5", "4.25", R"("stream":7,"device":0)"),
+      ev("cuda_sync", "Context Sync", "020.25", "75.5", R"("stream":-1,"device":0)"),  // no row: no stream
       ev("gpu_user_annotation", "ProfilerStep#2", "140.5", "10.25", R"("device":0)"),
   };
   std::string json = R"({"schemaVersion":1,"distributedInfo":{"rank":0,"world_size":1},"traceEvents":[)";

@@ -104,6 +104,7 @@ std::vector<Row> gpu_rows(const RankTrace& r, const HtaClock& clock, bool with_s
   for (const Event& e : r.events) {
     if (!is_device_span(e) || (e.kind == EventKind::Sync && !with_sync)) continue;
     const auto c = e.as<ComputeEvent>();
+    if (e.kind == EventKind::Sync && c.sub == kDeviceWideSync) continue;  // HTA's rows have a stream (not -1)
     const bool named = e.kind == EventKind::Kernel || e.kind == EventKind::Sync;
     const int64_t ts = clock.ts_us(c.ts);
     if (launches) {

@@ -178,7 +178,8 @@ void Converter::add_device_span(const RawEvent& e, Kind kind, int64_t begin, int
   }
   const StringId name = strings_.intern(e.name);
   if (kind == Kind::DeviceSync) {
-    events_.push_back(Event::from(make_compute(EventKind::Sync, begin, end, stream, name, corr, dev)));
+    const uint8_t wide = e.stream == kNoArg || e.stream == -1 ? kDeviceWideSync : 0;
+    events_.push_back(Event::from(make_compute(EventKind::Sync, begin, end, stream, name, corr, dev, wide)));
     return;
   }
   const bool comm = is_comm_kernel(name);

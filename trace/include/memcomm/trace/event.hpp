@@ -259,6 +259,7 @@ struct ComputeEvent {
   uint8_t stream;      // device spans: producer's stream index (StreamName metadata names it);
                        // host spans (Launch/Sync): low byte of the thread index
   uint8_t sub;         // Memcpy: CopyKind; Kernel: 1 if it is a communication kernel (NCCL);
+                       // device Sync: kDeviceWideSync if on no stream (torch.profiler's stream -1);
                        // host spans: high byte of the thread index
   uint32_t dur_ns;     // duration, saturating at ~4.29 s (kMaxDuration)
   uint32_t corr;       // correlation id (links Launch -> Kernel/Memcpy/Memset)
@@ -374,6 +375,10 @@ inline ComputeEvent make_compute(EventKind k, int64_t start, int64_t end, uint8_
   e.corr = corr; e.stream = stream; e.arg = arg;
   return e;
 }
+// ComputeEvent::sub of a device Sync that waits on no one stream ("Event Sync" and "Context Sync"
+// at stream -1 in torch.profiler traces).
+inline constexpr uint8_t kDeviceWideSync = 1;
+
 // Launch/Sync on a host thread.
 inline ComputeEvent make_host_span(EventKind k, int64_t start, int64_t end, uint16_t thread, StringId name,
                                    uint32_t corr = 0) {

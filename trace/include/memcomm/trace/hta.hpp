@@ -11,9 +11,14 @@
 //   rounding    timestamps that are floats are rounded first: ts = ceil(ts), end = floor(ts + dur)
 //               in float64, so an event under a microsecond can end before it starts (Note [HTA's float64
 //               microseconds] in src/hta_clock.hpp).
-//   GPU rows    rows with a stream: Kernel, Memcpy, Memset and device Sync spans (not the
-//               gpu_user_annotation ranges). Kernel and Sync names come from the string table;
-//               Memcpy and Memset spans are named "Memcpy ..."/"Memset ..." by Kineto.
+//   GPU rows    rows with a stream (args.stream other than -1, an absent one reading as -1): Kernel,
+//               Memcpy, Memset and device Sync spans (not the gpu_user_annotation ranges, nor an
+//               "Event Sync" at stream -1: kDeviceWideSync). Kernel and Sync names come from the
+//               string table; Memcpy and Memset spans are named "Memcpy ..."/"Memset ..." by Kineto.
+//               Not reproduced: HTA also takes a host op that carries a stream argument (the Triton
+//               launches of torch.compile traces, "triton_poi_fused_...") as a GPU row, with its
+//               CPU-side time; memcomm's ranges keep no stream, so such a trace's figures differ by
+//               those ops' share (0.1 point of idle on TraceLens' compile and B200 test traces).
 //   kinds       COMMUNICATION: re.match("^nccl.*Kernel"); COMPUTATION: not
 //               re.match("(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)") -- re.match anchors at the
 //               start, so a name containing Memcpy or Sync, or starting with Memset, is not compute.
