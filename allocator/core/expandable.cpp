@@ -197,6 +197,13 @@
 // trades a few more mapped bytes (which the page budget then takes back from old free pages) for fewer
 // calls: octree-nca 56 -> 53 calls at the same ratio, no change elsewhere. The choice and map-ahead are
 // pure functions (expandable_arena.hpp) of the free blocks and budget figures gathered here.
+// The budget's taking back is a call too: a window that needs more bytes than the budget's headroom
+// makes growth unmap free pages elsewhere first, so it costs one call more than its pieces. Counting
+// only the map calls, a window of one piece in fresh address space beat a window of one piece that
+// reused free mapped pages with fewer new bytes, and the arena crept upward while the budget unmapped
+// behind it. With the unmap counted, hanfa (pytorch-snapshots-2) reserves 1.006 x live instead of
+// 1.011 (1.003 x PyTorch's better mode, was 1.009) at the same 87 calls; no other shared, synthetic
+// (150) or outside snapshot (17, bench/results/allocator-cpu.md) changes at all.
 //
 // Note [Finding a window's free blocks]
 // The window choice ranks windows inside runs of touching free blocks that hold the request
@@ -325,7 +332,10 @@ CachingAllocator::Impl::WindowChoice CachingAllocator::Impl::decide_window(const
   std::vector<FreeRange> free;
   free.reserve(c.blocks.size());
   for (const Block* b : c.blocks) free.push_back({b->addr, b->size, b->mapped});
-  c.decision = choose_window(free, size, page);  // Note [Window choice]
+  const std::int64_t hw = high_water_with(size);
+  const std::size_t limit = cap ? std::min(budget.limit(hw), cap) : budget.limit(hw);
+  const auto reserved = std::size_t(stats.reserved_bytes.current);
+  c.decision = choose_window(free, size, page, limit > reserved ? limit - reserved : 0);  // Note [Window choice]
   return c;
 }
 

@@ -10,12 +10,14 @@ namespace memcomm::alloc {
 
 namespace {
 
-bool better(const WindowDecision& c, const WindowDecision& best) {
+bool better(const WindowDecision& c, const WindowDecision& best, std::size_t headroom) {
   if (!best.found) return true;
-  // (see Note [Window choice]) A window that needs no mapping wins; among windows that do, fewer map calls
-  // win before fewer bytes, since the page budget bounds the bytes anyway.
+  // (see Note [Window choice]) A window that needs no mapping wins; among windows that do, fewer source
+  // calls win before fewer bytes, since the page budget bounds the bytes anyway: a map call per unmapped
+  // piece, and an unmap when the window needs more than the budget's headroom.
   if ((c.need == 0) != (best.need == 0)) return c.need == 0;
-  if (c.pieces != best.pieces) return c.pieces < best.pieces;
+  const std::size_t calls_c = c.pieces + (c.need > headroom), calls_b = best.pieces + (best.need > headroom);
+  if (calls_c != calls_b) return calls_c < calls_b;
   if (c.need != best.need) return c.need < best.need;
   if (c.run != best.run) return c.run < best.run;
   return c.start < best.start;
@@ -43,7 +45,8 @@ WindowDecision evaluate(const std::vector<FreeRange>& free, std::size_t from, st
 
 }  // namespace
 
-WindowDecision choose_window(const std::vector<FreeRange>& free, std::size_t size, std::size_t page) {
+WindowDecision choose_window(const std::vector<FreeRange>& free, std::size_t size, std::size_t page,
+                             std::size_t headroom) {
   WindowDecision best;
   for (std::size_t first = 0; first < free.size();) {
     std::size_t last = first;
@@ -55,14 +58,14 @@ WindowDecision choose_window(const std::vector<FreeRange>& free, std::size_t siz
         const FreeRange& r = free[i];
         if (r.addr + size <= run_end) {
           const WindowDecision c = evaluate(free, i, last, run, r.addr, size, page);
-          if (better(c, best)) best = c;
+          if (better(c, best, headroom)) best = c;
         }
         if (r.addr + r.size >= run_start + size) {
           const std::uintptr_t start = r.addr + r.size - size;
           std::size_t from = i;
           while (from > first && free[from].addr > start) --from;
           const WindowDecision c = evaluate(free, from, last, run, start, size, page);
-          if (better(c, best)) best = c;
+          if (better(c, best, headroom)) best = c;
         }
       }
     }

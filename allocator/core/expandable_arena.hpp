@@ -37,9 +37,12 @@ struct WindowDecision {
 
 // The window for `size` bytes among `free` (address order; ranges that touch form a run; adjacent
 // unmapped ranges never touch). Candidates start at the start or end at the end of a range of a run that
-// holds `size`; the best needs no mapping if any does, else the fewest map calls, then the fewest
-// bytes to map, then the smallest run, then the lowest address (Note [Window choice]).
-WindowDecision choose_window(const std::vector<FreeRange>& free, std::size_t size, std::size_t page);
+// holds `size`; the best needs no mapping if any does, else the fewest source calls (a map per unmapped
+// piece, and one unmap if it needs more than `headroom`, the bytes the page budget lets growth map
+// without giving any back), then the fewest bytes to map, then the smallest run, then the lowest address
+// (Note [Window choice]).
+WindowDecision choose_window(const std::vector<FreeRange>& free, std::size_t size, std::size_t page,
+                             std::size_t headroom = std::numeric_limits<std::size_t>::max());
 
 // What growth at the end of an unmapped range may map beyond the window (Note [Map ahead]).
 struct MapAheadInputs {

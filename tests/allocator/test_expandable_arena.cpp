@@ -40,6 +40,26 @@ TEST_CASE("window choice: fewer map calls win before fewer bytes", "[allocator][
   CHECK(d.need == 6 * MiB);  // [11, 16) MiB of the unmapped block, rounded out to pages [10, 16)
 }
 
+TEST_CASE("window choice: the unmap the page budget would force counts as a call", "[allocator][arena]") {
+  // Run 1: unmapped 2 MiB | mapped 4 MiB | unmapped 2 MiB (8 MiB: two map calls, 4 MiB of pages).
+  // Run 2 (after a gap): unmapped 64 MiB (one map call, 8 MiB of pages).
+  const std::vector<FreeRange> free = {{kBase, 2 * MiB, false},
+                                       {kBase + 2 * MiB, 4 * MiB, true},
+                                       {kBase + 6 * MiB, 2 * MiB, false},
+                                       {kBase + 16 * MiB, 64 * MiB, false}};
+  const WindowDecision roomy = choose_window(free, 8 * MiB, kPage);  // the budget takes nothing back
+  REQUIRE(roomy.found);
+  CHECK(roomy.start == kBase + 16 * MiB);
+  CHECK(roomy.pieces == 1);
+  // With 6 MiB of headroom the fresh window costs a map and an unmap, as many calls as run 1's two
+  // maps, and run 1 maps fewer bytes (Note [Window choice]).
+  const WindowDecision tight = choose_window(free, 8 * MiB, kPage, 6 * MiB);
+  REQUIRE(tight.found);
+  CHECK(tight.start == kBase);
+  CHECK(tight.pieces == 2);
+  CHECK(tight.need == 4 * MiB);
+}
+
 TEST_CASE("window choice: among equal costs the smaller run, then the lower address", "[allocator][arena]") {
   const std::vector<FreeRange> free = {{kBase, 8 * MiB, true}, {kBase + 16 * MiB, 4 * MiB, true},
                                        {kBase + 32 * MiB, 4 * MiB, true}};
