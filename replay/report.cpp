@@ -37,12 +37,15 @@ std::string format_table(const std::vector<ReplayResult>& results) {
                                 "res/live", "F", "OOMs", "src alloc", "src free", "bound", "events", "seconds", "Mev/s");
   for (const auto& r : results) {
     const bool recorded = r.policy == kRecordedPolicy;
-    out += fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8.3f}  {:>6.3f}  {:>5}  {:>9}  {:>8}  {:>5}  {:>7}  {:>8}  {:>7}\n",
+    const bool unknown = recorded && r.peak_reserved == 0;  // the trace says nothing of reserved bytes
+    auto figure = [unknown](double v, int precision) { return unknown ? std::string("-") : fmt::format("{:.{}f}", v, precision); };
+    out += fmt::format("{:<{}}  {}{:>4}  {:<{}}  {:>11}  {:>11}  {:>8}  {:>6}  {:>5}  {:>9}  {:>8}  {:>5}  {:>7}  {:>8}  {:>7}\n",
                        basename(r.file), file_w, rank_cell(r.rank == kNoRank ? "-" : std::to_string(r.rank)),
                        r.device == prof::kHostDevice && r.format != "pytorch-snapshot" ? std::string("host")
                                                                                         : std::to_string(r.device),
                        r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w, mib(r.peak_live),
-                       mib(r.peak_reserved), r.reserved_over_live(), r.fragmentation(), r.ooms, r.source_allocs,
+                       unknown ? std::string("-") : mib(r.peak_reserved), figure(r.reserved_over_live(), 3),
+                       figure(r.fragmentation(), 3), r.ooms, r.source_allocs,
                        r.source_frees, r.call_bound, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
                        recorded || r.seconds <= 0 ? "-" : fmt::format("{:.2f}", double(r.events) / r.seconds / 1e6));
   }
