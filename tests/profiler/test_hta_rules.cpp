@@ -3,7 +3,8 @@
 // 0.5.0 gave (TraceAnalysis(trace_dir=...).get_temporal_breakdown() and get_comm_comp_overlap(),
 // pandas 3): the last ProfilerStep taken from a GPU-side annotation that starts after the CPU's,
 // a kernel without a correlation id kept by its ts, one whose launch is missing dropped, an
-// "Event Sync" kept without one, a "Context Sync" at stream -1 that is no GPU row at all (75 us that
+// "Event Sync" kept without one, two spans of a category HTA does not know but that carry a stream
+// (MTIA's; a "dma_request" is memory, not compute), a "Context Sync" at stream -1 that is no GPU row at all (75 us that
 // would change every figure), a "Stream Wait Event" counted as compute, a "Memcpy" that ends
 // before it starts once rounded, and Unix-epoch float timestamps rounded through float64.
 #include <cstdio>
@@ -50,6 +51,8 @@ std::string hand_made_trace() {
       ev("kernel", "no_launch_kernel", "095.25", "3.5", R"("correlation":99,"stream":7,"device":0)"),
       ev("cuda_sync", "Event Sync", "185.5", "4.25", R"("stream":7,"device":0)"),
       ev("cuda_sync", "Context Sync", "020.25", "75.5", R"("stream":-1,"device":0)"),  // no row: no stream
+      ev("mtia_ccp_events", "dma_request", "033.5", "6.25", R"("correlation":3,"stream":30)"),  // memory, not compute
+      ev("mtia_ccp_events", "pe_exe", "041.0", "3.5", R"("correlation":3,"stream":30)"),
       ev("gpu_user_annotation", "ProfilerStep#2", "140.5", "10.25", R"("device":0)"),
   };
   std::string json = R"({"schemaVersion":1,"distributedInfo":{"rank":0,"world_size":1},"traceEvents":[)";
@@ -90,16 +93,16 @@ TEST_CASE("HTA's step filter, launch match, kinds and rounding equal HTA 0.5.0 o
   const std::vector<HtaRank> h = analyze_hand_made(false);
   REQUIRE(h.size() == 1);
   CHECK(h[0].step_filter);
-  check(h[0].hta, {149, 92, 35, 61.74, 23.49, 14.77, 34.48});
-  CHECK(h[0].hta.gpu_rows == 7);
+  check(h[0].hta, {155, 93, 35, 60.0, 22.58, 17.42, 34.48});
+  CHECK(h[0].hta.gpu_rows == 9);
   // memcomm's whole-trace variant: every kernel and memcpy, no sync spans.
-  check(h[0].whole_trace, {150, 64, 58, 42.67, 38.67, 18.67, 48.15});
-  CHECK(h[0].whole_trace.gpu_rows == 8);
+  check(h[0].whole_trace, {156, 65, 58, 41.67, 37.18, 21.15, 48.15});
+  CHECK(h[0].whole_trace.gpu_rows == 10);
 }
 
 TEST_CASE("HTA's include_last_profiler_step equals HTA 0.5.0 on a hand-made trace", "[trace][hta]") {
   const std::vector<HtaRank> h = analyze_hand_made(true);
   REQUIRE(h.size() == 1);
-  check(h[0].hta, {150, 57, 65, 38.0, 43.33, 18.67, 48.15});
-  CHECK(h[0].hta.gpu_rows == 9);
+  check(h[0].hta, {156, 58, 65, 37.18, 41.67, 21.15, 48.15});
+  CHECK(h[0].hta.gpu_rows == 11);
 }

@@ -41,7 +41,8 @@ class KernelKinds {
 
  private:
   std::regex comm_{"^nccl.*Kernel"};
-  std::regex not_compute_{"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)"};
+  // NCCL_COMPUTE_KERNEL_RE, and MEMORY_KERNEL_RE's (^dma), which get_kernel_type tests first.
+  std::regex not_compute_{"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)|(^dma)"};
   std::unordered_map<StringId, RowKind> cache_;
 };
 

@@ -134,6 +134,10 @@ void Converter::on_complete(const RawEvent& e, Kind kind) {
     case Kind::PythonFrame:  // Note [Host spans that overlap] (host_ranges.hpp)
       return add_range(e, begin, end, tracks_.python_lane(e.pid, e.tid), false);
     case Kind::Generic:
+      if (e.stream != kNoArg && e.stream != -1) {  // a device's work (MTIA's mtia_ccp_events): as HTA reads it
+        ++info_.device_generic[std::string(e.cat)];
+        return add_device_span(e, Kind::Kernel, begin, end);
+      }
       ++info_.generic[std::string(e.cat.empty() ? "<none>" : e.cat)];
       [[fallthrough]];
     default:

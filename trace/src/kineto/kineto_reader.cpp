@@ -87,6 +87,7 @@ std::string kineto_info_text(const KinetoInfo& i) {
                    i.base_time_ns ? fmt::format(", baseTimeNanoseconds {}", i.base_time_ns) : "");
   for (const auto& [cat, n] : i.categories) s += fmt::format("  category {:<24} {:>10}\n", cat, n);
   for (const auto& [cat, n] : i.generic) s += fmt::format("  kept as generic ranges: {} ({})\n", cat, n);
+  for (const auto& [cat, n] : i.device_generic) s += fmt::format("  kept as kernels on their stream: {} ({})\n", cat, n);
   s += fmt::format("  flows {}, communication kernels {}, [memory] events {}\n", i.flows, i.comm_kernels, i.memory_events);
   if (i.memory_events_without_addr)
     s += fmt::format("  [memory] events without Addr (2021 schema): {}, each free paired with the latest live "

@@ -19,9 +19,12 @@
 //               launches of torch.compile traces, "triton_poi_fused_...") as a GPU row, with its
 //               CPU-side time; memcomm's ranges keep no stream, so such a trace's figures differ by
 //               those ops' share (0.1 point of idle on TraceLens' compile and B200 test traces).
-//   kinds       COMMUNICATION: re.match("^nccl.*Kernel"); COMPUTATION: not
-//               re.match("(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)") -- re.match anchors at the
-//               start, so a name containing Memcpy or Sync, or starting with Memset, is not compute.
+//   kinds       COMMUNICATION: re.match("^nccl.*Kernel"); MEMORY: re.match("(^Memcpy)|(^Memset)|(^dma)");
+//               COMPUTATION: neither, and not re.match("(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+//               -- re.match anchors at the start, so a name containing Memcpy or Sync, or starting
+//               with Memset or dma (MTIA's dma_request), is not compute.
+//   devices     an event of a category this reader does not know that carries a stream (MTIA's
+//               mtia_ccp_events) is a GPU row, as for HTA every row with a stream is one.
 //   union       merge_kernel_intervals(): rows sorted by ts, a new group where ts > the largest end
 //               so far, each group [min ts, max end], the union the sum of (end - ts) over groups.
 //   temporal    kernel_time = last group's end - first group's ts; idle = kernel_time - union(all);

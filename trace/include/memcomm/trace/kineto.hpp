@@ -16,7 +16,9 @@
 //   cuda_runtime, cuda_driver (and the 2021 schema's "Runtime") -> Launch on the host thread, with
 //     the correlation id; names with "Synchronize" -> Sync.
 //   kernel, gpu_memcpy, gpu_memset, cuda_sync -> Kernel, Memcpy (CopyKind from the name), Memset and
-//     Sync device spans, per (device, stream), with the correlation id. A kernel whose name matches
+//     Sync device spans, per (device, stream), with the correlation id; so does an event of a
+//     category this reader does not know that carries a stream (MTIA's mtia_ccp_events -> Kernel;
+//     KinetoInfo::device_generic counts them), the others becoming generic ranges. A kernel whose name matches
 //     the communication-kernel pattern (KinetoOptions::comm_kernels) is flagged (ComputeEvent::sub
 //     = 1) and also becomes a collective: Note [Collectives from communication kernels].
 //   [memory] instant events -> Alloc (Bytes > 0) or FreeRequested + FreeCompleted (Bytes < 0) at
@@ -67,6 +69,8 @@ struct KinetoInfo {
   uint64_t converted = 0;        // memcomm events made from them
   std::map<std::string, uint64_t> categories;  // per "cat" ("<none>" without one)
   std::map<std::string, uint64_t> generic;     // categories not known here, kept as generic ranges
+  std::map<std::string, uint64_t> device_generic;  // categories not known here whose events carry a stream:
+                                                   // kept as kernels on it (MTIA's mtia_ccp_events)
   std::map<std::string, uint64_t> skipped;     // reason -> events not converted
   uint64_t flows = 0;            // flow events (ph s/t/f)
   uint64_t clamped_ranges = 0;   // host ranges cut to end inside their parent
