@@ -22,8 +22,8 @@ all of them write NAME.rank0.mct over each other (pytorch/examples' ddp-tutorial
 need the process group, so none is measured: 0, exact on one host (Note [One clock per host] in
 memcomm/trace/clock.hpp); across hosts start the profiler after init_process_group.
 
-Note [Nothing left after stop]: stop() removes every module and optimizer hook it added and puts
-torch.autograd.backward back.
+Note [Nothing left after stop]: stop() removes every module and optimizer hook and class wrapper it
+added, puts torch.autograd.backward back and keeps no reference to the script's modules.
 What the script holds (the loader wrapper, a DDP comm hook, memcomm.dist calls) checks one
 module global and calls straight through while no profiler runs.
 """
@@ -91,9 +91,10 @@ class Profiler:
     live:  "HOST:PORT" where memcomm-view listens (memcomm-view --listen); the rank connects and
            reconnects in the background, so a viewer that is absent or goes away never blocks training.
     model: the module (or list of modules) whose forward calls are forwards; None: the outermost
-           calls into modules with parameters, found during the first step (Note [Phases from hooks]).
-           A model first called after the first optimizer step (a second model brought in later,
-           or one that only another thread trains) is not found that way: name it here.
+           calls into modules with parameters: those alive at start, or, when there are none, those
+           called before the first optimizer step (Note [Finding the model] in _profiler/hooks.py).
+           A model built after start and first called after the first optimizer step (a second
+           model brought in later, or one that only another thread trains) is not found: name it here.
     cupti: "auto" (GPU activity when CUDA is in use), "on" or "off".
     clock_sync: estimate each rank's clock offset over the process group at start (every rank must
            start its profiler then, as for any collective). Started before init_process_group, the
