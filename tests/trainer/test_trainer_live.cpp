@@ -36,7 +36,10 @@ TEST_CASE("the viewer receives both ranks' live events from memcomm-train with n
   INFO(viewer_log);
   REQUIRE(r.output.find("viewer-exit=0") != std::string::npos);
   const auto j = memcomm::test::read_json(report);
-  CHECK(j["events"].get<uint64_t>() >= 400);
+  // The count the viewer waited on (received); the timeline holds fewer, as metadata and samples
+  // are no timeline events (356 of 400+ in one CI run).
+  CHECK(j["events_received"].get<uint64_t>() >= 400);
+  CHECK(j["events"].get<uint64_t>() > 0);
   CHECK(j["drops"].get<uint64_t>() == 0);
   std::set<int> ranks;
   for (const auto& rk : j["ranks"])

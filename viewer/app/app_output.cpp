@@ -113,6 +113,9 @@ std::string App::report_json() const {
   nlohmann::json j;
   j["frames"] = frames_;
   j["events"] = st_.tl.event_count;
+  // Live: every event received, the count --exit-after-events waits on; metadata and samples are
+  // received but are no timeline events, so "events" can be lower.
+  j["events_received"] = events_seen();
   j["sources"] = st_.tl.sources;
   j["messages"] = st_.messages;
   j["tooltip"] = st_.tooltips_seen.empty() ? std::string() : st_.tooltips_seen.back();
