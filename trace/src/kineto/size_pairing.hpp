@@ -35,15 +35,16 @@ class SizePairing {
   bool empty() const { return deltas_.empty(); }
 
  private:
-  struct Delta {
+  struct Delta {  // unsigned sums: a corrupt file's Bytes wrap, they do not overflow
     int64_t ts;
     uint8_t device;
-    int64_t bytes;
+    bool alloc;
+    uint64_t bytes;
   };
   uint64_t fresh(uint8_t device, uint64_t size);
   std::map<std::pair<uint8_t, uint64_t>, std::vector<uint64_t>> live_;  // (device, size) -> addresses
   std::map<uint8_t, uint64_t> next_;                                   // bump pointer per device
-  std::map<uint8_t, int64_t> before_trace_;                             // bytes freed, never allocated
+  std::map<uint8_t, uint64_t> before_trace_;                            // bytes freed, never allocated
   std::vector<Delta> deltas_;
 };
 
