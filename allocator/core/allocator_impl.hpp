@@ -326,6 +326,11 @@ struct CachingAllocator::Impl {
   // Whether growing for `size` bytes into window `d` would have to give pages back first: the page
   // budget (or the cap) leaves no room for its pages.
   bool growth_gives_back(const WindowDecision& d, std::size_t size) REQUIRES(mu);
+  // What reserved bytes may reach under high water `hw` before growth gives pages back: the page
+  // budget's limit, or the cap when it is lower.
+  std::size_t capped_limit(std::int64_t hw) const REQUIRES(mu) {
+    return cap ? std::min(budget.limit(hw), cap) : budget.limit(hw);
+  }
   // The blocks, in address order, of every run of touching free blocks of expandable segment `seg`
   // that may hold `size` bytes, found without visiting its other blocks
   // (Note [Finding a window's free blocks]).

@@ -333,7 +333,7 @@ CachingAllocator::Impl::WindowChoice CachingAllocator::Impl::decide_window(const
   free.reserve(c.blocks.size());
   for (const Block* b : c.blocks) free.push_back({b->addr, b->size, b->mapped});
   const std::int64_t hw = high_water_with(size);
-  const std::size_t limit = cap ? std::min(budget.limit(hw), cap) : budget.limit(hw);
+  const std::size_t limit = capped_limit(hw);
   const auto reserved = std::size_t(stats.reserved_bytes.current);
   c.decision = choose_window(free, size, page, limit > reserved ? limit - reserved : 0);  // Note [Window choice]
   return c;
@@ -342,7 +342,7 @@ CachingAllocator::Impl::WindowChoice CachingAllocator::Impl::decide_window(const
 bool CachingAllocator::Impl::growth_gives_back(const WindowDecision& d, std::size_t size) {
   if (!d.found) return false;
   const std::int64_t hw = high_water_with(size);
-  const std::size_t limit = cap ? std::min(budget.limit(hw), cap) : budget.limit(hw);
+  const std::size_t limit = capped_limit(hw);
   return std::size_t(stats.reserved_bytes.current) + d.need > limit;
 }
 
@@ -476,7 +476,7 @@ bool CachingAllocator::Impl::make_room(Pool* pool, std::size_t size, WindowGrowt
   // Note [A tensor that grows by concatenation]: keep the free run the next layers' copies slide through.
   if (grows_last_freed(pool, size)) budget.learn_growing_tensor(hw, wanted);
   const bool over_budget = wanted > budget.limit(hw);
-  const std::size_t limit = cap ? std::min(budget.limit(hw), cap) : budget.limit(hw);
+  const std::size_t limit = capped_limit(hw);
   if (wanted > limit) {
     pick_releases(wanted - limit, 0, g.rel);
     if (over_budget)  // the budget, not the cap, takes these pages
