@@ -10,7 +10,7 @@
 // back from Python are checked here, so a malformed probe result is a TypeError, not a bad search.
 #include "bindings.hpp"
 
-#include "memcomm/tuner/oom.hpp"
+#include <memcomm/common/oom_message.hpp>
 #include "memcomm/tuner/report.hpp"
 #include "memcomm/tuner/search.hpp"
 #include "memcomm/tuner/verify.hpp"

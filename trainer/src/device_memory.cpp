@@ -10,12 +10,21 @@
 #include <c10/cuda/CUDAGuard.h>
 #define MEMCOMM_TRAINER_CUDA 1
 #endif
+#include <memcomm/allocator/caching_allocator.hpp>
 #include <memcomm/allocator/torch_allocator.hpp>
+#include <memcomm/common/oom_message.hpp>
+
+#include <c10/util/Exception.h>
 
 #include <cstddef>
 #include <string>
 
 namespace memcomm::train {
+
+bool is_out_of_memory(const std::exception& e) {
+  return dynamic_cast<const alloc::OutOfMemory*>(&e) || dynamic_cast<const c10::OutOfMemoryError*>(&e) ||
+         is_oom_message(e.what());
+}
 
 DeviceMemory::DeviceMemory(const TrainOptions& o, const c10::Device& device) : device_(device) {
   if (o.allocator == AllocatorKind::Memcomm) {

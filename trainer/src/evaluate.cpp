@@ -2,8 +2,8 @@
 // all-reduce, a failing rank's error carried to every rank (Note [Evaluation fails together]).
 #include <memcomm/train/evaluate.hpp>
 
-#include <memcomm/allocator/caching_allocator.hpp>
 #include <memcomm/train/data.hpp>
+#include <memcomm/train/device_memory.hpp>
 #include <memcomm/train/errors.hpp>
 #include <memcomm/train/profiling.hpp>
 
@@ -44,9 +44,7 @@ EvalResult evaluate(ModelImpl& model, const TrainOptions& o, const DistEnv& env,
     throw;
   } catch (const std::exception& e) {
     failure = std::current_exception();
-    const bool oom = dynamic_cast<const alloc::OutOfMemory*>(&e) || dynamic_cast<const c10::OutOfMemoryError*>(&e) ||
-                     std::string(e.what()).find("out of memory") != std::string::npos;
-    failure_code = oom ? 2 : 1;
+    failure_code = is_out_of_memory(e) ? 2 : 1;
   }
   auto totals = torch::tensor({loss_sum, static_cast<double>(correct), static_cast<double>(count)}, torch::kFloat64);
   comm.allreduce(totals);

@@ -1,6 +1,6 @@
-// Real training probes for memcomm-tune: one rank's model, data and gradient sync, stepped at a
-// requested micro-batch under the memory limit, with out-of-memory caught and recovered in process.
-// Free of LibTorch (the session lives in probe.cpp).
+// Real training probes for memcomm-tune: the trainer's trial steps (train::TrialRunner) at a
+// requested micro-batch under the memory limit, run as long as a steady measurement needs and read
+// into the search's ProbeResult. Free of LibTorch, like the whole tuner: the steps live in trainer/.
 #pragma once
 
 #include "memcomm/tuner/report.hpp"
@@ -8,26 +8,26 @@
 
 #include <memcomm/train/launch.hpp>
 #include <memcomm/train/options.hpp>
+#include <memcomm/train/trial.hpp>
 
 #include <cstdint>
-#include <memory>
 #include <string>
+#include <utility>
 
 namespace memcomm::tune {
 
 struct ProbeSettings {
   int accum_cap = 4;          // micro-steps run per probe step (Note [Probing long accumulations])
   double min_seconds = 0.5;   // timed wall time per probe, at least (Note [Steady-state probes])
-  int64_t heavy_rank = -1;    // test hook (unequal data): this rank's samples take
-  int64_t heavy_bytes_per_sample = 0;  // this many bytes more, held through each step
+  train::UnequalData unequal;  // test hook (--unequal-data)
 };
 
 class ProbeRunner {
  public:
-  // Installs the allocators under the limit, joins the other ranks, loads the data, builds the
-  // model. Throws train::UsageError when the limit cannot hold the model itself.
+  // The trainer's trial setup (allocators under the limit, the other ranks, data, model), then one
+  // step at micro-batch 1 (Note [A first step before the probes]). Throws train::UsageError when
+  // the limit cannot hold the model itself.
   ProbeRunner(const train::TrainOptions& o, const train::DistEnv& env, const ProbeSettings& settings);
-  ~ProbeRunner();
   ProbeRunner(const ProbeRunner&) = delete;
   ProbeRunner& operator=(const ProbeRunner&) = delete;
 
@@ -40,18 +40,20 @@ class ProbeRunner {
   // The same value on every rank: the largest of the ranks' values.
   int64_t agree_max(int64_t value);
 
-  bool leader() const;
-  int world() const;
-  std::string device_description() const;  // "cpu" or the GPU's name, for the cache key
-  int64_t memory_limit() const;             // the cap in force (bytes)
-  int64_t model_state_bytes() const;        // parameters + gradients + optimizer state
+  bool leader() const { return trial_.rank() == 0; }
+  int world() const { return trial_.world(); }
+  std::string device_description() const { return trial_.device_description(); }  // for the cache key
+  int64_t memory_limit() const { return trial_.memory_limit(); }                  // the cap in force (bytes)
+  int64_t model_state_bytes() const { return trial_.model_state_bytes(); }
   // Stops recording (--trace) and returns (events, drops).
-  std::pair<int64_t, int64_t> finish_trace();
-
-  struct Impl;
+  std::pair<int64_t, int64_t> finish_trace() { return trial_.finish_trace(); }
 
  private:
-  std::unique_ptr<Impl> impl_;
+  void counters(const ProbeRequest& r, const ProbeResult& x);
+
+  train::TrialRunner trial_;
+  ProbeSettings settings_;
+  int prefetch_ = 0, workers_ = 0;  // the loader's, for the allowance (Note [Loader allowance])
 };
 
 }  // namespace memcomm::tune

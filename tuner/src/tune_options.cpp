@@ -100,8 +100,8 @@ void parse_unequal_data(const std::string& unequal, ProbeSettings& probe) {
   const auto colon = unequal.find(':');
   try {
     if (colon == std::string::npos) throw std::invalid_argument("no colon");
-    probe.heavy_rank = std::stoll(unequal.substr(0, colon));
-    probe.heavy_bytes_per_sample = std::stoll(unequal.substr(colon + 1));
+    probe.unequal.rank = std::stoll(unequal.substr(0, colon));
+    probe.unequal.bytes_per_sample = std::stoll(unequal.substr(colon + 1));
   } catch (const std::exception&) {
     usage_error("--unequal-data wants RANK:BYTES, got '" + unequal + "'");
   }

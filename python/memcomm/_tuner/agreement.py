@@ -1,7 +1,7 @@
 """The ranks' agreement after each phase of a probe: who ran out of memory or raised, and where.
 
-Note [Agreeing on an out-of-memory from Python]: memcomm-tune's Note [Agreeing on an out-of-memory]
-(tuner/src/probe.cpp), with one change that needs nothing from the user's model: no collective runs
+Note [Agreeing on an out-of-memory from Python]: the trainer's Note [Agreeing on an out-of-memory]
+(trainer/src/trial.cpp), with one change that needs nothing from the user's model: no collective runs
 inside forward or backward. A probe step runs its micro-steps (make_batch, loss_fn, backward) on the
 plain module, so nothing there waits for another rank; a rank that runs out of memory stops its
 micro-steps where it is. Every rank then joins one all-reduce MAX of a flag (who failed, in which
@@ -35,7 +35,7 @@ TuneError.__module__ = "memcomm.tuner"  # its public home, as tracebacks and pic
 
 
 def is_oom(e: BaseException) -> bool:
-    """Out-of-memory as memcomm-tune counts it (memcomm/tuner/oom.hpp), plus Python's MemoryError."""
+    """Out-of-memory as memcomm-tune counts it (memcomm/common/oom_message.hpp), plus Python's MemoryError."""
     if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
         return True
     return isinstance(e, RuntimeError) and _memcomm.is_oom_message(str(e))

@@ -8,12 +8,17 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <exception>
 
 namespace memcomm::alloc {
 class CachingAllocator;
 }
 
 namespace memcomm::train {
+
+// Whether `e` is an out-of-memory: memcomm's allocator's, c10's (a CUDA caching allocator's), or a
+// failure whose message says so (is_oom_message: cuBLAS's and cuDNN's in disguise, the CPU's).
+bool is_out_of_memory(const std::exception& e);
 
 // Memory figures of the allocator serving the device: memcomm's on the CPU, PyTorch's on a GPU.
 struct MemoryFigures {

@@ -8,6 +8,7 @@
 #include <memcomm/train/grad_sync.hpp>
 #include <memcomm/train/models.hpp>
 #include <memcomm/train/options.hpp>
+#include <memcomm/train/step_timing.hpp>
 
 #include <torch/torch.h>
 
@@ -18,15 +19,6 @@
 #include <vector>
 
 namespace memcomm::train {
-
-// Where one step's time went, on this rank (added to by each step).
-struct StepTiming {
-  int64_t data_wait_ns = 0;     // blocked on the loader
-  int64_t backward_ns = 0;      // inside backward (all micro-steps)
-  int64_t early_micro_ns = 0;   // the K-1 micro-steps that do not synchronise (no_sync)
-  int64_t last_micro_ns = 0;    // the last micro-step, the gradient sync and the optimizer step
-  int64_t exposed_comm_ns = 0;  // waiting for gradient all-reduces after backward
-};
 
 // Copies batches to the device (Note [Copies on a side stream] in session.cpp).
 class DeviceFeeder;

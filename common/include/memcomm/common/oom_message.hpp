@@ -1,9 +1,10 @@
-// Which failures are out-of-memory. Free of LibTorch: it reads messages.
+// Which failures are out-of-memory, told from their messages: the one list that the trainer's
+// trial steps, memcomm-tune and the Python package's tuner share.
 #pragma once
 
 #include <string>
 
-namespace memcomm::tune {
+namespace memcomm {
 
 // True for an out-of-memory message: memcomm's allocator ("out of memory"), PyTorch's CUDA caching
 // allocator ("CUDA out of memory"), the CPU allocator ("can't allocate memory"), and the library
@@ -12,4 +13,4 @@ namespace memcomm::tune {
 // Lightning's is_oom_error also counts them).
 bool is_oom_message(const std::string& message);
 
-}  // namespace memcomm::tune
+}  // namespace memcomm

@@ -1,11 +1,11 @@
-#include "memcomm/tuner/oom.hpp"
+#include "memcomm/common/oom_message.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <string_view>
 
-namespace memcomm::tune {
+namespace memcomm {
 
 bool is_oom_message(const std::string& message) {
   std::string m(message);
@@ -21,4 +21,4 @@ bool is_oom_message(const std::string& message) {
   return std::any_of(kMarks.begin(), kMarks.end(), [&](std::string_view k) { return m.find(k) != std::string::npos; });
 }
 
-}  // namespace memcomm::tune
+}  // namespace memcomm
