@@ -347,6 +347,8 @@ struct CachingAllocator::Impl {
                              const MapAheadInputs& in) REQUIRES(mu);
   // How far map-ahead may raise reserved bytes for this growth (Note [Map-ahead in a trough]).
   double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
+  // Whether live bytes are climbing with nothing left free behind them (Note [Map-ahead on a ramp]).
+  bool on_ramp(std::int64_t hw) const REQUIRES(mu);
   // Whether a request of `size` is a tensor grown by concatenation: a large one at most a page larger
   // than the block its pool freed last (Note [A tensor that grows by concatenation]).
   bool grows_last_freed(const Pool* pool, std::size_t size) const REQUIRES(mu);

@@ -78,7 +78,7 @@ std::size_t map_ahead_bytes(const MapAheadInputs& in) {
   const std::size_t page = in.page;
   const double room = std::min(in.room, in.trough_room);
   std::size_t ahead = room > 0 ? page_down(std::size_t(in.map_ahead * room), page) : 0;
-  ahead = std::min(ahead, in.small_limit);
+  ahead = std::min(ahead, in.most_ahead);
   if (in.chunk > in.mapped_now) ahead = std::max(ahead, page_up(in.chunk - in.mapped_now, page));
   if (room < double(ahead)) ahead = room > 0 ? page_down(std::size_t(room), page) : 0;
   return ahead;

@@ -50,13 +50,14 @@ struct MapAheadInputs {
   double map_ahead = 1.0;           // config.map_ahead: share of `room` to fill
   std::size_t chunk = 0;            // at least this much mapped by this growth in all (0 = no minimum)
   std::size_t mapped_now = 0;       // bytes this growth maps anyway
-  std::size_t small_limit = std::numeric_limits<std::size_t>::max();  // most the small pool adds at once
+  std::size_t most_ahead = std::numeric_limits<std::size_t>::max();  // most map-ahead adds at once: the
+                                    // small pool's cap, a ramp's one request (Note [Map-ahead on a ramp])
   double trough_room = std::numeric_limits<double>::infinity();  // most map-ahead may add to reserved
                                                                  // bytes (Note [Map-ahead in a trough])
   std::size_t page = 1;             // granularity
 };
 
-// Bytes (a multiple of page) to map beyond the window: a share of the room, at most small_limit, at
+// Bytes (a multiple of page) to map beyond the window: a share of the room, at most most_ahead, at
 // least what makes `chunk`, and never more than the room or trough_room.
 std::size_t map_ahead_bytes(const MapAheadInputs& in);
 

@@ -92,7 +92,7 @@ TEST_CASE("map-ahead fills the room's share, within the small pool's limit and t
   in.map_ahead = 0.5;
   CHECK(map_ahead_bytes(in) == 4 * MiB);  // half of it, rounded down to a page
   in.map_ahead = 1.0;
-  in.small_limit = 2 * MiB;
+  in.most_ahead = 2 * MiB;
   CHECK(map_ahead_bytes(in) == 2 * MiB);
   in.chunk = 20 * MiB;
   in.mapped_now = 14 * MiB;
