@@ -13,6 +13,7 @@
 #include <memcomm/trace/trace_set.hpp>
 #include <memcomm/trace/trace_writer.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,32 @@ TEST_CASE("the curves fold only the device the samples describe", "[unit][viewer
   CHECK(rd.counter("allocated")->global_max() == 1000);
 }
 
+TEST_CASE("live: a GPU's samples after the host's take the curves over", "[unit][viewer]") {
+  // torch.profiler's first [memory] event is often a host tensor; the GPU's come later, maybe in a
+  // later publish. The host's samples go, published or not, and the GPU's fold draws the curves.
+  TimelineBuilder b;
+  Timeline tl;
+  b.memory_sample_device(0, 0xFF);
+  b.counter(0, "allocated", 0, 5000, "B");
+  b.counter(0, "reserved", 0, 9000, "B");
+  b.counter(0, "inactive_split", 0, 10, "B");
+  b.alloc_event(0, {1, 0x7000000, 9000, 0, EventKind::SegmentAlloc, 0, 0, 0xFF});
+  b.append_to(tl);
+  CHECK(at(tl.ranks[0].counter("reserved"), 5) == 9000);  // the host is all there is so far
+  b.memory_sample_device(0, 0);
+  b.counter(0, "allocated", 10, 0, "B");
+  b.counter(0, "reserved", 10, 4096, "B");
+  b.alloc_event(0, {11, 0x10000, 4096, 0, EventKind::SegmentAlloc, 0, 0, 0});
+  b.alloc_event(0, {12, 0x10000, 1000, 0, EventKind::Alloc, 0, 0, 0});
+  b.append_to(tl);
+  const RankData& rd = tl.ranks[0];
+  CHECK(rd.counter("inactive_split") == nullptr);
+  CHECK(rd.counter("reserved")->global_max() == 4096);
+  CHECK(rd.counter("allocated")->global_max() == 1000);
+  REQUIRE(rd.counter("sampled:reserved") != nullptr);
+  CHECK(rd.counter("sampled:reserved")->global_max() == 4096);  // device 0's samples only
+}
+
 TEST_CASE("live: a fold that turns out incomplete gives the curves back to the samples", "[unit][viewer]") {
   TimelineBuilder b;
   Timeline tl;
@@ -383,6 +410,15 @@ TEST_CASE("the viewer's curves and memcomm-trace report's memory series agree", 
   two.push_back(blk(K::Alloc, 16, 0x7000000, 4096, 0xFF));
   two.push_back(smp(17, M::Allocated, 777, 0xFF));  // another device's sample: not mixed in
   check_agree("agree_two_devices", two, true);
+  // The host's memory comes first (a data loader's tensor): the curves follow the GPU all the same.
+  std::vector<prof::Event> host_first = {smp(0, M::Allocated, 777, 0xFF), smp(0, M::Reserved, 1 << 22, 0xFF),
+                                         blk(K::SegmentAlloc, 0, 0x7000000, 1 << 22, 0xFF), blk(K::Alloc, 0, 0x7000000, 777, 0xFF)};
+  host_first.insert(host_first.end(), whole.begin(), whole.end());
+  check_agree("agree_host_first", host_first, true);
+  const prof::TraceSet set = prof::TraceSet::load({write_trace("host_first_max.mct", host_first)});
+  std::uint64_t most = 0;
+  for (const auto& p : prof::memory_series(set.ranks.at(0))) most = std::max<std::uint64_t>(most, p.reserved);
+  CHECK(most == 1 << 20);  // device 0's segment, never the host's 4 MiB
   // A clock offset recorded after the rank's first block events, as in a real run: the recorder
   // writes 0 when it starts and the trainer its rendezvous estimate later. Both sides shift every
   // event of the rank by the last one (Note [Clock offsets found first]), so the block events stay

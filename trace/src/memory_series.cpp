@@ -28,27 +28,27 @@ bool is_block_kind(EventKind k) { return k >= EventKind::Alloc && k <= EventKind
 // which of allocated/active/reserved come from D's fold (Note [Memory curves from block events]).
 struct SeriesPlan {
   bool sampled[size_t(MemMetric::Count)] = {};
-  int device = -1;  // D: of the first level sample, else of the first block event
+  int device = -1;  // D: of the level samples, else of the block events (better_curve_device)
   bool has_free_completed = false, has_blocks = false, has_segments = false;
   bool mid_run = false;     // a torch.profiler trace: it starts mid-run (kKinetoSourceTag)
   bool fold_level[3] = {};  // allocated, active, reserved
 };
 
 void find_device(const RankTrace& r, SeriesPlan& plan) {
-  int first_block_device = -1;
+  int block_device = -1;
   for (const Event& e : r.events) {
     if (e.kind == EventKind::MemSample) {
       const auto s = e.as<MemSampleEvent>();
       if (s.metric < MemMetric::Count) plan.sampled[size_t(s.metric)] = true;
-      if (plan.device < 0 && (s.metric == MemMetric::Allocated || s.metric == MemMetric::Active || s.metric == MemMetric::Reserved))
-        plan.device = s.device;
-    } else if (first_block_device < 0 && is_block_kind(e.kind)) {
-      first_block_device = e.as<MemBlockEvent>().device;
+      const bool level = s.metric == MemMetric::Allocated || s.metric == MemMetric::Active || s.metric == MemMetric::Reserved;
+      if (level && better_curve_device(plan.device, s.device)) plan.device = s.device;
+    } else if (is_block_kind(e.kind) && better_curve_device(block_device, e.as<MemBlockEvent>().device)) {
+      block_device = e.as<MemBlockEvent>().device;
     } else if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Tag) {
       plan.mid_run = plan.mid_run || r.name(e.as<MetaEvent>().str) == kKinetoSourceTag;
     }
   }
-  if (plan.device < 0) plan.device = first_block_device;
+  if (plan.device < 0) plan.device = block_device;
   for (const Event& e : r.events) {
     if (!is_block_kind(e.kind) || e.as<MemBlockEvent>().device != plan.device) continue;
     plan.has_free_completed |= e.kind == EventKind::FreeCompleted;

@@ -324,11 +324,15 @@ void TimelineBuilder::derive_alloc(RankData& rd, RankParts& p, std::size_t from,
   const auto& ev = rd.alloc_events;
   AllocDerive& d = p.derive;
   // The device the curves describe (Note [Memory curves from block events]): the samples', else
-  // the first block event's. What its events carry (Alloc, segments, FreeCompleted) is noted by
-  // mark_expandable(), or from the start when the device changed (live: samples came after the events).
+  // the block events' (a GPU's over the host's). What its events carry (Alloc, segments,
+  // FreeCompleted) is noted by mark_expandable(), or from the start when the device changed (live:
+  // samples came after the events, or a GPU's after the host's).
   int device = p.sample_device;
-  for (std::size_t i = 0; device < 0 && i < ev.size(); ++i)
-    if (ev[i].op != EventKind::Oom) device = ev[i].device;
+  if (device < 0) {  // the new events may name a better device than the earlier ones did
+    device = d.device;
+    for (std::size_t i = d.device < 0 ? 0 : from; i < ev.size() && (device < 0 || device == prof::kHostDevice); ++i)
+      if (ev[i].op != EventKind::Oom && prof::better_curve_device(device, ev[i].device)) device = ev[i].device;
+  }
   const bool new_device = device != d.device;
   const bool completes_before = d.completes;
   if (new_device) {

@@ -80,6 +80,15 @@ CounterSeries& TimelineBuilder::counter_series(std::uint32_t r, std::string_view
   if (it == m.end()) it = m.emplace(std::string(name), CounterSeries(std::string(name), std::string(unit))).first;
   return it->second;
 }
+void TimelineBuilder::memory_sample_device(std::uint32_t r, std::uint8_t device) {
+  RankParts& p = rank(r);
+  if (p.sample_device >= 0 && p.sample_device != device) {
+    for (int m = 0; m < static_cast<int>(prof::MemMetric::Count); ++m)
+      p.counters.erase(prof::mem_metric_name(static_cast<prof::MemMetric>(m)));
+    p.samples_dropped = true;
+  }
+  p.sample_device = device;
+}
 void TimelineBuilder::dropped(std::uint32_t r, std::uint64_t n) { rank(r).dropped += n; }
 void TimelineBuilder::host(std::uint32_t r, std::string_view h) { rank(r).host = std::string(h); }
 void TimelineBuilder::reserve(std::uint32_t r, LaneKind kind, std::uint32_t stream, std::size_t n) {

@@ -259,12 +259,14 @@ std::uint64_t TraceIngest::add_mem_sample(const prof::Event& e, RankState& rs, s
   const auto m = e.as<prof::MemSampleEvent>();
   const int metric = static_cast<int>(m.metric);
   // One device's memory per rank (Note [Memory curves from block events], allocator_fold.hpp):
-  // the first level sample's, also when a time range starts after it (as the whole file's curves
-  // would); samples of other devices are not mixed into its curves.
-  if (rs.mem_device < 0 && (m.metric == prof::MemMetric::Allocated || m.metric == prof::MemMetric::Active ||
-                            m.metric == prof::MemMetric::Reserved)) {
+  // a GPU's level samples, else the host's, also when a time range starts after them (as the whole
+  // file's curves would); samples of other devices are not mixed into its curves.
+  const bool level = m.metric == prof::MemMetric::Allocated || m.metric == prof::MemMetric::Active ||
+                     m.metric == prof::MemMetric::Reserved;
+  if (level && prof::better_curve_device(rs.mem_device, m.device)) {
     rs.mem_device = m.device;
-    b_.memory_sample_device(rank, m.device);
+    b_.memory_sample_device(rank, m.device);  // drops the host's samples kept so far, if any
+    std::fill(std::begin(rs.metrics), std::end(rs.metrics), nullptr);
   }
   if (!keeps_at(shift(m.ts, rs.offset))) return 0;
   if (rs.mem_device >= 0 && m.device != rs.mem_device) return 0;

@@ -95,7 +95,7 @@ class TraceIngest {
     std::uint16_t nvtx_thread = 0;
     AllocEvents* alloc = nullptr;
     CounterSeries* metrics[static_cast<int>(prof::MemMetric::Count)] = {};
-    int mem_device = -1;  // device of the first allocated/active/reserved sample: the one drawn
+    int mem_device = -1;  // device whose allocated/active/reserved samples are drawn (better_curve_device)
     std::unordered_map<prof::StringId, CounterSeries*> counters;  // user counters by name id
   };
   static constexpr std::uint32_t kNoId = 0xFFFF'FFFFu;

@@ -127,6 +127,7 @@ void TimelineBuilder::append_collectives(RankData& rd, RankParts& p,
 
 // Which of a rank's memory curves its samples carry, and whether its block events make curves.
 void TimelineBuilder::note_memory_sources(RankData& rd, RankParts& p) {
+  if (p.samples_dropped) drop_published_samples(rd, p);
   // Note [Memory curves from block events] (allocator_fold.hpp): derive_alloc() decides which of
   // allocated/active/reserved come from the block events; their samples are then kept as
   // "sampled:..." so that the names the views and the step table read are the curves in charge.
@@ -147,6 +148,26 @@ void TimelineBuilder::note_memory_sources(RankData& rd, RankParts& p) {
       p.derive.provisional = false;
     }
   }
+}
+
+// The curves now follow another device (memory_sample_device): the old device's published samples
+// go. Curves derived from block events stay until derive_alloc() refolds them for the new device.
+void TimelineBuilder::drop_published_samples(RankData& rd, RankParts& p) {
+  const auto derived = [&p](const std::string& name) {  // a curve the block events make
+    for (int k = 0; k < kLevelCurves; ++k)
+      if (name == kDerivedMemory[k]) return p.derive.from_events[k];
+    return p.derive.free_derived && (name == kDerivedMemory[3] || name == kDerivedMemory[4]);
+  };
+  const auto holds_samples = [&](const CounterSeries& c) {
+    for (int m = 0; m < static_cast<int>(prof::MemMetric::Count); ++m) {
+      const std::string name = prof::mem_metric_name(static_cast<prof::MemMetric>(m));
+      if (c.name() == kSampledPrefix + name || (c.name() == name && !derived(name))) return true;
+    }
+    return false;
+  };
+  rd.counters.erase(std::remove_if(rd.counters.begin(), rd.counters.end(), holds_samples), rd.counters.end());
+  std::fill(std::begin(p.sampled_level), std::end(p.sampled_level), false);
+  p.samples_dropped = false;
 }
 
 void TimelineBuilder::append_counters(RankData& rd, RankParts& p) {
@@ -185,6 +206,8 @@ void TimelineBuilder::append_alloc_events(RankData& rd, std::uint32_t slot, Rank
     derive_alloc(rd, p, from, r, slot);
   } else if (p.derive.blocks && rd.dropped != 0 && p.sampled_memory) {
     derive_alloc(rd, p, rd.alloc_events.size(), r, slot);  // drops with no new events: back to the samples
+  } else if (p.derive.blocks && p.sample_device >= 0 && p.sample_device != p.derive.device) {
+    derive_alloc(rd, p, rd.alloc_events.size(), r, slot);  // the samples moved to another device: refold
   }
 }
 

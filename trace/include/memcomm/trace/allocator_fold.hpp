@@ -13,9 +13,12 @@
 // the start of the run: a trace that starts mid-run (a viewer time-range load, a late live attach,
 // lost early chunks) misses the blocks allocated before it, and a lost event (a DropEvent, a lost
 // chunk) throws every later value off. The rule, per rank:
-//   - The curves describe one device D: the device of the rank's first allocated/active/reserved
-//     MemSample, or without such samples, of its first block event. Block events of other devices
-//     (host segments beside GPU ones under CUPTI, ...) are not folded into D's curves.
+//   - The curves describe one device D: the first GPU with allocated/active/reserved MemSamples,
+//     else the host when only it has them; without such samples, likewise of the block events
+//     (better_curve_device below). A GPU wins over the host because the host's memory is the
+//     side show of a GPU run: a torch.profiler trace's first [memory] event is often a host tensor
+//     of the data loader, and its GPU's curve is the one the run is judged by. Block events of other
+//     devices (host segments beside GPU ones under CUPTI, ...) are not folded into D's curves.
 //   - The fold (AllocatorFold below) is "complete" when the rank dropped no events, the trace
 //     covers the run from its start (not a viewer range load that cut events before the range), and
 //     no event of D contradicts the fold (Note [Allocator fold rules]: every free refers to a block
@@ -44,6 +47,12 @@
 #include "memcomm/trace/event.hpp"
 
 namespace memcomm::prof {
+
+// Note [Memory curves from block events]: whether a rank's curves follow `candidate` rather than
+// the device chosen so far (`chosen`, -1: none yet): any device over none, a GPU over the host.
+inline bool better_curve_device(int chosen, int candidate) {
+  return chosen < 0 || (chosen == kHostDevice && candidate != kHostDevice);
+}
 
 // Note [Allocator fold rules]: what each block event does to the fold, and when an event contradicts
 // it (the fold then counts a contradiction and is broken() for good; bad or mid-run traces still fold).

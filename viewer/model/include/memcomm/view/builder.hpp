@@ -60,14 +60,13 @@ class TimelineBuilder {
             std::uint32_t payload = 0);
   void dropped(std::uint32_t rank, std::uint64_t n);
   void host(std::uint32_t rank, std::string_view host);
-  // Note [Memory curves from block events] (allocator_fold.hpp): the device of the rank's first
-  // allocated/active/reserved sample (later ones are ignored), and block events missing before the
-  // start, so that the fold of the rest is incomplete: a time range cut them, or the trace began
-  // mid-run (torch.profiler's).
-  void memory_sample_device(std::uint32_t r, std::uint8_t device) {
-    auto& p = rank(r);
-    if (p.sample_device < 0) p.sample_device = device;
-  }
+  // Note [Memory curves from block events] (allocator_fold.hpp): the device the rank's sampled
+  // curves follow (the producer chooses it with prof::better_curve_device), and block events missing
+  // before the start, so that the fold of the rest is incomplete: a time range cut them, or the
+  // trace began mid-run (torch.profiler's). Another device than before (a GPU after the host) drops
+  // the memory samples given so far: pending ones here (the producer's CounterSeries references to
+  // them die), published ones at the next append_to().
+  void memory_sample_device(std::uint32_t r, std::uint8_t device);
   void blocks_cut(std::uint32_t r) { rank(r).blocks_cut = true; }
   // Room for n more events of a lane (growth copies nothing: Note [Chunked arrays]).
   void reserve(std::uint32_t rank, LaneKind kind, std::uint32_t stream, std::size_t n);
@@ -132,7 +131,8 @@ class TimelineBuilder {
     std::size_t lanes_named = 0;    // lanes of the rank when names were last given
     bool sampled_memory = false;    // memory samples seen (any of kDerivedMemory): largest_free/fragmentation not derived
     bool sampled_level[3] = {};     // allocated/active/reserved samples seen
-    int sample_device = -1;         // device of the first level sample
+    int sample_device = -1;         // device the level samples follow (memory_sample_device)
+    bool samples_dropped = false;   // it changed: the published memory samples go at the next append
     bool blocks_cut = false;        // block events before the start are missing (time range, mid-run trace)
     AllocDerive derive;
   };
@@ -144,6 +144,7 @@ class TimelineBuilder {
   void append_collectives(RankData& rd, RankParts& p, std::vector<std::pair<std::uint32_t, std::uint32_t>>& new_colls,
                           bool& rematch);
   static void note_memory_sources(RankData& rd, RankParts& p);
+  static void drop_published_samples(RankData& rd, RankParts& p);
   void append_counters(RankData& rd, RankParts& p);
   void append_alloc_events(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r);
   void derive_alloc(RankData& rd, RankParts& p, std::size_t from, AppendResult& r, std::uint32_t slot);
