@@ -39,17 +39,18 @@ class BadInput : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-void warn_recovery(const TraceSet& set) {
+void warn_about_inputs(const TraceSet& set) {
   for (const FileLoadInfo& f : set.files)
     if (f.recovery.truncated)
       fmt::print(stderr, "memcomm-trace: warning: {}: {}\n", f.path, f.recovery.detail);
+  for (const std::string& line : set.mixed_runs()) fmt::print(stderr, "memcomm-trace: warning: {}\n", line);
 }
 
 // Loads the input traces; any reading error becomes BadInput.
 TraceSet load_inputs(const std::vector<std::string>& files, const LoadOptions& options = {}) {
   try {
     TraceSet set = TraceSet::load(files, options);
-    warn_recovery(set);
+    warn_about_inputs(set);
     return set;
   } catch (const TraceError& e) {
     throw BadInput(e.what());

@@ -30,12 +30,13 @@ int run(const std::string& cmd, std::string& out) {
 }
 std::string tool() { return memcomm::test::bin_dir() + "/memcomm-trace"; }
 
-// The synthetic run plus a GPU-ish rank 2 with a launch -> kernel correlation.
+// The synthetic run plus a GPU-ish rank 2 with a launch -> kernel correlation. Its file names no
+// world size: the run's is 2, and a world of 3 would be a mix of runs (Note [One run or several]).
 std::vector<std::string> write_fixture(const std::string& base) {
   auto paths = test::write_synthetic_run(base);
   WriterOptions o;
   o.rank = 2;
-  o.world_size = 3;
+  o.world_size = 0;
   const std::string p = base + ".rank2.mct";
   TraceWriter w(p, o);
   std::vector<Event> ev = {Event::from(make_meta(0, MetaKey::Rank, 2)),

@@ -298,3 +298,32 @@ TEST_CASE("TraceSet merges ranks onto one timeline using their clock offsets", "
   std::remove(p0.c_str());
   std::remove(p1.c_str());
 }
+
+TEST_CASE("TraceSet says when its ranks cannot be one run's", "[profiler][format]") {
+  // Note [One run or several]: each rank records [start + 1000, start + 5000] of wall-clock time.
+  const auto write = [](const std::string& path, uint32_t rank, uint32_t world, int64_t start) {
+    WriterOptions o;
+    o.rank = rank;
+    o.world_size = world;
+    TraceWriter w(path, o);
+    w.write_chunk({}, {Event::from(make_meta(0, MetaKey::StartTime, start)), Event::from(make_counter(1000, 1, 1.0)),
+                       Event::from(make_counter(5000, 1, 2.0))});
+  };
+  const std::string a = temp_path("run_a0"), b = temp_path("run_a1"), c = temp_path("run_b1"), d = temp_path("run_c1");
+  write(a, 0, 2, 1'000'000);
+  write(b, 1, 2, 1'003'000);   // one run: the recordings overlap
+  write(c, 1, 2, 9'000'000);   // recorded long after rank 0 had stopped
+  write(d, 3, 2, 1'000'000);   // outside its world, and a world of 2 beside a's 2
+  CHECK(TraceSet::load({a, b}).mixed_runs().empty());
+  const auto later = TraceSet::load({a, c}).mixed_runs();
+  REQUIRE(later.size() == 1);
+  CHECK_THAT(later[0], Catch::Contains("never recorded at the same time"));
+  const auto outside = TraceSet::load({a, d}).mixed_runs();
+  REQUIRE(outside.size() == 1);
+  CHECK_THAT(outside[0], Catch::Contains("rank 3") && Catch::Contains("outside its own world"));
+  write(d, 1, 4, 1'000'000);
+  const auto sizes = TraceSet::load({a, d}).mixed_runs();
+  REQUIRE(sizes.size() == 1);
+  CHECK_THAT(sizes[0], Catch::Contains("world size 2") && Catch::Contains("says 4"));
+  for (const auto& p : {a, b, c, d}) std::remove(p.c_str());
+}

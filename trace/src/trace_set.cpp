@@ -54,7 +54,9 @@ void TraceSet::add_from_reader(TraceReader& reader, const LoadOptions& opt) {
       RankTrace t;
       t.rank = c.rank;
       t.source = reader.name();
-      t.world_size = reader.header().world_size;
+      // A merged file's header speaks for the merge, not for each rank: its ranks' own WorldSize
+      // events say theirs (Note [One run or several]).
+      t.world_size = reader.merged() ? 0 : reader.header().world_size;
       // Merged files are already on one timeline: mark with a sentinel the offset pass skips.
       t.clock_offset_ns = reader.merged() ? INT64_MIN : 0;
       // A hint only: capped at one event per file byte so a lying header cannot force a huge allocation.
@@ -86,6 +88,7 @@ void TraceSet::finish(const LoadOptions& opt) {
           case MetaKey::ProcessName: r.process_name = std::string(r.name(m.str)); break;
           case MetaKey::Pid: r.pid = m.value; break;
           case MetaKey::ClockOffset: offset = m.value; break;
+          case MetaKey::StartTime: r.start_wall_ns = m.value; break;
           default: break;
         }
       } else if (e.kind == EventKind::Drops) {

@@ -31,6 +31,7 @@ struct RankTrace {
   std::vector<Event> events;        // sorted by ts, on the common timeline
   std::string source;               // file it came from
   uint64_t drops = 0;               // sum of DropEvent counts
+  int64_t start_wall_ns = 0;        // MetaKey::StartTime: wall clock of ts 0, 0 when not recorded
 
   std::string_view name(StringId id) const {
     return id < strings.size() ? std::string_view(strings[id]) : std::string_view();
@@ -73,6 +74,9 @@ struct TraceSet {
 
   uint64_t event_count() const;
   const RankTrace* find_rank(uint32_t rank) const;
+  // Signs that the ranks were not recorded by one run (Note [One run or several]), a line each;
+  // empty when nothing says so.
+  std::vector<std::string> mixed_runs() const;
 };
 
 }  // namespace memcomm::prof
