@@ -279,12 +279,17 @@ struct CachingAllocator::Impl {
   // order of Note [Release order], skipping blocks younger than min_age ticks. Returns bytes given back.
   std::size_t release_free(std::size_t target, std::uint64_t min_age, bool count_gc) EXCLUDES(mu);
   Segment* ensure_expandable(Pool* pool) EXCLUDES(mu);
-  // Virtual bytes per expandable segment when config.virtual_size is 0: twice the cap, else 1 TiB of
-  // device address space, or 64 GiB of host address space (sanitizers and ulimit -v allow no more).
+  // Virtual bytes per expandable segment when config.virtual_size is 0 (Note [Address space for a
+  // segment]): twice the cap, else 1 TiB of device address space; on the host at most 64 GiB unless
+  // the cap itself is more.
   std::size_t default_virtual_size() const {
-    if (cap) return 2 * cap;
-    return source->host_accessible() ? std::size_t(64) << 30 : std::size_t(1) << 40;
+    constexpr std::size_t kHostSpace = std::size_t(64) << 30, kDeviceSpace = std::size_t(1) << 40;
+    if (!source->host_accessible()) return cap ? 2 * cap : kDeviceSpace;
+    return cap ? std::max(cap, std::min(2 * cap, kHostSpace)) : kHostSpace;
   }
+  // Reserves an expandable segment's address space; `vsize` is what was reserved (Note [Address
+  // space for a segment]).
+  void* reserve_segment_space(std::size_t& vsize) EXCLUDES(mu);
   void release_everything() EXCLUDES(mu);
   // Page release in three steps so no source call runs under mu: pick (locked) marks pieces busy,
   // run (unlocked) calls the source, finish (locked) folds the result in.

@@ -261,6 +261,9 @@
 #include <algorithm>
 #include <exception>
 #include <limits>
+#include <string>
+
+#include <memcomm/common/bytes.hpp>
 
 #include "allocator_impl.hpp"
 #include "expandable_arena.hpp"
@@ -278,10 +281,8 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
     AllocatorLock lock(mu);
     if (pool->expandable) return pool->expandable;
   }
-  std::size_t vsize = config.virtual_size;
-  if (vsize == 0) vsize = default_virtual_size();
-  vsize = page_up(vsize, page);
-  void* base = source->reserve(vsize);
+  std::size_t vsize = 0;
+  void* base = reserve_segment_space(vsize);
   AllocatorLock lock(mu);
   if (pool->expandable) {  // another thread won the race
     source->release(base, vsize);
@@ -305,6 +306,30 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   stats.segment.increase(1);
   emit(EventKind::SegmentAlloc, reinterpret_cast<std::uintptr_t>(base), vsize, 0, pool->stream, prof::kSegmentVirtualRange);
   return pool->expandable;
+}
+
+// Note [Address space for a segment]: an expandable segment reserves more address space than it
+// will ever map, so that windows for large requests can still be found when free pages are scattered
+// (twice the cap), but address space is not free on the host: `ulimit -v` (common under Slurm) and
+// the sanitizers refuse a reservation past it, and a large cap (48 GiB under an 80 GiB ulimit) used to
+// make every allocation fail where no cap worked. So the default reservation on the host stays at
+// 64 GiB unless the cap itself is more, and when the source refuses it the allocator halves it, down
+// to the cap (or to one page without a cap): fewer windows, but the allocator works. When even that
+// fails, the error says which reservation, and why it may have failed.
+void* CachingAllocator::Impl::reserve_segment_space(std::size_t& vsize) {
+  vsize = page_up(config.virtual_size ? config.virtual_size : default_virtual_size(), page);
+  const std::size_t least = config.virtual_size ? vsize : page_up(std::max<std::size_t>(cap, page), page);
+  for (;;) {
+    try {
+      return source->reserve(vsize);
+    } catch (const SourceError& e) {
+      if (vsize <= least)
+        throw SourceError(std::string(e.what()) + " (reserving " + format_bytes(vsize, 1) +
+                          " of address space for an expandable segment" + (cap ? ", the memory limit's" : "") +
+                          "; a `ulimit -v` below it refuses it)");
+      vsize = std::max(least, page_up(vsize / 2, page));
+    }
+  }
 }
 
 Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std::size_t requested, bool exact) {

@@ -23,7 +23,8 @@ need the process group, so none is measured: 0, exact on one host (Note [One clo
 memcomm/trace/clock.hpp); across hosts start the profiler after init_process_group.
 
 Note [Nothing left after stop]: stop() removes every module and optimizer hook and class wrapper it
-added, puts torch.autograd.backward back and keeps no reference to the script's modules.
+added, puts torch.autograd.backward back and keeps no reference to the script's modules (those
+named in `model=` it holds weakly, to hook them again if the same profiler starts again).
 What the script holds (the loader wrapper, a DDP comm hook, memcomm.dist calls) checks one
 module global and calls straight through while no profiler runs.
 """

@@ -1,6 +1,7 @@
 // A source that fails partway through growth: the allocator must leave its stats, its observers'
 // event stream and the source's own counters in agreement, and its blocks consistent.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "allocator_test_util.hpp"
@@ -21,7 +22,10 @@ class FailingMapSource final : public MemorySource {
   bool can_map() const override { return true; }
   void* allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
   void deallocate(void* ptr, std::size_t bytes) override { inner_->deallocate(ptr, bytes); }
-  void* reserve(std::size_t bytes) override { return inner_->reserve(bytes); }
+  void* reserve(std::size_t bytes) override {
+    if (bytes > reserve_limit_) throw SourceError("failing-map: mmap reserve: Cannot allocate memory");
+    return inner_->reserve(bytes);
+  }
   void release(void* base, std::size_t bytes) override { inner_->release(base, bytes); }
   bool map(void* addr, std::size_t bytes) override {
     if (fail_at_ > 0 && --fail_at_ == 0) throw SourceError("failing-map: injected failure");
@@ -31,10 +35,12 @@ class FailingMapSource final : public MemorySource {
   SourceCounters counters() const override { return inner_->counters(); }
 
   void fail_map_call(int n) { fail_at_ = n; }
+  void refuse_reserves_over(std::size_t bytes) { reserve_limit_ = bytes; }  // as `ulimit -v` does
 
  private:
   std::shared_ptr<SimulatedSource> inner_;
   int fail_at_ = 0;
+  std::size_t reserve_limit_ = SIZE_MAX;
 };
 
 // Bytes the event stream says are mapped now: maps minus unmaps.
@@ -101,4 +107,22 @@ TEST_CASE("a map that throws partway through a window leaves events and stats in
   check_agreement(al, rec, *src);
   CHECK(src->counters().backed_bytes == 0);
   al.remove_observer(&rec);
+}
+
+TEST_CASE("a refused address-space reservation is halved down to the cap, then named", "[allocator][expandable]") {
+  // Note [Address space for a segment]: 2 x the cap by default; a source that refuses more than
+  // 1.5 x the cap gets the cap itself, and the allocator works up to it.
+  auto src = std::make_shared<FailingMapSource>();
+  src->refuse_reserves_over(96 * MiB);
+  AllocatorConfig c;
+  c.capacity = 64 * MiB;
+  CachingAllocator al(src, c);
+  void* p = al.allocate(60 * MiB);
+  CHECK(p != nullptr);
+  al.deallocate(p);
+  // Nothing at all: the error names the reservation instead of a bare mmap failure.
+  auto none = std::make_shared<FailingMapSource>();
+  none->refuse_reserves_over(16 * MiB);
+  CachingAllocator refused(none, c);
+  CHECK_THROWS_WITH(refused.allocate(4 * MiB), Catch::Contains("64.0 MiB of address space") && Catch::Contains("ulimit -v"));
 }

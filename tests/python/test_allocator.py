@@ -57,6 +57,18 @@ def test_empty_cache_gives_memory_back_and_peaks_reset():
     """)
 
 
+def test_a_limit_under_an_address_space_ulimit_works():
+    # Note [Address space for a segment]: a 48 GiB cap under `ulimit -v` 80 GiB (as Slurm sets) once
+    # made every CPU allocation fail, where no cap worked.
+    check("""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (80 << 30, 80 << 30))
+        import torch, memcomm
+        memcomm.use_allocator("cpu", memory_limit=48 << 30)
+        assert torch.ones(1000).sum().item() == 1000
+    """)
+
+
 def test_over_the_limit_is_torch_out_of_memory():
     check("""
         import torch, memcomm

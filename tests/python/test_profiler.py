@@ -207,6 +207,24 @@ def test_a_launch_environment_that_does_not_fit_is_a_value_error():
         assert r.stdout.startswith("ValueError:") and words in r.stdout, r.stdout
 
 
+def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):
+    # Note [Nothing left after stop]: model= is held weakly, so a profiler kept after its block does
+    # not keep the model's memory; the loader wrapper copies and pickles as its loader does.
+    check("""
+        import copy, gc, pickle, weakref
+        model = make_model()
+        with memcomm.profile(trace=sys.argv[1], model=model) as p:
+            loop(model, torch.optim.SGD(model.parameters(), lr=0.01), batches(2))
+        alive = weakref.ref(model)
+        del model
+        gc.collect()
+        assert alive() is None and p is not None
+        wrapped = memcomm.loader([1, 2, 3])
+        for c in (copy.copy(wrapped), copy.deepcopy(wrapped), pickle.loads(pickle.dumps(wrapped))):
+            assert list(c) == [1, 2, 3]
+    """, str(tmp_path / "named.mct"))
+
+
 def test_stop_leaves_no_hooks_and_no_cost(tmp_path):
     # "No cost" is shown by what runs, not by a clock: the test traces every Python and C call a step
     # makes after stop(), and none may reach memcomm's code but the loader wrapper's pass-through. The

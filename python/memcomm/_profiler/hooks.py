@@ -67,6 +67,7 @@ import functools
 import gc
 import itertools
 import threading
+import weakref
 from typing import Any, Callable, List, Tuple
 
 import torch
@@ -95,7 +96,7 @@ class PhaseHooks:
 
     def __init__(self, owner: Any, models: List[torch.nn.Module]):
         self._owner = owner
-        self._models = models
+        self._models = [weakref.ref(m) for m in models]  # weak: Note [Nothing left after stop]
         self._roots: List[torch.nn.Module] = []      # outermost modules the global hooks found
         self._watched: List[torch.nn.Module] = []    # modules whose calls are forwards (_hook_modules)
         self._global_handles: List[Any] = []
@@ -115,8 +116,9 @@ class PhaseHooks:
         add = self._handles.append
         self._roots = []
         self._watched = []
-        self._looked_again = bool(self._models)
-        models = self._models or _module_roots()
+        given = [m for m in (ref() for ref in self._models) if m is not None]
+        self._looked_again = bool(given)
+        models = given or _module_roots()
         if models:
             self._hook_modules(models)
         else:

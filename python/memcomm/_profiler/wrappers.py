@@ -38,6 +38,10 @@ class _Loader:
         return len(self._loader)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
+        # Only names the wrapper lacks come here. A copy or an unpickled one has no _loader yet while
+        # copy and pickle probe it for __setstate__ & co.: no forwarding then, or it recurses.
+        if name == "_loader" or name.startswith("__"):
+            raise AttributeError(name)
         return getattr(self._loader, name)
 
 
