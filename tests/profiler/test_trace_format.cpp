@@ -300,18 +300,19 @@ TEST_CASE("TraceSet merges ranks onto one timeline using their clock offsets", "
 }
 
 TEST_CASE("TraceSet says when its ranks cannot be one run's", "[profiler][format]") {
-  // Note [One run or several]: each rank records [start + 1000, start + 5000] of wall-clock time.
-  const auto write = [](const std::string& path, uint32_t rank, uint32_t world, int64_t start) {
+  // Note [One run or several]: each rank records [start + 1000, start + 5000] of wall-clock time;
+  // its timestamps are its host's monotonic clock, from `boot` on.
+  const auto write = [](const std::string& path, uint32_t rank, uint32_t world, int64_t start, int64_t boot = 0) {
     WriterOptions o;
     o.rank = rank;
     o.world_size = world;
     TraceWriter w(path, o);
-    w.write_chunk({}, {Event::from(make_meta(0, MetaKey::StartTime, start)), Event::from(make_counter(1000, 1, 1.0)),
-                       Event::from(make_counter(5000, 1, 2.0))});
+    w.write_chunk({}, {Event::from(make_meta(boot, MetaKey::StartTime, start)), Event::from(make_counter(boot + 1000, 1, 1.0)),
+                       Event::from(make_counter(boot + 5000, 1, 2.0))});
   };
   const std::string a = temp_path("run_a0"), b = temp_path("run_a1"), c = temp_path("run_b1"), d = temp_path("run_c1");
   write(a, 0, 2, 1'000'000);
-  write(b, 1, 2, 1'003'000);   // one run: the recordings overlap
+  write(b, 1, 2, 1'003'000, int64_t(7) << 40);   // one run on another host: the recordings overlap
   write(c, 1, 2, 9'000'000);   // recorded long after rank 0 had stopped
   write(d, 3, 2, 1'000'000);   // outside its world, and a world of 2 beside a's 2
   CHECK(TraceSet::load({a, b}).mixed_runs().empty());

@@ -7,8 +7,10 @@
 // without any threshold:
 //   - the ranks disagree on the world size;
 //   - a rank is outside the world its own file names;
-//   - two ranks' recordings never overlapped in wall-clock time (StartTime + their first and last
-//     timestamps): the ranks of one run record at the same time, whatever their clock skew.
+//   - two ranks' recordings never overlapped in wall-clock time (their first and last timestamps
+//     moved by the wall clock their StartTime read; the timestamps are each host's CLOCK_MONOTONIC,
+//     which says nothing across hosts): the ranks of one run record at the same time. torch.profiler
+//     traces carry no such reading and are left out of this one.
 // The tools warn and go on (the user may know better, e.g. a trace merged by hand).
 #include "memcomm/trace/trace_set.hpp"
 
@@ -28,8 +30,8 @@ struct WallSpan {
 };
 
 WallSpan wall_span(const RankTrace& r) {
-  if (r.start_wall_ns <= 0 || r.events.empty()) return {};
-  return {r.start_wall_ns + r.begin_ns(), r.start_wall_ns + r.end_ns(), true};
+  if (!r.wall_minus_ts || r.events.empty()) return {};
+  return {*r.wall_minus_ts + r.begin_ns(), *r.wall_minus_ts + r.end_ns(), true};
 }
 
 }  // namespace

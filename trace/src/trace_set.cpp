@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -77,6 +79,8 @@ void TraceSet::finish(const LoadOptions& opt) {
   for (RankTrace& r : ranks) {
     const bool already_merged = r.clock_offset_ns == INT64_MIN;
     int64_t offset = 0;
+    std::optional<std::pair<int64_t, int64_t>> start;  // StartTime: (its timestamp, the wall clock then)
+    bool kineto = false;
     r.drops = 0;
     for (const Event& e : r.events) {
       if (e.kind == EventKind::Meta) {
@@ -88,7 +92,8 @@ void TraceSet::finish(const LoadOptions& opt) {
           case MetaKey::ProcessName: r.process_name = std::string(r.name(m.str)); break;
           case MetaKey::Pid: r.pid = m.value; break;
           case MetaKey::ClockOffset: offset = m.value; break;
-          case MetaKey::StartTime: r.start_wall_ns = m.value; break;
+          case MetaKey::StartTime: start = std::make_pair(e.ts, m.value); break;
+          case MetaKey::Tag: kineto = kineto || r.name(m.str) == kKinetoSourceTag; break;
           default: break;
         }
       } else if (e.kind == EventKind::Drops) {
@@ -98,6 +103,8 @@ void TraceSet::finish(const LoadOptions& opt) {
     if (already_merged || !opt.apply_clock_offsets) offset = 0;
     offset = std::clamp<int64_t>(offset, -kMaxAbsTimestamp, kMaxAbsTimestamp);
     r.clock_offset_ns = offset;
+    if (start && !kineto)
+      r.wall_minus_ts = start->second - (std::clamp<int64_t>(start->first, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset);
     // Note [Timestamp range]: real timestamps are far inside +-kMaxAbsTimestamp; clamping what only
     // corrupt data produces keeps every later sum and difference inside int64.
     for (Event& e : r.events) e.ts = std::clamp<int64_t>(e.ts, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset;

@@ -140,7 +140,7 @@ enum class MetaKey : uint8_t {
   StreamName = 9,      // thread = stream index, str = name
   DeviceName = 10,     // thread = device index, str = name
   Tag = 11,            // str = "key=value" free-form run annotation
-  StartTime = 12,      // value: CLOCK_REALTIME ns at recording start (wall-clock of ts origin)
+  StartTime = 12,      // value: CLOCK_REALTIME ns, read at this event's ts (recording start)
   Count
 };
 const char* meta_key_name(MetaKey k);

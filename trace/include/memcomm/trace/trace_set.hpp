@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,7 +32,10 @@ struct RankTrace {
   std::vector<Event> events;        // sorted by ts, on the common timeline
   std::string source;               // file it came from
   uint64_t drops = 0;               // sum of DropEvent counts
-  int64_t start_wall_ns = 0;        // MetaKey::StartTime: wall clock of ts 0, 0 when not recorded
+  // Wall-clock ns minus a timestamp on the common timeline, from MetaKey::StartTime (the wall clock
+  // read at that event's timestamp); none when not recorded, or for a torch.profiler trace (its
+  // StartTime marks the shared origin, not a reading: Note [One origin for every torch.profiler trace]).
+  std::optional<int64_t> wall_minus_ts;
 
   std::string_view name(StringId id) const {
     return id < strings.size() ? std::string_view(strings[id]) : std::string_view();
