@@ -40,8 +40,7 @@ void find_device(const RankTrace& r, SeriesPlan& plan) {
     if (e.kind == EventKind::MemSample) {
       const auto s = e.as<MemSampleEvent>();
       if (s.metric < MemMetric::Count) plan.sampled[size_t(s.metric)] = true;
-      const bool level = s.metric == MemMetric::Allocated || s.metric == MemMetric::Active || s.metric == MemMetric::Reserved;
-      if (level && better_curve_device(plan.device, s.device)) plan.device = s.device;
+      if (is_level_metric(s.metric) && better_curve_device(plan.device, s.device)) plan.device = s.device;
     } else if (is_block_kind(e.kind) && better_curve_device(block_device, e.as<MemBlockEvent>().device)) {
       block_device = e.as<MemBlockEvent>().device;
     } else if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Tag) {

@@ -261,9 +261,7 @@ std::uint64_t TraceIngest::add_mem_sample(const prof::Event& e, RankState& rs, s
   // One device's memory per rank (Note [Memory curves from block events], allocator_fold.hpp):
   // a GPU's level samples, else the host's, also when a time range starts after them (as the whole
   // file's curves would); samples of other devices are not mixed into its curves.
-  const bool level = m.metric == prof::MemMetric::Allocated || m.metric == prof::MemMetric::Active ||
-                     m.metric == prof::MemMetric::Reserved;
-  if (level && prof::better_curve_device(rs.mem_device, m.device)) {
+  if (prof::is_level_metric(m.metric) && prof::better_curve_device(rs.mem_device, m.device)) {
     rs.mem_device = m.device;
     b_.memory_sample_device(rank, m.device);  // drops the host's samples kept so far, if any
     std::fill(std::begin(rs.metrics), std::end(rs.metrics), nullptr);

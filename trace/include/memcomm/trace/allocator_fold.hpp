@@ -53,6 +53,10 @@ namespace memcomm::prof {
 inline bool better_curve_device(int chosen, int candidate) {
   return chosen < 0 || (chosen == kHostDevice && candidate != kHostDevice);
 }
+// The samples that choose the device: allocated, active and reserved (the level curves).
+inline bool is_level_metric(MemMetric m) {
+  return m == MemMetric::Allocated || m == MemMetric::Active || m == MemMetric::Reserved;
+}
 
 // Note [Allocator fold rules]: what each block event does to the fold, and when an event contradicts
 // it (the fold then counts a contradiction and is broken() for good; bad or mid-run traces still fold).
