@@ -4,6 +4,8 @@
 
 #include <memcomm/view/loader.hpp>
 
+#include <memcomm/trace/mixed_runs.hpp>
+#include <memcomm/trace/trace_set.hpp>
 #include <memcomm/trace/trace_writer.hpp>
 
 #include <cstdio>
@@ -66,6 +68,53 @@ TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
   REQUIRE(load.errors().size() == 1);
   CHECK(load.errors()[0].find(garbage) != std::string::npos);
   CHECK(tl.empty());
+}
+
+TEST_CASE("the viewer finds the same signs of several runs as memcomm-trace", "[unit][viewer]") {
+  // Note [One run or several]: each rank records [start + 1000, start + 5000] ns of wall-clock time
+  // on its host's monotonic clock from `boot` on, moved onto the run's timeline by `offset`.
+  using namespace memcomm::prof;
+  const auto write = [](const std::string& path, uint32_t rank, uint32_t world, int64_t start, int64_t boot,
+                        int64_t offset) {
+    WriterOptions o;
+    o.rank = rank;
+    o.world_size = world;
+    TraceWriter w(path, o);
+    w.write_chunk({{1, "x"}}, {Event::from(make_meta(boot, MetaKey::ClockOffset, offset)),
+                               Event::from(make_meta(boot, MetaKey::StartTime, start)),
+                               Event::from(make_counter(boot + 1000, 1, 1.0)), Event::from(make_counter(boot + 5000, 1, 2.0))});
+  };
+  const auto path = [](const char* name) { return memcomm::test::temp_path("memcomm_viewer_tests", name); };
+  const std::string a = path("run_a0.mct"), b = path("run_a1.mct"), c = path("run_b1.mct"), d = path("run_c1.mct");
+  write(a, 0, 2, 1'000'000, 0, 0);
+  write(b, 1, 2, 1'003'000, int64_t(7) << 40, -(int64_t(7) << 40));  // the same run on another host
+  write(c, 1, 2, 9'000'000, 0, 0);                                    // long after rank 0 stopped
+  write(d, 5, 4, 1'000'000, 0, 0);                                    // outside its world, and a's is 2
+  for (const bool ahead : {false, true}) {
+    memcomm::view::LoadOptions opt;
+    opt.decode_ahead = ahead;
+    for (const auto& files : std::vector<std::vector<std::string>>{{a, b}, {a, c}, {a, d}}) {
+      Timeline tl;
+      for (const auto& f : files) {
+        Timeline one;
+        std::string error;
+        REQUIRE(load_file(f, one, error, nullptr, opt));
+        tl.merge(std::move(one));
+      }
+      INFO(files[1] << (ahead ? " decoded ahead" : ""));
+      CHECK(mixed_run_warnings(tl.runs) == TraceSet::load(files).mixed_runs());
+    }
+  }
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(c, tl, error));
+  REQUIRE(tl.runs.size() == 1);
+  CHECK(tl.runs[0].world_size == 2);
+  CHECK(tl.runs[0].wall_begin == 9'000'000);  // from its first event, the StartTime record
+  CHECK(tl.runs[0].wall_end == 9'005'000);
+  CHECK(TraceSet::load({a, c}).mixed_runs().size() == 1);  // the comparisons above compared something
+  CHECK(TraceSet::load({a, d}).mixed_runs().size() == 2);
+  for (const auto& p : {a, b, c, d}) std::remove(p.c_str());
 }
 
 TEST_CASE("a memcomm trace loads into lanes and collectives and memory curves", "[unit][viewer]") {

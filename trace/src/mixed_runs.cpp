@@ -1,4 +1,5 @@
-// TraceSet::mixed_runs: whether the loaded ranks can be one run's.
+// mixed_run_warnings: whether the loaded ranks can be one run's, from the facts each rank's file
+// gives (RunFacts); TraceSet::mixed_runs gathers them for memcomm-trace, the viewer's loader for itself.
 //
 // Note [One run or several]: the tools take any files they are given, and a directory of traces
 // often holds several runs (run.rank0.mct from yesterday beside run.rank1.mct from today). Nothing
@@ -11,10 +12,12 @@
 //     moved by the wall clock their StartTime read; the timestamps are each host's CLOCK_MONOTONIC,
 //     which says nothing across hosts): the ranks of one run record at the same time. torch.profiler
 //     traces carry no such reading and are left out of this one.
-// The tools warn and go on (the user may know better, e.g. a trace merged by hand).
-#include "memcomm/trace/trace_set.hpp"
+// memcomm-trace and memcomm-view warn and go on (the user may know better, e.g. a trace merged by hand).
+#include "memcomm/trace/mixed_runs.hpp"
 
 #include <fmt/format.h>
+
+#include "memcomm/trace/trace_set.hpp"
 
 namespace memcomm::prof {
 
@@ -22,39 +25,29 @@ namespace {
 
 constexpr size_t kMixedRunLines = 5;  // enough to see the pattern; a mix of two big runs would say it per rank
 
-std::string who(const RankTrace& r) { return fmt::format("rank {} ({})", r.rank, r.source); }
+std::string who(const RunFacts& r) { return fmt::format("rank {} ({})", r.rank, r.source); }
 
-struct WallSpan {
-  int64_t begin = 0, end = 0;
-  bool known = false;
-};
-
-WallSpan wall_span(const RankTrace& r) {
-  if (!r.wall_minus_ts || r.events.empty()) return {};
-  return {*r.wall_minus_ts + r.begin_ns(), *r.wall_minus_ts + r.end_ns(), true};
-}
+bool wall_known(const RunFacts& r) { return r.wall_begin && r.wall_end; }
 
 }  // namespace
 
-std::vector<std::string> TraceSet::mixed_runs() const {
+std::vector<std::string> mixed_run_warnings(const std::vector<RunFacts>& ranks) {
   std::vector<std::string> out;
-  const RankTrace* sized = nullptr;  // the first rank that names its world size
-  const RankTrace* timed = nullptr;  // the first rank whose wall-clock span is known
-  for (const RankTrace& r : ranks) {
+  const RunFacts* sized = nullptr;  // the first rank that names its world size
+  const RunFacts* timed = nullptr;  // the first rank whose wall-clock span is known
+  for (const RunFacts& r : ranks) {
     if (r.world_size != 0 && r.rank != kUnknownRank && r.rank >= r.world_size)
       out.push_back(fmt::format("{} says world size {}: a rank outside its own world", who(r), r.world_size));
     if (r.world_size != 0 && sized == nullptr) sized = &r;
     else if (r.world_size != 0 && r.world_size != sized->world_size)
       out.push_back(fmt::format("{} says world size {}, {} says {}: files of different runs?", who(*sized),
                                 sized->world_size, who(r), r.world_size));
-    const WallSpan w = wall_span(r);
-    if (!w.known) continue;
+    if (!wall_known(r)) continue;
     if (timed == nullptr) {
       timed = &r;
       continue;
     }
-    const WallSpan t = wall_span(*timed);
-    if (w.begin > t.end || t.begin > w.end)
+    if (*r.wall_begin > *timed->wall_end || *timed->wall_begin > *r.wall_end)
       out.push_back(fmt::format("{} and {} never recorded at the same time: files of different runs?", who(*timed), who(r)));
   }
   if (out.size() > kMixedRunLines) {
@@ -63,6 +56,19 @@ std::vector<std::string> TraceSet::mixed_runs() const {
     out.push_back(fmt::format("... and {} more such line(s)", more));
   }
   return out;
+}
+
+std::vector<std::string> TraceSet::mixed_runs() const {
+  std::vector<RunFacts> facts;
+  for (const RankTrace& r : ranks) {
+    RunFacts f{r.rank, r.source, r.world_size, std::nullopt, std::nullopt};
+    if (r.wall_minus_ts && !r.events.empty()) {
+      f.wall_begin = *r.wall_minus_ts + r.begin_ns();
+      f.wall_end = *r.wall_minus_ts + r.end_ns();
+    }
+    facts.push_back(std::move(f));
+  }
+  return mixed_run_warnings(facts);
 }
 
 }  // namespace memcomm::prof

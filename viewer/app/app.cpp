@@ -1,6 +1,7 @@
 // App: window, frame, background loading, input scripts; --panes. Live mode and the idle policy are in
 // app_live.cpp, the advisor in app_advice.cpp.
 #include <memcomm/view/app/app.hpp>
+#include <memcomm/trace/mixed_runs.hpp>
 #include <memcomm/view/synthetic.hpp>
 
 #include "clock.hpp"
@@ -180,12 +181,25 @@ void App::poll_load() {
     st_.message("files opened while receiving live streams are not shown (the live view is not merged with files)");
     t = Timeline();
   }
-  if (!t.sources.empty() || !t.empty()) st_.set_timeline(std::move(t), true);
+  if (!t.sources.empty() || !t.empty()) {
+    st_.set_timeline(std::move(t), true);
+    warn_about_mixed_runs();
+  }
   show_allocations_for_stacks();
   load_.reset();
   st_.load_progress = -1;
   redraw_frames_ = 3;
   update_advice();
+}
+
+// Note [One run or several] (trace/src/mixed_runs.cpp), as memcomm-trace warns: over everything
+// loaded so far, so a file opened later into the view is checked against the ones before it. Each
+// line is shown once.
+void App::warn_about_mixed_runs() {
+  for (const std::string& w : prof::mixed_run_warnings(st_.tl.runs)) {
+    const std::string line = "warning: " + w;
+    if (std::find(st_.messages.begin(), st_.messages.end(), line) == st_.messages.end()) st_.message(line);
+  }
 }
 
 // A snapshot is opened to see who holds its memory: unless --panes chose the panes, loading a file

@@ -230,6 +230,7 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
       }
     }
     out = b.finish(path);
+    out.runs = ingest.run_facts(path, merged ? 0 : reader.header().world_size);
     if (options.has_range())
       out.sources.back() += fmt::format(" (range {:.3f}..{:.3f} s)", options.range_lo_s, options.range_hi_s);
     const auto& info = reader.recovery();

@@ -80,10 +80,11 @@ void drop_redundant(std::vector<prof::Event>& events) {
   events.resize(out);
 }
 
-// One file's converted events into `b`, in time order. Returns the reader's warning when the
-// file was cut short ("" otherwise). `k` (events, strings) is freed on return.
+// One file's converted events into `b`, in time order, and what they say about their run into
+// `runs`. Returns the reader's warning when the file was cut short ("" otherwise). `k` (events,
+// strings) is freed on return.
 std::string ingest_events(prof::KinetoTrace k, TimelineBuilder& b, std::atomic<double>* progress,
-                          const LoadOptions& options) {
+                          const LoadOptions& options, const std::string& path, std::vector<prof::RunFacts>& runs) {
   std::vector<prof::Event>& events = k.trace.events;
   add_active_samples(events);
   prof::sort_by_time(events);  // ranges pair LIFO per thread, as TraceSet orders them
@@ -95,6 +96,7 @@ std::string ingest_events(prof::KinetoTrace k, TimelineBuilder& b, std::atomic<d
     ingest.add(events.data() + i, std::min(kBatch, events.size() - i), k.trace.rank, strings, false);
     if (progress) *progress = kReadShare + kIngestShare * static_cast<double>(i) / static_cast<double>(events.size());
   }
+  runs = ingest.run_facts(path, 0);
   return k.info.truncated ? k.info.truncation : std::string();
 }
 }  // namespace
@@ -105,8 +107,10 @@ bool ingest_kineto(const std::string& path, Timeline& out, std::string& error, s
     TimelineBuilder b;
     prof::KinetoTrace k = prof::read_kineto(path);
     if (progress) *progress = kReadShare;
-    const std::string truncation = ingest_events(std::move(k), b, progress, options);
+    std::vector<prof::RunFacts> runs;
+    const std::string truncation = ingest_events(std::move(k), b, progress, options, path, runs);
     out = b.finish(path);
+    out.runs = std::move(runs);
     // What the reader and the build freed (JSON windows and events, parsed on several threads;
     // the builder's sort buffers) stays in glibc's arenas: hand it back, so the process holds the
     // model (on a 1 GB trace ~70 MB of RSS).

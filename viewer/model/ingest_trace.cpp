@@ -99,6 +99,10 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
                             bool apply_offsets) {
   RankState& rs = state(rank);
   if (!apply_offsets) rs.offset = 0;
+  if (n > 0) {
+    rs.first = std::min(rs.first, shift(ev[0].ts, rs.offset));
+    rs.last = std::max(rs.last, shift(ev[n - 1].ts, rs.offset));
+  }
   bool skip = false;  // the whole batch lies outside the time range (Note [Time range load])
   if (lo_ != INT64_MIN || hi_ != INT64_MAX) {
     std::int64_t mn = INT64_MAX, mx = INT64_MIN;
@@ -145,6 +149,22 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
     added += add_one(e, rs, rank, resolve, ctx);
   }
   b_.add_events(added);
+}
+
+std::vector<prof::RunFacts> TraceIngest::run_facts(const std::string& source, std::uint32_t header_world) const {
+  std::vector<prof::RunFacts> out;
+  for (const auto& [rank, rs] : ranks_) {
+    prof::RunFacts f;
+    f.rank = rank;
+    f.source = source;
+    f.world_size = rs.world_size != 0 ? rs.world_size : header_world;
+    if (rs.wall_minus_time && !rs.kineto && rs.first <= rs.last) {
+      f.wall_begin = *rs.wall_minus_time + rs.first;
+      f.wall_end = *rs.wall_minus_time + rs.last;
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 // The per-kind parts of add_one(): each returns the model events it added (0 or 1).
@@ -199,13 +219,22 @@ std::uint64_t TraceIngest::add_host_span(const prof::Event& e, RankState& rs, st
   return 1;
 }
 
-void TraceIngest::add_meta(const prof::Event& e, std::uint32_t rank, Resolve resolve, const void* ctx) {
+void TraceIngest::add_meta(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx) {
   const auto m = e.as<prof::MetaEvent>();
   switch (m.key) {
+    case prof::MetaKey::WorldSize:
+      rs.world_size = static_cast<std::uint32_t>(m.value);
+      return;
+    case prof::MetaKey::StartTime:
+      rs.wall_minus_time = bounded_time(m.value) - shift(e.ts, rs.offset);
+      return;
     case prof::MetaKey::Host:
       return b_.host(rank, resolve(ctx, m.str));
     case prof::MetaKey::Tag:  // a torch.profiler trace began mid-run (Note [Memory curves from block events])
-      if (resolve(ctx, m.str) == prof::kKinetoSourceTag) b_.blocks_cut(rank);
+      if (resolve(ctx, m.str) == prof::kKinetoSourceTag) {
+        b_.blocks_cut(rank);
+        rs.kineto = true;
+      }
       return;
     case prof::MetaKey::ThreadName:
       if (m.str != prof::kNoString) b_.lane_name(rank, LaneKind::Nvtx, m.thread, resolve(ctx, m.str));
@@ -333,7 +362,7 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
       b_.dropped(rank, e.as<prof::DropEvent>().count);
       return 0;
     case EventKind::Meta:
-      add_meta(e, rank, resolve, ctx);
+      add_meta(e, rs, rank, resolve, ctx);
       return 0;
     default:
       return 0;

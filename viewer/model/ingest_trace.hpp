@@ -31,11 +31,13 @@
 #pragma once
 
 #include <memcomm/trace/event.hpp>
+#include <memcomm/trace/mixed_runs.hpp>
 #include <memcomm/view/builder.hpp>
 #include <memcomm/view/loader.hpp>
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -66,6 +68,10 @@ class TraceIngest {
     rs.offset = bounded_time(offset);
     rs.offset_records_to_skip = records;
   }
+  // What each rank's events said about the run that recorded them (Note [One run or several] in
+  // trace/src/mixed_runs.cpp), with `source` as the file and `header_world` (0: none) as the world
+  // size of a rank whose events do not name it.
+  std::vector<prof::RunFacts> run_facts(const std::string& source, std::uint32_t header_world) const;
   // Keep only events overlapping [lo, hi] ns on the timeline (Note [Time range load]).
   void set_range(std::int64_t lo, std::int64_t hi) {
     lo_ = lo;
@@ -97,6 +103,13 @@ class TraceIngest {
     CounterSeries* metrics[static_cast<int>(prof::MemMetric::Count)] = {};
     int mem_device = -1;  // device whose allocated/active/reserved samples are drawn (better_curve_device)
     std::unordered_map<prof::StringId, CounterSeries*> counters;  // user counters by name id
+    // For run_facts(): the world size named, the wall clock minus timeline time at StartTime, and
+    // the first and last event times (batch ends: events are nearly sorted, and a run's span
+    // needs no better for Note [One run or several]).
+    std::uint32_t world_size = 0;
+    std::optional<std::int64_t> wall_minus_time;
+    bool kineto = false;  // a torch.profiler trace: its StartTime is an origin, not a reading
+    std::int64_t first = INT64_MAX, last = INT64_MIN;
   };
   static constexpr std::uint32_t kNoId = 0xFFFF'FFFFu;
 
@@ -113,7 +126,7 @@ class TraceIngest {
   SpanRow& nvtx_lane(RankState& rs, std::uint32_t rank, std::uint16_t thread);
   std::uint64_t close_range(const prof::Event& e, RankState& rs, std::uint32_t rank);
   std::uint64_t add_host_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
-  void add_meta(const prof::Event& e, std::uint32_t rank, Resolve resolve, const void* ctx);
+  void add_meta(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
   std::uint64_t add_collective(const prof::Event& e, RankState& rs, std::uint32_t rank);
   std::uint64_t add_block_event(const prof::Event& e, RankState& rs, std::uint32_t rank);
   std::uint64_t add_mem_sample(const prof::Event& e, RankState& rs, std::uint32_t rank);

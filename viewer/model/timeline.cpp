@@ -57,9 +57,12 @@ void Timeline::merge(Timeline&& other) {
   if (other.empty() && other.sources.empty()) return;
   if (ranks.empty() && strings.size() == 0) {  // into nothing: a move, not an O(spans) remap
     std::vector<std::string> mine = std::move(sources);
+    std::vector<prof::RunFacts> my_runs = std::move(runs);
     *this = std::move(other);
     mine.insert(mine.end(), std::make_move_iterator(sources.begin()), std::make_move_iterator(sources.end()));
     sources = std::move(mine);
+    my_runs.insert(my_runs.end(), std::make_move_iterator(runs.begin()), std::make_move_iterator(runs.end()));
+    runs = std::move(my_runs);
     return;
   }
   std::vector<std::uint32_t> remap(other.strings.size());
@@ -83,6 +86,7 @@ void Timeline::merge(Timeline&& other) {
   }
   event_count += other.event_count;
   for (auto& s : other.sources) sources.push_back(std::move(s));
+  for (auto& r : other.runs) runs.push_back(std::move(r));
   match_collectives(*this);
 }
 

@@ -16,6 +16,7 @@
 #include <memcomm/view/chunked.hpp>
 #include <memcomm/view/counter_lod.hpp>
 #include <memcomm/view/rank_allocations.hpp>
+#include <memcomm/trace/mixed_runs.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -125,6 +126,7 @@ struct Timeline {
   TimeNs begin = 0, end = 0;          // bounds over everything loaded
   std::uint64_t event_count = 0;      // events ingested (spans + samples + allocator events)
   std::vector<std::string> sources;   // files (or "live", "synthetic") this came from
+  std::vector<prof::RunFacts> runs;  // what each file's ranks say about their run (Note [One run or several])
 
   // Moves the ranks of `other` in (string ids remapped), then re-matches collectives.
   void merge(Timeline&& other);

@@ -100,6 +100,7 @@ class App {
   BenchFrames bench_sweep(int n);
   void poll_load();
   void show_allocations_for_stacks();  // after a load: snapshots open with the allocation panes
+  void warn_about_mixed_runs();  // after a load: files that look like several runs'
   void poll_live();
   bool start_live(std::string& error);
   std::uint64_t events_seen() const;  // received live, else loaded
