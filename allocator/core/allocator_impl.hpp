@@ -160,6 +160,15 @@ inline bool is_free(const Block* b) {
 // Note [Allocator locks across fork] (fork_locks.cpp): every live engine's lock is held across fork().
 void register_engine_lock(AllocatorMutex* mu);
 void unregister_engine_lock(AllocatorMutex* mu);
+// A call into a memory source in flight, which runs without the engine's lock: fork() waits until
+// none is (Note [Allocator locks across fork]). Scopes never nest, and none takes an engine's lock.
+class SourceCallScope {
+ public:
+  SourceCallScope();
+  ~SourceCallScope();
+  SourceCallScope(const SourceCallScope&) = delete;
+  SourceCallScope& operator=(const SourceCallScope&) = delete;
+};
 
 struct CachingAllocator::Impl {
   Impl(std::shared_ptr<MemorySource> src, AllocatorConfig cfg, std::shared_ptr<StreamModel> streams);

@@ -285,6 +285,7 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
   void* base = reserve_segment_space(vsize);
   AllocatorLock lock(mu);
   if (pool->expandable) {  // another thread won the race
+    SourceCallScope in_flight;
     source->release(base, vsize);
     return pool->expandable;
   }
@@ -321,6 +322,7 @@ void* CachingAllocator::Impl::reserve_segment_space(std::size_t& vsize) {
   const std::size_t least = config.virtual_size ? vsize : page_up(std::max<std::size_t>(cap, page), page);
   for (;;) {
     try {
+      SourceCallScope in_flight;
       return source->reserve(vsize);
     } catch (const SourceError& e) {
       if (vsize <= least)
@@ -560,6 +562,7 @@ bool CachingAllocator::Impl::grows_last_freed(const Pool* pool, std::size_t size
 std::size_t CachingAllocator::Impl::map_pieces(const std::vector<Block*>& to_map, std::exception_ptr& error) {
   std::size_t mapped = 0;
   try {
+    SourceCallScope in_flight;
     for (Block* x : to_map) {
       if (!source->map(reinterpret_cast<void*>(x->addr), x->size)) break;  // out of memory
       ++mapped;

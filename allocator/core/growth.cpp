@@ -175,7 +175,11 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
     AllocatorLock lock(mu);
     finish_releases(rel, false);
   }
-  void* p = source->allocate(seg_size);
+  void* p = nullptr;
+  {
+    SourceCallScope in_flight;
+    p = source->allocate(seg_size);
+  }
   if (!p) return nullptr;
   AllocatorLock lock(mu);
   auto seg = std::make_unique<Segment>(&nodes);

@@ -110,6 +110,7 @@ void CachingAllocator::Impl::restore_window(std::vector<Block*>& window) {
 }
 
 void CachingAllocator::Impl::run_releases(Releases& r) {
+  SourceCallScope in_flight;
   for (Block* b : r.pieces) source->unmap(reinterpret_cast<void*>(b->addr), b->size);
   for (Segment* s : r.whole) source->deallocate(reinterpret_cast<void*>(s->base), s->size);
 }
@@ -163,6 +164,7 @@ std::size_t CachingAllocator::Impl::release_free(std::size_t target, std::uint64
 // Destruction: every mapped page and every segment goes back, live blocks included.
 void CachingAllocator::Impl::release_everything() {
   AllocatorLock lock(mu);
+  SourceCallScope in_flight;
   for (auto& seg : segments) {
     if (seg->expandable) {
       // Unmap mapped page runs (the union of mapped blocks' pages), then release the range.

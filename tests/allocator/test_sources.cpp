@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstring>
 #include <random>
+#include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "allocator_test_util.hpp"
@@ -149,6 +151,70 @@ TEST_CASE("a child forked while another thread allocates can allocate", "[alloca
   busy = false;
   churn.join();
   CHECK(failed == 0);
+}
+
+namespace {
+// Host pages behind a lock of its own, as a real source has (the host source's, a driver's); once
+// armed, the next map() holds the lock for `hold` and says when it is inside.
+class SlowMapSource final : public MemorySource {
+ public:
+  explicit SlowMapSource(std::chrono::milliseconds hold) : inner_(make_source("host")), hold_(hold) {}
+  const char* name() const override { return "slow-map"; }
+  std::size_t granularity() const override { return inner_->granularity(); }
+  std::size_t capacity() const override { return inner_->capacity(); }
+  bool can_map() const override { return true; }
+  bool host_accessible() const override { return true; }
+  void* allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
+  void deallocate(void* ptr, std::size_t bytes) override { inner_->deallocate(ptr, bytes); }
+  void* reserve(std::size_t bytes) override { return inner_->reserve(bytes); }
+  void release(void* base, std::size_t bytes) override { inner_->release(base, bytes); }
+  bool map(void* addr, std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(call_mu_);
+    if (armed_.exchange(false)) {
+      inside_ = true;
+      std::this_thread::sleep_for(hold_);
+    }
+    return inner_->map(addr, bytes);
+  }
+  void unmap(void* addr, std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(call_mu_);
+    inner_->unmap(addr, bytes);
+  }
+  SourceCounters counters() const override { return inner_->counters(); }
+  void arm() { armed_ = true; }
+  bool inside() const { return inside_; }
+
+ private:
+  std::shared_ptr<MemorySource> inner_;
+  std::chrono::milliseconds hold_;
+  std::mutex call_mu_;
+  std::atomic<bool> armed_{false}, inside_{false};
+};
+}  // namespace
+
+TEST_CASE("a child forked while another thread maps pages can map pages", "[allocator][sources][host]") {
+  // Note [Allocator locks across fork]: a source call runs without the engine's lock, so holding the
+  // engines' locks did not stop a fork in the middle of one, and the child's copy of the source's own
+  // lock stayed held: its first growth waited forever. fork() now waits for the call to end.
+  if (memcomm::test::kThreadSanitizer)
+    MEMCOMM_SKIP_TEST("TSan does not support fork() in a multithreaded process here");
+  auto src = std::make_shared<SlowMapSource>(std::chrono::milliseconds(300));
+  CachingAllocator a(src);
+  a.deallocate(a.allocate(4096));  // the expandable segments exist: the next growth only maps
+  src->arm();
+  std::thread grower([&] { a.deallocate(a.allocate(8 * MiB)); });
+  while (!src->inside()) std::this_thread::yield();
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    void* p = a.allocate(24 * MiB);  // more than the parent's thread claimed: a growth, a map
+    std::memset(p, 1, 24 * MiB);
+    a.deallocate(p);
+    _exit(0);
+  }
+  const bool clean = memcomm::test::child_exits_cleanly(pid, 20);
+  grower.join();
+  CHECK(clean);
 }
 
 TEST_CASE("host source honours its capacity", "[allocator][sources][host]") {
