@@ -13,9 +13,12 @@
 
 #include <algorithm>
 
-#include "memory_rewind.hpp"
+#include "memcomm/snapshot/memory_rewind.hpp"
 
 namespace memcomm::advise::detail {
+
+using snapshot::MemoryLevels;
+using snapshot::MemoryRewind;
 
 namespace {
 

@@ -4,7 +4,7 @@
 // shared snapshot with a real OOM, and memcomm-trace advise on snapshot files.
 #include "memcomm/advisor/advise_snapshot.hpp"
 #include "json_text.hpp"
-#include "memory_rewind.hpp"
+#include "memcomm/snapshot/memory_rewind.hpp"
 #include "memcomm_test.hpp"
 #include "run_tool.hpp"
 #include "hand_snapshot.hpp"
@@ -83,7 +83,7 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 
 TEST_CASE("MemoryRewind: the end state, then undone event by event", "[advisor][snapshot]") {
   auto s = checkerboard();
-  advise::detail::MemoryRewind r(s, 0);
+  snapshot::MemoryRewind r(s, 0);
   auto m = r.levels();
   CHECK(m.live == 4 * kMiB);
   CHECK(m.reserved == 8 * kMiB);
@@ -114,7 +114,7 @@ TEST_CASE("MemoryRewind: expandable ranges unmapped later join their segment", "
   seg.is_expandable = true;
   seg.blocks = {block(kBase, 2 * kMiB, true), block(kBase + 2 * kMiB, 2 * kMiB, false)};
   s.segments.push_back(seg);
-  advise::detail::MemoryRewind r(s, 0);
+  snapshot::MemoryRewind r(s, 0);
   r.undo(ev(EventKind::SegmentUnmap, kBase + 4 * kMiB, 4 * kMiB));  // mapped before: one free run of 6 MiB
   CHECK(r.levels().reserved == 8 * kMiB);
   CHECK(r.levels().largest_free == 6 * kMiB);
@@ -124,7 +124,7 @@ TEST_CASE("MemoryRewind: expandable ranges unmapped later join their segment", "
   // Two cudaMalloc segments that touch stay two ranges.
   snapshot::Snapshot t = checkerboard();
   t.segments.front().blocks.clear();
-  advise::detail::MemoryRewind two(t, 0);
+  snapshot::MemoryRewind two(t, 0);
   two.undo(ev(EventKind::SegmentFree, kBase + 8 * kMiB, 8 * kMiB));
   CHECK(two.levels().reserved == 16 * kMiB);
   CHECK(two.levels().largest_free == 8 * kMiB);

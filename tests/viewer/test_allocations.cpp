@@ -173,6 +173,21 @@ TEST_CASE("shared snapshots: the rank's holders are memcomm-trace memory's, fram
     // events) the snapshot's distinct strings, a cost per distinct frame, not per event, are most
     // of it: most files with 19 k events or more meet it; all stay under 64 (a guard against
     // per-event costs creeping in). bench/results/viewer-cpu.md has the figures per file.
+    // Note [A trace that starts mid-run] (ingest_snapshot.cpp): the fold starts from the layout the
+    // end state rewound gives, so the allocated curve peaks at the lifetimes' peak (blocks from
+    // before the trace included) and reserved bytes never fall below allocated ones.
+    const CounterSeries* allocated = rd.counter("allocated");
+    const CounterSeries* reserved = rd.counter("reserved");
+    REQUIRE(allocated != nullptr);
+    REQUIRE(reserved != nullptr);
+    double top = 0;
+    for (std::size_t k = 0; k < allocated->size(); ++k) {
+      top = std::max(top, allocated->value(k));
+      double r = 0;
+      REQUIRE(reserved->value_at(allocated->time(k), r));
+      CHECK(r >= allocated->value(k));
+    }
+    CHECK(top == static_cast<double>(prof::peak_live(rd.allocations).bytes));
     const double per_event = static_cast<double>(rd.stacks->memory_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, tl.event_count));
     CHECK(per_event <= 64.0);
     if (tl.event_count >= 10000) CHECK(rd.stacks->text.memory_bytes() <= 8 * tl.event_count);  // StackText: ids only

@@ -1,11 +1,15 @@
 #include "ingest_snapshot.hpp"
 
 #include <memcomm/snapshot/memory.hpp>
+#include <memcomm/snapshot/memory_rewind.hpp>
 #include <memcomm/snapshot/snapshot.hpp>
 #include <memcomm/view/builder.hpp>
 
 #include <cstdint>
+#include <algorithm>
 #include <map>
+#include <set>
+#include <vector>
 #include <memory>
 #include <utility>
 
@@ -22,6 +26,50 @@ void attach_allocations(snapshot::Snapshot&& snap, Timeline& tl) {
     rd.alloc_index = AllocationIndex(rd.allocations);
     rd.stacks = stacks;
   }
+}
+}  // namespace
+
+// Note [A trace that starts mid-run]: PyTorch keeps a snapshot's history in a ring buffer, and
+// recording often starts after the model was built, so the trace usually begins with segments and
+// blocks already there. Folded from its first event alone, the memory curves missed all of them:
+// reserved below allocated on a shared snapshot (283 against 299 MB, where 522 MB were live at the
+// peak), and a device whose trace is empty vanished. The end state is complete, though, and undoing
+// the trace from its last event back gives the layout before its first (snapshot::MemoryRewind,
+// Note [Rewinding to an OOM]). So each device's fold starts from that layout, given just before its
+// first event: the backed ranges (a cudaMalloc segment as a SegmentAlloc, an expandable segment's
+// mapped pages as SegmentMaps) and the active blocks (as Allocs of their requested bytes, the live
+// bytes of Note [Live means allocated]). A snapshot without history is the same case with nothing
+// to undo: its end state, at time 0.
+namespace {
+// The time of a device trace's first event on the ingest's clock (EventClock starts afresh per
+// device), else `none`.
+TimeNs first_time(const std::vector<snapshot::Event>& trace, TimeNs none) {
+  if (trace.empty()) return none;
+  snapshot::EventClock clock;
+  return bounded_time(clock.next(trace.front()));
+}
+
+std::set<int> devices_of(const snapshot::Snapshot& snap) {
+  std::set<int> out;
+  for (std::size_t d = 0; d < snap.device_traces.size(); ++d)
+    if (!snap.device_traces[d].empty()) out.insert(static_cast<int>(d));
+  for (const auto& seg : snap.segments) out.insert(seg.device);
+  return out;
+}
+
+template <class StreamIndex>
+void add_start_state(const snapshot::Snapshot& snap, int device, TimeNs at, TimelineBuilder& b, StreamIndex&& stream_index) {
+  snapshot::MemoryRewind rewind(snap, device);
+  const auto& trace = device < static_cast<int>(snap.device_traces.size()) ? snap.device_traces[std::size_t(device)]
+                                                                         : std::vector<snapshot::Event>();
+  for (auto e = trace.rbegin(); e != trace.rend(); ++e) rewind.undo(*e);
+  const auto dev = static_cast<std::uint32_t>(device);
+  for (const auto& [begin, r] : rewind.backed()) {
+    const auto kind = r.joins ? prof::EventKind::SegmentMap : prof::EventKind::SegmentAlloc;
+    b.alloc_event(dev, {at - 2, begin, r.end - begin, stream_index(0), kind});
+  }
+  for (const auto& [addr, blk] : rewind.blocks())
+    b.alloc_event(dev, {at - 1, addr, blk.requested, stream_index(blk.stream), prof::EventKind::Alloc});
 }
 }  // namespace
 
@@ -43,6 +91,15 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
     auto stream_index = [&](std::int64_t s) {
       return streams.emplace(s, static_cast<std::uint32_t>(streams.size())).first->second;
     };
+    // Note [A trace that starts mid-run]: a device with no events starts with the others.
+    TimeNs earliest = kTimeLimit;
+    for (const auto& trace : snap.device_traces) earliest = std::min(earliest, first_time(trace, kTimeLimit));
+    if (earliest == kTimeLimit) earliest = 2;  // no history at all: the end state at times 0 and 1
+    for (const int device : devices_of(snap)) {
+      const auto& traces = snap.device_traces;
+      const TimeNs t0 = device < static_cast<int>(traces.size()) ? first_time(traces[std::size_t(device)], earliest) : earliest;
+      add_start_state(snap, device, t0, b, stream_index);
+    }
     for (std::size_t dev = 0; dev < snap.device_traces.size(); ++dev) {
       const auto& trace = snap.device_traces[dev];
       snapshot::EventClock clock;
@@ -52,17 +109,6 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
         // Maps and unmaps back parts of a reservation (Note [Virtual reservations] in trace/ virtual_reservations.hpp).
         if (e.kind == prof::EventKind::Invalid) continue;
         b.alloc_event(static_cast<std::uint32_t>(dev), {t, e.addr, e.size, stream_index(e.stream), e.kind});
-      }
-    }
-    // A snapshot whose traces are empty (history not recorded) still shows its end state as one
-    // "allocation" per block at t = 0.
-    if (b.event_count() == 0) {
-      for (const auto& seg : snap.segments) {
-        const auto dev = static_cast<std::uint32_t>(seg.device);
-        b.alloc_event(dev, {0, seg.address, seg.total_size, stream_index(seg.stream), prof::EventKind::SegmentAlloc});
-        for (const auto& blk : seg.blocks)
-          if (blk.is_active())
-            b.alloc_event(dev, {1, blk.address, blk.size, stream_index(seg.stream), prof::EventKind::Alloc});
       }
     }
     out = b.finish(path);

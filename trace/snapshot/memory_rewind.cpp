@@ -1,9 +1,9 @@
 // See memory_rewind.hpp and Note [Rewinding to an OOM].
-#include "memory_rewind.hpp"
+#include "memcomm/snapshot/memory_rewind.hpp"
 
 #include <algorithm>
 
-namespace memcomm::advise::detail {
+namespace memcomm::snapshot {
 
 using prof::EventKind;
 
@@ -11,22 +11,22 @@ namespace {
 std::uint64_t round_block(std::uint64_t size) { return (std::max<std::uint64_t>(size, 1) + 511) / 512 * 512; }
 }  // namespace
 
-MemoryRewind::MemoryRewind(const snapshot::Snapshot& snap, int device) {
+MemoryRewind::MemoryRewind(const Snapshot& snap, int device) {
   for (const auto& s : snap.segments) {
     if (s.device != device) continue;
     back(s.address, s.total_size, s.is_expandable);
     for (const auto& b : s.blocks)
-      if (b.is_active()) blocks_[b.address] = b.size;
+      if (b.is_active()) blocks_[b.address] = ActiveBlock{b.size, b.requested_size ? b.requested_size : b.size, s.stream};
   }
 }
 
-void MemoryRewind::undo(const snapshot::Event& e) {
+void MemoryRewind::undo(const Event& e) {
   switch (e.kind) {
     case EventKind::Alloc:
       if (!blocks_.erase(e.addr)) ++contradictions_;
       break;
     case EventKind::FreeCompleted:
-      if (!blocks_.emplace(e.addr, round_block(e.size)).second) ++contradictions_;
+      if (!blocks_.emplace(e.addr, ActiveBlock{round_block(e.size), e.size, e.stream}).second) ++contradictions_;
       break;
     case EventKind::SegmentAlloc:
     case EventKind::SegmentMap: unback(e.addr, e.size); break;
@@ -74,18 +74,18 @@ void MemoryRewind::unback(std::uint64_t addr, std::uint64_t size) {
 std::uint64_t MemoryRewind::largest_gap(std::uint64_t begin, std::uint64_t end) const {
   std::uint64_t best = 0, at = begin;
   auto it = blocks_.lower_bound(begin);
-  if (it != blocks_.begin() && std::prev(it)->first + std::prev(it)->second > begin)  // a block reaching in
-    at = std::min(end, std::prev(it)->first + std::prev(it)->second);
+  if (it != blocks_.begin() && std::prev(it)->first + std::prev(it)->second.bytes > begin)  // a block reaching in
+    at = std::min(end, std::prev(it)->first + std::prev(it)->second.bytes);
   for (; it != blocks_.end() && it->first < end; ++it) {
     if (it->first > at) best = std::max(best, it->first - at);
-    at = std::max(at, std::min(end, it->first + it->second));
+    at = std::max(at, std::min(end, it->first + it->second.bytes));
   }
   return std::max(best, end > at ? end - at : 0);
 }
 
 MemoryLevels MemoryRewind::levels() const {
   MemoryLevels m;
-  for (const auto& [addr, bytes] : blocks_) m.live += bytes;
+  for (const auto& [addr, b] : blocks_) m.live += b.bytes;
   for (const auto& [begin, r] : backed_) {
     m.reserved += r.end - begin;
     m.largest_free = std::max(m.largest_free, largest_gap(begin, r.end));
@@ -93,4 +93,4 @@ MemoryLevels MemoryRewind::levels() const {
   return m;
 }
 
-}  // namespace memcomm::advise::detail
+}  // namespace memcomm::snapshot

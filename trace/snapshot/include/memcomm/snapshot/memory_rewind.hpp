@@ -1,5 +1,7 @@
 // MemoryRewind: one device's allocator layout at an earlier point of a snapshot's trace, got by
 // starting from the snapshot's end state and undoing the trace's events from the last one back.
+// The advisor reads the layout before each OOM; the viewer starts its memory fold from the layout
+// before the first event (Note [A trace that starts mid-run], viewer/model ingest_snapshot.cpp).
 //
 // Note [Rewinding to an OOM]: a snapshot's trace is a ring buffer that usually starts mid-run, so a
 // forward fold (prof::AllocatorFold) misses every segment and block made before the trace, which on
@@ -23,7 +25,7 @@
 
 #include "memcomm/snapshot/snapshot.hpp"
 
-namespace memcomm::advise::detail {
+namespace memcomm::snapshot {
 
 struct MemoryLevels {
   std::uint64_t live = 0;          // bytes of active blocks (allocated or pending free)
@@ -33,25 +35,34 @@ struct MemoryLevels {
 
 class MemoryRewind {
  public:
-  // The end state of `device` (its segments and their active blocks).
-  MemoryRewind(const snapshot::Snapshot& snap, int device);
-  // Undoes one event (Note [Rewinding to an OOM]); call from the last event back.
-  void undo(const snapshot::Event& e);
-  MemoryLevels levels() const;
-  std::uint64_t contradictions() const { return contradictions_; }
-
- private:
   struct Range {
     std::uint64_t end;
     bool joins;  // an expandable segment's range: joins the backed ranges it touches
   };
+  struct ActiveBlock {
+    std::uint64_t bytes;      // the block's extent (a revived block's: its request rounded up to 512 B)
+    std::uint64_t requested;  // what the user asked for (Note [Live means allocated] in allocations.hpp)
+    std::int64_t stream;      // the cudaStream_t value, as PyTorch printed it
+  };
+
+  // The end state of `device` (its segments and their active blocks).
+  MemoryRewind(const Snapshot& snap, int device);
+  // Undoes one event (Note [Rewinding to an OOM]); call from the last event back.
+  void undo(const Event& e);
+  MemoryLevels levels() const;
+  std::uint64_t contradictions() const { return contradictions_; }
+  // The layout now: backed ranges by start address, active blocks by address.
+  const std::map<std::uint64_t, Range>& backed() const { return backed_; }
+  const std::map<std::uint64_t, ActiveBlock>& blocks() const { return blocks_; }
+
+ private:
   void back(std::uint64_t addr, std::uint64_t size, bool joins);
   void unback(std::uint64_t addr, std::uint64_t size);
   std::uint64_t largest_gap(std::uint64_t begin, std::uint64_t end) const;
 
   std::map<std::uint64_t, Range> backed_;          // by start address
-  std::map<std::uint64_t, std::uint64_t> blocks_;  // active blocks: address -> bytes
+  std::map<std::uint64_t, ActiveBlock> blocks_;    // active blocks by address
   std::uint64_t contradictions_ = 0;
 };
 
-}  // namespace memcomm::advise::detail
+}  // namespace memcomm::snapshot
