@@ -5,8 +5,8 @@
 //
 // Two kinds of input (HeldMemory): a PyTorch snapshot, whose sites are stacks (snapshot/memory.hpp),
 // and a memcomm or torch.profiler trace, one rank of it, whose blocks carry no stacks: its sites
-// are the blocks' categories (memcomm's trainer tags parameters, gradients...), "<non-python>"
-// where the producer gave none, as for a snapshot block without frames.
+// are the blocks' categories (memcomm's trainer tags parameters, gradients...), "<no category>"
+// where the producer gave none (not a snapshot's "<non-python>": the block may well come from Python).
 #include "trace_memory.hpp"
 
 #include <fmt/format.h>
@@ -119,7 +119,7 @@ class TraceMemory final : public HeldMemory {
     return m;
   }
   std::vector<std::string> lines(std::uint32_t category, bool) const override {
-    if (category == 0) return {std::string(snapshot::kNonPython)};
+    if (category == 0) return {"<no category>"};
     return {fmt::format("<{}>", mem_category_name(static_cast<MemCategory>(category)))};
   }
 

@@ -69,6 +69,27 @@ def test_a_limit_under_an_address_space_ulimit_works():
     """)
 
 
+def test_a_forked_data_loader_worker_can_grow_the_heap():
+    # Note [Allocator locks across fork]: a worker forked by a DataLoader (fork is Linux's default) whose
+    # samples need pages the parent never mapped must get them; a lock left shut in the child once hung
+    # every such worker at its first source call.
+    check("""
+        import torch, memcomm
+        memcomm.use_allocator("cpu")
+        torch.ones(1000)  # the parent has used the allocator
+
+        class Big(torch.utils.data.Dataset):
+            def __len__(self):
+                return 4
+            def __getitem__(self, i):
+                return torch.full((16 << 20,), float(i))  # 64 MiB a sample: a growth in the worker
+
+        loader = torch.utils.data.DataLoader(Big(), batch_size=1, num_workers=2,
+                                             multiprocessing_context="fork", timeout=60)
+        assert [int(b[0, 0]) for b in loader] == [0, 1, 2, 3]
+    """)
+
+
 def test_over_the_limit_is_torch_out_of_memory():
     check("""
         import torch, memcomm
