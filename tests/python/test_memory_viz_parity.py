@@ -60,6 +60,7 @@ def independent_peak(snapshot):
               for k, e in enumerate(trace or [])]
     events.sort(key=lambda x: x[:3])
     open_blocks = {}      # (device, addr) -> size
+    requested = set()     # (device, addr) whose free was requested and has not completed
     before_trace = 0      # bytes live from the start
     steps = []            # live bytes after each event, not counting before_trace blocks still held
     freed_before = []     # (event index, size) of before-trace blocks freed there
@@ -69,12 +70,18 @@ def independent_peak(snapshot):
         if e["action"] == "alloc":
             live += e["size"]
             open_blocks[key] = e["size"]
-        elif e["action"] == "free_requested":
+        elif e["action"] == "free_requested" or (e["action"] == "free_completed" and key not in requested):
+            # A block ends at its free request; a completion with no request before it (traces that
+            # record only completions) ends it too.
+            if e["action"] == "free_requested":
+                requested.add(key)
             if key in open_blocks:
                 live -= open_blocks.pop(key)
             else:
                 before_trace += e["size"]
                 freed_before.append((i, e["size"]))
+        elif e["action"] == "free_completed":
+            requested.discard(key)
         steps.append(live)
     for seg in snapshot["segments"]:
         address = seg["address"]  # old files leave block addresses implicit
