@@ -73,7 +73,8 @@ TraceRequests build_requests(const snapshot::Snapshot& snap) {
 }
 
 // Note [Trace formats]: load_trace() recognises a file by its first bytes and hands it to the
-// matching reader. PyTorch pickles start with PROTO (0x80). memcomm's own traces (.mct, written by
+// matching reader. PyTorch pickles start with PROTO (0x80), older protocols with their first opcode
+// (snapshot::is_pickle_start). memcomm's own traces (.mct, written by
 // the trace layer; file magic "MEMCTRC\x1A", memcomm::prof::kFileMagic) are read by mct_trace.cpp
 // through the trace layer's TraceReader: Alloc ->
 // Request::alloc, FreeCompleted -> Request::free, Step ranges -> Request::step, SegmentAlloc/Free/
@@ -93,7 +94,7 @@ TraceRequests load_trace(const std::string& path, const LoadProgress& progress) 
   }
   std::vector<std::uint8_t> bytes = snapshot::read_file_bytes(path);
   if (bytes.empty()) throw snapshot::ReadError(path, snapshot::kNoOffset, "empty file (0 bytes)");
-  if (bytes[0] == 0x80) {
+  if (snapshot::is_pickle_start(bytes[0])) {
     snapshot::ParseOptions opts;
     opts.keep_frames = false;  // replay needs no stacks
     opts.progress = progress.callback;

@@ -1,4 +1,5 @@
 """memcomm.use_allocator and what it reads back: the CPU allocator from Python."""
+import json
 import pickle
 import subprocess
 
@@ -133,6 +134,27 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
     out = subprocess.run([tool("memcomm-replay"), "--quiet", "--json", "-", str(path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert '"memcomm"' in out.stdout
+    # Re-saved with pickle's older protocols: protocol 1 reads the same; protocol 0 (text strings) is
+    # refused with what to do; an event without its size is refused, not read as 0 bytes.
+    old = tmp_path / "p1.pickle"
+    with open(old, "wb") as f:
+        pickle.dump(snap, f, protocol=1)
+    again = subprocess.run([tool("memcomm-replay"), "--quiet", "--json", "-", str(old)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    def figures(doc):  # what the replay measured, without its own timings and the file's name
+        if isinstance(doc, dict):
+            return {k: figures(v) for k, v in doc.items() if "seconds" not in k and "per_s" not in k and k != "file"}
+        return [figures(v) for v in doc] if isinstance(doc, list) else doc
+    assert figures(json.loads(again.stdout)) == figures(json.loads(out.stdout))
+    with open(old, "wb") as f:
+        pickle.dump(snap, f, protocol=0)
+    text = subprocess.run([tool("memcomm-replay"), str(old)], capture_output=True, text=True, timeout=120)
+    assert text.returncode == 2 and "protocol 2 or later" in text.stderr, text.stderr
+    del trace[0]["size"]
+    with open(old, "wb") as f:
+        pickle.dump(snap, f, protocol=4)
+    sizeless = subprocess.run([tool("memcomm-replay"), str(old)], capture_output=True, text=True, timeout=120)
+    assert sizeless.returncode == 2 and "device_traces[0][0]: event has no 'size'" in sizeless.stderr, sizeless.stderr
 
 
 BAD_CALLS = [

@@ -329,7 +329,9 @@ void Reader::refuse() {
       fail(fmt::format("{} opcode refused: this reader builds plain data only and never imports or calls "
                        "anything (is this really a PyTorch memory snapshot?)", opcode_name(op_)));
     case 'S': case 'V':
-      fail(fmt::format("{} opcode (protocol-0 text string) is not supported", opcode_name(op_)));
+      fail(fmt::format("{} opcode (a text string of pickle protocol 0) is not supported: save the snapshot with "
+                       "protocol 2 or later (torch.cuda.memory._dump_snapshot does; pickle.dump(obj, f, protocol=4))",
+                       opcode_name(op_)));
     default:
       fail(fmt::format("invalid opcode byte 0x{:02x}", op_));
   }

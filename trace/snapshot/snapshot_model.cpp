@@ -134,10 +134,20 @@ class Builder {
     budget_ -= n;
   }
 
+  static bool is_block_action(EventKind k) {
+    switch (k) {
+      case EventKind::Alloc: case EventKind::FreeRequested: case EventKind::FreeCompleted:
+      case EventKind::SegmentAlloc: case EventKind::SegmentFree: case EventKind::SegmentMap: case EventKind::SegmentUnmap:
+        return true;
+      default:
+        return false;
+    }
+  }
+
   Event event(const Value& v, std::size_t dev, std::size_t idx) {
     if (v.kind != Kind::dict) throw_at(dev, idx, fmt::format("event is a {}, not a dict", pickle::kind_name(v.kind)));
     Event e;
-    bool have_action = false;
+    bool have_action = false, have_size = false;
     const auto& items = doc_.container(v).items;
     for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
       const Value& key = items[k];
@@ -156,6 +166,7 @@ class Builder {
         }
       } else if (name == "size") {
         e.size = get_u64(doc_, val, [&] { return where(dev, idx, "size"); });
+        have_size = true;
       } else if (name == "stream") {
         if (!val.is_none()) e.stream = get_int(doc_, val, [&] { return where(dev, idx, "stream"); });
       } else if (name == "time_us") {
@@ -165,6 +176,10 @@ class Builder {
       }
     }
     if (!have_action) throw_at(dev, idx, "event has no 'action'");
+    // PyTorch writes both for every event; without them a block or segment action says nothing, and
+    // reading it as 0 bytes at address 0 would fold wrong figures silently.
+    if (is_block_action(e.kind) && !have_size) throw_at(dev, idx, "event has no 'size'");
+    if (is_block_action(e.kind) && !e.has_addr()) throw_at(dev, idx, "event has no 'addr'");
     return e;
   }
 
@@ -470,8 +485,10 @@ bool is_snapshot_file(const std::string& path) {
   if (!f) return false;
   const int first = std::fgetc(f);
   std::fclose(f);
-  return first == 0x80;
+  return first != EOF && is_pickle_start(static_cast<std::uint8_t>(first));
 }
+
+bool is_pickle_start(std::uint8_t first) { return first == 0x80 || first == '(' || first == '}'; }
 
 Snapshot load_snapshot(const std::string& path, const ParseOptions& opts) {
   std::vector<std::uint8_t> bytes = read_file_bytes(path);

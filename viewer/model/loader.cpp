@@ -1,6 +1,7 @@
 #include <memcomm/view/loader.hpp>
 
 #include <fmt/format.h>
+#include <memcomm/snapshot/snapshot.hpp>
 
 #include <cerrno>
 #include <chrono>
@@ -35,9 +36,9 @@ InputKind detect_input(const std::string& path, std::string& error) {
                             : fmt::format("{}: empty file", path);
     return InputKind::Unknown;
   }
-  // Pickle protocol 2+ starts with PROTO (0x80) and the protocol number; torch.save'd snapshots
-  // (pickle.dump of a dict) use protocol 2..5.
-  if (n >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5) return InputKind::TorchSnapshot;
+  // Pickles: PROTO (0x80) and the protocol number, or an older protocol's first opcode; the reader
+  // says when one is not a snapshot.
+  if (snapshot::is_pickle_start(head[0])) return InputKind::TorchSnapshot;
   // memcomm traces begin with "MEMCTRC\x1A" (prof::kFileMagic in trace_format.hpp).
   if (n >= 7 && std::memcmp(head, "MEMCTRC", 7) == 0) return InputKind::MemcommTrace;
   // torch.profiler traces are JSON objects, often gzipped; the reader says when one is not a trace.

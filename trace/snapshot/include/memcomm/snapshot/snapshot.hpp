@@ -158,8 +158,12 @@ Snapshot parse_snapshot(const void* data, std::size_t size, const std::string& s
 Snapshot load_snapshot(const std::string& path, const ParseOptions& opts = {});
 // Reads a whole file (ReadError when it cannot).
 std::vector<std::uint8_t> read_file_bytes(const std::string& path);
-// True when the file starts with the pickle PROTO opcode (0x80), as every snapshot does; false for
-// other files and for files that cannot be read (the loader then says why).
+// Whether `first` can begin a snapshot's pickle: PROTO (0x80; torch writes protocol 2 and later),
+// or the MARK or EMPTY_DICT that a dict pickled with protocol 0 or 1 begins with (none of memcomm's
+// other inputs starts so: .mct files with "MEMCTRC", JSON with '{', gzip with 0x1f).
+bool is_pickle_start(std::uint8_t first);
+// True when the file begins as a pickle (is_pickle_start); false for other files and for files
+// that cannot be read (the loader then says why).
 bool is_snapshot_file(const std::string& path);
 
 }  // namespace memcomm::snapshot
