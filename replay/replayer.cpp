@@ -138,6 +138,7 @@ std::vector<ReplayResult> replay_all(const TraceRequests& trace, const std::vect
     const std::uint64_t bound = ideal_calls(dev, kCallBoundRatio);  // the device's, once for all its policies
     for (const std::string& name : policies) {
       if (name == kRecordedPolicy) {
+        if (dev.recorded.contradicted) continue;  // Note [Segments that cannot hold the blocks] (requests.cpp)
         out.push_back(recorded_result(trace, dev));
       } else {
         PolicyOptions po;

@@ -1,6 +1,7 @@
 // The snapshot model and request rebuilding on a hand-built snapshot that has every awkward
 // feature: pre-trace blocks, an oom without addr, markers, unknown actions, missing time_us,
 // expandable segment_map/unmap, an empty middle device, extra fields and shared frames.
+#include "memcomm/replay/replayer.hpp"
 #include "memcomm/replay/requests.hpp"
 #include "memcomm/snapshot/snapshot.hpp"
 #include "memcomm_test.hpp"
@@ -157,4 +158,26 @@ TEST_CASE("snapshot: a block freed twice counts as an anomaly, not as a second p
   CHECK(trace.devices[0].preexisting_blocks == 1);
   CHECK(trace.devices[0].preexisting_bytes == 100);
   CHECK(trace.devices[0].peak_live == 4096 + 100);
+}
+
+TEST_CASE("snapshot: segments that never held the live blocks give no `recorded` row, with a note", "[snapshot][requests]") {
+  // Note [Segments that cannot hold the blocks]: 2 MiB of segments, 8 MiB allocated in the trace.
+  PickleBuilder b;
+  bool first = true;
+  b.proto(4).empty_dict().mark();
+  b.str("segments").empty_list().mark();
+  b.empty_dict().mark().kv("device", 0).kv("address", 64 * MiB).kv("total_size", 2 * MiB).kv("stream", 0);
+  b.str("blocks").empty_list().setitems();
+  b.appends();
+  b.str("device_traces").empty_list().mark().empty_list().mark();
+  memcomm::test::event(b, {"alloc", 100 * MiB, 8 * MiB, 1, false}, first);
+  b.appends().appends().setitems().stop();
+  const auto trace = memcomm::replay::build_requests(snap::parse_snapshot(b.data(), b.size(), "short.pickle"));
+  REQUIRE(trace.devices.size() == 1);
+  CHECK(trace.devices[0].recorded.contradicted);
+  REQUIRE(trace.notes.size() == 1);
+  CHECK_THAT(trace.notes[0], Catch::Contains("never held its live blocks"));
+  const auto results = memcomm::replay::replay_all(trace, {memcomm::replay::kRecordedPolicy, "memcomm"}, 0);
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].policy == "memcomm");
 }

@@ -45,6 +45,9 @@ struct RecordedReserved {
   std::uint64_t source_allocs = 0;     // segment_alloc + segment_map events (virtual reservations excluded)
   std::uint64_t source_frees = 0;      // segment_free + segment_unmap events (virtual releases excluded)
   bool expandable = false;             // the device used expandable segments
+  // The segments never held the live blocks (Note [Segments that cannot hold the blocks] in
+  // requests.cpp): no `recorded` figures for the device.
+  bool contradicted = false;
   bool starts_empty() const { return known && at_start == 0; }
 };
 
