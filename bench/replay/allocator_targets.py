@@ -90,6 +90,9 @@ def evaluate(rows, policy):
             continue
         m, pt, px = pol[policy], pol["pytorch"], pol["pytorch-expandable"]
         live = m["peak_live"]
+        if m["events"] == 0 or live == 0:  # an end state without history: nothing was allocated to replay
+            print(f"{name} device {dev}: skipped, its trace has no allocations", file=sys.stderr)
+            continue
         best = pt if pt["peak_reserved"] <= px["peak_reserved"] else px
         bound = m["call_bound"]
         calls = m["source_allocs"] + m["source_frees"]
@@ -156,10 +159,15 @@ def print_table(results, half_of, policy, markdown):
                  f"{r['vs_best']:.3f}", str(r["calls"]), str(r["allowed"]), str(r["bound"]), fmt_red(r["red_pt"]),
                  fmt_red(r["red_px"]), ",".join(misses) or "ok"]
         print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
+    if not results:
+        print("no device of the inputs has allocations to judge")
+        return False
     all_reds = [r["red_pt"] for r in results if r["red_pt"] is not None]
     mean_ok = sum(all_reds) >= MEAN_REDUCTION_TARGET * len(all_reds)
     for half in ("design", "check"):
         sel = [r for r in results if half_of[r["name"]] == half]
+        if not sel:
+            continue
         reds = [r["red_pt"] for r in sel if r["red_pt"] is not None]
         redx = [r["red_px"] for r in sel if r["red_px"] is not None]
         met = sum(1 for r in sel if not r["misses"])
