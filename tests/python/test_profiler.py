@@ -305,6 +305,25 @@ def test_a_compiled_model_is_profiled_without_a_recompile(tmp_path, tool):
     assert counts == {"step": 3, "backward": 3, "optimizer": 3}, counts
 
 
+def test_a_model_compiled_inside_the_profile_compiles_once(tmp_path, tool):
+    # Note [Finding the model]: a script that builds and compiles its model inside the profile (`with
+    # profile(): main()`) starts with the global module hooks; the compiled model's first call takes them
+    # off before torch.compile warns of them or compiles a graph that guards on them.
+    check("""
+        import warnings
+        import torch._dynamo
+        warnings.filterwarnings("error", message=".*hooks")
+        torch._dynamo.config.error_on_recompile = True
+        with memcomm.profile(trace=sys.argv[1]):
+            model = make_model()
+            compiled = torch.compile(model)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            loop(compiled, opt, batches(3))
+    """, str(tmp_path / "inside.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "inside.rank0.mct")
+    assert counts == {"step": 3, "data_wait": 3, "forward": 3, "backward": 3, "optimizer": 3}, counts
+
+
 def test_the_model_can_be_saved_and_copied_while_profiled(tmp_path, tool):
     # Note [Forwards through the class]: torch.save(model) and copy.deepcopy(model) mid-run carry
     # nothing of memcomm (hooks on the module would, and the profiler cannot be pickled); the copy's

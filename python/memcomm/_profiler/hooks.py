@@ -43,7 +43,12 @@ way the first optimizer step that found no forward looks once more (a model comp
 start()): its forward is lost, the later ones are not. The global hooks are the fallback rather
 than the rule because of torch.compile: Dynamo guards a compiled graph on the number of global hooks,
 so removing them at the first step recompiled every compiled model (a second compile, seconds to
-minutes), and torch.compile(model) warned about them at the first call.
+minutes), and torch.compile(model) warned about them at each call. So while the global hooks are
+on, the class torch.compile(model) returns is watched too, and its first call, before it warns
+or compiles, takes them off and watches what start() would have found by then (the roots alive,
+so both of a GAN's), and the compiled model: one compile, no warning. model.compile() compiles
+inside the module's own call, where no hook of memcomm's can come first, so it still pays the
+warning-free recompile at the first step.
 
 Note [Hooks under torch.compile]: when Dynamo compiles a region it traces the Python it calls,
 and memcomm's wrappers and hooks are Python. Traced, a call into _memcomm is a graph break, and the
@@ -68,7 +73,7 @@ import gc
 import itertools
 import threading
 import weakref
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
@@ -124,6 +129,8 @@ class PhaseHooks:
         else:
             self._global_handles += [nn_module.register_module_forward_pre_hook(self._global_pre),
                                      nn_module.register_module_forward_hook(self._global_post, always_call=True)]
+            # A model compiled inside the profile narrows the hooks at its first call (Note [Finding the model]).
+            self._handles.append(_CallWrap(_optimized_module_class(), self._call))
         self._wrap_backward()
         skip = functools.partial(torch.compiler.disable, recursive=False)  # Note [Hooks under torch.compile]
         add(optim.register_optimizer_step_pre_hook(skip(self._optimizer_pre)))
@@ -162,6 +169,8 @@ class PhaseHooks:
 
     def _call(self, call: Callable[..., Any], module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
         """One call of a watched module's class: a forward range around the watched instances' calls."""
+        if self._global_handles and running.profiler is self._owner and not _in_backward():
+            self._narrow_hooks(also=[module])  # a compiled model's first call (Note [Finding the model])
         if (running.profiler is not self._owner or not any(module is w for w in self._watched)
                 or _in_forward(self._state())):
             return call(module, *args, **kwargs)  # another instance of the class, or a call inside the forward
@@ -171,15 +180,19 @@ class PhaseHooks:
         finally:
             self._model_post(module, args, None)
 
-    def _narrow_hooks(self) -> None:
-        """From the first step on, only the modules found are hooked (Note [Phases from hooks])."""
+    def _narrow_hooks(self, also: Optional[List[torch.nn.Module]] = None) -> None:
+        """From the first step on, only the modules found are hooked (Note [Phases from hooks]); from
+        a compiled model's first call, those found so far, the roots alive and that model."""
         with self._lock:
             if not self._global_handles or running.profiler is not self._owner:
                 return
             for h in self._global_handles:
                 h.remove()
             self._global_handles.clear()
-            self._hook_modules(self._roots)
+            found = list(self._roots)
+            if also:
+                found += [m for m in _module_roots() + also if not any(m is f for f in found)]
+            self._hook_modules(found)
 
     def _look_again(self) -> None:
         """The first step that recorded no forward looks for the model once more (Note [Finding the
@@ -342,6 +355,12 @@ class _Restore:
     def remove(self) -> None:
         if torch.autograd.backward is self._wrapper:
             torch.autograd.backward = self._original
+
+
+def _optimized_module_class() -> type:
+    """The class torch.compile(module) returns."""
+    from torch._dynamo.eval_frame import OptimizedModule
+    return OptimizedModule
 
 
 def _module_roots() -> List[torch.nn.Module]:
