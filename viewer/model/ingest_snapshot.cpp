@@ -5,13 +5,13 @@
 #include <memcomm/snapshot/snapshot.hpp>
 #include <memcomm/view/builder.hpp>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <map>
-#include <set>
-#include <vector>
 #include <memory>
+#include <set>
 #include <utility>
+#include <vector>
 
 namespace memcomm::view {
 namespace {
@@ -49,13 +49,35 @@ TimeNs first_time(const std::vector<snapshot::Event>& trace, TimeNs none) {
   return bounded_time(clock.next(trace.front()));
 }
 
+// Devices with events or end-state segments (a negative device, which only a corrupt file names, is
+// no rank).
 std::set<int> devices_of(const snapshot::Snapshot& snap) {
   std::set<int> out;
   for (std::size_t d = 0; d < snap.device_traces.size(); ++d)
     if (!snap.device_traces[d].empty()) out.insert(static_cast<int>(d));
-  for (const auto& seg : snap.segments) out.insert(seg.device);
+  for (const auto& seg : snap.segments)
+    if (seg.device >= 0) out.insert(seg.device);
   return out;
 }
+
+// The stream of the end-state segment of `device` that holds `addr` (0 when none does: a segment
+// the trace freed), for the segments the start state gives.
+class SegmentStreams {
+ public:
+  SegmentStreams(const snapshot::Snapshot& snap, int device) {
+    for (const auto& seg : snap.segments)
+      if (seg.device == device) by_start_[seg.address] = {seg.address + seg.total_size, seg.stream};
+  }
+  std::int64_t at(std::uint64_t addr) const {
+    auto it = by_start_.upper_bound(addr);
+    if (it == by_start_.begin()) return 0;
+    --it;
+    return addr < it->second.first ? it->second.second : 0;
+  }
+
+ private:
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::int64_t>> by_start_;  // start -> (end, stream)
+};
 
 template <class StreamIndex>
 void add_start_state(const snapshot::Snapshot& snap, int device, TimeNs at, TimelineBuilder& b, StreamIndex&& stream_index) {
@@ -64,9 +86,10 @@ void add_start_state(const snapshot::Snapshot& snap, int device, TimeNs at, Time
                                                                          : std::vector<snapshot::Event>();
   for (auto e = trace.rbegin(); e != trace.rend(); ++e) rewind.undo(*e);
   const auto dev = static_cast<std::uint32_t>(device);
+  const SegmentStreams streams(snap, device);
   for (const auto& [begin, r] : rewind.backed()) {
     const auto kind = r.joins ? prof::EventKind::SegmentMap : prof::EventKind::SegmentAlloc;
-    b.alloc_event(dev, {at - 2, begin, r.end - begin, stream_index(0), kind});
+    b.alloc_event(dev, {at - 2, begin, r.end - begin, stream_index(streams.at(begin)), kind});
   }
   for (const auto& [addr, blk] : rewind.blocks())
     b.alloc_event(dev, {at - 1, addr, blk.requested, stream_index(blk.stream), prof::EventKind::Alloc});
