@@ -104,7 +104,8 @@ void TraceSet::finish(const LoadOptions& opt) {
     offset = std::clamp<int64_t>(offset, -kMaxAbsTimestamp, kMaxAbsTimestamp);
     r.clock_offset_ns = offset;
     if (start && !kineto)
-      r.wall_minus_ts = start->second - (std::clamp<int64_t>(start->first, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset);
+      r.wall_minus_ts = std::clamp<int64_t>(start->second, -kMaxAbsTimestamp, kMaxAbsTimestamp) -
+                        (std::clamp<int64_t>(start->first, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset);
     // Note [Timestamp range]: real timestamps are far inside +-kMaxAbsTimestamp; clamping what only
     // corrupt data produces keeps every later sum and difference inside int64.
     for (Event& e : r.events) e.ts = std::clamp<int64_t>(e.ts, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset;
