@@ -277,6 +277,20 @@ TEST_CASE("kineto: a file cut short keeps every complete event and says where it
   }
 }
 
+TEST_CASE("kineto: a quote lost in the middle is broken JSON, not a file cut short", "[kineto]") {
+  // Note [Corrupt, not cut short] (json_splitter.cpp): read as a truncation, everything after the
+  // lost quote was dropped with no error.
+  std::string broken = kTrace;
+  const size_t at = broken.find("\"Memset (Device)\"");
+  broken.erase(at, 1);
+  try {
+    read_kineto_buffer(broken, "broken.json");
+    FAIL("accepted");
+  } catch (const TraceError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("broken.json") && Catch::Contains("broken JSON"));
+  }
+}
+
 TEST_CASE("kineto: input that is not a torch.profiler trace is refused by name", "[kineto]") {
   for (const char* bad : {"", "[1, 2, 3]", "{\"a\": 1}", "hello", "{\"traceEvents\": 5}", "{\"x\": [1,2"}) {
     INFO(bad);

@@ -31,6 +31,7 @@ struct ContainerScan {
   int depth = 0;
   bool in_string = false;
   size_t skip_to = 0;  // the byte after a backslash is not structural
+  size_t raw_control = SIZE_MAX;  // where a raw control byte sat inside a string (Note [Corrupt, not cut short])
   bool step(const char* data, size_t p);
   bool block(const char* data, size_t i, size_t& end);
 };
@@ -50,6 +51,16 @@ class Splitter {
   bool read_member(bool& saw_events);
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     throw TraceError(fmt::format("{}: {} (JSON byte {})", name_, what, base_ + at));
+  }
+  // Note [Corrupt, not cut short]
+  // A file cut short ends inside an element, and the scan runs to the end of the input: that is a
+  // truncation, and every event before it loads. A stray quote in the middle of a file does the same
+  // to the scan (strings and structure swap places), and once read as a truncation half the trace
+  // was dropped with exit 0. JSON forbids raw control bytes inside strings, and torch.profiler puts a
+  // newline between events, so the first newline the scan meets "inside a string" says the file is
+  // corrupt there: an error, not a truncation. (A file with no newlines at all still reads as cut.)
+  [[noreturn]] void fail_corrupt(size_t at) const {
+    fail(at, "broken JSON: a raw control byte inside a string (a stray or missing quote before it?)");
   }
   size_t readable_after(size_t end) const { return data_.size() - end + (buf_.empty() ? 0 : kParsePadding); }
 
@@ -110,7 +121,7 @@ bool is_structural(char c) { return c == '"' || c == '\\' || c == '{' || c == '}
 // the depth to zero. A block with a backslash, or one that starts inside an escape, takes the byte
 // loop (rare in torch.profiler output).
 struct BlockMasks {
-  uint64_t quote = 0, backslash = 0, open = 0, close = 0;
+  uint64_t quote = 0, backslash = 0, open = 0, close = 0, control = 0;  // control: bytes below 0x20
 };
 
 BlockMasks classify(const char* p) {
@@ -123,6 +134,8 @@ BlockMasks classify(const char* p) {
     m.backslash |= bits('\\');
     m.open |= bits('{') | bits('[');
     m.close |= bits('}') | bits(']');
+    const __m128i high = _mm_and_si128(v, _mm_set1_epi8(char(0xE0)));
+    m.control |= uint64_t(uint32_t(_mm_movemask_epi8(_mm_cmpeq_epi8(high, _mm_setzero_si128())))) << (16 * k);
   }
 #else
   for (int k = 0; k < 64; ++k) {
@@ -131,6 +144,7 @@ BlockMasks classify(const char* p) {
     m.backslash |= p[k] == '\\' ? bit : 0;
     m.open |= (p[k] == '{' || p[k] == '[') ? bit : 0;
     m.close |= (p[k] == '}' || p[k] == ']') ? bit : 0;
+    m.control |= static_cast<unsigned char>(p[k]) < 0x20 ? bit : 0;
   }
 #endif
   return m;
@@ -172,11 +186,14 @@ bool ContainerScan::step(const char* data, size_t p) {
 bool ContainerScan::block(const char* data, size_t i, size_t& end) {
   const BlockMasks m = classify(data + i);
   if (m.backslash || skip_to > i) {
-    for (size_t p = i; p < i + 64; ++p)
+    for (size_t p = i; p < i + 64; ++p) {
+      if (in_string && static_cast<unsigned char>(data[p]) < 0x20) return raw_control = p, false;
       if (is_structural(data[p]) && step(data, p)) return end = p + 1, true;
+    }
     return false;
   }
   const uint64_t strings = prefix_xor(m.quote) ^ (in_string ? ~uint64_t(0) : 0);
+  if (m.control & strings & ~m.quote) return raw_control = i + size_t(__builtin_ctzll(m.control & strings & ~m.quote)), false;
   const uint64_t open = m.open & ~strings, close = m.close & ~strings;
   in_string = (strings >> 63) & 1;
   const int closes = popcount(close);
@@ -202,8 +219,10 @@ bool Splitter::scan_value(size_t start, size_t& end) {
     while (i < n) {
       if (first != '"' && i + 64 <= n) {
         if (scan.block(data_.data(), i, end)) return true;
+        if (scan.raw_control != SIZE_MAX) fail_corrupt(scan.raw_control);
         i += 64;
       } else {
+        if (scan.in_string && i > start && static_cast<unsigned char>(data_[i]) < 0x20) fail_corrupt(i);
         if (is_structural(data_[i]) && scan.step(data_.data(), i)) return end = i + 1, true;
         if (first == '"' && i > start && !scan.in_string) return end = i + 1, true;
         ++i;
