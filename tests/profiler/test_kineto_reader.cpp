@@ -291,6 +291,20 @@ TEST_CASE("kineto: a quote lost in the middle is broken JSON, not a file cut sho
   }
 }
 
+TEST_CASE("kineto: a file that is only the events array, or starts with a byte order mark, reads as the object", "[kineto]") {
+  // Note [A trace that is only its events] (json_splitter.cpp): torch 1.8 nightlies wrote the array alone.
+  const std::string events =
+      R"([{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0, "stream": 7}},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 20}])";
+  const KinetoTrace object = read_kineto_buffer("{\"traceEvents\": " + events + "}", "object.json");
+  for (const std::string& text : {events, "\xEF\xBB\xBF" + events, "\xEF\xBB\xBF{\"traceEvents\": " + events + "}"}) {
+    const KinetoTrace k = read_kineto_buffer(text, "other.json");
+    CHECK(k.info.trace_events == 2);
+    CHECK(!k.info.truncated);
+    CHECK(kinds(k.trace) == kinds(object.trace));
+  }
+}
+
 TEST_CASE("kineto: input that is not a torch.profiler trace is refused by name", "[kineto]") {
   for (const char* bad : {"", "[1, 2, 3]", "{\"a\": 1}", "hello", "{\"traceEvents\": 5}", "{\"x\": [1,2"}) {
     INFO(bad);

@@ -47,7 +47,7 @@ class Splitter {
   bool skip_space();
   bool scan_value(size_t start, size_t& end);
   bool scan_scalar(size_t start, size_t& end);
-  bool read_events();
+  bool read_events(bool bare = false);
   bool read_member(bool& saw_events);
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     throw TraceError(fmt::format("{}: {} (JSON byte {})", name_, what, base_ + at));
@@ -258,15 +258,20 @@ bool Splitter::scan_scalar(size_t start, size_t& end) {
   }
 }
 
-bool Splitter::read_events() {
+// The traceEvents array's elements; `bare`: the array is the whole file (Note [A trace that is only
+// its events]), so its first element must be an event object.
+bool Splitter::read_events(bool bare) {
+  const size_t open = pos_;
   ++pos_;  // '['
   bool first = true;
   while (true) {
     if (!skip_space()) return false;
     if (data_[pos_] == ']') {
+      if (bare && first) fail(open, "not a torch.profiler trace (an empty array)");
       ++pos_;
       return true;
     }
+    if (bare && first && data_[pos_] != '{') fail(pos_, "not a torch.profiler trace (an array whose elements are not events)");
     if (!first) {
       if (data_[pos_] != ',') fail(pos_, "expected ',' or ']' between traceEvents elements");
       ++pos_;
@@ -307,9 +312,25 @@ bool Splitter::read_member(bool& saw_events) {
   return true;
 }
 
+// Note [A trace that is only its events]: the Chrome trace format allows the events array alone
+// as the whole file, and the earliest torch.profiler traces (torch 1.8 nightlies, December 2020) are
+// written so. It reads as a traceEvents array with no other member.
 SplitResult Splitter::run() {
   if (!skip_space()) fail(0, "empty file: not a torch.profiler trace");
-  if (data_[pos_] != '{') fail(pos_, "not a torch.profiler trace (the file is not a JSON object)");
+  if (data_.substr(pos_, 3) == "\xEF\xBB\xBF") {  // a UTF-8 byte order mark (editors on Windows write one)
+    pos_ += 3;
+    if (!skip_space()) fail(pos_, "empty file: not a torch.profiler trace");
+  }
+  if (data_[pos_] == '[') {
+    if (!read_events(true)) {
+      result_.truncated = true;
+      result_.json_bytes = base_ + data_.size();
+      return result_;
+    }
+    result_.json_bytes = base_ + pos_;
+    return result_;
+  }
+  if (data_[pos_] != '{') fail(pos_, "not a torch.profiler trace (the file is neither a JSON object nor an array)");
   ++pos_;
   bool saw_events = false, first = true;
   while (skip_space()) {

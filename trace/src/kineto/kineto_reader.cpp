@@ -71,7 +71,8 @@ bool is_kineto_candidate(const std::string& path) {
   const ssize_t n = pread(fd, head, sizeof(head), 0);
   close(fd);
   if (n >= 2 && uint8_t(head[0]) == 0x1f && uint8_t(head[1]) == 0x8b) return true;  // gzip
-  for (ssize_t i = 0; i < n; ++i) {
+  const bool bom = n >= 3 && uint8_t(head[0]) == 0xEF && uint8_t(head[1]) == 0xBB && uint8_t(head[2]) == 0xBF;
+  for (ssize_t i = bom ? 3 : 0; i < n; ++i) {  // a UTF-8 byte order mark may come first
     const char c = head[i];
     if (c == '{' || c == '[') return true;
     if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return false;
