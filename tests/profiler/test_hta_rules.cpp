@@ -7,6 +7,7 @@
 // (MTIA's; a "dma_request" is memory, not compute), a "Context Sync" at stream -1 that is no GPU row at all (75 us that
 // would change every figure), a "Stream Wait Event" counted as compute, a "Memcpy" that ends
 // before it starts once rounded, and Unix-epoch float timestamps rounded through float64.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -105,4 +106,22 @@ TEST_CASE("HTA's include_last_profiler_step equals HTA 0.5.0 on a hand-made trac
   REQUIRE(h.size() == 1);
   check(h[0].hta, {156, 58, 65, 37.18, 41.67, 21.15, 48.15});
   CHECK(h[0].hta.gpu_rows == 11);
+}
+
+TEST_CASE("HTA's figures over a window under a microsecond are no shares, not -100% and 200%", "[trace][hta]") {
+  // A sub-microsecond kernel (pytorch/kineto's docs/traces) ends before it starts once its times are
+  // HTA's whole microseconds: a kernel time of -1 us, where HTA's own assertion fails.
+  const std::string path = test::temp_path("hta_tiny") + ".json";
+  std::ofstream(path) << R"({"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"kernel","name":"Kernel","pid":0,"tid":1,)"
+                         R"("ts":88437691101.749,"dur":0.02,"args":{"stream":1,"device":0,"correlation":1}}]})";
+  const TraceSet set = TraceSet::load({path});
+  std::remove(path.c_str());
+  const std::vector<HtaRank> h = hta_analyze(set, HtaOptions{});
+  REQUIRE(h.size() == 1);
+  const HtaFigures& f = h[0].whole_trace;
+  REQUIRE(f.valid);
+  CHECK(f.kernel_time_us <= 0);
+  CHECK(std::isnan(f.idle_pct));
+  CHECK(std::isnan(f.compute_pct));
+  CHECK(std::isnan(f.non_compute_pct));
 }

@@ -180,9 +180,16 @@ HtaFigures figures(const std::vector<Row>& rows) {
   f.idle_time_us = f.kernel_time_us - total(groups);
   f.compute_time_us = total(comp);
   f.non_compute_time_us = f.kernel_time_us - f.compute_time_us - f.idle_time_us;
-  f.idle_pct = rounded_pct(f.idle_time_us, f.kernel_time_us);  // NaN (JSON null) over no kernel time, as HTA's
-  f.compute_pct = rounded_pct(f.compute_time_us, f.kernel_time_us);
-  f.non_compute_pct = rounded_pct(f.non_compute_time_us, f.kernel_time_us);
+  // NaN (JSON null, "-") over no kernel time, as HTA's. Also below it: kernels under a microsecond,
+  // cut to HTA's whole microseconds, can leave the last group ending before the first begins (a
+  // kernel time of -1 us), where HTA's own assertion fails and the shares would read -100% and 200%.
+  if (f.kernel_time_us > 0) {
+    f.idle_pct = rounded_pct(f.idle_time_us, f.kernel_time_us);
+    f.compute_pct = rounded_pct(f.compute_time_us, f.kernel_time_us);
+    f.non_compute_pct = rounded_pct(f.non_compute_time_us, f.kernel_time_us);
+  } else {
+    f.idle_pct = f.compute_pct = f.non_compute_pct = std::numeric_limits<double>::quiet_NaN();
+  }
   f.comm_time_us = total(comm);
   f.overlap_time_us = overlap_sweep(comm, comp);
   if (!comm.empty() && f.comm_time_us != 0)

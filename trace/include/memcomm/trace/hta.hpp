@@ -65,7 +65,7 @@ struct HtaFigures {
   bool valid = false;
   uint64_t gpu_rows = 0;           // rows counted, after the filter
   int64_t kernel_time_us = 0, idle_time_us = 0, compute_time_us = 0, non_compute_time_us = 0;
-  double idle_pct = 0, compute_pct = 0, non_compute_pct = 0;  // rounded to 2 decimals as HTA; NaN at 0 us
+  double idle_pct = 0, compute_pct = 0, non_compute_pct = 0;  // rounded to 2 decimals as HTA; NaN at 0 us or less
   int64_t comm_time_us = 0;        // |union(COMMUNICATION)|
   int64_t overlap_time_us = 0;     // |union(COMPUTATION) ∩ union(COMMUNICATION)|
   std::optional<double> comm_comp_overlap_pct;  // none without COMMUNICATION rows
