@@ -305,6 +305,30 @@ TEST_CASE("kineto: a file that is only the events array, or starts with a byte o
   }
 }
 
+TEST_CASE("kineto: the default communication kernels are NCCL's, RCCL's, DeepEP's and NVSHMEM's", "[kineto]") {
+  std::string json = R"({"traceEvents": [)";
+  const std::vector<std::pair<std::string, bool>> kernels = {
+      {"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)", true},
+      {"void deep_ep::internode::dispatch<true>(int)", true},
+      {"void dpsk::ep::internode::combine<false>(int)", true},  // DeepSeek's profile-data traces
+      {"nvshmemi_transfer_rma_kernel", true},
+      {"void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_gemm>(int)", false},
+      {"void at::native::vectorized_elementwise_kernel<4>(int)", false}};
+  for (size_t i = 0; i < kernels.size(); ++i)
+    json += std::string(i ? "," : "") + R"({"ph": "X", "cat": "kernel", "name": ")" + kernels[i].first +
+            R"(", "pid": 0, "tid": 7, "ts": )" + std::to_string(10 * (i + 1)) +
+            R"(, "dur": 5, "args": {"device": 0, "stream": 7}})";
+  const KinetoTrace k = read_kineto_buffer(json + "]}", "comm.json");
+  std::vector<bool> comm;
+  for (const Event& e : k.trace.events)
+    if (e.kind == EventKind::Kernel) comm.push_back(e.as<ComputeEvent>().sub == 1);
+  REQUIRE(comm.size() == kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    INFO(kernels[i].first);
+    CHECK(comm[i] == kernels[i].second);
+  }
+}
+
 TEST_CASE("kineto: input that is not a torch.profiler trace is refused by name", "[kineto]") {
   for (const char* bad : {"", "[1, 2, 3]", "{\"a\": 1}", "hello", "{\"traceEvents\": 5}", "{\"x\": [1,2"}) {
     INFO(bad);

@@ -53,9 +53,10 @@ inline constexpr uint16_t kGpuAnnotationThreadBase = 0x4000;
 inline constexpr const char* kKinetoSourceTag = "source=torch.profiler";
 
 // The default communication-kernel pattern (std::regex ECMAScript, searched in the kernel name):
-// NCCL and RCCL kernels, DeepEP's dispatch/combine and NVSHMEM kernels. HTA counts only
+// NCCL and RCCL kernels, DeepEP's dispatch/combine (deep_ep:: in the public library, dpsk::ep:: in
+// DeepSeek's own profile-data traces) and NVSHMEM kernels. HTA counts only
 // ^nccl.*Kernel as communication; `memcomm-trace report --hta` uses HTA's rule whatever this is.
-inline constexpr const char* kDefaultCommKernels = R"(nccl|rccl|deep_ep::|nvshmem)";
+inline constexpr const char* kDefaultCommKernels = R"(nccl|rccl|deep_ep::|dpsk::ep::|nvshmem)";
 
 struct KinetoOptions {
   std::string comm_kernels = kDefaultCommKernels;
