@@ -35,10 +35,13 @@ struct TraceBuilder {
     begin(p, b, id);
     end(p, e, id);
   }
+  void collective(prof::CollOp op, int64_t b, int64_t e, uint32_t seq, uint16_t bucket, uint64_t bytes) {
+    ev.push_back(Event::from(prof::make_collective(EventKind::CollEnqueue, b, op, prof::DType::F32, bytes, 0, seq, bucket)));
+    ev.push_back(Event::from(prof::make_collective(EventKind::CollStart, b, op, prof::DType::F32, bytes, 0, seq, bucket)));
+    ev.push_back(Event::from(prof::make_collective(EventKind::CollEnd, e, op, prof::DType::F32, bytes, 0, seq, bucket)));
+  }
   void allreduce(int64_t b, int64_t e, uint32_t seq, uint16_t bucket, uint64_t bytes) {
-    ev.push_back(Event::from(prof::make_collective(EventKind::CollEnqueue, b, prof::CollOp::AllReduce, prof::DType::F32, bytes, 0, seq, bucket)));
-    ev.push_back(Event::from(prof::make_collective(EventKind::CollStart, b, prof::CollOp::AllReduce, prof::DType::F32, bytes, 0, seq, bucket)));
-    ev.push_back(Event::from(prof::make_collective(EventKind::CollEnd, e, prof::CollOp::AllReduce, prof::DType::F32, bytes, 0, seq, bucket)));
+    collective(prof::CollOp::AllReduce, b, e, seq, bucket, bytes);
   }
   void mem(EventKind k, int64_t ts, uint64_t addr, uint64_t size) {
     ev.push_back(Event::from(prof::make_mem_block(k, ts, addr, size, 0)));
@@ -149,6 +152,30 @@ TEST_CASE("exposed communication with one bucket: split it, with the saving") {
   CHECK(a->evidence.find("1 gradient bucket(s)") != std::string::npos);
   CHECK(a->change.find("--bucket-mb 10") != std::string::npos);
   CHECK(a->saving > 0);
+}
+
+TEST_CASE("exposed all-to-all is not promised a saving from accumulation") {
+  // Note [What accumulation saves] (advise.cpp): an all-to-all runs in every micro-batch.
+  TraceBuilder t;
+  t.world = 2;
+  for (int s = 0; s < 10; ++s) {
+    const int64_t b = s * 20 * kMs;
+    t.begin(Phase::Step, b, uint64_t(s + 1));
+    t.range(Phase::Forward, b, b + 4 * kMs);
+    t.collective(prof::CollOp::AllToAll, b + 4 * kMs, b + 12 * kMs, uint32_t(s), prof::kNoBucket, 8 << 20);
+    t.range(Phase::Backward, b + 12 * kMs, b + 18 * kMs);
+    t.range(Phase::Optimizer, b + 18 * kMs, b + 20 * kMs);
+    t.end(Phase::Step, b + 20 * kMs, uint64_t(s + 1));
+  }
+  TraceBuilder r1 = t;
+  r1.rank = 1;
+  const auto advice = advise_on({t, r1}, "alltoall");
+  INFO(advise::advice_to_text(advice));
+  const auto* a = find(advice, advise::Topic::Communication);
+  REQUIRE(a);
+  CHECK(a->change.find("--accum") == std::string::npos);
+  CHECK(a->change.find("none of it is gradient synchronisation") != std::string::npos);
+  CHECK(a->saving == 0);
 }
 
 TEST_CASE("data wait: more workers, with the wait per step") {
