@@ -98,6 +98,8 @@ class SnapshotMemory final : public HeldMemory {
 // so each block's stack id is set to its category and the one fold of live bytes by stack
 // (prof::live_by_stack) folds them by category.
 class TraceMemory final : public HeldMemory {
+  static constexpr std::uint32_t kBeforeTrace = 16;  // past the 4-bit categories
+
  public:
   TraceMemory(const std::string& path, const RankTrace& rank, int device)
       : label_(fmt::format("{} (rank {})", path, rank.rank)), allocs_(rank_allocations(rank)) {
@@ -105,7 +107,9 @@ class TraceMemory final : public HeldMemory {
       throw std::invalid_argument(fmt::format("{}: no allocation events (a torch.profiler trace records them with "
                                               "profile_memory=True; memcomm-train and memcomm.profile with memcomm's allocator)", label_));
     allocs_ = on_device(std::move(allocs_), device, {}, label_);
-    for (Allocation& a : allocs_.list) a.stack = a.category;
+    // Blocks from before the trace that carry no category (a torch.profiler trace's, Note [Bytes a
+    // memory profile never saw allocated] in allocations.cpp) are a site of their own.
+    for (Allocation& a : allocs_.list) a.stack = a.before_trace && a.category == 0 ? kBeforeTrace : a.category;
   }
   const Allocations& allocations() const override { return allocs_; }
   std::string label() const override { return label_; }
@@ -119,6 +123,7 @@ class TraceMemory final : public HeldMemory {
     return m;
   }
   std::vector<std::string> lines(std::uint32_t category, bool) const override {
+    if (category == kBeforeTrace) return {"<allocated before the trace>"};
     if (category == 0) return {"<no category>"};
     return {fmt::format("<{}>", mem_category_name(static_cast<MemCategory>(category)))};
   }

@@ -220,6 +220,28 @@ TEST_CASE("a torch.profiler trace cut short loads up to its last complete event,
     std::remove((base + ext).c_str());
 }
 
+TEST_CASE("memory counts what a memory profile held before its first event", "[kineto][tool]") {
+  // Note [Bytes a memory profile never saw allocated] (allocations.cpp): 1000 B were allocated before
+  // the profile began; the trace allocates 512 B (Total Allocated 1512) and frees them again.
+  const std::string path = test::temp_path("kbefore") + ".pt.trace.json";
+  const auto mem = [](long long ts, int addr, int bytes, int total) {
+    return R"({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": )" +
+           std::to_string(ts) + R"(, "args": {"Device Type": 1, "Device Id": 0, "Addr": )" + std::to_string(addr) +
+           R"(, "Bytes": )" + std::to_string(bytes) + R"(, "Total Allocated": )" + std::to_string(total) +
+           R"(, "Total Reserved": 2097152}})";
+  };
+  write_text(path, R"({"traceEvents": [)" + mem(1712195495406010, 4096, 512, 1512) + "," + mem(1712195495406020, 4096, -512, 1000) + "]}");
+  const Run peak = trace_tool("memory --at peak --json " + path);
+  INFO(peak.err);
+  REQUIRE(peak.code == 0);
+  const auto j = nlohmann::json::parse(peak.out);
+  CHECK(j["live_bytes"] == 1512);
+  bool before = false;
+  for (const auto& site : j["sites"]) before |= site["stack"][0] == "<allocated before the trace>" && site["bytes"] == 1000;
+  CHECK(before);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("convert writes an .mct copy that reads back with the same events and strings", "[kineto][tool]") {
   const std::string base = test::temp_path("kconv");
   const auto fx = memcomm::test::kineto_fixture(1, 20, true);

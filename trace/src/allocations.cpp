@@ -2,6 +2,7 @@
 #include "memcomm/trace/allocations.hpp"
 
 #include "memcomm/trace/event.hpp"
+#include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/trace_set.hpp"
 
 #include <algorithm>
@@ -88,6 +89,65 @@ Allocations allocations_of_device(const Allocations& all, std::uint8_t device) {
   return out;
 }
 
+namespace {
+bool from_torch_profiler(const RankTrace& rank) {
+  for (const Event& e : rank.events)
+    if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Tag &&
+        rank.name(e.as<MetaEvent>().str) == kKinetoSourceTag)
+      return true;
+  return false;
+}
+
+// Note [Bytes a memory profile never saw allocated]: a torch.profiler memory profile starts with the
+// model and optimizer state already allocated (Note [Replaying a torch.profiler memory profile] in
+// replay/kineto_trace.cpp), and its blocks are only those its [memory] events touch; the
+// "Total Allocated" each event carries counts the rest too. Blocks it frees without having
+// allocated them are before_trace already; what every total holds beyond the blocks live then (the
+// least such excess: a total is taken after its own event, and other events may share its
+// timestamp) stayed live through the whole trace, and becomes one before_trace allocation per device, at no
+// address, so that "who holds memory" adds up to the totals (a MoE trace: 60.5 MiB of blocks at its
+// peak, 8,928 MiB allocated). memcomm's own traces start with the process and are left alone.
+void add_untraced_live(const RankTrace& rank, Allocations& a) {
+  // Live tracked bytes per device over time, swept against the Allocated samples in time order.
+  // Each sample holds at least the tracked bytes plus the untraced ones, exactly so where its event
+  // is the last of its timestamp: the smallest excess over all samples is the untraced part.
+  std::vector<std::pair<std::int64_t, std::int64_t>> changes;  // (time, signed bytes), device in the top byte
+  for (const Allocation& x : a.list) {
+    const std::int64_t dev = std::int64_t(x.device) << 56;
+    changes.push_back({x.alloc_ns, dev | std::int64_t(x.size)});
+    if (x.free_ns != kStillLive) changes.push_back({x.free_ns, dev | std::int64_t(x.size) | (std::int64_t(1) << 55)});
+  }
+  std::sort(changes.begin(), changes.end(), [](const auto& p, const auto& q) { return p.first < q.first; });
+  std::vector<std::uint64_t> live(256, 0);
+  std::vector<std::int64_t> least(256, -1);  // smallest excess of a sample over the tracked bytes; -1: none
+  size_t next = 0;
+  for (const Event& e : rank.events) {  // sorted by time
+    if (e.kind != EventKind::MemSample || e.as<MemSampleEvent>().metric != MemMetric::Allocated) continue;
+    const auto s = e.as<MemSampleEvent>();
+    for (; next < changes.size() && changes[next].first <= s.ts; ++next) {
+      const std::int64_t v = changes[next].second;
+      const auto dev = std::size_t(std::uint64_t(v) >> 56);
+      const auto bytes = std::uint64_t(v & ((std::int64_t(1) << 55) - 1));
+      live[dev] = (v >> 55 & 1) ? live[dev] - std::min(live[dev], bytes) : live[dev] + bytes;
+    }
+    const std::int64_t excess = s.value > live[s.device] ? std::int64_t(s.value - live[s.device]) : 0;
+    if (least[s.device] < 0 || excess < least[s.device]) least[s.device] = excess;
+  }
+  std::vector<Allocation> untraced;
+  for (std::size_t dev = 0; dev < least.size(); ++dev) {
+    if (least[dev] <= 0) continue;
+    Allocation x;
+    x.alloc_ns = a.begin;
+    x.size = std::uint64_t(least[dev]);
+    x.device = std::uint8_t(dev);
+    x.category = 0;
+    x.before_trace = 1;
+    untraced.push_back(x);
+  }
+  a.list.insert(a.list.begin(), untraced.begin(), untraced.end());
+}
+}  // namespace
+
 Allocations rank_allocations(const RankTrace& rank) {
   AllocationBuilder b;
   for (const Event& e : rank.events) {
@@ -98,7 +158,9 @@ Allocations rank_allocations(const RankTrace& rank) {
     else if (e.kind == EventKind::FreeRequested) b.free_requested(m.ts, info);
     else b.free_completed(m.ts, info);
   }
-  return b.finish(rank.begin_ns(), rank.events.empty() ? 0 : rank.events.back().ts);
+  Allocations a = b.finish(rank.begin_ns(), rank.events.empty() ? 0 : rank.events.back().ts);
+  if (from_torch_profiler(rank)) add_untraced_live(rank, a);
+  return a;
 }
 
 std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t) {
