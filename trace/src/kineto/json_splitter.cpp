@@ -316,7 +316,9 @@ bool Splitter::read_member(bool& saw_events) {
 // as the whole file, and the earliest torch.profiler traces (torch 1.8 nightlies, December 2020) are
 // written so. It reads as a traceEvents array with no other member.
 SplitResult Splitter::run() {
-  if (!skip_space()) fail(0, "empty file: not a torch.profiler trace");
+  if (!skip_space())
+    fail(0, blocks_.cut_short() ? "the compressed stream ends before any JSON (cut short?): not a complete torch.profiler trace"
+                                : "empty file: not a torch.profiler trace");
   if (data_.substr(pos_, 3) == "\xEF\xBB\xBF") {  // a UTF-8 byte order mark (editors on Windows write one)
     pos_ += 3;
     if (!skip_space()) fail(pos_, "empty file: not a torch.profiler trace");
