@@ -329,6 +329,24 @@ TEST_CASE("kineto: the default communication kernels are NCCL's, RCCL's, DeepEP'
   }
 }
 
+TEST_CASE("kineto: a communication kernel without its collective's name takes it from the host's nccl: annotation", "[kineto]") {
+  // Note [Collectives named by their host annotation] (converter.cpp): NCCL runs an all-to-all as
+  // SendRecv kernels, and older traces name no collective on the kernel.
+  const std::string json = R"json({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "nccl:all_to_all", "pid": 1, "tid": 1, "ts": 100, "dur": 50},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110, "dur": 5, "args": {"correlation": 7}},
+    {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)", "pid": 0, "tid": 9, "ts": 120, "dur": 30,
+     "args": {"device": 0, "stream": 9, "correlation": 7}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 200, "dur": 5, "args": {"correlation": 8}},
+    {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)", "pid": 0, "tid": 9, "ts": 210, "dur": 30,
+     "args": {"device": 0, "stream": 9, "correlation": 8}}]})json";
+  const KinetoTrace k = read_kineto_buffer(json, "a2a.json");
+  std::vector<CollOp> ops;
+  for (const Event& e : k.trace.events)
+    if (e.kind == EventKind::CollStart) ops.push_back(e.as<CollectiveEvent>().op);
+  CHECK(ops == std::vector<CollOp>{CollOp::AllToAll, CollOp::Send});  // the second launch has no annotation
+}
+
 TEST_CASE("kineto: input that is not a torch.profiler trace is refused by name", "[kineto]") {
   for (const char* bad : {"", "[1, 2, 3]", "{\"a\": 1}", "hello", "{\"traceEvents\": 5}", "{\"x\": [1,2"}) {
     INFO(bad);

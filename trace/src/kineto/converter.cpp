@@ -282,6 +282,41 @@ void Converter::take_top_level() {
   info_.display_time_unit = top_.display_time_unit;
 }
 
+// Note [Collectives named by their host annotation]: a communication kernel names its collective in
+// its "Collective name" argument, but older traces have none, and NCCL runs an all-to-all as
+// SendRecv kernels: a DLRM run's all-to-alls read as sends of 0 bytes. The host side names it
+// either way: PyTorch's record_param_comms puts an "nccl:all_to_all" annotation around the launch.
+// So a communication kernel without the argument takes its collective from the "nccl:" host span,
+// on its launch's thread, that holds the launch.
+void Converter::name_collectives_from_host() {
+  std::unordered_map<uint32_t, std::pair<uint16_t, int64_t>> launches;  // corr -> (thread, ts)
+  for (const CommKernel& k : comm_kernels_)
+    if (k.corr != 0 && strings_.text(k.collective).empty()) launches.emplace(k.corr, std::make_pair(uint16_t(0), INT64_MIN));
+  if (launches.empty()) return;
+  for (const Event& e : events_)
+    if (e.kind == EventKind::Launch) {
+      const auto c = e.as<ComputeEvent>();
+      auto it = launches.find(c.corr);
+      if (it != launches.end()) it->second = {c.thread(), c.ts};
+    }
+  std::unordered_map<uint16_t, std::vector<const HostSpan*>> annotations;  // by thread, by begin
+  for (const HostSpan& s : spans_)
+    if (strings_.text(s.name).substr(0, 5) == "nccl:") annotations[s.thread].push_back(&s);
+  for (auto& [thread, v] : annotations)
+    std::stable_sort(v.begin(), v.end(), [](const HostSpan* a, const HostSpan* b) { return a->begin < b->begin; });
+  for (CommKernel& k : comm_kernels_) {
+    auto it = k.corr != 0 && strings_.text(k.collective).empty() ? launches.find(k.corr) : launches.end();
+    if (it == launches.end() || it->second.second == INT64_MIN) continue;
+    const auto [thread, ts] = it->second;
+    const auto& v = annotations[thread];
+    // The last annotation to begin at or before the launch (they do not nest in one another).
+    auto at = std::upper_bound(v.begin(), v.end(), ts, [](int64_t t, const HostSpan* s) { return t < s->begin; });
+    if (at == v.begin() || (*std::prev(at))->end < ts) continue;
+    const std::string op(strings_.text((*std::prev(at))->name).substr(5));
+    k.collective = strings_.intern(op);
+  }
+}
+
 KinetoTrace Converter::finish(const SplitResult& split) {
   KinetoTrace out;
   info_.json_bytes = split.json_bytes;
@@ -299,6 +334,7 @@ KinetoTrace Converter::finish(const SplitResult& split) {
   for (Event& e : events_) e.ts += shift;
   for (HostSpan& s : spans_) s.begin += shift, s.end += shift;
   for (CommKernel& k : comm_kernels_) k.begin += shift, k.end += shift;
+  name_collectives_from_host();
   emit_nested_ranges(spans_, events_, info_.clamped_ranges);
   spans_ = {};
   emit_collectives(comm_kernels_, strings_, rank_, world_size_, events_);

@@ -52,6 +52,7 @@ class Converter final : public SplitHandler {
   bool is_comm_kernel(StringId name);
   void emit_metadata(int64_t ts);
   void take_top_level();
+  void name_collectives_from_host();
 
   std::string name_;
   KinetoInfo info_;
