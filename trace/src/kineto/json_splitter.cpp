@@ -59,6 +59,8 @@ class Splitter {
   // was dropped with exit 0. JSON forbids raw control bytes inside strings, and torch.profiler puts a
   // newline between events, so the first newline the scan meets "inside a string" says the file is
   // corrupt there: an error, not a truncation. (A file with no newlines at all still reads as cut.)
+  // The check is one more mask per 64 bytes: bench_kineto_load on a 379 MB trace, side by side with
+  // the build before it, 0.84-0.95 s before and 0.89-0.94 s after (best of 3, two rounds each).
   [[noreturn]] void fail_corrupt(size_t at) const {
     fail(at, "broken JSON: a raw control byte inside a string (a stray or missing quote before it?)");
   }
