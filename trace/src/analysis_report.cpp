@@ -119,10 +119,13 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
                        "bytes", "bucket", "ranks", "time_us", "algbw", "busbw", "skew_us", "straggler");
     for (size_t i = 0; i < a.collectives.size() && i < max_rows; ++i) {
       const CollectiveStats& c = a.collectives[i];
-      out += fmt::format("{:>6} {:>15} {:>6} {:>12} {:>6} {:>3}/{:<2} {:>10.1f} {:>10.3f} {:>10.3f} {:>10.1f} {:>9}\n", c.seq,
-                         coll_op_name(c.op), dtype_name(c.dtype), c.bytes,
+      // No bytes (a trace that records no message size, a barrier): no size and no bandwidth to show.
+      const auto sized = [&c](auto v, const char* spec) { return c.bytes ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
+      out += fmt::format("{:>6} {:>15} {:>6} {:>12} {:>6} {:>3}/{:<2} {:>10.1f} {:>10} {:>10} {:>10.1f} {:>9}\n", c.seq,
+                         coll_op_name(c.op), dtype_name(c.dtype), sized(c.bytes, "{}"),
                          c.bucket == kNoBucket ? std::string("-") : std::to_string(c.bucket), c.ranks_seen, c.nranks,
-                         double(c.time_ns) / 1e3, c.algbw_gbps, c.busbw_gbps, double(c.skew_ns) / 1e3,
+                         double(c.time_ns) / 1e3, sized(c.algbw_gbps, "{:.3f}"), sized(c.busbw_gbps, "{:.3f}"),
+                         double(c.skew_ns) / 1e3,
                          c.straggler_rank == kUnknownRank ? std::string("-") : std::to_string(c.straggler_rank));
     }
     out += "(bandwidths in GB/s, nccl-tests definitions)\n";
