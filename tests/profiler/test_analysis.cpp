@@ -85,6 +85,27 @@ TEST_CASE("CPU run: breakdown, overlap, exposed communication and step table", "
   CHECK(a.steps[1].peak_allocated == 0);
 }
 
+TEST_CASE("CPU run that marks no phase: its host ranges are the compute", "[profiler][analysis]") {
+  // Note [Breakdown definitions]: a torch.profiler trace of a CPU script without ProfilerStep read
+  // a window of 0 and 0% of everything.
+  const std::string path = test::temp_path("cpu_ops") + ".json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(R"({"traceEvents": [
+      {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1712195495401000, "dur": 300},
+      {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": 1712195495401500, "dur": 500}]})", f);
+    std::fclose(f);
+  }
+  const TraceSet set = TraceSet::load({path});
+  std::remove(path.c_str());
+  const Analysis a = analyze(set);
+  REQUIRE(a.ranks.size() == 1);
+  const Breakdown& b = a.ranks[0].breakdown;
+  CHECK(b.window_ns == 1000'000);
+  CHECK(b.compute_ns == 800'000);
+  CHECK(b.idle_ns == 200'000);
+}
+
 TEST_CASE("collectives are matched across ranks with nccl-tests bandwidth, skew and straggler", "[profiler][analysis]") {
   const TraceSet set = load_synthetic();
   // Clock offset applied: rank 1's events land on rank 0's timeline.

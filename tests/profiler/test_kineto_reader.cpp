@@ -347,6 +347,23 @@ TEST_CASE("kineto: a communication kernel without its collective's name takes it
   CHECK(ops == std::vector<CollOp>{CollOp::AllToAll, CollOp::Send});  // the second launch has no annotation
 }
 
+TEST_CASE("kineto: timestamps that are not Unix time keep their own origin", "[kineto]") {
+  // kUnixTimeFloorNs (converter.hpp): microseconds since boot (older Kineto) or from 0 used to be
+  // moved 1.6e18 ns before the shared origin and clamped, every event onto one time.
+  for (const char* base : {"", "88437691"}) {  // from 0, and about a day after boot
+    INFO(base);
+    const std::string json = std::string(R"({"traceEvents": [)") +
+        R"({"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": )" + base + R"(100, "dur": 5, "args": {"device": 0, "stream": 7}},)" +
+        R"({"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": )" + base + R"(300, "dur": 5, "args": {"device": 0, "stream": 7}}]})";
+    const KinetoTrace k = read_kineto_buffer(json, "boot.json");
+    std::vector<int64_t> ts;
+    for (const Event& e : k.trace.events)
+      if (e.kind == EventKind::Kernel) ts.push_back(e.ts);
+    REQUIRE(ts.size() == 2);
+    CHECK(ts[1] - ts[0] == 200'000);
+  }
+}
+
 TEST_CASE("kineto: input that is not a torch.profiler trace is refused by name", "[kineto]") {
   for (const char* bad : {"", "[1, 2, 3]", "{\"a\": 1}", "hello", "{\"traceEvents\": 5}", "{\"x\": [1,2"}) {
     INFO(bad);

@@ -251,14 +251,14 @@ void Converter::on_counter(const RawEvent& e) {
   }
 }
 
-void Converter::emit_metadata(int64_t ts) {
+void Converter::emit_metadata(int64_t ts, bool epoch) {
   auto meta = [&](MetaKey k, int64_t value, std::string_view text = {}, uint16_t thread = 0) {
     events_.push_back(Event::from(make_meta(ts, k, value, strings_.intern(text), thread)));
   };
   meta(MetaKey::Rank, rank_);
   if (world_size_) meta(MetaKey::WorldSize, world_size_);
   if (!top_.host.empty()) meta(MetaKey::Host, 0, top_.host);
-  meta(MetaKey::StartTime, kKinetoEpochNs);
+  if (epoch) meta(MetaKey::StartTime, kKinetoEpochNs);  // the origin, for traces on the Unix clock
   meta(MetaKey::Tag, 0, kKinetoSourceTag);
   for (const TopLevel::Device& d : top_.devices) {
     if (!d.name.empty()) meta(MetaKey::DeviceName, 0, d.name, uint16_t(std::min<int64_t>(d.id, 0xFFFF)));
@@ -330,7 +330,8 @@ KinetoTrace Converter::finish(const SplitResult& split) {
   // Note [One origin for every torch.profiler trace]; baseTimeNanoseconds comes after the events.
   take_top_level();
   unaddressed_.emit_samples(events_);
-  const int64_t shift = info_.base_time_ns - kKinetoEpochNs;
+  const bool epoch = info_.base_time_ns > 0 || min_ts_ == INT64_MAX || min_ts_ >= kUnixTimeFloorNs;
+  const int64_t shift = epoch ? info_.base_time_ns - kKinetoEpochNs : 0;
   for (Event& e : events_) e.ts += shift;
   for (HostSpan& s : spans_) s.begin += shift, s.end += shift;
   for (CommKernel& k : comm_kernels_) k.begin += shift, k.end += shift;
@@ -338,7 +339,7 @@ KinetoTrace Converter::finish(const SplitResult& split) {
   emit_nested_ranges(spans_, events_, info_.clamped_ranges);
   spans_ = {};
   emit_collectives(comm_kernels_, strings_, rank_, world_size_, events_);
-  emit_metadata(min_ts_ == INT64_MAX ? 0 : min_ts_ + shift);
+  emit_metadata(min_ts_ == INT64_MAX ? 0 : min_ts_ + shift, epoch);
   info_.converted = events_.size();
   out.trace.rank = rank_;
   out.trace.world_size = world_size_;

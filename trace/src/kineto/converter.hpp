@@ -26,6 +26,12 @@ namespace memcomm::prof::kineto {
 // written by different processes, with different baseTimeNanoseconds, land on one timeline as
 // their wall clocks put them, which is how HTA and Perfetto align them too.
 inline constexpr int64_t kKinetoEpochNs = int64_t(1600000000) * 1000000000;
+// Timestamps are not Unix-epoch ones when a trace without baseTimeNanoseconds starts before this
+// (1990): older Kineto stamped events in microseconds since boot, and hand-written or converted
+// traces count from 0. Moved onto the origin they would fall ~1.6e18 ns before it, past the bound,
+// and every event would collapse onto one clamped time (a pytorch/kineto docs trace read -1 us of
+// kernel time); such a trace keeps its own timestamps and records no StartTime.
+inline constexpr int64_t kUnixTimeFloorNs = int64_t(631152000) * 1000000000;
 
 class Converter final : public SplitHandler {
  public:
@@ -50,7 +56,7 @@ class Converter final : public SplitHandler {
   void add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_t thread, bool gpu);
   void add_device_span(const RawEvent& e, Kind kind, int64_t begin, int64_t end);
   bool is_comm_kernel(StringId name);
-  void emit_metadata(int64_t ts);
+  void emit_metadata(int64_t ts, bool epoch);
   void take_top_level();
   void name_collectives_from_host();
 

@@ -13,7 +13,8 @@
 //     comm = communication kernels (ComputeEvent::sub == 1, e.g. ncclDevKernel_*), or collective
 //     start..end when there are none; memcpy = Memcpy + Memset.
 //   CPU run: compute = host phases Forward, Backward, Optimizer and Eval (leaf phases; Step and
-//     MicroStep contain everything and DataWait is waiting); comm = collective start..end
+//     MicroStep contain everything and DataWait is waiting), or, when the run marks none of them (a
+//     torch.profiler trace of a CPU script), its host ranges (the operators); comm = collective start..end
 //     (the Gloo work, which runs beside backward when DDP overlaps); memcpy = Memcpy + Memset.
 // The window is from the first Step begin to the last Step end when steps exist, else from the
 // first to the last span.
