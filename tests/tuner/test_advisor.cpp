@@ -127,23 +127,32 @@ TEST_CASE("fragmentation: a policy and the bytes it saves, measured by replay") 
   CHECK(advise::advice_to_json(advice).find("\"topic\": \"fragmentation\"") != std::string::npos);
 }
 
-TEST_CASE("exposed communication with one bucket: split it, with the saving") {
+// Two ranks of ten 20 ms steps: forward 4 ms, then `middle` (the step's begin, its step index), then
+// the optimizer's last 2 ms.
+template <class Middle>
+std::vector<TraceBuilder> two_ranks_of_steps(Middle&& middle) {
   TraceBuilder t;
   t.world = 2;
-  // 20 ms steps: forward 4 ms, backward 6 ms, then one 40 MiB bucket all-reduced for 8 ms that
-  // nothing hides, then the optimizer.
   for (int s = 0; s < 10; ++s) {
     const int64_t b = s * 20 * kMs;
     t.begin(Phase::Step, b, uint64_t(s + 1));
     t.range(Phase::Forward, b, b + 4 * kMs);
-    t.range(Phase::Backward, b + 4 * kMs, b + 10 * kMs);
-    t.allreduce(b + 10 * kMs, b + 18 * kMs, uint32_t(s), 0, 40 << 20);
+    middle(t, b, uint32_t(s));
     t.range(Phase::Optimizer, b + 18 * kMs, b + 20 * kMs);
     t.end(Phase::Step, b + 20 * kMs, uint64_t(s + 1));
   }
   TraceBuilder r1 = t;
   r1.rank = 1;
-  const auto advice = advise_on({t, r1}, "comm");
+  return {t, r1};
+}
+
+TEST_CASE("exposed communication with one bucket: split it, with the saving") {
+  // Backward 6 ms, then one 40 MiB bucket all-reduced for 8 ms that nothing hides.
+  const auto advice = advise_on(two_ranks_of_steps([](TraceBuilder& t, int64_t b, uint32_t s) {
+                                  t.range(Phase::Backward, b + 4 * kMs, b + 10 * kMs);
+                                  t.allreduce(b + 10 * kMs, b + 18 * kMs, s, 0, 40 << 20);
+                                }),
+                                "comm");
   INFO(advise::advice_to_text(advice));
   const auto* a = find(advice, advise::Topic::Communication);
   REQUIRE(a);
@@ -156,20 +165,11 @@ TEST_CASE("exposed communication with one bucket: split it, with the saving") {
 
 TEST_CASE("exposed all-to-all is not promised a saving from accumulation") {
   // Note [What accumulation saves] (advise.cpp): an all-to-all runs in every micro-batch.
-  TraceBuilder t;
-  t.world = 2;
-  for (int s = 0; s < 10; ++s) {
-    const int64_t b = s * 20 * kMs;
-    t.begin(Phase::Step, b, uint64_t(s + 1));
-    t.range(Phase::Forward, b, b + 4 * kMs);
-    t.collective(prof::CollOp::AllToAll, b + 4 * kMs, b + 12 * kMs, uint32_t(s), prof::kNoBucket, 8 << 20);
-    t.range(Phase::Backward, b + 12 * kMs, b + 18 * kMs);
-    t.range(Phase::Optimizer, b + 18 * kMs, b + 20 * kMs);
-    t.end(Phase::Step, b + 20 * kMs, uint64_t(s + 1));
-  }
-  TraceBuilder r1 = t;
-  r1.rank = 1;
-  const auto advice = advise_on({t, r1}, "alltoall");
+  const auto advice = advise_on(two_ranks_of_steps([](TraceBuilder& t, int64_t b, uint32_t s) {
+                                  t.collective(prof::CollOp::AllToAll, b + 4 * kMs, b + 12 * kMs, s, prof::kNoBucket, 8 << 20);
+                                  t.range(Phase::Backward, b + 12 * kMs, b + 18 * kMs);
+                                }),
+                                "alltoall");
   INFO(advise::advice_to_text(advice));
   const auto* a = find(advice, advise::Topic::Communication);
   REQUIRE(a);
