@@ -201,3 +201,22 @@ print(max(a["Total Allocated"] for a in gpu), max(a["Total Reserved"] for a in g
   CHECK(part_allocated->global_max() > 1e9);
   CHECK(part_allocated->global_max() <= max_allocated);
 }
+
+TEST_CASE("a memory profile's bytes from before its first event are held in the viewer too", "[unit][viewer]") {
+  // Note [Bytes a memory profile never saw allocated] (trace/src/allocations.cpp): 1000 B were
+  // allocated before the profile began; the trace allocates 512 B (Total Allocated 1512), then frees them.
+  const auto mem = [](long long ts, int bytes, int total) {
+    return R"({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": )" +
+           std::to_string(ts) + R"(, "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096, "Bytes": )" +
+           std::to_string(bytes) + R"(, "Total Allocated": )" + std::to_string(total) + R"(, "Total Reserved": 2097152}})";
+  };
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "before.pt.trace.json");
+  kineto_traces::write(path, R"({"traceEvents": [)" + mem(1712195495406010, 512, 1512) + "," +
+                                 mem(1712195495406020, -512, 1000) + "]}");
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  REQUIRE(tl.ranks.size() == 1);
+  CHECK(memcomm::prof::peak_live(tl.ranks[0].allocations).bytes == 1512);
+  std::remove(path.c_str());
+}

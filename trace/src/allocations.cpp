@@ -106,11 +106,14 @@ bool from_torch_profiler(const RankTrace& rank) {
 // least such excess: a total is taken after its own event, and other events may share its
 // timestamp) stayed live through the whole trace, and becomes one before_trace allocation per device, at no
 // address, so that "who holds memory" adds up to the totals (a MoE trace: 60.5 MiB of blocks at its
-// peak, 8,928 MiB allocated). memcomm's own traces start with the process and are left alone.
-void add_untraced_live(const RankTrace& rank, Allocations& a) {
-  // Live tracked bytes per device over time, swept against the Allocated samples in time order.
-  // Each sample holds at least the tracked bytes plus the untraced ones, exactly so where its event
-  // is the last of its timestamp: the smallest excess over all samples is the untraced part.
+// peak, 8,928 MiB allocated). memcomm's own traces start with the process and are left alone; the
+// viewer applies the same to any rank whose blocks were cut (a time-range load).
+}  // namespace
+
+void add_untraced_live(Allocations& a, const std::vector<LevelAt>& allocated) {
+  // Live tracked bytes per device over time, swept against the readings in time order. Each reading
+  // holds at least the tracked bytes plus the untraced ones, exactly so where its event is the last
+  // of its timestamp: the smallest excess over all readings is the untraced part.
   std::vector<std::pair<std::int64_t, std::int64_t>> changes;  // (time, signed bytes), device in the top byte
   for (const Allocation& x : a.list) {
     const std::int64_t dev = std::int64_t(x.device) << 56;
@@ -121,10 +124,8 @@ void add_untraced_live(const RankTrace& rank, Allocations& a) {
   std::vector<std::uint64_t> live(256, 0);
   std::vector<std::int64_t> least(256, -1);  // smallest excess of a sample over the tracked bytes; -1: none
   size_t next = 0;
-  for (const Event& e : rank.events) {  // sorted by time
-    if (e.kind != EventKind::MemSample || e.as<MemSampleEvent>().metric != MemMetric::Allocated) continue;
-    const auto s = e.as<MemSampleEvent>();
-    for (; next < changes.size() && changes[next].first <= s.ts; ++next) {
+  for (const LevelAt& s : allocated) {
+    for (; next < changes.size() && changes[next].first <= s.t; ++next) {
       const std::int64_t v = changes[next].second;
       const auto dev = std::size_t(std::uint64_t(v) >> 56);
       const auto bytes = std::uint64_t(v & ((std::int64_t(1) << 55) - 1));
@@ -146,7 +147,6 @@ void add_untraced_live(const RankTrace& rank, Allocations& a) {
   }
   a.list.insert(a.list.begin(), untraced.begin(), untraced.end());
 }
-}  // namespace
 
 Allocations rank_allocations(const RankTrace& rank) {
   AllocationBuilder b;
@@ -159,7 +159,13 @@ Allocations rank_allocations(const RankTrace& rank) {
     else b.free_completed(m.ts, info);
   }
   Allocations a = b.finish(rank.begin_ns(), rank.events.empty() ? 0 : rank.events.back().ts);
-  if (from_torch_profiler(rank)) add_untraced_live(rank, a);
+  if (from_torch_profiler(rank)) {
+    std::vector<LevelAt> allocated;
+    for (const Event& e : rank.events)
+      if (e.kind == EventKind::MemSample && e.as<MemSampleEvent>().metric == MemMetric::Allocated)
+        allocated.push_back({e.ts, e.as<MemSampleEvent>().device, e.as<MemSampleEvent>().value});
+    add_untraced_live(a, allocated);
+  }
   return a;
 }
 

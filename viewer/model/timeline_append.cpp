@@ -303,6 +303,19 @@ Timeline TimelineBuilder::finish(std::string source) {
     for (auto& c : rd.counters) c.shrink_to_fit();
     if (!producer_allocations_) {
       rd.allocations = allocations_from_events(rd.alloc_events);
+      // Note [Bytes a memory profile never saw allocated] (trace/src/allocations.cpp), as
+      // memcomm-trace memory counts them: a rank whose block events start mid-run (a torch.profiler
+      // trace, a time-range load) holds what its allocated readings count beyond its blocks.
+      const RankParts& p = ranks_[rd.rank];
+      const CounterSeries* allocated = rd.counter("allocated");
+      if (p.blocks_cut && p.sample_device >= 0 && allocated != nullptr) {
+        std::vector<prof::LevelAt> levels;
+        levels.reserve(allocated->size());
+        for (std::size_t i = 0; i < allocated->size(); ++i)
+          levels.push_back({allocated->time(i), static_cast<std::uint8_t>(p.sample_device),
+                            static_cast<std::uint64_t>(std::max(0.0, allocated->value(i)))});
+        prof::add_untraced_live(rd.allocations, levels);
+      }
       rd.alloc_index = AllocationIndex(rd.allocations);
     }
   }

@@ -101,6 +101,18 @@ std::uint64_t live_bytes(const Allocations& a, std::int64_t t);
 // snapshot's devices, shown or reported one at a time).
 Allocations allocations_of_device(const Allocations& all, std::uint8_t device);
 
+// One reading of a device's allocated bytes, as the producer counted them.
+struct LevelAt {
+  std::int64_t t;
+  std::uint8_t device;
+  std::uint64_t value;
+};
+// Note [Bytes a memory profile never saw allocated] (allocations.cpp): what the readings (in time
+// order) hold beyond the blocks `a` has live then becomes one before_trace allocation per device.
+// For lifetimes whose block events start mid-run; rank_allocations() applies it to torch.profiler
+// traces, the viewer to any rank whose blocks were cut.
+void add_untraced_live(Allocations& a, const std::vector<LevelAt>& allocated);
+
 struct RankTrace;
 // A memcomm trace's (or a torch.profiler trace's) blocks on one rank, all devices. Its events carry
 // no stacks: Allocation::stack stays kNoStackId and category is the producer's MemCategory.
