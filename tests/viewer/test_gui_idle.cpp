@@ -46,8 +46,10 @@ void stream_rank(std::uint16_t port, std::uint32_t rank, int kernels) {
   view_traces::stream_batch(port, rank, 1, {{1, "gemm_idle"}}, rank_events(kernels));
 }
 
+// Up to 30 s, the viewers' --timeout: a viewer started beside CI's other tests (xvfb, two jobs on
+// two cores) once took more than 10 s to listen.
 int connect_to(std::uint16_t port) {
-  for (int attempt = 0; attempt < 100; ++attempt) {
+  for (int attempt = 0; attempt < 300; ++attempt) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
