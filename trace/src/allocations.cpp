@@ -2,7 +2,6 @@
 #include "memcomm/trace/allocations.hpp"
 
 #include "memcomm/trace/event.hpp"
-#include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/trace_set.hpp"
 
 #include <algorithm>
@@ -89,15 +88,6 @@ Allocations allocations_of_device(const Allocations& all, std::uint8_t device) {
   return out;
 }
 
-namespace {
-bool from_torch_profiler(const RankTrace& rank) {
-  for (const Event& e : rank.events)
-    if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Tag &&
-        rank.name(e.as<MetaEvent>().str) == kKinetoSourceTag)
-      return true;
-  return false;
-}
-
 // Note [Bytes a memory profile never saw allocated]: a torch.profiler memory profile starts with the
 // model and optimizer state already allocated (Note [Replaying a torch.profiler memory profile] in
 // replay/kineto_trace.cpp), and its blocks are only those its [memory] events touch; the
@@ -108,30 +98,28 @@ bool from_torch_profiler(const RankTrace& rank) {
 // address, so that "who holds memory" adds up to the totals (a MoE trace: 60.5 MiB of blocks at its
 // peak, 8,928 MiB allocated). memcomm's own traces start with the process and are left alone; the
 // viewer applies the same to any rank whose blocks were cut (a time-range load).
-}  // namespace
 
 void add_untraced_live(Allocations& a, const std::vector<LevelAt>& allocated) {
   // Live tracked bytes per device over time, swept against the readings in time order. Each reading
   // holds at least the tracked bytes plus the untraced ones, exactly so where its event is the last
   // of its timestamp: the smallest excess over all readings is the untraced part.
-  std::vector<std::pair<std::int64_t, std::int64_t>> changes;  // (time, signed bytes), device in the top byte
+  struct Change {
+    std::int64_t t;
+    std::uint8_t device;
+    std::int64_t bytes;  // added (alloc) or taken away (free)
+  };
+  std::vector<Change> changes;
   for (const Allocation& x : a.list) {
-    const std::int64_t dev = std::int64_t(x.device) << 56;
-    changes.push_back({x.alloc_ns, dev | std::int64_t(x.size)});
-    if (x.free_ns != kStillLive) changes.push_back({x.free_ns, dev | std::int64_t(x.size) | (std::int64_t(1) << 55)});
+    changes.push_back({x.alloc_ns, x.device, std::int64_t(x.size)});
+    if (x.free_ns != kStillLive) changes.push_back({x.free_ns, x.device, -std::int64_t(x.size)});
   }
-  std::sort(changes.begin(), changes.end(), [](const auto& p, const auto& q) { return p.first < q.first; });
-  std::vector<std::uint64_t> live(256, 0);
-  std::vector<std::int64_t> least(256, -1);  // smallest excess of a sample over the tracked bytes; -1: none
+  std::stable_sort(changes.begin(), changes.end(), [](const Change& p, const Change& q) { return p.t < q.t; });
+  std::vector<std::int64_t> live(256, 0);
+  std::vector<std::int64_t> least(256, -1);  // smallest excess of a reading over the tracked bytes; -1: none
   size_t next = 0;
   for (const LevelAt& s : allocated) {
-    for (; next < changes.size() && changes[next].first <= s.t; ++next) {
-      const std::int64_t v = changes[next].second;
-      const auto dev = std::size_t(std::uint64_t(v) >> 56);
-      const auto bytes = std::uint64_t(v & ((std::int64_t(1) << 55) - 1));
-      live[dev] = (v >> 55 & 1) ? live[dev] - std::min(live[dev], bytes) : live[dev] + bytes;
-    }
-    const std::int64_t excess = s.value > live[s.device] ? std::int64_t(s.value - live[s.device]) : 0;
+    for (; next < changes.size() && changes[next].t <= s.t; ++next) live[changes[next].device] += changes[next].bytes;
+    const std::int64_t excess = std::max<std::int64_t>(0, std::int64_t(s.value) - std::max<std::int64_t>(0, live[s.device]));
     if (least[s.device] < 0 || excess < least[s.device]) least[s.device] = excess;
   }
   std::vector<Allocation> untraced;
@@ -159,7 +147,7 @@ Allocations rank_allocations(const RankTrace& rank) {
     else b.free_completed(m.ts, info);
   }
   Allocations a = b.finish(rank.begin_ns(), rank.events.empty() ? 0 : rank.events.back().ts);
-  if (from_torch_profiler(rank)) {
+  if (rank.from_torch_profiler) {
     std::vector<LevelAt> allocated;
     for (const Event& e : rank.events)
       if (e.kind == EventKind::MemSample && e.as<MemSampleEvent>().metric == MemMetric::Allocated)

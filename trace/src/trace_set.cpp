@@ -103,6 +103,7 @@ void TraceSet::finish(const LoadOptions& opt) {
     if (already_merged || !opt.apply_clock_offsets) offset = 0;
     offset = std::clamp<int64_t>(offset, -kMaxAbsTimestamp, kMaxAbsTimestamp);
     r.clock_offset_ns = offset;
+    r.from_torch_profiler = kineto;
     if (start && !kineto)
       r.wall_minus_ts = std::clamp<int64_t>(start->second, -kMaxAbsTimestamp, kMaxAbsTimestamp) -
                         (std::clamp<int64_t>(start->first, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset);

@@ -36,6 +36,7 @@ struct RankTrace {
   // read at that event's timestamp); none when not recorded, or for a torch.profiler trace (its
   // StartTime marks the shared origin, not a reading: Note [One origin for every torch.profiler trace]).
   std::optional<int64_t> wall_minus_ts;
+  bool from_torch_profiler = false;  // converted from a torch.profiler trace (MetaKey::Tag kKinetoSourceTag)
 
   std::string_view name(StringId id) const {
     return id < strings.size() ? std::string_view(strings[id]) : std::string_view();
