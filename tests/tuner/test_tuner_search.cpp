@@ -287,7 +287,7 @@ TEST_CASE("a winner whose long run runs out of memory gives way to the next fast
   CHECK(verified[0] == first);
   REQUIRE(r.outcome.recommendation);
   CHECK(r.outcome.recommendation->micro_batch == verified[1]);
-  CHECK(r.outcome.recommendation->micro_batch != first);
+  CHECK(r.outcome.recommendation->micro_batch < first);  // a larger one would run out of memory too
   CHECK(r.outcome.recommendation->peak_allocated == m.allocated(verified[1]) + 1);  // the long run's larger peak
   CHECK(r.verifications.size() == 2);
 
@@ -299,4 +299,52 @@ TEST_CASE("a winner whose long run runs out of memory gives way to the next fast
   });
   CHECK_FALSE(r.outcome.recommendation);
   CHECK(r.outcome.failure.find("every verified candidate") != std::string::npos);
+}
+
+TEST_CASE("a winner whose long run runs out of memory gives way to a smaller micro-batch, probed or not") {
+  TuneResult r;
+  r.config.global_batch = 64;
+  r.config.memory_limit = int64_t(1) << 30;
+  r.outcome.global_batch = 64;
+  for (const auto& [b, speed] : {std::pair<int64_t, double>{32, 900}, {64, 800}}) {
+    Trial t;
+    t.request.micro_batch = b;
+    t.request.accum = 64 / b;
+    t.result.peak_allocated = t.result.peak_reserved = b << 20;
+    t.samples_per_s = speed;
+    r.outcome.trials.push_back(t);
+  }
+  r.outcome.recommendation = Recommendation{32, 2, 1, 25, 900, 32 << 20, 32 << 20, 0};
+  std::vector<int64_t> verified;
+  verify_recommendation(r, [&](const Recommendation& rec) {
+    verified.push_back(rec.micro_batch);
+    Verification v;
+    v.micro_batch = rec.micro_batch;
+    v.oom = rec.micro_batch >= 32;  // the long run needs more than the probes saw
+    v.steps = v.oom ? 0 : 50;
+    v.samples_per_s = 700;
+    v.peak_allocated = v.peak_reserved = v.oom ? -1 : rec.micro_batch << 21;
+    return v;
+  });
+  // b = 64 fit its probe and is the next fastest, but it is larger than the one that failed; no probe
+  // is below 32, so the largest divisor below it runs, and its speed is the long run's.
+  CHECK(verified == std::vector<int64_t>{32, 16});
+  REQUIRE(r.outcome.recommendation);
+  CHECK(r.outcome.recommendation->micro_batch == 16);
+  CHECK(r.outcome.recommendation->accum == 4);
+  CHECK(r.outcome.recommendation->samples_per_s == 700);
+  CHECK(r.outcome.recommendation->peak_allocated == 32 << 20);
+
+  verified.clear();  // at most three long runs: 8, 4 and 2 would all fail here
+  r.verifications.clear();
+  r.outcome.recommendation = Recommendation{8, 8, 1, 25, 900, 8 << 20, 8 << 20, 0};
+  verify_recommendation(r, [&](const Recommendation& rec) {
+    verified.push_back(rec.micro_batch);
+    Verification v;
+    v.micro_batch = rec.micro_batch;
+    v.oom = true;
+    return v;
+  });
+  CHECK(verified == std::vector<int64_t>{8, 4, 2});
+  CHECK_FALSE(r.outcome.recommendation);
 }

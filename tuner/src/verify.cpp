@@ -1,19 +1,20 @@
 // Note [Verifying the winner] (verify.hpp): the long run of the recommendation, and the fallback to
-// the next fastest candidate when it runs out of memory.
+// a smaller candidate when it runs out of memory.
 #include "memcomm/tuner/verify.hpp"
 
 #include <algorithm>
-#include <set>
 
 namespace memcomm::tune {
 
 namespace {
 
-// Candidates for the recommendation, fastest first: probed, fit with the margin, not excluded.
-std::vector<const Trial*> ranked(const SearchOutcome& o, int64_t limit, int world, const std::set<int64_t>& excluded) {
+constexpr int kMaxVerifications = 3;
+
+// Probed candidates below `ceiling`, fastest first: fit with the margin, divide the per-rank batch.
+std::vector<const Trial*> ranked_below(const SearchOutcome& o, int64_t limit, int world, int64_t ceiling) {
   std::vector<const Trial*> out;
   for (const Trial& t : o.trials)
-    if (!t.result.oom && t.purpose != TrialPurpose::Bucket && !excluded.count(t.request.micro_batch) &&
+    if (!t.result.oom && t.purpose != TrialPurpose::Bucket && t.request.micro_batch < ceiling &&
         (o.global_batch / world) % t.request.micro_batch == 0 &&  // b x K must be the batch asked for
         (t.result.peak_reserved < 0 ||
          (t.result.peak_reserved <= limit &&  // Notes [Safety margin], [Loader allowance]
@@ -23,12 +24,29 @@ std::vector<const Trial*> ranked(const SearchOutcome& o, int64_t limit, int worl
   return out;
 }
 
+// The next candidate after a long run ran out of memory at micro-batch `ceiling`: the fastest probed
+// one below it, else the largest divisor of the per-rank batch below it, not probed (its speed is
+// then the long run's own).
+std::optional<Recommendation> next_below(const SearchOutcome& o, int64_t limit, int world, int64_t ceiling,
+                                         double bucket_mb) {
+  const int64_t per_rank = o.global_batch / world;
+  const auto probed = ranked_below(o, limit, world, ceiling);
+  if (!probed.empty()) {
+    const Trial& t = *probed.front();
+    return Recommendation{t.request.micro_batch, t.request.accum, world, bucket_mb,
+                          t.samples_per_s, t.result.peak_reserved, t.result.peak_allocated, 0};
+  }
+  const std::vector<int64_t> candidates = divisors(per_rank);  // ascending
+  for (auto b = candidates.rbegin(); b != candidates.rend(); ++b)
+    if (*b < ceiling) return Recommendation{*b, per_rank / *b, world, bucket_mb, 0, -1, -1, 0};
+  return std::nullopt;
+}
+
 }  // namespace
 
 void verify_recommendation(TuneResult& r, const VerifyFn& verify) {
   const int64_t limit = r.config.memory_limit;
   const int world = r.config.world;
-  std::set<int64_t> excluded;
   while (r.outcome.recommendation) {
     auto& rec = *r.outcome.recommendation;
     const Verification v = verify(rec);
@@ -37,18 +55,19 @@ void verify_recommendation(TuneResult& r, const VerifyFn& verify) {
       rec.peak_reserved = std::max(rec.peak_reserved, v.peak_reserved);
       rec.peak_allocated = std::max(rec.peak_allocated, v.peak_allocated);
       rec.headroom = 1.0 - double(rec.peak_allocated) / double(limit);
+      if (rec.samples_per_s <= 0) rec.samples_per_s = v.samples_per_s;  // not probed: the long run's speed
       return;
     }
-    excluded.insert(rec.micro_batch);
-    const auto next = ranked(r.outcome, limit, world, excluded);
-    if (next.empty() || excluded.size() >= 3) {
+    // A larger micro-batch holds more activations, so it would run out of memory too.
+    const auto next = int(r.verifications.size()) < kMaxVerifications
+                          ? next_below(r.outcome, limit, world, rec.micro_batch, rec.bucket_mb)
+                          : std::nullopt;
+    if (!next) {
       r.outcome.recommendation.reset();
       r.outcome.failure = "every verified candidate ran out of memory in its long run";
       return;
     }
-    const double bucket = rec.bucket_mb;
-    rec = {next.front()->request.micro_batch, next.front()->request.accum, world, bucket,
-           next.front()->samples_per_s, next.front()->result.peak_reserved, next.front()->result.peak_allocated, 0};
+    rec = *next;
   }
 }
 
