@@ -254,6 +254,36 @@ TEST_CASE("external correlation charges GPU time to the launching phase", "[cupt
   CHECK(f.conv.stats().ignored == 1);
 }
 
+TEST_CASE("a span that comes before its external correlation is charged when the correlation comes",
+          "[cupti][unit]") {
+  Fixture f;
+  // The device's buffer (the kernel) completes before the launching thread's (its API record and
+  // the external correlation beside it): Note [Spans before their correlation].
+  f.feed(kernel("_Z4gemmv", 1000, 3000, 700));
+  f.feed(kernel("_Z4gemmv", 3000, 3500, 700));  // a graph launch: one correlation id, two spans
+  f.feed(kernel("_Z4gemmv", 4000, 4500, 701));  // launched outside any phase: no correlation ever
+  CHECK(f.conv.attribution().unattributed_spans == 3);
+
+  CUpti_ActivityAPI api;
+  std::memset(&api, 0, sizeof api);
+  api.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+  api.correlationId = 700;
+  CHECK(f.feed(api) == 0);  // enabled only for the correlation records: no event, not ignored
+  CUpti_ActivityExternalCorrelation x;
+  std::memset(&x, 0, sizeof x);
+  x.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+  x.externalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+  x.externalId = make_external_id(Phase::Forward, 3);
+  x.correlationId = 700;
+  CHECK(f.feed(x) == 0);
+  f.feed(kernel("_Z4gemmv", 5000, 5100, 700));  // and one after it
+  const auto a = f.conv.attribution();
+  CHECK(a.gpu_ns[size_t(Phase::Forward)] == 2600);
+  CHECK(a.spans[size_t(Phase::Forward)] == 3);
+  CHECK(a.unattributed_spans == 1);
+  CHECK(f.conv.stats().ignored == 0);
+}
+
 TEST_CASE("NVTX markers become ranges and memcomm's own domain is skipped", "[cupti][unit]") {
   Fixture f;
   f.feed(marker(CUPTI_ACTIVITY_FLAG_MARKER_START, 1, "load batch", "app", 100, 4242));

@@ -41,9 +41,11 @@ SCRIPT = """
 
 
 def run(allocator: str) -> str:
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), allocator], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    # faulthandler: a crash in native code (a signal, no Python error) still prints where it was.
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-u", "-c", textwrap.dedent(SCRIPT), allocator],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, \
+        f"exit status {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     return r.stdout
 
 

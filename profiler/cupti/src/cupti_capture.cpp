@@ -11,6 +11,16 @@
 // CUPTI's buffer callbacks carry no user pointer, and CUPTI's activity API has one client per
 // process. So one CuptiCapture at a time is active, published in g_active; a second start() fails
 // with a clear message instead of stealing the first one's buffers.
+//
+// Note [Phase attribution]
+// GPU time is charged to the recorder phase that launched it: the range hook pushes an external
+// correlation id per phase, and CUPTI ties it to each launch's correlation id in an
+// EXTERNAL_CORRELATION record. CUPTI writes that record only beside an API record (it correlates API
+// records with external ones), so with RUNTIME and DRIVER off there were none, and the first run on a
+// GPU (an H200, bench/results/gpu-20261204) charged a 5 ms kernel launched in Forward to no phase.
+// So phase_correlation enables RUNTIME (cudaLaunchKernel, cudaMemcpyAsync...) and DRIVER (launches
+// made through the driver directly: NCCL, Triton) too, as Kineto does; the converter turns their
+// records into nothing. That is one more record per CUDA call, the price Kineto pays too.
 #include "memcomm/profiler/cupti_capture.hpp"
 
 #include <cuda_runtime_api.h>
@@ -157,7 +167,9 @@ bool CuptiCapture::start(Recorder& recorder) {
 
   std::vector<CUpti_ActivityKind> kinds(std::begin(kCoreKinds), std::end(kCoreKinds));
   if (opt_.driver_memory) kinds.push_back(CUPTI_ACTIVITY_KIND_MEMORY2);
-  if (opt_.phase_correlation) kinds.push_back(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+  if (opt_.phase_correlation)  // Note [Phase attribution]
+    kinds.insert(kinds.end(), {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_RUNTIME,
+                               CUPTI_ACTIVITY_KIND_DRIVER});
   if (opt_.markers) kinds.push_back(CUPTI_ACTIVITY_KIND_MARKER);
   for (CUpti_ActivityKind k : kinds) {
     r = cuptiActivityEnable(k);

@@ -90,6 +90,7 @@ void ActivityConverter::reset() {
   marker_threads_.clear();
   open_markers_.clear();
   external_.clear();
+  waiting_.clear();
   sync_names_ = {};
   sync_thread_named_ = false;
   devices_seen_ = 0;
@@ -124,16 +125,36 @@ uint16_t ActivityConverter::marker_thread(uint32_t tid, std::vector<Event>& out,
   return t;
 }
 
+// Note [Spans before their correlation]: CUPTI writes a launch's EXTERNAL_CORRELATION record into
+// the launching thread's buffer, beside its API record, while the kernel's record goes to the
+// device's buffer when the kernel ends; the two buffers complete in either order. So a span whose
+// correlation id has no external id yet waits (summed per id) until that record comes, and counts as
+// unattributed only while it still waits: launched outside any phase, or its record lost.
 void ActivityConverter::attribute(uint32_t corr, uint64_t dur_ns) {
   auto it = external_.find(corr);
-  if (it == external_.end()) {
-    ++attribution_.unattributed_spans;
+  if (it != external_.end()) {
+    charge(it->second, dur_ns, 1);
     return;
   }
-  const auto p = size_t(external_id_phase(it->second));
+  if (waiting_.size() >= kMaxExternal) {  // bounded, as external_ is: these will never be charged
+    for (const auto& [id, w] : waiting_) attribution_.unattributed_spans += w.spans;
+    waiting_.clear();
+  }
+  Waiting& w = waiting_[corr];
+  w.gpu_ns += dur_ns;
+  ++w.spans;
+}
+
+void ActivityConverter::charge(uint64_t external_id, uint64_t dur_ns, uint64_t spans) {
+  const auto p = size_t(external_id_phase(external_id));
   attribution_.gpu_ns[p] += dur_ns;
-  ++attribution_.spans[p];
-  // Entries stay: a graph launch has one correlation id for many spans.
+  attribution_.spans[p] += spans;
+}
+
+PhaseAttribution ActivityConverter::attribution() const {
+  PhaseAttribution a = attribution_;
+  for (const auto& [id, w] : waiting_) a.unattributed_spans += w.spans;
+  return a;
 }
 
 size_t ActivityConverter::span(EventKind k, uint64_t start, uint64_t end, uint32_t device, uint32_t stream,
@@ -226,10 +247,18 @@ size_t ActivityConverter::convert(const CUpti_Activity& record, std::vector<Even
         break;
       }
       // Bounded: launches whose spans never arrive must not grow the map for a whole run.
+      // Entries stay after a charge: a graph launch has one correlation id for many spans.
       if (external_.size() >= kMaxExternal) external_.clear();
       external_[x.correlationId] = x.externalId;
+      if (auto w = waiting_.find(x.correlationId); w != waiting_.end()) {  // Note [Spans before their correlation]
+        charge(x.externalId, w->second.gpu_ns, w->second.spans);
+        waiting_.erase(w);
+      }
       break;
     }
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      break;  // enabled only so that CUPTI writes EXTERNAL_CORRELATION records (Note [Phase attribution])
     case CUPTI_ACTIVITY_KIND_MARKER: {
       const auto m = view<CUpti_ActivityMarker2>(record);
       const bool start = m.flags & CUPTI_ACTIVITY_FLAG_MARKER_START;

@@ -65,7 +65,8 @@ struct CuptiOptions {
                                     // Off by default: the analysis would add them to GPU "reserved".
   bool markers = true;              // MARKER: the application's own NVTX ranges (needs NVTX to load
                                     // libcupti: Note [NVTX injection] in cupti_capture.cpp)
-  bool phase_correlation = true;    // EXTERNAL_CORRELATION + the range hook pushing phase ids
+  bool phase_correlation = true;    // EXTERNAL_CORRELATION (and the RUNTIME, DRIVER records it needs)
+                                    // + the range hook pushing phase ids (Note [Phase attribution])
   bool sync_on_stop = true;         // cudaDeviceSynchronize() in stop() (Note [CUPTI teardown])
   bool quiet = false;               // no warning line on stderr when CUPTI is unavailable
 };

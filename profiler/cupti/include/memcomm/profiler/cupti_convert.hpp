@@ -19,8 +19,11 @@
 //   SYNCHRONIZATION (CUpti_ActivitySynchronization2) -> ComputeEvent Sync on the pseudo host thread
 //       kCudaSyncThread, named after the call (cudaStreamSynchronize...).
 //   EXTERNAL_CORRELATION -> no event. It maps a CUPTI correlation id to the external id that the
-//       capture pushed for the innermost recorder phase (make_external_id). The next kernel, memcpy or
-//       memset with that correlation id is charged to the phase in PhaseAttribution.
+//       capture pushed for the innermost recorder phase (make_external_id). Kernels, memcpys and
+//       memsets with that correlation id, before or after it (Note [Spans before their
+//       correlation]), are charged to the phase in PhaseAttribution.
+//   RUNTIME, DRIVER (API records) -> nothing: CUPTI writes EXTERNAL_CORRELATION records only beside
+//       them (Note [Phase attribution] in cupti_capture.cpp).
 //   MARKER (CUpti_ActivityMarker2, NVTX) -> RangeBegin / RangeEnd with Phase::Custom and the marker's
 //       message, on thread kNvtxThreadBase | (OS tid & 0x7FFF). Markers in the "memcomm" NVTX domain
 //       are skipped: they are our own phases, mirrored by the NVTX bridge, and are in the trace already.
@@ -98,7 +101,8 @@ class ActivityConverter {
   // Drop MEMORY2 records of host memory (counted as ignored).
   void set_skip_host_memory(bool skip) { skip_host_memory_ = skip; }
   const ConvertStats& stats() const { return stats_; }
-  const PhaseAttribution& attribution() const { return attribution_; }
+  // GPU time charged per phase so far; spans still waiting for their correlation are unattributed.
+  PhaseAttribution attribution() const;
   // Bit d set: a span or pool allocation on device d (< 64) was seen since reset().
   uint64_t devices_seen() const { return devices_seen_; }
   // Forgets names, streams and correlations (CUPTI's name pointers die with cuptiFinalize).
@@ -116,7 +120,11 @@ class ActivityConverter {
   int64_t ts(uint64_t cupti_ts) const { return int64_t(cupti_ts) + clock_offset_ns_; }
   uint8_t stream_index(uint32_t device, uint32_t stream, std::vector<Event>& out, size_t& n);
   uint16_t marker_thread(uint32_t os_tid, std::vector<Event>& out, size_t& n);
+  struct Waiting {  // spans of one correlation id that came before its external id
+    uint64_t gpu_ns = 0, spans = 0;
+  };
   void attribute(uint32_t corr, uint64_t dur_ns);
+  void charge(uint64_t external_id, uint64_t dur_ns, uint64_t spans);
   size_t span(EventKind k, uint64_t start, uint64_t end, uint32_t device, uint32_t stream, uint32_t corr,
               uint32_t arg, uint8_t sub, std::vector<Event>& out);
 
@@ -128,6 +136,7 @@ class ActivityConverter {
   std::unordered_map<uint32_t, uint16_t> marker_threads_;      // OS tid -> pseudo thread
   std::unordered_map<uint32_t, OpenMarker> open_markers_;      // marker id -> its start
   std::unordered_map<uint32_t, uint64_t> external_;            // correlation id -> external id
+  std::unordered_map<uint32_t, Waiting> waiting_;              // correlation id -> spans not charged yet
   std::array<StringId, 5> sync_names_{};
   bool sync_thread_named_ = false;
   uint64_t devices_seen_ = 0;
