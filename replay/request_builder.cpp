@@ -121,6 +121,9 @@ void RequestBuilder::anomaly() {
 
 void RequestBuilder::end_block(std::uint64_t addr, std::uint64_t requested, std::int64_t stream) {
   if (const prof::FoldBlock* b = fold_.block(addr)) {  // an alloc or free named it
+    // Only its free request is in the trace and it is still held (active_pending_free): allocated
+    // before the trace, held to the end, as replay holds a block until its free completes.
+    if (b->life == prof::BlockLife::Named) return preexisting(addr, requested, stream);
     if (!b->live()) ++out_.anomalies;  // the trace freed it, yet it is live at the end
     return;
   }

@@ -1,4 +1,5 @@
-"""`memcomm-trace memory` against PyTorch's own memory_viz, on every shared snapshot (issue 18).
+"""`memcomm-trace memory` against PyTorch's own memory_viz, on every shared snapshot (issue 18) and on
+the real CUDA snapshots of tests/data/gpu-snapshots (pending frees, ring buffers, graphs...).
 
 * At the end state, live bytes by stack equal the active_allocated lines of
   torch.cuda._memory_viz.memory(snapshot, format_flamegraph=lambda s: s), folded by stack. memory_viz
@@ -7,6 +8,8 @@
   lines are left out of the comparison.
 * At the peak, the live bytes by stack add up to the peak live bytes of an independent fold written
   here: the events in order, with the blocks the trace never allocated live from its start.
+* memcomm-replay's peak live counts every block the snapshot's allocator holds at its end (active,
+  or freed and pending on a stream): replay holds a block until its free completes.
 """
 import glob
 import json
@@ -22,7 +25,9 @@ SNAPSHOTS = sorted(glob.glob(str(SHARED / "pytorch-snapshots*" / "*.pickle")))
 # Collected and skipped (not skipped at import, which pytest reports as "no tests"), so ctest sees a
 # skip (conftest.py) where the shared data is missing.
 needs_shared = pytest.mark.skipif(not SNAPSHOTS, reason=f"no shared snapshots under {SHARED}")
-PARAMS = SNAPSHOTS or ["missing"]
+GPU_SNAPSHOTS = sorted(glob.glob(str(Path(__file__).resolve().parents[1] / "data" / "gpu-snapshots" / "*.pickle")))
+PARAMS = [pytest.param(p, id=Path(p).stem[:40]) for p in GPU_SNAPSHOTS] + \
+    [pytest.param(p, id=Path(p).stem[:40], marks=needs_shared) for p in SNAPSHOTS or ["missing"]]
 
 
 def memcomm_memory(tool, path, at):
@@ -100,8 +105,7 @@ def independent_peak(snapshot):
     return peak
 
 
-@needs_shared
-@pytest.mark.parametrize("path", PARAMS, ids=[Path(p).stem[:40] for p in PARAMS])
+@pytest.mark.parametrize("path", PARAMS)
 def test_end_state_matches_memory_viz(tool, path):
     with open(path, "rb") as f:
         snapshot = pickle.load(f)
@@ -113,8 +117,7 @@ def test_end_state_matches_memory_viz(tool, path):
     assert ours["live_bytes"] == sum(by_stack.values())
 
 
-@needs_shared
-@pytest.mark.parametrize("path", PARAMS, ids=[Path(p).stem[:40] for p in PARAMS])
+@pytest.mark.parametrize("path", PARAMS)
 def test_sites_at_peak_add_up_to_the_peak(tool, path):
     with open(path, "rb") as f:
         snapshot = pickle.load(f)
@@ -160,3 +163,26 @@ def test_older_snapshot_shapes_match_memory_viz(tool, tmp_path, name):
     expected = memory_viz_end_state(snapshot)
     assert dict(by_stack) == expected and ours["live_bytes"] > 0
     assert memcomm_memory(tool, str(path), "peak")["live_bytes"] == independent_peak(snapshot)
+
+
+def held_at_end(snapshot):
+    """Requested bytes of the blocks the allocator holds at the end, per device."""
+    from torch.cuda import _memory_viz
+    held = defaultdict(int)
+    for seg in as_dict(snapshot)["segments"]:
+        for b in seg["blocks"]:
+            if b["state"] in ("active_allocated", "active_pending_free"):
+                held[seg["device"]] += _memory_viz._block_extra(b)[1]
+    return held
+
+
+@pytest.mark.parametrize("path", PARAMS)
+def test_replay_holds_every_block_held_at_the_end(tool, path):
+    with open(path, "rb") as f:
+        snapshot = pickle.load(f)
+    out = subprocess.run([str(tool("memcomm-replay")), "-q", "--policy", "memcomm", path, "--json", "-"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    peak = {row["device"]: row["peak_live"] for row in json.loads(out.stdout)}
+    for device, held in held_at_end(snapshot).items():
+        assert peak.get(device, 0) >= held, (device, peak.get(device), held)

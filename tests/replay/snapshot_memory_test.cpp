@@ -21,7 +21,7 @@ prof::BlockInfo block(std::uint64_t addr, std::uint64_t size, std::uint32_t stac
 }
 }  // namespace
 
-TEST_CASE("allocations: allocs pair with frees, and blocks from before the trace are live from its begin", "[allocations]") {
+TEST_CASE("allocations: allocs pair with frees, and blocks from before the trace are live before its begin", "[allocations]") {
   prof::AllocationBuilder b;
   b.alloc(10, block(0x100, 100, 1));
   b.free_requested(15, block(0x900, 7, 4));  // allocated before the trace
@@ -34,7 +34,8 @@ TEST_CASE("allocations: allocs pair with frees, and blocks from before the trace
   const prof::Allocations a = b.finish(10, 40);
   REQUIRE(a.list.size() == 5);
   CHECK(a.unmatched == 0);
-  CHECK(prof::live_bytes(a, 9) == 0);
+  CHECK(prof::live_bytes(a, 8) == 0);
+  CHECK(prof::live_bytes(a, 9) == 7 + 1000);  // 1 ns before the first event
   CHECK(prof::live_bytes(a, 10) == 100 + 7 + 1000);
   CHECK(prof::live_bytes(a, 15) == 100 + 1000);       // freed at 15: not live at 15
   CHECK(prof::live_bytes(a, 29) == 150 + 1000);
@@ -54,13 +55,28 @@ TEST_CASE("allocations: one free event closes a block, and a lost free closes it
   b.free_completed(5, block(0x10, 8));  // a producer that records only one free
   b.alloc(6, block(0x20, 4));
   b.alloc(9, block(0x20, 4));           // its free was lost
-  b.free_completed(12, block(0x30, 1)); // freed before the trace, but with no request: ignored
+  b.free_completed(12, block(0x30, 1)); // no request in the trace: allocated before it, live until now
   const prof::Allocations a = b.finish(0, 12);
-  CHECK(a.list.size() == 3);
+  CHECK(a.list.size() == 4);
   CHECK(a.unmatched == 1);
-  CHECK(prof::live_bytes(a, 5) == 0);
-  CHECK(prof::live_bytes(a, 8) == 4);
+  CHECK(prof::live_bytes(a, 5) == 1);
+  CHECK(prof::live_bytes(a, 8) == 5);
   CHECK(prof::live_bytes(a, 12) == 4);
+}
+
+TEST_CASE("allocations: a block the trace's first event frees counts in the peak", "[allocations]") {
+  // A ring buffer that starts with the free of a block allocated before it: the state before that
+  // first event holds the block, and is the peak.
+  prof::AllocationBuilder b;
+  b.free_requested(100, block(0x10, 1000));
+  b.alloc(101, block(0x20, 10));
+  b.free_completed(102, block(0x10, 1000));  // after its request: nothing more
+  const prof::Allocations a = b.finish(100, 102);
+  const prof::LivePeak peak = prof::peak_live(a);
+  CHECK(peak.bytes == 1000);
+  CHECK(peak.t == 99);
+  CHECK(prof::live_bytes(a, peak.t) == 1000);
+  CHECK(prof::live_bytes(a, 101) == 10);
 }
 
 TEST_CASE("allocations: a peak inside one time step counts every change at that time", "[allocations]") {
@@ -127,7 +143,8 @@ TEST_CASE("snapshot memory: the hand-built snapshot's lifetimes, sites and --at"
   const prof::Allocations& a = sa.allocations;
   const snap::StackText text(s);
   // Device 0: 5000 B at 6 MiB from 11 us to 13 us; the end state's active block (1000 B
-  // requested) was allocated before the trace. Device 2 (no time_us, so 0, 1, 2 us...): 30 MiB
+  // requested) was allocated before the trace, and so was the 3000 B block its first event, a
+  // completion with no request, frees at 10 us. Device 2 (no time_us, so 0, 1, 2 us...): 30 MiB
   // closed by its one free event.
   CHECK(prof::live_bytes(a, 11000) == 5000 + 1000);
   CHECK(prof::live_bytes(a, 13000) == 1000);
@@ -139,7 +156,7 @@ TEST_CASE("snapshot memory: the hand-built snapshot's lifetimes, sites and --at"
   std::string error;
   REQUIRE(snap::resolve_at(a, "peak", t, error));
   const snap::MemoryAt peak = snap::memory_at(a, text, t);
-  CHECK(peak.live_bytes == 30 * memcomm::test::MiB + 1000);
+  CHECK(peak.live_bytes == 30 * memcomm::test::MiB + 1000 + 3000);
   REQUIRE(snap::resolve_at(a, "0", t, error));
   CHECK(t == a.begin);
   const std::string past = std::to_string(static_cast<double>(a.end - a.begin) / 1e9 + 1.0);

@@ -23,6 +23,7 @@ Allocation make(std::int64_t alloc_ns, const BlockInfo& b) {
 }  // namespace
 
 void AllocationBuilder::alloc(std::int64_t t, const BlockInfo& b) {
+  requested_.erase(key(b));  // a completion the trace lost
   if (auto it = open_.find(key(b)); it != open_.end()) {  // the trace lost this address's free
     list_[it->second].free_ns = t;
     open_.erase(it);
@@ -39,15 +40,22 @@ void AllocationBuilder::close(std::int64_t t, const BlockInfo& b) {
 }
 
 void AllocationBuilder::free_requested(std::int64_t t, const BlockInfo& b) {
+  requested_.insert(key(b));
   if (open_.count(key(b))) return close(t, b);
-  Allocation a = make(0, b);  // Note [Allocations before the trace]; alloc_ns set by finish()
-  a.before_trace = 1;
-  a.free_ns = t;
-  list_.push_back(a);
+  before_trace(t, b);
 }
 
 void AllocationBuilder::free_completed(std::int64_t t, const BlockInfo& b) {
-  if (open_.count(key(b))) close(t, b);
+  if (requested_.erase(key(b))) return;  // its life ended at the request
+  if (open_.count(key(b))) return close(t, b);
+  before_trace(t, b);  // a completion with no request in the trace ends a block it never allocated
+}
+
+void AllocationBuilder::before_trace(std::int64_t free_ns, const BlockInfo& b) {
+  Allocation a = make(0, b);  // Note [Allocations before the trace]; alloc_ns set by finish()
+  a.before_trace = 1;
+  a.free_ns = free_ns;
+  list_.push_back(a);
 }
 
 void AllocationBuilder::live_at_end(const BlockInfo& b) {
@@ -67,7 +75,7 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
   out.begin = begin;
   out.end = std::max(begin, end);
   for (Allocation& a : list_)
-    if (a.before_trace) a.alloc_ns = std::min(begin, a.free_ns);
+    if (a.before_trace) a.alloc_ns = std::min(begin, a.free_ns) - 1;  // live before the first event
   // Stable: allocations at one time keep their events' order.
   std::stable_sort(list_.begin(), list_.end(), [](const Allocation& x, const Allocation& y) { return x.alloc_ns < y.alloc_ns; });
   out.list = std::move(list_);

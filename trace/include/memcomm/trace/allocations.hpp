@@ -16,16 +16,21 @@
 //
 // Note [Allocations before the trace]: PyTorch keeps its history in a ring buffer, so a snapshot's
 // trace often starts after many blocks were allocated. A free of an address the trace never
-// allocated is such a block: its allocation starts at the trace's begin and is flagged
-// before_trace, with the stack the free event carries (PyTorch records the block's allocation
-// context on its free). A block the end state holds live that no event allocated (producers call
-// live_at_end() for each) is one too, live from begin to the end. So the end state the lifetimes
-// give is the end state the producer recorded, and the peak counts memory held all along.
+// allocated is such a block, and so is a completed free with no request before it in the trace
+// (traces that record only completions, or a ring buffer cut between the two): its allocation is
+// flagged before_trace, with the stack the free event carries (PyTorch records the block's
+// allocation context on its free). A block the end state holds live that no event allocated
+// (producers call live_at_end() for each) is one too, live to the end. Such allocations start 1 ns
+// before the trace's first event: a block that event frees was live before it, and the state
+// before the first event may be the peak (a ring buffer that starts with frees). So the end state
+// the lifetimes give is the end state the producer recorded, and the peak counts memory held all
+// along.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace memcomm::prof {
@@ -34,7 +39,7 @@ inline constexpr std::uint32_t kNoStackId = ~std::uint32_t{0};
 inline constexpr std::int64_t kStillLive = std::numeric_limits<std::int64_t>::max();
 
 struct Allocation {
-  std::int64_t alloc_ns = 0;        // the trace's begin when before_trace
+  std::int64_t alloc_ns = 0;        // 1 ns before the trace's begin when before_trace
   std::int64_t free_ns = kStillLive;  // kStillLive: live at the trace's end
   std::uint64_t addr = 0;
   std::uint64_t size = 0;           // bytes requested (Note [Live means allocated])
@@ -71,19 +76,21 @@ class AllocationBuilder {
   void alloc(std::int64_t t, const BlockInfo& b);
   void free_requested(std::int64_t t, const BlockInfo& b);
   // A FreeCompleted closes a block still open (producers that record one free event); after a
-  // FreeRequested, or for a block freed before the trace began, it changes nothing.
+  // FreeRequested it changes nothing; with neither, it ends a block allocated before the trace.
   void free_completed(std::int64_t t, const BlockInfo& b);
   // After the events: a block the end state holds live (Note [Allocations before the trace]).
   // Fills in the stack of an open allocation at that address when its alloc event had none.
   void live_at_end(const BlockInfo& b);
-  // `begin`/`end`: the trace's time bounds (before_trace allocations start at `begin`).
+  // `begin`/`end`: the trace's time bounds (before_trace allocations start at `begin` - 1).
   Allocations finish(std::int64_t begin, std::int64_t end);
 
  private:
   static std::uint64_t key(const BlockInfo& b) { return b.addr ^ (std::uint64_t{b.device} << 56); }
   void close(std::int64_t t, const BlockInfo& b);
+  void before_trace(std::int64_t free_ns, const BlockInfo& b);
   std::vector<Allocation> list_;
   std::unordered_map<std::uint64_t, std::size_t> open_;  // key -> index in list_
+  std::unordered_set<std::uint64_t> requested_;          // keys freed, their completion not seen yet
   std::uint64_t unmatched_ = 0;
 };
 
