@@ -129,6 +129,31 @@ std::string device_note(const DeviceFold& f, const DeviceRequests& d, std::uint6
 
 }  // namespace
 
+void fold_memory_profile(std::vector<prof::Event>& events, int rank, TraceRequests& out) {
+  prof::sort_by_time(events);  // Note [Replaying a torch.profiler memory profile]
+  std::map<int, DeviceFold> devices;
+  for (const prof::Event& e : events) {
+    const int device = device_of(e);
+    if (device < 0) continue;
+    feed(devices.try_emplace(device, rank, device).first->second, e);
+  }
+  for (auto& [device, f] : devices) {
+    const std::uint64_t untraced = f.sampled ? f.builder.untraced_live(static_cast<std::uint64_t>(f.live_before)) : 0;
+    DeviceRequests d = f.builder.finish();
+    if (f.reserved_peak > 0) {
+      d.recorded.known = true;
+      d.recorded.at_start = f.reserved_first;
+      d.recorded.peak = f.reserved_peak;
+      d.recorded.at_end = f.reserved_last;
+      d.recorded.source_allocs = f.reserved_grows;
+      d.recorded.source_frees = f.reserved_shrinks;
+    }
+    const std::string note = device_note(f, d, untraced);
+    if (!note.empty()) out.notes.push_back(note);
+    out.devices.push_back(std::move(d));
+  }
+}
+
 TraceRequests read_kineto_trace(const std::string& path) {
   prof::KinetoTrace k;
   try {
@@ -153,29 +178,7 @@ TraceRequests read_kineto_trace(const std::string& path) {
     out.recovery = k.info.truncation;
     if (out.recovery.rfind(path + ": ", 0) == 0) out.recovery.erase(0, path.size() + 2);
   }
-  prof::sort_by_time(k.trace.events);  // Note [Replaying a torch.profiler memory profile]
-  const int rank = static_cast<int>(k.trace.rank);
-  std::map<int, DeviceFold> devices;
-  for (const prof::Event& e : k.trace.events) {
-    const int device = device_of(e);
-    if (device < 0) continue;
-    feed(devices.try_emplace(device, rank, device).first->second, e);
-  }
-  for (auto& [device, f] : devices) {
-    const std::uint64_t untraced = f.sampled ? f.builder.untraced_live(static_cast<std::uint64_t>(f.live_before)) : 0;
-    DeviceRequests d = f.builder.finish();
-    if (f.reserved_peak > 0) {
-      d.recorded.known = true;
-      d.recorded.at_start = f.reserved_first;
-      d.recorded.peak = f.reserved_peak;
-      d.recorded.at_end = f.reserved_last;
-      d.recorded.source_allocs = f.reserved_grows;
-      d.recorded.source_frees = f.reserved_shrinks;
-    }
-    const std::string note = device_note(f, d, untraced);
-    if (!note.empty()) out.notes.push_back(note);
-    out.devices.push_back(std::move(d));
-  }
+  fold_memory_profile(k.trace.events, static_cast<int>(k.trace.rank), out);
   return out;
 }
 

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "memcomm/trace/event.hpp"
 
 #include "memcomm/replay/requests.hpp"
 
@@ -14,5 +17,9 @@ namespace memcomm::replay {
 // events (not recorded with profile_memory=True). A file cut short is read up to its last complete
 // event; TraceRequests::recovery says where it stopped.
 TraceRequests read_kineto_trace(const std::string& path);
+
+// The same for one rank's events, as a torch.profiler trace converted to .mct holds them (any
+// order; sorted here): appends its devices and notes to `out`.
+void fold_memory_profile(std::vector<prof::Event>& events, int rank, TraceRequests& out);
 
 }  // namespace memcomm::replay

@@ -101,8 +101,9 @@ void describe(CLI::App& app, CommandLine& cl, const std::string& default_policie
       "order, with the rank from distributedInfo. Bytes a profile's Total Allocated counts as live before its\n"
       "first event, and that no event frees, are replayed as one block allocated first (a note on stderr says\n"
       "how much), so peak live equals the trace's largest Total Allocated; `recorded` takes its peak from Total\n"
-      "Reserved and counts its rises as source allocations. A torch.profiler trace without [memory] events is\n"
-      "an input error; one cut short is read up to its last complete event, with a warning.\n"
+      "Reserved and counts its rises as source allocations (the same for one converted to .mct by memcomm-trace\n"
+      "convert). A torch.profiler trace without [memory] events is an input error; one cut short is read up to\n"
+      "its last complete event, with a warning.\n"
       "Reserved bytes are bytes backed by memory: an expandable segment's virtual range counts only as far\n"
       "as it is mapped.");
   app.footer(

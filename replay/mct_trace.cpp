@@ -1,17 +1,42 @@
 // Reading .mct traces: the allocator's MemBlockEvents become requests exactly as a PyTorch
-// snapshot's events do (request_builder.hpp).
+// snapshot's events do (request_builder.hpp). A rank converted from a torch.profiler trace
+// (`memcomm-trace convert`, tagged kKinetoSourceTag) is replayed as the torch.profiler trace itself
+// is (Note [Replaying a torch.profiler memory profile] in kineto_trace.cpp): its bytes allocated
+// before the profile began, and its Total Reserved as the recorded policy, are in its samples.
 #include "mct_trace.hpp"
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "kineto_trace.hpp"
 #include "memcomm/trace/event.hpp"
+#include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/trace_reader.hpp"
 #include "request_builder.hpp"
 
 namespace memcomm::replay {
+
+namespace {
+
+// convert writes a rank's metadata at its first timestamp, so the tag is in its first chunk.
+bool converted_from_torch_profiler(const prof::ChunkView& chunk, const prof::TraceReader& reader) {
+  for (const prof::Event& e : chunk)
+    if (e.kind == prof::EventKind::Meta && e.as<prof::MetaEvent>().key == prof::MetaKey::Tag &&
+        reader.string(e.as<prof::MetaEvent>().str) == prof::kKinetoSourceTag)
+      return true;
+  return false;
+}
+
+bool memory_profile_event(prof::EventKind k) {
+  return k == prof::EventKind::Alloc || k == prof::EventKind::FreeRequested || k == prof::EventKind::FreeCompleted ||
+         k == prof::EventKind::Oom || k == prof::EventKind::MemSample;
+}
+
+}  // namespace
 
 TraceRequests read_mct_trace(const std::string& path) {
   TraceRequests out;
@@ -23,11 +48,22 @@ TraceRequests read_mct_trace(const std::string& path) {
     if (it == devices.end()) it = devices.emplace(std::make_pair(rank, dev), RequestBuilder(rank, dev)).first;
     return it->second;
   };
+  std::map<int, std::optional<std::vector<prof::Event>>> profiles;  // rank -> its events, when converted
   try {
     prof::TraceReader reader(path);
     prof::ChunkView chunk;
     while (reader.next(chunk)) {
       const int rank = chunk.rank == prof::kUnknownRank ? kNoRank : static_cast<int>(chunk.rank);
+      auto profile = profiles.find(rank);
+      if (profile == profiles.end()) {
+        profile = profiles.emplace(rank, std::nullopt).first;
+        if (converted_from_torch_profiler(chunk, reader)) profile->second.emplace();
+      }
+      if (profile->second) {
+        for (const prof::Event& e : chunk)
+          if (memory_profile_event(e.kind)) profile->second->push_back(e);
+        continue;
+      }
       for (const prof::Event& e : chunk) {
         switch (e.kind) {
           case prof::EventKind::Alloc:
@@ -68,6 +104,8 @@ TraceRequests read_mct_trace(const std::string& path) {
     throw snapshot::ReadError(path, snapshot::kNoOffset, what);
   }
   for (auto& [key, b] : devices) out.devices.push_back(b.finish());
+  for (auto& [rank, events] : profiles)
+    if (events) fold_memory_profile(*events, rank, out);
   return out;
 }
 

@@ -72,6 +72,30 @@ TEST_CASE("kineto: a memory profile becomes requests, and peak live is the large
   CHECK(result_of(results, rp::kRecordedPolicy).peak_reserved == fx.max_reserved);
 }
 
+TEST_CASE("kineto: a memory profile converted to .mct replays as the profile itself", "[kineto][cli]") {
+  memcomm::test::TempDir dir("kineto-convert");
+  const auto fx = memcomm::test::kineto_fixture(1, 5, true);
+  const fs::path json = write_json(dir, "rank1.pt.trace.json", fx.json);
+  const fs::path mct = dir.path() / "rank1.mct";
+  const auto conv = memcomm::test::run_tool(dir, "memcomm-trace", "convert " + json.string() + " " + mct.string());
+  INFO(conv.err);
+  REQUIRE(conv.code == 0);
+  const rp::TraceRequests from_json = rp::load_trace(json.string());
+  const rp::TraceRequests from_mct = rp::load_trace(mct.string());
+  CHECK(from_mct.format == "mct");
+  REQUIRE(from_mct.devices.size() == from_json.devices.size());
+  for (size_t i = 0; i < from_json.devices.size(); ++i) {
+    const rp::DeviceRequests &a = from_json.devices[i], &b = from_mct.devices[i];
+    CHECK(b.rank == a.rank);
+    CHECK(b.device == a.device);
+    CHECK(b.preexisting_bytes == a.preexisting_bytes);  // the bytes allocated before the profile
+    CHECK(b.peak_live == a.peak_live);
+    CHECK(b.recorded.known);
+    CHECK(b.recorded.peak == a.recorded.peak);  // Total Reserved
+  }
+  CHECK(from_mct.notes == from_json.notes);
+}
+
 TEST_CASE("kineto: memcomm-replay on a trace without [memory] events exits 2 and says why", "[kineto][cli]") {
   memcomm::test::TempDir dir("kineto-cli");
   const fs::path none = write_json(dir, "compute.json", memcomm::test::kineto_fixture(0, 3, false).json);
