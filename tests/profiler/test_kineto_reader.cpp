@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -303,6 +304,29 @@ TEST_CASE("kineto: a file that is only the events array, or starts with a byte o
     CHECK(!k.info.truncated);
     CHECK(kinds(k.trace) == kinds(object.trace));
   }
+}
+
+TEST_CASE("kineto: any JSON value, after any leading whitespace, goes to the torch.profiler reader", "[kineto]") {
+  // So that JSON which is not a trace is called that, not a .mct file with a bad magic.
+  const auto dir = std::filesystem::temp_directory_path() / ("memcomm-candidate-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto candidate = [&](const std::string& text) {
+    const auto p = dir / "f.json";
+    std::ofstream(p, std::ios::binary) << text;
+    return is_kineto_candidate(p.string());
+  };
+  for (const std::string& json : {std::string("\"a string\""), std::string("42"), std::string("-1"), std::string("null"),
+                                  std::string("true"), std::string(5000, ' ') + "{\"traceEvents\": []}"}) {
+    INFO(json.substr(0, 20));
+    CHECK(candidate(json));
+  }
+  for (const std::string& other : {std::string(""), std::string("   \n"), std::string("MEMCTRC\x1a"),
+                                   std::string("\0{", 2), std::string("x{")}) {
+    INFO(other);
+    CHECK_FALSE(candidate(other));
+  }
+  CHECK_THROWS_WITH(read_kineto_buffer("\"a string\"", "s.json"), Catch::Contains("neither a JSON object nor an array"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("kineto: the default communication kernels are NCCL's, RCCL's, DeepEP's and NVSHMEM's", "[kineto]") {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -64,20 +65,31 @@ KinetoTrace read_kineto_buffer(std::string_view json, const std::string& name, c
   return read_blocks(*blocks, name, false, opt);
 }
 
+// A file whose first byte past whitespace (and a UTF-8 byte order mark) starts a JSON value goes to
+// the torch.profiler reader, which says what JSON that is not a trace is; .mct files start with 'M'.
 bool is_kineto_candidate(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;  // the .mct reader reports the error
   char head[4096];
-  const ssize_t n = pread(fd, head, sizeof(head), 0);
-  close(fd);
-  if (n >= 2 && uint8_t(head[0]) == 0x1f && uint8_t(head[1]) == 0x8b) return true;  // gzip
+  off_t at = 0;
+  ssize_t n = pread(fd, head, sizeof(head), 0);
+  bool candidate = false;
+  if (n >= 2 && uint8_t(head[0]) == 0x1f && uint8_t(head[1]) == 0x8b) candidate = true;  // gzip
   const bool bom = n >= 3 && uint8_t(head[0]) == 0xEF && uint8_t(head[1]) == 0xBB && uint8_t(head[2]) == 0xBF;
-  for (ssize_t i = bom ? 3 : 0; i < n; ++i) {  // a UTF-8 byte order mark may come first
+  for (ssize_t i = bom ? 3 : 0; !candidate && n > 0 && at < (off_t(1) << 20);) {
     const char c = head[i];
-    if (c == '{' || c == '[') return true;
-    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return false;
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
+      candidate = c != '\0' && std::strchr("{[\"-0123456789tfn", c) != nullptr;
+      break;
+    }
+    if (++i == n) {  // leading whitespace beyond this block: read on (up to 1 MiB of it)
+      at += n;
+      n = pread(fd, head, sizeof(head), at);
+      i = 0;
+    }
   }
-  return false;  // empty, or only spaces: the .mct reader names it
+  close(fd);
+  return candidate;  // otherwise (empty, only spaces, binary): the .mct reader names it
 }
 
 std::string kineto_info_text(const KinetoInfo& i) {
