@@ -321,7 +321,7 @@ TEST_CASE("kineto: any JSON value, after any leading whitespace, goes to the tor
     CHECK(candidate(json));
   }
   for (const std::string& other : {std::string(""), std::string("   \n"), std::string("MEMCTRC\x1a"),
-                                   std::string("\0{", 2), std::string("x{")}) {
+                                   std::string("\0{", 2), std::string("x{"), std::string("not a trace at all")}) {
     INFO(other);
     CHECK_FALSE(candidate(other));
   }

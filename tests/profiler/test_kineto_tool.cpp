@@ -332,3 +332,23 @@ TEST_CASE("export, merge, report and advise take the 2-rank torch.profiler pair"
   std::remove(json.c_str());
   std::remove(merged.c_str());
 }
+
+TEST_CASE("kineto: two traces of one rank say whether distributedInfo named it", "[kineto]") {
+  const std::string dir = test::temp_path("kdup");
+  std::filesystem::create_directories(dir);
+  const std::string events = R"("traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10,
+                                   "dur": 5, "args": {"device": 0, "stream": 7}}])";
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string bare = write("bare.json", "{" + events + "}");
+  const std::string bare2 = write("bare2.json", "{" + events + "}");
+  const std::string named = write("named.json", R"({"distributedInfo": {"rank": 0, "world_size": 2}, )" + events + "}");
+  const std::string named2 = write("named2.json", R"({"distributedInfo": {"rank": 0, "world_size": 2}, )" + events + "}");
+  CHECK_THROWS_WITH(TraceSet::load({bare, bare2}), Catch::Contains("have no distributedInfo rank"));
+  CHECK_THROWS_WITH(TraceSet::load({named, bare}), Catch::Contains("bare.json' has no distributedInfo rank"));
+  CHECK_THROWS_WITH(TraceSet::load({named, named2}), !Catch::Contains("distributedInfo") && Catch::Contains("rank 0 appears in both"));
+  CHECK_THROWS_WITH(TraceSet::load({named, named}), Catch::Contains("is given twice"));
+  std::filesystem::remove_all(dir);
+}

@@ -294,7 +294,7 @@ TEST_CASE("TraceSet merges ranks onto one timeline using their clock offsets", "
   CHECK(set.ranks[1].events[1].ts == 5000);
   CHECK(set.ranks[1].events[2].ts == 6000);
   CHECK(set.ranks[1].name(1) == "x");
-  CHECK_THROWS_WITH(TraceSet::load({p0, p0}), Catch::Contains("rank 0 appears in both"));
+  CHECK_THROWS_WITH(TraceSet::load({p0, p0}), Catch::Contains("is given twice (rank 0)"));
   std::remove(p0.c_str());
   std::remove(p1.c_str());
 }

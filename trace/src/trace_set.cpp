@@ -2,11 +2,13 @@
 #include "memcomm/trace/trace_set.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "memcomm/trace/event_sort.hpp"
 #include "memcomm/trace/kineto.hpp"
@@ -52,7 +54,7 @@ void TraceSet::add_from_reader(TraceReader& reader, const LoadOptions& opt) {
     if (it == index.end()) {
       for (const RankTrace& r : ranks)
         if (r.rank == c.rank && c.rank != kUnknownRank)
-          throw TraceError(fmt::format("rank {} appears in both '{}' and '{}'", c.rank, r.source, reader.name()));
+          throw TraceError(duplicate_rank(r, reader.name(), nullptr));
       RankTrace t;
       t.rank = c.rank;
       t.source = reader.name();
@@ -129,14 +131,29 @@ TraceSet TraceSet::load(const std::vector<std::string>& paths, const LoadOptions
   return set;
 }
 
+// Says why two files hold one rank: the same file twice, or a trace whose rank is rank 0 only
+// because its distributedInfo is missing.
+std::string TraceSet::duplicate_rank(const RankTrace& earlier, const std::string& path, const KinetoInfo* info) const {
+  std::error_code ec;
+  if (std::filesystem::equivalent(earlier.source, path, ec))
+    return fmt::format("'{}' is given twice (rank {})", path, earlier.rank);
+  std::vector<std::string> unnamed;
+  for (const FileLoadInfo& f : files)
+    if (f.path == earlier.source && f.kineto && !f.kineto->rank_given) unnamed.push_back("'" + f.path + "'");
+  if (info && !info->rank_given) unnamed.push_back("'" + path + "'");
+  std::string s = fmt::format("rank {} appears in both '{}' and '{}'", earlier.rank, earlier.source, path);
+  if (!unnamed.empty())
+    s += fmt::format(" ({} {} no distributedInfo rank, and such a torch.profiler trace counts as rank 0)",
+                     fmt::join(unnamed, " and "), unnamed.size() == 1 ? "has" : "have");
+  return s;
+}
+
 void TraceSet::add_kineto(const std::string& path, const LoadOptions& opt) {
   KinetoOptions ko;
   if (!opt.comm_kernels.empty()) ko.comm_kernels = opt.comm_kernels;
   KinetoTrace k = read_kineto(path, ko);
   for (const RankTrace& r : ranks)
-    if (r.rank == k.trace.rank)
-      throw TraceError(fmt::format("rank {} appears in both '{}' and '{}' (a torch.profiler trace without "
-                                   "distributedInfo counts as rank 0)", r.rank, r.source, path));
+    if (r.rank == k.trace.rank) throw TraceError(duplicate_rank(r, path, &k.info));
   FileLoadInfo fi;
   fi.path = path;
   fi.recovery.file_bytes = k.info.json_bytes;

@@ -272,7 +272,8 @@ void Converter::emit_metadata(int64_t ts, bool epoch) {
 }
 
 void Converter::take_top_level() {
-  if (top_.rank >= 0 && top_.rank < (1 << 24)) rank_ = uint32_t(top_.rank);
+  info_.rank_given = top_.rank >= 0 && top_.rank < (1 << 24);
+  if (info_.rank_given) rank_ = uint32_t(top_.rank);
   else if (top_.rank < -1 || top_.rank >= (1 << 24)) skip("distributedInfo rank out of range (read as rank 0)");
   if (top_.world_size > 0 && top_.world_size < (1 << 24)) world_size_ = uint32_t(top_.world_size);
   else if (top_.world_size == 0 || top_.world_size < -1 || top_.world_size >= (1 << 24))

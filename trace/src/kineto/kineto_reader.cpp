@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -79,7 +80,9 @@ bool is_kineto_candidate(const std::string& path) {
   for (ssize_t i = bom ? 3 : 0; !candidate && n > 0 && at < (off_t(1) << 20);) {
     const char c = head[i];
     if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
-      candidate = c != '\0' && std::strchr("{[\"-0123456789tfn", c) != nullptr;
+      const std::string_view rest(head + i, size_t(n - i));
+      candidate = (c != '\0' && std::strchr("{[\"-0123456789", c) != nullptr) || rest.rfind("null", 0) == 0 ||
+                  rest.rfind("true", 0) == 0 || rest.rfind("false", 0) == 0;
       break;
     }
     if (++i == n) {  // leading whitespace beyond this block: read on (up to 1 MiB of it)

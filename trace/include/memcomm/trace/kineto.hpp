@@ -83,6 +83,7 @@ struct KinetoInfo {
   std::string display_time_unit; // "ns", "ms", "" when absent
   int64_t base_time_ns = 0;      // baseTimeNanoseconds (0 when absent: timestamps are Unix us)
   int schema_version = 0;
+  bool rank_given = false;       // distributedInfo named the rank (else the trace counts as rank 0)
   bool truncated = false;        // the file ended inside traceEvents
   uint64_t truncated_at = 0;     // JSON byte offset just after the last complete event
   std::string truncation;        // the warning, empty when not truncated

@@ -82,6 +82,11 @@ struct TraceSet {
   // Signs that the ranks were not recorded by one run (Note [One run or several]), a line each;
   // empty when nothing says so.
   std::vector<std::string> mixed_runs() const;
+
+ private:
+  // The error for a rank that `path` holds and `earlier` (an input already loaded) holds too;
+  // `info` is `path`'s torch.profiler facts, null for an .mct file.
+  std::string duplicate_rank(const RankTrace& earlier, const std::string& path, const KinetoInfo* info) const;
 };
 
 }  // namespace memcomm::prof
