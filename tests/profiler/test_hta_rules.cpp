@@ -125,3 +125,23 @@ TEST_CASE("HTA's figures over a window under a microsecond are no shares, not -1
   CHECK(std::isnan(f.compute_pct));
   CHECK(std::isnan(f.non_compute_pct));
 }
+
+TEST_CASE("HTA's non-compute share is none, not negative, where cut rows leave more idle than compute leaves",
+          "[trace][hta]") {
+  // A memset under a microsecond, [21, 20] in HTA's whole microseconds, counts -1 us in the union:
+  // idle 16 of 25 us beside 10 us of compute, so non-compute would be -1 us (HTA asserts >= 0).
+  const std::string path = test::temp_path("hta_negative") + ".json";
+  std::ofstream(path) << R"({"schemaVersion":1,"traceEvents":[)"
+                         R"({"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":1,"ts":10,"dur":5,"args":{"stream":1,"device":0}},)"
+                         R"j({"ph":"X","cat":"gpu_memset","name":"Memset (Device)","pid":0,"tid":1,"ts":20.3,"dur":0.2,"args":{"stream":1,"device":0}},)j"
+                         R"({"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":1,"ts":30,"dur":5,"args":{"stream":1,"device":0}}]})";
+  const TraceSet set = TraceSet::load({path});
+  std::remove(path.c_str());
+  const HtaFigures& f = hta_analyze(set, HtaOptions{})[0].whole_trace;
+  REQUIRE(f.valid);
+  CHECK(f.kernel_time_us == 25);
+  CHECK(f.non_compute_time_us == -1);
+  CHECK(f.compute_pct == 40.0);
+  CHECK(f.idle_pct == 64.0);
+  CHECK(std::isnan(f.non_compute_pct));
+}

@@ -306,6 +306,22 @@ TEST_CASE("kineto: a file that is only the events array, or starts with a byte o
   }
 }
 
+TEST_CASE("kineto: what cannot be read as it stands is named in the skip list", "[kineto]") {
+  const KinetoTrace k = read_kineto_buffer(R"({"distributedInfo": {"rank": "three"}, "deviceProperties": 7, "traceEvents": [
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1, "args": {"Device Type": 1, "Device Id": 300, "Bytes": 100}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2, "args": {"Device Type": 1, "Device Id": 0, "Bytes": "100"}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 3, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 64}},
+    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 999, "stream": 7}}]})",
+                                           "skips.json");
+  const auto& skipped = k.info.skipped;
+  CHECK(skipped.count("[memory] event on a device id outside 0-254") == 1);
+  CHECK(skipped.count("[memory] event without Bytes (missing, or not an integer in range)") == 1);
+  CHECK(skipped.count("distributedInfo rank not an integer (read as rank 0)") == 1);
+  CHECK(skipped.count("top-level 'deviceProperties' is not an array (not used)") == 1);
+  CHECK(skipped.count("GPU events on a device above 254 (read as device 254)") == 1);
+  CHECK(k.info.memory_events == 1);  // only the readable one, on device 0
+}
+
 TEST_CASE("kineto: any JSON value, after any leading whitespace, goes to the torch.profiler reader", "[kineto]") {
   // So that JSON which is not a trace is called that, not a .mct file with a bad magic.
   const auto dir = std::filesystem::temp_directory_path() / ("memcomm-candidate-" + std::to_string(::getpid()));

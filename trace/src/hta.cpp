@@ -186,7 +186,10 @@ HtaFigures figures(const std::vector<Row>& rows) {
   if (f.kernel_time_us > 0) {
     f.idle_pct = rounded_pct(f.idle_time_us, f.kernel_time_us);
     f.compute_pct = rounded_pct(f.compute_time_us, f.kernel_time_us);
-    f.non_compute_pct = rounded_pct(f.non_compute_time_us, f.kernel_time_us);
+    // Rows cut that way can also make idle exceed what compute leaves (a negative non-compute time,
+    // HTA's other assertion): no share then, rather than a negative one.
+    f.non_compute_pct = f.non_compute_time_us >= 0 ? rounded_pct(f.non_compute_time_us, f.kernel_time_us)
+                                                   : std::numeric_limits<double>::quiet_NaN();
   } else {
     f.idle_pct = f.compute_pct = f.non_compute_pct = std::numeric_limits<double>::quiet_NaN();
   }

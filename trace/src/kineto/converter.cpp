@@ -89,7 +89,12 @@ bool Converter::times(const RawEvent& e, bool need_dur, int64_t& begin, int64_t&
 }
 
 void Converter::member(std::string_view key, std::string_view raw) {
-  if (!parser_.parse_member(key, raw, top_)) skip(fmt::format("top-level '{}' is not valid JSON", key));
+  if (parser_.parse_member(key, raw, top_)) return;
+  const std::string_view expected = key == "distributedInfo"                                ? "an object"
+                                    : key == "deviceProperties"                             ? "an array"
+                                    : key == "baseTimeNanoseconds" || key == "schemaVersion" ? "an integer"
+                                                                                             : "a string";
+  skip(fmt::format("top-level '{}' is not {} (not used)", key, expected));
 }
 
 void Converter::event(std::string_view raw, size_t readable_after) {
@@ -172,6 +177,8 @@ void Converter::add_device_span(const RawEvent& e, Kind kind, int64_t begin, int
   const uint8_t stream = tracks_.stream(device, stream_id);
   const auto corr = uint32_t(e.correlation == kNoArg ? 0 : e.correlation);
   if (end - begin > int64_t(kMaxDuration)) ++info_.saturated_durations;
+  if (device < 0) skip("GPU events on a negative device (read as device 0)");
+  else if (device >= kHostDevice) skip(fmt::format("GPU events on a device above {0} (read as device {0})", kHostDevice - 1));
   const uint8_t dev = small_device(device);
   if (kind == Kind::Memcpy || kind == Kind::Memset) {
     const uint32_t bytes = encode_bytes32(uint64_t(std::max<int64_t>(e.bytes, 0)));
@@ -206,7 +213,9 @@ void Converter::on_instant(const RawEvent& e, Kind kind) {
 }
 
 void Converter::on_memory(const RawEvent& e, int64_t ts, bool oom) {
-  if (e.mem_bytes == kNoArg) return skip("[memory] event without Bytes");
+  if (e.mem_bytes == kNoArg) return skip("[memory] event without Bytes (missing, or not an integer in range)");
+  if (e.device_type != 0 && e.device_id != kNoArg && (e.device_id < 0 || e.device_id >= kHostDevice))
+    return skip(fmt::format("[memory] event on a device id outside 0-{}", kHostDevice - 1));
   const uint8_t device = e.device_type == 0 ? kHostDevice : small_device(e.device_id == kNoArg ? 0 : e.device_id);
   ++info_.memory_events;
   if (oom) {
@@ -274,6 +283,7 @@ void Converter::emit_metadata(int64_t ts, bool epoch) {
 void Converter::take_top_level() {
   info_.rank_given = top_.rank >= 0 && top_.rank < (1 << 24);
   if (info_.rank_given) rank_ = uint32_t(top_.rank);
+  else if (top_.rank_unreadable) skip("distributedInfo rank not an integer (read as rank 0)");
   else if (top_.rank < -1 || top_.rank >= (1 << 24)) skip("distributedInfo rank out of range (read as rank 0)");
   if (top_.world_size > 0 && top_.world_size < (1 << 24)) world_size_ = uint32_t(top_.world_size);
   else if (top_.world_size == 0 || top_.world_size < -1 || top_.world_size >= (1 << 24))

@@ -223,7 +223,7 @@ bool EventParser::parse_member(std::string_view key, std::string_view raw, TopLe
     for (auto field : o) {
       std::string_view k;
       if (field.unescaped_key().get(k)) return false;
-      if (k == "rank") read_int(field.value(), top.rank);
+      if (k == "rank") top.rank_unreadable = !read_int(field.value(), top.rank);
       else if (k == "world_size") read_int(field.value(), top.world_size);
     }
   } else if (key == "deviceProperties") {

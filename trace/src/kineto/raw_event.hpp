@@ -55,6 +55,7 @@ struct RawEvent {
 // The top-level members the converter reads (each set when its member was met and valid).
 struct TopLevel {
   int64_t rank = -1, world_size = -1, base_time_ns = 0, schema_version = 0;
+  bool rank_unreadable = false;  // distributedInfo has a rank that is not an integer
   std::string display_time_unit, host;
   struct Device {
     int64_t id;
