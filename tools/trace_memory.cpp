@@ -187,8 +187,8 @@ std::string compare_report(const std::string& before, const std::string& after, 
   const auto changes = snapshot::compare_sites(a->named(ma), b->named(mb));
   if (args.json) {
     nlohmann::json sites = nlohmann::json::array();
-    for (const auto& c : changes)
-      if (c.delta() != 0) sites.push_back({{"before", c.before}, {"after", c.after}, {"delta", c.delta()}, {"stack", c.stack}});
+    for (const auto& c : changes)  // every site, unchanged ones too (delta 0), as --help says
+      sites.push_back({{"before", c.before}, {"after", c.after}, {"delta", c.delta()}, {"stack", c.stack}});
     return nlohmann::json{{"before", {{"file", before}, {"at_ns", ma.at_ns}, {"live_bytes", ma.live_bytes}}},
                           {"after", {{"file", after}, {"at_ns", mb.at_ns}, {"live_bytes", mb.live_bytes}}},
                           {"at", args.at},

@@ -67,6 +67,11 @@ TEST_CASE("memory cli: text mode and compare", "[cli][memory]") {
   Run same = trace_tool(dir, "compare " + snap.string() + " " + snap.string() + " --at peak");
   REQUIRE(same.code == 0);
   CHECK(same.out.find("no site changed") != std::string::npos);
+  Run same_json = trace_tool(dir, "compare " + snap.string() + " " + snap.string() + " --at peak --json");
+  REQUIRE(same_json.code == 0);
+  const auto sites = memcomm::test::parse_json(same_json.out)["sites"];
+  CHECK(sites.size() == 2);  // every site at the peak (the 30 MiB block, the end state's), unchanged ones too
+  for (const auto& site : sites) CHECK(site["delta"] == 0);
 }
 
 TEST_CASE("memory cli: bad input and bad options exit 2 with a message", "[cli][memory][bad]") {
