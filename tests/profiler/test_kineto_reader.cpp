@@ -306,6 +306,15 @@ TEST_CASE("kineto: a file that is only the events array, or starts with a byte o
   }
 }
 
+TEST_CASE("kineto: bytes after the trace's JSON are an error naming them, whitespace is not", "[kineto]") {
+  const std::string trace = R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5}]})";
+  CHECK(read_kineto_buffer(trace + "\n  \n", "spaces.json").info.trace_events == 1);
+  CHECK_THROWS_WITH(read_kineto_buffer(trace + "\nGARBAGE", "joined.json"),
+                    Catch::Contains("more data after the trace's JSON object") && Catch::Contains("joined.json"));
+  const std::string events = R"([{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5}])";
+  CHECK_THROWS_WITH(read_kineto_buffer(events + "{}", "array.json"), Catch::Contains("more data after the trace's JSON array"));
+}
+
 TEST_CASE("kineto: what cannot be read as it stands is named in the skip list", "[kineto]") {
   const KinetoTrace k = read_kineto_buffer(R"({"distributedInfo": {"rank": "three"}, "deviceProperties": 7, "traceEvents": [
     {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1, "args": {"Device Type": 1, "Device Id": 300, "Bytes": 100}},

@@ -332,6 +332,7 @@ SplitResult Splitter::run() {
       return result_;
     }
     result_.json_bytes = base_ + pos_;
+    if (skip_space()) fail(pos_, "more data after the trace's JSON array (two files joined, or bytes appended?)");
     return result_;
   }
   if (data_[pos_] != '{') fail(pos_, "not a torch.profiler trace (the file is neither a JSON object nor an array)");
@@ -341,6 +342,10 @@ SplitResult Splitter::run() {
     if (data_[pos_] == '}') {
       result_.json_bytes = base_ + pos_ + 1;
       if (!saw_events) fail(pos_, "not a torch.profiler trace (no traceEvents array)");
+      ++pos_;
+      // Bytes past the object: a second document or something appended, which json.load (and so
+      // HTA) refuses too; nothing of them is read.
+      if (skip_space()) fail(pos_, "more data after the trace's JSON object (two files joined, or bytes appended?)");
       return result_;
     }
     if (!first) {
