@@ -137,7 +137,9 @@ TEST_CASE("HTA's non-compute share is none, not negative, where cut rows leave m
                          R"({"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":1,"ts":30,"dur":5,"args":{"stream":1,"device":0}}]})";
   const TraceSet set = TraceSet::load({path});
   std::remove(path.c_str());
-  const HtaFigures& f = hta_analyze(set, HtaOptions{})[0].whole_trace;
+  const std::vector<HtaRank> h = hta_analyze(set, HtaOptions{});
+  REQUIRE(h.size() == 1);
+  const HtaFigures& f = h[0].whole_trace;
   REQUIRE(f.valid);
   CHECK(f.kernel_time_us == 25);
   CHECK(f.non_compute_time_us == -1);
