@@ -67,11 +67,49 @@ void CachingAllocator::reset_peak_stats() {
     st->reset_peak();
 }
 
-void CachingAllocator::add_observer(Observer* observer) {
+void CachingAllocator::add_observer(Observer* observer, bool with_state) {
   if (!observer) throw AllocatorError("add_observer: observer is null");
   AllocatorLock lock(impl_->mu);
+  if (with_state) impl_->describe_state(*observer);  // Note [An observer added mid-run]
   impl_->observers.push_back(observer);
   impl_->has_observers.store(true);
+}
+
+void CachingAllocator::Impl::describe_state(Observer& o) const {
+  const auto t = static_cast<std::uint64_t>(now_ns());
+  const auto send = [&](EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
+                        StreamId stream, std::uint8_t flags) {
+    AllocEvent e{};
+    e.time_ns = t;
+    e.address = addr;
+    e.size = size;
+    e.requested = requested;
+    e.stream = stream;
+    e.device = device;
+    e.kind = kind;
+    e.flags = flags;
+    o.on_event(e);
+  };
+  for (const auto& seg : segments) {
+    const StreamId pool_stream = seg->pool->stream;
+    send(EventKind::SegmentAlloc, seg->base, seg->size, 0, pool_stream, seg->expandable ? prof::kSegmentVirtualRange : 0);
+    if (seg->expandable)  // runs of mapped blocks: unmapped blocks are page-aligned, so the runs are too
+      for (const Block* b = seg->head; b;) {
+        if (!b->mapped) {
+          b = b->next;
+          continue;
+        }
+        const std::uintptr_t begin = b->addr;
+        std::uintptr_t end = begin;
+        for (; b && b->mapped; b = b->next) end = b->addr + b->size;
+        send(EventKind::SegmentMap, begin, end - begin, 0, pool_stream, 0);
+      }
+    for (const Block* b = seg->head; b; b = b->next) {
+      if (!b->allocated && b->pending_events == 0) continue;
+      send(EventKind::Alloc, b->addr, b->size, b->requested, b->stream, 0);
+      if (!b->allocated) send(EventKind::FreeRequested, b->addr, b->size, b->requested, b->stream, 0);
+    }
+  }
 }
 
 void CachingAllocator::remove_observer(Observer* observer) {

@@ -51,6 +51,16 @@
 // Note [Observers]
 // Every state change a profiler needs is reported to observers as one AllocEvent, from the thread that
 // caused it; alloc/free events are emitted under the lock, so they are ordered with the state.
+//
+// Note [An observer added mid-run]
+// An observer sees events from the moment it is added, but a profile started inside a running
+// script (memcomm.profile around the loop, after the model, optimizer and data exist) would then
+// miss every byte allocated before it: a run holding 72 MiB read as 4 MiB. So add_observer(o, true)
+// first sends `o` the events that would have built the current state, at the current time: each
+// segment (an expandable segment's virtual range, then a SegmentMap per run of mapped blocks), each
+// block the user holds (Alloc), and each block freed but waiting on its streams (Alloc, then
+// FreeRequested: its FreeCompleted comes as usual). It does so under the lock it adds the observer
+// under, so no event falls between the state and the first live event, or comes twice.
 
 #include <algorithm>
 #include <cstdio>

@@ -30,6 +30,7 @@ module global and calls straight through while no profiler runs.
 """
 import contextlib
 import os
+import warnings
 from typing import Any, List, Optional, Tuple, Union
 
 import torch
@@ -43,7 +44,7 @@ from memcomm._profiler.comms import Communicators
 from memcomm._profiler.hooks import PhaseHooks
 from memcomm._profiler.wrappers import category, loader
 
-__all__ = ["profile", "Profiler", "loader", "comm_hook", "category", "current"]  # loader...: from _profiler
+__all__ = ["profile", "Profiler", "loader", "comm_hook", "category", "current", "step"]  # loader...: from _profiler
 
 ModelArg = Union[None, torch.nn.Module, List[torch.nn.Module]]
 
@@ -77,6 +78,11 @@ def _check_arguments(trace: Any, live: Any, model: ModelArg, cupti: Any) -> List
         raise TypeError(f"trace must be a file name (str or os.PathLike), got {type(trace).__name__}")
     if live is not None and not isinstance(live, str):
         raise TypeError(f"live must be a 'HOST:PORT' string, got {type(live).__name__}")
+    if live is not None:
+        host, _, port = live.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"live must be 'HOST:PORT' with a port from 1 to 65535 (memcomm-view --listen's), "
+                             f"got {live!r}")
     models = [model] if isinstance(model, torch.nn.Module) else list(model or [])
     if model is not None and (not models or not all(isinstance(m, torch.nn.Module) for m in models)):
         raise TypeError(f"model must be a torch.nn.Module or a list of them, got {type(model).__name__}")
@@ -88,7 +94,8 @@ def _check_arguments(trace: Any, live: Any, model: ModelArg, cupti: Any) -> List
 class Profiler:
     """Records this process's training into memcomm's trace format and/or live stream.
 
-    trace: file name; each rank writes NAME.rankR.mct beside it (its folder must exist).
+    trace: file name; each rank writes NAME.rankR.mct beside it (its folder must exist). A profiler
+           started again writes NAME.2.rankR.mct, NAME.3.rankR.mct...: no session overwrites another.
     live:  "HOST:PORT" where memcomm-view listens (memcomm-view --listen); the rank connects and
            reconnects in the background, so a viewer that is absent or goes away never blocks training.
     model: the module (or list of modules) whose forward calls are forwards; None: the outermost
@@ -110,6 +117,7 @@ class Profiler:
                  model: ModelArg = None, cupti: str = "auto", clock_sync: bool = True):
         models = _check_arguments(trace, live, model, cupti)
         self._trace = os.fspath(trace) if trace is not None else ""
+        self._sessions = 0                    # starts so far: the file name of each after the first
         self._live = live or ""
         self._cupti = cupti
         self._clock_sync = clock_sync
@@ -127,7 +135,14 @@ class Profiler:
     @property
     def trace_file(self) -> Optional[str]:
         """The file this rank writes (None without trace=)."""
-        return _memcomm.rank_trace_path(self._trace, self.rank) if self._trace else None
+        return _memcomm.rank_trace_path(self._session_trace(), self.rank) if self._trace else None
+
+    def _session_trace(self) -> str:
+        """trace=, or NAME.K.mct for the K-th start (K >= 2) of this profiler."""
+        if self._sessions <= 1:
+            return self._trace
+        stem, ext = os.path.splitext(self._trace)
+        return f"{stem}.{self._sessions}{ext}"
 
     def start(self) -> "Profiler":
         """Starts recording and installs the hooks. Raises if it cannot record (see the class)."""
@@ -159,7 +174,17 @@ class Profiler:
             self.result = tuple(self._run.finish())
             self._collector_ns = self._run.collector_cpu_ns()
             self._run = None
+        if self._hooks.backwards and not self._hooks.step_ends:
+            warnings.warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
+                          "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
+                          "a step of a loop that updates its parameters by hand ends", stacklevel=2)
         return self.result
+
+    def step(self) -> None:
+        """Ends the calling thread's step, for a loop that updates its parameters without a torch.optim
+        optimizer (whose step() ends it otherwise). A no-op while this profiler is not running."""
+        if running.profiler is self:
+            self._hooks.end_step()
 
     def __enter__(self) -> "Profiler":
         return self.start()
@@ -183,6 +208,7 @@ class Profiler:
         return self._comms.next_collective(group)
 
     def _open_recorder(self) -> None:
+        self._sessions += 1
         if self._trace:
             _check_trace_dir(self._trace)
         self.rank, self.world, local_rank = _dist_identity()
@@ -190,7 +216,7 @@ class Profiler:
         device = torch.cuda.current_device() if on_gpu else -1
         error: Optional[BaseException] = None
         try:
-            self._run = _memcomm.RunProfiler(self._trace, self._live, self.rank, self.world, local_rank,
+            self._run = _memcomm.RunProfiler(self._session_trace(), self._live, self.rank, self.world, local_rank,
                                              self._cupti, on_gpu, device)
         except Exception as e:  # noqa: BLE001 (re-raised below, after the other ranks know)
             error = e
@@ -219,3 +245,10 @@ def profile(trace: Optional[Union[str, os.PathLike]] = None, live: Optional[str]
 def current() -> Optional[Profiler]:
     """The running profiler, or None."""
     return running.profiler
+
+
+def step() -> None:
+    """Ends the calling thread's step in the running profiler (Profiler.step); a no-op without one."""
+    p = running.profiler
+    if p is not None:
+        p.step()

@@ -1,6 +1,8 @@
 // Statistics and observers.
 #include "allocator_test_util.hpp"
 
+#include <map>
+
 using namespace memcomm::alloc;
 using namespace memcomm::alloc::test;
 
@@ -116,5 +118,64 @@ TEST_CASE("a virtual reservation is flagged, a whole segment is not", "[allocato
     }
     CHECK(segments == 1);
     a.remove_observer(&rec);
+  }
+}
+
+namespace {
+// What a stream of events says the allocator holds: live blocks (address -> size) and backed bytes.
+struct Folded {
+  std::map<std::uint64_t, std::uint64_t> live;
+  std::uint64_t backed = 0;
+  explicit Folded(const std::vector<AllocEvent>& events) {
+    for (const AllocEvent& e : events) {
+      const bool virtual_range = e.flags & memcomm::prof::kSegmentVirtualRange;
+      switch (e.kind) {
+        case EventKind::Alloc: live[e.address] = e.size; break;
+        case EventKind::FreeCompleted: live.erase(e.address); break;
+        case EventKind::SegmentAlloc: backed += virtual_range ? 0 : e.size; break;
+        case EventKind::SegmentFree: backed -= virtual_range ? 0 : e.size; break;
+        case EventKind::SegmentMap: backed += e.size; break;
+        case EventKind::SegmentUnmap: backed -= e.size; break;
+        default: break;
+      }
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("an observer added mid-run is first sent the state, and then agrees with one there from the start",
+          "[allocator][observers]") {
+  // Note [An observer added mid-run]: a profile started after the model and data exist.
+  for (const bool expandable : {true, false}) {
+    INFO("expandable " << expandable);
+    auto streams = std::make_shared<ManualStreams>();
+    AllocatorConfig c;
+    c.capacity = 512 * MiB;
+    c.expandable_segments = expandable;
+    CachingAllocator a(simulated(), c, streams);
+    Recorder all, late;
+    a.add_observer(&all);
+    std::vector<void*> ps;
+    for (int i = 0; i < 40; ++i) ps.push_back(a.allocate(std::size_t(i % 5 + 1) * 900 * KiB + 7));
+    for (int i = 0; i < 40; i += 3) a.deallocate(ps[i]), ps[i] = nullptr;  // holes, some pages given back
+    a.record_stream(ps[1], 5);
+    a.deallocate(ps[1]);  // pending on stream 5 when the late observer comes
+    ps[1] = nullptr;
+    a.add_observer(&late, /*with_state=*/true);
+    CHECK(Folded(late.events).live == Folded(all.events).live);
+    CHECK(Folded(late.events).backed == std::uint64_t(a.stats().reserved_bytes.current));
+    for (int i = 0; i < 10; ++i) ps.push_back(a.allocate(std::size_t(i + 1) * 3 * MiB));
+    streams->complete_all();
+    for (std::size_t i = 0; i < ps.size(); i += 2)
+      if (ps[i]) a.deallocate(ps[i]), ps[i] = nullptr;
+    a.empty_cache();
+    const Folded from_start(all.events), from_middle(late.events);
+    CHECK(from_middle.live == from_start.live);
+    CHECK(from_middle.backed == from_start.backed);
+    CHECK(from_middle.backed == std::uint64_t(a.stats().reserved_bytes.current));
+    a.remove_observer(&all);
+    a.remove_observer(&late);
+    for (void* p : ps)
+      if (p) a.deallocate(p);
   }
 }

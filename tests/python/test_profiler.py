@@ -95,6 +95,70 @@ def test_a_loop_records_steps_phases_and_allocations(tmp_path, tool):
     assert cats.get("activation", 0) > 0 and cats.get("optimizer_state", 0) > 0 and cats.get("parameter", 0) >= 4, cats
 
 
+def test_memory_held_before_the_profile_starts_is_in_the_trace(tmp_path, tool):
+    # The README's order: model, optimizer and data first, then the profile around the loop
+    # (Note [An observer added mid-run] in allocator/core/caching_allocator.cpp).
+    trace = tmp_path / "pre.mct"
+    check("""
+        memcomm.use_allocator("cpu")
+        held = torch.zeros(48 << 20, dtype=torch.uint8)  # a data set held in memory
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[1]):
+            loop(model, opt, batches(2))
+        print(memcomm.memory_stats("cpu")["allocated_bytes.all.peak"])
+    """, str(trace))
+    peak = trace_json(tool, "memory", tmp_path / "pre.rank0.mct", "--at", "peak")
+    assert peak["live_bytes"] >= 48 << 20, peak["live_bytes"]
+    report = trace_json(tool, "report", tmp_path / "pre.rank0.mct")
+    assert report["ranks"][0]["peak_allocated"] >= 48 << 20, report["ranks"][0]
+
+
+def test_a_profiler_started_again_writes_a_file_of_its_own(tmp_path, tool):
+    check("""
+        memcomm.use_allocator("cpu")
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        p = memcomm.profile(trace=sys.argv[1])
+        with p:
+            loop(model, opt, batches(3))
+        first = p.trace_file
+        loop(model, opt, batches(2))                      # not profiled
+        with p:
+            loop(model, opt, batches(4))
+        assert first.endswith("run.rank0.mct") and p.trace_file.endswith("run.2.rank0.mct"), (first, p.trace_file)
+    """, str(tmp_path / "run.mct"))
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.rank0.mct")["steps"]] == [1, 2, 3]
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.2.rank0.mct")["steps"]] == [1, 2, 3, 4]
+
+
+def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool):
+    # pytorch/examples' word_language_model updates its parameters by hand.
+    out = check("""
+        import warnings
+        model = make_model()
+        def manual_loop(mark):
+            for x, y in batches(3):
+                model.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                with torch.no_grad():
+                    for q in model.parameters():
+                        q.add_(q.grad, alpha=-0.1)
+                if mark:
+                    memcomm.step()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with memcomm.profile(trace=sys.argv[1]):
+                manual_loop(True)
+            with memcomm.profile(trace=sys.argv[2]):
+                manual_loop(False)
+        print([str(w.message) for w in caught])
+    """, str(tmp_path / "marked.mct"), str(tmp_path / "unmarked.mct"))
+    assert out.count("no optimizer step") == 1 and "3 backward passes" in out, out
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "marked.rank0.mct")["steps"]] == [1, 2, 3]
+    assert len(trace_json(tool, "report", tmp_path / "unmarked.rank0.mct")["steps"]) == 1
+
+
 def memcomm_categories(file: Path) -> dict:
     out = run_python("import sys, memcomm; print(memcomm._memcomm.trace_alloc_categories(sys.argv[1]))", str(file))
     assert out.returncode == 0, out.stderr
@@ -460,6 +524,10 @@ BAD_CALLS = [
     # root passes the directory check and fails to create the file; anyone else fails the check
     ("memcomm.profile(trace='/proc/run.mct').start()", (RuntimeError, PermissionError)),
     ("memcomm.profile(live='127.0.0.1:99999').start()", ValueError),
+    ("memcomm.profile(live='nohostport')", ValueError),
+    ("memcomm.profile(live='127.0.0.1:')", ValueError),
+    ("memcomm.profile(live=':7433')", ValueError),
+    ("memcomm.profile(live='127.0.0.1:0')", ValueError),
     ("memcomm.profile(live=7433)", TypeError),
     ("memcomm.profile(trace='x.mct', cupti='maybe')", ValueError),
     ("memcomm.profile(trace='x.mct', model='net')", TypeError),

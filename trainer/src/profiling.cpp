@@ -162,7 +162,6 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
 #endif
   if (allocator) {
     impl_->allocator = allocator;
-    allocator->add_observer(&impl_->tap);
     impl_->sampler = rec.add_sampler(
         [allocator](prof::Recorder& r) {
           const auto st = allocator->stats();
@@ -185,6 +184,9 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
                                                               allocator->config().capacity, prof::kHostDevice)));
   }
   rec.start();
+  // After start: events recorded before it are dropped, and the allocator's state at this moment is
+  // the first thing the tap sends (Note [An observer added mid-run] in caching_allocator.cpp).
+  if (allocator) allocator->add_observer(&impl_->tap, /*with_state=*/true);
   start_cupti(*impl_, o, on_gpu);
 }
 

@@ -2,8 +2,10 @@
 
 Note [Phases from hooks]: what each hook records, on the thread that runs the training loop.
 - A Step range opens at the step's first event (its data-loader wait, forward or optimizer step)
-  and closes when an optimizer's step() returns (torch's global optimizer step hooks). Ids count
-  from 1, as the trainer's.
+  and closes when an optimizer's step() returns (torch's global optimizer step hooks), or at
+  memcomm.step() for a loop that updates its parameters by hand (pytorch/examples'
+  word_language_model); a session with backward passes and neither warns at stop(), since its one
+  step spans the whole run. Ids count from 1 in each session, as the trainer's.
 - Forward is the outermost call of a module that has parameters (so the loss function's module is
   not one). Which modules those are is found as Note [Finding the model] says; from then on they are
   watched on their own (the model; both of a GAN's), and the rest of the run pays nothing for the
@@ -111,6 +113,8 @@ class PhaseHooks:
         self._steps = itertools.count(1)
         self._looked_again = False                    # the first step without a forward looked again
         self._forwards = 0                            # forward ranges opened
+        self.backwards = 0                            # backward ranges opened (this session)
+        self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
         self._tls = threading.local()
 
     # --- install and remove ---
@@ -118,6 +122,8 @@ class PhaseHooks:
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim
         self._generation += 1
+        self._steps = itertools.count(1)              # each session's steps count from 1, in its own file
+        self.backwards = self.step_ends = 0
         add = self._handles.append
         self._roots = []
         self._watched = []
@@ -283,6 +289,7 @@ class PhaseHooks:
             if st.in_backward:
                 return original(*args, **kwargs)
             st.in_backward = True
+            self.backwards += 1
             self._open(st, BACKWARD, 0, ACTIVATION)
             try:
                 return original(*args, **kwargs)
@@ -301,13 +308,20 @@ class PhaseHooks:
         self._open(st, OPTIMIZER, 0, OPT_STATE)
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        st = self._state()
-        self._close(st, STEP)
-        st.step_open = False
+        self.end_step()
         if self._global_handles:
             self._narrow_hooks()
         elif not self._looked_again:
             self._look_again()
+
+    def end_step(self) -> None:
+        """Ends this thread's step: an optimizer's step() returned, or the script called memcomm.step()
+        (a loop that updates its parameters without torch.optim)."""
+        st = self._state()
+        if st.step_open:
+            self._close(st, STEP)
+            st.step_open = False
+        self.step_ends += 1
 
     # Data-loader wait (memcomm.loader).
     def data_wait(self, begin_ns: int) -> None:

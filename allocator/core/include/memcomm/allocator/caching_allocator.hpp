@@ -108,8 +108,9 @@ class CachingAllocator {
   // broken one. O(blocks): for tests.
   void check_invariants() const;
 
-  // Observers are not owned and must outlive their registration.
-  void add_observer(Observer* observer);
+  // Observers are not owned and must outlive their registration. With `with_state`, the observer is
+  // first sent the events that would have built the current state (Note [An observer added mid-run]).
+  void add_observer(Observer* observer, bool with_state = false);
   void remove_observer(Observer* observer);
 
   const AllocatorConfig& config() const;
