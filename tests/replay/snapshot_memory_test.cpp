@@ -7,6 +7,7 @@
 #include "hand_snapshot.hpp"
 
 #include <functional>
+#include <limits>
 
 namespace snap = memcomm::snapshot;
 namespace prof = memcomm::prof;
@@ -248,4 +249,16 @@ TEST_CASE("frames: a stack's category, guessed from its frames, innermost first"
   CHECK(snap::category_from_frames(s, s.intern_stack({empty, loader, loop})) == C::Input);
   CHECK(snap::category_from_frames(s, s.intern_stack({empty, loop})) == C::Unknown);
   CHECK(snap::category_from_frames(s, snap::kNoStack) == C::Unknown);
+}
+
+TEST_CASE("allocations: a trace that begins at the earliest time keeps its blocks from before it", "[allocations]") {
+  // Found by the viewer's snapshot fuzzer: 1 ns before the first event does not exist there.
+  const std::int64_t first = std::numeric_limits<std::int64_t>::min();
+  prof::AllocationBuilder b;
+  b.free_requested(first, block(0x10, 64));
+  b.alloc(first + 5, block(0x20, 8));
+  const prof::Allocations a = b.finish(first, first + 5);
+  REQUIRE(a.list.size() == 2);
+  CHECK(a.list[0].alloc_ns == first);
+  CHECK(prof::peak_live(a).bytes == 8);
 }

@@ -5,6 +5,7 @@
 #include "memcomm/trace/trace_set.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace memcomm::prof {
 namespace {
@@ -75,7 +76,10 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
   out.begin = begin;
   out.end = std::max(begin, end);
   for (Allocation& a : list_)
-    if (a.before_trace) a.alloc_ns = std::min(begin, a.free_ns) - 1;  // live before the first event
+    if (a.before_trace) {  // live before the first event (Note [Allocations before the trace])
+      a.alloc_ns = std::min(begin, a.free_ns);
+      if (a.alloc_ns > std::numeric_limits<std::int64_t>::min()) --a.alloc_ns;
+    }
   // Stable: allocations at one time keep their events' order.
   std::stable_sort(list_.begin(), list_.end(), [](const Allocation& x, const Allocation& y) { return x.alloc_ns < y.alloc_ns; });
   out.list = std::move(list_);
