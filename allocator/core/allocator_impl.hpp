@@ -270,6 +270,8 @@ struct CachingAllocator::Impl {
   }
   void emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
                  std::uint8_t flags) REQUIRES(mu);
+  AllocEvent event(std::uint64_t t, EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
+                   StreamId stream, std::uint8_t flags) const;
   // Sends `o` the events that would have built the current state (Note [An observer added mid-run]).
   void describe_state(Observer& o) const REQUIRES(mu);
   void count_backed(std::int64_t delta) REQUIRES(mu);

@@ -20,10 +20,10 @@ std::uint64_t now_ns() {
 
 }  // namespace
 
-void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
-                                       StreamId stream, std::uint8_t flags) {
+AllocEvent CachingAllocator::Impl::event(std::uint64_t t, EventKind kind, std::uintptr_t addr, std::size_t size,
+                                         std::size_t requested, StreamId stream, std::uint8_t flags) const {
   AllocEvent e{};
-  e.time_ns = now_ns();
+  e.time_ns = t;
   e.address = addr;
   e.size = size;
   e.requested = requested;
@@ -31,6 +31,12 @@ void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std:
   e.device = device;
   e.kind = kind;
   e.flags = flags;
+  return e;
+}
+
+void CachingAllocator::Impl::emit_slow(EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
+                                       StreamId stream, std::uint8_t flags) {
+  const AllocEvent e = event(now_ns(), kind, addr, size, requested, stream, flags);
   for (Observer* o : observers) o->on_event(e);
 }
 
@@ -76,19 +82,10 @@ void CachingAllocator::add_observer(Observer* observer, bool with_state) {
 }
 
 void CachingAllocator::Impl::describe_state(Observer& o) const {
-  const auto t = static_cast<std::uint64_t>(now_ns());
+  const std::uint64_t t = now_ns();
   const auto send = [&](EventKind kind, std::uintptr_t addr, std::size_t size, std::size_t requested,
                         StreamId stream, std::uint8_t flags) {
-    AllocEvent e{};
-    e.time_ns = t;
-    e.address = addr;
-    e.size = size;
-    e.requested = requested;
-    e.stream = stream;
-    e.device = device;
-    e.kind = kind;
-    e.flags = flags;
-    o.on_event(e);
+    o.on_event(event(t, kind, addr, size, requested, stream, flags));
   };
   for (const auto& seg : segments) {
     const StreamId pool_stream = seg->pool->stream;

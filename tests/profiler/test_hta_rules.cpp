@@ -108,17 +108,25 @@ TEST_CASE("HTA's include_last_profiler_step equals HTA 0.5.0 on a hand-made trac
   CHECK(h[0].hta.gpu_rows == 11);
 }
 
-TEST_CASE("HTA's figures over a window under a microsecond are no shares, not -100% and 200%", "[trace][hta]") {
-  // A sub-microsecond kernel (pytorch/kineto's docs/traces) ends before it starts once its times are
-  // HTA's whole microseconds: a kernel time of -1 us, where HTA's own assertion fails.
-  const std::string path = test::temp_path("hta_tiny") + ".json";
-  std::ofstream(path) << R"({"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"kernel","name":"Kernel","pid":0,"tid":1,)"
-                         R"("ts":88437691101.749,"dur":0.02,"args":{"stream":1,"device":0,"correlation":1}}]})";
+namespace {
+// The whole-trace figures of a one-rank torch.profiler trace given as its JSON text.
+HtaFigures whole_trace_of(const std::string& name, const std::string& json) {
+  const std::string path = test::temp_path(name) + ".json";
+  std::ofstream(path) << json;
   const TraceSet set = TraceSet::load({path});
   std::remove(path.c_str());
   const std::vector<HtaRank> h = hta_analyze(set, HtaOptions{});
   REQUIRE(h.size() == 1);
-  const HtaFigures& f = h[0].whole_trace;
+  return h[0].whole_trace;
+}
+}  // namespace
+
+TEST_CASE("HTA's figures over a window under a microsecond are no shares, not -100% and 200%", "[trace][hta]") {
+  // A sub-microsecond kernel (pytorch/kineto's docs/traces) ends before it starts once its times are
+  // HTA's whole microseconds: a kernel time of -1 us, where HTA's own assertion fails.
+  const HtaFigures f = whole_trace_of("hta_tiny",
+                                      R"({"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"kernel","name":"Kernel","pid":0,"tid":1,)"
+                                      R"("ts":88437691101.749,"dur":0.02,"args":{"stream":1,"device":0,"correlation":1}}]})");
   REQUIRE(f.valid);
   CHECK(f.kernel_time_us <= 0);
   CHECK(std::isnan(f.idle_pct));
@@ -130,16 +138,12 @@ TEST_CASE("HTA's non-compute share is none, not negative, where cut rows leave m
           "[trace][hta]") {
   // A memset under a microsecond, [21, 20] in HTA's whole microseconds, counts -1 us in the union:
   // idle 16 of 25 us beside 10 us of compute, so non-compute would be -1 us (HTA asserts >= 0).
-  const std::string path = test::temp_path("hta_negative") + ".json";
-  std::ofstream(path) << R"({"schemaVersion":1,"traceEvents":[)"
-                         R"({"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":1,"ts":10,"dur":5,"args":{"stream":1,"device":0}},)"
-                         R"j({"ph":"X","cat":"gpu_memset","name":"Memset (Device)","pid":0,"tid":1,"ts":20.3,"dur":0.2,"args":{"stream":1,"device":0}},)j"
-                         R"({"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":1,"ts":30,"dur":5,"args":{"stream":1,"device":0}}]})";
-  const TraceSet set = TraceSet::load({path});
-  std::remove(path.c_str());
-  const std::vector<HtaRank> h = hta_analyze(set, HtaOptions{});
-  REQUIRE(h.size() == 1);
-  const HtaFigures& f = h[0].whole_trace;
+  const HtaFigures f = whole_trace_of(
+      "hta_negative",
+      R"({"schemaVersion":1,"traceEvents":[)"
+      R"({"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":1,"ts":10,"dur":5,"args":{"stream":1,"device":0}},)"
+      R"j({"ph":"X","cat":"gpu_memset","name":"Memset (Device)","pid":0,"tid":1,"ts":20.3,"dur":0.2,"args":{"stream":1,"device":0}},)j"
+      R"({"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":1,"ts":30,"dur":5,"args":{"stream":1,"device":0}}]})");
   REQUIRE(f.valid);
   CHECK(f.kernel_time_us == 25);
   CHECK(f.non_compute_time_us == -1);
