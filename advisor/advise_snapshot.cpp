@@ -94,8 +94,10 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
   adv.topic = Topic::Fragmentation;
   adv.saving_unit = "bytes";
   adv.saving = double(baseline - then);
-  adv.change = fmt::format("{}: {} would reserve {} instead of {}", policy_change(best), best, format_bytes(then),
-                           format_bytes(now));
+  // Against the same figure as the saving: PyTorch's recorded peak where it is below the replay's
+  // (the run's own empty_cache calls, which the replay does not make).
+  const std::string against = baseline < now ? format_bytes(baseline) + " (PyTorch's recorded peak)" : format_bytes(now);
+  adv.change = fmt::format("{}: {} would reserve {} instead of {}", policy_change(best), best, format_bytes(then), against);
   adv.evidence = policy_evidence(snap, p, current, then);
   const std::uint64_t expandable = p.reserved.at("pytorch-expandable");
   if (best == "memcomm" && current == "pytorch" && double(now) - double(expandable) >= kMinSavingShare * double(now))

@@ -4,6 +4,8 @@
 //   - free in the cache (reserved - live) >= the request while the largest free block < the request:
 //     enough memory was free, in pieces: fragmentation, which expandable segments (or memcomm's
 //     allocator) remove;
+//   - the request alone is more than the process could have held (reserved plus the device's free
+//     bytes, the event's device_free): no smaller batch fixes a 256 TiB request; its size is wrong;
 //   - otherwise the memory was really full: what is live must shrink.
 // Each piece of advice names the stack of the allocation that failed.
 #include "snapshot_rules.hpp"
@@ -12,6 +14,7 @@
 #include <memcomm/common/bytes.hpp>
 
 #include <algorithm>
+#include <optional>
 
 #include "memcomm/snapshot/memory_rewind.hpp"
 
@@ -51,10 +54,17 @@ Advice oom_advice(const snapshot::Snapshot& snap, int device, const OomAt& at) {
   const MemoryLevels& m = at.levels;
   const std::uint64_t cached_free = m.reserved > m.live ? m.reserved - m.live : 0;
   const bool fragmented = cached_free >= e.size && m.largest_free < e.size;
+  const std::optional<std::uint64_t> device_free = e.device_free();
+  const bool beyond_device = !fragmented && device_free && e.size > m.reserved + *device_free;
   Advice adv;
   adv.topic = Topic::Oom;
   adv.saving_unit = "bytes";
-  if (!fragmented)
+  if (beyond_device)
+    adv.change = fmt::format("the request alone is more than this process could hold ({} reserved and {} free on the "
+                             "device): check the size of the allocation that failed (a shape or dtype computed "
+                             "wrong), not the batch",
+                             format_bytes(m.reserved), format_bytes(*device_free));
+  else if (!fragmented)
     adv.change = "the memory was really full: shrink what is live at this point (a smaller micro-batch, activation "
                  "checkpointing, freeing tensors sooner) or use a device with more memory";
   else if (snap.settings.expandable_segments)
@@ -69,6 +79,7 @@ Advice oom_advice(const snapshot::Snapshot& snap, int device, const OomAt& at) {
                              device, when(snap.device_traces[std::size_t(device)], at.index), format_bytes(e.size),
                              format_bytes(m.live), format_bytes(m.reserved), format_bytes(cached_free),
                              format_bytes(m.largest_free));
+  if (device_free) adv.evidence += fmt::format(", {} free on the device", format_bytes(*device_free));
   if (at.contradictions)
     adv.evidence += fmt::format(" (approximate: {} later events disagree with the end state)", at.contradictions);
   adv.evidence += "; the allocation that failed: " + oom_stack_text(snap, e.stack);

@@ -169,8 +169,12 @@ std::string memory_report(const std::string& file, const MemoryArgs& args) {
     return nlohmann::json{{"file", file}, {"at", args.at}, {"at_ns", m.at_ns}, {"live_bytes", m.live_bytes}, {"sites", sites}}.dump(1) + "\n";
   }
   const Allocations& a = held->allocations();
-  std::string out = fmt::format("{}: at {} ({:.6f} s after the trace's first event): {} live in {} sites\n", held->label(), args.at,
-                                static_cast<double>(m.at_ns - a.begin) / 1e9, format_bytes(m.live_bytes), m.sites.size());
+  // Before the first event: the blocks from before the trace, held then (Note [Allocations before the trace]).
+  const std::string when = m.at_ns < a.begin ? std::string("before the trace's first event")
+                                             : fmt::format("{:.6f} s after the trace's first event",
+                                                           static_cast<double>(m.at_ns - a.begin) / 1e9);
+  std::string out = fmt::format("{}: at {} ({}): {} live in {} sites\n", held->label(), args.at, when,
+                                format_bytes(m.live_bytes), m.sites.size());
   const std::size_t shown = std::min(args.rows, m.sites.size());
   for (std::size_t k = 0; k < shown; ++k) {
     const auto& s = m.sites[k];

@@ -163,6 +163,27 @@ TEST_CASE("an OOM when the live memory fills the cache is really out of memory",
   CHECK(advice.front().saving == 0);
 }
 
+TEST_CASE("an OOM whose request is more than the process could hold says so, not that memory was full",
+          "[advisor][snapshot]") {
+  // A real CUDA snapshot (tests/data/gpu-snapshots): a 256 TiB request on an H200 with 139 GiB free.
+  const snapshot::Snapshot real =
+      snapshot::load_snapshot(memcomm::test::source_dir() + "/tests/data/gpu-snapshots/oom.pickle");
+  const auto advice = advise::advise_snapshot(real, no_replay());
+  REQUIRE(advice.size() == 1);
+  CHECK(has(advice.front().change, "the request alone is more than this process could hold"));
+  CHECK(has(advice.front().evidence, "asking for 256.00 TiB"));
+  CHECK(has(advice.front().evidence, "GiB free on the device"));
+  auto s = checkerboard();  // the full case above, with device_free known and the request within it
+  s.device_traces[0] = {ev(EventKind::Oom, 0, 3 * kMiB), ev(EventKind::FreeRequested, kBase + 2 * kMiB, 2 * kMiB),
+                        ev(EventKind::FreeCompleted, kBase + 2 * kMiB, 2 * kMiB)};
+  s.device_traces[0][0].addr = 1 * kMiB;
+  s.device_traces[0][0].flags = Event::kHasDeviceFree;
+  const auto full = advise::advise_snapshot(s, no_replay());
+  REQUIRE(full.size() == 1);
+  CHECK(has(full.front().change, "really full"));
+  CHECK(has(full.front().evidence, "1.0 MiB free on the device"));
+}
+
 TEST_CASE("empty_cache churn: releases matched to later takes of the same size", "[advisor][snapshot]") {
   const std::vector<Event> events = {
       ev(EventKind::SegmentAlloc, kBase, 20 * kMiB, 0),

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -148,6 +149,7 @@ class Builder {
     if (v.kind != Kind::dict) throw_at(dev, idx, fmt::format("event is a {}, not a dict", pickle::kind_name(v.kind)));
     Event e;
     bool have_action = false, have_size = false;
+    std::optional<std::uint64_t> device_free;
     const auto& items = doc_.container(v).items;
     for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
       const Value& key = items[k];
@@ -164,6 +166,8 @@ class Builder {
           e.addr = get_u64(doc_, val, [&] { return where(dev, idx, "addr"); });
           e.flags |= Event::kHasAddr;
         }
+      } else if (name == "device_free") {  // an oom event's: the device's free bytes then
+        if (!val.is_none()) device_free = get_u64(doc_, val, [&] { return where(dev, idx, "device_free"); });
       } else if (name == "size") {
         e.size = get_u64(doc_, val, [&] { return where(dev, idx, "size"); });
         have_size = true;
@@ -176,6 +180,10 @@ class Builder {
       }
     }
     if (!have_action) throw_at(dev, idx, "event has no 'action'");
+    if (e.kind == EventKind::Oom && device_free && !e.has_addr()) {  // an oom names no block: addr carries it
+      e.addr = *device_free;
+      e.flags |= Event::kHasDeviceFree;
+    }
     // PyTorch writes both for every event; without them a block or segment action says nothing, and
     // reading it as 0 bytes at address 0 would fold wrong figures silently.
     if (is_block_action(e.kind) && !have_size) throw_at(dev, idx, "event has no 'size'");

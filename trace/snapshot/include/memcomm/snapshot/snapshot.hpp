@@ -14,7 +14,8 @@
 //   allocator_settings (absent in old files).
 // A pickle that holds a list is torch.cuda.memory_snapshot()'s: the segments alone, as _memory_viz
 // also takes them.
-// Extra keys (compile_context, user_metadata, device_free, external_annotations...) are ignored.
+// Extra keys (compile_context, user_metadata, external_annotations...) are ignored; an oom event's
+// device_free is kept (Event::device_free).
 // Note [Snapshot actions]: an event's action is the prof::EventKind of the same name (PyTorch's
 // action names are kind_name()'s spellings), so the replay and the viewer read snapshots and
 // memcomm traces in one vocabulary. `oom` may have no addr. Actions that are no allocator event,
@@ -27,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -52,7 +54,11 @@ struct Event {
   std::uint16_t other_name = 0;   // kind Invalid: index of the action's name in Snapshot::other_actions
 
   static constexpr std::uint8_t kHasAddr = 1;
+  static constexpr std::uint8_t kHasDeviceFree = 2;  // an `oom` event's device_free, kept in addr
   bool has_addr() const noexcept { return flags & kHasAddr; }
+  std::optional<std::uint64_t> device_free() const noexcept {
+    return flags & kHasDeviceFree ? std::optional<std::uint64_t>(addr) : std::nullopt;
+  }
   bool has_time() const noexcept { return time_us != kNoTime; }
 };
 static_assert(sizeof(Event) == 40, "Event is kept small: a trace holds tens of thousands");
