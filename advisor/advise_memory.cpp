@@ -73,6 +73,25 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
   out.push_back(adv);
 }
 
+namespace {
+// The run reserved more than the limit it is to run under (--memory-limit: a smaller device, a
+// share of one): the micro-batch must shrink, as far as the headroom rule would let it grow.
+void over_limit(uint64_t peak, uint64_t limit, std::vector<Advice>& out) {
+  Advice adv;
+  adv.topic = Topic::Headroom;
+  adv.saving_unit = "bytes";
+  adv.saving = double(peak - limit);  // what must go
+  // Memory shrinks with the micro-batch at most linearly: dividing it by this brings 90% of the limit.
+  const double factor = double(peak) / (0.9 * double(limit));
+  adv.change = fmt::format("the run does not fit the limit: lower the micro-batch (--batch-size) about {:.1f}x and raise "
+                           "--accum to match, or let memcomm-tune find the fastest fit",
+                           factor);
+  adv.evidence = fmt::format("peak reserved {} per rank, over the limit of {} by {}", format_bytes(peak),
+                             format_bytes(limit), format_bytes(peak - limit));
+  out.push_back(adv);
+}
+}  // namespace
+
 void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
   uint64_t limit = o.memory_limit;
   if (limit == 0)  // the allocator's DeviceTotal samples (its cap or the device's memory)
@@ -84,7 +103,8 @@ void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const Adv
         }
   uint64_t peak = 0;
   for (const auto& r : a.ranks) peak = std::max(peak, r.peak_reserved);
-  if (limit == 0 || peak == 0 || peak >= limit) return;
+  if (limit == 0 || peak == 0) return;
+  if (peak > limit) return over_limit(peak, limit, out);
   const double unused = 1.0 - double(peak) / double(limit);
   if (unused <= o.headroom_threshold) return;
   Advice adv;

@@ -202,7 +202,8 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
                                                     "and each OOM: fragmented or full, with the failed allocation's "
                                                     "stack"), a);
   s.advise->add_option("--memory-limit", a.advise.memory_limit,
-                       "Bytes per rank the run may use (e.g. 80GiB); default: the allocator's recorded capacity")
+                       "Bytes per rank the run may use (e.g. 80GiB); default: the allocator's recorded capacity. "
+                       "Traces only: a snapshot's advice does not use it")
       ->transform(memcomm::size_transform());
   s.advise->add_flag("--no-replay", a.no_replay, "Skip replaying the allocations through the allocator policies");
   s.advise->add_flag("--json", a.json, "print the advice as JSON");

@@ -208,6 +208,14 @@ TEST_CASE("idle headroom: a larger micro-batch, with the memory left") {
   advise::AdviseOptions o;
   o.memory_limit = 1ULL << 30;
   CHECK(find(advise_on({u}, "flaglimit", o), advise::Topic::Headroom));
+  // A limit the run does not fit: the micro-batch must shrink.
+  o.memory_limit = 50 << 20;
+  const auto over = advise_on({u}, "overlimit", o);
+  const auto* b = find(over, advise::Topic::Headroom);
+  REQUIRE(b);
+  CHECK(b->change.find("does not fit the limit: lower the micro-batch") != std::string::npos);
+  CHECK(b->evidence.find("peak reserved 100.0 MiB per rank, over the limit of 50.0 MiB by 50.0 MiB") != std::string::npos);
+  CHECK(b->saving == Approx(50 << 20));
 }
 
 TEST_CASE("a straggler: which rank, and where its time goes") {
