@@ -106,6 +106,22 @@ TEST_CASE("MemoryRewind: the end state, then undone event by event", "[advisor][
   CHECK(r.levels().reserved == 0);
 }
 
+TEST_CASE("MemoryRewind: a block freed but held for a stream is pending until its request is undone",
+          "[advisor][snapshot]") {
+  // A real CUDA snapshot with max_entries=7: six blocks pending on a side stream at the end, five of
+  // them with their free request in the trace; the sixth was requested before the ring buffer began.
+  const snapshot::Snapshot s =
+      snapshot::load_snapshot(memcomm::test::source_dir() + "/tests/data/gpu-snapshots/ring7_pending.pickle");
+  const auto pending = [](const snapshot::MemoryRewind& r) {
+    return std::count_if(r.blocks().begin(), r.blocks().end(), [](const auto& kv) { return kv.second.pending; });
+  };
+  snapshot::MemoryRewind rewind(s, 0);
+  CHECK(pending(rewind) == 6);
+  for (auto e = s.device_traces[0].rbegin(); e != s.device_traces[0].rend(); ++e) rewind.undo(*e);
+  CHECK(pending(rewind) == 1);
+  CHECK(rewind.contradictions() == 0);
+}
+
 TEST_CASE("MemoryRewind: expandable ranges unmapped later join their segment", "[advisor][snapshot]") {
   snapshot::Snapshot s;
   snapshot::Segment seg;

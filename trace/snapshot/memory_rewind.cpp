@@ -16,7 +16,9 @@ MemoryRewind::MemoryRewind(const Snapshot& snap, int device) {
     if (s.device != device) continue;
     back(s.address, s.total_size, s.is_expandable);
     for (const auto& b : s.blocks)
-      if (b.is_active()) blocks_[b.address] = ActiveBlock{b.size, b.requested_size ? b.requested_size : b.size, s.stream};
+      if (b.is_active())
+        blocks_[b.address] = ActiveBlock{b.size, b.requested_size ? b.requested_size : b.size, s.stream,
+                                         b.state == BlockState::active_pending_free};
   }
 }
 
@@ -25,14 +27,17 @@ void MemoryRewind::undo(const Event& e) {
     case EventKind::Alloc:
       if (!blocks_.erase(e.addr)) ++contradictions_;
       break;
-    case EventKind::FreeCompleted:
-      if (!blocks_.emplace(e.addr, ActiveBlock{round_block(e.size), e.size, e.stream}).second) ++contradictions_;
+    case EventKind::FreeCompleted:  // before it, the block was held for its stream
+      if (!blocks_.emplace(e.addr, ActiveBlock{round_block(e.size), e.size, e.stream, true}).second) ++contradictions_;
+      break;
+    case EventKind::FreeRequested:  // before it, the user held the block
+      if (auto it = blocks_.find(e.addr); it != blocks_.end()) it->second.pending = false;
       break;
     case EventKind::SegmentAlloc:
     case EventKind::SegmentMap: unback(e.addr, e.size); break;
     case EventKind::SegmentFree: back(e.addr, e.size, false); break;
     case EventKind::SegmentUnmap: back(e.addr, e.size, true); break;
-    default: break;  // free_requested, oom, markers: the layout is the same before them
+    default: break;  // oom, markers: the layout is the same before them
   }
 }
 

@@ -91,8 +91,11 @@ void add_start_state(const snapshot::Snapshot& snap, int device, TimeNs at, Time
     const auto kind = r.joins ? prof::EventKind::SegmentMap : prof::EventKind::SegmentAlloc;
     b.alloc_event(dev, {at - 2, begin, r.end - begin, stream_index(streams.at(begin)), kind});
   }
-  for (const auto& [addr, blk] : rewind.blocks())
+  for (const auto& [addr, blk] : rewind.blocks()) {
     b.alloc_event(dev, {at - 1, addr, blk.requested, stream_index(blk.stream), prof::EventKind::Alloc});
+    if (blk.pending)  // freed before the trace, its stream not done: held, no longer the user's
+      b.alloc_event(dev, {at - 1, addr, blk.requested, stream_index(blk.stream), prof::EventKind::FreeRequested});
+  }
 }
 }  // namespace
 

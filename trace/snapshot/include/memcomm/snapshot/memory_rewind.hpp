@@ -43,6 +43,7 @@ class MemoryRewind {
     std::uint64_t bytes;      // the block's extent (a revived block's: its request rounded up to 512 B)
     std::uint64_t requested;  // what the user asked for (Note [Live means allocated] in allocations.hpp)
     std::int64_t stream;      // the cudaStream_t value, as PyTorch printed it
+    bool pending = false;     // freed by the user, held for a stream (active_pending_free)
   };
 
   // The end state of `device` (its segments and their active blocks).
