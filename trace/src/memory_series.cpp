@@ -4,7 +4,6 @@
 // reservations] in virtual_reservations.hpp).
 #include "memcomm/trace/analysis.hpp"
 #include "memcomm/trace/allocator_fold.hpp"
-#include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/virtual_reservations.hpp"
 
 namespace memcomm::prof {
@@ -30,7 +29,7 @@ struct SeriesPlan {
   bool sampled[size_t(MemMetric::Count)] = {};
   int device = -1;  // D: of the level samples, else of the block events (better_curve_device)
   bool has_free_completed = false, has_blocks = false, has_segments = false;
-  bool mid_run = false;     // a torch.profiler trace: it starts mid-run (kKinetoSourceTag)
+  bool mid_run = false;     // a torch.profiler trace: it starts mid-run (RankTrace::from_torch_profiler)
   bool fold_level[3] = {};  // allocated, active, reserved
 };
 
@@ -43,10 +42,9 @@ void find_device(const RankTrace& r, SeriesPlan& plan) {
       if (is_level_metric(s.metric) && better_curve_device(plan.device, s.device)) plan.device = s.device;
     } else if (is_block_kind(e.kind) && better_curve_device(block_device, e.as<MemBlockEvent>().device)) {
       block_device = e.as<MemBlockEvent>().device;
-    } else if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Tag) {
-      plan.mid_run = plan.mid_run || r.name(e.as<MetaEvent>().str) == kKinetoSourceTag;
     }
   }
+  plan.mid_run = r.from_torch_profiler;
   if (plan.device < 0) plan.device = block_device;
   for (const Event& e : r.events) {
     if (!is_block_kind(e.kind) || e.as<MemBlockEvent>().device != plan.device) continue;

@@ -3,6 +3,8 @@
 #include "memcomm/tuner/verify.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 namespace memcomm::tune {
 
@@ -10,18 +12,19 @@ namespace {
 
 constexpr int kMaxVerifications = 3;
 
-// Probed candidates below `ceiling`, fastest first: fit with the margin, divide the per-rank batch.
-std::vector<const Trial*> ranked_below(const SearchOutcome& o, int64_t limit, int world, int64_t ceiling) {
-  std::vector<const Trial*> out;
+// The fastest probed candidate below `ceiling` that fit with the margin and divides the per-rank
+// batch; null when none does.
+const Trial* fastest_below(const SearchOutcome& o, int64_t limit, int world, int64_t ceiling) {
+  const Trial* best = nullptr;
   for (const Trial& t : o.trials)
     if (!t.result.oom && t.purpose != TrialPurpose::Bucket && t.request.micro_batch < ceiling &&
         (o.global_batch / world) % t.request.micro_batch == 0 &&  // b x K must be the batch asked for
         (t.result.peak_reserved < 0 ||
          (t.result.peak_reserved <= limit &&  // Notes [Safety margin], [Loader allowance]
-          double(t.result.peak_allocated + t.result.loader_allowance) <= double(limit) * (1 - o.safety_margin))))
-      out.push_back(&t);
-  std::stable_sort(out.begin(), out.end(), [](const Trial* a, const Trial* b) { return a->samples_per_s > b->samples_per_s; });
-  return out;
+          double(t.result.peak_allocated + t.result.loader_allowance) <= double(limit) * (1 - o.safety_margin))) &&
+        (!best || t.samples_per_s > best->samples_per_s))  // the first of equally fast ones
+      best = &t;
+  return best;
 }
 
 // The next candidate after a long run ran out of memory at micro-batch `ceiling`: the fastest probed
@@ -30,12 +33,9 @@ std::vector<const Trial*> ranked_below(const SearchOutcome& o, int64_t limit, in
 std::optional<Recommendation> next_below(const SearchOutcome& o, int64_t limit, int world, int64_t ceiling,
                                          double bucket_mb) {
   const int64_t per_rank = o.global_batch / world;
-  const auto probed = ranked_below(o, limit, world, ceiling);
-  if (!probed.empty()) {
-    const Trial& t = *probed.front();
-    return Recommendation{t.request.micro_batch, t.request.accum, world, bucket_mb,
-                          t.samples_per_s, t.result.peak_reserved, t.result.peak_allocated, 0};
-  }
+  if (const Trial* t = fastest_below(o, limit, world, ceiling))
+    return Recommendation{t->request.micro_batch, t->request.accum, world, bucket_mb,
+                          t->samples_per_s, t->result.peak_reserved, t->result.peak_allocated, 0};
   const std::vector<int64_t> candidates = divisors(per_rank);  // ascending
   for (auto b = candidates.rbegin(); b != candidates.rend(); ++b)
     if (*b < ceiling) return Recommendation{*b, per_rank / *b, world, bucket_mb, 0, -1, -1, 0};
