@@ -116,7 +116,7 @@ void communication_rule(const prof::Analysis& a, const RankTimes& times, const A
                         "(--accum 2 doubles the samples per all-reduce)"
                       : "communicate less often: --accum 2 doubles the samples per all-reduce";
     adv.saving = double(exposed) * sync / 2e6;
-    if (sync < 1) adv.evidence += fmt::format("; {:.0f}% of the communication time is gradient synchronisation", 100 * sync);
+    if (sync < 1) adv.evidence += fmt::format("; {:.0f}% of the collectives' time (all ranks) is gradient synchronisation", 100 * sync);
   } else {
     adv.change = "smaller buckets (--bucket-mb half the current): only the last bucket is left exposed";
     adv.saving = double(last_bucket) / 2e6;

@@ -79,10 +79,7 @@ def _check_arguments(trace: Any, live: Any, model: ModelArg, cupti: Any) -> List
     if live is not None and not isinstance(live, str):
         raise TypeError(f"live must be a 'HOST:PORT' string, got {type(live).__name__}")
     if live is not None:
-        host, _, port = live.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"live must be 'HOST:PORT' with a port from 1 to 65535 (memcomm-view --listen's), "
-                             f"got {live!r}")
+        _memcomm.check_live_address(live)  # memcomm-train --live's rule
     models = [model] if isinstance(model, torch.nn.Module) else list(model or [])
     if model is not None and (not models or not all(isinstance(m, torch.nn.Module) for m in models)):
         raise TypeError(f"model must be a torch.nn.Module or a list of them, got {type(model).__name__}")
@@ -96,7 +93,8 @@ class Profiler:
 
     trace: file name; each rank writes NAME.rankR.mct beside it (its folder must exist). A profiler
            started again writes NAME.2.rankR.mct, NAME.3.rankR.mct...: no session overwrites another.
-    live:  "HOST:PORT" where memcomm-view listens (memcomm-view --listen); the rank connects and
+    live:  "HOST:PORT" ("[v6]:PORT", or ":PORT" for this machine) where memcomm-view listens
+           (memcomm-view --listen), the rule of memcomm-train --live; the rank connects and
            reconnects in the background, so a viewer that is absent or goes away never blocks training.
     model: the module (or list of modules) whose forward calls are forwards; None: the outermost
            calls into modules with parameters: those alive at start, or, when there are none, those

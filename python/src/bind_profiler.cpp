@@ -67,6 +67,15 @@ alloc::CachingAllocator* observed_allocator(int device) {
   return nullptr;
 }
 
+// profile(live=)'s rule is memcomm-train --live's: prof::parse_connect_endpoint. A ValueError in Python.
+void check_live_address(const std::string& live) {
+  try {
+    (void)prof::parse_connect_endpoint(live);
+  } catch (const prof::TraceError& e) {
+    throw std::invalid_argument(std::string("live: ") + e.what());
+  }
+}
+
 // One recording of a Python run. The recorder is process-wide, so memcomm/profiler.py lets one
 // exist at a time. Every check that can fail runs before RunProfiler touches the recorder, so a
 // bad argument leaves nothing behind.
@@ -81,13 +90,7 @@ class PyRunProfiler {
     o.trace = trace;
     o.live = live;
     o.cupti = to_cupti(cupti);
-    if (!live.empty()) {
-      try {
-        (void)prof::parse_endpoint(live);
-      } catch (const prof::TraceError& e) {
-        throw std::invalid_argument(std::string("live: ") + e.what());
-      }
-    }
+    if (!live.empty()) check_live_address(live);
     train::DistEnv env;
     env.rank = rank;
     env.world = world;
@@ -200,6 +203,8 @@ void bind_hot_calls(pyb::module_& m) {
   m.def("exchange_category",
         [](int category) { return static_cast<int>(train::exchange_memory_category(to_category(category))); },
         pyb::arg("category"));
+  m.def("check_live_address", &check_live_address, pyb::arg("live"),
+        "Raises ValueError unless live is an address to connect to: HOST:PORT, [v6]:PORT or :PORT, port 1-65535.");
   m.def("recording", [] { return prof::recording(); });
   m.def("record_collective", &record_collective, pyb::arg("op"), pyb::arg("dtype"), pyb::arg("bytes"),
         pyb::arg("comm"), pyb::arg("seq"), pyb::arg("bucket"), pyb::arg("start_ns"), pyb::arg("end_ns"));

@@ -107,6 +107,21 @@ TEST_CASE("endpoints default to loopback and reject bad ports", "[profiler][stre
   CHECK(parse_endpoint("[::1]:7000").host == "::1");
   CHECK_THROWS_WITH(parse_endpoint("host:99999"), Catch::Contains("bad port"));
   CHECK_THROWS_WITH(parse_endpoint("host:abc"), Catch::Contains("bad port"));
+  CHECK_THROWS_WITH(parse_endpoint("host:"), Catch::Contains("no port after ':'"));
+  CHECK(parse_endpoint(":0").port == 0);  // listen on any free port
+}
+
+TEST_CASE("an address to connect to needs a port from 1 to 65535", "[profiler][stream]") {
+  CHECK(parse_connect_endpoint(":7433").host == "127.0.0.1");
+  CHECK(parse_connect_endpoint("viewer.example:7000").port == 7000);
+  CHECK(parse_connect_endpoint("[::1]:7000").host == "::1");
+  for (const char* bad : {"", "host", "7433", "[::1]", "host:", "[::1]:", "host:0", "host:65536", "host:x"})
+    CHECK_THROWS_AS(parse_connect_endpoint(bad), TraceError);
+  CHECK_THROWS_WITH(parse_connect_endpoint("host"), Catch::Contains("expected HOST:PORT"));
+  CHECK_THROWS_WITH(parse_connect_endpoint("host:0"), Catch::Contains("expected 1-65535"));
+}
+
+TEST_CASE("loopback hosts", "[profiler][stream]") {
   CHECK(is_loopback_host("127.0.0.1"));
   CHECK(is_loopback_host("localhost"));
   CHECK_FALSE(is_loopback_host("10.0.0.2"));

@@ -526,7 +526,7 @@ BAD_CALLS = [
     ("memcomm.profile(live='127.0.0.1:99999').start()", ValueError),
     ("memcomm.profile(live='nohostport')", ValueError),
     ("memcomm.profile(live='127.0.0.1:')", ValueError),
-    ("memcomm.profile(live=':7433')", ValueError),
+    ("memcomm.profile(live='[::1]')", ValueError),
     ("memcomm.profile(live='127.0.0.1:0')", ValueError),
     ("memcomm.profile(live=7433)", TypeError),
     ("memcomm.profile(trace='x.mct', cupti='maybe')", ValueError),

@@ -81,7 +81,8 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--seed=-5", "--seed"}, Case{"--steps 9223372036854775807", "--steps"},
                         Case{"--batch-size 9223372036854775807", "--batch-size"},
                         // Outputs and endpoints are checked before LibTorch starts (Note [Outputs checked first]).
-                        Case{"--live 127.0.0.1:99999", "--live"}, Case{"--trace /proc/memcomm-no/t.mct", "--trace"},
+                        Case{"--live 127.0.0.1:99999", "--live"}, Case{"--live viewerhost", "--live"},
+                        Case{"--trace /proc/memcomm-no/t.mct", "--trace"},
                         Case{"--summary-json /nonexistent-memcomm/s.json", "--summary-json"},
                         Case{"--summary-json /", "--summary-json"},
                         // Named choices (Note [Choices are parsed once]): an unknown name is refused at parse

@@ -96,7 +96,7 @@ void check_train_options(const TrainOptions& o, const char* program) {
   // a path is a usage error now, not a run that finishes and then loses its results.
   if (!o.live.empty()) {
     try {
-      (void)prof::parse_endpoint(o.live);
+      (void)prof::parse_connect_endpoint(o.live);
     } catch (const std::exception& e) {
       usage_error(std::string("--live ") + o.live + ": " + e.what());
     }
@@ -266,7 +266,7 @@ void add_observation_options(CLI::App& g, TrainOptions& o) {
   g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
   g.add_option("--trace", o.trace,
                "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)");
-  g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen)");
+  g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen; :PORT for this machine)");
   add_choice(g, "--cupti", o.cupti,
              "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "
              "(when recording a run on a GPU), on (also when the run is on the CPU) or off; where CUPTI "

@@ -151,7 +151,7 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
   }
   if (!o.live.empty()) {
     prof::StreamOptions s;
-    s.endpoint = prof::parse_endpoint(o.live);
+    s.endpoint = prof::parse_connect_endpoint(o.live);
     s.rank = static_cast<uint32_t>(env.rank);
     s.world_size = static_cast<uint32_t>(env.world);
     impl_->live = std::make_shared<prof::StreamSink>(s);

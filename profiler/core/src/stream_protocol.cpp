@@ -32,6 +32,8 @@ Endpoint parse_endpoint(const std::string& text) {
     }
   }
   if (!host.empty()) ep.host = host;
+  if (port.empty() && text.size() > 0 && text.back() == ':')
+    throw TraceError(fmt::format("bad address '{}': no port after ':'", text));
   if (!port.empty()) {
     if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5)
       throw TraceError(fmt::format("bad port '{}' in address '{}' (expected 0-65535)", port, text));
@@ -39,6 +41,16 @@ Endpoint parse_endpoint(const std::string& text) {
     if (p > 65535) throw TraceError(fmt::format("bad port '{}' in address '{}' (expected 0-65535)", port, text));
     ep.port = uint16_t(p);
   }
+  return ep;
+}
+
+Endpoint parse_connect_endpoint(const std::string& text) {
+  const bool bracketed = !text.empty() && text[0] == '[';
+  const auto colon = bracketed ? text.find("]:") : text.rfind(':');
+  if (colon == std::string::npos)
+    throw TraceError(fmt::format("bad address '{}': expected HOST:PORT (the port memcomm-view --listen uses)", text));
+  Endpoint ep = parse_endpoint(text);
+  if (ep.port == 0) throw TraceError(fmt::format("bad port 0 in address '{}' (expected 1-65535)", text));
   return ep;
 }
 
