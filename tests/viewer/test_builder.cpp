@@ -141,6 +141,41 @@ TEST_CASE("merging timelines remaps strings and re-matches collectives", "[unit]
   CHECK(tl.event_count == 4);
 }
 
+namespace {
+// Ranks of a run (ids its trace named) or of a snapshot (each device a stand-in), one kernel each.
+Timeline ranks_named(std::initializer_list<std::uint32_t> ids, bool stand_in, const std::string& source) {
+  TimelineBuilder b;
+  for (const std::uint32_t id : ids) b.kernel(id, 1, source, 0, 10);
+  Timeline tl = b.finish(source);
+  for (RankData& rd : tl.ranks) rd.stand_in_id = stand_in;
+  return tl;
+}
+std::vector<std::pair<std::uint32_t, std::string>> ids_and_sources(const Timeline& tl) {
+  std::vector<std::pair<std::uint32_t, std::string>> out;
+  for (const RankData& rd : tl.ranks) out.emplace_back(rd.rank, tl.strings.get(rd.lanes[0].rows[0][0].name));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a run's ranks keep their ids beside a snapshot, whichever file loads first", "[unit][viewer]") {
+  using Ids = std::vector<std::pair<std::uint32_t, std::string>>;
+  const Ids expect{{0, "run"}, {1, "run"}, {2, "snapshot"}};
+  Timeline snapshot_first = ranks_named({0}, true, "snapshot");
+  snapshot_first.merge(ranks_named({0, 1}, false, "run"));
+  CHECK(ids_and_sources(snapshot_first) == expect);
+  Timeline run_first = ranks_named({0, 1}, false, "run");
+  run_first.merge(ranks_named({0}, true, "snapshot"));
+  CHECK(ids_and_sources(run_first) == expect);
+  // Two runs that both name ranks 0 and 1: the second moves to ids neither uses, in order.
+  Timeline two_runs = ranks_named({0, 1}, false, "first");
+  two_runs.merge(ranks_named({0, 1}, false, "second"));
+  CHECK(ids_and_sources(two_runs) == Ids{{0, "first"}, {1, "first"}, {2, "second"}, {3, "second"}});
+  // A rank 1 loaded beside a snapshot's device 0 and 1: nothing of the run moves.
+  Timeline partial = ranks_named({0, 1}, true, "snapshot");
+  partial.merge(ranks_named({1}, false, "run"));
+  CHECK(ids_and_sources(partial) == Ids{{0, "snapshot"}, {1, "run"}, {2, "snapshot"}});
+}
+
 TEST_CASE("a synthetic run meets the viewer's memory budget per event", "[unit][viewer]") {
   SyntheticOptions o;
   o.events = 300'000;

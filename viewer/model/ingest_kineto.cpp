@@ -108,8 +108,10 @@ bool ingest_kineto(const std::string& path, Timeline& out, std::string& error, s
     prof::KinetoTrace k = prof::read_kineto(path);
     if (progress) *progress = kReadShare;
     std::vector<prof::RunFacts> runs;
+    const bool rank_given = k.info.rank_given;
     const std::string truncation = ingest_events(std::move(k), b, progress, options, path, runs);
     out = b.finish(path);
+    for (RankData& rd : out.ranks) rd.stand_in_id = !rank_given;  // Note [Rank ids across files]
     out.runs = std::move(runs);
     // What the reader and the build freed (JSON windows and events, parsed on several threads;
     // the builder's sort buffers) stays in glibc's arenas: hand it back, so the process holds the

@@ -25,6 +25,7 @@ void attach_allocations(snapshot::Snapshot&& snap, Timeline& tl) {
     rd.allocations = tl.ranks.size() == 1 ? std::move(all.allocations) : prof::allocations_of_device(all.allocations, device);
     rd.alloc_index = AllocationIndex(rd.allocations);
     rd.stacks = stacks;
+    rd.stand_in_id = true;  // the device's number (Note [Rank ids across files])
   }
 }
 }  // namespace

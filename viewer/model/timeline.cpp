@@ -2,6 +2,7 @@
 #include <memcomm/view/timeline.hpp>
 
 #include <algorithm>
+#include <set>
 #include <cctype>
 
 namespace memcomm::view {
@@ -53,6 +54,32 @@ std::uint32_t StringTable::intern(std::string_view s) {
   return id;
 }
 
+// Note [Rank ids across files]
+// Files opened together share one list of ranks, so an id two files both use (the same file opened
+// twice, two runs, a snapshot beside a run's traces) must be kept apart, and whichever moves is shown
+// under a number that is not its own. A rank a run named keeps its number wherever it can: when it
+// meets a stand-in (a snapshot's device, a torch.profiler trace without distributedInfo), the stand-in
+// moves, whichever file came first. A moved rank takes the lowest id no loaded or incoming rank holds,
+// so it never lands on a rank of the incoming file that has yet to be placed (stepping to the next
+// id used to push rank 0 of a run loaded after a snapshot onto 1, and its rank 1 onto 2).
+void Timeline::take_ranks(std::vector<RankData>&& incoming) {
+  std::set<std::uint32_t> used;
+  for (const RankData& r : ranks) used.insert(r.rank);
+  for (const RankData& r : incoming) used.insert(r.rank);
+  auto fresh_id = [&used] {
+    std::uint32_t id = 0;
+    while (used.count(id)) ++id;
+    used.insert(id);
+    return id;
+  };
+  for (RankData& rd : incoming) {
+    auto held = std::find_if(ranks.begin(), ranks.end(), [&](const RankData& r) { return r.rank == rd.rank; });
+    if (held != ranks.end()) (held->stand_in_id && !rd.stand_in_id ? held->rank : rd.rank) = fresh_id();
+    ranks.push_back(std::move(rd));
+  }
+  std::sort(ranks.begin(), ranks.end(), [](const RankData& a, const RankData& b) { return a.rank < b.rank; });
+}
+
 void Timeline::merge(Timeline&& other) {
   if (other.empty() && other.sources.empty()) return;
   if (ranks.empty() && strings.size() == 0) {  // into nothing: a move, not an O(spans) remap
@@ -72,11 +99,8 @@ void Timeline::merge(Timeline&& other) {
       for (auto& row : lane.rows)
         for (auto& s : row) s.name = remap[s.name];
     for (auto& c : rd.collectives) c.op = remap[c.op];
-    // A rank id seen twice (e.g. the same file opened twice) is kept apart by renumbering.
-    while (std::any_of(ranks.begin(), ranks.end(), [&](const RankData& r) { return r.rank == rd.rank; })) rd.rank += 1;
-    ranks.push_back(std::move(rd));
   }
-  std::sort(ranks.begin(), ranks.end(), [](const RankData& a, const RankData& b) { return a.rank < b.rank; });
+  take_ranks(std::move(other.ranks));
   if (event_count == 0 && begin == 0 && end == 0) {
     begin = other.begin;
     end = other.end;

@@ -104,6 +104,9 @@ struct RankData {
   std::shared_ptr<const SnapshotStacks> stacks;
   std::uint64_t dropped = 0;          // events the recorder dropped (reported in the status line)
   bool connected = false;             // live mode: the stream is still up (a closed rank stays, marked)
+  // The id is a stand-in, not a rank the run named: a PyTorch snapshot's device, or a torch.profiler
+  // trace without distributedInfo. Timeline::merge renumbers these first (Note [Rank ids across files]).
+  bool stand_in_id = false;
   const CounterSeries* counter(std::string_view name) const;
 };
 
@@ -128,11 +131,15 @@ struct Timeline {
   std::vector<std::string> sources;   // files (or "live", "synthetic") this came from
   std::vector<prof::RunFacts> runs;  // what each file's ranks say about their run (Note [One run or several])
 
-  // Moves the ranks of `other` in (string ids remapped), then re-matches collectives.
+  // Moves the ranks of `other` in (string ids remapped), then re-matches collectives. A rank id both
+  // hold is kept apart by renumbering (Note [Rank ids across files]).
   void merge(Timeline&& other);
   // Bytes held by the model (capacity, not size), for the B/event budget.
   std::size_t memory_bytes() const;
   bool empty() const { return ranks.empty(); }
+
+ private:
+  void take_ranks(std::vector<RankData>&& incoming);
 };
 
 }  // namespace memcomm::view
