@@ -17,7 +17,9 @@
 #include <fmt/format.h>
 
 #include "memcomm/common/bytes.hpp"
+#include "memcomm/common/cli_size.hpp"
 #include "memcomm/common/output_path.hpp"
+#include "memcomm/common/replacing_file.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm/snapshot/error.hpp"
 
@@ -58,10 +60,13 @@ namespace {
 
 // --json FILE must be writable: an existing FILE opens for writing (not truncated here), a new one
 // can be created in its folder (a probe file, removed at once). Throws std::invalid_argument.
-void check_json_out(const std::string& file) {
+void check_json_out(const std::string& file, const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(file, ec)) throw std::invalid_argument("cannot write --json " + file + ": it is a folder");
+  // Note [Outputs that would destroy data]
+  if (const std::string conflict = memcomm::output_conflict(file, inputs, false); !conflict.empty())
+    throw std::invalid_argument("--json: " + conflict);
   if (fs::exists(file, ec)) {
     const int fd = ::open(file.c_str(), O_WRONLY);
     if (fd < 0) throw std::invalid_argument("cannot write --json " + file + ": " + std::strerror(errno));
@@ -125,9 +130,11 @@ void describe(CLI::App& app, CommandLine& cl, const std::string& default_policie
                  "comma-separated policies to replay, in table order:\n" + policy_help())
       ->default_str(default_policies);
   app.add_option("--capacity", cl.capacity_text, "device memory per device, e.g. 8GiB, 512MiB, 80GB or bytes; "
-                                                 "requests that do not fit count as OOMs (default: unlimited)");
+                                                 "requests that do not fit count as OOMs (default: unlimited)")
+      ->check(memcomm::not_empty());
   app.add_option("--json", cl.json_out, "also write the results as a JSON list to this file; with '-' the JSON goes to\n"
-                                        "stdout alone and the table goes to stderr");
+                                        "stdout alone and the table goes to stderr")
+      ->check(memcomm::not_empty());
   app.add_flag("--check", cl.check, "verify while replaying that no two live blocks overlap and each policy's invariants hold");
   app.add_flag("-q,--quiet", cl.quiet, "no progress messages on stderr");
 }
@@ -135,7 +142,7 @@ void describe(CLI::App& app, CommandLine& cl, const std::string& default_policie
 // Checked before any replay, so a bad --json path or policy name does not throw away minutes of
 // work at the end. Returns the --capacity in bytes (0: unlimited). Throws std::invalid_argument.
 std::uint64_t check_arguments(const CommandLine& cl, const std::vector<std::string>& policies) {
-  if (!cl.json_out.empty() && cl.json_out != "-") check_json_out(cl.json_out);
+  if (!cl.json_out.empty() && cl.json_out != "-") check_json_out(cl.json_out, cl.files);
   const std::uint64_t capacity = cl.capacity_text.empty() ? 0 : memcomm::parse_size(cl.capacity_text);
   if (policies.empty()) throw std::invalid_argument("--policy: empty list");
   PolicyOptions probe;
@@ -178,10 +185,10 @@ int write_results(const std::vector<ReplayResult>& results, const std::string& j
     std::cout << json;
     return 0;
   }
-  std::ofstream out(json_out);
-  out << json;
-  if (!out) {
-    std::cerr << "memcomm-replay: cannot write " << json_out << "\n";
+  try {
+    memcomm::write_replacing(json_out, json);  // Note [Outputs replaced whole]
+  } catch (const memcomm::OutputError& e) {
+    std::cerr << "memcomm-replay: " << e.what() << "\n";
     return kExitFailure;
   }
   return 0;

@@ -9,6 +9,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <memcomm/common/cli_size.hpp>
+#include <memcomm/common/output_path.hpp>
+#include <memcomm/common/replacing_file.hpp>
 
 #include <filesystem>
 
@@ -26,6 +28,8 @@
 #include "memcomm/snapshot/error.hpp"
 
 using namespace memcomm::prof;
+using memcomm::output_conflict;
+using memcomm::ReplacingFile;
 
 namespace {
 
@@ -57,20 +61,6 @@ TraceSet load_inputs(const std::vector<std::string>& files, const LoadOptions& o
   }
 }
 
-// Note [Outputs that would destroy data]: merge takes its output as the first positional argument,
-// so `memcomm-trace merge run.rank0.mct run.rank1.mct` (OUT forgotten) would replace rank 0's trace
-// with a merge of rank 1 alone. An output that is one of the inputs is therefore always refused, and
-// merge (and convert, whose OUT is positional too) refuses any existing OUT unless --force; export's
-// --chrome is named, so only the first rule applies to it. Returns the reason to refuse, or "" to go ahead.
-std::string output_conflict(const std::string& out, const std::vector<std::string>& inputs, bool refuse_existing) {
-  std::error_code ec;
-  if (!std::filesystem::exists(out, ec)) return "";
-  for (const std::string& in : inputs)
-    if (std::filesystem::equivalent(out, in, ec))
-      return "output " + out + " is also an input; it would be overwritten (did you forget OUT?)";
-  if (refuse_existing) return "output " + out + " already exists; pass --force to overwrite it (or did you forget OUT?)";
-  return "";
-}
 
 // --rows: a count of at least 1, with a message that says so (CLI::PositiveNumber's names a
 // floating-point range).
@@ -167,7 +157,7 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
   s.info->add_flag("--json", a.json, "print JSON instead of text");
 
   s.exp = app.add_subcommand("export", "Export to Chrome/Perfetto JSON (load it in ui.perfetto.dev)");
-  s.exp->add_option("--chrome", a.chrome_out, "output JSON file")->required();
+  s.exp->add_option("--chrome", a.chrome_out, "output JSON file ('-': stdout, with the summary line on stderr)")->required();
   add_files(s.exp, a);
 
   s.merge = app.add_subcommand("merge", "Merge ranks onto one timeline (applying each rank's recorded clock offset) "
@@ -214,9 +204,12 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
 
 int run_export(const Args& a) {
   const TraceSet set = load_inputs(a.files);
-  const ChromeExportStats st = export_chrome(set, a.chrome_out);
-  fmt::print("wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n", a.chrome_out, set.ranks.size(),
-             st.slices, st.counters, st.flows, st.instants);
+  const bool to_stdout = a.chrome_out == "-";  // the JSON alone on stdout, the summary on stderr
+  ReplacingFile out(to_stdout ? "/dev/stdout" : a.chrome_out);  // Note [Outputs replaced whole]
+  const ChromeExportStats st = export_chrome(set, out.path());
+  out.commit();
+  fmt::print(to_stdout ? stderr : stdout, "wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n",
+             to_stdout ? "stdout" : a.chrome_out, set.ranks.size(), st.slices, st.counters, st.flows, st.instants);
   return 0;
 }
 
@@ -226,7 +219,9 @@ int run_merge(const Args& a) {
   const TraceSet set = load_inputs(a.files, lo);
   for (const RankTrace& r : set.ranks)
     if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
-  const MergeStats st = write_merged(set, a.merge_out);
+  ReplacingFile out(a.merge_out);  // Note [Outputs replaced whole]
+  const MergeStats st = write_merged(set, out.path());
+  out.commit();
   fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", a.merge_out, st.ranks, st.events, st.chunks, st.bytes);
   return 0;
 }
@@ -241,7 +236,9 @@ int run_convert(const Args& a) {
   WriterOptions o;
   o.codec = a.codec == "lz4" ? Codec::Lz4 : Codec::Zstd;
   o.zstd_level = 3;
-  const tool::ConvertStats st = tool::write_rank(set.ranks.front(), a.convert_out, o);
+  ReplacingFile out(a.convert_out);  // Note [Outputs replaced whole]
+  const tool::ConvertStats st = tool::write_rank(set.ranks.front(), out.path(), o);
+  out.commit();
   fmt::print("{}", tool::convert_summary(a.convert_in, set.files.front(), a.convert_out, st));
   return 0;
 }

@@ -19,4 +19,15 @@ bool can_create_in(const std::filesystem::path& dir) {
   return true;
 }
 
+std::string output_conflict(const std::string& out, const std::vector<std::string>& inputs, bool refuse_existing) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out, ec)) return "";
+  if (std::filesystem::is_directory(out, ec)) return "output " + out + " is a folder; name a file";
+  for (const std::string& in : inputs)
+    if (std::filesystem::equivalent(out, in, ec))
+      return "output " + out + " is also an input; it would be overwritten (did you forget OUT?)";
+  if (refuse_existing) return "output " + out + " already exists; pass --force to overwrite it (or did you forget OUT?)";
+  return "";
+}
+
 }  // namespace memcomm

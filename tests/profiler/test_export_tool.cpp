@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -212,8 +213,13 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input and usage, 1 for unw
 
   // Good input, output that cannot be written: a runtime failure.
   CHECK(run(tool() + " export --chrome /nonexistent-dir/x.json " + paths[0], out) == 1);
-  CHECK(out.find("cannot create") != std::string::npos);
+  CHECK(out.find("cannot write /nonexistent-dir/x.json: No such file or directory") != std::string::npos);
   CHECK(run(tool() + " merge /nonexistent-dir/x.mct " + paths[0], out) == 1);
+  // A folder is never an output, --force or not (Note [Outputs that would destroy data]).
+  const std::string folder = test::temp_path("exit-codes-folder");
+  std::filesystem::create_directories(folder);
+  CHECK(run(tool() + " merge --force " + folder + " " + paths[0], out) == 2);
+  CHECK(out.find("is a folder") != std::string::npos);
 
   CHECK(run(tool() + " --help", out) == 0);
   CHECK(out.find("Exit codes: 0 success; 1 a runtime failure") != std::string::npos);
@@ -235,6 +241,11 @@ TEST_CASE("memcomm-trace never overwrites an input, and merge needs --force for 
   CHECK(run(tool() + " export --chrome " + paths[0] + " " + paths[0], out) == 2);
   CHECK(out.find("is also an input") != std::string::npos);
   CHECK(read_bytes(paths[0]) == rank0);  // untouched
+  // '-' is stdout (the JSON alone there), not a file named '-'.
+  const std::string json = base + ".stdout.json";
+  REQUIRE(std::system((tool() + " export --chrome - " + paths[0] + " > " + json + " 2>/dev/null").c_str()) == 0);
+  CHECK(read_bytes(json).rfind("{", 0) == 0);
+  CHECK_FALSE(std::filesystem::exists("-"));
 
   const std::string merged = base + ".merged.mct";
   REQUIRE(run(tool() + " merge " + merged + " " + paths[0] + " " + paths[1], out) == 0);

@@ -127,7 +127,7 @@ TEST_CASE("cli: --json - writes only the JSON to stdout (it parses) and the tabl
   CHECK(r.err.find(".mct") == std::string::npos);
 }
 
-TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json is refused before any work (exit 2)", "[cli][bad]") {
+TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json, or one that is an input, is refused before any work (exit 2)", "[cli][bad]") {
   TempDir dir;
   auto empty = dir.file("empty.pickle", {});
   Run r = run(dir, empty.string());
@@ -138,6 +138,15 @@ TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json
   r = run(dir, snap.string() + " --policy pytorch --json " + (dir.path() / "no-such-dir" / "out.json").string());
   CHECK(r.code == 2);
   CHECK(r.err.find("cannot write") != std::string::npos);
+
+  // Note [Outputs that would destroy data]: --json naming an input (by any name) would replace the trace.
+  std::filesystem::create_symlink(snap, dir.path() / "link.pickle");
+  for (const std::string& out : {snap.string(), (dir.path() / "link.pickle").string()}) {
+    r = run(dir, snap.string() + " --policy pytorch --json " + out);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("is also an input") != std::string::npos);
+  }
+  CHECK(memcomm::test::build_snapshot().size() == std::filesystem::file_size(snap));
 
   r = run(dir, "--help");
   CHECK(r.code == 0);

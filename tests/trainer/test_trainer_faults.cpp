@@ -19,7 +19,7 @@ namespace {
 RunResult parse_in_child(const std::string& args) {
   std::vector<std::string> words{"memcomm-train"};
   std::istringstream in(args);
-  for (std::string w; in >> w;) words.push_back(w);
+  for (std::string w; in >> w;) words.push_back(w == "''" ? std::string() : w);  // '' is an empty argument
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   std::fflush(nullptr);  // nothing buffered is printed twice
@@ -83,8 +83,16 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         // Outputs and endpoints are checked before LibTorch starts (Note [Outputs checked first]).
                         Case{"--live 127.0.0.1:99999", "--live"}, Case{"--live viewerhost", "--live"},
                         Case{"--trace /proc/memcomm-no/t.mct", "--trace"},
+                        // Outputs that would replace one another (the summary is written after the traces).
+                        Case{"--trace /tmp/memcomm-outs/t.mct --summary-json /tmp/memcomm-outs/t.rank1.mct",
+                             "--summary-json /tmp/memcomm-outs/t.rank1.mct is a rank's trace file"},
+                        Case{"--trace /tmp/memcomm-outs/t --summary-json /tmp/memcomm-outs/../memcomm-outs/t.rank0.mct",
+                             "is a rank's trace file"},
                         Case{"--summary-json /nonexistent-memcomm/s.json", "--summary-json"},
                         Case{"--summary-json /", "--summary-json"},
+                        // An empty value (an unset shell variable) is not the option left out.
+                        Case{"--trace ''", "--trace: must not be empty"}, Case{"--summary-json ''", "--summary-json"},
+                        Case{"--model transformer --seq-len 100000", "attention scores alone"},
                         // Named choices (Note [Choices are parsed once]): an unknown name is refused at parse
                         // time, naming the flag and the names it takes; names are case-sensitive, and the
                         // enum's numbers are not names.
@@ -384,6 +392,22 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
   CHECK(out.find("lost rank 1") != std::string::npos);
   CHECK(out.find("rank 1 did not exit after the failure; killing it") != std::string::npos);
   for (pid_t p : ranks) CHECK_FALSE(alive(p));  // ~Launched kills any that is, even if a check failed
+}
+
+TEST_CASE("a full disk under the checkpoints ends the run with a message and leaves no partial file") {
+  const auto d = scratch_dir("full-disk-checkpoint");
+  const auto probe = run_command("unshare -m sh -c 'mount -t tmpfs -o size=16k memcomm-full-disk " + d + "'");
+  if (probe.code != 0) MEMCOMM_SKIP_TEST("cannot mount a small tmpfs in a mount namespace here (needs root): " + probe.output);
+  // LibTorch's file writer, failing, threw again from its destructor: the ranks aborted and left
+  // ckpt.rankR.pt.tmp filling the disk. Note [Outputs replaced whole] in memcomm/common/replacing_file.hpp.
+  const auto r = run_command("unshare -m sh -c 'mount -t tmpfs -o size=16k memcomm-full-disk " + d + " && " +
+                             quick_train("--nproc 2 --steps 4 --checkpoint-dir " + d + "/ck --checkpoint-every 2") +
+                             "; echo train-exit=$?; ls -A " + d + "/ck'");
+  INFO(r.output);
+  CHECK(r.output.find("train-exit=1") != std::string::npos);
+  CHECK(r.output.find("cannot write " + d + "/ck/ckpt.rank0.pt: No space left on device") != std::string::npos);
+  CHECK(r.output.find("Aborted") == std::string::npos);
+  CHECK(r.output.find(".tmp") == std::string::npos);
 }
 
 TEST_CASE("a full disk under the trace ends the run cleanly and says how much was kept in a readable file") {

@@ -3,9 +3,7 @@
 #include <memcomm/train/errors.hpp>
 
 #include <memcomm/common/output_path.hpp>
-
-#include <fcntl.h>
-#include <unistd.h>
+#include <memcomm/common/replacing_file.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -19,14 +17,6 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string path_for(const std::string& dir, int rank) { return dir + "/ckpt.rank" + std::to_string(rank) + ".pt"; }
-
-void fsync_path(const std::string& p, bool directory) {
-  const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) throw std::runtime_error("cannot open " + p + " to sync it");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw std::runtime_error("fsync of " + p + " failed");
-}
 
 constexpr const char* kFingerprintKey = "memcomm_config";
 
@@ -88,19 +78,17 @@ void ensure_writable_dir(const std::string& dir) {
 
 void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::Module& model,
                      torch::optim::Optimizer& opt, const Fingerprint& fingerprint) {
-  const std::string final_path = path_for(dir, rank);
-  const std::string tmp = final_path + ".tmp";
   torch::serialize::OutputArchive ar, opt_ar;
   model.save(ar);
   opt.save(opt_ar);
   ar.write("optimizer", opt_ar);
   ar.write("memcomm_step", torch::tensor(step, torch::kInt64));
   ar.write(kFingerprintKey, c10::IValue(encode(fingerprint)));
-  ar.save_to(tmp);
-  fsync_path(tmp, false);
-  if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
-    throw std::runtime_error("cannot rename " + tmp + " to " + final_path);
-  fsync_path(dir, true);
+  // Serialized in memory first: LibTorch's file writer, failing (a full disk), throws again from its
+  // destructor and ends the process. Then replaced whole (Note [Outputs replaced whole]).
+  std::ostringstream bytes;
+  ar.save_to(bytes);
+  write_replacing(path_for(dir, rank), bytes.str());
 }
 
 int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,

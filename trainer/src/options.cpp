@@ -1,10 +1,15 @@
 #include <memcomm/train/options.hpp>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <memcomm/common/bytes.hpp>
 #include <memcomm/common/cli_size.hpp>
 #include <memcomm/common/output_path.hpp>
 
+#include <memcomm/profiler/sink.hpp>
 #include <memcomm/profiler/stream_protocol.hpp>
+
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -24,6 +29,20 @@ namespace {
 [[noreturn]] void usage_error(const char* program, const std::string& msg) {
   std::fprintf(stderr, "%s: %s\nRun '%s --help' for the flags.\n", program, msg.c_str(), program);
   std::exit(2);
+}
+
+// True when `file` is where a rank's trace goes: NAME.rankR.mct beside --trace NAME.mct.
+bool is_rank_trace(const std::string& file, const std::string& trace) {
+  std::error_code ec;
+  const fs::path f = fs::weakly_canonical(file, ec), rank0 = fs::weakly_canonical(prof::rank_trace_path(trace, 0), ec);
+  if (ec || f.parent_path() != rank0.parent_path()) return false;
+  const std::string name = f.filename().string(), r0 = rank0.filename().string();
+  const std::string prefix = r0.substr(0, r0.size() - std::string("0.mct").size()), suffix = ".mct";
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  return digits.find_first_not_of("0123456789") == std::string::npos;
 }
 
 }  // namespace
@@ -80,6 +99,16 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
   if (o.model == ModelKind::Transformer && (o.width % o.heads) != 0)
     usage_error("--width must be a multiple of --heads for the transformer");
+  if (o.model == ModelKind::Transformer) {
+    // One micro-batch's attention scores (batch x heads x seq_len^2 floats) are a lower bound on its
+    // memory; more than the machine holds would only swap until the kernel ends the run, silently.
+    const double scores = 4.0 * double(o.batch_size) * double(o.heads) * double(o.seq_len) * double(o.seq_len);
+    const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    if (ram > 0 && scores > ram)
+      usage_error(fmt::format("--seq-len {}: one micro-batch's attention scores alone (--batch-size {} x --heads {} x "
+                              "seq_len^2 floats) are {}, more than this machine's {} of memory",
+                              o.seq_len, o.batch_size, o.heads, format_bytes(uint64_t(scores)), format_bytes(uint64_t(ram))));
+  }
   if (o.memory_limit < 0 || o.memory_limit > kMaxMemoryLimit)
     usage_error("--memory-limit must be between 0 (none) and 128TiB");
   if (o.memory_limit > 0 && o.allocator != AllocatorKind::Memcomm && o.device != DeviceKind::Cuda)
@@ -108,6 +137,14 @@ void check_train_options(const TrainOptions& o, const char* program) {
   } catch (const std::invalid_argument& e) {
     usage_error(e.what());
   }
+  // Outputs must not overwrite one another: the summary written last would replace a rank's trace.
+  for (const auto& [flag, file] : {std::pair{"--summary-json", o.summary_json}, std::pair{"--dump-params", o.dump_params}})
+    if (!file.empty() && !o.trace.empty() && is_rank_trace(file, o.trace))
+      usage_error(std::string(flag) + " " + file + " is a rank's trace file of --trace " + o.trace);
+  std::error_code ec;
+  if (!o.summary_json.empty() && !o.dump_params.empty() &&
+      fs::weakly_canonical(o.summary_json, ec) == fs::weakly_canonical(o.dump_params, ec))
+    usage_error("--summary-json and --dump-params name the same file " + o.summary_json);
 }
 
 void check_output_file(const std::string& flag, const std::string& file) {
@@ -116,8 +153,8 @@ void check_output_file(const std::string& flag, const std::string& file) {
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " does not exist");
   if (fs::is_directory(file, ec)) throw std::invalid_argument(flag + " " + file + " is a folder, not a file");
-  // Written as FILE.tmp and renamed over FILE, so the folder must take new files (FILE's own mode
-  // does not matter).
+  // Written beside FILE and renamed over it (Note [Outputs replaced whole]), so the folder must take
+  // new files (FILE's own mode does not matter).
   if (!memcomm::can_create_in(dir))
     throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " is not writable");
 }
@@ -263,10 +300,12 @@ void add_observation_options(CLI::App& g, TrainOptions& o) {
                "Evaluation batches per rank on the test split (0: all of it, every sample once, the last short "
                "batch included)")
       ->capture_default_str();
-  g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
+  g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE")->check(memcomm::not_empty());
   g.add_option("--trace", o.trace,
-               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)");
-  g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen; :PORT for this machine)");
+               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)")
+      ->check(memcomm::not_empty());
+  g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen; :PORT for this machine)")
+      ->check(memcomm::not_empty());
   add_choice(g, "--cupti", o.cupti,
              "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "
              "(when recording a run on a GPU), on (also when the run is on the CPU) or off; where CUPTI "
@@ -284,7 +323,8 @@ void add_observation_options(CLI::App& g, TrainOptions& o) {
 }
 
 void add_checkpoint_options(CLI::App& g, TrainOptions& o) {
-  g.add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");
+  g.add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)")
+      ->check(memcomm::not_empty());
   g.add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every S steps (atomic: temp, fsync, rename)")
       ->capture_default_str();
   g.add_flag("--resume", o.resume,

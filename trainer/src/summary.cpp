@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 #include <memcomm/common/bytes.hpp>
+#include <memcomm/common/replacing_file.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -63,14 +64,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"cache_clears", s.cache_clears}, {"cache_released", s.cache_released},
       {"samples_per_rank_epoch", s.samples_per_rank_epoch}, {"batches_per_epoch", s.batches_per_epoch},
       {"tail_adjust", s.tail_adjust}, {"unused_per_epoch", s.unused_per_epoch}};
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw std::runtime_error("cannot write --summary-json file " + path);
-    f << j.dump(2) << "\n";
-    if (!f) throw std::runtime_error("writing --summary-json file " + path + " failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  write_replacing(path, j.dump(2) + "\n");  // Note [Outputs replaced whole]
 }
 
 }  // namespace memcomm::train

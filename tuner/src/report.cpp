@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <memcomm/common/bytes.hpp>
+#include <memcomm/common/replacing_file.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -240,18 +241,13 @@ bool store_cached(const TuneResult& r) {
   const std::filesystem::path path = cache_path(r.key);
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << to_json(r).dump(1) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "memcomm-tune: warning: cannot write the cache %s\n", tmp.c_str());
-      return false;
-    }
+  try {
+    write_replacing(path.string(), to_json(r).dump(1) + "\n");  // Note [Outputs replaced whole]
+    return true;
+  } catch (const OutputError& e) {
+    std::fprintf(stderr, "memcomm-tune: warning: the cache: %s\n", e.what());
+    return false;
   }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) std::fprintf(stderr, "memcomm-tune: warning: cannot write the cache %s: %s\n", path.c_str(), ec.message().c_str());
-  return !ec;
 }
 
 }  // namespace memcomm::tune

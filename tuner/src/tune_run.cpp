@@ -1,5 +1,6 @@
 #include "tune_run.hpp"
 
+#include <memcomm/common/replacing_file.hpp>
 #include <memcomm/train/errors.hpp>
 #include "memcomm/tuner/report.hpp"
 #include "memcomm/tuner/verify.hpp"
@@ -58,13 +59,7 @@ void print_result(const TuneResult& r) {
 
 void write_json(const TuneResult& r, const std::string& path) {
   if (path.empty()) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << to_json(r).dump(1) << "\n";
-    if (!f) throw std::runtime_error("cannot write --json file " + path);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot write --json file " + path);
+  write_replacing(path, to_json(r).dump(1) + "\n");  // Note [Outputs replaced whole]
 }
 
 // The checks that need the ranks: the agreed memory limit against the batch and the model's size.

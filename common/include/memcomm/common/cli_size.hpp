@@ -1,6 +1,6 @@
-// A CLI11 transform that reads an option's value with memcomm::parse_size, so every tool accepts the
-// same sizes ("1.5GiB", "512MiB", "2GB") and rejects bad ones with the same message. Header-only:
-// the tool links CLI11 itself.
+// CLI11 checks every tool shares: sizes read with memcomm::parse_size, so every tool accepts the same
+// sizes ("1.5GiB", "512MiB", "2GB") and rejects bad ones with the same message, and values that must
+// not be empty. Header-only: the tool links CLI11 itself.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -25,6 +25,13 @@ inline CLI::Validator size_transform() {
         }
       },
       "SIZE", "size");
+}
+
+// `option->check(not_empty())`: an empty value ("--trace ''", an unset shell variable) is an error,
+// not the option left out.
+inline CLI::Validator not_empty() {
+  return CLI::Validator([](std::string& value) -> std::string { return value.empty() ? "must not be empty" : ""; },
+                        "", "not empty");
 }
 
 }  // namespace memcomm

@@ -1,0 +1,84 @@
+// memcomm::ReplacingFile and write_replacing (Note [Outputs replaced whole]): a result replaces its
+// destination whole or not at all, through symlinks, and in place where the destination is a device.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <memcomm/common/replacing_file.hpp>
+
+namespace fs = std::filesystem;
+using memcomm::OutputError;
+using memcomm::ReplacingFile;
+using memcomm::write_replacing;
+
+namespace {
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "memcomm_replacing_file" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+std::string contents(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+std::size_t entries(const fs::path& dir) {
+  return static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+}
+}  // namespace
+
+TEST_CASE("a result replaces its destination whole, keeping its permissions", "[unit]") {
+  const fs::path dir = fresh_dir("replace");
+  const fs::path out = dir / "result.json";
+  write_replacing(out.string(), "first\n");
+  CHECK(contents(out) == "first\n");
+  ::chmod(out.c_str(), 0640);
+  write_replacing(out.string(), "second\n");
+  CHECK(contents(out) == "second\n");
+  struct stat st {};
+  REQUIRE(::stat(out.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  CHECK(entries(dir) == 1);  // no temporary left behind
+}
+
+TEST_CASE("a result that is never committed leaves the old file and no temporary", "[unit]") {
+  const fs::path dir = fresh_dir("abandon");
+  const fs::path out = dir / "trace.mct";
+  write_replacing(out.string(), "old");
+  {
+    ReplacingFile file(out.string());
+    CHECK(file.path() != out.string());
+    std::ofstream(file.path()) << "half of a new one";
+  }  // a writer that threw (a full disk) never reaches commit()
+  CHECK(contents(out) == "old");
+  CHECK(entries(dir) == 1);
+}
+
+TEST_CASE("a symlinked destination is written through, the link kept", "[unit]") {
+  const fs::path dir = fresh_dir("symlink");
+  const fs::path target = dir / "target.json", link = dir / "link.json";
+  write_replacing(target.string(), "old");
+  fs::create_symlink(target, link);
+  write_replacing(link.string(), "new");
+  CHECK(fs::is_symlink(fs::symlink_status(link)));
+  CHECK(contents(target) == "new");
+}
+
+TEST_CASE("a destination that is not a regular file is written in place, its errors reported", "[unit]") {
+  ReplacingFile null_device("/dev/null");
+  CHECK(null_device.path() == "/dev/null");
+  write_replacing("/dev/null", "discarded");
+  CHECK(fs::is_character_file("/dev/null"));
+  if (fs::exists("/dev/full")) CHECK_THROWS_AS(write_replacing("/dev/full", std::string(1 << 16, 'x')), OutputError);
+}
+
+TEST_CASE("a folder that does not exist is an error naming the file", "[unit]") {
+  const std::string out = (fresh_dir("missing") / "no-such-folder" / "r.json").string();
+  CHECK_THROWS_WITH(write_replacing(out, "x"), Catch::Contains(out) && Catch::Contains("No such file"));
+}
