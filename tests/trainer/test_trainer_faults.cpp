@@ -204,6 +204,28 @@ TEST_CASE("a corrupt checkpoint gives a clear error") {
   CHECK(r.output.find("ckpt.rank0.pt") != std::string::npos);
 }
 
+TEST_CASE("a checkpoint with flipped bytes or cut short is refused as corrupt, not resumed") {
+  // Note [Checkpoint checksum]: LibTorch alone resumed such a file with NaN weights and exit 0.
+  const auto d = scratch_dir("flipped-ckpt");
+  REQUIRE(run_command(quick_train("--steps 2 --checkpoint-every 2 --checkpoint-dir " + d)).code == 0);
+  const std::string path = d + "/ckpt.rank0.pt";
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  REQUIRE(bytes.size() > 4096);
+  for (const auto& [what, damaged] : {std::pair{"flipped", bytes.substr(0, bytes.size() / 2) + "\x5a\xa5" +
+                                                               bytes.substr(bytes.size() / 2 + 2)},
+                                      std::pair{"cut", bytes.substr(0, bytes.size() - 100)}}) {
+    { std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged; }
+    const auto r = run_command(quick_train("--steps 4 --resume --checkpoint-dir " + d));
+    INFO(what << "\n" << r.output);
+    CHECK(r.code == 1);
+    CHECK(r.output.find("checkpoint " + path + " is corrupt") != std::string::npos);
+  }
+}
+
 TEST_CASE("resume continues exactly like a run that never stopped") {
   const auto full = scratch_dir("resume-full"), part = scratch_dir("resume-part");
   const auto a = run_command(quick_train("--nproc 2 --steps 8 --optimizer adam --lr 0.01 --dump-params " + full + "/p.bin"));

@@ -4,9 +4,13 @@
 
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
+#include <memcomm/trace/trace_format.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -19,6 +23,43 @@ namespace {
 std::string path_for(const std::string& dir, int rank) { return dir + "/ckpt.rank" + std::to_string(rank) + ".pt"; }
 
 constexpr const char* kFingerprintKey = "memcomm_config";
+
+// Note [Checkpoint checksum]
+// LibTorch reads its archive without checking the zip's CRCs, so a checkpoint with a few flipped bytes
+// resumed with NaN weights, and exit 0. A checkpoint is therefore the archive behind a header: kMagic,
+// the archive's length and prof::trace_hash (XXH3, the .mct chunks' checksum) of its bytes. Resume
+// refuses a file whose length or checksum disagree, as corrupt (exit 1), before LibTorch reads it. A
+// bare archive (written before the header) still loads.
+constexpr char kMagic[8] = {'M', 'C', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr size_t kHeaderBytes = sizeof kMagic + 2 * sizeof(uint64_t);
+
+std::string with_header(const std::string& archive) {
+  const uint64_t fields[2] = {archive.size(), prof::trace_hash(archive.data(), archive.size())};
+  std::string out(kMagic, sizeof kMagic);
+  out.append(reinterpret_cast<const char*>(fields), sizeof fields);
+  return out + archive;
+}
+
+// The archive inside checkpoint `path`'s bytes; throws std::runtime_error when its header disagrees.
+std::string archive_of(const std::string& path, std::string bytes) {
+  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return bytes;  // bare
+  uint64_t fields[2] = {0, 0};
+  if (bytes.size() >= kHeaderBytes) std::memcpy(fields, bytes.data() + sizeof kMagic, sizeof fields);
+  if (bytes.size() < kHeaderBytes || fields[0] != bytes.size() - kHeaderBytes)
+    throw std::runtime_error("checkpoint " + path + " is corrupt: " + std::to_string(bytes.size()) +
+                             " bytes, not the length its header gives (cut short?)");
+  bytes.erase(0, kHeaderBytes);
+  if (prof::trace_hash(bytes.data(), bytes.size()) != fields[1])
+    throw std::runtime_error("checkpoint " + path + " is corrupt: its checksum does not match its contents");
+  return bytes;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (!f.eof() && f.fail()) throw std::runtime_error("cannot read checkpoint " + path);
+  return bytes;
+}
 
 // "key=value" lines; values never hold a newline (they are flag values and numbers).
 std::string encode(const Fingerprint& f) {
@@ -85,10 +126,11 @@ void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::
   ar.write("memcomm_step", torch::tensor(step, torch::kInt64));
   ar.write(kFingerprintKey, c10::IValue(encode(fingerprint)));
   // Serialized in memory first: LibTorch's file writer, failing (a full disk), throws again from its
-  // destructor and ends the process. Then replaced whole (Note [Outputs replaced whole]).
+  // destructor and ends the process. Then replaced whole (Note [Outputs replaced whole]), behind its
+  // checksum (Note [Checkpoint checksum]).
   std::ostringstream bytes;
   ar.save_to(bytes);
-  write_replacing(path_for(dir, rank), bytes.str());
+  write_replacing(path_for(dir, rank), with_header(bytes.str()));
 }
 
 int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
@@ -97,7 +139,8 @@ int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& mod
   if (!fs::exists(p)) return -1;
   try {
     torch::serialize::InputArchive ar, opt_ar;
-    ar.load_from(p);
+    std::istringstream archive(archive_of(p, read_file(p)));
+    ar.load_from(archive);
     // Note [Checkpoint fingerprint]: compare before anything is loaded into the model.
     std::vector<std::string> diffs;
     c10::IValue saved;
