@@ -162,7 +162,9 @@ class Profiler:
 
     def stop(self) -> Tuple[int, int]:
         """Removes every hook (Note [Nothing left after stop]), closes this thread's open phases and
-        the trace. Returns (events recorded, events dropped). Safe to call twice."""
+        the trace. Returns (events recorded, events dropped; those a write error kept out of the file
+        included). Safe to call twice. Raises OSError, once everything is stopped, when the trace file
+        could not be written whole (a full disk): the message says how many events it holds."""
         with running.control:
             if running.profiler is not self:
                 return self.result
@@ -171,7 +173,10 @@ class Profiler:
             self._hooks.close_this_thread()
             self.result = tuple(self._run.finish())
             self._collector_ns = self._run.collector_cpu_ns()
+            trace_error = self._run.trace_error()
             self._run = None
+        if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
+            raise OSError(f"memcomm: {trace_error}")
         if self._hooks.backwards and not self._hooks.step_ends:
             warnings.warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
                           "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
@@ -187,8 +192,13 @@ class Profiler:
     def __enter__(self) -> "Profiler":
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self.stop()
+        except OSError as e:
+            if exc_type is None:
+                raise
+            warnings.warn(str(e), stacklevel=2)  # the body's own exception is the one to see
 
     def counter(self, name: str, value: float) -> None:
         """Records a named value (loss, samples/s, learning rate) at this moment."""

@@ -106,15 +106,18 @@ class PyRunProfiler {
     if (!run_) return totals_;
     totals_ = run_->finish();
     cpu_ns_ = run_->collector_cpu_ns();
+    trace_error_ = run_->trace_error();
     run_.reset();  // closes the sinks: the files are complete when this returns
     return totals_;
   }
   int64_t collector_cpu_ns() const { return run_ ? run_->collector_cpu_ns() : cpu_ns_; }
+  const std::string& trace_error() const { return trace_error_; }
 
  private:
   std::unique_ptr<train::RunProfiler> run_;
   std::pair<int64_t, int64_t> totals_{0, 0};
   int64_t cpu_ns_ = 0;
+  std::string trace_error_;
 };
 
 void record_collective(int op, int dtype, uint64_t bytes, int comm, uint32_t seq, int bucket, int64_t start_ns,
@@ -189,7 +192,9 @@ void bind_run(pyb::module_& m) {
       // With the GIL held: counter() from another Python thread must not run while the sinks close.
       .def("finish", &PyRunProfiler::finish,
            "Stops recording and closes the sinks; returns (events recorded, events dropped). Idempotent.")
-      .def("collector_cpu_ns", &PyRunProfiler::collector_cpu_ns);
+      .def("collector_cpu_ns", &PyRunProfiler::collector_cpu_ns)
+      .def("trace_error", &PyRunProfiler::trace_error,
+           "After finish(): why the trace file stopped short (a full disk) and how much it holds; '' when whole.");
 }
 
 void bind_hot_calls(pyb::module_& m) {

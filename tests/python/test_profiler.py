@@ -458,6 +458,38 @@ def test_an_exception_in_the_block_still_closes_the_trace(tmp_path, tool):
     assert ckpt == {"step": 2, "data_wait": 2, "forward": 2, "backward": 2, "optimizer": 2}, ckpt
 
 
+def test_a_full_disk_under_the_trace_is_an_os_error_after_a_clean_stop(tmp_path, tool):
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = f"mount -t tmpfs -o size=16k memcomm-full-disk {full}"
+    if subprocess.run(["unshare", "-m", "sh", "-c", mount], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs in a mount namespace here (needs root)")
+    code = MODEL + textwrap.dedent("""
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        try:
+            with memcomm.profile(trace=sys.argv[1]):
+                loop(model, opt, batches(200))
+        except OSError as e:
+            print("OSError:", e)
+        assert memcomm.profiler.current() is None
+        try:  # with the body's own exception, that one propagates and the disk is a warning
+            with memcomm.profile(trace=sys.argv[1]):
+                loop(model, opt, batches(200))
+                raise KeyError("the body's")
+        except KeyError as e:
+            print("KeyError:", e)
+    """)
+    script = tmp_path / "full_disk.py"
+    script.write_text(code)
+    r = subprocess.run(["unshare", "-m", "sh", "-c", f"{mount} && {sys.executable} {script} {full}/run.mct"],
+                       capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OSError: memcomm: trace " in r.stdout and "No space left on device" in r.stdout, r.stdout + r.stderr
+    assert "lost)" in r.stdout and "KeyError: \"the body's\"" in r.stdout, r.stdout
+    assert "memcomm-train" not in r.stderr, r.stderr
+
+
 def test_a_killed_process_leaves_a_readable_trace(tmp_path, tool):
     code = MODEL + textwrap.dedent("""
         memcomm.use_allocator("cpu")

@@ -445,4 +445,5 @@ TEST_CASE("a full disk under the trace ends the run cleanly and says how much wa
   CHECK(r.output.find("No space left on device") != std::string::npos);
   CHECK(r.output.find("lost") != std::string::npos);
   CHECK(r.output.find("recovered") != std::string::npos);    // memcomm-trace read what was kept
+  CHECK(r.output.find(", 0 dropped") == std::string::npos);  // the summary counts what the file lost
 }

@@ -1,5 +1,7 @@
 #include <memcomm/train/profiling.hpp>
 
+#include <fmt/format.h>
+
 #include <memcomm/allocator/caching_allocator.hpp>
 #include <memcomm/profiler/recorder.hpp>
 #include <memcomm/profiler/sink.hpp>
@@ -97,6 +99,7 @@ struct RunProfiler::Impl {
   std::mutex names_mu;
   std::map<std::string, prof::Name> names;
   bool finished = false;
+  std::string trace_error;  // RunProfiler::trace_error()
   std::pair<int64_t, int64_t> totals{0, 0};
   int64_t collector_cpu_ns = 0;  // captured by finish()
 #ifdef MEMCOMM_HAVE_CUPTI
@@ -226,7 +229,7 @@ std::pair<int64_t, int64_t> RunProfiler::finish() {
     impl_->cupti->stop();  // Note [CUPTI teardown]: flushes into the still-running recorder
     const prof::CuptiStats cs = impl_->cupti->stats();
     if (cs.cupti_dropped > 0 || cs.buffers_denied > 0)
-      std::fprintf(stderr, "memcomm-train: CUPTI dropped %llu GPU activity record(s) (%llu buffer request(s) refused)\n",
+      std::fprintf(stderr, "memcomm: CUPTI dropped %llu GPU activity record(s) (%llu buffer request(s) refused)\n",
                    static_cast<unsigned long long>(cs.cupti_dropped), static_cast<unsigned long long>(cs.buffers_denied));
     impl_->cupti.reset();
   }
@@ -240,21 +243,24 @@ std::pair<int64_t, int64_t> RunProfiler::finish() {
   prof::uninstall_nvtx_bridge(rec);
 #endif
   const auto st = rec.stats();
+  uint64_t lost = 0;
   if (impl_->file) {
     rec.remove_sink(impl_->file);
-    if (!impl_->file->error().empty())
-      std::fprintf(stderr, "memcomm-train: trace %s: %s; the file holds the first %llu events (%llu lost), "
-                           "readable up to its last complete chunk\n",
-                   impl_->file->path().c_str(), impl_->file->error().c_str(),
-                   static_cast<unsigned long long>(impl_->file->events_written()),
-                   static_cast<unsigned long long>(impl_->file->events_lost()));
+    const prof::FileSink& f = *impl_->file;
+    if (!f.error().empty()) {
+      lost = f.events_lost();
+      impl_->trace_error = fmt::format("trace {}: {}; the file holds the first {} events ({} lost), readable up to "
+                                       "its last complete chunk", f.path(), f.error(), f.events_written(), lost);
+    }
   }
   if (impl_->live) rec.remove_sink(impl_->live);
-  impl_->totals = {int64_t(st.recorded), int64_t(st.dropped)};
+  impl_->totals = {int64_t(st.recorded), int64_t(st.dropped + lost)};
   impl_->collector_cpu_ns = int64_t(st.collector_cpu_ns);
   impl_->finished = true;
   return impl_->totals;
 }
+
+std::string RunProfiler::trace_error() const { return impl_ ? impl_->trace_error : std::string(); }
 
 int64_t RunProfiler::collector_cpu_ns() const {
   if (!impl_) return 0;

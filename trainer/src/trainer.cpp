@@ -376,6 +376,8 @@ void TrainingRun::gather_run_wide_figures() {
   const MemoryFigures mf = p_.memory.figures();
   s_.allocator = mf.allocator;
   const auto [events, drops] = p_.profiler.finish();
+  if (const std::string error = p_.profiler.trace_error(); !error.empty())
+    std::fprintf(stderr, "memcomm-train: %s\n", error.c_str());
   p_.comm.on_collective = nullptr;  // the recorder has stopped
   auto peaks = torch::tensor({double(mf.peak_allocated), double(mf.peak_reserved), mf.fragmentation,
                               double(peak_rss_bytes())}, torch::kFloat64);

@@ -53,8 +53,12 @@ class RunProfiler {
   // This rank's clock offset to rank 0 (Note [Clock offsets at rendezvous] in comm.hpp), recorded
   // so that loading the per-rank traces puts them on one timeline.
   void clock_offset(int64_t ns);
-  // Stops recording and returns (events recorded, events dropped); idempotent.
+  // Stops recording and returns (events recorded, events dropped); idempotent. Dropped counts the
+  // events the trace file lost to a write error (a full disk) too.
   std::pair<int64_t, int64_t> finish();
+  // After finish(): why the trace file stopped short, and how much it holds ("" when it is whole).
+  // The caller reports it (memcomm-train on stderr, Python as OSError).
+  std::string trace_error() const;
   // CPU time the profiler's collector thread used (draining, samplers, trace compression): the
   // profiler's own cost, measurable even when step times are too noisy to show it. 0 if inactive.
   int64_t collector_cpu_ns() const;
