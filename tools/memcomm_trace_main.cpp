@@ -22,6 +22,7 @@
 #include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/merge.hpp"
 #include "memcomm/trace/trace_set.hpp"
+#include "input_warnings.hpp"
 #include "trace_convert.hpp"
 #include "trace_info.hpp"
 #include "trace_memory.hpp"
@@ -43,18 +44,11 @@ class BadInput : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-void warn_about_inputs(const TraceSet& set) {
-  for (const FileLoadInfo& f : set.files)
-    if (f.recovery.truncated)
-      fmt::print(stderr, "memcomm-trace: warning: {}: {}\n", f.path, f.recovery.detail);
-  for (const std::string& line : set.mixed_runs()) fmt::print(stderr, "memcomm-trace: warning: {}\n", line);
-}
-
 // Loads the input traces; any reading error becomes BadInput.
 TraceSet load_inputs(const std::vector<std::string>& files, const LoadOptions& options = {}) {
   try {
     TraceSet set = TraceSet::load(files, options);
-    warn_about_inputs(set);
+    tool::warn_about_inputs(set);
     return set;
   } catch (const TraceError& e) {
     throw BadInput(e.what());

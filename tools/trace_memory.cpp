@@ -9,6 +9,8 @@
 // where the producer gave none (not a snapshot's "<non-python>": the block may well come from Python).
 #include "trace_memory.hpp"
 
+#include "input_warnings.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <memcomm/common/bytes.hpp>
@@ -142,6 +144,7 @@ std::unique_ptr<HeldMemory> open_held(const std::string& path, const MemoryArgs&
   } catch (const TraceError& e) {
     throw std::invalid_argument(fmt::format("{} (memory reads PyTorch snapshots and memcomm or torch.profiler traces)", e.what()));
   }
+  warn_about_inputs(set);
   for (const RankTrace& r : set.ranks)
     if (args.rank < 0 || r.rank == static_cast<std::uint32_t>(args.rank)) return std::make_unique<TraceMemory>(path, r, args.device);
   throw std::invalid_argument(args.rank < 0 ? fmt::format("{}: holds no rank", path)

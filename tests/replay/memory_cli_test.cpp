@@ -2,6 +2,10 @@
 // contract, text mode, --at, and bad input (exit 2 with a message naming what was wrong).
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <iterator>
+#include <vector>
+
 #include "hand_snapshot.hpp"
 #include "json_text.hpp"
 #include "run_tool.hpp"
@@ -72,6 +76,21 @@ TEST_CASE("memory cli: text mode and compare", "[cli][memory]") {
   const auto sites = memcomm::test::parse_json(same_json.out)["sites"];
   CHECK(sites.size() == 2);  // every site at the peak (the 30 MiB block, the end state's), unchanged ones too
   for (const auto& site : sites) CHECK(site["delta"] == 0);
+}
+
+TEST_CASE("memory cli: a trace cut short is read up to its last chunk, with the warning every subcommand gives", "[cli][memory]") {
+  TempDir dir("memory-cut");
+  std::ifstream in(memcomm::test::source_dir() + "/tests/allocator/data/trainer_mlp_accum2.rank1.mct", std::ios::binary);
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(bytes.size() > 30000);
+  bytes.resize(30000);
+  const auto cut = dir.file("cut.rank1.mct", bytes);
+  for (const std::string& sub : {"memory " + cut.string(), "compare " + cut.string() + " " + cut.string()}) {
+    CAPTURE(sub);
+    Run r = trace_tool(dir, sub);
+    CHECK(r.code == 0);
+    CHECK(r.err.find("warning: " + cut.string() + ": chunk") != std::string::npos);
+  }
 }
 
 TEST_CASE("memory cli: bad input and bad options exit 2 with a message", "[cli][memory][bad]") {

@@ -227,6 +227,16 @@ TEST_CASE("headless memcomm-view exits 1 on a script timeout, a failed script sc
                        "/no/such/dir/b.json",
                    &out) == 1);
   CHECK(out.find("cannot write the report") != std::string::npos);
+  // stb's file writer ignored write errors: a full disk gave a 0-byte PNG and exit 0.
+  if (std::filesystem::exists("/dev/full")) {
+    CHECK(run_viewer("--synthetic 1000 --size 320x200 --screenshot /dev/full", &out) == 1);
+    CHECK(out.find("No space left on device") != std::string::npos);
+  }
+  // A --listen address that cannot be used ends a headless run at once, not after its --timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(run_viewer("--listen nonsense.invalid:7433 --exit-after-events 1 --timeout 120", &out) == 1);
+  CHECK(out.find("--listen nonsense.invalid:7433: cannot resolve") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
   // A script that passes still exits 0.
   const std::string ok = out_dir() + "/inputs_pass.script";
   std::ofstream(ok) << "wait-events 1 30\nframes 1\nscreenshot " << out_dir() << "/inputs_pass.png\n";

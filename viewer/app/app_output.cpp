@@ -11,9 +11,12 @@
 #include <imgui.h>
 #include <stb/stb_image_write.h>
 
+#include <memcomm/common/replacing_file.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 namespace memcomm::view {
 
@@ -46,11 +49,33 @@ bool App::write_png(const std::string& path, std::string& error) {
     error = path + ": could not read the frame back (glReadPixels failed)";
     return false;
   }
-  if (!stbi_write_png(path.c_str(), w, h, 4, px.data(), w * 4)) {
-    error = path + ": cannot write PNG";
+  // Encoded in memory, then replaced whole (Note [Outputs replaced whole]): stb's own file writer
+  // ignores write errors, so a full disk gave a 0-byte PNG and exit 0.
+  std::string png;
+  const auto append = [](void* out, void* data, int n) {
+    static_cast<std::string*>(out)->append(static_cast<const char*>(data), static_cast<std::size_t>(n));
+  };
+  if (!stbi_write_png_to_func(append, &png, w, h, 4, px.data(), w * 4)) {
+    error = path + ": cannot encode the frame as PNG";
+    return false;
+  }
+  try {
+    write_replacing(path, png);
+  } catch (const OutputError& e) {
+    error = e.what();
     return false;
   }
   return true;
+}
+
+bool App::write_report(const std::string& text) const {
+  try {
+    write_replacing(opt_.report_json, text + "\n");  // Note [Outputs replaced whole]
+    return true;
+  } catch (const OutputError& e) {
+    std::fprintf(stderr, "memcomm-view: %s: cannot write the report (%s)\n", opt_.report_json.c_str(), e.what());
+    return false;
+  }
 }
 
 namespace {

@@ -61,7 +61,14 @@ int App::run() {
   start_load(opt_.files);
   if (!opt_.listen.empty()) {
     std::string live_error;
-    if (!start_live(live_error)) st_.message(live_error);  // the viewer still shows its files
+    if (!start_live(live_error)) {
+      // Headless, nothing could ever arrive: waiting out --timeout would only hide why.
+      if (headless) {
+        std::fprintf(stderr, "memcomm-view: --listen %s: %s\n", opt_.listen.c_str(), live_error.c_str());
+        return 1;
+      }
+      st_.message(live_error);  // in a window, the viewer still shows its files
+    }
   }
   if (opt_.bench) return run_bench();
   set_script(std::move(script));
@@ -103,8 +110,10 @@ int App::frame_loop(bool headless) {
         break;
       }
       if (now_s() - start > opt_.exit_timeout_s) {
-        st_.message(fmt::format("timed out after {:.0f} s with {} of {} events from {} of {} ranks", opt_.exit_timeout_s,
-                                events_seen(), opt_.exit_after_events, ranks_with_spans(), opt_.exit_after_ranks));
+        std::string ranks = fmt::format("{} ranks", ranks_with_spans());  // "of R" only when --exit-after-ranks asked
+        if (opt_.exit_after_ranks > 0) ranks = fmt::format("{} of {} ranks", ranks_with_spans(), opt_.exit_after_ranks);
+        st_.message(fmt::format("timed out after {:.0f} s with {} of {} events from {}", opt_.exit_timeout_s,
+                                events_seen(), opt_.exit_after_events, ranks));
         rc = 1;
         break;
       }
@@ -125,15 +134,7 @@ int App::write_outputs(int rc) {
       rc = 1;
     }
   }
-  if (!opt_.report_json.empty()) {
-    std::ofstream f(opt_.report_json);
-    f << report_json() << "\n";
-    f.flush();
-    if (!f) {
-      std::fprintf(stderr, "memcomm-view: %s: cannot write the report\n", opt_.report_json.c_str());
-      rc = 1;
-    }
-  }
+  if (!opt_.report_json.empty() && !write_report(report_json())) rc = 1;
   return rc;
 }
 
@@ -255,15 +256,7 @@ int App::run_bench() {
   std::printf("  load (ingest + index): %.3f s = %.1f M events/s (files read and built %.3f s; first frame %.3f s)\n", load_s,
               load_s > 0 ? events / load_s / 1e6 : 0, read_s, first_frame_s);
   int rc = 0;
-  if (!opt_.report_json.empty()) {
-    std::ofstream f(opt_.report_json);
-    f << j.dump(2) << "\n";
-    f.flush();
-    if (!f) {
-      std::fprintf(stderr, "memcomm-view: %s: cannot write the report\n", opt_.report_json.c_str());
-      rc = 1;
-    }
-  }
+  if (!opt_.report_json.empty() && !write_report(j.dump(2))) rc = 1;
   return headless_exit_code(rc);
 }
 

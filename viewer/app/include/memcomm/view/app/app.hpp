@@ -63,6 +63,8 @@ class App {
   void frame();                          // input (script), UI build, render
   bool read_pixels(std::vector<std::uint8_t>& rgba_top_down, int& w, int& h);
   bool write_png(const std::string& path, std::string& error);
+  // --report-json: `text` replaces the file whole; false (after a message on stderr) when it cannot.
+  bool write_report(const std::string& text) const;
   std::string report_json() const;
   void start_load(std::vector<std::string> paths);
   bool loading() const { return load_ != nullptr; }

@@ -1,0 +1,11 @@
+// What every memcomm-trace subcommand says on stderr about the traces it loaded: files cut short (read
+// up to their last complete chunk or event, as --help promises) and ranks that look like several runs.
+#pragma once
+
+#include "memcomm/trace/trace_set.hpp"
+
+namespace memcomm::prof::tool {
+
+void warn_about_inputs(const TraceSet& set);
+
+}  // namespace memcomm::prof::tool
