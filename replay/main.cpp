@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 
 #include "memcomm/common/bytes.hpp"
-#include "memcomm/common/cli_size.hpp"
+#include "memcomm/common/cli_checks.hpp"
 #include "memcomm/common/output_path.hpp"
 #include "memcomm/common/replacing_file.hpp"
 #include "memcomm/replay/replayer.hpp"

@@ -8,7 +8,7 @@
 // meaning memcomm-replay gives them.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <memcomm/common/cli_size.hpp>
+#include <memcomm/common/cli_checks.hpp>
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
 
@@ -55,19 +55,6 @@ TraceSet load_inputs(const std::vector<std::string>& files, const LoadOptions& o
   }
 }
 
-
-// --rows: a count of at least 1, with a message that says so (CLI::PositiveNumber's names a
-// floating-point range).
-// CLI11 prefixes the option's name: "--rows: must be at least 1 (got '0')".
-CLI::Validator at_least_one() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        long long n = 0;
-        const bool number = CLI::detail::lexical_cast(text, n);
-        return number && n >= 1 ? std::string() : "must be at least 1 (got '" + text + "')";
-      },
-      "");
-}
 
 // Every subcommand's options, filled by CLI11.
 struct Args {
@@ -121,9 +108,9 @@ void add_memory_options(CLI::App* sub, Args& a) {
       ->capture_default_str();
   sub->add_flag("--json", a.memory.json, "print JSON (every site, whole stacks)");
   sub->add_flag("--all-frames", a.memory.all_frames, "show every frame, not only memory_viz's filtered ones");
-  sub->add_option("--rows", a.memory.rows, "sites shown in text mode (at least 1)")->check(at_least_one())->capture_default_str();
+  sub->add_option("--rows", a.memory.rows, "sites shown in text mode (at least 1)")->check(memcomm::whole_number(1))->capture_default_str();
   sub->add_option("--rank", a.memory.rank, "traces of several ranks: the rank to read (default: the first)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(memcomm::whole_number(0));
   sub->add_option("--device", a.memory.device, "only this device's blocks (default: every device's, summed)")
       ->check(CLI::Range(0, 255));
 }
@@ -165,7 +152,7 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
                                                     "bandwidth and skew, step table, memory peaks; --hta adds "
                                                     "HolisticTraceAnalysis's figures"), a);
   s.report->add_flag("--json", a.json, "print the full analysis as JSON");
-  s.report->add_option("--rows", a.max_rows, "rows per table in text mode (at least 1)")->check(at_least_one());
+  s.report->add_option("--rows", a.max_rows, "rows per table in text mode (at least 1)")->check(memcomm::whole_number(1));
   CLI::Option* hta = s.report->add_flag("--hta", a.hta, "also HolisticTraceAnalysis 0.5.0's figures per rank (idle, "
                                                         "compute, non-compute %, comm/comp overlap %; ^nccl.*Kernel is "
                                                         "communication) and memcomm's whole-trace variant of them");
@@ -319,6 +306,19 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Args args;
   const Subcommands subs = add_subcommands(app, args);
+  // CLI11 would answer a mistyped subcommand with "A subcommand is required".
+  const auto known = [&app](const std::string& name) {
+    for (const CLI::App* sub : app.get_subcommands({}))
+      if (sub->check_name(name)) return true;
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+    fmt::print(stderr, "memcomm-trace: unknown subcommand '{}' (one of: {})\nRun 'memcomm-trace --help' for more.\n", argv[1],
+               names);
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -203,12 +203,18 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input and usage, 1 for unw
   CHECK(run(tool() + " report " + base + ".missing.mct", out) == 2);
 
   // --rows must be a count; the message says so in words.
-  for (const char* rows : {"0", "-3", "many"}) {
+  for (const char* rows : {"0", "-3", "many", "2.5", "1e3"}) {
     INFO(rows);
     CHECK(run(tool() + " report --rows " + rows + " " + paths[0], out) == 2);
-    CHECK(out.find("--rows: must be at least 1") != std::string::npos);
+    CHECK(out.find("--rows: must be a whole number of at least 1, got '" + std::string(rows) + "'") != std::string::npos);
     CHECK(out.find("1797693") == std::string::npos);
   }
+  CHECK(run(tool() + " report --rows 99999999999999999999 " + paths[0], out) == 2);
+  CHECK(out.find("is too large") != std::string::npos);
+  CHECK(run(tool() + " frobnicate " + paths[0], out) == 2);
+  CHECK(out.find("unknown subcommand 'frobnicate' (one of: info, export") != std::string::npos);
+  CHECK(run(tool() + " memory --rank -1 " + paths[0], out) == 2);
+  CHECK(out.find("--rank: must be a whole number of at least 0, got '-1'") != std::string::npos);
   CHECK(run(tool() + " report --rows 1 " + paths[0], out) == 0);
 
   // Good input, output that cannot be written: a runtime failure.

@@ -93,6 +93,7 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         // An empty value (an unset shell variable) is not the option left out.
                         Case{"--trace ''", "--trace: must not be empty"}, Case{"--summary-json ''", "--summary-json"},
                         Case{"--model transformer --seq-len 100000", "attention scores alone"},
+                        Case{"--hidden -3", "--hidden: must be a whole number of at least 1, got '-3'"},
                         // Named choices (Note [Choices are parsed once]): an unknown name is refused at parse
                         // time, naming the flag and the names it takes; names are case-sensitive, and the
                         // enum's numbers are not names.

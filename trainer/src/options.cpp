@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <memcomm/common/bytes.hpp>
-#include <memcomm/common/cli_size.hpp>
+#include <memcomm/common/cli_checks.hpp>
 #include <memcomm/common/output_path.hpp>
 
 #include <memcomm/profiler/sink.hpp>
@@ -257,11 +257,11 @@ void add_data_options(CLI::App& g, TrainOptions& o) {
 
 void add_model_options(CLI::App& g, TrainOptions& o) {
   add_choice(g, "--model", o.model, "mlp, cnn or transformer (decoder-only LM)");
-  g.add_option("--hidden", o.hidden, "MLP hidden width")->capture_default_str()->check(CLI::PositiveNumber);
-  g.add_option("--layers", o.layers, "Transformer layers")->capture_default_str()->check(CLI::PositiveNumber);
-  g.add_option("--width", o.width, "Transformer model width")->capture_default_str()->check(CLI::PositiveNumber);
-  g.add_option("--heads", o.heads, "Transformer attention heads")->capture_default_str()->check(CLI::PositiveNumber);
-  g.add_option("--seq-len", o.seq_len, "Transformer sequence length")->capture_default_str()->check(CLI::PositiveNumber);
+  g.add_option("--hidden", o.hidden, "MLP hidden width")->capture_default_str()->check(memcomm::whole_number(1));
+  g.add_option("--layers", o.layers, "Transformer layers")->capture_default_str()->check(memcomm::whole_number(1));
+  g.add_option("--width", o.width, "Transformer model width")->capture_default_str()->check(memcomm::whole_number(1));
+  g.add_option("--heads", o.heads, "Transformer attention heads")->capture_default_str()->check(memcomm::whole_number(1));
+  g.add_option("--seq-len", o.seq_len, "Transformer sequence length")->capture_default_str()->check(memcomm::whole_number(1));
   g.add_option("--vocab", o.vocab, "Token vocabulary size")->capture_default_str()->check(CLI::Range(2, 1 << 20));
 }
 
@@ -295,7 +295,7 @@ void add_optimisation_options(CLI::App& g, TrainOptions& o) {
 
 void add_observation_options(CLI::App& g, TrainOptions& o) {
   g.add_option("--log-interval", o.log_interval, "Log every N optimizer steps")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(memcomm::whole_number(1));
   g.add_option("--eval-batches", o.eval_batches,
                "Evaluation batches per rank on the test split (0: all of it, every sample once, the last short "
                "batch included)")

@@ -1,7 +1,7 @@
 #include "tune_options.hpp"
 
 #include <CLI/CLI.hpp>
-#include <memcomm/common/cli_size.hpp>
+#include <memcomm/common/cli_checks.hpp>
 
 #include <cstdio>
 #include <cstdlib>

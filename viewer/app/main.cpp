@@ -5,6 +5,7 @@
 #include <memcomm/profiler/stream_protocol.hpp>
 
 #include <CLI/CLI.hpp>
+#include <memcomm/common/cli_checks.hpp>
 
 #include <cstdint>
 #include <cstdio>
@@ -13,21 +14,6 @@
 #include <string>
 
 namespace {
-// CLI11's PositiveNumber prints its range as 0 to 1.79e308: say it plainly.
-CLI::Validator positive() {
-  return CLI::Validator(
-      [](std::string& v) {
-        try {
-          std::size_t used = 0;
-          const double d = std::stod(v, &used);
-          if (used == v.size() && d > 0) return std::string();
-        } catch (const std::exception&) {
-        }
-        return "must be a number greater than 0, got '" + v + "'";
-      },
-      "> 0");
-}
-
 // "WxH" with both in 64..16384. Digits are counted before converting, so a value too large for an
 // int (99999999999x900) is refused here rather than thrown out of std::stoi.
 bool parse_size(const std::string& text, int& w, int& h) {
@@ -65,14 +51,14 @@ void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
   app.add_option("--script", o.script, "input script injected through ImGui's io before each frame");
   auto* exit_events =
       app.add_option("--exit-after-events", o.exit_after_events, "exit once this many (1 or more) events are loaded/received")
-          ->check(positive());
+          ->check(memcomm::whole_number(1));
   app.add_option("--exit-after-ranks", o.exit_after_ranks,
                  "with --exit-after-events: also wait until this many ranks have spans on the timeline")
-      ->check(positive())
+      ->check(memcomm::whole_number(1))
       ->needs(exit_events);
   app.add_option("--timeout", o.exit_timeout_s,
                  "with --exit-after-events: give up after S seconds, S > 0 (exit 1; default 30)")
-      ->check(positive())
+      ->check(memcomm::positive_number())
       ->needs(exit_events);
   app.add_option("--report-json", o.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
   auto* synthetic =

@@ -1,0 +1,68 @@
+// CLI11 checks every tool shares, so each kind of value is accepted and refused alike everywhere, with
+// a message that says what was expected: sizes read with memcomm::parse_size ("1.5GiB", "512MiB",
+// "2GB"), whole numbers and positive numbers (CLI11's own PositiveNumber prints its range as "0 to"
+// a 309-digit number), and values that must not be empty. Header-only: the tool links CLI11 itself.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "memcomm/common/bytes.hpp"
+
+namespace memcomm {
+
+// `option->transform(size_transform())`: the value becomes its byte count; a zero ("0", "0B",
+// "0 MiB") becomes 0, which the tools read as "no limit".
+inline CLI::Validator size_transform() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        try {
+          value = std::to_string(parse_size(value, /*allow_zero=*/true));
+          return {};
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+      },
+      "SIZE", "size");
+}
+
+// `option->check(not_empty())`: an empty value ("--trace ''", an unset shell variable) is an error,
+// not the option left out.
+inline CLI::Validator not_empty() {
+  return CLI::Validator([](std::string& value) -> std::string { return value.empty() ? "must not be empty" : ""; },
+                        "", "not empty");
+}
+
+// `option->check(whole_number(1))`: an integer of at least `min` (and within a long long).
+inline CLI::Validator whole_number(long long min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        const std::string expected = "must be a whole number of at least " + std::to_string(min) + ", got '" + value + "'";
+        if (value.empty() || value.find_first_not_of("+-0123456789") != std::string::npos) return expected;
+        errno = 0;
+        char* end = nullptr;
+        const long long n = std::strtoll(value.c_str(), &end, 10);
+        if (*end != '\0') return expected;
+        if (errno == ERANGE) return "'" + value + "' is too large";
+        return n >= min ? std::string() : expected;
+      },
+      ">= " + std::to_string(min));
+}
+
+// `option->check(positive_number())`: a number greater than 0 (fractions allowed).
+inline CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        char* end = nullptr;
+        const double d = std::strtod(value.c_str(), &end);
+        if (!value.empty() && *end == '\0' && d > 0) return std::string();
+        return "must be a number greater than 0, got '" + value + "'";
+      },
+      "> 0");
+}
+
+}  // namespace memcomm
