@@ -8,11 +8,13 @@
 // meaning memcomm-replay gives them.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <memcomm/common/bytes.hpp>
 #include <memcomm/common/cli_checks.hpp>
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
 
 #include <filesystem>
+#include <optional>
 
 #include "memcomm/advisor/advise.hpp"
 #include "memcomm/advisor/advise_snapshot.hpp"
@@ -23,6 +25,7 @@
 #include "memcomm/trace/merge.hpp"
 #include "memcomm/trace/trace_set.hpp"
 #include "input_warnings.hpp"
+#include "progress.hpp"
 #include "trace_convert.hpp"
 #include "trace_info.hpp"
 #include "trace_memory.hpp"
@@ -44,8 +47,22 @@ class BadInput : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Loads the input traces; any reading error becomes BadInput.
-TraceSet load_inputs(const std::vector<std::string>& files, const LoadOptions& options = {}) {
+// Loads the input traces, with progress when that takes long; any reading error becomes BadInput.
+TraceSet load_inputs(const std::vector<std::string>& files, LoadOptions options = {}) {
+  uint64_t total = 0, earlier = 0, current = 0;  // bytes: all files, files already read, the file being read
+  std::string reading;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const auto n = std::filesystem::file_size(f, ec);
+    if (!ec) total += n;
+  }
+  tool::Progress progress(fmt::format("reading {} file{} ({})", files.size(), files.size() == 1 ? "" : "s",
+                                      memcomm::format_bytes(total)));
+  options.progress = [&](const std::string& path, uint64_t done, uint64_t size) {
+    if (path != reading) earlier += current, reading = path;
+    current = size;
+    if (total) progress.update(double(earlier + done) / double(total));
+  };
   try {
     TraceSet set = TraceSet::load(files, options);
     tool::warn_about_inputs(set);
@@ -187,7 +204,9 @@ int run_export(const Args& a) {
   const TraceSet set = load_inputs(a.files);
   const bool to_stdout = a.chrome_out == "-";  // the JSON alone on stdout, the summary on stderr
   ReplacingFile out(to_stdout ? "/dev/stdout" : a.chrome_out);  // Note [Outputs replaced whole]
-  const ChromeExportStats st = export_chrome(set, out.path());
+  std::optional<tool::Progress> progress(std::in_place, "writing " + (to_stdout ? std::string("to stdout") : a.chrome_out));
+  const ChromeExportStats st = export_chrome(set, out.path(), [&progress](double f) { progress->update(f); });
+  progress.reset();
   out.commit();
   fmt::print(to_stdout ? stderr : stdout, "wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n",
              to_stdout ? "stdout" : a.chrome_out, set.ranks.size(), st.slices, st.counters, st.flows, st.instants);
@@ -233,6 +252,7 @@ int run_advise(Args a) {
   std::vector<adv::Advice> advice;
   if (!traces.empty()) {
     const TraceSet set = load_inputs(traces);
+    tool::Progress progress(fmt::format("analysing {} events", set.event_count()));
     advice = adv::advise(set, analyze(set), traces, a.advise);
   }
   for (const auto& f : snapshots) {
@@ -251,8 +271,10 @@ int run_report(const Args& a) {
   LoadOptions lo;
   lo.comm_kernels = a.comm_kernels;
   const TraceSet set = load_inputs(a.files, lo);
+  std::optional<tool::Progress> progress(std::in_place, fmt::format("analysing {} events", set.event_count()));
   const Analysis analysis = analyze(set);
   const std::vector<HtaRank> hta = a.hta ? hta_analyze(set, a.hta_options) : std::vector<HtaRank>{};
+  progress.reset();  // its last line before the report
   if (!a.json) fmt::print("{}{}", analysis_to_text(analysis, a.max_rows), a.hta ? hta_to_text(hta, a.hta_options) : "");
   else if (a.hta) fmt::print("{}\n", add_hta_json(analysis_to_json(analysis), hta, a.hta_options));
   else fmt::print("{}\n", analysis_to_json(analysis));

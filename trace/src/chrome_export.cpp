@@ -220,26 +220,29 @@ class ChromeExport {
 
 }  // namespace
 
-ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out) {
+ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out, const std::function<void(double)>& progress) {
   int64_t t0 = INT64_MAX;
   for (const RankTrace& r : set.ranks)
     if (!r.events.empty()) t0 = std::min(t0, r.events.front().ts);
   if (t0 == INT64_MAX) t0 = 0;
   std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", out);
   ChromeExport x(out, t0);
-  for (const RankTrace& r : set.ranks) x.rank(r);
+  for (size_t i = 0; i < set.ranks.size(); ++i) {
+    x.rank(set.ranks[i]);
+    if (progress) progress(double(i + 1) / double(set.ranks.size()));
+  }
   x.collective_flows();
   std::fprintf(out, "\n],\"otherData\":{\"producer\":\"memcomm-trace\",\"t0_ns\":%lld}}\n", (long long)t0);
   if (std::ferror(out)) throw TraceError(fmt::format("writing chrome trace failed: {}", std::strerror(errno)));
   return x.stats();
 }
 
-ChromeExportStats export_chrome(const TraceSet& set, const std::string& path) {
+ChromeExportStats export_chrome(const TraceSet& set, const std::string& path, const std::function<void(double)>& progress) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) throw TraceError(fmt::format("cannot create '{}': {}", path, std::strerror(errno)));
   ChromeExportStats st;
   try {
-    st = export_chrome(set, f);
+    st = export_chrome(set, f, progress);
   } catch (...) {
     std::fclose(f);
     throw;

@@ -50,6 +50,7 @@ void TraceSet::add_from_reader(TraceReader& reader, const LoadOptions& opt) {
   const uint64_t expected = reader.merged() ? 0 : reader.estimate_events();
   ChunkView c;
   while (reader.next(c)) {
+    if (opt.progress) opt.progress(reader.name(), c.file_offset, reader.recovery().file_bytes);
     auto it = index.find(c.rank);
     if (it == index.end()) {
       for (const RankTrace& r : ranks)
@@ -163,6 +164,7 @@ void TraceSet::add_kineto(const std::string& path, const LoadOptions& opt) {
   // The detail leaves the file out, as the .mct reader's does: whoever prints it names the file.
   fi.recovery.detail = k.info.truncation;
   if (fi.recovery.detail.rfind(path + ": ", 0) == 0) fi.recovery.detail.erase(0, path.size() + 2);
+  if (opt.progress) opt.progress(path, fi.recovery.file_bytes, fi.recovery.file_bytes);
   fi.kineto = std::make_shared<const KinetoInfo>(std::move(k.info));
   ranks.push_back(std::move(k.trace));
   files.push_back(std::move(fi));

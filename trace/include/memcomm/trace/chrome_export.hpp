@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "memcomm/trace/trace_set.hpp"
@@ -23,7 +24,9 @@ struct ChromeExportStats {
 };
 
 // Writes the set as JSON to `out`. Throws TraceError on a write error.
-ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out);
-ChromeExportStats export_chrome(const TraceSet& set, const std::string& path);
+// `progress` (may be empty) is called after each rank with the share of ranks written.
+ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out, const std::function<void(double)>& progress = {});
+ChromeExportStats export_chrome(const TraceSet& set, const std::string& path,
+                                const std::function<void(double)>& progress = {});
 
 }  // namespace memcomm::prof

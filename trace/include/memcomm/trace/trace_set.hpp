@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,9 @@ struct LoadOptions {
   bool apply_clock_offsets = true;
   bool sort = true;
   std::string comm_kernels;  // torch.profiler traces: communication-kernel regex ("" = the default)
+  // Called as each file is read: its path, bytes read so far and its size (a chunk at a time for .mct
+  // files, once at the end for torch.profiler traces). For progress displays; may be empty.
+  std::function<void(const std::string& path, uint64_t done, uint64_t total)> progress;
 };
 
 struct TraceSet {
