@@ -417,6 +417,17 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
   for (pid_t p : ranks) CHECK_FALSE(alive(p));  // ~Launched kills any that is, even if a check failed
 }
 
+TEST_CASE("a rank that never joins is named when the others' setup times out") {
+  // Note [Naming the ranks that never joined]: Gloo said "keys: /0/1" and printed a backtrace.
+  const std::string port = std::to_string(20000 + (::getpid() % 20000) + 7);
+  const auto r = run_command("RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                             port + " timeout 120 " + quick_train("--steps 2 --timeout 3"));
+  INFO(r.output);
+  CHECK(r.code == 3);
+  CHECK(r.output.find("rank 1 never joined within --timeout 3 s") != std::string::npos);
+  CHECK(r.output.find("frame #") == std::string::npos);
+}
+
 TEST_CASE("a full disk under the checkpoints ends the run with a message and leaves no partial file") {
   const auto d = scratch_dir("full-disk-checkpoint");
   const auto probe = run_command("unshare -m sh -c 'mount -t tmpfs -o size=16k memcomm-full-disk " + d + "'");

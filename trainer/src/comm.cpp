@@ -10,6 +10,8 @@
 #include <memcomm/profiler/clock_sync.hpp>
 #include <time.h>
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -46,6 +48,13 @@ constexpr auto kBeat = std::chrono::milliseconds(500);
 
 std::string hb_key(int r) { return "memcomm/heartbeat/" + std::to_string(r); }
 
+// Note [Naming the ranks that never joined]
+// When a rank never starts (a typo in its launch line, a node that never came up), the others' process
+// group setup times out with the engine's own words: Gloo's "wait timeout after 5000ms, keys: /0/1",
+// followed by a C++ backtrace, which names a key, not a rank. So each rank marks itself in the store
+// as soon as it reaches it, and a failed setup lists the ranks whose mark is missing.
+std::string joined_key(int r) { return "memcomm/joined/" + std::to_string(r); }
+
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(env.master_port);
@@ -57,6 +66,27 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server
 }
 
 }  // namespace
+
+// The first line of the engine's message (c10::Error's without its backtrace), and which ranks never
+// reached the store, when the store still answers.
+std::string Communicator::why_not_joined(const std::exception& e) const {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+  if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+  if (!store_) return what;
+  std::vector<std::string> missing;
+  try {
+    for (int r = 0; r < env_.world; ++r)
+      if (!store_->check({joined_key(r)})) missing.push_back(std::to_string(r));
+  } catch (const std::exception&) {
+    return what;  // the store host itself is gone
+  }
+  if (missing.empty()) return what;
+  std::string ranks;
+  for (const auto& r : missing) ranks += (ranks.empty() ? "" : ", ") + r;
+  return fmt::format("rank{} {} never joined within --timeout {:g} s ({})", missing.size() == 1 ? "" : "s", ranks,
+                     timeout_s_, what);
+}
 
 Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s)
     : env_(env), backend_name_(env.world == 1 ? "none (1 rank)" : to_string(backend)),
@@ -70,6 +100,7 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
   try {
     auto store = connect_store(env, env.rank == 0 && !env.agent_hosts_store, timeout);
     store_ = store;
+    store_->set(joined_key(env.rank), std::vector<uint8_t>{1});  // Note [Naming the ranks that never joined]
     if (!nccl_) {
       auto opts = c10d::ProcessGroupGloo::Options::create();
       opts->timeout = timeout;
@@ -86,7 +117,7 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
     }
   } catch (const std::exception& e) {
     throw CommError("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (rank " +
-                    std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + e.what());
+                    std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + why_not_joined(e));
   }
   // Note [Naming the lost rank]: a private store client, so beats never queue behind collectives.
   heartbeat_ = std::thread([this, env] {

@@ -72,6 +72,8 @@ class Communicator {
   std::function<void(const CollectiveRecord&)> on_collective;
 
  private:
+  // Why the process group could not be set up, in a line (Note [Naming the ranks that never joined]).
+  std::string why_not_joined(const std::exception& e) const;
   [[noreturn]] void fail(const std::string& what);
   std::string missing_ranks();
 
