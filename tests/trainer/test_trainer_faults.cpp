@@ -389,6 +389,7 @@ TEST_CASE("kill -9 of one rank ends the others within the timeout naming the los
   CHECK(waited < 20 + 15 + 5);
   CHECK(out.find("rank 1 was killed by signal 9") != std::string::npos);  // the launcher's view
   CHECK(out.find("lost rank 1") != std::string::npos);                    // a surviving rank's view
+  CHECK(out.find("frame #") == std::string::npos);  // Note [c10d's logs on a failing job]
   for (pid_t p : ranks) CHECK_FALSE(alive(p));
 }
 

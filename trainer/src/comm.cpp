@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -55,6 +56,15 @@ std::string hb_key(int r) { return "memcomm/heartbeat/" + std::to_string(r); }
 // as soon as it reaches it, and a failed setup lists the ranks whose mark is missing.
 std::string joined_key(int r) { return "memcomm/joined/" + std::to_string(r); }
 
+// Note [c10d's logs on a failing job]
+// Once a peer or the store host is gone, c10d logs each failed store call at warning or error level
+// with a C++ backtrace: three 20-line blocks came before memcomm's one line that names the lost rank.
+// From the first failure on, c10's logs are kept to fatal ones (unless TORCH_CPP_LOG_LEVEL asks for
+// more); the exceptions still arrive, and memcomm reports them.
+void quiet_c10d_logs() {
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = std::max<int>(FLAGS_caffe2_log_level, 3);
+}
+
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(env.master_port);
@@ -70,6 +80,7 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server
 // The first line of the engine's message (c10::Error's without its backtrace), and which ranks never
 // reached the store, when the store still answers.
 std::string Communicator::why_not_joined(const std::exception& e) const {
+  quiet_c10d_logs();
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
   std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
   if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
@@ -132,6 +143,7 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
         const auto s = std::to_string(beat);
         hb->set(hb_key(env.rank), std::vector<uint8_t>(s.begin(), s.end()));
       } catch (const std::exception&) {
+        quiet_c10d_logs();
         return;  // the store is gone; the next collective reports it
       }
       for (int i = 0; i < 10 && !stop_heartbeat_; ++i) std::this_thread::sleep_for(kBeat / 10);
@@ -175,6 +187,7 @@ std::string Communicator::missing_ranks() {
 }
 
 void Communicator::fail(const std::string& what) {
+  quiet_c10d_logs();
   const std::string who = missing_ranks();
   throw CommError("rank " + std::to_string(env_.rank) + ": " + what + ": " + who);
 }

@@ -370,10 +370,12 @@ TrainOptions parse_train_options(int argc, char** argv) {
       "               defaults to the first host of SLURM_STEP_NODELIST, MASTER_PORT to 29500\n"
       "Exit codes:\n"
       "  0  success\n"
-      "  1  a runtime error (bad data, a corrupt checkpoint, out of memory); with --nproc, a rank that failed\n"
+      "  1  a runtime error (bad data, a corrupt checkpoint, out of memory, a full disk under a checkpoint)\n"
       "  2  a usage error: a bad flag or value, a missing dataset, an unwritable --checkpoint-dir, --trace or\n"
       "     --summary-json, a --resume checkpoint of another configuration, a GPU-only flag on the CPU\n"
-      "  3  a collective failed or took longer than --timeout; the message names the lost rank(s)");
+      "  3  a collective failed or took longer than --timeout; the message names the lost rank(s)\n"
+      "With --nproc the launcher exits with the code of the first rank to fail, or 1 when that rank was\n"
+      "killed by a signal (the survivors then report the lost rank with 3).");
   add_train_options(app, o);
   parse_or_exit(app, argc, argv, "memcomm-train");
   check_train_options(o, "memcomm-train");
