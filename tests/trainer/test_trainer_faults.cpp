@@ -429,15 +429,23 @@ TEST_CASE("a rank that never joins is named when the others' setup times out") {
   CHECK(r.output.find("frame #") == std::string::npos);
 }
 
+namespace {
+// Runs `command` (sh) with a 16 KiB tmpfs mounted at `dir` in a private mount namespace, so the full
+// disk vanishes with the command whatever happens to it; skips the test where that needs root.
+RunResult on_full_disk(const std::string& dir, const std::string& command) {
+  const std::string mount = "mount -t tmpfs -o size=16k memcomm-full-disk " + dir;
+  const auto probe = run_command("unshare -m sh -c '" + mount + "'");
+  if (probe.code != 0) MEMCOMM_SKIP_TEST("cannot mount a small tmpfs in a mount namespace here (needs root): " + probe.output);
+  return run_command("unshare -m sh -c '" + mount + " && " + command + "'");
+}
+}  // namespace
+
 TEST_CASE("a full disk under the checkpoints ends the run with a message and leaves no partial file") {
   const auto d = scratch_dir("full-disk-checkpoint");
-  const auto probe = run_command("unshare -m sh -c 'mount -t tmpfs -o size=16k memcomm-full-disk " + d + "'");
-  if (probe.code != 0) MEMCOMM_SKIP_TEST("cannot mount a small tmpfs in a mount namespace here (needs root): " + probe.output);
   // LibTorch's file writer, failing, threw again from its destructor: the ranks aborted and left
   // ckpt.rankR.pt.tmp filling the disk. Note [Outputs replaced whole] in memcomm/common/replacing_file.hpp.
-  const auto r = run_command("unshare -m sh -c 'mount -t tmpfs -o size=16k memcomm-full-disk " + d + " && " +
-                             quick_train("--nproc 2 --steps 4 --checkpoint-dir " + d + "/ck --checkpoint-every 2") +
-                             "; echo train-exit=$?; ls -A " + d + "/ck'");
+  const auto r = on_full_disk(d, quick_train("--nproc 2 --steps 4 --checkpoint-dir " + d + "/ck --checkpoint-every 2") +
+                                     "; echo train-exit=$?; ls -A " + d + "/ck");
   INFO(r.output);
   CHECK(r.output.find("train-exit=1") != std::string::npos);
   CHECK(r.output.find("cannot write " + d + "/ck/ckpt.rank0.pt: No space left on device") != std::string::npos);
@@ -447,12 +455,8 @@ TEST_CASE("a full disk under the checkpoints ends the run with a message and lea
 
 TEST_CASE("a full disk under the trace ends the run cleanly and says how much was kept in a readable file") {
   const auto d = scratch_dir("full-disk");
-  // A private mount namespace: the 16 KiB tmpfs vanishes with the command, whatever happens to it.
-  const auto probe = run_command("unshare -m sh -c 'mount -t tmpfs -o size=16k memcomm-full-disk " + d + "'");
-  if (probe.code != 0) MEMCOMM_SKIP_TEST("cannot mount a small tmpfs in a mount namespace here (needs root): " + probe.output);
-  const auto r = run_command("unshare -m sh -c 'mount -t tmpfs -o size=16k memcomm-full-disk " + d + " && " +
-                             quick_train("--steps 200 --trace " + d + "/t.mct") + "; echo train-exit=$?; " + bin_dir() +
-                             "/memcomm-trace info " + d + "/t.rank0.mct'");
+  const auto r = on_full_disk(d, quick_train("--steps 200 --trace " + d + "/t.mct") + "; echo train-exit=$?; " + bin_dir() +
+                                     "/memcomm-trace info " + d + "/t.rank0.mct");
   INFO(r.output);
   CHECK(r.output.find("train-exit=0") != std::string::npos);  // training does not depend on its trace
   CHECK(r.output.find("No space left on device") != std::string::npos);
