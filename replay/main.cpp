@@ -58,26 +58,13 @@ std::vector<std::string> split_list(const std::string& s) {
 
 namespace {
 
-// --json FILE must be writable: an existing FILE opens for writing (not truncated here), a new one
-// can be created in its folder (a probe file, removed at once). Throws std::invalid_argument.
+// --json FILE must be replaceable whole (Note [Outputs replaced whole]) and not an input (Note [Outputs
+// that would destroy data]). Throws std::invalid_argument.
 void check_json_out(const std::string& file, const std::vector<std::string>& inputs) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(file, ec)) throw std::invalid_argument("cannot write --json " + file + ": it is a folder");
-  // Note [Outputs that would destroy data]
   if (const std::string conflict = memcomm::output_conflict(file, inputs, false); !conflict.empty())
     throw std::invalid_argument("--json: " + conflict);
-  if (fs::exists(file, ec)) {
-    const int fd = ::open(file.c_str(), O_WRONLY);
-    if (fd < 0) throw std::invalid_argument("cannot write --json " + file + ": " + std::strerror(errno));
-    ::close(fd);
-    return;
-  }
-  const fs::path dir = memcomm::parent_folder(file);
-  if (!fs::is_directory(dir, ec))
-    throw std::invalid_argument("cannot write --json " + file + ": the folder " + dir.string() + " does not exist");
-  if (!memcomm::can_create_in(dir))
-    throw std::invalid_argument("cannot write --json " + file + ": the folder " + dir.string() + " is not writable");
+  if (const std::string problem = memcomm::replace_problem(file); !problem.empty())
+    throw std::invalid_argument("cannot write --json " + file + ": " + problem);
 }
 
 using namespace memcomm::replay;

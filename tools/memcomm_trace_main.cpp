@@ -13,6 +13,8 @@
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -56,15 +58,16 @@ TraceSet load_inputs(const std::vector<std::string>& files, LoadOptions options 
     const auto n = std::filesystem::file_size(f, ec);
     if (!ec) total += n;
   }
-  tool::Progress progress(fmt::format("reading {} file{} ({})", files.size(), files.size() == 1 ? "" : "s",
-                                      memcomm::format_bytes(total)));
+  std::optional<tool::Progress> progress(std::in_place, fmt::format("reading {} file{} ({})", files.size(),
+                                                                    files.size() == 1 ? "" : "s", memcomm::format_bytes(total)));
   options.progress = [&](const std::string& path, uint64_t done, uint64_t size) {
     if (path != reading) earlier += current, reading = path;
     current = size;
-    if (total) progress.update(double(earlier + done) / double(total));
+    if (total) progress->update(double(earlier + done) / double(total));
   };
   try {
     TraceSet set = TraceSet::load(files, options);
+    progress.reset();  // its last line before the warnings
     tool::warn_about_inputs(set);
     return set;
   } catch (const TraceError& e) {
@@ -113,7 +116,7 @@ void add_convert(CLI::App& app, Args& a, Subcommands& s) {
   s.convert = app.add_subcommand("convert", "Write one trace (a torch.profiler .json/.json.gz, or an .mct file of one "
                                             "rank) as a compact, crash-safe per-rank .mct file; prints the size ratio");
   s.convert->add_option("IN", a.convert_in, "input trace")->required()->check(CLI::ExistingFile);
-  s.convert->add_option("OUT", a.convert_out, "output .mct file")->required();
+  s.convert->add_option("OUT", a.convert_out, "output .mct file")->required()->check(memcomm::not_empty());
   s.convert->add_option("--codec", a.codec, "chunk compression: zstd (smaller) or lz4 (faster)")
       ->check(CLI::IsMember({"zstd", "lz4"}))
       ->capture_default_str();
@@ -155,12 +158,14 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
   s.info->add_flag("--json", a.json, "print JSON instead of text");
 
   s.exp = app.add_subcommand("export", "Export to Chrome/Perfetto JSON (load it in ui.perfetto.dev)");
-  s.exp->add_option("--chrome", a.chrome_out, "output JSON file ('-': stdout, with the summary line on stderr)")->required();
+  s.exp->add_option("--chrome", a.chrome_out, "output JSON file ('-': stdout, with the summary line on stderr)")
+      ->required()
+      ->check(memcomm::not_empty());
   add_files(s.exp, a);
 
   s.merge = app.add_subcommand("merge", "Merge ranks onto one timeline (applying each rank's recorded clock offset) "
                                         "into one .mct file");
-  s.merge->add_option("OUT", a.merge_out, "merged output file")->required();
+  s.merge->add_option("OUT", a.merge_out, "merged output file")->required()->check(memcomm::not_empty());
   add_files(s.merge, a);
   s.merge->add_flag("--no-offsets", a.no_offsets, "do not apply the ranks' clock offsets");
   s.merge->add_flag("--force", a.force, "overwrite OUT if it exists (never when OUT is one of the FILEs)");
@@ -203,11 +208,22 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
 int run_export(const Args& a) {
   const TraceSet set = load_inputs(a.files);
   const bool to_stdout = a.chrome_out == "-";  // the JSON alone on stdout, the summary on stderr
-  ReplacingFile out(to_stdout ? "/dev/stdout" : a.chrome_out);  // Note [Outputs replaced whole]
   std::optional<tool::Progress> progress(std::in_place, "writing " + (to_stdout ? std::string("to stdout") : a.chrome_out));
-  const ChromeExportStats st = export_chrome(set, out.path(), [&progress](double f) { progress->update(f); });
+  const auto report = [&progress](double f) { progress->update(f); };
+  ChromeExportStats st;
+  if (to_stdout) {
+    st = export_chrome(set, stdout, report);
+    if (std::fflush(stdout) != 0) throw TraceError(fmt::format("writing to stdout failed: {}", std::strerror(errno)));
+  } else {
+    ReplacingFile out(a.chrome_out);  // Note [Outputs replaced whole]
+    try {
+      st = export_chrome(set, out.path(), report);
+    } catch (const TraceError& e) {
+      throw TraceError(out.naming_destination(e.what()));
+    }
+    out.commit();
+  }
   progress.reset();
-  out.commit();
   fmt::print(to_stdout ? stderr : stdout, "wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n",
              to_stdout ? "stdout" : a.chrome_out, set.ranks.size(), st.slices, st.counters, st.flows, st.instants);
   return 0;
@@ -220,7 +236,12 @@ int run_merge(const Args& a) {
   for (const RankTrace& r : set.ranks)
     if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
   ReplacingFile out(a.merge_out);  // Note [Outputs replaced whole]
-  const MergeStats st = write_merged(set, out.path());
+  MergeStats st;
+  try {
+    st = write_merged(set, out.path());
+  } catch (const TraceError& e) {
+    throw TraceError(out.naming_destination(e.what()));
+  }
   out.commit();
   fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", a.merge_out, st.ranks, st.events, st.chunks, st.bytes);
   return 0;
@@ -237,7 +258,12 @@ int run_convert(const Args& a) {
   o.codec = a.codec == "lz4" ? Codec::Lz4 : Codec::Zstd;
   o.zstd_level = 3;
   ReplacingFile out(a.convert_out);  // Note [Outputs replaced whole]
-  const tool::ConvertStats st = tool::write_rank(set.ranks.front(), out.path(), o);
+  tool::ConvertStats st;
+  try {
+    st = tool::write_rank(set.ranks.front(), out.path(), o);
+  } catch (const TraceError& e) {
+    throw TraceError(out.naming_destination(e.what()));
+  }
   out.commit();
   fmt::print("{}", tool::convert_summary(a.convert_in, set.files.front(), a.convert_out, st));
   return 0;

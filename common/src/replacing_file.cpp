@@ -1,6 +1,8 @@
 // ReplacingFile: temporary beside the destination, fsync, rename (Note [Outputs replaced whole]).
 #include "memcomm/common/replacing_file.hpp"
 
+#include "memcomm/common/output_path.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,42 +20,61 @@ namespace {
 
 std::string why(const std::string& file, int err) { return "cannot write " + file + ": " + std::strerror(err); }
 
-// The file a write to `path` lands in: a symlink's final target (which need not exist yet).
-std::string resolved_target(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_symlink(fs::symlink_status(path, ec))) return path;
-  const fs::path target = fs::weakly_canonical(path, ec);
-  return ec ? path : target.string();
+bool under_system_folder(const fs::path& p) {
+  const std::string s = p.lexically_normal().string();
+  return s.rfind("/dev/", 0) == 0 || s.rfind("/proc/", 0) == 0;
 }
 
-void fsync_file(const std::string& path, int flags, const std::string& destination) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) throw OutputError(why(destination, errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  // A folder that cannot be fsynced (some network file systems) has still taken the rename.
-  if (rc != 0 && !(flags & O_DIRECTORY)) throw OutputError(why(destination, err));
+// Where a write to `path` lands: the end of its symlink chain, which need not exist yet. Empty when
+// the path is, or leads to, a system file (/dev/stdout, /proc/self/fd/N): those are written in place.
+fs::path resolved_target(const std::string& path) {
+  fs::path p = path;
+  for (int hop = 0; hop < 40; ++hop) {
+    if (under_system_folder(p)) return {};
+    std::error_code ec;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p;
+    const fs::path next = fs::read_symlink(p, ec);
+    if (ec) return p;
+    p = next.is_absolute() ? next : p.parent_path() / next;
+  }
+  return p;  // a loop: the rename then fails and says so
+}
+
+// The temporary's name: beside the target, short enough for NAME_MAX whatever the target's length.
+std::string temporary_name(const fs::path& target, unsigned n) {
+  std::string name = target.filename().string().substr(0, 200);
+  return (target.parent_path() / (name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n))).string();
 }
 
 }  // namespace
 
-ReplacingFile::ReplacingFile(const std::string& destination)
-    : destination_(destination), target_(resolved_target(destination)) {
+std::string replace_problem(const std::string& destination) {
+  const fs::path target = resolved_target(destination);
+  std::error_code ec;
+  if (target.empty() || (fs::exists(target, ec) && !fs::is_regular_file(target, ec) && !fs::is_directory(target, ec)))
+    return "";  // written in place (a device, a FIFO): its own errors are reported when writing
+  if (fs::is_directory(target, ec)) return destination + " is a folder, not a file";
+  const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  if (!fs::is_directory(folder, ec)) return "the folder " + folder.string() + " does not exist";
+  return can_create_in(folder) ? "" : "the folder " + folder.string() + " does not take new files";
+}
+
+ReplacingFile::ReplacingFile(const std::string& destination) : destination_(destination) {
+  const fs::path target = resolved_target(destination);
   struct stat st {};
-  const bool exists = ::stat(target_.c_str(), &st) == 0;
-  if (exists && !S_ISREG(st.st_mode)) {
+  if (target.empty() || (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) {
     in_place_ = true;
     write_path_ = destination_;
     return;
   }
+  target_ = target.string();
+  if (::stat(target_.c_str(), &st) == 0) mode_ = st.st_mode & 07777;
   static std::atomic<unsigned> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    write_path_ = target_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    write_path_ = temporary_name(target, counter++);
     const int fd = ::open(write_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno == EEXIST) continue;
     if (fd < 0) throw OutputError(why(destination_, errno));
-    if (exists) (void)::fchmod(fd, st.st_mode & 07777);  // keep the destination's permissions
     ::close(fd);
     return;
   }
@@ -70,11 +91,31 @@ void ReplacingFile::commit() {
     committed_ = true;
     return;
   }
-  fsync_file(write_path_, O_RDONLY, destination_);
+  const int fd = ::open(write_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw OutputError(why(destination_, errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw OutputError(why(destination_, err));
+  // The destination's permissions, set only now: a read-only mode on the temporary would have
+  // stopped the writer.
+  if (mode_ >= 0) (void)::chmod(write_path_.c_str(), static_cast<mode_t>(mode_));
   if (::rename(write_path_.c_str(), target_.c_str()) != 0) throw OutputError(why(destination_, errno));
   committed_ = true;
+  // The rename is done; a folder that cannot be opened or synced (a write-only folder, some network
+  // file systems) changes nothing about the result.
   const fs::path folder = fs::path(target_).parent_path();
-  fsync_file(folder.empty() ? "." : folder.string(), O_RDONLY | O_DIRECTORY, destination_);
+  const int dir = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    (void)::fsync(dir);
+    ::close(dir);
+  }
+}
+
+std::string ReplacingFile::naming_destination(std::string message) const {
+  for (std::size_t at = message.find(write_path_); !in_place_ && at != std::string::npos; at = message.find(write_path_, at))
+    message.replace(at, write_path_.size(), destination_);
+  return message;
 }
 
 void write_replacing(const std::string& destination, std::string_view contents) {

@@ -175,12 +175,12 @@ class Profiler:
             self._collector_ns = self._run.collector_cpu_ns()
             trace_error = self._run.trace_error()
             self._run = None
-        if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
-            raise OSError(f"memcomm: {trace_error}")
         if self._hooks.backwards and not self._hooks.step_ends:
             warnings.warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
                           "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
                           "a step of a loop that updates its parameters by hand ends", stacklevel=2)
+        if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
+            raise OSError(f"memcomm: {trace_error}")
         return self.result
 
     def step(self) -> None:

@@ -2,8 +2,12 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -32,6 +36,23 @@ inline std::string temp_path(const std::string& folder, const std::string& name)
   const auto dir = std::filesystem::temp_directory_path() / folder;
   std::filesystem::create_directories(dir);
   return (dir / name).string();
+}
+
+// A port the kernel has just given out on loopback, free now: unlike a port derived from the pid, not
+// one that another test (or process) already holds. 0 when none could be had.
+inline std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  std::uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
 }
 
 // Which sanitizer the test executable was built with (GCC defines __SANITIZE_*__, clang answers

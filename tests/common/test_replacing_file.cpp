@@ -70,12 +70,41 @@ TEST_CASE("a symlinked destination is written through, the link kept", "[unit]")
   CHECK(contents(target) == "new");
 }
 
+TEST_CASE("a symlink to a file not made yet is written through, the link kept", "[unit]") {
+  const fs::path dir = fresh_dir("dangling");
+  const fs::path link = dir / "link.json";
+  fs::create_symlink("later.json", link);  // relative, and its target does not exist
+  write_replacing(link.string(), "made");
+  CHECK(fs::is_symlink(fs::symlink_status(link)));
+  CHECK(contents(dir / "later.json") == "made");
+}
+
+TEST_CASE("a file name near the system's limit still gets a temporary", "[unit]") {
+  const fs::path dir = fresh_dir("long");
+  const fs::path out = dir / std::string(250, 'n');
+  write_replacing(out.string(), "fits");
+  CHECK(contents(out) == "fits");
+  CHECK(entries(dir) == 1);
+}
+
 TEST_CASE("a destination that is not a regular file is written in place, its errors reported", "[unit]") {
   ReplacingFile null_device("/dev/null");
   CHECK(null_device.path() == "/dev/null");
+  // /dev/stdout leads to whatever stdout is (a file the shell appends to): never renamed over.
+  CHECK(ReplacingFile("/dev/stdout").path() == "/dev/stdout");
+  CHECK(memcomm::replace_problem("/dev/stdout").empty());
   write_replacing("/dev/null", "discarded");
   CHECK(fs::is_character_file("/dev/null"));
   if (fs::exists("/dev/full")) CHECK_THROWS_AS(write_replacing("/dev/full", std::string(1 << 16, 'x')), OutputError);
+}
+
+TEST_CASE("what would stop a replacement is found before any work", "[unit]") {
+  const fs::path dir = fresh_dir("problems");
+  CHECK(memcomm::replace_problem((dir / "new.json").string()).empty());
+  CHECK_THAT(memcomm::replace_problem(dir.string()), Catch::Contains("is a folder"));
+  CHECK_THAT(memcomm::replace_problem((dir / "no" / "x.json").string()), Catch::Contains("does not exist"));
+  fs::create_symlink(dir / "elsewhere" / "x.json", dir / "to-missing-folder.json");
+  CHECK_THAT(memcomm::replace_problem((dir / "to-missing-folder.json").string()), Catch::Contains("elsewhere"));
 }
 
 TEST_CASE("a folder that does not exist is an error naming the file", "[unit]") {

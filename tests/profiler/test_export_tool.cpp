@@ -251,6 +251,13 @@ TEST_CASE("memcomm-trace never overwrites an input, and merge needs --force for 
   const std::string json = base + ".stdout.json";
   REQUIRE(std::system((tool() + " export --chrome - " + paths[0] + " > " + json + " 2>/dev/null").c_str()) == 0);
   CHECK(read_bytes(json).rfind("{", 0) == 0);
+  // What the shell wrote around it stays: stdout is written, never replaced.
+  REQUIRE(std::system(("{ echo header; " + tool() + " export --chrome - " + paths[0] + " 2>/dev/null; echo trailer; } > " +
+                       json).c_str()) == 0);
+  const std::string around = read_bytes(json);
+  CHECK(around.rfind("header\n{", 0) == 0);
+  CHECK(around.size() > 8);
+  CHECK(around.substr(around.size() - 8) == "trailer\n");
   CHECK_FALSE(std::filesystem::exists("-"));
 
   const std::string merged = base + ".merged.mct";

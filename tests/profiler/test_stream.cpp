@@ -115,7 +115,7 @@ TEST_CASE("an address to connect to needs a port from 1 to 65535", "[profiler][s
   CHECK(parse_connect_endpoint(":7433").host == "127.0.0.1");
   CHECK(parse_connect_endpoint("viewer.example:7000").port == 7000);
   CHECK(parse_connect_endpoint("[::1]:7000").host == "::1");
-  for (const char* bad : {"", "host", "7433", "[::1]", "host:", "[::1]:", "host:0", "host:65536", "host:x"})
+  for (const char* bad : {"", "host", "7433", "[::1]", "host:", "[::1]:", "host:0", "host:65536", "host:x", "::1", "::1:7433"})
     CHECK_THROWS_AS(parse_connect_endpoint(bad), TraceError);
   CHECK_THROWS_WITH(parse_connect_endpoint("host"), Catch::Contains("expected HOST:PORT"));
   CHECK_THROWS_WITH(parse_connect_endpoint("host:0"), Catch::Contains("expected 1-65535"));

@@ -92,7 +92,7 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--summary-json /", "--summary-json"},
                         // An empty value (an unset shell variable) is not the option left out.
                         Case{"--trace ''", "--trace: must not be empty"}, Case{"--summary-json ''", "--summary-json"},
-                        Case{"--model transformer --seq-len 100000", "attention scores alone"},
+                        Case{"--model transformer --seq-len 100000", "kept for backward alone need"},
                         Case{"--hidden -3", "--hidden: must be a whole number of at least 1, got '-3'"},
                         // Named choices (Note [Choices are parsed once]): an unknown name is refused at parse
                         // time, naming the flag and the names it takes; names are case-sensitive, and the
@@ -420,7 +420,7 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
 
 TEST_CASE("a rank that never joins is named when the others' setup times out") {
   // Note [Naming the ranks that never joined]: Gloo said "keys: /0/1" and printed a backtrace.
-  const std::string port = std::to_string(20000 + (::getpid() % 20000) + 7);
+  const std::string port = std::to_string(free_port());
   const auto r = run_command("RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                              port + " timeout 120 " + quick_train("--steps 2 --timeout 3"));
   INFO(r.output);

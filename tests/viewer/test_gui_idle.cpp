@@ -62,22 +62,6 @@ int connect_to(std::uint16_t port) {
   return -1;
 }
 
-// A port the kernel has just given out, free now. memcomm-view reports the port it bound only in
-// its --report-json at exit, too late to connect to, so the test picks the port; unlike a port
-// derived from the pid, it is not one that another process already holds.
-std::uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  std::uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
 
 prof::StreamHello hello(std::uint16_t protocol_version) {
   prof::StreamHello h{};
@@ -151,7 +135,7 @@ TEST_CASE("an oversize frame and a version mismatch are reported in the UI and o
   const std::string report = out_dir() + "/live_bad_report.json";
   int rc = -1;
   std::string out;
-  const std::uint16_t port = free_port();
+  const std::uint16_t port = memcomm::test::free_port();
   REQUIRE(port != 0);
   std::thread viewer([&] {
     rc = run_viewer("--listen 127.0.0.1:" + std::to_string(port) + " --exit-after-events " + std::to_string(kernels + 4) +

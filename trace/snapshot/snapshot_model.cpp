@@ -482,7 +482,7 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
   std::uint8_t buf[1 << 16];
   std::size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
-  const int err = std::ferror(f) ? errno : 0;
+  const int err = std::ferror(f) ? (errno ? errno : EIO) : 0;
   std::fclose(f);
   if (err == EISDIR) throw ReadError(path, kNoOffset, "is a folder, not a file");
   if (err) throw ReadError(path, bytes.size(), fmt::format("read error: {}", std::strerror(err)));

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
 
 namespace memcomm::train {
@@ -61,8 +62,12 @@ std::string joined_key(int r) { return "memcomm/joined/" + std::to_string(r); }
 // with a C++ backtrace: three 20-line blocks came before memcomm's one line that names the lost rank.
 // From the first failure on, c10's logs are kept to fatal ones (unless TORCH_CPP_LOG_LEVEL asks for
 // more); the exceptions still arrive, and memcomm reports them.
+// Once per process (the heartbeat thread and the failing collective may both get here).
 void quiet_c10d_logs() {
-  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = std::max<int>(FLAGS_caffe2_log_level, 3);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = std::max<int>(FLAGS_caffe2_log_level, 3);
+  });
 }
 
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server, std::chrono::milliseconds timeout) {

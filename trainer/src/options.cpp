@@ -5,6 +5,7 @@
 #include <memcomm/common/bytes.hpp>
 #include <memcomm/common/cli_checks.hpp>
 #include <memcomm/common/output_path.hpp>
+#include <memcomm/common/replacing_file.hpp>
 
 #include <memcomm/profiler/sink.hpp>
 #include <memcomm/profiler/stream_protocol.hpp>
@@ -99,15 +100,20 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
   if (o.model == ModelKind::Transformer && (o.width % o.heads) != 0)
     usage_error("--width must be a multiple of --heads for the transformer");
-  if (o.model == ModelKind::Transformer) {
-    // One micro-batch's attention scores (batch x heads x seq_len^2 floats) are a lower bound on its
-    // memory; more than the machine holds would only swap until the kernel ends the run, silently.
-    const double scores = 4.0 * double(o.batch_size) * double(o.heads) * double(o.seq_len) * double(o.seq_len);
+  if (o.model == ModelKind::Transformer && o.device != DeviceKind::Cuda) {
+    // A lower bound on one micro-batch's memory in this model (models.cpp): its logits (batch x
+    // seq_len x vocab floats) and, per block, what its linear layers and GELU keep for backward (11 x
+    // width floats a token). The attention kernel (scaled_dot_product_attention) keeps no seq_len^2
+    // scores, so they are not counted. More than the machine holds for its local ranks would only
+    // swap until the kernel ends the run, silently.
+    const double tokens = double(o.batch_size) * double(o.seq_len) * double(std::max(1, o.nproc));
+    const double bound = 4.0 * tokens * (double(o.vocab) + 11.0 * double(o.layers) * double(o.width));
     const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
-    if (ram > 0 && scores > ram)
-      usage_error(fmt::format("--seq-len {}: one micro-batch's attention scores alone (--batch-size {} x --heads {} x "
-                              "seq_len^2 floats) are {}, more than this machine's {} of memory",
-                              o.seq_len, o.batch_size, o.heads, format_bytes(uint64_t(scores)), format_bytes(uint64_t(ram))));
+    if (ram > 0 && bound > ram)
+      usage_error(fmt::format("--seq-len {} with --batch-size {} on {} local rank(s): the logits and the activations "
+                              "kept for backward alone need {}, more than this machine's {} of memory",
+                              o.seq_len, o.batch_size, std::max(1, o.nproc), format_bytes(uint64_t(bound)),
+                              format_bytes(uint64_t(ram))));
   }
   if (o.memory_limit < 0 || o.memory_limit > kMaxMemoryLimit)
     usage_error("--memory-limit must be between 0 (none) and 128TiB");
@@ -148,15 +154,10 @@ void check_train_options(const TrainOptions& o, const char* program) {
 }
 
 void check_output_file(const std::string& flag, const std::string& file) {
-  const fs::path dir = memcomm::parent_folder(file);
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " does not exist");
-  if (fs::is_directory(file, ec)) throw std::invalid_argument(flag + " " + file + " is a folder, not a file");
-  // Written beside FILE and renamed over it (Note [Outputs replaced whole]), so the folder must take
-  // new files (FILE's own mode does not matter).
-  if (!memcomm::can_create_in(dir))
-    throw std::invalid_argument(flag + " " + file + ": the folder " + dir.string() + " is not writable");
+  // Written beside the file FILE leads to and renamed over it (Note [Outputs replaced whole]), so
+  // that folder must take new files (FILE's own mode does not matter).
+  if (const std::string problem = memcomm::replace_problem(file); !problem.empty())
+    throw std::invalid_argument(flag + " " + file + ": " + problem);
 }
 
 void check_output_dir(const std::string& flag, const std::string& file, bool create) {

@@ -33,6 +33,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memcomm/common/replacing_file.hpp>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -360,12 +362,12 @@ void TrainingRun::evaluate_and_report() {
 }
 
 void TrainingRun::dump_params() const {
-  std::ofstream f(o_.dump_params, std::ios::binary);
+  std::string bytes;
   for (const auto& p : p_.session.params()) {
     auto c = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * 4));
+    bytes.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * 4);
   }
-  if (!f) throw std::runtime_error("cannot write --dump-params file " + o_.dump_params);
+  write_replacing(o_.dump_params, bytes);  // Note [Outputs replaced whole]
 }
 
 // Note [Run-wide figures]: the summary speaks for the job, not rank 0: peaks (memory, resident

@@ -62,8 +62,9 @@ int App::run() {
   if (!opt_.listen.empty()) {
     std::string live_error;
     if (!start_live(live_error)) {
-      // Headless, nothing could ever arrive: waiting out --timeout would only hide why.
-      if (headless) {
+      // Headless with nothing else to show, nothing could ever arrive: waiting out --timeout would
+      // only hide why.
+      if (headless && opt_.files.empty() && opt_.synthetic == 0) {
         std::fprintf(stderr, "memcomm-view: --listen %s: %s\n", opt_.listen.c_str(), live_error.c_str());
         return 1;
       }

@@ -49,6 +49,8 @@ Endpoint parse_connect_endpoint(const std::string& text) {
   const auto colon = bracketed ? text.find("]:") : text.rfind(':');
   if (colon == std::string::npos)
     throw TraceError(fmt::format("bad address '{}': expected HOST:PORT (the port memcomm-view --listen uses)", text));
+  if (!bracketed && text.substr(0, colon).find(':') != std::string::npos)
+    throw TraceError(fmt::format("bad address '{}': an IPv6 host goes in brackets, [HOST]:PORT", text));
   Endpoint ep = parse_endpoint(text);
   if (ep.port == 0) throw TraceError(fmt::format("bad port 0 in address '{}' (expected 1-65535)", text));
   return ep;

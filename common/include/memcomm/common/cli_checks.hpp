@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -59,8 +60,8 @@ inline CLI::Validator positive_number() {
       [](std::string& value) -> std::string {
         char* end = nullptr;
         const double d = std::strtod(value.c_str(), &end);
-        if (!value.empty() && *end == '\0' && d > 0) return std::string();
-        return "must be a number greater than 0, got '" + value + "'";
+        if (!value.empty() && *end == '\0' && d > 0 && std::isfinite(d)) return std::string();
+        return "must be a finite number greater than 0, got '" + value + "'";
       },
       "> 0");
 }

@@ -20,13 +20,15 @@ class OutputError : public std::runtime_error {
 // complete and on disk (fsync), so a full disk, a crash or a kill leaves the previous file as it was,
 // or no file, and never a truncated one that reads back as a shorter result. Two kinds of destination
 // are not a plain file to replace: a symlink is written through (the temporary goes beside the file it
-// points to, and the rename replaces that file, not the link), and an existing destination that is not
-// a regular file (/dev/stdout, a FIFO, a device) is written in place, since a rename would put a file
-// where the device was. A temporary that is not committed is removed.
+// points to, and the rename replaces that file, not the link, even where it does not exist yet), and a
+// destination that is not a regular file (a FIFO, a device, anything under /dev or /proc, such as
+// /dev/stdout, which would lead to whatever stdout is) is written in place, since a rename would put a
+// file where the device was. A temporary that is not committed is removed; a process killed while
+// writing leaves its NAME.tmp.PID.N beside the destination, which is untouched.
 class ReplacingFile {
  public:
-  // Creates the temporary (the destination's mode when it exists, else 0666 less the umask).
-  // Throws OutputError when the folder does not take new files.
+  // Creates the temporary (0666 less the umask; the destination's mode, when it exists, is given at
+  // commit). Throws OutputError when the folder does not take new files.
   explicit ReplacingFile(const std::string& destination);
   ~ReplacingFile();
   ReplacingFile(const ReplacingFile&) = delete;
@@ -36,14 +38,21 @@ class ReplacingFile {
   const std::string& path() const { return write_path_; }
   // Flushes the written file to disk and renames it over the destination. Throws OutputError.
   void commit();
+  // `message` (a writer's error) with the temporary's name replaced by the destination's.
+  std::string naming_destination(std::string message) const;
 
  private:
   std::string destination_;  // as given, for messages
   std::string target_;       // the file the rename replaces (a symlink's target)
   std::string write_path_;
+  int mode_ = -1;            // the destination's permissions, when it exists
   bool in_place_ = false;
   bool committed_ = false;
 };
+
+// Why `destination` could not be replaced whole, checked before any work ("" when it can): the
+// folder of the file it leads to must take new files.
+std::string replace_problem(const std::string& destination);
 
 // The whole of `contents` into `destination`, replaced whole. Throws OutputError.
 void write_replacing(const std::string& destination, std::string_view contents);
