@@ -81,6 +81,10 @@ TEST_CASE("the boundary under a cap is never above, and at most one candidate be
   const auto again = run_command(env_cache(dir) + tune_bin() + kModel + lim + " --global-batch 1024 --verify-steps 20");
   CHECK(again.code == 0);
   CHECK(again.output.find("reusing the cached result") != std::string::npos);
+  // Another trainer flag is another key (Note [Tuning cache]): the hit printed the old command.
+  const auto other = run_command(env_cache(dir) + tune_bin() + kModel + lim +
+                                 " --global-batch 1024 --verify-steps 20 --lr 0.05 --max-trials 2");
+  CHECK(other.output.find("reusing") == std::string::npos);
   const auto fresh = run_command(env_cache(dir) + tune_bin() + kModel + lim +
                                  " --global-batch 1024 --verify-steps 20 --fresh --max-trials 4");
   CHECK(fresh.output.find("reusing") == std::string::npos);
@@ -176,6 +180,7 @@ TEST_CASE("out-of-range and contradictory tuner flags are usage errors naming th
     std::string args, expect;
   };
   for (const auto& c : {Case{"--global-batch 64 --buckets nan", "--buckets"},
+                        Case{"--global-batch 64 --buckets 1 5", "not expected: 5"},  // it reached the command
                         Case{"--global-batch 64 --buckets 1,1e30", "--buckets"},
                         Case{"--global-batch 64 --probe-seconds nan", "--probe-seconds"},
                         Case{"--global-batch 100000000000 --fit-only --any-micro-batch", "--any-micro-batch"},

@@ -294,6 +294,11 @@ std::string TrialRunner::device_description() const {
 
 int64_t TrialRunner::memory_limit() const { return impl_->o.memory_limit; }
 
+int64_t TrialRunner::shard_size() const {
+  const Impl& m = *impl_;
+  return DistributedSampler(m.train_set->size(), m.env.rank, m.env.world, true, m.o.seed, m.o.tail == Tail::Pad).per_rank();
+}
+
 int64_t TrialRunner::model_state_bytes() const {
   int64_t params = 0;
   for (const auto& p : impl_->session->params()) params += p.numel() * p.element_size();

@@ -45,6 +45,7 @@ class ProbeRunner {
   std::string device_description() const { return trial_.device_description(); }  // for the cache key
   int64_t memory_limit() const { return trial_.memory_limit(); }                  // the cap in force (bytes)
   int64_t model_state_bytes() const { return trial_.model_state_bytes(); }
+  int64_t shard_size() const { return trial_.shard_size(); }
   // Stops recording (--trace) and returns (events, drops).
   std::pair<int64_t, int64_t> finish_trace() { return trial_.finish_trace(); }
 

@@ -204,6 +204,12 @@ TuneResult from_json(const nlohmann::json& j) {
       x.peak_reserved = int_at(c, "peak_reserved");
       x.peak_allocated = int_at(c, "peak_allocated");
       x.headroom = num_at(c, "headroom");
+      // A recommendation must make the batch it was tuned for (an edited or damaged file may not).
+      if (x.micro_batch < 1 || x.accum < 1 || x.world != r.config.world ||
+          x.micro_batch > r.outcome.global_batch / x.accum / x.world ||
+          x.micro_batch * x.accum * x.world != r.outcome.global_batch)
+        throw std::runtime_error(fmt::format("its recommendation {} x {} x {} ranks is not its global batch {}",
+                                             x.micro_batch, x.accum, x.world, r.outcome.global_batch));
       r.command = str_at(c, "command");
       r.outcome.recommendation = x;
     }

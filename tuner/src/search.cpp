@@ -87,6 +87,10 @@ class Search {
     } else {
       cand_ = divisors(per_rank_);
     }
+    // A micro-batch larger than the rank's shard cannot be drawn: a usage error, had it been probed.
+    if (cfg.max_micro_batch > 0)
+      cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](int64_t b) { return b > cfg.max_micro_batch; }),
+                  cand_.end());
   }
 
   void run() {

@@ -54,7 +54,7 @@ void add_tuning_options(CLI::App& app, TuneOptions& t, RawTuneFlags& raw) {
   g->add_option("--verify-steps", t.verify_steps, "Steps the winner runs, plus an evaluation pass, before it is recommended")
       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   g->add_option("--buckets", raw.buckets, "Bucket sizes (MiB) tried with the winner when there is more than one rank")
-      ->capture_default_str()->delimiter(',');
+      ->capture_default_str()->delimiter(',')->expected(1)->allow_extra_args(false);  // "1,5,25" only
   app.add_option("--unequal-data", raw.unequal, "RANK:BYTES: that rank's samples take BYTES more each (test hook)")
       ->group("");
   app.add_flag("--print-decisions", t.print_decisions, "Every rank prints its decisions (test hook)")->group("");
@@ -135,6 +135,15 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       "verified with a longer run and an evaluation pass before it is recommended. Results are cached.\n"
       "Takes every memcomm-train flag for the model, data, optimizer and allocator."};
   app.get_formatter()->column_width(34);
+  app.footer(
+      "Exit codes:\n"
+      "  0  a recommendation (tuned, or reused from the cache)\n"
+      "  1  no micro-batch fits the limit, or a runtime error (a --json file that cannot be written)\n"
+      "  2  a usage error: a bad flag or value, a limit that cannot hold the model, a --json path that\n"
+      "     cannot be written (checked before any probe)\n"
+      "  3  a collective failed or took longer than --timeout; the message names the lost rank(s)\n"
+      "With --nproc the launcher exits with the code of the first rank to fail, or 1 when that rank was\n"
+      "killed by a signal.");
   train::add_train_options(app, t.train);
   // What the tuner chooses is not a flag here: hidden from --help, and refused with a reason below.
   for (const char* chosen : {"--batch-size", "--accum", "--steps"}) app.get_option(chosen)->group("");

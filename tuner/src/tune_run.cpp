@@ -42,12 +42,34 @@ nlohmann::json cache_key(const TuneOptions& t, const ProbeRunner& runner) {
           {"fit_only", t.search.fit_only},
           {"any_micro_batch", t.search.any_micro_batch},
           {"max_trials", t.search.max_trials},
-          {"verify_steps", t.verify_steps}};
+          {"verify_steps", t.verify_steps},
+          // Every trainer flag as given, and how probes are timed: the recommended command repeats
+          // the former, and either may change the result (a hit ignored most flags before).
+          {"train_args", t.train_args},
+          {"probe", {{"measured_steps", t.search.measured_steps}, {"accum_cap", t.probe.accum_cap},
+                     {"min_seconds", t.probe.min_seconds}, {"buckets", t.search.bucket_candidates}}}};
+}
+
+// "40 s", "12 min", "3.5 h": how long something will take, for people.
+std::string rough_duration(double s) {
+  if (s < 120) return fmt::format("{:.0f} s", s);
+  if (s < 7200) return fmt::format("{:.0f} min", s / 60);
+  return fmt::format("{:.1f} h", s / 3600);
+}
+
+// An argument as a POSIX shell reads it back: quoted unless made only of characters that need none.
+std::string shell_quoted(const std::string& a) {
+  const bool plain = !a.empty() && a.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                       "0123456789_-+=.,/:@%") == std::string::npos;
+  if (plain) return a;
+  std::string q = "'";
+  for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
 }
 
 std::string train_command(const TuneOptions& t, const Recommendation& c) {
   std::string s = "memcomm-train";
-  for (const auto& a : t.train_args) s += " " + a;
+  for (const auto& a : t.train_args) s += " " + shell_quoted(a);
   s += fmt::format(" --batch-size {} --accum {}", c.micro_batch, c.accum);
   if (c.world > 1) s += fmt::format(" --bucket-mb {:g}", c.bucket_mb);
   return s;
@@ -85,6 +107,7 @@ bool reuse_cached(const TuneOptions& t, ProbeRunner& runner, const nlohmann::jso
     fmt::print("memcomm-tune: reusing the cached result {} (tuned in {:.1f} s; --fresh tunes again)\n", cache_path(key),
                cached->tuning_wall_s);
     cached->config.memory_limit = t.search.memory_limit;
+    if (cached->outcome.recommendation) cached->command = train_command(t, *cached->outcome.recommendation);
     print_result(*cached);
     write_json(*cached, t.json_out);
   }
@@ -115,7 +138,12 @@ ProbeFn printing_probe(const TuneOptions& t, ProbeRunner& runner, const train::D
 VerifyFn verifying(const TuneOptions& t, ProbeRunner& runner) {
   return [&t, &runner](const Recommendation& rec) {
     if (runner.leader()) {
-      fmt::print("  verifying b={} K={}: {} steps and an evaluation pass\n", rec.micro_batch, rec.accum, t.verify_steps);
+      // The probes timed at most --probe-accum-cap micro-steps; the verification runs all K.
+      const double estimate = rec.samples_per_s > 0 ? double(rec.micro_batch * rec.accum * rec.world) *
+                                                          double(t.verify_steps) / rec.samples_per_s
+                                                    : 0;
+      fmt::print("  verifying b={} K={}: {} steps and an evaluation pass{}\n", rec.micro_batch, rec.accum, t.verify_steps,
+                 estimate > 0 ? fmt::format(", about {} at the probed speed", rough_duration(estimate)) : "");
       std::fflush(stdout);
     }
     return runner.verify(rec, t.verify_steps);
@@ -131,6 +159,7 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
   t.search.world = runner.world();
   // The smallest rank's limit (on GPUs each defaults to its own free memory): one search for all.
   t.search.memory_limit = -runner.agree_max(-runner.memory_limit());
+  t.search.max_micro_batch = -runner.agree_max(-runner.shard_size());
   check_limits(t, runner);
 
   TuneResult r;
@@ -155,8 +184,8 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
   if (leader) {
     print_result(r);
     if (events > 0) fmt::print("trace: {} events ({} dropped)\n", events, drops);
+    if (r.outcome.recommendation) store_cached(r);  // first: a --json that cannot be written loses nothing
     write_json(r, t.json_out);
-    if (r.outcome.recommendation) store_cached(r);
   }
   return r.outcome.recommendation ? 0 : 1;
 }

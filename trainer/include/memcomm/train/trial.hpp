@@ -78,6 +78,7 @@ class TrialRunner {
   std::string device_description() const;  // "cpu:<model name>" or "cuda:<GPU name>"
   int64_t memory_limit() const;             // the cap in force (bytes)
   int64_t model_state_bytes() const;        // parameters + gradients + optimizer state
+  int64_t shard_size() const;               // training samples a rank draws per epoch: the largest micro-batch
 
   struct Impl;
 

@@ -48,8 +48,10 @@ nlohmann::json to_json(const TuneResult& r);
 TuneResult from_json(const nlohmann::json& j);
 
 // Note [Tuning cache]: results are kept per key (model configuration, device, dtype, limit, world,
-// global batch and memcomm version) in $MEMCOMM_CACHE_DIR, else $XDG_CACHE_HOME/memcomm, else
-// ~/.cache/memcomm, as tune-<hash of key>.json. A file whose stored key differs is ignored.
+// global batch, memcomm version, every trainer flag as given and how probes are timed) in
+// $MEMCOMM_CACHE_DIR, else $XDG_CACHE_HOME/memcomm, else ~/.cache/memcomm, as tune-<hash of key>.json.
+// A file whose stored key differs, or whose recommendation does not make its global batch, is a miss.
+// A hit prints the recommended command built from this run's flags, never the stored one.
 std::string cache_path(const nlohmann::json& key);
 std::optional<TuneResult> load_cached(const nlohmann::json& key);
 // Atomic (temp file + rename). Returns false with a warning on stderr when the cache is not writable.

@@ -74,6 +74,7 @@ struct SearchConfig {
   double bucket_mb = 25;        // bucket cap used while tuning b and K
   std::vector<double> bucket_candidates;  // tried with the winner when world > 1 (empty: none)
   int measured_steps = 3;
+  int64_t max_micro_batch = 0;  // 0: none; else the rank's shard of the training set (no larger b can be drawn)
 };
 
 struct Recommendation {
