@@ -100,6 +100,22 @@ TEST_CASE("the boundary matches an exhaustive search, within ceil(log2 n) + 3 pr
       }
 }
 
+TEST_CASE("Lightning's doubling reaches divisor candidates that a power of two skips") {
+  // 98's divisors are 1, 2, 7, 14, 49, 98: doubling from 2 lands on 4, no candidate, and stopped there.
+  for (const int64_t limit : {int64_t(300) << 20, int64_t(3) << 30}) {
+    Synthetic m;
+    m.limit = limit;
+    SearchConfig cfg;
+    cfg.global_batch = 98;
+    cfg.memory_limit = limit;
+    cfg.fit_only = true;
+    cfg.strategy = Strategy::Lightning;
+    const auto out = run_search(cfg, std::ref(m));
+    INFO("limit " << limit);
+    CHECK(out.largest_feasible == exhaustive_largest(m, {1, 2, 7, 14, 49, 98}));
+  }
+}
+
 TEST_CASE("a budget of one trial (--max-trials 1) runs one probe and does not claim a boundary it did not find") {
   Synthetic m;
   SearchConfig cfg;

@@ -229,8 +229,11 @@ class Search {
           if (high - low <= 1) { out_.boundary_found = true; break; }
           size = (high + low) / 2;
         } else {
-          const int64_t next = std::min(size * 2, per_rank_);
-          if (next == size) { out_.boundary_found = true; break; }  // at the largest candidate
+          int64_t next = std::min(size * 2, per_rank_);
+          // Doubling may land between two divisors: keep doubling to the next candidate, as Lightning's
+          // sizes would reach it (98's divisors: 2 fits, 4 is none, 7 is next).
+          while (floor_index(next) == i && next < per_rank_) next = std::min(next * 2, per_rank_);
+          if (floor_index(next) == i) { out_.boundary_found = true; break; }  // at the largest candidate
           size = next;
         }
       } else {
