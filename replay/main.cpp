@@ -117,11 +117,9 @@ void describe(CLI::App& app, CommandLine& cl, const std::string& default_policie
                  "comma-separated policies to replay, in table order:\n" + policy_help())
       ->default_str(default_policies);
   app.add_option("--capacity", cl.capacity_text, "device memory per device, e.g. 8GiB, 512MiB, 80GB or bytes; "
-                                                 "requests that do not fit count as OOMs (default: unlimited)")
-      ->check(memcomm::not_empty());
+                                                 "requests that do not fit count as OOMs (default: unlimited)");
   app.add_option("--json", cl.json_out, "also write the results as a JSON list to this file; with '-' the JSON goes to\n"
-                                        "stdout alone and the table goes to stderr")
-      ->check(memcomm::not_empty());
+                                        "stdout alone and the table goes to stderr");
   app.add_flag("--check", cl.check, "verify while replaying that no two live blocks overlap and each policy's invariants hold");
   app.add_flag("-q,--quiet", cl.quiet, "no progress messages on stderr");
 }
@@ -189,6 +187,7 @@ int main(int argc, char** argv) {
   CLI::App app{"", "memcomm-replay"};
   CommandLine cl;
   describe(app, cl, default_policies);
+  memcomm::refuse_empty_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -116,7 +116,7 @@ void add_convert(CLI::App& app, Args& a, Subcommands& s) {
   s.convert = app.add_subcommand("convert", "Write one trace (a torch.profiler .json/.json.gz, or an .mct file of one "
                                             "rank) as a compact, crash-safe per-rank .mct file; prints the size ratio");
   s.convert->add_option("IN", a.convert_in, "input trace")->required()->check(CLI::ExistingFile);
-  s.convert->add_option("OUT", a.convert_out, "output .mct file")->required()->check(memcomm::not_empty());
+  s.convert->add_option("OUT", a.convert_out, "output .mct file")->required();
   s.convert->add_option("--codec", a.codec, "chunk compression: zstd (smaller) or lz4 (faster)")
       ->check(CLI::IsMember({"zstd", "lz4"}))
       ->capture_default_str();
@@ -159,13 +159,12 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
 
   s.exp = app.add_subcommand("export", "Export to Chrome/Perfetto JSON (load it in ui.perfetto.dev)");
   s.exp->add_option("--chrome", a.chrome_out, "output JSON file ('-': stdout, with the summary line on stderr)")
-      ->required()
-      ->check(memcomm::not_empty());
+      ->required();
   add_files(s.exp, a);
 
   s.merge = app.add_subcommand("merge", "Merge ranks onto one timeline (applying each rank's recorded clock offset) "
                                         "into one .mct file");
-  s.merge->add_option("OUT", a.merge_out, "merged output file")->required()->check(memcomm::not_empty());
+  s.merge->add_option("OUT", a.merge_out, "merged output file")->required();
   add_files(s.merge, a);
   s.merge->add_flag("--no-offsets", a.no_offsets, "do not apply the ranks' clock offsets");
   s.merge->add_flag("--force", a.force, "overwrite OUT if it exists (never when OUT is one of the FILEs)");
@@ -367,6 +366,7 @@ int main(int argc, char** argv) {
                names);
     return kExitBadInput;
   }
+  memcomm::refuse_empty_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -49,6 +49,7 @@ bool is_rank_trace(const std::string& file, const std::string& trace) {
 }  // namespace
 
 void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {
+  memcomm::refuse_empty_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -301,12 +302,10 @@ void add_observation_options(CLI::App& g, TrainOptions& o) {
                "Evaluation batches per rank on the test split (0: all of it, every sample once, the last short "
                "batch included)")
       ->capture_default_str();
-  g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE")->check(memcomm::not_empty());
+  g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
   g.add_option("--trace", o.trace,
-               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)")
-      ->check(memcomm::not_empty());
-  g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen; :PORT for this machine)")
-      ->check(memcomm::not_empty());
+               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)");
+  g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen; :PORT for this machine)");
   add_choice(g, "--cupti", o.cupti,
              "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "
              "(when recording a run on a GPU), on (also when the run is on the CPU) or off; where CUPTI "
@@ -324,8 +323,7 @@ void add_observation_options(CLI::App& g, TrainOptions& o) {
 }
 
 void add_checkpoint_options(CLI::App& g, TrainOptions& o) {
-  g.add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)")
-      ->check(memcomm::not_empty());
+  g.add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");
   g.add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every S steps (atomic: temp, fsync, rename)")
       ->capture_default_str();
   g.add_flag("--resume", o.resume,

@@ -35,7 +35,7 @@ void add_tuning_options(CLI::App& app, TuneOptions& t, RawTuneFlags& raw) {
       ->required();
   g->add_option("--max-trials", t.search.max_trials, "Most probes for fit, boundary, speed and buckets")
       ->capture_default_str()->check(CLI::Range(1, 1000));
-  g->add_option("--json", t.json_out, "Write trials and recommendation as JSON to FILE")->check(memcomm::not_empty());
+  g->add_option("--json", t.json_out, "Write trials and recommendation as JSON to FILE");
   g->add_flag("--fresh", t.fresh, "Tune again even when a cached result exists");
   g->add_option("--search", raw.search,
                 "memcomm (peak fit + speed search), lightning (Lightning's binsearch, for comparison) or grid "

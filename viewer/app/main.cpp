@@ -42,8 +42,7 @@ void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
       ->expected(0, 1)
       ->default_str("127.0.0.1:7433");
   app.add_option("--size", text.size, "window size WxH (default 1600x900; --bench default 1920x1080)");
-  app.add_option("--screenshot", o.screenshot, "write a PNG of the window after --frames frames and exit")
-      ->check(memcomm::not_empty());
+  app.add_option("--screenshot", o.screenshot, "write a PNG of the window after --frames frames and exit");
   app.add_option("--frames", o.frames, "frames to render before the screenshot/exit (default 3)");
   auto* bench = app.add_flag("--bench", o.bench, "print frame build times for a scripted zoom/pan sweep and exit");
   app.add_option("--bench-frames", o.bench_frames, "with --bench: frames in the sweep, 4 or more (default 400)")
@@ -61,8 +60,7 @@ void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
                  "with --exit-after-events: give up after S seconds, S > 0 (exit 1; default 30)")
       ->check(memcomm::positive_number())
       ->needs(exit_events);
-  app.add_option("--report-json", o.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON")
-      ->check(memcomm::not_empty());
+  app.add_option("--report-json", o.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
   auto* synthetic =
       app.add_option("--synthetic", o.synthetic, "add a synthetic run of about N events, 1..100000000 (benchmarks, demos)")
           ->check(CLI::Range(std::uint64_t{1}, kMaxSyntheticEvents));
@@ -145,6 +143,7 @@ int main(int argc, char** argv) {
   FlagText text;
   add_options(cli, opt, text);
   try {
+    memcomm::refuse_empty_values(cli);
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e) == 0 ? 0 : 2;

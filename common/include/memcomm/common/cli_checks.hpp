@@ -38,6 +38,16 @@ inline CLI::Validator not_empty() {
                         "", "not empty");
 }
 
+// not_empty() on every option of `app` (and of its option groups and subcommands, apps of their own)
+// that takes a value: CLI11 reads an empty value as the option's default, as if it had not been given.
+// Every tool calls it once its options are added.
+inline void refuse_empty_values(CLI::App& app) {
+  // An option whose value is optional (memcomm-view's --listen) keeps its own meaning for "".
+  for (CLI::Option* opt : app.get_options([](CLI::Option* o) { return o->get_type_size() > 0 && o->get_expected_min() > 0; }))
+    opt->check(not_empty());
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(*sub);
+}
+
 // `option->check(whole_number(1))`: an integer of at least `min` (and within a long long).
 inline CLI::Validator whole_number(long long min) {
   return CLI::Validator(
