@@ -100,6 +100,19 @@ def test_single_rank_step_exception_propagates_and_state_is_restored():
                          lambda b: (torch.randn(b, 64), torch.randint(0, 4, (b,))), 64, search="grid",
                          probe_seconds=0.0, verify_steps=3, verbose=False)
         assert r["largest_feasible"] == 64 and r["recommendation"] and len(r["verifications"]) == 1, r
+        # A batch of another size would be measured as b: refused (sequence-first layouts still pass).
+        try:
+            memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]),
+                         lambda b: (torch.randn(b + 1, 64), torch.randint(0, 4, (b + 1,))), 64,
+                         probe_seconds=0.0, verbose=False)
+        except ValueError as e:
+            assert "no dimension of" in str(e), e
+        else:
+            raise AssertionError("a wrong-sized batch was tuned")
+        seq_first = memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]).mean(0), xy[1]),
+                                 lambda b: (torch.randn(3, b, 64), torch.randint(0, 4, (b,))), 64, search="grid",
+                                 probe_seconds=0.0, verify_steps=1, verbose=False)
+        assert seq_first["recommendation"], seq_first
         print("ok")
     """, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"

@@ -66,6 +66,12 @@ class Runner:
     def _forward_backward(self, b: int, accum: int, phase: List[str]) -> None:
         # Its own frame: the batch and the graph go with it when an out-of-memory unwinds it.
         batch = self.make_batch(b)
+        shape = _first_shape(batch)
+        # The probe would measure another micro-batch than it reports. Any dimension may be the batch's
+        # (a sequence-first layout puts it second), so only a tensor with none of size b is refused.
+        if shape and b not in shape:
+            raise ValueError(f"make_batch({b}) returned a batch whose first tensor has shape {tuple(shape)}: no "
+                             f"dimension of {b} samples")
         phase[0] = "forward"
         loss = self.loss_fn(self.model, batch)
         if not isinstance(loss, torch.Tensor):
@@ -155,3 +161,16 @@ class Runner:
         if a.oom is not None:
             self.buckets = old
         return a.oom
+
+
+def _first_shape(batch: Any) -> List[int]:
+    """The shape of the first tensor in a batch (a tensor, or nested tuples, lists and dicts of them);
+    [] when it holds none."""
+    if isinstance(batch, torch.Tensor):
+        return list(batch.shape)
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for item in items:
+        shape = _first_shape(item)
+        if shape:
+            return shape
+    return []
