@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,11 +142,13 @@ DistEnv detect_dist_env(const char* tool) {
 
 int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
   const int port = free_loopback_port();
+  // memcomm-train or memcomm-tune: the messages name the program the user ran.
+  const std::string program = std::filesystem::path(argv[0]).filename().string();
   std::vector<pid_t> pids(nproc, -1);
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) {
-      std::perror("memcomm-train: fork");
+      std::perror((program + ": fork").c_str());
       for (int k = 0; k < r; ++k) ::kill(pids[k], SIGKILL);
       return 1;
     }
@@ -162,7 +165,7 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
       std::vector<char*> args(argv, argv + argc);
       args.push_back(nullptr);
       ::execv("/proc/self/exe", args.data());
-      std::perror("memcomm-train: exec");
+      std::perror((program + ": exec").c_str());
       ::_exit(127);
     }
     pids[r] = pid;
@@ -191,7 +194,7 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
         --alive;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok) {
-          std::fprintf(stderr, "memcomm-train: rank %d %s\n", r, describe_status(status).c_str());
+          std::fprintf(stderr, "%s: rank %d %s\n", program.c_str(), r, describe_status(status).c_str());
           if (job_code == 0) {
             job_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
             deadline = std::chrono::steady_clock::now() +
@@ -205,7 +208,7 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
     if (std::chrono::steady_clock::now() > deadline) {
       for (int r = 0; r < nproc; ++r) {
         if (pids[r] <= 0) continue;
-        std::fprintf(stderr, "memcomm-train: rank %d did not exit after the failure; killing it\n", r);
+        std::fprintf(stderr, "%s: rank %d did not exit after the failure; killing it\n", program.c_str(), r);
         ::kill(pids[r], SIGKILL);
       }
       deadline = std::chrono::steady_clock::time_point::max();
