@@ -50,6 +50,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         (void)prof::parse_endpoint(text);
       } catch (const prof::TraceError&) {
       }
+      try {  // an address to connect to: a port from 1 to 65535, always
+        if (prof::parse_connect_endpoint(text).port == 0) std::abort();
+      } catch (const prof::TraceError&) {
+      }
       break;
     case 3: {
       view::LoadOptions o;
