@@ -118,6 +118,29 @@ def test_single_rank_step_exception_propagates_and_state_is_restored():
     assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
+def test_numpy_integers_are_ints_and_a_bad_evaluate_result_is_named():
+    r = run_python("""
+        import numpy as np, torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=32 << 20)
+        model = nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        batch = lambda b: (torch.randn(b, 8), torch.randint(0, 2, (b,)))
+        r = memcomm.tune(model, opt, loss, batch, np.int64(16), probe_seconds=0.0, verify_steps=1, verbose=False)
+        assert r["recommendation"]["micro_batch"] * r["recommendation"]["accum"] == 16, r
+        try:
+            memcomm.tune(model, opt, loss, batch, 16, probe_seconds=0.0, verify_steps=1, verbose=False,
+                         evaluate=lambda m: None)
+        except TypeError as e:
+            assert "evaluate(model) must return (accuracy, loss)" in str(e), e
+        else:
+            raise AssertionError("evaluate returning None was taken")
+        print("ok")
+    """, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
 def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
     r = run_python("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm

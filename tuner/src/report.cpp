@@ -247,6 +247,11 @@ bool store_cached(const TuneResult& r) {
   const std::filesystem::path path = cache_path(r.key);
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) {  // its own reason (a read-only mount), not the write's "No such file or directory"
+    std::fprintf(stderr, "memcomm-tune: warning: the cache: cannot make the folder %s: %s\n",
+                 path.parent_path().c_str(), ec.message().c_str());
+    return false;
+  }
   try {
     write_replacing(path.string(), to_json(r).dump(1) + "\n");  // Note [Outputs replaced whole]
     return true;

@@ -133,7 +133,9 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       "found with short real training probes (forward, backward, optimizer step) that run out of memory\n"
       "safely: an out-of-memory is caught, agreed by all ranks and recovered in process. The winner is\n"
       "verified with a longer run and an evaluation pass before it is recommended. Results are cached.\n"
-      "Takes every memcomm-train flag for the model, data, optimizer and allocator."};
+      "Takes every memcomm-train flag for the model, data, optimizer and allocator; those for a run's own\n"
+      "outputs (--summary-json, --checkpoint-dir, --resume...) are not used by the probes and only go into\n"
+      "the recommended memcomm-train command."};
   app.get_formatter()->column_width(34);
   app.footer(
       "Exit codes:\n"

@@ -15,7 +15,7 @@ class Memory:
     def __init__(self, device: torch.device, memory_limit: Optional[int]):
         self.device = device
         if memory_limit is not None:
-            check_int("memory_limit", memory_limit, 1)
+            memory_limit = check_int("memory_limit", memory_limit, 1)
         self.limit = self._cpu_limit(memory_limit) if device.type == "cpu" else self._cuda_limit(memory_limit)
 
     @staticmethod

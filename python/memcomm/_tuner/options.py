@@ -1,4 +1,5 @@
 """memcomm.tune's options and the checks memcomm-tune's flags make, with Python's exceptions."""
+import operator
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
@@ -11,8 +12,9 @@ _MAX_BUCKET_MB = 1e6
 
 
 def check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = operator.index(value)  # numpy and torch integers too
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f">= {low}"
         raise ValueError(f"{name} must be {bound}, got {value}")
@@ -61,7 +63,7 @@ class Options:
 
 def check_options(o: Options) -> Options:
     """The checks memcomm-tune's flags make, with Python's exceptions."""
-    check_int("global_batch", o.global_batch, 1, _MAX_GLOBAL_BATCH)
+    o.global_batch = check_int("global_batch", o.global_batch, 1, _MAX_GLOBAL_BATCH)
     if o.search not in SEARCHES:
         raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {o.search!r}")
     for name in ("fit_only", "any_micro_batch"):
@@ -69,13 +71,13 @@ def check_options(o: Options) -> Options:
             raise TypeError(f"{name} must be a bool, got {type(getattr(o, name)).__name__}")
     if o.any_micro_batch and not o.fit_only:
         raise ValueError("any_micro_batch needs fit_only=True: a recommended micro-batch must divide the per-rank batch")
-    check_int("max_trials", o.max_trials, 1, 1000)
-    check_int("measured_steps", o.measured_steps, 3, 1000)
+    o.max_trials = check_int("max_trials", o.max_trials, 1, 1000)
+    o.measured_steps = check_int("measured_steps", o.measured_steps, 3, 1000)
     o.probe_seconds = check_float("probe_seconds", o.probe_seconds, 0.0, 3600.0)
-    check_int("accum_cap", o.accum_cap, 2, 1 << 20)
+    o.accum_cap = check_int("accum_cap", o.accum_cap, 2, 1 << 20)
     o.bucket_mb = check_float("bucket_mb", o.bucket_mb, 1e-6, _MAX_BUCKET_MB)
     if isinstance(o.buckets, (str, bytes)) or not isinstance(o.buckets, Sequence):
         raise TypeError(f"buckets must be a sequence of sizes in MiB, got {type(o.buckets).__name__}")
     o.buckets = [check_float("buckets[]", b, 1e-6, _MAX_BUCKET_MB) for b in o.buckets]
-    check_int("verify_steps", o.verify_steps, 0, 1 << 30)
+    o.verify_steps = check_int("verify_steps", o.verify_steps, 0, 1 << 30)
     return o

@@ -103,8 +103,10 @@ class Prober:
         failed = None
         try:
             with torch.no_grad():
-                acc, loss = self.evaluate(self.r.model)
-            v["eval_accuracy"], v["eval_loss"] = float(acc), float(loss)
+                result = self.evaluate(self.r.model)
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                raise TypeError(f"evaluate(model) must return (accuracy, loss), got {result!r:.80}")
+            v["eval_accuracy"], v["eval_loss"] = float(result[0]), float(result[1])
         except Exception as e:  # noqa: BLE001
             failed = failure("evaluation", e)
         a = self.r.agree(failed, False)
