@@ -100,19 +100,27 @@ def test_single_rank_step_exception_propagates_and_state_is_restored():
                          lambda b: (torch.randn(b, 64), torch.randint(0, 4, (b,))), 64, search="grid",
                          probe_seconds=0.0, verify_steps=3, verbose=False)
         assert r["largest_feasible"] == 64 and r["recommendation"] and len(r["verifications"]) == 1, r
-        # A batch of another size would be measured as b: refused (sequence-first layouts still pass).
-        try:
+        # A batch of another size would be measured as b: said once (sequence-first layouts pass quietly).
+        import warnings
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
             memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]),
                          lambda b: (torch.randn(b + 1, 64), torch.randint(0, 4, (b + 1,))), 64,
-                         probe_seconds=0.0, verbose=False)
-        except ValueError as e:
-            assert "no dimension of" in str(e), e
-        else:
-            raise AssertionError("a wrong-sized batch was tuned")
+                         probe_seconds=0.0, verify_steps=1, verbose=False)
+        said = [str(w.message) for w in seen if "no dimension of" in str(w.message)]
+        assert len(said) == 1, [str(w.message) for w in seen]
         seq_first = memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]).mean(0), xy[1]),
                                  lambda b: (torch.randn(3, b, 64), torch.randint(0, 4, (b,))), 64, search="grid",
                                  probe_seconds=0.0, verify_steps=1, verbose=False)
         assert seq_first["recommendation"], seq_first
+        for bad in (True, 16.0, torch.tensor(16), "16"):
+            try:
+                memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]),
+                             lambda b: (torch.randn(b, 64), torch.randint(0, 4, (b,))), bad, verbose=False)
+            except TypeError as e:
+                assert "global_batch must be an int" in str(e), e
+            else:
+                raise AssertionError(f"global_batch={bad!r} was taken")
         print("ok")
     """, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"

@@ -83,7 +83,7 @@ TEST_CASE("the boundary under a cap is never above, and at most one candidate be
   CHECK(again.output.find("reusing the cached result") != std::string::npos);
   // Another trainer flag is another key (Note [Tuning cache]): the hit printed the old command.
   const auto other = run_command(env_cache(dir) + tune_bin() + kModel + lim +
-                                 " --global-batch 1024 --verify-steps 20 --lr 0.05 --max-trials 2");
+                                 " --global-batch 1024 --verify-steps 20 --lr 0.05");
   CHECK(other.output.find("reusing") == std::string::npos);
   const auto fresh = run_command(env_cache(dir) + tune_bin() + kModel + lim +
                                  " --global-batch 1024 --verify-steps 20 --fresh --max-trials 4");
@@ -166,6 +166,15 @@ TEST_CASE("impossible requests are usage errors") {
   r = run_command(env_cache(dir) + tune_bin() + kModel + "--global-batch 64");
   CHECK(r.code == 2);
   CHECK(r.output.find("--memory-limit is required") != std::string::npos);
+  // Micro-batches stop at a rank's shard: a huge global batch takes too many micro-steps a step, to
+  // count (an int; the data is 100 rows) or to verify (a step would take thousands of hours).
+  r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --global-batch 1099511627776 "
+                  "--synthetic-size 100");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("would take over 2^31 micro-steps") != std::string::npos);
+  r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --global-batch 1099511627776");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("would take about") != std::string::npos);
   r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --global-batch 64 --batch-size 8");
   CHECK(r.code == 2);
   CHECK(r.output.find("--batch-size is what memcomm-tune chooses") != std::string::npos);
@@ -181,6 +190,7 @@ TEST_CASE("out-of-range and contradictory tuner flags are usage errors naming th
   };
   for (const auto& c : {Case{"--global-batch 64 --buckets nan", "--buckets"},
                         Case{"--global-batch 64 --buckets 1 5", "not expected: 5"},  // it reached the command
+                        Case{"--global-batch 64 --buckets 1e30,1", "--buckets"},  // every size is checked
                         Case{"--global-batch 64 --buckets 1,1e30", "--buckets"},
                         Case{"--global-batch 64 --probe-seconds nan", "--probe-seconds"},
                         Case{"--global-batch 100000000000 --fit-only --any-micro-batch", "--any-micro-batch"},

@@ -54,7 +54,7 @@ void add_tuning_options(CLI::App& app, TuneOptions& t, RawTuneFlags& raw) {
   g->add_option("--verify-steps", t.verify_steps, "Steps the winner runs, plus an evaluation pass, before it is recommended")
       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   g->add_option("--buckets", raw.buckets, "Bucket sizes (MiB) tried with the winner when there is more than one rank")
-      ->capture_default_str()->delimiter(',')->expected(1)->allow_extra_args(false);  // "1,5,25" only
+      ->capture_default_str()->delimiter(',')->allow_extra_args(false);  // "1,5,25": a space ends it
   app.add_option("--unequal-data", raw.unequal, "RANK:BYTES: that rank's samples take BYTES more each (test hook)")
       ->group("");
   app.add_flag("--print-decisions", t.print_decisions, "Every rank prints its decisions (test hook)")->group("");

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <limits>
 
 namespace memcomm::tune {
 
@@ -142,16 +143,23 @@ ProbeFn printing_probe(const TuneOptions& t, ProbeRunner& runner, const train::D
 // A global batch far beyond the ranks' shards makes K huge: 2^40 samples on a 4,096-row set ran
 // verification steps of 2^28 micro-steps, for hours, without a word. So the steps are cut to what
 // kVerifyBudgetS takes at the probed speed, at least one (memory, which the verification confirms,
-// shows in the first), and the line says how long it should take. Every rank computes the same
-// number from the agreed recommendation.
+// shows in the first), and the line says how long it should take; a step over a day is a usage error.
+// Every rank computes the same number from the agreed recommendation.
+// A step longer than kLongestStepS cannot be verified (nor trained) in any useful time: a usage error.
 constexpr double kVerifyBudgetS = 600;
+constexpr double kLongestStepS = 24 * 3600;
 
 VerifyFn verifying(const TuneOptions& t, ProbeRunner& runner) {
   return [&t, &runner](const Recommendation& rec) {
     const double step_s =
         rec.samples_per_s > 0 ? double(rec.micro_batch) * double(rec.accum) * double(rec.world) / rec.samples_per_s : 0;
     int64_t steps = t.verify_steps;
-    if (step_s > 0) steps = std::clamp<int64_t>(static_cast<int64_t>(kVerifyBudgetS / step_s), 1, t.verify_steps);
+    if (step_s > kLongestStepS)
+      throw train::UsageError(fmt::format("--global-batch {}: one step at micro-batch {} x {} would take about {} at the "
+                                          "probed speed; use a smaller global batch", t.search.global_batch,
+                                          rec.micro_batch, rec.accum, rough_duration(step_s)));
+    if (step_s > 0)
+      steps = std::max<int64_t>(1, static_cast<int64_t>(std::min(kVerifyBudgetS / step_s, double(t.verify_steps))));
     if (runner.leader()) {
       const std::string cut = steps < t.verify_steps ? fmt::format(" (of --verify-steps {}: each takes about {})",
                                                                    t.verify_steps, rough_duration(step_s))
@@ -174,6 +182,14 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
   // The smallest rank's limit (on GPUs each defaults to its own free memory): one search for all.
   t.search.memory_limit = -runner.agree_max(-runner.memory_limit());
   t.search.max_micro_batch = -runner.agree_max(-runner.shard_size());
+  // The fewest micro-steps a step can take is the per-rank batch over the largest micro-batch a shard
+  // gives; past what a step counts (an int), the global batch cannot be trained on this data.
+  const int64_t per_rank = t.search.global_batch / std::max(1, t.search.world);
+  const int64_t shard = std::max<int64_t>(1, t.search.max_micro_batch);
+  if ((per_rank + shard - 1) / shard > std::numeric_limits<int>::max())
+    throw train::UsageError(fmt::format("--global-batch {}: with {} samples per rank's shard, each optimizer step "
+                                        "would take over 2^31 micro-steps; use a smaller global batch or more data",
+                                        t.search.global_batch, shard));
   check_limits(t, runner);
 
   TuneResult r;

@@ -1,5 +1,5 @@
 """memcomm.tune's options and the checks memcomm-tune's flags make, with Python's exceptions."""
-import operator
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
@@ -12,9 +12,10 @@ _MAX_BUCKET_MB = 1e6
 
 
 def check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
+    # numpy's integers are Integral too; bools (Python's and numpy's) and tensors are not ints here.
+    if not isinstance(value, numbers.Integral) or type(value).__name__ in ("bool", "bool_"):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = operator.index(value)  # numpy and torch integers too
+    value = int(value)
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f">= {low}"
         raise ValueError(f"{name} must be {bound}, got {value}")

@@ -104,9 +104,11 @@ class Prober:
         try:
             with torch.no_grad():
                 result = self.evaluate(self.r.model)
-            if not isinstance(result, (tuple, list)) or len(result) != 2:
-                raise TypeError(f"evaluate(model) must return (accuracy, loss), got {result!r:.80}")
-            v["eval_accuracy"], v["eval_loss"] = float(result[0]), float(result[1])
+            try:
+                acc, loss = result
+            except (TypeError, ValueError):
+                raise TypeError(f"evaluate(model) must return (accuracy, loss), got {result!r:.80}") from None
+            v["eval_accuracy"], v["eval_loss"] = float(acc), float(loss)
         except Exception as e:  # noqa: BLE001
             failed = failure("evaluation", e)
         a = self.r.agree(failed, False)

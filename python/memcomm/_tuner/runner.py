@@ -1,4 +1,5 @@
 """One rank's side of the probes: the user's steps, the agreements after them, the state copies."""
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -40,6 +41,7 @@ class Runner:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
                  make_batch: Callable[[int], Any], group: Group, memory: Memory, o: Options):
         self.model, self.optimizer, self.loss_fn, self.make_batch = model, optimizer, loss_fn, make_batch
+        self._warned_shape = False
         self.group, self.memory, self.o = group, memory, o
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.buckets: Optional[Buckets] = None
@@ -68,10 +70,13 @@ class Runner:
         batch = self.make_batch(b)
         shape = _first_shape(batch)
         # The probe would measure another micro-batch than it reports. Any dimension may be the batch's
-        # (a sequence-first layout puts it second), so only a tensor with none of size b is refused.
-        if shape and b not in shape:
-            raise ValueError(f"make_batch({b}) returned a batch whose first tensor has shape {tuple(shape)}: no "
-                             f"dimension of {b} samples")
+        # (sequence-first layouts put it second), and packed or graph batches have none of size b: so
+        # a warning, once, not an error.
+        if shape and b not in shape and not self._warned_shape:
+            self._warned_shape = True
+            warnings.warn(f"memcomm.tune: make_batch({b}) returned a batch whose first tensor has shape "
+                          f"{tuple(shape)}, no dimension of {b} samples: its memory and speed are reported as "
+                          f"those of micro-batch {b}", stacklevel=2)
         phase[0] = "forward"
         loss = self.loss_fn(self.model, batch)
         if not isinstance(loss, torch.Tensor):
