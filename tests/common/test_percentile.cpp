@@ -1,5 +1,5 @@
-// memcomm::percentile (Note [Nearest-rank percentile]), memcomm::format_ms and memcomm::whole_bytes:
-// the shared rules for the tools' measured numbers.
+// memcomm::percentile (Note [Nearest-rank percentile]), format_ms, format_rough_duration and
+// whole_bytes: the shared rules for the tools' measured numbers.
 #include <catch2/catch.hpp>
 
 #include <memcomm/common/bytes.hpp>
@@ -35,6 +35,12 @@ TEST_CASE("format_ms prints milliseconds, with or without the unit") {
   CHECK(memcomm::format_ms(12'345'678, 3, "") == "12.346");
   CHECK(memcomm::format_ms(0) == "0.0 ms");
   CHECK(memcomm::format_ms(-1'500'000) == "-1.5 ms");
+}
+
+TEST_CASE("format_rough_duration rounds to seconds, minutes or hours") {
+  CHECK(memcomm::format_rough_duration(43.4) == "43 s");
+  CHECK(memcomm::format_rough_duration(720) == "12 min");
+  CHECK(memcomm::format_rough_duration(9603383.8) == "2667.6 h");
 }
 
 TEST_CASE("whole_bytes rounds a measured double for format_bytes") {

@@ -1,5 +1,6 @@
 #include "tune_run.hpp"
 
+#include <memcomm/common/duration.hpp>
 #include <memcomm/common/replacing_file.hpp>
 #include <memcomm/train/errors.hpp>
 #include "memcomm/tuner/report.hpp"
@@ -50,13 +51,6 @@ nlohmann::json cache_key(const TuneOptions& t, const ProbeRunner& runner) {
           {"train_args", t.train_args},
           {"probe", {{"measured_steps", t.search.measured_steps}, {"accum_cap", t.probe.accum_cap},
                      {"min_seconds", t.probe.min_seconds}, {"buckets", t.search.bucket_candidates}}}};
-}
-
-// "40 s", "12 min", "3.5 h": how long something will take, for people.
-std::string rough_duration(double s) {
-  if (s < 120) return fmt::format("{:.0f} s", s);
-  if (s < 7200) return fmt::format("{:.0f} min", s / 60);
-  return fmt::format("{:.1f} h", s / 3600);
 }
 
 // An argument as a POSIX shell reads it back: quoted unless made only of characters that need none.
@@ -157,15 +151,15 @@ VerifyFn verifying(const TuneOptions& t, ProbeRunner& runner) {
     if (step_s > kLongestStepS)
       throw train::UsageError(fmt::format("--global-batch {}: one step at micro-batch {} x {} would take about {} at the "
                                           "probed speed; use a smaller global batch", t.search.global_batch,
-                                          rec.micro_batch, rec.accum, rough_duration(step_s)));
+                                          rec.micro_batch, rec.accum, format_rough_duration(step_s)));
     if (step_s > 0)
       steps = std::max<int64_t>(1, static_cast<int64_t>(std::min(kVerifyBudgetS / step_s, double(t.verify_steps))));
     if (runner.leader()) {
       const std::string cut = steps < t.verify_steps ? fmt::format(" (of --verify-steps {}: each takes about {})",
-                                                                   t.verify_steps, rough_duration(step_s))
+                                                                   t.verify_steps, format_rough_duration(step_s))
                                                      : "";
       fmt::print("  verifying b={} K={}: {} steps{} and an evaluation pass{}\n", rec.micro_batch, rec.accum, steps, cut,
-                 step_s > 0 ? fmt::format(", about {} at the probed speed", rough_duration(step_s * double(steps))) : "");
+                 step_s > 0 ? fmt::format(", about {} at the probed speed", format_rough_duration(step_s * double(steps))) : "");
       std::fflush(stdout);
     }
     return runner.verify(rec, steps);
