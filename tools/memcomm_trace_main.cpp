@@ -49,6 +49,20 @@ class BadInput : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// `write(path)` writes an output at `path`; it goes to a temporary beside `destination`, renamed over
+// it when complete (Note [Outputs replaced whole]). A writer's error names the destination.
+template <class Write>
+auto write_whole(const std::string& destination, Write write) {
+  ReplacingFile out(destination);
+  try {
+    auto stats = write(out.path());
+    out.commit();
+    return stats;
+  } catch (const TraceError& e) {
+    throw TraceError(out.naming_destination(e.what()));
+  }
+}
+
 // Loads the input traces, with progress when that takes long; any reading error becomes BadInput.
 TraceSet load_inputs(const std::vector<std::string>& files, LoadOptions options = {}) {
   uint64_t total = 0, earlier = 0, current = 0;  // bytes: all files, files already read, the file being read
@@ -214,13 +228,7 @@ int run_export(const Args& a) {
     st = export_chrome(set, stdout, report);
     if (std::fflush(stdout) != 0) throw TraceError(fmt::format("writing to stdout failed: {}", std::strerror(errno)));
   } else {
-    ReplacingFile out(a.chrome_out);  // Note [Outputs replaced whole]
-    try {
-      st = export_chrome(set, out.path(), report);
-    } catch (const TraceError& e) {
-      throw TraceError(out.naming_destination(e.what()));
-    }
-    out.commit();
+    st = write_whole(a.chrome_out, [&](const std::string& path) { return export_chrome(set, path, report); });
   }
   progress.reset();
   fmt::print(to_stdout ? stderr : stdout, "wrote {}: {} ranks, {} slices, {} counter samples, {} flows, {} instants\n",
@@ -234,14 +242,7 @@ int run_merge(const Args& a) {
   const TraceSet set = load_inputs(a.files, lo);
   for (const RankTrace& r : set.ranks)
     if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
-  ReplacingFile out(a.merge_out);  // Note [Outputs replaced whole]
-  MergeStats st;
-  try {
-    st = write_merged(set, out.path());
-  } catch (const TraceError& e) {
-    throw TraceError(out.naming_destination(e.what()));
-  }
-  out.commit();
+  const MergeStats st = write_whole(a.merge_out, [&](const std::string& path) { return write_merged(set, path); });
   fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", a.merge_out, st.ranks, st.events, st.chunks, st.bytes);
   return 0;
 }
@@ -256,14 +257,8 @@ int run_convert(const Args& a) {
   WriterOptions o;
   o.codec = a.codec == "lz4" ? Codec::Lz4 : Codec::Zstd;
   o.zstd_level = 3;
-  ReplacingFile out(a.convert_out);  // Note [Outputs replaced whole]
-  tool::ConvertStats st;
-  try {
-    st = tool::write_rank(set.ranks.front(), out.path(), o);
-  } catch (const TraceError& e) {
-    throw TraceError(out.naming_destination(e.what()));
-  }
-  out.commit();
+  const tool::ConvertStats st =
+      write_whole(a.convert_out, [&](const std::string& path) { return tool::write_rank(set.ranks.front(), path, o); });
   fmt::print("{}", tool::convert_summary(a.convert_in, set.files.front(), a.convert_out, st));
   return 0;
 }
