@@ -40,6 +40,14 @@ fs::path resolved_target(const std::string& path) {
   return p;  // a loop: the rename then fails and says so
 }
 
+// Whether a write to `target` (resolved_target's) goes to it directly: a system file, or an existing
+// one that is not a regular file (a device, a FIFO; a folder, whose open then fails saying so).
+bool written_in_place(const fs::path& target) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  return target.empty() || (fs::exists(st) && !fs::is_regular_file(st));
+}
+
 // The temporary's name: beside the target, short enough for NAME_MAX whatever the target's length.
 std::string temporary_name(const fs::path& target, unsigned n) {
   std::string name = target.filename().string().substr(0, 200);
@@ -51,9 +59,8 @@ std::string temporary_name(const fs::path& target, unsigned n) {
 std::string replace_problem(const std::string& destination) {
   const fs::path target = resolved_target(destination);
   std::error_code ec;
-  if (target.empty() || (fs::exists(target, ec) && !fs::is_regular_file(target, ec) && !fs::is_directory(target, ec)))
-    return "";  // written in place (a device, a FIFO): its own errors are reported when writing
   if (fs::is_directory(target, ec)) return destination + " is a folder, not a file";
+  if (written_in_place(target)) return "";  // its own errors are reported when writing
   const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   if (!fs::is_directory(folder, ec)) return "the folder " + folder.string() + " does not exist";
   return can_create_in(folder) ? "" : "the folder " + folder.string() + " does not take new files";
@@ -61,13 +68,13 @@ std::string replace_problem(const std::string& destination) {
 
 ReplacingFile::ReplacingFile(const std::string& destination) : destination_(destination) {
   const fs::path target = resolved_target(destination);
-  struct stat st {};
-  if (target.empty() || (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) {
+  if (written_in_place(target)) {
     in_place_ = true;
     write_path_ = destination_;
     return;
   }
   target_ = target.string();
+  struct stat st {};
   if (::stat(target_.c_str(), &st) == 0) mode_ = st.st_mode & 07777;
   static std::atomic<unsigned> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
