@@ -58,7 +58,7 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     loss_fn:        loss_fn(model, batch) -> scalar loss tensor: the forward of one micro-step; the
                     tuner calls backward, the gradient all-reduce and optimizer.step() itself.
     make_batch:     make_batch(b) -> a batch of b samples for this rank, as loss_fn takes it (a batch whose
-                    first tensor has no dimension of size b is a ValueError: it would be measured as b).
+                    first tensor has no dimension of size b is warned about once: it is measured as b).
     memory_limit:   bytes per rank. On the CPU it is the cap of memcomm.use_allocator("cpu",
                     memory_limit=...) (installed before the model is built), which is required; on
                     CUDA with memcomm's allocator, the cap of use_allocator("cuda", memory_limit=...),
