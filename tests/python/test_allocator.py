@@ -24,6 +24,14 @@ def test_import_checks_the_torch_version(monkeypatch):
     assert "1.0.0" in str(e.value) and torch.__version__ in str(e.value)
 
 
+def test_the_extension_loads_the_shared_cxx_runtime_torch_loads():
+    # Note [One C++ runtime beside LibTorch]: a module carrying its own copy of libstdc++ crashed on a
+    # GPU machine the first time it streamed a number (an OutOfMemoryError's message). Its dependency
+    # on the shared library is a name in its dynamic string table.
+    from pathlib import Path
+    assert b"libstdc++.so.6" in Path(memcomm._memcomm.__file__).read_bytes()
+
+
 def test_cpu_tensors_live_in_memcomm_and_earlier_ones_stay_valid():
     check("""
         import torch, memcomm
