@@ -125,25 +125,55 @@ std::string ReplacingFile::naming_destination(std::string message) const {
   return message;
 }
 
-void write_replacing(const std::string& destination, std::string_view contents) {
-  ReplacingFile file(destination);
-  const int fd = ::open(file.path().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-  if (fd < 0) throw OutputError(why(destination, errno));
-  const char* p = contents.data();
-  std::size_t left = contents.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      throw OutputError(why(destination, err));
-    }
-    p += n;
-    left -= std::size_t(n);
+ReplacingStream::ReplacingStream(const std::string& destination) : file_(destination) {
+  fd_ = ::open(file_.path().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd_ < 0) throw OutputError(why(destination, errno));
+}
+
+ReplacingStream::~ReplacingStream() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ReplacingStream::fail(int err) noexcept {
+  if (error_ == 0) error_ = err;
+}
+
+void ReplacingStream::write(const void* data, std::size_t n) noexcept {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0 && error_ == 0) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return fail(w < 0 ? errno : EIO);
+    p += w;
+    n -= std::size_t(w);
+    size_ += std::uint64_t(w);
   }
-  if (::close(fd) != 0) throw OutputError(why(destination, errno));
-  file.commit();
+}
+
+void ReplacingStream::write_at(std::uint64_t offset, const void* data, std::size_t n) noexcept {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0 && error_ == 0) {
+    const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return fail(w < 0 ? errno : EIO);
+    p += w;
+    n -= std::size_t(w);
+    offset += std::uint64_t(w);
+  }
+}
+
+void ReplacingStream::commit() {
+  const int fd = fd_;
+  fd_ = -1;
+  if (fd >= 0 && ::close(fd) != 0) fail(errno);
+  if (error_ != 0) throw OutputError(file_.naming_destination(why(file_.path(), error_)));
+  file_.commit();
+}
+
+void write_replacing(const std::string& destination, std::string_view contents) {
+  ReplacingStream out(destination);
+  out.write(contents.data(), contents.size());
+  out.commit();
 }
 
 }  // namespace memcomm

@@ -111,3 +111,29 @@ TEST_CASE("a folder that does not exist is an error naming the file", "[unit]") 
   const std::string out = (fresh_dir("missing") / "no-such-folder" / "r.json").string();
   CHECK_THROWS_WITH(write_replacing(out, "x"), Catch::Contains(out) && Catch::Contains("No such file"));
 }
+
+TEST_CASE("a streamed result keeps its first error for commit, and a header can be written last", "[unit]") {
+  const fs::path dir = fresh_dir("stream");
+  const fs::path out = dir / "ckpt.pt";
+  {
+    memcomm::ReplacingStream s(out.string());
+    s.write("....", 4);
+    s.write("body", 4);
+    CHECK(s.size() == 8);
+    s.write_at(0, "HEAD", 4);
+    s.commit();
+  }
+  CHECK(contents(out) == "HEADbody");
+  CHECK(entries(dir) == 1);
+  if (fs::exists("/dev/full")) {
+    memcomm::ReplacingStream s("/dev/full");
+    s.write(std::string(1 << 16, 'x').data(), 1 << 16);  // fails without throwing: the producer goes on
+    s.write("more", 4);
+    try {
+      s.commit();
+      FAIL("commit after a failed write did not throw");
+    } catch (const OutputError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("/dev/full") && Catch::Contains("No space left"));
+    }
+  }
+}

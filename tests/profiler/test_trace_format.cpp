@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -327,4 +328,16 @@ TEST_CASE("TraceSet says when its ranks cannot be one run's", "[profiler][format
   REQUIRE(sizes.size() == 1);
   CHECK_THAT(sizes[0], Catch::Contains("world size 2") && Catch::Contains("says 4"));
   for (const auto& p : {a, b, c, d}) std::remove(p.c_str());
+}
+
+TEST_CASE("TraceHasher over pieces equals trace_hash over the whole", "[unit]") {
+  std::string data(100000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = char(i * 7919 % 251);
+  for (const uint64_t seed : {uint64_t(0), uint64_t(42)}) {
+    memcomm::prof::TraceHasher h(seed);
+    for (size_t at = 0, piece = 1; at < data.size(); at += piece, piece = piece * 3 + 1)
+      h.update(data.data() + at, std::min(piece, data.size() - at));
+    CHECK(h.digest() == memcomm::prof::trace_hash(data.data(), data.size(), seed));
+  }
+  CHECK(memcomm::prof::TraceHasher().digest() == memcomm::prof::trace_hash(nullptr, 0));
 }

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 namespace memcomm::train {
 
@@ -29,35 +29,46 @@ constexpr const char* kFingerprintKey = "memcomm_config";
 // resumed with NaN weights, and exit 0. A checkpoint is therefore the archive behind a header: kMagic,
 // the archive's length and prof::trace_hash (XXH3, the .mct chunks' checksum) of its bytes. Resume
 // refuses a file whose length or checksum disagree, as corrupt (exit 1), before LibTorch reads it. A
-// bare archive (written before the header) still loads.
+// bare archive (written before the header) still loads. The archive is streamed to the file as
+// LibTorch writes it, hashed on the way, and the header is written last into the space kept for it:
+// held in memory first, a checkpoint cost three to four times its size beside the model.
 constexpr char kMagic[8] = {'M', 'C', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr size_t kHeaderBytes = sizeof kMagic + 2 * sizeof(uint64_t);
 
-std::string with_header(const std::string& archive) {
-  const uint64_t fields[2] = {archive.size(), prof::trace_hash(archive.data(), archive.size())};
+// The header of an archive of `size` bytes whose trace_hash is `hash`.
+std::string header(uint64_t size, uint64_t hash) {
+  const uint64_t fields[2] = {size, hash};
   std::string out(kMagic, sizeof kMagic);
   out.append(reinterpret_cast<const char*>(fields), sizeof fields);
-  return out + archive;
+  return out;
 }
 
-// The archive inside checkpoint `path`'s bytes; throws std::runtime_error when its header disagrees.
-std::string archive_of(const std::string& path, std::string bytes) {
+// Where the archive lies in checkpoint `path`'s bytes; throws std::runtime_error when its header
+// disagrees.
+std::string_view archive_of(const std::string& path, const std::string& bytes) {
   if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return bytes;  // bare
   uint64_t fields[2] = {0, 0};
   if (bytes.size() >= kHeaderBytes) std::memcpy(fields, bytes.data() + sizeof kMagic, sizeof fields);
   if (bytes.size() < kHeaderBytes || fields[0] != bytes.size() - kHeaderBytes)
     throw std::runtime_error("checkpoint " + path + " is corrupt: " + std::to_string(bytes.size()) +
                              " bytes, not the length its header gives (cut short?)");
-  bytes.erase(0, kHeaderBytes);
-  if (prof::trace_hash(bytes.data(), bytes.size()) != fields[1])
+  const std::string_view archive(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes);
+  if (prof::trace_hash(archive.data(), archive.size()) != fields[1])
     throw std::runtime_error("checkpoint " + path + " is corrupt: its checksum does not match its contents");
-  return bytes;
+  return archive;
 }
 
+// The whole file in one buffer of its size: the archive is read from it in place.
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (!f.eof() && f.fail()) throw std::runtime_error("cannot read checkpoint " + path);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = f ? std::streamoff(f.tellg()) : -1;
+  std::string bytes;
+  if (size > 0) {
+    bytes.resize(size_t(size));
+    f.seekg(0);
+    f.read(bytes.data(), size);
+  }
+  if (size < 0 || !f) throw std::runtime_error("cannot read checkpoint " + path);
   return bytes;
 }
 
@@ -125,12 +136,21 @@ void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::
   ar.write("optimizer", opt_ar);
   ar.write("memcomm_step", torch::tensor(step, torch::kInt64));
   ar.write(kFingerprintKey, c10::IValue(encode(fingerprint)));
-  // Serialized in memory first: LibTorch's file writer, failing (a full disk), throws again from its
-  // destructor and ends the process. Then replaced whole (Note [Outputs replaced whole]), behind its
-  // checksum (Note [Checkpoint checksum]).
-  std::ostringstream bytes;
-  ar.save_to(bytes);
-  write_replacing(path_for(dir, rank), with_header(bytes.str()));
+  // Streamed to the file, replaced whole (Note [Outputs replaced whole]), its header written last
+  // over the space kept for it (Note [Checkpoint checksum]). The sink never reports a failure to
+  // LibTorch, whose writer, failing (a full disk), throws again from its destructor and ends the
+  // process: the stream keeps the error and commit() throws it.
+  ReplacingStream out(path_for(dir, rank));
+  out.write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);
+  prof::TraceHasher hash;
+  ar.save_to([&](const void* data, size_t n) {
+    hash.update(data, n);
+    out.write(data, n);
+    return n;
+  });
+  const std::string head = header(out.size() - kHeaderBytes, hash.digest());
+  out.write_at(0, head.data(), head.size());
+  out.commit();
 }
 
 int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
@@ -139,8 +159,9 @@ int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& mod
   if (!fs::exists(p)) return -1;
   try {
     torch::serialize::InputArchive ar, opt_ar;
-    std::istringstream archive(archive_of(p, read_file(p)));
-    ar.load_from(archive);
+    const std::string bytes = read_file(p);
+    const std::string_view archive = archive_of(p, bytes);
+    ar.load_from(archive.data(), archive.size());
     // Note [Checkpoint fingerprint]: compare before anything is loaded into the model.
     std::vector<std::string> diffs;
     c10::IValue saved;

@@ -3,6 +3,8 @@
 // memcomm-tune's --json and cache, memcomm-replay's --json, memcomm-trace convert, merge and export.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -48,6 +50,33 @@ class ReplacingFile {
   int mode_ = -1;            // the destination's permissions, when it exists
   bool in_place_ = false;
   bool committed_ = false;
+};
+
+// A result too large to hold in memory first, written piece by piece into a ReplacingFile. A failed
+// write does not throw: the first error is kept, later pieces are dropped, and commit() throws it. So
+// a producer that must not see a failure midway (LibTorch's archive writer ends the process when its
+// sink fails) writes to its end, and the destination is left as it was.
+class ReplacingStream {
+ public:
+  explicit ReplacingStream(const std::string& destination);  // throws OutputError, as ReplacingFile
+  ~ReplacingStream();
+  ReplacingStream(const ReplacingStream&) = delete;
+  ReplacingStream& operator=(const ReplacingStream&) = delete;
+  void write(const void* data, std::size_t n) noexcept;  // appends
+  // Overwrites bytes written before (a header that depends on what follows it). A destination that is
+  // written in place and cannot seek (a FIFO) fails here.
+  void write_at(std::uint64_t offset, const void* data, std::size_t n) noexcept;
+  std::uint64_t size() const { return size_; }  // bytes appended so far
+  // The first write error, or a failed flush or rename, as OutputError naming the destination.
+  void commit();
+
+ private:
+  void fail(int err) noexcept;
+
+  ReplacingFile file_;
+  int fd_ = -1;
+  int error_ = 0;  // the first errno; nothing more is written once set
+  std::uint64_t size_ = 0;
 };
 
 // Why `destination` could not be replaced whole, checked before any work ("" when it can): the

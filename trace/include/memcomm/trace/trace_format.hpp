@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "memcomm/trace/event.hpp"
 
@@ -74,5 +75,20 @@ static_assert(sizeof(ChunkHeader) == 40);
 
 // A fast 64-bit hash for chunk integrity (not cryptographic). `seed` chains calls.
 uint64_t trace_hash(const void* data, size_t n, uint64_t seed = 0);
+
+// trace_hash over data that comes in pieces: digest() equals trace_hash(all of it, seed).
+class TraceHasher {
+ public:
+  explicit TraceHasher(uint64_t seed = 0);
+  ~TraceHasher();
+  TraceHasher(const TraceHasher&) = delete;
+  TraceHasher& operator=(const TraceHasher&) = delete;
+  void update(const void* data, size_t n);
+  uint64_t digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;  // XXH3's streaming state
+};
 
 }  // namespace memcomm::prof
