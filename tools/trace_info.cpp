@@ -1,4 +1,5 @@
-// `memcomm-trace info`: counts per kind, duration, ranks, drops and recovery, per file.
+// `memcomm-trace info`: counts per kind, duration, ranks, drops and recovery, per file; memory events
+// per device where a file holds several (CUPTI reports pinned host buffers beside the GPU's memory).
 //
 // An .mct file is read chunk by chunk (no full load). A torch.profiler trace is converted in full
 // (read_kineto), then counted the same way; its KinetoInfo adds what the file held and what became
@@ -30,7 +31,21 @@ struct FileCounts {
   int64_t t_min = INT64_MAX, t_max = INT64_MIN;
   uint64_t drops = 0;
   uint64_t strings = 0;  // non-empty strings in the file's table
+  // Memory block and segment events per device (kHostDevice: host memory, such as the pinned
+  // buffers CUPTI reports beside the GPU's): {block events, segment events}.
+  std::map<uint8_t, std::array<uint64_t, 2>> memory_per_device;
 };
+
+bool is_segment_kind(EventKind k) {
+  return k == EventKind::SegmentAlloc || k == EventKind::SegmentFree || k == EventKind::SegmentMap ||
+         k == EventKind::SegmentUnmap;
+}
+
+bool is_block_kind(EventKind k) {
+  return k == EventKind::Alloc || k == EventKind::FreeRequested || k == EventKind::FreeCompleted;
+}
+
+std::string device_name(uint8_t device) { return device == kHostDevice ? "host" : "device " + std::to_string(device); }
 
 void count_event(FileCounts& f, const Event& e, uint32_t rank, const std::vector<std::string>& strings) {
   ++f.per_rank[rank];
@@ -40,6 +55,8 @@ void count_event(FileCounts& f, const Event& e, uint32_t rank, const std::vector
   if (family_of(e.kind) == EventFamily::Compute) end += e.as<ComputeEvent>().dur_ns;
   f.t_max = std::max(f.t_max, end);
   if (e.kind == EventKind::Drops) f.drops += e.as<DropEvent>().count;
+  if (is_block_kind(e.kind) || is_segment_kind(e.kind))
+    ++f.memory_per_device[e.as<MemBlockEvent>().device][is_segment_kind(e.kind) ? 1 : 0];
   if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Host) {
     const StringId id = e.as<MetaEvent>().str;
     f.hosts[rank] = id < strings.size() ? strings[id] : std::string();
@@ -76,6 +93,10 @@ void add_counts(nlohmann::json& j, const FileCounts& f) {
   for (int k = 0; k < 256; ++k)
     if (f.per_kind[size_t(k)]) kinds[kind_name(EventKind(k))] = f.per_kind[size_t(k)];
   j["kinds"] = kinds;
+  nlohmann::json memory = nlohmann::json::array();
+  for (const auto& [device, n] : f.memory_per_device)
+    memory.push_back({{"device", device_name(device)}, {"block_events", n[0]}, {"segment_events", n[1]}});
+  j["memory_by_device"] = memory;
 }
 
 nlohmann::json mct_json(const std::string& path, const TraceReader& r, const FileCounts& f) {
@@ -148,6 +169,10 @@ void print_kinds(const FileCounts& f) {
     if (f.per_kind[size_t(k)])
       fmt::print("    {:<15} {:>12}  ({})\n", kind_name(EventKind(k)), f.per_kind[size_t(k)],
                  family_name(family_of(EventKind(k))));
+  if (f.memory_per_device.size() < 2) return;  // one device: the kinds above say it all
+  fmt::print("  memory events by device:\n");
+  for (const auto& [device, n] : f.memory_per_device)
+    fmt::print("    {:<15} {:>12} block, {} segment\n", device_name(device), n[0], n[1]);
 }
 
 void print_mct(const std::string& path, const TraceReader& r, const FileCounts& f, const nlohmann::json& j) {

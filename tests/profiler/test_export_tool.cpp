@@ -100,6 +100,34 @@ TEST_CASE("chrome export parses back with the required fields, tracks and flows"
   std::remove(out.c_str());
 }
 
+TEST_CASE("memcomm-trace info splits memory events by device when a file holds several", "[profiler][tool]") {
+  const std::string p = test::temp_path("devices") + ".mct";
+  WriterOptions o;
+  o.rank = 0;
+  {
+    TraceWriter w(p, o);
+    std::vector<Event> ev;
+    ev.push_back(Event::from(make_mem_block(EventKind::SegmentAlloc, 100, 0x7f0000000000, 2 << 20, 0)));
+    for (int i = 0; i < 3; ++i)
+      ev.push_back(Event::from(make_mem_block(EventKind::Alloc, 200 + i, 0x7f0000000000 + 512 * i, 512, 0)));
+    ev.push_back(Event::from(make_mem_block(EventKind::SegmentAlloc, 300, 0x1000, 4096, kHostDevice)));
+    w.write_chunk({}, ev);
+  }
+  std::string out;
+  REQUIRE(run(tool() + " info " + p, out) == 0);
+  CHECK(out.find("memory events by device") != std::string::npos);
+  CHECK(out.find("3 block, 1 segment") != std::string::npos);
+  CHECK(out.find("0 block, 1 segment") != std::string::npos);
+  REQUIRE(run(tool() + " info --json " + p, out) == 0);
+  const auto by_device = memcomm::test::parse_json(out)[0]["memory_by_device"];
+  REQUIRE(by_device.size() == 2);
+  CHECK(by_device[0]["device"] == "device 0");
+  CHECK(by_device[0]["block_events"] == 3);
+  CHECK(by_device[1]["device"] == "host");
+  CHECK(by_device[1]["segment_events"] == 1);
+  std::remove(p.c_str());
+}
+
 TEST_CASE("memcomm-trace info, export, merge and report work on per-rank and merged files", "[profiler][tool]") {
   const std::string base = test::temp_path("tool");
   const auto paths = write_fixture(base);

@@ -209,6 +209,15 @@ TEST_CASE("MEMORY2: driver allocations are segments, pool allocations are blocks
   CHECK(f.feed(memory(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, 0x3000, 64, false)) == 1);  // device: kept
 }
 
+TEST_CASE("MEMORY2: module globals are not segments", "[cupti][unit]") {
+  Fixture f;
+  for (const auto kind : {CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC, CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC})
+    CHECK(f.feed(memory(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, 0x7f00'0000'0100ull, 15, false, kind)) == 0);
+  CHECK(f.conv.stats().ignored == 2);
+  CHECK(f.feed(memory(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, 0x7f00'0020'0000ull, 2 << 20, false,
+                      CUPTI_ACTIVITY_MEMORY_KIND_DEVICE)) == 1);
+}
+
 TEST_CASE("synchronization records are Sync spans on the cuda sync pseudo-thread", "[cupti][unit]") {
   Fixture f;
   CUpti_ActivitySynchronization2 s;

@@ -206,6 +206,11 @@ size_t ActivityConverter::convert(const CUpti_Activity& record, std::vector<Even
         ++stats_.ignored;
         break;
       }
+      if (m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC ||
+          m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC) {  // Note [Module globals are not segments]
+        ++stats_.ignored;
+        break;
+      }
       const bool pooled = m.memoryPoolConfig.memoryPoolType != CUPTI_ACTIVITY_MEMORY_POOL_TYPE_INVALID;
       const bool host = m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ||
                         m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED;

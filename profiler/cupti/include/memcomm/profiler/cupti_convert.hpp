@@ -16,6 +16,8 @@
 //       time) becomes FreeRequested: the stream has not reached the free yet. Host memory (pinned,
 //       pageable) gets device = kHostDevice, or is skipped with set_skip_host_memory(true); the memory
 //       curves fold one device per rank (Note [Memory curves from block events] in allocator_fold.hpp).
+//       Module globals (DEVICE_STATIC, MANAGED_STATIC) are skipped: Note [Module globals are not
+//       segments].
 //   SYNCHRONIZATION (CUpti_ActivitySynchronization2) -> ComputeEvent Sync on the pseudo host thread
 //       kCudaSyncThread, named after the call (cudaStreamSynchronize...).
 //   EXTERNAL_CORRELATION -> no event. It maps a CUPTI correlation id to the external id that the
@@ -27,6 +29,15 @@
 //   MARKER (CUpti_ActivityMarker2, NVTX) -> RangeBegin / RangeEnd with Phase::Custom and the marker's
 //       message, on thread kNvtxThreadBase | (OS tid & 0x7FFF). Markers in the "memcomm" NVTX domain
 //       are skipped: they are our own phases, mirrored by the NVTX bridge, and are in the trace already.
+//
+// Note [Module globals are not segments]
+// CUPTI reports the __device__ (and __managed__) variables of each module the driver loads as MEMORY2
+// allocations of kind DEVICE_STATIC (MANAGED_STATIC). With lazy module loading that is a few more
+// whenever a kernel runs for the first time, and they are never released. Nobody allocated them, and
+// as segments they would count as calls to the driver and as reserved memory. The first GPU traces
+// (bench/results/gpu-20261204-2) held 1,000-1,900 device "segments" of 1 to 150 bytes at 256-byte
+// strides, none released, beside the allocator's few dozen, which fits: memcomm-trace info's memory
+// events by device tells on the next GPU check.
 // New device streams and marker threads first produce a MetaEvent (StreamName / ThreadName) naming
 // them; the capture sends those through Recorder::record_rare so they are never dropped.
 // Timestamps are used as they are: the capture registers now_ns() as CUPTI's timestamp callback
