@@ -85,6 +85,11 @@ TEST_CASE("the boundary under a cap is never above, and at most one candidate be
   const auto other = run_command(env_cache(dir) + tune_bin() + kModel + lim +
                                  " --global-batch 1024 --verify-steps 20 --lr 0.05");
   CHECK(other.output.find("reusing") == std::string::npos);
+  // A flag for the run's own outputs is not: it only goes into the command printed.
+  const auto outputs = run_command(env_cache(dir) + tune_bin() + kModel + lim +
+                                   " --global-batch 1024 --verify-steps 20 --summary-json " + dir + "/s.json --log-interval 7");
+  CHECK(outputs.output.find("reusing the cached result") != std::string::npos);
+  CHECK(outputs.output.find("--summary-json " + dir + "/s.json --log-interval 7") != std::string::npos);
   const auto fresh = run_command(env_cache(dir) + tune_bin() + kModel + lim +
                                  " --global-batch 1024 --verify-steps 20 --fresh --max-trials 4");
   CHECK(fresh.output.find("reusing") == std::string::npos);

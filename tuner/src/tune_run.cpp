@@ -13,6 +13,7 @@
 #include <chrono>
 #include <fstream>
 #include <limits>
+#include <set>
 
 namespace memcomm::tune {
 
@@ -20,6 +21,27 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The trainer flags of `args` that bear on the result: the probes never write the run's outputs
+// (summary, trace, live stream, checkpoints, logs), so those flags only go into the recommended
+// command, and changing them is still a hit.
+std::vector<std::string> result_args(const std::vector<std::string>& args) {
+  static const std::set<std::string> outputs = {"--summary-json",   "--trace",        "--live",
+                                                "--cupti",          "--checkpoint-dir", "--checkpoint-every",
+                                                "--log-interval",   "--dump-params"};
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const auto eq = a.find('=');
+    if (a == "--resume") continue;  // the only switch among them
+    if (outputs.count(a.substr(0, eq))) {
+      if (eq == std::string::npos) ++i;  // its value follows
+      continue;
+    }
+    kept.push_back(a);
+  }
+  return kept;
 }
 
 // What the result depends on (Note [Tuning cache] in report.hpp).
@@ -46,9 +68,9 @@ nlohmann::json cache_key(const TuneOptions& t, const ProbeRunner& runner) {
           {"any_micro_batch", t.search.any_micro_batch},
           {"max_trials", t.search.max_trials},
           {"verify_steps", t.verify_steps},
-          // Every trainer flag as given, and how probes are timed: the recommended command repeats
-          // the former, and either may change the result (a hit ignored most flags before).
-          {"train_args", t.train_args},
+          // Every trainer flag as given but the outputs', and how probes are timed: either may change
+          // the result (a hit ignored most flags before).
+          {"train_args", result_args(t.train_args)},
           {"probe", {{"measured_steps", t.search.measured_steps}, {"accum_cap", t.probe.accum_cap},
                      {"min_seconds", t.probe.min_seconds}, {"buckets", t.search.bucket_candidates}}}};
 }
