@@ -4,13 +4,18 @@
 #include "memcomm/common/output_path.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 namespace memcomm {
 
@@ -48,10 +53,56 @@ bool written_in_place(const fs::path& target) {
   return target.empty() || (fs::exists(st) && !fs::is_regular_file(st));
 }
 
-// The temporary's name: beside the target, short enough for NAME_MAX whatever the target's length.
+// This machine's name as temporaries carry it: no '/', at most 40 characters.
+std::string host_tag() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "host";
+  std::string h(buf);
+  std::replace(h.begin(), h.end(), '/', '_');
+  return h.substr(0, 40);
+}
+
+// What every temporary of `target` begins with: its name, short enough that the whole stays within
+// NAME_MAX whatever the target's length.
+std::string temporary_prefix(const fs::path& target) { return target.filename().string().substr(0, 160) + ".tmp."; }
+
+// The temporary's name: beside the target, NAME.tmp.HOST.PID.N.
 std::string temporary_name(const fs::path& target, unsigned n) {
-  std::string name = target.filename().string().substr(0, 200);
-  return (target.parent_path() / (name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n))).string();
+  return (target.parent_path() / (temporary_prefix(target) + host_tag() + "." + std::to_string(::getpid()) + "." +
+                                  std::to_string(n)))
+      .string();
+}
+
+// The process id in `name`, a temporary of `target` made on this machine; 0 when it is not one.
+pid_t temporary_owner(const fs::path& target, const std::string& name) {
+  const std::string prefix = temporary_prefix(target) + host_tag() + ".";
+  if (name.rfind(prefix, 0) != 0) return 0;
+  const std::string rest = name.substr(prefix.size());  // PID.N
+  const auto dot = rest.find('.');
+  if (dot == 0 || dot == std::string::npos || rest.find_first_not_of("0123456789.") != std::string::npos) return 0;
+  const long pid = std::strtol(rest.c_str(), nullptr, 10);
+  return pid > 0 && pid <= std::numeric_limits<pid_t>::max() ? pid_t(pid) : 0;
+}
+
+// Note [Abandoned temporaries]
+// A writer killed before commit leaves its temporary (Note [Outputs replaced whole]), and a run that
+// is killed and restarted again and again, as jobs on a cluster are, would pile one up per kill, each
+// as large as a checkpoint. So making a temporary removes those of the same destination that were made
+// on this machine (the host in the name: a folder may be shared by several) by a process that no
+// longer exists, and that nothing has written for kAbandonedAfter: a process of another PID namespace
+// on the same host (a container) looks dead from here, but a live writer keeps its file's time fresh.
+constexpr auto kAbandonedAfter = std::chrono::minutes(10);
+
+void remove_abandoned_temporaries(const fs::path& target) {
+  std::error_code ec;
+  const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const pid_t owner = temporary_owner(target, it->path().filename().string());
+    if (owner == 0 || owner == ::getpid() || ::kill(owner, 0) == 0 || errno != ESRCH) continue;
+    std::error_code time_ec;
+    const auto written = fs::last_write_time(it->path(), time_ec);
+    if (!time_ec && fs::file_time_type::clock::now() - written > kAbandonedAfter) ::unlink(it->path().c_str());
+  }
 }
 
 }  // namespace
@@ -74,6 +125,7 @@ ReplacingFile::ReplacingFile(const std::string& destination) : destination_(dest
     return;
   }
   target_ = target.string();
+  remove_abandoned_temporaries(target);  // Note [Abandoned temporaries]
   struct stat st {};
   if (::stat(target_.c_str(), &st) == 0) mode_ = st.st_mode & 07777;
   static std::atomic<unsigned> counter{0};

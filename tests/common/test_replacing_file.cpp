@@ -3,10 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <memcomm/common/replacing_file.hpp>
 
@@ -136,4 +140,34 @@ TEST_CASE("a streamed result keeps its first error for commit, and a header can 
       CHECK_THAT(e.what(), Catch::Contains("/dev/full") && Catch::Contains("No space left"));
     }
   }
+}
+
+TEST_CASE("a later write removes the temporaries of dead writers on this machine, and only those", "[unit]") {
+  // Note [Abandoned temporaries]
+  const fs::path dir = fresh_dir("abandoned");
+  const fs::path out = dir / "ckpt.rank0.pt";
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  ::waitpid(child, nullptr, 0);  // a process id that no longer exists
+  char buf[256] = {};
+  REQUIRE(::gethostname(buf, sizeof buf - 1) == 0);
+  const std::string host = std::string(buf).substr(0, 40);
+  const std::string dead = "ckpt.rank0.pt.tmp." + host + "." + std::to_string(child) + ".0";
+  const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  const std::vector<std::string> kept = {
+      "ckpt.rank0.pt.tmp." + host + "." + std::to_string(child) + ".1",     // dead, but written just now
+      "ckpt.rank0.pt.tmp.elsewhere." + std::to_string(child) + ".0",        // another machine's
+      "ckpt.rank0.pt.tmp." + host + "." + std::to_string(::getpid()) + ".7",  // this process's own
+      "ckpt.rank1.pt.tmp." + host + "." + std::to_string(child) + ".0"};    // another destination's
+  std::ofstream(dir / dead) << "half";
+  fs::last_write_time(dir / dead, hour_ago);
+  for (const auto& k : kept) {
+    std::ofstream(dir / k) << "half";
+    if (k != kept[0]) fs::last_write_time(dir / k, hour_ago);
+  }
+  write_replacing(out.string(), "whole");
+  CHECK(contents(out) == "whole");
+  CHECK_FALSE(fs::exists(dir / dead));
+  for (const auto& k : kept) CHECK(fs::exists(dir / k));
 }

@@ -26,7 +26,8 @@ class OutputError : public std::runtime_error {
 // destination that is not a regular file (a FIFO, a device, anything under /dev or /proc, such as
 // /dev/stdout, which would lead to whatever stdout is) is written in place, since a rename would put a
 // file where the device was. A temporary that is not committed is removed; a process killed while
-// writing leaves its NAME.tmp.PID.N beside the destination, which is untouched.
+// writing leaves its NAME.tmp.HOST.PID.N beside the destination, which is untouched, until a later
+// write of the same destination removes it (Note [Abandoned temporaries] in replacing_file.cpp).
 class ReplacingFile {
  public:
   // Creates the temporary (0666 less the umask; the destination's mode, when it exists, is given at
