@@ -1,9 +1,11 @@
-// CUPTI overhead on a GPU step, three ways in one run (same binary, same process):
-//   off    - CUPTI never started (recorder on, host events only)
-//   on     - CuptiCapture running (all kinds of cupti_capture.hpp)
-//   after  - the capture stopped again (cuptiFinalize'd): should cost nothing
+// CUPTI overhead on a GPU step, four ways in one run (same binary, same process):
+//   off        - CUPTI never started (recorder on, host events only)
+//   on         - CuptiCapture running (all kinds of cupti_capture.hpp)
+//   no-phases  - the same without phase attribution (CuptiOptions::phase_correlation off: no
+//                RUNTIME, DRIVER or EXTERNAL_CORRELATION records; Note [Phase attribution])
+//   after      - the capture stopped again (cuptiFinalize'd): should cost nothing
 // Each step is a Step phase (a recorder range and, through the NVTX bridge, an NVTX range).
-// "on" and "after" alternate over rounds so drift (clocks, thermals) hits both alike. Each figure is
+// "on", "no-phases" and "after" alternate over rounds so drift (clocks, thermals) hits all alike. Each figure is
 // the median step time over all rounds. Usage: bench_cupti_overhead [rounds] [steps_per_round] [kernels_per_step]
 #include <cuda_runtime.h>  // not _api.h: the typed cudaMalloc(T**) overloads
 
@@ -82,31 +84,45 @@ int main(int argc, char** argv) {
       out.push_back(double(now_ns() - t0) * 1e-3);
     }
   };
-  std::vector<double> warm, off, on, after;
+  std::vector<double> warm, off, on, no_phases, after;
   measure(warm);
   for (int r = 0; r < rounds; ++r) measure(off);
-  CuptiCapture cupti;
-  uint64_t records = 0, dropped = 0;
+  CuptiOptions without;
+  without.phase_correlation = false;
+  uint64_t records = 0, records_without = 0, dropped = 0;
   for (int r = 0; r < rounds; ++r) {
-    if (!cupti.start(rec)) return 1;
-    measure(on);
-    cupti.stop();
-    records += cupti.stats().convert.records;
-    dropped += cupti.stats().cupti_dropped;
+    {
+      CuptiCapture cupti;
+      if (!cupti.start(rec)) return 1;
+      measure(on);
+      cupti.stop();
+      records += cupti.stats().convert.records;
+      dropped += cupti.stats().cupti_dropped;
+    }
+    {
+      CuptiCapture cupti(without);
+      if (!cupti.start(rec)) return 1;
+      measure(no_phases);
+      cupti.stop();
+      records_without += cupti.stats().convert.records;
+      dropped += cupti.stats().cupti_dropped;
+    }
     measure(after);
   }
   rec.stop();
   uninstall_nvtx_bridge(rec);
 
-  const double m_off = median(off), m_on = median(on), m_after = median(after);
+  const double m_off = median(off), m_on = median(on), m_without = median(no_phases), m_after = median(after);
   std::printf("step = %d axpy kernels (1M floats) + 1 MiB D2H copy + sync; %d rounds x %d steps\n", kernels, rounds,
               steps);
-  std::printf("%-8s %12s %10s\n", "mode", "median us", "vs off");
-  std::printf("%-8s %12.1f %9.2f%%\n", "off", m_off, 0.0);
-  std::printf("%-8s %12.1f %+9.2f%%\n", "on", m_on, (m_on / m_off - 1) * 100);
-  std::printf("%-8s %12.1f %+9.2f%%\n", "after", m_after, (m_after / m_off - 1) * 100);
-  std::printf("CUPTI records converted %llu, dropped by CUPTI %llu, events recorded %llu\n",
-              (unsigned long long)records, (unsigned long long)dropped, (unsigned long long)sink->events.load());
+  std::printf("%-10s %12s %10s\n", "mode", "median us", "vs off");
+  std::printf("%-10s %12.1f %9.2f%%\n", "off", m_off, 0.0);
+  std::printf("%-10s %12.1f %+9.2f%%\n", "on", m_on, (m_on / m_off - 1) * 100);
+  std::printf("%-10s %12.1f %+9.2f%%\n", "no-phases", m_without, (m_without / m_off - 1) * 100);
+  std::printf("%-10s %12.1f %+9.2f%%\n", "after", m_after, (m_after / m_off - 1) * 100);
+  std::printf("CUPTI records converted %llu (no-phases: %llu), dropped by CUPTI %llu, events recorded %llu\n",
+              (unsigned long long)records, (unsigned long long)records_without, (unsigned long long)dropped,
+              (unsigned long long)sink->events.load());
   cudaFree(x);
   cudaFree(y);
   cudaFreeHost(host);
