@@ -36,15 +36,6 @@ struct FileCounts {
   std::map<uint8_t, std::array<uint64_t, 2>> memory_per_device;
 };
 
-bool is_segment_kind(EventKind k) {
-  return k == EventKind::SegmentAlloc || k == EventKind::SegmentFree || k == EventKind::SegmentMap ||
-         k == EventKind::SegmentUnmap;
-}
-
-bool is_block_kind(EventKind k) {
-  return k == EventKind::Alloc || k == EventKind::FreeRequested || k == EventKind::FreeCompleted;
-}
-
 std::string device_name(uint8_t device) { return device == kHostDevice ? "host" : "device " + std::to_string(device); }
 
 void count_event(FileCounts& f, const Event& e, uint32_t rank, const std::vector<std::string>& strings) {
@@ -55,7 +46,7 @@ void count_event(FileCounts& f, const Event& e, uint32_t rank, const std::vector
   if (family_of(e.kind) == EventFamily::Compute) end += e.as<ComputeEvent>().dur_ns;
   f.t_max = std::max(f.t_max, end);
   if (e.kind == EventKind::Drops) f.drops += e.as<DropEvent>().count;
-  if (is_block_kind(e.kind) || is_segment_kind(e.kind))
+  if (is_mem_block_kind(e.kind))
     ++f.memory_per_device[e.as<MemBlockEvent>().device][is_segment_kind(e.kind) ? 1 : 0];
   if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Host) {
     const StringId id = e.as<MetaEvent>().str;

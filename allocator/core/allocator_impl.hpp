@@ -236,8 +236,6 @@ struct CachingAllocator::Impl {
   static std::size_t grown_size(const Block* b);  // its size plus the unmapped pages just above it
   // A free block for `size` in the same stream's pool of the other size class (growth.cpp).
   Block* find_in_other_class(Pool* pool, std::size_t size) REQUIRES(mu);
-  // A free large-pool block for a small request (Note [Small requests in large holes]).
-  Block* find_large_hole(Pool* small, std::size_t size) REQUIRES(mu);
   // Hands out `b` (out of the free sets, mapped) for `size` bytes to `stream`, splitting off the rest.
   Block* take(Block* b, std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
   // The same for a block still filed in its free set: the remainder keeps the set's node when it can

@@ -19,24 +19,7 @@
 // and no whole free page to move). Only after the retry has given back everything it can, the request
 // takes a fitting free block of the same stream's other pool. The block stays in its pool and segment
 // and returns there when freed; the separation is a heuristic against fragmentation, not a rule worth
-// an out-of-memory. num_cross_class_allocs counts it, with Note [Small requests in large holes].
-//
-// Note [Small requests in large holes]
-// A small request that finds no free block in its pool makes the small pool grow by a whole small
-// segment's pages (Note [Pools and size classes]), even while the large pool holds mapped free blocks
-// that would fit it: holes between live large blocks, left by the frees of a step. Those pages are
-// already paid for; a new page is not. So before growing, a small request takes the best-fitting free
-// block of its stream's large pool, if there is one, but never that pool's largest: the largest free
-// block is what the next large request, which only the large pool can serve, needs whole (taking it
-// made decode workloads, whose KV cache slides through that block by concatenation, churn: 2.6 to 19
-// times the calls). As with the last resort above, the block stays in its segment and returns to the
-// large pool when freed.
-// Measured (bench/results/allocator-cpu.md, sixteenth session): on the 50 synthetic traces 3 more meet
-// every target and none fewer (transformers: fewer calls, lower ratios); on the shared snapshots no
-// trace changes its verdict, calls fall on 7 (octree-nca 95 -> 89) and magma27's ratio rises 0.001.
-// Variants that did worse: any large block (decode churn above), only the unreleasable edge pages of
-// a large block (magma27 lost its vs-best target), only blocks too small for any large request (no
-// effect), and any block but growing ends (one synthetic trace fewer than this rule).
+// an out-of-memory. num_cross_class_allocs counts it.
 //
 // Note [Garbage collection]
 // The cap (config.capacity or the source's) bounds reserved bytes; growth that would cross it gives
@@ -114,13 +97,6 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
     }
     if (reserved + size > limit) release_free(limit > size ? limit - size : 0, config.gc_min_age, true);
   }
-  if (pool->small) {  // Note [Small requests in large holes]
-    AllocatorLock lock(mu);
-    if (Block* b = find_large_hole(pool, size)) {
-      stats.num_cross_class_allocs++;
-      return take_filed(b, size, requested, pool->stream);
-    }
-  }
   for (int attempt = 0; attempt < 2; ++attempt) {
     Block* b = expandable ? grow_expandable(pool, size, requested) : grow_whole(pool, size, requested);
     if (b) return b;
@@ -163,20 +139,6 @@ void CachingAllocator::Impl::trim_to_request(WindowGrowth& g, std::size_t size) 
     g.need -= rest->size;
     merge_free(rest);  // with the unmapped block claim_window left after it
   }
-}
-
-// Note [Small requests in large holes]: the best-fitting free block of the small pool's stream's large
-// pool, never that pool's largest.
-Block* CachingAllocator::Impl::find_large_hole(Pool* small, std::size_t size) {
-  for (auto& p : pools) {
-    if (p->small || p->stream != small->stream || p->free.empty()) continue;
-    Block key;
-    key.size = size;
-    key.addr = 0;
-    const auto it = p->free.lower_bound(&key);
-    if (it != p->free.end() && *it != *p->free.rbegin() && fits(*it, size)) return *it;
-  }
-  return nullptr;
 }
 
 Block* CachingAllocator::Impl::find_in_other_class(Pool* pool, std::size_t size) {

@@ -104,6 +104,11 @@ def use_allocator(device: str = "cpu", *, expandable: bool = True, memory_limit:
                                    f"allocator already holds {torch.cuda.memory_reserved()} bytes")
             _memcomm.install_cuda_allocator(source=cuda_source, **options)
         _installed[device] = options
+    # A recording that began before the allocator served this process observes it from now on.
+    from memcomm import profiler
+    running = profiler.current()
+    if running is not None:
+        running._observe_allocator()
 
 
 def memory_stats(device: DeviceLike = "cpu") -> Dict[str, Union[int, float]]:
@@ -134,7 +139,13 @@ def snapshot(device: DeviceLike = "cpu") -> Dict[str, Any]:
             traces.append([])
         traces[index] = _memcomm.snapshot_trace(index)
         return snap
-    return {"segments": _memcomm.snapshot_segments(index), "device_traces": [_memcomm.snapshot_trace(index)],
+    # The host's snapshot is a one-device snapshot: its segments name device 0, the index of its trace
+    # in device_traces, which is how memory_viz and memcomm-replay pair them (with -1, a replay of a
+    # history that had wrapped left out every block allocated before it, and under-reported live bytes).
+    segments = _memcomm.snapshot_segments(index)
+    for segment in segments:
+        segment["device"] = 0
+    return {"segments": segments, "device_traces": [_memcomm.snapshot_trace(index)],
             "allocator_settings": {"memcomm": True}}
 
 

@@ -120,6 +120,7 @@ class Profiler:
         self._cupti = cupti
         self._clock_sync = clock_sync
         self._run: Any = None
+        self._observing = False               # the run observes memcomm's allocator (_observe_allocator)
         self._hooks = PhaseHooks(self, models)
         self._comms = Communicators()
         self.rank, self.world = 0, 1
@@ -175,6 +176,7 @@ class Profiler:
             self._collector_ns = self._run.collector_cpu_ns()
             trace_error = self._run.trace_error()
             self._run = None
+            self._observing = False
         if self._hooks.backwards and not self._hooks.step_ends:
             warnings.warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
                           "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
@@ -207,6 +209,17 @@ class Profiler:
             with contextlib.suppress(RuntimeError):
                 run.counter(str(name), float(value))
 
+    def _observe_allocator(self) -> None:
+        """Observes memcomm's allocator from now on when the recording began before it served this process:
+        use_allocator() inside the with block, or a CUDA engine, made at its GPU's first allocation. Its
+        state at that moment comes first, then its events (the hooks call this as each step opens)."""
+        run = self._run
+        if run is None or self._observing:
+            return
+        on_gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
+        with contextlib.suppress(RuntimeError):  # stopped meanwhile
+            self._observing = run.observe_allocator(torch.cuda.current_device() if on_gpu else -1)
+
     def collector_cpu_ns(self) -> int:
         """CPU time the recorder's background thread used: the profiler's own cost."""
         return self._run.collector_cpu_ns() if self._run is not None else self._collector_ns
@@ -226,6 +239,7 @@ class Profiler:
         try:
             self._run = _memcomm.RunProfiler(self._session_trace(), self._live, self.rank, self.world, local_rank,
                                              self._cupti, on_gpu, device)
+            self._observing = self._run.observe_allocator(device)
         except Exception as e:  # noqa: BLE001 (re-raised below, after the other ranks know)
             error = e
         if self.world > 1 and self._clock_sync and _group_ready():

@@ -110,6 +110,8 @@ class PyRunProfiler {
     run_.reset();  // closes the sinks: the files are complete when this returns
     return totals_;
   }
+  // Observes the allocator serving `device` now, when the run observed none at its start.
+  bool observe_allocator(int device) { return run_ && run_->observe_allocator(observed_allocator(device)); }
   int64_t collector_cpu_ns() const { return run_ ? run_->collector_cpu_ns() : cpu_ns_; }
   const std::string& trace_error() const { return trace_error_; }
 
@@ -192,6 +194,10 @@ void bind_run(pyb::module_& m) {
       // With the GIL held: counter() from another Python thread must not run while the sinks close.
       .def("finish", &PyRunProfiler::finish,
            "Stops recording and closes the sinks; returns (events recorded, events dropped). Idempotent.")
+      .def("observe_allocator", &PyRunProfiler::observe_allocator, pyb::arg("device"),
+           "Observes the allocator memcomm serves `device` (-1: the CPU) with, when the run observes none yet "
+           "(installed after the recording began, or a CUDA engine made at the GPU's first allocation); returns "
+           "whether the run observes one now.")
       .def("collector_cpu_ns", &PyRunProfiler::collector_cpu_ns)
       .def("trace_error", &PyRunProfiler::trace_error,
            "After finish(): why the trace file stopped short (a full disk) and how much it holds; '' when whole.");

@@ -10,6 +10,7 @@
 // back from Python are checked here, so a malformed probe result is a TypeError, not a bad search.
 #include "bindings.hpp"
 
+#include <memcomm/common/duration.hpp>
 #include <memcomm/common/oom_message.hpp>
 #include "memcomm/tuner/report.hpp"
 #include "memcomm/tuner/search.hpp"
@@ -19,6 +20,7 @@
 
 #include <chrono>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -156,10 +158,26 @@ ProbeFn python_probe(const pyb::function& probe) {
   };
 }
 
-VerifyFn python_verify(const pyb::function& verify) {
-  return [&verify](const Recommendation& c) {
+// The recommendation and its verification plan (Note [A verification that would take hours]): the
+// steps to run, and the notes memcomm-tune's announcement carries, in Python's parameter names.
+VerifyFn python_verify(const pyb::function& verify, int64_t asked) {
+  return [&verify, asked](const Recommendation& c) {
+    const VerificationPlan plan = plan_verification(c, asked);
+    const std::string step = "micro-batch " + std::to_string(c.micro_batch) + " x " + std::to_string(c.accum);
+    if (plan.too_long())
+      throw std::invalid_argument("memcomm.tune: one step at " + step + " would take about " +
+                                  format_rough_duration(plan.step_s) +
+                                  " at the probed speed; use a smaller global_batch");
     pyb::gil_scoped_acquire gil;
-    return verification_from(verify(recommendation_dict(c)), c.micro_batch);
+    pyb::dict d = recommendation_dict(c);
+    d["verify_steps"] = plan.steps;
+    d["cut_note"] = plan.cut(asked) ? " (of verify_steps=" + std::to_string(asked) + ": each takes about " +
+                                          format_rough_duration(plan.step_s) + ")"
+                                    : std::string();
+    d["time_note"] = plan.step_s > 0 ? ", about " + format_rough_duration(plan.step_s * double(plan.steps)) +
+                                           " at the probed speed"
+                                     : std::string();
+    return verification_from(verify(d), c.micro_batch);
   };
 }
 
@@ -191,7 +209,8 @@ pyb::object tune_search(const pyb::dict& config, const pyb::function& probe, con
     throw pyb::type_error("verify must be a callable or None");
   const pyb::function verify_fn = verify.is_none() ? pyb::function() : verify.cast<pyb::function>();
   const ProbeFn probe_fn = python_probe(probe);
-  const VerifyFn verify_call = verify_fn ? python_verify(verify_fn) : VerifyFn();
+  const int64_t verify_steps = config.contains("verify_steps") ? config["verify_steps"].cast<int64_t>() : 50;
+  const VerifyFn verify_call = verify_fn ? python_verify(verify_fn, verify_steps) : VerifyFn();
   {
     pyb::gil_scoped_release released;
     const auto t0 = std::chrono::steady_clock::now();

@@ -138,6 +138,7 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
     from torch.cuda import _memory_viz
     assert "total_reserved" in _memory_viz.segsum(snap)
     assert "<html" in _memory_viz.trace_plot(snap).lower()
+
     # memcomm-replay replays it through the policies.
     out = subprocess.run([tool("memcomm-replay"), "--quiet", "--json", "-", str(path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -187,6 +188,26 @@ def test_bad_arguments_are_python_exceptions(call, error, bad_call_results):
     name, message = bad_call_results[call]
     assert name == error.__name__, (call, name, message)
     assert message, (call, "the exception says nothing")
+
+
+def test_a_wrapped_history_still_replays_the_blocks_held_from_before_it(tmp_path, tool):
+    # The segments name the device their trace is listed under, so the blocks the end state holds that
+    # were allocated before the kept window count as live from the start.
+    path = tmp_path / "wrapped.pickle"
+    check("""
+        import sys, torch, memcomm
+        memcomm.use_allocator("cpu", history=100)
+        keep = [torch.ones(1 << 20) for _ in range(3)]    # 12 MiB, allocated long before the window
+        for _ in range(200):
+            torch.ones(64)
+        memcomm.dump_snapshot(sys.argv[1])
+    """, str(path))
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    assert {s["device"] for s in snap["segments"]} == {0}
+    out = subprocess.run([tool("memcomm-replay"), "-q", "--policy", "memcomm", "--json", "-", str(path)],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert json.loads(out)[0]["peak_live"] >= 3 * (4 << 20), out
 
 
 def test_reading_before_installing_and_reinstalling_otherwise_are_errors():

@@ -65,6 +65,18 @@ def phase_counts(tool, tmp_path: Path, file: Path) -> dict:
     return counts
 
 
+def test_an_allocator_installed_inside_the_profile_is_observed_from_then_on(tmp_path, tool):
+    # `with memcomm.profile(): main()` where main() installs the allocator: the trace held no memory.
+    check("""
+        with memcomm.profile(trace=sys.argv[1]):
+            memcomm.use_allocator("cpu")
+            model = make_model()
+            loop(model, torch.optim.SGD(model.parameters(), lr=0.1), batches(2))
+    """, str(tmp_path / "late.mct"))
+    kinds = trace_json(tool, "info", tmp_path / "late.rank0.mct")[0]["kinds"]
+    assert kinds.get("alloc", 0) > 0 and kinds.get("mem_sample", 0) > 0, kinds
+
+
 def test_a_loop_records_steps_phases_and_allocations(tmp_path, tool):
     trace = tmp_path / "run.mct"
     check("""
@@ -75,8 +87,9 @@ def test_a_loop_records_steps_phases_and_allocations(tmp_path, tool):
             with memcomm.category("parameter"):            # the script labels its own code
                 spare = make_model()
             loop(model, opt, batches(8), accumulate=2)
-            with torch.no_grad():
-                model(torch.randn(2, 1, 28, 28))         # an evaluation: a forward, no step
+            with torch.no_grad():                        # an evaluation: a wait and a forward, no step
+                for x, _ in memcomm.loader(batches(1, 2)):
+                    model(x)
         assert p.trace_file.endswith("run.rank0.mct") and p.result[0] > 0 and p.result[1] == 0, p.result
         assert memcomm.profiler.current() is None
     """, str(trace))
@@ -87,8 +100,8 @@ def test_a_loop_records_steps_phases_and_allocations(tmp_path, tool):
     assert all(s["data_wait_ns"] > 0 and s["breakdown"]["compute_ns"] > 0 for s in steps), steps
     assert report["ranks"][0]["peak_allocated"] > 0
     phases = phase_counts(tool, tmp_path, file)
-    # 8 micro-batches: a forward, a backward and a wait each; the eval's forward is not in a step.
-    assert phases == {"step": 4, "data_wait": 8, "forward": 9, "backward": 8, "optimizer": 4}, phases
+    # 8 micro-batches: a forward, a backward and a wait each; the eval's wait and forward open no step.
+    assert phases == {"step": 4, "data_wait": 9, "forward": 9, "backward": 8, "optimizer": 4}, phases
     kinds = trace_json(tool, "info", file)[0]["kinds"]
     assert kinds["alloc"] > 0 and kinds["range_begin"] == kinds["range_end"], kinds
     cats = memcomm_categories(file)

@@ -149,6 +149,27 @@ def test_numpy_integers_are_ints_and_a_bad_evaluate_result_is_named():
     assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
+def test_a_global_batch_whose_step_would_take_days_is_a_value_error_not_a_silent_verification():
+    # memcomm-tune's Note [A verification that would take hours]: the same plan, from the same code.
+    r = run_python("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=32 << 20)
+        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 2))  # ~1e5 samples/s here
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        batch = lambda b: (torch.randn(b, 64), torch.randint(0, 2, (b,)))
+        try:  # a step of 2^40 samples: months
+            memcomm.tune(model, opt, loss, batch, 1 << 40, probe_seconds=0.0, max_trials=6, verbose=False)
+        except ValueError as e:
+            assert "would take about" in str(e) and "smaller global_batch" in str(e), e
+        else:
+            raise AssertionError("a verification of days was started")
+        print("ok")
+    """, timeout=180)
+    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
 def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
     r = run_python("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm

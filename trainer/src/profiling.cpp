@@ -128,6 +128,31 @@ void start_cupti(RunProfiler::Impl& impl, const TrainOptions& o, bool on_gpu) {
 #endif
 }
 
+// The allocator's statistics every 50 ms, and its cap once (what the advisor measures headroom
+// against; it never changes). The run observes this allocator from now on.
+void sample_allocator(RunProfiler::Impl& impl, alloc::CachingAllocator* allocator) {
+  impl.allocator = allocator;
+  impl.sampler = impl.rec.add_sampler(
+      [allocator](prof::Recorder& r) {
+        const auto st = allocator->stats();
+        const auto sum = allocator->memory_summary();
+        const int64_t t = prof::now_ns();
+        const uint8_t dev = prof::kHostDevice;
+        r.record(prof::make_mem_sample(t, prof::MemMetric::Allocated, uint64_t(st.allocated_bytes.current), dev));
+        r.record(prof::make_mem_sample(t, prof::MemMetric::Reserved, uint64_t(st.reserved_bytes.current), dev));
+        r.record(prof::make_mem_sample(t, prof::MemMetric::Active, uint64_t(st.active_bytes.current), dev));
+        r.record(prof::make_mem_sample(t, prof::MemMetric::InactiveSplit, uint64_t(st.inactive_split_bytes.current),
+                                       dev));
+        r.record(prof::make_mem_sample(t, prof::MemMetric::LargestFree, sum.largest_free_block, dev));
+        r.record(prof::make_mem_sample(t, prof::MemMetric::Fragmentation,
+                                       uint64_t(sum.external_fragmentation() * 1e6), dev));
+      },
+      std::chrono::milliseconds(50));
+  if (allocator->config().capacity > 0)
+    impl.rec.record_rare(prof::Event::from(prof::make_mem_sample(prof::now_ns(), prof::MemMetric::DeviceTotal,
+                                                                 allocator->config().capacity, prof::kHostDevice)));
+}
+
 }  // namespace
 
 RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::CachingAllocator* allocator,
@@ -163,34 +188,20 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
 #ifdef MEMCOMM_HAVE_NVTX
   prof::install_nvtx_bridge(rec);
 #endif
-  if (allocator) {
-    impl_->allocator = allocator;
-    impl_->sampler = rec.add_sampler(
-        [allocator](prof::Recorder& r) {
-          const auto st = allocator->stats();
-          const auto sum = allocator->memory_summary();
-          const int64_t t = prof::now_ns();
-          const uint8_t dev = prof::kHostDevice;
-          r.record(prof::make_mem_sample(t, prof::MemMetric::Allocated, uint64_t(st.allocated_bytes.current), dev));
-          r.record(prof::make_mem_sample(t, prof::MemMetric::Reserved, uint64_t(st.reserved_bytes.current), dev));
-          r.record(prof::make_mem_sample(t, prof::MemMetric::Active, uint64_t(st.active_bytes.current), dev));
-          r.record(prof::make_mem_sample(t, prof::MemMetric::InactiveSplit,
-                                         uint64_t(st.inactive_split_bytes.current), dev));
-          r.record(prof::make_mem_sample(t, prof::MemMetric::LargestFree, sum.largest_free_block, dev));
-          r.record(prof::make_mem_sample(t, prof::MemMetric::Fragmentation,
-                                         uint64_t(sum.external_fragmentation() * 1e6), dev));
-        },
-        std::chrono::milliseconds(50));
-    // The cap (--memory-limit) is what the advisor measures headroom against; it never changes.
-    if (allocator->config().capacity > 0)
-      rec.record_rare(prof::Event::from(prof::make_mem_sample(prof::now_ns(), prof::MemMetric::DeviceTotal,
-                                                              allocator->config().capacity, prof::kHostDevice)));
-  }
+  if (allocator) sample_allocator(*impl_, allocator);
   rec.start();
   // After start: events recorded before it are dropped, and the allocator's state at this moment is
   // the first thing the tap sends (Note [An observer added mid-run] in caching_allocator.cpp).
   if (allocator) allocator->add_observer(&impl_->tap, /*with_state=*/true);
   start_cupti(*impl_, o, on_gpu);
+}
+
+bool RunProfiler::observe_allocator(alloc::CachingAllocator* allocator) {
+  if (!impl_ || impl_->finished) return false;
+  if (impl_->allocator || !allocator) return impl_->allocator != nullptr;
+  sample_allocator(*impl_, allocator);
+  allocator->add_observer(&impl_->tap, /*with_state=*/true);  // its state now, then its events
+  return true;
 }
 
 RunProfiler::~RunProfiler() { finish(); }

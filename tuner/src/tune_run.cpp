@@ -152,39 +152,26 @@ ProbeFn printing_probe(const TuneOptions& t, ProbeRunner& runner, const train::D
 }
 
 // The search's winner runs --verify-steps full steps and an evaluation pass (Note [Verifying the
-// winner] in verify.hpp), announced by the leader.
-//
-// Note [A verification that would take hours]
-// The verification runs all K micro-steps of each step (the probes timed at most --probe-accum-cap).
-// A global batch far beyond the ranks' shards makes K huge: 2^40 samples on a 4,096-row set ran
-// verification steps of 2^28 micro-steps, for hours, without a word. So the steps are cut to what
-// kVerifyBudgetS takes at the probed speed, at least one (memory, which the verification confirms,
-// shows in the first), and the line says how long it should take; a step over a day is a usage error.
-// Every rank computes the same number from the agreed recommendation.
-// A step longer than kLongestStepS cannot be verified (nor trained) in any useful time: a usage error.
-constexpr double kVerifyBudgetS = 600;
-constexpr double kLongestStepS = 24 * 3600;
-
+// winner] in verify.hpp), cut to a time budget (Note [A verification that would take hours]) and
+// announced by the leader.
 VerifyFn verifying(const TuneOptions& t, ProbeRunner& runner) {
   return [&t, &runner](const Recommendation& rec) {
-    const double step_s =
-        rec.samples_per_s > 0 ? double(rec.micro_batch) * double(rec.accum) * double(rec.world) / rec.samples_per_s : 0;
-    int64_t steps = t.verify_steps;
-    if (step_s > kLongestStepS)
+    const VerificationPlan plan = plan_verification(rec, t.verify_steps);
+    if (plan.too_long())
       throw train::UsageError(fmt::format("--global-batch {}: one step at micro-batch {} x {} would take about {} at the "
                                           "probed speed; use a smaller global batch", t.search.global_batch,
-                                          rec.micro_batch, rec.accum, format_rough_duration(step_s)));
-    if (step_s > 0)
-      steps = std::max<int64_t>(1, static_cast<int64_t>(std::min(kVerifyBudgetS / step_s, double(t.verify_steps))));
+                                          rec.micro_batch, rec.accum, format_rough_duration(plan.step_s)));
     if (runner.leader()) {
-      const std::string cut = steps < t.verify_steps ? fmt::format(" (of --verify-steps {}: each takes about {})",
-                                                                   t.verify_steps, format_rough_duration(step_s))
-                                                     : "";
-      fmt::print("  verifying b={} K={}: {} steps{} and an evaluation pass{}\n", rec.micro_batch, rec.accum, steps, cut,
-                 step_s > 0 ? fmt::format(", about {} at the probed speed", format_rough_duration(step_s * double(steps))) : "");
+      const std::string cut = plan.cut(t.verify_steps) ? fmt::format(" (of --verify-steps {}: each takes about {})",
+                                                                     t.verify_steps, format_rough_duration(plan.step_s))
+                                                       : "";
+      fmt::print("  verifying b={} K={}: {} steps{} and an evaluation pass{}\n", rec.micro_batch, rec.accum, plan.steps,
+                 cut, plan.step_s > 0 ? fmt::format(", about {} at the probed speed",
+                                                    format_rough_duration(plan.step_s * double(plan.steps)))
+                                      : "");
       std::fflush(stdout);
     }
-    return runner.verify(rec, steps);
+    return runner.verify(rec, plan.steps);
   };
 }
 

@@ -71,4 +71,14 @@ void verify_recommendation(TuneResult& r, const VerifyFn& verify) {
   }
 }
 
+VerificationPlan plan_verification(const Recommendation& rec, int64_t verify_steps) {
+  VerificationPlan p;
+  if (rec.samples_per_s > 0)
+    p.step_s = double(rec.micro_batch) * double(rec.accum) * double(rec.world) / rec.samples_per_s;
+  p.steps = verify_steps;
+  if (p.step_s > 0)
+    p.steps = std::max<int64_t>(1, static_cast<int64_t>(std::min(kVerifyBudgetS / p.step_s, double(verify_steps))));
+  return p;
+}
+
 }  // namespace memcomm::tune

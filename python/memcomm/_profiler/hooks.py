@@ -234,6 +234,8 @@ class PhaseHooks:
 
     def _ensure_step(self, st: _ThreadState, ts: int = 0) -> None:
         if not st.step_open:
+            if not self._owner._observing:  # an allocator that began serving after the start
+                self._owner._observe_allocator()
             st.step_open = True
             self._open(st, STEP, next(self._steps), KEEP, ts)
 
@@ -326,7 +328,8 @@ class PhaseHooks:
     # Data-loader wait (memcomm.loader).
     def data_wait(self, begin_ns: int) -> None:
         st = self._state()
-        self._ensure_step(st, begin_ns)
+        if torch.is_grad_enabled():  # an evaluation's batches open no step, as its forward opens none
+            self._ensure_step(st, begin_ns)
         _memcomm.phase_span(DATA_WAIT, 0, begin_ns, now())
 
 

@@ -70,11 +70,12 @@ class Prober:
                   f"({x['wall_s']:.1f} s)", flush=True)
 
     def verify(self, rec: Dict[str, Any]) -> Dict[str, Any]:
-        """The winner's long run: verify_steps full steps (all K micro-steps), then `evaluate`."""
-        r, b, k = self.r, rec["micro_batch"], rec["accum"]
+        """The winner's long run: rec["verify_steps"] full steps (all K micro-steps; verify_steps cut to a
+        time budget, memcomm-tune's Note [A verification that would take hours]), then `evaluate`."""
+        r, b, k, steps = self.r, rec["micro_batch"], rec["accum"], rec["verify_steps"]
         if self.verbose and r.group.rank == 0:
-            print(f"  verifying b={b} K={k}: {self.o.verify_steps} steps"
-                  f"{' and an evaluation pass' if self.evaluate else ''}", flush=True)
+            print(f"  verifying b={b} K={k}: {steps} steps{rec['cut_note']}"
+                  f"{' and an evaluation pass' if self.evaluate else ''}{rec['time_note']}", flush=True)
         v = {"steps": 0, "oom": False, "oom_where": "", "samples_per_s": 0.0, "peak_reserved": -1,
              "peak_allocated": -1, "eval_accuracy": 0.0, "eval_loss": 0.0,
              "evaluated": self.evaluate is not None}
@@ -85,11 +86,11 @@ class Prober:
         r.memory.release_cache()
         r.memory.reset_peaks()
         start = r.memory.clock()
-        out = r.run_steps(b, k, Plan(0, self.o.verify_steps, 0.0, self.o.verify_steps))
+        out = r.run_steps(b, k, Plan(0, steps, 0.0, steps))
         wall = r.memory.clock() - start
         v.update(steps=len(out.timed), oom=bool(out.oom_where), oom_where=out.oom_where)
         if not out.oom_where:
-            v["samples_per_s"] = self.o.verify_steps * b * k * r.group.world / r.group.max([wall])[0]
+            v["samples_per_s"] = steps * b * k * r.group.world / r.group.max([wall])[0]
             self._evaluate(v)
             alloc, resv = r.memory.peaks()
             v["peak_allocated"], v["peak_reserved"] = (int(x) for x in r.group.max([alloc, resv]))

@@ -79,6 +79,9 @@ constexpr EventFamily family_of(EventKind k) {
   return EventFamily::Invalid;
 }
 constexpr bool is_known_kind(EventKind k) { return family_of(k) != EventFamily::Invalid; }
+// The kinds a MemBlockEvent describes (Alloc ... SegmentUnmap), and of those the segment ones.
+constexpr bool is_mem_block_kind(EventKind k) { return k >= EventKind::Alloc && k <= EventKind::SegmentUnmap; }
+constexpr bool is_segment_kind(EventKind k) { return k >= EventKind::SegmentAlloc && k <= EventKind::SegmentUnmap; }
 const char* kind_name(EventKind k);      // "alloc", "coll_end", ... ("unknown" otherwise)
 const char* family_name(EventFamily f);  // "memory", "communication", ...
 

@@ -48,6 +48,10 @@ class RunProfiler {
   RunProfiler& operator=(const RunProfiler&) = delete;
 
   bool active() const { return impl_ != nullptr; }
+  // Starts observing `allocator` when the run observes none yet: one installed after the recording
+  // began (memcomm.use_allocator inside `with memcomm.profile()`), or a CUDA engine made at its GPU's
+  // first allocation. Returns whether the run observes an allocator now.
+  bool observe_allocator(alloc::CachingAllocator* allocator);
   void collective(const CollectiveRecord& r);            // a completed collective
   void counter(const char* name, double value);          // loss, samples/s, lr...
   // This rank's clock offset to rank 0 (Note [Clock offsets at rendezvous] in comm.hpp), recorded

@@ -5,6 +5,7 @@
 
 #include "memcomm/tuner/report.hpp"
 
+#include <cstdint>
 #include <functional>
 
 namespace memcomm::tune {
@@ -22,5 +23,25 @@ using VerifyFn = std::function<Verification(const Recommendation&)>;
 // accumulation (Note [Probing long accumulations]) and no evaluation pass. Every verification is
 // appended to r.verifications.
 void verify_recommendation(TuneResult& r, const VerifyFn& verify);
+
+// Note [A verification that would take hours]
+// The verification runs all K micro-steps of each step (the probes timed at most a capped number).
+// A global batch far beyond the ranks' shards makes K huge: 2^40 samples on a 4,096-row set ran
+// verification steps of 2^28 micro-steps, for hours, without a word, in memcomm-tune and in
+// memcomm.tune alike. So the steps are cut to what kVerifyBudgetS takes at the probed speed, at least
+// one (memory, which the verification confirms, shows in the first), and the announcement says how
+// long it should take. A step longer than kLongestStepS cannot be verified (nor trained) in any useful
+// time: the caller refuses it as a usage error. Every rank computes the same plan from the agreed
+// recommendation.
+inline constexpr double kVerifyBudgetS = 600;
+inline constexpr double kLongestStepS = 24 * 3600;
+
+struct VerificationPlan {
+  int64_t steps = 0;   // what runs: the steps asked for, cut to kVerifyBudgetS, at least one
+  double step_s = 0;   // one step at the probed speed (0: not known)
+  bool too_long() const { return step_s > kLongestStepS; }
+  bool cut(int64_t asked) const { return steps < asked; }
+};
+VerificationPlan plan_verification(const Recommendation& rec, int64_t verify_steps);
 
 }  // namespace memcomm::tune

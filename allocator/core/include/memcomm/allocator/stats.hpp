@@ -39,8 +39,7 @@ struct DeviceStats {
   // Events.
   std::int64_t num_alloc_retries = 0;     // allocations that freed the cache and tried again
   std::int64_t num_ooms = 0;              // allocations that failed with OutOfMemory
-  std::int64_t num_cross_class_allocs = 0;  // served from the other size class's pool: a small request in a
-                                            // large hole, or any request instead of an OOM
+  std::int64_t num_cross_class_allocs = 0;  // served from the other size class's pool instead of an OOM
                                             // (Note [Last resort: the other size class], growth.cpp)
   std::int64_t num_sync_all_streams = 0;  // times the allocator waited for every pending event
   std::int64_t num_stream_syncs = 0;      // times growth waited for one other stream to lend its free
