@@ -119,6 +119,7 @@ TEST_CASE("an address to connect to needs a port from 1 to 65535", "[profiler][s
     CHECK_THROWS_AS(parse_connect_endpoint(bad), TraceError);
   CHECK_THROWS_WITH(parse_connect_endpoint("host"), Catch::Contains("expected HOST:PORT"));
   CHECK_THROWS_WITH(parse_connect_endpoint("host:0"), Catch::Contains("expected 1-65535"));
+  CHECK_THROWS_WITH(parse_connect_endpoint("host:99999"), Catch::Contains("expected 1-65535"));  // one range told
 }
 
 TEST_CASE("loopback hosts", "[profiler][stream]") {

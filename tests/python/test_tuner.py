@@ -170,6 +170,27 @@ def test_a_global_batch_whose_step_would_take_days_is_a_value_error_not_a_silent
     assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
+def test_sparse_gradients_cross_the_buckets_and_come_back_sparse():
+    # 2-rank tuning of a model with nn.Embedding(sparse=True) failed in its first all-reduce: the
+    # buckets reshaped the sparse gradient (Note [Gradient buckets from Python]).
+    r = run_python("""
+        import tempfile, torch, torch.nn as nn, torch.distributed as dist
+        from memcomm._tuner.buckets import Buckets
+        from memcomm._tuner.agreement import Group
+        dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+        emb, lin = nn.Embedding(10, 4, sparse=True), nn.Linear(4, 1)
+        lin(emb(torch.tensor([1, 3, 3]))).sum().backward()
+        want_e, want_l = emb.weight.grad.to_dense().clone(), lin.weight.grad.clone()
+        Buckets([emb.weight, lin.weight, lin.bias], 25.0).all_reduce(Group(None, torch.device("cpu")))
+        assert emb.weight.grad.is_sparse and torch.equal(emb.weight.grad.to_dense(), want_e)
+        assert torch.equal(lin.weight.grad, want_l)
+        torch.optim.SparseAdam([emb.weight]).step()   # still a gradient SparseAdam takes
+        dist.destroy_process_group()
+        print("ok")
+    """, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
 def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
     r = run_python("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm

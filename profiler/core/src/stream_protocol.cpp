@@ -9,7 +9,7 @@
 
 namespace memcomm::prof {
 
-Endpoint parse_endpoint(const std::string& text) {
+Endpoint parse_endpoint(const std::string& text, unsigned lowest_port) {
   Endpoint ep;
   ep.host = "127.0.0.1";
   std::string host, port;
@@ -36,9 +36,10 @@ Endpoint parse_endpoint(const std::string& text) {
     throw TraceError(fmt::format("bad address '{}': no port after ':'", text));
   if (!port.empty()) {
     if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5)
-      throw TraceError(fmt::format("bad port '{}' in address '{}' (expected 0-65535)", port, text));
+      throw TraceError(fmt::format("bad port '{}' in address '{}' (expected {}-65535)", port, text, lowest_port));
     const unsigned long p = std::stoul(port);
-    if (p > 65535) throw TraceError(fmt::format("bad port '{}' in address '{}' (expected 0-65535)", port, text));
+    if (p > 65535 || p < lowest_port)
+      throw TraceError(fmt::format("bad port '{}' in address '{}' (expected {}-65535)", port, text, lowest_port));
     ep.port = uint16_t(p);
   }
   return ep;
@@ -51,9 +52,7 @@ Endpoint parse_connect_endpoint(const std::string& text) {
     throw TraceError(fmt::format("bad address '{}': expected HOST:PORT (the port memcomm-view --listen uses)", text));
   if (!bracketed && text.substr(0, colon).find(':') != std::string::npos)
     throw TraceError(fmt::format("bad address '{}': an IPv6 host goes in brackets, [HOST]:PORT", text));
-  Endpoint ep = parse_endpoint(text);
-  if (ep.port == 0) throw TraceError(fmt::format("bad port 0 in address '{}' (expected 1-65535)", text));
-  return ep;
+  return parse_endpoint(text, 1);
 }
 
 bool is_loopback_host(const std::string& host) {

@@ -5,7 +5,9 @@ flat tensor per bucket, parameters in reverse order, the first bucket 1 MiB and 
 bucket_mb), alive for the whole tuning as DDP's are for the whole run, and rebuilt, with the change
 agreed, when a probe asks for another size. Gradients are copied in, all-reduced, averaged and
 copied back, as DDP does with gradient_as_bucket_view=False (its default). Communication is not
-overlapped with backward here, so the step time counts all of it as exposed.
+overlapped with backward here, so the step time counts all of it as exposed. A sparse gradient
+(nn.Embedding(sparse=True)) travels dense in its bucket and comes back sparse, averaged; DDP
+all-reduces it sparse, so its bytes on the wire are DDP's upper bound.
 """
 from typing import Dict, List, Tuple
 
@@ -59,13 +61,18 @@ class Buckets:
         offset = 0
         for p in ps:
             part = flat[offset:offset + p.numel()]
-            part.copy_(p.grad.reshape(-1)) if p.grad is not None else part.zero_()
+            if p.grad is None:
+                part.zero_()
+            else:
+                part.copy_((p.grad.to_dense() if p.grad.is_sparse else p.grad).reshape(-1))
             offset += p.numel()
 
     @staticmethod
     def _unpack(flat: torch.Tensor, ps: List[torch.nn.Parameter]) -> None:
         offset = 0
         for p in ps:
-            if p.grad is not None:
+            if p.grad is not None and p.grad.is_sparse:
+                p.grad = flat[offset:offset + p.numel()].view_as(p).to_sparse(p.grad.sparse_dim())
+            elif p.grad is not None:
                 p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
             offset += p.numel()

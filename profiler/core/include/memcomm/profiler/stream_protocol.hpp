@@ -65,8 +65,8 @@ struct Endpoint {
 };
 // Where to listen: "HOST:PORT", "[v6]:PORT", ":PORT", "PORT" or "HOST". A missing host is 127.0.0.1
 // (loopback unless asked otherwise), a missing port kDefaultLivePort. Throws TraceError with a clear
-// message on a bad port (a ':' with nothing after it is one).
-Endpoint parse_endpoint(const std::string& text);
+// message on a bad port (a ':' with nothing after it is one, as is a port below `lowest_port`).
+Endpoint parse_endpoint(const std::string& text, unsigned lowest_port = 0);
 // Where to connect (memcomm-train --live, Python's profile(live=)): "HOST:PORT", "[v6]:PORT" or ":PORT"
 // (loopback), with a port from 1 to 65535. The port is required: a sender that guessed the default
 // would wait on a viewer listening elsewhere without saying so. Throws TraceError naming what is wrong.
