@@ -236,6 +236,8 @@ struct CachingAllocator::Impl {
   static std::size_t grown_size(const Block* b);  // its size plus the unmapped pages just above it
   // A free block for `size` in the same stream's pool of the other size class (growth.cpp).
   Block* find_in_other_class(Pool* pool, std::size_t size) REQUIRES(mu);
+  // The whole segment grow_whole() makes for a request of `size` in `pool` (growth.cpp).
+  std::size_t whole_segment(const Pool* pool, std::size_t size) const;
   // Hands out `b` (out of the free sets, mapped) for `size` bytes to `stream`, splitting off the rest.
   Block* take(Block* b, std::size_t size, std::size_t requested, StreamId stream) REQUIRES(mu);
   // The same for a block still filed in its free set: the remainder keeps the set's node when it can

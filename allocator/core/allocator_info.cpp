@@ -121,7 +121,8 @@ MemorySource& CachingAllocator::source() const { return *impl_->source; }
 
 // Out-of-line so OutOfMemory's message is built in one place (growth.cpp throws it).
 std::string format_oom(std::size_t size, std::size_t requested, const MemorySource& src, std::size_t cap,
-                       std::uint64_t reserved, std::uint64_t allocated, std::uint64_t largest_free) {
+                       std::uint64_t reserved, std::uint64_t allocated, std::uint64_t largest_free,
+                       std::size_t whole_segment) {
   const double frag = reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0;
   char f[32];
   std::snprintf(f, sizeof f, "%.3f", frag);
@@ -129,7 +130,10 @@ std::string format_oom(std::size_t size, std::size_t requested, const MemorySour
          " bytes) from " + src.name() + " source, device " + std::to_string(src.device()) + ": capacity " +
          (cap ? format_bytes(cap, 2) : std::string("unlimited")) + ", reserved " + format_bytes(reserved, 2) +
          ", allocated " + format_bytes(allocated, 2) + ", largest free block " + format_bytes(largest_free, 2) +
-         ", fragmentation " + f;
+         ", fragmentation " + f +
+         (whole_segment > size ? "; without expandable segments a request this size takes a whole " +
+                                     format_bytes(whole_segment, 2) + " segment"
+                               : std::string());
 }
 
 std::vector<SegmentInfo> mapped_runs(const std::vector<SegmentInfo>& segments) {

@@ -60,8 +60,10 @@
 
 namespace memcomm::alloc {
 
+// `whole_segment`: the segment a request of `size` takes without expandable segments (0: it maps pages).
 std::string format_oom(std::size_t size, std::size_t requested, const MemorySource& src, std::size_t cap,
-                       std::uint64_t reserved, std::uint64_t allocated, std::uint64_t largest_free);
+                       std::uint64_t reserved, std::uint64_t allocated, std::uint64_t largest_free,
+                       std::size_t whole_segment);
 
 
 std::size_t CachingAllocator::Impl::largest_free_locked() const {
@@ -125,8 +127,10 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
   const auto reserved = std::uint64_t(stats.reserved_bytes.current);
   const auto allocated = std::uint64_t(stats.allocated_bytes.current);
   const std::uint64_t largest = largest_free_locked();
-  throw OutOfMemory(format_oom(size, requested, *source, cap, reserved, allocated, largest), requested, reserved,
-                    allocated, largest, reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0);
+  throw OutOfMemory(format_oom(size, requested, *source, cap, reserved, allocated, largest,
+                               expandable ? 0 : whole_segment(pool, size)),
+                    requested, reserved, allocated, largest,
+                    reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0);
 }
 
 // Note [Feasibility is monotonic in the cap]: claim_window cuts the window's last unmapped piece at
@@ -148,6 +152,16 @@ Block* CachingAllocator::Impl::find_in_other_class(Pool* pool, std::size_t size)
   return nullptr;
 }
 
+// PyTorch's segment sizes: 2 MiB for the small pool, 20 MiB for requests under 10 MiB, else the
+// request rounded up to large_round.
+std::size_t CachingAllocator::Impl::whole_segment(const Pool* pool, std::size_t size) const {
+  std::size_t seg_size;
+  if (pool->small) seg_size = config.small_segment;
+  else if (size < (10u << 20)) seg_size = config.medium_segment;
+  else seg_size = page_up(size, config.large_round);
+  return page_up(std::max(seg_size, size), page);
+}
+
 Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::size_t requested) {
   std::size_t seg_size;
   Releases rel;
@@ -157,10 +171,7 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
     if (Block* b = find_free(pool, size)) {
       return take_filed(b, size, requested, pool->stream);
     }
-    if (pool->small) seg_size = config.small_segment;
-    else if (size < (10u << 20)) seg_size = config.medium_segment;
-    else seg_size = page_up(size, config.large_round);
-    seg_size = page_up(std::max(seg_size, size), page);
+    seg_size = whole_segment(pool, size);
     const auto reserved = std::size_t(stats.reserved_bytes.current);
     if (cap && reserved + seg_size > cap) {
       pick_releases(reserved + seg_size - cap, 0, rel);

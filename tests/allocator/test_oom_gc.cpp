@@ -4,6 +4,18 @@
 using namespace memcomm::alloc;
 using namespace memcomm::alloc::test;
 
+TEST_CASE("without expandable segments, an OOM names the whole segment a request takes", "[allocator][oom]") {
+  // A 3.8 MiB request under a 16 MiB cap failed with "reserved 0 B": it needs a 20 MiB segment.
+  AllocatorConfig c;
+  c.expandable_segments = false;
+  CachingAllocator a(simulated(16 * MiB), c);
+  CHECK_THROWS_WITH(a.allocate(4 * MiB), Catch::Contains("reserved 0 B") &&
+                                             Catch::Contains("takes a whole 20.00 MiB segment"));
+  c.expandable_segments = true;
+  CachingAllocator b(simulated(16 * MiB), c);
+  b.deallocate(b.allocate(4 * MiB));  // mapped page by page: it fits
+}
+
 TEST_CASE("running past the capacity throws OutOfMemory with the figures", "[allocator][oom]") {
   for (bool expandable : {true, false}) {
     AllocatorConfig c;
