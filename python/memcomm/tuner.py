@@ -109,6 +109,7 @@ def _agreed_setup(group: Group, model: Any, optimizer: Any, loss_fn: Any, make_b
         o = check_options(options)
         device = device_of(model)
         memory = Memory(device, memory_limit)
+        memory.check_model_inside(model)
         failed = None
     except (TypeError, ValueError, RuntimeError) as e:
         failed = e

@@ -191,6 +191,24 @@ def test_sparse_gradients_cross_the_buckets_and_come_back_sparse():
     assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
+def test_an_allocator_installed_after_the_model_is_warned_about():
+    # The parameters sat outside the cap and the peaks, and the recommendation changed, silently.
+    r = run_python("""
+        import warnings, torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        model = nn.Linear(1024, 1024)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]),
+                         lambda b: (torch.randn(b, 1024), torch.randint(0, 10, (b,))), 16, probe_seconds=0.0,
+                         verify_steps=1, verbose=False)
+        assert any("before building the model" in str(x.message) for x in w), [str(x.message) for x in w]
+        print("ok")
+    """, timeout=180)
+    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
 def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
     r = run_python("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm

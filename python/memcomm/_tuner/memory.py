@@ -1,10 +1,11 @@
 """The memory limit a tuning runs under, its allocator's peaks and cache, and the device clock."""
 import time
+import warnings
 from typing import Optional, Tuple
 
 import torch
 
-from memcomm import allocator as _allocator
+from memcomm import _memcomm, allocator as _allocator
 from memcomm._tuner.options import check_int
 
 
@@ -44,6 +45,19 @@ class Memory:
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), self.device)
         self.capped_torch = True
         return limit
+
+    def check_model_inside(self, model: torch.nn.Module) -> None:
+        """Warns when memcomm's CPU allocator holds less than the model's parameters: it was installed
+        after the model was built, so the parameters sit outside the cap and outside every peak."""
+        if self.device.type != "cpu":
+            return
+        params = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type == "cpu")
+        held = int(_allocator.memory_stats("cpu")["allocated_bytes.all.current"])
+        if held < params:
+            warnings.warn(f"memcomm.tune: the model's parameters ({_memcomm.format_bytes(params)}) are not in "
+                          f"memcomm's CPU allocator (it holds {_memcomm.format_bytes(held)}): it was installed after "
+                          f"the model was built, so the limit and the peaks leave them out; call "
+                          f"memcomm.use_allocator('cpu', memory_limit=...) before building the model", stacklevel=4)
 
     capped_torch = False  # torch's CUDA allocator was capped here, and is uncapped by close()
 
