@@ -22,6 +22,12 @@ from conftest import run_python
 HERE = Path(__file__).resolve().parent
 
 
+def run_ok(code: str, timeout: int) -> None:
+    """Runs `code` in a fresh interpreter, which must print "ok" and exit 0."""
+    r = run_python(code, timeout=timeout)
+    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """Both ranks' decisions from tune_ranks.py (its scenarios, one launch)."""
@@ -74,7 +80,7 @@ def test_ranks_with_different_or_bad_arguments_all_stop_instead_of_hanging(two_r
 
 
 def test_single_rank_step_exception_propagates_and_state_is_restored():
-    r = run_python("""
+    run_ok("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm
         torch.set_num_threads(1)
         memcomm.use_allocator("cpu", memory_limit=32 << 20)
@@ -123,11 +129,10 @@ def test_single_rank_step_exception_propagates_and_state_is_restored():
                 raise AssertionError(f"global_batch={bad!r} was taken")
         print("ok")
     """, timeout=120)
-    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 def test_numpy_integers_are_ints_and_a_bad_evaluate_result_is_named():
-    r = run_python("""
+    run_ok("""
         import numpy as np, torch, torch.nn as nn, torch.nn.functional as F, memcomm
         torch.set_num_threads(1)
         memcomm.use_allocator("cpu", memory_limit=32 << 20)
@@ -146,12 +151,11 @@ def test_numpy_integers_are_ints_and_a_bad_evaluate_result_is_named():
             raise AssertionError("evaluate returning None was taken")
         print("ok")
     """, timeout=120)
-    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 def test_a_global_batch_whose_step_would_take_days_is_a_value_error_not_a_silent_verification():
     # memcomm-tune's Note [A verification that would take hours]: the same plan, from the same code.
-    r = run_python("""
+    run_ok("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm
         torch.set_num_threads(1)
         memcomm.use_allocator("cpu", memory_limit=32 << 20)
@@ -167,13 +171,12 @@ def test_a_global_batch_whose_step_would_take_days_is_a_value_error_not_a_silent
             raise AssertionError("a verification of days was started")
         print("ok")
     """, timeout=180)
-    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 def test_sparse_gradients_cross_the_buckets_and_come_back_sparse():
     # 2-rank tuning of a model with nn.Embedding(sparse=True) failed in its first all-reduce: the
     # buckets reshaped the sparse gradient (Note [Gradient buckets from Python]).
-    r = run_python("""
+    run_ok("""
         import tempfile, torch, torch.nn as nn, torch.distributed as dist
         from memcomm._tuner.buckets import Buckets
         from memcomm._tuner.agreement import Group
@@ -188,12 +191,11 @@ def test_sparse_gradients_cross_the_buckets_and_come_back_sparse():
         dist.destroy_process_group()
         print("ok")
     """, timeout=120)
-    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 def test_an_allocator_installed_after_the_model_is_warned_about():
     # The parameters sat outside the cap and the peaks, and the recommendation changed, silently.
-    r = run_python("""
+    run_ok("""
         import warnings, torch, torch.nn as nn, torch.nn.functional as F, memcomm
         model = nn.Linear(1024, 1024)
         memcomm.use_allocator("cpu", memory_limit=64 << 20)
@@ -206,11 +208,10 @@ def test_an_allocator_installed_after_the_model_is_warned_about():
         assert any("before building the model" in str(x.message) for x in w), [str(x.message) for x in w]
         print("ok")
     """, timeout=180)
-    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
-    r = run_python("""
+    run_ok("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm
         memcomm.use_allocator("cpu", memory_limit=8 << 20)
         model = nn.Linear(1024, 1024)  # 4 MiB of parameters: with gradients and momentum, over 8 MiB
@@ -226,7 +227,6 @@ def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
             assert set(asked) <= {1}, asked  # at most the first step at b = 1: no probe ran
             print("ok")
     """, timeout=60)
-    assert r.returncode == 0 and "ok" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 def _model_and_opt():
