@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -53,13 +55,21 @@ bool written_in_place(const fs::path& target) {
   return target.empty() || (fs::exists(st) && !fs::is_regular_file(st));
 }
 
-// This machine's name as temporaries carry it: no '/', at most 40 characters.
+// This machine's name as temporaries carry it: no '/' or '.' (the name is read back from its right),
+// at most 32 characters; a longer name keeps its first 23 and a hash of the whole, so that pods whose
+// names share a long prefix still differ.
 std::string host_tag() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "host";
   std::string h(buf);
   std::replace(h.begin(), h.end(), '/', '_');
-  return h.substr(0, 40);
+  std::replace(h.begin(), h.end(), '.', '_');
+  if (h.size() <= 32) return h;
+  std::uint32_t fnv = 2166136261u;  // FNV-1a of the whole name
+  for (const char c : std::string(buf)) fnv = (fnv ^ std::uint8_t(c)) * 16777619u;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", fnv);
+  return h.substr(0, 23) + "-" + hex;
 }
 
 // What every temporary of `target` begins with: its name, short enough that the whole stays within

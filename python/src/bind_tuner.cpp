@@ -209,7 +209,7 @@ pyb::object tune_search(const pyb::dict& config, const pyb::function& probe, con
     throw pyb::type_error("verify must be a callable or None");
   const pyb::function verify_fn = verify.is_none() ? pyb::function() : verify.cast<pyb::function>();
   const ProbeFn probe_fn = python_probe(probe);
-  const int64_t verify_steps = config.contains("verify_steps") ? config["verify_steps"].cast<int64_t>() : 50;
+  const int64_t verify_steps = verify_fn ? entry<int64_t>(config, "verify_steps", "config") : 0;
   const VerifyFn verify_call = verify_fn ? python_verify(verify_fn, verify_steps) : VerifyFn();
   {
     pyb::gil_scoped_release released;

@@ -143,31 +143,39 @@ TEST_CASE("a streamed result keeps its first error for commit, and a header can 
 }
 
 TEST_CASE("a later write removes the temporaries of dead writers on this machine, and only those", "[unit]") {
-  // Note [Abandoned temporaries]
+  // Note [Abandoned temporaries]. Writers killed before their commit: each leaves its temporary.
   const fs::path dir = fresh_dir("abandoned");
   const fs::path out = dir / "ckpt.rank0.pt";
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  REQUIRE(child > 0);
-  ::waitpid(child, nullptr, 0);  // a process id that no longer exists
-  char buf[256] = {};
-  REQUIRE(::gethostname(buf, sizeof buf - 1) == 0);
-  const std::string host = std::string(buf).substr(0, 40);
-  const std::string dead = "ckpt.rank0.pt.tmp." + host + "." + std::to_string(child) + ".0";
+  const auto killed_writer = [&](const fs::path& destination) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      memcomm::ReplacingFile file(destination.string());
+      ::_exit(0);  // no destructor: the temporary stays, as after a kill
+    }
+    REQUIRE(child > 0);
+    ::waitpid(child, nullptr, 0);
+  };
+  killed_writer(out);
+  REQUIRE(entries(dir) == 1);
+  const fs::path dead = fs::directory_iterator(dir)->path();
+  const std::string name = dead.filename().string();
   const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
-  const std::vector<std::string> kept = {
-      "ckpt.rank0.pt.tmp." + host + "." + std::to_string(child) + ".1",     // dead, but written just now
-      "ckpt.rank0.pt.tmp.elsewhere." + std::to_string(child) + ".0",        // another machine's
-      "ckpt.rank0.pt.tmp." + host + "." + std::to_string(::getpid()) + ".7",  // this process's own
-      "ckpt.rank1.pt.tmp." + host + "." + std::to_string(child) + ".0"};    // another destination's
-  std::ofstream(dir / dead) << "half";
-  fs::last_write_time(dir / dead, hour_ago);
-  for (const auto& k : kept) {
-    std::ofstream(dir / k) << "half";
-    if (k != kept[0]) fs::last_write_time(dir / k, hour_ago);
-  }
+  fs::last_write_time(dead, hour_ago);
+  // Another machine's (the host replaced), another destination's, and one written just now.
+  const std::string pid_and_n = name.substr(name.rfind('.', name.rfind('.') - 1));  // ".PID.N"
+  const fs::path elsewhere = dir / ("ckpt.rank0.pt.tmp.elsewhere" + pid_and_n);
+  fs::copy_file(dead, elsewhere);
+  fs::last_write_time(elsewhere, hour_ago);
+  killed_writer(dir / "ckpt.rank1.pt");
+  killed_writer(out);
+  std::vector<fs::path> kept = {elsewhere};
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path() != dead && e.path() != elsewhere) kept.push_back(e.path());
+  REQUIRE(kept.size() == 3);
+  for (const auto& k : kept)
+    if (k.filename().string().rfind("ckpt.rank1.pt", 0) == 0) fs::last_write_time(k, hour_ago);
   write_replacing(out.string(), "whole");
   CHECK(contents(out) == "whole");
-  CHECK_FALSE(fs::exists(dir / dead));
-  for (const auto& k : kept) CHECK(fs::exists(dir / k));
+  CHECK_FALSE(fs::exists(dead));
+  for (const auto& k : kept) CHECK(fs::exists(k));
 }

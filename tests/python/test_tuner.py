@@ -140,8 +140,9 @@ def test_numpy_integers_are_ints_and_a_bad_evaluate_result_is_named():
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
         batch = lambda b: (torch.randn(b, 8), torch.randint(0, 2, (b,)))
-        r = memcomm.tune(model, opt, loss, batch, np.int64(16), probe_seconds=0.0, verify_steps=1, verbose=False)
+        r = memcomm.tune(model, opt, loss, batch, np.int64(16), probe_seconds=0.0, verify_steps=2, verbose=False)
         assert r["recommendation"]["micro_batch"] * r["recommendation"]["accum"] == 16, r
+        assert [v["steps"] for v in r["verifications"]] == [2], r["verifications"]  # as asked, not 50
         try:
             memcomm.tune(model, opt, loss, batch, 16, probe_seconds=0.0, verify_steps=1, verbose=False,
                          evaluate=lambda m: None)

@@ -69,7 +69,8 @@ def search_config(o: Options, world: int, limit: int) -> Dict[str, Any]:
                          f"{MAX_ANY_MICRO_BATCH_CANDIDATES} of them")
     return {"global_batch": o.global_batch, "world": world, "memory_limit": limit, "max_trials": o.max_trials,
             "search": o.search, "fit_only": o.fit_only, "any_micro_batch": o.any_micro_batch,
-            "bucket_mb": o.bucket_mb, "bucket_candidates": o.buckets, "measured_steps": o.measured_steps}
+            "bucket_mb": o.bucket_mb, "bucket_candidates": o.buckets, "measured_steps": o.measured_steps,
+            "verify_steps": o.verify_steps}
 
 
 def group_device(model: Any) -> torch.device:
