@@ -10,7 +10,6 @@
 // back from Python are checked here, so a malformed probe result is a TypeError, not a bad search.
 #include "bindings.hpp"
 
-#include <memcomm/common/duration.hpp>
 #include <memcomm/common/oom_message.hpp>
 #include "memcomm/tuner/report.hpp"
 #include "memcomm/tuner/search.hpp"
@@ -163,20 +162,13 @@ ProbeFn python_probe(const pyb::function& probe) {
 VerifyFn python_verify(const pyb::function& verify, int64_t asked) {
   return [&verify, asked](const Recommendation& c) {
     const VerificationPlan plan = plan_verification(c, asked);
-    const std::string step = "micro-batch " + std::to_string(c.micro_batch) + " x " + std::to_string(c.accum);
     if (plan.too_long())
-      throw std::invalid_argument("memcomm.tune: one step at " + step + " would take about " +
-                                  format_rough_duration(plan.step_s) +
-                                  " at the probed speed; use a smaller global_batch");
+      throw std::invalid_argument("memcomm.tune: " + too_long_reason(plan, c) + "; use a smaller global_batch");
     pyb::gil_scoped_acquire gil;
     pyb::dict d = recommendation_dict(c);
     d["verify_steps"] = plan.steps;
-    d["cut_note"] = plan.cut(asked) ? " (of verify_steps=" + std::to_string(asked) + ": each takes about " +
-                                          format_rough_duration(plan.step_s) + ")"
-                                    : std::string();
-    d["time_note"] = plan.step_s > 0 ? ", about " + format_rough_duration(plan.step_s * double(plan.steps)) +
-                                           " at the probed speed"
-                                     : std::string();
+    d["cut_note"] = cut_note(plan, asked, "verify_steps=");
+    d["time_note"] = time_note(plan);
     return verification_from(verify(d), c.micro_batch);
   };
 }

@@ -1,6 +1,5 @@
 #include "tune_run.hpp"
 
-#include <memcomm/common/duration.hpp>
 #include <memcomm/common/replacing_file.hpp>
 #include <memcomm/train/errors.hpp>
 #include "memcomm/tuner/report.hpp"
@@ -158,17 +157,11 @@ VerifyFn verifying(const TuneOptions& t, ProbeRunner& runner) {
   return [&t, &runner](const Recommendation& rec) {
     const VerificationPlan plan = plan_verification(rec, t.verify_steps);
     if (plan.too_long())
-      throw train::UsageError(fmt::format("--global-batch {}: one step at micro-batch {} x {} would take about {} at the "
-                                          "probed speed; use a smaller global batch", t.search.global_batch,
-                                          rec.micro_batch, rec.accum, format_rough_duration(plan.step_s)));
+      throw train::UsageError(fmt::format("--global-batch {}: {}; use a smaller global batch", t.search.global_batch,
+                                          too_long_reason(plan, rec)));
     if (runner.leader()) {
-      const std::string cut = plan.cut(t.verify_steps) ? fmt::format(" (of --verify-steps {}: each takes about {})",
-                                                                     t.verify_steps, format_rough_duration(plan.step_s))
-                                                       : "";
       fmt::print("  verifying b={} K={}: {} steps{} and an evaluation pass{}\n", rec.micro_batch, rec.accum, plan.steps,
-                 cut, plan.step_s > 0 ? fmt::format(", about {} at the probed speed",
-                                                    format_rough_duration(plan.step_s * double(plan.steps)))
-                                      : "");
+                 cut_note(plan, t.verify_steps, "--verify-steps "), time_note(plan));
       std::fflush(stdout);
     }
     return runner.verify(rec, plan.steps);

@@ -2,6 +2,8 @@
 // a smaller candidate when it runs out of memory.
 #include "memcomm/tuner/verify.hpp"
 
+#include <memcomm/common/duration.hpp>
+
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -79,6 +81,21 @@ VerificationPlan plan_verification(const Recommendation& rec, int64_t verify_ste
   if (p.step_s > 0)
     p.steps = std::max<int64_t>(1, static_cast<int64_t>(std::min(kVerifyBudgetS / p.step_s, double(verify_steps))));
   return p;
+}
+
+std::string cut_note(const VerificationPlan& plan, int64_t asked, const std::string& setting) {
+  if (!plan.cut(asked)) return "";
+  return " (of " + setting + std::to_string(asked) + ": each takes about " + format_rough_duration(plan.step_s) + ")";
+}
+
+std::string time_note(const VerificationPlan& plan) {
+  if (plan.step_s <= 0) return "";
+  return ", about " + format_rough_duration(plan.step_s * double(plan.steps)) + " at the probed speed";
+}
+
+std::string too_long_reason(const VerificationPlan& plan, const Recommendation& rec) {
+  return "one step at micro-batch " + std::to_string(rec.micro_batch) + " x " + std::to_string(rec.accum) +
+         " would take about " + format_rough_duration(plan.step_s) + " at the probed speed";
 }
 
 }  // namespace memcomm::tune

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace memcomm::tune {
 
@@ -43,5 +44,12 @@ struct VerificationPlan {
   bool cut(int64_t asked) const { return steps < asked; }
 };
 VerificationPlan plan_verification(const Recommendation& rec, int64_t verify_steps);
+// The announcement's words, one text for memcomm-tune and memcomm.tune: cut_note is " (of SETTING
+// ASKED: each takes about X)" when the plan cut the steps asked for (`setting` as the caller's user
+// writes it: "--verify-steps ", "verify_steps="), time_note ", about Y at the probed speed" when the
+// speed is known, and too_long_reason why a too_long() plan is refused.
+std::string cut_note(const VerificationPlan& plan, int64_t asked, const std::string& setting);
+std::string time_note(const VerificationPlan& plan);
+std::string too_long_reason(const VerificationPlan& plan, const Recommendation& rec);
 
 }  // namespace memcomm::tune
