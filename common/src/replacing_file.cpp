@@ -58,7 +58,7 @@ bool written_in_place(const fs::path& target) {
 // This machine's name as temporaries carry it: no '/' or '.' (the name is read back from its right),
 // at most 32 characters; a longer name keeps its first 23 and a hash of the whole, so that pods whose
 // names share a long prefix still differ.
-std::string host_tag() {
+std::string make_host_tag() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "host";
   std::string h(buf);
@@ -72,20 +72,26 @@ std::string host_tag() {
   return h.substr(0, 23) + "-" + hex;
 }
 
-// What every temporary of `target` begins with: its name, short enough that the whole stays within
-// NAME_MAX whatever the target's length.
-std::string temporary_prefix(const fs::path& target) { return target.filename().string().substr(0, 160) + ".tmp."; }
+// Asked of the system once: every temporary made and every one looked at names this machine.
+const std::string& host_tag() {
+  static const std::string tag = make_host_tag();
+  return tag;
+}
+
+// What every temporary of `target` made on this machine begins with: NAME.tmp.HOST., the name short
+// enough that the whole stays within NAME_MAX whatever the target's length.
+std::string temporary_prefix(const fs::path& target) {
+  return target.filename().string().substr(0, 160) + ".tmp." + host_tag() + ".";
+}
 
 // The temporary's name: beside the target, NAME.tmp.HOST.PID.N.
 std::string temporary_name(const fs::path& target, unsigned n) {
-  return (target.parent_path() / (temporary_prefix(target) + host_tag() + "." + std::to_string(::getpid()) + "." +
-                                  std::to_string(n)))
+  return (target.parent_path() / (temporary_prefix(target) + std::to_string(::getpid()) + "." + std::to_string(n)))
       .string();
 }
 
-// The process id in `name`, a temporary of `target` made on this machine; 0 when it is not one.
-pid_t temporary_owner(const fs::path& target, const std::string& name) {
-  const std::string prefix = temporary_prefix(target) + host_tag() + ".";
+// The process id in `name` when it begins with `prefix` (temporary_prefix's) followed by PID.N; else 0.
+pid_t temporary_owner(const std::string& prefix, const std::string& name) {
   if (name.rfind(prefix, 0) != 0) return 0;
   const std::string rest = name.substr(prefix.size());  // PID.N
   const auto dot = rest.find('.');
@@ -106,8 +112,9 @@ constexpr auto kAbandonedAfter = std::chrono::minutes(10);
 void remove_abandoned_temporaries(const fs::path& target) {
   std::error_code ec;
   const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = temporary_prefix(target);
   for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    const pid_t owner = temporary_owner(target, it->path().filename().string());
+    const pid_t owner = temporary_owner(prefix, it->path().filename().string());
     if (owner == 0 || owner == ::getpid() || ::kill(owner, 0) == 0 || errno != ESRCH) continue;
     std::error_code time_ec;
     const auto written = fs::last_write_time(it->path(), time_ec);
