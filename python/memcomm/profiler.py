@@ -216,9 +216,8 @@ class Profiler:
         run = self._run
         if run is None or self._observing:
             return
-        on_gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
         with contextlib.suppress(RuntimeError):  # stopped meanwhile
-            self._observing = run.observe_allocator(torch.cuda.current_device() if on_gpu else -1)
+            self._observing = run.observe_allocator(_cuda_device())
 
     def collector_cpu_ns(self) -> int:
         """CPU time the recorder's background thread used: the profiler's own cost."""
@@ -233,8 +232,8 @@ class Profiler:
         if self._trace:
             _check_trace_dir(self._trace)
         self.rank, self.world, local_rank = _dist_identity()
-        on_gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
-        device = torch.cuda.current_device() if on_gpu else -1
+        device = _cuda_device()
+        on_gpu = device >= 0
         error: Optional[BaseException] = None
         try:
             self._run = _memcomm.RunProfiler(self._session_trace(), self._live, self.rank, self.world, local_rank,
@@ -255,6 +254,12 @@ class Profiler:
             self._run.clock_offset(offset)
         elif error is not None:
             raise error
+
+
+def _cuda_device() -> int:
+    """The current CUDA device once CUDA is initialised in this process, else -1 (the run is on the CPU
+    so far, and asking would initialise CUDA)."""
+    return torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else -1
 
 
 def profile(trace: Optional[Union[str, os.PathLike]] = None, live: Optional[str] = None, *,
