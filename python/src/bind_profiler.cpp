@@ -169,8 +169,8 @@ int phase_begin(int phase, uint64_t id, int category, int64_t ts) {
   return prev;
 }
 
-void phase_end(int phase, uint64_t id, int restore) {
-  prof::range_end(prof::Recorder::global(), to_phase(phase), {}, id);
+void phase_end(int phase, uint64_t id, int restore, int64_t ts) {
+  prof::range_end(prof::Recorder::global(), to_phase(phase), {}, id, ts);
   if (restore >= 0) train::exchange_memory_category(to_category(restore));
 }
 
@@ -207,8 +207,8 @@ void bind_hot_calls(pyb::module_& m) {
   m.def("phase_begin", &phase_begin, pyb::arg("phase"), pyb::arg("id"), pyb::arg("category"), pyb::arg("ts") = 0,
         "Opens a phase range on this thread (at `ts`, 0: now) and labels its allocations with `category` (-1: "
         "keeps the label); returns the label it replaced (-1 when kept).");
-  m.def("phase_end", &phase_end, pyb::arg("phase"), pyb::arg("id"), pyb::arg("restore"),
-        "Closes the phase range and puts back label `restore` (-1: keeps the label).");
+  m.def("phase_end", &phase_end, pyb::arg("phase"), pyb::arg("id"), pyb::arg("restore"), pyb::arg("ts") = 0,
+        "Closes the phase range (at `ts`, 0: now) and puts back label `restore` (-1: keeps the label).");
   m.def("phase_span", &phase_span, pyb::arg("phase"), pyb::arg("id"), pyb::arg("begin_ns"), pyb::arg("end_ns"),
         "Records a phase range that is already over (the data-loader wait, known once the batch came).");
   m.def("exchange_category",

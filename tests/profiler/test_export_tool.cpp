@@ -259,6 +259,7 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input and usage, 1 for unw
   CHECK(out.find("Exit codes: 0 success; 1 a runtime failure") != std::string::npos);
   for (const auto& p : paths) std::remove(p.c_str());
   std::remove(bad.c_str());
+  std::filesystem::remove(folder);
 }
 
 TEST_CASE("memcomm-trace never overwrites an input, and merge needs --force for an existing OUT", "[profiler][tool]") {
@@ -296,4 +297,5 @@ TEST_CASE("memcomm-trace never overwrites an input, and merge needs --force for 
   CHECK(TraceSet::load({merged}).ranks.size() == 1);
   for (const auto& p : paths) std::remove(p.c_str());
   std::remove(merged.c_str());
+  std::remove(json.c_str());
 }

@@ -172,6 +172,40 @@ def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool)
     assert len(trace_json(tool, "report", tmp_path / "unmarked.rank0.mct")["steps"]) == 1
 
 
+def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
+    # Note [The step's last update]: two optimizers one after the other (a recommender's SparseAdam and
+    # Adam) made two steps an iteration; GradScaler's skipped updates merged iterations.
+    check("""
+        emb = nn.Embedding(50, 8, sparse=True)
+        head = nn.Linear(8, 2)
+        sparse, dense = torch.optim.SparseAdam(emb.parameters()), torch.optim.Adam(head.parameters())
+        with memcomm.profile(trace=sys.argv[1]):
+            for _ in range(5):
+                head(emb(torch.randint(0, 50, (4,)))).sum().backward()
+                sparse.step(); dense.step()
+                sparse.zero_grad(); dense.zero_grad()
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+        with memcomm.profile(trace=sys.argv[2]):
+            for i, (x, y) in enumerate(batches(6)):
+                loss = crit(model(x * (1e38 if i < 2 else 1.0)), y)  # the first two overflow
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad()
+        assert scaler.get_scale() < 2.0 ** 16  # the updates were skipped
+        assert torch.amp.GradScaler.step.__name__ == "step" and "memcomm" not in torch.amp.GradScaler.step.__module__
+    """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"))
+    for name, iterations in (("two", 5), ("amp", 6)):
+        file = tmp_path / f"{name}.rank0.mct"
+        steps = trace_json(tool, "report", file)["steps"]
+        assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
+        counts = phase_counts(tool, tmp_path, file)
+        updates = 2 * iterations if name == "two" else iterations
+        assert counts.get("backward") == iterations and counts.get("optimizer") == updates, (name, counts)
+
+
 def memcomm_categories(file: Path) -> dict:
     out = run_python("import sys, memcomm; print(memcomm._memcomm.trace_alloc_categories(sys.argv[1]))", str(file))
     assert out.returncode == 0, out.stderr

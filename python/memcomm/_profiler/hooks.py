@@ -1,11 +1,24 @@
 """The hooks a profiler installs to see the training loop's phases, and each thread's open ranges.
 
 Note [Phases from hooks]: what each hook records, on the thread that runs the training loop.
-- A Step range opens at the step's first event (its data-loader wait, forward or optimizer step)
-  and closes when an optimizer's step() returns (torch's global optimizer step hooks), or at
+- A Step range opens at the step's first event (its data-loader wait, forward, backward or
+  optimizer step) and ends when the last parameter update of the iteration returns, or at
   memcomm.step() for a loop that updates its parameters by hand (pytorch/examples'
   word_language_model); a session with backward passes and neither warns at stop(), since its one
   step spans the whole run. Ids count from 1 in each session, as the trainer's.
+  Note [The step's last update]: an iteration may update more than once (a recommender's SparseAdam
+  and Adam, one after the other) or not at all (torch.amp.GradScaler skips
+  optimizer.step() when the gradients overflowed, as it does in fp16 training's first iterations).
+  So an update (an optimizer's step() through torch's global optimizer step hooks, or a
+  GradScaler's step(), which is wrapped for the profile's length because a skipped update calls no
+  optimizer) leaves the step ending rather than ended: the next training event (a forward or
+  data-loader wait with gradients on, or a backward) closes it, dated when the update returned, and
+  opens the next step; another update first joins the same step. Closing at each optimizer made
+  two steps of each iteration of the first loop, and a skipped update merged iterations. (A GAN's
+  loop, whose second model's forward and backward come between its two updates, still records two
+  steps an iteration: nothing tells its second forward from the next iteration's first.) The cost
+  is that a step's end is written one iteration late (the live view sees it then); stop() writes
+  the last.
 - Forward is the outermost call of a module that has parameters (so the loss function's module is
   not one). Which modules those are is found as Note [Finding the model] says; from then on they are
   watched on their own (the model; both of a GAN's), and the rest of the run pays nothing for the
@@ -86,12 +99,15 @@ from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KE
 
 class _ThreadState:
     """What one training thread has open."""
-    __slots__ = ("generation", "stack", "step_open", "depth", "fwd_module", "in_backward")
+    __slots__ = ("generation", "stack", "step_open", "step_end_ns", "in_update", "depth", "fwd_module",
+                 "in_backward")
 
     def __init__(self, generation: int):
         self.generation = generation
         self.stack: List[Tuple[int, int, int]] = []   # open (phase, id, label to restore)
         self.step_open = False
+        self.step_end_ns = 0                           # when the step's last update returned; 0: none yet
+        self.in_update = False                         # inside a GradScaler's step()
         self.depth = 0                                 # module call nesting (global hooks)
         self.fwd_module: Any = None
         self.in_backward = False
@@ -138,6 +154,7 @@ class PhaseHooks:
             # A model compiled inside the profile narrows the hooks at its first call (Note [Finding the model]).
             self._handles.append(_CallWrap(_optimized_module_class(), self._call))
         self._wrap_backward()
+        self._wrap_scaler_step()
         skip = functools.partial(torch.compiler.disable, recursive=False)  # Note [Hooks under torch.compile]
         add(optim.register_optimizer_step_pre_hook(skip(self._optimizer_pre)))
         add(optim.register_optimizer_step_post_hook(skip(self._optimizer_post)))
@@ -218,21 +235,33 @@ class PhaseHooks:
     def _open(self, st: _ThreadState, phase: int, ident: int, category: int, ts: int = 0) -> None:
         st.stack.append((phase, ident, _memcomm.phase_begin(phase, ident, category, ts)))
 
-    def _close(self, st: _ThreadState, phase: int) -> None:
-        """Closes `phase` and whatever opened inside it and never closed (an exception)."""
+    def _close(self, st: _ThreadState, phase: int, ts: int = 0) -> None:
+        """Closes `phase` and whatever opened inside it and never closed (an exception), at `ts` (0: now)."""
         for i in range(len(st.stack) - 1, -1, -1):
             if st.stack[i][0] == phase:
                 while len(st.stack) > i:
                     p, ident, restore = st.stack.pop()
-                    _memcomm.phase_end(p, ident, restore)
+                    _memcomm.phase_end(p, ident, restore, ts)
                 return
 
     def _close_all(self, st: _ThreadState) -> None:
+        if st.step_end_ns:
+            self._close_step(st)
         if st.stack:
             self._close(st, st.stack[0][0])
         st.step_open = False
 
+    def _close_step(self, st: _ThreadState) -> None:
+        """Closes the step, at its last update when one returned (Note [The step's last update])."""
+        if st.step_open:
+            self._close(st, STEP, st.step_end_ns)
+            st.step_open = False
+        st.step_end_ns = 0
+
     def _ensure_step(self, st: _ThreadState, ts: int = 0) -> None:
+        """The next training event: ends a step whose update returned, and opens one if none is."""
+        if st.step_end_ns:
+            self._close_step(st)
         if not st.step_open:
             if not self._owner._observing:  # an allocator that began serving after the start
                 self._owner._observe_allocator()
@@ -292,6 +321,7 @@ class PhaseHooks:
                 return original(*args, **kwargs)
             st.in_backward = True
             self.backwards += 1
+            self._ensure_step(st)
             self._open(st, BACKWARD, 0, ACTIVATION)
             try:
                 return original(*args, **kwargs)
@@ -301,25 +331,60 @@ class PhaseHooks:
 
         backward = torch.compiler.disable(backward, recursive=False)  # Note [Hooks under torch.compile]
         torch.autograd.backward = backward
-        self._handles.append(_Restore(original, backward))
+        self._handles.append(_Restore(torch.autograd, "backward", original, backward))
 
-    # Optimizer: the step's last phase.
+    # Updates: the step's last phase (Note [The step's last update]).
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         st = self._state()
+        if not st.in_update:
+            self._update_begins(st)
+
+    def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        st = self._state()
+        if not st.in_update:
+            self._update_returned(st)
+
+    def _update_begins(self, st: _ThreadState) -> None:
+        st.step_end_ns = 0  # a second update of the same iteration: the step goes on
         self._ensure_step(st)
         self._open(st, OPTIMIZER, 0, OPT_STATE)
 
-    def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self.end_step()
+    def _update_returned(self, st: _ThreadState) -> None:
+        self._close(st, OPTIMIZER)
+        st.step_end_ns = now()
+        self.step_ends += 1
         if self._global_handles:
             self._narrow_hooks()
         elif not self._looked_again:
             self._look_again()
 
+    def _wrap_scaler_step(self) -> None:
+        """Wraps torch.amp.GradScaler.step, whose skipped update calls no optimizer."""
+        scaler = torch.amp.GradScaler
+        original = scaler.__dict__["step"]
+
+        @functools.wraps(original)
+        def step(scaler_self: Any, *args: Any, **kwargs: Any) -> Any:
+            st = self._state() if running.profiler is self._owner else None
+            if st is None or st.in_update:
+                return original(scaler_self, *args, **kwargs)
+            self._update_begins(st)
+            st.in_update = True
+            try:
+                return original(scaler_self, *args, **kwargs)
+            finally:
+                st.in_update = False
+                self._update_returned(st)
+
+        step = torch.compiler.disable(step, recursive=False)  # Note [Hooks under torch.compile]
+        scaler.step = step
+        self._handles.append(_Restore(scaler, "step", original, step))
+
     def end_step(self) -> None:
-        """Ends this thread's step: an optimizer's step() returned, or the script called memcomm.step()
-        (a loop that updates its parameters without torch.optim)."""
+        """Ends this thread's step now: the script called memcomm.step() (a loop that updates its
+        parameters without torch.optim, or one that marks its iterations itself)."""
         st = self._state()
+        st.step_end_ns = 0
         if st.step_open:
             self._close(st, STEP)
             st.step_open = False
@@ -363,15 +428,15 @@ class _CallWrap:
 
 
 class _Restore:
-    """Puts torch.autograd.backward back at stop() (unless something replaced it since; then the
-    wrapper stays and passes calls straight through)."""
+    """Puts `owner.name` (torch.autograd.backward, GradScaler.step) back at stop(), unless something
+    replaced the wrapper since; then the wrapper stays and passes calls straight through."""
 
-    def __init__(self, original: Callable[..., Any], wrapper: Callable[..., Any]):
-        self._original, self._wrapper = original, wrapper
+    def __init__(self, owner: Any, name: str, original: Callable[..., Any], wrapper: Callable[..., Any]):
+        self._owner, self._name, self._original, self._wrapper = owner, name, original, wrapper
 
     def remove(self) -> None:
-        if torch.autograd.backward is self._wrapper:
-            torch.autograd.backward = self._original
+        if getattr(self._owner, self._name) is self._wrapper:
+            setattr(self._owner, self._name, self._original)
 
 
 def _optimized_module_class() -> type:
