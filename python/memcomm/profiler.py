@@ -92,7 +92,8 @@ class Profiler:
     """Records this process's training into memcomm's trace format and/or live stream.
 
     trace: file name; each rank writes NAME.rankR.mct beside it (its folder must exist). A profiler
-           started again writes NAME.2.rankR.mct, NAME.3.rankR.mct...: no session overwrites another.
+           started again, or another one given the same name in this process, writes
+           NAME.2.rankR.mct, NAME.3.rankR.mct...: no session of the process overwrites another.
     live:  "HOST:PORT" ("[v6]:PORT", or ":PORT" for this machine) where memcomm-view listens
            (memcomm-view --listen), the rule of memcomm-train --live; the rank connects and
            reconnects in the background, so a viewer that is absent or goes away never blocks training.
@@ -115,7 +116,7 @@ class Profiler:
                  model: ModelArg = None, cupti: str = "auto", clock_sync: bool = True):
         models = _check_arguments(trace, live, model, cupti)
         self._trace = os.fspath(trace) if trace is not None else ""
-        self._sessions = 0                    # starts so far: the file name of each after the first
+        self._session = 0                     # this start's number among those with this trace= name
         self._live = live or ""
         self._cupti = cupti
         self._clock_sync = clock_sync
@@ -137,11 +138,11 @@ class Profiler:
         return _memcomm.rank_trace_path(self._session_trace(), self.rank) if self._trace else None
 
     def _session_trace(self) -> str:
-        """trace=, or NAME.K.mct for the K-th start (K >= 2) of this profiler."""
-        if self._sessions <= 1:
+        """trace=, or NAME.K.mct for the K-th start (K >= 2) of a profiler with this name in the process."""
+        if self._session <= 1:
             return self._trace
         stem, ext = os.path.splitext(self._trace)
-        return f"{stem}.{self._sessions}{ext}"
+        return f"{stem}.{self._session}{ext}"
 
     def start(self) -> "Profiler":
         """Starts recording and installs the hooks. Raises if it cannot record (see the class)."""
@@ -228,9 +229,10 @@ class Profiler:
         return self._comms.next_collective(group)
 
     def _open_recorder(self) -> None:
-        self._sessions += 1
         if self._trace:
             _check_trace_dir(self._trace)
+            key = os.path.abspath(self._trace)
+            self._session = running.trace_sessions[key] = running.trace_sessions.get(key, 0) + 1
         self.rank, self.world, local_rank = _dist_identity()
         device = _cuda_device()
         on_gpu = device >= 0

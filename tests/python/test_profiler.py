@@ -140,9 +140,14 @@ def test_a_profiler_started_again_writes_a_file_of_its_own(tmp_path, tool):
         with p:
             loop(model, opt, batches(4))
         assert first.endswith("run.rank0.mct") and p.trace_file.endswith("run.2.rank0.mct"), (first, p.trace_file)
+        # Another profiler given the same name (a second `with memcomm.profile(trace=...)`) went over the first file.
+        with memcomm.profile(trace=sys.argv[1]) as other:
+            loop(model, opt, batches(1))
+        assert other.trace_file.endswith("run.3.rank0.mct"), other.trace_file
     """, str(tmp_path / "run.mct"))
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.rank0.mct")["steps"]] == [1, 2, 3]
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.2.rank0.mct")["steps"]] == [1, 2, 3, 4]
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.3.rank0.mct")["steps"]] == [1]
 
 
 def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool):

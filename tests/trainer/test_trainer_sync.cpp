@@ -87,9 +87,12 @@ TEST_CASE("bucket order and gradient-as-bucket-view keep results identical to a 
                              d + "/a.bin");
   INFO(a.output);
   REQUIRE(a.code == 0);
-  const auto b = run_command(lm + "--nproc 2 --steps 3 --bucket-mb 100 --no-overlap --dump-params " + d + "/b.bin");
+  const auto b = run_command(lm + "--nproc 2 --steps 3 --bucket-mb 100 --no-overlap --summary-json " + d +
+                             "/b.json --dump-params " + d + "/b.bin");
   REQUIRE(b.code == 0);
   CHECK(read_json(d + "/a.json")["buckets"].get<int>() > 2);
+  // Without overlap every transfer happens after backward, inside the time the step waits for it.
+  CHECK(read_json(d + "/b.json")["overlap_pct"].get<double>() == 0.0);
   CHECK(relative_difference(read_floats(d + "/a.bin"), read_floats(d + "/b.bin")) <= 1e-6);
 }
 

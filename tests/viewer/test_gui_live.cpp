@@ -33,7 +33,7 @@ void send_garbage(std::uint16_t port) {
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
       const std::string junk(300, 'G');
-      (void)!write(fd, junk.data(), junk.size());
+      (void)!send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);  // a viewer that hung up is no SIGPIPE here
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       close(fd);
       return;

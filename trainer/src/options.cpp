@@ -302,9 +302,10 @@ void add_observation_options(CLI::App& g, TrainOptions& o) {
                "Evaluation batches per rank on the test split (0: all of it, every sample once, the last short "
                "batch included)")
       ->capture_default_str();
-  g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE");
+  g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE (its folder must exist)");
   g.add_option("--trace", o.trace,
-               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank)");
+               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank; "
+               "a missing folder is created)");
   g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen; :PORT for this machine)");
   add_choice(g, "--cupti", o.cupti,
              "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "

@@ -37,10 +37,12 @@ struct FlagText {
 
 void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
   app.add_option("files", o.files, "memcomm traces (.mct), torch.profiler traces (.json, .json.gz) and PyTorch snapshot pickles to open");
+  // No default_str: help would print "=127.0.0.1:7433" as if the viewer always listened (check_options
+  // gives a bare --listen its address).
   app.add_option("--listen", o.listen,
-                 "accept live streams from ranks on HOST:PORT (default 127.0.0.1:7433 when given empty)")
-      ->expected(0, 1)
-      ->default_str("127.0.0.1:7433");
+                 "accept live streams from ranks on HOST:PORT; a bare --listen means 127.0.0.1:7433 "
+                 "(without --listen the viewer does not listen)")
+      ->expected(0, 1);
   app.add_option("--size", text.size, "window size WxH (default 1600x900; --bench default 1920x1080)");
   app.add_option("--screenshot", o.screenshot, "write a PNG of the window after --frames frames and exit");
   app.add_option("--frames", o.frames, "frames to render before the screenshot/exit (default 3)");

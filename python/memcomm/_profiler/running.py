@@ -4,7 +4,8 @@ What the script holds (memcomm.loader, a DDP comm hook, memcomm.dist) reads `pro
 and calls straight through while it is None (Note [Nothing left after stop] in memcomm/profiler.py).
 """
 import threading
-from typing import Any
+from typing import Any, Dict
 
 profiler: Any = None          # the running memcomm.Profiler, or None; set under `control`
 control = threading.Lock()    # start/stop
+trace_sessions: Dict[str, int] = {}  # trace= (absolute) -> sessions started with it, by any profiler
