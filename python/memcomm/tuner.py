@@ -30,6 +30,7 @@ from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options, check_callables, check_options
 from memcomm._tuner.prober import Prober
 from memcomm._tuner.runner import Runner
+from memcomm._tuner.state import RandomState
 from memcomm._tuner.setup import (agree_on_setup, cache_key, check_model_fits, check_same_arguments, device_of,
                                   format_bytes, group_device, search_config)
 
@@ -54,7 +55,9 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
     model:          the module, not yet wrapped in DistributedDataParallel (the tuner all-reduces
                     gradients itself, bucketed as DDP does; Note [Gradient buckets from Python]).
-    optimizer:      its optimizer; model and optimizer are as they were when tune() returns.
+    optimizer:      its optimizer; model and optimizer (with any parameters it updates outside the
+                    model) are as they were when tune() returns, and so are the global random
+                    generators (torch's, CUDA's, Python's and numpy's).
     loss_fn:        loss_fn(model, batch) -> scalar loss tensor: the forward of one micro-step; the
                     tuner calls backward, the gradient all-reduce and optimizer.step() itself.
     make_batch:     make_batch(b) -> a batch of b samples for this rank, as loss_fn takes it (a batch whose
@@ -79,20 +82,30 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
     Raises TypeError or ValueError for bad arguments (before any probe), the user's own exception
     when loss_fn, make_batch or evaluate raises one on this rank (TuneError on the other ranks), and
-    ValueError when one step at micro-batch 1 does not fit. An out-of-memory in a probe is never
+    ValueError when one step at micro-batch 1 does not fit. A step that raises at micro-batch 1 but
+    not at 2 (BatchNorm in training mode) is warned about, and the search starts at 2. An out-of-memory in a probe is never
     raised: it is a result (Note [Agreeing on an out-of-memory from Python]).
     """
+    randomness = RandomState()
+    try:
+        return _tune(model, optimizer, loss_fn, make_batch, process_group, memory_limit, verbose, evaluate,
+                     Options(global_batch, search, fit_only, any_micro_batch, max_trials, measured_steps,
+                             probe_seconds, accum_cap, bucket_mb, buckets, verify_steps))
+    finally:
+        randomness.restore()
+
+
+def _tune(model: Any, optimizer: Any, loss_fn: Any, make_batch: Any, process_group: Any, memory_limit: Optional[int],
+          verbose: Any, evaluate: Any, options: Options) -> Dict[str, Any]:
     group = Group(process_group, group_device(model))
     o, device, memory = _agreed_setup(group, model, optimizer, loss_fn, make_batch, evaluate, verbose, memory_limit,
-                                      Options(global_batch, search, fit_only, any_micro_batch, max_trials,
-                                              measured_steps, probe_seconds, accum_cap, bucket_mb, buckets,
-                                              verify_steps))
+                                      options)
     try:
         limit = -int(group.max([-memory.limit])[0])  # the smallest rank's limit: one search for all
         config = search_config(o, group.world, limit)
         check_same_arguments(group, config)
         runner = Runner(model, optimizer, loss_fn, make_batch, group, memory, o)
-        check_model_fits(runner, limit)
+        config["min_micro_batch"] = check_model_fits(runner, limit)
         return _search(runner, config, cache_key(model, optimizer, device, o, group.world, limit), verbose, evaluate)
     finally:  # whatever happened: torch's CUDA allocator uncapped if tune() capped it
         memory.close()

@@ -87,6 +87,7 @@ SearchConfig config_from(const pyb::dict& d) {
   c.bucket_mb = entry<double>(d, "bucket_mb", "config");
   c.bucket_candidates = numbers(d, "bucket_candidates", "config");
   c.measured_steps = entry<int>(d, "measured_steps", "config");
+  if (d.contains("min_micro_batch")) c.min_micro_batch = entry<int64_t>(d, "min_micro_batch", "config");
   // What memcomm-tune's flags check before it starts, so a direct call cannot start a bad search.
   if (c.memory_limit <= 0) throw std::invalid_argument("memory_limit must be a positive number of bytes");
   if (c.global_batch < 1 || c.global_batch > kMaxGlobalBatch)

@@ -201,8 +201,24 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 opt.zero_grad()
         assert scaler.get_scale() < 2.0 ** 16  # the updates were skipped
         assert torch.amp.GradScaler.step.__name__ == "step" and "memcomm" not in torch.amp.GradScaler.step.__module__
-    """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"))
-    for name, iterations in (("two", 5), ("amp", 6)):
+        # An update that raised (a NaN guard), caught by the loop: its range stayed open across the next
+        # iteration, which then nested inside it.
+        class Guarded(torch.optim.SGD):
+            def step(self, closure=None):
+                if any(not torch.isfinite(p.grad).all() for p in self.param_groups[0]["params"]):
+                    raise FloatingPointError("non-finite gradient")
+                return super().step(closure)
+        opt = Guarded(model.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[3]):
+            for i, (x, y) in enumerate(batches(4)):
+                crit(model(x * (float("inf") if i == 1 else 1.0)), y).backward()
+                try:
+                    opt.step()
+                except FloatingPointError:
+                    pass
+                opt.zero_grad()
+    """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"))
+    for name, iterations in (("two", 5), ("amp", 6), ("raised", 4)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
@@ -525,6 +541,7 @@ def test_a_full_disk_under_the_trace_is_an_os_error_after_a_clean_stop(tmp_path,
         except OSError as e:
             print("OSError:", e)
         assert memcomm.profiler.current() is None
+        os.remove(sys.argv[1][:-len(".mct")] + ".rank0.mct")  # room for the second session's file (run.2)
         try:  # with the body's own exception, that one propagates and the disk is a warning
             with memcomm.profile(trace=sys.argv[1]):
                 loop(model, opt, batches(200))

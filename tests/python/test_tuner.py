@@ -131,6 +131,63 @@ def test_single_rank_step_exception_propagates_and_state_is_restored():
     """, timeout=120)
 
 
+def test_every_tensor_the_optimizer_updates_and_the_random_state_come_back():
+    # Note [State copies outside the cap]: a channels_last conv net wrote its restore into a copy; a
+    # loss head the optimizer trains beside the model stayed trained; the probes moved the RNG.
+    run_ok("""
+        import random, numpy as np, torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten()).to(memory_format=torch.channels_last)
+        head = nn.Linear(8, 4)  # in the loss, not the model
+        opt = torch.optim.SGD(list(model.parameters()) + list(head.parameters()), lr=0.5, momentum=0.9)
+        assert not model[0].weight.is_contiguous()
+        tensors = list(model.parameters()) + list(head.parameters())
+        before = [t.detach().clone() for t in tensors]
+        strides = [t.stride() for t in tensors]
+        rng = (torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
+        make = lambda b: (torch.randn(b, 3, 8, 8).to(memory_format=torch.channels_last), torch.randint(0, 4, (b,)))
+        r = memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(head(m(xy[0])), xy[1]), make, 16,
+                         probe_seconds=0.0, verify_steps=2, verbose=False)
+        assert r["recommendation"], r
+        assert [torch.equal(a, t) for a, t in zip(before, tensors)] == [True] * len(tensors)
+        assert [t.stride() for t in tensors] == strides and not opt.state
+        assert torch.equal(rng[0], torch.get_rng_state()) and rng[1] == random.getstate()
+        assert (rng[2] == np.random.get_state()[1]).all()
+        print("ok")
+    """, timeout=120)
+
+
+def test_a_model_that_cannot_step_on_one_sample_is_tuned_from_two():
+    # Note [A model that cannot step on one sample]: BatchNorm1d raised at the first step, at b = 1.
+    run_ok("""
+        import warnings, torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        step = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            r = memcomm.tune(model, opt, step, make, 32, search="grid", probe_seconds=0.0, verify_steps=0,
+                             verbose=False)
+        assert any("micro-batch 1 raised ValueError" in str(w.message) for w in seen), [str(w.message) for w in seen]
+        assert r["recommendation"] and min(t["micro_batch"] for t in r["trials"]) == 2, r["trials"]
+        # A step that raises at b = 2 as well is the user's error, as it was.
+        bad = lambda m, xy: (_ for _ in ()).throw(KeyError("mine"))
+        try:
+            memcomm.tune(model, opt, bad, make, 32, verbose=False)
+        except KeyError as e:
+            assert e.args == ("mine",), e
+        else:
+            raise AssertionError("no exception")
+        print("ok")
+    """, timeout=120)
+
+
 def test_numpy_integers_are_ints_and_a_bad_evaluate_result_is_named():
     run_ok("""
         import numpy as np, torch, torch.nn as nn, torch.nn.functional as F, memcomm

@@ -91,6 +91,8 @@ class Search {
     if (cfg.max_micro_batch > 0)
       cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](int64_t b) { return b > cfg.max_micro_batch; }),
                   cand_.end());
+    cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](int64_t b) { return b < cfg.min_micro_batch; }),
+                cand_.end());
   }
 
   void run() {

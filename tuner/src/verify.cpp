@@ -33,14 +33,14 @@ const Trial* fastest_below(const SearchOutcome& o, int64_t limit, int world, int
 // one below it, else the largest divisor of the per-rank batch below it, not probed (its speed is
 // then the long run's own).
 std::optional<Recommendation> next_below(const SearchOutcome& o, int64_t limit, int world, int64_t ceiling,
-                                         double bucket_mb) {
+                                         double bucket_mb, int64_t smallest) {
   const int64_t per_rank = o.global_batch / world;
   if (const Trial* t = fastest_below(o, limit, world, ceiling))
     return Recommendation{t->request.micro_batch, t->request.accum, world, bucket_mb,
                           t->samples_per_s, t->result.peak_reserved, t->result.peak_allocated, 0};
   const std::vector<int64_t> candidates = divisors(per_rank);  // ascending
   for (auto b = candidates.rbegin(); b != candidates.rend(); ++b)
-    if (*b < ceiling) return Recommendation{*b, per_rank / *b, world, bucket_mb, 0, -1, -1, 0};
+    if (*b < ceiling && *b >= smallest) return Recommendation{*b, per_rank / *b, world, bucket_mb, 0, -1, -1, 0};
   return std::nullopt;
 }
 
@@ -62,7 +62,7 @@ void verify_recommendation(TuneResult& r, const VerifyFn& verify) {
     }
     // A larger micro-batch holds more activations, so it would run out of memory too.
     const auto next = int(r.verifications.size()) < kMaxVerifications
-                          ? next_below(r.outcome, limit, world, rec.micro_batch, rec.bucket_mb)
+                          ? next_below(r.outcome, limit, world, rec.micro_batch, rec.bucket_mb, r.config.min_micro_batch)
                           : std::nullopt;
     if (!next) {
       r.outcome.recommendation.reset();

@@ -18,7 +18,9 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   loop, whose second model's forward and backward come between its two updates, still records two
   steps an iteration: nothing tells its second forward from the next iteration's first.) The cost
   is that a step's end is written one iteration late (the live view sees it then); stop() writes
-  the last.
+  the last. An update is one step() call from the loop: a step() inside it (a subclass's
+  super().step(), GradScaler's optimizer.step()) is part of it, and one that raised (a NaN guard the
+  loop catches) ends when the next hook finds its call gone from the stack.
 - Forward is the outermost call of a module that has parameters (so the loss function's module is
   not one). Which modules those are is found as Note [Finding the model] says; from then on they are
   watched on their own (the model; both of a GAN's), and the rest of the run pays nothing for the
@@ -86,6 +88,7 @@ as Dynamo guards it on the number of torch's global optimizer hooks.
 import functools
 import gc
 import itertools
+import sys
 import threading
 import weakref
 from typing import Any, Callable, List, Optional, Tuple
@@ -99,8 +102,8 @@ from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KE
 
 class _ThreadState:
     """What one training thread has open."""
-    __slots__ = ("generation", "stack", "step_open", "step_end_ns", "in_update", "depth", "fwd_module",
-                 "in_backward")
+    __slots__ = ("generation", "stack", "step_open", "step_end_ns", "in_update", "update_frame", "inner_updates",
+                 "depth", "fwd_module", "in_backward")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -108,6 +111,8 @@ class _ThreadState:
         self.step_open = False
         self.step_end_ns = 0                           # when the step's last update returned; 0: none yet
         self.in_update = False                         # inside a GradScaler's step()
+        self.update_frame: Any = None                  # the open update's step() call (_end_failed_update)
+        self.inner_updates = 0                         # step() calls inside it (a subclass's super().step())
         self.depth = 0                                 # module call nesting (global hooks)
         self.fwd_module: Any = None
         self.in_backward = False
@@ -230,6 +235,8 @@ class PhaseHooks:
         st = getattr(self._tls, "state", None)
         if st is None or st.generation != self._generation:
             st = self._tls.state = _ThreadState(self._generation)
+        if st.update_frame is not None and not _on_stack(st.update_frame):
+            self._end_failed_update(st)
         return st
 
     def _open(self, st: _ThreadState, phase: int, ident: int, category: int, ts: int = 0) -> None:
@@ -336,20 +343,26 @@ class PhaseHooks:
     # Updates: the step's last phase (Note [The step's last update]).
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         st = self._state()
-        if not st.in_update:
-            self._update_begins(st)
+        if st.update_frame is not None:
+            st.inner_updates += 1  # part of the open update, as GradScaler's optimizer.step() is
+        elif not st.in_update:
+            self._update_begins(st, _frame_outside_memcomm())
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         st = self._state()
-        if not st.in_update:
+        if st.inner_updates:
+            st.inner_updates -= 1
+        elif not st.in_update:
             self._update_returned(st)
 
-    def _update_begins(self, st: _ThreadState) -> None:
+    def _update_begins(self, st: _ThreadState, frame: Any) -> None:
         st.step_end_ns = 0  # a second update of the same iteration: the step goes on
         self._ensure_step(st)
         self._open(st, OPTIMIZER, 0, OPT_STATE)
+        st.update_frame = frame
 
     def _update_returned(self, st: _ThreadState) -> None:
+        st.update_frame = None
         self._close(st, OPTIMIZER)
         st.step_end_ns = now()
         self.step_ends += 1
@@ -368,7 +381,7 @@ class PhaseHooks:
             st = self._state() if running.profiler is self._owner else None
             if st is None or st.in_update:
                 return original(scaler_self, *args, **kwargs)
-            self._update_begins(st)
+            self._update_begins(st, sys._getframe())
             st.in_update = True
             try:
                 return original(scaler_self, *args, **kwargs)
@@ -379,6 +392,15 @@ class PhaseHooks:
         step = torch.compiler.disable(step, recursive=False)  # Note [Hooks under torch.compile]
         scaler.step = step
         self._handles.append(_Restore(scaler, "step", original, step))
+
+    def _end_failed_update(self, st: _ThreadState) -> None:
+        """An update whose step() raised (and the script went on) runs no post hook, so its range would
+        stay open and the next iteration nest inside it, two iterations in one step. The first hook to
+        find that step() call gone from the stack closes it, as an update that returned."""
+        st.update_frame = None
+        st.inner_updates = 0
+        self._close(st, OPTIMIZER)
+        st.step_end_ns = now()
 
     def end_step(self) -> None:
         """Ends this thread's step now: the script called memcomm.step() (a loop that updates its
@@ -451,6 +473,24 @@ def _module_roots() -> List[torch.nn.Module]:
     modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]  # not o.__class__: proxies
     children = {id(c) for m in modules for c in m._modules.values() if c is not None}
     return [m for m in modules if id(m) not in children and next(m.parameters(), None) is not None]
+
+
+def _frame_outside_memcomm() -> Any:
+    """The frame that called the optimizer's pre hook: the first outside memcomm's hooks and the
+    torch.compiler.disable wrapper around them (torch's step() wrapper, alive until step() ends)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_globals.get("__name__", "").startswith(("memcomm.", "torch._dynamo")):
+        f = f.f_back
+    return f
+
+
+def _on_stack(frame: Any) -> bool:
+    f = sys._getframe(1)
+    while f is not None:
+        if f is frame:
+            return True
+        f = f.f_back
+    return False
 
 
 def _in_forward(st: _ThreadState) -> bool:

@@ -1,6 +1,7 @@
 """tune()'s setup before the search: the ranks agree on their arguments, the search's configuration
 and cache key, and the checks that the model fits at all."""
 import json
+import warnings
 import zlib
 from typing import Any, Dict, Optional
 
@@ -27,25 +28,53 @@ def _model_state_bytes(runner: Runner) -> int:
     return params * (2 + buckets + _optimizer_copies(runner.optimizer))
 
 
-def _first_step(runner: Runner, limit: int) -> None:
-    """memcomm-tune's Note [A first step before the probes]: one step at b = 1, then the initial state."""
+def _one_step(runner: Runner, b: int) -> str:
+    """One step at micro-batch b, then the state as it was: "" or where a rank ran out of memory."""
+    pristine = runner.save()
+    try:
+        return runner.run_steps(b, 1, Plan(0, 1, 0.0, 1)).oom_where
+    finally:
+        runner.recover(pristine)
+
+
+def _first_step(runner: Runner, limit: int) -> int:
+    """memcomm-tune's Note [A first step before the probes]: one step at b = 1, then the initial
+    state; returns the smallest micro-batch the search may try.
+    Note [A model that cannot step on one sample]: BatchNorm in training mode (and a contrastive or
+    triplet loss) raises on a batch of one, which the user never asked for. Every rank takes the
+    same path (the rank that raised its own exception, the others TuneError), so they all step at
+    b = 2 instead, and the search leaves b = 1 out; when b = 2 raises too, the first error is the
+    user's to see."""
     failed = runner.set_buckets(runner.o.bucket_mb)
     where = runner.group.where(failed) if failed is not None else ""
+    smallest = 1
     if not where:
-        pristine = runner.save()
-        where = runner.run_steps(1, 1, Plan(0, 1, 0.0, 1)).oom_where
-        runner.recover(pristine)
+        try:
+            where = _one_step(runner, 1)
+        except Exception as at_one:  # noqa: BLE001 (re-raised unless b = 2 steps)
+            if runner.o.global_batch // runner.group.world < 2:
+                raise
+            try:
+                where = _one_step(runner, 2)
+            except Exception:  # noqa: BLE001
+                raise at_one from None
+            smallest = 2
+            if runner.group.rank == 0:
+                warnings.warn(f"memcomm.tune: one step at micro-batch 1 raised {type(at_one).__name__} ({at_one}); "
+                              "the search starts at micro-batch 2", stacklevel=4)
     if where:
-        raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: one step at micro-batch 1 "
-                         f"runs out of memory ({where})")
+        raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: one step at micro-batch "
+                         f"{smallest} runs out of memory ({where})")
+    return smallest
 
 
-def check_model_fits(runner: Runner, limit: int) -> None:
-    """Raises ValueError when the model's state, or one step at micro-batch 1, exceeds the limit."""
+def check_model_fits(runner: Runner, limit: int) -> int:
+    """Raises ValueError when the model's state, or one step at the smallest micro-batch, exceeds the
+    limit; returns that micro-batch (Note [A model that cannot step on one sample])."""
     if _model_state_bytes(runner) >= limit:
         raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: "
                          f"{format_bytes(_model_state_bytes(runner))} for parameters, gradients and optimizer state")
-    _first_step(runner, limit)
+    return _first_step(runner, limit)
 
 
 format_bytes = _memcomm.format_bytes  # the one way memcomm prints bytes (common/bytes.hpp)

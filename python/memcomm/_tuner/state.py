@@ -4,49 +4,76 @@ Note [State copies outside the cap]: the copy a probe restores from lives in num
 no torch allocator serves, as memcomm-tune keeps its copy in host bytes: under the cap it would
 take room from the probe it protects. Restoring writes into the existing tensors, so recovering from
 an out-of-memory allocates nothing; optimizer state that a probe created is dropped.
+The bytes are those of the memory a tensor covers, in storage order, so a channels_last weight or a
+transposed parameter is written back where it lives (reshape(-1) of such a tensor is a copy, and
+writing into the copy restored nothing). Only a tensor with gaps or overlaps between its elements
+goes through a copy_ of its values. Every tensor the optimizer updates is saved, not only the
+model's: a loss with parameters of its own (a margin head, a learned temperature) trains with it.
 """
 import copy
+import random
 from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 
+def _storage_flat(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """A 1-d view of the memory `t` covers, in storage order, or None when its elements leave gaps or
+    overlap (a slice of a larger tensor, an expanded one)."""
+    if t.is_contiguous():
+        return t.detach().reshape(-1)
+    expected = 1
+    for d in sorted(range(t.dim()), key=t.stride):
+        if t.size(d) != 1 and t.stride(d) != expected:
+            return None
+        expected *= t.size(d)
+    return t.detach().as_strided((t.numel(),), (1,))
+
+
 def _host_bytes(t: torch.Tensor) -> np.ndarray:
-    flat = t.detach().reshape(-1).view(torch.uint8)
+    flat = _storage_flat(t)
+    flat = (flat if flat is not None else t.detach().reshape(-1)).view(torch.uint8)
     return (flat.cpu() if flat.is_cuda else flat).numpy().copy()
 
 
 def _write_back(t: torch.Tensor, saved: np.ndarray) -> None:
     with torch.no_grad():
-        t.detach().reshape(-1).view(torch.uint8).copy_(torch.from_numpy(saved))
+        flat = _storage_flat(t)
+        if flat is not None:
+            flat.view(torch.uint8).copy_(torch.from_numpy(saved))
+        else:
+            t.copy_(torch.from_numpy(saved).view(t.dtype).reshape(t.shape))
 
 
 @dataclass
 class _SavedTensor:
     data: np.ndarray
     shape: torch.Size
+    stride: Tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
 
     @classmethod
     def of(cls, t: torch.Tensor) -> "_SavedTensor":
-        return cls(_host_bytes(t), t.shape, t.dtype, t.device)
+        return cls(_host_bytes(t), t.shape, t.stride(), t.dtype, t.device)
 
     def fits(self, t: Any) -> bool:
-        return (isinstance(t, torch.Tensor) and t.shape == self.shape and t.dtype == self.dtype
-                and t.device == self.device and t.is_contiguous())
+        return (isinstance(t, torch.Tensor) and t.shape == self.shape and t.stride() == self.stride
+                and t.dtype == self.dtype and t.device == self.device)
 
     def restore_into(self, current: Any) -> torch.Tensor:
         """Into `current` when it has the same layout (nothing allocated), else a new tensor."""
-        t = current if self.fits(current) else torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        t = current if self.fits(current) else torch.empty_strided(self.shape, self.stride, dtype=self.dtype,
+                                                                   device=self.device)
         _write_back(t, self.data)
         return t
 
 
 class State:
-    """The model's parameters and buffers and the optimizer's state and hyperparameters."""
+    """The model's parameters and buffers, the other parameters the optimizer updates, and the
+    optimizer's state and hyperparameters."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.model, self.optimizer = model, optimizer
@@ -56,12 +83,20 @@ class State:
         self.groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
 
     def _model_tensors(self) -> List[torch.Tensor]:
-        return list(self.model.parameters()) + list(self.model.buffers())
+        tensors = list(self.model.parameters()) + list(self.model.buffers())
+        seen = {id(t) for t in tensors}
+        for g in self.optimizer.param_groups:
+            for p in g["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    tensors.append(p)
+        return tensors
 
     def restore(self) -> None:
         for t, saved in zip(self._model_tensors(), self.tensors):
             _write_back(t, saved)
         self.model.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         self._restore_optimizer_state()
         for g, saved in zip(self.optimizer.param_groups, self.groups):
             g.update(copy.deepcopy(saved))
@@ -76,3 +111,23 @@ class State:
                 del current[k]
             for k, v in saved.items():
                 current[k] = v.restore_into(current.get(k)) if isinstance(v, _SavedTensor) else copy.deepcopy(v)
+
+
+class RandomState:
+    """The random generators a probe's dropout and make_batch draw from (torch's, CUDA's, Python's
+    and numpy's global ones), put back when tune() returns: a seeded script trains the same with
+    and without tune()."""
+
+    def __init__(self) -> None:
+        self.torch = torch.get_rng_state()
+        self.cuda: Optional[List[torch.Tensor]] = (torch.cuda.get_rng_state_all()
+                                                   if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
+        self.python = random.getstate()
+        self.numpy = np.random.get_state()
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.torch)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+        random.setstate(self.python)
+        np.random.set_state(self.numpy)

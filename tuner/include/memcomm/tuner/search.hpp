@@ -75,6 +75,8 @@ struct SearchConfig {
   std::vector<double> bucket_candidates;  // tried with the winner when world > 1 (empty: none)
   int measured_steps = 3;
   int64_t max_micro_batch = 0;  // 0: none; else the rank's shard of the training set (no larger b can be drawn)
+  int64_t min_micro_batch = 1;  // smaller candidates are left out: a model that cannot step on fewer samples
+                                // (BatchNorm in training mode needs 2 per channel)
 };
 
 struct Recommendation {
