@@ -103,9 +103,11 @@ class Profiler:
            A model built after start and first called after the first optimizer step (a second
            model brought in later, or one that only another thread trains) is not found: name it here.
     cupti: "auto" (GPU activity when CUDA is in use), "on" or "off".
-    clock_sync: estimate each rank's clock offset over the process group at start (every rank must
-           start its profiler then, as for any collective). Started before init_process_group, the
-           profiler takes the rank from the launcher's environment and measures no offset.
+    clock_sync: estimate each rank's clock offset over the process group at start (every rank
+           starts its profiler then; when some rank starts none within 30 s, as where only rank 0
+           profiles, the others warn and record without an offset: Note [Ranks that do not
+           profile] in _profiler/clock.py). Started before init_process_group, the profiler takes
+           the rank from the launcher's environment and measures no offset.
 
     start() raises before anything is recorded when the trace folder is missing or read-only, the
     live address is malformed, or another profiler runs. Thread safe: any thread may train, start or

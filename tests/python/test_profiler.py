@@ -290,6 +290,32 @@ def test_two_ranks_record_matching_collectives(tmp_path, tool):
     assert all(rank["collectives"] == len(colls) for rank in report["ranks"]), report["ranks"]
 
 
+def test_a_profile_on_rank_0_only_warns_instead_of_hanging_the_job(tmp_path, tool):
+    # Note [Ranks that do not profile]: rank 0's clock measurement met rank 1's DDP all-reduce.
+    r = torchrun(tmp_path, """
+        import warnings
+        import torch.distributed as dist
+        import memcomm._profiler.clock as clock
+        clock.ARRIVAL_TIMEOUT_S = 2.0
+        dist.init_process_group("gloo")
+        ddp = nn.parallel.DistributedDataParallel(make_model())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        profiling = memcomm.profile(trace=sys.argv[1]) if dist.get_rank() == 0 else contextlib.nullcontext()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with profiling:
+                loop(ddp, opt, batches(3))
+        print("rank", dist.get_rank(), [str(w.message) for w in seen if "memcomm" in str(w.message)])
+        dist.destroy_process_group()
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+    """, str(tmp_path / "zero.mct"))
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert "rank(s) [1] started no profiler within 2 s" in r.stdout, r.stdout
+    assert len(trace_json(tool, "report", tmp_path / "zero.rank0.mct")["steps"]) == 3
+    assert not (tmp_path / "zero.rank1.mct").exists()
+
+
 def test_a_profile_started_before_the_process_group_writes_each_ranks_file(tmp_path, tool):
     # Note [A profile started before the process group]: the rank comes from torchrun's environment.
     r = torchrun(tmp_path, """

@@ -1,5 +1,19 @@
-"""Each rank's clock offset to rank 0, measured over the process group when profilers start."""
+"""Each rank's clock offset to rank 0, measured over the process group when profilers start.
+
+Note [Ranks that do not profile]: the measurement is collectives on the default group, which every
+rank must join. A script that profiles rank 0 only (`if rank == 0: with memcomm.profile(...)`, as
+people do with torch.profiler) had rank 0's all_gather meet the other ranks' DDP all-reduce: both
+blocked until the group's timeout (30 minutes), silently. So the ranks first check in through the
+group's store, which no collective uses: each sets its key and waits up to ARRIVAL_TIMEOUT_S for
+the others'. Which way it goes is settled once, atomically (compare_set on one key): "go" when a
+rank saw every key, "skip" when one gave up first; a rank that arrives later reads the verdict, so
+no rank enters the collectives alone. Skipping records with no offset (exact on one host) and warns.
+"""
+import datetime
+import itertools
 import os
+import warnings
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -19,12 +33,53 @@ def _signed64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+ARRIVAL_TIMEOUT_S = 30.0          # how long a rank waits for the others to start a profiler too
+_syncs = itertools.count(1)       # this process's clock measurements, naming their store keys
+
+
+def _default_store() -> Optional[Any]:
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):  # a private API: without it, no check-in
+        return None
+
+
+def _missing_ranks(store: Any, sync: int, rank: int, world: int) -> Optional[List[int]]:
+    """Note [Ranks that do not profile]: None when every rank checked in for clock measurement
+    `sync`, else the ranks that have not yet ([] for a rank that came after the others gave up)."""
+    prefix = f"memcomm/profile/clock/{sync}"
+    store.set(f"{prefix}/rank{rank}", "1")
+    keys = [f"{prefix}/rank{r}" for r in range(world)]
+    try:
+        store.wait(keys, datetime.timedelta(seconds=ARRIVAL_TIMEOUT_S))
+        mine = b"go"
+    except (RuntimeError, dist.DistError):  # DistStoreError: a timeout
+        mine = b"skip"
+    verdict = store.compare_set(f"{prefix}/verdict", b"", mine)
+    if verdict == b"go":
+        return None
+    return [r for r in range(world) if not store.check([keys[r]])]
+
+
 def agree_and_measure_clock(ok: bool, rounds: int = 8) -> int:
     """Every rank says whether its recorder started, then each rank's clock offset to rank 0 is
     measured by round trips. Note [Clock offsets at rendezvous] (trainer/include/memcomm/train/
     comm.hpp) does the same in C++: ranks that read rank 0's clock (Note [One clock per host]) skip
-    the probes. Raises on every rank if any rank failed, so none starts training alone."""
+    the probes. Raises on every rank if any rank failed, so none starts training alone. Ranks that
+    start no profiler within ARRIVAL_TIMEOUT_S leave the others recording without an offset (Note
+    [Ranks that do not profile])."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    store = _default_store()
+    if store is not None:
+        missing = _missing_ranks(store, next(_syncs), rank, world)
+        if missing is not None:
+            who = (f"rank(s) {missing} started no profiler within {ARRIVAL_TIMEOUT_S:g} s" if missing else
+                   f"the other ranks stopped waiting for this one (it started over {ARRIVAL_TIMEOUT_S:g} s after them)")
+            warnings.warn(f"memcomm.profile: {who}, so clock offsets are not measured (they are exact on one "
+                          "host); pass clock_sync=False where only some ranks profile", stacklevel=4)
+            if not ok:
+                raise RuntimeError("memcomm.profile could not start on this rank")
+            return 0
     dev = _comm_device()
     domain = 0 if os.environ.get("MEMCOMM_CLOCK_PROBE") == "1" else _signed64(_memcomm.clock_domain_id())
     mine = torch.tensor([int(ok), domain], dtype=torch.int64, device=dev)
