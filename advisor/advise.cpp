@@ -133,7 +133,8 @@ void data_wait_rule(const RankTimes& times, const AdviseOptions& o, std::vector<
     adv.topic = Topic::DataWait;
     adv.saving_unit = "ms/step";
     adv.saving = double(t.data_wait_ns) / double(t.steps) / 1e6;
-    adv.change = "feed the steps faster: more loader workers (--workers) and a deeper --prefetch (pinned host memory on GPUs)";
+    adv.change = "feed the steps faster: more loader workers and a deeper prefetch (memcomm-train --workers, "
+                 "--prefetch; a DataLoader's num_workers, prefetch_factor), pinned host memory on GPUs";
     adv.evidence = fmt::format("rank {} waits {} for data in each {} step ({:.0f}%)", rank,
                                format_ms(t.data_wait_ns / int64_t(t.steps)), format_ms(t.step_ns / int64_t(t.steps)), 100 * share);
     out.push_back(adv);

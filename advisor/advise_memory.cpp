@@ -66,7 +66,8 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
   if (best->first == "pytorch-expandable")
     adv.change = "use expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True with PyTorch's allocator)";
   else if (best->first == "memcomm")
-    adv.change = "use memcomm's caching allocator (--allocator memcomm; install_torch_cuda_allocator on GPUs)";
+    adv.change = "use memcomm's caching allocator with expandable segments (memcomm-train --allocator memcomm; "
+                 "memcomm.use_allocator(device) in Python, expandable=True by default)";
   else
     adv.change = "keep PyTorch's allocator: the replay finds nothing that reserves less";
   adv.change += fmt::format(": {} would reserve {} instead of {}", best->first, format_bytes(best->second), format_bytes(now));

@@ -50,6 +50,9 @@ ModelArg = Union[None, torch.nn.Module, List[torch.nn.Module]]
 
 
 def _check_trace_dir(trace: str) -> None:
+    if trace.endswith(("/", os.sep)) or os.path.isdir(trace) or not os.path.basename(trace):
+        raise ValueError(f"profile(trace={trace!r}) names a folder; give a file name in it, such as "
+                         f"{os.path.join(trace, 'run.mct')!r}")
     directory = os.path.dirname(os.path.abspath(trace))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"profile(trace={trace!r}): no directory {directory!r}")

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from memcomm import _memcomm
+from memcomm._profiler import running
 from memcomm._tuner.agreement import Group, TuneError
 from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options, check_callables, check_options
@@ -57,7 +58,8 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     gradients itself, bucketed as DDP does; Note [Gradient buckets from Python]).
     optimizer:      its optimizer; model and optimizer (with any parameters it updates outside the
                     model) are as they were when tune() returns, and so are the global random
-                    generators (torch's, CUDA's, Python's and numpy's).
+                    generators (torch's, CUDA's, Python's and numpy's). Inside memcomm.profile() the
+                    probes record memory but no phases: they are not the run's steps.
     loss_fn:        loss_fn(model, batch) -> scalar loss tensor: the forward of one micro-step; the
                     tuner calls backward, the gradient all-reduce and optimizer.step() itself.
     make_batch:     make_batch(b) -> a batch of b samples for this rank, as loss_fn takes it (a batch whose
@@ -88,9 +90,10 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     """
     randomness = RandomState()
     try:
-        return _tune(model, optimizer, loss_fn, make_batch, process_group, memory_limit, verbose, evaluate,
-                     Options(global_batch, search, fit_only, any_micro_batch, max_trials, measured_steps,
-                             probe_seconds, accum_cap, bucket_mb, buckets, verify_steps))
+        with running.paused():  # inside memcomm.profile(), the probes are not the run's steps
+            return _tune(model, optimizer, loss_fn, make_batch, process_group, memory_limit, verbose, evaluate,
+                         Options(global_batch, search, fit_only, any_micro_batch, max_trials, measured_steps,
+                                 probe_seconds, accum_cap, bucket_mb, buckets, verify_steps))
     finally:
         randomness.restore()
 

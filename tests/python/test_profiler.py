@@ -170,9 +170,17 @@ def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool)
                 manual_loop(True)
             with memcomm.profile(trace=sys.argv[2]):
                 manual_loop(False)
+            with memcomm.profile(trace=sys.argv[3]):  # gradients by torch.autograd.grad (MAML, a hand-written SGD)
+                for x, y in batches(3):
+                    params = list(model.parameters())
+                    grads = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x), y), params)
+                    with torch.no_grad():
+                        for q, g in zip(params, grads):
+                            q.add_(g, alpha=-0.1)
         print([str(w.message) for w in caught])
-    """, str(tmp_path / "marked.mct"), str(tmp_path / "unmarked.mct"))
-    assert out.count("no optimizer step") == 1 and "3 backward passes" in out, out
+    """, str(tmp_path / "marked.mct"), str(tmp_path / "unmarked.mct"), str(tmp_path / "grad.mct"))
+    assert out.count("no optimizer step") == 2 and "3 backward passes" in out, out
+    assert phase_counts(tool, tmp_path, tmp_path / "grad.rank0.mct")["backward"] == 3
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "marked.rank0.mct")["steps"]] == [1, 2, 3]
     assert len(trace_json(tool, "report", tmp_path / "unmarked.rank0.mct")["steps"]) == 1
 
@@ -225,6 +233,38 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
         counts = phase_counts(tool, tmp_path, file)
         updates = 2 * iterations if name == "two" else iterations
         assert counts.get("backward") == iterations and counts.get("optimizer") == updates, (name, counts)
+
+
+def test_models_in_a_container_are_found_at_the_first_update(tmp_path, tool):
+    # Note [Finding the model]: the root was the ModuleDict, which the loop never calls.
+    check("""
+        nets = nn.ModuleDict({"G": nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)),
+                              "D": nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))})
+        opt = torch.optim.Adam(nets.parameters(), 1e-3)
+        with memcomm.profile(trace=sys.argv[1]):
+            for _ in range(4):
+                loss = nets["D"](nets["G"](torch.randn(8, 8))).mean() - nets["D"](torch.randn(8, 4)).mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+    """, str(tmp_path / "dict.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "dict.rank0.mct")
+    assert counts.get("forward") == 3 * 3 and counts.get("step") == 4, counts  # the first step's are lost
+
+
+def test_tune_inside_a_profile_records_no_steps_of_its_own(tmp_path, tool):
+    # `with memcomm.profile(): main()` where main() tunes first: the probes were 282 steps of the trace.
+    check("""
+        import torch.nn.functional as F
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        with memcomm.profile(trace=sys.argv[1]) as p:
+            model = make_model()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            r = memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]), lambda b: batches(1, b)[0],
+                             32, probe_seconds=0.0, verify_steps=2, verbose=False)
+            assert len(r["trials"]) > 2 and memcomm.profiler.current() is p
+            loop(model, opt, batches(3))
+    """, str(tmp_path / "tuned.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "tuned.rank0.mct")
+    assert counts.get("step") == 3 and counts.get("forward") == 3 and counts.get("optimizer") == 3, counts
 
 
 def memcomm_categories(file: Path) -> dict:
@@ -648,6 +688,8 @@ BAD_CALLS = [
     ("memcomm.profile()", ValueError),
     ("memcomm.profile(trace=3)", TypeError),
     ("memcomm.profile(trace='/no/such/dir/run.mct').start()", FileNotFoundError),
+    ("memcomm.profile(trace='/tmp/').start()", ValueError),  # wrote a hidden /tmp/.rank0.mct
+    ("memcomm.profile(trace='/tmp').start()", ValueError),
     # root passes the directory check and fails to create the file; anyone else fails the check
     ("memcomm.profile(trace='/proc/run.mct').start()", (RuntimeError, PermissionError)),
     ("memcomm.profile(live='127.0.0.1:99999').start()", ValueError),

@@ -34,8 +34,9 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   of the class (a Sequential inside the model, a deepcopy) straight through. It is also cheaper than
   the hooks, which send every call of the module down torch's slow call path: 1.1-1.5 us per call
   against 4.0-7.8 us (bench/python/watch_overhead.py, bench/results/python-cpu.md).
-- Backward is a call of torch.autograd.backward (what Tensor.backward calls): start() wraps that
-  entry point and stop() puts it back. The wrapper is one Python call around the whole backward, on
+- Backward is a call of torch.autograd.backward (what Tensor.backward calls) or torch.autograd.grad
+  (a hand-written update, MAML, WGAN-GP's penalty, torch.func.grad): start() wraps those entry
+  points and stop() puts them back. The wrapper is one Python call around the whole backward, on
   the thread that asked for it, and it ends after autograd's final callbacks (DDP's, which wait for
   the last bucket and write the gradients). A tensor hook on the forward's output and a final
   callback would also find it, but cost about 100 us a step between them on this project's 2-core
@@ -57,7 +58,8 @@ that one. Only when start() finds none (the script builds its model inside the p
 global module hooks find the model as it is called: until the first optimizer step they count the
 nesting depth per thread, and a call at depth 0 into a module with parameters is a forward. Either
 way the first optimizer step that found no forward looks once more (a model compiled or built after
-start()): its forward is lost, the later ones are not. The global hooks are the fallback rather
+start(), or the children of a root that was never called: a container such as a ModuleDict of a
+GAN's two nets): its forward is lost, the later ones are not. The global hooks are the fallback rather
 than the rule because of torch.compile: Dynamo guards a compiled graph on the number of global hooks,
 so removing them at the first step recompiled every compiled model (a second compile, seconds to
 minutes), and torch.compile(model) warned about them at each call. So while the global hooks are
@@ -228,7 +230,10 @@ class PhaseHooks:
         self._looked_again = True
         if self._forwards == 0 and not self._global_handles and running.profiler is self._owner:
             with self._lock:
-                self._hook_modules(_module_roots())
+                # Roots that were never called hold the model: a ModuleDict of a GAN's two nets, a
+                # task wrapper whose .model the loop calls. Their children with parameters are watched too.
+                silent = [c for m in self._watched for c in m.children() if next(c.parameters(), None) is not None]
+                self._hook_modules(_module_roots() + silent)
 
     # --- this thread's ranges ---
     def _state(self) -> _ThreadState:
@@ -277,7 +282,7 @@ class PhaseHooks:
 
     # Forward: one module (profile(model=...)).
     def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
-        if torch.compiler.is_compiling() or _in_backward():
+        if torch.compiler.is_compiling() or _in_backward() or running.profiler is not self._owner:
             return
         st = self._state()
         if torch.is_grad_enabled():  # an evaluation's forward opens no step
@@ -286,14 +291,14 @@ class PhaseHooks:
         self._open(st, FORWARD, 0, ACTIVATION)
 
     def _model_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if torch.compiler.is_compiling() or _in_backward():
+        if torch.compiler.is_compiling() or _in_backward() or running.profiler is not self._owner:
             return
         st = self._state()
         self._close(st, FORWARD)
 
     # Forward: the outermost module call with parameters (global hooks).
     def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or running.profiler is not self._owner:
             return
         st = self._state()
         st.depth += 1
@@ -307,7 +312,7 @@ class PhaseHooks:
             self._open(st, FORWARD, 0, ACTIVATION)
 
     def _global_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or running.profiler is not self._owner:
             return
         st = self._state()
         st.depth = max(st.depth - 1, 0)
@@ -317,7 +322,11 @@ class PhaseHooks:
 
     # Backward: a call of torch.autograd.backward (Note [Phases from hooks]).
     def _wrap_backward(self) -> None:
-        original = torch.autograd.backward
+        for name in ("backward", "grad"):
+            self._wrap_autograd(name)
+
+    def _wrap_autograd(self, name: str) -> None:
+        original = getattr(torch.autograd, name)
 
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
@@ -337,11 +346,13 @@ class PhaseHooks:
                 self._close(st, BACKWARD)
 
         backward = torch.compiler.disable(backward, recursive=False)  # Note [Hooks under torch.compile]
-        torch.autograd.backward = backward
-        self._handles.append(_Restore(torch.autograd, "backward", original, backward))
+        setattr(torch.autograd, name, backward)
+        self._handles.append(_Restore(torch.autograd, name, original, backward))
 
     # Updates: the step's last phase (Note [The step's last update]).
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if running.profiler is not self._owner:  # paused (running.paused)
+            return
         st = self._state()
         if st.update_frame is not None:
             st.inner_updates += 1  # part of the open update, as GradScaler's optimizer.step() is
@@ -349,6 +360,8 @@ class PhaseHooks:
             self._update_begins(st, _frame_outside_memcomm())
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if running.profiler is not self._owner:
+            return
         st = self._state()
         if st.inner_updates:
             st.inner_updates -= 1

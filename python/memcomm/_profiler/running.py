@@ -3,9 +3,25 @@
 What the script holds (memcomm.loader, a DDP comm hook, memcomm.dist) reads `profiler` once per call
 and calls straight through while it is None (Note [Nothing left after stop] in memcomm/profiler.py).
 """
+import contextlib
 import threading
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 profiler: Any = None          # the running memcomm.Profiler, or None; set under `control`
 control = threading.Lock()    # start/stop
 trace_sessions: Dict[str, int] = {}  # trace= (absolute) -> sessions started with it, by any profiler
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No phase is recorded inside (the hooks pass calls through as if no profiler ran; memory events
+    still are): memcomm.tune()'s hundreds of probe steps are not the training run's steps."""
+    global profiler
+    with control:
+        was, profiler = profiler, None
+    try:
+        yield
+    finally:
+        with control:
+            if profiler is None:
+                profiler = was

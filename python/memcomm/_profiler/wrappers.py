@@ -55,9 +55,11 @@ def loader(data_loader: Iterable[Any]) -> Iterable[Any]:
 
 @contextlib.contextmanager
 def category(name: str) -> Iterator[None]:
-    """Labels this thread's allocations in the trace while the block runs:
-    `with memcomm.category("parameter"): model = Net()`. Names: parameter, gradient,
-    optimizer_state, activation, temporary, comm_buffer, input."""
+    """Labels this thread's allocations in the trace while the block runs, inside a running profile:
+    `with memcomm.profile(...): with memcomm.category("parameter"): model = Net()`. A label is
+    written with the allocation's event, so memory allocated before the profile started is in the
+    trace unlabelled. Names: parameter, gradient, optimizer_state, activation, temporary,
+    comm_buffer, input."""
     if name not in CATEGORY or name == "unknown":
         raise ValueError(f"category must be one of {sorted(k for k in CATEGORY if k != 'unknown')}, got {name!r}")
     prev = exchange(CATEGORY[name])
