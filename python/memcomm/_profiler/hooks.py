@@ -104,15 +104,14 @@ from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KE
 
 class _ThreadState:
     """What one training thread has open."""
-    __slots__ = ("generation", "stack", "step_open", "step_end_ns", "in_update", "update_frame", "inner_updates",
-                 "depth", "fwd_module", "in_backward")
+    __slots__ = ("generation", "stack", "step_open", "step_end_ns", "update_frame", "inner_updates", "depth",
+                 "fwd_module", "in_backward")
 
     def __init__(self, generation: int):
         self.generation = generation
         self.stack: List[Tuple[int, int, int]] = []   # open (phase, id, label to restore)
         self.step_open = False
         self.step_end_ns = 0                           # when the step's last update returned; 0: none yet
-        self.in_update = False                         # inside a GradScaler's step()
         self.update_frame: Any = None                  # the open update's step() call (_end_failed_update)
         self.inner_updates = 0                         # step() calls inside it (a subclass's super().step())
         self.depth = 0                                 # module call nesting (global hooks)
@@ -329,7 +328,7 @@ class PhaseHooks:
         original = getattr(torch.autograd, name)
 
         @functools.wraps(original)
-        def backward(*args: Any, **kwargs: Any) -> Any:
+        def recorded(*args: Any, **kwargs: Any) -> Any:
             if running.profiler is not self._owner:
                 return original(*args, **kwargs)
             st = self._state()
@@ -345,9 +344,9 @@ class PhaseHooks:
                 st.in_backward = False
                 self._close(st, BACKWARD)
 
-        backward = torch.compiler.disable(backward, recursive=False)  # Note [Hooks under torch.compile]
-        setattr(torch.autograd, name, backward)
-        self._handles.append(_Restore(torch.autograd, name, original, backward))
+        recorded = torch.compiler.disable(recorded, recursive=False)  # Note [Hooks under torch.compile]
+        setattr(torch.autograd, name, recorded)
+        self._handles.append(_Restore(torch.autograd, name, original, recorded))
 
     # Updates: the step's last phase (Note [The step's last update]).
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -356,7 +355,7 @@ class PhaseHooks:
         st = self._state()
         if st.update_frame is not None:
             st.inner_updates += 1  # part of the open update, as GradScaler's optimizer.step() is
-        elif not st.in_update:
+        else:
             self._update_begins(st, _frame_outside_memcomm())
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -365,7 +364,7 @@ class PhaseHooks:
         st = self._state()
         if st.inner_updates:
             st.inner_updates -= 1
-        elif not st.in_update:
+        else:
             self._update_returned(st)
 
     def _update_begins(self, st: _ThreadState, frame: Any) -> None:
@@ -376,6 +375,7 @@ class PhaseHooks:
 
     def _update_returned(self, st: _ThreadState) -> None:
         st.update_frame = None
+        st.inner_updates = 0  # an inner step() that raised inside it ran no post hook
         self._close(st, OPTIMIZER)
         st.step_end_ns = now()
         self.step_ends += 1
@@ -392,14 +392,12 @@ class PhaseHooks:
         @functools.wraps(original)
         def step(scaler_self: Any, *args: Any, **kwargs: Any) -> Any:
             st = self._state() if running.profiler is self._owner else None
-            if st is None or st.in_update:
+            if st is None or st.update_frame is not None:
                 return original(scaler_self, *args, **kwargs)
             self._update_begins(st, sys._getframe())
-            st.in_update = True
             try:
                 return original(scaler_self, *args, **kwargs)
             finally:
-                st.in_update = False
                 self._update_returned(st)
 
         step = torch.compiler.disable(step, recursive=False)  # Note [Hooks under torch.compile]
