@@ -27,6 +27,7 @@
 
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -174,6 +175,16 @@ void phase_end(int phase, uint64_t id, int restore, int64_t ts) {
   if (restore >= 0) train::exchange_memory_category(to_category(restore));
 }
 
+// Closes a range another thread opened (`thread`: its thread_index()), at `ts`: Note [The step's
+// last update] (python/memcomm/_profiler/hooks.py) ends a training thread's last step at stop().
+// No NVTX pop: NVTX ranges belong to the thread that pushed them.
+void phase_end_on(int thread, int phase, uint64_t id, int64_t ts) {
+  auto& r = prof::Recorder::global();
+  if (thread < 0 || thread > std::numeric_limits<uint16_t>::max())
+    throw std::invalid_argument("thread must be a thread_index(), got " + std::to_string(thread));
+  if (r.enabled()) r.record(prof::make_range(prof::EventKind::RangeEnd, ts, to_phase(phase), 0, id, uint16_t(thread)));
+}
+
 // Its NVTX range is pushed and popped at once: NVTX ranges are stamped when they are called.
 void phase_span(int phase, uint64_t id, int64_t begin_ns, int64_t end_ns) {
   auto& r = prof::Recorder::global();
@@ -209,6 +220,10 @@ void bind_hot_calls(pyb::module_& m) {
         "keeps the label); returns the label it replaced (-1 when kept).");
   m.def("phase_end", &phase_end, pyb::arg("phase"), pyb::arg("id"), pyb::arg("restore"), pyb::arg("ts") = 0,
         "Closes the phase range (at `ts`, 0: now) and puts back label `restore` (-1: keeps the label).");
+  m.def("phase_end_on", &phase_end_on, pyb::arg("thread"), pyb::arg("phase"), pyb::arg("id"), pyb::arg("ts"),
+        "Closes, at `ts`, a phase range that the thread with recorder index `thread` opened.");
+  m.def("thread_index", [] { return static_cast<int>(prof::Recorder::global().thread_index()); },
+        "The recorder's index of the calling thread (what its range events carry).");
   m.def("phase_span", &phase_span, pyb::arg("phase"), pyb::arg("id"), pyb::arg("begin_ns"), pyb::arg("end_ns"),
         "Records a phase range that is already over (the data-loader wait, known once the batch came).");
   m.def("exchange_category",

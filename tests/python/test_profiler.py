@@ -682,6 +682,9 @@ def test_threads_record_their_own_phases(tmp_path, tool):
     files = [f for f in tmp_path.glob("threads*.rank0.mct") if f.stat().st_size > 0]
     steps = sum(len(trace_json(tool, "report", f)["steps"]) for f in files if trace_json(tool, "info", f)[0]["kinds"].get("range_begin"))
     assert steps == 12, steps
+    # Each worker's last step, still ending when stop() ran on another thread, is closed too.
+    kinds = [trace_json(tool, "info", f)[0]["kinds"] for f in files]
+    assert all(k.get("range_begin", 0) == k.get("range_end", 0) for k in kinds), kinds
 
 
 BAD_CALLS = [

@@ -104,11 +104,12 @@ from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KE
 
 class _ThreadState:
     """What one training thread has open."""
-    __slots__ = ("generation", "stack", "step_open", "step_end_ns", "update_frame", "inner_updates", "depth",
-                 "fwd_module", "in_backward")
+    __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "inner_updates",
+                 "depth", "fwd_module", "in_backward")
 
     def __init__(self, generation: int):
         self.generation = generation
+        self.thread = _memcomm.thread_index()            # what this thread's range events carry
         self.stack: List[Tuple[int, int, int]] = []   # open (phase, id, label to restore)
         self.step_open = False
         self.step_end_ns = 0                           # when the step's last update returned; 0: none yet
@@ -138,12 +139,14 @@ class PhaseHooks:
         self.backwards = 0                            # backward ranges opened (this session)
         self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
         self._tls = threading.local()
+        self._threads: List[_ThreadState] = []        # every thread's state this session (stop() ends their steps)
 
     # --- install and remove ---
     def install(self) -> None:
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim
         self._generation += 1
+        self._threads = []
         self._steps = itertools.count(1)              # each session's steps count from 1, in its own file
         self.backwards = self.step_ends = 0
         add = self._handles.append
@@ -175,10 +178,18 @@ class PhaseHooks:
             self._roots, self._watched = [], []       # the script's modules are not kept alive
 
     def close_this_thread(self) -> None:
-        """Closes the ranges the calling thread has open."""
+        """Closes the ranges the calling thread has open, and the last step of every other training
+        thread whose update returned (Note [The step's last update]); the hooks record no more."""
         st = getattr(self._tls, "state", None)
         if st is not None and st.generation == self._generation:
             self._close_all(st)
+        with self._lock:
+            others = [o for o in self._threads if o is not st]
+        for o in others:
+            if o.step_open and o.step_end_ns and o.stack and o.stack[0][0] == STEP:
+                _memcomm.phase_end_on(o.thread, STEP, o.stack[0][1], o.step_end_ns)
+                o.stack.clear()
+                o.step_open, o.step_end_ns = False, 0
 
     def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
         """Watches `modules`' calls (Note [Forwards through the class]), and a compiled module's
@@ -239,6 +250,8 @@ class PhaseHooks:
         st = getattr(self._tls, "state", None)
         if st is None or st.generation != self._generation:
             st = self._tls.state = _ThreadState(self._generation)
+            with self._lock:
+                self._threads.append(st)
         if st.update_frame is not None and not _on_stack(st.update_frame):
             self._end_failed_update(st)
         return st
