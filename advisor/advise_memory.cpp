@@ -114,8 +114,9 @@ void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const Adv
   adv.saving = double(limit - peak);
   // Memory grows with the micro-batch at most linearly: 90% of the limit holds at least this factor.
   const double factor = 0.9 * double(limit) / double(peak);
-  adv.change = fmt::format("raise the micro-batch (--batch-size) about {:.1f}x and lower --accum to match, or let "
-                           "memcomm-tune find the fastest fit",
+  adv.change = fmt::format("raise the micro-batch up to about {:.1f}x (memcomm-train --batch-size; a DataLoader's "
+                           "batch_size) and lower the accumulation to match, or let memcomm-tune (memcomm.tune) find "
+                           "the fastest fit",
                            factor);
   adv.evidence = fmt::format("peak reserved {} of {} per rank: {:.0f}% of the memory is never used", format_bytes(peak),
                              format_bytes(limit), 100 * unused);

@@ -145,7 +145,8 @@ void add_memory_options(CLI::App* sub, Args& a) {
   sub->add_option("--rows", a.memory.rows, "sites shown in text mode (at least 1)")->check(memcomm::whole_number(1))->capture_default_str();
   sub->add_option("--rank", a.memory.rank, "traces of several ranks: the rank to read (default: the first)")
       ->check(memcomm::whole_number(0));
-  sub->add_option("--device", a.memory.device, "only this device's blocks (default: every device's, summed)")
+  sub->add_option("--device", a.memory.device, "only this device's blocks, 255 for host memory (default: every device's, summed; a trace's host "
+                  "memory is left out where it also has a GPU's)")
       ->check(CLI::Range(0, 255));
 }
 

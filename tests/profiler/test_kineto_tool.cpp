@@ -242,6 +242,33 @@ TEST_CASE("memory counts what a memory profile held before its first event", "[k
   std::remove(path.c_str());
 }
 
+TEST_CASE("memory leaves the host's blocks out of a GPU trace's sum unless --device 255 asks", "[kineto][tool]") {
+  // Note [Host memory beside a GPU's] (allocations.hpp): the GPU peaks at 4000 B early, the host at
+  // 300 B later; their sum peaked at neither memory's moment.
+  const std::string path = test::temp_path("khost") + ".pt.trace.json";
+  const auto mem = [](long long ts, int type, int addr, int bytes, int total) {
+    return R"({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": )" +
+           std::to_string(ts) + R"(, "args": {"Device Type": )" + std::to_string(type) + R"(, "Device Id": 0, "Addr": )" +
+           std::to_string(addr) + R"(, "Bytes": )" + std::to_string(bytes) + R"(, "Total Allocated": )" +
+           std::to_string(total) + R"(, "Total Reserved": 2097152}})";
+  };
+  write_text(path, R"({"traceEvents": [)" + mem(1712195495406010, 1, 4096, 4000, 4000) + "," +
+                       mem(1712195495406020, 1, 4096, -4000, 0) + "," + mem(1712195495406030, 1, 8192, 3900, 3900) + "," +
+                       mem(1712195495406040, 0, 64, 300, 300) + "]}");
+  const auto live_at_peak = [&](const std::string& args) {
+    const Run r = trace_tool("memory --at peak --json " + args + path);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["live_bytes"].get<std::uint64_t>();
+  };
+  CHECK(live_at_peak("") == 4000);  // the GPU's, not 3900 + 300 at the end
+  CHECK(live_at_peak("--device 0 ") == 4000);
+  CHECK(live_at_peak("--device 255 ") == 300);
+  const Run text = trace_tool("memory --at peak " + path);
+  CHECK(contains(text.out, "GPU memory (the host's: --device 255)"));
+  std::remove(path.c_str());
+}
+
 TEST_CASE("convert writes an .mct copy that reads back with the same events and strings", "[kineto][tool]") {
   const std::string base = test::temp_path("kconv");
   const auto fx = memcomm::test::kineto_fixture(1, 20, true);

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <set>
 
+#include "memcomm/trace/mixed_runs.hpp"
 #include "memcomm/trace/trace_reader.hpp"
 #include "memcomm/trace/trace_set.hpp"
 #include "memcomm/trace/trace_writer.hpp"
@@ -328,6 +329,13 @@ TEST_CASE("TraceSet says when its ranks cannot be one run's", "[profiler][format
   REQUIRE(sizes.size() == 1);
   CHECK_THAT(sizes[0], Catch::Contains("world size 2") && Catch::Contains("says 4"));
   for (const auto& p : {a, b, c, d}) std::remove(p.c_str());
+  // The viewer takes two files that name the same rank (two single-rank torch.profiler runs) and shows
+  // one under another number: said, not silent. A stand-in (no world named) and one file twice are not.
+  const auto same = mixed_run_warnings({{0, "x.json", 1, {}, {}}, {0, "y.json", 1, {}, {}}});
+  REQUIRE(same.size() == 1);
+  CHECK_THAT(same[0], Catch::Contains("rank 0 (x.json) and rank 0 (y.json) are both rank 0"));
+  CHECK(mixed_run_warnings({{0, "x.json", 0, {}, {}}, {0, "y.json", 0, {}, {}}}).empty());
+  CHECK(mixed_run_warnings({{0, "x.json", 1, {}, {}}, {0, "x.json", 1, {}, {}}}).empty());
 }
 
 TEST_CASE("TraceHasher over pieces equals trace_hash over the whole", "[unit]") {

@@ -89,15 +89,33 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
   return out;
 }
 
-Allocations allocations_of_device(const Allocations& all, std::uint8_t device) {
+namespace {
+// The allocations of `all` that `keep`, in the same order, with the same time bounds.
+template <class Keep>
+Allocations kept(const Allocations& all, Keep keep) {
   Allocations out;
   out.begin = all.begin;
   out.end = all.end;
   out.unmatched = all.unmatched;
   for (const Allocation& a : all.list)
-    if (a.device == device) out.list.push_back(a);
+    if (keep(a)) out.list.push_back(a);
   out.list.shrink_to_fit();
   return out;
+}
+}  // namespace
+
+Allocations allocations_of_device(const Allocations& all, std::uint8_t device) {
+  return kept(all, [device](const Allocation& a) { return a.device == device; });
+}
+
+bool host_beside_gpu(const Allocations& all) {
+  bool host = false, gpu = false;
+  for (const Allocation& a : all.list) (a.device == kHostDevice ? host : gpu) = true;
+  return host && gpu;
+}
+
+Allocations without_host(const Allocations& all) {
+  return kept(all, [](const Allocation& a) { return a.device != kHostDevice; });
 }
 
 // Note [Bytes a memory profile never saw allocated]: a torch.profiler memory profile starts with the

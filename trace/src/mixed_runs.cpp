@@ -11,11 +11,15 @@
 //   - two ranks' recordings never overlapped in wall-clock time (their first and last timestamps
 //     moved by the wall clock their StartTime read; the timestamps are each host's CLOCK_MONOTONIC,
 //     which says nothing across hosts): the ranks of one run record at the same time. torch.profiler
-//     traces carry no such reading and are left out of this one.
+//     traces carry no such reading and are left out of this one;
+//   - two files name the same rank of a world (the viewer shows one of them under another number,
+//     Note [Rank ids across files]; memcomm-trace refuses such a pair before it gets here).
 // memcomm-trace and memcomm-view warn and go on (the user may know better, e.g. a trace merged by hand).
 #include "memcomm/trace/mixed_runs.hpp"
 
 #include <fmt/format.h>
+
+#include <map>
 
 #include "memcomm/trace/trace_set.hpp"
 
@@ -35,7 +39,14 @@ std::vector<std::string> mixed_run_warnings(const std::vector<RunFacts>& ranks) 
   std::vector<std::string> out;
   const RunFacts* sized = nullptr;  // the first rank that names its world size
   const RunFacts* timed = nullptr;  // the first rank whose wall-clock span is known
+  std::map<uint32_t, const RunFacts*> named;  // ranks whose file names its world, by rank
   for (const RunFacts& r : ranks) {
+    if (r.world_size != 0 && r.rank != kUnknownRank) {
+      const auto [first, fresh] = named.emplace(r.rank, &r);
+      if (!fresh && first->second->source != r.source)
+        out.push_back(fmt::format("{} and {} are both rank {} of a world of {}: files of different runs?",
+                                  who(*first->second), who(r), r.rank, r.world_size));
+    }
     if (r.world_size != 0 && r.rank != kUnknownRank && r.rank >= r.world_size)
       out.push_back(fmt::format("{} says world size {}: a rank outside its own world", who(r), r.world_size));
     if (r.world_size != 0 && sized == nullptr) sized = &r;

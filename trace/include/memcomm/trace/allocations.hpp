@@ -108,6 +108,16 @@ std::uint64_t live_bytes(const Allocations& a, std::int64_t t);
 // snapshot's devices, shown or reported one at a time).
 Allocations allocations_of_device(const Allocations& all, std::uint8_t device);
 
+// Note [Host memory beside a GPU's]: a torch.profiler trace records the CPU's [memory] events beside
+// the GPU's, and their sum is no memory's figure: an OWLv2 trace's "peak" was 2.64 GiB at 1.09 s
+// where the GPU's is 2.52 GiB at 0.13 s, beside a summary saying 2.52 GiB. So the figures that
+// sum a rank's devices (memcomm-trace memory without --device, the viewer's bands and "who holds
+// memory") leave the host out when a GPU is there, as the memory curves choose a GPU over the host
+// (Note [Memory curves from block events]); the host's blocks are its own device (kHostDevice).
+bool host_beside_gpu(const Allocations& all);
+// `all` without its host memory's allocations, in the same order, with the same time bounds.
+Allocations without_host(const Allocations& all);
+
 // One reading of a device's allocated bytes, as the producer counted them.
 struct LevelAt {
   std::int64_t t;
