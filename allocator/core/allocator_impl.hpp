@@ -194,6 +194,10 @@ struct CachingAllocator::Impl {
   DeviceStats stats GUARDED_BY(mu);
   std::uint64_t tick GUARDED_BY(mu) = 0;                 // operations so far (ages)
   std::int64_t allocated_high_water GUARDED_BY(mu) = 0;  // largest allocated bytes ever (never reset; page budget)
+  std::int64_t allocated_low_since_high_water GUARDED_BY(mu) = 0;  // least allocated bytes since the high
+                                                                   // water last rose (Note [A repeated peak])
+  std::int64_t last_iteration_peak GUARDED_BY(mu) = 0;  // the last high water that live bytes then fell
+                                                        // below half of (Note [A repeated peak])
   std::int64_t reserved_high_water GUARDED_BY(mu) = 0;   // largest reserved bytes ever (never reset;
                                                          // Note [Map-ahead in a trough])
   PageBudget budget GUARDED_BY(mu){0.0, 0, 1};           // Note [Lazy page release]; set up by the constructor
@@ -369,6 +373,12 @@ struct CachingAllocator::Impl {
   double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
   // Whether live bytes are climbing with nothing left free behind them (Note [Map-ahead on a ramp]).
   bool on_ramp(std::int64_t hw) const REQUIRES(mu);
+  // Whether the large pool holds (almost) no free block outside the window being grown, so that a
+  // medium growth may map a whole medium segment ahead (Note [A medium ramp maps whole pages]).
+  bool pool_on_ramp(const Pool* pool, std::int64_t hw) const REQUIRES(mu);
+  // Whether a request of `size` takes live bytes past the last iteration's peak by less than the page
+  // budget's headroom (Note [A repeated peak]).
+  bool repeats_peak(std::size_t size) const REQUIRES(mu);
   // Whether a request of `size` is a tensor grown by concatenation: a large one at most a page larger
   // than the block its pool freed last (Note [A tensor that grows by concatenation]).
   bool grows_last_freed(const Pool* pool, std::size_t size) const REQUIRES(mu);

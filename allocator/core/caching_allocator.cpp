@@ -294,7 +294,12 @@ Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requ
   stats.active_bytes.increase(std::int64_t(b->size));
   stats.requested_bytes.increase(std::int64_t(requested));
   if (b->size >= config.max_split_size) stats.oversize_allocations.increase(1);
-  if (stats.allocated_bytes.current > allocated_high_water) allocated_high_water = stats.allocated_bytes.current;
+  if (stats.allocated_bytes.current > allocated_high_water) {
+    // Note [A repeated peak] (expandable.cpp): live bytes fell below half the high water since it last
+    // rose, so this climb is another iteration's.
+    if (2 * allocated_low_since_high_water < allocated_high_water) last_iteration_peak = allocated_high_water;
+    allocated_high_water = allocated_low_since_high_water = stats.allocated_bytes.current;
+  }
   emit(EventKind::Alloc, b->addr, b->size, requested, stream);
   return b;
 }
@@ -399,6 +404,8 @@ void CachingAllocator::deallocate(void* ptr) {
   const StreamId stream = b->stream;
   m.stats.allocation.decrease(1);
   m.stats.allocated_bytes.decrease(std::int64_t(b->size));
+  if (m.stats.allocated_bytes.current < m.allocated_low_since_high_water)  // Note [A repeated peak]
+    m.allocated_low_since_high_water = m.stats.allocated_bytes.current;
   m.stats.requested_bytes.decrease(std::int64_t(b->requested));
   if (b->size >= m.config.max_split_size) m.stats.oversize_allocations.decrease(1);
   m.emit(EventKind::FreeRequested, b->addr, b->size, b->requested, stream);

@@ -143,6 +143,24 @@ TEST_CASE("on a ramp past free holes, a growth maps a medium segment and gives t
   for (void* p : kept) a.deallocate(p);
 }
 
+TEST_CASE("a clean ramp of medium requests maps a whole medium segment past each growth's request",
+          "[allocator][growth]") {
+  // Note [A medium ramp maps whole pages]: 10 MiB requests climb with nothing free behind them. A
+  // growth of the 20 MiB minimum serves two of them (50 growths for 100); a segment past the request,
+  // three.
+  CachingAllocator a(simulated());
+  std::vector<void*> kept{a.allocate(1024 * MiB)};
+  const DeviceStats before = a.stats();
+  for (int i = 0; i < 100; ++i) kept.push_back(a.allocate(10 * MiB));
+  const DeviceStats s = a.stats();
+  const std::int64_t calls = s.source_calls() - before.source_calls();
+  INFO("calls " << calls << ", reserved " << s.reserved_bytes.peak << ", allocated " << s.allocated_bytes.peak);
+  CHECK(calls <= 40);
+  CHECK(double(s.reserved_bytes.peak) <= 1.03 * double(s.allocated_bytes.peak));
+  a.check_invariants();
+  for (void* p : kept) a.deallocate(p);
+}
+
 TEST_CASE("after a peak of large blocks the small pool still grows in chunks", "[allocator][growth]") {
   CachingAllocator a(simulated());
   std::vector<void*> large;
