@@ -589,7 +589,11 @@ bool CachingAllocator::Impl::pool_on_ramp(const Pool* pool, std::int64_t hw) con
 // budget of the last iteration's peak.
 bool CachingAllocator::Impl::repeats_peak(std::size_t size) const {
   const std::int64_t with = stats.allocated_bytes.current + std::int64_t(size);
-  return last_iteration_peak > 0 && with > allocated_high_water && double(with) <= budget.plain(last_iteration_peak);
+  // take() records the last iteration's peak only once the high water rises past it, after this
+  // growth: when live bytes fell below half the high water since it rose, it is that peak already.
+  const std::int64_t last =
+      2 * allocated_low_since_high_water < allocated_high_water ? allocated_high_water : last_iteration_peak;
+  return last > 0 && with > allocated_high_water && double(with) <= budget.plain(last);
 }
 
 // Note [Map-ahead in a trough]: when live bytes are below their high water by more than the page

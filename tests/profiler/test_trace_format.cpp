@@ -333,7 +333,7 @@ TEST_CASE("TraceSet says when its ranks cannot be one run's", "[profiler][format
   // one under another number: said, not silent. A stand-in (no world named) and one file twice are not.
   const auto same = mixed_run_warnings({{0, "x.json", 1, {}, {}}, {0, "y.json", 1, {}, {}}});
   REQUIRE(same.size() == 1);
-  CHECK_THAT(same[0], Catch::Contains("rank 0 (x.json) and rank 0 (y.json) are both rank 0"));
+  CHECK_THAT(same[0], Catch::Contains("rank 0 (x.json) and rank 0 (y.json) are both rank 0:"));
   CHECK(mixed_run_warnings({{0, "x.json", 0, {}, {}}, {0, "y.json", 0, {}, {}}}).empty());
   CHECK(mixed_run_warnings({{0, "x.json", 1, {}, {}}, {0, "x.json", 1, {}, {}}}).empty());
 }

@@ -225,14 +225,41 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 except FloatingPointError:
                     pass
                 opt.zero_grad()
-    """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"))
-    for name, iterations in (("two", 5), ("amp", 6), ("raised", 4)):
+        # LBFGS runs its iteration's forward and backward inside step(closure): each call is an iteration.
+        lbfgs = torch.optim.LBFGS(model.parameters(), max_iter=2)
+        x, y = batches(1)[0]
+        def closure():
+            lbfgs.zero_grad()
+            loss = crit(model(x), y)
+            loss.backward()
+            return loss
+        with memcomm.profile(trace=sys.argv[4]):
+            for _ in range(3):
+                lbfgs.step(closure)
+        # Optimizers stepped from gradient hooks (PyTorch's optimizer-in-backward recipe): the step ends
+        # with the backward around them, not inside it.
+        per_param = {p: torch.optim.SGD([p], lr=0.01) for p in model.parameters()}
+        def step_now(p):
+            per_param[p].step()
+            per_param[p].zero_grad()
+        hooks = [p.register_post_accumulate_grad_hook(step_now) for p in model.parameters()]
+        with memcomm.profile(trace=sys.argv[5]):
+            for x, y in batches(3):
+                crit(model(x), y).backward()
+        for h in hooks:
+            h.remove()
+    """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
+        str(tmp_path / "inbackward.mct"))
+    info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
+    assert info["range_begin"] == info["range_end"], info
+    for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
         counts = phase_counts(tool, tmp_path, file)
-        updates = 2 * iterations if name == "two" else iterations
-        assert counts.get("backward") == iterations and counts.get("optimizer") == updates, (name, counts)
+        updates = {"two": 2 * iterations, "inbackward": 4 * iterations}.get(name, iterations)  # 4 parameters
+        backwards = 2 * iterations if name == "lbfgs" else iterations  # max_iter=2 closure calls
+        assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
 
 
 def test_models_in_a_container_are_found_at_the_first_update(tmp_path, tool):

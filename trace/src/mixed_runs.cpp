@@ -44,8 +44,8 @@ std::vector<std::string> mixed_run_warnings(const std::vector<RunFacts>& ranks) 
     if (r.world_size != 0 && r.rank != kUnknownRank) {
       const auto [first, fresh] = named.emplace(r.rank, &r);
       if (!fresh && first->second->source != r.source)
-        out.push_back(fmt::format("{} and {} are both rank {} of a world of {}: files of different runs?",
-                                  who(*first->second), who(r), r.rank, r.world_size));
+        out.push_back(fmt::format("{} and {} are both rank {}: files of different runs?", who(*first->second), who(r),
+                                  r.rank));
     }
     if (r.world_size != 0 && r.rank != kUnknownRank && r.rank >= r.world_size)
       out.push_back(fmt::format("{} says world size {}: a rank outside its own world", who(r), r.world_size));

@@ -47,7 +47,9 @@ def _default_store() -> Optional[Any]:
 def _missing_ranks(store: Any, sync: int, rank: int, world: int) -> Optional[List[int]]:
     """Note [Ranks that do not profile]: None when every rank checked in for clock measurement
     `sync`, else the ranks that have not yet ([] for a rank that came after the others gave up)."""
-    prefix = f"memcomm/profile/clock/{sync}"
+    # A store can outlive an attempt (torchrun's agent store across restarts): each attempt its own keys.
+    attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
+    prefix = f"memcomm/profile/clock/{attempt}/{sync}"
     store.set(f"{prefix}/rank{rank}", "1")
     keys = [f"{prefix}/rank{r}" for r in range(world)]
     try:
@@ -55,7 +57,10 @@ def _missing_ranks(store: Any, sync: int, rank: int, world: int) -> Optional[Lis
         mine = b"go"
     except (RuntimeError, dist.DistError):  # DistStoreError: a timeout
         mine = b"skip"
-    verdict = store.compare_set(f"{prefix}/verdict", b"", mine)
+    try:
+        verdict = store.compare_set(f"{prefix}/verdict", b"", mine)
+    except (RuntimeError, NotImplementedError):  # a store without compare_set: this rank's own reading
+        verdict = mine
     if verdict == b"go":
         return None
     return [r for r in range(world) if not store.check([keys[r]])]

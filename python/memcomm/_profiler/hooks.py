@@ -104,7 +104,7 @@ from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KE
 
 class _ThreadState:
     """What one training thread has open."""
-    __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "inner_updates",
+    __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with_backward",
                  "depth", "fwd_module", "in_backward")
 
     def __init__(self, generation: int):
@@ -114,7 +114,7 @@ class _ThreadState:
         self.step_open = False
         self.step_end_ns = 0                           # when the step's last update returned; 0: none yet
         self.update_frame: Any = None                  # the open update's step() call (_end_failed_update)
-        self.inner_updates = 0                         # step() calls inside it (a subclass's super().step())
+        self.ends_with_backward = False                # an update returned inside the open backward
         self.depth = 0                                 # module call nesting (global hooks)
         self.fwd_module: Any = None
         self.in_backward = False
@@ -185,11 +185,13 @@ class PhaseHooks:
             self._close_all(st)
         with self._lock:
             others = [o for o in self._threads if o is not st]
+            self._threads = []
         for o in others:
             if o.step_open and o.step_end_ns and o.stack and o.stack[0][0] == STEP:
                 _memcomm.phase_end_on(o.thread, STEP, o.stack[0][1], o.step_end_ns)
                 o.stack.clear()
                 o.step_open, o.step_end_ns = False, 0
+            o.update_frame = None  # a frame keeps its callers' locals (the model) alive
 
     def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
         """Watches `modules`' calls (Note [Forwards through the class]), and a compiled module's
@@ -269,6 +271,7 @@ class PhaseHooks:
                 return
 
     def _close_all(self, st: _ThreadState) -> None:
+        st.update_frame = None  # an update that raised last: its frame keeps its callers' locals alive
         if st.step_end_ns:
             self._close_step(st)
         if st.stack:
@@ -356,6 +359,9 @@ class PhaseHooks:
             finally:
                 st.in_backward = False
                 self._close(st, BACKWARD)
+                if st.ends_with_backward:
+                    st.ends_with_backward = False
+                    st.step_end_ns = now()
 
         recorded = torch.compiler.disable(recorded, recursive=False)  # Note [Hooks under torch.compile]
         setattr(torch.autograd, name, recorded)
@@ -366,31 +372,34 @@ class PhaseHooks:
         if running.profiler is not self._owner:  # paused (running.paused)
             return
         st = self._state()
-        if st.update_frame is not None:
-            st.inner_updates += 1  # part of the open update, as GradScaler's optimizer.step() is
-        else:
-            self._update_begins(st, _frame_outside_memcomm())
+        if st.update_frame is None:  # else a step() inside the open update (GradScaler's, super().step())
+            closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0] is the optimizer
+            self._update_begins(st, _frame_outside_memcomm(), joins=not callable(closure))
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if running.profiler is not self._owner:
             return
         st = self._state()
-        if st.inner_updates:
-            st.inner_updates -= 1
-        else:
+        if st.update_frame is not None and _frame_outside_memcomm() is st.update_frame:  # not an inner step()
             self._update_returned(st)
 
-    def _update_begins(self, st: _ThreadState, frame: Any) -> None:
-        st.step_end_ns = 0  # a second update of the same iteration: the step goes on
+    def _update_begins(self, st: _ThreadState, frame: Any, joins: bool = True) -> None:
+        """An update begins. One that follows another with no training event between joins its step
+        (a second optimizer); one with a closure runs its iteration's forward and backward inside
+        itself (LBFGS), so it begins the next step instead."""
+        if joins:
+            st.step_end_ns = 0
         self._ensure_step(st)
         self._open(st, OPTIMIZER, 0, OPT_STATE)
         st.update_frame = frame
 
     def _update_returned(self, st: _ThreadState) -> None:
         st.update_frame = None
-        st.inner_updates = 0  # an inner step() that raised inside it ran no post hook
         self._close(st, OPTIMIZER)
-        st.step_end_ns = now()
+        if st.in_backward:  # stepped from a gradient hook: the step ends with the backward around it
+            st.ends_with_backward = True
+        else:
+            st.step_end_ns = now()
         self.step_ends += 1
         if self._global_handles:
             self._narrow_hooks()
@@ -422,7 +431,6 @@ class PhaseHooks:
         stay open and the next iteration nest inside it, two iterations in one step. The first hook to
         find that step() call gone from the stack closes it, as an update that returned."""
         st.update_frame = None
-        st.inner_updates = 0
         self._close(st, OPTIMIZER)
         st.step_end_ns = now()
 

@@ -1,6 +1,7 @@
 """tune()'s setup before the search: the ranks agree on their arguments, the search's configuration
 and cache key, and the checks that the model fits at all."""
 import json
+import traceback
 import warnings
 import zlib
 from typing import Any, Dict, Optional
@@ -54,6 +55,7 @@ def _first_step(runner: Runner, limit: int) -> int:
         except Exception as at_one:  # noqa: BLE001 (re-raised unless b = 2 steps)
             if runner.o.global_batch // runner.group.world < 2:
                 raise
+            traceback.clear_frames(at_one.__traceback__)  # its frames' locals (b = 1's activations) go now
             try:
                 where = _one_step(runner, 2)
             except Exception:  # noqa: BLE001
