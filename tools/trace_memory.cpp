@@ -108,10 +108,8 @@ class TraceMemory final : public HeldMemory {
     if (allocs_.list.empty())
       throw std::invalid_argument(fmt::format("{}: no allocation events (a torch.profiler trace records them with "
                                               "profile_memory=True; memcomm-train and memcomm.profile with memcomm's allocator)", label_));
-    if (device < 0 && host_beside_gpu(allocs_)) {  // Note [Host memory beside a GPU's]
-      allocs_ = without_host(allocs_);
+    if (device < 0 && leave_out_host_beside_gpu(allocs_))  // Note [Host memory beside a GPU's]
       label_ += fmt::format(", GPU memory (the host's: --device {})", kHostDevice);
-    }
     allocs_ = on_device(std::move(allocs_), device, {}, label_);
     // Blocks from before the trace that carry no category (a torch.profiler trace's, Note [Bytes a
     // memory profile never saw allocated] in allocations.cpp) are a site of their own.

@@ -373,12 +373,17 @@ struct CachingAllocator::Impl {
   double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
   // Whether live bytes are climbing with nothing left free behind them (Note [Map-ahead on a ramp]).
   bool on_ramp(std::int64_t hw) const REQUIRES(mu);
+  // The free bytes under which growth reads a ramp for high water `hw` (Note [Map-ahead on a ramp]).
+  double ramp_free_limit(std::int64_t hw) const REQUIRES(mu);
   // Whether the large pool holds (almost) no free block outside the window being grown, so that a
   // medium growth may map a whole medium segment ahead (Note [A medium ramp maps whole pages]).
   bool pool_on_ramp(const Pool* pool, std::int64_t hw) const REQUIRES(mu);
   // Whether a request of `size` takes live bytes past the last iteration's peak by less than the page
   // budget's headroom (Note [A repeated peak]).
   bool repeats_peak(std::size_t size) const REQUIRES(mu);
+  // Whether live bytes fell below half their high water since it last rose: an iteration ended
+  // (Note [A repeated peak]).
+  bool iteration_ended() const REQUIRES(mu) { return 2 * allocated_low_since_high_water < allocated_high_water; }
   // Whether a request of `size` is a tensor grown by concatenation: a large one at most a page larger
   // than the block its pool freed last (Note [A tensor that grows by concatenation]).
   bool grows_last_freed(const Pool* pool, std::size_t size) const REQUIRES(mu);

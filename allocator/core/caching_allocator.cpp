@@ -295,9 +295,8 @@ Block* CachingAllocator::Impl::take(Block* b, std::size_t size, std::size_t requ
   stats.requested_bytes.increase(std::int64_t(requested));
   if (b->size >= config.max_split_size) stats.oversize_allocations.increase(1);
   if (stats.allocated_bytes.current > allocated_high_water) {
-    // Note [A repeated peak] (expandable.cpp): live bytes fell below half the high water since it last
-    // rose, so this climb is another iteration's.
-    if (2 * allocated_low_since_high_water < allocated_high_water) last_iteration_peak = allocated_high_water;
+    // Note [A repeated peak] (expandable.cpp): this climb is another iteration's.
+    if (iteration_ended()) last_iteration_peak = allocated_high_water;
     allocated_high_water = allocated_low_since_high_water = stats.allocated_bytes.current;
   }
   emit(EventKind::Alloc, b->addr, b->size, requested, stream);

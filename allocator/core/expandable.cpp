@@ -523,20 +523,21 @@ std::size_t CachingAllocator::Impl::map_ahead_for(Pool* pool, std::size_t size, 
   in.page = page;
   in.trough_room = trough_room(hw, size, window_need);
   const bool medium = !pool->small && size < config.medium_segment;
-  MapAheadInputs share = in;
-  share.chunk = 0;
-  if (medium && repeats_peak(size)) {
-    in.chunk = 0;  // Note [A repeated peak]: no medium-segment minimum
-  } else if (medium && in.room >= double(config.medium_segment) && pool_on_ramp(pool, hw)) {
-    // Note [A medium ramp maps whole pages]: a whole medium segment past the request.
+  const bool repeated = medium && repeats_peak(size);
+  if (repeated) in.chunk = 0;  // Note [A repeated peak]: no medium-segment minimum
+  // On a ramp a growth may fill the whole room, but maps at most this far past the request (or the
+  // room's usual share where that is more): a whole medium segment (Note [A medium ramp maps whole
+  // pages]), else one more request like this one (Note [Map-ahead on a ramp]).
+  std::size_t ramp_ahead = 0;
+  if (!repeated && medium && in.room >= double(config.medium_segment) && pool_on_ramp(pool, hw))
+    ramp_ahead = config.medium_segment;
+  else if (!pool->small && on_ramp(hw))
+    ramp_ahead = page_up(size, page);
+  if (ramp_ahead) {
+    MapAheadInputs share = in;
+    share.chunk = 0;
     in.map_ahead = 1.0;
-    in.most_ahead = std::max(std::size_t(config.medium_segment), map_ahead_bytes(share));
-    return std::max(map_ahead_bytes(in), medium_minimum(pool, size, hw, held, window_need, in));
-  }
-  // Note [Map-ahead on a ramp]: the whole room, at most one more request like this one.
-  if (!pool->small && on_ramp(hw)) {
-    in.map_ahead = 1.0;
-    in.most_ahead = std::max(std::size_t(page_up(size, page)), map_ahead_bytes(share));
+    in.most_ahead = std::max(ramp_ahead, map_ahead_bytes(share));
   }
   return std::max(map_ahead_bytes(in), medium_minimum(pool, size, hw, held, window_need, in));
 }
@@ -568,9 +569,11 @@ std::size_t CachingAllocator::Impl::medium_minimum(Pool* pool, std::size_t size,
 // kRampFreeShare of map-ahead's share of the page budget's headroom.
 bool CachingAllocator::Impl::on_ramp(std::int64_t hw) const {
   if (allocated_high_water == 0) return false;
-  const double headroom = budget.plain(hw) - double(hw);
-  const double free_bytes = double(stats.reserved_bytes.current - stats.allocated_bytes.current);
-  return free_bytes < kRampFreeShare * config.map_ahead * headroom;
+  return double(stats.reserved_bytes.current - stats.allocated_bytes.current) < ramp_free_limit(hw);
+}
+
+double CachingAllocator::Impl::ramp_free_limit(std::int64_t hw) const {
+  return kRampFreeShare * config.map_ahead * (budget.plain(hw) - double(hw));
 }
 
 // Note [A medium ramp maps whole pages]: the pool's free blocks (the window's own mapped blocks are out
@@ -578,7 +581,7 @@ bool CachingAllocator::Impl::on_ramp(std::int64_t hw) const {
 // pool with fragmentation answers at its first block.
 bool CachingAllocator::Impl::pool_on_ramp(const Pool* pool, std::int64_t hw) const {
   if (allocated_high_water == 0) return false;
-  const double most = kRampFreeShare * config.map_ahead * (budget.plain(hw) - double(hw));
+  const double most = ramp_free_limit(hw);
   double free_bytes = 0;
   for (auto it = pool->free.rbegin(); it != pool->free.rend(); ++it)
     if ((free_bytes += double((*it)->size)) >= most) return false;
@@ -590,9 +593,8 @@ bool CachingAllocator::Impl::pool_on_ramp(const Pool* pool, std::int64_t hw) con
 bool CachingAllocator::Impl::repeats_peak(std::size_t size) const {
   const std::int64_t with = stats.allocated_bytes.current + std::int64_t(size);
   // take() records the last iteration's peak only once the high water rises past it, after this
-  // growth: when live bytes fell below half the high water since it rose, it is that peak already.
-  const std::int64_t last =
-      2 * allocated_low_since_high_water < allocated_high_water ? allocated_high_water : last_iteration_peak;
+  // growth: when an iteration ended since it rose, the high water is that peak already.
+  const std::int64_t last = iteration_ended() ? allocated_high_water : last_iteration_peak;
   return last > 0 && with > allocated_high_water && double(with) <= budget.plain(last);
 }
 

@@ -85,8 +85,9 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     Raises TypeError or ValueError for bad arguments (before any probe), the user's own exception
     when loss_fn, make_batch or evaluate raises one on this rank (TuneError on the other ranks), and
     ValueError when one step at micro-batch 1 does not fit. A step that raises at micro-batch 1 but
-    not at 2 (BatchNorm in training mode) is warned about, and the search starts at 2. An out-of-memory in a probe is never
-    raised: it is a result (Note [Agreeing on an out-of-memory from Python]).
+    not at 2 (BatchNorm in training mode) is warned about, and the search starts at 2. An
+    out-of-memory in a probe is never raised: it is a result
+    (Note [Agreeing on an out-of-memory from Python]).
     """
     randomness = RandomState()
     try:

@@ -108,14 +108,12 @@ Allocations allocations_of_device(const Allocations& all, std::uint8_t device) {
   return kept(all, [device](const Allocation& a) { return a.device == device; });
 }
 
-bool host_beside_gpu(const Allocations& all) {
+bool leave_out_host_beside_gpu(Allocations& all) {
   bool host = false, gpu = false;
   for (const Allocation& a : all.list) (a.device == kHostDevice ? host : gpu) = true;
-  return host && gpu;
-}
-
-Allocations without_host(const Allocations& all) {
-  return kept(all, [](const Allocation& a) { return a.device != kHostDevice; });
+  if (!host || !gpu) return false;
+  all = kept(all, [](const Allocation& a) { return a.device != kHostDevice; });
+  return true;
 }
 
 // Note [Bytes a memory profile never saw allocated]: a torch.profiler memory profile starts with the

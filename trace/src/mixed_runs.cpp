@@ -41,13 +41,14 @@ std::vector<std::string> mixed_run_warnings(const std::vector<RunFacts>& ranks) 
   const RunFacts* timed = nullptr;  // the first rank whose wall-clock span is known
   std::map<uint32_t, const RunFacts*> named;  // ranks whose file names its world, by rank
   for (const RunFacts& r : ranks) {
-    if (r.world_size != 0 && r.rank != kUnknownRank) {
+    const bool in_a_world = r.world_size != 0 && r.rank != kUnknownRank;  // the file names both
+    if (in_a_world) {
       const auto [first, fresh] = named.emplace(r.rank, &r);
       if (!fresh && first->second->source != r.source)
         out.push_back(fmt::format("{} and {} are both rank {}: files of different runs?", who(*first->second), who(r),
                                   r.rank));
     }
-    if (r.world_size != 0 && r.rank != kUnknownRank && r.rank >= r.world_size)
+    if (in_a_world && r.rank >= r.world_size)
       out.push_back(fmt::format("{} says world size {}: a rank outside its own world", who(r), r.world_size));
     if (r.world_size != 0 && sized == nullptr) sized = &r;
     else if (r.world_size != 0 && r.world_size != sized->world_size)

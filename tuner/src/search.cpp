@@ -88,11 +88,11 @@ class Search {
       cand_ = divisors(per_rank_);
     }
     // A micro-batch larger than the rank's shard cannot be drawn: a usage error, had it been probed.
-    if (cfg.max_micro_batch > 0)
-      cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](int64_t b) { return b > cfg.max_micro_batch; }),
-                  cand_.end());
-    cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](int64_t b) { return b < cfg.min_micro_batch; }),
-                cand_.end());
+    // One smaller than min_micro_batch cannot step.
+    const auto outside = [&](int64_t b) {
+      return b < cfg.min_micro_batch || (cfg.max_micro_batch > 0 && b > cfg.max_micro_batch);
+    };
+    cand_.erase(std::remove_if(cand_.begin(), cand_.end(), outside), cand_.end());
   }
 
   void run() {

@@ -303,8 +303,7 @@ Timeline TimelineBuilder::finish(std::string source) {
     for (auto& c : rd.counters) c.shrink_to_fit();
     if (!producer_allocations_) {
       rd.allocations = allocations_from_events(rd.alloc_events);
-      if (prof::host_beside_gpu(rd.allocations))  // Note [Host memory beside a GPU's]
-        rd.allocations = prof::without_host(rd.allocations);
+      prof::leave_out_host_beside_gpu(rd.allocations);  // Note [Host memory beside a GPU's]
       // Note [Bytes a memory profile never saw allocated] (trace/src/allocations.cpp), as
       // memcomm-trace memory counts them: a rank whose block events start mid-run (a torch.profiler
       // trace, a time-range load) holds what its allocated readings count beyond its blocks.

@@ -114,9 +114,8 @@ Allocations allocations_of_device(const Allocations& all, std::uint8_t device);
 // sum a rank's devices (memcomm-trace memory without --device, the viewer's bands and "who holds
 // memory") leave the host out when a GPU is there, as the memory curves choose a GPU over the host
 // (Note [Memory curves from block events]); the host's blocks are its own device (kHostDevice).
-bool host_beside_gpu(const Allocations& all);
-// `all` without its host memory's allocations, in the same order, with the same time bounds.
-Allocations without_host(const Allocations& all);
+// Drops the host's allocations from `all` when it also holds a GPU's; returns whether it did.
+bool leave_out_host_beside_gpu(Allocations& all);
 
 // One reading of a device's allocated bytes, as the producer counted them.
 struct LevelAt {
