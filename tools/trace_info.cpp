@@ -42,9 +42,7 @@ void count_event(FileCounts& f, const Event& e, uint32_t rank, const std::vector
   ++f.per_rank[rank];
   ++f.per_kind[uint8_t(e.kind)];
   f.t_min = std::min(f.t_min, e.ts);
-  int64_t end = e.ts;
-  if (family_of(e.kind) == EventFamily::Compute) end += e.as<ComputeEvent>().dur_ns;
-  f.t_max = std::max(f.t_max, end);
+  f.t_max = std::max(f.t_max, event_end(e));
   if (e.kind == EventKind::Drops) f.drops += e.as<DropEvent>().count;
   if (is_mem_block_kind(e.kind))
     ++f.memory_per_device[e.as<MemBlockEvent>().device][is_segment_kind(e.kind) ? 1 : 0];

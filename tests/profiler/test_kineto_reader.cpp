@@ -127,7 +127,7 @@ TEST_CASE("kineto: every kind of event maps onto the event model", "[kineto]") {
         saw_comm_kernel = true;
         CHECK(c.sub == 1);
         CHECK(c.corr == 8);
-        CHECK(c.dur_ns == 100000);
+        CHECK(c.duration() == 100000);
       }
     }
   CHECK(saw_comm_kernel);

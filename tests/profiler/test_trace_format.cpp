@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <cstddef>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -107,7 +109,7 @@ TEST_CASE("every event kind survives a write/read round trip bit for bit", "[pro
         CHECK(ce.proto() == CollProto::LL128);
       } else if (e.kind == EventKind::Memcpy) {
         CHECK(decode_bytes32(e.as<ComputeEvent>().arg) == (1u << 20));
-        CHECK(e.as<ComputeEvent>().dur_ns == 700);
+        CHECK(e.as<ComputeEvent>().duration() == 700);
       } else if (e.kind == EventKind::Launch) {
         CHECK(e.as<ComputeEvent>().thread() == 300);
       } else if (e.kind == EventKind::Counter) {
@@ -123,8 +125,49 @@ TEST_CASE("every event kind survives a write/read round trip bit for bit", "[pro
 TEST_CASE("byte counts above 2 GiB keep KiB precision in 32 bits", "[profiler][format]") {
   CHECK(decode_bytes32(encode_bytes32(12345)) == 12345);
   CHECK(decode_bytes32(encode_bytes32(5ull << 30)) == (5ull << 30));
-  CHECK(saturate_duration(-5) == 0);
-  CHECK(saturate_duration(int64_t(1) << 40) == kMaxDuration);
+}
+
+TEST_CASE("span durations keep ns below 2^31 ns, then us, then ms, and saturate at kMaxDuration", "[profiler][format]") {
+  CHECK(decode_duration32(encode_duration32(-5)) == 0);
+  CHECK(decode_duration32(encode_duration32(2'147'483'647)) == 2'147'483'647);  // exact below 2^31 ns
+  CHECK(decode_duration32(encode_duration32(4'300'000'123)) == 4'300'000'000);  // past version 1's 4.29 s
+  const int64_t ten_minutes = 600'000'000'000;                                   // a watchdog's wait
+  CHECK(decode_duration32(encode_duration32(ten_minutes + 499)) == ten_minutes);
+  const int64_t two_hours = 7'200'000'000'000;
+  CHECK(decode_duration32(encode_duration32(two_hours + 400'000)) == two_hours);
+  CHECK(decode_duration32(encode_duration32(int64_t(1) << 62)) == kMaxDuration);
+  for (int64_t ns = 1; ns < kMaxDuration; ns = ns * 3 + 7) {  // never off by more than half a unit
+    const int64_t unit = ns < (int64_t(1) << 31) ? 1 : ns < (int64_t(1000) << 30) ? 1000 : 1'000'000;
+    CHECK(std::llabs(decode_duration32(encode_duration32(ns)) - ns) <= unit / 2);
+  }
+}
+
+TEST_CASE("a version 1 file's long spans are read with their duration", "[profiler][format]") {
+  const std::string path = temp_path("v1");
+  auto kernel = make_compute(EventKind::Kernel, 1000, 1001, 0, 1);
+  kernel.dur = 3'000'000'123u;  // version 1: plain ns up to 2^32 - 1
+  {
+    TraceWriter w(path, WriterOptions{});
+    const std::vector<StringDef> strings{{1, "k"}};
+    w.write_chunk(strings, std::vector<Event>{Event::from(kernel), Event::from(make_counter(5, 1, 7))});
+  }
+  auto bytes = slurp(path);
+  FileHeader h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  h.event_version = 1;
+  h.header_checksum = uint32_t(trace_hash(&h, offsetof(FileHeader, header_checksum)));
+  std::memcpy(bytes.data(), &h, sizeof h);
+  spit(path, bytes);
+  const auto events = read_all(path);
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].as<ComputeEvent>().duration() == 3'000'000'000);  // microseconds kept
+  CHECK(events[1].as<CounterEvent>().value == 7);
+  h.event_version = 7;
+  h.header_checksum = uint32_t(trace_hash(&h, offsetof(FileHeader, header_checksum)));
+  std::memcpy(bytes.data(), &h, sizeof h);
+  spit(path, bytes);
+  CHECK_THAT(error_of(path), Catch::Contains("unsupported event model version 7"));
+  std::remove(path.c_str());
 }
 
 TEST_CASE("a writer killed with SIGKILL leaves its complete chunks readable", "[profiler][format]") {

@@ -89,7 +89,7 @@ TEST_CASE("kernel records become named Kernel spans on a per-stream index", "[cu
   const auto k = f.out[1].as<ComputeEvent>();
   CHECK(k.kind == EventKind::Kernel);
   CHECK(k.ts == 1000);
-  CHECK(k.dur_ns == 3000);
+  CHECK(k.duration() == 3000);
   CHECK(k.corr == 42);
   CHECK(k.device == 0);
   CHECK(k.stream == meta.thread);
@@ -158,13 +158,13 @@ TEST_CASE("memcpy and memset records carry bytes and copy kind", "[cupti][unit]"
   CHECK(h2d.kind == EventKind::Memcpy);
   CHECK(CopyKind(h2d.sub) == CopyKind::HtoD);
   CHECK(decode_bytes32(h2d.arg) == 4096);
-  CHECK(h2d.dur_ns == 2500);
+  CHECK(h2d.duration() == 2500);
   CHECK(h2d.corr == 9);
   CHECK(CopyKind(sp[1].as<ComputeEvent>().sub) == CopyKind::DtoH);
   CHECK(decode_bytes32(sp[1].as<ComputeEvent>().arg) == 3ull << 30);
   CHECK(sp[2].kind == EventKind::Memset);
   CHECK(decode_bytes32(sp[2].as<ComputeEvent>().arg) == 1u << 20);
-  CHECK(sp[2].as<ComputeEvent>().dur_ns == 300);
+  CHECK(sp[2].as<ComputeEvent>().duration() == 300);
 
   CHECK(copy_kind_from_cupti(CUPTI_ACTIVITY_MEMCPY_KIND_DTOD) == CopyKind::DtoD);
   CHECK(copy_kind_from_cupti(CUPTI_ACTIVITY_MEMCPY_KIND_PTOP) == CopyKind::PtoP);
@@ -233,7 +233,7 @@ TEST_CASE("synchronization records are Sync spans on the cuda sync pseudo-thread
   CHECK(e.kind == EventKind::Sync);
   CHECK(e.device == kHostDevice);
   CHECK(e.thread() == kCudaSyncThread);
-  CHECK(e.dur_ns == 600);
+  CHECK(e.duration() == 600);
   CHECK(f.text(e.arg) == "cudaStreamSynchronize");
 }
 
@@ -336,7 +336,7 @@ TEST_CASE("incomplete spans, unknown kinds and the clock offset", "[cupti][unit]
   f.feed(kernel("_Z1kv", 1000, 2000, 3));
   const auto k = f.spans().back().as<ComputeEvent>();
   CHECK(k.ts == 500);
-  CHECK(k.dur_ns == 1000);
+  CHECK(k.duration() == 1000);
 
   f.conv.reset();  // streams forgotten: the next span names its stream again
   CHECK(f.feed(kernel("_Z1kv", 1000, 2000, 4)) == 2);

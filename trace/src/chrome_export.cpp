@@ -145,7 +145,7 @@ class ChromeExport {
         args = fmt::format(R"("corr":{}{})", c.corr, e.kind == EventKind::Kernel && c.sub == 1 ? ",\"communication\":true" : "");
       }
       w_.raw(fmt::format(R"({{"ph":"X","cat":"{}","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
-                         kind_name(e.kind), name, pid, tid, w_.us(c.ts), w_.us(t0_ + c.dur_ns), args));
+                         kind_name(e.kind), name, pid, tid, w_.us(c.ts), w_.us(t0_ + c.duration()), args));
       ++st_.slices;
       if (host || c.corr == 0) continue;
       auto it = launches.find(c.corr);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -57,6 +58,28 @@ TraceReader::~TraceReader() {
   if (map_) ::munmap(map_, map_size_);
 }
 
+namespace {
+
+// Version 1 stored a span's duration as plain nanoseconds, saturating at 2^32 - 1 ns; from 2^31 ns up
+// such a value means another unit in version 2 (Note [Durations in 32 bits]), so it is coded again.
+// Chunks without one are passed through uncopied.
+const Event* recode_v1_durations(const Event* events, size_t count, std::vector<Event>& copy) {
+  auto long_span = [](const Event& e) {
+    return family_of(e.kind) == EventFamily::Compute && (e.as<ComputeEvent>().dur & 0x8000'0000u) != 0;
+  };
+  if (std::none_of(events, events + count, long_span)) return events;
+  copy.assign(events, events + count);
+  for (Event& e : copy) {
+    if (!long_span(e)) continue;
+    auto c = e.as<ComputeEvent>();
+    c.dur = encode_duration32(int64_t(c.dur));
+    e = Event::from(c);
+  }
+  return copy.data();
+}
+
+}  // namespace
+
 void TraceReader::fail(uint64_t offset, const std::string& what) const {
   throw TraceError(fmt::format("{}: {} (at byte offset {})", name_, what, offset));
 }
@@ -76,9 +99,9 @@ void TraceReader::open_header() {
   if (header_.format_version != kFormatVersion)
     fail(8, fmt::format("unsupported trace format version {} (this reader supports version {})",
                         header_.format_version, kFormatVersion));
-  if (header_.event_version != kEventModelVersion)
-    fail(10, fmt::format("unsupported event model version {} (this reader supports version {})",
-                         header_.event_version, kEventModelVersion));
+  if (header_.event_version != kEventModelVersion && header_.event_version != kFirstEventModelVersion)
+    fail(10, fmt::format("unsupported event model version {} (this reader supports versions {} to {})",
+                         header_.event_version, kFirstEventModelVersion, kEventModelVersion));
   const uint32_t sum = uint32_t(trace_hash(&header_, offsetof(FileHeader, header_checksum)));
 #ifdef MEMCOMM_FUZZING_BUILD  // Note [Fuzzing past checksums] in chunk_codec.cpp
   (void)sum;
@@ -136,6 +159,7 @@ bool TraceReader::next(ChunkView& out) {
   if (const std::string bad = dec_->decode(h, payload, strings_, events, count); !bad.empty())
     fail(at, fmt::format("chunk {}: {}", chunk_index_, bad));
 
+  if (header_.event_version == kFirstEventModelVersion) events = recode_v1_durations(events, count, recoded_);
   out.rank = h.rank;
   out.events = events;
   out.count = count;

@@ -24,11 +24,7 @@ StringId RankTrace::find_string(std::string_view s) const {
 int64_t RankTrace::end_ns() const {
   int64_t end = 0;
   // Spans may end after later-starting events; scan the tail generously.
-  for (const Event& e : events) {
-    int64_t t = e.ts;
-    if (family_of(e.kind) == EventFamily::Compute) t += e.as<ComputeEvent>().dur_ns;
-    end = std::max(end, t);
-  }
+  for (const Event& e : events) end = std::max(end, event_end(e));
   return end;
 }
 

@@ -108,10 +108,9 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
     std::int64_t mn = INT64_MAX, mx = INT64_MIN;
     for (std::size_t i = 0; i < n; ++i) {
       mn = std::min(mn, ev[i].ts);
-      mx = std::max(mx, ev[i].ts);
+      mx = std::max(mx, prof::event_end(ev[i]));  // a span that starts before lo_ may end inside
     }
-    // Compute spans start at ts and last at most ~4.3 s (kMaxDuration): pad the chunk's end.
-    skip = n > 0 && (shift(mx, rs.offset) + static_cast<std::int64_t>(prof::kMaxDuration) < lo_ || shift(mn, rs.offset) > hi_);
+    skip = n > 0 && (shift(mx, rs.offset) < lo_ || shift(mn, rs.offset) > hi_);
   }
   const bool whole = lo_ == INT64_MIN && hi_ == INT64_MAX;  // no time range: every event is kept
   std::uint64_t added = 0;  // counted once per batch
@@ -125,7 +124,7 @@ void TraceIngest::add_batch(const prof::Event* ev, std::size_t n, std::uint32_t 
         SpanRow* lane = rs.lanes[0][c.stream];
         if (lane != nullptr && c.arg < rs.ids.size() && rs.ids[c.arg] != kNoId) {
           const std::int64_t start = shift(c.ts, rs.offset);
-          lane->push_back({start, start + static_cast<std::int64_t>(c.dur_ns), rs.ids[c.arg], c.sub == 1 ? kCommKernel : 0});
+          lane->push_back({start, start + c.duration(), rs.ids[c.arg], c.sub == 1 ? kCommKernel : 0});
           ++added;
           continue;
         }
@@ -172,7 +171,7 @@ std::vector<prof::RunFacts> TraceIngest::run_facts(const std::string& source, st
 std::uint64_t TraceIngest::add_compute_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve,
                                             const void* ctx) {
   const auto c = e.as<prof::ComputeEvent>();
-  const std::int64_t start = shift(c.ts, rs.offset), end = start + static_cast<std::int64_t>(c.dur_ns);
+  const std::int64_t start = shift(c.ts, rs.offset), end = start + c.duration();
   if (!keeps_span(start, end)) return 0;
   const int k = e.kind == EventKind::Kernel ? 0 : e.kind == EventKind::Memcpy ? 1 : 2;
   SpanRow*& lane = rs.lanes[k][c.stream];
@@ -213,7 +212,7 @@ std::uint64_t TraceIngest::add_host_span(const prof::Event& e, RankState& rs, st
                                          const void* ctx) {
   const auto c = e.as<prof::ComputeEvent>();
   if (c.device != prof::kHostDevice) return 0;  // a device-side sync: no lane shows it
-  const std::int64_t start = shift(c.ts, rs.offset), end = start + static_cast<std::int64_t>(c.dur_ns);
+  const std::int64_t start = shift(c.ts, rs.offset), end = start + c.duration();
   if (!keeps_span(start, end)) return 0;
   nvtx_lane(rs, rank, c.thread()).push_back({start, end, name(rs, c.arg, resolve, ctx), 0});
   return 1;

@@ -109,7 +109,7 @@ std::string kineto_info_text(const KinetoInfo& i) {
     s += fmt::format("  [memory] events without Addr (2021 schema): {}, each free paired with the latest live "
                      "allocation of its size\n", i.memory_events_without_addr);
   if (i.clamped_ranges) s += fmt::format("  ranges cut to fit inside their parent: {}\n", i.clamped_ranges);
-  if (i.saturated_durations) s += fmt::format("  spans longer than 4.29 s (kept at 4.29 s): {}\n", i.saturated_durations);
+  if (i.saturated_durations) s += fmt::format("  spans longer than 12.4 days (kept at 12.4 days): {}\n", i.saturated_durations);
   for (const auto& [why, n] : i.skipped) s += fmt::format("  skipped: {} ({})\n", why, n);
   if (i.truncated) s += "  warning: " + i.truncation + "\n";
   return s;

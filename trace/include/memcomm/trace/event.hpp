@@ -19,6 +19,7 @@
 // (comm, seq) — the key used for cross-rank flows, skew and straggler analysis.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -26,7 +27,10 @@
 namespace memcomm::prof {
 
 // Version of the event record layouts (and of the enums below). Readers refuse other versions.
-inline constexpr uint16_t kEventModelVersion = 1;
+// Version 2 codes ComputeEvent durations (Note [Durations in 32 bits]); readers take version 1 files and
+// re-code their durations as they read them (TraceReader).
+inline constexpr uint16_t kEventModelVersion = 2;
+inline constexpr uint16_t kFirstEventModelVersion = 1;  // the oldest that TraceReader reads
 
 // Index into the trace's string table; 0 is the empty string / "no name".
 using StringId = uint32_t;
@@ -254,7 +258,28 @@ struct CollectiveEvent {
   void set_algo_proto(CollAlgo a, CollProto p) { algo_proto = uint8_t(uint8_t(a) | (uint8_t(p) << 4)); }
 };
 
-// Kernel, Memcpy, Memset, Launch, Sync: a complete span [ts, ts + dur_ns].
+// Note [Durations in 32 bits]
+// A span's duration is exact to the nanosecond below 2^31 ns (2.1 s), where nearly every kernel, copy
+// and launch lies. Longer spans are rare but the ones a user looks for: a host Sync waiting on a hung
+// collective until the watchdog fires (10 minutes by default), or a torch.profiler CPU span over a
+// checkpoint. They keep microseconds below 2^30 us (17.9 minutes) and milliseconds above, up to 2^30 ms
+// (12.4 days, kMaxDuration), where they saturate; the top two bits say which unit (10: us, 11: ms), as
+// encode_bytes32 does for sizes. A coded duration is off by at most half a unit, under 3e-7 of it.
+inline constexpr int64_t kMaxDuration = int64_t((1u << 30) - 1) * 1'000'000;
+inline uint32_t encode_duration32(int64_t ns) {
+  if (ns <= 0) return 0u;
+  if (ns < (int64_t(1) << 31)) return uint32_t(ns);
+  if (const int64_t us = (ns + 500) / 1000; us < (int64_t(1) << 30)) return 0x8000'0000u | uint32_t(us);
+  const int64_t ms = (std::min(ns, kMaxDuration) + 500'000) / 1'000'000;
+  return 0xC000'0000u | uint32_t(std::min<int64_t>(ms, (1 << 30) - 1));
+}
+inline int64_t decode_duration32(uint32_t v) {
+  if ((v & 0x8000'0000u) == 0) return int64_t(v);
+  const int64_t unit = (v & 0x4000'0000u) ? 1'000'000 : 1000;
+  return int64_t(v & 0x3FFF'FFFFu) * unit;
+}
+
+// Kernel, Memcpy, Memset, Launch, Sync: a complete span [ts, ts + duration()].
 struct ComputeEvent {
   int64_t ts;          // start, ns
   EventKind kind;
@@ -264,17 +289,18 @@ struct ComputeEvent {
   uint8_t sub;         // Memcpy: CopyKind; Kernel: 1 if it is a communication kernel (NCCL);
                        // device Sync: kDeviceWideSync if on no stream (torch.profiler's stream -1);
                        // host spans: high byte of the thread index
-  uint32_t dur_ns;     // duration, saturating at ~4.29 s (kMaxDuration)
+  uint32_t dur;        // encode_duration32 of the duration (Note [Durations in 32 bits]); read duration()
   uint32_t corr;       // correlation id (links Launch -> Kernel/Memcpy/Memset)
   uint32_t arg;        // Kernel/Launch/Sync: name StringId; Memcpy/Memset: encode_bytes32(bytes)
 
-  int64_t end() const { return ts + int64_t(dur_ns); }
+  int64_t duration() const { return decode_duration32(dur); }
+  int64_t end() const { return ts + duration(); }
   uint16_t thread() const { return uint16_t(stream | (sub << 8)); }  // host spans only
   void set_thread(uint16_t t) { stream = uint8_t(t); sub = uint8_t(t >> 8); }
 };
-inline constexpr uint32_t kMaxDuration = 0xFFFF'FFFFu;
-inline uint32_t saturate_duration(int64_t ns) {
-  return ns <= 0 ? 0u : ns >= int64_t(kMaxDuration) ? kMaxDuration : uint32_t(ns);
+// When an event ends: a compute span's end, any other event's timestamp.
+inline int64_t event_end(const Event& e) {
+  return family_of(e.kind) == EventFamily::Compute ? e.as<ComputeEvent>().end() : e.ts;
 }
 // Byte counts in 32 bits: exact below 2 GiB, KiB-granular above (top bit set), up to 2 TiB.
 inline uint32_t encode_bytes32(uint64_t b) {
@@ -374,7 +400,7 @@ inline CollectiveEvent make_collective(EventKind k, int64_t ts, CollOp op, DType
 inline ComputeEvent make_compute(EventKind k, int64_t start, int64_t end, uint8_t stream, uint32_t arg,
                                  uint32_t corr = 0, uint8_t device = 0, uint8_t sub = 0) {
   ComputeEvent e{};
-  e.ts = start; e.kind = k; e.device = device; e.sub = sub; e.dur_ns = saturate_duration(end - start);
+  e.ts = start; e.kind = k; e.device = device; e.sub = sub; e.dur = encode_duration32(end - start);
   e.corr = corr; e.stream = stream; e.arg = arg;
   return e;
 }

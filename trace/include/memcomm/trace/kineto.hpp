@@ -75,7 +75,7 @@ struct KinetoInfo {
   std::map<std::string, uint64_t> skipped;     // reason -> events not converted
   uint64_t flows = 0;            // flow events (ph s/t/f)
   uint64_t clamped_ranges = 0;   // host ranges cut to end inside their parent
-  uint64_t saturated_durations = 0;  // device/launch spans longer than ComputeEvent can hold
+  uint64_t saturated_durations = 0;  // spans longer than ComputeEvent can hold (kMaxDuration)
   uint64_t comm_kernels = 0;     // kernels that became collectives
   uint64_t memory_events = 0;    // [memory] events converted
   uint64_t memory_events_without_addr = 0;  // of them, paired by size (Note [Memory events without addresses])

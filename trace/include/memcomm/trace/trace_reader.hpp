@@ -6,6 +6,7 @@
 //     for (const Event& e : c) ...            // r.string(id) resolves names
 //   r.recovery();                             // what was read, and whether the tail was cut off
 //
+// Files of an earlier event-model version are read as the current one (kFirstEventModelVersion).
 // Errors (TraceError, message names file, chunk index and byte offset): bad magic, unsupported
 // format or event-model version, corrupt header checksum, bad chunk magic/lengths, chunk checksum
 // mismatch, decompression failure. A chunk whose declared payload runs past the end of the file is
@@ -87,6 +88,7 @@ class TraceReader {
   RecoveryInfo info_;
   std::vector<std::string> strings_;
   std::unique_ptr<class ChunkDecoder> dec_;
+  std::vector<Event> recoded_;  // a version 1 chunk whose durations were coded again
 };
 
 }  // namespace memcomm::prof
