@@ -153,8 +153,10 @@ void add_memory_options(CLI::App* sub, Args& a) {
 void add_memory(CLI::App& app, Args& a, Subcommands& s) {
   s.memory = app.add_subcommand("memory", "Who holds memory: live bytes by allocation stack at a time, most first, in a "
                                           "PyTorch memory snapshot (.pickle; stacks as torch's memory_viz prints them: "
-                                          "file:line:function, outermost first), or by block category in one rank of a "
-                                          ".mct or torch.profiler trace (they record no stacks)");
+                                          "file:line:function, outermost first; a block allocated before the trace, "
+                                          "known only by the stack of its free, is shown under that heading, as "
+                                          "memory_viz does), or by block category in one rank of a .mct or "
+                                          "torch.profiler trace (they record no stacks)");
   s.memory->add_option("FILE", a.files, "snapshot (torch.cuda.memory._dump_snapshot) or trace")->required()->expected(1)->check(CLI::ExistingFile);
   add_memory_options(s.memory, a);
   s.compare = app.add_subcommand("compare", "What grew between two PyTorch memory snapshots (or traces): live bytes "

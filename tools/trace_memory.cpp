@@ -1,7 +1,9 @@
 // memcomm-trace memory / compare (trace_memory.hpp). The JSON is the contract:
 // {"at_ns": T, "live_bytes": N, "sites": [{"bytes": B, "stack": ["file:line:function", ...]}, ...]}
 // with stacks outermost first and filtered as memory_viz filters them; text mode caps each stack
-// at its innermost kShownFrames lines (the data and the JSON keep them all).
+// at its innermost kShownFrames lines (the data and the JSON keep them all). A site of blocks
+// allocated before the trace, known only by the stack their free recorded (Note [A free's stack]),
+// has snapshot::kFreeStackHeading as its first line.
 //
 // Two kinds of input (HeldMemory): a PyTorch snapshot, whose sites are stacks (snapshot/memory.hpp),
 // and a memcomm or torch.profiler trace, one rank of it, whose blocks carry no stacks: its sites
@@ -79,14 +81,8 @@ class SnapshotMemory final : public HeldMemory {
   const Allocations& allocations() const override { return allocs_.allocations; }
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
   std::string label() const override { return path_; }
-  // With all_frames, the frames of one of the site's raw stacks: all raw stacks of a site agree on
-  // the filtered frames, so any one is honest about the rest. Found among the interned stacks (a
-  // few hundred), not by scanning the allocations once per site.
   std::vector<std::string> lines(std::uint32_t site, bool all_frames) const override {
-    if (all_frames)
-      for (std::uint32_t stack = 0; stack < snap_.stack_count(); ++stack)
-        if (text_.site(stack) == site) return text_.lines(stack, true);
-    return text_.site_lines(site);
+    return text_.site_lines(site, all_frames);
   }
 
  private:
@@ -154,10 +150,13 @@ std::unique_ptr<HeldMemory> open_held(const std::string& path, const MemoryArgs&
 }
 
 void append_stack(std::string& out, const std::vector<std::string>& stack) {
-  const std::size_t skip = stack.size() > kShownFrames ? stack.size() - kShownFrames : 0;
+  const bool of_free = !stack.empty() && stack[0] == snapshot::kFreeStackHeading;  // shown whatever is cut
+  if (of_free) out += fmt::format("      {}\n", stack[0]);
+  const std::size_t first = of_free ? 1 : 0;
+  const std::size_t skip = stack.size() - first > kShownFrames ? stack.size() - first - kShownFrames : 0;
   if (skip) out += fmt::format("      ... {} outer frames\n", skip);
-  for (std::size_t k = skip; k < stack.size(); ++k) out += fmt::format("      {}\n", stack[k]);
-  if (stack.empty()) out += "      (every frame filtered out; --all-frames shows them)\n";
+  for (std::size_t k = first + skip; k < stack.size(); ++k) out += fmt::format("      {}\n", stack[k]);
+  if (stack.size() == first) out += "      (every frame filtered out; --all-frames shows them)\n";
 }
 
 double percent(std::uint64_t part, std::uint64_t whole) {

@@ -50,6 +50,25 @@ TEST_CASE("allocations: allocs pair with frees, and blocks from before the trace
   CHECK(sites[0].bytes + sites[1].bytes + sites[2].bytes == peak.bytes);
 }
 
+TEST_CASE("allocations: a block from before the trace is charged to its free's stack apart, unless frees carry alloc stacks",
+          "[allocations]") {
+  for (const std::uint32_t paired_free_stack : {7u, 1u}) {  // context="all" (where it was freed), context="alloc"
+    INFO("the paired free's stack: " << paired_free_stack);
+    prof::AllocationBuilder b;
+    b.alloc(10, block(0x100, 100, 1));
+    b.free_requested(20, block(0x900, 30, 1));  // allocated before the trace, freed where 0x100 was allocated
+    b.free_requested(30, block(0x100, 100, paired_free_stack));
+    const prof::Allocations a = b.finish(10, 30);
+    const auto sites = prof::live_by_stack(a, 15);
+    const bool frees_record_free_stacks = paired_free_stack != 1;
+    REQUIRE(sites.size() == (frees_record_free_stacks ? 2u : 1u));  // one stack id, folded apart or not
+    CHECK(sites[0].stack == 1);
+    CHECK(sites[0].bytes == (frees_record_free_stacks ? 100u : 130u));
+    CHECK(sites[0].stack_of_free == false);
+    if (frees_record_free_stacks) CHECK(sites[1].stack_of_free);
+  }
+}
+
 TEST_CASE("allocations: one free event closes a block, and a lost free closes it at the next alloc", "[allocations]") {
   prof::AllocationBuilder b;
   b.alloc(0, block(0x10, 8));
@@ -135,6 +154,12 @@ TEST_CASE("frames: memory_viz's filter and format", "[snapshot][frames]") {
   CHECK(text.site_matches(text.site(a), "forward"));
   CHECK(text.site_matches(text.site(a), "model.py"));
   CHECK_FALSE(text.site_matches(text.site(a), "unwind"));
+  // Note [A free's stack]: its own site, under a heading, matched by the same words.
+  const std::uint32_t freed = text.site(a, true);
+  CHECK(freed != text.site(a));
+  CHECK(text.site_lines(freed) == std::vector<std::string>{std::string(snap::kFreeStackHeading), "model.py:42:forward"});
+  CHECK(text.site_lines(freed, true).size() == 3);
+  CHECK(text.site_matches(freed, "forward"));
 }
 
 TEST_CASE("snapshot memory: the hand-built snapshot's lifetimes, sites and --at", "[snapshot][memory]") {

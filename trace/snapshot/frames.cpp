@@ -129,19 +129,29 @@ std::vector<std::string> StackText::lines(std::uint32_t stack, bool all_frames) 
   return out;
 }
 
-std::uint32_t StackText::site(std::uint32_t stack) const {
-  return stack < site_of_stack_.size() ? site_of_stack_[stack] : non_python_site_;
+std::uint32_t StackText::site(std::uint32_t stack, bool stack_of_free) const {
+  const std::uint32_t s = stack < site_of_stack_.size() ? site_of_stack_[stack] : non_python_site_;
+  return stack_of_free ? s | kFreeStackSite : s;
 }
 
-std::vector<std::string> StackText::site_lines(std::uint32_t site) const {
+std::vector<std::string> StackText::site_lines(std::uint32_t site, bool all_frames) const {
   std::vector<std::string> out;
-  out.reserve(sites_[site].size());
+  if (site & kFreeStackSite) out.emplace_back(kFreeStackHeading);
+  site &= ~kFreeStackSite;
+  if (all_frames) {  // found among the interned stacks (a few hundred), not the allocations
+    for (std::uint32_t stack = 0; stack < snap_->stack_count(); ++stack) {
+      if (this->site(stack) != site) continue;
+      std::vector<std::string> frames = lines(stack, true);
+      out.insert(out.end(), frames.begin(), frames.end());
+      return out;
+    }
+  }
   for (std::uint32_t id : sites_[site]) out.push_back(line_text(id));
   return out;
 }
 
 bool StackText::site_matches(std::uint32_t site, std::string_view needle) const {
-  for (std::uint32_t id : sites_[site])
+  for (std::uint32_t id : sites_[site & ~kFreeStackSite])
     if (line_text(id).find(needle) != std::string::npos) return true;
   return false;
 }

@@ -88,7 +88,7 @@ MemoryAt memory_at(const prof::Allocations& a, const StackText& text, std::int64
   MemoryAt out;
   out.at_ns = t;
   for (const prof::StackBytes& s : prof::live_by_stack(a, t)) {
-    const std::uint32_t site = text.site(s.stack);
+    const std::uint32_t site = text.site(s.stack, s.stack_of_free);
     SiteBytes& sb = by_site[site];
     sb.site = site;
     sb.bytes += s.bytes;

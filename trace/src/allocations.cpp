@@ -19,6 +19,7 @@ Allocation make(std::int64_t alloc_ns, const BlockInfo& b) {
   a.device = b.device;
   a.category = b.category & 0xF;
   a.before_trace = 0;
+  a.stack_of_free = 0;
   return a;
 }
 }  // namespace
@@ -37,6 +38,8 @@ void AllocationBuilder::alloc(std::int64_t t, const BlockInfo& b) {
 void AllocationBuilder::close(std::int64_t t, const BlockInfo& b) {
   auto it = open_.find(key(b));
   list_[it->second].free_ns = t;
+  if (const std::uint32_t alloc_stack = list_[it->second].stack; alloc_stack != kNoStackId && b.stack != kNoStackId)
+    ++(alloc_stack == b.stack ? frees_with_alloc_stack_ : frees_with_other_stack_);
   open_.erase(it);
 }
 
@@ -55,6 +58,7 @@ void AllocationBuilder::free_completed(std::int64_t t, const BlockInfo& b) {
 void AllocationBuilder::before_trace(std::int64_t free_ns, const BlockInfo& b) {
   Allocation a = make(0, b);  // Note [Allocations before the trace]; alloc_ns set by finish()
   a.before_trace = 1;
+  a.stack_of_free = b.stack != kNoStackId;
   a.free_ns = free_ns;
   list_.push_back(a);
 }
@@ -75,11 +79,14 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
   Allocations out;
   out.begin = begin;
   out.end = std::max(begin, end);
-  for (Allocation& a : list_)
+  const bool frees_carry_alloc_stacks = frees_with_alloc_stack_ > 0 && frees_with_other_stack_ == 0;
+  for (Allocation& a : list_) {
+    if (frees_carry_alloc_stacks) a.stack_of_free = 0;  // Note [A free's stack]
     if (a.before_trace) {  // live before the first event (Note [Allocations before the trace])
       a.alloc_ns = std::min(begin, a.free_ns);
       if (a.alloc_ns > std::numeric_limits<std::int64_t>::min()) --a.alloc_ns;
     }
+  }
   // Stable: allocations at one time keep their events' order.
   std::stable_sort(list_.begin(), list_.end(), [](const Allocation& x, const Allocation& y) { return x.alloc_ns < y.alloc_ns; });
   out.list = std::move(list_);
@@ -159,6 +166,7 @@ void add_untraced_live(Allocations& a, const std::vector<LevelAt>& allocated) {
     x.device = std::uint8_t(dev);
     x.category = 0;
     x.before_trace = 1;
+    x.stack_of_free = 0;
     untraced.push_back(x);
   }
   a.list.insert(a.list.begin(), untraced.begin(), untraced.end());
@@ -186,12 +194,13 @@ Allocations rank_allocations(const RankTrace& rank) {
 }
 
 std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t) {
-  std::unordered_map<std::uint32_t, StackBytes> by;
+  std::unordered_map<std::uint64_t, StackBytes> by;
   for (const Allocation& x : a.list) {
     if (x.alloc_ns > t) break;  // sorted by alloc_ns
     if (!x.live_at(t)) continue;
-    StackBytes& s = by[x.stack];
+    StackBytes& s = by[std::uint64_t{x.stack} | std::uint64_t{x.stack_of_free} << 32];
     s.stack = x.stack;
+    s.stack_of_free = x.stack_of_free;
     s.bytes += x.size;
     ++s.count;
   }
@@ -199,7 +208,7 @@ std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t) {
   out.reserve(by.size());
   for (auto& [stack, s] : by) out.push_back(s);
   std::sort(out.begin(), out.end(), [](const StackBytes& x, const StackBytes& y) {
-    return x.bytes != y.bytes ? x.bytes > y.bytes : x.stack < y.stack;
+    return x.bytes != y.bytes ? x.bytes > y.bytes : x.stack != y.stack ? x.stack < y.stack : x.stack_of_free < y.stack_of_free;
   });
   return out;
 }

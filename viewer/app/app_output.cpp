@@ -128,7 +128,7 @@ void allocations_json(const AppState& st, nlohmann::json& j) {
   if (!st.has_hovered_alloc) return;
   const AllocationTip& t = st.hovered_alloc;
   j["allocation"] = {{"size", t.size}, {"addr", t.addr}, {"stream", t.stream}, {"category", t.category},
-                     {"alloc_ns", t.alloc_ns}, {"free_ns", t.free_ns}, {"before_trace", t.before_trace}, {"stack", t.stack},
+                     {"alloc_ns", t.alloc_ns}, {"free_ns", t.free_ns}, {"before_trace", t.before_trace}, {"stack_of_free", t.stack_of_free}, {"stack", t.stack},
                      {"pinned", st.pinned_alloc}};
 }
 

@@ -19,7 +19,7 @@ std::string time_text(TimeNs t, TimeNs from) {
 // memcomm/snapshot/frames.hpp), said to be one; "" when neither knows.
 std::string category_of(const RankData& rd, const prof::Allocation& a) {
   if (a.category > 0 && a.category < kMemCategoryCount) return kMemCategoryNames[a.category];
-  if (!rd.stacks || a.stack == prof::kNoStackId) return {};
+  if (!rd.stacks || a.stack == prof::kNoStackId || a.stack_of_free) return {};  // a free's frames say no role
   const prof::MemCategory guess = snapshot::category_from_frames(rd.stacks->snap, a.stack);
   if (guess == prof::MemCategory::Unknown) return {};
   return fmt::format("{} (from frames)", prof::mem_category_name(guess));
@@ -38,6 +38,7 @@ AllocationTip allocation_tip(const RankData& rd, std::uint32_t index, bool all_f
   tip.alloc_ns = a.alloc_ns;
   tip.free_ns = a.free_ns;
   tip.before_trace = a.before_trace;
+  tip.stack_of_free = a.stack_of_free;
   if (rd.stacks && a.stack != prof::kNoStackId) tip.stack = rd.stacks->text.lines(a.stack, all_frames);
   if (tip.stack.empty() || !rd.stacks || a.stack == prof::kNoStackId) tip.stack = {kNoStackText};
   return tip;
@@ -46,7 +47,8 @@ AllocationTip allocation_tip(const RankData& rd, std::uint32_t index, bool all_f
 std::string tip_text(const AllocationTip& tip, TimeNs trace_begin) {
   std::string s = fmt::format("{} at 0x{:x}\nstream {}", format_bytes(tip.size), tip.addr, tip.stream);
   if (!tip.category.empty()) s += fmt::format("\ncategory: {}", tip.category);
-  s += fmt::format("\nallocated at {}{}", time_text(tip.alloc_ns, trace_begin), tip.before_trace ? " (before the trace)" : "");
+  const char* before = tip.stack_of_free ? " (before the trace; the stack below is its free's)" : " (before the trace)";
+  s += fmt::format("\nallocated at {}{}", time_text(tip.alloc_ns, trace_begin), tip.before_trace ? before : "");
   if (tip.free_ns == prof::kStillLive) s += "\nstill live at the end";
   else s += fmt::format("\nfreed at {} (lifetime {})", time_text(tip.free_ns, trace_begin), time_text(tip.free_ns, tip.alloc_ns));
   const std::size_t skip = tip.stack.size() > kStackLinesShown ? tip.stack.size() - kStackLinesShown : 0;

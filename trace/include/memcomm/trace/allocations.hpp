@@ -18,13 +18,24 @@
 // trace often starts after many blocks were allocated. A free of an address the trace never
 // allocated is such a block, and so is a completed free with no request before it in the trace
 // (traces that record only completions, or a ring buffer cut between the two): its allocation is
-// flagged before_trace, with the stack the free event carries (PyTorch records the block's
-// allocation context on its free). A block the end state holds live that no event allocated
+// flagged before_trace, with the stack the free event carries (Note [A free's stack]). A block the
+// end state holds live that no event allocated
 // (producers call live_at_end() for each) is one too, live to the end. Such allocations start 1 ns
 // before the trace's first event: a block that event frees was live before it, and the state
 // before the first event may be the peak (a ring buffer that starts with frees). So the end state
 // the lifetimes give is the end state the producer recorded, and the peak counts memory held all
 // along.
+//
+// Note [A free's stack]: what stack a free event carries depends on how the history was recorded.
+// PyTorch's _record_memory_history(context="all"), its default, records where the block was freed;
+// context="alloc" records on the free the stack the block was allocated with. A block allocated
+// before the trace has only its free's stack, so charging it to that stack as if it were the
+// allocation's says that the code which freed it holds the memory (a 1.5 GiB buffer reads as held
+// by optimizer.step). Such allocations are flagged stack_of_free and shown as memory_viz shows them,
+// under their own heading: allocation not recorded, the stack of its free. Unless the trace shows
+// the stacks are allocation stacks: when every block the trace both allocates and frees carries
+// its allocation's stack on its free (and at least one does), frees record allocation stacks, and
+// the flags are cleared.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +59,7 @@ struct Allocation {
   std::uint8_t device = 0;
   std::uint8_t category : 4;        // prof::MemCategory when the producer knows it (0: unknown)
   std::uint8_t before_trace : 1;    // Note [Allocations before the trace]
+  std::uint8_t stack_of_free : 1;   // `stack` is the one its free recorded (Note [A free's stack])
   bool live_at(std::int64_t t) const { return alloc_ns <= t && t < free_ns; }
 };
 static_assert(sizeof(Allocation) == 40, "one Allocation per user block: part of the viewer's memory budget");
@@ -92,15 +104,19 @@ class AllocationBuilder {
   std::unordered_map<std::uint64_t, std::size_t> open_;  // key -> index in list_
   std::unordered_set<std::uint64_t> requested_;          // keys freed, their completion not seen yet
   std::uint64_t unmatched_ = 0;
+  std::uint64_t frees_with_alloc_stack_ = 0;  // Note [A free's stack]: paired frees whose stack is
+  std::uint64_t frees_with_other_stack_ = 0;  // the allocation's, and those whose stack is not
 };
 
 // Live bytes and allocations of one stack id at a time.
 struct StackBytes {
   std::uint32_t stack = kNoStackId;
+  bool stack_of_free = false;       // Note [A free's stack]: folded apart from allocation stacks
   std::uint64_t bytes = 0;
   std::uint32_t count = 0;
 };
-// The allocations live at t (Note [Live means allocated]) folded by stack id, most bytes first.
+// The allocations live at t (Note [Live means allocated]) folded by stack id and stack_of_free,
+// most bytes first.
 std::vector<StackBytes> live_by_stack(const Allocations& a, std::int64_t t);
 std::uint64_t live_bytes(const Allocations& a, std::int64_t t);
 

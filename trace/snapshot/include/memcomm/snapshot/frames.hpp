@@ -33,6 +33,11 @@
 namespace memcomm::snapshot {
 
 inline constexpr std::string_view kNonPython = "<non-python>";
+// Note [A free's stack] (memcomm/trace/allocations.hpp): a site id with kFreeStackSite set is a site
+// of stacks that frees recorded, for blocks allocated before the trace; its lines start with
+// kFreeStackHeading (memory_viz's "alloc not recorded, stack trace for free").
+inline constexpr std::uint32_t kFreeStackSite = 1u << 31;
+inline constexpr std::string_view kFreeStackHeading = "<allocated before the trace; the stack of its free:>";
 
 // memory_viz's _frame_filter: false for interpreter, dispatcher and unwinder frames.
 bool is_user_frame(std::string_view function, std::string_view filename);
@@ -48,10 +53,13 @@ class StackText {
   // The stack's lines, outermost first: filtered (memory_viz) unless all_frames; ["<non-python>"]
   // for kNoStack.
   std::vector<std::string> lines(std::uint32_t stack, bool all_frames = false) const;
-  // Note [Sites]: the site of a raw stack id (kNoStack included).
-  std::uint32_t site(std::uint32_t stack) const;
-  // The lines of a site (filtered, outermost first).
-  std::vector<std::string> site_lines(std::uint32_t site) const;
+  // Note [Sites]: the site of a raw stack id (kNoStack included); with stack_of_free, flagged
+  // kFreeStackSite.
+  std::uint32_t site(std::uint32_t stack, bool stack_of_free = false) const;
+  // The lines of a site, outermost first: filtered, or with all_frames the frames of one of its raw
+  // stacks (all raw stacks of a site agree on the filtered frames, so any one is honest about the
+  // rest). A kFreeStackSite site's start with kFreeStackHeading.
+  std::vector<std::string> site_lines(std::uint32_t site, bool all_frames = false) const;
   std::size_t site_count() const { return sites_.size(); }
   // Whether any filtered line of the stack (or its site) contains `needle` (case-sensitive).
   bool site_matches(std::uint32_t site, std::string_view needle) const;

@@ -26,6 +26,7 @@ struct AllocationTip {
   std::string category;              // the trainer's tag, else a guess from the frames ("... (from frames)"), else ""
   TimeNs alloc_ns = 0, free_ns = 0;  // free_ns: prof::kStillLive when live at the end
   bool before_trace = false;
+  bool stack_of_free = false;  // the stack is its free's (Note [A free's stack])
   std::vector<std::string> stack;    // outermost first; {"no stack"} when none
 };
 AllocationTip allocation_tip(const RankData& rd, std::uint32_t index, bool all_frames);
