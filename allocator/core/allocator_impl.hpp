@@ -369,6 +369,12 @@ struct CachingAllocator::Impl {
   // minimum at the budget]); a slot's teaches the allowance (Note [A slot that grows at the budget]).
   std::size_t medium_minimum(Pool* pool, std::size_t size, std::int64_t hw, std::int64_t held, std::size_t window_need,
                              const MapAheadInputs& in) REQUIRES(mu);
+  // Whether live bytes with a request of `size` are below the high water by more than the page budget's
+  // headroom for high water `hw` (Note [Map-ahead in a trough]).
+  bool in_trough(std::int64_t hw, std::size_t size) const REQUIRES(mu);
+  // A free block of the small pool's stream's large pool for a small request in a trough whose growth
+  // would give pages back (Note [A small request in a trough borrows a large hole]); null if none fits.
+  Block* find_large_hole(const Pool* small, std::size_t size) REQUIRES(mu);
   // How far map-ahead may raise reserved bytes for this growth (Note [Map-ahead in a trough]).
   double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
   // Whether live bytes are climbing with nothing left free behind them (Note [Map-ahead on a ramp]).

@@ -69,6 +69,54 @@
 //   designed on), 13 -> 18 (2000-2009) and 11 -> 14 (3000-3009). CNN training gains most.
 // Capping only the small pool (the first form) gave the same except one CNN trace.
 //
+// Note [A small request in a trough borrows a large hole]
+// A training step fills the large pool to its peak with activations; in the trough after it (the
+// loss, the optimizer) small temporaries grow the small pool. At the page budget that growth is a
+// trade: make_room unmaps free pages of the large pool (the peak's working space, free until the next
+// peak) so that the small pool can map its own, and at the next peak the large pool maps them back and
+// the budget unmaps the small pool's: two maps and two unmaps an iteration. Note [Release churn] stops
+// the trade on its second time by growing the allowance a page, and then each pool keeps a page that
+// is part filled: eor_nn (pytorch-snapshots, 103 MiB live) settled at 108 MiB, 1.046 x live (the large
+// pool 100 MiB for 97.8 MiB of blocks at the peak, the small pool 8 MiB for 5.5), as PyTorch's
+// expandable segments do; without the allowance's page it stays at 1.027 but trades every iteration
+// (59 calls, 48 allowed).
+// So in a trough (live bytes with the request below the high water by more than the budget's headroom,
+// as Note [Map-ahead in a trough] reads it), a small request whose growth would give pages back, in a
+// small pool that already holds pages, takes the best-fitting free block of its stream's large pool
+// instead (find_large_hole): no source call, and reserved bytes stay where they are. As with Note [Last
+// resort: the other size class] (growth.cpp), the block stays in its segment and returns to the large
+// pool when freed. The trade would have taken those bytes from the large pool's free blocks anyway,
+// in whole pages; the loan takes the request's own bytes and gives them back when the temporary dies.
+// The largest free block is a candidate too: in eor_nn's trough it is the only one that fits, and
+// leaving it out changes nothing there.
+// The conditions matter:
+// - In a trough only. On a ramp small requests are weights and optimizer state that live on, and the
+//   large pool's free block is usually its growing end: lent there at the budget, they sat where the
+//   next large requests grow (an outside snapshot, Yiyi-philosophy c0cf1a8, 1.005 -> 1.015 x live,
+//   1.013 x PyTorch's better mode). What lives on past a trough is rarer, and holds what the trade
+//   would have taken anyway.
+// - At the budget only, where the alternative is a trade. Taking a large hole before every small
+//   growth (the sixteenth session's measurement, bench/results/allocator-cpu.md "Small requests in
+//   large holes") let long-lived small blocks pin large pages, and memcomm-train's --empty-cache test
+//   gave back nothing; taking the largest hole too made decode traces churn (their KV cache slides
+//   through that block).
+// - A small pool with pages. Its first pages are its own working set, not a trough's excess: lent
+//   instead, every small request of a process can end up in large holes (no small pool at all), the
+//   recent-frees shortcut is lost to them, and their frees keep the large pool's free blocks young for
+//   garbage collection (two allocator unit tests, test_blocks and test_oom_gc, failed that way). No
+//   replayed trace changes with this condition.
+// Measured with bench/replay/allocator_targets.py: eor_nn 1.046 -> 1.027 x live and 33 -> 21 calls (the
+// check half 7 -> 8 of 9 meeting every target); an outside snapshot (NiuHuangxiaozi fwd+bwd 200 mixed
+// precision) 1.032 -> 1.028, meeting every target now (outside 19 -> 20 of 21); synthetic 121 of 150
+// either way (cnn-3006 1.028 -> 1.018 x live, transformer-2007 1.029 -> 1.022, decode-2005 1538 -> 1387
+// calls); no trace of the shared, synthetic or outside sets misses a target it met. The cost is on
+// optimizer-memory-profiles: 1.025 -> 1.029 x live and 75 -> 94 calls (108 allowed), its first trough
+// lending holes to optimizer state that then lives on. Variants: only after the budget took the large
+// pool's pages under the same high water before (a recurring trade): eor_nn met, optimizer-memory-
+// profiles unchanged, but NiuHuangxiaozi's snapshot not (1.034); at the budget outside troughs too:
+// the Yiyi-philosophy loss above; never the largest block: eor_nn unchanged; best fit by find_free's
+// rule (Note [The growing end is taken last]): the same verdicts.
+//
 // Note [Map-ahead on a ramp]
 // Map-ahead takes an eighth of the room (Note [Splitting the headroom]) because the rest is for
 // fragmentation: free mapped bytes in the wrong places for the next request. On a ramp, live bytes
@@ -393,6 +441,13 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
       if (Block* b = lend_after_sync(pool->stream, pool->small, size)) {
         return take_filed(b, size, requested, pool->stream);
       }
+    // Note [A small request in a trough borrows a large hole]
+    if (pool->small && !exact && g.seg->mapped_bytes > 0 && in_trough(high_water_with(size), size) &&
+        growth_gives_back(choice.decision, size))
+      if (Block* b = find_large_hole(pool, size)) {
+        stats.num_cross_class_allocs++;
+        return take_filed(b, size, requested, pool->stream);
+      }
     if (!claim_window(pool, size, choice, g)) return nullptr;  // the virtual range is exhausted
     if (exact) trim_to_request(g, size);  // Note [Feasibility is monotonic in the cap] (growth.cpp)
     if (!make_room(pool, size, g)) {
@@ -602,11 +657,31 @@ bool CachingAllocator::Impl::repeats_peak(std::size_t size) const {
 // budget's headroom and the growth gives nothing back (at the budget it gives back whatever it maps),
 // map-ahead may take reserved bytes up to their high water, not past it.
 double CachingAllocator::Impl::trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const {
-  const double headroom = budget.plain(hw) - double(hw);
-  const bool trough = double(stats.allocated_bytes.current) + double(size) + headroom <= double(allocated_high_water);
+  const bool trough = in_trough(hw, size);
   const bool gives_back = std::size_t(stats.reserved_bytes.current) + window_need + page > budget.limit(hw);
   if (!trough || gives_back) return std::numeric_limits<double>::infinity();
   return double(reserved_high_water - stats.reserved_bytes.current) - double(window_need);
+}
+
+// Note [Map-ahead in a trough]: live bytes with a request of `size` are below the high water by more
+// than the page budget's headroom for high water `hw`.
+bool CachingAllocator::Impl::in_trough(std::int64_t hw, std::size_t size) const {
+  const double headroom = budget.plain(hw) - double(hw);
+  return double(stats.allocated_bytes.current) + double(size) + headroom <= double(allocated_high_water);
+}
+
+// Note [A small request in a trough borrows a large hole]: the best-fitting free block of the large pool
+// of the small pool's stream, within the oversize rules.
+Block* CachingAllocator::Impl::find_large_hole(const Pool* small, std::size_t size) {
+  for (auto& p : pools) {
+    if (p->small || p->stream != small->stream || p->free.empty()) continue;
+    Block key;
+    key.size = size;
+    key.addr = 0;
+    const auto it = p->free.lower_bound(&key);
+    if (it != p->free.end() && fits(*it, size)) return *it;
+  }
+  return nullptr;
 }
 
 bool CachingAllocator::Impl::make_room(Pool* pool, std::size_t size, WindowGrowth& g) {

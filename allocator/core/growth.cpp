@@ -19,7 +19,9 @@
 // and no whole free page to move). Only after the retry has given back everything it can, the request
 // takes a fitting free block of the same stream's other pool. The block stays in its pool and segment
 // and returns there when freed; the separation is a heuristic against fragmentation, not a rule worth
-// an out-of-memory. num_cross_class_allocs counts it.
+// an out-of-memory. num_cross_class_allocs counts it. Before that, in a trough at the page budget, a
+// small request may borrow a large-pool block rather than trade pages (Note [A small request in a
+// trough borrows a large hole], expandable.cpp).
 //
 // Note [Garbage collection]
 // The cap (config.capacity or the source's) bounds reserved bytes; growth that would cross it gives

@@ -40,7 +40,9 @@ struct DeviceStats {
   std::int64_t num_alloc_retries = 0;     // allocations that freed the cache and tried again
   std::int64_t num_ooms = 0;              // allocations that failed with OutOfMemory
   std::int64_t num_cross_class_allocs = 0;  // served from the other size class's pool instead of an OOM
-                                            // (Note [Last resort: the other size class], growth.cpp)
+                                            // (Note [Last resort: the other size class], growth.cpp), or
+                                            // a small request lent a large hole in a trough (Note [A small
+                                            // request in a trough borrows a large hole], expandable.cpp)
   std::int64_t num_sync_all_streams = 0;  // times the allocator waited for every pending event
   std::int64_t num_stream_syncs = 0;      // times growth waited for one other stream to lend its free
                                           // blocks (Note [Lending before giving pages back], stream_reuse.cpp)
