@@ -5,7 +5,9 @@
 // measured against the smaller of that setting's replayed peak and the peak PyTorch recorded: the
 // replay starts from an empty cache and never calls empty_cache(), so either can be the higher,
 // and the larger would overclaim. Below 5% of it no policy change is worth advising (rounding and
-// page granularity remain).
+// page granularity remain). A snapshot whose trace allocates nothing (an end state alone, or a trace
+// of frees) gets no policy advice: its replay packs the live blocks in an order the run never had,
+// and what it "saves" is the cache PyTorch kept from an earlier peak.
 #include "memcomm/advisor/advise_snapshot.hpp"
 
 #include <fmt/format.h>
@@ -31,6 +33,7 @@ const std::vector<std::string> kPolicies = {"pytorch", "pytorch-expandable", "me
 struct PolicyPeaks {
   std::map<std::string, std::uint64_t> reserved;  // per policy: peak reserved, summed over devices
   std::uint64_t live = 0, recorded = 0, requests = 0;
+  std::uint64_t traced_allocs = 0;  // allocations the trace made (pre-trace blocks not counted)
   std::size_t devices = 0;
 };
 
@@ -40,6 +43,11 @@ PolicyPeaks replay_peaks(const snapshot::Snapshot& snap) {
   names.push_back(replay::kRecordedPolicy);
   PolicyPeaks p;
   p.devices = trace.devices.size();
+  for (const replay::DeviceRequests& d : trace.devices) {
+    const auto allocs = std::count_if(d.requests.begin(), d.requests.end(),
+                                      [](const replay::Request& r) { return r.op == replay::Request::Op::alloc; });
+    p.traced_allocs += std::uint64_t(allocs) - std::min<std::uint64_t>(std::uint64_t(allocs), d.preexisting_blocks);
+  }
   std::size_t recorded_devices = 0;
   for (const auto& r : replay::replay_all(trace, names, 0)) {
     if (r.policy == replay::kRecordedPolicy) {
@@ -80,9 +88,15 @@ std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p
 
 }  // namespace
 
-void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out) {
+void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out, std::vector<std::string>* notes) {
   const PolicyPeaks p = replay_peaks(snap);
   if (p.reserved.empty()) return;  // no device has an event or a segment
+  if (p.traced_allocs == 0) {      // no order to replay the live blocks in
+    if (notes)
+      notes->push_back("its trace allocates nothing (an end state only): the allocator policies were not compared; "
+                       "record the run with torch.cuda.memory._record_memory_history() before its first step");
+    return;
+  }
   const std::string current = snap.settings.expandable_segments ? "pytorch-expandable" : "pytorch";
   std::string best = current;
   for (const auto& name : kPolicies)
@@ -108,19 +122,23 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
 
 }  // namespace detail
 
-std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const AdviseOptions& o) {
+std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const AdviseOptions& o,
+                                    std::vector<std::string>* notes) {
   std::vector<Advice> out;
-  if (o.replay) detail::snapshot_policy_rule(snap, out);
+  if (o.replay) detail::snapshot_policy_rule(snap, out, notes);
   detail::churn_rule(snap, out);
   detail::oom_rule(snap, out);
   return out;
 }
 
-std::vector<Advice> advise_snapshot(const std::string& path, const AdviseOptions& o) {
-  auto advice = advise_snapshot(snapshot::load_snapshot(path), o);
+std::vector<Advice> advise_snapshot(const std::string& path, const AdviseOptions& o, std::vector<std::string>* notes) {
+  std::vector<std::string> mine;
+  auto advice = advise_snapshot(snapshot::load_snapshot(path), o, &mine);
   // Beside other files' advice, each piece must say which snapshot it is about.
   const std::string name = std::filesystem::path(path).filename().string();
   for (auto& a : advice) a.evidence = name + ": " + a.evidence;
+  if (notes)
+    for (auto& n : mine) notes->push_back(name + ": " + n);
   return advice;
 }
 

@@ -10,8 +10,9 @@
 
 namespace memcomm::advise::detail {
 
-// advise_snapshot.cpp: the snapshot's requests replayed under each policy.
-void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out);
+// advise_snapshot.cpp: the snapshot's requests replayed under each policy; `notes` (may be null)
+// says why none were compared.
+void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out, std::vector<std::string>* notes);
 
 // snapshot_churn.cpp (Note [Segment churn]).
 struct Churn {

@@ -138,7 +138,8 @@ void add_convert(CLI::App& app, Args& a, Subcommands& s) {
 }
 
 void add_memory_options(CLI::App* sub, Args& a) {
-  sub->add_option("--at", a.memory.at, "when: end, peak (the most live bytes), or seconds after the trace's first event")
+  sub->add_option("--at", a.memory.at, "when: end, peak (the most live bytes), or seconds after the trace's first event (a snapshot that "
+                   "records no times, torch <= 2.1, counts events: 1 us each)")
       ->capture_default_str();
   sub->add_flag("--json", a.memory.json, "print JSON (every site, whole stacks)");
   sub->add_flag("--all-frames", a.memory.all_frames, "show every frame, not only memory_viz's filtered ones");
@@ -280,7 +281,9 @@ int run_advise(Args a) {
   }
   for (const auto& f : snapshots) {
     try {
-      for (auto& x : adv::advise_snapshot(f, a.advise)) advice.push_back(std::move(x));
+      std::vector<std::string> notes;
+      for (auto& x : adv::advise_snapshot(f, a.advise, &notes)) advice.push_back(std::move(x));
+      for (const auto& n : notes) fmt::print(stderr, "warning: {}\n", n);
     } catch (const memcomm::snapshot::ReadError& e) {  // a corrupt or cut pickle: bad input, exit 2
       throw BadInput(e.what());
     }

@@ -38,6 +38,9 @@ class HeldMemory {
   virtual snapshot::MemoryAt at(std::int64_t t) const = 0;
   virtual std::vector<std::string> lines(std::uint32_t site, bool all_frames) const = 0;
   virtual std::string label() const = 0;  // what was read: the file, and a trace's rank
+  // False for a snapshot that records no times (torch <= 2.1): its clock counts events, 1 us each
+  // (snapshot::EventClock).
+  virtual bool timed() const { return true; }
 
   snapshot::MemoryAt at(const std::string& spec) const {
     std::int64_t t = 0;
@@ -81,6 +84,12 @@ class SnapshotMemory final : public HeldMemory {
   const Allocations& allocations() const override { return allocs_.allocations; }
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
   std::string label() const override { return path_; }
+  bool timed() const override {
+    for (const auto& events : snap_.device_traces)
+      for (const snapshot::Event& e : events)
+        if (e.has_time()) return true;
+    return false;
+  }
   std::vector<std::string> lines(std::uint32_t site, bool all_frames) const override {
     return text_.site_lines(site, all_frames);
   }
@@ -174,9 +183,13 @@ std::string memory_report(const std::string& file, const MemoryArgs& args) {
   }
   const Allocations& a = held->allocations();
   // Before the first event: the blocks from before the trace, held then (Note [Allocations before the trace]).
+  // Nanoseconds, so that the time printed is one --at takes back to the same state.
+  const double after = static_cast<double>(m.at_ns - a.begin) / 1e9;
   const std::string when = m.at_ns < a.begin ? std::string("before the trace's first event")
-                                             : fmt::format("{:.6f} s after the trace's first event",
-                                                           static_cast<double>(m.at_ns - a.begin) / 1e9);
+                           : held->timed() ? fmt::format("{:.9f} s after the trace's first event", after)
+                                           : fmt::format("after event {} of each device's trace: the snapshot records no "
+                                                         "times, so --at counts events, 1 us each",
+                                                         (m.at_ns - a.begin) / 1000 + 1);
   std::string out = fmt::format("{}: at {} ({}): {} live in {} sites\n", held->label(), args.at, when,
                                 format_bytes(m.live_bytes), m.sites.size());
   const std::size_t shown = std::min(args.rows, m.sites.size());

@@ -270,6 +270,27 @@ TEST_CASE("the policy replay advises the policy that reserves least, with the by
   CHECK(advise::advise_snapshot(growing(false), no_replay()).empty());
 }
 
+TEST_CASE("a snapshot whose trace allocates nothing gets no policy advice, and a note says why", "[advisor][snapshot]") {
+  // A 1 GiB segment holding 64 MiB live: packing the end state alone would "save" 960 MiB of the
+  // cache an earlier peak left, in an order the run never had.
+  snapshot::Snapshot s;
+  snapshot::Segment seg;
+  seg.address = kBase;
+  seg.total_size = 1024 * kMiB;
+  seg.blocks = {block(kBase, 64 * kMiB, true), block(kBase + 64 * kMiB, 960 * kMiB, false)};
+  s.segments.push_back(seg);
+  s.device_traces = {{ev(EventKind::FreeCompleted, kBase + 64 * kMiB, 960 * kMiB)}};  // a ring buffer of one free
+  std::vector<std::string> notes;
+  CHECK(advise::advise_snapshot(s, {}, &notes).empty());
+  REQUIRE(notes.size() == 1);
+  CHECK(has(notes[0], "allocates nothing"));
+  // With one allocation in the trace, the replay has an order again.
+  s.device_traces[0].push_back(ev(EventKind::Alloc, kBase + 64 * kMiB, 900 * kMiB));
+  notes.clear();
+  advise::advise_snapshot(s, {}, &notes);
+  CHECK(notes.empty());
+}
+
 TEST_CASE("the policy replay is quiet when the recorded setting is already the best", "[advisor][snapshot]") {
   // The same request again and again: every policy caches the one segment.
   snapshot::Snapshot s;

@@ -13,9 +13,12 @@
 namespace memcomm::advise {
 
 // Advice on a decoded snapshot. AdviseOptions: `replay` (the policy replay), nothing else yet.
-std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const AdviseOptions& options = {});
+// `notes`, when given, receives what could not be judged and why (a trace that allocates nothing).
+std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const AdviseOptions& options = {},
+                                    std::vector<std::string>* notes = nullptr);
 // Loads `path` (snapshot::ReadError naming the file when it is not a readable snapshot) and advises;
-// each piece of evidence starts with the file's name.
-std::vector<Advice> advise_snapshot(const std::string& path, const AdviseOptions& options = {});
+// each piece of evidence, and each note, starts with the file's name.
+std::vector<Advice> advise_snapshot(const std::string& path, const AdviseOptions& options = {},
+                                    std::vector<std::string>* notes = nullptr);
 
 }  // namespace memcomm::advise
