@@ -144,7 +144,7 @@ void add_memory_options(CLI::App* sub, Args& a) {
   sub->add_flag("--json", a.memory.json, "print JSON (every site, whole stacks)");
   sub->add_flag("--all-frames", a.memory.all_frames, "show every frame, not only memory_viz's filtered ones");
   sub->add_option("--rows", a.memory.rows, "sites shown in text mode (at least 1)")->check(memcomm::whole_number(1))->capture_default_str();
-  sub->add_option("--rank", a.memory.rank, "traces of several ranks: the rank to read (default: the first)")
+  sub->add_option("--rank", a.memory.rank, "traces of several ranks: the rank to read (default: the first); snapshots have none")
       ->check(memcomm::whole_number(0));
   sub->add_option("--device", a.memory.device, "only this device's blocks, 255 for host memory (default: every device's, summed; a trace's host "
                   "memory is left out where it also has a GPU's)")

@@ -158,6 +158,17 @@ std::unique_ptr<HeldMemory> open_held(const std::string& path, const MemoryArgs&
                                             : fmt::format("{}: holds no rank {} (--rank)", path, args.rank));
 }
 
+// --rank picks a trace's rank; a snapshot is one process's allocator. Asked of snapshots alone, it
+// would be silently ignored: a usage error instead.
+void check_rank_applies(const std::vector<std::string>& files, const MemoryArgs& args) {
+  if (args.rank < 0) return;
+  for (const auto& f : files)
+    if (!snapshot::is_snapshot_file(f)) return;
+  throw std::invalid_argument(fmt::format("--rank {}: {} PyTorch memory snapshot{}, which record{} no ranks", args.rank,
+                                          files.size() == 1 ? files[0] + " is a" : "the inputs are",
+                                          files.size() == 1 ? "" : "s", files.size() == 1 ? "s" : ""));
+}
+
 void append_stack(std::string& out, const std::vector<std::string>& stack) {
   const bool of_free = !stack.empty() && stack[0] == snapshot::kFreeStackHeading;  // shown whatever is cut
   if (of_free) out += fmt::format("      {}\n", stack[0]);
@@ -174,6 +185,7 @@ double percent(std::uint64_t part, std::uint64_t whole) {
 }  // namespace
 
 std::string memory_report(const std::string& file, const MemoryArgs& args) {
+  check_rank_applies({file}, args);
   const auto held = open_held(file, args);
   const snapshot::MemoryAt m = held->at(args.at);
   if (args.json) {
@@ -203,6 +215,7 @@ std::string memory_report(const std::string& file, const MemoryArgs& args) {
 }
 
 std::string compare_report(const std::string& before, const std::string& after, const MemoryArgs& args) {
+  check_rank_applies({before, after}, args);
   const auto a = open_held(before, args), b = open_held(after, args);
   const snapshot::MemoryAt ma = a->at(args.at), mb = b->at(args.at);
   const auto changes = snapshot::compare_sites(a->named(ma), b->named(mb));
