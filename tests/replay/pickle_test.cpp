@@ -262,6 +262,9 @@ TEST_CASE("pickle: corrupt input gives a clear error at the right offset", "[pic
   expect_error({0x80, 0x04, '.'}, 2, "stack underflow");
   expect_error({0x80, 0x04, 'e', '.'}, 2, "no MARK");
   expect_error({0x80, 0x04, '}', '(', 'K', 1, 'u', '.'}, 6, "odd number of items");
+  // A list or dict key: Python's "unhashable type", a corrupt memo reference in practice.
+  expect_error({0x80, 0x04, '}', '(', ']', 'K', 1, 'u', '.'}, 7, "unhashable dict key (a list)");
+  expect_error({0x80, 0x04, '}', '}', 'K', 1, 's', '.'}, 6, "unhashable dict key (a dict)");
   expect_error({0x80, 0x04, '}', 'K', 1, 'a', '.'}, 5, "APPEND target is a dict");
   expect_error({0x80, 0x04, ']', '(', 'K', 1, 'K', 2, 'u', '.'}, 8, "SETITEMS target is a list");
   expect_error({0x80, 0x04, 0x8b, 0xff, 0xff, 0xff, 0xff, '.'}, 2, "negative byte count");

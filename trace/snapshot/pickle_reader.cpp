@@ -290,9 +290,14 @@ Value Reader::binfloat() {
   return v;
 }
 
+// Python refuses a list or a dict as a dict key (unhashable): one in a pickle is a corrupt file, and
+// reading past it would hand a snapshot's fields to the wrong keys. (A set may be a frozenset.)
+inline bool unhashable(const Value& key) { return key.kind == Kind::list || key.kind == Kind::dict; }
+
 void Reader::set_item() {
   Value v = pop();
   Value k = pop();
+  if (unhashable(k)) fail_op(fmt::format("unhashable dict key (a {})", kind_name(k.kind)));
   Container& c = mutable_container(top(), Kind::dict, "SETITEM target");
   c.items.push_back(k);
   c.items.push_back(v);
@@ -305,6 +310,8 @@ inline void Reader::extend_below_mark(const char* role, const char* missing) {
   if (m <= floor() || m > stack_.size()) fail_op(missing);
   if constexpr (kKind == Kind::dict) {
     if ((stack_.size() - m) % 2) fail_op("odd number of items (a key without a value)");
+    for (std::size_t k = m; k < stack_.size(); k += 2)
+      if (unhashable(stack_[k])) fail_op(fmt::format("unhashable dict key (a {})", kind_name(stack_[k].kind)));
   }
   Container& c = mutable_container(stack_[m - 1], kKind, role);
   c.items.insert(c.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());

@@ -154,7 +154,8 @@ class Builder {
     for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
       const Value& key = items[k];
       const Value& val = items[k + 1];
-      if (key.kind != Kind::string) continue;
+      if (key.kind != Kind::string)  // torch writes only string keys: a corrupt file, not a format to skip
+        throw_at(dev, idx, fmt::format("event has a {} key, not a string", pickle::kind_name(key.kind)));
       std::string_view name = doc_.text(key);
       if (name == "action") {
         std::string_view a = get_str(doc_, val, [&] { return where(dev, idx, "action"); });
