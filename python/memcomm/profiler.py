@@ -22,6 +22,13 @@ all of them write NAME.rank0.mct over each other (pytorch/examples' ddp-tutorial
 need the process group, so none is measured: 0, exact on one host (Note [One clock per host] in
 memcomm/trace/clock.hpp); across hosts start the profiler after init_process_group.
 
+Note [Processes that share a name]: processes started by torch.multiprocessing.spawn (or a Pool)
+that start a profile before init_process_group have no rank yet, and no launcher environment to read
+one from: each calls itself rank 0 and picks NAME.rank0.mct. The first holds the file (Note [One
+writer per trace file] in memcomm/trace/trace_writer.hpp); the others write NAME.pidP.rank0.mct, with
+a warning that says how to get files named by rank. Processes that do know their ranks and still
+collide (two jobs with one name) get the error: the file being written is never truncated.
+
 Note [Nothing left after stop]: stop() removes every module and optimizer hook and class wrapper it
 added, puts torch.autograd.backward back and keeps no reference to the script's modules (those
 named in `model=` it holds weakly, to hook them again if the same profiler starts again).
@@ -122,6 +129,7 @@ class Profiler:
         models = _check_arguments(trace, live, model, cupti)
         self._trace = os.fspath(trace) if trace is not None else ""
         self._session = 0                     # this start's number among those with this trace= name
+        self._pid_tag = False                 # the file name carries the pid (Note [Processes that share a name])
         self._live = live or ""
         self._cupti = cupti
         self._clock_sync = clock_sync
@@ -143,11 +151,14 @@ class Profiler:
         return _memcomm.rank_trace_path(self._session_trace(), self.rank) if self._trace else None
 
     def _session_trace(self) -> str:
-        """trace=, or NAME.K.mct for the K-th start (K >= 2) of a profiler with this name in the process."""
-        if self._session <= 1:
-            return self._trace
+        """trace=, or NAME.K.mct for the K-th start (K >= 2) of a profiler with this name in the process,
+        with .pidP before the extension when another process writes that name."""
         stem, ext = os.path.splitext(self._trace)
-        return f"{stem}.{self._session}{ext}"
+        if self._session > 1:
+            stem += f".{self._session}"
+        if self._pid_tag:
+            stem += f".pid{os.getpid()}"
+        return stem + ext
 
     def start(self) -> "Profiler":
         """Starts recording and installs the hooks. Raises if it cannot record (see the class)."""
@@ -242,9 +253,20 @@ class Profiler:
         device = _cuda_device()
         on_gpu = device >= 0
         error: Optional[BaseException] = None
+        self._pid_tag = False
         try:
-            self._run = _memcomm.RunProfiler(self._session_trace(), self._live, self.rank, self.world, local_rank,
-                                             self._cupti, on_gpu, device)
+            try:
+                self._run = self._new_run(local_rank, on_gpu, device)
+            except _memcomm.TraceFileBusy:
+                if self.world > 1:  # two processes claim one rank: no name to fall back on
+                    raise
+                self._pid_tag = True  # Note [Processes that share a name]
+                self._run = self._new_run(local_rank, on_gpu, device)
+                warnings.warn(f"memcomm.profile: another process is writing "
+                              f"{_memcomm.rank_trace_path(self._trace, self.rank)}, and this one knows no rank yet "
+                              f"(no process group, no launcher environment): writing {self.trace_file} instead. "
+                              f"Start the profile after init_process_group to name each rank's file by its rank.",
+                              RuntimeWarning, stacklevel=3)
             self._observing = self._run.observe_allocator(device)
         except Exception as e:  # noqa: BLE001 (re-raised below, after the other ranks know)
             error = e
@@ -261,6 +283,11 @@ class Profiler:
             self._run.clock_offset(offset)
         elif error is not None:
             raise error
+
+
+    def _new_run(self, local_rank: int, on_gpu: bool, device: int) -> Any:
+        return _memcomm.RunProfiler(self._session_trace(), self._live, self.rank, self.world, local_rank, self._cupti,
+                                    on_gpu, device)
 
 
 def _cuda_device() -> int:

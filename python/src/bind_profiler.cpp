@@ -245,6 +245,8 @@ void bind_hot_calls(pyb::module_& m) {
 }  // namespace
 
 void bind_profiler(pyb::module_& m) {
+  // Note [One writer per trace file] (memcomm/trace/trace_writer.hpp): profile() picks another name.
+  pyb::register_exception<prof::TraceFileBusy>(m, "TraceFileBusy", PyExc_FileExistsError);
   bind_run(m);
   bind_hot_calls(m);
   m.def("now_ns", [] { return prof::now_ns(); }, "The trace's clock (CLOCK_MONOTONIC or the calibrated TSC), ns.");

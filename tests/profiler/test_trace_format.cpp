@@ -142,6 +142,25 @@ TEST_CASE("span durations keep ns below 2^31 ns, then us, then ms, and saturate 
   }
 }
 
+TEST_CASE("a second writer of a file being written is refused, and the file is kept", "[profiler][format]") {
+  // Note [One writer per trace file]
+  const std::string path = temp_path("busy");
+  {
+    TraceWriter first(path, WriterOptions{});
+    write_numbered(path + ".other", 1, 1);  // an unrelated file is not affected
+    CHECK_THROWS_AS(TraceWriter(path, WriterOptions{}), TraceFileBusy);
+    const std::vector<Event> ev{Event::from(make_counter(1, 0, 42))};
+    first.write_chunk(std::vector<StringDef>{}, ev);
+  }
+  const auto events = read_all(path);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].as<CounterEvent>().value == 42);
+  { TraceWriter again(path, WriterOptions{}); }  // once closed, a new run overwrites it
+  CHECK(read_all(path).empty());
+  std::remove(path.c_str());
+  std::remove((path + ".other").c_str());
+}
+
 TEST_CASE("a version 1 file's long spans are read with their duration", "[profiler][format]") {
   const std::string path = temp_path("v1");
   auto kernel = make_compute(EventKind::Kernel, 1000, 1001, 0, 1);

@@ -150,6 +150,40 @@ def test_a_profiler_started_again_writes_a_file_of_its_own(tmp_path, tool):
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.3.rank0.mct")["steps"]] == [1]
 
 
+def test_processes_without_ranks_that_share_a_name_write_a_file_each(tmp_path, tool):
+    # Note [Processes that share a name]: torch.multiprocessing.spawn's processes that profile before
+    # init_process_group all call themselves rank 0. The second writes NAME.pidP.rank0.mct, warned.
+    check("""
+        import multiprocessing as mp, warnings
+        def worker(path, steps, ready, done):
+            model = make_model()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                with memcomm.profile(trace=path) as p:
+                    ready.set()
+                    loop(model, opt, batches(steps))
+                    done.wait(60)  # both write at once
+            print(os.path.basename(p.trace_file), [str(w.message)[:40] for w in seen], flush=True)
+        ctx = mp.get_context("fork")  # spawn cannot import a worker from python -c
+        ready, done = ctx.Event(), ctx.Event()
+        first = ctx.Process(target=worker, args=(sys.argv[1], 2, ready, done))
+        first.start()
+        assert ready.wait(60)
+        second_ready = ctx.Event()
+        second = ctx.Process(target=worker, args=(sys.argv[1], 3, second_ready, done))
+        second.start()
+        assert second_ready.wait(60)
+        done.set()
+        first.join(60); second.join(60)
+        assert first.exitcode == 0 and second.exitcode == 0
+    """, str(tmp_path / "run.mct"))
+    tagged = [f for f in tmp_path.glob("run.pid*.rank0.mct")]
+    assert len(tagged) == 1, list(tmp_path.iterdir())
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.rank0.mct")["steps"]] == [1, 2]
+    assert [s["step"] for s in trace_json(tool, "report", tagged[0])["steps"]] == [1, 2, 3]
+
+
 def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool):
     # pytorch/examples' word_language_model updates its parameters by hand.
     out = check("""

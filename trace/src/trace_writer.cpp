@@ -2,6 +2,7 @@
 #include "memcomm/trace/trace_writer.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,8 +19,18 @@ TraceWriter::TraceWriter(const std::string& path, const WriterOptions& options) 
   if (opt_.codec != Codec::None && opt_.codec != Codec::Zstd && opt_.codec != Codec::Lz4)
     throw TraceError(fmt::format("trace file '{}': unknown codec {}", path, unsigned(opt_.codec)));
   enc_ = std::make_unique<ChunkEncoder>(opt_.codec, opt_.zstd_level);
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);  // truncated once it is ours
   if (fd_ < 0) throw TraceError(fmt::format("cannot create trace file '{}': {}", path, std::strerror(errno)));
+  // Note [One writer per trace file]. A file system without locks (ENOLCK) is written unguarded.
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    close();
+    throw TraceFileBusy(fmt::format("trace file '{}' is being written by another process", path));
+  }
+  if (::ftruncate(fd_, 0) != 0) {
+    const int err = errno;
+    close();
+    throw TraceError(fmt::format("cannot truncate trace file '{}': {}", path, std::strerror(err)));
+  }
   FileHeader h{};
   std::memcpy(h.magic, kFileMagic, sizeof h.magic);
   h.format_version = kFormatVersion;

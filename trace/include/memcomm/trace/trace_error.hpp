@@ -12,4 +12,10 @@ class TraceError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A trace file another process is writing (Note [One writer per trace file] in trace_writer.hpp).
+class TraceFileBusy : public TraceError {
+ public:
+  using TraceError::TraceError;
+};
+
 }  // namespace memcomm::prof

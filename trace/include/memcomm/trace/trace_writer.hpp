@@ -6,6 +6,15 @@
 // complete chunks plus at most one partial chunk at the end; the reader keeps the complete ones
 // and reports the partial tail as "truncated". No fsync is needed for SIGKILL (the page cache
 // survives the process); sync() is offered for power-loss durability at chunk granularity.
+//
+// Note [One writer per trace file]
+// Two processes that pick the same file name (processes of torch.multiprocessing.spawn that start a
+// profile before their process group exists, and so all call themselves rank 0; two runs of one
+// script) would each truncate the file and interleave their chunks into a file no reader can
+// check. So a writer holds an exclusive flock on its file from before it truncates it until it
+// closes it, and a second writer gets TraceFileBusy instead of truncating: the file being written is
+// kept, and the caller may pick another name. (flock, not O_EXCL: a finished trace of an earlier run
+// is still overwritten, as users expect.)
 #pragma once
 
 #include <cstdint>
@@ -34,7 +43,8 @@ struct WriterOptions {
 
 class TraceWriter {
  public:
-  // Creates/truncates `path` and writes the header. Throws TraceError naming the path on failure.
+  // Creates/truncates `path` and writes the header. Throws TraceError naming the path on failure,
+  // TraceFileBusy when another writer holds it (Note [One writer per trace file]).
   TraceWriter(const std::string& path, const WriterOptions& options = {});
   ~TraceWriter();  // closes; errors at that point are swallowed (call close() to see them)
   TraceWriter(const TraceWriter&) = delete;
