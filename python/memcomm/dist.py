@@ -1,8 +1,8 @@
 """torch.distributed's collectives, recorded: `memcomm.dist.all_reduce(t)` does what
 `torch.distributed.all_reduce(t)` does and, while a profiler runs, records the collective (issue,
 end, bytes, element type, communicator and sequence number, which match the same call on every
-rank). Same arguments and results as torch.distributed's; with async_op=True the end is when the
-work completes. Bytes follow nccl-tests' "size": the gathered total for all_gather.
+rank). The arguments of torch.distributed's, by the same names, and its results; with async_op=True
+the end is when the work completes. Bytes follow nccl-tests' "size": the gathered total for all_gather.
 """
 from typing import Any, List, Optional
 
@@ -34,16 +34,18 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None, 
                 lambda: _dist.all_reduce(tensor, op=op, group=group, async_op=async_op))
 
 
-def broadcast(tensor: torch.Tensor, src: int, group: Any = None, async_op: bool = False) -> Any:
-    """torch.distributed.broadcast, recorded."""
+def broadcast(tensor: torch.Tensor, src: Optional[int] = None, group: Any = None, async_op: bool = False,
+              **kwargs: Any) -> Any:
+    """torch.distributed.broadcast, recorded (other keywords, such as group_src, go to torch)."""
     return _run("broadcast", tensor, tensor.nbytes, group, async_op,
-                lambda: _dist.broadcast(tensor, src, group=group, async_op=async_op))
+                lambda: _dist.broadcast(tensor, src, group=group, async_op=async_op, **kwargs))
 
 
-def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
-    """torch.distributed.reduce, recorded."""
+def reduce(tensor: torch.Tensor, dst: Optional[int] = None, op: Any = ReduceOp.SUM, group: Any = None,
+           async_op: bool = False, **kwargs: Any) -> Any:
+    """torch.distributed.reduce, recorded (other keywords, such as group_dst, go to torch)."""
     return _run("reduce", tensor, tensor.nbytes, group, async_op,
-                lambda: _dist.reduce(tensor, dst, op=op, group=group, async_op=async_op))
+                lambda: _dist.reduce(tensor, dst, op=op, group=group, async_op=async_op, **kwargs))
 
 
 def all_gather(tensor_list: List[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
@@ -52,10 +54,11 @@ def all_gather(tensor_list: List[torch.Tensor], tensor: torch.Tensor, group: Any
                 lambda: _dist.all_gather(tensor_list, tensor, group=group, async_op=async_op))
 
 
-def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
+def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any = None,
+                           async_op: bool = False) -> Any:
     """torch.distributed.all_gather_into_tensor, recorded (bytes: the gathered total)."""
-    return _run("all_gather", input, output.nbytes, group, async_op,
-                lambda: _dist.all_gather_into_tensor(output, input, group=group, async_op=async_op))
+    return _run("all_gather", input_tensor, output_tensor.nbytes, group, async_op,
+                lambda: _dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op))
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None,
@@ -65,15 +68,18 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
                 lambda: _dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op))
 
 
-def all_to_all_single(output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
-    """torch.distributed.all_to_all_single (even splits), recorded."""
+def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes: Optional[List[int]] = None,
+                      input_split_sizes: Optional[List[int]] = None, group: Any = None, async_op: bool = False) -> Any:
+    """torch.distributed.all_to_all_single, recorded (bytes: the input's, whatever the splits)."""
     return _run("all_to_all", input, input.nbytes, group, async_op,
-                lambda: _dist.all_to_all_single(output, input, group=group, async_op=async_op))
+                lambda: _dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group,
+                                                async_op=async_op))
 
 
-def barrier(group: Any = None, async_op: bool = False) -> Any:
+def barrier(group: Any = None, async_op: bool = False, device_ids: Optional[List[int]] = None) -> Any:
     """torch.distributed.barrier, recorded."""
-    return _run("barrier", None, 0, group, async_op, lambda: _dist.barrier(group=group, async_op=async_op))
+    return _run("barrier", None, 0, group, async_op,
+                lambda: _dist.barrier(group=group, async_op=async_op, device_ids=device_ids))
 
 
 __all__ = ["all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",

@@ -46,7 +46,7 @@ import torch.distributed as dist
 from memcomm import _memcomm
 from memcomm._profiler import running
 from memcomm._profiler.clock import agree_and_measure_clock
-from memcomm._profiler.collectives import comm_hook
+from memcomm._profiler.collectives import comm_hook, settle_in_flight
 from memcomm._profiler.comms import Communicators
 from memcomm._profiler.hooks import PhaseHooks
 from memcomm._profiler.wrappers import category, loader
@@ -98,7 +98,7 @@ def _check_arguments(trace: Any, live: Any, model: ModelArg, cupti: Any) -> List
     return models
 
 
-class Profiler:
+class Profiler(contextlib.ContextDecorator):
     """Records this process's training into memcomm's trace format and/or live stream.
 
     trace: file name; each rank writes NAME.rankR.mct beside it (its folder must exist). A profiler
@@ -118,6 +118,9 @@ class Profiler:
            profiles, the others warn and record without an offset: Note [Ranks that do not
            profile] in _profiler/clock.py). Started before init_process_group, the profiler takes
            the rank from the launcher's environment and measures no offset.
+
+    Also a decorator: @memcomm.profile(trace=...) profiles each call of the function (the second
+    call writes NAME.2.rankR.mct, and so on).
 
     start() raises before anything is recorded when the trace folder is missing or read-only, the
     live address is malformed, or another profiler runs. Thread safe: any thread may train, start or
@@ -186,6 +189,7 @@ class Profiler:
         with running.control:
             if running.profiler is not self:
                 return self.result
+            settle_in_flight()  # Note [Collectives that end after the script waited]
             running.profiler = None
             self._hooks.remove()
             self._hooks.close_this_thread()
@@ -198,6 +202,11 @@ class Profiler:
             warnings.warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
                           "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
                           "a step of a loop that updates its parameters by hand ends", stacklevel=2)
+        if self._hooks.backwards and not self._hooks.forwards:
+            warnings.warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the modules watched "
+                          "were never called themselves (torch.utils.checkpoint.checkpoint_sequential calls a "
+                          "Sequential's children); give profile(model=...) the module the loop calls, or leave "
+                          "model= out to find it", stacklevel=2)
         if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
             raise OSError(f"memcomm: {trace_error}")
         return self.result

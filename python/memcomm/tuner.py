@@ -31,7 +31,7 @@ from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options, check_callables, check_options
 from memcomm._tuner.prober import Prober
 from memcomm._tuner.runner import Runner
-from memcomm._tuner.state import RandomState
+from memcomm._tuner.state import RandomState, ScriptState
 from memcomm._tuner.setup import (agree_on_setup, cache_key, check_model_fits, check_same_arguments, device_of,
                                   format_bytes, group_device, search_config)
 
@@ -57,11 +57,18 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     model:          the module, not yet wrapped in DistributedDataParallel (the tuner all-reduces
                     gradients itself, bucketed as DDP does; Note [Gradient buckets from Python]).
     optimizer:      its optimizer; model and optimizer (with any parameters it updates outside the
-                    model) are as they were when tune() returns, and so are the global random
-                    generators (torch's, CUDA's, Python's and numpy's). Inside memcomm.profile() the
-                    probes record memory but no phases: they are not the run's steps.
+                    model) are as they were when tune() returns: weights, buffers, optimizer state,
+                    modules' training flags and gradients; so are the global random generators
+                    (torch's, CUDA's, Python's and numpy's). The optimizer's own step hooks
+                    (register_step_pre_hook/post_hook) do not run during the probes. The allocator's
+                    peak counters are reset when tune() returns (its probes' out-of-memory errors
+                    stay counted in num_ooms). Inside memcomm.profile() the probes record memory
+                    but no phases: they are not the run's steps.
     loss_fn:        loss_fn(model, batch) -> scalar loss tensor: the forward of one micro-step; the
                     tuner calls backward, the gradient all-reduce and optimizer.step() itself.
+                    It (like make_batch and evaluate) must run no collective of its own, such as an
+                    all-gather contrastive loss: a rank that runs out of memory inside one would
+                    leave the others waiting in it until the process group's timeout.
     make_batch:     make_batch(b) -> a batch of b samples for this rank, as loss_fn takes it (a batch whose
                     first tensor has no dimension of size b is warned about once: it is measured as b).
     memory_limit:   bytes per rank. On the CPU it is the cap of memcomm.use_allocator("cpu",
@@ -90,17 +97,21 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     (Note [Agreeing on an out-of-memory from Python]).
     """
     randomness = RandomState()
+    script = ScriptState(model, optimizer) if isinstance(model, torch.nn.Module) and isinstance(
+        optimizer, torch.optim.Optimizer) else None  # else tune() raises TypeError before touching anything
     try:
         with running.paused():  # inside memcomm.profile(), the probes are not the run's steps
             return _tune(model, optimizer, loss_fn, make_batch, process_group, memory_limit, verbose, evaluate,
                          Options(global_batch, search, fit_only, any_micro_batch, max_trials, measured_steps,
-                                 probe_seconds, accum_cap, bucket_mb, buckets, verify_steps))
-    finally:
+                                 probe_seconds, accum_cap, bucket_mb, buckets, verify_steps), script)
+    finally:  # Note [What the probes leave as it was] (_tuner/state.py); done already unless setup failed
         randomness.restore()
+        if script is not None:
+            script.restore()
 
 
 def _tune(model: Any, optimizer: Any, loss_fn: Any, make_batch: Any, process_group: Any, memory_limit: Optional[int],
-          verbose: Any, evaluate: Any, options: Options) -> Dict[str, Any]:
+          verbose: Any, evaluate: Any, options: Options, script: Optional[ScriptState]) -> Dict[str, Any]:
     group = Group(process_group, group_device(model))
     o, device, memory = _agreed_setup(group, model, optimizer, loss_fn, make_batch, evaluate, verbose, memory_limit,
                                       options)
@@ -108,10 +119,11 @@ def _tune(model: Any, optimizer: Any, loss_fn: Any, make_batch: Any, process_gro
         limit = -int(group.max([-memory.limit])[0])  # the smallest rank's limit: one search for all
         config = search_config(o, group.world, limit)
         check_same_arguments(group, config)
-        runner = Runner(model, optimizer, loss_fn, make_batch, group, memory, o)
-        config["min_micro_batch"] = check_model_fits(runner, limit)
-        return _search(runner, config, cache_key(model, optimizer, device, o, group.world, limit), verbose, evaluate)
-    finally:  # whatever happened: torch's CUDA allocator uncapped if tune() capped it
+        return _search(Runner(model, optimizer, loss_fn, make_batch, group, memory, o), config,
+                       cache_key(model, optimizer, device, o, group.world, limit), verbose, evaluate)
+    finally:  # whatever happened, with the probes' tensors gone: the script's state back, then torch's
+        if script is not None:  # CUDA allocator uncapped if tune() capped it, and its peak counters reset
+            script.restore()
         memory.close()
 
 
@@ -142,6 +154,7 @@ def _search(runner: Runner, config: Dict[str, Any], key: Dict[str, Any], verbose
     if verbose and group.rank == 0:
         print(f"memcomm.tune: global batch {o.global_batch} on {group.world} rank(s), limit {format_bytes(limit)} per "
               f"rank, search {o.search}", flush=True)
+    config["min_micro_batch"] = check_model_fits(runner, limit)
     prober = Prober(runner, o, verbose, evaluate)
     try:
         result = _memcomm.tune_search(config, prober.probe, prober.verify if o.verify_steps > 0 else None, key)

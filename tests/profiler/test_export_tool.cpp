@@ -1,6 +1,7 @@
 // Chrome export parsed back, and the memcomm-trace tool end to end (info, export, merge, report).
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
@@ -97,6 +98,38 @@ TEST_CASE("chrome export parses back with the required fields, tracks and flows"
   for (auto& [id, phs] : flows) CHECK(phs == std::vector<std::string>{"s", "f"});
   CHECK(st.flows == 2);
   for (const auto& p : paths) std::remove(p.c_str());
+  std::remove(out.c_str());
+}
+
+TEST_CASE("chrome export keeps a span past 4.29 s and says a NaN counter is one", "[profiler][export]") {
+  // Note [Durations in 32 bits]; JSON has no NaN, and a 0 would hide a diverged loss.
+  const std::string path = test::temp_path("chrome-long") + ".rank0.mct";
+  {
+    WriterOptions o;
+    o.rank = 0;
+    TraceWriter w(path, o);
+    const std::vector<Event> ev = {Event::from(make_host_span(EventKind::Sync, 1000, 1000 + 600'000'000'000, 0, 1)),
+                                   Event::from(make_counter(2000, 2, 1.5)),
+                                   Event::from(make_counter(3000, 2, std::nan("")))};
+    w.write_chunk({{1, "cudaDeviceSynchronize"}, {2, "loss"}}, ev);
+  }
+  const std::string out = path + ".json";
+  export_chrome(TraceSet::load({path}), out);
+  const nlohmann::json j = memcomm::test::read_json(out);
+  bool sync = false, nan_instant = false;
+  int loss_samples = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == "cudaDeviceSynchronize") sync = e["dur"].get<double>() == Approx(6e8);
+    if (e["ph"] == "C" && e["name"] == "loss") {
+      ++loss_samples;
+      CHECK(e["args"]["loss"].get<double>() == 1.5);
+    }
+    if (e["ph"] == "i" && e["name"] == "loss = nan") nan_instant = true;
+  }
+  CHECK(sync);  // ten minutes, in microseconds
+  CHECK(loss_samples == 1);
+  CHECK(nan_instant);
+  std::remove(path.c_str());
   std::remove(out.c_str());
 }
 

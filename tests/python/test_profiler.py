@@ -144,6 +144,11 @@ def test_a_profiler_started_again_writes_a_file_of_its_own(tmp_path, tool):
         with memcomm.profile(trace=sys.argv[1]) as other:
             loop(model, opt, batches(1))
         assert other.trace_file.endswith("run.3.rank0.mct"), other.trace_file
+        @memcomm.profile(trace=sys.argv[1])  # a decorator: each call a session
+        def train(n):
+            loop(model, opt, batches(n))
+        train(2)
+        assert os.path.exists(sys.argv[1][:-4] + ".4.rank0.mct")
     """, str(tmp_path / "run.mct"))
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.rank0.mct")["steps"]] == [1, 2, 3]
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "run.2.rank0.mct")["steps"]] == [1, 2, 3, 4]
@@ -204,10 +209,11 @@ def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool)
                 manual_loop(True)
             with memcomm.profile(trace=sys.argv[2]):
                 manual_loop(False)
+            from torch.autograd import grad  # imported by name before the profile starts, as WGAN-GP code does
             with memcomm.profile(trace=sys.argv[3]):  # gradients by torch.autograd.grad (MAML, a hand-written SGD)
-                for x, y in batches(3):
+                for i, (x, y) in enumerate(batches(3)):
                     params = list(model.parameters())
-                    grads = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x), y), params)
+                    grads = (grad if i else torch.autograd.grad)(torch.nn.functional.cross_entropy(model(x), y), params)
                     with torch.no_grad():
                         for q, g in zip(params, grads):
                             q.add_(g, alpha=-0.1)
@@ -294,6 +300,41 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
         updates = {"two": 2 * iterations, "inbackward": 4 * iterations}.get(name, iterations)  # 4 parameters
         backwards = 2 * iterations if name == "lbfgs" else iterations  # max_iter=2 closure calls
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
+
+
+def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_path, tool):
+    # Note [A forward that opens no step]: validation in eval mode without no_grad() made a step; a
+    # forward under no_grad (reentrant checkpointing) left the step to start at the backward.
+    check("""
+        from torch.utils.checkpoint import checkpoint
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[1], model=model):
+            for i, (x, y) in enumerate(batches(4)):
+                crit(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+                if i == 1:                              # validation without no_grad()
+                    model.eval()
+                    crit(model(x), y).item()
+                    model.train()
+        with memcomm.profile(trace=sys.argv[2], model=model):
+            for x, y in batches(2):
+                crit(checkpoint(model, x.requires_grad_(), use_reentrant=True), y).backward()
+                opt.step()
+                opt.zero_grad()
+    """, str(tmp_path / "eval.mct"), str(tmp_path / "ckpt.mct"))
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "eval.rank0.mct")["steps"]] == [1, 2, 3, 4]
+    chrome = tmp_path / "ckpt.json"
+    subprocess.run([tool("memcomm-trace"), "export", "--chrome", str(chrome), str(tmp_path / "ckpt.rank0.mct")],
+                   check=True, capture_output=True, timeout=60)
+    events = json.loads(chrome.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans = {n: [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and e["name"] == n]
+             for n in ("step", "forward")}
+    assert len(spans["step"]) == 2 and len(spans["forward"]) >= 2, spans
+    for begin, end in spans["forward"]:   # every forward inside a step
+        assert any(b <= begin and end <= e for b, e in spans["step"]), spans
 
 
 def test_models_in_a_container_are_found_at_the_first_update(tmp_path, tool):

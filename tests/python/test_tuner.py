@@ -160,6 +160,43 @@ def test_every_tensor_the_optimizer_updates_and_the_random_state_come_back():
     """, timeout=120)
 
 
+def test_training_flags_gradients_step_hooks_and_peaks_are_the_scripts_after_tune():
+    # Note [What the probes leave as it was]: an evaluate() that calls model.eval() left the model in
+    # eval mode; gradients the script held came back None; an EMA in a step hook took in the probes'
+    # weights; the probes' peak stayed the allocator's peak.
+    run_ok("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=256 << 20)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        hooked = []
+        opt.register_step_post_hook(lambda o, args, kwargs: hooked.append(1))
+        X, Y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+        make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
+        loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        def evaluate(m):
+            m.eval()
+            out = m(X)
+            return (out.argmax(1) == Y).float().mean().item(), F.cross_entropy(out, Y).item()
+        loss(model, make(8)).backward()  # an accumulation in progress: the script holds gradients
+        grads = [p.grad.clone() for p in model.parameters()]
+        model[3].eval()                  # one module's own mode, kept as it was
+        r = memcomm.tune(model, opt, loss, make, 32, evaluate=evaluate, probe_seconds=0.0, verify_steps=2,
+                         verbose=False, max_trials=3)
+        assert r["recommendation"], r
+        assert [m.training for m in model.modules()] == [True, True, True, True, False, True]
+        assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
+        assert hooked == [] and len(opt._optimizer_step_post_hooks) == 1
+        stats = memcomm.allocator.memory_stats("cpu")
+        assert stats["allocated_bytes.all.peak"] == stats["allocated_bytes.all.current"], stats
+        opt.step()
+        assert hooked == [1]
+        print("ok")
+    """, timeout=120)
+
+
 def test_a_model_that_cannot_step_on_one_sample_is_tuned_from_two():
     # Note [A model that cannot step on one sample]: BatchNorm1d raised at the first step, at b = 1.
     run_ok("""
@@ -303,6 +340,7 @@ def _batch(b):
 @pytest.mark.parametrize("change, error, words", [
     ({"model": "not a module"}, TypeError, "torch.nn.Module"),
     ({"optimizer": object()}, TypeError, "torch.optim.Optimizer"),
+    ({"optimizer": torch.optim.LBFGS([nn.Parameter(torch.zeros(1))])}, TypeError, "LBFGS needs one"),
     ({"loss_fn": 3}, TypeError, "loss_fn must be callable"),
     ({"make_batch": None}, TypeError, "make_batch must be callable"),
     ({"global_batch": 0}, ValueError, "global_batch"),

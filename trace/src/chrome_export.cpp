@@ -190,8 +190,14 @@ class ChromeExport {
       if (e.kind == EventKind::Counter) {
         const auto c = e.as<CounterEvent>();
         const std::string name = escape(r.name(c.name));
+        if (!std::isfinite(c.value)) {  // JSON has no NaN: a diverged loss is an instant saying so, not a 0
+          w_.raw(fmt::format(R"({{"ph":"i","s":"p","cat":"counter","name":"{} = {}","pid":{},"tid":0,"ts":{}}})",
+                             name.empty() ? "counter" : name, c.value, pid, w_.us(c.ts)));
+          ++st_.instants;
+          continue;
+        }
         w_.raw(fmt::format(R"({{"ph":"C","name":"{}","pid":{},"ts":{},"args":{{"{}":{}}}}})", name.empty() ? "counter" : name,
-                           pid, w_.us(c.ts), name.empty() ? "value" : name, std::isfinite(c.value) ? c.value : 0.0));
+                           pid, w_.us(c.ts), name.empty() ? "value" : name, c.value));
         ++st_.counters;
       } else if (e.kind == EventKind::Oom) {
         const auto o = e.as<OomEvent>();

@@ -1,5 +1,7 @@
 """Collectives into the trace: memcomm.comm_hook (DDP's buckets) and record_collective (memcomm.dist)."""
-from typing import Any, Callable, Optional, Tuple, Union
+import threading
+import time
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -31,13 +33,44 @@ def _issue(p: Any, op: str, dtype: int, nbytes: int, group: Any, bucket: int,
 def record_collective(p: Any, op: str, dtype: int, nbytes: int, group: Any, bucket: int,
                       call: Callable[[], Any], async_op: bool) -> Any:
     """Runs `call` (a collective on `group`) and records it on the profiler `p`: issued when called,
-    ended when it returned or, with async_op, when its work completed."""
+    ended when it returned or, with async_op, when its work completed (Note [Collectives that end
+    after the script waited])."""
     work, ended = _issue(p, op, dtype, nbytes, group, bucket, call)
     if async_op and work is not None:
-        work.get_future().add_done_callback(ended)
+        fut = work.get_future()
+        with _in_flight_lock:
+            _in_flight[id(fut)] = fut
+
+        def recorded(f: Any) -> None:
+            try:
+                ended()
+            finally:
+                with _in_flight_lock:
+                    _in_flight.pop(id(f), None)
+        fut.add_done_callback(recorded)
     else:
         ended()
     return work
+
+
+# Note [Collectives that end after the script waited]: an async collective's end is recorded by a
+# callback of its future, which torch runs on its own thread once the work completes, possibly just
+# after the script's work.wait() returned. A script that stops the profiler right after waiting
+# would lose that end. So stop() gives the callbacks of completed work a moment to run
+# (settle_in_flight); work still running is left alone, so a hung collective cannot hang stop().
+# DDP's comm hook needs none of this: its record is chained into the future DDP waits on.
+_in_flight: Dict[int, Any] = {}
+_in_flight_lock = threading.Lock()
+
+
+def settle_in_flight(timeout_s: float = 1.0) -> None:
+    """Waits up to `timeout_s` for the end records of collectives whose work has completed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with _in_flight_lock:
+            if not any(f.done() for f in _in_flight.values()):
+                return
+        time.sleep(0.001)
 
 
 _WIRE = {"allreduce": None, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -85,7 +118,10 @@ def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype:
         group = state if isinstance(state, dist.ProcessGroup) else None
         fut, ended = _issue(p, "all_reduce", dtype_code(wire), buf.numel() * wire.itemsize, group, bucket.index(),
                             lambda: inner(state, bucket))
-        fut.add_done_callback(ended)
-        return fut
+
+        def recorded(f: Any) -> Any:  # chained, so DDP's wait at the end of backward includes the record:
+            ended()                   # a done-callback could run after stop() and lose the last bucket
+            return f.value()
+        return fut.then(recorded)
 
     return memcomm_comm_hook

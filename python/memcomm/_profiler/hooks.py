@@ -35,14 +35,22 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   the hooks, which send every call of the module down torch's slow call path: 1.1-1.5 us per call
   against 4.0-7.8 us (bench/python/watch_overhead.py, bench/results/python-cpu.md).
 - Backward is a call of torch.autograd.backward (what Tensor.backward calls) or torch.autograd.grad
-  (a hand-written update, MAML, WGAN-GP's penalty, torch.func.grad): start() wraps those entry
-  points and stop() puts them back. The wrapper is one Python call around the whole backward, on
+  (a hand-written update, MAML, WGAN-GP's penalty, torch.func.grad): start() wraps the function both
+  call into the engine with (torch.autograd's _engine_run_backward, where torch has it; else those
+  two entry points), so a `from torch.autograd import grad` made before start() is seen too, and
+  stop() puts it back. The wrapper is one Python call around the whole backward, on
   the thread that asked for it, and it ends after autograd's final callbacks (DDP's, which wait for
   the last bucket and write the gradients). A tensor hook on the forward's output and a final
   callback would also find it, but cost about 100 us a step between them on this project's 2-core
   machine, against some 20 us for the wrapper (bench/results/python-cpu.md). With gradient accumulation every backward is its own range;
   one inside another (a backward during a backward) is part of the outer one.
 - Nothing here may be traced by torch.compile (Note [Hooks under torch.compile]).
+- Note [A forward that opens no step]: a forward opens the step only when it can train: grad
+  enabled and the module in training mode. Validation that calls model.eval() without no_grad()
+  made a step of its own, as long as several training steps. A forward that opened none and is
+  followed by a backward was training after all: a model kept in eval mode to freeze BatchNorm, or
+  activation checkpointing's forward under no_grad. So the backward's step starts at the first such
+  forward since the last step, not at the backward.
 - A range still open when the next phase begins (a backward or step() that raised) is closed
   first, so ranges always nest.
 Allocations are labelled while a phase runs (Note [Memory categories] in trainer/src/profiling.cpp):
@@ -105,7 +113,7 @@ from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KE
 class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with_backward",
-                 "depth", "fwd_module", "in_backward")
+                 "depth", "fwd_module", "in_backward", "stepless_forward_ns")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -118,6 +126,7 @@ class _ThreadState:
         self.depth = 0                                 # module call nesting (global hooks)
         self.fwd_module: Any = None
         self.in_backward = False
+        self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
 
 
 class PhaseHooks:
@@ -135,7 +144,7 @@ class PhaseHooks:
         self._generation = 0                          # a new one at each install(): old thread states go
         self._steps = itertools.count(1)
         self._looked_again = False                    # the first step without a forward looked again
-        self._forwards = 0                            # forward ranges opened
+        self.forwards = 0                            # forward ranges opened
         self.backwards = 0                            # backward ranges opened (this session)
         self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
         self._tls = threading.local()
@@ -148,7 +157,7 @@ class PhaseHooks:
         self._generation += 1
         self._threads = []
         self._steps = itertools.count(1)              # each session's steps count from 1, in its own file
-        self.backwards = self.step_ends = 0
+        self.backwards = self.step_ends = self.forwards = 0
         add = self._handles.append
         self._roots = []
         self._watched = []
@@ -240,7 +249,7 @@ class PhaseHooks:
         """The first step that recorded no forward looks for the model once more (Note [Finding the
         model])."""
         self._looked_again = True
-        if self._forwards == 0 and not self._global_handles and running.profiler is self._owner:
+        if self.forwards == 0 and not self._global_handles and running.profiler is self._owner:
             with self._lock:
                 # Roots that were never called hold the model: a ModuleDict of a GAN's two nets, a
                 # task wrapper whose .model the loop calls. Their children with parameters are watched too.
@@ -271,6 +280,7 @@ class PhaseHooks:
                 return
 
     def _close_all(self, st: _ThreadState) -> None:
+        st.stepless_forward_ns = 0
         st.update_frame = None  # an update that raised last: its frame keeps its callers' locals alive
         if st.step_end_ns:
             self._close_step(st)
@@ -285,24 +295,32 @@ class PhaseHooks:
             st.step_open = False
         st.step_end_ns = 0
 
-    def _ensure_step(self, st: _ThreadState, ts: int = 0) -> None:
-        """The next training event: ends a step whose update returned, and opens one if none is."""
+    def _ensure_step(self, st: _ThreadState, ts: int = 0, from_backward: bool = False) -> None:
+        """The next training event: ends a step whose update returned, and opens one if none is (a
+        backward's at the forward that opened none before it: Note [A forward that opens no step])."""
         if st.step_end_ns:
             self._close_step(st)
         if not st.step_open:
             if not self._owner._observing:  # an allocator that began serving after the start
                 self._owner._observe_allocator()
             st.step_open = True
-            self._open(st, STEP, next(self._steps), KEEP, ts)
+            self._open(st, STEP, next(self._steps), KEEP, ts or (st.stepless_forward_ns if from_backward else 0))
+        st.stepless_forward_ns = 0
+
+    def _forward_begins(self, st: _ThreadState, module: torch.nn.Module) -> None:
+        """Note [A forward that opens no step]."""
+        if torch.is_grad_enabled() and module.training:
+            self._ensure_step(st)
+        elif (not st.step_open or st.step_end_ns) and not st.stepless_forward_ns:
+            st.stepless_forward_ns = now()
 
     # Forward: one module (profile(model=...)).
     def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling() or _in_backward() or running.profiler is not self._owner:
             return
         st = self._state()
-        if torch.is_grad_enabled():  # an evaluation's forward opens no step
-            self._ensure_step(st)
-        self._forwards += 1
+        self._forward_begins(st, module)
+        self.forwards += 1
         self._open(st, FORWARD, 0, ACTIVATION)
 
     def _model_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -321,9 +339,8 @@ class PhaseHooks:
             st.fwd_module = module
             if not any(module is r for r in self._roots):
                 self._roots.append(module)
-            if torch.is_grad_enabled():
-                self._ensure_step(st)
-            self._forwards += 1
+            self._forward_begins(st, module)
+            self.forwards += 1
             self._open(st, FORWARD, 0, ACTIVATION)
 
     def _global_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -335,9 +352,10 @@ class PhaseHooks:
             st.fwd_module = None
             self._close(st, FORWARD)
 
-    # Backward: a call of torch.autograd.backward (Note [Phases from hooks]).
+    # Backward: a call of torch.autograd.backward or grad (Note [Phases from hooks]).
     def _wrap_backward(self) -> None:
-        for name in ("backward", "grad"):
+        names = ("_engine_run_backward",) if hasattr(torch.autograd, "_engine_run_backward") else ("backward", "grad")
+        for name in names:
             self._wrap_autograd(name)
 
     def _wrap_autograd(self, name: str) -> None:
@@ -352,7 +370,7 @@ class PhaseHooks:
                 return original(*args, **kwargs)
             st.in_backward = True
             self.backwards += 1
-            self._ensure_step(st)
+            self._ensure_step(st, from_backward=True)
             self._open(st, BACKWARD, 0, ACTIVATION)
             try:
                 return original(*args, **kwargs)

@@ -62,8 +62,10 @@ class Memory:
     capped_torch = False  # torch's CUDA allocator was capped here, and is uncapped by close()
 
     def close(self) -> None:
-        """Gives torch's CUDA allocator its whole device back when tune() capped it."""
+        """Gives torch's CUDA allocator its whole device back when tune() capped it, and leaves peak
+        counters that a probe did not set (Note [What the probes leave as it was])."""
         self.release_cache()
+        self.reset_peaks()
         if self.capped_torch:
             torch.cuda.set_per_process_memory_fraction(1.0, self.device)
 

@@ -38,6 +38,9 @@ def check_callables(model: Any, optimizer: Any, loss_fn: Any, make_batch: Any, e
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if isinstance(optimizer, torch.optim.LBFGS):  # its step() needs a closure that re-evaluates the loss
+        raise TypeError("memcomm.tune steps the optimizer once per step without a closure; torch.optim.LBFGS "
+                        "needs one (it evaluates the loss several times a step), so it cannot be tuned this way")
     for name, f in (("loss_fn", loss_fn), ("make_batch", make_batch)):
         if not callable(f):
             raise TypeError(f"{name} must be callable, got {type(f).__name__}")

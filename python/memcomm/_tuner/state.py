@@ -9,6 +9,13 @@ transposed parameter is written back where it lives (reshape(-1) of such a tenso
 writing into the copy restored nothing). Only a tensor with gaps or overlaps between its elements
 goes through a copy_ of its values. Every tensor the optimizer updates is saved, not only the
 model's: a loss with parameters of its own (a margin head, a learned temperature) trains with it.
+
+Note [What the probes leave as it was]: tune() promises the script's model and optimizer as they
+were. Beyond the tensors (State) and the random generators (RandomState), a probe changes what
+ScriptState puts back: module training flags (evaluate() may call model.eval()), gradients (set to
+None between probes; a script may hold some from before tune()), and whatever the optimizer's own
+step hooks update (they do not run during the probes). The allocator's peak counters are reset when
+tune() returns, so a peak read after it is the run's, not a probe's.
 """
 import copy
 import random
@@ -71,6 +78,18 @@ class _SavedTensor:
         return t
 
 
+def _trained_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> List[torch.Tensor]:
+    """The model's parameters and buffers, then the other parameters the optimizer updates."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    seen = {id(t) for t in tensors}
+    for g in optimizer.param_groups:
+        for p in g["params"]:
+            if id(p) not in seen:
+                seen.add(id(p))
+                tensors.append(p)
+    return tensors
+
+
 class State:
     """The model's parameters and buffers, the other parameters the optimizer updates, and the
     optimizer's state and hyperparameters."""
@@ -83,14 +102,7 @@ class State:
         self.groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
 
     def _model_tensors(self) -> List[torch.Tensor]:
-        tensors = list(self.model.parameters()) + list(self.model.buffers())
-        seen = {id(t) for t in tensors}
-        for g in self.optimizer.param_groups:
-            for p in g["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    tensors.append(p)
-        return tensors
+        return _trained_tensors(self.model, self.optimizer)
 
     def restore(self) -> None:
         for t, saved in zip(self._model_tensors(), self.tensors):
@@ -113,20 +125,54 @@ class State:
                 current[k] = v.restore_into(current.get(k)) if isinstance(v, _SavedTensor) else copy.deepcopy(v)
 
 
+class ScriptState:
+    """What tune() touches beyond the weights and the optimizer's state, put back when it returns
+    (Note [What the probes leave as it was]): each module's training flag (an evaluate() that calls
+    model.eval()), the gradients the script held (the probes set them to None), and the optimizer's
+    own step hooks, which are taken out while the probes step (an EMA or a counter that
+    register_step_post_hook updates is the script's training state, not the probes')."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        self.modes = [(m, m.training) for m in model.modules()]
+        self.grads = [(p, _SavedTensor.of(p.grad) if p.grad is not None else None)
+                      for p in _trained_tensors(model, optimizer) if p.requires_grad]
+        self.optimizer = optimizer
+        self.hooks = {name: getattr(optimizer, name).copy() for name in _STEP_HOOKS if hasattr(optimizer, name)}
+        for name in self.hooks:
+            getattr(optimizer, name).clear()
+        self.restored = False
+
+    def restore(self) -> None:
+        """Once; later calls do nothing."""
+        if self.restored:
+            return
+        self.restored = True
+        for name, hooks in self.hooks.items():
+            getattr(self.optimizer, name).update(hooks)
+        for m, training in self.modes:
+            m.training = training
+        for p, grad in self.grads:
+            p.grad = grad.restore_into(p.grad) if grad is not None else None
+
+
+# The optimizer's own step hooks (torch.optim.Optimizer.register_step_pre_hook / _post_hook).
+_STEP_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
+
+
 class RandomState:
     """The random generators a probe's dropout and make_batch draw from (torch's, CUDA's, Python's
     and numpy's global ones), put back when tune() returns: a seeded script trains the same with
     and without tune()."""
 
     def __init__(self) -> None:
-        self.torch = torch.get_rng_state()
+        self.torch = torch.get_rng_state().numpy().copy()  # outside the allocator, as State's copies
         self.cuda: Optional[List[torch.Tensor]] = (torch.cuda.get_rng_state_all()
                                                    if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
         self.python = random.getstate()
         self.numpy = np.random.get_state()
 
     def restore(self) -> None:
-        torch.set_rng_state(self.torch)
+        torch.set_rng_state(torch.from_numpy(self.torch))
         if self.cuda is not None:
             torch.cuda.set_rng_state_all(self.cuda)
         random.setstate(self.python)
