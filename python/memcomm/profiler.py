@@ -267,15 +267,15 @@ class Profiler(contextlib.ContextDecorator):
             try:
                 self._run = self._new_run(local_rank, on_gpu, device)
             except _memcomm.TraceFileBusy:
-                if self.world > 1:  # two processes claim one rank: no name to fall back on
+                if self.world > 1 or _group_ready():  # two processes claim one rank: no name to fall back on
                     raise
+                busy = self.trace_file
                 self._pid_tag = True  # Note [Processes that share a name]
                 self._run = self._new_run(local_rank, on_gpu, device)
-                warnings.warn(f"memcomm.profile: another process is writing "
-                              f"{_memcomm.rank_trace_path(self._trace, self.rank)}, and this one knows no rank yet "
+                warnings.warn(f"memcomm.profile: another process is writing {busy}, and this one knows no rank "
                               f"(no process group, no launcher environment): writing {self.trace_file} instead. "
-                              f"Start the profile after init_process_group to name each rank's file by its rank.",
-                              RuntimeWarning, stacklevel=3)
+                              f"Processes of one job that start the profile after init_process_group name "
+                              f"their files by rank.", RuntimeWarning, stacklevel=3)
             self._observing = self._run.observe_allocator(device)
         except Exception as e:  # noqa: BLE001 (re-raised below, after the other ranks know)
             error = e

@@ -323,8 +323,30 @@ def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_
                 crit(checkpoint(model, x.requires_grad_(), use_reentrant=True), y).backward()
                 opt.step()
                 opt.zero_grad()
-    """, str(tmp_path / "eval.mct"), str(tmp_path / "ckpt.mct"))
+        class Potential(nn.Module):  # forces from autograd.grad inside forward, in eval mode too
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+            def forward(self, x):
+                x = x.requires_grad_(True)
+                return -torch.autograd.grad(self.net(x).sum(), x, create_graph=self.training)[0]
+        pot = Potential()
+        popt = torch.optim.SGD(pot.parameters(), lr=0.01)
+        with memcomm.profile(trace=sys.argv[3], model=pot):
+            for i in range(3):
+                pot(torch.randn(8, 3)).pow(2).mean().backward()
+                popt.step()
+                popt.zero_grad()
+                pot.eval()
+                pot(torch.randn(8, 3))  # validation needs grad for its forces
+                pot.train()
+    """, str(tmp_path / "eval.mct"), str(tmp_path / "ckpt.mct"), str(tmp_path / "pot.mct"))
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "eval.rank0.mct")["steps"]] == [1, 2, 3, 4]
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "pot.rank0.mct")["steps"]] == [1, 2, 3]
+    pot_chrome = tmp_path / "pot.json"
+    subprocess.run([tool("memcomm-trace"), "export", "--chrome", str(pot_chrome), str(tmp_path / "pot.rank0.mct")],
+                   check=True, capture_output=True, timeout=60)
+    assert "unclosed" not in pot_chrome.read_text()
     chrome = tmp_path / "ckpt.json"
     subprocess.run([tool("memcomm-trace"), "export", "--chrome", str(chrome), str(tmp_path / "ckpt.rank0.mct")],
                    check=True, capture_output=True, timeout=60)

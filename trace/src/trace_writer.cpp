@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,7 +27,8 @@ TraceWriter::TraceWriter(const std::string& path, const WriterOptions& options) 
     close();
     throw TraceFileBusy(fmt::format("trace file '{}' is being written by another process", path));
   }
-  if (::ftruncate(fd_, 0) != 0) {
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && ::ftruncate(fd_, 0) != 0) {  // not /dev/null, a FIFO
     const int err = errno;
     close();
     throw TraceError(fmt::format("cannot truncate trace file '{}': {}", path, std::strerror(err)));

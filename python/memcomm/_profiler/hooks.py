@@ -366,11 +366,12 @@ class PhaseHooks:
             if running.profiler is not self._owner:
                 return original(*args, **kwargs)
             st = self._state()
-            if st.in_backward:
+            if st.in_backward or _in_backward():  # reentrant checkpointing's, on autograd's device thread too
                 return original(*args, **kwargs)
             st.in_backward = True
             self.backwards += 1
-            self._ensure_step(st, from_backward=True)
+            if not _in_forward(st):  # one inside a forward (forces from autograd.grad) is that forward's
+                self._ensure_step(st, from_backward=True)
             self._open(st, BACKWARD, 0, ACTIVATION)
             try:
                 return original(*args, **kwargs)

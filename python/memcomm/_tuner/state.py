@@ -134,8 +134,7 @@ class ScriptState:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.modes = [(m, m.training) for m in model.modules()]
-        self.grads = [(p, _SavedTensor.of(p.grad) if p.grad is not None else None)
-                      for p in _trained_tensors(model, optimizer) if p.requires_grad]
+        self.grads = [(p, _saved_grad(p)) for p in _trained_tensors(model, optimizer) if p.requires_grad]
         self.optimizer = optimizer
         self.hooks = {name: getattr(optimizer, name).copy() for name in _STEP_HOOKS if hasattr(optimizer, name)}
         for name in self.hooks:
@@ -143,16 +142,25 @@ class ScriptState:
         self.restored = False
 
     def restore(self) -> None:
-        """Once; later calls do nothing."""
+        """Once it has succeeded, later calls do nothing."""
         if self.restored:
             return
-        self.restored = True
         for name, hooks in self.hooks.items():
             getattr(self.optimizer, name).update(hooks)
         for m, training in self.modes:
             m.training = training
         for p, grad in self.grads:
-            p.grad = grad.restore_into(p.grad) if grad is not None else None
+            p.grad = grad.restore_into(p.grad) if isinstance(grad, _SavedTensor) else grad
+        self.restored = True
+
+
+def _saved_grad(p: torch.Tensor) -> Any:
+    """A strided gradient's bytes (outside the allocator, Note [State copies outside the cap]); a sparse
+    one itself, taken off the parameter so that no probe accumulates into it; None."""
+    if p.grad is None or p.grad.layout == torch.strided:
+        return _SavedTensor.of(p.grad) if p.grad is not None else None
+    grad, p.grad = p.grad, None
+    return grad
 
 
 # The optimizer's own step hooks (torch.optim.Optimizer.register_step_pre_hook / _post_hook).

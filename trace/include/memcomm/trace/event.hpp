@@ -264,14 +264,14 @@ struct CollectiveEvent {
 // collective until the watchdog fires (10 minutes by default), or a torch.profiler CPU span over a
 // checkpoint. They keep microseconds below 2^30 us (17.9 minutes) and milliseconds above, up to 2^30 ms
 // (12.4 days, kMaxDuration), where they saturate; the top two bits say which unit (10: us, 11: ms), as
-// encode_bytes32 does for sizes. A coded duration is off by at most half a unit, under 3e-7 of it.
+// encode_bytes32 does for sizes. A coded duration is rounded down, so a span never ends after it did
+// (it stays inside its enclosing range): short by less than a unit, under 1e-6 of it.
 inline constexpr int64_t kMaxDuration = int64_t((1u << 30) - 1) * 1'000'000;
 inline uint32_t encode_duration32(int64_t ns) {
   if (ns <= 0) return 0u;
   if (ns < (int64_t(1) << 31)) return uint32_t(ns);
-  if (const int64_t us = (ns + 500) / 1000; us < (int64_t(1) << 30)) return 0x8000'0000u | uint32_t(us);
-  const int64_t ms = (std::min(ns, kMaxDuration) + 500'000) / 1'000'000;
-  return 0xC000'0000u | uint32_t(std::min<int64_t>(ms, (1 << 30) - 1));
+  if (const int64_t us = ns / 1000; us < (int64_t(1) << 30)) return 0x8000'0000u | uint32_t(us);
+  return 0xC000'0000u | uint32_t(std::min(ns, kMaxDuration) / 1'000'000);
 }
 inline int64_t decode_duration32(uint32_t v) {
   if ((v & 0x8000'0000u) == 0) return int64_t(v);

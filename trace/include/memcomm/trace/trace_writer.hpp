@@ -14,7 +14,9 @@
 // check. So a writer holds an exclusive flock on its file from before it truncates it until it
 // closes it, and a second writer gets TraceFileBusy instead of truncating: the file being written is
 // kept, and the caller may pick another name. (flock, not O_EXCL: a finished trace of an earlier run
-// is still overwritten, as users expect.)
+// is still overwritten, as users expect.) The lock belongs to the open file, so a process forked
+// while it is written (a DataLoader worker) holds it until that process exits too; on NFS, Linux
+// emulates flock with per-process fcntl locks, which still keep out other processes.
 #pragma once
 
 #include <cstdint>
