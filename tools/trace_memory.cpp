@@ -80,6 +80,12 @@ class SnapshotMemory final : public HeldMemory {
   SnapshotMemory(const std::string& path, int device)
       : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_) {
     allocs_.allocations = on_device(std::move(allocs_.allocations), device, snapshot_devices(snap_), path);
+    std::size_t traced_devices = 0;
+    for (const auto& events : snap_.device_traces) traced_devices += events.empty() ? 0 : 1;
+    if (device < 0 && traced_devices > 1 && !timed())  // each device's clock counts its own events
+      fmt::print(stderr, "warning: {}: its devices' traces record no times, so their events are aligned by index, "
+                         "not by moment: the sum over devices at a time is no state that existed; --device N "
+                         "shows one\n", path);
   }
   const Allocations& allocations() const override { return allocs_.allocations; }
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }

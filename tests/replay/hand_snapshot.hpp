@@ -44,7 +44,9 @@ inline void event(PickleBuilder& b, const Ev& e, bool& first_frames) {
   b.setitems();
 }
 
-inline std::vector<std::uint8_t> build_snapshot() {
+// timed = false: device 0's events carry no time_us either, as in torch <= 2.1's files.
+inline std::vector<std::uint8_t> build_snapshot(bool timed = true) {
+  const auto at = [timed](std::int64_t us) { return timed ? us : std::int64_t{-1}; };
   PickleBuilder b;
   bool first_frames = true;
   b.proto(4).empty_dict().mark();
@@ -66,12 +68,12 @@ inline std::vector<std::uint8_t> build_snapshot() {
   // --- device traces ---
   b.str("device_traces").empty_list().mark();
   b.empty_list().mark();  // device 0
-  event(b, {"free_completed", 5 * MiB, 3000, 10, false}, first_frames);  // predates the trace
-  event(b, {"alloc", 6 * MiB, 5000, 11, true}, first_frames);
-  event(b, {"snapshot", 0, 0, 12, false}, first_frames);
-  event(b, {"free_requested", 6 * MiB, 5000, 13, true}, first_frames);
-  event(b, {"free_completed", 6 * MiB, 5000, 14, false}, first_frames);
-  event(b, {"future_action", 1, 1, 15, false}, first_frames);
+  event(b, {"free_completed", 5 * MiB, 3000, at(10), false}, first_frames);  // predates the trace
+  event(b, {"alloc", 6 * MiB, 5000, at(11), true}, first_frames);
+  event(b, {"snapshot", 0, 0, at(12), false}, first_frames);
+  event(b, {"free_requested", 6 * MiB, 5000, at(13), true}, first_frames);
+  event(b, {"free_completed", 6 * MiB, 5000, at(14), false}, first_frames);
+  event(b, {"future_action", 1, 1, at(15), false}, first_frames);
   b.appends();
   b.empty_list();  // device 1: nothing
   b.empty_list().mark();  // device 2: expandable, no time_us

@@ -61,6 +61,22 @@ TEST_CASE("memory cli: --device keeps one device's blocks", "[cli][memory]") {
   CHECK(absent.err.find("has no device 3 (devices: 0, 1, 2)") != std::string::npos);
 }
 
+TEST_CASE("memory cli: a snapshot without times says it counts events", "[cli][memory]") {
+  TempDir dir("memory-untimed");
+  const auto snap = dir.file("untimed.pickle", memcomm::test::build_snapshot(false));
+  const Run all = trace_tool(dir, "memory " + snap.string() + " --at peak");
+  REQUIRE(all.code == 0);
+  CHECK(all.out.find("counts events, 1 us each") != std::string::npos);
+  CHECK(all.err.find("aligned by index") != std::string::npos);  // two devices' events, no moments
+  const Run one = trace_tool(dir, "memory " + snap.string() + " --at peak --device 0");
+  REQUIRE(one.code == 0);
+  CHECK(one.err.find("aligned by index") == std::string::npos);
+  const auto timed = dir.file("timed.pickle", memcomm::test::build_snapshot());
+  const Run t = trace_tool(dir, "memory " + timed.string() + " --at peak");
+  CHECK(t.out.find(" s after the trace's first event") != std::string::npos);
+  CHECK(t.err.empty());
+}
+
 TEST_CASE("memory cli: text mode and compare", "[cli][memory]") {
   TempDir dir("memory-text");
   const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
