@@ -290,6 +290,15 @@ TEST_CASE("kineto: a quote lost in the middle is broken JSON, not a file cut sho
   } catch (const TraceError& e) {
     CHECK_THAT(e.what(), Catch::Contains("broken.json") && Catch::Contains("broken JSON"));
   }
+  // Inside one element, on one line: that element is corrupt, not a value to skip.
+  std::string colon = kTrace;
+  colon.erase(colon.find("\"Memset (Device)\"") - 2, 1);  // "name": "Memset..." loses its colon
+  try {
+    read_kineto_buffer(colon, "colon.json");
+    FAIL("accepted");
+  } catch (const TraceError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("colon.json: traceEvents element") && Catch::Contains("broken JSON"));
+  }
 }
 
 TEST_CASE("kineto: a file that is only the events array, or starts with a byte order mark, reads as the object", "[kineto]") {

@@ -104,6 +104,9 @@ void Converter::event(std::string_view raw, size_t readable_after) {
 
 void Converter::malformed(const std::string& error) {
   ++info_.trace_events;
+  if (error.compare(0, kBrokenJson.size(), kBrokenJson) == 0)  // corrupt, as --help says: not skipped
+    throw TraceError(fmt::format("{}: traceEvents element {} is {}", name_, info_.trace_events,
+                                 error.substr(0, kBrokenJson.size() - 2) + " (" + error.substr(kBrokenJson.size()) + ")"));
   skip(fmt::format("malformed event ({})", error));
 }
 

@@ -192,8 +192,8 @@ bool EventParser::parse(std::string_view raw, size_t readable_after, RawEvent& o
   od::object obj;
   if (!err) err = doc.get_object().get(obj);
   if (!err) err = read_event(obj, out);
-  if (err) {
-    error = simdjson::error_message(err);
+  if (err) {  // a value of another type is valid JSON of another shape; anything else is no JSON
+    error = std::string(err == simdjson::INCORRECT_TYPE ? "" : kBrokenJson) + simdjson::error_message(err);
     return false;
   }
   return true;

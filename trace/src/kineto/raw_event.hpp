@@ -74,6 +74,9 @@ struct TopLevel {
 // stand in for a baseline copy elsewhere. kineto_parser_supported() checks the CPU before any of it
 // runs (kineto_reader.cpp, compiled for the baseline).
 
+// The start of EventParser::parse's error for an element that is not JSON at all (a syntax error, as
+// opposed to valid JSON of another shape): the file is corrupt (Converter::malformed).
+inline constexpr std::string_view kBrokenJson = "broken JSON: ";
 // Parses one element. False (with `error` set) when it is not a JSON object or is malformed.
 class EventParser {
  public:
