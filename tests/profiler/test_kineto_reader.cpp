@@ -301,6 +301,28 @@ TEST_CASE("kineto: a quote lost in the middle is broken JSON, not a file cut sho
   }
 }
 
+TEST_CASE("kineto: in a one-line file, a stray quote far from the end is corrupt, a cut near it is not", "[kineto]") {
+  // Note [Corrupt, not cut short]: no newline to find, so the unclosed event's length decides.
+  std::string line = R"({"traceEvents": [)";
+  for (int i = 0; i < 8000; ++i)
+    line += std::string(i ? ", " : "") + R"({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": )" +
+            std::to_string(10 * i) + R"(, "dur": 1})";
+  line += "]}";
+  REQUIRE(line.size() > (600u << 10));
+  const size_t middle = line.find("aten::mm", line.size() / 3);
+  const KinetoTrace cut = read_kineto_buffer(line.substr(0, line.size() - 40), "cut.json");  // inside the last event
+  CHECK(cut.info.truncated);
+  CHECK(cut.info.trace_events == 7999);
+  std::string stray = line;
+  stray.insert(middle, "\"");
+  try {
+    read_kineto_buffer(stray, "stray.json");
+    FAIL("accepted");
+  } catch (const TraceError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("stray.json") && Catch::Contains("without closing"));
+  }
+}
+
 TEST_CASE("kineto: a file that is only the events array, or starts with a byte order mark, reads as the object", "[kineto]") {
   // Note [A trace that is only its events] (json_splitter.cpp): torch 1.8 nightlies wrote the array alone.
   const std::string events =
