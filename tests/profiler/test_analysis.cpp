@@ -279,6 +279,10 @@ TEST_CASE("report renders text and JSON", "[profiler][analysis]") {
   CHECK(text.find("overlap") != std::string::npos);
   const std::string json = analysis_to_json(a);
   CHECK(json.find("\"busbw_gbps\"") != std::string::npos);
+  CHECK(text.find(" GB/s, max skew") != std::string::npos);  // sized collectives: a bus bandwidth
+  Analysis sizeless = a;  // a trace whose collectives record no message size (DLRM's all-to-all)
+  for (auto& c : sizeless.collectives) c.bytes = 0;
+  CHECK(analysis_to_text(sizeless).find("bus bandwidth unknown") != std::string::npos);
 }
 
 TEST_CASE("time sorting is stable for nearly sorted and for shuffled input", "[profiler][analysis]") {

@@ -1,6 +1,7 @@
 // Text and JSON renderings of an Analysis (memcomm-trace report; the trainer's summary).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "memcomm/trace/analysis.hpp"
@@ -130,9 +131,13 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
     }
     out += "(bandwidths in GB/s, nccl-tests definitions)\n";
   }
+  // A bandwidth needs a size: collectives that record none give "unknown", not 0 GB/s.
+  const bool sized = std::any_of(a.collectives.begin(), a.collectives.end(), [](const CollectiveStats& c) { return c.bytes > 0; });
+  const std::string busbw = sized || a.collectives.empty() ? fmt::format("{:.3f} GB/s", a.mean_busbw_gbps)
+                                                           : std::string("unknown (no collective records its size)");
   out += fmt::format("\nSummary: overlap {:.1f}% (mean over ranks), exposed communication {} ms per rank, "
-                     "bus bandwidth {:.3f} GB/s, max skew {:.1f} us, drops {}\n",
-                     a.mean_overlap_pct, format_ms(a.mean_exposed_comm_ns, 3, ""), a.mean_busbw_gbps, double(a.max_skew_ns) / 1e3,
+                     "bus bandwidth {}, max skew {:.1f} us, drops {}\n",
+                     a.mean_overlap_pct, format_ms(a.mean_exposed_comm_ns, 3, ""), busbw, double(a.max_skew_ns) / 1e3,
                      a.drops);
   return out;
 }
