@@ -67,13 +67,16 @@ CollOp collective_op(std::string_view collective_arg, std::string_view kernel_na
   return CollOp::Unknown;
 }
 
-DType collective_dtype(std::string_view dtype_arg, std::string_view kernel_name) {
+DType collective_dtype(std::string_view dtype_arg, std::string_view kernel_name, CollOp op) {
   static const std::map<std::string, DType> kArgs = {
       {"float", DType::F32},   {"half", DType::F16},    {"bfloat16", DType::BF16}, {"double", DType::F64},
       {"char", DType::I8},     {"byte", DType::U8},     {"int", DType::I32},       {"long", DType::I64},
       {"float8e4m3fn", DType::F8E4M3}, {"float8e5m2", DType::F8E5M2}};
   auto it = kArgs.find(lower_letters(dtype_arg));
   if (it != kArgs.end()) return it->second;
+  // Only a reduction's kernel is typed: NCCL moves the data of all-gather, broadcast, all-to-all and
+  // send/recv as bytes, and names those kernels ..._Sum_int8_t whatever the tensors hold.
+  if (op != CollOp::AllReduce && op != CollOp::ReduceScatter && op != CollOp::Reduce) return DType::Unknown;
   // Kernel names end in the element type: ..._Sum_float(, ..._f32_RING_LL, ..._bf16
   static const std::pair<const char*, DType> kSuffixes[] = {
       {"_bf16", DType::BF16},   {"bfloat16", DType::BF16}, {"_half", DType::F16},   {"_f16", DType::F16},
@@ -132,7 +135,7 @@ void emit_collectives(const std::vector<CommKernel>& kernels, const Interner& st
   for (const CommKernel* k : order) {
     Comm& c = communicator(comms, *k, strings, rank, world_size, events);
     const CollOp op = collective_op(strings.text(k->collective), strings.text(k->kernel));
-    const DType dt = collective_dtype(strings.text(k->dtype), strings.text(k->kernel));
+    const DType dt = collective_dtype(strings.text(k->dtype), strings.text(k->kernel), op);
     const int64_t nelems = std::max<int64_t>({k->in_nelems, k->out_nelems, 0});
     const uint64_t bytes = uint64_t(nelems) * uint64_t(dtype_size(dt));
     const uint32_t seq = c.next_seq++;

@@ -38,6 +38,7 @@ void emit_collectives(const std::vector<CommKernel>& kernels, const Interner& st
                       uint32_t world_size, std::vector<Event>& events);
 
 CollOp collective_op(std::string_view collective_arg, std::string_view kernel_name);
-DType collective_dtype(std::string_view dtype_arg, std::string_view kernel_name);
+// The element type: the host annotation's dtype argument, else a reduction kernel's name.
+DType collective_dtype(std::string_view dtype_arg, std::string_view kernel_name, CollOp op);
 
 }  // namespace memcomm::prof::kineto
