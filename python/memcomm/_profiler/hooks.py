@@ -144,7 +144,7 @@ class PhaseHooks:
         self._generation = 0                          # a new one at each install(): old thread states go
         self._steps = itertools.count(1)
         self._looked_again = False                    # the first step without a forward looked again
-        self.forwards = 0                            # forward ranges opened
+        self.forwards = 0                             # forward ranges opened
         self.backwards = 0                            # backward ranges opened (this session)
         self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
         self._tls = threading.local()
