@@ -237,8 +237,12 @@ struct CachingAllocator::Impl {
   void unmapped_erase(Block* b) REQUIRES(mu) { b->segment->unmapped.erase(b); }
   bool fits(const Block* b, std::size_t size) const;  // the oversize rules allow b for size
   Block* find_free(Pool* pool, std::size_t size) REQUIRES(mu);
+  // The smallest free block of `pool` that may serve `size` (best fit by size alone), or free.end().
+  FreeSet::iterator smallest_fit(Pool* pool, std::size_t size) const REQUIRES(mu);
   static std::size_t grown_size(const Block* b);  // its size plus the unmapped pages just above it
-  // A free block for `size` in the same stream's pool of the other size class (growth.cpp).
+  // The same stream's pool of the other size class, or null while it has none (growth.cpp).
+  Pool* other_class(const Pool* pool) const REQUIRES(mu);
+  // A free block for `size` in other_class(pool), by find_free's rule (growth.cpp).
   Block* find_in_other_class(Pool* pool, std::size_t size) REQUIRES(mu);
   // The whole segment grow_whole() makes for a request of `size` in `pool` (growth.cpp).
   std::size_t whole_segment(const Pool* pool, std::size_t size) const;
@@ -372,9 +376,6 @@ struct CachingAllocator::Impl {
   // Whether live bytes with a request of `size` are below the high water by more than the page budget's
   // headroom for high water `hw` (Note [Map-ahead in a trough]).
   bool in_trough(std::int64_t hw, std::size_t size) const REQUIRES(mu);
-  // A free block of the small pool's stream's large pool for a small request in a trough whose growth
-  // would give pages back (Note [A small request in a trough borrows a large hole]); null if none fits.
-  Block* find_large_hole(const Pool* small, std::size_t size) REQUIRES(mu);
   // How far map-ahead may raise reserved bytes for this growth (Note [Map-ahead in a trough]).
   double trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const REQUIRES(mu);
   // Whether live bytes are climbing with nothing left free behind them (Note [Map-ahead on a ramp]).

@@ -255,12 +255,17 @@ std::size_t CachingAllocator::Impl::grown_size(const Block* b) {
 
 // Best fit in the pool, growing ends judged by the size they could grow to (Note [The growing end is
 // taken last]).
-Block* CachingAllocator::Impl::find_free(Pool* pool, std::size_t size) {
+FreeSet::iterator CachingAllocator::Impl::smallest_fit(Pool* pool, std::size_t size) const {
   Block key;
   key.size = size;
   key.addr = 0;
-  auto it = pool->free.lower_bound(&key);
-  if (it == pool->free.end() || !fits(*it, size)) return nullptr;
+  const auto it = pool->free.lower_bound(&key);
+  return it != pool->free.end() && fits(*it, size) ? it : pool->free.end();
+}
+
+Block* CachingAllocator::Impl::find_free(Pool* pool, std::size_t size) {
+  const auto it = smallest_fit(pool, size);
+  if (it == pool->free.end()) return nullptr;
   // No larger block grows to less (or there is no larger block).
   if ((*it)->size == size || grown_size(*it) == (*it)->size || *it == *pool->free.rbegin()) return *it;
   auto best = it;

@@ -83,7 +83,7 @@
 // So in a trough (live bytes with the request below the high water by more than the budget's headroom,
 // as Note [Map-ahead in a trough] reads it), a small request whose growth would give pages back, in a
 // small pool that already holds pages, takes the best-fitting free block of its stream's large pool
-// instead (find_large_hole): no source call, and reserved bytes stay where they are. As with Note [Last
+// instead (smallest_fit): no source call, and reserved bytes stay where they are. As with Note [Last
 // resort: the other size class] (growth.cpp), the block stays in its segment and returns to the large
 // pool when freed. The trade would have taken those bytes from the large pool's free blocks anyway,
 // in whole pages; the loan takes the request's own bytes and gives them back when the temporary dies.
@@ -442,11 +442,11 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
         return take_filed(b, size, requested, pool->stream);
       }
     // Note [A small request in a trough borrows a large hole]
-    if (pool->small && !exact && g.seg->mapped_bytes > 0 && in_trough(high_water_with(size), size) &&
-        growth_gives_back(choice.decision, size))
-      if (Block* b = find_large_hole(pool, size)) {
+    Pool* large = pool->small && !exact && g.seg->mapped_bytes > 0 ? other_class(pool) : nullptr;
+    if (large && in_trough(high_water_with(size), size) && growth_gives_back(choice.decision, size))
+      if (const auto hole = smallest_fit(large, size); hole != large->free.end()) {
         stats.num_cross_class_allocs++;
-        return take_filed(b, size, requested, pool->stream);
+        return take_filed(*hole, size, requested, pool->stream);
       }
     if (!claim_window(pool, size, choice, g)) return nullptr;  // the virtual range is exhausted
     if (exact) trim_to_request(g, size);  // Note [Feasibility is monotonic in the cap] (growth.cpp)
@@ -668,20 +668,6 @@ double CachingAllocator::Impl::trough_room(std::int64_t hw, std::size_t size, st
 bool CachingAllocator::Impl::in_trough(std::int64_t hw, std::size_t size) const {
   const double headroom = budget.plain(hw) - double(hw);
   return double(stats.allocated_bytes.current) + double(size) + headroom <= double(allocated_high_water);
-}
-
-// Note [A small request in a trough borrows a large hole]: the best-fitting free block of the large pool
-// of the small pool's stream, within the oversize rules.
-Block* CachingAllocator::Impl::find_large_hole(const Pool* small, std::size_t size) {
-  for (auto& p : pools) {
-    if (p->small || p->stream != small->stream || p->free.empty()) continue;
-    Block key;
-    key.size = size;
-    key.addr = 0;
-    const auto it = p->free.lower_bound(&key);
-    if (it != p->free.end() && fits(*it, size)) return *it;
-  }
-  return nullptr;
 }
 
 bool CachingAllocator::Impl::make_room(Pool* pool, std::size_t size, WindowGrowth& g) {

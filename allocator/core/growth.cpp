@@ -147,11 +147,15 @@ void CachingAllocator::Impl::trim_to_request(WindowGrowth& g, std::size_t size) 
   }
 }
 
-Block* CachingAllocator::Impl::find_in_other_class(Pool* pool, std::size_t size) {
-  for (auto& p : pools)
-    if (p->stream == pool->stream && p->small != pool->small)
-      if (Block* b = find_free(p.get(), size)) return b;
+Pool* CachingAllocator::Impl::other_class(const Pool* pool) const {
+  for (auto& p : pools)  // pool_for() makes one pool per stream and size class
+    if (p->stream == pool->stream && p->small != pool->small) return p.get();
   return nullptr;
+}
+
+Block* CachingAllocator::Impl::find_in_other_class(Pool* pool, std::size_t size) {
+  Pool* other = other_class(pool);
+  return other ? find_free(other, size) : nullptr;
 }
 
 // PyTorch's segment sizes: 2 MiB for the small pool, 20 MiB for requests under 10 MiB, else the
