@@ -78,11 +78,12 @@ std::set<int> snapshot_devices(const snapshot::Snapshot& s) {
 class SnapshotMemory final : public HeldMemory {
  public:
   SnapshotMemory(const std::string& path, int device)
-      : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_) {
+      : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_),
+        timed_(records_times(snap_)) {
     allocs_.allocations = on_device(std::move(allocs_.allocations), device, snapshot_devices(snap_), path);
     std::size_t traced_devices = 0;
     for (const auto& events : snap_.device_traces) traced_devices += events.empty() ? 0 : 1;
-    if (device < 0 && traced_devices > 1 && !timed())  // each device's clock counts its own events
+    if (device < 0 && traced_devices > 1 && !timed_)  // each device's clock counts its own events
       fmt::print(stderr, "warning: {}: its devices' traces record no times, so their events are aligned by index, "
                          "not by moment: the sum over devices at a time is no state that existed; --device N "
                          "shows one\n", path);
@@ -90,12 +91,7 @@ class SnapshotMemory final : public HeldMemory {
   const Allocations& allocations() const override { return allocs_.allocations; }
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
   std::string label() const override { return path_; }
-  bool timed() const override {
-    for (const auto& events : snap_.device_traces)
-      for (const snapshot::Event& e : events)
-        if (e.has_time()) return true;
-    return false;
-  }
+  bool timed() const override { return timed_; }
   std::vector<std::string> lines(std::uint32_t site, bool all_frames) const override {
     return text_.site_lines(site, all_frames);
   }
@@ -105,6 +101,14 @@ class SnapshotMemory final : public HeldMemory {
   snapshot::Snapshot snap_;
   snapshot::SnapshotAllocations allocs_;
   snapshot::StackText text_;
+  bool timed_;
+
+  static bool records_times(const snapshot::Snapshot& snap) {
+    for (const auto& events : snap.device_traces)
+      for (const snapshot::Event& e : events)
+        if (e.has_time()) return true;
+    return false;
+  }
 };
 
 // One rank of a memcomm or torch.profiler trace; its sites are categories. Its blocks carry no stack,

@@ -157,8 +157,10 @@ class ScriptState:
 def _saved_grad(p: torch.Tensor) -> Any:
     """A strided gradient's bytes (outside the allocator, Note [State copies outside the cap]); a sparse
     one itself, taken off the parameter so that no probe accumulates into it; None."""
-    if p.grad is None or p.grad.layout == torch.strided:
-        return _SavedTensor.of(p.grad) if p.grad is not None else None
+    if p.grad is None:
+        return None
+    if p.grad.layout == torch.strided:
+        return _SavedTensor.of(p.grad)
     grad, p.grad = p.grad, None
     return grad
 
