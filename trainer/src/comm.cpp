@@ -4,6 +4,7 @@
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <memcomm/trace/clock.hpp>
@@ -70,14 +71,22 @@ void quiet_c10d_logs() {
   });
 }
 
-c10::intrusive_ptr<c10d::TCPStore> connect_store(const DistEnv& env, bool server, std::chrono::milliseconds timeout) {
+// Note [A restart under torchrun's agent store]
+// With --max-restarts, torchrun's agent hosts one store for the whole job and every attempt's
+// processes meet in it at the same port. Keys the killed attempt left there (Gloo's listening
+// addresses, the joined marks, the heartbeats) would read as the new attempt's: its Gloo setup
+// connected to a dead process's address and failed, so a restart never trained. Each attempt
+// therefore works under its own prefix, named by TORCHELASTIC_RESTART_COUNT.
+c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, bool server, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(env.master_port);
   o.isServer = server;
   o.numWorkers = server ? std::optional<size_t>(env.world) : std::nullopt;
   o.waitWorkers = false;
   o.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  if (!env.agent_hosts_store) return tcp;
+  return c10::make_intrusive<c10d::PrefixStore>("memcomm/attempt_" + std::to_string(env.attempt), tcp);
 }
 
 }  // namespace
@@ -137,7 +146,7 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
   }
   // Note [Naming the lost rank]: a private store client, so beats never queue behind collectives.
   heartbeat_ = std::thread([this, env] {
-    c10::intrusive_ptr<c10d::TCPStore> hb;
+    c10::intrusive_ptr<c10d::Store> hb;
     try {
       hb = connect_store(env, false, std::chrono::seconds(5));
     } catch (const std::exception&) {
@@ -162,7 +171,7 @@ Communicator::~Communicator() {
 }
 
 std::string Communicator::missing_ranks() {
-  c10::intrusive_ptr<c10d::TCPStore> probe;
+  c10::intrusive_ptr<c10d::Store> probe;
   auto read_all = [&](std::vector<std::string>& out) {
     for (int r = 0; r < env_.world; ++r) {
       const auto key = hb_key(r);

@@ -114,6 +114,7 @@ DistEnv read_dist_env() {
     e.local_world = env_int("LOCAL_WORLD_SIZE", e.world);
     e.launcher = env("MEMCOMM_SPAWNED") ? "memcomm" : "torchrun";
     e.agent_hosts_store = env("TORCHELASTIC_USE_AGENT_STORE") && std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
+    e.attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0);
   } else if (env("SLURM_PROCID")) {
     e.rank = env_int("SLURM_PROCID", 0);
     e.world = env_int("SLURM_NTASKS", 1);

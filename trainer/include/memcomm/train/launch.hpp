@@ -17,6 +17,9 @@ struct DistEnv {
   // torchrun's agent already hosts the store at MASTER_ADDR:MASTER_PORT
   // (TORCHELASTIC_USE_AGENT_STORE=True); then rank 0 joins it as a client instead of serving one.
   bool agent_hosts_store = false;
+  // torchrun's restart count (TORCHELASTIC_RESTART_COUNT; 0 on the first attempt). Every attempt
+  // keeps its store keys apart (Note [A restart under torchrun's agent store], comm.cpp).
+  int attempt = 0;
 };
 
 // Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, and our own
