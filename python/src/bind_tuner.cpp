@@ -10,6 +10,7 @@
 // back from Python are checked here, so a malformed probe result is a TypeError, not a bad search.
 #include "bindings.hpp"
 
+#include <memcomm/common/bytes.hpp>
 #include <memcomm/common/oom_message.hpp>
 #include "memcomm/tuner/report.hpp"
 #include "memcomm/tuner/search.hpp"
@@ -232,7 +233,9 @@ void bind_tuner(pyb::module_& m) {
   m.def("is_oom_message", &is_oom_message, pyb::arg("message"),
         "Whether an error message is an out-of-memory (the allocators', cuBLAS's and cuDNN's in disguise).");
   m.def("divisors", &divisors, pyb::arg("per_rank_batch"), "The candidate micro-batches for a per-rank batch.");
-  m.def("format_bytes", &format_bytes, pyb::arg("bytes"), "Bytes as every memcomm tool prints them (\"-\" when < 0).");
+  m.def("format_bytes", &memcomm::tune::format_bytes, pyb::arg("bytes"), "Bytes as every memcomm tool prints them (\"-\" when < 0).");
+  m.def("parse_size", [](const std::string& text) { return memcomm::parse_size(text); }, pyb::arg("text"),
+        "A size as every memcomm tool reads one (\"8GiB\", \"512MiB\", \"2e9\"); ValueError saying what is wrong.");
 }
 
 }  // namespace memcomm::py

@@ -80,12 +80,15 @@ def _inner_hook(hook: Union[str, Callable[..., Any]], wire_dtype: Optional[torch
                 ) -> Tuple[Callable[..., Any], Optional[torch.dtype]]:
     """The hook comm_hook() calls, and the element type it sends (None: the bucket's)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    torch_hooks = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+                   "bf16": default_hooks.bf16_compress_hook}
+    # torch's own hook passed as a function sends what its name says (a script's, wrapped by python -m memcomm)
+    hook = next((name for name, f in torch_hooks.items() if hook is f), hook)
     if isinstance(hook, str):
         if hook not in _WIRE:
             raise ValueError(f"comm_hook: hook must be 'allreduce', 'fp16', 'bf16' or a callable, got {hook!r}")
         wire_dtype = wire_dtype or _WIRE[hook]
-        inner = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
-                 "bf16": default_hooks.bf16_compress_hook}[hook]
+        inner = torch_hooks[hook]
     elif callable(hook):
         inner = hook
     else:

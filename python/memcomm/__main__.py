@@ -1,0 +1,214 @@
+"""python -m memcomm [OPTIONS] SCRIPT [ARGS...] | -m MODULE [ARGS...]: an unchanged training script
+under memcomm's profiler, and under its allocator when asked.
+
+The script runs as `python SCRIPT ARGS` would run it: its own sys.argv, its folder first on sys.path,
+__name__ == "__main__" (so torch.multiprocessing's spawn finds its functions), and its exit status.
+The profile starts before the script's first line and stops after its last, also when it raises
+or calls sys.exit(); its model is found as profile() finds one built inside it (Note [Finding the
+model] in _profiler/hooks.py). Under torchrun (`torchrun ... -m memcomm SCRIPT`) every rank writes its
+own file, and DDP's bucket all-reduces are recorded (Note [DDP buckets of an unchanged script] in
+_profiler/ddp_buckets.py). Processes the script starts itself (mp.spawn) are not profiled: each runs
+the script's functions without this wrapper.
+"""
+import argparse
+import contextlib
+import os
+import runpy
+import sys
+from typing import Iterator, List, Optional, Tuple
+
+import memcomm
+from memcomm import _memcomm
+from memcomm._profiler.ddp_buckets import recording_ddp_buckets
+
+_EPILOG = """\
+examples:
+  python -m memcomm train.py --epochs 1                  # writes train.rank0.mct
+  python -m memcomm --allocator cpu --memory-limit 2GiB --snapshot mem.pickle train.py
+  torchrun --nproc-per-node 2 -m memcomm --trace run.mct train.py   # run.rank0.mct, run.rank1.mct
+
+then: memcomm-trace report train.rank0.mct, memcomm-view train.rank0.mct, memcomm-replay mem.pickle
+exit status: the script's own; 2 for a usage error of these options (before the script starts)."""
+
+
+def _size(text: str) -> int:
+    try:
+        return _memcomm.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m memcomm", usage="python -m memcomm [OPTIONS] (SCRIPT | -m MODULE) [ARGS...]", description="Runs a PyTorch training script under memcomm's profiler "
+        "(steps, forward/backward/optimizer phases, collectives, allocator events) and, with --allocator, "
+        "memcomm's caching allocator.", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False)
+    p.add_argument("--trace", metavar="NAME.mct",
+                   help="trace file; each rank writes NAME.rankR.mct (default: the script's name, SCRIPT.mct)")
+    p.add_argument("--live", metavar="HOST:PORT", help="also stream to memcomm-view --listen at HOST:PORT")
+    p.add_argument("--allocator", choices=["cpu", "cuda"], action="append", default=[],
+                   help="memcomm's caching allocator serves this device's tensors (repeatable)")
+    p.add_argument("--memory-limit", type=_size, metavar="SIZE",
+                   help="with --allocator: bytes it may reserve per device, e.g. 8GiB (default: no limit)")
+    p.add_argument("--history", type=int, default=0, metavar="N",
+                   help="with --allocator: keep the last N allocator events for --snapshot's timeline")
+    p.add_argument("--snapshot", metavar="FILE.pickle",
+                   help="with --allocator: when the script ends, write the first --allocator device's "
+                   "memory snapshot (PyTorch's format); each rank of a group writes FILE.rankR.pickle")
+    p.add_argument("--cupti", choices=["auto", "on", "off"], default="auto",
+                   help="GPU kernel and copy activity through CUPTI (default: auto, when CUDA is in use)")
+    p.add_argument("--no-clock-sync", action="store_true",
+                   help="do not measure clock offsets between ranks when the profile starts")
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m MODULE")
+    p.add_argument("--no-ddp-buckets", action="store_true",
+                   help="leave DDP models without memcomm's communication hook (by default each gets one "
+                   "at its first forward, or around the script's own hook, to record its bucket all-reduces)")
+    return p
+
+
+_TAKES_VALUE = {"--trace", "--live", "--allocator", "--memory-limit", "--history", "--snapshot", "--cupti"}
+
+
+def _split(argv: List[str]) -> Tuple[List[str], List[str]]:
+    """memcomm's options, and the script or -m MODULE with everything after it: the target's own
+    options (-h, --help, even ones named like memcomm's) never reach memcomm's parser."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "-m":
+            return argv[:i + 2], argv[i + 2:]
+        if word == "--":
+            return argv[:i], argv[i + 1:]
+        if not word.startswith("-"):
+            return argv[:i], argv[i:]
+        i += 2 if word in _TAKES_VALUE else 1
+    return argv, []
+
+
+def _parse(argv: List[str]) -> argparse.Namespace:
+    p = _parser()
+    own, target = _split(argv)
+    args = p.parse_args(own)
+    args.target = target
+    if args.module is None and not args.target:
+        p.error("name a script to run (or -m MODULE)")
+    if args.module is None and not os.path.isfile(args.target[0]):
+        p.error(f"no such script: {args.target[0]}")
+    if not args.allocator and (args.memory_limit is not None or args.history or args.snapshot):
+        p.error("--memory-limit, --history and --snapshot need --allocator")
+    if args.history < 0:
+        p.error(f"--history must be >= 0, got {args.history}")
+    if args.trace is None:
+        stem = args.module.rsplit(".", 1)[-1] if args.module else os.path.splitext(os.path.basename(args.target[0]))[0]
+        args.trace = stem + ".mct"
+    for name, path in (("--trace", args.trace), ("--snapshot", args.snapshot)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else ""
+        if folder and not os.path.isdir(folder):
+            p.error(f"{name} {path}: the folder {folder} does not exist")
+    if args.live:
+        try:
+            _memcomm.check_live_address(args.live)
+        except ValueError as e:
+            p.error(f"--{e}")
+    return args
+
+
+def _snapshot_path(path: str, rank: int, world: int) -> str:
+    if world <= 1:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.rank{rank}{ext or '.pickle'}"
+
+
+def _run_target(args: argparse.Namespace) -> None:
+    if args.module is not None:  # sys.path[0] stays the working folder, as under python -m
+        sys.argv = [args.module] + args.target
+        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+    else:  # the script's folder replaces the working folder at sys.path[0], as under python SCRIPT
+        script = args.target[0]
+        sys.argv = list(args.target)
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+def _start(args: argparse.Namespace) -> memcomm.Profiler:
+    """memcomm's allocator where asked, then the profile; a failure is one line and exit status 1."""
+    try:
+        for device in args.allocator:
+            memcomm.use_allocator(device, memory_limit=args.memory_limit, history=args.history)
+        profiler = memcomm.Profiler(args.trace, args.live, cupti=args.cupti, clock_sync=not args.no_clock_sync)
+        return profiler.start()
+    except (OSError, RuntimeError, ValueError) as e:
+        sys.exit(f"python -m memcomm: cannot start: {e}")
+
+
+def _finish(args: argparse.Namespace, profiler: memcomm.Profiler) -> None:
+    """After the script (also one that raised): the snapshot, and where the trace is."""
+    if args.snapshot:
+        path = _snapshot_path(args.snapshot, profiler.rank, profiler.world)
+        try:
+            memcomm.dump_snapshot(path, args.allocator[0])
+        except (OSError, RuntimeError) as e:
+            print(f"memcomm: --snapshot {path}: {e}", file=sys.stderr)
+    events, dropped = profiler.result
+    print(f"memcomm: {profiler.trace_file}: {events} events" + (f", {dropped} dropped" if dropped else ""),
+          file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _closed_before_os_exit(args: argparse.Namespace, profiler: memcomm.Profiler) -> Iterator[None]:
+    """A script that leaves by os._exit() (common after destroy_process_group, to dodge teardown
+    races) skips every finally: this process closes the trace first. Children it forks (DataLoader
+    workers) leave as they always did."""
+    real_exit, pid = os._exit, os.getpid()
+
+    def exit_after_closing(code: int) -> None:
+        if os.getpid() == pid:
+            _stop(profiler)
+            _finish(args, profiler)
+            sys.stderr.flush()
+        real_exit(code)
+
+    os._exit = exit_after_closing
+    try:
+        yield
+    finally:
+        os._exit = real_exit
+
+
+def _stop(profiler: memcomm.Profiler) -> bool:
+    """Stops the profile; False when the trace file could not be written whole (the message says how
+    much it holds)."""
+    try:
+        profiler.stop()
+        return True
+    except OSError as e:
+        print(e, file=sys.stderr)
+        return False
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    profiler = _start(args)
+    status: object = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_closed_before_os_exit(args, profiler))
+            if not args.no_ddp_buckets:
+                stack.enter_context(recording_ddp_buckets())
+            _run_target(args)
+    except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
+        status = e.code
+    finally:
+        if not _stop(profiler):  # a full disk
+            status = status or 1
+        _finish(args, profiler)
+    if status is None or isinstance(status, int):
+        return status or 0
+    print(status, file=sys.stderr)  # sys.exit("message"), as Python itself prints it
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

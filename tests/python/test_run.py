@@ -1,0 +1,146 @@
+"""python -m memcomm: an unchanged script under the profiler (and the allocator), as python would run it."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+TRAIN = """
+import sys, torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+print("argv", sys.argv[1:], "name", __name__, "path0", sys.path[0])
+for _ in range(int(sys.argv[1])):
+    x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+if sys.argv[2] == "raise":
+    raise ValueError("the script's own error")
+if sys.argv[2] == "os._exit":
+    sys.stdout.flush()
+    import os; os._exit(5)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def run_memcomm(cwd: Path, *args: str, launcher: tuple = ()) -> subprocess.CompletedProcess:
+    cmd = [*launcher, "-m", "memcomm", *args] if launcher else [sys.executable, "-m", "memcomm", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=cwd,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def report(tool, *files: Path) -> dict:
+    out = subprocess.run([tool("memcomm-trace"), "report", "--json", *map(str, files)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_a_script_runs_as_python_runs_it_and_its_steps_are_recorded(tmp_path, tool):
+    write(tmp_path / "job", "train.py", TRAIN)
+    r = run_memcomm(tmp_path, "job/train.py", "4", "3")
+    assert r.returncode == 3, r.stderr  # the script's sys.exit status
+    assert f"argv ['4', '3'] name __main__ path0 {tmp_path / 'job'}" in r.stdout, r.stdout
+    assert "memcomm: train.rank0.mct:" in r.stderr, r.stderr  # named after the script, in the working folder
+    assert len(report(tool, tmp_path / "train.rank0.mct")["steps"]) == 4
+
+
+def test_the_allocator_the_limit_and_the_snapshot(tmp_path, tool):
+    write(tmp_path, "train.py", TRAIN)
+    r = run_memcomm(tmp_path, "--allocator", "cpu", "--memory-limit", "64MiB", "--history", "1000",
+                    "--snapshot", "mem.pickle", "--trace", "out.mct", "train.py", "3", "0")
+    assert r.returncode == 0, r.stderr
+    trace = report(tool, tmp_path / "out.rank0.mct")
+    assert len(trace["steps"]) == 3 and trace["ranks"][0]["peak_reserved"] > 0, trace["ranks"]
+    replay = subprocess.run([tool("memcomm-replay"), "--policy", "memcomm", "--json", "-", str(tmp_path / "mem.pickle")],
+                            capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout)[0]["requests"] > 0  # the history's allocations, in PyTorch's format
+
+
+def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_path, tool):
+    write(tmp_path, "train.py", TRAIN)
+    r = run_memcomm(tmp_path, "--trace", "raised.mct", "train.py", "2", "raise")
+    assert r.returncode == 1 and "ValueError: the script's own error" in r.stderr, r.stderr
+    assert len(report(tool, tmp_path / "raised.rank0.mct")["steps"]) == 2
+    r = run_memcomm(tmp_path, "--trace", "exited.mct", "train.py", "2", "os._exit")
+    assert r.returncode == 5 and "memcomm: exited.rank0.mct:" in r.stderr, r.stderr
+    assert len(report(tool, tmp_path / "exited.rank0.mct")["steps"]) == 2
+
+
+def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
+    write(tmp_path, "train.py", TRAIN)
+    cases = {
+        (): "name a script to run",
+        ("missing.py",): "no such script: missing.py",
+        ("--allocator", "cpu", "--memory-limit", "3XB", "train.py"): "unknown unit",
+        ("--snapshot", "m.pickle", "train.py"): "need --allocator",
+        ("--trace", "nowhere/t.mct", "train.py"): "does not exist",
+        ("--live", "no-port", "train.py"): "--live",
+        ("--allocator", "gpu", "train.py"): "invalid choice",
+    }
+    for args, message in cases.items():
+        r = run_memcomm(tmp_path, *args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        assert not list(tmp_path.glob("*.mct")), args  # nothing ran
+    # Options after the script are the script's, even -h and memcomm's own names.
+    r = run_memcomm(tmp_path, "train.py", "1", "0", "--help", "--trace")
+    assert r.returncode == 0 and "argv ['1', '0', '--help', '--trace']" in r.stdout, r.stdout + r.stderr
+    r = run_memcomm(tmp_path, "-m", "json.tool", "--help")
+    assert r.returncode == 0 and "usage: python -m json.tool" in r.stdout, r.stdout + r.stderr
+
+
+DDP = """
+import hashlib, os, sys, torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+dist.init_process_group("gloo")
+torch.manual_seed(dist.get_rank())
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+if sys.argv[1] == "fp16":
+    model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy().tobytes()
+with open(f"{sys.argv[2]}.weights{dist.get_rank()}", "w") as f:  # the ranks' stdout lines may interleave
+    f.write(hashlib.sha256(weights).hexdigest())
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+"""
+
+
+def weights(folder: Path, run: str) -> list:
+    return [(folder / f"{run}.weights{rank}").read_text() for rank in (0, 1)]
+
+
+def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchanged(tmp_path, tool):
+    # Note [DDP buckets of an unchanged script]: DDP's default all-reduce, and a hook the script registers.
+    script = write(tmp_path, "ddp.py", DDP)
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+    for hook, dtype in (("default", "f32"), ("fp16", "f16")):
+        plain = subprocess.run([*torchrun, str(script), hook, "plain"], capture_output=True, text=True, timeout=180,
+                               cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert plain.returncode == 0, plain.stderr
+        r = run_memcomm(tmp_path, "--trace", f"{hook}.mct", "ddp.py", hook, "memcomm", launcher=torchrun)
+        assert r.returncode == 0, r.stderr
+        assert weights(tmp_path, "memcomm") == weights(tmp_path, "plain")
+        trace = report(tool, tmp_path / f"{hook}.rank0.mct", tmp_path / f"{hook}.rank1.mct")
+        colls = trace["collectives"]
+        assert len(colls) == 3 and all(c["op"] == "all_reduce" and c["dtype"] == dtype for c in colls), colls
+        assert all(c["ranks_seen"] == 2 for c in colls), colls
