@@ -321,7 +321,9 @@ struct CachingAllocator::Impl {
     std::vector<Segment*> whole;    // free whole segments to deallocate
     std::size_t bytes = 0;          // total bytes they give back
   };
-  void pick_releases(std::size_t want, std::uint64_t min_age, Releases& out) REQUIRES(mu);
+  // `whole`: each block picked gives all its interior pages, not only what is still wanted (Note
+  // [A block gives back all its pages], release.cpp).
+  void pick_releases(std::size_t want, std::uint64_t min_age, Releases& out, bool whole = false) REQUIRES(mu);
   void run_releases(Releases& r) EXCLUDES(mu);
   void finish_releases(Releases& r, bool count_gc) REQUIRES(mu);
   void unpick_releases(Releases& r) REQUIRES(mu);

@@ -681,7 +681,7 @@ bool CachingAllocator::Impl::make_room(Pool* pool, std::size_t size, WindowGrowt
   const bool over_budget = wanted > budget.limit(hw);
   const std::size_t limit = capped_limit(hw);
   if (wanted > limit) {
-    pick_releases(wanted - limit, 0, g.rel);
+    pick_releases(wanted - limit, 0, g.rel, /*whole=*/true);  // Note [A block gives back all its pages]
     if (over_budget)  // the budget, not the cap, takes these pages
       for (Block* b : g.rel.pieces) {
         Pool* from = b->segment->pool;

@@ -5,8 +5,9 @@
 // Note [Lazy page release]
 // Mapped bytes are allowed up to budget = high-water allocated bytes x (1 + release_slack) + a floor
 // (2% of the high water, within [page, release_floor]: a fixed 4 MiB would be 4% of a 100 MiB arena).
-// Growth that would cross it first unmaps free pages elsewhere, only as many as needed, in the order of
-// Note [Release order] (release.cpp), taking them from the top of each free block's interior pages.
+// Growth that would cross it first unmaps free pages elsewhere, in the order of Note [Release order]
+// (release.cpp), from as few free blocks as cover the need, each giving all its interior pages (Note
+// [A block gives back all its pages], release.cpp).
 // Thus memory sits near live bytes at every peak (what eager release buys) while steady-state
 // iterations, which stay under their own high water, make no source calls at all (what eager release
 // loses). PageBudget (page_budget.hpp) holds the formula; growth asks it before mapping and does the

@@ -10,16 +10,42 @@ namespace memcomm::alloc {
 // Note [Release order]
 // Each free block that gives pages back costs one source call (its interior pages are one contiguous
 // piece), however many pages it gives. When make_room wants `want` bytes and one free block can give
-// them all, the oldest such block gives them: one call, and the pages least likely to be wanted again
-// soon. When no block can, the largest give first, so the wanted bytes come in the fewest pieces:
-// the fewest unmaps now and the fewest holes to map again later. Ties go to the oldest. Giving
-// everything back (want == 0) is the same in any order. Oldest first for every block, the rule
+// them all, the smallest such block gives them: one call, and, since it gives all its pages (Note [A
+// block gives back all its pages]), the fewest pages beyond the want. When no block can, the largest
+// give first, so the wanted bytes come in the fewest pieces: the fewest unmaps now and the fewest
+// holes to map again later. Ties go to the oldest. Giving everything back (want == 0) is the same in
+// any order. (The oldest covering block was the rule while a block gave only the wanted pages; the
+// smallest, measured then, cost decomfl 71 -> 76 calls.) Oldest first for every block, the rule
 // before this one, took a conveyor's bytes from four to six small holes per iteration: select_n (a
 // 1 GiB request mapped above the iteration's 256 MiB blocks each iteration) made 367 calls, now 283;
 // hanfa 167 -> 138 and 1.030 -> 1.022 x live; code_location dev 2 141 -> 103.
 // bench/replay/allocator_targets.py: the design half keeps its ratios and 5 of 7 traces meeting every
 // target (bcrafton 122 -> 114, octree-nca 110 -> 107, decomfl 70 -> 71 calls); the check half goes
 // from 4 to 5 of 9 (bench/results/allocator-cpu.md).
+//
+// Note [A block gives back all its pages]
+// make_room used to take from a free block only the pages still wanted, from its top, and keep the rest
+// mapped. But the unmap is one call whatever its size, and what the block kept is a free piece the
+// layout has just left: under the same high water the next growth that needs pages finds the budget at
+// its limit again and gives back another piece, often the rest of this block, with another call. So
+// the blocks make_room picks give all their interior pages: the call is spent once, and the pages the
+// budget does not need now are room under it, which the next growths map into without an unmap (a map
+// where there were a map and an unmap). What reserved bytes lose is at most one block's pages; the
+// budget bounds them from above either way.
+// octree-nca (pytorch-snapshots) shows it: each of its phases (14, 56, 450, 3,600 MiB blocks) moves
+// its largest blocks up the range once an iteration. Taking only what was wanted, a move made a map and
+// one to three unmaps (a 900 MiB slot given back as 700 MiB, then its last 200 MiB with the next
+// move); with whole blocks, a map and one unmap. 91 -> 79 calls at 1.009 x live (was 1.020).
+// Measured with bench/replay/allocator_targets.py over the shared halves, the synthetic ranges (150)
+// and the outside device snapshots (21), together with the smallest covering block of Note [Release
+// order]: select_n 389 -> 337 calls (1.020 -> 1.028 x live), mean reduction 81.0 -> 85.9 %; synthetic
+// 121 -> 124 meeting every target (transformer-4006, -5002, -1009 and cnn-5009 gain, transformer-1006
+// loses: 156 -> 159 calls, 157 allowed); the outside set unchanged at 20. Whole blocks with the oldest
+// covering block: an outside snapshot (NiuHuangxiaozi, fwd+bwd 200 mixed precision) 1.028 -> 1.030 x
+// live (960 MiB where 959.9 is 1.03 x its live bytes). Only under a flat high water: hanfa 1.005 x
+// PyTorch's better mode. Only for the growing pool's blocks: transformer-1006 and the NiuHuangxiaozi
+// snapshot lose; only for large-pool blocks: transformer-1006 and decode-5008 (134 calls, 128 allowed).
+// The smallest covering block alone (blocks still cut to the want) changes no target: octree-nca 90.
 namespace {
 struct ReleaseCandidate {
   Block* block;             // free block (whole segment or expandable piece source)
@@ -31,15 +57,16 @@ void order_releases(std::vector<ReleaseCandidate>& cands, std::size_t want) {
   const auto covers = [want](const ReleaseCandidate& c) { return want != 0 && c.bytes >= want; };
   std::sort(cands.begin(), cands.end(), [&](const ReleaseCandidate& a, const ReleaseCandidate& b) {
     if (covers(a) != covers(b)) return covers(a);
-    if (!covers(a) && a.bytes != b.bytes) return a.bytes > b.bytes;
+    if (a.bytes != b.bytes) return covers(a) ? a.bytes < b.bytes : a.bytes > b.bytes;
     return a.last_used != b.last_used ? a.last_used < b.last_used : a.block->addr < b.block->addr;
   });
 }
 }  // namespace
 
 // Picks free memory worth at least `want` bytes (or all of it when want == 0), in the order of
-// Note [Release order].
-void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_age, Releases& out) {
+// Note [Release order]; with `whole`, every block picked gives all its interior pages (Note [A block
+// gives back all its pages]).
+void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_age, Releases& out, bool whole) {
   std::vector<ReleaseCandidate> cands;
   // Free mapped blocks are exactly the members of the free sets, so only they are looked at.
   for (auto& pool : pools)
@@ -59,10 +86,10 @@ void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_a
       out.bytes += seg->size;
       continue;
     }
-    // Interior pages only; take from the top, and only as many as still wanted.
+    // Interior pages only; unless `whole`, take from the top, and only as many as still wanted.
     const std::uintptr_t lo_full = page_up(b->addr, page), hi = page_down(b->addr + b->size, page);
     std::uintptr_t lo = lo_full;
-    if (want != 0 && hi - lo > want - out.bytes) lo = hi - page_up(want - out.bytes, page);
+    if (want != 0 && !whole && hi - lo > want - out.bytes) lo = hi - page_up(want - out.bytes, page);
     free_erase(b);
     Block* piece = b;
     if (lo > b->addr) {  // keep [addr, lo) mapped and free
