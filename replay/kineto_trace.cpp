@@ -140,6 +140,7 @@ void fold_memory_profile(std::vector<prof::Event>& events, int rank, TraceReques
   for (auto& [device, f] : devices) {
     const std::uint64_t untraced = f.sampled ? f.builder.untraced_live(static_cast<std::uint64_t>(f.live_before)) : 0;
     DeviceRequests d = f.builder.finish();
+    d.recorded_from_profile = true;
     if (f.reserved_peak > 0) {
       d.recorded.known = true;
       d.recorded.at_start = f.reserved_first;

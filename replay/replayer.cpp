@@ -44,6 +44,7 @@ ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev
   ReplayResult r;
   r.file = trace.file;
   r.format = trace.format;
+  r.recorded_from_profile = dev.recorded_from_profile;
   r.rank = dev.rank;
   r.device = dev.device;
   r.policy = policy.name();
@@ -116,6 +117,7 @@ ReplayResult recorded_result(const TraceRequests& trace, const DeviceRequests& d
   ReplayResult r;
   r.file = trace.file;
   r.format = trace.format;
+  r.recorded_from_profile = dev.recorded_from_profile;
   r.rank = dev.rank;
   r.device = dev.device;
   r.policy = kRecordedPolicy;

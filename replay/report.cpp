@@ -26,8 +26,8 @@ std::string format_table(const std::vector<ReplayResult>& results) {
     policy_w = std::max(policy_w, r.policy.size() + 1);  // + the starts-empty mark
     ranks |= r.rank != kNoRank;
     host |= r.device == prof::kHostDevice && r.format != "pytorch-snapshot";
-    if (r.format == "mct") mct = true;
-    else if (r.format == "torch-profiler") kineto = true;
+    if (r.recorded_from_profile) kineto = true;  // also an .mct that memcomm-trace convert made of one
+    else if (r.format == "mct") mct = true;
     else snapshots = true;
   }
   // The rank column appears only when some trace records ranks (.mct and torch.profiler traces).
@@ -60,8 +60,9 @@ std::string format_table(const std::vector<ReplayResult>& results) {
   if (snapshots) out += "recorded (PyTorch snapshots) = what PyTorch's allocator did in the trace (* = its cache was empty at the start).\n";
   if (mct) out += "recorded (.mct traces) = what memcomm's own allocator did in the traced run (* = it started empty).\n";
   if (kineto)
-    out += "recorded (torch.profiler traces) = PyTorch's allocator as its [memory] events' Total Reserved shows it: the\n"
-           "largest Total Reserved; src alloc/free = the events where it rose/fell (each at least one call).\n";
+    out += "recorded (torch.profiler traces, and .mct converted from one) = PyTorch's allocator as its [memory]\n"
+           "events' Total Reserved shows it: the largest Total Reserved; src alloc/free = the events where it\n"
+           "rose/fell (each at least one call).\n";
   return out;
 }
 

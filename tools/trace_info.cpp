@@ -128,6 +128,8 @@ nlohmann::json kineto_json(const std::string& path, const KinetoTrace& k, const 
                  {"clamped_ranges", i.clamped_ranges},
                  {"saturated_durations", i.saturated_durations},
                  {"comm_kernels", i.comm_kernels},
+                 {"host_collectives", i.host_collectives},
+                 {"data_waits", i.data_waits},
                  {"memory_events", i.memory_events},
                  {"memory_events_without_addr", i.memory_events_without_addr},
                  {"float_timestamps", i.float_timestamps},

@@ -151,3 +151,17 @@ TEST_CASE("HTA's non-compute share is none, not negative, where cut rows leave m
   CHECK(f.idle_pct == 64.0);
   CHECK(std::isnan(f.non_compute_pct));
 }
+
+TEST_CASE("HTA's kernel kinds are read from names of any length", "[trace][hta]") {
+  // std::regex's ".*" recursed once per character: a 30,000-character name overflowed the stack.
+  const std::string long_name(200'000, 'k');
+  const HtaFigures f = whole_trace_of(
+      "hta_long_names",
+      R"({"schemaVersion":1,"traceEvents":[)"
+      R"({"ph":"X","cat":"kernel","name":")" + long_name + R"(","pid":0,"tid":1,"ts":10,"dur":10,"args":{"stream":1,"device":0}},)"
+      R"({"ph":"X","cat":"kernel","name":"nccl)" + long_name + R"(Kernel","pid":0,"tid":1,"ts":30,"dur":10,"args":{"stream":2,"device":0}},)"
+      R"({"ph":"X","cat":"kernel","name":")" + long_name + R"(Memcpy","pid":0,"tid":1,"ts":50,"dur":10,"args":{"stream":1,"device":0}}]})");
+  REQUIRE(f.valid);
+  CHECK(f.kernel_time_us == 50);
+  CHECK(f.compute_time_us == 10);  // the plain kernel; the NCCL one and the copy are not compute
+}

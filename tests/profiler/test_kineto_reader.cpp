@@ -430,6 +430,57 @@ TEST_CASE("kineto: a communication kernel without its collective's name takes it
     if (e.kind == EventKind::CollStart) CHECK(e.as<CollectiveEvent>().dtype == DType::Unknown);
 }
 
+TEST_CASE("kineto: a DataLoader's __next__ is data wait, and gloo: ops are collectives", "[kineto]") {
+  // Note [Phases a torch.profiler trace names] (converter.cpp)
+  const std::string json = R"json({"distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}, "traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 100, "dur": 200},
+    {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "pid": 1, "tid": 1, "ts": 100, "dur": 40},
+    {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 150, "dur": 5},
+    {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 152, "dur": 30},
+    {"ph": "X", "cat": "user_annotation", "name": "gloo:barrier", "pid": 1, "tid": 9, "ts": 200, "dur": 10},
+    {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#", "pid": 1, "tid": 1, "ts": 250, "dur": 5}]})json";
+  const KinetoTrace k = read_kineto_buffer(json, "gloo.json");
+  std::map<std::string, Phase> phases;
+  for (const Event& e : k.trace.events)
+    if (e.kind == EventKind::RangeBegin) phases[std::string(k.trace.name(e.as<RangeEvent>().name))] = e.as<RangeEvent>().phase;
+  CHECK(phases.at("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__") == Phase::DataWait);
+  CHECK(phases.at("gloo:all_reduce") == Phase::Comm);
+  CHECK(phases.at("c10d::allreduce_") == Phase::Custom);  // the launch on the main thread
+  CHECK(phases.at("enumerate(DataLoader)#") == Phase::Custom);
+  std::vector<std::pair<CollOp, int64_t>> colls;
+  for (const Event& e : k.trace.events)
+    if (e.kind == EventKind::CollStart) colls.emplace_back(e.as<CollectiveEvent>().op, e.ts);
+  REQUIRE(colls.size() == 2);
+  CHECK(colls[0].first == CollOp::AllReduce);
+  CHECK(colls[1].first == CollOp::Barrier);
+  CHECK(colls[1].second - colls[0].second == 48'000);
+  CHECK(k.info.host_collectives == 2);
+  CHECK(k.info.data_waits == 1);
+}
+
+TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler writes, is refused", "[kineto]") {
+  // Note [JSON of another tool] (converter.cpp): Triton Inference Server's async events.
+  const std::string json = R"json([
+    {"ph": "b", "cat": "request", "name": "infer", "pid": 1, "tid": 1, "ts": 100, "id": 1},
+    {"ph": "e", "cat": "request", "name": "infer", "pid": 1, "tid": 1, "ts": 200, "id": 1},
+    {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "server"}}])json";
+  CHECK_THROWS_WITH(read_kineto_buffer(json, "triton.json"),
+                    Catch::Contains("triton.json: not a torch.profiler trace: none of its 3 traceEvents") &&
+                        Catch::Contains("ph \"b\""));
+  // A torch.profiler trace that recorded nothing but its own span still reads.
+  CHECK(read_kineto_buffer(R"j({"traceEvents": [{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 1, "ts": 5, "dur": 9}]})j",
+                           "empty-profile.json").info.trace_events == 1);
+}
+
+TEST_CASE("kineto: a --comm-kernels pattern searches kernel names of any length", "[kineto]") {
+  // Note [Names longer than a regex can search] (converter.cpp)
+  KinetoOptions opt;
+  opt.comm_kernels = ".*nccl";
+  const std::string json = R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "nccl)" + std::string(300'000, 'x') +
+                           R"(", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0, "stream": 7}}]})";
+  CHECK(read_kineto_buffer(json, "long.json", opt).info.comm_kernels == 1);
+}
+
 TEST_CASE("kineto: timestamps that are not Unix time keep their own origin", "[kineto]") {
   // kUnixTimeFloorNs (converter.hpp): microseconds since boot (older Kineto) or from 0 used to be
   // moved 1.6e18 ns before the shared origin and clamped, every event onto one time.

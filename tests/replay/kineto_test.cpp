@@ -92,8 +92,14 @@ TEST_CASE("kineto: a memory profile converted to .mct replays as the profile its
     CHECK(b.peak_live == a.peak_live);
     CHECK(b.recorded.known);
     CHECK(b.recorded.peak == a.recorded.peak);  // Total Reserved
+    CHECK(b.recorded_from_profile);
   }
   CHECK(from_mct.notes == from_json.notes);
+  // The table says whose `recorded` that is: PyTorch's Total Reserved, not memcomm's allocator.
+  const auto table = memcomm::test::run_replay(dir, mct.string() + " --policy recorded");
+  INFO(table.out);
+  CHECK(table.out.find("recorded (torch.profiler traces, and .mct converted from one)") != std::string::npos);
+  CHECK(table.out.find("memcomm's own allocator") == std::string::npos);
 }
 
 TEST_CASE("kineto: memcomm-replay on a trace without [memory] events exits 2 and says why", "[kineto][cli]") {
@@ -115,7 +121,7 @@ TEST_CASE("kineto: memcomm-replay on a trace without [memory] events exits 2 and
   r = memcomm::test::run_replay(dir, cut.string() + " --json -");
   CHECK(r.code == 0);
   CHECK(r.err.find("warning: " + cut.string() + ": the file ends early") != std::string::npos);
-  CHECK(r.err.find("recorded (torch.profiler traces)") != std::string::npos);
+  CHECK(r.err.find("recorded (torch.profiler traces, and .mct converted from one)") != std::string::npos);
   const auto j = memcomm::test::parse_json(r.out);
   REQUIRE(j.size() == 4);
   CHECK(j[0]["format"] == "torch-profiler");

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <regex>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -24,25 +23,32 @@ struct Row {
   RowKind kind;
 };
 
-// HTA's kernel kinds by name (hta/utils/utils.py), with re.match's anchoring.
+// HTA's kernel kinds by name (hta/utils/utils.py), with re.match's anchoring, as plain string tests:
+// std::regex's ".*" recurses once per character and overflowed the stack on a 30,000-character name.
+//   NCCL_KERNEL_RE "^nccl.*Kernel"; NCCL_COMPUTE_KERNEL_RE "(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)"
+//   (the alternation reads: contains Memcpy, or starts with Memset, or contains Sync) and
+//   MEMORY_KERNEL_RE's "^dma", which get_kernel_type tests first.
 class KernelKinds {
  public:
   RowKind of(const RankTrace& r, StringId name) {
     auto it = cache_.find(name);
     if (it != cache_.end()) return it->second;
-    const std::string text(r.name(name));
-    const auto anchored = std::regex_constants::match_continuous;
-    const RowKind k = std::regex_search(text, comm_, anchored)         ? RowKind::Comm
-                      : std::regex_search(text, not_compute_, anchored) ? RowKind::Other
-                                                                         : RowKind::Compute;
+    const RowKind k = kind(r.name(name));
     cache_.emplace(name, k);
     return k;
   }
 
  private:
-  std::regex comm_{"^nccl.*Kernel"};
-  // NCCL_COMPUTE_KERNEL_RE, and MEMORY_KERNEL_RE's (^dma), which get_kernel_type tests first.
-  std::regex not_compute_{"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)|(^dma)"};
+  static bool starts(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+  static bool contains(std::string_view s, std::string_view p, size_t from = 0) {
+    return s.find(p, from) != std::string_view::npos;
+  }
+  static RowKind kind(std::string_view name) {
+    if (starts(name, "nccl") && contains(name, "Kernel", 4)) return RowKind::Comm;
+    if (contains(name, "Memcpy") || starts(name, "Memset") || contains(name, "Sync") || starts(name, "dma"))
+      return RowKind::Other;
+    return RowKind::Compute;
+  }
   std::unordered_map<StringId, RowKind> cache_;
 };
 

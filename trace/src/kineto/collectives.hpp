@@ -23,6 +23,10 @@
 
 namespace memcomm::prof::kineto {
 
+// The stream id of host collectives (Gloo's, Note [Phases a torch.profiler trace names]): one
+// communicator for all of them, apart from every GPU stream's.
+inline constexpr int64_t kHostCollectiveStream = -2;
+
 struct CommKernel {
   int64_t begin, end;
   uint32_t corr;

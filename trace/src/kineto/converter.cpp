@@ -40,6 +40,29 @@ bool profiler_step(std::string_view name, uint64_t& step) {
   return true;
 }
 
+// Note [Phases a torch.profiler trace names]
+// A torch.profiler trace marks no phases, but two kinds of host span say what they are by name:
+// - "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" (or _MultiProcessing...) is the
+//   step's wait for its next batch, loaded in place or waited for from the workers: data wait, as
+//   memcomm's own loader wrapper records it, so the step table and advise's loader rule see it.
+// - "gloo:all_reduce" (and every other "gloo:" op) is a Gloo collective running on one of Gloo's
+//   threads, the span of the work itself: communication, not compute, and a collective of its own
+//   (Note [Collectives from communication kernels], with the op from the name and no size, on one
+//   communicator for all of them: the span names no process group).
+bool data_loader_next(std::string_view name) {
+  constexpr std::string_view kPrefix = "enumerate(DataLoader)#", kSuffix = ".__next__";
+  return name.size() > kPrefix.size() + kSuffix.size() && name.substr(0, kPrefix.size()) == kPrefix &&
+         name.substr(name.size() - kSuffix.size()) == kSuffix;
+}
+
+bool gloo_collective(std::string_view name) { return name.size() > 5 && name.substr(0, 5) == "gloo:"; }
+
+// Note [Names longer than a regex can search]: libstdc++'s std::regex recurses once per character a
+// ".*" consumes, so a user's --comm-kernels pattern overflowed the stack on a 100,000-character
+// kernel name. The pattern sees the first 16 KiB of a name (the longest seen in some 60 real traces
+// is 5,160 characters).
+constexpr size_t kRegexTextLimit = 16 * 1024;
+
 }  // namespace
 
 Converter::Converter(std::string name, const KinetoOptions& opt) : name_(std::move(name)) {
@@ -161,6 +184,15 @@ void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_
     s.thread = uint16_t(kGpuAnnotationThreadBase | tracks_.annotation_lane(device, stream));
   } else if (profiler_step(e.name, s.id)) {
     s.phase = Phase::Step;
+  } else if (data_loader_next(e.name)) {  // Note [Phases a torch.profiler trace names]
+    s.phase = Phase::DataWait;
+    ++info_.data_waits;
+  } else if (gloo_collective(e.name)) {
+    s.phase = Phase::Comm;
+    ++info_.host_collectives;
+    comm_kernels_.push_back({begin, end, 0, s.name, strings_.intern(e.name.substr(5)), strings_.intern(""),
+                             strings_.intern(""), strings_.intern(""), kNoArg, kNoArg, kNoArg, kHostCollectiveStream,
+                             0, 0});
   }
   spans_.push_back(s);
 }
@@ -168,7 +200,7 @@ void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_
 bool Converter::is_comm_kernel(StringId name) {
   auto it = comm_names_.find(name);
   if (it != comm_names_.end()) return it->second;
-  const std::string text(strings_.text(name));
+  const std::string text(strings_.text(name).substr(0, kRegexTextLimit));  // Note [Names longer than a regex can search]
   const bool comm = std::regex_search(text, comm_pattern_);
   comm_names_.emplace(name, comm);
   return comm;
@@ -331,6 +363,22 @@ void Converter::name_collectives_from_host() {
   }
 }
 
+// Note [JSON of another tool]: Chrome's trace format is shared by many tools (Triton Inference
+// Server, tlparse, Perfetto's JSON), and the late-2020 torch.profiler schema is a bare array of
+// events with nothing else to recognise it by. Such a file reads event by event; when not one of its
+// events is a timed event torch.profiler writes (a span, a kernel, an instant, a [memory] event), it
+// is not a torch.profiler trace, and the skip reasons say what it held instead.
+void Converter::throw_no_torch_event() const {
+  std::vector<std::pair<uint64_t, std::string>> why;
+  for (const auto& [reason, n] : info_.skipped) why.emplace_back(n, reason);
+  std::sort(why.rbegin(), why.rend());
+  std::string reasons;
+  for (size_t i = 0; i < why.size() && i < 3; ++i)
+    reasons += fmt::format("{}{} ({})", i ? "; " : "", why[i].second, why[i].first);
+  throw TraceError(fmt::format("{}: not a torch.profiler trace: none of its {} traceEvents is an event torch.profiler "
+                               "writes{}", name_, info_.trace_events, reasons.empty() ? "" : ": " + reasons));
+}
+
 KinetoTrace Converter::finish(const SplitResult& split) {
   KinetoTrace out;
   info_.json_bytes = split.json_bytes;
@@ -340,6 +388,7 @@ KinetoTrace Converter::finish(const SplitResult& split) {
     info_.truncation = fmt::format("{}: the file ends early (cut short?); loaded the {} events up to JSON byte {}",
                                    name_, split.events, split.truncated_at);
   for (const Category& c : categories_) info_.categories[c.name] += c.count;
+  if (min_ts_ == INT64_MAX && info_.trace_events > 0) throw_no_torch_event();
   if (tracks_.overflowed()) skip("tracks beyond the lanes memcomm keeps (merged into the last lane)");
   // Note [One origin for every torch.profiler trace]; baseTimeNanoseconds comes after the events.
   take_top_level();

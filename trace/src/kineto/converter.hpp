@@ -47,6 +47,7 @@ class Converter final : public SplitHandler {
   enum class Kind : uint8_t { Range, PythonFrame, GpuAnnotation, Launch, Kernel, Memcpy, Memset, DeviceSync, Instant, Known, Generic };
   Kind kind_of(std::string_view cat);
   void skip(const std::string& reason) { ++info_.skipped[reason]; }
+  [[noreturn]] void throw_no_torch_event() const;  // Note [JSON of another tool]
   bool times(const RawEvent& e, bool need_dur, int64_t& begin, int64_t& end);
   void on_complete(const RawEvent& e, Kind kind);
   void on_instant(const RawEvent& e, Kind kind);

@@ -105,6 +105,8 @@ std::string kineto_info_text(const KinetoInfo& i) {
   for (const auto& [cat, n] : i.generic) s += fmt::format("  kept as generic ranges: {} ({})\n", cat, n);
   for (const auto& [cat, n] : i.device_generic) s += fmt::format("  kept as kernels on their stream: {} ({})\n", cat, n);
   s += fmt::format("  flows {}, communication kernels {}, [memory] events {}\n", i.flows, i.comm_kernels, i.memory_events);
+  if (i.host_collectives) s += fmt::format("  host collectives (gloo:) {}\n", i.host_collectives);
+  if (i.data_waits) s += fmt::format("  DataLoader __next__ spans (data wait) {}\n", i.data_waits);
   if (i.memory_events_without_addr)
     s += fmt::format("  [memory] events without Addr (2021 schema): {}, each free paired with the latest live "
                      "allocation of its size\n", i.memory_events_without_addr);

@@ -31,6 +31,7 @@ struct ReplayResult {
   std::uint64_t call_bound = 0;        // ideal_calls(device, kCallBoundRatio), set by replay_all (0 elsewhere)
   double seconds = 0;                  // time spent in the policy's replay
   bool starts_empty = false;           // PyTorch's cache was empty when the trace began
+  bool recorded_from_profile = false;  // DeviceRequests::recorded_from_profile
 
   double reserved_over_live() const { return peak_live ? double(peak_reserved) / double(peak_live) : 0.0; }
   // F = 1 - peak allocated / peak reserved (allocated = peak_live for `recorded`, which lacks rounding).

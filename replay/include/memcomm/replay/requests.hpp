@@ -66,6 +66,9 @@ struct DeviceRequests {
   std::uint64_t trace_ooms = 0;          // `oom` events in the file
   std::uint64_t anomalies = 0;           // events that contradict each other (alloc over a live address...)
   RecordedReserved recorded;
+  // `recorded` is a torch.profiler memory profile's Total Reserved (a .json trace, or an .mct that
+  // memcomm-trace convert made of one), not the segment events of the allocator that wrote the file.
+  bool recorded_from_profile = false;
 };
 
 struct TraceRequests {

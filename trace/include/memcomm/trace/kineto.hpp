@@ -77,6 +77,8 @@ struct KinetoInfo {
   uint64_t clamped_ranges = 0;   // host ranges cut to end inside their parent
   uint64_t saturated_durations = 0;  // spans longer than ComputeEvent can hold (kMaxDuration)
   uint64_t comm_kernels = 0;     // kernels that became collectives
+  uint64_t host_collectives = 0; // host spans that became collectives (Gloo's "gloo:all_reduce")
+  uint64_t data_waits = 0;       // DataLoader __next__ spans read as data wait
   uint64_t memory_events = 0;    // [memory] events converted
   uint64_t memory_events_without_addr = 0;  // of them, paired by size (Note [Memory events without addresses])
   bool float_timestamps = false; // sub-microsecond digits present
