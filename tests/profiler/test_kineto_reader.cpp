@@ -481,6 +481,16 @@ TEST_CASE("kineto: a --comm-kernels pattern searches kernel names of any length"
   CHECK(read_kineto_buffer(json, "long.json", opt).info.comm_kernels == 1);
 }
 
+TEST_CASE("kineto: a rank that is no whole number, or not below world_size, is named in the skip list", "[kineto]") {
+  const auto skipped = [](const std::string& info) {
+    return read_kineto_buffer(R"({"distributedInfo": )" + info + R"(, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 5, "dur": 1}]})",
+                              "rank.json").info.skipped;
+  };
+  CHECK(skipped(R"({"rank": 1.7, "world_size": 2})").count("distributedInfo rank not an integer (read as rank 0)") == 1);
+  CHECK(skipped(R"({"rank": 5, "world_size": 2})").count("distributedInfo rank not below its world_size (both used as given)") == 1);
+  CHECK(skipped(R"({"rank": 1.0, "world_size": 2})").empty());
+}
+
 TEST_CASE("kineto: timestamps that are not Unix time keep their own origin", "[kineto]") {
   // kUnixTimeFloorNs (converter.hpp): microseconds since boot (older Kineto) or from 0 used to be
   // moved 1.6e18 ns before the shared origin and clamped, every event onto one time.

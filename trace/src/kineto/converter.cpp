@@ -323,6 +323,8 @@ void Converter::take_top_level() {
   if (top_.world_size > 0 && top_.world_size < (1 << 24)) world_size_ = uint32_t(top_.world_size);
   else if (top_.world_size == 0 || top_.world_size < -1 || top_.world_size >= (1 << 24))
     skip("distributedInfo world_size out of range (not used)");
+  if (info_.rank_given && top_.world_size > 0 && top_.rank >= top_.world_size)
+    skip("distributedInfo rank not below its world_size (both used as given)");
   if (top_.base_time_ns > 0 && top_.base_time_ns < kKinetoEpochNs * 2) info_.base_time_ns = top_.base_time_ns;
   info_.schema_version = int(std::clamp<int64_t>(top_.schema_version, 0, 1 << 20));
   info_.display_time_unit = top_.display_time_unit;
