@@ -197,6 +197,44 @@ def test_training_flags_gradients_step_hooks_and_peaks_are_the_scripts_after_tun
     """, timeout=120)
 
 
+def test_an_optimizer_that_wraps_another_has_both_states_back_after_tune():
+    # Note [What the probes leave as it was]: timm's Lookahead keeps Adam's moments in its inner
+    # optimizer, and its own state dict stays empty: the probes' steps stayed in Adam's.
+    run_ok("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        class Lookahead(torch.optim.Optimizer):
+            def __init__(self, base):
+                self._base_optimizer, self.param_groups, self.defaults = base, base.param_groups, base.defaults
+                self.state, self.steps = {}, 0
+                self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks = {}, {}
+            def step(self, closure=None):
+                self._base_optimizer.step()
+                for g in self.param_groups:
+                    g["lookahead_step"] = g.get("lookahead_step", 0) + 1
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        opt = Lookahead(torch.optim.AdamW(model.parameters(), lr=1e-3))
+        make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
+        loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        loss(model, make(8)).backward()
+        opt.step()
+        inner = opt._base_optimizer
+        before = {id(p): {k: v.clone() for k, v in s.items()} for p, s in inner.state.items()}
+        groups = [dict(g, params=None) for g in opt.param_groups]
+        inner.register_step_post_hook(lambda o, args, kwargs: 1 / 0)  # an inner hook must not run either
+        r = memcomm.tune(model, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
+        assert r["recommendation"], r
+        after = {id(p): s for p, s in inner.state.items()}
+        assert after.keys() == before.keys()
+        assert all(torch.equal(v, after[i][k]) for i, s in before.items() for k, v in s.items())
+        assert [dict(g, params=None) for g in opt.param_groups] == groups
+        assert len(inner._optimizer_step_post_hooks) == 1
+        print("ok")
+    """, timeout=120)
+
+
 def test_a_model_that_cannot_step_on_one_sample_is_tuned_from_two():
     # Note [A model that cannot step on one sample]: BatchNorm1d raised at the first step, at b = 1.
     run_ok("""

@@ -14,8 +14,9 @@ Note [What the probes leave as it was]: tune() promises the script's model and o
 were. Beyond the tensors (State) and the random generators (RandomState), a probe changes what
 ScriptState puts back: module training flags (evaluate() may call model.eval()), gradients (set to
 None between probes; a script may hold some from before tune()), and whatever the optimizer's own
-step hooks update (they do not run during the probes). The allocator's peak counters are reset when
-tune() returns, so a peak read after it is the run's, not a probe's.
+step hooks update (they do not run during the probes), for the optimizer and every optimizer it
+wraps (optimizers_within: a Lookahead's real state is its inner optimizer's). The allocator's peak
+counters are reset when tune() returns, so a peak read after it is the run's, not a probe's.
 """
 import copy
 import random
@@ -90,16 +91,52 @@ def _trained_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
     return tensors
 
 
+def optimizers_within(optimizer: Any) -> List[torch.optim.Optimizer]:
+    """`optimizer` and every optimizer it wraps, however deep (timm's Lookahead keeps its real state in
+    `_base_optimizer`, SAM in `base_optimizer`, ZeroRedundancyOptimizer in `optim`): each keeps state
+    and hyperparameters of its own that a probe's step changes."""
+    found: List[torch.optim.Optimizer] = []
+    todo = [optimizer]
+    while todo:
+        o = todo.pop()
+        if any(o is f for f in found):
+            continue
+        found.append(o)
+        todo.extend(v for v in vars(o).values() if isinstance(v, torch.optim.Optimizer))
+    return found
+
+
+class _OptimizerState:
+    """One optimizer's per-parameter state and hyperparameters."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+        self.state = {p: {k: _SavedTensor.of(v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+                          for k, v in s.items()} for p, s in optimizer.state.items()}
+        self.groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+
+    def restore(self) -> None:
+        state = self.optimizer.state
+        for p in [p for p in state if p not in self.state]:
+            del state[p]
+        for p, saved in self.state.items():
+            current = state[p]
+            for k in [k for k in current if k not in saved]:
+                del current[k]
+            for k, v in saved.items():
+                current[k] = v.restore_into(current.get(k)) if isinstance(v, _SavedTensor) else copy.deepcopy(v)
+        for g, saved in zip(self.optimizer.param_groups, self.groups):
+            g.update(copy.deepcopy(saved))
+
+
 class State:
-    """The model's parameters and buffers, the other parameters the optimizer updates, and the
-    optimizer's state and hyperparameters."""
+    """The model's parameters and buffers, the other parameters the optimizer updates, and the state
+    and hyperparameters of the optimizer and of every optimizer it wraps."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.model, self.optimizer = model, optimizer
         self.tensors = [_host_bytes(t) for t in self._model_tensors()]
-        self.opt_state = {p: {k: _SavedTensor.of(v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
-                              for k, v in s.items()} for p, s in optimizer.state.items()}
-        self.groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        self.optimizers = [_OptimizerState(o) for o in optimizers_within(optimizer)]
 
     def _model_tensors(self) -> List[torch.Tensor]:
         return _trained_tensors(self.model, self.optimizer)
@@ -109,20 +146,8 @@ class State:
             _write_back(t, saved)
         self.model.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
-        self._restore_optimizer_state()
-        for g, saved in zip(self.optimizer.param_groups, self.groups):
-            g.update(copy.deepcopy(saved))
-
-    def _restore_optimizer_state(self) -> None:
-        state = self.optimizer.state
-        for p in [p for p in state if p not in self.opt_state]:
-            del state[p]
-        for p, saved in self.opt_state.items():
-            current = state[p]
-            for k in [k for k in current if k not in saved]:
-                del current[k]
-            for k, v in saved.items():
-                current[k] = v.restore_into(current.get(k)) if isinstance(v, _SavedTensor) else copy.deepcopy(v)
+        for o in self.optimizers:
+            o.restore()
 
 
 class ScriptState:
@@ -135,18 +160,18 @@ class ScriptState:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.modes = [(m, m.training) for m in model.modules()]
         self.grads = [(p, _saved_grad(p)) for p in _trained_tensors(model, optimizer) if p.requires_grad]
-        self.optimizer = optimizer
-        self.hooks = {name: getattr(optimizer, name).copy() for name in _STEP_HOOKS if hasattr(optimizer, name)}
-        for name in self.hooks:
-            getattr(optimizer, name).clear()
+        self.hooks = [(o, name, getattr(o, name).copy()) for o in optimizers_within(optimizer) for name in _STEP_HOOKS
+                      if hasattr(o, name)]
+        for o, name, _ in self.hooks:
+            getattr(o, name).clear()
         self.restored = False
 
     def restore(self) -> None:
         """Once it has succeeded, later calls do nothing."""
         if self.restored:
             return
-        for name, hooks in self.hooks.items():
-            getattr(self.optimizer, name).update(hooks)
+        for o, name, hooks in self.hooks:
+            getattr(o, name).update(hooks)
         for m, training in self.modes:
             m.training = training
         for p, grad in self.grads:
