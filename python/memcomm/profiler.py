@@ -17,7 +17,8 @@ memcomm/_profiler/hooks.py (Note [Phases from hooks]) and the wrappers the scrip
 Note [A profile started before the process group]: scripts often call init_process_group inside
 their main(), after the line that starts the profiler. The rank then comes from the launcher's
 environment (torchrun's RANK and WORLD_SIZE, or Slurm's), as memcomm-train reads it
-(train::read_dist_env), so each rank still writes its own file: taking rank 0 for every process made
+(train::read_dist_env), or Lightning's LOCAL_RANK, NODE_RANK and WORLD_SIZE where no RANK is set
+(_local_launch_identity), so each rank still writes its own file: taking rank 0 for every process made
 all of them write NAME.rank0.mct over each other (pytorch/examples' ddp-tutorial-series). Clock offsets
 need the process group, so none is measured: 0, exact on one host (Note [One clock per host] in
 memcomm/trace/clock.hpp); across hosts start the profiler after init_process_group.
@@ -37,7 +38,6 @@ module global and calls straight through while no profiler runs.
 """
 import contextlib
 import os
-import warnings
 from typing import Any, List, Optional, Tuple, Union
 
 import torch
@@ -50,6 +50,7 @@ from memcomm._profiler.collectives import comm_hook, settle_in_flight
 from memcomm._profiler.comms import Communicators
 from memcomm._profiler.hooks import PhaseHooks
 from memcomm._profiler.wrappers import category, loader
+from memcomm._caller import warn
 
 __all__ = ["profile", "Profiler", "loader", "comm_hook", "category", "current", "step"]  # loader...: from _profiler
 
@@ -73,7 +74,30 @@ def _dist_identity() -> Tuple[int, int, int]:
     if _group_ready():
         rank = dist.get_rank()
         return rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank))
-    return _memcomm.launch_identity()
+    return _local_launch_identity() or _memcomm.launch_identity()
+
+
+def _local_launch_identity() -> Optional[Tuple[int, int, int]]:
+    """Lightning's own launcher (Trainer(strategy="ddp") started with plain python) names LOCAL_RANK,
+    NODE_RANK and WORLD_SIZE but no RANK. The rank is NODE_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK, known
+    on the first node (NODE_RANK 0) or with LOCAL_WORLD_SIZE; None where torchrun or Slurm name the
+    rank, or where it cannot be told (then memcomm-train's rule applies)."""
+    env = os.environ
+    if "RANK" in env or "SLURM_PROCID" in env or "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    try:
+        local_rank, world, node = int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"]), int(env.get("NODE_RANK", "0"))
+        local_world = int(env.get("LOCAL_WORLD_SIZE", world if node == 0 else -1))
+    except ValueError as e:
+        raise ValueError(f"launch environment: LOCAL_RANK, WORLD_SIZE, NODE_RANK and LOCAL_WORLD_SIZE must be "
+                         f"whole numbers ({e})") from None
+    if local_world < 0:
+        return None
+    rank = node * local_world + local_rank
+    if not (0 <= local_rank < local_world and 0 <= rank < world):
+        raise ValueError(f"inconsistent launch environment: local rank {local_rank} of {local_world} on node "
+                         f"{node} gives rank {rank}, world size {world}")
+    return rank, world, local_rank
 
 
 def _group_ready() -> bool:
@@ -199,14 +223,18 @@ class Profiler(contextlib.ContextDecorator):
             self._run = None
             self._observing = False
         if self._hooks.backwards and not self._hooks.step_ends:
-            warnings.warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
-                          "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
-                          "a step of a loop that updates its parameters by hand ends", stacklevel=2)
+            warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
+                 "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
+                 "a step of a loop that updates its parameters by hand ends")
+        if not (self._hooks.forwards or self._hooks.backwards or self._hooks.step_ends):
+            warn("memcomm: this profile recorded no forward, backward or optimizer step in this process; "
+                 "if the training ran in processes this one started (torch.multiprocessing.spawn, "
+                 "Lightning's ddp_spawn), start the profile in them")
         if self._hooks.backwards and not self._hooks.forwards:
-            warnings.warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the modules watched "
-                          "were never called themselves (torch.utils.checkpoint.checkpoint_sequential calls a "
-                          "Sequential's children); give profile(model=...) the module the loop calls, or leave "
-                          "model= out to find it", stacklevel=2)
+            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the modules watched "
+                 "were never called themselves (torch.utils.checkpoint.checkpoint_sequential calls a "
+                 "Sequential's children); give profile(model=...) the module the loop calls, or leave "
+                 "model= out to find it")
         if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
             raise OSError(f"memcomm: {trace_error}")
         return self.result
@@ -226,7 +254,7 @@ class Profiler(contextlib.ContextDecorator):
         except OSError as e:
             if exc_type is None:
                 raise
-            warnings.warn(str(e), stacklevel=2)  # the body's own exception is the one to see
+            warn(str(e))  # the body's own exception is the one to see
 
     def counter(self, name: str, value: float) -> None:
         """Records a named value (loss, samples/s, learning rate) at this moment."""
@@ -272,10 +300,10 @@ class Profiler(contextlib.ContextDecorator):
                 busy = self.trace_file
                 self._pid_tag = True  # Note [Processes that share a name]
                 self._run = self._new_run(local_rank, on_gpu, device)
-                warnings.warn(f"memcomm.profile: another process is writing {busy}, and this one knows no rank "
-                              f"(no process group, no launcher environment): writing {self.trace_file} instead. "
-                              f"Processes of one job that start the profile after init_process_group name "
-                              f"their files by rank.", RuntimeWarning, stacklevel=3)
+                warn(f"memcomm.profile: another process is writing {busy}, and this one knows no rank "
+                     f"(no process group, no launcher environment): writing {self.trace_file} instead. "
+                     f"Processes of one job that start the profile after init_process_group name "
+                     f"their files by rank.", RuntimeWarning)
             self._observing = self._run.observe_allocator(device)
         except Exception as e:  # noqa: BLE001 (re-raised below, after the other ranks know)
             error = e

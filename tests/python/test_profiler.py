@@ -529,6 +529,45 @@ def test_a_launch_environment_that_does_not_fit_is_a_value_error():
         assert r.stdout.startswith("ValueError:") and words in r.stdout, r.stdout
 
 
+def test_lightnings_launch_environment_names_the_rank(tmp_path):
+    # Lightning's own launcher (strategy="ddp" under plain python) sets LOCAL_RANK, NODE_RANK and
+    # WORLD_SIZE, never RANK: rank 1 wrote NAME.pidP.rank0.mct as a rank-less process, world size 1.
+    code = """
+        import sys, memcomm
+        try:
+            with memcomm.profile(trace=sys.argv[1]) as p:
+                pass
+            print("identity", p.rank, p.world, p.trace_file)
+        except ValueError as e:
+            print("ValueError:", e)
+    """
+    trace = str(tmp_path / "run.mct")
+    cases = [({"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}, f"identity 1 2 {tmp_path}/run.rank1.mct"),
+             ({"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}, "identity 3 4"),
+             ({"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4"}, "identity 0 1"),  # cannot tell: rank-less
+             ({"LOCAL_RANK": "2", "WORLD_SIZE": "2"}, "ValueError: inconsistent launch environment")]
+    for env, words in cases:
+        clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "SLURM_PROCID", "LOCAL_WORLD_SIZE")}
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), trace], capture_output=True, text=True,
+                           timeout=120, env=dict(clean, **env))
+        assert r.returncode == 0 and words in r.stdout, (env, r.stdout, r.stderr)
+
+
+def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_path):
+    # A with block's stop() pointed its warnings at memcomm/profiler.py; a profile around
+    # torch.multiprocessing.spawn (Lightning's ddp_spawn) recorded nothing and said nothing.
+    r = run_python("""
+        import sys, warnings, memcomm
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with memcomm.profile(trace=sys.argv[1]):
+                pass
+        print([(w.filename, str(w.message)[:60]) for w in seen])
+    """, str(tmp_path / "nothing.mct"))
+    assert r.returncode == 0, r.stderr
+    assert "('<string>', 'memcomm: this profile recorded no forward, backward or optim')" in r.stdout, r.stdout
+
+
 def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):
     # Note [Nothing left after stop]: model= is held weakly, so a profiler kept after its block does
     # not keep the model's memory; the loader wrapper copies and pickles as its loader does.

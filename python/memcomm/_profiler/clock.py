@@ -12,7 +12,6 @@ no rank enters the collectives alone. Skipping records with no offset (exact on 
 import datetime
 import itertools
 import os
-import warnings
 from typing import Any, List, Optional
 
 import torch
@@ -20,6 +19,7 @@ import torch.distributed as dist
 
 from memcomm import _memcomm
 from memcomm._profiler.codes import now
+from memcomm._caller import warn
 
 
 def _comm_device() -> torch.device:
@@ -80,8 +80,8 @@ def agree_and_measure_clock(ok: bool, rounds: int = 8) -> int:
         if missing is not None:
             who = (f"rank(s) {missing} started no profiler within {ARRIVAL_TIMEOUT_S:g} s" if missing else
                    f"the other ranks stopped waiting for this one (it started over {ARRIVAL_TIMEOUT_S:g} s after them)")
-            warnings.warn(f"memcomm.profile: {who}, so clock offsets are not measured (they are exact on one "
-                          "host); pass clock_sync=False where only some ranks profile", stacklevel=4)
+            warn(f"memcomm.profile: {who}, so clock offsets are not measured (they are exact on one "
+                 "host); pass clock_sync=False where only some ranks profile")
             if not ok:
                 raise RuntimeError("memcomm.profile could not start on this rank")
             return 0

@@ -1,12 +1,12 @@
 """The memory limit a tuning runs under, its allocator's peaks and cache, and the device clock."""
 import time
-import warnings
 from typing import Optional, Tuple
 
 import torch
 
 from memcomm import _memcomm, allocator as _allocator
 from memcomm._tuner.options import check_int
+from memcomm._caller import warn
 
 
 class Memory:
@@ -54,10 +54,10 @@ class Memory:
         params = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type == "cpu")
         held = int(_allocator.memory_stats("cpu")["allocated_bytes.all.current"])
         if held < params:
-            warnings.warn(f"memcomm.tune: the model's parameters ({_memcomm.format_bytes(params)}) are not in "
-                          f"memcomm's CPU allocator (it holds {_memcomm.format_bytes(held)}): it was installed after "
-                          f"the model was built, so the limit and the peaks leave them out; call "
-                          f"memcomm.use_allocator('cpu', memory_limit=...) before building the model", stacklevel=4)
+            warn(f"memcomm.tune: the model's parameters ({_memcomm.format_bytes(params)}) are not in "
+                 f"memcomm's CPU allocator (it holds {_memcomm.format_bytes(held)}): it was installed after "
+                 f"the model was built, so the limit and the peaks leave them out; call "
+                 f"memcomm.use_allocator('cpu', memory_limit=...) before building the model")
 
     capped_torch = False  # torch's CUDA allocator was capped here, and is uncapped by close()
 

@@ -1,5 +1,4 @@
 """One rank's side of the probes: the user's steps, the agreements after them, the state copies."""
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -10,6 +9,7 @@ from memcomm._tuner.buckets import Buckets
 from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options
 from memcomm._tuner.state import State
+from memcomm._caller import warn
 
 
 @dataclass
@@ -74,9 +74,9 @@ class Runner:
         # a warning, once, not an error.
         if shape and b not in shape and not self._warned_shape:
             self._warned_shape = True
-            warnings.warn(f"memcomm.tune: make_batch({b}) returned a batch whose first tensor has shape "
-                          f"{tuple(shape)}, no dimension of {b} samples: its memory and speed are reported as "
-                          f"those of micro-batch {b}", stacklevel=2)
+            warn(f"memcomm.tune: make_batch({b}) returned a batch whose first tensor has shape "
+                 f"{tuple(shape)}, no dimension of {b} samples: its memory and speed are reported as "
+                 f"those of micro-batch {b}")
         phase[0] = "forward"
         loss = self.loss_fn(self.model, batch)
         if not isinstance(loss, torch.Tensor):

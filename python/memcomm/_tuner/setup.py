@@ -2,7 +2,6 @@
 and cache key, and the checks that the model fits at all."""
 import json
 import traceback
-import warnings
 import zlib
 from typing import Any, Dict, Optional
 
@@ -12,6 +11,7 @@ from memcomm import _memcomm
 from memcomm._tuner.agreement import Group, TuneError
 from memcomm._tuner.options import MAX_ANY_MICRO_BATCH_CANDIDATES, SEARCHES, Options
 from memcomm._tuner.runner import Plan, Runner
+from memcomm._caller import warn
 
 
 def _optimizer_copies(optimizer: torch.optim.Optimizer) -> int:
@@ -62,8 +62,8 @@ def _first_step(runner: Runner, limit: int) -> int:
                 raise at_one from None
             smallest = 2
             if runner.group.rank == 0:
-                warnings.warn(f"memcomm.tune: one step at micro-batch 1 raised {type(at_one).__name__} ({at_one}); "
-                              "the search starts at micro-batch 2", stacklevel=4)
+                warn(f"memcomm.tune: one step at micro-batch 1 raised {type(at_one).__name__} ({at_one}); "
+                     "the search starts at micro-batch 2")
     if where:
         raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: one step at micro-batch "
                          f"{smallest} runs out of memory ({where})")

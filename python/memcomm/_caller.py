@@ -1,0 +1,19 @@
+"""Warnings that point at the script's line, not memcomm's.
+
+A fixed stacklevel names the right line only for one call path: stop() reached from a with block's
+__exit__ pointed at memcomm/profiler.py, and the same warning from a direct stop() call at the
+script. warn() names the first frame outside the memcomm package, whichever path led there.
+"""
+import os
+import sys
+import warnings
+from typing import Type
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn(message: str, category: Type[Warning] = UserWarning) -> None:
+    level, frame = 2, sys._getframe(1)  # level 2: warn()'s caller
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
