@@ -11,7 +11,8 @@ namespace memcomm::alloc {
 // Each free block that gives pages back costs one source call (its interior pages are one contiguous
 // piece), however many pages it gives. When make_room wants `want` bytes and one free block can give
 // them all, the smallest such block gives them: one call, and, since it gives all its pages (Note [A
-// block gives back all its pages]), the fewest pages beyond the want. When no block can, the largest
+// block gives back all its pages]), the fewest pages beyond the want (garbage collection, which cuts
+// the block to the want, takes the oldest). When no block can, the largest
 // give first, so the wanted bytes come in the fewest pieces: the fewest unmaps now and the fewest
 // holes to map again later. Ties go to the oldest. Giving everything back (want == 0) is the same in
 // any order. (The oldest covering block was the rule while a block gave only the wanted pages; the
@@ -53,11 +54,13 @@ struct ReleaseCandidate {
   std::uint64_t last_used;
 };
 
-void order_releases(std::vector<ReleaseCandidate>& cands, std::size_t want) {
+// `whole`: the picked blocks give all their pages, so the smallest covering block goes first;
+// otherwise (garbage collection cuts a block to the want) the oldest does.
+void order_releases(std::vector<ReleaseCandidate>& cands, std::size_t want, bool whole) {
   const auto covers = [want](const ReleaseCandidate& c) { return want != 0 && c.bytes >= want; };
   std::sort(cands.begin(), cands.end(), [&](const ReleaseCandidate& a, const ReleaseCandidate& b) {
     if (covers(a) != covers(b)) return covers(a);
-    if (a.bytes != b.bytes) return covers(a) ? a.bytes < b.bytes : a.bytes > b.bytes;
+    if (a.bytes != b.bytes && (whole || !covers(a))) return covers(a) ? a.bytes < b.bytes : a.bytes > b.bytes;
     return a.last_used != b.last_used ? a.last_used < b.last_used : a.block->addr < b.block->addr;
   });
 }
@@ -74,7 +77,7 @@ void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_a
       if (tick - b->last_used < min_age) continue;
       if (const std::size_t bytes = releasable(b)) cands.push_back({b, bytes, b->last_used});
     }
-  order_releases(cands, want);
+  order_releases(cands, want, whole);
   for (const ReleaseCandidate& c : cands) {
     if (want != 0 && out.bytes >= want) break;
     Block* b = c.block;

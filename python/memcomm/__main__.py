@@ -7,11 +7,14 @@ The profile starts before the script's first line and stops after its last, also
 or calls sys.exit(); its model is found as profile() finds one built inside it (Note [Finding the
 model] in _profiler/hooks.py). Under torchrun (`torchrun ... -m memcomm SCRIPT`) every rank writes its
 own file, and DDP's bucket all-reduces are recorded (Note [DDP buckets of an unchanged script] in
-_profiler/ddp_buckets.py). Processes the script starts itself (mp.spawn) are not profiled: each runs
+_profiler/ddp_buckets.py). The profile starts before the script's init_process_group, so no clock
+offsets are measured between ranks: exact on one host (Note [A profile started before the process
+group] in profiler.py). Processes the script starts itself (mp.spawn) are not profiled: each runs
 the script's functions without this wrapper.
 """
 import argparse
 import contextlib
+import importlib.util
 import os
 import runpy
 import sys
@@ -58,8 +61,6 @@ def _parser() -> argparse.ArgumentParser:
                    "memory snapshot (PyTorch's format); each rank of a group writes FILE.rankR.pickle")
     p.add_argument("--cupti", choices=["auto", "on", "off"], default="auto",
                    help="GPU kernel and copy activity through CUPTI (default: auto, when CUDA is in use)")
-    p.add_argument("--no-clock-sync", action="store_true",
-                   help="do not measure clock offsets between ranks when the profile starts")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m MODULE")
     p.add_argument("--no-ddp-buckets", action="store_true",
                    help="leave DDP models without memcomm's communication hook (by default each gets one "
@@ -67,34 +68,35 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-_TAKES_VALUE = {"--trace", "--live", "--allocator", "--memory-limit", "--history", "--snapshot", "--cupti"}
-
-
-def _split(argv: List[str]) -> Tuple[List[str], List[str]]:
+def _split(p: argparse.ArgumentParser, argv: List[str]) -> Tuple[List[str], List[str]]:
     """memcomm's options, and the script or -m MODULE with everything after it: the target's own
     options (-h, --help, even ones named like memcomm's) never reach memcomm's parser."""
+    takes_value = {flag for a in p._actions if a.nargs is None and a.const is None for flag in a.option_strings}
     i = 0
     while i < len(argv):
         word = argv[i]
-        if word == "-m":
-            return argv[:i + 2], argv[i + 2:]
+        if word == "-m" or (word.startswith("-m") and not word.startswith("--")):  # -m MODULE, -mMODULE
+            cut = i + 2 if word == "-m" else i + 1
+            return argv[:cut], argv[cut:]
         if word == "--":
             return argv[:i], argv[i + 1:]
         if not word.startswith("-"):
             return argv[:i], argv[i:]
-        i += 2 if word in _TAKES_VALUE else 1
+        i += 2 if word in takes_value else 1
     return argv, []
 
 
 def _parse(argv: List[str]) -> argparse.Namespace:
     p = _parser()
-    own, target = _split(argv)
+    own, target = _split(p, argv)
     args = p.parse_args(own)
     args.target = target
     if args.module is None and not args.target:
         p.error("name a script to run (or -m MODULE)")
     if args.module is None and not os.path.isfile(args.target[0]):
         p.error(f"no such script: {args.target[0]}")
+    if args.module is not None and not _module_exists(args.module):
+        p.error(f"no such module: {args.module}")
     if not args.allocator and (args.memory_limit is not None or args.history or args.snapshot):
         p.error("--memory-limit, --history and --snapshot need --allocator")
     if args.history < 0:
@@ -112,6 +114,13 @@ def _parse(argv: List[str]) -> argparse.Namespace:
         except ValueError as e:
             p.error(f"--{e}")
     return args
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or an empty name
+        return False
 
 
 def _snapshot_path(path: str, rank: int, world: int) -> str:
@@ -137,7 +146,7 @@ def _start(args: argparse.Namespace) -> memcomm.Profiler:
     try:
         for device in args.allocator:
             memcomm.use_allocator(device, memory_limit=args.memory_limit, history=args.history)
-        profiler = memcomm.Profiler(args.trace, args.live, cupti=args.cupti, clock_sync=not args.no_clock_sync)
+        profiler = memcomm.Profiler(args.trace, args.live, cupti=args.cupti)
         return profiler.start()
     except (OSError, RuntimeError, ValueError) as e:
         sys.exit(f"python -m memcomm: cannot start: {e}")
@@ -164,11 +173,13 @@ def _closed_before_os_exit(args: argparse.Namespace, profiler: memcomm.Profiler)
     real_exit, pid = os._exit, os.getpid()
 
     def exit_after_closing(code: int) -> None:
-        if os.getpid() == pid:
-            _stop(profiler)
-            _finish(args, profiler)
-            sys.stderr.flush()
-        real_exit(code)
+        try:
+            if os.getpid() == pid:
+                _stop(profiler)
+                _finish(args, profiler)
+                sys.stderr.flush()
+        finally:
+            real_exit(code)
 
     os._exit = exit_after_closing
     try:
@@ -191,7 +202,7 @@ def _stop(profiler: memcomm.Profiler) -> bool:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     profiler = _start(args)
-    status: object = 0
+    pid, status = os.getpid(), 0
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_closed_before_os_exit(args, profiler))
@@ -201,6 +212,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
         status = e.code
     finally:
+        if os.getpid() != pid:  # a child the script forked that returned here: the trace is the parent's
+            os._exit(status if isinstance(status, int) else 1)
         if not _stop(profiler):  # a full disk
             status = status or 1
         _finish(args, profiler)

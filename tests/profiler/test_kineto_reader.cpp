@@ -467,6 +467,10 @@ TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler wri
   CHECK_THROWS_WITH(read_kineto_buffer(json, "triton.json"),
                     Catch::Contains("triton.json: not a torch.profiler trace: none of its 3 traceEvents") &&
                         Catch::Contains("ph \"b\""));
+  // A real trace cut short after its metadata, before any timed event, is a file cut short.
+  const KinetoTrace cut = read_kineto_buffer(R"({"traceEvents": [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "python"}},
+    {"ph": "X", "cat": "cpu_op", "na)", "cut.json");
+  CHECK(cut.info.truncated);
   // A torch.profiler trace that recorded nothing but its own span still reads.
   CHECK(read_kineto_buffer(R"j({"traceEvents": [{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 1, "ts": 5, "dur": 9}]})j",
                            "empty-profile.json").info.trace_events == 1);
@@ -489,6 +493,7 @@ TEST_CASE("kineto: a rank that is no whole number, or not below world_size, is n
   CHECK(skipped(R"({"rank": 1.7, "world_size": 2})").count("distributedInfo rank not an integer (read as rank 0)") == 1);
   CHECK(skipped(R"({"rank": 5, "world_size": 2})").count("distributedInfo rank not below its world_size (both used as given)") == 1);
   CHECK(skipped(R"({"rank": 1.0, "world_size": 2})").empty());
+  CHECK(skipped(R"({"rank": 0, "world_size": 2.5})").count("distributedInfo world_size not an integer (not used)") == 1);
 }
 
 TEST_CASE("kineto: timestamps that are not Unix time keep their own origin", "[kineto]") {

@@ -108,17 +108,24 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 dist.init_process_group("gloo")
 torch.manual_seed(dist.get_rank())
 model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
-if sys.argv[1] == "fp16":
+mode, run = sys.argv[1], sys.argv[2]
+if mode == "eval-then-fp16":  # a forward without gradients before the script registers its hook
+    with torch.no_grad():
+        model(torch.randn(2, 32))
+if mode in ("fp16", "eval-then-fp16"):
     model.register_comm_hook(None, default_hooks.fp16_compress_hook)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
+for step in range(3):
+    if mode == "late-fp16" and step == 1:  # after a step with DDP's own all-reduce
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
     opt.zero_grad()
     nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
 weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy().tobytes()
-with open(f"{sys.argv[2]}.weights{dist.get_rank()}", "w") as f:  # the ranks' stdout lines may interleave
+with open(f"{run}.weights{dist.get_rank()}", "w") as f:  # the ranks' stdout lines may interleave
     f.write(hashlib.sha256(weights).hexdigest())
+torch.save(model, f"{run}.model{dist.get_rank()}.pt")  # a whole DDP model pickles its hooks
 dist.destroy_process_group()
 sys.stdout.flush()
 os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
@@ -126,21 +133,25 @@ os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
 
 
 def weights(folder: Path, run: str) -> list:
-    return [(folder / f"{run}.weights{rank}").read_text() for rank in (0, 1)]
+    return [(folder / f"{run}.weights{rank}").read_text() for rank in range(3)]
 
 
 def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchanged(tmp_path, tool):
-    # Note [DDP buckets of an unchanged script]: DDP's default all-reduce, and a hook the script registers.
+    # Note [DDP buckets of an unchanged script]: DDP's own arithmetic (three ranks: 1/3 is where dividing
+    # and multiplying differ), a hook the script registers before training, after a forward without
+    # gradients, and after a first step; a whole DDP model still saves.
     script = write(tmp_path, "ddp.py", DDP)
-    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
-    for hook, dtype in (("default", "f32"), ("fp16", "f16")):
-        plain = subprocess.run([*torchrun, str(script), hook, "plain"], capture_output=True, text=True, timeout=180,
-                               cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
+    cases = {"default": ["f32"] * 3, "fp16": ["f16"] * 3, "eval-then-fp16": ["f16"] * 3,
+             "late-fp16": ["f32", "f16", "f16"]}
+    for mode, dtypes in cases.items():
+        plain = subprocess.run([*torchrun, str(script), mode, f"plain-{mode}"], capture_output=True, text=True,
+                               timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
         assert plain.returncode == 0, plain.stderr
-        r = run_memcomm(tmp_path, "--trace", f"{hook}.mct", "ddp.py", hook, "memcomm", launcher=torchrun)
-        assert r.returncode == 0, r.stderr
-        assert weights(tmp_path, "memcomm") == weights(tmp_path, "plain")
-        trace = report(tool, tmp_path / f"{hook}.rank0.mct", tmp_path / f"{hook}.rank1.mct")
-        colls = trace["collectives"]
-        assert len(colls) == 3 and all(c["op"] == "all_reduce" and c["dtype"] == dtype for c in colls), colls
-        assert all(c["ranks_seen"] == 2 for c in colls), colls
+        r = run_memcomm(tmp_path, "--trace", f"{mode}.mct", "ddp.py", mode, f"memcomm-{mode}", launcher=torchrun)
+        assert r.returncode == 0, (mode, r.stderr)
+        assert weights(tmp_path, f"memcomm-{mode}") == weights(tmp_path, f"plain-{mode}"), mode
+        trace = report(tool, *(tmp_path / f"{mode}.rank{rank}.mct" for rank in range(3)))
+        colls = sorted(trace["collectives"], key=lambda c: c["seq"])
+        assert [c["dtype"] for c in colls] == dtypes, (mode, colls)
+        assert all(c["op"] == "all_reduce" and c["ranks_seen"] == 3 for c in colls), (mode, colls)

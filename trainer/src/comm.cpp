@@ -76,7 +76,10 @@ void quiet_c10d_logs() {
 // processes meet in it at the same port. Keys the killed attempt left there (Gloo's listening
 // addresses, the joined marks, the heartbeats) would read as the new attempt's: its Gloo setup
 // connected to a dead process's address and failed, so a restart never trained. Each attempt
-// therefore works under its own prefix, named by TORCHELASTIC_RESTART_COUNT.
+// therefore works under its own prefix, named by TORCHELASTIC_RESTART_COUNT. That count is the same
+// on every rank when one agent restarts its workers after a failure (one node, as --standalone); in
+// a multi-node job, an agent that restarts for a membership change keeps its count while the failed
+// node's rises, and their ranks would not meet (the rendezvous then times out, naming the ranks).
 c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, bool server, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(env.master_port);

@@ -98,6 +98,33 @@ def _inner_hook(hook: Union[str, Callable[..., Any]], wire_dtype: Optional[torch
     return inner, wire_dtype
 
 
+class RecordedHook:
+    """What comm_hook() returns: a module-level class, not a closure, so that torch.save of a whole
+    DDP model (which pickles its hooks) works as it does without memcomm when the inner hook pickles."""
+
+    def __init__(self, inner: Callable[..., Any], wire_dtype: Optional[torch.dtype]):
+        self.inner, self.wire_dtype = inner, wire_dtype
+        # DDP reads a hook's __name__ and __qualname__ (its logger, its bf16 checks), as of a function.
+        self.__name__ = "memcomm_comm_hook"
+        self.__qualname__ = "memcomm.comm_hook(" + getattr(inner, "__qualname__", type(inner).__name__) + ")"
+
+    # DDP checks these two annotations (GradBucket in, Future[Tensor] out) when the hook is registered.
+    def __call__(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        p = running.profiler
+        if p is None:
+            return self.inner(state, bucket)
+        buf = bucket.buffer()
+        wire = self.wire_dtype or buf.dtype
+        group = state if isinstance(state, dist.ProcessGroup) else None
+        fut, ended = _issue(p, "all_reduce", dtype_code(wire), buf.numel() * wire.itemsize, group, bucket.index(),
+                            lambda: self.inner(state, bucket))
+
+        def recorded(f: Any) -> Any:  # chained, so DDP's wait at the end of backward includes the record:
+            ended()                   # a done-callback could run after stop() and lose the last bucket
+            return f.value()
+        return fut.then(recorded)
+
+
 def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype: Optional[torch.dtype] = None
               ) -> Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]:
     """A DDP communication hook that records each bucket's all-reduce (issue, end, bytes on the wire,
@@ -109,22 +136,4 @@ def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype:
 
     `hook` is "allreduce", "fp16", "bf16" or any hook(state, bucket) -> Future; `wire_dtype` is the
     element type it sends (default: the bucket's, or the compression's)."""
-    inner, wire_dtype = _inner_hook(hook, wire_dtype)
-
-    # DDP checks these two annotations (GradBucket in, Future[Tensor] out) when the hook is registered.
-    def memcomm_comm_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        p = running.profiler
-        if p is None:
-            return inner(state, bucket)
-        buf = bucket.buffer()
-        wire = wire_dtype or buf.dtype
-        group = state if isinstance(state, dist.ProcessGroup) else None
-        fut, ended = _issue(p, "all_reduce", dtype_code(wire), buf.numel() * wire.itemsize, group, bucket.index(),
-                            lambda: inner(state, bucket))
-
-        def recorded(f: Any) -> Any:  # chained, so DDP's wait at the end of backward includes the record:
-            ended()                   # a done-callback could run after stop() and lose the last bucket
-            return f.value()
-        return fut.then(recorded)
-
-    return memcomm_comm_hook
+    return RecordedHook(*_inner_hook(hook, wire_dtype))

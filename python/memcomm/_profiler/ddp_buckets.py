@@ -2,50 +2,114 @@
 
 Note [DDP buckets of an unchanged script]
 A DDP model's gradient all-reduces are recorded only through a communication hook, and a script run
-by `python -m memcomm` registers none of memcomm's. While `recording_ddp_buckets()` is open, each
-DistributedDataParallel built gets memcomm.comm_hook() over DDP's default all-reduce, on its own
-process group, at its first forward: hooks must be in place before the first backward, and the
-script may register one of its own between the constructor and that forward. A hook the script
-registers itself is wrapped instead (register_comm_hook(state, memcomm.comm_hook(hook))), so its
-buckets are recorded with the same bytes and timing. The hooks DDP's own constructor registers
-(mixed precision's upcast, an optimizer run in backward) and a built-in C++ hook are left as they
-are, unrecorded: wrapping them would change what DDP set up for itself.
+by `python -m memcomm` registers none of memcomm's. While `recording_ddp_buckets()` is open:
+- A hook the script registers itself before training is wrapped: register_comm_hook(state,
+  memcomm.comm_hook(hook)), the same bytes and timing, recorded.
+- A model with no hook of its own gets BucketDispatch after its first forward with gradients on:
+  after DDP's lazy initialisation (which may register a hook of DDP's own: an optimizer run in
+  backward) and before the first backward, where hooks must be in place. Evaluation forwards under
+  no_grad that come first leave it waiting.
+- DDP's reducer takes one hook per model, so a hook the script registers once BucketDispatch is in
+  place takes its place inside it instead of going to the reducer ("can only be called once").
+- The hooks DDP registers for itself (in its constructor and lazy initialisation) and a built-in
+  C++ hook are left as they are, unrecorded; a reducer that refuses BucketDispatch (a hook
+  registered behind DDP's back) leaves the model unrecorded, never the script failing.
+Without a hook, DDP multiplies each gradient by 1 / world size as it fills the bucket, then sums;
+torch's allreduce_hook divides instead, which differs in the last bit for world sizes that are not
+powers of two. reducer_allreduce does the reducer's arithmetic, so training is bit for bit the same
+(tests/python/test_run.py, three ranks). Not followed: Join(divide_by_initial_world_size=False),
+which changes the reducer's factor while ranks are joining.
 """
 import contextlib
 import weakref
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
+import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from memcomm._profiler.collectives import comm_hook
+from memcomm._profiler.collectives import RecordedHook, comm_hook
+
+
+def reducer_allreduce(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's arithmetic without a hook: the bucket times 1 / world size, then summed over the group."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    buf = bucket.buffer()
+    buf.mul_(1.0 / group.size())
+    return dist.all_reduce(buf, group=group, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+class BucketDispatch:
+    """memcomm's one hook on a DDP model: DDP's default all-reduce on the model's current process
+    group, recorded, until the script registers a hook, which then runs in its place, recorded."""
+
+    def __init__(self, model: Optional[DDP] = None):
+        self._model = weakref.ref(model) if model is not None else (lambda: None)
+        self._default = RecordedHook(reducer_allreduce, None)
+        self.inner: Optional[Tuple[Any, RecordedHook]] = None
+        self.__name__ = self.__qualname__ = "memcomm_bucket_dispatch"  # DDP reads them as of a function
+
+    def __getstate__(self) -> dict:  # torch.save(ddp) pickles its hooks; the model comes back without it
+        return {"inner": self.inner}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+        self.inner = state["inner"]
+
+    def __call__(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        if self.inner is not None:
+            return self.inner[1](self.inner[0], bucket)
+        model = self._model()
+        return self._default(model.process_group if model is not None else None, bucket)
 
 
 @contextlib.contextmanager
 def recording_ddp_buckets() -> Iterator[None]:
     init, register, builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
-    hooked: "weakref.WeakSet[DDP]" = weakref.WeakSet()  # models with a hook: memcomm's, the script's or DDP's
-    constructing: List[DDP] = []                        # models inside DDP.__init__
+    lazy_init = getattr(DDP, "_lazy_init", None)
+    hooked: "weakref.WeakSet[DDP]" = weakref.WeakSet()  # models with a hook: the script's or DDP's own
+    dispatch: "weakref.WeakKeyDictionary[DDP, BucketDispatch]" = weakref.WeakKeyDictionary()
+    ddp_own: List[DDP] = []                             # models inside DDP's own setup
 
-    def register_default_at_first_forward(model: DDP) -> None:
-        def first_forward(module: DDP, inputs: Any) -> None:
+    def as_ddp_own(method: Callable[..., Any]) -> Callable[..., Any]:
+        def run(self: DDP, *args: Any, **kwargs: Any) -> Any:
+            ddp_own.append(self)
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                ddp_own.pop()
+        return run
+
+    def dispatch_after_first_training_forward(model: DDP) -> None:
+        def after_forward(module: DDP, inputs: Any, output: Any) -> None:
+            if not torch.is_grad_enabled():
+                return
             handle.remove()
-            if module not in hooked:
+            if module in hooked:
+                return
+            d = BucketDispatch(module)
+            try:
+                register(module, None, d)
+            except Exception:  # noqa: BLE001 (a hook registered behind DDP's back): the model goes unrecorded
                 hooked.add(module)
-                register(module, module.process_group, comm_hook())
-        handle = model.register_forward_pre_hook(first_forward)
+                return
+            dispatch[module] = d
+        handle = model.register_forward_hook(after_forward)
 
     def ddp_init(self: DDP, *args: Any, **kwargs: Any) -> None:
-        constructing.append(self)
-        try:
-            init(self, *args, **kwargs)
-        finally:
-            constructing.pop()
-        register_default_at_first_forward(self)
+        as_ddp_own(init)(self, *args, **kwargs)
+        dispatch_after_first_training_forward(self)
 
     def register_comm_hook(self: DDP, state: Any, hook: Callable[..., Any]) -> None:
-        ddp_own = any(m is self for m in constructing)
+        if any(m is self for m in ddp_own):
+            hooked.add(self)
+            return register(self, state, hook)
+        d = dispatch.get(self)
+        if d is not None and d.inner is None:  # the reducer has BucketDispatch: the script's hook goes in it
+            d.inner = (state, comm_hook(hook))
+            return None
         hooked.add(self)
-        return register(self, state, hook if ddp_own else comm_hook(hook))
+        return register(self, state, comm_hook(hook))
 
     def register_builtin_comm_hook(self: DDP, comm_hook_type: Any) -> None:
         hooked.add(self)
@@ -54,7 +118,11 @@ def recording_ddp_buckets() -> Iterator[None]:
     DDP.__init__ = ddp_init
     DDP.register_comm_hook = register_comm_hook
     DDP._register_builtin_comm_hook = register_builtin_comm_hook
+    if lazy_init is not None:
+        DDP._lazy_init = as_ddp_own(lazy_init)
     try:
         yield
     finally:
         DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook = init, register, builtin
+        if lazy_init is not None:
+            DDP._lazy_init = lazy_init

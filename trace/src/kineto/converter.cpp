@@ -45,8 +45,9 @@ bool profiler_step(std::string_view name, uint64_t& step) {
 // - "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" (or _MultiProcessing...) is the
 //   step's wait for its next batch, loaded in place or waited for from the workers: data wait, as
 //   memcomm's own loader wrapper records it, so the step table and advise's loader rule see it.
-// - "gloo:all_reduce" (and every other "gloo:" op) is a Gloo collective running on one of Gloo's
-//   threads, the span of the work itself: communication, not compute, and a collective of its own
+// - "gloo:all_reduce" (and every other "gloo:" op) is a Gloo collective, the span of the work itself
+//   (on one of Gloo's threads, or on the calling thread, where it may outlive the c10d:: op that
+//   issued it and is cut to fit as a range): communication, not compute, and a collective of its own
 //   (Note [Collectives from communication kernels], with the op from the name and no size, on one
 //   communicator for all of them: the span names no process group).
 bool data_loader_next(std::string_view name) {
@@ -322,6 +323,7 @@ void Converter::take_top_level() {
   else if (top_.rank_unreadable) skip("distributedInfo rank not an integer (read as rank 0)");
   else if (top_.rank < -1 || top_.rank >= (1 << 24)) skip("distributedInfo rank out of range (read as rank 0)");
   if (top_.world_size > 0 && top_.world_size < (1 << 24)) world_size_ = uint32_t(top_.world_size);
+  else if (top_.world_size_unreadable) skip("distributedInfo world_size not an integer (not used)");
   else if (top_.world_size == 0 || top_.world_size < -1 || top_.world_size >= (1 << 24))
     skip("distributedInfo world_size out of range (not used)");
   if (info_.rank_given && top_.world_size > 0 && top_.rank >= top_.world_size)
@@ -391,7 +393,9 @@ KinetoTrace Converter::finish(const SplitResult& split) {
     info_.truncation = fmt::format("{}: the file ends early (cut short?); loaded the {} events up to JSON byte {}",
                                    name_, split.events, split.truncated_at);
   for (const Category& c : categories_) info_.categories[c.name] += c.count;
-  if (min_ts_ == INT64_MAX && info_.trace_events > 0) throw_no_torch_event();
+  // A real trace cut short before its first timed event (Kineto writes its metadata first) is a
+  // file cut short, which the truncation warning says, not another tool's JSON.
+  if (min_ts_ == INT64_MAX && info_.trace_events > 0 && !split.truncated) throw_no_torch_event();
   if (tracks_.overflowed()) skip("tracks beyond the lanes memcomm keeps (merged into the last lane)");
   // Note [One origin for every torch.profiler trace]; baseTimeNanoseconds comes after the events.
   take_top_level();

@@ -24,26 +24,18 @@ EventParser::~EventParser() = default;
 
 namespace {
 
-bool read_int(od::value v, int64_t& out) {
-  od::number n;
-  if (v.get_number().get(n) != simdjson::SUCCESS) return false;
-  if (n.is_int64()) out = n.get_int64();
-  else if (n.is_uint64()) return false;
-  else if (std::isfinite(n.get_double()) && std::fabs(n.get_double()) < 9.0e18) out = int64_t(n.get_double());
-  else return false;
-  return true;
-}
-
-// A count that must be whole: 1.7 is no rank (read_int would take it as 1), 2.0 is 2.
-bool read_whole(od::value v, int64_t& out) {
+// An integer; a double is cut to one (1e3, 2.5 -> 2), unless `whole`: then only a whole double is
+// (a rank of 1.7 is no rank, 2.0 is 2).
+bool read_int(od::value v, int64_t& out, bool whole = false) {
   od::number n;
   if (v.get_number().get(n) != simdjson::SUCCESS) return false;
   if (n.is_int64()) {
     out = n.get_int64();
     return true;
   }
-  const double d = n.is_double() ? n.get_double() : 0.5;  // a uint64 above int64: out of range
-  if (!std::isfinite(d) || std::trunc(d) != d || std::fabs(d) >= 9.0e18) return false;
+  if (n.is_uint64()) return false;
+  const double d = n.get_double();
+  if (!std::isfinite(d) || std::fabs(d) >= 9.0e18 || (whole && std::trunc(d) != d)) return false;
   out = int64_t(d);
   return true;
 }
@@ -237,8 +229,8 @@ bool EventParser::parse_member(std::string_view key, std::string_view raw, TopLe
     for (auto field : o) {
       std::string_view k;
       if (field.unescaped_key().get(k)) return false;
-      if (k == "rank") top.rank_unreadable = !read_whole(field.value(), top.rank);
-      else if (k == "world_size") read_whole(field.value(), top.world_size);
+      if (k == "rank") top.rank_unreadable = !read_int(field.value(), top.rank, /*whole=*/true);
+      else if (k == "world_size") top.world_size_unreadable = !read_int(field.value(), top.world_size, /*whole=*/true);
     }
   } else if (key == "deviceProperties") {
     od::value v;

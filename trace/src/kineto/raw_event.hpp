@@ -56,6 +56,7 @@ struct RawEvent {
 struct TopLevel {
   int64_t rank = -1, world_size = -1, base_time_ns = 0, schema_version = 0;
   bool rank_unreadable = false;  // distributedInfo has a rank that is not an integer
+  bool world_size_unreadable = false;  // ... a world_size that is not an integer
   std::string display_time_unit, host;
   struct Device {
     int64_t id;
