@@ -18,6 +18,7 @@ import importlib.util
 import os
 import runpy
 import sys
+import traceback
 from typing import Iterator, List, Optional, Tuple
 
 import memcomm
@@ -199,6 +200,17 @@ def _stop(profiler: memcomm.Profiler) -> bool:
         return False
 
 
+def _leave_as_forked_child(status: object) -> None:
+    """A child the script forked (os.fork) that got back here leaves as Python would leave it, without
+    touching the parent's trace."""
+    if status is not None and not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status or 0)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     profiler = _start(args)
@@ -211,9 +223,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             _run_target(args)
     except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
         status = e.code
+    except BaseException:
+        if os.getpid() != pid:  # a forked child that raised: Python's own report and status
+            traceback.print_exc()
+            _leave_as_forked_child(1)
+        raise
     finally:
-        if os.getpid() != pid:  # a child the script forked that returned here: the trace is the parent's
-            os._exit(status if isinstance(status, int) else 1)
+        if os.getpid() != pid:  # a forked child that returned here: the trace is the parent's
+            _leave_as_forked_child(status)
         if not _stop(profiler):  # a full disk
             status = status or 1
         _finish(args, profiler)

@@ -115,9 +115,12 @@ if mode == "eval-then-fp16":  # a forward without gradients before the script re
 if mode in ("fp16", "eval-then-fp16"):
     model.register_comm_hook(None, default_hooks.fp16_compress_hook)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
+torch.save(model, f"{run}.early{dist.get_rank()}.pt")  # before memcomm's hook is in place
 for step in range(3):
     if mode == "late-fp16" and step == 1:  # after a step with DDP's own all-reduce
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    if mode == "late-builtin" and step == 1:
+        model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
     x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
     opt.zero_grad()
     nn.functional.cross_entropy(model(x), y).backward()
@@ -143,7 +146,7 @@ def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchang
     script = write(tmp_path, "ddp.py", DDP)
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
     cases = {"default": ["f32"] * 3, "fp16": ["f16"] * 3, "eval-then-fp16": ["f16"] * 3,
-             "late-fp16": ["f32", "f16", "f16"]}
+             "late-fp16": ["f32", "f16", "f16"], "late-builtin": ["f32"] * 3}
     for mode, dtypes in cases.items():
         plain = subprocess.run([*torchrun, str(script), mode, f"plain-{mode}"], capture_output=True, text=True,
                                timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -155,3 +158,37 @@ def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchang
         colls = sorted(trace["collectives"], key=lambda c: c["seq"])
         assert [c["dtype"] for c in colls] == dtypes, (mode, colls)
         assert all(c["op"] == "all_reduce" and c["ranks_seen"] == 3 for c in colls), (mode, colls)
+        assert len({c["comm"] for c in colls}) == 1, (mode, colls)  # the world group, one communicator
+    # The saved models hold what they would without memcomm: they load where memcomm cannot be imported.
+    loaded = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys; sys.modules["memcomm"] = None
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        for f in sys.argv[1:]:
+            print(type(torch.load(f, weights_only=False)._comm_hooks[0][0]).__name__
+                  if torch.load(f, weights_only=False)._comm_hooks else "none")
+        """), *(str(tmp_path / f) for f in ("memcomm-default.early0.pt", "memcomm-default.model0.pt",
+                                            "memcomm-fp16.model0.pt"))],
+        capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == ["none", "none", "function"], loaded.stdout
+
+
+def test_a_child_the_script_forks_leaves_as_python_leaves_it(tmp_path, tool):
+    write(tmp_path, "fork.py", """
+        import os, sys, torch
+        from torch import nn
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        pid = os.fork()
+        if pid == 0:
+            raise ValueError("the child's own error")
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status))
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+    """)
+    r = run_memcomm(tmp_path, "fork.py")
+    assert r.returncode == 0 and "child exit 1" in r.stdout, (r.stdout, r.stderr)
+    assert "ValueError: the child's own error" in r.stderr and r.stderr.count("memcomm: fork.rank0.mct") == 1, r.stderr
+    assert len(report(tool, tmp_path / "fork.rank0.mct")["steps"]) == 1

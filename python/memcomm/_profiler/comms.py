@@ -3,7 +3,7 @@ CommInfo record), and each one's next sequence number."""
 import itertools
 import threading
 import zlib
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Set, Tuple
 
 import torch.distributed as dist
 
@@ -11,38 +11,54 @@ from memcomm import _memcomm
 
 
 class Communicators:
-    """Indices from 0 in the order groups are first seen (None, the default group, first)."""
+    """Indices from 0 in the order groups are first seen (None, the default group, first). The
+    default group is one communicator whether a collective names it or not (DDP's process_group is
+    the world group's object; a hook's state is None). A communicator first seen before
+    init_process_group (a profile started first) gets its CommInfo at its first collective after."""
 
     def __init__(self) -> None:
         self._index: Dict[Optional[int], int] = {}
         self._seq: Dict[int, Iterator[int]] = {}
+        self._described: Set[int] = set()
         self._lock = threading.Lock()
 
     def clear(self) -> None:
         self._index.clear()
         self._seq.clear()
+        self._described.clear()
 
     def index(self, group: Any) -> int:
         """The trace's communicator index of `group` (None: the default group), with its CommInfo."""
+        if group is not None and group is dist.group.WORLD:
+            group = None
         key = id(group) if group is not None else None
         index = self._index.get(key)
-        if index is not None:
-            return index
-        with self._lock:
-            if key not in self._index:
-                self._index[key] = self._new(group)
-            return self._index[key]
+        if index is None:
+            with self._lock:
+                if key not in self._index:
+                    self._index[key] = self._new()
+                index = self._index[key]
+        if index not in self._described:
+            self._describe(index, group)
+        return index
 
-    def _new(self, group: Any) -> int:
+    def _new(self) -> int:
         index = len(self._index)
         if index > 254:
             raise RuntimeError("memcomm records at most 255 process groups")
         self._seq[index] = itertools.count()
-        if dist.is_available() and dist.is_initialized():
+        return index
+
+    def _describe(self, index: int, group: Any) -> None:
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        with self._lock:
+            if index in self._described:
+                return
             ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
             size, rank = len(ranks), dist.get_rank(group) if group is not None else dist.get_rank()
             _memcomm.comm_info(index, size, rank, zlib.crc32(repr(sorted(ranks)).encode()) | (1 << 32))
-        return index
+            self._described.add(index)
 
     def next_collective(self, group: Any) -> Tuple[int, int]:
         """(communicator index, sequence number) for a collective about to be issued on `group`."""

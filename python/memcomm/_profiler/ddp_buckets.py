@@ -12,15 +12,22 @@ by `python -m memcomm` registers none of memcomm's. While `recording_ddp_buckets
 - DDP's reducer takes one hook per model, so a hook the script registers once BucketDispatch is in
   place takes its place inside it instead of going to the reducer ("can only be called once").
 - The hooks DDP registers for itself (in its constructor and lazy initialisation) and a built-in
-  C++ hook are left as they are, unrecorded; a reducer that refuses BucketDispatch (a hook
+  C++ hook registered before training are left as they are, unrecorded; a built-in hook registered
+  once BucketDispatch is in place runs inside it as torch's Python hook of the same arithmetic
+  (allreduce_hook, fp16_compress_hook), recorded. A reducer that refuses BucketDispatch (a hook
   registered behind DDP's back) leaves the model unrecorded, never the script failing.
+- A saved or copied model (torch.save, copy.deepcopy: DDP's __getstate__) holds what it would hold
+  without memcomm: the script's own hooks, not memcomm's objects, so it loads where memcomm is absent.
 Without a hook, DDP multiplies each gradient by 1 / world size as it fills the bucket, then sums;
 torch's allreduce_hook divides instead, which differs in the last bit for world sizes that are not
 powers of two. reducer_allreduce does the reducer's arithmetic, so training is bit for bit the same
-(tests/python/test_run.py, three ranks). Not followed: Join(divide_by_initial_world_size=False),
-which changes the reducer's factor while ranks are joining.
+(tests/python/test_run.py, three ranks). Not followed: a gradient that already is its bucket's view
+(gradient_as_bucket_view=True with zero_grad(set_to_none=False), or no_sync accumulation), which the
+reducer divides in place (the last bit differs; a hook cannot tell which gradients those were), and
+Join(divide_by_initial_world_size=False), which divides by the ranks not yet joined (warned).
 """
 import contextlib
+import threading
 import weakref
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -28,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from memcomm._caller import warn
 from memcomm._profiler.collectives import RecordedHook, comm_hook
 
 
@@ -47,6 +55,8 @@ class BucketDispatch:
         self._model = weakref.ref(model) if model is not None else (lambda: None)
         self._default = RecordedHook(reducer_allreduce, None)
         self.inner: Optional[Tuple[Any, RecordedHook]] = None
+        self.inner_is_builtin = False  # a built-in C++ hook's Python twin, which DDP does not pickle
+        self.warned = False
         self.__name__ = self.__qualname__ = "memcomm_bucket_dispatch"  # DDP reads them as of a function
 
     def __getstate__(self) -> dict:  # torch.save(ddp) pickles its hooks; the model comes back without it
@@ -60,24 +70,61 @@ class BucketDispatch:
         if self.inner is not None:
             return self.inner[1](self.inner[0], bucket)
         model = self._model()
+        if model is not None and not self.warned and not getattr(model, "_divide_by_initial_world_size", True):
+            self.warned = True
+            warn("memcomm: Join(divide_by_initial_world_size=False) divides a DDP model's gradients by the ranks "
+                 "not yet joined, where memcomm's recording hook divides by the world size: run with "
+                 "--no-ddp-buckets for DDP's own arithmetic")
         return self._default(model.process_group if model is not None else None, bucket)
+
+
+def _torch_hook_for(comm_hook_type: Any) -> Optional[Callable[..., Any]]:
+    """torch's Python hook with a built-in C++ hook's arithmetic, or None for one it has none of."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    return {dist.BuiltinCommHookType.ALLREDUCE: default_hooks.allreduce_hook,
+            dist.BuiltinCommHookType.FP16_COMPRESS: default_hooks.fp16_compress_hook}.get(comm_hook_type)
+
+
+def _as_saved_without_memcomm(model: DDP, state: dict, first_forward: "weakref.WeakKeyDictionary[DDP, int]") -> dict:
+    """DDP's pickled state as it would be without memcomm: the script's hooks unwrapped, memcomm's own
+    dispatcher and forward hook out (copies; the live model keeps them)."""
+    hooks = []
+    for hook, hook_state in state.get("_comm_hooks", []):
+        if isinstance(hook, BucketDispatch):
+            if hook.inner is not None and not hook.inner_is_builtin:
+                hooks.append((hook.inner[1].inner, hook.inner[0]))
+        else:
+            hooks.append((hook.inner if isinstance(hook, RecordedHook) else hook, hook_state))
+    if "_comm_hooks" in state:
+        state["_comm_hooks"] = hooks
+    handle_id = first_forward.get(model)
+    for name in ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called"):
+        if handle_id is not None and handle_id in state.get(name, {}):
+            state[name] = type(state[name])((k, v) for k, v in state[name].items() if k != handle_id)
+    return state
 
 
 @contextlib.contextmanager
 def recording_ddp_buckets() -> Iterator[None]:
     init, register, builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
-    lazy_init = getattr(DDP, "_lazy_init", None)
+    getstate, lazy_init = DDP.__getstate__, getattr(DDP, "_lazy_init", None)
     hooked: "weakref.WeakSet[DDP]" = weakref.WeakSet()  # models with a hook: the script's or DDP's own
     dispatch: "weakref.WeakKeyDictionary[DDP, BucketDispatch]" = weakref.WeakKeyDictionary()
-    ddp_own: List[DDP] = []                             # models inside DDP's own setup
+    first_forward: "weakref.WeakKeyDictionary[DDP, int]" = weakref.WeakKeyDictionary()  # its hook's id
+    local = threading.local()                           # local.ddp_own: models inside DDP's own setup
+
+    def ddp_own() -> List[DDP]:
+        if not hasattr(local, "ddp_own"):
+            local.ddp_own = []
+        return local.ddp_own
 
     def as_ddp_own(method: Callable[..., Any]) -> Callable[..., Any]:
         def run(self: DDP, *args: Any, **kwargs: Any) -> Any:
-            ddp_own.append(self)
+            ddp_own().append(self)
             try:
                 return method(self, *args, **kwargs)
             finally:
-                ddp_own.pop()
+                ddp_own().remove(self)
         return run
 
     def dispatch_after_first_training_forward(model: DDP) -> None:
@@ -85,6 +132,7 @@ def recording_ddp_buckets() -> Iterator[None]:
             if not torch.is_grad_enabled():
                 return
             handle.remove()
+            first_forward.pop(module, None)
             if module in hooked:
                 return
             d = BucketDispatch(module)
@@ -95,34 +143,49 @@ def recording_ddp_buckets() -> Iterator[None]:
                 return
             dispatch[module] = d
         handle = model.register_forward_hook(after_forward)
+        first_forward[model] = handle.id
 
     def ddp_init(self: DDP, *args: Any, **kwargs: Any) -> None:
         as_ddp_own(init)(self, *args, **kwargs)
         dispatch_after_first_training_forward(self)
 
+    def in_dispatch(self: DDP, state: Any, hook: Callable[..., Any], builtin_twin: bool = False) -> bool:
+        """A hook the script registers once BucketDispatch is in place runs inside it."""
+        d = dispatch.get(self)
+        if d is None or d.inner is not None:
+            return False
+        d.inner, d.inner_is_builtin = (state, comm_hook(hook)), builtin_twin
+        return True
+
     def register_comm_hook(self: DDP, state: Any, hook: Callable[..., Any]) -> None:
-        if any(m is self for m in ddp_own):
+        if any(m is self for m in ddp_own()):
             hooked.add(self)
             return register(self, state, hook)
-        d = dispatch.get(self)
-        if d is not None and d.inner is None:  # the reducer has BucketDispatch: the script's hook goes in it
-            d.inner = (state, comm_hook(hook))
+        if in_dispatch(self, state, hook):
             return None
         hooked.add(self)
         return register(self, state, comm_hook(hook))
 
     def register_builtin_comm_hook(self: DDP, comm_hook_type: Any) -> None:
+        torch_hook = _torch_hook_for(comm_hook_type)
+        if torch_hook is not None and in_dispatch(self, self.process_group, torch_hook, builtin_twin=True):
+            return None
         hooked.add(self)
         return builtin(self, comm_hook_type)
+
+    def ddp_getstate(self: DDP) -> dict:
+        return _as_saved_without_memcomm(self, getstate(self), first_forward)
 
     DDP.__init__ = ddp_init
     DDP.register_comm_hook = register_comm_hook
     DDP._register_builtin_comm_hook = register_builtin_comm_hook
+    DDP.__getstate__ = ddp_getstate
     if lazy_init is not None:
         DDP._lazy_init = as_ddp_own(lazy_init)
     try:
         yield
     finally:
         DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook = init, register, builtin
+        DDP.__getstate__ = getstate
         if lazy_init is not None:
             DDP._lazy_init = lazy_init
