@@ -176,8 +176,7 @@ def _closed_before_os_exit(args: argparse.Namespace, profiler: memcomm.Profiler)
     def exit_after_closing(code: int) -> None:
         try:
             if os.getpid() == pid:
-                _stop(profiler)
-                _finish(args, profiler)
+                _close(args, profiler)
                 sys.stderr.flush()
         finally:
             real_exit(code)
@@ -189,26 +188,34 @@ def _closed_before_os_exit(args: argparse.Namespace, profiler: memcomm.Profiler)
         os._exit = real_exit
 
 
-def _stop(profiler: memcomm.Profiler) -> bool:
-    """Stops the profile; False when the trace file could not be written whole (the message says how
-    much it holds)."""
+def _close(args: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
+    """Stops the profile and finishes (_finish); False when the trace file could not be written whole
+    (a full disk: the message says how much it holds)."""
     try:
         profiler.stop()
-        return True
+        whole = True
     except OSError as e:
         print(e, file=sys.stderr)
-        return False
+        whole = False
+    _finish(args, profiler)
+    return whole
+
+
+def _exit_code(status: object) -> int:
+    """sys.exit()'s argument as Python turns it into the process's status: a message is printed, 1."""
+    if status is None or isinstance(status, int):
+        return status or 0
+    print(status, file=sys.stderr)
+    return 1
 
 
 def _leave_as_forked_child(status: object) -> None:
     """A child the script forked (os.fork) that got back here leaves as Python would leave it, without
     touching the parent's trace."""
-    if status is not None and not isinstance(status, int):
-        print(status, file=sys.stderr)
-        status = 1
+    code = _exit_code(status)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status or 0)
+    os._exit(code)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -231,13 +238,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         if os.getpid() != pid:  # a forked child that returned here: the trace is the parent's
             _leave_as_forked_child(status)
-        if not _stop(profiler):  # a full disk
+        if not _close(args, profiler):  # a full disk
             status = status or 1
-        _finish(args, profiler)
-    if status is None or isinstance(status, int):
-        return status or 0
-    print(status, file=sys.stderr)  # sys.exit("message"), as Python itself prints it
-    return 1
+    return _exit_code(status)
 
 
 if __name__ == "__main__":

@@ -165,8 +165,8 @@ def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchang
         import torch, torch.distributed as dist
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
         for f in sys.argv[1:]:
-            print(type(torch.load(f, weights_only=False)._comm_hooks[0][0]).__name__
-                  if torch.load(f, weights_only=False)._comm_hooks else "none")
+            hooks = torch.load(f, weights_only=False)._comm_hooks
+            print(type(hooks[0][0]).__name__ if hooks else "none")
         """), *(str(tmp_path / f) for f in ("memcomm-default.early0.pt", "memcomm-default.model0.pt",
                                             "memcomm-fp16.model0.pt"))],
         capture_output=True, text=True, timeout=120)

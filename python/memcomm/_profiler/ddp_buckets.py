@@ -51,20 +51,13 @@ class BucketDispatch:
     """memcomm's one hook on a DDP model: DDP's default all-reduce on the model's current process
     group, recorded, until the script registers a hook, which then runs in its place, recorded."""
 
-    def __init__(self, model: Optional[DDP] = None):
-        self._model = weakref.ref(model) if model is not None else (lambda: None)
+    def __init__(self, model: DDP):
+        self._model = weakref.ref(model)
         self._default = RecordedHook(reducer_allreduce, None)
         self.inner: Optional[Tuple[Any, RecordedHook]] = None
         self.inner_is_builtin = False  # a built-in C++ hook's Python twin, which DDP does not pickle
         self.warned = False
         self.__name__ = self.__qualname__ = "memcomm_bucket_dispatch"  # DDP reads them as of a function
-
-    def __getstate__(self) -> dict:  # torch.save(ddp) pickles its hooks; the model comes back without it
-        return {"inner": self.inner}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()
-        self.inner = state["inner"]
 
     def __call__(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         if self.inner is not None:
