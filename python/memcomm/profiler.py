@@ -16,9 +16,9 @@ memcomm/_profiler/hooks.py (Note [Phases from hooks]) and the wrappers the scrip
 
 Note [A profile started before the process group]: scripts often call init_process_group inside
 their main(), after the line that starts the profiler. The rank then comes from the launcher's
-environment (torchrun's RANK and WORLD_SIZE, or Slurm's), as memcomm-train reads it
-(train::read_dist_env), or Lightning's LOCAL_RANK, NODE_RANK and WORLD_SIZE where no RANK is set
-(_local_launch_identity), so each rank still writes its own file: taking rank 0 for every process made
+environment (torchrun's RANK and WORLD_SIZE, or Slurm's), as memcomm-train reads it, or Lightning's
+LOCAL_RANK, NODE_RANK and WORLD_SIZE where no RANK is set (train::read_launch_identity, Note [Lightning's
+launch environment]), so each rank still writes its own file: taking rank 0 for every process made
 all of them write NAME.rank0.mct over each other (pytorch/examples' ddp-tutorial-series). Clock offsets
 need the process group, so none is measured: 0, exact on one host (Note [One clock per host] in
 memcomm/trace/clock.hpp); across hosts start the profiler after init_process_group.
@@ -74,30 +74,7 @@ def _dist_identity() -> Tuple[int, int, int]:
     if _group_ready():
         rank = dist.get_rank()
         return rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank))
-    return _local_launch_identity() or _memcomm.launch_identity()
-
-
-def _local_launch_identity() -> Optional[Tuple[int, int, int]]:
-    """Lightning's own launcher (Trainer(strategy="ddp") started with plain python) names LOCAL_RANK,
-    NODE_RANK and WORLD_SIZE but no RANK. The rank is NODE_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK, known
-    on the first node (NODE_RANK 0) or with LOCAL_WORLD_SIZE; None where torchrun or Slurm name the
-    rank, or where it cannot be told (then memcomm-train's rule applies)."""
-    env = os.environ
-    if "RANK" in env or "SLURM_PROCID" in env or "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
-        return None
-    try:
-        local_rank, world, node = int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"]), int(env.get("NODE_RANK", "0"))
-        local_world = int(env.get("LOCAL_WORLD_SIZE", world if node == 0 else -1))
-    except ValueError as e:
-        raise ValueError(f"launch environment: LOCAL_RANK, WORLD_SIZE, NODE_RANK and LOCAL_WORLD_SIZE must be "
-                         f"whole numbers ({e})") from None
-    if local_world < 0:
-        return None
-    rank = node * local_world + local_rank
-    if not (0 <= local_rank < local_world and 0 <= rank < world):
-        raise ValueError(f"inconsistent launch environment: local rank {local_rank} of {local_world} on node "
-                         f"{node} gives rank {rank}, world size {world}")
-    return rank, world, local_rank
+    return _memcomm.launch_identity()
 
 
 def _group_ready() -> bool:

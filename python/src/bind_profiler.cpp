@@ -257,11 +257,12 @@ void bind_profiler(pyb::module_& m) {
   m.def(
       "launch_identity",
       [] {
-        const train::DistEnv e = train::read_dist_env();
+        const train::DistEnv e = train::read_launch_identity();
         return std::make_tuple(e.rank, e.world, e.local_rank);
       },
       "(rank, world, local rank) that the launcher's environment names (torchrun's RANK, WORLD_SIZE, LOCAL_RANK "
-      "or Slurm's), as memcomm-train reads them; (0, 1, 0) without a launcher. ValueError when they do not fit.");
+      "or Slurm's, as memcomm-train reads them, or Lightning's LOCAL_RANK, NODE_RANK and WORLD_SIZE: Note "
+      "[Lightning's launch environment]); (0, 1, 0) without a launcher. ValueError when they do not fit.");
   m.def("rank_trace_path", &prof::rank_trace_path, pyb::arg("base"), pyb::arg("rank"),
         "The file a rank writes for trace=`base` (NAME.rankR.mct).");
   m.def("trace_alloc_categories", &alloc_categories, pyb::arg("path"),

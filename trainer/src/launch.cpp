@@ -39,6 +39,18 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(x);
 }
 
+// MASTER_ADDR and MASTER_PORT over what the launcher implied, then the checks every launcher's
+// values pass.
+DistEnv checked(DistEnv e) {
+  if (env("MASTER_ADDR")) e.master_addr = env("MASTER_ADDR");
+  e.master_port = env_int("MASTER_PORT", e.master_port);
+  if (e.world < 1 || e.rank >= e.world || e.local_rank >= std::max(e.local_world, 1))
+    throw std::invalid_argument("inconsistent launch environment: rank " + std::to_string(e.rank) + ", world size " +
+                                std::to_string(e.world) + ", local rank " + std::to_string(e.local_rank) + " of " +
+                                std::to_string(e.local_world));
+  return e;
+}
+
 // First host of a Slurm host list such as "gpu[03-05,07],cpu1" -> "gpu03".
 std::string first_slurm_host(const std::string& list) {
   const auto bracket = list.find('[');
@@ -123,13 +135,27 @@ DistEnv read_dist_env() {
     e.launcher = "slurm";
     if (!env("MASTER_ADDR") && env("SLURM_STEP_NODELIST")) e.master_addr = first_slurm_host(env("SLURM_STEP_NODELIST"));
   }
-  if (env("MASTER_ADDR")) e.master_addr = env("MASTER_ADDR");
-  e.master_port = env_int("MASTER_PORT", e.master_port);
-  if (e.world < 1 || e.rank >= e.world || e.local_rank >= std::max(e.local_world, 1))
-    throw std::invalid_argument("inconsistent launch environment: rank " + std::to_string(e.rank) + ", world size " +
-                                std::to_string(e.world) + ", local rank " + std::to_string(e.local_rank) + " of " +
-                                std::to_string(e.local_world));
-  return e;
+  return checked(e);
+}
+
+// Note [Lightning's launch environment]
+// Lightning's own launcher (Trainer(strategy="ddp") under plain python) starts the other local ranks
+// with LOCAL_RANK, NODE_RANK and WORLD_SIZE, never RANK. The rank is NODE_RANK x LOCAL_WORLD_SIZE +
+// LOCAL_RANK, known with LOCAL_WORLD_SIZE or on the first node (where the local world is the world);
+// elsewhere it cannot be told, and the process is rank-less. Only a profile reads this
+// (memcomm.profile started before init_process_group): memcomm-train and memcomm-tune never run under
+// Lightning, and a LOCAL_RANK left in a shell must not make them wait for a world.
+DistEnv read_launch_identity() {
+  if (launched_externally() || !env("LOCAL_RANK") || !env("WORLD_SIZE")) return read_dist_env();
+  DistEnv e;
+  const int node = env_int("NODE_RANK", 0);
+  e.world = env_int("WORLD_SIZE", 1);
+  e.local_rank = env_int("LOCAL_RANK", 0);
+  e.local_world = env_int("LOCAL_WORLD_SIZE", node == 0 ? e.world : -1);
+  if (e.local_world < 0) return read_dist_env();
+  e.rank = node * e.local_world + e.local_rank;
+  e.launcher = "lightning";
+  return checked(e);
 }
 
 DistEnv detect_dist_env(const char* tool) {

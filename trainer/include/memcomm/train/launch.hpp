@@ -13,7 +13,7 @@ struct DistEnv {
   int local_world = 1;       // processes on this host
   std::string master_addr = "127.0.0.1";  // host of the TCPStore (rank 0)
   int master_port = 29500;   // port of the TCPStore
-  std::string launcher = "standalone";    // standalone | memcomm | torchrun | slurm
+  std::string launcher = "standalone";    // standalone | memcomm | torchrun | slurm | lightning
   // torchrun's agent already hosts the store at MASTER_ADDR:MASTER_PORT
   // (TORCHELASTIC_USE_AGENT_STORE=True); then rank 0 joins it as a client instead of serving one.
   bool agent_hosts_store = false;
@@ -26,6 +26,9 @@ struct DistEnv {
 // spawner) or SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. A value that is not a number, or values that
 // do not fit together, throw std::invalid_argument naming them.
 DistEnv read_dist_env();
+// read_dist_env(), or where no launcher named the rank, the rank Lightning's launcher implies
+// (Note [Lightning's launch environment], launch.cpp). For a profile, not for a tool's main.
+DistEnv read_launch_identity();
 // read_dist_env() for a tool's main: an error goes to stderr after "`tool`: ", and the process
 // exits with 2 (a usage error).
 DistEnv detect_dist_env(const char* tool);
