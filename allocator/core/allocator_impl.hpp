@@ -210,6 +210,9 @@ struct CachingAllocator::Impl {
   Pool* pool_for(StreamId stream, bool small) REQUIRES(mu);
   Block* new_block() REQUIRES(mu);
   void delete_block(Block* b) REQUIRES(mu);
+  // A new segment of `pool` over [base, base + size), owned by `segments` and counted, whose one block
+  // (its head, fresh) covers it; mapped unless `expandable`. The caller files the block.
+  Segment* add_segment(std::uintptr_t base, std::size_t size, Pool* pool, bool expandable) REQUIRES(mu);
   // Cuts `b` at `at` (inside it): `b` keeps [addr, at); the returned new block, [at, end) of the same
   // segment, is linked after it, in none of the free sets, every other field at its default.
   Block* split_off(Block* b, std::uintptr_t at) REQUIRES(mu);

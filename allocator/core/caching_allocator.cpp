@@ -160,6 +160,23 @@ Block* CachingAllocator::Impl::new_block() {
   return b;
 }
 
+Segment* CachingAllocator::Impl::add_segment(std::uintptr_t base, std::size_t size, Pool* pool, bool expandable) {
+  auto seg = std::make_unique<Segment>(&nodes);
+  seg->base = base;
+  seg->size = size;
+  seg->pool = pool;
+  seg->expandable = expandable;
+  Block* b = new_block();
+  b->addr = base;
+  b->size = size;
+  b->segment = seg.get();
+  b->fresh = true;  // no stream has used it (Note [Cross-stream reuse])
+  seg->head = b;
+  segments.push_back(std::move(seg));
+  stats.segment.increase(1);
+  return segments.back().get();
+}
+
 Block* CachingAllocator::Impl::split_off(Block* b, std::uintptr_t at) {
   Block* r = new_block();
   r->addr = at;

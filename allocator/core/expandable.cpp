@@ -380,22 +380,10 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
     source->release(base, vsize);
     return pool->expandable;
   }
-  auto seg = std::make_unique<Segment>(&nodes);
-  seg->base = reinterpret_cast<std::uintptr_t>(base);
-  seg->size = vsize;
-  seg->pool = pool;
-  seg->expandable = true;
-  Block* b = new_block();
-  b->addr = seg->base;
-  b->size = vsize;
-  b->segment = seg.get();
+  pool->expandable = add_segment(reinterpret_cast<std::uintptr_t>(base), vsize, pool, true);
+  Block* b = pool->expandable->head;
   b->mapped = false;
-  b->fresh = true;  // no stream has used it (Note [Cross-stream reuse])
-  seg->head = b;
   unmapped_insert(b);
-  pool->expandable = seg.get();
-  segments.push_back(std::move(seg));
-  stats.segment.increase(1);
   emit(EventKind::SegmentAlloc, reinterpret_cast<std::uintptr_t>(base), vsize, 0, pool->stream, prof::kSegmentVirtualRange);
   return pool->expandable;
 }

@@ -200,21 +200,11 @@ Block* CachingAllocator::Impl::grow_whole(Pool* pool, std::size_t size, std::siz
   }
   if (!p) return nullptr;
   AllocatorLock lock(mu);
-  auto seg = std::make_unique<Segment>(&nodes);
-  seg->base = reinterpret_cast<std::uintptr_t>(p);
-  seg->size = seg_size;
+  Segment* seg = add_segment(reinterpret_cast<std::uintptr_t>(p), seg_size, pool, false);
   seg->mapped_bytes = seg_size;
-  seg->pool = pool;
-  Block* b = new_block();
-  b->addr = seg->base;
-  b->size = seg_size;
-  b->segment = seg.get();
+  Block* b = seg->head;
   b->last_used = tick;
-  b->fresh = true;
-  seg->head = b;
-  pool->segments.push_back(seg.get());
-  segments.push_back(std::move(seg));
-  stats.segment.increase(1);
+  pool->segments.push_back(seg);
   if (seg_size >= config.max_split_size) stats.oversize_segments.increase(1);
   count_backed(std::int64_t(seg_size));
   stats.num_device_alloc++;
