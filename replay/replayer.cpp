@@ -3,6 +3,8 @@
 #include <chrono>
 #include <map>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -38,20 +40,26 @@ class OverlapChecker {
   std::map<std::uint64_t, std::uint64_t> live_;
 };
 
-}  // namespace
-
-ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev, Policy& policy, const ReplayOptions& options) {
+// What a result says of the trace and the device whatever the policy.
+ReplayResult result_for(const TraceRequests& trace, const DeviceRequests& dev, std::string policy) {
   ReplayResult r;
   r.file = trace.file;
   r.format = trace.format;
   r.recorded_from_profile = dev.recorded_from_profile;
   r.rank = dev.rank;
   r.device = dev.device;
-  r.policy = policy.name();
+  r.policy = std::move(policy);
   r.peak_live = dev.peak_live;
   r.events = dev.trace_events;
   r.requests = dev.requests.size();
   r.starts_empty = dev.recorded.starts_empty();
+  return r;
+}
+
+}  // namespace
+
+ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev, Policy& policy, const ReplayOptions& options) {
+  ReplayResult r = result_for(trace, dev, policy.name());
 
   std::vector<std::uint64_t> addr(dev.block_count, kNotLive);
   std::vector<std::uint64_t> size_of;  // requested bytes per block, for the overlap checker
@@ -114,22 +122,12 @@ ReplayResult replay_device(const TraceRequests& trace, const DeviceRequests& dev
 }
 
 ReplayResult recorded_result(const TraceRequests& trace, const DeviceRequests& dev) {
-  ReplayResult r;
-  r.file = trace.file;
-  r.format = trace.format;
-  r.recorded_from_profile = dev.recorded_from_profile;
-  r.rank = dev.rank;
-  r.device = dev.device;
-  r.policy = kRecordedPolicy;
-  r.peak_live = dev.peak_live;
+  ReplayResult r = result_for(trace, dev, kRecordedPolicy);
   r.peak_reserved = dev.recorded.peak;
   r.peak_allocated = dev.peak_live;
   r.ooms = dev.trace_ooms;
   r.source_allocs = dev.recorded.source_allocs;
   r.source_frees = dev.recorded.source_frees;
-  r.events = dev.trace_events;
-  r.requests = dev.requests.size();
-  r.starts_empty = dev.recorded.starts_empty();
   return r;
 }
 
