@@ -9,8 +9,9 @@ model] in _profiler/hooks.py). Under torchrun (`torchrun ... -m memcomm SCRIPT`)
 own file, and DDP's bucket all-reduces are recorded (Note [DDP buckets of an unchanged script] in
 _profiler/ddp_buckets.py). The profile starts before the script's init_process_group, so no clock
 offsets are measured between ranks: exact on one host (Note [A profile started before the process
-group] in profiler.py). Processes the script starts itself (mp.spawn) are not profiled: each runs
-the script's functions without this wrapper.
+group] in profiler.py). Processes the script starts with torch.multiprocessing (spawn,
+start_processes) are profiled from their init_process_group on, each writing NAME.spawnK.rankR.mct
+(Note [Profiles of spawned processes] in _spawned.py); other processes it starts are not.
 """
 import argparse
 import contextlib
@@ -19,17 +20,20 @@ import os
 import runpy
 import sys
 import traceback
+import warnings
 from typing import Iterator, List, Optional, Tuple
 
 import memcomm
 from memcomm import _memcomm
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
+from memcomm._spawned import profiling_spawned_processes
 
 _EPILOG = """\
 examples:
   python -m memcomm train.py --epochs 1                  # writes train.rank0.mct
   python -m memcomm --allocator cpu --memory-limit 2GiB --snapshot mem.pickle train.py
   torchrun --nproc-per-node 2 -m memcomm --trace run.mct train.py   # run.rank0.mct, run.rank1.mct
+  python -m memcomm --trace run.mct spawn_ddp.py   # torch.multiprocessing.spawn: run.spawn1.rankR.mct
 
 then: memcomm-trace report train.rank0.mct, memcomm-view train.rank0.mct, memcomm-replay mem.pickle
 exit status: the script's own; 2 for a usage error of these options (before the script starts)."""
@@ -222,11 +226,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     profiler = _start(args)
     pid, status = os.getpid(), 0
+    spawns: List[int] = []
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_closed_before_os_exit(args, profiler))
             if not args.no_ddp_buckets:
                 stack.enter_context(recording_ddp_buckets())
+            spawns = stack.enter_context(profiling_spawned_processes(args))
             _run_target(args)
     except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
         status = e.code
@@ -238,8 +244,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         if os.getpid() != pid:  # a forked child that returned here: the trace is the parent's
             _leave_as_forked_child(status)
-        if not _close(args, profiler):  # a full disk
-            status = status or 1
+        with warnings.catch_warnings():
+            if spawns:  # the training ran in the spawned processes, which have profiles of their own
+                warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
+            if not _close(args, profiler):  # a full disk
+                status = status or 1
     return _exit_code(status)
 
 

@@ -192,3 +192,64 @@ def test_a_child_the_script_forks_leaves_as_python_leaves_it(tmp_path, tool):
     assert r.returncode == 0 and "child exit 1" in r.stdout, (r.stdout, r.stderr)
     assert "ValueError: the child's own error" in r.stderr and r.stderr.count("memcomm: fork.rank0.mct") == 1, r.stderr
     assert len(report(tool, tmp_path / "fork.rank0.mct")["steps"]) == 1
+
+
+SPAWN = """
+import hashlib, os, sys, torch, torch.multiprocessing as mp
+from torch import nn
+from torch.distributed import init_process_group, destroy_process_group  # bound before memcomm's child starts
+
+def train(index, world, port, run):
+    print("before the group", flush=True)
+    init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=index, world_size=world)
+    torch.manual_seed(index)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy().tobytes()
+    with open(f"{run}.weights{index}", "w") as f:
+        f.write(hashlib.sha256(weights).hexdigest())
+    destroy_process_group()
+
+def idle(index):
+    pass
+
+if __name__ == "__main__":
+    port, run = int(sys.argv[1]), sys.argv[2]
+    mp.spawn(train, args=(2, port, run), nprocs=2)
+    mp.start_processes(idle, nprocs=1, start_method="spawn")
+"""
+
+
+def test_processes_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
+    # Note [Profiles of spawned processes]: mp.spawn's children write NAME.spawnK.rankR.mct from their
+    # init_process_group on, however the script imported it; a child without a group says it is not
+    # profiled; training is unchanged.
+    write(tmp_path, "spawn_ddp.py", SPAWN)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    plain = subprocess.run([sys.executable, "spawn_ddp.py", str(free_port()), "plain"], capture_output=True,
+                           text=True, timeout=180, cwd=tmp_path, env=env)
+    assert plain.returncode == 0, plain.stderr
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "spawn_ddp.py", str(free_port()), "memcomm")
+    assert r.returncode == 0, r.stderr
+    assert [(tmp_path / f"memcomm.weights{i}").read_text() for i in range(2)] == \
+        [(tmp_path / f"plain.weights{i}").read_text() for i in range(2)]
+    for rank in range(2):
+        assert f"memcomm: run.spawn1.rank{rank}.mct:" in r.stderr, r.stderr
+    assert "started by torch.multiprocessing, set up no process group: not profiled" in r.stderr, r.stderr
+    assert "recorded no forward" not in r.stderr, r.stderr  # the parent's own profile: not a mistake here
+    trace = report(tool, *(tmp_path / f"run.spawn1.rank{rank}.mct" for rank in range(2)))
+    assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
+    colls = trace["collectives"]
+    assert colls and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

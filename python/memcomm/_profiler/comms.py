@@ -55,7 +55,10 @@ class Communicators:
         with self._lock:
             if index in self._described:
                 return
-            ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+            try:
+                ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+            except KeyError:  # inside init_process_group, before it files the group's ranks (a spawned
+                return        # child's profile starts there: Note [Profiles of spawned processes])
             size, rank = len(ranks), dist.get_rank(group) if group is not None else dist.get_rank()
             _memcomm.comm_info(index, size, rank, zlib.crc32(repr(sorted(ranks)).encode()) | (1 << 32))
             self._described.add(index)
