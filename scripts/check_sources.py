@@ -3,10 +3,10 @@
 
   scripts/check_sources.py [--root DIR]
 
-1. Notes. Every `Note [Title]` that code, build files, scripts or docs cite is defined somewhere: a
-   comment (or docstring) line that starts with `Note [Title]`, alone or followed by a colon. A
-   citation that names where the Note lives ("Note [Title] in path/file.hpp") names a file that
-   defines it. bench/results/ is a dated log of measurements and is left as it was written.
+1. Notes. Every `Note [Title]` that code, build files, scripts or docs cite is defined exactly once:
+   a comment (or docstring) line that starts with `Note [Title]`, alone or followed by a colon.
+   Elsewhere a comment cites it ("See Note [Title]: what this code does of it"). A citation that
+   names where the Note lives ("Note [Title] in path/file.hpp") names the file that defines it. bench/results/ is a dated log of measurements and is left as it was written.
 2. Layers (docs/architecture.md, "Layers"). A folder includes memcomm headers only of itself and of
    the folders below it; allocator/core never includes the LibTorch adapter's header.
 3. LibTorch. Only trainer/, the allocator's torch adapter and the tests and samples built on them
@@ -82,13 +82,15 @@ def joined(text):
 
 
 def check_notes(texts):
-    defined = {}
+    defined, where = {}, {}
     for path, text in texts.items():
-        for line in text.split("\n"):
+        for number, line in enumerate(text.split("\n"), 1):
             m = DEFINITION.match(line)
             if m:
                 defined.setdefault(m.group(1), set()).add(path)
-    breaches = []
+                where.setdefault(m.group(1), []).append(f"{path}:{number}")
+    breaches = [f"{places[1]}: Note [{name}] is defined again (first at {places[0]}); cite it there "
+                f"(\"See Note [{name}]\")" for name, places in sorted(where.items()) if len(places) > 1]
     for path, text in texts.items():
         if path.startswith("bench/results/") or path in NOTES_AS_DATA:
             continue

@@ -295,7 +295,7 @@ Block* CachingAllocator::Impl::find_free(Pool* pool, std::size_t size) {
 
 inline bool CachingAllocator::Impl::splits(const Block* b, std::size_t size) const {
   const std::size_t remaining = b->size - size;
-  // Note [Splitting in expandable segments]
+  // See Note [Splitting in expandable segments].
   const std::size_t min_split =
       b->segment->pool->small || b->segment->expandable ? config.min_block : config.min_large_split;
   return remaining >= min_split && remaining > 0 && b->size < config.max_split_size;
@@ -430,7 +430,7 @@ void CachingAllocator::deallocate(void* ptr) {
   m.stats.requested_bytes.decrease(std::int64_t(b->requested));
   if (b->size >= m.config.max_split_size) m.stats.oversize_allocations.decrease(1);
   m.emit(EventKind::FreeRequested, b->addr, b->size, b->requested, stream);
-  // Note [Stream-ordered reuse]: the memory may still be in use by work queued on other streams.
+  // See Note [Stream-ordered reuse]: the memory may still be in use by work queued on other streams.
   if (m.defer_free(b)) return;
   m.free_block(b);
 }

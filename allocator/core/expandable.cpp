@@ -429,7 +429,7 @@ Block* CachingAllocator::Impl::grow_expandable(Pool* pool, std::size_t size, std
       if (Block* b = lend_after_sync(pool->stream, pool->small, size)) {
         return take_filed(b, size, requested, pool->stream);
       }
-    // Note [A small request in a trough borrows a large hole]
+    // See Note [A small request in a trough borrows a large hole].
     Pool* large = pool->small && !exact && g.seg->mapped_bytes > 0 ? other_class(pool) : nullptr;
     if (large && in_trough(high_water_with(size), size) && growth_gives_back(choice.decision, size))
       if (const auto hole = smallest_fit(large, size); hole != large->free.end()) {
@@ -608,7 +608,7 @@ std::size_t CachingAllocator::Impl::medium_minimum(Pool* pool, std::size_t size,
   return r > 0 ? std::min(want, std::size_t(page_down(std::size_t(r), page))) : 0;
 }
 
-// Note [Map-ahead on a ramp]: not the first growth, and the free mapped bytes of all pools are under
+// See Note [Map-ahead on a ramp]: not the first growth, and the free mapped bytes of all pools are under
 // kRampFreeShare of map-ahead's share of the page budget's headroom.
 bool CachingAllocator::Impl::on_ramp(std::int64_t hw) const {
   if (allocated_high_water == 0) return false;
@@ -619,7 +619,7 @@ double CachingAllocator::Impl::ramp_free_limit(std::int64_t hw) const {
   return kRampFreeShare * config.map_ahead * (budget.plain(hw) - double(hw));
 }
 
-// Note [A medium ramp maps whole pages]: the pool's free blocks (the window's own mapped blocks are out
+// See Note [A medium ramp maps whole pages]: the pool's free blocks (the window's own mapped blocks are out
 // of the free set by now) are under the threshold of Note [Map-ahead on a ramp]. Largest first, so a
 // pool with fragmentation answers at its first block.
 bool CachingAllocator::Impl::pool_on_ramp(const Pool* pool, std::int64_t hw) const {
@@ -631,7 +631,7 @@ bool CachingAllocator::Impl::pool_on_ramp(const Pool* pool, std::int64_t hw) con
   return true;
 }
 
-// Note [A repeated peak]: a large request that takes live bytes to a new high water within the page
+// See Note [A repeated peak]: a large request that takes live bytes to a new high water within the page
 // budget of the last iteration's peak.
 bool CachingAllocator::Impl::repeats_peak(std::size_t size) const {
   const std::int64_t with = stats.allocated_bytes.current + std::int64_t(size);
@@ -641,7 +641,7 @@ bool CachingAllocator::Impl::repeats_peak(std::size_t size) const {
   return last > 0 && with > allocated_high_water && double(with) <= budget.plain(last);
 }
 
-// Note [Map-ahead in a trough]: when live bytes are below their high water by more than the page
+// See Note [Map-ahead in a trough]: when live bytes are below their high water by more than the page
 // budget's headroom and the growth gives nothing back (at the budget it gives back whatever it maps),
 // map-ahead may take reserved bytes up to their high water, not past it.
 double CachingAllocator::Impl::trough_room(std::int64_t hw, std::size_t size, std::size_t window_need) const {
@@ -651,7 +651,7 @@ double CachingAllocator::Impl::trough_room(std::int64_t hw, std::size_t size, st
   return double(reserved_high_water - stats.reserved_bytes.current) - double(window_need);
 }
 
-// Note [Map-ahead in a trough]: live bytes with a request of `size` are below the high water by more
+// See Note [Map-ahead in a trough]: live bytes with a request of `size` are below the high water by more
 // than the page budget's headroom for high water `hw`.
 bool CachingAllocator::Impl::in_trough(std::int64_t hw, std::size_t size) const {
   const double headroom = budget.plain(hw) - double(hw);
@@ -661,10 +661,10 @@ bool CachingAllocator::Impl::in_trough(std::int64_t hw, std::size_t size) const 
 bool CachingAllocator::Impl::make_room(Pool* pool, std::size_t size, WindowGrowth& g) {
   const std::int64_t hw = high_water_with(size);
   const std::size_t wanted = std::size_t(stats.reserved_bytes.current) + g.need;
-  // Note [Release churn]: the budget forced a release before under this same high water, and now wants
+  // See Note [Release churn]: the budget forced a release before under this same high water, and now wants
   // pages mapped again: it is too tight for this workload's layout, so it grows instead.
   if (wanted > budget.limit(hw)) budget.learn_regain(pool->churn, hw, wanted);
-  // Note [A tensor that grows by concatenation]: keep the free run the next layers' copies slide through.
+  // See Note [A tensor that grows by concatenation]: keep the free run the next layers' copies slide through.
   if (grows_last_freed(pool, size)) budget.learn_growing_tensor(hw, wanted);
   const bool over_budget = wanted > budget.limit(hw);
   const std::size_t limit = capped_limit(hw);
@@ -679,7 +679,7 @@ bool CachingAllocator::Impl::make_room(Pool* pool, std::size_t size, WindowGrowt
   return !(cap && wanted - g.rel.bytes > cap);
 }
 
-// Note [A tensor that grows by concatenation]: a large request at most a page larger than the block
+// See Note [A tensor that grows by concatenation]: a large request at most a page larger than the block
 // its pool freed last.
 bool CachingAllocator::Impl::grows_last_freed(const Pool* pool, std::size_t size) const {
   return !pool->small && pool->last_freed != 0 && size > pool->last_freed && size - pool->last_freed <= page;

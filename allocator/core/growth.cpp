@@ -121,7 +121,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
       return take_filed(b, size, requested, pool->stream);
     }
   }
-  // Note [Feasibility is monotonic in the cap]: the request's own pages, nothing ahead.
+  // See Note [Feasibility is monotonic in the cap]: the request's own pages, nothing ahead.
   if (expandable)
     if (Block* b = grow_expandable(pool, size, requested, true)) return b;
   AllocatorLock lock(mu);
@@ -136,7 +136,7 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
                     reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0);
 }
 
-// Note [Feasibility is monotonic in the cap]: claim_window cuts the window's last unmapped piece at
+// See Note [Feasibility is monotonic in the cap]: claim_window cuts the window's last unmapped piece at
 // the end of map-ahead; cut it at the request's last page instead, and put the rest back unmapped.
 void CachingAllocator::Impl::trim_to_request(WindowGrowth& g, std::size_t size) {
   const std::uintptr_t end = page_up(g.start + size, page);

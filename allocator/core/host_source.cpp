@@ -80,7 +80,7 @@ bool HostSource::map_locked(void* addr, std::size_t bytes) {
     counters_.failed++;
     return false;
   }
-  // Note [Host pages across fork]: private pages.
+  // See Note [Host pages across fork]: private pages.
   void* p = mmap(addr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   if (p == MAP_FAILED) {
     if (errno == ENOMEM) {

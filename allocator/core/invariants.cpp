@@ -61,7 +61,7 @@ void check_block_shape(const Impl& m, const Segment& seg, const Block* b, std::u
   if (b->segment != &seg) fail("block points at the wrong segment");
   if (b->next && b->next->prev != b) fail("broken block links");
   if (b->busy) fail("a busy block outside a source call");
-  // Note [Cross-stream reuse]: only free, mapped, event-free blocks may be idle; fresh ones were never handed out.
+  // See Note [Cross-stream reuse]: only free, mapped, event-free blocks may be idle; fresh ones were never handed out.
   if (b->idle && (b->allocated || b->pending_events || !b->mapped)) fail("an idle block that is not free and mapped");
   if (b->fresh && (b->allocated || b->pending_events)) fail("a fresh block in use");
 }

@@ -43,7 +43,7 @@ class PageBudget {
   double ceiling(std::int64_t hw) const { return double(hw) * (1.0 + slack_ + kChurnShare); }
 
   // Growth of `pool` needs reserved bytes to reach `wanted` under high water `hw`, above limit(hw).
-  // Note [Release churn]: on the pool's second regain under the high water at which the budget took its
+  // See Note [Release churn]: on the pool's second regain under the high water at which the budget took its
   // pages, the allowance grows by what is missing, at most what was taken from it, and in all at most
   // what keeps limit(hw) within (1 + slack + kChurnShare) x hw, or one page, whichever is more (a page
   // is the least that can stop a trade).
@@ -91,11 +91,11 @@ class PageBudget {
     const double room = ceiling(hw) - plain(hw);
     return std::max(std::size_t(std::max(0.0, room)), page_);
   }
-  // Note [Release churn]: the budget with what it learned from churn stays within the slack plus this
+  // See Note [Release churn]: the budget with what it learned from churn stays within the slack plus this
   // share of the high water, the floor included. With the default slack (2%) that is the 3% memcomm
   // promises (Note [Splitting the headroom] in expandable.cpp).
   static constexpr double kChurnShare = 0.01;
-  // Note [Release churn]: a pool must want pages back this many times under one high water (the first
+  // See Note [Release churn]: a pool must want pages back this many times under one high water (the first
   // regain can be a phase change; a loop repeats it).
   static constexpr int kChurnRegains = 2;
 

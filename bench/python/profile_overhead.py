@@ -189,7 +189,7 @@ def block_medians(result: Dict, kind: str, condition: str) -> List[float]:
 
 
 def paired_overhead(result: Dict, kind: str, profiled: str, after: str) -> float:
-    """Note [Timing profilers side by side]: each profiled block against the mean of the unprofiled
+    """See Note [Timing profilers side by side]: each profiled block against the mean of the unprofiled
     blocks just before and after it; the median of those ratios."""
     on = block_medians(result, kind, profiled)
     before = "baseline" if profiled == "memcomm" else "after memcomm stop"

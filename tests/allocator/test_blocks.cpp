@@ -62,7 +62,7 @@ TEST_CASE("large remainders below min_large_split are not split off", "[allocato
 }
 
 TEST_CASE("in an expandable segment every remainder is split off", "[allocator][blocks][split]") {
-  // Note [Splitting in expandable segments]: the 0.5 MiB left of the request's last page is free space
+  // See Note [Splitting in expandable segments]: the 0.5 MiB left of the request's last page is free space
   // the next block starts in, not waste kept in this one.
   CachingAllocator a(simulated());
   void* p = a.allocate(19 * MiB + 512 * KiB);
@@ -121,7 +121,7 @@ TEST_CASE("best fit picks the smallest free block that fits", "[allocator][block
 }
 
 TEST_CASE("best fit takes a hole before the growing end of an expandable segment", "[allocator][blocks]") {
-  // Note [The growing end is taken last]: the free mapped bytes below the unmapped range are smaller
+  // See Note [The growing end is taken last]: the free mapped bytes below the unmapped range are smaller
   // than the hole, so plain best fit would cut them for a smaller request; the hole is taken instead.
   CachingAllocator a(simulated());
   void* hole = a.allocate(16 * MiB);
@@ -148,7 +148,7 @@ TEST_CASE("best fit takes a hole before the growing end of an expandable segment
 }
 
 TEST_CASE("a freed large block is filed at once, so best fit places the next request", "[allocator][blocks]") {
-  // Note [Recent frees]: the newest freed 8 MiB block lies in a range that is free as a whole once its
+  // See Note [Recent frees]: the newest freed 8 MiB block lies in a range that is free as a whole once its
   // neighbour is freed too; best fit over that merged state takes the exact hole between live blocks.
   CachingAllocator a(simulated());
   void* x = a.allocate(8 * MiB);
@@ -177,7 +177,7 @@ TEST_CASE("a freed large block is filed at once, so best fit places the next req
 }
 
 TEST_CASE("a filed block cut or grown in place still sorts where best fit looks for it", "[allocator][blocks]") {
-  // Note [Re-keying in place]: a cut leaves a remainder that sorts before the other holes, and a merge
+  // See Note [Re-keying in place]: a cut leaves a remainder that sorts before the other holes, and a merge
   // makes a hole that sorts after one; both must move in the free set for best fit to find them.
   CachingAllocator a(simulated());
   void* h4 = a.allocate(4 * MiB);
@@ -286,7 +286,7 @@ TEST_CASE("expandable segments grow in place and map in runs", "[allocator][expa
 }
 
 TEST_CASE("a request spans a free mapped block and the unmapped hole after it", "[allocator][expandable]") {
-  // Note [Finding a window's free blocks]: a run of two or more free blocks is found from its unmapped
+  // See Note [Finding a window's free blocks]: a run of two or more free blocks is found from its unmapped
   // block, and reaches back to the free mapped block before it. No map-ahead: after empty_cache nothing
   // is free, and Note [Map-ahead on a ramp] (expandable.cpp) would map the hole's rest with q.
   auto src = simulated();

@@ -90,7 +90,7 @@ std::int64_t decode_calls(CachingAllocator& a, std::size_t len, std::size_t quer
 }  // namespace
 
 TEST_CASE("a slot that grows every step at the budget maps a medium segment at a time", "[allocator][growth]") {
-  // Note [A slot that grows at the budget]: caches of 40 MiB, 2% of live each. 100 steps grow live
+  // See Note [A slot that grows at the budget]: caches of 40 MiB, 2% of live each. 100 steps grow live
   // bytes by 400 MiB: 20 medium segments.
   CachingAllocator a(simulated());
   const std::int64_t calls = decode_calls(a, 40 * MiB, 0, 0);
@@ -102,7 +102,7 @@ TEST_CASE("a slot that grows every step at the budget maps a medium segment at a
 
 TEST_CASE("a cache just above the budget's slack keeps its slot instead of trading pages every layer",
           "[allocator][growth]") {
-  // Note [A tensor that grows by concatenation]: caches of 44 MiB, 2.1% of live at the start and 2.7%
+  // See Note [A tensor that grows by concatenation]: caches of 44 MiB, 2.1% of live at the start and 2.7%
   // at the end, more than the 2% the plain budget leaves, with a 64 KiB query per layer and 3 MiB of
   // logits per step. The budget grows by what the first grown copy misses, within 3% of live; without
   // that it gave back a page for every page a layer's copy mapped: 309 calls, 62 of them unmaps.
@@ -117,7 +117,7 @@ TEST_CASE("a cache just above the budget's slack keeps its slot instead of tradi
 
 TEST_CASE("on a ramp past free holes, a growth maps a medium segment and gives the holes' pages back",
           "[allocator][growth]") {
-  // Note [Map-ahead's minimum at the budget]: eight 3 MiB holes between kept blocks fill the budget's
+  // See Note [Map-ahead's minimum at the budget]: eight 3 MiB holes between kept blocks fill the budget's
   // headroom, and none holds the ramp's 6.8 MiB requests. Within the plain budget each growth could map
   // only its request's pages: 40 calls for 40 requests. Up to the budget's ceiling it maps 20 MiB and
   // gives back hole pages to pay for it.
@@ -145,7 +145,7 @@ TEST_CASE("on a ramp past free holes, a growth maps a medium segment and gives t
 
 TEST_CASE("a clean ramp of medium requests maps a whole medium segment past each growth's request",
           "[allocator][growth]") {
-  // Note [A medium ramp maps whole pages]: 10 MiB requests climb with nothing free behind them. A
+  // See Note [A medium ramp maps whole pages]: 10 MiB requests climb with nothing free behind them. A
   // growth of the 20 MiB minimum serves two of them (50 growths for 100); a segment past the request,
   // three.
   CachingAllocator a(simulated());
@@ -179,7 +179,7 @@ TEST_CASE("after a peak of large blocks the small pool still grows in chunks", "
 }
 
 TEST_CASE("pools that peak at different moments stop trading pages after iteration 3", "[allocator][growth][steady]") {
-  // Note [Release churn]: the small pool peaks early in each iteration, the large pool late; their
+  // See Note [Release churn]: the small pool peaks early in each iteration, the large pool late; their
   // footprints together exceed the page budget of the overall high water by a page or two, which made
   // the budget unmap one pool's free pages to map the other's, and back, in every iteration. The
   // budget learns from the second regain (Note [Release churn]); at a 2% slack that is iteration 3.
@@ -209,7 +209,7 @@ TEST_CASE("pools that peak at different moments stop trading pages after iterati
 }
 
 TEST_CASE("in a trough, map-ahead does not take reserved bytes past their peak", "[allocator][growth]") {
-  // Note [Map-ahead in a trough]: a training step's activations make the peak in the large pool; the
+  // See Note [Map-ahead in a trough]: a training step's activations make the peak in the large pool; the
   // optimizer step after it needs small blocks while the activations' pages sit free. The small pool's
   // growth maps its own pages, but nothing ahead of them past the peak of reserved bytes.
   CachingAllocator a(simulated());
@@ -228,7 +228,7 @@ TEST_CASE("in a trough, map-ahead does not take reserved bytes past their peak",
 
 TEST_CASE("small temporaries in a trough borrow a large hole rather than trade pages with the large pool",
           "[allocator][growth][steady]") {
-  // Note [A small request in a trough borrows a large hole]: each iteration peaks with ~98 MiB of
+  // See Note [A small request in a trough borrows a large hole]: each iteration peaks with ~98 MiB of
   // large activations; after they are freed, 6 MiB of small temporaries would grow the small pool at
   // the page budget by unmapping the large pool's free pages, which the next peak maps again.
   CachingAllocator a(simulated());

@@ -1,4 +1,4 @@
-// Note [NVTX memory regions]: the observer follows segments through an engine's life. Without a
+// See Note [NVTX memory regions]: the observer follows segments through an engine's life. Without a
 // tool attached the NVTX calls return at once; what is checked is the observer's own bookkeeping and
 // that every kind of event passes through it safely.
 #include "allocator_test_util.hpp"

@@ -135,7 +135,7 @@ TEST_CASE("lazy release keeps reserved bytes near the high-water mark", "[alloca
 }
 
 TEST_CASE("under a cap a request takes a free block of the other size class before failing", "[allocator][oom]") {
-  // Note [Last resort: the other size class]: two 2 MiB pages fit under the cap, one per pool.
+  // See Note [Last resort: the other size class]: two 2 MiB pages fit under the cap, one per pool.
   CachingAllocator a(simulated(4 * MiB), {});
   std::vector<void*> small;
   for (int i = 0; i < 4; ++i) small.push_back(a.allocate(512 * KiB));  // the small pool's page, full
@@ -158,7 +158,7 @@ TEST_CASE("under a cap a request takes a free block of the other size class befo
 }
 
 TEST_CASE("under a cap map-ahead never makes a request fail whose own pages fit", "[allocator][oom]") {
-  // Note [Feasibility is monotonic in the cap]: the second request needs one more page (6 MiB in all,
+  // See Note [Feasibility is monotonic in the cap]: the second request needs one more page (6 MiB in all,
   // under the 7 MiB cap), but map-ahead would add a page of the budget's headroom (3% of the high
   // water plus a page), 8 MiB, and no free page is left to give back for it.
   Recorder rec;

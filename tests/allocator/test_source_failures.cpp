@@ -110,7 +110,7 @@ TEST_CASE("a map that throws partway through a window leaves events and stats in
 }
 
 TEST_CASE("a refused address-space reservation is halved down to the cap, then named", "[allocator][expandable]") {
-  // Note [Address space for a segment]: 2 x the cap by default; a source that refuses more than
+  // See Note [Address space for a segment]: 2 x the cap by default; a source that refuses more than
   // 1.5 x the cap gets the cap itself, and the allocator works up to it.
   auto src = std::make_shared<FailingMapSource>();
   src->refuse_reserves_over(96 * MiB);

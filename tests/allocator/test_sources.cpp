@@ -96,7 +96,7 @@ TEST_CASE("host source segments grow in place and give pages back to the kernel"
 }
 
 TEST_CASE("a forked child sees host pages copy-on-write, as malloc's memory", "[allocator][sources][host]") {
-  // Note [Host pages across fork]: a DataLoader worker's copy of the allocator hands out the parent's
+  // See Note [Host pages across fork]: a DataLoader worker's copy of the allocator hands out the parent's
   // addresses; its writes must stay in the child.
   HostSource src;
   char* base = static_cast<char*>(src.reserve(8 * MiB));
@@ -127,7 +127,7 @@ TEST_CASE("a forked child sees host pages copy-on-write, as malloc's memory", "[
 }
 
 TEST_CASE("a child forked while another thread allocates can allocate", "[allocator][sources][host]") {
-  // Note [Allocator locks across fork]: without the at-fork handlers the child's copy of the engine's
+  // See Note [Allocator locks across fork]: without the at-fork handlers the child's copy of the engine's
   // lock was held by a thread that does not exist there, in some of these forks.
   if (memcomm::test::kThreadSanitizer)
     MEMCOMM_SKIP_TEST("TSan does not support fork() in a multithreaded process here");
@@ -193,7 +193,7 @@ class SlowMapSource final : public MemorySource {
 }  // namespace
 
 TEST_CASE("a child forked while another thread maps pages can map pages", "[allocator][sources][host]") {
-  // Note [Allocator locks across fork]: a source call runs without the engine's lock, so holding the
+  // See Note [Allocator locks across fork]: a source call runs without the engine's lock, so holding the
   // engines' locks did not stop a fork in the middle of one, and the child's copy of the source's own
   // lock stayed held: its first growth waited forever. fork() now waits for the call to end.
   if (memcomm::test::kThreadSanitizer)

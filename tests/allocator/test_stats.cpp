@@ -145,7 +145,7 @@ struct Folded {
 
 TEST_CASE("an observer added mid-run is first sent the state, and then agrees with one there from the start",
           "[allocator][observers]") {
-  // Note [An observer added mid-run]: a profile started after the model and data exist.
+  // See Note [An observer added mid-run]: a profile started after the model and data exist.
   for (const bool expandable : {true, false}) {
     INFO("expandable " << expandable);
     auto streams = std::make_shared<ManualStreams>();

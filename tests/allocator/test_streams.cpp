@@ -78,7 +78,7 @@ TEST_CASE("empty_cache waits for pending events", "[allocator][streams][empty_ca
   a.check_invariants();
 }
 
-// Note [Cross-stream reuse]: once the events of a block freed with record_stream uses have completed,
+// See Note [Cross-stream reuse]: once the events of a block freed with record_stream uses have completed,
 // any stream may take it; before that, and for blocks freed without events, only its own stream.
 TEST_CASE("a block freed with record_stream uses is reused by any stream once its events complete",
           "[allocator][streams][cross-stream]") {
@@ -146,7 +146,7 @@ TEST_CASE("without a second allocating stream no extra event is recorded", "[all
   a.check_invariants();
 }
 
-// Note [Lending before giving pages back]: at the page budget, growth waits for the stream that owns a
+// See Note [Lending before giving pages back]: at the page budget, growth waits for the stream that owns a
 // fitting free block and borrows it, instead of unmapping that stream's pages and mapping its own.
 TEST_CASE("growth at the page budget borrows another stream's free block after waiting for that stream",
           "[allocator][streams][cross-stream]") {

@@ -41,6 +41,13 @@ class CheckSources(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("replay/main.cpp: cites Note [Nowhere defined], which no file defines", out)
 
+    def test_a_note_defined_twice(self):
+        rc, out = run_on({**CLEAN, "replay/main.cpp": "// Note [One fold]: what this file does of it\n"})
+        self.assertEqual(rc, 1)
+        self.assertIn("Note [One fold] is defined again (first at ", out)
+        rc, out = run_on({**CLEAN, "replay/main.cpp": "// See Note [One fold]: what this file does of it\n"})
+        self.assertEqual((rc, out), (0, ""))
+
     def test_a_citation_that_names_the_wrong_file(self):
         rc, out = run_on({**CLEAN, "replay/main.cpp": "// (Note [One fold] in other.hpp)\n"})
         self.assertEqual(rc, 1)

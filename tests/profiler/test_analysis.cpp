@@ -86,7 +86,7 @@ TEST_CASE("CPU run: breakdown, overlap, exposed communication and step table", "
 }
 
 TEST_CASE("CPU run that marks no phase: its host ranges are the compute", "[profiler][analysis]") {
-  // Note [Breakdown definitions]: a torch.profiler trace of a CPU script without ProfilerStep read
+  // See Note [Breakdown definitions]: a torch.profiler trace of a CPU script without ProfilerStep read
   // a window of 0 and 0% of everything.
   const std::string path = test::temp_path("cpu_ops") + ".json";
   {
@@ -311,7 +311,7 @@ TEST_CASE("time sorting is stable for nearly sorted and for shuffled input", "[p
 }
 
 TEST_CASE("memory fold: reused and fresh addresses, with the dead entries swept, keep exact levels", "[profiler][analysis]") {
-  // Note [Dead blocks stay in the map]: freed entries are reused by the next Alloc at their address
+  // See Note [Dead blocks stay in the map]: freed entries are reused by the next Alloc at their address
   // and swept once they outnumber the live ones; neither may change what the fold says.
   AllocatorFold f;
   constexpr FoldCheck ok = FoldCheck::Ok;

@@ -296,7 +296,7 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input and usage, 1 for unw
 }
 
 TEST_CASE("memcomm-trace never overwrites an input, and merge needs --force for an existing OUT", "[profiler][tool]") {
-  // Note [Outputs that would destroy data]: a forgotten OUT makes the first trace the output.
+  // See Note [Outputs that would destroy data]: a forgotten OUT makes the first trace the output.
   const std::string base = test::temp_path("overwrite");
   const auto paths = write_fixture(base);
   REQUIRE(paths.size() >= 2);

@@ -175,7 +175,7 @@ TEST_CASE("kineto: a span that outlives its parent is cut to nest", "[kineto]") 
 }
 
 TEST_CASE("kineto: with_stack's Python frames get a lane of their own and never cut a step", "[kineto]") {
-  // Note [Host spans that overlap]: the step begins inside profiler.step()'s Python frame, which
+  // See Note [Host spans that overlap]: the step begins inside profiler.step()'s Python frame, which
   // ends 10 us later, and inside an op that ends before the step does.
   const char* t = R"json({"traceEvents": [
     {"ph": "X", "cat": "python_function", "name": "train.py(9): <module>", "pid": 1, "tid": 1, "ts": 0, "dur": 3000},
@@ -218,7 +218,7 @@ TEST_CASE("kineto: with_stack's Python frames get a lane of their own and never 
 }
 
 TEST_CASE("kineto: [memory] events without Addr pair each free with a live allocation of its size", "[kineto]") {
-  // Note [Memory events without addresses]: the 2021 schema. 30 bytes were live before the trace.
+  // See Note [Memory events without addresses]: the 2021 schema. 30 bytes were live before the trace.
   const char* t = R"json({"traceEvents": [
     {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 100}},
     {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 100}},
@@ -302,7 +302,7 @@ TEST_CASE("kineto: a quote lost in the middle is broken JSON, not a file cut sho
 }
 
 TEST_CASE("kineto: in a one-line file, a stray quote far from the end is corrupt, a cut near it is not", "[kineto]") {
-  // Note [Corrupt, not cut short]: no newline to find, so the unclosed event's length decides.
+  // See Note [Corrupt, not cut short]: no newline to find, so the unclosed event's length decides.
   std::string line = R"({"traceEvents": [)";
   for (int i = 0; i < 8000; ++i)
     line += std::string(i ? ", " : "") + R"({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": )" +

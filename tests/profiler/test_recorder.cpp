@@ -330,7 +330,7 @@ TEST_CASE("the collector runs at the priority asked for", "[profiler][recorder]"
   CHECK(sched_getscheduler(0) != SCHED_IDLE);
 }
 
-// Note [Recording across fork]: a child forked while other threads lock the recorder (the collector
+// See Note [Recording across fork]: a child forked while other threads lock the recorder (the collector
 // draining, a thread recording rare events) must neither wait on a copied lock nor write into the
 // parent's sinks. Each child records from its forking thread and a new thread, interns, stops and
 // exits; the parent's trace stays complete and holds none of their events.

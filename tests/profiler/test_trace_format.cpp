@@ -146,7 +146,7 @@ TEST_CASE("span durations keep ns below 2^31 ns, then us, then ms, and saturate 
 }
 
 TEST_CASE("a second writer of a file being written is refused, and the file is kept", "[profiler][format]") {
-  // Note [One writer per trace file]
+  // See Note [One writer per trace file].
   const std::string path = temp_path("busy");
   {
     TraceWriter first(path, WriterOptions{});
@@ -367,7 +367,7 @@ TEST_CASE("TraceSet merges ranks onto one timeline using their clock offsets", "
 }
 
 TEST_CASE("TraceSet says when its ranks cannot be one run's", "[profiler][format]") {
-  // Note [One run or several]: each rank records [start + 1000, start + 5000] of wall-clock time;
+  // See Note [One run or several]: each rank records [start + 1000, start + 5000] of wall-clock time;
   // its timestamps are its host's monotonic clock, from `boot` on.
   const auto write = [](const std::string& path, uint32_t rank, uint32_t world, int64_t start, int64_t boot = 0) {
     WriterOptions o;

@@ -25,7 +25,7 @@ def test_import_checks_the_torch_version(monkeypatch):
 
 
 def test_the_extension_loads_the_shared_cxx_runtime_torch_loads():
-    # Note [One C++ runtime beside LibTorch]: a module carrying its own copy of libstdc++ crashed on a
+    # See Note [One C++ runtime beside LibTorch]: a module carrying its own copy of libstdc++ crashed on a
     # GPU machine the first time it streamed a number (an OutOfMemoryError's message). Its dependency
     # on the shared library is a name in its dynamic string table.
     from pathlib import Path
@@ -67,7 +67,7 @@ def test_empty_cache_gives_memory_back_and_peaks_reset():
 
 
 def test_a_limit_under_an_address_space_ulimit_works():
-    # Note [Address space for a segment]: a 48 GiB cap under `ulimit -v` 80 GiB (as Slurm sets) once
+    # See Note [Address space for a segment]: a 48 GiB cap under `ulimit -v` 80 GiB (as Slurm sets) once
     # made every CPU allocation fail, where no cap worked.
     check("""
         import resource
@@ -79,7 +79,7 @@ def test_a_limit_under_an_address_space_ulimit_works():
 
 
 def test_a_forked_data_loader_worker_can_grow_the_heap():
-    # Note [Allocator locks across fork]: a worker forked by a DataLoader (fork is Linux's default) whose
+    # See Note [Allocator locks across fork]: a worker forked by a DataLoader (fork is Linux's default) whose
     # samples need pages the parent never mapped must get them; a lock left shut in the child once hung
     # every such worker at its first source call.
     check("""

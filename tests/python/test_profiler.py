@@ -156,7 +156,7 @@ def test_a_profiler_started_again_writes_a_file_of_its_own(tmp_path, tool):
 
 
 def test_processes_without_ranks_that_share_a_name_write_a_file_each(tmp_path, tool):
-    # Note [Processes that share a name]: torch.multiprocessing.spawn's processes that profile before
+    # See Note [Processes that share a name]: torch.multiprocessing.spawn's processes that profile before
     # init_process_group all call themselves rank 0. The second writes NAME.pidP.rank0.mct, warned.
     check("""
         import multiprocessing as mp, warnings
@@ -226,7 +226,7 @@ def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool)
 
 
 def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
-    # Note [The step's last update]: two optimizers one after the other (a recommender's SparseAdam and
+    # See Note [The step's last update]: two optimizers one after the other (a recommender's SparseAdam and
     # Adam) made two steps an iteration; GradScaler's skipped updates merged iterations.
     check("""
         emb = nn.Embedding(50, 8, sparse=True)
@@ -360,7 +360,7 @@ def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_
 
 
 def test_models_in_a_container_are_found_at_the_first_update(tmp_path, tool):
-    # Note [Finding the model]: the root was the ModuleDict, which the loop never calls.
+    # See Note [Finding the model]: the root was the ModuleDict, which the loop never calls.
     check("""
         nets = nn.ModuleDict({"G": nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)),
                               "D": nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))})
@@ -455,7 +455,7 @@ def test_two_ranks_record_matching_collectives(tmp_path, tool):
 
 
 def test_a_profile_on_rank_0_only_warns_instead_of_hanging_the_job(tmp_path, tool):
-    # Note [Ranks that do not profile]: rank 0's clock measurement met rank 1's DDP all-reduce.
+    # See Note [Ranks that do not profile]: rank 0's clock measurement met rank 1's DDP all-reduce.
     r = torchrun(tmp_path, """
         import warnings
         import torch.distributed as dist
@@ -481,7 +481,7 @@ def test_a_profile_on_rank_0_only_warns_instead_of_hanging_the_job(tmp_path, too
 
 
 def test_a_profile_started_before_the_process_group_writes_each_ranks_file(tmp_path, tool):
-    # Note [A profile started before the process group]: the rank comes from torchrun's environment.
+    # See Note [A profile started before the process group]: the rank comes from torchrun's environment.
     r = torchrun(tmp_path, """
         import torch.distributed as dist
         with memcomm.profile(trace=sys.argv[1]):
@@ -569,7 +569,7 @@ def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_pat
 
 
 def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):
-    # Note [Nothing left after stop]: model= is held weakly, so a profiler kept after its block does
+    # See Note [Nothing left after stop]: model= is held weakly, so a profiler kept after its block does
     # not keep the model's memory; the loader wrapper copies and pickles as its loader does.
     check("""
         import copy, gc, pickle, weakref
@@ -667,7 +667,7 @@ def test_a_compiled_model_is_profiled_without_a_recompile(tmp_path, tool):
 
 
 def test_a_model_compiled_inside_the_profile_compiles_once(tmp_path, tool):
-    # Note [Finding the model]: a script that builds and compiles its model inside the profile (`with
+    # See Note [Finding the model]: a script that builds and compiles its model inside the profile (`with
     # profile(): main()`) starts with the global module hooks; the compiled model's first call takes them
     # off before torch.compile warns of them or compiles a graph that guards on them.
     check("""
@@ -686,7 +686,7 @@ def test_a_model_compiled_inside_the_profile_compiles_once(tmp_path, tool):
 
 
 def test_the_model_can_be_saved_and_copied_while_profiled(tmp_path, tool):
-    # Note [Forwards through the class]: torch.save(model) and copy.deepcopy(model) mid-run carry
+    # See Note [Forwards through the class]: torch.save(model) and copy.deepcopy(model) mid-run carry
     # nothing of memcomm (hooks on the module would, and the profiler cannot be pickled); the copy's
     # calls are not the model's forwards, and the saved model loads where memcomm is not imported.
     saved = tmp_path / "model.pt"

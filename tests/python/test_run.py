@@ -140,7 +140,7 @@ def weights(folder: Path, run: str) -> list:
 
 
 def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchanged(tmp_path, tool):
-    # Note [DDP buckets of an unchanged script]: DDP's own arithmetic (three ranks: 1/3 is where dividing
+    # See Note [DDP buckets of an unchanged script]: DDP's own arithmetic (three ranks: 1/3 is where dividing
     # and multiplying differ), a hook the script registers before training, after a forward without
     # gradients, and after a first step; a whole DDP model still saves.
     script = write(tmp_path, "ddp.py", DDP)
@@ -226,7 +226,7 @@ if __name__ == "__main__":
 
 
 def test_processes_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
-    # Note [Profiles of spawned processes]: mp.spawn's children write NAME.spawnK.rankR.mct from their
+    # See Note [Profiles of spawned processes]: mp.spawn's children write NAME.spawnK.rankR.mct from their
     # init_process_group on, however the script imported it; a child without a group says it is not
     # profiled; training is unchanged.
     write(tmp_path, "spawn_ddp.py", SPAWN)

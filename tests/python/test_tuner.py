@@ -132,7 +132,7 @@ def test_single_rank_step_exception_propagates_and_state_is_restored():
 
 
 def test_every_tensor_the_optimizer_updates_and_the_random_state_come_back():
-    # Note [State copies outside the cap]: a channels_last conv net wrote its restore into a copy; a
+    # See Note [State copies outside the cap]: a channels_last conv net wrote its restore into a copy; a
     # loss head the optimizer trains beside the model stayed trained; the probes moved the RNG.
     run_ok("""
         import random, numpy as np, torch, torch.nn as nn, torch.nn.functional as F, memcomm
@@ -161,7 +161,7 @@ def test_every_tensor_the_optimizer_updates_and_the_random_state_come_back():
 
 
 def test_training_flags_gradients_step_hooks_and_peaks_are_the_scripts_after_tune():
-    # Note [What the probes leave as it was]: an evaluate() that calls model.eval() left the model in
+    # See Note [What the probes leave as it was]: an evaluate() that calls model.eval() left the model in
     # eval mode; gradients the script held came back None; an EMA in a step hook took in the probes'
     # weights; the probes' peak stayed the allocator's peak.
     run_ok("""
@@ -198,7 +198,7 @@ def test_training_flags_gradients_step_hooks_and_peaks_are_the_scripts_after_tun
 
 
 def test_an_optimizer_that_wraps_another_has_both_states_back_after_tune():
-    # Note [What the probes leave as it was]: timm's Lookahead keeps Adam's moments in its inner
+    # See Note [What the probes leave as it was]: timm's Lookahead keeps Adam's moments in its inner
     # optimizer, and its own state dict stays empty: the probes' steps stayed in Adam's.
     run_ok("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm
@@ -236,7 +236,7 @@ def test_an_optimizer_that_wraps_another_has_both_states_back_after_tune():
 
 
 def test_a_model_that_cannot_step_on_one_sample_is_tuned_from_two():
-    # Note [A model that cannot step on one sample]: BatchNorm1d raised at the first step, at b = 1.
+    # See Note [A model that cannot step on one sample]: BatchNorm1d raised at the first step, at b = 1.
     run_ok("""
         import warnings, torch, torch.nn as nn, torch.nn.functional as F, memcomm
         torch.set_num_threads(1)

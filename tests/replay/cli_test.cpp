@@ -139,7 +139,7 @@ TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json
   CHECK(r.code == 2);
   CHECK(r.err.find("cannot write") != std::string::npos);
 
-  // Note [Outputs that would destroy data]: --json naming an input (by any name) would replace the trace.
+  // See Note [Outputs that would destroy data]: --json naming an input (by any name) would replace the trace.
   std::filesystem::create_symlink(snap, dir.path() / "link.pickle");
   for (const std::string& out : {snap.string(), (dir.path() / "link.pickle").string()}) {
     r = run(dir, snap.string() + " --policy pytorch --json " + out);

@@ -141,7 +141,7 @@ TEST_CASE("mct: reserved bytes are mapped bytes, not an expandable segment's vir
   CHECK(d.rank == 3);
   CHECK(d.device == 1);
   CHECK(d.peak_live == 13 * MiB);
-  // Note [Reserved bytes of expandable segments]: the plain segment counts whole, the virtual range
+  // See Note [Reserved bytes of expandable segments]: the plain segment counts whole, the virtual range
   // only as far as it is mapped; the reservation and its release are no source calls.
   CHECK(d.recorded.peak == 20 * MiB + 4 * MiB);
   CHECK(d.recorded.source_allocs == 3);  // the plain segment + 2 maps

@@ -154,7 +154,7 @@ TEST_CASE("frames: memory_viz's filter and format", "[snapshot][frames]") {
   CHECK(text.site_matches(text.site(a), "forward"));
   CHECK(text.site_matches(text.site(a), "model.py"));
   CHECK_FALSE(text.site_matches(text.site(a), "unwind"));
-  // Note [A free's stack]: its own site, under a heading, matched by the same words.
+  // See Note [A free's stack]: its own site, under a heading, matched by the same words.
   const std::uint32_t freed = text.site(a, true);
   CHECK(freed != text.site(a));
   CHECK(text.site_lines(freed) == std::vector<std::string>{std::string(snap::kFreeStackHeading), "model.py:42:forward"});

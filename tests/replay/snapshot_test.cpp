@@ -161,7 +161,7 @@ TEST_CASE("snapshot: a block freed twice counts as an anomaly, not as a second p
 }
 
 TEST_CASE("snapshot: segments that never held the live blocks give no `recorded` row, with a note", "[snapshot][requests]") {
-  // Note [Segments that cannot hold the blocks]: 2 MiB of segments, 8 MiB allocated in the trace.
+  // See Note [Segments that cannot hold the blocks]: 2 MiB of segments, 8 MiB allocated in the trace.
   PickleBuilder b;
   bool first = true;
   b.proto(4).empty_dict().mark();

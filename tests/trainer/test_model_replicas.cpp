@@ -1,4 +1,4 @@
-// Note [Replicas for --mode dp]: what LibTorch's data_parallel does with our models on several
+// See Note [Replicas for --mode dp]: what LibTorch's data_parallel does with our models on several
 // devices (replicate, run each replica on its chunk, reduce gradients into the original), driven on
 // CPU "devices": replicate() needs no GPU, only the scatter/gather around it does.
 #include <catch2/catch.hpp>

@@ -206,7 +206,7 @@ TEST_CASE("a corrupt checkpoint gives a clear error") {
 }
 
 TEST_CASE("a checkpoint with flipped bytes or cut short is refused as corrupt, not resumed") {
-  // Note [Checkpoint checksum]: LibTorch alone resumed such a file with NaN weights and exit 0.
+  // See Note [Checkpoint checksum]: LibTorch alone resumed such a file with NaN weights and exit 0.
   const auto d = scratch_dir("flipped-ckpt");
   REQUIRE(run_command(quick_train("--steps 2 --checkpoint-every 2 --checkpoint-dir " + d)).code == 0);
   const std::string path = d + "/ckpt.rank0.pt";
@@ -419,7 +419,7 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
 }
 
 TEST_CASE("a rank that never joins is named when the others' setup times out") {
-  // Note [Naming the ranks that never joined]: Gloo said "keys: /0/1" and printed a backtrace.
+  // See Note [Naming the ranks that never joined]: Gloo said "keys: /0/1" and printed a backtrace.
   const std::string port = std::to_string(free_port());
   const auto r = run_command("RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                              port + " timeout 120 " + quick_train("--steps 2 --timeout 3"));

@@ -21,7 +21,7 @@ TEST_CASE("runs under torchrun --no-python with ranks from the environment") {
   for (const auto& [step, by_rank] : sums) CHECK(by_rank.at(0) == by_rank.at(1));
 }
 
-// Note [A restart under torchrun's agent store]: rank 1 of the first attempt fails once rank 0 has
+// See Note [A restart under torchrun's agent store]: rank 1 of the first attempt fails once rank 0 has
 // written its Gloo keys; the second attempt must not read them.
 TEST_CASE("a torchrun restart after a failed rank trains to the end") {
   if (!std::filesystem::exists(torchrun_bin())) MEMCOMM_SKIP_TEST("no torchrun in .venv (run scripts/setup.sh)");
@@ -86,7 +86,7 @@ TEST_CASE("two hosts in network namespaces joined by a veth pair train together"
 }
 
 TEST_CASE("ranks on one host record clock offset 0 and a forced probe measures a small one") {
-  // Note [One clock per host]: with CLOCK_MONOTONIC read directly (MEMCOMM_CLOCK=monotonic), same boot
+  // See Note [One clock per host]: with CLOCK_MONOTONIC read directly (MEMCOMM_CLOCK=monotonic), same boot
   // and time namespace mean one clock, so no estimate (and no noise). The TSC path always probes.
   const auto d = scratch_dir("clock_offset");
   const auto merge = bin_dir() + "/memcomm-trace merge --force " + d + "/m.mct " + d + "/t.rank0.mct " + d + "/t.rank1.mct";

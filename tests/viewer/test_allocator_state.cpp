@@ -1,4 +1,4 @@
-// Note [Incremental allocator state]: state at a cursor from checkpoints + forward steps equals a
+// See Note [Incremental allocator state]: state at a cursor from checkpoints + forward steps equals a
 // fold of all events, and seeks cost at most one checkpoint interval.
 #include "memcomm_test.hpp"
 

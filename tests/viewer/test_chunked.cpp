@@ -1,4 +1,4 @@
-// Note [Chunked arrays]: the model's per-event arrays keep elements in fixed-size chunks, so that a
+// See Note [Chunked arrays]: the model's per-event arrays keep elements in fixed-size chunks, so that a
 // live append never copies what is stored. Checked here: element order and values across chunk
 // boundaries, stability of stored elements while the array grows, reserve/truncate/shrink, copies
 // and moves, the std algorithms the views use (binary search, sort), span queries that straddle a

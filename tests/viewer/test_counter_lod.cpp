@@ -1,4 +1,4 @@
-// Note [Counter LOD]: per-pixel min/max from the levels against a brute-force pass.
+// See Note [Counter LOD]: per-pixel min/max from the levels against a brute-force pass.
 #include "memcomm_test.hpp"
 
 #include <memcomm/view/counter_lod.hpp>

@@ -71,7 +71,7 @@ TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
 }
 
 TEST_CASE("the viewer finds the same signs of several runs as memcomm-trace", "[unit][viewer]") {
-  // Note [One run or several]: each rank records [start + 1000, start + 5000] ns of wall-clock time
+  // See Note [One run or several]: each rank records [start + 1000, start + 5000] ns of wall-clock time
   // on its host's monotonic clock from `boot` on, moved onto the run's timeline by `offset`.
   using namespace memcomm::prof;
   const auto write = [](const std::string& path, uint32_t rank, uint32_t world, int64_t start, int64_t boot,

@@ -1,4 +1,4 @@
-// Note [Span merging]: narrow spans merge into counted marks, wide ones stay themselves, and the
+// See Note [Span merging]: narrow spans merge into counted marks, wide ones stay themselves, and the
 // number of marks is bounded by the pixels, not by the spans.
 #include "memcomm_test.hpp"
 

@@ -135,7 +135,7 @@ RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
   if (!s.gpu_mode) {
     for (const RangeSpan& rs : ranges)
       if (is_compute_phase(rs.phase)) s.compute.push_back({rs.begin, rs.end});
-    // Note [Breakdown definitions]: a CPU run that marks no phase (a torch.profiler trace of a CPU
+    // See Note [Breakdown definitions]: a CPU run that marks no phase (a torch.profiler trace of a CPU
     // script without ProfilerStep) has only its host ranges, the operators it ran.
     if (s.compute.empty())
       for (const RangeSpan& rs : ranges)

@@ -46,7 +46,7 @@ bool has_word(const std::string& text, const char* word) {
   return false;
 }
 
-// Note [TSC clock]: the kernel's clocksource must be the counter, and on x86 the CPU must call
+// See Note [TSC clock]: the kernel's clocksource must be the counter, and on x86 the CPU must call
 // the TSC invariant.
 bool counter_trusted() {
   if (const char* env = std::getenv("MEMCOMM_CLOCK")) {

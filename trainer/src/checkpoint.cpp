@@ -162,7 +162,7 @@ int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& mod
     const std::string bytes = read_file(p);
     const std::string_view archive = archive_of(p, bytes);
     ar.load_from(archive.data(), archive.size());
-    // Note [Checkpoint fingerprint]: compare before anything is loaded into the model.
+    // See Note [Checkpoint fingerprint]: compare before anything is loaded into the model.
     std::vector<std::string> diffs;
     c10::IValue saved;
     if (ar.try_read(kFingerprintKey, saved) && saved.isString()) {

@@ -147,7 +147,7 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
     throw CommError("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (rank " +
                     std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + why_not_joined(e));
   }
-  // Note [Naming the lost rank]: a private store client, so beats never queue behind collectives.
+  // See Note [Naming the lost rank]: a private store client, so beats never queue behind collectives.
   heartbeat_ = std::thread([this, env] {
     c10::intrusive_ptr<c10d::Store> hb;
     try {

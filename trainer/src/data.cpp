@@ -195,7 +195,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
 BatchLoader::BatchLoader(std::shared_ptr<Dataset> ds, std::vector<int64_t> indices, int64_t batch_size, int workers,
                          int prefetch, bool pin_memory, LoaderOptions lo)
     : ds_(std::move(ds)), indices_(std::move(indices)), batch_size_(batch_size),
-      // Note [Partial batches]: training keeps one shape and drops the short last batch.
+      // See Note [Partial batches]: training keeps one shape and drops the short last batch.
       num_batches_((static_cast<int64_t>(indices_.size()) + (lo.keep_partial ? batch_size - 1 : 0)) / batch_size),
       workers_(workers), prefetch_(prefetch), pin_(pin_memory), lo_(lo),
       slots_(static_cast<size_t>(prefetch)), slot_error_(static_cast<size_t>(prefetch)),

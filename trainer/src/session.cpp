@@ -127,7 +127,7 @@ TrainSession::TrainSession(const TrainOptions& o, Communicator& comm, const torc
                   static_cast<unsigned long long>(before), static_cast<unsigned long long>(parameter_checksum(params_)));
   }
   if (o.mode == Mode::Dp) {
-    // Note [Replicas for --mode dp]: every visible GPU, or the one CPU device.
+    // See Note [Replicas for --mode dp]: every visible GPU, or the one CPU device.
     if (dev.is_cuda()) {
       for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
         dp_devices_.emplace_back(torch::kCUDA, static_cast<torch::DeviceIndex>(i));

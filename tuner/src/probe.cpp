@@ -33,7 +33,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Note [Probing long accumulations]: the early micro-steps averaged over every timed step, the
+// See Note [Probing long accumulations]: the early micro-steps averaged over every timed step, the
 // synchronising last one by its median; `accum` is the request's K, `measured` the K that ran.
 double step_seconds(const std::vector<train::StepTiming>& timed, int64_t accum, int measured) {
   if (timed.empty()) return 0;
@@ -58,7 +58,7 @@ double exposed_seconds(const std::vector<train::StepTiming>& timed) {
 
 ProbeRunner::ProbeRunner(const train::TrainOptions& o, const train::DistEnv& env, const ProbeSettings& settings)
     : trial_(o, env, settings.unequal), settings_(settings), prefetch_(o.prefetch), workers_(o.workers) {
-  // Note [A first step before the probes]: one step at b = 1; the trial puts the state back.
+  // See Note [A first step before the probes]: one step at b = 1; the trial puts the state back.
   train::TrialPlan one;
   const auto first = trial_.run(one);
   if (first.oom)

@@ -260,7 +260,7 @@ class Search {
     return true;
   }
 
-  // Note [Safety margin]: from the fragmentation of the largest micro-batch that fit, the regime
+  // See Note [Safety margin]: from the fragmentation of the largest micro-batch that fit, the regime
   // a recommendation lives in (tiny probes are dominated by segment rounding and say nothing).
   void set_margin() {
     double f = 0;

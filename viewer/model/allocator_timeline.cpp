@@ -25,7 +25,7 @@ void AllocatorTimeline::update(std::size_t first_changed) {
     cur_ = AllocatorState{};
     pos_ = 0;
   }
-  // Note [Incremental allocator state]: one pass, copying the state at growing intervals.
+  // See Note [Incremental allocator state]: one pass, copying the state at growing intervals.
   for (; folded_ < events_->size(); ++folded_) {
     const AllocEvent& e = (*events_)[folded_];
     segments_recorded_ = segments_recorded_ || e.op == prof::EventKind::SegmentAlloc || e.op == prof::EventKind::SegmentMap;

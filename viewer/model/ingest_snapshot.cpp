@@ -118,7 +118,7 @@ bool ingest_snapshot(const std::string& path, Timeline& out, std::string& error,
     auto stream_index = [&](std::int64_t s) {
       return streams.emplace(s, static_cast<std::uint32_t>(streams.size())).first->second;
     };
-    // Note [A trace that starts mid-run]: a device with no events starts with the others.
+    // See Note [A trace that starts mid-run]: a device with no events starts with the others.
     TimeNs earliest = kTimeLimit;
     for (const auto& trace : snap.device_traces) earliest = std::min(earliest, first_time(trace, kTimeLimit));
     if (earliest == kTimeLimit) earliest = 2;  // no history at all: the end state at times 0 and 1

@@ -170,7 +170,7 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
 
   void free(void* ptr) {
     if (!ptr) return;
-    // Note [Which engine frees a pointer]
+    // See Note [Which engine frees a pointer].
     if (foreign_live_.load(std::memory_order_acquire) > 0) {
       std::lock_guard<std::mutex> lock(foreign_mu_);
       auto it = foreign_.find(ptr);
@@ -355,7 +355,7 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
   }
 
  private:
-  // Note [Simulated CUDA adapter]: no CUDA calls there.
+  // See Note [Simulated CUDA adapter]: no CUDA calls there.
   c10::DeviceIndex current_device() const { return simulated_ ? 0 : c10::cuda::current_device(); }
   cudaStream_t current_stream(c10::DeviceIndex device) const {
     return simulated_ ? nullptr : c10::cuda::getCurrentCUDAStream(device).stream();

@@ -70,7 +70,7 @@ std::atomic<uint64_t> g_generation{1};
 std::atomic<bool> g_forked_child{false};
 std::atomic<Recorder*> g_global{nullptr};
 
-// Note [Recording across fork]: runs in the child, before fork() returns there.
+// See Note [Recording across fork]: runs in the child, before fork() returns there.
 void mark_forked_child() {
   g_forked_child.store(true, std::memory_order_relaxed);
   if (Recorder* r = g_global.load(std::memory_order_relaxed)) r->disable_in_forked_child();

@@ -45,7 +45,7 @@ def _default_store() -> Optional[Any]:
 
 
 def _missing_ranks(store: Any, sync: int, rank: int, world: int) -> Optional[List[int]]:
-    """Note [Ranks that do not profile]: None when every rank checked in for clock measurement
+    """See Note [Ranks that do not profile]: None when every rank checked in for clock measurement
     `sync`, else the ranks that have not yet ([] for a rank that came after the others gave up)."""
     # A store can outlive an attempt (torchrun's agent store across restarts): each attempt its own keys.
     attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}"

@@ -26,7 +26,7 @@ namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-// Note [Corrupt, not cut short]: the longest unclosed event read as a file cut short.
+// See Note [Corrupt, not cut short]: the longest unclosed event read as a file cut short.
 constexpr size_t kLongestCutEvent = size_t(256) << 10;  // 37 times the longest event seen
 
 // Where a scan of an object, array or string is: resumable when more input is appended.
@@ -191,7 +191,7 @@ bool ContainerScan::step(const char* data, size_t p) {
   return false;
 }
 
-// Note [Scanning 64 bytes at a time]: true with `end` when the block at i closed the value.
+// See Note [Scanning 64 bytes at a time]: true with `end` when the block at i closed the value.
 bool ContainerScan::block(const char* data, size_t i, size_t& end) {
   const BlockMasks m = classify(data + i);
   if (m.backslash || skip_to > i) {

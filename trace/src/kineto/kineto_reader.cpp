@@ -19,7 +19,7 @@ namespace memcomm::prof {
 
 namespace {
 
-// Note [One simdjson translation unit]: the parser's file may need AVX2.
+// See Note [One simdjson translation unit]: the parser's file may need AVX2.
 void check_cpu(const std::string& name) {
 #if defined(MEMCOMM_KINETO_AVX2)
   __builtin_cpu_init();

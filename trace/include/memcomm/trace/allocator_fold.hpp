@@ -48,7 +48,7 @@
 
 namespace memcomm::prof {
 
-// Note [Memory curves from block events]: whether a rank's curves follow `candidate` rather than
+// See Note [Memory curves from block events]: whether a rank's curves follow `candidate` rather than
 // the device chosen so far (`chosen`, -1: none yet): any device over none, a GPU over the host.
 inline bool better_curve_device(int chosen, int candidate) {
   return chosen < 0 || (chosen == kHostDevice && candidate != kHostDevice);

@@ -1,4 +1,4 @@
-// Streams and events as the allocator sees them (see Note [Stream-ordered reuse] in caching_allocator.cpp).
+// Streams and events as the allocator sees them (see Note [Stream-ordered reuse] in stream_reuse.cpp).
 #pragma once
 
 #include <cstdint>

@@ -53,7 +53,7 @@ class StackText {
   // The stack's lines, outermost first: filtered (memory_viz) unless all_frames; ["<non-python>"]
   // for kNoStack.
   std::vector<std::string> lines(std::uint32_t stack, bool all_frames = false) const;
-  // Note [Sites]: the site of a raw stack id (kNoStack included); with stack_of_free, flagged
+  // See Note [Sites]: the site of a raw stack id (kNoStack included); with stack_of_free, flagged
   // kFreeStackSite.
   std::uint32_t site(std::uint32_t stack, bool stack_of_free = false) const;
   // The lines of a site, outermost first: filtered, or with all_frames the frames of one of its raw

@@ -87,7 +87,7 @@ class TimelineBuilder {
   // gives its own (a snapshot's, with stacks: allocations_from_producer()).
   Timeline finish(std::string source);
   void allocations_from_producer() { producer_allocations_ = true; }
-  // Note [Incremental append]: publishes what was ingested since the last call into `tl` (built
+  // See Note [Incremental append]: publishes what was ingested since the last call into `tl` (built
   // by earlier calls of this builder only), touching only what the new events touch; appending in
   // pieces gives the model that finish() gives for all of it at once. Live mode's publish step.
   AppendResult append_to(Timeline& tl);

@@ -137,7 +137,7 @@ class App {
   bool live_pending_ = false;           // live: arrivals taken but not yet published (rate limit)
   bool summary_stale_ = false;          // live: the last publish skipped the 1 Hz summary refresh
   double summary_s_ = -1e9;             // live: when the summary was last recomputed (1 Hz)
-  // Note [Idle while listening]: wakes the sleeping UI thread when the receiver has news.
+  // See Note [Idle while listening]: wakes the sleeping UI thread when the receiver has news.
   std::thread live_waker_;
   std::mutex waker_mu_;
   std::condition_variable waker_cv_;
