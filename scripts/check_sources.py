@@ -6,7 +6,8 @@
 1. Notes. Every `Note [Title]` that code, build files, scripts or docs cite is defined exactly once:
    a comment (or docstring) line that starts with `Note [Title]`, alone or followed by a colon.
    Elsewhere a comment cites it ("See Note [Title]: what this code does of it"). A citation that
-   names where the Note lives ("Note [Title] in path/file.hpp") names the file that defines it. bench/results/ is a dated log of measurements and is left as it was written.
+   names where the Note lives ("Note [Title] in path/file.hpp") names the file that defines it.
+   bench/results/ is a dated log of measurements and is left as it was written.
 2. Layers (docs/architecture.md, "Layers"). A folder includes memcomm headers only of itself and of
    the folders below it; allocator/core never includes the LibTorch adapter's header.
 3. LibTorch. Only trainer/, the allocator's torch adapter and the tests and samples built on them
