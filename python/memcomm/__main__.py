@@ -19,7 +19,6 @@ import importlib.util
 import os
 import runpy
 import sys
-import traceback
 import warnings
 from typing import Iterator, List, Optional, Tuple
 
@@ -213,19 +212,10 @@ def _exit_code(status: object) -> int:
     return 1
 
 
-def _leave_as_forked_child(status: object) -> None:
-    """A child the script forked (os.fork) that got back here leaves as Python would leave it, without
-    touching the parent's trace."""
-    code = _exit_code(status)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     profiler = _start(args)
-    pid, status = os.getpid(), 0
+    pid, status, whole = os.getpid(), 0, True
     spawns: List[int] = []
     try:
         with contextlib.ExitStack() as stack:
@@ -236,19 +226,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             _run_target(args)
     except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
         status = e.code
-    except BaseException:
-        if os.getpid() != pid:  # a forked child that raised: Python's own report and status
-            traceback.print_exc()
-            _leave_as_forked_child(1)
-        raise
     finally:
-        if os.getpid() != pid:  # a forked child that returned here: the trace is the parent's
-            _leave_as_forked_child(status)
-        with warnings.catch_warnings():
-            if spawns:  # the training ran in the spawned processes, which have profiles of their own
-                warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
-            if not _close(args, profiler):  # a full disk
-                status = status or 1
+        # A child the script forked (os.fork) that got back here leaves as Python would leave it
+        # (its files flushed, its atexit handlers run), without touching the parent's trace: its
+        # recorder is off (Note [Recording across fork] in profiler/core/src/recorder.cpp).
+        if os.getpid() == pid:
+            with warnings.catch_warnings():
+                if spawns:  # the training ran in the spawned processes, which have profiles of their own
+                    warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
+                whole = _close(args, profiler)
+    if not whole:  # a full disk
+        status = status or 1
     return _exit_code(status)
 
 

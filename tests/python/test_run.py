@@ -114,6 +114,9 @@ if mode == "eval-then-fp16":  # a forward without gradients before the script re
         model(torch.randn(2, 32))
 if mode in ("fp16", "eval-then-fp16"):
     model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+if mode == "memcomm-hook":  # a script that records its buckets itself: recorded once, not twice
+    import memcomm
+    model.register_comm_hook(None, memcomm.comm_hook())
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 torch.save(model, f"{run}.early{dist.get_rank()}.pt")  # before memcomm's hook is in place
 for step in range(3):
@@ -146,7 +149,7 @@ def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchang
     script = write(tmp_path, "ddp.py", DDP)
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
     cases = {"default": ["f32"] * 3, "fp16": ["f16"] * 3, "eval-then-fp16": ["f16"] * 3,
-             "late-fp16": ["f32", "f16", "f16"], "late-builtin": ["f32"] * 3}
+             "late-fp16": ["f32", "f16", "f16"], "late-builtin": ["f32"] * 3, "memcomm-hook": ["f32"] * 3}
     for mode, dtypes in cases.items():
         plain = subprocess.run([*torchrun, str(script), mode, f"plain-{mode}"], capture_output=True, text=True,
                                timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -185,11 +188,21 @@ def test_a_child_the_script_forks_leaves_as_python_leaves_it(tmp_path, tool):
             raise ValueError("the child's own error")
         _, status = os.waitpid(pid, 0)
         print("child exit", os.waitstatus_to_exitcode(status))
+        pid = os.fork()
+        if pid == 0:  # a child that leaves by sys.exit with a file it never closed and an atexit handler
+            import atexit
+            out = open("child.txt", "w")
+            out.write("child data")
+            atexit.register(lambda: open("atexit.txt", "w").write("ran"))
+            sys.exit(3)
+        _, status = os.waitpid(pid, 0)
+        print("second child exit", os.waitstatus_to_exitcode(status))
         model(torch.randn(3, 4)).sum().backward()
         opt.step()
     """)
     r = run_memcomm(tmp_path, "fork.py")
-    assert r.returncode == 0 and "child exit 1" in r.stdout, (r.stdout, r.stderr)
+    assert r.returncode == 0 and "child exit 1" in r.stdout and "second child exit 3" in r.stdout, (r.stdout, r.stderr)
+    assert (tmp_path / "child.txt").read_text() == "child data" and (tmp_path / "atexit.txt").read_text() == "ran"
     assert "ValueError: the child's own error" in r.stderr and r.stderr.count("memcomm: fork.rank0.mct") == 1, r.stderr
     assert len(report(tool, tmp_path / "fork.rank0.mct")["steps"]) == 1
 

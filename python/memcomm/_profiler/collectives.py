@@ -138,5 +138,9 @@ def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype:
         ddp.register_comm_hook(state, memcomm.comm_hook(my_hook, wire_dtype=torch.float16))
 
     `hook` is "allreduce", "fp16", "bf16" or any hook(state, bucket) -> Future; `wire_dtype` is the
-    element type it sends (default: the bucket's, or the compression's)."""
+    element type it sends (default: the bucket's, or the compression's). A hook comm_hook() made
+    already is returned as it is: wrapped twice, each bucket would be recorded twice (python -m
+    memcomm wraps the hooks a script registers, memcomm's own among them)."""
+    if isinstance(hook, RecordedHook) and wire_dtype is None:
+        return hook
     return RecordedHook(*_inner_hook(hook, wire_dtype))
