@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "json_text.hpp"
+#include "memcomm/trace/analysis.hpp"
 #include "memcomm/trace/kineto.hpp"
+#include "memcomm/trace/trace_set.hpp"
 #include "memcomm/trace/trace_error.hpp"
 #include "memcomm_test.hpp"
 
@@ -456,6 +458,31 @@ TEST_CASE("kineto: a DataLoader's __next__ is data wait, and gloo: ops are colle
   CHECK(colls[1].second - colls[0].second == 48'000);
   CHECK(k.info.host_collectives == 2);
   CHECK(k.info.data_waits == 1);
+}
+
+TEST_CASE("kineto: a CPU trace's Gloo waits are exposed communication, and send/recv are no collectives",
+          "[kineto]") {
+  // A Gloo run's shape (torch 2.11): the profiler's own window span ("Trace"), the main thread's
+  // operators, a 400 us all_reduce on a Gloo thread that nothing beside it hides, and a send on the
+  // main thread. The window span made every CPU trace 100 % compute; the send was a collective.
+  const std::string json = R"json({"distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2}, "traceEvents": [
+    {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": "PyTorch Profiler", "ts": 0, "dur": 1000},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 100, "dur": 10},
+    {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 105, "dur": 400},
+    {"ph": "X", "cat": "cpu_op", "name": "c10d::send", "pid": 1, "tid": 1, "ts": 600, "dur": 100},
+    {"ph": "X", "cat": "user_annotation", "name": "gloo:send", "pid": 1, "tid": 1, "ts": 600, "dur": 100}]})json";
+  const std::string path = temp_path("gloo_window.json");
+  std::ofstream(path, std::ios::binary) << json;
+  const Analysis a = analyze(TraceSet::load({path}));
+  std::remove(path.c_str());
+  REQUIRE(a.ranks.size() == 1);
+  const Breakdown& b = a.ranks[0].breakdown;
+  CHECK(b.compute_ns == 110'000);  // aten::mm and the launch; c10d::send waits in gloo:send all along
+  CHECK(b.comm_total_ns == 400'000);
+  CHECK(b.exposed_comm_ns == 395'000);  // all but the 5 us the launch overlaps
+  REQUIRE(a.collectives.size() == 1);
+  CHECK(a.collectives[0].op == CollOp::AllReduce);
 }
 
 TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler writes, is refused", "[kineto]") {

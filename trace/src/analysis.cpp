@@ -118,6 +118,24 @@ CollectiveTiming collective_timing(const std::vector<CollectiveArrival>& arrival
   return t;
 }
 
+// The host ranges (Phase::Custom) of each thread, less the time that thread spent in a blocking
+// communication call (Phase::Comm: a Gloo op) inside them: an operator that waits on Gloo computes
+// nothing meanwhile, while another thread's work goes on.
+std::vector<Interval> operators_outside_comm(const std::vector<RangeSpan>& ranges) {
+  std::map<uint16_t, std::pair<std::vector<Interval>, std::vector<Interval>>> by_thread;
+  for (const RangeSpan& rs : ranges) {
+    if (rs.phase == Phase::Custom) by_thread[rs.thread].first.push_back({rs.begin, rs.end});
+    if (rs.phase == Phase::Comm) by_thread[rs.thread].second.push_back({rs.begin, rs.end});
+  }
+  std::vector<Interval> out;
+  for (auto& [thread, spans] : by_thread) {
+    merge_intervals(spans.first);
+    merge_intervals(spans.second);
+    for (const Interval& i : subtract(spans.first, spans.second)) out.push_back(i);
+  }
+  return out;
+}
+
 RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
                    const std::vector<CollectiveOnRank>& colls) {
   RankSpans s;
@@ -137,9 +155,7 @@ RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
       if (is_compute_phase(rs.phase)) s.compute.push_back({rs.begin, rs.end});
     // See Note [Breakdown definitions]: a CPU run that marks no phase (a torch.profiler trace of a CPU
     // script without ProfilerStep) has only its host ranges, the operators it ran.
-    if (s.compute.empty())
-      for (const RangeSpan& rs : ranges)
-        if (rs.phase == Phase::Custom) s.compute.push_back({rs.begin, rs.end});
+    if (s.compute.empty()) s.compute = operators_outside_comm(ranges);
   }
   if (!comm_kernels.empty()) {
     s.comm = std::move(comm_kernels);

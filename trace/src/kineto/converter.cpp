@@ -49,14 +49,17 @@ bool profiler_step(std::string_view name, uint64_t& step) {
 //   (on one of Gloo's threads, or on the calling thread, where it may outlive the c10d:: op that
 //   issued it and is cut to fit as a range): communication, not compute, and a collective of its own
 //   (Note [Collectives from communication kernels], with the op from the name and no size, on one
-//   communicator for all of them: the span names no process group).
+//   communicator for all of them: the span names no process group). "gloo:send" and "gloo:recv" are
+//   communication too, but no collective: they run on some ranks only, and as collectives of the one
+//   communicator they shifted every later collective's match across ranks.
 bool data_loader_next(std::string_view name) {
   constexpr std::string_view kPrefix = "enumerate(DataLoader)#", kSuffix = ".__next__";
   return name.size() > kPrefix.size() + kSuffix.size() && name.substr(0, kPrefix.size()) == kPrefix &&
          name.substr(name.size() - kSuffix.size()) == kSuffix;
 }
 
-bool gloo_collective(std::string_view name) { return name.size() > 5 && name.substr(0, 5) == "gloo:"; }
+bool gloo_op(std::string_view name) { return name.size() > 5 && name.substr(0, 5) == "gloo:"; }
+bool point_to_point(std::string_view op) { return op.substr(0, 4) == "send" || op.substr(0, 4) == "recv"; }
 
 // Note [Names longer than a regex can search]: libstdc++'s std::regex recurses once per character a
 // ".*" consumes, so a user's --comm-kernels pattern overflowed the stack on a 100,000-character
@@ -83,7 +86,8 @@ Converter::Kind Converter::kind_of(std::string_view cat) {
     }
   const std::string l = lower(cat);
   Kind k = Kind::Generic;
-  if (l == "cpu_op" || l == "operator" || l == "user_annotation" || l == "trace") k = Kind::Range;
+  if (l == "cpu_op" || l == "operator" || l == "user_annotation") k = Kind::Range;
+  else if (l == "trace") k = Kind::Window;
   else if (l == "python_function") k = Kind::PythonFrame;
   else if (l == "gpu_user_annotation") k = Kind::GpuAnnotation;
   else if (has(l, "runtime") || has(l, "driver")) k = Kind::Launch;
@@ -164,6 +168,8 @@ void Converter::on_complete(const RawEvent& e, Kind kind) {
       return add_device_span(e, kind, begin, end);
     case Kind::GpuAnnotation:
       return add_range(e, begin, end, 0, true);
+    case Kind::Window:  // "PyTorch Profiler (N)": the recording's own window, no work (it held every
+      return;           // operator, and a CPU trace's compute was all of it, its Gloo waits too)
     case Kind::PythonFrame:  // Note [Host spans that overlap] (host_ranges.hpp)
       return add_range(e, begin, end, tracks_.python_lane(e.pid, e.tid), false);
     case Kind::Generic:
@@ -189,8 +195,9 @@ void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_
   } else if (data_loader_next(e.name)) {  // Note [Phases a torch.profiler trace names]
     s.phase = Phase::DataWait;
     ++info_.data_waits;
-  } else if (gloo_collective(e.name)) {
+  } else if (gloo_op(e.name)) {
     s.phase = Phase::Comm;
+    if (point_to_point(e.name.substr(5))) return spans_.push_back(s);
     ++info_.host_collectives;
     comm_kernels_.push_back({begin, end, 0, s.name, strings_.intern(e.name.substr(5)), strings_.intern(""),
                              strings_.intern(""), strings_.intern(""), kNoArg, kNoArg, kNoArg, kHostCollectiveStream,

@@ -44,7 +44,9 @@ class Converter final : public SplitHandler {
   KinetoTrace finish(const SplitResult& split);
 
  private:
-  enum class Kind : uint8_t { Range, PythonFrame, GpuAnnotation, Launch, Kernel, Memcpy, Memset, DeviceSync, Instant, Known, Generic };
+  enum class Kind : uint8_t {
+    Range, PythonFrame, GpuAnnotation, Launch, Kernel, Memcpy, Memset, DeviceSync, Instant, Known, Generic, Window
+  };
   Kind kind_of(std::string_view cat);
   void skip(const std::string& reason) { ++info_.skipped[reason]; }
   [[noreturn]] void throw_no_torch_event() const;  // Note [JSON of another tool]
