@@ -460,7 +460,7 @@ TEST_CASE("kineto: a DataLoader's __next__ is data wait, and gloo: ops are colle
   CHECK(k.info.data_waits == 1);
 }
 
-TEST_CASE("kineto: a CPU trace's Gloo waits are exposed communication, and send/recv are no collectives",
+TEST_CASE("kineto: a CPU trace's Gloo waits are exposed communication with their sizes, and send/recv are no collectives",
           "[kineto]") {
   // A Gloo run's shape (torch 2.11): the profiler's own window span ("Trace"), the main thread's
   // operators, a 400 us all_reduce on a Gloo thread that nothing beside it hides, and a send on the
@@ -469,9 +469,12 @@ TEST_CASE("kineto: a CPU trace's Gloo waits are exposed communication, and send/
     {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": "PyTorch Profiler", "ts": 0, "dur": 1000},
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
     {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 100, "dur": 10},
-    {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 105, "dur": 400},
+    {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 105, "dur": 400,
+     "args": {"Input type": ["c10::Half"], "Input Strides": [[10, 1]], "Input Dims": [[10, 10]]}},
     {"ph": "X", "cat": "cpu_op", "name": "c10d::send", "pid": 1, "tid": 1, "ts": 600, "dur": 100},
-    {"ph": "X", "cat": "user_annotation", "name": "gloo:send", "pid": 1, "tid": 1, "ts": 600, "dur": 100}]})json";
+    {"ph": "X", "cat": "user_annotation", "name": "gloo:send", "pid": 1, "tid": 1, "ts": 600, "dur": 100},
+    {"ph": "X", "cat": "user_annotation", "name": "gloo:all_gather", "pid": 1, "tid": 9, "ts": 800, "dur": 10,
+     "args": {"Input type": ["float"], "Input Dims": [[5]]}}]})json";
   const std::string path = temp_path("gloo_window.json");
   std::ofstream(path, std::ios::binary) << json;
   const Analysis a = analyze(TraceSet::load({path}));
@@ -479,10 +482,16 @@ TEST_CASE("kineto: a CPU trace's Gloo waits are exposed communication, and send/
   REQUIRE(a.ranks.size() == 1);
   const Breakdown& b = a.ranks[0].breakdown;
   CHECK(b.compute_ns == 110'000);  // aten::mm and the launch; c10d::send waits in gloo:send all along
-  CHECK(b.comm_total_ns == 400'000);
-  CHECK(b.exposed_comm_ns == 395'000);  // all but the 5 us the launch overlaps
-  REQUIRE(a.collectives.size() == 1);
+  CHECK(b.comm_total_ns == 410'000);
+  CHECK(b.exposed_comm_ns == 405'000);  // all but the 5 us the launch overlaps
+  // With record_shapes, a gloo: span's Input Dims and Input type give its size; an all-gather names
+  // this rank's part of the gathered whole.
+  REQUIRE(a.collectives.size() == 2);
   CHECK(a.collectives[0].op == CollOp::AllReduce);
+  CHECK(a.collectives[0].dtype == DType::F16);
+  CHECK(a.collectives[0].bytes == 200);
+  CHECK(a.collectives[1].op == CollOp::AllGather);
+  CHECK(a.collectives[1].bytes == 5 * 4 * 2);
 }
 
 TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler writes, is refused", "[kineto]") {

@@ -71,7 +71,10 @@ DType collective_dtype(std::string_view dtype_arg, std::string_view kernel_name,
   static const std::map<std::string, DType> kArgs = {
       {"float", DType::F32},   {"half", DType::F16},    {"bfloat16", DType::BF16}, {"double", DType::F64},
       {"char", DType::I8},     {"byte", DType::U8},     {"int", DType::I32},       {"long", DType::I64},
-      {"float8e4m3fn", DType::F8E4M3}, {"float8e5m2", DType::F8E5M2}};
+      {"float8e4m3fn", DType::F8E4M3}, {"float8e5m2", DType::F8E5M2},
+      // the C++ names of record_shapes' "Input type" (a gloo: span's)
+      {"c10half", DType::F16}, {"c10bfloat16", DType::BF16}, {"longint", DType::I64}, {"signedchar", DType::I8},
+      {"unsignedchar", DType::U8}, {"c10float8e4m3fn", DType::F8E4M3}, {"c10float8e5m2", DType::F8E5M2}};
   auto it = kArgs.find(lower_letters(dtype_arg));
   if (it != kArgs.end()) return it->second;
   // Only a reduction's kernel is typed: NCCL moves the data of all-gather, broadcast, all-to-all and
@@ -136,7 +139,9 @@ void emit_collectives(const std::vector<CommKernel>& kernels, const Interner& st
     Comm& c = communicator(comms, *k, strings, rank, world_size, events);
     const CollOp op = collective_op(strings.text(k->collective), strings.text(k->kernel));
     const DType dt = collective_dtype(strings.text(k->dtype), strings.text(k->kernel), op);
-    const int64_t nelems = std::max<int64_t>({k->in_nelems, k->out_nelems, 0});
+    int64_t nelems = std::max<int64_t>({k->in_nelems, k->out_nelems, 0});
+    if (k->out_nelems == kNoArg && (op == CollOp::AllGather || op == CollOp::Gather))
+      nelems *= c.size;  // only this rank's part is named; the size is the gathered whole (nccl-tests')
     const uint64_t bytes = uint64_t(nelems) * uint64_t(dtype_size(dt));
     const uint32_t seq = c.next_seq++;
     auto launch = k->corr ? launched.find(k->corr) : launched.end();

@@ -48,8 +48,10 @@ bool profiler_step(std::string_view name, uint64_t& step) {
 // - "gloo:all_reduce" (and every other "gloo:" op) is a Gloo collective, the span of the work itself
 //   (on one of Gloo's threads, or on the calling thread, where it may outlive the c10d:: op that
 //   issued it and is cut to fit as a range): communication, not compute, and a collective of its own
-//   (Note [Collectives from communication kernels], with the op from the name and no size, on one
-//   communicator for all of them: the span names no process group). "gloo:send" and "gloo:recv" are
+//   (Note [Collectives from communication kernels], with the op from the name, on one communicator
+//   for all of them: the span names no process group). Its size is known where the profile recorded
+//   shapes: the elements its "Input Dims" name, of its first "Input type" (this rank's part: an
+//   all-gather moves the group's). "gloo:send" and "gloo:recv" are
 //   communication too, but no collective: they run on some ranks only, and as collectives of the one
 //   communicator they shifted every later collective's match across ranks.
 bool data_loader_next(std::string_view name) {
@@ -199,9 +201,9 @@ void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_
     s.phase = Phase::Comm;
     if (point_to_point(e.name.substr(5))) return spans_.push_back(s);
     ++info_.host_collectives;
-    comm_kernels_.push_back({begin, end, 0, s.name, strings_.intern(e.name.substr(5)), strings_.intern(""),
-                             strings_.intern(""), strings_.intern(""), kNoArg, kNoArg, kNoArg, kHostCollectiveStream,
-                             0, 0});
+    comm_kernels_.push_back({begin, end, 0, s.name, strings_.intern(e.name.substr(5)), strings_.intern(e.input_type),
+                             strings_.intern(""), strings_.intern(""), e.input_elements, kNoArg, kNoArg,
+                             kHostCollectiveStream, 0, 0});
   }
   spans_.push_back(s);
 }

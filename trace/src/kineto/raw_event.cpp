@@ -64,8 +64,63 @@ void read_counter(std::string_view key, od::value v, RawEvent& e) {
   if (v.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d)) e.counters.emplace_back(key, d);
 }
 
+// The elements one "Input Dims" entry names: a shape ([2, 3]: 6), a list of shapes (a TensorList:
+// their sum) or [] (no tensor: 0). False for anything else, or past 2^48 elements (no real tensor).
+bool entry_elements(od::value v, int64_t& out, bool inner = false) {
+  od::array arr;
+  if (v.get_array().get(arr) != simdjson::SUCCESS) return false;
+  constexpr int64_t kMaxElements = int64_t{1} << 48;
+  int64_t product = 1, sum = 0;
+  bool dims = false, shapes = false;
+  for (auto item : arr) {
+    od::value x;
+    od::json_type t;
+    if (item.get(x) != simdjson::SUCCESS || x.type().get(t) != simdjson::SUCCESS) return false;
+    int64_t n = 0;
+    if (t == od::json_type::number) {
+      if (!read_int(x, n, true) || n < 0 || (n > 0 && product > kMaxElements / n)) return false;
+      product *= n;
+      dims = true;
+    } else if (t == od::json_type::array && !inner) {
+      if (!entry_elements(x, n, true) || (sum += n) > kMaxElements) return false;
+      shapes = true;
+    } else {
+      return false;
+    }
+  }
+  if (dims && shapes) return false;
+  out = dims ? product : sum;
+  return true;
+}
+
+void read_input_elements(od::value v, RawEvent& e) {
+  od::array arr;
+  if (v.get_array().get(arr) != simdjson::SUCCESS) return;
+  int64_t total = 0;
+  for (auto item : arr) {
+    od::value x;
+    int64_t n = 0;
+    if (item.get(x) != simdjson::SUCCESS || !entry_elements(x, n) || (total += n) > (int64_t{1} << 48)) return;
+  }
+  e.input_elements = total;
+}
+
+// The first element of an array of strings; the others are read past.
+void read_first_string(od::value v, std::string_view& out) {
+  od::array arr;
+  if (v.get_array().get(arr) != simdjson::SUCCESS) return;
+  bool first = true;
+  for (auto item : arr) {
+    od::value x;
+    if (item.get(x) == simdjson::SUCCESS && first) read_string(x, out);
+    first = false;
+  }
+}
+
+bool gloo_span(const RawEvent& e) { return e.name.substr(0, 5) == "gloo:"; }
+
 // Dispatches on the key's length first: events carry many args the converter never reads
-// ("Input Dims", "Ev Idx", ...), and most of them then cost one comparison or none.
+// ("Input Dims" of operators, "Ev Idx", ...), and most of them then cost one comparison or none.
 void read_arg(std::string_view k, od::value a, RawEvent& e) {
   switch (k.size()) {
     case 4:
@@ -89,6 +144,8 @@ void read_arg(std::string_view k, od::value a, RawEvent& e) {
       break;
     case 10:
       if (k == "Group size") read_int(a, e.group_size);
+      else if (k == "Input Dims" && gloo_span(e)) read_input_elements(a, e);  // only where it is read
+      else if (k == "Input type" && gloo_span(e)) read_first_string(a, e.input_type);
       break;
     case 11:
       if (k == "correlation") read_int(a, e.correlation);
@@ -213,7 +270,7 @@ void EventParser::own_strings(RawEvent& e, std::string& arena) {
     v = std::string_view(arena.data() + at, v.size());
   };
   for (std::string_view* v : {&e.ts.text, &e.dur.text, &e.ph, &e.cat, &e.name, &e.arg_name, &e.collective, &e.dtype, &e.pg_name, &e.pg_ranks,
-                              &e.pid.text, &e.tid.text})
+                              &e.input_type, &e.pid.text, &e.tid.text})
     own(*v);
   for (auto& counter : e.counters) own(counter.first);
 }

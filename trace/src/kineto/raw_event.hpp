@@ -27,6 +27,7 @@ struct Number {
   std::string_view text;
 };
 
+// Every text field is a view; EventParser::own_strings copies each of them (a new one goes there too).
 struct RawEvent {
   std::string_view ph, cat, name;
   Number ts, dur;
@@ -40,6 +41,10 @@ struct RawEvent {
   int64_t in_nelems = kNoArg, out_nelems = kNoArg, group_size = kNoArg;
   std::string_view arg_name;        // M events: args.name
   std::string_view collective, dtype, pg_name, pg_ranks;
+  // A gloo: span's "Input Dims" (record_shapes=True) as the elements of its tensors, and the first of
+  // its "Input type"s (Note [Phases a torch.profiler trace names] in converter.cpp)
+  int64_t input_elements = kNoArg;
+  std::string_view input_type;
   // ph "C": the numeric args (a vector, so events that are not counters stay small)
   std::vector<std::pair<std::string_view, double>> counters;
 
