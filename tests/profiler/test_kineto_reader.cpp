@@ -9,6 +9,7 @@
 #include <string>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "json_text.hpp"
@@ -492,6 +493,29 @@ TEST_CASE("kineto: a CPU trace's Gloo waits are exposed communication with their
   CHECK(a.collectives[0].bytes == 200);
   CHECK(a.collectives[1].op == CollOp::AllGather);
   CHECK(a.collectives[1].bytes == 5 * 4 * 2);
+}
+
+TEST_CASE("kineto: collectives that pair different sizes across ranks are marked as not lining up", "[kineto]") {
+  // Note [Collectives the ranks disagree on] (analysis.cpp): rank 1's first all-reduce is another
+  // group's (its own size), so order pairs it with rank 0's; the second pair agrees.
+  const auto rank_json = [](int rank, int first_elements) {
+    return fmt::format(R"json({{"distributedInfo": {{"backend": "gloo", "rank": {}, "world_size": 2}}, "traceEvents": [
+      {{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 100, "dur": 50,
+        "args": {{"Input type": ["float"], "Input Dims": [[{}]]}}}},
+      {{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 200, "dur": 50,
+        "args": {{"Input type": ["float"], "Input Dims": [[64]]}}}}]}})json", rank, first_elements);
+  };
+  const std::string p0 = temp_path("pair0.json"), p1 = temp_path("pair1.json");
+  std::ofstream(p0, std::ios::binary) << rank_json(0, 1000);
+  std::ofstream(p1, std::ios::binary) << rank_json(1, 3000);
+  const Analysis a = analyze(TraceSet::load({p0, p1}));
+  std::remove(p0.c_str());
+  std::remove(p1.c_str());
+  REQUIRE(a.collectives.size() == 2);
+  CHECK(a.collectives[0].ranks_disagree);
+  CHECK_FALSE(a.collectives[1].ranks_disagree);
+  CHECK(a.disagreeing_collectives == 1);
+  CHECK_THAT(analysis_to_text(a), Catch::Contains("warning: 1 of 2 matched collectives name different ops or sizes"));
 }
 
 TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler writes, is refused", "[kineto]") {

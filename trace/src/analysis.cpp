@@ -328,6 +328,15 @@ RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysi
   return rs;
 }
 
+// Note [Collectives the ranks disagree on]
+// Collectives are matched across ranks by communicator and order, which is exact when every rank
+// records every collective of a communicator. Two kinds of input break that without any error: a
+// torch.profiler trace of Gloo puts every process group on one communicator (its spans name none), so
+// a sub-group's collectives pair with another group's; and traces that begin at different steps pair
+// step 2 of one rank with step 3 of another. The pairs then name different ops or sizes, which one
+// collective never does, so such a match is marked and counted, and the report says so: its skew,
+// straggler and bandwidth are not to be trusted.
+//
 // One matched collective's figures (Note [Collective bandwidth]).
 CollectiveStats collective_stats(const TraceSet& set, std::pair<uint64_t, uint32_t> key, const CollectiveParts& x,
                                  const std::map<uint64_t, int>& comm_size) {
@@ -340,6 +349,10 @@ CollectiveStats collective_stats(const TraceSet& set, std::pair<uint64_t, uint32
   st.bytes = c0.bytes;
   st.bucket = c0.bucket;
   st.ranks_seen = int(x.ranks.size());
+  st.ranks_disagree = std::any_of(x.ranks.begin(), x.ranks.end(), [&c0](const auto& rc) {
+    const CollectiveOnRank& c = rc.second;
+    return c.op != c0.op || (c.bytes != 0 && c0.bytes != 0 && c.bytes != c0.bytes);
+  });
   auto cs = comm_size.find(key.first);
   st.nranks = cs != comm_size.end() ? cs->second : 0;
   if (st.nranks == 0) {
@@ -381,6 +394,7 @@ Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
     const CollectiveStats& st = a.collectives.back();
     busbw.add(st.busbw_gbps, st.bytes, st.time_ns);
     a.max_skew_ns = std::max(a.max_skew_ns, st.skew_ns);
+    a.disagreeing_collectives += st.ranks_disagree;
   }
   std::sort(a.collectives.begin(), a.collectives.end(), [](const CollectiveStats& x, const CollectiveStats& y) {
     return x.first_start != y.first_start ? x.first_start < y.first_start : x.seq < y.seq;

@@ -68,7 +68,8 @@ std::string analysis_to_json(const Analysis& a, int indent) {
                                 {"algbw_gbps", c.algbw_gbps},
                                 {"busbw_gbps", c.busbw_gbps},
                                 {"skew_ns", c.skew_ns},
-                                {"straggler_rank", c.straggler_rank == kUnknownRank ? -1 : int64_t(c.straggler_rank)}});
+                                {"straggler_rank", c.straggler_rank == kUnknownRank ? -1 : int64_t(c.straggler_rank)},
+                                {"ranks_disagree", c.ranks_disagree}});
   }
   j["memory"] = nlohmann::json::array();
   for (size_t i = 0; i < a.memory.size(); ++i) {
@@ -83,7 +84,8 @@ std::string analysis_to_json(const Analysis& a, int indent) {
                   {"mean_exposed_comm_ns", a.mean_exposed_comm_ns},
                   {"mean_busbw_gbps", a.mean_busbw_gbps},
                   {"max_skew_ns", a.max_skew_ns},
-                  {"drops", a.drops}};
+                  {"drops", a.drops},
+                  {"disagreeing_collectives", a.disagreeing_collectives}};
   return j.dump(indent);
 }
 
@@ -130,11 +132,18 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
                          c.straggler_rank == kUnknownRank ? std::string("-") : std::to_string(c.straggler_rank));
     }
     out += "(bandwidths in GB/s, nccl-tests definitions)\n";
+    if (a.disagreeing_collectives > 0)  // Note [Collectives the ranks disagree on]
+      out += fmt::format("warning: {} of {} matched collectives name different ops or sizes on different ranks: "
+                         "the ranks' collectives do not line up (Gloo sub-groups in torch.profiler traces share one "
+                         "communicator; traces that begin at different steps), so their skews and stragglers are "
+                         "not to be trusted\n",
+                         a.disagreeing_collectives, a.collectives.size());
   }
   // A bandwidth needs a size: collectives that record none give "unknown", not 0 GB/s.
   const bool sized = std::any_of(a.collectives.begin(), a.collectives.end(), [](const CollectiveStats& c) { return c.bytes > 0; });
-  const std::string busbw = sized || a.collectives.empty() ? fmt::format("{:.3f} GB/s", a.mean_busbw_gbps)
-                                                           : std::string("unknown (no collective records its size)");
+  const std::string busbw = a.collectives.empty() ? std::string("none (no collectives)")
+                            : sized                 ? fmt::format("{:.3f} GB/s", a.mean_busbw_gbps)
+                                                    : std::string("unknown (no collective records its size)");
   out += fmt::format("\nSummary: overlap {:.1f}% (mean over ranks), exposed communication {} ms per rank, "
                      "bus bandwidth {}, max skew {:.1f} us, drops {}\n",
                      a.mean_overlap_pct, format_ms(a.mean_exposed_comm_ns, 3, ""), busbw, double(a.max_skew_ns) / 1e3,

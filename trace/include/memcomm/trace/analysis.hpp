@@ -134,6 +134,9 @@ struct CollectiveStats {
   double busbw_gbps;
   int64_t skew_ns;            // last_start - first_start
   uint32_t straggler_rank;    // rank that started last (kUnknownRank with one rank)
+  // The ranks' records name different ops, or different sizes where known: matched by order, they
+  // are not one collective (Note [Collectives the ranks disagree on], analysis.cpp).
+  bool ranks_disagree;
 };
 
 struct Breakdown {
@@ -193,6 +196,7 @@ struct Analysis {
   double mean_busbw_gbps = 0;       // bytes-weighted over collectives with a time
   int64_t max_skew_ns = 0;
   uint64_t drops = 0;
+  uint64_t disagreeing_collectives = 0;  // CollectiveStats::ranks_disagree
 };
 
 Analysis analyze(const TraceSet& set, const AnalysisOptions& opt = {});
