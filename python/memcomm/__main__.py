@@ -14,11 +14,16 @@ start_processes) are profiled from their init_process_group on, each writing NAM
 (Note [Profiles of spawned processes] in _spawned.py); other processes it starts are not.
 """
 import argparse
+import builtins
 import contextlib
+import importlib.machinery
 import importlib.util
+import io
 import os
 import runpy
 import sys
+import types
+import zipfile
 import warnings
 from typing import Iterator, List, Optional, Tuple
 
@@ -97,14 +102,14 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     args.target = target
     if args.module is None and not args.target:
         p.error("name a script to run (or -m MODULE)")
-    if args.module is None and not os.path.isfile(args.target[0]):
+    if args.module is None and not _runnable(args.target[0]):
         p.error(f"no such script: {args.target[0]}")
     if args.module is not None and not _module_exists(args.module):
         p.error(f"no such module: {args.module}")
     if not args.allocator and (args.memory_limit is not None or args.history or args.snapshot):
         p.error("--memory-limit, --history and --snapshot need --allocator")
-    if args.history < 0:
-        p.error(f"--history must be >= 0, got {args.history}")
+    if not 0 <= args.history < 2**31:
+        p.error(f"--history must be from 0 to {2**31 - 1}, got {args.history}")
     if args.trace is None:
         stem = args.module.rsplit(".", 1)[-1] if args.module else os.path.splitext(os.path.basename(args.target[0]))[0]
         args.trace = stem + ".mct"
@@ -112,12 +117,23 @@ def _parse(argv: List[str]) -> argparse.Namespace:
         folder = os.path.dirname(os.path.abspath(path)) if path else ""
         if folder and not os.path.isdir(folder):
             p.error(f"{name} {path}: the folder {folder} does not exist")
+        if path and os.path.isdir(path):
+            p.error(f"{name} {path} is a folder; name a file in it")
+    if args.snapshot:  # written at the end: where the working folder was at the start, not after a chdir
+        args.snapshot = os.path.abspath(args.snapshot)
     if args.live:
         try:
             _memcomm.check_live_address(args.live)
         except ValueError as e:
             p.error(f"--{e}")
     return args
+
+
+def _runnable(path: str) -> bool:
+    """A file, or a folder or zip file with a __main__.py (what python PATH runs)."""
+    if os.path.isdir(path):
+        return os.path.isfile(os.path.join(path, "__main__.py"))
+    return os.path.isfile(path)
 
 
 def _module_exists(name: str) -> bool:
@@ -138,11 +154,29 @@ def _run_target(args: argparse.Namespace) -> None:
     if args.module is not None:  # sys.path[0] stays the working folder, as under python -m
         sys.argv = [args.module] + args.target
         runpy.run_module(args.module, run_name="__main__", alter_sys=True)
-    else:  # the script's folder replaces the working folder at sys.path[0], as under python SCRIPT
-        script = args.target[0]
+    else:
         sys.argv = list(args.target)
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
-        runpy.run_path(script, run_name="__main__")
+        _run_script(args.target[0])
+
+
+def _run_script(path: str) -> None:
+    """The script as python SCRIPT runs it: in a __main__ module of its own whose __file__ is absolute,
+    with its real folder (symlinks resolved) at sys.path[0]; the module stays in sys.modules after it
+    returns, so its atexit handlers and pickles of its classes still find it. A folder or zip file with
+    a __main__.py goes through runpy, as python runs those."""
+    full = os.path.abspath(path)
+    if os.path.isdir(full) or zipfile.is_zipfile(full):
+        sys.path[0] = full
+        runpy.run_path(full, run_name="__main__")
+        return
+    sys.path[0] = os.path.dirname(os.path.realpath(full))
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", full))
+    sys.modules["__main__"] = main
+    with io.open_code(full) as f:
+        code = compile(f.read(), full, "exec")
+    exec(code, main.__dict__)  # noqa: S102 (the script the user named, as python would run it)
 
 
 def _start(args: argparse.Namespace) -> memcomm.Profiler:
@@ -150,7 +184,9 @@ def _start(args: argparse.Namespace) -> memcomm.Profiler:
     try:
         for device in args.allocator:
             memcomm.use_allocator(device, memory_limit=args.memory_limit, history=args.history)
+            memcomm.allocator.installed_by[device] = f"python -m memcomm --allocator {device}"
         profiler = memcomm.Profiler(args.trace, args.live, cupti=args.cupti)
+        profiler.started_by_runner = True
         return profiler.start()
     except (OSError, RuntimeError, ValueError) as e:
         sys.exit(f"python -m memcomm: cannot start: {e}")
@@ -232,6 +268,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # recorder is off (Note [Recording across fork] in profiler/core/src/recorder.cpp).
         if os.getpid() == pid:
             with warnings.catch_warnings():
+                warnings.simplefilter("default")  # a script's -W error must not fail it at memcomm's end
                 if spawns:  # the training ran in the spawned processes, which have profiles of their own
                     warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
                 whole = _close(args, profiler)

@@ -22,6 +22,8 @@ DeviceLike = Union[str, int, torch.device]
 
 _installed: Dict[str, Dict[str, Any]] = {}   # "cpu" / "cuda" -> the options it was installed with
 _install_lock = threading.Lock()
+# Who installed an allocator when not the script itself: "python -m memcomm --allocator cpu".
+installed_by: Dict[str, str] = {}
 
 
 def _device_index(device: DeviceLike) -> int:
@@ -93,8 +95,9 @@ def use_allocator(device: str = "cpu", *, expandable: bool = True, memory_limit:
     with _install_lock:
         if device in _installed:
             if _installed[device] != options:
+                by = f", by {installed_by[device]}" if device in installed_by else ""
                 raise RuntimeError(f"memcomm's {device} allocator is already installed with other options "
-                                   f"({_installed[device]}); it serves the process until it exits")
+                                   f"({_installed[device]}{by}); it serves the process until it exits")
             return
         if device == "cpu":
             _memcomm.install_cpu_allocator(**options)

@@ -104,7 +104,8 @@ class Profiler(contextlib.ContextDecorator):
 
     trace: file name; each rank writes NAME.rankR.mct beside it (its folder must exist). A profiler
            started again, or another one given the same name in this process, writes
-           NAME.2.rankR.mct, NAME.3.rankR.mct...: no session of the process overwrites another.
+           NAME.2.rankR.mct, NAME.3.rankR.mct...: no session of the process overwrites another;
+           torchrun's N-th restart writes NAME.restartN.rankR.mct (the failed attempt's are kept).
     live:  "HOST:PORT" ("[v6]:PORT", or ":PORT" for this machine) where memcomm-view listens
            (memcomm-view --listen), the rule of memcomm-train --live; the rank connects and
            reconnects in the background, so a viewer that is absent or goes away never blocks training.
@@ -154,10 +155,16 @@ class Profiler(contextlib.ContextDecorator):
         """The file this rank writes (None without trace=)."""
         return _memcomm.rank_trace_path(self._session_trace(), self.rank) if self._trace else None
 
+    started_by_runner = False  # python -m memcomm's profile of a whole script (its error messages say so)
+
     def _session_trace(self) -> str:
         """trace=, or NAME.K.mct for the K-th start (K >= 2) of a profiler with this name in the process,
+        NAME.restartN.mct in torchrun's N-th restart of the job (its failed attempts' files are kept),
         with .pidP before the extension when another process writes that name."""
         stem, ext = os.path.splitext(self._trace)
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        if restart.isdigit() and int(restart) > 0:
+            stem += f".restart{int(restart)}"
         if self._session > 1:
             stem += f".{self._session}"
         if self._pid_tag:
@@ -168,7 +175,9 @@ class Profiler(contextlib.ContextDecorator):
         """Starts recording and installs the hooks. Raises if it cannot record (see the class)."""
         with running.control:
             if running.profiler is not None:
-                raise RuntimeError("a memcomm profiler is already running in this process; stop() it first")
+                raise RuntimeError("a memcomm profiler is already running in this process; " + (
+                    "python -m memcomm started it and profiles the whole script: run a script that starts "
+                    "its own profile with plain python" if running.profiler.started_by_runner else "stop() it first"))
             self._comms.clear()
             self._open_recorder()
             try:

@@ -89,6 +89,8 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
         ("--trace", "nowhere/t.mct", "train.py"): "does not exist",
         ("--live", "no-port", "train.py"): "--live",
         ("--allocator", "gpu", "train.py"): "invalid choice",
+        ("--allocator", "cpu", "--history", "99999999999999999999", "train.py"): "--history must be from 0",
+        ("--trace", ".", "train.py"): "is a folder",
     }
     for args, message in cases.items():
         r = run_memcomm(tmp_path, *args)
@@ -99,6 +101,19 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
     assert r.returncode == 0 and "argv ['1', '0', '--help', '--trace']" in r.stdout, r.stdout + r.stderr
     r = run_memcomm(tmp_path, "-m", "json.tool", "--help")
     assert r.returncode == 0 and "usage: python -m json.tool" in r.stdout, r.stdout + r.stderr
+    # A script that starts its own profile, or its own allocator with other options: the error says why.
+    write(tmp_path, "own.py", """
+        import sys, memcomm
+        if sys.argv[1] == "profile":
+            with memcomm.profile(trace="own.mct"):
+                pass
+        else:
+            memcomm.use_allocator("cpu", memory_limit=1 << 30)
+    """)
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "own.py", "profile")
+    assert r.returncode == 1 and "python -m memcomm started it and profiles the whole script" in r.stderr, r.stderr
+    r = run_memcomm(tmp_path, "--allocator", "cpu", "--trace", "run.mct", "own.py", "allocator")
+    assert r.returncode == 1 and "by python -m memcomm --allocator cpu" in r.stderr, r.stderr
 
 
 DDP = """
@@ -107,8 +122,20 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 dist.init_process_group("gloo")
 torch.manual_seed(dist.get_rank())
-model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
 mode, run = sys.argv[1], sys.argv[2]
+
+
+class SparseNet(nn.Module):  # a sparse gradient: DDP's reducer divides it where it multiplies dense ones
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = nn.Embedding(50, 32, sparse=True), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.out(self.emb(x).mean(1))
+
+
+net = SparseNet() if mode == "sparse" else nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+model = nn.parallel.DistributedDataParallel(net)
 if mode == "eval-then-fp16":  # a forward without gradients before the script registers its hook
     with torch.no_grad():
         model(torch.randn(2, 32))
@@ -124,7 +151,7 @@ for step in range(3):
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     if mode == "late-builtin" and step == 1:
         model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
-    x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+    x, y = torch.randint(0, 50, (16, 5)) if mode == "sparse" else torch.randn(16, 32), torch.randint(0, 4, (16,))
     opt.zero_grad()
     nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
@@ -149,7 +176,8 @@ def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchang
     script = write(tmp_path, "ddp.py", DDP)
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
     cases = {"default": ["f32"] * 3, "fp16": ["f16"] * 3, "eval-then-fp16": ["f16"] * 3,
-             "late-fp16": ["f32", "f16", "f16"], "late-builtin": ["f32"] * 3, "memcomm-hook": ["f32"] * 3}
+             "late-fp16": ["f32", "f16", "f16"], "late-builtin": ["f32"] * 3, "memcomm-hook": ["f32"] * 3,
+             "sparse": None}
     for mode, dtypes in cases.items():
         plain = subprocess.run([*torchrun, str(script), mode, f"plain-{mode}"], capture_output=True, text=True,
                                timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -159,7 +187,7 @@ def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchang
         assert weights(tmp_path, f"memcomm-{mode}") == weights(tmp_path, f"plain-{mode}"), mode
         trace = report(tool, *(tmp_path / f"{mode}.rank{rank}.mct" for rank in range(3)))
         colls = sorted(trace["collectives"], key=lambda c: c["seq"])
-        assert [c["dtype"] for c in colls] == dtypes, (mode, colls)
+        assert dtypes is None or [c["dtype"] for c in colls] == dtypes, (mode, colls)
         assert all(c["op"] == "all_reduce" and c["ranks_seen"] == 3 for c in colls), (mode, colls)
         assert len({c["comm"] for c in colls}) == 1, (mode, colls)  # the world group, one communicator
     # The saved models hold what they would without memcomm: they load where memcomm cannot be imported.
@@ -266,3 +294,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_the_script_keeps_its_module_file_and_folder_and_memcomm_does_not_fail_it(tmp_path, tool):
+    # python SCRIPT's __main__: __file__ absolute, the real folder (through a symlink) on sys.path, the
+    # module still there for atexit handlers that pickle the script's classes; a -W error run is not
+    # failed by memcomm's own warnings at its end; a torchrun restart writes files of its own.
+    write(tmp_path / "real", "helper.py", "VALUE = 7\n")
+    write(tmp_path / "real", "s.py", """
+        import atexit, os, torch
+        import helper
+
+        class Box:
+            value = helper.VALUE
+
+        atexit.register(lambda: torch.save(Box(), os.path.join(os.path.dirname(__file__), "box.pt")))
+        print("file", os.path.isabs(__file__), helper.VALUE)
+    """)
+    (tmp_path / "lnk").mkdir()
+    (tmp_path / "lnk" / "s.py").symlink_to(tmp_path / "real" / "s.py")
+    r = subprocess.run([sys.executable, "-W", "error", "-m", "memcomm", "lnk/s.py"], capture_output=True, text=True,
+                       timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1", TORCHELASTIC_RESTART_COUNT="1"))
+    assert r.returncode == 0 and "file True 7" in r.stdout, (r.stdout, r.stderr)
+    assert (tmp_path / "lnk" / "box.pt").exists(), r.stderr  # __file__ is the path as run, made absolute
+    assert "memcomm: s.restart1.rank0.mct:" in r.stderr, r.stderr

@@ -18,7 +18,8 @@ by `python -m memcomm` registers none of memcomm's. While `recording_ddp_buckets
   registered behind DDP's back) leaves the model unrecorded, never the script failing.
 - A saved or copied model (torch.save, copy.deepcopy: DDP's __getstate__) holds what it would hold
   without memcomm: the script's own hooks, not memcomm's objects, so it loads where memcomm is absent.
-Without a hook, DDP multiplies each gradient by 1 / world size as it fills the bucket, then sums;
+Without a hook, DDP multiplies each gradient by 1 / world size as it fills the bucket (a sparse
+gradient, its own bucket, it divides by the world size), then sums;
 torch's allreduce_hook divides instead, which differs in the last bit for world sizes that are not
 powers of two. reducer_allreduce does the reducer's arithmetic, so training is bit for bit the same
 (tests/python/test_run.py, three ranks). Not followed: a gradient that already is its bucket's view
@@ -40,10 +41,14 @@ from memcomm._profiler.collectives import RecordedHook, comm_hook
 
 
 def reducer_allreduce(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP's arithmetic without a hook: the bucket times 1 / world size, then summed over the group."""
+    """DDP's arithmetic without a hook: the bucket times 1 / world size (a sparse gradient divided by
+    it, as the reducer does), then summed over the group."""
     group = process_group if process_group is not None else dist.group.WORLD
     buf = bucket.buffer()
-    buf.mul_(1.0 / group.size())
+    if buf.is_sparse:
+        buf.div_(group.size())
+    else:
+        buf.mul_(1.0 / group.size())
     return dist.all_reduce(buf, group=group, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
