@@ -22,6 +22,7 @@ import io
 import os
 import runpy
 import sys
+import threading
 import types
 import zipfile
 import warnings
@@ -179,6 +180,14 @@ def _run_script(path: str) -> None:
     exec(code, main.__dict__)  # noqa: S102 (the script the user named, as python would run it)
 
 
+def _wait_for_script_threads() -> None:
+    """The script ends, as under python, when its last non-daemon thread does: a loop it left running
+    in one after its last line is part of the run and of the trace."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon and thread.is_alive():
+            thread.join()
+
+
 def _start(args: argparse.Namespace) -> memcomm.Profiler:
     """memcomm's allocator where asked, then the profile; a failure is one line and exit status 1."""
     try:
@@ -259,7 +268,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not args.no_ddp_buckets:
                 stack.enter_context(recording_ddp_buckets())
             spawns = stack.enter_context(profiling_spawned_processes(args))
-            _run_target(args)
+            try:
+                _run_target(args)
+            finally:
+                _wait_for_script_threads()
     except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
         status = e.code
     finally:

@@ -318,3 +318,24 @@ def test_the_script_keeps_its_module_file_and_folder_and_memcomm_does_not_fail_i
     assert r.returncode == 0 and "file True 7" in r.stdout, (r.stdout, r.stderr)
     assert (tmp_path / "lnk" / "box.pt").exists(), r.stderr  # __file__ is the path as run, made absolute
     assert "memcomm: s.restart1.rank0.mct:" in r.stderr, r.stderr
+
+
+def test_a_loop_left_running_in_a_thread_is_part_of_the_trace(tmp_path, tool):
+    # python waits for a script's non-daemon threads before it ends; the runner closed the trace first.
+    write(tmp_path, "thread.py", """
+        import threading, torch
+        from torch import nn
+
+        def train():
+            model = nn.Linear(4, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(3):
+                opt.zero_grad()
+                model(torch.randn(2, 4)).sum().backward()
+                opt.step()
+
+        threading.Thread(target=train).start()
+    """)
+    r = run_memcomm(tmp_path, "thread.py")
+    assert r.returncode == 0, r.stderr
+    assert len(report(tool, tmp_path / "thread.rank0.mct")["steps"]) == 3
