@@ -24,8 +24,8 @@ import runpy
 import sys
 import threading
 import types
-import zipfile
 import warnings
+import zipfile
 from typing import Iterator, List, Optional, Tuple
 
 import memcomm

@@ -62,6 +62,7 @@ class _ChildProfile:
         for device in self.options.allocator:
             try:
                 memcomm.use_allocator(device, memory_limit=self.options.memory_limit, history=self.options.history)
+                memcomm.allocator.installed_by[device] = f"python -m memcomm --allocator {device}"
             except (OSError, RuntimeError, ValueError) as e:
                 warn(f"memcomm: this spawned process runs without memcomm's {device} allocator: {e}")
         real_update = getattr(c10d, "_update_default_pg", None)
@@ -84,8 +85,10 @@ class _ChildProfile:
 
     def _start(self) -> None:
         try:
-            self.profiler = memcomm.Profiler(self.options.trace, self.options.live, cupti=self.options.cupti,
-                                             clock_sync=False).start()
+            profiler = memcomm.Profiler(self.options.trace, self.options.live, cupti=self.options.cupti,
+                                        clock_sync=False)
+            profiler.started_by_runner = True
+            self.profiler = profiler.start()
         except (OSError, RuntimeError, ValueError) as e:
             warn(f"memcomm: this spawned process is not profiled: {e}")
 
