@@ -375,12 +375,13 @@ TEST_CASE("kineto: any JSON value, after any leading whitespace, goes to the tor
     return is_kineto_candidate(p.string());
   };
   for (const std::string& json : {std::string("\"a string\""), std::string("42"), std::string("-1"), std::string("null"),
-                                  std::string("true"), std::string(5000, ' ') + "{\"traceEvents\": []}"}) {
+                                  std::string("true"), std::string(5000, ' ') + "{\"traceEvents\": []}",
+                                  std::string("\xFF\xFE{\0", 4), std::string("\0{", 2)}) {  // UTF-16: named as such
     INFO(json.substr(0, 20));
     CHECK(candidate(json));
   }
   for (const std::string& other : {std::string(""), std::string("   \n"), std::string("MEMCTRC\x1a"),
-                                   std::string("\0{", 2), std::string("x{"), std::string("not a trace at all")}) {
+                                   std::string("\0\x01", 2), std::string("x{"), std::string("not a trace at all")}) {
     INFO(other);
     CHECK_FALSE(candidate(other));
   }
@@ -516,6 +517,12 @@ TEST_CASE("kineto: collectives that pair different sizes across ranks are marked
   CHECK_FALSE(a.collectives[1].ranks_disagree);
   CHECK(a.disagreeing_collectives == 1);
   CHECK_THAT(analysis_to_text(a), Catch::Contains("warning: 1 of 2 matched collectives name different ops or sizes"));
+}
+
+TEST_CASE("kineto: JSON saved in UTF-16 is named as such", "[kineto]") {
+  const std::string utf16(std::string("\xFF\xFE{\0}\0", 6));  // PowerShell's `>` writes UTF-16 LE with a BOM
+  CHECK_THROWS_WITH(read_kineto_buffer(utf16, "ps.json"), Catch::Contains("ps.json: JSON in UTF-16 or UTF-32"));
+  CHECK_THROWS_WITH(read_kineto_buffer(std::string("{\0}\0", 4), "nobom.json"), Catch::Contains("UTF-16"));
 }
 
 TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler writes, is refused", "[kineto]") {

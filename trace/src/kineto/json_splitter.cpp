@@ -327,6 +327,12 @@ bool Splitter::read_member(bool& saw_events) {
   return true;
 }
 
+// What a file that starts with neither '{' nor '[' is, where its first bytes tell.
+std::string not_an_object(std::string_view head) {
+  if (head.substr(0, 3) == "\xEF\xBB\xBF") return "a second UTF-8 byte order mark: not a torch.profiler trace";
+  return "not a torch.profiler trace (the file is neither a JSON object nor an array)";
+}
+
 // Note [A trace that is only its events]: the Chrome trace format allows the events array alone
 // as the whole file, and the earliest torch.profiler traces (torch 1.8 nightlies, December 2020) are
 // written so. It reads as a traceEvents array with no other member.
@@ -334,6 +340,8 @@ SplitResult Splitter::run() {
   if (!skip_space())
     fail(0, blocks_.cut_short() ? "the compressed stream ends before any JSON (cut short?): not a complete torch.profiler trace"
                                 : "empty file: not a torch.profiler trace");
+  if (wide_json(data_.substr(pos_, 4)))
+    fail(pos_, "JSON in UTF-16 or UTF-32: torch.profiler writes UTF-8; convert it (iconv -f UTF-16 -t UTF-8) and read that");
   if (data_.substr(pos_, 3) == "\xEF\xBB\xBF") {  // a UTF-8 byte order mark (editors on Windows write one)
     pos_ += 3;
     if (!skip_space()) fail(pos_, "empty file: not a torch.profiler trace");
@@ -348,7 +356,7 @@ SplitResult Splitter::run() {
     if (skip_space()) fail(pos_, "more data after the trace's JSON array (two files joined, or bytes appended?)");
     return result_;
   }
-  if (data_[pos_] != '{') fail(pos_, "not a torch.profiler trace (the file is neither a JSON object nor an array)");
+  if (data_[pos_] != '{') fail(pos_, not_an_object(data_.substr(pos_, 4)));
   ++pos_;
   bool saw_events = false, first = true;
   while (skip_space()) {
@@ -380,6 +388,15 @@ SplitResult Splitter::run() {
 
 SplitResult split_trace(JsonBlocks& blocks, SplitHandler& handler, const std::string& name) {
   return Splitter(blocks, handler, name).run();
+}
+
+// PowerShell's `>` saves text as UTF-16 with a byte order mark; without one, a '{', '[' or white
+// space beside a NUL (which UTF-8 JSON never holds) says it.
+bool wide_json(std::string_view head) {
+  if (head.substr(0, 2) == "\xFF\xFE" || head.substr(0, 2) == "\xFE\xFF") return true;
+  const auto opens = [](char c) { return c == '{' || c == '[' || c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  return head.size() >= 2 && ((opens(head[0]) && head[1] == '\0') || (head[0] == '\0' && opens(head[1])) ||
+                              (head.size() >= 4 && head.substr(0, 3) == std::string_view("\0\0\0", 3) && opens(head[3])));
 }
 
 }  // namespace memcomm::prof::kineto

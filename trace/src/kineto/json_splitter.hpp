@@ -37,4 +37,8 @@ struct SplitResult {
 // deeper than kMaxJsonDepth.
 SplitResult split_trace(JsonBlocks& blocks, SplitHandler& handler, const std::string& name);
 
+// Whether a file's first bytes are JSON in UTF-16 or UTF-32 (a byte order mark of those, or a NUL,
+// which UTF-8 JSON never holds), which the splitter names as such.
+bool wide_json(std::string_view head);
+
 }  // namespace memcomm::prof::kineto

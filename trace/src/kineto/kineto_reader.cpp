@@ -68,6 +68,8 @@ KinetoTrace read_kineto_buffer(std::string_view json, const std::string& name, c
 
 // A file whose first byte past whitespace (and a UTF-8 byte order mark) starts a JSON value goes to
 // the torch.profiler reader, which says what JSON that is not a trace is; .mct files start with 'M'.
+// So does JSON in UTF-16 or UTF-32 (a byte order mark of those, or a NUL beside a JSON start byte), so
+// that the error names the encoding, not an .mct magic number.
 bool is_kineto_candidate(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;  // the .mct reader reports the error
@@ -76,6 +78,7 @@ bool is_kineto_candidate(const std::string& path) {
   ssize_t n = pread(fd, head, sizeof(head), 0);
   bool candidate = false;
   if (n >= 2 && uint8_t(head[0]) == 0x1f && uint8_t(head[1]) == 0x8b) candidate = true;  // gzip
+  if (n >= 2 && kineto::wide_json(std::string_view(head, size_t(n)))) candidate = true;
   const bool bom = n >= 3 && uint8_t(head[0]) == 0xEF && uint8_t(head[1]) == 0xBB && uint8_t(head[2]) == 0xBF;
   for (ssize_t i = bom ? 3 : 0; !candidate && n > 0 && at < (off_t(1) << 20);) {
     const char c = head[i];
