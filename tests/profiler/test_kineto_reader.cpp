@@ -519,6 +519,11 @@ TEST_CASE("kineto: collectives that pair different sizes across ranks are marked
   CHECK_THAT(analysis_to_text(a), Catch::Contains("warning: 1 of 2 matched collectives name different ops or sizes"));
 }
 
+TEST_CASE("kineto: an execution trace (ExecutionTraceObserver) is named as such", "[kineto]") {
+  CHECK_THROWS_WITH(read_kineto_buffer(R"({"schema": "1.1.1-chakra.0.0.4", "pid": 7, "nodes": [{"id": 1}]})", "et.json"),
+                    Catch::Contains("et.json: a PyTorch execution trace"));
+}
+
 TEST_CASE("kineto: JSON saved in UTF-16 is named as such", "[kineto]") {
   const std::string utf16(std::string("\xFF\xFE{\0}\0", 6));  // PowerShell's `>` writes UTF-16 LE with a BOM
   CHECK_THROWS_WITH(read_kineto_buffer(utf16, "ps.json"), Catch::Contains("ps.json: JSON in UTF-16 or UTF-32"));

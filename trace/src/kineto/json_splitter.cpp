@@ -52,6 +52,7 @@ class Splitter {
   bool scan_scalar(size_t start, size_t& end);
   bool read_events(bool bare = false);
   bool read_member(bool& saw_events);
+  bool execution_trace_ = false;  // a top-level "nodes" member: ExecutionTraceObserver's JSON
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     throw TraceError(fmt::format("{}: {} (JSON byte {})", name_, what, base_ + at));
   }
@@ -323,6 +324,7 @@ bool Splitter::read_member(bool& saw_events) {
   size_t end = 0;
   if (!scan_value(pos_, end)) return false;
   handler_.member(key, data_.substr(pos_, end - pos_));
+  execution_trace_ |= key == "nodes";
   pos_ = end;
   return true;
 }
@@ -362,7 +364,10 @@ SplitResult Splitter::run() {
   while (skip_space()) {
     if (data_[pos_] == '}') {
       result_.json_bytes = base_ + pos_ + 1;
-      if (!saw_events) fail(pos_, "not a torch.profiler trace (no traceEvents array)");
+      if (!saw_events)
+        fail(pos_, execution_trace_ ? "a PyTorch execution trace (ExecutionTraceObserver's \"nodes\"), not a "
+                                      "torch.profiler trace: read the torch.profiler trace recorded beside it"
+                                    : "not a torch.profiler trace (no traceEvents array)");
       ++pos_;
       // Bytes past the object: a second document or something appended, which json.load (and so
       // HTA) refuses too; nothing of them is read.
