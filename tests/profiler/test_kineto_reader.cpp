@@ -464,11 +464,13 @@ TEST_CASE("kineto: a DataLoader's __next__ is data wait, and gloo: ops are colle
 
 TEST_CASE("kineto: a CPU trace's Gloo waits are exposed communication with their sizes, and send/recv are no collectives",
           "[kineto]") {
-  // A Gloo run's shape (torch 2.11): the profiler's own window span ("Trace"), the main thread's
-  // operators, a 400 us all_reduce on a Gloo thread that nothing beside it hides, and a send on the
-  // main thread. The window span made every CPU trace 100 % compute; the send was a collective.
+  // A Gloo run's shape (torch 2.11): the profiler's own window span ("Trace"), the Python frame the
+  // main thread's operators ran under (with_stack=True), those operators, a 400 us all_reduce on a
+  // Gloo thread that nothing beside it hides, and a send on the main thread. The window span and the
+  // frame made every CPU trace 100 % compute; the send was a collective.
   const std::string json = R"json({"distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2}, "traceEvents": [
     {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": "PyTorch Profiler", "ts": 0, "dur": 1000},
+    {"ph": "X", "cat": "python_function", "name": "train.py(9): <module>", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
     {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 100, "dur": 10},
     {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 105, "dur": 400,

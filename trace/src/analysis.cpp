@@ -3,6 +3,7 @@
 // and memory series), builds its summary and step rows, gathers every rank's part of each
 // collective by (communicator, seq), then times the matched collectives and takes the means.
 #include "memcomm/trace/analysis.hpp"
+#include "memcomm/trace/kineto.hpp"
 
 #include <algorithm>
 #include <map>
@@ -124,6 +125,7 @@ CollectiveTiming collective_timing(const std::vector<CollectiveArrival>& arrival
 std::vector<Interval> operators_outside_comm(const std::vector<RangeSpan>& ranges) {
   std::map<uint16_t, std::pair<std::vector<Interval>, std::vector<Interval>>> by_thread;
   for (const RangeSpan& rs : ranges) {
+    if (rs.thread & kPythonFrameThreadBase) continue;  // the Python stack the operators ran under
     if (rs.phase == Phase::Custom) by_thread[rs.thread].first.push_back({rs.begin, rs.end});
     if (rs.phase == Phase::Comm) by_thread[rs.thread].second.push_back({rs.begin, rs.end});
   }

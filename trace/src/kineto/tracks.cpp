@@ -26,7 +26,8 @@ uint16_t Tracks::host_thread(const TrackId& pid, const TrackId& tid) {
 uint16_t Tracks::python_lane(const TrackId& pid, const TrackId& tid) {
   Key p = key(pid), t = key(tid);
   auto it = python_index_.find({p, t});
-  return it != python_index_.end() ? it->second : add_thread(std::move(p), std::move(t), true);
+  const uint16_t index = it != python_index_.end() ? it->second : add_thread(std::move(p), std::move(t), true);
+  return uint16_t(kPythonFrameThreadBase | index);
 }
 
 uint16_t Tracks::add_thread(Key pid, Key tid, bool python) {
@@ -62,7 +63,8 @@ void Tracks::emit_meta(int64_t ts, Interner& strings, std::vector<Event>& out, s
     auto named = thread_names_.find({th.pid, th.tid});
     std::string name = named != thread_names_.end() ? named->second : fmt::format("thread {}", th.tid.second);
     if (th.python) name += " (Python)";
-    out.push_back(Event::from(make_meta(ts, MetaKey::ThreadName, 0, strings.intern(name), uint16_t(i))));
+    const auto thread = uint16_t(th.python ? kPythonFrameThreadBase | i : i);
+    out.push_back(Event::from(make_meta(ts, MetaKey::ThreadName, 0, strings.intern(name), thread)));
   }
   for (size_t i = 0; i < streams_.size(); ++i) {
     const std::string name = fmt::format("GPU {} stream {}", streams_[i].first, streams_[i].second);

@@ -14,8 +14,9 @@
 //     start..end when there are none; memcpy = Memcpy + Memset.
 //   CPU run: compute = host phases Forward, Backward, Optimizer and Eval (leaf phases; Step and
 //     MicroStep contain everything and DataWait is waiting), or, when the run marks none of them (a
-//     torch.profiler trace of a CPU script), its host ranges (the operators), less the time each thread
-//     spent inside a blocking communication call (a Gloo op); comm = collective start..end (the Gloo
+//     torch.profiler trace of a CPU script), its host ranges (the operators; not the Python frames
+//     they ran under), less the time each thread spent inside a blocking communication call (a Gloo
+//     op); comm = collective start..end (the Gloo
 //     work, which runs beside backward when DDP overlaps; not a Gloo send or recv, which is no
 //     collective and counts as neither); memcpy = Memcpy + Memset.
 // The window is from the first Step begin to the last Step end when steps exist, else from the

@@ -46,6 +46,10 @@ namespace memcomm::prof {
 
 // RangeEvent::thread of GPU-side annotation lanes (gpu_user_annotation): this bit | stream index.
 inline constexpr uint16_t kGpuAnnotationThreadBase = 0x4000;
+// RangeEvent::thread of the lanes of python_function frames (with_stack=True): this bit | lane
+// index. They are the stack the operators ran under, not work of their own: a CPU trace's compute
+// leaves them out (Note [Breakdown definitions]).
+inline constexpr uint16_t kPythonFrameThreadBase = 0x8000;
 
 // The MetaKey::Tag every converted trace carries. Such a trace starts mid-run (Note [Memory curves
 // from block events] in allocator_fold.hpp): its [memory] totals, not the fold of its blocks, are
