@@ -45,6 +45,7 @@ DeviceRequests build_device(const snapshot::Snapshot& snap, int device) {
       }
     }
   }
+  if (snap.has_segments) b.end_reserved(0, false);  // known, if only to be empty
   for (const auto& seg : snap.segments) {
     if (seg.device != device) continue;
     b.end_reserved(seg.total_size, seg.is_expandable);

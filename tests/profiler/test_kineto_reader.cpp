@@ -518,7 +518,7 @@ TEST_CASE("kineto: collectives that pair different sizes across ranks are marked
   CHECK(a.collectives[0].ranks_disagree);
   CHECK_FALSE(a.collectives[1].ranks_disagree);
   CHECK(a.disagreeing_collectives == 1);
-  CHECK_THAT(analysis_to_text(a), Catch::Contains("warning: 1 of 2 matched collectives name different ops or sizes"));
+  CHECK_THAT(analysis_to_text(a), Catch::Contains("warning: 1 of 2 matched collectives (marked !) name different ops or sizes"));
 }
 
 TEST_CASE("kineto: an execution trace (ExecutionTraceObserver) is named as such", "[kineto]") {

@@ -181,3 +181,23 @@ TEST_CASE("snapshot: segments that never held the live blocks give no `recorded`
   REQUIRE(results.size() == 1);
   CHECK(results[0].policy == "memcomm");
 }
+
+TEST_CASE("snapshot: an empty segment list is an end state: nothing reserved at the end", "[snapshot][requests]") {
+  // After empty_cache() a snapshot lists no segments. Its trace began mid-run: a 200 MiB segment
+  // from before it holds a 90 MiB block, then both go. The cache held 200 MiB, not 0, at the start.
+  PickleBuilder b;
+  bool first = true;
+  b.proto(4).empty_dict().mark();
+  b.str("segments").empty_list();
+  b.str("device_traces").empty_list().mark().empty_list().mark();
+  memcomm::test::event(b, {"alloc", 100 * MiB, 90 * MiB, 1, false}, first);
+  memcomm::test::event(b, {"free_requested", 100 * MiB, 90 * MiB, 2, false}, first);
+  memcomm::test::event(b, {"free_completed", 100 * MiB, 90 * MiB, 3, false}, first);
+  memcomm::test::event(b, {"segment_free", 100 * MiB, 200 * MiB, 4, false}, first);
+  b.appends().appends().setitems().stop();
+  const auto trace = memcomm::replay::build_requests(snap::parse_snapshot(b.data(), b.size(), "emptied.pickle"));
+  REQUIRE(trace.devices.size() == 1);
+  CHECK(trace.devices[0].recorded.at_start == 200 * MiB);
+  CHECK(trace.devices[0].recorded.peak == 200 * MiB);
+  CHECK(trace.devices[0].recorded.at_end == 0);
+}

@@ -117,6 +117,7 @@ class Builder {
 
   void build_segments(const Value& segs) {
     const Container& list = doc_.as_sequence(segs, "segments");
+    snap_.has_segments = true;
     snap_.segments.reserve(list.items.size());
     spend(list.items.size(), "segments");
     for (std::size_t k = 0; k < list.items.size(); ++k) snap_.segments.push_back(segment(list.items[k], k));

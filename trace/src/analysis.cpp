@@ -335,10 +335,15 @@ RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysi
 // records every collective of a communicator. Two kinds of input break that without any error: a
 // torch.profiler trace of Gloo puts every process group on one communicator (its spans name none), so
 // a sub-group's collectives pair with another group's; and traces that begin at different steps pair
-// step 2 of one rank with step 3 of another. The pairs then name different ops or sizes, which one
-// collective never does, so such a match is marked and counted, and the report says so: its skew,
-// straggler and bandwidth are not to be trusted.
-//
+// step 2 of one rank with step 3 of another. The pairs then name different ops, or different sizes
+// for an op whose size is the same on every rank (an all-to-all, a gather or a scatter may differ),
+// which one collective never does. Such a match is marked and counted, the report says so and marks
+// its row, and its skew, straggler and bandwidth stay out of the summary and the advice.
+bool same_size_everywhere(CollOp op) {
+  return op == CollOp::AllReduce || op == CollOp::AllGather || op == CollOp::ReduceScatter ||
+         op == CollOp::Broadcast || op == CollOp::Reduce;
+}
+
 // One matched collective's figures (Note [Collective bandwidth]).
 CollectiveStats collective_stats(const TraceSet& set, std::pair<uint64_t, uint32_t> key, const CollectiveParts& x,
                                  const std::map<uint64_t, int>& comm_size) {
@@ -353,7 +358,7 @@ CollectiveStats collective_stats(const TraceSet& set, std::pair<uint64_t, uint32
   st.ranks_seen = int(x.ranks.size());
   st.ranks_disagree = std::any_of(x.ranks.begin(), x.ranks.end(), [&c0](const auto& rc) {
     const CollectiveOnRank& c = rc.second;
-    return c.op != c0.op || (c.bytes != 0 && c0.bytes != 0 && c.bytes != c0.bytes);
+    return c.op != c0.op || (same_size_everywhere(c0.op) && c.bytes != 0 && c0.bytes != 0 && c.bytes != c0.bytes);
   });
   auto cs = comm_size.find(key.first);
   st.nranks = cs != comm_size.end() ? cs->second : 0;
@@ -394,9 +399,10 @@ Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
   for (const auto& [key, x] : colls) {
     a.collectives.push_back(collective_stats(set, key, x, comm_size));
     const CollectiveStats& st = a.collectives.back();
+    a.disagreeing_collectives += st.ranks_disagree;
+    if (st.ranks_disagree) continue;  // Note [Collectives the ranks disagree on]
     busbw.add(st.busbw_gbps, st.bytes, st.time_ns);
     a.max_skew_ns = std::max(a.max_skew_ns, st.skew_ns);
-    a.disagreeing_collectives += st.ranks_disagree;
   }
   std::sort(a.collectives.begin(), a.collectives.end(), [](const CollectiveStats& x, const CollectiveStats& y) {
     return x.first_start != y.first_start ? x.first_start < y.first_start : x.seq < y.seq;

@@ -124,7 +124,8 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
       const CollectiveStats& c = a.collectives[i];
       // No bytes (a trace that records no message size, a barrier): no size and no bandwidth to show.
       const auto sized = [&c](auto v, const char* spec) { return c.bytes ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
-      out += fmt::format("{:>6} {:>15} {:>6} {:>12} {:>6} {:>3}/{:<2} {:>10.1f} {:>10} {:>10} {:>10.1f} {:>9}\n", c.seq,
+      out += fmt::format("{:>5}{:1} {:>15} {:>6} {:>12} {:>6} {:>3}/{:<2} {:>10.1f} {:>10} {:>10} {:>10.1f} {:>9}\n", c.seq,
+                         c.ranks_disagree ? "!" : "",
                          coll_op_name(c.op), dtype_name(c.dtype), sized(c.bytes, "{}"),
                          c.bucket == kNoBucket ? std::string("-") : std::to_string(c.bucket), c.ranks_seen, c.nranks,
                          double(c.time_ns) / 1e3, sized(c.algbw_gbps, "{:.3f}"), sized(c.busbw_gbps, "{:.3f}"),
@@ -133,10 +134,10 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
     }
     out += "(bandwidths in GB/s, nccl-tests definitions)\n";
     if (a.disagreeing_collectives > 0)  // Note [Collectives the ranks disagree on]
-      out += fmt::format("warning: {} of {} matched collectives name different ops or sizes on different ranks: "
-                         "the ranks' collectives do not line up (Gloo sub-groups in torch.profiler traces share one "
-                         "communicator; traces that begin at different steps), so their skews and stragglers are "
-                         "not to be trusted\n",
+      out += fmt::format("warning: {} of {} matched collectives (marked !) name different ops or sizes on different "
+                         "ranks: the ranks' collectives do not line up (Gloo sub-groups in torch.profiler traces share "
+                         "one communicator; traces that begin at different steps), so their skews and stragglers are "
+                         "not to be trusted and the summary leaves them out\n",
                          a.disagreeing_collectives, a.collectives.size());
   }
   // A bandwidth needs a size: collectives that record none give "unknown", not 0 GB/s.

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <filesystem>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
@@ -153,7 +154,12 @@ DistEnv read_launch_identity() {
   e.local_rank = env_int("LOCAL_RANK", 0);
   e.local_world = env_int("LOCAL_WORLD_SIZE", node == 0 ? e.world : -1);
   if (e.local_world < 0) return read_dist_env();
-  e.rank = node * e.local_world + e.local_rank;
+  const int64_t rank = int64_t(node) * e.local_world + e.local_rank;
+  if (e.local_world == 0 || rank >= e.world)
+    throw std::invalid_argument("inconsistent launch environment: local rank " + std::to_string(e.local_rank) + " of " +
+                                std::to_string(e.local_world) + " on node " + std::to_string(node) + " gives rank " +
+                                std::to_string(rank) + ", world size " + std::to_string(e.world));
+  e.rank = int(rank);
   e.launcher = "lightning";
   return checked(e);
 }

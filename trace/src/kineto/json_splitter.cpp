@@ -343,7 +343,8 @@ SplitResult Splitter::run() {
     fail(0, blocks_.cut_short() ? "the compressed stream ends before any JSON (cut short?): not a complete torch.profiler trace"
                                 : "empty file: not a torch.profiler trace");
   if (wide_json(data_.substr(pos_, 4)))
-    fail(pos_, "JSON in UTF-16 or UTF-32: torch.profiler writes UTF-8; convert it (iconv -f UTF-16 -t UTF-8) and read that");
+    fail(pos_, "JSON in UTF-16 or UTF-32: torch.profiler writes UTF-8; convert it (iconv -f UTF-16 -t UTF-8, "
+               "or -f UTF-32) and read that");
   if (data_.substr(pos_, 3) == "\xEF\xBB\xBF") {  // a UTF-8 byte order mark (editors on Windows write one)
     pos_ += 3;
     if (!skip_space()) fail(pos_, "empty file: not a torch.profiler trace");

@@ -80,6 +80,7 @@ bool is_kineto_candidate(const std::string& path) {
   if (n >= 2 && uint8_t(head[0]) == 0x1f && uint8_t(head[1]) == 0x8b) candidate = true;  // gzip
   if (n >= 2 && kineto::wide_json(std::string_view(head, size_t(n)))) candidate = true;
   const bool bom = n >= 3 && uint8_t(head[0]) == 0xEF && uint8_t(head[1]) == 0xBB && uint8_t(head[2]) == 0xBF;
+  if (bom && n >= 6 && std::string_view(head + 3, 3) == "\xEF\xBB\xBF") candidate = true;  // a second mark, named
   for (ssize_t i = bom ? 3 : 0; !candidate && n > 0 && at < (off_t(1) << 20);) {
     const char c = head[i];
     if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {

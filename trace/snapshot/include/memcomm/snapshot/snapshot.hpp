@@ -111,6 +111,9 @@ class Snapshot {
  public:
   std::string source;  // file name, for messages
   std::vector<Segment> segments;
+  // The file lists its segments: the end state is known, an empty list too (nothing reserved at the
+  // end, as after empty_cache()). False for a file of device_traces alone.
+  bool has_segments = false;
   std::vector<std::vector<Event>> device_traces;  // index = device
   AllocatorSettings settings;
   std::vector<std::string> other_actions;          // names of the actions of kind Invalid (Note [Snapshot actions])
