@@ -76,7 +76,10 @@ std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p
   std::string evidence = fmt::format("replaying the snapshot's {} requests on {} device(s) (peak live {}), peak reserved:",
                                      p.requests, p.devices, format_bytes(p.live));
   for (const auto& name : kPolicies) evidence += fmt::format(" {} {}", name, format_bytes(p.reserved.at(name)));
-  evidence += fmt::format("; recorded setting expandable_segments:{}", snap.settings.expandable_segments ? "True" : "False");
+  evidence += snap.settings.present
+                  ? fmt::format("; recorded setting expandable_segments:{}", snap.settings.expandable_segments ? "True" : "False")
+                  : fmt::format("; expandable segments {} (no recorded setting: from its segments)",
+                                snap.expandable_segments() ? "in use" : "not in use");
   if (p.recorded)
     evidence += fmt::format(", PyTorch recorded a peak of {} (against it the saving is {})", format_bytes(p.recorded),
                             format_bytes(p.recorded > then ? p.recorded - then : 0));
@@ -97,7 +100,7 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
                        "record the run with torch.cuda.memory._record_memory_history() before its first step");
     return;
   }
-  const std::string current = snap.settings.expandable_segments ? "pytorch-expandable" : "pytorch";
+  const std::string current = snap.expandable_segments() ? "pytorch-expandable" : "pytorch";
   std::string best = current;
   for (const auto& name : kPolicies)
     if (p.reserved.at(name) < p.reserved.at(best)) best = name;

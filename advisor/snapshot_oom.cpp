@@ -67,7 +67,7 @@ Advice oom_advice(const snapshot::Snapshot& snap, int device, const OomAt& at) {
   else if (!fragmented)
     adv.change = "the memory was really full: shrink what is live at this point (a smaller micro-batch, activation "
                  "checkpointing, freeing tensors sooner) or use a device with more memory";
-  else if (snap.settings.expandable_segments)
+  else if (snap.expandable_segments())
     adv.change = "enough memory was free, in pieces, even with expandable segments: use memcomm's caching allocator "
                  "(install_torch_cuda_allocator), or allocate the large buffers early";
   else

@@ -545,7 +545,9 @@ def test_lightnings_launch_environment_names_the_rank(tmp_path):
     cases = [({"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}, f"identity 1 2 {tmp_path}/run.rank1.mct"),
              ({"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}, "identity 3 4"),
              ({"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4"}, "identity 0 1"),  # cannot tell: rank-less
-             ({"LOCAL_RANK": "2", "WORLD_SIZE": "2"}, "ValueError: inconsistent launch environment")]
+             ({"LOCAL_RANK": "2", "WORLD_SIZE": "2"}, "ValueError: inconsistent launch environment"),
+             ({"LOCAL_RANK": "0", "NODE_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "0"},
+              "ValueError: inconsistent launch environment")]
     for env, words in cases:
         clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "SLURM_PROCID", "LOCAL_WORLD_SIZE")}
         r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), trace], capture_output=True, text=True,

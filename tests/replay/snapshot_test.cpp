@@ -201,3 +201,18 @@ TEST_CASE("snapshot: an empty segment list is an end state: nothing reserved at 
   CHECK(trace.devices[0].recorded.peak == 200 * MiB);
   CHECK(trace.devices[0].recorded.at_end == 0);
 }
+
+TEST_CASE("snapshot: expandable segments are told by the setting, else by the segments and page maps", "[snapshot]") {
+  snap::Snapshot s;  // torch < 2.3 wrote no allocator_settings
+  CHECK_FALSE(s.expandable_segments());
+  s.device_traces.push_back({});
+  s.device_traces[0].push_back(snap::Event{});
+  s.device_traces[0][0].kind = memcomm::prof::EventKind::SegmentMap;
+  CHECK(s.expandable_segments());
+  s.device_traces.clear();
+  s.segments.emplace_back();
+  s.segments[0].is_expandable = true;
+  CHECK(s.expandable_segments());
+  s.settings.present = true;  // a recorded setting is the run's word
+  CHECK_FALSE(s.expandable_segments());
+}

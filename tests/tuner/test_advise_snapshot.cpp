@@ -162,6 +162,7 @@ TEST_CASE("an OOM with enough free memory in pieces is fragmentation, with the f
   CHECK(has(a.evidence, "model.py:42:forward <- module.py:1750:_call_impl (1 C++ frames not shown)"));
   CHECK(a.saving == 3.0 * kMiB);
   // Already on expandable segments: the fix left is memcomm's allocator.
+  s.settings.present = true;
   s.settings.expandable_segments = true;
   CHECK(has(advise::advise_snapshot(s, no_replay()).front().change, "memcomm's caching allocator"));
 }

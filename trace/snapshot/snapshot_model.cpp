@@ -350,6 +350,14 @@ class Builder {
 
 }  // namespace
 
+bool Snapshot::expandable_segments() const {
+  if (settings.present) return settings.expandable_segments;
+  const auto maps = [](const Event& e) { return e.kind == EventKind::SegmentMap || e.kind == EventKind::SegmentUnmap; };
+  return std::any_of(segments.begin(), segments.end(), [](const Segment& s) { return s.is_expandable; }) ||
+         std::any_of(device_traces.begin(), device_traces.end(),
+                     [&](const std::vector<Event>& t) { return std::any_of(t.begin(), t.end(), maps); });
+}
+
 std::size_t Snapshot::event_count() const {
   std::size_t n = 0;
   for (const auto& d : device_traces) n += d.size();

@@ -119,6 +119,9 @@ class Snapshot {
   std::vector<std::string> other_actions;          // names of the actions of kind Invalid (Note [Snapshot actions])
 
   std::size_t event_count() const;
+  // Whether the run used expandable segments: its recorded setting, or in a file from before
+  // allocator_settings (torch < 2.3) an expandable segment or a page map in its trace.
+  bool expandable_segments() const;
   std::string_view str(std::uint32_t id) const { return strings_[id]; }
   // The frames of an interned stack, innermost first (as PyTorch stores them).
   std::pair<const std::uint32_t*, std::size_t> stack(std::uint32_t id) const;
