@@ -216,3 +216,16 @@ TEST_CASE("snapshot: expandable segments are told by the setting, else by the se
   s.settings.present = true;  // a recorded setting is the run's word
   CHECK_FALSE(s.expandable_segments());
 }
+
+TEST_CASE("snapshot: a string that is not UTF-8 is a corrupt file, as Python's unpickler says", "[snapshot][bad]") {
+  for (const std::string& bad : {std::string("ab\xFF"), std::string("\xC0\x80"), std::string("\xED\xA0\x80"),
+                                 std::string("\xE2\x82")}) {
+    PickleBuilder b;
+    b.proto(4).empty_dict().mark().str("device_traces").empty_list().str(bad).empty_list().setitems().stop();
+    CHECK_THROWS_WITH(snap::parse_snapshot(b.data(), b.size(), "bad.pickle"), Catch::Contains("is not UTF-8"));
+  }
+  PickleBuilder ok;  // two-, three- and four-byte forms
+  ok.proto(4).empty_dict().mark().str("segments").empty_list().str("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80")
+      .empty_list().setitems().stop();
+  CHECK_NOTHROW(snap::parse_snapshot(ok.data(), ok.size(), "ok.pickle"));
+}

@@ -15,6 +15,31 @@
 namespace memcomm::snapshot::pickle {
 namespace {
 
+// Index of the first byte of `p` that does not belong to well-formed UTF-8 (RFC 3629: no overlong
+// forms, no surrogates, nothing past U+10FFFF), or n. ASCII runs, nearly every snapshot string,
+// cost one comparison a byte.
+std::uint64_t first_invalid_utf8(const std::uint8_t* p, std::uint64_t n) {
+  std::uint64_t i = 0;
+  while (i < n) {
+    const std::uint8_t c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    if (len == 0 || c > 0xF4 || n - i < std::uint64_t(len)) return i;
+    const std::uint8_t c1 = p[i + 1];
+    const bool second_ok = c == 0xE0 ? (c1 >= 0xA0 && c1 <= 0xBF) : c == 0xED ? (c1 >= 0x80 && c1 <= 0x9F)
+                         : c == 0xF0 ? (c1 >= 0x90 && c1 <= 0xBF) : c == 0xF4 ? (c1 >= 0x80 && c1 <= 0x8F)
+                                                                               : (c1 & 0xC0) == 0x80;
+    if (!second_ok) return i;
+    for (int k = 2; k < len; ++k)
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+    i += len;
+  }
+  return n;
+}
+
 // Opcode names for messages; empty for bytes that are no opcode at all.
 const char* opcode_name(std::uint8_t op) {
   switch (op) {
@@ -69,6 +94,13 @@ class Reader {
 
   [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::uint64_t n) const {
     fail_op(fmt::format("truncated input: needs {} more bytes, only {} left", n, size_ - pos_));
+  }
+  // A str opcode's n bytes, which pickle writes as UTF-8 and Python's unpickler refuses otherwise.
+  const std::uint8_t* need_utf8(std::uint64_t n) {
+    const std::uint8_t* at = need(n);
+    if (const std::uint64_t bad = first_invalid_utf8(at, n); bad < n)
+      fail_op(fmt::format("the string is not UTF-8 (its byte {} is 0x{:02X}): a corrupt file", bad, at[bad]));
+    return at;
   }
   const std::uint8_t* need(std::uint64_t n) {
     if (__builtin_expect(n > size_ - pos_, 0)) fail_truncated(n);
@@ -376,9 +408,9 @@ void Reader::run() {
       case 'F': push(text_float(read_line())); break;
       case 'G': push(binfloat()); break;
 
-      case 0x8c: { std::uint64_t n = read_le(1); push(new_text(Kind::string, need(n), n)); break; }
-      case 'X':  { std::uint64_t n = read_le(4); push(new_text(Kind::string, need(n), n)); break; }
-      case 0x8d: { std::uint64_t n = read_le(8); push(new_text(Kind::string, need(n), n)); break; }
+      case 0x8c: { std::uint64_t n = read_le(1); push(new_text(Kind::string, need_utf8(n), n)); break; }
+      case 'X':  { std::uint64_t n = read_le(4); push(new_text(Kind::string, need_utf8(n), n)); break; }
+      case 0x8d: { std::uint64_t n = read_le(8); push(new_text(Kind::string, need_utf8(n), n)); break; }
       case 'C':
       case 'U':  { std::uint64_t n = read_le(1); push(new_text(Kind::bytes, need(n), n)); break; }
       case 'B':  { std::uint64_t n = read_le(4); push(new_text(Kind::bytes, need(n), n)); break; }
