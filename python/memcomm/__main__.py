@@ -30,6 +30,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import memcomm
 from memcomm import _memcomm
+from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm._spawned import profiling_spawned_processes
 
@@ -144,13 +145,6 @@ def _module_exists(name: str) -> bool:
         return False
 
 
-def _snapshot_path(path: str, rank: int, world: int) -> str:
-    if world <= 1:
-        return path
-    stem, ext = os.path.splitext(path)
-    return f"{stem}.rank{rank}{ext or '.pickle'}"
-
-
 def _run_target(args: argparse.Namespace) -> None:
     if args.module is not None:  # sys.path[0] stays the working folder, as under python -m
         sys.argv = [args.module] + args.target
@@ -181,8 +175,11 @@ def _run_script(path: str) -> None:
 
 
 def _wait_for_script_threads() -> None:
-    """The script ends, as under python, when its last non-daemon thread does: a loop it left running
-    in one after its last line is part of the run and of the trace."""
+    """A script that returns (or calls sys.exit) ends, as under python, when its last non-daemon
+    thread does: a loop it left running in one is part of the run and of the trace. As python does
+    at exit, the callbacks threading runs first go first (they stop an idle executor's workers)."""
+    for callback in reversed(getattr(threading, "_threading_atexits", [])):
+        callback()
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon and thread.is_alive():
             thread.join()
@@ -201,54 +198,6 @@ def _start(args: argparse.Namespace) -> memcomm.Profiler:
         sys.exit(f"python -m memcomm: cannot start: {e}")
 
 
-def _finish(args: argparse.Namespace, profiler: memcomm.Profiler) -> None:
-    """After the script (also one that raised): the snapshot, and where the trace is."""
-    if args.snapshot:
-        path = _snapshot_path(args.snapshot, profiler.rank, profiler.world)
-        try:
-            memcomm.dump_snapshot(path, args.allocator[0])
-        except (OSError, RuntimeError) as e:
-            print(f"memcomm: --snapshot {path}: {e}", file=sys.stderr)
-    events, dropped = profiler.result
-    print(f"memcomm: {profiler.trace_file}: {events} events" + (f", {dropped} dropped" if dropped else ""),
-          file=sys.stderr)
-
-
-@contextlib.contextmanager
-def _closed_before_os_exit(args: argparse.Namespace, profiler: memcomm.Profiler) -> Iterator[None]:
-    """A script that leaves by os._exit() (common after destroy_process_group, to dodge teardown
-    races) skips every finally: this process closes the trace first. Children it forks (DataLoader
-    workers) leave as they always did."""
-    real_exit, pid = os._exit, os.getpid()
-
-    def exit_after_closing(code: int) -> None:
-        try:
-            if os.getpid() == pid:
-                _close(args, profiler)
-                sys.stderr.flush()
-        finally:
-            real_exit(code)
-
-    os._exit = exit_after_closing
-    try:
-        yield
-    finally:
-        os._exit = real_exit
-
-
-def _close(args: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
-    """Stops the profile and finishes (_finish); False when the trace file could not be written whole
-    (a full disk: the message says how much it holds)."""
-    try:
-        profiler.stop()
-        whole = True
-    except OSError as e:
-        print(e, file=sys.stderr)
-        whole = False
-    _finish(args, profiler)
-    return whole
-
-
 def _exit_code(status: object) -> int:
     """sys.exit()'s argument as Python turns it into the process's status: a message is printed, 1."""
     if status is None or isinstance(status, int):
@@ -264,16 +213,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     spawns: List[int] = []
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(_closed_before_os_exit(args, profiler))
+            stack.enter_context(closed_before_os_exit(lambda: close(args, profiler)))
             if not args.no_ddp_buckets:
                 stack.enter_context(recording_ddp_buckets())
             spawns = stack.enter_context(profiling_spawned_processes(args))
             try:
                 _run_target(args)
-            finally:
-                _wait_for_script_threads()
-    except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
-        status = e.code
+            except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
+                status = e.code
+            _wait_for_script_threads()  # not after a raise: python prints it first, then waits
     finally:
         # A child the script forked (os.fork) that got back here leaves as Python would leave it
         # (its files flushed, its atexit handlers run), without touching the parent's trace: its
@@ -283,7 +231,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 warnings.simplefilter("default")  # a script's -W error must not fail it at memcomm's end
                 if spawns:  # the training ran in the spawned processes, which have profiles of their own
                     warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
-                whole = _close(args, profiler)
+                whole = close(args, profiler)
     if not whole:  # a full disk
         status = status or 1
     return _exit_code(status)

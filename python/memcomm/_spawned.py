@@ -4,7 +4,8 @@ Note [Profiles of spawned processes]
 DDP tutorials (pytorch/examples' ddp-tutorial-series) and Lightning's ddp_spawn train in processes
 they start with torch.multiprocessing.spawn or start_processes: fresh interpreters that run one of
 the script's functions, never the runner. While the runner is open, start_processes (the spawn and
-forkserver methods; a forked child inherits the parent's state instead) hands each child the
+forkserver methods; a child of the fork method inherits the parent's state instead, and records
+nothing: Note [Recording across fork]) hands each child the
 script's function inside SpawnedEntry. The child installs memcomm's allocator where asked, records
 DDP buckets as the runner does, and starts its profile when its default process group is set
 (distributed_c10d._update_default_pg, which init_process_group calls however the script imported
@@ -26,6 +27,7 @@ import torch.multiprocessing as torch_mp
 
 import memcomm
 from memcomm._caller import warn
+from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 
 _FRESH_INTERPRETERS = ("spawn", "forkserver")
@@ -56,6 +58,8 @@ class _ChildProfile:
     def __init__(self, options: argparse.Namespace):
         self.options = options
         self.profiler: Optional[memcomm.Profiler] = None
+        self.start_failed = False  # said when it failed
+        self.closed = False
 
     @contextlib.contextmanager
     def open(self) -> Iterator[None]:
@@ -69,7 +73,8 @@ class _ChildProfile:
         if real_update is not None:
             c10d._update_default_pg = self._start_with_group(real_update)
         try:
-            with recording_ddp_buckets() if not self.options.no_ddp_buckets else contextlib.nullcontext():
+            with recording_ddp_buckets() if not self.options.no_ddp_buckets else contextlib.nullcontext(), \
+                    closed_before_os_exit(self._close):
                 yield
         finally:
             if real_update is not None:
@@ -90,13 +95,17 @@ class _ChildProfile:
             profiler.started_by_runner = True
             self.profiler = profiler.start()
         except (OSError, RuntimeError, ValueError) as e:
+            self.start_failed = True
             warn(f"memcomm: this spawned process is not profiled: {e}")
 
     def _close(self) -> None:
-        from memcomm.__main__ import _close  # the runner's own ending: stop, snapshot, the line on stderr
+        """At the child's end, or before its os._exit(): once."""
+        if self.closed:
+            return
+        self.closed = True
         if self.profiler is not None:
-            _close(self.options, self.profiler)
-        else:
+            close(self.options, self.profiler)
+        elif not self.start_failed:
             print(f"memcomm: process {os.getpid()}, started by torch.multiprocessing, set up no process group: "
                   f"not profiled (Note [Profiles of spawned processes])", file=sys.stderr)
 

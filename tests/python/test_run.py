@@ -337,6 +337,8 @@ def test_a_loop_left_running_in_a_thread_is_part_of_the_trace(tmp_path, tool):
                 opt.step()
 
         threading.Thread(target=train).start()
+        from concurrent.futures import ThreadPoolExecutor  # its idle workers end at exit, as python ends them
+        ThreadPoolExecutor(2).submit(print, "pool")
     """)
     r = run_memcomm(tmp_path, "thread.py")
     assert r.returncode == 0, r.stderr

@@ -139,8 +139,9 @@ def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype:
 
     `hook` is "allreduce", "fp16", "bf16" or any hook(state, bucket) -> Future; `wire_dtype` is the
     element type it sends (default: the bucket's, or the compression's). A hook comm_hook() made
-    already is returned as it is: wrapped twice, each bucket would be recorded twice (python -m
-    memcomm wraps the hooks a script registers, memcomm's own among them)."""
-    if isinstance(hook, RecordedHook) and wire_dtype is None:
-        return hook
+    already is not wrapped again (each bucket would be recorded twice: python -m memcomm wraps the
+    hooks a script registers, memcomm's own among them): it is returned, or with another wire_dtype
+    its inner hook is wrapped."""
+    if isinstance(hook, RecordedHook):
+        return hook if wire_dtype is None else RecordedHook(*_inner_hook(hook.inner, wire_dtype))
     return RecordedHook(*_inner_hook(hook, wire_dtype))
