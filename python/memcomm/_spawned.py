@@ -5,8 +5,8 @@ DDP tutorials (pytorch/examples' ddp-tutorial-series) and Lightning's ddp_spawn 
 they start with torch.multiprocessing.spawn or start_processes: fresh interpreters that run one of
 the script's functions, never the runner. While the runner is open, start_processes (the spawn and
 forkserver methods; a child of the fork method inherits the parent's state instead, and records
-nothing: Note [Recording across fork]) hands each child the
-script's function inside SpawnedEntry. The child installs memcomm's allocator where asked, records
+nothing: Note [Recording across fork]) hands each child the script's function inside SpawnedEntry.
+The child installs memcomm's allocator where asked, records
 DDP buckets as the runner does, and starts its profile when its default process group is set
 (distributed_c10d._update_default_pg, which init_process_group calls however the script imported
 it), so the child knows its rank and names its file by it: NAME.spawnK.rankR.mct for the K-th
