@@ -1,4 +1,5 @@
 #include "collectives.hpp"
+#include "raw_event.hpp"
 
 #include <algorithm>
 #include <cctype>
