@@ -79,19 +79,24 @@ def settle_in_flight(timeout_s: float = 1.0) -> None:
 _WIRE = {"allreduce": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def torch_hooks() -> Dict[str, Callable[..., Any]]:
+    """torch's own DDP hooks by the names comm_hook() takes (imported when first asked for)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    return {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+            "bf16": default_hooks.bf16_compress_hook}
+
+
 def _inner_hook(hook: Union[str, Callable[..., Any]], wire_dtype: Optional[torch.dtype]
                 ) -> Tuple[Callable[..., Any], Optional[torch.dtype]]:
     """The hook comm_hook() calls, and the element type it sends (None: the bucket's)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    torch_hooks = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
-                   "bf16": default_hooks.bf16_compress_hook}
+    by_name = torch_hooks()
     # torch's own hook passed as a function sends what its name says (a script's, wrapped by python -m memcomm)
-    hook = next((name for name, f in torch_hooks.items() if hook is f), hook)
+    hook = next((name for name, f in by_name.items() if hook is f), hook)
     if isinstance(hook, str):
         if hook not in _WIRE:
             raise ValueError(f"comm_hook: hook must be 'allreduce', 'fp16', 'bf16' or a callable, got {hook!r}")
         wire_dtype = wire_dtype or _WIRE[hook]
-        inner = torch_hooks[hook]
+        inner = by_name[hook]
     elif callable(hook):
         inner = hook
     else:

@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from memcomm._caller import warn
-from memcomm._profiler.collectives import RecordedHook, comm_hook
+from memcomm._profiler.collectives import RecordedHook, comm_hook, torch_hooks
 
 
 def reducer_allreduce(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -78,9 +78,8 @@ class BucketDispatch:
 
 def _torch_hook_for(comm_hook_type: Any) -> Optional[Callable[..., Any]]:
     """torch's Python hook with a built-in C++ hook's arithmetic, or None for one it has none of."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    return {dist.BuiltinCommHookType.ALLREDUCE: default_hooks.allreduce_hook,
-            dist.BuiltinCommHookType.FP16_COMPRESS: default_hooks.fp16_compress_hook}.get(comm_hook_type)
+    name = {dist.BuiltinCommHookType.ALLREDUCE: "allreduce", dist.BuiltinCommHookType.FP16_COMPRESS: "fp16"}
+    return torch_hooks().get(name.get(comm_hook_type, ""))
 
 
 def _as_saved_without_memcomm(model: DDP, state: dict, first_forward: "weakref.WeakKeyDictionary[DDP, int]") -> dict:

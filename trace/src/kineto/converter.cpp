@@ -51,16 +51,15 @@ bool profiler_step(std::string_view name, uint64_t& step) {
 //   (Note [Collectives from communication kernels], with the op from the name, on one communicator
 //   for all of them: the span names no process group). Its size is known where the profile recorded
 //   shapes: the elements its "Input Dims" name, of its first "Input type" (this rank's part: an
-//   all-gather moves the group's). "gloo:send" and "gloo:recv" are
-//   communication too, but no collective: they run on some ranks only, and as collectives of the one
-//   communicator they shifted every later collective's match across ranks.
+//   all-gather moves the group's). "gloo:send" and "gloo:recv" are communication too, but no
+//   collective: they run on some ranks only, and as collectives of the one communicator they
+//   shifted every later collective's match across ranks.
 bool data_loader_next(std::string_view name) {
   constexpr std::string_view kPrefix = "enumerate(DataLoader)#", kSuffix = ".__next__";
   return name.size() > kPrefix.size() + kSuffix.size() && name.substr(0, kPrefix.size()) == kPrefix &&
          name.substr(name.size() - kSuffix.size()) == kSuffix;
 }
 
-bool gloo_op(std::string_view name) { return name.size() > 5 && name.substr(0, 5) == "gloo:"; }
 bool point_to_point(std::string_view op) { return op.substr(0, 4) == "send" || op.substr(0, 4) == "recv"; }
 
 // Note [Names longer than a regex can search]: libstdc++'s std::regex recurses once per character a

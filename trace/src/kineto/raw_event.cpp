@@ -118,7 +118,7 @@ void read_first_string(od::value v, std::string_view& out) {
 }
 
 // Where "args" comes before "name" (a trace re-saved with sorted keys), every event's are read.
-bool gloo_span(const RawEvent& e) { return e.name.empty() || e.name.substr(0, 5) == "gloo:"; }
+bool gloo_span(const RawEvent& e) { return e.name.empty() || gloo_op(e.name); }
 
 // Dispatches on the key's length first: events carry many args the converter never reads
 // ("Input Dims" of operators, "Ev Idx", ...), and most of them then cost one comparison or none.

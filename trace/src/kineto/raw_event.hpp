@@ -27,6 +27,9 @@ struct Number {
   std::string_view text;
 };
 
+// A Gloo op's span ("gloo:all_reduce"; Note [Phases a torch.profiler trace names] in converter.cpp).
+inline bool gloo_op(std::string_view name) { return name.size() > 5 && name.substr(0, 5) == "gloo:"; }
+
 // Every text field is a view; EventParser::own_strings copies each of them (a new one goes there too).
 struct RawEvent {
   std::string_view ph, cat, name;
