@@ -13,9 +13,14 @@
 #include <memcomm/view/indexes.hpp>
 #include <memcomm/view/loader.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <string>
+#include <vector>
 
 using namespace memcomm::view;
 namespace prof = memcomm::prof;
@@ -135,4 +140,38 @@ TEST_CASE("steps are numbered by their recorded ids, else from 1", "[unit][viewe
   REQUIRE(unnumbered.size() == 2);
   CHECK(unnumbered[0].step == 1);
   CHECK(unnumbered[1].step == 2);
+}
+
+TEST_CASE("a torch.profiler trace of a CPU script: the viewer's steps take its operators as compute, as the report does",
+          "[unit][viewer]") {
+  // Note [Breakdown definitions]: a CPU run that marks no forward/backward phase computes in its
+  // operators, less each thread's blocking Gloo calls; the Python frames they ran under are no
+  // compute. The step's 200 us all_reduce on Gloo's thread meets the launch's last 5 us and a
+  // 50 us add; the 100 us barrier blocks the main thread's operator, which computes nothing then.
+  const auto rank_json = [](int rank, int shift_us) {
+    return fmt::format(R"json({{"distributedInfo": {{"backend": "gloo", "rank": {0}, "world_size": 2}}, "traceEvents": [
+      {{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": {1}, "dur": 1000}},
+      {{"ph": "X", "cat": "python_function", "name": "train.py(9): <module>", "pid": 1, "tid": 1, "ts": {1}, "dur": 1000}},
+      {{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": {2}, "dur": 300}},
+      {{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": {3}, "dur": 10}},
+      {{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": {4}, "dur": 200,
+        "args": {{"Input type": ["float"], "Input Dims": [[256]]}}}},
+      {{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": {5}, "dur": 50}},
+      {{"ph": "X", "cat": "cpu_op", "name": "c10d::barrier", "pid": 1, "tid": 1, "ts": {6}, "dur": 100}},
+      {{"ph": "X", "cat": "user_annotation", "name": "gloo:barrier", "pid": 1, "tid": 1, "ts": {6}, "dur": 100}}]}})json",
+                       rank, shift_us, shift_us + 100, shift_us + 400, shift_us + 405, shift_us + 500, shift_us + 700);
+  };
+  const std::vector<std::string> files = {out_stem("gloo_cpu.rank0.json"), out_stem("gloo_cpu.rank1.json")};
+  std::ofstream(files[0], std::ios::binary) << rank_json(0, 0);
+  std::ofstream(files[1], std::ios::binary) << rank_json(1, 20);
+  BackgroundLoad load(files);
+  const Timeline tl = load.take();
+  REQUIRE(load.errors().empty());
+  const prof::Analysis a = prof::analyze(prof::TraceSet::load(files));
+  REQUIRE(a.steps.size() == 2);
+  const prof::Breakdown& b = a.steps[0].breakdown;
+  CHECK(b.comm_total_ns == 300'000);
+  CHECK(b.overlap_ns == 55'000);
+  CHECK(b.exposed_comm_ns == 245'000);
+  check_steps(step_table(tl), a);
 }

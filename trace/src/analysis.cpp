@@ -119,13 +119,15 @@ CollectiveTiming collective_timing(const std::vector<CollectiveArrival>& arrival
   return t;
 }
 
+bool runs_operators(uint16_t thread) { return (thread & kPythonFrameThreadBase) == 0; }
+
 // The host ranges (Phase::Custom) of each thread, less the time that thread spent in a blocking
 // communication call (Phase::Comm: a Gloo op) inside them: an operator that waits on Gloo computes
 // nothing meanwhile, while another thread's work goes on.
 std::vector<Interval> operators_outside_comm(const std::vector<RangeSpan>& ranges) {
   std::map<uint16_t, std::pair<std::vector<Interval>, std::vector<Interval>>> by_thread;
   for (const RangeSpan& rs : ranges) {
-    if (rs.thread & kPythonFrameThreadBase) continue;  // the Python stack the operators ran under
+    if (!runs_operators(rs.thread)) continue;
     if (rs.phase == Phase::Custom) by_thread[rs.thread].first.push_back({rs.begin, rs.end});
     if (rs.phase == Phase::Comm) by_thread[rs.thread].second.push_back({rs.begin, rs.end});
   }

@@ -119,6 +119,13 @@ bool is_compute_phase(PhaseKind k) {
   }
 }
 
+bool marks_compute_phases(const std::vector<const SpanRow*>& phase_rows, const std::vector<PhaseKind>& kind_of) {
+  for (const SpanRow* row : phase_rows)
+    for (const Span& s : *row)
+      if (s.name < kind_of.size() && is_compute_phase(kind_of[s.name])) return true;
+  return false;
+}
+
 // One rank's rows and cursors, sorted out once; step() computes one step's row from them.
 class StepScanner {
  public:
@@ -143,6 +150,15 @@ class StepScanner {
           if (!has_kernels) compute_phases_.push_back(&row);
         }
       }
+    // A CPU run that marks no compute phase (a torch.profiler trace of a CPU script): its
+    // operators are the compute, less each thread's blocking communication calls.
+    if (!has_kernels && !marks_compute_phases(compute_phases_, kind_of)) {
+      for (const auto& lane : rd.lanes)
+        if (lane.kind == LaneKind::Nvtx && prof::runs_operators(static_cast<std::uint16_t>(lane.stream)))
+          operator_lanes_.push_back(&lane);
+      comm_calls_ = compute_phases_;
+      compute_phases_.clear();
+    }
     allocated_ = rd.counter("allocated");
   }
 
@@ -189,26 +205,49 @@ class StepScanner {
     for (const auto& iv : comm_iv_) {
       covered_.clear();
       for (auto& cur : compute_) cur.clip(iv.first, iv.second, covered_, RowCursor::Pick::Compute);
-      for (const SpanRow* row : compute_phases_) {
-        auto it = std::lower_bound(row->begin(), row->end(), iv.first, [](const Span& s, TimeNs t) { return s.end <= t; });
-        for (; it != row->end() && it->start < iv.second; ++it)
-          if (is_compute_phase(kind(it->name))) covered_.emplace_back(std::max(it->start, iv.first), std::min(it->end, iv.second));
-      }
+      for (const SpanRow* row : compute_phases_)
+        clip_phases(*row, iv.first, iv.second, covered_, [&](const Span& s) { return is_compute_phase(kind(s.name)); });
       unite_in_place(covered_);
       for (const auto& c : covered_) compute_prof_.push_back({c.first, c.second});
+      for (const Lane* lane : operator_lanes_) add_operators_outside_comm(*lane, iv.first, iv.second);
     }
+    prof::merge_intervals(compute_prof_);
     return compute_prof_;
+  }
+
+  // prof::operators_outside_comm's figure for one thread inside [t0, t1): its operators less the
+  // comm phases it blocked in (a comm phase's payload is its thread), appended to compute_prof_.
+  void add_operators_outside_comm(const Lane& lane, TimeNs t0, TimeNs t1) {
+    operators_.clear();
+    blocked_.clear();
+    for (const SpanRow& row : lane.rows) clip_row(row, t0, t1, operators_);
+    for (const SpanRow* row : comm_calls_)
+      clip_phases(*row, t0, t1, blocked_, [&](const Span& s) { return kind(s.name) == PhaseKind::Comm && s.payload == lane.stream; });
+    unite_in_place(operators_);
+    unite_in_place(blocked_);
+    for (const prof::Interval& i : prof::subtract(as_prof(operators_, operators_prof_), as_prof(blocked_, blocked_prof_)))
+      compute_prof_.push_back(i);
+  }
+
+  // Appends the parts inside [t0, t1) of the phases of `row` that `keep` accepts, clipped.
+  template <class Keep>
+  static void clip_phases(const SpanRow& row, TimeNs t0, TimeNs t1, Intervals& out, Keep keep) {
+    auto it = std::lower_bound(row.begin(), row.end(), t0, [](const Span& s, TimeNs t) { return s.end <= t; });
+    for (; it != row.end() && it->start < t1; ++it)
+      if (keep(*it)) out.emplace_back(std::max(it->start, t0), std::min(it->end, t1));
   }
 
   const RankData& rd_;
   const std::vector<PhaseKind>& kind_of_;
   std::vector<RowCursor> comm_, compute_, phases_;
   std::vector<const SpanRow*> compute_phases_;
+  std::vector<const Lane*> operator_lanes_;   // CPU runs without compute phases: the operators' threads
+  std::vector<const SpanRow*> comm_calls_;    // and the phase rows that hold their comm phases
   bool comm_kernels_ = false;  // some kernel is a communication kernel (kCommKernel)
   const CounterSeries* allocated_ = nullptr;
   std::size_t mem_cursor_ = 0;
-  Intervals comm_iv_, wait_, covered_;  // reused across steps: no allocation per step
-  std::vector<prof::Interval> comm_prof_, compute_prof_;
+  Intervals comm_iv_, wait_, covered_, operators_, blocked_;  // reused across steps: no allocation per step
+  std::vector<prof::Interval> comm_prof_, compute_prof_, operators_prof_, blocked_prof_;
 };
 
 }  // namespace

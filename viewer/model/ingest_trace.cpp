@@ -192,6 +192,11 @@ SpanRow& TraceIngest::nvtx_lane(RankState& rs, std::uint32_t rank, std::uint16_t
   return *rs.nvtx_last;
 }
 
+// Span::payload of a phase: its step number, or for a comm phase the thread it blocked.
+std::uint32_t TraceIngest::phase_payload(const RangeOpen& begin, std::uint16_t thread) {
+  return begin.phase == prof::Phase::Comm ? thread : static_cast<std::uint32_t>(begin.id);
+}
+
 std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs, std::uint32_t rank) {
   const auto r = e.as<prof::RangeEvent>();
   auto& st = open_stack(rs, r.thread);
@@ -203,7 +208,7 @@ std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs, std:
   if (begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
     nvtx_lane(rs, rank, r.thread).push_back({begin.ts, end, begin.name, 0});
   else  // phases are named by their kind, so the views can colour and the step table find them
-    rs.phases->push_back({begin.ts, end, phase_ids_[static_cast<int>(begin.phase)], static_cast<std::uint32_t>(begin.id)});
+    rs.phases->push_back({begin.ts, end, phase_ids_[static_cast<int>(begin.phase)], phase_payload(begin, r.thread)});
   return 1;
 }
 

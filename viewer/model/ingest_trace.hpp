@@ -125,6 +125,7 @@ class TraceIngest {
   std::uint64_t add_compute_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
   SpanRow& nvtx_lane(RankState& rs, std::uint32_t rank, std::uint16_t thread);
   std::uint64_t close_range(const prof::Event& e, RankState& rs, std::uint32_t rank);
+  static std::uint32_t phase_payload(const RangeOpen& begin, std::uint16_t thread);
   std::uint64_t add_host_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
   void add_meta(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve, const void* ctx);
   std::uint64_t add_collective(const prof::Event& e, RankState& rs, std::uint32_t rank);

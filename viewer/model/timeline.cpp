@@ -18,6 +18,7 @@ PhaseKind phase_kind_from_name(std::string_view name) {
   if (n == "optimizer" || n == "optim") return PhaseKind::Optimizer;
   if (n == "data_wait" || n == "datawait" || n == "data") return PhaseKind::DataWait;
   if (n == "eval") return PhaseKind::Eval;
+  if (n == "comm") return PhaseKind::Comm;
   return PhaseKind::Other;
 }
 

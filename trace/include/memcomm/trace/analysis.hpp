@@ -225,6 +225,10 @@ CommOverlap comm_overlap(const std::vector<Interval>& comm, const std::vector<In
 inline bool is_compute_phase(Phase p) {
   return p == Phase::Forward || p == Phase::Backward || p == Phase::Optimizer || p == Phase::Eval;
 }
+// CPU runs that mark none of those (Note [Breakdown definitions]): whether a thread's host ranges are
+// operators that compute. Every thread's are but the lanes of Python frames (with_stack=True), which
+// hold the Python calls the operators ran under.
+bool runs_operators(uint16_t thread);
 std::vector<MemoryPoint> memory_series(const RankTrace& r);
 
 }  // namespace memcomm::prof

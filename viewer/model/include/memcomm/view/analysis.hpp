@@ -22,10 +22,11 @@ struct StepRow {
   double peak_allocated = 0;      // bytes, from the "allocated" counter (exact from block events: Note [Memory curves from block events])
 };
 
-// One row per "step" phase per rank. Compute = kernel lanes, or, on CPU runs with no kernels,
-// the forward/backward/optimizer/eval phases (Note [Breakdown definitions] in the profiler's
-// analysis.hpp; the kernel spans do not say which kernels are communication kernels, so on GPU
-// runs with those, communication is the collectives' spans and every kernel is compute).
+// One row per "step" phase per rank, with the profiler's definitions (Note [Breakdown
+// definitions] in memcomm/trace/analysis.hpp): compute = the kernels that are not communication
+// kernels, or, on CPU runs with no kernels, the forward/backward/optimizer/eval phases, or, where
+// the run marks none (a torch.profiler trace of a CPU script), each thread's operators less its comm
+// phases; communication = the communication kernels where the rank has them, else the collectives.
 // With `previous` (the table before events from `changed_from` on were appended, same rank
 // slots), the rows of steps that ended before changed_from are kept and only later steps are
 // computed: live publishes cost O(new steps), not O(all steps).

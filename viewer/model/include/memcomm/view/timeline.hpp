@@ -40,7 +40,9 @@ struct Span {
   TimeNs start;           // ns on the merged timeline
   TimeNs end;             // ns, >= start
   std::uint32_t name;     // id in Timeline::strings
-  std::uint32_t payload;  // collective lanes: index into RankData::collectives; phases: step number;
+  std::uint32_t payload;  // collective lanes: index into RankData::collectives; phases: step number,
+                          // and for a comm phase the host thread that blocked in it (the step
+                          // table's CPU fallback subtracts it from that thread's operators);
                           // kernel lanes: kCommKernel for a communication (NCCL) kernel, else 0
 };
 // Span::payload of a communication kernel (prof::ComputeEvent::sub == 1): the step table counts it
@@ -54,7 +56,7 @@ using SpanRow = ChunkedArray<Span>;
 enum class LaneKind : std::uint8_t { Phase, Kernel, Memcpy, Memset, Collective, Nvtx };
 
 // Phase names the trainer uses; lanes colour phase spans by these.
-enum class PhaseKind : std::uint8_t { Step, MicroStep, Forward, Backward, Optimizer, DataWait, Eval, Other };
+enum class PhaseKind : std::uint8_t { Step, MicroStep, Forward, Backward, Optimizer, DataWait, Eval, Comm, Other };
 PhaseKind phase_kind_from_name(std::string_view name);
 const char* lane_kind_name(LaneKind kind);
 

@@ -30,8 +30,11 @@ inline constexpr Rgb kPhase[] = {
     {190, 170, 60},  // optimizer
     {200, 70, 120},  // data-wait
     {100, 150, 200}, // eval
+    {160, 90, 220},  // comm: a blocking communication call, as the collectives lane colours it
     {140, 140, 140}, // other
 };
+static_assert(sizeof(kPhase) / sizeof(kPhase[0]) == static_cast<std::size_t>(PhaseKind::Other) + 1,
+              "one colour per PhaseKind");
 // Memory pane.
 inline constexpr Rgb kAllocated{60, 160, 90};
 inline constexpr Rgb kReserved{50, 70, 110};
