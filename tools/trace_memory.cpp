@@ -1,7 +1,8 @@
 // memcomm-trace memory / compare (trace_memory.hpp). The JSON is the contract:
 // {"at_ns": T, "live_bytes": N, "sites": [{"bytes": B, "stack": ["file:line:function", ...]}, ...]}
 // with stacks outermost first and filtered as memory_viz filters them; text mode caps each stack
-// at its innermost kShownFrames lines (the data and the JSON keep them all). A site of blocks
+// at kShownFrames lines that end at the line that shows it (Note [The line a stack is shown by] in
+// memcomm/snapshot/frames.hpp; the data and the JSON keep them all). A site of blocks
 // allocated before the trace, known only by the stack their free recorded (Note [A free's stack]),
 // has snapshot::kFreeStackHeading as its first line.
 //
@@ -179,14 +180,14 @@ void check_rank_applies(const std::vector<std::string>& files, const MemoryArgs&
                                           files.size() == 1 ? "" : "s", files.size() == 1 ? "s" : ""));
 }
 
+// The stack's window (Note [The line a stack is shown by] in memcomm/snapshot/frames.hpp).
 void append_stack(std::string& out, const std::vector<std::string>& stack) {
-  const bool of_free = !stack.empty() && stack[0] == snapshot::kFreeStackHeading;  // shown whatever is cut
-  if (of_free) out += fmt::format("      {}\n", stack[0]);
-  const std::size_t first = of_free ? 1 : 0;
-  const std::size_t skip = stack.size() - first > kShownFrames ? stack.size() - first - kShownFrames : 0;
-  if (skip) out += fmt::format("      ... {} outer frames\n", skip);
-  for (std::size_t k = first + skip; k < stack.size(); ++k) out += fmt::format("      {}\n", stack[k]);
-  if (stack.size() == first) out += "      (every frame filtered out; --all-frames shows them)\n";
+  const snapshot::StackWindow w = snapshot::shown_window(stack, kShownFrames);
+  if (w.first > w.outer) out += fmt::format("      {}\n", stack[0]);  // kFreeStackHeading, shown whatever is cut
+  if (w.outer) out += fmt::format("      ... {} outer frames\n", w.outer);
+  for (std::size_t k = w.first; k < w.first + w.count; ++k) out += fmt::format("      {}\n", stack[k]);
+  if (w.inner) out += fmt::format("      ... {} native frames inside it (--json lists them)\n", w.inner);
+  if (w.count == 0) out += "      (every frame filtered out; --all-frames shows them)\n";
 }
 
 double percent(std::uint64_t part, std::uint64_t whole) {

@@ -162,6 +162,32 @@ TEST_CASE("frames: memory_viz's filter and format", "[snapshot][frames]") {
   CHECK(text.site_matches(freed, "forward"));
 }
 
+TEST_CASE("frames: a stack is shown by its innermost Python frame, the native frames inside it counted", "[snapshot][frames]") {
+  // Note [The line a stack is shown by]: a stack recorded with C++ frames (stacks="all").
+  const std::vector<std::string> all = {"train.py:9:<module>", "typeobject.c:7494:slot_tp_call", "model.py:20:forward",
+                                        "linear.py:125:forward", "python_nn_functions.cpp:0:THPVariable_linear",
+                                        "??:0:at::detail::empty_cuda", "CUDACachingAllocator.cpp:0:malloc"};
+  CHECK(snap::shown_line(all) == 3);
+  snap::StackWindow w = snap::shown_window(all, 2);
+  CHECK((w.first == 2 && w.count == 2 && w.outer == 2 && w.inner == 3));
+  w = snap::shown_window(all, 16);
+  CHECK((w.first == 0 && w.count == 4 && w.outer == 0 && w.inner == 3));
+  // No Python frame (a C++ program): the innermost lines, as before.
+  const std::vector<std::string> native = {"main.cpp:10:main", "??:0:at::empty", ":0:malloc"};
+  CHECK(snap::shown_line(native) == 2);
+  w = snap::shown_window(native, 2);
+  CHECK((w.first == 1 && w.count == 2 && w.outer == 1 && w.inner == 0));
+  // Pseudo-files are Python's (a notebook cell, exec'd code); the free's heading is no frame.
+  CHECK(snap::shown_line({"<ipython-input-3-1b2c>:4:<module>", "??:0:malloc"}) == 0);
+  const std::vector<std::string> freed = {std::string(snap::kFreeStackHeading), "??:0:dealloc"};
+  w = snap::shown_window(freed, 8);
+  CHECK((w.first == 1 && w.count == 1 && w.outer == 0 && w.inner == 0));
+  w = snap::shown_window({std::string(snap::kFreeStackHeading)}, 8);
+  CHECK((w.first == 1 && w.count == 0));
+  CHECK(snap::shown_window({}, 8).count == 0);
+  CHECK(snap::shown_line({}) == 0);
+}
+
 TEST_CASE("snapshot memory: the hand-built snapshot's lifetimes, sites and --at", "[snapshot][memory]") {
   const auto bytes = memcomm::test::build_snapshot();
   const snap::Snapshot s = snap::parse_snapshot(bytes.data(), bytes.size(), "hand.pickle");

@@ -67,6 +67,33 @@ prof::MemCategory category_from_frames(const Snapshot& snap, std::uint32_t stack
 }
 
 namespace {
+bool is_python_line(std::string_view line) {
+  const std::string_view file = line.substr(0, line.find(':'));
+  const bool pseudo_file = file.size() >= 2 && file.front() == '<' && file.back() == '>';
+  return pseudo_file || (file.size() > 3 && file.substr(file.size() - 3) == ".py");
+}
+}  // namespace
+
+std::size_t shown_line(const std::vector<std::string>& lines) {
+  for (std::size_t k = lines.size(); k-- > 0;)
+    if (is_python_line(lines[k])) return k;
+  return lines.empty() ? 0 : lines.size() - 1;
+}
+
+StackWindow shown_window(const std::vector<std::string>& lines, std::size_t max_lines) {
+  StackWindow w;
+  const std::size_t frames_from = !lines.empty() && lines[0] == kFreeStackHeading ? 1 : 0;
+  w.first = frames_from;
+  if (lines.size() <= frames_from || max_lines == 0) return w;
+  const std::size_t last = std::max(shown_line(lines), frames_from);
+  w.count = std::min(last + 1 - frames_from, max_lines);
+  w.first = last + 1 - w.count;
+  w.outer = w.first - frames_from;
+  w.inner = lines.size() - 1 - last;
+  return w;
+}
+
+namespace {
 constexpr std::uint32_t kUnknown = ~std::uint32_t{0};
 constexpr std::uint32_t kFiltered = kUnknown - 1;
 

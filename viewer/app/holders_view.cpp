@@ -8,6 +8,7 @@
 #include "views.hpp"
 
 #include <fmt/format.h>
+#include <memcomm/snapshot/frames.hpp>
 
 #include <algorithm>
 #include <map>
@@ -74,12 +75,13 @@ void refresh_holders(AppState& st, const RankData& rd) {
   st.holders_tree = stack_tree(st.holders);
 }
 
-// A three-column table of sites whose last column is the innermost frame; false: not shown.
+// A three-column table of sites whose last column is the line that shows the stack (Note [The line a
+// stack is shown by] in memcomm/snapshot/frames.hpp); false: not shown.
 bool begin_site_table(const char* id, const char* first, const char* second) {
   if (!ImGui::BeginTable(id, 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) return false;
   ImGui::TableSetupColumn(first);
   ImGui::TableSetupColumn(second);
-  ImGui::TableSetupColumn("site (innermost frame)");
+  ImGui::TableSetupColumn("site (innermost Python frame, where there is one)");
   ImGui::TableHeadersRow();
   return true;
 }
@@ -94,7 +96,7 @@ void peak_table(const AppState& st) {
     ImGui::TableNextColumn();
     ImGui::Text("%u", s.count);
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(s.stack.empty() ? "(empty)" : s.stack.back().c_str());
+    ImGui::TextUnformatted(s.stack.empty() ? "(empty)" : s.stack[snapshot::shown_line(s.stack)].c_str());
   }
   ImGui::EndTable();
 }
@@ -130,7 +132,7 @@ void comparison_table(const AppState& st) {
     ImGui::TableNextColumn();
     ImGui::Text("%s -> %s", format_bytes(c.before).c_str(), format_bytes(c.after).c_str());
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(c.stack.empty() ? "(empty)" : c.stack.back().c_str());
+    ImGui::TextUnformatted(c.stack.empty() ? "(empty)" : c.stack[snapshot::shown_line(c.stack)].c_str());
   }
   ImGui::EndTable();
 }

@@ -51,9 +51,11 @@ std::string tip_text(const AllocationTip& tip, TimeNs trace_begin) {
   s += fmt::format("\nallocated at {}{}", time_text(tip.alloc_ns, trace_begin), tip.before_trace ? before : "");
   if (tip.free_ns == prof::kStillLive) s += "\nstill live at the end";
   else s += fmt::format("\nfreed at {} (lifetime {})", time_text(tip.free_ns, trace_begin), time_text(tip.free_ns, tip.alloc_ns));
-  const std::size_t skip = tip.stack.size() > kStackLinesShown ? tip.stack.size() - kStackLinesShown : 0;
-  if (skip) s += fmt::format("\n  ... {} more", skip);
-  for (std::size_t k = skip; k < tip.stack.size(); ++k) s += "\n  " + (tip.stack[k].empty() ? std::string("(empty)") : tip.stack[k]);
+  const snapshot::StackWindow w = snapshot::shown_window(tip.stack, kStackLinesShown);  // Note [The line a stack is shown by]
+  if (w.first > w.outer) s += "\n  " + tip.stack[0];  // kFreeStackHeading
+  if (w.outer) s += fmt::format("\n  ... {} more", w.outer);
+  for (std::size_t k = w.first; k < w.first + w.count; ++k) s += "\n  " + (tip.stack[k].empty() ? std::string("(empty)") : tip.stack[k]);
+  if (w.inner) s += fmt::format("\n  ... {} native frames inside", w.inner);
   return s;
 }
 

@@ -17,11 +17,13 @@ namespace {
 
 using Intervals = std::vector<std::pair<TimeNs, TimeNs>>;
 
-// Appends the parts of `row` inside [t0, t1), clipped.
-void clip_row(const SpanRow& row, TimeNs t0, TimeNs t1, Intervals& out) {
+// Appends the parts inside [t0, t1) of the spans of `row` that `keep` accepts, clipped.
+constexpr auto kEverySpan = [](const Span&) { return true; };
+template <class Keep = decltype(kEverySpan)>
+void clip_row(const SpanRow& row, TimeNs t0, TimeNs t1, Intervals& out, Keep keep = kEverySpan) {
   for (std::size_t i = lower_bound_index(row, t0, [](const Span& s, TimeNs t) { return s.end <= t; });
        i < row.size() && row[i].start < t1; ++i)
-    out.emplace_back(std::max(row[i].start, t0), std::min(row[i].end, t1));
+    if (keep(row[i])) out.emplace_back(std::max(row[i].start, t0), std::min(row[i].end, t1));
 }
 
 // Sorts and merges into disjoint intervals, in place (the step table calls this a few times per
@@ -206,7 +208,7 @@ class StepScanner {
       covered_.clear();
       for (auto& cur : compute_) cur.clip(iv.first, iv.second, covered_, RowCursor::Pick::Compute);
       for (const SpanRow* row : compute_phases_)
-        clip_phases(*row, iv.first, iv.second, covered_, [&](const Span& s) { return is_compute_phase(kind(s.name)); });
+        clip_row(*row, iv.first, iv.second, covered_, [&](const Span& s) { return is_compute_phase(kind(s.name)); });
       unite_in_place(covered_);
       for (const auto& c : covered_) compute_prof_.push_back({c.first, c.second});
       for (const Lane* lane : operator_lanes_) add_operators_outside_comm(*lane, iv.first, iv.second);
@@ -222,19 +224,11 @@ class StepScanner {
     blocked_.clear();
     for (const SpanRow& row : lane.rows) clip_row(row, t0, t1, operators_);
     for (const SpanRow* row : comm_calls_)
-      clip_phases(*row, t0, t1, blocked_, [&](const Span& s) { return kind(s.name) == PhaseKind::Comm && s.payload == lane.stream; });
+      clip_row(*row, t0, t1, blocked_, [&](const Span& s) { return kind(s.name) == PhaseKind::Comm && s.payload == lane.stream; });
     unite_in_place(operators_);
     unite_in_place(blocked_);
     for (const prof::Interval& i : prof::subtract(as_prof(operators_, operators_prof_), as_prof(blocked_, blocked_prof_)))
       compute_prof_.push_back(i);
-  }
-
-  // Appends the parts inside [t0, t1) of the phases of `row` that `keep` accepts, clipped.
-  template <class Keep>
-  static void clip_phases(const SpanRow& row, TimeNs t0, TimeNs t1, Intervals& out, Keep keep) {
-    auto it = std::lower_bound(row.begin(), row.end(), t0, [](const Span& s, TimeNs t) { return s.end <= t; });
-    for (; it != row.end() && it->start < t1; ++it)
-      if (keep(*it)) out.emplace_back(std::max(it->start, t0), std::min(it->end, t1));
   }
 
   const RankData& rd_;

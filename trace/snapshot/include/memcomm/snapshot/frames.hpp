@@ -47,6 +47,29 @@ std::string frame_text(const Snapshot& snap, std::uint32_t frame_id);
 // Note [Categories from frames]. MemCategory::Unknown for kNoStack and for stacks that match nothing.
 prof::MemCategory category_from_frames(const Snapshot& snap, std::uint32_t stack);
 
+// Note [The line a stack is shown by]
+// A stack recorded with its C++ frames (_record_memory_history(stacks="all"), context "all") ends
+// in a dozen or more frames of the dispatcher, ATen's empty_* and the caching allocator, alike for
+// every allocation: shown by its innermost lines, every site reads
+// CUDACachingAllocator.cpp:0:...::malloc and the call that allocated is cut off among the outer
+// frames. So a stack that holds Python frames is shown by its innermost Python frame (the user's
+// call: linear.py:125:forward), with the native frames inside it counted, not listed; a stack
+// without one (a C++ program's, or Python frames only) is shown by its innermost line. A line is
+// Python's when its file (the text before the first ':') ends in .py or is a <...> pseudo-file
+// (<string>, <frozen runpy>, a notebook cell). Text, not frames, so that stacks of two files
+// (compare) and the JSON's lines are read alike. Every printer takes its window from here.
+//
+// The index in `lines` (outermost first, memory_viz's "file:line:function") of the line that shows
+// the stack; 0 for no lines.
+std::size_t shown_line(const std::vector<std::string>& lines);
+// The lines a display of at most `max_lines` shows: `count` from `first`, ending at shown_line();
+// `outer` lines before them and `inner` (native) lines after them are left out. A leading
+// kFreeStackHeading line is no frame: never in the window (the printer shows it whatever is cut).
+struct StackWindow {
+  std::size_t first = 0, count = 0, outer = 0, inner = 0;
+};
+StackWindow shown_window(const std::vector<std::string>& lines, std::size_t max_lines);
+
 class StackText {
  public:
   explicit StackText(const Snapshot& snap);

@@ -17,7 +17,8 @@
 namespace memcomm::view {
 
 inline constexpr const char* kNoStackText = "no stack";
-// Display cap of a stack (the data keeps every frame): the innermost lines are kept.
+// Display cap of a stack (the data keeps every frame): the lines up to the one that shows it (Note
+// [The line a stack is shown by] in memcomm/snapshot/frames.hpp).
 inline constexpr std::size_t kStackLinesShown = 16;
 
 struct AllocationTip {
@@ -30,7 +31,8 @@ struct AllocationTip {
   std::vector<std::string> stack;    // outermost first; {"no stack"} when none
 };
 AllocationTip allocation_tip(const RankData& rd, std::uint32_t index, bool all_frames);
-// The tooltip's text; the stack capped at kStackLinesShown innermost lines ("... N more").
+// The tooltip's text; the stack capped at kStackLinesShown lines ("... N more" outside them, and
+// "... N native frames inside" the Python frame that shows it).
 std::string tip_text(const AllocationTip& tip, TimeNs trace_begin);
 
 // Live bytes by site at t, with each site's lines (memory_at; one "no stack" site without stacks).
