@@ -93,7 +93,10 @@ std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p
 
 void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out, std::vector<std::string>* notes) {
   const PolicyPeaks p = replay_peaks(snap);
-  if (p.reserved.empty()) return;  // no device has an event or a segment
+  if (p.reserved.empty()) {  // no device has an event or a segment
+    if (notes) notes->push_back("it holds no segments and no trace events: there is no memory to advise on");
+    return;
+  }
   if (p.traced_allocs == 0) {      // no order to replay the live blocks in
     if (notes)
       notes->push_back("its trace allocates nothing (an end state only): the allocator policies were not compared; "

@@ -42,6 +42,8 @@ class HeldMemory {
   // False for a snapshot that records no times (torch <= 2.1): its clock counts events, 1 us each
   // (snapshot::EventClock).
   virtual bool timed() const { return true; }
+  // False for a snapshot whose trace holds no event: its blocks are its end state alone.
+  virtual bool has_events() const { return true; }
 
   snapshot::MemoryAt at(const std::string& spec) const {
     std::int64_t t = 0;
@@ -84,6 +86,7 @@ class SnapshotMemory final : public HeldMemory {
     allocs_.allocations = on_device(std::move(allocs_.allocations), device, snapshot_devices(snap_), path);
     std::size_t traced_devices = 0;
     for (const auto& events : snap_.device_traces) traced_devices += events.empty() ? 0 : 1;
+    has_events_ = traced_devices > 0;
     if (device < 0 && traced_devices > 1 && !timed_)  // each device's clock counts its own events
       fmt::print(stderr, "warning: {}: its devices' traces record no times, so their events are aligned by index, "
                          "not by moment: the sum over devices at a time is no state that existed; --device N "
@@ -93,6 +96,7 @@ class SnapshotMemory final : public HeldMemory {
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
   std::string label() const override { return path_; }
   bool timed() const override { return timed_; }
+  bool has_events() const override { return has_events_; }
   std::vector<std::string> lines(std::uint32_t site, bool all_frames) const override {
     return text_.site_lines(site, all_frames);
   }
@@ -103,6 +107,7 @@ class SnapshotMemory final : public HeldMemory {
   snapshot::SnapshotAllocations allocs_;
   snapshot::StackText text_;
   bool timed_;
+  bool has_events_ = false;
 
   static bool records_times(const snapshot::Snapshot& snap) {
     for (const auto& events : snap.device_traces)
@@ -208,7 +213,8 @@ std::string memory_report(const std::string& file, const MemoryArgs& args) {
   // Before the first event: the blocks from before the trace, held then (Note [Allocations before the trace]).
   // Nanoseconds, so that the time printed is one --at takes back to the same state.
   const double after = static_cast<double>(m.at_ns - a.begin) / 1e9;
-  const std::string when = m.at_ns < a.begin ? std::string("before the trace's first event")
+  const std::string when = !held->has_events() ? std::string("its end state: the snapshot's trace holds no events")
+                           : m.at_ns < a.begin  ? std::string("before the trace's first event")
                            : held->timed() ? fmt::format("{:.9f} s after the trace's first event", after)
                                            : fmt::format("after event {} of each device's trace: the snapshot records no "
                                                          "times, so --at counts events, 1 us each",

@@ -292,6 +292,16 @@ TEST_CASE("a snapshot whose trace allocates nothing gets no policy advice, and a
   CHECK(notes.empty());
 }
 
+TEST_CASE("an empty snapshot gets a note that there is nothing to advise on", "[advisor][snapshot]") {
+  // _dump_snapshot() of a process that never touched the GPU: no segments, an empty trace.
+  snapshot::Snapshot s;
+  s.device_traces = {{}};
+  std::vector<std::string> notes;
+  CHECK(advise::advise_snapshot(s, {}, &notes).empty());
+  REQUIRE(notes.size() == 1);
+  CHECK(has(notes[0], "no segments and no trace events"));
+}
+
 TEST_CASE("the policy replay is quiet when the recorded setting is already the best", "[advisor][snapshot]") {
   // The same request again and again: every policy caches the one segment.
   snapshot::Snapshot s;
