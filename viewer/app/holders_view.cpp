@@ -75,13 +75,20 @@ void refresh_holders(AppState& st, const RankData& rd) {
   st.holders_tree = stack_tree(st.holders);
 }
 
+// A time on the timeline; before its first event, the blocks from before the trace (an end-state
+// snapshot, whose trace holds no event, has only those).
+std::string holders_time(const AppState& st, TimeNs t) {
+  const TimeNs since = bounded_time(t) - st.tl.begin;
+  return since < 0 ? std::string("the start (blocks from before the trace)") : format_time(since);
+}
+
 // A three-column table of sites whose last column is the line that shows the stack (Note [The line a
 // stack is shown by] in memcomm/snapshot/frames.hpp); false: not shown.
 bool begin_site_table(const char* id, const char* first, const char* second) {
   if (!ImGui::BeginTable(id, 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) return false;
   ImGui::TableSetupColumn(first);
   ImGui::TableSetupColumn(second);
-  ImGui::TableSetupColumn("site (innermost Python frame, where there is one)");
+  ImGui::TableSetupColumn("site (the call that allocated)");
   ImGui::TableHeadersRow();
   return true;
 }
@@ -176,12 +183,12 @@ void draw_holders(AppState& st, ImVec2 size) {
   if (st.holders_rank != st.memory_rank || st.holders_generation != st.data_generation) st.holders_tree.clear();
   refresh_holders(st, rd);
   ImGui::SameLine();
-  ImGui::Text("who holds memory at %s: %s", format_time(bounded_time(st.holders.at_ns) - st.tl.begin).c_str(),
+  ImGui::Text("who holds memory at %s: %s", holders_time(st, st.holders.at_ns).c_str(),
               format_bytes(st.holders.live_bytes).c_str());
   if (!st.holders_tree.empty()) draw_node(st.holders_tree, 0, 0);
   ImGui::Separator();
   ImGui::Text("top sites at the peak (%s at %s)", format_bytes(st.alloc_peak.bytes).c_str(),
-              format_time(bounded_time(st.alloc_peak.t) - st.tl.begin).c_str());
+              holders_time(st, st.alloc_peak.t).c_str());
   peak_table(st);
   draw_comparison(st);
   ImGui::EndChild();
