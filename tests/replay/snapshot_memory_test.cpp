@@ -163,7 +163,7 @@ TEST_CASE("frames: memory_viz's filter and format", "[snapshot][frames]") {
 }
 
 TEST_CASE("frames: a stack is shown by its innermost Python frame, the native frames inside it counted", "[snapshot][frames]") {
-  // Note [The line a stack is shown by]: a stack recorded with C++ frames (stacks="all").
+  // See Note [The line a stack is shown by]: a stack recorded with C++ frames (stacks="all").
   const std::vector<std::string> all = {"train.py:9:<module>", "typeobject.c:7494:slot_tp_call", "model.py:20:forward",
                                         "linear.py:125:forward", "python_nn_functions.cpp:0:THPVariable_linear",
                                         "??:0:at::detail::empty_cuda", "CUDACachingAllocator.cpp:0:malloc"};

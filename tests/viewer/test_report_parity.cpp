@@ -144,7 +144,7 @@ TEST_CASE("steps are numbered by their recorded ids, else from 1", "[unit][viewe
 
 TEST_CASE("a torch.profiler trace of a CPU script: the viewer's steps take its operators as compute, as the report does",
           "[unit][viewer]") {
-  // Note [Breakdown definitions]: a CPU run that marks no forward/backward phase computes in its
+  // See Note [Breakdown definitions]: a CPU run that marks no forward/backward phase computes in its
   // operators, less each thread's blocking Gloo calls; the Python frames they ran under are no
   // compute. The step's 200 us all_reduce on Gloo's thread meets the launch's last 5 us and a
   // 50 us add; the 100 us barrier blocks the main thread's operator, which computes nothing then.
