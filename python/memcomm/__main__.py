@@ -9,9 +9,12 @@ model] in _profiler/hooks.py). Under torchrun (`torchrun ... -m memcomm SCRIPT`)
 own file, and DDP's bucket all-reduces are recorded (Note [DDP buckets of an unchanged script] in
 _profiler/ddp_buckets.py). The profile starts before the script's init_process_group, so no clock
 offsets are measured between ranks: exact on one host (Note [A profile started before the process
-group] in profiler.py). Processes the script starts with torch.multiprocessing (spawn,
-start_processes) are profiled from their init_process_group on, each writing NAME.spawnK.rankR.mct
-(Note [Profiles of spawned processes] in _spawned.py); other processes it starts are not.
+group] in profiler.py). Processes the script starts with the spawn or forkserver method
+(torch.multiprocessing's spawn and start_processes, multiprocessing's Process.start()) are profiled
+from their init_process_group on, each writing NAME.spawnK.rankR.mct for the K-th batch of processes
+the script started; a Process that sets up no group (DataLoader and Pool workers among them) is left
+alone, and processes of the fork method cannot record, which the run says at its end (Note [Profiles
+of spawned processes] in _spawned.py).
 """
 import argparse
 import builtins
@@ -32,7 +35,7 @@ import memcomm
 from memcomm import _memcomm
 from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
-from memcomm._spawned import profiling_spawned_processes
+from memcomm._spawned import ChildProcesses, profiling_spawned_processes
 
 _EPILOG = """\
 examples:
@@ -40,6 +43,15 @@ examples:
   python -m memcomm --allocator cpu --memory-limit 2GiB --snapshot mem.pickle train.py
   torchrun --nproc-per-node 2 -m memcomm --trace run.mct train.py   # run.rank0.mct, run.rank1.mct
   python -m memcomm --trace run.mct spawn_ddp.py   # torch.multiprocessing.spawn: run.spawn1.rankR.mct
+  python -m memcomm --trace run.mct dist_tuto.py   # mp.Process(...).start() per rank: run.spawn1.rankR.mct
+
+processes the script starts with the spawn or forkserver method (mp.spawn, start_processes,
+multiprocessing's Process.start()) write NAME.spawnK.rankR.mct from their init_process_group on.
+K counts batches of processes in the order they start: each spawn/start_processes call is one, and
+Processes started one after another are one until one of them ends (a loop that starts N processes,
+then joins them, is one K; the next loop is K+1). A Process that sets up no process group (DataLoader
+and Pool workers too) is left alone. Processes of the fork method cannot record: the run says so at
+its end.
 
 then: memcomm-trace report train.rank0.mct, memcomm-view train.rank0.mct, memcomm-replay mem.pickle
 exit status: the script's own; 2 for a usage error of these options (before the script starts)."""
@@ -206,17 +218,28 @@ def _exit_code(status: object) -> int:
     return 1
 
 
+def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: ChildProcesses) -> bool:
+    """The run's end in the script's process (close()), after what its forked children could not record;
+    memcomm's warnings there never fail a script run with -W error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        if children.any_started:  # the training may have run there, in children with profiles of their own
+            warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
+        children.say_forked_groups_not_profiled()
+        return close(args, profiler)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     profiler = _start(args)
     pid, status, whole = os.getpid(), 0, True
-    spawns: List[int] = []
+    children = ChildProcesses(args)
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(closed_before_os_exit(lambda: close(args, profiler)))
+            stack.enter_context(closed_before_os_exit(lambda: _finish(args, profiler, children)))
             if not args.no_ddp_buckets:
                 stack.enter_context(recording_ddp_buckets())
-            spawns = stack.enter_context(profiling_spawned_processes(args))
+            stack.enter_context(profiling_spawned_processes(children))
             try:
                 _run_target(args)
             except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
@@ -227,11 +250,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # (its files flushed, its atexit handlers run), without touching the parent's trace: its
         # recorder is off (Note [Recording across fork] in profiler/core/src/recorder.cpp).
         if os.getpid() == pid:
-            with warnings.catch_warnings():
-                warnings.simplefilter("default")  # a script's -W error must not fail it at memcomm's end
-                if spawns:  # the training ran in the spawned processes, which have profiles of their own
-                    warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
-                whole = close(args, profiler)
+            whole = _finish(args, profiler, children)
     if not whole:  # a full disk
         status = status or 1
     return _exit_code(status)

@@ -34,8 +34,9 @@ def close(options: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
         except (OSError, RuntimeError) as e:
             print(f"memcomm: --snapshot {path}: {e}", file=sys.stderr)
     events, dropped = profiler.result
-    print(f"memcomm: {profiler.trace_file}: {events} events" + (f", {dropped} dropped" if dropped else ""),
-          file=sys.stderr)
+    dropped_text = f", {dropped} dropped" if dropped else ""
+    # One write: the lines of ranks that end at once do not interleave.
+    sys.stderr.write(f"memcomm: {profiler.trace_file}: {events} events{dropped_text}\n")
     return whole
 
 

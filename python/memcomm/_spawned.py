@@ -1,25 +1,55 @@
-"""Processes that a script run by `python -m memcomm` starts with torch.multiprocessing, profiled too.
+"""Processes that a script run by `python -m memcomm` starts (torch.multiprocessing's spawn and
+start_processes, multiprocessing's Process.start()), profiled too.
 
 Note [Profiles of spawned processes]
-DDP tutorials (pytorch/examples' ddp-tutorial-series) and Lightning's ddp_spawn train in processes
-they start with torch.multiprocessing.spawn or start_processes: fresh interpreters that run one of
-the script's functions, never the runner. While the runner is open, start_processes (the spawn and
-forkserver methods; a child of the fork method inherits the parent's state instead, and records
-nothing: Note [Recording across fork]) hands each child the script's function inside SpawnedEntry.
-The child installs memcomm's allocator where asked, records
-DDP buckets as the runner does, and starts its profile when its default process group is set
-(distributed_c10d._update_default_pg, which init_process_group calls however the script imported
-it), so the child knows its rank and names its file by it: NAME.spawnK.rankR.mct for the K-th
-start_processes call (the parent's own profile is NAME.rankR.mct). What a child did before
-init_process_group is not in its trace (tutorials set the group up first). A child that never sets
-up a group records nothing and says so at its end. The profile starts inside init_process_group,
-so it measures no clock offsets: the children share the parent's host and clock (Note [One clock
-per host] in memcomm/trace/clock.hpp).
+DDP tutorials train in processes the script starts: pytorch/examples' ddp-tutorial-series and
+Lightning's ddp_spawn with torch.multiprocessing.spawn or start_processes, PyTorch's "Writing
+Distributed Applications" (dist_tuto) with multiprocessing.Process(target=init_process).start(). A
+child runs one of the script's functions, never the runner. While the runner is open, the script's
+own process (not its children, whose batch counter would be a copy) hands those functions to the
+children inside an entry: start_processes' function inside SpawnedEntry, a Process's target inside
+ProcessEntry, for the length of start() (a spawn or forkserver child gets a pickle of the entry by
+reference to its class, around the target pickled as before: a target that does not pickle fails
+with the error it fails with without memcomm). The child starts its profile when its default process
+group is set (distributed_c10d._update_default_pg, which init_process_group calls however the script
+imported it), so it knows its rank and names its file by it: NAME.spawnK.rankR.mct (the parent's own
+is NAME.rankR.mct), with --allocator's allocator installed and DDP buckets recorded as the runner
+does. What a child did before init_process_group is not in its trace (tutorials set the group up
+first). The profile starts inside init_process_group, so it measures no clock offsets: the children
+share the parent's host and clock (Note [One clock per host] in memcomm/trace/clock.hpp).
+- A start_processes child is a rank: it installs the allocator at its start, and says so when it
+  sets up no group. A Process may be no rank at all (a script's own worker), so in a ProcessEntry
+  everything waits for the group: one that never sets one up gets no allocator, no file and no line.
+  Installed at the group, the CPU allocator serves the tensors made from then on; the CUDA one is
+  refused, with a warning, when torch's own allocator already holds CUDA memory.
+- A target from multiprocessing, concurrent.futures or torch is a worker of that machinery, never a
+  rank (DataLoader, Pool and ProcessPoolExecutor workers, Manager servers; start_processes' _wrap,
+  whose function already is in SpawnedEntry): left alone, not even wrapped. A Process subclass that
+  overrides run() has no target, and is not profiled.
+- K numbers the batches of children in the order they start, one counter for both ways: one name
+  rule, and no file of one way in the way of the other's. Each start_processes call is a batch. A
+  Process started while every other Process of the current batch still runs joins it; once one of
+  them has ended, the next Process started opens batch K+1. So a loop that starts N processes, then
+  joins them, is one batch, and a second such loop writes new files instead of overwriting the
+  first's finished traces; two groups running at once in one batch that claim one rank meet a busy
+  file (Note [One writer per trace file] in memcomm/trace/trace_writer.hpp): the second warns that
+  it is not profiled.
+- Children of the fork method (Process.start(), start_processes) inherit the parent's recorder,
+  turned off for good (Note [Recording across fork] in profiler/core/src/recorder.cpp): a profile
+  started there writes an empty file. So they record nothing and get no file; each that sets up a
+  process group (in ForkedEntry) writes a byte to a pipe the runner made, and the runner says once,
+  at its end, how many were not profiled and that the spawn or forkserver method profiles them. A
+  forked child keeps the allocator it inherited, as DataLoader workers do (the CPU allocator's pages
+  are a private copy: Note [Host pages across fork] in allocator/core/host_source.cpp); whether it
+  can use CUDA is PyTorch's rule (not after the parent initialised CUDA), with memcomm or without.
 """
 import argparse
 import contextlib
+import multiprocessing
+import multiprocessing.process
 import os
 import sys
+import threading
 from typing import Any, Callable, Iterator, List, Optional
 
 import torch.distributed.distributed_c10d as c10d
@@ -31,64 +61,115 @@ from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 
 _FRESH_INTERPRETERS = ("spawn", "forkserver")
+# Targets of these packages are their machinery's own workers (Note [Profiles of spawned processes]).
+_LIBRARY_WORKERS = ("multiprocessing.", "concurrent.", "torch.")
 
 
-def spawned_trace(path: str, spawn: int) -> str:
-    """The trace (or snapshot) name the K-th start_processes call's children take: NAME.spawnK.EXT."""
+def spawned_trace(path: str, batch: int) -> str:
+    """The trace (or snapshot) name the children of the K-th batch take: NAME.spawnK.EXT."""
     stem, ext = os.path.splitext(path)
-    return f"{stem}.spawn{spawn}{ext}"
+    return f"{stem}.spawn{batch}{ext}"
 
 
 class SpawnedEntry:
-    """The script's function as a spawned child runs it: inside memcomm's profile from the moment its
-    process group exists (Note [Profiles of spawned processes]). Pickled to the child by reference
-    to this class, with the runner's options."""
+    """The script's function as a start_processes child runs it: inside memcomm's profile from the
+    moment its process group exists (Note [Profiles of spawned processes]). Pickled to the child by
+    reference to this class, with the runner's options."""
+
+    waits_for_group = False
 
     def __init__(self, fn: Callable[..., Any], options: argparse.Namespace):
         self.fn = fn
         self.options = options
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        child = _ChildProfile(self.options)
+        child = _ChildProfile(self.options, self.waits_for_group)
         with child.open():
             return self.fn(*args, **kwargs)
 
 
+class ProcessEntry(SpawnedEntry):
+    """A Process's target in a spawn or forkserver child: as SpawnedEntry, but the allocator and
+    everything else wait for a process group, and a child without one is left as it was."""
+
+    waits_for_group = True
+
+
+class ForkedEntry:
+    """A target in a child of the fork method, which cannot record: when it sets up a process group,
+    it tells the runner (through `report_fd`, a pipe's end it inherited) so the runner can say so."""
+
+    def __init__(self, fn: Callable[..., Any], report_fd: int):
+        self.fn = fn
+        self.report_fd = report_fd
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with _after_default_group(self._report):
+            return self.fn(*args, **kwargs)
+
+    def _report(self) -> None:
+        with contextlib.suppress(OSError):  # a full pipe, or a script that closed the descriptor
+            os.write(self.report_fd, b"g")
+
+
+@contextlib.contextmanager
+def _after_default_group(on_first_group: Callable[[], None]) -> Iterator[None]:
+    """While open, `on_first_group` runs once, when the process's default group is first set."""
+    real_update = getattr(c10d, "_update_default_pg", None)
+    if real_update is None:
+        yield
+        return
+    done = False
+
+    def update_default_pg(pg: Any) -> None:
+        nonlocal done
+        real_update(pg)
+        if pg is not None and not done:
+            done = True
+            on_first_group()
+
+    c10d._update_default_pg = update_default_pg
+    try:
+        yield
+    finally:
+        c10d._update_default_pg = real_update
+
+
 class _ChildProfile:
-    def __init__(self, options: argparse.Namespace):
+    def __init__(self, options: argparse.Namespace, waits_for_group: bool):
         self.options = options
+        self.waits_for_group = waits_for_group
         self.profiler: Optional[memcomm.Profiler] = None
         self.start_failed = False  # said when it failed
         self.closed = False
+        self.prepared = contextlib.ExitStack()  # DDP buckets recorded, os._exit closing first
 
     @contextlib.contextmanager
     def open(self) -> Iterator[None]:
+        try:
+            with self.prepared:
+                if not self.waits_for_group:
+                    self._prepare()
+                with _after_default_group(self._start_with_group):
+                    yield
+        finally:
+            self._close()
+
+    def _prepare(self) -> None:
+        """memcomm's allocator where asked, DDP buckets recorded, the trace closed before os._exit."""
         for device in self.options.allocator:
             try:
                 memcomm.use_allocator(device, memory_limit=self.options.memory_limit, history=self.options.history)
                 memcomm.allocator.installed_by[device] = f"python -m memcomm --allocator {device}"
             except (OSError, RuntimeError, ValueError) as e:
-                warn(f"memcomm: this spawned process runs without memcomm's {device} allocator: {e}")
-        real_update = getattr(c10d, "_update_default_pg", None)
-        if real_update is not None:
-            c10d._update_default_pg = self._start_with_group(real_update)
-        try:
-            with recording_ddp_buckets() if not self.options.no_ddp_buckets else contextlib.nullcontext(), \
-                    closed_before_os_exit(self._close):
-                yield
-        finally:
-            if real_update is not None:
-                c10d._update_default_pg = real_update
-            self._close()
+                warn(f"memcomm: this process runs without memcomm's {device} allocator: {e}")
+        if not self.options.no_ddp_buckets:
+            self.prepared.enter_context(recording_ddp_buckets())
+        self.prepared.enter_context(closed_before_os_exit(self._close))
 
-    def _start_with_group(self, real_update: Callable[[Any], None]) -> Callable[[Any], None]:
-        def update_default_pg(pg: Any) -> None:
-            real_update(pg)
-            if pg is not None and self.profiler is None:
-                self._start()
-        return update_default_pg
-
-    def _start(self) -> None:
+    def _start_with_group(self) -> None:
+        if self.waits_for_group:
+            self._prepare()
         try:
             profiler = memcomm.Profiler(self.options.trace, self.options.live, cupti=self.options.cupti,
                                         clock_sync=False)
@@ -96,7 +177,7 @@ class _ChildProfile:
             self.profiler = profiler.start()
         except (OSError, RuntimeError, ValueError) as e:
             self.start_failed = True
-            warn(f"memcomm: this spawned process is not profiled: {e}")
+            warn(f"memcomm: this process is not profiled: {e}")
 
     def _close(self) -> None:
         """At the child's end, or before its os._exit(): once."""
@@ -105,31 +186,148 @@ class _ChildProfile:
         self.closed = True
         if self.profiler is not None:
             close(self.options, self.profiler)
-        elif not self.start_failed:
+        elif not self.start_failed and not self.waits_for_group:
             print(f"memcomm: process {os.getpid()}, started by torch.multiprocessing, set up no process group: "
                   f"not profiled (Note [Profiles of spawned processes])", file=sys.stderr)
 
 
+def _library_worker(target: Callable[..., Any]) -> bool:
+    return (getattr(target, "__module__", None) or "").startswith(_LIBRARY_WORKERS)
+
+
+def _start_method(process: multiprocessing.process.BaseProcess) -> str:
+    """The method start() uses: the context's, or for multiprocessing.Process the default one (fixed
+    here as start() fixes it)."""
+    return getattr(process, "_start_method", None) or multiprocessing.get_start_method()
+
+
+def _ended(process: multiprocessing.process.BaseProcess) -> bool:
+    try:
+        return process.exitcode is not None
+    except ValueError:  # closed, so it had ended
+        return True
+
+
+class ChildProcesses:
+    """The runner's side: which children get an entry, their batch numbers, and what the forked ones
+    reported (Note [Profiles of spawned processes])."""
+
+    def __init__(self, options: argparse.Namespace):
+        self.options = options
+        self.batches = 0
+        self.forked = 0                     # children of the fork method given a ForkedEntry
+        self._batch: List[multiprocessing.process.BaseProcess] = []  # the current Process batch
+        self._lock = threading.Lock()       # scripts (and start_processes) may start from threads
+        self._fork_reports: Optional[List[int]] = None  # the pipe's (read, write) ends
+
+    @property
+    def any_started(self) -> bool:
+        """Whether some child was given an entry: the training may have run there, not here."""
+        return bool(self.batches or self.forked)
+
+    def function_entry(self, fn: Callable[..., Any], start_method: str) -> Callable[..., Any]:
+        """start_processes' function as its children run it."""
+        if start_method == "fork":
+            return self._forked_entry(fn)
+        if start_method not in _FRESH_INTERPRETERS:
+            return fn
+        with self._lock:
+            self.batches += 1
+            self._batch = []  # the Processes started next open a batch of their own
+            return SpawnedEntry(fn, self._batch_options(self.batches))
+
+    def target_entry(self, process: multiprocessing.process.BaseProcess) -> Optional[Callable[..., Any]]:
+        """The entry a Process about to start runs instead of its target; None: left alone."""
+        target = getattr(process, "_target", None)
+        if target is None or _library_worker(target):
+            return None
+        method = _start_method(process)
+        if method == "fork":
+            return self._forked_entry(target)
+        if method not in _FRESH_INTERPRETERS:
+            return None
+        with self._lock:
+            if not self._batch or any(_ended(p) for p in self._batch):
+                self.batches += 1
+                self._batch = []
+            self._batch.append(process)
+            return ProcessEntry(target, self._batch_options(self.batches))
+
+    def not_started(self, process: multiprocessing.process.BaseProcess) -> None:
+        """A start() that failed (its target did not pickle): the process is no batch's."""
+        with self._lock:
+            if process in self._batch:
+                self._batch.remove(process)
+
+    def say_forked_groups_not_profiled(self) -> None:
+        """Once, at the runner's end: how many forked children set up a process group unprofiled."""
+        if self._fork_reports is None:
+            return
+        read, write = self._fork_reports
+        self._fork_reports = None
+        groups = 0
+        with contextlib.suppress(BlockingIOError):  # empty, while children still hold the write end
+            while chunk := os.read(read, 4096):
+                groups += len(chunk)
+        os.close(read)
+        os.close(write)
+        if groups:
+            stem = os.path.splitext(self.options.trace)[0]
+            warn(f"memcomm: {groups} process(es) started with multiprocessing's fork method set up a "
+                 f"process group and recorded nothing: a forked process cannot record "
+                 f"(Note [Recording across fork] in profiler/core/src/recorder.cpp); started with the spawn "
+                 f"or forkserver method (multiprocessing.set_start_method(\"spawn\")) each writes "
+                 f"{stem}.spawnK.rankR.mct")
+
+    def _forked_entry(self, fn: Callable[..., Any]) -> ForkedEntry:
+        with self._lock:
+            if self._fork_reports is None:
+                read, write = os.pipe()  # close-on-exec: only forked children inherit them
+                os.set_blocking(read, False)
+                os.set_blocking(write, False)
+                self._fork_reports = [read, write]
+            self.forked += 1
+            return ForkedEntry(fn, self._fork_reports[1])
+
+    def _batch_options(self, batch: int) -> argparse.Namespace:
+        child = argparse.Namespace(**vars(self.options))
+        child.trace = spawned_trace(self.options.trace, batch)
+        child.snapshot = spawned_trace(self.options.snapshot, batch) if self.options.snapshot else None
+        return child
+
+
 @contextlib.contextmanager
-def profiling_spawned_processes(options: argparse.Namespace) -> Iterator[List[int]]:
-    """While open, the children of torch.multiprocessing.start_processes (and spawn, which calls it)
-    run under SpawnedEntry. Yields a list that holds one entry per start_processes call made."""
+def profiling_spawned_processes(children: ChildProcesses) -> Iterator[None]:
+    """While open, the children this process starts with torch.multiprocessing.start_processes (and
+    spawn, which calls it) or multiprocessing's Process.start() run inside the entries `children`
+    hands out."""
+    runner = os.getpid()
     spawn_module = sys.modules["torch.multiprocessing.spawn"]
-    real = spawn_module.start_processes
-    calls: List[int] = []
+    real_start_processes = spawn_module.start_processes
+    real_start = multiprocessing.process.BaseProcess.start
 
     def start_processes(fn: Callable[..., Any], args: Any = (), nprocs: int = 1, join: bool = True,
                         daemon: bool = False, start_method: str = "spawn") -> Any:
-        if start_method in _FRESH_INTERPRETERS:
-            calls.append(nprocs)
-            child = argparse.Namespace(**vars(options))
-            child.trace = spawned_trace(options.trace, len(calls))
-            child.snapshot = spawned_trace(options.snapshot, len(calls)) if options.snapshot else None
-            fn = SpawnedEntry(fn, child)
-        return real(fn, args, nprocs, join, daemon, start_method)
+        if os.getpid() == runner:
+            fn = children.function_entry(fn, start_method)
+        return real_start_processes(fn, args, nprocs, join, daemon, start_method)
+
+    def start(process: multiprocessing.process.BaseProcess) -> None:
+        entry = children.target_entry(process) if os.getpid() == runner else None
+        if entry is None:
+            return real_start(process)
+        target, process._target = process._target, entry
+        try:
+            real_start(process)
+        finally:
+            if hasattr(process, "_target"):  # start() failed before it let go of the target: as it was
+                process._target = target
+                children.not_started(process)
 
     spawn_module.start_processes = torch_mp.start_processes = start_processes
+    multiprocessing.process.BaseProcess.start = start
     try:
-        yield calls
+        yield
     finally:
-        spawn_module.start_processes = torch_mp.start_processes = real
+        spawn_module.start_processes = torch_mp.start_processes = real_start_processes
+        multiprocessing.process.BaseProcess.start = real_start

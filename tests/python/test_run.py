@@ -1,6 +1,7 @@
 """python -m memcomm: an unchanged script under the profiler (and the allocator), as python would run it."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -343,3 +344,174 @@ def test_a_loop_left_running_in_a_thread_is_part_of_the_trace(tmp_path, tool):
     r = run_memcomm(tmp_path, "thread.py")
     assert r.returncode == 0, r.stderr
     assert len(report(tool, tmp_path / "thread.rank0.mct")["steps"]) == 3
+
+
+DIST_TUTO = """
+import hashlib, os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch import nn
+
+
+def run(rank, size):  # dist_tuto's all_reduce example, then a small DDP training loop
+    t = torch.ones(4) * (rank + 1)
+    for _ in range(3):
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    torch.manual_seed(rank)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(torch.randn(8, 8)), torch.randint(0, 2, (8,))).backward()
+        opt.step()
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy().tobytes()
+    with open(f"{os.environ['RUN']}.rank{rank}", "w") as f:  # the ranks' stdout lines may interleave
+        f.write(f"all_reduce {t[0].item()} weights {hashlib.sha256(weights).hexdigest()}")
+
+
+def init_process(rank, size, fn, port, backend="gloo"):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group(backend, rank=rank, world_size=size)
+    fn(rank, size)
+    dist.destroy_process_group()
+    os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+
+
+def helper(queue):  # a process of the script's own that sets up no group
+    queue.put("helper ran")
+
+
+def start_and_join(processes):
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join()
+    assert [p.exitcode for p in processes] == [0] * len(processes), [p.exitcode for p in processes]
+
+
+if __name__ == "__main__":
+    os.environ["RUN"], method, ports = sys.argv[1], sys.argv[2], sys.argv[3:]
+    mp.set_start_method(method)
+    queue = mp.Queue()
+    for port in ports:  # one batch per loop; the first with the helper in it
+        ranks = [mp.Process(target=init_process, args=(rank, 2, run, port)) for rank in range(2)]
+        start_and_join(ranks + ([mp.Process(target=helper, args=(queue,))] if port == ports[0] else []))
+    print(queue.get(timeout=30))
+    try:  # a target that does not pickle fails as it fails without memcomm
+        mp.Process(target=lambda: None).start()
+    except Exception as e:
+        print("unpicklable:", type(e).__name__, str(e).split(" at 0x")[0])
+"""
+
+
+def test_processes_the_script_starts_with_multiprocessing_are_profiled_by_batch_and_rank(tmp_path, tool):
+    # See Note [Profiles of spawned processes]: PyTorch's dist_tuto pattern (mp.Process(target=init_process),
+    # the spawn method). Each loop that starts processes and joins them is one batch, NAME.spawnK.rankR.mct;
+    # a process that sets up no group gets nothing and says nothing; an unpicklable target fails as it would.
+    write(tmp_path, "tuto.py", DIST_TUTO)
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "tuto.py", "out", "spawn", str(free_port()), str(free_port()))
+    assert r.returncode == 0, r.stderr
+    assert "helper ran" in r.stdout, r.stdout
+    assert all((tmp_path / f"out.rank{rank}").read_text().startswith("all_reduce 12.0") for rank in range(2))  # 1+2, twice doubled
+    files = sorted(f.name for f in tmp_path.glob("*.mct"))
+    assert files == ["run.rank0.mct"] + [f"run.spawn{k}.rank{rank}.mct" for k in (1, 2) for rank in (0, 1)], files
+    said = r"memcomm: (\S+\.mct): \d+ events\n"  # one line per trace, nothing else (the helper says nothing)
+    assert sorted(re.findall(said, r.stderr)) == files and not re.sub(said, "", r.stderr), r.stderr
+    trace = report(tool, *(tmp_path / f"run.spawn1.rank{rank}.mct" for rank in range(2)))
+    assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
+    colls = trace["collectives"]  # DDP's bucket all-reduces, each seen by both ranks
+    assert colls and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
+    plain = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import multiprocessing as mp
+        mp.set_start_method("spawn")
+        try:
+            mp.Process(target=lambda: None).start()
+        except Exception as e:
+            print("unpicklable:", type(e).__name__, str(e).split(" at 0x")[0])
+        """)], capture_output=True, text=True, timeout=60)
+    unpicklable = "unpicklable: PicklingError Can't pickle <function <lambda>\n"
+    assert unpicklable in plain.stdout and unpicklable in r.stdout, (plain.stdout, r.stdout)
+
+
+def test_processes_of_the_fork_method_cannot_record_and_the_run_says_so_once(tmp_path, tool):
+    # See Note [Profiles of spawned processes]: a forked child's recorder is off for good (Note [Recording across
+    # fork]); the dist_tuto pattern trains as without memcomm, the run says so once, the parent's trace is whole.
+    write(tmp_path, "tuto.py", DIST_TUTO)
+    plain = subprocess.run([sys.executable, "tuto.py", "plain", "fork", str(free_port())], capture_output=True,
+                           text=True, timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert plain.returncode == 0, plain.stderr
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "tuto.py", "memcomm", "fork", str(free_port()))
+    assert r.returncode == 0, r.stderr
+    for rank in range(2):
+        assert (tmp_path / f"memcomm.rank{rank}").read_text() == (tmp_path / f"plain.rank{rank}").read_text()
+    assert r.stderr.count("2 process(es) started with multiprocessing's fork method set up a process group and "
+                          "recorded nothing") == 1 and r.stderr.count("memcomm") == 2, r.stderr
+    assert [f.name for f in tmp_path.glob("*.mct")] == ["run.rank0.mct"]
+    assert report(tool, tmp_path / "run.rank0.mct")["ranks"][0]["rank"] == 0
+
+
+DATA_LOADER = """
+import sys, torch, multiprocessing as mp
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def untouched(worker):  # a worker of a fresh interpreter never imports memcomm
+    assert "memcomm" not in sys.modules or mp.get_start_method() == "fork", "memcomm in a worker"
+
+
+if __name__ == "__main__":
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for method in ("fork", "spawn"):
+        for x, y in DataLoader(data, batch_size=16, num_workers=2, multiprocessing_context=method,
+                               worker_init_fn=untouched):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    with mp.get_context("spawn").Pool(2) as pool:
+        print("pool", pool.map(abs, [-1, -2]))
+"""
+
+
+def test_data_loader_workers_and_pools_are_left_alone(tmp_path, tool):
+    # See Note [Profiles of spawned processes]: DataLoader workers (fork and spawn) and Pool workers are
+    # multiprocessing Processes that set up no group: no wrapper, no line, no file.
+    write(tmp_path, "loader.py", DATA_LOADER)
+    r = run_memcomm(tmp_path, "--allocator", "cpu", "--trace", "run.mct", "loader.py")
+    assert r.returncode == 0 and r.stdout == "pool [1, 2]\n", (r.stdout, r.stderr)
+    assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("memcomm: run.rank0.mct: "), r.stderr
+    assert [f.name for f in tmp_path.glob("*.mct")] == ["run.rank0.mct"]
+    assert len(report(tool, tmp_path / "run.rank0.mct")["steps"]) == 8
+
+
+class _Unstarted:  # what ChildProcesses reads of a multiprocessing Process
+    def __init__(self, target, start_method="spawn"):
+        self._target, self._start_method, self.exitcode = target, start_method, None
+
+
+def test_children_are_numbered_by_batch_in_the_order_they_start():
+    # See Note [Profiles of spawned processes]: one counter for start_processes calls and Process batches; a
+    # Process batch ends when one of its processes has; library workers get no entry; entries pickle.
+    import argparse
+    import pickle
+    from torch.utils.data._utils.worker import _worker_loop
+    from memcomm._spawned import ChildProcesses, ForkedEntry, ProcessEntry, SpawnedEntry
+
+    children = ChildProcesses(argparse.Namespace(trace="out/run.mct", snapshot="mem.pickle"))
+    first = [_Unstarted(write) for _ in range(3)]
+    names = [children.target_entry(p).options.trace for p in first]
+    assert names == ["out/run.spawn1.mct"] * 3
+    spawned = children.function_entry(write, "spawn")
+    assert isinstance(spawned, SpawnedEntry) and spawned.options.trace == "out/run.spawn2.mct"
+    assert spawned.options.snapshot == "mem.spawn2.pickle"
+    later = [_Unstarted(write), _Unstarted(write)]
+    assert [children.target_entry(p).options.trace for p in later] == ["out/run.spawn3.mct"] * 2
+    later[0].exitcode = 0  # joined: the next process opens a batch
+    entry = children.target_entry(_Unstarted(write))
+    assert isinstance(entry, ProcessEntry) and entry.options.trace == "out/run.spawn4.mct"
+    assert pickle.loads(pickle.dumps(entry)).fn is write  # by reference, as the target alone
+    for worker in (_Unstarted(_worker_loop), _Unstarted(None), _Unstarted(write, "nosuch")):
+        assert children.target_entry(worker) is None
+    assert isinstance(children.target_entry(_Unstarted(write, "fork")), ForkedEntry) and children.batches == 4
+    children.say_forked_groups_not_profiled()  # no forked child set a group up: nothing said, the pipe closed
