@@ -118,8 +118,10 @@ def _parse(argv: List[str]) -> argparse.Namespace:
         p.error("name a script to run (or -m MODULE)")
     if args.module is None and not _runnable(args.target[0]):
         p.error(f"no such script: {args.target[0]}")
-    if args.module is not None and not _module_exists(args.module):
-        p.error(f"no such module: {args.module}")
+    if args.module is not None:
+        args.module_spec = _module_spec(args.module)
+        if args.module_spec is None:
+            p.error(_no_module_message(args.module))
     if not args.allocator and (args.memory_limit is not None or args.history or args.snapshot):
         p.error("--memory-limit, --history and --snapshot need --allocator")
     if not 0 <= args.history < 2**31:
@@ -150,40 +152,69 @@ def _runnable(path: str) -> bool:
     return os.path.isfile(path)
 
 
-def _module_exists(name: str) -> bool:
+def _module_spec(name: str) -> Optional[importlib.machinery.ModuleSpec]:
+    """What python -m NAME runs: the module NAME, or a package's NAME.__main__; None when neither is."""
     try:
-        return importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(name + ".__main__")
     except (ImportError, ValueError):  # a parent package that is missing, or an empty name
-        return False
+        return None
+    return spec if spec is not None and spec.loader is not None else None
+
+
+def _no_module_message(name: str) -> str:
+    try:
+        package = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        package = None
+    if package is not None and package.submodule_search_locations is not None:
+        return f"no module named {name}.__main__: {name} is a package and cannot be run directly"
+    return f"no such module: {name}"
 
 
 def _run_target(args: argparse.Namespace) -> None:
     if args.module is not None:  # sys.path[0] stays the working folder, as under python -m
         sys.argv = [args.module] + args.target
-        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+        _run_module(args.module_spec)
     else:
         sys.argv = list(args.target)
         _run_script(args.target[0])
 
 
+def _as_main(code: types.CodeType, **attributes: object) -> None:
+    """Runs `code` in a __main__ module of its own that stays in sys.modules after it returns, so the
+    script's atexit handlers and pickles of its classes still find it (as python leaves its own)."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins, **attributes)
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)  # noqa: S102 (the script the user named, as python would run it)
+
+
+def _run_module(spec: importlib.machinery.ModuleSpec) -> None:
+    """The module as python -m runs it: its spec (spawn's children import it by that name), its file as
+    sys.argv[0], its package, in a __main__ module of its own (_as_main)."""
+    code = spec.loader.get_code(spec.name)  # type: ignore[union-attr]
+    if code is None:  # no Python code behind it (an extension module)
+        raise ImportError(f"no code object available for {spec.name}")
+    sys.argv[0] = spec.origin or spec.name
+    _as_main(code, __file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader, __package__=spec.parent,
+             __spec__=spec)
+
+
 def _run_script(path: str) -> None:
-    """The script as python SCRIPT runs it: in a __main__ module of its own whose __file__ is absolute,
-    with its real folder (symlinks resolved) at sys.path[0]; the module stays in sys.modules after it
-    returns, so its atexit handlers and pickles of its classes still find it. A folder or zip file with
-    a __main__.py goes through runpy, as python runs those."""
+    """The script as python SCRIPT runs it: in a __main__ module of its own (_as_main) whose __file__ is
+    absolute, with its real folder (symlinks resolved) at sys.path[0]. A folder or zip file with a
+    __main__.py goes through runpy, as python runs those."""
     full = os.path.abspath(path)
     if os.path.isdir(full) or zipfile.is_zipfile(full):
         sys.path[0] = full
         runpy.run_path(full, run_name="__main__")
         return
     sys.path[0] = os.path.dirname(os.path.realpath(full))
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins,
-                         __loader__=importlib.machinery.SourceFileLoader("__main__", full))
-    sys.modules["__main__"] = main
     with io.open_code(full) as f:
         code = compile(f.read(), full, "exec")
-    exec(code, main.__dict__)  # noqa: S102 (the script the user named, as python would run it)
+    _as_main(code, __file__=full, __cached__=None, __loader__=importlib.machinery.SourceFileLoader("__main__", full))
 
 
 def _wait_for_script_threads() -> None:

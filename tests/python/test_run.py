@@ -323,6 +323,31 @@ def test_the_script_keeps_its_module_file_and_folder_and_memcomm_does_not_fail_i
     assert "memcomm: s.restart1.rank0.mct:" in r.stderr, r.stderr
 
 
+def test_a_module_runs_as_python_m_runs_it(tmp_path, tool):
+    # python -m MODULE's __main__: the module's spec and file, its package, and the module still there
+    # for atexit handlers that pickle its classes; a package runs its __main__, one without is refused.
+    module = """
+        import atexit, pickle, sys
+
+        class Box:
+            pass
+
+        atexit.register(lambda: pickle.dump(Box(), open("box.pkl", "wb")))
+        print("argv0", sys.argv[0], "spec", __spec__.name, "package", __package__, "args", sys.argv[1:])
+    """
+    write(tmp_path / "pkg", "__init__.py", "")
+    write(tmp_path / "pkg", "train.py", module)
+    write(tmp_path / "pkg", "__main__.py", module)
+    r = run_memcomm(tmp_path, "-m", "pkg.train", "--epochs", "1")
+    assert r.returncode == 0, r.stderr
+    assert f"argv0 {tmp_path / 'pkg' / 'train.py'} spec pkg.train package pkg args ['--epochs', '1']" in r.stdout, r.stdout
+    assert (tmp_path / "box.pkl").exists() and "Error" not in r.stderr, r.stderr
+    r = run_memcomm(tmp_path, "-m", "pkg")
+    assert r.returncode == 0 and "spec pkg.__main__" in r.stdout, r.stdout + r.stderr
+    r = run_memcomm(tmp_path, "-m", "json")
+    assert r.returncode == 2 and "json is a package and cannot be run directly" in r.stderr, r.stderr
+
+
 def test_a_loop_left_running_in_a_thread_is_part_of_the_trace(tmp_path, tool):
     # python waits for a script's non-daemon threads before it ends; the runner closed the trace first.
     write(tmp_path, "thread.py", """
