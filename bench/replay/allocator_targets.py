@@ -210,6 +210,10 @@ def main():
     except RuntimeError as e:
         print(f"allocator_targets: {e}", file=sys.stderr)
         return 2
+    replayed = {os.path.basename(r["file"]) for r in rows}
+    for f in files:
+        if os.path.basename(f) not in replayed:  # no segment and no event on any device
+            print(f"{os.path.basename(f)}: skipped, it holds no memory on any device", file=sys.stderr)
     if args.compare:
         print_comparison(rows, half_of, policies, args.markdown)
     ok = True
