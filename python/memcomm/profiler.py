@@ -45,7 +45,7 @@ import torch.distributed as dist
 
 from memcomm import _memcomm
 from memcomm._profiler import running
-from memcomm._profiler.clock import agree_and_measure_clock
+from memcomm._profiler.clock import agree_and_measure_clock, torchrun_restart
 from memcomm._profiler.collectives import comm_hook, settle_in_flight
 from memcomm._profiler.comms import Communicators
 from memcomm._profiler.hooks import PhaseHooks
@@ -162,9 +162,8 @@ class Profiler(contextlib.ContextDecorator):
         NAME.restartN.mct in torchrun's N-th restart of the job (its failed attempts' files are kept),
         with .pidP before the extension when another process writes that name."""
         stem, ext = os.path.splitext(self._trace)
-        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        if restart.isdigit() and int(restart) > 0:
-            stem += f".restart{int(restart)}"
+        if torchrun_restart() > 0:
+            stem += f".restart{torchrun_restart()}"
         if self._session > 1:
             stem += f".{self._session}"
         if self._pid_tag:

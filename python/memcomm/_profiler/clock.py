@@ -37,6 +37,13 @@ ARRIVAL_TIMEOUT_S = 30.0          # how long a rank waits for the others to star
 _syncs = itertools.count(1)       # this process's clock measurements, naming their store keys
 
 
+def torchrun_restart() -> int:
+    """torchrun's restart count of the job (TORCHELASTIC_RESTART_COUNT): 0 on its first attempt and
+    without torchrun. Trace names and the clock check-in's store keys keep attempts apart by it."""
+    text = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return int(text) if text.isdigit() else 0
+
+
 def _default_store() -> Optional[Any]:
     try:
         return dist.distributed_c10d._get_default_store()
@@ -48,7 +55,7 @@ def _missing_ranks(store: Any, sync: int, rank: int, world: int) -> Optional[Lis
     """See Note [Ranks that do not profile]: None when every rank checked in for clock measurement
     `sync`, else the ranks that have not yet ([] for a rank that came after the others gave up)."""
     # A store can outlive an attempt (torchrun's agent store across restarts): each attempt its own keys.
-    attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
+    attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}.{torchrun_restart()}"
     prefix = f"memcomm/profile/clock/{attempt}/{sync}"
     store.set(f"{prefix}/rank{rank}", "1")
     keys = [f"{prefix}/rank{r}" for r in range(world)]
