@@ -449,7 +449,7 @@ TEST_CASE("kineto: a DataLoader's __next__ is data wait, and gloo: ops are colle
     if (e.kind == EventKind::RangeBegin) phases[std::string(k.trace.name(e.as<RangeEvent>().name))] = e.as<RangeEvent>().phase;
   CHECK(phases.at("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__") == Phase::DataWait);
   CHECK(phases.at("gloo:all_reduce") == Phase::Comm);
-  CHECK(phases.at("c10d::allreduce_") == Phase::Custom);  // the launch on the main thread
+  CHECK(phases.at("c10d::allreduce_") == Phase::Comm);  // the call on the main thread that issued it
   CHECK(phases.at("enumerate(DataLoader)#") == Phase::Custom);
   std::vector<std::pair<CollOp, int64_t>> colls;
   for (const Event& e : k.trace.events)
@@ -485,9 +485,9 @@ TEST_CASE("kineto: a CPU trace's Gloo waits are exposed communication with their
   std::remove(path.c_str());
   REQUIRE(a.ranks.size() == 1);
   const Breakdown& b = a.ranks[0].breakdown;
-  CHECK(b.compute_ns == 110'000);  // aten::mm and the launch; c10d::send waits in gloo:send all along
+  CHECK(b.compute_ns == 100'000);  // aten::mm: c10d:: calls issue communication, and c10d::send waits in gloo:send
   CHECK(b.comm_total_ns == 410'000);
-  CHECK(b.exposed_comm_ns == 405'000);  // all but the 5 us the launch overlaps
+  CHECK(b.exposed_comm_ns == 410'000);  // the c10d::allreduce_ call beside it computes nothing
   // With record_shapes, a gloo: span's Input Dims and Input type give its size; an all-gather names
   // this rank's part of the gathered whole.
   REQUIRE(a.collectives.size() == 2);

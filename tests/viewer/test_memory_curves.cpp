@@ -360,7 +360,11 @@ void check_agree(const std::string& name, const std::vector<prof::Event>& ev, bo
   REQUIRE(!pts.empty());
   const RankData& rd = tl.ranks.at(0);
   CHECK((rd.counter("sampled:allocated") != nullptr) == folded);
-  for (const auto& p : pts) {
+  for (std::size_t k = 0; k < pts.size(); ++k) {
+    const auto& p = pts[k];
+    // A curve's value at a time is the state after its last event there; the series keeps a higher
+    // state before it at the same time as a point of its own (a momentary peak).
+    if (k + 1 < pts.size() && pts[k + 1].ts == p.ts) continue;
     INFO("t " << p.ts);
     double v = 0;
     if (rd.counter("allocated")->value_at(p.ts, v)) CHECK(v == static_cast<double>(p.allocated));

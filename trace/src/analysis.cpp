@@ -121,9 +121,9 @@ CollectiveTiming collective_timing(const std::vector<CollectiveArrival>& arrival
 
 bool runs_operators(uint16_t thread) { return (thread & kPythonFrameThreadBase) == 0; }
 
-// The host ranges (Phase::Custom) of each thread, less the time that thread spent in a blocking
-// communication call (Phase::Comm: a Gloo op) inside them: an operator that waits on Gloo computes
-// nothing meanwhile, while another thread's work goes on.
+// The host ranges (Phase::Custom) of each thread, less the time that thread spent in a communication
+// call (Phase::Comm: a Gloo op, or the c10d:: operator that issued one) inside them: an operator that
+// waits on Gloo computes nothing meanwhile, while another thread's work goes on.
 std::vector<Interval> operators_outside_comm(const std::vector<RangeSpan>& ranges) {
   std::map<uint16_t, std::pair<std::vector<Interval>, std::vector<Interval>>> by_thread;
   for (const RangeSpan& rs : ranges) {
@@ -359,8 +359,7 @@ CollectiveStats collective_stats(const TraceSet& set, std::pair<uint64_t, uint32
   st.bucket = c0.bucket;
   st.ranks_seen = int(x.ranks.size());
   st.ranks_disagree = std::any_of(x.ranks.begin(), x.ranks.end(), [&c0](const auto& rc) {
-    const CollectiveOnRank& c = rc.second;
-    return c.op != c0.op || (same_size_everywhere(c0.op) && c.bytes != 0 && c0.bytes != 0 && c.bytes != c0.bytes);
+    return instances_disagree(c0.op, c0.bytes, rc.second.op, rc.second.bytes);
   });
   auto cs = comm_size.find(key.first);
   st.nranks = cs != comm_size.end() ? cs->second : 0;
@@ -384,6 +383,10 @@ CollectiveStats collective_stats(const TraceSet& set, std::pair<uint64_t, uint32
 }
 
 }  // namespace
+
+bool instances_disagree(CollOp first_op, uint64_t first_bytes, CollOp op, uint64_t bytes) {
+  return op != first_op || (same_size_everywhere(first_op) && bytes != 0 && first_bytes != 0 && bytes != first_bytes);
+}
 
 Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
   Analysis a;

@@ -102,6 +102,13 @@ double fragmentation(const MemoryPoint& p, const SeriesPlan& plan, int64_t frag_
   return p.reserved > p.allocated && p.reserved > 0 ? double(p.reserved - p.allocated) / double(p.reserved) : 0.0;
 }
 
+// Events that share a time (a torch.profiler trace's microseconds: a temporary allocated and freed
+// in one) make one point, the last state, unless a level fell: then the higher state stays a point of
+// its own, so no momentary peak is lost (the viewer's counters keep every sample).
+bool below(const MemoryPoint& p, const MemoryPoint& earlier) {
+  return p.allocated < earlier.allocated || p.active < earlier.active || p.reserved < earlier.reserved;
+}
+
 }  // namespace
 
 std::vector<MemoryPoint> memory_series(const RankTrace& r) {
@@ -132,7 +139,7 @@ std::vector<MemoryPoint> memory_series(const RankTrace& r) {
     }
     p.ts = e.ts;
     p.fragmentation = fragmentation(p, plan, frag_ppm);
-    if (!out.empty() && out.back().ts == p.ts) out.back() = p; else out.push_back(p);
+    if (!out.empty() && out.back().ts == p.ts && !below(p, out.back())) out.back() = p; else out.push_back(p);
   }
   return out;
 }

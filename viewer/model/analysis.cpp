@@ -218,11 +218,15 @@ class StepScanner {
   }
 
   // prof::operators_outside_comm's figure for one thread inside [t0, t1): its operators less the
-  // comm phases it blocked in (a comm phase's payload is its thread), appended to compute_prof_.
+  // communication calls on its lane and the comm phases it blocked in (a comm phase's payload is its
+  // thread), appended to compute_prof_.
   void add_operators_outside_comm(const Lane& lane, TimeNs t0, TimeNs t1) {
     operators_.clear();
     blocked_.clear();
-    for (const SpanRow& row : lane.rows) clip_row(row, t0, t1, operators_);
+    for (const SpanRow& row : lane.rows) {
+      clip_row(row, t0, t1, operators_, [](const Span& s) { return s.payload == 0; });
+      clip_row(row, t0, t1, blocked_, [](const Span& s) { return s.payload == kCommCall; });
+    }
     for (const SpanRow* row : comm_calls_)
       clip_row(*row, t0, t1, blocked_, [&](const Span& s) { return kind(s.name) == PhaseKind::Comm && s.payload == lane.stream; });
     unite_in_place(operators_);
@@ -269,10 +273,10 @@ void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind
   if (!std::is_sorted(steps.begin(), steps.end(), by_start)) std::sort(steps.begin(), steps.end(), by_start);
   StepScanner scan(rd, kind_of);
   // Steps are numbered by their Step range's recorded id (the span's payload), as memcomm-trace
-  // report numbers them. A rank whose steps all have payload 0 recorded none (Chrome JSON,
-  // synthetic and hand-built runs): its steps are numbered from 1 in start order, as the trainer
-  // numbers them. (A live rank whose first publish holds only a step with id 0 is numbered 1 there.)
-  const bool recorded = std::any_of(steps.begin(), steps.end(), [](const Span& s) { return s.payload != 0; });
+  // report numbers them, 0 included (a torch.profiler trace's lone ProfilerStep#0). A rank whose
+  // source numbers no steps (synthetic and hand-built runs: RankData::step_ids false, every payload
+  // 0) has its steps numbered from 1 in start order, as the trainer numbers them.
+  const bool recorded = rd.step_ids || std::any_of(steps.begin(), steps.end(), [](const Span& s) { return s.payload != 0; });
   for (const auto& st : steps) {
     ++ordinal;
     rows.push_back(scan.step(st, recorded ? st.payload : ordinal));
@@ -325,6 +329,7 @@ Summary summarize(const Timeline& tl) {
     if (const auto* a = rd.counter("allocated")) s.peak_allocated = std::max(s.peak_allocated, a->global_max());
     if (const auto* r = rd.counter("reserved")) s.peak_reserved = std::max(s.peak_reserved, r->global_max());
     for (const auto& c : rd.collectives) {
+      if (c.ranks_disagree) continue;  // Note [Collectives the ranks disagree on] (the profiler's analysis.cpp)
       if (c.first_in_group) busbw.add(c.busbw, c.bytes, c.time);
       s.max_skew = std::max(s.max_skew, c.skew);
       if (c.straggler && rd.rank < 64) ++s.stragglers[rd.rank];

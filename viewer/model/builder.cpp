@@ -90,6 +90,7 @@ void TimelineBuilder::memory_sample_device(std::uint32_t r, std::uint8_t device)
   p.sample_device = device;
 }
 void TimelineBuilder::dropped(std::uint32_t r, std::uint64_t n) { rank(r).dropped += n; }
+void TimelineBuilder::step_ids_recorded(std::uint32_t r) { rank(r).step_ids = true; }
 void TimelineBuilder::host(std::uint32_t r, std::string_view h) { rank(r).host = std::string(h); }
 void TimelineBuilder::reserve(std::uint32_t r, LaneKind kind, std::uint32_t stream, std::size_t n) {
   RankParts& p = rank(r);
@@ -129,12 +130,19 @@ void match_collective_group(Timeline& tl, const std::vector<CollectiveRef>& refs
     n = std::max(n, c.group_size);
   }
   const auto& first = tl.ranks[refs[0].slot].collectives[refs[0].index];
-  const prof::CollectiveTiming t = prof::collective_timing(arrivals, cache.op(tl, first.op), first.bytes, static_cast<int>(n));
+  const prof::CollOp first_op = cache.op(tl, first.op);
+  const prof::CollectiveTiming t = prof::collective_timing(arrivals, first_op, first.bytes, static_cast<int>(n));
+  bool disagree = false;
+  for (const CollectiveRef& r : refs) {
+    const auto& c = tl.ranks[r.slot].collectives[r.index];
+    disagree = disagree || prof::instances_disagree(first_op, first.bytes, cache.op(tl, c.op), c.bytes);
+  }
   for (std::size_t k = 0; k < refs.size(); ++k) {
     auto& c = tl.ranks[refs[k].slot].collectives[refs[k].index];
     c.group_size = n;
     c.straggler = t.straggler_rank == k;
     c.first_in_group = k == 0;
+    c.ranks_disagree = disagree;
     c.skew = t.skew_ns;
     c.time = t.time_ns;
     c.algbw = t.algbw_gbps;

@@ -192,7 +192,7 @@ SpanRow& TraceIngest::nvtx_lane(RankState& rs, std::uint32_t rank, std::uint16_t
   return *rs.nvtx_last;
 }
 
-// Span::payload of a phase: its step number, or for a comm phase the thread it blocked.
+// Span::payload of a phase: its step number, or for a comm phase (memcomm's own, unnamed) the thread it blocked.
 std::uint32_t TraceIngest::phase_payload(const RangeOpen& begin, std::uint16_t thread) {
   return begin.phase == prof::Phase::Comm ? thread : static_cast<std::uint32_t>(begin.id);
 }
@@ -205,10 +205,15 @@ std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs, std:
   st.pop_back();
   const std::int64_t end = std::max(begin.ts, shift(r.ts, rs.offset));
   if (!keeps_span(begin.ts, end)) return 0;
-  if (begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
-    nvtx_lane(rs, rank, r.thread).push_back({begin.ts, end, begin.name, 0});
+  const bool comm_call = begin.phase == prof::Phase::Comm && begin.named;  // a Gloo or c10d:: operator
+  if (comm_call || begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
+    nvtx_lane(rs, rank, r.thread).push_back({begin.ts, end, begin.name, comm_call ? kCommCall : 0});
   else  // phases are named by their kind, so the views can colour and the step table find them
     rs.phases->push_back({begin.ts, end, phase_ids_[static_cast<int>(begin.phase)], phase_payload(begin, r.thread)});
+  if (begin.phase == prof::Phase::Step && !rs.step_ids) {
+    rs.step_ids = true;
+    b_.step_ids_recorded(rank);
+  }
   return 1;
 }
 
@@ -219,7 +224,7 @@ std::uint64_t TraceIngest::add_host_span(const prof::Event& e, RankState& rs, st
   if (c.device != prof::kHostDevice) return 0;  // a device-side sync: no lane shows it
   const std::int64_t start = shift(c.ts, rs.offset), end = start + c.duration();
   if (!keeps_span(start, end)) return 0;
-  nvtx_lane(rs, rank, c.thread()).push_back({start, end, name(rs, c.arg, resolve, ctx), 0});
+  nvtx_lane(rs, rank, c.thread()).push_back({start, end, name(rs, c.arg, resolve, ctx), kHostCall});
   return 1;
 }
 
@@ -321,7 +326,7 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
       const auto r = e.as<prof::RangeEvent>();
       const std::uint32_t nm = r.name ? name(rs, r.name, resolve, ctx)
                                       : phase_ids_[static_cast<int>(r.phase) % static_cast<int>(prof::Phase::Count)];
-      open_stack(rs, r.thread).push_back({shift(r.ts, rs.offset), r.phase, nm, r.id});
+      open_stack(rs, r.thread).push_back({shift(r.ts, rs.offset), r.phase, nm, r.id, r.name != 0});
       return 0;
     }
     case EventKind::RangeEnd:

@@ -85,6 +85,7 @@ class TraceIngest {
     prof::Phase phase;
     std::uint32_t name;  // builder string id
     std::uint64_t id;
+    bool named;          // the range has a name of its own (an operator), not its phase's
   };
   struct RankState {
     std::int64_t offset = 0;
@@ -99,6 +100,7 @@ class TraceIngest {
     SpanRow* phases = nullptr;             // cached lane arrays
     SpanRow* nvtx_last = nullptr;          // the NVTX lane of thread nvtx_thread
     std::uint16_t nvtx_thread = 0;
+    bool step_ids = false;                 // the builder was told (step_ids_recorded)
     AllocEvents* alloc = nullptr;
     CounterSeries* metrics[static_cast<int>(prof::MemMetric::Count)] = {};
     int mem_device = -1;  // device whose allocated/active/reserved samples are drawn (better_curve_device)

@@ -35,6 +35,7 @@ void TimelineBuilder::append_rank(RankData& rd, std::uint32_t slot, RankParts& p
   if (!p.host.empty()) rd.host = p.host;
   rd.dropped += p.dropped;
   p.dropped = 0;
+  rd.step_ids = rd.step_ids || p.step_ids;
   append_spans(rd, p);
   name_lanes(rd, p);
   if (!p.collectives.empty()) append_collectives(rd, p, new_colls, rematch);

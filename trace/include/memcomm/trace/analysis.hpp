@@ -15,8 +15,8 @@
 //   CPU run: compute = host phases Forward, Backward, Optimizer and Eval (leaf phases; Step and
 //     MicroStep contain everything and DataWait is waiting), or, when the run marks none of them (a
 //     torch.profiler trace of a CPU script), its host ranges (the operators; not the Python frames
-//     they ran under), less the time each thread spent inside a blocking communication call (a Gloo
-//     op); comm = collective start..end (the Gloo
+//     they ran under), less the time each thread spent inside a communication call (a Gloo op, or
+//     the c10d:: operator that issued one, which may wait for it); comm = collective start..end (the Gloo
 //     work, which runs beside backward when DDP overlaps; not a Gloo send or recv, which is no
 //     collective and counts as neither); memcpy = Memcpy + Memset.
 // The window is from the first Step begin to the last Step end when steps exist, else from the
@@ -91,6 +91,10 @@ std::vector<CollectiveOnRank> collectives_of(const RankTrace& r);
 double busbw_factor(CollOp op, int nranks);
 // The op whose coll_op_name() is `name` (exactly); false when none is.
 bool coll_op_from_name(std::string_view name, CollOp& op);
+// Whether a matched collective's instance (op, bytes) on one rank could not be the same collective
+// as its first rank's (Note [Collectives the ranks disagree on] in analysis.cpp): another op, or
+// another size of an op whose size is the same on every rank. Sizes of 0 (not recorded) never differ.
+bool instances_disagree(CollOp first_op, uint64_t first_bytes, CollOp op, uint64_t bytes);
 
 // One rank's part in a matched collective: when it started (its enqueue when no start was
 // recorded; -1 when neither was) and ended (-1 when not recorded).

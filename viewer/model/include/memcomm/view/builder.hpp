@@ -59,6 +59,8 @@ class TimelineBuilder {
   void span(std::uint32_t rank, LaneKind kind, std::uint32_t stream, std::uint32_t name, TimeNs start, TimeNs end,
             std::uint32_t payload = 0);
   void dropped(std::uint32_t rank, std::uint64_t n);
+  // The rank's step ranges carry the ids their source recorded (RankData::step_ids).
+  void step_ids_recorded(std::uint32_t rank);
   void host(std::uint32_t rank, std::string_view host);
   // Note [Memory curves from block events] (allocator_fold.hpp): the device the rank's sampled
   // curves follow (the producer chooses it with prof::better_curve_device), and block events missing
@@ -125,6 +127,7 @@ class TimelineBuilder {
     std::map<std::string, CounterSeries> counters;
     AllocEvents alloc;
     std::uint64_t dropped = 0;
+    bool step_ids = false;
     std::string host;
     std::map<std::tuple<std::uint8_t, std::uint32_t>, std::string> lane_names;  // (kind, stream) -> name
     bool names_changed = false;     // lane_names holds a name not yet given to its lane

@@ -43,11 +43,19 @@ struct Span {
   std::uint32_t payload;  // collective lanes: index into RankData::collectives; phases: step number,
                           // and for a comm phase the host thread that blocked in it (the step
                           // table's CPU fallback subtracts it from that thread's operators);
-                          // kernel lanes: kCommKernel for a communication (NCCL) kernel, else 0
+                          // kernel lanes: kCommKernel for a communication (NCCL) kernel, else 0;
+                          // host thread lanes: kHostCall for a launch or sync call, kCommCall for a
+                          // communication call, else 0
 };
 // Span::payload of a communication kernel (prof::ComputeEvent::sub == 1): the step table counts it
 // as communication, not compute (Note [Breakdown definitions] in memcomm/trace/analysis.hpp).
 inline constexpr std::uint32_t kCommKernel = 1;
+// Span::payload of a CUDA launch or sync call on a host thread's lane: no operator, so no compute
+// where a CPU run's operators are its compute (Note [Breakdown definitions]).
+inline constexpr std::uint32_t kHostCall = 2;
+// Span::payload of a communication call on a host thread's lane (a torch.profiler trace's gloo: and
+// c10d:: operators, Phase::Comm): the thread computes nothing inside it (Note [Breakdown definitions]).
+inline constexpr std::uint32_t kCommCall = 3;
 static_assert(sizeof(Span) == 24, "Span is the per-event unit of the memory budget; keep it packed");
 // A lane row: spans sorted by start and non-overlapping.
 using SpanRow = ChunkedArray<Span>;
@@ -84,6 +92,8 @@ struct Collective {
   std::uint32_t next_index = 0;       // its index in that rank's collectives
   bool straggler = false;             // this rank arrived last in its matched group
   bool first_in_group = true;         // the group's first instance (the summary counts each group once)
+  bool ranks_disagree = false;        // the group's instances name other ops or sizes (prof::instances_disagree):
+                                      // left out of the summary (Note [Collectives the ranks disagree on])
   TimeNs skew = 0;                    // last arrival minus first arrival across the group, ns
   TimeNs time = 0;                    // the group's time: last arrival to last end (one rank: its own), ns
   double algbw = 0, busbw = 0;        // GB/s over `time`, the group's (Note [Collective bandwidth], profiler analysis.hpp)
@@ -106,6 +116,10 @@ struct RankData {
   std::shared_ptr<const SnapshotStacks> stacks;
   std::uint64_t dropped = 0;          // events the recorder dropped (reported in the status line)
   bool connected = false;             // live mode: the stream is still up (a closed rank stays, marked)
+  // Its step ranges carry the ids their source recorded (a .mct trace, a torch.profiler trace's
+  // ProfilerStep#N), 0 included: the step table shows them as memcomm-trace report does. False for
+  // sources that number no steps (synthetic and hand-built runs): numbered from 1 in start order.
+  bool step_ids = false;
   // The id is a stand-in, not a rank the run named: a PyTorch snapshot's device, or a torch.profiler
   // trace without distributedInfo. Timeline::merge renumbers these first (Note [Rank ids across files]).
   bool stand_in_id = false;
