@@ -188,7 +188,7 @@ void check_rank_applies(const std::vector<std::string>& files, const MemoryArgs&
 // The stack's window (Note [The line a stack is shown by] in memcomm/snapshot/frames.hpp).
 void append_stack(std::string& out, const std::vector<std::string>& stack) {
   const snapshot::StackWindow w = snapshot::shown_window(stack, kShownFrames);
-  if (w.first > w.outer) out += fmt::format("      {}\n", stack[0]);  // kFreeStackHeading, shown whatever is cut
+  if (w.heading) out += fmt::format("      {}\n", stack[0]);
   if (w.outer) out += fmt::format("      ... {} outer frames\n", w.outer);
   for (std::size_t k = w.first; k < w.first + w.count; ++k) out += fmt::format("      {}\n", stack[k]);
   if (w.inner) out += fmt::format("      ... {} native frames inside it (--json lists them)\n", w.inner);

@@ -162,8 +162,9 @@ class Profiler(contextlib.ContextDecorator):
         NAME.restartN.mct in torchrun's N-th restart of the job (its failed attempts' files are kept),
         with .pidP before the extension when another process writes that name."""
         stem, ext = os.path.splitext(self._trace)
-        if torchrun_restart() > 0:
-            stem += f".restart{torchrun_restart()}"
+        restart = torchrun_restart()
+        if restart > 0:
+            stem += f".restart{restart}"
         if self._session > 1:
             stem += f".{self._session}"
         if self._pid_tag:

@@ -181,9 +181,9 @@ TEST_CASE("frames: a stack is shown by its innermost Python frame, the native fr
   CHECK(snap::shown_line({"<ipython-input-3-1b2c>:4:<module>", "??:0:malloc"}) == 0);
   const std::vector<std::string> freed = {std::string(snap::kFreeStackHeading), "??:0:dealloc"};
   w = snap::shown_window(freed, 8);
-  CHECK((w.first == 1 && w.count == 1 && w.outer == 0 && w.inner == 0));
+  CHECK((w.heading && w.first == 1 && w.count == 1 && w.outer == 0 && w.inner == 0));
   w = snap::shown_window({std::string(snap::kFreeStackHeading)}, 8);
-  CHECK((w.first == 1 && w.count == 0));
+  CHECK((w.heading && w.first == 1 && w.count == 0));
   CHECK(snap::shown_window({}, 8).count == 0);
   CHECK(snap::shown_line({}) == 0);
 }

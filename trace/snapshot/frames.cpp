@@ -82,7 +82,8 @@ std::size_t shown_line(const std::vector<std::string>& lines) {
 
 StackWindow shown_window(const std::vector<std::string>& lines, std::size_t max_lines) {
   StackWindow w;
-  const std::size_t frames_from = !lines.empty() && lines[0] == kFreeStackHeading ? 1 : 0;
+  w.heading = !lines.empty() && lines[0] == kFreeStackHeading;
+  const std::size_t frames_from = w.heading ? 1 : 0;
   w.first = frames_from;
   if (lines.size() <= frames_from || max_lines == 0) return w;
   const std::size_t last = std::max(shown_line(lines), frames_from);

@@ -52,7 +52,7 @@ std::string tip_text(const AllocationTip& tip, TimeNs trace_begin) {
   if (tip.free_ns == prof::kStillLive) s += "\nstill live at the end";
   else s += fmt::format("\nfreed at {} (lifetime {})", time_text(tip.free_ns, trace_begin), time_text(tip.free_ns, tip.alloc_ns));
   const snapshot::StackWindow w = snapshot::shown_window(tip.stack, kStackLinesShown);  // Note [The line a stack is shown by]
-  if (w.first > w.outer) s += "\n  " + tip.stack[0];  // kFreeStackHeading
+  if (w.heading) s += "\n  " + tip.stack[0];
   if (w.outer) s += fmt::format("\n  ... {} more", w.outer);
   for (std::size_t k = w.first; k < w.first + w.count; ++k) s += "\n  " + (tip.stack[k].empty() ? std::string("(empty)") : tip.stack[k]);
   if (w.inner) s += fmt::format("\n  ... {} native frames inside", w.inner);

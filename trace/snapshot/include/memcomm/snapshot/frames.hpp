@@ -64,9 +64,11 @@ prof::MemCategory category_from_frames(const Snapshot& snap, std::uint32_t stack
 std::size_t shown_line(const std::vector<std::string>& lines);
 // The lines a display of at most `max_lines` shows: `count` from `first`, ending at shown_line();
 // `outer` lines before them and `inner` (native) lines after them are left out. A leading
-// kFreeStackHeading line is no frame: never in the window (the printer shows it whatever is cut).
+// kFreeStackHeading line is no frame: never in the window, `heading` says it is there (the printer
+// shows it whatever is cut).
 struct StackWindow {
   std::size_t first = 0, count = 0, outer = 0, inner = 0;
+  bool heading = false;
 };
 StackWindow shown_window(const std::vector<std::string>& lines, std::size_t max_lines);
 
