@@ -137,6 +137,7 @@ def _parse(argv: List[str]) -> argparse.Namespace:
             p.error(f"{name} {path} is a folder; name a file in it")
     if args.snapshot:  # written at the end: where the working folder was at the start, not after a chdir
         args.snapshot = os.path.abspath(args.snapshot)
+    args.start_dir = os.getcwd()  # spawned children's traces go there too, whatever the script's chdir
     if args.live:
         try:
             _memcomm.check_live_address(args.live)

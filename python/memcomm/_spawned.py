@@ -171,13 +171,21 @@ class _ChildProfile:
         if self.waits_for_group:
             self._prepare()
         try:
-            profiler = memcomm.Profiler(self.options.trace, self.options.live, cupti=self.options.cupti,
+            profiler = memcomm.Profiler(self._trace(), self.options.live, cupti=self.options.cupti,
                                         clock_sync=False)
             profiler.started_by_runner = True
             self.profiler = profiler.start()
         except (OSError, RuntimeError, ValueError) as e:
             self.start_failed = True
             warn(f"memcomm: this process is not profiled: {e}")
+
+    def _trace(self) -> str:
+        """--trace's name for this child, in the folder python -m memcomm started in: named in full when
+        the script has changed its working folder since (the file then is not where the name leads)."""
+        trace, start_dir = self.options.trace, getattr(self.options, "start_dir", None)
+        if start_dir is None or os.path.isabs(trace) or os.path.realpath(os.getcwd()) == os.path.realpath(start_dir):
+            return trace
+        return os.path.join(start_dir, trace)
 
     def _close(self) -> None:
         """At the child's end, or before its os._exit(): once."""

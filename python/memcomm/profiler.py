@@ -47,6 +47,7 @@ from memcomm import _memcomm
 from memcomm._profiler import running
 from memcomm._profiler.clock import agree_and_measure_clock, torchrun_restart
 from memcomm._profiler.collectives import comm_hook, settle_in_flight
+from memcomm._profiler.future_callbacks import wait_for_release
 from memcomm._profiler.comms import Communicators
 from memcomm._profiler.hooks import PhaseHooks
 from memcomm._profiler.wrappers import category, loader
@@ -208,6 +209,7 @@ class Profiler(contextlib.ContextDecorator):
             trace_error = self._run.trace_error()
             self._run = None
             self._observing = False
+        wait_for_release(ran_only=False)  # Note [Python callables released on torch's threads]
         if self._hooks.backwards and not self._hooks.step_ends:
             warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
                  "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "

@@ -885,3 +885,32 @@ def test_bad_arguments_raise_before_training():
         name, message = raised[call]
         assert name in [e.__name__ for e in (errors if isinstance(errors, tuple) else (errors,))], (call, name, message)
         assert len(message) > 10, (call, name, message)
+
+
+def test_callables_handed_to_torch_futures_are_counted_until_released():
+    # See Note [Python callables released on torch's threads]: what a teardown waits for.
+    import threading
+    import torch
+    from memcomm._profiler import future_callbacks as fc
+    held, ran = fc.counts()
+    parent = torch.futures.Future()
+    child = parent.then(fc.Tracked(lambda f: f.value() + 1))
+    assert fc.counts() == (held + 1, ran)
+    parent.set_result(1)  # run, then released, by the thread that completes the future
+    assert child.wait() == 2 and fc.counts() == (held, ran)
+
+    kept = [fc.Tracked(lambda: None)]
+    kept[0]()  # it has run and a thread still holds it, as a Gloo worker queued for the lock does
+    threading.Timer(0.2, kept.clear).start()
+    start = time.monotonic()
+    fc.wait_for_release()
+    assert time.monotonic() - start >= 0.15 and fc.counts() == (held, ran)
+
+    waiting = fc.Tracked(lambda: None)  # a collective still running: only a teardown waits for it, bounded
+    start = time.monotonic()
+    fc.wait_for_release()
+    assert time.monotonic() - start < 0.1
+    fc.wait_for_release(ran_only=False, timeout_s=0.2)
+    assert time.monotonic() - start >= 0.2 and fc.counts() == (held + 1, ran)
+    del waiting
+    assert fc.counts() == (held, ran)

@@ -206,6 +206,39 @@ def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchang
     assert loaded.stdout.split() == ["none", "none", "function"], loaded.stdout
 
 
+TEARDOWN = """
+import os, sys, torch, torch.distributed as dist
+from torch import nn
+sys.setswitchinterval(100)  # the script keeps the interpreter lock unless it sleeps or waits
+dist.init_process_group("gloo")
+model = nn.parallel.DistributedDataParallel(nn.Sequential(*[nn.Linear(64, 64) for _ in range(6)]),
+                                            bucket_cap_mb=0.02)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(4):
+    model(torch.randn(8, 64)).square().mean().backward()
+    if sys.argv[1] == "step":
+        opt.step()
+if sys.argv[1] == "step":  # the tutorials' order
+    dist.destroy_process_group()
+    del model, opt
+else:                      # a backward, then the model dropped first
+    del model, opt
+    dist.destroy_process_group()
+print("ended", flush=True)
+os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+"""
+
+
+def test_a_rank_that_tears_down_right_after_its_last_backward_ends(tmp_path):
+    # See Note [Python callables released on torch's threads]: without the waits, the second case hung every
+    # rank in 4 runs of 4 (Gloo's worker queued for the lock while the reducer's group joined it).
+    write(tmp_path, "teardown.py", TEARDOWN)
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
+    for order in ("step", "backward"):
+        r = run_memcomm(tmp_path, "--trace", f"{order}.mct", "teardown.py", order, launcher=torchrun)
+        assert r.returncode == 0 and r.stdout.count("ended") == 3, (order, r.stdout, r.stderr)
+
+
 def test_a_child_the_script_forks_leaves_as_python_leaves_it(tmp_path, tool):
     write(tmp_path, "fork.py", """
         import os, sys, torch
@@ -264,6 +297,8 @@ def idle(index):
 
 if __name__ == "__main__":
     port, run = int(sys.argv[1]), sys.argv[2]
+    os.makedirs("elsewhere", exist_ok=True)
+    os.chdir("elsewhere")  # the children start in the script's working folder, not memcomm's
     mp.spawn(train, args=(2, port, run), nprocs=2)
     mp.start_processes(idle, nprocs=1, start_method="spawn")
 """
@@ -272,7 +307,8 @@ if __name__ == "__main__":
 def test_processes_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
     # See Note [Profiles of spawned processes]: mp.spawn's children write NAME.spawnK.rankR.mct from their
     # init_process_group on, however the script imported it; a child without a group says it is not
-    # profiled; training is unchanged.
+    # profiled; training is unchanged; the files go where python -m memcomm started, named in full once the
+    # script has left that folder.
     write(tmp_path, "spawn_ddp.py", SPAWN)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     plain = subprocess.run([sys.executable, "spawn_ddp.py", str(free_port()), "plain"], capture_output=True,
@@ -280,10 +316,10 @@ def test_processes_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
     assert plain.returncode == 0, plain.stderr
     r = run_memcomm(tmp_path, "--trace", "run.mct", "spawn_ddp.py", str(free_port()), "memcomm")
     assert r.returncode == 0, r.stderr
-    assert [(tmp_path / f"memcomm.weights{i}").read_text() for i in range(2)] == \
-        [(tmp_path / f"plain.weights{i}").read_text() for i in range(2)]
+    assert [(tmp_path / "elsewhere" / f"memcomm.weights{i}").read_text() for i in range(2)] == \
+        [(tmp_path / "elsewhere" / f"plain.weights{i}").read_text() for i in range(2)]
     for rank in range(2):
-        assert f"memcomm: run.spawn1.rank{rank}.mct:" in r.stderr, r.stderr
+        assert f"memcomm: {tmp_path / f'run.spawn1.rank{rank}.mct'}:" in r.stderr, r.stderr
     assert "started by torch.multiprocessing, set up no process group: not profiled" in r.stderr, r.stderr
     assert "recorded no forward" not in r.stderr, r.stderr  # the parent's own profile: not a mistake here
     trace = report(tool, *(tmp_path / f"run.spawn1.rank{rank}.mct" for rank in range(2)))

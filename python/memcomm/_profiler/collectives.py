@@ -9,6 +9,7 @@ import torch.distributed as dist
 from memcomm import _memcomm
 from memcomm._profiler import running
 from memcomm._profiler.codes import COMM_BUFFER, OP, dtype_code, exchange, now
+from memcomm._profiler.future_callbacks import Tracked
 
 
 def _issue(p: Any, op: str, dtype: int, nbytes: int, group: Any, bucket: int,
@@ -50,7 +51,7 @@ def record_collective(p: Any, op: str, dtype: int, nbytes: int, group: Any, buck
             finally:
                 with _in_flight_lock:
                     _in_flight.pop(id(f), None)
-        fut.add_done_callback(recorded)
+        fut.add_done_callback(Tracked(recorded))  # Note [Python callables released on torch's threads]
     else:
         ended()
     return work
@@ -130,7 +131,7 @@ class RecordedHook:
         def recorded(f: Any) -> Any:  # chained, so DDP's wait at the end of backward includes the record:
             ended()                   # a done-callback could run after stop() and lose the last bucket
             return f.value()
-        return fut.then(recorded)
+        return fut.then(Tracked(recorded))  # Note [Python callables released on torch's threads]
 
 
 def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype: Optional[torch.dtype] = None

@@ -38,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from memcomm._caller import warn
 from memcomm._profiler.collectives import RecordedHook, comm_hook, torch_hooks
+from memcomm._profiler.future_callbacks import Tracked, wait_for_release
 
 
 def reducer_allreduce(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -49,7 +50,11 @@ def reducer_allreduce(process_group: Any, bucket: dist.GradBucket) -> torch.futu
         buf.div_(group.size())
     else:
         buf.mul_(1.0 / group.size())
-    return dist.all_reduce(buf, group=group, async_op=True).get_future().then(lambda f: f.value()[0])
+    return dist.all_reduce(buf, group=group, async_op=True).get_future().then(Tracked(_the_tensor))
+
+
+def _the_tensor(f: torch.futures.Future) -> torch.Tensor:
+    return f.value()[0]
 
 
 class BucketDispatch:
@@ -145,6 +150,8 @@ def recording_ddp_buckets() -> Iterator[None]:
     def ddp_init(self: DDP, *args: Any, **kwargs: Any) -> None:
         as_ddp_own(init)(self, *args, **kwargs)
         dispatch_after_first_training_forward(self)
+        # Before the reducer and its process group go: Note [Python callables released on torch's threads]
+        weakref.finalize(self, wait_for_release).atexit = False
 
     def in_dispatch(self: DDP, state: Any, hook: Callable[..., Any], builtin_twin: bool = False) -> bool:
         """A hook the script registers once BucketDispatch is in place runs inside it."""

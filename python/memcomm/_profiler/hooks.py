@@ -108,6 +108,7 @@ import torch
 from memcomm import _memcomm
 from memcomm._profiler import running
 from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KEEP, OPT_STATE, OPTIMIZER, STEP, now
+from memcomm._profiler.future_callbacks import wait_for_release
 
 
 class _ThreadState:
@@ -420,6 +421,7 @@ class PhaseHooks:
         else:
             st.step_end_ns = now()
         self.step_ends += 1
+        wait_for_release()  # Note [Python callables released on torch's threads]
         if self._global_handles:
             self._narrow_hooks()
         elif not self._looked_again:
@@ -462,6 +464,7 @@ class PhaseHooks:
             self._close(st, STEP)
             st.step_open = False
         self.step_ends += 1
+        wait_for_release()  # Note [Python callables released on torch's threads]
 
     # Data-loader wait (memcomm.loader).
     def data_wait(self, begin_ns: int) -> None:

@@ -1,0 +1,88 @@
+"""Python callables that memcomm hands to torch futures, counted until torch lets go of them, and the
+wait that lets it (Note [Python callables released on torch's threads]).
+
+Note [Python callables released on torch's threads]
+A Python callable given to a torch future (fut.then, add_done_callback) runs on the thread that
+completes the work, a Gloo worker for a CPU collective, and torch releases it there afterwards,
+taking the GIL to drop its reference. The script's thread wakes as soon as the callable has run,
+before that release, and usually holds the GIL by then. If it goes on to tear the process group down
+within the interpreter's switch interval (destroy_process_group and then dropping the DDP model, or
+the end of the script), ~ProcessGroupGloo joins its workers while holding the GIL that the release
+waits for: the join never returns (4 of 8 two-rank runs of a five-step script under `torchrun -m
+memcomm`), or, during the interpreter's finalisation, the worker is ended while it waits and the
+process aborts ("terminate called without an active exception"). Plain torch does the latter with
+any Python comm hook: default_hooks.allreduce_hook aborted 3 of 8 such runs, and none without one.
+
+memcomm counts its callables from hand-over to release (Tracked) and, before the points where the
+group may be torn down, lets go of the GIL until torch has released those that have run
+(wait_for_release), plus a moment for the rest of the worker's clean-up (the future the callable
+made, whose value is a Python object too):
+- the end of each training step (an optimizer's step or memcomm.step()): the usual last thing before
+  a script tears down, and cheap, since the worker has been queued for the GIL since the backward;
+- a DDP model's death under `python -m memcomm`, before its reducer goes (a weakref's callback runs
+  before the model's attributes are dropped);
+- the profiler's stop and the interpreter's exit (atexit runs before finalisation), which also give
+  work still running a bounded time to complete and have its callable released.
+A thread that Python did not start (a Gloo worker dropping the last reference to a hook) never waits:
+the release it would wait for may be its own, still to come. No wait is longer than its timeout:
+work that never completes keeps its callable, and the teardown then fares as it would without memcomm.
+"""
+import atexit
+import threading
+import time
+from typing import Any, Callable, Tuple
+
+POLL_S = 0.0002
+
+_lock = threading.RLock()  # re-entrant: a garbage collection inside the lock may release a Tracked
+_unreleased = 0            # callables handed over and not yet released
+_ran_unreleased = 0        # of those, the ones that have run: their release is imminent
+_handed_over = False       # whether any was, in this process (nothing to wait for otherwise)
+
+
+class Tracked:
+    """`fn`, counted from now until torch drops the last reference to this object."""
+    __slots__ = ("_fn", "_ran")
+
+    def __init__(self, fn: Callable[..., Any]):
+        global _unreleased, _handed_over
+        self._fn, self._ran = fn, False
+        with _lock:
+            if not _handed_over:
+                _handed_over = True
+                atexit.register(wait_for_release, ran_only=False)
+            _unreleased += 1
+
+    def __call__(self, *args: Any) -> Any:
+        global _ran_unreleased
+        with _lock:
+            if not self._ran:
+                self._ran = True
+                _ran_unreleased += 1
+        return self._fn(*args)
+
+    def __del__(self) -> None:
+        global _unreleased, _ran_unreleased
+        with _lock:
+            _unreleased -= 1
+            _ran_unreleased -= self._ran
+
+
+def counts() -> Tuple[int, int]:
+    """(callables torch holds, of those the ones that have run)."""
+    return _unreleased, _ran_unreleased
+
+
+def wait_for_release(ran_only: bool = True, timeout_s: float = 1.0) -> None:
+    """Lets go of the GIL until torch has released every Tracked callable that has run (with
+    `ran_only=False`, every one), and a moment more, or until `timeout_s`; returns at once when there
+    is none, or on a thread Python did not start."""
+    if not _handed_over or isinstance(threading.current_thread(), threading._DummyThread):
+        return
+    deadline = time.monotonic() + timeout_s
+    waited = False
+    while (_ran_unreleased if ran_only else _unreleased) > 0 and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        waited = True
+    if waited:
+        time.sleep(POLL_S)  # the worker's clean-up after the release (the future it completed)
