@@ -374,6 +374,24 @@ def test_models_in_a_container_are_found_at_the_first_update(tmp_path, tool):
     assert counts.get("forward") == 3 * 3 and counts.get("step") == 4, counts  # the first step's are lost
 
 
+def test_a_student_built_inside_the_profile_beside_its_teacher_is_found_at_the_first_update(tmp_path, tool):
+    # See Note [Finding the model]: start() found only the teacher, whose no_grad calls were every forward.
+    check("""
+        teacher = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+        with memcomm.profile(trace=sys.argv[1]):
+            student = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+            opt = torch.optim.SGD(student.parameters(), lr=0.1)
+            for _ in range(4):
+                x = torch.randn(8, 16)
+                with torch.no_grad():
+                    target = teacher(x)
+                loss = (student(x) - target).square().mean() + student(x).mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+    """, str(tmp_path / "distill.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "distill.rank0.mct")
+    assert counts.get("forward") == 4 + 2 * 3 and counts.get("step") == 4, counts  # the first step's student calls are lost
+
+
 def test_tune_inside_a_profile_records_no_steps_of_its_own(tmp_path, tool):
     # `with memcomm.profile(): main()` where main() tunes first: the probes were 282 steps of the trace.
     check("""

@@ -65,9 +65,11 @@ anything Dynamo traces, and its original module is watched with it, for the scri
 that one. Only when start() finds none (the script builds its model inside the profile) do torch's
 global module hooks find the model as it is called: until the first optimizer step they count the
 nesting depth per thread, and a call at depth 0 into a module with parameters is a forward. Either
-way the first optimizer step that found no forward looks once more (a model compiled or built after
-start(), or the children of a root that was never called: a container such as a ModuleDict of a
-GAN's two nets): its forward is lost, the later ones are not. The global hooks are the fallback rather
+way the first optimizer step that found no forward, or whose optimizer updates parameters that no
+watched module holds, looks once more (a model compiled or built after start(), a student built
+after start() beside the teacher it found, whose no_grad calls were the only forwards, or the
+children of a root that was never called: a container such as a ModuleDict of a GAN's two nets):
+its forward is lost, the later ones are not. The global hooks are the fallback rather
 than the rule because of torch.compile: Dynamo guards a compiled graph on the number of global hooks,
 so removing them at the first step recompiled every compiled model (a second compile, seconds to
 minutes), and torch.compile(model) warned about them at each call. So while the global hooks are
@@ -246,11 +248,11 @@ class PhaseHooks:
                 found += [m for m in _module_roots() + also if not any(m is f for f in found)]
             self._hook_modules(found)
 
-    def _look_again(self) -> None:
-        """The first step that recorded no forward looks for the model once more (Note [Finding the
-        model])."""
+    def _look_again(self, trains_unwatched: bool = False) -> None:
+        """The first step that recorded no forward, or whose optimizer updates parameters no watched
+        module holds, looks for the model once more (Note [Finding the model])."""
         self._looked_again = True
-        if self.forwards == 0 and not self._global_handles and running.profiler is self._owner:
+        if (self.forwards == 0 or trains_unwatched) and not self._global_handles and running.profiler is self._owner:
             with self._lock:
                 # Roots that were never called hold the model: a ModuleDict of a GAN's two nets, a
                 # task wrapper whose .model the loop calls. Their children with parameters are watched too.
@@ -399,9 +401,17 @@ class PhaseHooks:
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if running.profiler is not self._owner:
             return
+        if not self._looked_again and not self._global_handles and self._updates_unwatched(optimizer):
+            self._look_again(trains_unwatched=True)
         st = self._state()
         if st.update_frame is not None and _frame_outside_memcomm() is st.update_frame:  # not an inner step()
             self._update_returned(st)
+
+    def _updates_unwatched(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether `optimizer` updates a parameter that no watched module holds: a student built after
+        start() beside the teacher it found, whose calls would not be forwards."""
+        watched = {id(p) for m in self._watched for p in m.parameters()}
+        return any(id(p) not in watched for group in optimizer.param_groups for p in group["params"])
 
     def _update_begins(self, st: _ThreadState, frame: Any, joins: bool = True) -> None:
         """An update begins. One that follows another with no training event between joins its step
