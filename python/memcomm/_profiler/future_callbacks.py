@@ -34,54 +34,57 @@ from typing import Any, Callable, Tuple
 
 POLL_S = 0.0002
 
-_lock = threading.RLock()  # re-entrant: a garbage collection inside the lock may release a Tracked
-_unreleased = 0            # callables handed over and not yet released
-_ran_unreleased = 0        # of those, the ones that have run: their release is imminent
-_handed_over = False       # whether any was, in this process (nothing to wait for otherwise)
+class _Counts:
+    """What Tracked counts, reached through its class: a release during the interpreter's finalisation
+    may come after this module's globals are gone."""
+    lock = threading.RLock()  # re-entrant: a garbage collection inside the lock may release a Tracked
+    unreleased = 0            # callables handed over and not yet released
+    ran_unreleased = 0        # of those, the ones that have run: their release is imminent
+    handed_over = False       # whether any was, in this process (nothing to wait for otherwise)
 
 
 class Tracked:
     """`fn`, counted from now until torch drops the last reference to this object."""
     __slots__ = ("_fn", "_ran")
+    _counts = _Counts
 
     def __init__(self, fn: Callable[..., Any]):
-        global _unreleased, _handed_over
         self._fn, self._ran = fn, False
-        with _lock:
-            if not _handed_over:
-                _handed_over = True
+        with _Counts.lock:
+            if not _Counts.handed_over:
+                _Counts.handed_over = True
                 atexit.register(wait_for_release, ran_only=False)
-            _unreleased += 1
+            _Counts.unreleased += 1
 
     def __call__(self, *args: Any) -> Any:
-        global _ran_unreleased
-        with _lock:
+        counts = self._counts
+        with counts.lock:
             if not self._ran:
                 self._ran = True
-                _ran_unreleased += 1
+                counts.ran_unreleased += 1
         return self._fn(*args)
 
     def __del__(self) -> None:
-        global _unreleased, _ran_unreleased
-        with _lock:
-            _unreleased -= 1
-            _ran_unreleased -= self._ran
+        counts = self._counts
+        with counts.lock:
+            counts.unreleased -= 1
+            counts.ran_unreleased -= self._ran
 
 
 def counts() -> Tuple[int, int]:
     """(callables torch holds, of those the ones that have run)."""
-    return _unreleased, _ran_unreleased
+    return _Counts.unreleased, _Counts.ran_unreleased
 
 
 def wait_for_release(ran_only: bool = True, timeout_s: float = 1.0) -> None:
     """Lets go of the GIL until torch has released every Tracked callable that has run (with
     `ran_only=False`, every one), and a moment more, or until `timeout_s`; returns at once when there
     is none, or on a thread Python did not start."""
-    if not _handed_over or isinstance(threading.current_thread(), threading._DummyThread):
+    if not _Counts.handed_over or isinstance(threading.current_thread(), threading._DummyThread):
         return
     deadline = time.monotonic() + timeout_s
     waited = False
-    while (_ran_unreleased if ran_only else _unreleased) > 0 and time.monotonic() < deadline:
+    while (_Counts.ran_unreleased if ran_only else _Counts.unreleased) > 0 and time.monotonic() < deadline:
         time.sleep(POLL_S)
         waited = True
     if waited:
