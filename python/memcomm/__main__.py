@@ -218,6 +218,16 @@ def _run_script(path: str) -> None:
     _as_main(code, __file__=full, __cached__=None, __loader__=importlib.machinery.SourceFileLoader("__main__", full))
 
 
+def _from_the_script(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
+    """A traceback without memcomm's frames above the script's, which python SCRIPT would not show
+    (all of it when no frame is the script's: an error of memcomm's own)."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    first = tb
+    while first is not None and first.tb_frame.f_code.co_filename.startswith(package):
+        first = first.tb_next
+    return first or tb
+
+
 def _wait_for_script_threads() -> None:
     """A script that returns (or calls sys.exit) ends, as under python, when its last non-daemon
     thread does: a loop it left running in one is part of the run and of the trace. As python does
@@ -276,7 +286,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 _run_target(args)
             except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
                 status = e.code
-            _wait_for_script_threads()  # not after a raise: python prints it first, then waits
+            except Exception as e:  # noqa: BLE001 (the script's uncaught error, printed as python prints it)
+                tb = _from_the_script(e.__traceback__)
+                sys.excepthook(type(e), e.with_traceback(tb), tb)  # python's hook prints e's own traceback
+                status = 1
+            _wait_for_script_threads()  # after the traceback, as python waits
     finally:
         # A child the script forked (os.fork) that got back here leaves as Python would leave it
         # (its files flushed, its atexit handlers run), without touching the parent's trace: its

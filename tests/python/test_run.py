@@ -74,6 +74,10 @@ def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_pa
     write(tmp_path, "train.py", TRAIN)
     r = run_memcomm(tmp_path, "--trace", "raised.mct", "train.py", "2", "raise")
     assert r.returncode == 1 and "ValueError: the script's own error" in r.stderr, r.stderr
+    # The traceback starts at the script, as python's does, and the trace's line follows it.
+    traceback = r.stderr[r.stderr.index("Traceback"):]
+    assert "memcomm" not in traceback.split("ValueError")[0] and 'train.py", line' in traceback, r.stderr
+    assert traceback.index("ValueError") < traceback.index("memcomm: raised.rank0.mct:"), r.stderr
     assert len(report(tool, tmp_path / "raised.rank0.mct")["steps"]) == 2
     r = run_memcomm(tmp_path, "--trace", "exited.mct", "train.py", "2", "os._exit")
     assert r.returncode == 5 and "memcomm: exited.rank0.mct:" in r.stderr, r.stderr
