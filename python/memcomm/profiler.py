@@ -47,8 +47,8 @@ from memcomm import _memcomm
 from memcomm._profiler import running
 from memcomm._profiler.clock import agree_and_measure_clock, torchrun_restart
 from memcomm._profiler.collectives import comm_hook, settle_in_flight
-from memcomm._profiler.future_callbacks import wait_for_release
 from memcomm._profiler.comms import Communicators
+from memcomm._profiler.future_callbacks import wait_for_release
 from memcomm._profiler.hooks import PhaseHooks
 from memcomm._profiler.wrappers import category, loader
 from memcomm._caller import warn
