@@ -1,0 +1,132 @@
+"""python -m memcomm on DDP scripts under torch.distributed.run (Gloo, three ranks): bucket all-reduces
+recorded with training unchanged, and ranks that tear their group down right after training. Split
+from test_run.py (its helpers) so that ctest runs the two files side by side."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from test_run import report, run_memcomm, write
+
+
+DDP = """
+import hashlib, os, sys, torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+dist.init_process_group("gloo")
+torch.manual_seed(dist.get_rank())
+mode, run = sys.argv[1], sys.argv[2]
+
+
+class SparseNet(nn.Module):  # a sparse gradient: DDP's reducer divides it where it multiplies dense ones
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = nn.Embedding(50, 32, sparse=True), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.out(self.emb(x).mean(1))
+
+
+net = SparseNet() if mode == "sparse" else nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+model = nn.parallel.DistributedDataParallel(net)
+if mode == "eval-then-fp16":  # a forward without gradients before the script registers its hook
+    with torch.no_grad():
+        model(torch.randn(2, 32))
+if mode in ("fp16", "eval-then-fp16"):
+    model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+if mode == "memcomm-hook":  # a script that records its buckets itself: recorded once, not twice
+    import memcomm
+    model.register_comm_hook(None, memcomm.comm_hook())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+torch.save(model, f"{run}.early{dist.get_rank()}.pt")  # before memcomm's hook is in place
+for step in range(3):
+    if mode == "late-fp16" and step == 1:  # after a step with DDP's own all-reduce
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    if mode == "late-builtin" and step == 1:
+        model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+    x, y = torch.randint(0, 50, (16, 5)) if mode == "sparse" else torch.randn(16, 32), torch.randint(0, 4, (16,))
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy().tobytes()
+with open(f"{run}.weights{dist.get_rank()}", "w") as f:  # the ranks' stdout lines may interleave
+    f.write(hashlib.sha256(weights).hexdigest())
+torch.save(model, f"{run}.model{dist.get_rank()}.pt")  # a whole DDP model pickles its hooks
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+"""
+
+
+def weights(folder: Path, run: str) -> list:
+    return [(folder / f"{run}.weights{rank}").read_text() for rank in range(3)]
+
+
+def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchanged(tmp_path, tool):
+    # See Note [DDP buckets of an unchanged script]: DDP's own arithmetic (three ranks: 1/3 is where dividing
+    # and multiplying differ), a hook the script registers before training, after a forward without
+    # gradients, and after a first step; a whole DDP model still saves.
+    script = write(tmp_path, "ddp.py", DDP)
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
+    cases = {"default": ["f32"] * 3, "fp16": ["f16"] * 3, "eval-then-fp16": ["f16"] * 3,
+             "late-fp16": ["f32", "f16", "f16"], "late-builtin": ["f32"] * 3, "memcomm-hook": ["f32"] * 3,
+             "sparse": None}
+    for mode, dtypes in cases.items():
+        plain = subprocess.run([*torchrun, str(script), mode, f"plain-{mode}"], capture_output=True, text=True,
+                               timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert plain.returncode == 0, plain.stderr
+        r = run_memcomm(tmp_path, "--trace", f"{mode}.mct", "ddp.py", mode, f"memcomm-{mode}", launcher=torchrun)
+        assert r.returncode == 0, (mode, r.stderr)
+        assert weights(tmp_path, f"memcomm-{mode}") == weights(tmp_path, f"plain-{mode}"), mode
+        trace = report(tool, *(tmp_path / f"{mode}.rank{rank}.mct" for rank in range(3)))
+        colls = sorted(trace["collectives"], key=lambda c: c["seq"])
+        assert dtypes is None or [c["dtype"] for c in colls] == dtypes, (mode, colls)
+        assert all(c["op"] == "all_reduce" and c["ranks_seen"] == 3 for c in colls), (mode, colls)
+        assert len({c["comm"] for c in colls}) == 1, (mode, colls)  # the world group, one communicator
+    # The saved models hold what they would without memcomm: they load where memcomm cannot be imported.
+    loaded = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys; sys.modules["memcomm"] = None
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        for f in sys.argv[1:]:
+            hooks = torch.load(f, weights_only=False)._comm_hooks
+            print(type(hooks[0][0]).__name__ if hooks else "none")
+        """), *(str(tmp_path / f) for f in ("memcomm-default.early0.pt", "memcomm-default.model0.pt",
+                                            "memcomm-fp16.model0.pt"))],
+        capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == ["none", "none", "function"], loaded.stdout
+
+
+TEARDOWN = """
+import os, sys, torch, torch.distributed as dist
+from torch import nn
+sys.setswitchinterval(100)  # the script keeps the interpreter lock unless it sleeps or waits
+dist.init_process_group("gloo")
+model = nn.parallel.DistributedDataParallel(nn.Sequential(*[nn.Linear(64, 64) for _ in range(6)]),
+                                            bucket_cap_mb=0.02)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(4):
+    model(torch.randn(8, 64)).square().mean().backward()
+    if sys.argv[1] == "step":
+        opt.step()
+if sys.argv[1] == "step":  # the tutorials' order
+    dist.destroy_process_group()
+    del model, opt
+else:                      # a backward, then the model dropped first
+    del model, opt
+    dist.destroy_process_group()
+print("ended", flush=True)
+os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+"""
+
+
+def test_a_rank_that_tears_down_right_after_its_last_backward_ends(tmp_path):
+    # See Note [Python callables released on torch's threads]: without the waits, the second case hung every
+    # rank in 4 runs of 4 (Gloo's worker queued for the lock while the reducer's group joined it).
+    write(tmp_path, "teardown.py", TEARDOWN)
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
+    for order in ("step", "backward"):
+        r = run_memcomm(tmp_path, "--trace", f"{order}.mct", "teardown.py", order, launcher=torchrun)
+        assert r.returncode == 0 and r.stdout.count("ended") == 3, (order, r.stdout, r.stderr)
