@@ -33,6 +33,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import memcomm
 from memcomm import _memcomm
+from memcomm._caller import in_memcomm
 from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm._spawned import ChildProcesses, profiling_spawned_processes
@@ -221,9 +222,8 @@ def _run_script(path: str) -> None:
 def _from_the_script(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
     """A traceback without memcomm's frames above the script's, which python SCRIPT would not show
     (all of it when no frame is the script's: an error of memcomm's own)."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     first = tb
-    while first is not None and first.tb_frame.f_code.co_filename.startswith(package):
+    while first is not None and in_memcomm(first.tb_frame.f_code.co_filename):
         first = first.tb_next
     return first or tb
 

@@ -12,8 +12,13 @@ from typing import Type
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def in_memcomm(filename: str) -> bool:
+    """Whether a code object's file is one of the memcomm package's."""
+    return os.path.abspath(filename).startswith(_PACKAGE)
+
+
 def warn(message: str, category: Type[Warning] = UserWarning) -> None:
     level, frame = 2, sys._getframe(1)  # level 2: warn()'s caller
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+    while frame is not None and in_memcomm(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
