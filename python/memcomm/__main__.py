@@ -45,6 +45,7 @@ examples:
   torchrun --nproc-per-node 2 -m memcomm --trace run.mct train.py   # run.rank0.mct, run.rank1.mct
   python -m memcomm --trace run.mct spawn_ddp.py   # torch.multiprocessing.spawn: run.spawn1.rankR.mct
   python -m memcomm --trace run.mct dist_tuto.py   # mp.Process(...).start() per rank: run.spawn1.rankR.mct
+  python -m torch.distributed.launch --nproc-per-node 2 -m memcomm train.py  # --local-rank=N goes to train.py
 
 processes the script starts with the spawn or forkserver method (mp.spawn, start_processes,
 multiprocessing's Process.start()) write NAME.spawnK.rankR.mct from their init_process_group on.
@@ -92,31 +93,42 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split(p: argparse.ArgumentParser, argv: List[str]) -> Tuple[List[str], List[str]]:
-    """memcomm's options, and the script or -m MODULE with everything after it: the target's own
-    options (-h, --help, even ones named like memcomm's) never reach memcomm's parser."""
+# What torch.distributed.launch (without --use-env) puts right after `-m memcomm` for each rank: the
+# script's option, which python SCRIPT would have received first.
+_LAUNCHER_OPTIONS = ("--local-rank=", "--local_rank=")
+
+
+def _split(p: argparse.ArgumentParser, argv: List[str]) -> Tuple[List[str], List[str], List[str]]:
+    """memcomm's options; the script or -m MODULE with everything after it: the target's own options
+    (-h, --help, even ones named like memcomm's) never reach memcomm's parser; and the launcher's
+    --local-rank=N, which goes to the target."""
     takes_value = {flag for a in p._actions if a.nargs is None and a.const is None for flag in a.option_strings}
+    own: List[str] = []
+    launcher: List[str] = []
     i = 0
     while i < len(argv):
         word = argv[i]
         if word == "-m" or (word.startswith("-m") and not word.startswith("--")):  # -m MODULE, -mMODULE
             cut = i + 2 if word == "-m" else i + 1
-            return argv[:cut], argv[cut:]
+            return own + argv[i:cut], argv[cut:], launcher
         if word == "--":
-            return argv[:i], argv[i + 1:]
+            return own, argv[i + 1:], launcher
         if not word.startswith("-"):
-            return argv[:i], argv[i:]
-        i += 2 if word in takes_value else 1
-    return argv, []
+            return own, argv[i:], launcher
+        step = 2 if word in takes_value else 1
+        (launcher if word.startswith(_LAUNCHER_OPTIONS) else own).extend(argv[i:i + step])
+        i += step
+    return own, [], launcher
 
 
 def _parse(argv: List[str]) -> argparse.Namespace:
     p = _parser()
-    own, target = _split(p, argv)
+    own, target, launcher = _split(p, argv)
     args = p.parse_args(own)
-    args.target = target
-    if args.module is None and not args.target:
+    if args.module is None and not target:
         p.error("name a script to run (or -m MODULE)")
+    at = 0 if args.module is not None else 1  # as python SCRIPT --local-rank=N ARGS would see it
+    args.target = target[:at] + launcher + target[at:]
     if args.module is None and not _runnable(args.target[0]):
         p.error(f"no such script: {args.target[0]}")
     if args.module is not None:

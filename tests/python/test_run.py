@@ -106,6 +106,10 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
     assert r.returncode == 0 and "argv ['1', '0', '--help', '--trace']" in r.stdout, r.stdout + r.stderr
     r = run_memcomm(tmp_path, "-m", "json.tool", "--help")
     assert r.returncode == 0 and "usage: python -m json.tool" in r.stdout, r.stdout + r.stderr
+    # torch.distributed.launch puts --local-rank=N right after -m memcomm: it is the script's first option.
+    write(tmp_path, "echo.py", "import sys; print('argv', sys.argv[1:])")
+    r = run_memcomm(tmp_path, "--local-rank=3", "--trace", "run.mct", "echo.py", "1", "0")
+    assert r.returncode == 0 and "argv ['--local-rank=3', '1', '0']" in r.stdout, r.stdout + r.stderr
     # A script that starts its own profile, or its own allocator with other options: the error says why.
     write(tmp_path, "own.py", """
         import sys, memcomm
@@ -260,6 +264,8 @@ def test_a_module_runs_as_python_m_runs_it(tmp_path, tool):
     assert r.returncode == 0, r.stderr
     assert f"argv0 {tmp_path / 'pkg' / 'train.py'} spec pkg.train package pkg args ['--epochs', '1']" in r.stdout, r.stdout
     assert (tmp_path / "box.pkl").exists() and "Error" not in r.stderr, r.stderr
+    r = run_memcomm(tmp_path, "--local_rank=1", "-m", "pkg.train", "--epochs", "1")
+    assert r.returncode == 0 and "args ['--local_rank=1', '--epochs', '1']" in r.stdout, r.stdout + r.stderr
     r = run_memcomm(tmp_path, "-m", "pkg")
     assert r.returncode == 0 and "spec pkg.__main__" in r.stdout, r.stdout + r.stderr
     r = run_memcomm(tmp_path, "-m", "json")
