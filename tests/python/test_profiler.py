@@ -571,6 +571,21 @@ def test_the_model_can_be_saved_and_copied_while_profiled(tmp_path, tool):
     assert counts.get("forward") == 5, counts
 
 
+def test_a_tracer_that_patches_module_call_sees_the_watched_class_as_a_module(tmp_path):
+    # See Note [Forwards through the class]: with an nn.Linear profiled as the model, torch.fx keeps
+    # the nn.Linear of another model one call_module node, as without the profile.
+    out = check("""
+        import torch.fx
+        probe = nn.Linear(8, 2)
+        opt = torch.optim.SGD(probe.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[1], model=probe):
+            opt.zero_grad(); probe(torch.randn(4, 8)).sum().backward(); opt.step()
+            graph = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(8, 8), nn.ReLU())).graph
+            print("ops", [n.op for n in graph.nodes])
+    """, str(tmp_path / "fx.mct"))
+    assert "ops ['placeholder', 'call_module', 'call_module', 'output']" in out, out
+
+
 def test_an_exception_in_the_block_still_closes_the_trace(tmp_path, tool):
     check("""
         model = make_model()

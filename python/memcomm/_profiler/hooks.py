@@ -31,7 +31,11 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   them this profiler, which cannot be pickled: both raised TypeError mid-run (pytorch/examples'
   word_language_model saves its model with torch.save after each epoch). A class is pickled by
   reference, so nothing of memcomm travels with the module. The wrapper passes every other instance
-  of the class (a Sequential inside the model, a deepcopy) straight through. It is also cheaper than
+  of the class (a Sequential inside the model, a deepcopy) straight through, to the __call__ the class
+  inherits as it is at that call: torch.fx's symbolic_trace (and so FX quantization, and export's
+  module stacks) patches nn.Module.__call__ while it traces to keep a leaf module one call_module
+  node, and a wrapper that called the __call__ it had found at start() traced through an nn.Linear
+  of any model while a model with nn.Linear's class was profiled. It is also cheaper than
   the hooks, which send every call of the module down torch's slow call path: 1.1-1.5 us per call
   against 4.0-7.8 us (bench/python/watch_overhead.py, bench/results/python-cpu.md).
 - Backward is a call of torch.autograd.backward (what Tensor.backward calls) or torch.autograd.grad
@@ -492,10 +496,14 @@ class _CallWrap:
     def __init__(self, cls: type, on_call: Callable[..., Any]):
         self.cls = cls
         self._own = cls.__dict__.get("__call__")          # None when the class inherits it
-        call = cls.__call__
+        own = self._own
+        # The class it inherits from, looked up at each call: a tracer's patch of nn.Module.__call__
+        # (torch.fx, export) still sees the calls (Note [Forwards through the class]).
+        base = next(c for c in cls.__mro__[1:] if "__call__" in c.__dict__) if own is None else cls
         active = [True]
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            call = own or base.__call__
             if torch.compiler.is_compiling() or not active[0]:  # Note [Hooks under torch.compile]
                 return call(module, *args, **kwargs)
             return on_call(call, module, args, kwargs)
