@@ -11,7 +11,7 @@ from test_run import report, run_memcomm, write
 
 
 DDP = """
-import hashlib, os, sys, torch, torch.distributed as dist
+import copy, hashlib, os, sys, torch, torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 dist.init_process_group("gloo")
@@ -30,6 +30,8 @@ class SparseNet(nn.Module):  # a sparse gradient: DDP's reducer divides it where
 
 net = SparseNet() if mode == "sparse" else nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
 model = nn.parallel.DistributedDataParallel(net)
+if mode == "deepcopy":  # a copy trained in the model's place: a reducer of its own
+    model = copy.deepcopy(model)
 if mode == "eval-then-fp16":  # a forward without gradients before the script registers its hook
     with torch.no_grad():
         model(torch.randn(2, 32))
@@ -66,11 +68,12 @@ def weights(folder: Path, run: str) -> list:
 def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchanged(tmp_path, tool):
     # See Note [DDP buckets of an unchanged script]: DDP's own arithmetic (three ranks: 1/3 is where dividing
     # and multiplying differ), a hook the script registers before training, after a forward without
-    # gradients, and after a first step; a whole DDP model still saves.
+    # gradients, and after a first step; a deepcopy of the model; a whole DDP model still saves.
     script = write(tmp_path, "ddp.py", DDP)
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
     cases = {"default": ["f32"] * 3, "fp16": ["f16"] * 3, "eval-then-fp16": ["f16"] * 3,
              "late-fp16": ["f32", "f16", "f16"], "late-builtin": ["f32"] * 3, "memcomm-hook": ["f32"] * 3,
+             "deepcopy": ["f32"] * 3,
              "sparse": None}
     for mode, dtypes in cases.items():
         plain = subprocess.run([*torchrun, str(script), mode, f"plain-{mode}"], capture_output=True, text=True,

@@ -18,6 +18,10 @@ by `python -m memcomm` registers none of memcomm's. While `recording_ddp_buckets
   registered behind DDP's back) leaves the model unrecorded, never the script failing.
 - A saved or copied model (torch.save, copy.deepcopy: DDP's __getstate__) holds what it would hold
   without memcomm: the script's own hooks, not memcomm's objects, so it loads where memcomm is absent.
+  The copy, or a model loaded in the run (DDP's __setstate__), has a reducer of its own with no
+  hook, as in plain torch (DDP does not register the hooks it unpickles): it is a new model here too,
+  and gets BucketDispatch after its first training forward (an EMA or "fast weights" copy trained
+  beside the model).
 Without a hook, DDP multiplies each gradient by 1 / world size as it fills the bucket (a sparse
 gradient, its own bucket, it divides by the world size), then sums;
 torch's allreduce_hook divides instead, which differs in the last bit for world sizes that are not
@@ -109,7 +113,7 @@ def _as_saved_without_memcomm(model: DDP, state: dict, first_forward: "weakref.W
 @contextlib.contextmanager
 def recording_ddp_buckets() -> Iterator[None]:
     init, register, builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
-    getstate, lazy_init = DDP.__getstate__, getattr(DDP, "_lazy_init", None)
+    getstate, setstate, lazy_init = DDP.__getstate__, DDP.__setstate__, getattr(DDP, "_lazy_init", None)
     hooked: "weakref.WeakSet[DDP]" = weakref.WeakSet()  # models with a hook: the script's or DDP's own
     dispatch: "weakref.WeakKeyDictionary[DDP, BucketDispatch]" = weakref.WeakKeyDictionary()
     first_forward: "weakref.WeakKeyDictionary[DDP, int]" = weakref.WeakKeyDictionary()  # its hook's id
@@ -147,11 +151,19 @@ def recording_ddp_buckets() -> Iterator[None]:
         handle = model.register_forward_hook(after_forward)
         first_forward[model] = handle.id
 
+    def watch(model: DDP) -> None:
+        dispatch_after_first_training_forward(model)
+        # Before the reducer and its process group go: Note [Python callables released on torch's threads]
+        weakref.finalize(model, wait_for_release).atexit = False
+
     def ddp_init(self: DDP, *args: Any, **kwargs: Any) -> None:
         as_ddp_own(init)(self, *args, **kwargs)
-        dispatch_after_first_training_forward(self)
-        # Before the reducer and its process group go: Note [Python callables released on torch's threads]
-        weakref.finalize(self, wait_for_release).atexit = False
+        watch(self)
+
+    def ddp_setstate(self: DDP, state: dict) -> None:
+        """A copy or a loaded model: a new reducer with no hook, as a new model's."""
+        setstate(self, state)
+        watch(self)
 
     def in_dispatch(self: DDP, state: Any, hook: Callable[..., Any], builtin_twin: bool = False) -> bool:
         """A hook the script registers once BucketDispatch is in place runs inside it."""
@@ -183,13 +195,13 @@ def recording_ddp_buckets() -> Iterator[None]:
     DDP.__init__ = ddp_init
     DDP.register_comm_hook = register_comm_hook
     DDP._register_builtin_comm_hook = register_builtin_comm_hook
-    DDP.__getstate__ = ddp_getstate
+    DDP.__getstate__, DDP.__setstate__ = ddp_getstate, ddp_setstate
     if lazy_init is not None:
         DDP._lazy_init = as_ddp_own(lazy_init)
     try:
         yield
     finally:
         DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook = init, register, builtin
-        DDP.__getstate__ = getstate
+        DDP.__getstate__, DDP.__setstate__ = getstate, setstate
         if lazy_init is not None:
             DDP._lazy_init = lazy_init
