@@ -218,7 +218,11 @@ class Profiler(contextlib.ContextDecorator):
             warn("memcomm: this profile recorded no forward, backward or optimizer step in this process; "
                  "if the training ran in processes this one started (torch.multiprocessing.spawn, "
                  "Lightning's ddp_spawn), start the profile in them")
-        if self._hooks.backwards and not self._hooks.forwards:
+        if self._hooks.backwards and not self._hooks.forwards and self._hooks.compiles:
+            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the forward ran inside code "
+                 "torch.compile compiled (a loss function or training step that calls the model), where memcomm "
+                 "records nothing; compile the model itself (torch.compile(model)) for its forwards to be recorded")
+        elif self._hooks.backwards and not self._hooks.forwards:
             warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the modules watched "
                  "were never called themselves (torch.utils.checkpoint.checkpoint_sequential calls a "
                  "Sequential's children); give profile(model=...) the module the loop calls, or leave "

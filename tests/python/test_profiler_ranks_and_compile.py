@@ -7,6 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from conftest import run_python
 from test_profiler import MODEL, check, phase_counts, trace_json
 
 
@@ -173,3 +174,31 @@ def test_a_model_compiled_inside_the_profile_compiles_once(tmp_path, tool):
     """, str(tmp_path / "inside.mct"))
     counts = phase_counts(tool, tmp_path, tmp_path / "inside.rank0.mct")
     assert counts == {"step": 3, "data_wait": 3, "forward": 3, "backward": 3, "optimizer": 3}, counts
+
+
+def test_code_compiled_around_a_model_built_inside_the_profile_compiles_once(tmp_path, tool):
+    # See Note [Finding the model]: a compiled loss function that calls the model, and model.compile(),
+    # compile inside the model's call, where no call of memcomm's comes first: the compile's start
+    # takes the global module hooks off before Dynamo guards on them.
+    script = """
+        import warnings
+        import torch._dynamo
+        torch._dynamo.config.error_on_recompile = True
+        with memcomm.profile(trace=sys.argv[1]):
+            model = make_model()
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            if sys.argv[2] == "loss":
+                loss = torch.compile(lambda x, y: crit(model(x), y))
+            else:
+                model.compile()
+                loss = lambda x, y: crit(model(x), y)
+            for x, y in memcomm.loader(batches(3)):
+                loss(x, y).backward(); opt.step(); opt.zero_grad()
+    """
+    for case, forwards in (("loss", 0), ("module", 2)):
+        r = run_python(MODEL + textwrap.dedent(script), str(tmp_path / f"{case}.mct"), case, timeout=120)
+        assert r.returncode == 0, r.stderr
+        counts = phase_counts(tool, tmp_path, tmp_path / f"{case}.rank0.mct")
+        assert counts.get("forward", 0) == forwards and counts["backward"] == counts["step"] == 3, (case, counts)
+        assert (forwards == 0) == ("the forward ran inside code torch.compile compiled" in r.stderr), r.stderr
+

@@ -79,9 +79,14 @@ so removing them at the first step recompiled every compiled model (a second com
 minutes), and torch.compile(model) warned about them at each call. So while the global hooks are
 on, the class torch.compile(model) returns is watched too, and its first call, before it warns
 or compiles, takes them off and watches what start() would have found by then (the roots alive,
-so both of a GAN's), and the compiled model: one compile, no warning. model.compile() compiles
-inside the module's own call, where no hook of memcomm's can come first, so it still pays the
-warning-free recompile at the first step.
+so both of a GAN's), and the compiled model: one compile, no warning. Code Dynamo compiles
+otherwise (a compiled loss function or training step that calls the model, model.compile(), which
+compiles inside the module's own call) gets no call of memcomm's first, so the start of any
+compile while the global hooks are on (torch._dynamo's compile callbacks, _OnCompileStart) takes
+them off and watches the roots alive then, before Dynamo reads them: one compile there too (two
+before). A model built after such a compile is found at the first optimizer step, as above; but
+then a step without a forward does not watch the roots' children, whose classes compiled code may
+call (their wrappers would recompile it): its forward ran compiled, not in a container never called.
 
 Note [Hooks under torch.compile]: when Dynamo compiles a region it traces the Python it calls,
 and memcomm's wrappers and hooks are Python. Traced, a call into _memcomm is a graph break, and the
@@ -154,6 +159,7 @@ class PhaseHooks:
         self.forwards = 0                             # forward ranges opened
         self.backwards = 0                            # backward ranges opened (this session)
         self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
+        self.compiles = 0                             # frames Dynamo began compiling (this session)
         self._tls = threading.local()
         self._threads: List[_ThreadState] = []        # every thread's state this session (stop() ends their steps)
 
@@ -164,7 +170,7 @@ class PhaseHooks:
         self._generation += 1
         self._threads = []
         self._steps = itertools.count(1)              # each session's steps count from 1, in its own file
-        self.backwards = self.step_ends = self.forwards = 0
+        self.backwards = self.step_ends = self.forwards = self.compiles = 0
         add = self._handles.append
         self._roots = []
         self._watched = []
@@ -176,8 +182,10 @@ class PhaseHooks:
         else:
             self._global_handles += [nn_module.register_module_forward_pre_hook(self._global_pre),
                                      nn_module.register_module_forward_hook(self._global_post, always_call=True)]
-            # A model compiled inside the profile narrows the hooks at its first call (Note [Finding the model]).
+            # A model compiled inside the profile narrows the hooks at its first call, and any other
+            # compile at its start (Note [Finding the model]).
             self._handles.append(_CallWrap(_optimized_module_class(), self._call))
+        self._handles.append(_OnCompileStart(self._compile_starts))
         self._wrap_backward()
         self._wrap_scaler_step()
         skip = functools.partial(torch.compiler.disable, recursive=False)  # Note [Hooks under torch.compile]
@@ -238,9 +246,15 @@ class PhaseHooks:
         finally:
             self._model_post(module, args, None)
 
+    def _compile_starts(self) -> None:
+        """Dynamo begins compiling a frame: the global hooks go first (Note [Finding the model])."""
+        if running.profiler is self._owner:
+            self.compiles += 1
+            self._narrow_hooks(also=[])
+
     def _narrow_hooks(self, also: Optional[List[torch.nn.Module]] = None) -> None:
         """From the first step on, only the modules found are hooked (Note [Phases from hooks]); from
-        a compiled model's first call, those found so far, the roots alive and that model."""
+        a compile's start, those found so far and the roots alive, and `also` (a compiled model)."""
         with self._lock:
             if not self._global_handles or running.profiler is not self._owner:
                 return
@@ -248,7 +262,7 @@ class PhaseHooks:
                 h.remove()
             self._global_handles.clear()
             found = list(self._roots)
-            if also:
+            if also is not None:
                 found += [m for m in _module_roots() + also if not any(m is f for f in found)]
             self._hook_modules(found)
 
@@ -259,8 +273,10 @@ class PhaseHooks:
         if (self.forwards == 0 or trains_unwatched) and not self._global_handles and running.profiler is self._owner:
             with self._lock:
                 # Roots that were never called hold the model: a ModuleDict of a GAN's two nets, a
-                # task wrapper whose .model the loop calls. Their children with parameters are watched too.
-                silent = [c for m in self._watched for c in m.children() if next(c.parameters(), None) is not None]
+                # task wrapper whose .model the loop calls. Their children with parameters are watched too,
+                # unless Dynamo compiled something: then the roots' calls may have run in compiled code.
+                silent = [c for m in self._watched for c in m.children()
+                          if next(c.parameters(), None) is not None and not self.compiles]
                 self._hook_modules(_module_roots() + silent)
 
     # --- this thread's ranges ---
@@ -519,6 +535,25 @@ class _CallWrap:
                 delattr(self.cls, "__call__")
             else:
                 setattr(self.cls, "__call__", self._own)
+
+
+class _OnCompileStart:
+    """Runs `callback` as Dynamo begins compiling a frame, before it traces (torch._dynamo's compile
+    start callbacks, torch 2.6 and later; nothing on a torch without them); remove() takes it off."""
+
+    def __init__(self, callback: Callable[[], None]):
+        try:
+            from torch._dynamo.callback import callback_handler
+        except ImportError:
+            self._handler = None
+            return
+        self._handler = callback_handler
+        self._callback = lambda compile_args: callback()
+        callback_handler.register_start_callback(self._callback)
+
+    def remove(self) -> None:
+        if self._handler is not None and self._callback in self._handler.start_callbacks:
+            self._handler.remove_start_callback(self._callback)
 
 
 class _Restore:
