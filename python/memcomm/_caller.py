@@ -2,7 +2,8 @@
 
 A fixed stacklevel names the right line only for one call path: stop() reached from a with block's
 __exit__ pointed at memcomm/profiler.py, and the same warning from a direct stop() call at the
-script. warn() names the first frame outside the memcomm package, whichever path led there.
+script. warn() names the first frame outside the memcomm package (and Python's frozen runpy),
+whichever path led there; under python -m memcomm after the script ended, the script with line 0.
 """
 import os
 import sys
@@ -19,6 +20,10 @@ def in_memcomm(filename: str) -> bool:
 
 def warn(message: str, category: Type[Warning] = UserWarning) -> None:
     level, frame = 2, sys._getframe(1)  # level 2: warn()'s caller
-    while frame is not None and in_memcomm(frame.f_code.co_filename):
+    while frame is not None and (in_memcomm(frame.f_code.co_filename) or frame.f_code.co_filename.startswith("<frozen")):
         frame, level = frame.f_back, level + 1
+    if frame is None:  # python -m memcomm after the script ended: the script, at no line of it
+        script = getattr(sys.modules.get("__main__"), "__file__", None) or "memcomm"
+        warnings.warn_explicit(message, category, script, 0, module="memcomm")
+        return
     warnings.warn(message, category, stacklevel=level)

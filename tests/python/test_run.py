@@ -394,6 +394,7 @@ def test_processes_of_the_fork_method_cannot_record_and_the_run_says_so_once(tmp
         assert (tmp_path / f"memcomm.rank{rank}").read_text() == (tmp_path / f"plain.rank{rank}").read_text()
     assert r.stderr.count("2 process(es) started with multiprocessing's fork method set up a process group and "
                           "recorded nothing") == 1 and r.stderr.count("memcomm") == 2, r.stderr
+    assert f"{tmp_path / 'tuto.py'}:0: UserWarning: memcomm: 2 process(es)" in r.stderr, r.stderr  # not <frozen runpy>
     assert [f.name for f in tmp_path.glob("*.mct")] == ["run.rank0.mct"]
     assert report(tool, tmp_path / "run.rank0.mct")["ranks"][0]["rank"] == 0
 
