@@ -78,7 +78,8 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=40, help="steps a block (default 40)")
     p.add_argument("--rounds", type=int, default=8, help="blocks with the wait, each between two without (default 8)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

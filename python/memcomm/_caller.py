@@ -18,9 +18,14 @@ def in_memcomm(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE)
 
 
+def _not_the_scripts(filename: str) -> bool:
+    """memcomm's own frames, and Python's frozen runpy that runs python -m memcomm."""
+    return in_memcomm(filename) or filename.startswith("<frozen")
+
+
 def warn(message: str, category: Type[Warning] = UserWarning) -> None:
     level, frame = 2, sys._getframe(1)  # level 2: warn()'s caller
-    while frame is not None and (in_memcomm(frame.f_code.co_filename) or frame.f_code.co_filename.startswith("<frozen")):
+    while frame is not None and _not_the_scripts(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     if frame is None:  # python -m memcomm after the script ended: the script, at no line of it
         script = getattr(sys.modules.get("__main__"), "__file__", None) or "memcomm"
