@@ -23,7 +23,6 @@ import importlib.machinery
 import importlib.util
 import io
 import os
-import runpy
 import sys
 import threading
 import types
@@ -130,7 +129,8 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     at = 0 if args.module is not None else 1  # as python SCRIPT --local-rank=N ARGS would see it
     args.target = target[:at] + launcher + target[at:]
     if args.module is None and not _runnable(args.target[0]):
-        p.error(f"no such script: {args.target[0]}")
+        missing = "no __main__.py in" if os.path.exists(args.target[0]) else "no such script:"
+        p.error(f"{missing} {args.target[0]}")
     if args.module is not None:
         args.module_spec = _module_spec(args.module)
         if args.module_spec is None:
@@ -163,6 +163,9 @@ def _runnable(path: str) -> bool:
     """A file, or a folder or zip file with a __main__.py (what python PATH runs)."""
     if os.path.isdir(path):
         return os.path.isfile(os.path.join(path, "__main__.py"))
+    if os.path.isfile(path) and zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            return any(name in ("__main__.py", "__main__.pyc") for name in z.namelist())
     return os.path.isfile(path)
 
 
@@ -218,12 +221,18 @@ def _run_module(spec: importlib.machinery.ModuleSpec) -> None:
 
 def _run_script(path: str) -> None:
     """The script as python SCRIPT runs it: in a __main__ module of its own (_as_main) whose __file__ is
-    absolute, with its real folder (symlinks resolved) at sys.path[0]. A folder or zip file with a
-    __main__.py goes through runpy, as python runs those."""
+    absolute, with its real folder (symlinks resolved) at sys.path[0]. A folder or zip file runs its
+    __main__.py as python runs it: that path at sys.path[0], the module's spec named __main__, in the
+    same kind of module (runpy.run_path's would be gone when the script's atexit handlers pickle)."""
     full = os.path.abspath(path)
     if os.path.isdir(full) or zipfile.is_zipfile(full):
         sys.path[0] = full
-        runpy.run_path(full, run_name="__main__")
+        spec = importlib.machinery.PathFinder.find_spec("__main__", [full])
+        if spec is None or spec.loader is None:  # _runnable() saw a __main__.py: only if it went since
+            raise ImportError(f"can't find '__main__' module in {path!r}")
+        code = spec.loader.get_code("__main__")  # type: ignore[attr-defined]
+        _as_main(code, __file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader, __package__="",
+                 __spec__=spec)
         return
     sys.path[0] = os.path.dirname(os.path.realpath(full))
     with io.open_code(full) as f:

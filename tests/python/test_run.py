@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -270,6 +271,17 @@ def test_a_module_runs_as_python_m_runs_it(tmp_path, tool):
     assert r.returncode == 0 and "spec pkg.__main__" in r.stdout, r.stdout + r.stderr
     r = run_memcomm(tmp_path, "-m", "json")
     assert r.returncode == 2 and "json is a package and cannot be run directly" in r.stderr, r.stderr
+    # A folder or zip file with a __main__.py runs it as python runs them: its atexit handlers still pickle.
+    write(tmp_path / "app", "__main__.py", module)
+    shutil.make_archive(str(tmp_path / "app"), "zip", tmp_path / "app")
+    for target in ("app", "app.zip"):
+        (tmp_path / "box.pkl").unlink()
+        r = run_memcomm(tmp_path, target, "1")
+        assert r.returncode == 0 and f"argv0 {target} spec __main__ package  args ['1']" in r.stdout, r.stdout + r.stderr
+        assert (tmp_path / "box.pkl").exists() and "Error" not in r.stderr, r.stderr
+    (tmp_path / "empty").mkdir()
+    r = run_memcomm(tmp_path, "empty")
+    assert r.returncode == 2 and "no __main__.py in empty" in r.stderr, r.stderr
 
 
 def test_a_loop_left_running_in_a_thread_is_part_of_the_trace(tmp_path, tool):
