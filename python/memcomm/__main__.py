@@ -32,7 +32,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import memcomm
 from memcomm import _memcomm
-from memcomm._caller import in_memcomm
+from memcomm._caller import RunnerWarnings, in_memcomm
 from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm._spawned import ChildProcesses, profiling_spawned_processes
@@ -281,25 +281,29 @@ def _exit_code(status: object) -> int:
     return 1
 
 
-def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: ChildProcesses) -> bool:
+def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: ChildProcesses, raised: bool) -> bool:
     """The run's end in the script's process (close()), after what its forked children could not record;
-    memcomm's warnings there never fail a script run with -W error."""
+    memcomm's warnings there never fail a script run with -W error. After the script's own uncaught
+    error, the profile's advice on what it did not see (no step, no forward) is beside the point."""
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         if children.any_started:  # the training may have run there, in children with profiles of their own
             warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
+        if raised:
+            warnings.filterwarnings("ignore", message=r"memcomm: (\d+ backward passes|this profile recorded no)")
         children.say_forked_groups_not_profiled()
         return close(args, profiler)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
+    RunnerWarnings.on = True
     profiler = _start(args)
-    pid, status, whole = os.getpid(), 0, True
+    pid, status, whole, raised = os.getpid(), 0, True, False
     children = ChildProcesses(args)
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(closed_before_os_exit(lambda: _finish(args, profiler, children)))
+            stack.enter_context(closed_before_os_exit(lambda: _finish(args, profiler, children, raised)))
             if not args.no_ddp_buckets:
                 stack.enter_context(recording_ddp_buckets())
             stack.enter_context(profiling_spawned_processes(children))
@@ -310,14 +314,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             except Exception as e:  # noqa: BLE001 (the script's uncaught error, printed as python prints it)
                 tb = _from_the_script(e.__traceback__)
                 sys.excepthook(type(e), e.with_traceback(tb), tb)  # python's hook prints e's own traceback
-                status = 1
+                status, raised = 1, True
+            except BaseException:  # KeyboardInterrupt: python prints it and sets the status, the trace closed first
+                raised = True
+                raise
             _wait_for_script_threads()  # after the traceback, as python waits
     finally:
         # A child the script forked (os.fork) that got back here leaves as Python would leave it
         # (its files flushed, its atexit handlers run), without touching the parent's trace: its
         # recorder is off (Note [Recording across fork] in profiler/core/src/recorder.cpp).
         if os.getpid() == pid:
-            whole = _finish(args, profiler, children)
+            whole = _finish(args, profiler, children, raised)
     if not whole:  # a full disk
         status = status or 1
     return _exit_code(status)

@@ -4,6 +4,7 @@ A fixed stacklevel names the right line only for one call path: stop() reached f
 __exit__ pointed at memcomm/profiler.py, and the same warning from a direct stop() call at the
 script. warn() names the first frame outside the memcomm package (and Python's frozen runpy),
 whichever path led there; under python -m memcomm after the script ended, the script with line 0.
+Under python -m memcomm a warning that a filter turns into an error is printed, not raised (RunnerWarnings).
 """
 import os
 import sys
@@ -23,12 +24,24 @@ def _not_the_scripts(filename: str) -> bool:
     return in_memcomm(filename) or filename.startswith("<frozen")
 
 
+class RunnerWarnings:
+    """Set by python -m memcomm: memcomm's warnings never fail the script it runs, whatever -W error or
+    the script's own warnings.simplefilter("error") says (a warning from a DDP communication hook would
+    raise inside the script's backward); they are printed instead."""
+    on = False
+
+
 def warn(message: str, category: Type[Warning] = UserWarning) -> None:
     level, frame = 2, sys._getframe(1)  # level 2: warn()'s caller
     while frame is not None and _not_the_scripts(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
-    if frame is None:  # python -m memcomm after the script ended: the script, at no line of it
-        script = getattr(sys.modules.get("__main__"), "__file__", None) or "memcomm"
-        warnings.warn_explicit(message, category, script, 0, module="memcomm")
-        return
-    warnings.warn(message, category, stacklevel=level)
+    try:
+        if frame is None:  # python -m memcomm after the script ended: the script, at no line of it
+            script = getattr(sys.modules.get("__main__"), "__file__", None) or "memcomm"
+            warnings.warn_explicit(message, category, script, 0, module="memcomm")
+        else:
+            warnings.warn(message, category, stacklevel=level)
+    except category:  # a filter made it an error
+        if not RunnerWarnings.on:
+            raise
+        print(f"{category.__name__}: {message}", file=sys.stderr)

@@ -56,7 +56,7 @@ import torch.distributed.distributed_c10d as c10d
 import torch.multiprocessing as torch_mp
 
 import memcomm
-from memcomm._caller import warn
+from memcomm._caller import RunnerWarnings, warn
 from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 
@@ -143,6 +143,7 @@ class _ChildProfile:
         self.start_failed = False  # said when it failed
         self.closed = False
         self.prepared = contextlib.ExitStack()  # DDP buckets recorded, os._exit closing first
+        RunnerWarnings.on = True  # the script's child: memcomm's warnings never fail it either
 
     @contextlib.contextmanager
     def open(self) -> Iterator[None]:

@@ -222,6 +222,9 @@ class Profiler(contextlib.ContextDecorator):
             warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the forward ran inside code "
                  "torch.compile compiled (a loss function or training step that calls the model), where memcomm "
                  "records nothing; compile the model itself (torch.compile(model)) for its forwards to be recorded")
+        elif self._hooks.backwards and not self._hooks.forwards and not self._hooks.modules_found:
+            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: no nn.Module with parameters "
+                 "was found or called (a model of bare tensors or Parameters), and a forward is a module's call")
         elif self._hooks.backwards and not self._hooks.forwards:
             warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the modules watched "
                  "were never called themselves (torch.utils.checkpoint.checkpoint_sequential calls a "

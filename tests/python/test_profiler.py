@@ -469,6 +469,15 @@ def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_pat
     """, str(tmp_path / "nothing.mct"))
     assert r.returncode == 0, r.stderr
     assert "('<string>', 'memcomm: this profile recorded no forward, backward or optim')" in r.stdout, r.stdout
+    # A model of bare Parameters: no module to watch, which the warning says (not checkpoint_sequential).
+    r = run_python("""
+        import sys, torch, memcomm
+        w = torch.nn.Parameter(torch.randn(4, 2))
+        opt = torch.optim.SGD([w], lr=0.1)
+        with memcomm.profile(trace=sys.argv[1]):
+            (torch.randn(3, 4) @ w).sum().backward(); opt.step()
+    """, str(tmp_path / "bare.mct"))
+    assert r.returncode == 0 and "no nn.Module with parameters was found or called" in r.stderr, r.stderr
 
 
 def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):

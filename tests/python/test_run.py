@@ -80,6 +80,8 @@ def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_pa
     assert "memcomm" not in traceback.split("ValueError")[0] and 'train.py", line' in traceback, r.stderr
     assert traceback.index("ValueError") < traceback.index("memcomm: raised.rank0.mct:"), r.stderr
     assert len(report(tool, tmp_path / "raised.rank0.mct")["steps"]) == 2
+    r = run_memcomm(tmp_path, "--trace", "early.mct", "train.py", "0", "raise")  # no advice on what it missed
+    assert r.returncode == 1 and "ValueError" in r.stderr and "recorded no" not in r.stderr, r.stderr
     r = run_memcomm(tmp_path, "--trace", "exited.mct", "train.py", "2", "os._exit")
     assert r.returncode == 5 and "memcomm: exited.rank0.mct:" in r.stderr, r.stderr
     assert len(report(tool, tmp_path / "exited.rank0.mct")["steps"]) == 2
@@ -244,6 +246,26 @@ def test_the_script_keeps_its_module_file_and_folder_and_memcomm_does_not_fail_i
     assert r.returncode == 0 and "file True 7" in r.stdout, (r.stdout, r.stderr)
     assert (tmp_path / "lnk" / "box.pt").exists(), r.stderr  # __file__ is the path as run, made absolute
     assert "memcomm: s.restart1.rank0.mct:" in r.stderr, r.stderr
+
+
+def test_memcomms_warnings_never_fail_a_script_it_runs(capsys):
+    # A script's warnings.simplefilter("error") (or -W error) makes memcomm's warnings errors, and one
+    # raised inside a DDP communication hook failed the script's backward: under the runner they print.
+    import warnings
+    from memcomm._caller import RunnerWarnings, warn
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            warn("memcomm: raised")
+            raise AssertionError("the filter did not apply")
+        except UserWarning:
+            pass
+        RunnerWarnings.on = True
+        try:
+            warn("memcomm: printed")
+        finally:
+            RunnerWarnings.on = False
+    assert "UserWarning: memcomm: printed" in capsys.readouterr().err
 
 
 def test_a_module_runs_as_python_m_runs_it(tmp_path, tool):

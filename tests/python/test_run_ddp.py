@@ -32,6 +32,11 @@ net = SparseNet() if mode == "sparse" else nn.Sequential(nn.Linear(32, 64), nn.R
 model = nn.parallel.DistributedDataParallel(net)
 if mode == "deepcopy":  # a copy trained in the model's place: a reducer of its own
     model = copy.deepcopy(model)
+try:  # a hook DDP refuses (no parameter named bucket) is refused as DDP refuses it
+    model.register_comm_hook(None, lambda state, grads: None)
+    raise SystemExit("a hook without a bucket parameter was taken")
+except KeyError:
+    pass
 if mode == "eval-then-fp16":  # a forward without gradients before the script registers its hook
     with torch.no_grad():
         model(torch.randn(2, 32))
@@ -68,7 +73,8 @@ def weights(folder: Path, run: str) -> list:
 def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchanged(tmp_path, tool):
     # See Note [DDP buckets of an unchanged script]: DDP's own arithmetic (three ranks: 1/3 is where dividing
     # and multiplying differ), a hook the script registers before training, after a forward without
-    # gradients, and after a first step; a deepcopy of the model; a whole DDP model still saves.
+    # gradients, and after a first step; a deepcopy of the model; a hook DDP refuses; a whole DDP model
+    # still saves.
     script = write(tmp_path, "ddp.py", DDP)
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
     cases = {"default": ["f32"] * 3, "fp16": ["f16"] * 3, "eval-then-fp16": ["f16"] * 3,

@@ -15,7 +15,9 @@ by `python -m memcomm` registers none of memcomm's. While `recording_ddp_buckets
   C++ hook registered before training are left as they are, unrecorded; a built-in hook registered
   once BucketDispatch is in place runs inside it as torch's Python hook of the same arithmetic
   (allreduce_hook, fp16_compress_hook), recorded. A reducer that refuses BucketDispatch (a hook
-  registered behind DDP's back) leaves the model unrecorded, never the script failing.
+  registered behind DDP's back) leaves the model unrecorded, never the script failing. A hook DDP
+  would refuse (not callable, a parameter not named bucket, a wrong annotation) is refused as DDP
+  refuses it, before memcomm wraps it.
 - A saved or copied model (torch.save, copy.deepcopy: DDP's __getstate__) holds what it would hold
   without memcomm: the script's own hooks, not memcomm's objects, so it loads where memcomm is absent.
   The copy, or a model loaded in the run (DDP's __setstate__), has a reducer of its own with no
@@ -177,6 +179,8 @@ def recording_ddp_buckets() -> Iterator[None]:
         if any(m is self for m in ddp_own()):
             hooked.add(self)
             return register(self, state, hook)
+        if hasattr(self, "_check_comm_hook"):  # DDP's own check of the script's hook, which a wrapper would hide
+            self._check_comm_hook(hook)
         if in_dispatch(self, state, hook):
             return None
         hooked.add(self)

@@ -160,6 +160,7 @@ class PhaseHooks:
         self.backwards = 0                            # backward ranges opened (this session)
         self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
         self.compiles = 0                             # frames Dynamo began compiling (this session)
+        self.modules_found = False                    # whether any module was watched or called (this session)
         self._tls = threading.local()
         self._threads: List[_ThreadState] = []        # every thread's state this session (stop() ends their steps)
 
@@ -171,6 +172,7 @@ class PhaseHooks:
         self._threads = []
         self._steps = itertools.count(1)              # each session's steps count from 1, in its own file
         self.backwards = self.step_ends = self.forwards = self.compiles = 0
+        self.modules_found = False
         add = self._handles.append
         self._roots = []
         self._watched = []
@@ -221,6 +223,7 @@ class PhaseHooks:
         """Watches `modules`' calls (Note [Forwards through the class]), and a compiled module's
         original (Note [Finding the model])."""
         originals = [m._orig_mod for m in modules if isinstance(getattr(m, "_orig_mod", None), torch.nn.Module)]
+        self.modules_found = self.modules_found or bool(modules)
         for m in modules + originals:
             if not any(m is w for w in self._watched):
                 self._watched.append(m)
@@ -362,6 +365,7 @@ class PhaseHooks:
             st.fwd_module = module
             if not any(module is r for r in self._roots):
                 self._roots.append(module)
+                self.modules_found = True
             self._forward_begins(st, module)
             self.forwards += 1
             self._open(st, FORWARD, 0, ACTIVATION)
