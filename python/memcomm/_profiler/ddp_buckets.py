@@ -31,7 +31,9 @@ powers of two. reducer_allreduce does the reducer's arithmetic, so training is b
 (tests/python/test_run.py, three ranks). Not followed: a gradient that already is its bucket's view
 (gradient_as_bucket_view=True with zero_grad(set_to_none=False), or no_sync accumulation), which the
 reducer divides in place (the last bit differs; a hook cannot tell which gradients those were), and
-Join(divide_by_initial_world_size=False), which divides by the ranks not yet joined (warned).
+Join(divide_by_initial_world_size=False), which divides by the ranks not yet joined: a model already
+under such a Join at its first training forward keeps DDP's own all-reduce, unrecorded, and one
+joined later is warned at its next bucket (--no-ddp-buckets keeps DDP's arithmetic).
 """
 import contextlib
 import threading
@@ -142,6 +144,11 @@ def recording_ddp_buckets() -> Iterator[None]:
             handle.remove()
             first_forward.pop(module, None)
             if module in hooked:
+                return
+            if not getattr(module, "_divide_by_initial_world_size", True):  # a Join that came first
+                hooked.add(module)
+                warn("memcomm: a DDP model under Join(divide_by_initial_world_size=False) keeps DDP's own all-reduce, "
+                     "which divides its gradients by the ranks not yet joined: its buckets are not recorded")
                 return
             d = BucketDispatch(module)
             try:
