@@ -230,6 +230,9 @@ class Profiler(contextlib.ContextDecorator):
                  "were never called themselves (torch.utils.checkpoint.checkpoint_sequential calls a "
                  "Sequential's children); give profile(model=...) the module the loop calls, or leave "
                  "model= out to find it")
+        if self._hooks.sharded:
+            warn("memcomm: the model is sharded by FSDP, whose all-gathers and reduce-scatters are not recorded "
+                 "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)")
         if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
             raise OSError(f"memcomm: {trace_error}")
         return self.result

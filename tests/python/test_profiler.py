@@ -478,6 +478,19 @@ def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_pat
             (torch.randn(3, 4) @ w).sum().backward(); opt.step()
     """, str(tmp_path / "bare.mct"))
     assert r.returncode == 0 and "no nn.Module with parameters was found or called" in r.stderr, r.stderr
+    # A model FSDP shards: its collectives are not recorded, which the run says (once).
+    r = run_python("""
+        import sys, torch, torch.distributed as dist, memcomm
+        from torch.distributed.fsdp import fully_shard
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        with memcomm.profile(trace=sys.argv[1]):
+            model = fully_shard(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(2):
+                model(torch.randn(3, 4)).sum().backward(); opt.step(); opt.zero_grad()
+        dist.destroy_process_group()
+    """, str(tmp_path / "fsdp.mct"))
+    assert r.returncode == 0 and r.stderr.count("the model is sharded by FSDP") == 1, r.stderr
 
 
 def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):

@@ -161,6 +161,7 @@ class PhaseHooks:
         self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
         self.compiles = 0                             # frames Dynamo began compiling (this session)
         self.modules_found = False                    # whether any module was watched or called (this session)
+        self.sharded = False                          # whether a watched model is FSDP's (this session)
         self._tls = threading.local()
         self._threads: List[_ThreadState] = []        # every thread's state this session (stop() ends their steps)
 
@@ -172,7 +173,7 @@ class PhaseHooks:
         self._threads = []
         self._steps = itertools.count(1)              # each session's steps count from 1, in its own file
         self.backwards = self.step_ends = self.forwards = self.compiles = 0
-        self.modules_found = False
+        self.modules_found = self.sharded = False
         add = self._handles.append
         self._roots = []
         self._watched = []
@@ -224,6 +225,7 @@ class PhaseHooks:
         original (Note [Finding the model])."""
         originals = [m._orig_mod for m in modules if isinstance(getattr(m, "_orig_mod", None), torch.nn.Module)]
         self.modules_found = self.modules_found or bool(modules)
+        self.sharded = self.sharded or any(map(_sharded, modules))
         for m in modules + originals:
             if not any(m is w for w in self._watched):
                 self._watched.append(m)
@@ -570,6 +572,14 @@ class _Restore:
     def remove(self) -> None:
         if getattr(self._owner, self._name) is self._wrapper:
             setattr(self._owner, self._name, self._original)
+
+
+def _sharded(module: torch.nn.Module) -> bool:
+    """Whether FSDP shards `module` (FullyShardedDataParallel, fully_shard), whose collectives no hook of
+    memcomm's sees; FSDP is not imported for the question."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    kinds = tuple(getattr(fsdp, name) for name in ("FullyShardedDataParallel", "FSDPModule") if hasattr(fsdp, name))
+    return bool(kinds) and isinstance(module, kinds)
 
 
 def _optimized_module_class() -> type:
