@@ -18,10 +18,7 @@ group may be torn down, lets go of the GIL until torch has released those that h
 (wait_for_release), plus a moment for the rest of the worker's clean-up (the future the callable
 made, whose value is a Python object too):
 - the end of each training step (an optimizer's step or memcomm.step()): the usual last thing before
-  a script tears down. Here the wait only yields the GIL between looks, with no moment more, since
-  the worker has been queued for the GIL since the backward: on a 2-rank Gloo MLP of 7-9 ms a step
-  the wait took 0.05-0.07 ms a step so, against 0.14-0.17 ms polling with sleep(POLL_S) and the
-  moment (bench/python/step_end_wait.py). The teardown points below give the moment;
+  a script tears down, and cheap, since the worker has been queued for the GIL since the backward;
 - a DDP model's death under `python -m memcomm`, before its reducer goes (a weakref's callback runs
   before the model's attributes are dropped);
 - the profiler's stop and the interpreter's exit (atexit runs before finalisation), which also give
@@ -79,17 +76,16 @@ def counts() -> Tuple[int, int]:
     return _Counts.unreleased, _Counts.ran_unreleased
 
 
-def wait_for_release(ran_only: bool = True, timeout_s: float = 1.0, settle: bool = True) -> None:
+def wait_for_release(ran_only: bool = True, timeout_s: float = 1.0) -> None:
     """Lets go of the GIL until torch has released every Tracked callable that has run (with
-    `ran_only=False`, every one), and a moment more (`settle`), or until `timeout_s`; returns at once
-    when there is none, or on a thread Python did not start. Without `settle` it only yields the GIL
-    between looks (sleep(0)): the step end's wait, which must cost a step nothing."""
+    `ran_only=False`, every one), and a moment more, or until `timeout_s`; returns at once when there
+    is none, or on a thread Python did not start."""
     if not _Counts.handed_over or isinstance(threading.current_thread(), threading._DummyThread):
         return
     deadline = time.monotonic() + timeout_s
     waited = False
     while (_Counts.ran_unreleased if ran_only else _Counts.unreleased) > 0 and time.monotonic() < deadline:
-        time.sleep(POLL_S if settle else 0)
+        time.sleep(POLL_S)
         waited = True
-    if waited and settle:
+    if waited:
         time.sleep(POLL_S)  # the worker's clean-up after the release (the future it completed)

@@ -457,7 +457,7 @@ class PhaseHooks:
         else:
             st.step_end_ns = now()
         self.step_ends += 1
-        wait_for_release(settle=False)  # Note [Python callables released on torch's threads]
+        wait_for_release()  # Note [Python callables released on torch's threads]
         if self._global_handles:
             self._narrow_hooks()
         elif not self._looked_again:
@@ -500,7 +500,7 @@ class PhaseHooks:
             self._close(st, STEP)
             st.step_open = False
         self.step_ends += 1
-        wait_for_release(settle=False)  # Note [Python callables released on torch's threads]
+        wait_for_release()  # Note [Python callables released on torch's threads]
 
     # Data-loader wait (memcomm.loader).
     def data_wait(self, begin_ns: int) -> None:
