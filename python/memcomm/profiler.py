@@ -218,24 +218,26 @@ class Profiler(contextlib.ContextDecorator):
             warn("memcomm: this profile recorded no forward, backward or optimizer step in this process; "
                  "if the training ran in processes this one started (torch.multiprocessing.spawn, "
                  "Lightning's ddp_spawn), start the profile in them")
-        if self._hooks.backwards and not self._hooks.forwards and self._hooks.compiles:
-            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the forward ran inside code "
-                 "torch.compile compiled (a loss function or training step that calls the model), where memcomm "
-                 "records nothing; compile the model itself (torch.compile(model)) for its forwards to be recorded")
-        elif self._hooks.backwards and not self._hooks.forwards and not self._hooks.modules_found:
-            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: no nn.Module with parameters "
-                 "was found or called (a model of bare tensors or Parameters), and a forward is a module's call")
-        elif self._hooks.backwards and not self._hooks.forwards:
-            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: the modules watched "
-                 "were never called themselves (torch.utils.checkpoint.checkpoint_sequential calls a "
-                 "Sequential's children); give profile(model=...) the module the loop calls, or leave "
-                 "model= out to find it")
+        if self._hooks.backwards and not self._hooks.forwards:
+            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: {self._why_no_forward()}")
         if self._hooks.sharded:
             warn("memcomm: the model is sharded by FSDP, whose all-gathers and reduce-scatters are not recorded "
                  "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)")
         if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
             raise OSError(f"memcomm: {trace_error}")
         return self.result
+
+    def _why_no_forward(self) -> str:
+        if self._hooks.compiles:
+            return ("the forward ran inside code torch.compile compiled (a loss function or training step that calls "
+                    "the model), where memcomm records nothing; compile the model itself (torch.compile(model)) for "
+                    "its forwards to be recorded")
+        if not self._hooks.modules_found:
+            return ("no nn.Module with parameters was found or called (a model of bare tensors or Parameters), and a "
+                    "forward is a module's call")
+        return ("the modules watched were never called themselves (torch.utils.checkpoint.checkpoint_sequential "
+                "calls a Sequential's children); give profile(model=...) the module the loop calls, or leave model= "
+                "out to find it")
 
     def step(self) -> None:
         """Ends the calling thread's step, for a loop that updates its parameters without a torch.optim

@@ -81,12 +81,17 @@ class BucketDispatch:
         if self.inner is not None:
             return self.inner[1](self.inner[0], bucket)
         model = self._model()
-        if model is not None and not self.warned and not getattr(model, "_divide_by_initial_world_size", True):
+        if model is not None and not self.warned and _divides_by_ranks_not_joined(model):
             self.warned = True
             warn("memcomm: Join(divide_by_initial_world_size=False) divides a DDP model's gradients by the ranks "
                  "not yet joined, where memcomm's recording hook divides by the world size: run with "
                  "--no-ddp-buckets for DDP's own arithmetic")
         return self._default(model.process_group if model is not None else None, bucket)
+
+
+def _divides_by_ranks_not_joined(model: DDP) -> bool:
+    """Whether the model is under Join(divide_by_initial_world_size=False) (DDP's join hook sets it)."""
+    return not getattr(model, "_divide_by_initial_world_size", True)
 
 
 def _torch_hook_for(comm_hook_type: Any) -> Optional[Callable[..., Any]]:
@@ -145,7 +150,7 @@ def recording_ddp_buckets() -> Iterator[None]:
             first_forward.pop(module, None)
             if module in hooked:
                 return
-            if not getattr(module, "_divide_by_initial_world_size", True):  # a Join that came first
+            if _divides_by_ranks_not_joined(module):  # a Join that came first
                 hooked.add(module)
                 warn("memcomm: a DDP model under Join(divide_by_initial_world_size=False) keeps DDP's own all-reduce, "
                      "which divides its gradients by the ranks not yet joined: its buckets are not recorded")
