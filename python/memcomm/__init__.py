@@ -30,11 +30,12 @@ from memcomm import _memcomm  # noqa: E402  (after the version check, on purpose
 from memcomm.allocator import (  # noqa: E402
     dump_snapshot, empty_cache, memory_stats, reset_peak_memory_stats, snapshot, use_allocator)
 from memcomm.profiler import Profiler, category, comm_hook, loader, profile, step  # noqa: E402
+from memcomm._caller import ProfileAdvice  # noqa: E402
 from memcomm import dist  # noqa: E402
 from memcomm.tuner import TuneError, tune  # noqa: E402
 
 __version__ = _memcomm.__version__
 
 __all__ = ["use_allocator", "memory_stats", "empty_cache", "reset_peak_memory_stats", "snapshot",
-           "dump_snapshot", "profile", "Profiler", "step", "loader", "comm_hook", "category", "dist", "tune", "TuneError",
+           "dump_snapshot", "profile", "Profiler", "ProfileAdvice", "step", "loader", "comm_hook", "category", "dist", "tune", "TuneError",
            "__version__"]

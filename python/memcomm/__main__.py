@@ -32,7 +32,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import memcomm
 from memcomm import _memcomm
-from memcomm._caller import RunnerWarnings, in_memcomm
+from memcomm._caller import NothingRecorded, ProfileAdvice, RunnerWarnings, in_memcomm
 from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm._spawned import ChildProcesses, profiling_spawned_processes
@@ -288,9 +288,9 @@ def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: Chil
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         if children.any_started:  # the training may have run there, in children with profiles of their own
-            warnings.filterwarnings("ignore", message="memcomm: this profile recorded no forward")
+            warnings.filterwarnings("ignore", category=NothingRecorded)
         if raised:
-            warnings.filterwarnings("ignore", message=r"memcomm: (\d+ backward passes|this profile recorded no)")
+            warnings.filterwarnings("ignore", category=ProfileAdvice)
         children.say_forked_groups_not_profiled()
         return close(args, profiler)
 

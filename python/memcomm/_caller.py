@@ -5,6 +5,8 @@ __exit__ pointed at memcomm/profiler.py, and the same warning from a direct stop
 script. warn() names the first frame outside the memcomm package (and Python's frozen runpy),
 whichever path led there; under python -m memcomm after the script ended, the script with line 0.
 Under python -m memcomm a warning that a filter turns into an error is printed, not raised (RunnerWarnings).
+The profile's advice on what it did not see has categories of its own (ProfileAdvice), so a filter can
+name them by kind rather than by their wording.
 """
 import os
 import sys
@@ -22,6 +24,15 @@ def in_memcomm(filename: str) -> bool:
 def _not_the_scripts(filename: str) -> bool:
     """memcomm's own frames, and Python's frozen runpy that runs python -m memcomm."""
     return in_memcomm(filename) or filename.startswith("<frozen")
+
+
+class ProfileAdvice(UserWarning):
+    """What a profile did not see and how to let it see it (no step, no forward): advice about the
+    script, not a fault in the trace."""
+
+
+class NothingRecorded(ProfileAdvice):
+    """A profile that recorded no forward, backward or optimizer step at all in its process."""
 
 
 class RunnerWarnings:

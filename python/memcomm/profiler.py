@@ -51,7 +51,7 @@ from memcomm._profiler.comms import Communicators
 from memcomm._profiler.future_callbacks import wait_for_release
 from memcomm._profiler.hooks import PhaseHooks
 from memcomm._profiler.wrappers import category, loader
-from memcomm._caller import warn
+from memcomm._caller import NothingRecorded, ProfileAdvice, warn
 
 __all__ = ["profile", "Profiler", "loader", "comm_hook", "category", "current", "step"]  # loader...: from _profiler
 
@@ -213,13 +213,13 @@ class Profiler(contextlib.ContextDecorator):
         if self._hooks.backwards and not self._hooks.step_ends:
             warn(f"memcomm: {self._hooks.backwards} backward passes but no optimizer step (torch.optim) "
                  "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
-                 "a step of a loop that updates its parameters by hand ends")
+                 "a step of a loop that updates its parameters by hand ends", ProfileAdvice)
         if not (self._hooks.forwards or self._hooks.backwards or self._hooks.step_ends):
             warn("memcomm: this profile recorded no forward, backward or optimizer step in this process; "
                  "if the training ran in processes this one started (torch.multiprocessing.spawn, "
-                 "Lightning's ddp_spawn), start the profile in them")
+                 "Lightning's ddp_spawn), start the profile in them", NothingRecorded)
         if self._hooks.backwards and not self._hooks.forwards:
-            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: {self._why_no_forward()}")
+            warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: {self._why_no_forward()}", ProfileAdvice)
         if self._hooks.sharded:
             warn("memcomm: the model is sharded by FSDP, whose all-gathers and reduce-scatters are not recorded "
                  "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)")
