@@ -249,6 +249,27 @@ def _from_the_script(tb: Optional[types.TracebackType]) -> Optional[types.Traceb
     return first or tb
 
 
+def _print_as_python_does(error: BaseException) -> None:
+    """The script's uncaught error as python SCRIPT prints it: its traceback from the script's frame on
+    (_from_the_script), through sys.excepthook as python's own printing goes."""
+    tb = _from_the_script(error.__traceback__)
+    sys.excepthook(type(error), error.with_traceback(tb), tb)  # python's hook prints error's own traceback
+
+
+def _not_printed_again(interrupt: KeyboardInterrupt) -> None:
+    """An interrupt must leave main() for python to end the process as interrupted (killed by SIGINT,
+    after the atexit handlers), which prints it again with memcomm's frames; printed already, it is
+    skipped once by sys.excepthook, and anything else raised on the way out is printed."""
+    previous = sys.excepthook
+
+    def hook(kind: type, value: BaseException, tb: Optional[types.TracebackType]) -> None:
+        sys.excepthook = previous
+        if value is not interrupt:
+            previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 def _wait_for_script_threads() -> None:
     """A script that returns (or calls sys.exit) ends, as under python, when its last non-daemon
     thread does: a loop it left running in one is part of the run and of the trace. As python does
@@ -312,10 +333,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
                 status = e.code
             except Exception as e:  # noqa: BLE001 (the script's uncaught error, printed as python prints it)
-                tb = _from_the_script(e.__traceback__)
-                sys.excepthook(type(e), e.with_traceback(tb), tb)  # python's hook prints e's own traceback
+                _print_as_python_does(e)
                 status, raised = 1, True
-            except BaseException:  # KeyboardInterrupt: python prints it and sets the status, the trace closed first
+            except KeyboardInterrupt as e:  # printed now; python ends the process as interrupted (SIGINT) at exit
+                _print_as_python_does(e)
+                _not_printed_again(e)
+                raised = True
+                raise
+            except BaseException:  # the trace closed first, then python prints it and sets the status
                 raised = True
                 raise
             _wait_for_script_threads()  # after the traceback, as python waits

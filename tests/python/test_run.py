@@ -3,6 +3,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,8 @@ for _ in range(int(sys.argv[1])):
     opt.step()
 if sys.argv[2] == "raise":
     raise ValueError("the script's own error")
+if sys.argv[2] == "interrupt":  # as Ctrl-C in the loop would
+    raise KeyboardInterrupt
 if sys.argv[2] == "os._exit":
     sys.stdout.flush()
     import os; os._exit(5)
@@ -82,6 +85,12 @@ def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_pa
     assert len(report(tool, tmp_path / "raised.rank0.mct")["steps"]) == 2
     r = run_memcomm(tmp_path, "--trace", "early.mct", "train.py", "0", "raise")  # no advice on what it missed
     assert r.returncode == 1 and "ValueError" in r.stderr and "recorded no" not in r.stderr, r.stderr
+    r = run_memcomm(tmp_path, "--trace", "stopped.mct", "train.py", "2", "interrupt")
+    assert r.returncode == -signal.SIGINT, r.stderr  # ended as python ends an interrupted script
+    traceback = r.stderr[r.stderr.index("Traceback"):]
+    assert r.stderr.count("Traceback") == 1 and "memcomm" not in traceback.split("KeyboardInterrupt")[0], r.stderr
+    assert traceback.index("KeyboardInterrupt") < traceback.index("memcomm: stopped.rank0.mct:"), r.stderr
+    assert len(report(tool, tmp_path / "stopped.rank0.mct")["steps"]) == 2
     r = run_memcomm(tmp_path, "--trace", "exited.mct", "train.py", "2", "os._exit")
     assert r.returncode == 5 and "memcomm: exited.rank0.mct:" in r.stderr, r.stderr
     assert len(report(tool, tmp_path / "exited.rank0.mct")["steps"]) == 2
