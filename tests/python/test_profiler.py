@@ -392,6 +392,27 @@ def test_a_student_built_inside_the_profile_beside_its_teacher_is_found_at_the_f
     assert counts.get("forward") == 4 + 2 * 3 and counts.get("step") == 4, counts  # the first step's student calls are lost
 
 
+def test_a_model_built_after_another_was_trained_is_found_at_its_first_update(tmp_path, tool):
+    # See Note [Finding the model]: k-fold, or fine-tuning a new model after pretraining (two Trainer.train()
+    # runs): the second model's forwards were lost for the rest of the run.
+    check("""
+        def train(model, steps):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(steps):
+                opt.zero_grad(); model(torch.randn(8, 16)).square().mean().backward(); opt.step()
+        temperature = nn.Parameter(torch.ones(()))  # outside any module: asks once, then no more
+        with memcomm.profile(trace=sys.argv[1]):
+            train(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)), 3)
+            train(nn.Sequential(nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 2)), 3)
+            head = nn.Sequential(nn.Linear(16, 2))
+            opt = torch.optim.SGD([*head.parameters(), temperature], lr=0.1)
+            for _ in range(2):
+                opt.zero_grad(); (head(torch.randn(8, 16)) * temperature).mean().backward(); opt.step()
+    """, str(tmp_path / "folds.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "folds.rank0.mct")
+    assert counts.get("forward") == 3 + 2 + 1 and counts.get("step") == 8, counts  # each model's first is lost
+
+
 def test_tune_inside_a_profile_records_no_steps_of_its_own(tmp_path, tool):
     # `with memcomm.profile(): main()` where main() tunes first: the probes were 282 steps of the trace.
     check("""

@@ -69,11 +69,12 @@ anything Dynamo traces, and its original module is watched with it, for the scri
 that one. Only when start() finds none (the script builds its model inside the profile) do torch's
 global module hooks find the model as it is called: until the first optimizer step they count the
 nesting depth per thread, and a call at depth 0 into a module with parameters is a forward. Either
-way the first optimizer step that found no forward, or whose optimizer updates parameters that no
-watched module holds, looks once more (a model compiled or built after start(), a student built
-after start() beside the teacher it found, whose no_grad calls were the only forwards, or the
-children of a root that was never called: a container such as a ModuleDict of a GAN's two nets):
-its forward is lost, the later ones are not. The global hooks are the fallback rather
+way the first optimizer step that found no forward looks once more, and so does the first step of
+each optimizer that updates parameters no watched module holds (a model compiled or built after
+start(), a student built after start() beside the teacher it found, whose no_grad calls were the
+only forwards, a model built after another was trained: k-fold, several Trainers in one script; or
+the children of a root that was never called: a container such as a ModuleDict of a GAN's two
+nets): its forward is lost, the later ones are not. The global hooks are the fallback rather
 than the rule because of torch.compile: Dynamo guards a compiled graph on the number of global hooks,
 so removing them at the first step recompiled every compiled model (a second compile, seconds to
 minutes), and torch.compile(model) warned about them at each call. So while the global hooks are
@@ -156,6 +157,8 @@ class PhaseHooks:
         self._generation = 0                          # a new one at each install(): old thread states go
         self._steps = itertools.count(1)
         self._looked_again = False                    # the first step without a forward looked again
+        self._optimizers_seen: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+        self._unwatched_params: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()  # a look found no module for them
         self.forwards = 0                             # forward ranges opened
         self.backwards = 0                            # backward ranges opened (this session)
         self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
@@ -179,6 +182,8 @@ class PhaseHooks:
         self._watched = []
         given = [m for m in (ref() for ref in self._models) if m is not None]
         self._looked_again = bool(given)
+        self._optimizers_seen = weakref.WeakSet()
+        self._unwatched_params = weakref.WeakSet()
         models = given or _module_roots()
         if models:
             self._hook_modules(models)
@@ -427,17 +432,23 @@ class PhaseHooks:
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if running.profiler is not self._owner:
             return
-        if not self._looked_again and not self._global_handles and self._updates_unwatched(optimizer):
-            self._look_again(trains_unwatched=True)
+        if not self._global_handles and optimizer not in self._optimizers_seen:
+            self._optimizers_seen.add(optimizer)
+            if self._updates_unwatched(optimizer):
+                self._look_again(trains_unwatched=True)
         st = self._state()
         if st.update_frame is not None and _frame_outside_memcomm() is st.update_frame:  # not an inner step()
             self._update_returned(st)
 
     def _updates_unwatched(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Whether `optimizer` updates a parameter that no watched module holds: a student built after
-        start() beside the teacher it found, whose calls would not be forwards."""
-        watched = {id(p) for m in self._watched for p in m.parameters()}
-        return any(id(p) not in watched for group in optimizer.param_groups for p in group["params"])
+        """Whether `optimizer` updates a parameter that no watched module holds, and no earlier look
+        found unwatched: a student built after start() beside the teacher it found, or a model built
+        after another was trained (k-fold, a fine-tuning after pretraining), whose calls would not be
+        forwards. A parameter outside any module (a learned temperature) asks only once."""
+        known = {id(p) for m in self._watched for p in m.parameters()} | {id(p) for p in self._unwatched_params}
+        new = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in known]
+        self._unwatched_params.update(new)
+        return bool(new)
 
     def _update_begins(self, st: _ThreadState, frame: Any, joins: bool = True) -> None:
         """An update begins. One that follows another with no training event between joins its step
