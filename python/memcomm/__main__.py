@@ -54,6 +54,9 @@ then joins them, is one K; the next loop is K+1). A Process that sets up no proc
 and Pool workers too) is left alone. Processes of the fork method cannot record: the run says so at
 its end.
 
+memcomm goes after a launcher that starts the ranks (torchrun, accelerate launch, deepspeed --module
+memcomm), never in front of one: that would profile the launcher alone (a usage error).
+
 then: memcomm-trace report train.rank0.mct, memcomm-view train.rank0.mct, memcomm-replay mem.pickle
 exit status: the script's own; 2 for a usage error of these options (before the script starts)."""
 
@@ -97,6 +100,23 @@ def _parser() -> argparse.ArgumentParser:
 _LAUNCHER_OPTIONS = ("--local-rank=", "--local_rank=")
 
 
+# Launchers that start each rank as a process of its own (by module, and by console script): memcomm in
+# front of one would profile the launcher alone, so they are a usage error that says where memcomm goes.
+_TORCHRUN = "torchrun --nproc-per-node 2 -m memcomm SCRIPT"
+_ACCELERATE = "accelerate launch -m memcomm SCRIPT"
+_DEEPSPEED = "deepspeed --module memcomm SCRIPT"
+_LAUNCHER_MODULES = {"torch.distributed.run": _TORCHRUN, "torch.distributed.launch": _TORCHRUN,
+                     "accelerate.commands.launch": _ACCELERATE, "deepspeed.launcher.runner": _DEEPSPEED}
+_LAUNCHER_SCRIPTS = {"torchrun": _TORCHRUN, "accelerate": _ACCELERATE, "deepspeed": _DEEPSPEED}
+
+
+def _launcher(args: argparse.Namespace) -> Optional[str]:
+    """How to run memcomm under the rank launcher the target is, if it is one."""
+    if args.module is not None:
+        return _LAUNCHER_MODULES.get(args.module)
+    return _LAUNCHER_SCRIPTS.get(os.path.basename(args.target[0]))
+
+
 def _split(p: argparse.ArgumentParser, argv: List[str]) -> Tuple[List[str], List[str], List[str]]:
     """memcomm's options; the script or -m MODULE with everything after it: the target's own options
     (-h, --help, even ones named like memcomm's) never reach memcomm's parser; and the launcher's
@@ -131,6 +151,10 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     if args.module is None and not _runnable(args.target[0]):
         missing = "no __main__.py in" if os.path.exists(args.target[0]) else "no such script:"
         p.error(f"{missing} {args.target[0]}")
+    under = _launcher(args)
+    if under is not None:
+        p.error(f"{args.module or args.target[0]} starts each rank as a process of its own, which memcomm in front "
+                f"of it would not profile; put memcomm after the launcher: {under}")
     if args.module is not None:
         args.module_spec = _module_spec(args.module)
         if args.module_spec is None:

@@ -108,6 +108,9 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
         ("--allocator", "gpu", "train.py"): "invalid choice",
         ("--allocator", "cpu", "--history", "99999999999999999999", "train.py"): "--history must be from 0",
         ("--trace", ".", "train.py"): "is a folder",
+        ("-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"): "put memcomm after the launcher: torchrun",
+        (shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun"), "train.py"):
+            "starts each rank as a process of its own",
     }
     for args, message in cases.items():
         r = run_memcomm(tmp_path, *args)
