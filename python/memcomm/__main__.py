@@ -14,7 +14,9 @@ group] in profiler.py). Processes the script starts with the spawn or forkserver
 from their init_process_group on, each writing NAME.spawnK.rankR.mct for the K-th batch of processes
 the script started; a Process that sets up no group (DataLoader and Pool workers among them) is left
 alone, and processes of the fork method cannot record, which the run says at its end (Note [Profiles
-of spawned processes] in _spawned.py).
+of spawned processes] in _spawned.py). A command the script starts that runs this Python on the same
+script or module again (Lightning's strategy="ddp" starts its other ranks so) runs under memcomm with
+the same options (Note [A script that starts itself again] in _relaunched.py).
 """
 import argparse
 import builtins
@@ -35,6 +37,7 @@ from memcomm import _memcomm
 from memcomm._caller import NothingRecorded, ProfileAdvice, RunnerWarnings, in_memcomm
 from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
+from memcomm._relaunched import RelaunchesProfiled
 from memcomm._spawned import ChildProcesses, profiling_spawned_processes
 
 _EPILOG = """\
@@ -352,6 +355,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not args.no_ddp_buckets:
                 stack.enter_context(recording_ddp_buckets())
             stack.enter_context(profiling_spawned_processes(children))
+            stack.enter_context(RelaunchesProfiled(args, sys.executable))  # Note [A script that starts itself again]
             try:
                 _run_target(args)
             except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed

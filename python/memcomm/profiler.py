@@ -142,7 +142,7 @@ class Profiler(contextlib.ContextDecorator):
         self._run: Any = None
         self._observing = False               # the run observes memcomm's allocator (_observe_allocator)
         self._hooks = PhaseHooks(self, models)
-        self._comms = Communicators()
+        self._comms = Communicators(self._group_formed)
         self.rank, self.world = 0, 1
         self.result: Tuple[int, int] = (0, 0)
         self._collector_ns = 0
@@ -321,6 +321,14 @@ class Profiler(contextlib.ContextDecorator):
         elif error is not None:
             raise error
 
+
+    def _group_formed(self, size: int) -> None:
+        """The default process group's size, at its first collective: a profile that started before a
+        launcher set the world up (Lightning's strategy="ddp" sets WORLD_SIZE in the script's own
+        process after it started) records it, so its file and its peers' name one world."""
+        if size != self.world and self._run is not None:
+            self.world = size
+            self._run.world_size(size)
 
     def _new_run(self, local_rank: int, on_gpu: bool, device: int) -> Any:
         return _memcomm.RunProfiler(self._session_trace(), self._live, self.rank, self.world, local_rank, self._cupti,

@@ -200,6 +200,7 @@ void bind_run(pyb::module_& m) {
            pyb::arg("trace"), pyb::arg("live"), pyb::arg("rank"), pyb::arg("world"), pyb::arg("local_rank"),
            pyb::arg("cupti"), pyb::arg("on_gpu"), pyb::arg("device"))
       .def("clock_offset", [](PyRunProfiler& p, int64_t ns) { p.run().clock_offset(ns); }, pyb::arg("ns"))
+      .def("world_size", [](PyRunProfiler& p, uint32_t n) { p.run().world_size(n); }, pyb::arg("n"))
       .def("counter", [](PyRunProfiler& p, const std::string& name, double v) { p.run().counter(name.c_str(), v); },
            pyb::arg("name"), pyb::arg("value"))
       // With the GIL held: counter() from another Python thread must not run while the sinks close.

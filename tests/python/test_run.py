@@ -229,6 +229,49 @@ def test_processes_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
     assert colls and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
 
 
+RELAUNCH = """
+import os, subprocess, sys, torch, torch.distributed as dist, torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+if "LOCAL_RANK" not in os.environ:  # the launcher's part, as Lightning's strategy="ddp" under python does it
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], NODE_RANK="0", LOCAL_RANK="0", WORLD_SIZE="2")
+    child = subprocess.Popen([sys.executable, os.path.abspath(sys.argv[0])] + sys.argv[1:],
+                             env=dict(os.environ, LOCAL_RANK="1"), cwd=os.path.dirname(sys.executable))
+    other = subprocess.run([sys.executable, "-c", "import sys; print('other child', 'memcomm' in sys.modules)"],
+                           capture_output=True, text=True).stdout
+    print(other.strip())
+rank = int(os.environ["LOCAL_RANK"])
+dist.init_process_group("gloo", rank=rank, world_size=2)
+torch.manual_seed(0)
+model = DDP(nn.Linear(4, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad(); model(torch.randn(8, 4)).sum().backward(); opt.step()
+print("rank", rank, "weights", [round(x, 6) for x in model.module.weight.flatten().tolist()])
+dist.destroy_process_group()
+if rank == 0:
+    sys.exit(child.wait())
+"""
+
+
+def test_ranks_the_script_starts_by_running_itself_again_are_profiled(tmp_path, tool):
+    # See Note [A script that starts itself again]: Lightning's strategy="ddp" under plain python starts the
+    # other ranks as `python SCRIPT ARGS` (from another folder here); rank 1 ran outside memcomm, and rank 0's
+    # file said world size 1. A command that runs anything else is left as it is.
+    write(tmp_path / "job", "relaunch.py", RELAUNCH)
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "job/relaunch.py", str(free_port()))
+    assert r.returncode == 0, r.stderr
+    assert "other child False" in r.stdout and r.stdout.count("weights") == 2, r.stdout
+    for rank in range(2):
+        assert f"memcomm: {tmp_path / f'run.rank{rank}.mct'}:" in r.stderr or f"run.rank{rank}.mct:" in r.stderr, r.stderr
+    out = subprocess.run([tool("memcomm-trace"), "report", "--json", *(str(tmp_path / f"run.rank{k}.mct") for k in range(2))],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "different runs" not in out.stderr, out.stderr  # one world of two
+    trace = json.loads(out.stdout)
+    assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
+    colls = trace["collectives"]
+    assert len(colls) == 3 and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
+
+
 def free_port() -> int:
     import socket
     with socket.socket() as s:

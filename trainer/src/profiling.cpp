@@ -220,6 +220,11 @@ void RunProfiler::clock_offset(int64_t ns) {
   impl_->rec.record_rare(prof::Event::from(prof::make_meta(prof::now_ns(), prof::MetaKey::ClockOffset, ns)));
 }
 
+void RunProfiler::world_size(uint32_t n) {
+  if (!impl_) return;
+  impl_->rec.record_rare(prof::Event::from(prof::make_meta(prof::now_ns(), prof::MetaKey::WorldSize, n)));
+}
+
 void RunProfiler::counter(const char* name, double value) {
   if (!impl_) return;
   prof::Name n;

@@ -3,7 +3,7 @@ CommInfo record), and each one's next sequence number."""
 import itertools
 import threading
 import zlib
-from typing import Any, Dict, Iterator, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import torch.distributed as dist
 
@@ -14,9 +14,12 @@ class Communicators:
     """Indices from 0 in the order groups are first seen (None, the default group, first). The
     default group is one communicator whether a collective names it or not (DDP's process_group is
     the world group's object; a hook's state is None). A communicator first seen before
-    init_process_group (a profile started first) gets its CommInfo at its first collective after."""
+    init_process_group (a profile started first) gets its CommInfo at its first collective after, and
+    `on_world(size)` hears the default group's size then (the launcher may have set the world up
+    after the profile started: Lightning's own launcher)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_world: Callable[[int], None] = lambda size: None) -> None:
+        self._on_world = on_world
         self._index: Dict[Optional[int], int] = {}
         self._seq: Dict[int, Iterator[int]] = {}
         self._described: Set[int] = set()
@@ -62,6 +65,8 @@ class Communicators:
             size, rank = len(ranks), dist.get_rank(group) if group is not None else dist.get_rank()
             _memcomm.comm_info(index, size, rank, zlib.crc32(repr(sorted(ranks)).encode()) | (1 << 32))
             self._described.add(index)
+        if group is None:
+            self._on_world(size)
 
     def next_collective(self, group: Any) -> Tuple[int, int]:
         """(communicator index, sequence number) for a collective about to be issued on `group`."""

@@ -57,6 +57,10 @@ class RunProfiler {
   // This rank's clock offset to rank 0 (Note [Clock offsets at rendezvous] in comm.hpp), recorded
   // so that loading the per-rank traces puts them on one timeline.
   void clock_offset(int64_t ns);
+  // The world size of the process group this rank joined, recorded when it differs from the one
+  // the run started with (a profile started before a launcher set the world up): the reader keeps
+  // the last one a file gives.
+  void world_size(uint32_t n);
   // Stops recording and returns (events recorded, events dropped); idempotent. Dropped counts the
   // events the trace file lost to a write error (a full disk) too.
   std::pair<int64_t, int64_t> finish();
