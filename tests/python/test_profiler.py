@@ -413,6 +413,41 @@ def test_a_model_built_after_another_was_trained_is_found_at_its_first_update(tm
     assert counts.get("forward") == 3 + 2 + 1 and counts.get("step") == 8, counts  # each model's first is lost
 
 
+def test_an_unchanged_loop_over_a_data_loader_records_its_waits(tmp_path, tool):
+    # See Note [Batches from any DataLoader]: without memcomm.loader every step read data_wait 0 on a run
+    # that waited for its data most of the time; an evaluation's batches make no steps; memcomm.loader over a
+    # DataLoader records each wait once.
+    check("""
+        from torch.utils.data import DataLoader, Dataset
+        class Slow(Dataset):
+            def __len__(self):
+                return 3 * 8
+            def __getitem__(self, i):
+                time.sleep(0.01)
+                return torch.randn(1, 28, 28), i % 10
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        train = DataLoader(Slow(), batch_size=8)
+        with memcomm.profile(trace=sys.argv[1]):
+            for x, y in train:
+                opt.zero_grad(); crit(model(x), y).backward(); opt.step()
+            model.eval()
+            for x, y in DataLoader(Slow(), batch_size=8):  # gradients on around the loop, as Trainer's
+                with torch.no_grad():
+                    model(x)
+        model.train()
+        with memcomm.profile(trace=sys.argv[2]):
+            for x, y in memcomm.loader(train):
+                opt.zero_grad(); crit(model(x), y).backward(); opt.step()
+    """, str(tmp_path / "plain.mct"), str(tmp_path / "wrapped.mct"))
+    for name in ("plain", "wrapped"):
+        steps = trace_json(tool, "report", tmp_path / f"{name}.rank0.mct")["steps"]
+        assert len(steps) == 3 and all(s["data_wait_ns"] >= 70e6 for s in steps), (name, steps)  # 8 items of 10 ms
+        assert all(a["end_ns"] <= b["begin_ns"] for a, b in zip(steps, steps[1:])), (name, steps)  # one after another
+    assert phase_counts(tool, tmp_path, tmp_path / "plain.rank0.mct")["data_wait"] == 3 + 3
+    assert phase_counts(tool, tmp_path, tmp_path / "wrapped.rank0.mct")["data_wait"] == 3
+
+
 def test_tune_inside_a_profile_records_no_steps_of_its_own(tmp_path, tool):
     # `with memcomm.profile(): main()` where main() tunes first: the probes were 282 steps of the trace.
     check("""

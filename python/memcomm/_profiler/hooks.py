@@ -55,6 +55,15 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   followed by a backward was training after all: a model kept in eval mode to freeze BatchNorm, or
   activation checkpointing's forward under no_grad. So the backward's step starts at the first such
   forward since the last step, not at the backward.
+- Note [Batches from any DataLoader]: the wait for each batch of any torch DataLoader is a
+  data_wait span (its iterator's __next__ is wrapped), so an unchanged script's report and advice
+  see a data-bound run (they read 0 before, and the loader rule could not fire). Unlike
+  memcomm.loader's wait, this one opens no step: an evaluation loop iterates its DataLoader with
+  gradients on and runs no_grad() inside, and its batches would each have made a step. A wait
+  outside an open step marks where the next step begins instead: the step that a training event
+  opens next starts at the latest such wait (the batch it trains on), so the step holds its wait;
+  an evaluation's waits stay outside any step. Such a wait is written after the step's begin (a
+  reader meets the earlier of two events at one time first, and would nest the step in the wait).
 - A range still open when the next phase begins (a backward or step() that raised) is closed
   first, so ranges always nest.
 Allocations are labelled while a phase runs (Note [Memory categories] in trainer/src/profiling.cpp):
@@ -113,20 +122,21 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 
 from memcomm import _memcomm
 from memcomm._profiler import running
-from memcomm._profiler.codes import ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, KEEP, OPT_STATE, OPTIMIZER, STEP, now
+from memcomm._profiler.codes import (ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER, STEP,
+                                    exchange, now)
 from memcomm._profiler.future_callbacks import wait_for_release
 
 
 class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with_backward",
-                 "depth", "fwd_module", "in_backward", "stepless_forward_ns")
+                 "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_wait", "in_loader")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -140,6 +150,8 @@ class _ThreadState:
         self.fwd_module: Any = None
         self.in_backward = False
         self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
+        self.stepless_wait: Optional[Tuple[int, int]] = None  # Note [Batches from any DataLoader]
+        self.in_loader = False                         # inside memcomm.loader's next(): it records the wait
 
 
 class PhaseHooks:
@@ -196,6 +208,7 @@ class PhaseHooks:
         self._handles.append(_OnCompileStart(self._compile_starts))
         self._wrap_backward()
         self._wrap_scaler_step()
+        self._wrap_data_loader()
         skip = functools.partial(torch.compiler.disable, recursive=False)  # Note [Hooks under torch.compile]
         add(optim.register_optimizer_step_pre_hook(skip(self._optimizer_pre)))
         add(optim.register_optimizer_step_post_hook(skip(self._optimizer_post)))
@@ -314,6 +327,7 @@ class PhaseHooks:
 
     def _close_all(self, st: _ThreadState) -> None:
         st.stepless_forward_ns = 0
+        self._flush_wait(st)
         st.update_frame = None  # an update that raised last: its frame keeps its callers' locals alive
         if st.step_end_ns:
             self._close_step(st)
@@ -337,7 +351,10 @@ class PhaseHooks:
             if not self._owner._observing:  # an allocator that began serving after the start
                 self._owner._observe_allocator()
             st.step_open = True
-            self._open(st, STEP, next(self._steps), KEEP, ts or (st.stepless_forward_ns if from_backward else 0))
+            forward = st.stepless_forward_ns if from_backward else 0
+            wait = st.stepless_wait[0] if st.stepless_wait else 0
+            self._open(st, STEP, next(self._steps), KEEP, ts or _earliest(forward, wait))
+        self._flush_wait(st)  # after the step's begin, which a reader meets first at an equal time
         st.stepless_forward_ns = 0
 
     def _forward_begins(self, st: _ThreadState, module: torch.nn.Module) -> None:
@@ -513,7 +530,60 @@ class PhaseHooks:
         self.step_ends += 1
         wait_for_release()  # Note [Python callables released on torch's threads]
 
-    # Data-loader wait (memcomm.loader).
+    # Data-loader wait (memcomm.loader; any DataLoader: Note [Batches from any DataLoader]).
+    def _wrap_data_loader(self) -> None:
+        from torch.utils.data import dataloader
+        owner = dataloader._BaseDataLoaderIter
+        original = owner.__dict__["__next__"]
+
+        @functools.wraps(original)
+        def __next__(it: Any) -> Any:
+            if running.profiler is not self._owner or torch.compiler.is_compiling():
+                return original(it)
+            st = self._state()
+            if st.in_loader:
+                return original(it)
+            prev, begin = exchange(INPUT), now()
+            try:
+                batch = original(it)
+            finally:
+                exchange(prev)
+            self._batch_arrived(st, begin)
+            return batch
+
+        owner.__next__ = __next__
+        self._handles.append(_Restore(owner, "__next__", original, __next__))
+
+    def _batch_arrived(self, st: _ThreadState, begin_ns: int) -> None:
+        """Note [Batches from any DataLoader]: a wait inside the open step is recorded now; one outside
+        waits to be recorded inside the step a training event opens next, or outside any."""
+        end = now()
+        if st.step_open and not st.step_end_ns:
+            _memcomm.phase_span(DATA_WAIT, 0, begin_ns, end)
+            return
+        self._flush_wait(st)  # an earlier batch that trained in no step: an evaluation's
+        st.stepless_wait = (begin_ns, end)
+
+    @staticmethod
+    def _flush_wait(st: _ThreadState) -> None:
+        if st.stepless_wait is not None:
+            _memcomm.phase_span(DATA_WAIT, 0, *st.stepless_wait)
+            st.stepless_wait = None
+
+    def loader_next(self, it: Iterator[Any]) -> Any:
+        """memcomm.loader's next batch: its wait opens the step (data_wait), and the DataLoader's own
+        wrapper inside it records nothing more."""
+        st = self._state()
+        st.in_loader = True
+        prev, begin = exchange(INPUT), now()
+        try:
+            batch = next(it)
+        finally:
+            exchange(prev)
+            st.in_loader = False
+        self.data_wait(begin)
+        return batch
+
     def data_wait(self, begin_ns: int) -> None:
         st = self._state()
         if torch.is_grad_enabled():  # an evaluation's batches open no step, as its forward opens none
@@ -605,6 +675,11 @@ def _module_roots() -> List[torch.nn.Module]:
     modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]  # not o.__class__: proxies
     children = {id(c) for m in modules for c in m._modules.values() if c is not None}
     return [m for m in modules if id(m) not in children and next(m.parameters(), None) is not None]
+
+
+def _earliest(*ns: int) -> int:
+    """The earliest of the times given that are set (0: none)."""
+    return min((t for t in ns if t), default=0)
 
 
 def _frame_outside_memcomm() -> Any:

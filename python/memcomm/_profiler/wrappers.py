@@ -4,7 +4,7 @@ import contextlib
 from typing import Any, Iterable, Iterator
 
 from memcomm._profiler import running
-from memcomm._profiler.codes import CATEGORY, INPUT, exchange, now
+from memcomm._profiler.codes import CATEGORY, exchange
 
 
 class _Loader:
@@ -23,15 +23,10 @@ class _Loader:
                 except StopIteration:
                     return
                 continue
-            prev = exchange(INPUT)
-            begin = now()
             try:
-                batch = next(it)
+                batch = p._hooks.loader_next(it)
             except StopIteration:
                 return
-            finally:
-                exchange(prev)
-            p._hooks.data_wait(begin)
             yield batch
 
     def __len__(self) -> int:
