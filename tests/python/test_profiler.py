@@ -448,6 +448,32 @@ def test_an_unchanged_loop_over_a_data_loader_records_its_waits(tmp_path, tool):
     assert phase_counts(tool, tmp_path, tmp_path / "wrapped.rank0.mct")["data_wait"] == 3
 
 
+def test_a_profile_leaves_loading_dynamo_to_the_script(tmp_path, tool):
+    # See Note [Dynamo left to the script]: start() loaded torch._dynamo (3-4 s) for every script; now what
+    # the hooks need of it is done when the script loads it, here by building a torch.optim optimizer.
+    out = check("""
+        model = make_model()
+        eager = lambda: [getattr(f, "_torchdynamo_disable", False) for f in
+                         (torch.autograd._engine_run_backward, torch.amp.GradScaler.step)]
+        with memcomm.profile(trace=sys.argv[1]):
+            for x, y in batches(2):
+                model.zero_grad(); crit(model(x), y).backward()
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= 0.1 * p.grad
+                memcomm.step()
+            print("dynamo", "torch._dynamo" in sys.modules, eager())
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)  # torch.optim loads Dynamo
+            print("then", "torch._dynamo" in sys.modules, eager())
+            loop(model, opt, batches(2))
+        print("after", eager())
+    """, str(tmp_path / "lazy.mct"))
+    assert "dynamo False [False, False]" in out and "then True [True, True]" in out, out
+    assert "after [False, False]" in out, out  # stop() put torch's own back
+    counts = phase_counts(tool, tmp_path, tmp_path / "lazy.rank0.mct")
+    assert counts.get("step") == 4 and counts.get("optimizer") == 2 and counts.get("backward") == 4, counts
+
+
 def test_tune_inside_a_profile_records_no_steps_of_its_own(tmp_path, tool):
     # `with memcomm.profile(): main()` where main() tunes first: the probes were 282 steps of the trace.
     check("""

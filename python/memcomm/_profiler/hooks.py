@@ -107,8 +107,9 @@ runs: a compiled training step recorded one step out of six. Two rules:
   and pass the call straight through. The graph holds nothing of memcomm, and no guard reads
   memcomm's state; a forward inside a compiled region is not recorded.
 - The backward wrapper and the optimizer hooks run once per phase, so they are
-  torch.compiler.disable'd (the frame only, not what it calls): Dynamo runs them eagerly, at a break
-  it would have anyway (a backward) or at the edge of a compiled optimizer step.
+  torch.compiler.disable'd (the frame only, not what it calls) as soon as the script loads Dynamo
+  (Note [Dynamo left to the script] in dynamo.py): Dynamo runs them eagerly, at a break it would have
+  anyway (a backward) or at the edge of a compiled optimizer step.
 So a model compiled on its own (torch.compile(model), model.compile()) is called from eager code and
 recorded as any other, with no recompile. A training step compiled as one function (the model, its
 loss and backward) records its backward and optimizer step and so its steps, not its forward; once
@@ -130,6 +131,7 @@ from memcomm import _memcomm
 from memcomm._profiler import running
 from memcomm._profiler.codes import (ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER, STEP,
                                     exchange, now)
+from memcomm._profiler.dynamo import WhenLoaded
 from memcomm._profiler.future_callbacks import wait_for_release
 
 
@@ -203,15 +205,14 @@ class PhaseHooks:
             self._global_handles += [nn_module.register_module_forward_pre_hook(self._global_pre),
                                      nn_module.register_module_forward_hook(self._global_post, always_call=True)]
             # A model compiled inside the profile narrows the hooks at its first call, and any other
-            # compile at its start (Note [Finding the model]).
-            self._handles.append(_CallWrap(_optimized_module_class(), self._call))
-        self._handles.append(_OnCompileStart(self._compile_starts))
+            # compile at its start (Note [Finding the model]), once Dynamo is loaded (Note [Dynamo left
+            # to the script] in dynamo.py).
+            add(WhenLoaded(lambda: add(_CallWrap(_optimized_module_class(), self._call))))
+        add(_OnCompileStart(self._compile_starts))
         self._wrap_backward()
         self._wrap_scaler_step()
         self._wrap_data_loader()
-        skip = functools.partial(torch.compiler.disable, recursive=False)  # Note [Hooks under torch.compile]
-        add(optim.register_optimizer_step_pre_hook(skip(self._optimizer_pre)))
-        add(optim.register_optimizer_step_post_hook(skip(self._optimizer_post)))
+        add(_OptimizerHooks(optim, self._optimizer_pre, self._optimizer_post))
 
     def remove(self) -> None:
         """Removes every hook install() added (Note [Nothing left after stop] in memcomm/profiler.py)."""
@@ -433,9 +434,9 @@ class PhaseHooks:
                     st.ends_with_backward = False
                     st.step_end_ns = now()
 
-        recorded = torch.compiler.disable(recorded, recursive=False)  # Note [Hooks under torch.compile]
         setattr(torch.autograd, name, recorded)
-        self._handles.append(_Restore(torch.autograd, name, original, recorded))
+        restore = _Restore(torch.autograd, name, original, recorded)
+        self._handles += [restore, WhenLoaded(lambda: restore.replace(_eager(recorded)))]
 
     # Updates: the step's last phase (Note [The step's last update]).
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -507,9 +508,9 @@ class PhaseHooks:
             finally:
                 self._update_returned(st)
 
-        step = torch.compiler.disable(step, recursive=False)  # Note [Hooks under torch.compile]
         scaler.step = step
-        self._handles.append(_Restore(scaler, "step", original, step))
+        restore = _Restore(scaler, "step", original, step)
+        self._handles += [restore, WhenLoaded(lambda: restore.replace(_eager(step)))]
 
     def _end_failed_update(self, st: _ThreadState) -> None:
         """An update whose step() raised (and the script went on) runs no post hook, so its range would
@@ -624,21 +625,55 @@ class _CallWrap:
                 setattr(self.cls, "__call__", self._own)
 
 
+def _eager(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` as Dynamo runs it: eagerly, the frame only (Note [Hooks under torch.compile])."""
+    return torch.compiler.disable(function, recursive=False)
+
+
+class _OptimizerHooks:
+    """torch's global optimizer step pre and post hooks, `_eager` from the moment Dynamo is loaded
+    (Note [Dynamo left to the script] in dynamo.py); remove() takes them off."""
+
+    def __init__(self, optim: Any, pre: Callable[..., None], post: Callable[..., None]):
+        self._optim, self._pre, self._post = optim, pre, post
+        self._handles = self._register(pre, post)
+        self._later = WhenLoaded(lambda: self._swap(_eager(pre), _eager(post)))
+
+    def _register(self, pre: Callable[..., None], post: Callable[..., None]) -> List[Any]:
+        return [self._optim.register_optimizer_step_pre_hook(pre), self._optim.register_optimizer_step_post_hook(post)]
+
+    def _swap(self, pre: Callable[..., None], post: Callable[..., None]) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = self._register(pre, post)
+
+    def remove(self) -> None:
+        self._later.remove()
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
 class _OnCompileStart:
     """Runs `callback` as Dynamo begins compiling a frame, before it traces (torch._dynamo's compile
-    start callbacks, torch 2.6 and later; nothing on a torch without them); remove() takes it off."""
+    start callbacks, torch 2.6 and later; nothing on a torch without them), from the moment Dynamo is
+    loaded; remove() takes it off."""
 
     def __init__(self, callback: Callable[[], None]):
+        self._handler: Any = None
+        self._callback = lambda compile_args: callback()
+        self._later = WhenLoaded(self._register)
+
+    def _register(self) -> None:
         try:
             from torch._dynamo.callback import callback_handler
         except ImportError:
-            self._handler = None
             return
         self._handler = callback_handler
-        self._callback = lambda compile_args: callback()
         callback_handler.register_start_callback(self._callback)
 
     def remove(self) -> None:
+        self._later.remove()
         if self._handler is not None and self._callback in self._handler.start_callbacks:
             self._handler.remove_start_callback(self._callback)
 
@@ -653,6 +688,12 @@ class _Restore:
     def remove(self) -> None:
         if getattr(self._owner, self._name) is self._wrapper:
             setattr(self._owner, self._name, self._original)
+
+    def replace(self, wrapper: Callable[..., Any]) -> None:
+        """Puts `wrapper` in the first one's place (the same, made `_eager`), unless something replaced it."""
+        if getattr(self._owner, self._name) is self._wrapper:
+            setattr(self._owner, self._name, wrapper)
+            self._wrapper = wrapper
 
 
 def _sharded(module: torch.nn.Module) -> bool:
