@@ -635,7 +635,7 @@ class _OptimizerHooks:
     (Note [Dynamo left to the script] in dynamo.py); remove() takes them off."""
 
     def __init__(self, optim: Any, pre: Callable[..., None], post: Callable[..., None]):
-        self._optim, self._pre, self._post = optim, pre, post
+        self._optim = optim
         self._handles = self._register(pre, post)
         self._later = WhenLoaded(lambda: self._swap(_eager(pre), _eager(post)))
 
