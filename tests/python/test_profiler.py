@@ -575,6 +575,28 @@ def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_pat
     assert r.returncode == 0 and r.stderr.count("the model is sharded by FSDP") == 1, r.stderr
 
 
+def test_a_ddp_models_own_module_called_directly_is_a_forward(tmp_path, tool):
+    # See Note [Finding the model]: Hugging Face's Trainer trains the DDP model and evaluates its .module;
+    # the evaluation's forwards were not recorded under DDP (they were in one process without it).
+    r = run_python("""
+        import sys, torch, torch.distributed as dist, memcomm
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        with memcomm.profile(trace=sys.argv[1]):
+            ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            for _ in range(3):
+                ddp(torch.randn(3, 4)).sum().backward(); opt.step(); opt.zero_grad()
+            ddp.module.eval()
+            with torch.no_grad():
+                for _ in range(2):
+                    ddp.module(torch.randn(3, 4))
+        dist.destroy_process_group()
+    """, str(tmp_path / "ddp.mct"))
+    assert r.returncode == 0, r.stderr
+    counts = phase_counts(tool, tmp_path, tmp_path / "ddp.rank0.mct")
+    assert counts.get("forward") == 3 + 2 and counts.get("step") == 3, counts
+
+
 def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):
     # See Note [Nothing left after stop]: model= is held weakly, so a profiler kept after its block does
     # not keep the model's memory; the loader wrapper copies and pickles as its loader does.

@@ -75,8 +75,10 @@ Note [Finding the model]: start() looks for the modules alive at that moment tha
 module's child and have parameters (the garbage collector's objects; some 50 ms for 150,000 of
 them), and watches those. A torch.compile'd model is found as its OptimizedModule, which is outside
 anything Dynamo traces, and its original module is watched with it, for the script that also calls
-that one. Only when start() finds none (the script builds its model inside the profile) do torch's
-global module hooks find the model as it is called: until the first optimizer step they count the
+that one; so is a DDP (or DataParallel) model's module, which Hugging Face's Trainer evaluates
+directly (its calls inside the DDP model's forward are that forward's). Only when start() finds
+none (the script builds its model inside the profile) do torch's global module hooks find the
+model as it is called: until the first optimizer step they count the
 nesting depth per thread, and a call at depth 0 into a module with parameters is a forward. Either
 way the first optimizer step that found no forward looks once more, and so does the first step of
 each optimizer that updates parameters no watched module holds (a model compiled or built after
@@ -240,9 +242,9 @@ class PhaseHooks:
             o.update_frame = None  # a frame keeps its callers' locals (the model) alive
 
     def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
-        """Watches `modules`' calls (Note [Forwards through the class]), and a compiled module's
-        original (Note [Finding the model])."""
-        originals = [m._orig_mod for m in modules if isinstance(getattr(m, "_orig_mod", None), torch.nn.Module)]
+        """Watches `modules`' calls (Note [Forwards through the class]), and what each wraps (Note
+        [Finding the model])."""
+        originals = [inner for m in modules for inner in _wrapped(m)]
         self.modules_found = self.modules_found or bool(modules)
         self.sharded = self.sharded or any(map(_sharded, modules))
         for m in modules + originals:
@@ -694,6 +696,24 @@ class _Restore:
         if getattr(self._owner, self._name) is self._wrapper:
             setattr(self._owner, self._name, wrapper)
             self._wrapper = wrapper
+
+
+def _wrapped(module: torch.nn.Module) -> List[torch.nn.Module]:
+    """The modules `module` wraps, outermost first, which the script also calls itself: a compiled
+    module's original, a DDP or DataParallel model's module (Hugging Face's Trainer evaluates it so)."""
+    parallel = tuple(getattr(sys.modules.get(name), kind, None) for name, kind in
+                     (("torch.nn.parallel.distributed", "DistributedDataParallel"),
+                      ("torch.nn.parallel.data_parallel", "DataParallel")))
+    parallel = tuple(k for k in parallel if k is not None)
+    found: List[torch.nn.Module] = []
+    while True:
+        inner = getattr(module, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module) and parallel and isinstance(module, parallel):
+            inner = module.module
+        if not isinstance(inner, torch.nn.Module) or any(inner is f for f in found):
+            return found
+        found.append(inner)
+        module = inner
 
 
 def _sharded(module: torch.nn.Module) -> bool:
