@@ -10,7 +10,11 @@ trace as a full path, since the child may start in another folder) in front of a
 this Python on the same script or module; every other command is left as it is. Each child names its
 file by the rank its launcher's environment gives it (Note [A profile started before the process
 group] in memcomm/profiler.py); the script's own process learns its world at its first collective
-(Profiler._group_formed).
+(Profiler._group_formed). Only a rank is such a child: its environment names a rank (RANK or
+LOCAL_RANK) of a world of more than one (WORLD_SIZE), and the script's own process was started by no
+launcher (no RANK or LOCAL_RANK of its own). A script that runs itself again for other work (to
+prepare data) is left alone, and so is every child of a rank torchrun started, whose environment
+names that rank already and whose trace would claim the rank's file.
 """
 import argparse
 import os
@@ -39,6 +43,14 @@ def runner_options(args: argparse.Namespace) -> List[str]:
     if args.no_ddp_buckets:
         options.append("--no-ddp-buckets")
     return options
+
+
+def _names_a_rank(env: Any) -> bool:
+    """Whether a process environment names a rank of a world of more than one."""
+    try:
+        return int(env.get("WORLD_SIZE", "1")) > 1 and ("RANK" in env or "LOCAL_RANK" in env)
+    except ValueError:
+        return False
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -103,11 +115,15 @@ class RelaunchesProfiled:
         self._target = _Target(args)
         self._options = runner_options(args)
         self._python = python
+        self._launched = "RANK" in os.environ or "LOCAL_RANK" in os.environ  # this process is a launcher's rank
         self.started = 0
 
     def rewritten(self, command: Any, kwargs: dict) -> Optional[List[str]]:
         """`command` with -m memcomm and the runner's options in it, when it runs the target again."""
         if kwargs.get("shell") or kwargs.get("executable") is not None or not isinstance(command, (list, tuple)):
+            return None
+        env = kwargs.get("env")
+        if self._launched or not _names_a_rank(os.environ if env is None else env):
             return None
         command = [os.fspath(c) for c in command] if all(isinstance(c, (str, os.PathLike)) for c in command) else None
         if not command or not _same_file(command[0], self._python):

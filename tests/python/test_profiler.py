@@ -439,13 +439,21 @@ def test_an_unchanged_loop_over_a_data_loader_records_its_waits(tmp_path, tool):
         with memcomm.profile(trace=sys.argv[2]):
             for x, y in memcomm.loader(train):
                 opt.zero_grad(); crit(model(x), y).backward(); opt.step()
-    """, str(tmp_path / "plain.mct"), str(tmp_path / "wrapped.mct"))
-    for name in ("plain", "wrapped"):
+        with memcomm.profile(trace=sys.argv[3]):
+            halves = iter(DataLoader(Slow(), batch_size=4))
+            for _ in range(3):
+                micro = [next(halves) for _ in range(2)]  # a step's accumulation batches first, as Trainer's
+                for x, y in micro:
+                    crit(model(x), y).backward()
+                opt.step(); opt.zero_grad()
+    """, str(tmp_path / "plain.mct"), str(tmp_path / "wrapped.mct"), str(tmp_path / "accumulated.mct"))
+    for name in ("plain", "wrapped", "accumulated"):
         steps = trace_json(tool, "report", tmp_path / f"{name}.rank0.mct")["steps"]
         assert len(steps) == 3 and all(s["data_wait_ns"] >= 70e6 for s in steps), (name, steps)  # 8 items of 10 ms
         assert all(a["end_ns"] <= b["begin_ns"] for a, b in zip(steps, steps[1:])), (name, steps)  # one after another
     assert phase_counts(tool, tmp_path, tmp_path / "plain.rank0.mct")["data_wait"] == 3 + 3
     assert phase_counts(tool, tmp_path, tmp_path / "wrapped.rank0.mct")["data_wait"] == 3
+    assert phase_counts(tool, tmp_path, tmp_path / "accumulated.rank0.mct")["data_wait"] == 6
 
 
 def test_a_profile_leaves_loading_dynamo_to_the_script(tmp_path, tool):

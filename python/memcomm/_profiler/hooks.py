@@ -59,11 +59,13 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   data_wait span (its iterator's __next__ is wrapped), so an unchanged script's report and advice
   see a data-bound run (they read 0 before, and the loader rule could not fire). Unlike
   memcomm.loader's wait, this one opens no step: an evaluation loop iterates its DataLoader with
-  gradients on and runs no_grad() inside, and its batches would each have made a step. A wait
-  outside an open step marks where the next step begins instead: the step that a training event
-  opens next starts at the latest such wait (the batch it trains on), so the step holds its wait;
-  an evaluation's waits stay outside any step. Such a wait is written after the step's begin (a
-  reader meets the earlier of two events at one time first, and would nest the step in the wait).
+  gradients on and runs no_grad() inside, and its batches would each have made a step. Waits
+  outside an open step mark where the next step begins instead: the step that a training event
+  opens next starts at the first of them, so it holds the waits for all its batches (Trainer fetches
+  a step's accumulation batches before their forwards); a forward without gradients first says they
+  were an evaluation's, and they stay outside any step. Such waits are written after the step's
+  begin (a reader meets the earlier of two events at one time first, and would nest the step in the
+  wait).
 - A range still open when the next phase begins (a backward or step() that raised) is closed
   first, so ranges always nest.
 Allocations are labelled while a phase runs (Note [Memory categories] in trainer/src/profiling.cpp):
@@ -140,7 +142,7 @@ from memcomm._profiler.future_callbacks import wait_for_release
 class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with_backward",
-                 "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_wait", "in_loader")
+                 "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -154,7 +156,7 @@ class _ThreadState:
         self.fwd_module: Any = None
         self.in_backward = False
         self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
-        self.stepless_wait: Optional[Tuple[int, int]] = None  # Note [Batches from any DataLoader]
+        self.stepless_waits: List[Tuple[int, int]] = []  # Note [Batches from any DataLoader]: (begin, end)
         self.in_loader = False                         # inside memcomm.loader's next(): it records the wait
 
 
@@ -355,7 +357,7 @@ class PhaseHooks:
                 self._owner._observe_allocator()
             st.step_open = True
             forward = st.stepless_forward_ns if from_backward else 0
-            wait = st.stepless_wait[0] if st.stepless_wait else 0
+            wait = st.stepless_waits[0][0] if st.stepless_waits else 0
             self._open(st, STEP, next(self._steps), KEEP, ts or _earliest(forward, wait))
         self._flush_wait(st)  # after the step's begin, which a reader meets first at an equal time
         st.stepless_forward_ns = 0
@@ -364,8 +366,11 @@ class PhaseHooks:
         """Note [A forward that opens no step]."""
         if torch.is_grad_enabled() and module.training:
             self._ensure_step(st)
-        elif (not st.step_open or st.step_end_ns) and not st.stepless_forward_ns:
-            st.stepless_forward_ns = now()
+        elif not st.step_open or st.step_end_ns:
+            if not torch.is_grad_enabled():
+                self._flush_wait(st)  # the batches waited for were an evaluation's (Note [Batches from any DataLoader])
+            if not st.stepless_forward_ns:
+                st.stepless_forward_ns = now()
 
     # Forward: one module (profile(model=...)).
     def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -558,20 +563,19 @@ class PhaseHooks:
         self._handles.append(_Restore(owner, "__next__", original, __next__))
 
     def _batch_arrived(self, st: _ThreadState, begin_ns: int) -> None:
-        """Note [Batches from any DataLoader]: a wait inside the open step is recorded now; one outside
-        waits to be recorded inside the step a training event opens next, or outside any."""
+        """Note [Batches from any DataLoader]: a wait inside the open step is recorded now; those outside
+        wait to be recorded inside the step a training event opens next, or outside any."""
         end = now()
         if st.step_open and not st.step_end_ns:
             _memcomm.phase_span(DATA_WAIT, 0, begin_ns, end)
             return
-        self._flush_wait(st)  # an earlier batch that trained in no step: an evaluation's
-        st.stepless_wait = (begin_ns, end)
+        st.stepless_waits.append((begin_ns, end))
 
     @staticmethod
     def _flush_wait(st: _ThreadState) -> None:
-        if st.stepless_wait is not None:
-            _memcomm.phase_span(DATA_WAIT, 0, *st.stepless_wait)
-            st.stepless_wait = None
+        for begin_ns, end_ns in st.stepless_waits:
+            _memcomm.phase_span(DATA_WAIT, 0, begin_ns, end_ns)
+        st.stepless_waits.clear()
 
     def loader_next(self, it: Iterator[Any]) -> Any:
         """memcomm.loader's next batch: its wait opens the step (data_wait), and the DataLoader's own
