@@ -14,6 +14,7 @@
 #include <array>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "memcomm/trace/kineto.hpp"
@@ -34,6 +35,9 @@ struct FileCounts {
   // Memory block and segment events per device (kHostDevice: host memory, such as the pinned
   // buffers CUPTI reports beside the GPU's): {block events, segment events}.
   std::map<uint8_t, std::array<uint64_t, 2>> memory_per_device;
+  // The last WorldSize meta event: a rank that learned its world after its file was opened (a profile
+  // started before its launcher set the world up) says so there, and the readers keep the last.
+  std::optional<uint32_t> world_size;
 };
 
 std::string device_name(uint8_t device) { return device == kHostDevice ? "host" : "device " + std::to_string(device); }
@@ -46,6 +50,8 @@ void count_event(FileCounts& f, const Event& e, uint32_t rank, const std::vector
   if (e.kind == EventKind::Drops) f.drops += e.as<DropEvent>().count;
   if (is_mem_block_kind(e.kind))
     ++f.memory_per_device[e.as<MemBlockEvent>().device][is_segment_kind(e.kind) ? 1 : 0];
+  if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::WorldSize)
+    f.world_size = uint32_t(e.as<MetaEvent>().value);
   if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Host) {
     const StringId id = e.as<MetaEvent>().str;
     f.hosts[rank] = id < strings.size() ? strings[id] : std::string();
@@ -88,13 +94,19 @@ void add_counts(nlohmann::json& j, const FileCounts& f) {
   j["memory_by_device"] = memory;
 }
 
+// The world size a per-rank file ends with (its last WorldSize event, as TraceSet reads it); a merged
+// file's header speaks for the merge.
+uint32_t world_size(const TraceReader& r, const FileCounts& f) {
+  return !r.merged() && f.world_size ? *f.world_size : r.header().world_size;
+}
+
 nlohmann::json mct_json(const std::string& path, const TraceReader& r, const FileCounts& f) {
   const RecoveryInfo& rec = r.recovery();
   nlohmann::json j = {{"file", path},
                       {"format", "mct"},
                       {"format_version", r.header().format_version},
                       {"merged", r.merged()},
-                      {"world_size", r.header().world_size},
+                      {"world_size", world_size(r, f)},
                       {"chunks", rec.chunks},
                       {"events", rec.events},
                       {"bytes", rec.file_bytes},
@@ -172,7 +184,7 @@ void print_mct(const std::string& path, const TraceReader& r, const FileCounts& 
   fmt::print("  format v{}, {}; {} chunks, {} events, {} bytes ({:.2f} B/event on disk), {} strings\n",
              r.header().format_version, r.merged() ? "merged" : "per-rank", rec.chunks, rec.events, rec.file_bytes,
              j["bytes_per_event"].get<double>(), f.strings);
-  print_counts(f, j, r.header().world_size);
+  print_counts(f, j, world_size(r, f));
   if (rec.truncated)
     fmt::print("  recovered: {} complete chunks; {} trailing bytes ignored ({})\n", rec.chunks, rec.truncated_bytes,
                rec.detail);

@@ -275,6 +275,9 @@ def test_ranks_the_script_starts_by_running_itself_again_are_profiled(tmp_path, 
     assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
     colls = trace["collectives"]
     assert len(colls) == 3 and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
+    info = subprocess.run([tool("memcomm-trace"), "info", "--json", str(tmp_path / "run.rank0.mct")], capture_output=True,
+                          text=True, timeout=60)
+    assert info.returncode == 0 and json.loads(info.stdout)[0]["world_size"] == 2, info.stdout + info.stderr
 
 
 def free_port() -> int:
