@@ -14,7 +14,7 @@ group] in profiler.py). Processes the script starts with the spawn or forkserver
 from their init_process_group on, each writing NAME.spawnK.rankR.mct for the K-th batch of processes
 the script started; a Process that sets up no group (DataLoader and Pool workers among them) is left
 alone, and processes of the fork method cannot record, which the run says at its end (Note [Profiles
-of spawned processes] in _spawned.py). A command the script starts that runs this Python on the same
+of spawned processes] in _spawned.py). A rank the script starts by running this Python on the same
 script or module again (Lightning's strategy="ddp" starts its other ranks so) runs under memcomm with
 the same options (Note [A script that starts itself again] in _relaunched.py).
 """

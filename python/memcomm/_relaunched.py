@@ -108,15 +108,13 @@ def _with_package_on_path(env: Optional[dict]) -> Optional[dict]:
 
 
 class RelaunchesProfiled:
-    """Patches subprocess.Popen while the script runs (Note [A script that starts itself again]);
-    `started` counts the commands it put under memcomm."""
+    """Patches subprocess.Popen while the script runs (Note [A script that starts itself again])."""
 
     def __init__(self, args: argparse.Namespace, python: str):
         self._target = _Target(args)
         self._options = runner_options(args)
         self._python = python
         self._launched = "RANK" in os.environ or "LOCAL_RANK" in os.environ  # this process is a launcher's rank
-        self.started = 0
 
     def rewritten(self, command: Any, kwargs: dict) -> Optional[List[str]]:
         """`command` with -m memcomm and the runner's options in it, when it runs the target again."""
@@ -141,7 +139,6 @@ class RelaunchesProfiled:
         def __init__(popen: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
             command = relaunch.rewritten(args, kwargs) if not rest else None  # positional bufsize etc.: as given
             if command is not None:
-                relaunch.started += 1
                 kwargs["env"] = _with_package_on_path(kwargs.get("env"))
                 args = command
             original(popen, args, *rest, **kwargs)
