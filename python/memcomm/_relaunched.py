@@ -45,10 +45,15 @@ def runner_options(args: argparse.Namespace) -> List[str]:
     return options
 
 
+def _has_rank(env: Any) -> bool:
+    """Whether a process environment gives a launcher's rank (torchrun's RANK, Lightning's LOCAL_RANK)."""
+    return "RANK" in env or "LOCAL_RANK" in env
+
+
 def _names_a_rank(env: Any) -> bool:
     """Whether a process environment names a rank of a world of more than one."""
     try:
-        return int(env.get("WORLD_SIZE", "1")) > 1 and ("RANK" in env or "LOCAL_RANK" in env)
+        return int(env.get("WORLD_SIZE", "1")) > 1 and _has_rank(env)
     except ValueError:
         return False
 
@@ -114,7 +119,7 @@ class RelaunchesProfiled:
         self._target = _Target(args)
         self._options = runner_options(args)
         self._python = python
-        self._launched = "RANK" in os.environ or "LOCAL_RANK" in os.environ  # this process is a launcher's rank
+        self._launched = _has_rank(os.environ)  # this process is a launcher's rank
 
     def rewritten(self, command: Any, kwargs: dict) -> Optional[List[str]]:
         """`command` with -m memcomm and the runner's options in it, when it runs the target again."""

@@ -321,7 +321,6 @@ class Profiler(contextlib.ContextDecorator):
         elif error is not None:
             raise error
 
-
     def _group_formed(self, size: int) -> None:
         """The default process group's size, at its first collective: a profile that started before a
         launcher set the world up (Lightning's strategy="ddp" sets WORLD_SIZE in the script's own
