@@ -29,8 +29,22 @@ class SparseNet(nn.Module):  # a sparse gradient: DDP's reducer divides it where
         return self.out(self.emb(x).mean(1))
 
 
-net = SparseNet() if mode == "sparse" else nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
-model = nn.parallel.DistributedDataParallel(net)
+class StepInForward(nn.Module):  # Lightning's manual optimisation: the backward inside the DDP model's forward
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+
+    def forward(self, x, y):
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        model.reducer._rebuild_buckets()  # what Lightning's prepare_for_backward does before its backward
+        model.reducer.prepare_for_backward([loss])
+        loss.backward()
+        return loss.detach()
+
+
+net = {"sparse": SparseNet, "step-in-forward": StepInForward}.get(
+    mode, lambda: nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))()
+model = nn.parallel.DistributedDataParallel(net, find_unused_parameters=mode == "step-in-forward")
 if mode == "deepcopy":  # a copy trained in the model's place: a reducer of its own
     model = copy.deepcopy(model)
 try:  # a hook DDP refuses (no parameter named bucket) is refused as DDP refuses it
@@ -59,7 +73,10 @@ def train(steps):
         x = torch.randint(0, 50, (16, 5)) if mode == "sparse" else torch.randn(16, 32)
         y = torch.randint(0, 4, (16,))
         opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
+        if mode == "step-in-forward":
+            model(x, y)
+        else:
+            nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
 
@@ -92,7 +109,7 @@ def test_ddp_buckets_of_an_unchanged_script_are_recorded_and_training_is_unchang
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3")
     cases = {"default": ["f32"] * 3, "fp16": ["f16"] * 3, "eval-then-fp16": ["f16"] * 3,
              "late-fp16": ["f32", "f16", "f16"], "late-builtin": ["f32"] * 3, "memcomm-hook": ["f32"] * 3,
-             "deepcopy": ["f32"] * 3, "join": [],
+             "deepcopy": ["f32"] * 3, "join": [], "step-in-forward": ["f32"] * 3,
              "sparse": None}
     for mode, dtypes in cases.items():
         plain = subprocess.run([*torchrun, str(script), mode, f"plain-{mode}"], capture_output=True, text=True,

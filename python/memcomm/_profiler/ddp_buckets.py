@@ -5,10 +5,14 @@ A DDP model's gradient all-reduces are recorded only through a communication hoo
 by `python -m memcomm` registers none of memcomm's. While `recording_ddp_buckets()` is open:
 - A hook the script registers itself before training is wrapped: register_comm_hook(state,
   memcomm.comm_hook(hook)), the same bytes and timing, recorded.
-- A model with no hook of its own gets BucketDispatch after its first forward with gradients on:
-  after DDP's lazy initialisation (which may register a hook of DDP's own: an optimizer run in
-  backward) and before the first backward, where hooks must be in place. Evaluation forwards under
-  no_grad that come first leave it waiting.
+- A model with no hook of its own gets BucketDispatch as its first forward with gradients on
+  begins: after DDP's lazy initialisation (which may register a hook of DDP's own: an optimizer run
+  in backward; memcomm runs it then, as that forward would) and before the first backward, where
+  hooks must be in place. Not after that forward: Lightning's manual optimisation runs the whole
+  training step, backward and all, inside the DDP model's forward, and the first step's all-reduces
+  went unrecorded. Where that forward would not run the lazy initialisation (Dynamo traces it, or
+  DDP's Python reducer) the hook goes in after it. Evaluation forwards under no_grad that come first
+  leave it waiting.
 - DDP's reducer takes one hook per model, so a hook the script registers once BucketDispatch is in
   place takes its place inside it instead of going to the reducer ("can only be called once").
 - The hooks DDP registers for itself (in its constructor and lazy initialisation) and a built-in
@@ -100,9 +104,9 @@ def _torch_hook_for(comm_hook_type: Any) -> Optional[Callable[..., Any]]:
     return torch_hooks().get(name.get(comm_hook_type, ""))
 
 
-def _as_saved_without_memcomm(model: DDP, state: dict, first_forward: "weakref.WeakKeyDictionary[DDP, int]") -> dict:
+def _as_saved_without_memcomm(model: DDP, state: dict, handles: "weakref.WeakKeyDictionary[DDP, Tuple[Any, Any]]") -> dict:
     """DDP's pickled state as it would be without memcomm: the script's hooks unwrapped, memcomm's own
-    dispatcher and forward hook out (copies; the live model keeps them)."""
+    dispatcher and forward hooks out (copies; the live model keeps them)."""
     hooks = []
     for hook, hook_state in state.get("_comm_hooks", []):
         if isinstance(hook, BucketDispatch):
@@ -112,11 +116,24 @@ def _as_saved_without_memcomm(model: DDP, state: dict, first_forward: "weakref.W
             hooks.append((hook.inner if isinstance(hook, RecordedHook) else hook, hook_state))
     if "_comm_hooks" in state:
         state["_comm_hooks"] = hooks
-    handle_id = first_forward.get(model)
-    for name in ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called"):
-        if handle_id is not None and handle_id in state.get(name, {}):
-            state[name] = type(state[name])((k, v) for k, v in state[name].items() if k != handle_id)
+    ids = {handle.id for handle in handles.get(model, ())}
+    for name in ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
+                 "_forward_hooks_always_called"):
+        if ids and name in state:
+            state[name] = type(state[name])((k, v) for k, v in state[name].items() if k not in ids)
     return state
+
+
+def _lazy_init_run(model: DDP) -> bool:
+    """Runs DDP's lazy initialisation (which may register DDP's own hook: an optimizer run in backward)
+    ahead of the forward that would run it, as that forward would; False where the forward would not
+    run it (Dynamo tracing, the Python reducer), which leaves the hook for after that forward."""
+    if getattr(model, "_lazy_init_ran", True):
+        return True
+    if torch.compiler.is_compiling() or getattr(model, "_use_python_reducer", False):
+        return False
+    model._lazy_init()
+    return True
 
 
 @contextlib.contextmanager
@@ -125,7 +142,7 @@ def recording_ddp_buckets() -> Iterator[None]:
     getstate, setstate, lazy_init = DDP.__getstate__, DDP.__setstate__, getattr(DDP, "_lazy_init", None)
     hooked: "weakref.WeakSet[DDP]" = weakref.WeakSet()  # models with a hook: the script's or DDP's own
     dispatch: "weakref.WeakKeyDictionary[DDP, BucketDispatch]" = weakref.WeakKeyDictionary()
-    first_forward: "weakref.WeakKeyDictionary[DDP, int]" = weakref.WeakKeyDictionary()  # its hook's id
+    handles: "weakref.WeakKeyDictionary[DDP, Tuple[Any, Any]]" = weakref.WeakKeyDictionary()  # first-forward hooks
     local = threading.local()                           # local.ddp_own: models inside DDP's own setup
 
     def ddp_own() -> List[DDP]:
@@ -142,31 +159,36 @@ def recording_ddp_buckets() -> Iterator[None]:
                 ddp_own().remove(self)
         return run
 
-    def dispatch_after_first_training_forward(model: DDP) -> None:
-        def after_forward(module: DDP, inputs: Any, output: Any) -> None:
-            if not torch.is_grad_enabled():
-                return
+    def install_dispatch(module: DDP) -> None:
+        for handle in handles.pop(module, ()):
             handle.remove()
-            first_forward.pop(module, None)
-            if module in hooked:
-                return
-            if _divides_by_ranks_not_joined(module):  # a Join that came first
-                hooked.add(module)
-                warn("memcomm: a DDP model under Join(divide_by_initial_world_size=False) keeps DDP's own all-reduce, "
-                     "which divides its gradients by the ranks not yet joined: its buckets are not recorded")
-                return
-            d = BucketDispatch(module)
-            try:
-                register(module, None, d)
-            except Exception:  # noqa: BLE001 (a hook registered behind DDP's back): the model goes unrecorded
-                hooked.add(module)
-                return
-            dispatch[module] = d
-        handle = model.register_forward_hook(after_forward)
-        first_forward[model] = handle.id
+        if module in hooked:
+            return
+        if _divides_by_ranks_not_joined(module):  # a Join that came first
+            hooked.add(module)
+            warn("memcomm: a DDP model under Join(divide_by_initial_world_size=False) keeps DDP's own all-reduce, "
+                 "which divides its gradients by the ranks not yet joined: its buckets are not recorded")
+            return
+        d = BucketDispatch(module)
+        try:
+            register(module, None, d)
+        except Exception:  # noqa: BLE001 (a hook registered behind DDP's back): the model goes unrecorded
+            hooked.add(module)
+            return
+        dispatch[module] = d
+
+    def dispatch_at_first_training_forward(model: DDP) -> None:
+        def before_forward(module: DDP, inputs: Any) -> None:
+            if torch.is_grad_enabled() and not torch.compiler.is_compiling() and _lazy_init_run(module):
+                install_dispatch(module)
+
+        def after_forward(module: DDP, inputs: Any, output: Any) -> None:
+            if torch.is_grad_enabled():
+                install_dispatch(module)
+        handles[model] = (model.register_forward_pre_hook(before_forward), model.register_forward_hook(after_forward))
 
     def watch(model: DDP) -> None:
-        dispatch_after_first_training_forward(model)
+        dispatch_at_first_training_forward(model)
         # Before the reducer and its process group go: Note [Python callables released on torch's threads]
         weakref.finalize(model, wait_for_release).atexit = False
 
@@ -206,7 +228,7 @@ def recording_ddp_buckets() -> Iterator[None]:
         return builtin(self, comm_hook_type)
 
     def ddp_getstate(self: DDP) -> dict:
-        return _as_saved_without_memcomm(self, getstate(self), first_forward)
+        return _as_saved_without_memcomm(self, getstate(self), handles)
 
     DDP.__init__ = ddp_init
     DDP.register_comm_hook = register_comm_hook
