@@ -201,6 +201,7 @@ class Profiler(contextlib.ContextDecorator):
             if running.profiler is not self:
                 return self.result
             settle_in_flight()  # Note [Collectives that end after the script waited]
+            self._world_at_stop()
             running.profiler = None
             self._hooks.remove()
             self._hooks.close_this_thread()
@@ -328,6 +329,12 @@ class Profiler(contextlib.ContextDecorator):
         if size != self.world and self._run is not None:
             self.world = size
             self._run.world_size(size)
+
+    def _world_at_stop(self) -> None:
+        """The default group's size for a run that formed it but ended before its first collective (a
+        script that failed in its first backward), for the same reason as _group_formed."""
+        if dist.is_available() and dist.is_initialized():
+            self._group_formed(dist.get_world_size())
 
     def _new_run(self, local_rank: int, on_gpu: bool, device: int) -> Any:
         return _memcomm.RunProfiler(self._session_trace(), self._live, self.rank, self.world, local_rank, self._cupti,

@@ -245,6 +245,8 @@ if "LOCAL_RANK" not in os.environ:  # the launcher's part, as Lightning's strate
     print(other.strip())
 rank = int(os.environ["LOCAL_RANK"])
 dist.init_process_group("gloo", rank=rank, world_size=2)
+if sys.argv[-1] == "fail":
+    raise SystemExit(f"rank {rank} failed before its first collective")
 torch.manual_seed(0)
 model = DDP(nn.Linear(4, 2))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -275,9 +277,18 @@ def test_ranks_the_script_starts_by_running_itself_again_are_profiled(tmp_path, 
     assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
     colls = trace["collectives"]
     assert len(colls) == 3 and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
-    info = subprocess.run([tool("memcomm-trace"), "info", "--json", str(tmp_path / "run.rank0.mct")], capture_output=True,
-                          text=True, timeout=60)
-    assert info.returncode == 0 and json.loads(info.stdout)[0]["world_size"] == 2, info.stdout + info.stderr
+    assert world_size(tool, tmp_path / "run.rank0.mct") == 2
+    # A run that formed its group and failed before any collective says its world size all the same.
+    r = run_memcomm(tmp_path, "--trace", "failed.mct", "job/relaunch.py", str(free_port()), "fail")
+    assert r.returncode != 0 and "rank 0 failed before its first collective" in r.stderr, r.stderr
+    assert world_size(tool, tmp_path / "failed.rank0.mct") == 2
+
+
+def world_size(tool, trace: Path) -> int:
+    info = subprocess.run([tool("memcomm-trace"), "info", "--json", str(trace)], capture_output=True, text=True,
+                          timeout=60)
+    assert info.returncode == 0, info.stderr
+    return json.loads(info.stdout)[0]["world_size"]
 
 
 def free_port() -> int:
