@@ -222,7 +222,7 @@ class Profiler(contextlib.ContextDecorator):
         if self._hooks.backwards and not self._hooks.forwards:
             warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: {self._why_no_forward()}", ProfileAdvice)
         if self._hooks.sharded:
-            warn("memcomm: the model is sharded by FSDP, whose all-gathers and reduce-scatters are not recorded "
+            warn(f"memcomm: the model is sharded by {self._hooks.sharded} are not recorded "
                  "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)")
         if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
             raise OSError(f"memcomm: {trace_error}")

@@ -581,6 +581,22 @@ def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_pat
         dist.destroy_process_group()
     """, str(tmp_path / "fsdp.mct"))
     assert r.returncode == 0 and r.stderr.count("the model is sharded by FSDP") == 1, r.stderr
+    # Tensor parallelism (DTensor parameters): the same, said once.
+    r = run_python("""
+        import sys, torch, torch.distributed as dist, memcomm
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        with memcomm.profile(trace=sys.argv[1]):
+            model = parallelize_module(torch.nn.Sequential(torch.nn.Linear(4, 4)), init_device_mesh("cpu", (1,)),
+                                       {"0": ColwiseParallel()})
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(2):
+                model(torch.randn(3, 4)).sum().backward(); opt.step(); opt.zero_grad()
+        dist.destroy_process_group()
+    """, str(tmp_path / "tp.mct"))
+    assert r.returncode == 0 and r.stderr.count("the model is sharded by DTensor (tensor or sequence parallelism)") == 1, \
+        r.stderr
 
 
 def test_a_ddp_models_own_module_called_directly_is_a_forward(tmp_path, tool):

@@ -182,7 +182,7 @@ class PhaseHooks:
         self.step_ends = 0                            # steps ended by an optimizer or memcomm.step()
         self.compiles = 0                             # frames Dynamo began compiling (this session)
         self.modules_found = False                    # whether any module was watched or called (this session)
-        self.sharded = False                          # whether a watched model is FSDP's (this session)
+        self.sharded: Optional[str] = None            # what shards a watched model (this session)
         self._tls = threading.local()
         self._threads: List[_ThreadState] = []        # every thread's state this session (stop() ends their steps)
 
@@ -194,7 +194,7 @@ class PhaseHooks:
         self._threads = []
         self._steps = itertools.count(1)              # each session's steps count from 1, in its own file
         self.backwards = self.step_ends = self.forwards = self.compiles = 0
-        self.modules_found = self.sharded = False
+        self.modules_found, self.sharded = False, None
         add = self._handles.append
         self._roots = []
         self._watched = []
@@ -248,7 +248,7 @@ class PhaseHooks:
         [Finding the model])."""
         originals = [inner for m in modules for inner in _wrapped(m)]
         self.modules_found = self.modules_found or bool(modules)
-        self.sharded = self.sharded or any(map(_sharded, modules))
+        self.sharded = self.sharded or next(filter(None, map(_sharding, modules)), None)
         for m in modules + originals:
             if not any(m is w for w in self._watched):
                 self._watched.append(m)
@@ -720,12 +720,18 @@ def _wrapped(module: torch.nn.Module) -> List[torch.nn.Module]:
         module = inner
 
 
-def _sharded(module: torch.nn.Module) -> bool:
-    """Whether FSDP shards `module` (FullyShardedDataParallel, fully_shard), whose collectives no hook of
-    memcomm's sees; FSDP is not imported for the question."""
+def _sharding(module: torch.nn.Module) -> Optional[str]:
+    """What shards `module` with collectives no hook of memcomm's sees: FSDP (FullyShardedDataParallel,
+    fully_shard), or DTensor parameters (tensor or sequence parallelism: parallelize_module); None when
+    nothing does. Neither is imported for the question."""
     fsdp = sys.modules.get("torch.distributed.fsdp")
     kinds = tuple(getattr(fsdp, name) for name in ("FullyShardedDataParallel", "FSDPModule") if hasattr(fsdp, name))
-    return bool(kinds) and isinstance(module, kinds)
+    if kinds and isinstance(module, kinds):
+        return "FSDP, whose all-gathers and reduce-scatters"
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    if dtensor is not None and any(isinstance(p, dtensor) for p in module.parameters()):
+        return "DTensor (tensor or sequence parallelism), whose collectives"
+    return None
 
 
 def _optimized_module_class() -> type:
