@@ -268,19 +268,39 @@ def _run_script(path: str) -> None:
 
 
 def _from_the_script(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
-    """A traceback without memcomm's frames above the script's, which python SCRIPT would not show
-    (all of it when no frame is the script's: an error of memcomm's own)."""
-    first = tb
-    while first is not None and in_memcomm(first.tb_frame.f_code.co_filename):
-        first = first.tb_next
-    return first or tb
+    """A traceback without the memcomm frames that python SCRIPT would not show: the runner's above the
+    script's, and the wrappers between the script's and torch's (a DDP constructor's error, a module
+    call). An error raised in memcomm's own code keeps its wrappers' frames, only the runner's go (all
+    of it when no frame is the script's)."""
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    if not frames:
+        return None
+    first = next((i for i, f in enumerate(frames) if not in_memcomm(f.tb_frame.f_code.co_filename)), 0)
+    raised_by_memcomm = in_memcomm(frames[-1].tb_frame.f_code.co_filename)
+    kept = [f for f in frames[first:] if raised_by_memcomm or not in_memcomm(f.tb_frame.f_code.co_filename)]
+    if len(kept) == len(frames) - first:
+        return frames[first]
+    out = None
+    for f in reversed(kept):
+        out = types.TracebackType(out, f.tb_frame, f.tb_lasti, f.tb_lineno)
+    return out
 
 
 def _print_as_python_does(error: BaseException) -> None:
-    """The script's uncaught error as python SCRIPT prints it: its traceback from the script's frame on
-    (_from_the_script), through sys.excepthook as python's own printing goes."""
-    tb = _from_the_script(error.__traceback__)
-    sys.excepthook(type(error), error.with_traceback(tb), tb)  # python's hook prints error's own traceback
+    """The script's uncaught error as python SCRIPT prints it: its traceback, and those of the errors
+    it was raised from or during, without memcomm's frames (_from_the_script), through sys.excepthook
+    as python's own printing goes."""
+    seen, chained = set(), [error]
+    while chained:
+        e = chained.pop()
+        if id(e) not in seen:
+            seen.add(id(e))
+            e.with_traceback(_from_the_script(e.__traceback__))
+            chained += [c for c in (e.__cause__, e.__context__) if c is not None]
+    sys.excepthook(type(error), error, error.__traceback__)  # python's hook prints error's own traceback
 
 
 def _not_printed_again(interrupt: KeyboardInterrupt) -> None:

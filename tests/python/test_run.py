@@ -23,6 +23,11 @@ for _ in range(int(sys.argv[1])):
     opt.step()
 if sys.argv[2] == "raise":
     raise ValueError("the script's own error")
+if sys.argv[2] == "wrong-shape":  # an error inside a module memcomm watches, chained to another
+    try:
+        raise KeyError("the script's first error")
+    except KeyError:
+        model(torch.randn(2, 5))
 if sys.argv[2] == "interrupt":  # as Ctrl-C in the loop would
     raise KeyboardInterrupt
 if sys.argv[2] == "os._exit":
@@ -83,6 +88,12 @@ def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_pa
     assert "memcomm" not in traceback.split("ValueError")[0] and 'train.py", line' in traceback, r.stderr
     assert traceback.index("ValueError") < traceback.index("memcomm: raised.rank0.mct:"), r.stderr
     assert len(report(tool, tmp_path / "raised.rank0.mct")["steps"]) == 2
+    # An error inside a watched module: no memcomm frame between the script's and torch's, in the chain too.
+    r = run_memcomm(tmp_path, "--trace", "shape.mct", "train.py", "1", "wrong-shape")
+    plain = subprocess.run([sys.executable, "train.py", "1", "wrong-shape"], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path)
+    assert r.returncode == plain.returncode == 1 and "memcomm" not in r.stderr.split("memcomm: shape.rank0.mct")[0], r.stderr
+    assert r.stderr.split("memcomm: shape.rank0.mct")[0].strip() == plain.stderr.strip(), (r.stderr, plain.stderr)
     r = run_memcomm(tmp_path, "--trace", "early.mct", "train.py", "0", "raise")  # no advice on what it missed
     assert r.returncode == 1 and "ValueError" in r.stderr and "recorded no" not in r.stderr, r.stderr
     r = run_memcomm(tmp_path, "--trace", "stopped.mct", "train.py", "2", "interrupt")
