@@ -53,16 +53,21 @@ inline void check_report_parity(const nlohmann::json& view, const nlohmann::json
     CHECK(v.at("overlap_pct").get<double>() == Approx(r.at("breakdown").at("overlap_pct").get<double>()).margin(1e-9));
     CHECK(v.at("peak_allocated").get<double>() == r.at("peak_allocated").get<double>());
   }
-  // Collectives: the viewer names a communicator by its index, the report by its hash, so rows
-  // are matched by (seq, op's bytes, time); each viewer row must find exactly its report row.
+  // Collectives: rows are matched by (communicator key, seq, op's bytes, time); each viewer row
+  // must find exactly its report row.
   const auto& vc = view.at("collectives");
   const auto& rc = report.at("collectives");
   REQUIRE(vc.size() == rc.size());
-  std::multimap<std::tuple<std::uint64_t, std::uint64_t, std::int64_t>, const nlohmann::json*> by_key;
-  for (const auto& c : rc) by_key.emplace(std::make_tuple(c.at("seq").get<std::uint64_t>(), c.at("bytes").get<std::uint64_t>(), c.at("time_ns").get<std::int64_t>()), &c);
+  using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::int64_t>;
+  const auto key = [](const nlohmann::json& c) {
+    return Key{c.at("comm").get<std::uint64_t>(), c.at("seq").get<std::uint64_t>(), c.at("bytes").get<std::uint64_t>(),
+               c.at("time_ns").get<std::int64_t>()};
+  };
+  std::multimap<Key, const nlohmann::json*> by_key;
+  for (const auto& c : rc) by_key.emplace(key(c), &c);
   for (const auto& v : vc) {
     INFO("collective " << v.dump());
-    const auto it = by_key.find({v.at("seq").get<std::uint64_t>(), v.at("bytes").get<std::uint64_t>(), v.at("time_ns").get<std::int64_t>()});
+    const auto it = by_key.find(key(v));
     REQUIRE(it != by_key.end());
     const nlohmann::json& r = *it->second;
     by_key.erase(it);

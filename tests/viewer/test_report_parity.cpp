@@ -52,14 +52,14 @@ void check_steps(const std::vector<StepRow>& shown, const prof::Analysis& a) {
 }
 
 void check_collectives(const Timeline& tl, const prof::Analysis& a) {
-  std::map<std::uint64_t, const prof::CollectiveStats*> by_seq;  // one communicator in the run
-  for (const auto& c : a.collectives) by_seq[c.seq] = &c;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, const prof::CollectiveStats*> by_key;
+  for (const auto& c : a.collectives) by_key[{c.comm_key, c.seq}] = &c;
   std::size_t groups = 0;
   for (const auto& rd : tl.ranks)
     for (const Collective& c : rd.collectives) {
-      INFO("rank " << rd.rank << " seq " << c.seq);
-      REQUIRE(by_seq.count(c.seq) == 1);
-      const prof::CollectiveStats& p = *by_seq[c.seq];
+      INFO("rank " << rd.rank << " comm " << c.comm_key << " seq " << c.seq);
+      REQUIRE(by_key.count({c.comm_key, c.seq}) == 1);
+      const prof::CollectiveStats& p = *by_key[{c.comm_key, c.seq}];
       groups += c.first_in_group;
       CHECK(c.group_size == static_cast<std::uint32_t>(p.nranks));
       CHECK(c.time == p.time_ns);
@@ -122,6 +122,53 @@ TEST_CASE("the viewer shows memcomm-trace report's figures for a loaded run", "[
   check_steps(step_table(tl), a);
   check_collectives(tl, a);
   check_summary(tl, ix.summary, a);
+}
+
+TEST_CASE("collectives match across ranks by their communicator, whatever order each rank met its groups in",
+          "[unit][viewer]") {
+  // Rank 0 meets a tensor-parallel group as communicator 0 and the data-parallel group as 1; rank 1
+  // meets them the other way round. Each issues seq 0 and 1 on both. Keyed by index, rank 0's TP
+  // collectives were matched with rank 1's DP ones (a skew of 3 ms, a false straggler).
+  constexpr std::uint64_t kTp = 0x7000000011ull, kDp = 0xD000000022ull;
+  std::vector<std::string> files;
+  for (std::uint32_t rank = 0; rank < 2; ++rank) {
+    const std::uint8_t tp = rank == 0 ? 0 : 1, dp = rank == 0 ? 1 : 0;
+    std::vector<prof::Event> v;
+    v.push_back(prof::Event::from(prof::make_meta(0, prof::MetaKey::Rank, rank)));
+    v.push_back(prof::Event::from(prof::make_meta(0, prof::MetaKey::WorldSize, 2)));
+    v.push_back(prof::Event::from(prof::make_comm_info(0, tp, 2, static_cast<std::uint16_t>(rank), kTp)));
+    v.push_back(prof::Event::from(prof::make_comm_info(0, dp, 2, static_cast<std::uint16_t>(rank), kDp)));
+    const auto coll = [&](std::int64_t start, std::uint8_t comm, prof::CollOp op, std::uint64_t bytes, std::uint32_t seq) {
+      v.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollStart, start, op, prof::DType::F32, bytes, comm, seq)));
+      v.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollEnd, start + 1'000'000, op, prof::DType::F32, bytes, comm, seq)));
+    };
+    for (std::uint32_t seq = 0; seq < 2; ++seq) {
+      const std::int64_t t = 10'000'000 * (seq + 1) + 100'000 * rank;
+      coll(t, tp, prof::CollOp::AllGather, 4u << 20, seq);
+      coll(t + 3'000'000, dp, prof::CollOp::AllReduce, 16u << 20, seq);
+    }
+    std::stable_sort(v.begin(), v.end(), [](const prof::Event& a, const prof::Event& b) { return a.ts < b.ts; });
+    prof::WriterOptions o;
+    o.rank = rank;
+    o.world_size = 2;
+    files.push_back(out_stem("comm_order.rank" + std::to_string(rank) + ".mct"));
+    prof::TraceWriter w(files.back(), o);
+    w.write_chunk({}, v);
+    w.close();
+  }
+  BackgroundLoad load(files);
+  const Timeline tl = load.take();
+  REQUIRE(load.errors().empty());
+  const prof::Analysis a = prof::analyze(prof::TraceSet::load(files));
+  REQUIRE(a.collectives.size() == 4);
+  for (const auto& rd : tl.ranks)
+    for (const Collective& c : rd.collectives) {
+      INFO("rank " << rd.rank << " comm " << c.comm << " seq " << c.seq);
+      CHECK(c.comm_key == (tl.strings.get(c.op) == std::string("all_gather") ? kTp : kDp));
+      CHECK(c.skew == 100'000);  // rank 1 a tenth of a millisecond after rank 0, in every group
+      CHECK_FALSE(c.ranks_disagree);
+    }
+  check_collectives(tl, a);
 }
 
 TEST_CASE("steps are numbered by their recorded ids, else from 1", "[unit][viewer]") {

@@ -93,7 +93,7 @@ nlohmann::json analysis_json(const AppState& st) {
   for (const auto& rd : st.tl.ranks) {
     for (const auto& c : rd.collectives)
       if (c.first_in_group)  // one row per matched collective, as the report's
-        collectives.push_back({{"comm", c.comm}, {"seq", c.seq}, {"op", st.tl.strings.get(c.op)}, {"bytes", c.bytes},
+        collectives.push_back({{"comm", c.comm_key}, {"seq", c.seq}, {"op", st.tl.strings.get(c.op)}, {"bytes", c.bytes},
                                {"nranks", c.group_size}, {"time_ns", c.time},
                                {"algbw_gbps", c.algbw}, {"busbw_gbps", c.busbw}, {"skew_ns", c.skew}});
     const CounterSeries* a = rd.counter("allocated");

@@ -36,6 +36,7 @@ void TimelineBuilder::collective(std::uint32_t r, std::string_view op, std::uint
   c.bytes = bytes;
   c.op = strings_.intern(op);
   c.comm = comm;
+  c.comm_key = comm;  // a source without CommInfo: its index, as the report keys it
   c.seq = seq;
   c.start = start;
   c.end = std::max(start, end);
@@ -161,7 +162,7 @@ void match_collectives(Timeline& tl) {
   // usually sorted already (seq grows per communicator): sort each rank's block only if it is
   // not, then merge the blocks (stable: equal keys stay in slot order), O(n log ranks).
   struct Keyed {
-    std::uint64_t key;
+    CollectiveKey key;
     CollectiveRef ref;
   };
   const auto by_key = [](const Keyed& a, const Keyed& b) { return a.key < b.key; };
@@ -173,7 +174,7 @@ void match_collectives(Timeline& tl) {
   for (std::uint32_t s = 0; s < tl.ranks.size(); ++s) {
     const auto& cs = tl.ranks[s].collectives;
     const std::size_t b = all.size();
-    for (std::uint32_t i = 0; i < cs.size(); ++i) all.push_back({collective_key(cs[i].comm, cs[i].seq), {s, i}});
+    for (std::uint32_t i = 0; i < cs.size(); ++i) all.push_back({collective_key(cs[i]), {s, i}});
     if (!std::is_sorted(all.begin() + static_cast<std::ptrdiff_t>(b), all.end(), by_key))
       std::stable_sort(all.begin() + static_cast<std::ptrdiff_t>(b), all.end(), by_key);
     if (all.size() > b) blocks.push_back(all.size());

@@ -273,6 +273,7 @@ std::uint64_t TraceIngest::add_collective(const prof::Event& e, RankState& rs, s
   out.bytes = c.bytes();
   out.op = coll_op(c.op);
   out.comm = c.comm;
+  out.comm_key = rs.comm_known[c.comm] ? rs.comm_hash[c.comm] : c.comm;
   out.seq = c.seq;
   out.start = shift(start, rs.offset);
   out.end = std::max(out.start, shift(c.ts, rs.offset));
@@ -365,6 +366,8 @@ std::uint64_t TraceIngest::add_one(const prof::Event& e, RankState& rs, std::uin
     case EventKind::CommInfo: {
       const auto c = e.as<prof::CommInfoEvent>();
       rs.comm_size[c.comm] = c.size;
+      rs.comm_hash[c.comm] = c.hash;
+      rs.comm_known.set(c.comm);
       return 0;
     }
     case EventKind::Drops:

@@ -36,6 +36,7 @@
 #include <memcomm/view/loader.hpp>
 
 #include <atomic>
+#include <bitset>
 #include <map>
 #include <optional>
 #include <string>
@@ -95,6 +96,8 @@ class TraceIngest {
     std::uint16_t open_thread = 0;
     std::unordered_map<std::uint64_t, prof::CollectiveEvent> colls;  // (comm, seq) -> start/enqueue
     std::uint16_t comm_size[256] = {};               // by communicator index (0: unknown)
+    std::uint64_t comm_hash[256] = {};               // by communicator index: CommInfo's hash (comm_known)
+    std::bitset<256> comm_known;
     std::vector<std::uint32_t> ids;                  // trace string id -> builder id (kNoId: not yet)
     SpanRow* lanes[3][256] = {};           // [kernel/memcpy/memset][stream], cached
     SpanRow* phases = nullptr;             // cached lane arrays

@@ -251,26 +251,26 @@ AppendResult TimelineBuilder::append_to(Timeline& tl) {
       groups_.clear();
       for (const auto& rd : tl.ranks)
         for (std::uint32_t i = 0; i < rd.collectives.size(); ++i)
-          groups_[collective_key(rd.collectives[i].comm, rd.collectives[i].seq)].emplace_back(rd.rank, i);
+          groups_[collective_key(rd.collectives[i])].emplace_back(rd.rank, i);
       groups_valid_ = true;
     } else {
       for (const auto& [rank, index] : new_colls) {
         const auto& rd = *std::lower_bound(tl.ranks.begin(), tl.ranks.end(), rank,
                                            [](const RankData& d, std::uint32_t v) { return d.rank < v; });
-        groups_[collective_key(rd.collectives[index].comm, rd.collectives[index].seq)].emplace_back(rank, index);
+        groups_[collective_key(rd.collectives[index])].emplace_back(rank, index);
       }
     }
-    std::vector<std::uint64_t> touched;
+    std::vector<CollectiveKey> touched;
     for (const auto& [rank, index] : new_colls) {
       const auto& rd = *std::lower_bound(tl.ranks.begin(), tl.ranks.end(), rank,
                                          [](const RankData& d, std::uint32_t v) { return d.rank < v; });
-      touched.push_back(collective_key(rd.collectives[index].comm, rd.collectives[index].seq));
+      touched.push_back(collective_key(rd.collectives[index]));
     }
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     std::vector<CollectiveRef> refs;
     CollOpCache cache;
-    for (const auto key : touched) {
+    for (const auto& key : touched) {
       refs.clear();
       for (const auto& [rank, index] : groups_[key]) {
         const auto at = std::lower_bound(tl.ranks.begin(), tl.ranks.end(), rank,

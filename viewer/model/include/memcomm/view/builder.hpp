@@ -7,7 +7,9 @@
 #include <memcomm/view/timeline.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -23,6 +25,16 @@ struct AppendResult {
   bool ranks_added = false;             // new rank slots (slots may have shifted): rebuild per-slot state
   std::vector<std::size_t> alloc_from;  // per slot: first allocator event that changed (npos: none)
   TimeNs first_time = INT64_MAX;        // earliest time of anything published: earlier data is as it was
+};
+
+// What matches one collective across ranks: its communicator's key (Collective::comm_key, the
+// CommInfo hash the report matches on) and its sequence number.
+using CollectiveKey = std::pair<std::uint64_t, std::uint64_t>;
+inline CollectiveKey collective_key(const Collective& c) { return {c.comm_key, c.seq}; }
+struct CollectiveKeyHash {
+  std::size_t operator()(const CollectiveKey& k) const noexcept {
+    return std::hash<std::uint64_t>{}(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
+  }
 };
 
 // A collective by rank slot and index in that rank's collectives.
@@ -183,9 +195,9 @@ class TimelineBuilder {
   std::tuple<std::uint8_t, std::uint32_t> last_stream_key_{};
   TimeNs lo_ = INT64_MAX, hi_ = INT64_MIN;  // bounds of everything published
   TimeNs fresh_lo_ = INT64_MAX;              // earliest time in the current append_to()
-  // Collectives published so far by (comm, seq) key, as (rank id, index): the groups a new
-  // collective joins are re-matched, not all of them.
-  std::unordered_map<std::uint64_t, std::vector<std::pair<std::uint32_t, std::uint32_t>>> groups_;
+  // Collectives published so far by their key (collective_key), as (rank id, index): the groups a
+  // new collective joins are re-matched, not all of them.
+  std::unordered_map<CollectiveKey, std::vector<std::pair<std::uint32_t, std::uint32_t>>, CollectiveKeyHash> groups_;
   bool groups_valid_ = false;  // groups_ holds every published collective
 };
 
@@ -197,10 +209,7 @@ struct CollOpCache {
   std::vector<prof::CollectiveArrival> arrivals;
   prof::CollOp op(const Timeline& tl, std::uint32_t name);
 };
-// The same for one (comm, seq) group; `refs` sorted by (slot, index).
+// The same for one group of one collective_key; `refs` sorted by (slot, index).
 void match_collective_group(Timeline& tl, const std::vector<CollectiveRef>& refs, CollOpCache& cache);
-inline std::uint64_t collective_key(std::uint32_t comm, std::uint64_t seq) {
-  return (static_cast<std::uint64_t>(comm) << 40) ^ seq;
-}
 
 }  // namespace memcomm::view

@@ -84,8 +84,10 @@ struct Lane {
 struct Collective {
   std::uint64_t bytes = 0;            // message size on this rank
   std::uint32_t op = 0;               // string id: "all_reduce", ...
-  std::uint32_t comm = 0;             // communicator id
-  std::uint64_t seq = 0;              // per-communicator sequence number (matching key with comm)
+  std::uint32_t comm = 0;             // communicator index in its rank's trace
+  std::uint64_t comm_key = 0;         // its CommInfo hash when known, else the index: the matching key with seq,
+                                      // as prof::CollectiveOnRank's (ranks may meet their groups in other orders)
+  std::uint64_t seq = 0;              // per-communicator sequence number
   TimeNs start = 0, end = 0;          // ns
   std::uint32_t group_size = 1;       // communicator size: CommInfo's, else the matched instances
   std::int32_t next_rank = -1;        // slot in Timeline::ranks of the matched instance on the next rank (-1: none)
