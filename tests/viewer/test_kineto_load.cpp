@@ -140,6 +140,28 @@ TEST_CASE("a gzipped torch.profiler trace loads as the plain one does", "[unit][
   CHECK(gz.end == plain.end);
 }
 
+TEST_CASE("the viewer opens what memcomm-trace opens: a trace after long white space, a legacy array trace",
+          "[unit][viewer]") {
+  // The viewer looked at 64 bytes for a '{'; the trace layer's rule (prof::is_kineto_candidate) reads
+  // on through white space and takes torch.autograd.profiler's JSON array too.
+  const std::string padded = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "padded.json");
+  const std::string plain_path = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "unpadded.json");
+  kineto_traces::write(plain_path, kineto_traces::json(0, 1600));
+  kineto_traces::write(padded, std::string(5000, ' ') + "\n" + kineto_traces::json(0, 1600));
+  Timeline plain, tl;
+  std::string error;
+  REQUIRE(load_file(plain_path, plain, error));
+  CHECK(detect_input(padded, error) == InputKind::KinetoTrace);
+  REQUIRE(load_file(padded, tl, error));
+  CHECK(tl.event_count == plain.event_count);
+  const std::string legacy = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "legacy.json");
+  kineto_traces::write(legacy, R"([{"name": "aten::mm", "ph": "X", "ts": 10, "dur": 40, "pid": 1, "tid": 1},
+    {"name": "aten::add", "ph": "X", "ts": 60, "dur": 20, "pid": 1, "tid": 1}])");
+  Timeline array;
+  REQUIRE(load_file(legacy, array, error));
+  CHECK(array.event_count == 2);  // its two operators
+}
+
 TEST_CASE("JSON that is not a torch.profiler trace is refused with a message naming the file", "[unit][viewer]") {
   const std::string path = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "other.json");
   kineto_traces::write(path, R"({"hello": [1, 2, 3]})");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <memcomm/snapshot/snapshot.hpp>
+#include <memcomm/trace/kineto.hpp>
 
 #include <cerrno>
 #include <chrono>
@@ -41,11 +42,9 @@ InputKind detect_input(const std::string& path, std::string& error) {
   if (snapshot::is_pickle_start(head[0])) return InputKind::TorchSnapshot;
   // memcomm traces begin with "MEMCTRC\x1A" (prof::kFileMagic in trace_format.hpp).
   if (n >= 7 && std::memcmp(head, "MEMCTRC", 7) == 0) return InputKind::MemcommTrace;
-  // torch.profiler traces are JSON objects, often gzipped; the reader says when one is not a trace.
-  if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return InputKind::KinetoTrace;
-  std::size_t i = head[0] == 0xEF && n >= 3 && head[1] == 0xBB && head[2] == 0xBF ? 3 : 0;  // a UTF-8 BOM
-  while (i < n && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) ++i;
-  if (i < n && head[i] == '{') return InputKind::KinetoTrace;
+  // torch.profiler traces: gzip or JSON by the trace layer's rule, as memcomm-trace opens them (a
+  // legacy trace is a JSON array; leading white space may be long); the reader says when one is not a trace.
+  if (prof::is_kineto_candidate(path)) return InputKind::KinetoTrace;
   error = fmt::format("{}: not a memcomm trace (.mct), a torch.profiler trace (.json, .json.gz) or a PyTorch memory "
                       "snapshot pickle (first bytes {:02x} {:02x} {:02x} {:02x})",
                       path, head[0], n > 1 ? head[1] : 0, n > 2 ? head[2] : 0, n > 3 ? head[3] : 0);
