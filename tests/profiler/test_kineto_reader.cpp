@@ -423,13 +423,18 @@ TEST_CASE("kineto: a communication kernel without its collective's name takes it
      "args": {"device": 0, "stream": 9, "correlation": 7}},
     {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 200, "dur": 5, "args": {"correlation": 8}},
     {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)", "pid": 0, "tid": 9, "ts": 210, "dur": 30,
-     "args": {"device": 0, "stream": 9, "correlation": 8}}]})json";
+     "args": {"device": 0, "stream": 9, "correlation": 8}},
+    {"ph": "X", "cat": "user_annotation", "name": "nccl:_reduce_scatter_base", "pid": 1, "tid": 1, "ts": 300, "dur": 50},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 310, "dur": 5, "args": {"correlation": 9}},
+    {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)", "pid": 0, "tid": 9, "ts": 320, "dur": 30,
+     "args": {"device": 0, "stream": 9, "correlation": 9}}]})json";
   const KinetoTrace k = read_kineto_buffer(json, "a2a.json");
   std::vector<CollOp> ops;
   for (const Event& e : k.trace.events)
     if (e.kind == EventKind::CollStart) ops.push_back(e.as<CollectiveEvent>().op);
-  CHECK(ops == std::vector<CollOp>{CollOp::AllToAll, CollOp::Send});  // the second launch has no annotation
-  // NCCL moves an all-to-all as bytes: its kernel's _int8_t is no element type of the tensors.
+  CHECK(ops == std::vector<CollOp>{CollOp::AllToAll, CollOp::Send, CollOp::ReduceScatter});  // the second: no annotation
+  // NCCL moves an all-to-all as bytes: its kernel's _int8_t is no element type of the tensors; nor is it
+  // of a reduction an old NCCL ran as SendRecv kernels (TorchRec's reduce-scatter).
   for (const Event& e : k.trace.events)
     if (e.kind == EventKind::CollStart) CHECK(e.as<CollectiveEvent>().dtype == DType::Unknown);
 }

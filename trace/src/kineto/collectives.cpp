@@ -79,8 +79,10 @@ DType collective_dtype(std::string_view dtype_arg, std::string_view kernel_name,
   auto it = kArgs.find(lower_letters(dtype_arg));
   if (it != kArgs.end()) return it->second;
   // Only a reduction's kernel is typed: NCCL moves the data of all-gather, broadcast, all-to-all and
-  // send/recv as bytes, and names those kernels ..._Sum_int8_t whatever the tensors hold.
+  // send/recv as bytes, and names those kernels ..._Sum_int8_t whatever the tensors hold; so are the
+  // SendRecv kernels an older NCCL runs a reduction's steps with.
   if (op != CollOp::AllReduce && op != CollOp::ReduceScatter && op != CollOp::Reduce) return DType::Unknown;
+  if (contains(lower_letters(kernel_name), "sendrecv")) return DType::Unknown;
   // Kernel names end in the element type: ..._Sum_float(, ..._f32_RING_LL, ..._bf16
   static const std::pair<const char*, DType> kSuffixes[] = {
       {"_bf16", DType::BF16},   {"bfloat16", DType::BF16}, {"_half", DType::F16},   {"_f16", DType::F16},
