@@ -353,6 +353,31 @@ def test_memcomms_warnings_never_fail_a_script_it_runs(capsys):
     assert "UserWarning: memcomm: printed" in capsys.readouterr().err
 
 
+def test_the_profile_keeps_no_model_alive_that_the_script_dropped(tmp_path, tool):
+    # A sweep builds each trial's model in a function and drops it; a model the profile watched was kept
+    # to the end of the run (parameters and gradients: a sweep that fits plain ran out of memory).
+    write(tmp_path, "sweep.py", """
+        import gc, weakref, torch
+        refs = []
+
+        def trial(lr):
+            model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+            opt = torch.optim.SGD(model.parameters(), lr=lr)
+            for _ in range(2):
+                opt.zero_grad(); model(torch.randn(8, 16)).square().mean().backward(); opt.step()
+            refs.append(weakref.ref(model))
+
+        for lr in (0.1, 0.05, 0.02):
+            trial(lr)
+            gc.collect()
+            print("alive", sum(r() is not None for r in refs))
+        """)
+    r = run_memcomm(tmp_path, "--trace", "sweep.mct", "sweep.py")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["alive", "0"] * 3, r.stdout
+    assert len(report(tool, tmp_path / "sweep.rank0.mct")["steps"]) == 6
+
+
 def test_a_module_runs_as_python_m_runs_it(tmp_path, tool):
     # python -m MODULE's __main__: the module's spec and file, its package, and the module still there
     # for atexit handlers that pickle its classes; a package runs its __main__, one without is refused.

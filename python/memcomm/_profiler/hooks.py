@@ -127,7 +127,7 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -160,6 +160,34 @@ class _ThreadState:
         self.in_loader = False                         # inside memcomm.loader's next(): it records the wait
 
 
+class _WeakModules:
+    """Modules by identity (a module's own __eq__ or __hash__ is not asked), held weakly: the profile
+    keeps no model alive that the script dropped (a sweep's or a k-fold's models, one built in a
+    function that returned), as it keeps no hook on one (Note [Nothing left after stop])."""
+
+    def __init__(self) -> None:
+        self._refs: Dict[int, "weakref.ref[torch.nn.Module]"] = {}
+
+    def add(self, module: torch.nn.Module) -> bool:
+        """Adds `module`; False when it is here already."""
+        if module in self:
+            return False
+        refs, key = self._refs, id(module)
+
+        def gone(ref: "weakref.ref[torch.nn.Module]") -> None:
+            if refs.get(key) is ref:
+                del refs[key]
+        self._refs[key] = weakref.ref(module, gone)
+        return True
+
+    def __contains__(self, module: object) -> bool:
+        ref = self._refs.get(id(module))
+        return ref is not None and ref() is module
+
+    def __iter__(self) -> Iterator[torch.nn.Module]:
+        return iter([m for m in (ref() for ref in list(self._refs.values())) if m is not None])
+
+
 class PhaseHooks:
     """The module, optimizer and backward hooks of one profiler (`owner`); they record while it is
     the running one. `models`: the modules whose calls are forwards, or [] to find them."""
@@ -167,8 +195,8 @@ class PhaseHooks:
     def __init__(self, owner: Any, models: List[torch.nn.Module]):
         self._owner = owner
         self._models = [weakref.ref(m) for m in models]  # weak: Note [Nothing left after stop]
-        self._roots: List[torch.nn.Module] = []      # outermost modules the global hooks found
-        self._watched: List[torch.nn.Module] = []    # modules whose calls are forwards (_hook_modules)
+        self._roots = _WeakModules()                  # outermost modules the global hooks found
+        self._watched = _WeakModules()                # modules whose calls are forwards (_hook_modules)
         self._global_handles: List[Any] = []
         self._handles: List[Any] = []
         self._lock = threading.Lock()
@@ -196,8 +224,7 @@ class PhaseHooks:
         self.backwards = self.step_ends = self.forwards = self.compiles = 0
         self.modules_found, self.sharded = False, None
         add = self._handles.append
-        self._roots = []
-        self._watched = []
+        self._roots, self._watched = _WeakModules(), _WeakModules()
         given = [m for m in (ref() for ref in self._models) if m is not None]
         self._looked_again = bool(given)
         self._optimizers_seen = weakref.WeakSet()
@@ -225,7 +252,7 @@ class PhaseHooks:
                 h.remove()
             self._handles.clear()
             self._global_handles.clear()
-            self._roots, self._watched = [], []       # the script's modules are not kept alive
+            self._roots, self._watched = _WeakModules(), _WeakModules()
 
     def close_this_thread(self) -> None:
         """Closes the ranges the calling thread has open, and the last step of every other training
@@ -250,8 +277,7 @@ class PhaseHooks:
         self.modules_found = self.modules_found or bool(modules)
         self.sharded = self.sharded or next(filter(None, map(_sharding, modules)), None)
         for m in modules + originals:
-            if not any(m is w for w in self._watched):
-                self._watched.append(m)
+            self._watched.add(m)
             cls = type(m)
             if any(isinstance(h, _CallWrap) and h.cls is cls for h in self._handles):
                 continue
@@ -265,8 +291,7 @@ class PhaseHooks:
         """One call of a watched module's class: a forward range around the watched instances' calls."""
         if self._global_handles and running.profiler is self._owner and not _in_backward():
             self._narrow_hooks(also=[module])  # a compiled model's first call (Note [Finding the model])
-        if (running.profiler is not self._owner or not any(module is w for w in self._watched)
-                or _in_forward(self._state())):
+        if running.profiler is not self._owner or module not in self._watched or _in_forward(self._state()):
             return call(module, *args, **kwargs)  # another instance of the class, or a call inside the forward
         self._model_pre(module, args)
         try:
@@ -395,8 +420,7 @@ class PhaseHooks:
         st.depth += 1
         if st.depth == 1 and next(module.parameters(), None) is not None and not _in_backward():
             st.fwd_module = module
-            if not any(module is r for r in self._roots):
-                self._roots.append(module)
+            if self._roots.add(module):
                 self.modules_found = True
             self._forward_begins(st, module)
             self.forwards += 1
