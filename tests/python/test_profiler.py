@@ -288,17 +288,31 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 crit(model(x), y).backward()
         for h in hooks:
             h.remove()
+        # The updated model's loss logged after each update, gradients on: the last iteration's made a
+        # step of its own. And updates with no backward (gradients set by hand) after a training forward.
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[6]):
+            for x, y in batches(4):
+                opt.zero_grad(); crit(model(x), y).backward(); opt.step()
+                logged = crit(model(x), y).item()
+        with memcomm.profile(trace=sys.argv[7]):
+            for x, y in batches(3):
+                model(x)
+                for p in model.parameters():
+                    p.grad = torch.ones_like(p)
+                opt.step()
     """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
-        str(tmp_path / "inbackward.mct"))
+        str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"))
     info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
     assert info["range_begin"] == info["range_end"], info
-    for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3)):
+    for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3), ("logged", 4),
+                             ("handmade", 3)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
         counts = phase_counts(tool, tmp_path, file)
         updates = {"two": 2 * iterations, "inbackward": 4 * iterations}.get(name, iterations)  # 4 parameters
-        backwards = 2 * iterations if name == "lbfgs" else iterations  # max_iter=2 closure calls
+        backwards = {"lbfgs": 2 * iterations, "handmade": None}.get(name, iterations)  # max_iter=2 closure calls
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
 
 
@@ -768,8 +782,10 @@ def test_an_exception_in_the_block_still_closes_the_trace(tmp_path, tool):
     """, str(tmp_path / "exc.mct"), str(tmp_path / "live.mct"), str(tmp_path / "ckpt.mct"))
     info = trace_json(tool, "info", tmp_path / "exc.rank0.mct")[0]
     assert not info["truncated"] and info["kinds"]["range_begin"] == info["kinds"]["range_end"], info
-    # The 3 steps, and the one the failed iteration began, closed by stop().
-    assert len(trace_json(tool, "report", tmp_path / "exc.rank0.mct")["steps"]) == 4
+    # The 3 steps; the failed iteration's forward, after the last update and with no backward or update
+    # after it, is no step (Note [The step's last update]), but it is in the trace.
+    assert len(trace_json(tool, "report", tmp_path / "exc.rank0.mct")["steps"]) == 3
+    assert phase_counts(tool, tmp_path, tmp_path / "exc.rank0.mct")["forward"] == 4
     assert phase_counts(tool, tmp_path, tmp_path / "live.rank0.mct")["step"] == 1
     ckpt = phase_counts(tool, tmp_path, tmp_path / "ckpt.rank0.mct")
     assert ckpt == {"step": 2, "data_wait": 2, "forward": 2, "backward": 2, "optimizer": 2}, ckpt

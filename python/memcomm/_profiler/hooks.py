@@ -11,9 +11,13 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   optimizer.step() when the gradients overflowed, as it does in fp16 training's first iterations).
   So an update (an optimizer's step() through torch's global optimizer step hooks, or a
   GradScaler's step(), which is wrapped for the profile's length because a skipped update calls no
-  optimizer) leaves the step ending rather than ended: the next training event (a forward or
-  data-loader wait with gradients on, or a backward) closes it, dated when the update returned, and
-  opens the next step; another update first joins the same step. Closing at each optimizer made
+  optimizer) leaves the step ending rather than ended: the next training event (a backward, a
+  memcomm.loader wait with gradients on, or an update after a training forward) closes it, dated when
+  the update returned, and opens the next step; an update with no forward since the last one joins
+  the same step. A training forward only marks where the next step begins, when a backward or update
+  follows it: a loop that logs the updated model's loss after each update, gradients on, made a step
+  of the last iteration's logging forward alone (its other logging forwards begin the next step, as
+  nothing tells them from the next iteration's forward). Closing at each optimizer made
   two steps of each iteration of the first loop, and a skipped update merged iterations. (A GAN's
   loop, whose second model's forward and backward come between its two updates, still records two
   steps an iteration: nothing tells its second forward from the next iteration's first.) The cost
@@ -142,7 +146,8 @@ from memcomm._profiler.future_callbacks import wait_for_release
 class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with_backward",
-                 "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader")
+                 "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader",
+                 "after_update_forward_ns")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -158,6 +163,7 @@ class _ThreadState:
         self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
         self.stepless_waits: List[Tuple[int, int]] = []  # Note [Batches from any DataLoader]: (begin, end)
         self.in_loader = False                         # inside memcomm.loader's next(): it records the wait
+        self.after_update_forward_ns = 0               # a training forward after the step's update; 0: none
 
 
 class _WeakModules:
@@ -356,7 +362,7 @@ class PhaseHooks:
                 return
 
     def _close_all(self, st: _ThreadState) -> None:
-        st.stepless_forward_ns = 0
+        st.stepless_forward_ns = st.after_update_forward_ns = 0
         self._flush_wait(st)
         st.update_frame = None  # an update that raised last: its frame keeps its callers' locals alive
         if st.step_end_ns:
@@ -381,16 +387,19 @@ class PhaseHooks:
             if not self._owner._observing:  # an allocator that began serving after the start
                 self._owner._observe_allocator()
             st.step_open = True
-            forward = st.stepless_forward_ns if from_backward else 0
+            forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.after_update_forward_ns)
             wait = st.stepless_waits[0][0] if st.stepless_waits else 0
             self._open(st, STEP, next(self._steps), KEEP, ts or _earliest(forward, wait))
         self._flush_wait(st)  # after the step's begin, which a reader meets first at an equal time
-        st.stepless_forward_ns = 0
+        st.stepless_forward_ns = st.after_update_forward_ns = 0
 
     def _forward_begins(self, st: _ThreadState, module: torch.nn.Module) -> None:
-        """Note [A forward that opens no step]."""
+        """Note [A forward that opens no step]; after the step's update, Note [The step's last update]."""
         if torch.is_grad_enabled() and module.training:
-            self._ensure_step(st)
+            if not st.step_end_ns:
+                self._ensure_step(st)
+            elif not st.after_update_forward_ns:  # the forwards without gradients before it evaluated
+                st.after_update_forward_ns, st.stepless_forward_ns = now(), 0
         elif not st.step_open or st.step_end_ns:
             if not torch.is_grad_enabled():
                 self._flush_wait(st)  # the batches waited for were an evaluation's (Note [Batches from any DataLoader])
@@ -503,7 +512,7 @@ class PhaseHooks:
         """An update begins. One that follows another with no training event between joins its step
         (a second optimizer); one with a closure runs its iteration's forward and backward inside
         itself (LBFGS), so it begins the next step instead."""
-        if joins:
+        if joins and not st.after_update_forward_ns:
             st.step_end_ns = 0
         self._ensure_step(st)
         self._open(st, OPTIMIZER, 0, OPT_STATE)
