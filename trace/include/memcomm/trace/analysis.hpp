@@ -48,8 +48,10 @@
 // to its end). Its kernel spans carry ComputeEvent::sub's communication-kernel flag (view::kCommKernel),
 // so GPU runs split into communication and compute as here. Where the viewer's model lacks what the
 // rule reads, the figures can still differ: it knows no world size, so a collective of a
-// communicator without CommInfo counts the ranks that recorded it; and it shows only collectives
-// that ended.
+// communicator without CommInfo counts the ranks that recorded it; it keys a collective by its
+// communicator's CommInfo hash as known when the collective ends (memcomm's recorders and the Kineto
+// reader date each CommInfo before its communicator's first collective ends), where the report reads a
+// rank's CommInfo events first; and it shows only collectives that ended.
 #pragma once
 
 #include <cstdint>
