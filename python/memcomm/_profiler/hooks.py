@@ -131,7 +131,7 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -172,26 +172,20 @@ class _WeakModules:
     function that returned), as it keeps no hook on one (Note [Nothing left after stop])."""
 
     def __init__(self) -> None:
-        self._refs: Dict[int, "weakref.ref[torch.nn.Module]"] = {}
+        self._by_id: "weakref.WeakValueDictionary[int, torch.nn.Module]" = weakref.WeakValueDictionary()
 
     def add(self, module: torch.nn.Module) -> bool:
         """Adds `module`; False when it is here already."""
         if module in self:
             return False
-        refs, key = self._refs, id(module)
-
-        def gone(ref: "weakref.ref[torch.nn.Module]") -> None:
-            if refs.get(key) is ref:
-                del refs[key]
-        self._refs[key] = weakref.ref(module, gone)
+        self._by_id[id(module)] = module
         return True
 
     def __contains__(self, module: object) -> bool:
-        ref = self._refs.get(id(module))
-        return ref is not None and ref() is module
+        return self._by_id.get(id(module)) is module
 
     def __iter__(self) -> Iterator[torch.nn.Module]:
-        return iter([m for m in (ref() for ref in list(self._refs.values())) if m is not None])
+        return iter(list(self._by_id.values()))
 
 
 class PhaseHooks:
