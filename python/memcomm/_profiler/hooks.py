@@ -11,13 +11,18 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   optimizer.step() when the gradients overflowed, as it does in fp16 training's first iterations).
   So an update (an optimizer's step() through torch's global optimizer step hooks, or a
   GradScaler's step(), which is wrapped for the profile's length because a skipped update calls no
-  optimizer) leaves the step ending rather than ended: the next training event (a backward, a
-  memcomm.loader wait with gradients on, or an update after a training forward) closes it, dated when
-  the update returned, and opens the next step; an update with no forward since the last one joins
-  the same step. A training forward only marks where the next step begins, when a backward or update
-  follows it: a loop that logs the updated model's loss after each update, gradients on, made a step
-  of the last iteration's logging forward alone (its other logging forwards begin the next step, as
-  nothing tells them from the next iteration's forward). Closing at each optimizer made
+  optimizer) leaves the step ending rather than ended: the next training event (a forward with
+  gradients on and the model training, a backward, a memcomm.loader wait with gradients on) closes it,
+  dated when the update returned; an update with no training forward since the last one joins the
+  same step (an LBFGS step(closure) never does: it runs its iteration's forward itself). The next step
+  opens at a backward, an update or such a wait, beginning at the first training forward since the
+  last update: a forward only marks where it begins, so a loop that logs the updated model's loss
+  after each update, gradients on, no longer ends with a step of that forward alone (its other logging
+  forwards begin the next step: nothing tells them from the next iteration's forward). A step is the
+  outermost phase: one that an update inside the model's forward opens (Lightning's manual
+  optimisation) goes below that forward, and an update that returns inside a forward or backward (an
+  optimizer stepped from a gradient hook) ends its step when that phase ends, so a Lightning GAN's
+  two updates inside one forward make one step. Closing at each optimizer made
   two steps of each iteration of the first loop, and a skipped update merged iterations. (A GAN's
   loop, whose second model's forward and backward come between its two updates, still records two
   steps an iteration: nothing tells its second forward from the next iteration's first.) The cost
@@ -145,7 +150,7 @@ from memcomm._profiler.future_callbacks import wait_for_release
 
 class _ThreadState:
     """What one training thread has open."""
-    __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with_backward",
+    __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with",
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader",
                  "after_update_forward_ns")
 
@@ -156,7 +161,7 @@ class _ThreadState:
         self.step_open = False
         self.step_end_ns = 0                           # when the step's last update returned; 0: none yet
         self.update_frame: Any = None                  # the open update's step() call (_end_failed_update)
-        self.ends_with_backward = False                # an update returned inside the open backward
+        self.ends_with: Optional[int] = None           # the open phase an update returned inside: the step ends with it
         self.depth = 0                                 # module call nesting (global hooks)
         self.fwd_module: Any = None
         self.in_backward = False
@@ -341,7 +346,16 @@ class PhaseHooks:
                 self._threads.append(st)
         if st.update_frame is not None and not _on_stack(st.update_frame):
             self._end_failed_update(st)
+        if st.fwd_module is not None and not self._global_handles:
+            self._end_orphaned_forward(st)
         return st
+
+    def _end_orphaned_forward(self, st: _ThreadState) -> None:
+        """A forward the global hooks opened on this thread while another took them off (its first
+        update narrowed them, Note [Finding the model]) gets no post hook: it ends now, or it would
+        hold this thread's later forwards and updates inside it."""
+        st.fwd_module, st.depth = None, 0
+        self._close_phase(st, FORWARD)
 
     def _open(self, st: _ThreadState, phase: int, ident: int, category: int, ts: int = 0) -> None:
         st.stack.append((phase, ident, _memcomm.phase_begin(phase, ident, category, ts)))
@@ -355,8 +369,16 @@ class PhaseHooks:
                     _memcomm.phase_end(p, ident, restore, ts)
                 return
 
+    def _close_phase(self, st: _ThreadState, phase: int) -> None:
+        """Closes a forward or backward; the step ends with it when an update returned inside it
+        (Note [The step's last update])."""
+        self._close(st, phase)
+        if st.ends_with == phase:
+            st.ends_with, st.step_end_ns = None, now()
+
     def _close_all(self, st: _ThreadState) -> None:
         st.stepless_forward_ns = st.after_update_forward_ns = 0
+        st.ends_with = None
         self._flush_wait(st)
         st.update_frame = None  # an update that raised last: its frame keeps its callers' locals alive
         if st.step_end_ns:
@@ -383,17 +405,21 @@ class PhaseHooks:
             st.step_open = True
             forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.after_update_forward_ns)
             wait = st.stepless_waits[0][0] if st.stepless_waits else 0
-            self._open(st, STEP, next(self._steps), KEEP, ts or _earliest(forward, wait))
+            ident = next(self._steps)
+            # The outermost phase, below a forward already open that marked its begin (a backward or update
+            # inside the model's forward: Lightning's manual optimisation), so that forward ends inside it.
+            st.stack.insert(0, (STEP, ident, _memcomm.phase_begin(STEP, ident, KEEP, ts or _earliest(forward, wait))))
         self._flush_wait(st)  # after the step's begin, which a reader meets first at an equal time
         st.stepless_forward_ns = st.after_update_forward_ns = 0
 
     def _forward_begins(self, st: _ThreadState, module: torch.nn.Module) -> None:
         """Note [A forward that opens no step]; after the step's update, Note [The step's last update]."""
         if torch.is_grad_enabled() and module.training:
-            if not st.step_end_ns:
+            if st.step_end_ns:  # the step ends at its update; this forward begins the next one, or none
+                self._close_step(st)
+                st.after_update_forward_ns, st.stepless_forward_ns = now(), 0  # those without gradients evaluated
+            elif not st.after_update_forward_ns:
                 self._ensure_step(st)
-            elif not st.after_update_forward_ns:  # the forwards without gradients before it evaluated
-                st.after_update_forward_ns, st.stepless_forward_ns = now(), 0
         elif not st.step_open or st.step_end_ns:
             if not torch.is_grad_enabled():
                 self._flush_wait(st)  # the batches waited for were an evaluation's (Note [Batches from any DataLoader])
@@ -413,7 +439,7 @@ class PhaseHooks:
         if torch.compiler.is_compiling() or _in_backward() or running.profiler is not self._owner:
             return
         st = self._state()
-        self._close(st, FORWARD)
+        self._close_phase(st, FORWARD)
 
     # Forward: the outermost module call with parameters (global hooks).
     def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -436,7 +462,7 @@ class PhaseHooks:
         st.depth = max(st.depth - 1, 0)
         if st.depth == 0 and st.fwd_module is module:
             st.fwd_module = None
-            self._close(st, FORWARD)
+            self._close_phase(st, FORWARD)
 
     # Backward: a call of torch.autograd.backward or grad (Note [Phases from hooks]).
     def _wrap_backward(self) -> None:
@@ -463,10 +489,7 @@ class PhaseHooks:
                 return original(*args, **kwargs)
             finally:
                 st.in_backward = False
-                self._close(st, BACKWARD)
-                if st.ends_with_backward:
-                    st.ends_with_backward = False
-                    st.step_end_ns = now()
+                self._close_phase(st, BACKWARD)
 
         setattr(torch.autograd, name, recorded)
         restore = _Restore(torch.autograd, name, original, recorded)
@@ -506,7 +529,7 @@ class PhaseHooks:
         """An update begins. One that follows another with no training event between joins its step
         (a second optimizer); one with a closure runs its iteration's forward and backward inside
         itself (LBFGS), so it begins the next step instead."""
-        if joins and not st.after_update_forward_ns:
+        if joins:  # a training forward since the last update has closed its step already
             st.step_end_ns = 0
         self._ensure_step(st)
         self._open(st, OPTIMIZER, 0, OPT_STATE)
@@ -515,8 +538,10 @@ class PhaseHooks:
     def _update_returned(self, st: _ThreadState) -> None:
         st.update_frame = None
         self._close(st, OPTIMIZER)
-        if st.in_backward:  # stepped from a gradient hook: the step ends with the backward around it
-            st.ends_with_backward = True
+        if _in_forward(st):  # stepped inside the model's forward (Lightning's manual optimisation)
+            st.ends_with = FORWARD
+        elif st.in_backward:  # stepped from a gradient hook
+            st.ends_with = BACKWARD
         else:
             st.step_end_ns = now()
         self.step_ends += 1
@@ -558,7 +583,7 @@ class PhaseHooks:
         """Ends this thread's step now: the script called memcomm.step() (a loop that updates its
         parameters without torch.optim, or one that marks its iterations itself)."""
         st = self._state()
-        st.step_end_ns = 0
+        st.step_end_ns = st.after_update_forward_ns = 0
         if st.step_open:
             self._close(st, STEP)
             st.step_open = False
