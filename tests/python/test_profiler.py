@@ -613,6 +613,24 @@ def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_pat
         r.stderr
 
 
+def test_two_groups_over_the_same_ranks_are_two_communicators(tmp_path, tool):
+    # A Gloo side group beside the world (the same ranks) shared the world's CommInfo hash, so the report
+    # and the viewer matched the world's all_reduce N with the side group's all_gather N.
+    check("""
+        import memcomm.dist as mdist, torch.distributed as dist
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        side = dist.new_group(backend="gloo")
+        with memcomm.profile(trace=sys.argv[1]):
+            for _ in range(3):
+                mdist.all_reduce(torch.ones(64))
+                mdist.all_gather_into_tensor(torch.empty(4), torch.ones(4), group=side)
+        dist.destroy_process_group()
+    """, str(tmp_path / "groups.mct"))
+    colls = trace_json(tool, "report", tmp_path / "groups.rank0.mct")["collectives"]
+    assert len(colls) == 6 and not any(c["ranks_disagree"] for c in colls), colls
+    assert len({c["comm"] for c in colls}) == 2 and all(c["ranks_seen"] == 1 for c in colls), colls
+
+
 def test_a_ddp_models_own_module_called_directly_is_a_forward(tmp_path, tool):
     # See Note [Finding the model]: Hugging Face's Trainer trains the DDP model and evaluates its .module;
     # the evaluation's forwards were not recorded under DDP (they were in one process without it).

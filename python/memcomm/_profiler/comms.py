@@ -3,11 +3,20 @@ CommInfo record), and each one's next sequence number."""
 import itertools
 import threading
 import zlib
-from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch.distributed as dist
 
 from memcomm import _memcomm
+
+
+def _group_hash(group: Any, ranks: List[int]) -> int:
+    """What names a process group alike on every rank of it (the CommInfo hash that matches its
+    collectives across ranks): its ranks, and its name, which c10d gives in creation order, the same
+    on every rank; the ranks alone made the world and a second group over the same ranks (a Gloo
+    side group for CPU collectives) one communicator, their sequence numbers mixed."""
+    key = (getattr(group, "group_name", ""), sorted(ranks))
+    return zlib.crc32(repr(key).encode()) | (1 << 32)
 
 
 class Communicators:
@@ -58,12 +67,13 @@ class Communicators:
         with self._lock:
             if index in self._described:
                 return
+            pg = group if group is not None else dist.group.WORLD
             try:
-                ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+                ranks = dist.get_process_group_ranks(pg)
             except KeyError:  # inside init_process_group, before it files the group's ranks (a spawned
                 return        # child's profile starts there: Note [Profiles of spawned processes])
             size, rank = len(ranks), dist.get_rank(group) if group is not None else dist.get_rank()
-            _memcomm.comm_info(index, size, rank, zlib.crc32(repr(sorted(ranks)).encode()) | (1 << 32))
+            _memcomm.comm_info(index, size, rank, _group_hash(pg, ranks))
             self._described.add(index)
         if group is None:
             self._on_world(size)
