@@ -334,7 +334,10 @@ class Profiler(contextlib.ContextDecorator):
         """The default group's size for a run that formed it but ended before its first collective (a
         script that failed in its first backward), for the same reason as _group_formed."""
         if dist.is_available() and dist.is_initialized():
-            self._group_formed(dist.get_world_size())
+            try:
+                self._group_formed(dist.get_world_size())
+            except RuntimeError:  # a group torn down under the profile: the size recorded last stands
+                pass
 
     def _new_run(self, local_rank: int, on_gpu: bool, device: int) -> Any:
         return _memcomm.RunProfiler(self._session_trace(), self._live, self.rank, self.world, local_rank, self._cupti,

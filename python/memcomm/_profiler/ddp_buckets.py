@@ -26,7 +26,7 @@ by `python -m memcomm` registers none of memcomm's. While `recording_ddp_buckets
   without memcomm: the script's own hooks, not memcomm's objects, so it loads where memcomm is absent.
   The copy, or a model loaded in the run (DDP's __setstate__), has a reducer of its own with no
   hook, as in plain torch (DDP does not register the hooks it unpickles): it is a new model here too,
-  and gets BucketDispatch after its first training forward (an EMA or "fast weights" copy trained
+  and gets BucketDispatch at its first training forward (an EMA or "fast weights" copy trained
   beside the model).
 Without a hook, DDP multiplies each gradient by 1 / world size as it fills the bucket (a sparse
 gradient, its own bucket, it divides by the world size), then sums;
