@@ -44,6 +44,17 @@ def check(code: str, *args: str, env: dict = None) -> str:
     return r.stdout
 
 
+def chrome_spans(tmp_path: Path, file: Path) -> dict:
+    """{phase: [(begin_us, end_us)]} of the Chrome export phase_counts() wrote for `file`."""
+    events = json.loads((tmp_path / (file.name + ".json")).read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans: dict = {}
+    for e in events:
+        if e.get("ph") == "X":
+            spans.setdefault(e["name"], []).append((e["ts"], e["ts"] + e["dur"]))
+    return spans
+
+
 def trace_json(tool, sub: str, *files: Path) -> dict:
     out = subprocess.run([tool("memcomm-trace"), sub, "--json", *map(str, files)], capture_output=True, text=True,
                          timeout=60)
@@ -301,12 +312,33 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 for p in model.parameters():
                     p.grad = torch.ones_like(p)
                 opt.step()
+        # Lightning's manual optimisation: backward and update inside the model's own forward.
+        class StepInForward(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = make_model()
+            def forward(self, x, y):
+                loss = crit(self.net(x), y)
+                inner.zero_grad(); loss.backward(); inner.step()
+                return loss.detach()
+        stepper = StepInForward()
+        inner = torch.optim.SGD(stepper.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[8]):
+            for x, y in batches(3):
+                stepper(x, y)
+        # A loop that marks its iterations with memcomm.step() after a logged forward.
+        with memcomm.profile(trace=sys.argv[9]):
+            for x, y in batches(3):
+                opt.zero_grad(); crit(model(x), y).backward(); opt.step()
+                logged = crit(model(x), y).item()
+                memcomm.step()
     """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
-        str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"))
+        str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"),
+        str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"))
     info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
     assert info["range_begin"] == info["range_end"], info
     for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3), ("logged", 4),
-                             ("handmade", 3)):
+                             ("handmade", 3), ("inforward", 3), ("marked", 3)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
@@ -314,6 +346,14 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
         updates = {"two": 2 * iterations, "inbackward": 4 * iterations}.get(name, iterations)  # 4 parameters
         backwards = {"lbfgs": 2 * iterations, "handmade": None}.get(name, iterations)  # max_iter=2 closure calls
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
+        spans = chrome_spans(tmp_path, file)
+        assert all(b <= e for phase in spans.values() for b, e in phase), (name, spans)
+        steps = sorted(spans["step"])
+        assert all(a[1] <= b[0] for a, b in zip(steps, steps[1:])), (name, steps)  # no two steps overlap
+        for phase in ("backward", "optimizer") + (("forward",) if name in ("logged", "inforward", "marked") else ()):
+            for begin, end in spans.get(phase, []):  # each inside a step (a logged forward may be outside)
+                assert name in ("logged", "marked") and phase == "forward" or \
+                    any(b <= begin and end <= e for b, e in steps), (name, phase, begin, end, steps)
 
 
 def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_path, tool):
