@@ -190,7 +190,9 @@ class _WeakModules:
         return self._by_id.get(id(module)) is module
 
     def __iter__(self) -> Iterator[torch.nn.Module]:
-        return iter(list(self._by_id.values()))
+        # valuerefs() copies the references in one C call: another training thread may add a module
+        # meanwhile (values() iterates in Python and would raise that the dictionary changed size).
+        return iter([m for m in (ref() for ref in self._by_id.valuerefs()) if m is not None])
 
 
 class PhaseHooks:
