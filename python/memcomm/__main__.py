@@ -276,15 +276,11 @@ def _from_the_script(tb: Optional[types.TracebackType]) -> Optional[types.Traceb
     while tb is not None:
         frames.append(tb)
         tb = tb.tb_next
-    if not frames:
-        return None
-    first = next((i for i, f in enumerate(frames) if not in_memcomm(f.tb_frame.f_code.co_filename)), 0)
-    raised_by_memcomm = in_memcomm(frames[-1].tb_frame.f_code.co_filename)
-    kept = [f for f in frames[first:] if raised_by_memcomm or not in_memcomm(f.tb_frame.f_code.co_filename)]
-    if len(kept) == len(frames) - first:
-        return frames[first]
+    ours = [in_memcomm(f.tb_frame.f_code.co_filename) for f in frames]
+    if not frames or ours[-1]:
+        return next((f for f, o in zip(frames, ours) if not o), frames[0] if frames else None)
     out = None
-    for f in reversed(kept):
+    for f in reversed([f for f, o in zip(frames, ours) if not o]):
         out = types.TracebackType(out, f.tb_frame, f.tb_lasti, f.tb_lineno)
     return out
 

@@ -605,11 +605,7 @@ class PhaseHooks:
             st = self._state()
             if st.in_loader:
                 return original(it)
-            prev, begin = exchange(INPUT), now()
-            try:
-                batch = original(it)
-            finally:
-                exchange(prev)
+            batch, begin = _fetched(lambda: original(it))
             self._batch_arrived(st, begin)
             return batch
 
@@ -636,11 +632,9 @@ class PhaseHooks:
         wrapper inside it records nothing more."""
         st = self._state()
         st.in_loader = True
-        prev, begin = exchange(INPUT), now()
         try:
-            batch = next(it)
+            batch, begin = _fetched(lambda: next(it))
         finally:
-            exchange(prev)
             st.in_loader = False
         self.data_wait(begin)
         return batch
@@ -800,6 +794,15 @@ def _module_roots() -> List[torch.nn.Module]:
     modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]  # not o.__class__: proxies
     children = {id(c) for m in modules for c in m._modules.values() if c is not None}
     return [m for m in modules if id(m) not in children and next(m.parameters(), None) is not None]
+
+
+def _fetched(next_batch: Callable[[], Any]) -> Tuple[Any, int]:
+    """The next batch, its allocations labelled input, and when the wait for it began."""
+    prev, begin = exchange(INPUT), now()
+    try:
+        return next_batch(), begin
+    finally:
+        exchange(prev)
 
 
 def _earliest(*ns: int) -> int:
