@@ -9,12 +9,11 @@ model] in _profiler/hooks.py). Under torchrun (`torchrun ... -m memcomm SCRIPT`)
 own file, and DDP's bucket all-reduces are recorded (Note [DDP buckets of an unchanged script] in
 _profiler/ddp_buckets.py). The profile starts before the script's init_process_group, so no clock
 offsets are measured between ranks: exact on one host (Note [A profile started before the process
-group] in profiler.py). Processes the script starts with the spawn or forkserver method
-(torch.multiprocessing's spawn and start_processes, multiprocessing's Process.start()) are profiled
-from their init_process_group on, each writing NAME.spawnK.rankR.mct for the K-th batch of processes
-the script started; a Process that sets up no group (DataLoader and Pool workers among them) is left
-alone, and processes of the fork method cannot record, which the run says at its end (Note [Profiles
-of spawned processes] in _spawned.py). A rank the script starts by running this Python on the same
+group] in profiler.py). Processes the script starts (torch.multiprocessing's spawn and
+start_processes, multiprocessing's Process.start(), by any start method) are profiled from their
+init_process_group on, each writing NAME.spawnK.rankR.mct for the K-th batch of processes the script
+started; a Process that sets up no group (DataLoader and Pool workers among them) is left alone (Note
+[Profiles of spawned processes] in _spawned.py). A rank the script starts by running this Python on the same
 script or module again (Lightning's strategy="ddp" starts its other ranks so) runs under memcomm with
 the same options (Note [A script that starts itself again] in _relaunched.py).
 """
@@ -49,13 +48,12 @@ examples:
   python -m memcomm --trace run.mct dist_tuto.py   # mp.Process(...).start() per rank: run.spawn1.rankR.mct
   python -m torch.distributed.launch --nproc-per-node 2 -m memcomm train.py  # --local-rank=N goes to train.py
 
-processes the script starts with the spawn or forkserver method (mp.spawn, start_processes,
-multiprocessing's Process.start()) write NAME.spawnK.rankR.mct from their init_process_group on.
+processes the script starts (mp.spawn, start_processes, multiprocessing's Process.start(); spawn,
+forkserver or fork) write NAME.spawnK.rankR.mct from their init_process_group on.
 K counts batches of processes in the order they start: each spawn/start_processes call is one, and
 Processes started one after another are one until one of them ends (a loop that starts N processes,
 then joins them, is one K; the next loop is K+1). A Process that sets up no process group (DataLoader
-and Pool workers too) is left alone. Processes of the fork method cannot record: the run says so at
-its end.
+and Pool workers too) is left alone.
 
 memcomm goes after a launcher that starts the ranks (torchrun, accelerate launch, deepspeed --module
 memcomm), never in front of one: that would profile the launcher alone (a usage error).
@@ -346,8 +344,8 @@ def _exit_code(status: object) -> int:
 
 
 def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: ChildProcesses, raised: bool) -> bool:
-    """The run's end in the script's process (close()), after what its forked children could not record;
-    memcomm's warnings there never fail a script run with -W error. After the script's own uncaught
+    """The run's end in the script's process (close()); memcomm's warnings there never fail a script
+    run with -W error. After the script's own uncaught
     error, the profile's advice on what it did not see (no step, no forward) is beside the point."""
     with warnings.catch_warnings():
         warnings.simplefilter("default")
@@ -355,7 +353,6 @@ def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: Chil
             warnings.filterwarnings("ignore", category=NothingRecorded)
         if raised:
             warnings.filterwarnings("ignore", category=ProfileAdvice)
-        children.say_forked_groups_not_profiled()
         return close(args, profiler)
 
 

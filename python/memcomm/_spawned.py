@@ -34,14 +34,15 @@ share the parent's host and clock (Note [One clock per host] in memcomm/trace/cl
   first's finished traces; two groups running at once in one batch that claim one rank meet a busy
   file (Note [One writer per trace file] in memcomm/trace/trace_writer.hpp): the second warns that
   it is not profiled.
-- Children of the fork method (Process.start(), start_processes) inherit the parent's recorder,
-  turned off for good (Note [Recording across fork] in profiler/core/src/recorder.cpp): a profile
-  started there writes an empty file. So they record nothing and get no file; each that sets up a
-  process group (in ForkedEntry) writes a byte to a pipe the runner made, and the runner says once,
-  at its end, how many were not profiled and that the spawn or forkserver method profiles them. A
-  forked child keeps the allocator it inherited, as DataLoader workers do (the CPU allocator's pages
-  are a private copy: Note [Host pages across fork] in allocator/core/host_source.cpp); whether it
-  can use CUDA is PyTorch's rule (not after the parent initialised CUDA), with memcomm or without.
+- Children of the fork method (multiprocessing's default on Linux, for Process.start() and
+  start_processes) are profiled the same way, from their entries: a forked child inherits the runner's
+  profile, whose recorder is the parent's and records nothing there (Note [Recording across fork] in
+  profiler/core/src/recorder.cpp). So the entry first lets go of it (profile_anew_in_forked_child:
+  its hooks removed, its files left to the parent, a fresh recorder) and then starts the child's own.
+  What the runner set up before the fork stays in force in the child rather than set up twice: the
+  allocator it inherited (the CPU allocator's pages are a private copy: Note [Host pages across fork]
+  in allocator/core/host_source.cpp) and the recording of DDP buckets. Whether a forked child can use
+  CUDA is PyTorch's rule (not after the parent initialised CUDA), with memcomm or without.
 """
 import argparse
 import contextlib
@@ -59,8 +60,9 @@ import memcomm
 from memcomm._caller import RunnerWarnings, warn
 from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
+from memcomm.profiler import profile_anew_in_forked_child
 
-_FRESH_INTERPRETERS = ("spawn", "forkserver")
+_START_METHODS = ("spawn", "forkserver", "fork")
 # Targets of these packages are their machinery's own workers (Note [Profiles of spawned processes]).
 _LIBRARY_WORKERS = ("multiprocessing.", "concurrent.", "torch.")
 
@@ -78,38 +80,24 @@ class SpawnedEntry:
 
     waits_for_group = False
 
-    def __init__(self, fn: Callable[..., Any], options: argparse.Namespace):
+    def __init__(self, fn: Callable[..., Any], options: argparse.Namespace, forked: bool = False):
         self.fn = fn
         self.options = options
+        self.forked = forked  # a child of the fork method, which inherited the runner's profile
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        child = _ChildProfile(self.options, self.waits_for_group)
+        if self.forked:
+            profile_anew_in_forked_child()
+        child = _ChildProfile(self.options, self.waits_for_group, self.forked)
         with child.open():
             return self.fn(*args, **kwargs)
 
 
 class ProcessEntry(SpawnedEntry):
-    """A Process's target in a spawn or forkserver child: as SpawnedEntry, but the allocator and
-    everything else wait for a process group, and a child without one is left as it was."""
+    """A Process's target as its child runs it: as SpawnedEntry, but the allocator and everything
+    else wait for a process group, and a child without one is left as it was."""
 
     waits_for_group = True
-
-
-class ForkedEntry:
-    """A target in a child of the fork method, which cannot record: when it sets up a process group,
-    it tells the runner (through `report_fd`, a pipe's end it inherited) so the runner can say so."""
-
-    def __init__(self, fn: Callable[..., Any], report_fd: int):
-        self.fn = fn
-        self.report_fd = report_fd
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with _after_default_group(self._report):
-            return self.fn(*args, **kwargs)
-
-    def _report(self) -> None:
-        with contextlib.suppress(OSError):  # a full pipe, or a script that closed the descriptor
-            os.write(self.report_fd, b"g")
 
 
 @contextlib.contextmanager
@@ -136,9 +124,10 @@ def _after_default_group(on_first_group: Callable[[], None]) -> Iterator[None]:
 
 
 class _ChildProfile:
-    def __init__(self, options: argparse.Namespace, waits_for_group: bool):
+    def __init__(self, options: argparse.Namespace, waits_for_group: bool, forked: bool):
         self.options = options
         self.waits_for_group = waits_for_group
+        self.forked = forked  # the allocator and the DDP buckets' recording are the runner's, inherited
         self.profiler: Optional[memcomm.Profiler] = None
         self.start_failed = False  # said when it failed
         self.closed = False
@@ -158,6 +147,9 @@ class _ChildProfile:
 
     def _prepare(self) -> None:
         """memcomm's allocator where asked, DDP buckets recorded, the trace closed before os._exit."""
+        self.prepared.enter_context(closed_before_os_exit(self._close))
+        if self.forked:  # in force since the fork
+            return
         for device in self.options.allocator:
             try:
                 memcomm.use_allocator(device, memory_limit=self.options.memory_limit, history=self.options.history)
@@ -166,7 +158,6 @@ class _ChildProfile:
                 warn(f"memcomm: this process runs without memcomm's {device} allocator: {e}")
         if not self.options.no_ddp_buckets:
             self.prepared.enter_context(recording_ddp_buckets())
-        self.prepared.enter_context(closed_before_os_exit(self._close))
 
     def _start_with_group(self) -> None:
         if self.waits_for_group:
@@ -218,32 +209,28 @@ def _ended(process: multiprocessing.process.BaseProcess) -> bool:
 
 
 class ChildProcesses:
-    """The runner's side: which children get an entry, their batch numbers, and what the forked ones
-    reported (Note [Profiles of spawned processes])."""
+    """The runner's side: which children get an entry, and their batch numbers (Note [Profiles of
+    spawned processes])."""
 
     def __init__(self, options: argparse.Namespace):
         self.options = options
         self.batches = 0
-        self.forked = 0                     # children of the fork method given a ForkedEntry
         self._batch: List[multiprocessing.process.BaseProcess] = []  # the current Process batch
         self._lock = threading.Lock()       # scripts (and start_processes) may start from threads
-        self._fork_reports: Optional[List[int]] = None  # the pipe's (read, write) ends
 
     @property
     def any_started(self) -> bool:
         """Whether some child was given an entry: the training may have run there, not here."""
-        return bool(self.batches or self.forked)
+        return bool(self.batches)
 
     def function_entry(self, fn: Callable[..., Any], start_method: str) -> Callable[..., Any]:
         """start_processes' function as its children run it."""
-        if start_method == "fork":
-            return self._forked_entry(fn)
-        if start_method not in _FRESH_INTERPRETERS:
+        if start_method not in _START_METHODS:
             return fn
         with self._lock:
             self.batches += 1
             self._batch = []  # the Processes started next open a batch of their own
-            return SpawnedEntry(fn, self._batch_options(self.batches))
+            return SpawnedEntry(fn, self._batch_options(self.batches), start_method == "fork")
 
     def target_entry(self, process: multiprocessing.process.BaseProcess) -> Optional[Callable[..., Any]]:
         """The entry a Process about to start runs instead of its target; None: left alone."""
@@ -251,52 +238,20 @@ class ChildProcesses:
         if target is None or _library_worker(target):
             return None
         method = _start_method(process)
-        if method == "fork":
-            return self._forked_entry(target)
-        if method not in _FRESH_INTERPRETERS:
+        if method not in _START_METHODS:
             return None
         with self._lock:
             if not self._batch or any(_ended(p) for p in self._batch):
                 self.batches += 1
                 self._batch = []
             self._batch.append(process)
-            return ProcessEntry(target, self._batch_options(self.batches))
+            return ProcessEntry(target, self._batch_options(self.batches), method == "fork")
 
     def not_started(self, process: multiprocessing.process.BaseProcess) -> None:
         """A start() that failed (its target did not pickle): the process is no batch's."""
         with self._lock:
             if process in self._batch:
                 self._batch.remove(process)
-
-    def say_forked_groups_not_profiled(self) -> None:
-        """Once, at the runner's end: how many forked children set up a process group unprofiled."""
-        if self._fork_reports is None:
-            return
-        read, write = self._fork_reports
-        self._fork_reports = None
-        groups = 0
-        with contextlib.suppress(BlockingIOError):  # empty, while children still hold the write end
-            while chunk := os.read(read, 4096):
-                groups += len(chunk)
-        os.close(read)
-        os.close(write)
-        if groups:
-            stem = os.path.splitext(self.options.trace)[0]
-            warn(f"memcomm: {groups} process(es) started with multiprocessing's fork method set up a "
-                 f"process group and recorded nothing: a forked process cannot record "
-                 f"(Note [Recording across fork] in profiler/core/src/recorder.cpp); started with the spawn "
-                 f"or forkserver method (multiprocessing.set_start_method(\"spawn\")) each writes "
-                 f"{stem}.spawnK.rankR.mct")
-
-    def _forked_entry(self, fn: Callable[..., Any]) -> ForkedEntry:
-        with self._lock:
-            if self._fork_reports is None:
-                read, write = os.pipe()  # close-on-exec: only forked children inherit them
-                os.set_blocking(read, False)
-                os.set_blocking(write, False)
-                self._fork_reports = [read, write]
-            self.forked += 1
-            return ForkedEntry(fn, self._fork_reports[1])
 
     def _batch_options(self, batch: int) -> argparse.Namespace:
         child = argparse.Namespace(**vars(self.options))

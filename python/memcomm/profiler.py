@@ -228,6 +228,16 @@ class Profiler(contextlib.ContextDecorator):
             raise OSError(f"memcomm: {trace_error}")
         return self.result
 
+    def _forget_in_forked_child(self) -> None:
+        """In a process forked while this profiler ran: its hooks go and its run is let go of, unfinished
+        (finishing would close the parent's files: Note [Recording across fork] in
+        profiler/core/src/recorder.cpp)."""
+        self._hooks.forget_in_forked_child()
+        if self._run is not None:
+            self._run.abandon()
+            self._run = None
+        self._observing = False
+
     def _why_no_forward(self) -> str:
         if self._hooks.compiles:
             return ("the forward ran inside code torch.compile compiled (a loss function or training step that calls "
@@ -355,6 +365,17 @@ def profile(trace: Optional[Union[str, os.PathLike]] = None, live: Optional[str]
     """A Profiler, for `with memcomm.profile(trace="run.mct"):` (the with block starts and stops it;
     an exception inside still closes the trace). See Profiler for the arguments."""
     return Profiler(trace, live, model=model, cupti=cupti, clock_sync=clock_sync)
+
+
+def profile_anew_in_forked_child() -> None:
+    """In a process forked while a profile ran (a process python -m memcomm's script forks to train):
+    the parent's profile stays the parent's, recording nothing here, and this process gets a recorder
+    of its own, so a profile may start here (Note [Recording across fork] in
+    profiler/core/src/recorder.cpp)."""
+    inherited, running.profiler = running.profiler, None
+    if inherited is not None:
+        inherited._forget_in_forked_child()
+    _memcomm.renew_recorder_in_forked_child()
 
 
 def current() -> Optional[Profiler]:

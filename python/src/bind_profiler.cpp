@@ -111,6 +111,9 @@ class PyRunProfiler {
     run_.reset();  // closes the sinks: the files are complete when this returns
     return totals_;
   }
+  // In a process forked while this run recorded: lets go of the parent's run without finishing it,
+  // which would close the parent's files; it is leaked as it stands (Note [Recording across fork]).
+  void abandon() { (void)run_.release(); }
   // Observes the allocator serving `device` now, when the run observed none at its start.
   bool observe_allocator(int device) { return run_ && run_->observe_allocator(observed_allocator(device)); }
   int64_t collector_cpu_ns() const { return run_ ? run_->collector_cpu_ns() : cpu_ns_; }
@@ -211,6 +214,8 @@ void bind_run(pyb::module_& m) {
            "(installed after the recording began, or a CUDA engine made at the GPU's first allocation); returns "
            "whether the run observes one now.")
       .def("collector_cpu_ns", &PyRunProfiler::collector_cpu_ns)
+      .def("abandon", &PyRunProfiler::abandon,
+           "In a process forked while the run recorded: lets go of the parent's run, leaving its files alone.")
       .def("trace_error", &PyRunProfiler::trace_error,
            "After finish(): why the trace file stopped short (a full disk) and how much it holds; '' when whole.");
 }
@@ -223,6 +228,9 @@ void bind_hot_calls(pyb::module_& m) {
         "Closes the phase range (at `ts`, 0: now) and puts back label `restore` (-1: keeps the label).");
   m.def("phase_end_on", &phase_end_on, pyb::arg("thread"), pyb::arg("phase"), pyb::arg("id"), pyb::arg("ts"),
         "Closes, at `ts`, a phase range that the thread with recorder index `thread` opened.");
+  m.def("renew_recorder_in_forked_child", &prof::Recorder::renew_global_in_forked_child,
+        "In a forked child: a fresh process-wide recorder in place of the parent's, so a profile can start here; "
+        "False elsewhere (Note [Recording across fork]).");
   m.def("thread_index", [] { return static_cast<int>(prof::Recorder::global().thread_index()); },
         "The recorder's index of the calling thread (what its range events carry).");
   m.def("phase_span", &phase_span, pyb::arg("phase"), pyb::arg("id"), pyb::arg("begin_ns"), pyb::arg("end_ns"),

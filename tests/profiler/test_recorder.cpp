@@ -391,3 +391,49 @@ TEST_CASE("a child forked while the global recorder records records nothing and 
   CHECK(parents > 1);
   std::remove(path.c_str());
 }
+
+// See Note [Recording across fork]: a forked child that asks for a recorder of its own gets a fresh
+// global one and records into its own file; the parent's file holds the parent's events alone, and
+// the parent's recorder, which the child leaves behind, goes on recording there. The parent stops
+// before the fork, so the child starts its collector in a process that had one thread (ASan's malloc
+// and TSan both need that).
+TEST_CASE("a forked child that renews the global recorder records into a file of its own", "[profiler][recorder]") {
+  if (memcomm::test::kThreadSanitizer) MEMCOMM_SKIP_TEST("TSan does not follow a collector thread across fork");
+  const std::string parent_path = test::temp_path("recorder_renew_parent");
+  const std::string child_path = test::temp_path("recorder_renew_child");
+  Recorder& rec = Recorder::global();
+  CHECK_FALSE(Recorder::renew_global_in_forked_child());  // not a forked child: nothing to renew
+  auto sink = std::make_shared<FileSink>(parent_path, WriterOptions{}, 64);
+  rec.add_sink(sink);
+  rec.start();
+  record_counter(rec, rec.name("parent"), 1.0);
+  rec.stop();
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const bool renewed = Recorder::renew_global_in_forked_child();
+    Recorder& mine = Recorder::global();
+    mine.add_sink(std::make_shared<FileSink>(child_path, WriterOptions{}, 64));
+    mine.start();
+    record_counter(mine, mine.name("child"), 999.0);
+    std::thread([&] { record_counter(mine, mine.name("child"), 999.0); }).join();
+    record_counter(rec, rec.name("inherited"), 5.0);  // the parent's recorder records nothing here
+    mine.stop();
+    ::_exit(renewed && &mine != &rec && rec.inherited() && !mine.inherited() ? 0 : 3);
+  }
+  CHECK(memcomm::test::child_exits_cleanly(pid, 20));
+  rec.start();
+  record_counter(rec, rec.name("parent"), 2.0);
+  rec.stop();
+  rec.remove_sink(sink);
+  const auto counters = [](const std::string& path) {
+    std::vector<double> values;
+    for (const Event& e : TraceSet::load({path}).ranks.at(0).events)
+      if (e.kind == EventKind::Counter) values.push_back(e.as<CounterEvent>().value);
+    return values;
+  };
+  CHECK(counters(parent_path) == std::vector<double>{1.0, 2.0});
+  CHECK(counters(child_path) == std::vector<double>{999.0, 999.0});
+  std::remove(parent_path.c_str());
+  std::remove(child_path.c_str());
+}

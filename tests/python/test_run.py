@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 TRAIN = """
 import sys, torch
 from torch import nn
@@ -496,51 +498,37 @@ if __name__ == "__main__":
 """
 
 
-def test_processes_the_script_starts_with_multiprocessing_are_profiled_by_batch_and_rank(tmp_path, tool):
-    # See Note [Profiles of spawned processes]: PyTorch's dist_tuto pattern (mp.Process(target=init_process),
-    # the spawn method). Each loop that starts processes and joins them is one batch, NAME.spawnK.rankR.mct;
-    # a process that sets up no group gets nothing and says nothing; an unpicklable target fails as it would.
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_processes_the_script_starts_with_multiprocessing_are_profiled_by_batch_and_rank(tmp_path, tool, method):
+    # See Note [Profiles of spawned processes]: PyTorch's dist_tuto pattern (mp.Process(target=init_process)),
+    # by a fresh interpreter or by Linux's default fork, where the child lets go of the profile it inherited
+    # (Note [Recording across fork]). Each loop that starts processes and joins them is one batch,
+    # NAME.spawnK.rankR.mct; a process that sets up no group gets nothing and says nothing; the ranks train as
+    # without memcomm; an unpicklable target fails as it would.
     write(tmp_path, "tuto.py", DIST_TUTO)
-    r = run_memcomm(tmp_path, "--trace", "run.mct", "tuto.py", "out", "spawn", str(free_port()), str(free_port()))
+    ports = [str(free_port()), str(free_port())]
+    plain = subprocess.run([sys.executable, "tuto.py", "plain", method, *ports], capture_output=True, text=True,
+                           timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert plain.returncode == 0, plain.stderr
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "tuto.py", "out", method, str(free_port()), str(free_port()))
     assert r.returncode == 0, r.stderr
     assert "helper ran" in r.stdout, r.stdout
-    assert all((tmp_path / f"out.rank{rank}").read_text().startswith("all_reduce 12.0") for rank in range(2))  # 1+2, twice doubled
+    for rank in range(2):  # 1+2, twice doubled; the same weights
+        assert (tmp_path / f"out.rank{rank}").read_text() == (tmp_path / f"plain.rank{rank}").read_text()
+        assert (tmp_path / f"out.rank{rank}").read_text().startswith("all_reduce 12.0")
     files = sorted(f.name for f in tmp_path.glob("*.mct"))
     assert files == ["run.rank0.mct"] + [f"run.spawn{k}.rank{rank}.mct" for k in (1, 2) for rank in (0, 1)], files
     said = r"memcomm: (\S+\.mct): \d+ events\n"  # one line per trace, nothing else (the helper says nothing)
     assert sorted(re.findall(said, r.stderr)) == files and not re.sub(said, "", r.stderr), r.stderr
-    trace = report(tool, *(tmp_path / f"run.spawn1.rank{rank}.mct" for rank in range(2)))
-    assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
-    colls = trace["collectives"]  # DDP's bucket all-reduces, each seen by both ranks
-    assert colls and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
-    plain = subprocess.run([sys.executable, "-c", textwrap.dedent("""
-        import multiprocessing as mp
-        mp.set_start_method("spawn")
-        try:
-            mp.Process(target=lambda: None).start()
-        except Exception as e:
-            print("unpicklable:", type(e).__name__, str(e).split(" at 0x")[0])
-        """)], capture_output=True, text=True, timeout=60)
-    unpicklable = "unpicklable: PicklingError Can't pickle <function <lambda>\n"
-    assert unpicklable in plain.stdout and unpicklable in r.stdout, (plain.stdout, r.stdout)
-
-
-def test_processes_of_the_fork_method_cannot_record_and_the_run_says_so_once(tmp_path, tool):
-    # See Note [Profiles of spawned processes]: a forked child's recorder is off for good (Note [Recording across
-    # fork]); the dist_tuto pattern trains as without memcomm, the run says so once, the parent's trace is whole.
-    write(tmp_path, "tuto.py", DIST_TUTO)
-    plain = subprocess.run([sys.executable, "tuto.py", "plain", "fork", str(free_port())], capture_output=True,
-                           text=True, timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert plain.returncode == 0, plain.stderr
-    r = run_memcomm(tmp_path, "--trace", "run.mct", "tuto.py", "memcomm", "fork", str(free_port()))
-    assert r.returncode == 0, r.stderr
-    for rank in range(2):
-        assert (tmp_path / f"memcomm.rank{rank}").read_text() == (tmp_path / f"plain.rank{rank}").read_text()
-    assert r.stderr.count("2 process(es) started with multiprocessing's fork method set up a process group and "
-                          "recorded nothing") == 1 and r.stderr.count("memcomm") == 2, r.stderr
-    assert f"{tmp_path / 'tuto.py'}:0: UserWarning: memcomm: 2 process(es)" in r.stderr, r.stderr  # not <frozen runpy>
-    assert [f.name for f in tmp_path.glob("*.mct")] == ["run.rank0.mct"]
-    assert report(tool, tmp_path / "run.rank0.mct")["ranks"][0]["rank"] == 0
+    for k in (1, 2):
+        trace = report(tool, *(tmp_path / f"run.spawn{k}.rank{rank}.mct" for rank in range(2)))
+        assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
+        colls = trace["collectives"]  # DDP's bucket all-reduces, each seen by both ranks
+        assert colls and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
+    assert report(tool, tmp_path / "run.rank0.mct")["steps"] == []  # the children's training is theirs alone
+    if method == "spawn":
+        unpicklable = "unpicklable: PicklingError Can't pickle <function <lambda>\n"
+        assert unpicklable in plain.stdout and unpicklable in r.stdout, (plain.stdout, r.stdout)
 
 
 DATA_LOADER = """
@@ -590,7 +578,7 @@ def test_children_are_numbered_by_batch_in_the_order_they_start():
     import argparse
     import pickle
     from torch.utils.data._utils.worker import _worker_loop
-    from memcomm._spawned import ChildProcesses, ForkedEntry, ProcessEntry, SpawnedEntry
+    from memcomm._spawned import ChildProcesses, ProcessEntry, SpawnedEntry
 
     children = ChildProcesses(argparse.Namespace(trace="out/run.mct", snapshot="mem.pickle"))
     first = [_Unstarted(write) for _ in range(3)]
@@ -607,5 +595,6 @@ def test_children_are_numbered_by_batch_in_the_order_they_start():
     assert pickle.loads(pickle.dumps(entry)).fn is write  # by reference, as the target alone
     for worker in (_Unstarted(_worker_loop), _Unstarted(None), _Unstarted(write, "nosuch")):
         assert children.target_entry(worker) is None
-    assert isinstance(children.target_entry(_Unstarted(write, "fork")), ForkedEntry) and children.batches == 4
-    children.say_forked_groups_not_profiled()  # no forked child set a group up: nothing said, the pipe closed
+    forked = children.target_entry(_Unstarted(write, "fork"))  # the batch's first process still runs: batch 4
+    assert isinstance(forked, ProcessEntry) and forked.forked and forked.options.trace == "out/run.spawn4.mct"
+    assert not entry.forked and not spawned.forked and children.function_entry(write, "fork").forked

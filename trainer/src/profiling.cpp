@@ -64,10 +64,13 @@ prof::MemCategory exchange_memory_category(prof::MemCategory c) noexcept {
 }
 
 struct RunProfiler::Impl {
-  // Copies each allocator event into the recorder's ring: lock-free, no allocation (the allocator
-  // may call it with its lock held).
+  // Copies each allocator event into the run's recorder's ring: lock-free, no allocation (the
+  // allocator may call it with its lock held). The run's own recorder, not whichever is global: in a
+  // forked child that profiles anew, the parent's tap, still on the allocator it inherited, records
+  // into the parent's inert recorder (Note [Recording across fork] in recorder.cpp).
   class AllocatorTap final : public alloc::Observer {
    public:
+    explicit AllocatorTap(prof::Recorder& rec) : rec_(rec) {}
     void on_event(const alloc::AllocEvent& e) noexcept override {
       const uint8_t dev = e.device < 0 ? prof::kHostDevice : static_cast<uint8_t>(e.device);
       const auto ts = static_cast<int64_t>(e.time_ns);
@@ -77,7 +80,7 @@ struct RunProfiler::Impl {
         o.kind = prof::EventKind::Oom;
         o.device = dev;
         o.requested = e.size;
-        prof::record(o);
+        rec_.record(o);
         return;
       }
       // Only allocations carry a category; the viewer finds a free's category by address.
@@ -86,13 +89,16 @@ struct RunProfiler::Impl {
       auto b = prof::make_mem_block(e.kind, ts, e.address, e.size, dev,
                                     static_cast<uint8_t>(e.stream), cat);
       if (e.flags & prof::kSegmentVirtualRange) b.category = prof::kSegmentVirtualRange;
-      prof::record(b);
+      rec_.record(b);
     }
+
+   private:
+    prof::Recorder& rec_;
   };
 
   prof::Recorder& rec = prof::Recorder::global();
   alloc::CachingAllocator* allocator = nullptr;
-  AllocatorTap tap;
+  AllocatorTap tap{rec};
   std::shared_ptr<prof::FileSink> file;
   std::shared_ptr<prof::StreamSink> live;
   int sampler = -1;

@@ -35,12 +35,17 @@
 // copies of ones another parent thread held at that instant (the collector drains every few ms), and
 // whose sinks write to the parent's file descriptors. A worker's first allocation then recorded its
 // thread's name, took rare_mu_ and waited forever: DataLoader(num_workers=2) under memcomm.profile
-// hung in 4 of 6 runs. So the child records nothing: the first Recorder registers an at-fork child
-// handler (mark_forked_child) that turns the global recorder off, and every call that would lock,
-// drain, join or close returns at once in the child (in_forked_child()), so the parent's trace keeps
-// only the parent's writes. The sinks stay referenced by the immortal global recorder, so a child
-// never destroys (closes) one. Recorders other than the global one (tests, benchmarks) are not
-// made fork-safe.
+// hung in 4 of 6 runs. So a recorder records nothing in a process other than the one that made it
+// (inherited()): an at-fork child handler, registered by the first Recorder, notes the child's pid
+// and turns the global recorder off, and every call of an inherited recorder that would lock, drain,
+// join or close returns at once, so the parent's trace keeps only the parent's writes. Its sinks stay
+// referenced by the inherited recorder, never destroyed, so a child never closes one.
+// A child that trains (a process the script forks to run a rank, as multiprocessing's default
+// method does on Linux) records into a recorder of its own: renew_global_in_forked_child() puts a
+// fresh global recorder, with fresh locks and no sink, in place of the inherited one, which is
+// leaked as it stands. Only what asks for it renews (python -m memcomm for the processes the script
+// starts: Note [Profiles of spawned processes] in python/memcomm/_spawned.py); a DataLoader worker
+// keeps the inherited recorder and records nothing.
 #include "memcomm/profiler/recorder.hpp"
 
 #include "memcomm/trace/event_sort.hpp"
@@ -67,12 +72,21 @@ struct ThreadSlot {
 
 namespace {
 std::atomic<uint64_t> g_generation{1};
-std::atomic<bool> g_forked_child{false};
+std::atomic<pid_t> g_pid{0};  // this process's id: set by the first Recorder, again in each forked child
 std::atomic<Recorder*> g_global{nullptr};
+
+pid_t this_process() {
+  pid_t pid = g_pid.load(std::memory_order_relaxed);
+  if (pid == 0) {
+    pid = ::getpid();
+    g_pid.store(pid, std::memory_order_relaxed);
+  }
+  return pid;
+}
 
 // See Note [Recording across fork]: runs in the child, before fork() returns there.
 void mark_forked_child() {
-  g_forked_child.store(true, std::memory_order_relaxed);
+  g_pid.store(::getpid(), std::memory_order_relaxed);
   if (Recorder* r = g_global.load(std::memory_order_relaxed)) r->disable_in_forked_child();
 }
 
@@ -132,10 +146,8 @@ int next_drain_interval_ms(int current_ms, double fill, int min_ms, int max_ms) 
 }
 }  // namespace detail
 
-bool in_forked_child() noexcept { return g_forked_child.load(std::memory_order_relaxed); }
-
 Recorder::Recorder(const RecorderOptions& options)
-    : opt_(options), generation_(g_generation.fetch_add(1)) {
+    : opt_(options), generation_(g_generation.fetch_add(1)), owner_pid_(this_process()) {
   clock_init();
   static const int registered = ::pthread_atfork(nullptr, nullptr, &mark_forked_child);
   (void)registered;
@@ -143,7 +155,10 @@ Recorder::Recorder(const RecorderOptions& options)
 
 void Recorder::disable_in_forked_child() noexcept { enabled_.store(false, std::memory_order_relaxed); }
 
+bool Recorder::inherited() const noexcept { return owner_pid_ != g_pid.load(std::memory_order_relaxed); }
+
 Recorder::~Recorder() {
+  if (inherited()) return;  // the parent's sinks and threads: Note [Recording across fork]
   stop();
   std::lock_guard<std::mutex> lock(sinks_mu_);
   for (auto& s : sinks_) {
@@ -156,16 +171,23 @@ Recorder::~Recorder() {
 }
 
 Recorder& Recorder::global() {
-  static Recorder* r = [] {
-    auto* g = new Recorder();  // Note: leaked on purpose (see header)
-    g_global.store(g, std::memory_order_relaxed);
-    return g;
-  }();
-  return *r;
+  if (Recorder* r = g_global.load(std::memory_order_acquire)) return *r;
+  Recorder* first = nullptr;
+  auto* fresh = new Recorder();  // leaked on purpose (see the header)
+  if (g_global.compare_exchange_strong(first, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread's came first
+  return *first;
+}
+
+bool Recorder::renew_global_in_forked_child() {
+  Recorder* r = g_global.load(std::memory_order_acquire);
+  if (r == nullptr || !r->inherited()) return false;
+  g_global.store(new Recorder(), std::memory_order_release);  // the inherited one is leaked as it stands
+  return true;
 }
 
 void Recorder::attach_thread() noexcept {
-  if (in_forked_child()) return;  // Note [Recording across fork]
+  if (inherited()) return;  // Note [Recording across fork]
   detail::TlsCache& c = detail::tls_cache;
   for (auto& [gen, slot] : tl_slots.slots) {
     if (gen == generation_) {
@@ -189,13 +211,13 @@ void Recorder::attach_thread() noexcept {
 }
 
 void Recorder::set_thread_name(std::string_view name) {
-  if (in_forked_child()) return;
+  if (inherited()) return;
   const uint16_t idx = thread_index();
   record_rare(Event::from(make_meta(now_ns(), MetaKey::ThreadName, int64_t(gettid()), intern(name), idx)));
 }
 
 void Recorder::record_rare(const Event& e) {
-  if (in_forked_child()) return;
+  if (inherited()) return;
   std::lock_guard<std::mutex> lock(rare_mu_);
   rare_.push_back(e);
 }
@@ -228,7 +250,7 @@ void Recorder::emit_identity(int64_t ts) {
 }
 
 void Recorder::start() {
-  if (in_forked_child()) return;  // Note [Recording across fork]
+  if (inherited()) return;  // Note [Recording across fork]
   std::lock_guard<std::mutex> lock(control_mu_);
   if (enabled()) return;
   {
@@ -254,7 +276,7 @@ void Recorder::start() {
 }
 
 void Recorder::stop() {
-  if (in_forked_child()) {  // no collector to join, no drain into the parent's sinks
+  if (inherited()) {  // no collector to join, no drain into the parent's sinks
     enabled_.store(false, std::memory_order_release);
     return;
   }
@@ -273,7 +295,7 @@ void Recorder::stop() {
 }
 
 void Recorder::drain_now() {
-  if (in_forked_child()) return;
+  if (inherited()) return;
   std::lock_guard<std::mutex> dl(drain_mu_);
   drain_locked(false);
 }
@@ -414,13 +436,13 @@ void Recorder::drain_locked(bool flush) {
 }
 
 void Recorder::add_sink(std::shared_ptr<Sink> sink) {
-  if (in_forked_child()) return;
+  if (inherited()) return;
   std::lock_guard<std::mutex> sl(sinks_mu_);
   sinks_.push_back({std::move(sink), 0});
 }
 
 void Recorder::remove_sink(const std::shared_ptr<Sink>& sink) {
-  if (in_forked_child()) return;  // the sink stays referenced here: the child never closes it
+  if (inherited()) return;  // the sink stays referenced here: the child never closes it
   {
     std::lock_guard<std::mutex> dl(drain_mu_);
     drain_locked(true);
@@ -442,7 +464,7 @@ RecorderStats Recorder::stats() const {
   s.batches = batches_.load();
   s.wakeups = wakeups_.load();
   s.collector_cpu_ns = collector_cpu_ns_.load();
-  if (in_forked_child()) return s;
+  if (inherited()) return s;
   auto* self = const_cast<Recorder*>(this);
   std::lock_guard<std::mutex> tl(self->threads_mu_);
   s.threads = threads_created_;
@@ -450,7 +472,7 @@ RecorderStats Recorder::stats() const {
 }
 
 int Recorder::add_sampler(std::function<void(Recorder&)> fn, std::chrono::milliseconds period) {
-  if (in_forked_child()) return 0;
+  if (inherited()) return 0;
   std::lock_guard<std::mutex> sl(samplers_mu_);
   const int id = next_sampler_id_++;
   samplers_.push_back({id, std::move(fn), period, std::chrono::steady_clock::now()});
@@ -458,7 +480,7 @@ int Recorder::add_sampler(std::function<void(Recorder&)> fn, std::chrono::millis
 }
 
 void Recorder::remove_sampler(int id) {
-  if (in_forked_child()) return;
+  if (inherited()) return;
   std::lock_guard<std::mutex> sl(samplers_mu_);
   samplers_.erase(std::remove_if(samplers_.begin(), samplers_.end(), [id](const Sampler& s) { return s.id == id; }),
                   samplers_.end());

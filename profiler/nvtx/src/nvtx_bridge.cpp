@@ -12,6 +12,7 @@ namespace {
 
 std::mutex g_mu;
 int g_slot = -1;
+Recorder* g_owner = nullptr;  // the recorder whose hook slot g_slot is
 
 // One NVTX domain keeps memcomm's ranges apart from the application's own.
 nvtxDomainHandle_t domain() {
@@ -37,19 +38,23 @@ void on_end(void*, Phase) { nvtxDomainRangePop(domain()); }
 
 bool install_nvtx_bridge(Recorder& recorder) {
   std::lock_guard<std::mutex> lk(g_mu);
-  if (g_slot >= 0) return false;
+  // A bridge on a recorder this forked child inherited never fires: a renewed recorder gets its own
+  // (Note [Recording across fork] in recorder.cpp).
+  if (g_slot >= 0 && !g_owner->inherited()) return false;
   RangeHook hook;
   hook.on_begin = &on_begin;
   hook.on_end = &on_end;
   g_slot = recorder.add_range_hook(hook);
+  g_owner = g_slot >= 0 ? &recorder : nullptr;
   return g_slot >= 0;
 }
 
 void uninstall_nvtx_bridge(Recorder& recorder) {
   std::lock_guard<std::mutex> lk(g_mu);
-  if (g_slot < 0) return;
+  if (g_slot < 0 || g_owner != &recorder) return;
   recorder.remove_range_hook(g_slot);
   g_slot = -1;
+  g_owner = nullptr;
 }
 
 }  // namespace memcomm::prof

@@ -1,4 +1,5 @@
 """Collectives into the trace: memcomm.comm_hook (DDP's buckets) and record_collective (memcomm.dist)."""
+import os
 import threading
 import time
 from typing import Any, Callable, Dict, Optional, Tuple, Union
@@ -65,6 +66,17 @@ def record_collective(p: Any, op: str, dtype: int, nbytes: int, group: Any, buck
 # DDP's comm hook needs none of this: its record is chained into the future DDP waits on.
 _in_flight: Dict[int, Any] = {}
 _in_flight_lock = threading.Lock()
+
+
+def _none_in_flight_in_forked_child() -> None:
+    """The parent's collectives are not the child's to wait for, and its lock may be held by a thread
+    the child does not have."""
+    global _in_flight_lock
+    _in_flight_lock = threading.Lock()
+    _in_flight.clear()
+
+
+os.register_at_fork(after_in_child=_none_in_flight_in_forked_child)
 
 
 def settle_in_flight(timeout_s: float = 1.0) -> None:

@@ -28,6 +28,7 @@ the release it would wait for may be its own, still to come. No wait is longer t
 work that never completes keeps its callable, and the teardown then fares as it would without memcomm.
 """
 import atexit
+import os
 import threading
 import time
 from typing import Any, Callable, Tuple
@@ -41,15 +42,27 @@ class _Counts:
     unreleased = 0            # callables handed over and not yet released
     ran_unreleased = 0        # of those, the ones that have run: their release is imminent
     handed_over = False       # whether any was, in this process (nothing to wait for otherwise)
+    process = os.getpid()     # the process counting: a forked child counts its own callables alone
+
+
+def _count_afresh_in_forked_child() -> None:
+    """The parent's callables belong to torch threads the child does not have: none will run or be
+    released here, so waiting for them would only time out, and a thread that held the lock is gone."""
+    _Counts.lock = threading.RLock()
+    _Counts.unreleased = _Counts.ran_unreleased = 0
+    _Counts.process = os.getpid()
+
+
+os.register_at_fork(after_in_child=_count_afresh_in_forked_child)
 
 
 class Tracked:
     """`fn`, counted from now until torch drops the last reference to this object."""
-    __slots__ = ("_fn", "_ran")
+    __slots__ = ("_fn", "_ran", "_process")
     _counts = _Counts
 
     def __init__(self, fn: Callable[..., Any]):
-        self._fn, self._ran = fn, False
+        self._fn, self._ran, self._process = fn, False, _Counts.process
         with _Counts.lock:
             if not _Counts.handed_over:
                 _Counts.handed_over = True
@@ -61,11 +74,13 @@ class Tracked:
         with counts.lock:
             if not self._ran:
                 self._ran = True
-                counts.ran_unreleased += 1
+                counts.ran_unreleased += self._process == counts.process
         return self._fn(*args)
 
     def __del__(self) -> None:
         counts = self._counts
+        if self._process != counts.process:  # the parent's, counted there
+            return
         with counts.lock:
             counts.unreleased -= 1
             counts.ran_unreleased -= self._ran

@@ -261,6 +261,15 @@ class PhaseHooks:
             self._global_handles.clear()
             self._roots, self._watched = _WeakModules(), _WeakModules()
 
+    def forget_in_forked_child(self) -> None:
+        """In a process forked while these hooks ran, which profiles anew: removes every hook. The
+        parent's other threads are not here, so their states go, and a lock one of them held at the
+        fork is replaced."""
+        self._lock = threading.Lock()
+        self._threads = []
+        self._tls = threading.local()
+        self.remove()
+
     def close_this_thread(self) -> None:
         """Closes the ranges the calling thread has open, and the last step of every other training
         thread whose update returned (Note [The step's last update]); the hooks record no more."""

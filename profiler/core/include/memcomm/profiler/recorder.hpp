@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <sys/types.h>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -106,10 +107,6 @@ inline constexpr int kMaxRangeHooks = 8;
 int next_drain_interval_ms(int current_ms, double fill, int min_ms, int max_ms);
 }  // namespace detail
 
-// True in a process forked from one that created a Recorder (Note [Recording across fork] in
-// recorder.cpp): nothing is recorded there.
-bool in_forked_child() noexcept;
-
 class Recorder {
  public:
   explicit Recorder(const RecorderOptions& options = {});
@@ -118,7 +115,14 @@ class Recorder {
   Recorder& operator=(const Recorder&) = delete;
 
   // The process-wide recorder (never destroyed, so threads may record during static destruction).
+  // In a forked child, the parent's, inert, until renew_global_in_forked_child().
   static Recorder& global();
+  // In a forked child whose global recorder is the parent's: a fresh one takes its place; false
+  // (nothing done) elsewhere (Note [Recording across fork] in recorder.cpp).
+  static bool renew_global_in_forked_child();
+  // Whether this recorder was made in another process (this one is its forked child): it records,
+  // locks and closes nothing here (Note [Recording across fork]).
+  bool inherited() const noexcept;
   // In a child forked from this process: turns recording off for good (Note [Recording across fork]).
   void disable_in_forked_child() noexcept;
 
@@ -154,9 +158,9 @@ class Recorder {
   // Drains now (synchronously, from the calling thread; tests and shutdown paths).
   void drain_now();
 
-  // Names and strings (slow path: lock + hash lookup; cache the result). In a forked child, where
-  // nothing is recorded, kNoString (Note [Recording across fork]).
-  StringId intern(std::string_view s) { return in_forked_child() ? kNoString : strings_.intern(s); }
+  // Names and strings (slow path: lock + hash lookup; cache the result). Inherited by a forked
+  // child, where it records nothing, kNoString (Note [Recording across fork]).
+  StringId intern(std::string_view s) { return inherited() ? kNoString : strings_.intern(s); }
   Name name(std::string_view s) {
     const StringId id = intern(s);
     return {id, id == kNoString ? "" : strings_.text(id)};
@@ -210,6 +214,7 @@ class Recorder {
 
   RecorderOptions opt_;
   const uint64_t generation_;
+  const pid_t owner_pid_;  // the process that made it (inherited())
   std::atomic<bool> enabled_{false};
   Identity identity_;
   StringTable strings_;
