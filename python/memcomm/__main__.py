@@ -12,8 +12,8 @@ offsets are measured between ranks: exact on one host (Note [A profile started b
 group] in profiler.py). Processes the script starts (torch.multiprocessing's spawn and
 start_processes, multiprocessing's Process.start(), by any start method) are profiled from their
 init_process_group on, each writing NAME.spawnK.rankR.mct for the K-th batch of processes the script
-started; a Process that sets up no group (DataLoader and Pool workers among them) is left alone (Note
-[Profiles of spawned processes] in _spawned.py). A rank the script starts by running this Python on the same
+started; a Process that sets up no group (DataLoader and Pool workers among them) is left alone, and
+says so if it trained (Note [Profiles of spawned processes] in _spawned.py). A rank the script starts by running this Python on the same
 script or module again (Lightning's strategy="ddp" starts its other ranks so) runs under memcomm with
 the same options (Note [A script that starts itself again] in _relaunched.py).
 """
@@ -53,7 +53,7 @@ forkserver or fork) write NAME.spawnK.rankR.mct from their init_process_group on
 K counts batches of processes in the order they start: each spawn/start_processes call is one, and
 Processes started one after another are one until one of them ends (a loop that starts N processes,
 then joins them, is one K; the next loop is K+1). A Process that sets up no process group (DataLoader
-and Pool workers too) is left alone.
+and Pool workers too) is left alone; one that ran optimizer steps says it was not profiled.
 
 memcomm goes after a launcher that starts the ranks (torchrun, accelerate launch, deepspeed --module
 memcomm), never in front of one: that would profile the launcher alone (a usage error).

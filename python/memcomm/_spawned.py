@@ -19,7 +19,10 @@ first). The profile starts inside init_process_group, so it measures no clock of
 share the parent's host and clock (Note [One clock per host] in memcomm/trace/clock.hpp).
 - A start_processes child is a rank: it installs the allocator at its start, and says so when it
   sets up no group. A Process may be no rank at all (a script's own worker), so in a ProcessEntry
-  everything waits for the group: one that never sets one up gets no allocator, no file and no line.
+  everything waits for the group: one that never sets one up gets no allocator, no file and no line,
+  unless it trained (ran a torch.optim step, as pytorch/examples' mnist_hogwild's processes do): then
+  it says it was not profiled, and that a profile started inside it records it. Only a process group
+  names a child's rank, and a file named by anything else would not be one of a job's ranks.
   Installed at the group, the CPU allocator serves the tensors made from then on; the CUDA one is
   refused, with a warning, when torch's own allocator already holds CUDA memory.
 - A target from multiprocessing, concurrent.futures or torch is a worker of that machinery, never a
@@ -55,10 +58,12 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import torch.distributed.distributed_c10d as c10d
 import torch.multiprocessing as torch_mp
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import memcomm
 from memcomm._caller import RunnerWarnings, warn
 from memcomm._ending import close, closed_before_os_exit
+from memcomm._profiler import running
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm.profiler import profile_anew_in_forked_child
 
@@ -130,6 +135,7 @@ class _ChildProfile:
         self.forked = forked  # the allocator and the DDP buckets' recording are the runner's, inherited
         self.profiler: Optional[memcomm.Profiler] = None
         self.start_failed = False  # said when it failed
+        self.updates = 0           # torch.optim steps outside any profile (a Process that trains unprofiled says so)
         self.closed = False
         self.prepared = contextlib.ExitStack()  # DDP buckets recorded, os._exit closing first
         RunnerWarnings.on = True  # the script's child: memcomm's warnings never fail it either
@@ -140,10 +146,22 @@ class _ChildProfile:
             with self.prepared:
                 if not self.waits_for_group:
                     self._prepare()
-                with _after_default_group(self._start_with_group):
+                with _after_default_group(self._start_with_group), self._updates_counted():
                     yield
         finally:
             self._close()
+
+    @contextlib.contextmanager
+    def _updates_counted(self) -> Iterator[None]:
+        handle = register_optimizer_step_post_hook(self._updated)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def _updated(self, *_: Any) -> None:
+        if running.profiler is None:  # not in the child's own profile, nor in one the script started in it
+            self.updates += 1
 
     def _prepare(self) -> None:
         """memcomm's allocator where asked, DDP buckets recorded, the trace closed before os._exit."""
@@ -186,6 +204,10 @@ class _ChildProfile:
         self.closed = True
         if self.profiler is not None:
             close(self.options, self.profiler)
+        elif not self.start_failed and self.updates:  # a Process of the script's own, training (Hogwild)
+            print(f"memcomm: process {os.getpid()}, started by the script, ran {self.updates} optimizer step(s) without "
+                  f"setting up a process group: not profiled (Note [Profiles of spawned processes]); "
+                  f"memcomm.profile() inside it records it", file=sys.stderr)
         elif not self.start_failed and not self.waits_for_group:
             print(f"memcomm: process {os.getpid()}, started by torch.multiprocessing, set up no process group: "
                   f"not profiled (Note [Profiles of spawned processes])", file=sys.stderr)

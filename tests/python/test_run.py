@@ -531,6 +531,50 @@ def test_processes_the_script_starts_with_multiprocessing_are_profiled_by_batch_
         assert unpicklable in plain.stdout and unpicklable in r.stdout, (plain.stdout, r.stdout)
 
 
+HOGWILD = """
+import contextlib, sys, torch, torch.multiprocessing as mp
+from torch import nn
+
+
+def train(rank, model, own_profile):
+    import memcomm
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memcomm.profile(trace=f"hog{rank}.mct", model=model) if own_profile else contextlib.nullcontext():
+        for _ in range(3):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(torch.randn(4, 8)), torch.zeros(4, 2)).backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    model = nn.Linear(8, 2)
+    model.share_memory()  # pytorch/examples' mnist_hogwild: the processes update one model, with no group
+    processes = [mp.Process(target=train, args=(rank, model, sys.argv[1] == "own")) for rank in range(2)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join()
+    print("exit codes", [p.exitcode for p in processes])
+"""
+
+
+def test_a_process_that_trains_without_a_group_says_it_was_not_profiled_and_may_profile_itself(tmp_path, tool):
+    # See Note [Profiles of spawned processes]: a Process is profiled from its process group, and only one names a
+    # rank. Hogwild's forked processes train without one: each says so, and a profile started inside one records
+    # it (the profile it inherited by the fork is let go of: Note [Recording across fork]).
+    write(tmp_path, "hog.py", HOGWILD)
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "hog.py", "none")
+    assert r.returncode == 0 and r.stdout == "exit codes [0, 0]\n", (r.stdout, r.stderr)
+    said = re.findall(r"memcomm: process \d+, started by the script, ran 3 optimizer step\(s\) without setting up "
+                      r"a process group: not profiled", r.stderr)
+    assert len(said) == 2, r.stderr
+    assert [f.name for f in tmp_path.glob("*.mct")] == ["run.rank0.mct"]
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "hog.py", "own")
+    assert r.returncode == 0 and "not profiled" not in r.stderr, r.stderr
+    for rank in range(2):
+        assert len(report(tool, tmp_path / f"hog{rank}.rank0.mct")["steps"]) == 3
+
+
 DATA_LOADER = """
 import sys, torch, multiprocessing as mp
 from torch import nn
