@@ -395,15 +395,15 @@ TEST_CASE("a child forked while the global recorder records records nothing and 
 // See Note [Recording across fork]: a forked child that asks for a recorder of its own gets a fresh
 // global one and records into its own file; the parent's file holds the parent's events alone, and
 // the parent's recorder, which the child leaves behind, goes on recording there. The parent stops
-// before the fork, so the child starts its collector in a process that had one thread (ASan's malloc
-// and TSan both need that).
+// before the fork and its sink compresses on the caller's thread, so the child allocates and starts
+// its collector in a process that had one thread (ASan's malloc needs that; TSan even more).
 TEST_CASE("a forked child that renews the global recorder records into a file of its own", "[profiler][recorder]") {
   if (memcomm::test::kThreadSanitizer) MEMCOMM_SKIP_TEST("TSan does not follow a collector thread across fork");
   const std::string parent_path = test::temp_path("recorder_renew_parent");
   const std::string child_path = test::temp_path("recorder_renew_child");
   Recorder& rec = Recorder::global();
   CHECK_FALSE(Recorder::renew_global_in_forked_child());  // not a forked child: nothing to renew
-  auto sink = std::make_shared<FileSink>(parent_path, WriterOptions{}, 64);
+  auto sink = std::make_shared<FileSink>(parent_path, WriterOptions{}, 64, /*compress_threads=*/0);
   rec.add_sink(sink);
   rec.start();
   record_counter(rec, rec.name("parent"), 1.0);
@@ -413,7 +413,7 @@ TEST_CASE("a forked child that renews the global recorder records into a file of
   if (pid == 0) {
     const bool renewed = Recorder::renew_global_in_forked_child();
     Recorder& mine = Recorder::global();
-    mine.add_sink(std::make_shared<FileSink>(child_path, WriterOptions{}, 64));
+    mine.add_sink(std::make_shared<FileSink>(child_path, WriterOptions{}, 64, /*compress_threads=*/0));
     mine.start();
     record_counter(mine, mine.name("child"), 999.0);
     std::thread([&] { record_counter(mine, mine.name("child"), 999.0); }).join();
