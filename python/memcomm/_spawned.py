@@ -100,7 +100,7 @@ class SpawnedEntry:
 
 class ProcessEntry(SpawnedEntry):
     """A Process's target as its child runs it: as SpawnedEntry, but the allocator and everything
-    else wait for a process group, and a child without one is left as it was."""
+    else wait for a process group, and a child without one gets none of it."""
 
     waits_for_group = True
 

@@ -140,6 +140,7 @@ class Profiler(contextlib.ContextDecorator):
         self._cupti = cupti
         self._clock_sync = clock_sync
         self._run: Any = None
+        self._process = 0                     # the process that started it (a forked child's copy is not its own)
         self._observing = False               # the run observes memcomm's allocator (_observe_allocator)
         self._hooks = PhaseHooks(self, models)
         self._comms = Communicators(self._group_formed)
@@ -175,6 +176,7 @@ class Profiler(contextlib.ContextDecorator):
     def start(self) -> "Profiler":
         """Starts recording and installs the hooks. Raises if it cannot record (see the class)."""
         with running.control:
+            profile_anew_in_forked_child()  # a profile and recorder this process inherited by a fork: the parent's
             if running.profiler is not None:
                 raise RuntimeError("a memcomm profiler is already running in this process; " + (
                     "python -m memcomm started it and profiles the whole script: run a script that starts "
@@ -190,6 +192,7 @@ class Profiler(contextlib.ContextDecorator):
                 self._run = None
                 raise
             running.profiler = self
+            self._process = os.getpid()
         return self
 
     def stop(self) -> Tuple[int, int]:
@@ -368,12 +371,13 @@ def profile(trace: Optional[Union[str, os.PathLike]] = None, live: Optional[str]
 
 
 def profile_anew_in_forked_child() -> None:
-    """In a process forked while a profile ran (a process python -m memcomm's script forks to train):
-    the parent's profile stays the parent's, recording nothing here, and this process gets a recorder
-    of its own, so a profile may start here (Note [Recording across fork] in
-    profiler/core/src/recorder.cpp)."""
-    inherited, running.profiler = running.profiler, None
-    if inherited is not None:
+    """In a process forked while a profile ran (one that python -m memcomm's script forks to train, or
+    one that starts a profile of its own): the parent's profile stays the parent's, recording nothing
+    here, and this process gets a recorder of its own, so a profile may start here (Note [Recording
+    across fork] in profiler/core/src/recorder.cpp). Elsewhere, nothing changes."""
+    inherited = running.profiler
+    if inherited is not None and inherited._process != os.getpid():
+        running.profiler = None
         inherited._forget_in_forked_child()
     _memcomm.renew_recorder_in_forked_child()
 

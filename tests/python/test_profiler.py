@@ -200,6 +200,29 @@ def test_processes_without_ranks_that_share_a_name_write_a_file_each(tmp_path, t
     assert [s["step"] for s in trace_json(tool, "report", tagged[0])["steps"]] == [1, 2, 3]
 
 
+def test_a_process_forked_while_a_profile_runs_may_profile_itself(tmp_path, tool):
+    # See Note [Recording across fork]: the child lets go of the profile and the recorder it inherited (they
+    # record nothing there) and records its own; the parent's profile goes on, its file the parent's alone.
+    check("""
+        import multiprocessing as mp
+        def child(path):
+            model = make_model()
+            with memcomm.profile(trace=path):
+                loop(model, torch.optim.SGD(model.parameters(), lr=0.1), batches(3))
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[1]):
+            loop(model, opt, batches(1))
+            p = mp.get_context("fork").Process(target=child, args=(sys.argv[2],))
+            p.start()
+            p.join(60)
+            assert p.exitcode == 0, p.exitcode
+            loop(model, opt, batches(1))
+    """, str(tmp_path / "parent.mct"), str(tmp_path / "child.mct"))
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "parent.rank0.mct")["steps"]] == [1, 2]
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "child.rank0.mct")["steps"]] == [1, 2, 3]
+
+
 def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool):
     # pytorch/examples' word_language_model updates its parameters by hand.
     out = check("""
