@@ -428,7 +428,8 @@ TEST_CASE("a forked child that renews the global recorder records into a file of
   rec.remove_sink(sink);
   const auto counters = [](const std::string& path) {
     std::vector<double> values;
-    for (const Event& e : TraceSet::load({path}).ranks.at(0).events)
+    const TraceSet set = TraceSet::load({path});
+    for (const Event& e : set.ranks.at(0).events)
       if (e.kind == EventKind::Counter) values.push_back(e.as<CounterEvent>().value);
     return values;
   };
