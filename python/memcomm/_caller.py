@@ -2,8 +2,9 @@
 
 A fixed stacklevel names the right line only for one call path: stop() reached from a with block's
 __exit__ pointed at memcomm/profiler.py, and the same warning from a direct stop() call at the
-script. warn() names the first frame outside the memcomm package (and Python's frozen runpy),
-whichever path led there; under python -m memcomm after the script ended, the script with line 0.
+script. warn() names the first frame outside the memcomm package and the standard library, whichever
+path led there; under python -m memcomm after the script (or the function a child ran) ended, the
+script with line 0.
 Under python -m memcomm a warning that a filter turns into an error is printed, not raised (RunnerWarnings).
 The profile's advice on what it did not see has categories of its own (ProfileAdvice), so a filter can
 name them by kind rather than by their wording.
@@ -11,9 +12,12 @@ name them by kind rather than by their wording.
 import os
 import sys
 import warnings
-from typing import Type
+from types import CodeType
+from typing import Any, Callable, Set, Type
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+_INSTALLED = tuple(_STDLIB + folder + os.sep for folder in ("site-packages", "dist-packages"))
 
 
 def in_memcomm(filename: str) -> bool:
@@ -22,8 +26,12 @@ def in_memcomm(filename: str) -> bool:
 
 
 def _not_the_scripts(filename: str) -> bool:
-    """memcomm's own frames, and Python's frozen runpy that runs python -m memcomm."""
-    return in_memcomm(filename) or filename.startswith("<frozen")
+    """memcomm's own frames, and the standard library's that led to them: Python's frozen runpy that runs
+    python -m memcomm, contextlib's exit of a with block, multiprocessing's start of a child that
+    runs a function of the script (a child's profile ends after that function returned)."""
+    path = os.path.abspath(filename)
+    return (path.startswith(_PACKAGE) or filename.startswith("<frozen")
+            or (path.startswith(_STDLIB) and not path.startswith(_INSTALLED)))
 
 
 class ProfileAdvice(UserWarning):
@@ -42,12 +50,22 @@ class RunnerWarnings:
     on = False
 
 
+_ENTRIES: Set[CodeType] = set()  # where a child begins the script's function: what called them is machinery
+
+
+def entry_of_the_script(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks `function` as one that runs the script's code for a process's machinery (torch's or
+    multiprocessing's start of a child): warn() reaching it has passed the script."""
+    _ENTRIES.add(function.__code__)
+    return function
+
+
 def warn(message: str, category: Type[Warning] = UserWarning) -> None:
     level, frame = 2, sys._getframe(1)  # level 2: warn()'s caller
     while frame is not None and _not_the_scripts(frame.f_code.co_filename):
-        frame, level = frame.f_back, level + 1
+        frame, level = (None, level) if frame.f_code in _ENTRIES else (frame.f_back, level + 1)
     try:
-        if frame is None:  # python -m memcomm after the script ended: the script, at no line of it
+        if frame is None:  # python -m memcomm after the script (or a child's function) ended: the script, at no line
             script = getattr(sys.modules.get("__main__"), "__file__", None) or "memcomm"
             warnings.warn_explicit(message, category, script, 0, module="memcomm")
         else:

@@ -61,7 +61,7 @@ import torch.multiprocessing as torch_mp
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import memcomm
-from memcomm._caller import RunnerWarnings, warn
+from memcomm._caller import RunnerWarnings, entry_of_the_script, warn
 from memcomm._ending import close, closed_before_os_exit
 from memcomm._profiler import running
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
@@ -90,6 +90,7 @@ class SpawnedEntry:
         self.options = options
         self.forked = forked  # a child of the fork method, which inherited the runner's profile
 
+    @entry_of_the_script
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.forked:
             profile_anew_in_forked_child()

@@ -200,6 +200,61 @@ def test_processes_without_ranks_that_share_a_name_write_a_file_each(tmp_path, t
     assert [s["step"] for s in trace_json(tool, "report", tagged[0])["steps"]] == [1, 2, 3]
 
 
+def test_a_model_holding_a_module_that_refuses_to_list_its_parameters_is_found(tmp_path, tool):
+    # pytorch/examples' ddp_rpc holds a torch.distributed.nn.RemoteModule inside its model; RemoteModule raises
+    # ValueError for parameters(), named_modules() and children(). The model's forwards are still found, by its
+    # other modules' parameters, and the script runs as without memcomm.
+    check("""
+        class RemoteLike(nn.Module):  # RemoteModule's refusals, without RPC
+            def parameters(self, *args, **kwargs):
+                raise ValueError("Method ``parameters`` not supported for RemoteModule")
+            named_modules = children = named_parameters = parameters
+            def forward(self, x):
+                return x * 2
+        class Hybrid(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.remote, self.fc = RemoteLike(), nn.Linear(4, 2)
+            def forward(self, x):
+                return self.fc(self.remote(x))
+        model = Hybrid()
+        opt = torch.optim.SGD(model.fc.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[1]):
+            for _ in range(3):
+                opt.zero_grad()
+                model(torch.randn(8, 4)).pow(2).mean().backward()
+                opt.step()
+    """, str(tmp_path / "hybrid.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "hybrid.rank0.mct")
+    assert counts == {"step": 3, "forward": 3, "backward": 3, "optimizer": 3}, counts
+
+
+def test_a_backward_of_distributed_autograd_is_a_backward(tmp_path, tool):
+    # RPC's distributed autograd (pytorch/examples' ddp_rpc) has an engine of its own: its backward is recorded,
+    # and as its DistributedOptimizer is no torch.optim optimizer, the advice to mark the steps follows.
+    out = check("""
+        import socket, warnings
+        import torch.distributed.autograd as dist_autograd
+        import torch.distributed.rpc as rpc
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
+        rpc.init_rpc("trainer", rank=0, world_size=1)
+        model = make_model()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with memcomm.profile(trace=sys.argv[1]):
+                for x, y in batches(3):
+                    with dist_autograd.context() as context:
+                        dist_autograd.backward(context, [crit(model(x), y)])
+        rpc.shutdown()
+        print([str(w.message)[:40] for w in seen])
+    """, str(tmp_path / "rpc.mct"))
+    assert "['memcomm: 3 backward passes but no optimi']" in out, out
+    counts = phase_counts(tool, tmp_path, tmp_path / "rpc.rank0.mct")
+    assert counts == {"step": 1, "forward": 3, "backward": 3}, counts
+
+
 def test_a_process_forked_while_a_profile_runs_may_profile_itself(tmp_path, tool):
     # See Note [Recording across fork]: the child lets go of the profile and the recorder it inherited (they
     # record nothing there) and records its own; the parent's profile goes on, its file the parent's alone.

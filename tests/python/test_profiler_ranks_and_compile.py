@@ -176,6 +176,27 @@ def test_a_model_compiled_inside_the_profile_compiles_once(tmp_path, tool):
     assert counts == {"step": 3, "data_wait": 3, "forward": 3, "backward": 3, "optimizer": 3}, counts
 
 
+def test_a_model_compiled_inside_a_wrapper_is_one_forward_and_its_compile_no_backward(tmp_path, tool):
+    # See Note [Finding the model]: the wrapper's forward (DDP's, in llm.c's train_gpt2.py) is open when the compiled
+    # model's first call takes the global hooks off; it ends as the wrapper returns, not there. And the compile's
+    # own differentiation of the traced forward (AOTAutograd, with fake tensors; aot_eager keeps no cache) is no
+    # backward of the training.
+    check("""
+        class Wrapper(nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+            def forward(self, x):
+                return self.inner(x)
+        with memcomm.profile(trace=sys.argv[1]):
+            model = make_model()
+            wrapped = Wrapper(torch.compile(model, backend="aot_eager"))
+            loop(wrapped, torch.optim.SGD(model.parameters(), lr=0.01), batches(3))
+    """, str(tmp_path / "wrapped.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "wrapped.rank0.mct")
+    assert counts == {"step": 3, "data_wait": 3, "forward": 3, "backward": 3, "optimizer": 3}, counts
+
+
 def test_code_compiled_around_a_model_built_inside_the_profile_compiles_once(tmp_path, tool):
     # See Note [Finding the model]: a compiled loss function that calls the model, and model.compile(),
     # compile inside the model's call, where no call of memcomm's comes first: the compile's start

@@ -51,7 +51,10 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   (a hand-written update, MAML, WGAN-GP's penalty, torch.func.grad): start() wraps the function both
   call into the engine with (torch.autograd's _engine_run_backward, where torch has it; else those
   two entry points), so a `from torch.autograd import grad` made before start() is seen too, and
-  stop() puts it back. The wrapper is one Python call around the whole backward, on
+  stop() puts it back. RPC's distributed autograd (torch.distributed.autograd.backward, which
+  pytorch/examples' ddp_rpc trains with) has an engine of its own, and its entry point is wrapped too;
+  its DistributedOptimizer is no torch.optim optimizer, so such a loop gets the advice to mark its
+  steps with memcomm.step(). The wrapper is one Python call around the whole backward, on
   the thread that asked for it, and it ends after autograd's final callbacks (DDP's, which wait for
   the last bucket and write the gradients). A tensor hook on the forward's output and a final
   callback would also find it, but cost about 100 us a step between them on this project's 2-core
@@ -139,6 +142,7 @@ import weakref
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
+from torch._guards import detect_fake_mode
 
 from memcomm import _memcomm
 from memcomm._profiler import running
@@ -330,6 +334,7 @@ class PhaseHooks:
             for h in self._global_handles:
                 h.remove()
             self._global_handles.clear()
+            self._hand_over_open_forward()
             found = list(self._roots)
             if also is not None:
                 found += [m for m in _module_roots() + also if not any(m is f for f in found)]
@@ -344,8 +349,7 @@ class PhaseHooks:
                 # Roots that were never called hold the model: a ModuleDict of a GAN's two nets, a
                 # task wrapper whose .model the loop calls. Their children with parameters are watched too,
                 # unless Dynamo compiled something: then the roots' calls may have run in compiled code.
-                silent = [c for m in self._watched for c in m.children()
-                          if next(c.parameters(), None) is not None and not self.compiles]
+                silent = [c for m in self._watched for c in m.children() if _has_parameters(c) and not self.compiles]
                 self._hook_modules(_module_roots() + silent)
 
     # --- this thread's ranges ---
@@ -360,6 +364,24 @@ class PhaseHooks:
         if st.fwd_module is not None and not self._global_handles:
             self._end_orphaned_forward(st)
         return st
+
+    def _hand_over_open_forward(self) -> None:
+        """The global hooks go while this thread is inside a forward they opened (DDP's forward calling a
+        model compiled inside the profile, or Dynamo starting to compile there): that module gets a post
+        hook of its own, for this call, so the forward ends as the module returns. Ended at the next
+        hook instead (_end_orphaned_forward), a compiled model's first forward was two forwards."""
+        st = getattr(self._tls, "state", None)
+        if st is None or st.generation != self._generation or st.fwd_module is None:
+            return
+        module, st.fwd_module, st.depth = st.fwd_module, None, 0
+        handle: Any = None
+
+        def returned(*_: Any) -> None:
+            handle.remove()
+            if running.profiler is self._owner:
+                self._close_phase(self._state(), FORWARD)
+
+        handle = module.register_forward_hook(returned, always_call=True)
 
     def _end_orphaned_forward(self, st: _ThreadState) -> None:
         """A forward the global hooks opened on this thread while another took them off (its first
@@ -458,7 +480,7 @@ class PhaseHooks:
             return
         st = self._state()
         st.depth += 1
-        if st.depth == 1 and next(module.parameters(), None) is not None and not _in_backward():
+        if st.depth == 1 and _has_parameters(module) and not _in_backward():
             st.fwd_module = module
             if self._roots.add(module):
                 self.modules_found = True
@@ -479,14 +501,17 @@ class PhaseHooks:
     def _wrap_backward(self) -> None:
         names = ("_engine_run_backward",) if hasattr(torch.autograd, "_engine_run_backward") else ("backward", "grad")
         for name in names:
-            self._wrap_autograd(name)
+            self._wrap_autograd(torch.autograd, name)
+        distributed = sys.modules.get("torch.distributed.autograd")  # loaded with torch where RPC is built
+        if hasattr(distributed, "backward"):
+            self._wrap_autograd(distributed, "backward")
 
-    def _wrap_autograd(self, name: str) -> None:
-        original = getattr(torch.autograd, name)
+    def _wrap_autograd(self, module: Any, name: str) -> None:
+        original = getattr(module, name)
 
         @functools.wraps(original)
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            if running.profiler is not self._owner:
+            if running.profiler is not self._owner or _compiler_tracing():
                 return original(*args, **kwargs)
             st = self._state()
             if st.in_backward or _in_backward():  # reentrant checkpointing's, on autograd's device thread too
@@ -502,8 +527,8 @@ class PhaseHooks:
                 st.in_backward = False
                 self._close_phase(st, BACKWARD)
 
-        setattr(torch.autograd, name, recorded)
-        restore = _Restore(torch.autograd, name, original, recorded)
+        setattr(module, name, recorded)
+        restore = _Restore(module, name, original, recorded)
         self._handles += [restore, WhenLoaded(lambda: restore.replace(_eager(recorded)))]
 
     # Updates: the step's last phase (Note [The step's last update]).
@@ -531,7 +556,7 @@ class PhaseHooks:
         found unwatched: a student built after start() beside the teacher it found, or a model built
         after another was trained (k-fold, a fine-tuning after pretraining), whose calls would not be
         forwards. A parameter outside any module (a learned temperature) asks only once."""
-        known = {id(p) for m in self._watched for p in m.parameters()} | {id(p) for p in self._unwatched_params}
+        known = {id(p) for m in self._watched for p in _parameters(m)} | {id(p) for p in self._unwatched_params}
         new = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in known]
         self._unwatched_params.update(new)
         return bool(new)
@@ -777,6 +802,13 @@ def _wrapped(module: torch.nn.Module) -> List[torch.nn.Module]:
         module = inner
 
 
+def _compiler_tracing() -> bool:
+    """Whether autograd is called by a compiler tracing a graph, not by the training: while torch.compile
+    compiles a model, AOTAutograd differentiates the forward it traced, with fake tensors, inside that
+    forward (a cold compile recorded a backward there). About 4 us, once per backward."""
+    return detect_fake_mode() is not None
+
+
 def _sharding(module: torch.nn.Module) -> Optional[str]:
     """What shards `module` with collectives no hook of memcomm's sees: FSDP (FullyShardedDataParallel,
     fully_shard), or DTensor parameters (tensor or sequence parallelism: parallelize_module); None when
@@ -786,7 +818,7 @@ def _sharding(module: torch.nn.Module) -> Optional[str]:
     if kinds and isinstance(module, kinds):
         return "FSDP, whose all-gathers and reduce-scatters"
     dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
-    if dtensor is not None and any(isinstance(p, dtensor) for p in module.parameters()):
+    if dtensor is not None and any(isinstance(p, dtensor) for p in _parameters(module)):
         return "DTensor (tensor or sequence parallelism), whose collectives"
     return None
 
@@ -802,7 +834,42 @@ def _module_roots() -> List[torch.nn.Module]:
     the model])."""
     modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]  # not o.__class__: proxies
     children = {id(c) for m in modules for c in m._modules.values() if c is not None}
-    return [m for m in modules if id(m) not in children and next(m.parameters(), None) is not None]
+    return [m for m in modules if id(m) not in children and _has_parameters(m)]
+
+
+# A module may refuse to list its parameters: torch.distributed.nn's RemoteModule (a module on another
+# RPC worker, held inside a local model as pytorch/examples' ddp_rpc does) raises ValueError for
+# parameters(), named_modules() and children(), and so does parameters() of any module holding one.
+# Such a module holds no parameter here; the rest of the tree is asked module by module.
+_REFUSALS = (ValueError, NotImplementedError, RuntimeError)
+
+
+def _has_parameters(module: torch.nn.Module) -> bool:
+    try:
+        return next(module.parameters(), None) is not None
+    except _REFUSALS:
+        return next(_parameters_module_by_module(module), None) is not None
+
+
+def _parameters(module: torch.nn.Module) -> List[torch.nn.Parameter]:
+    try:
+        return list(module.parameters())
+    except _REFUSALS:
+        return list(_parameters_module_by_module(module))
+
+
+def _parameters_module_by_module(module: torch.nn.Module) -> Iterator[torch.nn.Parameter]:
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        try:
+            yield from m.parameters(recurse=False)
+        except _REFUSALS:
+            continue
+        todo += [c for c in m._modules.values() if c is not None]
 
 
 def _fetched(next_batch: Callable[[], Any]) -> Tuple[Any, int]:
