@@ -125,7 +125,9 @@ runs: a compiled training step recorded one step out of six. Two rules:
 - The backward wrapper and the optimizer hooks run once per phase, so they are
   torch.compiler.disable'd (the frame only, not what it calls) as soon as the script loads Dynamo
   (Note [Dynamo left to the script] in dynamo.py): Dynamo runs them eagerly, at a break it would have
-  anyway (a backward) or at the edge of a compiled optimizer step.
+  anyway (a backward) or at the edge of a compiled optimizer step. A backward asked for while a fake
+  tensor mode is active is the compiler's own (AOTAutograd tracing the backward of the forward it
+  compiles, inside that forward), not the training's: it passes through unrecorded.
 So a model compiled on its own (torch.compile(model), model.compile()) is called from eager code and
 recorded as any other, with no recompile. A training step compiled as one function (the model, its
 loss and backward) records its backward and optimizer step and so its steps, not its forward; once
