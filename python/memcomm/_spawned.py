@@ -108,8 +108,9 @@ class ProcessEntry(SpawnedEntry):
 
 @contextlib.contextmanager
 def _after_default_group(on_first_group: Callable[[], None]) -> Iterator[None]:
-    """While open, `on_first_group` runs once, when the process's default group is first set."""
-    real_update = getattr(c10d, "_update_default_pg", None)
+    """While open, `on_first_group` runs once, when this process's default group is first set. A process
+    this one forks (a rank that starts ranks of its own) inherits the patch, and is left alone."""
+    real_update, pid = getattr(c10d, "_update_default_pg", None), os.getpid()
     if real_update is None:
         yield
         return
@@ -118,7 +119,7 @@ def _after_default_group(on_first_group: Callable[[], None]) -> Iterator[None]:
     def update_default_pg(pg: Any) -> None:
         nonlocal done
         real_update(pg)
-        if pg is not None and not done:
+        if pg is not None and not done and os.getpid() == pid:
             done = True
             on_first_group()
 

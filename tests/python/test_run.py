@@ -531,6 +531,68 @@ def test_processes_the_script_starts_with_multiprocessing_are_profiled_by_batch_
         assert unpicklable in plain.stdout and unpicklable in r.stdout, (plain.stdout, r.stdout)
 
 
+NESTED = """
+import os, socket, torch, torch.distributed as dist, multiprocessing as mp
+from torch import nn
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train(rank, world, port, steps):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    dist.destroy_process_group()
+
+
+def rank_main(rank, port):
+    grand = []
+    if rank == 0:  # a rank that starts a job of its own: two processes in a group of their own
+        grand_port = free_port()
+        grand = [mp.Process(target=train, args=(r, 2, grand_port, 4)) for r in range(2)]
+    for g in grand:
+        g.start()
+    train(rank, 2, port, 3)
+    for g in grand:
+        g.join()
+    assert all(g.exitcode == 0 for g in grand)
+
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    port = free_port()
+    ranks = [mp.Process(target=rank_main, args=(r, port)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    for p in ranks:
+        p.join()
+    print("exit codes", [p.exitcode for p in ranks])
+"""
+
+
+def test_a_job_that_a_forked_rank_starts_is_left_alone(tmp_path, tool):
+    # See Note [Profiles of spawned processes]: only the script's own children get entries. A forked rank's
+    # children inherit the rank's patched init_process_group; theirs must not start the rank's profile again
+    # (they took over the rank's files, and the rank went unprofiled).
+    write(tmp_path, "nested.py", NESTED)
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "nested.py")
+    assert r.returncode == 0 and r.stdout == "exit codes [0, 0]\n", (r.stdout, r.stderr)
+    assert "not profiled" not in r.stderr, r.stderr
+    assert sorted(f.name for f in tmp_path.glob("*.mct")) == ["run.rank0.mct", "run.spawn1.rank0.mct",
+                                                             "run.spawn1.rank1.mct"]
+    trace = report(tool, tmp_path / "run.spawn1.rank0.mct", tmp_path / "run.spawn1.rank1.mct")
+    assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
+
+
 HOGWILD = """
 import contextlib, sys, torch, torch.multiprocessing as mp
 from torch import nn
