@@ -32,7 +32,7 @@ share the parent's host and clock (Note [One clock per host] in memcomm/trace/cl
 - K numbers the batches of children in the order they start, one counter for both ways: one name
   rule, and no file of one way in the way of the other's. Each start_processes call is a batch. A
   Process started while every other Process of the current batch still runs joins it; once one of
-  them has ended, the next Process started opens batch K+1. So a loop that starts N processes, then
+  them has ended (or the script killed or terminated it), the next Process started opens batch K+1. So a loop that starts N processes, then
   joins them, is one batch, and a second such loop writes new files instead of overwriting the
   first's finished traces; two groups running at once in one batch that claim one rank meet a busy
   file (Note [One writer per trace file] in memcomm/trace/trace_writer.hpp): the second warns that
@@ -54,6 +54,7 @@ import multiprocessing.process
 import os
 import sys
 import threading
+import weakref
 from typing import Any, Callable, Iterator, List, Optional
 
 import torch.distributed.distributed_c10d as c10d
@@ -241,6 +242,7 @@ class ChildProcesses:
         self.batches = 0
         self._batch: List[multiprocessing.process.BaseProcess] = []  # the current Process batch
         self._lock = threading.Lock()       # scripts (and start_processes) may start from threads
+        self._stopped: "weakref.WeakSet[multiprocessing.process.BaseProcess]" = weakref.WeakSet()
 
     @property
     def any_started(self) -> bool:
@@ -265,11 +267,17 @@ class ChildProcesses:
         if method not in _START_METHODS:
             return None
         with self._lock:
-            if not self._batch or any(_ended(p) for p in self._batch):
+            if not self._batch or any(_ended(p) or p in self._stopped for p in self._batch):
                 self.batches += 1
                 self._batch = []
             self._batch.append(process)
             return ProcessEntry(target, self._batch_options(self.batches), method == "fork")
+
+    def stopped(self, process: multiprocessing.process.BaseProcess) -> None:
+        """The script killed or terminated `process`: it has ended for batching, though the signal may
+        not have landed yet when the next Process starts (a stuck batch given up on, then a retry)."""
+        with self._lock:
+            self._stopped.add(process)
 
     def not_started(self, process: multiprocessing.process.BaseProcess) -> None:
         """A start() that failed (its target did not pickle): the process is no batch's."""
@@ -312,10 +320,23 @@ def profiling_spawned_processes(children: ChildProcesses) -> Iterator[None]:
                 process._target = target
                 children.not_started(process)
 
+    def stopping(real_stop: Callable[[multiprocessing.process.BaseProcess], None]) -> Callable[..., None]:
+        def stop(process: multiprocessing.process.BaseProcess) -> None:
+            if os.getpid() == runner:
+                children.stopped(process)
+            real_stop(process)
+        return stop
+
+    base = multiprocessing.process.BaseProcess
+    real = {name: getattr(base, name) for name in ("terminate", "kill")}
     spawn_module.start_processes = torch_mp.start_processes = start_processes
-    multiprocessing.process.BaseProcess.start = start
+    base.start = start
+    for name, real_stop in real.items():
+        setattr(base, name, stopping(real_stop))
     try:
         yield
     finally:
         spawn_module.start_processes = torch_mp.start_processes = real_start_processes
-        multiprocessing.process.BaseProcess.start = real_start
+        base.start = real_start
+        for name, real_stop in real.items():
+            setattr(base, name, real_stop)

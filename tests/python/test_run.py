@@ -704,3 +704,8 @@ def test_children_are_numbered_by_batch_in_the_order_they_start():
     forked = children.target_entry(_Unstarted(write, "fork"))  # the batch's first process still runs: batch 4
     assert isinstance(forked, ProcessEntry) and forked.forked and forked.options.trace == "out/run.spawn4.mct"
     assert not entry.forked and not spawned.forked and children.function_entry(write, "fork").forked
+    given_up = _Unstarted(write)  # batch 6: start_processes' batch 5 above ended the Process batch
+    assert children.target_entry(given_up).options.trace == "out/run.spawn6.mct"
+    assert children.target_entry(_Unstarted(write)).options.trace == "out/run.spawn6.mct"
+    children.stopped(given_up)  # killed, its exit not seen yet: the next process opens a batch
+    assert children.target_entry(_Unstarted(write)).options.trace == "out/run.spawn7.mct"
