@@ -29,9 +29,12 @@ def _not_the_scripts(filename: str) -> bool:
     """memcomm's own frames, and the standard library's that led to them: Python's frozen runpy that runs
     python -m memcomm, contextlib's exit of a with block, multiprocessing's start of a child that
     runs a function of the script (a child's profile ends after that function returned)."""
+    return in_memcomm(filename) or filename.startswith("<frozen") or _in_standard_library(filename)
+
+
+def _in_standard_library(filename: str) -> bool:
     path = os.path.abspath(filename)
-    return (path.startswith(_PACKAGE) or filename.startswith("<frozen")
-            or (path.startswith(_STDLIB) and not path.startswith(_INSTALLED)))
+    return path.startswith(_STDLIB) and not path.startswith(_INSTALLED)
 
 
 class ProfileAdvice(UserWarning):
