@@ -1084,3 +1084,32 @@ def test_callables_handed_to_torch_futures_are_counted_until_released():
     assert time.monotonic() - start >= 0.2 and fc.counts() == (held + 1, ran)
     del waiting
     assert fc.counts() == (held, ran)
+
+
+def test_an_error_loses_the_wrappings_of_memcomms_callbacks_and_keeps_the_scripts():
+    # See Note [Errors through memcomm's callbacks]: memcomm's own callables (the record's, the default
+    # all-reduce's) come off, from the outside in; a script's callable keeps its wrapping, as torch prints it.
+    import torch
+    from memcomm._profiler import ddp_buckets
+    from memcomm._profiler.future_callbacks import Tracked, without_our_wrappings
+
+    def scripts_own(f):
+        return f.value()
+
+    def survivor_error(*callbacks):
+        parent = torch.futures.Future()
+        child = parent
+        for callback in callbacks:
+            child = child.then(callback)
+        parent.set_exception(RuntimeError("[gloo] Connection reset by peer"))
+        with pytest.raises(RuntimeError) as raised:
+            child.wait()
+        without_our_wrappings(raised.value)
+        return str(raised.value)
+
+    assert survivor_error(Tracked(ddp_buckets._the_tensor)) == "[gloo] Connection reset by peer"
+    assert survivor_error(Tracked(ddp_buckets._the_tensor), Tracked(ddp_buckets._the_tensor)) == \
+        "[gloo] Connection reset by peer"
+    kept = survivor_error(scripts_own, Tracked(ddp_buckets._the_tensor))
+    assert kept.startswith("Got the following error when running the callback: RuntimeError: [gloo]"), kept
+    assert "scripts_own" in kept and "ddp_buckets" not in kept, kept

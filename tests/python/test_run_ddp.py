@@ -2,12 +2,13 @@
 recorded with training unchanged, and ranks that tear their group down right after training. Split
 from test_run.py (its helpers) so that ctest runs the two files side by side."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from test_run import report, run_memcomm, write
+from test_run import free_port, report, run_memcomm, write
 
 
 DDP = """
@@ -169,3 +170,50 @@ def test_a_rank_that_tears_down_right_after_its_last_backward_ends(tmp_path):
     for order in ("step", "backward"):
         r = run_memcomm(tmp_path, "--trace", f"{order}.mct", "teardown.py", order, launcher=torchrun)
         assert r.returncode == 0 and r.stdout.count("ended") == 3, (order, r.stdout, r.stderr)
+
+
+PEER_DIES = """
+import os, re, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch import nn
+
+
+def rank_main(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+    for step in range(4):
+        if rank == 1 and step == 2:
+            os._exit(3)  # dies without a word to its peer
+        try:
+            model(torch.randn(4, 8)).sum().backward()
+        except RuntimeError as e:  # the survivor's backward: Gloo's error, ports masked
+            with open(out, "w") as f:
+                f.write(re.sub(r"[0-9]+", "N", str(e)))
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    port, out = sys.argv[1], sys.argv[2]
+    ranks = [mp.Process(target=rank_main, args=(r, port, out)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    for p in ranks:
+        p.join()
+    print("exit codes", [p.exitcode for p in ranks])
+"""
+
+
+def test_a_dead_peer_reaches_the_survivor_as_gloos_own_error(tmp_path):
+    # See Note [Errors through memcomm's callbacks]: the bucket's all-reduce passes through two of memcomm's
+    # callables, and each wrapped the error in "Got the following error when running the callback" and
+    # memcomm's frames.
+    write(tmp_path, "peer.py", PEER_DIES)
+    plain = subprocess.run([sys.executable, "peer.py", str(free_port()), "plain.err"], capture_output=True,
+                           text=True, timeout=180, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    r = run_memcomm(tmp_path, "--trace", "peer.mct", "peer.py", str(free_port()), "memcomm.err")
+    assert plain.stdout == r.stdout == "exit codes [0, 3]\n", (plain.stderr, r.stderr)
+    gloos = re.compile(r"\[\S*gloo\S*\] [^\n]*")  # one line, as Gloo words it ("closed by" or "reset by peer")
+    for run in ("plain", "memcomm"):
+        said = (tmp_path / f"{run}.err").read_text()
+        assert gloos.fullmatch(said), (run, said)

@@ -26,12 +26,24 @@ made, whose value is a Python object too):
 A thread that Python did not start (a Gloo worker dropping the last reference to a hook) never waits:
 the release it would wait for may be its own, still to come. No wait is longer than its timeout:
 work that never completes keeps its callable, and the teardown then fares as it would without memcomm.
+
+Note [Errors through memcomm's callbacks]
+A future's error passes through each Python callable chained to it with then(), and torch's binding
+wraps it there: "Got the following error when running the callback: " + the error's type and message
++ "At:" and the callable's frames. A DDP bucket recorded by memcomm passes through two (the default
+all-reduce's and the record's), so a peer's death reached the surviving rank's backward as two
+wrappings around Gloo's message, naming memcomm's files, where plain torch raises Gloo's message
+alone. without_our_wrappings() takes off the wrappings whose callable is memcomm's, from the outside
+in, and stops at the first that is not (a script's hook keeps its own, as torch prints it).
 """
+import re
 import atexit
 import os
 import threading
 import time
 from typing import Any, Callable, Tuple
+
+from memcomm._caller import in_memcomm
 
 POLL_S = 0.0002
 
@@ -104,3 +116,32 @@ def wait_for_release(ran_only: bool = True, timeout_s: float = 1.0) -> None:
         waited = True
     if waited:
         time.sleep(POLL_S)  # the worker's clean-up after the release (the future it completed)
+
+
+_WRAPPED = "Got the following error when running the callback: "
+_FRAME = re.compile(r"^  (.*)\((\d+)\): (.*)$")
+_FUTURES = os.path.join("torch", "futures", "__init__.py")
+
+
+def without_our_wrappings(error: BaseException) -> None:
+    """Takes off `error`'s message the wrappings that torch's then() put on it in memcomm's callables
+    (Note [Errors through memcomm's callbacks]); the error's type and traceback stay."""
+    if not error.args or not isinstance(error.args[0], str):
+        return
+    message = error.args[0]
+    while message.startswith(_WRAPPED):
+        inner, at, frames = message.rpartition("\n\nAt:\n")
+        if not at or not _raised_in_memcomm(frames):
+            break
+        inner = inner[len(_WRAPPED):]
+        message = inner[len(type(error).__name__) + 2:] if inner.startswith(type(error).__name__ + ": ") else inner
+    error.args = (message,) + error.args[1:]
+
+
+def _raised_in_memcomm(frames: str) -> bool:
+    """Whether the callable that raised, the innermost frame outside torch's futures, is memcomm's."""
+    for line in frames.splitlines():
+        frame = _FRAME.match(line)
+        if frame and not frame.group(1).endswith(_FUTURES):
+            return in_memcomm(frame.group(1))
+    return False

@@ -151,7 +151,7 @@ from memcomm._profiler import running
 from memcomm._profiler.codes import (ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER, STEP,
                                     exchange, now)
 from memcomm._profiler.dynamo import WhenLoaded
-from memcomm._profiler.future_callbacks import wait_for_release
+from memcomm._profiler.future_callbacks import wait_for_release, without_our_wrappings
 
 
 class _ThreadState:
@@ -525,6 +525,9 @@ class PhaseHooks:
             self._open(st, BACKWARD, 0, ACTIVATION)
             try:
                 return original(*args, **kwargs)
+            except RuntimeError as e:  # a DDP bucket's, through memcomm's callbacks: a peer died
+                without_our_wrappings(e)
+                raise
             finally:
                 st.in_backward = False
                 self._close_phase(st, BACKWARD)
