@@ -235,6 +235,55 @@ def test_an_optimizer_that_wraps_another_has_both_states_back_after_tune():
     """, timeout=120)
 
 
+def test_slots_filled_or_expanded_buffers_flat_gradients_and_new_group_keys_are_as_they_were():
+    # See Note [State copies outside the cap] and Note [What the probes leave as it was]: a buffer registered as
+    # None and filled at the first forward shifted BatchNorm's statistics onto its neighbours; an expanded buffer
+    # (stride 0) could not be written back; gradients held as views of one flat buffer came back as new tensors,
+    # the buffer holding a probe's; a key the optimizer's first step adds to its group (timm's Lamb) stayed.
+    # tune() inside no_grad() still trains its probes.
+    run_ok("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        class Table(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("table", None, persistent=False)
+                self.register_buffer("scale", torch.linspace(1, 2, 8).expand(4, 8), persistent=False)
+            def forward(self, x):
+                if self.table is None:
+                    self.table = torch.ones(x.shape[1])
+                    self.scale[0].mul_(3)  # every row: they share their bytes
+                return x * self.scale[0] + self.table
+        class CountingSGD(torch.optim.SGD):
+            def step(self, closure=None):
+                for g in self.param_groups:
+                    g["step"] = g.get("step", 0) + 1
+                return super().step(closure)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), Table(), nn.BatchNorm1d(8), nn.Linear(8, 2))
+        opt = CountingSGD(model.parameters(), lr=0.1)
+        flat = torch.zeros(sum(p.numel() for p in model.parameters()))
+        views = list(torch.split(flat, [p.numel() for p in model.parameters()]))
+        for p, v in zip(model.parameters(), views):
+            p.grad = v.view_as(p)
+        flat.normal_()
+        grads, before = [p.grad for p in model.parameters()], flat.clone()
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        scale = model[1].scale.clone()
+        make = lambda b: (torch.randn(b, 8), torch.randint(0, 2, (b,)))
+        with torch.no_grad():
+            r = memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]), make, 16,
+                             probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
+        assert r["recommendation"], r
+        assert model[1].table is None and torch.equal(model[1].scale, scale) and model[1].scale.stride() == (0, 1)
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+        assert all(g is p.grad for g, p in zip(grads, model.parameters())) and torch.equal(flat, before)
+        assert "step" not in opt.param_groups[0]
+        print("ok")
+    """, timeout=120)
+
+
 def test_a_model_that_cannot_step_on_one_sample_is_tuned_from_two():
     # See Note [A model that cannot step on one sample]: BatchNorm1d raised at the first step, at b = 1.
     run_ok("""

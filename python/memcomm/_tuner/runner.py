@@ -78,11 +78,12 @@ class Runner:
                  f"{tuple(shape)}, no dimension of {b} samples: its memory and speed are reported as "
                  f"those of micro-batch {b}")
         phase[0] = "forward"
-        loss = self.loss_fn(self.model, batch)
-        if not isinstance(loss, torch.Tensor):
-            raise TypeError(f"loss_fn must return a tensor, got {type(loss).__name__}")
-        phase[0] = "backward"
-        (loss / accum).backward()
+        with torch.inference_mode(False), torch.enable_grad():  # a probe trains, whatever context tune() is in
+            loss = self.loss_fn(self.model, batch)
+            if not isinstance(loss, torch.Tensor):
+                raise TypeError(f"loss_fn must return a tensor, got {type(loss).__name__}")
+            phase[0] = "backward"
+            (loss / accum).backward()
 
     def _sync_and_step(self, t: StepTiming) -> Optional[Failure]:
         """The gradient all-reduce (every rank, nobody having failed) and the optimizer step."""

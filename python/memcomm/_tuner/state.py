@@ -4,17 +4,24 @@ Note [State copies outside the cap]: the copy a probe restores from lives in num
 no torch allocator serves, as memcomm-tune keeps its copy in host bytes: under the cap it would
 take room from the probe it protects. Restoring writes into the existing tensors, so recovering from
 an out-of-memory allocates nothing; optimizer state that a probe created is dropped.
-The bytes are those of the memory a tensor covers, in storage order, so a channels_last weight or a
-transposed parameter is written back where it lives (reshape(-1) of such a tensor is a copy, and
-writing into the copy restored nothing). Only a tensor with gaps or overlaps between its elements
-goes through a copy_ of its values. Every tensor the optimizer updates is saved, not only the
-model's: a loss with parameters of its own (a margin head, a learned temperature) trains with it.
+The bytes are those of the memory a tensor covers, in storage order, from its first element's to its
+last's: a channels_last weight or a transposed parameter is written back where it lives (reshape(-1)
+of such a tensor is a copy, and writing into the copy restored nothing), and an expanded buffer
+(stride 0: a table broadcast over a batch dimension) is its few real bytes, where a copy_ of its
+values is refused (several elements share one address). A slice's neighbours in its storage come
+back with it, as they were when the copy was taken. Every tensor the optimizer updates is saved, not
+only the model's: a loss with parameters of its own (a margin head, a learned temperature) trains
+with it. Tensors are paired by identity, and each module's parameter and buffer slots are put back
+as they were: a buffer registered as None and filled at the first forward, or one the forward
+replaces, would otherwise shift every later tensor's bytes onto its neighbour.
 
 Note [What the probes leave as it was]: tune() promises the script's model and optimizer as they
-were. Beyond the tensors (State) and the random generators (RandomState), a probe changes what
-ScriptState puts back: module training flags (evaluate() may call model.eval()), gradients (set to
-None between probes; a script may hold some from before tune()), and whatever the optimizer's own
-step hooks update (they do not run during the probes), for the optimizer and every optimizer it
+were. Beyond the tensors and the optimizers' hyperparameters (State: a key a first step adds to a
+group, as timm's Lamb keeps its step count there, is removed) and the random generators
+(RandomState), a probe changes what ScriptState puts back: module training flags (evaluate() may
+call model.eval()), gradients (the ones the script holds are taken off for the probes and the same
+tensors put back: a script may keep them as views of one flat buffer), and whatever the optimizer's
+own step hooks update (they do not run during the probes), for the optimizer and every optimizer it
 wraps (optimizers_within: a Lookahead's real state is its inner optimizer's). The allocator's peak
 counters are reset when tune() returns, so a peak read after it is the run's, not a probe's.
 """
@@ -27,32 +34,21 @@ import numpy as np
 import torch
 
 
-def _storage_flat(t: torch.Tensor) -> Optional[torch.Tensor]:
-    """A 1-d view of the memory `t` covers, in storage order, or None when its elements leave gaps or
-    overlap (a slice of a larger tensor, an expanded one)."""
-    if t.is_contiguous():
-        return t.detach().reshape(-1)
-    expected = 1
-    for d in sorted(range(t.dim()), key=t.stride):
-        if t.size(d) != 1 and t.stride(d) != expected:
-            return None
-        expected *= t.size(d)
-    return t.detach().as_strided((t.numel(),), (1,))
+def _covered(t: torch.Tensor) -> torch.Tensor:
+    """A 1-d byte view of the memory `t` covers, from its first element to its last (Note [State copies
+    outside the cap])."""
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) if t.numel() else 0
+    return t.detach().as_strided((extent,), (1,)).view(torch.uint8)
 
 
 def _host_bytes(t: torch.Tensor) -> np.ndarray:
-    flat = _storage_flat(t)
-    flat = (flat if flat is not None else t.detach().reshape(-1)).view(torch.uint8)
-    return (flat.cpu() if flat.is_cuda else flat).numpy().copy()
+    covered = _covered(t)
+    return (covered.cpu() if covered.is_cuda else covered).numpy().copy()
 
 
 def _write_back(t: torch.Tensor, saved: np.ndarray) -> None:
     with torch.no_grad():
-        flat = _storage_flat(t)
-        if flat is not None:
-            flat.view(torch.uint8).copy_(torch.from_numpy(saved))
-        else:
-            t.copy_(torch.from_numpy(saved).view(t.dtype).reshape(t.shape))
+        _covered(t).copy_(torch.from_numpy(saved))
 
 
 @dataclass
@@ -126,7 +122,33 @@ class _OptimizerState:
             for k, v in saved.items():
                 current[k] = v.restore_into(current.get(k)) if isinstance(v, _SavedTensor) else copy.deepcopy(v)
         for g, saved in zip(self.optimizer.param_groups, self.groups):
+            for k in [k for k in g if k not in saved and k != "params"]:
+                del g[k]
             g.update(copy.deepcopy(saved))
+
+
+class _Slots:
+    """Which tensor each module holds in each parameter and buffer slot (Note [State copies outside the
+    cap]): put back by identity, a slot a probe filled or replaced holds what it held before."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.modules = [(m, dict(m._parameters), dict(m._buffers), set(m._non_persistent_buffers_set))
+                        for m in model.modules()]
+
+    def restore(self) -> None:
+        for m, parameters, buffers, non_persistent in self.modules:
+            for held, saved in ((m._parameters, parameters), (m._buffers, buffers)):
+                for k in [k for k in held if k not in saved]:
+                    del held[k]
+                for k, t in saved.items():
+                    if held.get(k, _MISSING) is not t:
+                        held[k] = t
+            if m._non_persistent_buffers_set != non_persistent:
+                m._non_persistent_buffers_set.clear()
+                m._non_persistent_buffers_set.update(non_persistent)
+
+
+_MISSING = object()
 
 
 class State:
@@ -135,14 +157,13 @@ class State:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.model, self.optimizer = model, optimizer
-        self.tensors = [_host_bytes(t) for t in self._model_tensors()]
+        self.slots = _Slots(model)
+        self.tensors = [(t, _host_bytes(t)) for t in _trained_tensors(model, optimizer)]
         self.optimizers = [_OptimizerState(o) for o in optimizers_within(optimizer)]
 
-    def _model_tensors(self) -> List[torch.Tensor]:
-        return _trained_tensors(self.model, self.optimizer)
-
     def restore(self) -> None:
-        for t, saved in zip(self._model_tensors(), self.tensors):
+        self.slots.restore()
+        for t, saved in self.tensors:
             _write_back(t, saved)
         self.model.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
@@ -159,7 +180,7 @@ class ScriptState:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.modes = [(m, m.training) for m in model.modules()]
-        self.grads = [(p, _saved_grad(p)) for p in _trained_tensors(model, optimizer) if p.requires_grad]
+        self.grads = _TakenGradients([p for p in _trained_tensors(model, optimizer) if p.requires_grad])
         self.hooks = [(o, name, getattr(o, name).copy()) for o in optimizers_within(optimizer) for name in _STEP_HOOKS
                       if hasattr(o, name)]
         for o, name, _ in self.hooks:
@@ -174,20 +195,45 @@ class ScriptState:
             getattr(o, name).update(hooks)
         for m, training in self.modes:
             m.training = training
-        for p, grad in self.grads:
-            p.grad = grad.restore_into(p.grad) if isinstance(grad, _SavedTensor) else grad
+        self.grads.restore()
         self.restored = True
 
 
-def _saved_grad(p: torch.Tensor) -> Any:
-    """A strided gradient's bytes (outside the allocator, Note [State copies outside the cap]); a sparse
-    one itself, taken off the parameter so that no probe accumulates into it; None."""
-    if p.grad is None:
-        return None
-    if p.grad.layout == torch.strided:
-        return _SavedTensor.of(p.grad)
-    grad, p.grad = p.grad, None
-    return grad
+class _TakenGradients:
+    """The gradients the script holds, taken off their parameters while the probes run, so that none
+    accumulates into them, and put back as the same tensors (Note [What the probes leave as it was]).
+    A strided one's memory goes to host bytes meanwhile and its storage is emptied, so that it takes
+    no room under the cap (Note [State copies outside the cap]); restore() refills the same storage,
+    which the gradients that are views of one flat buffer share. A storage that cannot be resized
+    (one torch did not allocate) stays as it is."""
+
+    def __init__(self, params: List[torch.Tensor]):
+        self.grads = [(p, p.grad) for p in params if p.grad is not None]
+        self.storages: List[Tuple[torch.UntypedStorage, np.ndarray]] = []
+        seen = set()
+        for p, grad in self.grads:
+            p.grad = None
+            storage = grad.untyped_storage()
+            if grad.layout != torch.strided or storage.nbytes() == 0 or storage.data_ptr() in seen:
+                continue
+            seen.add(storage.data_ptr())
+            saved = _host_bytes(_whole(storage, grad.device))
+            try:
+                storage.resize_(0)
+            except RuntimeError:  # not resizable: it keeps its bytes, and nothing writes into it
+                continue
+            self.storages.append((storage, saved))
+
+    def restore(self) -> None:
+        for storage, saved in self.storages:
+            storage.resize_(saved.size)
+            _write_back(_whole(storage, storage.device), saved)
+        for p, grad in self.grads:
+            p.grad = grad
+
+
+def _whole(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8, device=device).set_(storage)
 
 
 # The optimizer's own step hooks (torch.optim.Optimizer.register_step_pre_hook / _post_hook).
