@@ -52,8 +52,8 @@ def _check_options(expandable: Any, memory_limit: Any, gc_threshold: Any, histor
         memory_limit = 0
     if not isinstance(memory_limit, int) or isinstance(memory_limit, bool):
         raise TypeError(f"memory_limit must be a number of bytes (int) or None, got {type(memory_limit).__name__}")
-    if memory_limit < 0:
-        raise ValueError(f"memory_limit must be >= 0 bytes, got {memory_limit}")
+    if not 0 <= memory_limit < 1 << 64:
+        raise ValueError(f"memory_limit must be a number of bytes from 0 to 2**64 - 1, got {memory_limit}")
     if gc_threshold is None:
         gc_threshold = 0.0
     if not isinstance(gc_threshold, (int, float)) or isinstance(gc_threshold, bool):

@@ -169,6 +169,7 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
 BAD_CALLS = [
     ("memcomm.use_allocator('tpu')", ValueError),
     ("memcomm.use_allocator('cpu', memory_limit=-1)", ValueError),
+    ("memcomm.use_allocator('cpu', memory_limit=1 << 64)", ValueError),
     ("memcomm.use_allocator('cpu', memory_limit='1G')", TypeError),
     ("memcomm.use_allocator('cpu', gc_threshold=0.5)", ValueError),
     ("memcomm.use_allocator('cpu', expandable='yes')", TypeError),
