@@ -10,6 +10,8 @@
 #include <cmath>
 #include <map>
 
+#include "memcomm/common/json_output.hpp"
+
 namespace memcomm::advise {
 
 const char* topic_name(Topic t) {
@@ -251,7 +253,7 @@ std::string advice_to_json(const std::vector<Advice>& advice) {
   for (const auto& a : advice)
     j.push_back({{"topic", topic_name(a.topic)}, {"change", a.change}, {"evidence", a.evidence},
                  {"saving", a.saving}, {"saving_unit", a.saving_unit}});
-  return j.dump(2);
+  return json_text(j, 2);
 }
 
 }  // namespace memcomm::advise

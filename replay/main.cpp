@@ -142,8 +142,9 @@ TraceRequests load_with_progress(const std::string& file, bool quiet, std::size_
   const bool tty = isatty(STDERR_FILENO) != 0;
   ProgressState st{file, tty, -1};
   LoadProgress progress;
-  std::ifstream probe(file, std::ios::binary | std::ios::ate);
-  const bool large = probe && static_cast<std::uint64_t>(probe.tellg()) >= kLargeFile;
+  std::error_code ec;  // no open: a FIFO would block it (Note [Inputs are regular files])
+  const std::uintmax_t size = std::filesystem::file_size(file, ec);
+  const bool large = !ec && size >= kLargeFile;
   if (large && !quiet) {
     progress.callback = show_progress;
     progress.user = &st;

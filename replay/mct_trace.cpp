@@ -106,6 +106,10 @@ TraceRequests read_mct_trace(const std::string& path) {
   for (auto& [key, b] : devices) out.devices.push_back(b.finish());
   for (auto& [rank, events] : profiles)
     if (events) fold_memory_profile(*events, rank, out);
+  if (out.devices.empty())  // as a torch.profiler trace without [memory] events (kineto_trace.cpp)
+    throw snapshot::ReadError(path, snapshot::kNoOffset,
+                              "a memcomm trace without allocator events: nothing to replay (memcomm-train records "
+                              "them with --allocator memcomm, python -m memcomm with --allocator)");
   return out;
 }
 

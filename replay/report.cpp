@@ -3,8 +3,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "memcomm/trace/event.hpp"
+#include "memcomm/common/json_output.hpp"
 #include "memcomm/replay/replayer.hpp"
+#include "memcomm/trace/event.hpp"
 
 namespace memcomm::replay {
 namespace {
@@ -90,7 +91,7 @@ std::string format_json(const std::vector<ReplayResult>& results) {
         {"starts_empty", r.starts_empty},
     });
   }
-  return list.dump(2) + "\n";
+  return json_text(list, 2) + "\n";
 }
 
 }  // namespace memcomm::replay

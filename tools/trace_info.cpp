@@ -17,6 +17,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "memcomm/common/json_output.hpp"
 #include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/trace_reader.hpp"
 
@@ -235,7 +236,7 @@ bool print_info(const std::vector<std::string>& files, bool json) {
       ok = false;
     }
   }
-  if (json) fmt::print("{}\n", all.dump(2));
+  if (json) fmt::print("{}\n", json_text(all, 2));
   return ok;
 }
 

@@ -23,6 +23,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "memcomm/common/json_output.hpp"
 #include "memcomm/snapshot/memory.hpp"
 #include "memcomm/trace/trace_error.hpp"
 #include "memcomm/trace/trace_set.hpp"
@@ -207,7 +208,7 @@ std::string memory_report(const std::string& file, const MemoryArgs& args) {
   if (args.json) {
     nlohmann::json sites = nlohmann::json::array();
     for (const auto& s : m.sites) sites.push_back({{"bytes", s.bytes}, {"count", s.count}, {"stack", held->lines(s.site, args.all_frames)}});
-    return nlohmann::json{{"file", file}, {"at", args.at}, {"at_ns", m.at_ns}, {"live_bytes", m.live_bytes}, {"sites", sites}}.dump(1) + "\n";
+    return json_text(nlohmann::json{{"file", file}, {"at", args.at}, {"at_ns", m.at_ns}, {"live_bytes", m.live_bytes}, {"sites", sites}}, 1) + "\n";
   }
   const Allocations& a = held->allocations();
   // Before the first event: the blocks from before the trace, held then (Note [Allocations before the trace]).
@@ -240,11 +241,11 @@ std::string compare_report(const std::string& before, const std::string& after, 
     nlohmann::json sites = nlohmann::json::array();
     for (const auto& c : changes)  // every site, unchanged ones too (delta 0), as --help says
       sites.push_back({{"before", c.before}, {"after", c.after}, {"delta", c.delta()}, {"stack", c.stack}});
-    return nlohmann::json{{"before", {{"file", before}, {"at_ns", ma.at_ns}, {"live_bytes", ma.live_bytes}}},
-                          {"after", {{"file", after}, {"at_ns", mb.at_ns}, {"live_bytes", mb.live_bytes}}},
-                          {"at", args.at},
-                          {"sites", sites}}
-               .dump(1) + "\n";
+    const nlohmann::json doc{{"before", {{"file", before}, {"at_ns", ma.at_ns}, {"live_bytes", ma.live_bytes}}},
+                             {"after", {{"file", after}, {"at_ns", mb.at_ns}, {"live_bytes", mb.live_bytes}}},
+                             {"at", args.at},
+                             {"sites", sites}};
+    return json_text(doc, 1) + "\n";
   }
   std::string out = fmt::format("live at {}: {} in {}, {} in {}\n", args.at, format_bytes(ma.live_bytes), a->label(),
                                 format_bytes(mb.live_bytes), b->label());

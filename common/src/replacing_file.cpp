@@ -125,6 +125,7 @@ void remove_abandoned_temporaries(const fs::path& target) {
 }  // namespace
 
 std::string replace_problem(const std::string& destination) {
+  if (destination == "-") return "'-' is no file here (this output goes to a file, not to standard output)";
   const fs::path target = resolved_target(destination);
   std::error_code ec;
   if (fs::is_directory(target, ec)) return destination + " is a folder, not a file";

@@ -11,6 +11,7 @@
 #include "bindings.hpp"
 
 #include <memcomm/common/bytes.hpp>
+#include <memcomm/common/json_output.hpp>
 #include <memcomm/common/oom_message.hpp>
 #include "memcomm/tuner/report.hpp"
 #include "memcomm/tuner/search.hpp"
@@ -185,7 +186,7 @@ std::string python_command(const Recommendation& c) {
   return s.str();
 }
 
-pyb::object to_dict(const nlohmann::json& j) { return pyb::module_::import("json").attr("loads")(j.dump()); }
+pyb::object to_dict(const nlohmann::json& j) { return pyb::module_::import("json").attr("loads")(json_text(j)); }
 
 nlohmann::json from_dict(const pyb::handle& d) {
   const std::string text = pyb::str(pyb::module_::import("json").attr("dumps")(d));

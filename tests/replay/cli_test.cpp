@@ -1,5 +1,7 @@
 // memcomm-replay as a user runs it: good input gives a table and JSON; bad input exits 2 with a
 // message that names the file (and the byte offset for pickle damage).
+#include <sys/stat.h>
+
 #include <map>
 #include <string>
 #include <utility>
@@ -152,6 +154,33 @@ TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json
   CHECK(r.code == 0);
   CHECK(r.out.find("Exit codes") != std::string::npos);
   CHECK(r.out.find("table goes to stderr") != std::string::npos);
+}
+
+TEST_CASE("cli: a file name that is not UTF-8 is in the JSON as U+FFFD, not an abort", "[cli][json]") {
+  TempDir dir;
+  auto snap = dir.file("latin1-\xe9t\xe9.pickle", memcomm::test::build_snapshot());  // "été" in Latin-1
+  Run r = run(dir, snap.string() + " --policy pytorch --json -");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto list = memcomm::test::parse_json(r.out);
+  REQUIRE(list.size() == 2);
+  CHECK(list[0]["file"].get<std::string>().find("latin1-\xef\xbf\xbdt\xef\xbf\xbd.pickle") != std::string::npos);
+}
+
+TEST_CASE("cli: a device or a FIFO is refused before it is opened (exit 2)", "[cli][bad]") {
+  // See Note [Inputs are regular files]: /dev/zero was read into memory without end, and a FIFO with no
+  // writer blocked open() for ever.
+  TempDir dir;
+  const std::string fifo = (dir.path() / "trace.pickle").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& input : {std::string("/dev/zero"), fifo}) {
+    Run r = run(dir, input);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(input + ": not a regular file") != std::string::npos);
+  }
+  Run r = run(dir, dir.path().string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("is a folder, not a file") != std::string::npos);
 }
 
 TEST_CASE("cli: call_bound is the ideal call bound at 1.03 of each device, in the JSON and the table", "[cli][json]") {

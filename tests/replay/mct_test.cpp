@@ -204,6 +204,23 @@ TEST_CASE("mct: the CLI reports rank and device apart, and whose allocator `reco
   CHECK(r.err.find("PyTorch") == std::string::npos);
 }
 
+TEST_CASE("mct: a trace without allocator events is nothing to replay (exit 2), as a profile without [memory] events", "[mct]") {
+  memcomm::test::TempDir dir("mct-no-alloc");
+  const fs::path file = dir.path() / "torch-allocator.mct";  // memcomm-train --allocator torch records phases only
+  {
+    prof::TraceWriter w(file.string(), prof::WriterOptions{});
+    const std::vector<prof::Event> ev = {
+        prof::Event::from(prof::make_range(prof::EventKind::RangeBegin, 1, prof::Phase::Step, 0, 0, 0)),
+        prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, 2, prof::Phase::Step, 0, 0, 0))};
+    w.write_chunk(std::vector<prof::StringDef>{}, ev);
+    w.close();
+  }
+  const memcomm::test::ToolRun r = memcomm::test::run_replay(dir, file.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find("torch-allocator.mct: a memcomm trace without allocator events: nothing to replay") !=
+        std::string::npos);
+}
+
 TEST_CASE("mct: a truncated trace is replayed up to its last complete chunk, with a warning", "[mct][recovery]") {
   memcomm::test::TempDir dir("mct-cut");
   const fs::path file = write_expandable_trace(dir.path() / "cut.mct");

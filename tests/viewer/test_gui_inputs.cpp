@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -186,8 +187,12 @@ TEST_CASE("headless memcomm-view exits 2 on an input file it cannot load, still 
   std::ofstream(corrupt, std::ios::binary) << std::string("MEMCTRC\x1A", 8) << std::string(64, '\x11');
   const std::string missing = out_dir() + "/inputs_missing.mct";
   std::filesystem::remove(missing);
+  const std::string fifo = out_dir() + "/inputs_fifo.mct";  // Note [Inputs are regular files]: open() blocked
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {missing, "cannot open"}, {empty, "empty file"}, {dir, "Is a directory"}, {corrupt, "inputs_corrupt.mct"}};
+      {missing, "cannot open"}, {empty, "empty file"}, {dir, "is a folder, not a file"},
+      {fifo, "not a regular file"}, {corrupt, "inputs_corrupt.mct"}};
   int n = 0;
   for (const auto& [input, says] : cases) {
     const std::string png = out_dir() + "/inputs_bad_" + std::to_string(n++) + ".png";
@@ -223,14 +228,22 @@ TEST_CASE("headless memcomm-view exits 1 on a script timeout, a failed script sc
   INFO(out);  // what the viewer said, should the check below fail (it did once in CI, under load)
   CHECK(shot_rc == 1);
   CHECK(out.find("no/such/dir/x.png") != std::string::npos);
-  CHECK(run_viewer("--bench --synthetic 1000 --bench-frames 4 --size 320x200 --report-json " + out_dir() +
-                       "/no/such/dir/b.json",
-                   &out) == 1);
-  CHECK(out.find("cannot write the report") != std::string::npos);
+  // --frames alone opened a window that never exited.
+  CHECK(run_viewer("--synthetic 1000 --frames 3", &out) == 2);
+  CHECK(out.find("--frames needs --screenshot or --script") != std::string::npos);
+  // A --report-json or --screenshot whose folder does not exist is refused before any work (exit 2).
+  for (const char* flag : {"--report-json", "--screenshot"}) {
+    CHECK(run_viewer("--bench --synthetic 1000 --bench-frames 4 --size 320x200 " + std::string(flag) + " " + out_dir() +
+                         "/no/such/dir/b.out",
+                     &out) == 2);
+    CHECK(out.find(std::string(flag) + " " + out_dir() + "/no/such/dir/b.out: the folder") != std::string::npos);
+  }
   // stb's file writer ignored write errors: a full disk gave a 0-byte PNG and exit 0.
   if (std::filesystem::exists("/dev/full")) {
     CHECK(run_viewer("--synthetic 1000 --size 320x200 --screenshot /dev/full", &out) == 1);
     CHECK(out.find("No space left on device") != std::string::npos);
+    CHECK(run_viewer("--bench --synthetic 1000 --bench-frames 4 --size 320x200 --report-json /dev/full", &out) == 1);
+    CHECK(out.find("cannot write the report") != std::string::npos);
   }
   // A --listen address that cannot be used ends a headless run at once, not after its --timeout.
   const auto t0 = std::chrono::steady_clock::now();

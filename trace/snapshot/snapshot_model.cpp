@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "memcomm/common/input_file.hpp"
 #include "memcomm/snapshot/pickle.hpp"
 #include "memcomm/snapshot/snapshot.hpp"
 
@@ -486,6 +487,7 @@ Snapshot parse_snapshot(const void* data, std::size_t size, const std::string& s
 }
 
 std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+  if (const std::string problem = input_file_problem(path); !problem.empty()) throw ReadError(path, kNoOffset, problem);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw ReadError(path, kNoOffset, fmt::format("cannot open: {}", std::strerror(errno)));
   std::vector<std::uint8_t> bytes;
@@ -494,12 +496,12 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
   const int err = std::ferror(f) ? (errno ? errno : EIO) : 0;
   std::fclose(f);
-  if (err == EISDIR) throw ReadError(path, kNoOffset, "is a folder, not a file");
   if (err) throw ReadError(path, bytes.size(), fmt::format("read error: {}", std::strerror(err)));
   return bytes;
 }
 
 bool is_snapshot_file(const std::string& path) {
+  if (!input_file_problem(path).empty()) return false;  // Note [Inputs are regular files]: the reader says why
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return false;
   const int first = std::fgetc(f);

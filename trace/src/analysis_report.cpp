@@ -7,6 +7,7 @@
 #include "memcomm/trace/analysis.hpp"
 
 #include <memcomm/common/duration.hpp>
+#include <memcomm/common/json_output.hpp>
 
 namespace memcomm::prof {
 
@@ -86,7 +87,7 @@ std::string analysis_to_json(const Analysis& a, int indent) {
                   {"max_skew_ns", a.max_skew_ns},
                   {"drops", a.drops},
                   {"disagreeing_collectives", a.disagreeing_collectives}};
-  return j.dump(indent);
+  return json_text(j, indent);
 }
 
 std::string analysis_to_text(const Analysis& a, size_t max_rows) {

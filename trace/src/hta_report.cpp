@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "memcomm/common/json_output.hpp"
 #include "memcomm/trace/hta.hpp"
 
 namespace memcomm::prof {
@@ -66,7 +67,7 @@ std::string add_hta_json(const std::string& report_json, const std::vector<HtaRa
       rank["hta"] = std::move(hta);
       rank["hta_whole_trace"] = figures_json(r.whole_trace);
     }
-  return j.dump(indent);
+  return json_text(j, indent);
 }
 
 }  // namespace memcomm::prof

@@ -12,11 +12,14 @@
 
 #include <fmt/format.h>
 
+#include "memcomm/common/input_file.hpp"
 #include "memcomm/trace/chunk_codec.hpp"
 
 namespace memcomm::prof {
 
 TraceReader::TraceReader(const std::string& path) : name_(path), dec_(std::make_unique<ChunkDecoder>()) {
+  if (const std::string problem = input_file_problem(path); !problem.empty())
+    throw TraceError(fmt::format("{}: {}", path, problem));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw TraceError(fmt::format("cannot open trace file '{}': {}", path, std::strerror(errno)));
   struct stat st {};

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 #include <memcomm/common/bytes.hpp>
+#include <memcomm/common/json_output.hpp>
 #include <memcomm/common/replacing_file.hpp>
 #include <nlohmann/json.hpp>
 
@@ -64,7 +65,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"cache_clears", s.cache_clears}, {"cache_released", s.cache_released},
       {"samples_per_rank_epoch", s.samples_per_rank_epoch}, {"batches_per_epoch", s.batches_per_epoch},
       {"tail_adjust", s.tail_adjust}, {"unused_per_epoch", s.unused_per_epoch}};
-  write_replacing(path, j.dump(2) + "\n");  // Note [Outputs replaced whole]
+  write_replacing(path, json_text(j, 2) + "\n");  // Note [Outputs replaced whole]
 }
 
 }  // namespace memcomm::train

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <memcomm/common/bytes.hpp>
+#include <memcomm/common/json_output.hpp>
 #include <memcomm/common/replacing_file.hpp>
 
 #include <algorithm>
@@ -253,7 +254,7 @@ bool store_cached(const TuneResult& r) {
     return false;
   }
   try {
-    write_replacing(path.string(), to_json(r).dump(1) + "\n");  // Note [Outputs replaced whole]
+    write_replacing(path.string(), json_text(to_json(r), 1) + "\n");  // Note [Outputs replaced whole]
     return true;
   } catch (const OutputError& e) {
     std::fprintf(stderr, "memcomm-tune: warning: the cache: %s\n", e.what());

@@ -1,5 +1,6 @@
 #include "tune_run.hpp"
 
+#include <memcomm/common/json_output.hpp>
 #include <memcomm/common/replacing_file.hpp>
 #include <memcomm/train/errors.hpp>
 #include "memcomm/tuner/report.hpp"
@@ -98,7 +99,7 @@ void print_result(const TuneResult& r) {
 
 void write_json(const TuneResult& r, const std::string& path) {
   if (path.empty()) return;
-  write_replacing(path, to_json(r).dump(1) + "\n");  // Note [Outputs replaced whole]
+  write_replacing(path, json_text(to_json(r), 1) + "\n");  // Note [Outputs replaced whole]
 }
 
 // The checks that need the ranks: the agreed memory limit against the batch and the model's size.

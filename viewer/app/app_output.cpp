@@ -11,6 +11,7 @@
 #include <imgui.h>
 #include <stb/stb_image_write.h>
 
+#include <memcomm/common/json_output.hpp>
 #include <memcomm/common/replacing_file.hpp>
 #include <nlohmann/json.hpp>
 
@@ -184,7 +185,7 @@ std::string App::report_json() const {
     j["live_stats"] = {{"port", ls.port}, {"connections", ls.connections}, {"active", ls.active},
                        {"received", live_->events_received()}, {"queue_dropped", ls.dropped}, {"errors", ls.errors}};
   }
-  return j.dump(2);
+  return json_text(j, 2);
 }
 
 }  // namespace memcomm::view

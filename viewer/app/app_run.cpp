@@ -3,6 +3,7 @@
 #include <memcomm/view/app/app.hpp>
 #include <memcomm/view/synthetic.hpp>
 
+#include <memcomm/common/json_output.hpp>
 #include <memcomm/common/percentile.hpp>  // Note [Nearest-rank percentile]: the frame-time p50/p95
 
 #include "clock.hpp"
@@ -257,7 +258,7 @@ int App::run_bench() {
   std::printf("  load (ingest + index): %.3f s = %.1f M events/s (files read and built %.3f s; first frame %.3f s)\n", load_s,
               load_s > 0 ? events / load_s / 1e6 : 0, read_s, first_frame_s);
   int rc = 0;
-  if (!opt_.report_json.empty() && !write_report(j.dump(2))) rc = 1;
+  if (!opt_.report_json.empty() && !write_report(json_text(j, 2))) rc = 1;
   return headless_exit_code(rc);
 }
 

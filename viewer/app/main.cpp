@@ -6,12 +6,14 @@
 
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_checks.hpp>
+#include <memcomm/common/replacing_file.hpp>
 
 #include <cstdint>
 #include <cstdio>
 #include <new>
 #include <regex>
 #include <string>
+#include <utility>
 
 namespace {
 // "WxH" with both in 64..16384. Digits are counted before converting, so a value too large for an
@@ -33,6 +35,7 @@ constexpr std::uint64_t kMaxSyntheticEvents = 100'000'000;
 struct FlagText {
   std::string size;
   std::string range;
+  bool frames_given = false;
 };
 
 void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
@@ -113,6 +116,20 @@ bool check_options(memcomm::view::AppOptions& opt, const FlagText& text, bool li
     std::fprintf(stderr, "memcomm-view: --frames must be >= 1\n");
     return false;
   }
+  if (text.frames_given && opt.screenshot.empty() && opt.script.empty()) {  // a window would never exit
+    std::fprintf(stderr, "memcomm-view: --frames needs --screenshot or --script\n");
+    return false;
+  }
+  // Outputs checked before any work (Note [Outputs replaced whole]): a folder that does not exist, a
+  // folder given as the file, or '-', which is no file here.
+  for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--screenshot", opt.screenshot},
+                                   {"--report-json", opt.report_json}}) {
+    const std::string problem = file.empty() ? "" : memcomm::replace_problem(file);
+    if (!problem.empty()) {
+      std::fprintf(stderr, "memcomm-view: %s %s: %s\n", flag, file.c_str(), problem.c_str());
+      return false;
+    }
+  }
   return true;
 }
 
@@ -139,9 +156,10 @@ int main(int argc, char** argv) {
       "  drag X0 Y0 X1 Y1 [button] | wheel DY [X Y] | key K [N] | frames N | wait-events N [S] |\n"
       "  screenshot PNG | type TEXT | drop PATH.\n"
       "Exit codes: 0 ok; 1 runtime failure (no display, --timeout or a script's wait-events timed out, a script's\n"
-      "  screenshot or --screenshot/--report-json could not be written); 2 usage error (bad flags, a script that\n"
-      "  cannot be read or parsed, and in the headless modes an input file that cannot be loaded: missing, empty,\n"
-      "  a directory or corrupt; the screenshot and report are still written)."};
+      "  screenshot or --screenshot/--report-json could not be written, e.g. a full disk); 2 usage error (bad flags,\n"
+      "  a --screenshot/--report-json path whose folder does not exist or that is a folder, checked first; a script\n"
+      "  that cannot be read or parsed, and in the headless modes an input file that cannot be loaded: missing,\n"
+      "  empty, a folder, not a regular file or corrupt; the screenshot and report are still written)."};
   FlagText text;
   add_options(cli, opt, text);
   try {
@@ -150,6 +168,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return cli.exit(e) == 0 ? 0 : 2;
   }
+  text.frames_given = cli.count("--frames") > 0;
   if (!check_options(opt, text, cli.count("--listen") > 0)) return 2;
   // Nothing may abort: an exception out of the run (bad_alloc on a huge input, a library's error)
   // is a runtime failure with a message.

@@ -1,6 +1,7 @@
 #include <memcomm/view/loader.hpp>
 
 #include <fmt/format.h>
+#include <memcomm/common/input_file.hpp>
 #include <memcomm/snapshot/snapshot.hpp>
 #include <memcomm/trace/kineto.hpp>
 
@@ -21,6 +22,10 @@
 namespace memcomm::view {
 
 InputKind detect_input(const std::string& path, std::string& error) {
+  if (const std::string problem = input_file_problem(path); !problem.empty()) {  // Note [Inputs are regular files]
+    error = fmt::format("{}: {}", path, problem);
+    return InputKind::Unknown;
+  }
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     error = fmt::format("{}: cannot open: {}", path, std::strerror(errno));
@@ -28,8 +33,6 @@ InputKind detect_input(const std::string& path, std::string& error) {
   }
   unsigned char head[64] = {};
   const std::size_t n = std::fread(head, 1, sizeof head, f);
-  // fopen succeeds on a directory and the read then fails (EISDIR): report the read error, not
-  // "empty file".
   const int read_errno = std::ferror(f) ? errno : 0;
   std::fclose(f);
   if (n == 0) {

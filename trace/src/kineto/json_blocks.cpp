@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "memcomm/common/input_file.hpp"
 #include "memcomm/trace/trace_error.hpp"
 
 namespace memcomm::prof::kineto {
@@ -199,6 +200,8 @@ void GzipBlocks::inflate_all() {
 std::unique_ptr<JsonBlocks> buffer_blocks(std::string_view json) { return std::make_unique<BufferBlocks>(json); }
 
 std::unique_ptr<JsonBlocks> open_json_blocks(const std::string& path, bool& gzip) {
+  if (const std::string problem = input_file_problem(path); !problem.empty())
+    throw TraceError(fmt::format("{}: {}", path, problem));
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   struct stat st {};

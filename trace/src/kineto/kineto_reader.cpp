@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "converter.hpp"
+#include "memcomm/common/input_file.hpp"
 #include "json_blocks.hpp"
 #include "json_splitter.hpp"
 #include "parallel_parse.hpp"
@@ -71,6 +72,7 @@ KinetoTrace read_kineto_buffer(std::string_view json, const std::string& name, c
 // So does JSON in UTF-16 or UTF-32 (a byte order mark of those, or a NUL beside a JSON start byte), so
 // that the error names the encoding, not an .mct magic number.
 bool is_kineto_candidate(const std::string& path) {
+  if (!input_file_problem(path).empty()) return false;  // Note [Inputs are regular files]: the reader says why
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;  // the .mct reader reports the error
   char head[4096];

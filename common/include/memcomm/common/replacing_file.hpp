@@ -81,7 +81,8 @@ class ReplacingStream {
 };
 
 // Why `destination` could not be replaced whole, checked before any work ("" when it can): the
-// folder of the file it leads to must take new files.
+// folder of the file it leads to must take new files. '-' is refused: the tools whose outputs may go
+// to standard output (memcomm-replay --json -, memcomm-trace export --chrome -) check for it first.
 std::string replace_problem(const std::string& destination);
 
 // The whole of `contents` into `destination`, replaced whole. Throws OutputError.
