@@ -8,7 +8,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang libclang-rt-14-dev
   libimgui-dev libglfw3-dev libstb-dev libgl-dev xvfb xauth mesa-utils
   catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev libzstd-dev liblz4-dev libxxhash-dev
-  libsimdjson-dev zlib1g-dev
+  libsimdjson-dev zlib1g-dev libre2-dev
   libgloo-dev iproute2 procps dataset-fashion-mnist python3-venv python3-dev
 )
 TORCH_VERSION=2.11.0

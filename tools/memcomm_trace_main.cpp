@@ -199,8 +199,8 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
                      "with --hta: HTA's include_last_profiler_step=True (keep the last ProfilerStep)")
       ->needs(hta);
   s.report->add_option("--comm-kernels", a.comm_kernels,
-                       fmt::format("torch.profiler traces: regex (ECMAScript, searched in kernel names) of the "
-                                   "communication kernels of memcomm's own analysis, not --hta's (default: {})",
+                       fmt::format("torch.profiler traces: regex (RE2, as Python's re without lookaround; searched in kernel "
+                                   "names; at most 1000 characters) of the communication kernels of memcomm's own analysis, not --hta's (default: {})",
                                    kDefaultCommKernels));
 
   s.advise = add_files(app.add_subcommand("advise", "What to change, with the evidence: allocator policy (replaying the "
@@ -212,7 +212,7 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
                                                     "and each OOM: fragmented or full, with the failed allocation's "
                                                     "stack"), a);
   s.advise->add_option("--memory-limit", a.advise.memory_limit,
-                       "Bytes per rank the run may use (e.g. 80GiB); default: the allocator's recorded capacity. "
+                       "Bytes per rank the run may use (e.g. 80GiB); default (or 0): the allocator's recorded capacity. "
                        "Traces only: a snapshot's advice does not use it")
       ->transform(memcomm::size_transform());
   s.advise->add_flag("--no-replay", a.no_replay, "Skip replaying the allocations through the allocator policies");

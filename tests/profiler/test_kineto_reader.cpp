@@ -555,13 +555,26 @@ TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler wri
                            "empty-profile.json").info.trace_events == 1);
 }
 
-TEST_CASE("kineto: a --comm-kernels pattern searches kernel names of any length", "[kineto]") {
-  // Note [Names longer than a regex can search] (converter.cpp)
+TEST_CASE("kineto: a --comm-kernels pattern searches kernel names of any length, and any pattern ends", "[kineto]") {
+  // See Note [A pattern the user writes] (converter.cpp): std::regex overflowed the stack on a long name or
+  // a long pattern, and backtracked for minutes on '.*.*.*x'.
   KinetoOptions opt;
+  const auto comm_kernels = [&](const std::string& name) {
+    const std::string json = R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": ")" + name +
+                             R"(", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0, "stream": 7}}]})";
+    return read_kineto_buffer(json, "long.json", opt).info.comm_kernels;
+  };
   opt.comm_kernels = ".*nccl";
-  const std::string json = R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "nccl)" + std::string(300'000, 'x') +
-                           R"(", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0, "stream": 7}}]})";
-  CHECK(read_kineto_buffer(json, "long.json", opt).info.comm_kernels == 1);
+  CHECK(comm_kernels("nccl" + std::string(300'000, 'x')) == 1);
+  CHECK(comm_kernels(std::string(300'000, 'x') + "nccl") == 1);
+  opt.comm_kernels = ".*.*.*y";
+  CHECK(comm_kernels(std::string(300'000, 'x')) == 0);
+  opt.comm_kernels = std::string(1000, 'x');
+  CHECK(comm_kernels(std::string(300'000, 'x')) == 1);
+  opt.comm_kernels = std::string(1001, 'x');
+  CHECK_THROWS_WITH(comm_kernels("nccl"), Catch::Contains("--comm-kernels is 1001 characters long: at most 1000"));
+  opt.comm_kernels = "(nccl";
+  CHECK_THROWS_WITH(comm_kernels("nccl"), Catch::Contains("--comm-kernels '(nccl' is not a valid regular expression"));
 }
 
 TEST_CASE("kineto: a rank that is no whole number, or not below world_size, is named in the skip list", "[kineto]") {

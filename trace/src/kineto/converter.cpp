@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 namespace memcomm::prof::kineto {
 namespace {
@@ -69,22 +70,33 @@ bool c10d_call(std::string_view name) { return name.substr(0, 6) == "c10d::" || 
 
 bool point_to_point(std::string_view op) { return op.substr(0, 4) == "send" || op.substr(0, 4) == "recv"; }
 
-// Note [Names longer than a regex can search]: libstdc++'s std::regex recurses once per character a
-// ".*" consumes, so a user's --comm-kernels pattern overflowed the stack on a 100,000-character
-// kernel name (and, under AddressSanitizer's larger frames, on 16 KiB). The pattern sees the first
-// 2 KiB of a name, where a kernel's library and collective are named; the longest names in some 60
-// real traces (5,160 characters) are template arguments of compute kernels.
-constexpr size_t kRegexTextLimit = 2 * 1024;
+// Note [A pattern the user writes]: --comm-kernels is any pattern a user types, searched in every
+// kernel name, and the names are any length (template arguments run to 5,160 characters in some 60
+// real traces). libstdc++'s std::regex backtracks and recurses: a 100,000-character kernel name, or a
+// 100,000-character pattern, overflowed the stack, and '.*.*x' on a 121 KB trace ran for minutes
+// (its names cut to 2 KiB). RE2 matches in time linear in the name, whatever the pattern, and
+// without recursion, so every name is searched whole; its syntax is that of Python's re without
+// backreferences and lookaround (HTA's patterns are Python's). Linear needs RE2's DFA, whose states
+// grow with the pattern: past its memory budget RE2 falls back to a simulation that costs the
+// pattern's length per character, and a 100,000-character pattern then took 56 s on one 300,000-
+// character name. A pattern names kernel families (the default is 34 characters), so one longer
+// than kMaxCommPattern is refused, saying so.
+constexpr size_t kMaxCommPattern = 1000;
 
 }  // namespace
 
-Converter::Converter(std::string name, const KinetoOptions& opt) : name_(std::move(name)) {
-  try {
-    comm_pattern_ = std::regex(opt.comm_kernels, std::regex::ECMAScript | std::regex::optimize);
-  } catch (const std::regex_error& e) {
-    throw TraceError(fmt::format("--comm-kernels '{}' is not a valid regular expression: {}", opt.comm_kernels, e.what()));
-  }
+Converter::Converter(std::string name, const KinetoOptions& opt)
+    : name_(std::move(name)) {
+  const std::string& p = opt.comm_kernels;  // Note [A pattern the user writes]
+  if (p.size() > kMaxCommPattern)
+    throw TraceError(fmt::format("--comm-kernels is {} characters long: at most {} (it names kernel families, as the "
+                                 "default '{}' does)", p.size(), kMaxCommPattern, kDefaultCommKernels));
+  comm_pattern_ = std::make_unique<re2::RE2>(p, re2::RE2::Quiet);
+  if (!comm_pattern_->ok())
+    throw TraceError(fmt::format("--comm-kernels '{}' is not a valid regular expression: {}", p, comm_pattern_->error()));
 }
+
+Converter::~Converter() = default;
 
 Converter::Kind Converter::kind_of(std::string_view cat) {
   for (Category& c : categories_)
@@ -219,8 +231,8 @@ void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_
 bool Converter::is_comm_kernel(StringId name) {
   auto it = comm_names_.find(name);
   if (it != comm_names_.end()) return it->second;
-  const std::string text(strings_.text(name).substr(0, kRegexTextLimit));  // Note [Names longer than a regex can search]
-  const bool comm = std::regex_search(text, comm_pattern_);
+  const std::string_view text = strings_.text(name);
+  const bool comm = re2::RE2::PartialMatch(re2::StringPiece(text.data(), text.size()), *comm_pattern_);
   comm_names_.emplace(name, comm);
   return comm;
 }

@@ -2,7 +2,7 @@
 // (Note [Kineto events as memcomm events] in kineto.hpp).
 #pragma once
 
-#include <regex>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,6 +15,10 @@
 #include "raw_event.hpp"
 #include "size_pairing.hpp"
 #include "tracks.hpp"
+
+namespace re2 {
+class RE2;
+}
 
 namespace memcomm::prof::kineto {
 
@@ -36,6 +40,7 @@ inline constexpr int64_t kUnixTimeFloorNs = int64_t(631152000) * 1000000000;
 class Converter final : public SplitHandler {
  public:
   Converter(std::string name, const KinetoOptions& opt);
+  ~Converter();
   void member(std::string_view key, std::string_view raw_value) override;
   void event(std::string_view raw, size_t readable_after) override;
   // The two halves of event(), for parsing on other threads (Note [Parsing beside the converter]).
@@ -73,7 +78,7 @@ class Converter final : public SplitHandler {
   std::vector<Event> events_;
   std::vector<HostSpan> spans_;
   std::vector<CommKernel> comm_kernels_;
-  std::regex comm_pattern_;
+  std::unique_ptr<re2::RE2> comm_pattern_;  // Note [A pattern the user writes]
   std::unordered_map<StringId, bool> comm_names_;
   struct Category {
     std::string name;

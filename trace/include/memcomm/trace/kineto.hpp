@@ -56,7 +56,8 @@ inline constexpr uint16_t kPythonFrameThreadBase = 0x8000;
 // its memory curves.
 inline constexpr const char* kKinetoSourceTag = "source=torch.profiler";
 
-// The default communication-kernel pattern (std::regex ECMAScript, searched in the kernel name):
+// The default communication-kernel pattern (RE2 syntax, searched in the kernel name: Note [A pattern
+// the user writes] in src/kineto/converter.cpp):
 // NCCL and RCCL kernels, DeepEP's dispatch/combine (deep_ep:: in the public library, dpsk::ep:: in
 // DeepSeek's own profile-data traces) and NVSHMEM kernels. HTA counts only
 // ^nccl.*Kernel as communication; `memcomm-trace report --hta` uses HTA's rule whatever this is.
