@@ -26,31 +26,9 @@ bool parse_number(const char* text, double& out) {
   out = std::strtod(text, &end);
   return end != text && *end == '\0';
 }
-}  // namespace
 
-int main(int argc, char** argv) {
-  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  // OUT.mct is written over: an argument that looks like a flag is a mistake, not a file name.
-  for (int i = 1; i < argc; ++i)
-    if (argv[i][0] == '-') {
-      std::fprintf(stderr, "bench_make_trace: unknown option '%s'\n%s", argv[i], kUsage);
-      return 2;
-    }
-  if (argc < 2 || argc > 4 || argv[1][0] == '\0') {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string out = argv[1];
-  double events = 1e7, ranks_d = 2;
-  if ((argc > 2 && !parse_number(argv[2], events)) || (argc > 3 && !parse_number(argv[3], ranks_d)) ||
-      !(events > 0 && events <= 1e9) || !(ranks_d >= 1 && ranks_d <= 64) || ranks_d != static_cast<int>(ranks_d)) {
-    std::fprintf(stderr, "bench_make_trace: 0 < EVENTS <= 1e9 and RANKS an integer 1..64\n%s", kUsage);
-    return 2;
-  }
-  const int ranks = static_cast<int>(ranks_d);
+// Writes about `events` trace records over `ranks` ranks into one merged file; returns how many.
+std::uint64_t write_trace(const std::string& out, double events, int ranks) {
   prof::WriterOptions o;
   o.merged = true;
   o.world_size = static_cast<std::uint32_t>(ranks);
@@ -124,6 +102,40 @@ int main(int argc, char** argv) {
     if (!ev.empty()) w.write_chunk(defs, ev, rank);
   }
   w.close();
-  std::printf("bench_make_trace: %s: %llu trace records, %d ranks\n", out.c_str(), static_cast<unsigned long long>(written), ranks);
+  return written;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  // OUT.mct is written over: an argument that looks like a flag is a mistake, not a file name.
+  for (int i = 1; i < argc; ++i)
+    if (argv[i][0] == '-') {
+      std::fprintf(stderr, "bench_make_trace: unknown option '%s'\n%s", argv[i], kUsage);
+      return 2;
+    }
+  if (argc < 2 || argc > 4 || argv[1][0] == '\0') {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string out = argv[1];
+  double events = 1e7, ranks_d = 2;
+  if ((argc > 2 && !parse_number(argv[2], events)) || (argc > 3 && !parse_number(argv[3], ranks_d)) ||
+      !(events > 0 && events <= 1e9) || !(ranks_d >= 1 && ranks_d <= 64) || ranks_d != static_cast<int>(ranks_d)) {
+    std::fprintf(stderr, "bench_make_trace: 0 < EVENTS <= 1e9 and RANKS an integer 1..64\n%s", kUsage);
+    return 2;
+  }
+  const int ranks = static_cast<int>(ranks_d);
+  try {
+    const std::uint64_t written = write_trace(out, events, ranks);
+    std::printf("bench_make_trace: %s: %llu trace records, %d ranks\n", out.c_str(), static_cast<unsigned long long>(written), ranks);
+  } catch (const std::exception& e) {  // an OUT that cannot be written, a full disk
+    std::fprintf(stderr, "bench_make_trace: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -165,9 +165,13 @@ TEST_CASE("impossible requests are usage errors") {
   auto r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --nproc 2 --global-batch 1");
   CHECK(r.code == 2);
   CHECK(r.output.find("--global-batch 1 is smaller than --nproc 2") != std::string::npos);
-  r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64KiB --global-batch 64");
-  CHECK(r.code == 2);
-  CHECK(r.output.find("below the model's own size") != std::string::npos);
+  for (const char* limit : {"64KiB", "1KiB"}) {  // 1 KiB: before any step, where c10's error carried its backtrace
+    r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit " + limit + " --global-batch 64");
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("below the model's own size") != std::string::npos);
+    CHECK(r.output.find("Exception raised from") == std::string::npos);
+  }
   r = run_command(env_cache(dir) + tune_bin() + kModel + "--global-batch 64");
   CHECK(r.code == 2);
   CHECK(r.output.find("--memory-limit is required") != std::string::npos);
@@ -203,6 +207,7 @@ TEST_CASE("out-of-range and contradictory tuner flags are usage errors naming th
                         Case{"--global-batch 64 --any-micro-batch", "--any-micro-batch needs --fit-only"},
                         Case{"--global-batch 64 --json /nonexistent-memcomm/t.json", "/nonexistent-memcomm"},
                         Case{"--global-batch 64 --json " + dir, "is a folder"},
+                        Case{"--global-batch 64 --json -", "'-' is no file here"},  // not standard output here
                         Case{"--global-batch 64 --timeout 1e300", "--timeout"},
                         Case{"--global-batch 64 --optimizer nosuch", "--optimizer: nosuch not in {sgd,adam,adamw}"}}) {
     const auto r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB " + c.args);

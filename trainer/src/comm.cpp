@@ -9,6 +9,7 @@
 
 #include <memcomm/trace/clock.hpp>
 #include <memcomm/profiler/clock_sync.hpp>
+#include <memcomm/train/device_memory.hpp>
 #include <time.h>
 
 #include <fmt/format.h>
@@ -98,8 +99,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, bool server, s
 // reached the store, when the store still answers.
 std::string Communicator::why_not_joined(const std::exception& e) const {
   quiet_c10d_logs();
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+  std::string what = error_message(e);
   if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
   if (!store_) return what;
   std::vector<std::string> missing;

@@ -26,6 +26,11 @@ bool is_out_of_memory(const std::exception& e) {
          is_oom_message(e.what());
 }
 
+std::string error_message(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  return c10_error ? c10_error->what_without_backtrace() : e.what();
+}
+
 DeviceMemory::DeviceMemory(const TrainOptions& o, const c10::Device& device) : device_(device) {
   if (o.allocator == AllocatorKind::Memcomm) {
     alloc::TorchAllocatorOptions ao;

@@ -237,7 +237,7 @@ TrialRunner::TrialRunner(const TrainOptions& o, const DistEnv& env, const Unequa
     if (!is_out_of_memory(e)) throw;
     throw UsageError("--memory-limit " + format_bytes(static_cast<uint64_t>(o.memory_limit)) +
                      " is below the model's own size: the model and its data do not fit before any step (" +
-                     e.what() + ")");
+                     error_message(e) + ")");
   }
   m.bucket_mb = o.bucket_mb;
 }

@@ -41,7 +41,9 @@ void add_tuning_options(CLI::App& app, TuneOptions& t, RawTuneFlags& raw) {
                 "memcomm (peak fit + speed search), lightning (Lightning's binsearch, for comparison) or grid "
                 "(every candidate)")
       ->check(CLI::IsMember({"memcomm", "lightning", "grid"}))->capture_default_str();
-  g->add_flag("--fit-only", t.search.fit_only, "Stop once the largest micro-batch that fits is known");
+  g->add_flag("--fit-only", t.search.fit_only,
+              "Stop the search once the largest micro-batch that fits is known (no speed probes); that one is still "
+              "verified (--verify-steps)");
   g->add_flag("--any-micro-batch", t.search.any_micro_batch,
               "Needs --fit-only: candidates are every b up to the per-rank batch (at most 2^20), not only its divisors");
   g->add_option("--measured-steps", t.search.measured_steps, "Timed steps per probe, after one warm-up step")
@@ -149,6 +151,10 @@ TuneOptions parse_tune_options(int argc, char** argv) {
   train::add_train_options(app, t.train);
   // What the tuner chooses is not a flag here: hidden from --help, and refused with a reason below.
   for (const char* chosen : {"--batch-size", "--accum", "--steps"}) app.get_option(chosen)->group("");
+  // The trainer's "(0: none)" is not the tuner's: the search needs a limit to fit under.
+  app.get_option("--memory-limit")
+      ->description("The limit the search fits under (e.g. 512MiB, 1.5GiB, 2GB = 2e9 bytes): memcomm's CPU allocator's "
+                    "cap, required on the CPU; on a GPU PyTorch's CUDA allocator's, by default the free device memory");
   RawTuneFlags raw;
   add_tuning_options(app, t, raw);
 

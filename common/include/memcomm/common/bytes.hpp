@@ -17,7 +17,10 @@ std::uint64_t whole_bytes(double bytes);
 // fraction and a decimal exponent; units are case-insensitive: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) and
 // KB, MB, GB, TB (powers of 1000). Throws std::invalid_argument that quotes the text and says what
 // is wrong (no number, an unknown unit, zero or out of range, a fraction of a byte). With
-// `allow_zero`, a zero size ("0", "0B", "0 MiB") is 0 instead of an error.
+// `allow_zero`, a zero size ("0", "0B", "0 MiB") is 0 instead of an error. At most 2^62 bytes (4 EiB,
+// past any memory): sizes are rounded up to pages and added to other sizes, and near 2^64 that
+// overflowed (memcomm-replay --capacity 9223372036854775807 failed inside the allocator as a
+// "size 0" reservation).
 std::uint64_t parse_size(const std::string& text, bool allow_zero = false);
 
 }  // namespace memcomm

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <string>
 
 namespace memcomm::alloc {
 class CachingAllocator;
@@ -19,6 +20,9 @@ namespace memcomm::train {
 // Whether `e` is an out-of-memory: memcomm's allocator's, c10's (a CUDA caching allocator's), or a
 // failure whose message says so (is_oom_message: cuBLAS's and cuDNN's in disguise, the CPU's).
 bool is_out_of_memory(const std::exception& e);
+
+// What `e` says for a person: a c10::Error's message without the C++ backtrace c10 appends to what().
+std::string error_message(const std::exception& e);
 
 // Memory figures of the allocator serving the device: memcomm's on the CPU, PyTorch's on a GPU.
 struct MemoryFigures {
