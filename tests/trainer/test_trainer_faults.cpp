@@ -463,4 +463,6 @@ TEST_CASE("a full disk under the trace ends the run cleanly and says how much wa
   CHECK(r.output.find("lost") != std::string::npos);
   CHECK(r.output.find("recovered") != std::string::npos);    // memcomm-trace read what was kept
   CHECK(r.output.find(", 0 dropped") == std::string::npos);  // the summary counts what the file lost
+  CHECK(r.output.find("1 of 1 ranks could not write their trace file") != std::string::npos);
+  CHECK(r.output.find("open them with") == std::string::npos);  // not as if the files were whole
 }

@@ -105,7 +105,7 @@ class TrainingRun {
     start_summary(plan);
     train_steps(start_step, plan);
     evaluate_and_report();
-    return 0;
+    return 0;  // a trace the disk did not take is said, not a failed run: training does not depend on it
   }
 
  private:
@@ -138,6 +138,7 @@ class TrainingRun {
   int64_t m_ = 0;  // the global micro-batch counter (Note [Micro-batch position])
   int64_t per_epoch_ = 1;
   int64_t t_start_ = 0;
+  int64_t traces_failed_ = 0;  // ranks whose trace file could not be written whole
   bool tty_ = false;
 };
 
@@ -352,7 +353,10 @@ void TrainingRun::evaluate_and_report() {
   gather_run_wide_figures();
   if (!leader_) return;
   print_summary(s_);
-  if (!o_.trace.empty()) {
+  if (!o_.trace.empty() && traces_failed_ > 0) {
+    fmt::print("trace: {} of {} ranks could not write their trace file (said above); each holds what was written "
+               "before\n", traces_failed_, p_.env.world);
+  } else if (!o_.trace.empty()) {
     // Every rank's file, as a shell glob when there are several; the viewer beside this binary.
     std::string files = prof::rank_trace_path(o_.trace, 0);
     if (p_.env.world > 1) files.replace(files.rfind("0.mct"), 1, "*");
@@ -372,20 +376,21 @@ void TrainingRun::dump_params() const {
 
 // Note [Run-wide figures]: the summary speaks for the job, not rank 0: peaks (memory, resident
 // set, fragmentation) are the largest over the ranks, counts (trace events and drops, bytes the
-// cache gave back, the profiler threads' CPU) their sum. The two all-reduces also stand for the closing barrier: every rank
+// cache gave back, the profiler threads' CPU, ranks whose trace file failed) their sum. The two all-reduces also stand for the closing barrier: every rank
 // has finished before rank 0 reports and its store goes away.
 void TrainingRun::gather_run_wide_figures() {
   const MemoryFigures mf = p_.memory.figures();
   s_.allocator = mf.allocator;
   const auto [events, drops] = p_.profiler.finish();
-  if (const std::string error = p_.profiler.trace_error(); !error.empty())
-    std::fprintf(stderr, "memcomm-train: %s\n", error.c_str());
+  const std::string trace_error = p_.profiler.trace_error();
+  if (!trace_error.empty()) std::fprintf(stderr, "memcomm-train: %s\n", trace_error.c_str());
   p_.comm.on_collective = nullptr;  // the recorder has stopped
   auto peaks = torch::tensor({double(mf.peak_allocated), double(mf.peak_reserved), mf.fragmentation,
                               double(peak_rss_bytes())}, torch::kFloat64);
   p_.comm.allreduce(peaks, -1, Reduce::Max);
   auto sums = torch::tensor({double(events), double(drops), double(s_.cache_released),
-                             double(p_.profiler.collector_cpu_ns()) / 1e6}, torch::kFloat64);
+                             double(p_.profiler.collector_cpu_ns()) / 1e6, trace_error.empty() ? 0.0 : 1.0},
+                            torch::kFloat64);
   p_.comm.allreduce(sums);
   s_.peak_allocated = static_cast<int64_t>(peaks[0].item<double>());
   s_.peak_reserved = static_cast<int64_t>(peaks[1].item<double>());
@@ -395,6 +400,7 @@ void TrainingRun::gather_run_wide_figures() {
   s_.trace_drops = static_cast<int64_t>(sums[1].item<double>());
   s_.cache_released = static_cast<int64_t>(sums[2].item<double>());
   s_.trace_collector_cpu_ms = sums[3].item<double>();
+  traces_failed_ = static_cast<int64_t>(sums[4].item<double>());
 }
 
 }  // namespace
