@@ -166,7 +166,7 @@ std::unique_ptr<HeldMemory> open_held(const std::string& path, const MemoryArgs&
   try {
     set = TraceSet::load({path});
   } catch (const TraceError& e) {
-    throw std::invalid_argument(fmt::format("{} (memory reads PyTorch snapshots and memcomm or torch.profiler traces)", e.what()));
+    throw std::invalid_argument(fmt::format("{} (memory and compare read PyTorch snapshots and memcomm or torch.profiler traces)", e.what()));
   }
   warn_about_inputs(set);
   for (const RankTrace& r : set.ranks)

@@ -175,6 +175,13 @@ TEST_CASE("impossible requests are usage errors") {
   r = run_command(env_cache(dir) + tune_bin() + kModel + "--global-batch 64");
   CHECK(r.code == 2);
   CHECK(r.output.find("--memory-limit is required") != std::string::npos);
+  r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --global-bach 64");  // a typo is named
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--global-bach") != std::string::npos);
+  CHECK(r.output.find("--global-batch is required") == std::string::npos);
+  r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--global-batch is required") != std::string::npos);
   // Micro-batches stop at a rank's shard: a huge global batch takes too many micro-steps a step, to
   // count (an int; the data is 100 rows) or to verify (a step would take thousands of hours).
   r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --global-batch 1099511627776 "

@@ -31,8 +31,10 @@ struct RawTuneFlags {
 
 void add_tuning_options(CLI::App& app, TuneOptions& t, RawTuneFlags& raw) {
   auto* g = app.add_option_group("Tuning");
-  g->add_option("--global-batch", t.search.global_batch, "Samples per optimizer step over all ranks (b x K x ranks)")
-      ->required();
+  // Required, but checked after parsing (check_tune_options): CLI11 checks required flags before
+  // unknown ones, and a typo'd flag was then reported as a missing --global-batch.
+  g->add_option("--global-batch", t.search.global_batch,
+                "Samples per optimizer step over all ranks (b x K x ranks); required");
   g->add_option("--max-trials", t.search.max_trials, "Most probes for fit, boundary, speed and buckets")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   g->add_option("--json", t.json_out, "Write trials and recommendation as JSON to FILE");
@@ -67,6 +69,7 @@ void check_tune_options(const CLI::App& app, const TuneOptions& t, const RawTune
   for (const char* chosen : {"--batch-size", "--accum", "--steps"})
     if (app.count(chosen) > 0)
       usage_error(std::string(chosen) + " is what memcomm-tune chooses; give --global-batch (and --verify-steps)");
+  if (app.count("--global-batch") == 0) usage_error("--global-batch is required");
   if (t.train.sync_every > 0) usage_error("memcomm-tune tunes synchronous data parallelism; drop --sync-every");
   train::check_train_options(t.train, "memcomm-tune");
   if (t.search.global_batch < 1 || t.search.global_batch > kMaxGlobalBatch)
