@@ -169,6 +169,22 @@ TEST_CASE("any-micro-batch refuses a per-rank batch with more candidates than it
   CHECK(m.probes == 0);
 }
 
+TEST_CASE("fit-only on a prime per-rank batch says that what fits divides nothing, not that nothing fits") {
+  Synthetic m;  // b = 2..50 fit; b = 1 cannot step (BatchNorm), and 97 is prime
+  m.limit = 373'000'000;
+  REQUIRE((m.fits(50) && !m.fits(51)));
+  SearchConfig cfg;
+  cfg.global_batch = 97;
+  cfg.memory_limit = m.limit;
+  cfg.fit_only = true;
+  cfg.any_micro_batch = true;
+  cfg.min_micro_batch = 2;
+  const auto out = run_search(cfg, std::ref(m));
+  INFO(out.failure);
+  CHECK(out.failure.find("none of those probed divides the per-rank batch 97") != std::string::npos);
+  CHECK(out.failure.find("micro-batches up to") != std::string::npos);
+}
+
 TEST_CASE("memory that is not linear in b still gives the right boundary") {
   Synthetic m;
   m.q = 2e4;  // the fit underestimates large b: predictions fail and the search bisects

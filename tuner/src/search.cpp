@@ -26,6 +26,8 @@
 // in whole segments, so the margin is taken on what the tensors really hold.)
 #include "memcomm/tuner/search.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -333,13 +335,20 @@ class Search {
   // With --fit-only: the largest probed micro-batch that fits with the margin and divides the
   // per-rank batch (so that b x K is the batch asked for).
   void recommend_largest() {
-    for (long i = static_cast<long>(cand_.size()) - 1; i >= 0; --i)
-      if (auto it = done_.find(cand_[static_cast<size_t>(i)]);
-          it != done_.end() && per_rank_ % cand_[static_cast<size_t>(i)] == 0 && safe(static_cast<size_t>(i))) {
+    int64_t largest_fit = 0;  // the largest probed micro-batch that fits, dividing or not
+    for (long i = static_cast<long>(cand_.size()) - 1; i >= 0; --i) {
+      const auto it = done_.find(cand_[static_cast<size_t>(i)]);
+      if (it == done_.end() || !safe(static_cast<size_t>(i))) continue;
+      largest_fit = std::max(largest_fit, cand_[static_cast<size_t>(i)]);
+      if (per_rank_ % cand_[static_cast<size_t>(i)] == 0) {
         out_.recommendation = make_rec(out_.trials[it->second]);
         return;
       }
-    out_.failure = "no probed micro-batch fits with the safety margin";
+    }
+    out_.failure = largest_fit > 0 ? fmt::format("micro-batches up to {} fit, but none of those probed divides the "
+                                                 "per-rank batch {} (b x K must be the batch asked for)",
+                                                 largest_fit, per_rank_)
+                                   : "no probed micro-batch fits with the safety margin";
   }
 
   void recommend_fastest() {
