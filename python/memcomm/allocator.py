@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from memcomm import _memcomm
+from memcomm._numbers import is_int, is_real
 
 DeviceLike = Union[str, int, torch.device]
 
@@ -50,22 +51,23 @@ def _check_options(expandable: Any, memory_limit: Any, gc_threshold: Any, histor
         raise TypeError(f"expandable must be a bool, got {type(expandable).__name__}")
     if memory_limit is None:
         memory_limit = 0
-    if not isinstance(memory_limit, int) or isinstance(memory_limit, bool):
+    if not is_int(memory_limit):
         raise TypeError(f"memory_limit must be a number of bytes (int) or None, got {type(memory_limit).__name__}")
+    memory_limit = int(memory_limit)
     if not 0 <= memory_limit < 1 << 64:
         raise ValueError(f"memory_limit must be a number of bytes from 0 to 2**64 - 1, got {memory_limit}")
     if gc_threshold is None:
         gc_threshold = 0.0
-    if not isinstance(gc_threshold, (int, float)) or isinstance(gc_threshold, bool):
+    if not is_real(gc_threshold):
         raise TypeError(f"gc_threshold must be a float in [0, 1) or None, got {type(gc_threshold).__name__}")
     if not 0.0 <= gc_threshold < 1.0:
         raise ValueError(f"gc_threshold must be in [0, 1) (a fraction of memory_limit), got {gc_threshold}")
     if gc_threshold > 0 and memory_limit == 0:
         raise ValueError("gc_threshold needs a memory_limit: it is a fraction of it")
-    if not isinstance(history, int) or isinstance(history, bool) or history < 0:
+    if not is_int(history) or history < 0:
         raise ValueError(f"history must be a number of events >= 0, got {history!r}")
     return {"expandable": expandable, "capacity": memory_limit, "gc_threshold": float(gc_threshold),
-            "history_events": history}
+            "history_events": int(history)}
 
 
 def use_allocator(device: str = "cpu", *, expandable: bool = True, memory_limit: Optional[int] = None,

@@ -312,17 +312,22 @@ def test_a_model_that_cannot_step_on_one_sample_is_tuned_from_two():
     """, timeout=120)
 
 
-def test_numpy_integers_are_ints_and_a_bad_evaluate_result_is_named():
+def test_numpy_numbers_are_numbers_a_tensor_lr_stays_itself_and_a_bad_evaluate_result_is_named():
+    # np.float32 is no Python float (np.float64 is): buckets=[np.float32(1)] was a TypeError; a tensor lr came back
+    # as a copy, so a scheduler holding it no longer moved the optimizer's.
     run_ok("""
         import numpy as np, torch, torch.nn as nn, torch.nn.functional as F, memcomm
         torch.set_num_threads(1)
-        memcomm.use_allocator("cpu", memory_limit=32 << 20)
+        memcomm.use_allocator("cpu", memory_limit=np.int64(32 << 20), gc_threshold=np.float32(0.5))
         model = nn.Linear(8, 2)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.1))
+        lr = opt.param_groups[0]["lr"]
         loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
         batch = lambda b: (torch.randn(b, 8), torch.randint(0, 2, (b,)))
-        r = memcomm.tune(model, opt, loss, batch, np.int64(16), probe_seconds=0.0, verify_steps=2, verbose=False)
+        r = memcomm.tune(model, opt, loss, batch, np.int64(16), probe_seconds=0.0, verify_steps=2, verbose=False,
+                         buckets=[np.float32(1.0), np.int32(5)])
         assert r["recommendation"]["micro_batch"] * r["recommendation"]["accum"] == 16, r
+        assert opt.param_groups[0]["lr"] is lr and lr.item() == np.float32(0.1), opt.param_groups[0]
         assert [v["steps"] for v in r["verifications"]] == [2], r["verifications"]  # as asked, not 50
         try:
             memcomm.tune(model, opt, loss, batch, 16, probe_seconds=0.0, verify_steps=1, verbose=False,

@@ -1,9 +1,10 @@
 """memcomm.tune's options and the checks memcomm-tune's flags make, with Python's exceptions."""
-import numbers
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
 import torch
+
+from memcomm._numbers import is_int, is_real
 
 SEARCHES = ("memcomm", "lightning", "grid")
 MAX_ANY_MICRO_BATCH_CANDIDATES = 1 << 20
@@ -12,8 +13,7 @@ _MAX_BUCKET_MB = 1e6
 
 
 def check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> int:
-    # numpy's integers are Integral too; bools (Python's and numpy's) and tensors are not ints here.
-    if not isinstance(value, numbers.Integral) or type(value).__name__ in ("bool", "bool_"):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     value = int(value)
     if value < low or (high is not None and value > high):
@@ -23,7 +23,7 @@ def check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> in
 
 
 def check_float(name: str, value: Any, low: float, high: float) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not is_real(value):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if not low <= value <= high:  # also rejects NaN
         raise ValueError(f"{name} must be between {low:g} and {high:g}, got {value}")

@@ -124,7 +124,8 @@ class _OptimizerState:
         for g, saved in zip(self.optimizer.param_groups, self.groups):
             for k in [k for k in g if k not in saved and k != "params"]:
                 del g[k]
-            g.update(copy.deepcopy(saved))
+            for k, v in saved.items():
+                g[k] = _restored_value(g.get(k), v)
 
 
 class _Slots:
@@ -149,6 +150,16 @@ class _Slots:
 
 
 _MISSING = object()
+
+
+def _restored_value(current: Any, saved: Any) -> Any:
+    """A hyperparameter as it was: a tensor one (a scheduler's tensor lr, which others may hold) keeps
+    its identity and gets its values back; anything else is a fresh copy."""
+    if isinstance(current, torch.Tensor) and isinstance(saved, torch.Tensor) and current.shape == saved.shape \
+            and current.dtype == saved.dtype and current.device == saved.device:
+        with torch.no_grad():
+            return current.copy_(saved)
+    return copy.deepcopy(saved)
 
 
 class State:
