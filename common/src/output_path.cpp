@@ -10,6 +10,15 @@ std::filesystem::path parent_folder(const std::string& file) {
   return parent.empty() ? std::filesystem::path(".") : parent;
 }
 
+std::string name_length_problem(const std::string& file) {
+  const std::string name = std::filesystem::path(file).filename().string();
+  const long limit = ::pathconf(parent_folder(file).c_str(), _PC_NAME_MAX);
+  const std::size_t most = limit > 0 ? static_cast<std::size_t>(limit) : 255;
+  if (name.size() <= most) return "";
+  return "the file name is " + std::to_string(name.size()) + " bytes long, more than the " + std::to_string(most) +
+         " its file system allows";
+}
+
 bool can_create_in(const std::filesystem::path& dir) {
   std::string probe = (dir / ".memcomm-write-test.XXXXXX").string();
   const int fd = ::mkstemp(probe.data());

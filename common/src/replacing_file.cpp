@@ -132,7 +132,8 @@ std::string replace_problem(const std::string& destination) {
   if (written_in_place(target)) return "";  // its own errors are reported when writing
   const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   if (!fs::is_directory(folder, ec)) return "the folder " + folder.string() + " does not exist";
-  return can_create_in(folder) ? "" : "the folder " + folder.string() + " does not take new files";
+  if (!can_create_in(folder)) return "the folder " + folder.string() + " does not take new files";
+  return name_length_problem(target.string());
 }
 
 ReplacingFile::ReplacingFile(const std::string& destination) : destination_(destination) {

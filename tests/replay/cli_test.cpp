@@ -140,6 +140,9 @@ TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json
   r = run(dir, snap.string() + " --policy pytorch --json " + (dir.path() / "no-such-dir" / "out.json").string());
   CHECK(r.code == 2);
   CHECK(r.err.find("cannot write") != std::string::npos);
+  r = run(dir, snap.string() + " --policy pytorch --json " + (dir.path() / (std::string(300, 'x') + ".json")).string());
+  CHECK(r.code == 2);  // was 1, after the replay: "File name too long"
+  CHECK(r.err.find("the file name is 305 bytes long") != std::string::npos);
 
   // See Note [Outputs that would destroy data]: --json naming an input (by any name) would replace the trace.
   std::filesystem::create_symlink(snap, dir.path() / "link.pickle");

@@ -138,7 +138,12 @@ void check_train_options(const TrainOptions& o, const char* program) {
     }
   }
   try {
-    if (!o.trace.empty()) check_output_dir("--trace", o.trace, /*create=*/true);
+    if (!o.trace.empty()) {
+      check_output_dir("--trace", o.trace, /*create=*/true);
+      const std::string widest = prof::rank_trace_path(o.trace, 99999);  // the rank number grows the name
+      if (const std::string problem = memcomm::name_length_problem(widest); !problem.empty())
+        throw std::invalid_argument("--trace " + o.trace + ": a rank's file, " + widest + ": " + problem);
+    }
     if (!o.summary_json.empty()) check_output_file("--summary-json", o.summary_json);
     if (!o.dump_params.empty()) check_output_file("--dump-params", o.dump_params);
   } catch (const std::invalid_argument& e) {

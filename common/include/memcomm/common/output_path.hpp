@@ -12,6 +12,10 @@ namespace memcomm {
 // The folder a FILE argument lives in ("." for a bare name).
 std::filesystem::path parent_folder(const std::string& file);
 
+// Why `file`'s name is too long for its folder's file system (pathconf's NAME_MAX, usually 255
+// bytes), or "": the folder takes new files, but this one would fail at the end of the work.
+std::string name_length_problem(const std::string& file);
+
 // Creates and removes a uniquely named file in `dir`: the only sure test that files can be made
 // there (access(2) ignores read-only mounts' nuances and ACLs). Leaves nothing behind.
 bool can_create_in(const std::filesystem::path& dir);
