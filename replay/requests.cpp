@@ -124,9 +124,10 @@ TraceRequests load_trace(const std::string& path, const LoadProgress& progress) 
     bytes.shrink_to_fit();
     out = read_mct_trace(path);  // memory-maps the file itself
   } else {
-    throw snapshot::ReadError(path, 0, fmt::format("unknown trace format (first byte 0x{:02x}): expected a PyTorch memory "
+    throw snapshot::ReadError(path, 0, fmt::format("unknown trace format (first bytes {:02x}{}): expected a PyTorch memory "
                                                    "snapshot pickle (first byte 0x80), a memcomm trace (.mct) or a "
-                                                   "torch.profiler trace (JSON or gzip)", bytes[0]));
+                                                   "torch.profiler trace (JSON, or gzip: 1f 8b)", bytes[0],
+                                                   bytes.size() > 1 ? fmt::format(" {:02x}", bytes[1]) : ""));
   }
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

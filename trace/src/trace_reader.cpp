@@ -94,8 +94,12 @@ void TraceReader::open_header() {
   if (static_cast<unsigned char>(data_[0]) == 0x80)
     fail(0, "a pickle (a PyTorch memory snapshot?), not a memcomm trace (.mct): snapshots are read by memcomm-trace "
             "memory, compare and advise, memcomm-replay and memcomm-view");
-  if (size_ < sizeof(kFileMagic) || std::memcmp(data_, kFileMagic, sizeof kFileMagic) != 0)
-    fail(0, "not a memcomm trace (.mct): bad magic");
+  if (size_ < sizeof(kFileMagic) || std::memcmp(data_, kFileMagic, sizeof kFileMagic) != 0) {
+    std::string first;  // what the file starts with, as memcomm-replay and memcomm-view say it
+    for (size_t i = 0; i < std::min<size_t>(size_, 4); ++i) first += fmt::format("{}{:02x}", i ? " " : "", data_[i]);
+    fail(0, fmt::format("not a memcomm trace (.mct): bad magic (first bytes {}); the tools also read torch.profiler "
+                        "traces (.json, .json.gz) and PyTorch memory snapshot pickles", first));
+  }
   if (size_ < sizeof(FileHeader))
     fail(0, fmt::format("file header truncated: {} bytes, need {}", size_, sizeof(FileHeader)));
   std::memcpy(&header_, data_, sizeof header_);
