@@ -185,7 +185,7 @@ class State:
 class ScriptState:
     """What tune() touches beyond the weights and the optimizer's state, put back when it returns
     (Note [What the probes leave as it was]): each module's training flag (an evaluate() that calls
-    model.eval()), the gradients the script held (the probes set them to None), and the optimizer's
+    model.eval()), the gradients the script held (taken off while the probes run), and the optimizer's
     own step hooks, which are taken out while the probes step (an EMA or a counter that
     register_step_post_hook updates is the script's training state, not the probes')."""
 
