@@ -212,6 +212,12 @@ TEST_CASE("headless memcomm-view exits 2 on an input file it cannot load, still 
   const std::string script = out_dir() + "/inputs_ok.script";
   std::ofstream(script) << "frames 1\n";
   CHECK(run_viewer(missing + " --size 320x200 --script " + script, &out) == 2);
+  // --exit-after-events waited out its whole --timeout after a load failure, then exited 2.
+  const std::string report = out_dir() + "/inputs_bad.json";
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(run_viewer(empty + " --size 320x200 --exit-after-events 1 --timeout 120 --report-json " + report, &out) == 2);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
+  CHECK(std::filesystem::exists(report));
 }
 
 TEST_CASE("headless memcomm-view exits 1 on a script timeout, a failed script screenshot or an unwritable report",

@@ -111,6 +111,9 @@ int App::frame_loop(bool headless) {
         }
         break;
       }
+      // Every file is loaded, some failed, and nothing listens: no event can come any more, and waiting
+      // out --timeout only delayed the load error's exit status.
+      if (loaded && load_errors_ > 0 && !live_ && events_seen() < opt_.exit_after_events) break;
       if (now_s() - start > opt_.exit_timeout_s) {
         std::string ranks = fmt::format("{} ranks", ranks_with_spans());  // "of R" only when --exit-after-ranks asked
         if (opt_.exit_after_ranks > 0) ranks = fmt::format("{} of {} ranks", ranks_with_spans(), opt_.exit_after_ranks);
