@@ -62,9 +62,23 @@ std::int64_t get_int(const Document& doc, const Value& v, What&& what) {
   if (v.kind == Kind::integer || v.kind == Kind::boolean) return v.i;
   return doc.as_int(v, what());  // throws with the message
 }
+// A value from 2^63 to 2^64 - 1, which pickle writes as a 9-byte LONG1 (its last byte a 0x00 sign
+// byte) and the reader keeps as a big_int: an address in the upper half of the space, as memory_viz
+// reads it. Nothing for a negative or wider value.
+std::optional<std::uint64_t> unsigned_from_big_int(std::string_view little_endian) {
+  if (little_endian.empty() || (static_cast<std::uint8_t>(little_endian.back()) & 0x80) != 0) return std::nullopt;
+  while (!little_endian.empty() && little_endian.back() == '\0') little_endian.remove_suffix(1);
+  if (little_endian.size() > 8) return std::nullopt;
+  std::uint64_t u = 0;
+  for (std::size_t k = little_endian.size(); k-- > 0;) u = (u << 8) | static_cast<std::uint8_t>(little_endian[k]);
+  return u;
+}
+
 // Addresses and sizes are non-negative 64-bit values; a negative one means a corrupt file.
 template <class What>
 std::uint64_t get_u64(const Document& doc, const Value& v, What&& what) {
+  if (v.kind == Kind::big_int)
+    if (const auto u = unsigned_from_big_int(doc.text(v))) return *u;
   std::int64_t i = get_int(doc, v, what);
   if (i < 0) throw ReadError(doc.source(), kNoOffset, fmt::format("{}: negative value {}", what(), i));
   return static_cast<std::uint64_t>(i);
