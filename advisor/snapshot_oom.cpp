@@ -74,7 +74,7 @@ Advice oom_advice(const snapshot::Snapshot& snap, int device, const OomAt& at) {
     adv.change = "enough memory was free, in pieces (fragmentation): set PYTORCH_CUDA_ALLOC_CONF="
                  "expandable_segments:True, or use memcomm's caching allocator";
   if (fragmented) adv.saving = double(e.size);  // the request would have fit in what was already reserved
-  adv.evidence = fmt::format("device {}: out of memory at {} asking for {}: live {}, reserved {} ({} free in the "
+  adv.evidence = fmt::format("device {}: out of memory at {} asking for {}: in blocks {}, reserved {} ({} free in the "
                              "cache), largest free block {}",
                              device, when(snap.device_traces[std::size_t(device)], at.index), format_bytes(e.size),
                              format_bytes(m.live), format_bytes(m.reserved), format_bytes(cached_free),

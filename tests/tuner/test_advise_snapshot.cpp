@@ -155,7 +155,7 @@ TEST_CASE("an OOM with enough free memory in pieces is fragmentation, with the f
   CHECK(a.topic == advise::Topic::Oom);
   CHECK(has(a.change, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
   INFO(a.evidence);
-  CHECK(has(a.evidence, "asking for 3.0 MiB: live 4.0 MiB, reserved 8.0 MiB (4.0 MiB free in the cache), "
+  CHECK(has(a.evidence, "asking for 3.0 MiB: in blocks 4.0 MiB, reserved 8.0 MiB (4.0 MiB free in the cache), "
                         "largest free block 2.0 MiB"));
   // memory_viz's format and filter (the unwinder and eval-loop frames go); Python frames only, the
   // C++ one left (the allocator's) counted.
@@ -175,7 +175,7 @@ TEST_CASE("an OOM when the live memory fills the cache is really out of memory",
   const auto advice = advise::advise_snapshot(s, no_replay());
   REQUIRE(advice.size() == 1);
   CHECK(has(advice.front().change, "really full"));
-  CHECK(has(advice.front().evidence, "live 6.0 MiB, reserved 8.0 MiB (2.0 MiB free in the cache)"));
+  CHECK(has(advice.front().evidence, "in blocks 6.0 MiB, reserved 8.0 MiB (2.0 MiB free in the cache)"));
   CHECK(has(advice.front().evidence, "no stack recorded"));
   CHECK(advice.front().saving == 0);
 }

@@ -28,7 +28,9 @@
 namespace memcomm::snapshot {
 
 struct MemoryLevels {
-  std::uint64_t live = 0;          // bytes of active blocks (allocated or pending free)
+  std::uint64_t live = 0;          // bytes of active blocks (allocated or pending free), as the allocator
+                                   // holds them: block sizes, not the requested bytes that "live" means
+                                   // elsewhere (advise says "in blocks")
   std::uint64_t reserved = 0;      // backed segment bytes
   std::uint64_t largest_free = 0;  // the largest backed range no active block touches
 };
