@@ -281,6 +281,13 @@ TEST_CASE("kineto: a file cut short keeps every complete event and says where it
   }
 }
 
+TEST_CASE("kineto: a gzip-compressed snapshot pickle is named as such, not as JSON that is no object", "[kineto]") {
+  const std::string path = temp_path("snapshot.pickle.gz");
+  write_gzip(path, std::string("\x80\x04\x95", 3) + std::string(64, '\0'));
+  CHECK_THROWS_WITH(read_kineto(path), Catch::Contains("a pickle inside gzip (a compressed PyTorch memory snapshot?)"));
+  std::remove(path.c_str());
+}
+
 TEST_CASE("kineto: a quote lost in the middle is broken JSON, not a file cut short", "[kineto]") {
   // Note [Corrupt, not cut short] (json_splitter.cpp): read as a truncation, everything after the
   // lost quote was dropped with no error.

@@ -332,6 +332,9 @@ bool Splitter::read_member(bool& saw_events) {
 // What a file that starts with neither '{' nor '[' is, where its first bytes tell.
 std::string not_an_object(std::string_view head) {
   if (head.substr(0, 3) == "\xEF\xBB\xBF") return "a second UTF-8 byte order mark: not a torch.profiler trace";
+  if (!head.empty() && static_cast<unsigned char>(head[0]) == 0x80)  // inside a gzip: only gzip's magic was read
+    return "a pickle inside gzip (a compressed PyTorch memory snapshot?): not a torch.profiler trace; gunzip it "
+           "first, the tools read snapshot pickles as they are";
   return "not a torch.profiler trace (the file is neither a JSON object nor an array)";
 }
 
