@@ -199,8 +199,9 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
                      "with --hta: HTA's include_last_profiler_step=True (keep the last ProfilerStep)")
       ->needs(hta);
   s.report->add_option("--comm-kernels", a.comm_kernels,
-                       fmt::format("torch.profiler traces: regex (RE2, as Python's re without lookaround; searched in kernel "
-                                   "names; at most 1000 characters) of the communication kernels of memcomm's own analysis, not --hta's (default: {})",
+                       fmt::format("torch.profiler traces: regex (RE2, as Python's re without lookaround; searched in "
+                                   "kernel names; at most 1000 characters) of the communication kernels of memcomm's "
+                                   "own analysis, not --hta's (default: {})",
                                    kDefaultCommKernels));
 
   s.advise = add_files(app.add_subcommand("advise", "What to change, with the evidence: allocator policy (replaying the "

@@ -74,7 +74,7 @@ std::uint64_t parse_size(const std::string& text, bool allow_zero) {
   if (scale == 1 && std::floor(number) != number) throw fail("has a fraction of a byte");
   if (allow_zero && bytes == 0) return 0;
   if (!(bytes >= 1)) throw fail("must be at least one byte");
-  if (bytes > 4611686018427387904.0) throw fail("is too large (at most 4 EiB, 2^62 bytes)");  // 2^62: header
+  if (bytes > 4611686018427387904.0) throw fail("is too large (at most 4 EiB, 2^62 bytes)");  // bytes.hpp says why
   return static_cast<std::uint64_t>(bytes + 0.5);
 }
 

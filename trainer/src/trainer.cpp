@@ -376,8 +376,9 @@ void TrainingRun::dump_params() const {
 
 // Note [Run-wide figures]: the summary speaks for the job, not rank 0: peaks (memory, resident
 // set, fragmentation) are the largest over the ranks, counts (trace events and drops, bytes the
-// cache gave back, the profiler threads' CPU, ranks whose trace file failed) their sum. The two all-reduces also stand for the closing barrier: every rank
-// has finished before rank 0 reports and its store goes away.
+// cache gave back, the profiler threads' CPU, ranks whose trace file failed) their sum. The two
+// all-reduces also stand for the closing barrier: every rank has finished before rank 0 reports and
+// its store goes away.
 void TrainingRun::gather_run_wide_figures() {
   const MemoryFigures mf = p_.memory.figures();
   s_.allocator = mf.allocator;

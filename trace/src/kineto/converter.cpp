@@ -79,14 +79,13 @@ bool point_to_point(std::string_view op) { return op.substr(0, 4) == "send" || o
 // backreferences and lookaround (HTA's patterns are Python's). Linear needs RE2's DFA, whose states
 // grow with the pattern: past its memory budget RE2 falls back to a simulation that costs the
 // pattern's length per character, and a 100,000-character pattern then took 56 s on one 300,000-
-// character name. A pattern names kernel families (the default is 34 characters), so one longer
-// than kMaxCommPattern is refused, saying so.
+// character name. A pattern names kernel families (the default is five words), so one longer than
+// kMaxCommPattern is refused, saying so.
 constexpr size_t kMaxCommPattern = 1000;
 
 }  // namespace
 
-Converter::Converter(std::string name, const KinetoOptions& opt)
-    : name_(std::move(name)) {
+Converter::Converter(std::string name, const KinetoOptions& opt) : name_(std::move(name)) {
   const std::string& p = opt.comm_kernels;  // Note [A pattern the user writes]
   if (p.size() > kMaxCommPattern)
     throw TraceError(fmt::format("--comm-kernels is {} characters long: at most {} (it names kernel families, as the "
