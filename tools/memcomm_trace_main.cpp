@@ -3,9 +3,9 @@
 // PyTorch memory snapshots too (memcomm/snapshot/memory.hpp, trace_memory.hpp).
 // Every subcommand accepts per-rank files (NAME.rank0.mct ...), merged files and torch.profiler
 // traces (one file per rank), in any mix.
-// Exit codes (also in --help): 0 success; 1 a runtime failure, such as an output file that cannot be
-// written; 2 a usage error, or an input trace that is missing, empty, foreign or corrupt -- the same
-// meaning memcomm-replay gives them.
+// Exit codes (also in --help): 0 success; 1 a runtime failure, such as an output a full disk cuts
+// short; 2 a usage error (an output whose folder does not exist, checked first), or an input trace
+// that is missing, empty, foreign or corrupt -- the same meaning memcomm-replay gives them.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <memcomm/common/bytes.hpp>
@@ -39,7 +39,7 @@ using memcomm::ReplacingFile;
 
 namespace {
 
-constexpr int kExitFailure = 1;   // a runtime failure (e.g. an output file that cannot be written)
+constexpr int kExitFailure = 1;   // a runtime failure (e.g. an output a full disk cuts short)
 constexpr int kExitBadInput = 2;  // a usage error, or an input trace that cannot be read
 
 // An input trace could not be read: a missing, empty, foreign or corrupt file (exit 2). Output
@@ -348,8 +348,8 @@ int main(int argc, char** argv) {
                "A file cut short (a crash, a killed job) is read up to its last complete chunk (.mct) or event\n"
                "(torch.profiler), with a warning on stderr saying where it stopped.\n"
                "memory, compare and advise also read PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles)."};
-  app.footer("Exit codes: 0 success; 1 a runtime failure (e.g. an output file that cannot be written);\n"
-             "2 a usage error, or an input trace that is missing, empty, corrupt (bad checksum, bad chunk, broken\n"
+  app.footer("Exit codes: 0 success; 1 a runtime failure (e.g. an output a full disk cuts short);\n"
+             "2 a usage error (an output whose folder does not exist, checked first), or an input trace that is missing, empty, corrupt (bad checksum, bad chunk, broken\n"
              "JSON or gzip), not a memcomm trace, or JSON that is not a torch.profiler trace, with a message\n"
              "naming the file and byte offset.");
   app.require_subcommand(1);
@@ -382,6 +382,13 @@ int main(int argc, char** argv) {
                                               : "";
   if (!conflict.empty()) {
     fmt::print(stderr, "memcomm-trace: {}\n", conflict);
+    return kExitBadInput;
+  }
+  // An output that cannot be written at all (its folder missing, its name too long) is a usage error
+  // before any work, as in the other tools; a full disk is found while writing (exit 1).
+  const std::string out = *subs.merge ? args.merge_out : *subs.exp ? args.chrome_out : *subs.convert ? args.convert_out : "";
+  if (const std::string problem = out.empty() || out == "-" ? "" : memcomm::replace_problem(out); !problem.empty()) {
+    fmt::print(stderr, "memcomm-trace: output {}: {}\n", out, problem);
     return kExitBadInput;
   }
   return run(subs, args);

@@ -225,7 +225,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }
 }  // namespace
 
-TEST_CASE("memcomm-trace exit codes: 2 for unreadable input and usage, 1 for unwritable output", "[profiler][tool]") {
+TEST_CASE("memcomm-trace exit codes: 2 for unreadable input, usage and an output that cannot be made, 1 for a failed write", "[profiler][tool]") {
   const std::string base = test::temp_path("codes");
   const auto paths = write_fixture(base);
   const std::string good = read_bytes(paths[0]);
@@ -278,10 +278,15 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input and usage, 1 for unw
   CHECK(out.find("--rank: must be a whole number of at least 0, got '-1'") != std::string::npos);
   CHECK(run(tool() + " report --rows 1 " + paths[0], out) == 0);
 
-  // Good input, output that cannot be written: a runtime failure.
-  CHECK(run(tool() + " export --chrome /nonexistent-dir/x.json " + paths[0], out) == 1);
-  CHECK(out.find("cannot write /nonexistent-dir/x.json: No such file or directory") != std::string::npos);
-  CHECK(run(tool() + " merge /nonexistent-dir/x.mct " + paths[0], out) == 1);
+  // Good input, an output whose folder does not exist: a usage error before any work, as in the other tools; one
+  // that fails while being written (a full disk) is a runtime failure.
+  CHECK(run(tool() + " export --chrome /nonexistent-dir/x.json " + paths[0], out) == 2);
+  CHECK(out.find("output /nonexistent-dir/x.json: the folder /nonexistent-dir does not exist") != std::string::npos);
+  CHECK(run(tool() + " merge /nonexistent-dir/x.mct " + paths[0], out) == 2);
+  if (std::filesystem::exists("/dev/full")) {
+    CHECK(run(tool() + " export --chrome /dev/full " + paths[0], out) == 1);
+    CHECK(out.find("No space left on device") != std::string::npos);
+  }
   // A folder is never an output, --force or not (Note [Outputs that would destroy data]).
   const std::string folder = test::temp_path("exit-codes-folder");
   std::filesystem::create_directories(folder);
