@@ -31,4 +31,7 @@ TEST_CASE("memcomm-view --range loads only the chosen time range", "[gui][viewer
   CHECK(spans_in_report(part) == 10 * 11);
   CHECK(run_viewer(trace + " --range 0.3:0.2 --screenshot " + out_dir() + "/range_bad.png", &out) == 2);
   CHECK(out.find("--range") != std::string::npos);
+  // A range past the trace's end showed an empty view and exited 0.
+  CHECK(run_viewer(trace + " --range 1000:2000 --screenshot " + out_dir() + "/range_past.png", &out) == 2);
+  CHECK(out.find("--range 1000:2000 keeps no event: this file's events span 0..") != std::string::npos);
 }

@@ -200,12 +200,14 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
     if (!merged)
       for (const auto& [rank, f] : find_clock_offsets(path)) ingest.preset_offset(rank, f.offset, f.records);
     bool first = true;
+    std::int64_t first_ns = INT64_MAX, last_ns = INT64_MIN;  // with a range: the span it is measured from
     const auto chunk = [&](const prof::Event* ev, std::size_t n, std::uint32_t rank, const auto& strings) {
-      if (first && options.has_range() && n > 0) {
-        std::int64_t t0 = INT64_MAX;
-        for (std::size_t i = 0; i < n; ++i) t0 = std::min(t0, ev[i].ts);
-        set_range_from(ingest, t0, options);
-      }
+      if (options.has_range())
+        for (std::size_t i = 0; i < n; ++i) {
+          if (first) first_ns = std::min(first_ns, ev[i].ts);
+          last_ns = std::max(last_ns, ev[i].ts);
+        }
+      if (first && options.has_range() && n > 0) set_range_from(ingest, first_ns, options);
       first = false;
       ingest.add(ev, n, rank, strings, !merged);
     };
@@ -230,6 +232,10 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
       }
     }
     out = b.finish(path);
+    if (options.has_range() && out.event_count == 0 && first_ns <= last_ns) {
+      error = path + ": " + range_kept_nothing(options, first_ns, last_ns);
+      return false;
+    }
     out.runs = ingest.run_facts(path, merged ? 0 : reader.header().world_size);
     if (options.has_range())
       out.sources.back() += fmt::format(" (range {:.3f}..{:.3f} s)", options.range_lo_s, options.range_hi_s);

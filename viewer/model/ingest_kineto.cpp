@@ -109,8 +109,18 @@ bool ingest_kineto(const std::string& path, Timeline& out, std::string& error, s
     if (progress) *progress = kReadShare;
     std::vector<prof::RunFacts> runs;
     const bool rank_given = k.info.rank_given;
+    std::int64_t first_ns = INT64_MAX, last_ns = INT64_MIN;  // with a range: the span it is measured from
+    if (options.has_range())
+      for (const prof::Event& e : k.trace.events) {
+        first_ns = std::min(first_ns, e.ts);
+        last_ns = std::max(last_ns, e.ts);
+      }
     const std::string truncation = ingest_events(std::move(k), b, progress, options, path, runs);
     out = b.finish(path);
+    if (options.has_range() && out.event_count == 0 && first_ns <= last_ns) {
+      error = path + ": " + range_kept_nothing(options, first_ns, last_ns);
+      return false;
+    }
     for (RankData& rd : out.ranks) rd.stand_in_id = !rank_given;  // Note [Rank ids across files]
     out.runs = std::move(runs);
     // What the reader and the build freed (JSON windows and events, parsed on several threads;

@@ -34,6 +34,9 @@ struct LoadOptions {
   bool prefault_ahead = std::thread::hardware_concurrency() > 1;
   bool has_range() const { return range_hi_s > range_lo_s; }
 };
+// Why a file whose events span [first_ns, last_ns] loaded nothing under `o`'s range: the range's
+// message for a load error, as memcomm-trace memory --at past a trace's end is one.
+std::string range_kept_nothing(const LoadOptions& o, std::int64_t first_ns, std::int64_t last_ns);
 // Parses "T0:T1" (seconds, T0 < T1, both >= 0) into `o`; false with a message otherwise.
 bool parse_time_range(const std::string& text, LoadOptions& o, std::string& error);
 // Files at least this large get the "choose a time range first" prompt in the UI.
