@@ -31,6 +31,7 @@
 #include "trace_convert.hpp"
 #include "trace_info.hpp"
 #include "trace_memory.hpp"
+#include "trace_segments.hpp"
 #include "memcomm/snapshot/error.hpp"
 
 using namespace memcomm::prof;
@@ -151,6 +152,12 @@ void add_memory_options(CLI::App* sub, Args& a) {
       ->check(CLI::Range(0, 255));
 }
 
+void add_segments_option(CLI::App* sub, Args& a) {
+  sub->add_flag("--segments", a.memory.segments,
+                "snapshots: each device's segments at the end state instead, largest first (--rows of them), as "
+                "memory_viz's segsum sums them up: reserved, active blocks, requested, free and the largest free block");
+}
+
 void add_memory(CLI::App& app, Args& a, Subcommands& s) {
   s.memory = app.add_subcommand("memory", "Who holds memory: live bytes by allocation stack at a time, most first, in a "
                                           "PyTorch memory snapshot (.pickle; stacks as torch's memory_viz prints them: "
@@ -160,6 +167,7 @@ void add_memory(CLI::App& app, Args& a, Subcommands& s) {
                                           "torch.profiler trace (they record no stacks)");
   s.memory->add_option("FILE", a.files, "snapshot (torch.cuda.memory._dump_snapshot) or trace")->required()->expected(1)->check(CLI::ExistingFile);
   add_memory_options(s.memory, a);
+  add_segments_option(s.memory, a);
   s.compare = app.add_subcommand("compare", "What grew between two PyTorch memory snapshots (or traces): live bytes "
                                             "by allocation stack in each, largest growth first");
   s.compare->add_option("BEFORE", a.before, "earlier snapshot or trace")->required()->check(CLI::ExistingFile);
@@ -317,6 +325,7 @@ int run(const Subcommands& s, const Args& a) {
     if (*s.advise) return run_advise(a);
     if (*s.report) return run_report(a);
     if (*s.convert) return run_convert(a);
+    if (*s.memory && a.memory.segments) return fmt::print("{}", tool::segments_report(a.files.front(), a.memory)), 0;
     if (*s.memory) return fmt::print("{}", tool::memory_report(a.files.front(), a.memory)), 0;
     if (*s.compare) return fmt::print("{}", tool::compare_report(a.before, a.after, a.memory)), 0;
   } catch (const memcomm::snapshot::ReadError& e) {  // memory, compare: the snapshot cannot be read

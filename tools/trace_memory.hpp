@@ -15,6 +15,7 @@ struct MemoryArgs {
   std::size_t rows = 20;     // text: sites shown
   int rank = -1;             // traces: the rank to read (-1: the first)
   int device = -1;           // only this device's blocks (-1: every device's, summed)
+  bool segments = false;     // snapshots: the segments at the end state instead (trace_segments.hpp)
 };
 
 // Both throw snapshot::ReadError for an unreadable snapshot and std::invalid_argument for an

@@ -38,6 +38,37 @@ TEST_CASE("memory cli: --json gives at_ns, live_bytes and sites with stacks", "[
   CHECK(memcomm::test::parse_json(all.out)["sites"][0]["stack"].size() == 2);
 }
 
+TEST_CASE("memory cli: --segments sums each device's segments as memory_viz's segsum does", "[cli][memory]") {
+  TempDir dir("memory-segments");
+  const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  Run r = trace_tool(dir, "memory " + snap.string() + " --segments --json");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = memcomm::test::parse_json(r.out);
+  REQUIRE(j["devices"].size() == 2);
+  const auto& d0 = j["devices"][0];  // one small segment: a 1024 B block for 1000 B asked, the rest free
+  CHECK(d0["device"] == 0);
+  CHECK(d0["reserved"] == 2 * memcomm::test::MiB);
+  CHECK(d0["active"] == 1024);
+  CHECK(d0["requested"] == 1000);
+  CHECK(d0["free"] == 2 * memcomm::test::MiB - 1024);
+  CHECK(d0["largest_free"] == 2 * memcomm::test::MiB - 1024);
+  CHECK(d0["segments"][0]["pool"] == "small");
+  const auto& d2 = j["devices"][1];  // an expandable segment, all free
+  CHECK(d2["device"] == 2);
+  CHECK(d2["active"] == 0);
+  CHECK(d2["free"] == d2["reserved"]);
+  CHECK(d2["segments"][0]["pool"] == "large, expandable");
+  Run text = trace_tool(dir, "memory " + snap.string() + " --segments --device 2");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("device 2: 1 segments, reserved 40.0 MiB") != std::string::npos);
+  CHECK(text.out.find("device 0") == std::string::npos);
+  // The end state only, and only a snapshot lists segments.
+  Run at = trace_tool(dir, "memory " + snap.string() + " --segments --at peak");
+  CHECK(at.code == 2);
+  CHECK(at.err.find("--segments shows the snapshot's end state") != std::string::npos);
+}
+
 TEST_CASE("memory cli: --device keeps one device's blocks", "[cli][memory]") {
   TempDir dir("memory-device");
   const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
