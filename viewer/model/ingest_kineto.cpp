@@ -80,16 +80,18 @@ void drop_redundant(std::vector<prof::Event>& events) {
   events.resize(out);
 }
 
-// One file's converted events into `b`, in time order, and what they say about their run into
-// `runs`. Returns the reader's warning when the file was cut short ("" otherwise). `k` (events,
-// strings) is freed on return.
+// One file's converted events into `b`, in time order, what they say about their run into `runs`,
+// and their first and last times into `span` (unchanged when there are none). Returns the reader's
+// warning when the file was cut short ("" otherwise). `k` (events, strings) is freed on return.
 std::string ingest_events(prof::KinetoTrace k, TimelineBuilder& b, std::atomic<double>* progress,
-                          const LoadOptions& options, const std::string& path, std::vector<prof::RunFacts>& runs) {
+                          const LoadOptions& options, const std::string& path, std::vector<prof::RunFacts>& runs,
+                          std::pair<std::int64_t, std::int64_t>& span) {
   std::vector<prof::Event>& events = k.trace.events;
   add_active_samples(events);
   prof::sort_by_time(events);  // ranges pair LIFO per thread, as TraceSet orders them
   drop_redundant(events);
   TraceIngest ingest(b);
+  if (!events.empty()) span = {events.front().ts, events.back().ts};
   if (options.has_range() && !events.empty()) set_range_from(ingest, events.front().ts, options);
   const auto strings = [&k](prof::StringId id) { return k.trace.name(id); };
   for (std::size_t i = 0; i < events.size(); i += kBatch) {
@@ -109,16 +111,11 @@ bool ingest_kineto(const std::string& path, Timeline& out, std::string& error, s
     if (progress) *progress = kReadShare;
     std::vector<prof::RunFacts> runs;
     const bool rank_given = k.info.rank_given;
-    std::int64_t first_ns = INT64_MAX, last_ns = INT64_MIN;  // with a range: the span it is measured from
-    if (options.has_range())
-      for (const prof::Event& e : k.trace.events) {
-        first_ns = std::min(first_ns, e.ts);
-        last_ns = std::max(last_ns, e.ts);
-      }
-    const std::string truncation = ingest_events(std::move(k), b, progress, options, path, runs);
+    std::pair<std::int64_t, std::int64_t> span{INT64_MAX, INT64_MIN};  // a range is measured from its first
+    const std::string truncation = ingest_events(std::move(k), b, progress, options, path, runs, span);
     out = b.finish(path);
-    if (options.has_range() && out.event_count == 0 && first_ns <= last_ns) {
-      error = path + ": " + range_kept_nothing(options, first_ns, last_ns);
+    if (options.has_range() && out.event_count == 0 && span.first <= span.second) {
+      error = path + ": " + range_kept_nothing(options, span.first, span.second);
       return false;
     }
     for (RankData& rd : out.ranks) rd.stand_in_id = !rank_given;  // Note [Rank ids across files]
