@@ -29,10 +29,10 @@ installed_by: Dict[str, str] = {}
 
 def _device_index(device: DeviceLike) -> int:
     """-1 for the CPU, the CUDA device number otherwise."""
-    if isinstance(device, int) and not isinstance(device, bool):
+    if is_int(device):
         if device < -1:
             raise ValueError(f"device must be -1 (CPU) or a CUDA device number, got {device}")
-        return device
+        return int(device)
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N', an int or a torch.device, got {type(device).__name__}")
     try:

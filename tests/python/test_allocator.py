@@ -43,6 +43,8 @@ def test_cpu_tensors_live_in_memcomm_and_earlier_ones_stay_valid():
         assert s["allocated_bytes.all.current"] >= after.nbytes, s
         assert s["reserved_bytes.all.peak"] >= s["allocated_bytes.all.peak"] > 0, s
         assert 0 <= s["memcomm.fragmentation"] < 1, s
+        import numpy
+        assert memcomm.memory_stats(numpy.int64(-1)) == memcomm.memory_stats(-1) == s  # -1 is the CPU
         total = float((before * 2).sum())   # the old tensor works with new ones
         del before                          # and frees through its own deleter
         assert total == 999 * 1000, total
