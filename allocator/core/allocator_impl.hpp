@@ -306,13 +306,8 @@ struct CachingAllocator::Impl {
   std::size_t release_free(std::size_t target, std::uint64_t min_age, bool count_gc) EXCLUDES(mu);
   Segment* ensure_expandable(Pool* pool) EXCLUDES(mu);
   // Virtual bytes per expandable segment when config.virtual_size is 0 (Note [Address space for a
-  // segment]): twice the cap, else 1 TiB of device address space; on the host at most 64 GiB unless
-  // the cap itself is more.
-  std::size_t default_virtual_size() const {
-    constexpr std::size_t kHostSpace = std::size_t(64) << 30, kDeviceSpace = std::size_t(1) << 40;
-    if (!source->host_accessible()) return cap ? 2 * cap : kDeviceSpace;
-    return cap ? std::max(cap, std::min(2 * cap, kHostSpace)) : kHostSpace;
-  }
+  // segment]).
+  std::size_t default_virtual_size() const;
   // Reserves an expandable segment's address space; `vsize` is what was reserved (Note [Address
   // space for a segment]).
   void* reserve_segment_space(std::size_t& vsize) EXCLUDES(mu);

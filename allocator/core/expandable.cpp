@@ -354,6 +354,8 @@
 #include <limits>
 #include <string>
 
+#include <unistd.h>
+
 #include <memcomm/common/bytes.hpp>
 
 #include "allocator_impl.hpp"
@@ -392,13 +394,28 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
 // will ever map, so that windows for large requests can still be found when free pages are scattered
 // (twice the cap), but address space is not free on the host: `ulimit -v` (common under Slurm) and
 // the sanitizers refuse a reservation past it, and a large cap (48 GiB under an 80 GiB ulimit) used to
-// make every allocation fail where no cap worked. So the default reservation on the host stays at
-// 64 GiB unless the cap itself is more, and when the source refuses it the allocator halves it, down
-// to the cap (or to one page without a cap): fewer windows, but the allocator works. When even that
-// fails, the error says which reservation, and why it may have failed.
+// make every allocation fail where no cap worked. So the default reservation on the host is, with a
+// cap, twice the cap but no more than 64 GiB or the machine's memory (whichever is more), and never
+// less than the cap; without one, 64 GiB or twice the machine's memory, whichever is more (a fixed
+// 64 GiB held one pool of a large host below what plain torch allocates there). On a device it is
+// twice the cap, else 1 TiB. When the source refuses it the allocator halves it, down
+// to one page: fewer windows, but the allocator works. A reservation that ends below the cap (a cap
+// past the 128 TiB a process's address space holds, or past its `ulimit -v`) is a limit the process
+// could not have reached anyway; requests then run out of memory at the reservation, not at the cap.
+// When even one page fails, the error says which reservation, and why it may have failed.
+std::size_t CachingAllocator::Impl::default_virtual_size() const {
+  constexpr std::size_t kHostSpace = std::size_t(64) << 30, kDeviceSpace = std::size_t(1) << 40;
+  const auto twice = [](std::size_t bytes) { return bytes > SIZE_MAX / 2 ? SIZE_MAX / 2 : 2 * bytes; };
+  if (!source->host_accessible()) return cap ? twice(cap) : kDeviceSpace;
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+  const std::size_t memory = pages > 0 && page_bytes > 0 ? std::size_t(pages) * std::size_t(page_bytes) : 0;
+  if (!cap) return std::max(kHostSpace, twice(memory));
+  return std::max(cap, std::min(twice(cap), std::max(kHostSpace, memory)));
+}
+
 void* CachingAllocator::Impl::reserve_segment_space(std::size_t& vsize) {
   vsize = page_up(config.virtual_size ? config.virtual_size : default_virtual_size(), page);
-  const std::size_t least = config.virtual_size ? vsize : page_up(std::max<std::size_t>(cap, page), page);
+  const std::size_t least = config.virtual_size ? vsize : page;
   for (;;) {
     try {
       SourceCallScope in_flight;

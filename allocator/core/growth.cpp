@@ -58,6 +58,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "allocator_impl.hpp"
 
@@ -130,8 +131,12 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
   const auto reserved = std::uint64_t(stats.reserved_bytes.current);
   const auto allocated = std::uint64_t(stats.allocated_bytes.current);
   const std::uint64_t largest = largest_free_locked();
-  throw OutOfMemory(format_oom(size, requested, *source, cap, reserved, allocated, largest,
-                               expandable ? 0 : whole_segment(pool, size)),
+  std::string message = format_oom(size, requested, *source, cap, reserved, allocated, largest,
+                                   expandable ? 0 : whole_segment(pool, size));
+  if (expandable && pool->expandable && pool->expandable->size < cap)
+    message += "; this pool's expandable segment has " + format_bytes(pool->expandable->size, 2) +
+               " of address space, all the process could reserve (Note [Address space for a segment])";
+  throw OutOfMemory(std::move(message),
                     requested, reserved, allocated, largest,
                     reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0);
 }

@@ -109,7 +109,7 @@ TEST_CASE("a map that throws partway through a window leaves events and stats in
   al.remove_observer(&rec);
 }
 
-TEST_CASE("a refused address-space reservation is halved down to the cap, then named", "[allocator][expandable]") {
+TEST_CASE("a refused address-space reservation is halved down to one page, then named", "[allocator][expandable]") {
   // See Note [Address space for a segment]: 2 x the cap by default; a source that refuses more than
   // 1.5 x the cap gets the cap itself, and the allocator works up to it.
   auto src = std::make_shared<FailingMapSource>();
@@ -120,9 +120,19 @@ TEST_CASE("a refused address-space reservation is halved down to the cap, then n
   void* p = al.allocate(60 * MiB);
   CHECK(p != nullptr);
   al.deallocate(p);
+  // Below the cap: the allocator works within what it could reserve, and the out-of-memory past that
+  // says why it came before the cap.
+  auto small = std::make_shared<FailingMapSource>();
+  small->refuse_reserves_over(16 * MiB);
+  CachingAllocator below(small, c);
+  void* q = below.allocate(4 * MiB);
+  CHECK(q != nullptr);
+  CHECK_THROWS_WITH(below.allocate(32 * MiB), Catch::Contains("capacity 64.00 MiB") &&
+                                                Catch::Contains("expandable segment has 16.00 MiB of address space"));
+  below.deallocate(q);
   // Nothing at all: the error names the reservation instead of a bare mmap failure.
   auto none = std::make_shared<FailingMapSource>();
-  none->refuse_reserves_over(16 * MiB);
+  none->refuse_reserves_over(0);
   CachingAllocator refused(none, c);
-  CHECK_THROWS_WITH(refused.allocate(4 * MiB), Catch::Contains("64.0 MiB of address space") && Catch::Contains("ulimit -v"));
+  CHECK_THROWS_WITH(refused.allocate(4 * MiB), Catch::Contains("2.0 MiB of address space") && Catch::Contains("ulimit -v"));
 }

@@ -168,6 +168,20 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
     assert sizeless.returncode == 2 and "device_traces[0][0]: event has no 'size'" in sizeless.stderr, sizeless.stderr
 
 
+def test_a_limit_past_the_address_space_still_allocates():
+    # Note [Address space for a segment]: the reservation halves below a cap no process can reserve.
+    check("""
+        import torch, memcomm
+        memcomm.use_allocator("cpu", memory_limit=1 << 50)
+        assert float(torch.ones(1 << 20).sum()) == 1 << 20
+        try:
+            torch.empty(1 << 48, dtype=torch.uint8)
+            raise AssertionError("256 TiB allocated")
+        except torch.OutOfMemoryError as e:
+            assert "of address space, all the process could reserve" in str(e), e
+    """)
+
+
 BAD_CALLS = [
     ("memcomm.use_allocator('tpu')", ValueError),
     ("memcomm.use_allocator('cpu', memory_limit=-1)", ValueError),
