@@ -25,6 +25,14 @@ def run_python(code: str, *args: str, timeout: float = 300, env: dict = None) ->
                           timeout=timeout, env=full_env)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now (a rendezvous's MASTER_PORT)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def raised_by(calls: list, prelude: str = "import memcomm", after_each: str = "pass") -> dict:
     """What each call (Python source) raises, as {call: (exception name, message)}: "no exception" when
     it returns. One fresh interpreter evaluates them one after another, so each must fail before it

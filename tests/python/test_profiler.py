@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import raised_by, run_python
+from conftest import free_port, raised_by, run_python
 
 # A small CNN on Fashion-MNIST-shaped random data; `loop(n, accumulate)` trains n micro-batches,
 # stepping the optimizer every `accumulate` of them (no_sync() in between under DDP).
@@ -612,6 +612,30 @@ def test_a_profile_leaves_loading_dynamo_to_the_script(tmp_path, tool):
     assert "after [False, False]" in out, out  # stop() put torch's own back
     counts = phase_counts(tool, tmp_path, tmp_path / "lazy.rank0.mct")
     assert counts.get("step") == 4 and counts.get("optimizer") == 2 and counts.get("backward") == 4, counts
+
+
+def test_a_distributed_optimizer_step_ends_the_step(tmp_path, tool):
+    # pytorch/examples' ddp_rpc: DistributedOptimizer steps TorchScript functional optimizers over RPC,
+    # which run no torch.optim hook; its step() is wrapped once the script loads torch.distributed.optim,
+    # and a profile that started before does not load it (some 3 s).
+    out = check("""
+        import torch.distributed.autograd as dist_autograd, torch.distributed.rpc as rpc
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+        model = make_model()
+        with memcomm.profile(trace=sys.argv[1]):
+            print("loaded", "torch.distributed.optim" in sys.modules)
+            from torch.distributed.optim import DistributedOptimizer
+            rpc.init_rpc("w0", rank=0, world_size=1)
+            opt = DistributedOptimizer(torch.optim.SGD, [rpc.RRef(p) for p in model.parameters()], lr=0.1)
+            for x, y in batches(3):
+                with dist_autograd.context() as ctx:
+                    dist_autograd.backward(ctx, [crit(model(x), y)])
+                    opt.step(ctx)
+            rpc.shutdown()
+    """, str(tmp_path / "rpc.mct"), str(free_port()))
+    assert "loaded False" in out, out
+    counts = phase_counts(tool, tmp_path, tmp_path / "rpc.rank0.mct")
+    assert counts.get("step") == 3 and counts.get("optimizer") == 3 and counts.get("forward") == 3, counts
 
 
 def test_tune_inside_a_profile_records_no_steps_of_its_own(tmp_path, tool):

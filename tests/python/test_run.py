@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
+
 TRAIN = """
 import sys, torch
 from torch import nn
@@ -302,13 +304,6 @@ def world_size(tool, trace: Path) -> int:
                           timeout=60)
     assert info.returncode == 0, info.stderr
     return json.loads(info.stdout)[0]["world_size"]
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_script_keeps_its_module_file_and_folder_and_memcomm_does_not_fail_it(tmp_path, tool):

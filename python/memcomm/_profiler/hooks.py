@@ -124,7 +124,7 @@ runs: a compiled training step recorded one step out of six. Two rules:
   memcomm's state; a forward inside a compiled region is not recorded.
 - The backward wrapper and the optimizer hooks run once per phase, so they are
   torch.compiler.disable'd (the frame only, not what it calls) as soon as the script loads Dynamo
-  (Note [Dynamo left to the script] in dynamo.py): Dynamo runs them eagerly, at a break it would have
+  (Note [Dynamo left to the script] in when_loaded.py): Dynamo runs them eagerly, at a break it would have
   anyway (a backward) or at the edge of a compiled optimizer step. A backward asked for while a fake
   tensor mode is active is the compiler's own (AOTAutograd tracing the backward of the forward it
   compiles, inside that forward), not the training's: it passes through unrecorded.
@@ -150,7 +150,7 @@ from memcomm import _memcomm
 from memcomm._profiler import running
 from memcomm._profiler.codes import (ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER, STEP,
                                     exchange, now)
-from memcomm._profiler.dynamo import WhenLoaded
+from memcomm._profiler.when_loaded import WhenLoaded
 from memcomm._profiler.future_callbacks import wait_for_release, without_our_wrappings
 
 
@@ -250,11 +250,12 @@ class PhaseHooks:
                                      nn_module.register_module_forward_hook(self._global_post, always_call=True)]
             # A model compiled inside the profile narrows the hooks at its first call, and any other
             # compile at its start (Note [Finding the model]), once Dynamo is loaded (Note [Dynamo left
-            # to the script] in dynamo.py).
+            # to the script] in when_loaded.py).
             add(WhenLoaded(lambda: add(_CallWrap(_optimized_module_class(), self._call))))
         add(_OnCompileStart(self._compile_starts))
         self._wrap_backward()
         self._wrap_scaler_step()
+        self._wrap_distributed_optimizer_step()
         self._wrap_data_loader()
         add(_OptimizerHooks(optim, self._optimizer_pre, self._optimizer_post))
 
@@ -594,23 +595,35 @@ class PhaseHooks:
 
     def _wrap_scaler_step(self) -> None:
         """Wraps torch.amp.GradScaler.step, whose skipped update calls no optimizer."""
-        scaler = torch.amp.GradScaler
-        original = scaler.__dict__["step"]
+        self._wrap_update(torch.amp.GradScaler, "step")
+
+    def _wrap_distributed_optimizer_step(self) -> None:
+        """Wraps DistributedOptimizer.step once the script loads torch.distributed.optim: its workers
+        step TorchScript functional optimizers over RPC, which run no torch.optim hook."""
+        def wrap() -> None:
+            cls = getattr(sys.modules["torch.distributed.optim"], "DistributedOptimizer", None)
+            if cls is not None:  # a torch built without RPC has none
+                self._wrap_update(cls, "step")
+        self._handles.append(WhenLoaded(wrap, "torch.distributed.optim", "DistributedOptimizer's steps"))
+
+    def _wrap_update(self, cls: Any, name: str) -> None:
+        """Wraps `cls.name`, an update that runs no torch.optim hook, as one update of the step."""
+        original = cls.__dict__[name]
 
         @functools.wraps(original)
-        def step(scaler_self: Any, *args: Any, **kwargs: Any) -> Any:
+        def update(owner: Any, *args: Any, **kwargs: Any) -> Any:
             st = self._state() if running.profiler is self._owner else None
             if st is None or st.update_frame is not None:
-                return original(scaler_self, *args, **kwargs)
+                return original(owner, *args, **kwargs)
             self._update_begins(st, sys._getframe())
             try:
-                return original(scaler_self, *args, **kwargs)
+                return original(owner, *args, **kwargs)
             finally:
                 self._update_returned(st)
 
-        scaler.step = step
-        restore = _Restore(scaler, "step", original, step)
-        self._handles += [restore, WhenLoaded(lambda: restore.replace(_eager(step)))]
+        setattr(cls, name, update)
+        restore = _Restore(cls, name, original, update)
+        self._handles += [restore, WhenLoaded(lambda: restore.replace(_eager(update)))]
 
     def _end_failed_update(self, st: _ThreadState) -> None:
         """An update whose step() raised (and the script went on) runs no post hook, so its range would
@@ -725,7 +738,7 @@ def _eager(function: Callable[..., Any]) -> Callable[..., Any]:
 
 class _OptimizerHooks:
     """torch's global optimizer step pre and post hooks, `_eager` from the moment Dynamo is loaded
-    (Note [Dynamo left to the script] in dynamo.py); remove() takes them off."""
+    (Note [Dynamo left to the script] in when_loaded.py); remove() takes them off."""
 
     def __init__(self, optim: Any, pre: Callable[..., None], post: Callable[..., None]):
         self._optim = optim
