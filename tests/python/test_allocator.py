@@ -169,7 +169,7 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
 
 
 def test_a_limit_past_the_address_space_still_allocates():
-    # Note [Address space for a segment]: the reservation halves below a cap no process can reserve.
+    # See Note [Address space for a segment]: the reservation halves below a cap no process can reserve.
     check("""
         import torch, memcomm
         memcomm.use_allocator("cpu", memory_limit=1 << 50)
