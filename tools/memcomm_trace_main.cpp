@@ -173,6 +173,9 @@ void add_memory(CLI::App& app, Args& a, Subcommands& s) {
   s.compare->add_option("BEFORE", a.before, "earlier snapshot or trace")->required()->check(CLI::ExistingFile);
   s.compare->add_option("AFTER", a.after, "later snapshot or trace")->required()->check(CLI::ExistingFile);
   add_memory_options(s.compare, a);
+  s.compare->add_flag("--segments", a.memory.segments,
+                      "snapshots: the segments (by address and size) only in BEFORE and only in AFTER instead, per "
+                      "device, as memory_viz's compare lists them");
 }
 
 Subcommands add_subcommands(CLI::App& app, Args& a) {
@@ -327,6 +330,8 @@ int run(const Subcommands& s, const Args& a) {
     if (*s.convert) return run_convert(a);
     if (*s.memory && a.memory.segments) return fmt::print("{}", tool::segments_report(a.files.front(), a.memory)), 0;
     if (*s.memory) return fmt::print("{}", tool::memory_report(a.files.front(), a.memory)), 0;
+    if (*s.compare && a.memory.segments)
+      return fmt::print("{}", tool::segments_compare_report(a.before, a.after, a.memory)), 0;
     if (*s.compare) return fmt::print("{}", tool::compare_report(a.before, a.after, a.memory)), 0;
   } catch (const memcomm::snapshot::ReadError& e) {  // memory, compare: the snapshot cannot be read
     fmt::print(stderr, "memcomm-trace: {}\n", e.what());

@@ -2,6 +2,8 @@
 // span (allocated or freed and pending on a stream), what the user asked for of those, and the free
 // bytes (inactive blocks) with the largest free block, which bounds the largest request the device's
 // cache could serve without a new segment. Segments are listed largest first, --rows of them.
+// compare --segments keys segments by (address, total size), as memory_viz's compare does: those
+// only in the earlier snapshot were freed (or resized) since, those only in the later one are new.
 #include "trace_segments.hpp"
 
 #include <fmt/format.h>
@@ -11,6 +13,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -92,27 +95,93 @@ std::string device_text(const nlohmann::json& d, std::size_t rows) {
 
 }  // namespace
 
-std::string segments_report(const std::string& file, const MemoryArgs& args) {
+namespace {
+
+snapshot::Snapshot load_for_segments(const std::string& file, const MemoryArgs& args) {
   if (args.at != "end") throw std::invalid_argument("--segments shows the snapshot's end state: drop --at " + args.at);
   if (args.rank >= 0) throw std::invalid_argument("--segments reads a snapshot, which has no ranks: drop --rank");
   if (!snapshot::is_snapshot_file(file))
     throw std::invalid_argument(file + ": --segments reads PyTorch memory snapshots (.pickle), which list their segments");
-  const snapshot::Snapshot snap = snapshot::load_snapshot(file);
-  std::map<int, std::vector<SegmentFigures>> by_device;
+  return snapshot::load_snapshot(file);
+}
+
+// Each device's segments (those of --device only), largest first.
+std::map<int, std::vector<SegmentFigures>> by_device(const snapshot::Snapshot& snap, int device) {
+  std::map<int, std::vector<SegmentFigures>> out;
   for (const snapshot::Segment& s : snap.segments)
-    if (args.device < 0 || s.device == args.device) by_device[s.device].push_back(figures(s));
-  nlohmann::json devices = nlohmann::json::array();
-  for (auto& [device, segs] : by_device) {
+    if (device < 0 || s.device == device) out[s.device].push_back(figures(s));
+  for (auto& [d, segs] : out)
     std::sort(segs.begin(), segs.end(), [](const SegmentFigures& a, const SegmentFigures& b) {
       return a.segment->total_size != b.segment->total_size ? a.segment->total_size > b.segment->total_size
                                                             : a.segment->address < b.segment->address;
     });
-    devices.push_back(device_json(device, segs));
+  return out;
+}
+
+using SegmentKey = std::pair<std::uint64_t, std::uint64_t>;  // (address, total size): memory_viz compare's key
+
+SegmentKey key(const SegmentFigures& f) { return {f.segment->address, f.segment->total_size}; }
+
+// The segments of `from` whose (address, size) `other` lacks.
+std::vector<SegmentFigures> only_in(const std::vector<SegmentFigures>& from, const std::vector<SegmentFigures>& other) {
+  std::set<SegmentKey> keys;
+  for (const SegmentFigures& f : other) keys.insert(key(f));
+  std::vector<SegmentFigures> out;
+  for (const SegmentFigures& f : from)
+    if (!keys.count(key(f))) out.push_back(f);
+  return out;
+}
+
+std::string compare_text(const nlohmann::json& d, std::size_t rows) {
+  std::string out = fmt::format("device {}: {} segments in both\n", d["device"].get<int>(), d["in_both"].get<std::size_t>());
+  for (const char* side : {"only_before", "only_after"}) {
+    const nlohmann::json& s = d[side];
+    std::string part = device_text(s, rows);
+    part = part.substr(part.find('\n') + 1);  // the table without device_text's heading line
+    out += fmt::format("  {}: {} segments, reserved {}, active blocks {}\n", side, s["segments"].size(),
+                       format_bytes(s["reserved"].get<std::uint64_t>()), format_bytes(s["active"].get<std::uint64_t>()));
+    if (!s["segments"].empty()) out += part;
   }
+  return out;
+}
+
+}  // namespace
+
+std::string segments_report(const std::string& file, const MemoryArgs& args) {
+  const snapshot::Snapshot snap = load_for_segments(file, args);
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& [device, segs] : by_device(snap, args.device)) devices.push_back(device_json(device, segs));
   if (args.json) return json_text(nlohmann::json{{"file", file}, {"devices", devices}}, 1) + "\n";
   std::string out = fmt::format("{}: segments at the end state\n", file);
   if (devices.empty()) out += args.device < 0 ? "  no segments\n" : fmt::format("  no segments on device {}\n", args.device);
   for (const auto& d : devices) out += device_text(d, args.rows);
+  return out;
+}
+
+std::string segments_compare_report(const std::string& before, const std::string& after, const MemoryArgs& args) {
+  const snapshot::Snapshot first = load_for_segments(before, args), second = load_for_segments(after, args);
+  const auto a = by_device(first, args.device), b = by_device(second, args.device);  // they point into the snapshots
+  std::set<int> devices;
+  for (const auto* side : {&a, &b})
+    for (const auto& [device, segs] : *side) devices.insert(device);
+  const std::vector<SegmentFigures> none;
+  const auto of = [&none](const std::map<int, std::vector<SegmentFigures>>& m, int device) -> const std::vector<SegmentFigures>& {
+    const auto it = m.find(device);
+    return it == m.end() ? none : it->second;
+  };
+  nlohmann::json list = nlohmann::json::array();
+  for (int device : devices) {
+    const auto& x = of(a, device);
+    const auto& y = of(b, device);
+    const auto gone = only_in(x, y), added = only_in(y, x);
+    list.push_back({{"device", device}, {"in_both", x.size() - gone.size()}, {"only_before", device_json(device, gone)},
+                    {"only_after", device_json(device, added)}});
+  }
+  if (args.json) return json_text(nlohmann::json{{"before", before}, {"after", after}, {"devices", list}}, 1) + "\n";
+  std::string out = fmt::format("{} -> {}: segments (by address and size) only in one snapshot, at their end states\n",
+                                before, after);
+  if (list.empty()) out += "  no segments in either\n";
+  for (const auto& d : list) out += compare_text(d, args.rows);
   return out;
 }
 

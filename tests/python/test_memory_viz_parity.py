@@ -11,6 +11,7 @@ the real CUDA snapshots of tests/data/gpu-snapshots (pending frees, ring buffers
 * memcomm-replay's peak live counts every block the snapshot's allocator holds at its end (active,
   or freed and pending on a stream): replay holds a block until its free completes.
 """
+import ast
 import glob
 import json
 import pickle
@@ -174,6 +175,31 @@ def held_at_end(snapshot):
             if b["state"] in ("active_allocated", "active_pending_free"):
                 held[seg["device"]] += _memory_viz._block_extra(b)[1]
     return held
+
+
+PAIRS = [pytest.param(a, b, id=f"{Path(a).stem[:20]}-{Path(b).stem[:20]}") for a, b in
+         zip(GPU_SNAPSHOTS, GPU_SNAPSHOTS[1:] + GPU_SNAPSHOTS[:1])] + \
+    [pytest.param(a, b, id=f"{Path(a).stem[:20]}-{Path(b).stem[:20]}", marks=needs_shared)
+     for a, b in zip(SNAPSHOTS[::4] or ["missing"], SNAPSHOTS[1::4] or ["missing"])]
+
+
+@pytest.mark.parametrize("before, after", PAIRS)
+def test_segments_only_in_one_snapshot_match_memory_viz_compare(tool, before, after, capsys):
+    from torch.cuda import _memory_viz
+    segments = []
+    for path in (before, after):
+        with open(path, "rb") as f:
+            segments.append(as_dict(pickle.load(f))["segments"])
+    capsys.readouterr()
+    _memory_viz.compare(*segments, format_flamegraph=lambda s: s)
+    printed = dict(line.split(" = ", 1) for line in capsys.readouterr().out.splitlines())
+    out = subprocess.run([str(tool("memcomm-trace")), "compare", "--segments", "--json", before, after],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    devices = json.loads(out.stdout)["devices"]
+    for side in ("only_before", "only_after"):
+        ours = sorted(s["address"] for d in devices for s in d[side]["segments"])
+        assert ours == sorted(ast.literal_eval(printed[side])), side  # memory_viz prints a list of addresses
 
 
 @pytest.mark.parametrize("path", PARAMS)

@@ -69,6 +69,29 @@ TEST_CASE("memory cli: --segments sums each device's segments as memory_viz's se
   CHECK(at.err.find("--segments shows the snapshot's end state") != std::string::npos);
 }
 
+TEST_CASE("memory cli: compare --segments lists the segments only in one snapshot", "[cli][memory]") {
+  TempDir dir("compare-segments");
+  const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  Run same = trace_tool(dir, "compare " + snap.string() + " " + snap.string() + " --segments --json");
+  INFO(same.err);
+  REQUIRE(same.code == 0);
+  const auto j = memcomm::test::parse_json(same.out);
+  REQUIRE(j["devices"].size() == 2);
+  for (const auto& d : j["devices"]) {
+    CHECK(d["in_both"] == 1);
+    CHECK(d["only_before"]["segments"].empty());
+    CHECK(d["only_after"]["segments"].empty());
+  }
+  Run device = trace_tool(dir, "compare " + snap.string() + " " + snap.string() + " --segments --device 2");
+  REQUIRE(device.code == 0);
+  CHECK(device.out.find("device 2: 1 segments in both") != std::string::npos);
+  CHECK(device.out.find("device 0") == std::string::npos);
+  const auto text = dir.file("not-a-snapshot.txt", std::vector<std::uint8_t>{'h', 'i', '\n'});
+  Run bad = trace_tool(dir, "compare " + snap.string() + " " + text.string() + " --segments");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("not-a-snapshot.txt: --segments reads PyTorch memory snapshots") != std::string::npos);
+}
+
 TEST_CASE("memory cli: --device keeps one device's blocks", "[cli][memory]") {
   TempDir dir("memory-device");
   const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
