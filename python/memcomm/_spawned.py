@@ -12,7 +12,9 @@ ProcessEntry, for the length of start() (a spawn or forkserver child gets a pick
 reference to its class, around the target pickled as before: a target that does not pickle fails
 with the error it fails with without memcomm). The child starts its profile when its default process
 group is set (distributed_c10d._update_default_pg, which init_process_group calls however the script
-imported it), so it knows its rank and names its file by it: NAME.spawnK.rankR.mct (the parent's own
+imported it), or its RPC agent (rpc.api._init_rpc_states, which init_rpc calls: pytorch/examples'
+RPC parameter server and RL agents set up no group; the rank is the RPC worker's id), so it knows
+its rank and names its file by it: NAME.spawnK.rankR.mct (the parent's own
 is NAME.rankR.mct), with --allocator's allocator installed and DDP buckets recorded as the runner
 does. What a child did before init_process_group is not in its trace (tutorials set the group up
 first). The profile starts inside init_process_group, so it measures no clock offsets: the children
@@ -22,7 +24,8 @@ share the parent's host and clock (Note [One clock per host] in memcomm/trace/cl
   everything waits for the group: one that never sets one up gets no allocator, no file and no line,
   unless it trained (ran a torch.optim step, as pytorch/examples' mnist_hogwild's processes do): then
   it says it was not profiled, and that a profile started inside it records it. Only a process group
-  names a child's rank, and a file named by anything else would not be one of a job's ranks.
+  or an RPC agent names a child's rank, and a file named by anything else would not be one of a job's
+  ranks.
   Installed at the group, the CPU allocator serves the tensors made from then on; the CUDA one is
   refused, with a warning, when torch's own allocator already holds CUDA memory.
 - A target from multiprocessing, concurrent.futures or torch is a worker of that machinery, never a
@@ -108,27 +111,34 @@ class ProcessEntry(SpawnedEntry):
 
 
 @contextlib.contextmanager
-def _after_default_group(on_first_group: Callable[[], None]) -> Iterator[None]:
-    """While open, `on_first_group` runs once, when this process's default group is first set. A process
-    this one forks (a rank that starts ranks of its own) inherits the patch, and is left alone."""
-    real_update, pid = getattr(c10d, "_update_default_pg", None), os.getpid()
-    if real_update is None:
-        yield
-        return
-    done = False
+def _after_rank_known(on_rank: Callable[[], None]) -> Iterator[None]:
+    """While open, `on_rank` runs once, when this process first knows its rank: its default process
+    group is set, or its RPC agent (torch.distributed.rpc.init_rpc, whose workers may set up no group).
+    A process this one forks (a rank that starts ranks of its own) inherits the patches, and is left
+    alone."""
+    pid, done = os.getpid(), [False]
 
-    def update_default_pg(pg: Any) -> None:
-        nonlocal done
-        real_update(pg)
-        if pg is not None and not done and os.getpid() == pid:
-            done = True
-            on_first_group()
+    def after(real: Callable[[Any], None]) -> Callable[[Any], None]:
+        def then_on_rank(value: Any) -> None:
+            real(value)
+            if value is not None and not done[0] and os.getpid() == pid:
+                done[0] = True
+                on_rank()
+        return then_on_rank
 
-    c10d._update_default_pg = update_default_pg
-    try:
+    with contextlib.ExitStack() as patches:
+        for module, name in ((c10d, "_update_default_pg"), (_rpc_api(), "_init_rpc_states")):
+            real = getattr(module, name, None) if module is not None else None
+            if real is not None:
+                setattr(module, name, after(real))
+                patches.callback(setattr, module, name, real)
         yield
-    finally:
-        c10d._update_default_pg = real_update
+
+
+def _rpc_api() -> Any:
+    """torch.distributed.rpc's api module (loaded with torch.distributed), or None without RPC."""
+    api = sys.modules.get("torch.distributed.rpc.api")
+    return api if api is not None and getattr(sys.modules.get("torch.distributed.rpc"), "is_available", lambda: False)() else None
 
 
 class _ChildProfile:
@@ -149,7 +159,7 @@ class _ChildProfile:
             with self.prepared:
                 if not self.waits_for_group:
                     self._prepare()
-                with _after_default_group(self._start_with_group), self._updates_counted():
+                with _after_rank_known(self._start_with_group), self._updates_counted():
                     yield
         finally:
             self._close()
@@ -209,10 +219,10 @@ class _ChildProfile:
             close(self.options, self.profiler)
         elif not self.start_failed and self.updates:  # a Process of the script's own, training (Hogwild)
             print(f"memcomm: process {os.getpid()}, started by the script, ran {self.updates} optimizer step(s) without "
-                  f"setting up a process group: not profiled (Note [Profiles of spawned processes]); "
+                  f"setting up a process group or RPC: not profiled (Note [Profiles of spawned processes]); "
                   f"memcomm.profile() inside it records it", file=sys.stderr)
         elif not self.start_failed and not self.waits_for_group:
-            print(f"memcomm: process {os.getpid()}, started by torch.multiprocessing, set up no process group: "
+            print(f"memcomm: process {os.getpid()}, started by torch.multiprocessing, set up no process group nor RPC: "
                   f"not profiled (Note [Profiles of spawned processes])", file=sys.stderr)
 
 

@@ -38,6 +38,7 @@ module global and calls straight through while no profiler runs.
 """
 import contextlib
 import os
+import sys
 from typing import Any, List, Optional, Tuple, Union
 
 import torch
@@ -70,12 +71,26 @@ def _check_trace_dir(trace: str) -> None:
 
 
 def _dist_identity() -> Tuple[int, int, int]:
-    """(rank, world, local rank): torch.distributed's when initialised, else what the launcher's
-    environment names (Note [A profile started before the process group])."""
+    """(rank, world, local rank): torch.distributed's when initialised, else an RPC agent's (a worker
+    of torch.distributed.rpc that set up no group), else what the launcher's environment names (Note
+    [A profile started before the process group])."""
     if _group_ready():
-        rank = dist.get_rank()
-        return rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank))
-    return _memcomm.launch_identity()
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        agent = _rpc_agent()
+        if agent is None:
+            return _memcomm.launch_identity()
+        rank, world = agent.get_worker_info().id, len(agent.get_worker_infos())
+    return rank, world, int(os.environ.get("LOCAL_RANK", rank))
+
+
+def _rpc_agent() -> Any:
+    """This process's torch.distributed.rpc agent, or None (no RPC, or not initialised)."""
+    api = sys.modules.get("torch.distributed.rpc.api")
+    try:
+        return api._get_current_rpc_agent() if api is not None and api._is_current_rpc_agent_set() else None
+    except (AttributeError, RuntimeError):  # a torch whose private API moved, or an agent shut down meanwhile
+        return None
 
 
 def _group_ready() -> bool:

@@ -236,12 +236,54 @@ def test_processes_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
         [(tmp_path / "elsewhere" / f"plain.weights{i}").read_text() for i in range(2)]
     for rank in range(2):
         assert f"memcomm: {tmp_path / f'run.spawn1.rank{rank}.mct'}:" in r.stderr, r.stderr
-    assert "started by torch.multiprocessing, set up no process group: not profiled" in r.stderr, r.stderr
+    assert "started by torch.multiprocessing, set up no process group nor RPC: not profiled" in r.stderr, r.stderr
     assert "recorded no forward" not in r.stderr, r.stderr  # the parent's own profile: not a mistake here
     trace = report(tool, *(tmp_path / f"run.spawn1.rank{rank}.mct" for rank in range(2)))
     assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2, 3)]
     colls = trace["collectives"]
     assert colls and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
+
+
+RPC_SPAWN = """
+import os, sys, torch, torch.multiprocessing as mp, torch.distributed.rpc as rpc
+import torch.distributed.autograd as dist_autograd
+from torch.distributed.optim import DistributedOptimizer
+
+def parameters(module):
+    return [rpc.RRef(p) for p in module.local_value().parameters()]
+
+def run(rank, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
+    if rank == 0:  # the trainer; w1 holds the first layer, as an RPC parameter server would
+        torch.manual_seed(0)
+        first = rpc.remote("w1", torch.nn.Linear, args=(8, 4))
+        last = torch.nn.Linear(4, 1)
+        opt = DistributedOptimizer(torch.optim.SGD, rpc.rpc_sync("w1", parameters, args=(first,)) +
+                                   [rpc.RRef(p) for p in last.parameters()], lr=0.05)
+        for _ in range(3):
+            with dist_autograd.context() as ctx:
+                loss = last(first.rpc_sync().forward(torch.randn(16, 8))).pow(2).mean()
+                dist_autograd.backward(ctx, [loss])
+                opt.step(ctx)
+    rpc.shutdown()
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(int(sys.argv[1]),), nprocs=2)
+"""
+
+
+def test_rpc_workers_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
+    # See Note [Profiles of spawned processes]: an RPC worker that sets up no process group is profiled
+    # from init_rpc, by its RPC rank; DistributedOptimizer's steps end the trainer's steps.
+    write(tmp_path, "rpc_ps.py", RPC_SPAWN)
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "rpc_ps.py", str(free_port()))
+    assert r.returncode == 0, r.stderr
+    for rank in range(2):
+        assert f"memcomm: run.spawn1.rank{rank}.mct:" in r.stderr, r.stderr
+    assert "set up no process group nor RPC" not in r.stderr, r.stderr
+    trace = report(tool, tmp_path / "run.spawn1.rank0.mct")
+    assert [(s["rank"], s["step"]) for s in trace["steps"]] == [(0, 1), (0, 2), (0, 3)], trace["steps"]
 
 
 RELAUNCH = """
