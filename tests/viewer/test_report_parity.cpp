@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -86,10 +87,10 @@ void check_summary(const Timeline& tl, const Summary& s, const prof::Analysis& a
   }
   CHECK(s.peak_allocated == static_cast<double>(peak_allocated));
   CHECK(s.peak_reserved == static_cast<double>(peak_reserved));
-  std::uint64_t stragglers[64] = {};
+  std::map<int, std::uint64_t> stragglers;
   for (const auto& c : a.collectives)
-    if (c.straggler_rank < 64 && !c.ranks_disagree) ++stragglers[c.straggler_rank];
-  for (int r = 0; r < 64; ++r) CHECK(s.stragglers[r] == stragglers[r]);
+    if (c.straggler_rank != memcomm::prof::kUnknownRank && !c.ranks_disagree) ++stragglers[int(c.straggler_rank)];
+  CHECK(s.stragglers == stragglers);
 }
 
 }  // namespace

@@ -103,8 +103,7 @@ nlohmann::json analysis_json(const AppState& st) {
   }
   const Summary& s = st.summary;
   nlohmann::json stragglers = nlohmann::json::object();
-  for (std::size_t r = 0; r < 64; ++r)
-    if (s.stragglers[r] != 0) stragglers[std::to_string(r)] = s.stragglers[r];
+  for (const auto& [rank, times] : s.stragglers) stragglers[std::to_string(rank)] = times;
   return {{"steps", steps},
           {"collectives", collectives},
           {"ranks", ranks},

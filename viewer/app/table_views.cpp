@@ -156,8 +156,7 @@ void draw_summary(AppState& st, ImVec2 size) {
               static_cast<unsigned long long>(s.dropped));
   ImGui::Text("mean busbw %.2f GB/s  max skew %s", s.mean_busbw, format_time(s.max_skew).c_str());
   std::string strag;
-  for (std::size_t r = 0; r < 64; ++r)
-    if (s.stragglers[r]) strag += fmt::format(" rank {}: {}x", r, s.stragglers[r]);
+  for (const auto& [rank, times] : s.stragglers) strag += fmt::format(" rank {}: {}x", rank, times);
   if (!strag.empty()) ImGui::Text("last to arrive:%s", strag.c_str());
   // The viewer's own sums (live too); what to change comes from the advisor below.
   const TimeNs step_sum = st.steps_time, exposed = st.steps_exposed, wait = st.steps_wait;

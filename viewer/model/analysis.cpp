@@ -332,7 +332,7 @@ Summary summarize(const Timeline& tl) {
       if (c.ranks_disagree) continue;  // Note [Collectives the ranks disagree on] (the profiler's analysis.cpp)
       if (c.first_in_group) busbw.add(c.busbw, c.bytes, c.time);
       s.max_skew = std::max(s.max_skew, c.skew);
-      if (c.straggler && rd.rank < 64) ++s.stragglers[rd.rank];
+      if (c.straggler) ++s.stragglers[rd.rank];
     }
   }
   s.mean_busbw = busbw.value();

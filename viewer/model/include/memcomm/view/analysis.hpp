@@ -6,6 +6,7 @@
 #include <memcomm/view/timeline.hpp>
 
 #include <cstdint>
+#include <map>
 
 #include <vector>
 
@@ -58,7 +59,7 @@ struct Summary {
   double peak_allocated = 0, peak_reserved = 0;  // bytes, max over ranks
   double mean_busbw = 0;                         // GB/s, bytes-weighted over matched collectives (prof::BusbwMean)
   TimeNs max_skew = 0;                           // ns over matched collectives
-  std::uint64_t stragglers[64] = {};             // times each rank (< 64) was last to arrive
+  std::map<int, std::uint64_t> stragglers;       // times each rank was last to arrive (ranks never last: absent)
   std::uint64_t ooms = 0;
 };
 Summary summarize(const Timeline& tl);
