@@ -125,6 +125,34 @@ TEST_CASE("the viewer shows memcomm-trace report's figures for a loaded run", "[
   check_summary(tl, ix.summary, a);
 }
 
+TEST_CASE("one rank of a run loaded alone has memcomm-trace report's bandwidth", "[unit][viewer]") {
+  // A communicator whose size was not recorded (memcomm-train's default group) spans the world the
+  // file's header names, not the one rank loaded: the viewer's busbw was 0 (a group of one) where
+  // report's was the run's.
+  std::vector<prof::Event> v;
+  for (std::uint32_t seq = 0; seq < 2; ++seq) {
+    const std::int64_t t = 10'000'000 * (seq + 1);
+    v.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollStart, t, prof::CollOp::AllReduce,
+                                                        prof::DType::F32, 16u << 20, 0, seq)));
+    v.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollEnd, t + 1'000'000, prof::CollOp::AllReduce,
+                                                        prof::DType::F32, 16u << 20, 0, seq)));
+  }
+  prof::WriterOptions o;
+  o.rank = 0;
+  o.world_size = 4;
+  const std::vector<std::string> one{out_stem("one_rank.rank0.mct")};
+  prof::TraceWriter w(one.front(), o);
+  w.write_chunk({}, v);
+  w.close();
+  BackgroundLoad load(one);
+  Timeline tl = load.take();
+  REQUIRE(load.errors().empty());
+  const prof::Analysis a = prof::analyze(prof::TraceSet::load(one));
+  REQUIRE(a.mean_busbw_gbps > 0);
+  check_summary(tl, build_indexes(tl).summary, a);
+  check_collectives(tl, a);
+}
+
 TEST_CASE("collectives match across ranks by their communicator, whatever order each rank met its groups in",
           "[unit][viewer]") {
   // Rank 0 meets a tensor-parallel group as communicator 0 and the data-parallel group as 1; rank 1

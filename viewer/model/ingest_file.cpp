@@ -197,6 +197,7 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
     TimelineBuilder b;
     TraceIngest ingest(b);
     const bool merged = reader.merged();
+    ingest.set_header_world(merged ? 0 : reader.header().world_size);
     if (!merged)
       for (const auto& [rank, f] : find_clock_offsets(path)) ingest.preset_offset(rank, f.offset, f.records);
     bool first = true;

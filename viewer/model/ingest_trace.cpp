@@ -277,7 +277,7 @@ std::uint64_t TraceIngest::add_collective(const prof::Event& e, RankState& rs, s
   out.seq = c.seq;
   out.start = shift(start, rs.offset);
   out.end = std::max(out.start, shift(c.ts, rs.offset));
-  out.group_size = rs.comm_size[c.comm];
+  out.group_size = rs.comm_size[c.comm] ? rs.comm_size[c.comm] : (rs.world_size ? rs.world_size : header_world_);
   b_.collectives(rank).push_back(out);
   return 1;
 }

@@ -73,6 +73,10 @@ class TraceIngest {
   // trace/src/mixed_runs.cpp), with `source` as the file and `header_world` (0: none) as the world
   // size of a rank whose events do not name it.
   std::vector<prof::RunFacts> run_facts(const std::string& source, std::uint32_t header_world) const;
+  // The world size of a file's header (0: none, a merged file), for the ranks whose events do not
+  // name it: a collective whose communicator's size was not recorded spans the world, as
+  // memcomm-trace report counts it (prof::collective_stats), not only the ranks loaded.
+  void set_header_world(std::uint32_t world) { header_world_ = world; }
   // Keep only events overlapping [lo, hi] ns on the timeline (Note [Time range load]).
   void set_range(std::int64_t lo, std::int64_t hi) {
     lo_ = lo;
@@ -147,6 +151,7 @@ class TraceIngest {
   std::uint64_t sized_last_key_ = UINT64_MAX;                      // sized_names_'s last answer: copies repeat
   std::uint32_t sized_last_ = 0;
   std::uint32_t coll_ops_[256];                                    // builder id of coll_op_name(op), kNoId: not yet
+  std::uint32_t header_world_ = 0;
   std::int64_t lo_ = INT64_MIN, hi_ = INT64_MAX;
 };
 

@@ -27,6 +27,15 @@ struct LiveSession::Impl {
   std::map<int, std::uint32_t> connection_rank;    // connection id -> rank
   TimelineBuilder builder;
   TraceIngest ingest{builder};
+
+  // The rank a new stream claiming `claimed` is shown as: that rank, unless a stream of it is still
+  // connected (two runs, or two processes that know no rank): then one past every rank shown, so the
+  // second stream neither shares the first one's lanes nor wipes its string table.
+  std::uint32_t slot_for(std::uint32_t claimed) const {
+    const auto it = ranks.find(claimed);
+    if (it == ranks.end() || !it->second.connected) return claimed;
+    return ranks.rbegin()->first + 1;
+  }
 };
 
 LiveSession::LiveSession() : impl_(std::make_unique<Impl>()) {}
@@ -54,7 +63,12 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
   for (auto& m : in) {
     switch (m.type) {
       case prof::LiveMessage::Type::Connected: {
-        const std::uint32_t rank = m.rank == prof::kUnknownRank ? 0 : m.rank;
+        const std::uint32_t claimed = m.rank == prof::kUnknownRank ? 0 : m.rank;
+        const std::uint32_t rank = impl_->slot_for(claimed);
+        if (rank != claimed)
+          messages.push_back(fmt::format("live: a stream from {} (pid {}) says rank {} while rank {}'s stream is still "
+                                         "connected (two runs, or processes that know no rank): shown as rank {}",
+                                         m.host, m.pid, claimed, claimed, rank));
         impl_->connection_rank[m.connection] = rank;
         RankStream& rs = impl_->ranks[rank];
         rs.rank = rank;

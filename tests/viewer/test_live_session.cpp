@@ -1,0 +1,73 @@
+// LiveSession without a window: what memcomm-view --listen makes of its streams.
+#include "memcomm_test.hpp"
+
+#include <memcomm/profiler/stream_sink.hpp>
+#include <memcomm/view/live.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace memcomm::view;
+namespace prof = memcomm::prof;
+
+namespace {
+
+std::vector<prof::Event> one_step(std::int64_t length) {
+  return {prof::Event::from(prof::make_range(prof::EventKind::RangeBegin, 0, prof::Phase::Step, 0, 0, 0)),
+          prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, length, prof::Phase::Step, 0, 0, 0))};
+}
+
+std::unique_ptr<prof::StreamSink> connect(std::uint16_t port, std::uint32_t rank, const std::vector<prof::Event>& ev) {
+  prof::StreamOptions so;
+  so.endpoint = prof::parse_endpoint("127.0.0.1:" + std::to_string(port));
+  so.rank = rank;
+  so.world_size = 1;
+  so.quiet = true;
+  auto sink = std::make_unique<prof::StreamSink>(so);
+  prof::Batch b;
+  b.events = ev.data();
+  b.n_events = ev.size();
+  sink->consume(b);
+  return sink;
+}
+
+}  // namespace
+
+TEST_CASE("live: a second stream claiming a connected rank gets lanes of its own", "[unit][viewer]") {
+  // Two runs (or two processes that know no rank) streaming to one viewer both say rank 0: merged,
+  // their steps interleaved and the second connection wiped the first one's string table.
+  LiveSession live;
+  std::string error;
+  REQUIRE(live.start("127.0.0.1:0", error));
+  const std::uint16_t port = live.stats().port;
+  const auto first_events = one_step(1000), second_events = one_step(5000);
+  auto first = connect(port, 0, first_events);
+  std::vector<std::string> messages;
+  double now = 0;
+  const auto wait_for = [&](std::uint64_t events) {
+    for (int i = 0; i < 500 && live.events_received() < events; ++i) {
+      live.poll(messages, now += 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  wait_for(first_events.size());
+  auto second = connect(port, 0, second_events);
+  wait_for(first_events.size() + second_events.size());
+  Timeline tl;
+  live.publish(tl);
+  first->close(5000);
+  second->close(5000);
+  INFO(fmt::format("{}", fmt::join(messages, "\n")));
+  REQUIRE(tl.ranks.size() == 2);
+  CHECK(tl.ranks[0].rank == 0);
+  CHECK(tl.ranks[1].rank == 1);
+  bool said = false;
+  for (const auto& m : messages) said = said || m.find("says rank 0 while rank 0's stream is still connected") != std::string::npos;
+  CHECK(said);
+}
