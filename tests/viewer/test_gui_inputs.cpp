@@ -58,6 +58,32 @@ TEST_CASE("a file dropped on the window is opened and merged with what is shown"
   CHECK(span_total(st) > 1100);
 }
 
+TEST_CASE("a file open already is not loaded again as a second rank", "[gui][viewer]") {
+  // Dropped again, or given twice, its events came back as a made-up rank of the same run.
+  const std::string trace = view_traces::write_steps(out_dir() + "/twice.mct");
+  const std::string link = out_dir() + "/twice_link.mct";
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(trace, link);
+  auto app = make_app(1000, 600, "");
+  AppState& st = app->state();
+  run_script_and_load(*app, "drop " + trace + "\nframes 2\n");
+  const std::size_t ranks = st.tl.ranks.size(), spans = span_total(st);
+  run_script_and_load(*app, "drop " + trace + "\nframes 2\ndrop " + link + "\nframes 2\n");
+  INFO(nlohmann::json(st.messages).dump());
+  CHECK(st.tl.ranks.size() == ranks);
+  CHECK(span_total(st) == spans);
+  CHECK(std::count_if(st.messages.begin(), st.messages.end(), [](const std::string& m) {
+          return m.find("is open already: not loaded again") != std::string::npos;
+        }) == 2);
+}
+
+TEST_CASE("memcomm-view --listen FILE is a usage error, not an address to resolve", "[gui][viewer]") {
+  const std::string trace = view_traces::write_steps(out_dir() + "/listen_file.mct");
+  std::string out;
+  CHECK(run_viewer("--listen " + trace + " --exit-after-events 1 --timeout 5", &out) == 2);
+  CHECK(out.find("--listen takes HOST:PORT") != std::string::npos);
+}
+
 TEST_CASE("a large file asks for a time range first and the typed range is what loads", "[gui][viewer]") {
   if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
   const std::string trace = view_traces::write_steps(out_dir() + "/prompt_steps.mct");
@@ -139,7 +165,8 @@ TEST_CASE("matched collectives are linked across ranks and the status line count
 TEST_CASE("script counts are whole non-negative numbers: no wrap of -5 to 2^64-5", "[gui][viewer]") {
   for (const std::string bad : {"wait-events -5", "wait-events 5 -1", "wait-events 5 inf", "wait-events 5 nan",
                                 "wait-events 5x", "frames -1", "frames 2000000", "wait -3", "key w -3", "key w 0",
-                                "key w abc", "frames 99999999999999999999"}) {
+                                "key w abc", "frames 99999999999999999999", "move 10 20 30", "click 10 10 left junk",
+                                "wheel 1 200", "wheel 1 2 3 4", "screenshot -", "screenshot a.png b.png"}) {
     std::vector<ScriptCommand> cmds;
     std::string error;
     INFO(bad);
@@ -155,6 +182,13 @@ TEST_CASE("script counts are whole non-negative numbers: no wrap of -5 to 2^64-5
   CHECK(cmds[1].frames == 3);
   CHECK(cmds[2].frames == 1);
   CHECK(cmds[3].frames == 0);
+  // A comment starts at a '#' that begins the line or follows a blank: a name's own '#' stays.
+  cmds.clear();
+  REQUIRE(parse_script("# setup\ntype ProfilerStep#551\ndrop a#b.mct  # the second run\nclick 10 10 # there\n", "s", cmds,
+                       error));
+  REQUIRE(cmds.size() == 6);  // type, drop, and click's move, frame, down and up
+  CHECK(cmds[0].path == "ProfilerStep#551");
+  CHECK(cmds[1].path == "a#b.mct");
 }
 
 TEST_CASE("a script's wait-events timeout and a failed screenshot are counted as failures", "[gui][viewer]") {
@@ -163,9 +197,12 @@ TEST_CASE("a script's wait-events timeout and a failed screenshot are counted as
   frames(*app, 2);
   std::vector<ScriptCommand> cmds;
   std::string error;
-  // A 0 s timeout: the wait ends at its first check, whatever the clock says.
-  REQUIRE(parse_script("wait-events 999999999 0\nscreenshot " + out_dir() + "/no/such/dir/s.png\nframes 1\n", "t", cmds,
-                       error));
+  // A 0 s timeout: the wait ends at its first check, whatever the clock says. The screenshot's folder
+  // is there when the script is read (a missing one is a usage error then) and gone when it runs.
+  const std::string gone = out_dir() + "/script_gone";
+  std::filesystem::create_directories(gone);
+  REQUIRE(parse_script("wait-events 999999999 0\nscreenshot " + gone + "/s.png\nframes 1\n", "t", cmds, error));
+  std::filesystem::remove_all(gone);
   app->set_script(std::move(cmds));
   for (int i = 0; i < 50 && !app->script_done(); ++i) app->frame();
   REQUIRE(app->script_done());
@@ -228,12 +265,20 @@ TEST_CASE("headless memcomm-view exits 1 on a script timeout, a failed script sc
   std::string out;
   CHECK(run_viewer("--synthetic 1000 --size 320x200 --script " + timeout, &out) == 1);
   CHECK(out.find("timed out") != std::string::npos);
+  // A script's screenshot into a folder that does not exist is refused as the script is read (exit 2),
+  // as --screenshot's is; one that fails as it is written (a full disk) fails the run (exit 1).
   const std::string shot = out_dir() + "/inputs_shot.script";
   std::ofstream(shot) << "frames 1\nscreenshot " << out_dir() << "/no/such/dir/x.png\n";
   const int shot_rc = run_viewer("--synthetic 1000 --size 320x200 --script " + shot, &out);
   INFO(out);  // what the viewer said, should the check below fail (it did once in CI, under load)
-  CHECK(shot_rc == 1);
-  CHECK(out.find("no/such/dir/x.png") != std::string::npos);
+  CHECK(shot_rc == 2);
+  CHECK(out.find("no/such/dir/x.png: the folder") != std::string::npos);
+  if (std::filesystem::exists("/dev/full")) {
+    const std::string full = out_dir() + "/inputs_full.script";
+    std::ofstream(full) << "frames 1\nscreenshot /dev/full\n";
+    CHECK(run_viewer("--synthetic 1000 --size 320x200 --script " + full, &out) == 1);
+    CHECK(out.find("No space left on device") != std::string::npos);
+  }
   // --frames alone opened a window that never exited.
   CHECK(run_viewer("--synthetic 1000 --frames 3", &out) == 2);
   CHECK(out.find("--frames needs --screenshot or --script") != std::string::npos);

@@ -95,13 +95,33 @@ bool App::open_window(std::string& error) {
   return true;
 }
 
+// A file open already (or given twice at once) is not loaded again: its events would come back as a
+// second rank of the same run (memcomm-trace refuses it: "is given twice").
+std::vector<std::string> App::not_open_yet(std::vector<std::string> paths) {
+  std::vector<std::string> out;
+  for (auto& p : paths) {
+    const auto same = [&p](const std::string& q) {
+      std::error_code ec;
+      return q == p || std::filesystem::equivalent(q, p, ec);
+    };
+    if (std::any_of(opened_paths_.begin(), opened_paths_.end(), same)) {
+      st_.message(p + " is open already: not loaded again");
+      continue;
+    }
+    opened_paths_.push_back(p);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 void App::start_load(std::vector<std::string> paths) {
   if (paths.empty()) return;
-  opened_paths_.insert(opened_paths_.end(), paths.begin(), paths.end());
   if (load_) {  // one load at a time: queue behind it
     for (auto& p : paths) pending_drops_.push_back(std::move(p));
     return;
   }
+  paths = not_open_yet(std::move(paths));
+  if (paths.empty()) return;
   if (!opt_.hidden && !opt_.load.has_range() && range_paths_.empty()) {
     for (const auto& p : paths) {
       std::error_code ec;
@@ -173,6 +193,8 @@ void App::poll_load() {
     st_.message(e);
     ++load_errors_;
   }
+  for (const auto& p : load_->failed_paths())  // one that failed may be opened again, fixed
+    opened_paths_.erase(std::remove(opened_paths_.begin(), opened_paths_.end(), p), opened_paths_.end());
   for (const auto& w : load_->warnings()) st_.message(w);  // shown, not counted as a failed load
   Timeline t = load_->take();
   if (live_ && live_published_ && (!t.sources.empty() || !t.empty())) {

@@ -8,6 +8,7 @@
 #include <GLFW/glfw3.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -41,7 +42,11 @@ void App::poll_live() {
     // Follow the run while the whole of it is in view; keep the user's zoom otherwise.
     if (!live_published_) {  // the first publish replaces what files showed (the live model is its own)
       live_published_ = true;
-      if (!st_.tl.empty() || !st_.tl.sources.empty()) st_.set_timeline(Timeline(), false);
+      if (!st_.tl.empty() || !st_.tl.sources.empty()) {
+        st_.message(fmt::format("live: the first stream replaces the files shown ({}): the live view is not merged "
+                                "with files; open them in a second viewer", fmt::join(st_.tl.sources, ", ")));
+        st_.set_timeline(Timeline(), false);
+      }
       update_advice();  // the Summary says live streams have no files to advise on
     }
     const bool following = st_.tl.empty() || (st_.view_t0 <= st_.tl.begin && st_.view_t1 >= st_.tl.end);

@@ -1,5 +1,7 @@
 #include <memcomm/view/app/input_script.hpp>
 
+#include <memcomm/common/replacing_file.hpp>
+
 #define GLFW_INCLUDE_NONE
 #include <GLFW/glfw3.h>
 
@@ -50,6 +52,14 @@ bool read_optional_count(std::istream& in, std::uint64_t max, std::uint64_t& out
   if (in.eof()) return true;
   return read_count(in, max, out);
 }
+// Where a comment starts: a '#' at the line's start or after a blank, so that `type ProfilerStep#551`
+// and `drop run#2.mct` keep theirs.
+std::size_t comment_start(const std::string& line) {
+  for (std::size_t i = 0; i < line.size(); ++i)
+    if (line[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(line[i - 1])))) return i;
+  return line.size();
+}
+
 // One parser per command: each reads the command's arguments from `ls` and appends the commands it
 // expands to (a click is a move, a frame, a press and a release). Returns why the line is malformed,
 // or "" when it is well formed.
@@ -143,7 +153,10 @@ std::string parse_simple(const std::string& op, std::istream& ls, ScriptCommand 
   if (op == "wheel") {
     c.op = ScriptCommand::Op::Wheel;
     if (!(ls >> c.wheel)) return "wheel needs DY";
-    if (ls >> c.x >> c.y) c.has_pos = true;
+    if (ls >> c.x) {
+      if (!(ls >> c.y)) return "wheel's position needs both X and Y";
+      c.has_pos = true;
+    }
   } else if (op == "frames" || op == "wait") {
     c.op = ScriptCommand::Op::Frames;
     std::uint64_t n = 0;
@@ -157,6 +170,8 @@ std::string parse_simple(const std::string& op, std::istream& ls, ScriptCommand 
   } else if (op == "screenshot") {
     c.op = ScriptCommand::Op::Screenshot;
     if (!(ls >> c.path)) return "screenshot needs a path";
+    // As --screenshot's (Note [Outputs replaced whole]): '-' is no file here, and the folder must exist.
+    if (const std::string problem = replace_problem(c.path); !problem.empty()) return "screenshot " + c.path + ": " + problem;
   } else {
     return "unknown command '" + op + "'";
   }
@@ -181,13 +196,15 @@ bool parse_script(const std::string& text, const std::string& name, std::vector<
   int n = 0;
   while (std::getline(in, line)) {
     ++n;
-    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    line.resize(comment_start(line));
     std::istringstream ls(line);
     std::string op;
     if (!(ls >> op)) continue;
     ScriptCommand c;
     c.line = n;
-    const std::string why = parse_command(op, ls, c, out);
+    std::string why = parse_command(op, ls, c, out), rest;
+    ls.clear();  // a failed optional read (a button, a position) left its words for this check
+    if (why.empty() && ls >> rest) why = "unexpected '" + rest + "' after the command";
     if (!why.empty()) {
       error = name + ":" + std::to_string(n) + ": " + why + " in '" + line + "'";
       return false;

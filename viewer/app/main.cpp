@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <new>
 #include <regex>
 #include <string>
@@ -82,6 +83,12 @@ void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
 // Checks across flags and the ones CLI11 cannot: a message and false on a usage error.
 bool check_options(memcomm::view::AppOptions& opt, const FlagText& text, bool listen_given) {
   if (listen_given && opt.listen.empty()) opt.listen = "127.0.0.1:7433";
+  std::error_code ec;
+  if (!opt.listen.empty() && std::filesystem::exists(opt.listen, ec)) {  // `--listen run.mct`: the file taken as the address
+    std::fprintf(stderr, "memcomm-view: --listen takes HOST:PORT, and '%s' is a file: give the files before --listen, "
+                         "or the address as --listen=HOST:PORT\n", opt.listen.c_str());
+    return false;
+  }
   if (!opt.listen.empty()) {
     try {
       (void)memcomm::prof::parse_endpoint(opt.listen);  // a bad address is a usage error, not a UI message

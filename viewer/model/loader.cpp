@@ -131,6 +131,7 @@ void BackgroundLoad::run() {
     } else {
       std::lock_guard<std::mutex> lock(mu_);
       errors_.push_back(error);
+      failed_.push_back(paths_[i]);
     }
   }
   file_index_ = paths_.size();
@@ -167,6 +168,11 @@ Timeline BackgroundLoad::take() {
 std::vector<std::string> BackgroundLoad::errors() const {
   std::lock_guard<std::mutex> lock(mu_);
   return errors_;
+}
+
+std::vector<std::string> BackgroundLoad::failed_paths() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_;
 }
 
 }  // namespace memcomm::view

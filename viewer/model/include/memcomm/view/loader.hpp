@@ -63,6 +63,7 @@ class BackgroundLoad {
   // After done(): the merged result and one message per failed file.
   Timeline take();
   std::vector<std::string> errors() const;
+  std::vector<std::string> failed_paths() const;  // the paths whose load failed (errors() says why)
   std::vector<std::string> warnings() const;  // files loaded only up to where they were cut short
   double seconds() const { return seconds_; }
 
@@ -72,7 +73,7 @@ class BackgroundLoad {
   std::vector<std::string> paths_;
   LoadOptions options_;
   Timeline result_;
-  std::vector<std::string> errors_, warnings_;
+  std::vector<std::string> errors_, warnings_, failed_;
   mutable std::mutex mu_;
   std::atomic<double> file_progress_{0};
   std::atomic<std::size_t> file_index_{0};

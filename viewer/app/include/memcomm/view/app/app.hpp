@@ -67,6 +67,7 @@ class App {
   bool write_report(const std::string& text) const;
   std::string report_json() const;
   void start_load(std::vector<std::string> paths);
+  std::vector<std::string> not_open_yet(std::vector<std::string> paths);
   bool loading() const { return load_ != nullptr; }
   void set_script(std::vector<ScriptCommand> script) { script_ = std::move(script); script_pos_ = 0; }
   bool script_done() const { return script_pos_ >= script_.size() && script_hold_ == 0; }
@@ -121,7 +122,7 @@ class App {
   GLFWwindow* window_ = nullptr;
   bool imgui_ready_ = false;
   std::unique_ptr<BackgroundLoad> load_;
-  std::vector<std::string> opened_paths_;  // every path given to start_load (advice: which are traces)
+  std::vector<std::string> opened_paths_;  // every path loaded or loading (advice: which are traces)
   std::unique_ptr<AdviceJob> advice_job_;
   std::vector<ScriptCommand> script_;
   std::size_t script_pos_ = 0;
