@@ -107,6 +107,34 @@ TEST_CASE("the torch.profiler files of a run share one timeline, their NCCL coll
   CHECK(c0.time == 200 * kUs);  // from the last arrival (1650 us) to the last end (1850 us)
 }
 
+TEST_CASE("a torch.profiler trace's --range counts from its first event shown, not the recording window", "[unit][viewer]") {
+  // The window ("PyTorch Profiler (0)") began a second before the first operator; the view starts at
+  // the operator, and a range measured from the window's start kept nothing the view showed first.
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "window.json");
+  std::ostringstream j;
+  j << R"({"schemaVersion": 1, "traceEvents": [)"
+    << R"J({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 1, "ts": 1000, "dur": 3000000},)J";
+  for (int k = 0; k < 4; ++k)
+    j << R"({"ph": "X", "cat": "cpu_op", "name": "op)" << k << R"(", "pid": 1, "tid": 1, "ts": )" << 1001000 + k * 500000
+      << R"(, "dur": 1000})" << (k < 3 ? "," : "");
+  j << "]}";
+  kineto_traces::write(path, j.str());
+  LoadOptions range;
+  range.range_lo_s = 0;
+  range.range_hi_s = 0.6;  // the first two operators
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error, nullptr, range));
+  INFO(error);
+  REQUIRE(tl.ranks.size() == 1);
+  std::vector<std::string> ops;
+  for (const Lane& l : tl.ranks[0].lanes)
+    for (const SpanRow& row : l.rows)
+      for (const std::string& n : names(tl, row)) ops.push_back(n);
+  std::sort(ops.begin(), ops.end());
+  CHECK(ops == std::vector<std::string>{"op0", "op1"});
+}
+
 TEST_CASE("a torch.profiler trace cut short loads up to its last complete event, with a warning", "[unit][viewer]") {
   const std::string full = kineto_traces::json(0, 1600);
   const std::string path = memcomm::test::temp_path("memcomm_viewer_kineto_tests", "cut.json");

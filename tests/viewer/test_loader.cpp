@@ -58,6 +58,20 @@ TEST_CASE("inputs are recognised by content", "[unit][viewer]") {
   CHECK(error.find(mct) != std::string::npos);
 }
 
+TEST_CASE("a time range is refused for a PyTorch snapshot, which loads whole", "[unit][viewer]") {
+  // The range used to be dropped without a word (a range past the end loaded the whole file).
+  const std::string snap = std::string(MEMCOMM_SOURCE_DIR) + "/tests/data/gpu-snapshots/oom.pickle";
+  LoadOptions range;
+  range.range_lo_s = 1e30;
+  range.range_hi_s = 1e31;
+  Timeline tl;
+  std::string error;
+  CHECK_FALSE(load_file(snap, tl, error, nullptr, range));
+  CHECK(error.find("oom.pickle: --range loads a time range of traces; a PyTorch memory snapshot is loaded whole") !=
+        std::string::npos);
+  CHECK(load_file(snap, tl, error));
+}
+
 TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
   const std::string garbage = memcomm::test::temp_path("memcomm_viewer_tests", "garbage2.bin");
   write_bytes(garbage, "definitely not a trace");

@@ -126,7 +126,9 @@ void App::start_load(std::vector<std::string> paths) {
     for (const auto& p : paths) {
       std::error_code ec;
       const auto bytes = std::filesystem::file_size(p, ec);
-      if (!ec && bytes >= opt_.range_prompt_bytes) {  // ask first (range_prompt() starts the load)
+      std::string unknown;
+      if (!ec && bytes >= opt_.range_prompt_bytes &&
+          detect_input(p, unknown) != InputKind::TorchSnapshot) {  // ask first (range_prompt() starts the load)
         range_paths_ = std::move(paths);
         return;
       }

@@ -91,8 +91,14 @@ std::string ingest_events(prof::KinetoTrace k, TimelineBuilder& b, std::atomic<d
   prof::sort_by_time(events);  // ranges pair LIFO per thread, as TraceSet orders them
   drop_redundant(events);
   TraceIngest ingest(b);
-  if (!events.empty()) span = {events.front().ts, events.back().ts};
-  if (options.has_range() && !events.empty()) set_range_from(ingest, events.front().ts, options);
+  // The range is measured from the first event the view shows: the file's metadata stand at the
+  // recording window's start, which the view leaves out (converter.cpp: Kind::Window), up to a second
+  // before it on a sampled trace.
+  const auto shown = [](const prof::Event& e) { return e.kind != prof::EventKind::Meta; };
+  const auto first = std::find_if(events.begin(), events.end(), shown);
+  const auto last = std::find_if(events.rbegin(), events.rend(), shown);
+  if (first != events.end()) span = {first->ts, last->ts};
+  if (options.has_range() && first != events.end()) set_range_from(ingest, first->ts, options);
   const auto strings = [&k](prof::StringId id) { return k.trace.name(id); };
   for (std::size_t i = 0; i < events.size(); i += kBatch) {
     ingest.add(events.data() + i, std::min(kBatch, events.size() - i), k.trace.rank, strings, false);

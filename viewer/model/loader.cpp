@@ -82,7 +82,6 @@ bool parse_time_range(const std::string& text, LoadOptions& o, std::string& erro
 
 bool load_file(const std::string& path, Timeline& out, std::string& error, std::atomic<double>* progress,
                const LoadOptions& options) {
-  (void)options;  // builds without the trace reader have nothing to apply it to
   try {
     switch (detect_input(path, error)) {
       case InputKind::Unknown:
@@ -90,6 +89,11 @@ bool load_file(const std::string& path, Timeline& out, std::string& error, std::
       case InputKind::MemcommTrace:
         return ingest_trace(path, out, error, progress, options);
       case InputKind::TorchSnapshot:
+        if (options.has_range()) {  // its history is one ring buffer, loaded whole
+          error = path + ": --range loads a time range of traces; a PyTorch memory snapshot is loaded whole (open it "
+                         "without --range)";
+          return false;
+        }
         return ingest_snapshot(path, out, error, progress);
       case InputKind::KinetoTrace:
         return ingest_kineto(path, out, error, progress, options);
