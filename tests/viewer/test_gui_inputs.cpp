@@ -255,6 +255,12 @@ TEST_CASE("headless memcomm-view exits 2 on an input file it cannot load, still 
   CHECK(run_viewer(empty + " --size 320x200 --exit-after-events 1 --timeout 120 --report-json " + report, &out) == 2);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
   CHECK(std::filesystem::exists(report));
+  // Files that load but hold fewer events than asked for: as soon as they are loaded, not at --timeout.
+  const std::string few = view_traces::write_steps(out_dir() + "/inputs_few.mct");
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK(run_viewer(few + " --size 320x200 --exit-after-events 1000000 --timeout 120 --report-json " + report, &out) == 1);
+  CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(60));
+  CHECK(out.find("short of --exit-after-events 1000000") != std::string::npos);
 }
 
 TEST_CASE("headless memcomm-view exits 1 on a script timeout, a failed script screenshot or an unwritable report",

@@ -114,6 +114,14 @@ int App::frame_loop(bool headless) {
       // Every file is loaded, some failed, and nothing listens: no event can come any more, and waiting
       // out --timeout only delayed the load error's exit status.
       if (loaded && load_errors_ > 0 && !live_ && events_seen() < opt_.exit_after_events) break;
+      // Files only, all loaded, the script done: what they hold is all there will be.
+      if (loaded && !live_ && script_done()) {
+        st_.message(fmt::format("the files hold {} events from {} ranks, short of --exit-after-events {} (from {} "
+                                "ranks), and nothing listens for more (--listen)", events_seen(), ranks_with_spans(),
+                                opt_.exit_after_events, std::max<std::uint32_t>(opt_.exit_after_ranks, 1)));
+        rc = 1;
+        break;
+      }
       if (now_s() - start > opt_.exit_timeout_s) {
         std::string ranks = fmt::format("{} ranks", ranks_with_spans());  // "of R" only when --exit-after-ranks asked
         if (opt_.exit_after_ranks > 0) ranks = fmt::format("{} of {} ranks", ranks_with_spans(), opt_.exit_after_ranks);
