@@ -226,6 +226,7 @@ class Profiler(contextlib.ContextDecorator):
             self.result = tuple(self._run.finish())
             self._collector_ns = self._run.collector_cpu_ns()
             trace_error = self._run.trace_error()
+            live_note = self._run.live_note()
             self._run = None
             self._observing = False
         wait_for_release(ran_only=False)  # Note [Python callables released on torch's threads]
@@ -242,6 +243,8 @@ class Profiler(contextlib.ContextDecorator):
         if self._hooks.sharded:
             warn(f"memcomm: the model is sharded by {self._hooks.sharded} are not recorded "
                  "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)")
+        if live_note:
+            warn(f"memcomm: {live_note}", RuntimeWarning)
         if trace_error:  # a full disk: the recording has ended cleanly, but the file is short
             raise OSError(f"memcomm: {trace_error}")
         return self.result

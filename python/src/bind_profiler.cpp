@@ -108,6 +108,7 @@ class PyRunProfiler {
     totals_ = run_->finish();
     cpu_ns_ = run_->collector_cpu_ns();
     trace_error_ = run_->trace_error();
+    live_note_ = run_->live_note();
     run_.reset();  // closes the sinks: the files are complete when this returns
     return totals_;
   }
@@ -118,12 +119,14 @@ class PyRunProfiler {
   bool observe_allocator(int device) { return run_ && run_->observe_allocator(observed_allocator(device)); }
   int64_t collector_cpu_ns() const { return run_ ? run_->collector_cpu_ns() : cpu_ns_; }
   const std::string& trace_error() const { return trace_error_; }
+  const std::string& live_note() const { return live_note_; }
 
  private:
   std::unique_ptr<train::RunProfiler> run_;
   std::pair<int64_t, int64_t> totals_{0, 0};
   int64_t cpu_ns_ = 0;
   std::string trace_error_;
+  std::string live_note_;
 };
 
 void record_collective(int op, int dtype, uint64_t bytes, int comm, uint32_t seq, int bucket, int64_t start_ns,
@@ -217,7 +220,9 @@ void bind_run(pyb::module_& m) {
       .def("abandon", &PyRunProfiler::abandon,
            "In a process forked while the run recorded: lets go of the parent's run, leaving its files alone.")
       .def("trace_error", &PyRunProfiler::trace_error,
-           "After finish(): why the trace file stopped short (a full disk) and how much it holds; '' when whole.");
+           "After finish(): why the trace file stopped short (a full disk) and how much it holds; '' when whole.")
+      .def("live_note", &PyRunProfiler::live_note,
+           "After finish(): how many events the live stream's viewer missed; '' when it got them all.");
 }
 
 void bind_hot_calls(pyb::module_& m) {

@@ -217,6 +217,12 @@ TEST_CASE("with no viewer at all, recording continues and drops are counted", "[
   CHECK(st.dropped_events >= 4000);
   CHECK(st.last_error.find("cannot connect") != std::string::npos);
   CHECK(rec.stats().dropped == 0);
+  // What was still queued at close never left either: every event is sent or counted as dropped
+  // (a run's end said "0 dropped" of a stream no viewer ever saw).
+  sink->close(0);
+  st = sink->stats();
+  CHECK(st.sent_events == 0);
+  CHECK(st.dropped_events == rec.stats().recorded);  // the counters and the recorder's own metadata
 }
 
 TEST_CASE("garbage and oversize frames drop that connection and the receiver keeps serving", "[profiler][stream]") {

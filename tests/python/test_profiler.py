@@ -924,10 +924,15 @@ def test_an_exception_in_the_block_still_closes_the_trace(tmp_path, tool):
         assert memcomm.profiler.current() is None
         # A second profiler can start afterwards; nothing listens at its live address, which
         # neither blocks training nor its stop().
-        with memcomm.profile(trace=sys.argv[2], live="127.0.0.1:9") as p:
-            loop(model, opt, batches(1))
-            t = time.monotonic()
+        import warnings
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with memcomm.profile(trace=sys.argv[2], live="127.0.0.1:9") as p:
+                loop(model, opt, batches(1))
+                t = time.monotonic()
         assert time.monotonic() - t < 5, time.monotonic() - t
+        assert any("live stream: no viewer connected" in str(w.message) and "in the trace file only" in str(w.message)
+                   for w in said), [str(w.message) for w in said]
         # Activation checkpointing runs forwards again inside backward: they stay part of it.
         from torch.utils.checkpoint import checkpoint
         class Checkpointed(nn.Module):

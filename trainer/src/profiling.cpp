@@ -106,6 +106,7 @@ struct RunProfiler::Impl {
   std::map<std::string, prof::Name> names;
   bool finished = false;
   std::string trace_error;  // RunProfiler::trace_error()
+  std::string live_note;    // RunProfiler::live_note()
   std::pair<int64_t, int64_t> totals{0, 0};
   int64_t collector_cpu_ns = 0;  // captured by finish()
 #ifdef MEMCOMM_HAVE_CUPTI
@@ -243,6 +244,19 @@ void RunProfiler::counter(const char* name, double value) {
   prof::record_counter(impl_->rec, n, value);
 }
 
+namespace {
+// What a live stream's viewer missed, for RunProfiler::live_note(); "" when it got every event.
+std::string missed_by_viewer(const prof::StreamStats& s) {
+  if (s.dropped_events == 0) return "";
+  const std::string last = s.last_error.empty() ? "" : " (last: " + s.last_error + ")";
+  if (s.connects == 0)
+    return fmt::format("live stream: no viewer connected{}: its {} events are in the trace file only", last,
+                       s.dropped_events);
+  return fmt::format("live stream: the viewer missed {} of {} events (while none was connected, or it fell behind){}; "
+                     "the trace file has them all", s.dropped_events, s.sent_events + s.dropped_events, last);
+}
+}  // namespace
+
 std::pair<int64_t, int64_t> RunProfiler::finish() {
   if (!impl_ || impl_->finished) return impl_ ? impl_->totals : std::pair<int64_t, int64_t>{0, 0};
   auto& rec = impl_->rec;
@@ -275,7 +289,10 @@ std::pair<int64_t, int64_t> RunProfiler::finish() {
                                        "its last complete chunk", f.path(), f.error(), f.events_written(), lost);
     }
   }
-  if (impl_->live) rec.remove_sink(impl_->live);
+  if (impl_->live) {
+    rec.remove_sink(impl_->live);  // closes it, giving a viewer still there a second for the last events
+    impl_->live_note = missed_by_viewer(impl_->live->stats());
+  }
   impl_->totals = {int64_t(st.recorded), int64_t(st.dropped + lost)};
   impl_->collector_cpu_ns = int64_t(st.collector_cpu_ns);
   impl_->finished = true;
@@ -283,6 +300,8 @@ std::pair<int64_t, int64_t> RunProfiler::finish() {
 }
 
 std::string RunProfiler::trace_error() const { return impl_ ? impl_->trace_error : std::string(); }
+
+std::string RunProfiler::live_note() const { return impl_ ? impl_->live_note : std::string(); }
 
 int64_t RunProfiler::collector_cpu_ns() const {
   if (!impl_) return 0;

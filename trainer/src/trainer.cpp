@@ -385,6 +385,8 @@ void TrainingRun::gather_run_wide_figures() {
   const auto [events, drops] = p_.profiler.finish();
   const std::string trace_error = p_.profiler.trace_error();
   if (!trace_error.empty()) std::fprintf(stderr, "memcomm-train: %s\n", trace_error.c_str());
+  if (const std::string note = p_.profiler.live_note(); !note.empty())
+    std::fprintf(stderr, "memcomm-train: rank %d: %s\n", p_.env.rank, note.c_str());
   p_.comm.on_collective = nullptr;  // the recorder has stopped
   auto peaks = torch::tensor({double(mf.peak_allocated), double(mf.peak_reserved), mf.fragmentation,
                               double(peak_rss_bytes())}, torch::kFloat64);

@@ -233,6 +233,12 @@ void StreamSink::run() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.connected = false;
+  // What is still queued never reaches a viewer: counted with the drops, so sent + dropped is every
+  // event the sink was given.
+  stats_.dropped_events += queued_events_;
+  dropped_total_ += queued_events_;
+  queue_.clear();
+  queued_events_ = 0;
 }
 
 }  // namespace memcomm::prof

@@ -67,6 +67,11 @@ class RunProfiler {
   // After finish(): why the trace file stopped short, and how much it holds ("" when it is whole).
   // The caller reports it (memcomm-train on stderr, Python as OSError).
   std::string trace_error() const;
+  // After finish(): what a live stream's viewer missed ("" when it got every event): events dropped
+  // while no viewer was connected, or while it fell behind. The trace file has them all; the run's
+  // drop count does not include them. The caller reports it (memcomm-train on stderr, Python as a
+  // warning).
+  std::string live_note() const;
   // CPU time the profiler's collector thread used (draining, samplers, trace compression): the
   // profiler's own cost, measurable even when step times are too noisy to show it. 0 if inactive.
   int64_t collector_cpu_ns() const;
