@@ -1,4 +1,6 @@
 // Analysis on hand-built traces with known breakdown, overlap, busbw, skew and memory peaks.
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -282,7 +284,13 @@ TEST_CASE("report renders text and JSON", "[profiler][analysis]") {
   CHECK(text.find(" GB/s, max skew") != std::string::npos);  // sized collectives: a bus bandwidth
   Analysis sizeless = a;  // a trace whose collectives record no message size (DLRM's all-to-all)
   for (auto& c : sizeless.collectives) c.bytes = 0;
+  sizeless.busbw_known = false;
   CHECK(analysis_to_text(sizeless).find("bus bandwidth unknown") != std::string::npos);
+  // In JSON too: null, which a reader cannot take for 0 GB/s.
+  const auto j = nlohmann::json::parse(analysis_to_json(sizeless));
+  CHECK(j["summary"]["mean_busbw_gbps"].is_null());
+  for (const auto& c : j["collectives"]) CHECK((c["busbw_gbps"].is_null() && c["algbw_gbps"].is_null()));
+  CHECK(nlohmann::json::parse(json)["summary"]["mean_busbw_gbps"].get<double>() > 0);
 }
 
 TEST_CASE("time sorting is stable for nearly sorted and for shuffled input", "[profiler][analysis]") {

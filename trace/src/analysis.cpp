@@ -417,6 +417,7 @@ Analysis analyze(const TraceSet& set, const AnalysisOptions& opt) {
     a.mean_exposed_comm_ns = int64_t(exposed_sum / __int128(a.ranks.size()));
   }
   a.mean_busbw_gbps = busbw.value();
+  a.busbw_known = busbw.known();
   return a;
 }
 

@@ -66,8 +66,8 @@ std::string analysis_to_json(const Analysis& a, int indent) {
                                 {"nranks", c.nranks},
                                 {"ranks_seen", c.ranks_seen},
                                 {"time_ns", c.time_ns},
-                                {"algbw_gbps", c.algbw_gbps},
-                                {"busbw_gbps", c.busbw_gbps},
+                                {"algbw_gbps", number_or_null(c.algbw_gbps, c.bytes > 0)},
+                                {"busbw_gbps", number_or_null(c.busbw_gbps, c.bytes > 0)},
                                 {"skew_ns", c.skew_ns},
                                 {"straggler_rank", c.straggler_rank == kUnknownRank ? -1 : int64_t(c.straggler_rank)},
                                 {"ranks_disagree", c.ranks_disagree}});
@@ -83,7 +83,7 @@ std::string analysis_to_json(const Analysis& a, int indent) {
   }
   j["summary"] = {{"mean_overlap_pct", a.mean_overlap_pct},
                   {"mean_exposed_comm_ns", a.mean_exposed_comm_ns},
-                  {"mean_busbw_gbps", a.mean_busbw_gbps},
+                  {"mean_busbw_gbps", number_or_null(a.mean_busbw_gbps, a.busbw_known)},
                   {"max_skew_ns", a.max_skew_ns},
                   {"drops", a.drops},
                   {"disagreeing_collectives", a.disagreeing_collectives}};
@@ -142,9 +142,8 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
                          a.disagreeing_collectives, a.collectives.size());
   }
   // A bandwidth needs a size: collectives that record none give "unknown", not 0 GB/s.
-  const bool sized = std::any_of(a.collectives.begin(), a.collectives.end(), [](const CollectiveStats& c) { return c.bytes > 0; });
   const std::string busbw = a.collectives.empty() ? std::string("none (no collectives)")
-                            : sized                 ? fmt::format("{:.3f} GB/s", a.mean_busbw_gbps)
+                            : a.busbw_known         ? fmt::format("{:.3f} GB/s", a.mean_busbw_gbps)
                                                     : std::string("unknown (no collective records its size)");
   out += fmt::format("\nSummary: overlap {:.1f}% (mean over ranks), exposed communication {} ms per rank, "
                      "bus bandwidth {}, max skew {:.1f} us, drops {}\n",

@@ -154,7 +154,9 @@ void draw_summary(AppState& st, ImVec2 size) {
   ImGui::Text("peak allocated %s  peak reserved %s  OOMs %llu  drops %llu", format_bytes(whole_bytes(s.peak_allocated)).c_str(),
               format_bytes(whole_bytes(s.peak_reserved)).c_str(), static_cast<unsigned long long>(s.ooms),
               static_cast<unsigned long long>(s.dropped));
-  ImGui::Text("mean busbw %.2f GB/s  max skew %s", s.mean_busbw, format_time(s.max_skew).c_str());
+  const std::string busbw = s.collectives == 0 ? "none" : s.busbw_known ? fmt::format("{:.2f} GB/s", s.mean_busbw)
+                                                                      : "unknown (no collective records its size)";
+  ImGui::Text("mean busbw %s  max skew %s", busbw.c_str(), format_time(s.max_skew).c_str());
   std::string strag;
   for (const auto& [rank, times] : s.stragglers) strag += fmt::format(" rank {}: {}x", rank, times);
   if (!strag.empty()) ImGui::Text("last to arrive:%s", strag.c_str());

@@ -336,6 +336,7 @@ Summary summarize(const Timeline& tl) {
     }
   }
   s.mean_busbw = busbw.value();
+  s.busbw_known = busbw.known();
   return s;
 }
 

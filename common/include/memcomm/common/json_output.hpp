@@ -18,4 +18,8 @@ inline std::string json_text(const nlohmann::json& j, int indent = -1) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// A figure that may be unknown (a bandwidth of collectives that record no size): null then, so that a
+// reader cannot take it for 0.
+inline nlohmann::json number_or_null(double value, bool known) { return known ? nlohmann::json(value) : nlohmann::json(); }
+
 }  // namespace memcomm

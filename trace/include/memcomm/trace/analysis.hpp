@@ -124,6 +124,9 @@ struct BusbwMean {
     bytes += double(collective_bytes);
   }
   double value() const { return bytes > 0 ? weighted / bytes : 0.0; }
+  // Whether a collective with a size and a time was added: else the bandwidth is unknown, not 0
+  // (traces whose collectives record no size, barriers only).
+  bool known() const { return bytes > 0; }
 };
 
 struct CollectiveStats {
@@ -201,6 +204,7 @@ struct Analysis {
   double mean_overlap_pct = 0;
   int64_t mean_exposed_comm_ns = 0;
   double mean_busbw_gbps = 0;       // bytes-weighted over collectives with a time
+  bool busbw_known = false;         // BusbwMean::known(): some collective has a size and a time
   int64_t max_skew_ns = 0;
   uint64_t drops = 0;
   uint64_t disagreeing_collectives = 0;  // CollectiveStats::ranks_disagree

@@ -58,6 +58,7 @@ struct Summary {
   TimeNs duration = 0;
   double peak_allocated = 0, peak_reserved = 0;  // bytes, max over ranks
   double mean_busbw = 0;                         // GB/s, bytes-weighted over matched collectives (prof::BusbwMean)
+  bool busbw_known = false;                      // some collective has a size and a time (else "unknown", not 0)
   TimeNs max_skew = 0;                           // ns over matched collectives
   std::map<int, std::uint64_t> stragglers;       // times each rank was last to arrive (ranks never last: absent)
   std::uint64_t ooms = 0;
