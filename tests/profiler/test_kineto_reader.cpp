@@ -446,6 +446,38 @@ TEST_CASE("kineto: a communication kernel without its collective's name takes it
     if (e.kind == EventKind::CollStart) CHECK(e.as<CollectiveEvent>().dtype == DType::Unknown);
 }
 
+TEST_CASE("kineto: a communication kernel without a size takes its host nccl: annotation's shapes", "[kineto]") {
+  // Note [Collectives named by their host annotation]: facebookresearch/param's DLRM traces name no
+  // "In msg nelems" on their NCCL kernels, but record_shapes put the inputs on the annotations; the
+  // report said no collective recorded its size.
+  const std::string json = R"json({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 1, "tid": 1, "ts": 100, "dur": 50,
+     "args": {"Input Dims": [[394241]], "Input type": ["float"]}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110, "dur": 5, "args": {"correlation": 7}},
+    {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", "pid": 0, "tid": 9, "ts": 120, "dur": 30,
+     "args": {"device": 0, "stream": 9, "correlation": 7}},
+    {"ph": "X", "cat": "user_annotation", "name": "nccl:all_to_all", "pid": 1, "tid": 1, "ts": 200, "dur": 50,
+     "args": {"Input Dims": [[48, 16]], "Input type": ["long int"]}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 210, "dur": 5, "args": {"correlation": 8}},
+    {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)", "pid": 0, "tid": 9, "ts": 220, "dur": 30,
+     "args": {"device": 0, "stream": 9, "correlation": 8}},
+    {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 1, "tid": 1, "ts": 300, "dur": 50,
+     "args": {"Input Dims": [[10]], "Input type": ["float"]}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 310, "dur": 5, "args": {"correlation": 9}},
+    {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", "pid": 0, "tid": 9, "ts": 320, "dur": 30,
+     "args": {"device": 0, "stream": 9, "correlation": 9, "In msg nelems": 64, "Out msg nelems": 64, "dtype": "Float"}}]})json";
+  const KinetoTrace k = read_kineto_buffer(json, "sizes.json");
+  std::vector<std::tuple<CollOp, DType, uint64_t>> colls;
+  for (const Event& e : k.trace.events)
+    if (e.kind == EventKind::CollStart) {
+      const auto c = e.as<CollectiveEvent>();
+      colls.emplace_back(c.op, c.dtype, c.bytes());
+    }
+  CHECK(colls == std::vector<std::tuple<CollOp, DType, uint64_t>>{{CollOp::AllReduce, DType::F32, 394241u * 4},
+                                                                   {CollOp::AllToAll, DType::I64, 48u * 16 * 8},
+                                                                   {CollOp::AllReduce, DType::F32, 64u * 4}});  // the kernel's own
+}
+
 TEST_CASE("kineto: a DataLoader's __next__ is data wait, and gloo: ops are collectives", "[kineto]") {
   // Note [Phases a torch.profiler trace names] (converter.cpp)
   const std::string json = R"json({"distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}, "traceEvents": [

@@ -223,6 +223,8 @@ void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_
                              kHostCollectiveStream, 0, 0});
   } else if (c10d_call(e.name)) {
     s.phase = Phase::Comm;
+  } else if (nccl_annotation(e.name) && e.input_elements != kNoArg) {
+    annotation_sizes_.emplace(spans_.size(), std::make_pair(e.input_elements, strings_.intern(e.input_type)));
   }
   spans_.push_back(s);
 }
@@ -366,11 +368,15 @@ void Converter::take_top_level() {
 // SendRecv kernels: a DLRM run's all-to-alls read as sends of 0 bytes. The host side names it
 // either way: PyTorch's record_param_comms puts an "nccl:all_to_all" annotation around the launch.
 // So a communication kernel without the argument takes its collective from the "nccl:" host span,
-// on its launch's thread, that holds the launch.
+// on its launch's thread, that holds the launch. Those traces name no size on the kernel either
+// ("In msg nelems"), but with record_shapes the annotation has the input's ("Input Dims", "Input
+// type"): this rank's part, as Gloo's spans give it, which the kernel takes where it has none.
 void Converter::name_collectives_from_host() {
+  const auto unnamed = [this](const CommKernel& k) { return strings_.text(k.collective).empty(); };
+  const auto sizeless = [](const CommKernel& k) { return k.in_nelems == kNoArg && k.out_nelems == kNoArg; };
   std::unordered_map<uint32_t, std::pair<uint16_t, int64_t>> launches;  // corr -> (thread, ts)
   for (const CommKernel& k : comm_kernels_)
-    if (k.corr != 0 && strings_.text(k.collective).empty()) launches.emplace(k.corr, std::make_pair(uint16_t(0), INT64_MIN));
+    if (k.corr != 0 && (unnamed(k) || sizeless(k))) launches.emplace(k.corr, std::make_pair(uint16_t(0), INT64_MIN));
   if (launches.empty()) return;
   for (const Event& e : events_)
     if (e.kind == EventKind::Launch) {
@@ -378,21 +384,26 @@ void Converter::name_collectives_from_host() {
       auto it = launches.find(c.corr);
       if (it != launches.end()) it->second = {c.thread(), c.ts};
     }
-  std::unordered_map<uint16_t, std::vector<const HostSpan*>> annotations;  // by thread, by begin
-  for (const HostSpan& s : spans_)
-    if (strings_.text(s.name).substr(0, 5) == "nccl:") annotations[s.thread].push_back(&s);
+  std::unordered_map<uint16_t, std::vector<size_t>> annotations;  // by thread: indexes into spans_, by begin
+  for (size_t i = 0; i < spans_.size(); ++i)
+    if (nccl_annotation(strings_.text(spans_[i].name))) annotations[spans_[i].thread].push_back(i);
   for (auto& [thread, v] : annotations)
-    std::stable_sort(v.begin(), v.end(), [](const HostSpan* a, const HostSpan* b) { return a->begin < b->begin; });
+    std::stable_sort(v.begin(), v.end(), [this](size_t a, size_t b) { return spans_[a].begin < spans_[b].begin; });
   for (CommKernel& k : comm_kernels_) {
-    auto it = k.corr != 0 && strings_.text(k.collective).empty() ? launches.find(k.corr) : launches.end();
+    auto it = k.corr != 0 && (unnamed(k) || sizeless(k)) ? launches.find(k.corr) : launches.end();
     if (it == launches.end() || it->second.second == INT64_MIN) continue;
     const auto [thread, ts] = it->second;
     const auto& v = annotations[thread];
     // The last annotation to begin at or before the launch (they do not nest in one another).
-    auto at = std::upper_bound(v.begin(), v.end(), ts, [](int64_t t, const HostSpan* s) { return t < s->begin; });
-    if (at == v.begin() || (*std::prev(at))->end < ts) continue;
-    const std::string op(strings_.text((*std::prev(at))->name).substr(5));
-    k.collective = strings_.intern(op);
+    auto at = std::upper_bound(v.begin(), v.end(), ts, [this](int64_t t, size_t s) { return t < spans_[s].begin; });
+    if (at == v.begin() || spans_[*std::prev(at)].end < ts) continue;
+    const size_t span = *std::prev(at);
+    if (unnamed(k)) k.collective = strings_.intern(std::string(strings_.text(spans_[span].name).substr(5)));
+    const auto size = annotation_sizes_.find(span);
+    if (sizeless(k) && size != annotation_sizes_.end()) {
+      k.in_nelems = size->second.first;
+      if (strings_.text(k.dtype).empty()) k.dtype = size->second.second;
+    }
   }
 }
 

@@ -77,6 +77,8 @@ class Converter final : public SplitHandler {
   Tracks tracks_;
   std::vector<Event> events_;
   std::vector<HostSpan> spans_;
+  // The shapes of nccl: annotations that recorded them, by their index in spans_: (elements, type).
+  std::unordered_map<size_t, std::pair<int64_t, StringId>> annotation_sizes_;
   std::vector<CommKernel> comm_kernels_;
   std::unique_ptr<re2::RE2> comm_pattern_;  // Note [A pattern the user writes]
   std::unordered_map<StringId, bool> comm_names_;

@@ -117,8 +117,9 @@ void read_first_string(od::value v, std::string_view& out) {
   }
 }
 
-// Where "args" comes before "name" (a trace re-saved with sorted keys), every event's are read.
-bool gloo_span(const RawEvent& e) { return e.name.empty() || gloo_op(e.name); }
+// The spans whose shapes are a collective's size. Where "args" comes before "name" (a trace re-saved
+// with sorted keys), every event's are read.
+bool sized_by_shapes(const RawEvent& e) { return e.name.empty() || gloo_op(e.name) || nccl_annotation(e.name); }
 
 // Dispatches on the key's length first: events carry many args the converter never reads
 // ("Input Dims" of operators, "Ev Idx", ...), and most of them then cost one comparison or none.
@@ -145,8 +146,8 @@ void read_arg(std::string_view k, od::value a, RawEvent& e) {
       break;
     case 10:
       if (k == "Group size") read_int(a, e.group_size);
-      else if (k == "Input Dims" && gloo_span(e)) read_input_elements(a, e);  // only where it is read
-      else if (k == "Input type" && gloo_span(e)) read_first_string(a, e.input_type);
+      else if (k == "Input Dims" && sized_by_shapes(e)) read_input_elements(a, e);  // only where it is read
+      else if (k == "Input type" && sized_by_shapes(e)) read_first_string(a, e.input_type);
       break;
     case 11:
       if (k == "correlation") read_int(a, e.correlation);

@@ -29,6 +29,9 @@ struct Number {
 
 // A Gloo op's span ("gloo:all_reduce"; Note [Phases a torch.profiler trace names] in converter.cpp).
 inline bool gloo_op(std::string_view name) { return name.size() > 5 && name.substr(0, 5) == "gloo:"; }
+// PyTorch's host annotation around an NCCL collective's launch ("nccl:all_to_all"; Note
+// [Collectives named by their host annotation] in converter.cpp).
+inline bool nccl_annotation(std::string_view name) { return name.size() > 5 && name.substr(0, 5) == "nccl:"; }
 
 // Every text field is a view; EventParser::own_strings copies each of them (a new one goes there too).
 struct RawEvent {
@@ -44,8 +47,9 @@ struct RawEvent {
   int64_t in_nelems = kNoArg, out_nelems = kNoArg, group_size = kNoArg;
   std::string_view arg_name;        // M events: args.name
   std::string_view collective, dtype, pg_name, pg_ranks;
-  // A gloo: span's "Input Dims" (record_shapes=True) as the elements of its tensors, and the first of
-  // its "Input type"s (Note [Phases a torch.profiler trace names] in converter.cpp)
+  // A gloo: span's or nccl: annotation's "Input Dims" (record_shapes=True) as the elements of its
+  // tensors, and the first of its "Input type"s (Note [Phases a torch.profiler trace names] in
+  // converter.cpp)
   int64_t input_elements = kNoArg;
   std::string_view input_type;
   // ph "C": the numeric args (a vector, so events that are not counters stay small)
