@@ -638,6 +638,21 @@ def test_a_distributed_optimizer_step_ends_the_step(tmp_path, tool):
     assert counts.get("step") == 3 and counts.get("optimizer") == 3 and counts.get("forward") == 3, counts
 
 
+def test_a_checkpoint_resume_creating_optimizer_state_is_no_step(tmp_path, tool):
+    # See Note [A step that only creates optimizer state]: get_state_dict's step() with zero gradients
+    # and lr 0 was a phantom first step, and the first real forward went unrecorded.
+    check("""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        model = make_model()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        with memcomm.profile(trace=sys.argv[1]):
+            get_state_dict(model, opt)
+            loop(model, opt, batches(3))
+    """, str(tmp_path / "dcp.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "dcp.rank0.mct")
+    assert (counts.get("step"), counts.get("forward"), counts.get("optimizer")) == (3, 3, 3), counts
+
+
 def test_tune_inside_a_profile_records_no_steps_of_its_own(tmp_path, tool):
     # `with memcomm.profile(): main()` where main() tunes first: the probes were 282 steps of the trace.
     check("""
@@ -730,7 +745,9 @@ def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_pat
         from torch.distributed.fsdp import fully_shard
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
         with memcomm.profile(trace=sys.argv[1]):
-            model = fully_shard(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+            model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+            for block in model:  # the blocks only, not the root: FSDP all the same (it read as DTensor)
+                fully_shard(block)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             for _ in range(2):
                 model(torch.randn(3, 4)).sum().backward(); opt.step(); opt.zero_grad()

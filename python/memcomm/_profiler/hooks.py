@@ -541,21 +541,30 @@ class PhaseHooks:
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if running.profiler is not self._owner:  # paused (running.paused)
             return
+        frame = _frame_outside_memcomm()
+        if _creates_state_only(frame):
+            return
         st = self._state()
         if st.update_frame is None:  # else a step() inside the open update (GradScaler's, super().step())
             closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0] is the optimizer
-            self._update_begins(st, _frame_outside_memcomm(), joins=not callable(closure))
+            self._update_begins(st, frame, joins=not callable(closure))
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if running.profiler is not self._owner:
             return
+        frame = _frame_outside_memcomm()
+        if _creates_state_only(frame):
+            return
+        unwatched = False
         if not self._global_handles and optimizer not in self._optimizers_seen:
             self._optimizers_seen.add(optimizer)
-            if self._updates_unwatched(optimizer):
-                self._look_again(trains_unwatched=True)
+            unwatched = self._updates_unwatched(optimizer)
+            self._looked_again = self._looked_again or unwatched  # the look below, after the update's range
         st = self._state()
-        if st.update_frame is not None and _frame_outside_memcomm() is st.update_frame:  # not an inner step()
+        if st.update_frame is not None and frame is st.update_frame:  # not an inner step()
             self._update_returned(st)
+        if unwatched:  # memcomm's scan of the heap, outside the update's range it would lengthen
+            self._look_again(trains_unwatched=True)
 
     def _updates_unwatched(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether `optimizer` updates a parameter that no watched module holds, and no earlier look
@@ -833,12 +842,20 @@ def _sharding(module: torch.nn.Module) -> Optional[str]:
     nothing does. Neither is imported for the question."""
     fsdp = sys.modules.get("torch.distributed.fsdp")
     kinds = tuple(getattr(fsdp, name) for name in ("FullyShardedDataParallel", "FSDPModule") if hasattr(fsdp, name))
-    if kinds and isinstance(module, kinds):
+    if kinds and any(isinstance(m, kinds) for m in _submodules(module)):  # its blocks only, as torchtitan may shard
         return "FSDP, whose all-gathers and reduce-scatters"
     dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
     if dtensor is not None and any(isinstance(p, dtensor) for p in _parameters(module)):
         return "DTensor (tensor or sequence parallelism), whose collectives"
     return None
+
+
+def _submodules(module: torch.nn.Module) -> List[torch.nn.Module]:
+    """`module` and those inside it; only `module` where it cannot list them (a RemoteModule inside)."""
+    try:
+        return list(module.modules())
+    except ValueError:
+        return [module]
 
 
 def _optimized_module_class() -> type:
@@ -911,6 +928,25 @@ def _frame_outside_memcomm() -> Any:
     while f is not None and f.f_globals.get("__name__", "").startswith(("memcomm.", "torch._dynamo")):
         f = f.f_back
     return f
+
+
+# Note [A step that only creates optimizer state]
+# torch.distributed.checkpoint's get_state_dict and set_state_dict (the resume of torchtitan and of the
+# DCP tutorial) create an optimizer's state by calling its step() with zero gradients and lr 0
+# (_init_optim_state). Recorded as an update, it was a phantom first step with no forward, and it
+# took the global module hooks off before the model's first forward, which then went unrecorded. So
+# a step() called from there is no update: no range, no step, no look for the model.
+def _creates_state_only(frame: Any) -> bool:
+    """Whether the step() whose hook runs, called at `frame` (torch's step wrapper), is
+    torch.distributed.checkpoint's state creation (a few frames up)."""
+    f = frame
+    for _ in range(4):
+        if f is None:
+            return False
+        if f.f_code.co_name == "_init_optim_state" and f.f_globals.get("__name__") == "torch.distributed.checkpoint.state_dict":
+            return True
+        f = f.f_back
+    return False
 
 
 def _on_stack(frame: Any) -> bool:
