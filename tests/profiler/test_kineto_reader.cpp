@@ -447,7 +447,7 @@ TEST_CASE("kineto: a communication kernel without its collective's name takes it
 }
 
 TEST_CASE("kineto: a communication kernel without a size takes its host nccl: annotation's shapes", "[kineto]") {
-  // Note [Collectives named by their host annotation]: facebookresearch/param's DLRM traces name no
+  // See Note [Collectives named by their host annotation]: facebookresearch/param's DLRM traces name no
   // "In msg nelems" on their NCCL kernels, but record_shapes put the inputs on the annotations; the
   // report said no collective recorded its size.
   const std::string json = R"json({"traceEvents": [
