@@ -11,6 +11,7 @@ import torch.distributed as _dist
 
 from memcomm._profiler import running as _running
 from memcomm._profiler.codes import dtype_code as _dtype_code
+from memcomm._profiler.collectives import hook_bucket as _hook_bucket
 from memcomm._profiler.collectives import record_collective as _record_collective
 
 ReduceOp = _dist.ReduceOp
@@ -25,7 +26,7 @@ def _run(op: str, tensor: Optional[torch.Tensor], nbytes: int, group: Any, async
     if p is None:
         return call()
     dtype = _dtype_code(tensor.dtype) if tensor is not None else 0
-    return _record_collective(p, op, dtype, nbytes, group, -1, call, async_op)
+    return _record_collective(p, op, dtype, nbytes, group, _hook_bucket(), call, async_op)
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:

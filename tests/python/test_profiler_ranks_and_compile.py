@@ -68,6 +68,35 @@ def test_two_ranks_record_matching_collectives(tmp_path, tool):
     assert all(rank["collectives"] == len(colls) for rank in report["ranks"]), report["ranks"]
 
 
+def test_a_scripts_own_comm_hook_is_recorded_by_what_it_sends(tmp_path, tool):
+    # See Note [What a script's own comm hook sends]: post-local SGD's hook all-reduces in a subgroup after
+    # its warm-up; one that sends nothing was recorded as the bucket's all-reduce on the world.
+    r = torchrun(tmp_path, """
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        alone = [dist.new_group([r]) for r in range(2)][dist.get_rank()]
+        def local_then_none(state, bucket):
+            if state["calls"] == 0:  # the first backward: the subgroup of this rank alone
+                work = dist.all_reduce(bucket.buffer(), group=alone, async_op=True)
+                state["calls"] += 1
+                return work.get_future().then(lambda f: f.value()[0])
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+        ddp = nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=1000)  # one bucket
+        ddp.register_comm_hook({"calls": 0}, memcomm.comm_hook(local_then_none))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        with memcomm.profile(trace=sys.argv[1]):
+            loop(ddp, opt, batches(3))
+        dist.destroy_process_group()
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+    """, str(tmp_path / "own.mct"))
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    colls = trace_json(tool, "report", tmp_path / "own.rank0.mct", tmp_path / "own.rank1.mct")["collectives"]
+    assert [(c["op"], c["nranks"], c["ranks_seen"], c["bucket"]) for c in colls] == [("all_reduce", 1, 1, 0)] * 2, colls
+
+
 def test_a_profile_on_rank_0_only_warns_instead_of_hanging_the_job(tmp_path, tool):
     # See Note [Ranks that do not profile]: rank 0's clock measurement met rank 1's DDP all-reduce.
     r = torchrun(tmp_path, """

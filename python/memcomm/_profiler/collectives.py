@@ -100,8 +100,9 @@ def torch_hooks() -> Dict[str, Callable[..., Any]]:
 
 
 def _inner_hook(hook: Union[str, Callable[..., Any]], wire_dtype: Optional[torch.dtype]
-                ) -> Tuple[Callable[..., Any], Optional[torch.dtype]]:
-    """The hook comm_hook() calls, and the element type it sends (None: the bucket's)."""
+                ) -> Tuple[Callable[..., Any], Optional[torch.dtype], bool]:
+    """The hook comm_hook() calls, the element type it sends (None: the bucket's), and whether it
+    sends the bucket's one all-reduce: torch's own hooks, or one whose wire type the caller names."""
     by_name = torch_hooks()
     # torch's own hook passed as a function sends what its name says (a script's, wrapped by python -m memcomm)
     hook = next((name for name, f in by_name.items() if hook is f), hook)
@@ -116,15 +117,82 @@ def _inner_hook(hook: Union[str, Callable[..., Any]], wire_dtype: Optional[torch
         raise TypeError(f"comm_hook: hook must be a name or a callable, got {type(hook).__name__}")
     if wire_dtype is not None and not isinstance(wire_dtype, torch.dtype):
         raise TypeError(f"comm_hook: wire_dtype must be a torch.dtype, got {type(wire_dtype).__name__}")
-    return inner, wire_dtype
+    return inner, wire_dtype, isinstance(hook, str) or wire_dtype is not None
+
+
+# Note [What a script's own comm hook sends]
+# DDP's default all-reduce and torch's compress hooks send one all-reduce of the bucket on the hook's
+# process group, and are recorded as that. A script's own hook may send anything: post-local SGD
+# all-reduces inside a subgroup after its warm-up, or nothing at all; PowerSGD sends two smaller
+# matrices. Recorded as the bucket's all-reduce on the world, such a run showed collectives that
+# never crossed ranks, or never ran. So while a hook of unknown arithmetic runs, the collectives its
+# thread calls through torch.distributed (looked up at call time, as torch's own hooks do) are
+# recorded as memcomm.dist records them, on the group they ran on, with the bucket's index; other
+# threads' calls pass straight through, and torch's functions are put back when no such hook runs.
+_RECORDED = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
+             "all_to_all_single", "barrier")
+_hook_thread = threading.local()   # .bucket: the bucket whose hook runs on this thread, while it runs
+_patch_lock = threading.Lock()
+_patch_users = 0
+_originals: Dict[str, Callable[..., Any]] = {}
+
+
+def hook_bucket() -> int:
+    """The index of the bucket whose script hook issues the collective being recorded, else -1."""
+    return getattr(_hook_thread, "record_bucket", -1)
+
+
+def _recording(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        bucket = getattr(_hook_thread, "bucket", None)
+        if bucket is None or running.profiler is None:
+            return original(*args, **kwargs)
+        from memcomm import dist as recorded  # memcomm.dist calls torch.distributed's name: back here, passed through
+        _hook_thread.bucket, _hook_thread.record_bucket = None, bucket
+        try:
+            return getattr(recorded, name)(*args, **kwargs)
+        finally:
+            _hook_thread.bucket, _hook_thread.record_bucket = bucket, -1
+    collective.__wrapped__ = original  # type: ignore[attr-defined]
+    return collective
+
+
+class _HookCollectivesRecorded:
+    """While open on a thread: the collectives it calls through torch.distributed are recorded for
+    `bucket` (Note [What a script's own comm hook sends])."""
+
+    def __init__(self, bucket: int):
+        self.bucket = bucket
+
+    def __enter__(self) -> None:
+        global _patch_users
+        with _patch_lock:
+            if _patch_users == 0:
+                for name in _RECORDED:
+                    _originals[name] = getattr(dist, name)
+                    setattr(dist, name, _recording(name, _originals[name]))
+            _patch_users += 1
+        _hook_thread.bucket = self.bucket
+
+    def __exit__(self, *_: Any) -> None:
+        global _patch_users
+        _hook_thread.bucket = None
+        with _patch_lock:
+            _patch_users -= 1
+            if _patch_users == 0:
+                for name in _RECORDED:
+                    if getattr(getattr(dist, name), "__wrapped__", None) is _originals[name]:
+                        setattr(dist, name, _originals[name])  # unless someone replaced it since
 
 
 class RecordedHook:
     """What comm_hook() returns: a module-level class, not a closure, so that torch.save of a whole
-    DDP model (which pickles its hooks) works as it does without memcomm when the inner hook pickles."""
+    DDP model (which pickles its hooks) works as it does without memcomm when the inner hook pickles.
+    `one_all_reduce`: the hook sends the bucket's all-reduce and nothing else (Note [What a script's own
+    comm hook sends])."""
 
-    def __init__(self, inner: Callable[..., Any], wire_dtype: Optional[torch.dtype]):
-        self.inner, self.wire_dtype = inner, wire_dtype
+    def __init__(self, inner: Callable[..., Any], wire_dtype: Optional[torch.dtype], one_all_reduce: bool = True):
+        self.inner, self.wire_dtype, self.one_all_reduce = inner, wire_dtype, one_all_reduce
         # DDP reads a hook's __name__ and __qualname__ (its logger, its bf16 checks), as of a function.
         self.__name__ = "memcomm_comm_hook"
         self.__qualname__ = "memcomm.comm_hook(" + getattr(inner, "__qualname__", type(inner).__name__) + ")"
@@ -134,6 +202,9 @@ class RecordedHook:
         p = running.profiler
         if p is None:
             return self.inner(state, bucket)
+        if not self.one_all_reduce:
+            with _HookCollectivesRecorded(bucket.index()):
+                return self.inner(state, bucket)
         buf = bucket.buffer()
         wire = self.wire_dtype or buf.dtype
         group = state if isinstance(state, dist.ProcessGroup) else None
@@ -148,15 +219,17 @@ class RecordedHook:
 
 def comm_hook(hook: Union[str, Callable[..., Any]] = "allreduce", *, wire_dtype: Optional[torch.dtype] = None
               ) -> Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]:
-    """A DDP communication hook that records each bucket's all-reduce (issue, end, bytes on the wire,
+    """A DDP communication hook that records each bucket's communication (issue, end, bytes on the wire,
     bucket index, wire type) and then does what `hook` does:
 
         ddp.register_comm_hook(None, memcomm.comm_hook())          # DDP's default all-reduce
         ddp.register_comm_hook(None, memcomm.comm_hook("fp16"))    # torch's fp16_compress_hook
         ddp.register_comm_hook(state, memcomm.comm_hook(my_hook, wire_dtype=torch.float16))
 
-    `hook` is "allreduce", "fp16", "bf16" or any hook(state, bucket) -> Future; `wire_dtype` is the
-    element type it sends (default: the bucket's, or the compression's). A hook comm_hook() made
+    `hook` is "allreduce", "fp16", "bf16" or any hook(state, bucket) -> Future. torch's hooks, and a
+    hook given a `wire_dtype` (the element type it sends), are recorded as the bucket's all-reduce;
+    any other hook's collectives are recorded as it calls them through torch.distributed, on their
+    own groups (Note [What a script's own comm hook sends]). A hook comm_hook() made
     already is not wrapped again (each bucket would be recorded twice: python -m memcomm wraps the
     hooks a script registers, memcomm's own among them): it is returned, or with another wire_dtype
     its inner hook is wrapped."""
