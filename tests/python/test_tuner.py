@@ -457,6 +457,33 @@ def test_bad_arguments_are_python_exceptions(change, error, words):
         memcomm.tune(**args)
 
 
+def test_a_sharded_model_is_refused_with_the_reason():
+    # FSDP2 and tensor parallelism failed inside torch ("as_strided not supported with DTensor"), and
+    # FSDP1's probes added memcomm's all-reduce to FSDP's own communication.
+    out = run_python("""
+        import torch, torch.distributed as dist, memcomm
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        blocks = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        fully_shard(blocks[0])
+        tp = parallelize_module(torch.nn.Sequential(torch.nn.Linear(4, 4)), init_device_mesh("cpu", (1,)),
+                                {"0": ColwiseParallel()})
+        for model in (blocks, tp):
+            try:
+                memcomm.tune(model, torch.optim.SGD(model.parameters(), lr=0.1), lambda m, x: m(x).sum(),
+                             lambda b: torch.randn(b, 4), 8)
+            except TypeError as e:
+                print(e)
+        dist.destroy_process_group()
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "the model is sharded by FSDP: memcomm.tune probes data-parallel steps" in out.stdout, out.stdout
+    assert "the model is sharded by DTensor" in out.stdout, out.stdout
+
+
 def test_without_memcomms_cpu_allocator_it_says_how_to_install_it():
     model, opt = _model_and_opt()
     with pytest.raises(RuntimeError, match=r"use_allocator\('cpu', memory_limit"):

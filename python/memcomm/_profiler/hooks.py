@@ -150,8 +150,9 @@ from memcomm import _memcomm
 from memcomm._profiler import running
 from memcomm._profiler.codes import (ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER, STEP,
                                     exchange, now)
-from memcomm._profiler.when_loaded import WhenLoaded
 from memcomm._profiler.future_callbacks import wait_for_release, without_our_wrappings
+from memcomm._profiler.when_loaded import WhenLoaded
+from memcomm._sharding import sharded_by
 
 
 class _ThreadState:
@@ -298,7 +299,7 @@ class PhaseHooks:
         [Finding the model])."""
         originals = [inner for m in modules for inner in _wrapped(m)]
         self.modules_found = self.modules_found or bool(modules)
-        self.sharded = self.sharded or next(filter(None, map(_sharding, modules)), None)
+        self.sharded = self.sharded or next(filter(None, (_SHARDED_BY.get(sharded_by(m, _parameters)) for m in modules)), None)
         for m in modules + originals:
             self._watched.add(m)
             cls = type(m)
@@ -836,26 +837,9 @@ def _compiler_tracing() -> bool:
     return detect_fake_mode() is not None
 
 
-def _sharding(module: torch.nn.Module) -> Optional[str]:
-    """What shards `module` with collectives no hook of memcomm's sees: FSDP (FullyShardedDataParallel,
-    fully_shard), or DTensor parameters (tensor or sequence parallelism: parallelize_module); None when
-    nothing does. Neither is imported for the question."""
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    kinds = tuple(getattr(fsdp, name) for name in ("FullyShardedDataParallel", "FSDPModule") if hasattr(fsdp, name))
-    if kinds and any(isinstance(m, kinds) for m in _submodules(module)):  # its blocks only, as torchtitan may shard
-        return "FSDP, whose all-gathers and reduce-scatters"
-    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
-    if dtensor is not None and any(isinstance(p, dtensor) for p in _parameters(module)):
-        return "DTensor (tensor or sequence parallelism), whose collectives"
-    return None
-
-
-def _submodules(module: torch.nn.Module) -> List[torch.nn.Module]:
-    """`module` and those inside it; only `module` where it cannot list them (a RemoteModule inside)."""
-    try:
-        return list(module.modules())
-    except ValueError:
-        return [module]
+# What memcomm's warning says of each kind of sharding (memcomm/_sharding.py).
+_SHARDED_BY = {"FSDP": "FSDP, whose all-gathers and reduce-scatters",
+               "DTensor": "DTensor (tensor or sequence parallelism), whose collectives"}
 
 
 def _optimized_module_class() -> type:

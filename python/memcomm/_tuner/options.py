@@ -5,6 +5,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 
 from memcomm._numbers import is_int, is_real
+from memcomm._sharding import sharded_by
 
 SEARCHES = ("memcomm", "lightning", "grid")
 MAX_ANY_MICRO_BATCH_CANDIDATES = 1 << 20
@@ -36,6 +37,10 @@ def check_callables(model: Any, optimizer: Any, loss_fn: Any, make_batch: Any, e
                         "the gradients itself, bucketed as DDP does, and DDP's own buckets would be counted twice")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    sharding = sharded_by(model)
+    if sharding is not None:  # its probes would fail inside torch (DTensor's as_strided) or add DDP's all-reduce
+        raise TypeError(f"the model is sharded by {sharding}: memcomm.tune probes data-parallel steps of a whole "
+                        "model on every rank, so tune the module before sharding it, or not at all")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if isinstance(optimizer, torch.optim.LBFGS):  # its step() needs a closure that re-evaluates the loss
