@@ -60,6 +60,8 @@
 #include <string>
 #include <utility>
 
+#include <memcomm/common/bytes.hpp>
+
 #include "allocator_impl.hpp"
 
 namespace memcomm::alloc {
