@@ -71,16 +71,11 @@ nlohmann::json device_json(int device, const std::vector<SegmentFigures>& segs) 
           {"free", free}, {"largest_free", largest_free}, {"segments", list}};
 }
 
-std::string device_text(const nlohmann::json& d, std::size_t rows) {
+// The segments of a device_json(), --rows of them, as a table.
+std::string segment_table(const nlohmann::json& d, std::size_t rows) {
   const auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<std::uint64_t>()); };
-  const auto reserved = d["reserved"].get<std::uint64_t>(), active = d["active"].get<std::uint64_t>();
-  std::string out = fmt::format(
-      "device {}: {} segments, reserved {}; active blocks {} (requested {}), free in segments {} (largest free block "
-      "{}); fragmentation 1 - active/reserved = {:.3f}\n",
-      d["device"].get<int>(), d["segments"].size(), bytes(d["reserved"]), bytes(d["active"]), bytes(d["requested"]),
-      bytes(d["free"]), bytes(d["largest_free"]), reserved ? 1.0 - double(active) / double(reserved) : 0.0);
-  out += fmt::format("  {:>18}  {:>11}  {:>11}  {:>11}  {:>12}  {:>13}  {}\n", "address", "size", "active", "free",
-                     "largest free", "blocks (a/f)", "pool");
+  std::string out = fmt::format("  {:>18}  {:>11}  {:>11}  {:>11}  {:>12}  {:>13}  {}\n", "address", "size", "active",
+                                "free", "largest free", "blocks (a/f)", "pool");
   std::size_t shown = 0;
   for (const auto& s : d["segments"]) {
     if (shown++ == rows) break;
@@ -93,9 +88,18 @@ std::string device_text(const nlohmann::json& d, std::size_t rows) {
   return out;
 }
 
-}  // namespace
+// A device_json() as text: its sums, then its segments.
+std::string device_text(const nlohmann::json& d, std::size_t rows) {
+  const auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<std::uint64_t>()); };
+  const auto reserved = d["reserved"].get<std::uint64_t>(), active = d["active"].get<std::uint64_t>();
+  return fmt::format(
+             "device {}: {} segments, reserved {}; active blocks {} (requested {}), free in segments {} (largest free "
+             "block {}); fragmentation 1 - active/reserved = {:.3f}\n",
+             d["device"].get<int>(), d["segments"].size(), bytes(d["reserved"]), bytes(d["active"]), bytes(d["requested"]),
+             bytes(d["free"]), bytes(d["largest_free"]), reserved ? 1.0 - double(active) / double(reserved) : 0.0) +
+         segment_table(d, rows);
+}
 
-namespace {
 
 snapshot::Snapshot load_for_segments(const std::string& file, const MemoryArgs& args) {
   if (args.at != "end") throw std::invalid_argument("--segments shows the snapshot's end state: drop --at " + args.at);
@@ -136,11 +140,9 @@ std::string compare_text(const nlohmann::json& d, std::size_t rows) {
   std::string out = fmt::format("device {}: {} segments in both\n", d["device"].get<int>(), d["in_both"].get<std::size_t>());
   for (const char* side : {"only_before", "only_after"}) {
     const nlohmann::json& s = d[side];
-    std::string part = device_text(s, rows);
-    part = part.substr(part.find('\n') + 1);  // the table without device_text's heading line
     out += fmt::format("  {}: {} segments, reserved {}, active blocks {}\n", side, s["segments"].size(),
                        format_bytes(s["reserved"].get<std::uint64_t>()), format_bytes(s["active"].get<std::uint64_t>()));
-    if (!s["segments"].empty()) out += part;
+    if (!s["segments"].empty()) out += segment_table(s, rows);
   }
   return out;
 }
