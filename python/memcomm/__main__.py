@@ -34,7 +34,7 @@ from typing import Iterator, List, Optional, Tuple
 import memcomm
 from memcomm import _memcomm
 from memcomm._caller import NothingRecorded, ProfileAdvice, RunnerWarnings, in_memcomm
-from memcomm._ending import close, closed_before_os_exit
+from memcomm._ending import CloseOnce, close, closed_before_os_exit, closed_on_sigterm
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm._relaunched import RelaunchesProfiled
 from memcomm._spawned import ChildProcesses, profiling_spawned_processes
@@ -362,35 +362,37 @@ def main(argv: Optional[List[str]] = None) -> int:
     profiler = _start(args)
     pid, status, whole, raised = os.getpid(), 0, True, False
     children = ChildProcesses(args)
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(closed_before_os_exit(lambda: _finish(args, profiler, children, raised)))
-            if not args.no_ddp_buckets:
-                stack.enter_context(recording_ddp_buckets())
-            stack.enter_context(profiling_spawned_processes(children))
-            stack.enter_context(RelaunchesProfiled(args, sys.executable))  # Note [A script that starts itself again]
-            try:
-                _run_target(args)
-            except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
-                status = e.code
-            except Exception as e:  # noqa: BLE001 (the script's uncaught error, printed as python prints it)
-                _print_as_python_does(e)
-                status, raised = 1, True
-            except KeyboardInterrupt as e:  # printed now; python ends the process as interrupted (SIGINT) at exit
-                _print_as_python_does(e)
-                _not_printed_again(e)
-                raised = True
-                raise
-            except BaseException:  # the trace closed first, then python prints it and sets the status
-                raised = True
-                raise
-            _wait_for_script_threads()  # after the traceback, as python waits
-    finally:
-        # A child the script forked (os.fork) that got back here leaves as Python would leave it
-        # (its files flushed, its atexit handlers run), without touching the parent's trace: its
-        # recorder is off (Note [Recording across fork] in profiler/core/src/recorder.cpp).
-        if os.getpid() == pid:
-            whole = _finish(args, profiler, children, raised)
+    ending = CloseOnce(lambda: _finish(args, profiler, children, raised))
+    with closed_on_sigterm(ending):
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(closed_before_os_exit(ending))
+                if not args.no_ddp_buckets:
+                    stack.enter_context(recording_ddp_buckets())
+                stack.enter_context(profiling_spawned_processes(children))
+                stack.enter_context(RelaunchesProfiled(args, sys.executable))  # Note [A script that starts itself again]
+                try:
+                    _run_target(args)
+                except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
+                    status = e.code
+                except Exception as e:  # noqa: BLE001 (the script's uncaught error, printed as python prints it)
+                    _print_as_python_does(e)
+                    status, raised = 1, True
+                except KeyboardInterrupt as e:  # printed now; python ends the process as interrupted (SIGINT) at exit
+                    _print_as_python_does(e)
+                    _not_printed_again(e)
+                    raised = True
+                    raise
+                except BaseException:  # the trace closed first, then python prints it and sets the status
+                    raised = True
+                    raise
+                _wait_for_script_threads()  # after the traceback, as python waits
+        finally:
+            # A child the script forked (os.fork) that got back here leaves as Python would leave it
+            # (its files flushed, its atexit handlers run), without touching the parent's trace: its
+            # recorder is off (Note [Recording across fork] in profiler/core/src/recorder.cpp).
+            if os.getpid() == pid:
+                whole = ending()
     if not whole:  # a full disk
         status = status or 1
     return _exit_code(status)

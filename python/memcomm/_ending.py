@@ -1,13 +1,20 @@
 """How a run under `python -m memcomm` ends, in the script's process and in the processes it spawned
 (Note [Profiles of spawned processes] in _spawned.py): the profile stopped, the --snapshot written,
-one line on stderr saying where the trace is; also when the code leaves by os._exit()."""
+one line on stderr saying where the trace is; also when the code leaves by os._exit(), and when the
+process is told to end by SIGTERM (Note [Closing on SIGTERM] in common/include/memcomm/common/termination.hpp)."""
 import argparse
 import contextlib
 import os
 import sys
-from typing import Callable, Iterator
+import threading
+from typing import Callable, Iterator, Optional
 
 import memcomm
+from memcomm import _memcomm
+
+# How long a SIGTERM'd process may take to close its trace before it ends anyway: well inside the
+# time torchrun (30 s) and Slurm (KillWait, 30 s by default) give before SIGKILL.
+SIGTERM_DEADLINE_S = 10.0
 
 
 def snapshot_path(path: str, rank: int, world: int) -> str:
@@ -38,6 +45,41 @@ def close(options: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
     # One write: the lines of ranks that end at once do not interleave.
     sys.stderr.write(f"memcomm: {profiler.trace_file}: {events} events{dropped_text}\n")
     return whole
+
+
+class CloseOnce:
+    """A run's close, by whichever way it ends first (the script's end, its os._exit(), SIGTERM on the
+    watch's thread): run once, from any thread; a later caller waits for it and gets its result."""
+
+    def __init__(self, close_run: Callable[[], bool]):
+        self._close_run = close_run
+        self._lock = threading.Lock()
+        self._whole: Optional[bool] = None
+
+    def __call__(self) -> bool:
+        with self._lock:
+            if self._whole is None:
+                self._whole = self._close_run()
+            return self._whole
+
+
+@contextlib.contextmanager
+def closed_on_sigterm(close_run: Callable[[], object]) -> Iterator[None]:
+    """While this is open, a SIGTERM runs `close_run` (on a thread of its own) and then ends the process
+    by SIGTERM, as it would have ended without memcomm, within SIGTERM_DEADLINE_S. Where the script or a
+    library set a SIGTERM handler of its own before, that one stays, and so does a later one."""
+
+    def close_then_end() -> None:
+        sys.stderr.flush()  # what the script wrote, then the line saying why it ends (written by the watch)
+        close_run()
+        sys.stderr.flush()
+
+    watching = _memcomm.watch_termination(close_then_end, SIGTERM_DEADLINE_S)
+    try:
+        yield
+    finally:
+        if watching:
+            _memcomm.unwatch_termination()
 
 
 @contextlib.contextmanager

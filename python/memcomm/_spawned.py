@@ -66,7 +66,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import memcomm
 from memcomm._caller import RunnerWarnings, entry_of_the_script, warn
-from memcomm._ending import close, closed_before_os_exit
+from memcomm._ending import close, closed_before_os_exit, closed_on_sigterm
 from memcomm._profiler import running
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm.profiler import profile_anew_in_forked_child
@@ -150,7 +150,8 @@ class _ChildProfile:
         self.start_failed = False  # said when it failed
         self.updates = 0           # torch.optim steps outside any profile (a Process that trains unprofiled says so)
         self.closed = False
-        self.prepared = contextlib.ExitStack()  # DDP buckets recorded, os._exit closing first
+        self.closing = threading.Lock()  # the child's end, its os._exit() or SIGTERM's thread: Note [Closing on SIGTERM]
+        self.prepared = contextlib.ExitStack()  # DDP buckets recorded, os._exit and SIGTERM closing first
         RunnerWarnings.on = True  # the script's child: memcomm's warnings never fail it either
 
     @contextlib.contextmanager
@@ -177,8 +178,10 @@ class _ChildProfile:
             self.updates += 1
 
     def _prepare(self) -> None:
-        """memcomm's allocator where asked, DDP buckets recorded, the trace closed before os._exit."""
+        """memcomm's allocator where asked, DDP buckets recorded, the trace closed before os._exit or on SIGTERM
+        (torch's spawn terminates the processes left when one fails)."""
         self.prepared.enter_context(closed_before_os_exit(self._close))
+        self.prepared.enter_context(closed_on_sigterm(self._close))
         if self.forked:  # in force since the fork
             return
         for device in self.options.allocator:
@@ -211,10 +214,13 @@ class _ChildProfile:
         return os.path.join(start_dir, trace)
 
     def _close(self) -> None:
-        """At the child's end, or before its os._exit(): once."""
-        if self.closed:
-            return
-        self.closed = True
+        """At the child's end, before its os._exit(), or on SIGTERM: once."""
+        with self.closing:
+            if not self.closed:
+                self.closed = True
+                self._close_once()
+
+    def _close_once(self) -> None:
         if self.profiler is not None:
             close(self.options, self.profiler)
         elif not self.start_failed and self.updates:  # a Process of the script's own, training (Hogwild)

@@ -14,6 +14,7 @@
 #include "bindings.hpp"
 
 #include <memcomm/allocator/torch_allocator.hpp>
+#include <memcomm/common/termination.hpp>
 #include <memcomm/profiler/clock_sync.hpp>
 #include <memcomm/profiler/recorder.hpp>
 #include <memcomm/profiler/sink.hpp>
@@ -27,6 +28,8 @@
 
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <memory>
@@ -256,6 +259,35 @@ void bind_hot_calls(pyb::module_& m) {
         pyb::arg("comm"), pyb::arg("size"), pyb::arg("rank"), pyb::arg("hash"));
 }
 
+// The close runs on the watch's thread (Note [Closing on SIGTERM]), so it takes the GIL itself; the
+// line saying why the process ends comes first, since code that keeps the GIL lets the close wait out
+// its deadline. Each callable is kept for the life of the process: the watch's thread may be about to
+// call it when another watch_termination() replaces it, and no Python object may be dropped at exit
+// without the GIL.
+std::string late_note(double deadline_s) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", deadline_s);
+  return std::string("memcomm: SIGTERM: the trace was not closed within ") + seconds +
+         " s (the program kept Python's lock); it holds what was flushed before the signal\n";
+}
+
+bool watch_termination(const pyb::function& close, double deadline_s) {
+  if (!(deadline_s > 0 && deadline_s <= 3600)) throw std::invalid_argument("deadline_s must be in (0, 3600] seconds");
+  auto* kept = new pyb::function(close);
+  const auto deadline = std::chrono::milliseconds(static_cast<long long>(deadline_s * 1000));
+  return memcomm::watch_termination(
+      [kept] {
+        std::fputs("memcomm: SIGTERM: closing the trace, then ending as terminated\n", stderr);
+        pyb::gil_scoped_acquire gil;
+        try {
+          (*kept)();
+        } catch (pyb::error_already_set& e) {
+          e.discard_as_unraisable("memcomm: closing the run on SIGTERM");
+        }
+      },
+      deadline, late_note(deadline_s));
+}
+
 }  // namespace
 
 void bind_profiler(pyb::module_& m) {
@@ -263,6 +295,11 @@ void bind_profiler(pyb::module_& m) {
   pyb::register_exception<prof::TraceFileBusy>(m, "TraceFileBusy", PyExc_FileExistsError);
   bind_run(m);
   bind_hot_calls(m);
+  m.def("watch_termination", &watch_termination, pyb::arg("close"), pyb::arg("deadline_s"),
+        "At the first SIGTERM, calls close() on a thread of its own, then ends the process by SIGTERM, within "
+        "deadline_s of the signal whatever close() does; False (nothing done) when SIGTERM is not at its default "
+        "(Note [Closing on SIGTERM]).");
+  m.def("unwatch_termination", &memcomm::unwatch_termination, "SIGTERM's default action back, if the watch's is in place.");
   m.def("now_ns", [] { return prof::now_ns(); }, "The trace's clock (CLOCK_MONOTONIC or the calibrated TSC), ns.");
   m.def("clock_domain_id", [] { return prof::clock_domain_id(); },
         "Equal on two processes that read one clock; 0 when unknown (Note [One clock per host]).");

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,62 @@ def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_pa
     r = run_memcomm(tmp_path, "--trace", "exited.mct", "train.py", "2", "os._exit")
     assert r.returncode == 5 and "memcomm: exited.rank0.mct:" in r.stderr, r.stderr
     assert len(report(tool, tmp_path / "exited.rank0.mct")["steps"]) == 2
+
+
+TERMINATED = """
+import ctypes, os, signal, sys, torch
+from torch import nn
+if sys.argv[1] == "own-handler":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+model = nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+steps = 0
+while True:
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    steps += 1
+    if steps == 50:
+        if sys.argv[1] != "own-handler":
+            child = os.fork()  # as a DataLoader worker: a SIGTERM ends it at once, as it would without memcomm
+            if child == 0:
+                signal.pause()
+            os.kill(child, signal.SIGTERM)
+            assert os.waitpid(child, 0)[1] == signal.SIGTERM
+        # A call that keeps the GIL (and is restarted after a signal), made ready before the line is out
+        read, fd, byte = ctypes.PyDLL(None).read, os.pipe()[0], ctypes.create_string_buffer(1)
+        print("steps", steps, flush=True)
+        if sys.argv[1] == "blocked":  # in a call that lets go of the GIL and never returns
+            os.read(fd, 1)
+        if sys.argv[1] == "holds-gil":
+            read(fd, byte, 1)
+"""
+
+
+@pytest.mark.parametrize("how", ["running", "blocked", "holds-gil", "own-handler"])
+def test_sigterm_closes_the_trace_and_ends_the_process_as_terminated(tmp_path, tool, how):
+    """See Note [Closing on SIGTERM]: torchrun, torch's spawn and Slurm end the ranks left so."""
+    write(tmp_path, "train.py", TERMINATED)
+    p = subprocess.Popen([sys.executable, "-m", "memcomm", "--allocator", "cpu", "--snapshot", "mem.pickle", "train.py",
+                          how], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        assert p.stdout.readline() == "steps 50\n"
+        time.sleep(0.5)  # into its last call (or its next steps)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    if how == "own-handler":  # the script's handler ran: its exit, the trace closed as at any exit
+        assert p.returncode == 7 and "SIGTERM" not in err, err
+    else:
+        assert p.returncode == -signal.SIGTERM, err
+    if how == "holds-gil":  # ended by the deadline, with what the recorder had flushed
+        assert "closing the trace" in err and "not closed within 10 s" in err and "train.rank0.mct:" not in err, err
+        return
+    assert "memcomm: train.rank0.mct:" in err, err
+    assert len(report(tool, tmp_path / "train.rank0.mct")["steps"]) >= 50
+    assert (tmp_path / "mem.pickle").stat().st_size > 0
 
 
 def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):

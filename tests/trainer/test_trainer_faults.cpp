@@ -393,6 +393,32 @@ TEST_CASE("kill -9 of one rank ends the others within the timeout naming the los
   for (pid_t p : ranks) CHECK_FALSE(alive(p));
 }
 
+TEST_CASE("SIGTERM to the launcher ends every rank by it, each with its trace flushed") {
+  // See Note [Closing on SIGTERM]: what the ranks recorded up to the signal is in their files.
+  const auto d = scratch_dir("sigterm");
+  const std::string log = d + "/out.log";
+  Launched l;
+  launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1 --trace " + d + "/t.mct", log, 2);
+  REQUIRE(l.ranks.size() == 2);
+  REQUIRE(::kill(l.launcher, SIGTERM) == 0);
+  int status = 0;
+  if (!wait_launcher(l, status)) FAIL("the launcher did not exit within 60 s of SIGTERM");
+  std::ifstream f(log);
+  const std::string out((std::istreambuf_iterator<char>(f)), {});
+  INFO(out);
+  CHECK(out.find("rank 0: SIGTERM: its trace flushed, ending") != std::string::npos);
+  CHECK(out.find("rank 1: SIGTERM: its trace flushed, ending") != std::string::npos);
+  CHECK(out.find("rank 0 was killed by signal 15") != std::string::npos);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto info = run_command(bin_dir() + "/memcomm-trace report " + d + "/t.rank" + std::to_string(rank) + ".mct");
+    INFO(info.output);
+    CHECK(info.code == 0);
+    const size_t steps = info.output.find("Steps (");
+    REQUIRE(steps != std::string::npos);
+    CHECK(std::stoi(info.output.substr(steps + 7)) >= 3);  // up to the signal, not the last flush before it
+  }
+}
+
 TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 naming it and leaves no orphans") {
   const auto d = scratch_dir("stop-rank");
   const std::string log = d + "/out.log";

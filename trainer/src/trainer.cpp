@@ -26,6 +26,7 @@
 
 #include <fmt/core.h>
 #include <memcomm/common/percentile.hpp>
+#include <memcomm/common/termination.hpp>
 #include <memcomm/profiler/recorder.hpp>
 #include <memcomm/profiler/sink.hpp>
 #include <sys/resource.h>
@@ -406,6 +407,24 @@ void TrainingRun::gather_run_wide_figures() {
   traces_failed_ = static_cast<int64_t>(sums[4].item<double>());
 }
 
+// While a rank trains, a SIGTERM (torchrun's, Slurm's or --nproc's launcher's, to the ranks left when
+// one fails or a job's time runs out) flushes what the recorder holds before the rank ends by it
+// (Note [Closing on SIGTERM]). Only the recorder is touched: it may be stopped beside running threads.
+class TraceFlushedOnSigterm {
+ public:
+  explicit TraceFlushedOnSigterm(int rank) {
+    watch_termination(
+        [rank] {
+          prof::Recorder::global().stop();
+          std::fprintf(stderr, "memcomm-train: rank %d: SIGTERM: its trace flushed, ending\n", rank);
+        },
+        std::chrono::seconds(5), fmt::format("memcomm-train: rank {}: SIGTERM: its trace not flushed within 5 s\n", rank));
+  }
+  ~TraceFlushedOnSigterm() { unwatch_termination(); }
+  TraceFlushedOnSigterm(const TraceFlushedOnSigterm&) = delete;
+  TraceFlushedOnSigterm& operator=(const TraceFlushedOnSigterm&) = delete;
+};
+
 }  // namespace
 
 int run_training(const TrainOptions& o, const DistEnv& env) {
@@ -417,6 +436,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     throw UsageError("--mode dp is one process driving every device, but the launcher started " +
                      std::to_string(env.world) + " ranks: use --mode ddp under torchrun/Slurm");
   RunProfiler profiler(o, env, memory.cpu_allocator(), rd.device.is_cuda());
+  const TraceFlushedOnSigterm flushed_on_sigterm(env.rank);
   Communicator comm(env, rd.backend, o.timeout_s);
   comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
   comm.set_device(rd.device);
