@@ -31,6 +31,7 @@
 #include "trace_convert.hpp"
 #include "trace_info.hpp"
 #include "trace_memory.hpp"
+#include "trace_events.hpp"
 #include "trace_segments.hpp"
 #include "memcomm/snapshot/error.hpp"
 
@@ -168,6 +169,10 @@ void add_memory(CLI::App& app, Args& a, Subcommands& s) {
   s.memory->add_option("FILE", a.files, "snapshot (torch.cuda.memory._dump_snapshot) or trace")->required()->expected(1)->check(CLI::ExistingFile);
   add_memory_options(s.memory, a);
   add_segments_option(s.memory, a);
+  s.memory->add_flag("--events", a.memory.events,
+                     "snapshots: every event of each device's trace instead, in order, as memory_viz's trace lists "
+                     "them (all of them: --rows does not apply), with the bytes live and reserved after each and "
+                     "the innermost Python frame");
   s.compare = app.add_subcommand("compare", "What grew between two PyTorch memory snapshots (or traces): live bytes "
                                             "by allocation stack in each, largest growth first");
   s.compare->add_option("BEFORE", a.before, "earlier snapshot or trace")->required()->check(CLI::ExistingFile);
@@ -328,6 +333,7 @@ int run(const Subcommands& s, const Args& a) {
     if (*s.advise) return run_advise(a);
     if (*s.report) return run_report(a);
     if (*s.convert) return run_convert(a);
+    if (*s.memory && a.memory.events) return tool::print_events(a.files.front(), a.memory, stdout), 0;
     if (*s.memory && a.memory.segments) return fmt::print("{}", tool::segments_report(a.files.front(), a.memory)), 0;
     if (*s.memory) return fmt::print("{}", tool::memory_report(a.files.front(), a.memory)), 0;
     if (*s.compare && a.memory.segments)

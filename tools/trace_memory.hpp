@@ -16,6 +16,7 @@ struct MemoryArgs {
   int rank = -1;             // traces: the rank to read (-1: the first)
   int device = -1;           // only this device's blocks (-1: every device's, summed)
   bool segments = false;     // snapshots: the segments at the end state instead (trace_segments.hpp)
+  bool events = false;       // snapshots: every event instead (trace_events.hpp)
 };
 
 // Both throw snapshot::ReadError for an unreadable snapshot and std::invalid_argument for an

@@ -127,6 +127,29 @@ def test_sites_at_peak_add_up_to_the_peak(tool, path):
     assert ours["live_bytes"] == independent_peak(snapshot)
 
 
+@pytest.mark.parametrize("path", PARAMS)
+def test_events_list_the_trace_with_live_and_reserved_bytes_that_agree(tool, path):
+    """`memory --events` lists the entries memory_viz's trace lists, device by device and in order; its live bytes
+    peak where the independent fold's do, and its reserved bytes end at the end state's segments."""
+    with open(path, "rb") as f:
+        snapshot = as_dict(pickle.load(f))
+    out = subprocess.run([str(tool("memcomm-trace")), "memory", path, "--events", "--json"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ours = {d["device"]: d for d in json.loads(out.stdout)["devices"]}
+    traces = {i: t for i, t in enumerate(snapshot.get("device_traces", [])) if t}
+    assert sorted(ours) == sorted(traces)
+    for device, entries in traces.items():
+        listed = ours[device]["events"]
+        assert [(e["action"], e["size"]) for e in listed] == [(e["action"], e["size"]) for e in entries]
+        reserved = sum(seg["total_size"] for seg in snapshot["segments"] if seg.get("device", 0) == device)
+        assert listed[-1]["reserved"] == reserved
+    if len(traces) == 1:
+        (device,) = traces
+        levels = [ours[device]["before"]["live"]] + [e["live"] for e in ours[device]["events"]]
+        assert max(levels) == independent_peak(snapshot)
+
+
 def legacy_snapshots():
     """Three older shapes memory_viz reads (Note [Snapshot shape] in trace/snapshot): PyTorch 2.0's
     blocks, with their stack and requested size in their first history entry and no address; blocks

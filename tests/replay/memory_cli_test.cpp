@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <vector>
 
 #include "hand_snapshot.hpp"
@@ -67,6 +68,53 @@ TEST_CASE("memory cli: --segments sums each device's segments as memory_viz's se
   Run at = trace_tool(dir, "memory " + snap.string() + " --segments --at peak");
   CHECK(at.code == 2);
   CHECK(at.err.find("--segments shows the snapshot's end state") != std::string::npos);
+}
+
+TEST_CASE("memory cli: --events lists each device's events with live and reserved bytes after each", "[cli][memory]") {
+  TempDir dir("memory-events");
+  const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
+  Run r = trace_tool(dir, "memory " + snap.string() + " --events --json");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = memcomm::test::parse_json(r.out);
+  CHECK(j["relative"] == false);
+  REQUIRE_FALSE(j["devices"].empty());
+  for (const auto& d : j["devices"]) {
+    REQUIRE_FALSE(d["events"].empty());
+    // Walked back from the end state: after each event, its live bytes are the ones before it plus what it
+    // added (a block ends at its free request, or at a completion that no request came before).
+    std::int64_t live = d["before"]["live"].get<std::int64_t>();
+    std::set<std::uint64_t> requested;
+    for (const auto& e : d["events"]) {
+      const std::string action = e["action"].get<std::string>();
+      const auto size = e["size"].get<std::int64_t>();
+      if (action == "alloc") live += size;
+      if (action == "free_requested") {
+        requested.insert(e["addr"].get<std::uint64_t>());
+        live -= size;
+      }
+      if (action == "free_completed" && requested.erase(e["addr"].get<std::uint64_t>()) == 0) live -= size;
+      CHECK(e["live"].get<std::int64_t>() == live);
+      CHECK(e["reserved"].get<std::int64_t>() >= 0);
+    }
+  }
+  const int first = j["devices"][0]["device"].get<int>();
+  Run text = trace_tool(dir, "memory " + snap.string() + " --events --device " + std::to_string(first));
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("device " + std::to_string(first) + ": " + std::to_string(j["devices"][0]["events"].size()) +
+                      " events") != std::string::npos);
+  CHECK(text.out.find("model.py:42 forward") != std::string::npos);  // the 30 MiB block's frame
+  // One listing at a time, the whole trace, and only a snapshot records the allocator's events.
+  Run both = trace_tool(dir, "memory " + snap.string() + " --events --segments");
+  CHECK(both.code == 2);
+  CHECK(both.err.find("--events and --segments are two listings") != std::string::npos);
+  Run at = trace_tool(dir, "memory " + snap.string() + " --events --at peak");
+  CHECK(at.code == 2);
+  CHECK(at.err.find("--events lists the whole trace") != std::string::npos);
+  const auto other = dir.file("not-a-snapshot.txt", std::vector<std::uint8_t>{'h', 'i', '\n'});
+  Run bad = trace_tool(dir, "memory " + other.string() + " --events");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--events reads PyTorch memory snapshots") != std::string::npos);
 }
 
 TEST_CASE("memory cli: compare --segments lists the segments only in one snapshot", "[cli][memory]") {
