@@ -66,7 +66,9 @@ void add_options(CLI::App& app, memcomm::view::AppOptions& o, FlagText& text) {
                  "with --exit-after-events: give up after S seconds, S > 0 (exit 1; default 30)")
       ->check(memcomm::positive_number())
       ->needs(exit_events);
-  app.add_option("--report-json", o.report_json, "write what was received and shown (tooltips, ranks, drops) as JSON");
+  app.add_option("--report-json", o.report_json,
+                 "write what was received and shown (tooltips, ranks, drops) as JSON when the viewer exits (with a "
+                 "window: when it is closed)");
   auto* synthetic =
       app.add_option("--synthetic", o.synthetic, "add a synthetic run of about N events, 1..100000000 (benchmarks, demos)")
           ->check(CLI::Range(std::uint64_t{1}, kMaxSyntheticEvents));
