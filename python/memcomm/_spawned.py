@@ -100,7 +100,15 @@ class SpawnedEntry:
             profile_anew_in_forked_child()
         child = _ChildProfile(self.options, self.waits_for_group, self.forked)
         with child.open():
-            return self.fn(*args, **kwargs)
+            try:
+                return self.fn(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001 (re-raised as it came)
+                # The traceback the parent prints goes from torch's (or multiprocessing's) frame to
+                # the script's, as without memcomm: this frame's entry is taken off, and a bare raise
+                # adds none.
+                if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
+                    e.__traceback__ = e.__traceback__.tb_next
+                raise
 
 
 class ProcessEntry(SpawnedEntry):

@@ -277,6 +277,24 @@ if __name__ == "__main__":
 """
 
 
+def test_a_spawned_childs_error_reads_as_without_memcomm(tmp_path):
+    write(tmp_path, "fails.py", """
+        import torch.multiprocessing as mp
+        def train(rank):
+            raise ValueError(f"boom {rank}")
+        if __name__ == "__main__":
+            mp.spawn(train, nprocs=1)
+        """)
+    r = run_memcomm(tmp_path, "fails.py")
+    plain = subprocess.run([sys.executable, "fails.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    def childs_traceback(err: str) -> str:
+        return err[err.index("-- Process 0 terminated"):].split("\n\n")[0]
+
+    assert r.returncode == plain.returncode == 1, r.stderr
+    assert childs_traceback(r.stderr) == childs_traceback(plain.stderr), r.stderr
+
+
 def test_processes_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
     # See Note [Profiles of spawned processes]: mp.spawn's children write NAME.spawnK.rankR.mct from their
     # init_process_group on, however the script imported it; a child without a group says it is not
