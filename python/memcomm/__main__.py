@@ -275,6 +275,9 @@ def _from_the_script(tb: Optional[types.TracebackType]) -> Optional[types.Traceb
         frames.append(tb)
         tb = tb.tb_next
     ours = [in_memcomm(f.tb_frame.f_code.co_filename) for f in frames]
+    for i in reversed(range(len(frames) - 1)):  # torch.compiler.disable's wrapper around memcomm's hooks is
+        if ours[i + 1] and frames[i].tb_frame.f_globals.get("__name__", "").startswith("torch._dynamo"):
+            ours[i] = True                        # theirs (Note [Hooks under torch.compile] in hooks.py)
     if not frames or ours[-1]:
         return next((f for f, o in zip(frames, ours) if not o), frames[0] if frames else None)
     out = None

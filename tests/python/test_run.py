@@ -168,6 +168,24 @@ def test_sigterm_closes_the_trace_and_ends_the_process_as_terminated(tmp_path, t
     assert (tmp_path / "mem.pickle").stat().st_size > 0
 
 
+def test_an_error_in_backward_reads_as_without_memcomm_once_dynamo_is_loaded(tmp_path):
+    # Dynamo's disable wrapper around memcomm's backward hook is memcomm's frame too.
+    # See Note [Hooks under torch.compile].
+    write(tmp_path, "hook.py", """
+        import torch, torch._dynamo
+        from torch import nn
+        model = nn.Linear(4, 4)
+        def fails(grad):
+            raise ValueError("the script's hook fails")
+        model.weight.register_hook(fails)
+        model(torch.randn(2, 4)).sum().backward()
+        """)
+    r = run_memcomm(tmp_path, "hook.py")
+    plain = subprocess.run([sys.executable, "hook.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == plain.returncode == 1, r.stderr
+    assert r.stderr.split("memcomm: hook.rank0.mct")[0].strip() == plain.stderr.strip(), (r.stderr, plain.stderr)
+
+
 def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
     write(tmp_path, "train.py", TRAIN)
     cases = {
