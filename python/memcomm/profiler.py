@@ -243,6 +243,10 @@ class Profiler(contextlib.ContextDecorator):
         if self._hooks.sharded:
             warn(f"memcomm: the model is sharded by {self._hooks.sharded} are not recorded "
                  "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)")
+        if self._hooks.forwards and "torch.distributed.pipelining" in sys.modules:  # only a script that pipelines loads it
+            warn("memcomm: the script loaded torch.distributed.pipelining: the sends and receives between pipeline "
+                 "stages are not recorded (memcomm records DDP's bucket all-reduces and the collectives called "
+                 "through memcomm.dist)")
         if live_note:
             warn(f"memcomm: {live_note}", RuntimeWarning)
         if trace_error:  # a full disk: the recording has ended cleanly, but the file is short

@@ -770,6 +770,22 @@ def test_warnings_name_the_scripts_line_and_a_profile_of_nothing_says_so(tmp_pat
     """, str(tmp_path / "tp.mct"))
     assert r.returncode == 0 and r.stderr.count("the model is sharded by DTensor (tensor or sequence parallelism)") == 1, \
         r.stderr
+    # Pipeline stages: their sends and receives are not recorded either.
+    r = run_python("""
+        import sys, torch, torch.distributed as dist, memcomm
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        with memcomm.profile(trace=sys.argv[1]):
+            model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+            stage = PipelineStage(model, 0, 1, torch.device("cpu"))
+            schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lambda out, y: torch.nn.functional.cross_entropy(out, y))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(2):
+                schedule.step(torch.randn(4, 4), target=torch.randint(0, 2, (4,))); opt.step(); opt.zero_grad()
+        dist.destroy_process_group()
+    """, str(tmp_path / "pp.mct"))
+    assert r.returncode == 0 and r.stderr.count("sends and receives between pipeline stages are not recorded") == 1, \
+        r.stderr
 
 
 def test_two_groups_over_the_same_ranks_are_two_communicators(tmp_path, tool):
