@@ -379,6 +379,49 @@ def test_rpc_workers_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
     assert [(s["rank"], s["step"]) for s in trace["steps"]] == [(0, 1), (0, 2), (0, 3)], trace["steps"]
 
 
+RPC_TORCHRUN = """
+import os, torch, torch.distributed.rpc as rpc
+import torch.distributed.autograd as dist_autograd
+from torch.distributed.optim import DistributedOptimizer
+
+class Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x))
+
+def parameters(module):
+    return [rpc.RRef(p) for p in module.local_value().parameters()]
+
+rank = int(os.environ["RANK"])
+rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
+if rank == 0:
+    first = rpc.remote("w1", Embed)
+    last = torch.nn.Linear(4, 1)
+    opt = DistributedOptimizer(torch.optim.SGD, rpc.rpc_sync("w1", parameters, args=(first,)) +
+                               [rpc.RRef(p) for p in last.parameters()], lr=0.05)
+    for _ in range(3):
+        with dist_autograd.context() as ctx:
+            loss = last(first.rpc_sync().forward(torch.randn(16, 8))).pow(2).mean()
+            dist_autograd.backward(ctx, [loss])
+            opt.step(ctx)
+rpc.shutdown()
+"""
+
+
+def test_forwards_an_rpc_worker_serves_open_no_step_of_its_own(tmp_path, tool):
+    # w1 runs the forwards w0 asks for on its RPC threads: parts of w0's steps, not steps of w1's,
+    # which would never end there. See Note [A forward that opens no step].
+    write(tmp_path, "rpc_ps.py", RPC_TORCHRUN)
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "rpc_ps.py", launcher=torchrun)
+    assert r.returncode == 0, r.stderr
+    assert len(report(tool, tmp_path / "run.rank0.mct")["steps"]) == 3
+    assert report(tool, tmp_path / "run.rank1.mct")["steps"] == []
+
+
 RELAUNCH = """
 import os, subprocess, sys, torch, torch.distributed as dist, torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP

@@ -66,7 +66,10 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   made a step of its own, as long as several training steps. A forward that opened none and is
   followed by a backward was training after all: a model kept in eval mode to freeze BatchNorm, or
   activation checkpointing's forward under no_grad. So the backward's step starts at the first such
-  forward since the last step, not at the backward.
+  forward since the last step, not at the backward. A forward this process runs because another RPC
+  worker asked for it (a parameter server's RemoteModule) is part of that worker's step and opens
+  none here: this process takes no optimizer step on that thread to end it, and each such forward
+  left a step open to the end of the trace.
 - Note [Batches from any DataLoader]: the wait for each batch of any torch DataLoader is a
   data_wait span (its iterator's __next__ is wrapped), so an unchanged script's report and advice
   see a data-bound run (they read 0 before, and the loader rule could not fire). Unlike
@@ -455,7 +458,7 @@ class PhaseHooks:
             if st.step_end_ns:  # the step ends at its update; this forward begins the next one, or none
                 self._close_step(st)
                 st.after_update_forward_ns, st.stepless_forward_ns = now(), 0  # those without gradients evaluated
-            elif not st.after_update_forward_ns:
+            elif not st.after_update_forward_ns and (st.step_open or not _serving_rpc()):
                 self._ensure_step(st)
         elif not st.step_open or st.step_end_ns:
             if not torch.is_grad_enabled():
@@ -739,6 +742,19 @@ class _CallWrap:
                 delattr(self.cls, "__call__")
             else:
                 setattr(self.cls, "__call__", self._own)
+
+
+def _serving_rpc() -> bool:
+    """This thread runs a forward another RPC worker asked for (a RemoteModule's, an rpc_sync of a model):
+    part of that worker's step, not a step of this one's, which would never end here (Note [A forward
+    that opens no step]). torch.distributed.rpc runs each request's Python from internal._run_function,
+    the thread's outermost frame; asked only when a training forward would open a step."""
+    if "torch.distributed.rpc" not in sys.modules:
+        return False
+    frame = sys._getframe(1)
+    while frame.f_back is not None:
+        frame = frame.f_back
+    return frame.f_globals.get("__name__") == "torch.distributed.rpc.internal"
 
 
 def _eager(function: Callable[..., Any]) -> Callable[..., Any]:
