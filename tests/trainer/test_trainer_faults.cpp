@@ -281,6 +281,30 @@ TEST_CASE("resuming from a checkpoint of another configuration names what differ
   CHECK(ok.output.find("resumed from step 3") != std::string::npos);
 }
 
+TEST_CASE("ranks whose checkpoints are at different steps refuse to resume, with exit 2 naming the steps") {
+  // See Note [Ranks resume from one step]: a save that failed on one rank only leaves such a folder.
+  const auto d = scratch_dir("resume-mixed-steps");
+  for (const char* steps : {"4", "2"}) {
+    const auto w = run_command(quick_train(std::string("--nproc 2 --checkpoint-every 2 --steps ") + steps +
+                                           " --checkpoint-dir " + d + "/at" + steps));
+    INFO(w.output);
+    REQUIRE(w.code == 0);
+  }
+  std::filesystem::create_directories(d + "/mixed");
+  std::filesystem::copy_file(d + "/at4/ckpt.rank0.pt", d + "/mixed/ckpt.rank0.pt");
+  std::filesystem::copy_file(d + "/at2/ckpt.rank1.pt", d + "/mixed/ckpt.rank1.pt");
+  const auto r = run_command(quick_train("--nproc 2 --steps 8 --resume --checkpoint-dir " + d + "/mixed"));
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("checkpoints in " + d + "/mixed are at different steps (2 to 4)") != std::string::npos);
+  CHECK(r.output.find("signal") == std::string::npos);  // no rank aborted
+  std::filesystem::remove(d + "/mixed/ckpt.rank1.pt");
+  const auto one = run_command(quick_train("--nproc 2 --steps 8 --resume --checkpoint-dir " + d + "/mixed"));
+  INFO(one.output);
+  CHECK(one.code == 2);
+  CHECK(one.output.find("no checkpoint for rank 1") != std::string::npos);
+}
+
 namespace {
 
 // Processes whose parent is `parent`, oldest (lowest pid) first, read from /proc/<pid>/stat.

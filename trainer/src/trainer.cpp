@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <cmath>
 #include <memcomm/common/replacing_file.hpp>
 
@@ -143,12 +144,34 @@ class TrainingRun {
   bool tty_ = false;
 };
 
+// Note [Ranks resume from one step]: each rank saves and loads its own file, so a save that failed on
+// some ranks only (a full disk takes one rank's file and not the other's) leaves a folder whose files
+// are at different steps. Resumed so, the ranks' collectives went out of step and Gloo aborted one of
+// them ("collective mismatch"). So the ranks agree on the step they loaded before they train, and
+// every rank refuses the same way (exit 2) when one of them has no checkpoint or the steps differ.
 int64_t TrainingRun::resume() {
+  constexpr int64_t kUnreadable = -2;  // load_checkpoint's -1: no file
   std::string warning;
-  const int64_t start_step = load_checkpoint(o_.checkpoint_dir, p_.env.rank, p_.session.model(), p_.session.optimizer(),
-                                             fingerprint_, &warning);
+  std::exception_ptr failed;  // raised after the agreement, so that no rank waits for this one
+  int64_t start_step = kUnreadable;
+  try {
+    start_step = load_checkpoint(o_.checkpoint_dir, p_.env.rank, p_.session.model(), p_.session.optimizer(),
+                                 fingerprint_, &warning);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  auto span = torch::tensor({double(start_step), -double(start_step)}, torch::kFloat64);
+  p_.comm.allreduce(span, -1, Reduce::Max);
+  const auto highest = static_cast<int64_t>(span[0].item<double>()), lowest = static_cast<int64_t>(-span[1].item<double>());
+  if (failed) std::rethrow_exception(failed);
   if (start_step < 0) throw UsageError("--resume: no checkpoint for rank " + std::to_string(p_.env.rank) +
                                        " in " + o_.checkpoint_dir);
+  if (lowest == kUnreadable) throw UsageError("--resume: another rank could not load its checkpoint in " + o_.checkpoint_dir);
+  if (lowest < 0) throw UsageError("--resume: another rank has no checkpoint in " + o_.checkpoint_dir);
+  if (lowest != highest)
+    throw UsageError(fmt::format("--resume: the ranks' checkpoints in {} are at different steps ({} to {}): a save "
+                                 "failed on some ranks only (a full disk?); resume from a folder whose files are at "
+                                 "one step", o_.checkpoint_dir, lowest, highest));
   if (leader_ && !warning.empty()) std::fprintf(stderr, "memcomm-train: warning: %s\n", warning.c_str());
   // A finished run has nothing left to do: running "0 steps" would print a loss of a step never taken.
   if (start_step >= o_.steps)
