@@ -353,14 +353,16 @@ struct Launched {
   }
 };
 
-// memcomm-train with `args`, its output to `log`, as a child launcher whose ranks are its children.
-// Returns once the log shows step 3 and all `nranks` ranks run (ranks in fork order), or after 60 s.
-void launch_until_step_3(Launched& l, const std::string& args, const std::string& log, size_t nranks) {
+// memcomm-train with `args`, its output to `log`, as a child launcher whose ranks are its children
+// (`shell` runs first in the shell that starts it). Returns once the log shows step 3 and all `nranks`
+// ranks run (ranks in fork order), or after 60 s.
+void launch_until_step_3(Launched& l, const std::string& args, const std::string& log, size_t nranks,
+                         const std::string& shell = "") {
   l.launcher = ::fork();
   REQUIRE(l.launcher >= 0);
   if (l.launcher == 0) {
     const std::string cmd = quick_train(args) + " > " + log + " 2>&1";
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+    ::execl("/bin/sh", "sh", "-c", (shell + "exec " + cmd).c_str(), nullptr);
     ::_exit(127);
   }
   for (int i = 0; i < 600; ++i) {
@@ -441,6 +443,22 @@ TEST_CASE("SIGTERM to the launcher ends every rank by it, each with its trace fl
     REQUIRE(steps != std::string::npos);
     CHECK(std::stoi(info.output.substr(steps + 7)) >= 3);  // up to the signal, not the last flush before it
   }
+}
+
+TEST_CASE("SIGINT to a launcher started with SIGINT ignored (a script's background job) still ends the ranks") {
+  const auto d = scratch_dir("sigint-ignored");
+  const std::string log = d + "/out.log";
+  Launched l;
+  launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1", log, 2, "trap '' INT; ");
+  REQUIRE(l.ranks.size() == 2);
+  REQUIRE(::kill(l.launcher, SIGINT) == 0);
+  int status = 0;
+  if (!wait_launcher(l, status)) FAIL("the launcher did not exit within 60 s of SIGINT");
+  std::ifstream f(log);
+  const std::string out((std::istreambuf_iterator<char>(f)), {});
+  INFO(out);
+  CHECK(out.find("was killed by signal 2") != std::string::npos);
+  CHECK(out.find("step 100000/") == std::string::npos);
 }
 
 TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 naming it and leaves no orphans") {

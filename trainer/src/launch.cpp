@@ -188,6 +188,10 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
     if (pid == 0) {
       // A rank never outlives its launcher (Note [No orphans]).
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      // The launcher forwards SIGINT and SIGTERM, so they must act here: a shell without job control
+      // (a script's `memcomm-train ... &`) starts the launcher with SIGINT ignored, which exec keeps.
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
