@@ -1,6 +1,7 @@
 // Bad input and faults: clear errors, exit codes, no orphans.
 #include "trainer_runner.hpp"
 
+#include <memcomm/train/launch.hpp>
 #include <memcomm/train/options.hpp>
 
 #include <signal.h>
@@ -149,6 +150,34 @@ TEST_CASE("outputs are checked at the start, the trace's folder is made, and no 
   for (const auto& e : std::filesystem::directory_iterator(d)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"new", "s.json"});  // no write probe, no .tmp
+}
+
+TEST_CASE("under Slurm, a node's tasks come from its tasks per node, also when nodes hold different numbers") {
+  struct Task {
+    const char* procid;
+    const char* ntasks;
+    const char* nodeid;
+    const char* localid;
+    const char* per_node;
+    int local_world;
+  };
+  // srun -n 3 -N 2 puts 2 tasks on the first node and 1 on the second; -n 8 -N 3 gives 3(x2),2.
+  for (const Task& t : {Task{"1", "3", "0", "1", "2,1", 2}, Task{"2", "3", "1", "0", "2,1", 1},
+                        Task{"4", "8", "1", "1", "3(x2),2", 3}, Task{"7", "8", "2", "1", "3(x2),2", 2}}) {
+    ::setenv("SLURM_PROCID", t.procid, 1);
+    ::setenv("SLURM_NTASKS", t.ntasks, 1);
+    ::setenv("SLURM_NNODES", t.ntasks[0] == '3' ? "2" : "3", 1);
+    ::setenv("SLURM_NODEID", t.nodeid, 1);
+    ::setenv("SLURM_LOCALID", t.localid, 1);
+    ::setenv("SLURM_STEP_TASKS_PER_NODE", t.per_node, 1);
+    INFO("rank " << t.procid << " of " << t.ntasks << ", tasks per node " << t.per_node);
+    const memcomm::train::DistEnv e = memcomm::train::read_dist_env();
+    CHECK(e.local_world == t.local_world);
+    CHECK(e.local_rank == std::atoi(t.localid));
+  }
+  for (const char* name : {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NNODES", "SLURM_NODEID", "SLURM_LOCALID",
+                           "SLURM_STEP_TASKS_PER_NODE"})
+    ::unsetenv(name);
 }
 
 TEST_CASE("the help text (--help) describes the launch modes and exits 0") {

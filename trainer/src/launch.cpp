@@ -9,11 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <stdexcept>
 #include <filesystem>
 #include <cstdint>
@@ -118,6 +120,35 @@ std::string local_address_towards(const std::string& host, int port) {
 
 bool launched_externally() { return env("RANK") || env("SLURM_PROCID"); }
 
+namespace {
+
+// Slurm's tasks per node, in node order with runs compressed ("2(x3),1": three nodes of 2 tasks, then
+// one of 1): the count on node `node`, or -1 when the text does not say.
+int slurm_tasks_on_node(const char* text, int node) {
+  std::istringstream in(text);
+  int first = 0;  // the run's first node
+  for (std::string item; std::getline(in, item, ',');) {
+    int tasks = 0, repeat = 1;
+    if (std::sscanf(item.c_str(), "%d(x%d)", &tasks, &repeat) < 1 || tasks < 1 || repeat < 1) return -1;
+    if (node < first + repeat) return tasks;
+    first += repeat;
+  }
+  return -1;
+}
+
+// The tasks on this rank's node: from the step's (or the job's) tasks per node and SLURM_NODEID, which
+// srun sets for every task; else --ntasks-per-node; else an even split, which is only right when the
+// tasks divide evenly over the nodes (srun -n 3 -N 2 puts 2 on the first).
+int slurm_local_world(int world) {
+  const int node = env_int("SLURM_NODEID", -1);
+  for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})
+    if (node >= 0 && env(name))
+      if (const int tasks = slurm_tasks_on_node(env(name), node); tasks > 0) return tasks;
+  return env_int("SLURM_NTASKS_PER_NODE", world / std::max(1, env_int("SLURM_NNODES", 1)));
+}
+
+}  // namespace
+
 DistEnv read_dist_env() {
   DistEnv e;
   if (env("RANK")) {
@@ -132,7 +163,7 @@ DistEnv read_dist_env() {
     e.rank = env_int("SLURM_PROCID", 0);
     e.world = env_int("SLURM_NTASKS", 1);
     e.local_rank = env_int("SLURM_LOCALID", 0);
-    e.local_world = env_int("SLURM_NTASKS_PER_NODE", e.world / std::max(1, env_int("SLURM_NNODES", 1)));
+    e.local_world = slurm_local_world(e.world);
     e.launcher = "slurm";
     if (!env("MASTER_ADDR") && env("SLURM_STEP_NODELIST")) e.master_addr = first_slurm_host(env("SLURM_STEP_NODELIST"));
   }
