@@ -214,6 +214,17 @@ TEST_CASE("a missing dataset says how to install it") {
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK(r.output.find("apt-get install dataset-fashion-mnist") != std::string::npos);
+  // A folder with the training split only: said before training, not after it (the test split is read at the end).
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) return;
+  const auto d = scratch_dir("train-split-only");
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"})
+    std::filesystem::copy_file(std::string("/usr/share/datasets/fashion-mnist/") + f, d + "/" + f,
+                               std::filesystem::copy_options::overwrite_existing);
+  const auto half = run_command(train_bin() + " --model cnn --data-dir " + d + " --steps 3 --log-interval 1");
+  INFO(half.output);
+  CHECK(half.code == 2);
+  CHECK(half.output.find("expected t10k-images-idx3-ubyte.gz") != std::string::npos);
+  CHECK(half.output.find("step 1/") == std::string::npos);
 }
 
 TEST_CASE("an unwritable checkpoint folder is an error before training starts") {

@@ -10,23 +10,31 @@
 #include <chrono>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace memcomm::train {
 
 namespace {
 
+// A split's two IDX files, (images, labels); UsageError when either is missing.
+std::pair<std::string, std::string> fashion_mnist_files(const std::string& dir, const std::string& split) {
+  const std::string prefix = split == "train" ? "train" : "t10k";
+  const auto img = dir + "/" + prefix + "-images-idx3-ubyte.gz";
+  const auto lab = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+  if (!std::filesystem::exists(img) || !std::filesystem::exists(lab))
+    throw UsageError("Fashion-MNIST not found in " + dir +
+                             " (expected " + prefix + "-images-idx3-ubyte.gz and " + prefix +
+                             "-labels-idx1-ubyte.gz). Install it with 'apt-get install dataset-fashion-mnist' "
+                             "or point --data-dir at a folder holding the IDX files.");
+  return {img, lab};
+}
+
 // Fashion-MNIST: images [N,1,28,28] as bytes, labels [N]; normalised on assembly.
 class FashionMnist final : public Dataset {
  public:
   FashionMnist(const std::string& dir, const std::string& split) {
-    const std::string prefix = split == "train" ? "train" : "t10k";
-    const auto img = dir + "/" + prefix + "-images-idx3-ubyte.gz";
-    const auto lab = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
-    if (!std::filesystem::exists(img) || !std::filesystem::exists(lab))
-      throw UsageError("Fashion-MNIST not found in " + dir +
-                               " (expected " + prefix + "-images-idx3-ubyte.gz and " + prefix +
-                               "-labels-idx1-ubyte.gz). Install it with 'apt-get install dataset-fashion-mnist' "
-                               "or point --data-dir at a folder holding the IDX files.");
+    const auto [img, lab] = fashion_mnist_files(dir, split);
     auto images = read_idx_u8(img);
     auto labels = read_idx_u8(lab);
     check_fashion_mnist(images, img, labels, lab);
@@ -118,6 +126,10 @@ class SyntheticTokens final : public Dataset {
 };
 
 }  // namespace
+
+void check_dataset_files(const TrainOptions& o, const std::string& split) {
+  if (resolved_dataset(o) == DatasetKind::FashionMnist) fashion_mnist_files(o.data_dir, split);
+}
 
 std::shared_ptr<Dataset> make_dataset(const TrainOptions& o, const std::string& split) {
   const uint64_t split_seed = o.seed * 2 + (split == "train" ? 0 : 1);

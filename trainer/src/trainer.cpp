@@ -465,6 +465,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   comm.set_device(rd.device);
   if (profiler.active()) profiler.clock_offset(comm.estimate_clock_offset());
   auto train_set = make_dataset(o, "train");
+  check_dataset_files(o, "test");  // evaluated at the end
   TrainSession session(o, comm, rd.device, train_set->num_classes());
   return TrainingRun(RunParts{o, env, memory, profiler, comm, train_set, session}).run();
 }

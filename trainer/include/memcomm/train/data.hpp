@@ -46,6 +46,9 @@ class Dataset {
 
 // "train" or "test" split of --dataset. Throws with install instructions when Fashion-MNIST is missing.
 std::shared_ptr<Dataset> make_dataset(const TrainOptions& o, const std::string& split);
+// Throws UsageError when the files `split` reads are missing, before a run that needs them later
+// (the test split, read at the end) trains for nothing.
+void check_dataset_files(const TrainOptions& o, const std::string& split);
 
 // The seed of epoch `epoch`'s augmentation (Note [Seeded augmentation]).
 uint64_t augment_seed(uint64_t seed, int64_t epoch);
