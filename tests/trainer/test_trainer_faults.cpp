@@ -227,6 +227,16 @@ TEST_CASE("a missing dataset says how to install it") {
   CHECK(half.output.find("step 1/") == std::string::npos);
 }
 
+TEST_CASE("a live stream without --trace and no viewer says its events are lost and counts them as dropped") {
+  // Port 1 on the loopback: nothing listens there, so the stream never connects.
+  const auto r = run_command(quick_train("--steps 5 --live 127.0.0.1:1"));
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("are lost (no trace file was asked for)") != std::string::npos);
+  CHECK(r.output.find("in the trace file only") == std::string::npos);
+  CHECK(r.output.find(", 0 dropped") == std::string::npos);
+}
+
 TEST_CASE("an unwritable checkpoint folder is an error before training starts") {
   const auto r = run_command(quick_train("--steps 50 --checkpoint-dir /proc/memcomm-ckpt --checkpoint-every 1"));
   INFO(r.output);

@@ -246,14 +246,16 @@ void RunProfiler::counter(const char* name, double value) {
 
 namespace {
 // What a live stream's viewer missed, for RunProfiler::live_note(); "" when it got every event.
-std::string missed_by_viewer(const prof::StreamStats& s) {
+// Without a trace file the events it missed are lost, and counted with the run's drops.
+std::string missed_by_viewer(const prof::StreamStats& s, bool file) {
   if (s.dropped_events == 0) return "";
   const std::string last = s.last_error.empty() ? "" : " (last: " + s.last_error + ")";
   if (s.connects == 0)
-    return fmt::format("live stream: no viewer connected{}: its {} events are in the trace file only", last,
-                       s.dropped_events);
+    return fmt::format("live stream: no viewer connected{}: its {} events {}", last, s.dropped_events,
+                       file ? "are in the trace file only" : "are lost (no trace file was asked for)");
   return fmt::format("live stream: the viewer missed {} of {} events (while none was connected, or it fell behind){}; "
-                     "the trace file has them all", s.dropped_events, s.sent_events + s.dropped_events, last);
+                     "{}", s.dropped_events, s.sent_events + s.dropped_events, last,
+                     file ? "the trace file has them all" : "they are lost (no trace file was asked for)");
 }
 }  // namespace
 
@@ -291,7 +293,9 @@ std::pair<int64_t, int64_t> RunProfiler::finish() {
   }
   if (impl_->live) {
     rec.remove_sink(impl_->live);  // closes it, giving a viewer still there a second for the last events
-    impl_->live_note = missed_by_viewer(impl_->live->stats());
+    const prof::StreamStats ls = impl_->live->stats();
+    impl_->live_note = missed_by_viewer(ls, impl_->file != nullptr);
+    if (!impl_->file) lost += ls.dropped_events;
   }
   impl_->totals = {int64_t(st.recorded), int64_t(st.dropped + lost)};
   impl_->collector_cpu_ns = int64_t(st.collector_cpu_ns);
