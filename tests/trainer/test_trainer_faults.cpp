@@ -104,7 +104,10 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--dataset cifar", "{auto,fashion-mnist,tabular,tokens}"}, Case{"--tail keep", "{pad,drop}"},
                         Case{"--schedule linear", "{none,step,cosine}"}, Case{"--grad-compression int8", "{none,bf16,fp16}"},
                         Case{"--amp fp16", "{none,bf16}"}, Case{"--allocator jemalloc", "{memcomm,torch}"},
-                        Case{"--cupti yes", "{auto,on,off}"}}) {
+                        Case{"--cupti yes", "{auto,on,off}"},
+                        // A seed past 2^64-1 or in hex was taken as another number.
+                        Case{"--seed 18446744073709551616", "--seed: must be a whole number from 0 to 18446744073709551615"},
+                        Case{"--seed 0x10", "--seed: must be a whole number"}}) {
     const auto r = parse_in_child(c.args);
     INFO(c.args << "\n" << r.output);
     CHECK(r.code == 2);
@@ -122,6 +125,8 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
   }
   // And the forked parser returns (exit 0 here) for flags the binary runs with.
   CHECK(parse_in_child("--model mlp --dataset tabular --steps 3").code == 0);
+  CHECK(parse_in_child("--seed 18446744073709551615").code == 0);
+  CHECK(parse_in_child("--seed 007").code == 0);
 }
 
 TEST_CASE("flags at the edge of their ranges are accepted") {
@@ -253,6 +258,17 @@ TEST_CASE("a corrupt checkpoint gives a clear error") {
   CHECK(r.code != 0);
   CHECK(r.output.find("corrupt") != std::string::npos);
   CHECK(r.output.find("ckpt.rank0.pt") != std::string::npos);
+  const auto f = scratch_dir("folder-ckpt");
+  std::filesystem::create_directories(f + "/ckpt.rank0.pt");
+  const auto folder = run_command(quick_train("--steps 5 --resume --checkpoint-dir " + f));
+  INFO(folder.output);
+  CHECK(folder.code != 0);
+  CHECK(folder.output.find("cannot read checkpoint " + f + "/ckpt.rank0.pt: it is a folder") != std::string::npos);
+  // A port out of range was bound as its low 16 bits, and named as given.
+  const auto port = run_command("RANK=0 WORLD_SIZE=1 MASTER_PORT=70000 " + quick_train("--steps 1"));
+  INFO(port.output);
+  CHECK(port.code == 2);
+  CHECK(port.output.find("MASTER_PORT='70000' is not a port (1-65535)") != std::string::npos);
 }
 
 TEST_CASE("a checkpoint with flipped bytes or cut short is refused as corrupt, not resumed") {

@@ -60,6 +60,7 @@ std::string_view archive_of(const std::string& path, const std::string& bytes) {
 
 // The whole file in one buffer of its size: the archive is read from it in place.
 std::string read_file(const std::string& path) {
+  if (fs::is_directory(path)) throw std::runtime_error("cannot read checkpoint " + path + ": it is a folder");
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   const std::streamoff size = f ? std::streamoff(f.tellg()) : -1;
   std::string bytes;

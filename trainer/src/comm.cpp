@@ -267,8 +267,8 @@ CollectiveRecord Communicator::wait(const std::shared_ptr<Pending>& p) {
     } catch (const std::exception& e) {
       std::string msg = e.what();
       if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-      fail(p->record.op + " #" + std::to_string(p->record.seq) + " did not complete within " +
-           std::to_string(static_cast<int>(timeout_s_)) + " s or lost a peer (" + msg + ")");
+      fail(fmt::format("{} #{} did not complete within {:g} s or lost a peer ({})", p->record.op, p->record.seq,
+                       timeout_s_, msg));
     }
   }
   if (p->work) {

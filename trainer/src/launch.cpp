@@ -47,6 +47,9 @@ int env_int(const char* name, int fallback) {
 DistEnv checked(DistEnv e) {
   if (env("MASTER_ADDR")) e.master_addr = env("MASTER_ADDR");
   e.master_port = env_int("MASTER_PORT", e.master_port);
+  if (e.master_port < 1 || e.master_port > 65535)
+    throw std::invalid_argument("environment variable MASTER_PORT='" + std::to_string(e.master_port) +
+                                "' is not a port (1-65535)");
   if (e.world < 1 || e.rank >= e.world || e.local_rank >= std::max(e.local_world, 1))
     throw std::invalid_argument("inconsistent launch environment: rank " + std::to_string(e.rank) + ", world size " +
                                 std::to_string(e.world) + ", local rank " + std::to_string(e.local_rank) + " of " +

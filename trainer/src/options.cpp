@@ -295,7 +295,14 @@ void add_optimisation_options(CLI::App& g, TrainOptions& o) {
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            return v.find('-') != std::string::npos ? "must be 0 or more, not " + v : std::string();
+            if (v.find('-') != std::string::npos) return "must be 0 or more, not " + v;
+            // Decimal digits up to 2^64-1: CLI11 reads 0x10 as 16 and saturates larger numbers.
+            const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+            const std::string max = "18446744073709551615";
+            const std::string trimmed = digits ? v.substr(std::min(v.find_first_not_of('0'), v.size() - 1)) : v;
+            if (!digits || trimmed.size() > max.size() || (trimmed.size() == max.size() && trimmed > max))
+              return "must be a whole number from 0 to " + max + ", not " + v;
+            return std::string();
           },
           "UINT"));
 }
