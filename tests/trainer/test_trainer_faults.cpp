@@ -552,6 +552,26 @@ TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 
   for (pid_t p : ranks) CHECK_FALSE(alive(p));  // ~Launched kills any that is, even if a check failed
 }
 
+TEST_CASE("rank 0 hanging (SIGSTOP) with the store ends the run after --timeout too") {
+  // See Note [A store that does not answer]: the survivor asked the stopped store which rank was lost,
+  // and waited for its answer forever.
+  const auto d = scratch_dir("stop-rank0");
+  const std::string log = d + "/out.log";
+  Launched l;
+  launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1 --timeout 3", log, 2);
+  REQUIRE(l.ranks.size() == 2);
+  REQUIRE(::kill(l.ranks[0], SIGSTOP) == 0);
+  int status = 0;
+  if (!wait_launcher(l, status)) FAIL("the launcher did not exit within 60 s of the stop");
+  std::ifstream f(log);
+  const std::string out((std::istreambuf_iterator<char>(f)), {});
+  INFO(out);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  CHECK(out.find("lost rank 0") != std::string::npos);
+  for (pid_t p : l.ranks) CHECK_FALSE(alive(p));
+}
+
 TEST_CASE("a rank that never joins is named when the others' setup times out") {
   // See Note [Naming the ranks that never joined]: Gloo said "keys: /0/1" and printed a backtrace.
   const std::string port = std::to_string(free_port());

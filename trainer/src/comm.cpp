@@ -17,8 +17,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <future>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 namespace memcomm::train {
 
@@ -93,6 +98,39 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, bool server, s
   return c10::make_intrusive<c10d::PrefixStore>("memcomm/attempt_" + std::to_string(env.attempt), tcp);
 }
 
+// Note [A store that does not answer]: a TCPStore client's connection ends with a ping whose reply it
+// waits for with no time limit. Rank 0 stopped rather than dead (SIGSTOP, a debugger, swapped out)
+// still accepts connections in its kernel and never answers: a rank that connected then (at the
+// rendezvous, for its heartbeats, or to name the lost rank after a collective timed out) waited
+// forever, --timeout never ended the run, and --nproc's launcher waited for it. So what talks to
+// rank 0's store outside a collective runs on a thread of its own, abandoned (it holds copies of
+// what it needs) when `limit` passes; the caller reports rank 0 as not answering.
+template <class T>
+std::optional<T> within(std::chrono::milliseconds limit, std::function<T()> work) {
+  auto done = std::make_shared<std::promise<T>>();
+  auto result = done->get_future();
+  std::thread([done, work = std::move(work)] {
+    try {
+      done->set_value(work());
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (result.wait_for(limit) != std::future_status::ready) return std::nullopt;
+  return result.get();
+}
+
+// A client of the store, or an error naming rank 0 when its store takes the connection and never answers.
+c10::intrusive_ptr<c10d::Store> connect_client(const DistEnv& env, std::chrono::milliseconds timeout) {
+  auto store = within<c10::intrusive_ptr<c10d::Store>>(timeout + std::chrono::seconds(2),
+                                                       [env, timeout] { return connect_store(env, false, timeout); });
+  if (!store)
+    throw std::runtime_error(fmt::format("the store on {}:{} (rank 0's) took the connection and did not answer within "
+                                         "{} ms: is rank 0 stopped?", env.master_addr, env.master_port,
+                                         timeout.count() + 2000));
+  return *store;
+}
+
 }  // namespace
 
 // The first line of the engine's message (c10::Error's without its backtrace), and which ranks never
@@ -126,7 +164,8 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
 #endif
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
-    auto store = connect_store(env, env.rank == 0 && !env.agent_hosts_store, timeout);
+    const bool server = env.rank == 0 && !env.agent_hosts_store;
+    auto store = server ? connect_store(env, true, timeout) : connect_client(env, timeout);
     store_ = store;
     store_->set(joined_key(env.rank), std::vector<uint8_t>{1});  // Note [Naming the ranks that never joined]
     if (!nccl_) {
@@ -151,7 +190,7 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
   heartbeat_ = std::thread([this, env] {
     c10::intrusive_ptr<c10d::Store> hb;
     try {
-      hb = connect_store(env, false, std::chrono::seconds(5));
+      hb = connect_client(env, std::chrono::seconds(5));
     } catch (const std::exception&) {
       return;
     }
@@ -173,33 +212,44 @@ Communicator::~Communicator() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
-std::string Communicator::missing_ranks() {
-  c10::intrusive_ptr<c10d::Store> probe;
+namespace {
+
+// Which ranks' heartbeats stopped, read from the store twice, three beats apart (Note [Naming the lost rank]).
+std::string ranks_without_heartbeat(const DistEnv& env) {
+  auto probe = connect_store(env, false, std::chrono::seconds(3));
   auto read_all = [&](std::vector<std::string>& out) {
-    for (int r = 0; r < env_.world; ++r) {
+    for (int r = 0; r < env.world; ++r) {
       const auto key = hb_key(r);
       if (!probe->check({key})) { out[static_cast<size_t>(r)] = ""; continue; }
       auto v = probe->get(key);
       out[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
     }
   };
-  try {
-    probe = connect_store(env_, false, std::chrono::seconds(3));
-    std::vector<std::string> a(static_cast<size_t>(env_.world)), b(a.size());
-    read_all(a);
-    std::this_thread::sleep_for(kBeat * 3);
-    read_all(b);
-    std::vector<int> lost;
-    for (int r = 0; r < env_.world; ++r)
-      if (r != env_.rank && a[static_cast<size_t>(r)] == b[static_cast<size_t>(r)]) lost.push_back(r);
-    if (lost.empty()) return "no rank looks dead; the collective was just slower than --timeout";
-    std::ostringstream s;
-    s << (lost.size() == 1 ? "lost rank " : "lost ranks ");
-    for (size_t i = 0; i < lost.size(); ++i) s << (i ? ", " : "") << lost[i];
-    s << " (heartbeat stopped)";
-    return s.str();
+  std::vector<std::string> a(static_cast<size_t>(env.world)), b(a.size());
+  read_all(a);
+  std::this_thread::sleep_for(kBeat * 3);
+  read_all(b);
+  std::vector<int> lost;
+  for (int r = 0; r < env.world; ++r)
+    if (r != env.rank && a[static_cast<size_t>(r)] == b[static_cast<size_t>(r)]) lost.push_back(r);
+  if (lost.empty()) return "no rank looks dead; the collective was just slower than --timeout";
+  std::ostringstream s;
+  s << (lost.size() == 1 ? "lost rank " : "lost ranks ");
+  for (size_t i = 0; i < lost.size(); ++i) s << (i ? ", " : "") << lost[i];
+  s << " (heartbeat stopped)";
+  return s.str();
+}
+
+}  // namespace
+
+std::string Communicator::missing_ranks() {
+  const std::string gone = "lost rank 0 (the rendezvous store on " + env_.master_addr + " no longer answers)";
+  try {  // Note [A store that does not answer]
+    const DistEnv env = env_;
+    const auto who = within<std::string>(std::chrono::seconds(10), [env] { return ranks_without_heartbeat(env); });
+    return who ? *who : gone;
   } catch (const std::exception&) {
-    return "lost rank 0 (the rendezvous store on " + env_.master_addr + " no longer answers)";
+    return gone;
   }
 }
 
