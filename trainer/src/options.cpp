@@ -283,7 +283,8 @@ void add_optimisation_options(CLI::App& g, TrainOptions& o) {
   g.add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str();
   add_choice(g, "--schedule", o.schedule, "Learning-rate schedule: none, step (x0.1 at 50% and 75%) or cosine");
   g.add_option("--sync-every", o.sync_every,
-               "Local SGD: ranks step independently and average parameters every K steps (0: synchronous)")
+               "Local SGD: ranks step independently and average parameters every K steps, and after the last "
+               "step (0: synchronous)")
       ->capture_default_str();
   g.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB; at most 1e6)")
       ->capture_default_str();

@@ -32,9 +32,10 @@ void print_summary(const RunSummary& s) {
              s.step_ms_mean, s.step_ms_p50, s.step_ms_p95);
   fmt::print("  loss {:.4f} -> {:.4f} | eval loss {:.4f}, accuracy {:.2f}% on {} samples\n", s.first_loss,
              s.final_loss, s.eval_loss, 100 * s.eval_accuracy, s.eval_samples);
-  fmt::print("  communication {:.1f} ms, exposed {:.1f} ms, overlap {:.1f}% | {} all-reduces in {} buckets, {}\n",
-             s.comm_ms, s.exposed_comm_ms, s.overlap_pct, s.allreduce_calls, s.buckets, bytes_str(s.bytes_on_wire));
-  if (s.param_syncs > 0) fmt::print("  local SGD: {} parameter averages\n", s.param_syncs);
+  const std::string across = s.param_syncs > 0 ? "(local SGD's parameter averages)" : fmt::format("in {} buckets", s.buckets);
+  fmt::print("  communication {:.1f} ms, exposed {:.1f} ms, overlap {:.1f}% | {} all-reduces {}, {}\n", s.comm_ms,
+             s.exposed_comm_ms, s.overlap_pct, s.allreduce_calls, across, bytes_str(s.bytes_on_wire));
+  if (s.param_syncs > 0) fmt::print("  local SGD: {} parameter averages, the last after the last step\n", s.param_syncs);
   fmt::print("  data wait {:.1f} ms | backward {:.1f} ms\n", s.data_wait_ms, s.backward_ms);
   fmt::print("  allocator {}: peak allocated {}, peak reserved {}, fragmentation {} | peak rss {} (largest rank)\n",
              s.allocator, bytes_str(s.peak_allocated), bytes_str(s.peak_reserved),

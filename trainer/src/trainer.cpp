@@ -112,6 +112,7 @@ class TrainingRun {
 
  private:
   int64_t resume();
+  void average_now();
   EpochPlan plan_epochs() const;
   void print_plan(const EpochPlan& plan) const;
   void start_summary(const EpochPlan& plan);
@@ -141,6 +142,7 @@ class TrainingRun {
   int64_t per_epoch_ = 1;
   int64_t t_start_ = 0;
   int64_t traces_failed_ = 0;  // ranks whose trace file could not be written whole
+  GradSyncStats averages_;     // local SGD's parameter averages
   bool tty_ = false;
 };
 
@@ -286,16 +288,14 @@ void TrainingRun::train_steps(int64_t start_step, const EpochPlan& plan) {
     const int64_t t_step = monotonic_ns();
     p_.session.set_lr(lr_at(o_, step));
     const double step_loss = p_.session.step(o_.accum, m_, next, timing_);
-    if (o_.sync_every > 0 && (step + 1) % o_.sync_every == 0) {  // local SGD
-      prof::PhaseScope comm_scope(prof::Phase::Comm);
-      average_parameters(p_.session.params(), p_.comm);
-      ++s_.param_syncs;
-    }
+    if (o_.sync_every > 0 && (step + 1) % o_.sync_every == 0) average_now();  // local SGD
     p_.profiler.counter(prof::kCounterLoss, step_loss);
     p_.profiler.counter(prof::kCounterLearningRate, lr_at(o_, step));
     step_ms_.push_back(static_cast<double>(monotonic_ns() - t_step) / 1e6);
     after_step(step, start_step, step_loss);
   }
+  // Local SGD's ranks end with one model: the one evaluated, saved by --dump-params and resumed from.
+  if (o_.sync_every > 0 && o_.steps % o_.sync_every != 0) average_now();
   loader_.reset();
   s_.wall_s = static_cast<double>(monotonic_ns() - t_start_) / 1e9;
   s_.steps = o_.steps - start_step;
@@ -303,6 +303,21 @@ void TrainingRun::train_steps(int64_t start_step, const EpochPlan& plan) {
 }
 
 // What follows a step: the loss figures, checksums, a checkpoint, clearing the cache, the log.
+// Local SGD's parameter average: one blocking all-reduce, so all its time is exposed; the summary counts
+// it with DDP's bucket all-reduces (it read "0 all-reduces, 0 B" for a run that averaged).
+void TrainingRun::average_now() {
+  prof::PhaseScope comm_scope(prof::Phase::Comm);
+  const int64_t t0 = monotonic_ns();
+  average_parameters(p_.session.params(), p_.comm);
+  ++s_.param_syncs;
+  if (p_.env.world == 1) return;  // nothing went on the wire
+  const int64_t ns = monotonic_ns() - t0;
+  ++averages_.allreduce_calls;
+  averages_.comm_ns += ns;
+  averages_.exposed_ns += ns;
+  for (const auto& p : p_.session.params()) averages_.bytes += p.numel() * static_cast<int64_t>(p.element_size());
+}
+
 void TrainingRun::after_step(int64_t step, int64_t start_step, double step_loss) {
   if (step == start_step) s_.first_loss = step_loss;
   s_.final_loss = step_loss;
@@ -365,8 +380,15 @@ void TrainingRun::evaluate_and_report() {
   }
   s_.data_wait_ms = static_cast<double>(timing_.data_wait_ns) / 1e6;
   s_.backward_ms = static_cast<double>(timing_.backward_ns) / 1e6;
+  GradSyncStats st = averages_;  // local SGD's; DDP's buckets below
   if (const GradSync* sync = p_.session.sync()) {
-    const auto& st = sync->stats();
+    const auto& buckets = sync->stats();
+    st.allreduce_calls += buckets.allreduce_calls;
+    st.comm_ns += buckets.comm_ns;
+    st.exposed_ns += buckets.exposed_ns;
+    st.bytes += buckets.bytes;
+  }
+  {
     s_.allreduce_calls = st.allreduce_calls;
     s_.comm_ms = static_cast<double>(st.comm_ns) / 1e6;
     s_.exposed_comm_ms = static_cast<double>(st.exposed_ns) / 1e6;
