@@ -607,6 +607,24 @@ TEST_CASE("a full disk under the checkpoints ends the run with a message and lea
   CHECK(r.output.find(".tmp") == std::string::npos);
 }
 
+TEST_CASE("a trace file removed while the run writes it is said lost, not offered to open") {
+  const auto d = scratch_dir("trace-removed");
+  const std::string log = d + "/out.log";
+  Launched l;
+  launch_until_step_3(l, "--nproc 2 --steps 800 --log-interval 1 --trace " + d + "/t/t.mct --summary-json " + d + "/s.json",
+                      log, 2);
+  std::filesystem::remove_all(d + "/t");
+  int status = 0;
+  if (!wait_launcher(l, status)) FAIL("the run did not end within 60 s");
+  std::ifstream f(log);
+  const std::string out((std::istreambuf_iterator<char>(f)), {});
+  INFO(out);
+  CHECK(out.find("t.rank0.mct' was removed (or replaced) while it was written") != std::string::npos);
+  CHECK(out.find("open them with") == std::string::npos);
+  const auto s = read_json(d + "/s.json");
+  CHECK(s["trace_drops"] == s["trace_events"]);
+}
+
 TEST_CASE("a full disk under the trace ends the run cleanly and says how much was kept in a readable file") {
   const auto d = scratch_dir("full-disk");
   const auto r = on_full_disk(d, quick_train("--steps 200 --trace " + d + "/t.mct") + "; echo train-exit=$?; " + bin_dir() +

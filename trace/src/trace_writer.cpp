@@ -59,11 +59,24 @@ TraceWriter::~TraceWriter() {
   }
 }
 
+// A file that no longer is at its path (removed, or replaced by another) took every write and keeps
+// nothing: said at close, or the run would point at a file that is not there.
+bool TraceWriter::gone_from_path() const {
+  struct stat mine {}, named {};
+  if (::fstat(fd_, &mine) != 0 || !S_ISREG(mine.st_mode)) return false;
+  return mine.st_nlink == 0 || ::stat(path_.c_str(), &named) != 0 || named.st_ino != mine.st_ino ||
+         named.st_dev != mine.st_dev;
+}
+
 void TraceWriter::close() {
   if (fd_ >= 0) {
+    removed_ = gone_from_path();
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) throw TraceError(fmt::format("closing trace file '{}': {}", path_, std::strerror(errno)));
+    if (removed_)
+      throw TraceError(fmt::format("trace file '{}' was removed (or replaced) while it was written: its {} events are "
+                                   "gone", path_, events_));
   }
 }
 

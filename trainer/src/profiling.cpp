@@ -287,8 +287,10 @@ std::pair<int64_t, int64_t> RunProfiler::finish() {
     const prof::FileSink& f = *impl_->file;
     if (!f.error().empty()) {
       lost = f.events_lost();
-      impl_->trace_error = fmt::format("trace {}: {}; the file holds the first {} events ({} lost), readable up to "
-                                       "its last complete chunk", f.path(), f.error(), f.events_written(), lost);
+      impl_->trace_error = f.removed() ? f.error()
+                                       : fmt::format("trace {}: {}; the file holds the first {} events ({} lost), "
+                                                     "readable up to its last complete chunk", f.path(), f.error(),
+                                                     f.events_written(), lost);
     }
   }
   if (impl_->live) {

@@ -400,8 +400,8 @@ void TrainingRun::evaluate_and_report() {
   if (!leader_) return;
   print_summary(s_);
   if (!o_.trace.empty() && traces_failed_ > 0) {
-    fmt::print("trace: {} of {} ranks could not write their trace file (said above); each holds what was written "
-               "before\n", traces_failed_, p_.env.world);
+    fmt::print("trace: {} of {} ranks could not write their trace file (said above: what each file still holds)\n",
+               traces_failed_, p_.env.world);
   } else if (!o_.trace.empty()) {
     // Every rank's file, as a shell glob when there are several; the viewer beside this binary.
     std::string files = prof::rank_trace_path(o_.trace, 0);

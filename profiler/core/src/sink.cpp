@@ -161,6 +161,7 @@ void FileSink::close() {
     writer_.close();
   } catch (const std::exception& e) {
     if (error_.empty()) error_ = e.what();
+    if (writer_.removed()) lost_ += writer_.events_written();
   }
 }
 
@@ -175,6 +176,10 @@ uint64_t FileSink::events_written() const {
 uint64_t FileSink::events_lost() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lost_;
+}
+bool FileSink::removed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return writer_.removed();
 }
 uint64_t FileSink::bytes_written() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -63,7 +63,8 @@ class TraceWriter {
   // Appends chunk bytes made by a ChunkEncoder elsewhere (parallel compression), in one write.
   void write_encoded(const char* data, size_t n, uint64_t n_events);
   void sync();   // fdatasync: complete chunks survive power loss too
-  void close();  // idempotent
+  void close();  // idempotent; throws TraceError when the file was removed from its path meanwhile
+  bool removed() const { return removed_; }  // after close(): the file was no longer at its path
 
   const std::string& path() const { return path_; }
   const WriterOptions& options() const { return opt_; }
@@ -74,6 +75,7 @@ class TraceWriter {
  private:
   void write_one(const StringDef* strings, size_t n_strings, const Event* events, size_t n_events, uint32_t rank);
   void write_all(const void* data, size_t n);
+  bool gone_from_path() const;
 
   std::string path_;
   WriterOptions opt_;
@@ -81,6 +83,7 @@ class TraceWriter {
   std::unique_ptr<class ChunkEncoder> enc_;
   std::vector<char> out_;          // reused: header + stored payload
   uint64_t bytes_ = 0, events_ = 0, chunks_ = 0;
+  bool removed_ = false;
 };
 
 }  // namespace memcomm::prof

@@ -68,6 +68,7 @@ class FileSink : public Sink {
   std::string error() const;
   uint64_t events_written() const;
   uint64_t events_lost() const;
+  bool removed() const;  // after close(): the file was removed from its path while written (all lost)
   uint64_t bytes_written() const;
 
  private:
