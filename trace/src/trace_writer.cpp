@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,9 @@ TraceWriter::TraceWriter(const std::string& path, const WriterOptions& options) 
   enc_ = std::make_unique<ChunkEncoder>(opt_.codec, opt_.zstd_level);
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);  // truncated once it is ours
   if (fd_ < 0) throw TraceError(fmt::format("cannot create trace file '{}': {}", path, std::strerror(errno)));
+  std::error_code ec;
+  absolute_path_ = std::filesystem::absolute(path, ec).string();  // the program may change its folder meanwhile
+  if (ec) absolute_path_ = path;
   // Note [One writer per trace file]. A file system without locks (ENOLCK) is written unguarded.
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     close();
@@ -64,7 +69,7 @@ TraceWriter::~TraceWriter() {
 bool TraceWriter::gone_from_path() const {
   struct stat mine {}, named {};
   if (::fstat(fd_, &mine) != 0 || !S_ISREG(mine.st_mode)) return false;
-  return mine.st_nlink == 0 || ::stat(path_.c_str(), &named) != 0 || named.st_ino != mine.st_ino ||
+  return mine.st_nlink == 0 || ::stat(absolute_path_.c_str(), &named) != 0 || named.st_ino != mine.st_ino ||
          named.st_dev != mine.st_dev;
 }
 

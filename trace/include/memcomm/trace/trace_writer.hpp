@@ -78,6 +78,7 @@ class TraceWriter {
   bool gone_from_path() const;
 
   std::string path_;
+  std::string absolute_path_;  // where gone_from_path() looks
   WriterOptions opt_;
   int fd_ = -1;
   std::unique_ptr<class ChunkEncoder> enc_;
