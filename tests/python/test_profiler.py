@@ -491,6 +491,25 @@ def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_
         assert any(b <= begin and end <= e for b, e in spans["step"]), spans
 
 
+def test_a_dry_run_and_the_setup_after_it_are_no_part_of_step_1_and_inference_is_no_step(tmp_path, tool):
+    # See Note [A forward that opens no step]: a forward whose output the script dropped (the dry run
+    # nn.LazyLinear needs) begins no step, and forwards that no backward or update follows make none.
+    check("""
+        model = nn.Sequential(nn.Flatten(), nn.LazyLinear(16), nn.ReLU(), nn.Linear(16, 10))
+        with memcomm.profile(trace=sys.argv[1], model=model):
+            model(torch.zeros(1, 1, 28, 28))  # materialises the lazy layer
+            time.sleep(1.0)                   # setup: the data, the optimizer
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loop(model, opt, batches(3))
+        with memcomm.profile(trace=sys.argv[2], model=model):
+            for x, _ in batches(3):           # inference with gradients on, the model in training mode
+                model(x).sum().item()
+    """, str(tmp_path / "lazy.mct"), str(tmp_path / "infer.mct"))
+    steps = trace_json(tool, "report", tmp_path / "lazy.rank0.mct")["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3] and steps[0]["time_ns"] < 1e9, steps
+    assert trace_json(tool, "report", tmp_path / "infer.rank0.mct")["steps"] == []
+
+
 def test_models_in_a_container_are_found_at_the_first_update(tmp_path, tool):
     # See Note [Finding the model]: the root was the ModuleDict, which the loop never calls.
     check("""

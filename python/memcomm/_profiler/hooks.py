@@ -17,8 +17,8 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   same step (an LBFGS step(closure) never does: it runs its iteration's forward itself). The next step
   opens at a backward, an update or such a wait, beginning at the first training forward since the
   last update: a forward only marks where it begins, so a loop that logs the updated model's loss
-  after each update, gradients on, no longer ends with a step of that forward alone (its other logging
-  forwards begin the next step: nothing tells them from the next iteration's forward). A step is the
+  after each update, gradients on, no longer ends with a step of that forward alone, nor begins the
+  next one with it once the logged output is dropped (Note [A forward that opens no step]). A step is the
   outermost phase: one that an update inside the model's forward opens (Lightning's manual
   optimisation) goes below that forward, and an update that returns inside a forward or backward (an
   optimizer stepped from a gradient hook) ends its step when that phase ends, so a Lightning GAN's
@@ -61,15 +61,19 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   machine, against some 20 us for the wrapper (bench/results/python-cpu.md). With gradient accumulation every backward is its own range;
   one inside another (a backward during a backward) is part of the outer one.
 - Nothing here may be traced by torch.compile (Note [Hooks under torch.compile]).
-- Note [A forward that opens no step]: a forward opens the step only when it can train: grad
-  enabled and the module in training mode. Validation that calls model.eval() without no_grad()
-  made a step of its own, as long as several training steps. A forward that opened none and is
-  followed by a backward was training after all: a model kept in eval mode to freeze BatchNorm, or
-  activation checkpointing's forward under no_grad. So the backward's step starts at the first such
-  forward since the last step, not at the backward. A forward this process runs because another RPC
-  worker asked for it (a parameter server's RemoteModule) is part of that worker's step and opens
-  none here: this process takes no optimizer step on that thread to end it, and each such forward
-  left a step open to the end of the trace.
+- Note [A forward that opens no step]: no forward opens a step. A step opens at a training event (a
+  backward, an update, a memcomm.loader wait with gradients on) and begins where the forwards before
+  it marked. A forward that can train (grad enabled, the module in training mode) marks where the
+  next step begins while no step is open; one that cannot is remembered too, since a backward may
+  follow it: a model kept in eval mode to freeze BatchNorm, or activation checkpointing's forward
+  under no_grad, was training after all, so a backward's step starts at the first such forward since
+  the last step (validation that calls model.eval() without no_grad() is no step). The mark moves to
+  a later training forward when the output of the forward that set it is gone by then: the script
+  dropped it, so no loss and no backward uses it (a dry run that materialises nn.LazyLinear, Keras
+  building its model, a loss logged after an update). A forward opened step 1 at once before: setup
+  between such a forward and the first iteration (4.9 s in one script) was step 1's, and a run that
+  never trains (inference with gradients on, the forwards an RPC worker serves for another) recorded
+  one step that never ended.
 - Note [Batches from any DataLoader]: the wait for each batch of any torch DataLoader is a
   data_wait span (its iterator's __next__ is wrapped), so an unchanged script's report and advice
   see a data-bound run (they read 0 before, and the loader rule could not fire). Unlike
@@ -144,6 +148,7 @@ import itertools
 import sys
 import threading
 import weakref
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
@@ -162,7 +167,7 @@ class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with",
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader",
-                 "after_update_forward_ns")
+                 "marked_forward_ns", "marked_output", "marking")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -178,7 +183,10 @@ class _ThreadState:
         self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
         self.stepless_waits: List[Tuple[int, int]] = []  # Note [Batches from any DataLoader]: (begin, end)
         self.in_loader = False                         # inside memcomm.loader's next(): it records the wait
-        self.after_update_forward_ns = 0               # a training forward after the step's update; 0: none
+        # Where the next step begins, if one opens (Note [A forward that opens no step]); 0: no mark.
+        self.marked_forward_ns = 0
+        self.marked_output: Any = None                 # the marking forward's output, weakly; None: none seen
+        self.marking = False                           # the open forward set the mark
 
 
 class _WeakModules:
@@ -321,10 +329,12 @@ class PhaseHooks:
         if running.profiler is not self._owner or module not in self._watched or _in_forward(self._state()):
             return call(module, *args, **kwargs)  # another instance of the class, or a call inside the forward
         self._model_pre(module, args)
+        output = None
         try:
-            return call(module, *args, **kwargs)
+            output = call(module, *args, **kwargs)
+            return output
         finally:
-            self._model_post(module, args, None)
+            self._model_post(module, args, output)
 
     def _compile_starts(self) -> None:
         """Dynamo begins compiling a frame: the global hooks go first (Note [Finding the model])."""
@@ -417,7 +427,8 @@ class PhaseHooks:
             st.ends_with, st.step_end_ns = None, now()
 
     def _close_all(self, st: _ThreadState) -> None:
-        st.stepless_forward_ns = st.after_update_forward_ns = 0
+        st.stepless_forward_ns = 0
+        _unmark(st)
         st.ends_with = None
         self._flush_wait(st)
         st.update_frame = None  # an update that raised last: its frame keeps its callers' locals alive
@@ -443,23 +454,26 @@ class PhaseHooks:
             if not self._owner._observing:  # an allocator that began serving after the start
                 self._owner._observe_allocator()
             st.step_open = True
-            forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.after_update_forward_ns)
+            forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.marked_forward_ns)
             wait = st.stepless_waits[0][0] if st.stepless_waits else 0
             ident = next(self._steps)
             # The outermost phase, below a forward already open that marked its begin (a backward or update
             # inside the model's forward: Lightning's manual optimisation), so that forward ends inside it.
             st.stack.insert(0, (STEP, ident, _memcomm.phase_begin(STEP, ident, KEEP, ts or _earliest(forward, wait))))
         self._flush_wait(st)  # after the step's begin, which a reader meets first at an equal time
-        st.stepless_forward_ns = st.after_update_forward_ns = 0
+        st.stepless_forward_ns = 0
+        _unmark(st)
 
     def _forward_begins(self, st: _ThreadState, module: torch.nn.Module) -> None:
         """Note [A forward that opens no step]; after the step's update, Note [The step's last update]."""
         if torch.is_grad_enabled() and module.training:
             if st.step_end_ns:  # the step ends at its update; this forward begins the next one, or none
                 self._close_step(st)
-                st.after_update_forward_ns, st.stepless_forward_ns = now(), 0  # those without gradients evaluated
-            elif not st.after_update_forward_ns and (st.step_open or not _serving_rpc()):
+                _mark(st)
+            elif st.step_open:
                 self._ensure_step(st)
+            elif not st.marked_forward_ns or _dropped(st.marked_output):
+                _mark(st)
         elif not st.step_open or st.step_end_ns:
             if not torch.is_grad_enabled():
                 self._flush_wait(st)  # the batches waited for were an evaluation's (Note [Batches from any DataLoader])
@@ -479,6 +493,7 @@ class PhaseHooks:
         if torch.compiler.is_compiling() or _in_backward() or running.profiler is not self._owner:
             return
         st = self._state()
+        _forward_ends(st, output)
         self._close_phase(st, FORWARD)
 
     # Forward: the outermost module call with parameters (global hooks).
@@ -502,6 +517,7 @@ class PhaseHooks:
         st.depth = max(st.depth - 1, 0)
         if st.depth == 0 and st.fwd_module is module:
             st.fwd_module = None
+            _forward_ends(st, output)
             self._close_phase(st, FORWARD)
 
     # Backward: a call of torch.autograd.backward or grad (Note [Phases from hooks]).
@@ -650,7 +666,8 @@ class PhaseHooks:
         """Ends this thread's step now: the script called memcomm.step() (a loop that updates its
         parameters without torch.optim, or one that marks its iterations itself)."""
         st = self._state()
-        st.step_end_ns = st.after_update_forward_ns = 0
+        st.step_end_ns = 0
+        _unmark(st)
         if st.step_open:
             self._close(st, STEP)
             st.step_open = False
@@ -744,17 +761,43 @@ class _CallWrap:
                 setattr(self.cls, "__call__", self._own)
 
 
-def _serving_rpc() -> bool:
-    """This thread runs a forward another RPC worker asked for (a RemoteModule's, an rpc_sync of a model):
-    part of that worker's step, not a step of this one's, which would never end here (Note [A forward
-    that opens no step]). torch.distributed.rpc runs each request's Python from internal._run_function,
-    the thread's outermost frame; asked only when a training forward would open a step."""
-    if "torch.distributed.rpc" not in sys.modules:
-        return False
-    frame = sys._getframe(1)
-    while frame.f_back is not None:
-        frame = frame.f_back
-    return frame.f_globals.get("__name__") == "torch.distributed.rpc.internal"
+def _mark(st: _ThreadState) -> None:
+    """A training forward while no step is open marks where the next one begins (Note [A forward that
+    opens no step]); forwards without gradients before it were evaluations."""
+    st.marked_forward_ns, st.stepless_forward_ns = now(), 0
+    st.marked_output, st.marking = None, True
+
+
+def _unmark(st: _ThreadState) -> None:
+    st.marked_forward_ns, st.marked_output, st.marking = 0, None, False
+
+
+def _forward_ends(st: _ThreadState, output: Any) -> None:
+    """The forward that set the mark keeps its output weakly: whether the script kept it tells a dry run
+    from a training forward (Note [A forward that opens no step])."""
+    if st.marking:
+        st.marking = False
+        tensor = _first_tensor(output)
+        st.marked_output = weakref.ref(tensor) if tensor is not None else None
+
+
+def _first_tensor(output: Any, depth: int = 0) -> Optional[torch.Tensor]:
+    """The first tensor of a forward's output (a tensor, or one in a tuple, list or mapping: a Hugging
+    Face ModelOutput is one); None when there is none."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if depth < 3:
+        items = output.values() if isinstance(output, Mapping) else output if isinstance(output, (tuple, list)) else ()
+        for item in items:
+            tensor = _first_tensor(item, depth + 1)
+            if tensor is not None:
+                return tensor
+    return None
+
+
+def _dropped(output: Any) -> bool:
+    """The marked forward's output is gone: nothing the script computes next (a loss, a backward) uses it."""
+    return output is not None and output() is None
 
 
 def _eager(function: Callable[..., Any]) -> Callable[..., Any]:
