@@ -56,7 +56,8 @@ then joins them, is one K; the next loop is K+1). A Process that sets up no proc
 and Pool workers too) is left alone; one that ran optimizer steps says it was not profiled.
 
 memcomm goes after a launcher that starts the ranks (torchrun, accelerate launch, deepspeed --module
-memcomm), never in front of one: that would profile the launcher alone (a usage error).
+memcomm, composer -n N -m memcomm), never in front of one: that would profile the launcher alone (a usage
+error).
 
 then: memcomm-trace report train.rank0.mct, memcomm-view train.rank0.mct, memcomm-replay mem.pickle
 exit status: the script's own; 2 for a usage error of these options (before the script starts)."""
@@ -106,9 +107,11 @@ _LAUNCHER_OPTIONS = ("--local-rank=", "--local_rank=")
 _TORCHRUN = "torchrun --nproc-per-node 2 -m memcomm SCRIPT"
 _ACCELERATE = "accelerate launch -m memcomm SCRIPT"
 _DEEPSPEED = "deepspeed --module memcomm SCRIPT"
+_COMPOSER = "composer -n 2 -m memcomm SCRIPT"
 _LAUNCHER_MODULES = {"torch.distributed.run": _TORCHRUN, "torch.distributed.launch": _TORCHRUN,
-                     "accelerate.commands.launch": _ACCELERATE, "deepspeed.launcher.runner": _DEEPSPEED}
-_LAUNCHER_SCRIPTS = {"torchrun": _TORCHRUN, "accelerate": _ACCELERATE, "deepspeed": _DEEPSPEED}
+                     "accelerate.commands.launch": _ACCELERATE, "deepspeed.launcher.runner": _DEEPSPEED,
+                     "composer.cli.launcher": _COMPOSER}
+_LAUNCHER_SCRIPTS = {"torchrun": _TORCHRUN, "accelerate": _ACCELERATE, "deepspeed": _DEEPSPEED, "composer": _COMPOSER}
 
 
 def _launcher(args: argparse.Namespace) -> Optional[str]:

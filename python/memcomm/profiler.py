@@ -237,7 +237,8 @@ class Profiler(contextlib.ContextDecorator):
         if not (self._hooks.forwards or self._hooks.backwards or self._hooks.step_ends):
             warn("memcomm: this profile recorded no forward, backward or optimizer step in this process; "
                  "if the training ran in processes this one started (torch.multiprocessing.spawn, "
-                 "Lightning's ddp_spawn), start the profile in them", NothingRecorded)
+                 "Lightning's ddp_spawn, a launcher), start the profile in them (python -m memcomm goes after a "
+                 "launcher: LAUNCHER ... -m memcomm SCRIPT)", NothingRecorded)
         if self._hooks.backwards and not self._hooks.forwards:
             warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: {self._why_no_forward()}", ProfileAdvice)
         if self._hooks.sharded:

@@ -199,6 +199,7 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
         ("--allocator", "cpu", "--history", "99999999999999999999", "train.py"): "--history must be from 0",
         ("--trace", ".", "train.py"): "is a folder",
         ("-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"): "put memcomm after the launcher: torchrun",
+        ("-m", "composer.cli.launcher", "-n", "2", "train.py"): "put memcomm after the launcher: composer -n 2 -m memcomm",
         (shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun"), "train.py"):
             "starts each rank as a process of its own",
     }
