@@ -185,6 +185,22 @@ TEST_CASE("fit-only on a prime per-rank batch says that what fits divides nothin
   CHECK(out.failure.find("micro-batches up to") != std::string::npos);
 }
 
+TEST_CASE("fit-only with any micro-batch recommends the largest divisor below the boundary, probed if need be") {
+  Synthetic m;  // b <= 105 fit; the boundary search probes non-divisors of 1000 (127, 67, 97...)
+  m.limit = 548'000'000;
+  REQUIRE((m.fits(105) && !m.fits(106)));
+  SearchConfig cfg;
+  cfg.global_batch = 1000;
+  cfg.memory_limit = m.limit;
+  cfg.fit_only = true;
+  cfg.any_micro_batch = true;
+  const auto out = run_search(cfg, std::ref(m));
+  INFO(out.failure);
+  REQUIRE(out.recommendation);
+  CHECK(out.recommendation->micro_batch == 100);  // not a small divisor probed on the way (8)
+  CHECK(out.recommendation->accum == 10);
+}
+
 TEST_CASE("memory that is not linear in b still gives the right boundary") {
   Synthetic m;
   m.q = 2e4;  // the fit underestimates large b: predictions fail and the search bisects

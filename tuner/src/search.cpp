@@ -332,16 +332,20 @@ class Search {
     return r;
   }
 
-  // With --fit-only: the largest probed micro-batch that fits with the margin and divides the
-  // per-rank batch (so that b x K is the batch asked for).
+  // With --fit-only: the largest micro-batch that fits with the margin and divides the per-rank batch
+  // (so that b x K is the batch asked for). With --any-micro-batch the boundary search steps over most
+  // divisors, so the largest divisor below the boundary is probed now if it was not, rather than taking
+  // a small divisor probed on the way (8 where 100 fits below a boundary of 105).
   void recommend_largest() {
     int64_t largest_fit = 0;  // the largest probed micro-batch that fits, dividing or not
-    for (long i = static_cast<long>(cand_.size()) - 1; i >= 0; --i) {
-      const auto it = done_.find(cand_[static_cast<size_t>(i)]);
-      if (it == done_.end() || !safe(static_cast<size_t>(i))) continue;
-      largest_fit = std::max(largest_fit, cand_[static_cast<size_t>(i)]);
-      if (per_rank_ % cand_[static_cast<size_t>(i)] == 0) {
-        out_.recommendation = make_rec(out_.trials[it->second]);
+    for (size_t i = 0; i < cand_.size(); ++i)
+      if (done_.count(cand_[i]) && safe(i)) largest_fit = std::max(largest_fit, cand_[i]);
+    for (long i = largest_fit > 0 ? static_cast<long>(floor_index(largest_fit)) : -1; i >= 0; --i) {
+      const size_t k = static_cast<size_t>(i);
+      if (per_rank_ % cand_[k] != 0 || (!done_.count(cand_[k]) && !budget_left())) continue;
+      if (!done_.count(cand_[k])) probe(cand_[k], TrialPurpose::Fit, cfg_.bucket_mb);
+      if (safe(k)) {
+        out_.recommendation = make_rec(out_.trials[done_.at(cand_[k])]);
         return;
       }
     }
