@@ -90,6 +90,11 @@ TEST_CASE("the boundary under a cap is never above, and at most one candidate be
                                    " --global-batch 1024 --verify-steps 20 --summary-json " + dir + "/s.json --log-interval 7");
   CHECK(outputs.output.find("reusing the cached result") != std::string::npos);
   CHECK(outputs.output.find("--summary-json " + dir + "/s.json --log-interval 7") != std::string::npos);
+  // Under torchrun the command starts its ranks as this run's were: a bare memcomm-train trained one rank.
+  const auto launched = run_command("RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 " + env_cache(dir) + tune_bin() +
+                                    kModel + lim + " --global-batch 1024 --verify-steps 20");
+  CHECK(launched.output.find("reusing the cached result") != std::string::npos);
+  CHECK(launched.output.find("train with: torchrun --nproc-per-node 1 --no-python memcomm-train") != std::string::npos);
   const auto fresh = run_command(env_cache(dir) + tune_bin() + kModel + lim +
                                  " --global-batch 1024 --verify-steps 20 --fresh --max-trials 4");
   CHECK(fresh.output.find("reusing") == std::string::npos);

@@ -85,8 +85,21 @@ std::string shell_quoted(const std::string& a) {
   return q + "'";
 }
 
-std::string train_command(const TuneOptions& t, const Recommendation& c) {
-  std::string s = "memcomm-train";
+// How the recommended run starts its ranks as this one did: torchrun's and Slurm's ranks come from the
+// launcher, not from a flag (--nproc, when given, is among the flags), so the bare command trained one
+// rank at 1/N of the global batch.
+std::string launch_prefix(const train::DistEnv& env) {
+  if (env.launcher == "torchrun") {
+    const int nodes = std::max(1, env.world / std::max(1, env.local_world));
+    return nodes > 1 ? fmt::format("torchrun --nnodes {} --nproc-per-node {} --no-python ", nodes, env.local_world)
+                     : fmt::format("torchrun --nproc-per-node {} --no-python ", env.local_world);
+  }
+  if (env.launcher == "slurm") return fmt::format("srun -n {} ", env.world);
+  return "";
+}
+
+std::string train_command(const TuneOptions& t, const Recommendation& c, const train::DistEnv& env) {
+  std::string s = launch_prefix(env) + "memcomm-train";
   for (const auto& a : t.train_args) s += " " + shell_quoted(a);
   s += fmt::format(" --batch-size {} --accum {}", c.micro_batch, c.accum);
   if (c.world > 1) s += fmt::format(" --bucket-mb {:g}", c.bucket_mb);
@@ -117,7 +130,7 @@ void check_limits(const TuneOptions& t, ProbeRunner& runner) {
 
 // Rank 0 decides about the cache; every rank follows (one file system may not be shared). True when
 // the cached result was used.
-bool reuse_cached(const TuneOptions& t, ProbeRunner& runner, const nlohmann::json& key) {
+bool reuse_cached(const TuneOptions& t, ProbeRunner& runner, const nlohmann::json& key, const train::DistEnv& env) {
   std::optional<TuneResult> cached;
   if (!t.fresh && runner.leader()) cached = load_cached(key);
   if (runner.agree_max(cached ? 1 : 0) == 0) return false;
@@ -125,7 +138,7 @@ bool reuse_cached(const TuneOptions& t, ProbeRunner& runner, const nlohmann::jso
     fmt::print("memcomm-tune: reusing the cached result {} (tuned in {:.1f} s; --fresh tunes again)\n", cache_path(key),
                cached->tuning_wall_s);
     cached->config.memory_limit = t.search.memory_limit;
-    if (cached->outcome.recommendation) cached->command = train_command(t, *cached->outcome.recommendation);
+    if (cached->outcome.recommendation) cached->command = train_command(t, *cached->outcome.recommendation, env);
     print_result(*cached);
     write_json(*cached, t.json_out);
   }
@@ -192,7 +205,7 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
   TuneResult r;
   r.config = t.search;
   r.key = cache_key(t, runner);
-  if (reuse_cached(t, runner, r.key)) return 0;
+  if (reuse_cached(t, runner, r.key, env)) return 0;
 
   if (leader)
     fmt::print("memcomm-tune: global batch {} on {} rank(s), limit {} per rank, search {}\n", t.search.global_batch,
@@ -201,7 +214,7 @@ int run_tuning(TuneOptions t, const train::DistEnv& env) {
   int n = 0;
   r.outcome = run_search(t.search, printing_probe(t, runner, env, n));
   verify_recommendation(r, verifying(t, runner));
-  if (r.outcome.recommendation) r.command = train_command(t, *r.outcome.recommendation);
+  if (r.outcome.recommendation) r.command = train_command(t, *r.outcome.recommendation, env);
   r.tuning_wall_s = now_s() - t0;
   if (t.print_decisions && r.outcome.recommendation)
     fmt::print("rank {} decided: largest feasible {}, micro-batch {}, accum {}, bucket {:g}\n", env.rank,
