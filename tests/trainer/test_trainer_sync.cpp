@@ -1,6 +1,9 @@
 // Data-parallel semantics on CPU with Gloo: consistency, equivalence, accumulation, local SGD.
 #include "trainer_runner.hpp"
 
+#include <map>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 using namespace memcomm::test;
@@ -58,6 +61,23 @@ TEST_CASE("with --accum K gradients are all-reduced on the last micro-batch only
   REQUIRE(buckets >= 1);
   // steps*accum micro-batches, one synchronisation per step: exactly 1/K of the micro-batches.
   CHECK(s["allreduce_calls"].get<int>() == steps * buckets);
+}
+
+TEST_CASE("the logged and summary losses are the global batch's, whatever the ranks") {
+  // See Note [Run-wide figures]: 2 ranks of 32 and 1 of 64 train the same model on the same batches.
+  std::map<std::string, std::vector<double>> losses;  // the last log line's, the summary's first and last
+  for (const std::string ranks : {"--nproc 2 --batch-size 32", "--batch-size 64"}) {
+    const auto r = run_command(quick_train(ranks + " --steps 6 --log-interval 3"));
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    const auto step = r.output.find("step 6/6 loss "), summary = r.output.find("  loss ");
+    REQUIRE((step != std::string::npos && summary != std::string::npos));
+    const auto arrow = r.output.find("-> ", summary);
+    losses[ranks] = {std::stod(r.output.substr(step + 14)), std::stod(r.output.substr(summary + 7)),
+                     std::stod(r.output.substr(arrow + 3))};
+  }
+  for (size_t i = 0; i < 3; ++i)
+    CHECK(losses["--nproc 2 --batch-size 32"][i] == Approx(losses["--batch-size 64"][i]).margin(2e-4));
 }
 
 TEST_CASE("local SGD averages parameters exactly every K steps") {

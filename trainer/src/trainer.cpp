@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <exception>
 #include <cmath>
 #include <memcomm/common/replacing_file.hpp>
@@ -113,6 +114,7 @@ class TrainingRun {
  private:
   int64_t resume();
   void average_now();
+  double interval_loss();
   EpochPlan plan_epochs() const;
   void print_plan(const EpochPlan& plan) const;
   void start_summary(const EpochPlan& plan);
@@ -135,6 +137,7 @@ class TrainingRun {
   StepTiming timing_;
   std::vector<double> step_ms_;
   double interval_loss_ = 0;
+  double logged_loss_ = 0;  // the last log line's, job-wide
   int64_t interval_steps_ = 0;
   std::unique_ptr<BatchLoader> loader_;
   int64_t loader_epoch_ = -1;
@@ -332,17 +335,36 @@ void TrainingRun::after_step(int64_t step, int64_t start_step, double step_loss)
   }
   if (o_.empty_cache > 0 && (step + 1) % o_.empty_cache == 0) clear_cache();
   const bool log_now = (step + 1) % o_.log_interval == 0 || step + 1 == o_.steps;
+  if (log_now) logged_loss_ = interval_loss();  // every rank joins
   if (leader_ && (log_now || tty_)) log_step(step, start_step, log_now);
+  if (log_now) {
+    interval_loss_ = 0;
+    interval_steps_ = 0;
+  }
 }
 
 // A log line every --log-interval steps, and on a terminal a progress bar in between.
+// The training loss since the last log line, over every rank's micro-batches: the global batch's, as
+// one rank trains it (Note [Run-wide figures]). A bookkeeping all-reduce, left out of the trace as the
+// summary's are: it is no part of the training the trace shows.
+double TrainingRun::interval_loss() {
+  if (p_.env.world == 1) return interval_loss_ / double(std::max<int64_t>(interval_steps_, 1));
+  auto t = torch::tensor({interval_loss_, double(interval_steps_)}, torch::kFloat64);
+  const auto record = std::exchange(p_.comm.on_collective, nullptr);
+  p_.comm.allreduce(t);
+  p_.comm.on_collective = record;
+  return t[0].item<double>() / std::max(1.0, t[1].item<double>());
+}
+
 void TrainingRun::log_step(int64_t step, int64_t start_step, bool log_now) {
   const double el = static_cast<double>(monotonic_ns() - t_start_) / 1e9;
   const double sps = static_cast<double>((step + 1 - start_step) * s_.global_batch) / std::max(el, 1e-9);
   p_.profiler.counter(prof::kCounterSamplesPerSec, sps);
   // The epoch of the step just done (m has moved past its last micro-batch).
+  // Between log lines (a terminal's progress bar) the loss so far is rank 0's.
+  const double loss = log_now ? logged_loss_ : interval_loss_ / double(std::max<int64_t>(interval_steps_, 1));
   std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.6g} {:.0f} samples/s", (m_ - 1) / per_epoch_,
-                                 step + 1, o_.steps, interval_loss_ / interval_steps_, lr_at(o_, step), sps);
+                                 step + 1, o_.steps, loss, lr_at(o_, step), sps);
   // Note [Peak memory in the log]: the allocator that serves the training device (memcomm's on
   // the CPU, PyTorch's CUDA allocator on a GPU); with LibTorch's CPU allocator, which keeps no
   // statistics, the process's peak resident set stands in, and says so.
@@ -353,8 +375,6 @@ void TrainingRun::log_step(int64_t step, int64_t start_step, bool log_now) {
     line += fmt::format(" peak rss {:.1f} MiB", double(peak_rss_bytes()) / (1 << 20));
   if (log_now) {
     fmt::print("{}{}\n", tty_ ? "\r\033[K" : "", line);
-    interval_loss_ = 0;
-    interval_steps_ = 0;
   } else {
     const int width = 30, done = static_cast<int>(width * (step + 1) / o_.steps);
     fmt::print("\r\033[K[{}{}] {}", std::string(static_cast<size_t>(done), '#'),
@@ -422,9 +442,10 @@ void TrainingRun::dump_params() const {
 
 // Note [Run-wide figures]: the summary speaks for the job, not rank 0: peaks (memory, resident
 // set, fragmentation) are the largest over the ranks, counts (trace events and drops, bytes the
-// cache gave back, the profiler threads' CPU, ranks whose trace file failed) their sum. The two
-// all-reduces also stand for the closing barrier: every rank has finished before rank 0 reports and
-// its store goes away.
+// cache gave back, the profiler threads' CPU, ranks whose trace file failed) their sum, the first
+// and last step's training loss their mean (the global batch's, as the log's lines give it:
+// interval_loss()). The two all-reduces also stand for the closing barrier: every rank has finished
+// before rank 0 reports and its store goes away.
 void TrainingRun::gather_run_wide_figures() {
   const MemoryFigures mf = p_.memory.figures();
   s_.allocator = mf.allocator;
@@ -438,9 +459,12 @@ void TrainingRun::gather_run_wide_figures() {
                               double(peak_rss_bytes())}, torch::kFloat64);
   p_.comm.allreduce(peaks, -1, Reduce::Max);
   auto sums = torch::tensor({double(events), double(drops), double(s_.cache_released),
-                             double(p_.profiler.collector_cpu_ns()) / 1e6, trace_error.empty() ? 0.0 : 1.0},
+                             double(p_.profiler.collector_cpu_ns()) / 1e6, trace_error.empty() ? 0.0 : 1.0,
+                             s_.first_loss, s_.final_loss},
                             torch::kFloat64);
   p_.comm.allreduce(sums);
+  s_.first_loss = sums[5].item<double>() / p_.env.world;
+  s_.final_loss = sums[6].item<double>() / p_.env.world;
   s_.peak_allocated = static_cast<int64_t>(peaks[0].item<double>());
   s_.peak_reserved = static_cast<int64_t>(peaks[1].item<double>());
   s_.fragmentation = peaks[2].item<double>();
