@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -167,7 +168,10 @@ TuneOptions parse_tune_options(int argc, char** argv) {
                       : raw.search == "grid"    ? Strategy::Grid
                                                 : Strategy::Memcomm;
   t.search.bucket_mb = t.train.bucket_mb;
-  t.search.bucket_candidates = raw.buckets;
+  for (double mb : raw.buckets)  // each size once, in the order given: a repeat probed the same layout again
+    if (std::find(t.search.bucket_candidates.begin(), t.search.bucket_candidates.end(), mb) ==
+        t.search.bucket_candidates.end())
+      t.search.bucket_candidates.push_back(mb);
   t.search.world = t.train.nproc;  // replaced by the real world size under torchrun/Slurm
   if (!raw.unequal.empty()) parse_unequal_data(raw.unequal, t.probe);
   t.train_args = trainer_args(argc, argv);
