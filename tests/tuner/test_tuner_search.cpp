@@ -349,6 +349,35 @@ TEST_CASE("a winner whose long run runs out of memory gives way to the next fast
   CHECK(r.outcome.failure.find("every verified candidate") != std::string::npos);
 }
 
+TEST_CASE("after a long run runs out of memory, an unprobed divisor above every probed one goes first") {
+  // --fit-only probed b = 100 (the boundary) and b = 5 (the fit): 50 was never probed, and fits.
+  TuneResult r;
+  r.config.global_batch = 100;
+  r.config.memory_limit = int64_t(1) << 30;
+  r.outcome.global_batch = 100;
+  for (const auto& [b, speed] : {std::pair<int64_t, double>{5, 100}, {100, 3000}}) {
+    Trial t;
+    t.request.micro_batch = b;
+    t.request.accum = 100 / b;
+    t.result.peak_allocated = t.result.peak_reserved = b << 20;
+    t.samples_per_s = speed;
+    r.outcome.trials.push_back(t);
+  }
+  r.outcome.recommendation = Recommendation{100, 1, 1, 25, 3000, 100 << 20, 100 << 20, 0};
+  std::vector<int64_t> verified;
+  verify_recommendation(r, [&](const Recommendation& rec) {
+    verified.push_back(rec.micro_batch);
+    Verification v;
+    v.micro_batch = rec.micro_batch;
+    v.oom = rec.micro_batch == 100;  // the long run's evaluation pass needs more than the probes saw
+    v.steps = v.oom ? 0 : 5;
+    v.samples_per_s = 2500;
+    v.peak_allocated = v.peak_reserved = v.oom ? -1 : rec.micro_batch << 20;
+    return v;
+  });
+  CHECK(verified == std::vector<int64_t>{100, 50});  // not b = 5, twenty times slower
+}
+
 TEST_CASE("a winner whose long run runs out of memory gives way to a smaller micro-batch, probed or not") {
   TuneResult r;
   r.config.global_batch = 64;

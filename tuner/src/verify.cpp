@@ -30,17 +30,29 @@ const Trial* fastest_below(const SearchOutcome& o, int64_t limit, int world, int
 }
 
 // The next candidate after a long run ran out of memory at micro-batch `ceiling`: the fastest probed
-// one below it, else the largest divisor of the per-rank batch below it, not probed (its speed is
-// then the long run's own).
+// one below it, unless the largest divisor of the per-rank batch below it is larger than every
+// micro-batch probed there (a --fit-only search probes few: b = 5 was taken, at a fifth of the speed,
+// where 50 was never probed and fitted); then that divisor, not probed (its speed is then the long
+// run's own).
 std::optional<Recommendation> next_below(const SearchOutcome& o, int64_t limit, int world, int64_t ceiling,
                                          double bucket_mb, int64_t smallest) {
   const int64_t per_rank = o.global_batch / world;
-  if (const Trial* t = fastest_below(o, limit, world, ceiling))
+  int64_t largest_probed = 0;  // below the ceiling, a divisor, fitted
+  for (const Trial& t : o.trials)
+    if (!t.result.oom && t.request.micro_batch < ceiling && per_rank % t.request.micro_batch == 0)
+      largest_probed = std::max(largest_probed, t.request.micro_batch);
+  const auto ran_out = [&](int64_t b) {
+    return std::any_of(o.trials.begin(), o.trials.end(),
+                       [b](const Trial& t) { return t.result.oom && t.request.micro_batch == b; });
+  };
+  int64_t largest_divisor = 0;
+  for (int64_t b : divisors(per_rank))  // ascending
+    if (b < ceiling && b >= smallest && !ran_out(b)) largest_divisor = b;
+  const Trial* t = fastest_below(o, limit, world, ceiling);
+  if (t && largest_divisor <= largest_probed)
     return Recommendation{t->request.micro_batch, t->request.accum, world, bucket_mb,
                           t->samples_per_s, t->result.peak_reserved, t->result.peak_allocated, 0};
-  const std::vector<int64_t> candidates = divisors(per_rank);  // ascending
-  for (auto b = candidates.rbegin(); b != candidates.rend(); ++b)
-    if (*b < ceiling && *b >= smallest) return Recommendation{*b, per_rank / *b, world, bucket_mb, 0, -1, -1, 0};
+  if (largest_divisor > 0) return Recommendation{largest_divisor, per_rank / largest_divisor, world, bucket_mb, 0, -1, -1, 0};
   return std::nullopt;
 }
 
