@@ -242,6 +242,20 @@ TEST_CASE("a live stream without --trace and no viewer says its events are lost 
   CHECK(r.output.find(", 0 dropped") == std::string::npos);
 }
 
+TEST_CASE("an evaluation that runs out of memory still leaves the training's summary, then fails the run") {
+  // See Note [Evaluation fails together]: the test split (7.5 MiB) does not fit beside the model under 60 MiB.
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")) return;
+  const auto d = scratch_dir("eval-oom");
+  const auto r = run_command(train_bin() + " --model mlp --memory-limit 60MiB --batch-size 100 --steps 3 --threads 1 "
+                             "--summary-json " + d + "/s.json");
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("evaluation failed: CPU out of memory") != std::string::npos);
+  const auto s = read_json(d + "/s.json");
+  CHECK(s["steps"] == 3);
+  CHECK(s["eval_error"].get<std::string>().find("out of memory") != std::string::npos);
+}
+
 TEST_CASE("an unwritable checkpoint folder is an error before training starts") {
   const auto r = run_command(quick_train("--steps 50 --checkpoint-dir /proc/memcomm-ckpt --checkpoint-every 1"));
   INFO(r.output);
@@ -458,6 +472,15 @@ bool wait_launcher(Launched& l, int& status) {
   return false;
 }
 
+// Sends `sig` to the launcher, waits for it (at most 60 s) and returns what the run printed.
+std::string log_after_signal(Launched& l, int sig, const std::string& log) {
+  REQUIRE(::kill(l.launcher, sig) == 0);
+  int status = 0;
+  if (!wait_launcher(l, status)) FAIL("the launcher did not exit within 60 s of signal " << sig);
+  std::ifstream f(log);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
 }  // namespace
 
 TEST_CASE("kill -9 of one rank ends the others within the timeout naming the lost rank and leaves no orphans") {
@@ -492,11 +515,7 @@ TEST_CASE("SIGTERM to the launcher ends every rank by it, each with its trace fl
   Launched l;
   launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1 --trace " + d + "/t.mct", log, 2);
   REQUIRE(l.ranks.size() == 2);
-  REQUIRE(::kill(l.launcher, SIGTERM) == 0);
-  int status = 0;
-  if (!wait_launcher(l, status)) FAIL("the launcher did not exit within 60 s of SIGTERM");
-  std::ifstream f(log);
-  const std::string out((std::istreambuf_iterator<char>(f)), {});
+  const std::string out = log_after_signal(l, SIGTERM, log);
   INFO(out);
   CHECK(out.find("rank 0: SIGTERM: its trace flushed, ending") != std::string::npos);
   CHECK(out.find("rank 1: SIGTERM: its trace flushed, ending") != std::string::npos);
@@ -517,11 +536,7 @@ TEST_CASE("SIGINT to a launcher started with SIGINT ignored (a script's backgrou
   Launched l;
   launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1", log, 2, "trap '' INT; ");
   REQUIRE(l.ranks.size() == 2);
-  REQUIRE(::kill(l.launcher, SIGINT) == 0);
-  int status = 0;
-  if (!wait_launcher(l, status)) FAIL("the launcher did not exit within 60 s of SIGINT");
-  std::ifstream f(log);
-  const std::string out((std::istreambuf_iterator<char>(f)), {});
+  const std::string out = log_after_signal(l, SIGINT, log);
   INFO(out);
   CHECK(out.find("was killed by signal 2") != std::string::npos);
   CHECK(out.find("step 100000/") == std::string::npos);

@@ -30,8 +30,11 @@ void print_summary(const RunSummary& s) {
              s.unused_per_epoch > 0 ? fmt::format(", last {} unused (partial batch)", s.unused_per_epoch) : std::string());
   fmt::print("  throughput {:.1f} samples/s | step {:.2f} ms mean, {:.2f} p50, {:.2f} p95\n", s.samples_per_s,
              s.step_ms_mean, s.step_ms_p50, s.step_ms_p95);
-  fmt::print("  loss {:.4f} -> {:.4f} | eval loss {:.4f}, accuracy {:.2f}% on {} samples\n", s.first_loss,
-             s.final_loss, s.eval_loss, 100 * s.eval_accuracy, s.eval_samples);
+  if (s.eval_error.empty())
+    fmt::print("  loss {:.4f} -> {:.4f} | eval loss {:.4f}, accuracy {:.2f}% on {} samples\n", s.first_loss,
+               s.final_loss, s.eval_loss, 100 * s.eval_accuracy, s.eval_samples);
+  else
+    fmt::print("  loss {:.4f} -> {:.4f} | evaluation failed: {}\n", s.first_loss, s.final_loss, s.eval_error);
   const std::string across = s.param_syncs > 0 ? "(local SGD's parameter averages)" : fmt::format("in {} buckets", s.buckets);
   fmt::print("  communication {:.1f} ms, exposed {:.1f} ms, overlap {:.1f}% | {} all-reduces {}, {}\n", s.comm_ms,
              s.exposed_comm_ms, s.overlap_pct, s.allreduce_calls, across, bytes_str(s.bytes_on_wire));
@@ -59,7 +62,8 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"backward_ms", s.backward_ms}, {"overlap_pct", s.overlap_pct}, {"allreduce_calls", s.allreduce_calls},
       {"param_syncs", s.param_syncs}, {"buckets", s.buckets}, {"bytes_on_wire", s.bytes_on_wire},
       {"first_loss", s.first_loss}, {"final_loss", s.final_loss}, {"eval_loss", s.eval_loss},
-      {"eval_accuracy", s.eval_accuracy}, {"eval_samples", s.eval_samples}, {"allocator", s.allocator},
+      {"eval_accuracy", s.eval_accuracy}, {"eval_samples", s.eval_samples},
+      {"eval_error", s.eval_error.empty() ? nlohmann::json() : nlohmann::json(s.eval_error)}, {"allocator", s.allocator},
       {"peak_allocated", s.peak_allocated}, {"peak_reserved", s.peak_reserved}, {"fragmentation", s.fragmentation},
       {"trace_events", s.trace_events}, {"trace_drops", s.trace_drops},
       {"trace_collector_cpu_ms", s.trace_collector_cpu_ms}, {"peak_rss", s.peak_rss},

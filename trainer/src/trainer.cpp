@@ -124,6 +124,7 @@ class TrainingRun {
   void log_step(int64_t step, int64_t start_step, bool log_now);
   void clear_cache();
   void evaluate_and_report();
+  void report() const;
   void dump_params() const;
   void gather_run_wide_figures();
 
@@ -383,11 +384,23 @@ void TrainingRun::log_step(int64_t step, int64_t start_step, bool log_now) {
   std::fflush(stdout);
 }
 
+// An evaluation that fails (out of memory under a cap, a bad sample) fails on every rank together
+// (Note [Evaluation fails together]): the training's figures are still summarised and written, and the
+// run then ends with the evaluation's error, not with its results lost after the whole run.
 void TrainingRun::evaluate_and_report() {
   EvalResult e;
+  std::exception_ptr eval_failed;
   {
     prof::PhaseScope eval_scope(prof::Phase::Eval);
-    e = evaluate(p_.session.model(), o_, p_.env, p_.comm, dev_);
+    try {
+      e = evaluate(p_.session.model(), o_, p_.env, p_.comm, dev_);
+    } catch (const CommError&) {
+      throw;  // a lost peer: no summary to agree on
+    } catch (const std::exception& err) {
+      eval_failed = std::current_exception();
+      s_.eval_error = err.what();
+      if (const auto nl = s_.eval_error.find('\n'); nl != std::string::npos) s_.eval_error.resize(nl);
+    }
   }
   s_.eval_loss = e.loss;
   s_.eval_accuracy = e.accuracy;
@@ -417,7 +430,11 @@ void TrainingRun::evaluate_and_report() {
   }
   if (!o_.dump_params.empty() && leader_) dump_params();
   gather_run_wide_figures();
-  if (!leader_) return;
+  if (leader_) report();
+  if (eval_failed) std::rethrow_exception(eval_failed);
+}
+
+void TrainingRun::report() const {
   print_summary(s_);
   if (!o_.trace.empty() && traces_failed_ > 0) {
     fmt::print("trace: {} of {} ranks could not write their trace file (said above: what each file still holds)\n",
