@@ -343,7 +343,14 @@ class Search {
     for (long i = largest_fit > 0 ? static_cast<long>(floor_index(largest_fit)) : -1; i >= 0; --i) {
       const size_t k = static_cast<size_t>(i);
       if (per_rank_ % cand_[k] != 0 || (!done_.count(cand_[k]) && !budget_left())) continue;
-      if (!done_.count(cand_[k])) probe(cand_[k], TrialPurpose::Fit, cfg_.bucket_mb);
+      if (!done_.count(cand_[k])) {
+        // Its own accumulation (K = per-rank batch / b) may need more than the boundary's probes
+        // (b = 512, K = 2 ran out where 658, K = 1 fitted): listed with the trials, no part of the boundary.
+        const int64_t feasible = out_.largest_feasible, infeasible = out_.smallest_infeasible;
+        probe(cand_[k], TrialPurpose::Fit, cfg_.bucket_mb);
+        out_.largest_feasible = feasible;
+        out_.smallest_infeasible = infeasible;
+      }
       if (safe(k)) {
         out_.recommendation = make_rec(out_.trials[done_.at(cand_[k])]);
         return;
