@@ -90,6 +90,9 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--trace /tmp/memcomm-outs/t --summary-json /tmp/memcomm-outs/../memcomm-outs/t.rank0.mct",
                              "is a rank's trace file"},
                         Case{"--summary-json /nonexistent-memcomm/s.json", "--summary-json"},
+                        Case{"--checkpoint-dir /tmp --summary-json /tmp/ckpt.rank0.pt",
+                             "--summary-json /tmp/ckpt.rank0.pt is a rank's checkpoint in --checkpoint-dir /tmp"},
+                        Case{"--checkpoint-dir /tmp --dump-params /tmp/../tmp/ckpt.rank3.pt", "is a rank's checkpoint"},
                         Case{"--summary-json /", "--summary-json"},
                         // An empty value (an unset shell variable) is not the option left out.
                         Case{"--trace ''", "--trace: must not be empty"}, Case{"--summary-json ''", "--summary-json"},

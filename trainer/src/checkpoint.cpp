@@ -1,6 +1,7 @@
 #include "checkpoint.hpp"
 
 #include <memcomm/train/errors.hpp>
+#include <memcomm/train/options.hpp>
 
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string path_for(const std::string& dir, int rank) { return dir + "/ckpt.rank" + std::to_string(rank) + ".pt"; }
+std::string path_for(const std::string& dir, int rank) { return checkpoint_path(dir, rank); }
 
 constexpr const char* kFingerprintKey = "memcomm_config";
 

@@ -32,13 +32,14 @@ namespace {
   std::exit(2);
 }
 
-// True when `file` is where a rank's trace goes: NAME.rankR.mct beside --trace NAME.mct.
-bool is_rank_trace(const std::string& file, const std::string& trace) {
+// True when `file` is where some rank's file goes, given rank 0's (its name, with 0 for the rank,
+// ends in `suffix`): NAME.rankR.mct beside --trace NAME.mct, ckpt.rankR.pt in --checkpoint-dir.
+bool is_rank_file(const std::string& file, const std::string& rank0_path, const std::string& suffix) {
   std::error_code ec;
-  const fs::path f = fs::weakly_canonical(file, ec), rank0 = fs::weakly_canonical(prof::rank_trace_path(trace, 0), ec);
+  const fs::path f = fs::weakly_canonical(file, ec), rank0 = fs::weakly_canonical(rank0_path, ec);
   if (ec || f.parent_path() != rank0.parent_path()) return false;
   const std::string name = f.filename().string(), r0 = rank0.filename().string();
-  const std::string prefix = r0.substr(0, r0.size() - std::string("0.mct").size()), suffix = ".mct";
+  const std::string prefix = r0.substr(0, r0.size() - ("0" + suffix).size());
   if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
     return false;
@@ -47,6 +48,8 @@ bool is_rank_trace(const std::string& file, const std::string& trace) {
 }
 
 }  // namespace
+
+std::string checkpoint_path(const std::string& dir, int rank) { return dir + "/ckpt.rank" + std::to_string(rank) + ".pt"; }
 
 void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {
   memcomm::refuse_empty_values(app);
@@ -149,10 +152,14 @@ void check_train_options(const TrainOptions& o, const char* program) {
   } catch (const std::invalid_argument& e) {
     usage_error(e.what());
   }
-  // Outputs must not overwrite one another: the summary written last would replace a rank's trace.
-  for (const auto& [flag, file] : {std::pair{"--summary-json", o.summary_json}, std::pair{"--dump-params", o.dump_params}})
-    if (!file.empty() && !o.trace.empty() && is_rank_trace(file, o.trace))
+  // Outputs must not overwrite one another: the summary written last would replace a rank's trace or
+  // checkpoint (which a later --resume then refused as corrupt).
+  for (const auto& [flag, file] : {std::pair{"--summary-json", o.summary_json}, std::pair{"--dump-params", o.dump_params}}) {
+    if (!file.empty() && !o.trace.empty() && is_rank_file(file, prof::rank_trace_path(o.trace, 0), ".mct"))
       usage_error(std::string(flag) + " " + file + " is a rank's trace file of --trace " + o.trace);
+    if (!file.empty() && !o.checkpoint_dir.empty() && is_rank_file(file, checkpoint_path(o.checkpoint_dir, 0), ".pt"))
+      usage_error(std::string(flag) + " " + file + " is a rank's checkpoint in --checkpoint-dir " + o.checkpoint_dir);
+  }
   std::error_code ec;
   if (!o.summary_json.empty() && !o.dump_params.empty() &&
       fs::weakly_canonical(o.summary_json, ec) == fs::weakly_canonical(o.dump_params, ec))

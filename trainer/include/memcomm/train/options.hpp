@@ -107,6 +107,9 @@ void check_output_file(const std::string& flag, const std::string& file);
 // missing folder is made, as --checkpoint-dir's is.
 void check_output_dir(const std::string& flag, const std::string& file, bool create);
 
+// Where a rank's checkpoint goes in --checkpoint-dir `dir` (ckpt.rankR.pt).
+std::string checkpoint_path(const std::string& dir, int rank);
+
 // Note [Checkpoint fingerprint] in checkpoint.hpp: (flag, value) pairs for what a resumed run must
 // share with the run that wrote the checkpoint. `world` is the number of ranks actually running.
 std::vector<std::pair<std::string, std::string>> checkpoint_fingerprint(const TrainOptions& o, int world);
