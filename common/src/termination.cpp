@@ -26,12 +26,16 @@ std::function<void()> g_close;
 std::chrono::milliseconds g_deadline{0};
 std::string g_late_note;
 
-// The signal's default action, now: from the handler too (every call is async-signal-safe).
-[[noreturn]] void end_by(int sig) {
+void restore_default(int sig) {  // async-signal-safe
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   ::sigaction(sig, &dfl, nullptr);
+}
+
+// The signal's default action, now: from the handler too (every call is async-signal-safe).
+[[noreturn]] void end_by(int sig) {
+  restore_default(sig);
   sigset_t only;
   sigemptyset(&only);
   sigaddset(&only, sig);
@@ -115,12 +119,7 @@ bool watch_termination(std::function<void()> close, std::chrono::milliseconds de
 }
 
 void unwatch_termination() {
-  if (handler_is(on_signal)) {
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    ::sigaction(SIGTERM, &dfl, nullptr);
-  }
+  if (handler_is(on_signal)) restore_default(SIGTERM);
   std::lock_guard<std::mutex> lock(g_mu);
   g_close = nullptr;
 }

@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import threading
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 import memcomm
 from memcomm import _memcomm
@@ -51,16 +51,17 @@ class CloseOnce:
     """A run's close, by whichever way it ends first (the script's end, its os._exit(), SIGTERM on the
     watch's thread): run once, from any thread; a later caller waits for it and gets its result."""
 
-    def __init__(self, close_run: Callable[[], bool]):
+    def __init__(self, close_run: Callable[[], Any]):
         self._close_run = close_run
         self._lock = threading.Lock()
-        self._whole: Optional[bool] = None
+        self._done = False
+        self._result: Any = None
 
-    def __call__(self) -> bool:
+    def __call__(self) -> Any:
         with self._lock:
-            if self._whole is None:
-                self._whole = self._close_run()
-            return self._whole
+            if not self._done:
+                self._result, self._done = self._close_run(), True
+            return self._result
 
 
 @contextlib.contextmanager

@@ -66,7 +66,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import memcomm
 from memcomm._caller import RunnerWarnings, entry_of_the_script, warn
-from memcomm._ending import close, closed_before_os_exit, closed_on_sigterm
+from memcomm._ending import CloseOnce, close, closed_before_os_exit, closed_on_sigterm
 from memcomm._profiler import running
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm.profiler import profile_anew_in_forked_child
@@ -157,8 +157,8 @@ class _ChildProfile:
         self.profiler: Optional[memcomm.Profiler] = None
         self.start_failed = False  # said when it failed
         self.updates = 0           # torch.optim steps outside any profile (a Process that trains unprofiled says so)
-        self.closed = False
-        self.closing = threading.Lock()  # the child's end, its os._exit() or SIGTERM's thread: Note [Closing on SIGTERM]
+        # At the child's end, before its os._exit(), or on SIGTERM's thread (Note [Closing on SIGTERM]): once.
+        self._close = CloseOnce(self._close_now)
         self.prepared = contextlib.ExitStack()  # DDP buckets recorded, os._exit and SIGTERM closing first
         RunnerWarnings.on = True  # the script's child: memcomm's warnings never fail it either
 
@@ -221,14 +221,7 @@ class _ChildProfile:
             return trace
         return os.path.join(start_dir, trace)
 
-    def _close(self) -> None:
-        """At the child's end, before its os._exit(), or on SIGTERM: once."""
-        with self.closing:
-            if not self.closed:
-                self.closed = True
-                self._close_once()
-
-    def _close_once(self) -> None:
+    def _close_now(self) -> None:
         if self.profiler is not None:
             close(self.options, self.profiler)
         elif not self.start_failed and self.updates:  # a Process of the script's own, training (Hogwild)

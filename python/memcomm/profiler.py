@@ -241,13 +241,12 @@ class Profiler(contextlib.ContextDecorator):
                  "launcher: LAUNCHER ... -m memcomm SCRIPT)", NothingRecorded)
         if self._hooks.backwards and not self._hooks.forwards:
             warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: {self._why_no_forward()}", ProfileAdvice)
+        recorded = "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)"
         if self._hooks.sharded:
-            warn(f"memcomm: the model is sharded by {self._hooks.sharded} are not recorded "
-                 "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)")
+            warn(f"memcomm: the model is sharded by {self._hooks.sharded} are not recorded {recorded}")
         if self._hooks.forwards and "torch.distributed.pipelining" in sys.modules:  # only a script that pipelines loads it
             warn("memcomm: the script loaded torch.distributed.pipelining: the sends and receives between pipeline "
-                 "stages are not recorded (memcomm records DDP's bucket all-reduces and the collectives called "
-                 "through memcomm.dist)")
+                 f"stages are not recorded {recorded}")
         if live_note:
             warn(f"memcomm: {live_note}", RuntimeWarning)
         if trace_error:  # a full disk: the recording has ended cleanly, but the file is short

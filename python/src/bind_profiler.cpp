@@ -259,11 +259,7 @@ void bind_hot_calls(pyb::module_& m) {
         pyb::arg("comm"), pyb::arg("size"), pyb::arg("rank"), pyb::arg("hash"));
 }
 
-// The close runs on the watch's thread (Note [Closing on SIGTERM]), so it takes the GIL itself; the
-// line saying why the process ends comes first, since code that keeps the GIL lets the close wait out
-// its deadline. Each callable is kept for the life of the process: the watch's thread may be about to
-// call it when another watch_termination() replaces it, and no Python object may be dropped at exit
-// without the GIL.
+// What the watch says when the deadline ended the process before the close returned.
 std::string late_note(double deadline_s) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%g", deadline_s);
@@ -271,6 +267,11 @@ std::string late_note(double deadline_s) {
          " s (the program kept Python's lock); it holds what was flushed before the signal\n";
 }
 
+// The close runs on the watch's thread (Note [Closing on SIGTERM]), so it takes the GIL itself; the
+// line saying why the process ends comes first, since code that keeps the GIL lets the close wait out
+// its deadline. Each callable is kept for the life of the process: the watch's thread may be about to
+// call it when another watch_termination() replaces it, and no Python object may be dropped at exit
+// without the GIL.
 bool watch_termination(const pyb::function& close, double deadline_s) {
   if (!(deadline_s > 0 && deadline_s <= 3600)) throw std::invalid_argument("deadline_s must be in (0, 3600] seconds");
   auto* kept = new pyb::function(close);

@@ -338,28 +338,35 @@ def test_processes_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
     assert colls and all(c["op"] == "all_reduce" and c["ranks_seen"] == 2 for c in colls), colls
 
 
-RPC_SPAWN = """
-import os, sys, torch, torch.multiprocessing as mp, torch.distributed.rpc as rpc
+# Three steps of the trainer, w0, on `first`, a module that w1 holds as an RPC parameter server would.
+RPC_TRAIN = """
+import torch, torch.distributed.rpc as rpc
 import torch.distributed.autograd as dist_autograd
 from torch.distributed.optim import DistributedOptimizer
 
 def parameters(module):
     return [rpc.RRef(p) for p in module.local_value().parameters()]
 
+def train(first):
+    last = torch.nn.Linear(4, 1)
+    opt = DistributedOptimizer(torch.optim.SGD, rpc.rpc_sync("w1", parameters, args=(first,)) +
+                               [rpc.RRef(p) for p in last.parameters()], lr=0.05)
+    for _ in range(3):
+        with dist_autograd.context() as ctx:
+            loss = last(first.rpc_sync().forward(torch.randn(16, 8))).pow(2).mean()
+            dist_autograd.backward(ctx, [loss])
+            opt.step(ctx)
+"""
+
+RPC_SPAWN = RPC_TRAIN + """
+import os, sys, torch.multiprocessing as mp
+
 def run(rank, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
-    if rank == 0:  # the trainer; w1 holds the first layer, as an RPC parameter server would
+    if rank == 0:
         torch.manual_seed(0)
-        first = rpc.remote("w1", torch.nn.Linear, args=(8, 4))
-        last = torch.nn.Linear(4, 1)
-        opt = DistributedOptimizer(torch.optim.SGD, rpc.rpc_sync("w1", parameters, args=(first,)) +
-                                   [rpc.RRef(p) for p in last.parameters()], lr=0.05)
-        for _ in range(3):
-            with dist_autograd.context() as ctx:
-                loss = last(first.rpc_sync().forward(torch.randn(16, 8))).pow(2).mean()
-                dist_autograd.backward(ctx, [loss])
-                opt.step(ctx)
+        train(rpc.remote("w1", torch.nn.Linear, args=(8, 4)))
     rpc.shutdown()
 
 if __name__ == "__main__":
@@ -380,10 +387,8 @@ def test_rpc_workers_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
     assert [(s["rank"], s["step"]) for s in trace["steps"]] == [(0, 1), (0, 2), (0, 3)], trace["steps"]
 
 
-RPC_TORCHRUN = """
-import os, torch, torch.distributed.rpc as rpc
-import torch.distributed.autograd as dist_autograd
-from torch.distributed.optim import DistributedOptimizer
+RPC_TORCHRUN = RPC_TRAIN + """
+import os
 
 class Embed(torch.nn.Module):
     def __init__(self):
@@ -393,21 +398,10 @@ class Embed(torch.nn.Module):
     def forward(self, x):
         return torch.tanh(self.lin(x))
 
-def parameters(module):
-    return [rpc.RRef(p) for p in module.local_value().parameters()]
-
 rank = int(os.environ["RANK"])
 rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
 if rank == 0:
-    first = rpc.remote("w1", Embed)
-    last = torch.nn.Linear(4, 1)
-    opt = DistributedOptimizer(torch.optim.SGD, rpc.rpc_sync("w1", parameters, args=(first,)) +
-                               [rpc.RRef(p) for p in last.parameters()], lr=0.05)
-    for _ in range(3):
-        with dist_autograd.context() as ctx:
-            loss = last(first.rpc_sync().forward(torch.randn(16, 8))).pow(2).mean()
-            dist_autograd.backward(ctx, [loss])
-            opt.step(ctx)
+    train(rpc.remote("w1", Embed))
 rpc.shutdown()
 """
 

@@ -223,10 +223,11 @@ TEST_CASE("a missing dataset says how to install it") {
   CHECK(r.code == 2);
   CHECK(r.output.find("apt-get install dataset-fashion-mnist") != std::string::npos);
   // A folder with the training split only: said before training, not after it (the test split is read at the end).
-  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) return;
+  const std::string installed = memcomm::train::TrainOptions{}.data_dir;  // --data-dir's default
+  if (!std::filesystem::exists(installed + "/train-images-idx3-ubyte.gz")) return;
   const auto d = scratch_dir("train-split-only");
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"})
-    std::filesystem::copy_file(std::string("/usr/share/datasets/fashion-mnist/") + f, d + "/" + f,
+    std::filesystem::copy_file(installed + "/" + f, d + "/" + f,
                                std::filesystem::copy_options::overwrite_existing);
   const auto half = run_command(train_bin() + " --model cnn --data-dir " + d + " --steps 3 --log-interval 1");
   INFO(half.output);
@@ -247,7 +248,7 @@ TEST_CASE("a live stream without --trace and no viewer says its events are lost 
 
 TEST_CASE("an evaluation that runs out of memory still leaves the training's summary, then fails the run") {
   // See Note [Evaluation fails together]: the test split (7.5 MiB) does not fit beside the model under 60 MiB.
-  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")) return;
+  if (!std::filesystem::exists(memcomm::train::TrainOptions{}.data_dir + "/t10k-images-idx3-ubyte.gz")) return;
   const auto d = scratch_dir("eval-oom");
   const auto r = run_command(train_bin() + " --model mlp --memory-limit 60MiB --batch-size 100 --steps 3 --threads 1 "
                              "--summary-json " + d + "/s.json");

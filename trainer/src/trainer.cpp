@@ -33,9 +33,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
-#include <exception>
 #include <cmath>
+#include <exception>
+#include <utility>
 #include <memcomm/common/replacing_file.hpp>
 
 #include <cstdio>
@@ -115,6 +115,7 @@ class TrainingRun {
   int64_t resume();
   void average_now();
   double interval_loss();
+  double rank_interval_loss() const;
   EpochPlan plan_epochs() const;
   void print_plan(const EpochPlan& plan) const;
   void start_summary(const EpochPlan& plan);
@@ -306,7 +307,6 @@ void TrainingRun::train_steps(int64_t start_step, const EpochPlan& plan) {
   if (o_.empty_cache > 0) clear_cache();  // before evaluation (Note [Clearing the cache])
 }
 
-// What follows a step: the loss figures, checksums, a checkpoint, clearing the cache, the log.
 // Local SGD's parameter average: one blocking all-reduce, so all its time is exposed; the summary counts
 // it with DDP's bucket all-reduces (it read "0 all-reduces, 0 B" for a run that averaged).
 void TrainingRun::average_now() {
@@ -322,6 +322,7 @@ void TrainingRun::average_now() {
   for (const auto& p : p_.session.params()) averages_.bytes += p.numel() * static_cast<int64_t>(p.element_size());
 }
 
+// What follows a step: the loss figures, checksums, a checkpoint, clearing the cache, the log.
 void TrainingRun::after_step(int64_t step, int64_t start_step, double step_loss) {
   if (step == start_step) s_.first_loss = step_loss;
   s_.final_loss = step_loss;
@@ -344,12 +345,16 @@ void TrainingRun::after_step(int64_t step, int64_t start_step, double step_loss)
   }
 }
 
-// A log line every --log-interval steps, and on a terminal a progress bar in between.
-// The training loss since the last log line, over every rank's micro-batches: the global batch's, as
-// one rank trains it (Note [Run-wide figures]). A bookkeeping all-reduce, left out of the trace as the
-// summary's are: it is no part of the training the trace shows.
+// The training loss since the last log line, this rank's.
+double TrainingRun::rank_interval_loss() const {
+  return interval_loss_ / double(std::max<int64_t>(interval_steps_, 1));
+}
+
+// The same over every rank's micro-batches: the global batch's, as one rank trains it (Note [Run-wide
+// figures]). A bookkeeping all-reduce, left out of the trace as the summary's are: it is no part of the
+// training the trace shows.
 double TrainingRun::interval_loss() {
-  if (p_.env.world == 1) return interval_loss_ / double(std::max<int64_t>(interval_steps_, 1));
+  if (p_.env.world == 1) return rank_interval_loss();
   auto t = torch::tensor({interval_loss_, double(interval_steps_)}, torch::kFloat64);
   const auto record = std::exchange(p_.comm.on_collective, nullptr);
   p_.comm.allreduce(t);
@@ -357,13 +362,14 @@ double TrainingRun::interval_loss() {
   return t[0].item<double>() / std::max(1.0, t[1].item<double>());
 }
 
+// A log line every --log-interval steps, and on a terminal a progress bar in between.
 void TrainingRun::log_step(int64_t step, int64_t start_step, bool log_now) {
   const double el = static_cast<double>(monotonic_ns() - t_start_) / 1e9;
   const double sps = static_cast<double>((step + 1 - start_step) * s_.global_batch) / std::max(el, 1e-9);
   p_.profiler.counter(prof::kCounterSamplesPerSec, sps);
-  // The epoch of the step just done (m has moved past its last micro-batch).
   // Between log lines (a terminal's progress bar) the loss so far is rank 0's.
-  const double loss = log_now ? logged_loss_ : interval_loss_ / double(std::max<int64_t>(interval_steps_, 1));
+  const double loss = log_now ? logged_loss_ : rank_interval_loss();
+  // The epoch of the step just done (m has moved past its last micro-batch).
   std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.6g} {:.0f} samples/s", (m_ - 1) / per_epoch_,
                                  step + 1, o_.steps, loss, lr_at(o_, step), sps);
   // Note [Peak memory in the log]: the allocator that serves the training device (memcomm's on
@@ -421,13 +427,11 @@ void TrainingRun::evaluate_and_report() {
     st.exposed_ns += buckets.exposed_ns;
     st.bytes += buckets.bytes;
   }
-  {
-    s_.allreduce_calls = st.allreduce_calls;
-    s_.comm_ms = static_cast<double>(st.comm_ns) / 1e6;
-    s_.exposed_comm_ms = static_cast<double>(st.exposed_ns) / 1e6;
-    s_.bytes_on_wire = st.bytes;
-    s_.overlap_pct = st.comm_ns > 0 ? 100.0 * std::max(0.0, 1.0 - double(st.exposed_ns) / double(st.comm_ns)) : 0;
-  }
+  s_.allreduce_calls = st.allreduce_calls;
+  s_.comm_ms = static_cast<double>(st.comm_ns) / 1e6;
+  s_.exposed_comm_ms = static_cast<double>(st.exposed_ns) / 1e6;
+  s_.bytes_on_wire = st.bytes;
+  s_.overlap_pct = st.comm_ns > 0 ? 100.0 * std::max(0.0, 1.0 - double(st.exposed_ns) / double(st.comm_ns)) : 0;
   if (!o_.dump_params.empty() && leader_) dump_params();
   gather_run_wide_figures();
   if (leader_) report();

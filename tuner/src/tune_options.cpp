@@ -3,9 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_checks.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <set>
 #include <stdexcept>
 
