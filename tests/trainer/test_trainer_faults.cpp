@@ -260,6 +260,15 @@ TEST_CASE("an evaluation that runs out of memory still leaves the training's sum
   CHECK(s["eval_error"].get<std::string>().find("out of memory") != std::string::npos);
 }
 
+TEST_CASE("a run out of host memory says so and which flags need less") {
+  // 2^31 synthetic samples: each epoch's order (16 GiB) cannot be had under a 12 GiB address space.
+  const auto r = run_command("ulimit -v 12000000 && " + train_bin() +
+                             " --model mlp --dataset tabular --synthetic-size 2147483648 --steps 1 --threads 1");
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("rank 0: out of host memory (std::bad_alloc): a smaller --synthetic-size") != std::string::npos);
+}
+
 TEST_CASE("an unwritable checkpoint folder is an error before training starts") {
   const auto r = run_command(quick_train("--steps 50 --checkpoint-dir /proc/memcomm-ckpt --checkpoint-every 1"));
   INFO(r.output);

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 
 int main(int argc, char** argv) {
   using namespace memcomm::train;
@@ -24,6 +25,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const c10::Error& e) {  // LibTorch's: the message without its C++ backtrace
     std::fprintf(stderr, "memcomm-train: rank %d: %s\n", env.rank, e.what_without_backtrace());
+    return 1;
+  } catch (const std::bad_alloc&) {  // the host's memory, not the device's (LibTorch says those in c10::Error)
+    std::fprintf(stderr,
+                 "memcomm-train: rank %d: out of host memory (std::bad_alloc): a smaller --synthetic-size (each epoch's "
+                 "order takes 16 bytes a sample), --batch-size, --workers or --prefetch needs less\n",
+                 env.rank);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memcomm-train: rank %d: %s\n", env.rank, e.what());
