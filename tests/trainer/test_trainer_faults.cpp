@@ -222,6 +222,14 @@ TEST_CASE("a missing dataset says how to install it") {
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK(r.output.find("apt-get install dataset-fashion-mnist") != std::string::npos);
+  // --nproc's launcher says it once, before it starts any rank.
+  const auto ranks = run_command(train_bin() + " --nproc 2 --data-dir /nonexistent/fmnist --steps 1");
+  INFO(ranks.output);
+  CHECK(ranks.code == 2);
+  const auto said = ranks.output.find("Fashion-MNIST not found");
+  CHECK(said != std::string::npos);
+  CHECK(ranks.output.find("Fashion-MNIST not found", said + 1) == std::string::npos);
+  CHECK(ranks.output.find("exited with code") == std::string::npos);
   // A folder with the training split only: said before training, not after it (the test split is read at the end).
   const std::string installed = memcomm::train::TrainOptions{}.data_dir;  // --data-dir's default
   if (!std::filesystem::exists(installed + "/train-images-idx3-ubyte.gz")) return;
@@ -395,7 +403,8 @@ TEST_CASE("ranks whose checkpoints are at different steps refuse to resume, with
   const auto one = run_command(quick_train("--nproc 2 --steps 8 --resume --checkpoint-dir " + d + "/mixed"));
   INFO(one.output);
   CHECK(one.code == 2);
-  CHECK(one.output.find("no checkpoint for rank 1") != std::string::npos);
+  CHECK(one.output.find("no checkpoint for rank 1 in") != std::string::npos);
+  CHECK(one.output.find("exited with code") == std::string::npos);  // said once, by the launcher
 }
 
 namespace {

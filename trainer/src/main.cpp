@@ -1,4 +1,7 @@
 // memcomm-train: see trainer.cpp for the loop and README.md for the launch story.
+#include "checkpoint.hpp"
+
+#include <memcomm/train/data.hpp>
 #include <memcomm/train/errors.hpp>
 #include <memcomm/train/launch.hpp>
 #include <memcomm/train/options.hpp>
@@ -8,12 +11,45 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <new>
+#include <string>
+
+namespace {
+
+using namespace memcomm::train;
+
+// What each rank would find wrong at its start, whatever its rank, found once by --nproc's launcher:
+// from the ranks, the same message came once per rank, then a line per rank that exited with code 2.
+void check_before_spawning(const TrainOptions& o) {
+  check_dataset_files(o, "train");
+  check_dataset_files(o, "test");
+  if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
+  if (!o.resume) return;
+  std::string missing;
+  for (int rank = 0; rank < o.nproc; ++rank)
+    if (!std::filesystem::exists(checkpoint_path(o.checkpoint_dir, rank)))
+      missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+  if (!missing.empty())
+    throw UsageError("--resume: no checkpoint for rank" + std::string(missing.find(',') == std::string::npos ? " " : "s ") +
+                     missing + " in " + o.checkpoint_dir);
+}
+
+int spawn_checked(int argc, char** argv, const TrainOptions& o) {
+  try {
+    check_before_spawning(o);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "memcomm-train: %s\n", e.what());
+    return 2;
+  }
+  return spawn_local_ranks(argc, argv, o.nproc, o.timeout_s + 15);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  using namespace memcomm::train;
   const TrainOptions o = parse_train_options(argc, argv);
-  if (o.nproc > 1 && !launched_externally()) return spawn_local_ranks(argc, argv, o.nproc, o.timeout_s + 15);
+  if (o.nproc > 1 && !launched_externally()) return spawn_checked(argc, argv, o);
   const DistEnv env = detect_dist_env("memcomm-train");
   try {
     return run_training(o, env);
