@@ -163,18 +163,24 @@ ReplacingFile::~ReplacingFile() {
   if (!committed_ && !in_place_) ::unlink(write_path_.c_str());
 }
 
-void ReplacingFile::commit() {
-  if (committed_) return;
-  if (in_place_) {
-    committed_ = true;
-    return;
-  }
+void ReplacingFile::sync() {
+  if (synced_ || in_place_) return;
   const int fd = ::open(write_path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw OutputError(why(destination_, errno));
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
   if (rc != 0) throw OutputError(why(destination_, err));
+  synced_ = true;
+}
+
+void ReplacingFile::commit() {
+  if (committed_) return;
+  if (in_place_) {
+    committed_ = true;
+    return;
+  }
+  sync();
   // The destination's permissions, set only now: a read-only mode on the temporary would have
   // stopped the writer.
   if (mode_ >= 0) (void)::chmod(write_path_.c_str(), static_cast<mode_t>(mode_));
@@ -233,11 +239,16 @@ void ReplacingStream::write_at(std::uint64_t offset, const void* data, std::size
   }
 }
 
-void ReplacingStream::commit() {
+void ReplacingStream::sync() {
   const int fd = fd_;
   fd_ = -1;
   if (fd >= 0 && ::close(fd) != 0) fail(errno);
   if (error_ != 0) throw OutputError(file_.naming_destination(why(file_.path(), error_)));
+  file_.sync();
+}
+
+void ReplacingStream::commit() {
+  sync();
   file_.commit();
 }
 

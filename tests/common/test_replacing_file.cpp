@@ -142,6 +142,28 @@ TEST_CASE("a streamed result keeps its first error for commit, and a header can 
   }
 }
 
+TEST_CASE("a synced stream leaves the destination as it was until commit, and dropped, leaves nothing", "[unit]") {
+  // What each rank's checkpoint does: written and synced, then committed or dropped with the others'.
+  const fs::path dir = fresh_dir("synced");
+  const fs::path out = dir / "ckpt.rank0.pt";
+  memcomm::write_replacing(out.string(), "step 2");
+  {
+    memcomm::ReplacingStream s(out.string());
+    s.write("step 4", 6);
+    s.sync();
+    CHECK(contents(out) == "step 2");
+    CHECK(entries(dir) == 2);  // the destination and the synced temporary
+  }
+  CHECK(contents(out) == "step 2");
+  CHECK(entries(dir) == 1);
+  memcomm::ReplacingStream s(out.string());
+  s.write("step 4", 6);
+  s.sync();
+  s.commit();
+  CHECK(contents(out) == "step 4");
+  CHECK(entries(dir) == 1);
+}
+
 TEST_CASE("a later write removes the temporaries of dead writers on this machine, and only those", "[unit]") {
   // Note [Abandoned temporaries]. Writers killed before their commit: each leaves its temporary.
   const fs::path dir = fresh_dir("abandoned");

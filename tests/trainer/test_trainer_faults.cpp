@@ -644,6 +644,26 @@ TEST_CASE("a full disk under the checkpoints ends the run with a message and lea
   CHECK(r.output.find(".tmp") == std::string::npos);
 }
 
+TEST_CASE("a checkpoint that one rank cannot write is saved by none, and the folder stays at one step") {
+  // See Note [Checkpoints saved together]: rank 1's files may not pass 4 KiB (SIGXFSZ ignored, so its
+  // write fails with EFBIG); rank 0 saved its file alone, and resume refused the folder.
+  const auto d = scratch_dir("checkpoint-one-rank-fails");
+  const std::string port = std::to_string(free_port());
+  const auto rank = [&](int r, const std::string& limit) {
+    return "(" + limit + "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(r) +
+           " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " timeout 120 " +
+           quick_train("--steps 4 --checkpoint-every 2 --timeout 20 --checkpoint-dir " + d) + "; echo rank" +
+           std::to_string(r) + "-exit=$?) 2>&1";
+  };
+  const auto r = run_command(rank(0, "") + " & " + rank(1, "trap '' XFSZ; ulimit -f 8; ") + "; wait; ls -A " + d);
+  INFO(r.output);
+  CHECK(r.output.find("rank0-exit=1") != std::string::npos);
+  CHECK(r.output.find("rank1-exit=1") != std::string::npos);
+  CHECK(r.output.find("cannot write " + d + "/ckpt.rank1.pt: File too large") != std::string::npos);
+  CHECK(r.output.find("the checkpoint of step 2 was not saved: another rank could not write its file") != std::string::npos);
+  CHECK(r.output.find("ckpt.rank") == r.output.find("ckpt.rank1.pt: File too large"));  // no file, no temporary
+}
+
 TEST_CASE("a trace file removed while the run writes it is said lost, not offered to open") {
   const auto d = scratch_dir("trace-removed");
   const std::string log = d + "/out.log";

@@ -130,8 +130,9 @@ void ensure_writable_dir(const std::string& dir) {
   if (!memcomm::can_create_in(dir)) throw UsageError("checkpoint folder " + dir + " is not writable");
 }
 
-void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::Module& model,
-                     torch::optim::Optimizer& opt, const Fingerprint& fingerprint) {
+std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int rank, int64_t step,
+                                                  torch::nn::Module& model, torch::optim::Optimizer& opt,
+                                                  const Fingerprint& fingerprint) {
   torch::serialize::OutputArchive ar, opt_ar;
   model.save(ar);
   opt.save(opt_ar);
@@ -141,18 +142,19 @@ void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::
   // Streamed to the file, replaced whole (Note [Outputs replaced whole]), its header written last
   // over the space kept for it (Note [Checkpoint checksum]). The sink never reports a failure to
   // LibTorch, whose writer, failing (a full disk), throws again from its destructor and ends the
-  // process: the stream keeps the error and commit() throws it.
-  ReplacingStream out(path_for(dir, rank));
-  out.write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);
+  // process: the stream keeps the error and sync() throws it.
+  auto out = std::make_unique<ReplacingStream>(path_for(dir, rank));
+  out->write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);
   prof::TraceHasher hash;
   ar.save_to([&](const void* data, size_t n) {
     hash.update(data, n);
-    out.write(data, n);
+    out->write(data, n);
     return n;
   });
-  const std::string head = header(out.size() - kHeaderBytes, hash.digest());
-  out.write_at(0, head.data(), head.size());
-  out.commit();
+  const std::string head = header(out->size() - kHeaderBytes, hash.digest());
+  out->write_at(0, head.data(), head.size());
+  out->sync();
+  return out;
 }
 
 int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,

@@ -1,10 +1,14 @@
 // Checkpoints: one file per rank (each rank keeps its own optimizer state), written atomically
-// (temp file, fsync, rename, fsync of the folder) so a crash leaves the previous checkpoint intact.
+// (temp file, fsync, rename, fsync of the folder) so a crash leaves the previous checkpoint intact,
+// and renamed into place only once every rank's is on disk (Note [Checkpoints saved together]).
 #pragma once
+
+#include <memcomm/common/replacing_file.hpp>
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,8 +27,13 @@ void ensure_writable_dir(const std::string& dir);
 // shapes are still checked, the flags cannot be.
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;
 
-void save_checkpoint(const std::string& dir, int rank, int64_t step, torch::nn::Module& model,
-                     torch::optim::Optimizer& opt, const Fingerprint& fingerprint);
+// Writes this rank's checkpoint at `step` and syncs it to disk under a temporary name: commit() puts
+// it in place, and dropping it uncommitted removes it (See Note [Checkpoints saved together] in
+// trainer.cpp for why the two are apart). Throws OutputError naming the checkpoint when it cannot be
+// written.
+std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int rank, int64_t step,
+                                                  torch::nn::Module& model, torch::optim::Optimizer& opt,
+                                                  const Fingerprint& fingerprint);
 
 // Restores model and optimizer; returns the step to continue from, or -1 when there is no
 // checkpoint. A corrupt file is a std::runtime_error naming it; one written by a run with another

@@ -116,6 +116,8 @@ class TrainingRun {
   void average_now();
   double interval_loss();
   double rank_interval_loss() const;
+  void bookkeeping_allreduce(torch::Tensor& t, Reduce op = Reduce::Sum);
+  void save_checkpoint(int64_t step);
   EpochPlan plan_epochs() const;
   void print_plan(const EpochPlan& plan) const;
   void start_summary(const EpochPlan& plan);
@@ -151,10 +153,10 @@ class TrainingRun {
   bool tty_ = false;
 };
 
-// Note [Ranks resume from one step]: each rank saves and loads its own file, so a save that failed on
-// some ranks only (a full disk takes one rank's file and not the other's) leaves a folder whose files
-// are at different steps. Resumed so, the ranks' collectives went out of step and Gloo aborted one of
-// them ("collective mismatch"). So the ranks agree on the step they loaded before they train, and
+// Note [Ranks resume from one step]: each rank saves and loads its own file, so a folder can hold files
+// at different steps: saves are agreed (Note [Checkpoints saved together]), but a rename can still
+// fail on one rank, and files are copied. Resumed so, the ranks' collectives went out of step and
+// Gloo aborted one of them ("collective mismatch"). So the ranks agree on the step they loaded before they train, and
 // every rank refuses the same way (exit 2) when one of them has no checkpoint or the steps differ.
 int64_t TrainingRun::resume() {
   constexpr int64_t kUnreadable = -2;  // load_checkpoint's -1: no file
@@ -176,9 +178,8 @@ int64_t TrainingRun::resume() {
   if (lowest == kUnreadable) throw UsageError("--resume: another rank could not load its checkpoint in " + o_.checkpoint_dir);
   if (lowest < 0) throw UsageError("--resume: another rank has no checkpoint in " + o_.checkpoint_dir);
   if (lowest != highest)
-    throw UsageError(fmt::format("--resume: the ranks' checkpoints in {} are at different steps ({} to {}): a save "
-                                 "failed on some ranks only (a full disk?); resume from a folder whose files are at "
-                                 "one step", o_.checkpoint_dir, lowest, highest));
+    throw UsageError(fmt::format("--resume: the ranks' checkpoints in {} are at different steps ({} to {}): the files "
+                                 "come from different saves; resume from a folder whose files are at one step", o_.checkpoint_dir, lowest, highest));
   if (leader_ && !warning.empty()) std::fprintf(stderr, "memcomm-train: warning: %s\n", warning.c_str());
   // A finished run has nothing left to do: running "0 steps" would print a loss of a step never taken.
   if (start_step >= o_.steps)
@@ -333,7 +334,7 @@ void TrainingRun::after_step(int64_t step, int64_t start_step, double step_loss)
   if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) {
     prof::PhaseScope ckpt_scope(prof::Phase::Checkpoint);
     MemoryCategoryScope cat(prof::MemCategory::Temporary);
-    save_checkpoint(o_.checkpoint_dir, p_.env.rank, step + 1, p_.session.model(), p_.session.optimizer(), fingerprint_);
+    save_checkpoint(step + 1);
   }
   if (o_.empty_cache > 0 && (step + 1) % o_.empty_cache == 0) clear_cache();
   const bool log_now = (step + 1) % o_.log_interval == 0 || step + 1 == o_.steps;
@@ -351,15 +352,48 @@ double TrainingRun::rank_interval_loss() const {
 }
 
 // The same over every rank's micro-batches: the global batch's, as one rank trains it (Note [Run-wide
-// figures]). A bookkeeping all-reduce, left out of the trace as the summary's are: it is no part of the
-// training the trace shows.
+// figures]), by a bookkeeping all-reduce.
 double TrainingRun::interval_loss() {
   if (p_.env.world == 1) return rank_interval_loss();
   auto t = torch::tensor({interval_loss_, double(interval_steps_)}, torch::kFloat64);
-  const auto record = std::exchange(p_.comm.on_collective, nullptr);
-  p_.comm.allreduce(t);
-  p_.comm.on_collective = record;
+  bookkeeping_allreduce(t);
   return t[0].item<double>() / std::max(1.0, t[1].item<double>());
+}
+
+// An all-reduce of the run's own bookkeeping, left out of the trace: it is no part of the training
+// the trace shows.
+void TrainingRun::bookkeeping_allreduce(torch::Tensor& t, Reduce op) {
+  const auto record = std::exchange(p_.comm.on_collective, nullptr);
+  p_.comm.allreduce(t, -1, op);
+  p_.comm.on_collective = record;
+}
+
+// Note [Checkpoints saved together]
+// Each rank saves its own file (its optimizer state is its own). Replaced one by one, a save that
+// failed on some ranks only (a full disk, a quota) left the folder with files at different steps,
+// which resume can only refuse (Note [Ranks resume from one step]): the run's last good checkpoint
+// was lost. So a save has two phases. Every rank writes its file under a temporary name and syncs it
+// to disk; the ranks agree whether every one succeeded (a bookkeeping all-reduce); only then does
+// each rename its file into place. When one failed, every rank drops its temporary and the run
+// fails, each rank's previous checkpoint kept: the folder stays at one step. What is left to fail
+// after the agreement is a rename, which needs no space.
+void TrainingRun::save_checkpoint(int64_t step) {
+  std::unique_ptr<ReplacingStream> written;
+  std::exception_ptr failed;
+  try {
+    written = write_checkpoint(o_.checkpoint_dir, p_.env.rank, step, p_.session.model(), p_.session.optimizer(),
+                               fingerprint_);
+  } catch (...) {
+    failed = std::current_exception();  // raised after the agreement, so that no rank waits for this one
+  }
+  auto failures = torch::tensor({failed ? 1.0 : 0.0}, torch::kFloat64);
+  if (p_.env.world > 1) bookkeeping_allreduce(failures);
+  if (failed) std::rethrow_exception(failed);
+  if (failures.item<double>() > 0)
+    throw std::runtime_error(fmt::format("the checkpoint of step {} was not saved: another rank could not write "
+                                         "its file; every rank's previous checkpoint in {} is kept",
+                                         step, o_.checkpoint_dir));
+  written->commit();
 }
 
 // A log line every --log-interval steps, and on a terminal a progress bar in between.

@@ -39,7 +39,12 @@ class ReplacingFile {
 
   // Where the writer writes: the temporary, or the destination itself when it is not a regular file.
   const std::string& path() const { return write_path_; }
-  // Flushes the written file to disk and renames it over the destination. Throws OutputError.
+  // Flushes the written file to disk under its temporary name. Throws OutputError. A writer whose
+  // result must appear together with others' (each rank's checkpoint) syncs first, then commits
+  // once every one is on disk: the rename left to commit needs no space.
+  void sync();
+  // Flushes the written file to disk (unless sync() did) and renames it over the destination. Throws
+  // OutputError.
   void commit();
   // `message` (a writer's error) with the temporary's name replaced by the destination's.
   std::string naming_destination(std::string message) const;
@@ -50,6 +55,7 @@ class ReplacingFile {
   std::string write_path_;
   int mode_ = -1;            // the destination's permissions, when it exists
   bool in_place_ = false;
+  bool synced_ = false;
   bool committed_ = false;
 };
 
@@ -68,6 +74,9 @@ class ReplacingStream {
   // written in place and cannot seek (a FIFO) fails here.
   void write_at(std::uint64_t offset, const void* data, std::size_t n) noexcept;
   std::uint64_t size() const { return size_; }  // bytes appended so far
+  // The first write error, or a failed flush, as OutputError naming the destination; nothing more
+  // is written after it (ReplacingFile::sync).
+  void sync();
   // The first write error, or a failed flush or rename, as OutputError naming the destination.
   void commit();
 
