@@ -43,11 +43,7 @@ PolicyPeaks replay_peaks(const snapshot::Snapshot& snap) {
   names.push_back(replay::kRecordedPolicy);
   PolicyPeaks p;
   p.devices = trace.devices.size();
-  for (const replay::DeviceRequests& d : trace.devices) {
-    const auto allocs = std::count_if(d.requests.begin(), d.requests.end(),
-                                      [](const replay::Request& r) { return r.op == replay::Request::Op::alloc; });
-    p.traced_allocs += std::uint64_t(allocs) - std::min<std::uint64_t>(std::uint64_t(allocs), d.preexisting_blocks);
-  }
+  for (const replay::DeviceRequests& d : trace.devices) p.traced_allocs += d.traced_allocs();
   std::size_t recorded_devices = 0;
   for (const auto& r : replay::replay_all(trace, names, 0)) {
     if (r.policy == replay::kRecordedPolicy) {

@@ -52,6 +52,7 @@ ReplayResult result_for(const TraceRequests& trace, const DeviceRequests& dev, s
   r.peak_live = dev.peak_live;
   r.events = dev.trace_events;
   r.requests = dev.requests.size();
+  r.traced_allocs = dev.traced_allocs();
   r.starts_empty = dev.recorded.starts_empty();
   return r;
 }

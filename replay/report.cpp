@@ -50,7 +50,8 @@ std::string format_table(const std::vector<ReplayResult>& results) {
                        r.source_frees, r.call_bound, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
                        recorded || r.seconds <= 0 ? "-" : fmt::format("{:.2f}", double(r.events) / r.seconds / 1e6));
   }
-  out += "live = peak live requested bytes (pre-trace blocks included); F = 1 - peak allocated / peak reserved;\n"
+  out += "live = peak live requested bytes (pre-trace blocks included, and blocks freed but held for a stream, which\n"
+         "the allocator cannot reuse yet); F = 1 - peak allocated / peak reserved;\n"
          "reserv = bytes backed by memory (an expandable segment's unmapped virtual range is not reserved);\n"
          "src alloc = segment allocations + page maps.";
   out += host ? " dev host = host memory.\n" : "\n";
@@ -86,6 +87,7 @@ std::string format_json(const std::vector<ReplayResult>& results) {
         {"source_frees", r.source_frees},
         {"events", r.events},
         {"requests", r.requests},
+        {"traced_allocs", r.traced_allocs},
         {"call_bound", r.call_bound},
         {"seconds", r.seconds},
         {"starts_empty", r.starts_empty},

@@ -73,6 +73,12 @@ void note_contradicted_segments(DeviceRequests& dev, std::vector<std::string>& n
                               dev.device, rec.peak, dev.peak_live));
 }
 
+std::uint64_t DeviceRequests::traced_allocs() const {
+  const auto allocs = static_cast<std::uint64_t>(
+      std::count_if(requests.begin(), requests.end(), [](const Request& r) { return r.op == Request::Op::alloc; }));
+  return allocs - std::min(allocs, preexisting_blocks);
+}
+
 TraceRequests build_requests(const snapshot::Snapshot& snap) {
   TraceRequests out;
   out.file = snap.source;

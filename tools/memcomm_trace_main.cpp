@@ -156,7 +156,8 @@ void add_memory_options(CLI::App* sub, Args& a) {
 void add_segments_option(CLI::App* sub, Args& a) {
   sub->add_flag("--segments", a.memory.segments,
                 "snapshots: each device's segments at the end state instead, largest first (--rows of them), as "
-                "memory_viz's segsum sums them up: reserved, active blocks, requested, free and the largest free block");
+                "memory_viz's segsum sums them up: reserved, active blocks, requested, free and the largest free block (a "
+                "block freed but waiting on a stream is active, said as pending free; segsum counts it free)");
 }
 
 void add_memory(CLI::App& app, Args& a, Subcommands& s) {

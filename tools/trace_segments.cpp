@@ -24,7 +24,7 @@ namespace {
 
 struct SegmentFigures {
   const snapshot::Segment* segment = nullptr;
-  std::uint64_t active = 0, requested = 0, free = 0, largest_free = 0;
+  std::uint64_t active = 0, requested = 0, pending_free = 0, free = 0, largest_free = 0;
   std::size_t active_blocks = 0, free_blocks = 0;
 };
 
@@ -35,6 +35,7 @@ SegmentFigures figures(const snapshot::Segment& s) {
     if (b.is_active()) {
       f.active += b.size;
       f.requested += b.requested_size;
+      if (b.state == snapshot::BlockState::active_pending_free) f.pending_free += b.size;
       ++f.active_blocks;
     } else {
       f.free += b.size;
@@ -55,20 +56,22 @@ std::string pool(const snapshot::Segment& s) {
 // One device's segments, largest first, and their sums.
 nlohmann::json device_json(int device, const std::vector<SegmentFigures>& segs) {
   nlohmann::json list = nlohmann::json::array();
-  std::uint64_t reserved = 0, active = 0, requested = 0, free = 0, largest_free = 0;
+  std::uint64_t reserved = 0, active = 0, requested = 0, pending_free = 0, free = 0, largest_free = 0;
   for (const SegmentFigures& f : segs) {
     const snapshot::Segment& s = *f.segment;
     list.push_back({{"address", s.address}, {"total_size", s.total_size}, {"active", f.active}, {"requested", f.requested},
-                    {"free", f.free}, {"largest_free", f.largest_free}, {"active_blocks", f.active_blocks},
+                    {"pending_free", f.pending_free}, {"free", f.free}, {"largest_free", f.largest_free},
+                    {"active_blocks", f.active_blocks},
                     {"free_blocks", f.free_blocks}, {"pool", pool(s)}, {"stream", s.stream}});
     reserved += s.total_size;
     active += f.active;
     requested += f.requested;
+    pending_free += f.pending_free;
     free += f.free;
     largest_free = std::max(largest_free, f.largest_free);
   }
   return {{"device", device}, {"reserved", reserved}, {"active", active}, {"requested", requested},
-          {"free", free}, {"largest_free", largest_free}, {"segments", list}};
+          {"pending_free", pending_free}, {"free", free}, {"largest_free", largest_free}, {"segments", list}};
 }
 
 // The segments of a device_json(), --rows of them, as a table.
@@ -92,11 +95,14 @@ std::string segment_table(const nlohmann::json& d, std::size_t rows) {
 std::string device_text(const nlohmann::json& d, std::size_t rows) {
   const auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<std::uint64_t>()); };
   const auto reserved = d["reserved"].get<std::uint64_t>(), active = d["active"].get<std::uint64_t>();
+  const auto pending = d["pending_free"].get<std::uint64_t>();
+  // Blocks the program freed that wait on a stream are active: the allocator cannot reuse them yet.
+  const std::string pending_part = pending ? fmt::format("{} of them pending free; ", bytes(d["pending_free"])) : "";
   return fmt::format(
-             "device {}: {} segments, reserved {}; active blocks {} (requested {}), free in segments {} (largest free "
-             "block {}); fragmentation 1 - active/reserved = {:.3f}\n",
-             d["device"].get<int>(), d["segments"].size(), bytes(d["reserved"]), bytes(d["active"]), bytes(d["requested"]),
-             bytes(d["free"]), bytes(d["largest_free"]), reserved ? 1.0 - double(active) / double(reserved) : 0.0) +
+             "device {}: {} segments, reserved {}; active blocks {} ({}requested {}), free in segments {} (largest "
+             "free block {}); fragmentation 1 - active/reserved = {:.3f}\n",
+             d["device"].get<int>(), d["segments"].size(), bytes(d["reserved"]), bytes(d["active"]), pending_part,
+             bytes(d["requested"]), bytes(d["free"]), bytes(d["largest_free"]), reserved ? 1.0 - double(active) / double(reserved) : 0.0) +
          segment_table(d, rows);
 }
 

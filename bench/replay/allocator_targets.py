@@ -43,13 +43,14 @@ RATIO_TARGET = 1.03
 VS_BEST_TARGET = 1.005
 CALL_SLACK = 8
 MEAN_REDUCTION_TARGET = 0.80
+SNAPSHOT_EXTENSIONS = (".pickle", ".pkl")  # torch.cuda.memory._dump_snapshot's files go by either
 
 
 def halves(sets):
-    """(path, half) for every pickle: within a set sorted by name, even positions design, odd check."""
+    """(path, half) for every snapshot pickle: within a set sorted by name, even positions design, odd check."""
     out = []
     for d in sets:
-        names = sorted(n for n in os.listdir(d) if n.endswith(".pickle"))
+        names = sorted(n for n in os.listdir(d) if n.endswith(SNAPSHOT_EXTENSIONS))
         out += [(os.path.join(d, n), "design" if i % 2 == 0 else "check") for i, n in enumerate(names)]
     return out
 
@@ -66,7 +67,7 @@ def display_names(names):
     """A short name per trace file: the part before "__" (the project, in the shared sets' naming), or
     the file name without its extension where two files share that part."""
     def stem(n):
-        for ext in (".pickle", ".json.gz", ".json", ".mct"):
+        for ext in SNAPSHOT_EXTENSIONS + (".json.gz", ".json", ".mct"):
             if n.endswith(ext):
                 return n[:-len(ext)]
         return n
@@ -90,8 +91,8 @@ def evaluate(rows, policy):
             continue
         m, pt, px = pol[policy], pol["pytorch"], pol["pytorch-expandable"]
         live = m["peak_live"]
-        if m["events"] == 0 or live == 0:  # an end state without history: nothing was allocated to replay
-            print(f"{name} device {dev}: skipped, its trace has no allocations", file=sys.stderr)
+        if m["traced_allocs"] == 0 or live == 0:  # an end state alone: no order of allocations to replay
+            print(f"{name} device {dev}: skipped, its trace allocates nothing (an end state only)", file=sys.stderr)
             continue
         best = pt if pt["peak_reserved"] <= px["peak_reserved"] else px
         bound = m["call_bound"]

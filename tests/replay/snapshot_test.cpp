@@ -88,6 +88,7 @@ TEST_CASE("snapshot: request rebuilding handles pre-trace blocks, oom, markers a
   CHECK(d0.requests[0].op == Request::Op::alloc);
   CHECK(d0.requests[0].size == 3000);  // pre-trace blocks in address order: 5 MiB, then 16 MiB
   CHECK(d0.requests[1].size == 1000);
+  CHECK(d0.traced_allocs() == 1);  // the 5000-byte block: the two before the trace are not the trace's
   CHECK(d0.recorded.known);
   CHECK(d0.recorded.at_start == 2 * MiB);
   CHECK(d0.recorded.peak == 2 * MiB);
@@ -97,6 +98,7 @@ TEST_CASE("snapshot: request rebuilding handles pre-trace blocks, oom, markers a
   CHECK(d2.device == 2);
   CHECK(d2.preexisting_blocks == 0);
   CHECK(d2.peak_live == 30 * MiB);
+  CHECK(d2.traced_allocs() == 1);
   CHECK(d2.trace_ooms == 1);
   CHECK(d2.recorded.starts_empty());
   CHECK(d2.recorded.expandable);

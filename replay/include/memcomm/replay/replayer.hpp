@@ -28,6 +28,7 @@ struct ReplayResult {
   std::uint64_t source_frees = 0;      // segment frees + page unmaps
   std::uint64_t events = 0;            // trace events of the device
   std::uint64_t requests = 0;          // requests fed to the policy
+  std::uint64_t traced_allocs = 0;     // DeviceRequests::traced_allocs(): 0 for an end state alone
   std::uint64_t call_bound = 0;        // ideal_calls(device, kCallBoundRatio), set by replay_all (0 elsewhere)
   double seconds = 0;                  // time spent in the policy's replay
   bool starts_empty = false;           // PyTorch's cache was empty when the trace began

@@ -69,6 +69,11 @@ struct DeviceRequests {
   // `recorded` is a torch.profiler memory profile's Total Reserved (a .json trace, or an .mct that
   // memcomm-trace convert made of one), not the segment events of the allocator that wrote the file.
   bool recorded_from_profile = false;
+
+  // Allocations the trace itself made, pre-trace blocks not counted. Without any (an end state alone,
+  // or a trace of frees) a replay only packs the live blocks in an order the run never had: the
+  // policies cannot be compared on it.
+  std::uint64_t traced_allocs() const;
 };
 
 struct TraceRequests {
