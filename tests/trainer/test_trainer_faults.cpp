@@ -96,6 +96,8 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--summary-json /", "--summary-json"},
                         // An empty value (an unset shell variable) is not the option left out.
                         Case{"--trace ''", "--trace: must not be empty"}, Case{"--summary-json ''", "--summary-json"},
+                        // A folder: the ranks' files went beside it (/tmp.rank0.mct), named after it.
+                        Case{"--trace /tmp", "--trace /tmp is a folder; name a file in it, such as /tmp/run"},
                         Case{"--model transformer --seq-len 100000", "kept for backward alone need"},
                         Case{"--hidden -3", "--hidden: must be a whole number of at least 1, got '-3'"},
                         // Named choices (Note [Choices are parsed once]): an unknown name is refused at parse

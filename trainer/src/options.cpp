@@ -142,6 +142,11 @@ void check_train_options(const TrainOptions& o, const char* program) {
   }
   try {
     if (!o.trace.empty()) {
+      // The ranks' files are TRACE.rankR.mct: a folder would put them beside it, named after it.
+      if (fs::is_directory(o.trace))
+        throw std::invalid_argument("--trace " + o.trace + " is a folder; name a file in it, such as " +
+                                    (fs::path(o.trace) / "run").string() + " (rank 0 then writes " +
+                                    prof::rank_trace_path((fs::path(o.trace) / "run").string(), 0) + ")");
       check_output_dir("--trace", o.trace, /*create=*/true);
       const std::string widest = prof::rank_trace_path(o.trace, 99999);  // the rank number grows the name
       if (const std::string problem = memcomm::name_length_problem(widest); !problem.empty())
