@@ -70,6 +70,23 @@ double gradient_sync_share(const prof::Analysis& a) {
   return all > 0 ? double(sync) / double(all) : 1.0;  // no timed collective: nothing says otherwise
 }
 
+// The run's accumulation: the most common number of micro-steps in a step (0 when the run marks
+// none, as a script profiled from Python does).
+uint32_t accumulation_of(const prof::Analysis& a) {
+  std::map<uint32_t, size_t> seen;
+  for (const auto& s : a.steps)
+    if (s.micro_steps > 0) ++seen[s.micro_steps];
+  const auto most = std::max_element(seen.begin(), seen.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+  return most == seen.end() ? 0 : most->first;
+}
+
+// "--accum 2K doubles the samples per all-reduce", from the run's own K (K = 1 when not marked).
+std::string doubled_accumulation(const prof::Analysis& a) {
+  const uint32_t k = std::max<uint32_t>(1, accumulation_of(a));
+  return fmt::format("--accum {} doubles the samples per all-reduce{}", 2 * k,
+                     k > 1 ? fmt::format(", from --accum {}", k) : std::string());
+}
+
 void communication_rule(const prof::Analysis& a, const RankTimes& times, const AdviseOptions& o,
                         std::vector<Advice>& out) {
   const RankTime* worst = nullptr;
@@ -118,9 +135,9 @@ void communication_rule(const prof::Analysis& a, const RankTimes& times, const A
                  "reduce-scatter), so accumulating micro-batches would not reduce it";
     adv.saving = 0;
   } else if (buckets.size() <= 1 || exposed > 2 * last_bucket) {
-    adv.change = fp32 ? "halve the bytes on the wire (--grad-compression bf16), or communicate less often "
-                        "(--accum 2 doubles the samples per all-reduce)"
-                      : "communicate less often: --accum 2 doubles the samples per all-reduce";
+    adv.change = fp32 ? "halve the bytes on the wire (--grad-compression bf16), or communicate less often (" +
+                            doubled_accumulation(a) + ")"
+                      : "communicate less often: " + doubled_accumulation(a);
     adv.saving = double(exposed) * sync / 2e6;
     if (sync < 1) adv.evidence += fmt::format("; {:.0f}% of the collectives' time (all ranks) is gradient synchronisation", 100 * sync);
   } else {

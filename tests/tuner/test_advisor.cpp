@@ -163,6 +163,21 @@ TEST_CASE("exposed communication with one bucket: split it, with the saving") {
   CHECK(a->saving > 0);
 }
 
+TEST_CASE("exposed communication in a run that accumulates: double its own accumulation") {
+  // Two micro-steps a step, then one 1 MiB bucket all-reduced for 8 ms: the advice said "--accum 2",
+  // the run's own setting.
+  const auto advice = advise_on(two_ranks_of_steps([](TraceBuilder& t, int64_t b, uint32_t s) {
+                                  t.range(Phase::MicroStep, b + 1 * kMs, b + 5 * kMs, 2 * s);
+                                  t.range(Phase::MicroStep, b + 5 * kMs, b + 10 * kMs, 2 * s + 1);
+                                  t.allreduce(b + 10 * kMs, b + 18 * kMs, s, 0, 1 << 20);
+                                }),
+                                "accum");
+  INFO(advise::advice_to_text(advice));
+  const auto* a = find(advice, advise::Topic::Communication);
+  REQUIRE(a);
+  CHECK(a->change.find("--accum 4 doubles the samples per all-reduce, from --accum 2") != std::string::npos);
+}
+
 TEST_CASE("exposed all-to-all is not promised a saving from accumulation") {
   // Note [What accumulation saves] (advise.cpp): an all-to-all runs in every micro-batch.
   const auto advice = advise_on(two_ranks_of_steps([](TraceBuilder& t, int64_t b, uint32_t s) {

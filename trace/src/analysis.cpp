@@ -269,9 +269,11 @@ StepRow step_row(const RankTrace& r, const RangeSpan& s, const std::vector<Range
   row.end = s.end;
   row.breakdown = breakdown_over(spans, s.begin, s.end);
   std::vector<Interval> waits;
-  for (const RangeSpan& w : ranges)
+  for (const RangeSpan& w : ranges) {
     if (w.phase == Phase::DataWait && w.end > s.begin && w.begin < s.end)
       waits.push_back({std::max(w.begin, s.begin), std::min(w.end, s.end)});
+    if (w.phase == Phase::MicroStep && w.begin >= s.begin && w.begin < s.end) ++row.micro_steps;
+  }
   row.data_wait_ns = union_length(waits);
   while (mem_i < mem.size() && mem[mem_i].ts < s.begin) carry = mem[mem_i++];
   row.peak_allocated = carry.allocated;

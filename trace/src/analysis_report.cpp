@@ -51,6 +51,7 @@ std::string analysis_to_json(const Analysis& a, int indent) {
                           {"end_ns", s.end},
                           {"time_ns", s.end - s.begin},
                           {"data_wait_ns", s.data_wait_ns},
+                          {"micro_steps", s.micro_steps},
                           {"breakdown", breakdown_json(s.breakdown)},
                           {"peak_allocated", s.peak_allocated},
                           {"peak_reserved", s.peak_reserved}});

@@ -163,6 +163,7 @@ struct StepRow {
   uint64_t step;              // RangeEvent::id of the Step range
   int64_t begin, end;
   int64_t data_wait_ns;       // DataWait phases inside the step
+  uint32_t micro_steps;       // MicroStep phases begun inside the step: its accumulation (0: none marked)
   Breakdown breakdown;        // over the step's window
   uint64_t peak_allocated;    // bytes, max inside the step (0 when no memory events)
   uint64_t peak_reserved;
