@@ -132,6 +132,8 @@ void check_dataset_files(const TrainOptions& o, const std::string& split) {
 }
 
 std::shared_ptr<Dataset> make_dataset(const TrainOptions& o, const std::string& split) {
+  // A dataset held in memory (Fashion-MNIST's tensors) is the run's input, as its batches are.
+  const MemoryCategoryScope category(prof::MemCategory::Input);
   const uint64_t split_seed = o.seed * 2 + (split == "train" ? 0 : 1);
   const int64_t n = split == "train" ? o.synthetic_size : std::max<int64_t>(o.synthetic_size / 6, 1);
   switch (resolved_dataset(o)) {
