@@ -147,8 +147,8 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       "Exit codes:\n"
       "  0  a recommendation (tuned, or reused from the cache)\n"
       "  1  no micro-batch fits the limit, or a runtime error (a --json file that cannot be written)\n"
-      "  2  a usage error: a bad flag or value, a limit that cannot hold the model, a --json path that\n"
-      "     cannot be written (checked before any probe)\n"
+      "  2  a usage error: a bad flag or value or a --json path that cannot be written (checked before\n"
+      "     any probe), or a limit that cannot hold the model (by its size, or one step at micro-batch 1)\n"
       "  3  a collective failed or took longer than --timeout; the message names the lost rank(s)\n"
       "With --nproc the launcher exits with the code of the first rank to fail, or 1 when that rank was\n"
       "killed by a signal.");
