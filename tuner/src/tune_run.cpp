@@ -148,16 +148,31 @@ bool reuse_cached(const TuneOptions& t, ProbeRunner& runner, const nlohmann::jso
 // The search's probe: runs it on every rank and prints it on the leader (every rank with --print-decisions).
 ProbeFn printing_probe(const TuneOptions& t, ProbeRunner& runner, const train::DistEnv& env, int& n) {
   return [&t, &runner, &env, &n](const ProbeRequest& q) {
-    const ProbeResult x = runner.probe(q);
     ++n;
-    if (runner.leader() || t.print_decisions) {
-      const std::string who = t.print_decisions ? fmt::format("rank {} ", env.rank) : "";
-      if (x.oom)
-        fmt::print("  {}probe {:>2}: b={} K={} bucket={:g} MiB: out of memory in {} ({:.1f} s)\n", who, n, q.micro_batch,
-                   q.accum, q.bucket_mb, x.oom_where, x.wall_s);
-      else
-        fmt::print("  {}probe {:>2}: b={} K={} bucket={:g} MiB: fits, peak reserved {}, step {:.1f} ms ({:.1f} s)\n",
-                   who, n, q.micro_batch, q.accum, q.bucket_mb, format_bytes(x.peak_reserved), x.step_s * 1e3, x.wall_s);
+    // What is probed is said as the probe starts (a probe can take many seconds), its outcome when it
+    // ends; ranks printing their decisions say both at once, so that their lines do not interleave.
+    const bool prints = runner.leader() || t.print_decisions;
+    const std::string who = t.print_decisions ? fmt::format("rank {} ", env.rank) : "";
+    const std::string what = fmt::format("  {}probe {:>2}: b={} K={} bucket={:g} MiB: ", who, n, q.micro_batch, q.accum,
+                                         q.bucket_mb);
+    if (prints && !t.print_decisions) {
+      fmt::print("{}", what);
+      std::fflush(stdout);
+    }
+    ProbeResult x;
+    try {
+      x = runner.probe(q);
+    } catch (...) {  // the line is ended, so that the error says itself on its own
+      if (prints && !t.print_decisions) fmt::print("failed\n");
+      std::fflush(stdout);
+      throw;
+    }
+    if (prints) {
+      const std::string outcome =
+          x.oom ? fmt::format("out of memory in {} ({:.1f} s)\n", x.oom_where, x.wall_s)
+                : fmt::format("fits, peak reserved {}, step {:.1f} ms ({:.1f} s)\n", format_bytes(x.peak_reserved),
+                              x.step_s * 1e3, x.wall_s);
+      fmt::print("{}{}", t.print_decisions ? what : "", outcome);
       std::fflush(stdout);
     }
     return x;
