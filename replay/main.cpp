@@ -19,6 +19,7 @@
 #include "memcomm/common/cli_checks.hpp"
 #include "memcomm/common/output_path.hpp"
 #include "memcomm/common/replacing_file.hpp"
+#include "memcomm/common/standard_output.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm/snapshot/error.hpp"
 
@@ -226,5 +227,5 @@ int main(int argc, char** argv) {
       return kExitFailure;
     }
   }
-  return write_results(results, cl.json_out);
+  return memcomm::stdout_checked(write_results(results, cl.json_out), "memcomm-replay");  // Note [Output that was not written]
 }

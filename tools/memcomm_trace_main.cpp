@@ -12,6 +12,7 @@
 #include <memcomm/common/cli_checks.hpp>
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
+#include <memcomm/common/standard_output.hpp>
 
 #include <cerrno>
 #include <cstring>
@@ -412,5 +413,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "memcomm-trace: output {}: {}\n", out, problem);
     return kExitBadInput;
   }
-  return run(subs, args);
+  return memcomm::stdout_checked(run(subs, args), "memcomm-trace");  // Note [Output that was not written]
 }

@@ -7,6 +7,8 @@
 #include <memcomm/train/options.hpp>
 #include <memcomm/train/trainer.hpp>
 
+#include <memcomm/common/standard_output.hpp>
+
 #include <c10/util/Exception.h>
 
 #include <cstdio>
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
   if (o.nproc > 1 && !launched_externally()) return spawn_checked(argc, argv, o);
   const DistEnv env = detect_dist_env("memcomm-train");
   try {
-    return run_training(o, env);
+    return memcomm::stdout_checked(run_training(o, env), "memcomm-train");  // Note [Output that was not written]
   } catch (const CommError& e) {
     std::fprintf(stderr, "memcomm-train: %s\n", e.what());
     return 3;

@@ -1,6 +1,8 @@
 // memcomm-tune: see tune_run.cpp for the flow and memcomm/tuner/search.hpp for the search.
 #include <memcomm/train/errors.hpp>
 #include <memcomm/train/launch.hpp>
+
+#include <memcomm/common/standard_output.hpp>
 #include "tune_options.hpp"
 #include "tune_run.hpp"
 
@@ -14,7 +16,7 @@ int main(int argc, char** argv) {
     return train::spawn_local_ranks(argc, argv, t.train.nproc, t.train.timeout_s + 15);
   const train::DistEnv env = train::detect_dist_env("memcomm-tune");
   try {
-    return tune::run_tuning(std::move(t), env);
+    return stdout_checked(tune::run_tuning(std::move(t), env), "memcomm-tune");  // Note [Output that was not written]
   } catch (const train::CommError& e) {
     std::fprintf(stderr, "memcomm-tune: %s\n", e.what());
     return 3;
