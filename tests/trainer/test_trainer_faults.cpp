@@ -190,6 +190,15 @@ TEST_CASE("under Slurm, a node's tasks come from its tasks per node, also when n
     ::unsetenv(name);
 }
 
+TEST_CASE("a --nproc that another launcher overrides is said to be ignored, once") {
+  // An sbatch script that runs memcomm-train --nproc 2 without srun: Slurm's one task is the run.
+  const auto r = run_command("SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_NNODES=1 SLURM_LOCALID=0 " +
+                             quick_train("--nproc 2 --steps 1"));
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("warning: --nproc 2 is ignored: slurm starts the ranks (world size 1)") != std::string::npos);
+}
+
 TEST_CASE("the help text (--help) describes the launch modes and exits 0") {
   const auto r = run_command(train_bin() + " --help");
   REQUIRE(r.code == 0);

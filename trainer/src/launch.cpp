@@ -123,6 +123,12 @@ std::string local_address_towards(const std::string& host, int port) {
 
 bool launched_externally() { return env("RANK") || env("SLURM_PROCID"); }
 
+void warn_if_nproc_ignored(int nproc, const DistEnv& e, const char* tool) {
+  if (nproc > 1 && nproc != e.world && e.rank == 0 && e.launcher != "memcomm")
+    std::fprintf(stderr, "%s: warning: --nproc %d is ignored: %s starts the ranks (world size %d)\n", tool, nproc,
+                 e.launcher.c_str(), e.world);
+}
+
 namespace {
 
 // Slurm's tasks per node, in node order with runs compressed ("2(x3),1": three nodes of 2 tasks, then

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   const TrainOptions o = parse_train_options(argc, argv);
   if (o.nproc > 1 && !launched_externally()) return spawn_checked(argc, argv, o);
   const DistEnv env = detect_dist_env("memcomm-train");
+  warn_if_nproc_ignored(o.nproc, env, "memcomm-train");
   try {
     return memcomm::stdout_checked(run_training(o, env), "memcomm-train");  // Note [Output that was not written]
   } catch (const CommError& e) {

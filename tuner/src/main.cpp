@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   if (t.train.nproc > 1 && !train::launched_externally())
     return train::spawn_local_ranks(argc, argv, t.train.nproc, t.train.timeout_s + 15);
   const train::DistEnv env = train::detect_dist_env("memcomm-tune");
+  train::warn_if_nproc_ignored(t.train.nproc, env, "memcomm-tune");
   try {
     return stdout_checked(tune::run_tuning(std::move(t), env), "memcomm-tune");  // Note [Output that was not written]
   } catch (const train::CommError& e) {

@@ -41,6 +41,11 @@ std::string local_address_towards(const std::string& host, int port);
 // True when the environment already names this process's rank (so --nproc must not spawn).
 bool launched_externally();
 
+// Rank 0 of a run another launcher started (srun, torchrun, an sbatch script's own SLURM_PROCID) says
+// that `--nproc N` is ignored when N is not that launcher's world size: a script that meant --nproc
+// would otherwise wait --timeout for ranks nobody starts, or train fewer than it asked for.
+void warn_if_nproc_ignored(int nproc, const DistEnv& env, const char* tool);
+
 // Spawns `nproc` copies of this executable as local ranks 0..nproc-1 with a fresh loopback port,
 // forwards SIGINT/SIGTERM, and supervises them: when one fails, the others get `grace_s` seconds to
 // notice and exit by themselves before they are killed, so no process is left behind. Returns the
