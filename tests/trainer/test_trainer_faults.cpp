@@ -642,6 +642,23 @@ RunResult on_full_disk(const std::string& dir, const std::string& command) {
 }
 }  // namespace
 
+TEST_CASE("ranks started with different world sizes say so, not a lost rank") {
+  // See Note [Naming the ranks that never joined]: WORLD_SIZE 2 beside 3 in one store.
+  const std::string port = std::to_string(free_port());
+  const auto rank = [&](int r, int world) {
+    return "(RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " timeout 120 " + quick_train("--steps 2 --timeout 3") +
+           "; echo rank" + std::to_string(r) + "-exit=$?) 2>&1";
+  };
+  const auto r = run_command(rank(0, 2) + " & " + rank(1, 3) + "; wait");
+  INFO(r.output);
+  CHECK(r.output.find("rank1-exit=2") != std::string::npos);
+  CHECK(r.output.find("rank 0 was started with a world size of 2, this rank (rank 1) with 3") != std::string::npos);
+  CHECK(r.output.find("rank 1 was started with a world size of 3, this rank with 2") != std::string::npos);
+  CHECK(r.output.find("lost rank") == std::string::npos);
+  CHECK(r.output.find("frame #") == std::string::npos);
+}
+
 TEST_CASE("a full disk under the checkpoints ends the run with a message and leaves no partial file") {
   const auto d = scratch_dir("full-disk-checkpoint");
   // LibTorch's file writer, failing, threw again from its destructor: the ranks aborted and left

@@ -61,15 +61,31 @@ std::string hb_key(int r) { return "memcomm/heartbeat/" + std::to_string(r); }
 // When a rank never starts (a typo in its launch line, a node that never came up), the others' process
 // group setup times out with the engine's own words: Gloo's "wait timeout after 5000ms, keys: /0/1",
 // followed by a C++ backtrace, which names a key, not a rank. So each rank marks itself in the store
-// as soon as it reaches it, and a failed setup lists the ranks whose mark is missing.
+// as soon as it reaches it, and a failed setup lists the ranks whose mark is missing. The mark holds
+// the world size the rank was started with: ranks whose launch environments disagree on it (WORLD_SIZE
+// 2 beside 3) met in one store, and rank 0 blamed a "lost" rank 1 while rank 1 waited for a rank 2.
+// Each other rank compares its world size with rank 0's before its process group forms (one read,
+// which waits for rank 0 as the process group would), and a failed setup names the ranks that differ.
 std::string joined_key(int r) { return "memcomm/joined/" + std::to_string(r); }
+
+std::vector<uint8_t> world_mark(int world) {
+  const std::string s = std::to_string(world);
+  return {s.begin(), s.end()};
+}
+
+// "" when `mark` (a joined key's value) says `world`; else what it says, for the message.
+std::string other_world(const std::vector<uint8_t>& mark, int world) {
+  const std::string s(mark.begin(), mark.end());
+  return s == std::to_string(world) ? std::string() : s;
+}
 
 // Note [c10d's logs on a failing job]
 // Once a peer or the store host is gone, c10d logs each failed store call at warning or error level
-// with a C++ backtrace: three 20-line blocks came before memcomm's one line that names the lost rank.
-// From the first failure on, c10's logs are kept to fatal ones (unless TORCH_CPP_LOG_LEVEL asks for
-// more); the exceptions still arrive, and memcomm reports them.
-// Once per process (the heartbeat thread and the failing collective may both get here).
+// with a C++ backtrace: three 20-line blocks came before memcomm's one line that names the lost rank,
+// and a rendezvous whose store never answered printed 28 frame lines before memcomm's message. So from
+// the communicator's start, c10's logs are kept to fatal ones (unless TORCH_CPP_LOG_LEVEL asks for
+// more); c10d's exceptions still arrive, and memcomm reports each failure in one line that names the
+// rank at fault. Once per process.
 void quiet_c10d_logs() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -136,14 +152,19 @@ c10::intrusive_ptr<c10d::Store> connect_client(const DistEnv& env, std::chrono::
 // The first line of the engine's message (c10::Error's without its backtrace), and which ranks never
 // reached the store, when the store still answers.
 std::string Communicator::why_not_joined(const std::exception& e) const {
-  quiet_c10d_logs();
   std::string what = error_message(e);
   if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
   if (!store_) return what;
   std::vector<std::string> missing;
   try {
-    for (int r = 0; r < env_.world; ++r)
-      if (!store_->check({joined_key(r)})) missing.push_back(std::to_string(r));
+    for (int r = 0; r < env_.world; ++r) {
+      if (!store_->check({joined_key(r)})) {
+        missing.push_back(std::to_string(r));
+      } else if (const std::string w = other_world(store_->get(joined_key(r)), env_.world); !w.empty()) {
+        return fmt::format("rank {} was started with a world size of {}, this rank with {}: the ranks' launch "
+                           "environments disagree (WORLD_SIZE, SLURM_NTASKS) ({})", r, w, env_.world, what);
+      }
+    }
   } catch (const std::exception&) {
     return what;  // the store host itself is gone
   }
@@ -162,12 +183,18 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
 #ifndef USE_C10D_NCCL
   if (nccl_) throw UsageError("--backend nccl: this LibTorch build has no NCCL support; use gloo");
 #endif
+  quiet_c10d_logs();  // Note [c10d's logs on a failing job]
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
     const bool server = env.rank == 0 && !env.agent_hosts_store;
     auto store = server ? connect_store(env, true, timeout) : connect_client(env, timeout);
     store_ = store;
-    store_->set(joined_key(env.rank), std::vector<uint8_t>{1});  // Note [Naming the ranks that never joined]
+    store_->set(joined_key(env.rank), world_mark(env.world));  // Note [Naming the ranks that never joined]
+    if (env.rank != 0)
+      if (const std::string w = other_world(store_->get(joined_key(0)), env.world); !w.empty())
+        throw UsageError(fmt::format("rank 0 was started with a world size of {}, this rank (rank {}) with {}: the "
+                                     "ranks' launch environments disagree (WORLD_SIZE, SLURM_NTASKS)",
+                                     w, env.rank, env.world));
     if (!nccl_) {
       auto opts = c10d::ProcessGroupGloo::Options::create();
       opts->timeout = timeout;
@@ -182,6 +209,8 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
       pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, env.rank, env.world, opts);
 #endif
     }
+  } catch (const UsageError&) {
+    throw;
   } catch (const std::exception& e) {
     throw CommError("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (rank " +
                     std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + why_not_joined(e));
@@ -199,7 +228,6 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
         const auto s = std::to_string(beat);
         hb->set(hb_key(env.rank), std::vector<uint8_t>(s.begin(), s.end()));
       } catch (const std::exception&) {
-        quiet_c10d_logs();
         return;  // the store is gone; the next collective reports it
       }
       for (int i = 0; i < 10 && !stop_heartbeat_; ++i) std::this_thread::sleep_for(kBeat / 10);
@@ -254,7 +282,6 @@ std::string Communicator::missing_ranks() {
 }
 
 void Communicator::fail(const std::string& what) {
-  quiet_c10d_logs();
   const std::string who = missing_ranks();
   throw CommError("rank " + std::to_string(env_.rank) + ": " + what + ": " + who);
 }
