@@ -17,6 +17,17 @@ TEST_CASE("evaluation scores a test split smaller than one batch") {
   CHECK(r.output.find("on 42 samples") != std::string::npos);
 }
 
+TEST_CASE("the transformer's evaluation counts the tokens it predicts, and says tokens") {
+  // 600 windows of 16 tokens give a test split of 100 windows: 1,600 predictions ("samples", it said).
+  const auto d = scratch_dir("eval-tokens");
+  const auto r = run_command(train_bin() + " --model transformer --dataset tokens --synthetic-size 600 --seq-len 16 "
+                             "--steps 1 --threads 1 --eval-batches 0 --summary-json " + d + "/s.json");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(read_json(d + "/s.json")["eval_samples"].get<int>() == 100 * 16);
+  CHECK(r.output.find("on 1600 tokens") != std::string::npos);
+}
+
 TEST_CASE("evaluation over uneven shards scores every test sample exactly once") {
   // 1000 rows: a test split of 166, which 3 ranks split 56/55/55 and batches of 16 do not divide.
   // The same model (3 ranks x 16 trains like 1 x 48) must get the same loss from 3 ranks as from 1:

@@ -31,8 +31,9 @@ void print_summary(const RunSummary& s) {
   fmt::print("  throughput {:.1f} samples/s | step {:.2f} ms mean, {:.2f} p50, {:.2f} p95\n", s.samples_per_s,
              s.step_ms_mean, s.step_ms_p50, s.step_ms_p95);
   if (s.eval_error.empty())
-    fmt::print("  loss {:.4f} -> {:.4f} | eval loss {:.4f}, accuracy {:.2f}% on {} samples\n", s.first_loss,
-               s.final_loss, s.eval_loss, 100 * s.eval_accuracy, s.eval_samples);
+    fmt::print("  loss {:.4f} -> {:.4f} | eval loss {:.4f}, accuracy {:.2f}% on {} {}\n", s.first_loss,
+               s.final_loss, s.eval_loss, 100 * s.eval_accuracy, s.eval_samples,
+               s.dataset == "tokens" ? "tokens" : "samples");  // the transformer predicts every token of a window
   else
     fmt::print("  loss {:.4f} -> {:.4f} | evaluation failed: {}\n", s.first_loss, s.final_loss, s.eval_error);
   const std::string across = s.param_syncs > 0 ? "(local SGD's parameter averages)" : fmt::format("in {} buckets", s.buckets);

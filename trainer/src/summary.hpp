@@ -31,7 +31,7 @@ struct RunSummary {
   int64_t bytes_on_wire = 0;
   double first_loss = 0, final_loss = 0;
   double eval_loss = 0, eval_accuracy = 0;
-  int64_t eval_samples = 0;
+  int64_t eval_samples = 0;    // predictions scored: one per sample, one per token for the transformer
   std::string eval_error;           // why the evaluation failed ("" when it ran): the run ends with that error
   // Memory figures are the largest over the ranks, counts their sum (Note [Run-wide figures]).
   std::string allocator = "torch";  // whose figures: memcomm (CPU), torch-cuda (GPU) or torch (none kept)
