@@ -141,7 +141,8 @@ TuneOptions parse_tune_options(int argc, char** argv) {
       "verified with a longer run and an evaluation pass before it is recommended. Results are cached.\n"
       "Takes every memcomm-train flag for the model, data, optimizer and allocator; those for a run's own\n"
       "outputs (--summary-json, --checkpoint-dir, --resume...) are not used by the probes and only go into\n"
-      "the recommended memcomm-train command."};
+      "the recommended memcomm-train command. --trace and --live record the tuning itself (its probes, with\n"
+      "tune.* counters) and are left out of that command."};
   app.get_formatter()->column_width(34);
   app.footer(
       "Exit codes:\n"
