@@ -410,19 +410,28 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 opt.zero_grad(); crit(model(x), y).backward(); opt.step()
                 logged = crit(model(x), y).item()
                 memcomm.step()
+        # Evolution strategies: forwards without gradients, gradients set by hand, one optimizer; its
+        # updates joined one step, as a second optimizer's do.
+        with memcomm.profile(trace=sys.argv[10]):
+            for x, y in batches(4):
+                with torch.no_grad():
+                    loss = crit(model(x), y)
+                for p in model.parameters():
+                    p.grad = torch.full_like(p, float(loss))
+                opt.step()
     """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
         str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"),
-        str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"))
+        str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"), str(tmp_path / "es.mct"))
     info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
     assert info["range_begin"] == info["range_end"], info
     for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3), ("logged", 4),
-                             ("handmade", 3), ("inforward", 3), ("marked", 3)):
+                             ("handmade", 3), ("inforward", 3), ("marked", 3), ("es", 4)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
         counts = phase_counts(tool, tmp_path, file)
         updates = {"two": 2 * iterations, "inbackward": 4 * iterations}.get(name, iterations)  # 4 parameters
-        backwards = {"lbfgs": 2 * iterations, "handmade": None}.get(name, iterations)  # max_iter=2 closure calls
+        backwards = {"lbfgs": 2 * iterations, "handmade": None, "es": None}.get(name, iterations)  # max_iter=2 closure calls
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
         spans = chrome_spans(tmp_path, file)
         assert all(b <= e for phase in spans.values() for b, e in phase), (name, spans)

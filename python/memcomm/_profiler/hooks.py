@@ -14,7 +14,9 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   optimizer) leaves the step ending rather than ended: the next training event (a forward with
   gradients on and the model training, a backward, a memcomm.loader wait with gradients on) closes it,
   dated when the update returned; an update with no training forward since the last one joins the
-  same step (an LBFGS step(closure) never does: it runs its iteration's forward itself). The next step
+  same step (an LBFGS step(closure) never does: it runs its iteration's forward itself; nor does the
+  same optimizer's next update: evolution strategies' and zeroth-order loops run their forwards
+  without gradients, and ten updates were one step). The next step
   opens at a backward, an update or such a wait, beginning at the first training forward since the
   last update: a forward only marks where it begins, so a loop that logs the updated model's loss
   after each update, gradients on, no longer ends with a step of that forward alone, nor begins the
@@ -165,7 +167,7 @@ from memcomm._sharding import sharded_by
 
 class _ThreadState:
     """What one training thread has open."""
-    __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "ends_with",
+    __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "updater", "ends_with",
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader",
                  "marked_forward_ns", "marked_output", "marking")
 
@@ -176,6 +178,7 @@ class _ThreadState:
         self.step_open = False
         self.step_end_ns = 0                           # when the step's last update returned; 0: none yet
         self.update_frame: Any = None                  # the open update's step() call (_end_failed_update)
+        self.updater = 0                               # id() of the last update's optimizer (or scaler)
         self.ends_with: Optional[int] = None           # the open phase an update returned inside: the step ends with it
         self.depth = 0                                 # module call nesting (global hooks)
         self.fwd_module: Any = None
@@ -567,7 +570,7 @@ class PhaseHooks:
         st = self._state()
         if st.update_frame is None:  # else a step() inside the open update (GradScaler's, super().step())
             closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0] is the optimizer
-            self._update_begins(st, frame, joins=not callable(closure))
+            self._update_begins(st, frame, optimizer, joins=not callable(closure))
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if running.profiler is not self._owner:
@@ -596,12 +599,14 @@ class PhaseHooks:
         self._unwatched_params.update(new)
         return bool(new)
 
-    def _update_begins(self, st: _ThreadState, frame: Any, joins: bool = True) -> None:
+    def _update_begins(self, st: _ThreadState, frame: Any, updater: Any, joins: bool = True) -> None:
         """An update begins. One that follows another with no training event between joins its step
         (a second optimizer); one with a closure runs its iteration's forward and backward inside
-        itself (LBFGS), so it begins the next step instead."""
-        if joins:  # a training forward since the last update has closed its step already
+        itself (LBFGS), so it begins the next step instead, as does the same optimizer stepping again
+        (evolution strategies' and zeroth-order loops, whose forwards run without gradients)."""
+        if joins and id(updater) != st.updater:  # a training forward since the last update has closed its step already
             st.step_end_ns = 0
+        st.updater = id(updater)
         self._ensure_step(st)
         self._open(st, OPTIMIZER, 0, OPT_STATE)
         st.update_frame = frame
@@ -644,7 +649,7 @@ class PhaseHooks:
             st = self._state() if running.profiler is self._owner else None
             if st is None or st.update_frame is not None:
                 return original(owner, *args, **kwargs)
-            self._update_begins(st, sys._getframe())
+            self._update_begins(st, sys._getframe(), owner)
             try:
                 return original(owner, *args, **kwargs)
             finally:
