@@ -197,6 +197,64 @@ def test_training_flags_gradients_step_hooks_and_peaks_are_the_scripts_after_tun
     """, timeout=120)
 
 
+def test_resized_buffers_plain_attributes_and_an_attached_step_hook_are_the_scripts_after_tune():
+    # See Note [What the probes leave as it was]: a quantization observer's empty buffer, resized by its
+    # first forward, could not be resized after tune's copy (t.numpy() fixes a storage's size), and came
+    # back with the probe's shape; a cache's length kept in an int beside its buffer (rotary-embedding-
+    # torch) said "cached" over the buffer's restored zeros; an optimizer's own step_hook (Opacus's
+    # privacy accountant) was charged every probe step.
+    run_ok("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=256 << 20)
+        class Observer(nn.Module):  # torch.ao.quantization's per-channel observers' pattern
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("max_val", torch.tensor([]))
+            def forward(self, x):
+                with torch.no_grad():
+                    m = x.amax(0)
+                    if self.max_val.numel() == 0:
+                        self.max_val.resize_(m.shape)
+                        self.max_val.copy_(m)
+                    else:
+                        torch.maximum(self.max_val, m, out=self.max_val)
+                return x
+        class Cached(nn.Module):  # a table cached in a buffer, its length in an int
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("table", torch.zeros(64), persistent=False)
+                self.cached_len = 0
+            def forward(self, x):
+                if self.cached_len < x.shape[1]:
+                    self.table[: x.shape[1]] = torch.arange(x.shape[1]) + 1.0
+                    self.cached_len = x.shape[1]
+                return x * self.table[: x.shape[1]]
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), Observer(), Cached(), nn.ReLU(), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        charged = []
+        opt.step_hook = lambda o: charged.append(1)
+        real_step = opt.step
+        def step(*args, **kwargs):  # as Opacus's DPOptimizer calls its hook
+            if opt.step_hook:
+                opt.step_hook(opt)
+            return real_step(*args, **kwargs)
+        opt.step = step
+        make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
+        loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        r = memcomm.tune(model, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
+        assert r["recommendation"], r
+        assert model[1].max_val.shape == (0,) and model[1].max_val.untyped_storage().resizable()
+        assert model[2].cached_len == 0 and model[2].table.abs().sum() == 0
+        assert charged == [] and callable(opt.step_hook)
+        loss(model, make(8)).backward()
+        opt.step()
+        assert model[1].max_val.shape == (32,) and model[2].cached_len == 32 and charged == [1]
+        print("ok")
+    """, timeout=120)
+
+
 def test_an_optimizer_that_wraps_another_has_both_states_back_after_tune():
     # See Note [What the probes leave as it was]: timm's Lookahead keeps Adam's moments in its inner
     # optimizer, and its own state dict stays empty: the probes' steps stayed in Adam's.

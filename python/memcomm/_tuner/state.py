@@ -13,16 +13,20 @@ back with it, as they were when the copy was taken. Every tensor the optimizer u
 only the model's: a loss with parameters of its own (a margin head, a learned temperature) trains
 with it. Tensors are paired by identity, and each module's parameter and buffer slots are put back
 as they were: a buffer registered as None and filled at the first forward, or one the forward
-replaces, would otherwise shift every later tensor's bytes onto its neighbour.
+replaces, would otherwise shift every later tensor's bytes onto its neighbour. A tensor the forward
+resized in place (a quantization observer's empty min/max, filled at the first forward) gets its
+old shape back with its bytes, as a new tensor behind the same object (.data).
 
 Note [What the probes leave as it was]: tune() promises the script's model and optimizer as they
 were. Beyond the tensors and the optimizers' hyperparameters (State: a key a first step adds to a
-group, as timm's Lamb keeps its step count there, is removed) and the random generators
+group, as timm's Lamb keeps its step count there, is removed), the modules' plain attributes (State:
+numbers, strings, None and tuples of them, such as the length of a cache held in a buffer) and the
+random generators
 (RandomState), a probe changes what ScriptState puts back: module training flags (evaluate() may
 call model.eval()), gradients (the ones the script holds are taken off for the probes and the same
 tensors put back: a script may keep them as views of one flat buffer), and whatever the optimizer's
-own step hooks update (they do not run during the probes), for the optimizer and every optimizer it
-wraps (optimizers_within: a Lookahead's real state is its inner optimizer's). The allocator's peak
+own step hooks update (they do not run during the probes, nor does an optimizer's `step_hook`, through
+which Opacus charges its privacy accountant), for the optimizer and every optimizer it wraps (optimizers_within: a Lookahead's real state is its inner optimizer's). The allocator's peak
 counters are reset when tune() returns, so a peak read after it is the run's, not a probe's.
 """
 import copy
@@ -42,8 +46,13 @@ def _covered(t: torch.Tensor) -> torch.Tensor:
 
 
 def _host_bytes(t: torch.Tensor) -> np.ndarray:
+    """A copy of the bytes `t` covers in numpy memory. Copied into the array, not through t.numpy(): that
+    marks t's storage as one that cannot be resized, for good, and a quantization observer's buffer,
+    filled by resize_ at its first forward, then raised at the probe's first step."""
     covered = _covered(t)
-    return (covered.cpu() if covered.is_cuda else covered).numpy().copy()
+    out = np.empty(covered.numel(), dtype=np.uint8)
+    torch.from_numpy(out).copy_(covered)
+    return out
 
 
 def _write_back(t: torch.Tensor, saved: np.ndarray) -> None:
@@ -162,20 +171,49 @@ def _restored_value(current: Any, saved: Any) -> Any:
     return copy.deepcopy(saved)
 
 
+class _PlainAttributes:
+    """Each module's own attributes of plain immutable values (numbers, strings, None, tuples of those),
+    put back as they were, and those a probe added removed: a cache kept beside its buffer, as
+    rotary-embedding-torch keeps the cached length in an int, said "cached" over the buffer's restored
+    bytes, and later forwards read zeros as frequencies. The training flag is ScriptState's."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.modules = [(m, {k: v for k, v in vars(m).items() if _plain(v) and k != "training"}) for m in model.modules()]
+
+    def restore(self) -> None:
+        for m, saved in self.modules:
+            held = vars(m)
+            for k in [k for k, v in held.items() if k not in saved and _plain(v) and k != "training"]:
+                del held[k]
+            held.update(saved)
+
+
+def _plain(v: Any) -> bool:
+    return v is None or isinstance(v, (bool, int, float, complex, str, bytes)) or \
+        (isinstance(v, tuple) and all(_plain(x) for x in v))
+
+
 class State:
-    """The model's parameters and buffers, the other parameters the optimizer updates, and the state
-    and hyperparameters of the optimizer and of every optimizer it wraps."""
+    """The model's parameters and buffers, the other parameters the optimizer updates, the state and
+    hyperparameters of the optimizer and of every optimizer it wraps, and the modules' plain
+    attributes."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.model, self.optimizer = model, optimizer
         self.slots = _Slots(model)
-        self.tensors = [(t, _host_bytes(t)) for t in _trained_tensors(model, optimizer)]
+        self.attributes = _PlainAttributes(model)
+        self.tensors = [(t, _SavedTensor.of(t)) for t in _trained_tensors(model, optimizer)]
         self.optimizers = [_OptimizerState(o) for o in optimizers_within(optimizer)]
 
     def restore(self) -> None:
         self.slots.restore()
+        self.attributes.restore()
         for t, saved in self.tensors:
-            _write_back(t, saved)
+            if saved.fits(t):
+                _write_back(t, saved.data)
+            else:  # resized in place (a quantization observer's empty buffer, filled at the first forward)
+                with torch.no_grad():
+                    t.data = saved.restore_into(None)
         self.model.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
         for o in self.optimizers:
@@ -187,7 +225,8 @@ class ScriptState:
     (Note [What the probes leave as it was]): each module's training flag (an evaluate() that calls
     model.eval()), the gradients the script held (taken off while the probes run), and the optimizer's
     own step hooks, which are taken out while the probes step (an EMA or a counter that
-    register_step_post_hook updates is the script's training state, not the probes')."""
+    register_step_post_hook updates is the script's training state, not the probes'; so is a privacy
+    accountant that an optimizer's own `step_hook` attribute charges, as Opacus's)."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.modes = [(m, m.training) for m in model.modules()]
@@ -196,6 +235,9 @@ class ScriptState:
                       if hasattr(o, name)]
         for o, name, _ in self.hooks:
             getattr(o, name).clear()
+        self.attached = [(o, o.step_hook) for o in optimizers_within(optimizer) if callable(getattr(o, "step_hook", None))]
+        for o, _ in self.attached:
+            o.step_hook = None
         self.restored = False
 
     def restore(self) -> None:
@@ -204,6 +246,8 @@ class ScriptState:
             return
         for o, name, hooks in self.hooks:
             getattr(o, name).update(hooks)
+        for o, hook in self.attached:
+            o.step_hook = hook
         for m, training in self.modes:
             m.training = training
         self.grads.restore()
@@ -247,7 +291,9 @@ def _whole(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=device).set_(storage)
 
 
-# The optimizer's own step hooks (torch.optim.Optimizer.register_step_pre_hook / _post_hook).
+# The optimizer's own step hooks (torch.optim.Optimizer.register_step_pre_hook / _post_hook). An
+# optimizer may also hold one callable as `step_hook`: Opacus's DPOptimizer charges each step to its
+# privacy accountant through it (a probe's steps raised the run's epsilon from 3.6 to 172).
 _STEP_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
 
 
