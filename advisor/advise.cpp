@@ -29,6 +29,14 @@ const char* topic_name(Topic t) {
 
 namespace detail {
 
+uint32_t accumulation_of(const prof::Analysis& a) {
+  std::map<uint32_t, size_t> seen;
+  for (const auto& s : a.steps)
+    if (s.micro_steps > 0) ++seen[s.micro_steps];
+  const auto most = std::max_element(seen.begin(), seen.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+  return most == seen.end() ? 0 : most->first;
+}
+
 namespace {
 
 struct RankTime {
@@ -68,16 +76,6 @@ double gradient_sync_share(const prof::Analysis& a) {
     if (c.op == prof::CollOp::AllReduce || c.op == prof::CollOp::ReduceScatter) sync += held;
   }
   return all > 0 ? double(sync) / double(all) : 1.0;  // no timed collective: nothing says otherwise
-}
-
-// The run's accumulation: the most common number of micro-steps in a step (0 when the run marks
-// none, as a script profiled from Python does).
-uint32_t accumulation_of(const prof::Analysis& a) {
-  std::map<uint32_t, size_t> seen;
-  for (const auto& s : a.steps)
-    if (s.micro_steps > 0) ++seen[s.micro_steps];
-  const auto most = std::max_element(seen.begin(), seen.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
-  return most == seen.end() ? 0 : most->first;
 }
 
 // "--accum 2K doubles the samples per all-reduce", from the run's own K (K = 1 when not marked).

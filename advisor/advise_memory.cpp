@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "memcomm/replay/replayer.hpp"
@@ -91,6 +92,29 @@ void over_limit(uint64_t peak, uint64_t limit, std::vector<Advice>& out) {
                              format_bytes(limit), format_bytes(peak - limit));
   out.push_back(adv);
 }
+// What the headroom buys: a micro-batch up to `factor` x larger, with the accumulation lowered to match.
+// A run that accumulates K micro-batches keeps its global batch with a micro-batch d x larger and
+// K / d micro-batches, d a divisor of K (a run with accumulation 2 was told 230x); one that
+// accumulates nothing would change its global batch.
+std::string larger_micro_batch(double factor, uint32_t accum) {
+  const std::string tune = "let memcomm-tune (memcomm.tune) find the fastest fit";
+  uint32_t by = 1;  // the largest divisor of the accumulation that the memory holds
+  for (uint32_t d = 2; d <= accum && d <= factor; ++d)
+    if (accum % d == 0) by = d;
+  if (accum == 0)  // not marked: the script's loop says
+    return fmt::format("raise the micro-batch up to about {:.1f}x (memcomm-train --batch-size; a DataLoader's "
+                       "batch_size) and lower the accumulation to match, or {}",
+                       factor, tune);
+  if (by > 1)
+    return fmt::format("raise the micro-batch {}x (--batch-size) and lower --accum from {} to {} (the memory holds "
+                       "about {:.1f}x), or {}",
+                       by, accum, accum / by, factor, tune);
+  return fmt::format("the memory holds a micro-batch about {:.1f}x larger, but the run's accumulation ({}) leaves no "
+                     "larger micro-batch at the same global batch: a larger global batch needs a learning rate to "
+                     "match; for another global batch, {}",
+                     factor, accum, tune);
+}
+
 }  // namespace
 
 void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out) {
@@ -114,10 +138,7 @@ void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const Adv
   adv.saving = double(limit - peak);
   // Memory grows with the micro-batch at most linearly: 90% of the limit holds at least this factor.
   const double factor = 0.9 * double(limit) / double(peak);
-  adv.change = fmt::format("raise the micro-batch up to about {:.1f}x (memcomm-train --batch-size; a DataLoader's "
-                           "batch_size) and lower the accumulation to match, or let memcomm-tune (memcomm.tune) find "
-                           "the fastest fit",
-                           factor);
+  adv.change = larger_micro_batch(factor, accumulation_of(a));
   adv.evidence = fmt::format("peak reserved {} of {} per rank: {:.0f}% of the memory is never used", format_bytes(peak),
                              format_bytes(limit), 100 * unused);
   out.push_back(adv);

@@ -14,4 +14,8 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
                         std::vector<Advice>& out);
 void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const AdviseOptions& o, std::vector<Advice>& out);
 
+// The run's accumulation: the most common number of micro-steps in a step (0 when the run marks
+// none, as a script profiled from Python does).
+uint32_t accumulation_of(const prof::Analysis& a);
+
 }  // namespace memcomm::advise::detail

@@ -193,6 +193,29 @@ TEST_CASE("exposed all-to-all is not promised a saving from accumulation") {
   CHECK(a->saving == 0);
 }
 
+TEST_CASE("idle headroom in a run that accumulates: a micro-batch its accumulation can give") {
+  // 100 MiB of 1 GiB: the memory holds about 9x. With --accum 4 that is 4x and --accum 1; with --accum 3,
+  // 3x; with none, no larger micro-batch keeps the global batch (a run with --accum 2 was told 230x).
+  const auto advice_with = [](uint32_t accum) {
+    TraceBuilder t;
+    for (int s = 0; s < 10; ++s) {
+      const int64_t b = s * 10 * kMs;
+      t.begin(Phase::Step, b, uint64_t(s + 1));
+      for (uint32_t k = 0; k < accum; ++k) t.range(Phase::MicroStep, b + k * kMs, b + (k + 1) * kMs, s * accum + k);
+      t.end(Phase::Step, b + 10 * kMs, uint64_t(s + 1));
+    }
+    t.mem(EventKind::SegmentAlloc, kMs, 0x1000000, 100 << 20);
+    t.sample(kMs + 2, prof::MemMetric::DeviceTotal, 1ULL << 30);
+    const auto advice = advise_on({t}, "accum" + std::to_string(accum));
+    const auto* a = find(advice, advise::Topic::Headroom);
+    return a ? a->change : std::string("(no headroom advice)");
+  };
+  CHECK_THAT(advice_with(4), Catch::Contains("raise the micro-batch 4x (--batch-size) and lower --accum from 4 to 1"));
+  CHECK_THAT(advice_with(6), Catch::Contains("raise the micro-batch 6x (--batch-size) and lower --accum from 6 to 1"));
+  CHECK_THAT(advice_with(12), Catch::Contains("raise the micro-batch 6x (--batch-size) and lower --accum from 12 to 2"));
+  CHECK_THAT(advice_with(1), Catch::Contains("the run's accumulation (1) leaves no larger micro-batch"));
+}
+
 TEST_CASE("data wait: more workers, with the wait per step") {
   TraceBuilder t;
   steps(t, 10, 3);
