@@ -95,8 +95,12 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
   }
   if (p.traced_allocs == 0) {      // no order to replay the live blocks in
     if (notes)
-      notes->push_back("its trace allocates nothing (an end state only): the allocator policies were not compared; "
-                       "record the run with torch.cuda.memory._record_memory_history() before its first step");
+      notes->push_back(std::string("its trace allocates nothing (an end state only): the allocator policies were not "
+                                   "compared; ") +
+                       (snap.settings.memcomm ? "record the allocator's history with python -m memcomm --history N "
+                                                "(memcomm.use_allocator(..., history=N))"
+                                              : "record the run with torch.cuda.memory._record_memory_history() "
+                                                "before its first step"));
     return;
   }
   const std::string current = snap.expandable_segments() ? "pytorch-expandable" : "pytorch";

@@ -229,6 +229,10 @@ TEST_CASE("empty_cache churn: releases matched to later takes of the same size",
   CHECK(advice.front().saving_unit == "calls");
   CHECK(has(advice.front().evidence, "3 segments released and taken again at the same size (42.0 MiB re-allocated) "
                                      "over 2 release rounds"));
+  // memcomm's own allocator releases pages by its budget, not at empty_cache(): no call to remove.
+  s.settings.memcomm = true;
+  CHECK(advise::advise_snapshot(s, no_replay()).empty());
+  s.settings.memcomm = false;
   // One round (one empty_cache) is paid once: no advice.
   s.device_traces = {std::vector<Event>(events.begin(), events.begin() + 3)};
   CHECK(advise::detail::count_churn(s.device_traces[0]).pairs == 1);
@@ -285,6 +289,13 @@ TEST_CASE("a snapshot whose trace allocates nothing gets no policy advice, and a
   CHECK(advise::advise_snapshot(s, {}, &notes).empty());
   REQUIRE(notes.size() == 1);
   CHECK(has(notes[0], "allocates nothing"));
+  CHECK(has(notes[0], "torch.cuda.memory._record_memory_history()"));
+  s.settings.memcomm = true;  // memcomm's allocator keeps a history when asked, by its own option
+  notes.clear();
+  advise::advise_snapshot(s, {}, &notes);
+  REQUIRE(notes.size() == 1);
+  CHECK(has(notes[0], "python -m memcomm --history N"));
+  s.settings.memcomm = false;
   // With one allocation in the trace, the replay has an order again.
   s.device_traces[0].push_back(ev(EventKind::Alloc, kBase + 64 * kMiB, 900 * kMiB));
   notes.clear();

@@ -284,6 +284,8 @@ class Builder {
       out.garbage_collection_threshold = doc_.as_number(*p, "allocator_settings.garbage_collection_threshold");
     if (const Value* p = doc_.find(v, "expandable_segments"); p && (p->kind == Kind::boolean || p->kind == Kind::integer))
       out.expandable_segments = p->i != 0;
+    if (const Value* p = doc_.find(v, "memcomm"); p && (p->kind == Kind::boolean || p->kind == Kind::integer))
+      out.memcomm = p->i != 0;
     if (const Value* p = doc_.find(v, "roundup_power2_divisions"); p && p->kind == Kind::dict) {
       const auto& items = doc_.container(*p).items;
       for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
