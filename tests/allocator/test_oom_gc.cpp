@@ -54,6 +54,17 @@ TEST_CASE("running past the capacity throws OutOfMemory with the figures", "[all
   }
 }
 
+TEST_CASE("a capacity below what a request reserves at least says so", "[allocator][oom]") {
+  // 16 B under a 1 KiB cap with nothing reserved read as a contradiction: the request maps a page.
+  for (bool expandable : {true, false}) {
+    AllocatorConfig c;
+    c.expandable_segments = expandable;
+    CachingAllocator a(simulated(KiB), c);
+    INFO("expandable " << expandable);
+    CHECK_THROWS_WITH(a.allocate(16), Catch::Contains("at a time for this request, more than the capacity"));
+  }
+}
+
 TEST_CASE("an allocation that needs the cache freed succeeds after one retry", "[allocator][oom]") {
   // A block freed while another stream still uses it cannot be given back at once; the retry waits for
   // the stream's events, frees the block and tries again.
