@@ -136,6 +136,9 @@ def _split(p: argparse.ArgumentParser, argv: List[str]) -> Tuple[List[str], List
             return own + argv[i:cut], argv[cut:], launcher
         if word == "--":
             return own, argv[i + 1:], launcher
+        if word == "-" or (word.startswith("-c") and word not in takes_value):  # python's stdin and -c CODE
+            p.error(f"{word if word == '-' else '-c'}: python -m memcomm runs a script file or -m MODULE, not code "
+                    f"from {'standard input' if word == '-' else 'the command line'}; save it to a file and name that")
         if not word.startswith("-"):
             return own, argv[i:], launcher
         step = 2 if word in takes_value else 1

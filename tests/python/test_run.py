@@ -198,6 +198,8 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
         ("--allocator", "gpu", "train.py"): "invalid choice",
         ("--allocator", "cpu", "--history", "99999999999999999999", "train.py"): "--history must be from 0",
         ("--trace", ".", "train.py"): "is a folder",
+        ("-",): "not code from standard input; save it to a file",  # python - < script.py
+        ("-c", "print(1)"): "not code from the command line; save it to a file",
         ("-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"): "put memcomm after the launcher: torchrun",
         ("-m", "composer.cli.launcher", "-n", "2", "train.py"): "put memcomm after the launcher: composer -n 2 -m memcomm",
         (shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun"), "train.py"):
