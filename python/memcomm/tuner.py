@@ -89,7 +89,9 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     long run, as memcomm-tune's evaluation pass (None: none).
     verbose:        rank 0 prints each probe and memcomm-tune's trial table and recommendation.
 
-    Raises TypeError or ValueError for bad arguments (before any probe), the user's own exception
+    Raises TypeError or ValueError for bad arguments (before any probe: among them a model with lazy
+    parameters no forward has made yet, and an optimizer that updates none of the model's parameters),
+    the user's own exception
     when loss_fn, make_batch or evaluate raises one on this rank (TuneError on the other ranks), and
     ValueError when one step at micro-batch 1 does not fit. A step that raises at micro-batch 1 but
     not at 2 (BatchNorm in training mode) is warned about, and the search starts at 2. An

@@ -506,6 +506,9 @@ def _batch(b):
     ({"memory_limit": -1}, ValueError, "memory_limit"),
     ({"verbose": "yes"}, TypeError, "verbose"),
     ({"evaluate": 1}, TypeError, "evaluate"),
+    ({"model": torch.nn.LazyLinear(4)}, ValueError, "its first forward has not made yet"),
+    ({"optimizer": torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)}, ValueError,
+     "updates none of the model's parameters"),
 ])
 def test_bad_arguments_are_python_exceptions(change, error, words):
     model, opt = _model_and_opt()
