@@ -22,8 +22,9 @@ TEST_CASE("runs under torchrun --no-python with ranks from the environment") {
 }
 
 // See Note [A restart under torchrun's agent store]: rank 1 of the first attempt fails once rank 0 has
-// written its Gloo keys; the second attempt must not read them.
-TEST_CASE("a torchrun restart after a failed rank trains to the end") {
+// written its Gloo keys; the second attempt must not read them. Its trace files are its own
+// (NAME.restart1.rankR.mct): the restart wrote over the failed attempt's.
+TEST_CASE("a torchrun restart after a failed rank trains to the end, and keeps the failed attempt's traces") {
   if (!std::filesystem::exists(torchrun_bin())) MEMCOMM_SKIP_TEST("no torchrun in .venv (run scripts/setup.sh)");
   const auto d = scratch_dir("torchrun-restart");
   const std::string script = d + "/rank.sh";
@@ -31,7 +32,7 @@ TEST_CASE("a torchrun restart after a failed rank trains to the end") {
     std::ofstream f(script);
     f << "#!/bin/bash\n"
          "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then sleep 3; exit 7; fi\n"
-         "exec " << quick_train("--steps 3 --print-checksums --timeout 30") << "\n";
+         "exec " << quick_train("--steps 3 --print-checksums --timeout 30 --trace " + d + "/t.mct") << "\n";
   }
   std::filesystem::permissions(script, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
   const auto r = run_command("timeout 180 " + torchrun_bin() + " --standalone --nproc-per-node 2 --max-restarts 1 --no-python " + script);
@@ -40,6 +41,9 @@ TEST_CASE("a torchrun restart after a failed rank trains to the end") {
   const auto sums = parse_checksums(r.output);
   REQUIRE(sums.size() == 3);
   for (const auto& [step, by_rank] : sums) CHECK(by_rank.at(0) == by_rank.at(1));
+  CHECK(std::filesystem::exists(d + "/t.restart1.rank0.mct"));
+  CHECK(std::filesystem::exists(d + "/t.restart1.rank1.mct"));
+  CHECK(r.output.find(d + "/t.restart1.rank*.mct") != std::string::npos);
 }
 
 TEST_CASE("runs under Slurm's variables SLURM_PROCID and SLURM_NTASKS and SLURM_LOCALID") {

@@ -14,6 +14,7 @@
 #endif
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -58,6 +59,13 @@ MemoryCategoryScope::MemoryCategoryScope(prof::MemCategory c) noexcept : saved_(
 }
 
 MemoryCategoryScope::~MemoryCategoryScope() { t_category = saved_; }
+
+std::string attempt_trace_file(const std::string& trace, const DistEnv& env, int rank) {
+  if (env.attempt == 0) return prof::rank_trace_path(trace, rank);
+  const std::filesystem::path p(trace);
+  const std::string restart = ".restart" + std::to_string(env.attempt);
+  return prof::rank_trace_path((p.parent_path() / (p.stem().string() + restart + p.extension().string())).string(), rank);
+}
 
 prof::MemCategory exchange_memory_category(prof::MemCategory c) noexcept {
   return static_cast<prof::MemCategory>(std::exchange(t_category, static_cast<uint8_t>(c)));
@@ -180,7 +188,7 @@ RunProfiler::RunProfiler(const TrainOptions& o, const DistEnv& env, alloc::Cachi
     // thousand events a second, so a chunk takes microseconds, and one background thread per
     // rank instead of two means fewer wake-ups competing with training for the cores
     // (Note [Collector cadence] in recorder.cpp).
-    impl_->file = std::make_shared<prof::FileSink>(prof::rank_trace_path(o.trace, env.rank), w, size_t(1) << 16,
+    impl_->file = std::make_shared<prof::FileSink>(attempt_trace_file(o.trace, env, env.rank), w, size_t(1) << 16,
                                                    /*compress_threads=*/0);
     rec.add_sink(impl_->file);
   }

@@ -479,7 +479,7 @@ void TrainingRun::report() const {
                traces_failed_, p_.env.world);
   } else if (!o_.trace.empty()) {
     // Every rank's file, as a shell glob when there are several; the viewer beside this binary.
-    std::string files = prof::rank_trace_path(o_.trace, 0);
+    std::string files = attempt_trace_file(o_.trace, p_.env, 0);
     if (p_.env.world > 1) files.replace(files.rfind("0.mct"), 1, "*");
     fmt::print("trace: one file per rank; open them with: {} {}\n", viewer_command(), files);
   }

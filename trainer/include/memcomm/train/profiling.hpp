@@ -37,6 +37,11 @@ class MemoryCategoryScope {
 // the caller puts back.
 prof::MemCategory exchange_memory_category(prof::MemCategory c) noexcept;
 
+// Rank `rank`'s trace file of this attempt: --trace's NAME.rankR.mct, and NAME.restartN.rankR.mct in
+// torchrun's N-th restart of the job, so a restart keeps the failed attempt's files (as python -m
+// memcomm names them) instead of writing over them.
+std::string attempt_trace_file(const std::string& trace, const DistEnv& env, int rank);
+
 class RunProfiler {
  public:
   // Starts recording when --trace or --live is given; otherwise does nothing and costs nothing.
