@@ -419,18 +419,28 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 for p in model.parameters():
                     p.grad = torch.full_like(p, float(loss))
                 opt.step()
+        # One GradScaler stepping two optimizers an iteration (AMP's recipe for two models): one step.
+        opt_a = torch.optim.SGD(emb.parameters(), lr=0.1)
+        opt_b = torch.optim.SGD(head.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        with memcomm.profile(trace=sys.argv[11]):
+            for _ in range(3):
+                scaler.scale(head(emb.weight[:4]).sum()).backward()
+                scaler.step(opt_a); scaler.step(opt_b); scaler.update()
+                opt_a.zero_grad(); opt_b.zero_grad()
     """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
         str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"),
-        str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"), str(tmp_path / "es.mct"))
+        str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"), str(tmp_path / "es.mct"),
+        str(tmp_path / "scaled.mct"))
     info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
     assert info["range_begin"] == info["range_end"], info
     for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3), ("logged", 4),
-                             ("handmade", 3), ("inforward", 3), ("marked", 3), ("es", 4)):
+                             ("handmade", 3), ("inforward", 3), ("marked", 3), ("es", 4), ("scaled", 3)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
         counts = phase_counts(tool, tmp_path, file)
-        updates = {"two": 2 * iterations, "inbackward": 4 * iterations}.get(name, iterations)  # 4 parameters
+        updates = {"two": 2 * iterations, "inbackward": 4 * iterations, "scaled": 2 * iterations}.get(name, iterations)
         backwards = {"lbfgs": 2 * iterations, "handmade": None, "es": None}.get(name, iterations)  # max_iter=2 closure calls
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
         spans = chrome_spans(tmp_path, file)

@@ -197,12 +197,14 @@ def test_training_flags_gradients_step_hooks_and_peaks_are_the_scripts_after_tun
     """, timeout=120)
 
 
-def test_resized_buffers_plain_attributes_and_an_attached_step_hook_are_the_scripts_after_tune():
+def test_resized_buffers_module_attributes_held_gradients_and_step_hooks_are_the_scripts_after_tune():
     # See Note [What the probes leave as it was]: a quantization observer's empty buffer, resized by its
     # first forward, could not be resized after tune's copy (t.numpy() fixes a storage's size), and came
     # back with the probe's shape; a cache's length kept in an int beside its buffer (rotary-embedding-
-    # torch) said "cached" over the buffer's restored zeros; an optimizer's own step_hook (Opacus's
-    # privacy accountant) was charged every probe step.
+    # torch) said "cached" over the buffer's restored zeros; a metric's tensor and list states kept the
+    # probes' samples; an attribute a probe set to None, or a head it added, stayed so; a frozen
+    # parameter's gradient was dropped; an optimizer's own step_hook (Opacus's privacy accountant) and
+    # torch's global step hooks (an EMA) ran on every probe step.
     run_ok("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm
         torch.set_num_threads(1)
@@ -220,19 +222,29 @@ def test_resized_buffers_plain_attributes_and_an_attached_step_hook_are_the_scri
                     else:
                         torch.maximum(self.max_val, m, out=self.max_val)
                 return x
-        class Cached(nn.Module):  # a table cached in a buffer, its length in an int
+        class Cached(nn.Module):  # a table cached in a buffer, its length in an int; a metric's sums and list
             def __init__(self):
                 super().__init__()
                 self.register_buffer("table", torch.zeros(64), persistent=False)
                 self.cached_len = 0
+                self.total, self.seen = torch.zeros(()), []
+                self.merged = torch.ones(2)  # an evaluation's cache, which a training forward drops
             def forward(self, x):
                 if self.cached_len < x.shape[1]:
                     self.table[: x.shape[1]] = torch.arange(x.shape[1]) + 1.0
                     self.cached_len = x.shape[1]
+                self.total += x.detach().sum()
+                self.seen.append(x.shape[0])
+                self.merged = None
+                if not hasattr(self, "extra"):  # a head a forward adds
+                    self.extra = nn.Linear(1, 1)
                 return x * self.table[: x.shape[1]]
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(16, 32), Observer(), Cached(), nn.ReLU(), nn.Linear(32, 4))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        averaged = []  # an EMA on torch's global step hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        handle = register_optimizer_step_post_hook(lambda o, args, kwargs: averaged.append(1))
         charged = []
         opt.step_hook = lambda o: charged.append(1)
         real_step = opt.step
@@ -243,14 +255,20 @@ def test_resized_buffers_plain_attributes_and_an_attached_step_hook_are_the_scri
         opt.step = step
         make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
         loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        model[4].bias.requires_grad_(False)  # frozen, with a gradient the script set
+        model[4].bias.grad = torch.full((4,), 0.5)
         r = memcomm.tune(model, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
         assert r["recommendation"], r
+        assert torch.equal(model[4].bias.grad, torch.full((4,), 0.5))
         assert model[1].max_val.shape == (0,) and model[1].max_val.untyped_storage().resizable()
         assert model[2].cached_len == 0 and model[2].table.abs().sum() == 0
+        assert model[2].total == 0 and model[2].seen == [] and torch.equal(model[2].merged, torch.ones(2))
+        assert not hasattr(model[2], "extra") and len(list(model.parameters())) == 4
         assert charged == [] and callable(opt.step_hook)
         loss(model, make(8)).backward()
         opt.step()
-        assert model[1].max_val.shape == (32,) and model[2].cached_len == 32 and charged == [1]
+        assert model[1].max_val.shape == (32,) and model[2].cached_len == 32 and charged == [1] and averaged == [1]
+        handle.remove()
         print("ok")
     """, timeout=120)
 

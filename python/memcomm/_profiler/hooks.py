@@ -649,7 +649,10 @@ class PhaseHooks:
             st = self._state() if running.profiler is self._owner else None
             if st is None or st.update_frame is not None:
                 return original(owner, *args, **kwargs)
-            self._update_begins(st, sys._getframe(), owner)
+            # GradScaler.step(optimizer): the optimizer is the updater, so that one scaler stepping two
+            # optimizers in an iteration (AMP with two models) makes one step, as the optimizers would.
+            updater = args[0] if args and isinstance(args[0], torch.optim.Optimizer) else owner
+            self._update_begins(st, sys._getframe(), updater)
             try:
                 return original(owner, *args, **kwargs)
             finally:

@@ -51,8 +51,9 @@ def check_callables(model: Any, optimizer: Any, loss_fn: Any, make_batch: Any, e
             raise TypeError(f"{name} must be callable, got {type(f).__name__}")
     if evaluate is not None and not callable(evaluate):
         raise TypeError(f"evaluate must be callable or None, got {type(evaluate).__name__}")
-    if any(torch.nn.parameter.is_lazy(p) for p in model.parameters()):  # no size yet: nothing to measure
-        raise ValueError("model has parameters its first forward has not made yet (nn.LazyLinear, nn.LazyConv2d...): "
+    if any(torch.nn.parameter.is_lazy(t) for t in (*model.parameters(), *model.buffers())):  # no size yet
+        raise ValueError("model has parameters or buffers its first forward has not made yet (nn.LazyLinear, "
+                         "nn.LazyBatchNorm1d...): "
                          "run one forward, then tune")
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("model has no parameter that requires a gradient: there is no training step to tune")

@@ -19,9 +19,10 @@ old shape back with its bytes, as a new tensor behind the same object (.data).
 
 Note [What the probes leave as it was]: tune() promises the script's model and optimizer as they
 were. Beyond the tensors and the optimizers' hyperparameters (State: a key a first step adds to a
-group, as timm's Lamb keeps its step count there, is removed), the modules' plain attributes (State:
-numbers, strings, None and tuples of them, such as the length of a cache held in a buffer) and the
-random generators
+group, as timm's Lamb keeps its step count there, is removed), the modules' attributes of data
+(State: numbers, strings, None, tuples of them, tensors, lists, dicts and sets, such as the length of a
+cache held in a buffer or a metric's running sums; a submodule a probe added goes) and the random
+generators
 (RandomState), a probe changes what ScriptState puts back: module training flags (evaluate() may
 call model.eval()), gradients (the ones the script holds are taken off for the probes and the same
 tensors put back: a script may keep them as views of one flat buffer), and whatever the optimizer's
@@ -138,16 +139,17 @@ class _OptimizerState:
 
 
 class _Slots:
-    """Which tensor each module holds in each parameter and buffer slot (Note [State copies outside the
-    cap]): put back by identity, a slot a probe filled or replaced holds what it held before."""
+    """Which tensor each module holds in each parameter and buffer slot, and which submodule in each
+    module slot (Note [State copies outside the cap]): put back by identity, a slot a probe filled or
+    replaced holds what it held before, and a submodule a probe's forward added goes."""
 
     def __init__(self, model: torch.nn.Module):
-        self.modules = [(m, dict(m._parameters), dict(m._buffers), set(m._non_persistent_buffers_set))
+        self.modules = [(m, dict(m._parameters), dict(m._buffers), dict(m._modules), set(m._non_persistent_buffers_set))
                         for m in model.modules()]
 
     def restore(self) -> None:
-        for m, parameters, buffers, non_persistent in self.modules:
-            for held, saved in ((m._parameters, parameters), (m._buffers, buffers)):
+        for m, parameters, buffers, modules, non_persistent in self.modules:
+            for held, saved in ((m._parameters, parameters), (m._buffers, buffers), (m._modules, modules)):
                 for k in [k for k in held if k not in saved]:
                     del held[k]
                 for k, t in saved.items():
@@ -171,21 +173,30 @@ def _restored_value(current: Any, saved: Any) -> Any:
     return copy.deepcopy(saved)
 
 
-class _PlainAttributes:
-    """Each module's own attributes of plain immutable values (numbers, strings, None, tuples of those),
-    put back as they were, and those a probe added removed: a cache kept beside its buffer, as
-    rotary-embedding-torch keeps the cached length in an int, said "cached" over the buffer's restored
-    bytes, and later forwards read zeros as frequencies. The training flag is ScriptState's."""
+# What nn.Module.__init__ sets: the slots (_Slots), the hooks and the training flag (ScriptState).
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+
+
+class _Attributes:
+    """Each module's other attributes of data, put back as they were, and data attributes a probe added
+    removed: plain values (numbers, strings, None, tuples of them), tensors (the same object, its bytes
+    back), and lists, dicts and sets (the same container, its items back). A cache kept beside its
+    buffer, as rotary-embedding-torch keeps the cached length in an int and transformers' dynamic RoPE
+    in an int or a tensor, said "cached" over the buffer's restored bytes; torchmetrics' states
+    (tensors and lists that add_state makes attributes) kept the probes' samples. Other objects (a
+    config, a function) are left as they are."""
 
     def __init__(self, model: torch.nn.Module):
-        self.modules = [(m, {k: v for k, v in vars(m).items() if _plain(v) and k != "training"}) for m in model.modules()]
+        self.modules = [(m, set(vars(m)), {k: _saved_attribute(v) for k, v in vars(m).items()
+                                           if k not in _MODULE_INTERNALS and _is_data(v)}) for m in model.modules()]
 
     def restore(self) -> None:
-        for m, saved in self.modules:
+        for m, names, saved in self.modules:
             held = vars(m)
-            for k in [k for k, v in held.items() if k not in saved and _plain(v) and k != "training"]:
+            for k in [k for k, v in held.items() if k not in names and _is_data(v)]:  # added by a probe
                 del held[k]
-            held.update(saved)
+            for k, (value, copy_of) in saved.items():
+                held[k] = _restored_attribute(value, copy_of)
 
 
 def _plain(v: Any) -> bool:
@@ -193,15 +204,52 @@ def _plain(v: Any) -> bool:
         (isinstance(v, tuple) and all(_plain(x) for x in v))
 
 
+def _is_data(v: Any) -> bool:
+    return _plain(v) or isinstance(v, (torch.Tensor, list, dict, set))
+
+
+def _saved_attribute(v: Any) -> Tuple[Any, Any]:
+    """(the value itself, what restores it): a tensor's bytes, a container's items, nothing for a plain
+    value or a Parameter (a reference to one the slots and State put back)."""
+    if isinstance(v, torch.nn.Parameter) or (isinstance(v, torch.Tensor) and (v.layout != torch.strided or v.is_meta)):
+        return v, None
+    if isinstance(v, torch.Tensor):
+        return v, _SavedTensor.of(v)
+    if isinstance(v, (list, dict, set)):
+        return v, copy.copy(v)
+    return v, None
+
+
+def _restored_attribute(value: Any, copy_of: Any) -> Any:
+    if isinstance(copy_of, _SavedTensor):
+        _restore_tensor(value, copy_of)
+    elif isinstance(value, list):
+        value[:] = copy_of
+    elif isinstance(value, (dict, set)):
+        value.clear()
+        value.update(copy_of)
+    return value
+
+
+def _restore_tensor(t: torch.Tensor, saved: _SavedTensor) -> None:
+    """`t` as it was: its bytes written back, or, resized in place since (a quantization observer's empty
+    buffer, filled at the first forward), its old shape and bytes as a new tensor behind the same object."""
+    if saved.fits(t):
+        _write_back(t, saved.data)
+    else:
+        with torch.no_grad():
+            t.data = saved.restore_into(None)
+
+
 class State:
     """The model's parameters and buffers, the other parameters the optimizer updates, the state and
-    hyperparameters of the optimizer and of every optimizer it wraps, and the modules' plain
-    attributes."""
+    hyperparameters of the optimizer and of every optimizer it wraps, and the modules' attributes of
+    data."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.model, self.optimizer = model, optimizer
         self.slots = _Slots(model)
-        self.attributes = _PlainAttributes(model)
+        self.attributes = _Attributes(model)
         self.tensors = [(t, _SavedTensor.of(t)) for t in _trained_tensors(model, optimizer)]
         self.optimizers = [_OptimizerState(o) for o in optimizers_within(optimizer)]
 
@@ -209,11 +257,7 @@ class State:
         self.slots.restore()
         self.attributes.restore()
         for t, saved in self.tensors:
-            if saved.fits(t):
-                _write_back(t, saved.data)
-            else:  # resized in place (a quantization observer's empty buffer, filled at the first forward)
-                with torch.no_grad():
-                    t.data = saved.restore_into(None)
+            _restore_tensor(t, saved)
         self.model.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
         for o in self.optimizers:
@@ -230,7 +274,7 @@ class ScriptState:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.modes = [(m, m.training) for m in model.modules()]
-        self.grads = _TakenGradients([p for p in _trained_tensors(model, optimizer) if p.requires_grad])
+        self.grads = _TakenGradients(_trained_tensors(model, optimizer))  # a frozen one's held gradient too
         self.hooks = [(o, name, getattr(o, name).copy()) for o in optimizers_within(optimizer) for name in _STEP_HOOKS
                       if hasattr(o, name)]
         for o, name, _ in self.hooks:
@@ -238,6 +282,9 @@ class ScriptState:
         self.attached = [(o, o.step_hook) for o in optimizers_within(optimizer) if callable(getattr(o, "step_hook", None))]
         for o, _ in self.attached:
             o.step_hook = None
+        self.global_hooks = [(hooks, hooks.copy()) for hooks in _global_step_hooks()]
+        for hooks, _ in self.global_hooks:
+            hooks.clear()
         self.restored = False
 
     def restore(self) -> None:
@@ -248,6 +295,8 @@ class ScriptState:
             getattr(o, name).update(hooks)
         for o, hook in self.attached:
             o.step_hook = hook
+        for hooks, saved in self.global_hooks:
+            hooks.update(saved)
         for m, training in self.modes:
             m.training = training
         self.grads.restore()
@@ -268,8 +317,10 @@ class _TakenGradients:
         seen = set()
         for p, grad in self.grads:
             p.grad = None
+            if grad.layout != torch.strided:  # a sparse one has no storage to empty: it is held as it is
+                continue
             storage = grad.untyped_storage()
-            if grad.layout != torch.strided or storage.nbytes() == 0 or storage.data_ptr() in seen:
+            if storage.nbytes() == 0 or storage.data_ptr() in seen:
                 continue
             seen.add(storage.data_ptr())
             saved = _host_bytes(_whole(storage, grad.device))
@@ -295,6 +346,15 @@ def _whole(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
 # optimizer may also hold one callable as `step_hook`: Opacus's DPOptimizer charges each step to its
 # privacy accountant through it (a probe's steps raised the run's epsilon from 3.6 to 172).
 _STEP_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
+
+
+def _global_step_hooks() -> List[Any]:
+    """The hooks every optimizer's step runs (torch.optim.register_optimizer_step_pre_hook / _post_hook:
+    an EMA updated there took in the probes' weights); memcomm's profile, paused during tune(), keeps
+    its own there too, and gets them back with the script's."""
+    import torch.optim.optimizer as optimizer_module
+    return [getattr(optimizer_module, name) for name in ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
+            if hasattr(optimizer_module, name)]
 
 
 class RandomState:
