@@ -92,6 +92,7 @@ void over_limit(uint64_t peak, uint64_t limit, std::vector<Advice>& out) {
                              format_bytes(limit), format_bytes(peak - limit));
   out.push_back(adv);
 }
+
 // What the headroom buys: a micro-batch up to `factor` x larger, with the accumulation lowered to match.
 // A run that accumulates K micro-batches keeps its global batch with a micro-batch d x larger and
 // K / d micro-batches, d a divisor of K (a run with accumulation 2 was told 230x); one that
@@ -109,10 +110,17 @@ std::string larger_micro_batch(double factor, uint32_t accum) {
     return fmt::format("raise the micro-batch {}x (--batch-size) and lower --accum from {} to {} (the memory holds "
                        "about {:.1f}x), or {}",
                        by, accum, accum / by, factor, tune);
-  return fmt::format("the memory holds a micro-batch about {:.1f}x larger, but the run's accumulation ({}) leaves no "
-                     "larger micro-batch at the same global batch: a larger global batch needs a learning rate to "
-                     "match; for another global batch, {}",
-                     factor, accum, tune);
+  if (accum > 1) {  // the memory is what falls short of the accumulation's smallest step
+    uint32_t smallest = 2;
+    while (accum % smallest != 0) ++smallest;
+    return fmt::format("the memory holds a micro-batch about {:.1f}x larger, short of the {}x that --accum {} allows at "
+                       "the same global batch (a lower bound: memcomm-tune (memcomm.tune) measures whether it fits)",
+                       factor, smallest, accum);
+  }
+  return fmt::format("the memory holds a micro-batch about {:.1f}x larger, but the run accumulates no micro-batches: "
+                     "a larger one is a larger global batch, which needs a learning rate to match; for another global "
+                     "batch, {}",
+                     factor, tune);
 }
 
 }  // namespace

@@ -97,8 +97,8 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
     if (notes)
       notes->push_back(std::string("its trace allocates nothing (an end state only): the allocator policies were not "
                                    "compared; ") +
-                       (snap.settings.memcomm ? "record the allocator's history with python -m memcomm --history N "
-                                                "(memcomm.use_allocator(..., history=N))"
+                       (snap.settings.memcomm ? "record the allocator's history with python -m memcomm --allocator "
+                                                "DEVICE --history N (memcomm.use_allocator(..., history=N))"
                                               : "record the run with torch.cuda.memory._record_memory_history() "
                                                 "before its first step"));
     return;

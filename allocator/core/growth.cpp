@@ -138,10 +138,11 @@ Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t re
   if (expandable && pool->expandable && pool->expandable->size < cap)
     message += "; this pool's expandable segment has " + format_bytes(pool->expandable->size, 2) +
                " of address space, all the process could reserve (Note [Address space for a segment])";
-  // A cap below what the request maps at least (a page, or a whole segment) holds nothing of that size:
-  // "512 B under a capacity of 1 KiB, 0 B reserved" read as a contradiction.
-  if (const std::size_t least = expandable ? page_up(size, page) : whole_segment(pool, size); cap && least > cap)
-    message += "; memory is reserved " + format_bytes(least, 2) + " at a time for this request, more than the capacity";
+  // A cap below the pages a request maps holds nothing of that size: "512 B under a capacity of 1 KiB,
+  // 0 B reserved" read as a contradiction (format_oom already names a whole segment's size).
+  if (expandable && cap && page_up(size, page) > cap)
+    message += "; memory is reserved " + format_bytes(page_up(size, page), 2) +
+               " at a time for this request, more than the capacity";
   throw OutOfMemory(std::move(message),
                     requested, reserved, allocated, largest,
                     reserved > 0 ? 1.0 - double(allocated) / double(reserved) : 0.0);

@@ -128,6 +128,11 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
     CHECK(r.code == 2);
     CHECK(r.output.find(expect) != std::string::npos);
   }
+  // A --trace path that cannot be looked at (a name too long) is a usage error, not an abort.
+  const auto unreadable = parse_in_child("--trace /tmp/" + std::string(300, 'a') + "/run");
+  INFO(unreadable.output);
+  CHECK(unreadable.code == 2);
+  CHECK(unreadable.output.find("File name too long") != std::string::npos);
   // And the forked parser returns (exit 0 here) for flags the binary runs with.
   CHECK(parse_in_child("--model mlp --dataset tabular --steps 3").code == 0);
   CHECK(parse_in_child("--seed 18446744073709551615").code == 0);

@@ -294,7 +294,7 @@ TEST_CASE("a snapshot whose trace allocates nothing gets no policy advice, and a
   notes.clear();
   advise::advise_snapshot(s, {}, &notes);
   REQUIRE(notes.size() == 1);
-  CHECK(has(notes[0], "python -m memcomm --history N"));
+  CHECK(has(notes[0], "python -m memcomm --allocator DEVICE --history N"));
   s.settings.memcomm = false;
   // With one allocation in the trace, the replay has an order again.
   s.device_traces[0].push_back(ev(EventKind::Alloc, kBase + 64 * kMiB, 900 * kMiB));

@@ -194,8 +194,9 @@ TEST_CASE("exposed all-to-all is not promised a saving from accumulation") {
 }
 
 TEST_CASE("idle headroom in a run that accumulates: a micro-batch its accumulation can give") {
-  // 100 MiB of 1 GiB: the memory holds about 9x. With --accum 4 that is 4x and --accum 1; with --accum 3,
-  // 3x; with none, no larger micro-batch keeps the global batch (a run with --accum 2 was told 230x).
+  // 100 MiB of 1 GiB: the memory holds about 9x. With --accum 4 or 6 that is 4x or 6x and --accum 1;
+  // with 12, 6x and --accum 2; with 1, no larger micro-batch keeps the global batch; with 11 (prime) the
+  // memory falls short of 11x (a run with --accum 2 was told 230x).
   const auto advice_with = [](uint32_t accum) {
     TraceBuilder t;
     for (int s = 0; s < 10; ++s) {
@@ -213,7 +214,8 @@ TEST_CASE("idle headroom in a run that accumulates: a micro-batch its accumulati
   CHECK_THAT(advice_with(4), Catch::Contains("raise the micro-batch 4x (--batch-size) and lower --accum from 4 to 1"));
   CHECK_THAT(advice_with(6), Catch::Contains("raise the micro-batch 6x (--batch-size) and lower --accum from 6 to 1"));
   CHECK_THAT(advice_with(12), Catch::Contains("raise the micro-batch 6x (--batch-size) and lower --accum from 12 to 2"));
-  CHECK_THAT(advice_with(1), Catch::Contains("the run's accumulation (1) leaves no larger micro-batch"));
+  CHECK_THAT(advice_with(1), Catch::Contains("the run accumulates no micro-batches"));
+  CHECK_THAT(advice_with(11), Catch::Contains("short of the 11x that --accum 11 allows"));
 }
 
 TEST_CASE("data wait: more workers, with the wait per step") {

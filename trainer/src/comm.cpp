@@ -82,16 +82,32 @@ std::string other_world(const std::vector<uint8_t>& mark, int world) {
 // Note [c10d's logs on a failing job]
 // Once a peer or the store host is gone, c10d logs each failed store call at warning or error level
 // with a C++ backtrace: three 20-line blocks came before memcomm's one line that names the lost rank,
-// and a rendezvous whose store never answered printed 28 frame lines before memcomm's message. So from
-// the communicator's start, c10's logs are kept to fatal ones (unless TORCH_CPP_LOG_LEVEL asks for
-// more); c10d's exceptions still arrive, and memcomm reports each failure in one line that names the
-// rank at fault. Once per process.
+// and a rendezvous whose store never answered printed 28 frame lines before memcomm's message. So
+// while the communicator sets up, and from the first failure on, c10's logs are kept to fatal ones
+// (unless TORCH_CPP_LOG_LEVEL asks for more); c10d's exceptions still arrive, and memcomm reports each
+// failure in one line that names the rank at fault. A setup that succeeded puts the level back, so a
+// healthy run keeps LibTorch's warnings (NCCL's watchdog's among them).
+bool quiet_wanted() { return !std::getenv("TORCH_CPP_LOG_LEVEL"); }
+
+// Once per process (the heartbeat thread and the failing collective may both get here).
 void quiet_c10d_logs() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = std::max<int>(FLAGS_caffe2_log_level, 3);
+    if (quiet_wanted()) FLAGS_caffe2_log_level = std::max<int>(FLAGS_caffe2_log_level, 3);
   });
 }
+
+// c10's log level for the communicator's setup: fatal only, then as it was once the setup succeeded.
+class QuietSetup {
+ public:
+  QuietSetup() : saved_(FLAGS_caffe2_log_level) {
+    if (quiet_wanted()) FLAGS_caffe2_log_level = std::max<int>(saved_, 3);
+  }
+  void succeeded() const { FLAGS_caffe2_log_level = saved_; }
+
+ private:
+  int saved_;
+};
 
 // Note [A restart under torchrun's agent store]
 // With --max-restarts, torchrun's agent hosts one store for the whole job and every attempt's
@@ -152,6 +168,7 @@ c10::intrusive_ptr<c10d::Store> connect_client(const DistEnv& env, std::chrono::
 // The first line of the engine's message (c10::Error's without its backtrace), and which ranks never
 // reached the store, when the store still answers.
 std::string Communicator::why_not_joined(const std::exception& e) const {
+  quiet_c10d_logs();
   std::string what = error_message(e);
   if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
   if (!store_) return what;
@@ -183,7 +200,7 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
 #ifndef USE_C10D_NCCL
   if (nccl_) throw UsageError("--backend nccl: this LibTorch build has no NCCL support; use gloo");
 #endif
-  quiet_c10d_logs();  // Note [c10d's logs on a failing job]
+  const QuietSetup quiet;  // Note [c10d's logs on a failing job]
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
     const bool server = env.rank == 0 && !env.agent_hosts_store;
@@ -210,11 +227,13 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
 #endif
     }
   } catch (const UsageError&) {
+    quiet_c10d_logs();
     throw;
   } catch (const std::exception& e) {
     throw CommError("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (rank " +
                     std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + why_not_joined(e));
   }
+  quiet.succeeded();
   // See Note [Naming the lost rank]: a private store client, so beats never queue behind collectives.
   heartbeat_ = std::thread([this, env] {
     c10::intrusive_ptr<c10d::Store> hb;
@@ -228,6 +247,7 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
         const auto s = std::to_string(beat);
         hb->set(hb_key(env.rank), std::vector<uint8_t>(s.begin(), s.end()));
       } catch (const std::exception&) {
+        quiet_c10d_logs();
         return;  // the store is gone; the next collective reports it
       }
       for (int i = 0; i < 10 && !stop_heartbeat_; ++i) std::this_thread::sleep_for(kBeat / 10);
@@ -282,6 +302,7 @@ std::string Communicator::missing_ranks() {
 }
 
 void Communicator::fail(const std::string& what) {
+  quiet_c10d_logs();
   const std::string who = missing_ranks();
   throw CommError("rank " + std::to_string(env_.rank) + ": " + what + ": " + who);
 }

@@ -43,6 +43,9 @@ int spawn_checked(int argc, char** argv, const TrainOptions& o) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "memcomm-train: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {  // a path that cannot be looked at (filesystem_error), as a rank says it
+    std::fprintf(stderr, "memcomm-train: %s\n", e.what());
+    return 1;
   }
   return spawn_local_ranks(argc, argv, o.nproc, o.timeout_s + 15);
 }

@@ -143,7 +143,8 @@ void check_train_options(const TrainOptions& o, const char* program) {
   try {
     if (!o.trace.empty()) {
       // The ranks' files are TRACE.rankR.mct: a folder would put them beside it, named after it.
-      if (fs::is_directory(o.trace))
+      std::error_code unreadable;  // a path that cannot be looked at is check_output_dir's to name
+      if (fs::is_directory(o.trace, unreadable))
         throw std::invalid_argument("--trace " + o.trace + " is a folder; name a file in it, such as " +
                                     (fs::path(o.trace) / "run").string() + " (rank 0 then writes " +
                                     prof::rank_trace_path((fs::path(o.trace) / "run").string(), 0) + ")");
@@ -329,8 +330,8 @@ void add_observation_options(CLI::App& g, TrainOptions& o) {
       ->capture_default_str();
   g.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON to FILE (its folder must exist)");
   g.add_option("--trace", o.trace,
-               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank; "
-               "a missing folder is created)");
+               "Record phases, collectives, counters and allocator events to FILE (one FILE.rankR.mct per rank, "
+               "FILE.restartN.rankR.mct in torchrun's N-th restart; a missing folder is created)");
   g.add_option("--live", o.live, "Stream the same events to a viewer listening at HOST:PORT (memcomm-view --listen; :PORT for this machine)");
   add_choice(g, "--cupti", o.cupti,
              "GPU kernels, copies, memsets, driver memory and NVTX ranges (CUPTI) in the trace/stream: auto "

@@ -156,8 +156,9 @@ class TrainingRun {
 // Note [Ranks resume from one step]: each rank saves and loads its own file, so a folder can hold files
 // at different steps: saves are agreed (Note [Checkpoints saved together]), but a rename can still
 // fail on one rank, and files are copied. Resumed so, the ranks' collectives went out of step and
-// Gloo aborted one of them ("collective mismatch"). So the ranks agree on the step they loaded before they train, and
-// every rank refuses the same way (exit 2) when one of them has no checkpoint or the steps differ.
+// Gloo aborted one of them ("collective mismatch"). So the ranks agree on the step they loaded
+// before they train, and every rank refuses the same way (exit 2) when one of them has no
+// checkpoint or the steps differ.
 int64_t TrainingRun::resume() {
   constexpr int64_t kUnreadable = -2;  // load_checkpoint's -1: no file
   std::string warning;
@@ -376,7 +377,8 @@ void TrainingRun::bookkeeping_allreduce(torch::Tensor& t, Reduce op) {
 // to disk; the ranks agree whether every one succeeded (a bookkeeping all-reduce); only then does
 // each rename its file into place. When one failed, every rank drops its temporary and the run
 // fails, each rank's previous checkpoint kept: the folder stays at one step. What is left to fail
-// after the agreement is a rename, which needs no space.
+// after the agreement is a rename, which needs no space; should one fail, that rank ends with the
+// error, the others with a lost rank at their next collective, and resume names the mixed steps.
 void TrainingRun::save_checkpoint(int64_t step) {
   std::unique_ptr<ReplacingStream> written;
   std::exception_ptr failed;

@@ -24,8 +24,8 @@ double now_s() {
 }
 
 // The trainer flags of `args` that bear on the result: the probes never write the run's outputs
-// (summary, trace, live stream, checkpoints, logs), so those flags only go into the recommended
-// command, and changing them is still a hit.
+// (summary, checkpoints, logs; --trace and --live record the tuning itself), so those flags do not
+// change the result, and changing them is still a hit.
 std::vector<std::string> result_args(const std::vector<std::string>& args) {
   static const std::set<std::string> outputs = {"--summary-json",   "--trace",        "--live",
                                                 "--cupti",          "--checkpoint-dir", "--checkpoint-every",
