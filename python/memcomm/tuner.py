@@ -121,7 +121,7 @@ def _tune(model: Any, optimizer: Any, loss_fn: Any, make_batch: Any, process_gro
         limit = -int(group.max([-memory.limit])[0])  # the smallest rank's limit: one search for all
         config = search_config(o, group.world, limit)
         check_same_arguments(group, config)
-        return _search(Runner(model, optimizer, loss_fn, make_batch, group, memory, o), config,
+        return _search(Runner(model, optimizer, loss_fn, make_batch, group, memory, o, script), config,
                        cache_key(model, optimizer, device, o, group.world, limit), verbose, evaluate)
     finally:  # whatever happened, with the probes' tensors gone: the script's state back, then torch's
         if script is not None:  # CUDA allocator uncapped if tune() capped it, and its peak counters reset

@@ -203,7 +203,7 @@ def test_resized_buffers_module_attributes_held_gradients_and_step_hooks_are_the
     # back with the probe's shape; a cache's length kept in an int beside its buffer (rotary-embedding-
     # torch) said "cached" over the buffer's restored zeros; a metric's tensor and list states kept the
     # probes' samples; an attribute a probe set to None, or a head it added, stayed so; a frozen
-    # parameter's gradient was dropped; an optimizer's own step_hook (Opacus's privacy accountant) and
+    # parameter's gradient was dropped, and the probes' gradients piled up on a loss's own temperature; an optimizer's own step_hook (Opacus's privacy accountant) and
     # torch's global step hooks (an EMA) ran on every probe step.
     run_ok("""
         import torch, torch.nn as nn, torch.nn.functional as F, memcomm
@@ -254,12 +254,15 @@ def test_resized_buffers_module_attributes_held_gradients_and_step_hooks_are_the
             return real_step(*args, **kwargs)
         opt.step = step
         make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
-        loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        temperature = torch.ones((), requires_grad=True)  # a loss's own, trained by another optimizer
+        temperature.grad = torch.full((), 2.0)
+        loss = lambda m, xy: F.cross_entropy(m(xy[0]) / temperature, xy[1])
         model[4].bias.requires_grad_(False)  # frozen, with a gradient the script set
         model[4].bias.grad = torch.full((4,), 0.5)
         r = memcomm.tune(model, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
         assert r["recommendation"], r
         assert torch.equal(model[4].bias.grad, torch.full((4,), 0.5))
+        assert torch.equal(temperature.grad, torch.full((), 2.0))  # the probes' gradients did not pile up
         assert model[1].max_val.shape == (0,) and model[1].max_val.untyped_storage().resizable()
         assert model[2].cached_len == 0 and model[2].table.abs().sum() == 0
         assert model[2].total == 0 and model[2].seen == [] and torch.equal(model[2].merged, torch.ones(2))

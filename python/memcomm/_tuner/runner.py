@@ -8,7 +8,7 @@ from memcomm._tuner.agreement import Agreed, Failure, Group, TuneError, failure
 from memcomm._tuner.buckets import Buckets
 from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options
-from memcomm._tuner.state import State
+from memcomm._tuner.state import ScriptState, State, stray_leaves, trained_tensors
 from memcomm._caller import warn
 
 
@@ -39,8 +39,11 @@ class Runner:
     """One rank's side of the probes: the user's step, the agreements, the state copies."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
-                 make_batch: Callable[[int], Any], group: Group, memory: Memory, o: Options):
+                 make_batch: Callable[[int], Any], group: Group, memory: Memory, o: Options,
+                 script: Optional[ScriptState] = None):
         self.model, self.optimizer, self.loss_fn, self.make_batch = model, optimizer, loss_fn, make_batch
+        self.script = script
+        self.strays: Optional[List[torch.Tensor]] = None  # found at the first backward (take_stray_gradients)
         self._warned_shape = False
         self.group, self.memory, self.o = group, memory, o
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -83,6 +86,10 @@ class Runner:
             if not isinstance(loss, torch.Tensor):
                 raise TypeError(f"loss_fn must return a tensor, got {type(loss).__name__}")
             phase[0] = "backward"
+            if self.strays is None:
+                self.strays = stray_leaves(loss, trained_tensors(self.model, self.optimizer))
+                if self.script is not None:
+                    self.script.take_stray_gradients(self.strays)
             (loss / accum).backward()
 
     def _sync_and_step(self, t: StepTiming) -> Optional[Failure]:
@@ -150,6 +157,8 @@ class Runner:
 
     def recover(self, state: State) -> None:
         state.restore()
+        for leaf in self.strays or ():  # the probe's gradients, in tensors the state does not hold
+            leaf.grad = None
         self.memory.release_cache()
         self.saved = None
 

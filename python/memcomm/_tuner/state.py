@@ -25,7 +25,9 @@ cache held in a buffer or a metric's running sums; a submodule a probe added goe
 generators
 (RandomState), a probe changes what ScriptState puts back: module training flags (evaluate() may
 call model.eval()), gradients (the ones the script holds are taken off for the probes and the same
-tensors put back: a script may keep them as views of one flat buffer), and whatever the optimizer's
+tensors put back: a script may keep them as views of one flat buffer; so are those of leaves outside
+the model and the optimizer that the probes' backward reaches, found in its graph at the first one:
+a loss's temperature that a second optimizer trains), and whatever the optimizer's
 own step hooks update (they do not run during the probes, nor does an optimizer's `step_hook`, through
 which Opacus charges its privacy accountant), for the optimizer and every optimizer it wraps (optimizers_within: a Lookahead's real state is its inner optimizer's). The allocator's peak
 counters are reset when tune() returns, so a peak read after it is the run's, not a probe's.
@@ -85,7 +87,27 @@ class _SavedTensor:
         return t
 
 
-def _trained_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> List[torch.Tensor]:
+def stray_leaves(loss: torch.Tensor, known: List[torch.Tensor]) -> List[torch.Tensor]:
+    """The leaf tensors `loss`'s backward accumulates gradients into (its graph's AccumulateGrad nodes),
+    those not in `known`."""
+    ids = {id(t) for t in known}
+    found: List[torch.Tensor] = []
+    seen = set()
+    todo = [loss.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        leaf = getattr(fn, "variable", None)
+        if isinstance(leaf, torch.Tensor) and id(leaf) not in ids:
+            ids.add(id(leaf))
+            found.append(leaf)
+        todo.extend(f for f, _ in fn.next_functions)
+    return found
+
+
+def trained_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> List[torch.Tensor]:
     """The model's parameters and buffers, then the other parameters the optimizer updates."""
     tensors = list(model.parameters()) + list(model.buffers())
     seen = {id(t) for t in tensors}
@@ -250,7 +272,7 @@ class State:
         self.model, self.optimizer = model, optimizer
         self.slots = _Slots(model)
         self.attributes = _Attributes(model)
-        self.tensors = [(t, _SavedTensor.of(t)) for t in _trained_tensors(model, optimizer)]
+        self.tensors = [(t, _SavedTensor.of(t)) for t in trained_tensors(model, optimizer)]
         self.optimizers = [_OptimizerState(o) for o in optimizers_within(optimizer)]
 
     def restore(self) -> None:
@@ -274,7 +296,7 @@ class ScriptState:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.modes = [(m, m.training) for m in model.modules()]
-        self.grads = _TakenGradients(_trained_tensors(model, optimizer))  # a frozen one's held gradient too
+        self.grads = _TakenGradients(trained_tensors(model, optimizer))  # a frozen one's held gradient too
         self.hooks = [(o, name, getattr(o, name).copy()) for o in optimizers_within(optimizer) for name in _STEP_HOOKS
                       if hasattr(o, name)]
         for o, name, _ in self.hooks:
@@ -282,15 +304,24 @@ class ScriptState:
         self.attached = [(o, o.step_hook) for o in optimizers_within(optimizer) if callable(getattr(o, "step_hook", None))]
         for o, _ in self.attached:
             o.step_hook = None
+        self.strays: List[_TakenGradients] = []
         self.global_hooks = [(hooks, hooks.copy()) for hooks in _global_step_hooks()]
         for hooks, _ in self.global_hooks:
             hooks.clear()
         self.restored = False
 
+    def take_stray_gradients(self, leaves: List[torch.Tensor]) -> None:
+        """Leaves the probes' backward reaches that are neither the model's nor the optimizer's (a loss's
+        temperature that a second optimizer trains): their gradients are taken off for the probes and
+        put back at the end, as the model's are; the probes' own are cleared after each (Runner)."""
+        self.strays.append(_TakenGradients(leaves))
+
     def restore(self) -> None:
         """Once it has succeeded, later calls do nothing."""
         if self.restored:
             return
+        for taken in self.strays:
+            taken.restore()
         for o, name, hooks in self.hooks:
             getattr(o, name).update(hooks)
         for o, hook in self.attached:
