@@ -7,6 +7,7 @@ test instead of hanging it.
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -474,6 +475,24 @@ def test_an_allocator_installed_after_the_model_is_warned_about():
         assert any("before building the model" in str(x.message) for x in w), [str(x.message) for x in w]
         print("ok")
     """, timeout=180)
+
+
+def test_verbose_probe_lines_say_what_is_probed_then_how_it_went():
+    # A probe's line is printed as the probe starts (one was silent for many seconds), and ends with its outcome.
+    out = run_python("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        model = nn.Linear(16, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]),
+                     lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,))), 16, probe_seconds=0.0, verify_steps=1,
+                     max_trials=3, verbose=True)
+    """, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.lstrip().startswith("probe")]
+    assert lines and all(re.match(r"  probe +\d+: b=\d+ K=\d+ bucket=[\d.]+ MiB: (fits, peak reserved|out of memory in)", line)
+                         for line in lines), out.stdout
 
 
 def test_a_limit_below_the_model_is_a_value_error_before_any_probe():

@@ -26,11 +26,23 @@ class Prober:
         self.r, self.o, self.verbose, self.evaluate, self.n = runner, o, verbose, evaluate, 0
 
     def probe(self, q: Dict[str, Any]) -> Dict[str, Any]:
-        start = time.perf_counter()
-        x = self._measure(q)
-        x["wall_s"] = time.perf_counter() - start
+        """What is probed is said as the probe starts (one can take many seconds), its outcome when it
+        ends, as memcomm-tune prints them; a probe that raises ends its line."""
         self.n += 1
-        self._print(q, x)
+        printing = self.verbose and self.r.group.rank == 0
+        if printing:
+            print(f"  probe {self.n:>2}: b={q['micro_batch']} K={q['accum']} bucket={q['bucket_mb']:g} MiB: ", end="",
+                  flush=True)
+        start = time.perf_counter()
+        try:
+            x = self._measure(q)
+        except BaseException:
+            if printing:
+                print("failed", flush=True)
+            raise
+        x["wall_s"] = time.perf_counter() - start
+        if printing:
+            self._print_outcome(x)
         return x
 
     def _measure(self, q: Dict[str, Any]) -> Dict[str, Any]:
@@ -59,14 +71,12 @@ class Prober:
         r.recover(state)
         return x
 
-    def _print(self, q: Dict[str, Any], x: Dict[str, Any]) -> None:
-        if not self.verbose or self.r.group.rank != 0:
-            return
-        head = f"  probe {self.n:>2}: b={q['micro_batch']} K={q['accum']} bucket={q['bucket_mb']:g} MiB: "
+    @staticmethod
+    def _print_outcome(x: Dict[str, Any]) -> None:
         if x["oom"]:
-            print(f"{head}out of memory in {x['oom_where']} ({x['wall_s']:.1f} s)", flush=True)
+            print(f"out of memory in {x['oom_where']} ({x['wall_s']:.1f} s)", flush=True)
         else:
-            print(f"{head}fits, peak reserved {x['peak_reserved'] / 2**20:.1f} MiB, step {x['step_s'] * 1e3:.1f} ms "
+            print(f"fits, peak reserved {x['peak_reserved'] / 2**20:.1f} MiB, step {x['step_s'] * 1e3:.1f} ms "
                   f"({x['wall_s']:.1f} s)", flush=True)
 
     def verify(self, rec: Dict[str, Any]) -> Dict[str, Any]:
