@@ -257,12 +257,19 @@ def test_resized_buffers_module_attributes_held_gradients_and_step_hooks_are_the
         make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
         temperature = torch.ones((), requires_grad=True)  # a loss's own, trained by another optimizer
         temperature.grad = torch.full((), 2.0)
-        loss = lambda m, xy: F.cross_entropy(m(xy[0]) / temperature, xy[1])
+        extra = torch.zeros(1, requires_grad=True)
+        def loss(m, xy):  # a loss that unfreezes a layer and adds a param group on its own
+            m[0].bias.requires_grad_(True)
+            if len(opt.param_groups) < 2:
+                opt.add_param_group({"params": [extra]})
+            return F.cross_entropy(m(xy[0]) / temperature, xy[1]) + 0 * extra.sum()
+        model[0].bias.requires_grad_(False)
         model[4].bias.requires_grad_(False)  # frozen, with a gradient the script set
         model[4].bias.grad = torch.full((4,), 0.5)
         r = memcomm.tune(model, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
         assert r["recommendation"], r
         assert torch.equal(model[4].bias.grad, torch.full((4,), 0.5))
+        assert not model[0].bias.requires_grad and len(opt.param_groups) == 1
         assert torch.equal(temperature.grad, torch.full((), 2.0))  # the probes' gradients did not pile up
         assert model[1].max_val.shape == (0,) and model[1].max_val.untyped_storage().resizable()
         assert model[2].cached_len == 0 and model[2].table.abs().sum() == 0

@@ -18,8 +18,9 @@ resized in place (a quantization observer's empty min/max, filled at the first f
 old shape back with its bytes, as a new tensor behind the same object (.data).
 
 Note [What the probes leave as it was]: tune() promises the script's model and optimizer as they
-were. Beyond the tensors and the optimizers' hyperparameters (State: a key a first step adds to a
-group, as timm's Lamb keeps its step count there, is removed), the modules' attributes of data
+were. Beyond the tensors (their requires_grad flags too: a loss_fn may unfreeze a layer) and the
+optimizers' hyperparameters (State: a key a first step adds to a group, as timm's Lamb keeps its step
+count there, is removed, and so is a group a loss_fn added), the modules' attributes of data
 (State: numbers, strings, None, tuples of them, tensors, lists, dicts and sets, such as the length of a
 cache held in a buffer or a metric's running sums; a submodule a probe added goes) and the random
 generators
@@ -142,6 +143,7 @@ class _OptimizerState:
         self.state = {p: {k: _SavedTensor.of(v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
                           for k, v in s.items()} for p, s in optimizer.state.items()}
         self.groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        self.params = [list(g["params"]) for g in optimizer.param_groups]  # a group a probe's loss_fn added goes
 
     def restore(self) -> None:
         state = self.optimizer.state
@@ -153,6 +155,9 @@ class _OptimizerState:
                 del current[k]
             for k, v in saved.items():
                 current[k] = v.restore_into(current.get(k)) if isinstance(v, _SavedTensor) else copy.deepcopy(v)
+        del self.optimizer.param_groups[len(self.groups):]
+        for g, params in zip(self.optimizer.param_groups, self.params):
+            g["params"] = list(params)
         for g, saved in zip(self.optimizer.param_groups, self.groups):
             for k in [k for k in g if k not in saved and k != "params"]:
                 del g[k]
@@ -273,6 +278,7 @@ class State:
         self.slots = _Slots(model)
         self.attributes = _Attributes(model)
         self.tensors = [(t, _SavedTensor.of(t)) for t in trained_tensors(model, optimizer)]
+        self.requires_grad = [(t, t.requires_grad) for t, _ in self.tensors if t.is_leaf]  # a probe may unfreeze
         self.optimizers = [_OptimizerState(o) for o in optimizers_within(optimizer)]
 
     def restore(self) -> None:
@@ -280,6 +286,9 @@ class State:
         self.attributes.restore()
         for t, saved in self.tensors:
             _restore_tensor(t, saved)
+        for t, flag in self.requires_grad:
+            if t.requires_grad != flag:
+                t.requires_grad_(flag)
         self.model.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
         for o in self.optimizers:
