@@ -23,14 +23,14 @@ optimizers' hyperparameters (State: a key a first step adds to a group, as timm'
 count there, is removed, and so is a group a loss_fn added), the modules' attributes of data
 (State: numbers, strings, None, tuples of them, tensors, lists, dicts and sets, such as the length of a
 cache held in a buffer or a metric's running sums; a submodule a probe added goes) and the random
-generators
-(RandomState), a probe changes what ScriptState puts back: module training flags (evaluate() may
-call model.eval()), gradients (the ones the script holds are taken off for the probes and the same
-tensors put back: a script may keep them as views of one flat buffer; so are those of leaves outside
-the model and the optimizer that the probes' backward reaches, found in its graph at the first one:
-a loss's temperature that a second optimizer trains), and whatever the optimizer's
-own step hooks update (they do not run during the probes, nor does an optimizer's `step_hook`, through
-which Opacus charges its privacy accountant), for the optimizer and every optimizer it wraps (optimizers_within: a Lookahead's real state is its inner optimizer's). The allocator's peak
+generators (RandomState), a probe changes what ScriptState puts back: module training flags
+(evaluate() may call model.eval()), gradients (the ones the script holds are taken off for the probes
+and the same tensors put back: a script may keep them as views of one flat buffer; so are those of
+leaves outside the model and the optimizer that the probes' backward reaches, found in its graph at
+the first one: a loss's temperature that a second optimizer trains), and whatever the optimizer's own
+step hooks update (they do not run during the probes, nor does an optimizer's `step_hook`, through
+which Opacus charges its privacy accountant), for the optimizer and every optimizer it wraps
+(optimizers_within: a Lookahead's real state is its inner optimizer's). The allocator's peak
 counters are reset when tune() returns, so a peak read after it is the run's, not a probe's.
 """
 import copy
@@ -156,9 +156,8 @@ class _OptimizerState:
             for k, v in saved.items():
                 current[k] = v.restore_into(current.get(k)) if isinstance(v, _SavedTensor) else copy.deepcopy(v)
         del self.optimizer.param_groups[len(self.groups):]
-        for g, params in zip(self.optimizer.param_groups, self.params):
+        for g, params, saved in zip(self.optimizer.param_groups, self.params, self.groups):
             g["params"] = list(params)
-        for g, saved in zip(self.optimizer.param_groups, self.groups):
             for k in [k for k in g if k not in saved and k != "params"]:
                 del g[k]
             for k, v in saved.items():
