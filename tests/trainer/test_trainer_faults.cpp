@@ -361,6 +361,25 @@ TEST_CASE("resume continues exactly like a run that never stopped") {
   CHECK(read_floats(full + "/p.bin") == read_floats(part + "/p.bin"));  // bitwise
 }
 
+TEST_CASE("a resumed run's trace holds its steps' collectives only, not the ranks' agreement on the step") {
+  // The agreement is bookkeeping (TrainingRun::bookkeeping_allreduce): a trace of 5 resumed steps has
+  // as many collectives as a fresh run's 5 steps.
+  const auto d = scratch_dir("resume-trace");
+  const auto collectives = [&](const std::string& args, const std::string& name) {
+    const auto r = run_command(quick_train("--nproc 2 " + args + " --trace " + d + "/" + name + ".mct"));
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    const auto report = run_command(bin_dir() + "/memcomm-trace report --json " + d + "/" + name + ".rank0.mct");
+    REQUIRE(report.code == 0);
+    return memcomm::test::parse_json(report.output)["collectives"].size();
+  };
+  const auto fresh = collectives("--steps 5", "fresh");
+  REQUIRE(run_command(quick_train("--nproc 2 --steps 3 --checkpoint-every 3 --checkpoint-dir " + d + "/ckpt")).code == 0);
+  const auto resumed = collectives("--steps 8 --resume --checkpoint-dir " + d + "/ckpt", "resumed");
+  CHECK(fresh > 0);
+  CHECK(resumed == fresh);
+}
+
 TEST_CASE("resuming from a checkpoint of another configuration names what differs and exits 2") {
   const auto d = scratch_dir("resume-mismatch");
   const std::string base = "--optimizer adam --lr 0.01 --checkpoint-dir " + d;

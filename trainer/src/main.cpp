@@ -33,8 +33,7 @@ void check_before_spawning(const TrainOptions& o) {
     if (!std::filesystem::exists(checkpoint_path(o.checkpoint_dir, rank)))
       missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
   if (!missing.empty())
-    throw UsageError("--resume: no checkpoint for rank" + std::string(missing.find(',') == std::string::npos ? " " : "s ") +
-                     missing + " in " + o.checkpoint_dir);
+    throw UsageError(no_checkpoint_message(missing, o.checkpoint_dir));
 }
 
 int spawn_checked(int argc, char** argv, const TrainOptions& o) {

@@ -51,6 +51,11 @@ bool is_rank_file(const std::string& file, const std::string& rank0_path, const 
 
 std::string checkpoint_path(const std::string& dir, int rank) { return dir + "/ckpt.rank" + std::to_string(rank) + ".pt"; }
 
+std::string no_checkpoint_message(const std::string& ranks, const std::string& dir) {
+  const bool several = ranks.find(',') != std::string::npos;
+  return "--resume: no checkpoint for rank" + std::string(several ? "s " : " ") + ranks + " in " + dir;
+}
+
 void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {
   memcomm::refuse_empty_values(app);
   try {
