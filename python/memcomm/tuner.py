@@ -98,7 +98,7 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     out-of-memory in a probe is never raised: it is a result
     (Note [Agreeing on an out-of-memory from Python]).
     """
-    randomness = RandomState()
+    randomness = RandomState(model, optimizer)
     script = ScriptState(model, optimizer) if isinstance(model, torch.nn.Module) and isinstance(
         optimizer, torch.optim.Optimizer) else None  # else tune() raises TypeError before touching anything
     try:

@@ -322,6 +322,49 @@ def test_an_optimizer_that_wraps_another_has_both_states_back_after_tune():
     """, timeout=120)
 
 
+def test_an_optimizers_own_counter_and_the_private_generators_it_and_the_model_hold_come_back():
+    # See Note [What the probes leave as it was]: timm's Kron draws when to precondition from a
+    # random.Random of its own and counts its updates in an attribute; both moved with the probes' steps.
+    # A module's own torch.Generator (a noise layer) and numpy Generator moved with the probes' forwards.
+    run_ok("""
+        import random, numpy as np, torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        class Noisy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gen, self.np_gen = torch.Generator().manual_seed(1), np.random.default_rng(2)
+            def forward(self, x):
+                scale = float(self.np_gen.uniform(0.9, 1.1))
+                return x * scale + 0.01 * torch.randn(x.shape, generator=self.gen)
+        class Counting(torch.optim.SGD):
+            def __init__(self, params):
+                super().__init__(params, lr=0.1)
+                self.rng, self.updates, self.history = random.Random(3), 0, []
+            def step(self, closure=None):
+                self.updates += 1
+                self.history.append(self.rng.random())
+                return super().step(closure)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), Noisy(), nn.ReLU(), nn.Linear(32, 4))
+        opt = Counting(model.parameters())
+        make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
+        loss = lambda m, xy: F.cross_entropy(m(xy[0]), xy[1])
+        loss(model, make(8)).backward()
+        opt.step()
+        noisy = model[1]
+        before = (opt.rng.getstate(), opt.updates, list(opt.history), noisy.gen.get_state().clone(),
+                  noisy.np_gen.bit_generator.state)
+        r = memcomm.tune(model, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
+        assert r["recommendation"], r
+        assert opt.rng.getstate() == before[0], "the optimizer's generator moved"
+        assert (opt.updates, opt.history) == (before[1], before[2]), (opt.updates, len(opt.history))
+        assert torch.equal(noisy.gen.get_state(), before[3]), "the module's torch.Generator moved"
+        assert noisy.np_gen.bit_generator.state == before[4], "the module's numpy Generator moved"
+        print("ok")
+    """, timeout=120)
+
+
 def test_slots_filled_or_expanded_buffers_flat_gradients_and_new_group_keys_are_as_they_were():
     # See Note [State copies outside the cap] and Note [What the probes leave as it was]: a buffer registered as
     # None and filled at the first forward shifted BatchNorm's statistics onto its neighbours; an expanded buffer

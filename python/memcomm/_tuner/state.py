@@ -22,8 +22,9 @@ were. Beyond the tensors (their requires_grad flags too: a loss_fn may unfreeze 
 optimizers' hyperparameters (State: a key a first step adds to a group, as timm's Lamb keeps its step
 count there, is removed, and so is a group a loss_fn added), the modules' attributes of data
 (State: numbers, strings, None, tuples of them, tensors, lists, dicts and sets, such as the length of a
-cache held in a buffer or a metric's running sums; a submodule a probe added goes) and the random
-generators (RandomState), a probe changes what ScriptState puts back: module training flags
+cache held in a buffer or a metric's running sums; a submodule a probe added goes), the optimizers'
+attributes of data (State: a step counter of their own) and the random generators, global and held
+by a module or an optimizer (RandomState), a probe changes what ScriptState puts back: module training flags
 (evaluate() may call model.eval()), gradients (the ones the script holds are taken off for the probes
 and the same tensors put back: a script may keep them as views of one flat buffer; so are those of
 leaves outside the model and the optimizer that the probes' backward reaches, found in its graph at
@@ -34,6 +35,7 @@ which Opacus charges its privacy accountant), for the optimizer and every optimi
 counters are reset when tune() returns, so a peak read after it is the run's, not a probe's.
 """
 import copy
+import functools
 import random
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
@@ -203,22 +205,35 @@ def _restored_value(current: Any, saved: Any) -> Any:
 _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 
 
-class _Attributes:
-    """Each module's other attributes of data, put back as they were, and data attributes a probe added
-    removed: plain values (numbers, strings, None, tuples of them), tensors (the same object, its bytes
-    back), and lists, dicts and sets (the same container, its items back). A cache kept beside its
-    buffer, as rotary-embedding-torch keeps the cached length in an int and transformers' dynamic RoPE
-    in an int or a tensor, said "cached" over the buffer's restored bytes; torchmetrics' states
-    (tensors and lists that add_state makes attributes) kept the probes' samples. Other objects (a
-    config, a function) are left as they are."""
+@functools.lru_cache(maxsize=None)
+def _optimizer_internals() -> frozenset:
+    """What Optimizer.__init__ sets: its state, groups and defaults (_OptimizerState) and its hooks
+    (ScriptState). Found on a first use, not at import: a script may install an allocator after it."""
+    return frozenset(vars(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))])))
 
-    def __init__(self, model: torch.nn.Module):
-        self.modules = [(m, set(vars(m)), {k: _saved_attribute(v) for k, v in vars(m).items()
-                                           if k not in _MODULE_INTERNALS and _is_data(v)}) for m in model.modules()]
+
+class _Attributes:
+    """Each module's and optimizer's other attributes of data, put back as they were, and data
+    attributes a probe added removed: plain values (numbers, strings, None, tuples of them), tensors
+    (the same object, its bytes back), and lists, dicts and sets (the same container, its items back).
+    A cache kept beside its buffer, as rotary-embedding-torch keeps the cached length in an int and
+    transformers' dynamic RoPE in an int or a tensor, said "cached" over the buffer's restored bytes;
+    torchmetrics' states (tensors and lists that add_state makes attributes) kept the probes' samples;
+    an optimizer's own step counter (one that preconditions every k-th step) counted the probes'.
+    Other objects (a config, a function) are left as they are."""
+
+    def __init__(self, owners: List[Tuple[Any, frozenset]]):
+        self.owners = [(o, set(vars(o)), {k: _saved_attribute(v) for k, v in vars(o).items()
+                                          if k not in internals and _is_data(v)}) for o, internals in owners]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> "_Attributes":
+        return cls([(m, _MODULE_INTERNALS) for m in model.modules()] +
+                   [(o, _optimizer_internals()) for o in optimizers_within(optimizer)])
 
     def restore(self) -> None:
-        for m, names, saved in self.modules:
-            held = vars(m)
+        for o, names, saved in self.owners:
+            held = vars(o)
             for k in [k for k, v in held.items() if k not in names and _is_data(v)]:  # added by a probe
                 del held[k]
             for k, (value, copy_of) in saved.items():
@@ -269,13 +284,13 @@ def _restore_tensor(t: torch.Tensor, saved: _SavedTensor) -> None:
 
 class State:
     """The model's parameters and buffers, the other parameters the optimizer updates, the state and
-    hyperparameters of the optimizer and of every optimizer it wraps, and the modules' attributes of
-    data."""
+    hyperparameters of the optimizer and of every optimizer it wraps, and the modules' and optimizers'
+    attributes of data."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         self.model, self.optimizer = model, optimizer
         self.slots = _Slots(model)
-        self.attributes = _Attributes(model)
+        self.attributes = _Attributes.of(model, optimizer)
         self.tensors = [(t, _SavedTensor.of(t)) for t in trained_tensors(model, optimizer)]
         self.requires_grad = [(t, t.requires_grad) for t, _ in self.tensors if t.is_leaf]  # a probe may unfreeze
         self.optimizers = [_OptimizerState(o) for o in optimizers_within(optimizer)]
@@ -398,15 +413,17 @@ def _global_step_hooks() -> List[Any]:
 
 class RandomState:
     """The random generators a probe's dropout and make_batch draw from (torch's, CUDA's, Python's
-    and numpy's global ones), put back when tune() returns: a seeded script trains the same with
-    and without tune()."""
+    and numpy's global ones, and the private ones a module or an optimizer holds as an attribute:
+    timm's Kron draws when to precondition from its own random.Random), put back when tune() returns:
+    a seeded script trains the same with and without tune()."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: Any = None, optimizer: Any = None) -> None:
         self.torch = torch.get_rng_state().numpy().copy()  # outside the allocator, as State's copies
         self.cuda: Optional[List[torch.Tensor]] = (torch.cuda.get_rng_state_all()
                                                    if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
         self.python = random.getstate()
         self.numpy = np.random.get_state()
+        self.private = [(g, _generator_state(g)) for g in _private_generators(model, optimizer)]
 
     def restore(self) -> None:
         torch.set_rng_state(torch.from_numpy(self.torch))
@@ -414,3 +431,39 @@ class RandomState:
             torch.cuda.set_rng_state_all(self.cuda)
         random.setstate(self.python)
         np.random.set_state(self.numpy)
+        for g, saved in self.private:
+            _set_generator_state(g, saved)
+
+
+_GENERATORS = (random.Random, np.random.Generator, np.random.RandomState, torch.Generator)
+
+
+def _private_generators(model: Any, optimizer: Any) -> List[Any]:
+    """The generators held as attributes of the model's modules and of the optimizer and every
+    optimizer it wraps, each once."""
+    owners: List[Any] = list(model.modules()) if isinstance(model, torch.nn.Module) else []
+    if isinstance(optimizer, torch.optim.Optimizer):
+        owners += optimizers_within(optimizer)
+    found: List[Any] = []
+    for o in owners:
+        found += [v for v in vars(o).values() if isinstance(v, _GENERATORS) and not any(v is f for f in found)]
+    return found
+
+
+def _generator_state(g: Any) -> Any:
+    if isinstance(g, torch.Generator):
+        return g.get_state().numpy().copy()
+    if isinstance(g, np.random.Generator):
+        return copy.deepcopy(g.bit_generator.state)
+    return g.getstate() if isinstance(g, random.Random) else g.get_state()
+
+
+def _set_generator_state(g: Any, saved: Any) -> None:
+    if isinstance(g, torch.Generator):
+        g.set_state(torch.from_numpy(saved))
+    elif isinstance(g, np.random.Generator):
+        g.bit_generator.state = saved
+    elif isinstance(g, random.Random):
+        g.setstate(saved)
+    else:
+        g.set_state(saved)
