@@ -24,6 +24,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "memcomm/snapshot/frames.hpp"
 #include "memcomm/snapshot/memory.hpp"
 #include "memcomm/snapshot/snapshot.hpp"
 
@@ -124,7 +125,7 @@ std::string signed_bytes(std::int64_t v, bool relative) {
 
 std::string note(const snapshot::Snapshot& snap, const snapshot::Event& e) {
   if (e.kind == EventKind::Oom && e.device_free()) return fmt::format("{} free on the device", format_bytes(*e.device_free()));
-  return snap.top_frame(e.stack);
+  return snapshot::shown_frame(snap, e.stack);
 }
 
 void print_text_device(const snapshot::Snapshot& snap, int device, const std::vector<std::int64_t>& times, std::FILE* out) {
@@ -152,7 +153,7 @@ void print_text_device(const snapshot::Snapshot& snap, int device, const std::ve
 nlohmann::json event_json(const snapshot::Snapshot& snap, const snapshot::Event& e, std::int64_t t, const Levels& after) {
   nlohmann::json j{{"t_ns", t}, {"action", std::string(snap.action_label(e))}, {"stream", e.stream},
                    {"size", e.size}, {"live", after.live}, {"reserved", after.reserved},
-                   {"site", snap.top_frame(e.stack)}};
+                   {"site", snapshot::shown_frame(snap, e.stack)}};
   if (e.kind == EventKind::Oom) j["device_free"] = e.device_free() ? nlohmann::json(*e.device_free()) : nlohmann::json();
   else j["addr"] = e.has_addr() ? nlohmann::json(e.addr) : nlohmann::json();
   return j;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "replay/replay_checked.hpp"
+#include "memcomm/snapshot/frames.hpp"
 #include "memcomm/snapshot/memory.hpp"
 #include "memcomm/snapshot/snapshot.hpp"
 
@@ -19,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   for (const auto& dev : snap.device_traces) {
-    for (const auto& e : dev) (void)snap.top_frame(e.stack);
+    for (const auto& e : dev) (void)snapshot::shown_frame(snap, e.stack);
   }
   const snapshot::StackText text(snap);
   for (std::uint32_t s = 0; s < snap.stack_count(); ++s) (void)text.lines(s, true);

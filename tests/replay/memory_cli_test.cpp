@@ -103,7 +103,7 @@ TEST_CASE("memory cli: --events lists each device's events with live and reserve
   REQUIRE(text.code == 0);
   CHECK(text.out.find("device " + std::to_string(first) + ": " + std::to_string(j["devices"][0]["events"].size()) +
                       " events") != std::string::npos);
-  CHECK(text.out.find("model.py:42 forward") != std::string::npos);  // the 30 MiB block's frame
+  CHECK(text.out.find("model.py:42:forward") != std::string::npos);  // the 30 MiB block's frame
   // One listing at a time, the whole trace, and only a snapshot records the allocator's events.
   Run both = trace_tool(dir, "memory " + snap.string() + " --events --segments");
   CHECK(both.code == 2);

@@ -188,6 +188,23 @@ TEST_CASE("frames: a stack is shown by its innermost Python frame, the native fr
   CHECK(snap::shown_line({}) == 0);
 }
 
+TEST_CASE("frames: an event's site is its stack's shown line, past interpreter frames that have line numbers",
+          "[snapshot][frames]") {
+  // A Python built with line info (conda's) records its C frames with lines: the site of every event
+  // read methodobject.c:543:cfunction_call, the first frame with a line, not the call that allocated.
+  snap::Snapshot s;
+  const auto frame = [&](const char* name, const char* file, int line) {
+    return s.intern_frame({s.intern_string(name), s.intern_string(file), line});
+  };
+  const std::uint32_t malloc = frame("c10::cuda::CUDACachingAllocator::malloc", "CUDACachingAllocator.cpp", 0);
+  const std::uint32_t cfunction = frame("cfunction_call", "/usr/local/src/conda/python-3.11/Objects/methodobject.c", 543);
+  const std::uint32_t pad = frame("pad", "/opt/conda/lib/python3.11/site-packages/torch/nn/functional.py", 5096);
+  const std::uint32_t outer = frame("<module>", "/home/me/train.py", 7);
+  CHECK(snap::shown_frame(s, s.intern_stack({malloc, cfunction, pad, outer})) == "functional.py:5096:pad");
+  CHECK(snap::shown_frame(s, s.intern_stack({malloc})) == "CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::malloc");
+  CHECK(snap::shown_frame(s, snap::kNoStack).empty());
+}
+
 TEST_CASE("snapshot memory: the hand-built snapshot's lifetimes, sites and --at", "[snapshot][memory]") {
   const auto bytes = memcomm::test::build_snapshot();
   const snap::Snapshot s = snap::parse_snapshot(bytes.data(), bytes.size(), "hand.pickle");

@@ -3,6 +3,7 @@
 // expandable segment_map/unmap, an empty middle device, extra fields and shared frames.
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm/replay/requests.hpp"
+#include "memcomm/snapshot/frames.hpp"
 #include "memcomm/snapshot/snapshot.hpp"
 #include "memcomm_test.hpp"
 #include "hand_snapshot.hpp"
@@ -56,8 +57,8 @@ TEST_CASE("snapshot: model fields from a hand-built snapshot", "[snapshot]") {
   auto [frames, n] = s.stack(d0[1].stack);
   REQUIRE(n == 2);
   CHECK(s.str(s.frame(frames[0]).filename) == "??");
-  CHECK(s.top_frame(d0[1].stack) == "model.py:42 forward");  // skips the unwinder frame
-  CHECK(s.top_frame(snap::kNoStack).empty());
+  CHECK(snap::shown_frame(s, d0[1].stack) == "model.py:42:forward");  // skips the unwinder frame
+  CHECK(snap::shown_frame(s, snap::kNoStack).empty());
 
   CHECK(s.settings.present);
   CHECK(s.settings.expandable_segments);

@@ -145,16 +145,27 @@ std::string StackText::line_text(std::uint32_t line) const {
   return line_frame_[line] == kNoStack ? std::string(kNonPython) : frame_text(*snap_, line_frame_[line]);
 }
 
-std::vector<std::string> StackText::lines(std::uint32_t stack, bool all_frames) const {
-  if (stack == kNoStack || stack >= snap_->stack_count()) return {std::string(kNonPython)};
-  auto [frames, n] = snap_->stack(stack);
+std::vector<std::string> stack_lines(const Snapshot& snap, std::uint32_t stack, bool all_frames) {
+  if (stack == kNoStack || stack >= snap.stack_count()) return {};
+  auto [frames, n] = snap.stack(stack);
   std::vector<std::string> out;
   out.reserve(n);
   for (std::size_t k = n; k-- > 0;) {  // stored innermost first; shown outermost first
-    const Frame& f = snap_->frame(frames[k]);
-    if (all_frames || is_user_frame(snap_->str(f.name), snap_->str(f.filename))) out.push_back(frame_text(*snap_, frames[k]));
+    const Frame& f = snap.frame(frames[k]);
+    if (all_frames || is_user_frame(snap.str(f.name), snap.str(f.filename))) out.push_back(frame_text(snap, frames[k]));
   }
   return out;
+}
+
+std::string shown_frame(const Snapshot& snap, std::uint32_t stack) {
+  std::vector<std::string> lines = stack_lines(snap, stack);
+  if (lines.empty()) lines = stack_lines(snap, stack, true);
+  return lines.empty() ? std::string() : lines[shown_line(lines)];
+}
+
+std::vector<std::string> StackText::lines(std::uint32_t stack, bool all_frames) const {
+  if (stack == kNoStack || stack >= snap_->stack_count()) return {std::string(kNonPython)};
+  return stack_lines(*snap_, stack, all_frames);
 }
 
 std::uint32_t StackText::site(std::uint32_t stack, bool stack_of_free) const {

@@ -400,19 +400,6 @@ std::pair<const std::uint32_t*, std::size_t> Snapshot::stack(std::uint32_t id) c
   return {stack_frames_.data() + stacks_[id].first, stacks_[id].second};
 }
 
-std::string Snapshot::top_frame(std::uint32_t id) const {
-  auto [frames, n] = stack(id);
-  if (n == 0) return "";
-  const Frame* pick = &frames_[frames[0]];
-  for (std::size_t k = 0; k < n; ++k) {
-    if (frames_[frames[k]].line > 0) {
-      pick = &frames_[frames[k]];
-      break;
-    }
-  }
-  return fmt::format("{}:{} {}", str(pick->filename), pick->line, str(pick->name));
-}
-
 std::string_view Snapshot::action_label(const Event& e) const {
   if (e.kind != EventKind::Invalid) return prof::kind_name(e.kind);
   // Two returns, not a ?: whose std::string result would be a temporary the view outlives.

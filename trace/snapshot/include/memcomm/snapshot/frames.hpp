@@ -71,6 +71,12 @@ struct StackWindow {
   bool heading = false;
 };
 StackWindow shown_window(const std::vector<std::string>& lines, std::size_t max_lines);
+// The stack's lines, outermost first: memory_viz's filtered frames, or every frame with all_frames;
+// none for kNoStack.
+std::vector<std::string> stack_lines(const Snapshot& snap, std::uint32_t stack, bool all_frames = false);
+// The one line that shows the stack (shown_line() of its filtered lines; of all its frames when the
+// filter leaves none): an event's site in `memory --events`. "" for kNoStack.
+std::string shown_frame(const Snapshot& snap, std::uint32_t stack);
 
 class StackText {
  public:

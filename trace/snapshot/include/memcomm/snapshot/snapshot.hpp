@@ -136,9 +136,6 @@ class Snapshot {
   // consumer that keeps the Snapshot for its stacks only, and the tables' growth slack; the next
   // intern_*() rebuilds them.
   void release_interning();
-  // "file.py:123 name" of the innermost frame that points at user code: the first frame with a
-  // line number (C++ unwinder frames have line 0), else the innermost one; "" for kNoStack.
-  std::string top_frame(std::uint32_t stack) const;
   // The event's action as the file spells it ("alloc", "snapshot", "some_future_action").
   std::string_view action_label(const Event& e) const;
 
