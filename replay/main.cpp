@@ -153,6 +153,9 @@ TraceRequests load_with_progress(const std::string& file, bool quiet, std::size_
   TraceRequests trace = load_trace(file, progress);
   if (!trace.recovery.empty()) std::cerr << "memcomm-replay: warning: " << file << ": " << trace.recovery << "\n";
   for (const std::string& note : trace.notes) std::cerr << "memcomm-replay: note: " << file << ": " << note << "\n";
+  if (trace.devices.empty())  // else the table holds no row for it, and nothing says why
+    std::cerr << "memcomm-replay: note: " << file << ": nothing to replay: no device holds a block or an allocator "
+                 "event\n";
   if (large && !quiet) {
     std::size_t events = 0;
     for (const auto& d : trace.devices) events += d.trace_events;

@@ -50,7 +50,9 @@ class HeldMemory {
     std::int64_t t = 0;
     std::string error;
     if (!snapshot::resolve_at(allocations(), spec, t, error)) throw std::invalid_argument(error);
-    return at(t);
+    // Without events the end state is the one state: every --at names it, at one time (the peak's
+    // sweep put it at the blocks' time, 1 ns before the end's).
+    return at(has_events() ? t : allocations().end);
   }
   std::vector<snapshot::NamedSite> named(const snapshot::MemoryAt& m) const {
     std::vector<snapshot::NamedSite> out;

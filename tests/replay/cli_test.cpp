@@ -159,6 +159,20 @@ TEST_CASE("cli: an empty file is named as such (exit 2) and an unwritable --json
   CHECK(r.out.find("table goes to stderr") != std::string::npos);
 }
 
+TEST_CASE("cli: a snapshot with no block and no event says there is nothing to replay (exit 0)", "[cli]") {
+  TempDir dir;
+  memcomm::test::PickleBuilder b;
+  b.proto(4).empty_dict().mark();
+  b.str("segments").empty_list();
+  b.str("device_traces").empty_list().mark().empty_list().appends();
+  b.setitems().stop();
+  auto snap = dir.file("nothing.pickle", b.bytes());
+  Run r = run(dir, snap.string());
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("nothing.pickle: nothing to replay: no device holds a block or an allocator event") != std::string::npos);
+}
+
 TEST_CASE("cli: a file name that is not UTF-8 is in the JSON as U+FFFD, not an abort", "[cli][json]") {
   TempDir dir;
   auto snap = dir.file("latin1-\xe9t\xe9.pickle", memcomm::test::build_snapshot());  // "été" in Latin-1
