@@ -379,3 +379,32 @@ TEST_CASE("kineto: two traces of one rank say whether distributedInfo named it",
   CHECK_THROWS_WITH(TraceSet::load({named, named}), Catch::Contains("is given twice"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("kineto: traces on the Unix clock that never recorded at the same time are files of different runs", "[kineto]") {
+  // See Note [One run or several]: epoch microseconds, or microseconds after baseTimeNanoseconds, are
+  // wall-clock times; a clock that counts from boot or from 0 says nothing across files.
+  const std::string dir = test::temp_path("kwall");
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, int rank, const std::string& top, int64_t ts_us) {
+    std::ofstream(dir + "/" + name) << "{" << top << R"("distributedInfo": {"rank": )" << rank
+                                    << R"(, "world_size": 2}, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k",
+                                    "pid": 0, "tid": 7, "ts": )" << ts_us << R"(, "dur": 5000, "args": {"device": 0, "stream": 7}}]})";
+    return dir + "/" + name;
+  };
+  const int64_t sep_2023_us = int64_t(1694128201) * 1000000;
+  const std::string r0 = write("r0.json", 0, "", sep_2023_us);
+  const std::string r1 = write("r1.json", 1, "", sep_2023_us + 2000);                          // the same run
+  const std::string later = write("later.json", 1, "", sep_2023_us + int64_t(3600) * 1000000);  // an hour on
+  // The same hour on, as microseconds after baseTimeNanoseconds.
+  const std::string based = write("based.json", 1, R"("baseTimeNanoseconds": 1694128201000000000, )", int64_t(3600) * 1000000);
+  const std::string boot0 = write("boot0.json", 0, "", 1000), boot1 = write("boot1.json", 1, "", int64_t(7) << 30);
+  CHECK(TraceSet::load({r0, r1}).mixed_runs().empty());
+  for (const auto& other : {later, based}) {
+    const auto lines = TraceSet::load({r0, other}).mixed_runs();
+    INFO(other);
+    REQUIRE(lines.size() == 1);
+    CHECK_THAT(lines[0], Catch::Contains("never recorded at the same time"));
+  }
+  CHECK(TraceSet::load({boot0, boot1}).mixed_runs().empty());  // no wall clock: not compared
+  std::filesystem::remove_all(dir);
+}

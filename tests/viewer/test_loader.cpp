@@ -104,10 +104,19 @@ TEST_CASE("the viewer finds the same signs of several runs as memcomm-trace", "[
   write(b, 1, 2, 1'003'000, int64_t(7) << 40, -(int64_t(7) << 40));  // the same run on another host
   write(c, 1, 2, 9'000'000, 0, 0);                                    // long after rank 0 stopped
   write(d, 5, 4, 1'000'000, 0, 0);                                    // outside its world, and a's is 2
+  // torch.profiler traces on the Unix clock: rank 1 an hour after rank 0 (its times after baseTimeNanoseconds).
+  const auto kineto = [&](const char* name, int rank, const std::string& top, int64_t ts_us) {
+    std::ofstream(path(name)) << "{" << top << R"("distributedInfo": {"rank": )" << rank
+                              << R"(, "world_size": 2}, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0,
+                              "tid": 7, "ts": )" << ts_us << R"(, "dur": 5000, "args": {"device": 0, "stream": 7}}]})";
+    return path(name);
+  };
+  const std::string k0 = kineto("run_k0.json", 0, "", int64_t(1694128201) * 1000000);
+  const std::string k1 = kineto("run_k1.json", 1, R"("baseTimeNanoseconds": 1694128201000000000, )", int64_t(3600) * 1000000);
   for (const bool ahead : {false, true}) {
     memcomm::view::LoadOptions opt;
     opt.decode_ahead = ahead;
-    for (const auto& files : std::vector<std::vector<std::string>>{{a, b}, {a, c}, {a, d}}) {
+    for (const auto& files : std::vector<std::vector<std::string>>{{a, b}, {a, c}, {a, d}, {k0, k1}}) {
       Timeline tl;
       for (const auto& f : files) {
         Timeline one;
@@ -128,7 +137,8 @@ TEST_CASE("the viewer finds the same signs of several runs as memcomm-trace", "[
   CHECK(tl.runs[0].wall_end == 9'005'000);
   CHECK(TraceSet::load({a, c}).mixed_runs().size() == 1);  // the comparisons above compared something
   CHECK(TraceSet::load({a, d}).mixed_runs().size() == 2);
-  for (const auto& p : {a, b, c, d}) std::remove(p.c_str());
+  CHECK(TraceSet::load({k0, k1}).mixed_runs().size() == 1);
+  for (const auto& p : {a, b, c, d, k0, k1}) std::remove(p.c_str());
 }
 
 TEST_CASE("a memcomm trace loads into lanes and collectives and memory curves", "[unit][viewer]") {

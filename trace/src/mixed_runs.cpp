@@ -10,8 +10,10 @@
 //   - a rank is outside the world its own file names;
 //   - two ranks' recordings never overlapped in wall-clock time (their first and last timestamps
 //     moved by the wall clock their StartTime read; the timestamps are each host's CLOCK_MONOTONIC,
-//     which says nothing across hosts): the ranks of one run record at the same time. torch.profiler
-//     traces carry no such reading and are left out of this one;
+//     which says nothing across hosts): the ranks of one run record at the same time. A
+//     torch.profiler trace on the Unix clock (epoch microseconds, or microseconds after its
+//     baseTimeNanoseconds) is on the wall clock already (wall_minus_timeline); one whose clock
+//     counts from boot or from 0 has no StartTime and is left out of this one;
 //   - two files name the same rank of a world (the viewer shows one of them under another number,
 //     Note [Rank ids across files]; memcomm-trace refuses such a pair before it gets here).
 // memcomm-trace and memcomm-view warn and go on (the user may know better, e.g. a trace merged by hand).

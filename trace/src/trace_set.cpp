@@ -12,6 +12,7 @@
 
 #include "memcomm/trace/event_sort.hpp"
 #include "memcomm/trace/kineto.hpp"
+#include "memcomm/trace/mixed_runs.hpp"
 
 namespace memcomm::prof {
 
@@ -103,9 +104,9 @@ void TraceSet::finish(const LoadOptions& opt) {
     offset = std::clamp<int64_t>(offset, -kMaxAbsTimestamp, kMaxAbsTimestamp);
     r.clock_offset_ns = offset;
     r.from_torch_profiler = kineto;
-    if (start && !kineto)
-      r.wall_minus_ts = std::clamp<int64_t>(start->second, -kMaxAbsTimestamp, kMaxAbsTimestamp) -
-                        (std::clamp<int64_t>(start->first, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset);
+    if (start)
+      r.wall_minus_ts = wall_minus_timeline(std::clamp<int64_t>(start->first, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset,
+                                            std::clamp<int64_t>(start->second, -kMaxAbsTimestamp, kMaxAbsTimestamp), kineto);
     // Note [Timestamp range]: real timestamps are far inside +-kMaxAbsTimestamp; clamping what only
     // corrupt data produces keeps every later sum and difference inside int64.
     for (Event& e : r.events) e.ts = std::clamp<int64_t>(e.ts, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset;

@@ -157,9 +157,10 @@ std::vector<prof::RunFacts> TraceIngest::run_facts(const std::string& source, st
     f.rank = rank;
     f.source = source;
     f.world_size = rs.world_size != 0 ? rs.world_size : header_world;
-    if (rs.wall_minus_time && !rs.kineto && rs.first <= rs.last) {
-      f.wall_begin = *rs.wall_minus_time + rs.first;
-      f.wall_end = *rs.wall_minus_time + rs.last;
+    if (rs.start_time && rs.first <= rs.last) {
+      const std::int64_t wall_minus = prof::wall_minus_timeline(rs.start_time->first, rs.start_time->second, rs.kineto);
+      f.wall_begin = wall_minus + rs.first;
+      f.wall_end = wall_minus + rs.last;
     }
     out.push_back(std::move(f));
   }
@@ -235,7 +236,7 @@ void TraceIngest::add_meta(const prof::Event& e, RankState& rs, std::uint32_t ra
       rs.world_size = static_cast<std::uint32_t>(m.value);
       return;
     case prof::MetaKey::StartTime:
-      rs.wall_minus_time = bounded_time(m.value) - shift(e.ts, rs.offset);
+      rs.start_time = std::make_pair(shift(e.ts, rs.offset), bounded_time(m.value));
       return;
     case prof::MetaKey::Host:
       return b_.host(rank, resolve(ctx, m.str));

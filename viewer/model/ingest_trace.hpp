@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -112,12 +113,13 @@ class TraceIngest {
     CounterSeries* metrics[static_cast<int>(prof::MemMetric::Count)] = {};
     int mem_device = -1;  // device whose allocated/active/reserved samples are drawn (better_curve_device)
     std::unordered_map<prof::StringId, CounterSeries*> counters;  // user counters by name id
-    // For run_facts(): the world size named, the wall clock minus timeline time at StartTime, and
-    // the first and last event times (batch ends: events are nearly sorted, and a run's span
-    // needs no better for Note [One run or several]).
+    // For run_facts(): the world size named, the StartTime record (its timeline time and value:
+    // prof::wall_minus_timeline reads it once the file's Tag has said whether it is a torch.profiler
+    // trace), and the first and last event times (batch ends: events are nearly sorted, and a run's
+    // span needs no better for Note [One run or several]).
     std::uint32_t world_size = 0;
-    std::optional<std::int64_t> wall_minus_time;
-    bool kineto = false;  // a torch.profiler trace: its StartTime is an origin, not a reading
+    std::optional<std::pair<std::int64_t, std::int64_t>> start_time;
+    bool kineto = false;  // a torch.profiler trace (MetaKey::Tag kKinetoSourceTag)
     std::int64_t first = INT64_MAX, last = INT64_MIN;
   };
   static constexpr std::uint32_t kNoId = 0xFFFF'FFFFu;

@@ -33,9 +33,8 @@ struct RankTrace {
   std::vector<Event> events;        // sorted by ts, on the common timeline
   std::string source;               // file it came from
   uint64_t drops = 0;               // sum of DropEvent counts
-  // Wall-clock ns minus a timestamp on the common timeline, from MetaKey::StartTime (the wall clock
-  // read at that event's timestamp); none when not recorded, or for a torch.profiler trace (its
-  // StartTime marks the shared origin, not a reading: Note [One origin for every torch.profiler trace]).
+  // Wall-clock ns minus a timestamp on the common timeline, from MetaKey::StartTime
+  // (wall_minus_timeline in mixed_runs.hpp); none when not recorded.
   std::optional<int64_t> wall_minus_ts;
   bool from_torch_profiler = false;  // converted from a torch.profiler trace (MetaKey::Tag kKinetoSourceTag)
 
