@@ -1,4 +1,5 @@
 // Analysis on hand-built traces with known breakdown, overlap, busbw, skew and memory peaks.
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -282,6 +283,12 @@ TEST_CASE("report renders text and JSON", "[profiler][analysis]") {
   const std::string json = analysis_to_json(a);
   CHECK(json.find("\"busbw_gbps\"") != std::string::npos);
   CHECK(text.find(" GB/s, max skew") != std::string::npos);  // sized collectives: a bus bandwidth
+  const auto n = a.collectives.size();
+  REQUIRE(n > 0);
+  CHECK(text.find(fmt::format("Collectives ({}, {} matched across ranks)", n, n)) != std::string::npos);
+  Analysis alone = a;  // each seen by one rank: none matched (it read "N matched")
+  for (auto& c : alone.collectives) c.ranks_seen = 1;
+  CHECK(analysis_to_text(alone).find(fmt::format("Collectives ({}, 0 matched across ranks)", n)) != std::string::npos);
   Analysis sizeless = a;  // a trace whose collectives record no message size (DLRM's all-to-all)
   for (auto& c : sizeless.collectives) c.bytes = 0;
   sizeless.busbw_known = false;
