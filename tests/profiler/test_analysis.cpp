@@ -286,6 +286,14 @@ TEST_CASE("report renders text and JSON", "[profiler][analysis]") {
   const auto n = a.collectives.size();
   REQUIRE(n > 0);
   CHECK(text.find(fmt::format("Collectives ({}, {} matched across ranks)", n, n)) != std::string::npos);
+  // A rank whose trace records no memory has unknown peaks, not 0 MiB ones.
+  CHECK(nlohmann::json::parse(analysis_to_json(a))["ranks"][0]["memory_recorded"] == a.ranks[0].memory_recorded);
+  Analysis unrecorded = a;
+  for (auto& r : unrecorded.ranks) r.memory_recorded = false, r.peak_allocated = r.peak_reserved = 0;
+  for (auto& s : unrecorded.steps) s.peak_allocated = s.peak_reserved = 0;
+  const std::string blank = analysis_to_text(unrecorded);
+  CHECK(blank.find("         -         -") != std::string::npos);  // peak_MiB, resv_MiB
+  CHECK(blank.find(" 0.0\n") == std::string::npos);               // no step row's peak reads 0.0
   Analysis alone = a;  // each seen by one rank: none matched (it read "N matched")
   for (auto& c : alone.collectives) c.ranks_seen = 1;
   CHECK(analysis_to_text(alone).find(fmt::format("Collectives ({}, 0 matched across ranks)", n)) != std::string::npos);

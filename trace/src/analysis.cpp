@@ -307,6 +307,7 @@ RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysi
   if (lo < hi) rs.breakdown = breakdown_over(spans, lo, hi);
 
   std::vector<MemoryPoint> mem = memory_series(r);
+  rs.memory_recorded = !mem.empty();
   for (const MemoryPoint& p : mem) {
     rs.peak_allocated = std::max(rs.peak_allocated, p.allocated);
     rs.peak_reserved = std::max(rs.peak_reserved, p.reserved);

@@ -19,6 +19,15 @@ nlohmann::json breakdown_json(const Breakdown& b) {
           {"overlap_pct", b.overlap_pct}};
 }
 std::string mib(uint64_t b) { return fmt::format("{:.1f}", double(b) / (1024.0 * 1024.0)); }
+
+// A peak of a rank whose trace holds no memory figures is unknown, not 0 MiB.
+std::string recorded_mib(const RankSummary* r, uint64_t b) { return r && !r->memory_recorded ? "-" : mib(b); }
+
+const RankSummary* rank_of(const Analysis& a, uint32_t rank) {
+  for (const RankSummary& r : a.ranks)
+    if (r.rank == rank) return &r;
+  return nullptr;
+}
 double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * double(part) / double(whole) : 0.0; }
 }  // namespace
 
@@ -38,6 +47,7 @@ std::string analysis_to_json(const Analysis& a, int indent) {
                           {"mean_step_ns", r.mean_step_ns},
                           {"peak_allocated", r.peak_allocated},
                           {"peak_reserved", r.peak_reserved},
+                          {"memory_recorded", r.memory_recorded},
                           {"max_fragmentation", r.max_fragmentation},
                           {"ooms", r.ooms},
                           {"collectives", r.collectives},
@@ -102,8 +112,8 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
     out += fmt::format("{:>5} {:>4} {:>11} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>11} {:>9} {:>9} {:>7}\n",
                        r.rank == kUnknownRank ? -1 : int64_t(r.rank), r.gpu_mode ? "gpu" : "cpu", format_ms(b.window_ns, 3, ""),
                        pct(b.compute_ns, b.window_ns), pct(b.comm_ns, b.window_ns), pct(b.memcpy_ns, b.window_ns),
-                       pct(b.idle_ns, b.window_ns), b.overlap_pct, format_ms(b.exposed_comm_ns, 3, ""), mib(r.peak_allocated),
-                       mib(r.peak_reserved), r.drops);
+                       pct(b.idle_ns, b.window_ns), b.overlap_pct, format_ms(b.exposed_comm_ns, 3, ""),
+                       recorded_mib(&r, r.peak_allocated), recorded_mib(&r, r.peak_reserved), r.drops);
   }
   if (!a.steps.empty()) {
     out += fmt::format("\nSteps ({} rows{})\n", a.steps.size(),
@@ -114,7 +124,7 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
       const StepRow& s = a.steps[i];
       out += fmt::format("{:>5} {:>7} {:>10} {:>12} {:>10} {:>12} {:>9.1f} {:>9}\n", s.rank, s.step, format_ms(s.end - s.begin, 3, ""),
                          format_ms(s.data_wait_ns, 3, ""), format_ms(s.breakdown.comm_total_ns, 3, ""), format_ms(s.breakdown.exposed_comm_ns, 3, ""),
-                         s.breakdown.overlap_pct, mib(s.peak_allocated));
+                         s.breakdown.overlap_pct, recorded_mib(rank_of(a, s.rank), s.peak_allocated));
     }
   }
   if (!a.collectives.empty()) {

@@ -187,6 +187,7 @@ struct RankSummary {
   uint64_t steps = 0;
   int64_t mean_step_ns = 0;
   uint64_t peak_allocated = 0, peak_reserved = 0;
+  bool memory_recorded = false;  // the rank's trace holds memory figures (else its peaks' 0 means unknown)
   double max_fragmentation = 0;
   uint64_t ooms = 0;
   uint64_t collectives = 0, comm_bytes = 0;
