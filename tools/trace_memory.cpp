@@ -19,6 +19,7 @@
 #include <memcomm/common/bytes.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -134,6 +135,8 @@ class TraceMemory final : public HeldMemory {
                                               "profile_memory=True; memcomm-train and memcomm.profile with memcomm's allocator)", label_));
     if (device < 0 && leave_out_host_beside_gpu(allocs_))  // Note [Host memory beside a GPU's]
       label_ += fmt::format(", GPU memory (the host's: --device {})", kHostDevice);
+    else if (std::all_of(allocs_.list.begin(), allocs_.list.end(), [](const Allocation& a) { return a.device == kHostDevice; }))
+      label_ += ", host memory";  // a CPU run's, or the host's alone: not to be read as a GPU's
     allocs_ = on_device(std::move(allocs_), device, {}, label_);
     // Blocks from before the trace that carry no category (a torch.profiler trace's, Note [Bytes a
     // memory profile never saw allocated] in allocations.cpp) are a site of their own.

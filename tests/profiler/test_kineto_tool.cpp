@@ -266,6 +266,10 @@ TEST_CASE("memory leaves the host's blocks out of a GPU trace's sum unless --dev
   CHECK(live_at_peak("--device 255 ") == 300);
   const Run text = trace_tool("memory --at peak " + path);
   CHECK(contains(text.out, "GPU memory (the host's: --device 255)"));
+  // A trace of the host's memory alone (a CPU run) says so.
+  write_text(path, R"({"traceEvents": [)" + mem(1712195495406040, 0, 64, 300, 300) + "]}");
+  const Run host = trace_tool("memory --at peak " + path);
+  CHECK(contains(host.out, "(rank 0), host memory: at peak"));
   std::remove(path.c_str());
 }
 
