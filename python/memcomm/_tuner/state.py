@@ -445,8 +445,9 @@ def _private_generators(model: Any, optimizer: Any) -> List[Any]:
     if isinstance(optimizer, torch.optim.Optimizer):
         owners += optimizers_within(optimizer)
     found: List[Any] = []
-    for o in owners:
-        found += [v for v in vars(o).values() if isinstance(v, _GENERATORS) and not any(v is f for f in found)]
+    for v in (v for o in owners for v in vars(o).values()):
+        if isinstance(v, _GENERATORS) and not any(v is f for f in found):
+            found.append(v)
     return found
 
 
