@@ -24,17 +24,18 @@ apt_install() {
 }
 
 PY=.venv/bin/python
-# The Python package's tests (pytest), its `pip install .` build backend (scikit-build-core), and a
+# The Python package's tests (pytest; cloudpickle, which copies a script's classes by value as joblib
+# and Ray do), its `pip install .` build backend (scikit-build-core), and a
 # ninja that schedules by critical path (PyPI's is 1.13; Debian 12's 1.11 starts jobs in file order,
 # so the trainer's precompiled LibTorch header, the longest chain, started last: Note [Build order]
 # in CMakeLists.txt).
-PY_TEST_PACKAGES=(pytest scikit-build-core ninja)
+PY_TEST_PACKAGES=(pytest cloudpickle scikit-build-core ninja)
 need_torch=0
 if ! [ -x "$PY" ] || ! "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
   need_torch=1
 fi
 need_py_tests=0
-if [ "$need_torch" = 1 ] || ! "$PY" -c "import pytest, scikit_build_core" 2>/dev/null || ! [ -x .venv/bin/ninja ]; then
+if [ "$need_torch" = 1 ] || ! "$PY" -c "import pytest, cloudpickle, scikit_build_core" 2>/dev/null || ! [ -x .venv/bin/ninja ]; then
   need_py_tests=1
 fi
 

@@ -966,6 +966,43 @@ def test_the_model_can_be_saved_and_copied_while_profiled(tmp_path, tool):
     assert counts.get("forward") == 5, counts
 
 
+def test_a_class_of_the_script_copied_by_value_pickles_while_profiled(tmp_path):
+    # See Note [Forwards through the class]: cloudpickle (joblib's default backend, Ray, Dask) copies a
+    # class defined in __main__ by value, the wrapped __call__ with it: it raised TypeError for the
+    # profiler. The copy calls straight through, here and in a process that loads it.
+    pytest.importorskip("cloudpickle")
+    blob = tmp_path / "net.pkl"
+    out = check("""
+        import cloudpickle
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = make_model()
+            def forward(self, x):
+                return self.body(x)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = batches(1)[0][0]
+        with memcomm.profile(trace=sys.argv[1]):
+            loop(model, opt, batches(2))
+            assert "__call__" in vars(Net)            # watched through its class
+            data = cloudpickle.dumps(model)
+            copy = cloudpickle.loads(data)
+            with torch.no_grad():
+                assert torch.equal(copy(x), model(x))
+        open(sys.argv[2], "wb").write(data)
+        print("pickled", len(data) > 0)
+    """, str(tmp_path / "cp.mct"), str(blob))
+    assert "pickled True" in out, out
+    load = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import pickle, torch
+        model = pickle.load(open({str(blob)!r}, "rb"))
+        print(model(torch.randn(2, 1, 28, 28)).shape)
+    """)], capture_output=True, text=True, timeout=120)
+    assert load.returncode == 0, load.stderr
+    assert load.stdout.strip() == "torch.Size([2, 10])"
+
+
 def test_a_tracer_that_patches_module_call_sees_the_watched_class_as_a_module(tmp_path):
     # See Note [Forwards through the class]: with an nn.Linear profiled as the model, torch.fx keeps
     # the nn.Linear of another model one call_module node, as without the profile.

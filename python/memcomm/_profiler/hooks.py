@@ -41,7 +41,10 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   torch.save(model) and copy.deepcopy(model) (a best-model copy, an EMA) would carry them, and with
   them this profiler, which cannot be pickled: both raised TypeError mid-run (pytorch/examples'
   word_language_model saves its model with torch.save after each epoch). A class is pickled by
-  reference, so nothing of memcomm travels with the module. The wrapper passes every other instance
+  reference, so nothing of memcomm travels with the module. cloudpickle (joblib's default backend,
+  Ray, Dask) copies a class defined in __main__ by value, its __call__ with it: the wrapper reaches
+  the profiler only through a registry that pickles as an empty one (_Registry), so the copy pickles
+  and calls straight through (it raised TypeError for the profiler). The wrapper passes every other instance
   of the class (a Sequential inside the model, a deepcopy) straight through, to the __call__ the class
   inherits as it is at that call: torch.fx's symbolic_trace (and so FX quantization, and export's
   module stacks) patches nn.Module.__call__ while it traces to keep a leaf module one call_module
@@ -736,6 +739,19 @@ class PhaseHooks:
         _memcomm.phase_span(DATA_WAIT, 0, begin_ns, now())
 
 
+class _Registry(dict):
+    """The on_call of each class _CallWrap wraps, by key. A wrapper reaches its profiler only through
+    this module global, which pickles as an empty registry (Note [Forwards through the class]): a class
+    copied by value (cloudpickle's copy of a __main__ class, with its __call__) calls straight through."""
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_Registry, ())
+
+
+_CALL_HOOKS = _Registry()
+_call_keys = itertools.count()
+
+
 class _CallWrap:
     """Wraps `cls.__call__` so that `on_call(call, module, args, kwargs)` runs each call of an instance,
     `call` being the __call__ the class had (Note [Forwards through the class]); remove() puts it back,
@@ -748,20 +764,21 @@ class _CallWrap:
         # The class it inherits from, looked up at each call: a tracer's patch of nn.Module.__call__
         # (torch.fx, export) still sees the calls (Note [Forwards through the class]).
         base = next(c for c in cls.__mro__[1:] if "__call__" in c.__dict__) if own is None else cls
-        active = [True]
+        key = self._key = next(_call_keys)
+        _CALL_HOOKS[key] = on_call
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             call = own or base.__call__
-            if torch.compiler.is_compiling() or not active[0]:  # Note [Hooks under torch.compile]
+            hook = _CALL_HOOKS.get(key)
+            if hook is None or torch.compiler.is_compiling():  # Note [Hooks under torch.compile]
                 return call(module, *args, **kwargs)
-            return on_call(call, module, args, kwargs)
+            return hook(call, module, args, kwargs)
 
-        self._active = active
         self._wrapper = __call__
         cls.__call__ = __call__
 
     def remove(self) -> None:
-        self._active[0] = False
+        _CALL_HOOKS.pop(self._key, None)
         if self.cls.__dict__.get("__call__") is self._wrapper:
             if self._own is None:
                 delattr(self.cls, "__call__")
