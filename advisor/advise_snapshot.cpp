@@ -60,10 +60,29 @@ PolicyPeaks replay_peaks(const snapshot::Snapshot& snap) {
   return p;
 }
 
-std::string policy_change(const std::string& best) {
-  if (best == "pytorch-expandable") return "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+// The policy the run used: memcomm's allocator marks its snapshots (settings.memcomm), PyTorch's
+// says whether its segments expand.
+std::string current_policy(const snapshot::Snapshot& snap) {
+  if (snap.settings.memcomm) return "memcomm";
+  return snap.expandable_segments() ? "pytorch-expandable" : "pytorch";
+}
+
+std::string policy_change(const std::string& best, const std::string& current) {
+  const bool leave_memcomm = current == "memcomm";
+  if (best == "pytorch-expandable")
+    return leave_memcomm ? "use PyTorch's allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+                         : "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
   if (best == "memcomm") return "use memcomm's caching allocator (install_torch_cuda_allocator)";
-  return "use PyTorch's allocator without expandable segments (drop expandable_segments:True)";
+  return leave_memcomm ? "use PyTorch's allocator without expandable segments"
+                       : "use PyTorch's allocator without expandable segments (drop expandable_segments:True)";
+}
+
+std::string recorded_setting(const snapshot::Snapshot& snap) {
+  if (snap.settings.memcomm) return "; recorded by memcomm's allocator";
+  return snap.settings.present
+             ? fmt::format("; recorded setting expandable_segments:{}", snap.settings.expandable_segments ? "True" : "False")
+             : fmt::format("; expandable segments {} (no recorded setting: from its segments)",
+                           snap.expandable_segments() ? "in use" : "not in use");
 }
 
 // The numbers behind the policy advice: every policy's replayed peak, the recorded setting and peak.
@@ -72,12 +91,10 @@ std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p
   std::string evidence = fmt::format("replaying the snapshot's {} requests on {} device(s) (peak live {}), peak reserved:",
                                      p.requests, p.devices, format_bytes(p.live));
   for (const auto& name : kPolicies) evidence += fmt::format(" {} {}", name, format_bytes(p.reserved.at(name)));
-  evidence += snap.settings.present
-                  ? fmt::format("; recorded setting expandable_segments:{}", snap.settings.expandable_segments ? "True" : "False")
-                  : fmt::format("; expandable segments {} (no recorded setting: from its segments)",
-                                snap.expandable_segments() ? "in use" : "not in use");
+  evidence += recorded_setting(snap);
   if (p.recorded)
-    evidence += fmt::format(", PyTorch recorded a peak of {} (against it the saving is {})", format_bytes(p.recorded),
+    evidence += fmt::format(", {} recorded a peak of {} (against it the saving is {})",
+                            snap.settings.memcomm ? "memcomm's allocator" : "PyTorch", format_bytes(p.recorded),
                             format_bytes(p.recorded > then ? p.recorded - then : 0));
   if (current != "pytorch")
     evidence += fmt::format("; against PyTorch's default the saving is {}",
@@ -103,7 +120,7 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
                                                 "before its first step"));
     return;
   }
-  const std::string current = snap.expandable_segments() ? "pytorch-expandable" : "pytorch";
+  const std::string current = current_policy(snap);
   std::string best = current;
   for (const auto& name : kPolicies)
     if (p.reserved.at(name) < p.reserved.at(best)) best = name;
@@ -114,10 +131,11 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
   adv.topic = Topic::Fragmentation;
   adv.saving_unit = "bytes";
   adv.saving = double(baseline - then);
-  // Against the same figure as the saving: PyTorch's recorded peak where it is below the replay's
+  // Against the same figure as the saving: the run's recorded peak where it is below the replay's
   // (the run's own empty_cache calls, which the replay does not make).
-  const std::string against = baseline < now ? format_bytes(baseline) + " (PyTorch's recorded peak)" : format_bytes(now);
-  adv.change = fmt::format("{}: {} would reserve {} instead of {}", policy_change(best), best, format_bytes(then), against);
+  const std::string against = baseline < now ? format_bytes(baseline) + " (the run's recorded peak)" : format_bytes(now);
+  adv.change = fmt::format("{}: {} would reserve {} instead of {}", policy_change(best, current), best,
+                           format_bytes(then), against);
   adv.evidence = policy_evidence(snap, p, current, then);
   const std::uint64_t expandable = p.reserved.at("pytorch-expandable");
   if (best == "memcomm" && current == "pytorch" && double(now) - double(expandable) >= kMinSavingShare * double(now))

@@ -275,6 +275,18 @@ TEST_CASE("the policy replay advises the policy that reserves least, with the by
   CHECK(advise::advise_snapshot(growing(false), no_replay()).empty());
 }
 
+TEST_CASE("the policy replay of memcomm's own snapshot compares with memcomm's allocator, the run's", "[advisor][snapshot]") {
+  // A snapshot memcomm's allocator wrote (python -m memcomm --allocator cpu --snapshot) was read as
+  // PyTorch's without expandable segments: "set expandable_segments:True", where memcomm's allocator
+  // (what the run used) reserves as little as any policy.
+  auto s = growing(false);
+  s.settings.memcomm = true;
+  const auto advice = advise::advise_snapshot(s);
+  INFO((advice.empty() ? std::string() : advice.front().change));
+  CHECK(advice.empty());
+  CHECK(advise::advise_snapshot(growing(false)).size() == 1);  // the same trace on PyTorch's allocator
+}
+
 TEST_CASE("a snapshot whose trace allocates nothing gets no policy advice, and a note says why", "[advisor][snapshot]") {
   // A 1 GiB segment holding 64 MiB live: packing the end state alone would "save" 960 MiB of the
   // cache an earlier peak left, in an order the run never had.
