@@ -352,13 +352,15 @@ def _exit_code(status: object) -> int:
     return 1
 
 
-def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: ChildProcesses, raised: bool) -> bool:
+def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: ChildProcesses, raised: bool,
+            exited: bool) -> bool:
     """The run's end in the script's process (close()); memcomm's warnings there never fail a script
-    run with -W error. After the script's own uncaught
-    error, the profile's advice on what it did not see (no step, no forward) is beside the point."""
+    run with -W error. After the script's own uncaught error or a sys.exit() with a failing status (an
+    argparse usage error), the profile's advice on what it did not see (no step, no forward) is beside
+    the point; after any sys.exit() (--help's too), so is the note that nothing was recorded."""
     with warnings.catch_warnings():
         warnings.simplefilter("default")
-        if children.any_started:  # the training may have run there, in children with profiles of their own
+        if children.any_started or exited:  # the training may have run in children with profiles of their own
             warnings.filterwarnings("ignore", category=NothingRecorded)
         if raised:
             warnings.filterwarnings("ignore", category=ProfileAdvice)
@@ -369,9 +371,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     RunnerWarnings.on = True
     profiler = _start(args)
-    pid, status, whole, raised = os.getpid(), 0, True, False
+    pid, status, whole, raised, exited = os.getpid(), 0, True, False, False
     children = ChildProcesses(args)
-    ending = CloseOnce(lambda: _finish(args, profiler, children, raised))
+    ending = CloseOnce(lambda: _finish(args, profiler, children, raised, exited))
     with closed_on_sigterm(ending):
         try:
             with contextlib.ExitStack() as stack:
@@ -383,7 +385,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 try:
                     _run_target(args)
                 except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
-                    status = e.code
+                    status, exited = e.code, True
+                    raised = e.code not in (None, 0)  # a failing status: a usage error, a caught failure
                 except Exception as e:  # noqa: BLE001 (the script's uncaught error, printed as python prints it)
                     _print_as_python_does(e)
                     status, raised = 1, True

@@ -214,6 +214,13 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
     assert r.returncode == 0 and "argv ['1', '0', '--help', '--trace']" in r.stdout, r.stdout + r.stderr
     r = run_memcomm(tmp_path, "-m", "json.tool", "--help")
     assert r.returncode == 0 and "usage: python -m json.tool" in r.stdout, r.stdout + r.stderr
+    # A script's own usage error or --help: its output and status, and no advice on a training that never ran.
+    write(tmp_path, "cli.py", "import argparse; p = argparse.ArgumentParser(); p.add_argument('--epochs', type=int); "
+                              "p.parse_args()")
+    for args, code in ((("--epochs", "x"), 2), (("-h",), 0)):
+        r = run_memcomm(tmp_path, "cli.py", *args)
+        assert r.returncode == code and "usage: cli.py" in r.stdout + r.stderr, (args, r.stdout, r.stderr)
+        assert "recorded no forward" not in r.stderr, (args, r.stderr)
     # torch.distributed.launch puts --local-rank=N right after -m memcomm: it is the script's first option.
     write(tmp_path, "echo.py", "import sys; print('argv', sys.argv[1:])")
     r = run_memcomm(tmp_path, "--local-rank=3", "--trace", "run.mct", "echo.py", "1", "0")
