@@ -98,9 +98,9 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     out-of-memory in a probe is never raised: it is a result
     (Note [Agreeing on an out-of-memory from Python]).
     """
-    randomness = RandomState(model, optimizer)
-    script = ScriptState(model, optimizer) if isinstance(model, torch.nn.Module) and isinstance(
+    script = ScriptState(model, optimizer, loss_fn) if isinstance(model, torch.nn.Module) and isinstance(
         optimizer, torch.optim.Optimizer) else None  # else tune() raises TypeError before touching anything
+    randomness = RandomState(script.reach.modules() if script is not None else [], optimizer)
     try:
         with running.paused():  # inside memcomm.profile(), the probes are not the run's steps
             return _tune(model, optimizer, loss_fn, make_batch, process_group, memory_limit, verbose, evaluate,

@@ -365,6 +365,46 @@ def test_an_optimizers_own_counter_and_the_private_generators_it_and_the_model_h
     """, timeout=120)
 
 
+def test_modules_the_loss_runs_through_beside_the_model_keep_their_statistics():
+    # See Note [What the probes leave as it was] (in_reach): tuning a GAN's generator, whose loss runs
+    # through the discriminator, moved the discriminator's BatchNorm statistics (num_batches_tracked
+    # 18 -> 70 in pytorch/examples' dcgan). Named by a closure, by a bound method's object, or inside
+    # a container that holds the model too.
+    run_ok("""
+        import torch, torch.nn as nn, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        torch.manual_seed(0)
+        class GAN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.G = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16))
+                self.D = nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
+        class Trainer:
+            def __init__(self, D):
+                self.D = D
+            def loss(self, m, z):
+                return -self.D(m(z)).mean()
+        make = lambda b: torch.randn(b, 8)
+        for how in ("closure", "method", "container"):
+            gan = GAN()
+            G, D = gan.G, gan.D
+            opt = torch.optim.Adam(G.parameters(), lr=1e-3)
+            D(torch.randn(4, 16))  # the script's own steps moved the statistics once
+            loss = {"closure": lambda m, z: -D(m(z)).mean(), "method": Trainer(D).loss,
+                    "container": lambda m, z: -gan.D(m(z)).mean()}[how]
+            bn = D[1]
+            before = (bn.running_mean.clone(), bn.running_var.clone(), int(bn.num_batches_tracked))
+            r = memcomm.tune(G, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
+            assert r["recommendation"], (how, r)
+            after = (bn.running_mean, bn.running_var, int(bn.num_batches_tracked))
+            assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1]), how
+            assert before[2] == after[2], (how, before[2], after[2])
+            assert D.training and all(p.grad is None for p in D.parameters()), how
+        print("ok")
+    """, timeout=180)
+
+
 def test_slots_filled_or_expanded_buffers_flat_gradients_and_new_group_keys_are_as_they_were():
     # See Note [State copies outside the cap] and Note [What the probes leave as it was]: a buffer registered as
     # None and filled at the first forward shifted BatchNorm's statistics onto its neighbours; an expanded buffer

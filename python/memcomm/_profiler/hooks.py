@@ -24,7 +24,8 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   outermost phase: one that an update inside the model's forward opens (Lightning's manual
   optimisation) goes below that forward, and an update that returns inside a forward or backward (an
   optimizer stepped from a gradient hook) ends its step when that phase ends, so a Lightning GAN's
-  two updates inside one forward make one step. Closing at each optimizer made
+  two updates inside one forward make one step (under DDP, whose forward runs training_step; on one
+  device Lightning calls training_step itself, and it is a GAN loop below). Closing at each optimizer made
   two steps of each iteration of the first loop, and a skipped update merged iterations. (A GAN's
   loop, whose second model's forward and backward come between its two updates, still records two
   steps an iteration: nothing tells its second forward from the next iteration's first.) The cost

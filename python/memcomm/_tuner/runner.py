@@ -8,7 +8,7 @@ from memcomm._tuner.agreement import Agreed, Failure, Group, TuneError, failure
 from memcomm._tuner.buckets import Buckets
 from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options
-from memcomm._tuner.state import ScriptState, State, stray_leaves, trained_tensors
+from memcomm._tuner.state import ScriptState, State, in_reach, stray_leaves, trained_tensors
 from memcomm._caller import warn
 
 
@@ -43,6 +43,7 @@ class Runner:
                  script: Optional[ScriptState] = None):
         self.model, self.optimizer, self.loss_fn, self.make_batch = model, optimizer, loss_fn, make_batch
         self.script = script
+        self.reach = script.reach if script is not None else in_reach(model, loss_fn)  # State's modules
         self.strays: Optional[List[torch.Tensor]] = None  # found at the first backward (take_stray_gradients)
         self._warned_shape = False
         self.group, self.memory, self.o = group, memory, o
@@ -152,7 +153,7 @@ class Runner:
     # -- state and buckets
 
     def save(self) -> State:
-        self.saved = State(self.model, self.optimizer)
+        self.saved = State(self.reach, self.optimizer)
         return self.saved
 
     def recover(self, state: State) -> None:

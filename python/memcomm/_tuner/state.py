@@ -22,9 +22,10 @@ were. Beyond the tensors (their requires_grad flags too: a loss_fn may unfreeze 
 optimizers' hyperparameters (State: a key a first step adds to a group, as timm's Lamb keeps its step
 count there, is removed, and so is a group a loss_fn added), the modules' attributes of data
 (State: numbers, strings, None, tuples of them, tensors, lists, dicts and sets, such as the length of a
-cache held in a buffer or a metric's running sums; a submodule a probe added goes), the optimizers'
-attributes of data (State: a step counter of their own) and the random generators, global and held
-by a module or an optimizer (RandomState), a probe changes what ScriptState puts back: module training flags
+cache held in a buffer or a metric's running sums; a submodule a probe added goes), all of it for the
+modules loss_fn names beside the model too (in_reach: a GAN's discriminator, whose BatchNorm
+statistics the generator's probes moved), the optimizers' attributes of data (State: a step counter
+of their own) and the random generators, global and held by a module or an optimizer (RandomState), a probe changes what ScriptState puts back: module training flags
 (evaluate() may call model.eval()), gradients (the ones the script holds are taken off for the probes
 and the same tensors put back: a script may keep them as views of one flat buffer; so are those of
 leaves outside the model and the optimizer that the probes' backward reaches, found in its graph at
@@ -36,6 +37,7 @@ counters are reset when tune() returns, so a peak read after it is the run's, no
 """
 import copy
 import functools
+import inspect
 import random
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
@@ -122,6 +124,76 @@ def trained_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) ->
     return tensors
 
 
+@dataclass
+class Reach:
+    """The model and the other modules the loss function names (in_reach)."""
+    model: torch.nn.Module
+    extra: List[torch.nn.Module]
+
+    def modules(self) -> List[torch.nn.Module]:
+        return [*self.model.modules(), *self.extra]
+
+
+def in_reach(model: torch.nn.Module, loss_fn: Any) -> Reach:
+    """The model, with the other modules loss_fn names beside it, whose buffers, attributes and
+    training flags the probes leave as they were (Note [What the probes leave as it was]): a GAN's
+    discriminator that the generator's loss runs through, or a momentum teacher in training mode, whose
+    BatchNorm statistics the probes' forwards moved. Named means: in its closure, among the globals its
+    code reads, in its defaults, the object of a bound method and that object's attributes, a
+    functools.partial's arguments, or a callable object's attributes. A module that holds the model
+    (DistributedDataParallel, a compiled wrapper, a container of both GAN halves) is the script's
+    wrapper, not state of its own: only its other submodules count, and so do a parallel or compiled
+    wrapper's of another module (DistributedDataParallel keeps its communication's state in its
+    attributes, and sets them up at its first forward). Their parameters are not copied:
+    no optimizer of the probes steps them (the optimizer's are State's already), and their gradients
+    are the stray leaves' (stray_leaves)."""
+    own = {id(m) for m in model.modules()}
+    extra: List[torch.nn.Module] = []
+    for value in _named_by(loss_fn):
+        if not isinstance(value, torch.nn.Module):
+            continue
+        tree = list(value.named_modules())
+        holders = {prefix for name, m in tree if m is model for prefix in _prefixes(name)}
+        for name, m in tree:
+            if id(m) not in own and name not in holders and not _wraps(m):
+                own.add(id(m))
+                extra.append(m)
+    return Reach(model, extra)
+
+
+# Modules whose classes are torch's wrappers of a module (DistributedDataParallel, DataParallel, FSDP,
+# torch.compile's OptimizedModule) come from these packages.
+_WRAPPER_PACKAGES = ("torch.nn.parallel", "torch.distributed", "torch._dynamo")
+
+
+def _wraps(m: torch.nn.Module) -> bool:
+    return type(m).__module__.startswith(_WRAPPER_PACKAGES)
+
+
+def _prefixes(name: str) -> List[str]:
+    """The names of the modules above `name` in its tree: "", "a" and "a.b" for "a.b.c"."""
+    parts = name.split(".") if name else []
+    return [".".join(parts[:k]) for k in range(len(parts))]
+
+
+def _named_by(fn: Any) -> List[Any]:
+    values: List[Any] = []
+    if isinstance(fn, functools.partial):
+        return [*fn.args, *fn.keywords.values(), *_named_by(fn.func)]
+    if inspect.ismethod(fn):
+        owner = fn.__self__
+        values.append(owner)
+        if not isinstance(owner, torch.nn.Module):
+            values += list(getattr(owner, "__dict__", {}).values())
+        fn = fn.__func__
+    if inspect.isfunction(fn):
+        named = inspect.getclosurevars(fn)
+        values += [*named.nonlocals.values(), *named.globals.values(), *(fn.__defaults__ or ())]
+    elif callable(fn) and not isinstance(fn, torch.nn.Module):  # a loss object: its attributes
+        values += list(getattr(fn, "__dict__", {}).values())
+    return values
+
+
 def optimizers_within(optimizer: Any) -> List[torch.optim.Optimizer]:
     """`optimizer` and every optimizer it wraps, however deep (timm's Lookahead keeps its real state in
     `_base_optimizer`, SAM in `base_optimizer`, ZeroRedundancyOptimizer in `optim`): each keeps state
@@ -171,9 +243,9 @@ class _Slots:
     module slot (Note [State copies outside the cap]): put back by identity, a slot a probe filled or
     replaced holds what it held before, and a submodule a probe's forward added goes."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, modules: List[torch.nn.Module]):
         self.modules = [(m, dict(m._parameters), dict(m._buffers), dict(m._modules), set(m._non_persistent_buffers_set))
-                        for m in model.modules()]
+                        for m in modules]
 
     def restore(self) -> None:
         for m, parameters, buffers, modules, non_persistent in self.modules:
@@ -227,8 +299,8 @@ class _Attributes:
                                           if k not in internals and _is_data(v)}) for o, internals in owners]
 
     @classmethod
-    def of(cls, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> "_Attributes":
-        return cls([(m, _MODULE_INTERNALS) for m in model.modules()] +
+    def of(cls, modules: List[torch.nn.Module], optimizer: torch.optim.Optimizer) -> "_Attributes":
+        return cls([(m, _MODULE_INTERNALS) for m in modules] +
                    [(o, _optimizer_internals()) for o in optimizers_within(optimizer)])
 
     def restore(self) -> None:
@@ -283,15 +355,21 @@ def _restore_tensor(t: torch.Tensor, saved: _SavedTensor) -> None:
 
 
 class State:
-    """The model's parameters and buffers, the other parameters the optimizer updates, the state and
-    hyperparameters of the optimizer and of every optimizer it wraps, and the modules' and optimizers'
-    attributes of data."""
+    """The model's parameters and buffers, the other parameters the optimizer updates, the buffers of
+    the other modules the loss function names, the state and hyperparameters of the optimizer and of
+    every optimizer it wraps, and the modules' and optimizers' attributes of data."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
-        self.model, self.optimizer = model, optimizer
-        self.slots = _Slots(model)
-        self.attributes = _Attributes.of(model, optimizer)
-        self.tensors = [(t, _SavedTensor.of(t)) for t in trained_tensors(model, optimizer)]
+    def __init__(self, reach: Reach, optimizer: torch.optim.Optimizer):
+        self.model, self.optimizer = reach.model, optimizer
+        self.slots = _Slots(reach.modules())
+        self.attributes = _Attributes.of(reach.modules(), optimizer)
+        tensors = trained_tensors(reach.model, optimizer)
+        seen = {id(t) for t in tensors}
+        for b in (b for m in reach.extra for b in m.buffers(recurse=False)):
+            if id(b) not in seen:
+                seen.add(id(b))
+                tensors.append(b)
+        self.tensors = [(t, _SavedTensor.of(t)) for t in tensors]
         self.requires_grad = [(t, t.requires_grad) for t, _ in self.tensors if t.is_leaf]  # a probe may unfreeze
         self.optimizers = [_OptimizerState(o) for o in optimizers_within(optimizer)]
 
@@ -312,13 +390,15 @@ class State:
 class ScriptState:
     """What tune() touches beyond the weights and the optimizer's state, put back when it returns
     (Note [What the probes leave as it was]): each module's training flag (an evaluate() that calls
-    model.eval()), the gradients the script held (taken off while the probes run), and the optimizer's
+    model.eval()), the model's and those of the modules loss_fn names (in_reach), the gradients the
+    script held (taken off while the probes run), and the optimizer's
     own step hooks, which are taken out while the probes step (an EMA or a counter that
     register_step_post_hook updates is the script's training state, not the probes'; so is a privacy
     accountant that an optimizer's own `step_hook` attribute charges, as Opacus's)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
-        self.modes = [(m, m.training) for m in model.modules()]
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any = None):
+        self.reach = in_reach(model, loss_fn)  # also what State saves before each probe
+        self.modes = [(m, m.training) for m in self.reach.modules()]
         self.grads = _TakenGradients(trained_tensors(model, optimizer))  # a frozen one's held gradient too
         self.hooks = [(o, name, getattr(o, name).copy()) for o in optimizers_within(optimizer) for name in _STEP_HOOKS
                       if hasattr(o, name)]
@@ -417,13 +497,13 @@ class RandomState:
     timm's Kron draws when to precondition from its own random.Random), put back when tune() returns:
     a seeded script trains the same with and without tune()."""
 
-    def __init__(self, model: Any = None, optimizer: Any = None) -> None:
+    def __init__(self, modules: List[torch.nn.Module], optimizer: Any) -> None:
         self.torch = torch.get_rng_state().numpy().copy()  # outside the allocator, as State's copies
         self.cuda: Optional[List[torch.Tensor]] = (torch.cuda.get_rng_state_all()
                                                    if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
         self.python = random.getstate()
         self.numpy = np.random.get_state()
-        self.private = [(g, _generator_state(g)) for g in _private_generators(model, optimizer)]
+        self.private = [(g, _generator_state(g)) for g in _private_generators(modules, optimizer)]
 
     def restore(self) -> None:
         torch.set_rng_state(torch.from_numpy(self.torch))
@@ -438,10 +518,10 @@ class RandomState:
 _GENERATORS = (random.Random, np.random.Generator, np.random.RandomState, torch.Generator)
 
 
-def _private_generators(model: Any, optimizer: Any) -> List[Any]:
-    """The generators held as attributes of the model's modules and of the optimizer and every
-    optimizer it wraps, each once."""
-    owners: List[Any] = list(model.modules()) if isinstance(model, torch.nn.Module) else []
+def _private_generators(modules: List[torch.nn.Module], optimizer: Any) -> List[Any]:
+    """The generators held as attributes of `modules` and of the optimizer and every optimizer it
+    wraps, each once."""
+    owners: List[Any] = list(modules)
     if isinstance(optimizer, torch.optim.Optimizer):
         owners += optimizers_within(optimizer)
     found: List[Any] = []
