@@ -40,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_SETS = [os.path.join(ROOT, "..", "shared", "traces", d) for d in ("pytorch-snapshots", "pytorch-snapshots-2")]
 
 RATIO_TARGET = 1.03
+PAGE = 2 << 20  # the granularity of PyTorch's segments and of memcomm's pages
 VS_BEST_TARGET = 1.005
 CALL_SLACK = 8
 MEAN_REDUCTION_TARGET = 0.80
@@ -99,7 +100,7 @@ def evaluate(rows, policy):
         calls = m["source_allocs"] + m["source_frees"]
         allowed = max(2 * bound, best["source_allocs"] + best["source_frees"]) + CALL_SLACK
         out.append({
-            "name": name, "device": dev, "ratio": m["peak_reserved"] / live,
+            "name": name, "device": dev, "live": live, "ratio": m["peak_reserved"] / live,
             "vs_best": m["peak_reserved"] / best["peak_reserved"], "calls": calls, "allowed": allowed,
             "bound": bound, "red_pt": reduction(m["peak_reserved"], pt["peak_reserved"], live),
             "red_px": reduction(m["peak_reserved"], px["peak_reserved"], live),
@@ -150,7 +151,9 @@ def print_table(results, half_of, policy, markdown):
     for r in results:
         misses = []
         if r["ratio"] > RATIO_TARGET:
-            misses.append("ratio")
+            # Below a few dozen MiB even perfect packing in 2 MiB pages passes the target: say by how much.
+            floor = -(-r["live"] // PAGE) * PAGE / r["live"]
+            misses.append(f"ratio (2 MiB pages: >= {floor:.3f})" if floor > RATIO_TARGET else "ratio")
         if r["vs_best"] > VS_BEST_TARGET:
             misses.append("vs-best")
         if r["calls"] > r["allowed"]:
