@@ -189,11 +189,12 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
   const double sigma = std::sqrt(double(matched) * (1.0 / w) * (1.0 - 1.0 / w));
   const bool skewed = matched && double(most) > expected + 3 * sigma &&
                       double(mean_skew) > o.straggler_threshold * double(median);
-  // Matched collectives that no rank is last in more than chance says: nobody holds the others back.
-  // A rank whose step is longer then started it earlier and waited in a collective for the rest (the
-  // fastest rank's steps are the longest), so step time can name a straggler only where no
-  // collective was matched.
-  if (!skewed && matched) return;
+  // Enough matched collectives that a rank last in every one would stand out, and none does: nobody
+  // holds the others back. A rank whose step is longer then started it earlier and waited in a
+  // collective for the rest (the fastest rank's steps are the longest), so step time names a
+  // straggler only where the collectives are too few to tell (none matched, or a handful).
+  const bool arrivals_tell = double(matched) > expected + 3 * sigma;
+  if (!skewed && arrivals_tell) return;
   if (!skewed) {
     int64_t slowest = 0;
     for (const auto& [r, t] : times) {

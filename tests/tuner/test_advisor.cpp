@@ -279,6 +279,23 @@ TEST_CASE("a straggler: which rank, and where its time goes") {
   CHECK(a->evidence.find("against a median of 10.0 ms") != std::string::npos);
 }
 
+TEST_CASE("with too few matched collectives to tell by arrivals, the slowest rank by step time is the straggler") {
+  // Two matched collectives: even a rank last in both is within chance for 4 ranks.
+  std::vector<TraceBuilder> ranks(4);
+  for (uint32_t r = 0; r < 4; ++r) {
+    ranks[r].rank = r;
+    ranks[r].world = 4;
+    const int64_t step = r == 2 ? 15 : 10;
+    steps(ranks[r], step, 0);
+    for (int s = 0; s < 2; ++s) ranks[r].allreduce((s * step + step - 2) * kMs, (s * step + step - 1) * kMs, uint32_t(s), 0, 1 << 20);
+  }
+  const auto advice = advise_on(ranks, "few-collectives");
+  const auto* a = find(advice, advise::Topic::Straggler);
+  REQUIRE(a);
+  CHECK(a->change.find("rank 2") != std::string::npos);
+  CHECK(a->evidence.find("collectives last") == std::string::npos);  // named by step time, not arrivals
+}
+
 TEST_CASE("matched collectives that start together name no straggler, however long one rank's steps") {
   // Rank 1 starts each step 3 ms before the others and waits for them: its steps are the longest, and
   // it holds nobody back (an 8-rank DLRM trace's advice blamed such a rank, the first to arrive).

@@ -30,8 +30,9 @@ struct AdviseOptions {
   double exposed_comm_threshold = 0.10;   // exposed communication / step time above this
   double data_wait_threshold = 0.05;      // data wait / step time above this
   double headroom_threshold = 0.40;       // unused share of the limit above this
-  double straggler_threshold = 0.10;      // a rank's mean step this much slower than the median, or
-                                          // its collective start skew this share of a step
+  double straggler_threshold = 0.10;      // a rank's collective start skew this share of a step, or,
+                                          // where too few collectives are matched to tell, its mean
+                                          // step this much slower than the median
 };
 
 // `files` are the traces `set` was loaded from (the replay reads them again).
