@@ -31,7 +31,7 @@ from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options, check_callables, check_options
 from memcomm._tuner.prober import Prober
 from memcomm._tuner.runner import Runner
-from memcomm._tuner.state import RandomState, ScriptState
+from memcomm._tuner.state import RandomState, ScriptState, in_reach
 from memcomm._tuner.setup import (agree_on_setup, cache_key, check_model_fits, check_same_arguments, device_of,
                                   format_bytes, group_device, search_config)
 
@@ -98,9 +98,10 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     out-of-memory in a probe is never raised: it is a result
     (Note [Agreeing on an out-of-memory from Python]).
     """
-    script = ScriptState(model, optimizer, loss_fn) if isinstance(model, torch.nn.Module) and isinstance(
-        optimizer, torch.optim.Optimizer) else None  # else tune() raises TypeError before touching anything
-    randomness = RandomState(script.reach.modules() if script is not None else [], optimizer)
+    valid = isinstance(model, torch.nn.Module) and isinstance(optimizer, torch.optim.Optimizer)
+    reach = in_reach(model, loss_fn) if valid else None  # else tune() raises TypeError before touching anything
+    randomness = RandomState(reach.modules() if reach is not None else [], optimizer)
+    script = ScriptState(reach, optimizer) if reach is not None else None  # takes the gradients off: last
     try:
         with running.paused():  # inside memcomm.profile(), the probes are not the run's steps
             return _tune(model, optimizer, loss_fn, make_batch, process_group, memory_limit, verbose, evaluate,

@@ -368,10 +368,10 @@ def test_an_optimizers_own_counter_and_the_private_generators_it_and_the_model_h
 def test_modules_the_loss_runs_through_beside_the_model_keep_their_statistics():
     # See Note [What the probes leave as it was] (in_reach): tuning a GAN's generator, whose loss runs
     # through the discriminator, moved the discriminator's BatchNorm statistics (num_batches_tracked
-    # 18 -> 70 in pytorch/examples' dcgan). Named by a closure, by a bound method's object, or inside
-    # a container that holds the model too.
+    # 18 -> 70 in pytorch/examples' dcgan). Named by a closure, by a bound method's object, inside a
+    # container that holds the model too, by a loss module, through a trainer's self.
     run_ok("""
-        import torch, torch.nn as nn, memcomm
+        import random, torch, torch.nn as nn, memcomm
         torch.set_num_threads(1)
         memcomm.use_allocator("cpu", memory_limit=64 << 20)
         torch.manual_seed(0)
@@ -385,14 +385,24 @@ def test_modules_the_loss_runs_through_beside_the_model_keep_their_statistics():
                 self.D = D
             def loss(self, m, z):
                 return -self.D(m(z)).mean()
+            def lambda_loss(self):
+                return lambda m, z: -self.D(m(z)).mean()  # D reached through self
+        class Critic(nn.Module):  # a loss that is a module holding D
+            def __init__(self, D):
+                super().__init__()
+                self.D = D
+            def forward(self, m, z):
+                return -self.D(m(z)).mean()
         make = lambda b: torch.randn(b, 8)
-        for how in ("closure", "method", "container"):
+        for how in ("closure", "method", "container", "module", "self"):
             gan = GAN()
             G, D = gan.G, gan.D
+            G.rng = random.SystemRandom()  # no state to take: skipped, not a failure
             opt = torch.optim.Adam(G.parameters(), lr=1e-3)
             D(torch.randn(4, 16))  # the script's own steps moved the statistics once
             loss = {"closure": lambda m, z: -D(m(z)).mean(), "method": Trainer(D).loss,
-                    "container": lambda m, z: -gan.D(m(z)).mean()}[how]
+                    "container": lambda m, z: -gan.D(m(z)).mean(), "module": Critic(D),
+                    "self": Trainer(D).lambda_loss()}[how]
             bn = D[1]
             before = (bn.running_mean.clone(), bn.running_var.clone(), int(bn.num_batches_tracked))
             r = memcomm.tune(G, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
@@ -401,6 +411,13 @@ def test_modules_the_loss_runs_through_beside_the_model_keep_their_statistics():
             assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1]), how
             assert before[2] == after[2], (how, before[2], after[2])
             assert D.training and all(p.grad is None for p in D.parameters()), how
+        def unassigned():  # loss_fn's closure holds a variable assigned after tune(): an empty cell
+            def loss(m, z):
+                return -D(m(z)).mean() if z is not None else late
+            r = memcomm.tune(G, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False, max_trials=3)
+            late = 0
+            return r
+        assert unassigned()["recommendation"]
         print("ok")
     """, timeout=180)
 

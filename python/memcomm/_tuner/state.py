@@ -177,20 +177,36 @@ def _prefixes(name: str) -> List[str]:
 
 
 def _named_by(fn: Any) -> List[Any]:
-    values: List[Any] = []
+    """What `fn` names (in_reach), and the attributes of the objects among them that are no modules
+    (a trainer's `self` in a lambda's closure, whose attribute holds the discriminator)."""
+    named = _named_directly(fn)
+    return named + [v for o in named if not isinstance(o, (torch.nn.Module, type)) and not inspect.ismodule(o)
+                    for v in _attributes_of(o)]
+
+
+def _attributes_of(o: Any) -> List[Any]:
+    try:
+        return list(vars(o).values())
+    except TypeError:  # no __dict__ (a number, a tuple, a slotted object)
+        return []
+
+
+def _named_directly(fn: Any) -> List[Any]:
     if isinstance(fn, functools.partial):
-        return [*fn.args, *fn.keywords.values(), *_named_by(fn.func)]
+        return [*fn.args, *fn.keywords.values(), *_named_directly(fn.func)]
+    if isinstance(fn, torch.nn.Module):  # a loss that is a module: itself and its submodules
+        return [fn]
     if inspect.ismethod(fn):
-        owner = fn.__self__
-        values.append(owner)
-        if not isinstance(owner, torch.nn.Module):
-            values += list(getattr(owner, "__dict__", {}).values())
-        fn = fn.__func__
-    if inspect.isfunction(fn):
-        named = inspect.getclosurevars(fn)
-        values += [*named.nonlocals.values(), *named.globals.values(), *(fn.__defaults__ or ())]
-    elif callable(fn) and not isinstance(fn, torch.nn.Module):  # a loss object: its attributes
-        values += list(getattr(fn, "__dict__", {}).values())
+        return [fn.__self__, *_named_directly(fn.__func__)]
+    if not inspect.isfunction(fn):
+        return [fn] if callable(fn) else []  # a loss object: its attributes
+    values: List[Any] = list(fn.__defaults__ or ())
+    for cell in fn.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # a variable the enclosing function has not assigned yet
+            pass
+    values += [fn.__globals__[n] for n in fn.__code__.co_names if n in fn.__globals__]
     return values
 
 
@@ -396,10 +412,10 @@ class ScriptState:
     register_step_post_hook updates is the script's training state, not the probes'; so is a privacy
     accountant that an optimizer's own `step_hook` attribute charges, as Opacus's)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any = None):
-        self.reach = in_reach(model, loss_fn)  # also what State saves before each probe
-        self.modes = [(m, m.training) for m in self.reach.modules()]
-        self.grads = _TakenGradients(trained_tensors(model, optimizer))  # a frozen one's held gradient too
+    def __init__(self, reach: Reach, optimizer: torch.optim.Optimizer):
+        self.reach = reach  # also what State saves before each probe
+        self.modes = [(m, m.training) for m in reach.modules()]
+        self.grads = _TakenGradients(trained_tensors(reach.model, optimizer))  # a frozen one's held gradient too
         self.hooks = [(o, name, getattr(o, name).copy()) for o in optimizers_within(optimizer) for name in _STEP_HOOKS
                       if hasattr(o, name)]
         for o, name, _ in self.hooks:
@@ -526,7 +542,8 @@ def _private_generators(modules: List[torch.nn.Module], optimizer: Any) -> List[
         owners += optimizers_within(optimizer)
     found: List[Any] = []
     for v in (v for o in owners for v in vars(o).values()):
-        if isinstance(v, _GENERATORS) and not any(v is f for f in found):
+        # random.SystemRandom draws from the OS: no state to take or put back
+        if isinstance(v, _GENERATORS) and not isinstance(v, random.SystemRandom) and not any(v is f for f in found):
             found.append(v)
     return found
 
