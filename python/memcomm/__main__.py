@@ -344,6 +344,15 @@ def _start(args: argparse.Namespace) -> memcomm.Profiler:
         sys.exit(f"python -m memcomm: cannot start: {e}")
 
 
+def _raised_by_argument_parser(e: SystemExit) -> bool:
+    """Whether the standard library's argument parser ended the script (--help, a usage error): then
+    nothing of the training ran. Other libraries' sys.exit() also ends finished runs (click's, absl's)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_globals.get("__name__") in ("argparse", "optparse")
+
+
 def _exit_code(status: object) -> int:
     """sys.exit()'s argument as Python turns it into the process's status: a message is printed, 1."""
     if status is None or isinstance(status, int):
@@ -353,14 +362,14 @@ def _exit_code(status: object) -> int:
 
 
 def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: ChildProcesses, raised: bool,
-            exited: bool) -> bool:
+            parsed_out: bool) -> bool:
     """The run's end in the script's process (close()); memcomm's warnings there never fail a script
-    run with -W error. After the script's own uncaught error or a sys.exit() with a failing status (an
-    argparse usage error), the profile's advice on what it did not see (no step, no forward) is beside
-    the point; after any sys.exit() (--help's too), so is the note that nothing was recorded."""
+    run with -W error. After the script's own uncaught error or a sys.exit() with a failing status, the
+    profile's advice on what it did not see (no step, no forward) is beside the point; after its
+    argument parser ended it (--help, or a usage error), so is the note that nothing was recorded."""
     with warnings.catch_warnings():
         warnings.simplefilter("default")
-        if children.any_started or exited:  # the training may have run in children with profiles of their own
+        if children.any_started or parsed_out:  # the training may have run in children with profiles of their own
             warnings.filterwarnings("ignore", category=NothingRecorded)
         if raised:
             warnings.filterwarnings("ignore", category=ProfileAdvice)
@@ -371,9 +380,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     RunnerWarnings.on = True
     profiler = _start(args)
-    pid, status, whole, raised, exited = os.getpid(), 0, True, False, False
+    pid, status, whole, raised, parsed_out = os.getpid(), 0, True, False, False
     children = ChildProcesses(args)
-    ending = CloseOnce(lambda: _finish(args, profiler, children, raised, exited))
+    ending = CloseOnce(lambda: _finish(args, profiler, children, raised, parsed_out))
     with closed_on_sigterm(ending):
         try:
             with contextlib.ExitStack() as stack:
@@ -385,7 +394,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 try:
                     _run_target(args)
                 except SystemExit as e:  # the script's sys.exit(): its status, once the trace is closed
-                    status, exited = e.code, True
+                    status, parsed_out = e.code, _raised_by_argument_parser(e)
                     raised = e.code not in (None, 0)  # a failing status: a usage error, a caught failure
                 except Exception as e:  # noqa: BLE001 (the script's uncaught error, printed as python prints it)
                     _print_as_python_does(e)

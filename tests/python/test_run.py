@@ -221,6 +221,10 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
         r = run_memcomm(tmp_path, "cli.py", *args)
         assert r.returncode == code and "usage: cli.py" in r.stdout + r.stderr, (args, r.stdout, r.stderr)
         assert "recorded no forward" not in r.stderr, (args, r.stderr)
+    # A script that ends with sys.exit(0) of its own after work memcomm did not see still hears about it.
+    write(tmp_path, "done.py", "import sys; sys.exit(0)")
+    r = run_memcomm(tmp_path, "done.py")
+    assert r.returncode == 0 and "recorded no forward" in r.stderr, r.stderr
     # torch.distributed.launch puts --local-rank=N right after -m memcomm: it is the script's first option.
     write(tmp_path, "echo.py", "import sys; print('argv', sys.argv[1:])")
     r = run_memcomm(tmp_path, "--local-rank=3", "--trace", "run.mct", "echo.py", "1", "0")
