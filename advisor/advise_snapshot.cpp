@@ -7,7 +7,9 @@
 // and the larger would overclaim. Below 5% of it no policy change is worth advising (rounding and
 // page granularity remain). A snapshot whose trace allocates nothing (an end state alone, or a trace
 // of frees) gets no policy advice: its replay packs the live blocks in an order the run never had,
-// and what it "saves" is the cache PyTorch kept from an earlier peak.
+// and what it "saves" is the cache PyTorch kept from an earlier peak. A snapshot memcomm's allocator
+// wrote is compared with memcomm's allocator, the policy it ran; one of the host's memory gets no
+// policy advice (PyTorch has no caching allocator there to switch to).
 #include "memcomm/advisor/advise_snapshot.hpp"
 
 #include <fmt/format.h>
@@ -94,7 +96,7 @@ std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p
   evidence += recorded_setting(snap);
   if (p.recorded)
     evidence += fmt::format(", {} recorded a peak of {} (against it the saving is {})",
-                            snap.settings.memcomm ? "memcomm's allocator" : "PyTorch", format_bytes(p.recorded),
+                            snap.settings.memcomm ? "it" : "PyTorch", format_bytes(p.recorded),
                             format_bytes(p.recorded > then ? p.recorded - then : 0));
   if (current != "pytorch")
     evidence += fmt::format("; against PyTorch's default the saving is {}",
@@ -105,6 +107,12 @@ std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p
 }  // namespace
 
 void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out, std::vector<std::string>* notes) {
+  if (snap.settings.host) {  // PyTorch's caching policies are its CUDA allocator's: none for the host
+    if (notes)
+      notes->push_back("a snapshot of the host's memory (memcomm's CPU allocator): PyTorch's allocator policies are "
+                       "CUDA's, so none is advised; memcomm-replay compares them on its requests");
+    return;
+  }
   const PolicyPeaks p = replay_peaks(snap);
   if (p.reserved.empty()) {  // no device has an event or a segment
     if (notes) notes->push_back("it holds no segments and no trace events: there is no memory to advise on");

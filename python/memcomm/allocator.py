@@ -151,7 +151,7 @@ def snapshot(device: DeviceLike = "cpu") -> Dict[str, Any]:
     for segment in segments:
         segment["device"] = 0
     return {"segments": segments, "device_traces": [_memcomm.snapshot_trace(index)],
-            "allocator_settings": {"memcomm": True}}
+            "allocator_settings": {"memcomm": True, "host": True}}
 
 
 def dump_snapshot(path: Union[str, os.PathLike], device: DeviceLike = "cpu") -> None:

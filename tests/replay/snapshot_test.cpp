@@ -66,6 +66,21 @@ TEST_CASE("snapshot: model fields from a hand-built snapshot", "[snapshot]") {
   CHECK(s.settings.alloc_conf == "expandable_segments:True");
   CHECK(s.settings.roundup_power2_divisions.size() == 2);
 
+  // memcomm's allocator marks its snapshots: its CUDA adapter's PYTORCH_CUDA_ALLOC_CONF, its host snapshots' keys.
+  for (const bool cuda : {true, false}) {
+    PickleBuilder b;
+    b.proto(4).empty_dict().mark();
+    b.str("segments").empty_list();
+    b.str("device_traces").empty_list().mark().empty_list().appends();
+    b.str("allocator_settings").empty_dict().mark();
+    if (cuda) b.kv("PYTORCH_CUDA_ALLOC_CONF", "memcomm");
+    else b.str("memcomm").boolean(true).str("host").boolean(true);
+    b.setitems().setitems().stop();
+    const snap::Snapshot marked = snap::parse_snapshot(b.bytes().data(), b.bytes().size(), "marked.pickle");
+    CHECK(marked.settings.memcomm);
+    CHECK(marked.settings.host == !cuda);
+  }
+
   // Without frames the model still loads, with no stacks.
   snap::ParseOptions no_frames;
   no_frames.keep_frames = false;

@@ -291,6 +291,12 @@ TEST_CASE("the policy replay of memcomm's own snapshot compares with memcomm's a
   CHECK(a.saving == Approx(6.0 * kMiB));
   CHECK(has(a.evidence, "recorded by memcomm's allocator"));
   CHECK_FALSE(has(a.evidence, "expandable_segments:False"));
+  // The host's memory (memcomm's CPU allocator): PyTorch has no caching allocator there to switch to.
+  s.settings.host = true;
+  std::vector<std::string> notes;
+  CHECK(advise::advise_snapshot(s, {}, &notes).empty());
+  REQUIRE(notes.size() == 1);
+  CHECK(has(notes[0], "a snapshot of the host's memory"));
 }
 
 TEST_CASE("a snapshot whose trace allocates nothing gets no policy advice, and a note says why", "[advisor][snapshot]") {

@@ -286,6 +286,9 @@ class Builder {
       out.expandable_segments = p->i != 0;
     if (const Value* p = doc_.find(v, "memcomm"); p && (p->kind == Kind::boolean || p->kind == Kind::integer))
       out.memcomm = p->i != 0;
+    if (const Value* p = doc_.find(v, "host"); p && (p->kind == Kind::boolean || p->kind == Kind::integer))
+      out.host = p->i != 0;
+    if (out.alloc_conf == "memcomm") out.memcomm = true;  // the CUDA adapter's torch.cuda.memory._snapshot()
     if (const Value* p = doc_.find(v, "roundup_power2_divisions"); p && p->kind == Kind::dict) {
       const auto& items = doc_.container(*p).items;
       for (std::size_t k = 0; k + 1 < items.size(); k += 2) {

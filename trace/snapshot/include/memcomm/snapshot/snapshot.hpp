@@ -97,8 +97,10 @@ struct AllocatorSettings {
   std::int64_t max_split_size = -1; // -1: unlimited (PyTorch's default)
   double garbage_collection_threshold = 0.0;
   bool expandable_segments = false;
-  // Written by memcomm's own allocator (memcomm.allocator.snapshot: "memcomm": True), not PyTorch's.
+  // Written by memcomm's own allocator, not PyTorch's: memcomm.allocator.snapshot's host snapshots say
+  // "memcomm": True (and "host": True), its CUDA adapter's PYTORCH_CUDA_ALLOC_CONF is "memcomm".
   bool memcomm = false;
+  bool host = false;  // the host's memory (memcomm's CPU allocator), no CUDA device's
   // roundup_power2_divisions: (interval start in MiB, divisions); all zero by default.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> roundup_power2_divisions;
 };
