@@ -169,7 +169,7 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
   std::map<uint32_t, int64_t> late;  // rank -> collectives it started last
   int64_t skew_sum = 0, matched = 0;
   for (const auto& c : a.collectives)
-    if (c.ranks_seen > 1 && !c.ranks_disagree) {  // Note [Collectives the ranks disagree on]
+    if (c.matched() && !c.ranks_disagree) {  // Note [Collectives the ranks disagree on]
       ++late[c.straggler_rank];
       skew_sum += c.skew_ns;
       ++matched;

@@ -135,9 +135,10 @@ class TraceMemory final : public HeldMemory {
                                               "profile_memory=True; memcomm-train and memcomm.profile with memcomm's allocator)", label_));
     if (device < 0 && leave_out_host_beside_gpu(allocs_))  // Note [Host memory beside a GPU's]
       label_ += fmt::format(", GPU memory (the host's: --device {})", kHostDevice);
-    else if (std::all_of(allocs_.list.begin(), allocs_.list.end(), [](const Allocation& a) { return a.device == kHostDevice; }))
-      label_ += ", host memory";  // a CPU run's, or the host's alone: not to be read as a GPU's
     allocs_ = on_device(std::move(allocs_), device, {}, label_);
+    if (device != kHostDevice &&
+        std::all_of(allocs_.list.begin(), allocs_.list.end(), [](const Allocation& a) { return a.device == kHostDevice; }))
+      label_ += ", host memory";  // a CPU run's, or the host's alone: not to be read as a GPU's
     // Blocks from before the trace that carry no category (a torch.profiler trace's, Note [Bytes a
     // memory profile never saw allocated] in allocations.cpp) are a site of their own.
     for (Allocation& a : allocs_.list) a.stack = a.before_trace && a.category == 0 ? kBeforeTrace : a.category;

@@ -440,6 +440,10 @@ TEST_CASE("ranks whose checkpoints are at different steps refuse to resume, with
   CHECK(one.code == 2);
   CHECK(one.output.find("no checkpoint for rank 1 in") != std::string::npos);
   CHECK(one.output.find("exited with code") == std::string::npos);  // said once, by the launcher
+  std::filesystem::remove(d + "/mixed/ckpt.rank0.pt");
+  const auto none = run_command(quick_train("--nproc 2 --steps 8 --resume --checkpoint-dir " + d + "/mixed"));
+  CHECK(none.code == 2);
+  CHECK(none.output.find("no checkpoint for ranks 0, 1 in") != std::string::npos);
 }
 
 namespace {

@@ -128,9 +128,8 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
     }
   }
   if (!a.collectives.empty()) {
-    // "matched": paired across ranks; a file alone (or ranks that share no collective) matches none.
     const auto matched = std::count_if(a.collectives.begin(), a.collectives.end(),
-                                       [](const CollectiveStats& c) { return c.ranks_seen > 1; });
+                                       [](const CollectiveStats& c) { return c.matched(); });
     out += fmt::format("\nCollectives ({}, {} matched across ranks{})\n", a.collectives.size(), matched,
                        a.collectives.size() > max_rows ? fmt::format(", first {} shown", max_rows) : "");
     out += fmt::format("{:>6} {:>15} {:>6} {:>12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "seq", "op", "dtype",

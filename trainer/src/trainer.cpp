@@ -363,9 +363,12 @@ double TrainingRun::interval_loss() {
 // An all-reduce of the run's own bookkeeping, left out of the trace: it is no part of the training
 // the trace shows.
 void TrainingRun::bookkeeping_allreduce(torch::Tensor& t, Reduce op) {
-  const auto record = std::exchange(p_.comm.on_collective, nullptr);
+  struct Unrecorded {  // the trace's callback back whatever the all-reduce throws (a lost rank)
+    Communicator& comm;
+    std::function<void(const CollectiveRecord&)> record = std::exchange(comm.on_collective, nullptr);
+    ~Unrecorded() { comm.on_collective = std::move(record); }
+  } unrecorded{p_.comm};
   p_.comm.allreduce(t, -1, op);
-  p_.comm.on_collective = record;
 }
 
 // Note [Checkpoints saved together]

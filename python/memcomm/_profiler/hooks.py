@@ -44,8 +44,9 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   word_language_model saves its model with torch.save after each epoch). A class is pickled by
   reference, so nothing of memcomm travels with the module. cloudpickle (joblib's default backend,
   Ray, Dask) copies a class defined in __main__ by value, its __call__ with it: the wrapper reaches
-  the profiler only through a registry that pickles as an empty one (_Registry), so the copy pickles
-  and calls straight through (it raised TypeError for the profiler). The wrapper passes every other instance
+  the profiler only through a registry that pickles as an empty one (_Registry), so the copy pickles,
+  loads where memcomm is importable, and its wrapper calls straight through (it raised TypeError for
+  the profiler). The wrapper passes every other instance
   of the class (a Sequential inside the model, a deepcopy) straight through, to the __call__ the class
   inherits as it is at that call: torch.fx's symbolic_trace (and so FX quantization, and export's
   module stacks) patches nn.Module.__call__ while it traces to keep a leaf module one call_module

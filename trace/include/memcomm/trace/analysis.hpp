@@ -147,6 +147,9 @@ struct CollectiveStats {
   // The ranks' records name different ops, or different sizes where known: matched by order, they
   // are not one collective (Note [Collectives the ranks disagree on], analysis.cpp).
   bool ranks_disagree;
+  // Paired across ranks: seen by more than one (a file alone, or a rank's collective no other rank's
+  // trace holds, is a row of one).
+  bool matched() const { return ranks_seen > 1; }
 };
 
 struct Breakdown {
@@ -200,7 +203,7 @@ struct AnalysisOptions {
 struct Analysis {
   std::vector<RankSummary> ranks;
   std::vector<StepRow> steps;                 // every rank's steps, by rank then step
-  std::vector<CollectiveStats> collectives;   // matched across ranks, by (comm, seq)
+  std::vector<CollectiveStats> collectives;   // by (comm, seq), paired across the ranks that hold each
   std::vector<std::vector<MemoryPoint>> memory;  // per rank (same order as `ranks`)
   // Totals over ranks (means) for one-line summaries.
   double mean_overlap_pct = 0;

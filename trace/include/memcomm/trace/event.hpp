@@ -147,7 +147,8 @@ enum class MetaKey : uint8_t {
   StreamName = 9,      // thread = stream index, str = name
   DeviceName = 10,     // thread = device index, str = name
   Tag = 11,            // str = "key=value" free-form run annotation
-  StartTime = 12,      // value: CLOCK_REALTIME ns, read at this event's ts (recording start)
+  StartTime = 12,      // value: CLOCK_REALTIME ns, read at this event's ts (recording start); a
+                       // torch.profiler trace's is its timestamps' origin (wall_minus_timeline)
   Count
 };
 const char* meta_key_name(MetaKey k);

@@ -26,7 +26,8 @@ struct RunFacts {
 // holding `value`). A recorder's StartTime is a reading of the wall clock taken at `ts`. A
 // torch.profiler trace's is the fixed origin its Unix-clock timestamps were moved to (Note [One
 // origin for every torch.profiler trace] in trace/src/kineto/converter.hpp): its times are already
-// wall-clock times after that origin, wherever the record stands.
+// wall-clock times after that origin, wherever the record stands (and no ClockOffset moves them:
+// only memcomm's merge writes one).
 inline int64_t wall_minus_timeline(int64_t ts, int64_t value, bool torch_profiler) {
   return torch_profiler ? value : value - ts;
 }
