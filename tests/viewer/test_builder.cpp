@@ -87,6 +87,8 @@ TEST_CASE("step table: comm and exposed comm and overlap on a known trace", "[un
   CHECK(rows[0].overlap_pct == Approx(25.0));
   CHECK(rows[0].data_wait == 10);
   CHECK(rows[0].peak_allocated == 700);
+  CHECK(rows[0].memory_recorded);
+  CHECK(summarize(tl).memory_recorded);
   CHECK(rows[1].comm == 0);
   CHECK(rows[0].step == 1);  // no Step ids recorded (builder phases): numbered from 1, as memcomm-trace report would
   CHECK(rows[1].step == 2);
@@ -108,6 +110,9 @@ TEST_CASE("CPU runs: host phases are the compute that hides communication", "[un
   const auto rows = step_table(tl);
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].comm == 20);
+  // No memory recorded: the peaks are unknown (shown '-'), not 0 B.
+  CHECK_FALSE(rows[0].memory_recorded);
+  CHECK_FALSE(summarize(tl).memory_recorded);
   CHECK(rows[0].exposed_comm == 10);
 }
 

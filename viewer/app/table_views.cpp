@@ -45,7 +45,7 @@ void draw_steps(AppState& st, ImVec2 size) {
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(format_time(r.data_wait).c_str());
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(format_bytes(whole_bytes(r.peak_allocated)).c_str());
+        ImGui::TextUnformatted(r.memory_recorded ? format_bytes(whole_bytes(r.peak_allocated)).c_str() : "-");
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(format_time(r.start - st.tl.begin).c_str());
       }
@@ -151,9 +151,10 @@ void draw_summary(AppState& st, ImVec2 size) {
   ImGui::Text("spans %llu  collectives %llu  samples %llu  allocator events %llu", static_cast<unsigned long long>(s.spans),
               static_cast<unsigned long long>(s.collectives), static_cast<unsigned long long>(s.samples),
               static_cast<unsigned long long>(s.alloc_events));
-  ImGui::Text("peak allocated %s  peak reserved %s  OOMs %llu  drops %llu", format_bytes(whole_bytes(s.peak_allocated)).c_str(),
-              format_bytes(whole_bytes(s.peak_reserved)).c_str(), static_cast<unsigned long long>(s.ooms),
-              static_cast<unsigned long long>(s.dropped));
+  // A run that records no memory has unknown peaks, not 0 B ones (memcomm-trace report's '-').
+  const auto peak = [&](double bytes) { return s.memory_recorded ? format_bytes(whole_bytes(bytes)) : std::string("-"); };
+  ImGui::Text("peak allocated %s  peak reserved %s  OOMs %llu  drops %llu", peak(s.peak_allocated).c_str(),
+              peak(s.peak_reserved).c_str(), static_cast<unsigned long long>(s.ooms), static_cast<unsigned long long>(s.dropped));
   const std::string busbw = s.collectives == 0 ? "none" : s.busbw_known ? fmt::format("{:.2f} GB/s", s.mean_busbw)
                                                                       : "unknown (no collective records its size)";
   ImGui::Text("mean busbw %s  max skew %s", busbw.c_str(), format_time(s.max_skew).c_str());

@@ -189,6 +189,7 @@ class StepScanner {
     // Exact from the block events when their fold is complete (Note [Memory curves from block
     // events]); the window is prof::analyze's (Note [One analysis engine]).
     double mn = 0, mx = 0;
+    r.memory_recorded = allocated_ != nullptr && allocated_->size() > 0;
     if (allocated_ && allocated_->range_min_max(st.start, st.end, mn, mx, mem_cursor_)) r.peak_allocated = mx;
     return r;
   }
@@ -326,7 +327,10 @@ Summary summarize(const Timeline& tl) {
     s.dropped += rd.dropped;
     s.ooms += rd.ooms.size();
     for (const auto& c : rd.counters) s.samples += c.size();
-    if (const auto* a = rd.counter("allocated")) s.peak_allocated = std::max(s.peak_allocated, a->global_max());
+    if (const auto* a = rd.counter("allocated"); a && a->size() > 0) {
+      s.memory_recorded = true;
+      s.peak_allocated = std::max(s.peak_allocated, a->global_max());
+    }
     if (const auto* r = rd.counter("reserved")) s.peak_reserved = std::max(s.peak_reserved, r->global_max());
     for (const auto& c : rd.collectives) {
       if (c.ranks_disagree) continue;  // Note [Collectives the ranks disagree on] (the profiler's analysis.cpp)

@@ -21,6 +21,7 @@ struct StepRow {
   double overlap_pct = 0;         // (comm - exposed) / comm * 100
   TimeNs data_wait = 0;           // data-wait phases inside the step, ns
   double peak_allocated = 0;      // bytes, from the "allocated" counter (exact from block events: Note [Memory curves from block events])
+  bool memory_recorded = false;   // the rank has that counter: else the peak is unknown, not 0
 };
 
 // One row per "step" phase per rank, with the profiler's definitions (Note [Breakdown
@@ -57,6 +58,7 @@ struct Summary {
   std::uint64_t spans = 0, collectives = 0, samples = 0, alloc_events = 0, dropped = 0;
   TimeNs duration = 0;
   double peak_allocated = 0, peak_reserved = 0;  // bytes, max over ranks
+  bool memory_recorded = false;                  // some rank records memory (else the peaks are unknown)
   double mean_busbw = 0;                         // GB/s, bytes-weighted over matched collectives (prof::BusbwMean)
   bool busbw_known = false;                      // some collective has a size and a time (else "unknown", not 0)
   TimeNs max_skew = 0;                           // ns over matched collectives
