@@ -93,6 +93,16 @@ bool begin_site_table(const char* id, const char* first, const char* second) {
   return true;
 }
 
+constexpr const char* kBeforeTrace = "<allocated before the trace>";
+
+// The line a site's cell shows (Note [The line a stack is shown by]); a block from before the trace
+// is shown by its free's stack (Note [A free's stack]), which says so, not as the call that allocated.
+std::string site_cell(const std::vector<std::string>& stack) {
+  const snapshot::StackWindow w = snapshot::shown_window(stack, 1);
+  if (w.count == 0) return w.heading ? std::string(kBeforeTrace) : std::string("(empty)");
+  return w.heading ? std::string(kBeforeTrace) + " freed at " + stack[w.first] : stack[w.first];
+}
+
 void peak_table(const AppState& st) {
   if (!begin_site_table("peaksites", "bytes at the peak", "allocations")) return;
   for (std::size_t k = 0; k < std::min(kPeakRows, st.holders_peak.sites.size()); ++k) {
@@ -103,7 +113,7 @@ void peak_table(const AppState& st) {
     ImGui::TableNextColumn();
     ImGui::Text("%u", s.count);
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(s.stack.empty() ? "(empty)" : s.stack[snapshot::shown_line(s.stack)].c_str());
+    ImGui::TextUnformatted(site_cell(s.stack).c_str());
   }
   ImGui::EndTable();
 }
@@ -139,7 +149,7 @@ void comparison_table(const AppState& st) {
     ImGui::TableNextColumn();
     ImGui::Text("%s -> %s", format_bytes(c.before).c_str(), format_bytes(c.after).c_str());
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(c.stack.empty() ? "(empty)" : c.stack[snapshot::shown_line(c.stack)].c_str());
+    ImGui::TextUnformatted(site_cell(c.stack).c_str());
   }
   ImGui::EndTable();
 }
