@@ -422,6 +422,59 @@ def test_modules_the_loss_runs_through_beside_the_model_keep_their_statistics():
     """, timeout=180)
 
 
+def test_state_in_containers_numpy_and_lazily_registered_hooks_comes_back():
+    # See Note [What the probes leave as it was]: a teacher kept in a dict and peers in a list on a
+    # trainer (in_reach looks into containers), a loss module's memory bank of tensors in a dict and a
+    # list (their bytes), an optimizer's numpy statistics, and a hook BYOL registers at the first forward
+    # behind a flag (each probe added one more) all kept the probes' changes.
+    run_ok("""
+        import numpy as np, torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        torch.manual_seed(0)
+        class Bank(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.queue, self.seen = {"keys": torch.zeros(4)}, [torch.zeros(2)]
+                self.hooked = False
+            def forward(self, z):
+                if not self.hooked:
+                    self.register_forward_hook(lambda m, i, o: None)
+                    self.hooked = True
+                self.queue["keys"].add_(z.detach().mean())
+                self.seen[0].add_(1)
+                return z.square().mean()
+        class Counting(torch.optim.SGD):
+            def __init__(self, params):
+                super().__init__(params, lr=0.1)
+                self.hist = np.zeros(3)
+            def step(self, closure=None):
+                self.hist += 1
+                return super().step(closure)
+        class Trainer:
+            def __init__(self, peers):
+                self.peers = peers
+        model = nn.Linear(8, 8)
+        teachers = {"t": nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))}
+        trainer = Trainer([nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))])
+        bank = Bank()
+        opt = Counting(model.parameters())
+        def loss(m, x):
+            y = m(x)
+            return bank(y) + (teachers["t"](x) - y).square().mean() + trainer.peers[0](y).mean()
+        bank(torch.randn(4, 8))  # the script's first step registered the hook
+        stats = lambda: [teachers["t"][1].running_mean.clone(), trainer.peers[0][1].running_mean.clone(),
+                         bank.queue["keys"].clone(), bank.seen[0].clone(), torch.from_numpy(opt.hist.copy())]
+        before, hooks = stats(), len(bank._forward_hooks)
+        r = memcomm.tune(model, opt, loss, lambda b: torch.randn(b, 8), 32, probe_seconds=0.0, verify_steps=2,
+                         verbose=False, max_trials=3)
+        assert r["recommendation"], r
+        assert [torch.equal(a, b) for a, b in zip(before, stats())] == [True] * 5, (before, stats())
+        assert len(bank._forward_hooks) == hooks == 1, len(bank._forward_hooks)
+        print("ok")
+    """, timeout=120)
+
+
 def test_slots_filled_or_expanded_buffers_flat_gradients_and_new_group_keys_are_as_they_were():
     # See Note [State copies outside the cap] and Note [What the probes leave as it was]: a buffer registered as
     # None and filled at the first forward shifted BatchNorm's statistics onto its neighbours; an expanded buffer

@@ -179,9 +179,16 @@ def _prefixes(name: str) -> List[str]:
 def _named_by(fn: Any) -> List[Any]:
     """What `fn` names (in_reach), and the attributes of the objects among them that are no modules
     (a trainer's `self` in a lambda's closure, whose attribute holds the discriminator)."""
-    named = _named_directly(fn)
-    return named + [v for o in named if not isinstance(o, (torch.nn.Module, type)) and not inspect.ismodule(o)
-                    for v in _attributes_of(o)]
+    named = _with_items(_named_directly(fn))
+    return named + _with_items([v for o in named if not isinstance(o, (torch.nn.Module, type)) and not inspect.ismodule(o)
+                                for v in _attributes_of(o)])
+
+
+def _with_items(values: List[Any]) -> List[Any]:
+    """`values`, and the items of the lists, tuples and dicts among them (peers kept in a list, a teacher
+    in a dict)."""
+    items = [x for v in values if isinstance(v, (list, tuple, dict)) for x in (v.values() if isinstance(v, dict) else v)]
+    return values + items
 
 
 def _attributes_of(o: Any) -> List[Any]:
@@ -255,17 +262,19 @@ class _OptimizerState:
 
 
 class _Slots:
-    """Which tensor each module holds in each parameter and buffer slot, and which submodule in each
-    module slot (Note [State copies outside the cap]): put back by identity, a slot a probe filled or
-    replaced holds what it held before, and a submodule a probe's forward added goes."""
+    """Which tensor each module holds in each parameter and buffer slot, which submodule in each
+    module slot, and which hooks it has (Note [State copies outside the cap]): put back by identity, a
+    slot a probe filled or replaced holds what it held before, and a submodule or a hook a probe's
+    forward added goes (BYOL registers its projection's hook at the first forward, behind a flag the
+    attributes put back: each probe added one more)."""
 
     def __init__(self, modules: List[torch.nn.Module]):
-        self.modules = [(m, dict(m._parameters), dict(m._buffers), dict(m._modules), set(m._non_persistent_buffers_set))
+        self.modules = [(m, [(held, dict(held)) for held in _slot_dicts(m)], set(m._non_persistent_buffers_set))
                         for m in modules]
 
     def restore(self) -> None:
-        for m, parameters, buffers, modules, non_persistent in self.modules:
-            for held, saved in ((m._parameters, parameters), (m._buffers, buffers), (m._modules, modules)):
+        for m, slots, non_persistent in self.modules:
+            for held, saved in slots:
                 for k in [k for k in held if k not in saved]:
                     del held[k]
                 for k, t in saved.items():
@@ -277,6 +286,13 @@ class _Slots:
 
 
 _MISSING = object()
+
+
+def _slot_dicts(m: torch.nn.Module) -> List[dict]:
+    """The module's parameter, buffer and submodule slots, and its hook registries (every dict of
+    nn.Module's own whose name says hooks: forward, backward, state_dict's, with their flag dicts)."""
+    hooks = [v for k, v in vars(m).items() if "hooks" in k and k.startswith("_") and isinstance(v, dict)]
+    return [m._parameters, m._buffers, m._modules, *hooks]
 
 
 def _restored_value(current: Any, saved: Any) -> Any:
@@ -302,8 +318,9 @@ def _optimizer_internals() -> frozenset:
 
 class _Attributes:
     """Each module's and optimizer's other attributes of data, put back as they were, and data
-    attributes a probe added removed: plain values (numbers, strings, None, tuples of them), tensors
-    (the same object, its bytes back), and lists, dicts and sets (the same container, its items back).
+    attributes a probe added removed: plain values (numbers, strings, None, tuples of them), tensors and
+    numpy arrays (the same object, its bytes back), and lists, dicts and sets (the same container, its
+    items back, and the bytes of the tensors among a list's or a dict's items).
     A cache kept beside its buffer, as rotary-embedding-torch keeps the cached length in an int and
     transformers' dynamic RoPE in an int or a tensor, said "cached" over the buffer's restored bytes;
     torchmetrics' states (tensors and lists that add_state makes attributes) kept the probes' samples;
@@ -334,29 +351,51 @@ def _plain(v: Any) -> bool:
 
 
 def _is_data(v: Any) -> bool:
-    return _plain(v) or isinstance(v, (torch.Tensor, list, dict, set))
+    return _plain(v) or isinstance(v, (torch.Tensor, np.ndarray, list, dict, set))
 
 
 def _saved_attribute(v: Any) -> Tuple[Any, Any]:
     """(the value itself, what restores it): a tensor's bytes, a container's items, nothing for a plain
     value or a Parameter (a reference to one the slots and State put back)."""
-    if isinstance(v, torch.nn.Parameter) or (isinstance(v, torch.Tensor) and (v.layout != torch.strided or v.is_meta)):
-        return v, None
     if isinstance(v, torch.Tensor):
-        return v, _SavedTensor.of(v)
-    if isinstance(v, (list, dict, set)):
+        return v, _SavedTensor.of(v) if _has_own_bytes(v) else None
+    if isinstance(v, (list, dict)):  # the items, and the bytes of the tensors among them (a memory bank)
+        items = list(v.items()) if isinstance(v, dict) else list(v)
+        tensors = [(t, _SavedTensor.of(t)) for t in (x[1] if isinstance(v, dict) else x for x in items)
+                   if isinstance(t, torch.Tensor) and _has_own_bytes(t)]
+        return v, (items, tensors)
+    if isinstance(v, set):
         return v, copy.copy(v)
+    if isinstance(v, np.ndarray):  # statistics kept in numpy
+        return v, v.copy()
     return v, None
+
+
+def _has_own_bytes(t: torch.Tensor) -> bool:
+    """A tensor whose bytes an attribute's copy keeps: not a Parameter (a reference to one the slots and
+    State put back), nor sparse or meta."""
+    return not isinstance(t, torch.nn.Parameter) and t.layout == torch.strided and not t.is_meta
 
 
 def _restored_attribute(value: Any, copy_of: Any) -> Any:
     if isinstance(copy_of, _SavedTensor):
         _restore_tensor(value, copy_of)
-    elif isinstance(value, list):
-        value[:] = copy_of
-    elif isinstance(value, (dict, set)):
+    elif isinstance(value, (list, dict)):
+        items, tensors = copy_of
+        if isinstance(value, list):
+            value[:] = items
+        else:
+            value.clear()
+            value.update(items)
+        for t, saved in tensors:
+            _restore_tensor(t, saved)
+    elif isinstance(value, set):
         value.clear()
         value.update(copy_of)
+    elif isinstance(value, np.ndarray):
+        if value.shape != copy_of.shape or value.dtype != copy_of.dtype or not value.flags.writeable:
+            return copy_of  # resized or replaced in place: the copy, as it was
+        np.copyto(value, copy_of)
     return value
 
 
