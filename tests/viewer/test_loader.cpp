@@ -72,6 +72,21 @@ TEST_CASE("a time range is refused for a PyTorch snapshot, which loads whole", "
   CHECK(load_file(snap, tl, error));
 }
 
+TEST_CASE("a file with nothing to show loads with a warning that says so", "[unit][viewer]") {
+  // _dump_snapshot() of a process that allocated nothing: {"segments": [], "device_traces": [[]]}
+  // (pickle protocol 2). It opened as "No data. Open a trace" with no word on why.
+  const std::string empty = memcomm::test::temp_path("memcomm_viewer_tests", "empty_snapshot.pickle");
+  write_bytes(empty, std::string("\x80\x02\x7d\x71\x00\x28\x58\x08\x00\x00\x00" "segments" "\x71\x01\x5d\x71\x02"
+                                 "\x58\x0d\x00\x00\x00" "device_traces" "\x71\x03\x5d\x71\x04\x5d\x71\x05\x61\x75\x2e",
+                                 53));
+  BackgroundLoad load({empty});
+  const Timeline tl = load.take();
+  CHECK(load.errors().empty());
+  CHECK(tl.empty());
+  REQUIRE(load.warnings().size() == 1);
+  CHECK(load.warnings()[0] == "warning: " + empty + ": nothing to show: it holds no events and no memory");
+}
+
 TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
   const std::string garbage = memcomm::test::temp_path("memcomm_viewer_tests", "garbage2.bin");
   write_bytes(garbage, "definitely not a trace");

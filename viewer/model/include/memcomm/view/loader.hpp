@@ -64,7 +64,7 @@ class BackgroundLoad {
   Timeline take();
   std::vector<std::string> errors() const;
   std::vector<std::string> failed_paths() const;  // the paths whose load failed (errors() says why)
-  std::vector<std::string> warnings() const;  // files loaded only up to where they were cut short
+  std::vector<std::string> warnings() const;  // files loaded only up to where they were cut short, or empty
   double seconds() const { return seconds_; }
 
  private:
