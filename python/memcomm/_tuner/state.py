@@ -20,12 +20,13 @@ old shape back with its bytes, as a new tensor behind the same object (.data).
 Note [What the probes leave as it was]: tune() promises the script's model and optimizer as they
 were. Beyond the tensors (their requires_grad flags too: a loss_fn may unfreeze a layer) and the
 optimizers' hyperparameters (State: a key a first step adds to a group, as timm's Lamb keeps its step
-count there, is removed, and so is a group a loss_fn added), the modules' attributes of data
-(State: numbers, strings, None, tuples of them, tensors, lists, dicts and sets, such as the length of a
-cache held in a buffer or a metric's running sums; a submodule a probe added goes), all of it for the
-modules loss_fn names beside the model too (in_reach: a GAN's discriminator, whose BatchNorm
-statistics the generator's probes moved), the optimizers' attributes of data (State: a step counter
-of their own) and the random generators, global and held by a module or an optimizer (RandomState), a probe changes what ScriptState puts back: module training flags
+count there, is removed, and so is a group a loss_fn added), the modules' attributes of data (State:
+numbers, strings, None, tuples of them, tensors, numpy arrays, lists, dicts and sets, such as the
+length of a cache held in a buffer or a metric's running sums; a submodule or a hook a probe added
+goes), all of it for the modules loss_fn names beside the model too (in_reach: a GAN's
+discriminator, whose BatchNorm statistics the generator's probes moved), the optimizers' attributes
+of data (State: a step counter of their own) and the random generators, global and held by a module
+or an optimizer (RandomState), a probe changes what ScriptState puts back: module training flags
 (evaluate() may call model.eval()), gradients (the ones the script holds are taken off for the probes
 and the same tensors put back: a script may keep them as views of one flat buffer; so are those of
 leaves outside the model and the optimizer that the probes' backward reaches, found in its graph at
