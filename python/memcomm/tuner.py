@@ -98,10 +98,9 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     out-of-memory in a probe is never raised: it is a result
     (Note [Agreeing on an out-of-memory from Python]).
     """
-    valid = isinstance(model, torch.nn.Module) and isinstance(optimizer, torch.optim.Optimizer)
-    reach = in_reach(model, loss_fn) if valid else None  # else tune() raises TypeError before touching anything
-    randomness = RandomState(reach.modules() if reach is not None else [], optimizer)
-    script = ScriptState(reach, optimizer) if reach is not None else None  # takes the gradients off: last
+    randomness = RandomState()
+    script = ScriptState(in_reach(model, loss_fn), optimizer) if isinstance(model, torch.nn.Module) and isinstance(
+        optimizer, torch.optim.Optimizer) else None  # else tune() raises TypeError before touching anything
     try:
         with running.paused():  # inside memcomm.profile(), the probes are not the run's steps
             return _tune(model, optimizer, loss_fn, make_batch, process_group, memory_limit, verbose, evaluate,

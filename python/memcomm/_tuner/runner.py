@@ -8,7 +8,7 @@ from memcomm._tuner.agreement import Agreed, Failure, Group, TuneError, failure
 from memcomm._tuner.buckets import Buckets
 from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options
-from memcomm._tuner.state import ScriptState, State, in_reach, stray_leaves, trained_tensors
+from memcomm._tuner.state import ScriptState, State, stray_leaves, trained_tensors
 from memcomm._caller import warn
 
 
@@ -39,11 +39,9 @@ class Runner:
     """One rank's side of the probes: the user's step, the agreements, the state copies."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
-                 make_batch: Callable[[int], Any], group: Group, memory: Memory, o: Options,
-                 script: Optional[ScriptState] = None):
+                 make_batch: Callable[[int], Any], group: Group, memory: Memory, o: Options, script: ScriptState):
         self.model, self.optimizer, self.loss_fn, self.make_batch = model, optimizer, loss_fn, make_batch
-        self.script = script
-        self.reach = script.reach if script is not None else in_reach(model, loss_fn)  # State's modules
+        self.script = script  # its reach is what State saves before each probe
         self.strays: Optional[List[torch.Tensor]] = None  # found at the first backward (take_stray_gradients)
         self._warned_shape = False
         self.group, self.memory, self.o = group, memory, o
@@ -89,8 +87,7 @@ class Runner:
             phase[0] = "backward"
             if self.strays is None:
                 self.strays = stray_leaves(loss, trained_tensors(self.model, self.optimizer))
-                if self.script is not None:
-                    self.script.take_stray_gradients(self.strays)
+                self.script.take_stray_gradients(self.strays)
             (loss / accum).backward()
 
     def _sync_and_step(self, t: StepTiming) -> Optional[Failure]:
@@ -153,7 +150,7 @@ class Runner:
     # -- state and buckets
 
     def save(self) -> State:
-        self.saved = State(self.reach, self.optimizer)
+        self.saved = State(self.script.reach, self.optimizer)
         return self.saved
 
     def recover(self, state: State) -> None:

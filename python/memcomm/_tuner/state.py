@@ -25,8 +25,8 @@ numbers, strings, None, tuples of them, tensors, numpy arrays, lists, dicts and 
 length of a cache held in a buffer or a metric's running sums; a submodule or a hook a probe added
 goes), all of it for the modules loss_fn names beside the model too (in_reach: a GAN's
 discriminator, whose BatchNorm statistics the generator's probes moved), the optimizers' attributes
-of data (State: a step counter of their own) and the random generators, global and held by a module
-or an optimizer (RandomState), a probe changes what ScriptState puts back: module training flags
+of data (State: a step counter of their own, a random generator a module or an optimizer holds) and
+the global random generators (RandomState), a probe changes what ScriptState puts back: module training flags
 (evaluate() may call model.eval()), gradients (the ones the script holds are taken off for the probes
 and the same tensors put back: a script may keep them as views of one flat buffer; so are those of
 leaves outside the model and the optimizer that the probes' backward reaches, found in its graph at
@@ -276,17 +276,14 @@ class _Slots:
     def restore(self) -> None:
         for m, slots, non_persistent in self.modules:
             for held, saved in slots:
-                for k in [k for k in held if k not in saved]:
-                    del held[k]
-                for k, t in saved.items():
-                    if held.get(k, _MISSING) is not t:
-                        held[k] = t
-            if m._non_persistent_buffers_set != non_persistent:
-                m._non_persistent_buffers_set.clear()
-                m._non_persistent_buffers_set.update(non_persistent)
+                _refill(held, saved)
+            _refill(m._non_persistent_buffers_set, non_persistent)
 
 
-_MISSING = object()
+def _refill(held: Any, saved: Any) -> None:
+    """A dict or a set holds `saved`'s items again, the same container (others hold it)."""
+    held.clear()
+    held.update(saved)
 
 
 def _slot_dicts(m: torch.nn.Module) -> List[dict]:
@@ -320,8 +317,9 @@ def _optimizer_internals() -> frozenset:
 class _Attributes:
     """Each module's and optimizer's other attributes of data, put back as they were, and data
     attributes a probe added removed: plain values (numbers, strings, None, tuples of them), tensors and
-    numpy arrays (the same object, its bytes back), and lists, dicts and sets (the same container, its
-    items back, and the bytes of the tensors among a list's or a dict's items).
+    numpy arrays (the same object, its bytes back), lists, dicts and sets (the same container, its
+    items back, and the bytes of the tensors among a list's or a dict's items), and random generators
+    (the same generator, its state back).
     A cache kept beside its buffer, as rotary-embedding-torch keeps the cached length in an int and
     transformers' dynamic RoPE in an int or a tensor, said "cached" over the buffer's restored bytes;
     torchmetrics' states (tensors and lists that add_state makes attributes) kept the probes' samples;
@@ -352,7 +350,35 @@ def _plain(v: Any) -> bool:
 
 
 def _is_data(v: Any) -> bool:
-    return _plain(v) or isinstance(v, (torch.Tensor, np.ndarray, list, dict, set))
+    return _plain(v) or isinstance(v, (torch.Tensor, np.ndarray, list, dict, set)) or _is_generator(v)
+
+
+_GENERATORS = (random.Random, np.random.Generator, np.random.RandomState, torch.Generator)
+
+
+def _is_generator(v: Any) -> bool:
+    """A private random generator (timm's Kron draws when to precondition from its own random.Random);
+    random.SystemRandom draws from the OS: no state to take or put back."""
+    return isinstance(v, _GENERATORS) and not isinstance(v, random.SystemRandom)
+
+
+def _generator_state(g: Any) -> Any:
+    if isinstance(g, torch.Generator):
+        return g.get_state().numpy().copy()
+    if isinstance(g, np.random.Generator):
+        return copy.deepcopy(g.bit_generator.state)
+    return g.getstate() if isinstance(g, random.Random) else g.get_state()
+
+
+def _set_generator_state(g: Any, saved: Any) -> None:
+    if isinstance(g, torch.Generator):
+        g.set_state(torch.from_numpy(saved))
+    elif isinstance(g, np.random.Generator):
+        g.bit_generator.state = saved
+    elif isinstance(g, random.Random):
+        g.setstate(saved)
+    else:
+        g.set_state(saved)
 
 
 def _saved_attribute(v: Any) -> Tuple[Any, Any]:
@@ -361,14 +387,16 @@ def _saved_attribute(v: Any) -> Tuple[Any, Any]:
     if isinstance(v, torch.Tensor):
         return v, _SavedTensor.of(v) if _has_own_bytes(v) else None
     if isinstance(v, (list, dict)):  # the items, and the bytes of the tensors among them (a memory bank)
-        items = list(v.items()) if isinstance(v, dict) else list(v)
-        tensors = [(t, _SavedTensor.of(t)) for t in (x[1] if isinstance(v, dict) else x for x in items)
+        items = dict(v) if isinstance(v, dict) else list(v)
+        tensors = [(t, _SavedTensor.of(t)) for t in (items.values() if isinstance(v, dict) else items)
                    if isinstance(t, torch.Tensor) and _has_own_bytes(t)]
         return v, (items, tensors)
     if isinstance(v, set):
         return v, copy.copy(v)
     if isinstance(v, np.ndarray):  # statistics kept in numpy
         return v, v.copy()
+    if _is_generator(v):
+        return v, _generator_state(v)
     return v, None
 
 
@@ -386,17 +414,17 @@ def _restored_attribute(value: Any, copy_of: Any) -> Any:
         if isinstance(value, list):
             value[:] = items
         else:
-            value.clear()
-            value.update(items)
+            _refill(value, items)
         for t, saved in tensors:
             _restore_tensor(t, saved)
     elif isinstance(value, set):
-        value.clear()
-        value.update(copy_of)
+        _refill(value, copy_of)
     elif isinstance(value, np.ndarray):
         if value.shape != copy_of.shape or value.dtype != copy_of.dtype or not value.flags.writeable:
             return copy_of  # resized or replaced in place: the copy, as it was
         np.copyto(value, copy_of)
+    elif _is_generator(value):
+        _set_generator_state(value, copy_of)
     return value
 
 
@@ -548,18 +576,16 @@ def _global_step_hooks() -> List[Any]:
 
 
 class RandomState:
-    """The random generators a probe's dropout and make_batch draw from (torch's, CUDA's, Python's
-    and numpy's global ones, and the private ones a module or an optimizer holds as an attribute:
-    timm's Kron draws when to precondition from its own random.Random), put back when tune() returns:
-    a seeded script trains the same with and without tune()."""
+    """The global random generators a probe's dropout and make_batch draw from (torch's, CUDA's,
+    Python's and numpy's; a module's or an optimizer's own are attributes of data, State's), put back
+    when tune() returns: a seeded script trains the same with and without tune()."""
 
-    def __init__(self, modules: List[torch.nn.Module], optimizer: Any) -> None:
+    def __init__(self) -> None:
         self.torch = torch.get_rng_state().numpy().copy()  # outside the allocator, as State's copies
         self.cuda: Optional[List[torch.Tensor]] = (torch.cuda.get_rng_state_all()
                                                    if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
         self.python = random.getstate()
         self.numpy = np.random.get_state()
-        self.private = [(g, _generator_state(g)) for g in _private_generators(modules, optimizer)]
 
     def restore(self) -> None:
         torch.set_rng_state(torch.from_numpy(self.torch))
@@ -567,41 +593,3 @@ class RandomState:
             torch.cuda.set_rng_state_all(self.cuda)
         random.setstate(self.python)
         np.random.set_state(self.numpy)
-        for g, saved in self.private:
-            _set_generator_state(g, saved)
-
-
-_GENERATORS = (random.Random, np.random.Generator, np.random.RandomState, torch.Generator)
-
-
-def _private_generators(modules: List[torch.nn.Module], optimizer: Any) -> List[Any]:
-    """The generators held as attributes of `modules` and of the optimizer and every optimizer it
-    wraps, each once."""
-    owners: List[Any] = list(modules)
-    if isinstance(optimizer, torch.optim.Optimizer):
-        owners += optimizers_within(optimizer)
-    found: List[Any] = []
-    for v in (v for o in owners for v in vars(o).values()):
-        # random.SystemRandom draws from the OS: no state to take or put back
-        if isinstance(v, _GENERATORS) and not isinstance(v, random.SystemRandom) and not any(v is f for f in found):
-            found.append(v)
-    return found
-
-
-def _generator_state(g: Any) -> Any:
-    if isinstance(g, torch.Generator):
-        return g.get_state().numpy().copy()
-    if isinstance(g, np.random.Generator):
-        return copy.deepcopy(g.bit_generator.state)
-    return g.getstate() if isinstance(g, random.Random) else g.get_state()
-
-
-def _set_generator_state(g: Any, saved: Any) -> None:
-    if isinstance(g, torch.Generator):
-        g.set_state(torch.from_numpy(saved))
-    elif isinstance(g, np.random.Generator):
-        g.bit_generator.state = saved
-    elif isinstance(g, random.Random):
-        g.setstate(saved)
-    else:
-        g.set_state(saved)
