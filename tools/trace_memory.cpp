@@ -25,6 +25,7 @@
 #include <stdexcept>
 
 #include "memcomm/common/json_output.hpp"
+#include "memcomm/snapshot/frames.hpp"
 #include "memcomm/snapshot/memory.hpp"
 #include "memcomm/trace/trace_error.hpp"
 #include "memcomm/trace/trace_set.hpp"
@@ -155,7 +156,7 @@ class TraceMemory final : public HeldMemory {
     return m;
   }
   std::vector<std::string> lines(std::uint32_t category, bool) const override {
-    if (category == kBeforeTrace) return {"<allocated before the trace>"};
+    if (category == kBeforeTrace) return {std::string(snapshot::kBeforeTraceSite)};
     if (category == 0) return {"<no category>"};
     return {fmt::format("<{}>", mem_category_name(static_cast<MemCategory>(category)))};
   }

@@ -28,10 +28,9 @@ void check_before_spawning(const TrainOptions& o) {
   check_dataset_files(o, "test");
   if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
   if (!o.resume) return;
-  std::string missing;
+  std::vector<int> missing;
   for (int rank = 0; rank < o.nproc; ++rank)
-    if (!std::filesystem::exists(checkpoint_path(o.checkpoint_dir, rank)))
-      missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+    if (!std::filesystem::exists(checkpoint_path(o.checkpoint_dir, rank))) missing.push_back(rank);
   if (!missing.empty())
     throw UsageError(no_checkpoint_message(missing, o.checkpoint_dir));
 }

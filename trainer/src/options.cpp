@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <memcomm/common/bytes.hpp>
 #include <memcomm/common/cli_checks.hpp>
 #include <memcomm/common/output_path.hpp>
@@ -51,9 +52,8 @@ bool is_rank_file(const std::string& file, const std::string& rank0_path, const 
 
 std::string checkpoint_path(const std::string& dir, int rank) { return dir + "/ckpt.rank" + std::to_string(rank) + ".pt"; }
 
-std::string no_checkpoint_message(const std::string& ranks, const std::string& dir) {
-  const bool several = ranks.find(',') != std::string::npos;
-  return "--resume: no checkpoint for rank" + std::string(several ? "s " : " ") + ranks + " in " + dir;
+std::string no_checkpoint_message(const std::vector<int>& ranks, const std::string& dir) {
+  return fmt::format("--resume: no checkpoint for rank{} {} in {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "), dir);
 }
 
 void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {

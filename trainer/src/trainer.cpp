@@ -174,7 +174,7 @@ int64_t TrainingRun::resume() {
   bookkeeping_allreduce(span, Reduce::Max);
   const auto highest = static_cast<int64_t>(span[0].item<double>()), lowest = static_cast<int64_t>(-span[1].item<double>());
   if (failed) std::rethrow_exception(failed);
-  if (start_step < 0) throw UsageError(no_checkpoint_message(std::to_string(p_.env.rank), o_.checkpoint_dir));
+  if (start_step < 0) throw UsageError(no_checkpoint_message({p_.env.rank}, o_.checkpoint_dir));
   if (lowest == kUnreadable) throw UsageError("--resume: another rank could not load its checkpoint in " + o_.checkpoint_dir);
   if (lowest < 0) throw UsageError("--resume: another rank has no checkpoint in " + o_.checkpoint_dir);
   if (lowest != highest)

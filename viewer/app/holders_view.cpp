@@ -93,14 +93,13 @@ bool begin_site_table(const char* id, const char* first, const char* second) {
   return true;
 }
 
-constexpr const char* kBeforeTrace = "<allocated before the trace>";
-
 // The line a site's cell shows (Note [The line a stack is shown by]); a block from before the trace
 // is shown by its free's stack (Note [A free's stack]), which says so, not as the call that allocated.
 std::string site_cell(const std::vector<std::string>& stack) {
   const snapshot::StackWindow w = snapshot::shown_window(stack, 1);
-  if (w.count == 0) return w.heading ? std::string(kBeforeTrace) : std::string("(empty)");
-  return w.heading ? std::string(kBeforeTrace) + " freed at " + stack[w.first] : stack[w.first];
+  const std::string before(snapshot::kBeforeTraceSite);
+  if (w.count == 0) return w.heading ? before : std::string("(empty)");
+  return w.heading ? before + " freed at " + stack[w.first] : stack[w.first];
 }
 
 void peak_table(const AppState& st) {

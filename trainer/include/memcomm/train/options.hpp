@@ -109,9 +109,9 @@ void check_output_dir(const std::string& flag, const std::string& file, bool cre
 
 // Where a rank's checkpoint goes in --checkpoint-dir `dir` (ckpt.rankR.pt).
 std::string checkpoint_path(const std::string& dir, int rank);
-// The refusal of --resume when `ranks` (one or more, comma-separated) have no file in `dir`: said by
-// --nproc's launcher before spawning and by a rank that finds its file missing.
-std::string no_checkpoint_message(const std::string& ranks, const std::string& dir);
+// The refusal of --resume when `ranks` (one or more) have no file in `dir`: said by --nproc's
+// launcher before spawning and by a rank that finds its file missing.
+std::string no_checkpoint_message(const std::vector<int>& ranks, const std::string& dir);
 
 // Note [Checkpoint fingerprint] in checkpoint.hpp: (flag, value) pairs for what a resumed run must
 // share with the run that wrote the checkpoint. `world` is the number of ranks actually running.

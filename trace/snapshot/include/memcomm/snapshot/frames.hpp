@@ -38,6 +38,8 @@ inline constexpr std::string_view kNonPython = "<non-python>";
 // kFreeStackHeading (memory_viz's "alloc not recorded, stack trace for free").
 inline constexpr std::uint32_t kFreeStackSite = 1u << 31;
 inline constexpr std::string_view kFreeStackHeading = "<allocated before the trace; the stack of its free:>";
+// A site of blocks from before the trace that no stack names (a torch.profiler trace's, a viewer cell's).
+inline constexpr std::string_view kBeforeTraceSite = "<allocated before the trace>";
 
 // memory_viz's _frame_filter: false for interpreter, dispatcher and unwinder frames.
 bool is_user_frame(std::string_view function, std::string_view filename);
