@@ -122,12 +122,9 @@ class SnapshotMemory final : public HeldMemory {
   }
 };
 
-// One rank of a memcomm or torch.profiler trace; its sites are categories. Its blocks carry no stack,
-// so each block's stack id is set to its category and the one fold of live bytes by stack
-// (prof::live_by_stack) folds them by category.
+// One rank of a memcomm or torch.profiler trace; its sites are categories (Note [Sites of blocks
+// without stacks] in memcomm/snapshot/memory.hpp).
 class TraceMemory final : public HeldMemory {
-  static constexpr std::uint32_t kBeforeTrace = 16;  // past the 4-bit categories
-
  public:
   TraceMemory(const std::string& path, const RankTrace& rank, int device)
       : label_(fmt::format("{} (rank {})", path, rank.rank)), allocs_(rank_allocations(rank)) {
@@ -140,26 +137,11 @@ class TraceMemory final : public HeldMemory {
     if (device != kHostDevice &&
         std::all_of(allocs_.list.begin(), allocs_.list.end(), [](const Allocation& a) { return a.device == kHostDevice; }))
       label_ += ", host memory";  // a CPU run's, or the host's alone: not to be read as a GPU's
-    // Blocks from before the trace that carry no category (a torch.profiler trace's, Note [Bytes a
-    // memory profile never saw allocated] in allocations.cpp) are a site of their own.
-    for (Allocation& a : allocs_.list) a.stack = a.before_trace && a.category == 0 ? kBeforeTrace : a.category;
   }
   const Allocations& allocations() const override { return allocs_; }
   std::string label() const override { return label_; }
-  snapshot::MemoryAt at(std::int64_t t) const override {
-    snapshot::MemoryAt m;
-    m.at_ns = t;
-    for (const StackBytes& s : live_by_stack(allocs_, t)) {  // most bytes first
-      m.sites.push_back({s.stack, s.bytes, s.count});
-      m.live_bytes += s.bytes;
-    }
-    return m;
-  }
-  std::vector<std::string> lines(std::uint32_t category, bool) const override {
-    if (category == kBeforeTrace) return {std::string(snapshot::kBeforeTraceSite)};
-    if (category == 0) return {"<no category>"};
-    return {fmt::format("<{}>", mem_category_name(static_cast<MemCategory>(category)))};
-  }
+  snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_by_category(allocs_, t); }
+  std::vector<std::string> lines(std::uint32_t site, bool) const override { return snapshot::category_site_lines(site); }
 
  private:
   std::string label_;

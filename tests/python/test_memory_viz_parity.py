@@ -57,8 +57,8 @@ def memory_viz_end_state(snapshot):
 def independent_peak(snapshot):
     """Live requested bytes after each event, in the events' order; the largest.
 
-    Blocks the trace never allocated were live from its start: those it frees while they are not
-    open, and those the end state holds active that are not open at the end.
+    Blocks the trace never allocated were live from its start: those whose free it requests while
+    they are not open, and those the end state holds active that are not open at the end.
     """
     from torch.cuda import _memory_viz
     snapshot = as_dict(snapshot)
@@ -76,18 +76,20 @@ def independent_peak(snapshot):
         if e["action"] == "alloc":
             live += e["size"]
             open_blocks[key] = e["size"]
-        elif e["action"] == "free_requested" or (e["action"] == "free_completed" and key not in requested):
-            # A block ends at its free request; a completion with no request before it (traces that
-            # record only completions) ends it too.
-            if e["action"] == "free_requested":
-                requested.add(key)
+        elif e["action"] == "free_requested":  # a block ends at its free request
+            requested.add(key)
             if key in open_blocks:
                 live -= open_blocks.pop(key)
             else:
                 before_trace += e["size"]
                 freed_before.append((i, e["size"]))
         elif e["action"] == "free_completed":
-            requested.discard(key)
+            if key in requested:
+                requested.discard(key)
+            elif key in open_blocks:  # a completion whose request the trace lost
+                live -= open_blocks.pop(key)
+            # Else PyTorch, which records every free's request, had its request before the trace:
+            # the block was pending free all through it, never live in it.
         steps.append(live)
     for seg in snapshot["segments"]:
         address = seg["address"]  # old files leave block addresses implicit

@@ -8,6 +8,7 @@
 #include <memcomm/snapshot/memory.hpp>
 #include <memcomm/view/allocation_layout.hpp>
 #include <memcomm/view/allocation_tip.hpp>
+#include <memcomm/view/analysis.hpp>
 #include <memcomm/view/builder.hpp>
 #include <memcomm/view/loader.hpp>
 
@@ -69,10 +70,14 @@ TEST_CASE("a rank's block events become allocation lifetimes without stacks", "[
   CHECK(tip.category == kMemCategoryNames[2]);
   CHECK(tip.stack == std::vector<std::string>{kNoStackText});
   CHECK(tip_text(tip, 0).find("no stack") != std::string::npos);
+  // Sites are categories, as `memcomm-trace memory` gives them (Note [Sites of blocks without stacks]).
   const HoldersAt h = holders_at(rd, 250);
   CHECK(h.live_bytes == 768);
-  REQUIRE(h.sites.size() == 1);
-  CHECK(h.sites[0].stack == std::vector<std::string>{kNoStackText});
+  REQUIRE(h.sites.size() == 2);
+  CHECK(h.sites[0].bytes == 512);
+  CHECK(h.sites[0].stack == std::vector<std::string>{"<no category>"});
+  CHECK(h.sites[1].bytes == 256);
+  CHECK(h.sites[1].stack == std::vector<std::string>{"<" + std::string(kMemCategoryNames[2]) + ">"});
   CHECK(tl.memory_bytes() >= rd.allocations.memory_bytes() + rd.alloc_index.memory_bytes());
 }
 
@@ -143,6 +148,21 @@ TEST_CASE("a snapshot whose frames are missing, empty or malformed opens with 'n
   CHECK(allocation_tip(rd, 0, false).stack == std::vector<std::string>{kNoStackText});
   CHECK(allocation_tip(rd, 0, true).stack == std::vector<std::string>{kNoStackText});
   CHECK(holders_at(rd, rd.allocations.end).live_bytes == 2048 + 512);
+}
+
+TEST_CASE("a block pending free at the trace's start is in neither the curve's peak nor the holders' peak", "[unit][viewer]") {
+  // The lifetimes counted it live until its completion (see Note [Allocations before the trace]), and
+  // the curve's start state passed it through allocated: 4000 B where 1000 B were live.
+  const std::string path = snapshot_fixture::write_pending_at_start_snapshot();
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  REQUIRE(tl.ranks.size() == 1);
+  const RankData& rd = tl.ranks[0];
+  CHECK(prof::peak_live(rd.allocations).bytes == 1000);
+  CHECK(summarize(tl).peak_allocated == 1000);
+  const auto snap = memcomm::snapshot::load_snapshot(path);
+  CHECK(prof::peak_live(memcomm::snapshot::snapshot_allocations(snap).allocations).bytes == 1000);
 }
 
 TEST_CASE("shared snapshots: the rank's holders are memcomm-trace memory's, frames cost little", "[unit][viewer]") {

@@ -154,6 +154,26 @@ TEST_CASE("memcomm-view --report-json gives the peak sites memcomm-trace memory 
   CHECK(compared > 0);
 }
 
+TEST_CASE("memcomm-view --report-json gives the peak's categories memcomm-trace memory gives, for a trace without stacks",
+          "[gui][viewer]") {
+  if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
+  // memcomm-train's trace tags its blocks (Note [Sites of blocks without stacks]).
+  const std::string path = std::string(MEMCOMM_SOURCE_DIR) + "/tests/allocator/data/trainer_mlp_accum2.rank1.mct";
+  const std::string report = out_dir() + "/allocations_mct_report.json";
+  REQUIRE(run_viewer("--panes allocations --frames 2 --size 1000x700 --screenshot " + out_dir() + "/allocations_mct.png --report-json " +
+                     report + " " + path) == 0);
+  const auto view = memcomm::test::read_json(report)["memory_at"]["peak"];
+  const auto tool = memcomm::test::parse_json(
+      command_output(std::string(MEMCOMM_BINARY_DIR) + "/bin/memcomm-trace memory " + path + " --at peak --json"));
+  CHECK(view["live_bytes"] == tool["live_bytes"]);
+  REQUIRE(tool["sites"].size() > 1);
+  REQUIRE(view["sites"].size() == tool["sites"].size());
+  for (std::size_t k = 0; k < tool["sites"].size(); ++k) {
+    CHECK(view["sites"][k]["bytes"] == tool["sites"][k]["bytes"]);
+    CHECK(view["sites"][k]["stack"] == tool["sites"][k]["stack"]);
+  }
+}
+
 TEST_CASE("two snapshots: the holders pane compares end states as memcomm-trace compare does", "[gui][viewer]") {
   const std::string a = memcomm::test::shared_snapshots_dir() + "/" + kSnapshot;
   const std::string b = memcomm::test::shared_snapshots_dir() + "/eor_nn__snapshot.pickle";

@@ -56,7 +56,7 @@ std::uint8_t device_byte(std::size_t d) { return static_cast<std::uint8_t>(std::
 }  // namespace
 
 SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
-  prof::AllocationBuilder b;
+  prof::AllocationBuilder b(true);  // PyTorch records every free's request before its completion
   StreamIndex stream;
   std::int64_t begin = kMax, end = kMin;
   for (std::size_t dev = 0; dev < snap.device_traces.size(); ++dev) {
@@ -83,6 +83,14 @@ SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
   return out;
 }
 
+namespace {
+void most_bytes_first(std::vector<SiteBytes>& sites) {
+  std::sort(sites.begin(), sites.end(), [](const SiteBytes& x, const SiteBytes& y) {
+    return x.bytes != y.bytes ? x.bytes > y.bytes : x.site < y.site;
+  });
+}
+}  // namespace
+
 MemoryAt memory_at(const prof::Allocations& a, const StackText& text, std::int64_t t) {
   std::unordered_map<std::uint32_t, SiteBytes> by_site;
   MemoryAt out;
@@ -96,10 +104,33 @@ MemoryAt memory_at(const prof::Allocations& a, const StackText& text, std::int64
     out.live_bytes += s.bytes;
   }
   for (auto& [site, sb] : by_site) out.sites.push_back(sb);
-  std::sort(out.sites.begin(), out.sites.end(), [](const SiteBytes& x, const SiteBytes& y) {
-    return x.bytes != y.bytes ? x.bytes > y.bytes : x.site < y.site;
-  });
+  most_bytes_first(out.sites);
   return out;
+}
+
+MemoryAt memory_by_category(const prof::Allocations& a, std::int64_t t) {
+  std::vector<SiteBytes> by_site(kBeforeTraceCategorySite + 1);
+  MemoryAt out;
+  out.at_ns = t;
+  for (const prof::Allocation& x : a.list) {
+    if (x.alloc_ns > t) break;  // sorted by alloc_ns
+    if (!x.live_at(t)) continue;
+    const std::uint32_t site = x.before_trace && x.category == 0 ? kBeforeTraceCategorySite : x.category;
+    by_site[site].site = site;
+    by_site[site].bytes += x.size;
+    ++by_site[site].count;
+    out.live_bytes += x.size;
+  }
+  for (const SiteBytes& s : by_site)
+    if (s.count) out.sites.push_back(s);
+  most_bytes_first(out.sites);
+  return out;
+}
+
+std::vector<std::string> category_site_lines(std::uint32_t site) {
+  if (site == kBeforeTraceCategorySite) return {std::string(kBeforeTraceSite)};
+  if (site == 0) return {"<no category>"};
+  return {fmt::format("<{}>", prof::mem_category_name(static_cast<prof::MemCategory>(site)))};
 }
 
 bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_t& t, std::string& error) {

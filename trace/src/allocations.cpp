@@ -44,6 +44,7 @@ void AllocationBuilder::close(std::int64_t t, const BlockInfo& b) {
 }
 
 void AllocationBuilder::free_requested(std::int64_t t, const BlockInfo& b) {
+  requests_seen_ = true;
   requested_.insert(key(b));
   if (open_.count(key(b))) return close(t, b);
   before_trace(t, b);
@@ -52,7 +53,8 @@ void AllocationBuilder::free_requested(std::int64_t t, const BlockInfo& b) {
 void AllocationBuilder::free_completed(std::int64_t t, const BlockInfo& b) {
   if (requested_.erase(key(b))) return;  // its life ended at the request
   if (open_.count(key(b))) return close(t, b);
-  before_trace(t, b);  // a completion with no request in the trace ends a block it never allocated
+  lone_completions_.push_back(list_.size());  // Note [Allocations before the trace]
+  before_trace(t, b);
 }
 
 void AllocationBuilder::before_trace(std::int64_t free_ns, const BlockInfo& b) {
@@ -80,6 +82,14 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
   out.begin = begin;
   out.end = std::max(begin, end);
   const bool frees_carry_alloc_stacks = frees_with_alloc_stack_ > 0 && frees_with_other_stack_ == 0;
+  if (requests_told_ || requests_seen_) {  // each was pending free at the trace's start: never live in it
+    std::vector<bool> drop(list_.size(), false);
+    for (const std::size_t i : lone_completions_) drop[i] = true;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < list_.size(); ++i)
+      if (!drop[i]) list_[kept++] = list_[i];
+    list_.resize(kept);
+  }
   for (Allocation& a : list_) {
     if (frees_carry_alloc_stacks) a.stack_of_free = 0;  // Note [A free's stack]
     if (a.before_trace) {  // live before the first event (Note [Allocations before the trace])
@@ -92,7 +102,7 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
   out.list = std::move(list_);
   out.list.shrink_to_fit();
   out.unmatched = unmatched_;
-  *this = AllocationBuilder();
+  *this = AllocationBuilder(requests_told_);
   return out;
 }
 

@@ -36,6 +36,7 @@ using prof::EventKind;
 struct LevelFold {
   CounterSeries* c[5] = {};  // kDerivedMemory's curves; null: not derived from the events (now)
   double last[kLevelCurves] = {-1.0, -1.0, -1.0};  // last value of each level curve (-1: none yet)
+  std::size_t first_new[kLevelCurves] = {};         // each level curve's first sample of this fold
   bool folded_any = false;   // some event of the device was folded
   bool skipped = false;      // some Alloc from the fold's start on was not seen by the fold
   std::uint8_t label = 0;    // the categories of the folded Allocs, OR-ed
@@ -133,11 +134,18 @@ void fold_allocator_state(const AllocEvents& ev, std::size_t from, int device, A
     if (e.op == EventKind::Alloc) lf.label |= e.category;
     // A counter is a step function (counter_lod.hpp): an event that leaves a curve as it was
     // adds no sample to it (a free request leaves active, a completion allocated, most events
-    // reserved), which halves what the curves hold.
+    // reserved), which halves what the curves hold. Events of one time are one state, the last
+    // (Note [Live means allocated] in trace/ allocations.hpp): in a snapshot, whose clock spaces its
+    // events (Note [Event order within a microsecond]), they are the layout before the trace
+    // (Note [A trace that starts mid-run]), whose blocks pending free pass through allocated.
     const double v[kLevelCurves] = {static_cast<double>(st.allocated), static_cast<double>(st.allocated + st.pending_free),
                                     static_cast<double>(st.reserved)};
-    for (int k = 0; k < kLevelCurves; ++k)
-      if (v[k] != lf.last[k]) lf.c[k]->add(e.t, lf.last[k] = v[k]);
+    for (int k = 0; k < kLevelCurves; ++k) {
+      if (v[k] == lf.last[k]) continue;
+      CounterSeries& c = *lf.c[k];
+      if (c.size() > lf.first_new[k] && c.time(c.size() - 1) == e.t) c.truncate(c.size() - 1);
+      c.add(e.t, lf.last[k] = v[k]);
+    }
     // largest_free costs O(blocks): sample it at intervals that grow with the state, O(events) total.
     if (++since >= (st.block_count + st.segments.size()) / 4) {
       since = 0;
@@ -255,8 +263,10 @@ TimelineBuilder::LabelScan TimelineBuilder::derive_level_curves(RankData& rd, Ra
   std::size_t n0[5] = {};
   for (int k = 0; k < n; ++k)
     if (lf.c[k]) n0[k] = lf.c[k]->size();
-  for (int k = 0; k < kLevelCurves; ++k)
+  for (int k = 0; k < kLevelCurves; ++k) {
+    lf.first_new[k] = n0[k];
     if (lf.c[k] && lf.c[k]->size()) lf.last[k] = lf.c[k]->value(lf.c[k]->size() - 1);
+  }
   const bool levels = lf.c[0] || lf.c[1] || lf.c[2];
   lf.skipped = fast && !levels;  // then no fold sees the Allocs from `from` on
   if (fast && levels) fold_running_sums(ev, fold_from, d.device, p.sampled_level, d.fold, lf);

@@ -68,10 +68,11 @@ HoldersAt holders_at(const RankData& rd, TimeNs t) {
     for (const auto& s : m.sites) out.sites.push_back({s.bytes, s.count, rd.stacks->text.site_lines(s.site)});
     return out;
   }
-  for (const prof::StackBytes& s : prof::live_by_stack(rd.allocations, t)) {
-    out.live_bytes += s.bytes;
-    out.sites.push_back({s.bytes, s.count, {kNoStackText}});
-  }
+  // Blocks without stacks: by category, as `memcomm-trace memory` tells them (Note [Sites of blocks
+  // without stacks] in memcomm/snapshot/memory.hpp).
+  const snapshot::MemoryAt m = snapshot::memory_by_category(rd.allocations, t);
+  out.live_bytes = m.live_bytes;
+  for (const auto& s : m.sites) out.sites.push_back({s.bytes, s.count, snapshot::category_site_lines(s.site)});
   return out;
 }
 

@@ -16,9 +16,16 @@
 //
 // Note [Allocations before the trace]: PyTorch keeps its history in a ring buffer, so a snapshot's
 // trace often starts after many blocks were allocated. A free of an address the trace never
-// allocated is such a block, and so is a completed free with no request before it in the trace
-// (traces that record only completions, or a ring buffer cut between the two): its allocation is
-// flagged before_trace, with the stack the free event carries (Note [A free's stack]). A block the
+// allocated is such a block: its allocation is flagged before_trace, with the stack the free event
+// carries (Note [A free's stack]). A completed free with no request before it in the trace depends
+// on the producer. Where every free records its request first (PyTorch's snapshots, memcomm's
+// allocator, torch.profiler traces as converted), the ring buffer cut between the two: the user had
+// freed the block before the trace, and a block pending free is not live (Note [Live means
+// allocated]), so it is no allocation of the trace at all (a snapshot whose one event completed
+// such a free put it in a peak "before the trace's first event" that the viewer's curve, folded
+// from the same start, did not have). A producer that records only completions closes blocks with
+// them, so there it is a before_trace allocation like the others. The builder knows the first kind
+// from its caller, or from any request among the events. A block the
 // end state holds live that no event allocated
 // (producers call live_at_end() for each) is one too, live to the end. Such allocations start 1 ns
 // before the trace's first event: a block that event frees was live before it, and the state
@@ -84,11 +91,15 @@ struct BlockInfo {
 
 class AllocationBuilder {
  public:
+  // `requests_recorded`: the producer records a FreeRequested before every FreeCompleted, even when
+  // the events hold none (Note [Allocations before the trace]).
+  explicit AllocationBuilder(bool requests_recorded = false) : requests_told_(requests_recorded) {}
   // Events in time order (times may repeat). Other kinds than Alloc/free are the caller's to skip.
   void alloc(std::int64_t t, const BlockInfo& b);
   void free_requested(std::int64_t t, const BlockInfo& b);
   // A FreeCompleted closes a block still open (producers that record one free event); after a
-  // FreeRequested it changes nothing; with neither, it ends a block allocated before the trace.
+  // FreeRequested it changes nothing; with neither, it ends a block allocated before the trace, or,
+  // where requests are recorded, one freed before it (Note [Allocations before the trace]).
   void free_completed(std::int64_t t, const BlockInfo& b);
   // After the events: a block the end state holds live (Note [Allocations before the trace]).
   // Fills in the stack of an open allocation at that address when its alloc event had none.
@@ -100,7 +111,10 @@ class AllocationBuilder {
   static std::uint64_t key(const BlockInfo& b) { return b.addr ^ (std::uint64_t{b.device} << 56); }
   void close(std::int64_t t, const BlockInfo& b);
   void before_trace(std::int64_t free_ns, const BlockInfo& b);
+  bool requests_told_ = false;  // by the caller
+  bool requests_seen_ = false;  // in the events
   std::vector<Allocation> list_;
+  std::vector<std::size_t> lone_completions_;            // indices in list_: completions with no request
   std::unordered_map<std::uint64_t, std::size_t> open_;  // key -> index in list_
   std::unordered_set<std::uint64_t> requested_;          // keys freed, their completion not seen yet
   std::uint64_t unmatched_ = 0;

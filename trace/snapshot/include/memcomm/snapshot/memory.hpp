@@ -55,6 +55,17 @@ struct MemoryAt {
 };
 MemoryAt memory_at(const prof::Allocations& a, const StackText& text, std::int64_t t);
 
+// Note [Sites of blocks without stacks]: a memcomm or torch.profiler trace's blocks carry no stack,
+// so who holds memory is told by block category (memcomm's trainer tags parameters, gradients...),
+// with the bytes live from before the trace that carry none (a torch.profiler profile's model and
+// optimizer state, Note [Bytes a memory profile never saw allocated] in trace/ allocations.cpp) a
+// site of their own. `memcomm-trace memory` and the viewer's "who holds memory" fold them alike.
+// Sites are categories (prof::MemCategory values), or kBeforeTraceCategorySite.
+inline constexpr std::uint32_t kBeforeTraceCategorySite = 16;  // past the 4-bit categories
+MemoryAt memory_by_category(const prof::Allocations& a, std::int64_t t);
+// A category site's one line: "<parameter>", "<no category>", or kBeforeTraceSite.
+std::vector<std::string> category_site_lines(std::uint32_t site);
+
 // `memcomm-trace memory --at`: "end", "peak", or seconds from the trace's begin ("1.5") up to its end.
 // Returns false (with a message) for anything else.
 bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_t& t, std::string& error);
