@@ -174,6 +174,18 @@ TEST_CASE("memcomm-view --report-json gives the peak's categories memcomm-trace 
   }
 }
 
+TEST_CASE("a snapshot opens with the allocation panes and the Summary without the empty step table", "[gui][viewer]") {
+  auto app = make_app(1600, 900, "");  // the default panes
+  app->start_load({snapshot_fixture::write_pending_at_start_snapshot()});
+  for (int i = 0; i < 2000 && app->loading(); ++i) app->frame();
+  const AppState& st = app->state();
+  REQUIRE(st.tl.ranks.size() == 1);
+  CHECK(st.steps.empty());
+  CHECK(st.panes.allocations);
+  CHECK(st.panes.summary);
+  CHECK_FALSE(st.panes.steps);
+}
+
 TEST_CASE("two snapshots: the holders pane compares end states as memcomm-trace compare does", "[gui][viewer]") {
   const std::string a = memcomm::test::shared_snapshots_dir() + "/" + kSnapshot;
   const std::string b = memcomm::test::shared_snapshots_dir() + "/eor_nn__snapshot.pickle";

@@ -227,11 +227,14 @@ void App::warn_about_mixed_runs() {
 }
 
 // A snapshot is opened to see who holds its memory: unless --panes chose the panes, loading a file
-// with stacks shows the allocation timeline and its "who holds memory" pane.
+// with stacks shows the allocation timeline and its "who holds memory" pane, and, when nothing
+// loaded has steps (a snapshot has none), the Summary takes the step table's half of its row (at
+// 1600x900 its figures were cut off beside an empty table).
 void App::show_allocations_for_stacks() {
   if (!opt_.panes.empty()) return;
   for (const auto& rd : st_.tl.ranks)
     if (rd.stacks) st_.panes.allocations = true;
+  if (st_.panes.allocations && st_.steps.empty()) st_.panes.steps = false;
 }
 
 std::uint32_t App::ranks_with_spans() const {
