@@ -295,6 +295,27 @@ TEST_CASE("headless memcomm-view exits 1 on a script timeout, a failed script sc
                      &out) == 2);
     CHECK(out.find(std::string(flag) + " " + out_dir() + "/no/such/dir/b.out: the folder") != std::string::npos);
   }
+  // An output that is an input (by any name) replaced the trace with a PNG or the report, exit 0.
+  const std::string input = out_dir() + "/inputs_is_output.mct";
+  std::filesystem::copy_file(std::string(MEMCOMM_SOURCE_DIR) + "/tests/allocator/data/trainer_mlp_accum2.rank1.mct", input,
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string link = out_dir() + "/inputs_is_output_link.mct";
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(input, link);
+  const auto size = std::filesystem::file_size(input);
+  for (const std::string& out_path : {input, link}) {
+    for (const std::string& outputs : {"--screenshot " + out_path, "--screenshot " + out_dir() + "/f.png --report-json " + out_path}) {
+      CHECK(run_viewer("--frames 1 --size 320x200 " + outputs + " " + input, &out) == 2);
+      CHECK(out.find("output " + out_path + " is also an input") != std::string::npos);
+    }
+    const std::string script = out_dir() + "/inputs_is_output.script";
+    std::ofstream(script) << "frames 1\nscreenshot " << out_path << "\n";
+    CHECK(run_viewer("--size 320x200 --script " + script + " " + input, &out) == 2);
+    CHECK(out.find("inputs_is_output.script:2: screenshot: output " + out_path + " is also an input") != std::string::npos);
+  }
+  CHECK(std::filesystem::file_size(input) == size);
+  CHECK(run_viewer("--synthetic 1000 --size 320x200 --screenshot " + out_dir() + "/f.png --frames 100000000", &out) == 2);
+  CHECK(out.find("--frames must be 1..1000000") != std::string::npos);
   // stb's file writer ignored write errors: a full disk gave a 0-byte PNG and exit 0.
   if (std::filesystem::exists("/dev/full")) {
     CHECK(run_viewer("--synthetic 1000 --size 320x200 --screenshot /dev/full", &out) == 1);

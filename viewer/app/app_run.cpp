@@ -4,6 +4,7 @@
 #include <memcomm/view/synthetic.hpp>
 
 #include <memcomm/common/json_output.hpp>
+#include <memcomm/common/output_path.hpp>
 #include <memcomm/common/percentile.hpp>  // Note [Nearest-rank percentile]: the frame-time p50/p95
 
 #include "clock.hpp"
@@ -42,6 +43,14 @@ int App::run() {
     std::string error;
     if (!load_script(opt_.script, script, error)) {
       std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
+      return 2;
+    }
+    std::vector<std::string> inputs = opt_.files;
+    inputs.push_back(opt_.script);
+    for (const ScriptCommand& c : script) {  // Note [Outputs that would destroy data]
+      const std::string conflict = c.op == ScriptCommand::Op::Screenshot ? output_conflict(c.path, inputs, false) : "";
+      if (conflict.empty()) continue;
+      std::fprintf(stderr, "memcomm-view: %s:%d: screenshot: %s\n", opt_.script.c_str(), c.line, conflict.c_str());
       return 2;
     }
   }

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_checks.hpp>
+#include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
 
 #include <cstdint>
@@ -121,8 +122,8 @@ bool check_options(memcomm::view::AppOptions& opt, const FlagText& text, bool li
     std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
     return false;
   }
-  if (opt.frames < 1) {
-    std::fprintf(stderr, "memcomm-view: --frames must be >= 1\n");
+  if (opt.frames < 1 || opt.frames > 1'000'000) {
+    std::fprintf(stderr, "memcomm-view: --frames must be 1..1000000\n");
     return false;
   }
   if (text.frames_given && opt.screenshot.empty() && opt.script.empty()) {  // a window would never exit
@@ -133,7 +134,10 @@ bool check_options(memcomm::view::AppOptions& opt, const FlagText& text, bool li
   // folder given as the file, or '-', which is no file here.
   for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--screenshot", opt.screenshot},
                                    {"--report-json", opt.report_json}}) {
-    const std::string problem = file.empty() ? "" : memcomm::replace_problem(file);
+    std::vector<std::string> inputs = opt.files;
+    if (!opt.script.empty()) inputs.push_back(opt.script);
+    std::string problem = file.empty() ? "" : memcomm::output_conflict(file, inputs, false);  // Note [Outputs that would destroy data]
+    if (problem.empty() && !file.empty()) problem = memcomm::replace_problem(file);
     if (!problem.empty()) {
       std::fprintf(stderr, "memcomm-view: %s %s: %s\n", flag, file.c_str(), problem.c_str());
       return false;
