@@ -24,6 +24,7 @@ import importlib.machinery
 import importlib.util
 import io
 import os
+import re
 import sys
 import threading
 import types
@@ -173,6 +174,9 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     if args.trace is None:
         stem = args.module.rsplit(".", 1)[-1] if args.module else os.path.splitext(os.path.basename(args.target[0]))[0]
         args.trace = stem + ".mct"
+    for name, path in (("--trace", args.trace), ("--snapshot", args.snapshot), ("--live", args.live)):
+        if path == "":  # '--trace ""' failed as the trace opened, '--snapshot ""' wrote nothing
+            p.error(f"{name} needs a {'HOST:PORT' if name == '--live' else 'file name'}, got an empty one")
     for name, path in (("--trace", args.trace), ("--snapshot", args.snapshot)):
         folder = os.path.dirname(os.path.abspath(path)) if path else ""
         if folder and not os.path.isdir(folder):
@@ -181,6 +185,9 @@ def _parse(argv: List[str]) -> argparse.Namespace:
             p.error(f"{name} {path} is a folder; name a file in it")
     if args.snapshot:  # written at the end: where the working folder was at the start, not after a chdir
         args.snapshot = os.path.abspath(args.snapshot)
+        conflict = _snapshot_conflict(args.snapshot, args.trace, None if args.module else args.target[0])
+        if conflict:
+            p.error(conflict)
     args.start_dir = os.getcwd()  # spawned children's traces go there too, whatever the script's chdir
     if args.live:
         try:
@@ -188,6 +195,18 @@ def _parse(argv: List[str]) -> argparse.Namespace:
         except ValueError as e:
             p.error(f"--{e}")
     return args
+
+
+def _snapshot_conflict(snapshot: str, trace: str, script: Optional[str]) -> str:
+    """Why --snapshot would overwrite the script or a rank's trace (it replaced them, exit 0), or ""."""
+    if script and os.path.exists(script) and os.path.exists(snapshot) and os.path.samefile(script, snapshot):
+        return f"--snapshot {snapshot} is the script {script}; it would be overwritten"
+    stem = trace[:-4] if trace.endswith(".mct") and len(trace) > 4 else trace
+    folder, name = os.path.split(os.path.abspath(stem))
+    pattern = re.escape(name) + r"(\.spawn\d+)?\.rank\d+\.mct"  # rank_trace_path's names, spawned processes' too
+    if os.path.dirname(snapshot) == folder and re.fullmatch(pattern, os.path.basename(snapshot)):
+        return f"--snapshot {snapshot} is a name a rank's trace takes (--trace {trace}); it would overwrite the trace"
+    return ""
 
 
 def _runnable(path: str) -> bool:

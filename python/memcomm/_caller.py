@@ -63,10 +63,37 @@ def entry_of_the_script(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
+def say(text: str) -> None:
+    """memcomm's own text on stderr: the script's sys.stderr, else the process's; nothing where the script
+    closed both (it ends as it would have without memcomm, where it ended with exit 1, "lost sys.stderr")."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            stream.write(text)
+            stream.flush()
+            return
+        except (AttributeError, ValueError, OSError):  # None, closed, or a closed descriptor
+            continue
+
+
+def _stderr_closed() -> bool:
+    return sys.stderr is None or getattr(sys.stderr, "closed", False)
+
+
 def warn(message: str, category: Type[Warning] = UserWarning) -> None:
     level, frame = 2, sys._getframe(1)  # level 2: warn()'s caller
     while frame is not None and _not_the_scripts(frame.f_code.co_filename):
         frame, level = (None, level) if frame.f_code in _ENTRIES else (frame.f_back, level + 1)
+    if _stderr_closed():  # the warnings module would raise writing to it (it catches OSError alone)
+        with warnings.catch_warnings(record=True) as caught:  # the filters as they are, shown here
+            _warn_at(frame, level + 1, message, category)
+        for w in caught:
+            say(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+        return
+    _warn_at(frame, level + 1, message, category)
+
+
+def _warn_at(frame: Any, level: int, message: str, category: Type[Warning]) -> None:
+    """warnings.warn for warn(), at the script's frame (`level` frames up from _warn_at), or after the script."""
     try:
         if frame is None:  # python -m memcomm after the script (or a child's function) ended: the script, at no line
             script = getattr(sys.modules.get("__main__"), "__file__", None) or "memcomm"
@@ -76,4 +103,4 @@ def warn(message: str, category: Type[Warning] = UserWarning) -> None:
     except category:  # a filter made it an error
         if not RunnerWarnings.on:
             raise
-        print(f"{category.__name__}: {message}", file=sys.stderr)
+        say(f"{category.__name__}: {message}\n")

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator
 
 import memcomm
 from memcomm import _memcomm
+from memcomm._caller import say
 
 # How long a SIGTERM'd process may take to close its trace before it ends anyway: well inside the
 # time torchrun (30 s) and Slurm (KillWait, 30 s by default) give before SIGKILL.
@@ -25,6 +26,11 @@ def snapshot_path(path: str, rank: int, world: int) -> str:
     return f"{stem}.rank{rank}{ext or '.pickle'}"
 
 
+def _flush_stderr() -> None:
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        sys.stderr.flush()
+
+
 def close(options: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
     """Stops the profile, writes the snapshot and says where the trace is; False when the trace file
     could not be written whole (a full disk: the message says how much it holds)."""
@@ -32,18 +38,18 @@ def close(options: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
         profiler.stop()
         whole = True
     except OSError as e:
-        print(e, file=sys.stderr)
+        say(f"{e}\n")
         whole = False
     if options.snapshot:
         path = snapshot_path(options.snapshot, profiler.rank, profiler.world)
         try:
             memcomm.dump_snapshot(path, options.allocator[0])
         except (OSError, RuntimeError) as e:
-            print(f"memcomm: --snapshot {path}: {e}", file=sys.stderr)
+            say(f"memcomm: --snapshot {path}: {e}\n")
     events, dropped = profiler.result
     dropped_text = f", {dropped} dropped" if dropped else ""
     # One write: the lines of ranks that end at once do not interleave.
-    sys.stderr.write(f"memcomm: {profiler.trace_file}: {events} events{dropped_text}\n")
+    say(f"memcomm: {profiler.trace_file}: {events} events{dropped_text}\n")
     return whole
 
 
@@ -71,9 +77,9 @@ def closed_on_sigterm(close_run: Callable[[], object]) -> Iterator[None]:
     library set a SIGTERM handler of its own before, that one stays, and so does a later one."""
 
     def close_then_end() -> None:
-        sys.stderr.flush()  # what the script wrote, then the line saying why it ends (written by the watch)
+        _flush_stderr()  # what the script wrote, then the line saying why it ends (written by the watch)
         close_run()
-        sys.stderr.flush()
+        _flush_stderr()
 
     watching = _memcomm.watch_termination(close_then_end, SIGTERM_DEADLINE_S)
     try:
@@ -94,7 +100,7 @@ def closed_before_os_exit(close_run: Callable[[], object]) -> Iterator[None]:
         try:
             if os.getpid() == pid:
                 close_run()
-                sys.stderr.flush()
+                _flush_stderr()
         finally:
             real_exit(code)
 

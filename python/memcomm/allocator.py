@@ -30,7 +30,7 @@ installed_by: Dict[str, str] = {}
 def _device_index(device: DeviceLike) -> int:
     """-1 for the CPU, the CUDA device number otherwise."""
     if is_int(device):
-        if device < -1:
+        if not -1 <= device < 1 << 16:
             raise ValueError(f"device must be -1 (CPU) or a CUDA device number, got {device}")
         return int(device)
     if not isinstance(device, (str, torch.device)):
@@ -47,15 +47,16 @@ def _device_index(device: DeviceLike) -> int:
 
 
 def _check_options(expandable: Any, memory_limit: Any, gc_threshold: Any, history: Any) -> Dict[str, Any]:
-    if not isinstance(expandable, bool):
-        raise TypeError(f"expandable must be a bool, got {type(expandable).__name__}")
+    if not isinstance(expandable, bool):  # numpy's bool_ is named bool too: say which
+        raise TypeError(f"expandable must be True or False, got {expandable!r} of type "
+                        f"{type(expandable).__module__}.{type(expandable).__qualname__}")
     if memory_limit is None:
         memory_limit = 0
     if not is_int(memory_limit):
         raise TypeError(f"memory_limit must be a number of bytes (int) or None, got {type(memory_limit).__name__}")
     memory_limit = int(memory_limit)
-    if not 0 <= memory_limit < 1 << 64:
-        raise ValueError(f"memory_limit must be a number of bytes from 0 to 2**64 - 1, got {memory_limit}")
+    if not 0 <= memory_limit <= 1 << 62:  # memcomm's sizes stop at 4 EiB (bytes.hpp); 2**64 - 1 failed at the first tensor
+        raise ValueError(f"memory_limit must be a number of bytes from 0 to 2**62, got {memory_limit}")
     if gc_threshold is None:
         gc_threshold = 0.0
     if not is_real(gc_threshold):
@@ -64,8 +65,8 @@ def _check_options(expandable: Any, memory_limit: Any, gc_threshold: Any, histor
         raise ValueError(f"gc_threshold must be in [0, 1) (a fraction of memory_limit), got {gc_threshold}")
     if gc_threshold > 0 and memory_limit == 0:
         raise ValueError("gc_threshold needs a memory_limit: it is a fraction of it")
-    if not is_int(history) or history < 0:
-        raise ValueError(f"history must be a number of events >= 0, got {history!r}")
+    if not is_int(history) or not 0 <= history < 1 << 31:  # python -m memcomm --history's range
+        raise ValueError(f"history must be a number of events from 0 to 2**31 - 1, got {history!r}")
     return {"expandable": expandable, "capacity": memory_limit, "gc_threshold": float(gc_threshold),
             "history_events": int(history)}
 
@@ -156,12 +157,18 @@ def snapshot(device: DeviceLike = "cpu") -> Dict[str, Any]:
 
 def dump_snapshot(path: Union[str, os.PathLike], device: DeviceLike = "cpu") -> None:
     """Writes snapshot(device) as a pickle that memcomm-view, memcomm-replay and memory_viz open. The
-    file appears complete or not at all (written beside it, then renamed)."""
+    file appears complete or not at all (written beside it, then renamed), unless it is no regular file
+    (a device, a FIFO): that is written in place, as memcomm's tools write one (a rename replaced
+    /dev/full with a regular file, and a full disk went unreported)."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"dump_snapshot: no directory {directory!r} for {path!r}")
     snap = snapshot(device)
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        with open(path, "wb") as f:
+            pickle.dump(snap, f, protocol=pickle.HIGHEST_PROTOCOL)
+        return
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:

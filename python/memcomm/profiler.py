@@ -105,6 +105,9 @@ def _check_arguments(trace: Any, live: Any, model: ModelArg, cupti: Any) -> List
         raise TypeError(f"trace must be a file name (str or os.PathLike), got {type(trace).__name__}")
     if live is not None and not isinstance(live, str):
         raise TypeError(f"live must be a 'HOST:PORT' string, got {type(live).__name__}")
+    for name, value in (("trace", trace), ("live", live)):  # C++ would stop the name at the byte: another file
+        if value is not None and "\0" in os.fspath(value):
+            raise ValueError(f"{name}={value!r}: embedded null byte")
     if live is not None:
         _memcomm.check_live_address(live)  # memcomm-train --live's rule
     models = [model] if isinstance(model, torch.nn.Module) else list(model or [])

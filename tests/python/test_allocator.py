@@ -1,6 +1,8 @@
 """memcomm.use_allocator and what it reads back: the CPU allocator from Python."""
 import json
+import os
 import pickle
+import stat
 import subprocess
 
 import pytest
@@ -109,11 +111,29 @@ def test_over_the_limit_is_torch_out_of_memory():
         try:
             torch.empty(64 << 20, dtype=torch.uint8)
         except torch.OutOfMemoryError as e:
-            assert "out of memory" in str(e)
+            # What accelerate's batch-size finder looks for (see Note [Out of memory as torch words it]).
+            assert len(e.args) == 1 and e.args[0].startswith("CPU out of memory. "), e.args
         else:
             raise AssertionError("no OutOfMemoryError")
         assert memcomm.memory_stats()["num_ooms"] == 1
         keep += 1  # the process goes on
+    """)
+
+
+def test_torch_profiler_records_the_allocators_memory_events():
+    # Under memcomm's allocator a profile recorded no memory (see Note [Memory events for torch.profiler]).
+    check("""
+        import torch, memcomm
+        from torch.profiler import profile, ProfilerActivity
+        memcomm.use_allocator("cpu")
+        a = torch.randn(256, 256)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            b = a @ a
+            del b
+        mm = [e for e in prof.key_averages() if e.key == "aten::mm"]
+        assert mm and mm[0].cpu_memory_usage >= 256 * 256 * 4, [(e.key, e.cpu_memory_usage) for e in prof.key_averages()]
+        frees = [e for e in prof.events() if e.name == "[memory]" and e.cpu_memory_usage < 0]
+        assert frees, "the free of b was not recorded"
     """)
 
 
@@ -168,6 +188,25 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
     assert sizeless.returncode == 2 and "device_traces[0][0]: event has no 'size'" in sizeless.stderr, sizeless.stderr
 
 
+def test_a_snapshot_to_a_device_is_written_in_place(tmp_path):
+    # A rename replaced the device with a regular file, and /dev/full's ENOSPC went unreported.
+    node = tmp_path / "full"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    except PermissionError:
+        pytest.skip("mknod needs root")
+    check(f"""
+        import memcomm
+        memcomm.use_allocator("cpu")
+        try:
+            memcomm.dump_snapshot({str(node)!r})
+            raise AssertionError("a full device took the snapshot")
+        except OSError as e:
+            assert e.errno == 28, e
+    """)
+    assert stat.S_ISCHR(os.stat(node).st_mode)
+
+
 def test_a_limit_past_the_address_space_still_allocates():
     # See Note [Address space for a segment]: the reservation halves below a cap no process can reserve.
     check("""
@@ -192,6 +231,9 @@ BAD_CALLS = [
     ("memcomm.memory_stats('meta')", ValueError),
     ("memcomm.memory_stats(3.5)", TypeError),
     ("memcomm.dump_snapshot('/no/such/dir/x.pickle')", FileNotFoundError),
+    ("memcomm.use_allocator('cpu', memory_limit=(1 << 64) - 1)", ValueError),  # failed at the first tensor
+    ("memcomm.use_allocator('cpu', history=1 << 64)", ValueError),  # pybind's "incompatible function arguments"
+    ("memcomm.memory_stats(1 << 70)", ValueError),
 ]
 
 

@@ -1173,6 +1173,7 @@ BAD_CALLS = [
     ("memcomm.profile(live='[::1]')", ValueError),
     ("memcomm.profile(live='127.0.0.1:0')", ValueError),
     ("memcomm.profile(live=7433)", TypeError),
+    ("memcomm.profile(trace='kept.txt\\0.mct')", ValueError),  # the trace went to kept.txt, over the file there
     ("memcomm.profile(trace='x.mct', cupti='maybe')", ValueError),
     ("memcomm.profile(trace='x.mct', model='net')", TypeError),
     ("memcomm.profile(trace='x.mct', model=[make_model(), 3])", TypeError),

@@ -110,6 +110,20 @@ def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_pa
     r = run_memcomm(tmp_path, "--trace", "exited.mct", "train.py", "2", "os._exit")
     assert r.returncode == 5 and "memcomm: exited.rank0.mct:" in r.stderr, r.stderr
     assert len(report(tool, tmp_path / "exited.rank0.mct")["steps"]) == 2
+    # A script that sends its stderr to a log and closes it, or closes descriptor 2: its own status (it
+    # was 1, "lost sys.stderr", where memcomm wrote its closing line).
+    write(tmp_path, "quiet.py", """
+        import os, sys, torch
+        sys.stderr = open("errors.log", "w")
+        loss = torch.nn.Linear(4, 1)(torch.randn(2, 4)).sum(); loss.backward()
+        sys.stderr.close()
+        if sys.argv[1:] == ["fd2"]:
+            os.close(2)
+        print("done")
+    """)
+    for args in ((), ("fd2",)):
+        r = run_memcomm(tmp_path, "--trace", "quiet.mct", "quiet.py", *args)
+        assert r.returncode == 0 and "done" in r.stdout and "lost sys.stderr" not in r.stderr, (args, r.stderr)
 
 
 TERMINATED = """
@@ -187,7 +201,7 @@ def test_an_error_in_backward_reads_as_without_memcomm_once_dynamo_is_loaded(tmp
 
 
 def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
-    write(tmp_path, "train.py", TRAIN)
+    script = write(tmp_path, "train.py", TRAIN).read_text()
     cases = {
         (): "name a script to run",
         ("missing.py",): "no such script: missing.py",
@@ -204,11 +218,19 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
         ("-m", "composer.cli.launcher", "-n", "2", "train.py"): "put memcomm after the launcher: composer -n 2 -m memcomm",
         (shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun"), "train.py"):
             "starts each rank as a process of its own",
+        # Outputs that would destroy data or vanish (the snapshot replaced the script or the trace, exit 0).
+        ("--allocator", "cpu", "--snapshot", "train.py", "train.py"): "is the script train.py; it would be overwritten",
+        ("--allocator", "cpu", "--trace", "run.mct", "--snapshot", "run.rank0.mct", "train.py"): "would overwrite the trace",
+        ("--allocator", "cpu", "--trace", "run", "--snapshot", "run.spawn1.rank1.mct", "train.py"): "would overwrite the trace",
+        ("--trace", "", "train.py"): "--trace needs a file name, got an empty one",
+        ("--allocator", "cpu", "--snapshot", "", "train.py"): "--snapshot needs a file name",
+        ("--live", "", "train.py"): "--live needs a HOST:PORT",
     }
     for args, message in cases.items():
         r = run_memcomm(tmp_path, *args)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert not list(tmp_path.glob("*.mct")), args  # nothing ran
+        assert (tmp_path / "train.py").read_text() == script, args
     # Options after the script are the script's, even -h and memcomm's own names.
     r = run_memcomm(tmp_path, "train.py", "1", "0", "--help", "--trace")
     assert r.returncode == 0 and "argv ['1', '0', '--help', '--trace']" in r.stdout, r.stdout + r.stderr

@@ -4,6 +4,8 @@
 // during static destruction, so the adapter and its engine are created once and never destroyed.
 #include "memcomm/allocator/torch_allocator.hpp"
 
+#include "profiler_memory.hpp"
+
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
@@ -17,7 +19,10 @@ namespace {
 
 CachingAllocator* g_engine = nullptr;  // Note [Adapter lifetime]: leaked on purpose
 
-void free_block(void* ptr) { g_engine->deallocate(ptr); }
+const c10::Device kCpu(c10::DeviceType::CPU);
+
+// Frees and allocations reported while a profile records memory (see Note [Memory events for torch.profiler]).
+void free_block(void* ptr) { deallocate_reported(*g_engine, ptr, kCpu); }
 
 class TorchCpuAdapter final : public c10::Allocator {
  public:
@@ -26,9 +31,15 @@ class TorchCpuAdapter final : public c10::Allocator {
     try {
       if (n > 0) p = g_engine->allocate(n);
     } catch (const OutOfMemory& oom) {  // as torch.OutOfMemoryError in Python, as CUDA's are
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory (memcomm's allocator). ", oom.what());
+      // Note [Out of memory as torch words it]: batch-size finders tell an out-of-memory worth a retry
+      // with a smaller batch by its message: accelerate's find_executable_batch_size (Hugging Face's
+      // auto_find_batch_size) looks for " out of memory." (torch's "CUDA out of memory. Tried to
+      // allocate..."), Lightning's for "CUDA" and "out of memory". memcomm's start as torch's do, so
+      // they halve the batch under memcomm's allocator too (the run ended there).
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory. memcomm's allocator: ", oom.what());
     }
-    return {p, p, &free_block, c10::Device(c10::DeviceType::CPU)};
+    report_allocation(*g_engine, p, kCpu);
+    return {p, p, &free_block, kCpu};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }

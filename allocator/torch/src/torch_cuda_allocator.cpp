@@ -34,6 +34,7 @@
 
 #include "memcomm/allocator/cuda_sources.hpp"
 #include "memcomm/allocator/nvtx_memory.hpp"
+#include "profiler_memory.hpp"
 
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -175,16 +176,16 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
       std::lock_guard<std::mutex> lock(foreign_mu_);
       auto it = foreign_.find(ptr);
       if (it != foreign_.end()) {
-        CachingAllocator* engine = engines_[it->second].load();
+        const int device = it->second;
         foreign_.erase(it);
         foreign_live_.fetch_sub(1, std::memory_order_release);
-        engine->deallocate(ptr);
+        deallocate_reported(*engines_[device].load(), ptr, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
         return;
       }
     }
     const int home = home_.load(std::memory_order_acquire);
     TORCH_CHECK(home >= 0, "memcomm's CUDA allocator: free of ", ptr, " before any allocation");
-    engines_[home].load()->deallocate(ptr);
+    deallocate_reported(*engines_[home].load(), ptr, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(home)));
   }
 
   // --- lifecycle ----------------------------------------------------------------------------
@@ -423,11 +424,13 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
       p = engine.allocate(n, reinterpret_cast<StreamId>(stream));
     } catch (const OutOfMemory& oom) {
       report_oom(device, oom);
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (memcomm's allocator, device ", device, "). ",
+      // Note [Out of memory as torch words it] (torch_cpu_allocator.cpp)
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. memcomm's allocator, device ", device, ": ",
                        oom.what());
     } catch (const SourceError& err) {
       TORCH_CHECK(false, "memcomm's CUDA allocator, device ", device, ": ", err.what());
     }
+    report_allocation(engine, p, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
     if (device != home_.load(std::memory_order_relaxed)) {  // Note [Which engine frees a pointer]
       std::lock_guard<std::mutex> lock(foreign_mu_);
       foreign_[p] = device;
