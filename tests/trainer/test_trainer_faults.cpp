@@ -5,6 +5,7 @@
 #include <memcomm/train/options.hpp>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -62,6 +63,8 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
   struct Case {
     std::string args, expect;
   };
+  std::filesystem::create_directories("/tmp/memcomm-outs/data");  // a dataset's file that an output names
+  { std::ofstream("/tmp/memcomm-outs/data/t10k-labels-idx1-ubyte.gz") << "labels"; }
   for (const auto& c : {Case{"--steps 0", "--steps"}, Case{"--model resnet", "--model"}, Case{"--accum 0", "--accum"},
                         Case{"--no-such-flag", "no-such-flag"}, Case{"--batch-size x", "--batch-size"},
                         Case{"--sync-every 2 --accum 2", "--sync-every"}, Case{"--cupti on", "--cupti"},
@@ -90,6 +93,9 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--trace /tmp/memcomm-outs/t --summary-json /tmp/memcomm-outs/../memcomm-outs/t.rank0.mct",
                              "is a rank's trace file"},
                         Case{"--summary-json /nonexistent-memcomm/s.json", "--summary-json"},
+                        // An input: the labels were replaced with the summary, exit 0.
+                        Case{"--data-dir /tmp/memcomm-outs/data --summary-json /tmp/memcomm-outs/data/t10k-labels-idx1-ubyte.gz",
+                             "--summary-json: output /tmp/memcomm-outs/data/t10k-labels-idx1-ubyte.gz is also an input"},
                         Case{"--checkpoint-dir /tmp --summary-json /tmp/ckpt.rank0.pt",
                              "--summary-json /tmp/ckpt.rank0.pt is a rank's checkpoint in --checkpoint-dir /tmp"},
                         Case{"--checkpoint-dir /tmp --dump-params /tmp/../tmp/ckpt.rank3.pt", "is a rank's checkpoint"},
@@ -314,7 +320,7 @@ TEST_CASE("a corrupt checkpoint gives a clear error") {
   const auto folder = run_command(quick_train("--steps 5 --resume --checkpoint-dir " + f));
   INFO(folder.output);
   CHECK(folder.code != 0);
-  CHECK(folder.output.find("cannot read checkpoint " + f + "/ckpt.rank0.pt: it is a folder") != std::string::npos);
+  CHECK(folder.output.find("cannot read checkpoint " + f + "/ckpt.rank0.pt: is a folder, not a file") != std::string::npos);
   // A port out of range was bound as its low 16 bits, and named as given.
   const auto port = run_command("RANK=0 WORLD_SIZE=1 MASTER_PORT=70000 " + quick_train("--steps 1"));
   INFO(port.output);
@@ -342,6 +348,21 @@ TEST_CASE("a checkpoint with flipped bytes or cut short is refused as corrupt, n
     CHECK(r.code == 1);
     CHECK(r.output.find("checkpoint " + path + " is corrupt") != std::string::npos);
   }
+  // One corrupt rank of two: every rank exits 1 (the other exited 2, "could not load", and the
+  // launcher passed on whichever ended first). A FIFO in the file's place is refused, not waited on.
+  const auto two = scratch_dir("flipped-ckpt-2");
+  REQUIRE(run_command(quick_train("--nproc 2 --steps 2 --checkpoint-every 2 --checkpoint-dir " + two)).code == 0);
+  { std::ofstream(two + "/ckpt.rank1.pt", std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 100); }
+  const auto r = run_command(quick_train("--nproc 2 --steps 4 --resume --checkpoint-dir " + two));
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("another rank could not read its checkpoint") != std::string::npos);
+  std::filesystem::remove(path);
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  const auto fifo = run_command("timeout 60 " + quick_train("--steps 4 --resume --checkpoint-dir " + d));
+  INFO(fifo.output);
+  CHECK(fifo.code == 1);
+  CHECK(fifo.output.find("cannot read checkpoint " + path + ": not a regular file") != std::string::npos);
 }
 
 TEST_CASE("resume continues exactly like a run that never stopped") {

@@ -3,6 +3,7 @@
 #include <memcomm/train/errors.hpp>
 #include <memcomm/train/options.hpp>
 
+#include <memcomm/common/input_file.hpp>
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
 #include <memcomm/trace/trace_format.hpp>
@@ -61,7 +62,9 @@ std::string_view archive_of(const std::string& path, const std::string& bytes) {
 
 // The whole file in one buffer of its size: the archive is read from it in place.
 std::string read_file(const std::string& path) {
-  if (fs::is_directory(path)) throw std::runtime_error("cannot read checkpoint " + path + ": it is a folder");
+  // A FIFO in the checkpoint's place blocked --resume for ever (see Note [Inputs are regular files]).
+  if (const std::string problem = memcomm::input_file_problem(path); !problem.empty())
+    throw std::runtime_error("cannot read checkpoint " + path + ": " + problem);
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   const std::streamoff size = f ? std::streamoff(f.tellg()) : -1;
   std::string bytes;

@@ -20,8 +20,8 @@ namespace {
 // A split's two IDX files, (images, labels); UsageError when either is missing.
 std::pair<std::string, std::string> fashion_mnist_files(const std::string& dir, const std::string& split) {
   const std::string prefix = split == "train" ? "train" : "t10k";
-  const auto img = dir + "/" + prefix + "-images-idx3-ubyte.gz";
-  const auto lab = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+  const auto img = fashion_mnist_path(dir, split, false);
+  const auto lab = fashion_mnist_path(dir, split, true);
   if (!std::filesystem::exists(img) || !std::filesystem::exists(lab))
     throw UsageError("Fashion-MNIST not found in " + dir +
                              " (expected " + prefix + "-images-idx3-ubyte.gz and " + prefix +

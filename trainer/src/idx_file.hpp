@@ -25,6 +25,12 @@ IdxArray read_idx_u8(const std::string& path);
 // `name` stands for the file in messages. Bytes after the data are ignored, as in a file.
 IdxArray parse_idx_u8(const uint8_t* bytes, size_t size, const std::string& name);
 
+// The Fashion-MNIST file of `split` ("train" or "test") in `dir`: its images, or its labels.
+inline std::string fashion_mnist_path(const std::string& dir, const std::string& split, bool labels) {
+  const std::string prefix = split == "train" ? "train" : "t10k";
+  return dir + "/" + prefix + (labels ? "-labels-idx1-ubyte.gz" : "-images-idx3-ubyte.gz");
+}
+
 // Fashion-MNIST's shape: images N x 28 x 28, labels N, every label below 10, N >= 1. Throws
 // std::runtime_error naming the file that is wrong, so a damaged or foreign file is an error at
 // load time rather than an index out of range in the loss.

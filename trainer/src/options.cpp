@@ -11,6 +11,8 @@
 #include <memcomm/profiler/sink.hpp>
 #include <memcomm/profiler/stream_protocol.hpp>
 
+#include "idx_file.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -164,8 +166,14 @@ void check_train_options(const TrainOptions& o, const char* program) {
     usage_error(e.what());
   }
   // Outputs must not overwrite one another: the summary written last would replace a rank's trace or
-  // checkpoint (which a later --resume then refused as corrupt).
+  // checkpoint (which a later --resume then refused as corrupt). Nor an input (Note [Outputs that
+  // would destroy data]): --summary-json in --data-dir replaced the labels with the summary, exit 0.
+  std::vector<std::string> inputs;
+  for (const char* split : {"train", "test"})
+    for (const bool labels : {false, true}) inputs.push_back(fashion_mnist_path(o.data_dir, split, labels));
   for (const auto& [flag, file] : {std::pair{"--summary-json", o.summary_json}, std::pair{"--dump-params", o.dump_params}}) {
+    if (const std::string conflict = file.empty() ? "" : memcomm::output_conflict(file, inputs, false); !conflict.empty())
+      usage_error(std::string(flag) + ": " + conflict + " (a file of --data-dir " + o.data_dir + ")");
     if (!file.empty() && !o.trace.empty() && is_rank_file(file, prof::rank_trace_path(o.trace, 0), ".mct"))
       usage_error(std::string(flag) + " " + file + " is a rank's trace file of --trace " + o.trace);
     if (!file.empty() && !o.checkpoint_dir.empty() && is_rank_file(file, checkpoint_path(o.checkpoint_dir, 0), ".pt"))

@@ -159,14 +159,19 @@ class TrainingRun {
 // Gloo aborted one of them ("collective mismatch"). So the ranks agree on the step they loaded
 // before they train, and every rank refuses the same way (exit 2) when one of them has no
 // checkpoint or the steps differ.
+// A rank whose own file failed tells the others how (a corrupt file exits 1, one from another run 2),
+// so that every rank exits alike: the launcher passes on whichever exits first.
 int64_t TrainingRun::resume() {
-  constexpr int64_t kUnreadable = -2;  // load_checkpoint's -1: no file
+  constexpr int64_t kUnreadable = -2, kRefused = -3;  // load_checkpoint's -1: no file
   std::string warning;
   std::exception_ptr failed;  // raised after the agreement, so that no rank waits for this one
   int64_t start_step = kUnreadable;
   try {
     start_step = load_checkpoint(o_.checkpoint_dir, p_.env.rank, p_.session.model(), p_.session.optimizer(),
                                  fingerprint_, &warning);
+  } catch (const UsageError&) {
+    failed = std::current_exception();
+    start_step = kRefused;
   } catch (...) {
     failed = std::current_exception();
   }
@@ -175,7 +180,8 @@ int64_t TrainingRun::resume() {
   const auto highest = static_cast<int64_t>(span[0].item<double>()), lowest = static_cast<int64_t>(-span[1].item<double>());
   if (failed) std::rethrow_exception(failed);
   if (start_step < 0) throw UsageError(no_checkpoint_message({p_.env.rank}, o_.checkpoint_dir));
-  if (lowest == kUnreadable) throw UsageError("--resume: another rank could not load its checkpoint in " + o_.checkpoint_dir);
+  if (lowest == kRefused) throw UsageError("--resume: another rank's checkpoint in " + o_.checkpoint_dir + " does not fit this run");
+  if (lowest == kUnreadable) throw std::runtime_error("--resume: another rank could not read its checkpoint in " + o_.checkpoint_dir);
   if (lowest < 0) throw UsageError("--resume: another rank has no checkpoint in " + o_.checkpoint_dir);
   if (lowest != highest)
     throw UsageError(fmt::format("--resume: the ranks' checkpoints in {} are at different steps ({} to {}): the files "

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <memcomm/common/bytes.hpp>
+#include <memcomm/common/input_file.hpp>
 #include <memcomm/common/json_output.hpp>
 #include <memcomm/common/replacing_file.hpp>
 
@@ -233,7 +234,9 @@ std::string cache_path(const nlohmann::json& key) {
 }
 
 std::optional<TuneResult> load_cached(const nlohmann::json& key) {
-  std::ifstream f(cache_path(key));
+  const std::string path = cache_path(key);
+  if (!memcomm::input_file_problem(path).empty()) return std::nullopt;  // a FIFO there blocked open() for ever: a miss
+  std::ifstream f(path);
   if (!f) return std::nullopt;
   try {
     const auto j = nlohmann::json::parse(f);
@@ -251,6 +254,10 @@ bool store_cached(const TuneResult& r) {
   if (ec) {  // its own reason (a read-only mount), not the write's "No such file or directory"
     std::fprintf(stderr, "memcomm-tune: warning: the cache: cannot make the folder %s: %s\n",
                  path.parent_path().c_str(), ec.message().c_str());
+    return false;
+  }
+  if (const std::string problem = memcomm::input_file_problem(path.string()); !problem.empty()) {  // a FIFO would block
+    std::fprintf(stderr, "memcomm-tune: warning: the cache: %s: %s\n", path.c_str(), problem.c_str());
     return false;
   }
   try {
