@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -108,11 +110,37 @@ TraceRequests build_requests(const snapshot::Snapshot& snap) {
 // writer is read up to its last complete chunk, and TraceRequests::recovery says so.
 // torch.profiler traces (gzip, or JSON: prof::is_kineto_candidate) are read by kineto_trace.cpp
 // through the trace layer's Kineto reader (Note [Replaying a torch.profiler memory profile]).
+namespace {
+// Note [Live bytes past 4 EiB]: sizes in a trace are the file's word; no allocator holds 2^62 bytes
+// (memcomm's sizes stop there, bytes.hpp), and live sums past 2^64 wrapped round: a crafted profile
+// of three blocks near 2^63 bytes broke a policy's invariant (an internal error, exit 1) where it is
+// an input error. A device whose live bytes pass 2^62 at any point is refused, naming the file.
+void check_live_bytes(const std::string& path, const TraceRequests& trace) {
+  constexpr std::uint64_t kMost = std::uint64_t{1} << 62;
+  for (const DeviceRequests& d : trace.devices) {
+    std::vector<std::uint64_t> size(d.block_count, 0);
+    std::uint64_t live = 0;
+    for (const Request& q : d.requests) {
+      if (q.op == Request::Op::alloc && q.block < size.size()) {
+        if (q.size > kMost - live)
+          throw snapshot::ReadError(path, snapshot::kNoOffset,
+                                    fmt::format("device {}: live bytes pass 2^62 (4 EiB) with a block of {} bytes: no "
+                                                "allocator holds that much; the sizes are not a real run's", d.device, q.size));
+        live += size[q.block] = q.size;
+      } else if (q.op == Request::Op::free && q.block < size.size()) {
+        live -= std::exchange(size[q.block], 0);
+      }
+    }
+  }
+}
+}  // namespace
+
 TraceRequests load_trace(const std::string& path, const LoadProgress& progress) {
   auto t0 = std::chrono::steady_clock::now();
   TraceRequests out;
   if (prof::is_kineto_candidate(path)) {  // streamed by the reader: the file is not read whole here
     out = read_kineto_trace(path);
+    check_live_bytes(path, out);
     out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }
@@ -135,6 +163,7 @@ TraceRequests load_trace(const std::string& path, const LoadProgress& progress) 
                                                    "torch.profiler trace (JSON, or gzip: 1f 8b)", bytes[0],
                                                    bytes.size() > 1 ? fmt::format(" {:02x}", bytes[1]) : ""));
   }
+  check_live_bytes(path, out);
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

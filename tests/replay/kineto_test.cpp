@@ -128,6 +128,24 @@ TEST_CASE("kineto: memcomm-replay on a trace without [memory] events exits 2 and
   CHECK(j[0]["rank"] == 0);
 }
 
+TEST_CASE("kineto: live bytes past 2^62 are an input error, not a policy's broken invariant", "[kineto][cli]") {
+  // The sums wrapped past 2^64, and pytorch-expandable's invariant failed, exit 1 (see Note [Live bytes past 4 EiB]).
+  memcomm::test::TempDir dir("kineto-huge");
+  const auto event = [](int ts, std::uint64_t addr, const std::string& bytes, const std::string& total) {
+    return "{\"ph\": \"i\", \"name\": \"[memory]\", \"cat\": \"cpu_instant_event\", \"pid\": 1, \"tid\": 1, \"ts\": " +
+           std::to_string(ts) + ", \"s\": \"t\", \"args\": {\"Device Type\": 1, \"Device Id\": 0, \"Addr\": " +
+           std::to_string(addr) + ", \"Bytes\": " + bytes + ", \"Total Allocated\": " + total + ", \"Total Reserved\": " + total + "}}";
+  };
+  const std::string big = "9223372036854775807";  // 2^63 - 1
+  const fs::path huge = write_json(dir, "huge.json", "{\"traceEvents\": [" + event(1, 4096, big, big) + ", " +
+                                                         event(2, 8192, big, "18446744073709551615") + ", " +
+                                                         event(3, 4096, "-" + big, "0") + "]}");
+  const auto r = memcomm::test::run_replay(dir, "-q --policy pytorch-expandable " + huge.string());
+  CHECK(r.code == 2);
+  CHECK(r.err.find(huge.string()) != std::string::npos);
+  CHECK(r.err.find("live bytes pass 2^62") != std::string::npos);
+}
+
 TEST_CASE("kineto: df_index_resolver replays through every policy with a peak live of its Total Allocated",
           "[kineto][shared]") {
   const std::string path = memcomm::test::shared_kineto_dir() + "/df_index_resolver/df_index_resolver.json.gz";

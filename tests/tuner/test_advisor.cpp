@@ -224,9 +224,20 @@ TEST_CASE("data wait: more workers, with the wait per step") {
   const auto advice = advise_on({t}, "data");
   const auto* a = find(advice, advise::Topic::DataWait);
   REQUIRE(a);
-  CHECK(a->evidence.find("waits 3.0 ms for data in each 10.0 ms step (30%)") != std::string::npos);
+  CHECK(a->evidence.find("waits 3.0 ms for data in each 10.0 ms step (30%, the steps after its first)") != std::string::npos);
   CHECK(a->change.find("--workers") != std::string::npos);
   CHECK(a->saving == Approx(3.0));
+}
+
+TEST_CASE("data wait: the first step's wait for the loader to start is no advice (Note [The first step's wait])") {
+  // Two spawned workers: 5 s before the first batch, then data ready at once.
+  TraceBuilder t;
+  t.begin(Phase::Step, 0, 1);
+  t.range(Phase::DataWait, 0, 5000 * kMs);
+  t.range(Phase::Forward, 5000 * kMs, 5009 * kMs);
+  t.end(Phase::Step, 5010 * kMs, 1);
+  steps(t, 10, 0, 5010 * kMs);
+  CHECK(find(advise_on({t}, "first-wait"), advise::Topic::DataWait) == nullptr);
 }
 
 TEST_CASE("idle headroom: a larger micro-batch, with the memory left") {

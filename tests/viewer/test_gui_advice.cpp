@@ -126,6 +126,25 @@ TEST_CASE("memcomm-view shows the advisor's advice and the tuner's probes from a
   CHECK(t["probes"][2]["oom"] == true);
 }
 
+TEST_CASE("a trace whose name starts with '-' gets its advice", "[gui][viewer]") {
+  if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
+  // memcomm-trace took "-h.rank0.mct" for an option ("unreadable advice JSON"): the files follow "--".
+  const auto files = view_traces::write_exposed_run(out_dir() + "/dash_run");
+  const std::string name = "-h.rank0.mct";  // in the working folder the viewer inherits
+  std::filesystem::copy_file(files[0], name, std::filesystem::copy_options::overwrite_existing);
+  const std::string report = out_dir() + "/dash_report.json";
+  std::string out;
+  const int rc = run_viewer("--panes summary --size 800x600 --screenshot " + out_dir() + "/dash.png --report-json " + report +
+                                " -- " + name,
+                            &out);
+  std::filesystem::remove(name);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const auto a = memcomm::test::read_json(report)["advice"];
+  INFO(a.dump(2));
+  CHECK(a["state"] == "done");
+}
+
 TEST_CASE("without memcomm-trace the Summary says why there is no advice", "[gui][viewer]") {
   const auto files = view_traces::write_exposed_run(out_dir() + "/advice_notool");
   AppOptions o;

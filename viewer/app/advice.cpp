@@ -317,7 +317,8 @@ void AdviceJob::work() {
     r.state = AdviceResult::State::Failed;
     r.error = std::move(why);
   };
-  std::vector<std::string> advise = {tool_, "advise", "--json"}, report = {tool_, "report", "--rows", "12"};
+  // "--": a file named "-h" or "--json.mct" is a file, not an option (its advice failed).
+  std::vector<std::string> advise = {tool_, "advise", "--json", "--"}, report = {tool_, "report", "--rows", "12", "--"};
   bool any_trace = false;
   for (const auto& f : files_) {
     advise.push_back(f);
