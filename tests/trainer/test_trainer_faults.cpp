@@ -76,6 +76,9 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--empty-cache -1", "--empty-cache"}, Case{"--checkpoint-every -2 --checkpoint-dir d", "--checkpoint-every"},
                         Case{"--timeout inf", "--timeout"}, Case{"--augment --model mlp --dataset tabular", "--augment"},
                         Case{"--nproc 3 --tail drop --synthetic-size 2 --dataset tabular --model mlp", "--synthetic-size"},
+                        // 2 TiB of sample order: it swapped for minutes (2^31 samples on one rank took 17.6 GB).
+                        Case{"--nproc 64 --synthetic-size 2147483648 --dataset tabular --model mlp",
+                             "each epoch's sample order alone needs 2.00 TiB"},
                         // Values that would overflow later (milliseconds, bucket bytes, counts) or wrap.
                         Case{"--timeout 1e300", "--timeout"}, Case{"--timeout 1e-6", "--timeout"},
                         Case{"--bucket-mb 1e30", "--bucket-mb"}, Case{"--memory-limit 1e30", "--memory-limit"},
@@ -291,9 +294,10 @@ TEST_CASE("an evaluation that runs out of memory still leaves the training's sum
 }
 
 TEST_CASE("a run out of host memory says so and which flags need less") {
-  // 2^31 synthetic samples: each epoch's order (16 GiB) cannot be had under a 12 GiB address space.
-  const auto r = run_command("ulimit -v 12000000 && " + train_bin() +
-                             " --model mlp --dataset tabular --synthetic-size 2147483648 --steps 1 --threads 1");
+  // 2^28 synthetic samples: each epoch's order (4 GiB) cannot be had under a 3 GB address space
+  // (more than half the machine's memory is refused before any work, below).
+  const auto r = run_command("ulimit -v 3000000 && " + train_bin() +
+                             " --model mlp --dataset tabular --synthetic-size 268435456 --steps 1 --threads 1");
   INFO(r.output);
   CHECK(r.code == 1);
   CHECK(r.output.find("rank 0: out of host memory (std::bad_alloc): a smaller --synthetic-size") != std::string::npos);

@@ -104,6 +104,16 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.empty_cache < 0) usage_error("--empty-cache must be 0 (never) or more");
   if (o.synthetic_size < 1 || o.synthetic_size > (int64_t(1) << 31))
     usage_error("--synthetic-size must be between 1 and 2^31");
+  if (resolved_dataset(o) != DatasetKind::FashionMnist) {
+    // Each local rank draws every epoch's order of the whole set (16 bytes a sample) before its first
+    // step: 2^31 samples took 17.6 GB and ran no step in a minute, on a machine of 23 GB.
+    const double order = 16.0 * double(o.synthetic_size) * double(std::max(1, o.nproc));
+    const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    if (ram > 0 && order > ram / 2)
+      usage_error(fmt::format("--synthetic-size {} on {} local rank(s): each epoch's sample order alone needs {}, more "
+                              "than half of this machine's {} of memory", o.synthetic_size, std::max(1, o.nproc),
+                              format_bytes(uint64_t(order)), format_bytes(uint64_t(ram))));
+  }
   if (resolved_dataset(o) != DatasetKind::FashionMnist && o.synthetic_size < o.nproc && o.tail == Tail::Drop)
     usage_error("--synthetic-size " + std::to_string(o.synthetic_size) + " gives some of the " +
                 std::to_string(o.nproc) + " ranks no sample with --tail drop");
