@@ -35,7 +35,7 @@ from typing import Iterator, List, Optional, Tuple
 import memcomm
 from memcomm import _memcomm
 from memcomm._caller import NothingRecorded, ProfileAdvice, RunnerWarnings, in_memcomm
-from memcomm._ending import CloseOnce, close, closed_before_os_exit, closed_on_sigterm
+from memcomm._ending import CloseOnce, close, closed_before_exec, closed_before_os_exit, closed_on_sigterm
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm._relaunched import RelaunchesProfiled
 from memcomm._spawned import ChildProcesses, profiling_spawned_processes
@@ -406,6 +406,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(closed_before_os_exit(ending))
+                stack.enter_context(closed_before_exec(ending))
                 if not args.no_ddp_buckets:
                     stack.enter_context(recording_ddp_buckets())
                 stack.enter_context(profiling_spawned_processes(children))

@@ -109,3 +109,30 @@ def closed_before_os_exit(close_run: Callable[[], object]) -> Iterator[None]:
         yield
     finally:
         os._exit = real_exit
+
+
+@contextlib.contextmanager
+def closed_before_exec(close_run: Callable[[], object]) -> Iterator[None]:
+    """A script that replaces itself with another program (os.execv and the rest of os.exec*, all of
+    which end in os.execv or os.execve; the "restart myself" idiom) ended with a trace of no steps,
+    what it had not flushed lost, and the new program ran without a word: while this is open, this
+    process closes the run first and says the new program runs without memcomm."""
+    real = {name: getattr(os, name) for name in ("execv", "execve")}
+    pid = os.getpid()
+
+    def closing(name: str) -> Callable[..., Any]:
+        def exec_after_closing(path: Any, args: Any, *rest: Any) -> Any:
+            if os.getpid() == pid:
+                close_run()
+                say(f"memcomm: the script replaced itself with {os.fsdecode(path)} ({name}): the trace ends here, "
+                    f"and that program runs without memcomm\n")
+            return real[name](path, args, *rest)
+        return exec_after_closing
+
+    for name in real:
+        setattr(os, name, closing(name))
+    try:
+        yield
+    finally:
+        for name, function in real.items():
+            setattr(os, name, function)

@@ -110,6 +110,21 @@ def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_pa
     r = run_memcomm(tmp_path, "--trace", "exited.mct", "train.py", "2", "os._exit")
     assert r.returncode == 5 and "memcomm: exited.rank0.mct:" in r.stderr, r.stderr
     assert len(report(tool, tmp_path / "exited.rank0.mct")["steps"]) == 2
+    # A script that restarts itself with os.execv: its trace had no step (nothing flushed), no word.
+    write(tmp_path, "again.py", """
+        import os, sys, torch
+        model = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
+        if not os.environ.get("AGAIN"):
+            os.environ["AGAIN"] = "1"
+            os.execv(sys.executable, [sys.executable, *sys.argv])
+        print("second run done")
+    """)
+    r = run_memcomm(tmp_path, "--trace", "again.mct", "again.py")
+    assert r.returncode == 0 and "second run done" in r.stdout, r.stderr
+    assert "replaced itself with" in r.stderr and "runs without memcomm" in r.stderr, r.stderr
+    assert len(report(tool, tmp_path / "again.rank0.mct")["steps"]) == 2
     # A script that sends its stderr to a log and closes it, or closes descriptor 2: its own status (it
     # was 1, "lost sys.stderr", where memcomm wrote its closing line).
     write(tmp_path, "quiet.py", """
