@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return memcomm::stdout_checked(app.exit(e), "memcomm-replay");  // Note [Output that was not written]
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return kExitBadInput;

@@ -394,8 +394,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitBadInput;
+    const int rc = app.exit(e);  // --help: exit 0, unless its text was lost (Note [Output that was not written])
+    return rc == 0 ? memcomm::stdout_checked(0, "memcomm-trace") : kExitBadInput;
   }
 
   const std::string conflict = *subs.merge   ? output_conflict(args.merge_out, args.files, !args.force)

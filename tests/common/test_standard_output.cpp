@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -65,4 +66,20 @@ TEST_CASE("output that was written leaves the exit code as it was and says nothi
   std::ifstream in(file);
   CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "a result\n");
   std::filesystem::remove(file);
+}
+
+TEST_CASE("every tool's --help that standard output did not take exits 1", "[unit]") {
+  // CLI11 printed the help and the tools exited 0, the text lost.
+  if (!std::filesystem::exists("/dev/full")) return;
+  int tools = 0;
+  for (const char* tool : {"memcomm-trace", "memcomm-replay", "memcomm-train", "memcomm-tune", "memcomm-view"}) {
+    const std::string bin = std::string(MEMCOMM_BINARY_DIR) + "/bin/" + tool;
+    if (!std::filesystem::exists(bin)) continue;  // a build without it (no LibTorch, no viewer)
+    ++tools;
+    const int status = std::system((bin + " --help > /dev/full 2> /dev/null").c_str());
+    INFO(tool);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 1);
+  }
+  CHECK(tools >= 2);
 }

@@ -64,6 +64,7 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
     std::string args, expect;
   };
   std::filesystem::create_directories("/tmp/memcomm-outs/data");  // a dataset's file that an output names
+  std::filesystem::create_directories("/tmp/memcomm-outs/tdir.rank1.mct");  // a rank's trace file that is a folder
   { std::ofstream("/tmp/memcomm-outs/data/t10k-labels-idx1-ubyte.gz") << "labels"; }
   for (const auto& c : {Case{"--steps 0", "--steps"}, Case{"--model resnet", "--model"}, Case{"--accum 0", "--accum"},
                         Case{"--no-such-flag", "no-such-flag"}, Case{"--batch-size x", "--batch-size"},
@@ -96,6 +97,8 @@ TEST_CASE("bad flags exit with code 2 and name the flag") {
                         Case{"--trace /tmp/memcomm-outs/t --summary-json /tmp/memcomm-outs/../memcomm-outs/t.rank0.mct",
                              "is a rank's trace file"},
                         Case{"--summary-json /nonexistent-memcomm/s.json", "--summary-json"},
+                        Case{"--nproc 2 --trace /tmp/memcomm-outs/tdir",
+                             "--trace /tmp/memcomm-outs/tdir: rank 1's file, /tmp/memcomm-outs/tdir.rank1.mct, is a folder"},
                         // An input: the labels were replaced with the summary, exit 0.
                         Case{"--data-dir /tmp/memcomm-outs/data --summary-json /tmp/memcomm-outs/data/t10k-labels-idx1-ubyte.gz",
                              "--summary-json: output /tmp/memcomm-outs/data/t10k-labels-idx1-ubyte.gz is also an input"},

@@ -7,6 +7,7 @@
 #include <memcomm/common/cli_checks.hpp>
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
+#include <memcomm/common/standard_output.hpp>
 
 #include <memcomm/profiler/sink.hpp>
 #include <memcomm/profiler/stream_protocol.hpp>
@@ -62,10 +63,10 @@ void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {
   memcomm::refuse_empty_values(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::exit(app.exit(e));
+  } catch (const CLI::CallForHelp& e) {  // Note [Output that was not written]: a help that was lost is no success
+    std::exit(memcomm::stdout_checked(app.exit(e), program));
   } catch (const CLI::CallForAllHelp& e) {
-    std::exit(app.exit(e));
+    std::exit(memcomm::stdout_checked(app.exit(e), program));
   } catch (const CLI::ParseError& e) {
     usage_error(program, e.what());
   }
@@ -165,6 +166,9 @@ void check_train_options(const TrainOptions& o, const char* program) {
         throw std::invalid_argument("--trace " + o.trace + " is a folder; name a file in it, such as " +
                                     (fs::path(o.trace) / "run").string() + " (rank 0 then writes " +
                                     prof::rank_trace_path((fs::path(o.trace) / "run").string(), 0) + ")");
+      for (int r = 0; r < std::max(1, o.nproc); ++r)  // exit 1 at the first step where --help promises 2
+        if (const std::string file = prof::rank_trace_path(o.trace, r); fs::is_directory(file, unreadable))
+          throw std::invalid_argument("--trace " + o.trace + ": rank " + std::to_string(r) + "'s file, " + file + ", is a folder");
       check_output_dir("--trace", o.trace, /*create=*/true);
       const std::string widest = prof::rank_trace_path(o.trace, 99999);  // the rank number grows the name
       if (const std::string problem = memcomm::name_length_problem(widest); !problem.empty())

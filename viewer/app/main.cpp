@@ -8,6 +8,7 @@
 #include <memcomm/common/cli_checks.hpp>
 #include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
+#include <memcomm/common/standard_output.hpp>
 
 #include <cstdint>
 #include <cstdio>
@@ -180,7 +181,7 @@ int main(int argc, char** argv) {
     memcomm::refuse_empty_values(cli);
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return cli.exit(e) == 0 ? 0 : 2;
+    return cli.exit(e) == 0 ? memcomm::stdout_checked(0, "memcomm-view") : 2;  // Note [Output that was not written]
   }
   text.frames_given = cli.count("--frames") > 0;
   if (!check_options(opt, text, cli.count("--listen") > 0)) return 2;
