@@ -716,7 +716,8 @@ def memcomm_categories(file: Path) -> dict:
 
 def test_a_launch_environment_that_does_not_fit_is_a_value_error():
     for env, words in [({"RANK": "2", "WORLD_SIZE": "2"}, "inconsistent launch environment: rank 2, world size 2"),
-                       ({"RANK": "one", "WORLD_SIZE": "2"}, "environment variable RANK='one' is not a valid number")]:
+                       ({"RANK": "one", "WORLD_SIZE": "2"}, "environment variable RANK='one' is not a whole number >= 0"),
+                       ({"RANK": "0", "WORLD_SIZE": "1000000000"}, "WORLD_SIZE='1000000000' is past 16777216")]:
         r = run_python("""
             import memcomm
             try:

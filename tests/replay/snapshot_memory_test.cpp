@@ -250,6 +250,10 @@ TEST_CASE("snapshot memory: the hand-built snapshot's lifetimes, sites and --at"
   REQUIRE(snap::resolve_at(a, "0", t, error));
   CHECK(t == a.begin);
   const std::string past = std::to_string(static_cast<double>(a.end - a.begin) / 1e9 + 1.0);
+  for (const char* bad : {"1e99", "1e30", past.c_str()}) {  // a number, past the end: said so (it read "expected a number")
+    REQUIRE_FALSE(snap::resolve_at(a, bad, t, error));
+    CHECK(error.find("past the trace's end") != std::string::npos);
+  }
   for (const char* bad : {"-1", "soon", "nan", "1e99", "", "2s", past.c_str()}) {
     CAPTURE(bad);
     CHECK_FALSE(snap::resolve_at(a, bad, t, error));

@@ -140,12 +140,12 @@ bool resolve_at(const prof::Allocations& a, const std::string& spec, std::int64_
   const char* first = spec.data();
   const char* last = first + spec.size();
   const auto [ptr, ec] = std::from_chars(first, last, seconds);
-  if (ec != std::errc() || ptr != last || !std::isfinite(seconds) || seconds < 0 || seconds > 1e9) {
+  if (ec != std::errc() || ptr != last || !std::isfinite(seconds) || seconds < 0) {
     error = "--at: expected end, peak or seconds from the trace's begin (a number >= 0), got '" + spec + "'";
     return false;
   }
-  t = saturating_add(a.begin, static_cast<std::int64_t>(std::llround(seconds * 1e9)));
-  if (t > a.end) {  // a time in milliseconds, or another trace's: the end state would hide the mistake
+  if (seconds <= 1e9) t = saturating_add(a.begin, static_cast<std::int64_t>(std::llround(seconds * 1e9)));
+  if (seconds > 1e9 || t > a.end) {  // a time in milliseconds, or another trace's: the end state would hide the mistake
     error = fmt::format("--at {}: past the trace's end ({:.6f} s after its begin; --at end is the end state)", spec,
                         static_cast<double>(a.end - a.begin) / 1e9);
     return false;

@@ -37,8 +37,11 @@ int env_int(const char* name, int fallback) {
   if (!v) return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > 1 << 24)
-    throw std::invalid_argument(std::string("environment variable ") + name + "='" + v + "' is not a valid number");
+  if (end == v || *end != '\0' || x < 0)
+    throw std::invalid_argument(std::string("environment variable ") + name + "='" + v + "' is not a whole number >= 0");
+  if (x > 1 << 24)  // a number, out of range: said so (it read "not a valid number")
+    throw std::invalid_argument(std::string("environment variable ") + name + "='" + v + "' is past " +
+                                std::to_string(1 << 24) + ", more ranks or a larger port than any launcher gives");
   return static_cast<int>(x);
 }
 
