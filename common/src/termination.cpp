@@ -1,5 +1,5 @@
-// The SIGTERM watch: a handler that writes to a pipe, a thread that closes the run and ends the
-// process by the signal (Note [Closing on SIGTERM]).
+// The SIGTERM (and SIGHUP) watch: a handler that writes to a pipe, a thread that closes the run and
+// ends the process by the signal (Note [Closing on SIGTERM]).
 #include "memcomm/common/termination.hpp"
 
 #include <fcntl.h>
@@ -85,9 +85,12 @@ void on_signal(int sig) {
   end_by(sig);
 }
 
-bool handler_is(void (*handler)(int)) {
+// SIGTERM, and SIGHUP: a closed terminal or a dropped ssh session ends a run as SIGTERM does.
+constexpr int kWatched[] = {SIGTERM, SIGHUP};
+
+bool handler_is(int sig, void (*handler)(int)) {
   struct sigaction now {};
-  ::sigaction(SIGTERM, nullptr, &now);
+  ::sigaction(sig, nullptr, &now);
   return (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == handler;
 }
 
@@ -103,7 +106,7 @@ bool start_thread() {
 }  // namespace
 
 bool watch_termination(std::function<void()> close, std::chrono::milliseconds deadline, std::string late_note) {
-  if (!handler_is(SIG_DFL) && !handler_is(on_signal)) return false;
+  if (!handler_is(SIGTERM, SIG_DFL) && !handler_is(SIGTERM, on_signal)) return false;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_close = std::move(close);
@@ -115,11 +118,14 @@ bool watch_termination(std::function<void()> close, std::chrono::milliseconds de
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // the program's system calls go on as they would have
+  for (const int sig : kWatched)  // SIGHUP only where it has its default action (nohup ignores it)
+    if (sig != SIGTERM && handler_is(sig, SIG_DFL)) ::sigaction(sig, &sa, nullptr);
   return ::sigaction(SIGTERM, &sa, nullptr) == 0;
 }
 
 void unwatch_termination() {
-  if (handler_is(on_signal)) restore_default(SIGTERM);
+  for (const int sig : kWatched)
+    if (handler_is(sig, on_signal)) restore_default(sig);
   std::lock_guard<std::mutex> lock(g_mu);
   g_close = nullptr;
 }

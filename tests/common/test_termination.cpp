@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 
 struct Ended {
   bool by_sigterm = false;
+  bool by_sighup = false;
   int exit_status = -1;
   std::chrono::milliseconds after{0};
 };
@@ -33,6 +34,7 @@ Ended run_forked(F child) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::signal(SIGTERM, SIG_DFL);  // as a process starts; Catch's fatal-signal handler is the test's
+    ::signal(SIGHUP, SIG_DFL);
     child();
     ::_exit(99);
   }
@@ -40,6 +42,7 @@ Ended run_forked(F child) {
   ::waitpid(pid, &status, 0);
   Ended e;
   e.by_sigterm = WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM;
+  e.by_sighup = WIFSIGNALED(status) && WTERMSIG(status) == SIGHUP;
   e.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   e.after = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   return e;
@@ -65,6 +68,28 @@ TEST_CASE("SIGTERM runs the close, then ends the process by SIGTERM") {
   CHECK(fs::exists(closed));
   CHECK(e.after < 5000ms);
   fs::remove(closed);
+}
+
+TEST_CASE("SIGHUP runs the close too, then ends the process by SIGHUP, and nohup's SIG_IGN stays") {
+  // A dropped ssh session lost a short run's every step.
+  const fs::path closed = marker("memcomm-termination-hup-");
+  fs::remove(closed);
+  const Ended e = run_forked([&] {
+    if (!memcomm::watch_termination([&] { std::ofstream(closed) << "closed"; }, 5000ms)) ::_exit(3);
+    ::kill(::getpid(), SIGHUP);
+    wait_forever();
+  });
+  CHECK(e.by_sighup);
+  CHECK(fs::exists(closed));
+  fs::remove(closed);
+  const Ended ignored = run_forked([] {
+    ::signal(SIGHUP, SIG_IGN);
+    if (!memcomm::watch_termination([] { ::_exit(4); }, 1000ms)) ::_exit(3);
+    ::kill(::getpid(), SIGHUP);  // still ignored
+    std::this_thread::sleep_for(200ms);
+    ::_exit(0);
+  });
+  CHECK(ignored.exit_status == 0);
 }
 
 TEST_CASE("a close that never returns still ends the process by its deadline") {

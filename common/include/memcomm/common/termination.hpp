@@ -16,6 +16,8 @@
 // what is safe to use beside the program's threads (the recorder's stop() is).
 // A process forked from the watching one (a DataLoader worker) inherits the handler but not the
 // thread: there the handler restores the default and ends the process by the signal, as before.
+// SIGHUP (a closed terminal, a dropped ssh session), where it has its default action, is watched the
+// same way: a run ended so lost its last steps (a short one, every step).
 #pragma once
 
 #include <chrono>
