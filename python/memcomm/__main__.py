@@ -30,11 +30,11 @@ import threading
 import types
 import warnings
 import zipfile
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import memcomm
 from memcomm import _memcomm
-from memcomm._caller import NothingRecorded, ProfileAdvice, RunnerWarnings, in_memcomm
+from memcomm._caller import NothingRecorded, ProfileAdvice, RunnerWarnings, in_memcomm, say
 from memcomm._ending import CloseOnce, close, closed_before_exec, closed_before_os_exit, closed_on_sigterm
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
 from memcomm._relaunched import RelaunchesProfiled
@@ -71,8 +71,24 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, keeping the error of a help it could not print (argparse drops OSError)."""
+
+    lost: Optional[BaseException] = None
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not message:
+            return
+        try:
+            stream = file or sys.stderr
+            stream.write(message)
+            stream.flush()
+        except (AttributeError, OSError, ValueError) as e:
+            self.lost = e
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m memcomm", usage="python -m memcomm [OPTIONS] (SCRIPT | -m MODULE) [ARGS...]", description="Runs a PyTorch training script under memcomm's profiler "
         "(steps, forward/backward/optimizer phases, collectives, allocator events) and, with --allocator, "
         "memcomm's caching allocator.", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -151,7 +167,12 @@ def _split(p: argparse.ArgumentParser, argv: List[str]) -> Tuple[List[str], List
 def _parse(argv: List[str]) -> argparse.Namespace:
     p = _parser()
     own, target, launcher = _split(p, argv)
-    args = p.parse_args(own)
+    try:
+        args = p.parse_args(own)
+    except SystemExit as e:
+        if e.code in (None, 0) and p.lost is not None:  # --help: a success only if standard output took it
+            _help_lost(p.lost)
+        raise
     if args.module is None and not target:
         p.error("name a script to run (or -m MODULE)")
     at = 0 if args.module is not None else 1  # as python SCRIPT --local-rank=N ARGS would see it
@@ -195,6 +216,17 @@ def _parse(argv: List[str]) -> argparse.Namespace:
         except ValueError as e:
             p.error(f"--{e}")
     return args
+
+
+def _help_lost(error: BaseException) -> None:
+    """--help whose text standard output did not take (a full disk): said, and exit 1, as memcomm's tools
+    do (Note [Output that was not written] in common/include/memcomm/common/standard_output.hpp)."""
+    say(f"python -m memcomm: standard output could not be written ({getattr(error, 'strerror', None) or error}): "
+        f"the help is lost\n")
+    with contextlib.suppress(OSError, ValueError):  # the interpreter's own flush at exit would fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.stdout.flush()
+    raise SystemExit(1)
 
 
 def _snapshot_conflict(snapshot: str, trace: str, script: Optional[str]) -> str:

@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, List
 
 import memcomm
 from memcomm import _memcomm
@@ -43,6 +43,8 @@ def close(options: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
     if options.snapshot:
         path = snapshot_path(options.snapshot, profiler.rank, profiler.world)
         try:
+            if profiler.trace_file and _same_file(path, profiler.trace_file):  # a group's names, known only now
+                raise OSError(f"is this rank's trace ({profiler.trace_file}); not written over it")
             memcomm.dump_snapshot(path, options.allocator[0])
         except (OSError, RuntimeError) as e:
             say(f"memcomm: --snapshot {path}: {e}\n")
@@ -51,6 +53,13 @@ def close(options: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
     # One write: the lines of ranks that end at once do not interleave.
     say(f"memcomm: {profiler.trace_file}: {events} events{dropped_text}\n")
     return whole
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them is not there
+        return False
 
 
 class CloseOnce:
@@ -116,15 +125,21 @@ def closed_before_exec(close_run: Callable[[], object]) -> Iterator[None]:
     """A script that replaces itself with another program (os.execv and the rest of os.exec*, all of
     which end in os.execv or os.execve; the "restart myself" idiom) ended with a trace of no steps,
     what it had not flushed lost, and the new program ran without a word: while this is open, this
-    process closes the run first and says the new program runs without memcomm."""
+    process closes the run first and says, once, that the new program runs without memcomm. Only an
+    exec that can go ahead does: os.execvp tries each folder of PATH in turn, and a script may catch
+    the failure and go on."""
     real = {name: getattr(os, name) for name in ("execv", "execve")}
     pid = os.getpid()
+    said: List[bool] = []
 
     def closing(name: str) -> Callable[..., Any]:
         def exec_after_closing(path: Any, args: Any, *rest: Any) -> Any:
-            if os.getpid() == pid:
+            runnable = isinstance(path, int) or (os.path.isfile(path) and os.access(path, os.X_OK))
+            if os.getpid() == pid and runnable and not said:
                 close_run()
-                say(f"memcomm: the script replaced itself with {os.fsdecode(path)} ({name}): the trace ends here, "
+                said.append(True)
+                shown = f"descriptor {path}" if isinstance(path, int) else os.fsdecode(path)
+                say(f"memcomm: the script replaced itself with {shown} ({name}): the trace ends here, "
                     f"and that program runs without memcomm\n")
             return real[name](path, args, *rest)
         return exec_after_closing

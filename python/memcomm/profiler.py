@@ -106,7 +106,8 @@ def _check_arguments(trace: Any, live: Any, model: ModelArg, cupti: Any) -> List
     if live is not None and not isinstance(live, str):
         raise TypeError(f"live must be a 'HOST:PORT' string, got {type(live).__name__}")
     for name, value in (("trace", trace), ("live", live)):  # C++ would stop the name at the byte: another file
-        if value is not None and "\0" in os.fspath(value):
+        text = os.fspath(value) if value is not None else ""
+        if (b"\0" if isinstance(text, bytes) else "\0") in text:
             raise ValueError(f"{name}={value!r}: embedded null byte")
     if live is not None:
         _memcomm.check_live_address(live)  # memcomm-train --live's rule

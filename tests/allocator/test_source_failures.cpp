@@ -110,8 +110,8 @@ TEST_CASE("a map that throws partway through a window leaves events and stats in
 }
 
 TEST_CASE("a refused address-space reservation is halved down to one page, then named", "[allocator][expandable]") {
-  // See Note [Address space for a segment]: 2 x the cap by default; a source that refuses more than
-  // 1.5 x the cap gets the cap itself, and the allocator works up to it.
+  // See Note [Address space for a segment]: 1 TiB by default on a device; a source that refuses more
+  // than 1.5 x the cap gets, halving, the cap itself (1 TiB / 2^14), and the allocator works up to it.
   auto src = std::make_shared<FailingMapSource>();
   src->refuse_reserves_over(96 * MiB);
   AllocatorConfig c;

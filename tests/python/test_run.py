@@ -125,6 +125,20 @@ def test_a_script_that_raises_or_leaves_by_os_exit_still_closes_its_trace(tmp_pa
     assert r.returncode == 0 and "second run done" in r.stdout, r.stderr
     assert "replaced itself with" in r.stderr and "runs without memcomm" in r.stderr, r.stderr
     assert len(report(tool, tmp_path / "again.rank0.mct")["steps"]) == 2
+    # An exec that fails (os.execvp tries each folder of PATH) closes nothing, and says nothing.
+    write(tmp_path, "fallback.py", """
+        import os, torch
+        os.environ["PATH"] = "/nonexistent1:/nonexistent2"
+        try:
+            os.execvp("no-such-program-memcomm", ["no-such-program-memcomm"])
+        except FileNotFoundError:
+            pass
+        model = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(2, 4)).sum().backward(); opt.step()
+    """)
+    r = run_memcomm(tmp_path, "--trace", "fallback.mct", "fallback.py")
+    assert r.returncode == 0 and "replaced itself" not in r.stderr, r.stderr
+    assert len(report(tool, tmp_path / "fallback.rank0.mct")["steps"]) == 1
     # A script that sends its stderr to a log and closes it, or closes descriptor 2: its own status (it
     # was 1, "lost sys.stderr", where memcomm wrote its closing line).
     write(tmp_path, "quiet.py", """
@@ -215,6 +229,17 @@ def test_an_error_in_backward_reads_as_without_memcomm_once_dynamo_is_loaded(tmp
     assert r.stderr.split("memcomm: hook.rank0.mct")[0].strip() == plain.stderr.strip(), (r.stderr, plain.stderr)
 
 
+def test_a_groups_snapshot_never_replaces_a_ranks_trace(tmp_path, tool):
+    # In a group each rank writes SNAPSHOT.rankR: --snapshot run.mct named run.rank0.mct, the trace.
+    write(tmp_path, "train.py", TRAIN)
+    env = dict(os.environ, OMP_NUM_THREADS="1", RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2")
+    r = subprocess.run([sys.executable, "-m", "memcomm", "--allocator", "cpu", "--trace", "run.mct", "--snapshot", "run.mct",
+                        "train.py", "1", "0"], capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    assert "is this rank's trace" in r.stderr, r.stderr
+    assert (tmp_path / "run.rank0.mct").read_bytes()[:8] == b"MEMCTRC\x1a"
+    assert len(report(tool, tmp_path / "run.rank0.mct")["steps"]) == 1
+
+
 def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
     script = write(tmp_path, "train.py", TRAIN).read_text()
     cases = {
@@ -246,6 +271,12 @@ def test_usage_errors_exit_2_and_the_scripts_own_options_reach_it(tmp_path):
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert not list(tmp_path.glob("*.mct")), args  # nothing ran
         assert (tmp_path / "train.py").read_text() == script, args
+    # A help that standard output did not take is no success (it exited 0, the text lost).
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, "-m", "memcomm", "--help"], stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=60, cwd=tmp_path)
+        assert r.returncode == 1 and "the help is lost" in r.stderr, r.stderr
     # Options after the script are the script's, even -h and memcomm's own names.
     r = run_memcomm(tmp_path, "train.py", "1", "0", "--help", "--trace")
     assert r.returncode == 0 and "argv ['1', '0', '--help', '--trace']" in r.stdout, r.stdout + r.stderr

@@ -4,6 +4,7 @@
 #include "gui_fixture.hpp"
 #include "json_text.hpp"
 #include "snapshot_fixtures.hpp"
+#include "view_traces.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -184,6 +185,11 @@ TEST_CASE("a snapshot opens with the allocation panes and the Summary without th
   CHECK(st.panes.allocations);
   CHECK(st.panes.summary);
   CHECK_FALSE(st.panes.steps);
+  // A trace with steps opened after it brings the step table back (it stayed hidden).
+  app->start_load({view_traces::write_steps(out_dir() + "/steps_after_snapshot.rank0.mct")});
+  for (int i = 0; i < 2000 && app->loading(); ++i) app->frame();
+  REQUIRE_FALSE(st.steps.empty());
+  CHECK(st.panes.steps);
 }
 
 TEST_CASE("two snapshots: the holders pane compares end states as memcomm-trace compare does", "[gui][viewer]") {

@@ -313,6 +313,14 @@ TEST_CASE("headless memcomm-view exits 1 on a script timeout, a failed script sc
     CHECK(run_viewer("--size 320x200 --script " + script + " " + input, &out) == 2);
     CHECK(out.find("inputs_is_output.script:2: screenshot: output " + out_path + " is also an input") != std::string::npos);
   }
+  // A trace the script drops is an input too, of its screenshots and of --screenshot.
+  const std::string dropping = out_dir() + "/inputs_drop_is_output.script";
+  std::ofstream(dropping) << "drop " << input << "\nframes 1\nscreenshot " << link << "\n";
+  CHECK(run_viewer("--size 320x200 --script " + dropping, &out) == 2);
+  CHECK(out.find("inputs_drop_is_output.script:3: screenshot: output " + link + " is also an input") != std::string::npos);
+  std::ofstream(dropping) << "drop " << input << "\nframes 1\n";
+  CHECK(run_viewer("--size 320x200 --screenshot " + input + " --script " + dropping, &out) == 2);
+  CHECK(out.find("--screenshot " + input + ": output " + input + " is also an input") != std::string::npos);
   CHECK(std::filesystem::file_size(input) == size);
   CHECK(run_viewer("--synthetic 1000 --size 320x200 --screenshot " + out_dir() + "/f.png --frames 100000000", &out) == 2);
   CHECK(out.find("--frames must be 1..1000000") != std::string::npos);

@@ -234,7 +234,10 @@ void App::show_allocations_for_stacks() {
   if (!opt_.panes.empty()) return;
   for (const auto& rd : st_.tl.ranks)
     if (rd.stacks) st_.panes.allocations = true;
-  if (st_.panes.allocations && st_.steps.empty()) st_.panes.steps = false;
+  if (!st_.steps.empty() && steps_hidden_) st_.panes.steps = true, steps_hidden_ = false;  // a trace with steps came
+  if (st_.tl.ranks.empty() || panes_set_) return;
+  panes_set_ = true;  // once: after that, the View menu's choice stands
+  if (st_.panes.allocations && st_.steps.empty()) st_.panes.steps = false, steps_hidden_ = true;
 }
 
 std::uint32_t App::ranks_with_spans() const {

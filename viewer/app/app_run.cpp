@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 namespace memcomm::view {
 
@@ -45,14 +46,24 @@ int App::run() {
       std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
       return 2;
     }
+    // Note [Outputs that would destroy data]: the files opened, the script and what it drops are inputs
+    // of its screenshots and of --screenshot/--report-json (main() checked those against the first two).
     std::vector<std::string> inputs = opt_.files;
     inputs.push_back(opt_.script);
-    for (const ScriptCommand& c : script) {  // Note [Outputs that would destroy data]
+    for (const ScriptCommand& c : script)
+      if (c.op == ScriptCommand::Op::Drop) inputs.push_back(c.path);
+    for (const ScriptCommand& c : script) {
       const std::string conflict = c.op == ScriptCommand::Op::Screenshot ? output_conflict(c.path, inputs, false) : "";
       if (conflict.empty()) continue;
       std::fprintf(stderr, "memcomm-view: %s:%d: screenshot: %s\n", opt_.script.c_str(), c.line, conflict.c_str());
       return 2;
     }
+    for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--screenshot", opt_.screenshot},
+                                     {"--report-json", opt_.report_json}})
+      if (const std::string conflict = file.empty() ? "" : output_conflict(file, inputs, false); !conflict.empty()) {
+        std::fprintf(stderr, "memcomm-view: %s %s: %s\n", flag, file.c_str(), conflict.c_str());
+        return 2;
+      }
   }
   std::string error;
   if (!open_window(error)) {

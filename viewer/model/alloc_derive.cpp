@@ -137,7 +137,9 @@ void fold_allocator_state(const AllocEvents& ev, std::size_t from, int device, A
     // reserved), which halves what the curves hold. Events of one time are one state, the last
     // (Note [Live means allocated] in trace/ allocations.hpp): in a snapshot, whose clock spaces its
     // events (Note [Event order within a microsecond]), they are the layout before the trace
-    // (Note [A trace that starts mid-run]), whose blocks pending free pass through allocated.
+    // (Note [A trace that starts mid-run]), whose blocks pending free pass through allocated. The
+    // running-sums fold above keeps each event's sample instead: its ranks' curves are memcomm-trace
+    // report's too, which keeps a momentary peak within one time (memory_series), and the two agree.
     const double v[kLevelCurves] = {static_cast<double>(st.allocated), static_cast<double>(st.allocated + st.pending_free),
                                     static_cast<double>(st.reserved)};
     for (int k = 0; k < kLevelCurves; ++k) {

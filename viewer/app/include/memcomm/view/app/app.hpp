@@ -133,6 +133,8 @@ class App {
   double wait_deadline_ = 0;
   std::uint64_t load_errors_ = 0;
   std::uint64_t script_failures_ = 0;
+  bool panes_set_ = false;              // the first load with data chose the default panes
+  bool steps_hidden_ = false;           // ... and hid the step table for a snapshot (shown again with steps)
   std::uint64_t frames_ = 0;
   double synth_s_ = 0;                  // time to generate + index --synthetic data
   bool live_pending_ = false;           // live: arrivals taken but not yet published (rate limit)
