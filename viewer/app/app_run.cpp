@@ -46,7 +46,7 @@ int App::run() {
       std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
       return 2;
     }
-    // Note [Outputs that would destroy data]: the files opened, the script and what it drops are inputs
+    // The files opened, the script and what it drops are inputs (see Note [Outputs that would destroy data])
     // of its screenshots and of --screenshot/--report-json (main() checked those against the first two).
     std::vector<std::string> inputs = opt_.files;
     inputs.push_back(opt_.script);
