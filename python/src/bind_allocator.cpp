@@ -11,8 +11,10 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace memcomm::py {
 
@@ -143,10 +145,36 @@ pyb::list segments(int device) {
   return out;
 }
 
-// One "device_traces" entry as PyTorch's allocator history writes it.
+// Bytes an event adds to reserved memory (a virtual range's reservation is none: Note [Virtual
+// reservations] in trace/ virtual_reservations.hpp).
+std::int64_t reserved_change(const alloc::AllocEvent& e) {
+  const bool backed = !(e.flags & prof::kSegmentVirtualRange);
+  switch (e.kind) {
+    case alloc::EventKind::SegmentAlloc: return backed ? std::int64_t(e.size) : 0;
+    case alloc::EventKind::SegmentFree: return backed ? -std::int64_t(e.size) : 0;
+    case alloc::EventKind::SegmentMap: return std::int64_t(e.size);
+    case alloc::EventKind::SegmentUnmap: return -std::int64_t(e.size);
+    default: return 0;
+  }
+}
+
+// One "device_traces" entry as PyTorch's allocator history writes it. An `oom` entry carries
+// `device_free`, as PyTorch's does (memory_viz's trace reads it, and raised KeyError without it): the
+// bytes left under the allocator's limit then, its reserved bytes got back from now through the
+// history; 0 where there is no limit (the memory the source had left is not known).
 pyb::list trace(int device) {
+  const std::vector<alloc::AllocEvent> events = history(device).events(device);
+  alloc::CachingAllocator& engine = require_engine(device);
+  const std::size_t cap = engine.config().capacity ? engine.config().capacity : engine.source().capacity();
+  std::vector<std::int64_t> reserved_after(events.size());
+  std::int64_t reserved = engine.stats().reserved_bytes.current;
+  for (std::size_t i = events.size(); i-- > 0;) {
+    reserved_after[i] = reserved;
+    reserved -= reserved_change(events[i]);
+  }
   pyb::list out;
-  for (const alloc::AllocEvent& e : history(device).events(device)) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const alloc::AllocEvent& e = events[i];
     // PyTorch writes no entry for an expandable segment's virtual range, only its maps.
     if (e.kind == alloc::EventKind::SegmentAlloc && (e.flags & prof::kSegmentVirtualRange)) continue;
     pyb::dict d;
@@ -156,6 +184,8 @@ pyb::list trace(int device) {
     d["stream"] = static_cast<std::uint64_t>(e.stream);
     d["time_us"] = e.time_ns / 1000;
     d["frames"] = pyb::list();
+    if (e.kind == alloc::EventKind::Oom)
+      d["device_free"] = cap > 0 ? std::uint64_t(std::max<std::int64_t>(0, std::int64_t(cap) - reserved_after[i])) : 0;
     out.append(d);
   }
   return out;

@@ -4,6 +4,7 @@ import os
 import pickle
 import stat
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -113,6 +114,7 @@ def test_over_the_limit_is_torch_out_of_memory():
         except torch.OutOfMemoryError as e:
             # What accelerate's batch-size finder looks for (see Note [Out of memory as torch words it]).
             assert len(e.args) == 1 and e.args[0].startswith("CPU out of memory. "), e.args
+            assert "DefaultCPUAllocator: can't allocate memory" in e.args[0], e.args  # Lightning's CPU test
         else:
             raise AssertionError("no OutOfMemoryError")
         assert memcomm.memory_stats()["num_ooms"] == 1
@@ -134,7 +136,33 @@ def test_torch_profiler_records_the_allocators_memory_events():
         assert mm and mm[0].cpu_memory_usage >= 256 * 256 * 4, [(e.key, e.cpu_memory_usage) for e in prof.key_averages()]
         frees = [e for e in prof.events() if e.name == "[memory]" and e.cpu_memory_usage < 0]
         assert frees, "the free of b was not recorded"
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            c = torch.empty(7)  # the bytes asked for, as torch's CPU allocator reports them (not a 512 B block)
+        sizes = {e.key: e.cpu_memory_usage for e in prof.key_averages()}
+        assert sizes.get("aten::empty") == 28, sizes
     """)
+
+
+def test_a_snapshot_after_an_out_of_memory_opens_in_memory_viz(tmp_path):
+    # memory_viz's trace read an oom entry's device_free, and raised KeyError without it.
+    path = tmp_path / "oom.pickle"
+    check(f"""
+        import torch, memcomm
+        memcomm.use_allocator("cpu", memory_limit=64 << 20, history=1000)
+        keep = torch.empty(16 << 20, dtype=torch.uint8)
+        try:
+            torch.empty(128 << 20, dtype=torch.uint8)
+        except torch.OutOfMemoryError:
+            pass
+        memcomm.dump_snapshot({str(path)!r})
+    """)
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    ooms = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
+    assert len(ooms) == 1 and 0 < ooms[0]["device_free"] <= 64 << 20, ooms
+    r = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "trace", str(path)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "OutOfMemoryError # 128.0MiB requested, 48.0MiB free" in r.stdout, r.stdout + r.stderr
 
 
 def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):

@@ -10,6 +10,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 
@@ -21,8 +22,14 @@ CachingAllocator* g_engine = nullptr;  // Note [Adapter lifetime]: leaked on pur
 
 const c10::Device kCpu(c10::DeviceType::CPU);
 
+// The engine's message without its "memcomm: " (the adapter's message names memcomm already).
+const char* without_prefix(const char* what) {
+  constexpr char kPrefix[] = "memcomm: ";
+  return std::strncmp(what, kPrefix, sizeof kPrefix - 1) == 0 ? what + sizeof kPrefix - 1 : what;
+}
+
 // Frees and allocations reported while a profile records memory (see Note [Memory events for torch.profiler]).
-void free_block(void* ptr) { deallocate_reported(*g_engine, ptr, kCpu); }
+void free_block(void* ptr) { deallocate_reported(*g_engine, ptr, kCpu, ReportedBytes::Requested); }
 
 class TorchCpuAdapter final : public c10::Allocator {
  public:
@@ -34,11 +41,13 @@ class TorchCpuAdapter final : public c10::Allocator {
       // Note [Out of memory as torch words it]: batch-size finders tell an out-of-memory worth a retry
       // with a smaller batch by its message: accelerate's find_executable_batch_size (Hugging Face's
       // auto_find_batch_size) looks for " out of memory." (torch's "CUDA out of memory. Tried to
-      // allocate..."), Lightning's for "CUDA" and "out of memory". memcomm's start as torch's do, so
-      // they halve the batch under memcomm's allocator too (the run ended there).
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory. memcomm's allocator: ", oom.what());
+      // allocate..."); Lightning's scale_batch_size for "CUDA" and "out of memory", or on the CPU for
+      // torch's "DefaultCPUAllocator: can't allocate memory". memcomm's say the same, so they halve
+      // the batch under memcomm's allocator too (the run ended there).
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory. memcomm's allocator (in place of ",
+                       "DefaultCPUAllocator: can't allocate memory): ", without_prefix(oom.what()));
     }
-    report_allocation(*g_engine, p, kCpu);
+    report_allocation(*g_engine, p, kCpu, ReportedBytes::Requested);
     return {p, p, &free_block, kCpu};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }

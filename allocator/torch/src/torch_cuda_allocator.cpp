@@ -179,13 +179,15 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
         const int device = it->second;
         foreign_.erase(it);
         foreign_live_.fetch_sub(1, std::memory_order_release);
-        deallocate_reported(*engines_[device].load(), ptr, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+        deallocate_reported(*engines_[device].load(), ptr, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)),
+                            ReportedBytes::Blocks);
         return;
       }
     }
     const int home = home_.load(std::memory_order_acquire);
     TORCH_CHECK(home >= 0, "memcomm's CUDA allocator: free of ", ptr, " before any allocation");
-    deallocate_reported(*engines_[home].load(), ptr, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(home)));
+    deallocate_reported(*engines_[home].load(), ptr, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(home)),
+                        ReportedBytes::Blocks);
   }
 
   // --- lifecycle ----------------------------------------------------------------------------
@@ -430,7 +432,7 @@ class TorchCudaAdapter final : public cca::CUDAAllocator {
     } catch (const SourceError& err) {
       TORCH_CHECK(false, "memcomm's CUDA allocator, device ", device, ": ", err.what());
     }
-    report_allocation(engine, p, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+    report_allocation(engine, p, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)), ReportedBytes::Blocks);
     if (device != home_.load(std::memory_order_relaxed)) {  // Note [Which engine frees a pointer]
       std::lock_guard<std::mutex> lock(foreign_mu_);
       foreign_[p] = device;
