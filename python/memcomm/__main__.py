@@ -37,7 +37,7 @@ from memcomm import _memcomm
 from memcomm._caller import NothingRecorded, ProfileAdvice, RunnerWarnings, in_memcomm, say
 from memcomm._ending import CloseOnce, close, closed_before_exec, closed_before_os_exit, closed_on_sigterm
 from memcomm._profiler.ddp_buckets import recording_ddp_buckets
-from memcomm._relaunched import RelaunchesProfiled
+from memcomm._relaunched import RelaunchesProfiled, same_file
 from memcomm._spawned import ChildProcesses, profiling_spawned_processes
 
 _EPILOG = """\
@@ -231,7 +231,7 @@ def _help_lost(error: BaseException) -> None:
 
 def _snapshot_conflict(snapshot: str, trace: str, script: Optional[str]) -> str:
     """Why --snapshot would overwrite the script or a rank's trace (it replaced them, exit 0), or ""."""
-    if script and os.path.exists(script) and os.path.exists(snapshot) and os.path.samefile(script, snapshot):
+    if script and same_file(script, snapshot):
         return f"--snapshot {snapshot} is the script {script}; it would be overwritten"
     stem = trace[:-4] if trace.endswith(".mct") and len(trace) > 4 else trace
     folder, name = os.path.split(os.path.abspath(stem))

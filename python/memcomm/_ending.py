@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, List
 import memcomm
 from memcomm import _memcomm
 from memcomm._caller import say
+from memcomm._relaunched import same_file
 
 # How long a SIGTERM'd process may take to close its trace before it ends anyway: well inside the
 # time torchrun (30 s) and Slurm (KillWait, 30 s by default) give before SIGKILL.
@@ -43,7 +44,7 @@ def close(options: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
     if options.snapshot:
         path = snapshot_path(options.snapshot, profiler.rank, profiler.world)
         try:
-            if profiler.trace_file and _same_file(path, profiler.trace_file):  # a group's names, known only now
+            if profiler.trace_file and same_file(path, profiler.trace_file):  # a group's names, known only now
                 raise OSError(f"is this rank's trace ({profiler.trace_file}); not written over it")
             memcomm.dump_snapshot(path, options.allocator[0])
         except (OSError, RuntimeError) as e:
@@ -53,13 +54,6 @@ def close(options: argparse.Namespace, profiler: memcomm.Profiler) -> bool:
     # One write: the lines of ranks that end at once do not interleave.
     say(f"memcomm: {profiler.trace_file}: {events} events{dropped_text}\n")
     return whole
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them is not there
-        return False
 
 
 class CloseOnce:

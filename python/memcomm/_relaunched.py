@@ -58,7 +58,8 @@ def _names_a_rank(env: Any) -> bool:
         return False
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (False when either is not there)."""
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -107,7 +108,7 @@ def _with_package_on_path(env: Optional[dict]) -> Optional[dict]:
         return env
     env = dict(os.environ if env is None else env)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if not any(_same_file(p, folder) for p in paths):
+    if not any(same_file(p, folder) for p in paths):
         env["PYTHONPATH"] = os.pathsep.join([folder] + paths)
     return env
 
@@ -129,7 +130,7 @@ class RelaunchesProfiled:
         if self._launched or not _names_a_rank(os.environ if env is None else env):
             return None
         command = [os.fspath(c) for c in command] if all(isinstance(c, (str, os.PathLike)) for c in command) else None
-        if not command or not _same_file(command[0], self._python):
+        if not command or not same_file(command[0], self._python):
             return None
         options_end = _interpreter_options_end(command)
         at = self._target.starts_at(command, options_end, os.fspath(kwargs.get("cwd") or os.getcwd()))
