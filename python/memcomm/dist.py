@@ -21,6 +21,13 @@ def _world(group: Any) -> int:
     return _dist.get_world_size(group) if group is not None else _dist.get_world_size()
 
 
+def _nbytes(name: str, tensor: Any) -> int:
+    """A tensor argument's bytes; a TypeError naming it for anything else (a list raised AttributeError)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    return tensor.nbytes
+
+
 def _run(op: str, tensor: Optional[torch.Tensor], nbytes: int, group: Any, async_op: bool, call: Any) -> Any:
     p = _running.profiler
     if p is None:
@@ -31,48 +38,49 @@ def _run(op: str, tensor: Optional[torch.Tensor], nbytes: int, group: Any, async
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
     """torch.distributed.all_reduce, recorded."""
-    return _run("all_reduce", tensor, tensor.nbytes, group, async_op,
+    return _run("all_reduce", tensor, _nbytes("tensor", tensor), group, async_op,
                 lambda: _dist.all_reduce(tensor, op=op, group=group, async_op=async_op))
 
 
 def broadcast(tensor: torch.Tensor, src: Optional[int] = None, group: Any = None, async_op: bool = False,
               **kwargs: Any) -> Any:
     """torch.distributed.broadcast, recorded (other keywords, such as group_src, go to torch)."""
-    return _run("broadcast", tensor, tensor.nbytes, group, async_op,
+    return _run("broadcast", tensor, _nbytes("tensor", tensor), group, async_op,
                 lambda: _dist.broadcast(tensor, src, group=group, async_op=async_op, **kwargs))
 
 
 def reduce(tensor: torch.Tensor, dst: Optional[int] = None, op: Any = ReduceOp.SUM, group: Any = None,
            async_op: bool = False, **kwargs: Any) -> Any:
     """torch.distributed.reduce, recorded (other keywords, such as group_dst, go to torch)."""
-    return _run("reduce", tensor, tensor.nbytes, group, async_op,
+    return _run("reduce", tensor, _nbytes("tensor", tensor), group, async_op,
                 lambda: _dist.reduce(tensor, dst, op=op, group=group, async_op=async_op, **kwargs))
 
 
 def all_gather(tensor_list: List[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
     """torch.distributed.all_gather, recorded (bytes: the gathered total)."""
-    return _run("all_gather", tensor, tensor.nbytes * _world(group), group, async_op,
+    return _run("all_gather", tensor, _nbytes("tensor", tensor) * _world(group), group, async_op,
                 lambda: _dist.all_gather(tensor_list, tensor, group=group, async_op=async_op))
 
 
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any = None,
                            async_op: bool = False) -> Any:
     """torch.distributed.all_gather_into_tensor, recorded (bytes: the gathered total)."""
-    return _run("all_gather", input_tensor, output_tensor.nbytes, group, async_op,
+    _nbytes("input_tensor", input_tensor)
+    return _run("all_gather", input_tensor, _nbytes("output_tensor", output_tensor), group, async_op,
                 lambda: _dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op))
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None,
                           async_op: bool = False) -> Any:
     """torch.distributed.reduce_scatter_tensor, recorded (bytes: the input's)."""
-    return _run("reduce_scatter", input, input.nbytes, group, async_op,
+    return _run("reduce_scatter", input, _nbytes("input", input), group, async_op,
                 lambda: _dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op))
 
 
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes: Optional[List[int]] = None,
                       input_split_sizes: Optional[List[int]] = None, group: Any = None, async_op: bool = False) -> Any:
     """torch.distributed.all_to_all_single, recorded (bytes: the input's, whatever the splits)."""
-    return _run("all_to_all", input, input.nbytes, group, async_op,
+    return _run("all_to_all", input, _nbytes("input", input), group, async_op,
                 lambda: _dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group,
                                                 async_op=async_op))
 

@@ -1182,6 +1182,8 @@ BAD_CALLS = [
     ("memcomm.comm_hook(3)", TypeError),
     ("memcomm.comm_hook('fp16', wire_dtype='half')", TypeError),
     ("memcomm.loader(5)", TypeError),
+    ("memcomm.dist.all_reduce([1, 2])", TypeError),  # AttributeError: 'list' object has no attribute 'nbytes'
+    ("memcomm.dist.all_to_all_single(torch.zeros(2), 'x')", TypeError),
     ("memcomm.category('weights').__enter__()", ValueError),
 ]
 
