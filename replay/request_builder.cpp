@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "memcomm/trace/virtual_reservations.hpp"
 
 namespace memcomm::replay {
@@ -155,9 +157,13 @@ DeviceRequests RequestBuilder::finish() {
   out_.requests.insert(out_.requests.end(), traced_.begin(), traced_.end());
   out_.block_count = static_cast<std::uint32_t>(block_size_.size());
 
+  constexpr std::uint64_t kMostLive = std::uint64_t{1} << 62;  // Note [Live bytes past 4 EiB]
   std::uint64_t cur = 0;
   for (const Request& r : out_.requests) {
     if (r.op == Request::Op::alloc) {
+      if (r.size > kMostLive - cur)
+        throw LiveBytesTooLarge(fmt::format("device {}: live bytes pass 2^62 (4 EiB) with a block of {} bytes: no "
+                                            "allocator holds that much; the sizes are not a real run's", out_.device, r.size));
       cur += r.size;
       out_.peak_live = std::max(out_.peak_live, cur);
     } else if (r.op == Request::Op::free) {

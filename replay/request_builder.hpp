@@ -6,12 +6,22 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "memcomm/replay/requests.hpp"
 #include "memcomm/trace/allocator_fold.hpp"
 
 namespace memcomm::replay {
+
+// Note [Live bytes past 4 EiB]: sizes in a trace are the file's word; no allocator holds 2^62 bytes
+// (memcomm's sizes stop there, bytes.hpp), and live sums past 2^64 wrapped round: a crafted profile
+// of three blocks near 2^63 bytes broke a policy's invariant (an internal error, exit 1) where it is
+// an input error. A device whose live bytes pass 2^62 at any point is refused; load_trace() names the
+// file.
+struct LiveBytesTooLarge : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class RequestBuilder final : private prof::FoldObserver {
  public:
@@ -45,7 +55,8 @@ class RequestBuilder final : private prof::FoldObserver {
   // pre-trace block, never freed. Call after the trace's events. Returns that block's bytes (0: none).
   std::uint64_t untraced_live(std::uint64_t live_before);
 
-  // Pre-trace blocks first (address order), then the trace; peaks and recorded figures.
+  // Pre-trace blocks first (address order), then the trace; peaks and recorded figures. Throws
+  // LiveBytesTooLarge when the live bytes pass 2^62 (Note [Live bytes past 4 EiB]).
   DeviceRequests finish();
 
  private:

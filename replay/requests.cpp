@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -111,39 +110,8 @@ TraceRequests build_requests(const snapshot::Snapshot& snap) {
 // torch.profiler traces (gzip, or JSON: prof::is_kineto_candidate) are read by kineto_trace.cpp
 // through the trace layer's Kineto reader (Note [Replaying a torch.profiler memory profile]).
 namespace {
-// Note [Live bytes past 4 EiB]: sizes in a trace are the file's word; no allocator holds 2^62 bytes
-// (memcomm's sizes stop there, bytes.hpp), and live sums past 2^64 wrapped round: a crafted profile
-// of three blocks near 2^63 bytes broke a policy's invariant (an internal error, exit 1) where it is
-// an input error. A device whose live bytes pass 2^62 at any point is refused, naming the file.
-void check_live_bytes(const std::string& path, const TraceRequests& trace) {
-  constexpr std::uint64_t kMost = std::uint64_t{1} << 62;
-  for (const DeviceRequests& d : trace.devices) {
-    std::vector<std::uint64_t> size(d.block_count, 0);
-    std::uint64_t live = 0;
-    for (const Request& q : d.requests) {
-      if (q.op == Request::Op::alloc && q.block < size.size()) {
-        if (q.size > kMost - live)
-          throw snapshot::ReadError(path, snapshot::kNoOffset,
-                                    fmt::format("device {}: live bytes pass 2^62 (4 EiB) with a block of {} bytes: no "
-                                                "allocator holds that much; the sizes are not a real run's", d.device, q.size));
-        live += size[q.block] = q.size;
-      } else if (q.op == Request::Op::free && q.block < size.size()) {
-        live -= std::exchange(size[q.block], 0);
-      }
-    }
-  }
-}
-}  // namespace
-
-TraceRequests load_trace(const std::string& path, const LoadProgress& progress) {
-  auto t0 = std::chrono::steady_clock::now();
-  TraceRequests out;
-  if (prof::is_kineto_candidate(path)) {  // streamed by the reader: the file is not read whole here
-    out = read_kineto_trace(path);
-    check_live_bytes(path, out);
-    out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return out;
-  }
+TraceRequests read_trace(const std::string& path, const LoadProgress& progress) {
+  if (prof::is_kineto_candidate(path)) return read_kineto_trace(path);  // streamed by the reader: not read whole here
   std::vector<std::uint8_t> bytes = snapshot::read_file_bytes(path);
   if (bytes.empty()) throw snapshot::ReadError(path, snapshot::kNoOffset, "empty file (0 bytes)");
   if (snapshot::is_pickle_start(bytes[0])) {
@@ -152,18 +120,28 @@ TraceRequests load_trace(const std::string& path, const LoadProgress& progress) 
     opts.progress = progress.callback;
     opts.progress_user = progress.user;
     snapshot::Snapshot snap = snapshot::parse_snapshot(bytes.data(), bytes.size(), path, opts);
-    out = build_requests(snap);
-  } else if (bytes.size() >= 8 && std::memcmp(bytes.data(), "MEMCTRC\x1A", 8) == 0) {
+    return build_requests(snap);
+  }
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), "MEMCTRC\x1A", 8) == 0) {
     bytes.clear();
     bytes.shrink_to_fit();
-    out = read_mct_trace(path);  // memory-maps the file itself
-  } else {
-    throw snapshot::ReadError(path, 0, fmt::format("unknown trace format (first bytes {:02x}{}): expected a PyTorch memory "
-                                                   "snapshot pickle (first byte 0x80), a memcomm trace (.mct) or a "
-                                                   "torch.profiler trace (JSON, or gzip: 1f 8b)", bytes[0],
-                                                   bytes.size() > 1 ? fmt::format(" {:02x}", bytes[1]) : ""));
+    return read_mct_trace(path);  // memory-maps the file itself
   }
-  check_live_bytes(path, out);
+  throw snapshot::ReadError(path, 0, fmt::format("unknown trace format (first bytes {:02x}{}): expected a PyTorch memory "
+                                                 "snapshot pickle (first byte 0x80), a memcomm trace (.mct) or a "
+                                                 "torch.profiler trace (JSON, or gzip: 1f 8b)", bytes[0],
+                                                 bytes.size() > 1 ? fmt::format(" {:02x}", bytes[1]) : ""));
+}
+}  // namespace
+
+TraceRequests load_trace(const std::string& path, const LoadProgress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TraceRequests out;
+  try {
+    out = read_trace(path, progress);
+  } catch (const LiveBytesTooLarge& e) {  // Note [Live bytes past 4 EiB]: the file's fault
+    throw snapshot::ReadError(path, snapshot::kNoOffset, e.what());
+  }
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
