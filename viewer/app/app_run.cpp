@@ -28,6 +28,24 @@
 namespace memcomm::view {
 
 namespace {
+// The files opened, the script and the files it drops are the inputs (see Note [Outputs that would
+// destroy data]) of --screenshot, --report-json and the script's screenshots. Returns what to refuse, or "".
+std::string input_overwritten(const AppOptions& opt, const std::vector<ScriptCommand>& script) {
+  std::vector<std::string> inputs = opt.files;
+  if (!opt.script.empty()) inputs.push_back(opt.script);
+  for (const ScriptCommand& c : script)
+    if (c.op == ScriptCommand::Op::Drop) inputs.push_back(c.path);
+  for (const ScriptCommand& c : script)
+    if (c.op == ScriptCommand::Op::Screenshot)
+      if (const std::string conflict = output_conflict(c.path, inputs, false); !conflict.empty())
+        return fmt::format("{}:{}: screenshot: {}", opt.script, c.line, conflict);
+  for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--screenshot", opt.screenshot},
+                                   {"--report-json", opt.report_json}})
+    if (const std::string conflict = file.empty() ? "" : output_conflict(file, inputs, false); !conflict.empty())
+      return fmt::format("{} {}: {}", flag, file, conflict);
+  return "";
+}
+
 std::size_t rss_bytes() {
   std::ifstream f("/proc/self/statm");
   std::size_t pages = 0, resident = 0;
@@ -46,24 +64,10 @@ int App::run() {
       std::fprintf(stderr, "memcomm-view: %s\n", error.c_str());
       return 2;
     }
-    // The files opened, the script and what it drops are inputs (see Note [Outputs that would destroy data])
-    // of its screenshots and of --screenshot/--report-json (main() checked those against the first two).
-    std::vector<std::string> inputs = opt_.files;
-    inputs.push_back(opt_.script);
-    for (const ScriptCommand& c : script)
-      if (c.op == ScriptCommand::Op::Drop) inputs.push_back(c.path);
-    for (const ScriptCommand& c : script) {
-      const std::string conflict = c.op == ScriptCommand::Op::Screenshot ? output_conflict(c.path, inputs, false) : "";
-      if (conflict.empty()) continue;
-      std::fprintf(stderr, "memcomm-view: %s:%d: screenshot: %s\n", opt_.script.c_str(), c.line, conflict.c_str());
-      return 2;
-    }
-    for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--screenshot", opt_.screenshot},
-                                     {"--report-json", opt_.report_json}})
-      if (const std::string conflict = file.empty() ? "" : output_conflict(file, inputs, false); !conflict.empty()) {
-        std::fprintf(stderr, "memcomm-view: %s %s: %s\n", flag, file.c_str(), conflict.c_str());
-        return 2;
-      }
+  }
+  if (const std::string overwritten = input_overwritten(opt_, script); !overwritten.empty()) {
+    std::fprintf(stderr, "memcomm-view: %s\n", overwritten.c_str());
+    return 2;
   }
   std::string error;
   if (!open_window(error)) {

@@ -6,7 +6,6 @@
 
 #include <CLI/CLI.hpp>
 #include <memcomm/common/cli_checks.hpp>
-#include <memcomm/common/output_path.hpp>
 #include <memcomm/common/replacing_file.hpp>
 #include <memcomm/common/standard_output.hpp>
 
@@ -132,13 +131,11 @@ bool check_options(memcomm::view::AppOptions& opt, const FlagText& text, bool li
     return false;
   }
   // Outputs checked before any work (Note [Outputs replaced whole]): a folder that does not exist, a
-  // folder given as the file, or '-', which is no file here.
+  // folder given as the file, or '-', which is no file here. One that is an input: App::run, which
+  // knows the script's dropped files too.
   for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--screenshot", opt.screenshot},
                                    {"--report-json", opt.report_json}}) {
-    std::vector<std::string> inputs = opt.files;
-    if (!opt.script.empty()) inputs.push_back(opt.script);
-    std::string problem = file.empty() ? "" : memcomm::output_conflict(file, inputs, false);  // Note [Outputs that would destroy data]
-    if (problem.empty() && !file.empty()) problem = memcomm::replace_problem(file);
+    const std::string problem = file.empty() ? "" : memcomm::replace_problem(file);
     if (!problem.empty()) {
       std::fprintf(stderr, "memcomm-view: %s %s: %s\n", flag, file.c_str(), problem.c_str());
       return false;
