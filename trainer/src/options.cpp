@@ -30,6 +30,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The machine's physical memory in bytes (0 when unknown), which flags whose memory is known ahead are
+// held to.
+double machine_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_bytes > 0 ? double(pages) * double(page_bytes) : 0.0;
+}
+
 // CLI11 reports parse errors itself; we keep its message but use exit code 2 for every usage error.
 [[noreturn]] void usage_error(const char* program, const std::string& msg) {
   std::fprintf(stderr, "%s: %s\nRun '%s --help' for the flags.\n", program, msg.c_str(), program);
@@ -109,7 +116,7 @@ void check_train_options(const TrainOptions& o, const char* program) {
     // Each local rank draws every epoch's order of the whole set (16 bytes a sample) before its first
     // step: 2^31 samples took 17.6 GB and ran no step in a minute, on a machine of 23 GB.
     const double order = 16.0 * double(o.synthetic_size) * double(std::max(1, o.nproc));
-    const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    const double ram = machine_memory();
     if (ram > 0 && order > ram / 2)
       usage_error(fmt::format("--synthetic-size {} on {} local rank(s): each epoch's sample order alone needs {}, more "
                               "than half of this machine's {} of memory", o.synthetic_size, std::max(1, o.nproc),
@@ -130,7 +137,7 @@ void check_train_options(const TrainOptions& o, const char* program) {
     // swap until the kernel ends the run, silently.
     const double tokens = double(o.batch_size) * double(o.seq_len) * double(std::max(1, o.nproc));
     const double bound = 4.0 * tokens * (double(o.vocab) + 11.0 * double(o.layers) * double(o.width));
-    const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    const double ram = machine_memory();
     if (ram > 0 && bound > ram)
       usage_error(fmt::format("--seq-len {} with --batch-size {} on {} local rank(s): the logits and the activations "
                               "kept for backward alone need {}, more than this machine's {} of memory",
