@@ -30,6 +30,26 @@ TEST_CASE("sizes are rounded to min_block and blocks are aligned", "[allocator][
   a.check_invariants();
 }
 
+TEST_CASE("host memory rounds to 64 B, a device's to 512 B, unless the configuration names one", "[allocator][blocks]") {
+  CachingAllocator host(make_source("host", {}));
+  CHECK(host.config().min_block == kHostMinBlock);
+  void* scalars[3] = {host.allocate(4), host.allocate(65), host.allocate(8)};
+  CHECK(host.block_size(scalars[0]) == 64);
+  CHECK(host.block_size(scalars[1]) == 128);
+  CHECK(addr(scalars[2]) - addr(scalars[1]) == 128);  // packed: a scalar's block is a cache line
+  for (void* p : scalars) CHECK(addr(p) % 64 == 0);
+  for (void* p : scalars) host.deallocate(p);
+  CachingAllocator device(simulated());
+  CHECK(device.config().min_block == kDeviceMinBlock);
+  AllocatorConfig named;
+  named.min_block = 512;
+  CachingAllocator host_named(make_source("host", {}), named);
+  void* p = host_named.allocate(4);
+  CHECK(host_named.block_size(p) == 512);
+  host_named.deallocate(p);
+  host.check_invariants();
+}
+
 TEST_CASE("a segment is split for the request and the rest stays free", "[allocator][blocks][split]") {
   CachingAllocator a(simulated(), whole_segments());
   void* p = a.allocate(100 * KiB);  // small pool: one 2 MiB segment

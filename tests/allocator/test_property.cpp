@@ -49,7 +49,7 @@ void run(std::uint64_t seed, const AllocatorConfig& config, std::size_t capacity
       const auto x = addr(p);
       const std::size_t bsize = a.block_size(p);
       REQUIRE(bsize >= size);
-      REQUIRE(x % config.min_block == 0);
+      REQUIRE(x % a.config().min_block == 0);
       // No overlap with the neighbours in the shadow.
       auto next = live.lower_bound(x);
       if (next != live.end()) REQUIRE(x + bsize <= next->first);

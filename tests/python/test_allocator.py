@@ -56,6 +56,19 @@ def test_cpu_tensors_live_in_memcomm_and_earlier_ones_stay_valid():
     """)
 
 
+def test_a_cpu_scalar_takes_a_cache_line_not_a_device_block():
+    # 64 B on the host, as LibTorch's CPU alignment (see Note [Rounding follows the memory]).
+    check("""
+        import torch, memcomm
+        memcomm.use_allocator("cpu")
+        base = memcomm.memory_stats()["allocated_bytes.all.current"]
+        scalars = [torch.tensor(float(i)) for i in range(10000)]
+        held = memcomm.memory_stats()["allocated_bytes.all.current"] - base
+        assert 64 * len(scalars) <= held < 65 * len(scalars), held  # 512 B each before
+        assert sum(float(t) for t in scalars) == 9999 * 10000 / 2
+    """)
+
+
 def test_empty_cache_gives_memory_back_and_peaks_reset():
     check("""
         import torch, memcomm

@@ -63,8 +63,6 @@ CachingAllocator& install_torch_cpu_allocator(const TorchAllocatorOptions& optio
     if (!source->host_accessible())
       throw std::invalid_argument("install_torch_cpu_allocator: source '" + options.source +
                                   "' does not give memory the CPU can touch; use \"host\"");
-    if (options.config.min_block < 64)
-      throw std::invalid_argument("install_torch_cpu_allocator: min_block must be >= 64 (LibTorch's CPU alignment)");
     g_engine = new CachingAllocator(std::move(source), options.config);
     if (options.observer) g_engine->add_observer(options.observer);
     static TorchCpuAdapter* adapter = new TorchCpuAdapter();  // Note [Adapter lifetime]

@@ -7,9 +7,15 @@
 
 namespace memcomm::alloc {
 
+// The rounding of min_block = 0 (Note [Rounding follows the memory] in caching_allocator.cpp).
+inline constexpr std::size_t kHostMinBlock = 64;     // LibTorch's CPU alignment
+inline constexpr std::size_t kDeviceMinBlock = 512;  // PyTorch's CUDA allocator's kMinBlockSize
+
 struct AllocatorConfig {
   // --- rounding and pools (Note [Pools and size classes]) ---
-  std::size_t min_block = 512;             // every size is rounded up to a multiple of this (>= 64, power of 2)
+  // Every size is rounded up to a multiple of this (a power of 2 >= 64); 0 = the source's rounding:
+  // 64 B on host memory, 512 B on a device or simulated one (Note [Rounding follows the memory]).
+  std::size_t min_block = 0;
   std::size_t small_size = 1u << 20;       // requests <= this go to the small pool
   std::size_t small_segment = 2u << 20;    // whole-segment sources: small pool segment size
   std::size_t medium_segment = 20u << 20;  // whole-segment sources: segment for requests < 10 MiB
