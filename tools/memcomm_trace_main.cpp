@@ -125,14 +125,14 @@ struct Subcommands {
 };
 
 CLI::App* add_files(CLI::App* sub, Args& a) {
-  sub->add_option("FILE", a.files, "trace files")->required()->check(CLI::ExistingFile);
+  sub->add_option("FILE", a.files, "trace files")->required()->check(memcomm::existing_file());
   return sub;
 }
 
 void add_convert(CLI::App& app, Args& a, Subcommands& s) {
   s.convert = app.add_subcommand("convert", "Write one trace (a torch.profiler .json/.json.gz, or an .mct file of one "
                                             "rank) as a compact, crash-safe per-rank .mct file; prints the size ratio");
-  s.convert->add_option("IN", a.convert_in, "input trace")->required()->check(CLI::ExistingFile);
+  s.convert->add_option("IN", a.convert_in, "input trace")->required()->check(memcomm::existing_file());
   s.convert->add_option("OUT", a.convert_out, "output .mct file")->required();
   s.convert->add_option("--codec", a.codec, "chunk compression: zstd (smaller) or lz4 (faster)")
       ->check(CLI::IsMember({"zstd", "lz4"}))
@@ -168,7 +168,7 @@ void add_memory(CLI::App& app, Args& a, Subcommands& s) {
                                           "known only by the stack of its free, is shown under that heading, as "
                                           "memory_viz does), or by block category in one rank of a .mct or "
                                           "torch.profiler trace (they record no stacks)");
-  s.memory->add_option("FILE", a.files, "snapshot (torch.cuda.memory._dump_snapshot) or trace")->required()->expected(1)->check(CLI::ExistingFile);
+  s.memory->add_option("FILE", a.files, "snapshot (torch.cuda.memory._dump_snapshot) or trace")->required()->expected(1)->check(memcomm::existing_file());
   add_memory_options(s.memory, a);
   add_segments_option(s.memory, a);
   s.memory->add_flag("--events", a.memory.events,
@@ -177,8 +177,8 @@ void add_memory(CLI::App& app, Args& a, Subcommands& s) {
                      "the innermost Python frame");
   s.compare = app.add_subcommand("compare", "What grew between two PyTorch memory snapshots (or traces): live bytes "
                                             "by allocation stack in each, largest growth first");
-  s.compare->add_option("BEFORE", a.before, "earlier snapshot or trace")->required()->check(CLI::ExistingFile);
-  s.compare->add_option("AFTER", a.after, "later snapshot or trace")->required()->check(CLI::ExistingFile);
+  s.compare->add_option("BEFORE", a.before, "earlier snapshot or trace")->required()->check(memcomm::existing_file());
+  s.compare->add_option("AFTER", a.after, "later snapshot or trace")->required()->check(memcomm::existing_file());
   add_memory_options(s.compare, a);
   s.compare->add_flag("--segments", a.memory.segments,
                       "snapshots: the segments (by address and size) only in BEFORE and only in AFTER instead, per "

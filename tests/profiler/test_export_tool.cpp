@@ -285,8 +285,18 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input, usage and an output
   CHECK(out.find("magic") == std::string::npos);
   CHECK(run(tool() + " info " + bad, out) == 2);
   CHECK(out.find("empty file (0 bytes)") != std::string::npos);
-  // A missing file is a usage error.
+  // A missing file is a usage error, and so is a symbolic link loop or a folder, each named as what it is
+  // (CLI11's check said "File does not exist" for all three).
   CHECK(run(tool() + " report " + base + ".missing.mct", out) == 2);
+  CHECK(out.find(base + ".missing.mct: no such file") != std::string::npos);
+  const std::string loop = base + ".loop.mct";
+  std::filesystem::remove(loop);
+  std::filesystem::create_symlink(loop, loop);
+  CHECK(run(tool() + " info " + loop, out) == 2);
+  CHECK(out.find(loop + ": Too many levels of symbolic links") != std::string::npos);
+  std::filesystem::remove(loop);
+  CHECK(run(tool() + " memory " + std::filesystem::temp_directory_path().string(), out) == 2);
+  CHECK(out.find(": is a folder, not a file") != std::string::npos);
 
   // --rows must be a count; the message says so in words.
   for (const char* rows : {"0", "-3", "many", "2.5", "1e3"}) {

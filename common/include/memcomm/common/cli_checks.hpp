@@ -6,9 +6,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -62,6 +65,20 @@ inline CLI::Validator whole_number(long long min) {
         return n >= min ? std::string() : expected;
       },
       ">= " + std::to_string(min));
+}
+
+// `option->check(existing_file())`: a path stat() can reach that is no folder. CLI11's ExistingFile
+// says "File does not exist" for any failure; this says the system's reason (a symbolic link loop, a
+// folder on the way that cannot be searched). Pipes and devices the reader refuses (Note [Inputs are
+// regular files]).
+inline CLI::Validator existing_file() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        struct stat st {};
+        if (::stat(value.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? value + ": is a folder, not a file (give the files in it, as " + value + "/*)" : std::string();
+        return value + ": " + (errno == ENOENT ? std::string("no such file") : std::strerror(errno));
+      },
+      "FILE");
 }
 
 // `option->check(positive_number())`: a number greater than 0 (fractions allowed).
