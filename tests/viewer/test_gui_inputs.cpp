@@ -77,6 +77,23 @@ TEST_CASE("a file open already is not loaded again as a second rank", "[gui][vie
         }) == 2);
 }
 
+TEST_CASE("a second file's rank 0 shown as another rank is said, in one load or dropped later", "[gui][viewer]") {
+  // Both files name rank 0: the second was shown as rank 1 with no word (memcomm-trace refuses the pair).
+  const std::string a = view_traces::write_steps(out_dir() + "/rank0_a.mct");
+  const std::string b = view_traces::write_steps(out_dir() + "/rank0_b.mct");
+  const std::string c = view_traces::write_steps(out_dir() + "/rank0_c.mct");
+  auto app = make_app(1000, 600, "");
+  AppState& st = app->state();
+  run_script_and_load(*app, "drop " + a + "\ndrop " + b + "\nframes 2\n");
+  run_script_and_load(*app, "drop " + c + "\nframes 2\n");
+  INFO(nlohmann::json(st.messages).dump());
+  REQUIRE(st.tl.ranks.size() == 3);
+  for (const auto& [file, shown] : {std::pair<std::string, int>{b, 1}, {c, 2}})
+    CHECK(std::count(st.messages.begin(), st.messages.end(),
+                     "warning: " + file + ": rank 0 is shown as rank " + std::to_string(shown) +
+                         ": a file opened before it holds rank 0 too") == 1);
+}
+
 TEST_CASE("memcomm-view --listen FILE is a usage error, not an address to resolve", "[gui][viewer]") {
   const std::string trace = view_traces::write_steps(out_dir() + "/listen_file.mct");
   std::string out;

@@ -140,6 +140,15 @@ class StringTable {
   std::unordered_map<std::string, std::uint32_t> ids_;
 };
 
+// A rank shown under an id that is not its own (Note [Rank ids across files]): `incoming` when the
+// rank of the file being added moved, false when a stand-in id loaded earlier made way for it.
+struct RankMove {
+  std::uint32_t from = 0, to = 0;
+  bool incoming = true;
+};
+// The warning that says so; `files` names what was being added.
+std::string describe(const RankMove& m, const std::string& files);
+
 // The whole loaded data set.
 struct Timeline {
   StringTable strings;
@@ -150,14 +159,15 @@ struct Timeline {
   std::vector<prof::RunFacts> runs;  // what each file's ranks say about their run (Note [One run or several])
 
   // Moves the ranks of `other` in (string ids remapped), then re-matches collectives. A rank id both
-  // hold is kept apart by renumbering (Note [Rank ids across files]).
-  void merge(Timeline&& other);
+  // hold is kept apart by renumbering (Note [Rank ids across files]); the renumberings are returned,
+  // for the user to be told.
+  std::vector<RankMove> merge(Timeline&& other);
   // Bytes held by the model (capacity, not size), for the B/event budget.
   std::size_t memory_bytes() const;
   bool empty() const { return ranks.empty(); }
 
  private:
-  void take_ranks(std::vector<RankData>&& incoming);
+  std::vector<RankMove> take_ranks(std::vector<RankData>&& incoming);
 };
 
 }  // namespace memcomm::view
