@@ -265,7 +265,9 @@ TEST_CASE("memory leaves the host's blocks out of a GPU trace's sum unless --dev
   CHECK(live_at_peak("--device 0 ") == 4000);
   CHECK(live_at_peak("--device 255 ") == 300);
   const Run text = trace_tool("memory --at peak " + path);
-  CHECK(contains(text.out, "GPU memory (the host's: --device 255)"));
+  CHECK(contains(text.out, "GPU memory (the host's with --device 255)"));
+  // The host's, asked for, are called host memory (the label said nothing).
+  CHECK(contains(trace_tool("memory --at peak --device 255 " + path).out, "(rank 0), host memory: at peak"));
   // A trace of the host's memory alone (a CPU run) says so.
   write_text(path, R"({"traceEvents": [)" + mem(1712195495406040, 0, 64, 300, 300) + "]}");
   const Run host = trace_tool("memory --at peak " + path);
@@ -308,6 +310,37 @@ TEST_CASE("convert writes an .mct copy that reads back with the same events and 
   CHECK(trace_tool("convert " + inputs[0] + " " + inputs[0]).code == 2);  // OUT is IN
   CHECK(trace_tool("convert --codec zip " + inputs[0] + " " + base + ".x.mct").code == 2);
   std::remove(inputs[0].c_str());
+}
+
+TEST_CASE("export puts a stream's syncs on its lane, names lanes by the trace's stream ids, and is no torch.profiler input",
+          "[kineto][tool]") {
+  // A kernel and a Stream Sync on CUDA stream 7, and a host cudaDeviceSynchronize. The stream's sync
+  // was drawn on host thread 0's lane, and the lane was "GPU 0 stream 0".
+  const std::string base = test::temp_path("ksync");
+  const std::string dev = R"("pid": 0, "tid": 7, "args": {"device": 0, "stream": 7, "correlation": 5})";
+  write_text(base + ".json", std::string(R"({"traceEvents": [)") +
+                                 R"({"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1000, "dur": 50, )" + dev + "}," +
+                                 R"({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "ts": 1060, "dur": 8, )" + dev + "}," +
+                                 R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 100, "tid": 101, )"
+                                 R"("ts": 1055, "dur": 20, "args": {"correlation": 6}}]})");
+  REQUIRE(trace_tool("export --chrome " + base + ".out.json " + base + ".json").code == 0);
+  const auto j = memcomm::test::read_json(base + ".out.json");
+  std::map<std::string, int64_t> tid;
+  std::map<int64_t, std::string> lane;
+  for (const auto& ev : j["traceEvents"]) {
+    if (ev.value("ph", "") == "X") tid[ev["name"].get<std::string>()] = ev["tid"].get<int64_t>();
+    if (ev.value("name", "") == "thread_name") lane[ev["tid"].get<int64_t>()] = ev["args"]["name"].get<std::string>();
+  }
+  REQUIRE(tid.count("gemm") + tid.count("Stream Sync") + tid.count("cudaDeviceSynchronize") == 3);
+  CHECK(tid["Stream Sync"] == tid["gemm"]);
+  CHECK(lane[tid["gemm"]] == "GPU 0 stream 7");
+  CHECK(tid["cudaDeviceSynchronize"] != tid["gemm"]);
+  CHECK(tid["cudaDeviceSynchronize"] < 100000);  // a host thread's lane (chrome_export.hpp)
+  // Read back as a torch.profiler trace, its renamed events gave other figures with no word.
+  const Run again = trace_tool("report " + base + ".out.json");
+  CHECK(again.code == 2);
+  CHECK(contains(again.err, base + ".out.json: a Chrome trace written by memcomm-trace export"));
+  for (const char* ext : {".json", ".out.json"}) std::remove((base + ext).c_str());
 }
 
 TEST_CASE("export, merge, report and advise take the 2-rank torch.profiler pair", "[kineto][tool][shared]") {

@@ -95,13 +95,20 @@ class ChromeExport {
                        r.host.empty() ? "" : " (" + escape(r.host) + ")"));
     w_.raw(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid, pid));
     std::map<int64_t, std::string> lanes;
+    std::map<uint8_t, std::string_view> stream_names;  // by stream index: the source's stream ids
+    for (const Event& e : r.events)
+      if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::StreamName)
+        stream_names[uint8_t(e.as<MetaEvent>().thread)] = r.name(e.as<MetaEvent>().str);
     for (const Event& e : r.events) {
       if (e.kind == EventKind::Meta) {
         const auto m = e.as<MetaEvent>();
         if (m.key == MetaKey::ThreadName) lanes[m.thread] = std::string(r.name(m.str)) + " (" + std::to_string(m.value) + ")";
-      } else if (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy || e.kind == EventKind::Memset) {
+      } else if (family_of(e.kind) == EventFamily::Compute && !e.as<ComputeEvent>().on_host(e.kind)) {
         const auto c = e.as<ComputeEvent>();
-        lanes.emplace(stream_tid(c), fmt::format("GPU {} stream {}", int(c.device), int(c.stream)));
+        const auto named = stream_names.find(c.stream);
+        lanes.emplace(stream_tid(c), named != stream_names.end() && !named->second.empty()
+                                         ? std::string(named->second)
+                                         : fmt::format("GPU {} stream {}", int(c.device), int(c.stream)));
       } else if (family_of(e.kind) == EventFamily::Communication) {
         lanes.emplace(kCommTid + e.as<CollectiveEvent>().comm,
                       fmt::format("collectives (comm {})", int(e.as<CollectiveEvent>().comm)));
@@ -130,7 +137,7 @@ class ChromeExport {
     for (const Event& e : r.events) {
       if (family_of(e.kind) != EventFamily::Compute) continue;
       const auto c = e.as<ComputeEvent>();
-      const bool host = e.kind == EventKind::Launch || e.kind == EventKind::Sync;
+      const bool host = c.on_host(e.kind);
       const int64_t tid = host ? int64_t(c.thread()) : stream_tid(c);
       std::string name, args;
       if (e.kind == EventKind::Memcpy) {
@@ -238,7 +245,7 @@ ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out, const std::
     if (progress) progress(double(i + 1) / double(set.ranks.size()));
   }
   x.collective_flows();
-  std::fprintf(out, "\n],\"otherData\":{\"producer\":\"memcomm-trace\",\"t0_ns\":%lld}}\n", (long long)t0);
+  std::fprintf(out, "\n],\"otherData\":{\"producer\":\"%s\",\"t0_ns\":%lld}}\n", kChromeExportProducer, (long long)t0);
   if (std::ferror(out)) throw TraceError(fmt::format("writing chrome trace failed: {}", std::strerror(errno)));
   return x.stats();
 }

@@ -222,7 +222,7 @@ std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs, std:
 std::uint64_t TraceIngest::add_host_span(const prof::Event& e, RankState& rs, std::uint32_t rank, Resolve resolve,
                                          const void* ctx) {
   const auto c = e.as<prof::ComputeEvent>();
-  if (c.device != prof::kHostDevice) return 0;  // a device-side sync: no lane shows it
+  if (!c.on_host(e.kind)) return 0;  // a device-side sync: no lane shows it
   const std::int64_t start = shift(c.ts, rs.offset), end = start + c.duration();
   if (!keeps_span(start, end)) return 0;
   nvtx_lane(rs, rank, c.thread()).push_back({start, end, name(rs, c.arg, resolve, ctx), kHostCall});

@@ -1,5 +1,7 @@
 #include "converter.hpp"
 
+#include "memcomm/trace/chrome_export.hpp"
+
 #include <algorithm>
 #include <cctype>
 
@@ -138,7 +140,7 @@ bool Converter::times(const RawEvent& e, bool need_dur, int64_t& begin, int64_t&
 
 void Converter::member(std::string_view key, std::string_view raw) {
   if (parser_.parse_member(key, raw, top_)) return;
-  const std::string_view expected = key == "distributedInfo"                                ? "an object"
+  const std::string_view expected = key == "distributedInfo" || key == "otherData"          ? "an object"
                                     : key == "deviceProperties"                             ? "an array"
                                     : key == "baseTimeNanoseconds" || key == "schemaVersion" ? "an integer"
                                                                                              : "a string";
@@ -431,6 +433,12 @@ KinetoTrace Converter::finish(const SplitResult& split) {
   if (split.truncated)
     info_.truncation = fmt::format("{}: the file ends early (cut short?); loaded the {} events up to JSON byte {}",
                                    name_, split.events, split.truncated_at);
+  // Its events are memcomm's own, renamed for Perfetto (a launch's category is "launch", a sync on a
+  // stream sits on the stream's lane): read as torch.profiler's, they gave other figures with no word.
+  if (top_.producer == kChromeExportProducer)
+    throw TraceError(fmt::format("{}: a Chrome trace written by memcomm-trace export (for Perfetto and "
+                                 "chrome://tracing), not a torch.profiler trace: open the trace it was exported from",
+                                 name_));
   for (const Category& c : categories_) info_.categories[c.name] += c.count;
   // A real trace cut short before its first timed event (Kineto writes its metadata first) is a
   // file cut short, which the truncation warning says, not another tool's JSON.

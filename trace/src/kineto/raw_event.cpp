@@ -302,6 +302,14 @@ bool EventParser::parse_member(std::string_view key, std::string_view raw, TopLe
     if (doc.get_int64().get(top.base_time_ns)) return false;
   } else if (key == "schemaVersion") {
     if (doc.get_int64().get(top.schema_version)) return false;
+  } else if (key == "otherData") {
+    od::object o;
+    if (doc.get_object().get(o)) return false;
+    for (auto field : o) {
+      std::string_view k;
+      if (field.unescaped_key().get(k)) return false;
+      if (k == "producer" && !field.value().get_string().get(s)) top.producer = std::string(s);
+    }
   } else if (key == "host_name" || key == "hostname") {
     if (doc.get_string().get(s)) return false;
     top.host = std::string(s);

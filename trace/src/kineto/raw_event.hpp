@@ -70,6 +70,7 @@ struct TopLevel {
   bool rank_unreadable = false;  // distributedInfo has a rank that is not an integer
   bool world_size_unreadable = false;  // ... a world_size that is not an integer
   std::string display_time_unit, host;
+  std::string producer;  // otherData.producer: "memcomm-trace" in memcomm's own Chrome export
   struct Device {
     int64_t id;
     std::string name;

@@ -1,14 +1,17 @@
 // Chrome trace / Perfetto JSON export (the "JSON Array/Object Format" both UIs load).
 //
 // Layout: one process (pid) per rank, named "rank N (host)". Inside it:
-//   tid = host thread index       ranges (phases, NVTX) as X slices; launches and syncs
-//   tid = 100000 + dev*256 + str  GPU streams: kernels, memcpy, memset as X slices
+//   tid = host thread index       ranges (phases, NVTX) as X slices; launches and host syncs
+//   tid = 100000 + dev*256 + str  GPU streams (named as the source names them): kernels, memcpy,
+//                                 memset and syncs on a stream as X slices
 //   tid = 200000 + comm           collectives (start..end) as X slices, enqueue as instants
 // Memory is a "C" counter track per rank (allocated / reserved / active bytes), fragmentation a
 // second one; named counters (loss, samples/s) get one track each; OOMs are instants.
 // Flows: each Launch to the kernel/memcpy/memset with the same correlation id, and each matched
 // collective from rank to rank (in rank order), so Perfetto draws arrows across processes.
-// Times are microseconds from the earliest event of the set (the "t0" in otherData).
+// Times are microseconds from the earliest event of the set (the "t0" in otherData), whose
+// "producer" is kChromeExportProducer: the torch.profiler reader refuses such a file, since its events
+// read as torch.profiler's would give other figures.
 #pragma once
 
 #include <cstdio>
@@ -18,6 +21,8 @@
 #include "memcomm/trace/trace_set.hpp"
 
 namespace memcomm::prof {
+
+inline constexpr const char* kChromeExportProducer = "memcomm-trace";
 
 struct ChromeExportStats {
   uint64_t slices = 0, counters = 0, flows = 0, instants = 0;

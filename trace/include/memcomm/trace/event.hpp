@@ -298,6 +298,9 @@ struct ComputeEvent {
   int64_t end() const { return ts + duration(); }
   uint16_t thread() const { return uint16_t(stream | (sub << 8)); }  // host spans only
   void set_thread(uint16_t t) { stream = uint8_t(t); sub = uint8_t(t >> 8); }
+  // A host span (thread() is its thread): a launch, or a Sync a runtime call made on the host. Every
+  // other compute span is on a device stream, torch.profiler's cuda_sync rows among them.
+  bool on_host(EventKind k) const { return k == EventKind::Launch || (k == EventKind::Sync && device == kHostDevice); }
 };
 // When an event ends: a compute span's end, any other event's timestamp.
 inline int64_t event_end(const Event& e) {
