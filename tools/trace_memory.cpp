@@ -132,11 +132,11 @@ class TraceMemory final : public HeldMemory {
       throw std::invalid_argument(fmt::format("{}: no allocation events (a torch.profiler trace records them with "
                                               "profile_memory=True; memcomm-train and memcomm.profile with memcomm's allocator)", label_));
     if (device < 0 && leave_out_host_beside_gpu(allocs_))  // Note [Host memory beside a GPU's]
-      label_ += fmt::format(", GPU memory (the host's: --device {})", kHostDevice);
+      label_ += fmt::format(", GPU memory (the host's with --device {})", kHostDevice);
     allocs_ = on_device(std::move(allocs_), device, {}, label_);
-    if (device != kHostDevice &&
+    if (device == kHostDevice ||
         std::all_of(allocs_.list.begin(), allocs_.list.end(), [](const Allocation& a) { return a.device == kHostDevice; }))
-      label_ += ", host memory";  // a CPU run's, or the host's alone: not to be read as a GPU's
+      label_ += ", host memory";  // a CPU run's, or the host's alone or asked for: not to be read as a GPU's
   }
   const Allocations& allocations() const override { return allocs_; }
   std::string label() const override { return label_; }

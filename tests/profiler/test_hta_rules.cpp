@@ -165,3 +165,20 @@ TEST_CASE("HTA's kernel kinds are read from names of any length", "[trace][hta]"
   CHECK(f.kernel_time_us == 50);
   CHECK(f.compute_time_us == 10);  // the plain kernel; the NCCL one and the copy are not compute
 }
+
+TEST_CASE("report --hta's table says why a cell is a dash", "[trace][hta]") {
+  // A CPU-only rank has no GPU row (HTA raises on it) and no communication kernel: the table showed
+  // dashes, and a footnote of nothing filtered, without a reason.
+  const std::string path = test::temp_path("hta_dashes") + ".json";
+  std::ofstream(path) << R"({"schemaVersion":1,"traceEvents":[)"
+                         R"({"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":10,"dur":5,"args":{}}]})";
+  const TraceSet set = TraceSet::load({path});
+  std::remove(path.c_str());
+  const std::string text = hta_to_text(hta_analyze(set, HtaOptions{}), HtaOptions{});
+  CHECK(text.find("(-: no GPU rows to count (kernels, copies, sets, syncs on a stream); HTA's breakdown raises") !=
+        std::string::npos);
+  CHECK(text.find("(overlap% -: no communication kernels") != std::string::npos);
+  // A rank with both has no such line.
+  const std::string both = hta_to_text(analyze_hand_made(false), HtaOptions{});
+  CHECK(both.find("no GPU rows") == std::string::npos);
+}

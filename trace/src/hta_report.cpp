@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "memcomm/common/json_output.hpp"
@@ -52,6 +53,13 @@ std::string hta_to_text(const std::vector<HtaRank>& h, const HtaOptions& opt) {
                                 "memcpy and memset)\n", opt.include_last_step ? "including" : "without")
                   : "(HTA: fewer than two ProfilerStep names, nothing filtered; whole_trace: every kernel, memcpy and "
                     "memset)\n";
+  // Why a cell is "-": HTA itself raises on such a rank, or has NaN, and a bare dash said neither.
+  const auto any = [&h](auto pred) { return std::any_of(h.begin(), h.end(), pred); };
+  if (any([](const HtaRank& r) { return r.hta.gpu_rows == 0 || r.whole_trace.gpu_rows == 0; }))
+    out += fmt::format("(-: no GPU rows to count (kernels, copies, sets, syncs on a stream){}; HTA's breakdown raises "
+                       "on such a rank)\n", filtered ? ", or none launched inside the rank's ProfilerSteps" : "");
+  if (any([](const HtaRank& r) { return !r.hta.comm_comp_overlap_pct || !r.whole_trace.comm_comp_overlap_pct; }))
+    out += "(overlap% -: no communication kernels, so nothing to overlap)\n";
   return out;
 }
 
