@@ -317,6 +317,10 @@ class Profiler(contextlib.ContextDecorator):
         """CPU time the recorder's background thread used: the profiler's own cost."""
         return self._run.collector_cpu_ns() if self._run is not None else self._collector_ns
 
+    def bucket_issued(self) -> None:
+        """A DDP bucket's all-reduce went out through memcomm's hook (Note [The wait at backward's end])."""
+        self._hooks.bucket_issued()
+
     def next_collective(self, group: Any) -> Tuple[int, int]:
         """(communicator index, sequence number) for a collective about to be issued on `group`."""
         return self._comms.next_collective(group)

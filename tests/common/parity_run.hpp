@@ -2,7 +2,8 @@
 // (Note [One analysis engine] in memcomm/trace/analysis.hpp). Times in ns; rank r, step s = 1..8
 // from t = s x 10 ms (+ 50 us x r):
 //   step [0, 9.5 ms] (id s)   data_wait [0, 0.3 + 0.1 r]   forward [0.5, 3]   backward [3, 7]
-//   optimizer [8.2, 9]; in step 8 also eval [9, 9.4] with a broadcast inside it (eval is compute)
+//   optimizer [8.2, 9]; in step 8 also eval [9, 9.4] with a broadcast inside it (eval is compute);
+//   in odd steps a comm phase [6.2, 7] inside backward (DDP's wait for its buckets, as Python records it)
 //   all_reduce seq 2s, 32 MiB: start 5 ms (+0.2 ms on rank s % 2: the straggler alternates), end 7.5 + 0.1 r
 //   all_gather seq 2s+1, 8 MiB: [7.6, 8.2 + 0.05 r], after backward, so all of it is exposed
 //   memory: a 64 MiB segment, then per step an alloc of (r+1) x s MiB at 1 ms freed at 8.5 ms
@@ -48,6 +49,7 @@ inline std::vector<prof::Event> rank_events(std::uint32_t rank, bool kernels) {
     span(t0, prof::Phase::Step, 0, 9.5, s);
     span(t0, prof::Phase::DataWait, 0, 0.3 + 0.1 * r, s);
     span(t0, prof::Phase::Forward, 0.5, 3, s);
+    if (s % 2 == 1) span(t0, prof::Phase::Comm, 6.2, 7, s);  // before backward's: ends first at 7 ms
     span(t0, prof::Phase::Backward, 3, 7, s);
     span(t0, prof::Phase::Optimizer, 8.2, 9, s);
     if (kernels)

@@ -217,3 +217,37 @@ def test_a_dead_peer_reaches_the_survivor_as_gloos_own_error(tmp_path):
     for run in ("plain", "memcomm"):
         said = (tmp_path / f"{run}.err").read_text()
         assert gloos.fullmatch(said), (run, said)
+
+
+LATE_PEER = """
+import os, sys, time, torch, torch.distributed as dist
+from torch import nn
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(4):
+    loss = model(torch.randn(16, 32)).square().mean()
+    if dist.get_rank() == 1:
+        time.sleep(0.2)  # rank 0's backward waits this long for the all-reduce at its end
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
+"""
+
+
+def test_ddps_wait_at_the_end_of_backward_is_exposed_communication(tmp_path, tool):
+    # See Note [The wait at backward's end]: rank 0 waits ~200 ms a step inside loss.backward() for rank 1's
+    # bucket; the report read 100 % overlap and no exposed communication (the backward range was all compute).
+    write(tmp_path, "late.py", LATE_PEER)
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+    r = run_memcomm(tmp_path, "--trace", "late.mct", "late.py", launcher=torchrun)
+    assert r.returncode == 0, r.stderr
+    trace = report(tool, *(tmp_path / f"late.rank{rank}.mct" for rank in range(2)))
+    rank0 = [s for s in trace["steps"] if s["rank"] == 0]
+    assert len(rank0) == 4, trace["steps"]
+    for s in rank0[1:]:  # the first step's wait also holds DDP's start-up
+        assert s["breakdown"]["exposed_comm_ns"] > 150e6, s
+        assert s["breakdown"]["overlap_pct"] < 25, s

@@ -155,11 +155,20 @@ RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
     }
   }
   if (!s.gpu_mode) {
-    for (const RangeSpan& rs : ranges)
+    std::vector<Interval> waits;  // comm phases: DDP's wait inside a Python backward, the trainer's after it
+    for (const RangeSpan& rs : ranges) {
       if (is_compute_phase(rs.phase)) s.compute.push_back({rs.begin, rs.end});
+      if (rs.phase == Phase::Comm) waits.push_back({rs.begin, rs.end});
+    }
     // See Note [Breakdown definitions]: a CPU run that marks no phase (a torch.profiler trace of a CPU
     // script without ProfilerStep) has only its host ranges, the operators it ran.
-    if (s.compute.empty()) s.compute = operators_outside_comm(ranges);
+    if (s.compute.empty()) {
+      s.compute = operators_outside_comm(ranges);
+    } else {
+      merge_intervals(s.compute);
+      merge_intervals(waits);
+      s.compute = subtract(s.compute, waits);
+    }
   }
   if (!comm_kernels.empty()) {
     s.comm = std::move(comm_kernels);

@@ -208,10 +208,15 @@ class StepScanner {
     for (const auto& iv : comm_iv_) {
       covered_.clear();
       for (auto& cur : compute_) cur.clip(iv.first, iv.second, covered_, RowCursor::Pick::Compute);
-      for (const SpanRow* row : compute_phases_)
+      blocked_.clear();
+      for (const SpanRow* row : compute_phases_) {
         clip_row(*row, iv.first, iv.second, covered_, [&](const Span& s) { return is_compute_phase(kind(s.name)); });
+        clip_row(*row, iv.first, iv.second, blocked_, [&](const Span& s) { return kind(s.name) == PhaseKind::Comm; });
+      }
       unite_in_place(covered_);
-      for (const auto& c : covered_) compute_prof_.push_back({c.first, c.second});
+      unite_in_place(blocked_);  // the phases less their comm phases, as prof::analyze takes them
+      for (const prof::Interval& c : prof::subtract(as_prof(covered_, operators_prof_), as_prof(blocked_, blocked_prof_)))
+        compute_prof_.push_back(c);
       for (const Lane* lane : operator_lanes_) add_operators_outside_comm(*lane, iv.first, iv.second);
     }
     prof::merge_intervals(compute_prof_);

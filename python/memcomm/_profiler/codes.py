@@ -8,8 +8,8 @@ PHASE = _memcomm.phase_names()
 CATEGORY = _memcomm.category_names()
 OP = _memcomm.coll_op_names()
 _DTYPE = _memcomm.dtype_names()
-STEP, FORWARD, BACKWARD, OPTIMIZER, DATA_WAIT = (
-    PHASE["step"], PHASE["forward"], PHASE["backward"], PHASE["optimizer"], PHASE["data_wait"])
+STEP, FORWARD, BACKWARD, OPTIMIZER, DATA_WAIT, COMM = (
+    PHASE["step"], PHASE["forward"], PHASE["backward"], PHASE["optimizer"], PHASE["data_wait"], PHASE["comm"])
 KEEP = -1  # phase_begin/phase_end: leave the memory label as it is
 ACTIVATION, OPT_STATE, INPUT, COMM_BUFFER = (
     CATEGORY["activation"], CATEGORY["optimizer_state"], CATEGORY["input"], CATEGORY["comm_buffer"])

@@ -202,6 +202,7 @@ class RecordedHook:
         p = running.profiler
         if p is None:
             return self.inner(state, bucket)
+        p.bucket_issued()  # DDP waits for it at the backward's end (see Note [The wait at backward's end])
         if not self.one_all_reduce:
             with _HookCollectivesRecorded(bucket.index()):
                 return self.inner(state, bucket)

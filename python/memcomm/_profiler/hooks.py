@@ -67,6 +67,15 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   callback would also find it, but cost about 100 us a step between them on this project's 2-core
   machine, against some 20 us for the wrapper (bench/results/python-cpu.md). With gradient accumulation every backward is its own range;
   one inside another (a backward during a backward) is part of the outer one.
+  Note [The wait at backward's end]: DDP's reducer waits for its buckets' all-reduces in a final
+  callback of autograd's engine, inside the backward range, so on a CPU run (where the phases are
+  the compute: Note [Breakdown definitions] in memcomm/trace/analysis.hpp) every Gloo DDP script
+  read 100 % overlap and no exposed communication, its step being mostly that wait. The reducer
+  queues its callback once the last bucket's hook has been called, and callbacks run in the order
+  queued, so the first bucket a backward sends through memcomm's hook (RecordedHook) queues one
+  that notes when the graph is done; the backward then records a comm phase from that moment to
+  its end, which the analysis takes out of compute. Only runs whose buckets memcomm records pay
+  for it (one callback a backward); a backward that sent none records no such phase.
 - Nothing here may be traced by torch.compile (Note [Hooks under torch.compile]).
 - Note [A forward that opens no step]: no forward opens a step. A step opens at a training event (a
   backward, an update, a memcomm.loader wait with gradients on) and begins where the forwards before
@@ -163,8 +172,8 @@ from torch._guards import detect_fake_mode
 
 from memcomm import _memcomm
 from memcomm._profiler import running
-from memcomm._profiler.codes import (ACTIVATION, BACKWARD, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER, STEP,
-                                    exchange, now)
+from memcomm._profiler.codes import (ACTIVATION, BACKWARD, COMM, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER,
+                                    STEP, exchange, now)
 from memcomm._profiler.future_callbacks import wait_for_release, without_our_wrappings
 from memcomm._profiler.when_loaded import WhenLoaded
 from memcomm._sharding import sharded_by
@@ -246,6 +255,8 @@ class PhaseHooks:
         self.sharded: Optional[str] = None            # what shards a watched model (this session)
         self._tls = threading.local()
         self._threads: List[_ThreadState] = []        # every thread's state this session (stop() ends their steps)
+        self._graph_done_ns = 0                       # when the running backward's graph was done, 0: not noted
+        self._graph_done_queued = False               # the running backward has a callback to note it
 
     # --- install and remove ---
     def install(self) -> None:
@@ -552,6 +563,7 @@ class PhaseHooks:
             if not _in_forward(st):  # one inside a forward (forces from autograd.grad) is that forward's
                 self._ensure_step(st, from_backward=True)
             self._open(st, BACKWARD, 0, ACTIVATION)
+            self._graph_done_ns, self._graph_done_queued = 0, False
             try:
                 return original(*args, **kwargs)
             except RuntimeError as e:  # a DDP bucket's, through memcomm's callbacks: a peer died
@@ -559,11 +571,28 @@ class PhaseHooks:
                 raise
             finally:
                 st.in_backward = False
+                if self._graph_done_ns:  # Note [The wait at backward's end]
+                    self._open(st, COMM, 0, KEEP, self._graph_done_ns)
+                    self._close(st, COMM)
                 self._close_phase(st, BACKWARD)
 
         setattr(module, name, recorded)
         restore = _Restore(module, name, original, recorded)
         self._handles += [restore, WhenLoaded(lambda: restore.replace(_eager(recorded)))]
+
+    def bucket_issued(self) -> None:
+        """A DDP bucket's all-reduce went out through memcomm's hook: the backward's first queues a
+        callback at the end of its graph (Note [The wait at backward's end])."""
+        if self._graph_done_queued:
+            return
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._graph_done)
+        except RuntimeError:  # not inside the engine (a hook called by hand): nothing to note
+            return
+        self._graph_done_queued = True
+
+    def _graph_done(self) -> None:
+        self._graph_done_ns = now()
 
     # Updates: the step's last phase (Note [The step's last update]).
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
