@@ -290,6 +290,29 @@ TEST_CASE("a straggler: which rank, and where its time goes") {
   CHECK(a->evidence.find("against a median of 10.0 ms") != std::string::npos);
 }
 
+TEST_CASE("a straggler whose steps are no longer than the others' is named without a cause it does not have") {
+  // Rank 2 starts every all-reduce 3 ms after the others with steps like theirs: the advice said "look
+  // at its data wait ... it spends -0.0 ms more per step in data wait" (a Gloo DDP run's).
+  std::vector<TraceBuilder> ranks(4);
+  for (uint32_t r = 0; r < 4; ++r) {
+    ranks[r].rank = r;
+    ranks[r].world = 4;
+    steps(ranks[r], 10, 0);
+    for (int s = 0; s < 10; ++s) {
+      const int64_t start = s * 10 * kMs + 5 * kMs + (r == 2 ? 3 * kMs : 0);
+      ranks[r].allreduce(start, s * 10 * kMs + 9 * kMs, uint32_t(s), 0, 1 << 20);
+    }
+  }
+  const auto advice = advise_on(ranks, "late-only");
+  const auto* a = find(advice, advise::Topic::Straggler);
+  REQUIRE(a);
+  INFO(a->change << " / " << a->evidence);
+  CHECK(a->change.find("rank 2 holds the others back, and no phase of its steps is longer") != std::string::npos);
+  CHECK(a->evidence.find("against the others it spends +0.00 ms in compute, +0.00 ms in data wait") != std::string::npos);
+  CHECK(a->evidence.find("-0.0") == std::string::npos);
+  CHECK(a->saving == 0);
+}
+
 TEST_CASE("with too few matched collectives to tell by arrivals, the slowest rank by step time is the straggler") {
   // Two matched collectives: even a rank last in both is within chance for 4 ranks.
   std::vector<TraceBuilder> ranks(4);
