@@ -23,8 +23,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include <fmt/format.h>
-
 namespace memcomm::view {
 
 void drop_callback(GLFWwindow* w, int count, const char** paths) {
@@ -208,8 +206,7 @@ void App::poll_load() {
     t = Timeline();
   }
   if (!t.sources.empty() || !t.empty()) {
-    const std::string files = fmt::format("{}", fmt::join(t.sources, ", "));
-    for (const RankMove& m : st_.set_timeline(std::move(t), true)) st_.message(describe(m, files));
+    st_.set_timeline(std::move(t), true);
     warn_about_mixed_runs();
   }
   show_allocations_for_stacks();

@@ -13,11 +13,10 @@ void AppState::message(const std::string& m) {
   messages.push_back(m);
 }
 
-std::vector<RankMove> AppState::set_timeline(Timeline&& t, bool merge) {
+void AppState::set_timeline(Timeline&& t, bool merge) {
   const bool was_empty = tl.empty();
   ++data_generation;
-  std::vector<RankMove> moves;
-  if (merge) moves = tl.merge(std::move(t));
+  if (merge) tl.merge(std::move(t));
   else tl = std::move(t);
   // Ranks may have moved inside tl.ranks: rebuild what points into them.
   alloc.clear();
@@ -40,7 +39,6 @@ std::vector<RankMove> AppState::set_timeline(Timeline&& t, bool merge) {
   pinned_alloc = -1;  // indices into the old allocations
   has_hovered_alloc = false;
   compare_rank = -1;  // a slot of the old ranks
-  return moves;
 }
 
 void AppState::refresh_peak() {

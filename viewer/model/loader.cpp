@@ -135,9 +135,7 @@ void BackgroundLoad::run() {
         std::lock_guard<std::mutex> lock(mu_);
         warnings_.push_back(fmt::format("warning: {}: nothing to show: it holds no events and no memory", paths_[i]));
       }
-      const std::vector<RankMove> moves = result_.merge(std::move(one));
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const RankMove& m : moves) warnings_.push_back(describe(m, paths_[i]));
+      result_.merge(std::move(one));
     } else {
       std::lock_guard<std::mutex> lock(mu_);
       errors_.push_back(error);

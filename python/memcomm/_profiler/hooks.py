@@ -71,11 +71,17 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   callback of autograd's engine, inside the backward range, so on a CPU run (where the phases are
   the compute: Note [Breakdown definitions] in memcomm/trace/analysis.hpp) every Gloo DDP script
   read 100 % overlap and no exposed communication, its step being mostly that wait. The reducer
-  queues its callback once the last bucket's hook has been called, and callbacks run in the order
-  queued, so the first bucket a backward sends through memcomm's hook (RecordedHook) queues one
-  that notes when the graph is done; the backward then records a comm phase from that moment to
-  its end, which the analysis takes out of compute. Only runs whose buckets memcomm records pay
-  for it (one callback a backward); a backward that sent none records no such phase.
+  queues its callback once the last bucket's hook has been called, and a graph task's callbacks run
+  in the order queued, so the first bucket of a graph task that memcomm's hook (RecordedHook) sends
+  queues one that notes when the graph is done and queues a second, which runs after the reducer's
+  and notes when its wait is over; the backward records each such wait as a comm phase, which the
+  analysis takes out of compute. Per graph task: a reentrant checkpoint's inner backward is a task
+  of its own, whose end is no wait (its pair spans microseconds), and the outer task's wait is
+  noted by the first bucket sent in it. The callbacks run on the thread that ends the graph (a GPU's
+  autograd thread), so the waits go through a list the backward takes its own from, those that began
+  after it did. Missed: static_graph's first iteration, whose buckets go out from DDP's own final
+  callback, which waits itself (the second callback runs after the wait). Only runs whose buckets
+  memcomm records pay for it (two callbacks a graph task).
 - Nothing here may be traced by torch.compile (Note [Hooks under torch.compile]).
 - Note [A forward that opens no step]: no forward opens a step. A step opens at a training event (a
   backward, an update, a memcomm.loader wait with gradients on) and begins where the forwards before
@@ -206,6 +212,11 @@ class _ThreadState:
         self.marking = False                           # the open forward set the mark
 
 
+def _queue_callback(callback: Callable[[], None]) -> None:
+    """Runs `callback` at the end of the running graph task, after the callbacks queued before it."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
 class _WeakModules:
     """Modules by identity (a module's own __eq__ or __hash__ is not asked), held weakly: the profile
     keeps no model alive that the script dropped (a sweep's or a k-fold's models, one built in a
@@ -255,8 +266,9 @@ class PhaseHooks:
         self.sharded: Optional[str] = None            # what shards a watched model (this session)
         self._tls = threading.local()
         self._threads: List[_ThreadState] = []        # every thread's state this session (stop() ends their steps)
-        self._graph_done_ns = 0                       # when the running backward's graph was done, 0: not noted
-        self._graph_done_queued = False               # the running backward has a callback to note it
+        self._waits_lock = threading.Lock()
+        self._waits: List[Tuple[int, int]] = []       # DDP's waits at a graph's end, ns (Note [The wait at backward's end])
+        self._noted_task = -1                         # the last graph task whose end is noted
 
     # --- install and remove ---
     def install(self) -> None:
@@ -563,7 +575,7 @@ class PhaseHooks:
             if not _in_forward(st):  # one inside a forward (forces from autograd.grad) is that forward's
                 self._ensure_step(st, from_backward=True)
             self._open(st, BACKWARD, 0, ACTIVATION)
-            self._graph_done_ns, self._graph_done_queued = 0, False
+            began = now()
             try:
                 return original(*args, **kwargs)
             except RuntimeError as e:  # a DDP bucket's, through memcomm's callbacks: a peer died
@@ -571,9 +583,8 @@ class PhaseHooks:
                 raise
             finally:
                 st.in_backward = False
-                if self._graph_done_ns:  # Note [The wait at backward's end]
-                    self._open(st, COMM, 0, KEEP, self._graph_done_ns)
-                    self._close(st, COMM)
+                for wait in self._waits_since(began):  # Note [The wait at backward's end]
+                    _memcomm.phase_span(COMM, 0, *wait)
                 self._close_phase(st, BACKWARD)
 
         setattr(module, name, recorded)
@@ -581,18 +592,28 @@ class PhaseHooks:
         self._handles += [restore, WhenLoaded(lambda: restore.replace(_eager(recorded)))]
 
     def bucket_issued(self) -> None:
-        """A DDP bucket's all-reduce went out through memcomm's hook: the backward's first queues a
-        callback at the end of its graph (Note [The wait at backward's end])."""
-        if self._graph_done_queued:
+        """A DDP bucket's all-reduce went out through memcomm's hook: the first of a graph task queues
+        a callback at the task's end (Note [The wait at backward's end])."""
+        task = torch._C._current_graph_task_id()
+        if task < 0 or task == self._noted_task:  # outside autograd's engine (a hook called by hand), or noted
             return
-        try:
-            torch.autograd.Variable._execution_engine.queue_callback(self._graph_done)
-        except RuntimeError:  # not inside the engine (a hook called by hand): nothing to note
-            return
-        self._graph_done_queued = True
+        self._noted_task = task
+        _queue_callback(self._graph_done)
 
     def _graph_done(self) -> None:
-        self._graph_done_ns = now()
+        done = now()
+        _queue_callback(lambda: self._wait_over(done))  # after the reducer's callback, queued before this ran
+
+    def _wait_over(self, done: int) -> None:
+        with self._waits_lock:
+            self._waits.append((done, now()))
+
+    def _waits_since(self, began: int) -> List[Tuple[int, int]]:
+        """The noted waits of graphs that ended after `began` (taken: each is recorded once)."""
+        with self._waits_lock:
+            mine = [w for w in self._waits if w[0] >= began]
+            self._waits = [w for w in self._waits if w[0] < began]
+        return mine
 
     # Updates: the step's last phase (Note [The step's last update]).
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

@@ -13,8 +13,9 @@
 //     comm = communication kernels (ComputeEvent::sub == 1, e.g. ncclDevKernel_*), or collective
 //     start..end when there are none; memcpy = Memcpy + Memset.
 //   CPU run: compute = host phases Forward, Backward, Optimizer and Eval (leaf phases; Step and
-//     MicroStep contain everything and DataWait is waiting) less the Comm phases (a DDP backward's
-//     wait for its buckets: Note [The wait at backward's end] in python/memcomm/_profiler/hooks.py),
+//     MicroStep contain everything and DataWait is waiting) less the Comm phases, whichever thread
+//     records them, as a run records its phases on its training thread (a DDP backward's wait for its
+//     buckets: Note [The wait at backward's end] in python/memcomm/_profiler/hooks.py),
 //     or, when the run marks none of them (a torch.profiler trace of a CPU script), its host ranges
 //     (the operators; not the Python frames they ran under), less the time each thread spent inside a communication call (a Gloo op, or
 //     the c10d:: operator that issued one, which may wait for it); comm = collective start..end (the Gloo

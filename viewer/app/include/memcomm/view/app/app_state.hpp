@@ -159,9 +159,8 @@ struct AppState {
   double build_cpu_ms = 0;                      // last frame: UI build, CPU time of the UI thread
   double publish_cpu_ms = 0;                    // last live publish (append + indexes), CPU ms; 0: none yet
 
-  // Replaces (or, with merge, extends) the data and rebuilds what depends on it; a merge says which
-  // ranks it renumbered (Timeline::merge).
-  std::vector<RankMove> set_timeline(Timeline&& t, bool merge);
+  // Replaces (or, with merge, extends) the data and rebuilds what depends on it.
+  void set_timeline(Timeline&& t, bool merge);
   // After events were appended to tl in place (live, Note [Live rebuild]): updates what depends
   // on them from what changed, never by walking all events.
   void appended(const AppendResult& r, bool refresh_summary = true);
