@@ -7,6 +7,7 @@
 #include <memcomm/view/synthetic.hpp>
 
 #include <map>
+#include <set>
 
 using namespace memcomm::view;
 using memcomm::prof::EventKind;
@@ -189,6 +190,27 @@ TEST_CASE("a run's ranks keep their ids beside a snapshot, whichever file loads 
   Timeline partial = ranks_named({0, 1}, true, "snapshot");
   partial.merge(ranks_named({1}, false, "run"));
   CHECK(ids_and_sources(partial) == Ids{{0, "snapshot"}, {1, "run"}, {2, "snapshot"}});
+}
+
+TEST_CASE("each rank shown under another id is said once, naming its file and both ids", "[unit][viewer]") {
+  // Two files naming rank 0 showed ranks 0 and 1 with no word; said per merge, a rank moved twice (within
+  // one load, then against what was shown) was named under its first new id and the load's files together.
+  const auto from = [](std::initializer_list<std::uint32_t> ids, bool stand_in, const std::string& file) {
+    Timeline tl = ranks_named(ids, stand_in, file);
+    for (RankData& rd : tl.ranks) rd.source = file, rd.recorded_rank = rd.rank;
+    return tl;
+  };
+  Timeline shown = from({0, 1}, false, "a.mct");
+  std::set<std::pair<std::string, std::uint32_t>> told;
+  CHECK(shown_elsewhere(shown, told).empty());
+  Timeline batch = from({0}, false, "b.mct");
+  batch.merge(from({0}, true, "c.json"));  // one load of two files: c's stand-in moves to 1 ...
+  shown.merge(std::move(batch));           // ... and both move again against a.mct's 0 and 1
+  CHECK(shown_elsewhere(shown, told) ==
+        std::vector<std::string>{"warning: b.mct: rank 0 is shown as rank 2: another file holds rank 0 too",
+                                 "warning: c.json: its id 0 (a stand-in: a snapshot's device, or a torch.profiler "
+                                 "trace without distributedInfo) is shown as rank 3: another file holds id 0 too"});
+  CHECK(shown_elsewhere(shown, told).empty());  // once
 }
 
 TEST_CASE("a synthetic run meets the viewer's memory budget per event", "[unit][viewer]") {

@@ -91,7 +91,7 @@ TEST_CASE("a second file's rank 0 shown as another rank is said, in one load or 
   for (const auto& [file, shown] : {std::pair<std::string, int>{b, 1}, {c, 2}})
     CHECK(std::count(st.messages.begin(), st.messages.end(),
                      "warning: " + file + ": rank 0 is shown as rank " + std::to_string(shown) +
-                         ": a file opened before it holds rank 0 too") == 1);
+                         ": another file holds rank 0 too") == 1);
 }
 
 TEST_CASE("memcomm-view --listen FILE is a usage error, not an address to resolve", "[gui][viewer]") {

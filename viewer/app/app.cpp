@@ -207,6 +207,7 @@ void App::poll_load() {
   }
   if (!t.sources.empty() || !t.empty()) {
     st_.set_timeline(std::move(t), true);
+    for (const std::string& w : shown_elsewhere(st_.tl, ranks_told_)) st_.message(w);
     warn_about_mixed_runs();
   }
   show_allocations_for_stacks();

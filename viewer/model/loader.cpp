@@ -135,6 +135,10 @@ void BackgroundLoad::run() {
         std::lock_guard<std::mutex> lock(mu_);
         warnings_.push_back(fmt::format("warning: {}: nothing to show: it holds no events and no memory", paths_[i]));
       }
+      for (RankData& rd : one.ranks) {  // for shown_elsewhere, once merging has renumbered some
+        rd.source = paths_[i];
+        rd.recorded_rank = rd.rank;
+      }
       result_.merge(std::move(one));
     } else {
       std::lock_guard<std::mutex> lock(mu_);

@@ -65,8 +65,7 @@ std::uint32_t StringTable::intern(std::string_view s) {
 // moves, whichever file came first. A moved rank takes the lowest id no loaded or incoming rank holds,
 // so it never lands on a rank of the incoming file that has yet to be placed (stepping to the next
 // id used to push rank 0 of a run loaded after a snapshot onto 1, and its rank 1 onto 2).
-std::vector<RankMove> Timeline::take_ranks(std::vector<RankData>&& incoming) {
-  std::vector<RankMove> moves;
+void Timeline::take_ranks(std::vector<RankData>&& incoming) {
   std::set<std::uint32_t> used;
   for (const RankData& r : ranks) used.insert(r.rank);
   for (const RankData& r : incoming) used.insert(r.rank);
@@ -78,30 +77,29 @@ std::vector<RankMove> Timeline::take_ranks(std::vector<RankData>&& incoming) {
   };
   for (RankData& rd : incoming) {
     auto held = std::find_if(ranks.begin(), ranks.end(), [&](const RankData& r) { return r.rank == rd.rank; });
-    if (held != ranks.end()) {
-      const bool incoming_moves = !held->stand_in_id || rd.stand_in_id;
-      std::uint32_t& id = incoming_moves ? rd.rank : held->rank;
-      const std::uint32_t from = id;
-      id = fresh_id();
-      moves.push_back({from, id, incoming_moves});
-    }
+    if (held != ranks.end()) (held->stand_in_id && !rd.stand_in_id ? held->rank : rd.rank) = fresh_id();
     ranks.push_back(std::move(rd));
   }
   std::sort(ranks.begin(), ranks.end(), [](const RankData& a, const RankData& b) { return a.rank < b.rank; });
-  return moves;
 }
 
-std::string describe(const RankMove& m, const std::string& files) {
-  if (m.incoming)
-    return fmt::format("warning: {}: rank {} is shown as rank {}: a file opened before it holds rank {} too", files,
-                       m.from, m.to, m.from);
-  return fmt::format("warning: rank {} of a file opened before {} is shown as rank {}: its id was a stand-in (a "
-                     "snapshot's device, or a torch.profiler trace without distributedInfo), and {} names rank {}",
-                     m.from, files, m.to, files, m.from);
+std::vector<std::string> shown_elsewhere(const Timeline& tl, std::set<std::pair<std::string, std::uint32_t>>& told) {
+  std::vector<std::string> out;
+  for (const RankData& rd : tl.ranks) {
+    if (rd.recorded_rank == kNoRecordedRank || rd.rank == rd.recorded_rank) continue;
+    if (!told.insert({rd.source, rd.recorded_rank}).second) continue;
+    out.push_back(rd.stand_in_id
+                      ? fmt::format("warning: {}: its id {} (a stand-in: a snapshot's device, or a torch.profiler "
+                                    "trace without distributedInfo) is shown as rank {}: another file holds id {} too",
+                                    rd.source, rd.recorded_rank, rd.rank, rd.recorded_rank)
+                      : fmt::format("warning: {}: rank {} is shown as rank {}: another file holds rank {} too",
+                                    rd.source, rd.recorded_rank, rd.rank, rd.recorded_rank));
+  }
+  return out;
 }
 
-std::vector<RankMove> Timeline::merge(Timeline&& other) {
-  if (other.empty() && other.sources.empty()) return {};
+void Timeline::merge(Timeline&& other) {
+  if (other.empty() && other.sources.empty()) return;
   if (ranks.empty() && strings.size() == 0) {  // into nothing: a move, not an O(spans) remap
     std::vector<std::string> mine = std::move(sources);
     std::vector<prof::RunFacts> my_runs = std::move(runs);
@@ -110,7 +108,7 @@ std::vector<RankMove> Timeline::merge(Timeline&& other) {
     sources = std::move(mine);
     my_runs.insert(my_runs.end(), std::make_move_iterator(runs.begin()), std::make_move_iterator(runs.end()));
     runs = std::move(my_runs);
-    return {};
+    return;
   }
   std::vector<std::uint32_t> remap(other.strings.size());
   for (std::uint32_t i = 0; i < other.strings.size(); ++i) remap[i] = strings.intern(other.strings.get(i));
@@ -120,7 +118,7 @@ std::vector<RankMove> Timeline::merge(Timeline&& other) {
         for (auto& s : row) s.name = remap[s.name];
     for (auto& c : rd.collectives) c.op = remap[c.op];
   }
-  std::vector<RankMove> moves = take_ranks(std::move(other.ranks));
+  take_ranks(std::move(other.ranks));
   if (event_count == 0 && begin == 0 && end == 0) {
     begin = other.begin;
     end = other.end;
@@ -132,7 +130,6 @@ std::vector<RankMove> Timeline::merge(Timeline&& other) {
   for (auto& s : other.sources) sources.push_back(std::move(s));
   for (auto& r : other.runs) runs.push_back(std::move(r));
   match_collectives(*this);
-  return moves;
 }
 
 std::size_t Timeline::memory_bytes() const {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -102,6 +103,8 @@ struct Collective {
 };
 
 // Everything about one rank.
+inline constexpr std::uint32_t kNoRecordedRank = UINT32_MAX;
+
 struct RankData {
   std::uint32_t rank = 0;             // rank id in the run
   std::string host;                   // where it ran (metadata; may be empty)
@@ -125,6 +128,10 @@ struct RankData {
   // The id is a stand-in, not a rank the run named: a PyTorch snapshot's device, or a torch.profiler
   // trace without distributedInfo. Timeline::merge renumbers these first (Note [Rank ids across files]).
   bool stand_in_id = false;
+  // The file it came from and the id it had there (kNoRecordedRank: not from a file), for saying where
+  // the viewer shows it under another (shown_elsewhere).
+  std::string source;
+  std::uint32_t recorded_rank = kNoRecordedRank;
   const CounterSeries* counter(std::string_view name) const;
 };
 
@@ -140,15 +147,6 @@ class StringTable {
   std::unordered_map<std::string, std::uint32_t> ids_;
 };
 
-// A rank shown under an id that is not its own (Note [Rank ids across files]): `incoming` when the
-// rank of the file being added moved, false when a stand-in id loaded earlier made way for it.
-struct RankMove {
-  std::uint32_t from = 0, to = 0;
-  bool incoming = true;
-};
-// The warning that says so; `files` names what was being added.
-std::string describe(const RankMove& m, const std::string& files);
-
 // The whole loaded data set.
 struct Timeline {
   StringTable strings;
@@ -159,15 +157,18 @@ struct Timeline {
   std::vector<prof::RunFacts> runs;  // what each file's ranks say about their run (Note [One run or several])
 
   // Moves the ranks of `other` in (string ids remapped), then re-matches collectives. A rank id both
-  // hold is kept apart by renumbering (Note [Rank ids across files]); the renumberings are returned,
-  // for the user to be told.
-  std::vector<RankMove> merge(Timeline&& other);
+  // hold is kept apart by renumbering (Note [Rank ids across files]).
+  void merge(Timeline&& other);
   // Bytes held by the model (capacity, not size), for the B/event budget.
   std::size_t memory_bytes() const;
   bool empty() const { return ranks.empty(); }
 
  private:
-  std::vector<RankMove> take_ranks(std::vector<RankData>&& incoming);
+  void take_ranks(std::vector<RankData>&& incoming);
 };
+
+// Warnings for the ranks shown under an id not their own (Note [Rank ids across files]), each once:
+// `told` holds (file, recorded id) of those said already.
+std::vector<std::string> shown_elsewhere(const Timeline& tl, std::set<std::pair<std::string, std::uint32_t>>& told);
 
 }  // namespace memcomm::view

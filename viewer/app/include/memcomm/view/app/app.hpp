@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,6 +124,7 @@ class App {
   bool imgui_ready_ = false;
   std::unique_ptr<BackgroundLoad> load_;
   std::vector<std::string> opened_paths_;  // every path loaded or loading (advice: which are traces)
+  std::set<std::pair<std::string, std::uint32_t>> ranks_told_;  // shown under another id, said (shown_elsewhere)
   std::unique_ptr<AdviceJob> advice_job_;
   std::vector<ScriptCommand> script_;
   std::size_t script_pos_ = 0;
