@@ -4,6 +4,7 @@
 
 #include "memcomm/allocator/allocator.hpp"
 #include "memcomm/allocator/sources.hpp"
+#include "memcomm/trace/event.hpp"
 
 namespace memcomm::replay {
 namespace {
@@ -16,6 +17,9 @@ class EnginePolicy final : public Policy {
     so.device = options.device;
     alloc::AllocatorConfig cfg;
     cfg.capacity = options.capacity;
+    // Host memory's blocks are rounded as memcomm's CPU allocator rounds them; the simulated source
+    // is no host memory, so its own rounding is a device's (Note [Rounding follows the memory]).
+    if (options.device == prof::kHostDevice) cfg.min_block = alloc::kHostMinBlock;
     engine_ = std::make_unique<alloc::CachingAllocator>(alloc::make_source("simulated", so), cfg);
   }
 

@@ -5,7 +5,7 @@
 //
 // - Requests are rounded up to min_block (512 B on a device, 64 B on the host: Note [Rounding follows the
 //   memory]) and served from one of two pools per stream: small
-//   (<= 1 MiB) and large. Keeping small blocks out of the large pool stops a long-lived 512 B tensor from
+//   (<= 1 MiB) and large. Keeping small blocks out of the large pool stops a long-lived small tensor from
 //   pinning a page in the middle of a large free range. (Note [Pools and size classes])
 // - Each pool's free blocks sit in a set ordered by (size, address): allocation is best fit
 //   (lower_bound), except that an expandable segment's growing end is taken last
@@ -128,7 +128,7 @@ CachingAllocator::Impl::~Impl() {
 //
 // Note [Pools and size classes]
 // Every size is rounded up to min_block (Note [Rounding follows the memory]), and each stream has two pools: small (requests up to
-// small_size, 1 MiB) and large. Small tensors come and go at a high rate and some live long (a 512 B
+// small_size, 1 MiB) and large. Small tensors come and go at a high rate and some live long (a
 // scalar kept for the whole run); mixed into the large pool, one of them would pin a page in the middle
 // of a large free range, which could then be neither reused whole nor unmapped. Kept apart, the small
 // pool's pages fill with small blocks only, and a large free range stays one range. Within a pool a

@@ -150,7 +150,7 @@ def test_torch_profiler_records_the_allocators_memory_events():
         frees = [e for e in prof.events() if e.name == "[memory]" and e.cpu_memory_usage < 0]
         assert frees, "the free of b was not recorded"
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            c = torch.empty(7)  # the bytes asked for, as torch's CPU allocator reports them (not a 512 B block)
+            c = torch.empty(7)  # the bytes asked for, as torch's CPU allocator reports them (not a 64 B block)
         sizes = {e.key: e.cpu_memory_usage for e in prof.key_averages()}
         assert sizes.get("aten::empty") == 28, sizes
     """)

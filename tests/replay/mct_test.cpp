@@ -243,3 +243,17 @@ TEST_CASE("mct: a truncated trace is replayed up to its last complete chunk, wit
   CHECK(r.code == 0);
   CHECK(r.err.find("warning") == std::string::npos);
 }
+
+TEST_CASE("mct: the memcomm policy rounds host memory's blocks as memcomm's CPU allocator does, a device's as CUDA's",
+          "[mct]") {
+  // See Note [Rounding follows the memory]: host traces replayed at a device's 512 B gave the CPU run's
+  // fragmentation and advice from blocks 8 x a scalar's.
+  for (const int device : {int(prof::kHostDevice), 0}) {
+    INFO("device " << device);
+    rp::PolicyOptions po;
+    po.device = device;
+    auto p = rp::make_policy("memcomm", po);
+    REQUIRE(p->allocate(4, 0));
+    CHECK(p->stats().allocated == (device == prof::kHostDevice ? 64u : 512u));
+  }
+}
