@@ -233,9 +233,10 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
       {"idle (host work outside the measured phases)", per(me.idle_ns) - oth(others.idle_ns)}};
   const auto top = *std::max_element(excess.begin(), excess.end(), [](auto& x, auto& y) { return x.second < y.second; });
   const auto signed_ms = [](int64_t ns) {
-    const double ms = std::round(double(ns) / 1e4) / 100;  // to 10 us, without a "-0.00"
-    return fmt::format("{:+.2f} ms", ms == 0 ? 0.0 : ms);
+    const int64_t to_10us = ns / 10'000 * 10'000;  // toward zero: no "-0.00"
+    return (to_10us >= 0 ? "+" : "") + format_ms(to_10us, 2);
   };
+  const int64_t telling = std::max<int64_t>(100'000, median / 100);  // an excess worth naming as the cause
   Advice adv;
   adv.topic = Topic::Straggler;
   adv.saving_unit = "ms/step";
@@ -244,14 +245,14 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
                                       matched, format_ms(mean_skew))
                         : std::string();
   adv.evidence += fmt::format("its steps take {} against a median of {}; ", format_ms(per(me.step_ns)), format_ms(median));
-  if (top.second > 0) {
+  if (top.second > telling) {
     adv.change = fmt::format("rank {} holds the others back: look at its {} (its host, its data shard, its GPU's clocks)",
                              who, top.first);
     adv.evidence += fmt::format("it spends {} more per step in {}", format_ms(top.second), top.first);
   } else {  // late, yet no part of its steps is longer than the others': the cause is outside what was measured
     adv.change = fmt::format("rank {} holds the others back, and no phase of its steps is longer than the other "
-                             "ranks': look outside the training loop (other processes on its host, its network, "
-                             "its clocks)", who);
+                             "ranks' by more than {}: look outside the training loop (other processes on its host, "
+                             "its network, its clocks)", who, format_ms(telling, 2));
     adv.evidence += fmt::format("against the others it spends {} in compute, {} in data wait, {} idle per step",
                                 signed_ms(excess[0].second), signed_ms(excess[1].second), signed_ms(excess[2].second));
   }

@@ -177,7 +177,7 @@ TEST_CASE("report --hta's table says why a cell is a dash", "[trace][hta]") {
   const std::string text = hta_to_text(hta_analyze(set, HtaOptions{}), HtaOptions{});
   CHECK(text.find("(-: no GPU rows to count (kernels, copies, sets, syncs on a stream); HTA's breakdown raises") !=
         std::string::npos);
-  CHECK(text.find("(overlap% -: no communication kernels") != std::string::npos);
+  CHECK(text.find("(overlap% -: no communication kernel time to overlap)") != std::string::npos);
   // A rank with both has no such line.
   const std::string both = hta_to_text(analyze_hand_made(false), HtaOptions{});
   CHECK(both.find("no GPU rows") == std::string::npos);

@@ -87,17 +87,15 @@ StepCut step_cut(const RankTrace& r, const HtaClock& clock, bool include_last_st
 std::unordered_set<uint32_t> kept_launches(const RankTrace& r, const HtaClock& clock, const StepCut& cut) {
   std::unordered_set<uint32_t> corr;
   for (const Event& e : r.events) {
-    if (e.kind != EventKind::Launch && e.kind != EventKind::Sync) continue;
+    if (family_of(e.kind) != EventFamily::Compute || !e.as<ComputeEvent>().on_host(e.kind)) continue;
     const auto c = e.as<ComputeEvent>();
-    if (c.device == kHostDevice && c.corr != 0 && cut.keeps(clock.ts_us(c.ts))) corr.insert(c.corr);
+    if (c.corr != 0 && cut.keeps(clock.ts_us(c.ts))) corr.insert(c.corr);
   }
   return corr;
 }
 
 bool is_device_span(const Event& e) {
-  return (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy || e.kind == EventKind::Memset ||
-          e.kind == EventKind::Sync) &&
-         e.as<ComputeEvent>().device != kHostDevice;
+  return family_of(e.kind) == EventFamily::Compute && !e.as<ComputeEvent>().on_host(e.kind);
 }
 
 // Device Sync spans HTA's GPU filter takes without a correlation id.

@@ -58,8 +58,14 @@ std::string hta_to_text(const std::vector<HtaRank>& h, const HtaOptions& opt) {
   if (any([](const HtaRank& r) { return r.hta.gpu_rows == 0 || r.whole_trace.gpu_rows == 0; }))
     out += fmt::format("(-: no GPU rows to count (kernels, copies, sets, syncs on a stream){}; HTA's breakdown raises "
                        "on such a rank)\n", filtered ? ", or none launched inside the rank's ProfilerSteps" : "");
+  const auto no_share = [](const HtaFigures& f) {
+    return f.gpu_rows > 0 && (std::isnan(f.idle_pct) || std::isnan(f.compute_pct) || std::isnan(f.non_compute_pct));
+  };
+  if (any([&](const HtaRank& r) { return no_share(r.hta) || no_share(r.whole_trace); }))
+    out += "(-: no share of a kernel time of 0 us or less, or of a part that comes out below 0, where HTA's "
+           "assertions fail)\n";
   if (any([](const HtaRank& r) { return !r.hta.comm_comp_overlap_pct || !r.whole_trace.comm_comp_overlap_pct; }))
-    out += "(overlap% -: no communication kernels, so nothing to overlap)\n";
+    out += "(overlap% -: no communication kernel time to overlap)\n";
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "memcomm/common/bytes.hpp"
+#include "memcomm/common/input_file.hpp"
 
 namespace memcomm {
 
@@ -67,16 +68,20 @@ inline CLI::Validator whole_number(long long min) {
       ">= " + std::to_string(min));
 }
 
-// `option->check(existing_file())`: a path stat() can reach that is no folder. CLI11's ExistingFile
-// says "File does not exist" for any failure; this says the system's reason (a symbolic link loop, a
-// folder on the way that cannot be searched). Pipes and devices the reader refuses (Note [Inputs are
-// regular files]).
+// `option->check(existing_file())`: a regular file. CLI11's ExistingFile says "File does not exist"
+// for any failure; this gives the system's reason (a symbolic link loop, a folder on the way that
+// cannot be searched) and Note [Inputs are regular files]'s words for what is no file.
 inline CLI::Validator existing_file() {
   return CLI::Validator(
       [](std::string& value) -> std::string {
         struct stat st {};
-        if (::stat(value.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? value + ": is a folder, not a file (give the files in it, as " + value + "/*)" : std::string();
-        return value + ": " + (errno == ENOENT ? std::string("no such file") : std::strerror(errno));
+        if (::stat(value.c_str(), &st) != 0) {
+          const int err = errno;
+          return value + ": " + (err == ENOENT ? std::string("no such file") : std::strerror(err));
+        }
+        const std::string problem = input_file_problem(value);
+        if (problem.empty()) return problem;
+        return value + ": " + problem + (S_ISDIR(st.st_mode) ? " (give the files in it, as " + value + "/*)" : "");
       },
       "FILE");
 }
