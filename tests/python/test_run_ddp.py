@@ -238,16 +238,21 @@ os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
 """
 
 
+def rank0_steps(tmp_path: Path, tool, script: str, ranks: int) -> list:
+    """The report's steps of rank 0 for `script` run under torchrun -m memcomm with `ranks` ranks."""
+    write(tmp_path, "script.py", script)
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks))
+    r = run_memcomm(tmp_path, "--trace", "t.mct", "script.py", launcher=torchrun)
+    assert r.returncode == 0, r.stderr
+    trace = report(tool, *(tmp_path / f"t.rank{rank}.mct" for rank in range(ranks)))
+    return [s for s in trace["steps"] if s["rank"] == 0]
+
+
 def test_ddps_wait_at_the_end_of_backward_is_exposed_communication(tmp_path, tool):
     # See Note [The wait at backward's end]: rank 0 waits ~200 ms a step inside loss.backward() for rank 1's
     # bucket; the report read 100 % overlap and no exposed communication (the backward range was all compute).
-    write(tmp_path, "late.py", LATE_PEER)
-    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
-    r = run_memcomm(tmp_path, "--trace", "late.mct", "late.py", launcher=torchrun)
-    assert r.returncode == 0, r.stderr
-    trace = report(tool, *(tmp_path / f"late.rank{rank}.mct" for rank in range(2)))
-    rank0 = [s for s in trace["steps"] if s["rank"] == 0]
-    assert len(rank0) == 4, trace["steps"]
+    rank0 = rank0_steps(tmp_path, tool, LATE_PEER, 2)
+    assert len(rank0) == 4, rank0
     for s in rank0[1:]:  # the first step's wait also holds DDP's start-up
         assert s["breakdown"]["exposed_comm_ns"] > 150e6, s
         assert s["breakdown"]["overlap_pct"] < 25, s
@@ -286,11 +291,7 @@ os._exit(0)  # Note [Exiting two-rank scripts] (conftest.py)
 def test_a_checkpointed_backward_keeps_its_compute(tmp_path, tool):
     # A bucket sent inside a reentrant checkpoint's inner backward noted that inner graph's end as the wait's
     # start: 60-67 % of each step read as communication on one rank, whose all-reduce takes no time.
-    write(tmp_path, "ckpt.py", CHECKPOINTED)
-    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1")
-    r = run_memcomm(tmp_path, "--trace", "ckpt.mct", "ckpt.py", launcher=torchrun)
-    assert r.returncode == 0, r.stderr
-    steps = report(tool, tmp_path / "ckpt.rank0.mct")["steps"]
+    steps = rank0_steps(tmp_path, tool, CHECKPOINTED, 1)
     assert len(steps) == 5, steps
     for s in steps[2:]:  # after static_graph's first iterations
         assert s["breakdown"]["compute_ns"] > 0.8 * s["breakdown"]["window_ns"], s
