@@ -177,6 +177,22 @@ TEST_CASE("kineto: a span that outlives its parent is cut to nest", "[kineto]") 
   CHECK(max_depth == 2);
 }
 
+TEST_CASE("kineto: the last stream lane, which holds every stream past it, says so in its name", "[kineto]") {
+  // A lane named after the first stream it took showed 45 more streams' kernels under that one's name.
+  std::string t = R"({"traceEvents": [)";
+  for (int s = 0; s < 300; ++s)
+    t += (s ? "," : "") + std::string(R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": )") +
+         std::to_string(s) + R"(, "ts": )" + std::to_string(10 * s) + R"(, "dur": 5, "args": {"device": 0, "stream": )" +
+         std::to_string(s) + "}}";
+  const KinetoTrace k = read_kineto_buffer(t + "]}", "streams.json");
+  std::map<uint16_t, std::string> names;
+  for (const Event& e : k.trace.events)
+    if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::StreamName)
+      names[e.as<MetaEvent>().thread] = std::string(k.trace.name(e.as<MetaEvent>().str));
+  CHECK(names[253] == "GPU 0 stream 253");
+  CHECK(names[254] == "GPU 0 stream 254 and the streams after it");
+}
+
 TEST_CASE("kineto: with_stack's Python frames get a lane of their own and never cut a step", "[kineto]") {
   // See Note [Host spans that overlap]: the step begins inside profiler.step()'s Python frame, which
   // ends 10 us later, and inside an op that ends before the step does.

@@ -45,7 +45,7 @@ uint8_t Tracks::stream(int64_t device, int64_t stream) {
   auto it = stream_index_.find({device, stream});
   if (it != stream_index_.end()) return it->second;
   if (streams_.size() >= size_t(kMaxStreams)) {
-    overflow_ = true;
+    overflow_ = streams_overflow_ = true;
     return uint8_t(kMaxStreams - 1);
   }
   const auto index = uint8_t(streams_.size());
@@ -67,7 +67,8 @@ void Tracks::emit_meta(int64_t ts, Interner& strings, std::vector<Event>& out, s
     out.push_back(Event::from(make_meta(ts, MetaKey::ThreadName, 0, strings.intern(name), thread)));
   }
   for (size_t i = 0; i < streams_.size(); ++i) {
-    const std::string name = fmt::format("GPU {} stream {}", streams_[i].first, streams_[i].second);
+    std::string name = fmt::format("GPU {} stream {}", streams_[i].first, streams_[i].second);
+    if (streams_overflow_ && i + 1 == size_t(kMaxStreams)) name += " and the streams after it";
     out.push_back(Event::from(make_meta(ts, MetaKey::StreamName, 0, strings.intern(name), uint16_t(i))));
     if (annotated_[i])
       out.push_back(Event::from(make_meta(ts, MetaKey::ThreadName, 0, strings.intern(name + " annotations"),

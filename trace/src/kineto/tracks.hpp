@@ -59,6 +59,7 @@ class Tracks {
   std::pair<int64_t, int64_t> last_numeric_{INT64_MIN, INT64_MIN};
   uint16_t last_thread_ = 0;
   bool overflow_ = false;
+  bool streams_overflow_ = false;  // the last stream index holds every stream past it
   bool annotated_[kMaxStreams + 1] = {};
 };
 
