@@ -34,6 +34,15 @@ std::string tool() { return memcomm::test::bin_dir() + "/memcomm-trace"; }
 
 // The synthetic run plus a GPU-ish rank 2 with a launch -> kernel correlation. Its file names no
 // world size: the run's is 2, and a world of 3 would be a mix of runs (Note [One run or several]).
+// Rank `rank`'s trace at `path`: one chunk of `events`, named by `strings`.
+void write_rank(const std::string& path, uint32_t rank, const std::vector<StringDef>& strings,
+                const std::vector<Event>& events) {
+  WriterOptions o;
+  o.rank = rank;
+  TraceWriter w(path, o);
+  w.write_chunk(strings, events);
+}
+
 std::vector<std::string> write_fixture(const std::string& base) {
   auto paths = test::write_synthetic_run(base);
   WriterOptions o;
@@ -104,15 +113,9 @@ TEST_CASE("chrome export parses back with the required fields, tracks and flows"
 TEST_CASE("chrome export keeps a span past 4.29 s and says a NaN counter is one", "[profiler][export]") {
   // Note [Durations in 32 bits]; JSON has no NaN, and a 0 would hide a diverged loss.
   const std::string path = test::temp_path("chrome-long") + ".rank0.mct";
-  {
-    WriterOptions o;
-    o.rank = 0;
-    TraceWriter w(path, o);
-    const std::vector<Event> ev = {Event::from(make_host_span(EventKind::Sync, 1000, 1000 + 600'000'000'000, 0, 1)),
-                                   Event::from(make_counter(2000, 2, 1.5)),
-                                   Event::from(make_counter(3000, 2, std::nan("")))};
-    w.write_chunk({{1, "cudaDeviceSynchronize"}, {2, "loss"}}, ev);
-  }
+  write_rank(path, 0, {{1, "cudaDeviceSynchronize"}, {2, "loss"}},
+             {Event::from(make_host_span(EventKind::Sync, 1000, 1000 + 600'000'000'000, 0, 1)),
+              Event::from(make_counter(2000, 2, 1.5)), Event::from(make_counter(3000, 2, std::nan("")))});
   const std::string out = path + ".json";
   export_chrome(TraceSet::load({path}), out);
   const nlohmann::json j = memcomm::test::read_json(out);
@@ -135,17 +138,12 @@ TEST_CASE("chrome export keeps a span past 4.29 s and says a NaN counter is one"
 
 TEST_CASE("memcomm-trace info splits memory events by device when a file holds several", "[profiler][tool]") {
   const std::string p = test::temp_path("devices") + ".mct";
-  WriterOptions o;
-  o.rank = 0;
-  {
-    TraceWriter w(p, o);
-    std::vector<Event> ev;
-    ev.push_back(Event::from(make_mem_block(EventKind::SegmentAlloc, 100, 0x7f0000000000, 2 << 20, 0)));
-    for (int i = 0; i < 3; ++i)
-      ev.push_back(Event::from(make_mem_block(EventKind::Alloc, 200 + i, 0x7f0000000000 + 512 * i, 512, 0)));
-    ev.push_back(Event::from(make_mem_block(EventKind::SegmentAlloc, 300, 0x1000, 4096, kHostDevice)));
-    w.write_chunk({}, ev);
-  }
+  std::vector<Event> ev;
+  ev.push_back(Event::from(make_mem_block(EventKind::SegmentAlloc, 100, 0x7f0000000000, 2 << 20, 0)));
+  for (int i = 0; i < 3; ++i)
+    ev.push_back(Event::from(make_mem_block(EventKind::Alloc, 200 + i, 0x7f0000000000 + 512 * i, 512, 0)));
+  ev.push_back(Event::from(make_mem_block(EventKind::SegmentAlloc, 300, 0x1000, 4096, kHostDevice)));
+  write_rank(p, 0, {}, ev);
   std::string out;
   REQUIRE(run(tool() + " info " + p, out) == 0);
   CHECK(out.find("memory events by device") != std::string::npos);
@@ -164,20 +162,13 @@ TEST_CASE("memcomm-trace info splits memory events by device when a file holds s
 TEST_CASE("memcomm-trace warns that a rank's memory figures count dropped frees' blocks as live", "[profiler][tool]") {
   // A burst of 300k tensors read 95-115 MiB live where 73 MiB were, and nothing said why.
   const std::string p = test::temp_path("drops") + ".mct";
-  WriterOptions o;
-  o.rank = 3;
-  {
-    TraceWriter w(p, o);
-    std::vector<Event> ev;
-    ev.push_back(Event::from(make_mem_block(EventKind::SegmentAlloc, 100, 0x7f0000000000, 2 << 20, 0)));
-    ev.push_back(Event::from(make_mem_block(EventKind::Alloc, 200, 0x7f0000000000, 512, 0)));
-    DropEvent d{};
-    d.ts = 300;
-    d.kind = EventKind::Drops;
-    d.count = 7;
-    ev.push_back(Event::from(d));
-    w.write_chunk({}, ev);
-  }
+  DropEvent d{};
+  d.ts = 300;
+  d.kind = EventKind::Drops;
+  d.count = 7;
+  write_rank(p, 3, {},
+             {Event::from(make_mem_block(EventKind::SegmentAlloc, 100, 0x7f0000000000, 2 << 20, 0)),
+              Event::from(make_mem_block(EventKind::Alloc, 200, 0x7f0000000000, 512, 0)), Event::from(d)});
   std::string out;
   for (const char* sub : {"memory ", "report "}) {
     REQUIRE(run(tool() + " " + sub + p, out) == 0);
