@@ -3,10 +3,10 @@
 // memcomm's caching allocator keeps memory it got from a MemorySource and hands it out again without
 // calling the source, like PyTorch's CUDACachingAllocator, and differs where PyTorch fragments:
 //
-// - Requests are rounded up to min_block (512 B on a device, 64 B on the host: Note [Rounding follows the
-//   memory]) and served from one of two pools per stream: small
-//   (<= 1 MiB) and large. Keeping small blocks out of the large pool stops a long-lived small tensor from
-//   pinning a page in the middle of a large free range. (Note [Pools and size classes])
+// - Requests are rounded up to min_block (512 B on a device, 64 B on the host: Note [Rounding follows
+//   the memory]) and served from one of two pools per stream: small (<= 1 MiB) and large. Keeping small
+//   blocks out of the large pool stops a long-lived small tensor from pinning a page in the middle of a
+//   large free range. (Note [Pools and size classes])
 // - Each pool's free blocks sit in a set ordered by (size, address): allocation is best fit
 //   (lower_bound), except that an expandable segment's growing end is taken last
 //   (Note [The growing end is taken last]). The remainder is split off when it is at least min_block
@@ -127,14 +127,14 @@ CachingAllocator::Impl::~Impl() {
 // caches work in 64 B lines.
 //
 // Note [Pools and size classes]
-// Every size is rounded up to min_block (Note [Rounding follows the memory]), and each stream has two pools: small (requests up to
-// small_size, 1 MiB) and large. Small tensors come and go at a high rate and some live long (a
-// scalar kept for the whole run); mixed into the large pool, one of them would pin a page in the middle
-// of a large free range, which could then be neither reused whole nor unmapped. Kept apart, the small
-// pool's pages fill with small blocks only, and a large free range stays one range. Within a pool a
-// free block is split when the remainder is at least min_block (small) or min_large_split (large),
-// which bounds a block's waste; in an expandable segment every remainder of min_block is split off
-// (Note [Splitting in expandable segments]). PyTorch's max_split_size rule is kept as an option: blocks
+// Every size is rounded up to min_block (Note [Rounding follows the memory]), and each stream has two
+// pools: small (requests up to small_size, 1 MiB) and large. Small tensors come and go at a high rate
+// and some live long (a scalar kept for the whole run); mixed into the large pool, one of them would pin
+// a page in the middle of a large free range, which could then be neither reused whole nor unmapped.
+// Kept apart, the small pool's pages fill with small blocks only, and a large free range stays one
+// range. Within a pool a free block is split when the remainder is at least min_block (small) or
+// min_large_split (large), which bounds a block's waste; in an expandable segment every remainder of
+// min_block is split off (Note [Splitting in expandable segments]). PyTorch's max_split_size rule is kept as an option: blocks
 // at or above it are never split for smaller requests, and an oversize request takes a cached block only
 // if it wastes less than max_oversize_waste (fits()). The separation is a heuristic, not a rule worth an OOM: under a
 // cap the other class is tried last (Note [Last resort: the other size class] in growth.cpp).
