@@ -101,17 +101,24 @@ Running running_levels(const snapshot::Snapshot& snap, int device) {
   return r;
 }
 
-// Event times in ns from the trace's first event over every device, as `memory --at` counts them.
-std::vector<std::vector<std::int64_t>> event_times(const snapshot::Snapshot& snap) {
+// Event times in ns from the trace's first event over every device, as `memory --at` counts them
+// (with its warning where a clock stepped back).
+std::vector<std::vector<std::int64_t>> event_times(const std::string& file, const snapshot::Snapshot& snap) {
   std::vector<std::vector<std::int64_t>> times(snap.device_traces.size());
   std::int64_t first = std::numeric_limits<std::int64_t>::max();
+  std::size_t steps_back = 0;
+  std::int64_t largest_step_back_us = 0;
   for (std::size_t d = 0; d < snap.device_traces.size(); ++d) {
     snapshot::EventClock clock;
     for (const snapshot::Event& e : snap.device_traces[d]) {
       times[d].push_back(clock.next(e));
       first = std::min(first, times[d].back());
     }
+    steps_back += clock.steps_back();
+    largest_step_back_us = std::max(largest_step_back_us, clock.largest_step_back_us());
   }
+  if (const std::string w = snapshot::clock_steps_back_warning(steps_back, largest_step_back_us); !w.empty())
+    fmt::print(stderr, "warning: {}: {}\n", file, w);
   for (auto& device : times)
     for (std::int64_t& t : device) t -= first;
   return times;
@@ -121,6 +128,18 @@ std::string signed_bytes(std::int64_t v, bool relative) {
   const std::string magnitude = format_bytes(static_cast<std::uint64_t>(v < 0 ? -v : v));
   if (relative) return (v < 0 ? "-" : "+") + magnitude;
   return v < 0 ? "-" + magnitude : magnitude;  // only where the end state and the trace disagree
+}
+
+// Walked back from the end state, a figure below zero means the trace and the end state disagree (a
+// block the trace allocated and never freed that the segments do not hold): the figures are printed
+// as the walk gives them, and this says why they cannot all be true.
+void warn_if_disagreeing(const std::string& file, int device, const Running& r) {
+  Levels low = r.before;
+  for (const Levels& l : r.after) low = {std::min(low.live, l.live), std::min(low.reserved, l.reserved)};
+  if (low.live >= 0 && low.reserved >= 0) return;
+  fmt::print(stderr, "warning: {}: device {}: the trace and the end state disagree (walked back from the end state, "
+                     "live goes down to {} and reserved to {}): the trace holds events the end state does not reflect\n",
+             file, device, signed_bytes(low.live, false), signed_bytes(low.reserved, false));
 }
 
 std::string note(const snapshot::Snapshot& snap, const snapshot::Event& e) {
@@ -195,7 +214,9 @@ void print_events(const std::string& file, const MemoryArgs& args, std::FILE* ou
   for (std::size_t d = 0; d < snap.device_traces.size(); ++d)
     if (!snap.device_traces[d].empty() && (args.device < 0 || static_cast<int>(d) == args.device))
       devices.push_back(static_cast<int>(d));
-  const auto times = event_times(snap);
+  const auto times = event_times(file, snap);
+  if (snap.has_segments)
+    for (int d : devices) warn_if_disagreeing(file, d, running_levels(snap, d));
   if (args.json) return print_json(file, snap, devices, times, out);
   fmt::print(out, "{}: the allocator's events, in order\n", file);
   if (devices.empty())

@@ -180,6 +180,28 @@ TEST_CASE("memory cli: a snapshot without times says it counts events", "[cli][m
   CHECK(t.err.empty());
 }
 
+TEST_CASE("memory cli: a clock that steps back, and a trace its end state does not reflect, are told", "[cli][memory]") {
+  TempDir dir("memory-disagree");
+  memcomm::test::PickleBuilder b;  // no segments; two allocs never freed, the second stamped 10 us earlier
+  bool first_frames = true;
+  b.proto(4).empty_dict().mark().str("segments").empty_list().str("device_traces").empty_list().mark().empty_list().mark();
+  memcomm::test::event(b, {"alloc", 4096, 100, 20, false}, first_frames);
+  memcomm::test::event(b, {"alloc", 8192, 50, 10, false}, first_frames);
+  b.appends().appends().setitems().stop();
+  const auto snap = dir.file("odd.pickle", b.bytes());
+  const Run peak = trace_tool(dir, "memory " + snap.string() + " --at peak --json");
+  INFO(peak.err);
+  REQUIRE(peak.code == 0);
+  CHECK(memcomm::test::parse_json(peak.out)["live_bytes"] == 150);
+  CHECK(peak.err.find("time_us goes back 1 time (by up to 10 us)") != std::string::npos);
+  const Run events = trace_tool(dir, "memory " + snap.string() + " --events");
+  INFO(events.err);
+  REQUIRE(events.code == 0);
+  CHECK(events.err.find("goes back 1 time") != std::string::npos);
+  CHECK(events.err.find("device 0: the trace and the end state disagree") != std::string::npos);
+  CHECK(events.err.find("live goes down to -150 B") != std::string::npos);
+}
+
 TEST_CASE("memory cli: text mode and compare", "[cli][memory]") {
   TempDir dir("memory-text");
   const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());

@@ -147,6 +147,43 @@ TEST_CASE("snapshot clock: events within one microsecond keep their order in nan
   CHECK(untimed.next(u) == 1000);
 }
 
+TEST_CASE("snapshot clock: a time earlier than the one before it is read as that one, and counted", "[snapshot][memory]") {
+  snap::EventClock clock;
+  snap::Event e;
+  e.time_us = 100;
+  CHECK(clock.next(e) == 100'000);
+  e.time_us = 99;  // a clock stepped back: the event keeps its place in the order
+  CHECK(clock.next(e) == 100'001);
+  e.time_us = 40;
+  CHECK(clock.next(e) == 100'002);
+  e.time_us = 101;
+  CHECK(clock.next(e) == 101'000);
+  CHECK(clock.steps_back() == 2);
+  CHECK(clock.largest_step_back_us() == 60);
+  CHECK(snap::clock_steps_back_warning(0, 0).empty());
+  CHECK_THAT(snap::clock_steps_back_warning(2, 60), Catch::Contains("goes back 2 times (by up to 60 us)"));
+}
+
+TEST_CASE("snapshot memory: a free stamped before its allocation still ends after it", "[snapshot][memory]") {
+  snap::Snapshot s;
+  auto ev = [](prof::EventKind k, std::uint64_t addr, std::uint64_t size, std::int64_t us) {
+    snap::Event e;
+    e.kind = k;
+    e.addr = addr;
+    e.size = size;
+    e.time_us = us;
+    e.flags = snap::Event::kHasAddr;
+    return e;
+  };
+  s.device_traces.push_back({ev(prof::EventKind::Alloc, 0x1000, 1 << 30, 100), ev(prof::EventKind::FreeRequested, 0x1000, 1 << 30, 99),
+                             ev(prof::EventKind::FreeCompleted, 0x1000, 1 << 30, 99), ev(prof::EventKind::Alloc, 0x9000, 10, 200)});
+  const snap::SnapshotAllocations sa = snap::snapshot_allocations(s);
+  CHECK(sa.clock_steps_back == 2);
+  CHECK(sa.largest_step_back_us == 1);
+  CHECK(prof::peak_live(sa.allocations).bytes == (1u << 30));  // read by its time_us, the block lived -1 us
+  CHECK(prof::live_bytes(sa.allocations, 200'000) == 10);
+}
+
 TEST_CASE("frames: memory_viz's filter and format", "[snapshot][frames]") {
   CHECK_FALSE(snap::is_user_frame("torch::unwind::unwind()", "??"));
   CHECK_FALSE(snap::is_user_frame("_PyEval_EvalFrameDefault", "??"));

@@ -29,9 +29,15 @@ std::int64_t EventClock::next(const Event& e) {
   if (!e.has_time()) {
     last_ns_ = any_ ? saturating_add(last_ns_, 1000) : 0;
   } else {
-    within_ = e.time_us == last_us_ ? std::min<std::int64_t>(within_ + 1, 999) : 0;
-    last_us_ = e.time_us;
-    last_ns_ = saturating_add(us_to_ns(e.time_us), within_);
+    std::int64_t us = e.time_us;
+    if (last_us_ != kNoTime && us < last_us_) {  // see Note [Event order within a microsecond]
+      ++steps_back_;
+      largest_step_back_us_ = std::max(largest_step_back_us_, last_us_ - us);
+      us = last_us_;
+    }
+    within_ = us == last_us_ ? std::min<std::int64_t>(within_ + 1, 999) : 0;
+    last_us_ = us;
+    last_ns_ = saturating_add(us_to_ns(us), within_);
   }
   any_ = true;
   return last_ns_;
@@ -59,6 +65,8 @@ SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
   prof::AllocationBuilder b(true);  // PyTorch records every free's request before its completion
   StreamIndex stream;
   std::int64_t begin = kMax, end = kMin;
+  std::size_t steps_back = 0;
+  std::int64_t largest_step_back_us = 0;
   for (std::size_t dev = 0; dev < snap.device_traces.size(); ++dev) {
     EventClock clock;
     for (const Event& e : snap.device_traces[dev]) {
@@ -70,6 +78,8 @@ SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
       else if (e.kind == prof::EventKind::FreeRequested) b.free_requested(t, info);
       else if (e.kind == prof::EventKind::FreeCompleted) b.free_completed(t, info);
     }
+    steps_back += clock.steps_back();
+    largest_step_back_us = std::max(largest_step_back_us, clock.largest_step_back_us());
   }
   if (begin > end) begin = end = 0;  // no events: the end state alone, at t = 0
   for (const Segment& seg : snap.segments)
@@ -80,7 +90,16 @@ SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
   SnapshotAllocations out;
   out.allocations = b.finish(begin, end);
   out.streams = stream.take();
+  out.clock_steps_back = steps_back;
+  out.largest_step_back_us = largest_step_back_us;
   return out;
+}
+
+std::string clock_steps_back_warning(std::size_t steps_back, std::int64_t largest_step_back_us) {
+  if (steps_back == 0) return {};
+  return fmt::format("its events' time_us goes back {} time{} (by up to {} us): such an event is read at the time "
+                     "of the one before it, so lifetimes follow the events' order",
+                     steps_back, steps_back == 1 ? "" : "s", largest_step_back_us);
 }
 
 namespace {

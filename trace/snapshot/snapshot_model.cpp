@@ -83,6 +83,23 @@ std::uint64_t get_u64(const Document& doc, const Value& v, What&& what) {
   if (i < 0) throw ReadError(doc.source(), kNoOffset, fmt::format("{}: negative value {}", what(), i));
   return static_cast<std::uint64_t>(i);
 }
+// Note [Values no real snapshot holds]: a byte count beyond 2^57 (the largest virtual address space
+// any CPU or GPU has, five-level paging's) or a block that wraps past the top of the address space
+// cannot come from an allocator; nor can a time_us whose nanoseconds overflow 64 bits (past the year
+// 294,000), a device number below 0, or 255 devices and more (device 255 is host memory in every
+// memcomm tool, prof::kHostDevice). Read as they are, they wrap sums and clocks into figures that
+// look right; the file is refused as corrupt instead.
+constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 57;
+constexpr std::int64_t kMaxTimeUs = std::numeric_limits<std::int64_t>::max() / 1000;
+constexpr std::int64_t kMaxDevices = prof::kHostDevice;
+
+template <class What>
+std::uint64_t get_bytes(const Document& doc, const Value& v, What&& what) {
+  const std::uint64_t n = get_u64(doc, v, what);
+  if (n > kMaxBytes)
+    throw ReadError(doc.source(), kNoOffset, fmt::format("{}: {} bytes, more than any address space holds", what(), n));
+  return n;
+}
 template <class What>
 std::string_view get_str(const Document& doc, const Value& v, What&& what) {
   if (v.kind == Kind::string) return doc.text(v);
@@ -113,6 +130,9 @@ class Builder {
     if (segs) build_segments(*segs);
     if (traces) {
       const Container& devs = doc_.as_sequence(*traces, "device_traces");
+      if (devs.items.size() > kMaxDevices)
+        throw ReadError(doc_.source(), kNoOffset, fmt::format("device_traces: {} devices, more than the {} memcomm reads",
+                                                              devs.items.size(), kMaxDevices));
       snap_.device_traces.resize(devs.items.size());
       for (std::size_t d = 0; d < devs.items.size(); ++d) {
         const Value& dv = devs.items[d];
@@ -186,12 +206,14 @@ class Builder {
       } else if (name == "device_free") {  // an oom event's: the device's free bytes then
         if (!val.is_none()) device_free = get_u64(doc_, val, [&] { return where(dev, idx, "device_free"); });
       } else if (name == "size") {
-        e.size = get_u64(doc_, val, [&] { return where(dev, idx, "size"); });
+        e.size = get_bytes(doc_, val, [&] { return where(dev, idx, "size"); });
         have_size = true;
       } else if (name == "stream") {
         if (!val.is_none()) e.stream = get_int(doc_, val, [&] { return where(dev, idx, "stream"); });
       } else if (name == "time_us") {
         if (!val.is_none()) e.time_us = get_int(doc_, val, [&] { return where(dev, idx, "time_us"); });
+        if (e.has_time() && (e.time_us > kMaxTimeUs || e.time_us < -kMaxTimeUs))
+          throw_at(dev, idx, fmt::format("time_us {} is out of range", e.time_us));
       } else if (name == "frames") {
         if (opts_.keep_frames) e.stack = stack(val);
       }
@@ -205,6 +227,7 @@ class Builder {
     // reading it as 0 bytes at address 0 would fold wrong figures silently.
     if (is_block_action(e.kind) && !have_size) throw_at(dev, idx, "event has no 'size'");
     if (is_block_action(e.kind) && !e.has_addr()) throw_at(dev, idx, "event has no 'addr'");
+    if (e.addr + e.size < e.addr) throw_at(dev, idx, "its block wraps past the top of the address space");
     return e;
   }
 
@@ -220,11 +243,16 @@ class Builder {
       return *p;
     };
     s.address = get_u64(doc_, req("address"), field("address"));
-    s.total_size = get_u64(doc_, req("total_size"), field("total_size"));
-    if (const Value* p = get("device")) s.device = static_cast<int>(get_int(doc_, *p, field("device")));
-    if (const Value* p = get("allocated_size")) s.allocated_size = get_u64(doc_, *p, field("allocated_size"));
-    if (const Value* p = get("active_size")) s.active_size = get_u64(doc_, *p, field("active_size"));
-    if (const Value* p = get("requested_size")) s.requested_size = get_u64(doc_, *p, field("requested_size"));
+    s.total_size = get_bytes(doc_, req("total_size"), field("total_size"));
+    if (const Value* p = get("device")) {
+      const std::int64_t d = get_int(doc_, *p, field("device"));
+      if (d < 0 || d >= kMaxDevices)
+        throw ReadError(doc_.source(), kNoOffset, fmt::format("{}: device {} is out of range (0-{})", what(), d, kMaxDevices - 1));
+      s.device = static_cast<int>(d);
+    }
+    if (const Value* p = get("allocated_size")) s.allocated_size = get_bytes(doc_, *p, field("allocated_size"));
+    if (const Value* p = get("active_size")) s.active_size = get_bytes(doc_, *p, field("active_size"));
+    if (const Value* p = get("requested_size")) s.requested_size = get_bytes(doc_, *p, field("requested_size"));
     if (const Value* p = get("stream"); p && !p->is_none()) s.stream = get_int(doc_, *p, field("stream"));
     if (const Value* p = get("segment_type"); p && p->kind == Kind::string) s.is_small = doc_.text(*p) == "small";
     if (const Value* p = get("is_expandable"); p && !p->is_none()) s.is_expandable = doc_.as_bool(*p, field("is_expandable")());
@@ -246,12 +274,13 @@ class Builder {
         Block blk;
         const Value* size = doc_.find(bv, "size");
         if (!size) throw ReadError(doc_.source(), kNoOffset, bwhat() + ": missing 'size'");
-        blk.size = get_u64(doc_, *size, bfield("size"));
+        blk.size = get_bytes(doc_, *size, bfield("size"));
         const Value* addr = doc_.find(bv, "address");
         blk.address = addr ? get_u64(doc_, *addr, bfield("address")) : next_addr;
         next_addr = blk.address + blk.size;
+        if (next_addr < blk.address) throw ReadError(doc_.source(), kNoOffset, bwhat() + ": wraps past the top of the address space");
         const Value* r = doc_.find(bv, "requested_size");
-        blk.requested_size = r ? get_u64(doc_, *r, bfield("requested_size")) : blk.size;
+        blk.requested_size = r ? get_bytes(doc_, *r, bfield("requested_size")) : blk.size;
         if (const Value* st = doc_.find(bv, "state"); st && st->kind == Kind::string) blk.state = parse_state(doc_.text(*st));
         if (const Value* f = doc_.find(bv, "frames")) {
           if (opts_.keep_frames) blk.stack = stack(*f);
@@ -271,7 +300,7 @@ class Builder {
     if ((history.kind != Kind::list && history.kind != Kind::tuple) || doc_.container(history).items.empty()) return;
     const Value& h = doc_.container(history).items.front();
     if (h.kind != Kind::dict) return;
-    if (const Value* r = doc_.find(h, "real_size")) blk.requested_size = get_u64(doc_, *r, bfield("history[0].real_size"));
+    if (const Value* r = doc_.find(h, "real_size")) blk.requested_size = get_bytes(doc_, *r, bfield("history[0].real_size"));
     if (const Value* f = doc_.find(h, "frames"); f && opts_.keep_frames) blk.stack = stack(*f);
   }
 

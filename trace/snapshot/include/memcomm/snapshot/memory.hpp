@@ -8,7 +8,10 @@
 // inside one microsecond would vanish, and "live at the peak" would disagree with the events'
 // order. So the k-th event within one microsecond of a device's trace gets k extra nanoseconds
 // (k capped at 999): times stay within their microsecond and follow the events' order. Files
-// without time_us space events 1 us apart in trace order.
+// without time_us space events 1 us apart in trace order. A time earlier than the one before it (a
+// clock stepped back mid-trace) is read as that one: times never go back within a device's trace,
+// so a block's free never comes before its allocation and lifetimes follow the events' order, as
+// memory_viz draws them; the tools say how often it happened (EventClock::steps_back).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +29,13 @@ namespace memcomm::snapshot {
 class EventClock {
  public:
   std::int64_t next(const Event& e);
+  // Events whose time_us was earlier than the one before them, and the largest such step, in us.
+  std::size_t steps_back() const noexcept { return steps_back_; }
+  std::int64_t largest_step_back_us() const noexcept { return largest_step_back_us_; }
 
  private:
+  std::size_t steps_back_ = 0;
+  std::int64_t largest_step_back_us_ = 0;
   std::int64_t last_us_ = kNoTime;
   std::int64_t within_ = 0;
   std::int64_t last_ns_ = 0;
@@ -37,7 +45,11 @@ class EventClock {
 struct SnapshotAllocations {
   prof::Allocations allocations;     // Allocation::stack is the snapshot's stack id
   std::vector<std::int64_t> streams;  // Allocation::stream -> the cudaStream_t value PyTorch printed
+  std::size_t clock_steps_back = 0;  // over every device (Note [Event order within a microsecond])
+  std::int64_t largest_step_back_us = 0;
 };
+// A warning for the tools to print when a snapshot's clock stepped back; empty when it did not.
+std::string clock_steps_back_warning(std::size_t steps_back, std::int64_t largest_step_back_us);
 // Every device's alloc/free events, and the end state's active_allocated blocks
 // (Note [Allocations before the trace] in allocations.hpp).
 SnapshotAllocations snapshot_allocations(const Snapshot& snap);
