@@ -52,9 +52,7 @@ class HeldMemory {
     std::int64_t t = 0;
     std::string error;
     if (!snapshot::resolve_at(allocations(), spec, t, error)) throw std::invalid_argument(error);
-    // Without events the end state is the one state: every --at names it, at one time (the peak's
-    // sweep put it at the blocks' time, 1 ns before the end's).
-    return at(has_events() ? t : allocations().end);
+    return at(t);  // without events, every --at names the end state (Note [Allocations before the trace])
   }
   std::vector<snapshot::NamedSite> named(const snapshot::MemoryAt& m) const {
     std::vector<snapshot::NamedSite> out;

@@ -184,6 +184,21 @@ TEST_CASE("snapshot memory: a free stamped before its allocation still ends afte
   CHECK(prof::live_bytes(sa.allocations, 200'000) == 10);
 }
 
+TEST_CASE("allocations: an end state without events is one moment, its peak and its end alike", "[allocations]") {
+  prof::AllocationBuilder b(true);
+  b.live_at_end(block(0x100, 100, 1));
+  b.live_at_end(block(0x900, 50, 2));
+  const prof::Allocations a = b.finish(0, 0);
+  CHECK(prof::peak_live(a).t == 0);  // was 1 ns before the end, a time the viewer and the CLI named apart
+  CHECK(prof::peak_live(a).bytes == 150);
+  CHECK(prof::live_bytes(a, 0) == 150);
+  prof::AllocationBuilder c(true);  // with an event, blocks from before it are live before it
+  c.live_at_end(block(0x100, 100, 1));
+  c.alloc(10, block(0x200, 10, 3));
+  const prof::Allocations d = c.finish(10, 10);
+  CHECK(prof::live_bytes(d, 9) == 100);
+}
+
 TEST_CASE("frames: memory_viz's filter and format", "[snapshot][frames]") {
   CHECK_FALSE(snap::is_user_frame("torch::unwind::unwind()", "??"));
   CHECK_FALSE(snap::is_user_frame("_PyEval_EvalFrameDefault", "??"));

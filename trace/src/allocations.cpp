@@ -25,6 +25,7 @@ Allocation make(std::int64_t alloc_ns, const BlockInfo& b) {
 }  // namespace
 
 void AllocationBuilder::alloc(std::int64_t t, const BlockInfo& b) {
+  saw_event_ = true;
   requested_.erase(key(b));  // a completion the trace lost
   if (auto it = open_.find(key(b)); it != open_.end()) {  // the trace lost this address's free
     list_[it->second].free_ns = t;
@@ -44,6 +45,7 @@ void AllocationBuilder::close(std::int64_t t, const BlockInfo& b) {
 }
 
 void AllocationBuilder::free_requested(std::int64_t t, const BlockInfo& b) {
+  saw_event_ = true;
   requests_seen_ = true;
   requested_.insert(key(b));
   if (open_.count(key(b))) return close(t, b);
@@ -51,6 +53,7 @@ void AllocationBuilder::free_requested(std::int64_t t, const BlockInfo& b) {
 }
 
 void AllocationBuilder::free_completed(std::int64_t t, const BlockInfo& b) {
+  saw_event_ = true;
   if (requested_.erase(key(b))) return;  // its life ended at the request
   if (open_.count(key(b))) return close(t, b);
   lone_completions_.push_back(list_.size());  // Note [Allocations before the trace]
@@ -94,7 +97,7 @@ Allocations AllocationBuilder::finish(std::int64_t begin, std::int64_t end) {
     if (frees_carry_alloc_stacks) a.stack_of_free = 0;  // Note [A free's stack]
     if (a.before_trace) {  // live before the first event (Note [Allocations before the trace])
       a.alloc_ns = std::min(begin, a.free_ns);
-      if (a.alloc_ns > std::numeric_limits<std::int64_t>::min()) --a.alloc_ns;
+      if (saw_event_ && a.alloc_ns > std::numeric_limits<std::int64_t>::min()) --a.alloc_ns;
     }
   }
   // Stable: allocations at one time keep their events' order.

@@ -31,7 +31,8 @@
 // before the trace's first event: a block that event frees was live before it, and the state
 // before the first event may be the peak (a ring buffer that starts with frees). So the end state
 // the lifetimes give is the end state the producer recorded, and the peak counts memory held all
-// along.
+// along. Without any event (a snapshot's end state alone) there is no before: the blocks start at
+// `begin`, the one moment the trace holds, so its peak, its end and any time in it are one state.
 //
 // Note [A free's stack]: what stack a free event carries depends on how the history was recorded.
 // PyTorch's _record_memory_history(context="all"), its default, records where the block was freed;
@@ -104,7 +105,8 @@ class AllocationBuilder {
   // After the events: a block the end state holds live (Note [Allocations before the trace]).
   // Fills in the stack of an open allocation at that address when its alloc event had none.
   void live_at_end(const BlockInfo& b);
-  // `begin`/`end`: the trace's time bounds (before_trace allocations start at `begin` - 1).
+  // `begin`/`end`: the trace's time bounds (before_trace allocations start at `begin` - 1, or at
+  // `begin` when no event came).
   Allocations finish(std::int64_t begin, std::int64_t end);
 
  private:
@@ -113,6 +115,7 @@ class AllocationBuilder {
   void before_trace(std::int64_t free_ns, const BlockInfo& b);
   bool requests_told_ = false;  // by the caller
   bool requests_seen_ = false;  // in the events
+  bool saw_event_ = false;      // any alloc or free (live_at_end is no event)
   std::vector<Allocation> list_;
   std::vector<std::size_t> lone_completions_;            // indices in list_: completions with no request
   std::unordered_map<std::uint64_t, std::size_t> open_;  // key -> index in list_
