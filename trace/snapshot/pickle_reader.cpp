@@ -15,9 +15,10 @@
 namespace memcomm::snapshot::pickle {
 namespace {
 
-// Index of the first byte of `p` that does not belong to well-formed UTF-8 (RFC 3629: no overlong
-// forms, no surrogates, nothing past U+10FFFF), or n. ASCII runs, nearly every snapshot string,
-// cost one comparison a byte.
+// Index of the first byte of `p` that does not belong to the UTF-8 Python's unpickler reads (RFC 3629:
+// no overlong forms, nothing past U+10FFFF; but surrogates, which pickle writes and reads with
+// "surrogatepass": a file name that is not UTF-8 reaches Python as lone surrogates, so a frame's
+// filename may hold them), or n. ASCII runs, nearly every snapshot string, cost one comparison a byte.
 std::uint64_t first_invalid_utf8(const std::uint8_t* p, std::uint64_t n) {
   std::uint64_t i = 0;
   while (i < n) {
@@ -29,9 +30,9 @@ std::uint64_t first_invalid_utf8(const std::uint8_t* p, std::uint64_t n) {
     const int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
     if (len == 0 || c > 0xF4 || n - i < std::uint64_t(len)) return i;
     const std::uint8_t c1 = p[i + 1];
-    const bool second_ok = c == 0xE0 ? (c1 >= 0xA0 && c1 <= 0xBF) : c == 0xED ? (c1 >= 0x80 && c1 <= 0x9F)
-                         : c == 0xF0 ? (c1 >= 0x90 && c1 <= 0xBF) : c == 0xF4 ? (c1 >= 0x80 && c1 <= 0x8F)
-                                                                               : (c1 & 0xC0) == 0x80;
+    const bool second_ok = c == 0xE0 ? (c1 >= 0xA0 && c1 <= 0xBF) : c == 0xF0 ? (c1 >= 0x90 && c1 <= 0xBF)
+                         : c == 0xF4 ? (c1 >= 0x80 && c1 <= 0x8F)
+                                     : (c1 & 0xC0) == 0x80;
     if (!second_ok) return i;
     for (int k = 2; k < len; ++k)
       if ((p[i + k] & 0xC0) != 0x80) return i;
@@ -95,7 +96,8 @@ class Reader {
   [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::uint64_t n) const {
     fail_op(fmt::format("truncated input: needs {} more bytes, only {} left", n, size_ - pos_));
   }
-  // A str opcode's n bytes, which pickle writes as UTF-8 and Python's unpickler refuses otherwise.
+  // A str opcode's n bytes, which pickle writes as UTF-8 (surrogates passed) and Python's unpickler
+  // refuses otherwise.
   const std::uint8_t* need_utf8(std::uint64_t n) {
     const std::uint8_t* at = need(n);
     if (const std::uint64_t bad = first_invalid_utf8(at, n); bad < n)
