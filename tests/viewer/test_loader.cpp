@@ -87,6 +87,26 @@ TEST_CASE("a file with nothing to show loads with a warning that says so", "[uni
   CHECK(load.warnings()[0] == "warning: " + empty + ": nothing to show: it holds no events and no memory");
 }
 
+TEST_CASE("a snapshot whose clock steps back loads with the warning memcomm-trace memory gives", "[unit][viewer]") {
+  // pickle.dumps({"device_traces": [[alloc 100 B at 20 us, alloc 50 B at 10 us]]}, protocol=2)
+  const unsigned char bytes[] = {
+      128, 2, 125, 113, 0, 88, 13, 0, 0, 0, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115, 113, 1, 93,
+      113, 2, 93, 113, 3, 40, 125, 113, 4, 40, 88, 6, 0, 0, 0, 97, 99, 116, 105, 111, 110, 113, 5, 88, 5, 0, 0, 0,
+      97, 108, 108, 111, 99, 113, 6, 88, 4, 0, 0, 0, 97, 100, 100, 114, 113, 7, 77, 0, 16, 88, 4, 0, 0, 0, 115, 105,
+      122, 101, 113, 8, 75, 100, 88, 7, 0, 0, 0, 116, 105, 109, 101, 95, 117, 115, 113, 9, 75, 20, 117, 125, 113,
+      10, 40, 104, 5, 104, 6, 104, 7, 77, 0, 32, 104, 8, 75, 50, 104, 9, 75, 10, 117, 101, 97, 115, 46};
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "steps_back.pickle");
+  write_bytes(path, std::string(reinterpret_cast<const char*>(bytes), sizeof bytes));
+  BackgroundLoad load({path});
+  const Timeline tl = load.take();
+  CHECK(load.errors().empty());
+  REQUIRE(load.warnings().size() == 1);
+  CHECK(load.warnings()[0] == "warning: " + path + ": its events' time_us goes back 1 time (by up to 10 us): such an event "
+                              "is read at the time of the one before it, so lifetimes follow the events' order");
+  REQUIRE(tl.ranks.size() == 1);
+  CHECK(memcomm::prof::peak_live(tl.ranks[0].allocations).bytes == 150);
+}
+
 TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
   const std::string garbage = memcomm::test::temp_path("memcomm_viewer_tests", "garbage2.bin");
   write_bytes(garbage, "definitely not a trace");

@@ -131,6 +131,10 @@ void BackgroundLoad::run() {
     std::string error;
     if (load_file(paths_[i], one, error, &file_progress_, options_)) {
       note_truncation(paths_[i], one);
+      for (const std::string& w : one.load_warnings) {
+        std::lock_guard<std::mutex> lock(mu_);
+        warnings_.push_back(fmt::format("warning: {}: {}", paths_[i], w));
+      }
       if (one.empty()) {  // a snapshot taken before any allocation, a trace of no events: say so, not "No data"
         std::lock_guard<std::mutex> lock(mu_);
         warnings_.push_back(fmt::format("warning: {}: nothing to show: it holds no events and no memory", paths_[i]));

@@ -108,6 +108,7 @@ void Timeline::merge(Timeline&& other) {
     sources = std::move(mine);
     my_runs.insert(my_runs.end(), std::make_move_iterator(runs.begin()), std::make_move_iterator(runs.end()));
     runs = std::move(my_runs);
+    load_warnings.clear();
     return;
   }
   std::vector<std::uint32_t> remap(other.strings.size());

@@ -155,6 +155,9 @@ struct Timeline {
   std::uint64_t event_count = 0;      // events ingested (spans + samples + allocator events)
   std::vector<std::string> sources;   // files (or "live", "synthetic") this came from
   std::vector<prof::RunFacts> runs;  // what each file's ranks say about their run (Note [One run or several])
+  // What loading one file found odd (a snapshot whose clock stepped back), for the loader to tell
+  // once with the file's name; merge() does not carry them.
+  std::vector<std::string> load_warnings;
 
   // Moves the ranks of `other` in (string ids remapped), then re-matches collectives. A rank id both
   // hold is kept apart by renumbering (Note [Rank ids across files]).
