@@ -13,9 +13,9 @@ reference to its class, around the target pickled as before: a target that does 
 with the error it fails with without memcomm). The child starts its profile when its default process
 group is set (distributed_c10d._update_default_pg, which init_process_group calls however the script
 imported it), or its RPC agent (rpc.api._init_rpc_states, which init_rpc calls: pytorch/examples'
-RPC parameter server and RL agents set up no group; the rank is the RPC worker's id), so it knows
-its rank and names its file by it: NAME.spawnK.rankR.mct (the parent's own
-is NAME.rankR.mct), with --allocator's allocator installed and DDP buckets recorded as the runner
+RPC parameter server and RL agents set up no group; the rank is the RPC worker's id, Note [Ranks of
+RPC workers] in profiler.py), so it knows its rank and names its file by it: NAME.spawnK.rankR.mct
+(NAME.spawnK.rpc.rankR.mct for an RPC worker's; the parent's own is NAME.rankR.mct), with --allocator's allocator installed and DDP buckets recorded as the runner
 does. What a child did before init_process_group is not in its trace (tutorials set the group up
 first). The profile starts inside init_process_group, so it measures no clock offsets: the children
 share the parent's host and clock (Note [One clock per host] in memcomm/trace/clock.hpp).

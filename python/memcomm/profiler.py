@@ -30,6 +30,16 @@ writer per trace file] in memcomm/trace/trace_writer.hpp); the others write NAME
 a warning that says how to get files named by rank. Processes that do know their ranks and still
 collide (two jobs with one name) get the error: the file being written is never truncated.
 
+Note [Ranks of RPC workers]: a torch.distributed.rpc worker that sets up no process group (an RPC
+parameter server, a master that drives trainers) knows its rank only as its RPC worker id, in the RPC
+world; a job may also give some of its processes a process group, numbered from 0 apart
+(pytorch/examples' ddp_rpc: trainers 0 and 1 of a group of 2 beside RPC workers up to 3). Named alike,
+an RPC worker's file could be a trainer's name, and the later of the two was not profiled; read
+together, their world sizes said they were two runs. So the file of a rank numbered by RPC says so:
+NAME.rpc.rankR.mct (NAME.spawnK.rpc.rankR.mct for a spawned child), and `report NAME.rank*.mct` reads
+the group's ranks alone. A rank the launcher's environment names (torchrun's RANK, one numbering for
+the whole job) keeps NAME.rankR.mct.
+
 Note [Nothing left after stop]: stop() removes every module and optimizer hook and class wrapper it
 added, puts torch.autograd.backward back and keeps no reference to the script's modules (those
 named in `model=` it holds weakly, to hook them again if the same profiler starts again).
@@ -70,18 +80,19 @@ def _check_trace_dir(trace: str) -> None:
         raise PermissionError(f"profile(trace={trace!r}): cannot create files in {directory!r}")
 
 
-def _dist_identity() -> Tuple[int, int, int]:
-    """(rank, world, local rank): torch.distributed's when initialised, else an RPC agent's (a worker
-    of torch.distributed.rpc that set up no group), else what the launcher's environment names (Note
-    [A profile started before the process group])."""
+def _dist_identity() -> Tuple[int, int, int, bool]:
+    """(rank, world, local rank, numbered by RPC): torch.distributed's when initialised, else an RPC
+    agent's (a worker of torch.distributed.rpc that set up no group: Note [Ranks of RPC workers]),
+    else what the launcher's environment names (Note [A profile started before the process group])."""
     if _group_ready():
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
         agent = _rpc_agent()
         if agent is None:
-            return _memcomm.launch_identity()
+            return (*_memcomm.launch_identity(), False)
         rank, world = agent.get_worker_info().id, len(agent.get_worker_infos())
-    return rank, world, int(os.environ.get("LOCAL_RANK", rank))
+        return rank, world, int(os.environ.get("LOCAL_RANK", rank)), True
+    return rank, world, int(os.environ.get("LOCAL_RANK", rank)), False
 
 
 def _rpc_agent() -> Any:
@@ -155,6 +166,7 @@ class Profiler(contextlib.ContextDecorator):
         self._trace = os.fspath(trace) if trace is not None else ""
         self._session = 0                     # this start's number among those with this trace= name
         self._pid_tag = False                 # the file name carries the pid (Note [Processes that share a name])
+        self._rpc_numbered = False            # the rank is an RPC worker's id (Note [Ranks of RPC workers])
         self._live = live or ""
         self._cupti = cupti
         self._clock_sync = clock_sync
@@ -181,13 +193,15 @@ class Profiler(contextlib.ContextDecorator):
     def _session_trace(self) -> str:
         """trace=, or NAME.K.mct for the K-th start (K >= 2) of a profiler with this name in the process,
         NAME.restartN.mct in torchrun's N-th restart of the job (its failed attempts' files are kept),
-        with .pidP before the extension when another process writes that name."""
+        with .rpc (Note [Ranks of RPC workers]) and .pidP before the extension when another process writes that name."""
         stem, ext = os.path.splitext(self._trace)
         restart = torchrun_restart()
         if restart > 0:
             stem += f".restart{restart}"
         if self._session > 1:
             stem += f".{self._session}"
+        if self._rpc_numbered:
+            stem += ".rpc"
         if self._pid_tag:
             stem += f".pid{os.getpid()}"
         return stem + ext
@@ -330,7 +344,7 @@ class Profiler(contextlib.ContextDecorator):
             _check_trace_dir(self._trace)
             key = os.path.abspath(self._trace)
             self._session = running.trace_sessions[key] = running.trace_sessions.get(key, 0) + 1
-        self.rank, self.world, local_rank = _dist_identity()
+        self.rank, self.world, local_rank, self._rpc_numbered = _dist_identity()
         device = _cuda_device()
         on_gpu = device >= 0
         error: Optional[BaseException] = None

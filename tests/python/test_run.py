@@ -457,15 +457,54 @@ if __name__ == "__main__":
 
 def test_rpc_workers_the_script_spawns_are_profiled_by_rank(tmp_path, tool):
     # See Note [Profiles of spawned processes]: an RPC worker that sets up no process group is profiled
-    # from init_rpc, by its RPC rank; DistributedOptimizer's steps end the trainer's steps.
+    # from init_rpc, by its RPC rank (Note [Ranks of RPC workers]); DistributedOptimizer's steps end the
+    # trainer's steps.
     write(tmp_path, "rpc_ps.py", RPC_SPAWN)
     r = run_memcomm(tmp_path, "--trace", "run.mct", "rpc_ps.py", str(free_port()))
     assert r.returncode == 0, r.stderr
     for rank in range(2):
-        assert f"memcomm: run.spawn1.rank{rank}.mct:" in r.stderr, r.stderr
+        assert f"memcomm: run.spawn1.rpc.rank{rank}.mct:" in r.stderr, r.stderr
     assert "set up no process group nor RPC" not in r.stderr, r.stderr
-    trace = report(tool, tmp_path / "run.spawn1.rank0.mct")
+    trace = report(tool, tmp_path / "run.spawn1.rpc.rank0.mct")
     assert [(s["rank"], s["step"]) for s in trace["steps"]] == [(0, 1), (0, 2), (0, 3)], trace["steps"]
+
+
+# pytorch/examples' ddp_rpc with the RPC ids the other way round: a master (RPC 0) with no process
+# group, and two DDP trainers, ranks 0 and 1 of their group and RPC workers 1 and 2.
+DDP_RPC_SPAWN = """
+import os, sys, torch, torch.distributed as dist, torch.distributed.rpc as rpc, torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def run(rank, rpc_port, group_port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(rpc_port))
+    if rank > 0:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{group_port}", rank=rank - 1, world_size=2)
+    rpc.init_rpc("master" if rank == 0 else f"trainer{rank - 1}", rank=rank, world_size=3)
+    if rank > 0:
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    rpc.shutdown()
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(int(sys.argv[1]), int(sys.argv[2])), nprocs=3)
+"""
+
+
+def test_rpc_workers_beside_a_process_group_write_files_of_their_own(tmp_path, tool):
+    # Note [Ranks of RPC workers]: the master's RPC id 0 named the file of the trainers' group rank 0,
+    # and whichever came second was not profiled.
+    write(tmp_path, "ddp_rpc.py", DDP_RPC_SPAWN)
+    r = run_memcomm(tmp_path, "--trace", "run.mct", "ddp_rpc.py", str(free_port()), str(free_port()))
+    assert r.returncode == 0, r.stderr
+    assert "not profiled" not in r.stderr, r.stderr
+    assert (tmp_path / "run.spawn1.rpc.rank0.mct").exists(), r.stderr
+    trace = report(tool, tmp_path / "run.spawn1.rank0.mct", tmp_path / "run.spawn1.rank1.mct")
+    assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2)]
 
 
 RPC_TORCHRUN = RPC_TRAIN + """
