@@ -38,7 +38,7 @@ an RPC worker's file could be a trainer's name, and the later of the two was not
 together, their world sizes said they were two runs. So the file of a rank numbered by RPC says so:
 NAME.rpc.rankR.mct (NAME.spawnK.rpc.rankR.mct for a spawned child), and `report NAME.rank*.mct` reads
 the group's ranks alone. A rank the launcher's environment names (torchrun's RANK, one numbering for
-the whole job) keeps NAME.rankR.mct.
+the whole job), and an RPC world of one process, keep NAME.rankR.mct.
 
 Note [Nothing left after stop]: stop() removes every module and optimizer hook and class wrapper it
 added, puts torch.autograd.backward back and keeps no reference to the script's modules (those
@@ -91,7 +91,7 @@ def _dist_identity() -> Tuple[int, int, int, bool]:
         if agent is None:
             return (*_memcomm.launch_identity(), False)
         rank, world = agent.get_worker_info().id, len(agent.get_worker_infos())
-        return rank, world, int(os.environ.get("LOCAL_RANK", rank)), True
+        return rank, world, int(os.environ.get("LOCAL_RANK", rank)), world > 1  # alone, it shares no numbering
     return rank, world, int(os.environ.get("LOCAL_RANK", rank)), False
 
 
