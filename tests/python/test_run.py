@@ -496,7 +496,7 @@ if __name__ == "__main__":
 
 
 def test_rpc_workers_beside_a_process_group_write_files_of_their_own(tmp_path, tool):
-    # Note [Ranks of RPC workers]: the master's RPC id 0 named the file of the trainers' group rank 0,
+    # See Note [Ranks of RPC workers]: the master's RPC id 0 named the file of the trainers' group rank 0,
     # and whichever came second was not profiled.
     write(tmp_path, "ddp_rpc.py", DDP_RPC_SPAWN)
     r = run_memcomm(tmp_path, "--trace", "run.mct", "ddp_rpc.py", str(free_port()), str(free_port()))

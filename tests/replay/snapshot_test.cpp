@@ -189,6 +189,33 @@ TEST_CASE("snapshot: values no allocator writes are refused, not wrapped into fi
   CHECK_THAT(segment_error(255), Catch::Contains("device 255 is out of range"));
 }
 
+TEST_CASE("snapshot: memcomm's host snapshot is device 255, as every tool names the host (Note [A host snapshot's device])",
+          "[snapshot]") {
+  const auto build = [](bool host) {
+    PickleBuilder b;  // one segment and one alloc on device 0, and the settings memcomm.dump_snapshot("cpu") writes
+    bool first = true;
+    b.proto(4).empty_dict().mark().str("segments").empty_list().empty_dict().mark().kv("device", 0).kv("address", 4096)
+        .kv("total_size", 2 * MiB).str("blocks").empty_list().setitems().op('a');
+    b.str("device_traces").empty_list().empty_list().mark();
+    memcomm::test::event(b, {"alloc", 4096, 100, 1, false}, first);
+    b.appends().op('a');
+    b.str("allocator_settings").empty_dict().mark().str("memcomm").boolean(true).str("host").boolean(host).setitems();
+    b.setitems().stop();
+    return snap::parse_snapshot(b.data(), b.size(), "host.pickle");
+  };
+  const snap::Snapshot host = build(true);
+  REQUIRE(host.device_traces.size() == 256);
+  CHECK(host.device_traces[255].size() == 1);
+  CHECK(host.device_traces[0].empty());
+  CHECK(host.segments[0].device == 255);
+  const auto trace = memcomm::replay::build_requests(host);
+  REQUIRE(trace.devices.size() == 1);
+  CHECK(trace.devices[0].device == 255);
+  const snap::Snapshot gpu = build(false);
+  CHECK(gpu.device_traces.size() == 1);
+  CHECK(gpu.segments[0].device == 0);
+}
+
 TEST_CASE("snapshot: a block past the top of the address space is refused", "[snapshot][bad]") {
   PickleBuilder b;  // an address in the upper half (a 9-byte LONG1) whose block runs past 2^64
   b.proto(4).empty_dict().str("device_traces").empty_list().empty_list().empty_dict().mark().kv("action", "alloc").str("addr")

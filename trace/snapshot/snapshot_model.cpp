@@ -145,6 +145,7 @@ class Builder {
       }
     }
     if (const Value* s = doc_.find(root, "allocator_settings"); s && s->kind == Kind::dict) settings(*s);
+    if (snap_.settings.host) place_host_memory();
   }
 
  private:
@@ -329,6 +330,23 @@ class Builder {
         out.roundup_power2_divisions.emplace_back(mib, static_cast<std::uint64_t>(items[k + 1].i));
       }
     }
+  }
+
+  // Note [A host snapshot's device]: memcomm's CPU allocator writes its snapshots in PyTorch's
+  // format, where the host's memory can only be device 0 (device_traces is a list by device, and
+  // memory_viz reads it so); every memcomm tool calls the host's memory device 255
+  // (prof::kHostDevice). A snapshot that says it is the host's (allocator_settings "host": True) is
+  // read as device 255, so --device 255 picks it, its replays round as host memory does, and the
+  // figures say host, not GPU 0.
+  void place_host_memory() {
+    if (snap_.device_traces.size() > 1) return;  // not one device: not what memcomm's CPU allocator writes
+    for (const Segment& seg : snap_.segments)
+      if (seg.device != 0) return;
+    for (Segment& seg : snap_.segments) seg.device = prof::kHostDevice;
+    if (snap_.device_traces.empty()) return;
+    std::vector<Event> events = std::move(snap_.device_traces[0]);
+    snap_.device_traces.assign(std::size_t{prof::kHostDevice} + 1, {});
+    snap_.device_traces[prof::kHostDevice] = std::move(events);
   }
 
   // Interns the stack behind a frames list; the same pickle list object maps to the same stack.
