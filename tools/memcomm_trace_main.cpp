@@ -220,7 +220,8 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
                        fmt::format("torch.profiler traces: regex (RE2, as Python's re without lookaround; searched in "
                                    "kernel names; at most 1000 characters) of the communication kernels of memcomm's "
                                    "own analysis, not --hta's (default: {})",
-                                   kDefaultCommKernels));
+                                   kDefaultCommKernels))
+      ->check(CLI::Validator([](std::string& p) { return memcomm::prof::comm_kernels_problem(p); }, "REGEX"));
 
   s.advise = add_files(app.add_subcommand("advise", "What to change, with the evidence: allocator policy (replaying the "
                                                     "trace's allocations), buckets/accumulation, loader, micro-batch, "

@@ -288,6 +288,10 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input, usage and an output
   std::filesystem::remove(loop);
   CHECK(run(tool() + " memory " + std::filesystem::temp_directory_path().string(), out) == 2);
   CHECK(out.find(": is a folder, not a file") != std::string::npos);
+  // A --comm-kernels pattern that is no regular expression, though only .mct files are read (it
+  // was checked by the torch.profiler reader alone, and ignored here with exit 0).
+  CHECK(run(tool() + " report --comm-kernels '(' " + paths[0], out) == 2);
+  CHECK(out.find("--comm-kernels: '(' is not a valid regular expression") != std::string::npos);
 
   // --rows must be a count; the message says so in words.
   for (const char* rows : {"0", "-3", "many", "2.5", "1e3"}) {

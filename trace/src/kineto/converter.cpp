@@ -87,14 +87,22 @@ constexpr size_t kMaxCommPattern = 1000;
 
 }  // namespace
 
+}  // namespace memcomm::prof::kineto
+
+std::string memcomm::prof::comm_kernels_problem(const std::string& p) {  // Note [A pattern the user writes]
+  if (p.size() > kineto::kMaxCommPattern)
+    return fmt::format("a pattern of {} characters: at most {} (it names kernel families, as the default '{}' does)",
+                       p.size(), kineto::kMaxCommPattern, kDefaultCommKernels);
+  const re2::RE2 re(p, re2::RE2::Quiet);
+  return re.ok() ? std::string() : fmt::format("'{}' is not a valid regular expression: {}", p, re.error());
+}
+
+namespace memcomm::prof::kineto {
+
 Converter::Converter(std::string name, const KinetoOptions& opt) : name_(std::move(name)) {
-  const std::string& p = opt.comm_kernels;  // Note [A pattern the user writes]
-  if (p.size() > kMaxCommPattern)
-    throw TraceError(fmt::format("--comm-kernels is {} characters long: at most {} (it names kernel families, as the "
-                                 "default '{}' does)", p.size(), kMaxCommPattern, kDefaultCommKernels));
-  comm_pattern_ = std::make_unique<re2::RE2>(p, re2::RE2::Quiet);
-  if (!comm_pattern_->ok())
-    throw TraceError(fmt::format("--comm-kernels '{}' is not a valid regular expression: {}", p, comm_pattern_->error()));
+  if (std::string problem = comm_kernels_problem(opt.comm_kernels); !problem.empty())
+    throw TraceError("--comm-kernels: " + problem);
+  comm_pattern_ = std::make_unique<re2::RE2>(opt.comm_kernels, re2::RE2::Quiet);
 }
 
 Converter::~Converter() = default;

@@ -66,6 +66,10 @@ inline constexpr const char* kDefaultCommKernels = R"(nccl|rccl|deep_ep::|dpsk::
 struct KinetoOptions {
   std::string comm_kernels = kDefaultCommKernels;
 };
+// Why `pattern` cannot be --comm-kernels (too long, or not RE2: "'(' is not a valid regular
+// expression: ..."), or "" when it can. The reader refuses such a pattern with this message; the CLI
+// checks it first, so a pattern is refused also where no torch.profiler trace is read.
+std::string comm_kernels_problem(const std::string& pattern);
 
 // What one file held and what became of it: `memcomm-trace info` prints it.
 struct KinetoInfo {
