@@ -626,6 +626,28 @@ def test_an_unchanged_loop_over_a_data_loader_records_its_waits(tmp_path, tool):
     assert phase_counts(tool, tmp_path, tmp_path / "accumulated.rank0.mct")["data_wait"] == 6
 
 
+def test_a_loop_that_breaks_after_fetching_makes_no_step_of_that_batch(tmp_path, tool):
+    # See Note [Batches from any DataLoader]: memcomm.loader's wait opened a step, so a loop that fetched a
+    # batch and broke (the seed sample's --max-batches) ended on a step of that wait alone; a loop that
+    # marks its iterations with memcomm.step() and runs no backward still makes one step of each.
+    check("""
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[1]):
+            for i, (x, y) in enumerate(memcomm.loader(batches(5))):
+                if i == 2:
+                    break
+                opt.zero_grad(); crit(model(x), y).backward(); opt.step()
+        with memcomm.profile(trace=sys.argv[2]):
+            for x, y in memcomm.loader(batches(3)):
+                with torch.no_grad():
+                    model(x)
+                memcomm.step()
+    """, str(tmp_path / "broke.mct"), str(tmp_path / "marked.mct"))
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "broke.rank0.mct")["steps"]] == [1, 2]
+    assert [s["step"] for s in trace_json(tool, "report", tmp_path / "marked.rank0.mct")["steps"]] == [1, 2, 3]
+
+
 def test_a_profile_leaves_loading_dynamo_to_the_script(tmp_path, tool):
     # See Note [Dynamo left to the script]: start() loaded torch._dynamo (3-4 s) for every script; now what
     # the hooks need of it is done when the script loads it, here by building a torch.optim optimizer.

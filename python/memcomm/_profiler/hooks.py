@@ -98,15 +98,18 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   one step that never ended.
 - Note [Batches from any DataLoader]: the wait for each batch of any torch DataLoader is a
   data_wait span (its iterator's __next__ is wrapped), so an unchanged script's report and advice
-  see a data-bound run (they read 0 before, and the loader rule could not fire). Unlike
-  memcomm.loader's wait, this one opens no step: an evaluation loop iterates its DataLoader with
-  gradients on and runs no_grad() inside, and its batches would each have made a step. Waits
-  outside an open step mark where the next step begins instead: the step that a training event
-  opens next starts at the first of them, so it holds the waits for all its batches (Trainer fetches
-  a step's accumulation batches before their forwards); a forward without gradients first says they
-  were an evaluation's, and they stay outside any step. Such waits are written after the step's
-  begin (a reader meets the earlier of two events at one time first, and would nest the step in the
-  wait).
+  see a data-bound run (they read 0 before, and the loader rule could not fire); memcomm.loader's
+  wait, for any iterable, is recorded alike. A wait opens no step: an evaluation loop iterates its
+  DataLoader with gradients on and runs no_grad() inside, and its batches would each have made a
+  step. Waits outside an open step mark where the next step begins instead: the step that a training
+  event opens next starts at the first of them, so it holds the waits for all its batches (Trainer
+  fetches a step's accumulation batches before their forwards); a forward without gradients first
+  says they were an evaluation's, and they stay outside any step. memcomm.loader's wait opened a
+  step itself once, so a loop that broke after fetching a batch (the seed sample's --max-batches)
+  ended on a step of that wait alone. A script that marks its iterations with memcomm.step() and no
+  training event (forwards without gradients) still gets each as a step, from its first wait. Such
+  waits are written after the step's begin (a reader meets the earlier of two events at one time
+  first, and would nest the step in the wait).
 - A range still open when the next phase begins (a backward or step() that raised) is closed
   first, so ranges always nest.
 Allocations are labelled while a phase runs (Note [Memory categories] in trainer/src/profiling.cpp):
@@ -189,7 +192,7 @@ class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "updater", "ends_with",
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader",
-                 "marked_forward_ns", "marked_output", "marking")
+                 "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -206,6 +209,7 @@ class _ThreadState:
         self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
         self.stepless_waits: List[Tuple[int, int]] = []  # Note [Batches from any DataLoader]: (begin, end)
         self.in_loader = False                         # inside memcomm.loader's next(): it records the wait
+        self.unstepped_wait_ns = 0                     # the first wait since a step opened, for memcomm.step()
         # Where the next step begins, if one opens (Note [A forward that opens no step]); 0: no mark.
         self.marked_forward_ns = 0
         self.marked_output: Any = None                 # the marking forward's output, weakly; None: none seen
@@ -485,6 +489,7 @@ class PhaseHooks:
             if not self._owner._observing:  # an allocator that began serving after the start
                 self._owner._observe_allocator()
             st.step_open = True
+            st.unstepped_wait_ns = 0
             forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.marked_forward_ns)
             wait = st.stepless_waits[0][0] if st.stepless_waits else 0
             ident = next(self._steps)
@@ -729,6 +734,8 @@ class PhaseHooks:
         """Ends this thread's step now: the script called memcomm.step() (a loop that updates its
         parameters without torch.optim, or one that marks its iterations itself)."""
         st = self._state()
+        if st.unstepped_wait_ns and (not st.step_open or st.step_end_ns):  # an iteration nothing else opened:
+            self._ensure_step(st, st.unstepped_wait_ns - 1)  # from its first batch (before the waits written)
         st.step_end_ns = 0
         _unmark(st)
         if st.step_open:
@@ -765,6 +772,7 @@ class PhaseHooks:
             _memcomm.phase_span(DATA_WAIT, 0, begin_ns, end)
             return
         st.stepless_waits.append((begin_ns, end))
+        st.unstepped_wait_ns = st.unstepped_wait_ns or begin_ns
 
     @staticmethod
     def _flush_wait(st: _ThreadState) -> None:
@@ -773,22 +781,17 @@ class PhaseHooks:
         st.stepless_waits.clear()
 
     def loader_next(self, it: Iterator[Any]) -> Any:
-        """memcomm.loader's next batch: its wait opens the step (data_wait), and the DataLoader's own
-        wrapper inside it records nothing more."""
+        """memcomm.loader's next batch: its wait is recorded as a DataLoader's is (Note [Batches from
+        any DataLoader]), for any iterable, and the DataLoader's own wrapper inside it records nothing
+        more."""
         st = self._state()
         st.in_loader = True
         try:
             batch, begin = _fetched(lambda: next(it))
         finally:
             st.in_loader = False
-        self.data_wait(begin)
+        self._batch_arrived(st, begin)
         return batch
-
-    def data_wait(self, begin_ns: int) -> None:
-        st = self._state()
-        if torch.is_grad_enabled():  # an evaluation's batches open no step, as its forward opens none
-            self._ensure_step(st, begin_ns)
-        _memcomm.phase_span(DATA_WAIT, 0, begin_ns, now())
 
 
 class _Registry(dict):
