@@ -201,6 +201,39 @@ TEST_CASE("fit-only with any micro-batch recommends the largest divisor below th
   CHECK(out.recommendation->accum == 10);
 }
 
+TEST_CASE("a fit that is right but cautious does not crawl, and fit-only keeps a trial for the divisor it recommends") {
+  // Memory that grows more slowly than linearly (activations that stop growing): a line through the
+  // probes overestimates larger b, so each prediction fits and gains little. The search crawled up
+  // (22 probes of the 24 allowed on one MLP), and with the budget spent fit-only recommended a small
+  // divisor probed on the way (8 x 512 where 1024 x 4 fits).
+  Synthetic m;
+  m.q = -300;
+  std::vector<int64_t> cand;
+  for (int64_t b = 1; b <= 4096; ++b) cand.push_back(b);
+  for (int64_t limit : {int64_t(4) << 30, int64_t(5) << 30, int64_t(7) << 30}) {
+    m.limit = limit;
+    SearchConfig cfg;
+    cfg.global_batch = 4096;
+    cfg.memory_limit = limit;
+    cfg.fit_only = true;
+    cfg.any_micro_batch = true;
+    const auto out = run_search(cfg, std::ref(m));
+    const int64_t largest = exhaustive_largest(m, cand);
+    std::string seq;
+    for (const auto& t : out.trials) seq += std::to_string(t.request.micro_batch) + (t.result.oom ? "x " : " ");
+    INFO("limit " << limit << ": largest " << largest << ", " << out.boundary_probes << " probes: " << seq);
+    REQUIRE((largest > 1024 && largest < 4096));
+    CHECK(out.largest_feasible == largest);
+    CHECK(out.boundary_probes <= log2_ceil(cand.size()) + 3);
+    REQUIRE(out.recommendation);
+    CHECK(out.recommendation->micro_batch == (largest >= 2048 ? 2048 : 1024));
+    cfg.max_trials = out.boundary_probes;  // a budget that the boundary search alone would spend
+    const auto tight = run_search(cfg, std::ref(m));
+    REQUIRE(tight.recommendation);
+    CHECK(tight.recommendation->micro_batch >= 1024);
+  }
+}
+
 TEST_CASE("memory that is not linear in b still gives the right boundary") {
   Synthetic m;
   m.q = 2e4;  // the fit underestimates large b: predictions fail and the search bisects

@@ -112,7 +112,10 @@ class Search {
 
  private:
   int64_t accum_for(int64_t b) const { return std::max<int64_t>(1, per_rank_ / b); }
-  bool budget_left() const { return static_cast<int>(out_.trials.size()) < cfg_.max_trials; }
+  bool budget_left(int kept = 0) const { return static_cast<int>(out_.trials.size()) + kept < cfg_.max_trials; }
+  // Trials the boundary search leaves: fit-only over any micro-batch may need one more, for the
+  // largest divisor below the boundary (recommend_largest), which the search steps over.
+  int kept_for_recommendation() const { return cfg_.fit_only && cfg_.any_micro_batch && cfg_.max_trials > 1 ? 1 : 0; }
   size_t index_of(int64_t b) const {
     return static_cast<size_t>(std::lower_bound(cand_.begin(), cand_.end(), b) - cand_.begin());
   }
@@ -177,6 +180,13 @@ class Search {
     return false;
   }
 
+  // Note [A fit that is right but cautious]: where memory grows more slowly than linearly in b
+  // (activations that stop growing, a cache that fills), a line through the probes overestimates
+  // every larger b, so each prediction fits and moves lo up a little: one MLP took 22 probes to
+  // climb from 1030 to its boundary of 1890, where bisection needs 10. A prediction that fits and
+  // climbs is trusted once; a second in a row means the fit lags the memory, and the search gallops
+  // from there, by the last climb and then doubling, until a failure bounds a bisection. A fit that
+  // is right stops climbing at once: its next prediction is lo itself, confirmed by the one above.
   bool boundary_memcomm() {
     if (!first_fits()) return false;
     long lo = 0, hi = static_cast<long>(cand_.size());  // cand_[lo] fits; cand_[hi] fails (or is past the end)
@@ -187,7 +197,8 @@ class Search {
     }
     bool trust_fit = true;
     int64_t gallop = 0;  // after a prediction that was too cautious: step above lo, doubling
-    while (hi - lo > 1 && budget_left()) {
+    int right_climbs = 0;  // predictions in a row that fitted and moved lo up by more than one
+    while (hi - lo > 1 && budget_left(kept_for_recommendation())) {
       long t = -1;
       bool predicted_fit = false;
       const bool predicting = trust_fit && fit_.valid;
@@ -207,9 +218,13 @@ class Search {
         t = lo + (hi - lo) / 2;
       }
       const bool ok = fits(static_cast<size_t>(t), TrialPurpose::Boundary);
+      right_climbs = predicting && ok && predicted_fit && t > lo + 1 ? right_climbs + 1 : 0;
       if (predicting && ok != predicted_fit) {  // a wrong prediction: search near it from now on
         trust_fit = false;
         gallop = ok ? 2 : 0;  // too cautious: gallop upwards; too bold: the failure bounds a bisection
+      } else if (right_climbs >= 2) {  // Note [A fit that is right but cautious]
+        trust_fit = false;
+        gallop = t - lo;
       } else if (gallop > 0 && !ok) {
         gallop = 0;
       }
