@@ -208,6 +208,7 @@ class _ChildProfile:
             profiler = memcomm.Profiler(self._trace(), self.options.live, cupti=self.options.cupti,
                                         clock_sync=False)
             profiler.started_by_runner = True
+            profiler.started_in_child = True
             self.profiler = profiler.start()
         except (OSError, RuntimeError, ValueError) as e:
             self.start_failed = True

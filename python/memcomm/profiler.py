@@ -189,6 +189,8 @@ class Profiler(contextlib.ContextDecorator):
         return _memcomm.rank_trace_path(self._session_trace(), self.rank) if self._trace else None
 
     started_by_runner = False  # python -m memcomm's profile of a whole script (its error messages say so)
+    started_in_child = False  # python -m memcomm's profile of a process the script started (Note [Profiles of
+                              # spawned processes] in _spawned.py)
 
     def _session_trace(self) -> str:
         """trace=, or NAME.K.mct for the K-th start (K >= 2) of a profiler with this name in the process,
@@ -253,10 +255,12 @@ class Profiler(contextlib.ContextDecorator):
                  "and no memcomm.step(): the trace has them all in one step; call memcomm.step() where "
                  "a step of a loop that updates its parameters by hand ends", ProfileAdvice)
         if not (self._hooks.forwards or self._hooks.backwards or self._hooks.step_ends):
-            warn("memcomm: this profile recorded no forward, backward or optimizer step in this process; "
+            warn("memcomm: this profile recorded no forward, backward or optimizer step in this process; " + (
+                 "it ran none of its own (an RPC master or parameter server runs none; a forward called as "
+                 "module.forward() is not seen)" if self.started_in_child else
                  "if the training ran in processes this one started (torch.multiprocessing.spawn, "
                  "Lightning's ddp_spawn, a launcher), start the profile in them (python -m memcomm goes after a "
-                 "launcher: LAUNCHER ... -m memcomm SCRIPT)", NothingRecorded)
+                 "launcher: LAUNCHER ... -m memcomm SCRIPT)"), NothingRecorded)
         if self._hooks.backwards and not self._hooks.forwards:
             warn(f"memcomm: {self._hooks.backwards} backward passes but no forward: {self._why_no_forward()}", ProfileAdvice)
         recorded = "(memcomm records DDP's bucket all-reduces and the collectives called through memcomm.dist)"

@@ -503,6 +503,8 @@ def test_rpc_workers_beside_a_process_group_write_files_of_their_own(tmp_path, t
     assert r.returncode == 0, r.stderr
     assert "not profiled" not in r.stderr, r.stderr
     assert (tmp_path / "run.spawn1.rpc.rank0.mct").exists(), r.stderr
+    assert "it ran none of its own (an RPC master" in r.stderr, r.stderr  # the master's, not the advice to the runner
+    assert "start the profile in them" not in r.stderr, r.stderr
     trace = report(tool, tmp_path / "run.spawn1.rank0.mct", tmp_path / "run.spawn1.rank1.mct")
     assert sorted((s["rank"], s["step"]) for s in trace["steps"]) == [(r, s) for r in range(2) for s in (1, 2)]
 
