@@ -15,10 +15,11 @@ group is set (distributed_c10d._update_default_pg, which init_process_group call
 imported it), or its RPC agent (rpc.api._init_rpc_states, which init_rpc calls: pytorch/examples'
 RPC parameter server and RL agents set up no group; the rank is the RPC worker's id, Note [Ranks of
 RPC workers] in profiler.py), so it knows its rank and names its file by it: NAME.spawnK.rankR.mct
-(NAME.spawnK.rpc.rankR.mct for an RPC worker's; the parent's own is NAME.rankR.mct), with --allocator's allocator installed and DDP buckets recorded as the runner
-does. What a child did before init_process_group is not in its trace (tutorials set the group up
-first). The profile starts inside init_process_group, so it measures no clock offsets: the children
-share the parent's host and clock (Note [One clock per host] in memcomm/trace/clock.hpp).
+(NAME.spawnK.rpc.rankR.mct for an RPC worker's; the parent's own is NAME.rankR.mct), with
+--allocator's allocator installed and DDP buckets recorded as the runner does. What a child did
+before init_process_group is not in its trace (tutorials set the group up first). The profile starts
+inside init_process_group, so it measures no clock offsets: the children share the parent's host and
+clock (Note [One clock per host] in memcomm/trace/clock.hpp).
 - A start_processes child is a rank: it installs the allocator at its start, and says so when it
   sets up no group. A Process may be no rank at all (a script's own worker), so in a ProcessEntry
   everything waits for the group: one that never sets one up gets no allocator, no file and no line,

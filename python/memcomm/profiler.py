@@ -195,7 +195,8 @@ class Profiler(contextlib.ContextDecorator):
     def _session_trace(self) -> str:
         """trace=, or NAME.K.mct for the K-th start (K >= 2) of a profiler with this name in the process,
         NAME.restartN.mct in torchrun's N-th restart of the job (its failed attempts' files are kept),
-        with .rpc (Note [Ranks of RPC workers]) and .pidP before the extension when another process writes that name."""
+        with .rpc for a rank numbered by RPC (Note [Ranks of RPC workers]) and .pidP when another process
+        writes that name, before the extension."""
         stem, ext = os.path.splitext(self._trace)
         restart = torchrun_restart()
         if restart > 0:

@@ -85,8 +85,8 @@ std::uint64_t get_u64(const Document& doc, const Value& v, What&& what) {
 }
 // Note [Values no real snapshot holds]: a byte count beyond 2^57 (the largest virtual address space
 // any CPU or GPU has, five-level paging's) or a block that wraps past the top of the address space
-// cannot come from an allocator; nor can a time_us whose nanoseconds overflow 64 bits (past the year
-// 294,000), a device number below 0, or 255 devices and more (device 255 is host memory in every
+// cannot come from an allocator; nor can a time_us whose nanoseconds overflow 64 bits (the year
+// 2262), a device number below 0, or 255 devices and more (device 255 is host memory in every
 // memcomm tool, prof::kHostDevice). Read as they are, they wrap sums and clocks into figures that
 // look right; the file is refused as corrupt instead.
 constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 57;
