@@ -3,6 +3,7 @@
 // -h/--help prints USAGE and exits 0; an unknown flag, a missing path or no snapshot at all exits 2.
 #pragma once
 
+#include "memcomm/common/standard_output.hpp"
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -47,12 +48,14 @@ inline std::vector<std::string> snapshot_files(int argc, char** argv, const char
 }
 
 // Runs a benchmark's body, turning an unreadable snapshot (or any other error) into a message and
-// exit code 1 instead of an uncaught exception.
+// exit code 1 instead of an uncaught exception, and a report standard output did not take into exit
+// code 1 too (Note [Output that was not written]).
 inline int run_reporting_errors(const char* tool, const std::function<int()>& body) {
+  int code = 1;
   try {
-    return body();
+    code = body();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", tool, e.what());
-    return 1;
   }
+  return memcomm::stdout_checked(code, tool);
 }

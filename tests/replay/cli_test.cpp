@@ -256,6 +256,12 @@ TEST_CASE("bench_call_bound: --ratio R gives the bound at any R above 1, anythin
   r = bench("--help");
   CHECK(r.code == 0);
   CHECK(r.out.find("--ratio R") != std::string::npos);
+  if (std::filesystem::exists("/dev/full")) {  // Note [Output that was not written]: it exited 0, its table lost
+    const std::string err = (dir.path() / "full.err").string();
+    const int status = std::system((memcomm::test::bin_dir() + "/bench_call_bound " + trace + " >/dev/full 2>" + err).c_str());
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 1));
+    CHECK(memcomm::test::slurp(err).find("bench_call_bound: standard output could not be written") != std::string::npos);
+  }
 }
 #endif
 
