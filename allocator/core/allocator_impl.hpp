@@ -193,13 +193,15 @@ struct CachingAllocator::Impl {
   StreamOrderedFrees frees GUARDED_BY(mu){streams};  // frees waiting for events (stream_frees.hpp)
   DeviceStats stats GUARDED_BY(mu);
   std::uint64_t tick GUARDED_BY(mu) = 0;                 // operations so far (ages)
-  std::int64_t allocated_high_water GUARDED_BY(mu) = 0;  // largest allocated bytes ever (never reset; page budget)
+  std::int64_t allocated_high_water GUARDED_BY(mu) = 0;  // largest allocated bytes since the start or the last
+                                                         // empty_cache (page budget; Note [Emptying the cache
+                                                         // forgets the high water])
   std::int64_t allocated_low_since_high_water GUARDED_BY(mu) = 0;  // least allocated bytes since the high
                                                                    // water last rose (Note [A repeated peak])
   std::int64_t last_iteration_peak GUARDED_BY(mu) = 0;  // the last high water that live bytes then fell
                                                         // below half of (Note [A repeated peak])
-  std::int64_t reserved_high_water GUARDED_BY(mu) = 0;   // largest reserved bytes ever (never reset;
-                                                         // Note [Map-ahead in a trough])
+  std::int64_t reserved_high_water GUARDED_BY(mu) = 0;   // largest reserved bytes since the start or the
+                                                         // last empty_cache (Note [Map-ahead in a trough])
   PageBudget budget GUARDED_BY(mu){0.0, 0, 1};           // Note [Lazy page release]; set up by the constructor
   std::vector<Observer*> observers GUARDED_BY(mu);
   std::atomic<bool> has_observers{false};  // observers is not empty (read without the lock by emit)

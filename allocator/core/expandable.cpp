@@ -59,9 +59,9 @@
 // 0.56 MiB request on a 2.2 GB CNN, below the budget. Nothing was given back, so that growth set the
 // run's footprint peak: 1.011 x live (now 1.006), against 1.001 for PyTorch's expandable segments. So in
 // a trough, map-ahead (and the chunk minimum) takes reserved bytes at most to their high water
-// (reserved_high_water, never reset). The request's own pages may still pass it. A growth at the budget
-// gives back whatever it maps, so it keeps its map-ahead. Capping that case too cost octree-nca 107 ->
-// 139 calls, its small pool growing a page per call after its peak.
+// (reserved_high_water; Note [Emptying the cache forgets the high water]). The request's own pages may
+// still pass it. A growth at the budget gives back whatever it maps, so it keeps its map-ahead. Capping
+// that case too cost octree-nca 107 -> 139 calls, its small pool growing a page per call after its peak.
 // Measured with bench/replay/allocator_targets.py (bench/results/allocator-cpu.md):
 // - the shared snapshots are unchanged, but code_location dev 0 (check half) goes 1.012 -> 1.009 x live;
 // - the synthetic workloads of bench/replay/synthetic_snapshots.py, which no rule was tuned on (30

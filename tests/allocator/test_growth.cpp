@@ -252,3 +252,27 @@ TEST_CASE("small temporaries in a trough borrow a large hole rather than trade p
   a.check_invariants();
   for (void* p : params) a.deallocate(p);
 }
+
+TEST_CASE("after empty_cache a smaller run reserves what it would in a fresh allocator", "[allocator][growth]") {
+  // See Note [Emptying the cache forgets the high water]: a tuner probes a large micro-batch, empties the
+  // cache, then probes a small one; the large run's high water let the small one map up to its footprint.
+  CachingAllocator fresh(simulated());
+  std::vector<void*> params;
+  for (int i = 0; i < 4; ++i) params.push_back(fresh.allocate(MiB + 100));
+  toy_training_step(fresh, 1);
+  const std::int64_t small_alone = fresh.stats().reserved_bytes.peak;
+
+  CachingAllocator a(simulated());
+  std::vector<void*> kept;
+  for (int i = 0; i < 4; ++i) kept.push_back(a.allocate(MiB + 100));
+  toy_training_step(a, 8);  // the large probe
+  a.empty_cache();
+  a.reset_peak_stats();
+  toy_training_step(a, 1);
+  INFO("small step alone " << small_alone << " B reserved; after a large one and empty_cache "
+                           << a.stats().reserved_bytes.peak << " B");
+  CHECK(a.stats().reserved_bytes.peak <= small_alone + std::int64_t(2 * MiB));
+  a.check_invariants();
+  for (void* p : params) fresh.deallocate(p);
+  for (void* p : kept) a.deallocate(p);
+}

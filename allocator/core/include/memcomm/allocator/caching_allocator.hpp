@@ -92,7 +92,8 @@ class CachingAllocator {
   std::size_t block_size(const void* ptr) const;
   std::size_t requested_size(const void* ptr) const;
 
-  // Gives back to the source every free segment and every free page it can (waiting for pending events).
+  // Gives back to the source every free segment and every free page it can (waiting for pending events),
+  // and forgets the high waters the page budget grows from (Note [Emptying the cache forgets the high water]).
   void empty_cache();
   // Moves freed blocks whose stream events have completed into the free sets (also done on allocation),
   // and files the blocks parked by recent frees there, merged with their neighbours (Note [Recent frees]).
