@@ -72,10 +72,12 @@ Allocations on_device(Allocations all, int device, std::set<int> devices, const 
   return allocations_of_device(all, static_cast<std::uint8_t>(device));
 }
 
-// The devices a snapshot knows: one per device_traces list, and those its segments are on.
+// The devices a snapshot knows: one per device_traces list, and those its segments are on (a host
+// snapshot's lists below 255 only place its own: Note [A host snapshot's device]).
 std::set<int> snapshot_devices(const snapshot::Snapshot& s) {
   std::set<int> devices;
-  for (std::size_t d = 0; d < s.device_traces.size(); ++d) devices.insert(static_cast<int>(d));
+  for (std::size_t d = 0; d < s.device_traces.size(); ++d)
+    if (!s.settings.host || !s.device_traces[d].empty()) devices.insert(static_cast<int>(d));
   for (const snapshot::Segment& seg : s.segments) devices.insert(seg.device);
   return devices;
 }
@@ -99,7 +101,9 @@ class SnapshotMemory final : public HeldMemory {
   }
   const Allocations& allocations() const override { return allocs_.allocations; }
   snapshot::MemoryAt at(std::int64_t t) const override { return snapshot::memory_at(allocs_.allocations, text_, t); }
-  std::string label() const override { return path_; }
+  // A snapshot of memcomm's CPU allocator says so, as a trace's host memory does (Note [A host
+  // snapshot's device] in snapshot_model.cpp).
+  std::string label() const override { return snap_.settings.host ? path_ + ", host memory" : path_; }
   bool timed() const override { return timed_; }
   bool has_events() const override { return has_events_; }
   std::vector<std::string> lines(std::uint32_t site, bool all_frames) const override {

@@ -202,6 +202,23 @@ TEST_CASE("memory cli: a clock that steps back, and a trace its end state does n
   CHECK(events.err.find("live goes down to -150 B") != std::string::npos);
 }
 
+TEST_CASE("memory cli: a snapshot of memcomm's CPU allocator is device 255 and says host memory", "[cli][memory]") {
+  TempDir dir("memory-host");
+  memcomm::test::PickleBuilder b;  // the settings memcomm.dump_snapshot writes on the CPU: device 0 in the file
+  bool first_frames = true;
+  b.proto(4).empty_dict().mark().str("segments").empty_list().str("device_traces").empty_list().empty_list().mark();
+  memcomm::test::event(b, {"alloc", 4096, 100, 10, false}, first_frames);
+  b.appends().op('a');
+  b.str("allocator_settings").empty_dict().mark().str("memcomm").boolean(true).str("host").boolean(true).setitems();
+  b.setitems().stop();
+  const auto snap = dir.file("host.pickle", b.bytes());
+  const Run r = trace_tool(dir, "memory " + snap.string() + " --device 255");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find(snap.string() + ", host memory: at end") != std::string::npos);
+  CHECK(trace_tool(dir, "memory " + snap.string() + " --device 0").code == 2);
+}
+
 TEST_CASE("memory cli: text mode and compare", "[cli][memory]") {
   TempDir dir("memory-text");
   const auto snap = dir.file("hand.pickle", memcomm::test::build_snapshot());
