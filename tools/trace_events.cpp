@@ -106,18 +106,16 @@ Running running_levels(const snapshot::Snapshot& snap, int device) {
 std::vector<std::vector<std::int64_t>> event_times(const std::string& file, const snapshot::Snapshot& snap) {
   std::vector<std::vector<std::int64_t>> times(snap.device_traces.size());
   std::int64_t first = std::numeric_limits<std::int64_t>::max();
-  std::size_t steps_back = 0;
-  std::int64_t largest_step_back_us = 0;
+  snapshot::ClockStepsBack steps_back;
   for (std::size_t d = 0; d < snap.device_traces.size(); ++d) {
     snapshot::EventClock clock;
     for (const snapshot::Event& e : snap.device_traces[d]) {
       times[d].push_back(clock.next(e));
       first = std::min(first, times[d].back());
     }
-    steps_back += clock.steps_back();
-    largest_step_back_us = std::max(largest_step_back_us, clock.largest_step_back_us());
+    steps_back.add(clock.steps_back());
   }
-  if (const std::string w = snapshot::clock_steps_back_warning(steps_back, largest_step_back_us); !w.empty())
+  if (const std::string w = steps_back.warning(); !w.empty())
     fmt::print(stderr, "warning: {}: {}\n", file, w);
   for (auto& device : times)
     for (std::int64_t& t : device) t -= first;

@@ -92,7 +92,7 @@ class SnapshotMemory final : public HeldMemory {
     std::size_t traced_devices = 0;
     for (const auto& events : snap_.device_traces) traced_devices += events.empty() ? 0 : 1;
     has_events_ = traced_devices > 0;
-    if (const std::string w = snapshot::clock_steps_back_warning(allocs_.clock_steps_back, allocs_.largest_step_back_us); !w.empty())
+    if (const std::string w = allocs_.steps_back.warning(); !w.empty())
       fmt::print(stderr, "warning: {}: {}\n", path, w);
     if (device < 0 && traced_devices > 1 && !timed_)  // each device's clock counts its own events
       fmt::print(stderr, "warning: {}: its devices' traces record no times, so their events are aligned by index, "

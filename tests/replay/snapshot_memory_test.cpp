@@ -158,10 +158,10 @@ TEST_CASE("snapshot clock: a time earlier than the one before it is read as that
   CHECK(clock.next(e) == 100'002);
   e.time_us = 101;
   CHECK(clock.next(e) == 101'000);
-  CHECK(clock.steps_back() == 2);
-  CHECK(clock.largest_step_back_us() == 60);
-  CHECK(snap::clock_steps_back_warning(0, 0).empty());
-  CHECK_THAT(snap::clock_steps_back_warning(2, 60), Catch::Contains("goes back 2 times (by up to 60 us)"));
+  CHECK(clock.steps_back().count == 2);
+  CHECK(clock.steps_back().largest_us == 60);
+  CHECK(snap::ClockStepsBack{}.warning().empty());
+  CHECK_THAT((snap::ClockStepsBack{2, 60}.warning()), Catch::Contains("goes back 2 times (by up to 60 us)"));
 }
 
 TEST_CASE("snapshot memory: a free stamped before its allocation still ends after it", "[snapshot][memory]") {
@@ -178,8 +178,8 @@ TEST_CASE("snapshot memory: a free stamped before its allocation still ends afte
   s.device_traces.push_back({ev(prof::EventKind::Alloc, 0x1000, 1 << 30, 100), ev(prof::EventKind::FreeRequested, 0x1000, 1 << 30, 99),
                              ev(prof::EventKind::FreeCompleted, 0x1000, 1 << 30, 99), ev(prof::EventKind::Alloc, 0x9000, 10, 200)});
   const snap::SnapshotAllocations sa = snap::snapshot_allocations(s);
-  CHECK(sa.clock_steps_back == 2);
-  CHECK(sa.largest_step_back_us == 1);
+  CHECK(sa.steps_back.count == 2);
+  CHECK(sa.steps_back.largest_us == 1);
   CHECK(prof::peak_live(sa.allocations).bytes == (1u << 30));  // read by its time_us, the block lived -1 us
   CHECK(prof::live_bytes(sa.allocations, 200'000) == 10);
 }

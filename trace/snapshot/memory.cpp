@@ -31,8 +31,7 @@ std::int64_t EventClock::next(const Event& e) {
   } else {
     std::int64_t us = e.time_us;
     if (last_us_ != kNoTime && us < last_us_) {  // see Note [Event order within a microsecond]
-      ++steps_back_;
-      largest_step_back_us_ = std::max(largest_step_back_us_, last_us_ - us);
+      steps_back_.add({1, last_us_ - us});
       us = last_us_;
     }
     within_ = us == last_us_ ? std::min<std::int64_t>(within_ + 1, 999) : 0;
@@ -65,8 +64,7 @@ SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
   prof::AllocationBuilder b(true);  // PyTorch records every free's request before its completion
   StreamIndex stream;
   std::int64_t begin = kMax, end = kMin;
-  std::size_t steps_back = 0;
-  std::int64_t largest_step_back_us = 0;
+  ClockStepsBack steps_back;
   for (std::size_t dev = 0; dev < snap.device_traces.size(); ++dev) {
     EventClock clock;
     for (const Event& e : snap.device_traces[dev]) {
@@ -78,8 +76,7 @@ SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
       else if (e.kind == prof::EventKind::FreeRequested) b.free_requested(t, info);
       else if (e.kind == prof::EventKind::FreeCompleted) b.free_completed(t, info);
     }
-    steps_back += clock.steps_back();
-    largest_step_back_us = std::max(largest_step_back_us, clock.largest_step_back_us());
+    steps_back.add(clock.steps_back());
   }
   if (begin > end) begin = end = 0;  // no events: the end state alone, at t = 0
   for (const Segment& seg : snap.segments)
@@ -90,16 +87,20 @@ SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
   SnapshotAllocations out;
   out.allocations = b.finish(begin, end);
   out.streams = stream.take();
-  out.clock_steps_back = steps_back;
-  out.largest_step_back_us = largest_step_back_us;
+  out.steps_back = steps_back;
   return out;
 }
 
-std::string clock_steps_back_warning(std::size_t steps_back, std::int64_t largest_step_back_us) {
-  if (steps_back == 0) return {};
+void ClockStepsBack::add(const ClockStepsBack& other) {
+  count += other.count;
+  largest_us = std::max(largest_us, other.largest_us);
+}
+
+std::string ClockStepsBack::warning() const {
+  if (count == 0) return {};
   return fmt::format("its events' time_us goes back {} time{} (by up to {} us): such an event is read at the time "
                      "of the one before it, so lifetimes follow the events' order",
-                     steps_back, steps_back == 1 ? "" : "s", largest_step_back_us);
+                     count, count == 1 ? "" : "s", largest_us);
 }
 
 namespace {

@@ -20,7 +20,7 @@ namespace {
 // lifetimes and clock of `memcomm-trace memory` (snapshot_allocations), so both give one answer.
 void attach_allocations(snapshot::Snapshot&& snap, Timeline& tl) {
   snapshot::SnapshotAllocations all = snapshot::snapshot_allocations(snap);
-  if (std::string w = snapshot::clock_steps_back_warning(all.clock_steps_back, all.largest_step_back_us); !w.empty())
+  if (std::string w = all.steps_back.warning(); !w.empty())
     tl.load_warnings.push_back(std::move(w));  // as memcomm-trace memory says it
   auto stacks = std::make_shared<const SnapshotStacks>(std::move(snap), std::move(all.streams));
   for (RankData& rd : tl.ranks) {

@@ -24,18 +24,25 @@
 
 namespace memcomm::snapshot {
 
+// Events whose time_us was earlier than the one before them (Note [Event order within a
+// microsecond]), and the largest such step.
+struct ClockStepsBack {
+  std::size_t count = 0;
+  std::int64_t largest_us = 0;
+  void add(const ClockStepsBack& other);
+  // What the tools print ("its events' time_us goes back N times..."); empty when none went back.
+  std::string warning() const;
+};
+
 // A device trace's event times in ns (Note [Event order within a microsecond]); feed it the events
 // in order. Absurd times saturate instead of overflowing.
 class EventClock {
  public:
   std::int64_t next(const Event& e);
-  // Events whose time_us was earlier than the one before them, and the largest such step, in us.
-  std::size_t steps_back() const noexcept { return steps_back_; }
-  std::int64_t largest_step_back_us() const noexcept { return largest_step_back_us_; }
+  const ClockStepsBack& steps_back() const noexcept { return steps_back_; }
 
  private:
-  std::size_t steps_back_ = 0;
-  std::int64_t largest_step_back_us_ = 0;
+  ClockStepsBack steps_back_;
   std::int64_t last_us_ = kNoTime;
   std::int64_t within_ = 0;
   std::int64_t last_ns_ = 0;
@@ -45,11 +52,8 @@ class EventClock {
 struct SnapshotAllocations {
   prof::Allocations allocations;     // Allocation::stack is the snapshot's stack id
   std::vector<std::int64_t> streams;  // Allocation::stream -> the cudaStream_t value PyTorch printed
-  std::size_t clock_steps_back = 0;  // over every device (Note [Event order within a microsecond])
-  std::int64_t largest_step_back_us = 0;
+  ClockStepsBack steps_back;          // over every device
 };
-// A warning for the tools to print when a snapshot's clock stepped back; empty when it did not.
-std::string clock_steps_back_warning(std::size_t steps_back, std::int64_t largest_step_back_us);
 // Every device's alloc/free events, and the end state's active_allocated blocks
 // (Note [Allocations before the trace] in allocations.hpp).
 SnapshotAllocations snapshot_allocations(const Snapshot& snap);
