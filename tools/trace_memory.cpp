@@ -72,23 +72,13 @@ Allocations on_device(Allocations all, int device, std::set<int> devices, const 
   return allocations_of_device(all, static_cast<std::uint8_t>(device));
 }
 
-// The devices a snapshot knows: one per device_traces list, and those its segments are on (a host
-// snapshot's lists below 255 only place its own: Note [A host snapshot's device]).
-std::set<int> snapshot_devices(const snapshot::Snapshot& s) {
-  std::set<int> devices;
-  for (std::size_t d = 0; d < s.device_traces.size(); ++d)
-    if (!s.settings.host || !s.device_traces[d].empty()) devices.insert(static_cast<int>(d));
-  for (const snapshot::Segment& seg : s.segments) devices.insert(seg.device);
-  return devices;
-}
-
 // A snapshot. StackText points into `snap_`: not movable.
 class SnapshotMemory final : public HeldMemory {
  public:
   SnapshotMemory(const std::string& path, int device)
       : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_),
         timed_(records_times(snap_)) {
-    allocs_.allocations = on_device(std::move(allocs_.allocations), device, snapshot_devices(snap_), path);
+    allocs_.allocations = on_device(std::move(allocs_.allocations), device, snap_.devices(), path);
     std::size_t traced_devices = 0;
     for (const auto& events : snap_.device_traces) traced_devices += events.empty() ? 0 : 1;
     has_events_ = traced_devices > 0;

@@ -417,6 +417,14 @@ class Builder {
 
 }  // namespace
 
+std::set<int> Snapshot::devices() const {
+  std::set<int> out;
+  for (std::size_t d = 0; d < device_traces.size(); ++d)
+    if (!settings.host || !device_traces[d].empty()) out.insert(static_cast<int>(d));
+  for (const Segment& seg : segments) out.insert(seg.device);
+  return out;
+}
+
 bool Snapshot::expandable_segments() const {
   if (settings.present) return settings.expandable_segments;
   const auto maps = [](const Event& e) { return e.kind == EventKind::SegmentMap || e.kind == EventKind::SegmentUnmap; };

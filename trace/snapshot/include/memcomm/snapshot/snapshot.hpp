@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -126,6 +127,9 @@ class Snapshot {
   // Whether the run used expandable segments: its recorded setting, or in a file from before
   // allocator_settings (torch < 2.3) an expandable segment or a page map in its trace.
   bool expandable_segments() const;
+  // The devices the file knows: one per device_traces list, and those its segments are on (a host
+  // snapshot's lists below 255 only place its own: Note [A host snapshot's device]).
+  std::set<int> devices() const;
   std::string_view str(std::uint32_t id) const { return strings_[id]; }
   // The frames of an interned stack, innermost first (as PyTorch stores them).
   std::pair<const std::uint32_t*, std::size_t> stack(std::uint32_t id) const;
