@@ -107,6 +107,40 @@ TEST_CASE("a snapshot whose clock steps back loads with the warning memcomm-trac
   CHECK(memcomm::prof::peak_live(tl.ranks[0].allocations).bytes == 150);
 }
 
+TEST_CASE("a host snapshot is named host memory, not rank 255, and a second one keeps its own name", "[unit][viewer]") {
+  // pickle.dumps({"segments": [a 2 MiB segment on device 0], "device_traces": [[alloc 100 B]],
+  //               "allocator_settings": {"memcomm": True, "host": True}}, protocol=2): memcomm's CPU allocator's
+  // snapshot (Note [A host snapshot's device]). Every pane titled it "rank 255".
+  const unsigned char bytes[] = {
+      128, 2, 125, 113, 0, 40, 88, 8, 0, 0, 0, 115, 101, 103, 109, 101, 110, 116, 115, 113, 1, 93, 113, 2, 125, 113,
+      3, 40, 88, 6, 0, 0, 0, 100, 101, 118, 105, 99, 101, 113, 4, 75, 0, 88, 7, 0, 0, 0, 97, 100, 100, 114, 101,
+      115, 115, 113, 5, 77, 0, 16, 88, 10, 0, 0, 0, 116, 111, 116, 97, 108, 95, 115, 105, 122, 101, 113, 6, 74, 0,
+      0, 32, 0, 88, 6, 0, 0, 0, 98, 108, 111, 99, 107, 115, 113, 7, 93, 113, 8, 117, 97, 88, 13, 0, 0, 0, 100, 101,
+      118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115, 113, 9, 93, 113, 10, 93, 113, 11, 125, 113, 12, 40, 88, 6,
+      0, 0, 0, 97, 99, 116, 105, 111, 110, 113, 13, 88, 5, 0, 0, 0, 97, 108, 108, 111, 99, 113, 14, 88, 4, 0, 0, 0,
+      97, 100, 100, 114, 113, 15, 77, 0, 16, 88, 4, 0, 0, 0, 115, 105, 122, 101, 113, 16, 75, 100, 88, 7, 0, 0, 0,
+      116, 105, 109, 101, 95, 117, 115, 113, 17, 75, 1, 117, 97, 97, 88, 18, 0, 0, 0, 97, 108, 108, 111, 99, 97,
+      116, 111, 114, 95, 115, 101, 116, 116, 105, 110, 103, 115, 113, 18, 125, 113, 19, 40, 88, 7, 0, 0, 0, 109,
+      101, 109, 99, 111, 109, 109, 113, 20, 136, 88, 4, 0, 0, 0, 104, 111, 115, 116, 113, 21, 136, 117, 117, 46};
+  const std::string a = memcomm::test::temp_path("memcomm_viewer_tests", "host_a.pickle");
+  const std::string b = memcomm::test::temp_path("memcomm_viewer_tests", "host_b.pickle");
+  write_bytes(a, std::string(reinterpret_cast<const char*>(bytes), sizeof bytes));
+  write_bytes(b, std::string(reinterpret_cast<const char*>(bytes), sizeof bytes));
+  BackgroundLoad one({a});
+  const Timeline alone = one.take();
+  REQUIRE(alone.ranks.size() == 1);
+  CHECK(alone.ranks[0].rank == 255);
+  CHECK(rank_name(alone.ranks[0]) == "host memory");
+  BackgroundLoad two({a, b});
+  const Timeline both = two.take();
+  REQUIRE(both.ranks.size() == 2);
+  CHECK(rank_name(both.ranks[0]) == "host memory (id 0)");  // moved off 255 (Note [Rank ids across files])
+  CHECK(rank_name(both.ranks[1]) == "host memory");
+  RankData run;
+  run.rank = 3;
+  CHECK(rank_name(run) == "rank 3");
+}
+
 TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {
   const std::string garbage = memcomm::test::temp_path("memcomm_viewer_tests", "garbage2.bin");
   write_bytes(garbage, "definitely not a trace");

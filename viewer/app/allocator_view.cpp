@@ -120,7 +120,7 @@ void draw_allocator(AppState& st, ImVec2 size) {
   const auto slot = static_cast<std::size_t>(st.memory_rank);
   const RankData& rd = st.tl.ranks[slot];
   if (rd.alloc_events.empty()) {
-    ImGui::Text("Allocator state: rank %u has no allocator events", rd.rank);
+    ImGui::Text("Allocator state: %s has no allocator events", rank_name(rd).c_str());
     ImGui::EndChild();
     return;
   }
@@ -133,15 +133,15 @@ void draw_allocator(AppState& st, ImVec2 size) {
                                ? fmt::format("  (virtual {})", format_bytes(s.virtual_reserved))
                                : std::string();
   if (at.segments_recorded()) {
-    ImGui::Text("rank %u  event %zu/%zu  segments %zu  blocks %zu  allocated %s  pending free %s  reserved %s%s  largest free %s  (seek cost %zu events)",
-                rd.rank, at.position(), rd.alloc_events.size(), s.segments.size(), s.block_count,
+    ImGui::Text("%s  event %zu/%zu  segments %zu  blocks %zu  allocated %s  pending free %s  reserved %s%s  largest free %s  (seek cost %zu events)",
+                rank_name(rd).c_str(), at.position(), rd.alloc_events.size(), s.segments.size(), s.block_count,
                 format_bytes(s.allocated).c_str(), format_bytes(s.pending_free).c_str(),
                 format_bytes(s.reserved).c_str(), virt.c_str(),
                 format_bytes(s.largest_free()).c_str(), at.last_seek_cost());
   } else {  // e.g. torch.profiler's [memory] events: blocks only, reserved is the samples' curve
-    ImGui::Text("rank %u  event %zu/%zu  blocks %zu  allocated %s seen by the trace  (no allocator segments recorded: one bar "
+    ImGui::Text("%s  event %zu/%zu  blocks %zu  allocated %s seen by the trace  (no allocator segments recorded: one bar "
                 "per live block; reserved memory is the Memory pane's curve)  (seek cost %zu events)",
-                rd.rank, at.position(), rd.alloc_events.size(), s.block_count, format_bytes(s.allocated).c_str(),
+                rank_name(rd).c_str(), at.position(), rd.alloc_events.size(), s.block_count, format_bytes(s.allocated).c_str(),
                 at.last_seek_cost());
   }
   st.alloc_status = {s.reserved, s.virtual_reserved, s.allocated};

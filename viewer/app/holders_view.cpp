@@ -161,7 +161,7 @@ void draw_comparison(AppState& st) {
   const auto name = [&](int r) {
     if (r < 0) return std::string("(nothing)");
     const RankData& rd = st.tl.ranks[static_cast<std::size_t>(r)];
-    return rd.host.empty() ? fmt::format("rank {}", rd.rank) : fmt::format("rank {} ({})", rd.rank, rd.host);
+    return rd.host.empty() ? rank_name(rd) : fmt::format("{} ({})", rank_name(rd), rd.host);
   };
   if (ImGui::BeginCombo("compare end state with", name(st.compare_rank).c_str())) {
     if (ImGui::Selectable(name(-1).c_str(), st.compare_rank < 0)) st.compare_rank = -1;

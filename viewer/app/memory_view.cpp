@@ -26,10 +26,10 @@ bool pick_rank(AppState& st) {
   ImGui::TextUnformatted("Memory");
   if (st.tl.ranks.empty()) return false;
   ImGui::SetNextItemWidth(st.label_width - 16);
-  const std::string cur = fmt::format("rank {}", st.tl.ranks[static_cast<std::size_t>(st.memory_rank)].rank);
+  const std::string cur = rank_name(st.tl.ranks[static_cast<std::size_t>(st.memory_rank)]);
   if (ImGui::BeginCombo("##memrank", cur.c_str())) {
     for (std::size_t i = 0; i < st.tl.ranks.size(); ++i)
-      if (ImGui::Selectable(fmt::format("rank {}", st.tl.ranks[i].rank).c_str(), static_cast<int>(i) == st.memory_rank))
+      if (ImGui::Selectable(rank_name(st.tl.ranks[i]).c_str(), static_cast<int>(i) == st.memory_rank))
         st.memory_rank = static_cast<int>(i);
     ImGui::EndCombo();
   }
@@ -98,7 +98,7 @@ void draw_legend(const MemoryPlot& p, const Legend& legend) {
 }
 
 void show_tooltip(AppState& st, const RankData& rd, TimeNs t) {
-  std::string tip = fmt::format("rank {} at {}", rd.rank, format_time(t - st.tl.begin));
+  std::string tip = fmt::format("{} at {}", rank_name(rd), format_time(t - st.tl.begin));
   double v;
   for (const char* name : {"allocated", "active", "reserved", "largest_free"})
     if (const CounterSeries* c = rd.counter(name); c && c->value_at(t, v))

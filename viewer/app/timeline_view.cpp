@@ -25,7 +25,7 @@ struct Hover {
 std::string span_tooltip(const AppState& st, const RankData& rd, const Lane& lane, const SpanRow& row,
                          const DrawSpan& d) {
   if (d.count > 1)
-    return fmt::format("{} merged {} spans\nrank {} {}\n{} .. {} ({})", d.count, lane_kind_name(lane.kind), rd.rank,
+    return fmt::format("{} merged {} spans\n{} {}\n{} .. {} ({})", d.count, lane_kind_name(lane.kind), rank_name(rd),
                        lane.name, format_time(d.start - st.tl.begin), format_time(d.end - st.tl.begin),
                        format_time(d.end - d.start));
   const Span& s = row[d.first];
@@ -40,7 +40,7 @@ std::string span_tooltip(const AppState& st, const RankData& rd, const Lane& lan
     if (c.straggler) t += "\nSTRAGGLER: last rank to arrive";
     return t;
   }
-  std::string t = fmt::format("{}\n{} on rank {} ({})\nstart {}\nduration {}", name, lane_kind_name(lane.kind), rd.rank,
+  std::string t = fmt::format("{}\n{} on {} ({})\nstart {}\nduration {}", name, lane_kind_name(lane.kind), rank_name(rd),
                               lane.name, format_time(s.start - st.tl.begin), format_time(s.end - s.start));
   if (lane.kind == LaneKind::Phase && st.name_phase[s.name] == PhaseKind::Step) t += fmt::format("\nstep {}", s.payload);
   return t;
@@ -72,7 +72,7 @@ void draw_rank_header(AppState& st, TimelineFrame& f, std::size_t slot, float y)
   st.layout.push_back({static_cast<int>(slot), -1, 0, y, kHeader});
   if (y + kHeader < f.top || y >= f.bottom) return;
   f.dl->AddRectFilled(h0, h1, IM_COL32(45, 45, 55, 255));
-  std::string title = fmt::format("{} rank {}{}{}", st.collapsed[slot] ? "+" : "-", rd.rank, rd.host.empty() ? "" : "  " + rd.host,
+  std::string title = fmt::format("{} {}{}{}", st.collapsed[slot] ? "+" : "-", rank_name(rd), rd.host.empty() ? "" : "  " + rd.host,
                                   (!rd.connected && st.live_status.size()) ? "  (disconnected)" : "");
   if (rd.dropped) title += fmt::format("  drops {}", rd.dropped);
   f.dl->AddText(ImVec2(f.wpos.x + 4, y + 3), IM_COL32(230, 230, 230, 255), title.c_str());

@@ -48,6 +48,12 @@ const CounterSeries* RankData::counter(std::string_view name) const {
   return nullptr;
 }
 
+std::string rank_name(const RankData& rd) {
+  if (!rd.host_memory) return fmt::format("rank {}", rd.rank);
+  // A second host snapshot is moved off 255 (Note [Rank ids across files]): its id keeps the two apart.
+  return rd.rank == prof::kHostDevice ? std::string("host memory") : fmt::format("host memory (id {})", rd.rank);
+}
+
 std::uint32_t StringTable::intern(std::string_view s) {
   auto it = ids_.find(std::string(s));
   if (it != ids_.end()) return it->second;

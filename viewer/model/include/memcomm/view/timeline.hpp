@@ -132,8 +132,15 @@ struct RankData {
   // the viewer shows it under another (shown_elsewhere).
   std::string source;
   std::uint32_t recorded_rank = kNoRecordedRank;
+  // A snapshot's host memory (device prof::kHostDevice: Note [A host snapshot's device]): no rank of a
+  // run, so the viewer names it "host memory" (rank_name), whatever id it is shown under.
+  bool host_memory = false;
   const CounterSeries* counter(std::string_view name) const;
 };
+
+// How every pane names a rank: "rank N", or "host memory" for a snapshot's host device (unique, as
+// ids are: a label ImGui may take as an id).
+std::string rank_name(const RankData& rd);
 
 // Interned strings (kernel names, phase names, collective ops).
 class StringTable {
