@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 using namespace memcomm::view;
 namespace fs = std::filesystem;
@@ -253,6 +254,43 @@ TEST_CASE("a memcomm trace loads into lanes and collectives and memory curves", 
   double v = 0;
   REQUIRE(r1.counter("allocated"));
   CHECK((r1.counter("allocated")->value_at(70, v) && v == 4096));
+}
+
+TEST_CASE("a step written after the begin of the forward it holds spans its iteration (Note [Pairing a range's end])",
+          "[unit][viewer]") {
+  // python -m memcomm dates a step's begin back to the forward that marked it and may write it after that
+  // forward's begin: the viewer closed the step at the forward's end (a 15 ms step where the CLI said 88).
+  namespace prof = memcomm::prof;
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "late_step.rank0.mct");
+  {
+    prof::TraceWriter w(path, prof::WriterOptions{});
+    std::vector<prof::Event> ev;
+    const auto range = [&](prof::EventKind k, std::int64_t ts, prof::Phase p, std::uint64_t id) {
+      ev.push_back(prof::Event::from(prof::make_range(k, ts, p, 0, id, 0)));
+    };
+    using K = prof::EventKind;
+    range(K::RangeBegin, 200, prof::Phase::Forward, 0);
+    range(K::RangeBegin, 100, prof::Phase::Step, 1);  // written second, dated first
+    range(K::RangeEnd, 300, prof::Phase::Forward, 0);
+    range(K::RangeBegin, 400, prof::Phase::Backward, 0);
+    range(K::RangeEnd, 500, prof::Phase::Backward, 0);
+    range(K::RangeEnd, 900, prof::Phase::Step, 1);
+    w.write_chunk({}, ev, 0);
+    w.close();
+  }
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  REQUIRE(tl.ranks.size() == 1);
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> spans;
+  for (const auto& lane : tl.ranks[0].lanes)
+    if (lane.kind == LaneKind::Phase)
+      for (const auto& row : lane.rows)
+        for (const auto& span : row) spans[tl.strings.get(span.name)] = {span.start - tl.begin, span.end - tl.begin};
+  CHECK(spans["step"] == std::make_pair<std::int64_t, std::int64_t>(0, 800));
+  CHECK(spans["forward"] == std::make_pair<std::int64_t, std::int64_t>(100, 200));
+  CHECK(spans["backward"] == std::make_pair<std::int64_t, std::int64_t>(300, 400));
+  std::remove(path.c_str());
 }
 
 TEST_CASE("a shared PyTorch snapshot loads with allocator events and memory curves", "[unit][viewer]") {

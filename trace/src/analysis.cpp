@@ -4,6 +4,7 @@
 // collective by (communicator, seq), then times the matched collectives and takes the means.
 #include "memcomm/trace/analysis.hpp"
 #include "memcomm/trace/kineto.hpp"
+#include "memcomm/trace/range_pairing.hpp"
 
 #include <algorithm>
 #include <map>
@@ -24,15 +25,11 @@ std::vector<RangeSpan> pair_ranges(const RankTrace& r) {
     } else if (e.kind == EventKind::RangeEnd) {
       const auto en = e.as<RangeEvent>();
       auto& stack = open[en.thread];
-      // LIFO; tolerate a lost begin (dropped) by popping only a range of the same phase.
-      for (size_t k = stack.size(); k-- > 0;) {
-        if (out[stack[k]].phase == en.phase) {
-          out[stack[k]].end = en.ts;
-          out[stack[k]].closed = true;
-          stack.resize(k);
-          break;
-        }
-      }
+      const auto k = range_closed_by(stack, en.phase, [&](size_t i) { return out[i].phase; });  // Note [Pairing a range's end]
+      if (!k) continue;
+      out[stack[*k]].end = en.ts;
+      out[stack[*k]].closed = true;
+      stack.erase(stack.begin() + static_cast<std::ptrdiff_t>(*k));
     }
   }
   return out;

@@ -1,6 +1,7 @@
 #include "ingest_trace.hpp"
 
 #include <memcomm/trace/kineto.hpp>
+#include <memcomm/trace/range_pairing.hpp>
 #include <memcomm/trace/trace_reader.hpp>
 
 #include <fmt/format.h>
@@ -201,9 +202,10 @@ std::uint32_t TraceIngest::phase_payload(const RangeOpen& begin, std::uint16_t t
 std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs, std::uint32_t rank) {
   const auto r = e.as<prof::RangeEvent>();
   auto& st = open_stack(rs, r.thread);
-  if (st.empty()) return 0;  // its begin was before the trace started
-  const RangeOpen begin = st.back();
-  st.pop_back();
+  const auto k = prof::range_closed_by(st, r.phase, [](const RangeOpen& o) { return o.phase; });  // Note [Pairing a range's end]
+  if (!k) return 0;  // its begin was before the trace started
+  const RangeOpen begin = st[*k];
+  st.erase(st.begin() + static_cast<std::ptrdiff_t>(*k));
   const std::int64_t end = std::max(begin.ts, shift(r.ts, rs.offset));
   if (!keeps_span(begin.ts, end)) return 0;
   const bool comm_call = begin.phase == prof::Phase::Comm && begin.named;  // a Gloo or c10d:: operator
