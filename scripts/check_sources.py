@@ -26,7 +26,7 @@ import sys
 
 CODE = re.compile(r"\.(c|cc|cpp|cu|h|hpp|py|sh|cmake|toml|md)$|(^|/)CMakeLists\.txt$")
 SOURCE = re.compile(r"\.(c|cc|cpp|cu|h|hpp)$")
-DEFINITION = re.compile(r'^\s*(?://+|#|\*|""")?\s*Note \[([^\]]+)\](?::|\s*$)')
+DEFINITION = re.compile(r'^\s*(?://+|#|\*|"""|-)?\s*Note \[([^\]]+)\](?::|\s*$)')
 CITATION = re.compile(r"Note \[([^\]]+)\]")
 EXAMPLE = "Title"  # the form's own placeholder, where a text explains what a Note is
 # Files whose Note citations are data: this checker and its test.

@@ -48,6 +48,16 @@ class CheckSources(unittest.TestCase):
         rc, out = run_on({**CLEAN, "replay/main.cpp": "// See Note [One fold]: what this file does of it\n"})
         self.assertEqual((rc, out), (0, ""))
 
+    def test_a_note_a_docstring_bullet_defines_is_a_definition(self):
+        # A Python docstring's "- Note [X]: ..." bullet defines X: a test comment "# Note [X]: ..." was taken
+        # for the definition, and a citation naming the module that defines it was called wrong.
+        bullet = {**CLEAN, "python/hooks.py": '"""Phases.\n\n- Note [A bullet]: what it says.\n"""\n',
+                  "trace/src/x.cpp": "// (Note [A bullet] in python/hooks.py)\n"}
+        self.assertEqual(run_on(bullet), (0, ""))
+        rc, out = run_on({**bullet, "tests/test_x.py": "# Note [A bullet]: the test of it\n"})
+        self.assertEqual(rc, 1)
+        self.assertIn("Note [A bullet] is defined again (first at ", out)
+
     def test_a_citation_that_names_the_wrong_file(self):
         rc, out = run_on({**CLEAN, "replay/main.cpp": "// (Note [One fold] in other.hpp)\n"})
         self.assertEqual(rc, 1)
