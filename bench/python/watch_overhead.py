@@ -1,7 +1,9 @@
 """What watching a model's forward costs per call, the two ways memcomm.profile has done it:
 hooks on the module (register_forward_pre_hook + register_forward_hook, always_call) and a wrapper
 of its class's __call__ (_CallWrap, Note [Forwards through the class] in
-python/memcomm/_profiler/hooks.py), against a call with neither, alternated in one run.
+python/memcomm/_profiler/hooks.py), with and without the wrapper of its class's forward that passes
+the call through inside the forward (Note [Forwards called directly]), against a call with none,
+alternated in one run.
 
     PYTHONPATH=build/python .venv/bin/python bench/python/watch_overhead.py [--calls 100000 --rounds 5]
 
@@ -34,6 +36,10 @@ def _on_call(call, module, args, kwargs):
         _post(module, args, None)
 
 
+def _inside_forward(call, module, args, kwargs):
+    return call(module, *args, **kwargs)
+
+
 def per_call_ns(module, x, calls):
     start = time.perf_counter()
     for _ in range(calls):
@@ -49,7 +55,7 @@ def main():
     if args.calls < 1 or args.rounds < 1:
         ap.error("--calls and --rounds must be at least 1")
     module, x = torch.nn.Identity(), torch.zeros(1)
-    times = {"plain": [], "module hooks": [], "class wrapper": []}
+    times = {"plain": [], "module hooks": [], "class wrapper": [], "+ forward": []}
     for _ in range(args.rounds):
         times["plain"].append(per_call_ns(module, x, args.calls))
         handles = [module.register_forward_pre_hook(_pre), module.register_forward_hook(_post, always_call=True)]
@@ -58,6 +64,9 @@ def main():
             h.remove()
         wrap = _CallWrap(torch.nn.Identity, _on_call)
         times["class wrapper"].append(per_call_ns(module, x, args.calls))
+        forward = _CallWrap(torch.nn.Identity, _inside_forward, "forward")
+        times["+ forward"].append(per_call_ns(module, x, args.calls))
+        forward.remove()
         wrap.remove()
     plain = statistics.median(times["plain"])
     print(f"{'condition':<14} {'ns/call (median)':>17} {'extra ns':>9}")

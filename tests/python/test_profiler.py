@@ -454,7 +454,7 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
 
 
 def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_path, tool):
-    # Note [A forward that opens no step]: validation in eval mode without no_grad() made a step; a
+    # See Note [A forward that opens no step]: validation in eval mode without no_grad() made a step; a
     # forward under no_grad (reentrant checkpointing) left the step to start at the backward.
     check("""
         from torch.utils.checkpoint import checkpoint
@@ -887,6 +887,39 @@ def test_a_ddp_models_own_module_called_directly_is_a_forward(tmp_path, tool):
     assert r.returncode == 0, r.stderr
     counts = phase_counts(tool, tmp_path, tmp_path / "ddp.rank0.mct")
     assert counts.get("forward") == 3 + 2 and counts.get("step") == 3, counts
+
+
+def test_a_forward_called_directly_is_one_forward_wherever_the_model_was_found(tmp_path, tool):
+    # See Note [Forwards called directly]: `model.forward(x)` recorded each layer as a forward (two an
+    # iteration) when the model was built inside the profile, and no forward when it was found at start().
+    check("""
+        import inspect
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 4)
+            def forward(self, x, scale=1.0):
+                return self.b(torch.relu(self.a(x))) * scale
+        def train(model, steps):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(steps):
+                opt.zero_grad(); model.forward(torch.randn(8, 16)).square().mean().backward(); opt.step()
+        with memcomm.profile(trace=sys.argv[1]):
+            train(Net(), 4)
+        found = Net()
+        with memcomm.profile(trace=sys.argv[2]):
+            assert str(inspect.signature(found.forward)) == "(x, scale=1.0)", inspect.signature(found.forward)
+            train(found, 3)
+            found(torch.randn(8, 16)).sum().backward()  # through __call__: one forward, not two
+        assert "forward" not in Net.__dict__ or Net.__dict__["forward"].__name__ == "forward"
+        assert not hasattr(Net.__dict__["forward"], "__wrapped__"), "the class's forward was not put back"
+    """, str(tmp_path / "built.mct"), str(tmp_path / "found.mct"))
+    built = phase_counts(tool, tmp_path, tmp_path / "built.rank0.mct")
+    assert built.get("forward") == 4 and built.get("step") == 4, built
+    spans = chrome_spans(tmp_path, tmp_path / "built.rank0.mct")
+    assert all(f[1] <= b[0] for f, b in zip(spans["forward"], spans["backward"])), spans  # each ends before its backward
+    found = phase_counts(tool, tmp_path, tmp_path / "found.rank0.mct")
+    assert found.get("forward") == 3 + 1 and found.get("step") == 4, found  # a backward opens a step
 
 
 def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):

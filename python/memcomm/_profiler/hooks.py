@@ -54,6 +54,16 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   of any model while a model with nn.Linear's class was profiled. It is also cheaper than
   the hooks, which send every call of the module down torch's slow call path: 1.1-1.5 us per call
   against 4.0-7.8 us (bench/python/watch_overhead.py, bench/results/python-cpu.md).
+  Note [Forwards called directly]: a script may call `model.forward(x)` (tutorials do, and
+  RemoteModule), which no __call__ wrapper or module hook sees. Each watched class's own forward is
+  wrapped as its __call__ is, so such a call is the forward and its calls inside it are part of it,
+  as they are under __call__. Before the model is found, the global hooks see the first module with
+  parameters that such a forward calls: it used to be taken as the forward, so a two-layer model
+  recorded two forwards an iteration, and its layers, not the model, were watched from then on. The
+  hook looks at the Python frame calling that module: a `forward` whose `self` is another module with
+  parameters is a forward called directly, so that module is the one found, and its forward range is
+  open until the frame returns, which the first hook after it notices (it ends there, a loss
+  module's call or the backward, late by the loss's computation, once).
 - Backward is a call of torch.autograd.backward (what Tensor.backward calls) or torch.autograd.grad
   (a hand-written update, MAML, WGAN-GP's penalty, torch.func.grad): start() wraps the function both
   call into the engine with (torch.autograd's _engine_run_backward, where torch has it; else those
@@ -192,7 +202,7 @@ class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "updater", "ends_with",
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader",
-                 "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking")
+                 "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking", "fwd_frame")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -205,6 +215,7 @@ class _ThreadState:
         self.ends_with: Optional[int] = None           # the open phase an update returned inside: the step ends with it
         self.depth = 0                                 # module call nesting (global hooks)
         self.fwd_module: Any = None
+        self.fwd_frame: Any = None                     # a forward called directly that the global hooks opened
         self.in_backward = False
         self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
         self.stepless_waits: List[Tuple[int, int]] = []  # Note [Batches from any DataLoader]: (begin, end)
@@ -338,7 +349,7 @@ class PhaseHooks:
                 _memcomm.phase_end_on(o.thread, STEP, o.stack[0][1], o.step_end_ns)
                 o.stack.clear()
                 o.step_open, o.step_end_ns = False, 0
-            o.update_frame = None  # a frame keeps its callers' locals (the model) alive
+            o.update_frame = o.fwd_frame = None  # a frame keeps its callers' locals (the model) alive
 
     def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
         """Watches `modules`' calls (Note [Forwards through the class]), and what each wraps (Note
@@ -356,6 +367,9 @@ class PhaseHooks:
             except TypeError:  # a class that takes no attributes (an extension type): the module's hooks
                 self._handles.append(m.register_forward_pre_hook(self._model_pre))
                 self._handles.append(m.register_forward_hook(self._model_post, always_call=True))
+                continue
+            if getattr(cls, "forward", None) not in (None, torch.nn.Module.forward):  # ModuleDict has none
+                self._handles.append(_CallWrap(cls, self._call, "forward"))  # Note [Forwards called directly]
 
     def _call(self, call: Callable[..., Any], module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
         """One call of a watched module's class: a forward range around the watched instances' calls."""
@@ -415,6 +429,8 @@ class PhaseHooks:
             self._end_failed_update(st)
         if st.fwd_module is not None and not self._global_handles:
             self._end_orphaned_forward(st)
+        if st.fwd_frame is not None and not _on_stack(st.fwd_frame):
+            self._end_direct_forward(st)
         return st
 
     def _hand_over_open_forward(self) -> None:
@@ -442,6 +458,13 @@ class PhaseHooks:
         st.fwd_module, st.depth = None, 0
         self._close_phase(st, FORWARD)
 
+    def _end_direct_forward(self, st: _ThreadState) -> None:
+        """The forward called directly that the global hooks opened has returned: it ends now, at the first
+        hook after it (Note [Forwards called directly])."""
+        st.fwd_frame = None
+        _forward_ends(st, None)
+        self._close_phase(st, FORWARD)
+
     def _open(self, st: _ThreadState, phase: int, ident: int, category: int, ts: int = 0) -> None:
         st.stack.append((phase, ident, _memcomm.phase_begin(phase, ident, category, ts)))
 
@@ -463,6 +486,7 @@ class PhaseHooks:
 
     def _close_all(self, st: _ThreadState) -> None:
         st.stepless_forward_ns = 0
+        st.fwd_frame = None
         _unmark(st)
         st.ends_with = None
         self._flush_wait(st)
@@ -538,8 +562,12 @@ class PhaseHooks:
             return
         st = self._state()
         st.depth += 1
-        if st.depth == 1 and _has_parameters(module) and not _in_backward():
-            st.fwd_module = module
+        if st.depth == 1 and st.fwd_frame is None and _has_parameters(module) and not _in_backward():
+            frame, owner = _calling_forward(module)  # Note [Forwards called directly]
+            if owner is None:
+                st.fwd_module = module
+            else:
+                st.fwd_frame, module = frame, owner
             if self._roots.add(module):
                 self.modules_found = True
             self._forward_begins(st, module)
@@ -765,7 +793,7 @@ class PhaseHooks:
         self._handles.append(_Restore(owner, "__next__", original, __next__))
 
     def _batch_arrived(self, st: _ThreadState, begin_ns: int) -> None:
-        """Note [Batches from any DataLoader]: a wait inside the open step is recorded now; those outside
+        """See Note [Batches from any DataLoader]: a wait inside the open step is recorded now; those outside
         wait to be recorded inside the step a training event opens next, or outside any."""
         end = now()
         if st.step_open and not st.step_end_ns:
@@ -808,37 +836,40 @@ _call_keys = itertools.count()
 
 
 class _CallWrap:
-    """Wraps `cls.__call__` so that `on_call(call, module, args, kwargs)` runs each call of an instance,
-    `call` being the __call__ the class had (Note [Forwards through the class]); remove() puts it back,
-    unless something replaced the wrapper since (then it stays, and passes calls straight through)."""
+    """Wraps `cls.<name>` (__call__, or forward: Note [Forwards called directly]) so that
+    `on_call(call, module, args, kwargs)` runs each call of an instance, `call` being the function the
+    class had (Note [Forwards through the class]); remove() puts it back, unless something replaced
+    the wrapper since (then it stays, and passes calls straight through)."""
 
-    def __init__(self, cls: type, on_call: Callable[..., Any]):
-        self.cls = cls
-        self._own = cls.__dict__.get("__call__")          # None when the class inherits it
+    def __init__(self, cls: type, on_call: Callable[..., Any], name: str = "__call__"):
+        self.cls, self._name = cls, name
+        self._own = cls.__dict__.get(name)          # None when the class inherits it
         own = self._own
         # The class it inherits from, looked up at each call: a tracer's patch of nn.Module.__call__
         # (torch.fx, export) still sees the calls (Note [Forwards through the class]).
-        base = next(c for c in cls.__mro__[1:] if "__call__" in c.__dict__) if own is None else cls
+        base = next(c for c in cls.__mro__[1:] if name in c.__dict__) if own is None else cls
         key = self._key = next(_call_keys)
         _CALL_HOOKS[key] = on_call
 
-        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-            call = own or base.__call__
+        def wrapper(module: Any, *args: Any, **kwargs: Any) -> Any:
+            call = own or getattr(base, name)
             hook = _CALL_HOOKS.get(key)
             if hook is None or torch.compiler.is_compiling():  # Note [Hooks under torch.compile]
                 return call(module, *args, **kwargs)
             return hook(call, module, args, kwargs)
 
-        self._wrapper = __call__
-        cls.__call__ = __call__
+        if name == "forward":  # inspect.signature(model.forward) sees the original's (Hugging Face's
+            functools.update_wrapper(wrapper, own or getattr(base, name))  # Trainer keeps columns by it)
+        self._wrapper = wrapper
+        setattr(cls, name, wrapper)
 
     def remove(self) -> None:
         _CALL_HOOKS.pop(self._key, None)
-        if self.cls.__dict__.get("__call__") is self._wrapper:
+        if self.cls.__dict__.get(self._name) is self._wrapper:
             if self._own is None:
-                delattr(self.cls, "__call__")
+                delattr(self.cls, self._name)
             else:
-                setattr(self.cls, "__call__", self._own)
+                setattr(self.cls, self._name, self._own)
 
 
 def _mark(st: _ThreadState) -> None:
@@ -1070,6 +1101,24 @@ def _creates_state_only(frame: Any) -> bool:
             return True
         f = f.f_back
     return False
+
+
+_PASSED_THROUGH = (torch.nn.modules.module.__file__, __file__)  # torch's module calls, and this file's wrappers
+
+
+def _calling_forward(module: torch.nn.Module) -> Tuple[Any, Optional[torch.nn.Module]]:
+    """From the global pre hook: the frame and the module of a forward that the script called directly
+    (model.forward(x)) and that calls `module`, with parameters of its own; (None, None) when `module`
+    is called from anything else (Note [Forwards called directly])."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename in _PASSED_THROUGH:
+        f = f.f_back
+    if f is None or f.f_code.co_name != "forward":
+        return None, None
+    owner = f.f_locals.get("self")
+    if owner is module or not isinstance(owner, torch.nn.Module) or not _has_parameters(owner):
+        return None, None
+    return f, owner
 
 
 def _on_stack(frame: Any) -> bool:
