@@ -38,6 +38,7 @@
 
 using namespace memcomm::prof;
 using memcomm::output_conflict;
+using memcomm::is_standard_output;
 using memcomm::ReplacingFile;
 
 namespace {
@@ -244,7 +245,7 @@ Subcommands add_subcommands(CLI::App& app, Args& a) {
 
 int run_export(const Args& a) {
   const TraceSet set = load_inputs(a.files);
-  const bool to_stdout = a.chrome_out == "-";  // the JSON alone on stdout, the summary on stderr
+  const bool to_stdout = is_standard_output(a.chrome_out);  // the JSON alone on stdout, the summary on stderr
   std::optional<tool::Progress> progress(std::in_place, "writing " + (to_stdout ? std::string("to stdout") : a.chrome_out));
   const auto report = [&progress](double f) { progress->update(f); };
   ChromeExportStats st;
@@ -264,10 +265,11 @@ int run_merge(const Args& a) {
   LoadOptions lo;
   lo.apply_clock_offsets = !a.no_offsets;
   const TraceSet set = load_inputs(a.files, lo);
+  std::FILE* say = is_standard_output(a.merge_out) ? stderr : stdout;  // the trace alone where it goes
   for (const RankTrace& r : set.ranks)
-    if (r.clock_offset_ns != 0) fmt::print("rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
+    if (r.clock_offset_ns != 0) fmt::print(say, "rank {}: clock offset {} ns applied\n", r.rank, r.clock_offset_ns);
   const MergeStats st = write_whole(a.merge_out, [&](const std::string& path) { return write_merged(set, path); });
-  fmt::print("wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", a.merge_out, st.ranks, st.events, st.chunks, st.bytes);
+  fmt::print(say, "wrote {}: {} ranks, {} events, {} chunks, {} bytes\n", a.merge_out, st.ranks, st.events, st.chunks, st.bytes);
   return 0;
 }
 
@@ -283,7 +285,8 @@ int run_convert(const Args& a) {
   o.zstd_level = 3;
   const tool::ConvertStats st =
       write_whole(a.convert_out, [&](const std::string& path) { return tool::write_rank(set.ranks.front(), path, o); });
-  fmt::print("{}", tool::convert_summary(a.convert_in, set.files.front(), a.convert_out, st));
+  fmt::print(is_standard_output(a.convert_out) ? stderr : stdout, "{}",
+             tool::convert_summary(a.convert_in, set.files.front(), a.convert_out, st));
   return 0;
 }
 

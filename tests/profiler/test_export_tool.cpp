@@ -1,6 +1,7 @@
 // Chrome export parsed back, and the memcomm-trace tool end to end (info, export, merge, report).
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -134,6 +135,67 @@ TEST_CASE("chrome export keeps a span past 4.29 s and says a NaN counter is one"
   CHECK(nan_instant);
   std::remove(path.c_str());
   std::remove(out.c_str());
+}
+
+TEST_CASE("chrome export: collectives in flight together get lanes where they nest, arrows run forward, names parse",
+          "[profiler][export]") {
+  // DDP's buckets overlap on one communicator: one lane made slices Perfetto drops. Rank 1 began first:
+  // an arrow from rank 0 to rank 1 pointed back in time. A thread name the kernel cut inside a UTF-8
+  // character made a file no JSON parser reads.
+  const std::string base = test::temp_path("chrome-overlap");
+  const auto coll = [](EventKind k, int64_t ts, uint32_t seq) {
+    return Event::from(make_collective(k, ts, CollOp::AllReduce, DType::F32, 1 << 20, 0, seq));
+  };
+  std::vector<std::string> paths;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    const int64_t lead = rank == 1 ? -400 : 0;  // rank 1 begins each collective first
+    paths.push_back(base + ".rank" + std::to_string(rank) + ".mct");
+    write_rank(paths.back(), rank, {{1, std::string("dataloader_wkr\xc3", 15)}},
+               {Event::from(make_meta(0, MetaKey::ThreadName, 0, 1, 0)), coll(EventKind::CollStart, 1000 + lead, 1),
+                coll(EventKind::CollStart, 2000 + lead, 2), coll(EventKind::CollEnd, 5000, 1),
+                coll(EventKind::CollEnd, 6000, 2), coll(EventKind::CollStart, 7000 + lead, 3),
+                coll(EventKind::CollEnd, 8000, 3)});
+  }
+  const std::string out = base + ".json";
+  export_chrome(TraceSet::load(paths), out);
+  const nlohmann::json j = memcomm::test::read_json(out);  // throws on invalid UTF-8
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, double>>> lanes;
+  std::map<uint64_t, std::map<std::string, double>> flows;
+  std::vector<std::string> thread_names;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "collective") {
+      const double b = e["ts"];
+      lanes[{e["pid"], e["tid"]}].push_back({b, b + e["dur"].get<double>()});
+    }
+    if ((e["ph"] == "s" || e["ph"] == "f") && e["cat"] == "collective") flows[e["id"]][e["ph"]] = e["ts"];
+    if (e["ph"] == "M" && e["name"] == "thread_name") thread_names.push_back(e["args"]["name"]);
+  }
+  CHECK(lanes.size() == 4);  // each rank: seq 1 and 3 on one lane, seq 2 beside them
+  for (auto& [lane, slices] : lanes)
+    for (std::size_t i = 1; i < slices.size(); ++i) CHECK(slices[i - 1].second <= slices[i].first);
+  REQUIRE(flows.size() == 3);
+  for (auto& [id, ends] : flows) CHECK(ends["s"] <= ends["f"]);
+  CHECK(std::count(thread_names.begin(), thread_names.end(), "dataloader_wkr\xef\xbf\xbd") == 2);  // U+FFFD, no " (0)"
+  CHECK(std::count(thread_names.begin(), thread_names.end(), "collectives (comm 0, overlapping 1)") == 2);
+  for (const auto& p : paths) std::remove(p.c_str());
+  std::remove(out.c_str());
+}
+
+TEST_CASE("memcomm-trace export and merge to /dev/stdout redirected to a file leave the result whole", "[profiler][tool]") {
+  // The summary line went to standard output too, at offset 0 of the file the result had just been
+  // written to from its start: it overwrote the JSON's first bytes, and the tool exited 0.
+  const std::string base = test::temp_path("tool-stdout");
+  const auto paths = write_fixture(base);
+  const std::string files = paths[0] + " " + paths[1] + " " + paths[2];
+  const std::string json = base + ".json", merged = base + ".merged.mct", log = base + ".log";
+  REQUIRE(std::system((tool() + " export --chrome /dev/stdout " + files + " > " + json + " 2> " + log).c_str()) == 0);
+  CHECK(memcomm::test::read_json(json).contains("traceEvents"));
+  std::ifstream said(log);
+  CHECK(std::string(std::istreambuf_iterator<char>(said), {}).find("wrote stdout: 3 ranks") != std::string::npos);
+  REQUIRE(std::system((tool() + " merge --force /dev/stdout " + files + " > " + merged + " 2> " + log).c_str()) == 0);
+  CHECK(TraceSet::load({merged}).ranks.size() == 3);
+  for (const auto& p : paths) std::remove(p.c_str());
+  for (const auto& p : {json, merged, log}) std::remove(p.c_str());
 }
 
 TEST_CASE("memcomm-trace info splits memory events by device when a file holds several", "[profiler][tool]") {

@@ -2,13 +2,16 @@
 // exports of tens of millions of events need no DOM.
 #include "memcomm/trace/chrome_export.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "memcomm/trace/analysis.hpp"
 
@@ -19,21 +22,33 @@ namespace {
 constexpr int64_t kStreamTid = 100000;
 constexpr int64_t kCommTid = 200000;
 
+// The JSON string body of `s`. Names are mostly printable ASCII, returned as they are; anything else
+// goes through nlohmann's writer, which escapes and writes invalid UTF-8 as U+FFFD.
 std::string escape(std::string_view s) {
-  std::string o;
-  o.reserve(s.size() + 2);
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", int(c)); else o += c;
-    }
-  }
-  return o;
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x80 && c != '"' && c != '\\';
+  });
+  if (plain) return std::string(s);
+  const std::string quoted =
+      nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
 }
+
+// Lanes for collectives that may overlap: each goes to the first of its communicator's lanes whose
+// last slice has ended (greedy interval partitioning, in the order they begin).
+class CollectiveLanes {
+ public:
+  int64_t place(uint8_t comm, int64_t begin, int64_t end) {
+    auto& ends = ends_[comm];
+    std::size_t k = 0;
+    while (k < ends.size() && ends[k] > begin) ++k;
+    if (k == ends.size()) ends.push_back(end); else ends[k] = end;
+    return kCommTid + int64_t(k) * 256 + comm;
+  }
+
+ private:
+  std::map<uint8_t, std::vector<int64_t>> ends_;  // per communicator: each lane's last end
+};
 
 class Writer {
  public:
@@ -63,16 +78,18 @@ class ChromeExport {
 
   void rank(const RankTrace& r) {
     const int64_t pid = r.rank == kUnknownRank ? 999999 : int64_t(r.rank);
-    process_and_lanes(r, pid);
+    const std::vector<PlacedCollective> placed = place_collectives(r);
+    process_and_lanes(r, pid, placed);
     ranges(r, pid);
     compute(r, pid);
-    collectives(r, pid);
+    collectives(pid, placed);
     memory_and_counters(r, pid);
   }
 
-  // Cross-rank flows between matching collectives, in rank order.
+  // Cross-rank flows between matching collectives, in the order they began.
   void collective_flows() {
     for (auto& [key, slices] : coll_slices_) {
+      std::stable_sort(slices.begin(), slices.end(), [](const CollSlice& x, const CollSlice& y) { return x.begin < y.begin; });
       for (size_t i = 0; i + 1 < slices.size(); ++i) {
         const CollSlice& a = slices[i];
         const CollSlice& b = slices[i + 1];
@@ -89,7 +106,26 @@ class ChromeExport {
   const ChromeExportStats& stats() const { return st_; }
 
  private:
-  void process_and_lanes(const RankTrace& r, int64_t pid) {
+  // A collective and the lane it goes on.
+  struct PlacedCollective {
+    CollectiveOnRank c;
+    int64_t tid;
+  };
+
+  static std::vector<PlacedCollective> place_collectives(const RankTrace& r) {
+    std::vector<PlacedCollective> out;
+    for (const CollectiveOnRank& c : collectives_of(r)) out.push_back({c, 0});
+    const auto begin = [](const CollectiveOnRank& c) { return c.start >= 0 ? c.start : c.enqueue; };
+    std::stable_sort(out.begin(), out.end(), [&](const PlacedCollective& x, const PlacedCollective& y) {
+      return begin(x.c) < begin(y.c);
+    });
+    CollectiveLanes lanes;
+    for (PlacedCollective& p : out)
+      p.tid = lanes.place(p.c.comm, begin(p.c), std::max(begin(p.c), p.c.end));
+    return out;
+  }
+
+  void process_and_lanes(const RankTrace& r, int64_t pid, const std::vector<PlacedCollective>& placed) {
     w_.raw(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}{}"}}}})", pid,
                        r.rank == kUnknownRank ? std::string("?") : std::to_string(r.rank),
                        r.host.empty() ? "" : " (" + escape(r.host) + ")"));
@@ -102,17 +138,20 @@ class ChromeExport {
     for (const Event& e : r.events) {
       if (e.kind == EventKind::Meta) {
         const auto m = e.as<MetaEvent>();
-        if (m.key == MetaKey::ThreadName) lanes[m.thread] = std::string(r.name(m.str)) + " (" + std::to_string(m.value) + ")";
+        if (m.key == MetaKey::ThreadName)  // with the OS thread id where the source recorded one
+          lanes[m.thread] = std::string(r.name(m.str)) + (m.value ? " (" + std::to_string(m.value) + ")" : "");
       } else if (family_of(e.kind) == EventFamily::Compute && !e.as<ComputeEvent>().on_host(e.kind)) {
         const auto c = e.as<ComputeEvent>();
         const auto named = stream_names.find(c.stream);
         lanes.emplace(stream_tid(c), named != stream_names.end() && !named->second.empty()
                                          ? std::string(named->second)
                                          : fmt::format("GPU {} stream {}", int(c.device), int(c.stream)));
-      } else if (family_of(e.kind) == EventFamily::Communication) {
-        lanes.emplace(kCommTid + e.as<CollectiveEvent>().comm,
-                      fmt::format("collectives (comm {})", int(e.as<CollectiveEvent>().comm)));
       }
+    }
+    for (const PlacedCollective& p : placed) {
+      const int64_t overlap = (p.tid - kCommTid) / 256;
+      lanes.emplace(p.tid, overlap == 0 ? fmt::format("collectives (comm {})", int(p.c.comm))
+                                        : fmt::format("collectives (comm {}, overlapping {})", int(p.c.comm), overlap));
     }
     for (auto& [tid, name] : lanes)
       w_.raw(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", pid, tid,
@@ -167,9 +206,8 @@ class ChromeExport {
     }
   }
 
-  void collectives(const RankTrace& r, int64_t pid) {
-    for (const CollectiveOnRank& c : collectives_of(r)) {
-      const int64_t tid = kCommTid + c.comm;
+  void collectives(int64_t pid, const std::vector<PlacedCollective>& placed) {
+    for (const auto& [c, tid] : placed) {
       const int64_t b = c.start >= 0 ? c.start : c.enqueue;
       if (c.enqueue >= 0) {
         w_.raw(fmt::format(R"({{"ph":"i","s":"t","cat":"collective","name":"enqueue {} #{}","pid":{},"tid":{},"ts":{}}})",

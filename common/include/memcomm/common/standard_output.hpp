@@ -1,6 +1,8 @@
 // Whether standard output took what a tool printed (Note [Output that was not written]).
 #pragma once
 
+#include <string>
+
 namespace memcomm {
 
 // Note [Output that was not written]
@@ -14,5 +16,11 @@ namespace memcomm {
 // `code` when standard output took everything; otherwise 1 (or `code`, when already a failure),
 // after a line on standard error naming `tool` and the reason.
 int stdout_checked(int code, const char* tool);
+
+// Whether `path` names the file standard output writes to ("-", /dev/stdout, or the file stdout was
+// redirected to). A tool that writes its result there prints its summary line on standard error: on
+// standard output, at offset 0 of a file the result was written to from its start, it overwrote the
+// result's first bytes.
+bool is_standard_output(const std::string& path);
 
 }  // namespace memcomm
