@@ -39,8 +39,10 @@ std::uint64_t write_trace(const std::string& out, double events, int ranks) {
   const std::uint64_t base = 0x7f0000000000ull;
   std::uint64_t written = 0;
   for (int r = 0; r < ranks; ++r) {
+    std::vector<std::string> names;  // a StringDef views its text: the names outlive the chunk's write
     std::vector<prof::StringDef> defs;
-    for (std::uint32_t k = 1; k <= 32; ++k) defs.push_back({k, "kernel_" + std::to_string(k)});
+    for (std::uint32_t k = 1; k <= 32; ++k) names.push_back("kernel_" + std::to_string(k));
+    for (std::uint32_t k = 1; k <= 32; ++k) defs.push_back({k, names[k - 1]});
     std::vector<prof::Event> ev;
     const auto rank = static_cast<std::uint32_t>(r);
     const auto push = [&](const auto& e) { ev.push_back(prof::Event::from(e)); };

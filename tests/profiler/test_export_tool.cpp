@@ -377,7 +377,7 @@ TEST_CASE("memcomm-trace exit codes: 2 for unreadable input, usage and an output
   CHECK(run(tool() + " merge /nonexistent-dir/x.mct " + paths[0], out) == 2);
   if (std::filesystem::exists("/dev/full")) {
     CHECK(run(tool() + " export --chrome /dev/full " + paths[0], out) == 1);
-    CHECK(out.find("No space left on device") != std::string::npos);
+    CHECK(out.find("writing '/dev/full' failed: No space left on device") != std::string::npos);
     // A result printed to standard output that a full disk did not take (Note [Output that was not written]).
     CHECK(run("{ " + tool() + " info " + paths[0] + " > /dev/full; }", out) == 1);
     CHECK(out.find("memcomm-trace: standard output could not be written (No space left on device)") != std::string::npos);

@@ -271,7 +271,10 @@ class ChromeExport {
 
 }  // namespace
 
-ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out, const std::function<void(double)>& progress) {
+namespace {
+// The export to `out`; a write error names `destination`.
+ChromeExportStats export_to(const TraceSet& set, std::FILE* out, const std::function<void(double)>& progress,
+                            const std::string& destination) {
   int64_t t0 = INT64_MAX;
   for (const RankTrace& r : set.ranks)
     if (!r.events.empty()) t0 = std::min(t0, r.events.front().ts);
@@ -284,8 +287,13 @@ ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out, const std::
   }
   x.collective_flows();
   std::fprintf(out, "\n],\"otherData\":{\"producer\":\"%s\",\"t0_ns\":%lld}}\n", kChromeExportProducer, (long long)t0);
-  if (std::ferror(out)) throw TraceError(fmt::format("writing chrome trace failed: {}", std::strerror(errno)));
+  if (std::ferror(out)) throw TraceError(fmt::format("writing {} failed: {}", destination, std::strerror(errno)));
   return x.stats();
+}
+}  // namespace
+
+ChromeExportStats export_chrome(const TraceSet& set, std::FILE* out, const std::function<void(double)>& progress) {
+  return export_to(set, out, progress, "the chrome trace");
 }
 
 ChromeExportStats export_chrome(const TraceSet& set, const std::string& path, const std::function<void(double)>& progress) {
@@ -293,7 +301,7 @@ ChromeExportStats export_chrome(const TraceSet& set, const std::string& path, co
   if (!f) throw TraceError(fmt::format("cannot create '{}': {}", path, std::strerror(errno)));
   ChromeExportStats st;
   try {
-    st = export_chrome(set, f, progress);
+    st = export_to(set, f, progress, "'" + path + "'");
   } catch (...) {
     std::fclose(f);
     throw;
