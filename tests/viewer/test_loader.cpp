@@ -108,7 +108,8 @@ TEST_CASE("a snapshot whose clock steps back loads with the warning memcomm-trac
   CHECK(memcomm::prof::peak_live(tl.ranks[0].allocations).bytes == 150);
 }
 
-TEST_CASE("a host snapshot is named host memory, not rank 255, and a second one keeps its own name", "[unit][viewer]") {
+TEST_CASE("a snapshot's devices are named devices, its host memory host memory, and a second file's keep their own names",
+          "[unit][viewer]") {
   // pickle.dumps({"segments": [a 2 MiB segment on device 0], "device_traces": [[alloc 100 B]],
   //               "allocator_settings": {"memcomm": True, "host": True}}, protocol=2): memcomm's CPU allocator's
   // snapshot (Note [A host snapshot's device]). Every pane titled it "rank 255".
@@ -140,6 +141,8 @@ TEST_CASE("a host snapshot is named host memory, not rank 255, and a second one 
   RankData run;
   run.rank = 3;
   CHECK(rank_name(run) == "rank 3");
+  run.snapshot_device = 3;  // a snapshot's GPU 3: one process's devices are no ranks
+  CHECK(rank_name(run) == "device 3");
 }
 
 TEST_CASE("background loads merge files and collect errors", "[unit][viewer]") {

@@ -29,7 +29,7 @@ void attach_allocations(snapshot::Snapshot&& snap, Timeline& tl) {
     rd.alloc_index = AllocationIndex(rd.allocations);
     rd.stacks = stacks;
     rd.stand_in_id = true;  // the device's number (Note [Rank ids across files])
-    rd.host_memory = device == prof::kHostDevice;
+    rd.snapshot_device = device;
   }
 }
 }  // namespace

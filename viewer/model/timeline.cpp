@@ -49,9 +49,12 @@ const CounterSeries* RankData::counter(std::string_view name) const {
 }
 
 std::string rank_name(const RankData& rd) {
-  if (!rd.host_memory) return fmt::format("rank {}", rd.rank);
-  // A second host snapshot is moved off 255 (Note [Rank ids across files]): its id keeps the two apart.
-  return rd.rank == prof::kHostDevice ? std::string("host memory") : fmt::format("host memory (id {})", rd.rank);
+  if (rd.snapshot_device < 0) return fmt::format("rank {}", rd.rank);
+  std::string name = rd.snapshot_device == prof::kHostDevice ? std::string("host memory")
+                                                              : fmt::format("device {}", rd.snapshot_device);
+  // A second snapshot's device is moved off its number (Note [Rank ids across files]): the id keeps them apart.
+  if (rd.rank != static_cast<std::uint32_t>(rd.snapshot_device)) name += fmt::format(" (id {})", rd.rank);
+  return name;
 }
 
 std::uint32_t StringTable::intern(std::string_view s) {

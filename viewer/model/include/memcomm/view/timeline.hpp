@@ -132,14 +132,15 @@ struct RankData {
   // the viewer shows it under another (shown_elsewhere).
   std::string source;
   std::uint32_t recorded_rank = kNoRecordedRank;
-  // A snapshot's host memory (device prof::kHostDevice: Note [A host snapshot's device]): no rank of a
-  // run, so the viewer names it "host memory" (rank_name), whatever id it is shown under.
-  bool host_memory = false;
+  // The device a PyTorch snapshot's rank stands for (-1: not a snapshot's): one process's devices are
+  // no ranks of a run, so the viewer names them "device N", and device 255 "host memory" (Note [A host
+  // snapshot's device]), whatever id they are shown under (rank_name).
+  int snapshot_device = -1;
   const CounterSeries* counter(std::string_view name) const;
 };
 
-// How every pane names a rank: "rank N", or "host memory" for a snapshot's host device (unique, as
-// ids are: a label ImGui may take as an id).
+// How every pane names a rank: "rank N"; a snapshot's "device N" or "host memory", with the id it is
+// shown under when another file took its number (unique, as ids are: a label ImGui may take as an id).
 std::string rank_name(const RankData& rd);
 
 // Interned strings (kernel names, phase names, collective ops).
