@@ -91,6 +91,10 @@ void check_summary(const Timeline& tl, const Summary& s, const prof::Analysis& a
   for (const auto& c : a.collectives)
     if (c.straggler_rank != memcomm::prof::kUnknownRank && !c.ranks_disagree) ++stragglers[int(c.straggler_rank)];
   CHECK(s.stragglers == stragglers);
+  // The Summary counted each rank's record (54 for a two-rank run whose report lists 27).
+  CHECK(s.collectives == a.collectives.size());
+  CHECK(s.disagreeing == static_cast<std::uint64_t>(std::count_if(a.collectives.begin(), a.collectives.end(),
+                                                                  [](const auto& c) { return c.ranks_disagree; })));
 }
 
 }  // namespace

@@ -97,7 +97,8 @@ nlohmann::json analysis_json(const AppState& st) {
         collectives.push_back({{"comm", c.comm_key}, {"seq", c.seq}, {"op", st.tl.strings.get(c.op)}, {"bytes", c.bytes},
                                {"nranks", c.group_size}, {"time_ns", c.time},
                                {"algbw_gbps", number_or_null(c.algbw, c.bytes > 0)},
-                               {"busbw_gbps", number_or_null(c.busbw, c.bytes > 0)}, {"skew_ns", c.skew}});
+                               {"busbw_gbps", number_or_null(c.busbw, c.bytes > 0)}, {"skew_ns", c.skew},
+                               {"ranks_disagree", c.ranks_disagree}});
     const CounterSeries* a = rd.counter("allocated");
     const CounterSeries* r = rd.counter("reserved");
     ranks.push_back({{"rank", rd.rank}, {"peak_allocated", a ? a->global_max() : 0.0}, {"peak_reserved", r ? r->global_max() : 0.0}});
@@ -109,7 +110,8 @@ nlohmann::json analysis_json(const AppState& st) {
           {"collectives", collectives},
           {"ranks", ranks},
           {"summary", {{"mean_busbw_gbps", number_or_null(s.mean_busbw, s.busbw_known)}, {"max_skew_ns", s.max_skew}, {"peak_allocated", s.peak_allocated},
-                       {"peak_reserved", s.peak_reserved}, {"stragglers", stragglers}}}};
+                       {"peak_reserved", s.peak_reserved}, {"stragglers", stragglers},
+                       {"disagreeing_collectives", s.disagreeing}}}};
 }
 
 nlohmann::json holders_json(const HoldersAt& h) {

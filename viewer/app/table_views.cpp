@@ -158,6 +158,9 @@ void draw_summary(AppState& st, ImVec2 size) {
   const std::string busbw = s.collectives == 0 ? "none" : s.busbw_known ? fmt::format("{:.2f} GB/s", s.mean_busbw)
                                                                       : "unknown (no collective records its size)";
   ImGui::Text("mean busbw %s  max skew %s", busbw.c_str(), format_time(s.max_skew).c_str());
+  if (s.disagreeing > 0)  // as memcomm-trace report warns of them
+    ImGui::Text("%llu collectives the ranks disagree on (op or size): left out of bandwidth, skew and stragglers",
+                static_cast<unsigned long long>(s.disagreeing));
   std::string strag;
   for (const auto& [rank, times] : s.stragglers) strag += fmt::format(" rank {}: {}x", rank, times);
   if (!strag.empty()) ImGui::Text("last to arrive:%s", strag.c_str());

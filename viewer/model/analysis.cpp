@@ -327,7 +327,6 @@ Summary summarize(const Timeline& tl) {
   prof::BusbwMean busbw;  // Note [Collective bandwidth]: bytes-weighted, each matched group once
   for (const auto& rd : tl.ranks) {
     for (const auto& lane : rd.lanes) s.spans += lane.span_count();
-    s.collectives += rd.collectives.size();
     s.alloc_events += rd.alloc_events.size();
     s.dropped += rd.dropped;
     s.ooms += rd.ooms.size();
@@ -338,6 +337,8 @@ Summary summarize(const Timeline& tl) {
     }
     if (const auto* r = rd.counter("reserved")) s.peak_reserved = std::max(s.peak_reserved, r->global_max());
     for (const auto& c : rd.collectives) {
+      s.collectives += c.first_in_group;
+      s.disagreeing += c.first_in_group && c.ranks_disagree;
       if (c.ranks_disagree) continue;  // Note [Collectives the ranks disagree on] (the profiler's analysis.cpp)
       if (c.first_in_group) busbw.add(c.busbw, c.bytes, c.time);
       s.max_skew = std::max(s.max_skew, c.skew);

@@ -55,7 +55,9 @@ struct RangeStats {
 RangeStats range_stats(const Timeline& tl, TimeNs t0, TimeNs t1);
 
 struct Summary {
-  std::uint64_t spans = 0, collectives = 0, samples = 0, alloc_events = 0, dropped = 0;
+  std::uint64_t spans = 0, samples = 0, alloc_events = 0, dropped = 0;
+  std::uint64_t collectives = 0;   // matched groups, each once, as memcomm-trace report counts them
+  std::uint64_t disagreeing = 0;   // of them, those the ranks disagree on (no bandwidth, skew or straggler)
   TimeNs duration = 0;
   double peak_allocated = 0, peak_reserved = 0;  // bytes, max over ranks
   bool memory_recorded = false;                  // some rank records memory (else the peaks are unknown)
