@@ -605,6 +605,9 @@ TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler wri
   const KinetoTrace cut = read_kineto_buffer(R"({"traceEvents": [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "python"}},
     {"ph": "X", "cat": "cpu_op", "na)", "cut.json");
   CHECK(cut.info.truncated);
+  // An empty traceEvents list was read as an empty run (exit 0, a time axis of -500..500 ns).
+  CHECK_THROWS_WITH(read_kineto_buffer(R"({"traceEvents": []})", "none.json"),
+                    Catch::Contains("none.json: its traceEvents list is empty"));
   // A torch.profiler trace that recorded nothing but its own span still reads.
   CHECK(read_kineto_buffer(R"j({"traceEvents": [{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 1, "ts": 5, "dur": 9}]})j",
                            "empty-profile.json").info.trace_events == 1);

@@ -429,6 +429,8 @@ void Converter::throw_no_torch_event() const {
   std::string reasons;
   for (size_t i = 0; i < why.size() && i < 3; ++i)
     reasons += fmt::format("{}{} ({})", i ? "; " : "", why[i].second, why[i].first);
+  if (info_.trace_events == 0)  // README: such JSON is refused; an empty list is the least of it
+    throw TraceError(fmt::format("{}: its traceEvents list is empty: no event to read", name_));
   throw TraceError(fmt::format("{}: not a torch.profiler trace: none of its {} traceEvents is an event torch.profiler "
                                "writes{}", name_, info_.trace_events, reasons.empty() ? "" : ": " + reasons));
 }
@@ -450,7 +452,7 @@ KinetoTrace Converter::finish(const SplitResult& split) {
   for (const Category& c : categories_) info_.categories[c.name] += c.count;
   // A real trace cut short before its first timed event (Kineto writes its metadata first) is a
   // file cut short, which the truncation warning says, not another tool's JSON.
-  if (min_ts_ == INT64_MAX && info_.trace_events > 0 && !split.truncated) throw_no_torch_event();
+  if (min_ts_ == INT64_MAX && !split.truncated) throw_no_torch_event();
   if (tracks_.overflowed()) skip("tracks beyond the lanes memcomm keeps (merged into the last lane)");
   // Note [One origin for every torch.profiler trace]; baseTimeNanoseconds comes after the events.
   take_top_level();
