@@ -1,6 +1,7 @@
 // The main window: menu bar, toolbar (search, reset), messages, and the panes laid out top to
 // bottom (ImGui 1.86 has no docking: panes are child windows that View toggles), then the status line.
 #include <memcomm/view/app/app.hpp>
+#include <memcomm/view/app/pane_layout.hpp>
 
 #include "views.hpp"
 
@@ -124,23 +125,17 @@ void App::draw_toolbar() {
 // The panes the user keeps open, sized to the window.
 void App::draw_panes() {
   const float status_h = ImGui::GetFrameHeightWithSpacing();
-  const float avail = ImGui::GetContentRegionAvail().y - status_h;
   const float width = ImGui::GetContentRegionAvail().x;
-  const float mem_h = st_.panes.memory ? 190 : 0, alloc_h = st_.panes.allocator ? 170 : 0;
-  const float allocs_h = st_.panes.allocations ? 260 : 0;
-  const float spacing = ImGui::GetStyle().ItemSpacing.y;
-  // The step table and summary are 190 px under other panes, and take the window when alone.
-  const bool above = st_.panes.timeline || st_.panes.memory || st_.panes.allocator || st_.panes.allocations;
-  const float bottom_h = !(st_.panes.steps || st_.panes.summary) ? 0 : above ? 190.0f : std::max(190.0f, avail - spacing);
-  float timeline_h = avail - mem_h - alloc_h - allocs_h - bottom_h - (st_.panes.allocations ? 4 : 3) * spacing;
-  if (!st_.panes.timeline) timeline_h = 0;
-  if (st_.panes.timeline) draw_timeline(st_, ImVec2(width, std::max(120.0f, timeline_h)));
-  if (st_.panes.memory) draw_memory(st_, ImVec2(width, mem_h));
-  if (st_.panes.allocator) draw_allocator(st_, ImVec2(width, alloc_h));
+  const PaneHeights h = pane_heights(st_.panes, ImGui::GetContentRegionAvail().y - status_h, ImGui::GetStyle().ItemSpacing.y,
+                                     st_.timeline_content_h);  // Note [Pane heights]
+  const float bottom_h = h.bottom;
+  if (st_.panes.timeline) draw_timeline(st_, ImVec2(width, h.timeline));
+  if (st_.panes.memory) draw_memory(st_, ImVec2(width, h.memory));
+  if (st_.panes.allocator) draw_allocator(st_, ImVec2(width, h.allocator));
   if (st_.panes.allocations) {
-    draw_allocations(st_, ImVec2(width * 0.62f, allocs_h));
+    draw_allocations(st_, ImVec2(width * 0.62f, h.allocations));
     ImGui::SameLine();
-    draw_holders(st_, ImVec2(0, allocs_h));
+    draw_holders(st_, ImVec2(0, h.allocations));
   }
   if (st_.panes.steps) {
     draw_steps(st_, ImVec2(st_.panes.summary ? width * 0.6f : width, bottom_h));

@@ -172,8 +172,7 @@ void draw_summary(AppState& st, ImVec2 size) {
                 100.0 * static_cast<double>(wait) / static_cast<double>(step_sum));
   if (s.peak_reserved > 0 && s.peak_allocated > 0)
     ImGui::Text("reserved %.0f%% above allocated at peak", 100.0 * (s.peak_reserved / s.peak_allocated - 1));
-  draw_advice(st);
-  draw_tune(st);
+  // A selection's figures come first, where a right-drag shows them without scrolling past the advice.
   if (st.has_selection) {
     const RangeStats& r = st.selection;
     ImGui::Separator();
@@ -181,10 +180,13 @@ void draw_summary(AppState& st, ImVec2 size) {
                 format_time(r.t1 - r.t0).c_str());
     ImGui::Text("spans %llu  collectives %llu (%s)", static_cast<unsigned long long>(r.spans),
                 static_cast<unsigned long long>(r.collectives), format_bytes(r.collective_bytes).c_str());
-    ImGui::Text("busy: kernels %s  memcpy %s  collectives %s  phases %s", format_time(r.busy[1]).c_str(),
+    ImGui::Text("busy, summed over %zu ranks: kernels %s  memcpy %s  collectives %s  phases %s", st.tl.ranks.size(),
+                format_time(r.busy[1]).c_str(),
                 format_time(r.busy[2]).c_str(), format_time(r.busy[4]).c_str(), format_time(r.busy[0]).c_str());
     if (r.mem_valid) ImGui::Text("allocated %s .. %s", format_bytes(whole_bytes(r.mem_min)).c_str(), format_bytes(whole_bytes(r.mem_max)).c_str());
   }
+  draw_advice(st);
+  draw_tune(st);
   if (!st.tl.sources.empty()) {
     ImGui::Separator();
     for (const auto& src : st.tl.sources) ImGui::TextWrapped("source: %s", src.c_str());

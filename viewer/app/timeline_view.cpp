@@ -202,6 +202,8 @@ void draw_timeline(AppState& st, ImVec2 size) {
                 "No data. Open a trace (File > Open, drag and drop, or memcomm-view FILE...).");
   ImGui::SetCursorScreenPos(ImVec2(wpos.x, content_top));
   ImGui::Dummy(ImVec2(1, std::max(1.0f, y - content_top)));
+  // What the pane needs to show every lane: the ruler, the lanes and the child window's frame.
+  st.timeline_content_h = y - content_top + kRuler + 2 * ImGui::GetStyle().WindowPadding.y + ImGui::GetStyle().ItemSpacing.y;
   ImGui::EndChild();
 }
 

@@ -120,6 +120,7 @@ struct AppState {
   };
   std::vector<RowLayout> layout;                // timeline rows on screen
   float time_x0 = 0, time_x1 = 0;               // time axis of the timeline and memory panes
+  float timeline_content_h = 0;                 // the timeline's lanes' height as last drawn (Note [Pane heights])
   float mem_y0 = 0, mem_y1 = 0;                 // memory plot area
   double mem_ymax = 0;                          // value at mem_y0
   float step_row0_y = -1;                       // centre of the first step-table row drawn
