@@ -85,7 +85,21 @@ TEST_CASE("a file with nothing to show loads with a warning that says so", "[uni
   CHECK(load.errors().empty());
   CHECK(tl.empty());
   REQUIRE(load.warnings().size() == 1);
-  CHECK(load.warnings()[0] == "warning: " + empty + ": nothing to show: it holds no events and no memory");
+  CHECK(load.warnings()[0] == "warning: " + empty + ": nothing to show: it holds no timed events and no memory");
+  // python -m memcomm on a script that trained nothing: a rank's metadata alone loaded with no word.
+  namespace prof = memcomm::prof;
+  const std::string meta = memcomm::test::temp_path("memcomm_viewer_tests", "meta_only.rank0.mct");
+  {
+    prof::TraceWriter w(meta, prof::WriterOptions{});
+    w.write_chunk({{1, "host-a"}}, {prof::Event::from(prof::make_meta(10, prof::MetaKey::Rank, 0)),
+                                    prof::Event::from(prof::make_meta(10, prof::MetaKey::Host, 0, 1))});
+    w.close();
+  }
+  BackgroundLoad only_meta({meta});
+  CHECK(only_meta.take().shows_nothing());
+  REQUIRE(only_meta.warnings().size() == 1);
+  CHECK(only_meta.warnings()[0] == "warning: " + meta + ": nothing to show: it holds no timed events and no memory");
+  std::remove(meta.c_str());
 }
 
 TEST_CASE("a snapshot whose clock steps back loads with the warning memcomm-trace memory gives", "[unit][viewer]") {

@@ -135,9 +135,9 @@ void BackgroundLoad::run() {
         std::lock_guard<std::mutex> lock(mu_);
         warnings_.push_back(fmt::format("warning: {}: {}", paths_[i], w));
       }
-      if (one.empty()) {  // a snapshot taken before any allocation, a trace of no events: say so, not "No data"
+      if (one.shows_nothing()) {  // a snapshot taken before any allocation, a trace of no events: say so, not "No data"
         std::lock_guard<std::mutex> lock(mu_);
-        warnings_.push_back(fmt::format("warning: {}: nothing to show: it holds no events and no memory", paths_[i]));
+        warnings_.push_back(fmt::format("warning: {}: nothing to show: it holds no timed events and no memory", paths_[i]));
       }
       for (RankData& rd : one.ranks) {  // for shown_elsewhere, once merging has renumbered some
         rd.source = paths_[i];

@@ -48,6 +48,15 @@ const CounterSeries* RankData::counter(std::string_view name) const {
   return nullptr;
 }
 
+bool Timeline::shows_nothing() const {
+  return std::all_of(ranks.begin(), ranks.end(), [](const RankData& rd) {
+    const bool spans = std::any_of(rd.lanes.begin(), rd.lanes.end(), [](const Lane& l) { return l.span_count() > 0; });
+    const bool samples = std::any_of(rd.counters.begin(), rd.counters.end(), [](const CounterSeries& c) { return c.size() > 0; });
+    return !spans && !samples && rd.collectives.empty() && rd.alloc_events.empty() && rd.ooms.empty() &&
+           rd.allocations.list.empty();
+  });
+}
+
 std::string rank_name(const RankData& rd) {
   if (rd.snapshot_device < 0) return fmt::format("rank {}", rd.rank);
   std::string name = rd.snapshot_device == prof::kHostDevice ? std::string("host memory")

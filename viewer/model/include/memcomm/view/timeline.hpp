@@ -173,6 +173,9 @@ struct Timeline {
   // Bytes held by the model (capacity, not size), for the B/event budget.
   std::size_t memory_bytes() const;
   bool empty() const { return ranks.empty(); }
+  // No rank holds a span, a collective, a counter's sample, an allocator event or an OOM: a run's
+  // metadata alone (a script that trained nothing) shows as empty as no rank at all.
+  bool shows_nothing() const;
 
  private:
   void take_ranks(std::vector<RankData>&& incoming);
