@@ -906,8 +906,16 @@ def test_a_forward_called_directly_is_one_forward_wherever_the_model_was_found(t
                 opt.zero_grad(); model.forward(torch.randn(8, 16)).square().mean().backward(); opt.step()
         with memcomm.profile(trace=sys.argv[1]):
             train(Net(), 4)
-        found = Net()
+        class Doubler(nn.Module):  # a staticmethod forward is left as it is: a wrapper would pass it the module
+            def __init__(self):
+                super().__init__()
+                self.unused = nn.Parameter(torch.ones(1))
+            @staticmethod
+            def forward(x):
+                return x * 2
+        found, doubler = Net(), Doubler()
         with memcomm.profile(trace=sys.argv[2]):
+            assert doubler.forward(torch.ones(1)).item() == 2
             assert str(inspect.signature(found.forward)) == "(x, scale=1.0)", inspect.signature(found.forward)
             train(found, 3)
             found(torch.randn(8, 16)).sum().backward()  # through __call__: one forward, not two

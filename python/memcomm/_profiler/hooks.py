@@ -179,9 +179,11 @@ as Dynamo guards it on the number of torch's global optimizer hooks.
 """
 import functools
 import gc
+import inspect
 import itertools
 import sys
 import threading
+import types
 import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, List, Optional, Tuple
@@ -368,7 +370,7 @@ class PhaseHooks:
                 self._handles.append(m.register_forward_pre_hook(self._model_pre))
                 self._handles.append(m.register_forward_hook(self._model_post, always_call=True))
                 continue
-            if getattr(cls, "forward", None) not in (None, torch.nn.Module.forward):  # ModuleDict has none
+            if _own_forward(cls):
                 self._handles.append(_CallWrap(cls, self._call, "forward"))  # Note [Forwards called directly]
 
     def _call(self, call: Callable[..., Any], module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
@@ -1101,6 +1103,13 @@ def _creates_state_only(frame: Any) -> bool:
             return True
         f = f.f_back
     return False
+
+
+def _own_forward(cls: type) -> bool:
+    """The class has a forward of its own to wrap: a plain function (not ModuleDict's unimplemented one,
+    nor a staticmethod or another callable, which a wrapper passing the module first would call wrongly)."""
+    forward = inspect.getattr_static(cls, "forward", None)
+    return isinstance(forward, types.FunctionType) and forward is not torch.nn.Module.forward
 
 
 _PASSED_THROUGH = (torch.nn.modules.module.__file__, __file__)  # torch's module calls, and this file's wrappers
