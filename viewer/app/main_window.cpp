@@ -126,8 +126,10 @@ void App::draw_toolbar() {
 void App::draw_panes() {
   const float status_h = ImGui::GetFrameHeightWithSpacing();
   const float width = ImGui::GetContentRegionAvail().x;
+  const PaneContent content{st_.timeline_content_h, st_.tl.ranks.empty() || st_.summary.memory_recorded,
+                            st_.tl.ranks.empty() || st_.summary.alloc_events > 0};
   const PaneHeights h = pane_heights(st_.panes, ImGui::GetContentRegionAvail().y - status_h, ImGui::GetStyle().ItemSpacing.y,
-                                     st_.timeline_content_h);  // Note [Pane heights]
+                                     content);  // Note [Pane heights]
   const float bottom_h = h.bottom;
   if (st_.panes.timeline) draw_timeline(st_, ImVec2(width, h.timeline));
   if (st_.panes.memory) draw_memory(st_, ImVec2(width, h.memory));

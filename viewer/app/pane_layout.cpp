@@ -6,12 +6,13 @@
 namespace memcomm::view {
 
 namespace {
-// Each fixed pane's height, `scale` times its own, no lower than kMinPane (0 where not shown).
-PaneHeights fixed(const Panes& p, float scale) {
+// Each fixed pane's height, `scale` times its own, no lower than kMinPane (0 where not shown); a pane
+// with nothing to show is a line.
+PaneHeights fixed(const Panes& p, const PaneContent& c, float scale) {
   const auto h = [scale](bool on, float want) { return on ? std::max(kMinPane, want * scale) : 0.0f; };
   PaneHeights out;
-  out.memory = h(p.memory, 190);
-  out.allocator = h(p.allocator, 170);
+  out.memory = c.memory ? h(p.memory, 190) : p.memory ? kLinePane : 0;
+  out.allocator = c.allocator ? h(p.allocator, 170) : p.allocator ? kLinePane : 0;
   out.allocations = h(p.allocations, 260);
   out.bottom = h(p.steps || p.summary, 190);
   return out;
@@ -20,17 +21,17 @@ PaneHeights fixed(const Panes& p, float scale) {
 float fixed_sum(const PaneHeights& h) { return h.memory + h.allocator + h.allocations + h.bottom; }
 }  // namespace
 
-PaneHeights pane_heights(const Panes& p, float avail, float spacing, float timeline_content) {
+PaneHeights pane_heights(const Panes& p, float avail, float spacing, const PaneContent& content) {
   const bool bottom = p.steps || p.summary;
   const int rows = int(p.timeline) + int(p.memory) + int(p.allocator) + int(p.allocations) + int(bottom);
   const float space = std::max(0.0f, avail - float(rows) * spacing);
   const float timeline_min = p.timeline ? kMinTimeline : 0;
-  PaneHeights h = fixed(p, 1);
+  PaneHeights h = fixed(p, content, 1);
   if (fixed_sum(h) + timeline_min > space && fixed_sum(h) > 0)
-    h = fixed(p, std::max(0.0f, space - timeline_min) / fixed_sum(h));
+    h = fixed(p, content, std::max(0.0f, space - timeline_min) / fixed_sum(h));
   float left = std::max(0.0f, space - fixed_sum(h));
   if (p.timeline) {
-    const float wanted = timeline_content > 0 ? std::max(kMinTimeline, timeline_content) : left;
+    const float wanted = content.timeline > 0 ? std::max(kMinTimeline, content.timeline) : left;
     h.timeline = std::max(kMinTimeline, std::min(left, wanted));
     left = std::max(0.0f, left - h.timeline);
   }
