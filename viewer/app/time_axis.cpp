@@ -60,6 +60,7 @@ void draw_ruler(const AppState& st, const TimeAxis& axis, ImDrawList* dl, float 
     const float x = axis.x(base + static_cast<TimeNs>(rel));
     dl->AddLine(ImVec2(x, y + h - 6), ImVec2(x, y + h), IM_COL32(200, 200, 200, 255));
     const std::string label = format_time(static_cast<TimeNs>(rel));
+    if (x + 3 + ImGui::CalcTextSize(label.c_str()).x > axis.x1) continue;  // a label the edge would cut: the tick alone
     dl->AddText(ImVec2(x + 3, y + 2), IM_COL32(200, 200, 200, 255), label.c_str());
   }
 }

@@ -188,8 +188,11 @@ void draw_timeline(AppState& st, ImVec2 size) {
       for (std::size_t r = 0; r < lane.rows.size(); ++r, y += kRow)
         if (y + kRow >= top && y < bottom) draw_row(st, f, slot, li, r, y);  // vertical culling
       // Lane label (first row).
-      if (lane_top + kRow >= top && lane_top < bottom)
+      if (lane_top + kRow >= top && lane_top < bottom) {  // cut at the time axis: spans drew over a long name
+        dl->PushClipRect(ImVec2(wpos.x, top), ImVec2(left - 2, bottom), true);
         dl->AddText(ImVec2(wpos.x + 12, lane_top + 1), IM_COL32(180, 180, 180, 255), lane.name.c_str());
+        dl->PopClipRect();
+      }
     }
   }
   draw_links(st, f);
