@@ -88,11 +88,15 @@ void draw_ooms(const MemoryPlot& p, const RankData& rd, const TimeAxis& view) {
   }
 }
 
+// The legend's row, above the curves (kLegendRow): drawn over them, the top lines ran through its words.
+constexpr float kLegendRow = 16;
+
 void draw_legend(const MemoryPlot& p, const Legend& legend) {
   float lx = p.left + 6;
+  const float y = p.top - kLegendRow;
   for (const auto& [name, rgb] : legend) {
-    p.dl->AddRectFilled(ImVec2(lx, p.top + 4), ImVec2(lx + 10, p.top + 14), rgb.imgui());
-    p.dl->AddText(ImVec2(lx + 13, p.top + 1), IM_COL32(220, 220, 220, 255), name);
+    p.dl->AddRectFilled(ImVec2(lx, y + 4), ImVec2(lx + 10, y + 14), rgb.imgui());
+    p.dl->AddText(ImVec2(lx + 13, y + 1), IM_COL32(220, 220, 220, 255), name);
     lx += 13 + ImGui::CalcTextSize(name).x + 14;
   }
 }
@@ -119,7 +123,7 @@ void draw_memory(AppState& st, ImVec2 size) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 wpos = ImGui::GetWindowPos(), wsize = ImGui::GetWindowSize();
   const float left = wpos.x + st.label_width, right = wpos.x + wsize.x - ImGui::GetStyle().ScrollbarSize;
-  const float top = wpos.y + 6, bottom = wpos.y + wsize.y - 6;
+  const float top = wpos.y + 6 + kLegendRow, bottom = wpos.y + wsize.y - 6;
   const bool hovered = ImGui::IsWindowHovered();
   const TimeAxis axis(st, left, right);
   handle_time_input(st, axis, ImVec2(left, top), ImVec2(right, bottom), hovered);
@@ -128,6 +132,7 @@ void draw_memory(AppState& st, ImVec2 size) {
     ImGui::EndChild();
     return;
   }
+  const float scale_y = ImGui::GetCursorScreenPos().y;  // below the picker
   const RankData& rd = st.tl.ranks[static_cast<std::size_t>(st.memory_rank)];
   const CounterSeries* allocated = rd.counter("allocated");
   const auto has_samples = [&rd](const char* name) { const CounterSeries* c = rd.counter(name); return c && c->size() > 0; };
@@ -150,7 +155,7 @@ void draw_memory(AppState& st, ImVec2 size) {
   st.mem_ymax = ymax;
   static std::vector<PixelMinMax> col;
   dl->PushClipRect(ImVec2(left, top), ImVec2(right, bottom), true);
-  dl->AddRectFilled(ImVec2(left, top), ImVec2(right, bottom), IM_COL32(25, 25, 30, 255));
+  dl->AddRectFilled(ImVec2(left, top - kLegendRow), ImVec2(right, bottom), IM_COL32(25, 25, 30, 255));
   if (allocated) draw_filled(p, *allocated, view, col);
   draw_line(p, rd.counter("reserved"), palette::kReserved, view, col);
   draw_line(p, rd.counter("active"), palette::kActive, view, col);
@@ -161,7 +166,9 @@ void draw_memory(AppState& st, ImVec2 size) {
   draw_ooms(p, rd, view);
   draw_overlays(st, view, dl, top, bottom);
   dl->PopClipRect();
-  dl->AddText(ImVec2(wpos.x + 6, bottom - 32), IM_COL32(180, 180, 180, 255), format_bytes(whole_bytes(ymax / 1.05)).c_str());
+  // The scale's top, under the rank picker and named (drawn above "0 B" it read as a tick near zero).
+  dl->AddText(ImVec2(wpos.x + 6, std::max(top, scale_y)), IM_COL32(180, 180, 180, 255),
+              ("max " + format_bytes(whole_bytes(ymax / 1.05))).c_str());
   dl->AddText(ImVec2(wpos.x + 6, bottom - 16), IM_COL32(180, 180, 180, 255), "0 B");
   draw_legend(p, legend);
   const ImVec2 m = ImGui::GetIO().MousePos;
