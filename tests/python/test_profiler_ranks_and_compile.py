@@ -252,3 +252,28 @@ def test_code_compiled_around_a_model_built_inside_the_profile_compiles_once(tmp
         assert counts.get("forward", 0) == forwards and counts["backward"] == counts["step"] == 3, (case, counts)
         assert (forwards == 0) == ("the forward ran inside code torch.compile compiled" in r.stderr), r.stderr
 
+
+
+def test_a_compiled_training_step_that_steps_its_optimizer_ends(tmp_path, tool):
+    # See Note [Hooks under torch.compile]: the optimizer's hooks ran eagerly as a frame only, so Dynamo
+    # compiled a frame they called (a list comprehension, holding the hooks' lock), and its compile-start
+    # callback asked for that lock: the script hung at its first update.
+    script = """
+        with memcomm.profile(trace=sys.argv[1]):
+            model = make_model()
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            @torch.compile(backend="eager")
+            def train_step(x, y):
+                opt.zero_grad()
+                loss = crit(model(x), y)
+                loss.backward()
+                opt.step()
+                return loss
+            for x, y in batches(3):
+                print(float(train_step(x, y)))
+    """
+    r = run_python(MODEL + textwrap.dedent(script), str(tmp_path / "step.mct"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.split()) == 3, r.stdout
+    counts = phase_counts(tool, tmp_path, tmp_path / "step.rank0.mct")
+    assert counts["backward"] == counts["optimizer"] == counts["step"] == 3, counts

@@ -165,9 +165,13 @@ runs: a compiled training step recorded one step out of six. Two rules:
   and pass the call straight through. The graph holds nothing of memcomm, and no guard reads
   memcomm's state; a forward inside a compiled region is not recorded.
 - The backward wrapper and the optimizer hooks run once per phase, so they are
-  torch.compiler.disable'd (the frame only, not what it calls) as soon as the script loads Dynamo
-  (Note [Dynamo left to the script] in when_loaded.py): Dynamo runs them eagerly, at a break it would have
-  anyway (a backward) or at the edge of a compiled optimizer step. A backward asked for while a fake
+  torch.compiler.disable'd as soon as the script loads Dynamo (Note [Dynamo left to the script] in
+  when_loaded.py): Dynamo runs them eagerly, at a break it would have anyway (a backward) or at the edge
+  of a compiled optimizer step. The backward wrapper's frame only, since what it calls is autograd's
+  (compiled autograd compiles it); the optimizer hooks with all they call, which is memcomm's alone:
+  frame-only, Dynamo compiled a list comprehension they ran while holding the hooks' lock, and a
+  compile's start callback (_OnCompileStart) waited for that lock, so a compiled training step that
+  stepped its optimizer hung. The lock is reentrant as well, for any other callback that comes back. A backward asked for while a fake
   tensor mode is active is the compiler's own (AOTAutograd tracing the backward of the forward it
   compiles, inside that forward), not the training's: it passes through unrecorded.
 So a model compiled on its own (torch.compile(model), model.compile()) is called from eager code and
@@ -269,7 +273,7 @@ class PhaseHooks:
         self._watched = _WeakModules()                # modules whose calls are forwards (_hook_modules)
         self._global_handles: List[Any] = []
         self._handles: List[Any] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a compile callback may come while this thread holds it
         self._generation = 0                          # a new one at each install(): old thread states go
         self._steps = itertools.count(1)
         self._looked_again = False                    # the first step without a forward looked again
@@ -332,7 +336,7 @@ class PhaseHooks:
         """In a process forked while these hooks ran, which profiles anew: removes every hook. The
         parent's other threads are not here, so their states go, and a lock one of them held at the
         fork is replaced."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._threads = []
         self._tls = threading.local()
         self.remove()
@@ -918,14 +922,22 @@ def _eager(function: Callable[..., Any]) -> Callable[..., Any]:
     return torch.compiler.disable(function, recursive=False)
 
 
+def _all_eager(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` and all it calls, eagerly: for hooks that call memcomm's own code alone (Note [Hooks
+    under torch.compile]). The optimizer hooks' frame alone was not enough: Dynamo compiled the frames they
+    call (a list comprehension, its own frame in Python 3.11), and a compile's start callback then asked
+    for the lock the hook held: a compiled training step that stepped its optimizer hung."""
+    return torch.compiler.disable(function, recursive=True)
+
+
 class _OptimizerHooks:
-    """torch's global optimizer step pre and post hooks, `_eager` from the moment Dynamo is loaded
+    """torch's global optimizer step pre and post hooks, `_all_eager` from the moment Dynamo is loaded
     (Note [Dynamo left to the script] in when_loaded.py); remove() takes them off."""
 
     def __init__(self, optim: Any, pre: Callable[..., None], post: Callable[..., None]):
         self._optim = optim
         self._handles = self._register(pre, post)
-        self._later = WhenLoaded(lambda: self._swap(_eager(pre), _eager(post)))
+        self._later = WhenLoaded(lambda: self._swap(_all_eager(pre), _all_eager(post)))
 
     def _register(self, pre: Callable[..., None], post: Callable[..., None]) -> List[Any]:
         return [self._optim.register_optimizer_step_pre_hook(pre), self._optim.register_optimizer_step_post_hook(post)]
