@@ -1,4 +1,4 @@
-// Note [Pane heights]: the panes fit the window at every size, and space goes where there is
+// See Note [Pane heights]: the panes fit the window at every size, and space goes where there is
 // something to show.
 #include <catch2/catch.hpp>
 
