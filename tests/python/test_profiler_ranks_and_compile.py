@@ -97,6 +97,35 @@ def test_a_scripts_own_comm_hook_is_recorded_by_what_it_sends(tmp_path, tool):
     assert [(c["op"], c["nranks"], c["ranks_seen"], c["bucket"]) for c in colls] == [("all_reduce", 1, 1, 0)] * 2, colls
 
 
+def test_a_comm_hooks_collectives_in_its_futures_callbacks_are_recorded(tmp_path, tool):
+    # See Note [What a script's own comm hook sends]: PowerSGD all-reduces in callbacks chained with then(),
+    # which run on the thread that completes the future; those threads' calls were not recorded.
+    r = run_python(MODEL + textwrap.dedent("""
+        import threading
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        def later(state, bucket):
+            ready = torch.futures.Future()
+            threading.Timer(0.05, ready.set_result, (bucket.buffer(),)).start()  # completes on the timer's thread
+            def reduce(f):
+                assert threading.current_thread() is not threading.main_thread()
+                return dist.all_reduce(f.value(), async_op=True).get_future().wait()[0]
+            return ready.then(reduce)
+        ddp = nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=1000)  # one bucket
+        ddp.register_comm_hook(None, memcomm.comm_hook(later))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        with memcomm.profile(trace=sys.argv[1]):
+            loop(ddp, opt, batches(3))
+        assert dist.all_reduce.__name__ == "all_reduce", "torch.distributed's function was not put back"
+        assert "_chaining" not in repr(torch._C.Future.then), "Future.then was not put back"
+        dist.destroy_process_group()
+    """), str(tmp_path / "later.mct"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    colls = trace_json(tool, "report", tmp_path / "later.rank0.mct")["collectives"]
+    assert [(c["op"], c["bucket"], c["bytes"]) for c in colls] == [("all_reduce", 0, colls[0]["bytes"])] * 3, colls
+    assert colls[0]["bytes"] > 0
+
+
 def test_a_profile_on_rank_0_only_warns_instead_of_hanging_the_job(tmp_path, tool):
     # See Note [Ranks that do not profile]: rank 0's clock measurement met rank 1's DDP all-reduce.
     r = torchrun(tmp_path, """

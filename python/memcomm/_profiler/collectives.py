@@ -129,12 +129,61 @@ def _inner_hook(hook: Union[str, Callable[..., Any]], wire_dtype: Optional[torch
 # thread calls through torch.distributed (looked up at call time, as torch's own hooks do) are
 # recorded as memcomm.dist records them, on the group they ran on, with the bucket's index; other
 # threads' calls pass straight through, and torch's functions are put back when no such hook runs.
+# A hook may go on in its future's callbacks: PowerSGD all-reduces its P and Q matrices in functions
+# chained with then(), which run on the thread that completes the work before them (a Gloo worker),
+# after the hook returned. Only its first, 0-byte all-reduce was recorded, and its P and Q ones when a
+# callback happened to run on the hook's thread, differently on each rank: the ranks' records paired
+# the wrong collectives. So a callback that such a hook chains runs with the hook's bucket on its
+# thread, and torch's functions stay wrapped until it has run.
 _RECORDED = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
              "all_to_all_single", "barrier")
 _hook_thread = threading.local()   # .bucket: the bucket whose hook runs on this thread, while it runs
 _patch_lock = threading.Lock()
-_patch_users = 0
+_patch_users = 0                   # hooks running and callbacks they chained that have yet to run
 _originals: Dict[str, Callable[..., Any]] = {}
+_original_then: Any = None
+
+
+def _patch_used() -> None:
+    global _patch_users, _original_then
+    with _patch_lock:
+        if _patch_users == 0:
+            for name in _RECORDED:
+                _originals[name] = getattr(dist, name)
+                setattr(dist, name, _recording(name, _originals[name]))
+            _original_then = torch._C.Future.then
+            torch._C.Future.then = _chaining
+        _patch_users += 1
+
+
+def _patch_unused() -> None:
+    global _patch_users
+    with _patch_lock:
+        _patch_users -= 1
+        if _patch_users == 0:
+            for name in _RECORDED:
+                if getattr(getattr(dist, name), "__wrapped__", None) is _originals[name]:
+                    setattr(dist, name, _originals[name])  # unless someone replaced it since
+            if torch._C.Future.then is _chaining:
+                torch._C.Future.then = _original_then
+
+
+def _chaining(future: Any, callback: Callable[..., Any]) -> Any:
+    """Future.then while a script's hook runs: a callback chained on the hook's thread runs with its bucket."""
+    bucket = getattr(_hook_thread, "bucket", None)
+    if bucket is None:
+        return _original_then(future, callback)
+    _patch_used()
+
+    def in_the_hooks_bucket(f: Any) -> Any:
+        outer = getattr(_hook_thread, "bucket", None)
+        _hook_thread.bucket = bucket
+        try:
+            return callback(f)
+        finally:
+            _hook_thread.bucket = outer
+            _patch_unused()
+    return _original_then(future, Tracked(in_the_hooks_bucket))  # Note [Python callables released on torch's threads]
 
 
 def hook_bucket() -> int:
@@ -165,24 +214,12 @@ class _HookCollectivesRecorded:
         self.bucket = bucket
 
     def __enter__(self) -> None:
-        global _patch_users
-        with _patch_lock:
-            if _patch_users == 0:
-                for name in _RECORDED:
-                    _originals[name] = getattr(dist, name)
-                    setattr(dist, name, _recording(name, _originals[name]))
-            _patch_users += 1
+        _patch_used()
         _hook_thread.bucket = self.bucket
 
     def __exit__(self, *_: Any) -> None:
-        global _patch_users
         _hook_thread.bucket = None
-        with _patch_lock:
-            _patch_users -= 1
-            if _patch_users == 0:
-                for name in _RECORDED:
-                    if getattr(getattr(dist, name), "__wrapped__", None) is _originals[name]:
-                        setattr(dist, name, _originals[name])  # unless someone replaced it since
+        _patch_unused()
 
 
 class RecordedHook:
