@@ -310,6 +310,8 @@ struct CachingAllocator::Impl {
   // Virtual bytes per expandable segment when config.virtual_size is 0 (Note [Address space for a
   // segment]).
   std::size_t default_virtual_size() const;
+  // The process's address space is limited (`ulimit -v`: a finite RLIMIT_AS); Note [Address space for a segment].
+  static bool address_space_limited();
   // Reserves an expandable segment's address space; `vsize` is what was reserved (Note [Address
   // space for a segment]).
   void* reserve_segment_space(std::size_t& vsize) EXCLUDES(mu);

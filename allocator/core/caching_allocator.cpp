@@ -100,7 +100,10 @@ CachingAllocator::Impl::Impl(std::shared_ptr<MemorySource> src, AllocatorConfig 
     throw AllocatorError("CachingAllocator: release_slack must be >= 0, map_ahead and gc_threshold in [0, 1]");
   cap = config.capacity;
   if (source->capacity() != 0 && (cap == 0 || cap > source->capacity())) cap = source->capacity();
-  expandable = config.expandable_segments && source->can_map();
+  // Under `ulimit -v` a host range reserved ahead takes address space plain allocations need: whole
+  // segments (Note [Address space for a segment] in expandable.cpp), unless a range size was asked for.
+  expandable = config.expandable_segments && source->can_map() &&
+               (config.virtual_size != 0 || !source->host_accessible() || !address_space_limited());
   device = source->device();
   budget = PageBudget(config.release_slack, config.release_floor, page);
   register_engine_lock(&mu);  // Note [Allocator locks across fork] (fork_locks.cpp)
@@ -354,7 +357,7 @@ Block* CachingAllocator::Impl::take_filed(Block* b, std::size_t size, std::size_
 // A block the user freed whose stream events (if any) have completed.
 void CachingAllocator::Impl::free_block(Block* b, bool park) {
   const std::uintptr_t addr = b->addr;
-  const std::size_t size = b->size;
+  const std::size_t size = b->size, requested = b->requested;  // the event says what was asked for, as its alloc did
   const StreamId stream = b->stream;
   stats.active.decrease(1);
   stats.active_bytes.decrease(std::int64_t(size));
@@ -367,7 +370,7 @@ void CachingAllocator::Impl::free_block(Block* b, bool park) {
   if (!pool->small) pool->last_freed = size;  // Note [A tensor that grows by concatenation]
   if (!park || !pool->small) {  // Note [Recent frees]: large blocks are filed at once
     file_merged(b);
-    emit(EventKind::FreeCompleted, addr, size, 0, stream);
+    emit(EventKind::FreeCompleted, addr, size, requested, stream);
     return;
   }
   b->in_recent = true;  // first, so filing the oldest parked block cannot merge b away
@@ -381,7 +384,7 @@ void CachingAllocator::Impl::free_block(Block* b, bool park) {
   }
   count_split(b);
   pool->recent[pool->n_recent++] = b;
-  emit(EventKind::FreeCompleted, addr, size, 0, stream);
+  emit(EventKind::FreeCompleted, addr, size, requested, stream);
 }
 
 // ---------------------------------------------------------------------------------------------

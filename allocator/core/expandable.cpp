@@ -354,6 +354,7 @@
 #include <limits>
 #include <string>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <memcomm/common/bytes.hpp>
@@ -403,6 +404,17 @@ Segment* CachingAllocator::Impl::ensure_expandable(Pool* pool) {
 // 128 TiB a process's address space holds, or past its `ulimit -v`) is a limit the process could not
 // have reached anyway; requests then run out of memory at the reservation, not at the cap. When even
 // one page fails, the error says which reservation, and why it may have failed.
+// Halving still left the first pool to reserve half or more of what a `ulimit -v` left, and the rest
+// of the process the remainder: under a 20 GB limit plain torch held fourteen 1 GiB tensors, memcomm
+// not one (its small pool had taken 16 GiB), and numpy's allocations failed beside it. So on the host,
+// under a finite RLIMIT_AS, the allocator grows whole segments, as plain torch takes memory as it needs
+// it (address_space_limited(), read at construction); a `virtual_size` the configuration names still
+// gets its expandable segments.
+bool CachingAllocator::Impl::address_space_limited() {
+  rlimit limit{};
+  return getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+}
+
 std::size_t CachingAllocator::Impl::default_virtual_size() const {
   constexpr std::size_t kHostSpace = std::size_t(64) << 30, kDeviceSpace = std::size_t(1) << 40;
   if (!source->host_accessible()) return std::max(cap, kDeviceSpace);

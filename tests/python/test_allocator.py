@@ -96,6 +96,21 @@ def test_a_limit_under_an_address_space_ulimit_works():
     """)
 
 
+def test_an_address_space_ulimit_leaves_room_for_the_rest_of_the_process():
+    # See Note [Address space for a segment]: each pool reserved half or more of what `ulimit -v` left, so
+    # under 16 GiB the first 1 GiB tensors ran out of memory and numpy's arrays failed beside them.
+    check("""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (16 << 30, 16 << 30))
+        import numpy as np, torch, memcomm
+        memcomm.use_allocator("cpu")
+        small = torch.ones(10)
+        held = [torch.empty(1 << 30, dtype=torch.uint8) for _ in range(6)]  # untouched: address space alone
+        array = np.empty(2 << 30, dtype=np.uint8)
+        assert memcomm.memory_stats()["reserved_bytes.all.current"] >= 6 << 30
+    """)
+
+
 def test_a_forked_data_loader_worker_can_grow_the_heap():
     # See Note [Allocator locks across fork]: a worker forked by a DataLoader (fork is Linux's default) whose
     # samples need pages the parent never mapped must get them; a lock left shut in the child once hung
@@ -227,6 +242,31 @@ def test_snapshot_opens_in_memory_viz_and_memcomm_replay(tmp_path, tool):
         pickle.dump(snap, f, protocol=4)
     sizeless = subprocess.run([tool("memcomm-replay"), str(old)], capture_output=True, text=True, timeout=120)
     assert sizeless.returncode == 2 and "device_traces[0][0]: event has no 'size'" in sizeless.stderr, sizeless.stderr
+
+
+def test_a_snapshots_block_entries_carry_the_bytes_asked_for(tmp_path, tool):
+    # PyTorch's history writes a block's requested bytes; memcomm wrote the rounded block (128 B for 100),
+    # so 100,000 four-byte tensors read as 12.2 MiB live where 781 KiB were.
+    path = tmp_path / "sizes.pickle"
+    out = check("""
+        import sys, torch, memcomm
+        memcomm.use_allocator("cpu", history=1000)
+        kept = torch.empty(100, dtype=torch.uint8)
+        gone = torch.empty(4, dtype=torch.uint8)
+        addr = gone.data_ptr()
+        del gone
+        memcomm.dump_snapshot(sys.argv[1])
+        print(kept.data_ptr(), addr)
+    """, str(path))
+    kept, gone = map(int, out.split())
+    with open(path, "rb") as f:
+        trace = pickle.load(f)["device_traces"][0]
+    sizes = {(e["action"], e["addr"]): e["size"] for e in trace if e["action"] in ("alloc", "free_requested", "free_completed")}
+    assert sizes[("alloc", kept)] == 100, sizes
+    assert sizes[("alloc", gone)] == sizes[("free_requested", gone)] == sizes[("free_completed", gone)] == 4, sizes
+    mem = subprocess.run([tool("memcomm-trace"), "memory", "--json", str(path)], capture_output=True, text=True, timeout=60)
+    assert mem.returncode == 0, mem.stderr
+    assert json.loads(mem.stdout)["live_bytes"] <= 100 + 1024, mem.stdout  # the kept tensor and little else
 
 
 def test_a_snapshot_to_a_device_is_written_in_place(tmp_path):
