@@ -81,9 +81,15 @@ double gradient_sync_share(const prof::Analysis& a) {
 }
 
 // "--accum 2K doubles the samples per all-reduce", from the run's own K (K = 1 when not marked).
+// Doubling the accumulation, in the run's own terms: memcomm-train marks its micro-steps (and so its
+// --accum); a script's trace does not, so it is told the change, not a flag value it may already use.
+// Either way the global batch doubles: each step takes longer, for twice the samples.
 std::string doubled_accumulation(const prof::Analysis& a) {
-  const uint32_t k = std::max<uint32_t>(1, accumulation_of(a));
-  return fmt::format("--accum {} doubles the samples per all-reduce{}", 2 * k,
+  const uint32_t k = accumulation_of(a);
+  if (k == 0)
+    return "accumulate twice the micro-batches per all-reduce (DDP's no_sync() on all but the last of them), which "
+           "doubles the global batch";
+  return fmt::format("--accum {} doubles the samples per all-reduce{}, and the global batch", 2 * k,
                      k > 1 ? fmt::format(", from --accum {}", k) : std::string());
 }
 
@@ -123,25 +129,25 @@ void communication_rule(const prof::Analysis& a, const RankTimes& times, const A
   if (!buckets.empty())
     adv.evidence += fmt::format("; {} gradient bucket(s), {} in all, all-reduce {} per step, last bucket {}",
                                 buckets.size(), format_bytes(total_bytes), format_ms(comm_per_step), format_ms(last_bucket));
-  // The first bucket always holds 1 MiB (Note [Gradient buckets] in memcomm/train/grad_sync.hpp), so
-  // smaller gradients cannot be split.
-  if (buckets.size() == 1 && total_bytes > (2u << 20)) {
-    const double mib = std::max(1.0, double(total_bytes) / 4.0 / double(1 << 20));
-    adv.change = fmt::format("split the gradients into buckets (--bucket-mb {:.0f}): one bucket cannot start before "
-                             "backward ends", mib);
-    adv.saving = double(std::max<int64_t>(0, exposed - comm_per_step / 4)) / 1e6;
-  } else if (const double sync = gradient_sync_share(a); sync == 0) {
+  // One bucket is no advice to split it: the first bucket closes at the parameter that takes it past
+  // 1 MiB (Note [Gradient buckets] in memcomm/train/grad_sync.hpp; DDP's first bucket alike), so one
+  // bucket is one parameter past that, which no cap splits (--bucket-mb 1 left a 2.5 MiB bucket whole).
+  // The saving is a bound: the exposed time holds the wait for a slower rank, which fewer bytes do not
+  // shorten (a CPU run whose waits were the other rank's lateness saved nothing with bf16).
+  adv.at_most = true;
+  if (const double sync = gradient_sync_share(a); sync == 0) {
     adv.change = "overlap the communication with compute: none of it is gradient synchronisation (all-reduce, "
                  "reduce-scatter), so accumulating micro-batches would not reduce it";
     adv.saving = 0;
   } else if (buckets.size() <= 1 || exposed > 2 * last_bucket) {
-    adv.change = fp32 ? "halve the bytes on the wire (--grad-compression bf16), or communicate less often (" +
-                            doubled_accumulation(a) + ")"
+    adv.change = fp32 ? "halve the bytes on the wire (memcomm-train --grad-compression bf16; DDP's bf16_compress_hook), "
+                        "or communicate less often (" + doubled_accumulation(a) + ")"
                       : "communicate less often: " + doubled_accumulation(a);
     adv.saving = double(exposed) * sync / 2e6;
     if (sync < 1) adv.evidence += fmt::format("; {:.0f}% of the collectives' time (all ranks) is gradient synchronisation", 100 * sync);
   } else {
-    adv.change = "smaller buckets (--bucket-mb half the current): only the last bucket is left exposed";
+    adv.change = "smaller buckets (memcomm-train --bucket-mb, DDP's bucket_cap_mb: half the current): only the last "
+                 "bucket is left exposed";
     adv.saving = double(last_bucket) / 2e6;
   }
   out.push_back(adv);
@@ -165,6 +171,7 @@ void data_wait_rule(const RankTimes& times, const AdviseOptions& o, std::vector<
     adv.topic = Topic::DataWait;
     adv.saving_unit = "ms/step";
     adv.saving = double(wait_ns) / double(steps) / 1e6;
+    adv.at_most = true;  // the whole wait: two more workers won back half of it, measured
     adv.change = "feed the steps faster: more loader workers and a deeper prefetch (memcomm-train --workers, "
                  "--prefetch; a DataLoader's num_workers, prefetch_factor, persistent_workers), pinned host memory on GPUs";
     adv.evidence = fmt::format("rank {} waits {} for data in each {} step ({:.0f}%{})", rank, format_ms(wait_ns / steps),
@@ -275,9 +282,10 @@ std::vector<Advice> advise(const prof::TraceSet& set, const prof::Analysis& a, c
 }
 
 std::string saving_text(const Advice& a) {
-  if (a.saving_unit == "bytes") return format_bytes(uint64_t(a.saving));
-  if (a.saving_unit == "calls") return fmt::format("{:.0f} segment calls", a.saving);
-  return fmt::format("{:.1f} ms per step", a.saving);
+  const std::string bound = a.at_most ? "at most " : "";
+  if (a.saving_unit == "bytes") return bound + format_bytes(uint64_t(a.saving));
+  if (a.saving_unit == "calls") return bound + fmt::format("{:.0f} segment calls", a.saving);
+  return bound + fmt::format("{:.1f} ms per step", a.saving);
 }
 
 std::string advice_to_text(const std::vector<Advice>& advice) {
@@ -296,7 +304,8 @@ std::string advice_to_json(const std::vector<Advice>& advice) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& a : advice)
     j.push_back({{"topic", topic_name(a.topic)}, {"change", a.change}, {"evidence", a.evidence},
-                 {"saving", a.saving}, {"saving_unit", a.saving_unit}});
+                 {"saving", a.saving}, {"saving_unit", a.saving_unit}, {"saving_at_most", a.at_most},
+                 {"saving_text", saving_text(a)}});
   return json_text(j, 2);
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "memcomm/replay/replayer.hpp"
+#include "memcomm/trace/allocations.hpp"
 #include "memcomm/replay/requests.hpp"
 
 namespace memcomm::advise::detail {
@@ -76,20 +77,54 @@ void fragmentation_rule(const prof::Analysis& a, const std::vector<std::string>&
 }
 
 namespace {
+// The bytes live at a rank's peak that the micro-batch does not scale: parameters, their gradients,
+// optimizer state and communication buffers (the categories the recorder named); the most over ranks.
+uint64_t fixed_bytes_at_peak(const prof::TraceSet& set) {
+  uint64_t most = 0;
+  for (const auto& r : set.ranks) {
+    const prof::Allocations a = prof::rank_allocations(r);
+    const prof::LivePeak peak = prof::peak_live(a);
+    uint64_t fixed = 0;
+    for (const auto& x : a.list) {
+      const auto c = prof::MemCategory(x.category);
+      const bool scales = c == prof::MemCategory::Activation || c == prof::MemCategory::Input ||
+                          c == prof::MemCategory::Temporary || c == prof::MemCategory::Unknown;
+      if (!scales && x.live_at(peak.t)) fixed += x.size;
+    }
+    most = std::max(most, fixed);
+  }
+  return most;
+}
+
 // The run reserved more than the limit it is to run under (--memory-limit: a smaller device, a
-// share of one): the micro-batch must shrink, as far as the headroom rule would let it grow.
-void over_limit(uint64_t peak, uint64_t limit, std::vector<Advice>& out) {
+// share of one): the micro-batch must shrink, as far as the headroom rule would let it grow. Only
+// the part that scales with the micro-batch shrinks with it: taken as all of it, a run whose
+// parameters and optimizer state alone were over the limit was told to lower its micro-batch 3.4x,
+// and none fitted, batch 1 included.
+void over_limit(uint64_t peak, uint64_t limit, uint64_t fixed, std::vector<Advice>& out) {
   Advice adv;
   adv.topic = Topic::Headroom;
   adv.saving_unit = "bytes";
   adv.saving = double(peak - limit);  // what must go
-  // Memory shrinks with the micro-batch at most linearly: dividing it by this brings 90% of the limit.
-  const double factor = double(peak) / (0.9 * double(limit));
-  adv.change = fmt::format("the run does not fit the limit: lower the micro-batch (--batch-size) about {:.1f}x and raise "
-                           "--accum to match, or let memcomm-tune find the fastest fit",
-                           factor);
   adv.evidence = fmt::format("peak reserved {} per rank, over the limit of {} by {}", format_bytes(peak),
                              format_bytes(limit), format_bytes(peak - limit));
+  if (fixed > 0)
+    adv.evidence += fmt::format("; {} of it parameters, gradients, optimizer state and communication buffers, which "
+                                "do not shrink with the micro-batch", format_bytes(fixed));
+  const double room = 0.9 * double(limit) - double(fixed);
+  if (room <= 0 || fixed >= peak) {
+    adv.change = "the run does not fit the limit at any micro-batch: what does not shrink with it is over 90% of the "
+                 "limit; shard the parameters, gradients and optimizer state (FSDP, ZeRO), keep them in lower "
+                 "precision, or use a smaller model";
+    out.push_back(adv);
+    return;
+  }
+  // What scales shrinks with the micro-batch at most linearly: dividing it by this brings 90% of the limit.
+  const double factor = double(peak - fixed) / room;
+  adv.change = fmt::format("the run does not fit the limit: lower the micro-batch (memcomm-train --batch-size; a "
+                           "DataLoader's batch_size) at least {:.1f}x and raise the accumulation to match, or let "
+                           "memcomm-tune (memcomm.tune) find the fastest fit",
+                           factor);
   out.push_back(adv);
 }
 
@@ -137,7 +172,7 @@ void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const Adv
   uint64_t peak = 0;
   for (const auto& r : a.ranks) peak = std::max(peak, r.peak_reserved);
   if (limit == 0 || peak == 0) return;
-  if (peak > limit) return over_limit(peak, limit, out);
+  if (peak > limit) return over_limit(peak, limit, fixed_bytes_at_peak(set), out);
   const double unused = 1.0 - double(peak) / double(limit);
   if (unused <= o.headroom_threshold) return;
   Advice adv;

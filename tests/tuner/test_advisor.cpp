@@ -146,7 +146,7 @@ std::vector<TraceBuilder> two_ranks_of_steps(Middle&& middle) {
   return {t, r1};
 }
 
-TEST_CASE("exposed communication with one bucket: split it, with the saving") {
+TEST_CASE("exposed communication with one bucket: fewer bytes or fewer all-reduces, a bound on the saving") {
   // Backward 6 ms, then one 40 MiB bucket all-reduced for 8 ms that nothing hides.
   const auto advice = advise_on(two_ranks_of_steps([](TraceBuilder& t, int64_t b, uint32_t s) {
                                   t.range(Phase::Backward, b + 4 * kMs, b + 10 * kMs);
@@ -159,8 +159,12 @@ TEST_CASE("exposed communication with one bucket: split it, with the saving") {
   INFO(a->evidence << " | " << a->change);
   CHECK(a->evidence.find("8.0 ms of each 20.0 ms step waits for communication (40%)") != std::string::npos);
   CHECK(a->evidence.find("1 gradient bucket(s)") != std::string::npos);
-  CHECK(a->change.find("--bucket-mb 10") != std::string::npos);
+  // One bucket is one parameter past the first bucket's 1 MiB: no --bucket-mb splits it (Note [Gradient buckets]).
+  CHECK(a->change.find("--bucket-mb") == std::string::npos);
+  CHECK(a->change.find("--grad-compression bf16") != std::string::npos);
   CHECK(a->saving > 0);
+  CHECK(a->at_most);
+  CHECK(advise::saving_text(*a).rfind("at most ", 0) == 0);
 }
 
 TEST_CASE("exposed communication in a run that accumulates: double its own accumulation") {
@@ -266,7 +270,34 @@ TEST_CASE("idle headroom: a larger micro-batch, with the memory left") {
   REQUIRE(b);
   CHECK(b->change.find("does not fit the limit: lower the micro-batch") != std::string::npos);
   CHECK(b->evidence.find("peak reserved 100.0 MiB per rank, over the limit of 50.0 MiB by 50.0 MiB") != std::string::npos);
+  CHECK(b->change.find("at least 2.2x") != std::string::npos);  // 100 MiB / (0.9 x 50 MiB): all of it scales
   CHECK(b->saving == Approx(50 << 20));
+}
+
+TEST_CASE("over the limit: only what scales with the micro-batch shrinks with it") {
+  // 100 MiB reserved under a 50 MiB limit. Told "lower the micro-batch 2.2x" whatever the bytes were, a run
+  // whose parameters and optimizer state alone were over the limit fitted at no micro-batch.
+  const auto run = [](uint64_t fixed_mib) {
+    TraceBuilder t;
+    steps(t, 10, 0);
+    t.mem(EventKind::SegmentAlloc, kMs, 0x10000000, 100 << 20);
+    t.ev.push_back(Event::from(prof::make_mem_block(EventKind::Alloc, kMs + 1, 0x10000000, fixed_mib << 20, 0, 0,
+                                                    prof::MemCategory::Parameter)));
+    t.ev.push_back(Event::from(prof::make_mem_block(EventKind::Alloc, kMs + 2, 0x10000000 + (fixed_mib << 20),
+                                                    (90 - fixed_mib) << 20, 0, 0, prof::MemCategory::Activation)));
+    advise::AdviseOptions o;
+    o.memory_limit = 50 << 20;
+    const auto advice = advise_on({t}, "fixed" + std::to_string(fixed_mib), o);
+    const auto* a = find(advice, advise::Topic::Headroom);
+    REQUIRE(a);
+    INFO(a->evidence << " | " << a->change);
+    return *a;
+  };
+  const advise::Advice some = run(20);  // 80 MiB scale: (100 - 20) / (45 - 20) = 3.2x, not 2.2x
+  CHECK(some.change.find("at least 3.2x") != std::string::npos);
+  CHECK(some.evidence.find("20.0 MiB of it parameters, gradients, optimizer state") != std::string::npos);
+  const advise::Advice none = run(48);  // 48 MiB that never shrink, over 90% of 50 MiB
+  CHECK(none.change.find("does not fit the limit at any micro-batch") != std::string::npos);
 }
 
 TEST_CASE("a straggler: which rank, and where its time goes") {

@@ -266,6 +266,7 @@ bool parse_advice_json(const std::string& text, std::vector<AdviceItem>& out, st
       it.evidence = a.at("evidence").get<std::string>();
       it.saving = a.value("saving", 0.0);
       it.saving_unit = a.value("saving_unit", std::string());
+      it.saving_text = a.value("saving_text", std::string());
       out.push_back(std::move(it));
     }
     return true;

@@ -172,7 +172,7 @@ std::string App::report_json() const {
   nlohmann::json advice = nlohmann::json::array();
   for (const auto& a : st_.advice.advice)
     advice.push_back({{"topic", a.topic}, {"change", a.change}, {"evidence", a.evidence}, {"saving", a.saving},
-                      {"saving_unit", a.saving_unit}});
+                      {"saving_unit", a.saving_unit}, {"saving_text", a.saving_text}});
   j["advice"] = {{"state", advice_state_name(st_.advice.state)}, {"files", st_.advice.files}, {"items", advice},
                  {"error", st_.advice.error}, {"report", st_.advice.report}};
   std::uint32_t tune_rank = 0;

@@ -98,12 +98,7 @@ void draw_advice(AppState& st) {
         ImGui::TextWrapped("%d. [%s] %s", ++n, it.topic.c_str(), it.change.c_str());
         ImGui::Indent();
         ImGui::TextWrapped("evidence: %s", it.evidence.c_str());
-        if (it.saving > 0) {
-          const std::string saving = it.saving_unit == "bytes"   ? format_bytes(whole_bytes(it.saving))
-                                     : it.saving_unit == "calls" ? fmt::format("{:.0f} segment calls", it.saving)
-                                                                 : fmt::format("{:.1f} ms per step", it.saving);
-          ImGui::Text("expected saving: %s", saving.c_str());
-        }
+        if (it.saving > 0 && !it.saving_text.empty()) ImGui::Text("expected saving: %s", it.saving_text.c_str());
         ImGui::Unindent();
       }
       // The analysis tables are monospaced text: ImGui's default font keeps their columns.

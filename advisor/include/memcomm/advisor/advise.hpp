@@ -21,7 +21,12 @@ struct Advice {
   std::string evidence;   // the measured numbers that call for it
   double saving = 0;      // expected saving, in `saving_unit`
   std::string saving_unit;  // "bytes", "ms/step" or "calls" (segment calls avoided)
+  bool at_most = false;   // the saving is the whole cost the change attacks, a bound: measured, more loader
+                          // workers won back half a data wait, and compression none of a wait for a slower rank
 };
+
+// The saving as the advice says it ("at most 3.2 ms per step", "1.5 GiB"): the text and the viewer's.
+std::string saving_text(const Advice& a);
 
 struct AdviseOptions {
   uint64_t memory_limit = 0;           // bytes per rank; 0: the trace's DeviceTotal samples, else unknown

@@ -35,7 +35,8 @@ struct AdviceItem {
   std::string change;       // what to do
   std::string evidence;     // the numbers behind it
   double saving = 0;        // expected saving, in saving_unit
-  std::string saving_unit;  // "bytes" or "ms/step"
+  std::string saving_unit;  // "bytes", "ms/step" or "calls"
+  std::string saving_text;  // the saving as memcomm-trace advise says it (advise::saving_text)
 };
 
 // What the Summary pane shows of the advisor, and the state of the job that computes it.
