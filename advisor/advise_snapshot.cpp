@@ -106,6 +106,13 @@ std::string policy_evidence(const snapshot::Snapshot& snap, const PolicyPeaks& p
 
 }  // namespace
 
+CacheKept peak_with_cache_kept(const snapshot::Snapshot& snap) {
+  const PolicyPeaks p = replay_peaks(snap);
+  const auto kept = p.reserved.find(current_policy(snap));
+  if (p.recorded == 0 || kept == p.reserved.end()) return {};
+  return {p.recorded, kept->second};
+}
+
 void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out, std::vector<std::string>* notes) {
   if (snap.settings.host) {  // PyTorch's caching policies are its CUDA allocator's: none for the host
     if (notes)
@@ -158,7 +165,7 @@ std::vector<Advice> advise_snapshot(const snapshot::Snapshot& snap, const Advise
                                     std::vector<std::string>* notes) {
   std::vector<Advice> out;
   if (o.replay) detail::snapshot_policy_rule(snap, out, notes);
-  detail::churn_rule(snap, out);
+  detail::churn_rule(snap, o.replay, out);
   detail::oom_rule(snap, out);
   return out;
 }

@@ -14,6 +14,13 @@ namespace memcomm::advise::detail {
 // says why none were compared.
 void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out, std::vector<std::string>* notes);
 
+// advise_snapshot.cpp: the peak the run recorded and the one its allocator's setting reaches when
+// replayed, which never empties the cache: what keeping the cache costs. Zeros without a recorded peak.
+struct CacheKept {
+  std::uint64_t recorded = 0, kept = 0;
+};
+CacheKept peak_with_cache_kept(const snapshot::Snapshot& snap);
+
 // snapshot_churn.cpp (Note [Segment churn]).
 struct Churn {
   std::uint64_t pairs = 0;    // segment releases followed by a take of the same size
@@ -22,7 +29,8 @@ struct Churn {
   std::int64_t first_us = snapshot::kNoTime, last_us = snapshot::kNoTime;  // first release, last re-take
 };
 Churn count_churn(const std::vector<snapshot::Event>& events);
-void churn_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out);
+// `replay`: say what keeping the cache costs (peak_with_cache_kept), which replays the snapshot.
+void churn_rule(const snapshot::Snapshot& snap, bool replay, std::vector<Advice>& out);
 
 // snapshot_oom.cpp: one piece of advice per `oom` event.
 void oom_rule(const snapshot::Snapshot& snap, std::vector<Advice>& out);

@@ -201,6 +201,17 @@ TEST_CASE("an OOM whose request is more than the process could hold says so, not
   CHECK(has(full.front().evidence, "1.0 MiB free on the device"));
 }
 
+TEST_CASE("empty_cache churn: keeping the cache is said to cost what the replay reserves", "[advisor][snapshot]") {
+  // select_n's releases held its peak at 20.97 GiB; removing empty_cache() was advised with no word that
+  // PyTorch's allocator keeping its cache reaches 28.73 GiB.
+  const std::string path = memcomm::test::shared_snapshots_dir() + "-2/select_n__snapshot.pickle";
+  if (!std::filesystem::exists(path)) MEMCOMM_SKIP_TEST("shared snapshot not found: " + path);
+  const auto advice = advise::advise_snapshot(path, advise::AdviseOptions{});
+  const auto churn = std::find_if(advice.begin(), advice.end(), [](const auto& a) { return a.topic == advise::Topic::Churn; });
+  REQUIRE(churn != advice.end());
+  CHECK(has(churn->change, "kept, the cache would reserve up to 28.73 GiB where the run's releases held it to 20.97 GiB"));
+}
+
 TEST_CASE("empty_cache churn: releases matched to later takes of the same size", "[advisor][snapshot]") {
   const std::vector<Event> events = {
       ev(EventKind::SegmentAlloc, kBase, 20 * kMiB, 0),
