@@ -171,9 +171,10 @@ runs: a compiled training step recorded one step out of six. Two rules:
   (compiled autograd compiles it); the optimizer hooks with all they call, which is memcomm's alone:
   frame-only, Dynamo compiled a list comprehension they ran while holding the hooks' lock, and a
   compile's start callback (_OnCompileStart) waited for that lock, so a compiled training step that
-  stepped its optimizer hung. The lock is reentrant as well, for any other callback that comes back. A backward asked for while a fake
-  tensor mode is active is the compiler's own (AOTAutograd tracing the backward of the forward it
-  compiles, inside that forward), not the training's: it passes through unrecorded.
+  stepped its optimizer hung. The lock is reentrant as well, for any other callback that comes back.
+  A backward asked for while a fake tensor mode is active is the compiler's own (AOTAutograd tracing
+  the backward of the forward it compiles, inside that forward), not the training's: it passes
+  through unrecorded.
 So a model compiled on its own (torch.compile(model), model.compile()) is called from eager code and
 recorded as any other, with no recompile. A training step compiled as one function (the model, its
 loss and backward) records its backward and optimizer step and so its steps, not its forward; once
