@@ -120,8 +120,10 @@ class ChromeExport {
       return begin(x.c) < begin(y.c);
     });
     CollectiveLanes lanes;
-    for (PlacedCollective& p : out)
-      p.tid = lanes.place(p.c.comm, begin(p.c), std::max(begin(p.c), p.c.end));
+    for (PlacedCollective& p : out) {
+      const int64_t b = begin(p.c);  // one with no slice (no start, or an end before it) holds no lane
+      p.tid = b < 0 || p.c.end < b ? kCommTid + p.c.comm : lanes.place(p.c.comm, b, p.c.end);
+    }
     return out;
   }
 
