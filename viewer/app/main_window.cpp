@@ -126,11 +126,10 @@ void App::draw_toolbar() {
 void App::draw_panes() {
   const float status_h = ImGui::GetFrameHeightWithSpacing();
   const float width = ImGui::GetContentRegionAvail().x;
-  const PaneContent content{st_.timeline_content_h, st_.tl.ranks.empty() || st_.summary.memory_recorded,
-                            st_.tl.ranks.empty() || st_.summary.alloc_events > 0};
+  const bool memory = st_.tl.ranks.empty() || std::any_of(st_.tl.ranks.begin(), st_.tl.ranks.end(), records_memory);
+  const PaneContent content{st_.timeline_content_h, memory, st_.tl.ranks.empty() || st_.summary.alloc_events > 0};
   const PaneHeights h = pane_heights(st_.panes, ImGui::GetContentRegionAvail().y - status_h, ImGui::GetStyle().ItemSpacing.y,
                                      content);  // Note [Pane heights]
-  const float bottom_h = h.bottom;
   if (st_.panes.timeline) draw_timeline(st_, ImVec2(width, h.timeline));
   if (st_.panes.memory) draw_memory(st_, ImVec2(width, h.memory));
   if (st_.panes.allocator) draw_allocator(st_, ImVec2(width, h.allocator));
@@ -140,10 +139,10 @@ void App::draw_panes() {
     draw_holders(st_, ImVec2(0, h.allocations));
   }
   if (st_.panes.steps) {
-    draw_steps(st_, ImVec2(st_.panes.summary ? width * 0.6f : width, bottom_h));
+    draw_steps(st_, ImVec2(st_.panes.summary ? width * 0.6f : width, h.bottom));
     if (st_.panes.summary) ImGui::SameLine();
   }
-  if (st_.panes.summary) draw_summary(st_, ImVec2(st_.panes.steps ? 0 : width, bottom_h));
+  if (st_.panes.summary) draw_summary(st_, ImVec2(st_.panes.steps ? 0 : width, h.bottom));
 }
 
 }  // namespace memcomm::view

@@ -135,8 +135,7 @@ void draw_memory(AppState& st, ImVec2 size) {
   const float scale_y = ImGui::GetCursorScreenPos().y;  // below the picker
   const RankData& rd = st.tl.ranks[static_cast<std::size_t>(st.memory_rank)];
   const CounterSeries* allocated = rd.counter("allocated");
-  const auto has_samples = [&rd](const char* name) { const CounterSeries* c = rd.counter(name); return c && c->size() > 0; };
-  if (!has_samples("allocated") && !has_samples("reserved") && !has_samples("active")) {  // an empty plot said nothing
+  if (!records_memory(rd)) {  // an empty plot said nothing
     dl->AddText(ImVec2(left + 8, top + 4), IM_COL32(180, 180, 180, 255),
                 fmt::format("{} recorded no memory (python -m memcomm --allocator, torch.profiler's profile_memory=True, "
                             "a memcomm-train trace or a snapshot record it)", rank_name(rd)).c_str());

@@ -57,6 +57,12 @@ bool Timeline::shows_nothing() const {
   });
 }
 
+bool records_memory(const RankData& rd) {
+  return std::any_of(rd.counters.begin(), rd.counters.end(), [](const CounterSeries& c) {
+    return c.size() > 0 && (c.name() == "allocated" || c.name() == "reserved" || c.name() == "active");
+  });
+}
+
 std::string rank_name(const RankData& rd) {
   if (rd.snapshot_device < 0) return fmt::format("rank {}", rd.rank);
   std::string name = rd.snapshot_device == prof::kHostDevice ? std::string("host memory")

@@ -143,6 +143,10 @@ struct RankData {
 // shown under when another file took its number (unique, as ids are: a label ImGui may take as an id).
 std::string rank_name(const RankData& rd);
 
+// The rank has memory curves to draw: samples of allocated, reserved or active bytes (the memory pane
+// draws them; without any it is a line saying so, Note [Pane heights]).
+bool records_memory(const RankData& rd);
+
 // Interned strings (kernel names, phase names, collective ops).
 class StringTable {
  public:
