@@ -101,6 +101,8 @@ struct Block {
   bool fresh = false;             // never handed out since its pages were mapped (safe on any stream)
   bool filed = false;             // in its pool's free set (free_insert), at free_pos: taking it out
   FreeSet::iterator free_pos;     // needs no search
+  std::size_t releasable_bytes = 0;  // what it could give back, counted while it is filed
+  std::size_t releasable_slot = 0;   // where Impl::releasable_blocks lists it, if it could give any
 };
 
 // The reuse history of a merge of `a` and `b` (Note [Cross-stream reuse]): idle when both parts are
@@ -206,6 +208,9 @@ struct CachingAllocator::Impl {
   std::vector<Observer*> observers GUARDED_BY(mu);
   std::atomic<bool> has_observers{false};  // observers is not empty (read without the lock by emit)
   bool multi_stream GUARDED_BY(mu) = false;  // pools of two or more streams exist (Note [Cross-stream reuse])
+  // Filed blocks that could give memory back, and the bytes they could give (Note [Counting releasable bytes]).
+  std::vector<Block*> releasable_blocks GUARDED_BY(mu);
+  std::size_t releasable_total GUARDED_BY(mu) = 0;
 
   // --- helpers (caching_allocator.cpp, free_sets.cpp); all with mu held ---
   std::size_t round_size(std::size_t bytes) const;
@@ -263,6 +268,10 @@ struct CachingAllocator::Impl {
   void free_block(Block* b, bool park = true) REQUIRES(mu);
   void count_split(Block* b) REQUIRES(mu);
   void uncount_split(Block* b) REQUIRES(mu);
+  // A filed block's releasable bytes in and out of releasable_total, around any change of its key or
+  // neighbours (Note [Counting releasable bytes]).
+  void count_releasable(Block* b) REQUIRES(mu);
+  void uncount_releasable(Block* b) REQUIRES(mu);
   Block* take_recent(Pool* pool, std::size_t size) REQUIRES(mu);
   void flush_recent() REQUIRES(mu);
   Block* merge_free(Block* b) REQUIRES(mu);
@@ -331,7 +340,7 @@ struct CachingAllocator::Impl {
   void unpick_releases(Releases& r) REQUIRES(mu);
   void restore_window(std::vector<Block*>& window) REQUIRES(mu);
   std::size_t largest_free_locked() const REQUIRES(mu);
-  std::size_t releasable_locked() const REQUIRES(mu);
+  std::size_t releasable_locked() const REQUIRES(mu) { return releasable_total; }
   std::size_t releasable(const Block* b) const REQUIRES(mu);  // what one free block can give back
 
   // --- one growth of an expandable segment, step by step (expandable.cpp) ---

@@ -348,9 +348,11 @@ Block* CachingAllocator::Impl::take_filed(Block* b, std::size_t size, std::size_
     return take(b, size, requested, stream);
   }
   uncount_split(b);
+  uncount_releasable(b);
   Block* a = split_mapped_below(b, b->addr + size);
   count_split(b);
   refile(b, /*grew=*/false);
+  count_releasable(b);
   return take(a, size, requested, stream);
 }
 

@@ -87,14 +87,6 @@ std::size_t CachingAllocator::Impl::releasable(const Block* b) const {
   return hi > lo ? hi - lo : 0;
 }
 
-// Bytes pick_releases(everything) would give back now.
-std::size_t CachingAllocator::Impl::releasable_locked() const {
-  std::size_t bytes = 0;
-  for (auto& p : pools)
-    for (Block* b : p->free) bytes += releasable(b);
-  return bytes;
-}
-
 Block* CachingAllocator::Impl::grow(Pool* pool, std::size_t size, std::size_t requested) {
   if (config.gc_threshold > 0 && cap > 0) {
     const auto limit = std::size_t(config.gc_threshold * double(cap));

@@ -40,7 +40,7 @@ using Impl = CachingAllocator::Impl;
 // What the blocks add up to; check_totals compares it with the stats, the tables and the source.
 struct Tally {
   std::int64_t allocated = 0, requested = 0, active = 0, reserved = 0, n_alloc = 0, n_split = 0, split_bytes = 0;
-  std::size_t free_in_sets = 0, live_blocks = 0, parked = 0;
+  std::size_t free_in_sets = 0, live_blocks = 0, parked = 0, releasable = 0, releasable_blocks = 0;
   void count_split(const Block* b) {
     if (!b->counted_split) return;
     ++n_split;
@@ -76,8 +76,20 @@ void check_unmapped(const Segment& seg, const Block* b, bool in_set, std::size_t
   if (b->next && !b->next->mapped) fail("two adjacent unmapped blocks not merged");
 }
 
+// A filed block's count of releasable bytes and its place in the list of blocks that have any
+// (Note [Counting releasable bytes]).
+void check_releasable(const Impl& m, const Block* b, Tally& t) REQUIRES(m.mu) {
+  if (b->releasable_bytes != m.releasable(b)) fail("a free block's releasable bytes are out of date");
+  if (b->releasable_bytes == 0) return;
+  t.releasable += b->releasable_bytes;
+  ++t.releasable_blocks;
+  if (b->releasable_slot >= m.releasable_blocks.size() || m.releasable_blocks[b->releasable_slot] != b)
+    fail("a releasable block missing from the releasable list");
+}
+
 // A mapped block, counted by what it is: handed out, waiting for events, parked, or free in its set.
 void tally_mapped(Impl& m, const Segment& seg, const Block* b, bool in_set, Tally& t) REQUIRES(m.mu) {
+  if (!in_set && b->releasable_bytes) fail("a block out of the free sets still counted as releasable");
   if (b->allocated) {
     Block* const* found = m.live.find(b->addr);
     if (!found || *found != b) fail("allocated block missing from the live table");
@@ -103,6 +115,7 @@ void tally_mapped(Impl& m, const Segment& seg, const Block* b, bool in_set, Tall
     if (b->next && b->next->mapped && !b->next->allocated && !b->next->pending_events && !b->next->in_recent)
       fail("two adjacent free blocks not merged");
     t.count_split(b);
+    check_releasable(m, b, t);
   }
 }
 
@@ -155,6 +168,8 @@ void check_totals(const Impl& m, const Tally& t) REQUIRES(m.mu) {
   }
   if (recent_total != t.parked) fail("recent lists hold blocks that are not parked free blocks");
   if (set_total != t.free_in_sets) fail("free sets hold blocks that are not free blocks of any segment");
+  if (m.releasable_total != t.releasable || m.releasable_blocks.size() != t.releasable_blocks)
+    fail("the releasable count disagrees with the free blocks");
   if (t.live_blocks != m.live.size())
     fail("live table holds " + std::to_string(m.live.size()) + " blocks but " + std::to_string(t.live_blocks) +
          " are allocated");

@@ -71,12 +71,9 @@ void order_releases(std::vector<ReleaseCandidate>& cands, std::size_t want, bool
 // gives back all its pages]).
 void CachingAllocator::Impl::pick_releases(std::size_t want, std::uint64_t min_age, Releases& out, bool whole) {
   std::vector<ReleaseCandidate> cands;
-  // Free mapped blocks are exactly the members of the free sets, so only they are looked at.
-  for (auto& pool : pools)
-    for (Block* b : pool->free) {
-      if (tick - b->last_used < min_age) continue;
-      if (const std::size_t bytes = releasable(b)) cands.push_back({b, bytes, b->last_used});
-    }
+  // Only filed blocks that could give something back (Note [Counting releasable bytes]).
+  for (Block* b : releasable_blocks)
+    if (tick - b->last_used >= min_age) cands.push_back({b, b->releasable_bytes, b->last_used});
   order_releases(cands, want, whole);
   for (const ReleaseCandidate& c : cands) {
     if (want != 0 && out.bytes >= want) break;
@@ -226,6 +223,8 @@ void CachingAllocator::Impl::release_everything() {
   segments.clear();
   live.clear();
   for (auto& p : pools) p->free.clear();
+  releasable_blocks.clear();
+  releasable_total = 0;
 }
 
 }  // namespace memcomm::alloc
