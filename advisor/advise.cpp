@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "memcomm/common/json_output.hpp"
 
@@ -153,32 +154,81 @@ void communication_rule(const prof::Analysis& a, const RankTimes& times, const A
   out.push_back(adv);
 }
 
+// The data rule's change and saving: the whole wait per step, a bound (two more workers won back
+// half of it, measured).
+Advice data_wait_advice(int64_t wait_per_step_ns) {
+  Advice adv;
+  adv.topic = Topic::DataWait;
+  adv.saving_unit = "ms/step";
+  adv.saving = double(wait_per_step_ns) / 1e6;
+  adv.at_most = true;
+  adv.change = "feed the steps faster: more loader workers and a deeper prefetch (memcomm-train --workers, "
+               "--prefetch; a DataLoader's num_workers, prefetch_factor, persistent_workers), pinned host memory on GPUs";
+  return adv;
+}
+
 // Note [The first step's wait]: a rank's first step waits for its loader to start (spawned workers
 // import torch: seconds), a cost paid once that more workers make longer, not shorter. Counted in,
 // it made the mean wait of a 40-step run with two spawned workers 60% of a step, where the steps
 // after it waited 4%, and the advice promised the whole mean back. So the rule reads the steps after
 // each rank's first, where a rank has more than one.
-void data_wait_rule(const RankTimes& times, const AdviseOptions& o, std::vector<Advice>& out) {
-  for (const auto& [rank, t] : times) {
-    const bool after_first = t.steps > 1;
-    const auto steps = int64_t(after_first ? t.steps - 1 : t.steps);
-    const int64_t step_ns = after_first ? t.step_ns - t.first_step_ns : t.step_ns;
-    const int64_t wait_ns = after_first ? t.data_wait_ns - t.first_wait_ns : t.data_wait_ns;
-    if (!steps || step_ns <= 0) continue;
-    const double share = double(wait_ns) / double(step_ns);
-    if (share <= o.data_wait_threshold) continue;
-    Advice adv;
-    adv.topic = Topic::DataWait;
-    adv.saving_unit = "ms/step";
-    adv.saving = double(wait_ns) / double(steps) / 1e6;
-    adv.at_most = true;  // the whole wait: two more workers won back half of it, measured
-    adv.change = "feed the steps faster: more loader workers and a deeper prefetch (memcomm-train --workers, "
-                 "--prefetch; a DataLoader's num_workers, prefetch_factor, persistent_workers), pinned host memory on GPUs";
-    adv.evidence = fmt::format("rank {} waits {} for data in each {} step ({:.0f}%{})", rank, format_ms(wait_ns / steps),
-                               format_ms(step_ns / steps), 100 * share, after_first ? ", the steps after its first" : "");
-    out.push_back(adv);
-    return;  // one piece of advice, from the rank that waits first in rank order
+std::optional<Advice> data_wait_from_steps(uint32_t rank, const RankTime& t, const AdviseOptions& o) {
+  const bool after_first = t.steps > 1;
+  const auto steps = int64_t(after_first ? t.steps - 1 : t.steps);
+  const int64_t step_ns = after_first ? t.step_ns - t.first_step_ns : t.step_ns;
+  const int64_t wait_ns = after_first ? t.data_wait_ns - t.first_wait_ns : t.data_wait_ns;
+  if (!steps || step_ns <= 0 || double(wait_ns) / double(step_ns) <= o.data_wait_threshold) return std::nullopt;
+  Advice adv = data_wait_advice(wait_ns / steps);
+  adv.evidence = fmt::format("rank {} waits {} for data in each {} step ({:.0f}%{})", rank, format_ms(wait_ns / steps),
+                             format_ms(step_ns / steps), 100.0 * double(wait_ns) / double(step_ns),
+                             after_first ? ", the steps after its first" : "");
+  return adv;
+}
+
+// Note [Batches for steps]
+// A torch.profiler trace taken without a schedule has no ProfilerStep# spans, so no steps, and every
+// per-step rule read nothing: a loop that waited for its DataLoader 36 ms of each 38 ms iteration (97%
+// of the window idle in report) was told "nothing to change". Its DataLoader __next__ spans are still
+// there (Note [Phases a torch.profiler trace names]), and a training loop takes one batch per
+// iteration, so where a rank marks no steps each data wait stands for one: the waits after the first
+// (Note [The first step's wait]) against the time from the first wait's end to the trace's end. A
+// loop that takes two batches an iteration shows half the wait per "step" at the same share, so the
+// share decides, and the evidence says what was counted.
+std::optional<Advice> data_wait_from_batches(const prof::RankSummary& r, const AdviseOptions& o) {
+  if (r.data_waits < 2) return std::nullopt;
+  const auto batches = int64_t(r.data_waits - 1);
+  const int64_t wait_ns = r.data_wait_ns - r.first_data_wait_ns, span_ns = r.end_ns - r.first_data_wait_end;
+  if (span_ns <= 0 || double(wait_ns) / double(span_ns) <= o.data_wait_threshold) return std::nullopt;
+  Advice adv = data_wait_advice(wait_ns / batches);
+  adv.evidence = fmt::format("rank {} waits {} for data in each of its {} batches after the first, {:.0f}% of the {} "
+                             "after it (the trace marks no steps: each DataLoader batch stands for one)",
+                             r.rank, format_ms(wait_ns / batches), batches, 100.0 * double(wait_ns) / double(span_ns),
+                             format_ms(span_ns));
+  return adv;
+}
+
+void data_wait_rule(const prof::Analysis& a, const RankTimes& times, const AdviseOptions& o, std::vector<Advice>& out) {
+  for (const prof::RankSummary& r : a.ranks) {  // in rank order
+    const auto t = times.find(r.rank);
+    auto adv = t != times.end() && t->second.steps ? data_wait_from_steps(r.rank, t->second, o)
+                                                    : data_wait_from_batches(r, o);
+    if (adv) {
+      out.push_back(std::move(*adv));
+      return;  // one piece of advice, from the rank that waits first in rank order
+    }
   }
+}
+
+// The median of the other ranks' mean steps (the lower one of an even count): with two ranks the
+// median of all of them was the straggler's own, and "274.4 ms against a median of 274.4 ms" said
+// nothing, nor could a slow rank of two ever pass the step-time test.
+int64_t others_median_step(const RankTimes& times, uint32_t who) {
+  std::vector<int64_t> means;
+  for (const auto& [r, t] : times)
+    if (r != who && t.steps) means.push_back(t.step_ns / int64_t(t.steps));
+  if (means.empty()) return 0;
+  std::sort(means.begin(), means.end());
+  return means[(means.size() - 1) / 2];
 }
 
 void straggler_rule(const prof::Analysis& a, const RankTimes& times, const AdviseOptions& o,
@@ -219,7 +269,7 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
       const int64_t m = t.steps ? t.step_ns / int64_t(t.steps) : 0;
       if (m > slowest) slowest = m, who = r;
     }
-    if (double(slowest) <= (1 + o.straggler_threshold) * double(median)) return;
+    if (double(slowest) <= (1 + o.straggler_threshold) * double(others_median_step(times, who))) return;
   }
   // Where its time goes, against the other ranks' mean.
   const RankTime& me = times.at(who);
@@ -251,7 +301,8 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
   adv.evidence = skewed ? fmt::format("rank {} starts {} of {} collectives last, {} behind on average; ", who, most,
                                       matched, format_ms(mean_skew))
                         : std::string();
-  adv.evidence += fmt::format("its steps take {} against a median of {}; ", format_ms(per(me.step_ns)), format_ms(median));
+  adv.evidence += fmt::format("its steps take {} against the other ranks' median of {}; ", format_ms(per(me.step_ns)),
+                              format_ms(others_median_step(times, who)));
   if (top.second > telling) {
     adv.change = fmt::format("rank {} holds the others back: look at its {} (its host, its data shard, its GPU's clocks)",
                              who, top.first);
@@ -275,7 +326,7 @@ std::vector<Advice> advise(const prof::TraceSet& set, const prof::Analysis& a, c
   detail::fragmentation_rule(a, files, o, out);
   const auto times = detail::per_rank_steps(a);  // per rank: steps and where their time went
   detail::communication_rule(a, times, o, out);
-  detail::data_wait_rule(times, o, out);
+  detail::data_wait_rule(a, times, o, out);
   detail::headroom_rule(set, a, o, out);
   detail::straggler_rule(a, times, o, out);
   return out;

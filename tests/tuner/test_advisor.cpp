@@ -244,6 +244,25 @@ TEST_CASE("data wait: the first step's wait for the loader to start is no advice
   CHECK(find(advise_on({t}, "first-wait"), advise::Topic::DataWait) == nullptr);
 }
 
+TEST_CASE("data wait in a trace that marks no steps: each batch stands for one (Note [Batches for steps])") {
+  // A torch.profiler trace without a schedule: DataLoader waits and operators, no ProfilerStep# spans.
+  // It was told "nothing to change" while most of its loop waited for data.
+  TraceBuilder t;
+  for (int i = 0; i < 10; ++i) {
+    const int64_t b = i * 10 * kMs;
+    t.range(Phase::DataWait, b, b + (i == 0 ? 5 : 8) * kMs);
+    t.range(Phase::Forward, b + 8 * kMs, b + 10 * kMs);
+  }
+  const auto advice = advise_on({t}, "no-steps");
+  const auto* a = find(advice, advise::Topic::DataWait);
+  REQUIRE(a);
+  INFO(a->evidence);
+  CHECK(a->evidence.find("waits 8.0 ms for data in each of its 9 batches after the first") != std::string::npos);
+  CHECK(a->evidence.find("the trace marks no steps") != std::string::npos);
+  CHECK(a->saving == Approx(8.0));
+  CHECK(a->at_most);
+}
+
 TEST_CASE("idle headroom: a larger micro-batch, with the memory left") {
   TraceBuilder t;
   steps(t, 10, 0);
@@ -318,7 +337,24 @@ TEST_CASE("a straggler: which rank, and where its time goes") {
   INFO(a->evidence);
   CHECK(a->change.find("rank 2") != std::string::npos);
   CHECK(a->change.find("compute") != std::string::npos);
-  CHECK(a->evidence.find("against a median of 10.0 ms") != std::string::npos);
+  CHECK(a->evidence.find("against the other ranks' median of 10.0 ms") != std::string::npos);
+}
+
+TEST_CASE("of two ranks, the slower by step time is named against the other's steps, not its own") {
+  // The median of both ranks' steps was the slower rank's own: it never passed the step-time test,
+  // and the evidence read "15.0 ms against a median of 15.0 ms".
+  std::vector<TraceBuilder> ranks(2);
+  for (uint32_t r = 0; r < 2; ++r) {
+    ranks[r].rank = r;
+    ranks[r].world = 2;
+    steps(ranks[r], r == 1 ? 15 : 10, 0);
+  }
+  const auto advice = advise_on(ranks, "two-ranks");
+  const auto* a = find(advice, advise::Topic::Straggler);
+  REQUIRE(a);
+  INFO(a->evidence);
+  CHECK(a->change.find("rank 1") != std::string::npos);
+  CHECK(a->evidence.find("its steps take 15.0 ms against the other ranks' median of 10.0 ms") != std::string::npos);
 }
 
 TEST_CASE("a straggler whose steps are no longer than the others' is named without a cause it does not have") {

@@ -291,6 +291,20 @@ StepRow step_row(const RankTrace& r, const RangeSpan& s, const std::vector<Range
   return row;
 }
 
+// The rank's data waits, wherever they lie (RankSummary::data_waits).
+void count_data_waits(const std::vector<RangeSpan>& ranges, RankSummary& rs) {
+  std::vector<Interval> waits;
+  const RangeSpan* first = nullptr;
+  for (const RangeSpan& w : ranges)
+    if (w.phase == Phase::DataWait && w.end > w.begin) {
+      waits.push_back({w.begin, w.end});
+      if (!first || w.begin < first->begin) first = &w;
+    }
+  rs.data_waits = waits.size();
+  rs.data_wait_ns = union_length(waits);
+  if (first) rs.first_data_wait_ns = first->end - first->begin, rs.first_data_wait_end = first->end;
+}
+
 // One rank: its summary, its step rows (appended to a.steps) and its memory series; its
 // collectives join `colls` and its communicators' sizes `comm_size`.
 RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysis& a, CollectiveMap& colls,
@@ -311,6 +325,7 @@ RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysi
     if (s.phase == Phase::Step) steps.push_back(&s);
   const auto [lo, hi] = breakdown_window(steps, spans);
   if (lo < hi) rs.breakdown = breakdown_over(spans, lo, hi);
+  count_data_waits(ranges, rs);
 
   std::vector<MemoryPoint> mem = memory_series(r);
   rs.memory_recorded = !mem.empty();

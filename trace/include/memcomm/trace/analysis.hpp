@@ -196,6 +196,11 @@ struct RankSummary {
   double max_fragmentation = 0;
   uint64_t ooms = 0;
   uint64_t collectives = 0, comm_bytes = 0;
+  // Its DataWait phases over the whole trace, inside steps or not: how many, the union of their
+  // time, and the first one's length and end (the advisor's data rule reads them where a trace marks
+  // no steps).
+  uint64_t data_waits = 0;
+  int64_t data_wait_ns = 0, first_data_wait_ns = 0, first_data_wait_end = 0;
 };
 
 struct AnalysisOptions {
