@@ -176,7 +176,7 @@ runs: a compiled training step recorded one step out of six. Two rules:
   the backward of the forward it compiles, inside that forward), not the training's: it passes
   through unrecorded.
 So a model compiled on its own (torch.compile(model), model.compile()) is called from eager code and
-recorded as any other, with no recompile. A training step compiled as one function (the model, its
+recorded as any other, with no recompile (model.compile(): Note [Module hooks as frames]). A training step compiled as one function (the model, its
 loss and backward) records its backward and optimizer step and so its steps, not its forward; once
 stop() takes the class wrapper away, Dynamo compiles that function once more (it guards on the
 model class's __call__). A compiled optimizer step is compiled once more at start() and at stop(),
@@ -316,7 +316,8 @@ class PhaseHooks:
             # A model compiled inside the profile narrows the hooks at its first call, and any other
             # compile at its start (Note [Finding the model]), once Dynamo is loaded (Note [Dynamo left
             # to the script] in when_loaded.py).
-            add(WhenLoaded(lambda: add(_CallWrap(_optimized_module_class(), self._call))))
+            add(WhenLoaded(lambda: add(_CallWrap(_optimized_module_class(), self._enter, self._leave))))
+        add(WhenLoaded(_module_hooks_never_compiled))
         add(_OnCompileStart(self._compile_starts))
         self._wrap_backward()
         self._wrap_scaler_step()
@@ -370,27 +371,26 @@ class PhaseHooks:
             if any(isinstance(h, _CallWrap) and h.cls is cls for h in self._handles):
                 continue
             try:
-                self._handles.append(_CallWrap(cls, self._call))
+                self._handles.append(_CallWrap(cls, self._enter, self._leave))
             except TypeError:  # a class that takes no attributes (an extension type): the module's hooks
                 self._handles.append(m.register_forward_pre_hook(self._model_pre))
                 self._handles.append(m.register_forward_hook(self._model_post, always_call=True))
                 continue
             if _own_forward(cls):
-                self._handles.append(_CallWrap(cls, self._call, "forward"))  # Note [Forwards called directly]
+                self._handles.append(_CallWrap(cls, self._enter, self._leave, "forward"))  # Note [Forwards called directly]
 
-    def _call(self, call: Callable[..., Any], module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
-        """One call of a watched module's class: a forward range around the watched instances' calls."""
+    def _enter(self, module: torch.nn.Module, args: Any) -> bool:
+        """One call of a watched module's class begins: whether it is a forward (a watched instance's call,
+        not inside a forward), which then begins. _leave ends it."""
         if self._global_handles and running.profiler is self._owner and not _in_backward():
             self._narrow_hooks(also=[module])  # a compiled model's first call (Note [Finding the model])
         if running.profiler is not self._owner or module not in self._watched or _in_forward(self._state()):
-            return call(module, *args, **kwargs)  # another instance of the class, or a call inside the forward
+            return False  # another instance of the class, or a call inside the forward
         self._model_pre(module, args)
-        output = None
-        try:
-            output = call(module, *args, **kwargs)
-            return output
-        finally:
-            self._model_post(module, args, output)
+        return True
+
+    def _leave(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self._model_post(module, args, output)
 
     def _compile_starts(self) -> None:
         """Dynamo begins compiling a frame: the global hooks go first (Note [Finding the model])."""
@@ -449,14 +449,7 @@ class PhaseHooks:
         if st is None or st.generation != self._generation or st.fwd_module is None:
             return
         module, st.fwd_module, st.depth = st.fwd_module, None, 0
-        handle: Any = None
-
-        def returned(*_: Any) -> None:
-            handle.remove()
-            if running.profiler is self._owner:
-                self._close_phase(self._state(), FORWARD)
-
-        handle = module.register_forward_hook(returned, always_call=True)
+        _ForwardReturns(self, module)
 
     def _end_orphaned_forward(self, st: _ThreadState) -> None:
         """A forward the global hooks opened on this thread while another took them off (its first
@@ -830,7 +823,7 @@ class PhaseHooks:
 
 
 class _Registry(dict):
-    """The on_call of each class _CallWrap wraps, by key. A wrapper reaches its profiler only through
+    """The (enter, leave) of each class _CallWrap wraps, by key. A wrapper reaches its profiler only through
     this module global, which pickles as an empty registry (Note [Forwards through the class]): a class
     copied by value (cloudpickle's copy of a __main__ class, with its __call__) calls straight through."""
 
@@ -843,12 +836,14 @@ _call_keys = itertools.count()
 
 
 class _CallWrap:
-    """Wraps `cls.<name>` (__call__, or forward: Note [Forwards called directly]) so that
-    `on_call(call, module, args, kwargs)` runs each call of an instance, `call` being the function the
-    class had (Note [Forwards through the class]); remove() puts it back, unless something replaced
-    the wrapper since (then it stays, and passes calls straight through)."""
+    """Wraps `cls.<name>` (__call__, or forward: Note [Forwards called directly]) so that each call of an
+    instance runs the function the class had (Note [Forwards through the class]) between
+    `enter(module, args)` and, where enter returned True, `leave(module, args, output)`; remove() puts
+    it back, unless something replaced the wrapper since (then it stays, and passes calls straight
+    through). The class's function is called from the wrapper itself, not from memcomm's hooks, so
+    that Dynamo may compile it while it never compiles them (Note [Module hooks as frames])."""
 
-    def __init__(self, cls: type, on_call: Callable[..., Any], name: str = "__call__"):
+    def __init__(self, cls: type, enter: Callable[..., bool], leave: Callable[..., None], name: str = "__call__"):
         self.cls, self._name = cls, name
         self._own = cls.__dict__.get(name)          # None when the class inherits it
         own = self._own
@@ -856,14 +851,21 @@ class _CallWrap:
         # (torch.fx, export) still sees the calls (Note [Forwards through the class]).
         base = next(c for c in cls.__mro__[1:] if name in c.__dict__) if own is None else cls
         key = self._key = next(_call_keys)
-        _CALL_HOOKS[key] = on_call
+        _CALL_HOOKS[key] = (enter, leave)
 
         def wrapper(module: Any, *args: Any, **kwargs: Any) -> Any:
             call = own or getattr(base, name)
-            hook = _CALL_HOOKS.get(key)
-            if hook is None or torch.compiler.is_compiling():  # Note [Hooks under torch.compile]
+            hooks = _CALL_HOOKS.get(key)
+            if hooks is None or torch.compiler.is_compiling():  # Note [Hooks under torch.compile]
                 return call(module, *args, **kwargs)
-            return hook(call, module, args, kwargs)
+            if not hooks[0](module, args):
+                return call(module, *args, **kwargs)
+            output = None
+            try:
+                output = call(module, *args, **kwargs)
+                return output
+            finally:
+                hooks[1](module, args, output)
 
         if name == "forward":  # inspect.signature(model.forward) sees the original's (Hugging Face's
             functools.update_wrapper(wrapper, own or getattr(base, name))  # Trainer keeps columns by it)
@@ -921,6 +923,54 @@ def _dropped(output: Any) -> bool:
 def _eager(function: Callable[..., Any]) -> Callable[..., Any]:
     """`function` as Dynamo runs it: eagerly, the frame only (Note [Hooks under torch.compile])."""
     return torch.compiler.disable(function, recursive=False)
+
+
+class _ForwardReturns:
+    """A post hook on `module` for its call in progress: the forward it handed over ends as the module
+    returns (PhaseHooks._hand_over_open_forward); it removes itself."""
+
+    def __init__(self, hooks: "PhaseHooks", module: torch.nn.Module):
+        self._hooks = hooks
+        self._handle = module.register_forward_hook(self, always_call=True)
+
+    def __call__(self, *_: Any) -> None:
+        self._handle.remove()
+        hooks = self._hooks
+        if running.profiler is hooks._owner:
+            hooks._close_phase(hooks._state(), FORWARD)
+
+
+def _wrapper_code() -> types.CodeType:
+    """The code of every wrapper _CallWrap makes (one inner function, so one code object)."""
+    return next(c for c in _CallWrap.__init__.__code__.co_consts
+                if isinstance(c, types.CodeType) and c.co_name == "wrapper")
+
+
+def _module_hooks_never_compiled() -> None:
+    """Note [Module hooks as frames]: a model compiled with model.compile() has its _call_impl compiled,
+    and Dynamo skips that frame (torch.nn's own code) yet still compiles the frames it calls: the
+    module hooks, memcomm's wrapper of the model's class, and the model's forward. Compiled,
+    memcomm's hooks ask is_compiling(), which is True there, and pass through: the first step lost its
+    forward, and each hook frame was a compile the script never had (3 frames, 2 graphs, where plain
+    torch compiled 1 frame); the class wrapper installed after the first step was compiled once more,
+    the model's forward inlined into it: a second compile of the whole model (with inductor, the
+    longest part of a first step). So once Dynamo is loaded, no frame of the hooks, nor any they call,
+    is compiled: they run eagerly, as they do beside a model compiled with torch.compile(model). The
+    wrapper's own frame is not compiled either, but the frames it calls are: it calls the class's
+    function itself (_CallWrap), so the model's forward is compiled once, as without memcomm, and found
+    in Dynamo's cache by its code. Inside a region Dynamo traces the hooks are inlined as before, and
+    pass through (Note [Hooks under torch.compile]). The switch is Dynamo's own per-code frame
+    strategy (what torch._dynamo.skip sets), private: a torch without it compiles the hooks as before."""
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except ImportError:
+        return
+    never = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    for hook in (PhaseHooks._global_pre, PhaseHooks._global_post, PhaseHooks._model_pre, PhaseHooks._model_post,
+                 PhaseHooks._enter, PhaseHooks._leave, _ForwardReturns.__call__):
+        set_code_exec_strategy(hook.__code__, never)
+    set_code_exec_strategy(_wrapper_code(), FrameExecStrategy(FrameAction.SKIP, FrameAction.DEFAULT))
 
 
 def _all_eager(function: Callable[..., Any]) -> Callable[..., Any]:
