@@ -391,6 +391,72 @@ TEST_CASE("resume continues exactly like a run that never stopped") {
   CHECK(read_floats(full + "/p.bin") == read_floats(part + "/p.bin"));  // bitwise
 }
 
+TEST_CASE("a save cut short between the ranks' renames resumes, exactly, from the step every rank holds") {
+  // See Note [A save cut short]. SIGTERM between rank 0's rename and rank 1's left rank 0 at step 6 and
+  // rank 1 at step 3, which no resume could use. The folder such a save leaves now: rank 0's new file
+  // and its previous one, rank 1's previous file still in place.
+  const auto full = scratch_dir("cut-full"), d = scratch_dir("cut-save");
+  const std::string flags = "--nproc 2 --optimizer adam --lr 0.01 ";
+  const auto a = run_command(quick_train(flags + "--steps 9 --dump-params " + full + "/p.bin"));
+  INFO(a.output);
+  REQUIRE(a.code == 0);
+  REQUIRE(run_command(quick_train(flags + "--steps 3 --checkpoint-every 3 --checkpoint-dir " + d + "/at3")).code == 0);
+  std::filesystem::copy(d + "/at3", d + "/at6");
+  const auto b = run_command(quick_train(flags + "--steps 6 --checkpoint-every 3 --resume --checkpoint-dir " + d + "/at6"));
+  INFO(b.output);
+  REQUIRE(b.code == 0);
+  CHECK(!std::filesystem::exists(d + "/at6/ckpt.rank0.prev.pt"));  // dropped once every rank committed
+  std::filesystem::create_directories(d + "/cut");
+  std::filesystem::copy_file(d + "/at6/ckpt.rank0.pt", d + "/cut/ckpt.rank0.pt");
+  std::filesystem::copy_file(d + "/at3/ckpt.rank0.pt", d + "/cut/ckpt.rank0.prev.pt");
+  std::filesystem::copy_file(d + "/at3/ckpt.rank1.pt", d + "/cut/ckpt.rank1.pt");
+  const auto r = run_command(quick_train(flags + "--steps 9 --resume --checkpoint-dir " + d + "/cut --dump-params " + d +
+                                         "/p.bin"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("the save of step 6 did not complete on every rank") != std::string::npos);
+  CHECK(r.output.find("resumed from step 3") != std::string::npos);
+  CHECK(read_floats(full + "/p.bin") == read_floats(d + "/p.bin"));  // bitwise
+}
+
+TEST_CASE("a rank's checkpoint copied over another rank's is refused, naming both ranks") {
+  // Under local SGD the ranks' states differ between averages: rank 1 resumed from rank 0's file, and
+  // exited 0 with weights other than the uninterrupted run's.
+  const auto d = scratch_dir("copied-rank");
+  REQUIRE(run_command(quick_train("--nproc 2 --steps 2 --checkpoint-every 2 --checkpoint-dir " + d)).code == 0);
+  std::filesystem::copy_file(d + "/ckpt.rank0.pt", d + "/ckpt.rank1.pt", std::filesystem::copy_options::overwrite_existing);
+  const auto r = run_command(quick_train("--nproc 2 --steps 4 --resume --checkpoint-dir " + d));
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("ckpt.rank1.pt was written by rank 0, not rank 1") != std::string::npos);
+}
+
+TEST_CASE("a run without --resume does not replace the checkpoints in its folder, and a torchrun restart resumes them") {
+  // See Note [Checkpoints a run would replace]. A forgotten --resume replaced a checkpoint (of any run), and a
+  // group torchrun restarted trained from step 0 and replaced its own newer files with older steps.
+  const auto d = scratch_dir("replace-ckpt");
+  REQUIRE(run_command(quick_train("--nproc 2 --steps 2 --checkpoint-every 2 --checkpoint-dir " + d)).code == 0);
+  const std::string torchrun = "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=";
+  const std::string again = "--steps 4 --checkpoint-every 2 --checkpoint-dir " + d;
+  for (const std::string& command : {quick_train("--nproc 2 " + again),
+                                     torchrun + std::to_string(free_port()) + " " + quick_train(again)}) {
+    const auto r = run_command(command);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("holds checkpoints that this run's saves would replace: give --resume") != std::string::npos);
+  }
+  // A restart of a one-rank group (torchrun's attempt 1) resumes from its own checkpoint.
+  const auto one = scratch_dir("restart-ckpt");
+  REQUIRE(run_command(torchrun + std::to_string(free_port()) + " " +
+                      quick_train("--steps 2 --checkpoint-every 2 --checkpoint-dir " + one)).code == 0);
+  const auto restarted = run_command(torchrun + std::to_string(free_port()) + " TORCHELASTIC_RESTART_COUNT=1 " +
+                                     quick_train("--steps 4 --checkpoint-every 2 --checkpoint-dir " + one));
+  INFO(restarted.output);
+  CHECK(restarted.code == 0);
+  CHECK(restarted.output.find("restart 1: resuming from " + one) != std::string::npos);
+  CHECK(restarted.output.find("resumed from step 2") != std::string::npos);
+}
+
 TEST_CASE("a resumed run's trace holds its steps' collectives only, not the ranks' agreement on the step") {
   // The agreement is bookkeeping (TrainingRun::bookkeeping_allreduce): a trace of 5 resumed steps has
   // as many collectives as a fresh run's 5 steps.
@@ -462,7 +528,7 @@ TEST_CASE("ranks whose checkpoints are at different steps refuse to resume, with
   const auto r = run_command(quick_train("--nproc 2 --steps 8 --resume --checkpoint-dir " + d + "/mixed"));
   INFO(r.output);
   CHECK(r.code == 2);
-  CHECK(r.output.find("checkpoints in " + d + "/mixed are at different steps (2 to 4)") != std::string::npos);
+  CHECK(r.output.find("no step is held by every rank's checkpoint in " + d + "/mixed (steps 2 to 4)") != std::string::npos);
   CHECK(r.output.find("signal") == std::string::npos);  // no rank aborted
   std::filesystem::remove(d + "/mixed/ckpt.rank1.pt");
   const auto one = run_command(quick_train("--nproc 2 --steps 8 --resume --checkpoint-dir " + d + "/mixed"));

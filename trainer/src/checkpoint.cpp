@@ -8,7 +8,11 @@
 #include <memcomm/common/replacing_file.hpp>
 #include <memcomm/trace/trace_format.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,8 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string path_for(const std::string& dir, int rank) { return checkpoint_path(dir, rank); }
-
 constexpr const char* kFingerprintKey = "memcomm_config";
 
 // Note [Checkpoint checksum]
@@ -34,28 +36,56 @@ constexpr const char* kFingerprintKey = "memcomm_config";
 // bare archive (written before the header) still loads. The archive is streamed to the file as
 // LibTorch writes it, hashed on the way, and the header is written last into the space kept for it:
 // held in memory first, a checkpoint cost three to four times its size beside the model.
-constexpr char kMagic[8] = {'M', 'C', 'C', 'K', 'P', 'T', '0', '1'};
-constexpr size_t kHeaderBytes = sizeof kMagic + 2 * sizeof(uint64_t);
+// The second version of the header adds the step and the rank that wrote the file: resume reads them
+// from the header alone (Note [A save cut short] in trainer.cpp), and refuses another rank's file.
+constexpr char kMagicV1[8] = {'M', 'C', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr char kMagic[8] = {'M', 'C', 'C', 'K', 'P', 'T', '0', '2'};
+constexpr size_t kHeaderV1Bytes = sizeof kMagic + 2 * sizeof(uint64_t);
+constexpr size_t kHeaderBytes = sizeof kMagic + 4 * sizeof(uint64_t);
 
-// The header of an archive of `size` bytes whose trace_hash is `hash`.
-std::string header(uint64_t size, uint64_t hash) {
-  const uint64_t fields[2] = {size, hash};
+// What a header says: the archive's length and trace_hash, and (version 2) the step and the rank.
+struct Header {
+  size_t bytes = 0;  // of the header itself; 0 for a bare archive
+  uint64_t size = 0, hash = 0;
+  int64_t step = -1, rank = -1;  // -1: not recorded (version 1)
+};
+
+std::string header(uint64_t size, uint64_t hash, int64_t step, int rank) {
+  const uint64_t fields[4] = {size, hash, uint64_t(step), uint64_t(int64_t(rank))};
   std::string out(kMagic, sizeof kMagic);
   out.append(reinterpret_cast<const char*>(fields), sizeof fields);
   return out;
 }
 
+// The header at the start of `bytes` (the file's first kHeaderBytes or more); a bare archive has none.
+// Throws std::runtime_error naming `path` when a header is cut short.
+Header parse_header(const std::string& path, std::string_view bytes) {
+  Header h;
+  const bool v1 = bytes.size() >= sizeof kMagicV1 && std::memcmp(bytes.data(), kMagicV1, sizeof kMagicV1) == 0;
+  const bool v2 = bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0;
+  if (!v1 && !v2) return h;
+  h.bytes = v2 ? kHeaderBytes : kHeaderV1Bytes;
+  if (bytes.size() < h.bytes)
+    throw std::runtime_error("checkpoint " + path + " is corrupt: " + std::to_string(bytes.size()) +
+                             " bytes, shorter than its header (cut short?)");
+  uint64_t fields[4] = {0, 0, uint64_t(-1), uint64_t(-1)};
+  std::memcpy(fields, bytes.data() + sizeof kMagic, h.bytes - sizeof kMagic);
+  h.size = fields[0];
+  h.hash = fields[1];
+  h.step = int64_t(fields[2]);
+  h.rank = int64_t(fields[3]);
+  return h;
+}
+
 // Where the archive lies in checkpoint `path`'s bytes; throws std::runtime_error when its header
 // disagrees.
-std::string_view archive_of(const std::string& path, const std::string& bytes) {
-  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return bytes;  // bare
-  uint64_t fields[2] = {0, 0};
-  if (bytes.size() >= kHeaderBytes) std::memcpy(fields, bytes.data() + sizeof kMagic, sizeof fields);
-  if (bytes.size() < kHeaderBytes || fields[0] != bytes.size() - kHeaderBytes)
+std::string_view archive_of(const std::string& path, const std::string& bytes, const Header& h) {
+  if (h.bytes == 0) return bytes;  // bare
+  if (h.size != bytes.size() - h.bytes)
     throw std::runtime_error("checkpoint " + path + " is corrupt: " + std::to_string(bytes.size()) +
                              " bytes, not the length its header gives (cut short?)");
-  const std::string_view archive(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes);
-  if (prof::trace_hash(archive.data(), archive.size()) != fields[1])
+  const std::string_view archive(bytes.data() + h.bytes, bytes.size() - h.bytes);
+  if (prof::trace_hash(archive.data(), archive.size()) != h.hash)
     throw std::runtime_error("checkpoint " + path + " is corrupt: its checksum does not match its contents");
   return archive;
 }
@@ -146,7 +176,7 @@ std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int ra
   // over the space kept for it (Note [Checkpoint checksum]). The sink never reports a failure to
   // LibTorch, whose writer, failing (a full disk), throws again from its destructor and ends the
   // process: the stream keeps the error and sync() throws it.
-  auto out = std::make_unique<ReplacingStream>(path_for(dir, rank));
+  auto out = std::make_unique<ReplacingStream>(checkpoint_path(dir, rank));
   out->write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);
   prof::TraceHasher hash;
   ar.save_to([&](const void* data, size_t n) {
@@ -154,20 +184,70 @@ std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int ra
     out->write(data, n);
     return n;
   });
-  const std::string head = header(out->size() - kHeaderBytes, hash.digest());
+  const std::string head = header(out->size() - kHeaderBytes, hash.digest(), step, rank);
   out->write_at(0, head.data(), head.size());
   out->sync();
   return out;
 }
 
-int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
+// The step in checkpoint `path`'s header, else (written before headers held it) in its archive; -1
+// when there is no file.
+int64_t step_of(const std::string& path) {
+  if (!fs::exists(path)) return -1;
+  // A FIFO in the checkpoint's place blocked --resume for ever (see Note [Inputs are regular files]).
+  if (const std::string problem = memcomm::input_file_problem(path); !problem.empty())
+    throw std::runtime_error("cannot read checkpoint " + path + ": " + problem);
+  std::ifstream f(path, std::ios::binary);
+  std::string head(kHeaderBytes, '\0');
+  f.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(std::max<std::streamsize>(0, f.gcount())));
+  const Header h = parse_header(path, head);
+  if (h.step >= 0) return h.step;
+  try {
+    const std::string bytes = read_file(path);
+    torch::serialize::InputArchive ar;
+    const std::string_view archive = archive_of(path, bytes, parse_header(path, bytes));
+    ar.load_from(archive.data(), archive.size());
+    torch::Tensor step;
+    ar.read("memcomm_step", step);
+    return step.item<int64_t>();
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    throw std::runtime_error("checkpoint " + path + " is corrupt: " + msg);
+  }
+}
+
+CheckpointSteps checkpoint_steps(const std::string& dir, int rank) {
+  return {step_of(checkpoint_path(dir, rank)), step_of(previous_checkpoint_path(dir, rank))};
+}
+
+std::string CheckpointSteps::path_of(const std::string& dir, int rank, int64_t step) const {
+  return step == newest ? checkpoint_path(dir, rank) : previous_checkpoint_path(dir, rank);
+}
+
+void keep_previous(const std::string& dir, int rank) {
+  const std::string now = checkpoint_path(dir, rank), before = previous_checkpoint_path(dir, rank);
+  if (fs::exists(now) && std::rename(now.c_str(), before.c_str()) != 0)
+    throw std::runtime_error(fmt::format("cannot keep checkpoint {} as {}: {}", now, before, std::strerror(errno)));
+}
+
+void drop_previous(const std::string& dir, int rank) {
+  std::error_code ec;
+  fs::remove(previous_checkpoint_path(dir, rank), ec);  // a file left is only space: resume prefers the newer
+}
+
+int64_t load_checkpoint(const std::string& p, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
                         const Fingerprint& fingerprint, std::string* warn) {
-  const std::string p = path_for(dir, rank);
   if (!fs::exists(p)) return -1;
   try {
     torch::serialize::InputArchive ar, opt_ar;
     const std::string bytes = read_file(p);
-    const std::string_view archive = archive_of(p, bytes);
+    const Header h = parse_header(p, bytes);
+    const std::string_view archive = archive_of(p, bytes, h);
+    if (h.rank >= 0 && h.rank != rank)
+      throw UsageError("--resume: checkpoint " + p + " was written by rank " + std::to_string(h.rank) + ", not rank " +
+                       std::to_string(rank) + " (files copied or renamed?): each rank resumes from its own file");
     ar.load_from(archive.data(), archive.size());
     // See Note [Checkpoint fingerprint]: compare before anything is loaded into the model.
     std::vector<std::string> diffs;

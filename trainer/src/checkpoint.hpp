@@ -1,12 +1,14 @@
 // Checkpoints: one file per rank (each rank keeps its own optimizer state), written atomically
 // (temp file, fsync, rename, fsync of the folder) so a crash leaves the previous checkpoint intact,
-// and renamed into place only once every rank's is on disk (Note [Checkpoints saved together]).
+// and renamed into place only once every rank's is on disk (Note [Checkpoints saved together]); the
+// previous file is kept until every rank has renamed its new one (Note [A save cut short]).
 #pragma once
 
 #include <memcomm/common/replacing_file.hpp>
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,11 +37,29 @@ std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int ra
                                                   torch::nn::Module& model, torch::optim::Optimizer& opt,
                                                   const Fingerprint& fingerprint);
 
-// Restores model and optimizer; returns the step to continue from, or -1 when there is no
-// checkpoint. A corrupt file is a std::runtime_error naming it; one written by a run with another
-// configuration (Note [Checkpoint fingerprint]) a UsageError naming the file and what differs.
-// `warn` is set when the file predates fingerprints.
-int64_t load_checkpoint(const std::string& dir, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
+// The steps of a rank's two checkpoint files (Note [A save cut short] in trainer.cpp): its newest
+// (checkpoint_path) and the one a save in progress kept (previous_checkpoint_path); -1 where there is
+// no file.
+struct CheckpointSteps {
+  int64_t newest = -1, previous = -1;
+  int64_t latest() const { return std::max(newest, previous); }
+  bool has(int64_t step) const { return step >= 0 && (step == newest || step == previous); }
+  std::string path_of(const std::string& dir, int rank, int64_t step) const;  // the file at `step` (has(step))
+};
+// Read from the files' headers (from the archive for files written before headers held the step);
+// a file that cannot be read is a std::runtime_error naming it.
+CheckpointSteps checkpoint_steps(const std::string& dir, int rank);
+// A save's commit: the rank's newest file becomes its previous one (before the new file takes its
+// name), and once every rank has committed the previous one goes. Throws std::runtime_error naming
+// the files when the first rename fails.
+void keep_previous(const std::string& dir, int rank);
+void drop_previous(const std::string& dir, int rank);
+
+// Restores model and optimizer from checkpoint file `path`; returns the step to continue from, or -1
+// when there is no such file. A corrupt file is a std::runtime_error naming it; one written by a run
+// with another configuration (Note [Checkpoint fingerprint]) or by another rank a UsageError naming
+// the file and what differs. `warn` is set when the file predates fingerprints.
+int64_t load_checkpoint(const std::string& path, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
                         const Fingerprint& fingerprint, std::string* warn = nullptr);
 
 }  // namespace memcomm::train

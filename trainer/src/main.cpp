@@ -11,6 +11,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -26,11 +27,16 @@ using namespace memcomm::train;
 void check_before_spawning(const TrainOptions& o) {
   check_dataset_files(o, "train");
   check_dataset_files(o, "test");
-  if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
-  if (!o.resume) return;
+  if (o.checkpoint_dir.empty()) return;
+  ensure_writable_dir(o.checkpoint_dir);
+  const std::vector<int> found = ranks_with_checkpoints(o.checkpoint_dir, o.nproc);
+  if (!o.resume) {
+    if (!found.empty()) throw UsageError(replaced_checkpoints_message(o.checkpoint_dir));  // Note [Checkpoints a run would replace]
+    return;
+  }
   std::vector<int> missing;
   for (int rank = 0; rank < o.nproc; ++rank)
-    if (!std::filesystem::exists(checkpoint_path(o.checkpoint_dir, rank))) missing.push_back(rank);
+    if (std::find(found.begin(), found.end(), rank) == found.end()) missing.push_back(rank);
   if (!missing.empty())
     throw UsageError(no_checkpoint_message(missing, o.checkpoint_dir));
 }

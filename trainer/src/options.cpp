@@ -61,6 +61,23 @@ bool is_rank_file(const std::string& file, const std::string& rank0_path, const 
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir, int rank) { return dir + "/ckpt.rank" + std::to_string(rank) + ".pt"; }
+std::string previous_checkpoint_path(const std::string& dir, int rank) {
+  return dir + "/ckpt.rank" + std::to_string(rank) + ".prev.pt";
+}
+
+std::vector<int> ranks_with_checkpoints(const std::string& dir, int world) {
+  std::vector<int> found;
+  std::error_code ec;
+  for (int rank = 0; rank < world; ++rank)
+    if (fs::exists(checkpoint_path(dir, rank), ec) || fs::exists(previous_checkpoint_path(dir, rank), ec))
+      found.push_back(rank);
+  return found;
+}
+
+std::string replaced_checkpoints_message(const std::string& dir) {
+  return "--checkpoint-dir " + dir + " holds checkpoints that this run's saves would replace: give --resume to "
+         "continue them, or another --checkpoint-dir (or remove them first)";
+}
 
 std::string no_checkpoint_message(const std::vector<int>& ranks, const std::string& dir) {
   return fmt::format("--resume: no checkpoint for rank{} {} in {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "), dir);
@@ -384,11 +401,13 @@ void add_observation_options(CLI::App& g, TrainOptions& o) {
 }
 
 void add_checkpoint_options(CLI::App& g, TrainOptions& o) {
-  g.add_option("--checkpoint-dir", o.checkpoint_dir, "Folder for checkpoints (checked writable before training)");
+  g.add_option("--checkpoint-dir", o.checkpoint_dir,
+               "Folder for checkpoints (checked writable before training; one that holds checkpoints needs --resume)");
   g.add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every S steps (atomic: temp, fsync, rename)")
       ->capture_default_str();
   g.add_flag("--resume", o.resume,
-             "Continue from --checkpoint-dir: each rank reads its own file (ckpt.rankR.pt, the last one written)");
+             "Continue from --checkpoint-dir: each rank reads its own file (ckpt.rankR.pt, the last one written; "
+             "after a save cut short, the last step every rank holds)");
 }
 
 // Hidden from --help (group ""): test hooks, not user features.
@@ -433,8 +452,9 @@ TrainOptions parse_train_options(int argc, char** argv) {
       "  0  success\n"
       "  1  a runtime error (bad data, a corrupt checkpoint, out of memory, a full disk under a checkpoint;\n"
       "     a full disk under the trace is said, and the file keeps what was written before: the run goes on)\n"
-      "  2  a usage error: a bad flag or value, a missing dataset, an unwritable --checkpoint-dir, --trace or\n"
-      "     --summary-json, a --resume checkpoint of another configuration, a GPU-only flag on the CPU\n"
+      "  2  a usage error: a bad flag or value, a missing dataset, an unwritable --checkpoint-dir (or one that\n"
+      "     holds checkpoints, without --resume), --trace or --summary-json, a --resume checkpoint of another\n"
+      "     configuration, a GPU-only flag on the CPU\n"
       "  3  a collective failed or took longer than --timeout; the message names the lost rank(s)\n"
       "With --nproc the launcher exits with the code of the first rank to fail, or 1 when that rank was\n"
       "killed by a signal (the survivors then report the lost rank with 3).");

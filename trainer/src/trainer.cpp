@@ -102,7 +102,7 @@ class TrainingRun {
         sampler_(parts.train_set->size(), parts.env.rank, parts.env.world, true, o_.seed, o_.tail == Tail::Pad) {}
 
   int run() {
-    const int64_t start_step = o_.resume ? resume() : 0;
+    const int64_t start_step = o_.resume || restart_resumes() ? resume() : 0;
     const EpochPlan plan = plan_epochs();
     if (leader_) print_plan(plan);
     start_summary(plan);
@@ -113,6 +113,11 @@ class TrainingRun {
 
  private:
   int64_t resume();
+  bool restart_resumes();
+  static constexpr int64_t kUnreadable = -2, kRefused = -3;  // a rank's failed resume (-1: no file)
+  std::pair<int64_t, int64_t> agree_range(int64_t value);
+  void refuse_unusable(int64_t lowest) const;
+  int64_t load_agreed(const std::string& path);
   void average_now();
   double interval_loss();
   double rank_interval_loss() const;
@@ -154,46 +159,111 @@ class TrainingRun {
 };
 
 // Note [Ranks resume from one step]: each rank saves and loads its own file, so a folder can hold files
-// at different steps: saves are agreed (Note [Checkpoints saved together]), but a rename can still
-// fail on one rank, and files are copied. Resumed so, the ranks' collectives went out of step and
-// Gloo aborted one of them ("collective mismatch"). So the ranks agree on the step they loaded
-// before they train, and every rank refuses the same way (exit 2) when one of them has no
-// checkpoint or the steps differ.
+// at different steps: saves are agreed (Note [Checkpoints saved together]) and cut short ones leave a
+// step every rank holds (Note [A save cut short]), but files are copied. Resumed so, the ranks'
+// collectives went out of step and Gloo aborted one of them ("collective mismatch"). So the ranks agree
+// on the step they load before they train, and every rank refuses the same way (exit 2) when one of
+// them has no checkpoint or no step is held by all.
 // A rank whose own file failed tells the others how (a corrupt file exits 1, one from another run 2),
 // so that every rank exits alike: the launcher passes on whichever exits first.
+//
+// Note [A save cut short]
+// A save renames each rank's new file into place once all are written, but the renames are not one
+// act: SIGTERM (how Slurm and torchrun end a job) or a kill between two ranks' renames left rank 0 at
+// step 156 and rank 1 at 155 (1 in 8 tries), a folder no resume could use, all progress lost. So a
+// rank's last file stays, as ckpt.rankR.prev.pt, until every rank has renamed its new one (a second
+// agreement); then it goes. Whenever a save stops, each rank holds the old step (newest or previous
+// file) or the new one and the old one, or all hold the new one: resume takes the highest step every
+// rank holds, and says when a newer save did not complete. A folder holds one file per rank between
+// saves, and up to three (the temporary, the new file, the previous) during one.
 int64_t TrainingRun::resume() {
-  constexpr int64_t kUnreadable = -2, kRefused = -3;  // load_checkpoint's -1: no file
-  std::string warning;
-  std::exception_ptr failed;  // raised after the agreement, so that no rank waits for this one
-  int64_t start_step = kUnreadable;
+  std::exception_ptr failed;  // raised after the agreements, so that no rank waits for this one
+  CheckpointSteps mine;
   try {
-    start_step = load_checkpoint(o_.checkpoint_dir, p_.env.rank, p_.session.model(), p_.session.optimizer(),
-                                 fingerprint_, &warning);
-  } catch (const UsageError&) {
-    failed = std::current_exception();
-    start_step = kRefused;
+    mine = checkpoint_steps(o_.checkpoint_dir, p_.env.rank);
   } catch (...) {
     failed = std::current_exception();
   }
-  auto span = torch::tensor({double(start_step), -double(start_step)}, torch::kFloat64);
-  bookkeeping_allreduce(span, Reduce::Max);
-  const auto highest = static_cast<int64_t>(span[0].item<double>()), lowest = static_cast<int64_t>(-span[1].item<double>());
+  const auto [lowest, highest] = agree_range(failed ? kUnreadable : mine.latest());
   if (failed) std::rethrow_exception(failed);
-  if (start_step < 0) throw UsageError(no_checkpoint_message({p_.env.rank}, o_.checkpoint_dir));
-  if (lowest == kRefused) throw UsageError("--resume: another rank's checkpoint in " + o_.checkpoint_dir + " does not fit this run");
-  if (lowest == kUnreadable) throw std::runtime_error("--resume: another rank could not read its checkpoint in " + o_.checkpoint_dir);
-  if (lowest < 0) throw UsageError("--resume: another rank has no checkpoint in " + o_.checkpoint_dir);
-  if (lowest != highest)
-    throw UsageError(fmt::format("--resume: the ranks' checkpoints in {} are at different steps ({} to {}): the files "
-                                 "come from different saves; resume from a folder whose files are at one step", o_.checkpoint_dir, lowest, highest));
-  if (leader_ && !warning.empty()) std::fprintf(stderr, "memcomm-train: warning: %s\n", warning.c_str());
+  if (mine.latest() < 0) throw UsageError(no_checkpoint_message({p_.env.rank}, o_.checkpoint_dir));
+  refuse_unusable(lowest);
+  auto missing = torch::tensor({mine.has(lowest) ? 0.0 : 1.0}, torch::kFloat64);
+  bookkeeping_allreduce(missing, Reduce::Max);
+  if (missing.item<double>() > 0)
+    throw UsageError(fmt::format("--resume: no step is held by every rank's checkpoint in {} (steps {} to {}): the "
+                                 "files come from different saves; resume from a folder whose files are at one step",
+                                 o_.checkpoint_dir, lowest, highest));
+  const int64_t start_step = load_agreed(mine.path_of(o_.checkpoint_dir, p_.env.rank, lowest));
   // A finished run has nothing left to do: running "0 steps" would print a loss of a step never taken.
   if (start_step >= o_.steps)
     throw UsageError("--resume: the checkpoint in " + o_.checkpoint_dir + " is at step " + std::to_string(start_step) +
                      ", and --steps is " + std::to_string(o_.steps) + ": nothing is left to run; give --steps above " +
                      std::to_string(start_step));
-  if (leader_) fmt::print("resumed from step {} ({})\n", start_step, o_.checkpoint_dir);
+  if (leader_) {
+    fmt::print("resumed from step {} ({})\n", start_step, o_.checkpoint_dir);
+    if (highest > lowest)
+      fmt::print(stderr, "memcomm-train: note: the save of step {} did not complete on every rank (the run ended "
+                         "during it): resumed from step {}, which every rank holds\n", highest, lowest);
+  }
   return start_step;
+}
+
+// Note [Checkpoints a run would replace] (options.hpp): a group torchrun restarted after a rank failed
+// resumes from --checkpoint-dir when every rank has a checkpoint there. It trained again from step 0
+// and its first saves replaced the step-2100 files with step 100's: the progress the checkpoints were
+// kept for was lost, and --resume on the command line made the first attempt fail for want of files.
+// Agreed, so that every rank decides alike even where they see different folders.
+bool TrainingRun::restart_resumes() {
+  if (p_.env.attempt == 0 || o_.checkpoint_dir.empty()) return false;
+  const bool all = int(ranks_with_checkpoints(o_.checkpoint_dir, p_.env.world).size()) == p_.env.world;
+  auto none_missing = torch::tensor({all ? 0.0 : 1.0}, torch::kFloat64);
+  bookkeeping_allreduce(none_missing, Reduce::Max);
+  const bool resumes = none_missing.item<double>() == 0;
+  if (leader_)
+    fmt::print(stderr, "memcomm-train: restart {}: {}\n", p_.env.attempt,
+               resumes ? "resuming from " + o_.checkpoint_dir : "no checkpoint of every rank in " + o_.checkpoint_dir +
+                                                                   ": training from the start");
+  return resumes;
+}
+
+// The lowest and highest of the ranks' `value`s.
+std::pair<int64_t, int64_t> TrainingRun::agree_range(int64_t value) {
+  auto span = torch::tensor({double(value), -double(value)}, torch::kFloat64);
+  bookkeeping_allreduce(span, Reduce::Max);
+  return {static_cast<int64_t>(-span[1].item<double>()), static_cast<int64_t>(span[0].item<double>())};
+}
+
+// The refusal every rank makes when the lowest of the ranks' results (`lowest`: a step, or a failure
+// below 0) says another rank cannot resume.
+void TrainingRun::refuse_unusable(int64_t lowest) const {
+  if (lowest == kRefused) throw UsageError("--resume: another rank's checkpoint in " + o_.checkpoint_dir + " does not fit this run");
+  if (lowest == kUnreadable) throw std::runtime_error("--resume: another rank could not read its checkpoint in " + o_.checkpoint_dir);
+  if (lowest < 0) throw UsageError("--resume: another rank has no checkpoint in " + o_.checkpoint_dir);
+}
+
+// Loads this rank's file `path`, at the step the ranks agreed on; every rank fails alike when one does.
+int64_t TrainingRun::load_agreed(const std::string& path) {
+  std::string warning;
+  std::exception_ptr failed;
+  int64_t step = kUnreadable;
+  try {
+    step = load_checkpoint(path, p_.env.rank, p_.session.model(), p_.session.optimizer(), fingerprint_, &warning);
+  } catch (const UsageError&) {
+    failed = std::current_exception();
+    step = kRefused;
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  const auto [lowest, highest] = agree_range(step);
+  if (failed) std::rethrow_exception(failed);
+  refuse_unusable(lowest);
+  if (lowest != highest)  // the headers said one step: a file replaced since
+    throw UsageError(fmt::format("--resume: the ranks' checkpoints in {} are at different steps ({} to {}): the files "
+                                 "come from different saves; resume from a folder whose files are at one step",
+                                 o_.checkpoint_dir, lowest, highest));
+  if (leader_ && !warning.empty()) std::fprintf(stderr, "memcomm-train: warning: %s\n", warning.c_str());
+  return step;
 }
 
 EpochPlan TrainingRun::plan_epochs() const {
@@ -403,7 +473,11 @@ void TrainingRun::save_checkpoint(int64_t step) {
     throw std::runtime_error(fmt::format("the checkpoint of step {} was not saved: another rank could not write "
                                          "its file; every rank's previous checkpoint in {} is kept",
                                          step, o_.checkpoint_dir));
+  keep_previous(o_.checkpoint_dir, p_.env.rank);  // Note [A save cut short]
   written->commit();
+  auto committed = torch::tensor({1.0}, torch::kFloat64);
+  if (p_.env.world > 1) bookkeeping_allreduce(committed);
+  drop_previous(o_.checkpoint_dir, p_.env.rank);
 }
 
 // A log line every --log-interval steps, and on a terminal a progress bar in between.
@@ -565,7 +639,11 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
   const RankDevice rd = choose_device(o, env);  // creates no tensor
   // Before the first tensor, so that every CPU tensor of the run lives in memcomm's allocator.
   DeviceMemory memory(o, rd.device);
-  if (!o.checkpoint_dir.empty()) ensure_writable_dir(o.checkpoint_dir);
+  if (!o.checkpoint_dir.empty()) {
+    ensure_writable_dir(o.checkpoint_dir);
+    if (!o.resume && env.attempt == 0 && !ranks_with_checkpoints(o.checkpoint_dir, env.world).empty())
+      throw UsageError(replaced_checkpoints_message(o.checkpoint_dir));  // Note [Checkpoints a run would replace]
+  }
   if (o.mode == Mode::Dp && env.world > 1)
     throw UsageError("--mode dp is one process driving every device, but the launcher started " +
                      std::to_string(env.world) + " ranks: use --mode ddp under torchrun/Slurm");

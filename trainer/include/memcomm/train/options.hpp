@@ -109,6 +109,14 @@ void check_output_dir(const std::string& flag, const std::string& file, bool cre
 
 // Where a rank's checkpoint goes in --checkpoint-dir `dir` (ckpt.rankR.pt).
 std::string checkpoint_path(const std::string& dir, int rank);
+// The file a save in progress keeps the rank's last checkpoint as (Note [A save cut short]).
+std::string previous_checkpoint_path(const std::string& dir, int rank);
+// The ranks of `world` that have a checkpoint file (newest or previous) in `dir`.
+std::vector<int> ranks_with_checkpoints(const std::string& dir, int world);
+// Note [Checkpoints a run would replace]: a run without --resume refuses a --checkpoint-dir that
+// holds checkpoints (its first save would start replacing them, whatever run they came from), unless
+// it is a restart of the group that wrote them, which resumes from them (launch.hpp's attempt).
+std::string replaced_checkpoints_message(const std::string& dir);
 // The refusal of --resume when `ranks` (one or more) have no file in `dir`: said by --nproc's
 // launcher before spawning and by a rank that finds its file missing.
 std::string no_checkpoint_message(const std::vector<int>& ranks, const std::string& dir);
