@@ -9,6 +9,7 @@
 
 #include <memcomm/trace/analysis.hpp>
 #include <memcomm/trace/trace_set.hpp>
+#include <memcomm/trace/trace_writer.hpp>
 #include <memcomm/view/builder.hpp>
 #include <memcomm/view/indexes.hpp>
 #include <memcomm/view/loader.hpp>
@@ -227,6 +228,44 @@ TEST_CASE("steps are numbered by their recorded ids, else from 1", "[unit][viewe
   REQUIRE(unnumbered.size() == 2);
   CHECK(unnumbered[0].step == 1);
   CHECK(unnumbered[1].step == 2);
+}
+
+TEST_CASE("a step the trace ends during is no step, for the viewer and the report alike", "[unit][viewer]") {
+  // See Note [A step the trace cut off]: a recording killed during its third step. The report counted
+  // it (3 steps, the last ending at the file's last event); the viewer showed 2.
+  const std::string path = out_stem("cut_step.rank0.mct");
+  {
+    std::vector<prof::Event> ev;
+    const auto range = [&ev](prof::EventKind k, std::int64_t ts, std::uint64_t id) {
+      ev.push_back(prof::Event::from(prof::make_range(k, ts, prof::Phase::Step, prof::kNoString, id, 0)));
+    };
+    for (std::uint64_t step = 1; step <= 3; ++step) {
+      const std::int64_t begin = std::int64_t(step) * 10'000'000;
+      range(prof::EventKind::RangeBegin, begin, step);
+      ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeBegin, begin + 1'000'000, prof::Phase::Forward,
+                                                      prof::kNoString, 0, 0)));
+      ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, begin + 4'000'000, prof::Phase::Forward,
+                                                      prof::kNoString, 0, 0)));
+      if (step < 3) range(prof::EventKind::RangeEnd, begin + 9'000'000, step);
+    }
+    prof::WriterOptions o;
+    o.rank = 0;
+    o.world_size = 1;
+    prof::TraceWriter w(path, o);
+    w.write_chunk({}, ev);
+    w.close();
+  }
+  BackgroundLoad load({path});
+  const Timeline tl = load.take();
+  REQUIRE(load.errors().empty());
+  const prof::Analysis a = prof::analyze(prof::TraceSet::load({path}));
+  REQUIRE(a.steps.size() == 2);
+  CHECK(a.ranks.at(0).steps == 2);
+  CHECK(a.ranks.at(0).unfinished_steps == 1);
+  CHECK(a.ranks.at(0).mean_step_ns == 9'000'000);
+  check_steps(step_table(tl), a);
+  CHECK(prof::analysis_to_text(a).find("rank 0: 1 step the trace ends during (the recording stopped), not counted") !=
+        std::string::npos);
 }
 
 TEST_CASE("a torch.profiler trace of a CPU script: the viewer's steps take its operators as compute, as the report does",

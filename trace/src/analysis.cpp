@@ -320,9 +320,15 @@ RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysi
   rs.drops = r.drops;
   rs.begin_ns = r.begin_ns();
   rs.end_ns = r.end_ns();
+  // Note [A step the trace cut off]: a step whose end the trace lacks (the recording was killed or cut
+  // short during it) is a fragment, not a step: report counted it (241 steps where the viewer showed
+  // 240, its time half a step's, in the mean), so it is left out and counted apart.
   std::vector<const RangeSpan*> steps;
   for (const RangeSpan& s : ranges)
-    if (s.phase == Phase::Step) steps.push_back(&s);
+    if (s.phase == Phase::Step) {
+      if (s.closed) steps.push_back(&s);
+      else ++rs.unfinished_steps;
+    }
   const auto [lo, hi] = breakdown_window(steps, spans);
   if (lo < hi) rs.breakdown = breakdown_over(spans, lo, hi);
   count_data_waits(ranges, rs);

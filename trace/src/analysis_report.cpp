@@ -44,6 +44,7 @@ std::string analysis_to_json(const Analysis& a, int indent) {
                           {"end_ns", r.end_ns},
                           {"breakdown", breakdown_json(r.breakdown)},
                           {"steps", r.steps},
+                          {"unfinished_steps", r.unfinished_steps},
                           {"mean_step_ns", r.mean_step_ns},
                           {"peak_allocated", r.peak_allocated},
                           {"peak_reserved", r.peak_reserved},
@@ -127,6 +128,11 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
                          s.breakdown.overlap_pct, recorded_mib(rank_of(a, s.rank), s.peak_allocated));
     }
   }
+  for (const RankSummary& r : a.ranks)
+    if (r.unfinished_steps)
+      out += fmt::format("rank {}: {} step{} the trace ends during (the recording stopped), not counted\n",
+                         r.rank == kUnknownRank ? -1 : int64_t(r.rank), r.unfinished_steps,
+                         r.unfinished_steps > 1 ? "s" : "");
   if (!a.collectives.empty()) {
     const auto matched = std::count_if(a.collectives.begin(), a.collectives.end(),
                                        [](const CollectiveStats& c) { return c.matched(); });

@@ -190,6 +190,7 @@ struct RankSummary {
   int64_t begin_ns = 0, end_ns = 0;
   Breakdown breakdown;
   uint64_t steps = 0;
+  uint64_t unfinished_steps = 0;  // steps whose end the trace lacks, not counted (Note [A step the trace cut off])
   int64_t mean_step_ns = 0;
   uint64_t peak_allocated = 0, peak_reserved = 0;
   bool memory_recorded = false;  // the rank's trace holds memory figures (else its peaks' 0 means unknown)
