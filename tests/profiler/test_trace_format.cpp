@@ -306,6 +306,52 @@ TEST_CASE("corrupt checksums and lengths give clear errors naming the chunk and 
   std::remove(path.c_str());
 }
 
+TEST_CASE("zeros at the end of a file, as a host crash leaves, cut it after its complete chunks", "[profiler][format]") {
+  // See Note [A tail of zeros]: 20 zero bytes after the last chunk, or a last chunk whose end is zeros,
+  // lost the whole file as "bad chunk magic" or "checksum mismatch".
+  const std::string path = temp_path("zeros");
+  write_numbered(path, 3, 1000);
+  const auto good = slurp(path);
+  ChunkHeader h0;
+  std::memcpy(&h0, good.data() + sizeof(FileHeader), sizeof h0);
+  const size_t chunk1 = sizeof(FileHeader) + sizeof(ChunkHeader) + h0.stored_size;
+  ChunkHeader h1;
+  std::memcpy(&h1, good.data() + chunk1, sizeof h1);
+  const size_t chunk2 = chunk1 + sizeof(ChunkHeader) + h1.stored_size;
+  const auto read_cut = [&](std::vector<char> bytes, size_t expected_events) {
+    spit(path, bytes);
+    RecoveryInfo info;
+    const auto events = read_all(path, &info);
+    CHECK(events.size() == expected_events);
+    CHECK(info.truncated);
+    CHECK(info.detail.find("zeros from byte offset") != std::string::npos);
+  };
+  SECTION("zeros after the last chunk") {
+    for (size_t n : {size_t(3), size_t(20), size_t(4096)}) {
+      auto bytes = good;
+      bytes.resize(bytes.size() + n, 0);
+      read_cut(bytes, 3000);
+    }
+  }
+  SECTION("the last chunk's end zeroed") {
+    auto bytes = good;
+    std::fill(bytes.end() - 64, bytes.end(), 0);
+    read_cut(bytes, 2000);
+  }
+  SECTION("the last chunk zeroed from its header on") {
+    auto bytes = good;
+    std::fill(bytes.begin() + std::ptrdiff_t(chunk2) + 2, bytes.end(), 0);
+    read_cut(bytes, 2000);
+  }
+  SECTION("zeros inside a chunk with data after it are corruption") {
+    auto bytes = good;
+    std::fill(bytes.begin() + std::ptrdiff_t(chunk1) + 40, bytes.begin() + std::ptrdiff_t(chunk1) + 80, 0);
+    spit(path, bytes);
+    CHECK(error_of(path).find("chunk 1") != std::string::npos);
+  }
+  std::remove(path.c_str());
+}
+
 TEST_CASE("version mismatches and foreign files are refused clearly", "[profiler][format]") {
   const std::string path = temp_path("version");
   write_numbered(path, 1, 10);

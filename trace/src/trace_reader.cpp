@@ -135,36 +135,55 @@ uint64_t TraceReader::estimate_events() const {
   return n;
 }
 
+// Note [A tail of zeros]
+// The writer appends each chunk in one write, so a killed process leaves whole chunks, or a last one
+// cut short (Note [Crash safety]). A host that crashes or loses power leaves something else: on ext4
+// and xfs the file's size can be on disk before its last blocks are, which then read as zeros. Read
+// as corruption, 20 zero bytes after the last chunk lost the whole file (7 complete chunks, "bad
+// chunk magic"), as did a last chunk whose last 5,000 bytes were zeros ("checksum mismatch"). So a
+// chunk that cannot be read is the file's cut when zeros run from inside it (or from its start) to
+// the end of the file: the chunks before it are kept and the reader warns, as for a killed writer.
+// A chunk damaged anywhere else, with data after it, is still corruption (exit 2).
+bool TraceReader::truncated_at(uint64_t at, const std::string& why) {
+  info_.truncated = true;
+  info_.truncated_bytes = size_ - at;
+  info_.detail = fmt::format("chunk {} at byte offset {} is incomplete ({}); recovered {} complete chunks, {} events",
+                             chunk_index_, at, why, info_.chunks, info_.events);
+  pos_ = size_;
+  return false;
+}
+
+bool TraceReader::cut_by_zeros(uint64_t at, uint64_t end, const std::string& what) {
+  size_t zeros_from = size_;
+  while (zeros_from > at && data_[zeros_from - 1] == 0) --zeros_from;
+  if (zeros_from == size_ || zeros_from >= end) fail(at, what);
+  return truncated_at(at, fmt::format("zeros from byte offset {} to the end of the file, as a crash of the host "
+                                      "leaves", zeros_from));
+}
+
 bool TraceReader::next(ChunkView& out) {
   if (pos_ >= size_) return false;
   const uint64_t at = pos_;
   const size_t left = size_ - pos_;
-  auto truncated = [&](const std::string& why) {
-    info_.truncated = true;
-    info_.truncated_bytes = left;
-    info_.detail = fmt::format("chunk {} at byte offset {} is incomplete ({}); recovered {} complete chunks, {} events",
-                               chunk_index_, at, why, info_.chunks, info_.events);
-    pos_ = size_;
-    return false;
-  };
   if (left < sizeof(ChunkHeader)) {
     // A partial header is what a killed writer leaves, provided what is there is a header's start.
     const size_t cmp = std::min<size_t>(left, 4);
-    if (std::memcmp(data_ + pos_, &kChunkMagic, cmp) != 0) fail(at, fmt::format("chunk {}: bad chunk magic", chunk_index_));
-    return truncated(fmt::format("{} of {} header bytes", left, sizeof(ChunkHeader)));
+    if (std::memcmp(data_ + pos_, &kChunkMagic, cmp) != 0)
+      return cut_by_zeros(at, size_, fmt::format("chunk {}: bad chunk magic", chunk_index_));
+    return truncated_at(at, fmt::format("{} of {} header bytes", left, sizeof(ChunkHeader)));
   }
   ChunkHeader h;
   std::memcpy(&h, data_ + pos_, sizeof h);
   if (const std::string bad = ChunkDecoder::check_header(h, kMaxChunkRawBytes); !bad.empty())
-    fail(at, fmt::format("chunk {}: {}", chunk_index_, bad));
+    return cut_by_zeros(at, at + sizeof h, fmt::format("chunk {}: {}", chunk_index_, bad));
   if (uint64_t(h.stored_size) > left - sizeof(ChunkHeader))
-    return truncated(fmt::format("{} of {} payload bytes", left - sizeof(ChunkHeader), h.stored_size));
+    return truncated_at(at, fmt::format("{} of {} payload bytes", left - sizeof(ChunkHeader), h.stored_size));
 
   const unsigned char* payload = data_ + pos_ + sizeof(ChunkHeader);
   const Event* events = nullptr;
   size_t count = 0;
   if (const std::string bad = dec_->decode(h, payload, strings_, events, count); !bad.empty())
-    fail(at, fmt::format("chunk {}: {}", chunk_index_, bad));
+    return cut_by_zeros(at, at + sizeof h + h.stored_size, fmt::format("chunk {}: {}", chunk_index_, bad));
 
   if (header_.event_version == kFirstEventModelVersion) events = recode_v1_durations(events, count, recoded_);
   out.rank = h.rank;

@@ -11,7 +11,8 @@
 // format or event-model version, corrupt header checksum, bad chunk magic/lengths, chunk checksum
 // mismatch, decompression failure. A chunk whose declared payload runs past the end of the file is
 // not an error: it is what a killed writer leaves (Note [Crash safety]); next() returns false and
-// recovery() reports the truncation.
+// recovery() reports the truncation. Neither is a last chunk that zeros end the file inside of, or
+// zeros after the last chunk (Note [A tail of zeros]).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +77,10 @@ class TraceReader {
  private:
   void open_header();
   [[noreturn]] void fail(uint64_t offset, const std::string& what) const;
+  // A chunk at `at` that cannot be read, as a cut (next() returns false) when zeros reach from inside
+  // it (before `end`) to the end of the file, else as the error `what` (Note [A tail of zeros]).
+  bool cut_by_zeros(uint64_t at, uint64_t end, const std::string& what);
+  bool truncated_at(uint64_t at, const std::string& why);
 
   std::string name_;
   const unsigned char* data_ = nullptr;
