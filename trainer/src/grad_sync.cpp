@@ -45,32 +45,39 @@ GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, double
 
 GradSync::~GradSync() = default;
 
+// As DDP's compute_bucket_assignment_by_size: a bucket closes once it reaches its cap, with the
+// parameter that filled it. (Closing before a parameter that would overflow it instead leaves a
+// small model's big first layer-from-the-end out of the 1 MiB bucket and in the last one, whose
+// all-reduce then starts only when backward ends: the CNN's exposed communication was 24 % of
+// backward that way.)
+std::vector<std::vector<size_t>> GradSync::plan(const std::vector<size_t>& order) const {
+  std::vector<std::vector<size_t>> out;
+  int64_t cap = 1 << 20;  // Note [Gradient buckets]: the first bucket is small so communication starts early
+  std::vector<size_t> bucket;
+  int64_t bytes = 0;
+  for (size_t i : order) {
+    bucket.push_back(i);
+    bytes += params_[i].numel() * params_[i].element_size();
+    if (bytes >= cap) {
+      out.push_back(std::move(bucket));
+      bucket.clear();
+      bytes = 0;
+      cap = cap_bytes_;
+    }
+  }
+  if (!bucket.empty()) out.push_back(std::move(bucket));
+  return out;
+}
+
 // Strong guarantee: the new buckets are allocated before anything changes, so an out-of-memory
 // here (under a memory cap) leaves the old layout, and the gradients in it, untouched.
 void GradSync::build(const std::vector<size_t>& order) {
   MemoryCategoryScope cat(prof::MemCategory::Gradient);  // the buckets are the gradients' storage
   std::vector<std::unique_ptr<Bucket>> fresh;
-  int64_t cap = 1 << 20;  // Note [Gradient buckets]: the first bucket is small so communication starts early
-  auto b = std::make_unique<Bucket>();
-  int64_t bytes = 0;
-  auto close = [&] {
-    if (b->params.empty()) return;
-    fresh.push_back(std::move(b));
-    b = std::make_unique<Bucket>();
-    bytes = 0;
-    cap = cap_bytes_;
-  };
-  // As DDP's compute_bucket_assignment_by_size: a bucket closes once it reaches its cap, with the
-  // parameter that filled it. (Closing before a parameter that would overflow it instead leaves a
-  // small model's big first layer-from-the-end out of the 1 MiB bucket and in the last one, whose
-  // all-reduce then starts only when backward ends: the CNN's exposed communication was 24 % of
-  // backward that way.)
-  for (size_t i : order) {
-    b->params.push_back(i);
-    bytes += params_[i].numel() * params_[i].element_size();
-    if (bytes >= cap) close();
+  for (auto& params : plan(order)) {
+    fresh.push_back(std::make_unique<Bucket>());
+    fresh.back()->params = std::move(params);
   }
-  close();
   for (size_t bi = 0; bi < fresh.size(); ++bi) {
     auto& bk = *fresh[bi];
     bk.index = static_cast<int>(bi);
@@ -220,9 +227,19 @@ std::vector<size_t> GradSync::current_order() const {
   return order;
 }
 
+// Note [A bucket size that changes nothing]
+// The tuner probes bucket sizes on the model it holds, and a new size used to build new buckets
+// whatever it packed: the gradients (2.6 MiB for the MLP of the tuner's two-rank test) moved to new
+// storage allocated while the old was live, and under a memory cap near the peak the layout that
+// move left had no room for a 1.53 MiB gradient two steps later. Every later trial inherited it: a
+// verification of b = 64 ran out of memory after a probe of 1 MiB buckets, and passed without one,
+// though for that model 1 MiB and 25 MiB pack the same two buckets. So a size that packs the
+// parameters as they are takes effect without a move; one that packs them otherwise still moves
+// them.
 void GradSync::rebucket(double bucket_mb) {
   const int64_t old = cap_bytes_;
   cap_bytes_ = static_cast<int64_t>(bucket_mb * (1 << 20));
+  if (plan(current_order()) == layout()) return;
   try {
     build(current_order());
   } catch (...) {

@@ -56,6 +56,7 @@ class GradSync {
   void abandon();
   // Re-packs the buckets with a new size cap (the tuner's bucket-size probes), keeping the order.
   // Needs memory for the new buckets; if that fails, the old layout stays and the error propagates.
+  // A cap that packs the parameters as they are moves nothing (Note [A bucket size that changes nothing]).
   void rebucket(double bucket_mb);
 
   const GradSyncStats& stats() const { return stats_; }
@@ -65,6 +66,8 @@ class GradSync {
 
  private:
   struct Bucket;
+  // The parameters of each bucket for `order` under cap_bytes_ (Note [Gradient buckets]).
+  std::vector<std::vector<size_t>> plan(const std::vector<size_t>& order) const;
   void build(const std::vector<size_t>& order);
   void on_grad_ready(size_t param);
   void launch(Bucket& b);
