@@ -23,8 +23,10 @@ std::vector<prof::Event> one_step(std::int64_t length) {
           prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, length, prof::Phase::Step, 0, 0, 0))};
 }
 
-std::unique_ptr<prof::StreamSink> connect(std::uint16_t port, std::uint32_t rank, const std::vector<prof::Event>& ev) {
+std::unique_ptr<prof::StreamSink> connect(std::uint16_t port, std::uint32_t rank, const std::vector<prof::Event>& ev,
+                                          std::uint64_t stream_id = 0) {
   prof::StreamOptions so;
+  so.stream_id = stream_id;
   so.endpoint = prof::parse_endpoint("127.0.0.1:" + std::to_string(port));
   so.rank = rank;
   so.world_size = 1;
@@ -70,4 +72,43 @@ TEST_CASE("live: a second stream claiming a connected rank gets lanes of its own
   bool said = false;
   for (const auto& m : messages) said = said || m.find("says rank 0 while rank 0's stream is still connected") != std::string::npos;
   CHECK(said);
+}
+
+TEST_CASE("live: a sender that connects again before its old connection closed continues its rank", "[unit][viewer]") {
+  // See Note [A stream that reconnects]: a viewer stopped for 30 s met each rank's reconnects while
+  // the old connections were open, and showed a two-rank run as ten ranks. The same sender (one
+  // stream_id, as a StreamSink keeps across its reconnects) stays one rank; its old connection's end
+  // leaves the rank connected.
+  LiveSession live;
+  std::string error;
+  REQUIRE(live.start("127.0.0.1:0", error));
+  const std::uint16_t port = live.stats().port;
+  const auto first_events = one_step(1000), second_events = one_step(5000);
+  std::vector<std::string> messages;
+  double now = 0;
+  const auto wait_for = [&](std::uint64_t events) {
+    for (int i = 0; i < 500 && live.events_received() < events; ++i) {
+      live.poll(messages, now += 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  auto first = connect(port, 0, first_events, 42);
+  wait_for(first_events.size());
+  auto again = connect(port, 0, second_events, 42);
+  wait_for(first_events.size() + second_events.size());
+  first->close(5000);
+  for (int i = 0; i < 50; ++i) {
+    live.poll(messages, now += 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Timeline tl;
+  live.publish(tl);
+  INFO(fmt::format("{}", fmt::join(messages, "\n")));
+  REQUIRE(tl.ranks.size() == 1);
+  CHECK(tl.ranks[0].rank == 0);
+  CHECK(tl.ranks[0].connected);  // the old connection's end did not disconnect it
+  bool said = false;
+  for (const auto& m : messages) said = said || m.find("rank 0 connected again from") != std::string::npos;
+  CHECK(said);
+  again->close(5000);
 }

@@ -16,8 +16,21 @@ struct LiveSession::RankStream {
   std::string host;
   bool connected = false;
   std::uint64_t received = 0;  // events from this rank, all connections
-  std::unordered_map<prof::StringId, std::string> strings;  // this connection's string table
+  std::uint64_t stream_id = 0;  // its sender's identity (0: a sender that gives none)
+  int connection = -1;          // its newest connection
+  int data_connection = -1;     // the connection whose events the ingest resolved names for last
 };
+
+// Note [A stream that reconnects]
+// A sender whose viewer stalls (stopped, swapped out) gives up on the send after a timeout and
+// connects again, and again, while its earlier connections still hold unread data: the viewer, once
+// it runs, meets each new connection while the rank's old one is still open. Taken for another run
+// claiming the rank, each got lanes of its own: a stall of 30 s showed a two-rank run as ten ranks,
+// eight of them empty. So the hello carries the sender's identity (stream_id, drawn once per
+// sender), and a connection from the identity already holding the rank continues that rank; the
+// old connection's remaining data still lands there, each connection with its own string table, and
+// only the newest connection's end disconnects the rank. Another identity (or a sender that gives
+// none) claiming a connected rank is another run, shown apart.
 
 // See Note [Live rebuild] in live.hpp: events go into the builder's arrays as they arrive (no copy of the raw
 // stream is kept); publish() appends them to the model (Note [Incremental append]).
@@ -25,17 +38,22 @@ struct LiveSession::Impl {
   std::unique_ptr<prof::StreamReceiver> receiver;
   std::map<std::uint32_t, RankStream> ranks;       // by rank (a reconnecting rank continues)
   std::map<int, std::uint32_t> connection_rank;    // connection id -> rank
+  std::map<int, std::unordered_map<prof::StringId, std::string>> connection_strings;  // each connection's table
   TimelineBuilder builder;
   TraceIngest ingest{builder};
 
   // The rank a new stream claiming `claimed` is shown as: that rank, unless a stream of it is still
   // connected (two runs, or two processes that know no rank): then one past every rank shown, so the
   // second stream neither shares the first one's lanes nor wipes its string table.
-  std::uint32_t slot_for(std::uint32_t claimed) const {
+  std::uint32_t slot_for(std::uint32_t claimed, std::uint64_t stream_id) const {
     const auto it = ranks.find(claimed);
     if (it == ranks.end() || !it->second.connected) return claimed;
+    if (stream_id != 0 && it->second.stream_id == stream_id) return claimed;  // Note [A stream that reconnects]
     return ranks.rbegin()->first + 1;
   }
+  // A rank's (new) connection, and the events of one.
+  void connected(const prof::LiveMessage& m, std::vector<std::string>& messages);
+  std::size_t data(prof::LiveMessage& m);
 };
 
 LiveSession::LiveSession() : impl_(std::make_unique<Impl>()) {}
@@ -62,52 +80,21 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
   impl_->receiver->poll(in);
   for (auto& m : in) {
     switch (m.type) {
-      case prof::LiveMessage::Type::Connected: {
-        const std::uint32_t claimed = m.rank == prof::kUnknownRank ? 0 : m.rank;
-        const std::uint32_t rank = impl_->slot_for(claimed);
-        if (rank != claimed)
-          messages.push_back(fmt::format("live: a stream from {} (pid {}) says rank {} while rank {}'s stream is still "
-                                         "connected (two runs, or processes that know no rank): shown as rank {}",
-                                         m.host, m.pid, claimed, claimed, rank));
-        impl_->connection_rank[m.connection] = rank;
-        RankStream& rs = impl_->ranks[rank];
-        rs.rank = rank;
-        rs.host = m.host;
-        rs.connected = true;
-        rs.strings.clear();  // a new connection starts a new string table
-        impl_->ingest.reset_strings(rank);
-        impl_->builder.host(rank, m.host);  // the rank gets its lane group before its first event
-        messages.push_back(fmt::format("live: rank {} connected from {} (pid {})", rank, m.host, m.pid));
-        if (m.events_before > rs.received) {
-          // It sent events to an earlier viewer that this one never saw: its block events do not
-          // start at the beginning (Note [Memory curves from block events] in allocator_fold.hpp).
-          impl_->builder.blocks_cut(rank);
-          messages.push_back(fmt::format("live: rank {} was running before this viewer ({} events not seen): its "
-                                         "memory curves come from its samples", rank, m.events_before - rs.received));
-        }
+      case prof::LiveMessage::Type::Connected:
+        impl_->connected(m, messages);
         dirty_ = true;
         break;
-      }
       case prof::LiveMessage::Type::Data: {
-        auto it = impl_->connection_rank.find(m.connection);
-        const std::uint32_t rank = it != impl_->connection_rank.end() ? it->second : (m.rank == prof::kUnknownRank ? 0 : m.rank);
-        RankStream& rs = impl_->ranks[rank];
-        rs.rank = rank;
-        for (auto& [id, text] : m.strings) rs.strings[id] = std::move(text);
-        const auto strings = [&rs](prof::StringId id) -> std::string_view {
-          auto s = rs.strings.find(id);
-          return s != rs.strings.end() ? std::string_view(s->second) : std::string_view();
-        };
-        impl_->ingest.add(m.events.data(), m.events.size(), rank, strings, true);
-        events_ += m.events.size();
-        rs.received += m.events.size();
-        dirty_ = dirty_ || !m.events.empty();
+        const std::size_t n = impl_->data(m);
+        events_ += n;
+        dirty_ = dirty_ || n > 0;
         break;
       }
       case prof::LiveMessage::Type::Disconnected: {
         auto it = impl_->connection_rank.find(m.connection);
-        if (it != impl_->connection_rank.end()) {
-          impl_->ranks[it->second].connected = false;
+        impl_->connection_strings.erase(m.connection);
+        if (it != impl_->connection_rank.end() && impl_->ranks[it->second].connection == m.connection) {
+          impl_->ranks[it->second].connected = false;  // an older connection of a rank that reconnected ends quietly
           messages.push_back(fmt::format("live: rank {} disconnected: {}", it->second, m.text));
         }
         dirty_ = true;
@@ -124,6 +111,60 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
     return true;
   }
   return false;
+}
+
+void LiveSession::Impl::connected(const prof::LiveMessage& m, std::vector<std::string>& messages) {
+  const std::uint32_t claimed = m.rank == prof::kUnknownRank ? 0 : m.rank;
+  const std::uint32_t rank = slot_for(claimed, m.stream_id);
+  auto held = ranks.find(claimed);
+  const bool reconnect = rank == claimed && held != ranks.end() && held->second.connected;
+  if (rank != claimed)
+    messages.push_back(fmt::format("live: a stream from {} (pid {}) says rank {} while rank {}'s stream is still "
+                                   "connected (two runs, or processes that know no rank): shown as rank {}",
+                                   m.host, m.pid, claimed, claimed, rank));
+  connection_rank[m.connection] = rank;
+  connection_strings[m.connection].clear();  // a new connection starts a new string table
+  RankStream& rs = ranks[rank];
+  rs.rank = rank;
+  rs.host = m.host;
+  rs.connected = true;
+  rs.stream_id = m.stream_id;
+  rs.connection = m.connection;
+  builder.host(rank, m.host);  // the rank gets its lane group before its first event
+  messages.push_back(reconnect ? fmt::format("live: rank {} connected again from {} (pid {}) before its last connection "
+                                             "closed (this viewer was not reading)", rank, m.host, m.pid)
+                               : fmt::format("live: rank {} connected from {} (pid {})", rank, m.host, m.pid));
+  if (m.events_before > rs.received) {
+    // It sent events that this viewer never saw (to an earlier viewer, or lost while this one was not
+    // reading): its block events do not start at the beginning (Note [Memory curves from block events] in
+    // allocator_fold.hpp). Events of its old connection still unread are counted as lost, hence "up to".
+    builder.blocks_cut(rank);
+    messages.push_back(rs.received == 0
+                           ? fmt::format("live: rank {} was running before this viewer ({} events not seen): its "
+                                         "memory curves come from its samples", rank, m.events_before)
+                           : fmt::format("live: rank {} lost up to {} events while its stream was down: its memory "
+                                         "curves come from its samples", rank, m.events_before - rs.received));
+  }
+}
+
+std::size_t LiveSession::Impl::data(prof::LiveMessage& m) {
+  auto it = connection_rank.find(m.connection);
+  const std::uint32_t rank = it != connection_rank.end() ? it->second : (m.rank == prof::kUnknownRank ? 0 : m.rank);
+  RankStream& rs = ranks[rank];
+  rs.rank = rank;
+  auto& table = connection_strings[m.connection];
+  for (auto& [id, text] : m.strings) table[id] = std::move(text);
+  if (rs.data_connection != m.connection) {  // names resolve against this connection's table from here
+    ingest.reset_strings(rank);
+    rs.data_connection = m.connection;
+  }
+  const auto strings = [&table](prof::StringId id) -> std::string_view {
+    auto s = table.find(id);
+    return s != table.end() ? std::string_view(s->second) : std::string_view();
+  };
+  ingest.add(m.events.data(), m.events.size(), rank, strings, true);
+  rs.received += m.events.size();
+  return m.events.size();
 }
 
 AppendResult LiveSession::publish(Timeline& tl) {

@@ -139,6 +139,7 @@ struct Collect : StreamDecoder::Output {
     LiveMessage m = who;
     m.type = LiveMessage::Type::Connected;
     m.events_before = h.events_before;
+    m.stream_id = h.stream_id;
     out.push_back(std::move(m));
     return true;
   }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -15,6 +16,10 @@ namespace memcomm::prof {
 
 StreamSink::StreamSink(const StreamOptions& options) : opt_(options) {
   if (opt_.max_frame_bytes < 4096) opt_.max_frame_bytes = 4096;
+  while (opt_.stream_id == 0) {  // one identity for all of this sender's connections
+    std::random_device entropy;
+    opt_.stream_id = (uint64_t(entropy()) << 32) ^ entropy();
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -74,6 +79,7 @@ bool StreamSink::connect_and_handshake(int& fd) {
     std::lock_guard<std::mutex> lock(mu_);
     h.events_before = stats_.sent_events;
   }
+  h.stream_id = opt_.stream_id;
   ::gethostname(h.host, sizeof h.host - 1);
   StreamHelloAck ack{};
   net::set_send_timeout(fd, opt_.send_timeout_ms);

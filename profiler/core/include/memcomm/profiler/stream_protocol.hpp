@@ -44,7 +44,11 @@ struct StreamHello {
   // from it knows the stream starts mid-run (the memory curves then come from samples, Note [Memory
   // curves from block events] in allocator_fold.hpp). Senders from before this field send 0 here.
   uint64_t events_before;
-  uint8_t reserved[28];        // zero
+  // Nonzero, the same on every connection of one sender: a viewer tells a sender's reconnect from
+  // another stream claiming its rank (Note [A stream that reconnects] in viewer/model/live.cpp).
+  // Senders from before this field send 0 here.
+  uint64_t stream_id;
+  uint8_t reserved[20];        // zero
 };
 struct StreamHelloAck {
   char magic[8];               // kStreamMagic

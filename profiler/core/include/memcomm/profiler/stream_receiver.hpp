@@ -33,6 +33,7 @@ struct LiveMessage {
   std::string host;                // from the hello
   uint32_t pid = 0;
   uint64_t events_before = 0;      // Connected: events the rank sent on earlier connections
+  uint64_t stream_id = 0;          // Connected: the sender's identity across its connections (0: unknown)
   std::vector<std::pair<StringId, std::string>> strings;  // Data: new string definitions
   std::vector<Event> events;       // Data: events in arrival order
   std::string text;                // Disconnected/Error: why

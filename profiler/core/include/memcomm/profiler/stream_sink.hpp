@@ -29,6 +29,7 @@ struct StreamOptions {
   int reconnect_min_ms = 100;                // backoff doubles up to reconnect_max_ms
   int reconnect_max_ms = 2000;
   bool quiet = false;                        // no messages on stderr
+  uint64_t stream_id = 0;                    // the hello's stream_id (0: one drawn at random)
 };
 
 struct StreamStats {
