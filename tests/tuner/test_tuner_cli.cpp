@@ -163,6 +163,12 @@ TEST_CASE("two ranks agree when only one of them runs out of memory") {
     rank1_oom |= t["oom"].get<bool>() && t["oom_rank"] == 1 && t["oom_where"].get<std::string>().find("rank") == 0;
   CHECK(rank1_oom);
   CHECK(j["recommendation"]["world"] == 2);
+  // See Note [A bucket size that changes nothing]: 1 MiB buckets pack this model's gradients as 25 MiB
+  // ones do. The probe moved them anyway and ran out of memory, and the layout the move left made the
+  // verifications of b = 64, 32 and 16 run out of memory after 2 steps whenever the speed phase chose
+  // b = 64 (about one run in ten, under load).
+  for (const auto& t : j["trials"])
+    if (t["purpose"] == "bucket") CHECK_FALSE(t["oom"].get<bool>());
 }
 
 TEST_CASE("impossible requests are usage errors") {
