@@ -755,6 +755,21 @@ TEST_CASE("a rank that never joins is named when the others' setup times out") {
   CHECK(r.output.find("frame #") == std::string::npos);
 }
 
+TEST_CASE("a rank that cannot reach rank 0's store says why: nothing listens, or the address does not resolve") {
+  // A rank whose rank 0 had not started (or a wrong MASTER_PORT) was told that rank 0's store "took the
+  // connection and did not answer ... is rank 0 stopped?", though nothing listened there.
+  for (const auto& [addr, said] : {std::pair<std::string, std::string>{"127.0.0.1", "nothing listens on 127.0.0.1:"},
+                                   {"no.such.host.invalid", "MASTER_ADDR no.such.host.invalid does not resolve"}}) {
+    const auto r = run_command("RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=" + addr +
+                               " MASTER_PORT=" + std::to_string(free_port()) + " timeout 120 " +
+                               quick_train("--steps 2 --timeout 3"));
+    INFO(r.output);
+    CHECK(r.code == 3);
+    CHECK(r.output.find(said) != std::string::npos);
+    CHECK(r.output.find("took the connection") == std::string::npos);
+  }
+}
+
 namespace {
 // Runs `command` (sh) with a 16 KiB tmpfs mounted at `dir` in a private mount namespace, so the full
 // disk vanishes with the command whatever happens to it; skips the test where that needs root.

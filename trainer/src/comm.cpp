@@ -10,6 +10,7 @@
 #include <memcomm/trace/clock.hpp>
 #include <memcomm/profiler/clock_sync.hpp>
 #include <memcomm/train/device_memory.hpp>
+#include <memcomm/train/launch.hpp>
 #include <time.h>
 
 #include <fmt/format.h>
@@ -156,11 +157,13 @@ std::optional<T> within(std::chrono::milliseconds limit, std::function<T()> work
 c10::intrusive_ptr<c10d::Store> connect_client(const DistEnv& env, std::chrono::milliseconds timeout) {
   auto store = within<c10::intrusive_ptr<c10d::Store>>(timeout + std::chrono::seconds(2),
                                                        [env, timeout] { return connect_store(env, false, timeout); });
-  if (!store)
-    throw std::runtime_error(fmt::format("the store on {}:{} (rank 0's) took the connection and did not answer within "
-                                         "{} ms: is rank 0 stopped?", env.master_addr, env.master_port,
-                                         timeout.count() + 2000));
-  return *store;
+  if (store) return *store;
+  // Connecting is retried until the timeout whatever stops it: only a connection that was taken is rank 0 not answering.
+  if (const std::string why = unreachable_store_reason(env.master_addr, env.master_port, 1000); !why.empty())
+    throw std::runtime_error(fmt::format("cannot reach the store of rank 0 within {} ms: {}", timeout.count() + 2000, why));
+  throw std::runtime_error(fmt::format("the store on {}:{} (rank 0's) took the connection and did not answer within "
+                                       "{} ms: is rank 0 stopped?", env.master_addr, env.master_port,
+                                       timeout.count() + 2000));
 }
 
 }  // namespace
@@ -230,8 +233,13 @@ Communicator::Communicator(const DistEnv& env, Backend backend, double timeout_s
     quiet_c10d_logs();
     throw;
   } catch (const std::exception& e) {
+    std::string why = why_not_joined(e);
+    if (!store_)  // c10d's own timeout says only that connecting timed out
+      if (const std::string r = unreachable_store_reason(env.master_addr, env.master_port, 1000);
+          !r.empty() && why.find(r) == std::string::npos)
+        why += ": " + r;
     throw CommError("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (rank " +
-                    std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + why_not_joined(e));
+                    std::to_string(env.rank) + " of " + std::to_string(env.world) + "): " + why);
   }
   quiet.succeeded();
   // See Note [Naming the lost rank]: a private store client, so beats never queue behind collectives.

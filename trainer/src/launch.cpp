@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -122,6 +123,36 @@ std::string local_address_towards(const std::string& host, int port) {
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(res);
   return out;
+}
+
+std::string unreachable_store_reason(const std::string& host, int port, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0 || !res)
+    return "MASTER_ADDR " + host + " does not resolve (" + ::gai_strerror(rc) + ")";
+  std::string why = "nothing answers connections on " + host + ":" + std::to_string(port) +
+                    " (a wrong MASTER_ADDR, a firewall, or a host that is down)";
+  for (const addrinfo* a = res; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      socklen_t len = sizeof err;
+      err = ::poll(&p, 1, timeout_ms) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : ETIMEDOUT;
+    }
+    ::close(fd);
+    if (err == 0) {
+      why.clear();
+      break;
+    }
+    if (err == ECONNREFUSED)
+      why = "nothing listens on " + host + ":" + std::to_string(port) +
+            " (rank 0 has not started, or MASTER_ADDR/MASTER_PORT name another place)";
+  }
+  ::freeaddrinfo(res);
+  return why;
 }
 
 bool launched_externally() { return env("RANK") || env("SLURM_PROCID"); }

@@ -37,6 +37,10 @@ DistEnv detect_dist_env(const char* tool);
 // sent). Collective transports bind to it, so multi-host runs use the link that reaches rank 0.
 // Falls back to "127.0.0.1" when `host` cannot be resolved.
 std::string local_address_towards(const std::string& host, int port);
+// Why no store can be reached at host:port, found by connecting once (at most `timeout_ms`): the host
+// does not resolve, nothing listens there, or nothing answers; "" when a connection is taken
+// (then rank 0 took it and did not answer: Note [A store that does not answer] in comm.cpp).
+std::string unreachable_store_reason(const std::string& host, int port, int timeout_ms);
 
 // True when the environment already names this process's rank (so --nproc must not spawn).
 bool launched_externally();
