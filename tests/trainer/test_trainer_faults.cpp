@@ -666,16 +666,19 @@ TEST_CASE("kill -9 of one rank ends the others within the timeout naming the los
 }
 
 TEST_CASE("SIGTERM to the launcher ends every rank by it, each with its trace flushed") {
-  // See Note [Closing on SIGTERM]: what the ranks recorded up to the signal is in their files.
+  // See Note [Closing on SIGTERM]: what the ranks recorded up to the signal is in their files. A live
+  // stream whose viewer missed events says so, as at a run's end (a SIGTERM'd rank said nothing).
   const auto d = scratch_dir("sigterm");
   const std::string log = d + "/out.log";
   Launched l;
-  launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1 --trace " + d + "/t.mct", log, 2);
+  launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1 --trace " + d + "/t.mct --live 127.0.0.1:" +
+                             std::to_string(free_port()), log, 2);
   REQUIRE(l.ranks.size() == 2);
   const std::string out = log_after_signal(l, SIGTERM, log);
   INFO(out);
   CHECK(out.find("rank 0: SIGTERM: its trace flushed, ending") != std::string::npos);
   CHECK(out.find("rank 1: SIGTERM: its trace flushed, ending") != std::string::npos);
+  CHECK(out.find("rank 0: live stream: no viewer connected") != std::string::npos);
   CHECK(out.find("rank 0 was killed by signal 15") != std::string::npos);
   for (int rank = 0; rank < 2; ++rank) {
     const auto info = run_command(bin_dir() + "/memcomm-trace report " + d + "/t.rank" + std::to_string(rank) + ".mct");

@@ -317,6 +317,13 @@ std::string RunProfiler::trace_error() const { return impl_ ? impl_->trace_error
 
 std::string RunProfiler::live_note() const { return impl_ ? impl_->live_note : std::string(); }
 
+std::string RunProfiler::live_note_now() const {
+  if (!impl_ || !impl_->live) return "";
+  prof::StreamStats s = impl_->live->stats();
+  s.dropped_events += s.queued_events;  // the process ends before they are sent
+  return missed_by_viewer(s, impl_->file != nullptr);
+}
+
 int64_t RunProfiler::collector_cpu_ns() const {
   if (!impl_) return 0;
   return impl_->finished ? impl_->collector_cpu_ns : int64_t(impl_->rec.stats().collector_cpu_ns);

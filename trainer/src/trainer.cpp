@@ -620,11 +620,15 @@ void TrainingRun::gather_run_wide_figures() {
 // (Note [Closing on SIGTERM]). Only the recorder is touched: it may be stopped beside running threads.
 class TraceFlushedOnSigterm {
  public:
-  explicit TraceFlushedOnSigterm(int rank) {
+  // `profiler` outlives this watch (declared before it in run_training).
+  TraceFlushedOnSigterm(int rank, const RunProfiler& profiler) {
     watch_termination(
-        [rank] {
+        [rank, &profiler] {
           prof::Recorder::global().stop();
           std::fprintf(stderr, "memcomm-train: rank %d: SIGTERM: its trace flushed, ending\n", rank);
+          // A viewer that missed events is said at the end of a run; a SIGTERM'd rank never gets there.
+          if (const std::string note = profiler.live_note_now(); !note.empty())
+            std::fprintf(stderr, "memcomm-train: rank %d: %s\n", rank, note.c_str());
         },
         std::chrono::seconds(5), fmt::format("memcomm-train: rank {}: SIGTERM: its trace not flushed within 5 s\n", rank));
   }
@@ -648,7 +652,7 @@ int run_training(const TrainOptions& o, const DistEnv& env) {
     throw UsageError("--mode dp is one process driving every device, but the launcher started " +
                      std::to_string(env.world) + " ranks: use --mode ddp under torchrun/Slurm");
   RunProfiler profiler(o, env, memory.cpu_allocator(), rd.device.is_cuda());
-  const TraceFlushedOnSigterm flushed_on_sigterm(env.rank);
+  const TraceFlushedOnSigterm flushed_on_sigterm(env.rank, profiler);
   Communicator comm(env, rd.backend, o.timeout_s);
   comm.on_collective = [&profiler](const CollectiveRecord& r) { profiler.collective(r); };
   comm.set_device(rd.device);

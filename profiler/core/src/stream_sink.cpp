@@ -56,7 +56,9 @@ void StreamSink::close(int linger_ms) {
 
 StreamStats StreamSink::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  StreamStats s = stats_;
+  s.queued_events = queued_events_;
+  return s;
 }
 
 bool StreamSink::connect_and_handshake(int& fd) {
@@ -109,6 +111,7 @@ bool StreamSink::connect_and_handshake(int& fd) {
   if (ack.max_frame_bytes >= 4096 && ack.max_frame_bytes < opt_.max_frame_bytes) opt_.max_frame_bytes = ack.max_frame_bytes;
   stats_.connected = true;
   stats_.connects++;
+  stats_.last_error.clear();  // what failed before is no longer why events go missing
   strings_sent_ = 0;
   return true;
 }

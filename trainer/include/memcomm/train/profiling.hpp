@@ -77,6 +77,9 @@ class RunProfiler {
   // drop count does not include them. The caller reports it (memcomm-train on stderr, Python as a
   // warning).
   std::string live_note() const;
+  // The same while the run goes on, for a rank ended by SIGTERM (torchrun's and Slurm's way), which
+  // never reaches finish(): thread-safe.
+  std::string live_note_now() const;
   // CPU time the profiler's collector thread used (draining, samplers, trace compression): the
   // profiler's own cost, measurable even when step times are too noisy to show it. 0 if inactive.
   int64_t collector_cpu_ns() const;

@@ -36,6 +36,7 @@ struct StreamStats {
   uint64_t sent_events = 0;
   uint64_t dropped_events = 0;   // never sent: queue overflow (viewer absent or slow), in flight when it
                                  // went away, or still queued at close
+  uint64_t queued_events = 0;    // waiting to be sent now
   uint64_t frames = 0;
   uint64_t connects = 0;         // successful handshakes
   bool connected = false;
