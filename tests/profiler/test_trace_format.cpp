@@ -333,15 +333,20 @@ TEST_CASE("zeros at the end of a file, as a host crash leaves, cut it after its 
       read_cut(bytes, 3000);
     }
   }
-  SECTION("the last chunk's end zeroed") {
+  SECTION("the last chunk's last blocks zeroed") {
+    const size_t from = (chunk2 + sizeof(ChunkHeader)) / 512 * 512 + 512;
+    REQUIRE(from + 512 <= good.size());
     auto bytes = good;
-    std::fill(bytes.end() - 64, bytes.end(), 0);
+    std::fill(bytes.begin() + std::ptrdiff_t(from), bytes.end(), 0);
     read_cut(bytes, 2000);
   }
-  SECTION("the last chunk zeroed from its header on") {
+  SECTION("a last chunk damaged elsewhere whose end is a few zero bytes is corruption") {
     auto bytes = good;
-    std::fill(bytes.begin() + std::ptrdiff_t(chunk2) + 2, bytes.end(), 0);
-    read_cut(bytes, 2000);
+    bytes[chunk2 + sizeof(ChunkHeader) + 5] ^= 0x40;
+    const size_t from = bytes.size() - 7;
+    std::fill(bytes.begin() + std::ptrdiff_t(from), bytes.end(), 0);
+    spit(path, bytes);
+    CHECK(error_of(path).find("chunk 2") != std::string::npos);
   }
   SECTION("zeros inside a chunk with data after it are corruption") {
     auto bytes = good;

@@ -140,10 +140,13 @@ uint64_t TraceReader::estimate_events() const {
 // cut short (Note [Crash safety]). A host that crashes or loses power leaves something else: on ext4
 // and xfs the file's size can be on disk before its last blocks are, which then read as zeros. Read
 // as corruption, 20 zero bytes after the last chunk lost the whole file (7 complete chunks, "bad
-// chunk magic"), as did a last chunk whose last 5,000 bytes were zeros ("checksum mismatch"). So a
-// chunk that cannot be read is the file's cut when zeros run from inside it (or from its start) to
-// the end of the file: the chunks before it are kept and the reader warns, as for a killed writer.
-// A chunk damaged anywhere else, with data after it, is still corruption (exit 2).
+// chunk magic"), as did a last chunk whose last blocks were zeros ("checksum mismatch"). So a chunk
+// that cannot be read is the file's cut when zeros run from its start to the end of the file, or
+// from inside it to the end as whole blocks do: from a 512-byte boundary, 512 bytes or more (a chunk
+// that ends in a few zero bytes of its own and is damaged elsewhere stays corrupt). The chunks before
+// it are kept and the reader warns, as for a killed writer. A chunk damaged anywhere else, with data
+// after it, is still corruption (exit 2).
+constexpr size_t kBlock = 512;
 bool TraceReader::truncated_at(uint64_t at, const std::string& why) {
   info_.truncated = true;
   info_.truncated_bytes = size_ - at;
@@ -156,7 +159,8 @@ bool TraceReader::truncated_at(uint64_t at, const std::string& why) {
 bool TraceReader::cut_by_zeros(uint64_t at, uint64_t end, const std::string& what) {
   size_t zeros_from = size_;
   while (zeros_from > at && data_[zeros_from - 1] == 0) --zeros_from;
-  if (zeros_from == size_ || zeros_from >= end) fail(at, what);
+  const bool blocks = zeros_from % kBlock == 0 && size_ - zeros_from >= kBlock && zeros_from < end;
+  if (zeros_from == size_ || (zeros_from > at && !blocks)) fail(at, what);
   return truncated_at(at, fmt::format("zeros from byte offset {} to the end of the file, as a crash of the host "
                                       "leaves", zeros_from));
 }
