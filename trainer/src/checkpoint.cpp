@@ -190,6 +190,22 @@ std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int ra
   return out;
 }
 
+namespace {
+
+// The step a checkpoint's archive was saved at.
+int64_t step_in(torch::serialize::InputArchive& ar) {
+  torch::Tensor step;
+  ar.read("memcomm_step", step);
+  return step.item<int64_t>();
+}
+
+// LibTorch's message without its backtrace and context lines.
+std::string first_line(const c10::Error& e) {
+  std::string msg = e.what_without_backtrace();
+  if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  return msg;
+}
+
 // The step in checkpoint `path`'s header, else (written before headers held it) in its archive; -1
 // when there is no file.
 int64_t step_of(const std::string& path) {
@@ -208,15 +224,13 @@ int64_t step_of(const std::string& path) {
     torch::serialize::InputArchive ar;
     const std::string_view archive = archive_of(path, bytes, parse_header(path, bytes));
     ar.load_from(archive.data(), archive.size());
-    torch::Tensor step;
-    ar.read("memcomm_step", step);
-    return step.item<int64_t>();
+    return step_in(ar);
   } catch (const c10::Error& e) {
-    std::string msg = e.what_without_backtrace();
-    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    throw std::runtime_error("checkpoint " + path + " is corrupt: " + msg);
+    throw std::runtime_error("checkpoint " + path + " is corrupt: " + first_line(e));
   }
 }
+
+}  // namespace
 
 CheckpointSteps checkpoint_steps(const std::string& dir, int rank) {
   return {step_of(checkpoint_path(dir, rank)), step_of(previous_checkpoint_path(dir, rank))};
@@ -273,13 +287,9 @@ int64_t load_checkpoint(const std::string& p, int rank, torch::nn::Module& model
     model.load(ar);
     ar.read("optimizer", opt_ar);
     opt.load(opt_ar);
-    torch::Tensor step;
-    ar.read("memcomm_step", step);
-    return step.item<int64_t>();
+    return step_in(ar);
   } catch (const c10::Error& e) {
-    std::string msg = e.what_without_backtrace();
-    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    throw std::runtime_error("checkpoint " + p + " is corrupt or does not match this model: " + msg);
+    throw std::runtime_error("checkpoint " + p + " is corrupt or does not match this model: " + first_line(e));
   }
 }
 
