@@ -31,6 +31,16 @@ void spit(const std::string& path, const std::vector<char>& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
 }
+// Where chunk `index` of a trace file's bytes begins (its chunks read in order from the header's end).
+size_t chunk_offset(const std::vector<char>& file, size_t index) {
+  size_t at = sizeof(FileHeader);
+  for (size_t k = 0; k < index; ++k) {
+    ChunkHeader h;
+    std::memcpy(&h, file.data() + at, sizeof h);
+    at += sizeof(ChunkHeader) + h.stored_size;
+  }
+  return at;
+}
 std::vector<Event> read_all(const std::string& path, RecoveryInfo* info = nullptr) {
   TraceReader r(path);
   std::vector<Event> out;
@@ -247,10 +257,7 @@ TEST_CASE("corrupt checksums and lengths give clear errors naming the chunk and 
   const std::string path = temp_path("corrupt");
   write_numbered(path, 3, 1000);
   const auto good = slurp(path);
-  // Locate chunk 1.
-  ChunkHeader h0;
-  std::memcpy(&h0, good.data() + sizeof(FileHeader), sizeof h0);
-  const size_t chunk1 = sizeof(FileHeader) + sizeof(ChunkHeader) + h0.stored_size;
+  const size_t chunk1 = chunk_offset(good, 1);
 
   SECTION("a flipped payload byte") {
     auto bad = good;
@@ -312,12 +319,7 @@ TEST_CASE("zeros at the end of a file, as a host crash leaves, cut it after its 
   const std::string path = temp_path("zeros");
   write_numbered(path, 3, 1000);
   const auto good = slurp(path);
-  ChunkHeader h0;
-  std::memcpy(&h0, good.data() + sizeof(FileHeader), sizeof h0);
-  const size_t chunk1 = sizeof(FileHeader) + sizeof(ChunkHeader) + h0.stored_size;
-  ChunkHeader h1;
-  std::memcpy(&h1, good.data() + chunk1, sizeof h1);
-  const size_t chunk2 = chunk1 + sizeof(ChunkHeader) + h1.stored_size;
+  const size_t chunk1 = chunk_offset(good, 1), chunk2 = chunk_offset(good, 2);
   const auto read_cut = [&](std::vector<char> bytes, size_t expected_events) {
     spit(path, bytes);
     RecoveryInfo info;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -39,6 +40,24 @@ std::unique_ptr<prof::StreamSink> connect(std::uint16_t port, std::uint32_t rank
   return sink;
 }
 
+// Polls a session as the viewer's frames do, keeping what it says.
+struct Poller {
+  explicit Poller(LiveSession& session) : live(session) {}
+  LiveSession& live;
+  std::vector<std::string> messages;
+  double now = 0;
+  // Polls until `events` have arrived, or `tries` polls 10 ms apart have passed (0: wait for none).
+  void poll(std::uint64_t events, int tries = 500) {
+    for (int i = 0; i < tries && (events == 0 || live.events_received() < events); ++i) {
+      live.poll(messages, now += 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  bool said(const std::string& text) const {
+    return std::any_of(messages.begin(), messages.end(), [&](const std::string& m) { return m.find(text) != std::string::npos; });
+  }
+};
+
 }  // namespace
 
 TEST_CASE("live: a second stream claiming a connected rank gets lanes of its own", "[unit][viewer]") {
@@ -50,28 +69,19 @@ TEST_CASE("live: a second stream claiming a connected rank gets lanes of its own
   const std::uint16_t port = live.stats().port;
   const auto first_events = one_step(1000), second_events = one_step(5000);
   auto first = connect(port, 0, first_events);
-  std::vector<std::string> messages;
-  double now = 0;
-  const auto wait_for = [&](std::uint64_t events) {
-    for (int i = 0; i < 500 && live.events_received() < events; ++i) {
-      live.poll(messages, now += 1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  };
-  wait_for(first_events.size());
+  Poller p(live);
+  p.poll(first_events.size());
   auto second = connect(port, 0, second_events);
-  wait_for(first_events.size() + second_events.size());
+  p.poll(first_events.size() + second_events.size());
   Timeline tl;
   live.publish(tl);
   first->close(5000);
   second->close(5000);
-  INFO(fmt::format("{}", fmt::join(messages, "\n")));
+  INFO(fmt::format("{}", fmt::join(p.messages, "\n")));
   REQUIRE(tl.ranks.size() == 2);
   CHECK(tl.ranks[0].rank == 0);
   CHECK(tl.ranks[1].rank == 1);
-  bool said = false;
-  for (const auto& m : messages) said = said || m.find("says rank 0 while rank 0's stream is still connected") != std::string::npos;
-  CHECK(said);
+  CHECK(p.said("says rank 0 while rank 0's stream is still connected"));
 }
 
 TEST_CASE("live: a sender that connects again before its old connection closed continues its rank", "[unit][viewer]") {
@@ -84,31 +94,19 @@ TEST_CASE("live: a sender that connects again before its old connection closed c
   REQUIRE(live.start("127.0.0.1:0", error));
   const std::uint16_t port = live.stats().port;
   const auto first_events = one_step(1000), second_events = one_step(5000);
-  std::vector<std::string> messages;
-  double now = 0;
-  const auto wait_for = [&](std::uint64_t events) {
-    for (int i = 0; i < 500 && live.events_received() < events; ++i) {
-      live.poll(messages, now += 1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  };
+  Poller p(live);
   auto first = connect(port, 0, first_events, 42);
-  wait_for(first_events.size());
+  p.poll(first_events.size());
   auto again = connect(port, 0, second_events, 42);
-  wait_for(first_events.size() + second_events.size());
+  p.poll(first_events.size() + second_events.size());
   first->close(5000);
-  for (int i = 0; i < 50; ++i) {
-    live.poll(messages, now += 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  p.poll(0, 50);  // the old connection's end arrives
   Timeline tl;
   live.publish(tl);
-  INFO(fmt::format("{}", fmt::join(messages, "\n")));
+  INFO(fmt::format("{}", fmt::join(p.messages, "\n")));
   REQUIRE(tl.ranks.size() == 1);
   CHECK(tl.ranks[0].rank == 0);
   CHECK(tl.ranks[0].connected);  // the old connection's end did not disconnect it
-  bool said = false;
-  for (const auto& m : messages) said = said || m.find("rank 0 connected again from") != std::string::npos;
-  CHECK(said);
+  CHECK(p.said("rank 0 connected again from"));
   again->close(5000);
 }
