@@ -17,6 +17,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "input_warnings.hpp"
 #include "memcomm/common/json_output.hpp"
 #include "memcomm/trace/kineto.hpp"
 #include "memcomm/trace/trace_reader.hpp"
@@ -208,6 +209,7 @@ nlohmann::json describe(const std::string& path, bool json) {
   if (is_kineto_candidate(path)) {
     const KinetoTrace k = read_kineto(path);
     if (k.info.truncated) fmt::print(stderr, "memcomm-trace: warning: {}\n", k.info.truncation);
+    warn_if_empty(path, k.trace.events.size(), true);
     FileCounts f;
     for (const Event& e : k.trace.events) count_event(f, e, k.trace.rank, k.trace.strings);
     f.strings = non_empty(k.trace.strings);
@@ -218,6 +220,7 @@ nlohmann::json describe(const std::string& path, bool json) {
   TraceReader r(path);
   const FileCounts f = count_events(r);
   if (r.recovery().truncated) fmt::print(stderr, "memcomm-trace: warning: {}: {}\n", path, r.recovery().detail);
+  warn_if_empty(path, r.recovery().events, false);
   nlohmann::json j = mct_json(path, r, f);
   if (!json) print_mct(path, r, f, j);
   return j;

@@ -239,6 +239,21 @@ TEST_CASE("memcomm-trace warns that a rank's memory figures count dropped frees'
   std::remove(p.c_str());
 }
 
+TEST_CASE("memcomm-trace warns that a file holding its header alone has no events", "[profiler][tool]") {
+  // A recorder killed before its first chunk: advise said "nothing to change" with exit 0 and nothing
+  // on stderr, as if the run had been quiet.
+  const std::string p = test::temp_path("header_only") + ".mct";
+  write_rank(p, 0, {}, {Event::from(make_mem_block(EventKind::Alloc, 200, 0x7f0000000000, 512, 0))});
+  std::filesystem::resize_file(p, sizeof(FileHeader));
+  std::string out;
+  for (const char* sub : {"info ", "report ", "advise "}) {
+    REQUIRE(run(tool() + " " + sub + p, out) == 0);
+    CHECK(out.find("warning: " + p + ": holds no events (its recorder ended before writing a chunk)") !=
+          std::string::npos);
+  }
+  std::remove(p.c_str());
+}
+
 TEST_CASE("memcomm-trace info, export, merge and report work on per-rank and merged files", "[profiler][tool]") {
   const std::string base = test::temp_path("tool");
   const auto paths = write_fixture(base);
