@@ -129,11 +129,21 @@ bool App::idle() const {
 }
 
 void App::wait_for_work(bool headless) {
-  if (headless) {
+  // Headless frames run flat out (a screenshot's frame count, --bench, a script) except where only a
+  // live arrival can end the run: a viewer waiting out --exit-after-events sleeps as a window does
+  // (it spun at 90% of a core, starving the ranks it listened to), waking for --timeout's check.
+  const bool awaits_arrivals = live_ && opt_.exit_after_events > 0 && script_done();
+  if (headless && !awaits_arrivals) {
     glfwPollEvents();
   } else if (idle()) {
-    glfwWaitEvents();  // nothing changes: sleep until input, a dropped file or a live arrival
-    redraw_frames_ = 3;
+    // Nothing changes: sleep until input, a dropped file or a live arrival. Headless has no input to
+    // answer with redraws, and wakes four times a second to check --timeout.
+    if (headless) {
+      glfwWaitEventsTimeout(0.25);
+    } else {
+      glfwWaitEvents();
+      redraw_frames_ = 3;
+    }
   } else if (redraw_frames_ <= 0) {
     // Loading, or live arrivals waiting for their publish: progress at 20 Hz, no busy loop. A stale
     // summary alone waits until its refresh is due.
