@@ -387,3 +387,61 @@ TEST_CASE("the decoder gives the same result fed byte by byte", "[profiler][stre
   CHECK(d2.error().find("frame 1") != std::string::npos);
   CHECK(d2.error().find("checksum mismatch") != std::string::npos);
 }
+
+TEST_CASE("a rank that closes its stream ends it, and a connection cut without its end is said so", "[profiler][stream]") {
+  // A closed socket looked the same for a finished run and a killed rank (See Note [The end of a stream]).
+  StreamReceiver rx(quiet_receiver());
+  rx.start();
+  const auto disconnected = [](auto& m) { return has_type(m, LiveMessage::Type::Disconnected); };
+  std::vector<LiveMessage> all;
+  uint64_t sent = 0;
+  {
+    Recorder rec;
+    auto sink = std::make_shared<StreamSink>(sink_options(rx.port()));
+    rec.add_sink(sink);
+    rec.start();
+    for (int i = 0; i < 100; ++i) rec.record(make_counter(i, 0, i));
+    rec.stop();
+    sink->close(5000);
+    sent = sink->stats().sent_events;
+  }
+  poll_until(rx, all, disconnected);
+  REQUIRE(disconnected(all));
+  CHECK(all.back().ended);
+  CHECK(all.back().text == "the rank ended its stream");
+  CHECK(count_events(all, EventKind::Counter) == 100);
+  CHECK(count_events(all, EventKind::Drops) == 0);  // taken out of the data
+  CHECK(rx.stats().events == sent);  // the marker is no recorded event: neither sent nor received
+
+  all.clear();  // a rank killed after its hello and one frame: no marker
+  {
+    const int fd = raw_connect(rx.port());
+    const StreamHello h = good_hello();
+    ::send(fd, &h, sizeof h, 0);
+    StreamHelloAck ack{};
+    ::recv(fd, &ack, sizeof ack, MSG_WAITALL);
+    const Event e = Event::from(make_counter(1, 0, 1.0));
+    std::vector<char> frame;
+    ChunkEncoder(Codec::Lz4).encode(nullptr, 0, &e, 1, 0, frame);
+    ::send(fd, frame.data(), frame.size(), 0);
+    ::close(fd);
+  }
+  poll_until(rx, all, disconnected);
+  REQUIRE(disconnected(all));
+  CHECK_FALSE(all.back().ended);
+  CHECK(all.back().text.find("before its stream's end") != std::string::npos);
+  CHECK(count_events(all, EventKind::Counter) == 1);
+}
+
+TEST_CASE("the end-of-stream marker is a DropEvent of no events that nothing else sends", "[profiler][stream]") {
+  const Event m = stream_end_marker(42);
+  CHECK(is_stream_end_marker(m));
+  CHECK(m.ts == 42);
+  DropEvent d = m.as<DropEvent>();
+  CHECK(d.count == 0);  // a viewer from before the marker adds no drops
+  d.count = 1;
+  CHECK_FALSE(is_stream_end_marker(Event::from(d)));
+  d.count = 0;
+  d.thread = kStreamDropThread;
+  CHECK_FALSE(is_stream_end_marker(Event::from(d)));
+}

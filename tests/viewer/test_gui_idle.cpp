@@ -120,9 +120,11 @@ TEST_CASE("a listening viewer is idle until something arrives and a closed rank 
   CHECK(spans() == static_cast<std::uint64_t>(kernels) + 2);
   CHECK(app.idle());
   CHECK(st.summary.spans == static_cast<std::uint64_t>(kernels) + 2);  // the final summary, not a stale one
-  // Disconnected: kept and marked, in the messages and the status line.
+  // Disconnected: kept and marked, in the messages and the status line; the rank closed its stream
+  // itself, so it ended (See Note [The end of a stream]).
   CHECK_FALSE(st.tl.ranks[0].connected);
-  CHECK(any_contains(nlohmann::json(st.messages), "live: rank 0 disconnected"));
+  CHECK(st.tl.ranks[0].stream_ended);
+  CHECK(any_contains(nlohmann::json(st.messages), "live: rank 0 ended its stream"));
   INFO(st.status_line);
   CHECK(st.status_line.find("ranks 1 (connected 0)") != std::string::npos);
   CHECK(st.status_line.find("drops 0") != std::string::npos);

@@ -156,7 +156,8 @@ std::string App::report_json() const {
     for (const auto& l : rd.lanes) spans += l.span_count();
     drops += rd.dropped;
     ranks.push_back({{"rank", rd.rank}, {"spans", spans}, {"collectives", rd.collectives.size()},
-                     {"alloc_events", rd.alloc_events.size()}, {"dropped", rd.dropped}, {"connected", rd.connected}});
+                     {"alloc_events", rd.alloc_events.size()}, {"dropped", rd.dropped}, {"connected", rd.connected},
+                     {"stream_ended", rd.stream_ended}});
   }
   j["ranks"] = ranks;
   j["drops"] = drops;

@@ -73,7 +73,9 @@ void draw_rank_header(AppState& st, TimelineFrame& f, std::size_t slot, float y)
   if (y + kHeader < f.top || y >= f.bottom) return;
   f.dl->AddRectFilled(h0, h1, IM_COL32(45, 45, 55, 255));
   std::string title = fmt::format("{} {}{}{}", st.collapsed[slot] ? "+" : "-", rank_name(rd), rd.host.empty() ? "" : "  " + rd.host,
-                                  (!rd.connected && st.live_status.size()) ? "  (disconnected)" : "");
+                                  (rd.connected || st.live_status.empty()) ? ""
+                                  : rd.stream_ended                        ? "  (ended)"
+                                                                           : "  (disconnected)");
   if (rd.dropped) title += fmt::format("  drops {}", rd.dropped);
   f.dl->AddText(ImVec2(f.wpos.x + 4, y + 3), IM_COL32(230, 230, 230, 255), title.c_str());
   if (f.hovered && ImGui::IsMouseClicked(0) && f.mouse.y >= h0.y && f.mouse.y < h1.y && f.mouse.x < f.left)

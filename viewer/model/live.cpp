@@ -15,6 +15,7 @@ struct LiveSession::RankStream {
   std::uint32_t rank = 0;
   std::string host;
   bool connected = false;
+  bool ended = false;           // its newest connection ended the stream (Note [The end of a stream])
   std::uint64_t received = 0;  // events from this rank, all connections
   std::uint64_t stream_id = 0;  // its sender's identity (0: a sender that gives none)
   int connection = -1;          // its newest connection
@@ -95,7 +96,9 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
         impl_->connection_strings.erase(m.connection);
         if (it != impl_->connection_rank.end() && impl_->ranks[it->second].connection == m.connection) {
           impl_->ranks[it->second].connected = false;  // an older connection of a rank that reconnected ends quietly
-          messages.push_back(fmt::format("live: rank {} disconnected: {}", it->second, m.text));
+          impl_->ranks[it->second].ended = m.ended;
+          messages.push_back(m.ended ? fmt::format("live: rank {} ended its stream", it->second)
+                                     : fmt::format("live: rank {} disconnected: {}", it->second, m.text));
         }
         dirty_ = true;
         break;
@@ -128,6 +131,7 @@ void LiveSession::Impl::connected(const prof::LiveMessage& m, std::vector<std::s
   rs.rank = rank;
   rs.host = m.host;
   rs.connected = true;
+  rs.ended = false;
   rs.stream_id = m.stream_id;
   rs.connection = m.connection;
   builder.host(rank, m.host);  // the rank gets its lane group before its first event
@@ -172,6 +176,7 @@ AppendResult LiveSession::publish(Timeline& tl) {
   for (auto& rd : tl.ranks) {
     auto it = impl_->ranks.find(rd.rank);
     rd.connected = it != impl_->ranks.end() && it->second.connected;
+    rd.stream_ended = it != impl_->ranks.end() && it->second.ended;
   }
   if (tl.sources.empty()) tl.sources.push_back("live");
   return r;

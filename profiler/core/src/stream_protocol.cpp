@@ -1,4 +1,4 @@
-// Endpoint parsing and the incremental StreamDecoder (Note [Live protocol]).
+// Endpoint parsing, the end-of-stream marker and the incremental StreamDecoder (Note [Live protocol]).
 #include "memcomm/profiler/stream_protocol.hpp"
 
 #include <arpa/inet.h>
@@ -8,6 +8,21 @@
 #include <fmt/format.h>
 
 namespace memcomm::prof {
+
+Event stream_end_marker(int64_t ts) {
+  DropEvent d{};
+  d.ts = ts;
+  d.kind = EventKind::Drops;
+  d.thread = kStreamEndThread;
+  d.count = 0;
+  return Event::from(d);
+}
+
+bool is_stream_end_marker(const Event& e) {
+  if (e.kind != EventKind::Drops) return false;
+  const DropEvent d = e.as<DropEvent>();
+  return d.thread == kStreamEndThread && d.count == 0;
+}
 
 Endpoint parse_endpoint(const std::string& text, unsigned lowest_port) {
   Endpoint ep;

@@ -111,6 +111,7 @@ struct Collect : StreamDecoder::Output {
   uint32_t max_frame;
   LiveMessage who;            // identity from the hello, copied into every message
   std::vector<LiveMessage> out;
+  bool ended = false;         // the end-of-stream marker arrived
   bool on_hello(const StreamHello& h, std::string& why) override {
     StreamHelloAck ack{};
     std::memcpy(ack.magic, kStreamMagic, sizeof ack.magic);
@@ -144,6 +145,11 @@ struct Collect : StreamDecoder::Output {
     return true;
   }
   void on_frame(const std::vector<StringDef>& defs, const Event* ev, size_t n) override {
+    if (n > 0 && is_stream_end_marker(ev[n - 1])) {  // Note [The end of a stream]
+      ended = true;
+      --n;
+      if (n == 0 && defs.empty()) return;
+    }
     LiveMessage m = who;
     m.type = LiveMessage::Type::Data;
     for (const StringDef& d : defs) m.strings.emplace_back(d.id, std::string(d.text));
@@ -169,7 +175,9 @@ void StreamReceiver::serve(std::shared_ptr<Connection> c) {
     if (rc < 0 && errno == EINTR) continue;
     const ssize_t r = rc < 0 ? -1 : ::recv(c->fd, buf.data(), buf.size(), 0);
     if (r <= 0) {
-      reason = r == 0 ? "connection closed by the rank" : fmt::format("connection lost: {}", std::strerror(errno));
+      if (r < 0) reason = fmt::format("connection lost: {}", std::strerror(errno));
+      else if (col.ended) reason = "the rank ended its stream";
+      else reason = "connection closed by the rank before its stream's end (killed, or it crashed)";
       break;
     }
     const bool ok = dec.feed(buf.data(), size_t(r), col);
@@ -206,6 +214,7 @@ void StreamReceiver::serve(std::shared_ptr<Connection> c) {
     LiveMessage m = col.who;
     m.type = LiveMessage::Type::Disconnected;
     m.text = reason;
+    m.ended = col.ended;
     push(std::move(m));
   }
   ::shutdown(c->fd, SHUT_RDWR);

@@ -187,6 +187,19 @@ bool StreamSink::send_pending(int fd) {
   return true;
 }
 
+// See Note [The end of a stream]: after every event was sent, on a close that lingers.
+void StreamSink::send_end(int fd) {
+  const Event marker = stream_end_marker(now_ns());
+  ChunkEncoder enc(Codec::Lz4);
+  std::vector<char> out;
+  enc.encode(nullptr, 0, &marker, 1, opt_.rank, out);
+  std::string err;
+  if (!net::send_all(fd, out.data(), out.size(), err)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.last_error = err;
+  }
+}
+
 void StreamSink::run() {
   int fd = -1;
   int backoff = opt_.reconnect_min_ms;
@@ -236,7 +249,7 @@ void StreamSink::run() {
   if (fd >= 0) {
     if (linger > 0) {
       net::set_send_timeout(fd, linger);
-      send_pending(fd);
+      if (send_pending(fd)) send_end(fd);
     }
     net::close_fd(fd);
   }

@@ -12,6 +12,18 @@
 // Anything else on the socket (bad magic, oversize or corrupt frame) makes the viewer drop that
 // connection with a message; the viewer itself keeps running. A rank whose queue overflows (slow or
 // absent viewer) drops events and reports them in-band as DropEvents with thread = kStreamDropThread.
+// A sender that closes its stream on purpose sends one last frame ending in the end-of-stream marker
+// (Note [The end of a stream]).
+//
+// Note [The end of a stream]:
+// A viewer told "connection closed by the rank" alike for a run that finished and for a rank that
+// was killed: a closed socket says nothing of why. A sender that closes on purpose (the recording
+// ended, the run finished or was stopped with its traces flushed) sends, after its last events, a
+// frame whose last event is a DropEvent with thread = kStreamEndThread and count 0. The receiver
+// takes it out of the data and reports the end as the rank's; a socket closed without it is a
+// stream cut short (SIGKILL, a crash, the network). Carried as a DropEvent of count 0, the marker
+// needs no new event kind or protocol version: a viewer from before it counts 0 drops and reads
+// the close as before. It is no recorded event: not counted as sent or received.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +39,11 @@ inline constexpr uint16_t kStreamProtocolVersion = 1;
 inline constexpr uint16_t kDefaultLivePort = 7433;
 inline constexpr uint32_t kDefaultMaxFrameBytes = 4u << 20;
 inline constexpr uint16_t kStreamDropThread = 0xFFFF;  // DropEvent::thread for live-queue drops
+inline constexpr uint16_t kStreamEndThread = 0xFFFE;   // DropEvent::thread of the end-of-stream marker
+
+// The marker a sender closing on purpose sends last (Note [The end of a stream]).
+Event stream_end_marker(int64_t ts);
+bool is_stream_end_marker(const Event& e);
 
 enum class HelloStatus : uint16_t { Accepted = 0, VersionMismatch = 1, Refused = 2 };
 

@@ -37,6 +37,7 @@ struct LiveMessage {
   std::vector<std::pair<StringId, std::string>> strings;  // Data: new string definitions
   std::vector<Event> events;       // Data: events in arrival order
   std::string text;                // Disconnected/Error: why
+  bool ended = false;              // Disconnected: the rank ended its stream (Note [The end of a stream])
 };
 
 struct ReceiverStats {

@@ -50,7 +50,9 @@ class StreamSink : public Sink {
   ~StreamSink() override;
   void consume(const Batch& batch) override;
   void flush() override {}
-  // Sends what is queued if connected (up to `linger_ms`), then disconnects and stops the thread.
+  // Sends what is queued if connected (up to `linger_ms`) and, when all of it went, the end-of-stream
+  // marker (Note [The end of a stream]); then disconnects and stops the thread. The destructor closes
+  // with no linger: what is queued is dropped and the stream ends without its marker.
   void close() override;
   void close(int linger_ms);
   StreamStats stats() const;
@@ -59,6 +61,7 @@ class StreamSink : public Sink {
   void run();
   bool connect_and_handshake(int& fd);
   bool send_pending(int fd);
+  void send_end(int fd);  // the end-of-stream marker (Note [The end of a stream])
 
   StreamOptions opt_;
   mutable std::mutex mu_;

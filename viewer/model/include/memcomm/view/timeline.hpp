@@ -121,6 +121,7 @@ struct RankData {
   std::shared_ptr<const SnapshotStacks> stacks;
   std::uint64_t dropped = 0;          // events the recorder dropped (reported in the status line)
   bool connected = false;             // live mode: the stream is still up (a closed rank stays, marked)
+  bool stream_ended = false;          // live mode: closed by the rank on purpose (Note [The end of a stream])
   // Its step ranges carry the ids their source recorded (a .mct trace, a torch.profiler trace's
   // ProfilerStep#N), 0 included: the step table shows them as memcomm-trace report does. False for
   // sources that number no steps (synthetic and hand-built runs): numbered from 1 in start order.
