@@ -35,22 +35,29 @@ struct Levels {
   std::int64_t live = 0, reserved = 0;
 };
 
-// What each event adds to the two figures. A block ends at its free request; a free completed with
-// no request before it (files that record only completions) ends it there, as `memory` folds them.
+// What each event adds to the two figures, as `memory --at` folds them (AllocationBuilder, told that
+// PyTorch records every free's request): a block ends at its free request; a completion with no
+// request ends a block allocated in the trace, and is otherwise a block whose free was requested
+// before the trace began, never live in it (Note [Allocations before the trace]).
 std::vector<Levels> added_by(const std::vector<snapshot::Event>& events) {
   std::vector<Levels> out(events.size());
+  std::unordered_set<std::uint64_t> open;       // allocated in the trace, not yet freed
   std::unordered_set<std::uint64_t> requested;  // blocks freed by the user, their completion to come
   for (std::size_t i = 0; i < events.size(); ++i) {
     const snapshot::Event& e = events[i];
     const auto size = static_cast<std::int64_t>(std::min<std::uint64_t>(e.size, std::numeric_limits<std::int64_t>::max() / 4));
     switch (e.kind) {
-      case EventKind::Alloc: out[i] = {size, 0}; break;
+      case EventKind::Alloc:
+        open.insert(e.addr);
+        out[i] = {size, 0};
+        break;
       case EventKind::FreeRequested:
+        open.erase(e.addr);
         requested.insert(e.addr);
         out[i] = {-size, 0};
         break;
       case EventKind::FreeCompleted:
-        if (requested.erase(e.addr) == 0) out[i] = {-size, 0};
+        if (requested.erase(e.addr) == 0 && open.erase(e.addr) == 1) out[i] = {-size, 0};
         break;
       case EventKind::SegmentAlloc:
       case EventKind::SegmentMap: out[i] = {0, size}; break;
