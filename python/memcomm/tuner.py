@@ -33,7 +33,7 @@ from memcomm._tuner.prober import Prober
 from memcomm._tuner.runner import Runner
 from memcomm._tuner.state import RandomState, ScriptState, in_reach
 from memcomm._tuner.setup import (agree_on_setup, cache_key, check_model_fits, check_same_arguments, device_of,
-                                  format_bytes, group_device, search_config)
+                                  format_bytes, group_device, search_config, train_mode_for_probes)
 
 __all__ = ["tune", "TuneError"]
 
@@ -156,6 +156,7 @@ def _search(runner: Runner, config: Dict[str, Any], key: Dict[str, Any], verbose
     if verbose and group.rank == 0:
         print(f"memcomm.tune: global batch {o.global_batch} on {group.world} rank(s), limit {format_bytes(limit)} per "
               f"rank, search {o.search}", flush=True)
+    train_mode_for_probes(runner)
     config["min_micro_batch"] = check_model_fits(runner, limit)
     prober = Prober(runner, o, verbose, evaluate)
     try:

@@ -674,6 +674,51 @@ def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
     """, timeout=60)
 
 
+def test_a_model_left_in_eval_mode_is_probed_in_training_mode_and_left_in_eval_mode():
+    # See Note [Probes step in training mode]: tune() after a validation pass probed without dropout
+    # masks or BatchNorm's batch statistics, and recommended micro-batches that training could not run.
+    run_ok("""
+        import warnings, torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=256 << 20)
+        model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.Dropout(0.5), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        modes = set()
+        def loss(m, xy):
+            modes.add((m.training, m[1].training, m[2].training))
+            return F.cross_entropy(m(xy[0]), xy[1])
+        make = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
+        model.eval()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = memcomm.tune(model, opt, loss, make, 32, probe_seconds=0.0, verify_steps=2, verbose=False,
+                             max_trials=3)
+        assert r["recommendation"], r
+        assert modes == {(True, True, True)}, modes
+        said = [str(w.message) for w in caught if "eval mode" in str(w.message)]
+        assert len(said) == 1, [str(w.message) for w in caught]
+        assert not any(m.training for m in model.modules())
+        print("ok")
+    """, timeout=120)
+
+
+def test_a_step_that_does_not_fit_beside_a_model_that_does_says_so():
+    # 771 KiB of state under a 4 MiB cap, and a step whose batch alone takes 8 MiB at micro-batch 1:
+    # "below the model's own size" named the wrong culprit.
+    run_ok("""
+        import torch, torch.nn as nn, memcomm
+        memcomm.use_allocator("cpu", memory_limit=4 << 20)
+        model = nn.Linear(256, 256)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        try:
+            memcomm.tune(model, opt, lambda m, x: m(x).sum(), lambda b: torch.randn(b * 8192, 256), 8, verbose=False)
+        except ValueError as e:
+            assert "is too small for one step at micro-batch 1" in str(e), e
+            assert "771.0 KiB of parameters, gradients and optimizer state" in str(e), e
+            print("ok")
+    """, timeout=60)
+
+
 def _model_and_opt():
     model = nn.Linear(4, 2)
     return model, torch.optim.SGD(model.parameters(), lr=0.1)

@@ -183,6 +183,13 @@ TEST_CASE("impossible requests are usage errors") {
     CHECK(r.output.find("below the model's own size") != std::string::npos);
     CHECK(r.output.find("Exception raised from") == std::string::npos);
   }
+  // About 10 MB of state under 24 MiB: what runs out is the first step's own memory, not the model.
+  r = run_command(env_cache(dir) + tune_bin() +
+                  " --model mlp --hidden 1024 --dataset tabular --synthetic-size 8192 --global-batch 1024 "
+                  "--memory-limit 24MiB --verify-steps 2");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("24.0 MiB is too small for one step at micro-batch 1") != std::string::npos);
   r = run_command(env_cache(dir) + tune_bin() + kModel + "--global-batch 64");
   CHECK(r.code == 2);
   CHECK(r.output.find("--memory-limit is required") != std::string::npos);

@@ -61,10 +61,10 @@ ProbeRunner::ProbeRunner(const train::TrainOptions& o, const train::DistEnv& env
   // See Note [A first step before the probes]: one step at b = 1; the trial puts the state back.
   train::TrialPlan one;
   const auto first = trial_.run(one);
-  if (first.oom)
+  if (first.oom)  // the model's state fitted (tune_run checks it first): the step's own memory did not
     throw train::UsageError("--memory-limit " + format_bytes(trial_.memory_limit()) +
-                            " is below the model's own size: one step at micro-batch 1 runs out of memory (" +
-                            first.oom_where + ")");
+                            " is too small for one step at micro-batch 1: it runs out of memory (" + first.oom_where +
+                            ") beside the model's parameters, gradients and optimizer state");
 }
 
 ProbeResult ProbeRunner::probe(const ProbeRequest& r) {

@@ -38,6 +38,23 @@ def _one_step(runner: Runner, b: int) -> str:
         runner.recover(pristine)
 
 
+def train_mode_for_probes(runner: Runner) -> None:
+    """Note [Probes step in training mode]: a model left in eval mode (tune() called after a
+    validation pass or a checkpoint's load) was probed in eval mode: no dropout masks, BatchNorm
+    without its batch statistics, so micro-batches fit that then ran out of memory in training
+    (b = 256 recommended under a cap where training fits b = 128). The probes stand for training
+    steps, so they run the model in training mode, said once; the modules loss_fn names beside it
+    keep their flags (a frozen teacher in eval mode is the loss's choice), and ScriptState puts the
+    model's flags back when tune() returns."""
+    if runner.model.training:
+        return
+    if runner.group.rank == 0:
+        warn("memcomm.tune: the model is in eval mode (model.training is False): the probes run it in training "
+             "mode, as training steps would (dropout, BatchNorm's batch statistics), and tune() leaves it in eval "
+             "mode; call model.train() before tune() to silence this")
+    runner.model.train()
+
+
 def _first_step(runner: Runner, limit: int) -> int:
     """memcomm-tune's Note [A first step before the probes]: one step at b = 1, then the initial
     state; returns the smallest micro-batch the search may try.
@@ -64,9 +81,10 @@ def _first_step(runner: Runner, limit: int) -> int:
             if runner.group.rank == 0:
                 warn(f"memcomm.tune: one step at micro-batch 1 raised {type(at_one).__name__} ({at_one}); "
                      "the search starts at micro-batch 2")
-    if where:
-        raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: one step at micro-batch "
-                         f"{smallest} runs out of memory ({where})")
+    if where:  # the state fitted (check_model_fits): what ran out is the step's own memory
+        raise ValueError(f"memory_limit {format_bytes(limit)} is too small for one step at micro-batch {smallest}: it "
+                         f"runs out of memory ({where}) beside the model's {format_bytes(_model_state_bytes(runner))} "
+                         "of parameters, gradients and optimizer state")
     return smallest
 
 
