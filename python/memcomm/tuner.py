@@ -56,6 +56,8 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
     model:          the module, not yet wrapped in DistributedDataParallel (the tuner all-reduces
                     gradients itself, bucketed as DDP does; Note [Gradient buckets from Python]).
+                    The probes run it in training mode: one left in eval mode is switched for them,
+                    with a warning (Note [Probes step in training mode]).
     optimizer:      its optimizer; model and optimizer (with any parameters it updates outside the
                     model) are as they were when tune() returns: weights, buffers, optimizer state,
                     modules' training flags and gradients; so are the global random generators

@@ -22,6 +22,7 @@ struct Synthetic {
   double a = 200e6, c = 3e6, q = 0;
   int64_t limit = 1LL << 30;
   double t0 = 2e-3, t1 = 1e-4, knee = 1e9, penalty = 0;
+  int64_t loader = 0;  // each probe's loader allowance (bytes its prefetched batches would hold)
   int probes = 0;
 
   int64_t allocated(int64_t b) const { return static_cast<int64_t>(a + c * double(b) + q * double(b) * double(b)); }
@@ -44,6 +45,7 @@ struct Synthetic {
     }
     x.peak_allocated = allocated(r.micro_batch);
     x.peak_reserved = reserved(r.micro_batch);
+    x.loader_allowance = loader;
     x.step_s = double(r.accum) * micro_s(r.micro_batch) + 1e-3;
     return x;
   }
@@ -114,6 +116,31 @@ TEST_CASE("Lightning's doubling reaches divisor candidates that a power of two s
     INFO("limit " << limit);
     CHECK(out.largest_feasible == exhaustive_largest(m, {1, 2, 7, 14, 49, 98}));
   }
+}
+
+TEST_CASE("Lightning's search whose first size runs out ends at micro-batch 1 when 1 fits") {
+  // It started at 2, ran out there and said "no micro-batch fits" (exit 1) without running 1, which
+  // the first step before the probes had just run; Lightning itself ends at 1.
+  Synthetic m;
+  m.limit = m.reserved(1);
+  REQUIRE_FALSE(m.fits(2));
+  SearchConfig cfg;
+  cfg.global_batch = 8;
+  cfg.memory_limit = m.limit;
+  cfg.strategy = Strategy::Lightning;
+  for (const bool fit_only : {true, false}) {
+    cfg.fit_only = fit_only;
+    const auto out = run_search(cfg, std::ref(m));
+    INFO("fit_only " << fit_only << ": " << out.failure);
+    CHECK(out.largest_feasible == 1);
+    REQUIRE(out.recommendation);
+    CHECK(out.recommendation->micro_batch == 1);
+  }
+  m.limit = m.reserved(1) - 1;  // and where 1 does not fit either, none does
+  cfg.memory_limit = m.limit;
+  const auto none = run_search(cfg, std::ref(m));
+  CHECK(none.largest_feasible == 0);
+  CHECK(none.failure == "no micro-batch fits under the limit");
 }
 
 TEST_CASE("a budget of one trial (--max-trials 1) runs one probe and does not claim a boundary it did not find") {
@@ -232,6 +259,29 @@ TEST_CASE("a fit that is right but cautious does not crawl, and fit-only keeps a
     REQUIRE(tight.recommendation);
     CHECK(tight.recommendation->micro_batch >= 1024);
   }
+}
+
+TEST_CASE("no search runs more probes than --max-trials") {
+  // The speed search ran the largest safe micro-batch below the boundary after the boundary search had
+  // spent the budget: --max-trials 4 ran 5 probes.
+  // (--search grid runs every candidate: it is the exhaustive reference.)
+  for (const Strategy s : {Strategy::Memcomm, Strategy::Lightning})
+    for (const int64_t loader : {int64_t(0), int64_t(64) << 20})
+    for (int64_t limit = int64_t(220) << 20; limit <= int64_t(4) << 30; limit = limit * 5 / 4)
+      for (int max_trials = 1; max_trials <= 12; ++max_trials) {
+        Synthetic m;
+        m.loader = loader;  // a largest feasible without room for it is no speed candidate
+        m.limit = limit;
+        SearchConfig cfg;
+        cfg.global_batch = 1024;
+        cfg.memory_limit = limit;
+        cfg.strategy = s;
+        cfg.max_trials = max_trials;
+        const auto out = run_search(cfg, std::ref(m));
+        INFO("strategy " << int(s) << ", loader " << loader << ", limit " << limit << ", --max-trials " << max_trials);
+        CHECK(m.probes <= max_trials);
+        CHECK(static_cast<int>(out.trials.size()) <= max_trials);
+      }
 }
 
 TEST_CASE("memory that is not linear in b still gives the right boundary") {

@@ -265,6 +265,10 @@ class Search {
         break;
       }
     }
+    // Lightning ends at `low` when its first size fails, assuming that 1 fits without running it; the
+    // smallest candidate is run here instead (the first step before the probes passed at it), so a
+    // search whose first probe ran out says "none fits" only when it does not fit either.
+    if (out_.largest_feasible == 0 && !done_.count(cand_[0]) && budget_left()) fits(0, TrialPurpose::Boundary);
     if (out_.largest_feasible == 0) out_.failure = "no micro-batch fits under the limit";
     return out_.largest_feasible > 0;
   }
@@ -310,7 +314,8 @@ class Search {
         top = i;
         break;
       }
-    if (top < 0) return;
+    // A top the boundary search did not run costs a probe like any other: none past --max-trials.
+    if (top < 0 || (!done_.count(cand_[static_cast<size_t>(top)]) && !budget_left())) return;
     double best = speed_of(static_cast<size_t>(top));
     size_t best_i = static_cast<size_t>(top);
     int below = 0;

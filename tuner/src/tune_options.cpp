@@ -38,7 +38,7 @@ void add_tuning_options(CLI::App& app, TuneOptions& t, RawTuneFlags& raw) {
                 "Samples per optimizer step over all ranks (b x K x ranks); required");
   g->add_option("--max-trials", t.search.max_trials,
                 "Most probes for fit, boundary, speed and buckets (with --any-micro-batch the boundary search "
-                "leaves one for the largest divisor below the boundary)")
+                "leaves one for the largest divisor below the boundary; --search grid runs every candidate)")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   g->add_option("--json", t.json_out, "Write trials and recommendation as JSON to FILE");
   g->add_flag("--fresh", t.fresh, "Tune again even when a cached result exists");
