@@ -719,6 +719,17 @@ def test_a_step_that_does_not_fit_beside_a_model_that_does_says_so():
     """, timeout=60)
 
 
+def test_the_cache_key_names_the_cpu_and_the_threads_a_step_runs_on():
+    # It said "cpu" alone: a cache shared over machines reused speeds measured elsewhere.
+    from memcomm._tuner.setup import _device_description
+    d = _device_description(torch.device("cpu"))
+    assert d.startswith("cpu") and d.endswith(f" x{torch.get_num_threads()} threads"), d
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    if names:
+        assert d.startswith(f"cpu:{names[0]} x"), d
+
+
 def _model_and_opt():
     model = nn.Linear(4, 2)
     return model, torch.optim.SGD(model.parameters(), lr=0.1)

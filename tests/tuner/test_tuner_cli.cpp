@@ -56,6 +56,9 @@ TEST_CASE("the boundary under a cap is never above, and at most one candidate be
   INFO(r.output);
   REQUIRE(r.code == 0);
   const auto j = read_json(dir + "/tune.json");
+  // The cache key names the threads a step ran on: a key of the CPU's model alone reused speeds
+  // measured with other cores.
+  CHECK(j["key"]["device"].get<std::string>().find(" threads") != std::string::npos);
   // Never above what training can run. One candidate below is tolerated at this knife-edge cap: a
   // large-pool block keeps a remainder under min_large_split (1 MiB) instead of splitting it, and
   // which blocks do depends on the order they were made in. The probing process (whose gradient

@@ -15,6 +15,8 @@
 #include <memcomm/train/rank_device.hpp>
 #include <memcomm/train/session.hpp>
 
+#include <ATen/Parallel.h>
+
 #if __has_include(<ATen/cuda/CUDAContext.h>)
 #include <ATen/cuda/CUDAContext.h>
 #define MEMCOMM_TRIAL_CUDA 1
@@ -279,11 +281,12 @@ int TrialRunner::world() const { return impl_->env.world; }
 
 std::string TrialRunner::device_description() const {
   const auto& d = impl_->rd.device;
-  if (!d.is_cuda()) {
+  if (!d.is_cuda()) {  // and the threads a step runs on: the same CPU with other cores is another speed
+    const std::string threads = " x" + std::to_string(at::get_num_threads()) + " threads";
     std::ifstream f("/proc/cpuinfo");
     for (std::string line; std::getline(f, line);)
-      if (line.rfind("model name", 0) == 0) return "cpu:" + line.substr(line.find(':') + 2);
-    return "cpu";
+      if (line.rfind("model name", 0) == 0) return "cpu:" + line.substr(line.find(':') + 2) + threads;
+    return "cpu" + threads;
   }
 #ifdef MEMCOMM_TRIAL_CUDA
   return std::string("cuda:") + at::cuda::getDeviceProperties(d.index())->name;

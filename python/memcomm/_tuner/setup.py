@@ -100,10 +100,24 @@ def check_model_fits(runner: Runner, limit: int) -> int:
 format_bytes = _memcomm.format_bytes  # the one way memcomm prints bytes (common/bytes.hpp)
 
 
+def _device_description(device: torch.device) -> str:
+    """As memcomm-tune's key describes the device: the GPU's name, or the CPU's model and the threads a
+    step runs on (a key of "cpu" alone reused speeds measured on another machine)."""
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{device.type}{':' + model if model else ''} x{torch.get_num_threads()} threads"
+
+
 def cache_key(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, o: Options,
               world: int, limit: int) -> Dict[str, Any]:
     """What the result depends on, as memcomm-tune's cache key names it (Note [Tuning cache])."""
-    return {"memcomm_version": _memcomm.__version__, "device": str(device), "torch": torch.__version__,
+    return {"memcomm_version": _memcomm.__version__, "device": _device_description(device), "torch": torch.__version__,
             "model": {"name": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())},
             "optimizer": type(optimizer).__name__, "world": world, "global_batch": o.global_batch,
             "memory_limit": limit, "search": SEARCHES.index(o.search), "fit_only": o.fit_only,

@@ -75,7 +75,7 @@ class TrialRunner {
 
   int rank() const;
   int world() const;
-  std::string device_description() const;  // "cpu:<model name>" or "cuda:<GPU name>"
+  std::string device_description() const;  // "cpu:<model name> x<N> threads" or "cuda:<GPU name>"
   int64_t memory_limit() const;             // the cap in force (bytes)
   int64_t model_state_bytes() const;        // parameters + gradients + optimizer state
   int64_t shard_size() const;               // training samples a rank draws per epoch: the largest micro-batch
