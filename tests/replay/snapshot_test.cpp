@@ -172,12 +172,37 @@ std::string segment_error(std::int64_t device) {
   }
   return "accepted";
 }
+// {'segments': [{'device': 0, 'address': 4096, 'total_size': total, 'blocks': [{'size': size,
+//   'requested_size': requested, 'state': state}]}]}
+std::string block_error(std::int64_t total, std::int64_t size, std::int64_t requested, const std::string& state) {
+  PickleBuilder b;
+  b.proto(4).empty_dict().str("segments").empty_list().empty_dict().mark().kv("device", 0).kv("address", 4096)
+      .kv("total_size", total).str("blocks").empty_list().empty_dict().mark().kv("size", size)
+      .kv("requested_size", requested).kv("state", state).setitems().op('a').setitems().op('a').op('s').stop();
+  try {
+    snap::parse_snapshot(b.data(), b.size(), "block.pickle");
+  } catch (const snap::ReadError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
 }  // namespace
 
 TEST_CASE("snapshot: values no allocator writes are refused, not wrapped into figures (Note [Values no real snapshot holds])",
           "[snapshot][bad]") {
   CHECK(one_event_error(4096, 512, 1'700'000'000'000'000) == "accepted");
-  CHECK(one_event_error(4096, std::int64_t{1} << 57, 1) == "accepted");  // the largest address space's size
+  CHECK(one_event_error(0, std::int64_t{1} << 57, 1) == "accepted");  // the largest address space, whole
+  // 128 such blocks past it read as "16384.00 PiB live", the sum wrapping at the next one.
+  CHECK_THAT(one_event_error(4096, std::int64_t{1} << 57, 1), Catch::Contains("beyond any address space"));
+  CHECK_THAT(one_event_error(std::int64_t{1} << 57, 512, 1), Catch::Contains("beyond any address space"));
+  CHECK(block_error(2 * MiB, 2 * MiB, 100, "active_allocated") == "accepted");
+  // A segment of 10 bytes holding 2 MiB read as fragmentation -511.
+  CHECK_THAT(block_error(10, 2 * MiB, 100, "active_allocated"),
+             Catch::Contains("segments[0]: its blocks hold 2097152 bytes, more than its total_size 10"));
+  CHECK_THAT(block_error(2 * MiB, 2 * MiB, 4 * MiB, "active_allocated"),
+             Catch::Contains("segments[0].blocks[0]: requested_size 4194304 is more than its size 2097152"));
+  // A free block keeps an earlier allocation's requested_size: PyTorch's own files hold such.
+  CHECK(block_error(2 * MiB, 2 * MiB, 4 * MiB, "inactive") == "accepted");
   CHECK_THAT(one_event_error(4096, (std::int64_t{1} << 57) + 1, 1), Catch::Contains("more than any address space holds"));
   CHECK_THAT(one_event_error(4096, std::int64_t{1} << 62, 1), Catch::Contains("device_traces[0][0].size"));
   CHECK_THAT(one_event_error(4096, 512, 9'300'000'000'000'000), Catch::Contains("time_us 9300000000000000 is out of range"));
