@@ -84,13 +84,14 @@ std::uint64_t get_u64(const Document& doc, const Value& v, What&& what) {
   return static_cast<std::uint64_t>(i);
 }
 // Note [Values no real snapshot holds]: a byte count beyond 2^57 (the largest virtual address space
-// any CPU or GPU has, five-level paging's) or a block that ends beyond it cannot come from an
-// allocator; nor can a time_us whose nanoseconds overflow 64 bits (the year 2262), a device number
-// below 0, or 255 devices and more (device 255 is host memory in every memcomm tool,
-// prof::kHostDevice); nor a segment whose blocks hold more than its total_size, or an allocated block
-// whose requested bytes exceed its size. Read as they are, they wrap sums and clocks into figures that
-// look right (128 blocks of 2^57 bytes read as "16384.00 PiB live", a segment of 10 bytes holding
-// 2 MiB as fragmentation -511); the file is refused as corrupt instead.
+// any CPU or GPU has, five-level paging's) or a block that wraps past the top of the address space
+// cannot come from an allocator (addresses themselves may lie anywhere: tagged or sign-extended
+// pointers sit in the upper half); nor can a time_us whose nanoseconds overflow 64 bits (the year
+// 2262), a device number below 0, or 255 devices and more (device 255 is host memory in every
+// memcomm tool, prof::kHostDevice); nor a segment whose blocks hold more than its total_size, or an
+// allocated block whose requested bytes exceed its size. Read as they are, they wrap sums and clocks
+// into figures that look right (a segment of 10 bytes holding 2 MiB read as fragmentation -511);
+// the file is refused as corrupt instead.
 constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 57;
 constexpr std::int64_t kMaxTimeUs = std::numeric_limits<std::int64_t>::max() / 1000;
 constexpr std::int64_t kMaxDevices = prof::kHostDevice;
@@ -231,8 +232,6 @@ class Builder {
     if (is_block_action(e.kind) && !have_size) throw_at(dev, idx, "event has no 'size'");
     if (is_block_action(e.kind) && !e.has_addr()) throw_at(dev, idx, "event has no 'addr'");
     if (e.addr + e.size < e.addr) throw_at(dev, idx, "its block wraps past the top of the address space");
-    if (is_block_action(e.kind) && e.addr + e.size > kMaxBytes)
-      throw_at(dev, idx, fmt::format("its block ends at {:#x}, beyond any address space (2^57 bytes)", e.addr + e.size));
     return e;
   }
 
@@ -249,9 +248,6 @@ class Builder {
     };
     s.address = get_u64(doc_, req("address"), field("address"));
     s.total_size = get_bytes(doc_, req("total_size"), field("total_size"));
-    if (s.address > kMaxBytes || s.address + s.total_size > kMaxBytes)
-      throw ReadError(doc_.source(), kNoOffset, fmt::format("{}: it ends at {:#x}, beyond any address space (2^57 bytes)",
-                                                            what(), s.address + s.total_size));
     if (const Value* p = get("device")) {
       const std::int64_t d = get_int(doc_, *p, field("device"));
       if (d < 0 || d >= kMaxDevices)
