@@ -535,11 +535,20 @@ TEST_CASE("ranks whose checkpoints are at different steps refuse to resume, with
   INFO(one.output);
   CHECK(one.code == 2);
   CHECK(one.output.find("no checkpoint for rank 1 in") != std::string::npos);
+  CHECK(one.output.find("(it holds the checkpoint of rank 0: a run of 1 rank saved them, and resumes with as many)") !=
+        std::string::npos);
   CHECK(one.output.find("exited with code") == std::string::npos);  // said once, by the launcher
   std::filesystem::remove(d + "/mixed/ckpt.rank0.pt");
   const auto none = run_command(quick_train("--nproc 2 --steps 8 --resume --checkpoint-dir " + d + "/mixed"));
   CHECK(none.code == 2);
   CHECK(none.output.find("no checkpoint for ranks 0, 1 in") != std::string::npos);
+  CHECK(none.output.find("it holds") == std::string::npos);
+  // A run with more ranks than the one that saved: it said only "no checkpoint for rank 2".
+  const auto three = run_command(quick_train("--nproc 3 --steps 8 --resume --checkpoint-dir " + d + "/at4"));
+  INFO(three.output);
+  CHECK(three.code == 2);
+  CHECK(three.output.find("no checkpoint for rank 2 in " + d + "/at4 (it holds the checkpoints of ranks 0, 1: a run of 2 "
+                          "ranks saved them, and resumes with as many)") != std::string::npos);
 }
 
 namespace {

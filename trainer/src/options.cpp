@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -74,13 +75,49 @@ std::vector<int> ranks_with_checkpoints(const std::string& dir, int world) {
   return found;
 }
 
+namespace {
+
+// Every rank with a checkpoint file (newest or previous) in `dir`, in order, whatever the world.
+std::vector<int> saved_ranks(const std::string& dir) {
+  const std::string prefix = "ckpt.rank";
+  std::vector<int> ranks;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string digits = it->path().filename().string();
+    if (digits.rfind(prefix, 0) != 0) continue;
+    digits.erase(0, prefix.size());
+    for (const std::string suffix : {".prev.pt", ".pt"})
+      if (digits.size() > suffix.size() && digits.compare(digits.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        digits.resize(digits.size() - suffix.size());
+        if (digits.size() < 7 && digits.find_first_not_of("0123456789") == std::string::npos)
+          ranks.push_back(std::stoi(digits));
+        break;
+      }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+}  // namespace
+
 std::string replaced_checkpoints_message(const std::string& dir) {
   return "--checkpoint-dir " + dir + " holds checkpoints that this run's saves would replace: give --resume to "
          "continue them, or another --checkpoint-dir (or remove them first)";
 }
 
 std::string no_checkpoint_message(const std::vector<int>& ranks, const std::string& dir) {
-  return fmt::format("--resume: no checkpoint for rank{} {} in {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "), dir);
+  std::string message =
+      fmt::format("--resume: no checkpoint for rank{} {} in {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "), dir);
+  const std::vector<int> held = saved_ranks(dir);
+  if (held.empty()) return message;
+  // "--nproc 3" on a 2-rank run's folder said only "no checkpoint for rank 2".
+  const bool a_whole_run = held.back() == static_cast<int>(held.size()) - 1;
+  return message + fmt::format(" (it holds the checkpoint{} of rank{} {}{})", held.size() > 1 ? "s" : "",
+                               held.size() > 1 ? "s" : "", fmt::join(held, ", "),
+                               a_whole_run ? fmt::format(": a run of {} rank{} saved them, and resumes with as many",
+                                                         held.size(), held.size() > 1 ? "s" : "")
+                                           : "");
 }
 
 void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {

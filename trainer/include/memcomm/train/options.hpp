@@ -118,7 +118,8 @@ std::vector<int> ranks_with_checkpoints(const std::string& dir, int world);
 // it is a restart of the group that wrote them, which resumes from them (launch.hpp's attempt).
 std::string replaced_checkpoints_message(const std::string& dir);
 // The refusal of --resume when `ranks` (one or more) have no file in `dir`: said by --nproc's
-// launcher before spawning and by a rank that finds its file missing.
+// launcher before spawning and by a rank that finds its file missing. It names the ranks whose
+// files the folder does hold, so a run with more ranks than the one that saved says so.
 std::string no_checkpoint_message(const std::vector<int>& ranks, const std::string& dir);
 
 // Note [Checkpoint fingerprint] in checkpoint.hpp: (flag, value) pairs for what a resumed run must
