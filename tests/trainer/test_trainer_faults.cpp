@@ -840,6 +840,9 @@ TEST_CASE("a checkpoint that one rank cannot write is saved by none, and the fol
   CHECK(r.output.find("rank1-exit=1") != std::string::npos);
   CHECK(r.output.find("cannot write " + d + "/ckpt.rank1.pt: File too large") != std::string::npos);
   CHECK(r.output.find("the checkpoint of step 2 was not saved: another rank could not write its file") != std::string::npos);
+  // The run's first save: no previous checkpoint to keep (it said every rank's was kept).
+  CHECK(r.output.find(d + " holds no checkpoint yet") != std::string::npos);
+  CHECK(r.output.find("previous checkpoint") == std::string::npos);
   CHECK(r.output.find("ckpt.rank") == r.output.find("ckpt.rank1.pt: File too large"));  // no file, no temporary
 }
 

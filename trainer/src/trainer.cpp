@@ -469,10 +469,14 @@ void TrainingRun::save_checkpoint(int64_t step) {
   auto failures = torch::tensor({failed ? 1.0 : 0.0}, torch::kFloat64);
   if (p_.env.world > 1) bookkeeping_allreduce(failures);
   if (failed) std::rethrow_exception(failed);
-  if (failures.item<double>() > 0)
-    throw std::runtime_error(fmt::format("the checkpoint of step {} was not saved: another rank could not write "
-                                         "its file; every rank's previous checkpoint in {} is kept",
-                                         step, o_.checkpoint_dir));
+  if (failures.item<double>() > 0) {
+    // At a run's first save there is nothing to keep: saying so would send a user looking for it.
+    std::error_code ec;
+    const bool had_one = std::filesystem::exists(checkpoint_path(o_.checkpoint_dir, p_.env.rank), ec);
+    throw std::runtime_error(fmt::format("the checkpoint of step {} was not saved: another rank could not write its file; {}",
+                                         step, had_one ? "every rank's previous checkpoint in " + o_.checkpoint_dir + " is kept"
+                                                       : o_.checkpoint_dir + " holds no checkpoint yet"));
+  }
   keep_previous(o_.checkpoint_dir, p_.env.rank);  // Note [A save cut short]
   written->commit();
   auto committed = torch::tensor({1.0}, torch::kFloat64);
