@@ -202,6 +202,17 @@ TEST_CASE("under Slurm, a node's tasks come from its tasks per node, also when n
     CHECK(e.local_world == t.local_world);
     CHECK(e.local_rank == std::atoi(t.localid));
   }
+  // A tasks per node that is not Slurm's form, or names fewer nodes than SLURM_NODEID, was passed over
+  // for an even split (a run on one node of 2 tasks trained as if each node held 1).
+  ::setenv("SLURM_NODEID", "1", 1);
+  for (const auto& [per_node, said] : std::vector<std::pair<const char*, const char*>>{
+           {"x", "SLURM_STEP_TASKS_PER_NODE=x is not Slurm's tasks per node (such as 2(x3),1)"},
+           {"2abc", "SLURM_STEP_TASKS_PER_NODE=2abc is not Slurm's tasks per node"},
+           {"2(x1", "SLURM_STEP_TASKS_PER_NODE=2(x1 is not Slurm's tasks per node"},
+           {"2", "SLURM_STEP_TASKS_PER_NODE=2 names 1 node, and SLURM_NODEID is 1"}}) {
+    ::setenv("SLURM_STEP_TASKS_PER_NODE", per_node, 1);
+    CHECK_THROWS_WITH(memcomm::train::read_dist_env(), Catch::Contains(said));
+  }
   for (const char* name : {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NNODES", "SLURM_NODEID", "SLURM_LOCALID",
                            "SLURM_STEP_TASKS_PER_NODE"})
     ::unsetenv(name);

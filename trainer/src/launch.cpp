@@ -165,18 +165,30 @@ void warn_if_nproc_ignored(int nproc, const DistEnv& e, const char* tool) {
 
 namespace {
 
+// One item of Slurm's tasks per node, "2" or "2(x3)", whole: false for anything else ("x", "2abc").
+bool parse_tasks_item(const std::string& item, int& tasks, int& repeat) {
+  int used = 0;
+  repeat = 1;
+  if (std::sscanf(item.c_str(), "%d%n", &tasks, &used) == 1 && size_t(used) == item.size()) return tasks > 0;
+  return std::sscanf(item.c_str(), "%d(x%d)%n", &tasks, &repeat, &used) == 2 && size_t(used) == item.size() &&
+         tasks > 0 && repeat > 0;
+}
+
 // Slurm's tasks per node, in node order with runs compressed ("2(x3),1": three nodes of 2 tasks, then
-// one of 1): the count on node `node`, or -1 when the text does not say.
-int slurm_tasks_on_node(const char* text, int node) {
+// one of 1): the count on node `node`. A text that is not in that form, or names fewer nodes, throws
+// naming `name`: an even split guessed instead gave ranks a wrong local world (and device).
+int slurm_tasks_on_node(const char* name, const char* text, int node) {
   std::istringstream in(text);
   int first = 0;  // the run's first node
   for (std::string item; std::getline(in, item, ',');) {
     int tasks = 0, repeat = 1;
-    if (std::sscanf(item.c_str(), "%d(x%d)", &tasks, &repeat) < 1 || tasks < 1 || repeat < 1) return -1;
+    if (!parse_tasks_item(item, tasks, repeat))
+      throw std::invalid_argument(std::string(name) + "=" + text + " is not Slurm's tasks per node (such as 2(x3),1)");
     if (node < first + repeat) return tasks;
     first += repeat;
   }
-  return -1;
+  throw std::invalid_argument(std::string(name) + "=" + text + " names " + std::to_string(first) +
+                              (first == 1 ? " node" : " nodes") + ", and SLURM_NODEID is " + std::to_string(node));
 }
 
 // The tasks on this rank's node: from the step's (or the job's) tasks per node and SLURM_NODEID, which
@@ -185,8 +197,7 @@ int slurm_tasks_on_node(const char* text, int node) {
 int slurm_local_world(int world) {
   const int node = env_int("SLURM_NODEID", -1);
   for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})
-    if (node >= 0 && env(name))
-      if (const int tasks = slurm_tasks_on_node(env(name), node); tasks > 0) return tasks;
+    if (node >= 0 && env(name)) return slurm_tasks_on_node(name, env(name), node);
   return env_int("SLURM_NTASKS_PER_NODE", world / std::max(1, env_int("SLURM_NNODES", 1)));
 }
 
