@@ -418,6 +418,11 @@ TEST_CASE("kineto: the default communication kernels are NCCL's, RCCL's, DeepEP'
       {"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)", true},
       {"void deep_ep::internode::dispatch<true>(int)", true},
       {"void dpsk::ep::internode::combine<false>(int)", true},  // DeepSeek's profile-data traces
+      {"void deep_ep::intranode::notify_dispatch<8>(int)", true},
+      {"void deep_ep::internode_ll::dispatch<false>(int)", true},
+      // DeepEP's layout kernel counts tokens on its own GPU: it was listed as an all-to-all.
+      {"void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*)", false},
+      {"void deep_ep::layout::get_dispatch_layout<256>(long const*, int*)", false},
       {"nvshmemi_transfer_rma_kernel", true},
       {"void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_gemm>(int)", false},
       {"void at::native::vectorized_elementwise_kernel<4>(int)", false}};

@@ -58,10 +58,12 @@ inline constexpr const char* kKinetoSourceTag = "source=torch.profiler";
 
 // The default communication-kernel pattern (RE2 syntax, searched in the kernel name: Note [A pattern
 // the user writes] in src/kineto/converter.cpp):
-// NCCL and RCCL kernels, DeepEP's dispatch/combine (deep_ep:: in the public library, dpsk::ep:: in
-// DeepSeek's own profile-data traces) and NVSHMEM kernels. HTA counts only
-// ^nccl.*Kernel as communication; `memcomm-trace report --hta` uses HTA's rule whatever this is.
-inline constexpr const char* kDefaultCommKernels = R"(nccl|rccl|deep_ep::|dpsk::ep::|nvshmem)";
+// NCCL and RCCL kernels, DeepEP's kernels that talk to other GPUs (its intranode:: and internode::
+// namespaces: dispatch, combine and their notify steps; deep_ep:: in the public library, dpsk::ep:: in
+// DeepSeek's own profile-data traces; its layout kernel only counts tokens on the GPU) and NVSHMEM
+// kernels. HTA counts only ^nccl.*Kernel as communication; `memcomm-trace report --hta` uses HTA's
+// rule whatever this is.
+inline constexpr const char* kDefaultCommKernels = R"(nccl|rccl|(deep_ep|dpsk::ep)::(intra|inter)node|nvshmem)";
 
 struct KinetoOptions {
   std::string comm_kernels = kDefaultCommKernels;
