@@ -722,6 +722,24 @@ TEST_CASE("SIGINT to a launcher started with SIGINT ignored (a script's backgrou
   CHECK(out.find("step 100000/") == std::string::npos);
 }
 
+TEST_CASE("SIGTERM to the launcher ends a stopped rank 10 s later, not --timeout + 15 s later") {
+  // See Note [No orphans]: with --timeout 60 a stopped rank held the job 75 s after the SIGTERM, past
+  // the 30 s Slurm leaves before its SIGKILL.
+  const auto d = scratch_dir("sigterm-stopped");
+  const std::string log = d + "/out.log";
+  Launched l;
+  launch_until_step_3(l, "--nproc 2 --steps 100000 --log-interval 1 --timeout 60", log, 2);
+  REQUIRE(l.ranks.size() == 2);
+  REQUIRE(::kill(l.ranks[1], SIGSTOP) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string out = log_after_signal(l, SIGTERM, log);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(out);
+  CHECK(out.find("rank 1 did not exit within 10 s of the SIGTERM passed on to it; killing it") != std::string::npos);
+  CHECK(waited < 40);  // a bound for a loaded machine; the launcher's own is 10 s
+  for (pid_t p : l.ranks) CHECK_FALSE(alive(p));
+}
+
 TEST_CASE("a rank that hangs (SIGSTOP) ends the run after --timeout with exit 3 naming it and leaves no orphans") {
   const auto d = scratch_dir("stop-rank");
   const std::string log = d + "/out.log";

@@ -300,12 +300,22 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
 
   // Note [No orphans]: the launcher reaps every rank. After the first failure the survivors get
   // grace_s (the collective timeout plus a margin) to report the lost rank themselves; then they die.
+  // A SIGINT or SIGTERM is forwarded, and the ranks get kSignalGrace to end on it: a stopped or hung
+  // rank held the job for the whole grace_s, past Slurm's 30 s between its SIGTERM and its SIGKILL.
+  constexpr auto kSignalGrace = std::chrono::seconds(10);
   int job_code = 0, alive = nproc;
   auto deadline = std::chrono::steady_clock::time_point::max();
+  const char* overdue = "did not exit after the failure";
   while (alive > 0) {
-    if (g_forward_signal) {
-      for (pid_t p : pids) if (p > 0) ::kill(p, g_forward_signal);
+    if (const int sig = g_forward_signal) {
+      for (pid_t p : pids) if (p > 0) ::kill(p, sig);
       g_forward_signal = 0;
+      const auto signal_deadline = std::chrono::steady_clock::now() + kSignalGrace;
+      if (signal_deadline < deadline) {
+        deadline = signal_deadline;
+        overdue = sig == SIGINT ? "did not exit within 10 s of the SIGINT passed on to it"
+                                : "did not exit within 10 s of the SIGTERM passed on to it";
+      }
     }
     int status = 0;
     const pid_t done = ::waitpid(-1, &status, WNOHANG);
@@ -319,8 +329,12 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
           std::fprintf(stderr, "%s: rank %d %s\n", program.c_str(), r, describe_status(status).c_str());
           if (job_code == 0) {
             job_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-            deadline = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+            const auto failure_deadline = std::chrono::steady_clock::now() +
+                                          std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+            if (failure_deadline < deadline) {  // a signal's grace, if any, is the shorter
+              deadline = failure_deadline;
+              overdue = "did not exit after the failure";
+            }
           }
         }
       }
@@ -330,7 +344,7 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
     if (std::chrono::steady_clock::now() > deadline) {
       for (int r = 0; r < nproc; ++r) {
         if (pids[r] <= 0) continue;
-        std::fprintf(stderr, "%s: rank %d did not exit after the failure; killing it\n", program.c_str(), r);
+        std::fprintf(stderr, "%s: rank %d %s; killing it\n", program.c_str(), r, overdue);
         ::kill(pids[r], SIGKILL);
       }
       deadline = std::chrono::steady_clock::time_point::max();
