@@ -439,6 +439,16 @@ TEST_CASE("TraceSet says when its ranks cannot be one run's", "[profiler][format
   const auto later = TraceSet::load({a, c}).mixed_runs();
   REQUIRE(later.size() == 1);
   CHECK_THAT(later[0], Catch::Contains("never recorded at the same time"));
+  // On today's wall clock (ns since 1970, past the timestamps' clamp): it said nothing.
+  const int64_t now = 1'780'000'000'000'000'000;
+  write(b, 1, 2, now + 3000);
+  write(c, 1, 2, now + 600'000'000'000);  // ten minutes later
+  write(a, 0, 2, now);
+  CHECK(TraceSet::load({a, b}).mixed_runs().empty());
+  const auto ten_minutes = TraceSet::load({a, c}).mixed_runs();
+  REQUIRE(ten_minutes.size() == 1);
+  CHECK_THAT(ten_minutes[0], Catch::Contains("never recorded at the same time"));
+  write(a, 0, 2, 1'000'000);
   const auto outside = TraceSet::load({a, d}).mixed_runs();
   REQUIRE(outside.size() == 1);
   CHECK_THAT(outside[0], Catch::Contains("rank 3") && Catch::Contains("outside its own world"));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -104,9 +105,13 @@ void TraceSet::finish(const LoadOptions& opt) {
     offset = std::clamp<int64_t>(offset, -kMaxAbsTimestamp, kMaxAbsTimestamp);
     r.clock_offset_ns = offset;
     r.from_torch_profiler = kineto;
+    // A wall-clock time is nanoseconds since 1970: 1.8e18 in 2026, past kMaxAbsTimestamp (2006), which
+    // clamped every run's start to one instant and hid runs that never overlapped. Half of int64
+    // (the year 2116) leaves the sums with a timeline's time inside it.
+    constexpr int64_t kMaxWallNs = std::numeric_limits<int64_t>::max() / 2;
     if (start)
       r.wall_minus_ts = wall_minus_timeline(std::clamp<int64_t>(start->first, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset,
-                                            std::clamp<int64_t>(start->second, -kMaxAbsTimestamp, kMaxAbsTimestamp), kineto);
+                                            std::clamp<int64_t>(start->second, -kMaxWallNs, kMaxWallNs), kineto);
     // Note [Timestamp range]: real timestamps are far inside +-kMaxAbsTimestamp; clamping what only
     // corrupt data produces keeps every later sum and difference inside int64.
     for (Event& e : r.events) e.ts = std::clamp<int64_t>(e.ts, -kMaxAbsTimestamp, kMaxAbsTimestamp) + offset;
