@@ -118,6 +118,7 @@ ProbeResult result_from(const pyb::handle& h) {
   x.peak_allocated = entry<int64_t>(d, "peak_allocated", "probe result");
   x.peak_reserved = entry<int64_t>(d, "peak_reserved", "probe result");
   x.step_s = entry<double>(d, "step_s", "probe result");
+  x.step_noise = entry<double>(d, "step_noise", "probe result");
   x.exposed_comm_s = entry<double>(d, "exposed_comm_s", "probe result");
   x.measured_accum = entry<int>(d, "measured_accum", "probe result");
   x.wall_s = entry<double>(d, "wall_s", "probe result");

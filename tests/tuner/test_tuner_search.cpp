@@ -23,6 +23,8 @@ struct Synthetic {
   int64_t limit = 1LL << 30;
   double t0 = 2e-3, t1 = 1e-4, knee = 1e9, penalty = 0;
   int64_t loader = 0;  // each probe's loader allowance (bytes its prefetched batches would hold)
+  double noise = 0;     // each probe's step_noise
+  double bucket_5_speedup = 1;  // a step with 5 MiB buckets takes 1/this of the time
   int probes = 0;
 
   int64_t allocated(int64_t b) const { return static_cast<int64_t>(a + c * double(b) + q * double(b) * double(b)); }
@@ -46,7 +48,8 @@ struct Synthetic {
     x.peak_allocated = allocated(r.micro_batch);
     x.peak_reserved = reserved(r.micro_batch);
     x.loader_allowance = loader;
-    x.step_s = double(r.accum) * micro_s(r.micro_batch) + 1e-3;
+    x.step_noise = noise;
+    x.step_s = (double(r.accum) * micro_s(r.micro_batch) + 1e-3) / (r.bucket_mb == 5 ? bucket_5_speedup : 1);
     return x;
   }
 };
@@ -282,6 +285,42 @@ TEST_CASE("no search runs more probes than --max-trials") {
         CHECK(m.probes <= max_trials);
         CHECK(static_cast<int>(out.trials.size()) <= max_trials);
       }
+}
+
+TEST_CASE("a speed counts as higher only past both probes' noise") {
+  // See Note [Speeds within noise]: a bucket size 3% faster on one measurement amid 5% noise won, and
+  // identical tune() calls recommended different bucket sizes and micro-batches.
+  for (const double noise : {0.0, 0.05}) {
+    Synthetic m;
+    m.noise = noise;
+    m.bucket_5_speedup = 1.03;
+    SearchConfig cfg;
+    cfg.global_batch = 512;
+    cfg.world = 2;
+    cfg.memory_limit = m.limit;
+    cfg.bucket_candidates = {1, 5, 25, 100};
+    const auto out = run_search(cfg, std::ref(m));
+    REQUIRE(out.recommendation);
+    INFO("noise " << noise);
+    CHECK(out.recommendation->bucket_mb == (noise > 0 ? 25 : 5));
+  }
+  // Micro-batches: within the noise the larger one stays (fewer steps per sample), past it the faster.
+  for (const double noise : {0.0, 0.3}) {
+    Synthetic m;
+    m.noise = noise;
+    m.t0 = 0;
+    m.t1 = 1e-4;
+    m.knee = 64;
+    m.penalty = 2e-5;  // past b = 64 a step is slower: 10% at 128, 14% at 256
+    SearchConfig cfg;
+    cfg.global_batch = 256;
+    cfg.memory_limit = m.limit;
+    const auto out = run_search(cfg, std::ref(m));
+    REQUIRE(out.recommendation);
+    INFO("noise " << noise);
+    if (noise > 0) CHECK(out.recommendation->micro_batch > 64);
+    else CHECK(out.recommendation->micro_batch <= 64);
+  }
 }
 
 TEST_CASE("memory that is not linear in b still gives the right boundary") {

@@ -48,6 +48,17 @@ double step_seconds(const std::vector<train::StepTiming>& timed, int64_t accum, 
   return (double(accum - 1) * early + last[last.size() / 2]) / 1e9;
 }
 
+// See Note [Speeds within noise] in search.cpp: the timed steps' spread, half their range over their
+// median.
+double step_noise(const std::vector<train::StepTiming>& timed) {
+  if (timed.size() < 2) return 0;
+  std::vector<double> total;
+  for (const auto& t : timed) total.push_back(double(t.early_micro_ns) + double(t.last_micro_ns));
+  std::sort(total.begin(), total.end());
+  const double median = total[total.size() / 2];
+  return median > 0 ? (total.back() - total.front()) / (2 * median) : 0.0;
+}
+
 double exposed_seconds(const std::vector<train::StepTiming>& timed) {
   double exposed = 0;
   for (const auto& t : timed) exposed += double(t.exposed_comm_ns) / 1e9;
@@ -89,12 +100,14 @@ ProbeResult ProbeRunner::probe(const ProbeRequest& r) {
     // fills; without workers batches are made on demand and the probe saw them all.
     const int64_t ring = workers_ > 0 ? int64_t(prefetch_ + 1) * run.batch_bytes : 0;
     const auto agreed = trial_.agree_max({step_seconds(run.timed, r.accum, plan.accum), exposed_seconds(run.timed),
-                                          double(run.peak_allocated), double(run.peak_reserved), double(ring)});
+                                          double(run.peak_allocated), double(run.peak_reserved), double(ring),
+                                          step_noise(run.timed)});
     x.step_s = agreed[0];
     x.exposed_comm_s = agreed[1];
     x.peak_allocated = static_cast<int64_t>(agreed[2]);
     x.peak_reserved = static_cast<int64_t>(agreed[3]);
     x.loader_allowance = static_cast<int64_t>(agreed[4]);
+    x.step_noise = agreed[5];
   }
   x.wall_s = seconds_since(t0);
   counters(r, x);

@@ -77,7 +77,7 @@ nlohmann::json trial_json(const Trial& t) {
           {"bucket_mb", q.bucket_mb}, {"measured_steps", q.measured_steps},
           {"predicted_peak_allocated", t.predicted_peak_allocated},
           {"predicted_peak_reserved", t.predicted_peak_reserved}, {"peak_allocated", x.peak_allocated},
-          {"peak_reserved", x.peak_reserved}, {"fragmentation", x.fragmentation()}, {"step_s", x.step_s},
+          {"peak_reserved", x.peak_reserved}, {"fragmentation", x.fragmentation()}, {"step_s", x.step_s}, {"step_noise", x.step_noise},
           {"samples_per_s", t.samples_per_s}, {"exposed_comm_s", x.exposed_comm_s},
           {"measured_accum", x.measured_accum}, {"oom", x.oom}, {"oom_where", x.oom_where},
           {"oom_rank", x.oom_rank}, {"wall_s", x.wall_s}, {"loader_allowance", x.loader_allowance}};
@@ -178,6 +178,7 @@ TuneResult from_json(const nlohmann::json& j) {
       x.result.peak_allocated = int_at(t, "peak_allocated");
       x.result.peak_reserved = int_at(t, "peak_reserved");
       x.result.step_s = num_at(t, "step_s");
+      x.result.step_noise = num_at(t, "step_noise");
       x.samples_per_s = num_at(t, "samples_per_s");
       x.result.exposed_comm_s = num_at(t, "exposed_comm_s");
       x.result.measured_accum = static_cast<int>(int_at(t, "measured_accum"));

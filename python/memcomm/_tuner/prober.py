@@ -19,6 +19,15 @@ def _step_seconds(timed: List[StepTiming], measured_accum: int, accum: int) -> f
     return (accum - 1) * early + lasts[len(lasts) // 2]
 
 
+def _step_noise(timed: List[StepTiming]) -> float:
+    """memcomm-tune's Note [Speeds within noise]: half the timed steps' range over their median."""
+    if len(timed) < 2:
+        return 0.0
+    total = sorted(t.early_s + t.last_s for t in timed)
+    median = total[len(total) // 2]
+    return (total[-1] - total[0]) / (2 * median) if median > 0 else 0.0
+
+
 class Prober:
     """What tune_search calls: probe(query) measures one candidate, verify(recommendation) runs the winner."""
 
@@ -48,7 +57,7 @@ class Prober:
     def _measure(self, q: Dict[str, Any]) -> Dict[str, Any]:
         r, b = self.r, q["micro_batch"]
         x = {"oom": False, "oom_where": "", "oom_rank": -1, "peak_allocated": -1, "peak_reserved": -1, "step_s": 0.0,
-             "exposed_comm_s": 0.0, "measured_accum": 0, "wall_s": 0.0, "loader_allowance": 0}
+             "step_noise": 0.0, "exposed_comm_s": 0.0, "measured_accum": 0, "wall_s": 0.0, "loader_allowance": 0}
         failed = r.set_buckets(q["bucket_mb"])
         if failed is not None:
             x.update(oom=True, oom_where=r.group.where(failed), oom_rank=failed[0])
@@ -65,9 +74,10 @@ class Prober:
         else:
             alloc, resv = r.memory.peaks()
             exposed = sum(t.comm_s for t in out.timed) / max(1, len(out.timed))
-            agreed = r.group.max([_step_seconds(out.timed, accum, q["accum"]), exposed, alloc, resv])
+            agreed = r.group.max([_step_seconds(out.timed, accum, q["accum"]), exposed, alloc, resv,
+                                  _step_noise(out.timed)])
             x.update(step_s=agreed[0], exposed_comm_s=agreed[1], peak_allocated=int(agreed[2]),
-                     peak_reserved=int(agreed[3]))
+                     peak_reserved=int(agreed[3]), step_noise=agreed[4])
         r.recover(state)
         return x
 

@@ -30,6 +30,9 @@ struct ProbeResult {
   int64_t peak_allocated = -1;  // bytes, largest over ranks (-1: unknown)
   int64_t peak_reserved = -1;   // bytes, largest over ranks
   double step_s = 0;            // seconds per optimizer step of K micro-steps (slowest rank, median step)
+  // Half the range of the timed steps' times, as a fraction of their median (largest over ranks; 0
+  // with one timed step): how far two probes' speeds may differ by noise (Note [Speeds within noise]).
+  double step_noise = 0;
   double exposed_comm_s = 0;    // seconds per step waiting for gradients after backward
   int measured_accum = 0;       // micro-steps per step actually run (K, or fewer: Note [Probing long accumulations])
   double wall_s = 0;            // the probe's own wall time
