@@ -147,6 +147,25 @@ TEST_CASE("snapshot clock: events within one microsecond keep their order in nan
   CHECK(untimed.next(u) == 1000);
 }
 
+TEST_CASE("snapshot clock: a burst of over 1000 events in one microsecond keeps every event's place", "[snapshot][memory]") {
+  // See Note [Event order within a microsecond]: capped at +999 ns, the 1001st event and the rest
+  // shared one time, were applied together, and a 1 GiB peak among them vanished.
+  snap::EventClock clock;
+  snap::Event e;
+  e.time_us = 1;
+  std::int64_t last = -1;
+  for (int k = 0; k < 1500; ++k) {
+    const std::int64_t t = clock.next(e);
+    CHECK(t == 1000 + k);
+    last = t;
+  }
+  e.time_us = 2;  // the burst ran past 2000 ns: the next microsecond's event comes after it
+  CHECK(clock.next(e) == last + 1);
+  e.time_us = 3;
+  CHECK(clock.next(e) == 3000);
+  CHECK(clock.steps_back().count == 0);
+}
+
 TEST_CASE("snapshot clock: a time earlier than the one before it is read as that one, and counted", "[snapshot][memory]") {
   snap::EventClock clock;
   snap::Event e;

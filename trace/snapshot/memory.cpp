@@ -34,9 +34,11 @@ std::int64_t EventClock::next(const Event& e) {
       steps_back_.add({1, last_us_ - us});
       us = last_us_;
     }
-    within_ = us == last_us_ ? std::min<std::int64_t>(within_ + 1, 999) : 0;
+    // The k-th event of a microsecond at +k ns: one past the event before it when that one lies in
+    // the same microsecond (or, after a burst of over 1000, past it).
+    const std::int64_t at = us_to_ns(us);
     last_us_ = us;
-    last_ns_ = saturating_add(us_to_ns(us), within_);
+    last_ns_ = any_ && at <= last_ns_ ? saturating_add(last_ns_, 1) : at;
   }
   any_ = true;
   return last_ns_;

@@ -6,8 +6,11 @@
 // Note [Event order within a microsecond]: snapshots stamp events in microseconds, and a burst of
 // allocs and frees often shares one. Read at microsecond resolution, a peak reached and left
 // inside one microsecond would vanish, and "live at the peak" would disagree with the events'
-// order. So the k-th event within one microsecond of a device's trace gets k extra nanoseconds
-// (k capped at 999): times stay within their microsecond and follow the events' order. Files
+// order. So the k-th event within one microsecond of a device's trace gets k extra nanoseconds:
+// times follow the events' order, and stay within their microsecond up to 1000 events in it (a
+// burst of more, which no allocator logs in a microsecond but a converted file may hold, runs on
+// into the next nanoseconds rather than sharing one: capped at +999 ns, the 1001st event and the
+// rest were applied together and a 1 GiB peak among them vanished). Files
 // without time_us space events 1 us apart in trace order. A time earlier than the one before it (a
 // clock stepped back mid-trace) is read as that one: times never go back within a device's trace,
 // so a block's free never comes before its allocation and lifetimes follow the events' order, as
@@ -44,7 +47,6 @@ class EventClock {
  private:
   ClockStepsBack steps_back_;
   std::int64_t last_us_ = kNoTime;
-  std::int64_t within_ = 0;
   std::int64_t last_ns_ = 0;
   bool any_ = false;
 };
