@@ -518,10 +518,35 @@ TEST_CASE("resuming from a checkpoint of another configuration names what differ
     CHECK(r.output.find("loss") == std::string::npos);
   }
   // Flags that do not change the run's course may differ: more steps, another learning rate, more workers.
-  const auto ok = run_command(quick_train("--nproc 2 --steps 4 --resume --lr 0.02 --workers 2 " + base));
+  const auto ok = run_command(quick_train("--nproc 2 --steps 4 --resume --workers 2 " + base + " --lr 0.02"));
   INFO(ok.output);
   CHECK(ok.code == 0);
   CHECK(ok.output.find("resumed from step 3") != std::string::npos);
+  CHECK(ok.output.find("step 4/4 loss") != std::string::npos);
+  CHECK(ok.output.find("lr 0.02 ") != std::string::npos);  // the last --lr given (it was base's 0.01)
+  // ... and the rate that changes is said (See Note [A schedule resumed]).
+  CHECK(ok.output.find("note: step 4 resumes at a learning rate of 0.02, where the run that saved the checkpoint "
+                       "would have gone on at 0.01") != std::string::npos);
+}
+
+TEST_CASE("a cosine schedule resumed with more --steps says the rate it resumes at, and a constant rate says nothing") {
+  // See Note [A schedule resumed]: a cosine run of 2 steps ends at a rate of 0; resumed for 8, step 3
+  // runs at 0.0854, and nothing said so.
+  const auto d = scratch_dir("resume-schedule");
+  for (const char* schedule : {"cosine", "none"}) {
+    const std::string dir = d + "/" + schedule, flags = "--nproc 2 --lr 0.1 --schedule " + std::string(schedule);
+    const auto w = run_command(quick_train(flags + " --steps 2 --checkpoint-every 2 --checkpoint-dir " + dir));
+    INFO(w.output);
+    REQUIRE(w.code == 0);
+    const auto r = run_command(quick_train(flags + " --steps 8 --resume --checkpoint-dir " + dir));
+    INFO(r.output);
+    CHECK(r.code == 0);
+    const bool said = r.output.find("note: step 3 resumes at a learning rate of 0.0853553, where the run that saved "
+                                    "the checkpoint would have gone on at 0 (its --lr, --schedule or --steps differ "
+                                    "from this run's)") != std::string::npos;
+    CHECK(said == (std::string(schedule) == "cosine"));
+    if (std::string(schedule) == "none") CHECK(r.output.find("note: step") == std::string::npos);
+  }
 }
 
 TEST_CASE("ranks whose checkpoints are at different steps refuse to resume, with exit 2 naming the steps") {

@@ -27,6 +27,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFingerprintKey = "memcomm_config";
+// The learning rate the saving run's schedule gives the next step (Note [A schedule resumed]).
+constexpr const char* kNextLrKey = "memcomm_next_lr";
 
 // Note [Checkpoint checksum]
 // LibTorch reads its archive without checking the zip's CRCs, so a checkpoint with a few flipped bytes
@@ -165,13 +167,14 @@ void ensure_writable_dir(const std::string& dir) {
 
 std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int rank, int64_t step,
                                                   torch::nn::Module& model, torch::optim::Optimizer& opt,
-                                                  const Fingerprint& fingerprint) {
+                                                  const Fingerprint& fingerprint, double next_lr) {
   torch::serialize::OutputArchive ar, opt_ar;
   model.save(ar);
   opt.save(opt_ar);
   ar.write("optimizer", opt_ar);
   ar.write("memcomm_step", torch::tensor(step, torch::kInt64));
   ar.write(kFingerprintKey, c10::IValue(encode(fingerprint)));
+  ar.write(kNextLrKey, torch::tensor(next_lr, torch::kFloat64));
   // Streamed to the file, replaced whole (Note [Outputs replaced whole]), its header written last
   // over the space kept for it (Note [Checkpoint checksum]). The sink never reports a failure to
   // LibTorch, whose writer, failing (a full disk), throws again from its destructor and ends the
@@ -252,7 +255,7 @@ void drop_previous(const std::string& dir, int rank) {
 }
 
 int64_t load_checkpoint(const std::string& p, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
-                        const Fingerprint& fingerprint, std::string* warn) {
+                        const Fingerprint& fingerprint, std::string* warn, std::optional<double>* next_lr) {
   if (!fs::exists(p)) return -1;
   try {
     torch::serialize::InputArchive ar, opt_ar;
@@ -287,6 +290,7 @@ int64_t load_checkpoint(const std::string& p, int rank, torch::nn::Module& model
     model.load(ar);
     ar.read("optimizer", opt_ar);
     opt.load(opt_ar);
+    if (torch::Tensor lr; next_lr && ar.try_read(kNextLrKey, lr)) *next_lr = lr.item<double>();  // older files: none
     return step_in(ar);
   } catch (const c10::Error& e) {
     throw std::runtime_error("checkpoint " + p + " is corrupt or does not match this model: " + first_line(e));

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,7 +36,7 @@ using Fingerprint = std::vector<std::pair<std::string, std::string>>;
 // written.
 std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int rank, int64_t step,
                                                   torch::nn::Module& model, torch::optim::Optimizer& opt,
-                                                  const Fingerprint& fingerprint);
+                                                  const Fingerprint& fingerprint, double next_lr);
 
 // The steps of a rank's two checkpoint files (Note [A save cut short] in trainer.cpp): its newest
 // (checkpoint_path) and the one a save in progress kept (previous_checkpoint_path); -1 where there is
@@ -58,8 +59,11 @@ void drop_previous(const std::string& dir, int rank);
 // Restores model and optimizer from checkpoint file `path`; returns the step to continue from, or -1
 // when there is no such file. A corrupt file is a std::runtime_error naming it; one written by a run
 // with another configuration (Note [Checkpoint fingerprint]) or by another rank a UsageError naming
-// the file and what differs. `warn` is set when the file predates fingerprints.
+// the file and what differs. `warn` is set when the file predates fingerprints; `next_lr` to the
+// learning rate the saving run would have given the next step, where the file records it (Note [A
+// schedule resumed] in trainer.cpp).
 int64_t load_checkpoint(const std::string& path, int rank, torch::nn::Module& model, torch::optim::Optimizer& opt,
-                        const Fingerprint& fingerprint, std::string* warn = nullptr);
+                        const Fingerprint& fingerprint, std::string* warn = nullptr,
+                        std::optional<double>* next_lr = nullptr);
 
 }  // namespace memcomm::train

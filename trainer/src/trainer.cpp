@@ -243,12 +243,18 @@ void TrainingRun::refuse_unusable(int64_t lowest) const {
 }
 
 // Loads this rank's file `path`, at the step the ranks agreed on; every rank fails alike when one does.
+// Note [A schedule resumed]: --lr, --schedule and --steps may change on resume (a longer run, a lower
+// rate), and are no part of the fingerprint. But the rate a step gets comes from all three: a cosine
+// schedule resumed with more --steps jumped back up, and nothing said so. A checkpoint records the
+// rate its run would have given the next step; resuming with another one says both.
 int64_t TrainingRun::load_agreed(const std::string& path) {
   std::string warning;
   std::exception_ptr failed;
   int64_t step = kUnreadable;
+  std::optional<double> saved_lr;
   try {
-    step = load_checkpoint(path, p_.env.rank, p_.session.model(), p_.session.optimizer(), fingerprint_, &warning);
+    step = load_checkpoint(path, p_.env.rank, p_.session.model(), p_.session.optimizer(), fingerprint_, &warning,
+                           &saved_lr);
   } catch (const UsageError&) {
     failed = std::current_exception();
     step = kRefused;
@@ -263,6 +269,11 @@ int64_t TrainingRun::load_agreed(const std::string& path) {
                                  "come from different saves; resume from a folder whose files are at one step",
                                  o_.checkpoint_dir, lowest, highest));
   if (leader_ && !warning.empty()) std::fprintf(stderr, "memcomm-train: warning: %s\n", warning.c_str());
+  if (const double lr = lr_at(o_, step); leader_ && saved_lr && std::abs(*saved_lr - lr) > 1e-9 * std::abs(*saved_lr))
+    std::fprintf(stderr, "%s", fmt::format("memcomm-train: note: step {} resumes at a learning rate of {:.6g}, where the "
+                                           "run that saved the checkpoint would have gone on at {:.6g} (its --lr, "
+                                           "--schedule or --steps differ from this run's)\n",
+                                           step + 1, lr, *saved_lr).c_str());
   return step;
 }
 
@@ -462,7 +473,7 @@ void TrainingRun::save_checkpoint(int64_t step) {
   std::exception_ptr failed;
   try {
     written = write_checkpoint(o_.checkpoint_dir, p_.env.rank, step, p_.session.model(), p_.session.optimizer(),
-                               fingerprint_);
+                               fingerprint_, lr_at(o_, step));
   } catch (...) {
     failed = std::current_exception();  // raised after the agreement, so that no rank waits for this one
   }
