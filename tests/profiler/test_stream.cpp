@@ -75,6 +75,19 @@ StreamHello good_hello() {
   return h;
 }
 
+// A rank that records `n` counters, streams them to the receiver on `port` and closes its stream;
+// returns its sink's figures.
+StreamStats record_counters(uint16_t port, int n) {
+  Recorder rec;
+  auto sink = std::make_shared<StreamSink>(sink_options(port));
+  rec.add_sink(sink);
+  rec.start();
+  for (int i = 0; i < n; ++i) rec.record(make_counter(i, 0, i));
+  rec.stop();
+  sink->close(5000);
+  return sink->stats();
+}
+
 // A raw listening socket on a free loopback port, for tests that play a misbehaving viewer.
 struct FakeViewerSocket {
   int fd;
@@ -258,13 +271,7 @@ TEST_CASE("garbage and oversize frames drop that connection and the receiver kee
   CHECK(rx.stats().errors == 2);
   // Still serving real ranks.
   all.clear();
-  Recorder rec;
-  auto sink = std::make_shared<StreamSink>(sink_options(rx.port()));
-  rec.add_sink(sink);
-  rec.start();
-  for (int i = 0; i < 100; ++i) rec.record(make_counter(i, 0, i));
-  rec.stop();
-  sink->close(5000);
+  record_counters(rx.port(), 100);
   poll_until(rx, all, [](auto& m) { return count_events(m, EventKind::Counter) >= 100; });
   CHECK(count_events(all, EventKind::Counter) == 100);
 }
@@ -394,17 +401,7 @@ TEST_CASE("a rank that closes its stream ends it, and a connection cut without i
   rx.start();
   const auto disconnected = [](auto& m) { return has_type(m, LiveMessage::Type::Disconnected); };
   std::vector<LiveMessage> all;
-  uint64_t sent = 0;
-  {
-    Recorder rec;
-    auto sink = std::make_shared<StreamSink>(sink_options(rx.port()));
-    rec.add_sink(sink);
-    rec.start();
-    for (int i = 0; i < 100; ++i) rec.record(make_counter(i, 0, i));
-    rec.stop();
-    sink->close(5000);
-    sent = sink->stats().sent_events;
-  }
+  const uint64_t sent = record_counters(rx.port(), 100).sent_events;
   poll_until(rx, all, disconnected);
   REQUIRE(disconnected(all));
   CHECK(all.back().ended);
