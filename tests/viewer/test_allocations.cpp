@@ -165,6 +165,24 @@ TEST_CASE("a block pending free at the trace's start is in neither the curve's p
   CHECK(prof::peak_live(memcomm::snapshot::snapshot_allocations(snap).allocations).bytes == 1000);
 }
 
+TEST_CASE("a snapshot's times count from its trace's first event, as memcomm-trace memory counts them", "[unit][viewer]") {
+  // See Note [Times from the first event]: blocks from before the trace put the timeline's begin 2 ns
+  // before the first event, and the viewer said "at 2 ns" where the CLI said 0.
+  const std::string path = snapshot_fixture::write_pending_at_start_snapshot();
+  Timeline tl;
+  std::string error;
+  REQUIRE(load_file(path, tl, error));
+  const auto all = memcomm::snapshot::snapshot_allocations(memcomm::snapshot::load_snapshot(path)).allocations;
+  REQUIRE(tl.first_event);
+  CHECK(*tl.first_event == all.begin);
+  CHECK(tl.time_zero() == all.begin);
+  CHECK(tl.begin < all.begin);  // the view still holds the blocks from before the trace
+  Timeline other;
+  REQUIRE(load_file(path, other, error));
+  tl.merge(std::move(other));
+  CHECK(tl.time_zero() == all.begin);
+}
+
 TEST_CASE("shared snapshots: the rank's holders are memcomm-trace memory's, frames cost little", "[unit][viewer]") {
   const fs::path dir = memcomm::test::shared_snapshots_dir();
   if (!fs::exists(dir)) MEMCOMM_SKIP_TEST("shared snapshots not found: " + dir.string());

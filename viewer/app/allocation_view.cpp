@@ -122,7 +122,7 @@ void hover(AppState& st, const RankData& rd, const AllocPlot& p) {
   const std::uint32_t index = st.alloc_layout.bands[static_cast<std::size_t>(hit)].alloc;
   st.hovered_alloc = allocation_tip(rd, index, st.all_frames);
   st.has_hovered_alloc = true;
-  const std::string tip = tip_text(st.hovered_alloc, st.tl.begin);
+  const std::string tip = tip_text(st.hovered_alloc, st.tl.time_zero());
   ImGui::SetTooltip("%s", tip.c_str());
   st.note_tooltip(tip);
   const ImGuiIO& io = ImGui::GetIO();

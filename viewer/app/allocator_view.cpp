@@ -21,7 +21,7 @@ void draw_scrub(AppState& st, const RankData& rd) {
   ImGui::SameLine();
   ImGui::SetNextItemWidth(std::max(100.0f, ImGui::GetContentRegionAvail().x));
   long long t = std::clamp<long long>(st.alloc_time, lo, hi);
-  const std::string label = format_time(t - st.tl.begin);
+  const std::string label = format_time(t - st.tl.time_zero());
   if (ImGui::SliderScalar("##scrub", ImGuiDataType_S64, &t, &lo, &hi, label.c_str())) {
     st.alloc_time = t;
     st.alloc_follow_cursor = false;

@@ -78,7 +78,7 @@ void refresh_holders(AppState& st, const RankData& rd) {
 // A time on the timeline; before its first event, the blocks from before the trace (an end-state
 // snapshot, whose trace holds no event, has only those).
 std::string holders_time(const AppState& st, TimeNs t) {
-  const TimeNs since = bounded_time(t) - st.tl.begin;
+  const TimeNs since = bounded_time(t) - st.tl.time_zero();
   return since < 0 ? std::string("the start (blocks from before the trace)") : format_time(since);
 }
 

@@ -102,7 +102,7 @@ void draw_legend(const MemoryPlot& p, const Legend& legend) {
 }
 
 void show_tooltip(AppState& st, const RankData& rd, TimeNs t) {
-  std::string tip = fmt::format("{} at {}", rank_name(rd), format_time(t - st.tl.begin));
+  std::string tip = fmt::format("{} at {}", rank_name(rd), format_time(t - st.tl.time_zero()));
   double v;
   for (const char* name : {"allocated", "active", "reserved", "largest_free"})
     if (const CounterSeries* c = rd.counter(name); c && c->value_at(t, v))

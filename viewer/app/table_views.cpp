@@ -51,7 +51,7 @@ void draw_steps(AppState& st, ImVec2 size) {
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(r.memory_recorded ? format_bytes(whole_bytes(r.peak_allocated)).c_str() : "-");
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(format_time(r.start - st.tl.begin).c_str());
+        ImGui::TextUnformatted(format_time(r.start - st.tl.time_zero()).c_str());
       }
     }
     ImGui::EndTable();
@@ -175,7 +175,7 @@ void draw_summary(AppState& st, ImVec2 size) {
   if (st.has_selection) {
     const RangeStats& r = st.selection;
     ImGui::Separator();
-    ImGui::Text("Selection %s .. %s (%s)", format_time(r.t0 - st.tl.begin).c_str(), format_time(r.t1 - st.tl.begin).c_str(),
+    ImGui::Text("Selection %s .. %s (%s)", format_time(r.t0 - st.tl.time_zero()).c_str(), format_time(r.t1 - st.tl.time_zero()).c_str(),
                 format_time(r.t1 - r.t0).c_str());
     ImGui::Text("spans %llu  collectives %llu (%s)", static_cast<unsigned long long>(r.spans),
                 static_cast<unsigned long long>(r.collectives), format_bytes(r.collective_bytes).c_str());

@@ -54,7 +54,7 @@ void draw_ruler(const AppState& st, const TimeAxis& axis, ImDrawList* dl, float 
       step *= f;
       break;
     }
-  const TimeNs base = st.tl.begin;
+  const TimeNs base = st.tl.time_zero();
   const double first = std::ceil(static_cast<double>(axis.t0 - base) / step) * step;
   for (double rel = first; base + rel <= static_cast<double>(axis.t1); rel += step) {
     const float x = axis.x(base + static_cast<TimeNs>(rel));

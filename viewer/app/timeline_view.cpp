@@ -26,7 +26,7 @@ std::string span_tooltip(const AppState& st, const RankData& rd, const Lane& lan
                          const DrawSpan& d) {
   if (d.count > 1)
     return fmt::format("{} merged {} spans\n{} {}\n{} .. {} ({})", d.count, lane_kind_name(lane.kind), rank_name(rd),
-                       lane.name, format_time(d.start - st.tl.begin), format_time(d.end - st.tl.begin),
+                       lane.name, format_time(d.start - st.tl.time_zero()), format_time(d.end - st.tl.time_zero()),
                        format_time(d.end - d.start));
   const Span& s = row[d.first];
   const std::string& name = st.tl.strings.get(s.name);
@@ -41,7 +41,7 @@ std::string span_tooltip(const AppState& st, const RankData& rd, const Lane& lan
     return t;
   }
   std::string t = fmt::format("{}\n{} on {} ({})\nstart {}\nduration {}", name, lane_kind_name(lane.kind), rank_name(rd),
-                              lane.name, format_time(s.start - st.tl.begin), format_time(s.end - s.start));
+                              lane.name, format_time(s.start - st.tl.time_zero()), format_time(s.end - s.start));
   if (lane.kind == LaneKind::Phase && st.name_phase[s.name] == PhaseKind::Step) t += fmt::format("\nstep {}", s.payload);
   return t;
 }

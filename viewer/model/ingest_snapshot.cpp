@@ -20,6 +20,7 @@ namespace {
 // lifetimes and clock of `memcomm-trace memory` (snapshot_allocations), so both give one answer.
 void attach_allocations(snapshot::Snapshot&& snap, Timeline& tl) {
   snapshot::SnapshotAllocations all = snapshot::snapshot_allocations(snap);
+  tl.first_event = all.allocations.begin;  // Note [Times from the first event]
   if (std::string w = all.steps_back.warning(); !w.empty())
     tl.load_warnings.push_back(std::move(w));  // as memcomm-trace memory says it
   auto stacks = std::make_shared<const SnapshotStacks>(std::move(snap), std::move(all.streams));

@@ -147,9 +147,12 @@ void Timeline::merge(Timeline&& other) {
   if (event_count == 0 && begin == 0 && end == 0) {
     begin = other.begin;
     end = other.end;
+    first_event = other.first_event;
   } else if (other.event_count > 0) {
     begin = std::min(begin, other.begin);
     end = std::max(end, other.end);
+    // Each file's times count from the earliest first event; a file without one, from its begin.
+    first_event = std::min(time_zero(), other.time_zero());
   }
   event_count += other.event_count;
   for (auto& s : other.sources) sources.push_back(std::move(s));

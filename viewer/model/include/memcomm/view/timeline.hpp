@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -165,6 +166,13 @@ struct Timeline {
   StringTable strings;
   std::vector<RankData> ranks;        // sorted by rank id
   TimeNs begin = 0, end = 0;          // bounds over everything loaded
+  // Note [Times from the first event]: memcomm-trace counts a snapshot's times from its trace's first
+  // event; the viewer counted from `begin`, which the blocks from before the trace (given just before
+  // that event) put 2 ns earlier: "100 B at 2 ns" where the CLI said 0. Labels, tooltips, the time
+  // axis and the holders' time count from `first_event` when a load sets it (a snapshot, from its
+  // allocations' first event over every device); the view's bounds still hold everything.
+  std::optional<TimeNs> first_event;
+  TimeNs time_zero() const { return first_event ? *first_event : begin; }
   std::uint64_t event_count = 0;      // events ingested (spans + samples + allocator events)
   std::vector<std::string> sources;   // files (or "live", "synthetic") this came from
   std::vector<prof::RunFacts> runs;  // what each file's ranks say about their run (Note [One run or several])
