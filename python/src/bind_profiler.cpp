@@ -184,6 +184,13 @@ void phase_end(int phase, uint64_t id, int restore, int64_t ts) {
   if (restore >= 0) train::exchange_memory_category(to_category(restore));
 }
 
+// A range the trace leaves open, for its readers to take as cut off (Note [A step the trace cut
+// off]): its hooks (NVTX's pop) end, and no RangeEnd is recorded.
+void phase_cut(int phase) {
+  auto& r = prof::Recorder::global();
+  if (r.enabled()) r.call_end_hooks(to_phase(phase));
+}
+
 // Closes a range another thread opened (`thread`: its thread_index()), at `ts`: Note [The step's
 // last update] (python/memcomm/_profiler/hooks.py) ends a training thread's last step at stop().
 // No NVTX pop: NVTX ranges belong to the thread that pushed them.
@@ -234,6 +241,8 @@ void bind_hot_calls(pyb::module_& m) {
         "keeps the label); returns the label it replaced (-1 when kept).");
   m.def("phase_end", &phase_end, pyb::arg("phase"), pyb::arg("id"), pyb::arg("restore"), pyb::arg("ts") = 0,
         "Closes the phase range (at `ts`, 0: now) and puts back label `restore` (-1: keeps the label).");
+  m.def("phase_cut", &phase_cut, pyb::arg("phase"),
+        "Ends this thread's open phase range for its hooks (NVTX) and records no end: readers take it as cut off.");
   m.def("phase_end_on", &phase_end_on, pyb::arg("thread"), pyb::arg("phase"), pyb::arg("id"), pyb::arg("ts"),
         "Closes, at `ts`, a phase range that the thread with recorder index `thread` opened.");
   m.def("renew_recorder_in_forked_child", &prof::Recorder::renew_global_in_forked_child,

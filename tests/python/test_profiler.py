@@ -314,6 +314,33 @@ def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool)
     assert len(trace_json(tool, "report", tmp_path / "unmarked.rank0.mct")["steps"]) == 1
 
 
+def test_an_exception_inside_an_update_leaves_that_step_out(tmp_path, tool):
+    # See Note [A step without its update]: Ctrl-C inside optimizer.step() ended the profile with that
+    # step closed as a whole one (66 steps for 65 updates); SIGTERM's cut step was already left out.
+    check("""
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        updates = []
+        def interrupt_the_fourth(optimizer, args, kwargs):
+            if len(updates) == 3:
+                raise KeyboardInterrupt
+            updates.append(1)
+        opt.register_step_pre_hook(interrupt_the_fourth)
+        try:
+            with memcomm.profile(trace=sys.argv[1]):
+                loop(model, opt, batches(6))
+        except KeyboardInterrupt:
+            pass
+        with memcomm.profile(trace=sys.argv[2]):  # a run without updates is one step, as before
+            for x, y in batches(2):
+                crit(model(x), y).backward()
+    """, str(tmp_path / "cut.mct"), str(tmp_path / "none.mct"))
+    cut = trace_json(tool, "report", tmp_path / "cut.rank0.mct")
+    assert [s["step"] for s in cut["steps"]] == [1, 2, 3], cut["steps"]
+    assert cut["ranks"][0]["unfinished_steps"] == 1, cut["ranks"][0]
+    assert len(trace_json(tool, "report", tmp_path / "none.rank0.mct")["steps"]) == 1
+
+
 def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
     # See Note [The step's last update]: two optimizers one after the other (a recommender's SparseAdam and
     # Adam) made two steps an iteration; GradScaler's skipped updates merged iterations.

@@ -493,7 +493,16 @@ class PhaseHooks:
         st.update_frame = None  # an update that raised last: its frame keeps its callers' locals alive
         if st.step_end_ns:
             self._close_step(st)
-        if st.stack:
+        # Note [A step without its update]: in a run whose steps end at updates, a step still open at
+        # stop() never reached its update (Ctrl-C, or an exception, inside it): left open, readers
+        # leave it out, as after a SIGTERM (Note [A step the trace cut off]). Closed, it counted as a
+        # whole step: 66 steps for 65 updates. A run without updates is one step, closed.
+        if st.stack and st.step_open and self.step_ends > 0 and st.stack[0][0] == STEP:
+            while len(st.stack) > 1:
+                self._close(st, st.stack[-1][0])
+            _memcomm.phase_cut(STEP)
+            st.stack.clear()
+        elif st.stack:
             self._close(st, st.stack[0][0])
         st.step_open = False
 
