@@ -305,7 +305,7 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
   constexpr auto kSignalGrace = std::chrono::seconds(10);
   int job_code = 0, alive = nproc;
   auto deadline = std::chrono::steady_clock::time_point::max();
-  const char* overdue = "did not exit after the failure";
+  std::string overdue = "did not exit after the failure";
   while (alive > 0) {
     if (const int sig = g_forward_signal) {
       for (pid_t p : pids) if (p > 0) ::kill(p, sig);
@@ -313,8 +313,8 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
       const auto signal_deadline = std::chrono::steady_clock::now() + kSignalGrace;
       if (signal_deadline < deadline) {
         deadline = signal_deadline;
-        overdue = sig == SIGINT ? "did not exit within 10 s of the SIGINT passed on to it"
-                                : "did not exit within 10 s of the SIGTERM passed on to it";
+        overdue = "did not exit within " + std::to_string(kSignalGrace.count()) + " s of the " +
+                  (sig == SIGINT ? "SIGINT" : "SIGTERM") + " passed on to it";
       }
     }
     int status = 0;
@@ -344,7 +344,7 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
     if (std::chrono::steady_clock::now() > deadline) {
       for (int r = 0; r < nproc; ++r) {
         if (pids[r] <= 0) continue;
-        std::fprintf(stderr, "%s: rank %d %s; killing it\n", program.c_str(), r, overdue);
+        std::fprintf(stderr, "%s: rank %d %s; killing it\n", program.c_str(), r, overdue.c_str());
         ::kill(pids[r], SIGKILL);
       }
       deadline = std::chrono::steady_clock::time_point::max();
