@@ -305,7 +305,7 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
   constexpr auto kSignalGrace = std::chrono::seconds(10);
   int job_code = 0, alive = nproc;
   auto deadline = std::chrono::steady_clock::time_point::max();
-  std::string overdue = "did not exit after the failure";
+  int deadline_signal = 0;  // the signal whose grace set the deadline; 0: a failure's
   while (alive > 0) {
     if (const int sig = g_forward_signal) {
       for (pid_t p : pids) if (p > 0) ::kill(p, sig);
@@ -313,8 +313,7 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
       const auto signal_deadline = std::chrono::steady_clock::now() + kSignalGrace;
       if (signal_deadline < deadline) {
         deadline = signal_deadline;
-        overdue = "did not exit within " + std::to_string(kSignalGrace.count()) + " s of the " +
-                  (sig == SIGINT ? "SIGINT" : "SIGTERM") + " passed on to it";
+        deadline_signal = sig;
       }
     }
     int status = 0;
@@ -331,9 +330,9 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
             job_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
             const auto failure_deadline = std::chrono::steady_clock::now() +
                                           std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
-            if (failure_deadline < deadline) {  // a signal's grace, if any, is the shorter
+            if (failure_deadline < deadline) {  // else a signal's grace is the shorter
               deadline = failure_deadline;
-              overdue = "did not exit after the failure";
+              deadline_signal = 0;
             }
           }
         }
@@ -342,6 +341,9 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
     }
     if (done < 0 && errno != EINTR) break;
     if (std::chrono::steady_clock::now() > deadline) {
+      const std::string overdue = deadline_signal == 0 ? "did not exit after the failure"
+                                  : "did not exit within " + std::to_string(kSignalGrace.count()) + " s of the " +
+                                        (deadline_signal == SIGINT ? "SIGINT" : "SIGTERM") + " passed on to it";
       for (int r = 0; r < nproc; ++r) {
         if (pids[r] <= 0) continue;
         std::fprintf(stderr, "%s: rank %d %s; killing it\n", program.c_str(), r, overdue.c_str());
