@@ -44,19 +44,25 @@ double machine_memory() {
   std::exit(2);
 }
 
-// True when `file` is where some rank's file goes, given rank 0's (its name, with 0 for the rank,
-// ends in `suffix`): NAME.rankR.mct beside --trace NAME.mct, ckpt.rankR.pt in --checkpoint-dir.
-bool is_rank_file(const std::string& file, const std::string& rank0_path, const std::string& suffix) {
+// The rank's digits when `file` is where some rank's file goes, given rank 0's (its name, with 0 for
+// the rank, ends in `suffix`): NAME.rankR.mct beside --trace NAME.mct, ckpt.rankR.pt in
+// --checkpoint-dir; else none.
+std::optional<std::string> rank_digits(const std::string& file, const std::string& rank0_path, const std::string& suffix) {
   std::error_code ec;
   const fs::path f = fs::weakly_canonical(file, ec), rank0 = fs::weakly_canonical(rank0_path, ec);
-  if (ec || f.parent_path() != rank0.parent_path()) return false;
+  if (ec || f.parent_path() != rank0.parent_path()) return std::nullopt;
   const std::string name = f.filename().string(), r0 = rank0.filename().string();
   const std::string prefix = r0.substr(0, r0.size() - ("0" + suffix).size());
   if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return false;
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  return digits.find_first_not_of("0123456789") == std::string::npos;
+    return std::nullopt;
+  std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return digits;
+}
+
+bool is_rank_file(const std::string& file, const std::string& rank0_path, const std::string& suffix) {
+  return rank_digits(file, rank0_path, suffix).has_value();
 }
 
 }  // namespace
@@ -79,20 +85,13 @@ namespace {
 
 // Every rank with a checkpoint file (newest or previous) in `dir`, in order, whatever the world.
 std::vector<int> saved_ranks(const std::string& dir) {
-  const std::string prefix = "ckpt.rank";
   std::vector<int> ranks;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string digits = it->path().filename().string();
-    if (digits.rfind(prefix, 0) != 0) continue;
-    digits.erase(0, prefix.size());
-    for (const std::string suffix : {".prev.pt", ".pt"})
-      if (digits.size() > suffix.size() && digits.compare(digits.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        digits.resize(digits.size() - suffix.size());
-        if (digits.size() < 7 && digits.find_first_not_of("0123456789") == std::string::npos)
-          ranks.push_back(std::stoi(digits));
-        break;
-      }
+    const std::string file = it->path().string();
+    std::optional<std::string> digits = rank_digits(file, checkpoint_path(dir, 0), ".pt");
+    if (!digits) digits = rank_digits(file, previous_checkpoint_path(dir, 0), ".prev.pt");
+    if (digits && digits->size() < 7) ranks.push_back(std::stoi(*digits));
   }
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -113,10 +112,10 @@ std::string no_checkpoint_message(const std::vector<int>& ranks, const std::stri
   if (held.empty()) return message;
   // "--nproc 3" on a 2-rank run's folder said only "no checkpoint for rank 2".
   const bool a_whole_run = held.back() == static_cast<int>(held.size()) - 1;
-  return message + fmt::format(" (it holds the checkpoint{} of rank{} {}{})", held.size() > 1 ? "s" : "",
-                               held.size() > 1 ? "s" : "", fmt::join(held, ", "),
+  const char* s = held.size() > 1 ? "s" : "";
+  return message + fmt::format(" (it holds the checkpoint{} of rank{} {}{})", s, s, fmt::join(held, ", "),
                                a_whole_run ? fmt::format(": a run of {} rank{} saved them, and resumes with as many",
-                                                         held.size(), held.size() > 1 ? "s" : "")
+                                                         held.size(), s)
                                            : "");
 }
 
