@@ -287,6 +287,13 @@ TEST_CASE("no search runs more probes than --max-trials") {
       }
 }
 
+TEST_CASE("a probe's step noise is half its steps' range over their median") {
+  CHECK(step_noise({3, 1, 2}) == Approx(0.5));  // (3 - 1) / (2 x 2), in any order
+  CHECK(step_noise({4, 4, 4}) == 0);
+  CHECK(step_noise({5}) == 0);  // one timed step says nothing of its spread
+  CHECK(step_noise({}) == 0);
+}
+
 TEST_CASE("a speed counts as higher only past both probes' noise") {
   // See Note [Speeds within noise]: a bucket size 3% faster on one measurement amid 5% noise won, and
   // identical tune() calls recommended different bucket sizes and micro-batches.

@@ -48,15 +48,11 @@ double step_seconds(const std::vector<train::StepTiming>& timed, int64_t accum, 
   return (double(accum - 1) * early + last[last.size() / 2]) / 1e9;
 }
 
-// See Note [Speeds within noise] in search.cpp: the timed steps' spread, half their range over their
-// median.
-double step_noise(const std::vector<train::StepTiming>& timed) {
-  if (timed.size() < 2) return 0;
+// Each timed step's time, for step_noise (search.hpp).
+std::vector<double> step_times(const std::vector<train::StepTiming>& timed) {
   std::vector<double> total;
   for (const auto& t : timed) total.push_back(double(t.early_micro_ns) + double(t.last_micro_ns));
-  std::sort(total.begin(), total.end());
-  const double median = total[total.size() / 2];
-  return median > 0 ? (total.back() - total.front()) / (2 * median) : 0.0;
+  return total;
 }
 
 double exposed_seconds(const std::vector<train::StepTiming>& timed) {
@@ -101,7 +97,7 @@ ProbeResult ProbeRunner::probe(const ProbeRequest& r) {
     const int64_t ring = workers_ > 0 ? int64_t(prefetch_ + 1) * run.batch_bytes : 0;
     const auto agreed = trial_.agree_max({step_seconds(run.timed, r.accum, plan.accum), exposed_seconds(run.timed),
                                           double(run.peak_allocated), double(run.peak_reserved), double(ring),
-                                          step_noise(run.timed)});
+                                          step_noise(step_times(run.timed))});
     x.step_s = agreed[0];
     x.exposed_comm_s = agreed[1];
     x.peak_allocated = static_cast<int64_t>(agreed[2]);

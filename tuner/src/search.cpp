@@ -56,6 +56,13 @@ std::vector<int64_t> divisors(int64_t n) {
   return lo;
 }
 
+double step_noise(std::vector<double> step_times) {
+  if (step_times.size() < 2) return 0;
+  std::sort(step_times.begin(), step_times.end());
+  const double median = step_times[step_times.size() / 2];
+  return median > 0 ? (step_times.back() - step_times.front()) / (2 * median) : 0.0;
+}
+
 PeakFit fit_peak(const std::vector<std::pair<double, double>>& pts) {
   PeakFit f;
   if (pts.empty()) return f;

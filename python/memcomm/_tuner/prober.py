@@ -4,6 +4,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from memcomm import _memcomm
 from memcomm._tuner.agreement import failure
 from memcomm._tuner.options import Options
 from memcomm._tuner.runner import Plan, Runner, StepTiming
@@ -17,15 +18,6 @@ def _step_seconds(timed: List[StepTiming], measured_accum: int, accum: int) -> f
     lasts = sorted(t.last_s for t in timed)
     early = (sum(t.early_s for t in timed) / ((measured_accum - 1) * len(timed))) if measured_accum > 1 else 0.0
     return (accum - 1) * early + lasts[len(lasts) // 2]
-
-
-def _step_noise(timed: List[StepTiming]) -> float:
-    """memcomm-tune's Note [Speeds within noise]: half the timed steps' range over their median."""
-    if len(timed) < 2:
-        return 0.0
-    total = sorted(t.early_s + t.last_s for t in timed)
-    median = total[len(total) // 2]
-    return (total[-1] - total[0]) / (2 * median) if median > 0 else 0.0
 
 
 class Prober:
@@ -75,7 +67,7 @@ class Prober:
             alloc, resv = r.memory.peaks()
             exposed = sum(t.comm_s for t in out.timed) / max(1, len(out.timed))
             agreed = r.group.max([_step_seconds(out.timed, accum, q["accum"]), exposed, alloc, resv,
-                                  _step_noise(out.timed)])
+                                  _memcomm.step_noise([t.early_s + t.last_s for t in out.timed])])
             x.update(step_s=agreed[0], exposed_comm_s=agreed[1], peak_allocated=int(agreed[2]),
                      peak_reserved=int(agreed[3]), step_noise=agreed[4])
         r.recover(state)

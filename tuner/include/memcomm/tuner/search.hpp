@@ -123,6 +123,11 @@ struct PeakFit {
 };
 PeakFit fit_peak(const std::vector<std::pair<double, double>>& points);
 
+// ProbeResult::step_noise of a probe's timed steps (their times, in any unit): half their range over
+// their median; 0 for fewer than two (Note [Speeds within noise] in search.cpp). memcomm-tune's probes
+// and memcomm.tune's (through the binding) both take it from here.
+double step_noise(std::vector<double> step_times);
+
 // Runs the search; `probe` is called once per trial. Verification is the caller's (memcomm-tune runs
 // the winner for >= 50 steps and an eval pass).
 SearchOutcome run_search(const SearchConfig& cfg, const ProbeFn& probe);
