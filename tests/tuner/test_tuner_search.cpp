@@ -270,21 +270,21 @@ TEST_CASE("no search runs more probes than --max-trials") {
   // (--search grid runs every candidate: it is the exhaustive reference.)
   for (const Strategy s : {Strategy::Memcomm, Strategy::Lightning})
     for (const int64_t loader : {int64_t(0), int64_t(64) << 20})
-    for (int64_t limit = int64_t(220) << 20; limit <= int64_t(4) << 30; limit = limit * 5 / 4)
-      for (int max_trials = 1; max_trials <= 12; ++max_trials) {
-        Synthetic m;
-        m.loader = loader;  // a largest feasible without room for it is no speed candidate
-        m.limit = limit;
-        SearchConfig cfg;
-        cfg.global_batch = 1024;
-        cfg.memory_limit = limit;
-        cfg.strategy = s;
-        cfg.max_trials = max_trials;
-        const auto out = run_search(cfg, std::ref(m));
-        INFO("strategy " << int(s) << ", loader " << loader << ", limit " << limit << ", --max-trials " << max_trials);
-        CHECK(m.probes <= max_trials);
-        CHECK(static_cast<int>(out.trials.size()) <= max_trials);
-      }
+      for (int64_t limit = int64_t(220) << 20; limit <= int64_t(4) << 30; limit = limit * 5 / 4)
+        for (int max_trials = 1; max_trials <= 12; ++max_trials) {
+          Synthetic m;
+          m.loader = loader;  // a largest feasible without room for it is no speed candidate
+          m.limit = limit;
+          SearchConfig cfg;
+          cfg.global_batch = 1024;
+          cfg.memory_limit = limit;
+          cfg.strategy = s;
+          cfg.max_trials = max_trials;
+          const auto out = run_search(cfg, std::ref(m));
+          INFO("strategy " << int(s) << ", loader " << loader << ", limit " << limit << ", --max-trials " << max_trials);
+          CHECK(m.probes <= max_trials);
+          CHECK(static_cast<int>(out.trials.size()) <= max_trials);
+        }
 }
 
 TEST_CASE("a probe's step noise is half its steps' range over their median") {
