@@ -455,20 +455,49 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 scaler.scale(head(emb.weight[:4]).sum()).backward()
                 scaler.step(opt_a); scaler.step(opt_b); scaler.update()
                 opt_a.zero_grad(); opt_b.zero_grad()
+        # See Note [A second model's update]: a GAN (pytorch/examples' dcgan) runs its generator's forward
+        # and backward between the discriminator's update and its own: two steps an iteration. And the
+        # other order, the generator's update first (eriklindernoren/PyTorch-GAN's loops).
+        G = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 8))
+        D = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+        opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+        bce, ones, zeros = nn.BCEWithLogitsLoss(), torch.ones(16, 1), torch.zeros(16, 1)
+        real = [torch.randn(16, 8) for _ in range(4)]
+        def update_d(x, fake):
+            D.zero_grad()
+            (bce(D(x), ones) + bce(D(fake.detach()), zeros)).backward()
+            opt_d.step()
+        def update_g(fake):
+            G.zero_grad()
+            bce(D(fake), ones).backward()
+            opt_g.step()
+        with memcomm.profile(trace=sys.argv[12]):
+            for x in torch.utils.data.DataLoader(real, batch_size=None):
+                fake = G(torch.randn(16, 4))
+                update_d(x, fake)
+                update_g(fake)
+        with memcomm.profile(trace=sys.argv[13]):
+            for x in torch.utils.data.DataLoader(real, batch_size=None):
+                fake = G(torch.randn(16, 4))
+                update_g(fake)
+                update_d(x, fake)
     """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
         str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"),
         str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"), str(tmp_path / "es.mct"),
-        str(tmp_path / "scaled.mct"))
+        str(tmp_path / "scaled.mct"), str(tmp_path / "gan.mct"), str(tmp_path / "gfirst.mct"))
     info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
     assert info["range_begin"] == info["range_end"], info
     for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3), ("logged", 4),
-                             ("handmade", 3), ("inforward", 3), ("marked", 3), ("es", 4), ("scaled", 3)):
+                             ("handmade", 3), ("inforward", 3), ("marked", 3), ("es", 4), ("scaled", 3), ("gan", 4),
+                             ("gfirst", 4)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
         counts = phase_counts(tool, tmp_path, file)
-        updates = {"two": 2 * iterations, "inbackward": 4 * iterations, "scaled": 2 * iterations}.get(name, iterations)
-        backwards = {"lbfgs": 2 * iterations, "handmade": None, "es": None}.get(name, iterations)  # max_iter=2 closure calls
+        updates = {"two": 2 * iterations, "inbackward": 4 * iterations, "scaled": 2 * iterations, "gan": 2 * iterations,
+                   "gfirst": 2 * iterations}.get(name, iterations)
+        backwards = {"lbfgs": 2 * iterations, "handmade": None, "es": None, "gan": 2 * iterations,  # max_iter=2 closure calls
+                     "gfirst": 2 * iterations}.get(name, iterations)
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
         spans = chrome_spans(tmp_path, file)
         assert all(b <= e for phase in spans.values() for b, e in phase), (name, spans)

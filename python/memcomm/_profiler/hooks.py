@@ -25,14 +25,30 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   optimisation) goes below that forward, and an update that returns inside a forward or backward (an
   optimizer stepped from a gradient hook) ends its step when that phase ends, so a Lightning GAN's
   two updates inside one forward make one step (under DDP, whose forward runs training_step; on one
-  device Lightning calls training_step itself, and it is a GAN loop below). Closing at each optimizer made
-  two steps of each iteration of the first loop, and a skipped update merged iterations. (A GAN's
-  loop, whose second model's forward and backward come between its two updates, still records two
-  steps an iteration: nothing tells its second forward from the next iteration's first.) The cost
-  is that a step's end is written one iteration late (the live view sees it then); stop() writes
-  the last. An update is one step() call from the loop: a step() inside it (a subclass's
+  device Lightning calls training_step itself, and it is a GAN loop: Note [A second model's update]).
+  Closing at each optimizer made two steps of each iteration of the first loop, and a skipped update
+  merged iterations. The cost is that a step's end is written one iteration late (the live view sees
+  it then); stop() writes the last. An update is one step() call from the loop: a step() inside it (a subclass's
   super().step(), GradScaler's optimizer.step()) is part of it, and one that raised (a NaN guard the
   loop catches) ends when the next hook finds its call gone from the stack.
+  Note [A second model's update]: a GAN's iteration (pytorch/examples' dcgan) updates the
+  discriminator, then runs the generator's forward and backward and updates it; other loops update
+  the generator first, CycleGAN three optimizers. The forward after the first update looks like
+  the next iteration's first, so each iteration was two steps (half an iteration's figures). Only the
+  next update tells them apart: an optimizer that already updated in the step means a new iteration,
+  another one the same iteration. So when a step ends at its update and a training forward follows,
+  the end is held: the step is written as going on, and the next update either leaves it going on
+  (an optimizer new to the step) or splits it where it would have ended and the next step where that
+  would have begun (the same optimizer again; memcomm.step() and stop() split too). The end is held
+  only where the step may go on: in a thread's first step, and where the step's last optimizer has
+  been followed by another's update before; so a one-optimizer loop writes its ends as before past
+  step 1, and a model trained after another (k-fold: each optimizer done before the next begins)
+  starts steps of its own, as held ends joined a fold's last step to the next fold's first. A held
+  end is written at the next update, an iteration later; readers sort by time, and the split step
+  begins 1 ns before the batch waits already written (Note [Batches from any DataLoader]). A loop
+  that updates one model several times per update of the other (WGAN's n_critic) records a step per
+  update of the first, the other model's update joining the last of them (in its first iteration,
+  a step of its own).
 - Forward is the outermost call of a module that has parameters (so the loss function's module is
   not one). Which modules those are is found as Note [Finding the model] says; from then on they are
   watched on their own (the model; both of a GAN's), and the rest of the run pays nothing for the
@@ -191,7 +207,7 @@ import threading
 import types
 import weakref
 from collections.abc import Mapping
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Set, Tuple
 
 import torch
 from torch._guards import detect_fake_mode
@@ -209,7 +225,8 @@ class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "updater", "ends_with",
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader",
-                 "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking", "fwd_frame")
+                 "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking", "fwd_frame", "end_held",
+                 "held_end_ns", "held_begin_ns", "step_updaters", "switchers", "steps_closed")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -232,6 +249,16 @@ class _ThreadState:
         self.marked_forward_ns = 0
         self.marked_output: Any = None                 # the marking forward's output, weakly; None: none seen
         self.marking = False                           # the open forward set the mark
+        # The open step's end (Note [A second model's update]), held until the next update says whether
+        # the work since it is the same iteration's. end_held: a training forward came after the update
+        # (step_end_ns is the end); held_end_ns/held_begin_ns: a step opened after it too, written as
+        # the held one going on, split at those times if the next update's optimizer already updated.
+        self.end_held = False
+        self.held_end_ns = 0
+        self.held_begin_ns = 0
+        self.step_updaters: Set[int] = set()           # id() of each optimizer (or scaler) that updated in the open step
+        self.switchers: Set[int] = set()               # ... that another one's update has followed
+        self.steps_closed = 0                          # steps this thread ended
 
 
 def _queue_callback(callback: Callable[[], None]) -> None:
@@ -353,8 +380,9 @@ class PhaseHooks:
             others = [o for o in self._threads if o is not st]
             self._threads = []
         for o in others:
-            if o.step_open and o.step_end_ns and o.stack and o.stack[0][0] == STEP:
-                _memcomm.phase_end_on(o.thread, STEP, o.stack[0][1], o.step_end_ns)
+            ended = o.held_end_ns or o.step_end_ns  # a step opened after a held end is cut off
+            if o.step_open and ended and o.stack and o.stack[0][0] == STEP:
+                _memcomm.phase_end_on(o.thread, STEP, o.stack[0][1], ended)
                 o.stack.clear()
                 o.step_open, o.step_end_ns = False, 0
             o.update_frame = o.fwd_frame = None  # a frame keeps its callers' locals (the model) alive
@@ -485,6 +513,7 @@ class PhaseHooks:
             st.ends_with, st.step_end_ns = None, now()
 
     def _close_all(self, st: _ThreadState) -> None:
+        self._settle_without_update(st)
         st.stepless_forward_ns = 0
         st.fwd_frame = None
         _unmark(st)
@@ -511,24 +540,75 @@ class PhaseHooks:
         if st.step_open:
             self._close(st, STEP, st.step_end_ns)
             st.step_open = False
+            st.steps_closed += 1
         st.step_end_ns = 0
+        st.end_held = False
+
+    @staticmethod
+    def _may_join_next(st: _ThreadState) -> bool:
+        """Whether the next update may belong to the step that ended at its update (Note [A second
+        model's update]): the first step, or one whose last optimizer another's update has followed."""
+        return bool(st.step_updaters) and (st.steps_closed == 0 or st.updater in st.switchers)
+
+    def _end_at_update(self, st: _ThreadState) -> None:
+        """A training forward follows the step's update: the step ends, or its end is held."""
+        if self._may_join_next(st):
+            st.end_held = True
+        else:
+            self._close_step(st)
+
+    def _hold_end(self, st: _ThreadState, ts: int, from_backward: bool) -> None:
+        """A step opens after a held end: written as the held step going on (Note [A second model's update])."""
+        st.held_end_ns, st.step_end_ns, st.end_held = st.step_end_ns, 0, False
+        st.held_begin_ns = ts or _next_begin(st, from_backward) or now()
+        st.unstepped_wait_ns = 0
+
+    def _settle_held(self, st: _ThreadState, updater: int) -> None:
+        """The next update came: an optimizer that updated in the held step begins a new one; another
+        joins it."""
+        if updater in st.step_updaters:
+            self._split_held(st)
+        else:
+            st.held_end_ns = st.held_begin_ns = 0
+
+    def _split_held(self, st: _ThreadState) -> None:
+        """Ends the held step at its update and begins the next where it opened, as written unheld."""
+        if st.stack and st.stack[0][0] == STEP:
+            _, ident, restore = st.stack[0]
+            _memcomm.phase_end(STEP, ident, restore, st.held_end_ns)
+            new = next(self._steps)
+            # Before the batch waits already written at its begin, which a reader meets at an equal time.
+            begin = max(st.held_end_ns, st.held_begin_ns - 1)
+            st.stack[0] = (STEP, new, _memcomm.phase_begin(STEP, new, KEEP, begin))
+            st.steps_closed += 1
+        st.held_end_ns = st.held_begin_ns = 0
+        st.step_updaters = set()
+
+    def _settle_without_update(self, st: _ThreadState) -> None:
+        """A step ends with no update to settle a held end (memcomm.step(), stop()): the held step ended."""
+        if st.end_held:
+            self._close_step(st)
+        elif st.held_end_ns:
+            self._split_held(st)
 
     def _ensure_step(self, st: _ThreadState, ts: int = 0, from_backward: bool = False) -> None:
         """The next training event: ends a step whose update returned, and opens one if none is (a
         backward's at the forward that opened none before it: Note [A forward that opens no step])."""
         if st.step_end_ns:
-            self._close_step(st)
+            if st.end_held or self._may_join_next(st):
+                self._hold_end(st, ts, from_backward)
+            else:
+                self._close_step(st)
         if not st.step_open:
             if not self._owner._observing:  # an allocator that began serving after the start
                 self._owner._observe_allocator()
             st.step_open = True
             st.unstepped_wait_ns = 0
-            forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.marked_forward_ns)
-            wait = st.stepless_waits[0][0] if st.stepless_waits else 0
+            st.step_updaters = set()
             ident = next(self._steps)
             # The outermost phase, below a forward already open that marked its begin (a backward or update
             # inside the model's forward: Lightning's manual optimisation), so that forward ends inside it.
-            st.stack.insert(0, (STEP, ident, _memcomm.phase_begin(STEP, ident, KEEP, ts or _earliest(forward, wait))))
+            st.stack.insert(0, (STEP, ident, _memcomm.phase_begin(STEP, ident, KEEP, ts or _next_begin(st, from_backward))))
         self._flush_wait(st)  # after the step's begin, which a reader meets first at an equal time
         st.stepless_forward_ns = 0
         _unmark(st)
@@ -536,10 +616,10 @@ class PhaseHooks:
     def _forward_begins(self, st: _ThreadState, module: torch.nn.Module) -> None:
         """Note [A forward that opens no step]; after the step's update, Note [The step's last update]."""
         if torch.is_grad_enabled() and module.training:
-            if st.step_end_ns:  # the step ends at its update; this forward begins the next one, or none
-                self._close_step(st)
+            if st.step_end_ns and not st.end_held:  # the step ends at its update; this forward begins the next one, or none
+                self._end_at_update(st)
                 _mark(st)
-            elif st.step_open:
+            elif st.step_open and not st.step_end_ns:
                 self._ensure_step(st)
             elif not st.marked_forward_ns or _dropped(st.marked_output):
                 _mark(st)
@@ -702,9 +782,14 @@ class PhaseHooks:
         itself (LBFGS), so it begins the next step instead, as does the same optimizer stepping again
         (evolution strategies' and zeroth-order loops, whose forwards run without gradients)."""
         if joins and id(updater) != st.updater:  # a training forward since the last update has closed its step already
-            st.step_end_ns = 0
+            st.step_end_ns, st.end_held = 0, False
+        if st.updater and st.updater != id(updater):
+            st.switchers.add(st.updater)
         st.updater = id(updater)
         self._ensure_step(st)
+        if st.held_end_ns:
+            self._settle_held(st, id(updater))
+        st.step_updaters.add(id(updater))
         self._open(st, OPTIMIZER, 0, OPT_STATE)
         st.update_frame = frame
 
@@ -771,6 +856,7 @@ class PhaseHooks:
         """Ends this thread's step now: the script called memcomm.step() (a loop that updates its
         parameters without torch.optim, or one that marks its iterations itself)."""
         st = self._state()
+        self._settle_without_update(st)
         if st.unstepped_wait_ns and (not st.step_open or st.step_end_ns):  # an iteration nothing else opened:
             self._ensure_step(st, st.unstepped_wait_ns - 1)  # from its first batch (before the waits written)
         st.step_end_ns = 0
@@ -1147,6 +1233,14 @@ def _fetched(next_batch: Callable[[], Any]) -> Tuple[Any, int]:
 def _earliest(*ns: int) -> int:
     """The earliest of the times given that are set (0: none)."""
     return min((t for t in ns if t), default=0)
+
+
+def _next_begin(st: _ThreadState, from_backward: bool) -> int:
+    """Where a step opening now begins: the first training forward since the last update, or the first
+    batch waited for (a backward's at the forward that opened none before it: Note [A forward that
+    opens no step]); 0: now."""
+    forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.marked_forward_ns)
+    return _earliest(forward, st.stepless_waits[0][0] if st.stepless_waits else 0)
 
 
 def _frame_outside_memcomm() -> Any:
