@@ -672,7 +672,13 @@ def test_an_unchanged_loop_over_a_data_loader_records_its_waits(tmp_path, tool):
                 for x, y in micro:
                     crit(model(x), y).backward()
                 opt.step(); opt.zero_grad()
-    """, str(tmp_path / "plain.mct"), str(tmp_path / "wrapped.mct"), str(tmp_path / "accumulated.mct"))
+        with memcomm.profile(trace=sys.argv[4]):
+            for epoch in range(2):
+                size = len(next(iter(train))[0])  # a look at the batch size each epoch, as the DDP tutorial's
+                for x, y in train:
+                    opt.zero_grad(); crit(model(x), y).backward(); opt.step()
+    """, str(tmp_path / "plain.mct"), str(tmp_path / "wrapped.mct"), str(tmp_path / "accumulated.mct"),
+        str(tmp_path / "peeked.mct"))
     for name in ("plain", "wrapped", "accumulated"):
         steps = trace_json(tool, "report", tmp_path / f"{name}.rank0.mct")["steps"]
         assert len(steps) == 3 and all(s["data_wait_ns"] >= 70e6 for s in steps), (name, steps)  # 8 items of 10 ms
@@ -680,6 +686,11 @@ def test_an_unchanged_loop_over_a_data_loader_records_its_waits(tmp_path, tool):
     assert phase_counts(tool, tmp_path, tmp_path / "plain.rank0.mct")["data_wait"] == 3 + 3
     assert phase_counts(tool, tmp_path, tmp_path / "wrapped.rank0.mct")["data_wait"] == 3
     assert phase_counts(tool, tmp_path, tmp_path / "accumulated.rank0.mct")["data_wait"] == 6
+    # The batch looked at and dropped was the epoch's first step's: its data wait twice the others'.
+    assert phase_counts(tool, tmp_path, tmp_path / "peeked.rank0.mct")["data_wait"] == 6 + 2
+    spans = chrome_spans(tmp_path, tmp_path / "peeked.rank0.mct")
+    inside = [w for w in spans["data_wait"] if any(b <= w[0] and w[1] <= e for b, e in spans["step"])]
+    assert len(spans["step"]) == 6 and len(inside) == 6, spans
 
 
 def test_a_loop_that_breaks_after_fetching_makes_no_step_of_that_batch(tmp_path, tool):
@@ -962,6 +973,10 @@ def test_a_forward_called_directly_is_one_forward_wherever_the_model_was_found(t
                 opt.zero_grad(); model.forward(torch.randn(8, 16)).square().mean().backward(); opt.step()
         with memcomm.profile(trace=sys.argv[1]):
             train(Net(), 4)
+        # A forward of its own parameters alone (nn.Linear's, forward-forward's layers) calls no module the
+        # global hooks see: the look at the first update came only at the second, and two forwards were lost.
+        with memcomm.profile(trace=sys.argv[3]):
+            train(nn.Linear(16, 4), 4)
         class Doubler(nn.Module):  # a staticmethod forward is left as it is: a wrapper would pass it the module
             def __init__(self):
                 super().__init__()
@@ -977,13 +992,15 @@ def test_a_forward_called_directly_is_one_forward_wherever_the_model_was_found(t
             found(torch.randn(8, 16)).sum().backward()  # through __call__: one forward, not two
         assert "forward" not in Net.__dict__ or Net.__dict__["forward"].__name__ == "forward"
         assert not hasattr(Net.__dict__["forward"], "__wrapped__"), "the class's forward was not put back"
-    """, str(tmp_path / "built.mct"), str(tmp_path / "found.mct"))
+    """, str(tmp_path / "built.mct"), str(tmp_path / "found.mct"), str(tmp_path / "own.mct"))
     built = phase_counts(tool, tmp_path, tmp_path / "built.rank0.mct")
     assert built.get("forward") == 4 and built.get("step") == 4, built
     spans = chrome_spans(tmp_path, tmp_path / "built.rank0.mct")
     assert all(f[1] <= b[0] for f, b in zip(spans["forward"], spans["backward"])), spans  # each ends before its backward
     found = phase_counts(tool, tmp_path, tmp_path / "found.rank0.mct")
     assert found.get("forward") == 3 + 1 and found.get("step") == 4, found  # a backward opens a step
+    own = phase_counts(tool, tmp_path, tmp_path / "own.rank0.mct")
+    assert own.get("forward") == 4 - 1 and own.get("step") == 4, own  # the first is lost (Note [Finding the model])
 
 
 def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):

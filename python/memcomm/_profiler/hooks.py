@@ -132,7 +132,10 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   fetches a step's accumulation batches before their forwards); a forward without gradients first
   says they were an evaluation's, and they stay outside any step. memcomm.loader's wait opened a
   step itself once, so a loop that broke after fetching a batch (the seed sample's --max-batches)
-  ended on a step of that wait alone. A script that marks its iterations with memcomm.step() and no
+  ended on a step of that wait alone. A batch taken from an iterator the script has dropped by the
+  time a step opens (`len(next(iter(loader))[0])`, the DDP tutorial's look at its batch size each
+  epoch) begins no step: its wait is written outside any, where it made the epoch's first step's
+  data wait twice the others'. A script that marks its iterations with memcomm.step() and no
   training event (forwards without gradients) still gets each as a step, from its first wait. Such
   waits are written after the step's begin (a reader meets the earlier of two events at one time
   first, and would nest the step in the wait).
@@ -242,7 +245,8 @@ class _ThreadState:
         self.fwd_frame: Any = None                     # a forward called directly that the global hooks opened
         self.in_backward = False
         self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
-        self.stepless_waits: List[Tuple[int, int]] = []  # Note [Batches from any DataLoader]: (begin, end)
+        # (begin, end, the iterator weakly or None): see Note [Batches from any DataLoader]
+        self.stepless_waits: List[Tuple[int, int, Any]] = []
         self.in_loader = False                         # inside memcomm.loader's next(): it records the wait
         self.unstepped_wait_ns = 0                     # the first wait since a step opened, for memcomm.step()
         # Where the next step begins, if one opens (Note [A forward that opens no step]); 0: no mark.
@@ -806,7 +810,7 @@ class PhaseHooks:
         wait_for_release()  # Note [Python callables released on torch's threads]
         if self._global_handles:
             self._narrow_hooks()
-        elif not self._looked_again:
+        if not self._looked_again:  # at the first update, after narrowing: the next step's forward is seen
             self._look_again()
 
     def _wrap_scaler_step(self) -> None:
@@ -881,25 +885,25 @@ class PhaseHooks:
             if st.in_loader:
                 return original(it)
             batch, begin = _fetched(lambda: original(it))
-            self._batch_arrived(st, begin)
+            self._batch_arrived(st, begin, it)
             return batch
 
         owner.__next__ = __next__
         self._handles.append(_Restore(owner, "__next__", original, __next__))
 
-    def _batch_arrived(self, st: _ThreadState, begin_ns: int) -> None:
+    def _batch_arrived(self, st: _ThreadState, begin_ns: int, source: Any) -> None:
         """See Note [Batches from any DataLoader]: a wait inside the open step is recorded now; those outside
         wait to be recorded inside the step a training event opens next, or outside any."""
         end = now()
         if st.step_open and not st.step_end_ns:
             _memcomm.phase_span(DATA_WAIT, 0, begin_ns, end)
             return
-        st.stepless_waits.append((begin_ns, end))
+        st.stepless_waits.append((begin_ns, end, _weakly(source)))
         st.unstepped_wait_ns = st.unstepped_wait_ns or begin_ns
 
     @staticmethod
     def _flush_wait(st: _ThreadState) -> None:
-        for begin_ns, end_ns in st.stepless_waits:
+        for begin_ns, end_ns, _ in st.stepless_waits:
             _memcomm.phase_span(DATA_WAIT, 0, begin_ns, end_ns)
         st.stepless_waits.clear()
 
@@ -913,7 +917,7 @@ class PhaseHooks:
             batch, begin = _fetched(lambda: next(it))
         finally:
             st.in_loader = False
-        self._batch_arrived(st, begin)
+        self._batch_arrived(st, begin, it)
         return batch
 
 
@@ -1240,7 +1244,21 @@ def _next_begin(st: _ThreadState, from_backward: bool) -> int:
     batch waited for (a backward's at the forward that opened none before it: Note [A forward that
     opens no step]); 0: now."""
     forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.marked_forward_ns)
-    return _earliest(forward, st.stepless_waits[0][0] if st.stepless_waits else 0)
+    return _earliest(forward, _first_kept_wait(st))
+
+
+def _first_kept_wait(st: _ThreadState) -> int:
+    """The first batch waited for since the last step from an iterator the script still holds (Note
+    [Batches from any DataLoader]); 0: none."""
+    return next((begin for begin, _, source in st.stepless_waits if source is None or source() is not None), 0)
+
+
+def _weakly(obj: Any) -> Any:
+    """A weak reference to `obj`, or None for an object that takes none (a list's iterator)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
 
 
 def _frame_outside_memcomm() -> Any:
