@@ -547,8 +547,26 @@ def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_
                 pot.eval()
                 pot(torch.randn(8, 3))  # validation needs grad for its forces
                 pot.train()
-    """, str(tmp_path / "eval.mct"), str(tmp_path / "ckpt.mct"), str(tmp_path / "pot.mct"))
+        # An evaluation under no_grad that leaves the model in eval mode for the training after it (the
+        # quickstart tutorial's test() calls model.eval(), its train() no model.train()): the next
+        # step began at the evaluation's first forward.
+        with memcomm.profile(trace=sys.argv[4], model=model):
+            for epoch in range(2):
+                for x, y in batches(2):
+                    crit(model(x), y).backward()
+                    opt.step()
+                    opt.zero_grad()
+                model.eval()
+                with torch.no_grad():
+                    for x, y in batches(3):
+                        model(x)
+        model.train()
+    """, str(tmp_path / "eval.mct"), str(tmp_path / "ckpt.mct"), str(tmp_path / "pot.mct"), str(tmp_path / "left.mct"))
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "eval.rank0.mct")["steps"]] == [1, 2, 3, 4]
+    assert phase_counts(tool, tmp_path, tmp_path / "left.rank0.mct")["forward"] == 2 * (2 + 3)  # writes the export
+    spans = chrome_spans(tmp_path, tmp_path / "left.rank0.mct")
+    outside = [f for f in spans["forward"] if not any(b <= f[0] and f[1] <= e for b, e in spans["step"])]
+    assert len(spans["step"]) == 4 and len(outside) == 2 * 3, spans  # the evaluations' forwards, in no step
     assert [s["step"] for s in trace_json(tool, "report", tmp_path / "pot.rank0.mct")["steps"]] == [1, 2, 3]
     pot_chrome = tmp_path / "pot.json"
     subprocess.run([tool("memcomm-trace"), "export", "--chrome", str(pot_chrome), str(tmp_path / "pot.rank0.mct")],
@@ -579,10 +597,24 @@ def test_a_dry_run_and_the_setup_after_it_are_no_part_of_step_1_and_inference_is
         with memcomm.profile(trace=sys.argv[2], model=model):
             for x, _ in batches(3):           # inference with gradients on, the model in training mode
                 model(x).sum().item()
-    """, str(tmp_path / "lazy.mct"), str(tmp_path / "infer.mct"))
+        # An RNN called once per time step (seq2seq's encoder, char-RNN): each call's output is dropped at
+        # the next, the graph goes on in the hidden state. Each step began at its last call.
+        rnn = nn.GRU(8, 16)
+        opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[3], model=rnn):
+            for _ in range(3):
+                h = torch.zeros(1, 1, 16)
+                for t in range(5):
+                    out, h = rnn(torch.randn(1, 1, 8), h)
+                opt.zero_grad(); h.sum().backward(); opt.step()
+    """, str(tmp_path / "lazy.mct"), str(tmp_path / "infer.mct"), str(tmp_path / "rnn.mct"))
     steps = trace_json(tool, "report", tmp_path / "lazy.rank0.mct")["steps"]
     assert [s["step"] for s in steps] == [1, 2, 3] and steps[0]["time_ns"] < 1e9, steps
     assert trace_json(tool, "report", tmp_path / "infer.rank0.mct")["steps"] == []
+    assert phase_counts(tool, tmp_path, tmp_path / "rnn.rank0.mct").get("forward") == 3 * 5
+    spans = chrome_spans(tmp_path, tmp_path / "rnn.rank0.mct")
+    inside = [f for f in spans["forward"] if any(b <= f[0] and f[1] <= e for b, e in spans["step"])]
+    assert len(spans["step"]) == 3 and len(inside) == 3 * 5, spans
 
 
 def test_models_in_a_container_are_found_at_the_first_update(tmp_path, tool):

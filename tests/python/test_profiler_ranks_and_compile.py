@@ -297,9 +297,13 @@ def test_code_compiled_around_a_model_built_inside_the_profile_compiles_once(tmp
 def test_a_compiled_training_step_that_steps_its_optimizer_ends(tmp_path, tool):
     # See Note [Hooks under torch.compile]: the optimizer's hooks ran eagerly as a frame only, so Dynamo
     # compiled a frame they called (a list comprehension, holding the hooks' lock), and its compile-start
-    # callback asked for that lock: the script hung at its first update.
+    # callback asked for that lock: the script hung at its first update. And the class wrapper read
+    # memcomm's registry before asking whether Dynamo compiled it: a guard on the registry's size
+    # recompiled the step once memcomm watched the model (3 graphs where plain torch makes 2).
     script = """
-        with memcomm.profile(trace=sys.argv[1]):
+        import contextlib
+        from torch._dynamo.utils import counters
+        with memcomm.profile(trace=sys.argv[1]) if sys.argv[2] != "plain" else contextlib.nullcontext():
             model = make_model()
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
             @torch.compile(backend="eager")
@@ -311,9 +315,15 @@ def test_a_compiled_training_step_that_steps_its_optimizer_ends(tmp_path, tool):
                 return loss
             for x, y in batches(3):
                 print(float(train_step(x, y)))
+        print("graphs", counters["stats"]["unique_graphs"], "breaks", sum(counters["graph_break"].values()))
     """
-    r = run_python(MODEL + textwrap.dedent(script), str(tmp_path / "step.mct"), timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert len(r.stdout.split()) == 3, r.stdout
+    graphs = []
+    for case in ("plain", "profiled"):
+        r = run_python(MODEL + textwrap.dedent(script), str(tmp_path / "step.mct"), case, timeout=120)
+        assert r.returncode == 0, r.stderr
+        losses, _, counts = r.stdout.partition("graphs")
+        assert len(losses.split()) == 3, r.stdout
+        graphs.append(counts.strip())
+    assert graphs[0] == graphs[1], graphs
     counts = phase_counts(tool, tmp_path, tmp_path / "step.rank0.mct")
     assert counts["backward"] == counts["optimizer"] == counts["step"] == 3, counts

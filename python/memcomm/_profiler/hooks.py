@@ -115,9 +115,12 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   next step begins while no step is open; one that cannot is remembered too, since a backward may
   follow it: a model kept in eval mode to freeze BatchNorm, or activation checkpointing's forward
   under no_grad, was training after all, so a backward's step starts at the first such forward since
-  the last step (validation that calls model.eval() without no_grad() is no step). The mark moves to
-  a later training forward when the output of the forward that set it is gone by then: the script
-  dropped it, so no loss and no backward uses it (a dry run that materialises nn.LazyLinear, Keras
+  the last step (validation that calls model.eval() without no_grad() is no step), or at the first
+  with gradients on since it where there is one: an evaluation under no_grad before a loop that left
+  its model in eval mode (pytorch/tutorials' quickstart, model.eval() in test() and no model.train())
+  was the next step's first half. The mark moves to
+  a later training forward when the output of the forward that set it, every tensor of it, is gone by
+  then: the script dropped it, so no loss and no backward uses it (a dry run that materialises nn.LazyLinear, Keras
   building its model, a loss logged after an update). A forward opened step 1 at once before: setup
   between such a forward and the first iteration (4.9 s in one script) was step 1's, and a run that
   never trains (inference with gradients on, the forwards an RPC worker serves for another) recorded
@@ -227,7 +230,7 @@ from memcomm._sharding import sharded_by
 class _ThreadState:
     """What one training thread has open."""
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "updater", "ends_with",
-                 "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_waits", "in_loader",
+                 "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_with_grad", "stepless_waits", "in_loader",
                  "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking", "fwd_frame", "end_held",
                  "held_end_ns", "held_begin_ns", "step_updaters", "switchers", "steps_closed")
 
@@ -245,13 +248,14 @@ class _ThreadState:
         self.fwd_frame: Any = None                     # a forward called directly that the global hooks opened
         self.in_backward = False
         self.stepless_forward_ns = 0                   # Note [A forward that opens no step]; 0: none
+        self.stepless_with_grad = False                # ... and that forward ran with gradients on
         # (begin, end, the iterator weakly or None): see Note [Batches from any DataLoader]
         self.stepless_waits: List[Tuple[int, int, Any]] = []
         self.in_loader = False                         # inside memcomm.loader's next(): it records the wait
         self.unstepped_wait_ns = 0                     # the first wait since a step opened, for memcomm.step()
         # Where the next step begins, if one opens (Note [A forward that opens no step]); 0: no mark.
         self.marked_forward_ns = 0
-        self.marked_output: Any = None                 # the marking forward's output, weakly; None: none seen
+        self.marked_output: Any = None                 # the marking forward's output tensors, weakly; None: none seen
         self.marking = False                           # the open forward set the mark
         # The open step's end (Note [A second model's update]), held until the next update says whether
         # the work since it is the same iteration's. end_held: a training forward came after the update
@@ -518,7 +522,7 @@ class PhaseHooks:
 
     def _close_all(self, st: _ThreadState) -> None:
         self._settle_without_update(st)
-        st.stepless_forward_ns = 0
+        st.stepless_forward_ns, st.stepless_with_grad = 0, False
         st.fwd_frame = None
         _unmark(st)
         st.ends_with = None
@@ -614,7 +618,7 @@ class PhaseHooks:
             # inside the model's forward: Lightning's manual optimisation), so that forward ends inside it.
             st.stack.insert(0, (STEP, ident, _memcomm.phase_begin(STEP, ident, KEEP, ts or _next_begin(st, from_backward))))
         self._flush_wait(st)  # after the step's begin, which a reader meets first at an equal time
-        st.stepless_forward_ns = 0
+        st.stepless_forward_ns, st.stepless_with_grad = 0, False
         _unmark(st)
 
     def _forward_begins(self, st: _ThreadState, module: torch.nn.Module) -> None:
@@ -630,8 +634,9 @@ class PhaseHooks:
         elif not st.step_open or st.step_end_ns:
             if not torch.is_grad_enabled():
                 self._flush_wait(st)  # the batches waited for were an evaluation's (Note [Batches from any DataLoader])
-            if not st.stepless_forward_ns:
-                st.stepless_forward_ns = now()
+                st.stepless_forward_ns = st.stepless_forward_ns or now()
+            elif not st.stepless_with_grad:  # forwards without gradients before it were an evaluation's
+                st.stepless_forward_ns, st.stepless_with_grad = now(), True
 
     # Forward: one module (profile(model=...)).
     def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -954,8 +959,10 @@ class _CallWrap:
 
         def wrapper(module: Any, *args: Any, **kwargs: Any) -> Any:
             call = own or getattr(base, name)
-            hooks = _CALL_HOOKS.get(key)
-            if hooks is None or torch.compiler.is_compiling():  # Note [Hooks under torch.compile]
+            # Compiling first: Dynamo, which takes it as True, then reads no registry (Note [Hooks under
+            # torch.compile]); read first, a guard on its size recompiled a compiled training step.
+            hooks = None if torch.compiler.is_compiling() else _CALL_HOOKS.get(key)
+            if hooks is None:
                 return call(module, *args, **kwargs)
             if not hooks[0](module, args):
                 return call(module, *args, **kwargs)
@@ -983,7 +990,7 @@ class _CallWrap:
 def _mark(st: _ThreadState) -> None:
     """A training forward while no step is open marks where the next one begins (Note [A forward that
     opens no step]); forwards without gradients before it were evaluations."""
-    st.marked_forward_ns, st.stepless_forward_ns = now(), 0
+    st.marked_forward_ns, st.stepless_forward_ns, st.stepless_with_grad = now(), 0, False
     st.marked_output, st.marking = None, True
 
 
@@ -996,27 +1003,31 @@ def _forward_ends(st: _ThreadState, output: Any) -> None:
     from a training forward (Note [A forward that opens no step])."""
     if st.marking:
         st.marking = False
-        tensor = _first_tensor(output)
-        st.marked_output = weakref.ref(tensor) if tensor is not None else None
+        tensors = _tensors(output)
+        st.marked_output = tuple(weakref.ref(t) for t in tensors) if tensors else None
 
 
-def _first_tensor(output: Any, depth: int = 0) -> Optional[torch.Tensor]:
-    """The first tensor of a forward's output (a tensor, or one in a tuple, list or mapping: a Hugging
-    Face ModelOutput is one); None when there is none."""
+def _tensors(output: Any, depth: int = 0, found: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
+    """The first tensors (up to 16) of a forward's output: a tensor, or those in a tuple, list or mapping (a
+    Hugging Face ModelOutput is one, an RNN's (output, hidden) a tuple)."""
+    found = [] if found is None else found
     if isinstance(output, torch.Tensor):
-        return output
-    if depth < 3:
+        found.append(output)
+    elif depth < 3:
         items = output.values() if isinstance(output, Mapping) else output if isinstance(output, (tuple, list)) else ()
         for item in items:
-            tensor = _first_tensor(item, depth + 1)
-            if tensor is not None:
-                return tensor
-    return None
+            if len(found) >= 16:
+                break
+            _tensors(item, depth + 1, found)
+    return found
 
 
 def _dropped(output: Any) -> bool:
-    """The marked forward's output is gone: nothing the script computes next (a loss, a backward) uses it."""
-    return output is not None and output() is None
+    """The marked forward's output is gone, every tensor of it: nothing the script computes next (a loss, a
+    backward) uses it. One tensor alone is not enough: a loop that calls an RNN once per time step drops
+    each call's output and carries the graph on in its hidden state (seq2seq's encoder, char-RNN), and
+    judged by the output alone, each step began at its last call, the others' forwards outside any step."""
+    return output is not None and all(ref() is None for ref in output)
 
 
 def _eager(function: Callable[..., Any]) -> Callable[..., Any]:
