@@ -408,6 +408,11 @@ TEST_CASE("kineto: any JSON value, after any leading whitespace, goes to the tor
     INFO(other);
     CHECK_FALSE(candidate(other));
   }
+  // A byte-order mark alone: the scan began past the bytes read, at what the buffer held from before (here,
+  // the previous file's '{'), and called the file a trace or not by that.
+  CHECK(candidate("   {"));
+  CHECK_FALSE(candidate("\xEF\xBB\xBF"));
+  CHECK(candidate("\xEF\xBB\xBF" + std::string(5000, ' ') + "[]"));
   CHECK_THROWS_WITH(read_kineto_buffer("\"a string\"", "s.json"), Catch::Contains("neither a JSON object nor an array"));
   std::filesystem::remove_all(dir);
 }

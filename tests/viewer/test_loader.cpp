@@ -322,3 +322,34 @@ TEST_CASE("a shared PyTorch snapshot loads with allocator events and memory curv
   REQUIRE(tl.ranks[0].counter("reserved"));
   CHECK(tl.ranks[0].counter("reserved")->global_max() > 0);
 }
+
+TEST_CASE("a range over a trace with corrupt events measures the span from the events it keeps", "[unit][viewer]") {
+  // A fuzzed .mct: events of no known kind with times far apart made the span from the first event
+  // (and the range's start) theirs, and the message's span overflowed (UBSan).
+  namespace prof = memcomm::prof;
+  const std::string path = memcomm::test::temp_path("memcomm_viewer_tests", "corrupt_times.mct");
+  {
+    prof::TraceWriter w(path, prof::WriterOptions{});
+    std::vector<prof::Event> ev;
+    for (const std::int64_t ts : {INT64_MIN + 1, INT64_MAX - 1}) {
+      prof::Event bad{};
+      bad.ts = ts;  // kind Invalid
+      ev.push_back(bad);
+    }
+    ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeBegin, 1'000'000, prof::Phase::Step, 0, 1, 0)));
+    ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, 3'000'000, prof::Phase::Step, 0, 1, 0)));
+    w.write_chunk({}, ev, 0);
+    w.close();
+  }
+  LoadOptions o;
+  o.range_lo_s = 1000;
+  o.range_hi_s = 2000;
+  Timeline tl;
+  std::string error;
+  CHECK_FALSE(load_file(path, tl, error, nullptr, o));
+  CHECK(error.find("--range 1000:2000 keeps no event: this file's events span 0..0.002 s") != std::string::npos);
+  INFO(error);
+  o.range_lo_s = 0.001;  // from the step's begin, not from the corrupt event's time
+  o.range_hi_s = 0.0015;
+  CHECK(load_file(path, tl, error, nullptr, o));
+}

@@ -205,6 +205,7 @@ bool ingest_trace(const std::string& path, Timeline& out, std::string& error, st
     const auto chunk = [&](const prof::Event* ev, std::size_t n, std::uint32_t rank, const auto& strings) {
       if (options.has_range())
         for (std::size_t i = 0; i < n; ++i) {
+          if (!prof::is_known_kind(ev[i].kind)) continue;  // ingest drops it: its time (a corrupt file's) says nothing
           if (first) first_ns = std::min(first_ns, ev[i].ts);
           last_ns = std::max(last_ns, ev[i].ts);
         }

@@ -56,7 +56,7 @@ InputKind detect_input(const std::string& path, std::string& error) {
 
 std::string range_kept_nothing(const LoadOptions& o, std::int64_t first_ns, std::int64_t last_ns) {
   return fmt::format("--range {:g}:{:g} keeps no event: this file's events span 0..{:.3f} s from its first", o.range_lo_s,
-                     o.range_hi_s, static_cast<double>(last_ns - first_ns) / 1e9);
+                     o.range_hi_s, (static_cast<double>(last_ns) - static_cast<double>(first_ns)) / 1e9);  // from outside: no overflow
 }
 
 bool parse_time_range(const std::string& text, LoadOptions& o, std::string& error) {

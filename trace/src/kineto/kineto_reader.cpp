@@ -84,6 +84,12 @@ bool is_kineto_candidate(const std::string& path) {
   const bool bom = n >= 3 && uint8_t(head[0]) == 0xEF && uint8_t(head[1]) == 0xBB && uint8_t(head[2]) == 0xBF;
   if (bom && n >= 6 && std::string_view(head + 3, 3) == "\xEF\xBB\xBF") candidate = true;  // a second mark, named
   for (ssize_t i = bom ? 3 : 0; !candidate && n > 0 && at < (off_t(1) << 20);) {
+    if (i == n) {  // the block held only leading white space (or the mark): read on (up to 1 MiB of it)
+      at += n;
+      n = pread(fd, head, sizeof(head), at);
+      i = 0;
+      continue;
+    }
     const char c = head[i];
     if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
       const std::string_view rest(head + i, size_t(n - i));
@@ -91,11 +97,7 @@ bool is_kineto_candidate(const std::string& path) {
                   rest.rfind("true", 0) == 0 || rest.rfind("false", 0) == 0;
       break;
     }
-    if (++i == n) {  // leading whitespace beyond this block: read on (up to 1 MiB of it)
-      at += n;
-      n = pread(fd, head, sizeof(head), at);
-      i = 0;
-    }
+    ++i;
   }
   close(fd);
   return candidate;  // otherwise (empty, only spaces, binary): the .mct reader names it
