@@ -21,6 +21,13 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
   f << bytes;
 }
+
+LoadOptions time_range(double lo_s, double hi_s) {
+  LoadOptions o;
+  o.range_lo_s = lo_s;
+  o.range_hi_s = hi_s;
+  return o;
+}
 }  // namespace
 
 TEST_CASE("garbage or empty or missing files give messages that name the file", "[unit][viewer]") {
@@ -62,12 +69,9 @@ TEST_CASE("inputs are recognised by content", "[unit][viewer]") {
 TEST_CASE("a time range is refused for a PyTorch snapshot, which loads whole", "[unit][viewer]") {
   // The range used to be dropped without a word (a range past the end loaded the whole file).
   const std::string snap = std::string(MEMCOMM_SOURCE_DIR) + "/tests/data/gpu-snapshots/oom.pickle";
-  LoadOptions range;
-  range.range_lo_s = 1e30;
-  range.range_hi_s = 1e31;
   Timeline tl;
   std::string error;
-  CHECK_FALSE(load_file(snap, tl, error, nullptr, range));
+  CHECK_FALSE(load_file(snap, tl, error, nullptr, time_range(1e30, 1e31)));
   CHECK(error.find("oom.pickle: --range loads a time range of traces; a PyTorch memory snapshot is loaded whole") !=
         std::string::npos);
   CHECK(load_file(snap, tl, error));
@@ -341,15 +345,10 @@ TEST_CASE("a range over a trace with corrupt events measures the span from the e
     w.write_chunk({}, ev, 0);
     w.close();
   }
-  LoadOptions o;
-  o.range_lo_s = 1000;
-  o.range_hi_s = 2000;
   Timeline tl;
   std::string error;
-  CHECK_FALSE(load_file(path, tl, error, nullptr, o));
+  CHECK_FALSE(load_file(path, tl, error, nullptr, time_range(1000, 2000)));
   CHECK(error.find("--range 1000:2000 keeps no event: this file's events span 0..0.002 s") != std::string::npos);
   INFO(error);
-  o.range_lo_s = 0.001;  // from the step's begin, not from the corrupt event's time
-  o.range_hi_s = 0.0015;
-  CHECK(load_file(path, tl, error, nullptr, o));
+  CHECK(load_file(path, tl, error, nullptr, time_range(0.001, 0.0015)));  // from the step's begin, not the corrupt time
 }
