@@ -16,7 +16,10 @@ targets=("$BUILD"/fuzz/*)
 if [ ${#targets[@]} -eq 0 ]; then echo "fuzz: no targets in $BUILD/fuzz"; exit 1; fi
 # Targets that read one format share its seeds: every .mct reader starts from the replay's corpus too,
 # the richest (viewer_mct_ingest_fuzz, from its one seed, took minutes to reach what those 29 cover).
-declare -A shared_seeds=([viewer_mct_ingest_fuzz]=replay_mct_fuzz [profiler_trace_reader_fuzz]=replay_mct_fuzz)
+# The Kineto readers share theirs alike, JSON and gzip.
+declare -A shared_seeds=([viewer_mct_ingest_fuzz]=replay_mct_fuzz [profiler_trace_reader_fuzz]=replay_mct_fuzz
+  [profiler_kineto_file_fuzz]=profiler_kineto_reader_fuzz
+  [viewer_kineto_ingest_fuzz]="profiler_kineto_reader_fuzz profiler_kineto_file_fuzz")
 failed=0
 for ((i = 0; i < ${#targets[@]}; i += JOBS)); do
   batch=("${targets[@]:i:JOBS}"); pids=(); works=()
@@ -24,8 +27,9 @@ for ((i = 0; i < ${#targets[@]}; i += JOBS)); do
     name=$(basename "$t")
     work=$(mktemp -d); seeds=()
     [ -d "tests/fuzz/corpus/$name" ] && seeds+=("tests/fuzz/corpus/$name")
-    shared=${shared_seeds[$name]:-}
-    [ -n "$shared" ] && [ -d "tests/fuzz/corpus/$shared" ] && seeds+=("tests/fuzz/corpus/$shared")
+    for shared in ${shared_seeds[$name]:-}; do
+      [ -d "tests/fuzz/corpus/$shared" ] && seeds+=("tests/fuzz/corpus/$shared")
+    done
     echo "fuzz: $name for ${SECONDS_EACH}s"
     "$t" -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=2048 -artifact_prefix="$work/" \
       "$work" "${seeds[@]}" > "$work/log" 2>&1 &

@@ -154,9 +154,23 @@ class GzipBlocks final : public JsonBlocks {
   std::string error_;
 };
 
-void GzipBlocks::inflate_all() {
+// zlib's inflate state, ended on every way out (a corrupt stream throws from the loop below).
+struct Inflater {
   z_stream z{};
+  bool started = false;
+  Inflater() = default;
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+  ~Inflater() {
+    if (started) inflateEnd(&z);
+  }
+};
+
+void GzipBlocks::inflate_all() {
+  Inflater inflater;
+  z_stream& z = inflater.z;
   if (inflateInit2(&z, 15 + 32) != Z_OK) throw TraceError(fmt::format("{}: cannot start zlib", path_));
+  inflater.started = true;
   std::string in(size_t(1) << 20, '\0');
   std::string out = buffer();
   uint64_t consumed = 0;
@@ -189,7 +203,6 @@ void GzipBlocks::inflate_all() {
       z.avail_out = uInt(out.size());
     }
   }
-  inflateEnd(&z);
   out.resize(out.size() - z.avail_out);
   if (!out.empty()) push(std::move(out));
   finish("", in_member && consumed > 0);
