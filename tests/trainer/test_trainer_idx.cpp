@@ -4,10 +4,12 @@
 #include "memcomm_test.hpp"
 
 #include <catch2/catch.hpp>
+#include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,6 +79,45 @@ TEST_CASE("truncated and foreign IDX input is an error naming the file") {
   CHECK(error_of({0, 0, 0x0D, 1, 0, 0, 0, 1, 0, 0, 0, 0}).find("not an unsigned-byte IDX") != std::string::npos);
   CHECK(error_of(idx({}, {})).find("number of dimensions") != std::string::npos);
   CHECK(error_of(idx({10}, {1, 2, 3})).find("truncated data: 3 of 10") != std::string::npos);
+  CHECK(error_of(idx({2, 2}, {1, 2, 3, 4, 5})).find("more data than the 4 bytes its header describes (dimensions 2 x 2)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a gzip IDX file with broken data says so, and one cut short is truncated") {
+  const auto bytes = idx({64, 64}, std::vector<uint8_t>(64 * 64, 7));
+  const auto path = std::filesystem::temp_directory_path() / "memcomm-test-idx.gz";
+  const auto write = [&](const std::string& gz) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(gz.data(), std::streamsize(gz.size()));
+  };
+  const auto read_error = [&] {
+    try {
+      read_idx_u8(path.string());
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  {
+    gzFile f = gzopen(path.string().c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(gzwrite(f, bytes.data(), unsigned(bytes.size())) == int(bytes.size()));
+    gzclose(f);
+  }
+  std::string gz;
+  {
+    std::ifstream in(path, std::ios::binary);
+    gz.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  CHECK(read_idx_u8(path.string()).data == std::vector<uint8_t>(bytes.begin() + 12, bytes.end()));
+  write(gz.substr(0, gz.size() / 2));
+  CHECK(read_error().find("truncated") != std::string::npos);
+  std::string corrupt = gz;
+  for (size_t i = 12; i < corrupt.size() - 8; ++i) corrupt[i] = char(~corrupt[i]);
+  write(corrupt);
+  const std::string e = read_error();
+  INFO(e);
+  CHECK(e.find(path.string() + ": corrupt gzip data") != std::string::npos);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("Fashion-MNIST's shape and labels are checked, naming the file at fault") {

@@ -20,8 +20,14 @@ struct GzCloser {
   throw std::runtime_error("IDX file " + path + ": " + what);
 }
 
-// Reads up to n bytes into buf; returns how many (0 at the end), or -1 on a read error.
+// Reads up to n bytes into buf; returns how many (0 at the end), or throws naming a read error.
 using ReadFn = std::function<int64_t(uint8_t* buf, int64_t n)>;
+
+std::string dims_text(const IdxArray& a) {
+  std::string s;
+  for (const int64_t d : a.dims) s += (s.empty() ? "" : " x ") + std::to_string(d);
+  return s;
+}
 
 uint32_t read_be32(const ReadFn& read, const std::string& path) {
   unsigned char b[4];
@@ -55,6 +61,12 @@ IdxArray parse(const ReadFn& read, const std::string& path) {
     done += n;
   }
   a.data.resize(static_cast<size_t>(total));
+  // Bytes past what the header describes mean the header does not describe this file (another
+  // format, or dimensions written wrong): reading on would train on the wrong cut of the data.
+  uint8_t extra = 0;
+  if (read(&extra, 1) > 0)
+    fail(path, "more data than the " + std::to_string(total) + " bytes its header describes (dimensions " +
+                   dims_text(a) + ")");
   return a;
 }
 
@@ -64,8 +76,15 @@ IdxArray read_idx_u8(const std::string& path) {
   // gzopen reads plain files transparently too.
   std::unique_ptr<gzFile_s, GzCloser> f(gzopen(path.c_str(), "rb"));
   if (!f) fail(path, "cannot be opened");
-  const ReadFn read = [&f](uint8_t* buf, int64_t n) -> int64_t {
-    return gzread(f.get(), buf, static_cast<unsigned>(n));
+  const ReadFn read = [&f, &path](uint8_t* buf, int64_t n) -> int64_t {
+    const int got = gzread(f.get(), buf, static_cast<unsigned>(n));
+    int code = Z_OK;
+    const char* message = gzerror(f.get(), &code);
+    // A gzip stream that simply ends is a file cut short (the parser says how much came); broken
+    // data or a failed read is named as such, not as truncation.
+    if (got < 0 || (code != Z_OK && code != Z_BUF_ERROR))
+      fail(path, std::string(code == Z_DATA_ERROR ? "corrupt gzip data: " : "read failed: ") + message);
+    return got;
   };
   return parse(read, path);
 }
@@ -83,11 +102,6 @@ IdxArray parse_idx_u8(const uint8_t* bytes, size_t size, const std::string& name
 
 void check_fashion_mnist(const IdxArray& images, const std::string& images_path, const IdxArray& labels,
                          const std::string& labels_path) {
-  const auto dims_text = [](const IdxArray& a) {
-    std::string s;
-    for (const int64_t d : a.dims) s += (s.empty() ? "" : " x ") + std::to_string(d);
-    return s;
-  };
   if (images.dims.size() != 3 || images.dims[1] != 28 || images.dims[2] != 28)
     fail(images_path, "Fashion-MNIST images are N x 28 x 28, this file holds " + dims_text(images));
   if (labels.dims.size() != 1) fail(labels_path, "Fashion-MNIST labels are a list of N, this file holds " + dims_text(labels));
