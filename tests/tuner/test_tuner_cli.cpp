@@ -237,7 +237,10 @@ TEST_CASE("out-of-range and contradictory tuner flags are usage errors naming th
                         Case{"--global-batch 64 --json " + dir, "is a folder"},
                         Case{"--global-batch 64 --json -", "'-' is no file here"},  // not standard output here
                         Case{"--global-batch 64 --timeout 1e300", "--timeout"},
-                        Case{"--global-batch 64 --optimizer nosuch", "--optimizer: nosuch not in {sgd,adam,adamw}"}}) {
+                        Case{"--global-batch 64 --optimizer nosuch", "--optimizer: nosuch not in {sgd,adam,adamw}"},
+                        Case{"--global-batch 64 --unequal-data 1:5XB", "--unequal-data: "},  // was read as 5 bytes
+                        Case{"--global-batch 64 --unequal-data -1:5", "--unequal-data wants RANK:BYTES"},
+                        Case{"--global-batch 64 --unequal-data 1x:5", "--unequal-data wants RANK:BYTES"}}) {
     const auto r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB " + c.args);
     INFO(c.args << "\n" << r.output);
     CHECK(r.code == 2);

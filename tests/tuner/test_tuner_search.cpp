@@ -64,6 +64,15 @@ int64_t exhaustive_largest(const Synthetic& m, const std::vector<int64_t>& cand)
 
 int log2_ceil(size_t n) { return static_cast<int>(std::ceil(std::log2(double(std::max<size_t>(n, 2))))); }
 
+// A search for `global_batch` over `world` ranks under a memory limit, the rest left at its defaults.
+SearchConfig capped(int64_t global_batch, int64_t memory_limit, int world = 1) {
+  SearchConfig cfg;
+  cfg.global_batch = global_batch;
+  cfg.world = world;
+  cfg.memory_limit = memory_limit;
+  return cfg;
+}
+
 }  // namespace
 
 TEST_CASE("divisors and the peak fit") {
@@ -84,10 +93,7 @@ TEST_CASE("the boundary matches an exhaustive search, within ceil(log2 n) + 3 pr
         Synthetic m;
         m.c = c;
         m.limit = limit;
-        SearchConfig cfg;
-        cfg.global_batch = per_rank * 2;
-        cfg.world = 2;
-        cfg.memory_limit = limit;
+        SearchConfig cfg = capped(per_rank * 2, limit, 2);
         cfg.fit_only = true;
         cfg.any_micro_batch = true;
         std::vector<int64_t> cand;
@@ -111,9 +117,7 @@ TEST_CASE("Lightning's doubling reaches divisor candidates that a power of two s
   for (const int64_t limit : {int64_t(300) << 20, int64_t(3) << 30}) {
     Synthetic m;
     m.limit = limit;
-    SearchConfig cfg;
-    cfg.global_batch = 98;
-    cfg.memory_limit = limit;
+    SearchConfig cfg = capped(98, limit);
     cfg.fit_only = true;
     cfg.strategy = Strategy::Lightning;
     const auto out = run_search(cfg, std::ref(m));
@@ -128,9 +132,7 @@ TEST_CASE("Lightning's search whose first size runs out ends at micro-batch 1 wh
   Synthetic m;
   m.limit = m.reserved(1);
   REQUIRE_FALSE(m.fits(2));
-  SearchConfig cfg;
-  cfg.global_batch = 8;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(8, m.limit);
   cfg.strategy = Strategy::Lightning;
   for (const bool fit_only : {true, false}) {
     cfg.fit_only = fit_only;
@@ -149,9 +151,7 @@ TEST_CASE("Lightning's search whose first size runs out ends at micro-batch 1 wh
 
 TEST_CASE("a budget of one trial (--max-trials 1) runs one probe and does not claim a boundary it did not find") {
   Synthetic m;
-  SearchConfig cfg;
-  cfg.global_batch = 512;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(512, m.limit);
   cfg.fit_only = true;
   cfg.max_trials = 1;
   for (const Strategy s : {Strategy::Memcomm, Strategy::Lightning}) {
@@ -191,9 +191,7 @@ TEST_CASE("divisors of the largest --global-batch are found quickly and exactly"
 
 TEST_CASE("any-micro-batch refuses a per-rank batch with more candidates than it can hold") {
   Synthetic m;
-  SearchConfig cfg;
-  cfg.global_batch = kMaxAnyMicroBatchCandidates * 2;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(kMaxAnyMicroBatchCandidates * 2, m.limit);
   cfg.fit_only = true;
   cfg.any_micro_batch = true;
   CHECK_THROWS_AS(run_search(cfg, std::ref(m)), std::invalid_argument);
@@ -204,9 +202,7 @@ TEST_CASE("fit-only on a prime per-rank batch says that what fits divides nothin
   Synthetic m;  // b = 2..50 fit; b = 1 cannot step (BatchNorm), and 97 is prime
   m.limit = 373'000'000;
   REQUIRE((m.fits(50) && !m.fits(51)));
-  SearchConfig cfg;
-  cfg.global_batch = 97;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(97, m.limit);
   cfg.fit_only = true;
   cfg.any_micro_batch = true;
   cfg.min_micro_batch = 2;
@@ -220,9 +216,7 @@ TEST_CASE("fit-only with any micro-batch recommends the largest divisor below th
   Synthetic m;  // b <= 105 fit; the boundary search probes non-divisors of 1000 (127, 67, 97...)
   m.limit = 548'000'000;
   REQUIRE((m.fits(105) && !m.fits(106)));
-  SearchConfig cfg;
-  cfg.global_batch = 1000;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(1000, m.limit);
   cfg.fit_only = true;
   cfg.any_micro_batch = true;
   const auto out = run_search(cfg, std::ref(m));
@@ -243,9 +237,7 @@ TEST_CASE("a fit that is right but cautious does not crawl, and fit-only keeps a
   for (int64_t b = 1; b <= 4096; ++b) cand.push_back(b);
   for (int64_t limit : {int64_t(4) << 30, int64_t(5) << 30, int64_t(7) << 30}) {
     m.limit = limit;
-    SearchConfig cfg;
-    cfg.global_batch = 4096;
-    cfg.memory_limit = limit;
+    SearchConfig cfg = capped(4096, limit);
     cfg.fit_only = true;
     cfg.any_micro_batch = true;
     const auto out = run_search(cfg, std::ref(m));
@@ -276,9 +268,7 @@ TEST_CASE("no search runs more probes than --max-trials") {
           Synthetic m;
           m.loader = loader;  // a largest feasible without room for it is no speed candidate
           m.limit = limit;
-          SearchConfig cfg;
-          cfg.global_batch = 1024;
-          cfg.memory_limit = limit;
+          SearchConfig cfg = capped(1024, limit);
           cfg.strategy = s;
           cfg.max_trials = max_trials;
           const auto out = run_search(cfg, std::ref(m));
@@ -302,10 +292,7 @@ TEST_CASE("a speed counts as higher only past both probes' noise") {
     Synthetic m;
     m.noise = noise;
     m.bucket_5_speedup = 1.03;
-    SearchConfig cfg;
-    cfg.global_batch = 512;
-    cfg.world = 2;
-    cfg.memory_limit = m.limit;
+    SearchConfig cfg = capped(512, m.limit, 2);
     cfg.bucket_candidates = {1, 5, 25, 100};
     const auto out = run_search(cfg, std::ref(m));
     REQUIRE(out.recommendation);
@@ -320,9 +307,7 @@ TEST_CASE("a speed counts as higher only past both probes' noise") {
     m.t1 = 1e-4;
     m.knee = 64;
     m.penalty = 2e-5;  // past b = 64 a step is slower: 10% at 128, 14% at 256
-    SearchConfig cfg;
-    cfg.global_batch = 256;
-    cfg.memory_limit = m.limit;
+    SearchConfig cfg = capped(256, m.limit);
     const auto out = run_search(cfg, std::ref(m));
     REQUIRE(out.recommendation);
     INFO("noise " << noise);
@@ -335,9 +320,7 @@ TEST_CASE("memory that is not linear in b still gives the right boundary") {
   Synthetic m;
   m.q = 2e4;  // the fit underestimates large b: predictions fail and the search bisects
   m.limit = int64_t(1) << 30;
-  SearchConfig cfg;
-  cfg.global_batch = 512;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(512, m.limit);
   cfg.fit_only = true;
   cfg.any_micro_batch = true;
   std::vector<int64_t> cand;
@@ -354,9 +337,7 @@ TEST_CASE("the recommendation is within 5% of the grid's best throughput") {
   m.limit = int64_t(2) << 30;
   m.knee = 48;  // throughput peaks near b = 48: neither the largest nor a power of two
   m.penalty = 4e-5;
-  SearchConfig cfg;
-  cfg.global_batch = 480;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(480, m.limit);
   const auto out = run_search(cfg, std::ref(m));
   SearchConfig grid = cfg;
   grid.strategy = Strategy::Grid;
@@ -374,10 +355,7 @@ TEST_CASE("the recommendation is within 5% of the grid's best throughput") {
 TEST_CASE("bucket sizes are tried with the winner when there are several ranks") {
   Synthetic m;
   m.limit = int64_t(2) << 30;
-  SearchConfig cfg;
-  cfg.global_batch = 256;
-  cfg.world = 2;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(256, m.limit, 2);
   cfg.bucket_candidates = {1, 5, 25, 100};
   std::vector<double> seen;
   const auto out = run_search(cfg, [&](const ProbeRequest& r) {
@@ -393,10 +371,7 @@ TEST_CASE("bucket sizes are tried with the winner when there are several ranks")
 
 TEST_CASE("an unachievable global batch is rounded and said and nothing fitting is a failure") {
   Synthetic m;
-  SearchConfig cfg;
-  cfg.global_batch = 101;
-  cfg.world = 2;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(101, m.limit, 2);
   auto out = run_search(cfg, std::ref(m));
   CHECK(out.global_batch == 102);
   CHECK(out.batch_note.find("nearest achievable, 102") != std::string::npos);
@@ -413,9 +388,7 @@ TEST_CASE("an unachievable global batch is rounded and said and nothing fitting 
 
 TEST_CASE("results survive the JSON round trip and the cache") {
   Synthetic m;
-  SearchConfig cfg;
-  cfg.global_batch = 64;
-  cfg.memory_limit = m.limit;
+  SearchConfig cfg = capped(64, m.limit);
   TuneResult r;
   r.config = cfg;
   r.outcome = run_search(cfg, std::ref(m));

@@ -1,9 +1,11 @@
 #include "tune_options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <memcomm/common/bytes.hpp>
 #include <memcomm/common/cli_checks.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -104,15 +106,18 @@ void check_tune_options(const CLI::App& app, const TuneOptions& t, const RawTune
     usage_error("--any-micro-batch needs --fit-only: a recommended micro-batch must divide the per-rank batch");
 }
 
-// --unequal-data RANK:BYTES into the probe settings.
+// --unequal-data RANK:BYTES into the probe settings; BYTES is a size as every tool reads one ("5MB").
 void parse_unequal_data(const std::string& unequal, ProbeSettings& probe) {
   const auto colon = unequal.find(':');
+  const std::string rank = unequal.substr(0, colon);
+  const bool rank_ok = colon != std::string::npos && !rank.empty() && rank.size() < 10 &&
+                       std::all_of(rank.begin(), rank.end(), [](unsigned char c) { return std::isdigit(c); });
+  if (!rank_ok) usage_error("--unequal-data wants RANK:BYTES, got '" + unequal + "'");
+  probe.unequal.rank = std::stoll(rank);
   try {
-    if (colon == std::string::npos) throw std::invalid_argument("no colon");
-    probe.unequal.rank = std::stoll(unequal.substr(0, colon));
-    probe.unequal.bytes_per_sample = std::stoll(unequal.substr(colon + 1));
-  } catch (const std::exception&) {
-    usage_error("--unequal-data wants RANK:BYTES, got '" + unequal + "'");
+    probe.unequal.bytes_per_sample = static_cast<int64_t>(parse_size(unequal.substr(colon + 1), /*allow_zero=*/true));
+  } catch (const std::invalid_argument& e) {
+    usage_error(std::string("--unequal-data: ") + e.what());
   }
 }
 
