@@ -424,6 +424,7 @@ def _finish(args: argparse.Namespace, profiler: memcomm.Profiler, children: Chil
             warnings.filterwarnings("ignore", category=NothingRecorded)
         if raised:
             warnings.filterwarnings("ignore", category=ProfileAdvice)
+            profiler._ends_by_exception()  # the runner owns the profile
         return close(args, profiler)
 
 

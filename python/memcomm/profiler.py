@@ -298,6 +298,11 @@ class Profiler(contextlib.ContextDecorator):
                 "calls a Sequential's children); give profile(model=...) the module the loop calls, or leave model= "
                 "out to find it")
 
+    def _ends_by_exception(self) -> None:
+        """The profile is about to stop because an exception ends the run: a step open then is cut off,
+        whether or not an update ended one before (Note [A step without its update])."""
+        self._hooks.ended_by_exception = True
+
     def step(self) -> None:
         """Ends the calling thread's step, for a loop that updates its parameters without a torch.optim
         optimizer (whose step() ends it otherwise). A no-op while this profiler is not running."""
@@ -308,6 +313,8 @@ class Profiler(contextlib.ContextDecorator):
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self._ends_by_exception()
         try:
             self.stop()
         except OSError as e:

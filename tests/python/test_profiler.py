@@ -334,11 +334,25 @@ def test_an_exception_inside_an_update_leaves_that_step_out(tmp_path, tool):
         with memcomm.profile(trace=sys.argv[2]):  # a run without updates is one step, as before
             for x, y in batches(2):
                 crit(model(x), y).backward()
-    """, str(tmp_path / "cut.mct"), str(tmp_path / "none.mct"))
+        # ... unless an exception ends it: the first backward that ran out of memory was one whole step.
+        def out_of_memory(grad):
+            raise torch.OutOfMemoryError("in the first backward")
+        try:
+            with memcomm.profile(trace=sys.argv[3]):
+                for x, y in batches(2):
+                    loss = crit(model(x), y)
+                    loss.register_hook(out_of_memory)
+                    loss.backward()
+                    opt.step()
+        except torch.OutOfMemoryError:
+            pass
+    """, str(tmp_path / "cut.mct"), str(tmp_path / "none.mct"), str(tmp_path / "first.mct"))
     cut = trace_json(tool, "report", tmp_path / "cut.rank0.mct")
     assert [s["step"] for s in cut["steps"]] == [1, 2, 3], cut["steps"]
     assert cut["ranks"][0]["unfinished_steps"] == 1, cut["ranks"][0]
     assert len(trace_json(tool, "report", tmp_path / "none.rank0.mct")["steps"]) == 1
+    first = trace_json(tool, "report", tmp_path / "first.rank0.mct")
+    assert first["steps"] == [] and first["ranks"][0]["unfinished_steps"] == 1, first
 
 
 def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
@@ -481,21 +495,44 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 fake = G(torch.randn(16, 4))
                 update_g(fake)
                 update_d(x, fake)
+        # A new optimizer over the same model every iteration, dropped or kept: its id was the dropped
+        # one's at random, so steps of 1 to 5 iterations; kept, the whole run was one step.
+        kept = []
+        for n, keep in ((14, False), (15, True)):
+            with memcomm.profile(trace=sys.argv[n]):
+                for x, y in batches(4):
+                    fresh = torch.optim.SGD(model.parameters(), lr=0.01)
+                    kept += [fresh] if keep else []
+                    fresh.zero_grad(); crit(model(x), y).backward(); fresh.step()
+        # Reptile: each task trains a clone with an optimizer of its own, then the meta update (gradients
+        # set by hand) joins the task's last step. The next task's first update joined it too.
+        import copy
+        meta = torch.optim.SGD(model.parameters(), lr=0.5)
+        with memcomm.profile(trace=sys.argv[16]):
+            for x, y in batches(3):
+                clone = copy.deepcopy(model)
+                inner = torch.optim.Adam(clone.parameters(), lr=0.01)
+                for _ in range(2):
+                    inner.zero_grad(); crit(clone(x), y).backward(); inner.step()
+                for p, q in zip(model.parameters(), clone.parameters()):
+                    p.grad = p.detach() - q.detach()
+                meta.step()
     """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
         str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"),
         str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"), str(tmp_path / "es.mct"),
-        str(tmp_path / "scaled.mct"), str(tmp_path / "gan.mct"), str(tmp_path / "gfirst.mct"))
+        str(tmp_path / "scaled.mct"), str(tmp_path / "gan.mct"), str(tmp_path / "gfirst.mct"),
+        str(tmp_path / "newopt.mct"), str(tmp_path / "keptopt.mct"), str(tmp_path / "reptile.mct"))
     info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
     assert info["range_begin"] == info["range_end"], info
     for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3), ("logged", 4),
                              ("handmade", 3), ("inforward", 3), ("marked", 3), ("es", 4), ("scaled", 3), ("gan", 4),
-                             ("gfirst", 4)):
+                             ("gfirst", 4), ("newopt", 4), ("keptopt", 4), ("reptile", 6)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
         counts = phase_counts(tool, tmp_path, file)
         updates = {"two": 2 * iterations, "inbackward": 4 * iterations, "scaled": 2 * iterations, "gan": 2 * iterations,
-                   "gfirst": 2 * iterations}.get(name, iterations)
+                   "gfirst": 2 * iterations, "reptile": 9}.get(name, iterations)
         backwards = {"lbfgs": 2 * iterations, "handmade": None, "es": None, "gan": 2 * iterations,  # max_iter=2 closure calls
                      "gfirst": 2 * iterations}.get(name, iterations)
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
@@ -507,6 +544,43 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
             for begin, end in spans.get(phase, []):  # each inside a step (a logged forward may be outside)
                 assert name in ("logged", "marked") and phase == "forward" or \
                     any(b <= begin and end <= e for b, e in steps), (name, phase, begin, end, steps)
+
+
+def test_a_forward_that_raised_does_not_begin_the_step_after_it(tmp_path, tool):
+    # See Note [A forward that opens no step]: a batch-size finder's try that runs out of memory in the
+    # forward (Hugging Face's auto_find_batch_size) kept the mark, and step 1 began at the first failed
+    # try (15 s of tries and cleanup in one real run). Its forward is still recorded, outside the step.
+    check("""
+        class OutOfMemoryAbove(nn.Module):  # a forward that runs out of memory halfway above a batch size
+            def __init__(self, limit):
+                super().__init__()
+                self.net, self.limit = make_model(), limit
+            def forward(self, x):
+                y = self.net(x)
+                if len(x) > self.limit:
+                    raise torch.OutOfMemoryError("too large")
+                return y
+        model = OutOfMemoryAbove(8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[1], model=model):
+            size = 64
+            for x, y in batches(3):
+                while True:
+                    try:
+                        loss = crit(model(x[:size]), y[:size])
+                        break
+                    except torch.OutOfMemoryError:
+                        size //= 2
+                loss.backward(); opt.step(); opt.zero_grad()
+    """, str(tmp_path / "retried.mct"))
+    file = tmp_path / "retried.rank0.mct"
+    assert [s["step"] for s in trace_json(tool, "report", file)["steps"]] == [1, 2, 3]
+    counts = phase_counts(tool, tmp_path, file)
+    spans = chrome_spans(tmp_path, file)
+    first_step = min(spans["step"])
+    failed = sorted(spans["forward"])[:3]  # the tries at 64, 32 and 16
+    assert counts["forward"] == 3 + 3, counts
+    assert all(end <= first_step[0] for _, end in failed), (failed, first_step)
 
 
 def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_path, tool):
