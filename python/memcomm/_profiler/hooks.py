@@ -1277,7 +1277,7 @@ def _modules_in_frames(frame: Any, params: List[torch.Tensor]) -> List[torch.nn.
     wanted = {id(p) for p in params}
     holders: List[torch.nn.Module] = []
     for value in _values_in_frames(frame):
-        if isinstance(value, torch.nn.Module) and not any(value is h for h in holders):
+        if type(value) is not type and issubclass(type(value), torch.nn.Module) and not any(value is h for h in holders):
             if not wanted.isdisjoint(id(p) for p in _parameters(value)):
                 holders.append(value)
     inner = {id(c) for h in holders for c in h.modules() if c is not h}
@@ -1291,8 +1291,11 @@ def _values_in_frames(frame: Any, depth: int = 64) -> Iterator[Any]:
     while frame is not None and depth > 0:
         for value in list(frame.f_locals.values()):
             yield value
-            attributes = getattr(value, "__dict__", None) if not isinstance(value, (type, types.ModuleType)) else None
-            if isinstance(attributes, dict):
+            try:  # type(), not isinstance(): a proxy's __class__ or __getattr__ may raise anything
+                attributes = None if issubclass(type(value), (type, types.ModuleType)) else object.__getattribute__(value, "__dict__")
+            except Exception:  # noqa: BLE001 (no __dict__: slots, an extension type)
+                attributes = None
+            if type(attributes) is dict:
                 yield from list(attributes.values())
         frame, depth = frame.f_back, depth - 1
 
