@@ -137,9 +137,14 @@ std::string larger_micro_batch(double factor, uint32_t accum) {
   uint32_t by = 1;  // the largest divisor of the accumulation that the memory holds
   for (uint32_t d = 2; d <= accum && d <= factor; ++d)
     if (accum % d == 0) by = d;
-  if (accum == 0)  // not marked: the script's loop says
-    return fmt::format("raise the micro-batch up to about {:.1f}x (memcomm-train --batch-size; a DataLoader's "
-                       "batch_size) and lower the accumulation to match, or {}",
+  // Not marked (torch.profiler and Python traces mark no micro-steps): whether the run accumulates is
+  // the script's to say. Told "raise the micro-batch 460x and lower the accumulation to match", a run
+  // without accumulation would have changed its global batch.
+  if (accum == 0)
+    return fmt::format("the memory holds a micro-batch about {:.1f}x larger: where the run accumulates gradients, "
+                       "raise the micro-batch (memcomm-train --batch-size; a DataLoader's batch_size) and lower the "
+                       "accumulation to match; where it does not, a larger micro-batch is a larger global batch, "
+                       "which needs a learning rate to match; or {}",
                        factor, tune);
   if (by > 1)
     return fmt::format("raise the micro-batch {}x (--batch-size) and lower --accum from {} to {} (the memory holds "

@@ -219,6 +219,9 @@ TEST_CASE("idle headroom in a run that accumulates: a micro-batch its accumulati
   CHECK_THAT(advice_with(6), Catch::Contains("raise the micro-batch 6x (--batch-size) and lower --accum from 6 to 1"));
   CHECK_THAT(advice_with(12), Catch::Contains("raise the micro-batch 6x (--batch-size) and lower --accum from 12 to 2"));
   CHECK_THAT(advice_with(1), Catch::Contains("the run accumulates no micro-batches"));
+  // A trace that marks no micro-steps (a Python or torch.profiler trace) may or may not accumulate.
+  CHECK_THAT(advice_with(0), Catch::Contains("where the run accumulates gradients, raise the micro-batch"));
+  CHECK_THAT(advice_with(0), Catch::Contains("where it does not, a larger micro-batch is a larger global batch"));
   CHECK_THAT(advice_with(11), Catch::Contains("short of the 11x that --accum 11 allows"));
 }
 
