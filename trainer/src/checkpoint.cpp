@@ -1,4 +1,5 @@
 #include "checkpoint.hpp"
+#include "checkpoint_file.hpp"
 
 #include <memcomm/train/errors.hpp>
 #include <memcomm/train/options.hpp>
@@ -30,68 +31,6 @@ constexpr const char* kFingerprintKey = "memcomm_config";
 // The learning rate the saving run's schedule gives the next step (Note [A schedule resumed]).
 constexpr const char* kNextLrKey = "memcomm_next_lr";
 
-// Note [Checkpoint checksum]
-// LibTorch reads its archive without checking the zip's CRCs, so a checkpoint with a few flipped bytes
-// resumed with NaN weights, and exit 0. A checkpoint is therefore the archive behind a header: kMagic,
-// the archive's length and prof::trace_hash (XXH3, the .mct chunks' checksum) of its bytes. Resume
-// refuses a file whose length or checksum disagree, as corrupt (exit 1), before LibTorch reads it. A
-// bare archive (written before the header) still loads. The archive is streamed to the file as
-// LibTorch writes it, hashed on the way, and the header is written last into the space kept for it:
-// held in memory first, a checkpoint cost three to four times its size beside the model.
-// The second version of the header adds the step and the rank that wrote the file: resume reads them
-// from the header alone (Note [A save cut short] in trainer.cpp), and refuses another rank's file.
-constexpr char kMagicV1[8] = {'M', 'C', 'C', 'K', 'P', 'T', '0', '1'};
-constexpr char kMagic[8] = {'M', 'C', 'C', 'K', 'P', 'T', '0', '2'};
-constexpr size_t kHeaderV1Bytes = sizeof kMagic + 2 * sizeof(uint64_t);
-constexpr size_t kHeaderBytes = sizeof kMagic + 4 * sizeof(uint64_t);
-
-// What a header says: the archive's length and trace_hash, and (version 2) the step and the rank.
-struct Header {
-  size_t bytes = 0;  // of the header itself; 0 for a bare archive
-  uint64_t size = 0, hash = 0;
-  int64_t step = -1, rank = -1;  // -1: not recorded (version 1)
-};
-
-std::string header(uint64_t size, uint64_t hash, int64_t step, int rank) {
-  const uint64_t fields[4] = {size, hash, uint64_t(step), uint64_t(int64_t(rank))};
-  std::string out(kMagic, sizeof kMagic);
-  out.append(reinterpret_cast<const char*>(fields), sizeof fields);
-  return out;
-}
-
-// The header at the start of `bytes` (the file's first kHeaderBytes or more); a bare archive has none.
-// Throws std::runtime_error naming `path` when a header is cut short.
-Header parse_header(const std::string& path, std::string_view bytes) {
-  Header h;
-  const bool v1 = bytes.size() >= sizeof kMagicV1 && std::memcmp(bytes.data(), kMagicV1, sizeof kMagicV1) == 0;
-  const bool v2 = bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0;
-  if (!v1 && !v2) return h;
-  h.bytes = v2 ? kHeaderBytes : kHeaderV1Bytes;
-  if (bytes.size() < h.bytes)
-    throw std::runtime_error("checkpoint " + path + " is corrupt: " + std::to_string(bytes.size()) +
-                             " bytes, shorter than its header (cut short?)");
-  uint64_t fields[4] = {0, 0, uint64_t(-1), uint64_t(-1)};
-  std::memcpy(fields, bytes.data() + sizeof kMagic, h.bytes - sizeof kMagic);
-  h.size = fields[0];
-  h.hash = fields[1];
-  h.step = int64_t(fields[2]);
-  h.rank = int64_t(fields[3]);
-  return h;
-}
-
-// Where the archive lies in checkpoint `path`'s bytes; throws std::runtime_error when its header
-// disagrees.
-std::string_view archive_of(const std::string& path, const std::string& bytes, const Header& h) {
-  if (h.bytes == 0) return bytes;  // bare
-  if (h.size != bytes.size() - h.bytes)
-    throw std::runtime_error("checkpoint " + path + " is corrupt: " + std::to_string(bytes.size()) +
-                             " bytes, not the length its header gives (cut short?)");
-  const std::string_view archive(bytes.data() + h.bytes, bytes.size() - h.bytes);
-  if (prof::trace_hash(archive.data(), archive.size()) != h.hash)
-    throw std::runtime_error("checkpoint " + path + " is corrupt: its checksum does not match its contents");
-  return archive;
-}
-
 // The whole file in one buffer of its size: the archive is read from it in place.
 std::string read_file(const std::string& path) {
   // A FIFO in the checkpoint's place blocked --resume for ever (see Note [Inputs are regular files]).
@@ -107,24 +46,6 @@ std::string read_file(const std::string& path) {
   }
   if (size < 0 || !f) throw std::runtime_error("cannot read checkpoint " + path);
   return bytes;
-}
-
-// "key=value" lines; values never hold a newline (they are flag values and numbers).
-std::string encode(const Fingerprint& f) {
-  std::string s;
-  for (const auto& [k, v] : f) s += k + "=" + v + "\n";
-  return s;
-}
-
-Fingerprint decode(const std::string& s) {
-  Fingerprint f;
-  std::istringstream in(s);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) f.emplace_back(line.substr(0, eq), line.substr(eq + 1));
-  }
-  return f;
 }
 
 std::string shape_text(c10::IntArrayRef sizes) {
@@ -173,21 +94,21 @@ std::unique_ptr<ReplacingStream> write_checkpoint(const std::string& dir, int ra
   opt.save(opt_ar);
   ar.write("optimizer", opt_ar);
   ar.write("memcomm_step", torch::tensor(step, torch::kInt64));
-  ar.write(kFingerprintKey, c10::IValue(encode(fingerprint)));
+  ar.write(kFingerprintKey, c10::IValue(encode_fingerprint(fingerprint)));
   ar.write(kNextLrKey, torch::tensor(next_lr, torch::kFloat64));
   // Streamed to the file, replaced whole (Note [Outputs replaced whole]), its header written last
-  // over the space kept for it (Note [Checkpoint checksum]). The sink never reports a failure to
-  // LibTorch, whose writer, failing (a full disk), throws again from its destructor and ends the
-  // process: the stream keeps the error and sync() throws it.
+  // over the space kept for it (See Note [Checkpoint checksum] in checkpoint_file.cpp). The sink
+  // never reports a failure to LibTorch, whose writer, failing (a full disk), throws again from its
+  // destructor and ends the process: the stream keeps the error and sync() throws it.
   auto out = std::make_unique<ReplacingStream>(checkpoint_path(dir, rank));
-  out->write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);
+  out->write(std::string(kCheckpointHeaderBytes, '\0').data(), kCheckpointHeaderBytes);
   prof::TraceHasher hash;
   ar.save_to([&](const void* data, size_t n) {
     hash.update(data, n);
     out->write(data, n);
     return n;
   });
-  const std::string head = header(out->size() - kHeaderBytes, hash.digest(), step, rank);
+  const std::string head = checkpoint_header(out->size() - kCheckpointHeaderBytes, hash.digest(), step, rank);
   out->write_at(0, head.data(), head.size());
   out->sync();
   return out;
@@ -217,15 +138,15 @@ int64_t step_of(const std::string& path) {
   if (const std::string problem = memcomm::input_file_problem(path); !problem.empty())
     throw std::runtime_error("cannot read checkpoint " + path + ": " + problem);
   std::ifstream f(path, std::ios::binary);
-  std::string head(kHeaderBytes, '\0');
+  std::string head(kCheckpointHeaderBytes, '\0');
   f.read(head.data(), std::streamsize(head.size()));
   head.resize(size_t(std::max<std::streamsize>(0, f.gcount())));
-  const Header h = parse_header(path, head);
+  const CheckpointHeader h = parse_checkpoint_header(path, head);
   if (h.step >= 0) return h.step;
   try {
     const std::string bytes = read_file(path);
     torch::serialize::InputArchive ar;
-    const std::string_view archive = archive_of(path, bytes, parse_header(path, bytes));
+    const std::string_view archive = checkpoint_archive(path, bytes, parse_checkpoint_header(path, bytes));
     ar.load_from(archive.data(), archive.size());
     return step_in(ar);
   } catch (const c10::Error& e) {
@@ -260,8 +181,8 @@ int64_t load_checkpoint(const std::string& p, int rank, torch::nn::Module& model
   try {
     torch::serialize::InputArchive ar, opt_ar;
     const std::string bytes = read_file(p);
-    const Header h = parse_header(p, bytes);
-    const std::string_view archive = archive_of(p, bytes, h);
+    const CheckpointHeader h = parse_checkpoint_header(p, bytes);
+    const std::string_view archive = checkpoint_archive(p, bytes, h);
     if (h.rank >= 0 && h.rank != rank)
       throw UsageError("--resume: checkpoint " + p + " was written by rank " + std::to_string(h.rank) + ", not rank " +
                        std::to_string(rank) + " (files copied or renamed?): each rank resumes from its own file");
@@ -270,7 +191,7 @@ int64_t load_checkpoint(const std::string& p, int rank, torch::nn::Module& model
     std::vector<std::string> diffs;
     c10::IValue saved;
     if (ar.try_read(kFingerprintKey, saved) && saved.isString()) {
-      const Fingerprint there = decode(saved.toStringRef());
+      const Fingerprint there = decode_fingerprint(saved.toStringRef());
       for (const auto& [key, here] : fingerprint) {
         const auto it = std::find_if(there.begin(), there.end(), [&key = key](const auto& kv) { return kv.first == key; });
         const std::string was = it == there.end() ? "(not recorded)" : it->second;

@@ -6,6 +6,8 @@
 
 #include <memcomm/common/replacing_file.hpp>
 
+#include "checkpoint_file.hpp"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,7 +30,7 @@ void ensure_writable_dir(const std::string& dir);
 // another shape into the model and failing mid-step, or silently continuing a different run.
 // Checkpoints written before the fingerprint existed are accepted with a warning: their parameter
 // shapes are still checked, the flags cannot be.
-using Fingerprint = std::vector<std::pair<std::string, std::string>>;
+// The Fingerprint type and its text form: checkpoint_file.hpp.
 
 // Writes this rank's checkpoint at `step` and syncs it to disk under a temporary name: commit() puts
 // it in place, and dropping it uncommitted removes it (See Note [Checkpoints saved together] in
