@@ -517,24 +517,49 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 for p, q in zip(model.parameters(), clone.parameters()):
                     p.grad = p.detach() - q.detach()
                 meta.step()
+        # Evolution strategies with a new optimizer each iteration: no training event between its
+        # updates, each another optimizer's, so all joined one step.
+        with memcomm.profile(trace=sys.argv[17]):
+            for x, y in batches(4):
+                with torch.no_grad():
+                    loss = crit(model(x), y)
+                for p in model.parameters():
+                    p.grad = torch.full_like(p, float(loss))
+                torch.optim.Adam(model.parameters(), lr=0.001).step()
+        # Two heads on a shared trunk, each with its optimizer and its own forward and backward: one
+        # iteration (multi-task training, an actor-critic's shared trunk). And GradScaler.step's optimizer
+        # given by keyword: the scaler was the updater, and its two optimizers one stepping twice.
+        trunk, tasks = nn.Linear(8, 8), [nn.Linear(8, 1), nn.Linear(8, 1)]
+        per_task = [torch.optim.SGD(list(trunk.parameters()) + list(t.parameters()), lr=0.01) for t in tasks]
+        with memcomm.profile(trace=sys.argv[18]):
+            for _ in range(3):
+                for task, o in zip(tasks, per_task):
+                    o.zero_grad(); task(trunk(torch.randn(4, 8))).sum().backward(); o.step()
+        with memcomm.profile(trace=sys.argv[19]):
+            for _ in range(3):
+                scaler.scale(head(emb.weight[:4]).sum()).backward()
+                scaler.step(optimizer=opt_a); scaler.step(optimizer=opt_b); scaler.update()
+                opt_a.zero_grad(); opt_b.zero_grad()
     """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
         str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"),
         str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"), str(tmp_path / "es.mct"),
         str(tmp_path / "scaled.mct"), str(tmp_path / "gan.mct"), str(tmp_path / "gfirst.mct"),
-        str(tmp_path / "newopt.mct"), str(tmp_path / "keptopt.mct"), str(tmp_path / "reptile.mct"))
+        str(tmp_path / "newopt.mct"), str(tmp_path / "keptopt.mct"), str(tmp_path / "reptile.mct"),
+        str(tmp_path / "esnew.mct"), str(tmp_path / "trunk.mct"), str(tmp_path / "scalerkw.mct"))
     info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
     assert info["range_begin"] == info["range_end"], info
     for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3), ("logged", 4),
                              ("handmade", 3), ("inforward", 3), ("marked", 3), ("es", 4), ("scaled", 3), ("gan", 4),
-                             ("gfirst", 4), ("newopt", 4), ("keptopt", 4), ("reptile", 6)):
+                             ("gfirst", 4), ("newopt", 4), ("keptopt", 4), ("reptile", 6), ("esnew", 4),
+                             ("trunk", 3), ("scalerkw", 3)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
         counts = phase_counts(tool, tmp_path, file)
         updates = {"two": 2 * iterations, "inbackward": 4 * iterations, "scaled": 2 * iterations, "gan": 2 * iterations,
-                   "gfirst": 2 * iterations, "reptile": 9}.get(name, iterations)
+                   "gfirst": 2 * iterations, "reptile": 9, "trunk": 6, "scalerkw": 6}.get(name, iterations)
         backwards = {"lbfgs": 2 * iterations, "handmade": None, "es": None, "gan": 2 * iterations,  # max_iter=2 closure calls
-                     "gfirst": 2 * iterations}.get(name, iterations)
+                     "gfirst": 2 * iterations, "esnew": None, "trunk": 6}.get(name, iterations)
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
         spans = chrome_spans(tmp_path, file)
         assert all(b <= e for phase in spans.values() for b, e in phase), (name, spans)
@@ -544,6 +569,41 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
             for begin, end in spans.get(phase, []):  # each inside a step (a logged forward may be outside)
                 assert name in ("logged", "marked") and phase == "forward" or \
                     any(b <= begin and end <= e for b, e in steps), (name, phase, begin, end, steps)
+
+
+def test_a_model_found_after_start_is_looked_for_near_the_loop_with_its_children(tmp_path, tool):
+    # See Note [Finding the model]: an optimizer over parameters no watched module holds looks for their
+    # model. A tensor that is no nn.Parameter (an adversarial perturbation, its optimizer made per
+    # batch) scanned the heap at every batch (46 x slower); folds kept in a ModuleList that is never
+    # called were watched as the list alone, and every later forward of theirs was lost.
+    out = check("""
+        import gc
+        scans = [0]
+        get_objects = gc.get_objects
+        def counted(*args, **kwargs):
+            scans[0] += 1
+            return get_objects(*args, **kwargs)
+        gc.get_objects = counted
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with memcomm.profile(trace=sys.argv[1], model=model):
+            for x, y in batches(6):
+                delta = torch.zeros_like(x, requires_grad=True)
+                attack = torch.optim.SGD([delta], lr=0.1)
+                attack.zero_grad(); (-crit(model(x + delta), y)).backward(); attack.step()
+                opt.zero_grad(); crit(model(x + delta.detach()), y).backward(); opt.step()
+        print("attack scans", scans[0])
+        folds = nn.ModuleList()
+        with memcomm.profile(trace=sys.argv[2]):
+            for fold in range(3):
+                folds.append(make_model())
+                fold_opt = torch.optim.SGD(folds[fold].parameters(), lr=0.1)
+                for x, y in batches(3):
+                    fold_opt.zero_grad(); crit(folds[fold](x), y).backward(); fold_opt.step()
+    """, str(tmp_path / "attack.mct"), str(tmp_path / "folds.mct"))
+    assert "attack scans 0" in out, out
+    counts = phase_counts(tool, tmp_path, tmp_path / "folds.rank0.mct")
+    assert counts["step"] == 9 and counts["forward"] == 2 + 2 + 2, counts  # each fold's first forward is lost
 
 
 def test_a_forward_that_raised_does_not_begin_the_step_after_it(tmp_path, tool):

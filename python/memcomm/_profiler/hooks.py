@@ -42,11 +42,15 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   would have begun (the same optimizer again; memcomm.step() and stop() split too). A loop may also
   make its optimizers as it goes: a new one over the same model every iteration (some RL and
   evolution code) or per task (Reptile's clone and its inner Adam). So an optimizer splits the held
-  step too when it updates a parameter the step's optimizers updated, when one of those is gone (the
-  script dropped it for a new one), and past the thread's first step when it was first seen after the
-  step began; optimizers are told apart by a number of their own, not id(), which a new optimizer
-  takes over from the one dropped (steps of 1 to 5 iterations at random, or one step for the run
-  when kept). The end is held
+  step too when it updates every parameter another optimizer of the step updated (the same model
+  again: a shared trunk's two task optimizers, each over part of it, stay one step), when one of
+  those is gone (the script dropped it for a new one), and past the thread's first step when it was
+  first seen after the step began and updates no watched module's parameter (a model new to the
+  profile: Reptile's clone); an update that follows another's with no training event between is
+  judged alike (evolution strategies with a new optimizer each iteration were one step for the run).
+  Optimizers are told apart by a number of their own, not id(), which a new optimizer takes over
+  from the one dropped (steps of 1 to 5 iterations at random, or one step for the run when kept).
+  The end is held
   only where the step may go on: in a thread's first step, and where the step's last optimizer has
   been followed by another's update before; so a one-optimizer loop writes its ends as before past
   step 1, and a model trained after another (k-fold: each optimizer done before the next begins)
@@ -174,7 +178,12 @@ the children of a root that was never called: a container such as a ModuleDict o
 nets): its forward is lost, the later ones are not. That look searches the stepping frame and its
 callers first (their locals, and their attributes: a trainer's self.model) for modules that hold
 all of the optimizer's new parameters, and scans the heap only where those do not: a loop that
-clones its model per task (Reptile, MAML) paid some 55 ms a task. The global hooks are the fallback rather
+clones its model per task (Reptile, MAML) paid some 55 ms a task. It watches the innermost module
+that holds them (the model, not a ModuleList of folds, whose parameters then counted as watched for
+every fold added later), and the children of a root it finds, which may be a container never called
+(a LightningModule whose training_step calls self.net); a tensor that is no nn.Parameter (an
+adversarial perturbation with an optimizer per batch) is never looked for: no module holds it as a
+parameter. The global hooks are the fallback rather
 than the rule because of torch.compile: Dynamo guards a compiled graph on the number of global hooks,
 so removing them at the first step recompiled every compiled model (a second compile, seconds to
 minutes), and torch.compile(model) warned about them at each call. So while the global hooks are
@@ -510,8 +519,12 @@ class PhaseHooks:
                 # Roots that were never called hold the model: a ModuleDict of a GAN's two nets, a
                 # task wrapper whose .model the loop calls. Their children with parameters are watched too,
                 # unless Dynamo compiled something: then the roots' calls may have run in compiled code.
-                silent = [c for m in self._watched for c in m.children() if _has_parameters(c) and not self.compiles]
-                self._hook_modules((near and _modules_in_frames(*near)) or _module_roots() + silent)
+                # So are those of a root found now (a fold's model kept in a ModuleList, a LightningModule
+                # whose training_step calls self.net): watched alone, every later forward was lost.
+                roots = (near and _modules_in_frames(*near)) or _module_roots()
+                holders = list(self._watched) + [m for m in roots if m not in self._watched]
+                silent = [c for m in holders for c in m.children() if _has_parameters(c) and not self.compiles]
+                self._hook_modules(roots + silent)
 
     # --- this thread's ranges ---
     def _state(self) -> _ThreadState:
@@ -632,18 +645,23 @@ class PhaseHooks:
         else:
             st.held_end_ns = st.held_begin_ns = 0
 
-    @staticmethod
-    def _next_iteration(st: _ThreadState, updater: Any, key: int) -> bool:
-        """Whether an update after the held step's is the next iteration's (Note [A second model's
-        update]): the same optimizer again, one first seen since the step began (past the first step),
-        any while an optimizer of the step is gone, or one that updates a parameter the step's updated."""
-        if key in st.step_updaters or (st.steps_closed and key > st.step_keys_before):
+    def _next_iteration(self, st: _ThreadState, updater: Any, key: int) -> bool:
+        """Whether an update after the step's is the next iteration's (Note [A second model's update]):
+        the same optimizer again, any while an optimizer of the step is gone, one that updates every
+        parameter another of the step updated, or (past the first step) one first seen since the step
+        began that updates no watched module's parameter (a model new to the profile)."""
+        if key in st.step_updaters:
             return True
         others = [ref() for ref in st.step_updaters.values() if ref is not None]
         if any(other is None for other in others):
             return True
         mine = _parameter_ids(updater)
-        return any(not mine.isdisjoint(_parameter_ids(other)) for other in others)
+        if any(theirs and theirs <= mine for theirs in map(_parameter_ids, others)):
+            return True
+        return bool(st.steps_closed and key > st.step_keys_before and mine) and self._trains_no_watched(mine)
+
+    def _trains_no_watched(self, parameters: Set[int]) -> bool:
+        return all(id(p) not in parameters for m in self._watched for p in _parameters(m))
 
     def _split_held(self, st: _ThreadState) -> None:
         """Ends the held step at its update and begins the next where it opened, as written unheld."""
@@ -841,14 +859,16 @@ class PhaseHooks:
         if unwatched:  # memcomm's look, outside the update's range it would lengthen
             self._look_again(trains_unwatched=True, near=(frame, unwatched))
 
-    def _updates_unwatched(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Whether `optimizer` updates a parameter that no watched module holds, and no earlier look
-        found unwatched: a student built after start() beside the teacher it found, or a model built
-        after another was trained (k-fold, a fine-tuning after pretraining), whose calls would not be
-        forwards. A parameter outside any module (a learned temperature) asks only once. Returns those
-        parameters."""
+    def _updates_unwatched(self, optimizer: torch.optim.Optimizer) -> List[torch.Tensor]:
+        """The parameters `optimizer` updates that no watched module holds, and no earlier look found
+        unwatched: a student built after start() beside the teacher it found, or a model built after
+        another was trained (k-fold, a fine-tuning after pretraining), whose calls would not be
+        forwards. A parameter outside any module (a learned temperature) asks only once, and a tensor
+        that is no nn.Parameter never: no module holds one as a parameter (an adversarial
+        perturbation, SGD([delta]) made anew per batch, scanned the heap each time: 46 x slower)."""
         known = {id(p) for m in self._watched for p in _parameters(m)} | {id(p) for p in self._unwatched_params}
-        new = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in known]
+        new = [p for group in optimizer.param_groups for p in group["params"]
+               if id(p) not in known and isinstance(p, torch.nn.Parameter)]
         self._unwatched_params.update(new)
         return new
 
@@ -858,7 +878,8 @@ class PhaseHooks:
         itself (LBFGS), so it begins the next step instead, as does the same optimizer stepping again
         (evolution strategies' and zeroth-order loops, whose forwards run without gradients)."""
         key = self._updater_keys.key(updater)
-        if joins and key != st.updater:  # a training forward since the last update has closed its step already
+        # (A training forward since the last update has closed its step already.)
+        if joins and key != st.updater and st.step_end_ns and not self._next_iteration(st, updater, key):
             st.step_end_ns, st.end_held = 0, False
         if st.updater and st.updater != key:
             st.switchers.add(st.updater)
@@ -910,7 +931,8 @@ class PhaseHooks:
                 return original(owner, *args, **kwargs)
             # GradScaler.step(optimizer): the optimizer is the updater, so that one scaler stepping two
             # optimizers in an iteration (AMP with two models) makes one step, as the optimizers would.
-            updater = args[0] if args and isinstance(args[0], torch.optim.Optimizer) else owner
+            given = args[0] if args else kwargs.get("optimizer")
+            updater = given if isinstance(given, torch.optim.Optimizer) else owner
             self._update_begins(st, sys._getframe(), updater)
             try:
                 return original(owner, *args, **kwargs)
@@ -1279,11 +1301,23 @@ def _modules_in_frames(frame: Any, params: List[torch.Tensor]) -> List[torch.nn.
     for value in _values_in_frames(frame):
         if type(value) is not type and issubclass(type(value), torch.nn.Module) and not any(value is h for h in holders):
             if not wanted.isdisjoint(id(p) for p in _parameters(value)):
-                holders.append(value)
+                holders.append(_smallest_holder(value, wanted))
     inner = {id(c) for h in holders for c in h.modules() if c is not h}
     outermost = [h for h in holders if id(h) not in inner]
     held = {id(p) for h in outermost for p in _parameters(h)}
     return outermost if wanted <= held else []
+
+
+def _smallest_holder(module: torch.nn.Module, wanted: Set[int]) -> torch.nn.Module:
+    """The innermost module under `module` that holds all of `wanted` of its parameters: the model, not
+    the container the loop keeps it in (a k-fold's ModuleList), whose parameters would have counted as
+    watched for every model added to it later, none of whose calls is the container's."""
+    wanted = wanted & {id(p) for p in _parameters(module)}
+    while True:
+        inner = [c for c in module.children() if wanted <= {id(p) for p in _parameters(c)}]
+        if len(inner) != 1:
+            return module
+        module = inner[0]
 
 
 def _values_in_frames(frame: Any, depth: int = 64) -> Iterator[Any]:
