@@ -451,15 +451,17 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 opt.zero_grad(); crit(model(x), y).backward(); opt.step()
                 logged = crit(model(x), y).item()
                 memcomm.step()
-        # Evolution strategies: forwards without gradients, gradients set by hand, one optimizer; its
-        # updates joined one step, as a second optimizer's do.
-        with memcomm.profile(trace=sys.argv[10]):
-            for x, y in batches(4):
-                with torch.no_grad():
-                    loss = crit(model(x), y)
-                for p in model.parameters():
-                    p.grad = torch.full_like(p, float(loss))
-                opt.step()
+        # Evolution strategies: forwards without gradients, gradients set by hand; its updates joined one
+        # step, as a second optimizer's do, with one optimizer, and with a new one each iteration (each
+        # another optimizer's update, with no training event between).
+        for n, updater in ((10, lambda: opt), (17, lambda: torch.optim.Adam(model.parameters(), lr=0.001))):
+            with memcomm.profile(trace=sys.argv[n]):
+                for x, y in batches(4):
+                    with torch.no_grad():
+                        loss = crit(model(x), y)
+                    for p in model.parameters():
+                        p.grad = torch.full_like(p, float(loss))
+                    updater().step()
         # One GradScaler stepping two optimizers an iteration (AMP's recipe for two models): one step.
         opt_a = torch.optim.SGD(emb.parameters(), lr=0.1)
         opt_b = torch.optim.SGD(head.parameters(), lr=0.1)
@@ -517,15 +519,6 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 for p, q in zip(model.parameters(), clone.parameters()):
                     p.grad = p.detach() - q.detach()
                 meta.step()
-        # Evolution strategies with a new optimizer each iteration: no training event between its
-        # updates, each another optimizer's, so all joined one step.
-        with memcomm.profile(trace=sys.argv[17]):
-            for x, y in batches(4):
-                with torch.no_grad():
-                    loss = crit(model(x), y)
-                for p in model.parameters():
-                    p.grad = torch.full_like(p, float(loss))
-                torch.optim.Adam(model.parameters(), lr=0.001).step()
         # Two heads on a shared trunk, each with its optimizer and its own forward and backward: one
         # iteration (multi-task training, an actor-critic's shared trunk). And GradScaler.step's optimizer
         # given by keyword: the scaler was the updater, and its two optimizers one stepping twice.

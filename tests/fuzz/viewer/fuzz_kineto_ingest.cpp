@@ -11,19 +11,6 @@
 #include "viewer_model_walk.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace memcomm::view;
-  const std::string path = memcomm_fuzz::as_file(data, size);
-  LoadOptions o;
-  {
-    Timeline tl;
-    std::string error;
-    if (ingest_kineto(path, tl, error, nullptr, o)) memcomm_fuzz::walk(tl);
-  }
-  // A --range load cuts the events by time (Note [Time range load]) and measures the span otherwise.
-  o.range_lo_s = 0;
-  o.range_hi_s = 1e-3;
-  Timeline tl;
-  std::string error;
-  if (ingest_kineto(path, tl, error, nullptr, o)) memcomm_fuzz::walk(tl);
+  memcomm_fuzz::load_and_walk(memcomm::view::ingest_kineto, memcomm_fuzz::as_file(data, size), {});
   return 0;
 }

@@ -11,21 +11,9 @@
 #include "viewer_model_walk.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace memcomm::view;
-  const std::string path = memcomm_fuzz::as_file(data, size);
-  LoadOptions o;
-  o.decode_ahead = false;    // one thread: reproducible runs
+  memcomm::view::LoadOptions o;
+  o.decode_ahead = false;  // one thread: reproducible runs
   o.prefault_ahead = false;
-  {
-    Timeline tl;
-    std::string error;
-    if (ingest_trace(path, tl, error, nullptr, o)) memcomm_fuzz::walk(tl);
-  }
-  // The time-range load (Note [Time range load]) takes other paths through the same events.
-  o.range_lo_s = 0;
-  o.range_hi_s = 1e-3;
-  Timeline tl;
-  std::string error;
-  if (ingest_trace(path, tl, error, nullptr, o)) memcomm_fuzz::walk(tl);
+  memcomm_fuzz::load_and_walk(memcomm::view::ingest_trace, memcomm_fuzz::as_file(data, size), o);
   return 0;
 }

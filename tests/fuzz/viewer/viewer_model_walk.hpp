@@ -7,7 +7,10 @@
 #include <memcomm/view/allocation_layout.hpp>
 #include <memcomm/view/allocation_tip.hpp>
 #include <memcomm/view/indexes.hpp>
+#include <memcomm/view/loader.hpp>
 #include <memcomm/view/timeline.hpp>
+
+#include <string>
 
 namespace memcomm_fuzz {
 
@@ -30,6 +33,18 @@ inline void walk(const memcomm::view::Timeline& tl) {
     if (rd.allocations.list.empty()) continue;
     for (std::uint32_t i : {std::uint32_t{0}, static_cast<std::uint32_t>(rd.allocations.list.size() - 1)})
       (void)tip_text(allocation_tip(rd, i, true), tl.begin);
+  }
+}
+
+// Loads `path` with `ingest` (ingest_trace, ingest_kineto) whole and then under a --range, which takes
+// other paths through the same events (Note [Time range load]), and walks each model it gives.
+template <class Ingest>
+void load_and_walk(Ingest ingest, const std::string& path, memcomm::view::LoadOptions o) {
+  for (const bool ranged : {false, true}) {
+    if (ranged) o.range_lo_s = 0, o.range_hi_s = 1e-3;
+    memcomm::view::Timeline tl;
+    std::string error;
+    if (ingest(path, tl, error, nullptr, o)) walk(tl);
   }
 }
 
