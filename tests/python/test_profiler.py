@@ -533,26 +533,44 @@ def test_a_step_is_an_iteration_whatever_its_updates(tmp_path, tool):
                 scaler.scale(head(emb.weight[:4]).sum()).backward()
                 scaler.step(optimizer=opt_a); scaler.step(optimizer=opt_b); scaler.update()
                 opt_a.zero_grad(); opt_b.zero_grad()
+        # An actor-critic whose critic's optimizer (the value head) steps before the actor's (the whole
+        # model): one step an iteration. And a GAN whose optimizers are made anew each epoch.
+        critic_opt = torch.optim.SGD(tasks[0].parameters(), lr=0.01)
+        actor_opt = torch.optim.SGD(list(trunk.parameters()) + list(tasks[0].parameters()), lr=0.01)
+        with memcomm.profile(trace=sys.argv[20]):
+            for _ in range(3):
+                for o in (critic_opt, actor_opt):
+                    o.zero_grad(); tasks[0](trunk(torch.randn(4, 8))).sum().backward(); o.step()
+        with memcomm.profile(trace=sys.argv[21]):
+            for epoch in range(2):
+                opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+                for x in real[:2]:
+                    fake = G(torch.randn(16, 4))
+                    update_d(x, fake)
+                    update_g(fake)
     """, str(tmp_path / "two.mct"), str(tmp_path / "amp.mct"), str(tmp_path / "raised.mct"), str(tmp_path / "lbfgs.mct"),
         str(tmp_path / "inbackward.mct"), str(tmp_path / "logged.mct"), str(tmp_path / "handmade.mct"),
         str(tmp_path / "inforward.mct"), str(tmp_path / "marked.mct"), str(tmp_path / "es.mct"),
         str(tmp_path / "scaled.mct"), str(tmp_path / "gan.mct"), str(tmp_path / "gfirst.mct"),
         str(tmp_path / "newopt.mct"), str(tmp_path / "keptopt.mct"), str(tmp_path / "reptile.mct"),
-        str(tmp_path / "esnew.mct"), str(tmp_path / "trunk.mct"), str(tmp_path / "scalerkw.mct"))
+        str(tmp_path / "esnew.mct"), str(tmp_path / "trunk.mct"), str(tmp_path / "scalerkw.mct"),
+        str(tmp_path / "critic.mct"), str(tmp_path / "ganepochs.mct"))
     info = trace_json(tool, "info", tmp_path / "inbackward.rank0.mct")[0]["kinds"]
     assert info["range_begin"] == info["range_end"], info
     for name, iterations in (("two", 5), ("amp", 6), ("raised", 4), ("lbfgs", 3), ("inbackward", 3), ("logged", 4),
                              ("handmade", 3), ("inforward", 3), ("marked", 3), ("es", 4), ("scaled", 3), ("gan", 4),
                              ("gfirst", 4), ("newopt", 4), ("keptopt", 4), ("reptile", 6), ("esnew", 4),
-                             ("trunk", 3), ("scalerkw", 3)):
+                             ("trunk", 3), ("scalerkw", 3), ("critic", 3), ("ganepochs", 4)):
         file = tmp_path / f"{name}.rank0.mct"
         steps = trace_json(tool, "report", file)["steps"]
         assert [s["step"] for s in steps] == list(range(1, iterations + 1)), (name, steps)
         counts = phase_counts(tool, tmp_path, file)
         updates = {"two": 2 * iterations, "inbackward": 4 * iterations, "scaled": 2 * iterations, "gan": 2 * iterations,
-                   "gfirst": 2 * iterations, "reptile": 9, "trunk": 6, "scalerkw": 6}.get(name, iterations)
+                   "gfirst": 2 * iterations, "reptile": 9, "trunk": 6, "scalerkw": 6, "critic": 6,
+                   "ganepochs": 8}.get(name, iterations)
         backwards = {"lbfgs": 2 * iterations, "handmade": None, "es": None, "gan": 2 * iterations,  # max_iter=2 closure calls
-                     "gfirst": 2 * iterations, "esnew": None, "trunk": 6}.get(name, iterations)
+                     "gfirst": 2 * iterations, "esnew": None, "trunk": 6,
+                     "critic": 6, "ganepochs": 8}.get(name, iterations)
         assert counts.get("backward") == backwards and counts.get("optimizer") == updates, (name, counts)
         spans = chrome_spans(tmp_path, file)
         assert all(b <= e for phase in spans.values() for b, e in phase), (name, spans)

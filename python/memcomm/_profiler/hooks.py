@@ -42,12 +42,16 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   would have begun (the same optimizer again; memcomm.step() and stop() split too). A loop may also
   make its optimizers as it goes: a new one over the same model every iteration (some RL and
   evolution code) or per task (Reptile's clone and its inner Adam). So an optimizer splits the held
-  step too when it updates every parameter another optimizer of the step updated (the same model
-  again: a shared trunk's two task optimizers, each over part of it, stay one step), when one of
-  those is gone (the script dropped it for a new one), and past the thread's first step when it was
-  first seen after the step began and updates no watched module's parameter (a model new to the
-  profile: Reptile's clone); an update that follows another's with no training event between is
-  judged alike (evolution strategies with a new optimizer each iteration were one step for the run).
+  step too when it began the step before (the iteration's first again: WGAN's critic after the
+  generator's first update), when an optimizer of the step is gone (the script dropped it for a new
+  one), and when it was first seen after the step began and updates the very parameters another of
+  the step updated (a new optimizer over the same model; a shared trunk's task optimizers, an
+  actor-critic's, each over part of it, stay one step) or, past the thread's first step, no watched
+  module's parameter (a model new to the profile: Reptile's clone). An update that follows another's
+  with no training event between splits only when it is the same one again or one of the step's is
+  gone (evolution strategies with a new optimizer each iteration were one step for the run; two
+  optimizers over one model stepped one after the other stay one step). A step's end is also held
+  when its last optimizer is new in it (a GAN's optimizers made anew each epoch).
   Optimizers are told apart by a number of their own, not id(), which a new optimizer takes over
   from the one dropped (steps of 1 to 5 iterations at random, or one step for the run when kept).
   The end is held
@@ -253,7 +257,8 @@ class _ThreadState:
     __slots__ = ("generation", "thread", "stack", "step_open", "step_end_ns", "update_frame", "updater", "ends_with",
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_with_grad", "stepless_waits", "in_loader",
                  "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking", "fwd_frame", "end_held",
-                 "held_end_ns", "held_begin_ns", "step_updaters", "step_keys_before", "switchers", "steps_closed")
+                 "held_end_ns", "held_begin_ns", "step_updaters", "step_keys_before", "switchers", "steps_closed",
+                 "first_updater", "previous_first")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -290,6 +295,8 @@ class _ThreadState:
         self.step_updaters: Dict[int, Optional[weakref.ref]] = {}
         self.step_keys_before = 0
         self.switchers: Set[int] = set()               # keys of those that another one's update has followed
+        self.first_updater = 0                         # the key of the open step's first update's optimizer
+        self.previous_first = 0                        # ... and of the step's before it
         self.steps_closed = 0                          # steps this thread ended
 
 
@@ -523,7 +530,7 @@ class PhaseHooks:
                 # whose training_step calls self.net): watched alone, every later forward was lost.
                 roots = (near and _modules_in_frames(*near)) or _module_roots()
                 holders = list(self._watched) + [m for m in roots if m not in self._watched]
-                silent = [c for m in holders for c in m.children() if _has_parameters(c) and not self.compiles]
+                silent = [c for m in holders for c in _called_parts(m)] if not self.compiles else []
                 self._hook_modules(roots + silent)
 
     # --- this thread's ranges ---
@@ -616,14 +623,17 @@ class PhaseHooks:
             self._close(st, STEP, st.step_end_ns)
             st.step_open = False
             st.steps_closed += 1
+            st.previous_first = st.first_updater
         st.step_end_ns = 0
         st.end_held = False
 
     @staticmethod
     def _may_join_next(st: _ThreadState) -> bool:
         """Whether the next update may belong to the step that ended at its update (Note [A second
-        model's update]): the first step, or one whose last optimizer another's update has followed."""
-        return bool(st.step_updaters) and (st.steps_closed == 0 or st.updater in st.switchers)
+        model's update]): the first step, one whose last optimizer another's update has followed, or
+        one whose last optimizer is new in it (a GAN's optimizers made anew each epoch)."""
+        return bool(st.step_updaters) and (st.steps_closed == 0 or st.updater in st.switchers
+                                           or st.updater > st.step_keys_before)
 
     def _end_at_update(self, st: _ThreadState) -> None:
         """A training forward follows the step's update: the step ends, or its end is held."""
@@ -645,20 +655,23 @@ class PhaseHooks:
         else:
             st.held_end_ns = st.held_begin_ns = 0
 
-    def _next_iteration(self, st: _ThreadState, updater: Any, key: int) -> bool:
+    def _next_iteration(self, st: _ThreadState, updater: Any, key: int, consecutive: bool = False) -> bool:
         """Whether an update after the step's is the next iteration's (Note [A second model's update]):
-        the same optimizer again, any while an optimizer of the step is gone, one that updates every
-        parameter another of the step updated, or (past the first step) one first seen since the step
-        began that updates no watched module's parameter (a model new to the profile)."""
-        if key in st.step_updaters:
+        the same optimizer again, any while an optimizer of the step is gone, or, after a training event
+        (not `consecutive`), one first seen since the step began that updates the very parameters another
+        of the step updated (a new optimizer over the same model) or, past the first step, no watched
+        module's parameter (a model new to the profile)."""
+        if key in st.step_updaters or (not consecutive and key == st.previous_first):  # (the iteration's first again)
             return True
         others = [ref() for ref in st.step_updaters.values() if ref is not None]
         if any(other is None for other in others):
             return True
+        if consecutive or key <= st.step_keys_before:  # a second optimizer, or a second model's
+            return False
         mine = _parameter_ids(updater)
-        if any(theirs and theirs <= mine for theirs in map(_parameter_ids, others)):
+        if any(theirs and theirs == mine for theirs in map(_parameter_ids, others)):
             return True
-        return bool(st.steps_closed and key > st.step_keys_before and mine) and self._trains_no_watched(mine)
+        return bool(st.steps_closed and mine) and self._trains_no_watched(mine)
 
     def _trains_no_watched(self, parameters: Set[int]) -> bool:
         return all(id(p) not in parameters for m in self._watched for p in _parameters(m))
@@ -673,6 +686,7 @@ class PhaseHooks:
             begin = max(st.held_end_ns, st.held_begin_ns - 1)
             st.stack[0] = (STEP, new, _memcomm.phase_begin(STEP, new, KEEP, begin))
             st.steps_closed += 1
+            st.previous_first = st.first_updater
         st.held_end_ns = st.held_begin_ns = 0
         st.step_updaters, st.step_keys_before = {}, self._updater_keys.given
 
@@ -877,9 +891,10 @@ class PhaseHooks:
         (a second optimizer); one with a closure runs its iteration's forward and backward inside
         itself (LBFGS), so it begins the next step instead, as does the same optimizer stepping again
         (evolution strategies' and zeroth-order loops, whose forwards run without gradients)."""
+        given_before = self._updater_keys.given
         key = self._updater_keys.key(updater)
         # (A training forward since the last update has closed its step already.)
-        if joins and key != st.updater and st.step_end_ns and not self._next_iteration(st, updater, key):
+        if joins and key != st.updater and st.step_end_ns and not self._next_iteration(st, updater, key, consecutive=True):
             st.step_end_ns, st.end_held = 0, False
         if st.updater and st.updater != key:
             st.switchers.add(st.updater)
@@ -887,6 +902,9 @@ class PhaseHooks:
         self._ensure_step(st)
         if st.held_end_ns:
             self._settle_held(st, updater, key)
+        if not st.step_updaters:  # the step's first update: an optimizer first seen at it is new in the step
+            st.step_keys_before = min(st.step_keys_before, given_before)
+            st.first_updater = key
         st.step_updaters[key] = _weakly(updater)
         self._open(st, OPTIMIZER, 0, OPT_STATE)
         st.update_frame = frame
@@ -1308,30 +1326,70 @@ def _modules_in_frames(frame: Any, params: List[torch.Tensor]) -> List[torch.nn.
     return outermost if wanted <= held else []
 
 
+def _called_parts(module: torch.nn.Module) -> List[torch.nn.Module]:
+    """The children of `module` with parameters, and in place of a container without a forward of its
+    own (a ModuleList, a ModuleDict), the parts it holds, at any depth: what a loop may call."""
+    parts: List[torch.nn.Module] = []
+    for child in module.children():
+        if not _has_parameters(child):
+            continue
+        parts.append(child)
+        if type(child).forward is torch.nn.Module.forward:
+            parts += _called_parts(child)
+    return parts
+
+
 def _smallest_holder(module: torch.nn.Module, wanted: Set[int]) -> torch.nn.Module:
-    """The innermost module under `module` that holds all of `wanted` of its parameters: the model, not
-    the container the loop keeps it in (a k-fold's ModuleList), whose parameters would have counted as
-    watched for every model added to it later, none of whose calls is the container's."""
+    """The model under the containers the loop keeps it in (a k-fold's ModuleList, a ModuleDict of
+    them: modules without a forward of their own) that holds all of `wanted` of their parameters.
+    Watched, a container's parameters counted as watched for every model added to it later, none of
+    whose calls is the container's; a module with a forward is not gone below (a compiled model's
+    body runs compiled, where no call is seen)."""
     wanted = wanted & {id(p) for p in _parameters(module)}
-    while True:
+    while type(module).forward is torch.nn.Module.forward:
         inner = [c for c in module.children() if wanted <= {id(p) for p in _parameters(c)}]
         if len(inner) != 1:
-            return module
+            break
         module = inner[0]
+    return module
 
 
-def _values_in_frames(frame: Any, depth: int = 64) -> Iterator[Any]:
-    """The local variables of `frame` and of up to `depth` callers, and each one's attributes."""
+def _values_in_frames(frame: Any, depth: int = 64, reach: int = 2, most: int = 20_000) -> Iterator[Any]:
+    """The local variables of `frame` and of up to `depth` callers, and what they hold up to `reach`
+    steps down (an object's attributes, a list's, tuple's or dict's first items: models kept per task
+    in a list, self.trainer.model), `most` values in all: a model found there spares a scan of the heap."""
+    seen: Set[int] = set()
+    level: List[Any] = []
     while frame is not None and depth > 0:
-        for value in list(frame.f_locals.values()):
-            yield value
-            try:  # type(), not isinstance(): a proxy's __class__ or __getattr__ may raise anything
-                attributes = None if issubclass(type(value), (type, types.ModuleType)) else object.__getattribute__(value, "__dict__")
-            except Exception:  # noqa: BLE001 (no __dict__: slots, an extension type)
-                attributes = None
-            if type(attributes) is dict:
-                yield from list(attributes.values())
+        level += list(frame.f_locals.values())
         frame, depth = frame.f_back, depth - 1
+    for _ in range(reach + 1):
+        below: List[Any] = []
+        for value in level:
+            if id(value) in seen or len(seen) >= most:
+                continue
+            seen.add(id(value))
+            yield value
+            below += _held_by(value)
+        level = below
+
+
+def _held_by(value: Any, items: int = 64) -> List[Any]:
+    """What `value` holds: a list's, tuple's or dict's first `items` items, or an object's attributes
+    (not a module's or a class's). type(), not isinstance(): a proxy's __class__ or __getattr__ may
+    raise anything."""
+    kind = type(value)
+    if kind in (list, tuple):
+        return list(value[:items])
+    if kind is dict:
+        return list(itertools.islice(value.values(), items))
+    if issubclass(kind, (type, types.ModuleType, torch.nn.Module, torch.Tensor)):
+        return []
+    try:
+        attributes = object.__getattribute__(value, "__dict__")
+    except Exception:  # noqa: BLE001 (no __dict__: slots, an extension type)
+        return []
+    return list(itertools.islice(attributes.values(), items)) if type(attributes) is dict else []
 
 
 def _module_roots() -> List[torch.nn.Module]:
