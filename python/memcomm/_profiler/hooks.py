@@ -180,12 +180,14 @@ start(), a student built after start() beside the teacher it found, whose no_gra
 only forwards, a model built after another was trained: k-fold, several Trainers in one script; or
 the children of a root that was never called: a container such as a ModuleDict of a GAN's two
 nets): its forward is lost, the later ones are not. That look searches the stepping frame and its
-callers first (their locals, and their attributes: a trainer's self.model) for modules that hold
-all of the optimizer's new parameters, and scans the heap only where those do not: a loop that
-clones its model per task (Reptile, MAML) paid some 55 ms a task. It watches the innermost module
-that holds them (the model, not a ModuleList of folds, whose parameters then counted as watched for
-every fold added later), and the children of a root it finds, which may be a container never called
-(a LightningModule whose training_step calls self.net); a tensor that is no nn.Parameter (an
+callers first (their locals and what those hold two steps down: lists, dicts, attributes, a
+trainer's self.model) for modules that hold all of the optimizer's new parameters, and scans the
+heap only where those do not: a loop that clones its model per task (Reptile, MAML) paid some 55 ms
+a task. Of a holder it watches the module below any containers without a forward of their own (the
+fold's model, not the ModuleList of folds, whose parameters then counted as watched for every fold
+added later), never below a module with a forward (a compiled model's body runs compiled), and the
+children of a root it finds, through such containers at any depth, since the root may never be
+called (a LightningModule whose training_step calls self.net); a tensor that is no nn.Parameter (an
 adversarial perturbation with an optimizer per batch) is never looked for: no module holds it as a
 parameter. The global hooks are the fallback rather
 than the rule because of torch.compile: Dynamo guards a compiled graph on the number of global hooks,
