@@ -676,7 +676,10 @@ class PhaseHooks:
         return bool(st.steps_closed and mine) and self._trains_no_watched(mine)
 
     def _trains_no_watched(self, parameters: Set[int]) -> bool:
-        return all(id(p) not in parameters for m in self._watched for p in _parameters(m))
+        return parameters.isdisjoint(self._watched_parameter_ids())
+
+    def _watched_parameter_ids(self) -> Set[int]:
+        return {id(p) for m in self._watched for p in _parameters(m)}
 
     def _split_held(self, st: _ThreadState) -> None:
         """Ends the held step at its update and begins the next where it opened, as written unheld."""
@@ -882,7 +885,7 @@ class PhaseHooks:
         forwards. A parameter outside any module (a learned temperature) asks only once, and a tensor
         that is no nn.Parameter never: no module holds one as a parameter (an adversarial
         perturbation, SGD([delta]) made anew per batch, scanned the heap each time: 46 x slower)."""
-        known = {id(p) for m in self._watched for p in _parameters(m)} | {id(p) for p in self._unwatched_params}
+        known = self._watched_parameter_ids() | {id(p) for p in self._unwatched_params}
         new = [p for group in optimizer.param_groups for p in group["params"]
                if id(p) not in known and isinstance(p, torch.nn.Parameter)]
         self._unwatched_params.update(new)
@@ -1313,7 +1316,7 @@ def _optimized_module_class() -> type:
 
 def _modules_in_frames(frame: Any, params: List[torch.Tensor]) -> List[torch.nn.Module]:
     """The outermost modules that hold every one of `params`, found in the locals of `frame` and its
-    callers (and one attribute deep: a trainer's self.model), or [] when those do not hold them all.
+    callers and what those hold (_values_in_frames), or [] when those do not hold them all.
     A loop that builds a model per task (Reptile's clone, MAML's, k-fold's folds) found each with a scan
     of the heap, some 55 ms a task that made the run 2.8 x slower (See Note [Finding the model])."""
     wanted = {id(p) for p in params}
@@ -1328,6 +1331,11 @@ def _modules_in_frames(frame: Any, params: List[torch.Tensor]) -> List[torch.nn.
     return outermost if wanted <= held else []
 
 
+def _is_container(module: torch.nn.Module) -> bool:
+    """A module without a forward of its own (a ModuleList, a ModuleDict): it holds parts, never called."""
+    return type(module).forward is torch.nn.Module.forward
+
+
 def _called_parts(module: torch.nn.Module) -> List[torch.nn.Module]:
     """The children of `module` with parameters, and in place of a container without a forward of its
     own (a ModuleList, a ModuleDict), the parts it holds, at any depth: what a loop may call."""
@@ -1336,7 +1344,7 @@ def _called_parts(module: torch.nn.Module) -> List[torch.nn.Module]:
         if not _has_parameters(child):
             continue
         parts.append(child)
-        if type(child).forward is torch.nn.Module.forward:
+        if _is_container(child):
             parts += _called_parts(child)
     return parts
 
@@ -1348,7 +1356,7 @@ def _smallest_holder(module: torch.nn.Module, wanted: Set[int]) -> torch.nn.Modu
     whose calls is the container's; a module with a forward is not gone below (a compiled model's
     body runs compiled, where no call is seen)."""
     wanted = wanted & {id(p) for p in _parameters(module)}
-    while type(module).forward is torch.nn.Module.forward:
+    while _is_container(module):
         inner = [c for c in module.children() if wanted <= {id(p) for p in _parameters(c)}]
         if len(inner) != 1:
             break
