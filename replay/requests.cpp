@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "memcomm/replay/requests.hpp"
+#include "memcomm/common/input_file.hpp"
+#include "memcomm/trace/trace_format.hpp"
 #include "kineto_trace.hpp"
 #include "memcomm/trace/kineto.hpp"
 #include "mct_trace.hpp"
@@ -112,9 +114,13 @@ TraceRequests build_requests(const snapshot::Snapshot& snap) {
 namespace {
 TraceRequests read_trace(const std::string& path, const LoadProgress& progress) {
   if (prof::is_kineto_candidate(path)) return read_kineto_trace(path);  // streamed by the reader: not read whole here
-  std::vector<std::uint8_t> bytes = snapshot::read_file_bytes(path);
-  if (bytes.empty()) throw snapshot::ReadError(path, snapshot::kNoOffset, "empty file (0 bytes)");
-  if (snapshot::is_pickle_start(bytes[0])) {
+  std::string head, why;
+  if (!read_file_head(path, sizeof prof::kFileMagic, head, why)) throw snapshot::ReadError(path, snapshot::kNoOffset, why);
+  if (head.empty()) throw snapshot::ReadError(path, snapshot::kNoOffset, "empty file (0 bytes)");
+  if (prof::is_mct_start(head.data(), head.size())) return read_mct_trace(path);  // memory-maps the file itself
+  const auto first = static_cast<std::uint8_t>(head[0]);
+  if (snapshot::is_pickle_start(first)) {
+    const std::vector<std::uint8_t> bytes = snapshot::read_file_bytes(path);
     snapshot::ParseOptions opts;
     opts.keep_frames = false;  // replay needs no stacks
     opts.progress = progress.callback;
@@ -122,15 +128,10 @@ TraceRequests read_trace(const std::string& path, const LoadProgress& progress) 
     snapshot::Snapshot snap = snapshot::parse_snapshot(bytes.data(), bytes.size(), path, opts);
     return build_requests(snap);
   }
-  if (bytes.size() >= 8 && std::memcmp(bytes.data(), "MEMCTRC\x1A", 8) == 0) {
-    bytes.clear();
-    bytes.shrink_to_fit();
-    return read_mct_trace(path);  // memory-maps the file itself
-  }
   throw snapshot::ReadError(path, 0, fmt::format("unknown trace format (first bytes {:02x}{}): expected a PyTorch memory "
                                                  "snapshot pickle (first byte 0x80), a memcomm trace (.mct) or a "
-                                                 "torch.profiler trace (JSON, or gzip: 1f 8b)", bytes[0],
-                                                 bytes.size() > 1 ? fmt::format(" {:02x}", bytes[1]) : ""));
+                                                 "torch.profiler trace (JSON, or gzip: 1f 8b)", first,
+                                                 head.size() > 1 ? fmt::format(" {:02x}", static_cast<std::uint8_t>(head[1])) : ""));
 }
 }  // namespace
 

@@ -138,6 +138,23 @@ TEST_CASE("byte counts above 2 GiB keep KiB precision in 32 bits", "[profiler][f
   CHECK(decode_bytes32(encode_bytes32(5ull << 30)) == (5ull << 30));
 }
 
+TEST_CASE("a range's name gives its phase: phase_name's inverse and the short forms", "[profiler][format]") {
+  // The viewer colours and sums phase spans by this (one vocabulary with the event model's Phase).
+  for (int p = 0; p < static_cast<int>(Phase::Count); ++p) {
+    const Phase phase = static_cast<Phase>(p);
+    INFO(phase_name(phase));
+    CHECK(phase_from_name(phase_name(phase)) == phase);
+  }
+  CHECK(phase_from_name("Micro-Step") == Phase::MicroStep);
+  CHECK(phase_from_name("FWD") == Phase::Forward);
+  CHECK(phase_from_name("bwd") == Phase::Backward);
+  CHECK(phase_from_name("optim") == Phase::Optimizer);
+  CHECK(phase_from_name("data") == Phase::DataWait);
+  CHECK(phase_from_name("Checkpoint") == Phase::Checkpoint);
+  CHECK(phase_from_name("attention") == Phase::Custom);
+  CHECK(phase_from_name("") == Phase::Custom);
+}
+
 TEST_CASE("span durations keep ns below 2^31 ns, then us, then ms, and saturate at kMaxDuration", "[profiler][format]") {
   CHECK(decode_duration32(encode_duration32(-5)) == 0);
   CHECK(decode_duration32(encode_duration32(2'147'483'647)) == 2'147'483'647);  // exact below 2^31 ns

@@ -37,8 +37,8 @@ TEST_CASE("timeline screenshot: lane colours sit where the events are", "[gui][v
   CHECK(img.count(col(325) - 2, static_cast<int>(m0) - 3, col(325) + 2, static_cast<int>(m0) + 3, pal::kMemcpy) > 10);
   CHECK(img.count(col(600) - 2, static_cast<int>(m0) - 3, col(600) + 2, static_cast<int>(m0) + 3, pal::kMemcpy) == 0);
   // Phases: forward colour at 200 us, backward at 600 us.
-  CHECK(img.count(col(200) - 2, static_cast<int>(p0) - 3, col(200) + 2, static_cast<int>(p0) + 3, pal::kPhase[2]) > 10);
-  CHECK(img.count(col(600) - 2, static_cast<int>(p0) - 3, col(600) + 2, static_cast<int>(p0) + 3, pal::kPhase[3]) > 10);
+  CHECK(img.count(col(200) - 2, static_cast<int>(p0) - 3, col(200) + 2, static_cast<int>(p0) + 3, pal::kPhase[static_cast<int>(memcomm::prof::Phase::Forward)]) > 10);
+  CHECK(img.count(col(600) - 2, static_cast<int>(p0) - 3, col(600) + 2, static_cast<int>(p0) + 3, pal::kPhase[static_cast<int>(memcomm::prof::Phase::Backward)]) > 10);
   // Collectives: rank 0's in the collective colour at 550 us; rank 1 arrived last, so its one is
   // highlighted as the straggler at 720 us, where rank 0's has ended.
   CHECK(img.count(col(550) - 2, static_cast<int>(c0) - 3, col(550) + 2, static_cast<int>(c0) + 3, pal::kCollective) > 10);

@@ -1,6 +1,9 @@
 // Names of the event model's enums, shared by every tool so that text output agrees.
 #include "memcomm/trace/event.hpp"
 
+#include <cctype>
+#include <string>
+
 namespace memcomm::prof {
 
 const char* kind_name(EventKind k) {
@@ -61,6 +64,19 @@ const char* phase_name(Phase p) {
     case Phase::Count: break;
   }
   return "unknown";
+}
+
+Phase phase_from_name(std::string_view name) {
+  std::string n(name);
+  for (char& c : n) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (int p = 1; p < static_cast<int>(Phase::Count); ++p)
+    if (n == phase_name(static_cast<Phase>(p))) return static_cast<Phase>(p);
+  if (n == "microstep") return Phase::MicroStep;
+  if (n == "fwd") return Phase::Forward;
+  if (n == "bwd") return Phase::Backward;
+  if (n == "optim") return Phase::Optimizer;
+  if (n == "datawait" || n == "data") return Phase::DataWait;
+  return Phase::Custom;
 }
 
 const char* coll_op_name(CollOp op) {

@@ -7,7 +7,8 @@ namespace memcomm::prof {
 
 void merge_intervals(std::vector<Interval>& v) {
   v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& i) { return i.end <= i.begin; }), v.end());
-  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  const auto by_begin = [](const Interval& a, const Interval& b) { return a.begin < b.begin; };
+  if (!std::is_sorted(v.begin(), v.end(), by_begin)) std::sort(v.begin(), v.end(), by_begin);
   size_t out = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     if (out > 0 && v[i].begin <= v[out - 1].end) {
@@ -19,11 +20,15 @@ void merge_intervals(std::vector<Interval>& v) {
   v.resize(out);
 }
 
-int64_t union_length(std::vector<Interval> v) {
-  merge_intervals(v);
+int64_t merged_length(const std::vector<Interval>& v) {
   int64_t n = 0;
   for (const Interval& i : v) n += i.end - i.begin;
   return n;
+}
+
+int64_t union_length(std::vector<Interval> v) {
+  merge_intervals(v);
+  return merged_length(v);
 }
 
 int64_t intersection_length(const std::vector<Interval>& a, const std::vector<Interval>& b) {

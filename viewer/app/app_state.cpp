@@ -64,7 +64,7 @@ void AppState::appended(const AppendResult& r, bool refresh_summary) {
       if (r.alloc_from[s] != AppendResult::npos) alloc[s]->update(r.alloc_from[s]);
   }
   for (auto i = static_cast<std::uint32_t>(name_phase.size()); i < tl.strings.size(); ++i)
-    name_phase.push_back(phase_kind_from_name(tl.strings.get(i)));
+    name_phase.push_back(prof::phase_from_name(tl.strings.get(i)));
   // Only steps that end at or after the new data are recomputed; the summary walks collectives,
   // so live mode refreshes it at most once a second (refresh_summary).
   steps = r.ranks_added ? step_table(tl) : step_table(tl, steps, r.first_time);

@@ -42,7 +42,7 @@ std::string span_tooltip(const AppState& st, const RankData& rd, const Lane& lan
   }
   std::string t = fmt::format("{}\n{} on {} ({})\nstart {}\nduration {}", name, lane_kind_name(lane.kind), rank_name(rd),
                               lane.name, format_time(s.start - st.tl.time_zero()), format_time(s.end - s.start));
-  if (lane.kind == LaneKind::Phase && st.name_phase[s.name] == PhaseKind::Step) t += fmt::format("\nstep {}", s.payload);
+  if (lane.kind == LaneKind::Phase && st.name_phase[s.name] == prof::Phase::Step) t += fmt::format("\nstep {}", s.payload);
   return t;
 }
 
@@ -101,7 +101,7 @@ void draw_row(AppState& st, TimelineFrame& f, std::size_t slot, std::size_t li, 
     if (lane.kind == LaneKind::Collective && d.count == 1 && rd.collectives[first.payload].straggler)
       c = palette::kStraggler;
     else
-      c = palette::lane_colour(lane.kind, lane.kind == LaneKind::Phase ? st.name_phase[first.name] : PhaseKind::Other);
+      c = palette::lane_colour(lane.kind, lane.kind == LaneKind::Phase ? st.name_phase[first.name] : prof::Phase::Custom);
     if (d.count > 1) c = palette::darken(c);
     const ImVec2 a(x0, y + 1), b(x1, y + kRow - 1);
     f.dl->AddRectFilled(a, b, c.imgui());

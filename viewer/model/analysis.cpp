@@ -15,7 +15,7 @@ namespace memcomm::view {
 
 namespace {
 
-using Intervals = std::vector<std::pair<TimeNs, TimeNs>>;
+using Intervals = std::vector<prof::Interval>;  // the profiler's interval arithmetic (memcomm/trace/intervals.hpp)
 
 // Appends the parts inside [t0, t1) of the spans of `row` that `keep` accepts, clipped.
 constexpr auto kEverySpan = [](const Span&) { return true; };
@@ -23,24 +23,7 @@ template <class Keep = decltype(kEverySpan)>
 void clip_row(const SpanRow& row, TimeNs t0, TimeNs t1, Intervals& out, Keep keep = kEverySpan) {
   for (std::size_t i = lower_bound_index(row, t0, [](const Span& s, TimeNs t) { return s.end <= t; });
        i < row.size() && row[i].start < t1; ++i)
-    if (keep(row[i])) out.emplace_back(std::max(row[i].start, t0), std::min(row[i].end, t1));
-}
-
-// Sorts and merges into disjoint intervals, in place (the step table calls this a few times per
-// step: no allocation).
-void unite_in_place(Intervals& v) {
-  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
-  std::size_t n = 0;
-  for (const auto& iv : v) {
-    if (iv.second <= iv.first) continue;
-    if (n > 0 && iv.first <= v[n - 1].second) v[n - 1].second = std::max(v[n - 1].second, iv.second);
-    else v[n++] = iv;
-  }
-  v.resize(n);
-}
-Intervals unite(Intervals v) {
-  unite_in_place(v);
-  return v;
+    if (keep(row[i])) out.push_back({std::max(row[i].start, t0), std::min(row[i].end, t1)});
 }
 
 // A row read in time order: steps and the communication inside them come sorted, so each row is
@@ -77,7 +60,7 @@ class RowCursor {
     const auto& r = *row_;
     for (std::size_t i = seek(t0); i < r.size() && r[i].start < t1; ++i)
       if (pick == Pick::All || (r[i].payload == kCommKernel) == (pick == Pick::Comm))
-        out.emplace_back(std::max(r[i].start, t0), std::min(r[i].end, t1));
+        out.push_back({std::max(r[i].start, t0), std::min(r[i].end, t1)});
   }
 
  private:
@@ -86,52 +69,34 @@ class RowCursor {
   TimeNs last_t_ = INT64_MIN;
 };
 
-TimeNs length(const Intervals& v) {
-  TimeNs n = 0;
-  for (const auto& iv : v) n += iv.second - iv.first;
-  return n;
-}
-
 }  // namespace
 
-std::vector<PhaseKind> phase_kinds(const Timeline& tl) {
-  std::vector<PhaseKind> kind_of(tl.strings.size());
-  for (std::uint32_t i = 0; i < tl.strings.size(); ++i) kind_of[i] = phase_kind_from_name(tl.strings.get(i));
+std::vector<prof::Phase> phase_kinds(const Timeline& tl) {
+  std::vector<prof::Phase> kind_of(tl.strings.size());
+  for (std::uint32_t i = 0; i < tl.strings.size(); ++i) kind_of[i] = prof::phase_from_name(tl.strings.get(i));
   return kind_of;
 }
 
 std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& previous, TimeNs changed_from) {
   std::vector<StepRow> rows;
-  const std::vector<PhaseKind> kind_of = phase_kinds(tl);  // parsed once, not once per phase span
+  const std::vector<prof::Phase> kind_of = phase_kinds(tl);  // parsed once, not once per phase span
   for (std::size_t slot = 0; slot < tl.ranks.size(); ++slot) step_rows(tl, slot, kind_of, rows, previous, changed_from);
   return rows;
 }
 
 namespace {
 
-// The host phases that are compute on CPU runs: prof::is_compute_phase()'s (Note [Breakdown
-// definitions] in the profiler's analysis.hpp), by the viewer's kind of the phase's name.
-bool is_compute_phase(PhaseKind k) {
-  switch (k) {
-    case PhaseKind::Forward: return prof::is_compute_phase(prof::Phase::Forward);
-    case PhaseKind::Backward: return prof::is_compute_phase(prof::Phase::Backward);
-    case PhaseKind::Optimizer: return prof::is_compute_phase(prof::Phase::Optimizer);
-    case PhaseKind::Eval: return prof::is_compute_phase(prof::Phase::Eval);
-    default: return false;
-  }
-}
-
-bool marks_compute_phases(const std::vector<const SpanRow*>& phase_rows, const std::vector<PhaseKind>& kind_of) {
+bool marks_compute_phases(const std::vector<const SpanRow*>& phase_rows, const std::vector<prof::Phase>& kind_of) {
   for (const SpanRow* row : phase_rows)
     for (const Span& s : *row)
-      if (s.name < kind_of.size() && is_compute_phase(kind_of[s.name])) return true;
+      if (s.name < kind_of.size() && prof::is_compute_phase(kind_of[s.name])) return true;
   return false;
 }
 
 // One rank's rows and cursors, sorted out once; step() computes one step's row from them.
 class StepScanner {
  public:
-  StepScanner(const RankData& rd, const std::vector<PhaseKind>& kind_of) : rd_(rd), kind_of_(kind_of) {
+  StepScanner(const RankData& rd, const std::vector<prof::Phase>& kind_of) : rd_(rd), kind_of_(kind_of) {
     bool has_kernels = false;
     for (const auto& lane : rd.lanes) {
       has_kernels = has_kernels || lane.kind == LaneKind::Kernel;
@@ -176,13 +141,13 @@ class StepScanner {
     for (auto& cur : phases_) {
       const auto& row = cur.row();
       for (std::size_t i = cur.seek(st.start); i < row.size() && row[i].start < st.end; ++i)
-        if (kind(row[i].name) == PhaseKind::DataWait)
-          wait_.emplace_back(std::max(row[i].start, st.start), std::min(row[i].end, st.end));
+        if (kind(row[i].name) == prof::Phase::DataWait)
+          wait_.push_back({std::max(row[i].start, st.start), std::min(row[i].end, st.end)});
     }
-    unite_in_place(comm_iv_);
-    unite_in_place(wait_);
-    r.data_wait = length(wait_);
-    const prof::CommOverlap co = prof::comm_overlap(as_prof(comm_iv_, comm_prof_), compute_inside_comm());
+    prof::merge_intervals(comm_iv_);
+    prof::merge_intervals(wait_);
+    r.data_wait = prof::merged_length(wait_);
+    const prof::CommOverlap co = prof::comm_overlap(comm_iv_, compute_inside_comm());
     r.comm = co.comm_total_ns;
     r.exposed_comm = co.exposed_comm_ns;
     r.overlap_pct = co.overlap_pct;
@@ -195,29 +160,23 @@ class StepScanner {
   }
 
  private:
-  PhaseKind kind(std::uint32_t id) const { return id < kind_of_.size() ? kind_of_[id] : PhaseKind::Other; }
-  static const std::vector<prof::Interval>& as_prof(const Intervals& v, std::vector<prof::Interval>& out) {
-    out.clear();
-    for (const auto& iv : v) out.push_back({iv.first, iv.second});
-    return out;
-  }
+  prof::Phase kind(std::uint32_t id) const { return id < kind_of_.size() ? kind_of_[id] : prof::Phase::Custom; }
   // The compute inside each (disjoint, sorted) communication interval, merged: all of the compute
   // that can meet communication, so comm_overlap() gives what it gives over the step's compute.
   const std::vector<prof::Interval>& compute_inside_comm() {
     compute_prof_.clear();
     for (const auto& iv : comm_iv_) {
       covered_.clear();
-      for (auto& cur : compute_) cur.clip(iv.first, iv.second, covered_, RowCursor::Pick::Compute);
+      for (auto& cur : compute_) cur.clip(iv.begin, iv.end, covered_, RowCursor::Pick::Compute);
       blocked_.clear();
       for (const SpanRow* row : compute_phases_) {
-        clip_row(*row, iv.first, iv.second, covered_, [&](const Span& s) { return is_compute_phase(kind(s.name)); });
-        clip_row(*row, iv.first, iv.second, blocked_, [&](const Span& s) { return kind(s.name) == PhaseKind::Comm; });
+        clip_row(*row, iv.begin, iv.end, covered_, [&](const Span& s) { return prof::is_compute_phase(kind(s.name)); });
+        clip_row(*row, iv.begin, iv.end, blocked_, [&](const Span& s) { return kind(s.name) == prof::Phase::Comm; });
       }
-      unite_in_place(covered_);
-      unite_in_place(blocked_);  // the phases less their comm phases, as prof::analyze takes them
-      for (const prof::Interval& c : prof::subtract(as_prof(covered_, operators_prof_), as_prof(blocked_, blocked_prof_)))
-        compute_prof_.push_back(c);
-      for (const Lane* lane : operator_lanes_) add_operators_outside_comm(*lane, iv.first, iv.second);
+      prof::merge_intervals(covered_);
+      prof::merge_intervals(blocked_);  // the phases less their comm phases, as prof::analyze takes them
+      for (const prof::Interval& c : prof::subtract(covered_, blocked_)) compute_prof_.push_back(c);
+      for (const Lane* lane : operator_lanes_) add_operators_outside_comm(*lane, iv.begin, iv.end);
     }
     prof::merge_intervals(compute_prof_);
     return compute_prof_;
@@ -234,15 +193,14 @@ class StepScanner {
       clip_row(row, t0, t1, blocked_, [](const Span& s) { return s.payload == kCommCall; });
     }
     for (const SpanRow* row : comm_calls_)
-      clip_row(*row, t0, t1, blocked_, [&](const Span& s) { return kind(s.name) == PhaseKind::Comm && s.payload == lane.stream; });
-    unite_in_place(operators_);
-    unite_in_place(blocked_);
-    for (const prof::Interval& i : prof::subtract(as_prof(operators_, operators_prof_), as_prof(blocked_, blocked_prof_)))
-      compute_prof_.push_back(i);
+      clip_row(*row, t0, t1, blocked_, [&](const Span& s) { return kind(s.name) == prof::Phase::Comm && s.payload == lane.stream; });
+    prof::merge_intervals(operators_);
+    prof::merge_intervals(blocked_);
+    for (const prof::Interval& i : prof::subtract(operators_, blocked_)) compute_prof_.push_back(i);
   }
 
   const RankData& rd_;
-  const std::vector<PhaseKind>& kind_of_;
+  const std::vector<prof::Phase>& kind_of_;
   std::vector<RowCursor> comm_, compute_, phases_;
   std::vector<const SpanRow*> compute_phases_;
   std::vector<const Lane*> operator_lanes_;   // CPU runs without compute phases: the operators' threads
@@ -250,13 +208,12 @@ class StepScanner {
   bool comm_kernels_ = false;  // some kernel is a communication kernel (kCommKernel)
   const CounterSeries* allocated_ = nullptr;
   std::size_t mem_cursor_ = 0;
-  Intervals comm_iv_, wait_, covered_, operators_, blocked_;  // reused across steps: no allocation per step
-  std::vector<prof::Interval> comm_prof_, compute_prof_, operators_prof_, blocked_prof_;
+  Intervals comm_iv_, wait_, covered_, operators_, blocked_, compute_prof_;  // reused across steps: no allocation per step
 };
 
 }  // namespace
 
-void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind>& kind_of, std::vector<StepRow>& rows,
+void step_rows(const Timeline& tl, std::size_t slot, const std::vector<prof::Phase>& kind_of, std::vector<StepRow>& rows,
                const std::vector<StepRow>& previous, TimeNs changed_from) {
   const RankData& rd = tl.ranks[slot];
   const Lane* phases = nullptr;
@@ -273,7 +230,7 @@ void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind
   for (const auto& row : phases->rows) {  // rows are sorted by end too: skip the kept steps
     auto it = std::lower_bound(row.begin(), row.end(), changed_from, [](const Span& s, TimeNs t) { return s.end < t; });
     for (; it != row.end(); ++it)
-      if (it->name < kind_of.size() && kind_of[it->name] == PhaseKind::Step) steps.push_back(*it);
+      if (it->name < kind_of.size() && kind_of[it->name] == prof::Phase::Step) steps.push_back(*it);
   }
   const auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
   if (!std::is_sorted(steps.begin(), steps.end(), by_start)) std::sort(steps.begin(), steps.end(), by_start);
@@ -307,7 +264,7 @@ RangeStats range_stats(const Timeline& tl, TimeNs t0, TimeNs t1) {
           }
         }
       }
-      rs.busy[static_cast<int>(lane.kind)] += length(unite(std::move(iv)));
+      rs.busy[static_cast<int>(lane.kind)] += prof::union_length(std::move(iv));
     }
     if (const CounterSeries* a = rd.counter("allocated")) {
       double mn = 0, mx = 0;

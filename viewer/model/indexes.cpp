@@ -20,7 +20,7 @@ TimelineIndexes build_indexes(const Timeline& tl) {
   TimelineIndexes out;
   const std::size_t ranks = tl.ranks.size();
   out.alloc.resize(ranks);
-  const std::vector<PhaseKind> kind_of = phase_kinds(tl);
+  const std::vector<prof::Phase> kind_of = phase_kinds(tl);
   std::vector<std::vector<StepRow>> steps(ranks);
   // Jobs 0..ranks-1: step rows of a slot; ranks..2*ranks-1: checkpoints of a slot; 2*ranks: summary.
   const std::size_t jobs = 2 * ranks + 1;

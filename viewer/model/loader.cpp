@@ -4,6 +4,7 @@
 #include <memcomm/common/input_file.hpp>
 #include <memcomm/snapshot/snapshot.hpp>
 #include <memcomm/trace/kineto.hpp>
+#include <memcomm/trace/trace_format.hpp>
 
 #include <cerrno>
 #include <chrono>
@@ -22,29 +23,21 @@
 namespace memcomm::view {
 
 InputKind detect_input(const std::string& path, std::string& error) {
-  if (const std::string problem = input_file_problem(path); !problem.empty()) {  // Note [Inputs are regular files]
-    error = fmt::format("{}: {}", path, problem);
+  std::string text, why;
+  if (!read_file_head(path, 8, text, why)) {  // Note [Inputs are regular files]
+    error = fmt::format("{}: {}", path, why);
     return InputKind::Unknown;
   }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    error = fmt::format("{}: cannot open: {}", path, std::strerror(errno));
+  if (text.empty()) {
+    error = fmt::format("{}: empty file", path);
     return InputKind::Unknown;
   }
-  unsigned char head[64] = {};
-  const std::size_t n = std::fread(head, 1, sizeof head, f);
-  const int read_errno = std::ferror(f) ? errno : 0;
-  std::fclose(f);
-  if (n == 0) {
-    error = read_errno != 0 ? fmt::format("{}: cannot read: {}", path, std::strerror(read_errno))
-                            : fmt::format("{}: empty file", path);
-    return InputKind::Unknown;
-  }
+  const auto* head = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
   // Pickles: PROTO (0x80) and the protocol number, or an older protocol's first opcode; the reader
   // says when one is not a snapshot.
   if (snapshot::is_pickle_start(head[0])) return InputKind::TorchSnapshot;
-  // memcomm traces begin with "MEMCTRC\x1A" (prof::kFileMagic in trace_format.hpp).
-  if (n >= 7 && std::memcmp(head, "MEMCTRC", 7) == 0) return InputKind::MemcommTrace;
+  if (prof::is_mct_start(head, n)) return InputKind::MemcommTrace;
   // torch.profiler traces: gzip or JSON by the trace layer's rule, as memcomm-trace opens them (a
   // legacy trace is a JSON array; leading white space may be long); the reader says when one is not a trace.
   if (prof::is_kineto_candidate(path)) return InputKind::KinetoTrace;

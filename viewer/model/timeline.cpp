@@ -9,21 +9,6 @@
 
 namespace memcomm::view {
 
-PhaseKind phase_kind_from_name(std::string_view name) {
-  std::string n(name);
-  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::replace(n.begin(), n.end(), '-', '_');
-  if (n == "step") return PhaseKind::Step;
-  if (n == "micro_step" || n == "microstep") return PhaseKind::MicroStep;
-  if (n == "forward" || n == "fwd") return PhaseKind::Forward;
-  if (n == "backward" || n == "bwd") return PhaseKind::Backward;
-  if (n == "optimizer" || n == "optim") return PhaseKind::Optimizer;
-  if (n == "data_wait" || n == "datawait" || n == "data") return PhaseKind::DataWait;
-  if (n == "eval") return PhaseKind::Eval;
-  if (n == "comm") return PhaseKind::Comm;
-  return PhaseKind::Other;
-}
-
 const char* lane_kind_name(LaneKind kind) {
   switch (kind) {
     case LaneKind::Phase: return "phase";

@@ -2,6 +2,7 @@
 // files asks the same question, and says the same words.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace memcomm {
@@ -15,5 +16,10 @@ namespace memcomm {
 // file", anything else as not a regular file. Returns that reason, or "" (a regular file, or a path
 // that does not exist, which opening it reports).
 std::string input_file_problem(const std::string& path);
+
+// Up to `n` first bytes of the file at `path`, to tell formats apart without reading it whole. False
+// with `error` saying why where it cannot be read: input_file_problem's reason, "cannot open: ..." or
+// "cannot read: ..." (errno's words).
+bool read_file_head(const std::string& path, std::size_t n, std::string& head, std::string& error);
 
 }  // namespace memcomm

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <type_traits>
 
 namespace memcomm::prof {
@@ -104,6 +105,9 @@ enum class Phase : uint8_t {
   Count
 };
 const char* phase_name(Phase p);
+// The phase a range's name says (phase_name's inverse, any case, '-' for '_', and the short forms
+// people give their own ranges: fwd, bwd, optim, data); Custom for any other name.
+Phase phase_from_name(std::string_view name);
 
 enum class CollOp : uint8_t {
   AllReduce = 0, Broadcast = 1, Reduce = 2, AllGather = 3, ReduceScatter = 4, AllToAll = 5,
@@ -264,9 +268,10 @@ struct CollectiveEvent {
 // and launch lies. Longer spans are rare but the ones a user looks for: a host Sync waiting on a hung
 // collective until the watchdog fires (10 minutes by default), or a torch.profiler CPU span over a
 // checkpoint. They keep microseconds below 2^30 us (17.9 minutes) and milliseconds above, up to 2^30 ms
-// (12.4 days, kMaxDuration), where they saturate; the top two bits say which unit (10: us, 11: ms), as
-// encode_bytes32 does for sizes. A coded duration is rounded down, so a span never ends after it did
-// (it stays inside its enclosing range): short by less than a unit, under 1e-6 of it.
+// (12.4 days, kMaxDuration), where they saturate; the top two bits say which unit (10: us, 11: ms).
+// (encode_bytes32 codes sizes alike with one bit and rounds up: a copy is never smaller than it was.)
+// A coded duration is rounded down, so a span never ends after it did (it stays inside its
+// enclosing range): short by less than a unit, under 1e-6 of it.
 inline constexpr int64_t kMaxDuration = int64_t((1u << 30) - 1) * 1'000'000;
 inline uint32_t encode_duration32(int64_t ns) {
   if (ns <= 0) return 0u;

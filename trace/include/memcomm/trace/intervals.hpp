@@ -16,8 +16,11 @@ struct Interval {
 
 // Total length of a union of intervals (any order, may overlap).
 int64_t union_length(std::vector<Interval> v);
-// Sorts and merges overlapping intervals in place.
+// Sorts and merges overlapping intervals in place, dropping empty ones; allocates nothing (the
+// viewer's step table merges a few lists per step).
 void merge_intervals(std::vector<Interval>& v);
+// Total length of a merged list.
+int64_t merged_length(const std::vector<Interval>& v);
 // |a ∩ b| for two merged (sorted, disjoint) interval lists.
 int64_t intersection_length(const std::vector<Interval>& a, const std::vector<Interval>& b);
 // Clips a merged list to [lo, hi].

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "memcomm/trace/event.hpp"
@@ -26,6 +27,11 @@
 namespace memcomm::prof {
 
 inline constexpr char kFileMagic[8] = {'M', 'E', 'M', 'C', 'T', 'R', 'C', '\x1A'};
+// Whether a file's first `n` bytes begin a memcomm trace: how every tool that takes several formats
+// tells a .mct file.
+inline bool is_mct_start(const void* head, size_t n) {
+  return n >= sizeof kFileMagic && std::memcmp(head, kFileMagic, sizeof kFileMagic) == 0;
+}
 inline constexpr uint16_t kFormatVersion = 1;
 inline constexpr uint32_t kChunkMagic = 0x4B43434D;  // "MCCK"
 inline constexpr uint32_t kMaxChunkRawBytes = 64u << 20;  // readers refuse larger chunks

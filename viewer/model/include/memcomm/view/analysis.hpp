@@ -37,8 +37,8 @@ std::vector<StepRow> step_table(const Timeline& tl, const std::vector<StepRow>& 
 // The same for one rank slot, appended to `rows`, with `kind_of` = phase_kinds(tl): step_table()
 // is step_rows() over the slots in order, so slots can be computed on different threads
 // (build_indexes() in indexes.hpp) and concatenated.
-std::vector<PhaseKind> phase_kinds(const Timeline& tl);  // PhaseKind by string id
-void step_rows(const Timeline& tl, std::size_t slot, const std::vector<PhaseKind>& kind_of, std::vector<StepRow>& rows,
+std::vector<prof::Phase> phase_kinds(const Timeline& tl);  // prof::phase_from_name by string id
+void step_rows(const Timeline& tl, std::size_t slot, const std::vector<prof::Phase>& kind_of, std::vector<StepRow>& rows,
                const std::vector<StepRow>& previous = {}, TimeNs changed_from = INT64_MIN);
 
 struct RangeStats {

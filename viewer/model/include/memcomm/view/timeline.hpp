@@ -65,9 +65,6 @@ using SpanRow = ChunkedArray<Span>;
 // What a lane shows; decides its colour and its tooltip.
 enum class LaneKind : std::uint8_t { Phase, Kernel, Memcpy, Memset, Collective, Nvtx };
 
-// Phase names the trainer uses; lanes colour phase spans by these.
-enum class PhaseKind : std::uint8_t { Step, MicroStep, Forward, Backward, Optimizer, DataWait, Eval, Comm, Other };
-PhaseKind phase_kind_from_name(std::string_view name);
 const char* lane_kind_name(LaneKind kind);
 
 // A horizontal track. Spans that nest (phases, NVTX) are split into rows by depth so that each row

@@ -43,7 +43,7 @@ struct AppState {
   std::vector<StepRow> steps;                   // step table, recomputed on load
   TimeNs steps_time = 0, steps_exposed = 0, steps_wait = 0;  // sums over `steps` (the summary's advice), kept with it
   Summary summary;                              // recomputed on load
-  std::vector<PhaseKind> name_phase;            // phase kind per string id (no string compares per frame)
+  std::vector<prof::Phase> name_phase;          // phase per string id (no string compares per frame)
 
   // Time axis shared by the timeline and memory panes.
   TimeNs view_t0 = 0, view_t1 = 1;

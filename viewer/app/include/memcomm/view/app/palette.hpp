@@ -22,7 +22,9 @@ inline constexpr Rgb kStraggler{235, 50, 50};
 inline constexpr Rgb kNvtx{60, 180, 170};
 inline constexpr Rgb kLink{200, 160, 255};  // a matched collective to its instance on the next rank
 inline constexpr Rgb kMerged{128, 128, 128};  // darkening factor applies to the lane colour instead
+// Phase spans by prof::Phase, the phase their name says (prof::phase_from_name).
 inline constexpr Rgb kPhase[] = {
+    {140, 140, 140}, // custom: a range whose name is no phase
     {90, 90, 110},   // step
     {110, 110, 130}, // micro-step
     {80, 170, 90},   // forward
@@ -30,11 +32,11 @@ inline constexpr Rgb kPhase[] = {
     {190, 170, 60},  // optimizer
     {200, 70, 120},  // data-wait
     {100, 150, 200}, // eval
+    {120, 130, 90},  // checkpoint
     {160, 90, 220},  // comm: a blocking communication call, as the collectives lane colours it
-    {140, 140, 140}, // other
 };
-static_assert(sizeof(kPhase) / sizeof(kPhase[0]) == static_cast<std::size_t>(PhaseKind::Other) + 1,
-              "one colour per PhaseKind");
+static_assert(sizeof(kPhase) / sizeof(kPhase[0]) == static_cast<std::size_t>(prof::Phase::Count),
+              "one colour per prof::Phase");
 // Memory pane.
 inline constexpr Rgb kAllocated{60, 160, 90};
 inline constexpr Rgb kReserved{50, 70, 110};
@@ -51,7 +53,7 @@ inline constexpr Rgb kSegmentFree{70, 70, 80};
 inline constexpr Rgb kSegmentUnmapped{35, 35, 42};  // expandable segment: reserved address space, not backed
 inline constexpr Rgb kSelection{255, 255, 255};
 
-inline Rgb lane_colour(LaneKind kind, PhaseKind phase = PhaseKind::Other) {
+inline Rgb lane_colour(LaneKind kind, prof::Phase phase = prof::Phase::Custom) {
   switch (kind) {
     case LaneKind::Phase: return kPhase[static_cast<int>(phase)];
     case LaneKind::Kernel: return kKernel;
