@@ -209,7 +209,12 @@ TEST_CASE("under Slurm, a node's tasks come from its tasks per node, also when n
            {"x", "SLURM_STEP_TASKS_PER_NODE=x is not Slurm's tasks per node (such as 2(x3),1)"},
            {"2abc", "SLURM_STEP_TASKS_PER_NODE=2abc is not Slurm's tasks per node"},
            {"2(x1", "SLURM_STEP_TASKS_PER_NODE=2(x1 is not Slurm's tasks per node"},
-           {"2", "SLURM_STEP_TASKS_PER_NODE=2 names 1 node, and SLURM_NODEID is 1"}}) {
+           {"2", "SLURM_STEP_TASKS_PER_NODE=2 names 1 node, and SLURM_NODEID is 1"},
+           // Counts past any launcher's: sscanf's %d read them as undefined values, and runs of such
+           // counts summed past INT_MAX (launch_env_fuzz).
+           {"99999999999", "SLURM_STEP_TASKS_PER_NODE=99999999999 is not Slurm's tasks per node"},
+           {"1(x2147483647),1(x2)", "SLURM_STEP_TASKS_PER_NODE=1(x2147483647),1(x2) is not Slurm's tasks per node"},
+           {"+2", "SLURM_STEP_TASKS_PER_NODE=+2 is not Slurm's tasks per node"}}) {
     ::setenv("SLURM_STEP_TASKS_PER_NODE", per_node, 1);
     CHECK_THROWS_WITH(memcomm::train::read_dist_env(), Catch::Contains(said));
   }

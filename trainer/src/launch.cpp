@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -165,13 +166,28 @@ void warn_if_nproc_ignored(int nproc, const DistEnv& e, const char* tool) {
 
 namespace {
 
+// A whole count from 1 to 1 << 24 at text[at...], moving `at` past it (sscanf's %d, which this
+// replaced, is undefined past INT_MAX).
+bool read_count(const std::string& text, size_t& at, int& count) {
+  int64_t v = 0;
+  size_t end = at;
+  for (; end < text.size() && std::isdigit(static_cast<unsigned char>(text[end])) && v <= (1 << 24); ++end)
+    v = v * 10 + (text[end] - '0');
+  if (end == at || v < 1 || v > (1 << 24)) return false;
+  count = static_cast<int>(v);
+  at = end;
+  return true;
+}
+
 // One item of Slurm's tasks per node, "2" or "2(x3)", whole: false for anything else ("x", "2abc").
 bool parse_tasks_item(const std::string& item, int& tasks, int& repeat) {
-  int used = 0;
+  size_t at = 0;
   repeat = 1;
-  if (std::sscanf(item.c_str(), "%d%n", &tasks, &used) == 1 && size_t(used) == item.size()) return tasks > 0;
-  return std::sscanf(item.c_str(), "%d(x%d)%n", &tasks, &repeat, &used) == 2 && size_t(used) == item.size() &&
-         tasks > 0 && repeat > 0;
+  if (!read_count(item, at, tasks)) return false;
+  if (at == item.size()) return true;
+  if (item.compare(at, 2, "(x") != 0) return false;
+  at += 2;
+  return read_count(item, at, repeat) && item.compare(at, std::string::npos, ")") == 0;
 }
 
 // Slurm's tasks per node, in node order with runs compressed ("2(x3),1": three nodes of 2 tasks, then
@@ -179,7 +195,7 @@ bool parse_tasks_item(const std::string& item, int& tasks, int& repeat) {
 // naming `name`: an even split guessed instead gave ranks a wrong local world (and device).
 int slurm_tasks_on_node(const char* name, const char* text, int node) {
   std::istringstream in(text);
-  int first = 0;  // the run's first node
+  int64_t first = 0;  // the run's first node
   for (std::string item; std::getline(in, item, ',');) {
     int tasks = 0, repeat = 1;
     if (!parse_tasks_item(item, tasks, repeat))
