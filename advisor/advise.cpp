@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "memcomm/common/json_output.hpp"
+#include "memcomm/common/percentile.hpp"
 
 namespace memcomm::advise {
 
@@ -223,12 +224,10 @@ void data_wait_rule(const prof::Analysis& a, const RankTimes& times, const Advis
 // median of all of them was the straggler's own, and "274.4 ms against a median of 274.4 ms" said
 // nothing, nor could a slow rank of two ever pass the step-time test.
 int64_t others_median_step(const RankTimes& times, uint32_t who) {
-  std::vector<int64_t> means;
+  std::vector<double> means;
   for (const auto& [r, t] : times)
-    if (r != who && t.steps) means.push_back(t.step_ns / int64_t(t.steps));
-  if (means.empty()) return 0;
-  std::sort(means.begin(), means.end());
-  return means[(means.size() - 1) / 2];
+    if (r != who && t.steps) means.push_back(double(t.step_ns / int64_t(t.steps)));
+  return static_cast<int64_t>(percentile(std::move(means), 0.5));  // Note [Nearest-rank percentile]
 }
 
 void straggler_rule(const prof::Analysis& a, const RankTimes& times, const AdviseOptions& o,
@@ -242,10 +241,9 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
       skew_sum += c.skew_ns;
       ++matched;
     }
-  std::vector<int64_t> means;
-  for (const auto& [r, t] : times) means.push_back(t.steps ? t.step_ns / int64_t(t.steps) : 0);
-  std::sort(means.begin(), means.end());
-  const int64_t median = means[means.size() / 2];
+  std::vector<double> means;
+  for (const auto& [r, t] : times) means.push_back(double(t.steps ? t.step_ns / int64_t(t.steps) : 0));
+  const auto median = static_cast<int64_t>(percentile(std::move(means), 0.5));  // the same rule as others_median_step
   uint32_t who = 0;
   int64_t most = -1;
   for (const auto& [r, n] : late)

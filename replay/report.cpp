@@ -3,14 +3,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "memcomm/common/bytes.hpp"
 #include "memcomm/common/json_output.hpp"
 #include "memcomm/replay/replayer.hpp"
 #include "memcomm/trace/event.hpp"
 
 namespace memcomm::replay {
 namespace {
-
-std::string mib(std::uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / double(1u << 20)); }
 
 std::string basename(const std::string& path) {
   auto slash = path.find_last_of('/');
@@ -44,8 +43,8 @@ std::string format_table(const std::vector<ReplayResult>& results) {
                        basename(r.file), file_w, rank_cell(r.rank == kNoRank ? "-" : std::to_string(r.rank)),
                        r.device == prof::kHostDevice && r.format != "pytorch-snapshot" ? std::string("host")
                                                                                         : std::to_string(r.device),
-                       r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w, mib(r.peak_live),
-                       unknown ? std::string("-") : mib(r.peak_reserved), figure(r.reserved_over_live(), 3),
+                       r.policy + (recorded && r.starts_empty ? "*" : ""), policy_w, format_mib(r.peak_live),
+                       unknown ? std::string("-") : format_mib(r.peak_reserved), figure(r.reserved_over_live(), 3),
                        figure(r.fragmentation(), 3), r.ooms, r.source_allocs,
                        r.source_frees, r.call_bound, r.events, recorded ? "-" : fmt::format("{:.4f}", r.seconds),
                        recorded || r.seconds <= 0 ? "-" : fmt::format("{:.2f}", double(r.events) / r.seconds / 1e6));

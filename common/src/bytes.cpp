@@ -23,6 +23,12 @@ std::string format_bytes(std::uint64_t bytes, int decimals) {
   return buf;
 }
 
+std::string format_mib(std::uint64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
 std::uint64_t whole_bytes(double bytes) {
   if (!(bytes > 0)) return 0;  // negative, zero or NaN
   if (bytes >= 18446744073709551616.0) return UINT64_MAX;  // 2^64

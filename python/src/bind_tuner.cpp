@@ -234,6 +234,8 @@ void bind_tuner(pyb::module_& m) {
         "memcomm-tune's trial table and recommendation for a tune_search() result.");
   m.def("is_oom_message", &is_oom_message, pyb::arg("message"),
         "Whether an error message is an out-of-memory (the allocators', cuBLAS's and cuDNN's in disguise).");
+  m.def("probe_step_time", &probe_step_time, pyb::arg("early_total"), pyb::arg("last"), pyb::arg("accum"),
+        pyb::arg("measured"), "A step's time at K micro-steps from a probe that ran `measured` per step: memcomm-tune's.");
   m.def("step_noise", &step_noise, pyb::arg("step_times"),
         "Half the timed steps' range over their median (0 for fewer than two): memcomm-tune's step_noise.");
   m.def("divisors", &divisors, pyb::arg("per_rank_batch"), "The candidate micro-batches for a per-rank batch.");

@@ -1,4 +1,4 @@
-// memcomm::format_bytes and memcomm::parse_size: what every tool prints and accepts.
+// memcomm::format_bytes, format_mib and parse_size: what every tool prints and accepts.
 #include <catch2/catch.hpp>
 
 #include <memcomm/common/bytes.hpp>
@@ -7,6 +7,7 @@
 #include <string>
 
 using memcomm::format_bytes;
+using memcomm::format_mib;
 using memcomm::parse_size;
 
 TEST_CASE("sizes print in binary units, tenths below a GiB and hundredths from a GiB") {
@@ -17,6 +18,12 @@ TEST_CASE("sizes print in binary units, tenths below a GiB and hundredths from a
   CHECK(format_bytes(20u << 20, 2) == "20.00 MiB");
   CHECK(format_bytes(3ull << 29) == "1.50 GiB");
   CHECK(format_bytes(5ull << 40) == "5.00 TiB");
+}
+
+TEST_CASE("a MiB column keeps its unit whatever the size") {
+  CHECK(format_mib(0) == "0.0");
+  CHECK(format_mib(3u << 19) == "1.5");
+  CHECK(format_mib(5ull << 30) == "5120.0");
 }
 
 TEST_CASE("sizes parse with binary and decimal units and fractions") {

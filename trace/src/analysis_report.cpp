@@ -6,6 +6,7 @@
 
 #include "memcomm/trace/analysis.hpp"
 
+#include <memcomm/common/bytes.hpp>
 #include <memcomm/common/duration.hpp>
 #include <memcomm/common/json_output.hpp>
 
@@ -18,10 +19,9 @@ nlohmann::json breakdown_json(const Breakdown& b) {
           {"overlap_ns", b.overlap_ns},     {"exposed_comm_ns", b.exposed_comm_ns},
           {"overlap_pct", b.overlap_pct}};
 }
-std::string mib(uint64_t b) { return fmt::format("{:.1f}", double(b) / (1024.0 * 1024.0)); }
 
 // A peak of a rank whose trace holds no memory figures is unknown, not 0 MiB.
-std::string recorded_mib(const RankSummary* r, uint64_t b) { return r && !r->memory_recorded ? "-" : mib(b); }
+std::string recorded_mib(const RankSummary* r, uint64_t b) { return r && !r->memory_recorded ? "-" : format_mib(b); }
 
 const RankSummary* rank_of(const Analysis& a, uint32_t rank) {
   for (const RankSummary& r : a.ranks)

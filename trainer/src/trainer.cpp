@@ -25,6 +25,7 @@
 #include <memcomm/train/session.hpp>
 
 #include <fmt/core.h>
+#include <memcomm/common/bytes.hpp>
 #include <memcomm/common/percentile.hpp>
 #include <memcomm/common/termination.hpp>
 #include <memcomm/profiler/recorder.hpp>
@@ -510,9 +511,9 @@ void TrainingRun::log_step(int64_t step, int64_t start_step, bool log_now) {
   // statistics, the process's peak resident set stands in, and says so.
   const MemoryFigures mf = p_.memory.figures();
   if (mf.peak_reserved >= 0)
-    line += fmt::format(" peak reserved {:.1f} MiB", double(mf.peak_reserved) / (1 << 20));
+    line += fmt::format(" peak reserved {} MiB", format_mib(static_cast<std::uint64_t>(mf.peak_reserved)));
   else
-    line += fmt::format(" peak rss {:.1f} MiB", double(peak_rss_bytes()) / (1 << 20));
+    line += fmt::format(" peak rss {} MiB", format_mib(static_cast<std::uint64_t>(std::max<int64_t>(0, peak_rss_bytes()))));
   if (log_now) {
     fmt::print("{}{}\n", tty_ ? "\r\033[K" : "", line);
   } else {

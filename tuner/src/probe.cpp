@@ -7,9 +7,10 @@
 // When K <= accum_cap nothing is extrapolated. The verification runs the full K.
 //
 // Note [Steady-state probes]: the loader prefetches, so the first micro-steps of a probe find their
-// batches ready and run faster than training will. A probe first consumes prefetch + 2 micro-batches
-// untimed, then times at least --measured-steps steps and at least --probe-seconds of wall time
-// (at most 200 steps), so a data-bound configuration shows its real, data-bound speed.
+// batches ready and run faster than training will. A probe first consumes max(K, prefetch + 2)
+// micro-batches untimed (at least one whole step), then times at least --measured-steps steps and at
+// least --probe-seconds of wall time, stopping at 200 steps once --measured-steps are done, so a
+// data-bound configuration shows its real, data-bound speed.
 //
 // Note [A first step before the probes]: a model's first step does one-time work that later steps
 // do not: optimizer state appears, the gradient buckets are re-packed in ready order (a transient
@@ -36,16 +37,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // See Note [Probing long accumulations]: the early micro-steps averaged over every timed step, the
 // synchronising last one by its median; `accum` is the request's K, `measured` the K that ran.
 double step_seconds(const std::vector<train::StepTiming>& timed, int64_t accum, int measured) {
-  if (timed.empty()) return 0;
   double early_ns = 0;
   std::vector<double> last;
   for (const auto& t : timed) {
     early_ns += double(t.early_micro_ns);
     last.push_back(double(t.last_micro_ns));
   }
-  std::sort(last.begin(), last.end());
-  const double early = measured > 1 ? early_ns / double((measured - 1) * int64_t(timed.size())) : 0.0;
-  return (double(accum - 1) * early + last[last.size() / 2]) / 1e9;
+  return probe_step_time(early_ns, std::move(last), accum, measured) / 1e9;
 }
 
 // Each timed step's time, for step_noise (search.hpp).

@@ -21,10 +21,13 @@
 //
 // Note [Safety margin]: a probe runs a few steps, a training run thousands; reserved memory can
 // creep as fragmentation shifts. A recommendation's peak reserved bytes must fit the limit and its
-// peak allocated bytes must stay max(2%, half the fragmentation measured at the largest micro-batch
-// that fit) below it, so a run whose allocator fragments more keeps more room. (Reserved bytes grow
-// in whole segments, so the margin is taken on what the tensors really hold.)
+// peak allocated bytes must stay half the fragmentation measured at the largest micro-batch that fit
+// below it, at least 2% and at most 25%, so a run whose allocator fragments more keeps more room
+// (and one probe that fragmented wildly does not rule out every batch). Reserved bytes grow in
+// whole segments, so the margin is taken on what the tensors really hold.
 #include "memcomm/tuner/search.hpp"
+
+#include <memcomm/common/percentile.hpp>
 
 #include <fmt/format.h>
 
@@ -59,8 +62,14 @@ std::vector<int64_t> divisors(int64_t n) {
 double step_noise(std::vector<double> step_times) {
   if (step_times.size() < 2) return 0;
   std::sort(step_times.begin(), step_times.end());
-  const double median = step_times[step_times.size() / 2];
+  const double median = percentile_sorted(step_times, 0.5);  // Note [Nearest-rank percentile]
   return median > 0 ? (step_times.back() - step_times.front()) / (2 * median) : 0.0;
+}
+
+double probe_step_time(double early_total, std::vector<double> last, int64_t accum, int64_t measured) {
+  if (last.empty()) return 0;
+  const double early = measured > 1 ? early_total / double((measured - 1) * int64_t(last.size())) : 0.0;
+  return double(accum - 1) * early + percentile(std::move(last), 0.5);
 }
 
 PeakFit fit_peak(const std::vector<std::pair<double, double>>& pts) {

@@ -79,7 +79,8 @@ class Options:
 
 
 def check_options(o: Options) -> Options:
-    """The checks memcomm-tune's flags make, with Python's exceptions."""
+    """The checks memcomm-tune's flags make, with Python's exceptions; verify_steps may also be 0 here
+    (no verification: memcomm.tune's documented way to skip it, where --verify-steps takes 1 or more)."""
     o.global_batch = check_int("global_batch", o.global_batch, 1, _MAX_GLOBAL_BATCH)
     if o.search not in SEARCHES:
         raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {o.search!r}")

@@ -12,12 +12,8 @@ from memcomm._tuner.runner import Plan, Runner, StepTiming
 
 def _step_seconds(timed: List[StepTiming], measured_accum: int, accum: int) -> float:
     """memcomm-tune's Note [Probing long accumulations]: early micro-steps averaged over every timed
-    step, the synchronising last one by its median, scaled to the K asked for."""
-    if not timed:
-        return 0.0
-    lasts = sorted(t.last_s for t in timed)
-    early = (sum(t.early_s for t in timed) / ((measured_accum - 1) * len(timed))) if measured_accum > 1 else 0.0
-    return (accum - 1) * early + lasts[len(lasts) // 2]
+    step, the synchronising last one by its median, scaled to the K asked for (the C++ function)."""
+    return _memcomm.probe_step_time(sum(t.early_s for t in timed), [t.last_s for t in timed], accum, measured_accum)
 
 
 class Prober:

@@ -9,6 +9,9 @@ namespace memcomm {
 // "512 B", "1.5 KiB", "20.0 MiB", "1.50 GiB": binary units, `decimals` digits after the point below
 // a GiB and at least two from a GiB up (a GiB is too coarse to round to a tenth).
 std::string format_bytes(std::uint64_t bytes, int decimals = 1);
+// "20.0": MiB with one decimal and no unit, for tables whose column says MiB and for log lines that
+// keep one unit from step to step (format_bytes would change unit as a figure grows).
+std::string format_mib(std::uint64_t bytes);
 // A byte count measured as a double (the viewer's counter values, their min/max): rounded to whole
 // bytes for format_bytes(); 0 when negative or not a number.
 std::uint64_t whole_bytes(double bytes);

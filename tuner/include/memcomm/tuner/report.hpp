@@ -50,7 +50,8 @@ TuneResult from_json(const nlohmann::json& j);
 // Note [Tuning cache]: results are kept per key (model configuration, device, dtype, limit, world,
 // global batch, memcomm version, every trainer flag as given but those naming the run's own outputs,
 // such as --summary-json or --checkpoint-dir, which the probes never use, and how probes are timed) in
-// $MEMCOMM_CACHE_DIR, else $XDG_CACHE_HOME/memcomm, else ~/.cache/memcomm, as tune-<hash of key>.json.
+// $MEMCOMM_CACHE_DIR, else $XDG_CACHE_HOME/memcomm, else ~/.cache/memcomm, else (no HOME: a batch
+// job's bare environment) memcomm-cache in the temporary folder, as tune-<hash of key>.json.
 // A file whose stored key differs, or whose recommendation does not make its global batch, is a miss.
 // A hit prints the recommended command built from this run's flags, never the stored one.
 std::string cache_path(const nlohmann::json& key);

@@ -128,6 +128,13 @@ PeakFit fit_peak(const std::vector<std::pair<double, double>>& points);
 // and memcomm.tune's (through the binding) both take it from here.
 double step_noise(std::vector<double> step_times);
 
+// A step's time at K = `accum` micro-steps from a probe that ran `measured` of them per step (Note
+// [Probing long accumulations] in probe.cpp): the early micro-steps' mean over every timed step
+// (`early_total`: their times summed over all timed steps) times K - 1, plus the median of each
+// timed step's synchronising last micro-step (`last`). Any one unit, in and out; 0 with no timed step.
+// memcomm-tune's probes and memcomm.tune's (through the binding) both take it from here.
+double probe_step_time(double early_total, std::vector<double> last, int64_t accum, int64_t measured);
+
 // Runs the search; `probe` is called once per trial. Verification is the caller's (memcomm-tune runs
 // the winner for >= 50 steps and an eval pass).
 SearchOutcome run_search(const SearchConfig& cfg, const ProbeFn& probe);
