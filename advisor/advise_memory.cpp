@@ -101,12 +101,12 @@ uint64_t fixed_bytes_at_peak(const prof::TraceSet& set) {
 // the part that scales with the micro-batch shrinks with it: taken as all of it, a run whose
 // parameters and optimizer state alone were over the limit was told to lower its micro-batch 3.4x,
 // and none fitted, batch 1 included.
-void over_limit(uint64_t peak, uint64_t limit, uint64_t fixed, std::vector<Advice>& out) {
+void over_limit(const char* what, uint64_t peak, uint64_t limit, uint64_t fixed, std::vector<Advice>& out) {
   Advice adv;
   adv.topic = Topic::Headroom;
   adv.saving_unit = "bytes";
   adv.saving = double(peak - limit);  // what must go
-  adv.evidence = fmt::format("peak reserved {} per rank, over the limit of {} by {}", format_bytes(peak),
+  adv.evidence = fmt::format("{} {} per rank, over the limit of {} by {}", what, format_bytes(peak),
                              format_bytes(limit), format_bytes(peak - limit));
   if (fixed > 0)
     adv.evidence += fmt::format("; {} of it parameters, gradients, optimizer state and communication buffers, which "
@@ -174,10 +174,14 @@ void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const Adv
           const auto s = e.as<prof::MemSampleEvent>();
           if (s.metric == prof::MemMetric::DeviceTotal) limit = std::max<uint64_t>(limit, s.value);
         }
-  uint64_t peak = 0;
-  for (const auto& r : a.ranks) peak = std::max(peak, r.peak_reserved);
+  uint64_t peak = 0, allocated = 0;
+  for (const auto& r : a.ranks) peak = std::max(peak, r.peak_reserved), allocated = std::max(allocated, r.peak_allocated);
+  // A trace that records no reserved bytes (torch.profiler's [memory] events of host memory hold 0
+  // there) is judged by what it allocated, the least its allocator held; the advice says which.
+  const char* what = "peak reserved";
+  if (peak == 0 && allocated > 0) peak = allocated, what = "peak allocated (the trace records no reserved bytes)";
   if (limit == 0 || peak == 0) return;
-  if (peak > limit) return over_limit(peak, limit, fixed_bytes_at_peak(set), out);
+  if (peak > limit) return over_limit(what, peak, limit, fixed_bytes_at_peak(set), out);
   const double unused = 1.0 - double(peak) / double(limit);
   if (unused <= o.headroom_threshold) return;
   Advice adv;
@@ -187,7 +191,7 @@ void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const Adv
   // Memory grows with the micro-batch at most linearly: 90% of the limit holds at least this factor.
   const double factor = 0.9 * double(limit) / double(peak);
   adv.change = larger_micro_batch(factor, accumulation_of(a));
-  adv.evidence = fmt::format("peak reserved {} of {} per rank: {:.0f}% of the memory is never used", format_bytes(peak),
+  adv.evidence = fmt::format("{} {} of {} per rank: {:.0f}% of the memory is never used", what, format_bytes(peak),
                              format_bytes(limit), 100 * unused);
   out.push_back(adv);
 }

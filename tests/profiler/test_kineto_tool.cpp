@@ -414,6 +414,13 @@ TEST_CASE("kineto: two traces of one rank say whether distributedInfo named it",
   CHECK_THROWS_WITH(TraceSet::load({named, bare}), Catch::Contains("bare.json' has no distributedInfo rank"));
   CHECK_THROWS_WITH(TraceSet::load({named, named2}), !Catch::Contains("distributedInfo") && Catch::Contains("rank 0 appears in both"));
   CHECK_THROWS_WITH(TraceSet::load({named, named}), Catch::Contains("is given twice"));
+  // A schedule with repeat writes a file per cycle, each of the same process: said so.
+  const std::string cycle = R"("traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 1,
+                                 "ts": 10, "dur": 5}])";
+  const std::string first = write("w.1.pt.trace.json", "{" + cycle + "}");
+  const std::string second = write("w.2.pt.trace.json", "{" + cycle + "}");
+  CHECK_THROWS_WITH(TraceSet::load({first, second}), Catch::Contains("both were recorded by process 4242, so they are "
+                                                                     "two recordings of one rank"));
   std::filesystem::remove_all(dir);
 }
 

@@ -296,6 +296,26 @@ TEST_CASE("idle headroom: a larger micro-batch, with the memory left") {
   CHECK(b->saving == Approx(50 << 20));
 }
 
+TEST_CASE("a trace that records no reserved bytes is judged against a limit by what it allocated") {
+  // torch.profiler's [memory] events of host memory hold no reserved bytes: --memory-limit was ignored
+  // ("nothing to change") with 90 MiB allocated under a 50 MiB limit.
+  TraceBuilder t;
+  steps(t, 10, 0);
+  t.mem(EventKind::Alloc, kMs + 1, 0x1000000, 90 << 20);
+  advise::AdviseOptions o;
+  o.memory_limit = 50 << 20;
+  const auto over_advice = advise_on({t}, "allocatedover", o);
+  const auto* over = find(over_advice, advise::Topic::Headroom);
+  REQUIRE(over);
+  CHECK(over->evidence.find("peak allocated (the trace records no reserved bytes) 90.0 MiB per rank, over the limit "
+                            "of 50.0 MiB") != std::string::npos);
+  o.memory_limit = 1ULL << 30;
+  const auto room_advice = advise_on({t}, "allocatedroom", o);
+  const auto* room = find(room_advice, advise::Topic::Headroom);
+  REQUIRE(room);
+  CHECK(room->evidence.find("peak allocated (the trace records no reserved bytes) 90.0 MiB of 1.00 GiB") != std::string::npos);
+}
+
 TEST_CASE("over the limit: only what scales with the micro-batch shrinks with it") {
   // 100 MiB reserved under a 50 MiB limit. Told "lower the micro-batch 2.2x" whatever the bytes were, a run
   // whose parameters and optimizer state alone were over the limit fitted at no micro-batch.

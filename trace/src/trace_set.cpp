@@ -53,7 +53,7 @@ void TraceSet::add_from_reader(TraceReader& reader, const LoadOptions& opt) {
     if (it == index.end()) {
       for (const RankTrace& r : ranks)
         if (r.rank == c.rank && c.rank != kUnknownRank)
-          throw TraceError(duplicate_rank(r, reader.name(), nullptr));
+          throw TraceError(duplicate_rank(r, reader.name(), nullptr, {}));
       RankTrace t;
       t.rank = c.rank;
       t.source = reader.name();
@@ -134,9 +134,20 @@ TraceSet TraceSet::load(const std::vector<std::string>& paths, const LoadOptions
   return set;
 }
 
-// Says why two files hold one rank: the same file twice, or a trace whose rank is rank 0 only
-// because its distributedInfo is missing.
-std::string TraceSet::duplicate_rank(const RankTrace& earlier, const std::string& path, const KinetoInfo* info) const {
+namespace {
+// The process id a trace's metadata records, -1 where none.
+int64_t recorded_pid(const std::vector<Event>& events) {
+  for (const Event& e : events)
+    if (e.kind == EventKind::Meta && e.as<MetaEvent>().key == MetaKey::Pid) return e.as<MetaEvent>().value;
+  return -1;
+}
+}  // namespace
+
+// Says why two files hold one rank: the same file twice, two recordings of one process (a profiler
+// schedule's cycles, one file each), or a trace whose rank is rank 0 only because its
+// distributedInfo is missing.
+std::string TraceSet::duplicate_rank(const RankTrace& earlier, const std::string& path, const KinetoInfo* info,
+                                     const std::vector<Event>& events) const {
   std::error_code ec;
   if (std::filesystem::equivalent(earlier.source, path, ec))
     return fmt::format("'{}' is given twice (rank {})", path, earlier.rank);
@@ -148,6 +159,9 @@ std::string TraceSet::duplicate_rank(const RankTrace& earlier, const std::string
   if (!unnamed.empty())
     s += fmt::format(" ({} {} no distributedInfo rank, and such a torch.profiler trace counts as rank 0)",
                      fmt::join(unnamed, " and "), unnamed.size() == 1 ? "has" : "have");
+  if (const int64_t pid = recorded_pid(events); pid >= 0 && pid == recorded_pid(earlier.events))
+    s += fmt::format(": both were recorded by process {}, so they are two recordings of one rank (a torch.profiler "
+                     "schedule with repeat writes a file per cycle); give them one at a time", pid);
   return s;
 }
 
@@ -156,7 +170,7 @@ void TraceSet::add_kineto(const std::string& path, const LoadOptions& opt) {
   if (!opt.comm_kernels.empty()) ko.comm_kernels = opt.comm_kernels;
   KinetoTrace k = read_kineto(path, ko);
   for (const RankTrace& r : ranks)
-    if (r.rank == k.trace.rank) throw TraceError(duplicate_rank(r, path, &k.info));
+    if (r.rank == k.trace.rank) throw TraceError(duplicate_rank(r, path, &k.info, k.trace.events));
   FileLoadInfo fi;
   fi.path = path;
   fi.recovery.file_bytes = k.info.json_bytes;

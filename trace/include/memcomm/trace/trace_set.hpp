@@ -88,8 +88,9 @@ struct TraceSet {
 
  private:
   // The error for a rank that `path` holds and `earlier` (an input already loaded) holds too;
-  // `info` is `path`'s torch.profiler facts, null for an .mct file.
-  std::string duplicate_rank(const RankTrace& earlier, const std::string& path, const KinetoInfo* info) const;
+  // `info` is `path`'s torch.profiler facts, null for an .mct file, and `events` what it holds.
+  std::string duplicate_rank(const RankTrace& earlier, const std::string& path, const KinetoInfo* info,
+                             const std::vector<Event>& events) const;
 };
 
 }  // namespace memcomm::prof
