@@ -1,6 +1,6 @@
-# memcomm-view's text inputs (--script files, --range, --panes) and the shared CLI parsers
-# (parse_size, parse_endpoint). input_script.cpp and panes.cpp need no window system, so they are
-# compiled in here rather than linking memcomm_view_app (ImGui + GLFW), which the fuzz
+# memcomm-view's text inputs (--script files, --range, --panes, the advice JSON of memcomm-trace), the
+# shared CLI parsers (parse_size, parse_endpoint) and memcomm-trace memory's --at. input_script.cpp,
+# panes.cpp and advice.cpp need no window system, so they are compiled in here rather than linking memcomm_view_app (ImGui + GLFW), which the fuzz
 # configuration does not build. GLFW's header is only read for its key codes.
 # Seeds: tests/fuzz/corpus/viewer_cli_fuzz/ (first byte picks the parser).
 if(NOT TARGET memcomm_view_model)
@@ -12,6 +12,7 @@ if(MEMCOMM_FUZZ_GLFW_INCLUDE)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/viewer/fuzz_cli_text.cpp
             ${PROJECT_SOURCE_DIR}/viewer/app/input_script.cpp
             ${PROJECT_SOURCE_DIR}/viewer/app/panes.cpp
-    LIBS memcomm_view_model memcomm_profiler memcomm_common)
+            ${PROJECT_SOURCE_DIR}/viewer/app/advice.cpp
+    LIBS memcomm_view_model memcomm_profiler memcomm_snapshot memcomm_common)
   target_include_directories(viewer_cli_fuzz PRIVATE ${PROJECT_SOURCE_DIR}/viewer/app/include ${MEMCOMM_FUZZ_GLFW_INCLUDE})
 endif()
