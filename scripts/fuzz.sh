@@ -16,10 +16,12 @@ targets=("$BUILD"/fuzz/*)
 if [ ${#targets[@]} -eq 0 ]; then echo "fuzz: no targets in $BUILD/fuzz"; exit 1; fi
 # Targets that read one format share its seeds: every .mct reader starts from the replay's corpus too,
 # the richest (viewer_mct_ingest_fuzz, from its one seed, took minutes to reach what those 29 cover).
-# The Kineto readers share theirs alike, JSON and gzip.
+# The Kineto readers share theirs alike, JSON and gzip, and the live session the stream decoder's.
 declare -A shared_seeds=([viewer_mct_ingest_fuzz]=replay_mct_fuzz [profiler_trace_reader_fuzz]=replay_mct_fuzz
   [profiler_kineto_file_fuzz]=profiler_kineto_reader_fuzz
-  [viewer_kineto_ingest_fuzz]="profiler_kineto_reader_fuzz profiler_kineto_file_fuzz")
+  [viewer_kineto_ingest_fuzz]="profiler_kineto_reader_fuzz profiler_kineto_file_fuzz"
+  [viewer_live_session_fuzz]=profiler_stream_decoder_fuzz
+  [replay_kineto_fuzz]="profiler_kineto_reader_fuzz profiler_kineto_file_fuzz")
 failed=0
 for ((i = 0; i < ${#targets[@]}; i += JOBS)); do
   batch=("${targets[@]:i:JOBS}"); pids=(); works=()

@@ -1,5 +1,6 @@
 // Live stream: round trip, slow/absent viewer (counted drops, unblocked producer), garbage and
-// oversize frames, version mismatch on both sides, reconnect, byte-by-byte decoding.
+// oversize frames, version mismatch on both sides, reconnect, byte-by-byte decoding, a connection
+// decoded with no socket.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -393,6 +394,60 @@ TEST_CASE("the decoder gives the same result fed byte by byte", "[profiler][stre
   CHECK_FALSE(d2.feed(stream.data(), stream.size(), c2));
   CHECK(d2.error().find("frame 1") != std::string::npos);
   CHECK(d2.error().find("checksum mismatch") != std::string::npos);
+}
+
+TEST_CASE("a connection decodes to the same messages in any pieces, and its close says how it ended", "[profiler][stream]") {
+  // ConnectionDecoder is StreamReceiver's per-socket work with no socket: what the viewer's live
+  // session meets, and what the live fuzz target feeds it.
+  std::vector<char> stream(sizeof(StreamHello));
+  StreamHello h = good_hello();
+  h.rank = 2;
+  h.stream_id = 42;
+  std::memcpy(stream.data(), &h, sizeof h);
+  ChunkEncoder enc(Codec::Lz4);
+  std::vector<Event> ev;
+  for (int i = 0; i < 100; ++i) ev.push_back(Event::from(make_counter(i, 1, i)));
+  const StringDef defs[] = {{1, "x"}};
+  enc.encode(defs, 1, ev.data(), ev.size(), 2, stream);
+  const Event end = stream_end_marker(200);
+  enc.encode(nullptr, 0, &end, 1, 2, stream);
+
+  std::vector<StreamHelloAck> replies;
+  const auto decode = [&](size_t piece) {
+    ConnectionDecoder c(7, 1u << 20, [&](const StreamHelloAck& a) { replies.push_back(a); });
+    std::vector<LiveMessage> out;
+    for (size_t at = 0; at < stream.size(); at += piece)
+      REQUIRE(c.feed(stream.data() + at, std::min(piece, stream.size() - at), out));
+    CHECK(c.ended());
+    c.close(c.reason_at_eof(), out);
+    return out;
+  };
+  const auto whole = decode(stream.size()), bytes = decode(1);
+  REQUIRE(replies.size() == 2);
+  CHECK(replies[0].status == HelloStatus::Accepted);
+  for (const auto* out : {&whole, &bytes}) {
+    REQUIRE(out->size() == 3);  // Connected, one Data (the end marker is no event), Disconnected
+    CHECK(out->at(0).type == LiveMessage::Type::Connected);
+    CHECK(out->at(0).stream_id == 42);
+    CHECK(out->at(1).events.size() == 100);
+    CHECK(out->at(1).rank == 2);
+    CHECK(out->at(1).connection == 7);
+    CHECK(out->at(2).type == LiveMessage::Type::Disconnected);
+    CHECK(out->at(2).ended);
+    CHECK(out->at(2).text == "the rank ended its stream");
+  }
+
+  // A refused hello is answered, and the connection closes with an Error and no Disconnected: that
+  // rank never connected.
+  h.protocol_version = kStreamProtocolVersion + 1;
+  ConnectionDecoder refused(8, 1u << 20, [&](const StreamHelloAck& a) { replies.push_back(a); });
+  std::vector<LiveMessage> out;
+  CHECK_FALSE(refused.feed(&h, sizeof h, out));
+  CHECK(replies.back().status == HelloStatus::VersionMismatch);
+  refused.close("unused", out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].type == LiveMessage::Type::Error);
+  CHECK(out[0].text.find("use matching memcomm versions") != std::string::npos);
 }
 
 TEST_CASE("a rank that closes its stream ends it, and a connection cut without its end is said so", "[profiler][stream]") {

@@ -81,6 +81,17 @@ TEST_CASE("a rank's block events become allocation lifetimes without stacks", "[
   CHECK(tl.memory_bytes() >= rd.allocations.memory_bytes() + rd.alloc_index.memory_bytes());
 }
 
+TEST_CASE("an index built for no allocations answers as one built from none", "[unit][viewer]") {
+  // A live rank's index is never built (its allocations are files' only): laying out its empty list
+  // read the index's first prefix sum from an empty vector (viewer_live_session_fuzz).
+  const prof::Allocations none;
+  for (const AllocationIndex& ix : {AllocationIndex(), AllocationIndex(none)}) {
+    const AllocationIndex::Live live = ix.live_at(none, 5);
+    CHECK(live.bytes == 0);
+    CHECK(live.count == 0);
+  }
+}
+
 TEST_CASE("the allocation index answers what a scan of every allocation answers", "[unit][viewer]") {
   const prof::Allocations a = random_allocations(5000);
   const AllocationIndex ix(a);

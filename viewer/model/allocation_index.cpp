@@ -11,6 +11,8 @@ int size_class(std::uint64_t size) { return size == 0 ? 0 : 63 - __builtin_clzll
 }  // namespace
 
 AllocationIndex::AllocationIndex(const prof::Allocations& a) {
+  alloc_sums_.clear();
+  free_sums_.clear();
   const auto& list = a.list;
   by_free_.resize(list.size());
   std::iota(by_free_.begin(), by_free_.end(), 0u);

@@ -54,6 +54,7 @@ struct LiveSession::Impl {
   }
   // A rank's (new) connection, and the events of one.
   void connected(const prof::LiveMessage& m, std::vector<std::string>& messages);
+  void disconnected(const prof::LiveMessage& m, std::vector<std::string>& messages);
   std::size_t data(prof::LiveMessage& m);
 };
 
@@ -79,6 +80,10 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
   if (!impl_->receiver) return false;
   std::vector<prof::LiveMessage> in;
   impl_->receiver->poll(in);
+  return take(in, messages, now_s);
+}
+
+bool LiveSession::take(std::vector<prof::LiveMessage>& in, std::vector<std::string>& messages, double now_s) {
   for (auto& m : in) {
     switch (m.type) {
       case prof::LiveMessage::Type::Connected:
@@ -91,23 +96,16 @@ bool LiveSession::poll(std::vector<std::string>& messages, double now_s) {
         dirty_ = dirty_ || n > 0;
         break;
       }
-      case prof::LiveMessage::Type::Disconnected: {
-        auto it = impl_->connection_rank.find(m.connection);
-        impl_->connection_strings.erase(m.connection);
-        if (it != impl_->connection_rank.end() && impl_->ranks[it->second].connection == m.connection) {
-          impl_->ranks[it->second].connected = false;  // an older connection of a rank that reconnected ends quietly
-          impl_->ranks[it->second].ended = m.ended;
-          messages.push_back(m.ended ? fmt::format("live: rank {} ended its stream", it->second)
-                                     : fmt::format("live: rank {} disconnected: {}", it->second, m.text));
-        }
+      case prof::LiveMessage::Type::Disconnected:
+        impl_->disconnected(m, messages);
         dirty_ = true;
         break;
-      }
       case prof::LiveMessage::Type::Error:
         messages.push_back("live: " + m.text);
         break;
     }
   }
+  in.clear();
   if (dirty_ && now_s - last_build_s_ >= min_rebuild_s_) {
     last_build_s_ = now_s;
     dirty_ = false;
@@ -149,6 +147,18 @@ void LiveSession::Impl::connected(const prof::LiveMessage& m, std::vector<std::s
                            : fmt::format("live: rank {} lost up to {} events while its stream was down: its memory "
                                          "curves come from its samples", rank, m.events_before - rs.received));
   }
+}
+
+void LiveSession::Impl::disconnected(const prof::LiveMessage& m, std::vector<std::string>& messages) {
+  auto it = connection_rank.find(m.connection);
+  connection_strings.erase(m.connection);
+  if (it == connection_rank.end() || ranks[it->second].connection != m.connection)
+    return;  // an older connection of a rank that reconnected ends quietly
+  RankStream& rs = ranks[it->second];
+  rs.connected = false;
+  rs.ended = m.ended;
+  messages.push_back(m.ended ? fmt::format("live: rank {} ended its stream", it->second)
+                             : fmt::format("live: rank {} disconnected: {}", it->second, m.text));
 }
 
 std::size_t LiveSession::Impl::data(prof::LiveMessage& m) {

@@ -95,6 +95,7 @@ bool StreamDecoder::feed(const void* data, size_t n, Output& out) {
 
   for (;;) {
     const size_t avail = buf_.size() - consumed_;
+    if (avail == 0) return true;  // (and no memcmp of an empty buffer's null data)
     const unsigned char* cur = buf_.data() + consumed_;
     const uint64_t at = offset_ + consumed_;
     if (!hello_done_) {

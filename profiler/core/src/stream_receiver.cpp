@@ -104,70 +104,15 @@ void StreamReceiver::accept_loop() {
   }
 }
 
-namespace {
-// Decoder output that turns hellos and frames into LiveMessages.
-struct Collect : StreamDecoder::Output {
-  int fd;
-  uint32_t max_frame;
-  LiveMessage who;            // identity from the hello, copied into every message
-  std::vector<LiveMessage> out;
-  bool ended = false;         // the end-of-stream marker arrived
-  bool on_hello(const StreamHello& h, std::string& why) override {
-    StreamHelloAck ack{};
-    std::memcpy(ack.magic, kStreamMagic, sizeof ack.magic);
-    ack.protocol_version = kStreamProtocolVersion;
-    ack.event_version = kEventModelVersion;
-    ack.max_frame_bytes = max_frame;
-    bool ok = true;
-    if (h.protocol_version != kStreamProtocolVersion || h.event_version != kEventModelVersion) {
-      why = fmt::format("rank {} on {} speaks live protocol v{} / events v{}, this viewer v{} / v{}: "
-                        "use matching memcomm versions",
-                        h.rank == kUnknownRank ? -1 : int64_t(h.rank), h.host, h.protocol_version, h.event_version,
-                        kStreamProtocolVersion, kEventModelVersion);
-      ack.status = HelloStatus::VersionMismatch;
-      std::snprintf(ack.message, sizeof ack.message, "version mismatch: viewer speaks protocol v%u / events v%u",
-                    unsigned(kStreamProtocolVersion), unsigned(kEventModelVersion));
-      ok = false;
-    }
+void StreamReceiver::serve(std::shared_ptr<Connection> c) {
+  ConnectionDecoder dec(c->id, opt_.max_frame_bytes, [fd = c->fd](const StreamHelloAck& ack) {
     std::string err;
     net::set_send_timeout(fd, 2000);
-    net::send_all(fd, &ack, sizeof ack, err);
-    if (!ok) return false;
-    who.rank = h.rank;
-    who.world_size = h.world_size;
-    who.host = h.host;
-    who.pid = h.pid;
-    LiveMessage m = who;
-    m.type = LiveMessage::Type::Connected;
-    m.events_before = h.events_before;
-    m.stream_id = h.stream_id;
-    out.push_back(std::move(m));
-    return true;
-  }
-  void on_frame(const std::vector<StringDef>& defs, const Event* ev, size_t n) override {
-    if (n > 0 && is_stream_end_marker(ev[n - 1])) {  // Note [The end of a stream]
-      ended = true;
-      --n;
-      if (n == 0 && defs.empty()) return;
-    }
-    LiveMessage m = who;
-    m.type = LiveMessage::Type::Data;
-    for (const StringDef& d : defs) m.strings.emplace_back(d.id, std::string(d.text));
-    m.events.assign(ev, ev + n);
-    out.push_back(std::move(m));
-  }
-};
-}  // namespace
-
-void StreamReceiver::serve(std::shared_ptr<Connection> c) {
-  StreamDecoder dec(opt_.max_frame_bytes);
-  Collect col;
-  col.fd = c->fd;
-  col.max_frame = opt_.max_frame_bytes;
-  col.who.connection = c->id;
+    net::send_all(fd, &ack, sizeof ack, err);  // a rank gone already is seen at the next recv()
+  });
   std::vector<unsigned char> buf(1 << 16);
+  std::vector<LiveMessage> out;
   std::string reason;
-  bool protocol_error = false;
   while (!stop_) {
     pollfd p{c->fd, POLLIN, 0};
     const int rc = ::poll(&p, 1, 100);
@@ -175,52 +120,42 @@ void StreamReceiver::serve(std::shared_ptr<Connection> c) {
     if (rc < 0 && errno == EINTR) continue;
     const ssize_t r = rc < 0 ? -1 : ::recv(c->fd, buf.data(), buf.size(), 0);
     if (r <= 0) {
-      if (r < 0) reason = fmt::format("connection lost: {}", std::strerror(errno));
-      else if (col.ended) reason = "the rank ended its stream";
-      else reason = "connection closed by the rank before its stream's end (killed, or it crashed)";
+      reason = r < 0 ? fmt::format("connection lost: {}", std::strerror(errno)) : dec.reason_at_eof();
       break;
     }
-    const bool ok = dec.feed(buf.data(), size_t(r), col);
-    for (auto& m : col.out) {
-      if (m.type == LiveMessage::Type::Connected) {
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.connections++;
-        stats_.active++;
-      }
-      push(std::move(m));
-    }
-    col.out.clear();
-    if (!ok) {
-      reason = dec.error();
-      protocol_error = true;
-      break;
-    }
+    const bool ok = dec.feed(buf.data(), size_t(r), out);
+    deliver(out);
+    if (!ok) break;
   }
-  if (stop_ && reason.empty()) reason = "viewer stopped listening";
-  const bool was_connected = dec.hello_done();
+  if (dec.failed()) {
+    reason = dec.error();
+    if (!opt_.quiet) fmt::print(stderr, "memcomm live: dropped connection {}: {}\n", c->id, reason);
+  } else if (stop_ && reason.empty()) {
+    reason = "viewer stopped listening";
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (was_connected) stats_.active--;
-    if (protocol_error) stats_.errors++;
+    if (dec.hello_done()) stats_.active--;
+    if (dec.failed()) stats_.errors++;
   }
-  if (protocol_error) {
-    if (!opt_.quiet) fmt::print(stderr, "memcomm live: dropped connection {}: {}\n", c->id, reason);
-    LiveMessage m = col.who;
-    m.type = LiveMessage::Type::Error;
-    m.text = reason;
-    push(std::move(m));
-  }
-  if (was_connected) {
-    LiveMessage m = col.who;
-    m.type = LiveMessage::Type::Disconnected;
-    m.text = reason;
-    m.ended = col.ended;
-    push(std::move(m));
-  }
+  dec.close(reason, out);
+  deliver(out);
   ::shutdown(c->fd, SHUT_RDWR);
   ::close(c->fd);
   c->fd = -1;
   c->done = true;
+}
+
+void StreamReceiver::deliver(std::vector<LiveMessage>& messages) {
+  for (auto& m : messages) {
+    if (m.type == LiveMessage::Type::Connected) {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.connections++;
+      stats_.active++;
+    }
+    push(std::move(m));
+  }
+  messages.clear();
 }
 
 }  // namespace memcomm::prof

@@ -1,7 +1,7 @@
 // StreamReceiver: the viewer side of the live stream (Note [Live protocol]). Listens, accepts any
-// number of ranks, validates every byte through StreamDecoder, and queues what arrived for the UI
-// thread to poll(). A misbehaving connection (garbage, oversize frame, version mismatch) is
-// closed with a message; the receiver keeps serving the others. A rank that disconnects is
+// number of ranks, validates every byte through a ConnectionDecoder per connection, and queues what
+// arrived for the UI thread to poll(). A misbehaving connection (garbage, oversize frame, version
+// mismatch) is closed with a message; the receiver keeps serving the others. A rank that disconnects is
 // reported (Disconnected), so the viewer can mark it rather than forget it.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "memcomm/profiler/stream_connection.hpp"
 #include "memcomm/profiler/stream_protocol.hpp"
 
 namespace memcomm::prof {
@@ -22,22 +23,6 @@ struct ReceiverOptions {
   uint32_t max_frame_bytes = 16u << 20;               // larger frames are refused
   size_t max_queued_events = 64u << 20;               // beyond this (UI not polling), drop and count
   bool quiet = false;                                 // no messages on stderr
-};
-
-struct LiveMessage {
-  enum class Type { Connected, Data, Disconnected, Error };
-  Type type = Type::Data;
-  int connection = 0;              // connection id, unique per receiver
-  uint32_t rank = kUnknownRank;    // from the rank's hello
-  uint32_t world_size = 0;
-  std::string host;                // from the hello
-  uint32_t pid = 0;
-  uint64_t events_before = 0;      // Connected: events the rank sent on earlier connections
-  uint64_t stream_id = 0;          // Connected: the sender's identity across its connections (0: unknown)
-  std::vector<std::pair<StringId, std::string>> strings;  // Data: new string definitions
-  std::vector<Event> events;       // Data: events in arrival order
-  std::string text;                // Disconnected/Error: why
-  bool ended = false;              // Disconnected: the rank ended its stream (Note [The end of a stream])
 };
 
 struct ReceiverStats {
@@ -69,6 +54,7 @@ class StreamReceiver {
   struct Connection;
   void accept_loop();
   void serve(std::shared_ptr<Connection> c);
+  void deliver(std::vector<LiveMessage>& messages);  // pushes each, counting connections
   void push(LiveMessage m);
 
   ReceiverOptions opt_;

@@ -44,8 +44,10 @@ class AllocationIndex {
   void scan_class(const prof::Allocations& a, int c, std::int64_t t0, std::int64_t t1, std::uint64_t min_size,
                   std::vector<std::uint32_t>& out) const;
   std::vector<std::uint32_t> by_free_;     // allocation indices by free_ns
-  std::vector<std::uint64_t> alloc_sums_;  // [k]: bytes of list[0, k * kStride)
-  std::vector<std::uint64_t> free_sums_;   // [k]: bytes of by_free_[0, k * kStride)
+  // [k]: bytes of list[0, k * kStride); {0} for no allocations, so that an index built for none (a
+  // live rank that allocated nothing yet) answers like one built from an empty list.
+  std::vector<std::uint64_t> alloc_sums_{0};
+  std::vector<std::uint64_t> free_sums_{0};  // [k]: bytes of by_free_[0, k * kStride)
   std::array<std::vector<std::uint32_t>, 64> classes_;     // by floor(log2(size)), allocation order
   std::array<std::vector<std::int64_t>, 64> class_free_;   // per kStride block of a class: its latest free_ns
 };

@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+namespace memcomm::prof {
+struct LiveMessage;
+}
+
 namespace memcomm::view {
 
 struct LiveStats {
@@ -38,6 +42,9 @@ class LiveSession {
   // Takes what arrived. Messages (connects, disconnects, protocol errors) are appended to
   // `messages`. Returns true when the published Timeline should be rebuilt now.
   bool poll(std::vector<std::string>& messages, double now_s);
+  // What poll() does with the messages it took, for messages that come from elsewhere (tests, the
+  // live fuzz target: bytes through prof::ConnectionDecoder). Moves out of `in`.
+  bool take(std::vector<prof::LiveMessage>& in, std::vector<std::string>& messages, double now_s);
   // Appends what arrived since the last publish to `tl`, which only this session's publish() has
   // written to; ranks that disconnected are kept, marked.
   AppendResult publish(Timeline& tl);
