@@ -149,7 +149,7 @@ nlohmann::json kineto_json(const std::string& path, const KinetoTrace& k, const 
                  {"float_timestamps", i.float_timestamps},
                  {"display_time_unit", i.display_time_unit},
                  {"base_time_ns", i.base_time_ns},
-                 {"truncated_at", i.truncated_at}};
+                 {"truncated_at", i.truncated ? nlohmann::json(i.truncated_at) : nlohmann::json(nullptr)}};  // where it was cut
   add_counts(j, f);
   return j;
 }

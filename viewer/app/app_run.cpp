@@ -140,9 +140,10 @@ int App::frame_loop(bool headless) {
       if (loaded && load_errors_ > 0 && !live_ && events_seen() < opt_.exit_after_events) break;
       // Files only, all loaded, the script done: what they hold is all there will be.
       if (loaded && !live_ && script_done()) {
-        st_.message(fmt::format("the files hold {} events from {} ranks, short of --exit-after-events {} (from {} "
-                                "ranks), and nothing listens for more (--listen)", events_seen(), ranks_with_spans(),
-                                opt_.exit_after_events, std::max<std::uint32_t>(opt_.exit_after_ranks, 1)));
+        const std::string of_ranks = opt_.exit_after_ranks > 0 ? fmt::format(" from {} ranks", opt_.exit_after_ranks) : "";
+        st_.message(fmt::format("the files hold {} events from {} ranks, short of --exit-after-events {}{}, and "
+                                "nothing listens for more (--listen)", events_seen(), ranks_with_spans(),
+                                opt_.exit_after_events, of_ranks));
         rc = 1;
         break;
       }
