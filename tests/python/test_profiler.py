@@ -777,6 +777,31 @@ def test_models_in_a_container_are_found_at_the_first_update(tmp_path, tool):
     assert counts.get("forward") == 3 * 3 and counts.get("step") == 4, counts  # the first step's are lost
 
 
+def test_a_model_first_called_after_the_first_update_is_watched(tmp_path, tool):
+    # See Note [Finding the model]: the first update watched only the modules called before it, and an
+    # EMA model first called to sample after an epoch (a diffusion loop's) was never watched, nor
+    # its module called directly. A container never called stays unwatched: its folds are looked for.
+    check("""
+        from torch.optim.swa_utils import AveragedModel
+        with memcomm.profile(trace=sys.argv[1]):
+            model = make_model()
+            ema = AveragedModel(model)
+            heads = nn.ModuleList([nn.Linear(10, 2)])
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in batches(3):
+                    opt.zero_grad(); crit(model(x), y).backward(); opt.step(); ema.update_parameters(model)
+                with torch.no_grad():
+                    ema(torch.randn(4, 1, 28, 28)); ema.module(torch.randn(4, 1, 28, 28))
+            heads.append(nn.Linear(10, 2))
+            head_opt = torch.optim.SGD(heads[1].parameters(), lr=0.1)
+            for _ in range(3):
+                head_opt.zero_grad(); heads[1](torch.randn(4, 10)).sum().backward(); head_opt.step()
+    """, str(tmp_path / "ema.mct"))
+    counts = phase_counts(tool, tmp_path, tmp_path / "ema.rank0.mct")
+    assert counts.get("forward") == 6 + 2 * 2 + 2 and counts.get("step") == 9, counts  # the head's first is lost
+
+
 def test_a_student_built_inside_the_profile_beside_its_teacher_is_found_at_the_first_update(tmp_path, tool):
     # See Note [Finding the model]: start() found only the teacher, whose no_grad calls were every forward.
     check("""

@@ -173,7 +173,12 @@ that one; so is a DDP (or DataParallel) model's module, which Hugging Face's Tra
 directly (its calls inside the DDP model's forward are that forward's). Only when start() finds
 none (the script builds its model inside the profile) do torch's global module hooks find the
 model as it is called: until the first optimizer step they count the
-nesting depth per thread, and a call at depth 0 into a module with parameters is a forward. Either
+nesting depth per thread, and a call at depth 0 into a module with parameters is a forward. That
+step takes them off and watches the modules they saw called, and the roots alive then that were
+never called, with their parts (an EMA model, torch's AveragedModel, that a diffusion loop first
+calls to sample after an epoch: 200 of a DDPM loop's 324 forwards were lost), but no container
+without a forward of its own, which is never called (watched, its parameters counted as watched
+for every fold a k-fold loop added to it later). Either
 way the first optimizer step that found no forward looks once more, and so does the first step of
 each optimizer that updates parameters no watched module holds (a model compiled or built after
 start(), a student built after start() beside the teacher it found, whose no_grad calls were the
@@ -504,8 +509,9 @@ class PhaseHooks:
             self._narrow_hooks(also=[])
 
     def _narrow_hooks(self, also: Optional[List[torch.nn.Module]] = None) -> None:
-        """From the first step on, only the modules found are hooked (Note [Phases from hooks]); from
-        a compile's start, those found so far and the roots alive, and `also` (a compiled model)."""
+        """From the first step on, only the modules found are hooked (Note [Phases from hooks]): those
+        called so far, and the roots alive; at a compile's start, also containers and `also` (a compiled
+        model); at the first update, the parts of roots never called instead (Note [Finding the model])."""
         with self._lock:
             if not self._global_handles or running.profiler is not self._owner:
                 return
@@ -513,10 +519,12 @@ class PhaseHooks:
                 h.remove()
             self._global_handles.clear()
             self._hand_over_open_forward()
-            found = list(self._roots)
-            if also is not None:
-                found += [m for m in _module_roots() + also if not any(m is f for f in found)]
-            self._hook_modules(found)
+            called = list(self._roots)
+            uncalled = [m for m in _module_roots() + (also or []) if not any(m is f for f in called)]
+            if also is None:
+                uncalled = [m for m in uncalled if not _is_container(m)]
+                uncalled += [part for m in uncalled for part in _called_parts(m)]
+            self._hook_modules(called + uncalled)
 
     def _look_again(self, trains_unwatched: bool = False, near: Optional[Tuple[Any, List[torch.Tensor]]] = None) -> None:
         """The first step that recorded no forward, or whose optimizer updates parameters no watched
