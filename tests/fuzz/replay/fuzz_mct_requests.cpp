@@ -4,19 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../fuzz_file.hpp"
 #include "mct_trace.hpp"
 #include "replay_checked.hpp"
-#include "memcomm/snapshot/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace memcomm;
-  replay::TraceRequests trace;
-  try {
-    trace = replay::read_mct_trace(memcomm_fuzz::as_file(data, size));
-  } catch (const snapshot::ReadError&) {
-    return 0;
-  }
-  memcomm_fuzz::replay_checked(trace);
+  memcomm_fuzz::load_and_replay_checked(memcomm::replay::read_mct_trace, data, size);
   return 0;
 }

@@ -1,11 +1,15 @@
-// The part both replay fuzz targets share: every device of a loaded trace replayed through the
+// The part the replay fuzz targets share: every device of a loaded trace replayed through the
 // PyTorch simulation, with and without expandable segments, with invariant checks on.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "../fuzz_file.hpp"
 #include "memcomm/replay/pytorch_sim.hpp"
 #include "memcomm/replay/replayer.hpp"
+#include "memcomm/snapshot/error.hpp"
 
 namespace memcomm_fuzz {
 
@@ -24,6 +28,19 @@ inline void replay_checked(const memcomm::replay::TraceRequests& trace) {
       replay::replay_device(trace, dev, *policy, opts);
     }
   }
+}
+
+// The input bytes read as a file by `read` (memcomm-replay's reader of one format), then replayed
+// checked. Any input must either load or raise snapshot::ReadError; nothing else may escape.
+template <typename Read>
+void load_and_replay_checked(Read read, const std::uint8_t* data, std::size_t size) {
+  memcomm::replay::TraceRequests trace;
+  try {
+    trace = read(as_file(data, size));
+  } catch (const memcomm::snapshot::ReadError&) {
+    return;
+  }
+  replay_checked(trace);
 }
 
 }  // namespace memcomm_fuzz
