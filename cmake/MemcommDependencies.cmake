@@ -7,8 +7,8 @@ find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
-# The torch.profiler reader (trace/src/kineto/): simdjson parses each event, zlib inflates .json.gz,
-# RE2 matches the communication-kernel pattern (Note [A pattern the user writes]).
+# The torch.profiler reader (trace/src/kineto/): simdjson parses each event, zlib inflates .json.gz.
+# RE2 matches the communication-kernel pattern of every kernel reader (Note [A pattern the user writes]).
 find_package(simdjson REQUIRED)
 find_package(ZLIB REQUIRED)
 pkg_check_modules(MEMCOMM_RE2 REQUIRED IMPORTED_TARGET re2)

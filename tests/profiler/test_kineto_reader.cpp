@@ -459,6 +459,9 @@ TEST_CASE("kineto: the default communication kernels are NCCL's, RCCL's, DeepEP'
   std::string json = R"({"traceEvents": [)";
   const std::vector<std::pair<std::string, bool>> kernels = {
       {"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)", true},
+      // A one-rank communicator's average: NCCL runs this kernel in place of the collective.
+      {"void (anonymous namespace)::oneRankReduce<FuncPreMulSum<float> >(void*, void*, unsigned long, unsigned long, bool)",
+       true},
       {"void deep_ep::internode::dispatch<true>(int)", true},
       {"void dpsk::ep::internode::combine<false>(int)", true},  // DeepSeek's profile-data traces
       {"void deep_ep::intranode::notify_dispatch<8>(int)", true},
@@ -662,7 +665,7 @@ TEST_CASE("kineto: JSON of another tool, none of whose events torch.profiler wri
 }
 
 TEST_CASE("kineto: a --comm-kernels pattern searches kernel names of any length, and any pattern ends", "[kineto]") {
-  // See Note [A pattern the user writes] (converter.cpp): std::regex overflowed the stack on a long name or
+  // See Note [A pattern the user writes] (comm_kernels.cpp): std::regex overflowed the stack on a long name or
   // a long pattern, and backtracked for minutes on '.*.*.*x'.
   KinetoOptions opt;
   const auto comm_kernels = [&](const std::string& name) {

@@ -238,7 +238,7 @@ TEST_CASE("a 1-rank NCCL all-reduce kernel is recognised as communication", "[cu
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
   // ncclAvg: with one rank NCCL turns a plain sum into a copy, but an average needs arithmetic, so
-  // it launches a kernel (is_nccl_kernel covers both ncclDevKernel_* and that one-rank kernel).
+  // it launches a kernel (the communication-kernel rule covers ncclDevKernel_* and that one-rank kernel).
   REQUIRE(ncclAllReduce(send, recv, kCount, ncclFloat, ncclAvg, comm, stream) == ncclSuccess);
   CUDA_OK(cudaStreamSynchronize(stream));
   cupti.stop();
@@ -251,7 +251,7 @@ TEST_CASE("a 1-rank NCCL all-reduce kernel is recognised as communication", "[cu
     names.push_back(s.name(k.arg));
     if (k.sub == 1) {
       ++comm_kernels;
-      CHECK(is_nccl_kernel(s.name(k.arg)));
+      CHECK(CommKernelRule().matches(s.name(k.arg)));
       CHECK(k.duration() > 0);
     }
   }

@@ -19,30 +19,10 @@ T view(const CUpti_Activity& r) {
   return out;
 }
 
-// Did `name` begin at a word start (start of text, after a space, ':' or '_Z<len>' mangling)?
-bool word_at(std::string_view s, size_t pos) {
-  if (pos == 0) return true;
-  const char c = s[pos - 1];
-  return c == ' ' || c == ':' || (c >= '0' && c <= '9');  // digits: the length prefix of a mangled name
-}
-
-bool has_word(std::string_view s, std::string_view word) {
-  for (size_t pos = s.find(word); pos != std::string_view::npos; pos = s.find(word, pos + 1))
-    if (word_at(s, pos)) return true;
-  return false;
-}
-
 constexpr size_t kMaxExternal = 1u << 16;
 constexpr const char* kNvtxOwnDomain = "memcomm";  // the NVTX bridge's domain (profiler/nvtx)
 
 }  // namespace
-
-bool is_nccl_kernel(std::string_view name) {
-  if (has_word(name, "ncclDevKernel_") || has_word(name, "ncclKernel")) return true;
-  // Single-rank communicators: NCCL replaces the collective by this kernel (or by a plain copy).
-  return name.find("oneRankReduce<FuncPreMulSum") != std::string_view::npos ||
-         name.find("oneRankReduceI13FuncPreMulSum") != std::string_view::npos;
-}
 
 std::string demangle(const char* name) {
   if (!name) return {};
@@ -180,7 +160,7 @@ size_t ActivityConverter::convert(const CUpti_Activity& record, std::vector<Even
       auto it = kernel_names_.find(k.name);
       if (it == kernel_names_.end()) {
         const std::string text = demangle(k.name);
-        it = kernel_names_.emplace(k.name, KernelName{intern_(text), is_nccl_kernel(text)}).first;
+        it = kernel_names_.emplace(k.name, KernelName{intern_(text), comm_kernels_.matches(text)}).first;
       }
       n = span(EventKind::Kernel, k.start, k.end, k.deviceId, k.streamId, k.correlationId, it->second.id,
                it->second.nccl ? 1 : 0, out);

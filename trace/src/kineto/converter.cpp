@@ -6,7 +6,6 @@
 #include <cctype>
 
 #include <fmt/format.h>
-#include <re2/re2.h>
 
 namespace memcomm::prof::kineto {
 namespace {
@@ -72,38 +71,16 @@ bool c10d_call(std::string_view name) { return name.substr(0, 6) == "c10d::" || 
 
 bool point_to_point(std::string_view op) { return op.substr(0, 4) == "send" || op.substr(0, 4) == "recv"; }
 
-// Note [A pattern the user writes]: --comm-kernels is any pattern a user types, searched in every
-// kernel name, and the names are any length (template arguments run to 5,160 characters in some 60
-// real traces). libstdc++'s std::regex backtracks and recurses: a 100,000-character kernel name, or a
-// 100,000-character pattern, overflowed the stack, and '.*.*x' on a 121 KB trace ran for minutes
-// (its names cut to 2 KiB). RE2 matches in time linear in the name, whatever the pattern, and
-// without recursion, so every name is searched whole; its syntax is that of Python's re without
-// backreferences and lookaround (HTA's patterns are Python's). Linear needs RE2's DFA, whose states
-// grow with the pattern: past its memory budget RE2 falls back to a simulation that costs the
-// pattern's length per character, and a 100,000-character pattern then took 56 s on one 300,000-
-// character name. A pattern names kernel families (the default is five words), so one longer than
-// kMaxCommPattern is refused, saying so.
-constexpr size_t kMaxCommPattern = 1000;
+CommKernelRule checked_rule(const std::string& pattern) {
+  if (std::string problem = comm_kernels_problem(pattern); !problem.empty())
+    throw TraceError("--comm-kernels: " + problem);
+  return CommKernelRule(pattern);
+}
 
 }  // namespace
 
-}  // namespace memcomm::prof::kineto
-
-std::string memcomm::prof::comm_kernels_problem(const std::string& p) {  // Note [A pattern the user writes]
-  if (p.size() > kineto::kMaxCommPattern)
-    return fmt::format("a pattern of {} characters: at most {} (it names kernel families, as the default '{}' does)",
-                       p.size(), kineto::kMaxCommPattern, kDefaultCommKernels);
-  const re2::RE2 re(p, re2::RE2::Quiet);
-  return re.ok() ? std::string() : fmt::format("'{}' is not a valid regular expression: {}", p, re.error());
-}
-
-namespace memcomm::prof::kineto {
-
-Converter::Converter(std::string name, const KinetoOptions& opt) : name_(std::move(name)) {
-  if (std::string problem = comm_kernels_problem(opt.comm_kernels); !problem.empty())
-    throw TraceError("--comm-kernels: " + problem);
-  comm_pattern_ = std::make_unique<re2::RE2>(opt.comm_kernels, re2::RE2::Quiet);
-}
+Converter::Converter(std::string name, const KinetoOptions& opt)
+    : name_(std::move(name)), comm_rule_(checked_rule(opt.comm_kernels)) {}
 
 Converter::~Converter() = default;
 
@@ -242,8 +219,7 @@ void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_
 bool Converter::is_comm_kernel(StringId name) {
   auto it = comm_names_.find(name);
   if (it != comm_names_.end()) return it->second;
-  const std::string_view text = strings_.text(name);
-  const bool comm = re2::RE2::PartialMatch(re2::StringPiece(text.data(), text.size()), *comm_pattern_);
+  const bool comm = comm_rule_.matches(strings_.text(name));
   comm_names_.emplace(name, comm);
   return comm;
 }

@@ -11,14 +11,11 @@
 #include "host_ranges.hpp"
 #include "interner.hpp"
 #include "json_splitter.hpp"
+#include "memcomm/trace/comm_kernels.hpp"
 #include "memcomm/trace/kineto.hpp"
 #include "raw_event.hpp"
 #include "size_pairing.hpp"
 #include "tracks.hpp"
-
-namespace re2 {
-class RE2;
-}
 
 namespace memcomm::prof::kineto {
 
@@ -80,7 +77,7 @@ class Converter final : public SplitHandler {
   // The shapes of nccl: annotations that recorded them, by their index in spans_: (elements, type).
   std::unordered_map<size_t, std::pair<int64_t, StringId>> annotation_sizes_;
   std::vector<CommKernel> comm_kernels_;
-  std::unique_ptr<re2::RE2> comm_pattern_;  // Note [A pattern the user writes]
+  CommKernelRule comm_rule_;
   std::unordered_map<StringId, bool> comm_names_;
   struct Category {
     std::string name;

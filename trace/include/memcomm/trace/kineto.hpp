@@ -40,6 +40,7 @@
 #include <string>
 #include <string_view>
 
+#include "memcomm/trace/comm_kernels.hpp"
 #include "memcomm/trace/trace_set.hpp"
 
 namespace memcomm::prof {
@@ -56,22 +57,9 @@ inline constexpr uint16_t kPythonFrameThreadBase = 0x8000;
 // its memory curves.
 inline constexpr const char* kKinetoSourceTag = "source=torch.profiler";
 
-// The default communication-kernel pattern (RE2 syntax, searched in the kernel name: Note [A pattern
-// the user writes] in src/kineto/converter.cpp):
-// NCCL and RCCL kernels, DeepEP's kernels that talk to other GPUs (its intranode:: and internode::
-// namespaces: dispatch, combine and their notify steps; deep_ep:: in the public library, dpsk::ep:: in
-// DeepSeek's own profile-data traces; its layout kernel only counts tokens on the GPU) and NVSHMEM
-// kernels. HTA counts only ^nccl.*Kernel as communication; `memcomm-trace report --hta` uses HTA's
-// rule whatever this is.
-inline constexpr const char* kDefaultCommKernels = R"(nccl|rccl|(deep_ep|dpsk::ep)::(intra|inter)node|nvshmem)";
-
 struct KinetoOptions {
-  std::string comm_kernels = kDefaultCommKernels;
+  std::string comm_kernels = kDefaultCommKernels;  // refused as comm_kernels_problem says
 };
-// Why `pattern` cannot be --comm-kernels (too long, or not RE2: "'(' is not a valid regular
-// expression: ..."), or "" when it can. The reader refuses such a pattern with this message; the CLI
-// checks it first, so a pattern is refused also where no torch.profiler trace is read.
-std::string comm_kernels_problem(const std::string& pattern);
 
 // What one file held and what became of it: `memcomm-trace info` prints it.
 struct KinetoInfo {

@@ -6,7 +6,9 @@
 //
 // Note [CUPTI record mapping]
 //   CONCURRENT_KERNEL (CUpti_ActivityKernel10) -> ComputeEvent Kernel; arg = demangled name, sub = 1
-//       for NCCL kernels (is_nccl_kernel), so the analysis counts them as communication.
+//       for communication kernels (the trace layer's CommKernelRule, whose default pattern every
+//       kernel reader shares: NCCL's ncclDevKernel_*, its one-rank reduction), so the analysis counts
+//       them as communication.
 //   MEMCPY (CUpti_ActivityMemcpy6)  -> ComputeEvent Memcpy; sub = CopyKind, arg = encode_bytes32.
 //   MEMSET (CUpti_ActivityMemset4)  -> ComputeEvent Memset; arg = encode_bytes32.
 //   MEMORY2 (CUpti_ActivityMemory4) -> MemBlockEvent. Plain driver allocations (cudaMalloc, cuMemAlloc,
@@ -54,6 +56,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memcomm/trace/comm_kernels.hpp"
 #include "memcomm/trace/event.hpp"
 
 namespace memcomm::prof {
@@ -73,10 +76,6 @@ inline Phase external_id_phase(uint64_t ext) {
 }
 inline uint64_t external_id_range(uint64_t ext) { return ext & 0x00FF'FFFF'FFFF'FFFFull; }
 
-// True for NCCL's device kernels: ncclDevKernel_* (NCCL >= 2.19), ncclKernel_* (older), and the
-// one-rank reduction NCCL launches instead of a ring when a communicator has a single rank and the
-// op needs arithmetic (oneRankReduce<FuncPreMulSum<T>>, e.g. ncclAvg). Accepts mangled or demangled names.
-bool is_nccl_kernel(std::string_view name);
 // "_Z..." names demangled; anything else returned unchanged.
 std::string demangle(const char* name);
 CopyKind copy_kind_from_cupti(uint32_t cupti_memcpy_kind);
@@ -140,6 +139,7 @@ class ActivityConverter {
               uint32_t arg, uint8_t sub, std::vector<Event>& out);
 
   Intern intern_;
+  CommKernelRule comm_kernels_;
   int64_t clock_offset_ns_;
   bool skip_host_memory_ = false;
   std::unordered_map<const char*, KernelName> kernel_names_;   // CUPTI shares one pointer per kernel
