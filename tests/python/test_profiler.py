@@ -314,6 +314,34 @@ def test_a_loop_without_torch_optim_marks_its_steps_or_is_warned(tmp_path, tool)
     assert len(trace_json(tool, "report", tmp_path / "unmarked.rank0.mct")["steps"]) == 1
 
 
+def test_a_loop_without_updates_keeps_the_global_module_hooks_for_one_iteration(tmp_path, tool):
+    # See Note [Finding the model]: a model built inside the profile is found by torch's global module
+    # hooks, which the first update takes off; a loop that updates by hand kept them for the run.
+    out = check("""
+        from torch.nn.modules import module as nn_module
+        def manual_loop(mark):
+            model = make_model()
+            hooked = []
+            for x, y in batches(4):
+                hooked.append(len(nn_module._global_forward_pre_hooks))
+                model.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                with torch.no_grad():
+                    for q in model.parameters():
+                        q.add_(q.grad, alpha=-0.1)
+                if mark:
+                    memcomm.step()
+            print("hooked", mark, hooked)
+        for mark, path in ((True, sys.argv[1]), (False, sys.argv[2])):
+            with memcomm.profile(trace=path):
+                manual_loop(mark)
+    """, str(tmp_path / "marked.mct"), str(tmp_path / "unmarked.mct"))
+    assert "hooked True [1, 0, 0, 0]" in out and "hooked False [1, 1, 0, 0]" in out, out
+    for name in ("marked", "unmarked"):
+        counts = phase_counts(tool, tmp_path, tmp_path / f"{name}.rank0.mct")
+        assert counts["forward"] == 4 and counts["backward"] == 4, (name, counts)
+
+
 def test_an_exception_inside_an_update_leaves_that_step_out(tmp_path, tool):
     # See Note [A step without its update]: Ctrl-C inside optimizer.step() ended the profile with that
     # step closed as a whole one (66 steps for 65 updates); SIGTERM's cut step was already left out.

@@ -172,9 +172,11 @@ anything Dynamo traces, and its original module is watched with it, for the scri
 that one; so is a DDP (or DataParallel) model's module, which Hugging Face's Trainer evaluates
 directly (its calls inside the DDP model's forward are that forward's). Only when start() finds
 none (the script builds its model inside the profile) do torch's global module hooks find the
-model as it is called: until the first optimizer step they count the
-nesting depth per thread, and a call at depth 0 into a module with parameters is a forward. That
-step takes them off and watches the modules they saw called, and the roots alive then that were
+model as it is called: until the first update they count the nesting depth per thread, and a call
+at depth 0 into a module with parameters is a forward. The update (an optimizer's step, memcomm.step(),
+or in a loop with neither, such as the tutorials' weights updated by hand, the second backward: a whole
+iteration has run by then; kept for the run, the global hooks made such a loop 1.5 x slower) takes
+them off and watches the modules they saw called, and the roots alive then that were
 never called, with their parts (an EMA model, torch's AveragedModel, that a diffusion loop first
 calls to sample after an epoch: 200 of a DDPM loop's 324 forwards were lost), but no container
 without a forward of its own, which is never called (watched, its parameters counted as watched
@@ -812,6 +814,8 @@ class PhaseHooks:
             st = self._state()
             if st.in_backward or _in_backward():  # reentrant checkpointing's, on autograd's device thread too
                 return original(*args, **kwargs)
+            if self._global_handles and self.backwards and not self.step_ends:
+                self._narrow_hooks()  # a loop with no update (Note [Finding the model])
             st.in_backward = True
             self.backwards += 1
             if not _in_forward(st):  # one inside a forward (forces from autograd.grad) is that forward's
@@ -996,6 +1000,8 @@ class PhaseHooks:
             st.step_open = False
         self.step_ends += 1
         wait_for_release()  # Note [Python callables released on torch's threads]
+        if self._global_handles:
+            self._narrow_hooks()
 
     # Data-loader wait (memcomm.loader; any DataLoader: Note [Batches from any DataLoader]).
     def _wrap_data_loader(self) -> None:
