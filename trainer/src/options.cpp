@@ -132,18 +132,21 @@ void parse_or_exit(CLI::App& app, int argc, char** argv, const char* program) {
   }
 }
 
-void check_train_options(const TrainOptions& o, const char* program) {
-  const auto usage_error = [program](const std::string& msg) { memcomm::train::usage_error(program, msg); };
+namespace {
+
+// A usage error of the program (exit 2) naming what was wrong.
+struct Refuse {
+  const char* program;
+  [[noreturn]] void operator()(const std::string& msg) const { memcomm::train::usage_error(program, msg); }
+};
+
+// Every count and number within its range (Notes [Caps on counts], [Range checks before LibTorch]).
+void check_ranges(const TrainOptions& o, const Refuse& usage_error) {
   // Note [Caps on counts]: the upper bounds are far above any real run on one node but keep the
   // products the trainer forms (steps x accum, batch x accum x ranks, milliseconds from seconds,
   // bytes from MiB) well inside int64, so a typo is a usage error rather than a wrapped value.
   if (o.nproc < 1 || o.nproc > kMaxLocalRanks)
     usage_error("--nproc must be between 1 and " + std::to_string(kMaxLocalRanks));
-  if (o.mode == Mode::Dp && o.nproc > 1)
-    usage_error("--mode dp is one process driving every device: use it without --nproc (or --mode ddp)");
-  if (o.mode == Mode::Dp && o.sync_every > 0) usage_error("--mode dp has one model: --sync-every needs --mode ddp");
-  // Autocast is per thread, and LibTorch's parallel_apply runs the replicas on threads of its own.
-  if (o.mode == Mode::Dp && o.amp != Amp::None) usage_error("--amp does not reach --mode dp's replica threads: use --mode ddp");
   if (o.batch_size < 1 || o.batch_size > (int64_t(1) << 24)) usage_error("--batch-size must be between 1 and 16777216");
   if (o.accum < 1 || o.accum > (1 << 16)) usage_error("--accum must be between 1 and 65536");
   if (o.steps < 1 || o.steps > (int64_t(1) << 40)) usage_error("--steps must be between 1 and 2^40");
@@ -165,6 +168,35 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (o.empty_cache < 0) usage_error("--empty-cache must be 0 (never) or more");
   if (o.synthetic_size < 1 || o.synthetic_size > (int64_t(1) << 31))
     usage_error("--synthetic-size must be between 1 and 2^31");
+  if (o.sync_every < 0) usage_error("--sync-every must be 0 (synchronous) or more");
+  if (o.memory_limit < 0 || o.memory_limit > kMaxMemoryLimit)
+    usage_error("--memory-limit must be between 0 (none) and 128TiB");
+}
+
+// Flags that cannot go together, or that need another.
+void check_combinations(const TrainOptions& o, const Refuse& usage_error) {
+  if (o.mode == Mode::Dp && o.nproc > 1)
+    usage_error("--mode dp is one process driving every device: use it without --nproc (or --mode ddp)");
+  if (o.mode == Mode::Dp && o.sync_every > 0) usage_error("--mode dp has one model: --sync-every needs --mode ddp");
+  // Autocast is per thread, and LibTorch's parallel_apply runs the replicas on threads of its own.
+  if (o.mode == Mode::Dp && o.amp != Amp::None) usage_error("--amp does not reach --mode dp's replica threads: use --mode ddp");
+  if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
+  if (o.model == ModelKind::Transformer && (o.width % o.heads) != 0)
+    usage_error("--width must be a multiple of --heads for the transformer");
+  if (o.memory_limit > 0 && o.allocator != AllocatorKind::Memcomm && o.device != DeviceKind::Cuda)
+    usage_error("--memory-limit on the CPU needs --allocator memcomm (its cap makes the limit real)");
+  if (o.cupti == Cupti::On && o.trace.empty() && o.live.empty())
+    usage_error("--cupti on records into the trace or the live stream: give --trace FILE or --live HOST:PORT");
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) usage_error("--checkpoint-every needs --checkpoint-dir");
+  if (o.resume && o.checkpoint_dir.empty()) usage_error("--resume needs --checkpoint-dir");
+  const auto ds = resolved_dataset(o);
+  if (o.model == ModelKind::Transformer && ds != DatasetKind::Tokens) usage_error("the transformer trains on --dataset tokens");
+  if (o.model != ModelKind::Transformer && ds == DatasetKind::Tokens) usage_error("--dataset tokens needs --model transformer");
+  if (o.augment && ds != DatasetKind::FashionMnist) usage_error("--augment flips images: it needs --dataset fashion-mnist");
+}
+
+// A run this machine cannot hold is refused before it swaps: the sample order, the transformer's activations.
+void check_memory_fits(const TrainOptions& o, const Refuse& usage_error) {
   if (resolved_dataset(o) != DatasetKind::FashionMnist) {
     // Each local rank draws every epoch's order of the whole set (16 bytes a sample) before its first
     // step: 2^31 samples took 17.6 GB and ran no step in a minute, on a machine of 23 GB.
@@ -178,10 +210,6 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (resolved_dataset(o) != DatasetKind::FashionMnist && o.synthetic_size < o.nproc && o.tail == Tail::Drop)
     usage_error("--synthetic-size " + std::to_string(o.synthetic_size) + " gives some of the " +
                 std::to_string(o.nproc) + " ranks no sample with --tail drop");
-  if (o.sync_every < 0) usage_error("--sync-every must be 0 (synchronous) or more");
-  if (o.sync_every > 0 && o.accum > 1) usage_error("--sync-every (local SGD) and --accum cannot be combined");
-  if (o.model == ModelKind::Transformer && (o.width % o.heads) != 0)
-    usage_error("--width must be a multiple of --heads for the transformer");
   if (o.model == ModelKind::Transformer && o.device != DeviceKind::Cuda) {
     // A lower bound on one micro-batch's memory in this model (models.cpp): its logits (batch x
     // seq_len x vocab floats) and, per block, what its linear layers and GELU keep for backward (11 x
@@ -197,20 +225,11 @@ void check_train_options(const TrainOptions& o, const char* program) {
                               o.seq_len, o.batch_size, std::max(1, o.nproc), format_bytes(uint64_t(bound)),
                               format_bytes(uint64_t(ram))));
   }
-  if (o.memory_limit < 0 || o.memory_limit > kMaxMemoryLimit)
-    usage_error("--memory-limit must be between 0 (none) and 128TiB");
-  if (o.memory_limit > 0 && o.allocator != AllocatorKind::Memcomm && o.device != DeviceKind::Cuda)
-    usage_error("--memory-limit on the CPU needs --allocator memcomm (its cap makes the limit real)");
-  if (o.cupti == Cupti::On && o.trace.empty() && o.live.empty())
-    usage_error("--cupti on records into the trace or the live stream: give --trace FILE or --live HOST:PORT");
-  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) usage_error("--checkpoint-every needs --checkpoint-dir");
-  if (o.resume && o.checkpoint_dir.empty()) usage_error("--resume needs --checkpoint-dir");
-  const auto ds = resolved_dataset(o);
-  if (o.model == ModelKind::Transformer && ds != DatasetKind::Tokens) usage_error("the transformer trains on --dataset tokens");
-  if (o.model != ModelKind::Transformer && ds == DatasetKind::Tokens) usage_error("--dataset tokens needs --model transformer");
-  if (o.augment && ds != DatasetKind::FashionMnist) usage_error("--augment flips images: it needs --dataset fashion-mnist");
-  // Note [Outputs checked first]: every file the run writes is checked before any work, so a typo in
-  // a path is a usage error now, not a run that finishes and then loses its results.
+}
+
+// Note [Outputs checked first]: every file the run writes is checked before any work, so a typo in
+// a path is a usage error now, not a run that finishes and then loses its results.
+void check_outputs(const TrainOptions& o, const Refuse& usage_error) {
   if (!o.live.empty()) {
     try {
       (void)prof::parse_connect_endpoint(o.live);
@@ -239,6 +258,10 @@ void check_train_options(const TrainOptions& o, const char* program) {
   } catch (const std::invalid_argument& e) {
     usage_error(e.what());
   }
+}
+
+// No output overwrites another output or an input.
+void check_outputs_apart(const TrainOptions& o, const Refuse& usage_error) {
   // Outputs must not overwrite one another: the summary written last would replace a rank's trace or
   // checkpoint (which a later --resume then refused as corrupt). Nor an input (Note [Outputs that
   // would destroy data]): --summary-json in --data-dir replaced the labels with the summary, exit 0.
@@ -257,6 +280,17 @@ void check_train_options(const TrainOptions& o, const char* program) {
   if (!o.summary_json.empty() && !o.dump_params.empty() &&
       fs::weakly_canonical(o.summary_json, ec) == fs::weakly_canonical(o.dump_params, ec))
     usage_error("--summary-json and --dump-params name the same file " + o.summary_json);
+}
+
+}  // namespace
+
+void check_train_options(const TrainOptions& o, const char* program) {
+  const Refuse usage_error{program};
+  check_ranges(o, usage_error);
+  check_combinations(o, usage_error);
+  check_memory_fits(o, usage_error);
+  check_outputs(o, usage_error);
+  check_outputs_apart(o, usage_error);
 }
 
 void check_output_file(const std::string& flag, const std::string& file) {
