@@ -230,46 +230,34 @@ int64_t others_median_step(const RankTimes& times, uint32_t who) {
   return static_cast<int64_t>(percentile(std::move(means), 0.5));  // Note [Nearest-rank percentile]
 }
 
-void straggler_rule(const prof::Analysis& a, const RankTimes& times, const AdviseOptions& o,
-                    std::vector<Advice>& out) {
-  if (times.size() < 2) return;
+// Who started the matched collectives last, and how often (Note [Collectives the ranks disagree on]).
+struct Arrivals {
+  uint32_t last_most = 0;  // the rank last most often
+  int64_t times_last = -1;
+  int64_t matched = 0;
+  int64_t mean_skew_ns = 0;
+};
+
+Arrivals late_arrivals(const prof::Analysis& a) {
   std::map<uint32_t, int64_t> late;  // rank -> collectives it started last
-  int64_t skew_sum = 0, matched = 0;
+  int64_t skew_sum = 0;
+  Arrivals out;
   for (const auto& c : a.collectives)
-    if (c.matched() && !c.ranks_disagree) {  // Note [Collectives the ranks disagree on]
+    if (c.matched() && !c.ranks_disagree) {
       ++late[c.straggler_rank];
       skew_sum += c.skew_ns;
-      ++matched;
+      ++out.matched;
     }
-  std::vector<double> means;
-  for (const auto& [r, t] : times) means.push_back(double(t.steps ? t.step_ns / int64_t(t.steps) : 0));
-  const auto median = static_cast<int64_t>(percentile(std::move(means), 0.5));  // the same rule as others_median_step
-  uint32_t who = 0;
-  int64_t most = -1;
   for (const auto& [r, n] : late)
-    if (n > most) most = n, who = r;
-  const int64_t mean_skew = matched ? skew_sum / matched : 0;
-  // Being last in a collective by chance happens to each rank 1/W of the time: a straggler is last
-  // more than three standard deviations above that, and late by a real share of a step.
-  const double w = double(times.size()), expected = double(matched) / w;
-  const double sigma = std::sqrt(double(matched) * (1.0 / w) * (1.0 - 1.0 / w));
-  const bool skewed = matched && double(most) > expected + 3 * sigma &&
-                      double(mean_skew) > o.straggler_threshold * double(median);
-  // Enough matched collectives that a rank last in every one would stand out, and none does: nobody
-  // holds the others back. A rank whose step is longer then started it earlier and waited in a
-  // collective for the rest (the fastest rank's steps are the longest), so step time names a
-  // straggler only where the collectives are too few to tell (none matched, or a handful).
-  const bool arrivals_tell = double(matched) > expected + 3 * sigma;
-  if (!skewed && arrivals_tell) return;
-  if (!skewed) {
-    int64_t slowest = 0;
-    for (const auto& [r, t] : times) {
-      const int64_t m = t.steps ? t.step_ns / int64_t(t.steps) : 0;
-      if (m > slowest) slowest = m, who = r;
-    }
-    if (double(slowest) <= (1 + o.straggler_threshold) * double(others_median_step(times, who))) return;
-  }
-  // Where its time goes, against the other ranks' mean.
+    if (n > out.times_last) out.times_last = n, out.last_most = r;
+  out.mean_skew_ns = out.matched ? skew_sum / out.matched : 0;
+  return out;
+}
+
+int64_t mean_step_ns(const RankTime& t) { return t.steps ? t.step_ns / int64_t(t.steps) : 0; }
+
+// What the straggler spends per step beyond the other ranks' mean: compute, data wait, idle.
+std::vector<std::pair<const char*, int64_t>> excess_per_step(const RankTimes& times, uint32_t who) {
   const RankTime& me = times.at(who);
   RankTime others;
   uint64_t n_others = 0;
@@ -282,25 +270,30 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
     }
   const auto per = [&](int64_t v) { return v / int64_t(std::max<uint64_t>(1, me.steps)); };
   const auto oth = [&](int64_t v) { return v / int64_t(std::max<uint64_t>(1, n_others)); };
-  const std::vector<std::pair<const char*, int64_t>> excess = {
-      {"compute", per(me.compute_ns) - oth(others.compute_ns)},
-      {"data wait", per(me.data_wait_ns) - oth(others.data_wait_ns)},
-      {"idle (host work outside the measured phases)", per(me.idle_ns) - oth(others.idle_ns)}};
+  return {{"compute", per(me.compute_ns) - oth(others.compute_ns)},
+          {"data wait", per(me.data_wait_ns) - oth(others.data_wait_ns)},
+          {"idle (host work outside the measured phases)", per(me.idle_ns) - oth(others.idle_ns)}};
+}
+
+std::string signed_ms(int64_t ns) {
+  const int64_t to_10us = ns / 10'000 * 10'000;  // toward zero: no "-0.00"
+  return (to_10us >= 0 ? "+" : "") + format_ms(to_10us, 2);
+}
+
+// The advice on rank `who`; `skewed`: it was named by its late arrivals, else by its step time.
+Advice straggler_advice(const RankTimes& times, uint32_t who, bool skewed, const Arrivals& arrivals, int64_t median) {
+  const auto excess = excess_per_step(times, who);
   const auto top = *std::max_element(excess.begin(), excess.end(), [](auto& x, auto& y) { return x.second < y.second; });
-  const auto signed_ms = [](int64_t ns) {
-    const int64_t to_10us = ns / 10'000 * 10'000;  // toward zero: no "-0.00"
-    return (to_10us >= 0 ? "+" : "") + format_ms(to_10us, 2);
-  };
   const int64_t telling = std::max<int64_t>(100'000, median / 100);  // an excess worth naming as the cause
   Advice adv;
   adv.topic = Topic::Straggler;
   adv.saving_unit = "ms/step";
   adv.saving = double(std::max<int64_t>(0, top.second)) / 1e6;
-  adv.evidence = skewed ? fmt::format("rank {} starts {} of {} collectives last, {} behind on average; ", who, most,
-                                      matched, format_ms(mean_skew))
+  adv.evidence = skewed ? fmt::format("rank {} starts {} of {} collectives last, {} behind on average; ", who,
+                                      arrivals.times_last, arrivals.matched, format_ms(arrivals.mean_skew_ns))
                         : std::string();
-  adv.evidence += fmt::format("its steps take {} against the other ranks' median of {}; ", format_ms(per(me.step_ns)),
-                              format_ms(others_median_step(times, who)));
+  adv.evidence += fmt::format("its steps take {} against the other ranks' median of {}; ",
+                              format_ms(mean_step_ns(times.at(who))), format_ms(others_median_step(times, who)));
   if (top.second > telling) {
     adv.change = fmt::format("rank {} holds the others back: look at its {} (its host, its data shard, its GPU's clocks)",
                              who, top.first);
@@ -312,7 +305,36 @@ void straggler_rule(const prof::Analysis& a, const RankTimes& times, const Advis
     adv.evidence += fmt::format("against the others it spends {} in compute, {} in data wait, {} idle per step",
                                 signed_ms(excess[0].second), signed_ms(excess[1].second), signed_ms(excess[2].second));
   }
-  out.push_back(adv);
+  return adv;
+}
+
+void straggler_rule(const prof::Analysis& a, const RankTimes& times, const AdviseOptions& o,
+                    std::vector<Advice>& out) {
+  if (times.size() < 2) return;
+  const Arrivals arrivals = late_arrivals(a);
+  std::vector<double> means;
+  for (const auto& [r, t] : times) means.push_back(double(mean_step_ns(t)));
+  const auto median = static_cast<int64_t>(percentile(std::move(means), 0.5));  // the same rule as others_median_step
+  // Being last in a collective by chance happens to each rank 1/W of the time: a straggler is last
+  // more than three standard deviations above that, and late by a real share of a step.
+  const double w = double(times.size()), expected = double(arrivals.matched) / w;
+  const double sigma = std::sqrt(double(arrivals.matched) * (1.0 / w) * (1.0 - 1.0 / w));
+  const bool skewed = arrivals.matched && double(arrivals.times_last) > expected + 3 * sigma &&
+                      double(arrivals.mean_skew_ns) > o.straggler_threshold * double(median);
+  // Enough matched collectives that a rank last in every one would stand out, and none does: nobody
+  // holds the others back. A rank whose step is longer then started it earlier and waited in a
+  // collective for the rest (the fastest rank's steps are the longest), so step time names a
+  // straggler only where the collectives are too few to tell (none matched, or a handful).
+  const bool arrivals_tell = double(arrivals.matched) > expected + 3 * sigma;
+  if (!skewed && arrivals_tell) return;
+  uint32_t who = arrivals.last_most;
+  if (!skewed) {
+    int64_t slowest = 0;
+    for (const auto& [r, t] : times)
+      if (mean_step_ns(t) > slowest) slowest = mean_step_ns(t), who = r;
+    if (double(slowest) <= (1 + o.straggler_threshold) * double(others_median_step(times, who))) return;
+  }
+  out.push_back(straggler_advice(times, who, skewed, arrivals, median));
 }
 
 }  // namespace
