@@ -274,6 +274,109 @@ DistEnv detect_dist_env(const char* tool) {
   }
 }
 
+namespace {
+
+// In the forked child: rank `r` of `nproc` execs this program again with torchrun's variables.
+[[noreturn]] void exec_rank(int argc, char** argv, int r, int nproc, int port, const std::string& program) {
+  // A rank never outlives its launcher (Note [No orphans]).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The launcher forwards SIGINT and SIGTERM, so they must act here: a shell without job control
+  // (a script's `memcomm-train ... &`) starts the launcher with SIGINT ignored, which exec keeps.
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::setenv("RANK", std::to_string(r).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("MEMCOMM_SPAWNED", "1", 1);
+  std::vector<char*> args(argv, argv + argc);
+  args.push_back(nullptr);
+  ::execv("/proc/self/exe", args.data());
+  std::perror((program + ": exec").c_str());
+  ::_exit(127);
+}
+
+// Note [No orphans]: the launcher reaps every rank. After the first failure the survivors get
+// grace_s (the collective timeout plus a margin) to report the lost rank themselves; then they die.
+// A SIGINT or SIGTERM is forwarded, and the ranks get kSignalGrace to end on it: a stopped or hung
+// rank held the job for the whole grace_s, past Slurm's 30 s between its SIGTERM and its SIGKILL.
+class Reaper {
+ public:
+  Reaper(std::vector<pid_t> pids, double grace_s, std::string program)
+      : pids_(std::move(pids)), alive_(int(pids_.size())), grace_s_(grace_s), program_(std::move(program)) {}
+
+  // Waits for every rank; the job's exit code (the first failed rank's).
+  int run() {
+    while (alive_ > 0) {
+      forward_signal();
+      int status = 0;
+      const pid_t done = ::waitpid(-1, &status, WNOHANG);
+      if (done > 0) {
+        reaped(done, status);
+        continue;
+      }
+      if (done < 0 && errno != EINTR) break;
+      if (std::chrono::steady_clock::now() > deadline_) kill_overdue();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return job_code_;
+  }
+
+ private:
+  static constexpr auto kSignalGrace = std::chrono::seconds(10);
+  using Clock = std::chrono::steady_clock;
+
+  void set_deadline(Clock::time_point when, int signal) {
+    if (when < deadline_) deadline_ = when, deadline_signal_ = signal;  // else the other grace is the shorter
+  }
+
+  void forward_signal() {
+    const int sig = g_forward_signal;
+    if (!sig) return;
+    for (pid_t p : pids_)
+      if (p > 0) ::kill(p, sig);
+    g_forward_signal = 0;
+    set_deadline(Clock::now() + kSignalGrace, sig);
+  }
+
+  void reaped(pid_t done, int status) {
+    for (std::size_t r = 0; r < pids_.size(); ++r) {
+      if (pids_[r] != done) continue;
+      pids_[r] = -1;
+      --alive_;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      std::fprintf(stderr, "%s: rank %zu %s\n", program_.c_str(), r, describe_status(status).c_str());
+      if (job_code_ != 0) continue;
+      job_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+      set_deadline(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s_ * 1000)), 0);
+    }
+  }
+
+  void kill_overdue() {
+    const std::string overdue = deadline_signal_ == 0 ? "did not exit after the failure"
+                                : "did not exit within " + std::to_string(kSignalGrace.count()) + " s of the " +
+                                      (deadline_signal_ == SIGINT ? "SIGINT" : "SIGTERM") + " passed on to it";
+    for (std::size_t r = 0; r < pids_.size(); ++r) {
+      if (pids_[r] <= 0) continue;
+      std::fprintf(stderr, "%s: rank %zu %s; killing it\n", program_.c_str(), r, overdue.c_str());
+      ::kill(pids_[r], SIGKILL);
+    }
+    deadline_ = Clock::time_point::max();
+  }
+
+  std::vector<pid_t> pids_;
+  int alive_;
+  double grace_s_;
+  std::string program_;
+  int job_code_ = 0;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  int deadline_signal_ = 0;  // the signal whose grace set the deadline; 0: a failure's
+};
+
+}  // namespace
+
 int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
   const int port = free_loopback_port();
   // memcomm-train or memcomm-tune: the messages name the program the user ran.
@@ -286,90 +389,14 @@ int spawn_local_ranks(int argc, char** argv, int nproc, double grace_s) {
       for (int k = 0; k < r; ++k) ::kill(pids[k], SIGKILL);
       return 1;
     }
-    if (pid == 0) {
-      // A rank never outlives its launcher (Note [No orphans]).
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      // The launcher forwards SIGINT and SIGTERM, so they must act here: a shell without job control
-      // (a script's `memcomm-train ... &`) starts the launcher with SIGINT ignored, which exec keeps.
-      ::signal(SIGINT, SIG_DFL);
-      ::signal(SIGTERM, SIG_DFL);
-      ::setenv("RANK", std::to_string(r).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      ::setenv("MEMCOMM_SPAWNED", "1", 1);
-      std::vector<char*> args(argv, argv + argc);
-      args.push_back(nullptr);
-      ::execv("/proc/self/exe", args.data());
-      std::perror((program + ": exec").c_str());
-      ::_exit(127);
-    }
+    if (pid == 0) exec_rank(argc, argv, r, nproc, port, program);
     pids[r] = pid;
   }
-
   struct sigaction sa{};
   sa.sa_handler = remember_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
-
-  // Note [No orphans]: the launcher reaps every rank. After the first failure the survivors get
-  // grace_s (the collective timeout plus a margin) to report the lost rank themselves; then they die.
-  // A SIGINT or SIGTERM is forwarded, and the ranks get kSignalGrace to end on it: a stopped or hung
-  // rank held the job for the whole grace_s, past Slurm's 30 s between its SIGTERM and its SIGKILL.
-  constexpr auto kSignalGrace = std::chrono::seconds(10);
-  int job_code = 0, alive = nproc;
-  auto deadline = std::chrono::steady_clock::time_point::max();
-  int deadline_signal = 0;  // the signal whose grace set the deadline; 0: a failure's
-  while (alive > 0) {
-    if (const int sig = g_forward_signal) {
-      for (pid_t p : pids) if (p > 0) ::kill(p, sig);
-      g_forward_signal = 0;
-      const auto signal_deadline = std::chrono::steady_clock::now() + kSignalGrace;
-      if (signal_deadline < deadline) {
-        deadline = signal_deadline;
-        deadline_signal = sig;
-      }
-    }
-    int status = 0;
-    const pid_t done = ::waitpid(-1, &status, WNOHANG);
-    if (done > 0) {
-      for (int r = 0; r < nproc; ++r) {
-        if (pids[r] != done) continue;
-        pids[r] = -1;
-        --alive;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok) {
-          std::fprintf(stderr, "%s: rank %d %s\n", program.c_str(), r, describe_status(status).c_str());
-          if (job_code == 0) {
-            job_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-            const auto failure_deadline = std::chrono::steady_clock::now() +
-                                          std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
-            if (failure_deadline < deadline) {  // else a signal's grace is the shorter
-              deadline = failure_deadline;
-              deadline_signal = 0;
-            }
-          }
-        }
-      }
-      continue;
-    }
-    if (done < 0 && errno != EINTR) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      const std::string overdue = deadline_signal == 0 ? "did not exit after the failure"
-                                  : "did not exit within " + std::to_string(kSignalGrace.count()) + " s of the " +
-                                        (deadline_signal == SIGINT ? "SIGINT" : "SIGTERM") + " passed on to it";
-      for (int r = 0; r < nproc; ++r) {
-        if (pids[r] <= 0) continue;
-        std::fprintf(stderr, "%s: rank %d %s; killing it\n", program.c_str(), r, overdue.c_str());
-        ::kill(pids[r], SIGKILL);
-      }
-      deadline = std::chrono::steady_clock::time_point::max();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return job_code;
+  return Reaper(std::move(pids), grace_s, program).run();
 }
 
 }  // namespace memcomm::train
