@@ -150,23 +150,110 @@ size_t ActivityConverter::span(EventKind k, uint64_t start, uint64_t end, uint32
   return n + 1;
 }
 
+size_t ActivityConverter::kernel(const CUpti_Activity& record, std::vector<Event>& out) {
+  const auto k = view<CUpti_ActivityKernel10>(record);
+  auto it = kernel_names_.find(k.name);
+  if (it == kernel_names_.end()) {
+    const std::string text = demangle(k.name);
+    it = kernel_names_.emplace(k.name, KernelName{intern_(text), comm_kernels_.matches(text)}).first;
+  }
+  const size_t n = span(EventKind::Kernel, k.start, k.end, k.deviceId, k.streamId, k.correlationId, it->second.id,
+                        it->second.comm ? 1 : 0, out);
+  if (n && it->second.comm) ++stats_.nccl_kernels;
+  return n;
+}
+
+size_t ActivityConverter::memory(const CUpti_Activity& record, std::vector<Event>& out) {
+  const auto m = view<CUpti_ActivityMemory4>(record);
+  const bool alloc = m.memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
+  const bool host = m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE || m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
+  if ((!alloc && m.memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE) ||
+      m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC ||
+      m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC ||  // Note [Module globals are not segments]
+      (host && skip_host_memory_)) {
+    ++stats_.ignored;
+    return 0;
+  }
+  const bool pooled = m.memoryPoolConfig.memoryPoolType != CUPTI_ACTIVITY_MEMORY_POOL_TYPE_INVALID;
+  const EventKind kind = pooled ? (alloc ? EventKind::Alloc : EventKind::FreeRequested)
+                                : (alloc ? EventKind::SegmentAlloc : EventKind::SegmentFree);
+  const uint8_t device = host ? kHostDevice : uint8_t(m.deviceId);
+  size_t n = 0;
+  // Synchronous driver calls report no stream; only stream-ordered (pool) ones name one.
+  const uint8_t stream = m.isAsync ? stream_index(m.deviceId, m.streamId, out, n) : 0;
+  out.push_back(Event::from(make_mem_block(kind, ts(m.timestamp), m.address, m.bytes, device, stream)));
+  return n + 1;
+}
+
+size_t ActivityConverter::synchronization(const CUpti_Activity& record, std::vector<Event>& out) {
+  const auto s = view<CUpti_ActivitySynchronization2>(record);
+  if (s.start == 0 || s.end < s.start) {
+    ++stats_.incomplete;
+    return 0;
+  }
+  const uint32_t type = s.type < sync_names_.size() ? uint32_t(s.type) : 0;
+  if (sync_names_[type] == kNoString) sync_names_[type] = intern_(sync_type_name(type));
+  size_t n = 0;
+  if (!sync_thread_named_) {
+    sync_thread_named_ = true;
+    out.push_back(Event::from(make_meta(0, MetaKey::ThreadName, 0, intern_("cuda sync"), kCudaSyncThread)));
+    ++n;
+  }
+  out.push_back(Event::from(
+      make_host_span(EventKind::Sync, ts(s.start), ts(s.end), kCudaSyncThread, sync_names_[type], s.correlationId)));
+  return n + 1;
+}
+
+void ActivityConverter::external_correlation(const CUpti_Activity& record) {
+  const auto x = view<CUpti_ActivityExternalCorrelation>(record);
+  if (x.externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) {
+    ++stats_.ignored;
+    return;
+  }
+  // Bounded: launches whose spans never arrive must not grow the map for a whole run.
+  // Entries stay after a charge: a graph launch has one correlation id for many spans.
+  if (external_.size() >= kMaxExternal) external_.clear();
+  external_[x.correlationId] = x.externalId;
+  if (auto w = waiting_.find(x.correlationId); w != waiting_.end()) {  // Note [Spans before their correlation]
+    charge(x.externalId, w->second.gpu_ns, w->second.spans);
+    waiting_.erase(w);
+  }
+}
+
+size_t ActivityConverter::marker(const CUpti_Activity& record, std::vector<Event>& out) {
+  const auto m = view<CUpti_ActivityMarker2>(record);
+  const bool start = m.flags & CUPTI_ACTIVITY_FLAG_MARKER_START;
+  const bool end = m.flags & CUPTI_ACTIVITY_FLAG_MARKER_END;
+  if (start && m.domain && std::strcmp(m.domain, kNvtxOwnDomain) == 0) {
+    ++stats_.ignored;  // our own phase, already recorded; its END is skipped by the lookup below
+    return 0;
+  }
+  size_t n = 0;
+  if (start) {
+    const uint16_t t = m.objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? marker_thread(m.objectId.pt.threadId, out, n)
+                                                                   : kNvtxThreadBase;
+    const StringId name = m.name ? intern_(m.name) : kNoString;
+    open_markers_[m.id] = {name, t};
+    out.push_back(Event::from(make_range(EventKind::RangeBegin, ts(m.timestamp), Phase::Custom, name, m.id, t)));
+    return n + 1;
+  }
+  auto it = end ? open_markers_.find(m.id) : open_markers_.end();
+  if (it == open_markers_.end()) {
+    ++stats_.ignored;  // an end without its start, or an instantaneous mark (nvtxMark): no range to show
+    return 0;
+  }
+  out.push_back(Event::from(
+      make_range(EventKind::RangeEnd, ts(m.timestamp), Phase::Custom, it->second.name, m.id, it->second.thread)));
+  open_markers_.erase(it);
+  return 1;
+}
+
 size_t ActivityConverter::convert(const CUpti_Activity& record, std::vector<Event>& out) {
   ++stats_.records;
   size_t n = 0;
   switch (record.kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-      const auto k = view<CUpti_ActivityKernel10>(record);
-      auto it = kernel_names_.find(k.name);
-      if (it == kernel_names_.end()) {
-        const std::string text = demangle(k.name);
-        it = kernel_names_.emplace(k.name, KernelName{intern_(text), comm_kernels_.matches(text)}).first;
-      }
-      n = span(EventKind::Kernel, k.start, k.end, k.deviceId, k.streamId, k.correlationId, it->second.id,
-               it->second.nccl ? 1 : 0, out);
-      if (n && it->second.nccl) ++stats_.nccl_kernels;
-      break;
-    }
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: n = kernel(record, out); break;
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto m = view<CUpti_ActivityMemcpy6>(record);
       n = span(EventKind::Memcpy, m.start, m.end, m.deviceId, m.streamId, m.correlationId, encode_bytes32(m.bytes),
@@ -179,104 +266,14 @@ size_t ActivityConverter::convert(const CUpti_Activity& record, std::vector<Even
                0, out);
       break;
     }
-    case CUPTI_ACTIVITY_KIND_MEMORY2: {
-      const auto m = view<CUpti_ActivityMemory4>(record);
-      const bool alloc = m.memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
-      if (!alloc && m.memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE) {
-        ++stats_.ignored;
-        break;
-      }
-      if (m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC ||
-          m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC) {  // Note [Module globals are not segments]
-        ++stats_.ignored;
-        break;
-      }
-      const bool pooled = m.memoryPoolConfig.memoryPoolType != CUPTI_ACTIVITY_MEMORY_POOL_TYPE_INVALID;
-      const bool host = m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ||
-                        m.memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
-      if (host && skip_host_memory_) {
-        ++stats_.ignored;
-        break;
-      }
-      const EventKind kind = pooled ? (alloc ? EventKind::Alloc : EventKind::FreeRequested)
-                                    : (alloc ? EventKind::SegmentAlloc : EventKind::SegmentFree);
-      const uint8_t device = host ? kHostDevice : uint8_t(m.deviceId);
-      // Synchronous driver calls report no stream; only stream-ordered (pool) ones name one.
-      const uint8_t stream = m.isAsync ? stream_index(m.deviceId, m.streamId, out, n) : 0;
-      out.push_back(Event::from(make_mem_block(kind, ts(m.timestamp), m.address, m.bytes, device, stream)));
-      ++n;
-      break;
-    }
-    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
-      const auto s = view<CUpti_ActivitySynchronization2>(record);
-      if (s.start == 0 || s.end < s.start) {
-        ++stats_.incomplete;
-        break;
-      }
-      const uint32_t type = s.type < sync_names_.size() ? uint32_t(s.type) : 0;
-      if (sync_names_[type] == kNoString) sync_names_[type] = intern_(sync_type_name(type));
-      if (!sync_thread_named_) {
-        sync_thread_named_ = true;
-        out.push_back(Event::from(make_meta(0, MetaKey::ThreadName, 0, intern_("cuda sync"), kCudaSyncThread)));
-        ++n;
-      }
-      out.push_back(Event::from(
-          make_host_span(EventKind::Sync, ts(s.start), ts(s.end), kCudaSyncThread, sync_names_[type], s.correlationId)));
-      ++n;
-      break;
-    }
-    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-      const auto x = view<CUpti_ActivityExternalCorrelation>(record);
-      if (x.externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) {
-        ++stats_.ignored;
-        break;
-      }
-      // Bounded: launches whose spans never arrive must not grow the map for a whole run.
-      // Entries stay after a charge: a graph launch has one correlation id for many spans.
-      if (external_.size() >= kMaxExternal) external_.clear();
-      external_[x.correlationId] = x.externalId;
-      if (auto w = waiting_.find(x.correlationId); w != waiting_.end()) {  // Note [Spans before their correlation]
-        charge(x.externalId, w->second.gpu_ns, w->second.spans);
-        waiting_.erase(w);
-      }
-      break;
-    }
+    case CUPTI_ACTIVITY_KIND_MEMORY2: n = memory(record, out); break;
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: n = synchronization(record, out); break;
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: external_correlation(record); break;
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER:
       break;  // enabled only so that CUPTI writes EXTERNAL_CORRELATION records (Note [Phase attribution])
-    case CUPTI_ACTIVITY_KIND_MARKER: {
-      const auto m = view<CUpti_ActivityMarker2>(record);
-      const bool start = m.flags & CUPTI_ACTIVITY_FLAG_MARKER_START;
-      const bool end = m.flags & CUPTI_ACTIVITY_FLAG_MARKER_END;
-      if (start && m.domain && std::strcmp(m.domain, kNvtxOwnDomain) == 0) {
-        ++stats_.ignored;  // our own phase, already recorded; its END is skipped by the lookup below
-        break;
-      }
-      if (start) {
-        const uint16_t t = m.objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? marker_thread(m.objectId.pt.threadId, out, n)
-                                                                       : kNvtxThreadBase;
-        const StringId name = m.name ? intern_(m.name) : kNoString;
-        open_markers_[m.id] = {name, t};
-        out.push_back(Event::from(make_range(EventKind::RangeBegin, ts(m.timestamp), Phase::Custom, name, m.id, t)));
-        ++n;
-      } else if (end) {
-        auto it = open_markers_.find(m.id);
-        if (it == open_markers_.end()) {
-          ++stats_.ignored;
-          break;
-        }
-        out.push_back(Event::from(make_range(EventKind::RangeEnd, ts(m.timestamp), Phase::Custom, it->second.name,
-                                             m.id, it->second.thread)));
-        open_markers_.erase(it);
-        ++n;
-      } else {
-        ++stats_.ignored;  // instantaneous marks (nvtxMark) have no range to show
-      }
-      break;
-    }
-    default:
-      ++stats_.ignored;
-      break;
+    case CUPTI_ACTIVITY_KIND_MARKER: n = marker(record, out); break;
+    default: ++stats_.ignored; break;
   }
   stats_.events += n;
   return n;

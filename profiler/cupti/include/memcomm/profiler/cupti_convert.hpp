@@ -121,13 +121,19 @@ class ActivityConverter {
  private:
   struct KernelName {
     StringId id;
-    bool nccl;
+    bool comm;  // a communication kernel (comm_kernels_)
   };
   struct OpenMarker {
     StringId name;
     uint16_t thread;
   };
   int64_t ts(uint64_t cupti_ts) const { return int64_t(cupti_ts) + clock_offset_ns_; }
+  // One record kind each; they return the events appended (Note [CUPTI record mapping]).
+  size_t kernel(const CUpti_Activity& record, std::vector<Event>& out);
+  size_t memory(const CUpti_Activity& record, std::vector<Event>& out);
+  size_t synchronization(const CUpti_Activity& record, std::vector<Event>& out);
+  void external_correlation(const CUpti_Activity& record);
+  size_t marker(const CUpti_Activity& record, std::vector<Event>& out);
   uint8_t stream_index(uint32_t device, uint32_t stream, std::vector<Event>& out, size_t& n);
   uint16_t marker_thread(uint32_t os_tid, std::vector<Event>& out, size_t& n);
   struct Waiting {  // spans of one correlation id that came before its external id
