@@ -848,6 +848,43 @@ def test_a_student_built_inside_the_profile_beside_its_teacher_is_found_at_the_f
     assert counts.get("forward") == 4 + 2 * 3 and counts.get("step") == 4, counts  # the first step's student calls are lost
 
 
+def test_a_frozen_teachers_forward_on_the_steps_batch_is_in_the_step_and_an_evaluation_is_not(tmp_path, tool):
+    # See Note [A frozen model's forward on the step's batch]: the step began at the student's forward,
+    # its batch wait and the teacher's forward outside it.
+    check("""
+        from torch.utils.data import DataLoader, TensorDataset
+        teacher = make_model().eval()
+        student = make_model()
+        opt = torch.optim.SGD(student.parameters(), lr=0.1)
+        data = DataLoader(TensorDataset(torch.randn(48, 1, 28, 28), torch.randint(0, 10, (48,))), batch_size=16)
+        with memcomm.profile(trace=sys.argv[1]):
+            for epoch in range(2):
+                student.train()
+                for x, y in data:
+                    with torch.no_grad():
+                        soft = teacher(x).softmax(-1)
+                    logits = student(x)
+                    loss = crit(logits, y) - (logits.log_softmax(-1) * soft).sum(-1).mean()
+                    opt.zero_grad(); loss.backward(); opt.step()
+                student.eval()
+                with torch.no_grad():
+                    for x, y in data:
+                        student(x); teacher(x)
+        with memcomm.profile(trace=sys.argv[2]):  # a student kept in eval mode (frozen BatchNorm): the backward opens the step
+            for x, y in data:
+                with torch.no_grad():
+                    soft = teacher(x).softmax(-1)
+                loss = -(student(x).log_softmax(-1) * soft).sum(-1).mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+    """, str(tmp_path / "distill.mct"), str(tmp_path / "eval_mode.mct"))
+    for name, steps, outside in (("distill", 6, 6), ("eval_mode", 3, 0)):
+        phase_counts(tool, tmp_path, tmp_path / f"{name}.rank0.mct")
+        spans = chrome_spans(tmp_path, tmp_path / f"{name}.rank0.mct")
+        inside = lambda phase, s: sum(1 for b, e in spans[phase] if s[0] <= b and e <= s[1])
+        assert [(inside("data_wait", s), inside("forward", s)) for s in sorted(spans["step"])] == [(1, 2)] * steps, spans
+        assert len(spans["data_wait"]) == steps + outside and len(spans["forward"]) == 2 * (steps + outside), spans
+
+
 def test_a_model_built_after_another_was_trained_is_found_at_its_first_update(tmp_path, tool):
     # See Note [Finding the model]: k-fold, or fine-tuning a new model after pretraining (two Trainer.train()
     # runs): the second model's forwards were lost for the rest of the run.

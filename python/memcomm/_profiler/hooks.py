@@ -149,7 +149,8 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   step. Waits outside an open step mark where the next step begins instead: the step that a training
   event opens next starts at the first of them, so it holds the waits for all its batches (Trainer
   fetches a step's accumulation batches before their forwards); a forward without gradients first
-  says they were an evaluation's, and they stay outside any step. memcomm.loader's wait opened a
+  says they were an evaluation's, and they stay outside any step (a frozen teacher's on the step's
+  own batch: Note [A frozen model's forward on the step's batch]). memcomm.loader's wait opened a
   step itself once, so a loop that broke after fetching a batch (the seed sample's --max-batches)
   ended on a step of that wait alone. A batch taken from an iterator the script has dropped by the
   time a step opens (`len(next(iter(loader))[0])`, the DDP tutorial's look at its batch size each
@@ -267,7 +268,7 @@ class _ThreadState:
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_with_grad", "stepless_waits", "in_loader",
                  "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking", "fwd_frame", "end_held",
                  "held_end_ns", "held_begin_ns", "step_updaters", "step_keys_before", "switchers", "steps_closed",
-                 "first_updater", "previous_first")
+                 "first_updater", "previous_first", "frozen_wait_ns", "frozen_modules")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -298,6 +299,10 @@ class _ThreadState:
         # the held one going on, split at those times if the next update's optimizer already updated.
         self.end_held = False
         self.held_end_ns = 0
+        # The last batch wait outside a step, when only forwards without gradients followed it, and
+        # those forwards' modules (Note [A frozen model's forward on the step's batch]); 0: none.
+        self.frozen_wait_ns = 0
+        self.frozen_modules: Set[int] = set()
         self.held_begin_ns = 0
         # The key of each optimizer (or scaler) that updated in the open step, and it weakly (None: it
         # cannot be referred to weakly); the keys given out before the step opened.
@@ -739,13 +744,14 @@ class PhaseHooks:
         if torch.is_grad_enabled() and module.training:
             if st.step_end_ns and not st.end_held:  # the step ends at its update; this forward begins the next one, or none
                 self._end_at_update(st)
-                _mark(st)
+                _mark(st, _frozen_begin(st, module))
             elif st.step_open and not st.step_end_ns:
                 self._ensure_step(st)
             elif not st.marked_forward_ns or _dropped(st.marked_output):
-                _mark(st)
+                _mark(st, _frozen_begin(st, module))
         elif not st.step_open or st.step_end_ns:
             if not torch.is_grad_enabled():
+                _frozen_forward(st, module)
                 self._flush_wait(st)  # the batches waited for were an evaluation's (Note [Batches from any DataLoader])
                 st.stepless_forward_ns = st.stepless_forward_ns or now()
             elif not st.stepless_with_grad:  # forwards without gradients before it were an evaluation's
@@ -1032,6 +1038,7 @@ class PhaseHooks:
             return
         st.stepless_waits.append((begin_ns, end, _weakly(source)))
         st.unstepped_wait_ns = st.unstepped_wait_ns or begin_ns
+        st.frozen_wait_ns = 0  # a new batch: forwards before it were on another
 
     @staticmethod
     def _flush_wait(st: _ThreadState) -> None:
@@ -1114,15 +1121,41 @@ class _CallWrap:
                 setattr(self.cls, self._name, self._own)
 
 
-def _mark(st: _ThreadState) -> None:
+def _mark(st: _ThreadState, begin_ns: int = 0) -> None:
     """A training forward while no step is open marks where the next one begins (Note [A forward that
-    opens no step]); forwards without gradients before it were evaluations."""
-    st.marked_forward_ns, st.stepless_forward_ns, st.stepless_with_grad = now(), 0, False
-    st.marked_output, st.marking = None, True
+    opens no step]), now or at `begin_ns`; forwards without gradients before it were evaluations."""
+    st.marked_forward_ns, st.stepless_forward_ns, st.stepless_with_grad = begin_ns or now(), 0, False
+    st.marked_output, st.marking, st.frozen_wait_ns = None, True, 0
 
 
 def _unmark(st: _ThreadState) -> None:
-    st.marked_forward_ns, st.marked_output, st.marking = 0, None, False
+    st.marked_forward_ns, st.marked_output, st.marking, st.frozen_wait_ns = 0, None, False, 0
+
+
+# Note [A frozen model's forward on the step's batch]
+# A distillation step (the PyTorch tutorial's, Hinton's) waits for its batch, runs the frozen teacher
+# on it without gradients, then the student. The teacher's forward said the wait was an evaluation's
+# (Note [Batches from any DataLoader]) and the step began at the student's forward: the wait and the
+# teacher's forward were outside every step. So forwards without gradients that follow the thread's
+# last batch wait outside a step, of modules other than the one whose training forward then marks the
+# step, are the step's: it begins 1 ns before that wait (already written, and met first at an equal
+# time). An evaluation stays outside: its last forward comes before the wait for the training batch
+# after it, and an evaluation of the model that trains is that model's forward. Without a wait (data
+# in memory) nothing says where the iteration began, and the teacher's forward stays outside. A step
+# that a backward opens with no training forward seen (the student's forward unwatched, or a model
+# kept in eval mode: Note [A forward that opens no step]) begins at that wait too, whatever the module.
+def _frozen_forward(st: _ThreadState, module: torch.nn.Module) -> None:
+    """A forward without gradients outside a step (Note [A frozen model's forward on the step's batch])."""
+    if st.stepless_waits:
+        st.frozen_wait_ns, st.frozen_modules = st.stepless_waits[-1][0], {id(module)}
+    elif st.frozen_wait_ns:
+        st.frozen_modules.add(id(module))
+
+
+def _frozen_begin(st: _ThreadState, module: torch.nn.Module) -> int:
+    """Where a step that `module`'s training forward marks begins when frozen forwards ran on its batch
+    (Note [A frozen model's forward on the step's batch]); 0: at the forward."""
+    return st.frozen_wait_ns - 1 if st.frozen_wait_ns and id(module) not in st.frozen_modules else 0
 
 
 def _forward_ends(st: _ThreadState, output: Any) -> None:
@@ -1477,8 +1510,8 @@ def _next_begin(st: _ThreadState, from_backward: bool) -> int:
     """Where a step opening now begins: the first training forward since the last update, or the first
     batch waited for (a backward's at the forward that opened none before it: Note [A forward that
     opens no step]); 0: now."""
-    forward = _earliest(st.stepless_forward_ns if from_backward else 0, st.marked_forward_ns)
-    return _earliest(forward, _first_kept_wait(st))
+    stepless = _earliest(st.stepless_forward_ns, st.frozen_wait_ns - 1 if st.frozen_wait_ns else 0) if from_backward else 0
+    return _earliest(stepless, st.marked_forward_ns, _first_kept_wait(st))
 
 
 def _first_kept_wait(st: _ThreadState) -> int:
