@@ -5,7 +5,7 @@ The script runs as `python SCRIPT ARGS` would run it: its own sys.argv, its fold
 __name__ == "__main__" (so torch.multiprocessing's spawn finds its functions), and its exit status.
 The profile starts before the script's first line and stops after its last, also when it raises
 or calls sys.exit(); its model is found as profile() finds one built inside it (Note [Finding the
-model] in _profiler/hooks.py). Under torchrun (`torchrun ... -m memcomm SCRIPT`) every rank writes its
+model] in _profiler/models.py). Under torchrun (`torchrun ... -m memcomm SCRIPT`) every rank writes its
 own file, and DDP's bucket all-reduces are recorded (Note [DDP buckets of an unchanged script] in
 _profiler/ddp_buckets.py). The profile starts before the script's init_process_group, so no clock
 offsets are measured between ranks: exact on one host (Note [A profile started before the process
@@ -30,7 +30,7 @@ import threading
 import types
 import warnings
 import zipfile
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import memcomm
 from memcomm import _memcomm

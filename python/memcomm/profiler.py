@@ -142,9 +142,10 @@ class Profiler(contextlib.ContextDecorator):
            reconnects in the background, so a viewer that is absent or goes away never blocks training.
     model: the module (or list of modules) whose forward calls are forwards; None: the outermost
            calls into modules with parameters: those alive at start, or, when there are none, those
-           called before the first optimizer step (Note [Finding the model] in _profiler/hooks.py).
-           A model built after start and first called after the first optimizer step (a second
-           model brought in later, or one that only another thread trains) is not found: name it here.
+           called before the first update and those alive then (Note [Finding the model] in
+           _profiler/models.py). A model built after the first update and first called after it
+           without training (a second model brought in later to evaluate, or one that only another
+           thread trains) is not found: name it here.
     cupti: "auto" (GPU activity when CUDA is in use), "on" or "off".
     clock_sync: estimate each rank's clock offset over the process group at start (every rank
            starts its profiler then; when some rank starts none within 30 s, as where only rank 0

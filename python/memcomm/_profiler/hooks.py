@@ -166,52 +166,6 @@ input in the loader wait, activation in forward and backward (autograd allocates
 gradients in the same kernels as the activations' gradients, so the two cannot be told apart when
 they are allocated), optimizer state in step(), communication buffer inside collectives; memcomm.category() labels the script's own code (its model building).
 
-Note [Finding the model]: start() looks for the modules alive at that moment that are no other
-module's child and have parameters (the garbage collector's objects; some 50 ms for 150,000 of
-them), and watches those. A torch.compile'd model is found as its OptimizedModule, which is outside
-anything Dynamo traces, and its original module is watched with it, for the script that also calls
-that one; so is a DDP (or DataParallel) model's module, which Hugging Face's Trainer evaluates
-directly (its calls inside the DDP model's forward are that forward's). Only when start() finds
-none (the script builds its model inside the profile) do torch's global module hooks find the
-model as it is called: until the first update they count the nesting depth per thread, and a call
-at depth 0 into a module with parameters is a forward. The update (an optimizer's step, memcomm.step(),
-or in a loop with neither, such as the tutorials' weights updated by hand, the second backward: a whole
-iteration has run by then; kept for the run, the global hooks made such a loop 1.5 x slower) takes
-them off and watches the modules they saw called, and the roots alive then that were
-never called, with their parts (an EMA model, torch's AveragedModel, that a diffusion loop first
-calls to sample after an epoch: 200 of a DDPM loop's 324 forwards were lost), but no container
-without a forward of its own, which is never called (watched, its parameters counted as watched
-for every fold a k-fold loop added to it later). Either
-way the first optimizer step that found no forward looks once more, and so does the first step of
-each optimizer that updates parameters no watched module holds (a model compiled or built after
-start(), a student built after start() beside the teacher it found, whose no_grad calls were the
-only forwards, a model built after another was trained: k-fold, several Trainers in one script; or
-the children of a root that was never called: a container such as a ModuleDict of a GAN's two
-nets): its forward is lost, the later ones are not. That look searches the stepping frame and its
-callers first (their locals and what those hold two steps down: lists, dicts, attributes, a
-trainer's self.model) for modules that hold all of the optimizer's new parameters, and scans the
-heap only where those do not: a loop that clones its model per task (Reptile, MAML) paid some 55 ms
-a task. Of a holder it watches the module below any containers without a forward of their own (the
-fold's model, not the ModuleList of folds, whose parameters then counted as watched for every fold
-added later), never below a module with a forward (a compiled model's body runs compiled), and the
-children of a root it finds, through such containers at any depth, since the root may never be
-called (a LightningModule whose training_step calls self.net); a tensor that is no nn.Parameter (an
-adversarial perturbation with an optimizer per batch) is never looked for: no module holds it as a
-parameter. The global hooks are the fallback rather
-than the rule because of torch.compile: Dynamo guards a compiled graph on the number of global hooks,
-so removing them at the first step recompiled every compiled model (a second compile, seconds to
-minutes), and torch.compile(model) warned about them at each call. So while the global hooks are
-on, the class torch.compile(model) returns is watched too, and its first call, before it warns
-or compiles, takes them off and watches what start() would have found by then (the roots alive,
-so both of a GAN's), and the compiled model: one compile, no warning. Code Dynamo compiles
-otherwise (a compiled loss function or training step that calls the model, model.compile(), which
-compiles inside the module's own call) gets no call of memcomm's first, so the start of any
-compile while the global hooks are on (torch._dynamo's compile callbacks, _OnCompileStart) takes
-them off and watches the roots alive then, before Dynamo reads them: one compile there too (two
-before). A model built after such a compile is found at the first optimizer step, as above; but
-then a step without a forward does not watch the roots' children, whose classes compiled code may
-call (their wrappers would recompile it): its forward ran compiled, not in a container never called.
-
 Note [Hooks under torch.compile]: when Dynamo compiles a region it traces the Python it calls,
 and memcomm's wrappers and hooks are Python. Traced, a call into _memcomm is a graph break, and the
 wrappers' own state (this thread's open ranges) would be read when the graph is built, not when it
@@ -240,7 +194,6 @@ as Dynamo guards it on the number of torch's global optimizer hooks.
 """
 import dataclasses
 import functools
-import gc
 import inspect
 import itertools
 import sys
@@ -258,6 +211,8 @@ from memcomm._profiler import running
 from memcomm._profiler.codes import (ACTIVATION, BACKWARD, COMM, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER,
                                     STEP, exchange, now)
 from memcomm._profiler.future_callbacks import wait_for_release, without_our_wrappings
+from memcomm._profiler.models import (called_parts, has_parameters, is_container, module_roots, modules_in_frames,
+                                     parameters_of, wrapped_modules)
 from memcomm._profiler.when_loaded import WhenLoaded
 from memcomm._sharding import sharded_by
 
@@ -423,7 +378,7 @@ class PhaseHooks:
         self._optimizers_seen = weakref.WeakSet()
         self._updater_keys = _UpdaterKeys()
         self._unwatched_params = weakref.WeakSet()
-        models = given or _module_roots()
+        models = given or module_roots()
         if models:
             self._hook_modules(models)
         else:
@@ -479,9 +434,9 @@ class PhaseHooks:
     def _hook_modules(self, modules: List[torch.nn.Module]) -> None:
         """Watches `modules`' calls (Note [Forwards through the class]), and what each wraps (Note
         [Finding the model])."""
-        originals = [inner for m in modules for inner in _wrapped(m)]
+        originals = [inner for m in modules for inner in wrapped_modules(m)]
         self.modules_found = self.modules_found or bool(modules)
-        self.sharded = self.sharded or next(filter(None, (_SHARDED_BY.get(sharded_by(m, _parameters)) for m in modules)), None)
+        self.sharded = self.sharded or next(filter(None, (_SHARDED_BY.get(sharded_by(m, parameters_of)) for m in modules)), None)
         for m in modules + originals:
             self._watched.add(m)
             cls = type(m)
@@ -527,10 +482,10 @@ class PhaseHooks:
             self._global_handles.clear()
             self._hand_over_open_forward()
             called = list(self._roots)
-            uncalled = [m for m in _module_roots() + (also or []) if not any(m is f for f in called)]
+            uncalled = [m for m in module_roots() + (also or []) if not any(m is f for f in called)]
             if also is None:
-                uncalled = [m for m in uncalled if not _is_container(m)]
-                uncalled += [part for m in uncalled for part in _called_parts(m)]
+                uncalled = [m for m in uncalled if not is_container(m)]
+                uncalled += [part for m in uncalled for part in called_parts(m)]
             self._hook_modules(called + uncalled)
 
     def _look_again(self, trains_unwatched: bool = False, near: Optional[Tuple[Any, List[torch.Tensor]]] = None) -> None:
@@ -545,9 +500,9 @@ class PhaseHooks:
                 # unless Dynamo compiled something: then the roots' calls may have run in compiled code.
                 # So are those of a root found now (a fold's model kept in a ModuleList, a LightningModule
                 # whose training_step calls self.net): watched alone, every later forward was lost.
-                roots = (near and _modules_in_frames(*near)) or _module_roots()
+                roots = (near and modules_in_frames(*near)) or module_roots()
                 holders = list(self._watched) + [m for m in roots if m not in self._watched]
-                silent = [c for m in holders for c in _called_parts(m)] if not self.compiles else []
+                silent = [c for m in holders for c in called_parts(m)] if not self.compiles else []
                 self._hook_modules(roots + silent)
 
     # --- this thread's ranges ---
@@ -694,7 +649,7 @@ class PhaseHooks:
         return parameters.isdisjoint(self._watched_parameter_ids())
 
     def _watched_parameter_ids(self) -> Set[int]:
-        return {id(p) for m in self._watched for p in _parameters(m)}
+        return {id(p) for m in self._watched for p in parameters_of(m)}
 
     def _split_held(self, st: _ThreadState) -> None:
         """Ends the held step at its update and begins the next where it opened, as written unheld."""
@@ -779,7 +734,7 @@ class PhaseHooks:
             return
         st = self._state()
         st.depth += 1
-        if st.depth == 1 and st.fwd_frame is None and _has_parameters(module) and not _in_backward():
+        if st.depth == 1 and st.fwd_frame is None and has_parameters(module) and not _in_backward():
             frame, owner = _calling_forward(module)  # Note [Forwards called directly]
             if owner is None:
                 st.fwd_module = module
@@ -1325,24 +1280,6 @@ class _Restore:
             self._wrapper = wrapper
 
 
-def _wrapped(module: torch.nn.Module) -> List[torch.nn.Module]:
-    """The modules `module` wraps, outermost first, which the script also calls itself: a compiled
-    module's original, a DDP or DataParallel model's module (Hugging Face's Trainer evaluates it so)."""
-    parallel = tuple(getattr(sys.modules.get(name), kind, None) for name, kind in
-                     (("torch.nn.parallel.distributed", "DistributedDataParallel"),
-                      ("torch.nn.parallel.data_parallel", "DataParallel")))
-    parallel = tuple(k for k in parallel if k is not None)
-    found: List[torch.nn.Module] = []
-    while True:
-        inner = getattr(module, "_orig_mod", None)
-        if not isinstance(inner, torch.nn.Module) and parallel and isinstance(module, parallel):
-            inner = module.module
-        if not isinstance(inner, torch.nn.Module) or any(inner is f for f in found):
-            return found
-        found.append(inner)
-        module = inner
-
-
 def _compiler_tracing() -> bool:
     """Whether autograd is called by a compiler tracing a graph, not by the training: while torch.compile
     compiles a model, AOTAutograd differentiates the forward it traced, with fake tensors, inside that
@@ -1359,137 +1296,6 @@ def _optimized_module_class() -> type:
     """The class torch.compile(module) returns."""
     from torch._dynamo.eval_frame import OptimizedModule
     return OptimizedModule
-
-
-def _modules_in_frames(frame: Any, params: List[torch.Tensor]) -> List[torch.nn.Module]:
-    """The outermost modules that hold every one of `params`, found in the locals of `frame` and its
-    callers and what those hold (_values_in_frames), or [] when those do not hold them all.
-    A loop that builds a model per task (Reptile's clone, MAML's, k-fold's folds) found each with a scan
-    of the heap, some 55 ms a task that made the run 2.8 x slower (See Note [Finding the model])."""
-    wanted = {id(p) for p in params}
-    holders: List[torch.nn.Module] = []
-    for value in _values_in_frames(frame):
-        if type(value) is not type and issubclass(type(value), torch.nn.Module) and not any(value is h for h in holders):
-            if not wanted.isdisjoint(id(p) for p in _parameters(value)):
-                holders.append(_smallest_holder(value, wanted))
-    inner = {id(c) for h in holders for c in h.modules() if c is not h}
-    outermost = [h for h in holders if id(h) not in inner]
-    held = {id(p) for h in outermost for p in _parameters(h)}
-    return outermost if wanted <= held else []
-
-
-def _is_container(module: torch.nn.Module) -> bool:
-    """A module without a forward of its own (a ModuleList, a ModuleDict): it holds parts, never called."""
-    return type(module).forward is torch.nn.Module.forward
-
-
-def _called_parts(module: torch.nn.Module) -> List[torch.nn.Module]:
-    """The children of `module` with parameters, and in place of a container without a forward of its
-    own (a ModuleList, a ModuleDict), the parts it holds, at any depth: what a loop may call."""
-    parts: List[torch.nn.Module] = []
-    for child in module.children():
-        if not _has_parameters(child):
-            continue
-        parts.append(child)
-        if _is_container(child):
-            parts += _called_parts(child)
-    return parts
-
-
-def _smallest_holder(module: torch.nn.Module, wanted: Set[int]) -> torch.nn.Module:
-    """The model under the containers the loop keeps it in (a k-fold's ModuleList, a ModuleDict of
-    them: modules without a forward of their own) that holds all of `wanted` of their parameters.
-    Watched, a container's parameters counted as watched for every model added to it later, none of
-    whose calls is the container's; a module with a forward is not gone below (a compiled model's
-    body runs compiled, where no call is seen)."""
-    wanted = wanted & {id(p) for p in _parameters(module)}
-    while _is_container(module):
-        inner = [c for c in module.children() if wanted <= {id(p) for p in _parameters(c)}]
-        if len(inner) != 1:
-            break
-        module = inner[0]
-    return module
-
-
-def _values_in_frames(frame: Any, depth: int = 64, reach: int = 2, most: int = 20_000) -> Iterator[Any]:
-    """The local variables of `frame` and of up to `depth` callers, and what they hold up to `reach`
-    steps down (an object's attributes, a list's, tuple's or dict's first items: models kept per task
-    in a list, self.trainer.model), `most` values in all: a model found there spares a scan of the heap."""
-    seen: Set[int] = set()
-    level: List[Any] = []
-    while frame is not None and depth > 0:
-        level += list(frame.f_locals.values())
-        frame, depth = frame.f_back, depth - 1
-    for _ in range(reach + 1):
-        below: List[Any] = []
-        for value in level:
-            if id(value) in seen or len(seen) >= most:
-                continue
-            seen.add(id(value))
-            yield value
-            below += _held_by(value)
-        level = below
-
-
-def _held_by(value: Any, items: int = 64) -> List[Any]:
-    """What `value` holds: a list's, tuple's or dict's first `items` items, or an object's attributes
-    (not a module's or a class's). type(), not isinstance(): a proxy's __class__ or __getattr__ may
-    raise anything."""
-    kind = type(value)
-    if kind in (list, tuple):
-        return list(value[:items])
-    if kind is dict:
-        return list(itertools.islice(value.values(), items))
-    if issubclass(kind, (type, types.ModuleType, torch.nn.Module, torch.Tensor)):
-        return []
-    try:
-        attributes = object.__getattribute__(value, "__dict__")
-    except Exception:  # noqa: BLE001 (no __dict__: slots, an extension type)
-        return []
-    return list(itertools.islice(attributes.values(), items)) if type(attributes) is dict else []
-
-
-def _module_roots() -> List[torch.nn.Module]:
-    """The modules alive now that are no other module's child and have parameters (Note [Finding
-    the model])."""
-    modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]  # not o.__class__: proxies
-    children = {id(c) for m in modules for c in m._modules.values() if c is not None}
-    return [m for m in modules if id(m) not in children and _has_parameters(m)]
-
-
-# A module may refuse to list its parameters: torch.distributed.nn's RemoteModule (a module on another
-# RPC worker, held inside a local model as pytorch/examples' ddp_rpc does) raises ValueError for
-# parameters(), named_modules() and children(), and so does parameters() of any module holding one.
-# Such a module holds no parameter here; the rest of the tree is asked module by module.
-_REFUSALS = (ValueError, NotImplementedError, RuntimeError)
-
-
-def _has_parameters(module: torch.nn.Module) -> bool:
-    try:
-        return next(module.parameters(), None) is not None
-    except _REFUSALS:
-        return next(_parameters_module_by_module(module), None) is not None
-
-
-def _parameters(module: torch.nn.Module) -> List[torch.nn.Parameter]:
-    try:
-        return list(module.parameters())
-    except _REFUSALS:
-        return list(_parameters_module_by_module(module))
-
-
-def _parameters_module_by_module(module: torch.nn.Module) -> Iterator[torch.nn.Parameter]:
-    seen, todo = set(), [module]
-    while todo:
-        m = todo.pop()
-        if id(m) in seen:
-            continue
-        seen.add(id(m))
-        try:
-            yield from m.parameters(recurse=False)
-        except _REFUSALS:
-            continue
-        todo += [c for c in m._modules.values() if c is not None]
 
 
 def _fetched(next_batch: Callable[[], Any]) -> Tuple[Any, int]:
@@ -1585,7 +1391,7 @@ def _calling_forward(module: torch.nn.Module) -> Tuple[Any, Optional[torch.nn.Mo
     if f is None or f.f_code.co_name != "forward":
         return None, None
     owner = f.f_locals.get("self")
-    if owner is module or not isinstance(owner, torch.nn.Module) or not _has_parameters(owner):
+    if owner is module or not isinstance(owner, torch.nn.Module) or not has_parameters(owner):
         return None, None
     return f, owner
 
