@@ -38,11 +38,12 @@ struct Levels {
   std::int64_t live = 0, reserved = 0;
 };
 
-// What each event adds to the two figures, as `memory --at` folds them (AllocationBuilder, told that
-// PyTorch records every free's request): a block ends at its free request; a completion with no
-// request ends a block allocated in the trace, and is otherwise a block whose free was requested
-// before the trace began, never live in it (Note [Allocations before the trace]).
-std::vector<Levels> added_by(const std::vector<snapshot::Event>& events) {
+// What each event adds to the two figures, as `memory --at` folds them (AllocationBuilder): a block
+// ends at its free request; a completion with no request ends a block allocated in the trace, and is
+// otherwise a block whose free was requested before the trace began, never live in it (Note
+// [Allocations before the trace]), or, where no request is recorded, the free of a block allocated
+// before the trace (Note [A history without free requests]).
+std::vector<Levels> added_by(const std::vector<snapshot::Event>& events, bool requests_recorded) {
   std::vector<Levels> out(events.size());
   std::unordered_set<std::uint64_t> open;       // allocated in the trace, not yet freed
   std::unordered_set<std::uint64_t> requested;  // blocks freed by the user, their completion to come
@@ -60,7 +61,7 @@ std::vector<Levels> added_by(const std::vector<snapshot::Event>& events) {
         out[i] = {-size, 0};
         break;
       case EventKind::FreeCompleted:
-        if (requested.erase(e.addr) == 0 && open.erase(e.addr) == 1) out[i] = {-size, 0};
+        if (requested.erase(e.addr) == 0 && (open.erase(e.addr) == 1 || !requests_recorded)) out[i] = {-size, 0};
         break;
       case EventKind::SegmentAlloc:
       case EventKind::SegmentMap: out[i] = {0, size}; break;
@@ -92,7 +93,7 @@ struct Running {
 
 Running running_levels(const snapshot::Snapshot& snap, int device) {
   const std::vector<snapshot::Event>& events = snap.device_traces[static_cast<std::size_t>(device)];
-  const std::vector<Levels> added = added_by(events);
+  const std::vector<Levels> added = added_by(events, snap.free_requests_recorded());
   Running r;
   r.after.resize(events.size());
   Levels now = snap.has_segments ? end_state(snap, device) : Levels{};

@@ -3,6 +3,7 @@
 // the hand-built snapshot. tests/python/test_memory_viz_parity.py checks the same functions against
 // torch's memory_viz on the shared snapshots.
 #include "memcomm/snapshot/memory.hpp"
+#include "memcomm/snapshot/memory_rewind.hpp"
 #include "memcomm_test.hpp"
 #include "hand_snapshot.hpp"
 
@@ -19,6 +20,16 @@ prof::BlockInfo block(std::uint64_t addr, std::uint64_t size, std::uint32_t stac
   b.size = size;
   b.stack = stack;
   return b;
+}
+
+snap::Event event(prof::EventKind k, std::uint64_t addr, std::uint64_t size, std::int64_t us) {
+  snap::Event e;
+  e.kind = k;
+  e.addr = addr;
+  e.size = size;
+  e.time_us = us;
+  e.flags = snap::Event::kHasAddr;
+  return e;
 }
 }  // namespace
 
@@ -185,15 +196,7 @@ TEST_CASE("snapshot clock: a time earlier than the one before it is read as that
 
 TEST_CASE("snapshot memory: a free stamped before its allocation still ends after it", "[snapshot][memory]") {
   snap::Snapshot s;
-  auto ev = [](prof::EventKind k, std::uint64_t addr, std::uint64_t size, std::int64_t us) {
-    snap::Event e;
-    e.kind = k;
-    e.addr = addr;
-    e.size = size;
-    e.time_us = us;
-    e.flags = snap::Event::kHasAddr;
-    return e;
-  };
+  const auto ev = event;
   s.device_traces.push_back({ev(prof::EventKind::Alloc, 0x1000, 1 << 30, 100), ev(prof::EventKind::FreeRequested, 0x1000, 1 << 30, 99),
                              ev(prof::EventKind::FreeCompleted, 0x1000, 1 << 30, 99), ev(prof::EventKind::Alloc, 0x9000, 10, 200)});
   const snap::SnapshotAllocations sa = snap::snapshot_allocations(s);
@@ -201,6 +204,32 @@ TEST_CASE("snapshot memory: a free stamped before its allocation still ends afte
   CHECK(sa.steps_back.largest_us == 1);
   CHECK(prof::peak_live(sa.allocations).bytes == (1u << 30));  // read by its time_us, the block lived -1 us
   CHECK(prof::live_bytes(sa.allocations, 200'000) == 10);
+}
+
+TEST_CASE("snapshot memory: a history recorded without free requests frees each block at its completion",
+          "[snapshot][memory]") {
+  // Note [A history without free requests]: skip_actions=["free_requested"]. The block at 0x100 was
+  // allocated before the trace and lived until its completion; with requests recorded, a completion
+  // with no request is a block the user freed before the trace.
+  constexpr std::uint64_t kMiB = 1 << 20;
+  snap::Snapshot s;
+  s.device_traces.push_back({event(prof::EventKind::Alloc, 0x200, 4 * kMiB, 10),
+                             event(prof::EventKind::FreeCompleted, 0x100, 8 * kMiB, 20),
+                             event(prof::EventKind::FreeCompleted, 0x200, 4 * kMiB, 30)});
+  CHECK_FALSE(s.free_requests_recorded());
+  CHECK(prof::peak_live(snap::snapshot_allocations(s).allocations).bytes == 12 * kMiB);
+  snap::MemoryRewind rewind(s, 0);
+  rewind.undo(s.device_traces[0][2]);
+  rewind.undo(s.device_traces[0][1]);
+  REQUIRE(rewind.blocks().count(0x100));
+  CHECK_FALSE(rewind.blocks().at(0x100).pending);  // the user held it
+
+  s.device_traces[0].insert(s.device_traces[0].begin() + 2, event(prof::EventKind::FreeRequested, 0x200, 4 * kMiB, 29));
+  CHECK(s.free_requests_recorded());
+  CHECK(prof::peak_live(snap::snapshot_allocations(s).allocations).bytes == 4 * kMiB);
+  snap::Snapshot lone;  // nothing tells: PyTorch's default
+  lone.device_traces.push_back({event(prof::EventKind::FreeCompleted, 0x100, 8 * kMiB, 20)});
+  CHECK(lone.free_requests_recorded());
 }
 
 TEST_CASE("allocations: an end state without events is one moment, its peak and its end alike", "[allocations]") {

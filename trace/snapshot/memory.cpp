@@ -63,7 +63,7 @@ std::uint8_t device_byte(std::size_t d) { return static_cast<std::uint8_t>(std::
 }  // namespace
 
 SnapshotAllocations snapshot_allocations(const Snapshot& snap) {
-  prof::AllocationBuilder b(true);  // PyTorch records every free's request before its completion
+  prof::AllocationBuilder b(snap.free_requests_recorded());  // Note [A history without free requests]
   StreamIndex stream;
   std::int64_t begin = kMax, end = kMin;
   ClockStepsBack steps_back;

@@ -11,7 +11,7 @@ namespace {
 std::uint64_t round_block(std::uint64_t size) { return (std::max<std::uint64_t>(size, 1) + 511) / 512 * 512; }
 }  // namespace
 
-MemoryRewind::MemoryRewind(const Snapshot& snap, int device) {
+MemoryRewind::MemoryRewind(const Snapshot& snap, int device) : requests_recorded_(snap.free_requests_recorded()) {
   for (const auto& s : snap.segments) {
     if (s.device != device) continue;
     back(s.address, s.total_size, s.is_expandable);
@@ -27,8 +27,10 @@ void MemoryRewind::undo(const Event& e) {
     case EventKind::Alloc:
       if (!blocks_.erase(e.addr)) ++contradictions_;
       break;
-    case EventKind::FreeCompleted:  // before it, the block was held for its stream
-      if (!blocks_.emplace(e.addr, ActiveBlock{round_block(e.size), e.size, e.stream, true}).second) ++contradictions_;
+    case EventKind::FreeCompleted:  // before it, the block was held for its stream, or by the user where
+                                    // no request is recorded (Note [A history without free requests])
+      if (!blocks_.emplace(e.addr, ActiveBlock{round_block(e.size), e.size, e.stream, requests_recorded_}).second)
+        ++contradictions_;
       break;
     case EventKind::FreeRequested:  // before it, the user held the block
       if (auto it = blocks_.find(e.addr); it != blocks_.end()) it->second.pending = false;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -444,6 +445,18 @@ bool Snapshot::expandable_segments() const {
   return std::any_of(segments.begin(), segments.end(), [](const Segment& s) { return s.is_expandable; }) ||
          std::any_of(device_traces.begin(), device_traces.end(),
                      [&](const std::vector<Event>& t) { return std::any_of(t.begin(), t.end(), maps); });
+}
+
+bool Snapshot::free_requests_recorded() const {  // Note [A history without free requests]
+  for (const std::vector<Event>& trace : device_traces) {
+    std::unordered_set<std::uint64_t> allocated;  // in the trace, no request since
+    for (const Event& e : trace) {
+      if (e.kind == EventKind::FreeRequested) return true;
+      if (e.kind == EventKind::Alloc) allocated.insert(e.addr);
+      else if (e.kind == EventKind::FreeCompleted && allocated.count(e.addr)) return false;
+    }
+  }
+  return true;
 }
 
 std::size_t Snapshot::event_count() const {

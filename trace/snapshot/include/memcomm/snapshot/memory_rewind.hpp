@@ -66,6 +66,7 @@ class MemoryRewind {
   std::map<std::uint64_t, Range> backed_;          // by start address
   std::map<std::uint64_t, ActiveBlock> blocks_;    // active blocks by address
   std::uint64_t contradictions_ = 0;
+  bool requests_recorded_ = true;  // Note [A history without free requests]
 };
 
 }  // namespace memcomm::snapshot
