@@ -149,9 +149,9 @@ TEST_CASE("snapshot: well-formed pickles of the wrong shape are refused with the
 
 namespace {
 // {'device_traces': [[{'action': 'alloc', 'addr': addr, 'size': size, 'time_us': time_us}]]}
-std::string one_event_error(std::int64_t addr, std::int64_t size, std::int64_t time_us) {
+std::string one_event_error(std::int64_t addr, std::int64_t size, std::int64_t time_us, const char* action = "alloc") {
   PickleBuilder b;
-  b.proto(4).empty_dict().str("device_traces").empty_list().empty_list().empty_dict().mark().kv("action", "alloc")
+  b.proto(4).empty_dict().str("device_traces").empty_list().empty_list().empty_dict().mark().kv("action", action)
       .kv("addr", addr).kv("size", size).kv("time_us", time_us).setitems().op('a').op('a').op('s').stop();
   try {
     snap::parse_snapshot(b.data(), b.size(), "one.pickle");
@@ -202,6 +202,8 @@ TEST_CASE("snapshot: values no allocator writes are refused, not wrapped into fi
   CHECK(block_error(2 * MiB, 2 * MiB, 4 * MiB, "inactive") == "accepted");
   CHECK_THAT(one_event_error(4096, (std::int64_t{1} << 57) + 1, 1), Catch::Contains("more than any address space holds"));
   CHECK_THAT(one_event_error(4096, std::int64_t{1} << 62, 1), Catch::Contains("device_traces[0][0].size"));
+  // An out-of-memory event records what the script asked for: a shape computed wrong asks for petabytes.
+  CHECK(one_event_error(4096, std::int64_t{1} << 62, 1, "oom") == "accepted");
   CHECK_THAT(one_event_error(4096, 512, 9'300'000'000'000'000), Catch::Contains("time_us 9300000000000000 is out of range"));
   CHECK_THAT(one_event_error(4096, 512, -9'300'000'000'000'000), Catch::Contains("out of range"));
   CHECK(one_event_error(4096, 512, 9'223'372'036'854'775) == "accepted");  // its nanoseconds still fit

@@ -210,8 +210,8 @@ class Builder {
         }
       } else if (name == "device_free") {  // an oom event's: the device's free bytes then
         if (!val.is_none()) device_free = get_u64(doc_, val, [&] { return where(dev, idx, "device_free"); });
-      } else if (name == "size") {
-        e.size = get_bytes(doc_, val, [&] { return where(dev, idx, "size"); });
+      } else if (name == "size") {  // checked below: an oom's request may be any size
+        e.size = get_u64(doc_, val, [&] { return where(dev, idx, "size"); });
         have_size = true;
       } else if (name == "stream") {
         if (!val.is_none()) e.stream = get_int(doc_, val, [&] { return where(dev, idx, "stream"); });
@@ -224,6 +224,12 @@ class Builder {
       }
     }
     if (!have_action) throw_at(dev, idx, "event has no 'action'");
+    // The request an oom event records is what the script asked for, sane or not: a shape computed
+    // wrong asks for petabytes, and that file is the one to read (advise says so). A block's size is
+    // bounded as every other (kMaxBytes).
+    if (e.kind != EventKind::Oom && e.size > kMaxBytes)
+      throw ReadError(doc_.source(), kNoOffset,
+                      fmt::format("{}: {} bytes, more than any address space holds", where(dev, idx, "size"), e.size));
     if (e.kind == EventKind::Oom && device_free && !e.has_addr()) {  // an oom names no block: addr carries it
       e.addr = *device_free;
       e.flags |= Event::kHasDeviceFree;
