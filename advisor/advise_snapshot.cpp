@@ -9,7 +9,8 @@
 // of frees) gets no policy advice: its replay packs the live blocks in an order the run never had,
 // and what it "saves" is the cache PyTorch kept from an earlier peak. A snapshot memcomm's allocator
 // wrote is compared with memcomm's allocator, the policy it ran; one of the host's memory gets no
-// policy advice (PyTorch has no caching allocator there to switch to).
+// policy advice (PyTorch has no caching allocator there to switch to). memcomm's allocator serves no
+// private pool (a CUDA graph's, a MemPool's), so a run that had one is never told to use it.
 #include "memcomm/advisor/advise_snapshot.hpp"
 
 #include <fmt/format.h>
@@ -136,9 +137,13 @@ void snapshot_policy_rule(const snapshot::Snapshot& snap, std::vector<Advice>& o
     return;
   }
   const std::string current = current_policy(snap);
+  const bool private_pools = snap.has_private_pools();
+  if (private_pools && notes)
+    notes->push_back("its segments include private pools (CUDA graphs, torch.cuda.MemPool), which memcomm's allocator "
+                     "does not serve: it is not advised, and the replay put those pools' blocks in the default pool");
   std::string best = current;
   for (const auto& name : kPolicies)
-    if (p.reserved.at(name) < p.reserved.at(best)) best = name;
+    if (p.reserved.at(name) < p.reserved.at(best) && !(private_pools && name == "memcomm")) best = name;
   const std::uint64_t now = p.reserved.at(current), then = p.reserved.at(best);
   const std::uint64_t baseline = p.recorded ? std::min(now, p.recorded) : now;
   if (best == current || then >= baseline || double(baseline - then) < kMinSavingShare * double(baseline)) return;

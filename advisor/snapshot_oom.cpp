@@ -49,6 +49,20 @@ std::string when(const std::vector<snapshot::Event>& events, std::size_t i) {
   return fmt::format("event {} ({:.3f} s into the trace)", i, double(events[i].time_us - events.front().time_us) / 1e6);
 }
 
+// What to change where enough memory was free in pieces. memcomm's allocator serves no private pool
+// (CUDA graphs, MemPool), so a run with one is not told to use it.
+std::string fragmented_change(const snapshot::Snapshot& snap) {
+  const bool memcomm_fits = !snap.has_private_pools();
+  if (snap.expandable_segments())
+    return memcomm_fits ? "enough memory was free, in pieces, even with expandable segments: use memcomm's caching "
+                          "allocator (install_torch_cuda_allocator), or allocate the large buffers early"
+                        : "enough memory was free, in pieces, even with expandable segments: allocate the large "
+                          "buffers early (memcomm's allocator serves no CUDA graph or MemPool pool, which this run has)";
+  return std::string("enough memory was free, in pieces (fragmentation): set PYTORCH_CUDA_ALLOC_CONF="
+                     "expandable_segments:True") +
+         (memcomm_fits ? ", or use memcomm's caching allocator" : "");
+}
+
 Advice oom_advice(const snapshot::Snapshot& snap, int device, const OomAt& at) {
   const auto& e = snap.device_traces[std::size_t(device)][at.index];
   const MemoryLevels& m = at.levels;
@@ -67,12 +81,8 @@ Advice oom_advice(const snapshot::Snapshot& snap, int device, const OomAt& at) {
   else if (!fragmented)
     adv.change = "the memory was really full: shrink what is live at this point (a smaller micro-batch, activation "
                  "checkpointing, freeing tensors sooner) or use a device with more memory";
-  else if (snap.expandable_segments())
-    adv.change = "enough memory was free, in pieces, even with expandable segments: use memcomm's caching allocator "
-                 "(install_torch_cuda_allocator), or allocate the large buffers early";
   else
-    adv.change = "enough memory was free, in pieces (fragmentation): set PYTORCH_CUDA_ALLOC_CONF="
-                 "expandable_segments:True, or use memcomm's caching allocator";
+    adv.change = fragmented_change(snap);
   if (fragmented) adv.saving = double(e.size);  // the request would have fit in what was already reserved
   adv.evidence = fmt::format("device {}: out of memory at {} asking for {}: in blocks {}, reserved {} ({} free in the "
                              "cache), largest free block {}",

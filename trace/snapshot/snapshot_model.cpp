@@ -465,6 +465,11 @@ bool Snapshot::free_requests_recorded() const {  // Note [A history without free
   return true;
 }
 
+bool Snapshot::has_private_pools() const {
+  return std::any_of(segments.begin(), segments.end(),
+                     [](const Segment& s) { return s.pool_id != std::pair<std::int64_t, std::int64_t>{0, 0}; });
+}
+
 std::size_t Snapshot::event_count() const {
   std::size_t n = 0;
   for (const auto& d : device_traces) n += d.size();

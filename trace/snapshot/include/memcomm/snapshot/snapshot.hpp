@@ -136,6 +136,8 @@ class Snapshot {
   // trace does: with requests recorded, no completion frees a block the trace allocated without a
   // request between them. A trace with neither requests nor such a completion keeps the default.
   bool free_requests_recorded() const;
+  // Whether a segment is in a private pool (a CUDA graph's, a torch.cuda.MemPool's): pool_id not (0, 0).
+  bool has_private_pools() const;
   // The devices the file knows: one per device_traces list, and those its segments are on (a host
   // snapshot's lists below 255 only place its own: Note [A host snapshot's device]).
   std::set<int> devices() const;
