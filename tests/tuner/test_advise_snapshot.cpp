@@ -286,6 +286,29 @@ TEST_CASE("the policy replay advises the policy that reserves least, with the by
   CHECK(advise::advise_snapshot(growing(false), no_replay()).empty());
 }
 
+TEST_CASE("a run with a private pool (CUDA graphs, MemPool) is never told to use memcomm's allocator, which serves none",
+          "[advisor][snapshot]") {
+  auto s = growing(false);
+  snapshot::Segment graph_pool;
+  graph_pool.address = kBase + 16 * 1024 * kMiB;
+  graph_pool.total_size = 2 * kMiB;
+  graph_pool.pool_id = {1, 0};
+  s.segments.push_back(graph_pool);
+  s.has_segments = true;
+  std::vector<std::string> notes;
+  for (const auto& a : advise::advise_snapshot(s, {}, &notes)) CHECK_FALSE(has(a.change, "memcomm"));
+  REQUIRE(notes.size() == 1);
+  CHECK(has(notes[0], "private pools (CUDA graphs, torch.cuda.MemPool), which memcomm's allocator does not serve"));
+  // Its OOM in pieces, already on expandable segments: allocate early, not memcomm's allocator.
+  auto oom = checkerboard();
+  oom.segments[0].pool_id = {1, 0};
+  oom.settings.present = oom.settings.expandable_segments = true;
+  oom.device_traces[0] = {ev(EventKind::Oom, 0, 3 * kMiB, 1'000'000)};
+  const auto advice = advise::advise_snapshot(oom, no_replay());
+  REQUIRE(advice.size() == 1);
+  CHECK(has(advice.front().change, "allocate the large buffers early (memcomm's allocator serves no CUDA graph"));
+}
+
 TEST_CASE("the policy replay of memcomm's own snapshot compares with memcomm's allocator, the run's", "[advisor][snapshot]") {
   // A snapshot memcomm's allocator wrote (python -m memcomm --allocator cpu --snapshot) was read as
   // PyTorch's without expandable segments: "set expandable_segments:True", the saving counted from
