@@ -175,7 +175,7 @@ void add_memory(CLI::App& app, Args& a, Subcommands& s) {
   s.memory->add_flag("--events", a.memory.events,
                      "snapshots: every event of each device's trace instead, in order, as memory_viz's trace lists "
                      "them (all of them: --rows does not apply), with the bytes live and reserved after each and "
-                     "the innermost Python frame");
+                     "the innermost Python frame (and its compile context and user metadata, where recorded)");
   s.compare = app.add_subcommand("compare", "What grew between two PyTorch memory snapshots (or traces): live bytes "
                                             "by allocation stack in each, largest growth first");
   s.compare->add_option("BEFORE", a.before, "earlier snapshot or trace")->required()->check(memcomm::existing_file());

@@ -169,9 +169,16 @@ class Sites {
   std::string none_;  // an event with no stack: shown_frame's answer for it
 };
 
-std::string note(Sites& sites, const snapshot::Event& e) {
-  if (e.kind == EventKind::Oom && e.device_free()) return fmt::format("{} free on the device", format_bytes(*e.device_free()));
-  return sites.of(e.stack);
+// The site column: the event's site, or an oom's free bytes, then its compile context and user
+// metadata where it has them (memory_viz's tooltip shows both).
+std::string note(const snapshot::Snapshot& snap, Sites& sites, const snapshot::Event& e, const snapshot::EventNotes* notes) {
+  std::string text = e.kind == EventKind::Oom && e.device_free()
+                         ? fmt::format("{} free on the device", format_bytes(*e.device_free()))
+                         : sites.of(e.stack);
+  if (notes && notes->compile_context != snapshot::kNoNote)
+    text += fmt::format(" [compile context: {}]", snap.str(notes->compile_context));
+  if (notes && notes->user_metadata != snapshot::kNoNote) text += fmt::format(" [user metadata: {}]", snap.str(notes->user_metadata));
+  return text;
 }
 
 void print_text_device(const snapshot::Snapshot& snap, int device, const std::vector<std::int64_t>& times, Sites& sites,
@@ -193,17 +200,20 @@ void print_text_device(const snapshot::Snapshot& snap, int device, const std::ve
     const std::string addr = e.has_addr() && e.kind != EventKind::Oom ? fmt::format("{:#x}", e.addr) : "-";
     fmt::print(out, "{:>12.6f}  {:<15} {:>16} {:>18} {:>11} {:>11} {:>11}  {}\n", static_cast<double>(times[i]) / 1e9,
                snap.action_label(e), e.stream, addr, format_bytes(e.size), signed_bytes(after[i].live, relative),
-               signed_bytes(after[i].reserved, relative), note(sites, e));
+               signed_bytes(after[i].reserved, relative),
+               note(snap, sites, e, snap.notes_of(static_cast<std::size_t>(device), i)));
   }
 }
 
 nlohmann::json event_json(const snapshot::Snapshot& snap, const snapshot::Event& e, std::int64_t t, const Levels& after,
-                          Sites& sites) {
+                          Sites& sites, const snapshot::EventNotes* notes) {
   nlohmann::json j{{"t_ns", t}, {"action", std::string(snap.action_label(e))}, {"stream", e.stream},
                    {"size", e.size}, {"live", after.live}, {"reserved", after.reserved},
                    {"site", sites.of(e.stack)}};
   if (e.kind == EventKind::Oom) j["device_free"] = e.device_free() ? nlohmann::json(*e.device_free()) : nlohmann::json();
   else j["addr"] = e.has_addr() ? nlohmann::json(e.addr) : nlohmann::json();
+  if (notes && notes->compile_context != snapshot::kNoNote) j["compile_context"] = std::string(snap.str(notes->compile_context));
+  if (notes && notes->user_metadata != snapshot::kNoNote) j["user_metadata"] = std::string(snap.str(notes->user_metadata));
   return j;
 }
 
@@ -219,7 +229,8 @@ void print_json(const std::string& file, const snapshot::Snapshot& snap, const s
     fmt::print(out, "{}\n {{\"device\": {}, \"before\": {{\"live\": {}, \"reserved\": {}}}, \"events\": [", k ? "," : "", d,
                levels.before.live, levels.before.reserved);
     for (std::size_t i = 0; i < events.size(); ++i)
-      fmt::print(out, "{}\n  {}", i ? "," : "", json_text(event_json(snap, events[i], times[d][i], levels.after[i], sites)));
+      fmt::print(out, "{}\n  {}", i ? "," : "", json_text(event_json(snap, events[i], times[d][i], levels.after[i], sites,
+                                                                     snap.notes_of(static_cast<std::size_t>(d), i))));
     fmt::print(out, "]}}");
   }
   fmt::print(out, "]}}\n");

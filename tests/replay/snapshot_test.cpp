@@ -213,6 +213,26 @@ TEST_CASE("snapshot: values no allocator writes are refused, not wrapped into fi
   CHECK_THAT(segment_error(255), Catch::Contains("device 255 is out of range"));
 }
 
+TEST_CASE("snapshot: an event's compile context and user metadata are kept, torch's placeholders are not", "[snapshot]") {
+  // {'device_traces': [[{alloc, compile_context, user_metadata}, {free_requested, 'N/A', ''}]]}
+  PickleBuilder b;
+  b.proto(4).empty_dict().str("device_traces").empty_list().empty_list();
+  b.empty_dict().mark().kv("action", "alloc").kv("addr", 4096).kv("size", 512)
+      .kv("compile_context", "torch/_inductor: compiled graph 0/1").kv("user_metadata", "phase=warmup").setitems().op('a');
+  b.empty_dict().mark().kv("action", "free_requested").kv("addr", 4096).kv("size", 512)
+      .kv("compile_context", "N/A").kv("user_metadata", "").setitems().op('a');
+  b.op('a').op('s').stop();
+  const snap::Snapshot s = snap::parse_snapshot(b.data(), b.size(), "notes.pickle");
+  const snap::EventNotes* notes = s.notes_of(0, 0);
+  REQUIRE(notes != nullptr);
+  CHECK(s.str(notes->compile_context) == "torch/_inductor: compiled graph 0/1");
+  CHECK(s.str(notes->user_metadata) == "phase=warmup");
+  CHECK(s.notes_of(0, 1) == nullptr);
+  snap::ParseOptions replay;  // replay keeps no frames, nor notes
+  replay.keep_frames = false;
+  CHECK(snap::parse_snapshot(b.data(), b.size(), "notes.pickle", replay).notes_of(0, 0) == nullptr);
+}
+
 TEST_CASE("snapshot: memcomm's host snapshot is device 255, as every tool names the host (Note [A host snapshot's device])",
           "[snapshot]") {
   const auto build = [](bool host) {

@@ -191,6 +191,7 @@ class Builder {
     Event e;
     bool have_action = false, have_size = false;
     std::optional<std::uint64_t> device_free;
+    EventNotes notes;
     const auto& items = doc_.container(v).items;
     for (std::size_t k = 0; k + 1 < items.size(); k += 2) {
       const Value& key = items[k];
@@ -221,9 +222,12 @@ class Builder {
           throw_at(dev, idx, fmt::format("time_us {} is out of range", e.time_us));
       } else if (name == "frames") {
         if (opts_.keep_frames) e.stack = stack(val);
+      } else if (name == "compile_context" || name == "user_metadata") {
+        if (opts_.keep_frames) note(name, val, notes);
       }
     }
     if (!have_action) throw_at(dev, idx, "event has no 'action'");
+    snap_.set_notes(dev, idx, notes);
     // The request an oom event records is what the script asked for, sane or not: a shape computed
     // wrong asks for petabytes, and that file is the one to read (advise says so). A block's size is
     // bounded as every other (kMaxBytes).
@@ -367,9 +371,18 @@ class Builder {
     std::vector<Event> events = std::move(snap_.device_traces[0]);
     snap_.device_traces.assign(std::size_t{prof::kHostDevice} + 1, {});
     snap_.device_traces[prof::kHostDevice] = std::move(events);
+    snap_.move_notes(0, prof::kHostDevice);
   }
 
   // Interns the stack behind a frames list; the same pickle list object maps to the same stack.
+  // An event's compile_context or user_metadata (EventNotes): a string that says something, or none.
+  void note(std::string_view name, const Value& v, EventNotes& notes) {
+    if (v.kind != Kind::string) return;
+    const std::string_view text = doc_.text(v);
+    if (text.empty() || text == "N/A") return;
+    (name == "compile_context" ? notes.compile_context : notes.user_metadata) = snap_.intern_string(text);
+  }
+
   std::uint32_t stack(const Value& v) {
     if (v.kind != Kind::list && v.kind != Kind::tuple) return kNoStack;
     if (stack_of_container_[v.ref] != kUnset) return stack_of_container_[v.ref];
@@ -463,6 +476,22 @@ bool Snapshot::free_requests_recorded() const {  // Note [A history without free
     }
   }
   return true;
+}
+
+const EventNotes* Snapshot::notes_of(std::size_t device, std::size_t index) const {
+  const auto it = notes_.find(note_key(device, index));
+  return it == notes_.end() ? nullptr : &it->second;
+}
+
+void Snapshot::set_notes(std::size_t device, std::size_t index, const EventNotes& notes) {
+  if (!notes.empty()) notes_[note_key(device, index)] = notes;
+}
+
+void Snapshot::move_notes(std::size_t from, std::size_t to) {
+  std::unordered_map<std::uint64_t, EventNotes> moved;
+  for (const auto& [key, notes] : notes_)
+    moved.emplace(key >> 48 == from ? note_key(to, key & ((std::uint64_t{1} << 48) - 1)) : key, notes);
+  notes_ = std::move(moved);
 }
 
 bool Snapshot::has_private_pools() const {

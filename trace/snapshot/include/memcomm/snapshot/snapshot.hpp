@@ -64,6 +64,17 @@ struct Event {
 };
 static_assert(sizeof(Event) == 40, "Event is kept small: a trace holds tens of thousands");
 
+// What memory_viz shows beside an event's stack, kept apart from Event (most events have neither):
+// the torch.compile context the allocation ran in (_record_memory_history(compile_context=True);
+// torch writes "N/A" without it, kept as none) and the user's metadata (torch.cuda.memory's
+// _set_memory_metadata; "" when unset). String ids (Snapshot::str), or kNoNote.
+inline constexpr std::uint32_t kNoNote = ~std::uint32_t{0};
+struct EventNotes {
+  std::uint32_t compile_context = kNoNote;
+  std::uint32_t user_metadata = kNoNote;
+  bool empty() const { return compile_context == kNoNote && user_metadata == kNoNote; }
+};
+
 enum class BlockState : std::uint8_t { active_allocated, active_pending_free, inactive, other };
 
 struct Block {
@@ -155,6 +166,11 @@ class Snapshot {
   void release_interning();
   // The event's action as the file spells it ("alloc", "snapshot", "some_future_action").
   std::string_view action_label(const Event& e) const;
+  // The notes of device_traces[device][index] (EventNotes), or nullptr where it has none.
+  const EventNotes* notes_of(std::size_t device, std::size_t index) const;
+  void set_notes(std::size_t device, std::size_t index, const EventNotes& notes);
+  // Moves every note of `from`'s events to `to`'s (a host snapshot read as device 255).
+  void move_notes(std::size_t from, std::size_t to);
 
   // Interning, used while building (and by tests that build snapshots by hand).
   std::uint32_t intern_string(std::string_view s);
@@ -170,6 +186,10 @@ class Snapshot {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> stacks_;                 // (offset, count)
   std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> stack_buckets_;  // hash -> stack ids
   bool released_ = false;  // release_interning() ran: the three maps above are to be rebuilt
+  std::unordered_map<std::uint64_t, EventNotes> notes_;  // by note_key(device, index)
+  static std::uint64_t note_key(std::size_t device, std::size_t index) {
+    return std::uint64_t{device} << 48 | std::uint64_t{index};
+  }
   void reindex();
 };
 
