@@ -242,7 +242,8 @@ class Builder {
     // reading it as 0 bytes at address 0 would fold wrong figures silently.
     if (is_block_action(e.kind) && !have_size) throw_at(dev, idx, "event has no 'size'");
     if (is_block_action(e.kind) && !e.has_addr()) throw_at(dev, idx, "event has no 'addr'");
-    if (e.addr + e.size < e.addr) throw_at(dev, idx, "its block wraps past the top of the address space");
+    if (e.kind != EventKind::Oom && e.addr + e.size < e.addr)  // an oom's addr is its device_free: no block
+      throw_at(dev, idx, "its block wraps past the top of the address space");
     return e;
   }
 

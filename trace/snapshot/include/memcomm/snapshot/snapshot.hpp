@@ -14,8 +14,8 @@
 //   allocator_settings (absent in old files).
 // A pickle that holds a list is torch.cuda.memory_snapshot()'s: the segments alone, as _memory_viz
 // also takes them.
-// Extra keys (compile_context, user_metadata, external_annotations...) are ignored; an oom event's
-// device_free is kept (Event::device_free).
+// An event's compile_context and user_metadata are kept as its EventNotes, an oom event's device_free
+// in the event (Event::device_free); other keys (external_annotations...) are ignored.
 // Note [Snapshot actions]: an event's action is the prof::EventKind of the same name (PyTorch's
 // action names are kind_name()'s spellings), so the replay and the viewer read snapshots and
 // memcomm traces in one vocabulary. `oom` may have no addr. Actions that are no allocator event,
