@@ -211,7 +211,7 @@ from memcomm._profiler import running
 from memcomm._profiler.codes import (ACTIVATION, BACKWARD, COMM, DATA_WAIT, FORWARD, INPUT, KEEP, OPT_STATE, OPTIMIZER,
                                     STEP, exchange, now)
 from memcomm._profiler.future_callbacks import wait_for_release, without_our_wrappings
-from memcomm._profiler.models import (called_parts, has_parameters, is_container, module_roots, modules_in_frames,
+from memcomm._profiler.models import (callable_parts, called_parts, has_parameters, module_roots, modules_in_frames,
                                      parameters_of, wrapped_modules)
 from memcomm._profiler.when_loaded import WhenLoaded
 from memcomm._sharding import sharded_by
@@ -339,6 +339,8 @@ class PhaseHooks:
         self._models = [weakref.ref(m) for m in models]  # weak: Note [Nothing left after stop]
         self._roots = _WeakModules()                  # outermost modules the global hooks found
         self._watched = _WeakModules()                # modules whose calls are forwards (_hook_modules)
+        self._guessed = _WeakModules()                # of them, models never called when watched (_watch_guessed)
+        self._guessed_parameters: Set[int] = set()    # ... and the ids of their parameters then
         self._global_handles: List[Any] = []
         self._handles: List[Any] = []
         self._lock = threading.RLock()  # a compile callback may come while this thread holds it
@@ -372,7 +374,8 @@ class PhaseHooks:
         self.ended_by_exception = False
         self.modules_found, self.sharded = False, None
         add = self._handles.append
-        self._roots, self._watched = _WeakModules(), _WeakModules()
+        self._roots, self._watched, self._guessed = _WeakModules(), _WeakModules(), _WeakModules()
+        self._guessed_parameters = set()
         given = [m for m in (ref() for ref in self._models) if m is not None]
         self._looked_again = bool(given)
         self._optimizers_seen = weakref.WeakSet()
@@ -403,7 +406,8 @@ class PhaseHooks:
                 h.remove()
             self._handles.clear()
             self._global_handles.clear()
-            self._roots, self._watched = _WeakModules(), _WeakModules()
+            self._roots, self._watched, self._guessed = _WeakModules(), _WeakModules(), _WeakModules()
+            self._guessed_parameters = set()
 
     def forget_in_forked_child(self) -> None:
         """In a process forked while these hooks ran, which profiles anew: removes every hook. The
@@ -472,8 +476,8 @@ class PhaseHooks:
 
     def _narrow_hooks(self, also: Optional[List[torch.nn.Module]] = None) -> None:
         """From the first step on, only the modules found are hooked (Note [Phases from hooks]): those
-        called so far, and the roots alive; at a compile's start, also containers and `also` (a compiled
-        model); at the first update, the parts of roots never called instead (Note [Finding the model])."""
+        called so far, and at a compile's start the roots alive and `also` (a compiled model), at the
+        first update the roots alive that were never called (Note [Finding the model])."""
         with self._lock:
             if not self._global_handles or running.profiler is not self._owner:
                 return
@@ -482,11 +486,21 @@ class PhaseHooks:
             self._global_handles.clear()
             self._hand_over_open_forward()
             called = list(self._roots)
-            uncalled = [m for m in module_roots() + (also or []) if not any(m is f for f in called)]
-            if also is None:
-                uncalled = [m for m in uncalled if not is_container(m)]
-                uncalled += [part for m in uncalled for part in called_parts(m)]
-            self._hook_modules(called + uncalled)
+            if also is not None:
+                self._hook_modules(called + [m for m in module_roots() + also if not any(m is f for f in called)])
+                return
+            self._hook_modules(called)
+            uncalled = [m for m in module_roots() if m not in self._watched]
+            self._watch_guessed([part for m in uncalled for part in callable_parts(m)])
+
+    def _watch_guessed(self, modules: List[torch.nn.Module]) -> None:
+        """Watches models the loop has not called yet; their parameters count as watched as they are now
+        (Note [Finding the model])."""
+        fresh = [m for m in modules if m not in self._watched]
+        self._hook_modules(fresh)
+        for m in fresh:
+            self._guessed.add(m)
+            self._guessed_parameters.update(id(p) for p in parameters_of(m))
 
     def _look_again(self, trains_unwatched: bool = False, near: Optional[Tuple[Any, List[torch.Tensor]]] = None) -> None:
         """The first step that recorded no forward, or whose optimizer updates parameters no watched
@@ -649,7 +663,8 @@ class PhaseHooks:
         return parameters.isdisjoint(self._watched_parameter_ids())
 
     def _watched_parameter_ids(self) -> Set[int]:
-        return {id(p) for m in self._watched for p in parameters_of(m)}
+        found = {id(p) for m in self._watched if m not in self._guessed for p in parameters_of(m)}
+        return found | self._guessed_parameters
 
     def _split_held(self, st: _ThreadState) -> None:
         """Ends the held step at its update and begins the next where it opened, as written unheld."""
@@ -711,6 +726,8 @@ class PhaseHooks:
                 st.stepless_forward_ns = st.stepless_forward_ns or now()
             elif not st.stepless_with_grad:  # forwards without gradients before it were an evaluation's
                 st.stepless_forward_ns, st.stepless_with_grad = now(), True
+                if id(module) in st.frozen_modules:  # of this model: an evaluation (Note [A frozen model's forward on the step's batch])
+                    st.frozen_wait_ns = 0
 
     # Forward: one module (profile(model=...)).
     def _model_pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -775,8 +792,6 @@ class PhaseHooks:
             st = self._state()
             if st.in_backward or _in_backward():  # reentrant checkpointing's, on autograd's device thread too
                 return original(*args, **kwargs)
-            if self._global_handles and self.backwards and not self.step_ends:
-                self._narrow_hooks()  # a loop with no update (Note [Finding the model])
             st.in_backward = True
             self.backwards += 1
             if not _in_forward(st):  # one inside a forward (forces from autograd.grad) is that forward's
@@ -961,8 +976,6 @@ class PhaseHooks:
             st.step_open = False
         self.step_ends += 1
         wait_for_release()  # Note [Python callables released on torch's threads]
-        if self._global_handles:
-            self._narrow_hooks()
 
     # Data-loader wait (memcomm.loader; any DataLoader: Note [Batches from any DataLoader]).
     def _wrap_data_loader(self) -> None:

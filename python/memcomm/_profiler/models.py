@@ -9,14 +9,21 @@ that one; so is a DDP (or DataParallel) model's module, which Hugging Face's Tra
 directly (its calls inside the DDP model's forward are that forward's). Only when start() finds
 none (the script builds its model inside the profile) do torch's global module hooks find the
 model as it is called: until the first update they count the nesting depth per thread, and a call
-at depth 0 into a module with parameters is a forward. The update (an optimizer's step, memcomm.step(),
-or in a loop with neither, such as the tutorials' weights updated by hand, the second backward: a whole
-iteration has run by then; kept for the run, the global hooks made such a loop 1.5 x slower) takes
-them off and watches the modules they saw called, and the roots alive then that were
-never called, with their parts (an EMA model, torch's AveragedModel, that a diffusion loop first
-calls to sample after an epoch: 200 of a DDPM loop's 324 forwards were lost), but no container
-without a forward of its own, which is never called (watched, its parameters counted as watched
-for every fold a k-fold loop added to it later). Either
+at depth 0 into a module with parameters is a forward. The first update (an optimizer's step or a
+GradScaler's; a loop that updates by hand keeps them, and pays for them at every module call, 1.5 x
+on the tutorials' manual SGD, since nothing would find a model it builds later) takes them off and
+watches the modules they saw called, and the roots alive then that it never called, with their
+parts: an EMA model (torch's AveragedModel) that a diffusion loop first calls to sample after an
+epoch (200 of a DDPM loop's 324 forwards were lost). They are found by a scan of the heap, once per
+run (some 80 ms for 160,000 objects, between steps 1 and 2), not in the frames that stepped as the
+look below searches: on Python < 3.13 reading a function's f_locals stores a copy of them on its
+frame, which kept the first iteration's tensors (its logits, its batch) alive until the training
+function returned. Of a container
+without a forward of its own (a ModuleDict of a GAN's nets, timm's ModelEmaV2) only its parts are
+watched: it is never called, and watched, its parameters counted as watched for every fold a k-fold
+loop added to it later. The parameters of such models, watched on a guess, count as watched as they
+were then: a model that holds a ModuleList of folds grew with each fold, whose own optimizer then
+never looked for it (11 of 31 forwards recorded). Either
 way the first optimizer step that found no forward looks once more, and so does the first step of
 each optimizer that updates parameters no watched module holds (a model compiled or built after
 start(), a student built after start() beside the teacher it found, whose no_grad calls were the
@@ -84,10 +91,16 @@ def modules_in_frames(frame: Any, params: List[torch.Tensor]) -> List[torch.nn.M
         if type(value) is not type and issubclass(type(value), torch.nn.Module) and not any(value is h for h in holders):
             if not wanted.isdisjoint(id(p) for p in parameters_of(value)):
                 holders.append(_smallest_holder(value, wanted))
-    inner = {id(c) for h in holders for c in h.modules() if c is not h}
+    inner = {id(c) for h in holders for c in _descendants(h)}
     outermost = [h for h in holders if id(h) not in inner]
     held = {id(p) for h in outermost for p in parameters_of(h)}
     return outermost if wanted <= held else []
+
+
+def callable_parts(module: torch.nn.Module) -> List[torch.nn.Module]:
+    """What of a model never called a loop may call: the model and its parts, or a container's parts alone."""
+    parts = called_parts(module)
+    return parts if is_container(module) else [module] + parts
 
 
 def is_container(module: torch.nn.Module) -> bool:
@@ -99,7 +112,7 @@ def called_parts(module: torch.nn.Module) -> List[torch.nn.Module]:
     """The children of `module` with parameters, and in place of a container without a forward of its
     own (a ModuleList, a ModuleDict), the parts it holds, at any depth: what a loop may call."""
     parts: List[torch.nn.Module] = []
-    for child in module.children():
+    for child in _children(module):
         if not has_parameters(child):
             continue
         parts.append(child)
@@ -116,11 +129,25 @@ def _smallest_holder(module: torch.nn.Module, wanted: Set[int]) -> torch.nn.Modu
     body runs compiled, where no call is seen)."""
     wanted = wanted & {id(p) for p in parameters_of(module)}
     while is_container(module):
-        inner = [c for c in module.children() if wanted <= {id(p) for p in parameters_of(c)}]
+        inner = [c for c in _children(module) if wanted <= {id(p) for p in parameters_of(c)}]
         if len(inner) != 1:
             break
         module = inner[0]
     return module
+
+
+def _children(module: torch.nn.Module) -> List[torch.nn.Module]:
+    """The modules `module` holds, read from its _modules: a RemoteModule refuses children() (_REFUSALS)."""
+    return [c for c in dict.values(module._modules) if c is not None]
+
+
+def _descendants(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """The modules below `module` at any depth (modules() but itself, and asking none to list them)."""
+    todo = _children(module)
+    while todo:
+        m = todo.pop()
+        yield m
+        todo += _children(m)
 
 
 def _values_in_frames(frame: Any, depth: int = 64, reach: int = 2, most: int = 20_000) -> Iterator[Any]:
