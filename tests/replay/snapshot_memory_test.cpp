@@ -208,7 +208,7 @@ TEST_CASE("snapshot memory: a free stamped before its allocation still ends afte
 
 TEST_CASE("snapshot memory: a history recorded without free requests frees each block at its completion",
           "[snapshot][memory]") {
-  // Note [A history without free requests]: skip_actions=["free_requested"]. The block at 0x100 was
+  // See Note [A history without free requests]: skip_actions=["free_requested"]. The block at 0x100 was
   // allocated before the trace and lived until its completion; with requests recorded, a completion
   // with no request is a block the user freed before the trace.
   constexpr std::uint64_t kMiB = 1 << 20;
