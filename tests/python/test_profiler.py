@@ -915,6 +915,28 @@ def test_a_model_built_after_another_was_trained_is_found_at_its_first_update(tm
     assert counts.get("forward") == 3 + 2 + 1 and counts.get("step") == 8, counts  # each model's first is lost
 
 
+def test_looking_for_a_model_keeps_no_tensor_of_the_loop_alive(tmp_path, tool):
+    # See Note [Locals read without keeping them]: the look for the second model, at its first update,
+    # read the training function's locals, and kept that iteration's output until the function returned.
+    out = check("""
+        import gc, weakref
+        def train(model):
+            opt, refs = torch.optim.SGD(model.parameters(), lr=0.1), []
+            for x, y in batches(3):
+                out = model(x)
+                refs.append(weakref.ref(out))
+                loss = crit(out, y)
+                opt.zero_grad(); loss.backward(); opt.step()
+            del out, loss, x, y
+            gc.collect()
+            print("alive", [r() is not None for r in refs])
+        with memcomm.profile(trace=sys.argv[1]):
+            train(make_model())
+            train(make_model())
+    """, str(tmp_path / "kept.mct"))
+    assert out.count("alive [False, False, False]") == 2, out
+
+
 def test_an_unchanged_loop_over_a_data_loader_records_its_waits(tmp_path, tool):
     # See Note [Batches from any DataLoader]: without memcomm.loader every step read data_wait 0 on a run
     # that waited for its data most of the time; an evaluation's batches make no steps; memcomm.loader over a

@@ -55,6 +55,7 @@ then a step without a forward does not watch the roots' children, whose classes 
 call (their wrappers would recompile it): its forward ran compiled, not in a container never called.
 """
 import gc
+import inspect
 import itertools
 import sys
 import types
@@ -150,6 +151,24 @@ def _descendants(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
         todo += _children(m)
 
 
+# Note [Locals read without keeping them]: before Python 3.13 (PEP 667), reading a function frame's
+# f_locals copies its variables into a dict the frame keeps until it returns (the next read refreshes
+# it): a look for the model at an update kept that moment's tensors (an iteration's output, its batch)
+# alive for the rest of the training function. So the copy is emptied once read. The function's own
+# variables are not in it, and a tracer (a debugger) refreshes it before writing it back. A module's
+# frame has its namespace as f_locals, no copy, and is left as it is.
+_LOCALS_COPIED = sys.version_info < (3, 13)
+
+
+def _frame_locals(frame: Any) -> List[Any]:
+    """The values of `frame`'s local variables (Note [Locals read without keeping them])."""
+    names = frame.f_locals
+    values = list(names.values())
+    if _LOCALS_COPIED and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        names.clear()
+    return values
+
+
 def _values_in_frames(frame: Any, depth: int = 64, reach: int = 2, most: int = 20_000) -> Iterator[Any]:
     """The local variables of `frame` and of up to `depth` callers, and what they hold up to `reach`
     steps down (an object's attributes, a list's, tuple's or dict's first items: models kept per task
@@ -157,7 +176,7 @@ def _values_in_frames(frame: Any, depth: int = 64, reach: int = 2, most: int = 2
     seen: Set[int] = set()
     level: List[Any] = []
     while frame is not None and depth > 0:
-        level += list(frame.f_locals.values())
+        level += _frame_locals(frame)
         frame, depth = frame.f_back, depth - 1
     for _ in range(reach + 1):
         below: List[Any] = []
