@@ -115,7 +115,7 @@ TEST_CASE("NCCL kernels are flagged as communication", "[cupti][unit]") {
   CHECK(sp[0].as<ComputeEvent>().sub == 1);
   CHECK(f.text(sp[0].as<ComputeEvent>().arg) == "ncclDevKernel_AllReduce_Sum_f32()");
   CHECK(sp[1].as<ComputeEvent>().sub == 0);
-  CHECK(f.conv.stats().nccl_kernels == 1);
+  CHECK(f.conv.stats().comm_kernels == 1);
 
   // The trace layer's default rule, as the torch.profiler reader applies it: mangled or not.
   const CommKernelRule comm;

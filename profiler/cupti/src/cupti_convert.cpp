@@ -159,7 +159,7 @@ size_t ActivityConverter::kernel(const CUpti_Activity& record, std::vector<Event
   }
   const size_t n = span(EventKind::Kernel, k.start, k.end, k.deviceId, k.streamId, k.correlationId, it->second.id,
                         it->second.comm ? 1 : 0, out);
-  if (n && it->second.comm) ++stats_.nccl_kernels;
+  if (n && it->second.comm) ++stats_.comm_kernels;
   return n;
 }
 

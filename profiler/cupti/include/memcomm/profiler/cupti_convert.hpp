@@ -93,7 +93,7 @@ struct ConvertStats {
   uint64_t events = 0;       // events produced (metadata included)
   uint64_t ignored = 0;      // kinds we do not convert, and our own NVTX markers
   uint64_t incomplete = 0;   // spans with no valid timestamps (forced flush before completion)
-  uint64_t nccl_kernels = 0; // kernels flagged as communication
+  uint64_t comm_kernels = 0; // kernels flagged as communication (CommKernelRule)
 };
 
 class ActivityConverter {
