@@ -23,7 +23,9 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "memcomm/snapshot/frames.hpp"
@@ -169,15 +171,27 @@ class Sites {
   std::string none_;  // an event with no stack: shown_frame's answer for it
 };
 
-// The site column: the event's site, or an oom's free bytes, then its compile context and user
-// metadata where it has them (memory_viz's tooltip shows both).
+// An event's compile context and user metadata, those it has, as (JSON key, text): memory_viz's
+// tooltip shows both.
+std::vector<std::pair<const char*, std::string_view>> notes_present(const snapshot::Snapshot& snap,
+                                                                     const snapshot::EventNotes* notes) {
+  std::vector<std::pair<const char*, std::string_view>> out;
+  if (!notes) return out;
+  if (notes->compile_context != snapshot::kNoNote) out.emplace_back("compile_context", snap.str(notes->compile_context));
+  if (notes->user_metadata != snapshot::kNoNote) out.emplace_back("user_metadata", snap.str(notes->user_metadata));
+  return out;
+}
+
+// The site column: the event's site, or an oom's free bytes, then its notes ("[compile context: ...]").
 std::string note(const snapshot::Snapshot& snap, Sites& sites, const snapshot::Event& e, const snapshot::EventNotes* notes) {
   std::string text = e.kind == EventKind::Oom && e.device_free()
                          ? fmt::format("{} free on the device", format_bytes(*e.device_free()))
                          : sites.of(e.stack);
-  if (notes && notes->compile_context != snapshot::kNoNote)
-    text += fmt::format(" [compile context: {}]", snap.str(notes->compile_context));
-  if (notes && notes->user_metadata != snapshot::kNoNote) text += fmt::format(" [user metadata: {}]", snap.str(notes->user_metadata));
+  for (const auto& [key, value] : notes_present(snap, notes)) {
+    std::string label(key);
+    std::replace(label.begin(), label.end(), '_', ' ');
+    text += fmt::format(" [{}: {}]", label, value);
+  }
   return text;
 }
 
@@ -212,8 +226,7 @@ nlohmann::json event_json(const snapshot::Snapshot& snap, const snapshot::Event&
                    {"site", sites.of(e.stack)}};
   if (e.kind == EventKind::Oom) j["device_free"] = e.device_free() ? nlohmann::json(*e.device_free()) : nlohmann::json();
   else j["addr"] = e.has_addr() ? nlohmann::json(e.addr) : nlohmann::json();
-  if (notes && notes->compile_context != snapshot::kNoNote) j["compile_context"] = std::string(snap.str(notes->compile_context));
-  if (notes && notes->user_metadata != snapshot::kNoNote) j["user_metadata"] = std::string(snap.str(notes->user_metadata));
+  for (const auto& [key, value] : notes_present(snap, notes)) j[key] = std::string(value);
   return j;
 }
 

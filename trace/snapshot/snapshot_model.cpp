@@ -98,11 +98,14 @@ constexpr std::int64_t kMaxTimeUs = std::numeric_limits<std::int64_t>::max() / 1
 constexpr std::int64_t kMaxDevices = prof::kHostDevice;
 
 template <class What>
-std::uint64_t get_bytes(const Document& doc, const Value& v, What&& what) {
-  const std::uint64_t n = get_u64(doc, v, what);
+std::uint64_t checked_bytes(const Document& doc, std::uint64_t n, What&& what) {
   if (n > kMaxBytes)
     throw ReadError(doc.source(), kNoOffset, fmt::format("{}: {} bytes, more than any address space holds", what(), n));
   return n;
+}
+template <class What>
+std::uint64_t get_bytes(const Document& doc, const Value& v, What&& what) {
+  return checked_bytes(doc, get_u64(doc, v, what), what);
 }
 template <class What>
 std::string_view get_str(const Document& doc, const Value& v, What&& what) {
@@ -231,9 +234,7 @@ class Builder {
     // The request an oom event records is what the script asked for, sane or not: a shape computed
     // wrong asks for petabytes, and that file is the one to read (advise says so). A block's size is
     // bounded as every other (kMaxBytes).
-    if (e.kind != EventKind::Oom && e.size > kMaxBytes)
-      throw ReadError(doc_.source(), kNoOffset,
-                      fmt::format("{}: {} bytes, more than any address space holds", where(dev, idx, "size"), e.size));
+    if (e.kind != EventKind::Oom) checked_bytes(doc_, e.size, [&] { return where(dev, idx, "size"); });
     if (e.kind == EventKind::Oom && device_free && !e.has_addr()) {  // an oom names no block: addr carries it
       e.addr = *device_free;
       e.flags |= Event::kHasDeviceFree;

@@ -146,6 +146,7 @@ class Snapshot {
   // lost every such block (17.7 of a real run's 21.3 GiB peak). The file does not say which; its
   // trace does: with requests recorded, no completion frees a block the trace allocated without a
   // request between them. A trace with neither requests nor such a completion keeps the default.
+  // Reads the traces up to their first request (all of them in a file without): ask once per fold.
   bool free_requests_recorded() const;
   // Whether a segment is in a private pool (a CUDA graph's, a torch.cuda.MemPool's): pool_id not (0, 0).
   bool has_private_pools() const;
