@@ -142,6 +142,13 @@ int main(int argc, char** argv) {
     all_pub.push_back(publish[i].second);
     if (publish[i].second > publish[worst].second) worst = i;
   }
+  if (app.state().allocations_rebuilds > 0) {
+    const auto& last_rank = app.state().tl.ranks.back();
+    std::printf("  allocation lifetimes rebuilt %llu times (Note [Live allocations]); the last: %.2f CPU ms for %zu "
+                "allocations from %zu block events\n",
+                static_cast<unsigned long long>(app.state().allocations_rebuilds), app.state().allocations_cpu_ms,
+                last_rank.allocations.list.size(), last_rank.alloc_events.size());
+  }
   if (!publish.empty())
     std::printf("  publish, all %zu: p50 %.2f p95 %.2f max %.2f CPU ms (the max at %.2f M events)\n", all_pub.size(),
                 pct(all_pub, 0.5), pct(all_pub, 0.95), pct(all_pub, 1.0), static_cast<double>(publish[worst].first) / 1e6);

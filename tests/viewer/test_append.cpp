@@ -165,6 +165,16 @@ void check_same(const Timeline& a, const Timeline& b) {
       CHECK(x.alloc_events[i].flags == y.alloc_events[i].flags);
     }
     CHECK(x.ooms == y.ooms);
+    REQUIRE(x.allocations.list.size() == y.allocations.list.size());
+    for (std::size_t i = 0; i < x.allocations.list.size(); ++i) {
+      INFO("allocation " << i);
+      CHECK(x.allocations.list[i].alloc_ns == y.allocations.list[i].alloc_ns);
+      CHECK(x.allocations.list[i].free_ns == y.allocations.list[i].free_ns);
+      CHECK(x.allocations.list[i].addr == y.allocations.list[i].addr);
+      CHECK(x.allocations.list[i].size == y.allocations.list[i].size);
+    }
+    for (TimeNs t = a.begin; t <= a.end; t += (a.end - a.begin) / 7 + 1)
+      CHECK(x.alloc_index.live_at(x.allocations, t).bytes == y.alloc_index.live_at(y.allocations, t).bytes);
   }
 }
 
@@ -195,8 +205,11 @@ TEST_CASE("appending a run in pieces gives the model that loading it at once giv
         published += r.events;
         CHECK(r.alloc_from.size() == tl.ranks.size());
         steps = r.ranks_added ? step_table(tl) : step_table(tl, steps, r.first_time);
+        if (i % 7 == 0) b.refresh_allocations(tl);  // live mode rebuilds them at its own pace
       }
     }
+    b.refresh_allocations(tl);  // Note [Live allocations]
+    CHECK_FALSE(b.refresh_allocations(tl));  // nothing new since
     CHECK(published == whole.event_count);
     check_same(whole, tl);
     const auto all_steps = step_table(whole);
@@ -213,6 +226,7 @@ TEST_CASE("appending a run in pieces gives the model that loading it at once giv
   }
   // The run has what the comparison is meant to cover.
   REQUIRE(whole.ranks.size() == 2);
+  CHECK(whole.ranks[0].allocations.list.size() > 20);
   CHECK(whole.ranks[0].counter("cat:unknown") != nullptr);
   CHECK(whole.ranks[0].collectives.front().next_rank == 1);
   bool two_rows = false;

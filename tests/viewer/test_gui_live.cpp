@@ -53,6 +53,14 @@ std::vector<prof::Event> rank_events(std::uint32_t rank, int kernels) {
   ev.push_back(prof::Event::from(prof::make_collective(prof::EventKind::CollEnd, 20'000, prof::CollOp::AllReduce,
                                                        prof::DType::F32, 1 << 20, 0, 0)));
   ev.push_back(prof::Event::from(prof::make_range(prof::EventKind::RangeEnd, kernels * 1000, prof::Phase::Step, 0, 0, 0)));
+  // Three blocks of (rank + 1) MiB live together at 3,000 ns, the first freed after; the allocations
+  // pane folds them (Note [Live allocations]).
+  const std::uint64_t mib = (rank + 1ull) << 20;
+  for (std::uint64_t b = 0; b < 3; ++b)
+    ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::Alloc, 1000 + 1000 * static_cast<std::int64_t>(b),
+                                                        0x10000000 + b * mib, mib)));
+  ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::FreeRequested, 5000, 0x10000000, mib)));
+  ev.push_back(prof::Event::from(prof::make_mem_block(prof::EventKind::FreeCompleted, 5000, 0x10000000, mib)));
   return ev;
 }
 
@@ -62,7 +70,7 @@ TEST_CASE("live: two ranks stream into memcomm-view while garbage is refused and
   if (!std::getenv("DISPLAY")) MEMCOMM_SKIP_TEST("no DISPLAY (run under xvfb-run -a)");
   const auto port = static_cast<std::uint16_t>(20000 + getpid() % 20000);
   const int kernels = 2000;
-  const std::size_t per_rank = static_cast<std::size_t>(kernels) + 4, total = 2 * per_rank;
+  const std::size_t per_rank = static_cast<std::size_t>(kernels) + 4 + 5, total = 2 * per_rank;
   const std::string report = out_dir() + "/live_report.json";
   int rc = -1;
   std::string out;
@@ -91,6 +99,9 @@ TEST_CASE("live: two ranks stream into memcomm-view while garbage is refused and
     CHECK(r["spans"].get<std::size_t>() == static_cast<std::size_t>(kernels) + 2);  // kernels, the step, the collective
     CHECK(r["collectives"].get<std::size_t>() == 1);
   }
+  // The memory rank's allocations, live mode's too: rank 0's three blocks of 1 MiB at its peak.
+  CHECK(j["memory_at"]["allocations"].get<std::size_t>() == 3);
+  CHECK(j["memory_at"]["peak"]["live_bytes"].get<std::uint64_t>() == 3ull << 20);
   bool garbage_reported = false;
   for (const auto& m : j["messages"]) garbage_reported = garbage_reported || m.get<std::string>().find("live:") == 0;
   CHECK(garbage_reported);

@@ -62,6 +62,7 @@ void App::poll_live() {
     }
     st_.publish_cpu_ms = (thread_cpu_s() - c0) * 1e3;
     redraw_frames_ = std::max(redraw_frames_, 2);
+    allocations_stale_ = true;
   } else if (summary_stale_ && now_s() - summary_s_ >= 1.0) {
     // The last arrivals came within a second of the previous refresh: refresh once they stop,
     // so that an idle viewer shows the final summary.
@@ -70,9 +71,34 @@ void App::poll_live() {
     summary_stale_ = false;
     redraw_frames_ = std::max(redraw_frames_, 2);
   }
+  refresh_live_allocations();
   const LiveStats ls = live_->stats();
   st_.live_status = fmt::format("live :{} connections {} active {} received {} queue drops {} errors {}", ls.port,
                                 ls.connections, ls.active, ls.events, ls.dropped, ls.errors);
+}
+
+// Note [Live allocations]
+// The allocations pane and "who holds memory" read each rank's lifetimes (prof::Allocations) and
+// their index, which pair every alloc with its free and sort the result: rebuilding them is
+// O(the rank's block events), where a publish is O(new events) (Note [Live rebuild]). Live mode
+// once left them out, and the pane stayed empty for the whole run. They are rebuilt after a
+// publish brought block events, at most once a second and no sooner than 20 times the last
+// rebuild's duration after it, so the rebuilds take at most 1/20 of the UI thread however long the
+// run gets (a rebuild of 50 ms waits a second, one of 0.2 s four); the pane lags the other panes
+// by that much. The viewer stays awake until the last arrivals are rebuilt, so a run that ended
+// or paused shows all of its allocations.
+void App::refresh_live_allocations() {
+  if (!allocations_stale_ || now_s() < allocations_due_s_) return;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  if (live_->refresh_allocations(st_.tl)) {
+    st_.allocations_rebuilt();
+    st_.allocations_cpu_ms = (thread_cpu_s() - c0) * 1e3;
+    ++st_.allocations_rebuilds;
+    redraw_frames_ = std::max(redraw_frames_, 2);
+  }
+  const double t1 = now_s();
+  allocations_stale_ = false;
+  allocations_due_s_ = t1 + std::max(1.0, 20.0 * (t1 - t0));
 }
 
 // Note [Idle while listening]
@@ -86,7 +112,8 @@ void App::poll_live() {
 // to event-to-pixels (target 250 ms). A blocking wake-up would need a callback in
 // prof::StreamReceiver. Once woken, the UI stays awake (20 Hz) only while arrivals wait for their
 // rate-limited publish (live_pending_), and once more when the 1 Hz summary refresh was skipped
-// (summary_stale_).
+// (summary_stale_) or the allocations wait for their rebuild (allocations_stale_, Note [Live
+// allocations]).
 void App::start_live_waker() {
   if (!live_ || live_waker_.joinable()) return;
   {
@@ -125,7 +152,8 @@ std::uint16_t App::live_port() const {
 }
 
 bool App::idle() const {
-  return redraw_frames_ <= 0 && !load_ && script_.empty() && pending_drops_.empty() && !live_pending_ && !summary_stale_;
+  return redraw_frames_ <= 0 && !load_ && script_.empty() && pending_drops_.empty() && !live_pending_ && !summary_stale_ &&
+         !allocations_stale_;
 }
 
 void App::wait_for_work(bool headless) {
@@ -146,10 +174,14 @@ void App::wait_for_work(bool headless) {
     }
   } else if (redraw_frames_ <= 0) {
     // Loading, or live arrivals waiting for their publish: progress at 20 Hz, no busy loop. A stale
-    // summary alone waits until its refresh is due.
+    // summary or stale allocations alone wait until their refresh is due.
     double wait = 0.05;
-    if (!load_ && !live_pending_ && pending_drops_.empty() && script_.empty() && summary_stale_)
-      wait = std::max(0.001, summary_s_ + 1.0 - now_s());
+    if (!load_ && !live_pending_ && pending_drops_.empty() && script_.empty()) {
+      double due = 1e300;
+      if (summary_stale_) due = summary_s_ + 1.0;
+      if (allocations_stale_) due = std::min(due, allocations_due_s_);
+      wait = std::max(0.001, due - now_s());
+    }
     glfwWaitEventsTimeout(wait);
   } else {
     glfwPollEvents();

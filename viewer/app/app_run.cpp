@@ -131,6 +131,7 @@ int App::frame_loop(bool headless) {
           live_->poll(msgs, 1e300);
           for (const auto& m : msgs) st_.message(m);
           st_.appended(live_->publish(st_.tl));
+          if (live_->refresh_allocations(st_.tl)) st_.allocations_rebuilt();  // Note [Live allocations]
           frame();
         }
         break;

@@ -41,6 +41,22 @@ void AppState::set_timeline(Timeline&& t, bool merge) {
   compare_rank = -1;  // a slot of the old ranks
 }
 
+void AppState::allocations_rebuilt() {
+  ++data_generation;
+  if (pinned_alloc < 0 || pinned_rank < 0 || static_cast<std::size_t>(pinned_rank) >= tl.ranks.size()) return;
+  // A rebuild may move it: a block from before the stream sorts first (O(allocations), as the rebuild).
+  const auto& list = tl.ranks[static_cast<std::size_t>(pinned_rank)].allocations.list;
+  const auto it = std::find_if(list.begin(), list.end(), [this](const prof::Allocation& a) {
+    return bounded_time(a.alloc_ns) == pinned_t0 && a.addr == pinned_addr;
+  });
+  if (it == list.end()) {
+    pinned_alloc = -1;
+    return;
+  }
+  pinned_alloc = static_cast<int>(it - list.begin());
+  pinned_t1 = it->free_ns == prof::kStillLive ? tl.end : bounded_time(it->free_ns);
+}
+
 void AppState::refresh_peak() {
   if (peak_rank == memory_rank && peak_generation == data_generation) return;
   peak_rank = memory_rank;

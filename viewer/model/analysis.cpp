@@ -97,9 +97,9 @@ bool marks_compute_phases(const std::vector<const SpanRow*>& phase_rows, const s
 class StepScanner {
  public:
   StepScanner(const RankData& rd, const std::vector<prof::Phase>& kind_of) : rd_(rd), kind_of_(kind_of) {
-    bool has_kernels = false;
+    bool on_device = false;  // a GPU run (Note [Breakdown definitions])
     for (const auto& lane : rd.lanes) {
-      has_kernels = has_kernels || lane.kind == LaneKind::Kernel;
+      on_device = on_device || lane.kind == LaneKind::Kernel || lane.kind == LaneKind::Memcpy || lane.kind == LaneKind::Memset;
       comm_kernels_ = comm_kernels_ || lane.comm_kernels;
     }
     // Communication is the communication kernels where the rank has them, else the collectives;
@@ -114,12 +114,12 @@ class StepScanner {
         } else if (lane.kind == LaneKind::Phase) {
           phases_.emplace_back(&row);
           // On CPU runs the host phases are the compute (Note [Breakdown definitions]).
-          if (!has_kernels) compute_phases_.push_back(&row);
+          if (!on_device) compute_phases_.push_back(&row);
         }
       }
     // A CPU run that marks no compute phase (a torch.profiler trace of a CPU script): its
     // operators are the compute, less each thread's blocking communication calls.
-    if (!has_kernels && !marks_compute_phases(compute_phases_, kind_of)) {
+    if (!on_device && !marks_compute_phases(compute_phases_, kind_of)) {
       for (const auto& lane : rd.lanes)
         if (lane.kind == LaneKind::Nvtx && prof::runs_operators(static_cast<std::uint16_t>(lane.stream)))
           operator_lanes_.push_back(&lane);

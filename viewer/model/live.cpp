@@ -192,6 +192,8 @@ AppendResult LiveSession::publish(Timeline& tl) {
   return r;
 }
 
+bool LiveSession::refresh_allocations(Timeline& tl) { return impl_->builder.refresh_allocations(tl); }
+
 LiveStats LiveSession::stats() const {
   LiveStats s;
   if (!impl_->receiver) return s;

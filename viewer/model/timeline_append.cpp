@@ -204,6 +204,7 @@ void TimelineBuilder::append_alloc_events(RankData& rd, std::uint32_t slot, Rank
       std::inplace_merge(ev.begin(), ev.begin() + mid, ev.end(), by_time);
     }
     fresh.clear();
+    p.allocations_stale = true;
     derive_alloc(rd, p, from, r, slot);
   } else if (p.derive.blocks && rd.dropped != 0 && p.sampled_memory) {
     derive_alloc(rd, p, rd.alloc_events.size(), r, slot);  // drops with no new events: back to the samples
@@ -302,27 +303,40 @@ Timeline TimelineBuilder::finish(std::string source) {
     rd.collectives.shrink_to_fit();
     rd.alloc_events.shrink_to_fit();
     for (auto& c : rd.counters) c.shrink_to_fit();
-    if (!producer_allocations_) {
-      rd.allocations = allocations_from_events(rd.alloc_events);
-      prof::leave_out_host_beside_gpu(rd.allocations);  // Note [Host memory beside a GPU's]
-      // Note [Bytes a memory profile never saw allocated] (trace/src/allocations.cpp), as
-      // memcomm-trace memory counts them: a rank whose block events start mid-run (a torch.profiler
-      // trace, a time-range load) holds what its allocated readings count beyond its blocks.
-      const RankParts& p = ranks_[rd.rank];
-      const CounterSeries* allocated = rd.counter("allocated");
-      if (p.blocks_cut && p.sample_device >= 0 && allocated != nullptr) {
-        std::vector<prof::LevelAt> levels;
-        levels.reserve(allocated->size());
-        for (std::size_t i = 0; i < allocated->size(); ++i)
-          levels.push_back({allocated->time(i), static_cast<std::uint8_t>(p.sample_device),
-                            static_cast<std::uint64_t>(std::max(0.0, allocated->value(i)))});
-        prof::add_untraced_live(rd.allocations, levels);
-      }
-      rd.alloc_index = AllocationIndex(rd.allocations);
-    }
+    if (!producer_allocations_) build_allocations(rd);
   }
   *this = TimelineBuilder();
   return tl;
+}
+
+void TimelineBuilder::build_allocations(RankData& rd) {
+  RankParts& p = rank(rd.rank);
+  p.allocations_stale = false;
+  rd.allocations = allocations_from_events(rd.alloc_events);
+  prof::leave_out_host_beside_gpu(rd.allocations);  // Note [Host memory beside a GPU's]
+  // Note [Bytes a memory profile never saw allocated] (trace/src/allocations.cpp), as
+  // memcomm-trace memory counts them: a rank whose block events start mid-run (a torch.profiler
+  // trace, a time-range load) holds what its allocated readings count beyond its blocks.
+  const CounterSeries* allocated = rd.counter("allocated");
+  if (p.blocks_cut && p.sample_device >= 0 && allocated != nullptr) {
+    std::vector<prof::LevelAt> levels;
+    levels.reserve(allocated->size());
+    for (std::size_t i = 0; i < allocated->size(); ++i)
+      levels.push_back({allocated->time(i), static_cast<std::uint8_t>(p.sample_device),
+                        static_cast<std::uint64_t>(std::max(0.0, allocated->value(i)))});
+    prof::add_untraced_live(rd.allocations, levels);
+  }
+  rd.alloc_index = AllocationIndex(rd.allocations);
+}
+
+bool TimelineBuilder::refresh_allocations(Timeline& tl) {
+  bool any = false;
+  for (RankData& rd : tl.ranks) {
+    if (!rank(rd.rank).allocations_stale) continue;
+    build_allocations(rd);
+    any = true;
+  }
+  return any;
 }
 
 }  // namespace memcomm::view

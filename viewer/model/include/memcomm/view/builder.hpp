@@ -105,6 +105,10 @@ class TimelineBuilder {
   // by earlier calls of this builder only), touching only what the new events touch; appending in
   // pieces gives the model that finish() gives for all of it at once. Live mode's publish step.
   AppendResult append_to(Timeline& tl);
+  // Note [Live allocations]: rebuilds the allocation lifetimes and their index of each rank whose
+  // block events grew since append_to() last published them (O(that rank's events)); true if any
+  // did. finish() builds them for every rank; live mode calls this at its own pace.
+  bool refresh_allocations(Timeline& tl);
 
  private:
   // What append_to() carries from one call to the next for the allocator-derived data.
@@ -149,6 +153,7 @@ class TimelineBuilder {
     int sample_device = -1;         // device the level samples follow (memory_sample_device)
     bool samples_dropped = false;   // it changed: the published memory samples go at the next append
     bool blocks_cut = false;        // block events before the start are missing (time range, mid-run trace)
+    bool allocations_stale = false;  // block events published since the rank's allocations were built
     AllocDerive derive;
   };
   void append_rank(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r,
@@ -163,6 +168,7 @@ class TimelineBuilder {
   void append_counters(RankData& rd, RankParts& p);
   void append_alloc_events(RankData& rd, std::uint32_t slot, RankParts& p, AppendResult& r);
   void derive_alloc(RankData& rd, RankParts& p, std::size_t from, AppendResult& r, std::uint32_t slot);
+  void build_allocations(RankData& rd);  // RankData::allocations and alloc_index from its block events
   // The stages of derive_alloc() (alloc_derive.cpp).
   struct LabelScan {
     bool known = false;            // the fold saw every Alloc of the new events

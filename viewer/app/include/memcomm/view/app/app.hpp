@@ -106,6 +106,7 @@ class App {
   void show_allocations_for_stacks();  // after a load: snapshots open with the allocation panes
   void warn_about_mixed_runs();  // after a load: files that look like several runs'
   void poll_live();
+  void refresh_live_allocations();  // Note [Live allocations]
   bool start_live(std::string& error);
   std::uint64_t events_seen() const;  // received live, else loaded
   std::uint32_t ranks_with_spans() const;  // ranks with at least one span on the timeline
@@ -142,6 +143,8 @@ class App {
   bool live_pending_ = false;           // live: arrivals taken but not yet published (rate limit)
   bool summary_stale_ = false;          // live: the last publish skipped the 1 Hz summary refresh
   double summary_s_ = -1e9;             // live: when the summary was last recomputed (1 Hz)
+  bool allocations_stale_ = false;      // live: block events published since the lifetimes were rebuilt
+  double allocations_due_s_ = 0;        // live: the next rebuild of the lifetimes may run from then
   // See Note [Idle while listening]: wakes the sleeping UI thread when the receiver has news.
   std::thread live_waker_;
   std::mutex waker_mu_;

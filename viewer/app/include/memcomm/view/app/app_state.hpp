@@ -58,6 +58,7 @@ struct AppState {
   int pinned_alloc = -1;                        // index in pinned_rank's allocations (-1: none)
   int pinned_rank = -1;
   TimeNs pinned_t0 = 0, pinned_t1 = 0;          // its lifetime, marked on every time pane (draw_overlays)
+  std::uint64_t pinned_addr = 0;                // found again by (pinned_t0, pinned_addr) after a rebuild
   bool all_frames = false;                      // tooltips show every frame (memory_viz's filter off)
   char alloc_search[128] = {};                  // file or function names in stacks
   std::string alloc_search_applied;
@@ -159,12 +160,17 @@ struct AppState {
   double frame_ms = 0, build_ms = 0;            // last frame: total and UI build (wall clock)
   double build_cpu_ms = 0;                      // last frame: UI build, CPU time of the UI thread
   double publish_cpu_ms = 0;                    // last live publish (append + indexes), CPU ms; 0: none yet
+  double allocations_cpu_ms = 0;                // last live rebuild of the lifetimes (Note [Live allocations])
+  std::uint64_t allocations_rebuilds = 0;       // ... and how many there were
 
   // Replaces (or, with merge, extends) the data and rebuilds what depends on it.
   void set_timeline(Timeline&& t, bool merge);
   // After events were appended to tl in place (live, Note [Live rebuild]): updates what depends
   // on them from what changed, never by walking all events.
   void appended(const AppendResult& r, bool refresh_summary = true);
+  // After the ranks' allocation lifetimes were rebuilt in place (Note [Live allocations]): the
+  // bands, holders and peak follow; a pinned allocation stays pinned if it is still there.
+  void allocations_rebuilt();
   void sum_steps();  // steps_time, steps_exposed, steps_wait from `steps`: per change, not per frame
   void zoom_to(TimeNs t0, TimeNs t1);           // clamps and keeps a minimum width
   void zoom_at(TimeNs at, double factor);       // factor < 1 zooms in around `at`
