@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "memcomm/trace/analysis.hpp"
+
 namespace memcomm::prof::tool {
 
 void warn_if_empty(const std::string& path, uint64_t events, bool torch_profiler) {
@@ -20,6 +22,12 @@ void warn_about_inputs(const TraceSet& set) {
   for (const std::string& line : set.mixed_runs()) fmt::print(stderr, "memcomm-trace: warning: {}\n", line);
   // A burst of allocations can outrun the recorder: the frees it dropped leave blocks live for good
   // (a burst of 300k tensors read 95-115 MiB live where 73 MiB were), and the tables say so nowhere.
+  for (const RankTrace& r : set.ranks)
+    if (const uint64_t calls = device_calls_without_device_events(r); calls > 0)
+      fmt::print(stderr, "memcomm-trace: warning: {}: rank {} made {} {} that put work on a device (kernel launches, "
+                         "copies) but the trace holds no kernel, copy or set that ran on one (its device activity was not recorded: "
+                         "torch.profiler without ProfilerActivity.CUDA, or CUPTI failed): its breakdown is the host's\n",
+                 r.source, r.rank, calls, calls == 1 ? "call" : "calls");
   for (const RankTrace& r : set.ranks)
     if (r.drops > 0)
       fmt::print(stderr, "memcomm-trace: warning: {}: rank {} dropped {} events while recording (its buffer was full): "

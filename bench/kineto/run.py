@@ -52,10 +52,13 @@ def hta(d, extra=()):
 
 
 def agreement(hta_result, report):
-    """Largest |memcomm - HTA| over ranks and the three temporal percentages."""
+    """Largest |memcomm - HTA| over ranks and the three temporal percentages; None when HTA gave no
+    temporal breakdown (it raised: its errors say why), which is no agreement."""
+    if hta_result.get("errors", {}).get("temporal_breakdown") or not hta_result.get("temporal_breakdown"):
+        return None
     worst = 0.0
     ours = {r["rank"]: r.get("hta") for r in report["ranks"]}
-    for row in hta_result.get("temporal_breakdown") or []:
+    for row in hta_result["temporal_breakdown"]:
         mine = ours.get(row["rank"]) or {}
         for key, ref in (("idle_pct", "idle_time_pctg"), ("compute_pct", "compute_time_pctg"),
                          ("non_compute_pct", "non_compute_time_pctg")):
@@ -97,7 +100,7 @@ def markdown(set_rows, load_rows):
     out = ["| set | input bytes | HTA s | memcomm s | memcomm / HTA speed | max diff (pp) |",
            "|---|---|---|---|---|---|"]
     for r in set_rows:
-        diff = "n/a" if r["max_diff_pp"] is None else f"{r['max_diff_pp']:.2f}"
+        diff = "n/a (HTA gave none)" if r["max_diff_pp"] is None else f"{r['max_diff_pp']:.2f}"
         out.append(f"| {r['set']} | {r['bytes']:,} | {r['hta_s']:.2f} | {r['memcomm_s']:.3f} | "
                    f"{r['speedup']:.0f}x | {diff} |")
     if load_rows:

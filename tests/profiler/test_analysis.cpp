@@ -275,6 +275,28 @@ TEST_CASE("GPU run: kernels are compute, NCCL kernels communication, memcpy coun
   CHECK(b.overlap_pct == Approx(50.0));
 }
 
+TEST_CASE("a run whose copies were recorded and kernels not is a GPU run, and launches with no device event are counted",
+          "[profiler][analysis]") {
+  RankTrace r;
+  r.rank = 0;
+  r.strings = {"", "cudaLaunchKernel", "aten::mm", "cudaMemcpyAsync", "cudaGetDevice"};
+  const auto host = [](EventKind k, int64_t b, int64_t e, StringId name) { return Event::from(make_host_span(k, b, e, 0, name)); };
+  r.events = {host(EventKind::Launch, 0, 10, 1), host(EventKind::Launch, 20, 30, 3), host(EventKind::Launch, 30, 35, 4)};
+  r.events.push_back(Event::from(make_range(EventKind::RangeBegin, 0, Phase::Custom, 2, 0, 0)));
+  r.events.push_back(Event::from(make_range(EventKind::RangeEnd, 50, Phase::Custom, 2, 0, 0)));
+  // The host's operator is all there is: a CPU run, and the two calls that put work on a device say so.
+  CHECK_FALSE(spans_of(r, pair_ranges(r), collectives_of(r)).gpu_mode);
+  CHECK(device_calls_without_device_events(r) == 2);
+  // A copy that ran: the device's timeline, idle but for it (not the host's operator as compute).
+  r.events.push_back(Event::from(make_compute(EventKind::Memcpy, 40, 60, 1, 64, 0, 0, 1)));
+  const auto spans = spans_of(r, pair_ranges(r), collectives_of(r));
+  CHECK(spans.gpu_mode);
+  const Breakdown b = breakdown_over(spans, 0, 100);
+  CHECK(b.compute_ns == 0);
+  CHECK(b.memcpy_ns == 20);
+  CHECK(device_calls_without_device_events(r) == 0);
+}
+
 TEST_CASE("report renders text and JSON", "[profiler][analysis]") {
   const Analysis a = analyze(load_synthetic());
   const std::string text = analysis_to_text(a);

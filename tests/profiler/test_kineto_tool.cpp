@@ -242,6 +242,24 @@ TEST_CASE("memory counts what a memory profile held before its first event", "[k
   std::remove(path.c_str());
 }
 
+TEST_CASE("a trace whose launches reached no recorded device work says its breakdown is the host's", "[kineto][tool]") {
+  // A GPU script profiled without ProfilerActivity.CUDA: operators and their kernel launches, no kernel.
+  const std::string path = test::temp_path("knodevice") + ".pt.trace.json";
+  const auto op = [](const char* cat, const char* name, long long ts, int corr) {
+    return std::string(R"({"ph": "X", "cat": ")") + cat + R"(", "name": ")" + name + R"(", "pid": 1, "tid": 1, "ts": )" +
+           std::to_string(ts) + R"(, "dur": 5, "args": {"correlation": )" + std::to_string(corr) + "}}";
+  };
+  write_text(path, R"({"traceEvents": [)" + op("cpu_op", "aten::mm", 1700000000000000, 0) + "," +
+                       op("cuda_runtime", "cudaLaunchKernel", 1700000000000001, 7) + "," +
+                       op("cuda_runtime", "cudaGetDevice", 1700000000000008, 0) + "]}");
+  const Run r = trace_tool("report " + path);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.err, "rank 0 made 1 call that put work on a device"));
+  CHECK(contains(r.err, "its breakdown is the host's"));
+  std::remove(path.c_str());
+}
+
 TEST_CASE("memory leaves the host's blocks out of a GPU trace's sum unless --device 255 asks", "[kineto][tool]") {
   // Note [Host memory beside a GPU's] (allocations.hpp): the GPU peaks at 4000 B early, the host at
   // 300 B later; their sum peaked at neither memory's moment.

@@ -147,6 +147,7 @@ RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
       const auto k = e.as<ComputeEvent>();
       (k.sub == 1 ? comm_kernels : s.compute).push_back({k.ts, k.end()});
     } else if (e.kind == EventKind::Memcpy || e.kind == EventKind::Memset) {
+      s.gpu_mode = true;  // a device's timeline, though its kernels went unrecorded
       const auto k = e.as<ComputeEvent>();
       s.memcpy.push_back({k.ts, k.end()});
     }
@@ -179,6 +180,19 @@ RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
   merge_intervals(s.comm);
   merge_intervals(s.memcpy);
   return s;
+}
+
+uint64_t device_calls_without_device_events(const RankTrace& r) {
+  uint64_t calls = 0;
+  for (const Event& e : r.events) {
+    if (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy || e.kind == EventKind::Memset) return 0;
+    if (e.kind != EventKind::Launch) continue;
+    const std::string_view name = r.name(e.as<ComputeEvent>().arg);
+    if (name.find("Launch") != std::string_view::npos || name.find("Memcpy") != std::string_view::npos ||
+        name.find("Memset") != std::string_view::npos)
+      ++calls;
+  }
+  return calls;
 }
 
 Breakdown breakdown_over(const RankSpans& s, int64_t lo, int64_t hi) {

@@ -104,7 +104,8 @@ std::string analysis_to_json(const Analysis& a, int indent) {
 
 std::string analysis_to_text(const Analysis& a, size_t max_rows) {
   std::string out;
-  out += "Temporal breakdown per rank (HTA definitions; % of window)\n";
+  out += "Temporal breakdown per rank (HTA's kinds of time, % of the steps' span or, without steps, the trace's; "
+         "--hta gives HTA's own figures)\n";
   out += fmt::format("{:>5} {:>4} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>11} {:>9} {:>9} {:>7}\n", "rank", "mode",
                      "window_ms", "compute%", "comm%", "memcpy%", "idle%", "overlap%", "exposed_ms", "peak_MiB",
                      "resv_MiB", "drops");

@@ -9,7 +9,9 @@
 // so compute + comm + memcpy + idle = window. Overlap is HTA's communication-computation overlap:
 //   overlap % = |comm ∩ compute| / |comm| x 100,   exposed comm = |comm| - |comm ∩ compute|.
 // What a "span" is depends on the run:
-//   GPU run (the rank has Kernel events): compute = kernels that are not communication kernels;
+//   GPU run (the rank has device events: Kernel, Memcpy or Memset; a trace whose copies were recorded
+//     and kernels not is a device idle but for copies, not a CPU run): compute = kernels that are not
+//     communication kernels;
 //     comm = communication kernels (ComputeEvent::sub == 1, e.g. ncclDevKernel_*), or collective
 //     start..end when there are none; memcpy = Memcpy + Memset.
 //   CPU run: compute = host phases Forward, Backward, Optimizer and Eval (leaf phases; Step and
@@ -235,6 +237,11 @@ struct RankSpans {
   std::vector<Interval> compute, comm, memcpy;  // merged
 };
 RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges, const std::vector<CollectiveOnRank>& colls);
+// The host's calls that put work on a device (a kernel launch, an async copy or set: the runtime's
+// and driver's *Launch*, *Memcpy*, *Memset* calls) of a rank that recorded no device event: a trace
+// whose device activity went unrecorded (torch.profiler without ProfilerActivity.CUDA, a CUPTI
+// failure), which the breakdown can only read as a CPU run. 0 when the rank has device events.
+uint64_t device_calls_without_device_events(const RankTrace& r);
 Breakdown breakdown_over(const RankSpans& s, int64_t lo, int64_t hi);
 // The communication part of a breakdown (Note [Breakdown definitions]): comm and compute merged
 // and clipped to one window. Only compute that meets comm counts, so compute may be given as just
