@@ -138,8 +138,11 @@ def _smallest_holder(module: torch.nn.Module, wanted: Set[int]) -> torch.nn.Modu
 
 
 def _children(module: torch.nn.Module) -> List[torch.nn.Module]:
-    """The modules `module` holds, read from its _modules: a RemoteModule refuses children() (_REFUSALS)."""
-    return [c for c in dict.values(module._modules) if c is not None]
+    """The modules `module` holds, read from its _modules: a RemoteModule refuses children() (_REFUSALS).
+    A module whose __init__ has not reached Module.__init__ yet (another thread's, seen by a heap scan)
+    has no _modules and holds nothing."""
+    held = getattr(module, "_modules", None)
+    return [c for c in dict.values(held) if c is not None] if isinstance(held, dict) else []
 
 
 def _descendants(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
@@ -211,7 +214,7 @@ def module_roots() -> List[torch.nn.Module]:
     """The modules alive now that are no other module's child and have parameters (Note [Finding
     the model])."""
     modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]  # not o.__class__: proxies
-    children = {id(c) for m in modules for c in m._modules.values() if c is not None}
+    children = {id(c) for m in modules for c in _children(m)}
     return [m for m in modules if id(m) not in children and has_parameters(m)]
 
 
@@ -247,4 +250,4 @@ def _parameters_module_by_module(module: torch.nn.Module) -> Iterator[torch.nn.P
             yield from m.parameters(recurse=False)
         except _REFUSALS:
             continue
-        todo += [c for c in m._modules.values() if c is not None]
+        todo += _children(m)
