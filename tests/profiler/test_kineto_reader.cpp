@@ -561,7 +561,7 @@ TEST_CASE("kineto: a DataLoader's __next__ is data wait, and gloo: ops are colle
   CHECK(phases.at("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__") == Phase::DataWait);
   CHECK(phases.at("gloo:all_reduce") == Phase::Comm);
   CHECK(phases.at("c10d::allreduce_") == Phase::Comm);  // the call on the main thread that issued it
-  CHECK(phases.at("enumerate(DataLoader)#") == Phase::Custom);
+  CHECK(phases.at("enumerate(DataLoader)#") == Phase::Annotation);  // a record_function label, no wait
   std::vector<std::pair<CollOp, int64_t>> colls;
   for (const Event& e : k.trace.events)
     if (e.kind == EventKind::CollStart) colls.emplace_back(e.as<CollectiveEvent>().op, e.ts);

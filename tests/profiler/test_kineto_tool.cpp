@@ -260,6 +260,26 @@ TEST_CASE("a trace whose launches reached no recorded device work says its break
   std::remove(path.c_str());
 }
 
+TEST_CASE("a CPU trace's compute is its operators, not the record_function label around them", "[kineto][tool]") {
+  // torch.profiler's tutorial wraps the model in record_function("model_inference"): two operators
+  // of 10 us, 40 us apart, under a label of 100 us are a third of their window's time, not all of the
+  // label's (Note [Breakdown definitions]: without steps, the window spans the work).
+  const std::string path = test::temp_path("kannotated") + ".pt.trace.json";
+  const auto span = [](const char* cat, const char* name, long long ts, int dur) {
+    return std::string(R"({"ph": "X", "cat": ")") + cat + R"(", "name": ")" + name + R"(", "pid": 1, "tid": 1, "ts": )" +
+           std::to_string(1700000000000000 + ts) + R"(, "dur": )" + std::to_string(dur) + "}";
+  };
+  write_text(path, R"({"traceEvents": [)" + span("user_annotation", "model_inference", 0, 100) + "," +
+                       span("cpu_op", "aten::mm", 10, 10) + "," + span("cpu_op", "aten::relu", 60, 10) + "]}");
+  const Run r = trace_tool("report --json " + path);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto b = nlohmann::json::parse(r.out)["ranks"][0]["breakdown"];
+  CHECK(b["window_ns"] == 60'000);
+  CHECK(b["compute_ns"] == 20'000);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("memory leaves the host's blocks out of a GPU trace's sum unless --device 255 asks", "[kineto][tool]") {
   // Note [Host memory beside a GPU's] (allocations.hpp): the GPU peaks at 4000 B early, the host at
   // 300 B later; their sum peaked at neither memory's moment.

@@ -118,7 +118,8 @@ CollectiveTiming collective_timing(const std::vector<CollectiveArrival>& arrival
 
 bool runs_operators(uint16_t thread) { return (thread & kPythonFrameThreadBase) == 0; }
 
-// The host ranges (Phase::Custom) of each thread, less the time that thread spent in a communication
+// The host ranges (Phase::Custom: the operators, not their annotations) of each thread, less the time
+// that thread spent in a communication
 // call (Phase::Comm: a Gloo op, or the c10d:: operator that issued one) inside them: an operator that
 // waits on Gloo computes nothing meanwhile, while another thread's work goes on.
 std::vector<Interval> operators_outside_comm(const std::vector<RangeSpan>& ranges) {

@@ -61,6 +61,7 @@ const char* phase_name(Phase p) {
     case Phase::Eval: return "eval";
     case Phase::Checkpoint: return "checkpoint";
     case Phase::Comm: return "comm";
+    case Phase::Annotation: return "annotation";
     case Phase::Count: break;
   }
   return "unknown";

@@ -209,8 +209,10 @@ std::uint64_t TraceIngest::close_range(const prof::Event& e, RankState& rs, std:
   const std::int64_t end = std::max(begin.ts, shift(r.ts, rs.offset));
   if (!keeps_span(begin.ts, end)) return 0;
   const bool comm_call = begin.phase == prof::Phase::Comm && begin.named;  // a Gloo or c10d:: operator
-  if (comm_call || begin.phase == prof::Phase::Custom || static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
-    nvtx_lane(rs, rank, r.thread).push_back({begin.ts, end, begin.name, comm_call ? kCommCall : 0});
+  const bool annotation = begin.phase == prof::Phase::Annotation;
+  if (comm_call || annotation || begin.phase == prof::Phase::Custom ||
+      static_cast<int>(begin.phase) >= static_cast<int>(prof::Phase::Count))
+    nvtx_lane(rs, rank, r.thread).push_back({begin.ts, end, begin.name, comm_call ? kCommCall : annotation ? kAnnotation : 0});
   else  // phases are named by their kind, so the views can colour and the step table find them
     rs.phases->push_back({begin.ts, end, phase_ids_[static_cast<int>(begin.phase)], phase_payload(begin, r.thread)});
   if (begin.phase == prof::Phase::Step && !rs.step_ids) {

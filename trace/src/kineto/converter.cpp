@@ -92,7 +92,8 @@ Converter::Kind Converter::kind_of(std::string_view cat) {
     }
   const std::string l = lower(cat);
   Kind k = Kind::Generic;
-  if (l == "cpu_op" || l == "operator" || l == "user_annotation") k = Kind::Range;
+  if (l == "cpu_op" || l == "operator") k = Kind::Range;
+  else if (l == "user_annotation") k = Kind::Annotation;
   else if (l == "trace") k = Kind::Window;
   else if (l == "python_function") k = Kind::PythonFrame;
   else if (l == "gpu_user_annotation") k = Kind::GpuAnnotation;
@@ -174,6 +175,8 @@ void Converter::on_complete(const RawEvent& e, Kind kind) {
       return add_device_span(e, kind, begin, end);
     case Kind::GpuAnnotation:
       return add_range(e, begin, end, 0, true);
+    case Kind::Annotation:
+      return add_range(e, begin, end, tracks_.host_thread(e.pid, e.tid), false, true);
     case Kind::Window:  // "PyTorch Profiler (N)": the recording's own window, no work (it held every
       return;           // operator, and a CPU trace's compute was all of it, its Gloo waits too)
     case Kind::PythonFrame:  // Note [Host spans that overlap] (host_ranges.hpp)
@@ -190,8 +193,8 @@ void Converter::on_complete(const RawEvent& e, Kind kind) {
   }
 }
 
-void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_t thread, bool gpu) {
-  HostSpan s{begin, end, 0, strings_.intern(e.name), thread, Phase::Custom};
+void Converter::add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_t thread, bool gpu, bool annotation) {
+  HostSpan s{begin, end, 0, strings_.intern(e.name), thread, annotation ? Phase::Annotation : Phase::Custom};
   if (gpu) {
     const int64_t device = e.device != kNoArg ? e.device : e.pid.number;
     const int64_t stream = e.stream != kNoArg ? e.stream : e.tid.number;
@@ -271,7 +274,7 @@ void Converter::on_instant(const RawEvent& e, Kind kind) {
   if (e.name == "[memory]") return on_memory(e, ts, false);
   if (e.name == "[OutOfMemory]") return on_memory(e, ts, true);
   if (kind == Kind::Generic) ++info_.generic[std::string(e.cat.empty() ? "<none>" : e.cat)];
-  add_range(e, ts, ts, tracks_.host_thread(e.pid, e.tid), false);
+  add_range(e, ts, ts, tracks_.host_thread(e.pid, e.tid), false, kind == Kind::Annotation);
 }
 
 void Converter::on_memory(const RawEvent& e, int64_t ts, bool oom) {

@@ -47,7 +47,8 @@ class Converter final : public SplitHandler {
 
  private:
   enum class Kind : uint8_t {
-    Range, PythonFrame, GpuAnnotation, Launch, Kernel, Memcpy, Memset, DeviceSync, Instant, Known, Generic, Window
+    Range, Annotation, PythonFrame, GpuAnnotation, Launch, Kernel, Memcpy, Memset, DeviceSync, Instant, Known, Generic,
+    Window
   };
   Kind kind_of(std::string_view cat);
   void skip(const std::string& reason) { ++info_.skipped[reason]; }
@@ -58,7 +59,8 @@ class Converter final : public SplitHandler {
   void on_memory(const RawEvent& e, int64_t ts, bool oom);
   void on_metadata(const RawEvent& e);
   void on_counter(const RawEvent& e);
-  void add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_t thread, bool gpu);
+  // `annotation`: a user_annotation (record_function), Phase::Annotation unless its name says another phase.
+  void add_range(const RawEvent& e, int64_t begin, int64_t end, uint16_t thread, bool gpu, bool annotation = false);
   void add_device_span(const RawEvent& e, Kind kind, int64_t begin, int64_t end);
   bool is_comm_kernel(StringId name);
   void emit_metadata(int64_t ts, bool epoch);

@@ -19,8 +19,10 @@
 //     records them, as a run records its phases on its training thread (a DDP backward's wait for its
 //     buckets: Note [The wait at backward's end] in python/memcomm/_profiler/hooks.py),
 //     or, when the run marks none of them (a torch.profiler trace of a CPU script), its host ranges
-//     (the operators; not the Python frames they ran under), less the time each thread spent inside a
-//     communication call (a Gloo op, or the c10d:: operator that issued one, which may wait for it);
+//     (the operators; not the Python frames they ran under, nor the record_function annotations
+//     around them, Phase::Annotation: one around the loop made all of it compute), less the time
+//     each thread spent inside a communication call (a Gloo op, or the c10d:: operator that issued
+//     one, which may wait for it);
 //     comm = collective start..end (the Gloo work, which runs beside backward when DDP overlaps; not
 //     a Gloo send or recv, which is no collective and counts as neither); memcpy = Memcpy + Memset.
 // The window is from the first Step begin to the last Step end when steps exist, else from the

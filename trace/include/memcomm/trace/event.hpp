@@ -102,6 +102,7 @@ enum class Phase : uint8_t {
   Eval = 7,
   Checkpoint = 8,
   Comm = 9,        // host-side time spent driving communication (e.g. a blocking Gloo call)
+  Annotation = 10, // a label put around code (torch.profiler's record_function): no work of its own
   Count
 };
 const char* phase_name(Phase p);

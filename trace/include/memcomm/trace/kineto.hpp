@@ -10,7 +10,8 @@
 // Note [Kineto events as memcomm events]
 // A Kineto trace is converted once, on load, into the event model every tool already reads:
 //   cpu_op, user_annotation, python_function, gpu_user_annotation and categories this reader does
-//     not know  -> RangeBegin/RangeEnd (Phase::Custom; "ProfilerStep#N" -> Phase::Step, id N).
+//     not know  -> RangeBegin/RangeEnd (Phase::Custom; a user_annotation, record_function's label
+//     around code, Phase::Annotation; "ProfilerStep#N" -> Phase::Step, id N).
 //     Host ranges nest LIFO per (pid, tid) thread: Note [Host spans that overlap]. GPU annotations
 //     live on threads kGpuAnnotationThreadBase | stream index.
 //   cuda_runtime, cuda_driver (and the 2021 schema's "Runtime") -> Launch on the host thread, with

@@ -47,7 +47,7 @@ struct Span {
                           // table's CPU fallback subtracts it from that thread's operators);
                           // kernel lanes: kCommKernel for a communication (NCCL) kernel, else 0;
                           // host thread lanes: kHostCall for a launch or sync call, kCommCall for a
-                          // communication call, else 0
+                          // communication call, kAnnotation for an annotation, else 0
 };
 // Span::payload of a communication kernel (prof::ComputeEvent::sub == 1): the step table counts it
 // as communication, not compute (Note [Breakdown definitions] in memcomm/trace/analysis.hpp).
@@ -58,6 +58,9 @@ inline constexpr std::uint32_t kHostCall = 2;
 // Span::payload of a communication call on a host thread's lane (a torch.profiler trace's gloo: and
 // c10d:: operators, Phase::Comm): the thread computes nothing inside it (Note [Breakdown definitions]).
 inline constexpr std::uint32_t kCommCall = 3;
+// Span::payload of an annotation on a host thread's lane (prof::Phase::Annotation: torch.profiler's
+// record_function ranges): a label around operators, no compute of its own (Note [Breakdown definitions]).
+inline constexpr std::uint32_t kAnnotation = 4;
 static_assert(sizeof(Span) == 24, "Span is the per-event unit of the memory budget; keep it packed");
 // A lane row: spans sorted by start and non-overlapping.
 using SpanRow = ChunkedArray<Span>;

@@ -34,6 +34,7 @@ inline constexpr Rgb kPhase[] = {
     {100, 150, 200}, // eval
     {120, 130, 90},  // checkpoint
     {160, 90, 220},  // comm: a blocking communication call, as the collectives lane colours it
+    {60, 180, 170},  // annotation: drawn on its thread's lane, as kNvtx colours it
 };
 static_assert(sizeof(kPhase) / sizeof(kPhase[0]) == static_cast<std::size_t>(prof::Phase::Count),
               "one colour per prof::Phase");
