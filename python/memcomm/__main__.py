@@ -435,7 +435,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     pid, status, whole, raised, parsed_out = os.getpid(), 0, True, False, False
     children = ChildProcesses(args)
     ending = CloseOnce(lambda: _finish(args, profiler, children, raised, parsed_out))
-    with closed_on_sigterm(ending):
+
+    def terminated() -> object:
+        """A SIGTERM ends the script mid-run (torchrun stops the other ranks when one fails): cut off,
+        as by an error, not a run the profile saw nothing of ("start the profile in them" misled)."""
+        nonlocal raised
+        raised = True
+        return ending()
+
+    with closed_on_sigterm(terminated):
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(closed_before_os_exit(ending))

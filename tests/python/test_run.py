@@ -211,6 +211,22 @@ def test_sigterm_closes_the_trace_and_ends_the_process_as_terminated(tmp_path, t
     assert (tmp_path / "mem.pickle").stat().st_size > 0
 
 
+def test_a_run_ended_by_sigterm_before_training_gets_no_advice_to_move_the_profile(tmp_path):
+    """torchrun ends the other ranks by SIGTERM when one fails: each was cut off, not profiled in
+    the wrong process."""
+    write(tmp_path, "waits.py", "import sys, time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-m", "memcomm", "waits.py"], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == -signal.SIGTERM, err
+    assert "closing the trace" in err and "start the profile in them" not in err and "NothingRecorded" not in err, err
+
+
 def test_an_error_in_backward_reads_as_without_memcomm_once_dynamo_is_loaded(tmp_path):
     # Dynamo's disable wrapper around memcomm's backward hook is memcomm's frame too.
     # See Note [Hooks under torch.compile].
