@@ -107,6 +107,37 @@ TEST_CASE("a full ring with no draining keeps exactly its capacity", "[profiler]
   CHECK(rec.stats().dropped == 1000 - 64);
 }
 
+TEST_CASE("a full ring drops memory events but keeps the ranges and collectives between them", "[profiler][recorder]") {
+  // Note [What a full ring keeps]: an allocator burst while the collector waits for a core.
+  RecorderOptions opt;
+  opt.ring_events = 64;
+  opt.drain_interval_ms = 60'000;  // the collector will not drain during the test
+  Recorder rec(opt);
+  auto sink = std::make_shared<MemorySink>();
+  rec.add_sink(sink);
+  rec.start();
+  const StringId step = rec.intern("step");
+  constexpr int kSteps = 100;
+  for (int s = 0; s < kSteps; ++s) {
+    PhaseScope scope(Phase::Step, uint64_t(s), Name{step, "step"}, rec);
+    for (int i = 0; i < 50; ++i) rec.record(make_mem_block(EventKind::Alloc, now_ns(), 0x1000u + uint64_t(i), 512));
+    rec.record(make_collective(EventKind::CollStart, now_ns(), CollOp::AllReduce, DType::F32, 1024, 0, uint32_t(s)));
+  }
+  rec.stop();
+  size_t begins = 0, ends = 0, colls = 0, allocs = 0;
+  for (const Event& e : sink->events()) {
+    begins += e.kind == EventKind::RangeBegin;
+    ends += e.kind == EventKind::RangeEnd;
+    colls += e.kind == EventKind::CollStart;
+    allocs += e.kind == EventKind::Alloc;
+  }
+  CHECK(begins == kSteps);
+  CHECK(ends == kSteps);
+  CHECK(colls == kSteps);
+  CHECK(allocs < 64);  // the ring's room, shared with what came first
+  CHECK(rec.stats().dropped == uint64_t(kSteps) * 50 - allocs);
+}
+
 TEST_CASE("start and stop any number of times and nothing is recorded while stopped", "[profiler][recorder]") {
   Recorder rec;
   auto sink = std::make_shared<MemorySink>();

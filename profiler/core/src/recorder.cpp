@@ -149,6 +149,7 @@ int next_drain_interval_ms(int current_ms, double fill, int min_ms, int max_ms) 
 Recorder::Recorder(const RecorderOptions& options)
     : opt_(options), generation_(g_generation.fetch_add(1)), owner_pid_(this_process()) {
   clock_init();
+  rare_.reserve(kRareBacklog);  // Note [What a full ring keeps]: kept without allocating
   static const int registered = ::pthread_atfork(nullptr, nullptr, &mark_forked_child);
   (void)registered;
 }
@@ -214,6 +215,18 @@ void Recorder::set_thread_name(std::string_view name) {
   if (inherited()) return;
   const uint16_t idx = thread_index();
   record_rare(Event::from(make_meta(now_ns(), MetaKey::ThreadName, int64_t(gettid()), intern(name), idx)));
+}
+
+void Recorder::keep_or_drop(SpscRing& ring, const Event& e) noexcept {
+  const EventFamily f = family_of(e.kind);
+  if ((f != EventFamily::Range && f != EventFamily::Communication && f != EventFamily::Metadata) || inherited())
+    return ring.count_drop();
+  try {
+    std::lock_guard<std::mutex> lock(rare_mu_);
+    if (rare_.size() < std::min(kRareBacklog, rare_.capacity())) return rare_.push_back(e);
+  } catch (...) {  // no memory for the queue: lost as the ring would lose it
+  }
+  ring.count_drop();
 }
 
 void Recorder::record_rare(const Event& e) {

@@ -6,6 +6,7 @@
 // real one only when the ring looks full, so a push is one compare, one 24-byte store and one
 // release store in the common case. A full ring never waits: the event is dropped and `dropped`
 // (written by the producer only) counts it; the collector turns count increases into DropEvents.
+// (try_push leaves the choice to its caller: Note [What a full ring keeps] in recorder.hpp.)
 #pragma once
 
 #include <atomic>
@@ -32,17 +33,21 @@ class SpscRing {
   size_t capacity() const { return mask_ + 1; }
 
   // Producer side. Never blocks, never allocates. False (and counted) when full.
-  // Takes any 24-byte record view; it is copied as three 8-byte words (Note [Word copies]).
   template <class View>
   bool push(const View& e) noexcept {
+    if (try_push(e)) return true;
+    count_drop();
+    return false;
+  }
+  // Producer side: push() that counts nothing when the ring is full.
+  // Takes any 24-byte record view; it is copied as three 8-byte words (Note [Word copies]).
+  template <class View>
+  bool try_push(const View& e) noexcept {
     static_assert(sizeof(View) == sizeof(Event) && std::is_trivially_copyable_v<View>);
     const uint64_t h = head_.load(std::memory_order_relaxed);
     if (h - cached_tail_ > mask_) {
       cached_tail_ = tail_.load(std::memory_order_acquire);
-      if (h - cached_tail_ > mask_) {
-        dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        return false;
-      }
+      if (h - cached_tail_ > mask_) return false;
     }
     // Note [Word copies]: a record built field by field on the stack and then moved with 16-byte
     // loads stalls on store forwarding (~10 cycles); three 8-byte moves forward cleanly.
@@ -72,6 +77,8 @@ class SpscRing {
   // Consumer side: discards everything published so far.
   void discard() { tail_.store(head_.load(std::memory_order_acquire), std::memory_order_release); }
 
+  // Producer side: one event lost.
+  void count_drop() noexcept { dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   size_t size() const {
     return size_t(head_.load(std::memory_order_acquire) - tail_.load(std::memory_order_acquire));
