@@ -210,10 +210,26 @@ def _held_by(value: Any, items: int = 64) -> List[Any]:
     return list(itertools.islice(attributes.values(), items)) if type(attributes) is dict else []
 
 
+def _module_classes() -> Set[type]:
+    """torch.nn.Module and every subclass defined so far (classes made at run time included)."""
+    found, todo = {torch.nn.Module}, [torch.nn.Module]
+    while todo:
+        for sub in type.__subclasses__(todo.pop()):
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found
+
+
 def module_roots() -> List[torch.nn.Module]:
     """The modules alive now that are no other module's child and have parameters (Note [Finding
     the model])."""
-    modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]  # not o.__class__: proxies
+    objects = gc.get_objects()
+    # By type(), not o.__class__ (a proxy's lie), and in C: a set lookup per object, no Python frame
+    # (a heap of 3M objects, a tokenised corpus held as lists, took 0.2 s with issubclass() per object).
+    classes = _module_classes()
+    modules = list(itertools.compress(objects, map(classes.__contains__, map(type, objects))))
+    del objects
     children = {id(c) for m in modules for c in _children(m)}
     return [m for m in modules if id(m) not in children and has_parameters(m)]
 
