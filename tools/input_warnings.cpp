@@ -23,11 +23,11 @@ void warn_about_inputs(const TraceSet& set) {
   // A burst of allocations can outrun the recorder: the frees it dropped leave blocks live for good
   // (a burst of 300k tensors read 95-115 MiB live where 73 MiB were), and the tables say so nowhere.
   for (const RankTrace& r : set.ranks)
-    if (const uint64_t calls = device_calls_without_device_events(r); calls > 0)
-      fmt::print(stderr, "memcomm-trace: warning: {}: rank {} made {} {} that put work on a device (kernel launches, "
-                         "copies) but the trace holds no kernel, copy or set that ran on one (its device activity was not recorded: "
-                         "torch.profiler without ProfilerActivity.CUDA, or CUPTI failed): its breakdown is the host's\n",
-                 r.source, r.rank, calls, calls == 1 ? "call" : "calls");
+    if (const uint64_t launches = kernel_launches_without_kernels(r); launches > 0)
+      fmt::print(stderr, "memcomm-trace: warning: {}: rank {} launched {} {} but the trace holds none that ran (kernels "
+                         "were not recorded: torch.profiler without ProfilerActivity.CUDA, or CUPTI failed): its "
+                         "breakdown counts no device compute\n",
+                 r.source, r.rank, launches, launches == 1 ? "kernel" : "kernels");
   for (const RankTrace& r : set.ranks)
     if (r.drops > 0)
       fmt::print(stderr, "memcomm-trace: warning: {}: rank {} dropped {} events while recording (its buffer was full): "

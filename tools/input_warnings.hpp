@@ -1,8 +1,8 @@
 // What every memcomm-trace subcommand says on stderr about the traces it loaded: files cut short (read
 // up to their last complete chunk or event, as --help promises), files that hold no event, ranks that
-// look like several runs, ranks that launched device work the trace did not record (their breakdown
-// is the host's), and ranks whose recorder dropped events (memory figures then count lost frees'
-// blocks as live).
+// look like several runs, ranks that launched kernels the trace did not record (their breakdown
+// counts no device compute), and ranks whose recorder dropped events (memory figures then count
+// lost frees' blocks as live).
 #pragma once
 
 #include <cstdint>

@@ -395,6 +395,11 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   memcomm::refuse_empty_values(app);
+  if (const std::string bad = memcomm::unknown_option(app, argc, argv); !bad.empty()) {
+    fmt::print(stderr, "memcomm-trace {}: unknown option '{}'\nRun 'memcomm-trace {} --help' for its options.\n",
+               argc > 1 ? argv[1] : "", bad, argc > 1 ? argv[1] : "");
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

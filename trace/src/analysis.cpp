@@ -119,9 +119,9 @@ CollectiveTiming collective_timing(const std::vector<CollectiveArrival>& arrival
 bool runs_operators(uint16_t thread) { return (thread & kPythonFrameThreadBase) == 0; }
 
 // The host ranges (Phase::Custom: the operators, not their annotations) of each thread, less the time
-// that thread spent in a communication
-// call (Phase::Comm: a Gloo op, or the c10d:: operator that issued one) inside them: an operator that
-// waits on Gloo computes nothing meanwhile, while another thread's work goes on.
+// that thread spent in a communication call (Phase::Comm: a Gloo op, or the c10d:: operator that
+// issued one) inside them: an operator that waits on Gloo computes nothing meanwhile, while another
+// thread's work goes on.
 std::vector<Interval> operators_outside_comm(const std::vector<RangeSpan>& ranges) {
   std::map<uint16_t, std::pair<std::vector<Interval>, std::vector<Interval>>> by_thread;
   for (const RangeSpan& rs : ranges) {
@@ -183,17 +183,13 @@ RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges,
   return s;
 }
 
-uint64_t device_calls_without_device_events(const RankTrace& r) {
-  uint64_t calls = 0;
+uint64_t kernel_launches_without_kernels(const RankTrace& r) {
+  uint64_t launches = 0;
   for (const Event& e : r.events) {
-    if (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy || e.kind == EventKind::Memset) return 0;
-    if (e.kind != EventKind::Launch) continue;
-    const std::string_view name = r.name(e.as<ComputeEvent>().arg);
-    if (name.find("Launch") != std::string_view::npos || name.find("Memcpy") != std::string_view::npos ||
-        name.find("Memset") != std::string_view::npos)
-      ++calls;
+    if (e.kind == EventKind::Kernel) return 0;
+    if (e.kind == EventKind::Launch && r.name(e.as<ComputeEvent>().arg).find("Launch") != std::string_view::npos) ++launches;
   }
-  return calls;
+  return launches;
 }
 
 Breakdown breakdown_over(const RankSpans& s, int64_t lo, int64_t hi) {
@@ -350,6 +346,9 @@ RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysi
 
   std::vector<MemoryPoint> mem = memory_series(r);
   rs.memory_recorded = !mem.empty();
+  rs.reserved_recorded = std::any_of(r.events.begin(), r.events.end(), [](const Event& e) {
+    return is_segment_kind(e.kind) || (e.kind == EventKind::MemSample && e.as<MemSampleEvent>().metric == MemMetric::Reserved);
+  });
   for (const MemoryPoint& p : mem) {
     rs.peak_allocated = std::max(rs.peak_allocated, p.allocated);
     rs.peak_reserved = std::max(rs.peak_reserved, p.reserved);

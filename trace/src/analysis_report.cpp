@@ -49,6 +49,7 @@ std::string analysis_to_json(const Analysis& a, int indent) {
                           {"peak_allocated", r.peak_allocated},
                           {"peak_reserved", r.peak_reserved},
                           {"memory_recorded", r.memory_recorded},
+                          {"reserved_recorded", r.reserved_recorded},
                           {"max_fragmentation", r.max_fragmentation},
                           {"ooms", r.ooms},
                           {"collectives", r.collectives},
@@ -104,7 +105,7 @@ std::string analysis_to_json(const Analysis& a, int indent) {
 
 std::string analysis_to_text(const Analysis& a, size_t max_rows) {
   std::string out;
-  out += "Temporal breakdown per rank (HTA's kinds of time, % of the steps' span or, without steps, the trace's; "
+  out += "Temporal breakdown per rank (HTA's kinds of time, % of the steps' span or, without steps, the work's; "
          "--hta gives HTA's own figures)\n";
   out += fmt::format("{:>5} {:>4} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>11} {:>9} {:>9} {:>7}\n", "rank", "mode",
                      "window_ms", "compute%", "comm%", "memcpy%", "idle%", "overlap%", "exposed_ms", "peak_MiB",
@@ -115,7 +116,7 @@ std::string analysis_to_text(const Analysis& a, size_t max_rows) {
                        r.rank == kUnknownRank ? -1 : int64_t(r.rank), r.gpu_mode ? "gpu" : "cpu", format_ms(b.window_ns, 3, ""),
                        pct(b.compute_ns, b.window_ns), pct(b.comm_ns, b.window_ns), pct(b.memcpy_ns, b.window_ns),
                        pct(b.idle_ns, b.window_ns), b.overlap_pct, format_ms(b.exposed_comm_ns, 3, ""),
-                       recorded_mib(&r, r.peak_allocated), recorded_mib(&r, r.peak_reserved), r.drops);
+                       recorded_mib(&r, r.peak_allocated), r.reserved_recorded ? format_mib(r.peak_reserved) : "-", r.drops);
   }
   if (!a.steps.empty()) {
     out += fmt::format("\nSteps ({} rows{})\n", a.steps.size(),

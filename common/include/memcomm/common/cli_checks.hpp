@@ -8,6 +8,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -50,6 +51,26 @@ inline void refuse_empty_values(CLI::App& app) {
   for (CLI::Option* opt : app.get_options([](CLI::Option* o) { return o->get_type_size() > 0 && o->get_expected_min() > 0; }))
     opt->check(not_empty());
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(*sub);
+}
+
+// The first argument that reads as an option (a leading '-': not "-" alone, nor a negative number)
+// that neither `app` nor the subcommand the arguments select defines, as the user wrote it; "" when
+// there is none. CLI11 checks a positional's value before it refuses an unknown option, so
+// `memcomm-trace export FILE -o out.json` said "out.json: no such file", where the mistake is -o.
+inline std::string unknown_option(CLI::App& app, int argc, const char* const* argv) {
+  CLI::App* current = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;  // positionals only, from here
+    if (arg.size() < 2 || arg[0] != '-') {
+      for (CLI::App* sub : current->get_subcommands([&arg](CLI::App* s) { return s->check_name(arg); })) current = sub;
+      continue;
+    }
+    if (std::isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.') continue;  // a negative number
+    const std::string name = arg.substr(0, arg.find('='));
+    if (current->get_option_no_throw(name) == nullptr && app.get_option_no_throw(name) == nullptr) return name;
+  }
+  return "";
 }
 
 // `option->check(whole_number(1))`: an integer of at least `min` (and within a long long).

@@ -198,6 +198,8 @@ struct RankSummary {
   int64_t mean_step_ns = 0;
   uint64_t peak_allocated = 0, peak_reserved = 0;
   bool memory_recorded = false;  // the rank's trace holds memory figures (else its peaks' 0 means unknown)
+  bool reserved_recorded = false;  // ... and reserved bytes among them: readings or segments (a 2021
+                                   // torch.profiler trace's [memory] events have none)
   double max_fragmentation = 0;
   uint64_t ooms = 0;
   uint64_t collectives = 0, comm_bytes = 0;
@@ -239,11 +241,11 @@ struct RankSpans {
   std::vector<Interval> compute, comm, memcpy;  // merged
 };
 RankSpans spans_of(const RankTrace& r, const std::vector<RangeSpan>& ranges, const std::vector<CollectiveOnRank>& colls);
-// The host's calls that put work on a device (a kernel launch, an async copy or set: the runtime's
-// and driver's *Launch*, *Memcpy*, *Memset* calls) of a rank that recorded no device event: a trace
-// whose device activity went unrecorded (torch.profiler without ProfilerActivity.CUDA, a CUPTI
-// failure), which the breakdown can only read as a CPU run. 0 when the rank has device events.
-uint64_t device_calls_without_device_events(const RankTrace& r);
+// The kernel launches (the runtime's and driver's *Launch* calls) of a rank that recorded no kernel:
+// a trace whose kernels went unrecorded (torch.profiler without ProfilerActivity.CUDA, a CUPTI
+// failure), whose breakdown can count no device compute (a CPU run, or a device idle but for its
+// copies where those were recorded). 0 when the rank has a kernel.
+uint64_t kernel_launches_without_kernels(const RankTrace& r);
 Breakdown breakdown_over(const RankSpans& s, int64_t lo, int64_t hi);
 // The communication part of a breakdown (Note [Breakdown definitions]): comm and compute merged
 // and clipped to one window. Only compute that meets comm counts, so compute may be given as just
