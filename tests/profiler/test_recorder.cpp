@@ -108,7 +108,7 @@ TEST_CASE("a full ring with no draining keeps exactly its capacity", "[profiler]
 }
 
 TEST_CASE("a full ring drops memory events but keeps the ranges and collectives between them", "[profiler][recorder]") {
-  // Note [What a full ring keeps]: an allocator burst while the collector waits for a core.
+  // See Note [What a full ring keeps]: an allocator burst while the collector waits for a core.
   RecorderOptions opt;
   opt.ring_events = 64;
   opt.drain_interval_ms = 60'000;  // the collector will not drain during the test
@@ -136,6 +136,24 @@ TEST_CASE("a full ring drops memory events but keeps the ranges and collectives 
   CHECK(colls == kSteps);
   CHECK(allocs < 64);  // the ring's room, shared with what came first
   CHECK(rec.stats().dropped == uint64_t(kSteps) * 50 - allocs);
+}
+
+TEST_CASE("a full ring keeps at most the rare queue's backlog, and counts the rest as dropped", "[profiler][recorder]") {
+  RecorderOptions opt;
+  opt.ring_events = 64;
+  opt.drain_interval_ms = 60'000;  // a collector that never gets to run
+  Recorder rec(opt);
+  auto sink = std::make_shared<MemorySink>();
+  rec.add_sink(sink);
+  rec.start();
+  const uint64_t ranges = 2 * (Recorder::kRareBacklog + 1000);
+  for (uint64_t s = 0; s < ranges / 2; ++s) PhaseScope scope(Phase::Step, s, Name{}, rec);
+  rec.stop();
+  uint64_t kept = 0;
+  for (const Event& e : sink->events()) kept += family_of(e.kind) == EventFamily::Range;
+  CHECK(kept <= 64 + Recorder::kRareBacklog);
+  CHECK(kept >= Recorder::kRareBacklog);
+  CHECK(rec.stats().dropped == ranges - kept);
 }
 
 TEST_CASE("start and stop any number of times and nothing is recorded while stopped", "[profiler][recorder]") {

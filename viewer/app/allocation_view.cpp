@@ -129,6 +129,7 @@ void hover(AppState& st, const RankData& rd, const AllocPlot& p) {
   if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MouseDragMaxDistanceSqr[0] < 16) {  // a click, not a pan
     st.pinned_alloc = static_cast<int>(index);
     st.pinned_rank = st.memory_rank;
+    st.pinned_rank_id = rd.rank;
     st.pinned_addr = st.hovered_alloc.addr;
     // Bounded (Note [Bounded timestamps] in timeline.hpp): the time panes subtract these.
     st.pinned_t0 = bounded_time(st.hovered_alloc.alloc_ns);

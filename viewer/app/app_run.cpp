@@ -166,6 +166,9 @@ int App::frame_loop(bool headless) {
 
 // The screenshot and the report, whatever the run's outcome; 1 if one cannot be written, else rc.
 int App::write_outputs(int rc) {
+  // The report holds the allocations as of the last arrivals, however the run ended (--timeout, a
+  // closed window), not as of the last paced rebuild (Note [Live allocations]).
+  if (live_ && !opt_.report_json.empty() && live_->refresh_allocations(st_.tl)) st_.allocations_rebuilt();
   if (!opt_.screenshot.empty()) {
     std::string err;
     if (!write_png(opt_.screenshot, err)) {

@@ -41,9 +41,17 @@ void AppState::set_timeline(Timeline&& t, bool merge) {
   compare_rank = -1;  // a slot of the old ranks
 }
 
+bool AppState::follow_pinned_rank() {
+  if (pinned_alloc < 0) return false;
+  const auto slot = std::find_if(tl.ranks.begin(), tl.ranks.end(), [this](const RankData& r) { return r.rank == pinned_rank_id; });
+  if (slot == tl.ranks.end()) pinned_alloc = -1;
+  else pinned_rank = static_cast<int>(slot - tl.ranks.begin());
+  return pinned_alloc >= 0;
+}
+
 void AppState::allocations_rebuilt() {
   ++data_generation;
-  if (pinned_alloc < 0 || pinned_rank < 0 || static_cast<std::size_t>(pinned_rank) >= tl.ranks.size()) return;
+  if (!follow_pinned_rank()) return;
   // A rebuild may move it: a block from before the stream sorts first (O(allocations), as the rebuild).
   const auto& list = tl.ranks[static_cast<std::size_t>(pinned_rank)].allocations.list;
   const auto it = std::find_if(list.begin(), list.end(), [this](const prof::Allocation& a) {
@@ -75,6 +83,7 @@ void AppState::appended(const AppendResult& r, bool refresh_summary) {
     for (const auto& rd : tl.ranks) alloc.push_back(std::make_unique<AllocatorTimeline>(&rd.alloc_events));
     collapsed.resize(tl.ranks.size(), false);
     memory_rank = std::clamp(memory_rank, 0, std::max(0, static_cast<int>(tl.ranks.size()) - 1));
+    follow_pinned_rank();
   } else {
     for (std::size_t s = 0; s < r.alloc_from.size() && s < alloc.size(); ++s)
       if (r.alloc_from[s] != AppendResult::npos) alloc[s]->update(r.alloc_from[s]);

@@ -149,7 +149,8 @@ int next_drain_interval_ms(int current_ms, double fill, int min_ms, int max_ms) 
 Recorder::Recorder(const RecorderOptions& options)
     : opt_(options), generation_(g_generation.fetch_add(1)), owner_pid_(this_process()) {
   clock_init();
-  rare_.reserve(kRareBacklog);  // Note [What a full ring keeps]: kept without allocating
+  rare_.reserve(kRareBacklog);  // See Note [What a full ring keeps]: kept without allocating
+  rare_taken_.reserve(kRareBacklog);
   static const int registered = ::pthread_atfork(nullptr, nullptr, &mark_forked_child);
   (void)registered;
 }
@@ -227,6 +228,21 @@ void Recorder::keep_or_drop(SpscRing& ring, const Event& e) noexcept {
   } catch (...) {  // no memory for the queue: lost as the ring would lose it
   }
   ring.count_drop();
+}
+
+void Recorder::take_rare(bool& runs_sorted) {
+  // After the rings' events, so that a kept event (Note [What a full ring keeps]) follows what its
+  // thread recorded before it at the same time. Swapped out under the lock: a recording thread that
+  // waits for it waits for a swap, never for this low-priority thread's copy.
+  {
+    std::lock_guard<std::mutex> rl(rare_mu_);
+    rare_.swap(rare_taken_);
+  }
+  const auto from = static_cast<std::ptrdiff_t>(batch_.size());
+  batch_.insert(batch_.end(), rare_taken_.begin(), rare_taken_.end());
+  rare_taken_.clear();
+  runs_sorted &= std::is_sorted(batch_.begin() + from, batch_.end(), [](const Event& a, const Event& b) { return a.ts < b.ts; });
+  run_bounds_.push_back(batch_.size());
 }
 
 void Recorder::record_rare(const Event& e) {
@@ -371,17 +387,11 @@ void Recorder::run_due_samplers(std::chrono::steady_clock::time_point now) {
 
 void Recorder::drain_locked(bool flush) {
   batch_.clear();
-  {
-    std::lock_guard<std::mutex> rl(rare_mu_);
-    batch_.insert(batch_.end(), rare_.begin(), rare_.end());
-    rare_.clear();
-  }
   const int64_t ts = now_ns();
   run_bounds_.assign(1, 0);
   drop_events_.clear();
   double fill = 0;  // largest fraction of a ring found in use
-  bool runs_sorted = std::is_sorted(batch_.begin(), batch_.end(), [](const Event& a, const Event& b) { return a.ts < b.ts; });
-  run_bounds_.push_back(batch_.size());
+  bool runs_sorted = true;
   {
     std::lock_guard<std::mutex> tl(threads_mu_);
     for (auto& t : threads_) {
@@ -414,6 +424,7 @@ void Recorder::drain_locked(bool flush) {
                                   }),
                    threads_.end());
   }
+  take_rare(runs_sorted);
   if (!drop_events_.empty()) {  // all stamped `ts`: one more sorted run
     batch_.insert(batch_.end(), drop_events_.begin(), drop_events_.end());
     run_bounds_.push_back(batch_.size());

@@ -227,8 +227,9 @@ def module_roots() -> List[torch.nn.Module]:
     objects = gc.get_objects()
     # By type(), not o.__class__ (a proxy's lie), and in C: a set lookup per object, no Python frame
     # (a heap of 3M objects, a tokenised corpus held as lists, took 0.2 s with issubclass() per object).
-    classes = _module_classes()
-    modules = list(itertools.compress(objects, map(classes.__contains__, map(type, objects))))
+    # By the class's id: a class whose metaclass defines __eq__ without __hash__ cannot be hashed.
+    class_ids = {id(c) for c in _module_classes()}
+    modules = list(itertools.compress(objects, map(class_ids.__contains__, map(id, map(type, objects)))))
     del objects
     children = {id(c) for m in modules for c in _children(m)}
     return [m for m in modules if id(m) not in children and has_parameters(m)]

@@ -3,7 +3,8 @@
 // Algorithm summary
 // - Each recording thread gets an SpscRing on its first event (slow path: one allocation, a lock,
 //   a ThreadName metadata record). A thread-local cache makes later records a generation compare
-//   plus a ring push: no lock, no allocation, no system call (Note [Ring protocol]).
+//   plus a ring push: no lock, no allocation, no system call (Note [Ring protocol]) while the
+//   ring has room.
 // - A full ring drops the event and counts it, unless it is one the trace's structure rests on
 //   (Note [What a full ring keeps]); the collector emits a DropEvent per thread whose count grew,
 //   so drops are in the trace and in stats().
@@ -180,7 +181,8 @@ class Recorder {
   // time on load, so it lands where it belongs. Memory, compute and counter events (the floods, and
   // a counter a script may record per tensor) are dropped and counted, as are kept ones past
   // kRareBacklog waiting (a collector that never runs). The queue holds room for them from the
-  // start (384 KiB), so a full ring still allocates nothing.
+  // start (384 KiB), so a full ring still allocates nothing; a kept event does take the queue's
+  // lock, which the collector holds only to swap the queue out.
   static constexpr size_t kRareBacklog = 1 << 14;
 
   // Samplers run on the collector thread every period (e.g. allocator statistics -> MemSample).
@@ -208,6 +210,8 @@ class Recorder {
   void drain_locked(bool final_flush);
   // A full ring's event: kept in the rare queue or dropped (Note [What a full ring keeps]).
   void keep_or_drop(SpscRing& ring, const Event& e) noexcept;
+  // Appends the rare queue's events to batch_ as one more run (drain_locked).
+  void take_rare(bool& runs_sorted);
   void emit_identity(int64_t ts);
 
   struct HookSlot {
@@ -245,6 +249,7 @@ class Recorder {
   std::vector<SinkEntry> sinks_;
   std::mutex sinks_mu_;
   std::vector<Event> rare_;
+  std::vector<Event> rare_taken_;  // the collector's: rare_ swapped out by take_rare()
   std::mutex rare_mu_;
   std::vector<Sampler> samplers_;
   std::mutex samplers_mu_;

@@ -105,9 +105,10 @@ class TimelineBuilder {
   // by earlier calls of this builder only), touching only what the new events touch; appending in
   // pieces gives the model that finish() gives for all of it at once. Live mode's publish step.
   AppendResult append_to(Timeline& tl);
-  // Note [Live allocations]: rebuilds the allocation lifetimes and their index of each rank whose
-  // block events grew since append_to() last published them (O(that rank's events)); true if any
-  // did. finish() builds them for every rank; live mode calls this at its own pace.
+  // Rebuilds the allocation lifetimes and their index of each rank whose block events grew since
+  // append_to() last published them (O(that rank's events)); true if any did. finish() builds them
+  // for every rank; live mode calls this at its own pace (See Note [Live allocations] in
+  // viewer/app/app_live.cpp).
   bool refresh_allocations(Timeline& tl);
 
  private:

@@ -48,8 +48,9 @@ class LiveSession {
   // Appends what arrived since the last publish to `tl`, which only this session's publish() has
   // written to; ranks that disconnected are kept, marked.
   AppendResult publish(Timeline& tl);
-  // Note [Live allocations]: the allocation lifetimes are no part of publish(): each rebuild is
-  // O(the rank's block events), not O(new ones), so the caller paces this call. True if any changed.
+  // The allocation lifetimes are no part of publish(): each rebuild is O(the rank's block events),
+  // not O(new ones), so the caller paces this call (See Note [Live allocations] in
+  // viewer/app/app_live.cpp). True if any changed.
   bool refresh_allocations(Timeline& tl);
   LiveStats stats() const;
   std::uint64_t events_received() const { return events_; }

@@ -58,7 +58,8 @@ struct AppState {
   int pinned_alloc = -1;                        // index in pinned_rank's allocations (-1: none)
   int pinned_rank = -1;
   TimeNs pinned_t0 = 0, pinned_t1 = 0;          // its lifetime, marked on every time pane (draw_overlays)
-  std::uint64_t pinned_addr = 0;                // found again by (pinned_t0, pinned_addr) after a rebuild
+  std::uint64_t pinned_addr = 0;                // found again by (pinned_t0, pinned_addr) after a rebuild,
+  std::uint32_t pinned_rank_id = 0;             // on the rank of this id (live ranks join in rank order)
   bool all_frames = false;                      // tooltips show every frame (memory_viz's filter off)
   char alloc_search[128] = {};                  // file or function names in stacks
   std::string alloc_search_applied;
@@ -171,6 +172,9 @@ struct AppState {
   // After the ranks' allocation lifetimes were rebuilt in place (Note [Live allocations]): the
   // bands, holders and peak follow; a pinned allocation stays pinned if it is still there.
   void allocations_rebuilt();
+  // The pinned allocation's rank slot, found by its id (ranks that join sort in): false, and unpinned,
+  // when that rank is gone or nothing is pinned.
+  bool follow_pinned_rank();
   void sum_steps();  // steps_time, steps_exposed, steps_wait from `steps`: per change, not per frame
   void zoom_to(TimeNs t0, TimeNs t1);           // clamps and keeps a minimum width
   void zoom_at(TimeNs at, double factor);       // factor < 1 zooms in around `at`
