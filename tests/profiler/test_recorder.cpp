@@ -90,14 +90,26 @@ TEST_CASE("small rings drop, and every drop is counted in the trace and the stat
   CHECK(t.drops > 0);
 }
 
+// A started recorder with rings of 64 events whose collector does not drain during a test.
+struct Undrained {
+  static RecorderOptions options() {
+    RecorderOptions opt;
+    opt.ring_events = 64;
+    opt.drain_interval_ms = 60'000;
+    return opt;
+  }
+  Recorder rec{options()};
+  std::shared_ptr<MemorySink> sink = std::make_shared<MemorySink>();
+  Undrained() {
+    rec.add_sink(sink);
+    rec.start();
+  }
+};
+
 TEST_CASE("a full ring with no draining keeps exactly its capacity", "[profiler][recorder]") {
-  RecorderOptions opt;
-  opt.ring_events = 64;
-  opt.drain_interval_ms = 60'000;  // the collector will not drain during the test
-  Recorder rec(opt);
-  auto sink = std::make_shared<MemorySink>();
-  rec.add_sink(sink);
-  rec.start();
+  Undrained u;
+  Recorder& rec = u.rec;
+  auto& sink = u.sink;
   const uint16_t me = rec.thread_index();
   for (int i = 0; i < 1000; ++i) rec.record(make_counter(i, 1, i));
   rec.stop();
@@ -109,13 +121,9 @@ TEST_CASE("a full ring with no draining keeps exactly its capacity", "[profiler]
 
 TEST_CASE("a full ring drops memory events but keeps the ranges and collectives between them", "[profiler][recorder]") {
   // See Note [What a full ring keeps]: an allocator burst while the collector waits for a core.
-  RecorderOptions opt;
-  opt.ring_events = 64;
-  opt.drain_interval_ms = 60'000;  // the collector will not drain during the test
-  Recorder rec(opt);
-  auto sink = std::make_shared<MemorySink>();
-  rec.add_sink(sink);
-  rec.start();
+  Undrained u;
+  Recorder& rec = u.rec;
+  auto& sink = u.sink;
   const StringId step = rec.intern("step");
   constexpr int kSteps = 100;
   for (int s = 0; s < kSteps; ++s) {
@@ -139,13 +147,9 @@ TEST_CASE("a full ring drops memory events but keeps the ranges and collectives 
 }
 
 TEST_CASE("a full ring keeps at most the rare queue's backlog, and counts the rest as dropped", "[profiler][recorder]") {
-  RecorderOptions opt;
-  opt.ring_events = 64;
-  opt.drain_interval_ms = 60'000;  // a collector that never gets to run
-  Recorder rec(opt);
-  auto sink = std::make_shared<MemorySink>();
-  rec.add_sink(sink);
-  rec.start();
+  Undrained u;  // a collector that never gets to run
+  Recorder& rec = u.rec;
+  auto& sink = u.sink;
   const uint64_t ranges = 2 * (Recorder::kRareBacklog + 1000);
   for (uint64_t s = 0; s < ranges / 2; ++s) PhaseScope scope(Phase::Step, s, Name{}, rec);
   rec.stop();
