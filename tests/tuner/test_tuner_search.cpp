@@ -543,3 +543,31 @@ TEST_CASE("a winner whose long run runs out of memory gives way to a smaller mic
   CHECK(verified == std::vector<int64_t>{8, 4, 2});
   CHECK_FALSE(r.outcome.recommendation);
 }
+
+TEST_CASE("a model that runs out whenever it accumulates gets the whole batch in one step") {
+  // See Note [Accumulation needs a gradient more]: any K > 1 runs out, b = 64 with K = 1 fits.
+  for (const Strategy strategy : {Strategy::Memcomm, Strategy::Lightning, Strategy::Grid}) {
+    INFO(static_cast<int>(strategy));
+    Synthetic m;
+    m.limit = 400 << 20;
+    SearchConfig cfg = capped(64, m.limit);
+    cfg.strategy = strategy;
+    auto probe = [&m](const ProbeRequest& r) {
+      ProbeResult x = m(r);
+      if (r.accum > 1) {
+        x = ProbeResult{};
+        x.measured_accum = static_cast<int>(r.accum);
+        x.oom = true;
+        x.oom_where = "backward";
+        x.oom_rank = 0;
+      }
+      return x;
+    };
+    const auto out = run_search(cfg, probe);
+    REQUIRE(out.recommendation);
+    CHECK(out.recommendation->micro_batch == 64);
+    CHECK(out.recommendation->accum == 1);
+    CHECK(out.failure.empty());
+    CHECK(out.batch_note.find("the whole per-rank batch of 64") != std::string::npos);
+  }
+}

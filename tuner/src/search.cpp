@@ -7,7 +7,9 @@
 //     successful probe refines the fit (and a fit of reserved bytes of its own, once two points
 //     exist); once a prediction is wrong, the search stays near it: a failure bounds a bisection,
 //     a cautious miss gallops upwards (2, 4, 8... candidates) until the first failure. With memory
-//     that is linear in b this takes 4 probes; the bound is ceil(log2(candidates)) + 3.
+//     that is linear in b this takes 4 probes; the bound is ceil(log2(candidates)) + 3. When even
+//     the smallest candidate runs out while it accumulates, the whole per-rank batch in one step is
+//     probed once (Note [Accumulation needs a gradient more]).
 //  2. Speed. Among candidates that fit with the safety margin (Note [Safety margin]), measure from
 //     the largest down by halving while throughput holds up, then the neighbours of the best: the
 //     fastest is often neither the largest nor a power of two.
@@ -114,9 +116,10 @@ class Search {
   }
 
   void run() {
-    const bool ok = cfg_.strategy == Strategy::Lightning ? boundary_lightning()
-                    : cfg_.strategy == Strategy::Grid    ? boundary_grid()
-                                                         : boundary_memcomm();
+    const bool ok = (cfg_.strategy == Strategy::Lightning ? boundary_lightning()
+                     : cfg_.strategy == Strategy::Grid    ? boundary_grid()
+                                                          : boundary_memcomm()) ||
+                    whole_batch_fits();
     out_.boundary_probes = static_cast<int>(out_.trials.size());
     if (!ok) return;
     set_margin();
@@ -189,6 +192,25 @@ class Search {
   }
 
   bool fits(size_t i, TrialPurpose why) { return !probe(cand_[i], why, cfg_.bucket_mb).result.oom; }
+
+  // Note [Accumulation needs a gradient more]: a micro-step after the first adds its gradients into
+  // the .grad tensors the first one left, and holds both while it adds; a step without accumulation
+  // hands its gradients over as they are. So a model whose state nearly fills the limit can run out
+  // at every micro-batch that accumulates and still fit the rank's whole batch in one step (2 MiB of
+  // parameters with momentum under 8 MiB: b = 1 with K = 64 ran out, b = 64 with K = 1 peaked at
+  // 6.8 MiB), and a search that assumes peaks grow with b said nothing fits. When none does with
+  // accumulation, the whole batch is probed once.
+  bool whole_batch_fits() {
+    const size_t whole = cand_.size() - 1;
+    if (cand_.empty() || cand_[whole] != per_rank_ || accum_for(cand_[0]) == 1 || done_.count(per_rank_) ||
+        !budget_left() || !fits(whole, TrialPurpose::Fit))
+      return false;
+    out_.failure.clear();
+    out_.batch_note += fmt::format("{}every micro-batch tried that accumulates ran out of memory (adding into the "
+                                   "gradients holds a second copy while it adds); the whole per-rank batch of {} "
+                                   "in one step fits", out_.batch_note.empty() ? "" : "; ", per_rank_);
+    return true;
+  }
 
   bool first_fits() {
     if (fits(0, TrialPurpose::Fit)) return true;
