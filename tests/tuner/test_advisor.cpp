@@ -342,6 +342,25 @@ TEST_CASE("over the limit: only what scales with the micro-batch shrinks with it
   CHECK(none.change.find("does not fit the limit at any micro-batch") != std::string::npos);
 }
 
+TEST_CASE("idle headroom: what does not scale with the micro-batch does not grow with it") {
+  // 100 MiB reserved under 400 MiB, 80 MiB of it parameters and optimizer state: 0.9 x 400 MiB holds
+  // (360 - 80) / (100 - 80) = 14x the micro-batch, where the whole peak scaled said 3.6x.
+  TraceBuilder t;
+  steps(t, 10, 0);
+  t.mem(EventKind::SegmentAlloc, kMs, 0x10000000, 100 << 20);
+  t.ev.push_back(Event::from(prof::make_mem_block(EventKind::Alloc, kMs + 1, 0x10000000, 80 << 20, 0, 0,
+                                                  prof::MemCategory::OptimizerState)));
+  t.ev.push_back(Event::from(prof::make_mem_block(EventKind::Alloc, kMs + 2, 0x10000000 + (80 << 20), 10 << 20, 0, 0,
+                                                  prof::MemCategory::Activation)));
+  advise::AdviseOptions o;
+  o.memory_limit = 400 << 20;
+  const auto advice = advise_on({t}, "fixedroom", o);
+  const auto* a = find(advice, advise::Topic::Headroom);
+  REQUIRE(a);
+  INFO(a->change);
+  CHECK(a->change.find("about 14.0x larger") != std::string::npos);
+}
+
 TEST_CASE("a straggler: which rank, and where its time goes") {
   std::vector<TraceBuilder> ranks(4);
   for (uint32_t r = 0; r < 4; ++r) {
