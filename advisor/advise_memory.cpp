@@ -181,10 +181,12 @@ void headroom_rule(const prof::TraceSet& set, const prof::Analysis& a, const Adv
   const char* what = "peak reserved";
   if (peak == 0 && allocated > 0) peak = allocated, what = "peak allocated (the trace records no reserved bytes)";
   if (limit == 0 || peak == 0) return;
-  const uint64_t fixed = std::min(fixed_bytes_at_peak(set), peak);
-  if (peak > limit) return over_limit(what, peak, limit, fixed, out);
+  // What never scales (a fold of every rank's allocations): found only where advice follows.
+  const auto fixed_part = [&set, peak] { return std::min(fixed_bytes_at_peak(set), peak); };
+  if (peak > limit) return over_limit(what, peak, limit, fixed_part(), out);
   const double unused = 1.0 - double(peak) / double(limit);
   if (unused <= o.headroom_threshold) return;
+  const uint64_t fixed = fixed_part();
   Advice adv;
   adv.topic = Topic::Headroom;
   adv.saving_unit = "bytes";
