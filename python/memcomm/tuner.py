@@ -94,8 +94,10 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     Raises TypeError or ValueError for bad arguments (before any probe: among them a model with lazy
     parameters no forward has made yet, and an optimizer that updates none of the model's parameters),
     the user's own exception
-    when loss_fn, make_batch or evaluate raises one on this rank (TuneError on the other ranks), and
-    ValueError when one step at micro-batch 1 does not fit. A step that raises at micro-batch 1 but
+    when loss_fn, make_batch or evaluate raises one on this rank (TuneError on the other ranks),
+    ValueError when loss_fn returns a loss backward() cannot take (not one element, or needing no
+    gradient) or make_batch raises StopIteration (its data ran out), and ValueError when one step at
+    micro-batch 1 does not fit. A step that raises at micro-batch 1 but
     not at 2 (BatchNorm in training mode) is warned about, and the search starts at 2. An
     out-of-memory in a probe is never raised: it is a result
     (Note [Agreeing on an out-of-memory from Python]).

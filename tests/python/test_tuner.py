@@ -674,6 +674,55 @@ def test_a_limit_below_the_model_is_a_value_error_before_any_probe():
     """, timeout=60)
 
 
+def test_parameters_the_loss_never_reaches_do_not_refuse_a_model_whose_steps_fit():
+    # A 16 MiB head the forward never calls, with momentum: 48 MiB of "state" by the estimate, under a
+    # 32 MiB cap where every step fits (it has no gradient and no momentum). It was refused up front.
+    run_ok("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=32 << 20)
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body, self.unused_head = nn.Linear(64, 4), nn.Linear(2048, 2048)
+            def forward(self, x):
+                return self.body(x)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        r = memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]),
+                         lambda b: (torch.randn(b, 64), torch.randint(0, 4, (b,))), 16, probe_seconds=0.0,
+                         verify_steps=1, max_trials=3, verbose=False)
+        assert r["recommendation"], r
+        print("ok")
+    """, timeout=120)
+
+
+def test_a_loss_backward_cannot_take_or_data_that_runs_out_is_a_value_error_naming_the_argument():
+    # torch's words ("grad can be implicitly created only for scalar outputs", "element 0 of tensors does
+    # not require grad") named neither loss_fn nor the fix, and a loader that ran out escaped as a bare
+    # StopIteration with no message.
+    run_ok("""
+        import torch, torch.nn as nn, torch.nn.functional as F, memcomm
+        torch.set_num_threads(1)
+        memcomm.use_allocator("cpu", memory_limit=64 << 20)
+        model = nn.Linear(16, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        xy = lambda b: (torch.randn(b, 16), torch.randint(0, 4, (b,)))
+        data = torch.utils.data.TensorDataset(*xy(100))
+        loader = lambda b: next(iter(torch.utils.data.DataLoader(data, batch_size=b, drop_last=True)))
+        cases = [(lambda m, b: F.cross_entropy(m(b[0]), b[1], reduction="none"), xy, "scalar loss, got a tensor of shape ("),
+                 (lambda m, b: F.cross_entropy(m(b[0]).detach(), b[1]), xy, "does not require a gradient"),
+                 (lambda m, b: F.cross_entropy(m(b[0]), b[1]), loader, "raised StopIteration: its data ran out")]
+        for loss_fn, make_batch, said in cases:
+            try:
+                memcomm.tune(model, opt, loss_fn, make_batch, 128, probe_seconds=0.0, verify_steps=1, verbose=False)
+                raise AssertionError("no error for " + said)
+            except ValueError as e:
+                assert said in str(e), e
+        print("ok")
+    """, timeout=120)
+
+
 def test_a_model_left_in_eval_mode_is_probed_in_training_mode_and_left_in_eval_mode():
     # See Note [Probes step in training mode]: tune() after a validation pass probed without dropout
     # masks or BatchNorm's batch statistics, and recommended micro-batches that training could not run.

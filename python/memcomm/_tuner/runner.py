@@ -69,7 +69,7 @@ class Runner:
 
     def _forward_backward(self, b: int, accum: int, phase: List[str]) -> None:
         # Its own frame: the batch and the graph go with it when an out-of-memory unwinds it.
-        batch = self.make_batch(b)
+        batch = _batch_of(self.make_batch, b)
         shape = _first_shape(batch)
         # The probe would measure another micro-batch than it reports. Any dimension may be the batch's
         # (sequence-first layouts put it second), and packed or graph batches have none of size b: so
@@ -82,8 +82,7 @@ class Runner:
         phase[0] = "forward"
         with torch.inference_mode(False), torch.enable_grad():  # a probe trains, whatever context tune() is in
             loss = self.loss_fn(self.model, batch)
-            if not isinstance(loss, torch.Tensor):
-                raise TypeError(f"loss_fn must return a tensor, got {type(loss).__name__}")
+            _check_loss(loss)
             phase[0] = "backward"
             if self.strays is None:
                 self.strays = stray_leaves(loss, trained_tensors(self.model, self.optimizer))
@@ -187,3 +186,28 @@ def _first_shape(batch: Any) -> List[int]:
         if shape:
             return shape
     return []
+
+
+def _batch_of(make_batch: Callable[[int], Any], b: int) -> Any:
+    """make_batch(b), with its StopIteration said as what it means: a StopIteration escaping tune()
+    printed an empty message, and a caller's loop over tune() would have ended silently."""
+    try:
+        return make_batch(b)
+    except StopIteration:
+        raise ValueError(f"make_batch({b}) raised StopIteration: its data ran out (a DataLoader iterator with fewer "
+                         f"than {b} samples left, or with drop_last=True and fewer than {b} in all, gives no batch); "
+                         "make_batch must return a batch of any size the search asks for, up to the per-rank "
+                         "batch") from None
+
+
+def _check_loss(loss: Any) -> None:
+    """What backward() needs of loss_fn's result, said in loss_fn's terms (torch's own words name
+    neither the function nor the fix)."""
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(f"loss_fn must return a tensor, got {type(loss).__name__}")
+    if loss.numel() != 1:
+        raise ValueError(f"loss_fn must return a scalar loss, got a tensor of shape {tuple(loss.shape)} (a loss with "
+                         "reduction='none' needs its .mean() or .sum())")
+    if not loss.requires_grad:
+        raise ValueError("loss_fn returned a loss that does not require a gradient: it depends on no trained "
+                         "parameter (computed under torch.no_grad(), or from detached outputs)")

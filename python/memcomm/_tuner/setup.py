@@ -3,7 +3,7 @@ and cache key, and the checks that the model fits at all."""
 import json
 import traceback
 import zlib
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -55,46 +55,53 @@ def train_mode_for_probes(runner: Runner) -> None:
     runner.model.train()
 
 
-def _first_step(runner: Runner, limit: int) -> int:
+def _first_step(runner: Runner) -> Tuple[int, str]:
     """memcomm-tune's Note [A first step before the probes]: one step at b = 1, then the initial
-    state; returns the smallest micro-batch the search may try.
+    state; returns the smallest micro-batch the search may try, and "" or where a rank ran out of
+    memory there.
     Note [A model that cannot step on one sample]: BatchNorm in training mode (and a contrastive or
     triplet loss) raises on a batch of one, which the user never asked for. Every rank takes the
     same path (the rank that raised its own exception, the others TuneError), so they all step at
     b = 2 instead, and the search leaves b = 1 out; when b = 2 raises too, the first error is the
     user's to see."""
     failed = runner.set_buckets(runner.o.bucket_mb)
-    where = runner.group.where(failed) if failed is not None else ""
-    smallest = 1
-    if not where:
+    if failed is not None:
+        return 1, runner.group.where(failed)
+    try:
+        return 1, _one_step(runner, 1)
+    except Exception as at_one:  # noqa: BLE001 (re-raised unless b = 2 steps)
+        if runner.o.global_batch // runner.group.world < 2:
+            raise
+        traceback.clear_frames(at_one.__traceback__)  # its frames' locals (b = 1's activations) go now
         try:
-            where = _one_step(runner, 1)
-        except Exception as at_one:  # noqa: BLE001 (re-raised unless b = 2 steps)
-            if runner.o.global_batch // runner.group.world < 2:
-                raise
-            traceback.clear_frames(at_one.__traceback__)  # its frames' locals (b = 1's activations) go now
-            try:
-                where = _one_step(runner, 2)
-            except Exception:  # noqa: BLE001
-                raise at_one from None
-            smallest = 2
-            if runner.group.rank == 0:
-                warn(f"memcomm.tune: one step at micro-batch 1 raised {type(at_one).__name__} ({at_one}); "
-                     "the search starts at micro-batch 2")
-    if where:  # the state fitted (check_model_fits): what ran out is the step's own memory
-        raise ValueError(f"memory_limit {format_bytes(limit)} is too small for one step at micro-batch {smallest}: it "
-                         f"runs out of memory ({where}) beside the model's {format_bytes(_model_state_bytes(runner))} "
-                         "of parameters, gradients and optimizer state")
-    return smallest
+            where = _one_step(runner, 2)
+        except Exception:  # noqa: BLE001
+            raise at_one from None
+        if runner.group.rank == 0:
+            warn(f"memcomm.tune: one step at micro-batch 1 raised {type(at_one).__name__} ({at_one}); "
+                 "the search starts at micro-batch 2")
+        return 2, where
 
 
 def check_model_fits(runner: Runner, limit: int) -> int:
-    """Raises ValueError when the model's state, or one step at the smallest micro-batch, exceeds the
-    limit; returns that micro-batch (Note [A model that cannot step on one sample])."""
-    if _model_state_bytes(runner) >= limit:
-        raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: "
-                         f"{format_bytes(_model_state_bytes(runner))} for parameters, gradients and optimizer state")
-    return _first_step(runner, limit)
+    """Raises ValueError when one step at the smallest micro-batch runs out of memory, naming the
+    model's state when it alone reaches the limit; returns that micro-batch (Note [A model that
+    cannot step on one sample]).
+    The state is an estimate (a gradient and the optimizer's copies for every trained parameter), so
+    it only words the refusal of a step that ran out: parameters the loss never reaches get no
+    gradient and no optimizer state, and a model with a large unused head was refused up front while
+    its steps fitted."""
+    smallest, where = _first_step(runner)
+    if not where:
+        return smallest
+    state = _model_state_bytes(runner)
+    if state >= limit:
+        raise ValueError(f"memory_limit {format_bytes(limit)} is below the model's own size: {format_bytes(state)} "
+                         f"for parameters, gradients and optimizer state (one step at micro-batch {smallest} runs "
+                         f"out of memory, {where})")
+    raise ValueError(f"memory_limit {format_bytes(limit)} is too small for one step at micro-batch {smallest}: it "
+                     f"runs out of memory ({where}) beside the model's {format_bytes(state)} of parameters, "
+                     "gradients and optimizer state")
 
 
 format_bytes = _memcomm.format_bytes  # the one way memcomm prints bytes (common/bytes.hpp)
