@@ -73,6 +73,9 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     leave the others waiting in it until the process group's timeout.
     make_batch:     make_batch(b) -> a batch of b samples for this rank, as loss_fn takes it (a batch whose
                     first tensor has no dimension of size b is warned about once: it is measured as b).
+                    The probes measure the batches it returns, so where training's batches vary in
+                    shape (sequences of random length) it should return the largest; batches of b
+                    samples whose shapes differ are warned about once.
     memory_limit:   bytes per rank. On the CPU it is the cap of memcomm.use_allocator("cpu",
                     memory_limit=...) (installed before the model is built), which is required; on
                     CUDA with memcomm's allocator, the cap of use_allocator("cuda", memory_limit=...),

@@ -120,6 +120,15 @@ def test_single_rank_step_exception_propagates_and_state_is_restored():
                                  lambda b: (torch.randn(3, b, 64), torch.randint(0, 4, (b,))), 64, search="grid",
                                  probe_seconds=0.0, verify_steps=1, verbose=False)
         assert seq_first["recommendation"], seq_first
+        # Sequences of random length: a probe fits the lengths it drew, so training's longest may not fit.
+        lengths = iter(range(2, 10**6))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]).mean(0), xy[1]),
+                         lambda b: (torch.randn(next(lengths) % 7 + 1, b, 64), torch.randint(0, 4, (b,))), 64,
+                         probe_seconds=0.0, verify_steps=2, verbose=False)
+        said = [str(w.message) for w in seen if "batches of different shapes" in str(w.message)]
+        assert len(said) == 1 and "make_batch should return training's largest batch" in said[0], said
         for bad in (True, 16.0, torch.tensor(16), "16"):
             try:
                 memcomm.tune(model, opt, lambda m, xy: F.cross_entropy(m(xy[0]), xy[1]),

@@ -5,11 +5,11 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch
 
 from memcomm._tuner.agreement import Agreed, Failure, Group, TuneError, failure
+from memcomm._tuner.batches import Batches
 from memcomm._tuner.buckets import Buckets
 from memcomm._tuner.memory import Memory
 from memcomm._tuner.options import Options
 from memcomm._tuner.state import ScriptState, State, stray_leaves, trained_tensors
-from memcomm._caller import warn
 
 
 @dataclass
@@ -40,10 +40,10 @@ class Runner:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
                  make_batch: Callable[[int], Any], group: Group, memory: Memory, o: Options, script: ScriptState):
-        self.model, self.optimizer, self.loss_fn, self.make_batch = model, optimizer, loss_fn, make_batch
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.batches = Batches(make_batch)
         self.script = script  # its reach is what State saves before each probe
         self.strays: Optional[List[torch.Tensor]] = None  # found at the first backward (take_stray_gradients)
-        self._warned_shape = False
         self.group, self.memory, self.o = group, memory, o
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.buckets: Optional[Buckets] = None
@@ -69,16 +69,7 @@ class Runner:
 
     def _forward_backward(self, b: int, accum: int, phase: List[str]) -> None:
         # Its own frame: the batch and the graph go with it when an out-of-memory unwinds it.
-        batch = _batch_of(self.make_batch, b)
-        shape = _first_shape(batch)
-        # The probe would measure another micro-batch than it reports. Any dimension may be the batch's
-        # (sequence-first layouts put it second), and packed or graph batches have none of size b: so
-        # a warning, once, not an error.
-        if shape and b not in shape and not self._warned_shape:
-            self._warned_shape = True
-            warn(f"memcomm.tune: make_batch({b}) returned a batch whose first tensor has shape "
-                 f"{tuple(shape)}, no dimension of {b} samples: its memory and speed are reported as "
-                 f"those of micro-batch {b}")
+        batch = self.batches.draw(b)
         phase[0] = "forward"
         with torch.inference_mode(False), torch.enable_grad():  # a probe trains, whatever context tune() is in
             loss = self.loss_fn(self.model, batch)
@@ -173,31 +164,6 @@ class Runner:
         if a.oom is not None:
             self.buckets = old
         return a.oom
-
-
-def _first_shape(batch: Any) -> List[int]:
-    """The shape of the first tensor in a batch (a tensor, or nested tuples, lists and dicts of them);
-    [] when it holds none."""
-    if isinstance(batch, torch.Tensor):
-        return list(batch.shape)
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    for item in items:
-        shape = _first_shape(item)
-        if shape:
-            return shape
-    return []
-
-
-def _batch_of(make_batch: Callable[[int], Any], b: int) -> Any:
-    """make_batch(b), with its StopIteration said as what it means: a StopIteration escaping tune()
-    printed an empty message, and a caller's loop over tune() would have ended silently."""
-    try:
-        return make_batch(b)
-    except StopIteration:
-        raise ValueError(f"make_batch({b}) raised StopIteration: its data ran out (a DataLoader iterator with fewer "
-                         f"than {b} samples left, or with drop_last=True and fewer than {b} in all, gives no batch); "
-                         "make_batch must return a batch of any size the search asks for, up to the per-rank "
-                         "batch") from None
 
 
 def _check_loss(loss: Any) -> None:
