@@ -637,6 +637,12 @@ TEST_CASE("kineto: an execution trace (ExecutionTraceObserver) is named as such"
                     Catch::Contains("et.json: a PyTorch execution trace"));
 }
 
+TEST_CASE("kineto: a memory snapshot written as JSON is named as such", "[kineto]") {
+  // json.dump of torch.cuda.memory._snapshot() was "not a torch.profiler trace (no traceEvents array)".
+  CHECK_THROWS_WITH(read_kineto_buffer(R"({"segments": [], "device_traces": [[]]})", "snap.json"),
+                    Catch::Contains("snap.json: a PyTorch memory snapshot written as JSON"));
+}
+
 TEST_CASE("kineto: JSON saved in UTF-16 is named as such", "[kineto]") {
   const std::string utf16(std::string("\xFF\xFE{\0}\0", 6));  // PowerShell's `>` writes UTF-16 LE with a BOM
   CHECK_THROWS_WITH(read_kineto_buffer(utf16, "ps.json"), Catch::Contains("ps.json: JSON in UTF-16 or UTF-32"));

@@ -53,6 +53,8 @@ class Splitter {
   bool read_events(bool bare = false);
   bool read_member(bool& saw_events);
   bool execution_trace_ = false;  // a top-level "nodes" member: ExecutionTraceObserver's JSON
+  bool memory_snapshot_ = false;  // a top-level "segments" or "device_traces": a snapshot json.dump'ed
+  std::string what_it_is_instead() const;
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     throw TraceError(fmt::format("{}: {} (JSON byte {})", name_, what, base_ + at));
   }
@@ -325,6 +327,7 @@ bool Splitter::read_member(bool& saw_events) {
   if (!scan_value(pos_, end)) return false;
   handler_.member(key, data_.substr(pos_, end - pos_));
   execution_trace_ |= key == "nodes";
+  memory_snapshot_ |= key == "segments" || key == "device_traces";
   pos_ = end;
   return true;
 }
@@ -336,6 +339,17 @@ std::string not_an_object(std::string_view head) {
     return "a pickle inside gzip (a compressed PyTorch memory snapshot?): not a torch.profiler trace; gunzip it "
            "first, the tools read snapshot pickles as they are";
   return "not a torch.profiler trace (the file is neither a JSON object nor an array)";
+}
+
+// An object with no traceEvents, named after what its members say it is.
+std::string Splitter::what_it_is_instead() const {
+  if (execution_trace_)
+    return "a PyTorch execution trace (ExecutionTraceObserver's \"nodes\"), not a torch.profiler trace: read the "
+           "torch.profiler trace recorded beside it";
+  if (memory_snapshot_)
+    return "a PyTorch memory snapshot written as JSON (\"segments\", \"device_traces\"); memcomm reads snapshots as "
+           "torch writes them, pickled (torch.cuda.memory._dump_snapshot), as memory_viz does";
+  return "not a torch.profiler trace (no traceEvents array)";
 }
 
 // Note [A trace that is only its events]: the Chrome trace format allows the events array alone
@@ -369,9 +383,7 @@ SplitResult Splitter::run() {
     if (data_[pos_] == '}') {
       result_.json_bytes = base_ + pos_ + 1;
       if (!saw_events)
-        fail(pos_, execution_trace_ ? "a PyTorch execution trace (ExecutionTraceObserver's \"nodes\"), not a "
-                                      "torch.profiler trace: read the torch.profiler trace recorded beside it"
-                                    : "not a torch.profiler trace (no traceEvents array)");
+        fail(pos_, what_it_is_instead());
       ++pos_;
       // Bytes past the object: a second document or something appended, which json.load (and so
       // HTA) refuses too; nothing of them is read.
