@@ -142,7 +142,7 @@ void add_convert(CLI::App& app, Args& a, Subcommands& s) {
 }
 
 void add_memory_options(CLI::App* sub, Args& a) {
-  sub->add_option("--at", a.memory.at, "when: end, peak (the most live bytes), or seconds after the trace's first event (a snapshot that "
+  sub->add_option("--at", a.memory.at, "when: end, peak (the most live bytes: a block is live until its free is requested, when the program lets go of it; memcomm-replay counts it until the free completes, as the allocator cannot reuse it before), or seconds after the trace's first event (a snapshot that "
                    "records no times, torch <= 2.1, counts events: 1 us each)")
       ->capture_default_str();
   sub->add_flag("--json", a.memory.json, "print JSON (every site, whole stacks)");
