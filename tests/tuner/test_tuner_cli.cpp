@@ -179,13 +179,21 @@ TEST_CASE("impossible requests are usage errors") {
   auto r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit 64MiB --nproc 2 --global-batch 1");
   CHECK(r.code == 2);
   CHECK(r.output.find("--global-batch 1 is smaller than --nproc 2") != std::string::npos);
-  for (const char* limit : {"64KiB", "1KiB"}) {  // 1 KiB: before any step, where c10's error carried its backtrace
+  // 1 KiB: before any step, where c10's error carried its backtrace. The training set (4096 samples)
+  // is loaded first, under the limit, and is what does not fit: the model was blamed for it.
+  for (const char* limit : {"64KiB", "1KiB"}) {
     r = run_command(env_cache(dir) + tune_bin() + kModel + "--memory-limit " + limit + " --global-batch 64");
     INFO(r.output);
     CHECK(r.code == 2);
-    CHECK(r.output.find("below the model's own size") != std::string::npos);
+    CHECK(r.output.find("below the training set's size") != std::string::npos);
     CHECK(r.output.find("Exception raised from") == std::string::npos);
   }
+  // 256 samples fit in 16 MiB, and the 4096-wide model's 64 MiB layer does not.
+  r = run_command(env_cache(dir) + tune_bin() + " --model mlp --dataset tabular --synthetic-size 256 --hidden 4096 "
+                  "--threads 1 --workers 0 --memory-limit 16MiB --global-batch 64");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("16.0 MiB is below the model's own size") != std::string::npos);
   // About 10 MB of state under 24 MiB: what runs out is the first step's own memory, not the model.
   r = run_command(env_cache(dir) + tune_bin() +
                   " --model mlp --hidden 1024 --dataset tabular --synthetic-size 8192 --global-batch 1024 "
