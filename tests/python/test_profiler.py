@@ -750,6 +750,30 @@ def test_a_forward_that_cannot_train_opens_no_step_until_a_backward_follows(tmp_
         assert any(b <= begin and end <= e for b, e in spans["step"]), spans
 
 
+def test_checkpoint_sequentials_forwards_are_all_in_their_step(tmp_path, tool):
+    # See Note [Forwards that feed forwards]: checkpoint_sequential calls the children one by one, and
+    # each step began at the third of five (the checkpointed segment freed the first one's output, or
+    # ran without gradients when reentrant): two forwards of each iteration were outside every step.
+    check("""
+        from torch.utils.checkpoint import checkpoint_sequential
+        for n, reentrant in enumerate((False, True)):
+            with memcomm.profile(trace=sys.argv[1 + n]):
+                model = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.ReLU()) for _ in range(4)], nn.Linear(32, 1))
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+                for i in range(4):
+                    out = checkpoint_sequential(model, 2, torch.randn(8, 32, requires_grad=True), use_reentrant=reentrant)
+                    opt.zero_grad()
+                    out.pow(2).mean().backward()
+                    opt.step()
+            del model, opt, out  # the next profile builds its model inside it, as a script run by python -m memcomm
+    """, str(tmp_path / "plain.mct"), str(tmp_path / "reentrant.mct"))
+    for name in ("plain", "reentrant"):
+        phase_counts(tool, tmp_path, tmp_path / f"{name}.rank0.mct")  # writes the export
+        spans = chrome_spans(tmp_path, tmp_path / f"{name}.rank0.mct")
+        outside = [f for f in spans["forward"] if not any(b <= f[0] and f[1] <= e for b, e in spans["step"])]
+        assert len(spans["step"]) == 4 and len(spans["forward"]) == 4 * 5 and not outside, (name, spans)
+
+
 def test_a_dry_run_and_the_setup_after_it_are_no_part_of_step_1_and_inference_is_no_step(tmp_path, tool):
     # See Note [A forward that opens no step]: a forward whose output the script dropped (the dry run
     # nn.LazyLinear needs) begins no step, and forwards that no backward or update follows make none.

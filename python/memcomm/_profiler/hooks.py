@@ -223,7 +223,7 @@ class _ThreadState:
                  "depth", "fwd_module", "in_backward", "stepless_forward_ns", "stepless_with_grad", "stepless_waits", "in_loader",
                  "unstepped_wait_ns", "marked_forward_ns", "marked_output", "marking", "fwd_frame", "end_held",
                  "held_end_ns", "held_begin_ns", "step_updaters", "step_keys_before", "switchers", "steps_closed",
-                 "first_updater", "previous_first", "frozen_wait_ns", "frozen_modules")
+                 "first_updater", "previous_first", "frozen_wait_ns", "frozen_modules", "fed_from", "chain_begin_ns")
 
     def __init__(self, generation: int):
         self.generation = generation
@@ -248,6 +248,10 @@ class _ThreadState:
         self.marked_forward_ns = 0
         self.marked_output: Any = None                 # the marking forward's output tensors, weakly; None: none seen
         self.marking = False                           # the open forward set the mark
+        # Outside a step, the outermost forwards' outputs weakly, each with where the chain of forwards
+        # that fed it began (Note [Forwards that feed forwards]); the open forward's chain.
+        self.fed_from: List[Tuple[int, Tuple[weakref.ref, ...]]] = []
+        self.chain_begin_ns = 0
         # The open step's end (Note [A second model's update]), held until the next update says whether
         # the work since it is the same iteration's. end_held: a training forward came after the update
         # (step_end_ns is the end); held_end_ns/held_begin_ns: a step opened after it too, written as
@@ -709,16 +713,17 @@ class PhaseHooks:
         st.stepless_forward_ns, st.stepless_with_grad = 0, False
         _unmark(st)
 
-    def _forward_begins(self, st: _ThreadState, module: torch.nn.Module) -> None:
+    def _forward_begins(self, st: _ThreadState, module: torch.nn.Module, args: Any) -> None:
         """Note [A forward that opens no step]; after the step's update, Note [The step's last update]."""
+        chain = _chain_begin(st, args)
         if torch.is_grad_enabled() and module.training:
             if st.step_end_ns and not st.end_held:  # the step ends at its update; this forward begins the next one, or none
                 self._end_at_update(st)
-                _mark(st, _frozen_begin(st, module))
+                _mark(st, chain or _frozen_begin(st, module))
             elif st.step_open and not st.step_end_ns:
                 self._ensure_step(st)
             elif not st.marked_forward_ns or _dropped(st.marked_output):
-                _mark(st, _frozen_begin(st, module))
+                _mark(st, chain or _frozen_begin(st, module))
         elif not st.step_open or st.step_end_ns:
             if not torch.is_grad_enabled():
                 _frozen_forward(st, module)
@@ -734,7 +739,7 @@ class PhaseHooks:
         if torch.compiler.is_compiling() or _in_backward() or running.profiler is not self._owner:
             return
         st = self._state()
-        self._forward_begins(st, module)
+        self._forward_begins(st, module, args)
         self.forwards += 1
         self._open(st, FORWARD, 0, ACTIVATION)
 
@@ -759,7 +764,7 @@ class PhaseHooks:
                 st.fwd_frame, module = frame, owner
             if self._roots.add(module):
                 self.modules_found = True
-            self._forward_begins(st, module)
+            self._forward_begins(st, module, args)
             self.forwards += 1
             self._open(st, FORWARD, 0, ACTIVATION)
 
@@ -1098,6 +1103,28 @@ def _mark(st: _ThreadState, begin_ns: int = 0) -> None:
 
 def _unmark(st: _ThreadState) -> None:
     st.marked_forward_ns, st.marked_output, st.marking, st.frozen_wait_ns = 0, None, False, 0
+    st.fed_from.clear()
+
+
+# Note [Forwards that feed forwards]: activation checkpointing's checkpoint_sequential calls a
+# Sequential's children one by one, never the Sequential, so each child's call is an outermost
+# forward. Each step began at the third child of five: a checkpointed segment frees its first
+# child's output inside it, which moved the mark (a dropped output: Note [A forward that opens no
+# step]), and a reentrant checkpoint runs its segment without gradients, so the first forward with
+# gradients on marked. Half the iteration's forward time fell outside every step. A forward whose
+# arguments hold an output of a forward since the last step is that forward's continuation, so a
+# mark it sets goes where their chain began. A dry run's output is dropped, not fed on, and an
+# evaluation's outputs feed no training forward: those marks move as before. Only the last 16
+# outermost forwards are kept, weakly: an iteration's chain is that of its outermost modules.
+def _chain_begin(st: _ThreadState, args: Any) -> int:
+    """Where the chain of forwards that feeds a forward called with `args` began; 0: none. Sets the
+    open forward's chain, which _forward_ends records with its output."""
+    begin = 0
+    if st.fed_from and not (st.step_open and not st.step_end_ns):
+        fed = {id(t) for t in _tensors(args)}
+        begin = next((b for b, refs in reversed(st.fed_from) if any(id(r()) in fed for r in refs if r() is not None)), 0)
+    st.chain_begin_ns = 0 if st.step_open and not st.step_end_ns else begin or now()
+    return begin
 
 
 # Note [A frozen model's forward on the step's batch]
@@ -1128,11 +1155,17 @@ def _frozen_begin(st: _ThreadState, module: torch.nn.Module) -> int:
 
 def _forward_ends(st: _ThreadState, output: Any) -> None:
     """The forward that set the mark keeps its output weakly: whether the script kept it tells a dry run
-    from a training forward (Note [A forward that opens no step])."""
+    from a training forward (Note [A forward that opens no step]); outside a step, every forward keeps
+    it for the next one's chain (Note [Forwards that feed forwards])."""
+    tensors = _tensors(output) if st.marking or st.chain_begin_ns else []
+    refs = tuple(weakref.ref(t) for t in tensors)
     if st.marking:
         st.marking = False
-        tensors = _tensors(output)
-        st.marked_output = tuple(weakref.ref(t) for t in tensors) if tensors else None
+        st.marked_output = refs or None
+    if st.chain_begin_ns and refs:
+        st.fed_from.append((st.chain_begin_ns, refs))
+        del st.fed_from[:-16]
+    st.chain_begin_ns = 0
 
 
 def _tensors(output: Any, depth: int = 0, found: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
