@@ -78,12 +78,11 @@ class SnapshotMemory final : public HeldMemory {
   SnapshotMemory(const std::string& path, int device)
       : path_(path), snap_(snapshot::load_snapshot(path)), allocs_(snapshot::snapshot_allocations(snap_)), text_(snap_),
         timed_(records_times(snap_)) {
+    for (const std::string& w : allocs_.warnings()) fmt::print(stderr, "warning: {}: {}\n", path, w);
     allocs_.allocations = on_device(std::move(allocs_.allocations), device, snap_.devices(), path);
     std::size_t traced_devices = 0;
     for (const auto& events : snap_.device_traces) traced_devices += events.empty() ? 0 : 1;
     has_events_ = traced_devices > 0;
-    if (const std::string w = allocs_.steps_back.warning(); !w.empty())
-      fmt::print(stderr, "warning: {}: {}\n", path, w);
     if (device < 0 && traced_devices > 1 && !timed_)  // each device's clock counts its own events
       fmt::print(stderr, "warning: {}: its devices' traces record no times, so their events are aligned by index, "
                          "not by moment: the sum over devices at a time is no state that existed; --device N "

@@ -206,6 +206,20 @@ TEST_CASE("snapshot memory: a free stamped before its allocation still ends afte
   CHECK(prof::live_bytes(sa.allocations, 200'000) == 10);
 }
 
+TEST_CASE("snapshot memory: an address allocated again while live is said, with times that go back", "[snapshot][memory]") {
+  // A damaged trace (or one that lost a free) was read without a word: the earlier block ends there.
+  snap::Snapshot s;
+  s.device_traces.push_back({event(prof::EventKind::Alloc, 0x1000, 4096, 10), event(prof::EventKind::Alloc, 0x1000, 4096, 20),
+                             event(prof::EventKind::Alloc, 0x2000, 512, 15)});
+  const std::vector<std::string> w = snap::snapshot_allocations(s).warnings();
+  REQUIRE(w.size() == 2);
+  CHECK_THAT(w[0], Catch::Contains("goes back 1 time"));
+  CHECK_THAT(w[1], Catch::Contains("1 alloc event at an address already live"));
+  snap::Snapshot clean;
+  clean.device_traces.push_back({event(prof::EventKind::Alloc, 0x1000, 4096, 10)});
+  CHECK(snap::snapshot_allocations(clean).warnings().empty());
+}
+
 TEST_CASE("snapshot memory: a history recorded without free requests frees each block at its completion",
           "[snapshot][memory]") {
   // See Note [A history without free requests]: skip_actions=["free_requested"]. The block at 0x100 was

@@ -105,6 +105,16 @@ std::string ClockStepsBack::warning() const {
                      count, count == 1 ? "" : "s", largest_us);
 }
 
+std::vector<std::string> SnapshotAllocations::warnings() const {
+  std::vector<std::string> out;
+  if (std::string w = steps_back.warning(); !w.empty()) out.push_back(std::move(w));
+  if (allocations.unmatched > 0)  // a damaged trace, or one whose ring lost a free
+    out.push_back(fmt::format("{} alloc event{} at an address already live (its free is missing: a damaged trace, or "
+                              "events lost): the earlier block is taken to end there",
+                              allocations.unmatched, allocations.unmatched == 1 ? "" : "s"));
+  return out;
+}
+
 namespace {
 void most_bytes_first(std::vector<SiteBytes>& sites) {
   std::sort(sites.begin(), sites.end(), [](const SiteBytes& x, const SiteBytes& y) {

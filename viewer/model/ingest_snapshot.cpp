@@ -21,8 +21,7 @@ namespace {
 void attach_allocations(snapshot::Snapshot&& snap, Timeline& tl) {
   snapshot::SnapshotAllocations all = snapshot::snapshot_allocations(snap);
   tl.first_event = all.allocations.begin;  // Note [Times from the first event]
-  if (std::string w = all.steps_back.warning(); !w.empty())
-    tl.load_warnings.push_back(std::move(w));  // as memcomm-trace memory says it
+  for (std::string& w : all.warnings()) tl.load_warnings.push_back(std::move(w));  // as memcomm-trace memory says them
   auto stacks = std::make_shared<const SnapshotStacks>(std::move(snap), std::move(all.streams));
   for (RankData& rd : tl.ranks) {
     const auto device = static_cast<std::uint8_t>(rd.rank);

@@ -55,6 +55,9 @@ struct SnapshotAllocations {
   prof::Allocations allocations;     // Allocation::stack is the snapshot's stack id
   std::vector<std::int64_t> streams;  // Allocation::stream -> the cudaStream_t value PyTorch printed
   ClockStepsBack steps_back;          // over every device
+  // What the tools and the viewer print about the events (times that go back, an address allocated
+  // again while live), over every device; take it before filtering the allocations by device.
+  std::vector<std::string> warnings() const;
 };
 // Every device's alloc/free events, and the end state's active_allocated blocks
 // (Note [Allocations before the trace] in allocations.hpp).
