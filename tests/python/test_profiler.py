@@ -1314,7 +1314,26 @@ def test_a_forward_called_directly_is_one_forward_wherever_the_model_was_found(t
             found(torch.randn(8, 16)).sum().backward()  # through __call__: one forward, not two
         assert "forward" not in Net.__dict__ or Net.__dict__["forward"].__name__ == "forward"
         assert not hasattr(Net.__dict__["forward"], "__wrapped__"), "the class's forward was not put back"
-    """, str(tmp_path / "built.mct"), str(tmp_path / "found.mct"), str(tmp_path / "own.mct"))
+        # A forward whose first argument is not named self, and one that hands over to a helper method
+        # (torchvision's _forward_impl): each layer was a forward of the first iteration. Each model is
+        # built inside its profile, with no other alive for start() to find.
+        del found, doubler
+        class Terse(nn.Module):
+            def __init__(s):
+                super().__init__()
+                s.a, s.b = nn.Linear(16, 32), nn.Linear(32, 4)
+            def forward(s, x):
+                return s.b(torch.relu(s.a(x)))
+        class Helped(Net):
+            def forward(self, x, scale=1.0):
+                return self._forward_impl(x) * scale
+            def _forward_impl(self, x):
+                return self.b(torch.relu(self.a(x)))
+        for n, make in enumerate((Terse, Helped)):
+            with memcomm.profile(trace=sys.argv[4 + n]):
+                train(make(), 3)
+    """, str(tmp_path / "built.mct"), str(tmp_path / "found.mct"), str(tmp_path / "own.mct"),
+          str(tmp_path / "terse.mct"), str(tmp_path / "helped.mct"))
     built = phase_counts(tool, tmp_path, tmp_path / "built.rank0.mct")
     assert built.get("forward") == 4 and built.get("step") == 4, built
     spans = chrome_spans(tmp_path, tmp_path / "built.rank0.mct")
@@ -1323,6 +1342,9 @@ def test_a_forward_called_directly_is_one_forward_wherever_the_model_was_found(t
     assert found.get("forward") == 3 + 1 and found.get("step") == 4, found  # a backward opens a step
     own = phase_counts(tool, tmp_path, tmp_path / "own.rank0.mct")
     assert own.get("forward") == 4 - 1 and own.get("step") == 4, own  # the first is lost (Note [Finding the model])
+    for name in ("terse", "helped"):
+        counts = phase_counts(tool, tmp_path, tmp_path / f"{name}.rank0.mct")
+        assert counts.get("forward") == 3 and counts.get("step") == 3, (name, counts)
 
 
 def test_a_named_model_is_not_kept_alive_and_the_loader_wrapper_copies(tmp_path):

@@ -91,8 +91,10 @@ Note [Phases from hooks]: what each hook records, on the thread that runs the tr
   as they are under __call__. Before the model is found, the global hooks see the first module with
   parameters that such a forward calls: it used to be taken as the forward, so a two-layer model
   recorded two forwards an iteration, and its layers, not the model, were watched from then on. The
-  hook looks at the Python frame calling that module: a `forward` whose `self` is another module with
-  parameters is a forward called directly, so that module is the one found, and its forward range is
+  hook looks at the Python frame calling that module: a `forward` whose first argument (`self`, or
+  whatever the script names it) is another module with parameters, or a method of that module called
+  from its `forward` (torchvision's _forward_impl), is a forward called directly, so that module is
+  the one found, and its forward range is
   open until the frame returns, which the first hook after it notices (it ends there, a loss
   module's call or the backward, late by the loss's computation, once).
 - Backward is a call of torch.autograd.backward (what Tensor.backward calls) or torch.autograd.grad
@@ -1431,15 +1433,30 @@ def _calling_forward(module: torch.nn.Module) -> Tuple[Any, Optional[torch.nn.Mo
     """From the global pre hook: the frame and the module of a forward that the script called directly
     (model.forward(x)) and that calls `module`, with parameters of its own; (None, None) when `module`
     is called from anything else (Note [Forwards called directly])."""
-    f = sys._getframe(2)
-    while f is not None and f.f_code.co_filename in _PASSED_THROUGH:
-        f = f.f_back
-    if f is None or f.f_code.co_name != "forward":
-        return None, None
-    owner = f.f_locals.get("self")
+    f = _caller(sys._getframe(2))
+    owner = _first_argument(f)
     if owner is module or not isinstance(owner, torch.nn.Module) or not has_parameters(owner):
         return None, None
-    return f, owner
+    for _ in range(4):  # the forward, or a helper it called on the same module (torchvision's _forward_impl)
+        if f.f_code.co_name == "forward":
+            return f, owner
+        f = _caller(f.f_back)
+        if _first_argument(f) is not owner:
+            break
+    return None, None
+
+
+def _caller(f: Any) -> Any:
+    while f is not None and f.f_code.co_filename in _PASSED_THROUGH:
+        f = f.f_back
+    return f
+
+
+def _first_argument(f: Any) -> Any:
+    """A frame's first argument, whatever its name (`self`, or `s` in some scripts); None for none."""
+    if f is None or not f.f_code.co_argcount:
+        return None
+    return f.f_locals.get(f.f_code.co_varnames[0])
 
 
 def _on_stack(frame: Any) -> bool:
