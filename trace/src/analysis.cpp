@@ -346,15 +346,14 @@ RankSummary analyze_rank(const RankTrace& r, const AnalysisOptions& opt, Analysi
 
   std::vector<MemoryPoint> mem = memory_series(r);
   rs.memory_recorded = !mem.empty();
-  rs.reserved_recorded = std::any_of(r.events.begin(), r.events.end(), [](const Event& e) {
-    return is_segment_kind(e.kind) || (e.kind == EventKind::MemSample && e.as<MemSampleEvent>().metric == MemMetric::Reserved);
-  });
   for (const MemoryPoint& p : mem) {
     rs.peak_allocated = std::max(rs.peak_allocated, p.allocated);
     rs.peak_reserved = std::max(rs.peak_reserved, p.reserved);
     rs.max_fragmentation = std::max(rs.max_fragmentation, p.fragmentation);
   }
   for (const Event& e : r.events) {
+    rs.reserved_recorded |= is_segment_kind(e.kind) ||
+                            (e.kind == EventKind::MemSample && e.as<MemSampleEvent>().metric == MemMetric::Reserved);
     rs.ooms += e.kind == EventKind::Oom;
     if (e.kind == EventKind::CommInfo) comm_size[e.as<CommInfoEvent>().hash] = e.as<CommInfoEvent>().size;
   }
