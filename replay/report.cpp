@@ -58,7 +58,10 @@ std::string format_table(const std::vector<ReplayResult>& results) {
          "live on the device: the ideal call bound (bench_call_bound --ratio R for other ratios).\n";
   // `recorded` is whatever allocator wrote the trace: say which, per format present (* = its cache was
   // empty at the start).
-  if (snapshots) out += "recorded (PyTorch snapshots) = what PyTorch's allocator did in the trace (* = its cache was empty at the start).\n";
+  if (snapshots)
+    out += "recorded (PyTorch snapshots) = what PyTorch's allocator did in the trace (* = its cache was empty at the start);\n"
+           "its peak allocated is live's requested bytes (a trace records no rounded sizes), so its F reads above a\n"
+           "replay's at the same reserved bytes.\n";
   if (mct) out += "recorded (.mct traces) = what memcomm's own allocator did in the traced run (* = it started empty).\n";
   if (kineto)
     out += "recorded (torch.profiler traces, and .mct converted from one) = PyTorch's allocator as its [memory]\n"
