@@ -496,6 +496,22 @@ TEST_CASE("after a long run runs out of memory, an unprobed divisor above every 
   CHECK(verified == std::vector<int64_t>{100, 50});  // not b = 5, twenty times slower
 }
 
+TEST_CASE("a recommendation whose long run was slower than its probe says which speed it prints") {
+  // An LSTM's b = 16 probed at 509 samples/s and verified at 342: the recommendation printed 509 bare.
+  TuneResult r;
+  r.config.global_batch = 128;
+  r.config.memory_limit = int64_t(48) << 20;
+  r.outcome.recommendation = Recommendation{16, 8, 1, 25, 509, 36 << 20, 32 << 20, 0.3};
+  Verification v;
+  v.micro_batch = 16;
+  v.steps = 10;
+  v.samples_per_s = 342;
+  r.verifications.push_back(v);
+  CHECK_THAT(format_recommendation(r), Catch::Contains("509 samples/s probed (342 in the 10-step verification)"));
+  r.verifications.back().samples_per_s = 509;  // the same figure (an unprobed winner takes its long run's)
+  CHECK_THAT(format_recommendation(r), Catch::Contains("509 samples/s; peak allocated"));
+}
+
 TEST_CASE("a winner whose long run runs out of memory gives way to a smaller micro-batch, probed or not") {
   TuneResult r;
   r.config.global_batch = 64;

@@ -38,6 +38,21 @@ std::string format_trials(const TuneResult& r) {
   return s;
 }
 
+namespace {
+
+// Where the recommendation's speed was measured, when its long run measured another: the search
+// compares steady-state probes, and a long run that starts from an empty cache (or draws batches
+// of other shapes) can be slower; printed bare, the probe's figure read as the run's.
+std::string speed_source(const TuneResult& r) {
+  const Recommendation& c = *r.outcome.recommendation;
+  if (r.verifications.empty()) return "";
+  const Verification& v = r.verifications.back();
+  if (v.oom || v.micro_batch != c.micro_batch || v.samples_per_s <= 0 || v.samples_per_s == c.samples_per_s) return "";
+  return fmt::format(" probed ({:.0f} in the {}-step verification)", v.samples_per_s, v.steps);
+}
+
+}  // namespace
+
 std::string format_recommendation(const TuneResult& r) {
   const auto& o = r.outcome;
   std::string s;
@@ -60,9 +75,9 @@ std::string format_recommendation(const TuneResult& r) {
                    c.micro_batch, c.accum, c.world,
                    uint64_t(c.micro_batch) * uint64_t(c.accum) * uint64_t(c.world),  // wraps on a damaged cache, no UB
                    c.world > 1 ? fmt::format(", bucket {:g} MiB", c.bucket_mb) : "");
-  s += fmt::format("  {:.0f} samples/s; peak allocated {} (reserved {}) of {}: {:.1f}% headroom\n", c.samples_per_s,
-                   format_bytes(c.peak_allocated), format_bytes(c.peak_reserved), format_bytes(r.config.memory_limit),
-                   100 * c.headroom);
+  s += fmt::format("  {:.0f} samples/s{}; peak allocated {} (reserved {}) of {}: {:.1f}% headroom\n", c.samples_per_s,
+                   speed_source(r), format_bytes(c.peak_allocated), format_bytes(c.peak_reserved),
+                   format_bytes(r.config.memory_limit), 100 * c.headroom);
   s += "  train with: " + r.command + "\n";
   s += fmt::format("tuning took {:.1f} s\n", r.tuning_wall_s);
   return s;
