@@ -91,7 +91,9 @@ def tune(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     memcomm-tune's --max-trials, --measured-steps, --probe-seconds, --probe-accum-cap,
                     --bucket-mb, --buckets and --verify-steps (0: no verification).
     evaluate:       evaluate(model) -> (accuracy, loss), run under torch.no_grad() after the winner's
-                    long run, as memcomm-tune's evaluation pass (None: none).
+                    long run, as memcomm-tune's evaluation pass (None: none). Its batches are its own:
+                    one that runs out of memory ends the search with no recommendation and a failure
+                    that names it, since no smaller micro-batch would help.
     verbose:        rank 0 prints each probe and memcomm-tune's trial table and recommendation.
 
     Raises TypeError or ValueError for bad arguments (before any probe: among them a model with lazy

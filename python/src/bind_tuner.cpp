@@ -211,7 +211,7 @@ pyb::object tune_search(const pyb::dict& config, const pyb::function& probe, con
     pyb::gil_scoped_release released;
     const auto t0 = std::chrono::steady_clock::now();
     r.outcome = run_search(r.config, probe_fn);
-    if (verify_call) verify_recommendation(r, verify_call);
+    if (verify_call) verify_recommendation(r, verify_call, EvaluationBatches::Own);  // evaluate(model)'s own
     r.tuning_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   if (r.outcome.recommendation) r.command = python_command(*r.outcome.recommendation);

@@ -585,6 +585,12 @@ def test_numpy_numbers_are_numbers_a_tensor_lr_stays_itself_and_a_bad_evaluate_r
             assert "evaluate(model) must return (accuracy, loss)" in str(e), e
         else:
             raise AssertionError("evaluate returning None was taken")
+        # An evaluation pass whose own batch does not fit: three long runs went down to smaller micro-batches
+        # that cannot help, and the failure blamed the training (See Note [Verifying the winner]).
+        r = memcomm.tune(model, opt, loss, batch, 16, probe_seconds=0.0, verify_steps=2, verbose=False,
+                         evaluate=lambda m: (0.0, m(torch.randn(1 << 20, 8)).sum().item()))  # 32 MiB under 32
+        assert r["recommendation"] is None and len(r["verifications"]) == 1, r
+        assert "then the evaluation ran out of memory" in r["failure"], r["failure"]
         print("ok")
     """, timeout=120)
 

@@ -496,6 +496,35 @@ TEST_CASE("after a long run runs out of memory, an unprobed divisor above every 
   CHECK(verified == std::vector<int64_t>{100, 50});  // not b = 5, twenty times slower
 }
 
+TEST_CASE("an evaluation of its own that runs out of memory ends the verification and is named") {
+  // memcomm.tune's evaluate(model) ran out of memory after each long run's steps fitted: three long runs
+  // went down to b = 32, and the failure blamed the training.
+  for (const EvaluationBatches batches : {EvaluationBatches::Own, EvaluationBatches::MicroBatch}) {
+    TuneResult r;
+    r.config.global_batch = 1024;
+    r.config.memory_limit = int64_t(8) << 20;
+    r.outcome.global_batch = 1024;
+    r.outcome.recommendation = Recommendation{256, 4, 2, 25, 900, 6 << 20, 6 << 20, 0};
+    int runs = 0;
+    verify_recommendation(r, [&](const Recommendation& rec) {
+      ++runs;
+      Verification v;
+      v.micro_batch = rec.micro_batch;
+      v.steps = 5;
+      v.oom = true;
+      v.oom_where = "rank 1 evaluation";
+      return v;
+    }, batches);
+    CHECK_FALSE(r.outcome.recommendation);
+    if (batches == EvaluationBatches::Own) {
+      CHECK(runs == 1);
+      CHECK_THAT(r.outcome.failure, Catch::Contains("then the evaluation ran out of memory (rank 1 evaluation)"));
+    } else {  // memcomm-tune evaluates in batches of the micro-batch: a smaller one is tried
+      CHECK(runs == 3);
+    }
+  }
+}
+
 TEST_CASE("a recommendation whose long run was slower than its probe says which speed it prints") {
   // An LSTM's b = 16 probed at 509 samples/s and verified at 342: the recommendation printed 509 bare.
   TuneResult r;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace memcomm::tune {
@@ -56,9 +58,14 @@ std::optional<Recommendation> next_below(const SearchOutcome& o, int64_t limit, 
   return std::nullopt;
 }
 
+bool evaluation_ran_out(const Verification& v) {  // where: "evaluation", or "rank N evaluation"
+  const std::string_view where = v.oom_where, phase = "evaluation";
+  return v.oom && where.size() >= phase.size() && where.substr(where.size() - phase.size()) == phase;
+}
+
 }  // namespace
 
-void verify_recommendation(TuneResult& r, const VerifyFn& verify) {
+void verify_recommendation(TuneResult& r, const VerifyFn& verify, EvaluationBatches evaluation) {
   const int64_t limit = r.config.memory_limit;
   const int world = r.config.world;
   while (r.outcome.recommendation) {
@@ -70,6 +77,14 @@ void verify_recommendation(TuneResult& r, const VerifyFn& verify) {
       rec.peak_allocated = std::max(rec.peak_allocated, v.peak_allocated);
       rec.headroom = 1.0 - double(rec.peak_allocated) / double(limit);
       if (rec.samples_per_s <= 0) rec.samples_per_s = v.samples_per_s;  // not probed: the long run's speed
+      return;
+    }
+    if (evaluation == EvaluationBatches::Own && evaluation_ran_out(v)) {
+      r.outcome.failure = "the long run of micro-batch " + std::to_string(rec.micro_batch) + " x " +
+                          std::to_string(rec.accum) + " fitted, then the evaluation ran out of memory (" + v.oom_where +
+                          "): its batches are evaluate's own, so no smaller micro-batch helps; evaluate in smaller "
+                          "batches, or leave evaluate out";
+      r.outcome.recommendation.reset();
       return;
     }
     // A larger micro-batch holds more activations, so it would run out of memory too.

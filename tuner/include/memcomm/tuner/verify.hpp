@@ -23,7 +23,14 @@ using VerifyFn = std::function<Verification(const Recommendation&)>;
 // no recommendation. A long run can exceed its probe because probes run fewer micro-steps than a long
 // accumulation (Note [Probing long accumulations]) and no evaluation pass. Every verification is
 // appended to r.verifications.
-void verify_recommendation(TuneResult& r, const VerifyFn& verify);
+// An evaluation pass that runs out of memory after the steps fitted is another matter where its batches
+// are its own (memcomm.tune's evaluate(model)): no smaller micro-batch changes them, and three long
+// runs were spent going down before "every verified candidate ran out of memory" blamed the training.
+// Then the search ends at once, with a failure that names the evaluation. memcomm-tune evaluates in
+// batches of the micro-batch, so a smaller one may fit, and is verified as after any other failure.
+enum class EvaluationBatches { MicroBatch, Own };
+void verify_recommendation(TuneResult& r, const VerifyFn& verify,
+                           EvaluationBatches evaluation = EvaluationBatches::MicroBatch);
 
 // Note [A verification that would take hours]
 // The verification runs all K micro-steps of each step (the probes timed at most a capped number).
