@@ -774,6 +774,39 @@ def test_checkpoint_sequentials_forwards_are_all_in_their_step(tmp_path, tool):
         assert len(spans["step"]) == 4 and len(spans["forward"]) == 4 * 5 and not outside, (name, spans)
 
 
+def test_a_frozen_backbone_feeding_the_trained_head_leaves_the_batch_wait_in_the_step(tmp_path, tool):
+    # Note [Forwards that feed forwards] beside Note [A frozen model's forward on the step's batch]: the
+    # head's forward, fed by the backbone's features, marked where the backbone's forward began, after
+    # the batch wait, and every step lost its data wait. And looking for a forward called directly kept
+    # the training function's first batch alive until it returned (its frame's f_locals, read).
+    check("""
+        import gc, weakref
+        from torch.utils.data import DataLoader, TensorDataset
+        def train(steps):
+            backbone = nn.Sequential(nn.Linear(32, 64), nn.ReLU())  # left in training mode, frozen by no_grad
+            head = nn.Linear(64, 4)
+            opt = torch.optim.SGD(head.parameters(), lr=0.1)
+            data = DataLoader(TensorDataset(torch.randn(16 * steps, 32), torch.randint(0, 4, (16 * steps,))), batch_size=16)
+            batches = []
+            for x, y in data:
+                batches.append(weakref.ref(x))
+                with torch.no_grad():
+                    feats = backbone(x)
+                loss = crit(head(feats), y)
+                opt.zero_grad(); loss.backward(); opt.step()
+            del x, y, feats, loss
+            gc.collect()
+            assert not any(b() is not None for b in batches), [b() is not None for b in batches]
+        with memcomm.profile(trace=sys.argv[1]):
+            train(4)
+    """, str(tmp_path / "probe.mct"))
+    phase_counts(tool, tmp_path, tmp_path / "probe.rank0.mct")  # writes the export
+    spans = chrome_spans(tmp_path, tmp_path / "probe.rank0.mct")
+    assert len(spans["step"]) == 4, spans
+    for b, e in spans["step"]:
+        assert sum(b <= w[0] and w[1] <= e for w in spans["data_wait"]) == 1, spans
+
+
 def test_a_dry_run_and_the_setup_after_it_are_no_part_of_step_1_and_inference_is_no_step(tmp_path, tool):
     # See Note [A forward that opens no step]: a forward whose output the script dropped (the dry run
     # nn.LazyLinear needs) begins no step, and forwards that no backward or update follows make none.

@@ -252,7 +252,7 @@ class _ThreadState:
         self.marking = False                           # the open forward set the mark
         # Outside a step, the outermost forwards' outputs weakly, each with where the chain of forwards
         # that fed it began (Note [Forwards that feed forwards]); the open forward's chain.
-        self.fed_from: List[Tuple[int, Tuple[weakref.ref, ...]]] = []
+        self.fed_from: Dict[int, Tuple[int, weakref.ref]] = {}  # id(tensor) -> (chain's begin, the tensor weakly)
         self.chain_begin_ns = 0
         # The open step's end (Note [A second model's update]), held until the next update says whether
         # the work since it is the same iteration's. end_held: a training forward came after the update
@@ -717,15 +717,15 @@ class PhaseHooks:
 
     def _forward_begins(self, st: _ThreadState, module: torch.nn.Module, args: Any) -> None:
         """Note [A forward that opens no step]; after the step's update, Note [The step's last update]."""
-        chain = _chain_begin(st, args)
+        chain = _chain_begin(st, module, args)
         if torch.is_grad_enabled() and module.training:
             if st.step_end_ns and not st.end_held:  # the step ends at its update; this forward begins the next one, or none
                 self._end_at_update(st)
-                _mark(st, chain or _frozen_begin(st, module))
+                _mark(st, _earliest(chain, _frozen_begin(st, module)))
             elif st.step_open and not st.step_end_ns:
                 self._ensure_step(st)
             elif not st.marked_forward_ns or _dropped(st.marked_output):
-                _mark(st, chain or _frozen_begin(st, module))
+                _mark(st, _earliest(chain, _frozen_begin(st, module)))
         elif not st.step_open or st.step_end_ns:
             if not torch.is_grad_enabled():
                 _frozen_forward(st, module)
@@ -1111,21 +1111,28 @@ def _unmark(st: _ThreadState) -> None:
 # Note [Forwards that feed forwards]: activation checkpointing's checkpoint_sequential calls a
 # Sequential's children one by one, never the Sequential, so each child's call is an outermost
 # forward. Each step began at the third child of five: a checkpointed segment frees its first
-# child's output inside it, which moved the mark (a dropped output: Note [A forward that opens no
-# step]), and a reentrant checkpoint runs its segment without gradients, so the first forward with
+# child's output, which moved the mark (a dropped output: Note [A forward that opens no step]),
+# and a reentrant checkpoint runs its segment without gradients, so the first forward with
 # gradients on marked. Half the iteration's forward time fell outside every step. A forward whose
 # arguments hold an output of a forward since the last step is that forward's continuation, so a
-# mark it sets goes where their chain began. A dry run's output is dropped, not fed on, and an
-# evaluation's outputs feed no training forward: those marks move as before. Only the last 16
-# outermost forwards are kept, weakly: an iteration's chain is that of its outermost modules.
-def _chain_begin(st: _ThreadState, args: Any) -> int:
-    """Where the chain of forwards that feeds a forward called with `args` began; 0: none. Sets the
+# mark it sets goes where their chain began, or earlier where the step's batch was waited for
+# (Note [A frozen model's forward on the step's batch]: a frozen backbone's features feeding the
+# trained head). A dry run's output is dropped, not fed on. Only forwards of modules in training
+# mode are kept (an evaluation's, in eval mode, costs nothing more), by their outputs' ids, weakly,
+# at most 256 tensors: an iteration's chain is that of its outermost modules.
+def _chain_begin(st: _ThreadState, module: torch.nn.Module, args: Any) -> int:
+    """Where the chain of forwards that feeds `module`'s forward with `args` began; 0: none. Sets the
     open forward's chain, which _forward_ends records with its output."""
+    st.chain_begin_ns = 0
+    if not module.training or (st.step_open and not st.step_end_ns):
+        return 0
     begin = 0
-    if st.fed_from and not (st.step_open and not st.step_end_ns):
-        fed = {id(t) for t in _tensors(args)}
-        begin = next((b for b, refs in reversed(st.fed_from) if any(id(r()) in fed for r in refs if r() is not None)), 0)
-    st.chain_begin_ns = 0 if st.step_open and not st.step_end_ns else begin or now()
+    if st.fed_from:
+        for t in _tensors(args):
+            fed = st.fed_from.get(id(t))
+            if fed is not None and fed[1]() is t:
+                begin = _earliest(begin, fed[0])
+    st.chain_begin_ns = begin or now()
     return begin
 
 
@@ -1157,16 +1164,19 @@ def _frozen_begin(st: _ThreadState, module: torch.nn.Module) -> int:
 
 def _forward_ends(st: _ThreadState, output: Any) -> None:
     """The forward that set the mark keeps its output weakly: whether the script kept it tells a dry run
-    from a training forward (Note [A forward that opens no step]); outside a step, every forward keeps
-    it for the next one's chain (Note [Forwards that feed forwards])."""
+    from a training forward (Note [A forward that opens no step]); outside a step, a forward of a module
+    in training mode keeps it for the next one's chain (Note [Forwards that feed forwards])."""
     tensors = _tensors(output) if st.marking or st.chain_begin_ns else []
     refs = tuple(weakref.ref(t) for t in tensors)
     if st.marking:
         st.marking = False
         st.marked_output = refs or None
-    if st.chain_begin_ns and refs:
-        st.fed_from.append((st.chain_begin_ns, refs))
-        del st.fed_from[:-16]
+    if st.chain_begin_ns:
+        for t, ref in zip(tensors, refs):
+            st.fed_from[id(t)] = (st.chain_begin_ns, ref)
+        if len(st.fed_from) > 256:  # the oldest go first
+            for stale in list(itertools.islice(st.fed_from, len(st.fed_from) - 256)):
+                del st.fed_from[stale]
     st.chain_begin_ns = 0
 
 
@@ -1433,17 +1443,18 @@ def _calling_forward(module: torch.nn.Module) -> Tuple[Any, Optional[torch.nn.Mo
     """From the global pre hook: the frame and the module of a forward that the script called directly
     (model.forward(x)) and that calls `module`, with parameters of its own; (None, None) when `module`
     is called from anything else (Note [Forwards called directly])."""
-    f = _caller(sys._getframe(2))
+    f, helpers = _caller(sys._getframe(2)), []
+    while f is not None and f.f_code.co_name != "forward" and len(helpers) < 3:  # helpers of the forward's
+        helpers.append(f.f_code)
+        f = _caller(f.f_back)
+    if f is None or f.f_code.co_name != "forward":
+        return None, None
     owner = _first_argument(f)
     if owner is module or not isinstance(owner, torch.nn.Module) or not has_parameters(owner):
         return None, None
-    for _ in range(4):  # the forward, or a helper it called on the same module (torchvision's _forward_impl)
-        if f.f_code.co_name == "forward":
-            return f, owner
-        f = _caller(f.f_back)
-        if _first_argument(f) is not owner:
-            break
-    return None, None
+    if not all(_method_of(type(owner), code) for code in helpers):  # torchvision's _forward_impl, not another's
+        return None, None
+    return f, owner
 
 
 def _caller(f: Any) -> Any:
@@ -1453,10 +1464,17 @@ def _caller(f: Any) -> Any:
 
 
 def _first_argument(f: Any) -> Any:
-    """A frame's first argument, whatever its name (`self`, or `s` in some scripts); None for none."""
-    if f is None or not f.f_code.co_argcount:
+    """A forward frame's first argument, whatever its name (`self`, or `s` in some scripts); None for
+    none. Only a forward's frame: on Python < 3.13 reading f_locals stores a copy of them on the frame,
+    which would keep a training function's batch alive until it returns (a forward returns soon)."""
+    if not f.f_code.co_argcount:
         return None
     return f.f_locals.get(f.f_code.co_varnames[0])
+
+
+def _method_of(cls: type, code: Any) -> bool:
+    """Whether `code` is the body of a method of `cls` (read from the class, not the frame's locals)."""
+    return getattr(getattr(cls, code.co_name, None), "__code__", None) is code
 
 
 def _on_stack(frame: Any) -> bool:
